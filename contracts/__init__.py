@@ -1,0 +1,1 @@
+"""Sheshnag's contracts: every event, command and API object, defined once and imported by all services."""

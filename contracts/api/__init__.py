@@ -1,0 +1,1 @@
+"""OpenAI-shaped API objects: what the gateway returns and the SDK parses."""

@@ -1,0 +1,35 @@
+"""Files as the OpenAI Files API shows them."""
+
+from typing import Literal
+
+from pydantic import BaseModel
+
+FilePurpose = Literal[
+    "assistants",
+    "assistants_output",
+    "batch",
+    "batch_output",
+    "fine-tune",
+    "fine-tune-results",
+    "vision",
+    "user_data",
+]
+FileStatus = Literal["uploaded", "processed", "error"]
+
+
+class FileObject(BaseModel):
+    id: str
+    object: Literal["file"] = "file"
+    bytes: int
+    """Size of the stored content."""
+    created_at: int
+    filename: str
+    purpose: FilePurpose
+    status: FileStatus = "processed"
+    expires_at: int | None = None
+
+
+class FileDeleted(BaseModel):
+    id: str
+    object: Literal["file"] = "file"
+    deleted: bool

@@ -1,0 +1,13 @@
+"""A model as `GET /v1/models` lists it."""
+
+from typing import Literal
+
+from pydantic import BaseModel
+
+
+class Model(BaseModel):
+    id: str
+    """The catalogue id; aliases resolve to it."""
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str

@@ -1,0 +1,22 @@
+"""One line of a batch output or error file, in OpenAI's batch output shape."""
+
+from pydantic import BaseModel
+
+
+class OutputResponse(BaseModel):
+    status_code: int
+    request_id: str
+    body: dict[str, object]
+    """The endpoint's response: the completion, or `{"error": {...}}` for a failed line."""
+
+
+class OutputError(BaseModel):
+    code: str
+    message: str
+
+
+class OutputLine(BaseModel):
+    id: str
+    custom_id: str
+    response: OutputResponse | None = None
+    error: OutputError | None = None

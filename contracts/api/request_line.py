@@ -1,0 +1,19 @@
+"""One line of a batch input file, once it has parsed."""
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+REQUIRED_LINE_FIELDS: tuple[str, ...] = ("custom_id", "method", "url", "body")
+MAX_CUSTOM_ID_LENGTH = 512
+
+
+class RequestLine(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    custom_id: str
+    """The caller's id for the line, echoed verbatim in the output."""
+    method: Literal["POST"]
+    url: str
+    body: dict[str, object]
+    """The request body, as the endpoint takes it."""

@@ -1,0 +1,1 @@
+"""Events: past-tense facts in the EVENTS stream, one module per aggregate."""

@@ -1,0 +1,110 @@
+"""Facts in a batch's life, from creation through validation and execution to its end."""
+
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from contracts.api.batch import BatchUsage
+from contracts.events.envelope import Event
+
+
+class BatchEvent(Event):
+    kind: ClassVar = "batch"
+
+
+class BatchCreated(BatchEvent):
+    name: ClassVar = "created"
+    type: Literal["batch.created"] = "batch.created"
+    owner_key_id: str
+    input_file_id: str
+    input_object_key: str
+    endpoint: str
+    completion_window: str
+    metadata: dict[str, str] | None = None
+    created_at: int
+    """Seconds since the epoch."""
+    expires_at: int
+
+
+class LineRejected(BatchEvent):
+    """One bad line of the input file, published as soon as the validator finds it."""
+
+    name: ClassVar = "line_rejected"
+    dedup_fields: ClassVar = ("line", "code")
+    type: Literal["batch.line_rejected"] = "batch.line_rejected"
+    line: int | None
+    code: str
+    param: str | None = None
+    message: str
+
+
+class BatchValidated(BatchEvent):
+    name: ClassVar = "validated"
+    type: Literal["batch.validated"] = "batch.validated"
+    total_lines: int
+    model: str
+    """The catalogue id every line resolved to; the batch is pinned to it."""
+
+
+class BatchValidationFailed(BatchEvent):
+    name: ClassVar = "validation_failed"
+    type: Literal["batch.validation_failed"] = "batch.validation_failed"
+    total_lines: int
+    error_count: int
+    counts_by_code: dict[str, int] = Field(default_factory=dict)
+
+
+class BatchAssigned(BatchEvent):
+    name: ClassVar = "assigned"
+    dedup_fields: ClassVar = ("attempt",)
+    type: Literal["batch.assigned"] = "batch.assigned"
+    executor_id: str
+    attempt: int
+    lease_token: str
+
+
+class BatchStarted(BatchEvent):
+    name: ClassVar = "started"
+    dedup_fields: ClassVar = ("attempt",)
+    type: Literal["batch.started"] = "batch.started"
+    executor_id: str
+    attempt: int
+    engine: str
+    engine_version: str
+
+
+class BatchProgressed(BatchEvent):
+    """Results of more lines are durable; counts are cumulative over the batch."""
+
+    name: ClassVar = "progressed"
+    dedup_fields: ClassVar = ("attempt", "chunk")
+    type: Literal["batch.progressed"] = "batch.progressed"
+    attempt: int
+    chunk: int
+    chunk_key: str
+    completed: int
+    failed: int
+
+
+class BatchFinalizing(BatchEvent):
+    name: ClassVar = "finalizing"
+    dedup_fields: ClassVar = ("attempt",)
+    type: Literal["batch.finalizing"] = "batch.finalizing"
+    attempt: int
+
+
+class BatchCompleted(BatchEvent):
+    name: ClassVar = "completed"
+    type: Literal["batch.completed"] = "batch.completed"
+    output_file_id: str | None
+    error_file_id: str | None
+    completed: int
+    failed: int
+    usage: BatchUsage
+
+
+class BatchFailed(BatchEvent):
+    name: ClassVar = "failed"
+    type: Literal["batch.failed"] = "batch.failed"
+    code: str
+    reason: str

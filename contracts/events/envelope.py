@@ -1,0 +1,48 @@
+"""The envelope every event carries, and the deterministic id that dedups its publish."""
+
+import time
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from contracts.subjects import AggregateKind, event_subject
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Event(BaseModel):
+    """Base of all events. `event_id` is the `Nats-Msg-Id`: the same fact always gets the same id."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: ClassVar[AggregateKind]
+    name: ClassVar[str]
+    dedup_fields: ClassVar[tuple[str, ...]] = ()
+    """Payload fields that, with the aggregate id and type, make one occurrence of this fact unique."""
+
+    event_id: str = ""
+    type: str
+    version: int = 1
+    occurred_at: int = Field(default_factory=now_ms)
+    """Milliseconds since the epoch."""
+    aggregate_id: str
+    correlation_id: str | None = None
+    """The request or batch this fact belongs to, end to end."""
+    causation_id: str | None = None
+    """The event_id of the fact that caused this one."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_identity(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            data.setdefault("type", f"{cls.kind}.{cls.name}")
+            if not data.get("event_id"):
+                parts = [str(data.get(field, "")) for field in cls.dedup_fields]
+                data["event_id"] = ":".join([data["aggregate_id"], cls.name, *parts])
+        return data
+
+    @property
+    def subject(self) -> str:
+        return event_subject(self.kind, self.aggregate_id, self.name)

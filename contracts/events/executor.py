@@ -1,0 +1,38 @@
+"""Facts about executors joining the fleet. Heartbeats are liveness, kept in a KV bucket, not here."""
+
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel
+
+from contracts.events.envelope import Event
+
+EngineName = Literal["llamacpp", "tensorrt_llm"]
+
+
+class DeviceMemory(BaseModel):
+    name: str
+    total_bytes: int
+    free_bytes: int
+
+
+class ExecutorAdvert(BaseModel):
+    """What an executor can do right now; its heartbeat value in the executors bucket."""
+
+    executor_id: str
+    engine: EngineName
+    engine_version: str
+    models: list[str]
+    """Catalogue ids it can serve."""
+    loaded_models: list[str]
+    devices: list[DeviceMemory]
+    slots: int
+    heartbeat_at: int
+
+
+class ExecutorRegistered(Event):
+    kind: ClassVar = "executor"
+    name: ClassVar = "registered"
+    dedup_fields: ClassVar = ("started_at",)
+    type: Literal["executor.registered"] = "executor.registered"
+    advert: ExecutorAdvert
+    started_at: int

@@ -1,0 +1,30 @@
+"""Facts about files: uploads by users and output files written by executors."""
+
+from typing import ClassVar, Literal
+
+from contracts.api.file import FilePurpose
+from contracts.events.envelope import Event
+
+
+class FileStored(Event):
+    """A file's bytes are in the object store under `object_key` and it is visible to its owner."""
+
+    kind: ClassVar = "file"
+    name: ClassVar = "stored"
+    type: Literal["file.stored"] = "file.stored"
+    owner_key_id: str
+    filename: str
+    purpose: FilePurpose
+    bytes: int
+    sha256: str
+    object_key: str
+    created_at: int
+    """Seconds since the epoch, as the API shows it."""
+    line_count: int | None = None
+
+
+class FileDeleted(Event):
+    kind: ClassVar = "file"
+    name: ClassVar = "deleted"
+    type: Literal["file.deleted"] = "file.deleted"
+    owner_key_id: str

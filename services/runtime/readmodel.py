@@ -1,0 +1,98 @@
+"""The read model: OpenAI-shaped records in a KV bucket, written by the ledger and read by the gateway."""
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import nats.errors
+import nats.js.errors
+from nats.js.kv import KeyValue
+from pydantic import BaseModel
+
+from contracts.readmodel import ApiKeyRecord, BatchRecord, FileRecord
+from contracts.subjects import READ_MODEL_BUCKET, read_model_key
+from services.runtime.bus import EventBus
+
+Record = TypeVar("Record", bound=BaseModel)
+
+
+class ReadModel:
+    def __init__(self, kv: KeyValue) -> None:
+        self.kv = kv
+
+    @classmethod
+    async def open(cls, bus: EventBus) -> "ReadModel":
+        try:
+            kv = await bus.js.key_value(READ_MODEL_BUCKET)
+        except nats.js.errors.BucketNotFoundError:
+            kv = await bus.js.create_key_value(bucket=READ_MODEL_BUCKET, history=1)
+        return cls(kv)
+
+    async def _get(self, key: str, model: type[Record]) -> Record | None:
+        try:
+            entry = await self.kv.get(key)
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        if entry.value is None:
+            return None
+        return model.model_validate_json(entry.value)
+
+    async def _scan(self, prefix: str, model: type[Record]) -> list[Record]:
+        watcher = await self.kv.watch(f"{prefix}.>", ignore_deletes=True)
+        records: list[Record] = []
+        try:
+            while True:
+                try:
+                    entry = await watcher.updates(timeout=5.0)
+                except nats.errors.TimeoutError:
+                    break
+                if entry is None:
+                    break
+                if entry.value:
+                    records.append(model.model_validate_json(entry.value))
+        finally:
+            await watcher.stop()
+        return records
+
+    async def get_batch(self, batch_id: str) -> BatchRecord | None:
+        return await self._get(read_model_key("batch", batch_id), BatchRecord)
+
+    async def get_file(self, file_id: str) -> FileRecord | None:
+        return await self._get(read_model_key("file", file_id), FileRecord)
+
+    async def get_api_key(self, key_sha256: str) -> ApiKeyRecord | None:
+        return await self._get(read_model_key("apikey", key_sha256), ApiKeyRecord)
+
+    async def list_batches(self) -> list[BatchRecord]:
+        return await self._scan("batch", BatchRecord)
+
+    async def list_files(self) -> list[FileRecord]:
+        return await self._scan("file", FileRecord)
+
+    async def put_batch(self, record: BatchRecord) -> None:
+        await self.kv.put(read_model_key("batch", record.batch.id), record.model_dump_json().encode())
+
+    async def put_file(self, record: FileRecord) -> None:
+        await self.kv.put(read_model_key("file", record.file.id), record.model_dump_json().encode())
+
+    async def put_api_key(self, key_sha256: str, record: ApiKeyRecord) -> None:
+        await self.kv.put(read_model_key("apikey", key_sha256), record.model_dump_json().encode())
+
+    async def wait_for(
+        self,
+        fetch: Callable[[], Awaitable[Record | None]],
+        ready: Callable[[Record], bool],
+        timeout_s: float,
+    ) -> Record | None:
+        """Poll until the ledger has folded a fact we just published (read-your-writes for creates)."""
+        deadline = time.monotonic() + timeout_s
+        delay = 0.01
+        while True:
+            record = await fetch()
+            if record is not None and ready(record):
+                return record
+            if time.monotonic() > deadline:
+                return record
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.2)

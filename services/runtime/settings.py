@@ -1,0 +1,35 @@
+"""Connection settings shared by every service: where the broker, object store and catalogue are."""
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ConnectionSettings(BaseSettings):
+    """Read from `SHESHNAG_*` variables; every service embeds one."""
+
+    model_config = SettingsConfigDict(env_prefix="SHESHNAG_", extra="ignore")
+
+    nats_url: str = "nats://127.0.0.1:4222"
+    s3_endpoint: str = "127.0.0.1:8333"
+    """host:port of the S3 server."""
+    s3_access_key: str = ""
+    s3_secret_key: str = ""
+    s3_secure: bool = False
+    s3_bucket: str = "sheshnag"
+    catalogue_path: Path | None = None
+    """A catalogue TOML file; the packaged default when unset."""
+    log_level: str = "INFO"
+
+
+def connection_settings() -> ConnectionSettings:
+    return ConnectionSettings()
+
+
+class ServiceSettings(BaseSettings):
+    """Base for each service's own settings; subclasses set their own env prefix."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    connection: ConnectionSettings = Field(default_factory=connection_settings)

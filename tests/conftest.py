@@ -1,0 +1,78 @@
+"""Session fixtures that start the real broker and the real S3 server on free loopback ports."""
+
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from infra.embedded import S3Credentials, free_port, start_nats, start_seaweed, stop_process
+from services.runtime.bus import EventBus
+from services.runtime.objectstore import ObjectStore
+from services.runtime.settings import ConnectionSettings
+
+
+@dataclass(frozen=True)
+class RunningNats:
+    url: str
+    process: subprocess.Popen[bytes]
+
+
+@pytest.fixture(scope="session")
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningNats]:
+    data_dir = tmp_path_factory.mktemp("nats")
+    port = free_port()
+    process = start_nats(data_dir, port, data_dir / "nats.log")
+    yield RunningNats(f"nats://127.0.0.1:{port}", process)
+    stop_process(process)
+
+
+@pytest.fixture
+def fresh_nats(tmp_path: Path) -> Iterator[RunningNats]:
+    """A broker of the test's own, for tests that need an empty event log."""
+    port = free_port()
+    process = start_nats(tmp_path, port, tmp_path / "nats.log")
+    yield RunningNats(f"nats://127.0.0.1:{port}", process)
+    stop_process(process)
+
+
+@dataclass(frozen=True)
+class RunningS3:
+    endpoint: str
+    credentials: S3Credentials
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningS3]:
+    data_dir = tmp_path_factory.mktemp("s3")
+    creds = S3Credentials.load_or_create(data_dir / "s3-credentials.json")
+    port = free_port()
+    process = start_seaweed(data_dir, port, creds, data_dir / "weed.log")
+    yield RunningS3(f"127.0.0.1:{port}", creds)
+    stop_process(process)
+
+
+@pytest.fixture(scope="session")
+def connection(nats_server: RunningNats, s3_server: RunningS3) -> ConnectionSettings:
+    return ConnectionSettings(
+        nats_url=nats_server.url,
+        s3_endpoint=s3_server.endpoint,
+        s3_access_key=s3_server.credentials.access_key,
+        s3_secret_key=s3_server.credentials.secret_key,
+        s3_bucket="sheshnag-tests",
+    )
+
+
+@pytest.fixture
+async def bus(connection: ConnectionSettings) -> AsyncIterator[EventBus]:
+    bus = await EventBus.connect(connection.nats_url, "tests")
+    yield bus
+    await bus.close()
+
+
+@pytest.fixture(scope="session")
+async def object_store(connection: ConnectionSettings) -> ObjectStore:
+    store = ObjectStore.from_settings(connection)
+    await store.ensure_bucket()
+    return store
