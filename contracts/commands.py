@@ -12,6 +12,8 @@ class RunBatch(BaseModel):
     executor_id: str
     attempt: int
     lease_token: str
+    owner_key_id: str
+    """Owner of the batch, and so of its output and error files."""
     model: str
     endpoint: str
     input_object_key: str

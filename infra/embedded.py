@@ -81,7 +81,9 @@ def start_nats(data_dir: Path, port: int, log_file: Path) -> subprocess.Popen[by
     return process
 
 
-def start_seaweed(data_dir: Path, s3_port: int, creds: S3Credentials, log_file: Path) -> subprocess.Popen[bytes]:
+def start_seaweed(
+    data_dir: Path, s3_port: int, creds: S3Credentials, log_file: Path
+) -> subprocess.Popen[bytes]:
     store = data_dir / "s3"
     store.mkdir(parents=True, exist_ok=True)
     identities = data_dir / "s3-identities.json"

@@ -44,6 +44,9 @@ class BatchValidated(BatchEvent):
     total_lines: int
     model: str
     """The catalogue id every line resolved to; the batch is pinned to it."""
+    owner_key_id: str
+    endpoint: str
+    input_object_key: str
 
 
 class BatchValidationFailed(BatchEvent):
