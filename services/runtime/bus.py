@@ -158,7 +158,7 @@ class EventBus:
             raise
         except Exception as error:
             deliveries = message.metadata.num_delivered
-            final = isinstance(error, PoisonMessage) or deliveries >= policy.max_deliver
+            final = isinstance(error, PoisonMessage) or 0 < policy.max_deliver <= deliveries
             if final:
                 log.exception("giving up on %s after %d deliveries", message.subject, deliveries)
                 if on_poison is not None:

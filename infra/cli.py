@@ -1,0 +1,100 @@
+"""The `sheshnag` command: `up` runs the embedded stack; one subcommand per service for deployments."""
+
+import argparse
+import asyncio
+import importlib
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+import aiohttp
+
+from infra.keys import choose_admin_key, register_key, remember
+from infra.supervisor import SERVICES, Stack, pick_port
+from services.runtime.bus import EventBus
+
+log = logging.getLogger("sheshnag.up")
+
+
+def default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "sheshnag"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="sheshnag", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    up = commands.add_parser("up", help="run broker, object store and all five services on this machine")
+    up.add_argument("--data-dir", type=Path, default=default_data_dir(), help="where all state is kept")
+    up.add_argument("--port", type=int, default=8080, help="gateway port (default 8080)")
+    up.add_argument("--nats-port", type=int, default=None, help="embedded NATS port (default: a free port)")
+    up.add_argument("--s3-port", type=int, default=None, help="embedded S3 port (default: a free port)")
+    for name in SERVICES:
+        commands.add_parser(name, help=f"run the {name} against an existing NATS and S3 (SHESHNAG_* env)")
+    return parser.parse_args(argv)
+
+
+async def wait_for_gateway(port: int, within_s: float = 120.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within_s
+    async with aiohttp.ClientSession() as session:
+        while asyncio.get_running_loop().time() < deadline:
+            try:
+                async with session.get(f"http://127.0.0.1:{port}/healthz") as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.2)
+    raise TimeoutError(f"the gateway did not answer on port {port} within {within_s}s")
+
+
+async def up(args: argparse.Namespace) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    stack = Stack(args.data_dir.expanduser().resolve(), args.port, pick_port(args.nats_port), pick_port(args.s3_port))
+    try:
+        await asyncio.to_thread(stack.start_infra)
+        key = choose_admin_key(stack.data_dir, os.environ.get("SHESHNAG_ADMIN_KEY"))
+        bus = await EventBus.connect(f"nats://127.0.0.1:{stack.nats_port}", "sheshnag-up")
+        await register_key(bus, key, "admin (sheshnag up)")
+        await bus.close()
+        remember(stack.data_dir, key)
+        stack.start_services()
+        supervising = asyncio.create_task(stack.supervise(stop))
+        await wait_for_gateway(stack.gateway_port)
+        announce(stack, key.plaintext)
+        await supervising
+    finally:
+        log.info("stopping")
+        await asyncio.to_thread(stack.stop)
+        log.info("stopped; data kept in %s", stack.data_dir)
+
+
+def announce(stack: Stack, plaintext_key: str | None) -> None:
+    shown = plaintext_key or "(the key printed at first start; only its hash is stored — set SHESHNAG_ADMIN_KEY " \
+                             "to use a key of your own)"
+    print(f"""
+Sheshnag is up.
+  base URL  http://127.0.0.1:{stack.gateway_port}/v1
+  API key   {shown}
+  data      {stack.data_dir}   logs: {stack.logs}
+  NATS      nats://127.0.0.1:{stack.nats_port}   S3: 127.0.0.1:{stack.s3_port}
+Press Ctrl-C to stop.
+""", flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command == "up":
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        asyncio.run(up(args))
+    else:
+        importlib.import_module(f"services.{args.command}.__main__").main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""The embedded default: broker, object store and the five services as supervised OS processes."""
+
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from infra.embedded import S3Credentials, free_port, start_nats, start_seaweed, stop_process
+
+log = logging.getLogger("sheshnag.up")
+
+SERVICES = ("ledger", "validator", "scheduler", "executor", "gateway")
+MAX_RESTART_DELAY_S = 30.0
+STABLE_AFTER_S = 60.0
+"""A service that ran this long before crashing restarts without delay growth."""
+
+
+@dataclass
+class Supervised:
+    name: str
+    command: list[str]
+    env: dict[str, str]
+    log_file: Path
+    process: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    restarts: int = 0
+    next_start_at: float = 0.0
+    delay_s: float = 1.0
+
+    def start(self) -> None:
+        with self.log_file.open("ab") as out:
+            self.process = subprocess.Popen(self.command, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+        self.started_at = time.monotonic()
+
+    def check(self) -> None:
+        """Restart a crashed process with exponential backoff, logging the crash."""
+        now = time.monotonic()
+        if self.process is None:
+            if now >= self.next_start_at:
+                self.start()
+            return
+        code = self.process.poll()
+        if code is None:
+            return
+        ran_for = now - self.started_at
+        self.delay_s = 1.0 if ran_for > STABLE_AFTER_S else min(self.delay_s * 2, MAX_RESTART_DELAY_S)
+        self.restarts += 1
+        log.error("%s crashed with exit code %s after %.1fs; restart #%d in %.0fs (log: %s)",
+                  self.name, code, ran_for, self.restarts, self.delay_s, self.log_file)
+        self.process = None
+        self.next_start_at = now + self.delay_s
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop_process(self.process)
+
+
+@dataclass
+class Stack:
+    data_dir: Path
+    gateway_port: int
+    nats_port: int
+    s3_port: int
+    credentials: S3Credentials = field(init=False)
+    children: list[Supervised] = field(default_factory=list)
+    infra_processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def logs(self) -> Path:
+        return self.data_dir / "logs"
+
+    def service_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({
+            "SHESHNAG_NATS_URL": f"nats://127.0.0.1:{self.nats_port}",
+            "SHESHNAG_S3_ENDPOINT": f"127.0.0.1:{self.s3_port}",
+            "SHESHNAG_S3_ACCESS_KEY": self.credentials.access_key,
+            "SHESHNAG_S3_SECRET_KEY": self.credentials.secret_key,
+            "SHESHNAG_GATEWAY_PORT": str(self.gateway_port),
+            "SHESHNAG_LEDGER_DB_PATH": str(self.data_dir / "ledger.sqlite"),
+            "SHESHNAG_EXECUTOR_EXECUTOR_ID": env.get("SHESHNAG_EXECUTOR_EXECUTOR_ID", "local-0"),
+            "PYTHONUNBUFFERED": "1",
+        })
+        return env
+
+    def start_infra(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(exist_ok=True)
+        self.credentials = S3Credentials.load_or_create(self.data_dir / "s3-credentials.json")
+        self.infra_processes.append(start_nats(self.data_dir, self.nats_port, self.logs / "nats.log"))
+        self.infra_processes.append(
+            start_seaweed(self.data_dir, self.s3_port, self.credentials, self.logs / "s3.log"))
+
+    def start_services(self) -> None:
+        env = self.service_env()
+        for name in SERVICES:
+            child = Supervised(name, [sys.executable, "-m", f"services.{name}"], env, self.logs / f"{name}.log")
+            child.start()
+            self.children.append(child)
+
+    async def supervise(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            for child in self.children:
+                child.check()
+            for process in self.infra_processes:
+                if process.poll() is not None:
+                    log.error("%s exited with code %s; stopping the stack", process.args[0], process.returncode)
+                    stop.set()
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=0.5)
+            except TimeoutError:
+                pass
+
+    def stop(self) -> None:
+        for child in reversed(self.children):
+            child.stop()
+        for process in reversed(self.infra_processes):
+            stop_process(process)
+
+
+def pick_port(requested: int | None) -> int:
+    return requested if requested else free_port()

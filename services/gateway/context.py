@@ -1,0 +1,27 @@
+"""What every view needs, held on the app under typed keys."""
+
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from contracts.catalogue import Catalogue
+from services.gateway.settings import GatewaySettings
+from services.runtime.bus import EventBus
+from services.runtime.objectstore import ObjectStore
+from services.runtime.readmodel import ReadModel
+
+
+@dataclass(frozen=True)
+class Deps:
+    settings: GatewaySettings
+    bus: EventBus
+    store: ObjectStore
+    read_model: ReadModel
+    catalogue: Catalogue
+
+
+DEPS = web.AppKey("deps", Deps)
+
+
+def deps(request: web.Request) -> Deps:
+    return request.app[DEPS]

@@ -1,0 +1,59 @@
+"""OpenAI-shaped errors: the exception views raise and the middleware that renders every failure."""
+
+import logging
+import secrets
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from contracts.api.error import ErrorBody, ErrorResponse, ErrorType
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, type: ErrorType = "invalid_request_error",
+                 code: str | None = None, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = ErrorBody(message=message, type=type, code=code, param=param)
+
+
+def not_found(what: str, ident: str) -> ApiError:
+    return ApiError(404, f"No {what} found with id '{ident}'.", "not_found_error", "not_found", None)
+
+
+def bad_request(message: str, code: str, param: str | None = None) -> ApiError:
+    return ApiError(400, message, "invalid_request_error", code, param)
+
+
+def error_response(error: ApiError) -> web.Response:
+    # 4xx answers are final: tell the SDK not to retry them.
+    headers = {"x-should-retry": "false"} if error.status < 500 else {}
+    return web.json_response(ErrorResponse(error=error.body).model_dump(), status=error.status, headers=headers)
+
+
+HTTP_ERROR_TYPES: dict[int, tuple[ErrorType, str]] = {
+    404: ("not_found_error", "not_found"),
+    405: ("invalid_request_error", "method_not_allowed"),
+    413: ("invalid_request_error", "request_too_large"),
+}
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as error:
+        return error_response(error)
+    except web.HTTPException as http_error:
+        if http_error.status < 400:
+            raise
+        error_type, code = HTTP_ERROR_TYPES.get(http_error.status, ("invalid_request_error", "bad_request"))
+        message = f"{http_error.reason}: {request.method} {request.path}"
+        return error_response(ApiError(http_error.status, message, error_type, code))
+    except Exception:
+        request_id = f"req_{secrets.token_hex(8)}"
+        log.exception("unhandled error on %s %s (%s)", request.method, request.path, request_id)
+        return error_response(ApiError(500, f"The server had an error processing the request ({request_id}).",
+                                       "server_error", "internal_error"))

@@ -1,0 +1,15 @@
+"""Gateway settings (`SHESHNAG_GATEWAY_*`)."""
+
+from pydantic_settings import SettingsConfigDict
+
+from services.runtime.settings import ServiceSettings
+
+
+class GatewaySettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="SHESHNAG_GATEWAY_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    max_upload_bytes: int = 200 * 1024 * 1024
+    read_your_writes_s: float = 5.0
+    """How long a create waits for the ledger to show what it just published."""

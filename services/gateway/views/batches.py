@@ -1,0 +1,102 @@
+"""`/v1/batches`: create, list, retrieve and cancel batches."""
+
+import time
+
+import orjson
+from aiohttp import web
+
+from contracts.api.batch import SUPPORTED_ENDPOINTS, Batch
+from contracts.events.batch import BatchCreated
+from contracts.ids import derived_id, new_batch_id
+from contracts.readmodel import BatchRecord
+from services.gateway.auth import principal
+from services.gateway.context import deps
+from services.gateway.errors import ApiError, bad_request, not_found
+from services.gateway.views.files import owned_file
+from services.gateway.views.paging import page_after, parse_limit
+
+COMPLETION_WINDOWS = {"24h": 24 * 3600}
+MAX_METADATA_PAIRS = 16
+
+
+async def owned_batch(request: web.Request, batch_id: str) -> BatchRecord:
+    record = await deps(request).read_model.get_batch(batch_id)
+    if record is None or record.owner_key_id != principal(request).key_id:
+        raise not_found("batch", batch_id)
+    return record
+
+
+async def _json_object(request: web.Request) -> dict[str, object]:
+    try:
+        body = orjson.loads(await request.read())
+    except orjson.JSONDecodeError:
+        raise bad_request("The request body is not valid JSON.", "invalid_json") from None
+    if not isinstance(body, dict):
+        raise bad_request("The request body must be a JSON object.", "invalid_json")
+    return body
+
+
+def _metadata(value: object) -> dict[str, str] | None:
+    if value is None:
+        return None
+    if (not isinstance(value, dict) or len(value) > MAX_METADATA_PAIRS
+            or not all(isinstance(k, str) and isinstance(v, str) and len(k) <= 64 and len(v) <= 512
+                       for k, v in value.items())):
+        raise bad_request(f"metadata must be an object of at most {MAX_METADATA_PAIRS} string pairs (keys up to "
+                          "64 characters, values up to 512).", "invalid_metadata", "metadata")
+    return value
+
+
+async def create_batch(request: web.Request) -> web.Response:
+    d = deps(request)
+    body = await _json_object(request)
+    input_file_id = body.get("input_file_id")
+    if not isinstance(input_file_id, str) or not input_file_id:
+        raise bad_request("input_file_id is required: upload a file with purpose 'batch' first.",
+                          "missing_required_parameter", "input_file_id")
+    endpoint = body.get("endpoint")
+    if endpoint not in SUPPORTED_ENDPOINTS:
+        raise bad_request(f"endpoint {endpoint!r} is not supported; use one of {', '.join(SUPPORTED_ENDPOINTS)}.",
+                          "unsupported_endpoint", "endpoint")
+    window = body.get("completion_window")
+    if window not in COMPLETION_WINDOWS:
+        raise bad_request("completion_window must be '24h'.", "invalid_completion_window", "completion_window")
+    metadata = _metadata(body.get("metadata"))
+    owner = principal(request).key_id
+    file = await owned_file(request, input_file_id)
+    if file.file.purpose != "batch":
+        raise bad_request(f"File {input_file_id} has purpose {file.file.purpose!r}; a batch needs purpose 'batch'.",
+                          "invalid_input_file", "input_file_id")
+    idempotency_key = request.headers.get("Idempotency-Key")
+    batch_id = derived_id("batch_", owner, idempotency_key) if idempotency_key else new_batch_id()
+    now = int(time.time())
+    event = BatchCreated(aggregate_id=batch_id, owner_key_id=owner, input_file_id=input_file_id,
+                         input_object_key=file.object_key, endpoint=str(endpoint), completion_window=str(window),
+                         metadata=metadata, created_at=now, expires_at=now + COMPLETION_WINDOWS[str(window)],
+                         correlation_id=batch_id)
+    await d.bus.publish(event)
+    record = await d.read_model.wait_for(lambda: d.read_model.get_batch(batch_id), lambda r: True,
+                                         d.settings.read_your_writes_s)
+    batch = record.batch if record else Batch(
+        id=batch_id, endpoint=event.endpoint, input_file_id=input_file_id, completion_window=event.completion_window,
+        status="validating", created_at=now, expires_at=event.expires_at, metadata=metadata)
+    return web.json_response(batch.model_dump(mode="json"))
+
+
+async def list_batches(request: web.Request) -> web.Response:
+    records = await deps(request).read_model.list_batches()
+    mine = [r.batch for r in records if r.owner_key_id == principal(request).key_id]
+    mine.sort(key=lambda b: (b.created_at, b.id), reverse=True)
+    page = page_after(mine, [b.id for b in mine], request.query.get("after"), parse_limit(request))
+    return web.json_response(page.model_dump(mode="json"))
+
+
+async def retrieve_batch(request: web.Request) -> web.Response:
+    record = await owned_batch(request, request.match_info["batch_id"])
+    return web.json_response(record.batch.model_dump(mode="json"))
+
+
+async def cancel_batch(request: web.Request) -> web.Response:
+    await owned_batch(request, request.match_info["batch_id"])
+    raise ApiError(400, "Cancelling batches is not available yet on this deployment.",
+                   code="cancel_not_supported")

@@ -1,0 +1,1 @@
+"""The scheduler: matches validated batches to executors by model and free memory."""
