@@ -35,6 +35,11 @@ class Supervised:
         with self.log_file.open("ab") as out:
             self.process = subprocess.Popen(self.command, env=self.env, stdout=out, stderr=subprocess.STDOUT)
         self.started_at = time.monotonic()
+        self.pid_file.write_text(str(self.process.pid))
+
+    @property
+    def pid_file(self) -> Path:
+        return self.log_file.with_suffix(".pid")
 
     def check(self) -> None:
         """Restart a crashed process with exponential backoff, logging the crash."""

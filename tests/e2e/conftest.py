@@ -1,0 +1,78 @@
+"""The whole stack as `sheshnag up` runs it: every service its own process, the real model."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx2
+import pytest
+from openai import OpenAI
+
+from infra.embedded import free_port
+
+ADMIN_KEY = "gk-e2e-test-key"
+
+
+@dataclass
+class RunningStack:
+    data_dir: Path
+    port: int
+    process: subprocess.Popen[bytes]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def client(self, api_key: str = ADMIN_KEY) -> OpenAI:
+        return OpenAI(base_url=self.base_url, api_key=api_key, max_retries=0, timeout=60)
+
+    def service_pid(self, name: str) -> int:
+        return int((self.data_dir / "logs" / f"{name}.pid").read_text())
+
+    def log(self, name: str) -> str:
+        return (self.data_dir / "logs" / f"{name}.log").read_text(errors="replace")
+
+
+def start_stack(data_dir: Path, port: int) -> RunningStack:
+    env = dict(os.environ, SHESHNAG_ADMIN_KEY=ADMIN_KEY)
+    out = (data_dir.parent / f"up-{port}.out").open("ab")
+    process = subprocess.Popen([sys.executable, "-m", "infra.cli", "up", "--data-dir", str(data_dir),
+                                "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"sheshnag up exited with {process.returncode}")
+        try:
+            if httpx2.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return RunningStack(data_dir, port, process)
+        except httpx2.HTTPError:
+            pass
+        time.sleep(0.3)
+    process.kill()
+    raise TimeoutError("the stack did not come up within 120s")
+
+
+def stop_stack(stack: RunningStack) -> None:
+    stack.process.send_signal(signal.SIGINT)
+    try:
+        stack.process.wait(60)
+    except subprocess.TimeoutExpired:
+        stack.process.kill()
+        stack.process.wait()
+
+
+@pytest.fixture(scope="session")
+def stack_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("stack") / "data"
+
+
+@pytest.fixture(scope="session")
+def stack(stack_dir: Path) -> Iterator[RunningStack]:
+    running = start_stack(stack_dir, free_port())
+    yield running
+    stop_stack(running)
