@@ -113,7 +113,7 @@ class Stack:
                 child.check()
             for process in self.infra_processes:
                 if process.poll() is not None:
-                    log.error("%s exited with code %s; stopping the stack", process.args[0], process.returncode)
+                    log.error("%s exited with code %s; stopping the stack", process.args, process.returncode)
                     stop.set()
             try:
                 await asyncio.wait_for(stop.wait(), timeout=0.5)

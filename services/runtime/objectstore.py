@@ -72,7 +72,8 @@ class ObjectStore:
     async def put_stream(self, key: str, stream: Readable, content_type: str) -> None:
         """Upload from a blocking file-like object of unknown length, in multipart parts."""
         await asyncio.to_thread(
-            self.client.put_object, self.bucket, key, stream, -1, content_type, part_size=PART_SIZE
+            self.client.put_object, self.bucket, key, stream, -1, content_type,  # type: ignore[arg-type]
+            part_size=PART_SIZE,
         )
 
     async def put_bytes(self, key: str, data: bytes, content_type: str = "application/jsonl") -> None:

@@ -126,7 +126,7 @@ def test_bad_requests_get_openai_shaped_errors_never_a_500(stack: RunningStack) 
         client.files.retrieve("file-doesnotexist")
     uploaded = client.files.create(file=jsonl([chat_line("x", "hi")]), purpose="batch")
     with pytest.raises(openai.BadRequestError) as unsupported:
-        client.batches.create(input_file_id=uploaded.id, endpoint="/v1/moderations",  # type: ignore[arg-type]
+        client.batches.create(input_file_id=uploaded.id, endpoint="/v1/moderations",
                               completion_window="24h")
     assert unsupported.value.code == "unsupported_endpoint"
     raw = httpx2.post(f"{stack.base_url}/batches", content=b"{not json", timeout=10,
