@@ -76,7 +76,7 @@ def start_nats(data_dir: Path, port: int, log_file: Path) -> subprocess.Popen[by
     command = [venv_binary("nats-server"), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store),
                "-n", f"sheshnag-{port}"]
     with log_file.open("ab") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     wait_for_port(port, process, 15.0, "nats-server")
     return process
 
@@ -98,7 +98,8 @@ def start_seaweed(
                f"-s3.port={s3_port}", *ports, "-admin.ui=false", "-webdav=false",
                "-master.telemetry=false", f"-s3.config={identities}"]
     with log_file.open("ab") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=store)
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=store,
+                                   start_new_session=True)
     wait_for_port(s3_port, process, 60.0, "seaweedfs s3")
     return process
 

@@ -33,7 +33,9 @@ class Supervised:
 
     def start(self) -> None:
         with self.log_file.open("ab") as out:
-            self.process = subprocess.Popen(self.command, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+            # Own session: a Ctrl-C reaches only the supervisor, which then stops services before the broker.
+            self.process = subprocess.Popen(self.command, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
         self.started_at = time.monotonic()
         self.pid_file.write_text(str(self.process.pid))
 
