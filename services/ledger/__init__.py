@@ -1,0 +1,1 @@
+"""The ledger: folds the EVENTS stream into aggregates and materialises the read model the gateway serves."""

@@ -1,0 +1,58 @@
+"""The ledger's composition root: broker, event store, read model and the folder that joins them."""
+
+import asyncio
+import logging
+
+from contracts.subjects import EVENTS_STREAM, LEDGER_NAME
+from services.ledger.application import Ledger, persistence_env
+from services.ledger.handlers import Folder, follow, read_model_sink
+from services.ledger.settings import LedgerSettings
+from services.runtime.bus import EventBus
+from services.runtime.readmodel import ReadModel
+
+log = logging.getLogger(__name__)
+
+
+class LedgerApp:
+    """One running ledger. `caught_up` is set once every fact present at start is folded."""
+
+    def __init__(self, settings: LedgerSettings) -> None:
+        self.settings = settings
+        self.caught_up = asyncio.Event()
+        self.folder: Folder | None = None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        bus = await EventBus.connect(self.settings.connection.nats_url, LEDGER_NAME)
+        ledger = await asyncio.to_thread(Ledger, persistence_env(self.settings.db_path))
+        try:
+            read_model = await ReadModel.open(bus)
+            checkpoint = await asyncio.to_thread(ledger.checkpoint)
+            folder = self.folder = Folder(ledger, read_model_sink(read_model), checkpoint,
+                                          self.settings.group_size)
+            head = (await bus.js.stream_info(EVENTS_STREAM)).state.last_seq
+            log.info("ledger resumes after sequence %d; stream head is %d", checkpoint, head)
+            worker = asyncio.create_task(folder.run(stop))
+            announcer = asyncio.create_task(self._announce_caught_up(folder, head))
+            subscription = await follow(bus, folder)
+            try:
+                await stop.wait()
+            finally:
+                await subscription.unsubscribe()
+                announcer.cancel()
+                await worker
+        finally:
+            await bus.close()
+            await asyncio.to_thread(ledger.close)
+
+    async def _announce_caught_up(self, folder: Folder, head: int) -> None:
+        await folder.wait_through(head)
+        log.info("ledger caught up with sequence %d (%d facts folded)", head, folder.folded)
+        self.caught_up.set()
+
+
+def create_app(settings: LedgerSettings) -> LedgerApp:
+    return LedgerApp(settings)
+
+
+async def run_ledger(settings: LedgerSettings, stop: asyncio.Event) -> None:
+    await create_app(settings).run(stop)

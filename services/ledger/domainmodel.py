@@ -1,0 +1,236 @@
+"""The ledger's aggregates: Batch, File and ApiKey, each folding the stream facts about it.
+
+Every fact is applied once (its stream sequence is remembered); a fact that does not fit is kept as an anomaly.
+"""
+
+import logging
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any
+from uuid import NAMESPACE_URL, UUID, uuid5
+
+from eventsourcing.domain import Aggregate, event
+from eventsourcing.utils import register_topic
+
+log = logging.getLogger(__name__)
+
+ERRORS_KEPT = 100
+"""Rejected lines kept in full on a batch; the rest are only counted."""
+
+TOPIC_MODULE = "services.ledger.domainmodel"
+"""Stored event topics name this module; keep it, or let `register_stable_topics` map it after a move."""
+
+_ID_NAMESPACE = uuid5(NAMESPACE_URL, "https://sheshnag.dev/ledger")
+NOT_FINISHED = ("validating", "validated", "in_progress", "finalizing")
+
+
+def aggregate_id(kind: str, ident: str) -> UUID:
+    return uuid5(_ID_NAMESPACE, f"{kind}:{ident}")
+
+
+class Folded(Aggregate):
+    """Base of the ledger's aggregates: the last stream sequence applied, and the anomalies seen."""
+
+    if TYPE_CHECKING:  # set by each subclass's creation event; annotations here would become init fields
+        last_sequence: int
+        anomalies: list[dict[str, Any]]
+
+    def has_folded(self, sequence: int) -> bool:
+        return sequence <= self.last_sequence
+
+    def refuses(self, sequence: int, fact: str, state: str, allowed: Collection[str]) -> bool:
+        """True when this fact must not change the aggregate: seen before, or illegal in `state`."""
+        if self.has_folded(sequence):
+            return True
+        if state not in allowed:
+            self.note_anomaly(sequence, fact, f"{fact} is not allowed while {state}")
+            return True
+        return False
+
+    def note_anomaly(self, sequence: int, fact: str, reason: str) -> None:
+        if self.has_folded(sequence):
+            return
+        log.warning("anomaly on %s at sequence %d: %s", self.id, sequence, reason)
+        self._anomaly_noted(sequence=sequence, fact=fact, reason=reason)
+
+    @event("AnomalyNoted")
+    def _anomaly_noted(self, sequence: int, fact: str, reason: str) -> None:
+        self.last_sequence = sequence
+        self.anomalies.append({"sequence": sequence, "fact": fact, "reason": reason})
+
+
+class Batch(Folded):
+    @event("Created")
+    def __init__(self, batch_id: str, sequence: int, owner_key_id: str, input_file_id: str, endpoint: str,
+                 completion_window: str, metadata: dict[str, str] | None, created_at: int,
+                 expires_at: int) -> None:
+        self.batch_id, self.owner_key_id, self.input_file_id = batch_id, owner_key_id, input_file_id
+        self.endpoint, self.completion_window, self.metadata = endpoint, completion_window, metadata
+        self.created_at, self.expires_at, self.last_sequence = created_at, expires_at, sequence
+        self.status = "validating"
+        self.anomalies = []
+        self.model: str | None = None
+        self.total = self.completed = self.failed = 0
+        self.errors: list[dict[str, Any]] = []
+        self.error_total = 0
+        self.counts_by_code: dict[str, int] = {}
+        self.executor_id: str | None = None
+        self.attempt = 0
+        self.engine: str | None = None
+        self.engine_version: str | None = None
+        self.times: dict[str, int] = {}
+        """`in_progress_at`, `finalizing_at`, … in epoch seconds."""
+        self.output_file_id: str | None = None
+        self.error_file_id: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self.status_reason: str | None = None
+        self.failure_code: str | None = None
+
+    @classmethod
+    def create_id(cls, batch_id: str) -> UUID:
+        return aggregate_id("batch", batch_id)
+
+    def reject_line(self, sequence: int, line: int | None, code: str, param: str | None, message: str) -> None:
+        if not self.refuses(sequence, "line_rejected", self.status, ("validating",)):
+            self._line_rejected(sequence=sequence, line=line, code=code, param=param, message=message)
+
+    @event("LineRejected")
+    def _line_rejected(self, sequence: int, line: int | None, code: str, param: str | None, message: str) -> None:
+        self.last_sequence = sequence
+        if len(self.errors) < ERRORS_KEPT:
+            self.errors.append({"code": code, "line": line, "message": message, "param": param})
+        self.error_total += 1
+        self.counts_by_code[code] = self.counts_by_code.get(code, 0) + 1
+
+    def validate(self, sequence: int, at: int, model: str, total_lines: int) -> None:
+        if not self.refuses(sequence, "validated", self.status, ("validating",)):
+            self._validated(sequence=sequence, at=at, model=model, total_lines=total_lines)
+
+    @event("Validated")
+    def _validated(self, sequence: int, at: int, model: str, total_lines: int) -> None:
+        self.last_sequence, self.status, self.model, self.total = sequence, "validated", model, total_lines
+        self.times["validated_at"] = at
+
+    def fail_validation(self, sequence: int, at: int, total_lines: int, error_count: int,
+                        counts_by_code: dict[str, int]) -> None:
+        if not self.refuses(sequence, "validation_failed", self.status, ("validating",)):
+            self._validation_failed(sequence=sequence, at=at, total_lines=total_lines,
+                                    error_count=error_count, counts_by_code=counts_by_code)
+
+    @event("ValidationFailed")
+    def _validation_failed(self, sequence: int, at: int, total_lines: int, error_count: int,
+                           counts_by_code: dict[str, int]) -> None:
+        # The validator's totals are authoritative: it counted every line, we may have missed none or some.
+        self.last_sequence, self.status, self.total = sequence, "failed", total_lines
+        self.error_total, self.counts_by_code = error_count, dict(counts_by_code)
+        self.times["failed_at"] = at
+        self.status_reason = f"{error_count} of {total_lines} input lines failed validation"
+
+    def assign(self, sequence: int, executor_id: str, attempt: int) -> None:
+        if self.refuses(sequence, "assigned", self.status, ("validated", "in_progress")):
+            return
+        if attempt <= self.attempt:
+            self.note_anomaly(sequence, "assigned", f"attempt {attempt} is not after attempt {self.attempt}")
+            return
+        self._assigned(sequence=sequence, executor_id=executor_id, attempt=attempt)
+
+    @event("Assigned")
+    def _assigned(self, sequence: int, executor_id: str, attempt: int) -> None:
+        self.last_sequence, self.executor_id, self.attempt = sequence, executor_id, attempt
+
+    def start(self, sequence: int, at: int, executor_id: str, attempt: int, engine: str,
+              engine_version: str) -> None:
+        if not self.refuses(sequence, "started", self.status, ("validated", "in_progress")):
+            self._started(sequence=sequence, at=at, executor_id=executor_id, attempt=attempt,
+                          engine=engine, engine_version=engine_version)
+
+    @event("Started")
+    def _started(self, sequence: int, at: int, executor_id: str, attempt: int, engine: str,
+                 engine_version: str) -> None:
+        self.last_sequence, self.status = sequence, "in_progress"
+        self.executor_id, self.attempt = executor_id, max(self.attempt, attempt)
+        self.engine, self.engine_version = engine, engine_version
+        self.times.setdefault("in_progress_at", at)
+
+    def progress(self, sequence: int, completed: int, failed: int) -> None:
+        if not self.refuses(sequence, "progressed", self.status, ("in_progress",)):
+            self._progressed(sequence=sequence, completed=completed, failed=failed)
+
+    @event("Progressed")
+    def _progressed(self, sequence: int, completed: int, failed: int) -> None:
+        self.last_sequence, self.completed, self.failed = sequence, completed, failed
+
+    def finalize(self, sequence: int, at: int) -> None:
+        if not self.refuses(sequence, "finalizing", self.status, ("in_progress",)):
+            self._finalizing(sequence=sequence, at=at)
+
+    @event("Finalizing")
+    def _finalizing(self, sequence: int, at: int) -> None:
+        self.last_sequence, self.status = sequence, "finalizing"
+        self.times["finalizing_at"] = at
+
+    def complete(self, sequence: int, at: int, output_file_id: str | None, error_file_id: str | None,
+                 completed: int, failed: int, usage: dict[str, Any]) -> None:
+        if not self.refuses(sequence, "completed", self.status, ("in_progress", "finalizing")):
+            self._completed(sequence=sequence, at=at, output_file_id=output_file_id,
+                            error_file_id=error_file_id, completed=completed, failed=failed, usage=usage)
+
+    @event("Completed")
+    def _completed(self, sequence: int, at: int, output_file_id: str | None, error_file_id: str | None,
+                   completed: int, failed: int, usage: dict[str, Any]) -> None:
+        self.last_sequence, self.status = sequence, "completed"
+        self.output_file_id, self.error_file_id = output_file_id, error_file_id
+        self.completed, self.failed, self.usage = completed, failed, usage
+        self.times["completed_at"] = at
+
+    def fail(self, sequence: int, at: int, code: str, reason: str) -> None:
+        if not self.refuses(sequence, "failed", self.status, NOT_FINISHED):
+            self._failed(sequence=sequence, at=at, code=code, reason=reason)
+
+    @event("Failed")
+    def _failed(self, sequence: int, at: int, code: str, reason: str) -> None:
+        self.last_sequence, self.status, self.status_reason = sequence, "failed", reason
+        self.failure_code = code
+        self.times["failed_at"] = at
+
+
+class File(Folded):
+    @event("Stored")
+    def __init__(self, file_id: str, sequence: int, owner_key_id: str, filename: str, purpose: str,
+                 size: int, sha256: str, object_key: str, created_at: int) -> None:
+        self.file_id, self.owner_key_id, self.filename, self.purpose = file_id, owner_key_id, filename, purpose
+        self.size, self.sha256, self.object_key, self.created_at = size, sha256, object_key, created_at
+        self.last_sequence, self.anomalies, self.deleted = sequence, [], False
+
+    @classmethod
+    def create_id(cls, file_id: str) -> UUID:
+        return aggregate_id("file", file_id)
+
+    def delete(self, sequence: int) -> None:
+        if not self.refuses(sequence, "deleted", "deleted" if self.deleted else "stored", ("stored",)):
+            self._deleted(sequence=sequence)
+
+    @event("Deleted")
+    def _deleted(self, sequence: int) -> None:
+        self.last_sequence, self.deleted = sequence, True
+
+
+class ApiKey(Folded):
+    @event("Created")
+    def __init__(self, key_sha256: str, sequence: int, role: str, label: str) -> None:
+        self.key_sha256, self.role, self.label = key_sha256, role, label
+        self.last_sequence, self.anomalies = sequence, []
+
+    @classmethod
+    def create_id(cls, key_sha256: str) -> UUID:
+        return aggregate_id("apikey", key_sha256)
+
+
+def register_stable_topics() -> None:
+    """Let topics stored under TOPIC_MODULE resolve even after these classes move to another module."""
+    for aggregate in (Folded, Batch, File, ApiKey):
+        if aggregate.__module__ == TOPIC_MODULE:
+            continue
+        register_topic(f"{TOPIC_MODULE}:{aggregate.__qualname__}", aggregate)
+        for name, value in vars(aggregate).items():
+            if isinstance(value, type) and issubclass(value, Aggregate.Event):
+                register_topic(f"{TOPIC_MODULE}:{aggregate.__qualname__}.{name}", value)

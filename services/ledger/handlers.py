@@ -1,0 +1,129 @@
+"""Stream messages → the ledger in small groups, off the event loop → projections into a sink → checkpoint."""
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig, DeliverPolicy
+from pydantic import ValidationError
+
+from contracts.events.envelope import Event
+from contracts.events.registry import decode_event
+from contracts.readmodel import BatchRecord, FileRecord
+from contracts.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
+from services.ledger.application import Ledger
+from services.ledger.projection import Projection, project
+from services.runtime.bus import EventBus
+from services.runtime.readmodel import ReadModel
+
+log = logging.getLogger(__name__)
+
+Sink = Callable[[list[Projection]], Awaitable[None]]
+RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
+IDLE_POLL_S = 0.25
+
+
+class Folder:
+    """Takes messages from an ordered consumer and folds them in groups, in stream order."""
+
+    def __init__(self, ledger: Ledger, sink: Sink, start_after: int, group_size: int = 1000) -> None:
+        self.ledger = ledger
+        self.sink = sink
+        self.group_size = group_size
+        self.folded_through = start_after
+        """Every fact up to this stream sequence is folded, materialised and checkpointed."""
+        self.folded = 0
+        """Facts folded since this process started."""
+        self._queue: asyncio.Queue[Msg] = asyncio.Queue(maxsize=group_size * 4)
+        self._advanced = asyncio.Condition()
+
+    async def receive(self, message: Msg) -> None:
+        """The subscription callback: only queues, so the consumer keeps flowing while a group folds."""
+        await self._queue.put(message)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Fold queued messages until `stop` is set; the group in hand is always finished first."""
+        while not stop.is_set():
+            try:
+                first = await asyncio.wait_for(self._queue.get(), timeout=IDLE_POLL_S)
+            except TimeoutError:
+                continue
+            group = [first]
+            while len(group) < self.group_size and not self._queue.empty():
+                group.append(self._queue.get_nowait())
+            await self._fold_with_retries(group, stop)
+
+    async def wait_through(self, sequence: int) -> None:
+        async with self._advanced:
+            await self._advanced.wait_for(lambda: self.folded_through >= sequence)
+
+    async def _fold_with_retries(self, group: list[Msg], stop: asyncio.Event) -> None:
+        # A fact is never skipped for a failure of ours: retrying is safe, since folding is idempotent.
+        attempt = 0
+        while True:
+            try:
+                await self._fold(group)
+                return
+            except Exception:
+                log.exception("folding sequences %d..%d failed (attempt %d)", _seq(group[0]), _seq(group[-1]),
+                              attempt + 1)
+                if stop.is_set():
+                    return
+                await asyncio.sleep(RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)])
+                attempt += 1
+
+    async def _fold(self, group: list[Msg]) -> None:
+        facts = [(_seq(message), message.data) for message in group if _seq(message) > self.folded_through]
+        if not facts:
+            return
+        projections = await asyncio.to_thread(self._fold_sync, facts)
+        await self.sink(projections)
+        last = facts[-1][0]
+        await asyncio.to_thread(self.ledger.record_checkpoint, last)
+        async with self._advanced:
+            self.folded_through = last
+            self.folded += len(facts)
+            self._advanced.notify_all()
+
+    def _fold_sync(self, facts: list[tuple[int, bytes]]) -> list[Projection]:
+        decoded: list[tuple[int, Event]] = []
+        for sequence, data in facts:
+            try:
+                decoded.append((sequence, decode_event(data)))
+            except ValidationError as error:
+                log.warning("sequence %d: not an event the ledger knows, skipped: %s", sequence,
+                            error.errors()[0]["msg"])
+        return [project(aggregate) for aggregate in self.ledger.fold(decoded)]
+
+
+def _seq(message: Msg) -> int:
+    return message.metadata.sequence.stream
+
+
+async def follow(bus: EventBus, folder: Folder) -> JetStreamContext.PushSubscription:
+    """An ordered push consumer on every fact, from the one after the folder's checkpoint."""
+    return await bus.js.subscribe(
+        EVENTS_SUBJECTS,
+        stream=EVENTS_STREAM,
+        ordered_consumer=True,
+        deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+        config=ConsumerConfig(opt_start_seq=folder.folded_through + 1),
+        cb=folder.receive,
+    )
+
+
+def read_model_sink(read_model: ReadModel) -> Sink:
+    async def put(projection: Projection) -> None:
+        if isinstance(projection, BatchRecord):
+            await read_model.put_batch(projection)
+        elif isinstance(projection, FileRecord):
+            await read_model.put_file(projection)
+        else:
+            await read_model.put_api_key(projection.key_sha256, projection.record)
+
+    async def sink(projections: list[Projection]) -> None:
+        await asyncio.gather(*(put(projection) for projection in projections))
+
+    return sink

@@ -1,0 +1,230 @@
+"""The ledger's folding rules, in memory (POPO): statuses, error caps, idempotence, anomalies."""
+
+from collections.abc import Iterator
+
+import pytest
+from eventsourcing.application import project_aggregate
+
+from contracts.api.batch import BatchUsage
+from contracts.events.batch import (
+    BatchAssigned,
+    BatchCompleted,
+    BatchCreated,
+    BatchFailed,
+    BatchFinalizing,
+    BatchProgressed,
+    BatchStarted,
+    BatchValidated,
+    BatchValidationFailed,
+    LineRejected,
+)
+from contracts.events.envelope import Event
+from contracts.events.executor import ExecutorAdvert, ExecutorRegistered
+from contracts.events.file import FileDeleted, FileStored
+from contracts.events.key import KeyCreated
+from contracts.readmodel import BatchRecord
+from services.ledger.application import Ledger, persistence_env
+from services.ledger.domainmodel import TOPIC_MODULE, Batch
+from services.ledger.projection import api_key_record, batch_record, file_record
+
+BATCH = "batch_unit1"
+T0 = 1_700_000_000
+
+
+@pytest.fixture
+def ledger() -> Iterator[Ledger]:
+    app = Ledger(persistence_env(None))
+    yield app
+    app.close()
+
+
+class Stream:
+    """Numbers facts the way the EVENTS stream would."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self.seq = 0
+
+    def fold(self, *facts: Event) -> None:
+        numbered = []
+        for fact in facts:
+            self.seq += 1
+            numbered.append((self.seq, fact))
+        self.ledger.fold(numbered)
+
+    def batch(self) -> Batch:
+        batch = self.ledger.batch(BATCH)
+        assert batch is not None
+        return batch
+
+    def record(self) -> BatchRecord:
+        return batch_record(self.batch())
+
+
+def at(seconds: int) -> int:
+    return (T0 + seconds) * 1000
+
+
+def created(batch_id: str = BATCH) -> BatchCreated:
+    return BatchCreated(aggregate_id=batch_id, owner_key_id="key_a", input_file_id="file-in",
+                        input_object_key="files/file-in", endpoint="/v1/chat/completions",
+                        completion_window="24h", metadata={"team": "nlp"}, created_at=T0,
+                        expires_at=T0 + 86400, occurred_at=at(0))
+
+
+def rejected(line: int, code: str = "invalid_json") -> LineRejected:
+    return LineRejected(aggregate_id=BATCH, line=line, code=code, message="bad", occurred_at=at(1))
+
+
+def validated(total: int = 10) -> BatchValidated:
+    return BatchValidated(aggregate_id=BATCH, total_lines=total, model="smollm2-135m-instruct-q4_1",
+                          owner_key_id="key_a", endpoint="/v1/chat/completions",
+                          input_object_key="files/file-in", occurred_at=at(2))
+
+
+def started(attempt: int = 1) -> BatchStarted:
+    return BatchStarted(aggregate_id=BATCH, executor_id="exec-1", attempt=attempt, engine="llamacpp",
+                        engine_version="1", occurred_at=at(4))
+
+
+def completed() -> BatchCompleted:
+    return BatchCompleted(aggregate_id=BATCH, output_file_id="file-out", error_file_id="file-err",
+                          completed=9, failed=1, usage=BatchUsage(input_tokens=90, output_tokens=30,
+                                                                  total_tokens=120), occurred_at=at(9))
+
+
+def test_a_batch_runs_from_validating_to_completed_with_its_times_and_counts(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created())
+    assert stream.record().batch.status == "validating"
+    stream.fold(validated())
+    assert stream.record().batch.status == "validated"
+    stream.fold(BatchAssigned(aggregate_id=BATCH, executor_id="exec-1", attempt=1, lease_token="t",
+                              occurred_at=at(3)))
+    assert stream.record().batch.status == "validated"
+    stream.fold(started(), BatchProgressed(aggregate_id=BATCH, attempt=1, chunk=0, chunk_key="k",
+                                           completed=4, failed=1, occurred_at=at(5)))
+    progressing = stream.record().batch
+    assert progressing.status == "in_progress" and progressing.in_progress_at == T0 + 4
+    assert (progressing.request_counts.completed, progressing.request_counts.failed) == (4, 1)
+    stream.fold(BatchFinalizing(aggregate_id=BATCH, attempt=1, occurred_at=at(8)), completed())
+
+    record = stream.record()
+    batch = record.batch
+    assert record.last_sequence == stream.seq and record.owner_key_id == "key_a"
+    assert batch.status == "completed" and batch.model == "smollm2-135m-instruct-q4_1"
+    assert (batch.created_at, batch.expires_at, batch.finalizing_at, batch.completed_at) == (
+        T0, T0 + 86400, T0 + 8, T0 + 9)
+    assert batch.request_counts.model_dump() == {"total": 10, "completed": 9, "failed": 1}
+    assert (batch.output_file_id, batch.error_file_id) == ("file-out", "file-err")
+    assert batch.usage is not None and batch.usage.total_tokens == 120
+    assert batch.metadata == {"team": "nlp"} and batch.errors is None
+
+
+def test_a_batch_with_bad_lines_keeps_the_first_100_errors_and_counts_all(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), *(rejected(n, "invalid_json" if n % 3 else "missing_custom_id")
+                             for n in range(1, 251)))
+    errors = stream.record().batch.errors
+    assert errors is not None
+    assert len(errors.data) == 100 and [e.line for e in errors.data] == list(range(1, 101))
+    assert errors.total == 250
+    assert errors.counts_by_code == {"invalid_json": 167, "missing_custom_id": 83}
+
+
+def test_a_failed_validation_takes_the_validators_totals_as_authoritative(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), rejected(1), rejected(2))
+    stream.fold(BatchValidationFailed(aggregate_id=BATCH, total_lines=1000, error_count=700,
+                                      counts_by_code={"invalid_json": 700}, occurred_at=at(3)))
+    batch = stream.record().batch
+    assert batch.status == "failed" and batch.failed_at == T0 + 3
+    assert batch.errors is not None and batch.errors.total == 700 and len(batch.errors.data) == 2
+    assert batch.errors.counts_by_code == {"invalid_json": 700}
+    assert batch.request_counts.total == 1000
+
+
+def test_a_fact_folded_a_second_time_changes_nothing(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), rejected(1), validated())
+    before = stream.record().model_dump()
+    version = stream.batch().version
+
+    touched = ledger.fold([(2, rejected(1)), (3, validated())])
+
+    assert [aggregate.id for aggregate in touched] == [stream.batch().id]
+    assert stream.record().model_dump() == before
+    assert stream.batch().version == version
+
+
+def test_started_after_completed_is_an_anomaly_and_the_batch_stays_completed(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), validated(), started(), completed())
+    stream.fold(started(attempt=2))
+
+    assert stream.record().batch.status == "completed"
+    assert stream.record().last_sequence == stream.seq
+    [anomaly] = ledger.anomalies(BATCH)
+    assert anomaly["sequence"] == stream.seq and "started" in anomaly["reason"]
+
+
+def test_a_batch_fails_with_its_reason_from_any_unfinished_status(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), validated(), started())
+    stream.fold(BatchFailed(aggregate_id=BATCH, code="attempts_exhausted", reason="3 attempts failed",
+                            occurred_at=at(7)))
+    batch = stream.record().batch
+    assert (batch.status, batch.failed_at, batch.status_reason) == ("failed", T0 + 7, "3 attempts failed")
+
+
+def test_facts_about_unknown_batches_and_executors_are_skipped(ledger: Ledger) -> None:
+    advert = ExecutorAdvert(executor_id="exec-1", engine="llamacpp", engine_version="1", models=[],
+                            loaded_models=[], devices=[], slots=4, heartbeat_at=T0)
+    touched = ledger.fold([(1, validated()), (2, ExecutorRegistered(aggregate_id="exec-1", advert=advert,
+                                                                    started_at=T0))])
+    assert touched == [] and ledger.batch(BATCH) is None
+
+
+def test_files_and_keys_become_their_records(ledger: Ledger) -> None:
+    ledger.fold([
+        (1, FileStored(aggregate_id="file-in", owner_key_id="key_a", filename="in.jsonl", purpose="batch",
+                       bytes=512, sha256="ab" * 32, object_key="files/file-in", created_at=T0)),
+        (2, KeyCreated(aggregate_id="key_cd", key_sha256="cd" * 32, role="user", label="alice")),
+        (3, FileDeleted(aggregate_id="file-in", owner_key_id="key_a")),
+    ])
+    file, key = ledger.file("file-in"), ledger.api_key("cd" * 32)
+    assert file is not None and key is not None
+    record = file_record(file)
+    assert record.deleted and record.file.model_dump() == {
+        "id": "file-in", "object": "file", "bytes": 512, "created_at": T0, "filename": "in.jsonl",
+        "purpose": "batch", "status": "processed", "expires_at": None}
+    assert api_key_record(key).model_dump() == {"key_id": "key_" + "cd" * 8, "role": "user", "label": "alice"}
+
+
+def test_a_long_batch_reloads_from_the_store_as_it_was_folded(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created())
+    for first in range(1, 301, 50):
+        stream.fold(*(rejected(n) for n in range(first, first + 50)))
+    stream.fold(validated(total=300))
+    assert ledger.snapshots is not None
+    # Snapshotted in the group where each hundredth version falls, so at most ~100 events are ever refolded.
+    assert [s.originator_version for s in ledger.snapshots.get(stream.batch().id)] == [101, 201, 301]
+    from_every_event = project_aggregate(None, ledger.events.get(stream.batch().id))
+    assert isinstance(from_every_event, Batch)
+    assert batch_record(from_every_event).model_dump() == stream.record().model_dump()
+    from_snapshot = ledger.repository.get(stream.batch().id)
+    assert batch_record(from_snapshot).model_dump() == stream.record().model_dump()
+
+
+def test_stored_topics_name_the_domainmodel_module(ledger: Ledger) -> None:
+    Stream(ledger).fold(created())
+    topics = {n.topic for n in ledger.recorder.select_notifications(start=1, limit=10)}
+    assert topics == {f"{TOPIC_MODULE}:Batch.Created"}
+
+
+def test_the_checkpoint_is_the_last_sequence_recorded(ledger: Ledger) -> None:
+    assert ledger.checkpoint() == 0
+    ledger.record_checkpoint(41)
+    ledger.record_checkpoint(42)
+    assert ledger.checkpoint() == 42
