@@ -27,6 +27,7 @@ class ExecutorAdvert(BaseModel):
     devices: list[DeviceMemory]
     slots: int
     heartbeat_at: int
+    """Milliseconds since the epoch."""
 
 
 class ExecutorRegistered(Event):

@@ -138,15 +138,20 @@ class EventBus:
         """
         subscription = await self.durable_subscription(stream, durable, subjects, policy)
         stop = stop or asyncio.Event()
-        while not stop.is_set():
-            try:
-                messages = await subscription.fetch(1, timeout=1.0)
-            except nats.errors.TimeoutError:
-                continue
-            except nats.errors.ConnectionClosedError:
-                return
-            for message in messages:
-                await self._handle_one(message, handler, policy, on_poison)
+        try:
+            while not stop.is_set():
+                try:
+                    messages = await subscription.fetch(1, timeout=1.0)
+                except nats.errors.TimeoutError:
+                    continue
+                except nats.errors.ConnectionClosedError:
+                    return
+                for message in messages:
+                    await self._handle_one(message, handler, policy, on_poison)
+        finally:
+            # A live pull subscription would hold the connection's drain open until it times out.
+            if not self.nc.is_closed:
+                await subscription.unsubscribe()
 
     async def _handle_one(
         self, message: Msg, handler: Handler, policy: ConsumerPolicy, on_poison: PoisonHandler | None

@@ -1,0 +1,1 @@
+"""The executor: runs the lines of assigned batches through an engine and commits their results."""

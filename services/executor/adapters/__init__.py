@@ -1,0 +1,1 @@
+"""The executor's adapters: engines and the result store."""

@@ -1,0 +1,12 @@
+"""Inference engines behind one small interface, chosen by name from the settings."""
+
+from contracts.events.executor import EngineName
+from services.executor.adapters.engines.base import Engine
+
+
+def create_engine(name: EngineName, n_threads: int) -> Engine:
+    if name == "llamacpp":
+        from services.executor.adapters.engines.llamacpp import LlamaCppEngine
+
+        return LlamaCppEngine(n_threads=n_threads)
+    raise NotImplementedError(f"engine {name!r} is not available in this build")

@@ -1,0 +1,60 @@
+"""The engine port: what the executor needs from any inference runtime (llama.cpp, TensorRT-LLM, ...)."""
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+from contracts.catalogue import CatalogueModel
+from contracts.events.executor import EngineName
+
+
+@dataclass(frozen=True)
+class EngineReply:
+    """An endpoint's answer to one request line: 2xx with the response body, or an error status with
+    an OpenAI-shaped `{"error": {...}}` body."""
+
+    status_code: int
+    body: dict[str, object]
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status_code < 300
+
+
+def error_reply(status_code: int, message: str, code: str | None = None) -> EngineReply:
+    kind = "invalid_request_error" if status_code < 500 else "server_error"
+    error = {"message": message, "type": kind, "param": None, "code": code}
+    return EngineReply(status_code, {"error": error})
+
+
+class EngineUnavailable(RuntimeError):
+    """The engine cannot serve at all (not loaded, crashed): the whole attempt is retried."""
+
+
+class Engine(ABC):
+    """One loaded model on one runtime. `run` never raises for a bad request line: it replies 4xx."""
+
+    name: ClassVar[EngineName]
+
+    @property
+    @abstractmethod
+    def version(self) -> str: ...
+
+    @property
+    @abstractmethod
+    def slots(self) -> int:
+        """Requests the engine runs at once; the executor keeps that many in flight."""
+
+    @abstractmethod
+    def capabilities(self) -> frozenset[str]:
+        """Request body parameters this runtime honours."""
+
+    @abstractmethod
+    def load(self, model: CatalogueModel) -> None:
+        """Load the model's weights; blocking, so call it off the event loop."""
+
+    @abstractmethod
+    def unload(self) -> None: ...
+
+    @abstractmethod
+    async def run(self, endpoint: str, body: dict[str, object]) -> EngineReply: ...

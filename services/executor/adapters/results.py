@@ -1,0 +1,47 @@
+"""Result chunks and assembled files in the object store."""
+
+import asyncio
+import hashlib
+import time
+
+from contracts.events.file import FileStored
+from contracts.subjects import input_object_key, result_chunk_key
+from services.executor.domain import Chunk, CommittedLine, decode_chunk, encode_chunk
+from services.runtime.objectstore import ObjectStore
+
+
+def results_prefix(batch_id: str) -> str:
+    return f"results/{batch_id}/"
+
+
+class ResultStore:
+    def __init__(self, store: ObjectStore) -> None:
+        self.store = store
+
+    async def committed(self, batch_id: str) -> list[tuple[str, list[CommittedLine]]]:
+        """Every chunk any delivery of any attempt committed for the batch."""
+        keys = [key for key in await self.store.list_keys(results_prefix(batch_id)) if key.endswith(".jsonl")]
+        blobs = await asyncio.gather(*(self.store.get_bytes(key) for key in keys))
+        return [(key, decode_chunk(blob)) for key, blob in zip(keys, blobs, strict=True)]
+
+    async def put_chunk(self, batch_id: str, attempt: int, chunk: Chunk) -> str:
+        key = result_chunk_key(batch_id, attempt, chunk.number)
+        await self.store.put_bytes(key, encode_chunk(chunk.lines))
+        return key
+
+    async def put_file(self, file_id: str, data: bytes, owner_key_id: str, filename: str,
+                       line_count: int) -> FileStored:
+        """Write a result file and return the fact that announces it."""
+        key = input_object_key(file_id)
+        await self.store.put_bytes(key, data)
+        return FileStored(
+            aggregate_id=file_id,
+            owner_key_id=owner_key_id,
+            filename=filename,
+            purpose="batch_output",
+            bytes=len(data),
+            sha256=hashlib.sha256(data).hexdigest(),
+            object_key=key,
+            created_at=int(time.time()),
+            line_count=line_count,
+        )

@@ -1,0 +1,100 @@
+"""Composition root of the executor: load the engines, advertise, run assigned batches until stopped."""
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+
+import nats.errors
+
+from contracts.events.executor import DeviceMemory, ExecutorAdvert, ExecutorRegistered
+from contracts.subjects import WORK_STREAM, executor_durable, run_command
+from services.executor.adapters.engines import create_engine
+from services.executor.adapters.engines.base import Engine
+from services.executor.handlers import Executor
+from services.executor.runner import BatchRunner
+from services.executor.settings import ExecutorSettings
+from services.runtime.bus import ConsumerPolicy, EventBus
+from services.runtime.catalogue import load_catalogue
+from services.runtime.fleet import Fleet
+from services.runtime.objectstore import ObjectStore
+
+log = logging.getLogger(__name__)
+
+
+def host_memory() -> DeviceMemory:
+    page = os.sysconf("SC_PAGE_SIZE")
+    return DeviceMemory(name="cpu", total_bytes=os.sysconf("SC_PHYS_PAGES") * page,
+                        free_bytes=os.sysconf("SC_AVPHYS_PAGES") * page)
+
+
+def advert_of(settings: ExecutorSettings, engines: dict[str, Engine]) -> ExecutorAdvert:
+    versions = {engine.version for engine in engines.values()}
+    return ExecutorAdvert(
+        executor_id=settings.executor_id, engine=settings.engine, engine_version=",".join(sorted(versions)),
+        models=sorted(engines), loaded_models=sorted(engines), devices=[host_memory()],
+        slots=sum(engine.slots for engine in engines.values()), heartbeat_at=int(time.time() * 1000),
+    )
+
+
+async def load_engines(settings: ExecutorSettings) -> dict[str, Engine]:
+    catalogue = load_catalogue(settings.connection.catalogue_path)
+    engines: dict[str, Engine] = {}
+    for model in settings.served_models(catalogue):
+        engine = create_engine(settings.engine, settings.n_threads)
+        await asyncio.to_thread(engine.load, model)
+        engines[model.id] = engine
+    return engines
+
+
+async def heartbeat(fleet: Fleet, settings: ExecutorSettings, engines: dict[str, Engine],
+                    stop: asyncio.Event) -> None:
+    """Liveness lives in the TTL'd executors bucket, refreshed well inside its TTL."""
+    while not stop.is_set():
+        try:
+            await fleet.advertise(advert_of(settings, engines))
+        except (nats.errors.Error, OSError) as error:
+            # A missed beat is survivable (the advert outlives several); the broker may be reconnecting.
+            log.warning("heartbeat not sent: %r", error)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), settings.heartbeat_s)
+
+
+async def run_executor(settings: ExecutorSettings, stop: asyncio.Event) -> None:
+    connection = settings.connection
+    engines = await load_engines(settings)
+    bus = await EventBus.connect(connection.nats_url, f"executor-{settings.executor_id}")
+    try:
+        store = ObjectStore.from_settings(connection)
+        await store.ensure_bucket()
+        fleet = await Fleet.open(bus)
+        advert = advert_of(settings, engines)
+        await fleet.advertise(advert)
+        await bus.publish(ExecutorRegistered(aggregate_id=settings.executor_id, advert=advert,
+                                             started_at=advert.heartbeat_at))
+        runner = BatchRunner(bus, store, settings.executor_id, settings.chunk_lines)
+        executor = Executor(bus, runner, engines, settings.executor_id)
+        # One batch at a time: the engine's slots are the concurrency, inside the batch.
+        policy = ConsumerPolicy(ack_wait_s=settings.ack_wait_s, max_deliver=settings.max_deliver,
+                                max_ack_pending=1)
+        beating = asyncio.create_task(heartbeat(fleet, settings, engines, stop))
+        consuming = asyncio.create_task(bus.consume(
+            WORK_STREAM, executor_durable(settings.executor_id), [run_command(settings.executor_id)],
+            executor.on_message, policy, executor.on_poison, stop))
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({stopping, consuming, beating}, return_when=asyncio.FIRST_COMPLETED)
+        stop.set()
+        # The batch in hand gets a moment to commit; whatever is left is redelivered and resumed.
+        await asyncio.wait({consuming}, timeout=settings.stop_grace_s)
+        for task in (consuming, beating):
+            task.cancel()
+        outcomes = await asyncio.gather(consuming, beating, stopping, return_exceptions=True)
+        await fleet.withdraw(settings.executor_id)
+        for outcome in outcomes:
+            if isinstance(outcome, Exception):
+                raise outcome
+    finally:
+        await bus.close()
+        for engine in engines.values():
+            await asyncio.to_thread(engine.unload)

@@ -1,0 +1,200 @@
+"""Pure execution logic: result lines, resuming from committed chunks, chunk bookkeeping, files and usage."""
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel
+
+from contracts.api.batch import BatchUsage, InputTokensDetails
+from contracts.api.output_line import OutputLine, OutputResponse
+from contracts.ids import batch_request_id, derived_id
+
+CHUNK_KEY = re.compile(r"/attempt-(\d+)/chunk-(\d+)\.jsonl$")
+
+
+class InvalidInputLine(ValueError):
+    """A line the validator should have rejected: the input is not what was validated."""
+
+
+@dataclass(frozen=True)
+class InputLine:
+    line: int
+    """1-based line of the input file."""
+    custom_id: str
+    body: dict[str, object]
+
+
+def parse_input_line(line: int, raw: bytes) -> InputLine | None:
+    """The request on one input line; None for a blank line."""
+    if not raw.strip():
+        return None
+    try:
+        request = json.loads(raw)
+    except ValueError as error:
+        raise InvalidInputLine(f"line {line} is not JSON: {error}") from error
+    if not isinstance(request, dict) or not isinstance(request.get("custom_id"), str):
+        raise InvalidInputLine(f"line {line} has no custom_id")
+    body = request.get("body")
+    if not isinstance(body, dict):
+        raise InvalidInputLine(f"line {line} has no body object")
+    return InputLine(line, request["custom_id"], body)
+
+
+class CommittedLine(BaseModel):
+    """The result of one input line as stored in a result chunk."""
+
+    line: int
+    custom_id: str
+    output: OutputLine
+
+    @property
+    def succeeded(self) -> bool:
+        response = self.output.response
+        return response is not None and 200 <= response.status_code < 300
+
+
+def result_line(batch_id: str, line: InputLine, status_code: int, body: dict[str, object]) -> CommittedLine:
+    """The output (2xx) or error line (anything else) an engine reply makes of an input line."""
+    response = OutputResponse(
+        status_code=status_code,
+        request_id=derived_id("req_", batch_id, line.custom_id),
+        body=body,
+    )
+    output = OutputLine(id=batch_request_id(batch_id, line.custom_id), custom_id=line.custom_id,
+                        response=response, error=None)
+    return CommittedLine(line=line.line, custom_id=line.custom_id, output=output)
+
+
+@dataclass
+class Tally:
+    completed: int = 0
+    failed: int = 0
+
+    def add(self, line: CommittedLine) -> None:
+        if line.succeeded:
+            self.completed += 1
+        else:
+            self.failed += 1
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Lines to commit together; `completed`/`failed` are the batch's cumulative counts once it is durable."""
+
+    number: int
+    lines: tuple[CommittedLine, ...]
+    completed: int
+    failed: int
+
+
+@dataclass
+class ChunkCommitter:
+    """Groups finished lines into chunks of `chunk_lines`, numbered on from `next_chunk`."""
+
+    chunk_lines: int
+    next_chunk: int
+    tally: Tally
+    pending: list[CommittedLine] = field(default_factory=list)
+
+    def add(self, line: CommittedLine) -> Chunk | None:
+        self.pending.append(line)
+        return self.flush() if len(self.pending) >= self.chunk_lines else None
+
+    def flush(self) -> Chunk | None:
+        if not self.pending:
+            return None
+        for line in self.pending:
+            self.tally.add(line)
+        chunk = Chunk(self.next_chunk, tuple(self.pending), self.tally.completed, self.tally.failed)
+        self.next_chunk += 1
+        self.pending = []
+        return chunk
+
+
+def chunk_position(key: str) -> tuple[int, int]:
+    """(attempt, chunk) of a result chunk key."""
+    match = CHUNK_KEY.search(key)
+    if match is None:
+        raise ValueError(f"not a result chunk key: {key}")
+    return int(match[1]), int(match[2])
+
+
+def encode_chunk(lines: Iterable[CommittedLine]) -> bytes:
+    return b"".join(line.model_dump_json().encode() + b"\n" for line in lines)
+
+
+def decode_chunk(data: bytes) -> list[CommittedLine]:
+    return [CommittedLine.model_validate_json(raw) for raw in data.splitlines() if raw.strip()]
+
+
+@dataclass
+class Resume:
+    """What earlier deliveries and attempts committed, and where this attempt's chunk numbering goes on."""
+
+    committed: dict[str, CommittedLine]
+    next_chunk: int
+    last_chunk: int | None
+    """This attempt's latest committed chunk, whose progress event may not have been published yet."""
+
+    @classmethod
+    def from_chunks(cls, chunks: Iterable[tuple[str, list[CommittedLine]]], attempt: int) -> "Resume":
+        committed: dict[str, CommittedLine] = {}
+        last_chunk: int | None = None
+        for key, lines in sorted(chunks, key=lambda item: chunk_position(item[0])):
+            chunk_attempt, number = chunk_position(key)
+            if chunk_attempt == attempt:
+                last_chunk = number
+            for line in lines:
+                # The earliest commit of a custom_id wins, so every attempt assembles the same files.
+                committed.setdefault(line.custom_id, line)
+        next_chunk = 0 if last_chunk is None else last_chunk + 1
+        return cls(committed, next_chunk, last_chunk)
+
+    def tally(self) -> Tally:
+        tally = Tally()
+        for line in self.committed.values():
+            tally.add(line)
+        return tally
+
+
+@dataclass(frozen=True)
+class ResultFiles:
+    output: bytes
+    errors: bytes
+    output_lines: int
+    error_lines: int
+
+
+def assemble(lines: Iterable[CommittedLine]) -> ResultFiles:
+    """The output file (successes) and error file (the rest), each in input order."""
+    ordered = sorted(lines, key=lambda line: line.line)
+    successes = [line.output for line in ordered if line.succeeded]
+    failures = [line.output for line in ordered if not line.succeeded]
+    return ResultFiles(
+        output=b"".join(out.model_dump_json().encode() + b"\n" for out in successes),
+        errors=b"".join(out.model_dump_json().encode() + b"\n" for out in failures),
+        output_lines=len(successes),
+        error_lines=len(failures),
+    )
+
+
+def _count(mapping: object, key: str) -> int:
+    value = mapping.get(key) if isinstance(mapping, dict) else None
+    return value if isinstance(value, int) else 0
+
+
+def usage_of(lines: Iterable[CommittedLine]) -> BatchUsage:
+    """Token usage summed over the successful lines' response bodies."""
+    prompt = completion = cached = 0
+    for line in lines:
+        if not line.succeeded or line.output.response is None:
+            continue
+        usage = line.output.response.body.get("usage")
+        prompt += _count(usage, "prompt_tokens")
+        completion += _count(usage, "completion_tokens")
+        cached += _count(usage.get("prompt_tokens_details") if isinstance(usage, dict) else None,
+                         "cached_tokens")
+    return BatchUsage(input_tokens=prompt, output_tokens=completion, total_tokens=prompt + completion,
+                      input_tokens_details=InputTokensDetails(cached_tokens=cached))

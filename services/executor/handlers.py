@@ -1,0 +1,50 @@
+"""Thin handlers: a RunBatch command in, a batch run, its facts out; a hopeless command fails the batch."""
+
+import logging
+
+from nats.aio.msg import Msg
+from pydantic import ValidationError
+
+from contracts.commands import RunBatch
+from contracts.events.batch import BatchFailed
+from services.executor.adapters.engines.base import Engine
+from services.executor.domain import InvalidInputLine
+from services.executor.runner import BatchRunner
+from services.runtime.bus import EventBus, PoisonMessage
+
+log = logging.getLogger(__name__)
+
+REASON_LIMIT = 1000
+
+
+class Executor:
+    def __init__(self, bus: EventBus, runner: BatchRunner, engines: dict[str, Engine], executor_id: str) -> None:
+        self.bus = bus
+        self.runner = runner
+        self.engines = engines
+        self.executor_id = executor_id
+
+    async def on_message(self, message: Msg) -> None:
+        try:
+            command = RunBatch.model_validate_json(message.data)
+        except ValidationError as error:
+            raise PoisonMessage(f"not a RunBatch command: {error}") from error
+        if command.executor_id != self.executor_id:
+            raise PoisonMessage(f"command for executor {command.executor_id} reached {self.executor_id}")
+        engine = self.engines.get(command.model)
+        if engine is None:
+            raise PoisonMessage(f"model {command.model} is not served by executor {self.executor_id}")
+        try:
+            await self.runner.run(command, engine)
+        except InvalidInputLine as error:
+            raise PoisonMessage(str(error)) from error
+
+    async def on_poison(self, message: Msg, error: BaseException) -> None:
+        try:
+            command = RunBatch.model_validate_json(message.data)
+        except ValidationError:
+            log.error("dropping an undecodable run command on %s: %r", message.subject, error)
+            return
+        reason = f"attempt {command.attempt} on executor {self.executor_id} failed: {error}"
+        await self.bus.publish(BatchFailed(aggregate_id=command.batch_id, correlation_id=command.batch_id,
+                                           code="executor_error", reason=reason[:REASON_LIMIT]))

@@ -1,0 +1,38 @@
+"""Executor settings (`SHESHNAG_EXECUTOR_*`)."""
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from contracts.catalogue import Catalogue, CatalogueModel
+from contracts.events.executor import EngineName
+from services.runtime.settings import ServiceSettings
+
+
+class ExecutorSettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="SHESHNAG_EXECUTOR_", extra="ignore")
+
+    executor_id: str = "local-0"
+    engine: EngineName = "llamacpp"
+    models: list[str] = Field(default_factory=list)
+    """Catalogue ids (or aliases) to serve; empty means every catalogue model of `engine`."""
+    n_threads: int = 2
+    """CPU threads the engine uses for prompt processing and generation."""
+    chunk_lines: int = 16
+    """Finished lines per committed result chunk (and per progress event)."""
+    heartbeat_s: float = 3.0
+    ack_wait_s: float = 60.0
+    max_deliver: int = 5
+    """Deliveries of one run command before the batch is failed."""
+    stop_grace_s: float = 5.0
+    """How long a stopping executor lets the batch in hand commit before abandoning it to a redelivery."""
+
+    def served_models(self, catalogue: Catalogue) -> list[CatalogueModel]:
+        if not self.models:
+            return [model for model in catalogue.models if model.engine == self.engine]
+        served = []
+        for name in self.models:
+            model = catalogue.resolve(name)
+            if model is None or model.engine != self.engine:
+                raise ValueError(f"model {name!r} is not a {self.engine} model of the catalogue")
+            served.append(model)
+        return served

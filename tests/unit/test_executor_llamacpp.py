@@ -1,0 +1,67 @@
+"""The llama.cpp engine with the real xllamacpp runtime and the real SmolLM2 GGUF, kept tiny."""
+
+from collections.abc import Iterator
+
+import pytest
+
+from services.executor.adapters.engines.llamacpp import LlamaCppEngine
+from services.runtime.catalogue import load_catalogue
+
+MODEL_ID = "smollm2-135m-instruct-q4_1"
+SLOT_CONTEXT = 256
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[LlamaCppEngine]:
+    model = load_catalogue(None).resolve(MODEL_ID)
+    assert model is not None
+    engine = LlamaCppEngine(n_threads=2)
+    engine.load(model.model_copy(update={"slots": 2, "context_length": SLOT_CONTEXT}))
+    yield engine
+    engine.unload()
+
+
+def chat(content: str) -> dict[str, object]:
+    return {"model": "smollm2", "messages": [{"role": "user", "content": content}], "max_tokens": 8, "seed": 1}
+
+
+async def test_a_chat_line_returns_a_completion_with_usage_under_the_catalogue_id(
+    engine: LlamaCppEngine,
+) -> None:
+    reply = await engine.run("/v1/chat/completions", chat("Say hi."))
+    assert reply.status_code == 200
+    assert reply.body["object"] == "chat.completion"
+    assert reply.body["model"] == MODEL_ID
+    usage = reply.body["usage"]
+    assert isinstance(usage, dict) and usage["completion_tokens"] > 0 and usage["prompt_tokens"] > 0
+    assert "timings" not in reply.body
+
+
+async def test_a_completions_line_is_served_too(engine: LlamaCppEngine) -> None:
+    reply = await engine.run("/v1/completions", {"prompt": "Once upon", "max_tokens": 4})
+    assert reply.status_code == 200 and reply.body["object"] == "text_completion"
+
+
+async def test_a_prompt_longer_than_the_slot_context_is_a_400_reply_not_an_exception(
+    engine: LlamaCppEngine,
+) -> None:
+    reply = await engine.run("/v1/chat/completions", chat("word " * (SLOT_CONTEXT * 2)))
+    assert reply.status_code == 400
+    error = reply.body["error"]
+    assert isinstance(error, dict)
+    assert error["type"] == "invalid_request_error" and error["code"] == "exceed_context_size_error"
+
+
+async def test_a_malformed_request_is_a_400_reply(engine: LlamaCppEngine) -> None:
+    reply = await engine.run("/v1/chat/completions", {"messages": "not a list", "max_tokens": 2})
+    assert reply.status_code == 400
+
+
+async def test_an_endpoint_the_engine_does_not_serve_is_refused_per_line(engine: LlamaCppEngine) -> None:
+    reply = await engine.run("/v1/embeddings", {"input": "x"})
+    assert reply.status_code == 400
+
+
+def test_the_engine_declares_what_it_honours(engine: LlamaCppEngine) -> None:
+    assert {"max_tokens", "temperature", "seed"} <= engine.capabilities()
+    assert engine.slots == 2 and engine.version
