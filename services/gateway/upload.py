@@ -58,6 +58,7 @@ async def stream_part_to_store(part: BodyPartReader, store: ObjectStore, key: st
     size = newlines = 0
     last = b""
     head = b""
+    completed = False
     try:
         while chunk := await part.read_chunk(CHUNK):
             size += len(chunk)
@@ -71,8 +72,12 @@ async def stream_part_to_store(part: BodyPartReader, store: ObjectStore, key: st
             newlines += chunk.count(b"\n")
             last = chunk[-1:]
             await asyncio.to_thread(pipe.chunks.put, chunk)
+        completed = True
     finally:
         await asyncio.to_thread(pipe.chunks.put, b"")
         await upload
+        if not completed:
+            # A refused or broken upload leaves nothing behind in the object store.
+            await store.remove(key)
     lines = newlines + (1 if last not in (b"", b"\n") else 0)
     return StoredUpload(bytes=size, sha256=digest.hexdigest(), line_count=lines)

@@ -152,3 +152,17 @@ def test_a_crashed_service_is_restarted_and_the_crash_is_logged(stack: RunningSt
     created = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
                                     completion_window="24h")
     assert wait_until_done(client, created.id, timeout_s=60)[0].status == "failed"
+
+
+def test_uploads_that_are_not_jsonl_or_not_for_batches_are_refused(stack: RunningStack) -> None:
+    client = stack.client()
+    not_jsonl = io.BytesIO(b"custom_id,method\nx,POST\n")
+    not_jsonl.name = "requests.csv"
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.files.create(file=not_jsonl, purpose="batch")
+    assert refused.value.code == "invalid_file_format"
+    with pytest.raises(openai.BadRequestError) as wrong_purpose:
+        client.files.create(file=jsonl([chat_line("x", "hi")]), purpose="fine-tune")
+    assert wrong_purpose.value.code == "invalid_purpose"
+    listed = [f.filename for f in client.files.list()]
+    assert "requests.csv" not in listed
