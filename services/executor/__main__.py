@@ -1,20 +1,13 @@
-"""`python -m services.executor`."""
-
-import asyncio
+"""`python -m services.executor`: run the executor until SIGINT/SIGTERM."""
 
 from services.executor.app import run_executor
 from services.executor.settings import ExecutorSettings
-from services.runtime.process import configure_logging, run_until_signalled
+from services.runtime.process import run_service
 
 
 def main() -> None:
     settings = ExecutorSettings()
-    configure_logging("executor", settings.connection.log_level)
-
-    async def run(stop: asyncio.Event) -> None:
-        await run_executor(settings, stop)
-
-    run_until_signalled(run)
+    run_service("executor", settings.connection.log_level, lambda stop: run_executor(settings, stop))
 
 
 if __name__ == "__main__":

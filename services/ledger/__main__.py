@@ -2,13 +2,12 @@
 
 from services.ledger.app import run_ledger
 from services.ledger.settings import LedgerSettings
-from services.runtime.process import configure_logging, run_until_signalled
+from services.runtime.process import run_service
 
 
 def main() -> None:
     settings = LedgerSettings()
-    configure_logging("ledger", settings.connection.log_level)
-    run_until_signalled(lambda stop: run_ledger(settings, stop))
+    run_service("ledger", settings.connection.log_level, lambda stop: run_ledger(settings, stop))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,11 @@
 """The fleet view: executors' adverts in a KV bucket whose entries expire when heartbeats stop."""
 
-import nats.errors
-import nats.js.errors
 from nats.js.kv import KeyValue
 
 from contracts.events.executor import ExecutorAdvert
 from contracts.subjects import EXECUTORS_BUCKET
 from services.runtime.bus import EventBus
+from services.runtime.kv import latest_values, open_bucket
 
 ADVERT_TTL_S = 15.0
 
@@ -17,11 +16,7 @@ class Fleet:
 
     @classmethod
     async def open(cls, bus: EventBus) -> "Fleet":
-        try:
-            kv = await bus.js.key_value(EXECUTORS_BUCKET)
-        except nats.js.errors.BucketNotFoundError:
-            kv = await bus.js.create_key_value(bucket=EXECUTORS_BUCKET, history=1, ttl=ADVERT_TTL_S)
-        return cls(kv)
+        return cls(await open_bucket(bus, EXECUTORS_BUCKET, ADVERT_TTL_S))
 
     async def advertise(self, advert: ExecutorAdvert) -> None:
         await self.kv.put(advert.executor_id, advert.model_dump_json().encode())
@@ -30,18 +25,4 @@ class Fleet:
         await self.kv.delete(executor_id)
 
     async def adverts(self) -> list[ExecutorAdvert]:
-        watcher = await self.kv.watchall(ignore_deletes=True)
-        found: list[ExecutorAdvert] = []
-        try:
-            while True:
-                try:
-                    entry = await watcher.updates(timeout=2.0)
-                except nats.errors.TimeoutError:
-                    break
-                if entry is None:
-                    break
-                if entry.value:
-                    found.append(ExecutorAdvert.model_validate_json(entry.value))
-        finally:
-            await watcher.stop()
-        return found
+        return [ExecutorAdvert.model_validate_json(value) for value in await latest_values(self.kv)]

@@ -25,3 +25,9 @@ def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> Non
         await main(stop)
 
     asyncio.run(runner())
+
+
+def run_service(name: str, log_level: str, main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
+    """What every service's `__main__` does: configure logging, then run until signalled."""
+    configure_logging(name, log_level)
+    run_until_signalled(main)

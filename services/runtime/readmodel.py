@@ -5,7 +5,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import nats.errors
 import nats.js.errors
 from nats.js.kv import KeyValue
 from pydantic import BaseModel
@@ -13,6 +12,7 @@ from pydantic import BaseModel
 from contracts.readmodel import ApiKeyRecord, BatchRecord, FileRecord
 from contracts.subjects import READ_MODEL_BUCKET, read_model_key
 from services.runtime.bus import EventBus
+from services.runtime.kv import latest_values, open_bucket
 
 Record = TypeVar("Record", bound=BaseModel)
 
@@ -23,11 +23,7 @@ class ReadModel:
 
     @classmethod
     async def open(cls, bus: EventBus) -> "ReadModel":
-        try:
-            kv = await bus.js.key_value(READ_MODEL_BUCKET)
-        except nats.js.errors.BucketNotFoundError:
-            kv = await bus.js.create_key_value(bucket=READ_MODEL_BUCKET, history=1)
-        return cls(kv)
+        return cls(await open_bucket(bus, READ_MODEL_BUCKET))
 
     async def _get(self, key: str, model: type[Record]) -> Record | None:
         try:
@@ -39,21 +35,7 @@ class ReadModel:
         return model.model_validate_json(entry.value)
 
     async def _scan(self, prefix: str, model: type[Record]) -> list[Record]:
-        watcher = await self.kv.watch(f"{prefix}.>", ignore_deletes=True)
-        records: list[Record] = []
-        try:
-            while True:
-                try:
-                    entry = await watcher.updates(timeout=5.0)
-                except nats.errors.TimeoutError:
-                    break
-                if entry is None:
-                    break
-                if entry.value:
-                    records.append(model.model_validate_json(entry.value))
-        finally:
-            await watcher.stop()
-        return records
+        return [model.model_validate_json(value) for value in await latest_values(self.kv, f"{prefix}.>")]
 
     async def get_batch(self, batch_id: str) -> BatchRecord | None:
         return await self._get(read_model_key("batch", batch_id), BatchRecord)

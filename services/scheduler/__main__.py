@@ -1,20 +1,13 @@
-"""`python -m services.scheduler`."""
+"""`python -m services.scheduler`: run the scheduler until SIGINT/SIGTERM."""
 
-import asyncio
-
-from services.runtime.process import configure_logging, run_until_signalled
+from services.runtime.process import run_service
 from services.scheduler.app import run_scheduler
 from services.scheduler.settings import SchedulerSettings
 
 
 def main() -> None:
     settings = SchedulerSettings()
-    configure_logging("scheduler", settings.connection.log_level)
-
-    async def run(stop: asyncio.Event) -> None:
-        await run_scheduler(settings, stop)
-
-    run_until_signalled(run)
+    run_service("scheduler", settings.connection.log_level, lambda stop: run_scheduler(settings, stop))
 
 
 if __name__ == "__main__":

@@ -1,20 +1,13 @@
-"""`python -m services.validator`."""
+"""`python -m services.validator`: run the validator until SIGINT/SIGTERM."""
 
-import asyncio
-
-from services.runtime.process import configure_logging, run_until_signalled
+from services.runtime.process import run_service
 from services.validator.app import run_validator
 from services.validator.settings import ValidatorSettings
 
 
 def main() -> None:
     settings = ValidatorSettings()
-    configure_logging("validator", settings.connection.log_level)
-
-    async def run(stop: asyncio.Event) -> None:
-        await run_validator(settings, stop)
-
-    run_until_signalled(run)
+    run_service("validator", settings.connection.log_level, lambda stop: run_validator(settings, stop))
 
 
 if __name__ == "__main__":
