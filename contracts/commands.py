@@ -1,5 +1,7 @@
 """Commands sent to one executor on the WORK stream (not facts: they are consumed and gone)."""
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict
 
 
@@ -22,3 +24,27 @@ class RunBatch(BaseModel):
     @property
     def msg_id(self) -> str:
         return f"{self.batch_id}:run:{self.attempt}"
+
+
+class FinalizeBatch(BaseModel):
+    """Write the output and error files of a batch that ends without running to completion.
+
+    Lines committed by any attempt are kept; every other line goes to the error file with `code`.
+    Taken by any executor (it owns result assembly).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    batch_id: str
+    reason: Literal["cancelled", "expired"]
+    owner_key_id: str
+    input_object_key: str
+    endpoint: str
+
+    @property
+    def code(self) -> str:
+        return f"batch_{self.reason}"
+
+    @property
+    def msg_id(self) -> str:
+        return f"{self.batch_id}:finalize:{self.reason}"

@@ -37,6 +37,10 @@ def run_command(executor_id: str) -> str:
     return f"cmd.executor.{executor_id}.run"
 
 
+FINALIZE_COMMAND = "cmd.finalize"
+FINALIZERS_DURABLE = "finalizers"
+
+
 def executor_durable(executor_id: str) -> str:
     return f"executor-{executor_id}"
 

@@ -111,3 +111,54 @@ class BatchFailed(BatchEvent):
     type: Literal["batch.failed"] = "batch.failed"
     code: str
     reason: str
+
+
+class BatchWaiting(BatchEvent):
+    """A validated batch no executor can take yet, and why (no executor has the model, not enough memory)."""
+
+    name: ClassVar = "waiting"
+    dedup_fields: ClassVar = ("reason",)
+    type: Literal["batch.waiting"] = "batch.waiting"
+    reason: str
+
+
+class AttemptFailed(BatchEvent):
+    """One attempt ended without finishing (executor lost, engine crashed); the scheduler may retry."""
+
+    name: ClassVar = "attempt_failed"
+    dedup_fields: ClassVar = ("attempt",)
+    type: Literal["batch.attempt_failed"] = "batch.attempt_failed"
+    attempt: int
+    executor_id: str
+    code: str
+    reason: str
+
+
+class BatchCancelRequested(BatchEvent):
+    name: ClassVar = "cancel_requested"
+    type: Literal["batch.cancel_requested"] = "batch.cancel_requested"
+    requested_by_key_id: str
+
+
+class BatchCancelled(BatchEvent):
+    """Cancelled: results already produced are in the output file, lines never run are `batch_cancelled`."""
+
+    name: ClassVar = "cancelled"
+    type: Literal["batch.cancelled"] = "batch.cancelled"
+    output_file_id: str | None
+    error_file_id: str | None
+    completed: int
+    failed: int
+    usage: BatchUsage
+
+
+class BatchExpired(BatchEvent):
+    """The completion window ended: finished lines kept, the rest `batch_expired` in the error file."""
+
+    name: ClassVar = "expired"
+    type: Literal["batch.expired"] = "batch.expired"
+    output_file_id: str | None
+    error_file_id: str | None
+    completed: int
+    failed: int
+    usage: BatchUsage

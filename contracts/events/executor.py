@@ -37,3 +37,14 @@ class ExecutorRegistered(Event):
     type: Literal["executor.registered"] = "executor.registered"
     advert: ExecutorAdvert
     started_at: int
+
+
+class ExecutorLost(Event):
+    """An executor missed its heartbeats; whatever it was running must be retried elsewhere."""
+
+    kind: ClassVar = "executor"
+    name: ClassVar = "lost"
+    dedup_fields: ClassVar = ("last_heartbeat_at",)
+    type: Literal["executor.lost"] = "executor.lost"
+    last_heartbeat_at: int
+    """Milliseconds since the epoch."""

@@ -5,18 +5,23 @@ from typing import Annotated
 from pydantic import Field, TypeAdapter
 
 from contracts.events.batch import (
+    AttemptFailed,
     BatchAssigned,
+    BatchCancelled,
+    BatchCancelRequested,
     BatchCompleted,
     BatchCreated,
+    BatchExpired,
     BatchFailed,
     BatchFinalizing,
     BatchProgressed,
     BatchStarted,
     BatchValidated,
     BatchValidationFailed,
+    BatchWaiting,
     LineRejected,
 )
-from contracts.events.executor import ExecutorRegistered
+from contracts.events.executor import ExecutorLost, ExecutorRegistered
 from contracts.events.file import FileDeleted, FileStored
 from contracts.events.key import KeyCreated
 
@@ -31,10 +36,16 @@ AnyEvent = Annotated[
     | BatchFinalizing
     | BatchCompleted
     | BatchFailed
+    | BatchWaiting
+    | AttemptFailed
+    | BatchCancelRequested
+    | BatchCancelled
+    | BatchExpired
     | FileStored
     | FileDeleted
     | KeyCreated
-    | ExecutorRegistered,
+    | ExecutorRegistered
+    | ExecutorLost,
     Field(discriminator="type"),
 ]
 

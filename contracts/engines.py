@@ -1,0 +1,74 @@
+"""What each engine honours, per endpoint: the validator refuses what the pinned model's engine cannot do.
+
+An OpenAI parameter the engine cannot honour is still fine at a neutral value (one that asks nothing of it).
+"""
+
+from types import MappingProxyType
+from typing import Final
+
+from contracts.events.executor import EngineName
+
+_CHAT: Final = frozenset({
+    "messages", "model", "audio", "frequency_penalty", "function_call", "functions", "logit_bias", "logprobs",
+    "max_completion_tokens", "max_tokens", "metadata", "modalities", "n", "parallel_tool_calls", "prediction",
+    "presence_penalty", "prompt_cache_key", "reasoning_effort", "response_format", "safety_identifier", "seed",
+    "service_tier", "stop", "store", "stream", "stream_options", "temperature", "tool_choice", "tools",
+    "top_logprobs", "top_p", "user", "verbosity", "web_search_options",
+})
+_COMPLETIONS: Final = frozenset({
+    "model", "prompt", "best_of", "echo", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n",
+    "presence_penalty", "seed", "stop", "stream", "stream_options", "suffix", "temperature", "top_p", "user",
+})
+_EMBEDDINGS: Final = frozenset({"model", "input", "dimensions", "encoding_format", "user"})
+_RESPONSES: Final = frozenset({
+    "model", "input", "instructions", "max_output_tokens", "metadata", "parallel_tool_calls", "reasoning",
+    "store", "stream", "temperature", "text", "tool_choice", "tools", "top_p", "truncation", "user", "seed",
+    "previous_response_id", "include", "background", "service_tier", "top_logprobs", "prompt_cache_key",
+    "safety_identifier", "max_tool_calls", "conversation", "prompt",
+})
+
+OPENAI_PARAMETERS: Final = MappingProxyType({
+    "/v1/chat/completions": _CHAT,
+    "/v1/completions": _COMPLETIONS,
+    "/v1/embeddings": _EMBEDDINGS,
+    "/v1/responses": _RESPONSES,
+})
+"""Every parameter OpenAI defines per endpoint; anything else is `unsupported_parameter` unless an engine
+declares it as its own extension."""
+
+NEUTRAL_VALUES: Final = MappingProxyType({
+    "n": (1,), "best_of": (1,), "logprobs": (False,), "echo": (False,), "modalities": (["text"],),
+    "parallel_tool_calls": (True, False), "service_tier": ("auto", "default"), "store": (False,),
+    "stream": (False,), "encoding_format": ("float",), "truncation": ("disabled",), "background": (False,),
+    "verbosity": ("medium",), "functions": ([],), "tools": ([],), "include": ([],),
+})
+"""Values of a parameter that ask nothing of the engine (None always counts as neutral too)."""
+
+_HARMLESS: Final = frozenset({
+    "model", "user", "metadata", "store", "prompt_cache_key", "safety_identifier", "service_tier", "stream",
+    "stream_options",
+})
+"""Parameters that never change what the engine computes, so every engine accepts them."""
+
+ENGINE_PARAMETERS: Final = MappingProxyType({
+    "llamacpp": _HARMLESS | frozenset({
+        "messages", "prompt", "input", "instructions", "max_tokens", "max_completion_tokens", "max_output_tokens",
+        "temperature", "top_p", "seed", "stop", "presence_penalty", "frequency_penalty", "logit_bias", "logprobs",
+        "top_logprobs", "response_format", "tools", "tool_choice", "text", "encoding_format",
+        # llama.cpp's own sampling extensions, accepted beside OpenAI's.
+        "top_k", "min_p", "repeat_penalty", "ignore_eos", "n_probs", "typical_p", "mirostat",
+    }),
+    "tensorrt_llm": _HARMLESS | frozenset({
+        "messages", "prompt", "input", "instructions", "max_tokens", "max_completion_tokens", "max_output_tokens",
+        "temperature", "top_p", "seed", "stop", "presence_penalty", "frequency_penalty", "n", "best_of",
+        "logprobs", "top_logprobs", "top_k", "min_p", "repetition_penalty", "ignore_eos",
+    }),
+})
+
+
+def honoured_parameters(engine: EngineName) -> frozenset[str]:
+    return ENGINE_PARAMETERS[engine]
+
+
+def is_neutral(parameter: str, value: object) -> bool:
+    return value is None or value in NEUTRAL_VALUES.get(parameter, ())
