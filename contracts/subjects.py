@@ -55,3 +55,7 @@ def input_object_key(file_id: str) -> str:
 
 def result_chunk_key(batch_id: str, attempt: int, chunk: int) -> str:
     return f"results/{batch_id}/attempt-{attempt}/chunk-{chunk:06d}.jsonl"
+
+
+def rejections_key(batch_id: str) -> str:
+    return f"validation/{batch_id}/rejected.jsonl"

@@ -24,6 +24,8 @@ class BatchCreated(BatchEvent):
     created_at: int
     """Seconds since the epoch."""
     expires_at: int
+    allow_partial: bool = False
+    """Run the valid lines and put refused ones in the error file, instead of failing the whole batch."""
 
 
 class LineRejected(BatchEvent):
@@ -36,6 +38,18 @@ class LineRejected(BatchEvent):
     code: str
     param: str | None = None
     message: str
+    custom_id: str | None = None
+    """The line's custom_id when it had a usable one."""
+
+
+class ValidationProgressed(BatchEvent):
+    """How far the validator has read; published every few thousand lines and at the end."""
+
+    name: ClassVar = "validation_progressed"
+    dedup_fields: ClassVar = ("lines_read",)
+    type: Literal["batch.validation_progressed"] = "batch.validation_progressed"
+    lines_read: int
+    errors_found: int
 
 
 class BatchValidated(BatchEvent):
@@ -47,6 +61,10 @@ class BatchValidated(BatchEvent):
     owner_key_id: str
     endpoint: str
     input_object_key: str
+    rejected_lines: int = 0
+    """With allow_partial: lines refused by validation; they go to the error file and never run."""
+    rejections_object_key: str | None = None
+    """JSONL of the refused lines (`RejectedLine`), when there are any."""
 
 
 class BatchValidationFailed(BatchEvent):

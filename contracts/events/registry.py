@@ -20,6 +20,7 @@ from contracts.events.batch import (
     BatchValidationFailed,
     BatchWaiting,
     LineRejected,
+    ValidationProgressed,
 )
 from contracts.events.executor import ExecutorLost, ExecutorRegistered
 from contracts.events.file import FileDeleted, FileStored
@@ -28,6 +29,7 @@ from contracts.events.key import KeyCreated
 AnyEvent = Annotated[
     BatchCreated
     | LineRejected
+    | ValidationProgressed
     | BatchValidated
     | BatchValidationFailed
     | BatchAssigned

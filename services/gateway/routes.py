@@ -2,7 +2,7 @@
 
 from aiohttp import web
 
-from services.gateway.views import batches, events, files, models
+from services.gateway.views import batches, errors, events, files, models
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -23,4 +23,5 @@ ROUTES = [
     web.get("/v1/batches/{batch_id}", batches.retrieve_batch),
     web.post("/v1/batches/{batch_id}/cancel", batches.cancel_batch),
     web.get("/v1/batches/{batch_id}/events", events.stream_batch_events),
+    web.get("/v1/batches/{batch_id}/errors", errors.batch_errors),
 ]

@@ -10,6 +10,6 @@ class GatewaySettings(ServiceSettings):
 
     host: str = "127.0.0.1"
     port: int = 8080
-    max_upload_bytes: int = 200 * 1024 * 1024
+    max_upload_bytes: int = 100 * 1024 * 1024
     read_your_writes_s: float = 5.0
     """How long a create waits for the ledger to show what it just published."""

@@ -6,6 +6,7 @@ from contracts.subjects import BATCH_CREATED, EVENTS_STREAM, VALIDATOR_DURABLE
 from services.runtime.bus import ConsumerPolicy, EventBus
 from services.runtime.catalogue import load_catalogue
 from services.runtime.objectstore import ObjectStore
+from services.validator.adapters.tokenizer import TokenizerCache
 from services.validator.domain import Limits
 from services.validator.handlers import Validator
 from services.validator.settings import ValidatorSettings
@@ -20,8 +21,10 @@ async def run_validator(settings: ValidatorSettings, stop: asyncio.Event) -> Non
         bus=bus,
         store=store,
         catalogue=load_catalogue(connection.catalogue_path),
-        limits=Limits(max_lines=settings.max_lines, max_line_bytes=settings.max_line_bytes),
-        max_published_errors=settings.max_published_errors,
+        limits=Limits(max_lines=settings.max_lines, max_embedding_inputs=settings.max_embedding_inputs,
+                      max_line_bytes=settings.max_line_bytes),
+        max_published_per_code=settings.max_published_per_code,
+        tokenizers=TokenizerCache() if settings.count_tokens else None,
     )
     try:
         await bus.consume(EVENTS_STREAM, VALIDATOR_DURABLE, [BATCH_CREATED], validator.on_message,

@@ -1,15 +1,26 @@
-"""Validating a whole file: per-line rules plus the file-level ones (duplicates, one model, size)."""
+"""Validating a whole file: per-line rules plus the file-level ones (duplicates, one model, size limits)."""
 
 from dataclasses import dataclass, field
 
 from contracts.catalogue import Catalogue
-from services.validator.rules import LineIssue, check_line
+from services.validator.adapters.tokenizer import TokenizerCache
+from services.validator.body_rules import context_issue
+from services.validator.issues import LineIssue
+from services.validator.rules import LineVerdict, check_line
 
 
 @dataclass(frozen=True)
 class Limits:
     max_lines: int = 50_000
+    max_embedding_inputs: int = 50_000
     max_line_bytes: int = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class LineResult:
+    line: int
+    custom_id: str | None
+    issues: list[LineIssue]
 
 
 @dataclass
@@ -19,40 +30,104 @@ class FileValidation:
     endpoint: str
     catalogue: Catalogue
     limits: Limits = field(default_factory=Limits)
+    tokenizers: TokenizerCache | None = None
     total_lines: int = 0
+    rejected_lines: int = 0
     error_count: int = 0
     counts_by_code: dict[str, int] = field(default_factory=dict)
     model_id: str | None = None
     model_line: int | None = None
+    embedding_inputs: int = 0
     first_line_of: dict[str, int] = field(default_factory=dict)
 
     def feed(self, line_no: int, raw: bytes) -> list[LineIssue]:
-        if not raw.strip():
-            return []
-        self.total_lines += 1
-        if self.total_lines > self.limits.max_lines:
-            return self._count([LineIssue("too_many_tasks", f"The file has more than {self.limits.max_lines}"
-                                          " requests; split it into several batches.")])
-        issues, parsed = check_line(raw, self.endpoint, self.catalogue, self.limits.max_line_bytes)
-        if parsed is not None:
-            first = self.first_line_of.setdefault(parsed.custom_id, line_no)
+        return self.check(line_no, raw).issues
+
+    def check(self, line_no: int, raw: bytes) -> LineResult:
+        return self.check_window([(line_no, raw)])[0]
+
+    def check_window(self, lines: list[tuple[int, bytes]]) -> list[LineResult]:
+        """Check consecutive lines: each on its own, then the prompts that need it counted in one batch,
+        then the file-level rules in line order."""
+        verdicts: list[tuple[int, LineVerdict | None]] = []
+        for line_no, raw in lines:
+            if not raw.strip():
+                verdicts.append((line_no, None))
+                continue
+            self.total_lines += 1
+            if self.total_lines > self.limits.max_lines:
+                verdicts.append((line_no, LineVerdict([LineIssue(
+                    "too_many_tasks", f"The file has more than {self.limits.max_lines} requests; split it into "
+                    "several batches.")])))
+                continue
+            verdicts.append((line_no, check_line(raw, self.endpoint, self.catalogue, self.limits.max_line_bytes,
+                                                 self.tokenizers)))
+        counted = self._count_prompts([v for _, v in verdicts if v is not None and v.context is not None])
+        return [self._file_rules(line_no, verdict, counted) for line_no, verdict in verdicts]
+
+    def _count_prompts(self, verdicts: list[LineVerdict]) -> dict[int, LineIssue | None]:
+        """Exact token counts for the prompts the cheap bound could not clear, keyed by id(verdict)."""
+        if not verdicts or self.tokenizers is None:
+            return {}
+        issues: dict[int, LineIssue | None] = {}
+        by_model: dict[str, list[LineVerdict]] = {}
+        for verdict in verdicts:
+            assert verdict.context is not None
+            by_model.setdefault(verdict.context.model.id, []).append(verdict)
+        for group in by_model.values():
+            need0 = group[0].context
+            assert need0 is not None
+            tokenizer = self.tokenizers.get(need0.model)
+            if tokenizer is None:
+                continue
+            texts = [text for v in group for text in v.context.prompts]  # type: ignore[union-attr]
+            counts = iter(tokenizer.count_many(texts))
+            for verdict in group:
+                assert verdict.context is not None
+                longest = max(next(counts) for _ in verdict.context.prompts)
+                issues[id(verdict)] = context_issue(verdict.context, longest)
+        return issues
+
+    def _file_rules(self, line_no: int, verdict: LineVerdict | None,
+                    context_issues: dict[int, LineIssue | None]) -> LineResult:
+        if verdict is None:
+            return LineResult(line_no, None, [])
+        issues = list(verdict.issues)
+        model = verdict.model
+        if (context := context_issues.get(id(verdict))) is not None:
+            issues.append(context)
+            model = None
+        if verdict.custom_id is not None:
+            first = self.first_line_of.setdefault(verdict.custom_id, line_no)
             if first != line_no:
-                issues.append(LineIssue("duplicate_custom_id", f"custom_id {parsed.custom_id!r} was already "
-                                        f"used on line {first}; each custom_id must be unique.", "custom_id"))
-            if parsed.model_id is not None:
-                issues.extend(self._pin_model(line_no, parsed.model_id))
-        return self._count(issues)
+                issues.append(LineIssue("duplicate_custom_id", f"custom_id {verdict.custom_id!r} was already used "
+                                        f"on line {first}; each custom_id must be unique.", "custom_id"))
+        if model is not None and not issues:
+            issues += self._pin_model(line_no, model.id)
+        if verdict.embedding_inputs:
+            self.embedding_inputs += verdict.embedding_inputs
+            if self.embedding_inputs > self.limits.max_embedding_inputs:
+                issues.append(LineIssue("too_many_tasks", f"The file asks for more than "
+                                        f"{self.limits.max_embedding_inputs} embedding inputs in all; split it.",
+                                        "body.input"))
+        return self._count(LineResult(line_no, verdict.custom_id, issues))
 
     def finish(self) -> list[LineIssue]:
         """File-level issues known only at the end."""
         if self.total_lines == 0:
-            return self._count([LineIssue("empty_file", "The file has no requests: add one JSON request "
-                                          "per line.")])
+            issue = LineIssue("empty_file", "The file has no requests: add one JSON request per line.")
+            self.error_count += 1
+            self.counts_by_code["empty_file"] = 1
+            return [issue]
         return []
 
     @property
     def passed(self) -> bool:
         return self.error_count == 0 and self.model_id is not None
+
+    @property
+    def runnable_lines(self) -> int:
+        return self.total_lines - self.rejected_lines
 
     def _pin_model(self, line_no: int, model_id: str) -> list[LineIssue]:
         if self.model_id is None:
@@ -63,8 +138,10 @@ class FileValidation:
                               f"{self.model_id}; a batch runs one model.", "body.model")]
         return []
 
-    def _count(self, issues: list[LineIssue]) -> list[LineIssue]:
-        for issue in issues:
+    def _count(self, result: LineResult) -> LineResult:
+        if result.issues:
+            self.rejected_lines += 1
+        for issue in result.issues:
             self.error_count += 1
             self.counts_by_code[issue.code] = self.counts_by_code.get(issue.code, 0) + 1
-        return issues
+        return result

@@ -1,19 +1,36 @@
-"""Thin handlers: a created batch in, line errors and a verdict out."""
+"""Thin handlers: a created batch in; line errors, progress and one verdict out."""
 
+import asyncio
 import logging
+import time
 from dataclasses import dataclass
 
 from nats.aio.msg import Msg
 
+from contracts.api.rejected_line import RejectedLine
 from contracts.catalogue import Catalogue
-from contracts.events.batch import BatchCreated, BatchFailed, BatchValidated, BatchValidationFailed, LineRejected
+from contracts.events.batch import (
+    BatchCreated,
+    BatchFailed,
+    BatchValidated,
+    BatchValidationFailed,
+    LineRejected,
+    ValidationProgressed,
+)
 from contracts.events.registry import decode_event
+from contracts.subjects import rejections_key
 from services.runtime.bus import EventBus, PoisonMessage
 from services.runtime.objectstore import ObjectNotFound, ObjectStore
-from services.validator.domain import FileValidation, Limits
-from services.validator.rules import LineIssue
+from services.validator.adapters.tokenizer import TokenizerCache
+from services.validator.domain import FileValidation, Limits, LineResult
+from services.validator.issues import LineIssue
 
 log = logging.getLogger(__name__)
+
+WINDOW_LINES = 256
+"""Lines checked together off the event loop; their prompts are counted in one tokenizer batch."""
+PROGRESS_EVERY_LINES = 5000
+PROGRESS_EVERY_S = 0.5
 
 
 @dataclass
@@ -22,7 +39,8 @@ class Validator:
     store: ObjectStore
     catalogue: Catalogue
     limits: Limits
-    max_published_errors: int
+    max_published_per_code: int
+    tokenizers: TokenizerCache | None = None
 
     async def on_message(self, message: Msg) -> None:
         event = decode_event(message.data)
@@ -37,39 +55,96 @@ class Validator:
                                            causation_id=event.event_id))
 
     async def validate(self, created: BatchCreated) -> None:
-        validation = FileValidation(created.endpoint, self.catalogue, self.limits)
-        published = 0
-
-        async def report(line: int | None, issue: LineIssue) -> None:
-            nonlocal published
-            if published < self.max_published_errors:
-                await self.bus.publish(LineRejected(
-                    aggregate_id=created.aggregate_id, line=line, code=issue.code, param=issue.param,
-                    message=issue.message, causation_id=created.event_id,
-                    correlation_id=created.aggregate_id))
-                published += 1
-
-        line_no = 0
+        run = _Run(self, created, FileValidation(created.endpoint, self.catalogue, self.limits, self.tokenizers))
+        window: list[tuple[int, bytes]] = []
         try:
             async for raw in self.store.iter_lines(created.input_object_key):
-                line_no += 1
-                for issue in validation.feed(line_no, raw):
-                    await report(line_no, issue)
+                window.append((len(window) + run.lines_checked + 1, raw))
+                if len(window) >= WINDOW_LINES:
+                    await run.check(window)
+                    window = []
+            await run.check(window)
         except ObjectNotFound as error:
-            raise PoisonMessage(f"input file {created.input_file_id} is missing from the object store") \
-                from error
-        for issue in validation.finish():
-            await report(None, issue)
-        log.info("batch %s: %d lines, %d errors", created.aggregate_id, validation.total_lines,
-                 validation.error_count)
-        await self.bus.publish(self._verdict(created, validation))
+            raise PoisonMessage(f"input file {created.input_file_id} is missing from the object store") from error
+        for issue in run.validation.finish():
+            await run.publish_issue(None, None, issue)
+        await run.progress()
+        log.info("batch %s: %d lines, %d errors", created.aggregate_id, run.validation.total_lines,
+                 run.validation.error_count)
+        await self.bus.publish(await run.verdict())
 
-    @staticmethod
-    def _verdict(created: BatchCreated, validation: FileValidation) -> BatchValidated | BatchValidationFailed:
-        common = {"aggregate_id": created.aggregate_id, "causation_id": created.event_id,
-                  "correlation_id": created.aggregate_id, "total_lines": validation.total_lines}
-        if validation.passed and validation.model_id is not None:
-            return BatchValidated(**common, model=validation.model_id, owner_key_id=created.owner_key_id,
-                                  endpoint=created.endpoint, input_object_key=created.input_object_key)
-        return BatchValidationFailed(**common, error_count=validation.error_count,
-                                     counts_by_code=validation.counts_by_code)
+
+class _Run:
+    """One validation of one file: what has been published so far."""
+
+    def __init__(self, validator: Validator, created: BatchCreated, validation: FileValidation) -> None:
+        self.v = validator
+        self.created = created
+        self.validation = validation
+        self.published_by_code: dict[str, int] = {}
+        self.rejected: list[RejectedLine] = []
+        self.last_progress_at = time.monotonic()
+        self.last_progress_lines = 0
+        self.lines_checked = 0
+
+    async def check(self, window: list[tuple[int, bytes]]) -> None:
+        if not window:
+            return
+        results = await asyncio.to_thread(self.validation.check_window, window)
+        self.lines_checked += len(window)
+        for result in results:
+            await self.report(result)
+        await self.maybe_progress()
+
+    def _envelope(self) -> dict[str, str]:
+        return {"aggregate_id": self.created.aggregate_id, "causation_id": self.created.event_id,
+                "correlation_id": self.created.aggregate_id}
+
+    async def report(self, result: LineResult) -> None:
+        if not result.issues:
+            return
+        first = result.issues[0]
+        if self.created.allow_partial:
+            self.rejected.append(RejectedLine(line=result.line, custom_id=result.custom_id, code=first.code,
+                                              param=first.param, message=first.message))
+        for issue in result.issues:
+            await self.publish_issue(result.line, result.custom_id, issue)
+
+    async def publish_issue(self, line: int | None, custom_id: str | None, issue: LineIssue) -> None:
+        # Every error is counted; the first ones of each code are published in full, as soon as they are found.
+        # (Capping per code keeps the file's first errors overall too, and examples of every code.)
+        published = self.published_by_code.get(issue.code, 0)
+        if published < self.v.max_published_per_code:
+            self.published_by_code[issue.code] = published + 1
+            await self.v.bus.publish(LineRejected(**self._envelope(), line=line, code=issue.code, param=issue.param,
+                                                  message=issue.message, custom_id=custom_id))
+
+    async def maybe_progress(self) -> None:
+        lines = self.validation.total_lines
+        if lines - self.last_progress_lines >= PROGRESS_EVERY_LINES or (
+                lines > self.last_progress_lines and time.monotonic() - self.last_progress_at >= PROGRESS_EVERY_S):
+            await self.progress()
+
+    async def progress(self) -> None:
+        self.last_progress_at = time.monotonic()
+        self.last_progress_lines = self.validation.total_lines
+        await self.v.bus.publish(ValidationProgressed(**self._envelope(), lines_read=self.validation.total_lines,
+                                                      errors_found=self.validation.error_count))
+
+    async def verdict(self) -> BatchValidated | BatchValidationFailed:
+        validation, created = self.validation, self.created
+        partial_ok = (created.allow_partial and validation.model_id is not None and validation.runnable_lines > 0
+                      and "empty_file" not in validation.counts_by_code)
+        if validation.passed or partial_ok:
+            assert validation.model_id is not None
+            key = None
+            if self.rejected:
+                key = rejections_key(created.aggregate_id)
+                body = b"".join(r.model_dump_json().encode() + b"\n" for r in self.rejected)
+                await self.v.store.put_bytes(key, body)
+            return BatchValidated(**self._envelope(), total_lines=validation.total_lines, model=validation.model_id,
+                                  owner_key_id=created.owner_key_id, endpoint=created.endpoint,
+                                  input_object_key=created.input_object_key, rejected_lines=len(self.rejected),
+                                  rejections_object_key=key)
+        return BatchValidationFailed(**self._envelope(), total_lines=validation.total_lines,
+                                     error_count=validation.error_count, counts_by_code=validation.counts_by_code)

@@ -9,6 +9,9 @@ class ValidatorSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="SHESHNAG_VALIDATOR_", extra="ignore")
 
     max_lines: int = 50_000
+    max_embedding_inputs: int = 50_000
     max_line_bytes: int = 1024 * 1024
-    max_published_errors: int = 1000
-    """Line errors published as events; the rest are only counted."""
+    max_published_per_code: int = 100
+    """Line errors of each code published as events; the rest are only counted."""
+    count_tokens: bool = True
+    """Check each prompt against the model's context with the model's own tokenizer."""

@@ -23,6 +23,12 @@ class RunningStack:
     data_dir: Path
     port: int
     process: subprocess.Popen[bytes]
+    s3_port: int
+    nats_port: int
+
+    @property
+    def s3_endpoint(self) -> str:
+        return f"127.0.0.1:{self.s3_port}"
 
     @property
     def base_url(self) -> str:
@@ -38,18 +44,24 @@ class RunningStack:
         return (self.data_dir / "logs" / f"{name}.log").read_text(errors="replace")
 
 
-def start_stack(data_dir: Path, port: int) -> RunningStack:
-    env = dict(os.environ, SHESHNAG_ADMIN_KEY=ADMIN_KEY)
+E2E_UPLOAD_LIMIT = 2 * 1024 * 1024
+"""Small, so the e2e tests can cross it cheaply."""
+
+
+def start_stack(data_dir: Path, port: int, extra_env: dict[str, str] | None = None) -> RunningStack:
+    env = dict(os.environ, SHESHNAG_ADMIN_KEY=ADMIN_KEY, **(extra_env or {}))
     out = (data_dir.parent / f"up-{port}.out").open("ab")
-    process = subprocess.Popen([sys.executable, "-m", "infra.cli", "up", "--data-dir", str(data_dir),
-                                "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT)
+    s3_port, nats_port = free_port(), free_port()
+    command = [sys.executable, "-m", "infra.cli", "up", "--data-dir", str(data_dir), "--port", str(port),
+               "--s3-port", str(s3_port), "--nats-port", str(nats_port)]
+    process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"sheshnag up exited with {process.returncode}")
         try:
             if httpx2.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return RunningStack(data_dir, port, process)
+                return RunningStack(data_dir, port, process, s3_port, nats_port)
         except httpx2.HTTPError:
             pass
         time.sleep(0.3)
@@ -73,6 +85,6 @@ def stack_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def stack(stack_dir: Path) -> Iterator[RunningStack]:
-    running = start_stack(stack_dir, free_port())
+    running = start_stack(stack_dir, free_port(), {"SHESHNAG_GATEWAY_MAX_UPLOAD_BYTES": str(E2E_UPLOAD_LIMIT)})
     yield running
     stop_stack(running)

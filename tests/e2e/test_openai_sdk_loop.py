@@ -44,7 +44,7 @@ def wait_until_done(client: OpenAI, batch_id: str, timeout_s: float = 240) -> tu
 
 def test_models_list_shows_the_default_catalogue_model(stack: RunningStack) -> None:
     ids = [model.id for model in stack.client().models.list()]
-    assert ids == ["smollm2-135m-instruct-q4_1"]
+    assert "smollm2-135m-instruct-q4_1" in ids
 
 
 def test_a_batch_runs_on_the_real_model_and_its_output_downloads(stack: RunningStack) -> None:
@@ -110,11 +110,12 @@ def test_the_batch_event_stream_replays_and_resumes_after_last_event_id(stack: R
         assert response.headers["x-accel-buffering"] == "no"
         frames = [f for f in response.read().decode().split("\n\n") if f.startswith("id:")]
     names = [frame.split("\n")[1].removeprefix("event: ") for frame in frames]
-    assert names == ["batch.created", "batch.line_rejected", "batch.validation_failed"]
+    assert [n for n in names if n != "batch.validation_progressed"] == [
+        "batch.created", "batch.line_rejected", "batch.validation_failed"]
     first_id = frames[0].split("\n")[0].removeprefix("id: ")
     resumed = httpx2.get(url, headers={**headers, "Last-Event-ID": first_id}, timeout=60).text
-    assert [f.split("\n")[1] for f in resumed.split("\n\n") if f.startswith("id:")] == [
-        "event: batch.line_rejected", "event: batch.validation_failed"]
+    resumed_frames = [f for f in resumed.split("\n\n") if f.startswith("id:")]
+    assert resumed_frames == frames[1:]
 
 
 def test_bad_requests_get_openai_shaped_errors_never_a_500(stack: RunningStack) -> None:

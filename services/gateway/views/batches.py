@@ -62,6 +62,9 @@ async def create_batch(request: web.Request) -> web.Response:
     if window not in COMPLETION_WINDOWS:
         raise bad_request("completion_window must be '24h'.", "invalid_completion_window", "completion_window")
     metadata = _metadata(body.get("metadata"))
+    allow_partial = body.get("allow_partial", False)
+    if not isinstance(allow_partial, bool):
+        raise bad_request("allow_partial must be true or false.", "invalid_allow_partial", "allow_partial")
     owner = principal(request).key_id
     file = await owned_file(request, input_file_id)
     if file.file.purpose != "batch":
@@ -73,7 +76,7 @@ async def create_batch(request: web.Request) -> web.Response:
     event = BatchCreated(aggregate_id=batch_id, owner_key_id=owner, input_file_id=input_file_id,
                          input_object_key=file.object_key, endpoint=str(endpoint), completion_window=str(window),
                          metadata=metadata, created_at=now, expires_at=now + COMPLETION_WINDOWS[str(window)],
-                         correlation_id=batch_id)
+                         allow_partial=allow_partial, correlation_id=batch_id)
     await d.bus.publish(event)
     record = await d.read_model.wait_for(lambda: d.read_model.get_batch(batch_id), lambda r: True,
                                          d.settings.read_your_writes_s)

@@ -9,7 +9,8 @@ from services.gateway.context import deps
 from services.gateway.errors import bad_request
 from services.gateway.views.batches import owned_batch
 
-TERMINAL_EVENT_TYPES = frozenset({"batch.completed", "batch.failed", "batch.validation_failed"})
+TERMINAL_EVENT_TYPES = frozenset({"batch.completed", "batch.failed", "batch.validation_failed", "batch.cancelled",
+                                  "batch.expired"})
 HEARTBEAT_S = 15.0
 
 

@@ -1,0 +1,84 @@
+"""Every validation error code with a short title and the fix a person should make: the teaching half."""
+
+from types import MappingProxyType
+from typing import Final
+
+from pydantic import BaseModel
+
+
+class ErrorCodeHelp(BaseModel):
+    title: str
+    fix: str
+
+
+def _h(title: str, fix: str) -> ErrorCodeHelp:
+    return ErrorCodeHelp(title=title, fix=fix)
+
+
+ERROR_CODE_HELP: Final = MappingProxyType({
+    "invalid_json": _h("Line is not valid JSON", "Write each request as one complete JSON object on one line; "
+                       "look for trailing commas, single quotes, unescaped quotes or a request split over lines."),
+    "invalid_json_line": _h("Line too long", "Keep each line under the size limit: shorten the prompt or split "
+                            "the request."),
+    "not_an_object": _h("Line is not a JSON object", "Each line must be an object: "
+                        '{"custom_id": …, "method": "POST", "url": …, "body": {…}}.'),
+    "missing_field": _h("Required field missing", "Give every line custom_id, method, url and body."),
+    "unknown_fields": _h("Unknown top-level field", "Only custom_id, method, url and body belong at the top "
+                         "level; move request parameters into body."),
+    "invalid_custom_id": _h("Bad custom_id", "Use a non-empty string of at most 512 characters."),
+    "duplicate_custom_id": _h("custom_id used twice", "Make every custom_id unique within the file; the message "
+                              "names the line that used it first."),
+    "invalid_method": _h("Method is not POST", 'Set "method": "POST" on every line.'),
+    "url_mismatch": _h("URL differs from the batch endpoint", "Set every line's url to the endpoint the batch "
+                       "was created with."),
+    "unsupported_endpoint": _h("Endpoint not supported", "Use /v1/chat/completions, /v1/completions, "
+                               "/v1/embeddings or /v1/responses, with a model that serves it."),
+    "missing_model": _h("No model named", "Set body.model to a model from GET /v1/models."),
+    "unsupported_model": _h("Model not available", "Use a model id or alias from GET /v1/models."),
+    "model_not_batchable": _h("Model cannot run in batches", "Pick a batchable model from GET /v1/models."),
+    "model_mismatch": _h("Lines use different models", "Use one model for the whole file (aliases count as their "
+                         "model); split the file per model."),
+    "stream_not_supported": _h("Streaming requested", "Remove body.stream or set it to false."),
+    "invalid_body": _h("Request body is not valid", "Fix the field named in param: its type or range is wrong "
+                       "for this endpoint."),
+    "unsupported_parameter": _h("Unknown parameter", "Check the parameter's spelling, or remove it."),
+    "context_too_long": _h("Prompt plus max_tokens exceeds the context", "Shorten the prompt or lower max_tokens "
+                           "so both fit the model's context."),
+    "empty_file": _h("File has no requests", "Add one JSON request per line."),
+    "too_many_tasks": _h("File too large for one batch", "Split the file into batches of at most 50,000 requests "
+                         "(and 50,000 embedding inputs)."),
+})
+
+UNAVAILABLE_SUFFIX = "_unavailable"
+
+
+def help_for(code: str) -> ErrorCodeHelp:
+    """The help for a code; `<param>_unavailable` codes share one text."""
+    if code in ERROR_CODE_HELP:
+        return ERROR_CODE_HELP[code]
+    if code.endswith(UNAVAILABLE_SUFFIX):
+        param = code.removesuffix(UNAVAILABLE_SUFFIX)
+        return _h(f"{param} not supported by this model's engine",
+                  f"Remove {param} or set it to its default; this engine cannot honour it.")
+    return _h(code.replace("_", " ").capitalize(), "See the message for what to change.")
+
+
+class ErrorGroup(BaseModel):
+    code: str
+    count: int
+    """How many errors of this code the whole file has."""
+    lines: list[int]
+    """The first few line numbers with this error."""
+    param: str | None
+    example_message: str
+    title: str
+    fix: str
+
+
+class BatchErrorSummary(BaseModel):
+    """`GET /v1/batches/{id}/errors`: what a dashboard shows to fix a file in one pass."""
+
+    object: str = "batch.errors"
+    batch_id: str
+    total: int
+    groups: list[ErrorGroup]

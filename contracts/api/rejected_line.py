@@ -1,0 +1,12 @@
+"""A line refused by validation, as recorded for a partial batch (one JSON object per line)."""
+
+from pydantic import BaseModel
+
+
+class RejectedLine(BaseModel):
+    line: int
+    """1-based line of the input file."""
+    custom_id: str | None
+    code: str
+    param: str | None = None
+    message: str

@@ -1,0 +1,1 @@
+"""The validator's adapters: the model's own tokenizer."""

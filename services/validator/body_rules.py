@@ -1,0 +1,201 @@
+"""Rules for a line's `body`: the model, the request's shape, sampling ranges, engine parameters, context."""
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from contracts.catalogue import Catalogue, CatalogueModel
+from contracts.engines import OPENAI_PARAMETERS, honoured_parameters, is_neutral
+from services.validator.adapters.tokenizer import TokenizerCache
+from services.validator.issues import LineIssue
+
+CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+MAX_EMBEDDING_INPUTS_PER_LINE = 2048
+MAX_STOP_SEQUENCES = 4
+TOKEN_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+
+
+@dataclass(frozen=True)
+class BodyVerdict:
+    issues: list[LineIssue]
+    model: CatalogueModel | None
+    """The catalogue model the line resolved to (None when it did not)."""
+    embedding_inputs: int = 0
+    context: "ContextNeed | None" = None
+    """Set when the prompt's size must still be counted exactly."""
+
+
+def check_body(body: dict[str, object], endpoint: str, catalogue: Catalogue,
+               tokenizers: TokenizerCache | None) -> BodyVerdict:
+    issues, model = _model_issues(body, endpoint, catalogue)
+    if body.get("stream") not in (None, False):
+        issues.append(LineIssue("stream_not_supported", "Batch requests cannot stream: remove body.stream or set "
+                                "it to false.", "body.stream"))
+    shape = list(_shape_issues(body, endpoint))
+    issues += shape
+    issues += _range_issues(body)
+    need = None
+    if model is not None:
+        issues += _parameter_issues(body, endpoint, model)
+        if not shape and tokenizers is not None:
+            need = context_need(body, endpoint, model, tokenizers)
+    return BodyVerdict(issues, model if not issues else None, _embedding_inputs(body, endpoint), need)
+
+
+def _model_issues(body: dict[str, object], endpoint: str,
+                  catalogue: Catalogue) -> tuple[list[LineIssue], CatalogueModel | None]:
+    name = body.get("model")
+    if name is None:
+        return [LineIssue("missing_model", "body.model is required: name a model from GET /v1/models.",
+                          "body.model")], None
+    model = catalogue.resolve(name) if isinstance(name, str) else None
+    if model is None:
+        known = ", ".join(m.id for m in catalogue.models)
+        return [LineIssue("unsupported_model", f"Model {name!r} is not served here. Available: {known}.",
+                          "body.model")], None
+    if not model.batchable:
+        return [LineIssue("model_not_batchable", f"Model {model.id} cannot run in batches; pick another from "
+                          "GET /v1/models.", "body.model")], None
+    if endpoint not in model.endpoints:
+        return [LineIssue("unsupported_endpoint", f"Model {model.id} does not serve {endpoint}; it serves "
+                          f"{', '.join(model.endpoints)}.", "body.model")], None
+    return [], model
+
+
+def _shape_issues(body: dict[str, object], endpoint: str) -> Iterator[LineIssue]:
+    if endpoint == "/v1/chat/completions":
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            yield LineIssue("invalid_body", "body.messages must be a non-empty list of {role, content} objects.",
+                            "body.messages")
+            return
+        for index, message in enumerate(messages):
+            if not isinstance(message, dict) or message.get("role") not in CHAT_ROLES:
+                yield LineIssue("invalid_body", f"body.messages[{index}] needs a role, one of "
+                                f"{', '.join(sorted(CHAT_ROLES))}.", f"body.messages[{index}].role")
+            elif not isinstance(message.get("content"), str | list) and not (
+                    message["role"] == "assistant" and message.get("content") is None):
+                yield LineIssue("invalid_body", f"body.messages[{index}].content must be a string or a list of "
+                                "content parts.", f"body.messages[{index}].content")
+    elif endpoint == "/v1/completions":
+        if not _is_text_or_texts(body.get("prompt")):
+            yield LineIssue("invalid_body", "body.prompt must be a non-empty string or list of strings.",
+                            "body.prompt")
+    elif endpoint == "/v1/embeddings":
+        value = body.get("input")
+        if not _is_text_or_texts(value):
+            yield LineIssue("invalid_body", "body.input must be a non-empty string or list of non-empty strings.",
+                            "body.input")
+        elif isinstance(value, list) and len(value) > MAX_EMBEDDING_INPUTS_PER_LINE:
+            yield LineIssue("invalid_body", f"body.input has {len(value)} items; at most "
+                            f"{MAX_EMBEDDING_INPUTS_PER_LINE} per request.", "body.input")
+    elif endpoint == "/v1/responses":
+        value = body.get("input")
+        if not (isinstance(value, str) and value) and not (isinstance(value, list) and value):
+            yield LineIssue("invalid_body", "body.input must be a non-empty string or list of input items.",
+                            "body.input")
+
+
+def _is_text_or_texts(value: object) -> bool:
+    if isinstance(value, str):
+        return bool(value)
+    return isinstance(value, list) and bool(value) and all(isinstance(v, str) and v for v in value)
+
+
+def _number_in(value: object, low: float, high: float) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and low <= value <= high
+
+
+def _range_issues(body: dict[str, object]) -> Iterator[LineIssue]:
+    ranges = {"temperature": (0, 2), "top_p": (0, 1), "presence_penalty": (-2, 2), "frequency_penalty": (-2, 2)}
+    for name, (low, high) in ranges.items():
+        if body.get(name) is not None and not _number_in(body[name], low, high):
+            yield LineIssue("invalid_body", f"{name} must be a number from {low} to {high}.", f"body.{name}")
+    for name in (*TOKEN_LIMIT_FIELDS, "n"):
+        value = body.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            yield LineIssue("invalid_body", f"{name} must be a positive integer.", f"body.{name}")
+    seed = body.get("seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        yield LineIssue("invalid_body", "seed must be an integer.", "body.seed")
+    stop = body.get("stop")
+    if stop is not None and not isinstance(stop, str) and not (
+            isinstance(stop, list) and len(stop) <= MAX_STOP_SEQUENCES and all(isinstance(s, str) for s in stop)):
+        yield LineIssue("invalid_body", f"stop must be a string or a list of at most {MAX_STOP_SEQUENCES} strings.",
+                        "body.stop")
+
+
+def _parameter_issues(body: dict[str, object], endpoint: str, model: CatalogueModel) -> Iterator[LineIssue]:
+    known = OPENAI_PARAMETERS.get(endpoint, frozenset())
+    honoured = honoured_parameters(model.engine)
+    for name, value in body.items():
+        if name not in known and name not in honoured:
+            yield LineIssue("unsupported_parameter", f"Unknown parameter body.{name} for {endpoint}; check its "
+                            "spelling or remove it.", f"body.{name}")
+        elif name not in honoured and not is_neutral(name, value):
+            yield LineIssue(f"{name}_unavailable", f"{model.id} runs on {model.engine}, which cannot honour "
+                            f"body.{name}={value!r}; remove it or use its default.", f"body.{name}")
+
+
+def _dicts(value: object) -> list[dict[str, object]]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+@dataclass(frozen=True)
+class ContextNeed:
+    """A prompt the cheap bound could not clear: it is counted exactly, batched with others."""
+
+    model: CatalogueModel
+    prompts: tuple[str, ...]
+    """The texts the engine tokenizes; the longest must fit."""
+    wanted: int
+    """Tokens the request asks to generate."""
+    param: str | None
+
+
+def _chat_messages(body: dict[str, object], endpoint: str) -> list[dict[str, object]]:
+    if endpoint == "/v1/chat/completions":
+        return _dicts(body["messages"])
+    value = body["input"]
+    user: dict[str, object] = {"role": "user", "content": value}
+    messages = [user] if isinstance(value, str) else _dicts(value)
+    if isinstance(body.get("instructions"), str):
+        messages.insert(0, {"role": "system", "content": body["instructions"]})
+    return messages
+
+
+def context_need(body: dict[str, object], endpoint: str, model: CatalogueModel,
+                 tokenizers: TokenizerCache) -> ContextNeed | None:
+    """None when the prompt provably fits; otherwise what to count exactly."""
+    tokenizer = tokenizers.get(model)
+    if tokenizer is None:
+        return None
+    wanted = next((value for f in TOKEN_LIMIT_FIELDS if isinstance(value := body.get(f), int)), 0)
+    room = model.context_length - wanted
+    if endpoint in ("/v1/chat/completions", "/v1/responses"):
+        messages = _chat_messages(body, endpoint)
+        if tokenizer.chat_bound(messages) <= room:
+            return None
+        param = "body.messages" if endpoint == "/v1/chat/completions" else "body.input"
+        return ContextNeed(model, (tokenizer.render_chat(messages),), wanted, param)
+    field = "prompt" if endpoint == "/v1/completions" else "input"
+    value = body[field]
+    texts = tuple(str(text) for text in (value if isinstance(value, list) else [value]))
+    if max(len(text.encode()) for text in texts) <= room:
+        return None
+    return ContextNeed(model, texts, wanted, f"body.{field}")
+
+
+def context_issue(need: ContextNeed, prompt_tokens: int) -> LineIssue | None:
+    budget = prompt_tokens + need.wanted
+    if budget <= need.model.context_length:
+        return None
+    return LineIssue("context_too_long", f"The prompt is {prompt_tokens} tokens and asks for {need.wanted} more: "
+                     f"{budget} exceeds {need.model.id}'s context of {need.model.context_length}. Shorten the "
+                     "prompt or lower max_tokens.", need.param)
+
+
+def _embedding_inputs(body: dict[str, object], endpoint: str) -> int:
+    if endpoint != "/v1/embeddings":
+        return 0
+    value = body.get("input")
+    return len(value) if isinstance(value, list) else 1

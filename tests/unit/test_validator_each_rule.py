@@ -1,0 +1,121 @@
+"""One line that breaks exactly one rule yields exactly that code, line and param."""
+
+from collections.abc import Callable
+
+import orjson
+import pytest
+
+from contracts.catalogue import Catalogue
+from services.runtime.catalogue import load_catalogue
+from services.validator.adapters.tokenizer import TokenizerCache
+from services.validator.domain import FileValidation, Limits
+
+CHAT = "/v1/chat/completions"
+Line = dict[str, object]
+
+
+@pytest.fixture(scope="module")
+def catalogue() -> Catalogue:
+    return load_catalogue(None)
+
+
+@pytest.fixture(scope="module")
+def tokenizers() -> TokenizerCache:
+    return TokenizerCache()
+
+
+def good(custom_id: str = "r1") -> Line:
+    return {"custom_id": custom_id, "method": "POST", "url": CHAT,
+            "body": {"model": "smollm2", "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 8}}
+
+
+def with_body(**changes: object) -> Callable[[Line], Line]:
+    def change(line: Line) -> Line:
+        body = dict(line["body"])  # type: ignore[call-overload]
+        for key, value in changes.items():
+            if value is ...:
+                body.pop(key, None)
+            else:
+                body[key] = value
+        return {**line, "body": body}
+    return change
+
+
+def with_line(**changes: object) -> Callable[[Line], Line]:
+    def change(line: Line) -> Line:
+        return {k: v for k, v in {**line, **changes}.items() if v is not ...}
+    return change
+
+
+RULES: list[tuple[str, Callable[[Line], Line], str | None]] = [
+    ("not_an_object", lambda line: [line], None),  # type: ignore[list-item,return-value]
+    ("missing_field", with_line(method=...), "method"),
+    ("unknown_fields", with_line(temperature=0.5), "temperature"),
+    ("invalid_custom_id", with_line(custom_id=""), "custom_id"),
+    ("invalid_custom_id", with_line(custom_id="x" * 513), "custom_id"),
+    ("invalid_method", with_line(method="GET"), "method"),
+    ("url_mismatch", with_line(url="/v1/completions"), "url"),
+    ("invalid_body", with_line(body="hello"), "body"),
+    ("missing_model", with_body(model=...), "body.model"),
+    ("unsupported_model", with_body(model="gpt-4o"), "body.model"),
+    ("stream_not_supported", with_body(stream=True), "body.stream"),
+    ("invalid_body", with_body(messages=[]), "body.messages"),
+    ("invalid_body", with_body(messages=[{"role": "robot", "content": "x"}]), "body.messages[0].role"),
+    ("invalid_body", with_body(temperature=3), "body.temperature"),
+    ("invalid_body", with_body(max_tokens=0), "body.max_tokens"),
+    ("invalid_body", with_body(stop=["a", "b", "c", "d", "e"]), "body.stop"),
+    ("unsupported_parameter", with_body(temprature=0.2), "body.temprature"),
+    ("n_unavailable", with_body(n=3), "body.n"),
+    ("audio_unavailable", with_body(audio={"voice": "alloy", "format": "wav"}), "body.audio"),
+    ("context_too_long", with_body(max_tokens=4000), "body.messages"),
+    ("context_too_long", with_body(messages=[{"role": "user", "content": "word " * 3000}]), "body.messages"),
+]
+
+
+@pytest.mark.parametrize(("code", "change", "param"), RULES, ids=[f"{c}:{p}" for c, _, p in RULES])
+def test_a_line_breaking_one_rule_gets_exactly_that_code_line_and_param(
+        catalogue: Catalogue, tokenizers: TokenizerCache, code: str, change: Callable[[Line], Line],
+        param: str | None) -> None:
+    validation = FileValidation(CHAT, catalogue, tokenizers=tokenizers)
+    assert validation.feed(1, orjson.dumps(good("first"))) == []
+    found = validation.check(2, orjson.dumps(change(good())))
+    assert [(i.code, i.param) for i in found.issues] == [(code, param)]
+    assert found.line == 2
+    assert all(issue.message for issue in found.issues)
+
+
+def test_neutral_values_of_unsupported_parameters_are_accepted(catalogue: Catalogue) -> None:
+    line = with_body(n=1, logprobs=False, store=False, stream=False, modalities=["text"], user="u")(good())
+    assert FileValidation(CHAT, catalogue).feed(1, orjson.dumps(line)) == []
+
+
+def test_a_line_too_long_is_invalid_json_line(catalogue: Catalogue) -> None:
+    validation = FileValidation(CHAT, catalogue, Limits(max_line_bytes=100))
+    assert [i.code for i in validation.feed(1, orjson.dumps(good()))] == ["invalid_json_line"]
+
+
+def test_a_second_model_is_a_model_mismatch(catalogue: Catalogue) -> None:
+    embed = load_catalogue(None)
+    validation = FileValidation(CHAT, embed)
+    validation.feed(1, orjson.dumps(good("a")))
+    validation.model_id = "some-other-model"  # as if line 1 had pinned another model
+    assert [i.code for i in validation.feed(2, orjson.dumps(good("b")))] == ["model_mismatch"]
+
+
+def test_embedding_inputs_are_summed_across_lines_against_the_limit(catalogue: Catalogue) -> None:
+    validation = FileValidation("/v1/embeddings", catalogue, Limits(max_embedding_inputs=3))
+    line = {"custom_id": "e1", "method": "POST", "url": "/v1/embeddings", "body": {"model": "x", "input": ["a", "b"]}}
+    validation.feed(1, orjson.dumps(line))
+    codes = [i.code for i in validation.feed(2, orjson.dumps({**line, "custom_id": "e2"}))]
+    assert "too_many_tasks" in codes
+
+
+def test_the_prompt_is_counted_exactly_as_the_engine_counts_it(tokenizers: TokenizerCache,
+                                                                catalogue: Catalogue) -> None:
+    model = catalogue.resolve("smollm2")
+    assert model is not None
+    tokenizer = tokenizers.get(model)
+    assert tokenizer is not None
+    # llama.cpp reported prompt_tokens 33 and 34 for these two chats on this model.
+    assert tokenizer.count_chat([{"role": "user", "content": "Say hello."}]) == 33
+    assert tokenizer.count_chat([{"role": "user", "content": "Name a colour."}]) == 34
