@@ -20,6 +20,8 @@ class RunBatch(BaseModel):
     endpoint: str
     input_object_key: str
     total_lines: int
+    rejections_object_key: str | None = None
+    """Lines validation refused (allow_partial): never run, they go to the error file with their codes."""
 
     @property
     def msg_id(self) -> str:

@@ -11,6 +11,8 @@ WORK_SUBJECTS = "cmd.>"
 
 READ_MODEL_BUCKET = "sheshnag_read"
 EXECUTORS_BUCKET = "sheshnag_executors"
+LEADER_BUCKET = "sheshnag_leader"
+SCHEDULER_LEADER_KEY = "scheduler"
 
 VALIDATOR_DURABLE = "validator"
 SCHEDULER_DURABLE = "scheduler"

@@ -13,9 +13,16 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, RetentionPolicy, StorageType, StreamConfig
 
-from contracts.commands import RunBatch
+from contracts.commands import FinalizeBatch, RunBatch
 from contracts.events.envelope import Event
-from contracts.subjects import EVENTS_STREAM, EVENTS_SUBJECTS, WORK_STREAM, WORK_SUBJECTS, run_command
+from contracts.subjects import (
+    EVENTS_STREAM,
+    EVENTS_SUBJECTS,
+    FINALIZE_COMMAND,
+    WORK_STREAM,
+    WORK_SUBJECTS,
+    run_command,
+)
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +108,10 @@ class EventBus:
             headers={"Nats-Msg-Id": command.msg_id},
             stream=WORK_STREAM,
         )
+
+    async def send_finalize(self, command: FinalizeBatch) -> None:
+        await self.js.publish(FINALIZE_COMMAND, command.model_dump_json().encode(),
+                              headers={"Nats-Msg-Id": command.msg_id}, stream=WORK_STREAM)
 
     async def durable_subscription(
         self, stream: str, durable: str, subjects: Sequence[str], policy: ConsumerPolicy

@@ -1,26 +1,44 @@
-"""Composition root of the scheduler: connect, then assign validated batches until stopped."""
+"""Composition root of the scheduler: win the leader lease, rebuild the book from the log, act every tick."""
 
 import asyncio
+import contextlib
+import logging
 
-from contracts.subjects import BATCH_VALIDATED, EVENTS_STREAM, SCHEDULER_DURABLE
-from services.runtime.bus import ConsumerPolicy, EventBus
+from services.runtime.bus import EventBus
 from services.runtime.catalogue import load_catalogue
 from services.runtime.fleet import Fleet
 from services.scheduler.handlers import Scheduler
+from services.scheduler.leader import LeaderLease
 from services.scheduler.settings import SchedulerSettings
 
-UNLIMITED_DELIVERIES = -1
-"""A batch waiting for an executor is retried for as long as it takes, with a bounded delay."""
+log = logging.getLogger(__name__)
 
 
 async def run_scheduler(settings: SchedulerSettings, stop: asyncio.Event) -> None:
     connection = settings.connection
     bus = await EventBus.connect(connection.nats_url, "scheduler")
-    scheduler = Scheduler(bus=bus, fleet=await Fleet.open(bus), catalogue=load_catalogue(connection.catalogue_path))
-    policy = ConsumerPolicy(ack_wait_s=30, max_deliver=UNLIMITED_DELIVERIES,
-                            retry_delays_s=(settings.retry_unassignable_s,))
+    catalogue = load_catalogue(connection.catalogue_path)
+    lease = await LeaderLease.open(bus, settings.leader_ttl_s)
     try:
-        await bus.consume(EVENTS_STREAM, SCHEDULER_DURABLE, [BATCH_VALIDATED], scheduler.on_message, policy,
-                          scheduler.on_poison, stop)
+        while await lease.acquire(stop):
+            await lead(Scheduler(bus, await Fleet.open(bus), catalogue), lease, settings, stop)
     finally:
+        await lease.release()
         await bus.close()
+
+
+async def lead(scheduler: Scheduler, lease: LeaderLease, settings: SchedulerSettings, stop: asyncio.Event) -> None:
+    """One term as leader: a fresh book from the whole log, then decisions until stopped or the lease is lost."""
+    subscription = await scheduler.follow()
+    keeper = asyncio.create_task(lease.keep(stop))
+    try:
+        while not stop.is_set() and not keeper.done():
+            if scheduler.caught_up.is_set():
+                await scheduler.tick()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=settings.tick_s)
+    finally:
+        keeper.cancel()
+        await subscription.unsubscribe()
+    if not stop.is_set():
+        log.warning("leadership lost; back to standby")

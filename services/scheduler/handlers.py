@@ -1,27 +1,40 @@
-"""Thin handlers: a validated batch in, an assignment and a run command to one executor out."""
+"""The scheduler at work: fold the log into the book, then act on decisions; every act is an idempotent publish."""
 
+import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import DeliverPolicy
+from pydantic import ValidationError
 
 from contracts.catalogue import Catalogue
-from contracts.commands import RunBatch
-from contracts.events.batch import BatchAssigned, BatchFailed, BatchValidated
-from contracts.events.registry import decode_event
+from contracts.commands import FinalizeBatch, RunBatch
+from contracts.events.batch import AttemptFailed, BatchAssigned, BatchFailed, BatchWaiting
+from contracts.events.executor import ExecutorLost
+from contracts.events.registry import AnyEvent, decode_event
 from contracts.ids import derived_id
-from services.runtime.bus import EventBus, PoisonMessage
+from contracts.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
+from services.runtime.bus import EventBus
 from services.runtime.fleet import Fleet
-from services.scheduler.domain import choose_executor, why_unassignable
+from services.scheduler.book import Book
+from services.scheduler.decisions import (
+    Action,
+    Assign,
+    DeclareLost,
+    FailBatch,
+    FenceAttempt,
+    Finalize,
+    Wait,
+    decide,
+)
 
 log = logging.getLogger(__name__)
 
-FIRST_ATTEMPT = 1
-
-
-class NoExecutorYet(Exception):
-    """Retried later: the batch stays validated until an executor that fits comes online."""
+IGNORED_EVENT_NAMES = frozenset({"line_rejected", "validation_progressed", "progressed", "finalizing"})
+"""High-volume facts that never change a scheduling decision: skipped before decoding."""
 
 
 @dataclass
@@ -29,35 +42,73 @@ class Scheduler:
     bus: EventBus
     fleet: Fleet
     catalogue: Catalogue
+    book: Book = field(default_factory=Book)
+    caught_up: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def on_message(self, message: Msg) -> None:
-        event = decode_event(message.data)
-        if not isinstance(event, BatchValidated):
-            raise PoisonMessage(f"scheduler got {event.type}")
-        await self.assign(event)
+    async def follow(self) -> JetStreamContext.PushSubscription:
+        """Fold every fact from the start of the log, then live ones, into the book."""
+        pending = (await self.bus.js.stream_info(EVENTS_STREAM)).state.messages
+        if pending == 0:
+            self.caught_up.set()
+        return await self.bus.js.subscribe(EVENTS_SUBJECTS, stream=EVENTS_STREAM, ordered_consumer=True,
+                                           deliver_policy=DeliverPolicy.ALL, cb=self._on_fact)
 
-    async def on_poison(self, message: Msg, error: BaseException) -> None:
-        event = decode_event(message.data)
-        await self.bus.publish(BatchFailed(aggregate_id=event.aggregate_id, code="scheduling_error",
-                                           reason=f"The batch could not be scheduled: {error}",
-                                           causation_id=event.event_id))
+    async def _on_fact(self, message: Msg) -> None:
+        kind, _, name = _kind_and_name(message.subject)
+        if kind in ("batch", "executor") and name not in IGNORED_EVENT_NAMES:
+            try:
+                self.book.apply(decode_event(message.data))
+            except ValidationError:
+                log.warning("sequence %d is not an event this scheduler knows; skipped",
+                            message.metadata.sequence.stream)
+        if message.metadata.num_pending == 0:
+            self.caught_up.set()
 
-    async def assign(self, validated: BatchValidated) -> None:
-        model = self.catalogue.resolve(validated.model)
-        if model is None:
-            raise PoisonMessage(f"model {validated.model} left the catalogue")
+    async def tick(self) -> None:
         adverts = await self.fleet.adverts()
-        now_ms = int(time.time() * 1000)
-        chosen = choose_executor(model, adverts, now_ms)
-        if chosen is None:
-            raise NoExecutorYet(why_unassignable(model, adverts, now_ms))
-        lease_token = derived_id("lease_", validated.aggregate_id, str(FIRST_ATTEMPT))
-        await self.bus.publish(BatchAssigned(
-            aggregate_id=validated.aggregate_id, executor_id=chosen.executor_id, attempt=FIRST_ATTEMPT,
-            lease_token=lease_token, causation_id=validated.event_id, correlation_id=validated.aggregate_id))
+        for action in decide(self.book, adverts, self.catalogue, int(time.time() * 1000)):
+            await self.act(action)
+
+    async def act(self, action: Action) -> None:
+        published: AnyEvent | None = None
+        if isinstance(action, Assign):
+            published = await self._assign(action)
+        elif isinstance(action, Wait):
+            published = BatchWaiting(aggregate_id=action.plan.batch_id, reason=action.reason)
+        elif isinstance(action, FailBatch):
+            published = BatchFailed(aggregate_id=action.plan.batch_id, code=action.code, reason=action.reason)
+        elif isinstance(action, FenceAttempt):
+            published = AttemptFailed(aggregate_id=action.plan.batch_id, attempt=action.attempt,
+                                      executor_id=action.executor_id, code=action.code, reason=action.reason)
+        elif isinstance(action, DeclareLost):
+            published = ExecutorLost(aggregate_id=action.executor_id, last_heartbeat_at=action.last_heartbeat_at)
+            log.warning("executor %s is lost (last heartbeat %d)", action.executor_id, action.last_heartbeat_at)
+        elif isinstance(action, Finalize):
+            plan = action.plan
+            await self.bus.send_finalize(FinalizeBatch(
+                batch_id=plan.batch_id, reason=action.reason, owner_key_id=plan.owner_key_id,
+                input_object_key=plan.input_object_key, endpoint=plan.endpoint))
+            plan.finalize_sent = True
+        if published is not None:
+            await self.bus.publish(published)
+            self.book.apply(published)  # act on our own fact now; the log delivers it again, harmlessly
+
+    async def _assign(self, action: Assign) -> BatchAssigned:
+        plan = action.plan
+        assert plan.model is not None
+        lease_token = derived_id("lease_", plan.batch_id, str(action.attempt))
+        assigned = BatchAssigned(aggregate_id=plan.batch_id, executor_id=action.executor_id, attempt=action.attempt,
+                                 lease_token=lease_token, correlation_id=plan.batch_id)
         await self.bus.send_run(RunBatch(
-            batch_id=validated.aggregate_id, executor_id=chosen.executor_id, attempt=FIRST_ATTEMPT,
-            lease_token=lease_token, owner_key_id=validated.owner_key_id, model=model.id,
-            endpoint=validated.endpoint, input_object_key=validated.input_object_key,
-            total_lines=validated.total_lines))
-        log.info("batch %s assigned to %s", validated.aggregate_id, chosen.executor_id)
+            batch_id=plan.batch_id, executor_id=action.executor_id, attempt=action.attempt, lease_token=lease_token,
+            owner_key_id=plan.owner_key_id, model=plan.model, endpoint=plan.endpoint,
+            input_object_key=plan.input_object_key, total_lines=plan.total_lines,
+            rejections_object_key=plan.rejections_object_key))
+        log.info("batch %s attempt %d assigned to %s", plan.batch_id, action.attempt, action.executor_id)
+        return assigned
+
+
+def _kind_and_name(subject: str) -> tuple[str, str, str]:
+    """`evt.<kind>.<id>.<name>` → (kind, id, name)."""
+    _, kind, ident, name = subject.split(".", 3)
+    return kind, ident, name

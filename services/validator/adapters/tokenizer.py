@@ -4,6 +4,7 @@ The vocabulary, merges and chat template inside the GGUF rebuild the exact byte-
 uses, so the validator counts what llama.cpp will count, without loading the weights.
 """
 
+import gc
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -49,6 +50,8 @@ class ModelTokenizer:
         source = (_strings(reader, "tokenizer.chat_template")[0] if "tokenizer.chat_template" in reader.fields
                   else FALLBACK_TEMPLATE)
         template = jinja2.sandbox.ImmutableSandboxedEnvironment().from_string(source)
+        del reader, types_field  # release the memory-mapped weights at once: only the vocabulary is kept
+        gc.collect()
         return cls(tokenizer, template)
 
     def count_text(self, text: str) -> int:

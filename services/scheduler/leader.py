@@ -1,0 +1,65 @@
+"""One active scheduler: a leader lease in a KV bucket whose entries expire unless renewed."""
+
+import asyncio
+import logging
+import socket
+
+import nats.errors
+import nats.js.errors
+from nats.js.kv import KeyValue
+
+from contracts.subjects import LEADER_BUCKET, SCHEDULER_LEADER_KEY
+from services.runtime.bus import EventBus
+from services.runtime.kv import open_bucket
+
+log = logging.getLogger(__name__)
+
+
+class LeaderLease:
+    def __init__(self, kv: KeyValue, holder: str, ttl_s: float) -> None:
+        self.kv = kv
+        self.holder = holder
+        self.ttl_s = ttl_s
+        self.revision: int | None = None
+
+    @classmethod
+    async def open(cls, bus: EventBus, ttl_s: float) -> "LeaderLease":
+        holder = f"{socket.gethostname()}:{id(bus):x}"
+        return cls(await open_bucket(bus, LEADER_BUCKET, ttl_s), holder, ttl_s)
+
+    async def acquire(self, stop: asyncio.Event) -> bool:
+        """Wait until this process holds the lease (True) or `stop` is set (False)."""
+        while not stop.is_set():
+            try:
+                self.revision = await self.kv.create(SCHEDULER_LEADER_KEY, self.holder.encode())
+                log.info("scheduler %s is the leader", self.holder)
+                return True
+            except nats.js.errors.KeyWrongLastSequenceError:
+                pass  # another scheduler leads; its lease expires unless it renews
+            except (nats.errors.Error, OSError) as error:
+                log.warning("leader lease not reachable: %r", error)
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=self.ttl_s / 4)
+            except TimeoutError:
+                pass
+        return False
+
+    async def keep(self, stop: asyncio.Event) -> None:
+        """Renew the lease until `stop` is set; returns early when the lease is lost."""
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=self.ttl_s / 3)
+                break
+            except TimeoutError:
+                pass
+            try:
+                self.revision = await self.kv.update(SCHEDULER_LEADER_KEY, self.holder.encode(), last=self.revision)
+            except (nats.js.errors.KeyWrongLastSequenceError, nats.errors.Error, OSError) as error:
+                log.error("scheduler %s lost the leader lease: %r", self.holder, error)
+                return
+
+    async def release(self) -> None:
+        try:
+            await self.kv.delete(SCHEDULER_LEADER_KEY, last=self.revision)
+        except (nats.js.errors.KeyWrongLastSequenceError, nats.errors.Error, OSError):
+            pass

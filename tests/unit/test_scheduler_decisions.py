@@ -1,0 +1,116 @@
+"""The scheduler's decisions: assign, wait with a reason, retry elsewhere, fail after 3, cancel, expire."""
+
+from contracts.catalogue import Catalogue, CatalogueModel
+from contracts.events.batch import (
+    AttemptFailed,
+    BatchAssigned,
+    BatchCancelRequested,
+    BatchCompleted,
+    BatchCreated,
+    BatchValidated,
+)
+from contracts.events.executor import DeviceMemory, ExecutorAdvert, ExecutorRegistered
+from services.scheduler.book import Book
+from services.scheduler.decisions import (
+    CANCEL_GRACE_MS,
+    Assign,
+    DeclareLost,
+    FailBatch,
+    FenceAttempt,
+    Finalize,
+    Wait,
+    decide,
+)
+
+NOW = 2_000_000_000_000
+MODEL = CatalogueModel(id="m", engine="llamacpp", artifact="/m.gguf", context_length=2048, memory_bytes=1000,
+                       endpoints=["/v1/chat/completions"])
+CATALOGUE = Catalogue(models=[MODEL])
+
+
+def advert(executor_id: str, free: int = 10_000, heartbeat_at: int = NOW) -> ExecutorAdvert:
+    return ExecutorAdvert(executor_id=executor_id, engine="llamacpp", engine_version="1", models=["m"],
+                          loaded_models=["m"], slots=8, heartbeat_at=heartbeat_at,
+                          devices=[DeviceMemory(name="cpu", total_bytes=free, free_bytes=free)])
+
+
+def validated_book(batch: str = "b1", expires_at: int = NOW // 1000 + 3600) -> Book:
+    book = Book()
+    book.apply(BatchCreated(aggregate_id=batch, owner_key_id="k", input_file_id="f", input_object_key="files/f",
+                            endpoint="/v1/chat/completions", completion_window="24h", created_at=0,
+                            expires_at=expires_at))
+    book.apply(BatchValidated(aggregate_id=batch, total_lines=3, model="m", owner_key_id="k",
+                              endpoint="/v1/chat/completions", input_object_key="files/f"))
+    return book
+
+
+def assign(book: Book, executor_id: str, attempt: int, batch: str = "b1") -> None:
+    book.apply(BatchAssigned(aggregate_id=batch, executor_id=executor_id, attempt=attempt, lease_token="t",
+                             occurred_at=NOW))
+
+
+def test_a_validated_batch_goes_to_a_live_executor_as_attempt_1() -> None:
+    actions = decide(validated_book(), [advert("e1")], CATALOGUE, NOW)
+    assert actions == [Assign(actions[0].plan, "e1", 1)]  # type: ignore[union-attr]
+
+
+def test_a_batch_nobody_can_serve_waits_and_says_why_once() -> None:
+    book = validated_book()
+    actions = decide(book, [], CATALOGUE, NOW)
+    assert [type(a) for a in actions] == [Wait] and actions[0].reason == "No executor is online."  # type: ignore[union-attr]
+    book.plans["b1"].waiting_reason = "No executor is online."
+    assert decide(book, [], CATALOGUE, NOW) == []
+
+
+def test_a_lost_executor_fences_its_attempt_and_the_retry_prefers_another_executor() -> None:
+    book = validated_book()
+    assign(book, "e1", 1)
+    fence = decide(book, [advert("e2")], CATALOGUE, NOW)
+    assert [(type(a), getattr(a, "code", None)) for a in fence] == [(FenceAttempt, "executor_lost")]
+    book.apply(AttemptFailed(aggregate_id="b1", attempt=1, executor_id="e1", code="executor_lost", reason="x"))
+    retry = decide(book, [advert("e1"), advert("e2")], CATALOGUE, NOW)
+    assert [(type(a), getattr(a, "executor_id", None), getattr(a, "attempt", None)) for a in retry] == [
+        (Assign, "e2", 2)]
+
+
+def test_after_three_failed_attempts_the_batch_fails_with_the_reason() -> None:
+    book = validated_book()
+    for attempt in (1, 2, 3):
+        assign(book, f"e{attempt}", attempt)
+        book.apply(AttemptFailed(aggregate_id="b1", attempt=attempt, executor_id=f"e{attempt}", code="engine_crashed",
+                                 reason="x"))
+    actions = decide(book, [advert("e4")], CATALOGUE, NOW)
+    assert [type(a) for a in actions] == [FailBatch] and actions[0].code == "attempts_exhausted"  # type: ignore[union-attr]
+
+
+def test_a_cancel_before_assignment_is_finalized_at_once() -> None:
+    book = validated_book()
+    book.apply(BatchCancelRequested(aggregate_id="b1", requested_by_key_id="k", occurred_at=NOW))
+    actions = decide(book, [advert("e1")], CATALOGUE, NOW)
+    assert [(type(a), getattr(a, "reason", None)) for a in actions] == [(Finalize, "cancelled")]
+
+
+def test_a_running_batch_gets_a_grace_period_to_stop_on_cancel_then_is_fenced_and_finalized() -> None:
+    book = validated_book()
+    assign(book, "e1", 1)
+    book.apply(BatchCancelRequested(aggregate_id="b1", requested_by_key_id="k", occurred_at=NOW))
+    assert decide(book, [advert("e1")], CATALOGUE, NOW + 1000) == []
+    late = decide(book, [advert("e1")], CATALOGUE, NOW + CANCEL_GRACE_MS + 1)
+    assert [type(a) for a in late] == [FenceAttempt, Finalize]
+
+
+def test_an_expired_batch_is_fenced_if_running_and_finalized_as_expired() -> None:
+    book = validated_book(expires_at=NOW // 1000 - 1)
+    assign(book, "e1", 1)
+    actions = decide(book, [advert("e1")], CATALOGUE, NOW)
+    assert [(type(a), getattr(a, "code", getattr(a, "reason", None))) for a in actions] == [
+        (FenceAttempt, "batch_expired"), (Finalize, "expired")]
+
+
+def test_ended_batches_are_left_alone_and_silent_executors_are_declared_lost() -> None:
+    book = validated_book()
+    book.apply(BatchCompleted(aggregate_id="b1", output_file_id=None, error_file_id=None, completed=3, failed=0,
+                              usage={}))  # type: ignore[arg-type]
+    book.apply(ExecutorRegistered(aggregate_id="e9", advert=advert("e9", heartbeat_at=NOW - 60_000),
+                                  started_at=NOW - 60_000))
+    assert decide(book, [], CATALOGUE, NOW) == [DeclareLost("e9", NOW - 60_000)]
