@@ -6,7 +6,7 @@ import orjson
 from aiohttp import web
 
 from contracts.api.batch import SUPPORTED_ENDPOINTS, Batch
-from contracts.events.batch import BatchCreated
+from contracts.events.batch import BatchCancelRequested, BatchCreated
 from contracts.ids import derived_id, new_batch_id
 from contracts.readmodel import BatchRecord
 from services.gateway.auth import principal
@@ -15,7 +15,7 @@ from services.gateway.errors import ApiError, bad_request, not_found
 from services.gateway.views.files import owned_file
 from services.gateway.views.paging import page_after, parse_limit
 
-COMPLETION_WINDOWS = {"24h": 24 * 3600}
+MAX_WINDOW_S = 168 * 3600
 MAX_METADATA_PAIRS = 16
 
 
@@ -24,6 +24,18 @@ async def owned_batch(request: web.Request, batch_id: str) -> BatchRecord:
     if record is None or record.owner_key_id != principal(request).key_id:
         raise not_found("batch", batch_id)
     return record
+
+
+def completion_window_seconds(window: object, min_window_s: int) -> int:
+    """`24h` (OpenAI's) up to `168h`: how long the batch may take before it expires. `m` and `s` units exist for
+    deployments that lower the minimum (tests of expiry)."""
+    units = {"h": 3600, "m": 60, "s": 1}
+    amount = window[:-1] if isinstance(window, str) and window[-1:] in units else ""
+    seconds = int(amount) * units[str(window)[-1]] if amount.isdigit() else 0
+    if not min_window_s <= seconds <= MAX_WINDOW_S:
+        raise bad_request(f"completion_window must be between '{min_window_s // 3600}h' and '168h' (got {window!r}).",
+                          "invalid_completion_window", "completion_window")
+    return seconds
 
 
 async def _json_object(request: web.Request) -> dict[str, object]:
@@ -59,8 +71,7 @@ async def create_batch(request: web.Request) -> web.Response:
         raise bad_request(f"endpoint {endpoint!r} is not supported; use one of {', '.join(SUPPORTED_ENDPOINTS)}.",
                           "unsupported_endpoint", "endpoint")
     window = body.get("completion_window")
-    if window not in COMPLETION_WINDOWS:
-        raise bad_request("completion_window must be '24h'.", "invalid_completion_window", "completion_window")
+    window_s = completion_window_seconds(window, d.settings.min_completion_window_s)
     metadata = _metadata(body.get("metadata"))
     allow_partial = body.get("allow_partial", False)
     if not isinstance(allow_partial, bool):
@@ -75,7 +86,7 @@ async def create_batch(request: web.Request) -> web.Response:
     now = int(time.time())
     event = BatchCreated(aggregate_id=batch_id, owner_key_id=owner, input_file_id=input_file_id,
                          input_object_key=file.object_key, endpoint=str(endpoint), completion_window=str(window),
-                         metadata=metadata, created_at=now, expires_at=now + COMPLETION_WINDOWS[str(window)],
+                         metadata=metadata, created_at=now, expires_at=now + window_s,
                          allow_partial=allow_partial, correlation_id=batch_id)
     await d.bus.publish(event)
     record = await d.read_model.wait_for(lambda: d.read_model.get_batch(batch_id), lambda r: True,
@@ -99,7 +110,20 @@ async def retrieve_batch(request: web.Request) -> web.Response:
     return web.json_response(record.batch.model_dump(mode="json"))
 
 
+NOT_CANCELLABLE = frozenset({"finalizing", "completed", "failed", "expired", "cancelled"})
+
+
 async def cancel_batch(request: web.Request) -> web.Response:
-    await owned_batch(request, request.match_info["batch_id"])
-    raise ApiError(400, "Cancelling batches is not available yet on this deployment.",
-                   code="cancel_not_supported")
+    d = deps(request)
+    record = await owned_batch(request, request.match_info["batch_id"])
+    batch = record.batch
+    if batch.status in NOT_CANCELLABLE:
+        raise ApiError(400, f"Batch {batch.id} is {batch.status} and can no longer be cancelled.",
+                       code="batch_not_cancellable")
+    if batch.status != "cancelling":
+        await d.bus.publish(BatchCancelRequested(aggregate_id=batch.id, correlation_id=batch.id,
+                                                 requested_by_key_id=principal(request).key_id))
+        updated = await d.read_model.wait_for(lambda: d.read_model.get_batch(batch.id),
+                                              lambda r: r.batch.status != batch.status, d.settings.read_your_writes_s)
+        batch = updated.batch if updated else batch.model_copy(update={"status": "cancelling"})
+    return web.json_response(batch.model_dump(mode="json"))

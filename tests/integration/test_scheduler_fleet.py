@@ -1,0 +1,103 @@
+"""The scheduler against the real broker: one leader among two, leases, loss of an executor, reassignment.
+
+Executors here are what the scheduler sees of them: adverts in the fleet bucket and run commands on WORK.
+"""
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import nats.errors
+
+from contracts.commands import RunBatch
+from contracts.events.batch import AttemptFailed, BatchAssigned, BatchCreated, BatchValidated
+from contracts.events.executor import DeviceMemory, ExecutorAdvert
+from contracts.ids import new_batch_id
+from contracts.subjects import WORK_STREAM, run_command
+from services.runtime.bus import EventBus
+from services.runtime.fleet import Fleet
+from services.runtime.settings import ConnectionSettings
+from services.scheduler.app import run_scheduler
+from services.scheduler.settings import SchedulerSettings
+from tests.conftest import RunningNats
+from tests.support import batch_facts
+
+MODEL = "smollm2-135m-instruct-q4_1"
+
+
+def advert(executor_id: str) -> ExecutorAdvert:
+    return ExecutorAdvert(executor_id=executor_id, engine="llamacpp", engine_version="t", models=[MODEL],
+                          loaded_models=[MODEL], slots=8, heartbeat_at=int(time.time() * 1000),
+                          devices=[DeviceMemory(name="cpu", total_bytes=2**34, free_bytes=2**33)])
+
+
+@asynccontextmanager
+async def scheduler(url: str) -> AsyncIterator[asyncio.Task[None]]:
+    settings = SchedulerSettings(connection=ConnectionSettings(nats_url=url), tick_s=0.2, leader_ttl_s=2.0)
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_scheduler(settings, stop))
+    try:
+        yield task
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 10)
+
+
+async def validated_batch(bus: EventBus) -> str:
+    batch_id = new_batch_id()
+    await bus.publish(BatchCreated(aggregate_id=batch_id, owner_key_id="k", input_file_id="f",
+                                   input_object_key="files/f", endpoint="/v1/chat/completions",
+                                   completion_window="24h", created_at=0, expires_at=int(time.time()) + 3600))
+    await bus.publish(BatchValidated(aggregate_id=batch_id, total_lines=2, model=MODEL, owner_key_id="k",
+                                     endpoint="/v1/chat/completions", input_object_key="files/f"))
+    return batch_id
+
+
+async def run_commands(bus: EventBus, executor_id: str, wait_s: float = 1.0) -> list[RunBatch]:
+    subscription = await bus.js.pull_subscribe(run_command(executor_id), durable=f"test-{executor_id}",
+                                               stream=WORK_STREAM)
+    try:
+        messages = await subscription.fetch(10, timeout=wait_s)
+    except nats.errors.TimeoutError:
+        return []
+    for message in messages:
+        await message.ack()
+    return [RunBatch.model_validate_json(m.data) for m in messages]
+
+
+async def test_two_schedulers_assign_a_batch_once_and_the_standby_takes_over_a_lost_executor(
+        fresh_nats: RunningNats) -> None:
+    bus = await EventBus.connect(fresh_nats.url, "test")
+    fleet = await Fleet.open(bus)
+    await fleet.advertise(advert("e1"))
+    async with scheduler(fresh_nats.url), scheduler(fresh_nats.url) as second:
+        batch_id = await validated_batch(bus)
+        facts = await batch_facts(bus, batch_id, lambda e: isinstance(e, BatchAssigned), timeout_s=15)
+        assert [(f.executor_id, f.attempt) for f in facts if isinstance(f, BatchAssigned)] == [("e1", 1)]
+        commands = await run_commands(bus, "e1")
+        assert [(c.batch_id, c.attempt) for c in commands] == [(batch_id, 1)]
+
+        await fleet.withdraw("e1")  # e1 stops heartbeating
+        await fleet.advertise(advert("e2"))
+        facts = await batch_facts(bus, batch_id, lambda e: isinstance(e, BatchAssigned) and e.attempt == 2,
+                                  timeout_s=15)
+        failed = [f for f in facts if isinstance(f, AttemptFailed)]
+        assert [(f.attempt, f.executor_id, f.code) for f in failed] == [(1, "e1", "executor_lost")]
+        assert [c.attempt for c in await run_commands(bus, "e2")] == [2]
+        assert not second.done()
+    await bus.close()
+
+
+async def test_a_standby_scheduler_leads_when_the_leader_stops(fresh_nats: RunningNats) -> None:
+    bus = await EventBus.connect(fresh_nats.url, "test")
+    fleet = await Fleet.open(bus)
+    async with scheduler(fresh_nats.url) as first:
+        await asyncio.sleep(0.5)  # first wins the lease
+        async with scheduler(fresh_nats.url):
+            first.cancel()  # the leader stops
+            await fleet.advertise(advert("e3"))
+            batch_id = await validated_batch(bus)
+            facts = await batch_facts(bus, batch_id, lambda e: isinstance(e, BatchAssigned), timeout_s=15)
+            assert [f.executor_id for f in facts if isinstance(f, BatchAssigned)] == ["e3"]
+    await bus.close()
