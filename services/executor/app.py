@@ -3,16 +3,17 @@
 import asyncio
 import contextlib
 import logging
-import os
 import time
 
 import nats.errors
 
-from contracts.events.executor import DeviceMemory, ExecutorAdvert, ExecutorRegistered
-from contracts.subjects import WORK_STREAM, executor_durable, run_command
+from contracts.events.executor import ExecutorAdvert, ExecutorRegistered
+from contracts.subjects import FINALIZE_COMMAND, FINALIZERS_DURABLE, WORK_STREAM, executor_durable, run_command
 from services.executor.adapters.engines import create_engine
 from services.executor.adapters.engines.base import Engine
+from services.executor.adapters.memory import device_memory
 from services.executor.handlers import Executor
+from services.executor.retry import LineRetry
 from services.executor.runner import BatchRunner
 from services.executor.settings import ExecutorSettings
 from services.runtime.bus import ConsumerPolicy, EventBus
@@ -23,17 +24,11 @@ from services.runtime.objectstore import ObjectStore
 log = logging.getLogger(__name__)
 
 
-def host_memory() -> DeviceMemory:
-    page = os.sysconf("SC_PAGE_SIZE")
-    return DeviceMemory(name="cpu", total_bytes=os.sysconf("SC_PHYS_PAGES") * page,
-                        free_bytes=os.sysconf("SC_AVPHYS_PAGES") * page)
-
-
 def advert_of(settings: ExecutorSettings, engines: dict[str, Engine]) -> ExecutorAdvert:
     versions = {engine.version for engine in engines.values()}
     return ExecutorAdvert(
         executor_id=settings.executor_id, engine=settings.engine, engine_version=",".join(sorted(versions)),
-        models=sorted(engines), loaded_models=sorted(engines), devices=[host_memory()],
+        models=sorted(engines), loaded_models=sorted(engines), devices=device_memory(),
         slots=sum(engine.slots for engine in engines.values()), heartbeat_at=int(time.time() * 1000),
     )
 
@@ -73,7 +68,8 @@ async def run_executor(settings: ExecutorSettings, stop: asyncio.Event) -> None:
         await fleet.advertise(advert)
         await bus.publish(ExecutorRegistered(aggregate_id=settings.executor_id, advert=advert,
                                              started_at=advert.heartbeat_at))
-        runner = BatchRunner(bus, store, settings.executor_id, settings.chunk_lines)
+        retry = LineRetry(attempts=settings.line_attempts, base_delay_s=settings.line_retry_delay_s)
+        runner = BatchRunner(bus, store, settings.executor_id, settings.chunk_lines, retry)
         executor = Executor(bus, runner, engines, settings.executor_id)
         # One batch at a time: the engine's slots are the concurrency, inside the batch.
         policy = ConsumerPolicy(ack_wait_s=settings.ack_wait_s, max_deliver=settings.max_deliver,
@@ -82,14 +78,19 @@ async def run_executor(settings: ExecutorSettings, stop: asyncio.Event) -> None:
         consuming = asyncio.create_task(bus.consume(
             WORK_STREAM, executor_durable(settings.executor_id), [run_command(settings.executor_id)],
             executor.on_message, policy, executor.on_poison, stop))
+        # Any one executor takes a finalize command; many may wait on a running attempt at once.
+        finalize_policy = ConsumerPolicy(ack_wait_s=settings.ack_wait_s, max_deliver=-1, max_ack_pending=64)
+        finalizing = asyncio.create_task(bus.consume(
+            WORK_STREAM, FINALIZERS_DURABLE, [FINALIZE_COMMAND], executor.on_finalize, finalize_policy,
+            executor.on_finalize_poison, stop))
         stopping = asyncio.create_task(stop.wait())
-        await asyncio.wait({stopping, consuming, beating}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({stopping, consuming, finalizing, beating}, return_when=asyncio.FIRST_COMPLETED)
         stop.set()
         # The batch in hand gets a moment to commit; whatever is left is redelivered and resumed.
-        await asyncio.wait({consuming}, timeout=settings.stop_grace_s)
-        for task in (consuming, beating):
+        await asyncio.wait({consuming, finalizing}, timeout=settings.stop_grace_s)
+        for task in (consuming, finalizing, beating):
             task.cancel()
-        outcomes = await asyncio.gather(consuming, beating, stopping, return_exceptions=True)
+        outcomes = await asyncio.gather(consuming, finalizing, beating, stopping, return_exceptions=True)
         await fleet.withdraw(settings.executor_id)
         for outcome in outcomes:
             if isinstance(outcome, Exception):

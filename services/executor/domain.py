@@ -1,14 +1,16 @@
-"""Pure execution logic: result lines, resuming from committed chunks, chunk bookkeeping, files and usage."""
+"""Pure execution logic: result lines, resuming from committed chunks, chunk bookkeeping, files and usage,
+and the invariant every terminal batch keeps."""
 
 import json
 import re
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
 from contracts.api.batch import BatchUsage, InputTokensDetails
-from contracts.api.output_line import OutputLine, OutputResponse
+from contracts.api.output_line import OutputError, OutputLine, OutputResponse
 from contracts.ids import batch_request_id, derived_id
 
 CHUNK_KEY = re.compile(r"/attempt-(\d+)/chunk-(\d+)\.jsonl$")
@@ -64,6 +66,13 @@ def result_line(batch_id: str, line: InputLine, status_code: int, body: dict[str
     )
     output = OutputLine(id=batch_request_id(batch_id, line.custom_id), custom_id=line.custom_id,
                         response=response, error=None)
+    return CommittedLine(line=line.line, custom_id=line.custom_id, output=output)
+
+
+def unrun_line(batch_id: str, line: InputLine, code: str, message: str) -> CommittedLine:
+    """The error line of an input line that never ran (the batch was cancelled or expired first)."""
+    output = OutputLine(id=batch_request_id(batch_id, line.custom_id), custom_id=line.custom_id,
+                        response=None, error=OutputError(code=code, message=message))
     return CommittedLine(line=line.line, custom_id=line.custom_id, output=output)
 
 
@@ -180,21 +189,52 @@ def assemble(lines: Iterable[CommittedLine]) -> ResultFiles:
     )
 
 
-def _count(mapping: object, key: str) -> int:
-    value = mapping.get(key) if isinstance(mapping, dict) else None
-    return value if isinstance(value, int) else 0
+def _count(mapping: object, *keys: str) -> int:
+    """The first integer found under `keys` (chat says prompt_tokens, Responses says input_tokens)."""
+    if not isinstance(mapping, dict):
+        return 0
+    for key in keys:
+        value = mapping.get(key)
+        if isinstance(value, int):
+            return value
+    return 0
 
 
 def usage_of(lines: Iterable[CommittedLine]) -> BatchUsage:
-    """Token usage summed over the successful lines' response bodies."""
+    """Token usage summed over the successful lines' bodies: chat and completions, embeddings (prompt tokens
+    only) and responses (input/output tokens)."""
     prompt = completion = cached = 0
     for line in lines:
         if not line.succeeded or line.output.response is None:
             continue
         usage = line.output.response.body.get("usage")
-        prompt += _count(usage, "prompt_tokens")
-        completion += _count(usage, "completion_tokens")
-        cached += _count(usage.get("prompt_tokens_details") if isinstance(usage, dict) else None,
-                         "cached_tokens")
+        if not isinstance(usage, dict):
+            continue
+        prompt += _count(usage, "prompt_tokens", "input_tokens")
+        completion += _count(usage, "completion_tokens", "output_tokens")
+        details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details")
+        cached += _count(details, "cached_tokens")
     return BatchUsage(input_tokens=prompt, output_tokens=completion, total_tokens=prompt + completion,
                       input_tokens_details=InputTokensDetails(cached_tokens=cached))
+
+
+class InvariantBroken(AssertionError):
+    """A terminal batch whose files do not account for every input line exactly once."""
+
+
+def check_invariant(total: int, completed: int, failed: int, output: bytes, errors: bytes) -> None:
+    """completed + failed = total = output lines + error lines, each custom_id once across both files."""
+    ids = [json.loads(raw)["custom_id"] for raw in [*output.splitlines(), *errors.splitlines()] if raw.strip()]
+    output_lines = sum(1 for raw in output.splitlines() if raw.strip())
+    problems = []
+    if completed + failed != total:
+        problems.append(f"completed {completed} + failed {failed} != total {total}")
+    if len(ids) != total:
+        problems.append(f"{len(ids)} file lines for {total} input lines")
+    if output_lines != completed:
+        problems.append(f"{output_lines} output lines but {completed} completed")
+    duplicates = sorted(custom_id for custom_id, seen in Counter(ids).items() if seen > 1)
+    if duplicates:
+        problems.append(f"custom_ids more than once: {duplicates[:5]}")
+    if problems:
+        raise InvariantBroken("; ".join(problems))

@@ -1,13 +1,15 @@
-"""Thin handlers: a RunBatch command in, a batch run, its facts out; a hopeless command fails the batch."""
+"""Thin handlers: a RunBatch command in, a batch run, its facts out; a hopeless command fails the batch.
+A FinalizeBatch command ends a batch that runs nowhere, or hands it to the attempt running it here."""
 
 import logging
 
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
-from contracts.commands import RunBatch
+from contracts.commands import FinalizeBatch, RunBatch
 from contracts.events.batch import BatchFailed
 from services.executor.adapters.engines.base import Engine
+from services.executor.adapters.watch import read_batch_log
 from services.executor.domain import InvalidInputLine
 from services.executor.runner import BatchRunner
 from services.runtime.bus import EventBus, PoisonMessage
@@ -15,6 +17,10 @@ from services.runtime.bus import EventBus, PoisonMessage
 log = logging.getLogger(__name__)
 
 REASON_LIMIT = 1000
+
+
+class FinalizeDeferred(Exception):
+    """An attempt still runs the batch; it finalizes the batch itself, or fails and this retries later."""
 
 
 class Executor:
@@ -48,3 +54,27 @@ class Executor:
         reason = f"attempt {command.attempt} on executor {self.executor_id} failed: {error}"
         await self.bus.publish(BatchFailed(aggregate_id=command.batch_id, correlation_id=command.batch_id,
                                            code="executor_error", reason=reason[:REASON_LIMIT]))
+
+    async def on_finalize(self, message: Msg) -> None:
+        try:
+            command = FinalizeBatch.model_validate_json(message.data)
+        except ValidationError as error:
+            raise PoisonMessage(f"not a FinalizeBatch command: {error}") from error
+        running = self.runner.running.get(command.batch_id)
+        if running is not None:
+            running.request_stop(command.reason)
+            raise FinalizeDeferred(f"batch {command.batch_id} runs here; its attempt finalizes it")
+        batch_log = await read_batch_log(self.bus, command.batch_id)
+        if batch_log.ended is not None:
+            log.info("batch %s already ended (%s); nothing to finalize", command.batch_id, batch_log.ended)
+            return
+        live = batch_log.live_attempt()
+        if live is not None:
+            raise FinalizeDeferred(f"attempt {live} of batch {command.batch_id} may still run")
+        try:
+            await self.runner.finalizer.finalize(command, command.reason)
+        except InvalidInputLine as error:
+            raise PoisonMessage(str(error)) from error
+
+    async def on_finalize_poison(self, message: Msg, error: BaseException) -> None:
+        log.error("a finalize command on %s cannot be handled: %r", message.subject, error)

@@ -19,6 +19,10 @@ class ExecutorSettings(ServiceSettings):
     """CPU threads the engine uses for prompt processing and generation."""
     chunk_lines: int = 16
     """Finished lines per committed result chunk (and per progress event)."""
+    line_attempts: int = 3
+    """Tries of one line when the engine answers 5xx (transient); a 4xx answer is final at once."""
+    line_retry_delay_s: float = 0.5
+    """Backoff before a line's second try, doubled before each further one."""
     heartbeat_s: float = 3.0
     ack_wait_s: float = 60.0
     max_deliver: int = 5

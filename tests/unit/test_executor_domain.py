@@ -1,23 +1,35 @@
-"""The executor's pure logic: result lines, chunk bookkeeping, resuming, assembling files, usage."""
+"""The executor's pure logic: result lines, chunk bookkeeping, resuming, assembling files, usage, the
+invariant of terminal batches and what a batch's log says about its attempts."""
 
 import json
 
 import pytest
 
+from contracts.events.batch import (
+    AttemptFailed,
+    BatchAssigned,
+    BatchCancelRequested,
+    BatchCreated,
+    BatchFailed,
+)
 from contracts.ids import batch_request_id
+from services.executor.attempts import BatchLog
 from services.executor.domain import (
     ChunkCommitter,
     CommittedLine,
     InputLine,
     InvalidInputLine,
+    InvariantBroken,
     Resume,
     Tally,
     assemble,
+    check_invariant,
     chunk_position,
     decode_chunk,
     encode_chunk,
     parse_input_line,
     result_line,
+    unrun_line,
     usage_of,
 )
 
@@ -140,3 +152,60 @@ def test_usage_sums_successful_bodies_including_cached_tokens() -> None:
     usage = usage_of([ok(1, "a", 10, 4), failed(2, "b"), cached])
     assert (usage.input_tokens, usage.output_tokens, usage.total_tokens) == (30, 9, 39)
     assert usage.input_tokens_details.cached_tokens == 8
+
+
+def test_a_line_that_never_ran_is_an_error_line_without_a_response() -> None:
+    output = json.loads(unrun_line(BATCH, InputLine(5, "e", {}), "batch_cancelled", "cancelled").output
+                        .model_dump_json())
+    assert output == {"id": batch_request_id(BATCH, "e"), "custom_id": "e", "response": None,
+                      "error": {"code": "batch_cancelled", "message": "cancelled"}}
+
+
+def test_usage_counts_embeddings_prompt_tokens_and_responses_input_and_output_tokens() -> None:
+    embedding = result_line(BATCH, InputLine(1, "a", {}), 200, {"object": "list", "data": [],
+                                                                 "usage": {"prompt_tokens": 6, "total_tokens": 6}})
+    response = result_line(BATCH, InputLine(2, "b", {}), 200, {"object": "response", "usage": {
+        "input_tokens": 9, "output_tokens": 4, "total_tokens": 13, "input_tokens_details": {"cached_tokens": 2}}})
+    usage = usage_of([embedding, response])
+    assert (usage.input_tokens, usage.output_tokens, usage.total_tokens) == (15, 4, 19)
+    assert usage.input_tokens_details.cached_tokens == 2
+
+
+def test_the_invariant_holds_when_every_line_is_in_exactly_one_file() -> None:
+    files = assemble([ok(1, "a"), failed(2, "b"), unrun_line(BATCH, InputLine(3, "c", {}), "batch_expired", "x")])
+    check_invariant(3, 1, 2, files.output, files.errors)
+
+
+def test_the_invariant_catches_a_missing_line_a_duplicate_and_wrong_counts() -> None:
+    files = assemble([ok(1, "a"), failed(2, "a")])
+    with pytest.raises(InvariantBroken, match="more than once"):
+        check_invariant(2, 1, 1, files.output, files.errors)
+    with pytest.raises(InvariantBroken, match="3 input lines"):
+        check_invariant(3, 1, 2, assemble([ok(1, "a"), failed(2, "b")]).output, files.errors)
+    with pytest.raises(InvariantBroken, match="completed"):
+        check_invariant(2, 2, 0, files.output, files.errors)
+
+
+def fact(model: type, **fields: object) -> object:
+    return model(aggregate_id=BATCH, **fields)
+
+
+def test_an_attempt_is_fenced_off_once_it_failed_or_a_later_one_was_assigned() -> None:
+    log = BatchLog()
+    log.fold(fact(BatchAssigned, executor_id="x", attempt=1, lease_token="t1"))
+    assert log.is_current(1) and log.live_attempt() == 1
+    log.fold(fact(AttemptFailed, attempt=1, executor_id="x", code="executor_lost", reason="gone"))
+    assert not log.is_current(1) and log.live_attempt() is None
+    log.fold(fact(BatchAssigned, executor_id="y", attempt=2, lease_token="t2"))
+    assert log.live_attempt() == 2 and not log.is_current(1) and log.is_current(2)
+    log.fold(fact(BatchFailed, code="c", reason="r"))
+    assert log.ended == "batch.failed" and log.live_attempt() is None
+
+
+def test_a_batch_stops_on_cancel_or_once_its_window_ends() -> None:
+    log = BatchLog()
+    log.fold(fact(BatchCreated, owner_key_id="k", input_file_id="f", input_object_key="o",
+                  endpoint="/v1/chat/completions", completion_window="24h", created_at=100, expires_at=200))
+    assert log.stop_reason(now_s=199) is None and log.stop_reason(now_s=200) == "expired"
+    log.fold(fact(BatchCancelRequested, requested_by_key_id="k"))
+    assert log.stop_reason(now_s=0) == "cancelled"

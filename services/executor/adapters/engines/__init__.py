@@ -9,4 +9,8 @@ def create_engine(name: EngineName, n_threads: int) -> Engine:
         from services.executor.adapters.engines.llamacpp import LlamaCppEngine
 
         return LlamaCppEngine(n_threads=n_threads)
+    if name == "tensorrt_llm":
+        from services.executor.adapters.engines.tensorrt_llm import TensorRtLlmEngine
+
+        return TensorRtLlmEngine()
     raise NotImplementedError(f"engine {name!r} is not available in this build")

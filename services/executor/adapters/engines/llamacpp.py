@@ -1,4 +1,5 @@
-"""The llama.cpp engine through xllamacpp: GGUF models, continuous batching over `slots` sequences.
+"""The llama.cpp engine through xllamacpp: GGUF models, continuous batching over `slots` sequences;
+chat, completions, responses (mapped onto chat) and, for a model whose endpoints say so, embeddings.
 
 xllamacpp calls block but release the GIL, so they run in a thread pool with one worker per slot.
 """
@@ -13,17 +14,16 @@ from typing import Any, ClassVar
 import xllamacpp
 
 from contracts.catalogue import CatalogueModel
+from contracts.engines import honoured_parameters
 from contracts.events.executor import EngineName
 from services.executor.adapters.engines.base import Engine, EngineReply, EngineUnavailable, error_reply
+from services.executor.adapters.engines.responses import UnmappableRequest, chat_request, response_body
 from services.runtime.catalogue import resolve_artifact
 
 log = logging.getLogger(__name__)
 
-CAPABILITIES = frozenset({
-    "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p",
-    "seed", "stop", "presence_penalty", "frequency_penalty", "repeat_penalty", "logit_bias", "logprobs",
-    "top_logprobs", "response_format", "n_probs", "ignore_eos", "tools", "tool_choice", "user", "model",
-})
+EMBEDDINGS = "/v1/embeddings"
+RESPONSES = "/v1/responses"
 
 
 class LlamaCppEngine(Engine):
@@ -44,7 +44,7 @@ class LlamaCppEngine(Engine):
         return self.model.slots if self.model else 0
 
     def capabilities(self) -> frozenset[str]:
-        return CAPABILITIES
+        return honoured_parameters(self.name)
 
     def load(self, model: CatalogueModel) -> None:
         params = xllamacpp.CommonParams()
@@ -55,6 +55,10 @@ class LlamaCppEngine(Engine):
         params.n_ctx = model.slots * model.context_length
         params.cpuparams.n_threads = self.n_threads
         params.cpuparams_batch.n_threads = self.n_threads
+        if EMBEDDINGS in model.endpoints:
+            # A causal model pools nothing by default, and llama.cpp refuses to embed without pooling.
+            params.embedding = True
+            params.pooling_type = xllamacpp.llama_pooling_type.LLAMA_POOLING_TYPE_MEAN
         self._server = xllamacpp.Server(params)
         self._pool = ThreadPoolExecutor(max_workers=model.slots, thread_name_prefix=f"llamacpp-{model.id}")
         self.model = model
@@ -68,22 +72,32 @@ class LlamaCppEngine(Engine):
     async def run(self, endpoint: str, body: dict[str, object]) -> EngineReply:
         if self._server is None or self._pool is None or self.model is None:
             raise EngineUnavailable("no model is loaded")
-        call = self._handler(self._server, endpoint)
+        call = self._handler(self._server, self.model, endpoint)
         if call is None:
             return error_reply(400, f"endpoint {endpoint} is not served by {self.model.id}", "invalid_url")
         request = {key: value for key, value in body.items() if key != "stream"}
         try:
+            if endpoint == RESPONSES:
+                request = chat_request(request)
             result = await asyncio.get_running_loop().run_in_executor(self._pool, call, request)
-        except ValueError as error:
+        except (ValueError, UnmappableRequest) as error:
             # xllamacpp raises ValueError for a malformed request; that is the line's fault, not ours.
             return error_reply(400, str(error), "invalid_request")
-        return self._reply(self.model.id, result)
+        reply = self._reply(self.model.id, result)
+        if endpoint == RESPONSES and reply.ok:
+            return EngineReply(200, response_body(reply.body, self.model.id))
+        return reply
 
     @staticmethod
-    def _handler(server: xllamacpp.Server, endpoint: str) -> Callable[[dict[str, Any]], Any] | None:
+    def _handler(server: xllamacpp.Server, model: CatalogueModel,
+                 endpoint: str) -> Callable[[dict[str, Any]], Any] | None:
+        if endpoint not in model.endpoints:
+            return None
         handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
             "/v1/chat/completions": server.handle_chat_completions,
             "/v1/completions": server.handle_completions,
+            RESPONSES: server.handle_chat_completions,
+            EMBEDDINGS: server.handle_embeddings,
         }
         return handlers.get(endpoint)
 

@@ -1,0 +1,144 @@
+"""Reading a batch's event log from EVENTS: once (the finalizer) or followed live (the running attempt).
+
+An ephemeral pull consumer knows how many facts exist when it is made, so "caught up" is exact.
+"""
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+
+import nats.errors
+import nats.js.errors
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from pydantic import ValidationError
+
+from contracts.events.registry import AnyEvent, decode_event
+from contracts.subjects import EVENTS_STREAM, batch_events
+from services.executor.attempts import BatchLog, StopReason
+from services.runtime.bus import EventBus
+
+log = logging.getLogger(__name__)
+
+FETCH = 256
+
+
+class EventReader:
+    """One batch's facts in stream order, from the first."""
+
+    def __init__(self, bus: EventBus, name: str, subscription: JetStreamContext.PullSubscription) -> None:
+        self.bus = bus
+        self.name = name
+        self.subscription = subscription
+        self.received = 0
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def open(cls, bus: EventBus, batch_id: str) -> AsyncIterator[tuple["EventReader", list[AnyEvent]]]:
+        """The reader and every fact the batch has so far."""
+        config = ConsumerConfig(filter_subject=batch_events(batch_id), deliver_policy=DeliverPolicy.ALL,
+                                ack_policy=AckPolicy.NONE, inactive_threshold=60.0, mem_storage=True)
+        info = await bus.js.add_consumer(EVENTS_STREAM, config)
+        reader = cls(bus, info.name, await bus.js.pull_subscribe_bind(consumer=info.name, stream=EVENTS_STREAM))
+        try:
+            backlog: list[AnyEvent] = []
+            while reader.received < (info.num_pending or 0):
+                backlog.extend(await reader.next_events(timeout_s=5.0))
+            yield reader, backlog
+        finally:
+            await reader.close()
+
+    async def next_events(self, timeout_s: float = 1.0) -> list[AnyEvent]:
+        try:
+            messages = await self.subscription.fetch(FETCH, timeout=timeout_s)
+        except TimeoutError:
+            # nats.errors.TimeoutError is one, and an idle pull may also time out as asyncio's.
+            return []
+        self.received += len(messages)
+        events = []
+        for message in messages:
+            try:
+                events.append(decode_event(message.data))
+            except ValidationError:
+                # A fact of a newer kind than this executor knows says nothing about its attempts.
+                log.debug("skipping an undecodable event on %s", message.subject)
+        return events
+
+    async def close(self) -> None:
+        with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
+            await self.subscription.unsubscribe()
+            await self.bus.js.delete_consumer(EVENTS_STREAM, self.name)
+
+
+async def read_batch_log(bus: EventBus, batch_id: str) -> BatchLog:
+    """The batch's log as it stands now."""
+    batch_log = BatchLog()
+    async with EventReader.open(bus, batch_id) as (_, backlog):
+        for event in backlog:
+            batch_log.fold(event)
+    return batch_log
+
+
+class BatchWatch:
+    """The running attempt's view of its batch: `stopping` is set on cancel, expiry, a lost lease or an end."""
+
+    def __init__(self, attempt: int) -> None:
+        self.attempt = attempt
+        self.log = BatchLog()
+        self.stopping = asyncio.Event()
+        self.requested: StopReason | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._closed = False
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def open(cls, bus: EventBus, batch_id: str, attempt: int) -> AsyncIterator["BatchWatch"]:
+        watch = cls(attempt)
+        async with EventReader.open(bus, batch_id) as (reader, backlog):
+            watch.fold(backlog)
+            following = asyncio.create_task(watch._follow(reader))
+            try:
+                yield watch
+            finally:
+                watch._closed = True
+                following.cancel()
+                # A fetch may swallow the cancellation (asyncio.wait_for in 3.11); the flag ends the loop.
+                await asyncio.wait({following}, timeout=2.0)
+                if watch._timer is not None:
+                    watch._timer.cancel()
+
+    @property
+    def fenced(self) -> bool:
+        """This attempt may commit nothing more: its lease is gone or the batch already ended."""
+        return not self.log.is_current(self.attempt) or self.log.ended is not None
+
+    def stop_reason(self) -> StopReason | None:
+        return self.log.stop_reason(time.time()) or self.requested
+
+    def request_stop(self, reason: StopReason) -> None:
+        """A FinalizeBatch for this batch reached this executor: the running attempt ends it."""
+        self.requested = self.requested or reason
+        self._update()
+
+    def fold(self, events: list[AnyEvent]) -> None:
+        for event in events:
+            self.log.fold(event)
+        self._update()
+
+    def _update(self) -> None:
+        if self.fenced or self.stop_reason() is not None:
+            self.stopping.set()
+        elif self.log.expires_at is not None and self._timer is None:
+            delay = max(0.0, self.log.expires_at - time.time())
+            self._timer = asyncio.get_running_loop().call_later(delay, self._update)
+
+    async def _follow(self, reader: EventReader) -> None:
+        while not self._closed:
+            try:
+                self.fold(await reader.next_events())
+            except (nats.errors.Error, OSError) as error:
+                # The broker may be reconnecting; the pull consumer resumes where it was.
+                log.warning("batch watch interrupted: %r", error)
+                await asyncio.sleep(0.5)

