@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
@@ -32,8 +33,40 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     up.add_argument("--nats-port", type=int, default=None, help="embedded NATS port (default: a free port)")
     up.add_argument("--s3-port", type=int, default=None, help="embedded S3 port (default: a free port)")
     for name in SERVICES:
-        commands.add_parser(name, help=f"run the {name} against an existing NATS and S3 (SHESHNAG_* env)")
+        service = commands.add_parser(name, help=f"run the {name} against an existing NATS and S3 (SHESHNAG_* env)")
+        if name == "ledger":
+            add_ledger_tools(service)
     return parser.parse_args(argv)
+
+
+def add_ledger_tools(ledger: argparse.ArgumentParser) -> None:
+    """`sheshnag ledger` alone runs the service; these subcommands are the operators' tools."""
+    tools = ledger.add_subparsers(dest="tool")
+    tools.add_parser("replay", help="rebuild every aggregate from sequence 1 in a scratch store; diff with live")
+    audit = tools.add_parser("audit", help="a batch's full timeline from the event log")
+    audit.add_argument("batch_id")
+    audit.add_argument("--json", action="store_true", help="JSONL instead of a table")
+    tools.add_parser("verify", help="recompute the hash chain from the log; report the first sequence that breaks")
+    export = tools.add_parser("export", help="events published in a time range, as JSONL")
+    export.add_argument("--since", type=datetime.fromisoformat, default=None, help="ISO-8601 time (inclusive)")
+    export.add_argument("--until", type=datetime.fromisoformat, default=None, help="ISO-8601 time (inclusive)")
+
+
+def run_ledger_tool(args: argparse.Namespace) -> int:
+    from services.ledger import operator
+    from services.ledger.settings import LedgerSettings
+
+    settings = LedgerSettings()
+    match args.tool:
+        case "replay":
+            return asyncio.run(operator.replay(settings))
+        case "audit":
+            return asyncio.run(operator.audit(settings, args.batch_id, args.json))
+        case "verify":
+            return asyncio.run(operator.verify(settings))
+        case _:
+            since, until = (t if t is None or t.tzinfo else t.replace(tzinfo=UTC) for t in (args.since, args.until))
+            return asyncio.run(operator.export(settings, since, until))
 
 
 async def wait_for_gateway(port: int, within_s: float = 120.0) -> None:
@@ -92,6 +125,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "up":
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         asyncio.run(up(args))
+    elif args.command == "ledger" and args.tool:
+        logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+        sys.exit(run_ledger_tool(args))
     else:
         importlib.import_module(f"services.{args.command}.__main__").main()
 

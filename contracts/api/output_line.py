@@ -17,6 +17,7 @@ class OutputError(BaseModel):
 
 class OutputLine(BaseModel):
     id: str
-    custom_id: str
+    custom_id: str | None
+    """Echoed verbatim; None only for a line refused by validation that had no usable custom_id."""
     response: OutputResponse | None = None
     error: OutputError | None = None

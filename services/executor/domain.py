@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from contracts.api.batch import BatchUsage, InputTokensDetails
 from contracts.api.output_line import OutputError, OutputLine, OutputResponse
+from contracts.api.rejected_line import RejectedLine
 from contracts.ids import batch_request_id, derived_id
 
 CHUNK_KEY = re.compile(r"/attempt-(\d+)/chunk-(\d+)\.jsonl$")
@@ -48,8 +49,13 @@ class CommittedLine(BaseModel):
     """The result of one input line as stored in a result chunk."""
 
     line: int
-    custom_id: str
+    custom_id: str | None
     output: OutputLine
+
+    @property
+    def key(self) -> str:
+        """Its identity in the batch: the custom_id, or the line for a refused line that had none."""
+        return self.custom_id if self.custom_id is not None else f"\x00line:{self.line}"
 
     @property
     def succeeded(self) -> bool:
@@ -67,6 +73,14 @@ def result_line(batch_id: str, line: InputLine, status_code: int, body: dict[str
     output = OutputLine(id=batch_request_id(batch_id, line.custom_id), custom_id=line.custom_id,
                         response=response, error=None)
     return CommittedLine(line=line.line, custom_id=line.custom_id, output=output)
+
+
+def refused_line(batch_id: str, refused: RejectedLine) -> CommittedLine:
+    """The error line of an input line validation refused (allow_partial): it never runs."""
+    ident = refused.custom_id if refused.custom_id is not None else f"line:{refused.line}"
+    output = OutputLine(id=batch_request_id(batch_id, ident), custom_id=refused.custom_id, response=None,
+                        error=OutputError(code=refused.code, message=refused.message))
+    return CommittedLine(line=refused.line, custom_id=refused.custom_id, output=output)
 
 
 def unrun_line(batch_id: str, line: InputLine, code: str, message: str) -> CommittedLine:
@@ -157,9 +171,13 @@ class Resume:
                 last_chunk = number
             for line in lines:
                 # The earliest commit of a custom_id wins, so every attempt assembles the same files.
-                committed.setdefault(line.custom_id, line)
+                committed.setdefault(line.key, line)
         next_chunk = 0 if last_chunk is None else last_chunk + 1
         return cls(committed, next_chunk, last_chunk)
+
+    @property
+    def committed_lines(self) -> set[int]:
+        return {line.line for line in self.committed.values()}
 
     def tally(self) -> Tally:
         tally = Tally()

@@ -40,7 +40,7 @@ class Finalizer:
         committed = Resume.from_chunks(await self.results.committed(batch_id), attempt=0).committed
         lines = list(committed.values())
         if outcome != "completed":
-            lines.extend(await self._unrun(command, outcome, set(committed)))
+            lines.extend(await self._unrun(command, outcome, set(committed), {c.line for c in lines}))
         files = assemble(lines)
         if fenced():
             return False
@@ -65,12 +65,14 @@ class Finalizer:
         return True
 
     async def _unrun(self, command: RunBatch | FinalizeBatch, outcome: Outcome,
-                     committed: set[str]) -> list[CommittedLine]:
+                     committed: set[str], committed_lines: set[int]) -> list[CommittedLine]:
         code, message = f"batch_{outcome}", UNRUN_MESSAGES[outcome]
         unrun: list[CommittedLine] = []
         number = 0
         async for raw in self.store.iter_lines(command.input_object_key):
             number += 1
+            if number in committed_lines:
+                continue
             line = parse_input_line(number, raw)
             if line is not None and line.custom_id not in committed:
                 unrun.append(unrun_line(command.batch_id, line, code, message))

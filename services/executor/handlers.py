@@ -7,7 +7,7 @@ from nats.aio.msg import Msg
 from pydantic import ValidationError
 
 from contracts.commands import FinalizeBatch, RunBatch
-from contracts.events.batch import BatchFailed
+from contracts.events.batch import AttemptFailed
 from services.executor.adapters.engines.base import Engine
 from services.executor.adapters.watch import read_batch_log
 from services.executor.domain import InvalidInputLine
@@ -51,9 +51,11 @@ class Executor:
         except ValidationError:
             log.error("dropping an undecodable run command on %s: %r", message.subject, error)
             return
+        # The attempt failed, not the batch: the scheduler retries it elsewhere, up to its attempt limit.
         reason = f"attempt {command.attempt} on executor {self.executor_id} failed: {error}"
-        await self.bus.publish(BatchFailed(aggregate_id=command.batch_id, correlation_id=command.batch_id,
-                                           code="executor_error", reason=reason[:REASON_LIMIT]))
+        await self.bus.publish(AttemptFailed(aggregate_id=command.batch_id, correlation_id=command.batch_id,
+                                             attempt=command.attempt, executor_id=self.executor_id,
+                                             code="executor_error", reason=reason[:REASON_LIMIT]))
 
     async def on_finalize(self, message: Msg) -> None:
         try:

@@ -102,8 +102,11 @@ class BatchRunner:
 
     async def _pending_lines(self, command: RunBatch, resume: Resume) -> AsyncIterator[InputLine]:
         number = 0
+        done = resume.committed_lines  # includes lines validation refused, which may not even parse
         async for raw in self.store.iter_lines(command.input_object_key):
             number += 1
+            if number in done:
+                continue
             line = parse_input_line(number, raw)
             if line is not None and line.custom_id not in resume.committed:
                 yield line

@@ -4,7 +4,7 @@ import asyncio
 import logging
 
 from contracts.subjects import EVENTS_STREAM, LEDGER_NAME
-from services.ledger.application import Ledger, persistence_env
+from services.ledger.application import Ledger
 from services.ledger.handlers import Folder, follow, read_model_sink
 from services.ledger.settings import LedgerSettings
 from services.runtime.bus import EventBus
@@ -23,7 +23,7 @@ class LedgerApp:
 
     async def run(self, stop: asyncio.Event) -> None:
         bus = await EventBus.connect(self.settings.connection.nats_url, LEDGER_NAME)
-        ledger = await asyncio.to_thread(Ledger, persistence_env(self.settings.db_path))
+        ledger = await asyncio.to_thread(Ledger, self.settings.store_env())
         try:
             read_model = await ReadModel.open(bus)
             checkpoint = await asyncio.to_thread(ledger.checkpoint)

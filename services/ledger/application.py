@@ -11,29 +11,25 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import ProcessRecorder, Tracking
+from pydantic import ValidationError
 
-from contracts.events.batch import (
-    BatchAssigned,
-    BatchCompleted,
-    BatchCreated,
-    BatchFailed,
-    BatchFinalizing,
-    BatchProgressed,
-    BatchStarted,
-    BatchValidated,
-    BatchValidationFailed,
-    LineRejected,
-)
 from contracts.events.envelope import Event
-from contracts.events.file import FileDeleted, FileStored
-from contracts.events.key import KeyCreated
+from contracts.events.registry import decode_event
 from contracts.subjects import EVENTS_STREAM
-from services.ledger.domainmodel import ApiKey, Batch, File, Folded, aggregate_id, register_stable_topics
+from services.ledger.aggregates import CHAIN_ID, ApiKey, Executor, File, StreamChain, register_stable_topics
+from services.ledger.chain import DIGEST_CHARS, Fact, Link, contiguous_runs, link
+from services.ledger.domainmodel import Batch, Folded, aggregate_id
+from services.ledger.rules import FoldingRules
 
 log = logging.getLogger(__name__)
 
 A = TypeVar("A", bound=Folded)
+
+
+MATERIALISED = f"{EVENTS_STREAM}:read_model"
+"""Tracking name of the read-model checkpoint; the state's own checkpoint is tracked as EVENTS_STREAM."""
 
 
 def persistence_env(db_path: Path | None) -> dict[str, str]:
@@ -43,7 +39,15 @@ def persistence_env(db_path: Path | None) -> dict[str, str]:
     return {"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(db_path)}
 
 
-class Ledger(Application[UUID]):
+def postgres_env(dbname: str, host: str, port: int, user: str, password: str, schema: str = "") -> dict[str, str]:
+    env = {"PERSISTENCE_MODULE": "eventsourcing.postgres", "POSTGRES_DBNAME": dbname, "POSTGRES_HOST": host,
+           "POSTGRES_PORT": str(port), "POSTGRES_USER": user, "POSTGRES_PASSWORD": password}
+    if schema:
+        env["POSTGRES_SCHEMA"] = schema
+    return env
+
+
+class Ledger(FoldingRules, Application[UUID]):
     name = "ledger"
     is_snapshotting_enabled = True
     snapshot_every = 100
@@ -55,6 +59,8 @@ class Ledger(Application[UUID]):
         self._cache: OrderedDict[UUID, Folded] = OrderedDict()
         """Aggregates as last saved. The ledger is its store's only writer, so they cannot go stale."""
         self._cache_size = cache_size
+        self._chain: StreamChain | None = None
+        self._pending_progress = {}
 
     def construct_recorder(self) -> ProcessRecorder:
         return self.factory.process_recorder()
@@ -67,21 +73,36 @@ class Ledger(Application[UUID]):
     # Commands
 
     def fold(self, facts: Sequence[tuple[int, Event]]) -> list[Folded]:
-        """Apply facts in stream order and save them in one transaction; return every aggregate they touched.
+        """Fold events as the bus would carry them (for tests and tools holding decoded events)."""
+        return self.fold_facts([Fact(seq, event.subject, event.model_dump_json().encode()) for seq, event in facts])
 
-        A fact at or below an aggregate's last sequence changes nothing, but its aggregate is still returned:
-        a crash may have come between saving it and materialising it.
+    def fold_facts(self, facts: Sequence[Fact]) -> list[Folded]:
+        """Apply facts in stream order; save state, hash chain and checkpoint in one transaction.
+
+        Return every aggregate they touched. A fact at or below the checkpoint changes nothing, but its
+        aggregate is still returned: a crash may have come between saving it and materialising it.
         """
         touched: dict[UUID, Folded] = {}
         try:
-            for sequence, fact in facts:
-                aggregate = self._apply(sequence, fact, touched)
+            chain = self._chain or self._load_chain()
+            new = [fact for fact in facts if fact.sequence > chain.last_sequence]
+            for fact in facts:
+                event = _decode(fact)
+                aggregate = None if event is None else self._apply(fact.sequence, event, touched)
                 if aggregate is not None:
                     touched[aggregate.id] = aggregate
-            recordings = self.save(*touched.values())
+            self._flush_progress()
+            if new:
+                self._extend(chain, new)
+            pending: list[Aggregate] = [*touched.values(), chain]
+            tracking = Tracking(application_name=EVENTS_STREAM, notification_id=new[-1].sequence) if new else None
+            recordings = self.events.put([e for a in pending for e in a.collect_events()], tracking=tracking)
         except BaseException:
             self._cache.clear()  # cached aggregates may hold changes that were never saved
+            self._pending_progress.clear()
+            self._chain = None
             raise
+        self._chain = chain
         self._snapshot({r.domain_event.originator_id for r in recordings
                         if r.domain_event.originator_version % self.snapshot_every == 0}, touched)
         for ident, aggregate in touched.items():
@@ -91,19 +112,51 @@ class Ledger(Application[UUID]):
             self._cache.popitem(last=False)
         return list(touched.values())
 
+    def _extend(self, chain: StreamChain, facts: list[Fact]) -> None:
+        head = chain.head
+        for run in contiguous_runs(facts):
+            digests = []
+            for fact in run:
+                head = link(head, fact)
+                digests.append(head[:DIGEST_CHARS])
+            chain.link(first_sequence=run[0].sequence, digests=digests, head=head)
+
+    def _load_chain(self) -> StreamChain:
+        try:
+            found: Aggregate = self.repository.get(CHAIN_ID)
+        except AggregateNotFoundError:
+            return StreamChain()
+        assert isinstance(found, StreamChain)
+        return found
+
     def _snapshot(self, due: set[UUID], touched: dict[UUID, Folded]) -> None:
         # From the state in hand: the library's own snapshotting would refold the aggregate from the store.
         assert self.snapshots is not None
-        self.snapshots.put([touched[ident].Snapshot.take(touched[ident]) for ident in due])
+        self.snapshots.put([touched[ident].Snapshot.take(touched[ident]) for ident in due if ident in touched])
+        if CHAIN_ID in due and self._chain is not None:
+            self.snapshots.put([StreamChain.Snapshot.take(self._chain)])
 
     def record_checkpoint(self, sequence: int) -> None:
         """Every fact up to `sequence` is folded and materialised."""
-        self.tracking.insert_tracking(Tracking(application_name=EVENTS_STREAM, notification_id=sequence))
+        self.tracking.insert_tracking(Tracking(application_name=MATERIALISED, notification_id=sequence))
 
     # Queries
 
     def checkpoint(self) -> int:
+        """Where a restart resumes: the last fact materialised (facts after it may be folded already)."""
+        return self.tracking.max_tracking_id(MATERIALISED) or 0
+
+    def folded_checkpoint(self) -> int:
+        """The last fact whose effects are in the store, saved in the same transaction as them."""
         return self.tracking.max_tracking_id(EVENTS_STREAM) or 0
+
+    def chain_links(self) -> list[Link]:
+        """Every run of the hash chain the ledger checkpointed, in stream order."""
+        return [Link(e.first_sequence, list(e.digests), e.head) for e in self.events.get(CHAIN_ID)
+                if isinstance(e, StreamChain.Linked)]
+
+    def executor(self, executor_id: str) -> Executor | None:
+        return self._load(Executor, aggregate_id("executor", executor_id))
 
     def batch(self, batch_id: str) -> Batch | None:
         return self._load(Batch, aggregate_id("batch", batch_id))
@@ -117,73 +170,6 @@ class Ledger(Application[UUID]):
     def anomalies(self, batch_id: str) -> list[dict[str, Any]]:
         batch = self.batch(batch_id)
         return [] if batch is None else list(batch.anomalies)
-
-    # Folding one fact
-
-    def _apply(self, seq: int, fact: Event, touched: dict[UUID, Folded]) -> Folded | None:
-        at = fact.occurred_at // 1000
-        match fact:
-            case BatchCreated():
-                return self._found_again(Batch, "batch", fact.aggregate_id, seq, fact, touched) or Batch(
-                    batch_id=fact.aggregate_id, sequence=seq, owner_key_id=fact.owner_key_id,
-                    input_file_id=fact.input_file_id, endpoint=fact.endpoint,
-                    completion_window=fact.completion_window, metadata=fact.metadata,
-                    created_at=fact.created_at, expires_at=fact.expires_at)
-            case FileStored():
-                return self._found_again(File, "file", fact.aggregate_id, seq, fact, touched) or File(
-                    file_id=fact.aggregate_id, sequence=seq, owner_key_id=fact.owner_key_id,
-                    filename=fact.filename, purpose=fact.purpose, size=fact.bytes, sha256=fact.sha256,
-                    object_key=fact.object_key, created_at=fact.created_at)
-            case KeyCreated():
-                return self._found_again(ApiKey, "apikey", fact.key_sha256, seq, fact, touched) or ApiKey(
-                    key_sha256=fact.key_sha256, sequence=seq, role=fact.role, label=fact.label)
-            case FileDeleted():
-                file = self._existing(File, "file", seq, fact, touched)
-                if file is not None:
-                    file.delete(seq)
-                return file
-        batch = self._existing(Batch, "batch", seq, fact, touched) if fact.kind == "batch" else None
-        if batch is None:
-            if fact.kind != "batch":
-                log.debug("sequence %d: %s is not the ledger's concern", seq, fact.type)
-            return None
-        match fact:
-            case LineRejected():
-                batch.reject_line(seq, fact.line, fact.code, fact.param, fact.message)
-            case BatchValidated():
-                batch.validate(seq, at, fact.model, fact.total_lines)
-            case BatchValidationFailed():
-                batch.fail_validation(seq, at, fact.total_lines, fact.error_count, fact.counts_by_code)
-            case BatchAssigned():
-                batch.assign(seq, fact.executor_id, fact.attempt)
-            case BatchStarted():
-                batch.start(seq, at, fact.executor_id, fact.attempt, fact.engine, fact.engine_version)
-            case BatchProgressed():
-                batch.progress(seq, fact.completed, fact.failed)
-            case BatchFinalizing():
-                batch.finalize(seq, at)
-            case BatchCompleted():
-                batch.complete(seq, at, fact.output_file_id, fact.error_file_id, fact.completed, fact.failed,
-                               fact.usage.model_dump())
-            case BatchFailed():
-                batch.fail(seq, at, fact.code, fact.reason)
-            case _:
-                log.warning("sequence %d: no folding rule for %s", seq, fact.type)
-        return batch
-
-    def _found_again(self, cls: type[A], kind: str, ident: str, seq: int, fact: Event,
-                     touched: dict[UUID, Folded]) -> A | None:
-        """The aggregate a creating fact names, when it exists already (an anomaly unless a redelivery)."""
-        existing = self._get(cls, aggregate_id(kind, ident), touched)
-        if existing is not None:
-            existing.note_anomaly(seq, fact.name, f"{fact.type} for an existing {kind}")
-        return existing
-
-    def _existing(self, cls: type[A], kind: str, seq: int, fact: Event, touched: dict[UUID, Folded]) -> A | None:
-        found = self._get(cls, aggregate_id(kind, fact.aggregate_id), touched)
-        if found is None:
-            log.warning("sequence %d: %s for unknown %s %s, skipped", seq, fact.type, kind, fact.aggregate_id)
-        return found
 
     def _get(self, cls: type[A], ident: UUID, touched: dict[UUID, Folded]) -> A | None:
         found = touched.get(ident) or self._cache.get(ident)
@@ -201,3 +187,12 @@ class Ledger(Application[UUID]):
         if not isinstance(found, cls):
             raise TypeError(f"aggregate {ident} is a {type(found).__name__}, not a {cls.__name__}")
         return found
+
+
+def _decode(fact: Fact) -> Event | None:
+    try:
+        return decode_event(fact.data)
+    except ValidationError as error:
+        log.warning("sequence %d: not an event the ledger knows, skipped: %s", fact.sequence,
+                    error.errors()[0]["msg"])
+        return None

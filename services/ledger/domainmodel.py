@@ -1,4 +1,4 @@
-"""The ledger's aggregates: Batch, File and ApiKey, each folding the stream facts about it.
+"""The ledger's base aggregate and the Batch, whose state machine folds every fact about one batch.
 
 Every fact is applied once (its stream sequence is remembered); a fact that does not fit is kept as an anomaly.
 """
@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 from uuid import NAMESPACE_URL, UUID, uuid5
 
 from eventsourcing.domain import Aggregate, event
-from eventsourcing.utils import register_topic
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +20,10 @@ TOPIC_MODULE = "services.ledger.domainmodel"
 
 _ID_NAMESPACE = uuid5(NAMESPACE_URL, "https://sheshnag.dev/ledger")
 NOT_FINISHED = ("validating", "validated", "in_progress", "finalizing")
+UNFINISHED = (*NOT_FINISHED, "cancelling")
+"""Every status a batch can still leave; `cancelling` only for its end (cancelled, or failed/expired/completed)."""
+CANCELLABLE = ("validating", "validated", "in_progress")
+RUNNING = ("in_progress", "finalizing")
 
 
 def aggregate_id(kind: str, ident: str) -> UUID:
@@ -59,6 +62,14 @@ class Folded(Aggregate):
 
 
 class Batch(Folded):
+    class_version = 2
+    """v2 added `attempt_failures` and `cancel_requested_by`; older snapshots are upcast."""
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        state.setdefault("attempt_failures", [])
+        state.setdefault("cancel_requested_by", None)
+
     @event("Created")
     def __init__(self, batch_id: str, sequence: int, owner_key_id: str, input_file_id: str, endpoint: str,
                  completion_window: str, metadata: dict[str, str] | None, created_at: int,
@@ -84,6 +95,8 @@ class Batch(Folded):
         self.usage: dict[str, Any] | None = None
         self.status_reason: str | None = None
         self.failure_code: str | None = None
+        self.attempt_failures: list[dict[str, Any]] = []
+        self.cancel_requested_by: str | None = None
 
     @classmethod
     def create_id(cls, batch_id: str) -> UUID:
@@ -139,25 +152,52 @@ class Batch(Folded):
 
     def start(self, sequence: int, at: int, executor_id: str, attempt: int, engine: str,
               engine_version: str) -> None:
-        if not self.refuses(sequence, "started", self.status, ("validated", "in_progress")):
-            self._started(sequence=sequence, at=at, executor_id=executor_id, attempt=attempt,
-                          engine=engine, engine_version=engine_version)
+        if self.refuses(sequence, "started", self.status, ("validated", "in_progress")):
+            return
+        if attempt < self.attempt or attempt in self.failed_attempts():
+            self.note_anomaly(sequence, "started", f"attempt {attempt} is stale (latest is {self.attempt})")
+            return
+        self._started(sequence=sequence, at=at, executor_id=executor_id, attempt=attempt, engine=engine,
+                      engine_version=engine_version)
 
     @event("Started")
     def _started(self, sequence: int, at: int, executor_id: str, attempt: int, engine: str,
                  engine_version: str) -> None:
-        self.last_sequence, self.status = sequence, "in_progress"
+        self.last_sequence, self.status, self.status_reason = sequence, "in_progress", None
         self.executor_id, self.attempt = executor_id, max(self.attempt, attempt)
         self.engine, self.engine_version = engine, engine_version
         self.times.setdefault("in_progress_at", at)
 
-    def progress(self, sequence: int, completed: int, failed: int) -> None:
-        if not self.refuses(sequence, "progressed", self.status, ("in_progress",)):
-            self._progressed(sequence=sequence, completed=completed, failed=failed)
+    def may_progress(self, sequence: int) -> bool:
+        """Whether a progress fact at `sequence` would be applied (so several may be applied as one)."""
+        return not self.has_folded(sequence) and self.status in self._progress_allowed()
 
-    @event("Progressed")
-    def _progressed(self, sequence: int, completed: int, failed: int) -> None:
-        self.last_sequence, self.completed, self.failed = sequence, completed, failed
+    def _progress_allowed(self) -> tuple[str, ...]:
+        # Results of a lost attempt are durable too (the next attempt skips them): counted while it waits.
+        return ("in_progress", "cancelling", "validated") if self.attempt else ("in_progress",)
+
+    def progress(self, sequence: int, attempt: int, completed: int, failed: int) -> None:
+        if not self.refuses(sequence, "progressed", self.status, self._progress_allowed()):
+            self._progressed(sequence=sequence, attempt=attempt, completed=completed, failed=failed)
+
+    class Progressed(Aggregate.Event):
+        """v2 added `attempt`: which attempt made these lines durable (0 = not recorded)."""
+
+        class_version = 2
+        sequence: int
+        attempt: int
+        completed: int
+        failed: int
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            state["attempt"] = 0
+
+    @event(Progressed)
+    def _progressed(self, sequence: int, attempt: int, completed: int, failed: int) -> None:
+        # Counts are cumulative over the batch; a late chunk of an older attempt never lowers them.
+        self.last_sequence = sequence
+        self.completed, self.failed = max(self.completed, completed), max(self.failed, failed)
 
     def finalize(self, sequence: int, at: int) -> None:
         if not self.refuses(sequence, "finalizing", self.status, ("in_progress",)):
@@ -170,7 +210,7 @@ class Batch(Folded):
 
     def complete(self, sequence: int, at: int, output_file_id: str | None, error_file_id: str | None,
                  completed: int, failed: int, usage: dict[str, Any]) -> None:
-        if not self.refuses(sequence, "completed", self.status, ("in_progress", "finalizing")):
+        if not self.refuses(sequence, "completed", self.status, (*RUNNING, "cancelling")):
             self._completed(sequence=sequence, at=at, output_file_id=output_file_id,
                             error_file_id=error_file_id, completed=completed, failed=failed, usage=usage)
 
@@ -183,7 +223,7 @@ class Batch(Folded):
         self.times["completed_at"] = at
 
     def fail(self, sequence: int, at: int, code: str, reason: str) -> None:
-        if not self.refuses(sequence, "failed", self.status, NOT_FINISHED):
+        if not self.refuses(sequence, "failed", self.status, UNFINISHED):
             self._failed(sequence=sequence, at=at, code=code, reason=reason)
 
     @event("Failed")
@@ -192,45 +232,52 @@ class Batch(Folded):
         self.failure_code = code
         self.times["failed_at"] = at
 
+    def wait(self, sequence: int, reason: str) -> None:
+        if not self.refuses(sequence, "waiting", self.status, ("validated",)):
+            self._waiting(sequence=sequence, reason=reason)
 
-class File(Folded):
-    @event("Stored")
-    def __init__(self, file_id: str, sequence: int, owner_key_id: str, filename: str, purpose: str,
-                 size: int, sha256: str, object_key: str, created_at: int) -> None:
-        self.file_id, self.owner_key_id, self.filename, self.purpose = file_id, owner_key_id, filename, purpose
-        self.size, self.sha256, self.object_key, self.created_at = size, sha256, object_key, created_at
-        self.last_sequence, self.anomalies, self.deleted = sequence, [], False
+    @event("Waiting")
+    def _waiting(self, sequence: int, reason: str) -> None:
+        self.last_sequence, self.status_reason = sequence, reason
 
-    @classmethod
-    def create_id(cls, file_id: str) -> UUID:
-        return aggregate_id("file", file_id)
+    def fail_attempt(self, sequence: int, attempt: int, executor_id: str, code: str, reason: str) -> None:
+        if not self.refuses(sequence, "attempt_failed", self.status, ("validated", *RUNNING, "cancelling")):
+            self._attempt_failed(sequence=sequence, attempt=attempt, executor_id=executor_id, code=code,
+                                 reason=reason)
 
-    def delete(self, sequence: int) -> None:
-        if not self.refuses(sequence, "deleted", "deleted" if self.deleted else "stored", ("stored",)):
-            self._deleted(sequence=sequence)
+    @event("AttemptFailed")
+    def _attempt_failed(self, sequence: int, attempt: int, executor_id: str, code: str, reason: str) -> None:
+        self.last_sequence = sequence
+        self.attempt_failures.append({"sequence": sequence, "attempt": attempt, "executor_id": executor_id,
+                                      "code": code, "reason": reason})
+        if attempt >= self.attempt and self.status in RUNNING:
+            # Back in the queue until the scheduler assigns a later attempt.
+            self.status, self.status_reason = "validated", reason
 
-    @event("Deleted")
-    def _deleted(self, sequence: int) -> None:
-        self.last_sequence, self.deleted = sequence, True
+    def failed_attempts(self) -> set[int]:
+        return {failure["attempt"] for failure in self.attempt_failures}
 
+    def request_cancel(self, sequence: int, at: int, key_id: str) -> None:
+        if not self.refuses(sequence, "cancel_requested", self.status, CANCELLABLE):
+            self._cancel_requested(sequence=sequence, at=at, key_id=key_id)
 
-class ApiKey(Folded):
-    @event("Created")
-    def __init__(self, key_sha256: str, sequence: int, role: str, label: str) -> None:
-        self.key_sha256, self.role, self.label = key_sha256, role, label
-        self.last_sequence, self.anomalies = sequence, []
+    @event("CancelRequested")
+    def _cancel_requested(self, sequence: int, at: int, key_id: str) -> None:
+        self.last_sequence, self.status, self.cancel_requested_by = sequence, "cancelling", key_id
+        self.times["cancelling_at"] = at
 
-    @classmethod
-    def create_id(cls, key_sha256: str) -> UUID:
-        return aggregate_id("apikey", key_sha256)
+    def end(self, sequence: int, at: int, status: str, output_file_id: str | None, error_file_id: str | None,
+            completed: int, failed: int, usage: dict[str, Any]) -> None:
+        """Cancelled (only once requested) or expired (from any unfinished status), with what was done."""
+        allowed = ("cancelling",) if status == "cancelled" else UNFINISHED
+        if not self.refuses(sequence, status, self.status, allowed):
+            self._ended(sequence=sequence, at=at, status=status, output_file_id=output_file_id,
+                        error_file_id=error_file_id, completed=completed, failed=failed, usage=usage)
 
-
-def register_stable_topics() -> None:
-    """Let topics stored under TOPIC_MODULE resolve even after these classes move to another module."""
-    for aggregate in (Folded, Batch, File, ApiKey):
-        if aggregate.__module__ == TOPIC_MODULE:
-            continue
-        register_topic(f"{TOPIC_MODULE}:{aggregate.__qualname__}", aggregate)
-        for name, value in vars(aggregate).items():
-            if isinstance(value, type) and issubclass(value, Aggregate.Event):
-                register_topic(f"{TOPIC_MODULE}:{aggregate.__qualname__}.{name}", value)
+    @event("Ended")
+    def _ended(self, sequence: int, at: int, status: str, output_file_id: str | None, error_file_id: str | None,
+               completed: int, failed: int, usage: dict[str, Any]) -> None:
+        self.last_sequence, self.status = sequence, status
+        self.output_file_id, self.error_file_id = output_file_id, error_file_id
+        self.completed, self.failed, self.usage = completed, failed, usage
+        self.times[f"{status}_at"] = at

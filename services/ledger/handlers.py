@@ -7,13 +7,11 @@ from collections.abc import Awaitable, Callable
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
-from pydantic import ValidationError
 
-from contracts.events.envelope import Event
-from contracts.events.registry import decode_event
 from contracts.readmodel import BatchRecord, FileRecord
 from contracts.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
 from services.ledger.application import Ledger
+from services.ledger.chain import Fact
 from services.ledger.projection import Projection, project
 from services.runtime.bus import EventBus
 from services.runtime.readmodel import ReadModel
@@ -75,27 +73,22 @@ class Folder:
                 attempt += 1
 
     async def _fold(self, group: list[Msg]) -> None:
-        facts = [(_seq(message), message.data) for message in group if _seq(message) > self.folded_through]
+        facts = [Fact(_seq(message), message.subject, message.data) for message in group
+                 if _seq(message) > self.folded_through]
         if not facts:
             return
         projections = await asyncio.to_thread(self._fold_sync, facts)
         await self.sink(projections)
-        last = facts[-1][0]
+        last = facts[-1].sequence
         await asyncio.to_thread(self.ledger.record_checkpoint, last)
         async with self._advanced:
             self.folded_through = last
             self.folded += len(facts)
             self._advanced.notify_all()
 
-    def _fold_sync(self, facts: list[tuple[int, bytes]]) -> list[Projection]:
-        decoded: list[tuple[int, Event]] = []
-        for sequence, data in facts:
-            try:
-                decoded.append((sequence, decode_event(data)))
-            except ValidationError as error:
-                log.warning("sequence %d: not an event the ledger knows, skipped: %s", sequence,
-                            error.errors()[0]["msg"])
-        return [project(aggregate) for aggregate in self.ledger.fold(decoded)]
+    def _fold_sync(self, facts: list[Fact]) -> list[Projection]:
+        projections = (project(aggregate) for aggregate in self.ledger.fold_facts(facts))
+        return [projection for projection in projections if projection is not None]
 
 
 def _seq(message: Msg) -> int:

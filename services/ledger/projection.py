@@ -7,7 +7,8 @@ from contracts.api.file import FileObject
 from contracts.ids import key_id_for_hash
 from contracts.readmodel import ApiKeyRecord, BatchRecord, FileRecord
 from contracts.subjects import read_model_key
-from services.ledger.domainmodel import ApiKey, Batch, File, Folded
+from services.ledger.aggregates import ApiKey, File
+from services.ledger.domainmodel import Batch, Folded
 
 
 @dataclass(frozen=True)
@@ -19,14 +20,15 @@ class KeyProjection:
 Projection = BatchRecord | FileRecord | KeyProjection
 
 
-def project(aggregate: Folded) -> Projection:
+def project(aggregate: Folded) -> Projection | None:
+    """The read-model record of an aggregate; None for those only operators read (executors)."""
     if isinstance(aggregate, Batch):
         return batch_record(aggregate)
     if isinstance(aggregate, File):
         return file_record(aggregate)
     if isinstance(aggregate, ApiKey):
         return KeyProjection(aggregate.key_sha256, api_key_record(aggregate))
-    raise TypeError(f"no projection for {type(aggregate).__name__}")
+    return None
 
 
 def projection_key(projection: Projection) -> str:
@@ -60,6 +62,9 @@ def batch_record(batch: Batch) -> BatchRecord:
             "finalizing_at": times.get("finalizing_at"),
             "completed_at": times.get("completed_at"),
             "failed_at": times.get("failed_at"),
+            "expired_at": times.get("expired_at"),
+            "cancelling_at": times.get("cancelling_at"),
+            "cancelled_at": times.get("cancelled_at"),
             "request_counts": {"total": batch.total, "completed": batch.completed, "failed": batch.failed},
             "metadata": batch.metadata,
             "model": batch.model,

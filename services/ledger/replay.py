@@ -1,6 +1,11 @@
-"""Operator check: refold the whole stream into a scratch (in-memory) ledger and diff it against the live read model."""
+"""Operator check: refold the whole stream into a scratch (in-memory) ledger and diff it against the live read model.
+
+Nothing is published and nothing is written but the scratch store, which is dropped afterwards.
+"""
 
 import asyncio
+import time
+from dataclasses import dataclass, field
 
 import nats.js.errors
 from pydantic import BaseModel
@@ -17,18 +22,32 @@ def _record(projection: Projection) -> BaseModel:
     return projection.record if isinstance(projection, KeyProjection) else projection
 
 
-async def replay_into_scratch(bus: EventBus) -> dict[str, BaseModel]:
-    """Every record the stream up to its current head folds into, by read-model key."""
+@dataclass
+class Replayed:
+    records: dict[str, BaseModel] = field(default_factory=dict)
+    """Every record the stream folds into, by read-model key."""
+    events: int = 0
+    seconds: float = 0.0
+    chain_head: str = ""
+
+    @property
+    def rate(self) -> float:
+        return self.events / self.seconds if self.seconds else 0.0
+
+
+async def replay_into_scratch(bus: EventBus, group_size: int = 1000) -> Replayed:
+    """Fold the stream from sequence 1 up to its current head into a scratch ledger."""
     head = (await bus.js.stream_info(EVENTS_STREAM)).state.last_seq
-    records: dict[str, BaseModel] = {}
+    replayed = Replayed()
 
     async def collect(projections: list[Projection]) -> None:
         for projection in projections:
-            records[projection_key(projection)] = _record(projection)
+            replayed.records[projection_key(projection)] = _record(projection)
 
     ledger = Ledger(persistence_env(None))
-    folder = Folder(ledger, collect, start_after=0)
+    folder = Folder(ledger, collect, start_after=0, group_size=group_size)
     stop = asyncio.Event()
+    started = time.perf_counter()
     worker = asyncio.create_task(folder.run(stop))
     subscription = await follow(bus, folder)
     try:
@@ -37,17 +56,22 @@ async def replay_into_scratch(bus: EventBus) -> dict[str, BaseModel]:
         await subscription.unsubscribe()
         stop.set()
         await worker
+        replayed.seconds = time.perf_counter() - started
+        replayed.events = folder.folded
+        links = ledger.chain_links()
+        replayed.chain_head = links[-1].head if links else ""
         ledger.close()
-    return records
+    return replayed
 
 
-async def diff_against_live(bus: EventBus, read_model: ReadModel) -> list[str]:
+async def diff_against_live(bus: EventBus, read_model: ReadModel, replayed: Replayed | None = None) -> list[str]:
     """Keys whose live record differs from a fresh replay; empty when the live read model is right.
 
     Facts published while the check runs can make the live side newer: rerun before trusting a difference.
     """
+    replayed = replayed or await replay_into_scratch(bus)
     differences: list[str] = []
-    for key, expected in (await replay_into_scratch(bus)).items():
+    for key, expected in replayed.records.items():
         try:
             value = (await read_model.kv.get(key)).value
         except nats.js.errors.KeyNotFoundError:
@@ -58,4 +82,10 @@ async def diff_against_live(bus: EventBus, read_model: ReadModel) -> list[str]:
         live = type(expected).model_validate_json(value)
         if live.model_dump() != expected.model_dump():
             differences.append(f"{key}: live {live.model_dump_json()} != replayed {expected.model_dump_json()}")
+    try:
+        live_keys = set(await read_model.kv.keys())
+    except nats.js.errors.NoKeysError:
+        live_keys = set()
+    differences += [f"{key}: in the read model, but no fact in the log makes it"
+                    for key in sorted(live_keys - replayed.records.keys())]
     return differences

@@ -4,6 +4,7 @@ from pathlib import Path
 
 from pydantic_settings import SettingsConfigDict
 
+from services.ledger.application import persistence_env, postgres_env
 from services.runtime.settings import ServiceSettings
 
 
@@ -12,5 +13,20 @@ class LedgerSettings(ServiceSettings):
 
     db_path: Path | None = None
     """The SQLite event store; None keeps it in memory, so every start replays the stream from sequence 1."""
+    postgres_dbname: str | None = None
+    """Deployed: the PostgreSQL database of the event store (takes precedence over `db_path`)."""
+    postgres_host: str = "127.0.0.1"
+    postgres_port: int = 5432
+    postgres_user: str = "postgres"
+    postgres_password: str = ""
+    postgres_schema: str = ""
+    """A schema of its own, e.g. when several ledgers share one database."""
     group_size: int = 1000
     """At most this many queued facts are folded and saved in one transaction (fewer when fewer wait)."""
+
+    def store_env(self) -> dict[str, str]:
+        """The eventsourcing persistence settings for this ledger's store."""
+        if self.postgres_dbname:
+            return postgres_env(self.postgres_dbname, self.postgres_host, self.postgres_port, self.postgres_user,
+                                self.postgres_password, self.postgres_schema)
+        return persistence_env(self.db_path)

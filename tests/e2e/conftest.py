@@ -85,6 +85,7 @@ def stack_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def stack(stack_dir: Path) -> Iterator[RunningStack]:
-    running = start_stack(stack_dir, free_port(), {"SHESHNAG_GATEWAY_MAX_UPLOAD_BYTES": str(E2E_UPLOAD_LIMIT)})
+    running = start_stack(stack_dir, free_port(), {"SHESHNAG_GATEWAY_MAX_UPLOAD_BYTES": str(E2E_UPLOAD_LIMIT),
+                                                   "SHESHNAG_GATEWAY_MIN_COMPLETION_WINDOW_S": "1"})
     yield running
     stop_stack(running)

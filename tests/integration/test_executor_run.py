@@ -163,13 +163,14 @@ async def test_a_started_executor_advertises_its_models_and_registers(
     assert advert.engine == "llamacpp" and advert.loaded_models == [MODEL_ID] and advert.slots == 2
 
 
-async def test_a_command_for_a_model_the_executor_does_not_serve_fails_the_batch(
+async def test_a_command_for_a_model_the_executor_does_not_serve_fails_the_attempt(
     bus: EventBus, object_store: ObjectStore, executor: ExecutorSettings,
 ) -> None:
     command = await new_batch(object_store, executor, model="no-such-model")
     await bus.send_run(command)
-    events = await events_until(bus, batch_events(command.batch_id), "batch.failed")
+    events = await events_until(bus, batch_events(command.batch_id), "batch.attempt_failed", command.attempt)
     assert events[-1]["code"] == "executor_error" and "no-such-model" in events[-1]["reason"]
+    assert events[-1]["attempt"] == command.attempt
 
 
 async def test_a_redelivered_command_resumes_after_the_chunks_its_crashed_delivery_committed(

@@ -89,9 +89,14 @@ async def told(fresh_nats: RunningNats) -> AsyncIterator[EventBus]:
     await bus.close()
 
 
+def sqlite_settings(url: str, db_path: Path) -> LedgerSettings:
+    return LedgerSettings(connection=ConnectionSettings(nats_url=url), db_path=db_path)
+
+
 @asynccontextmanager
-async def running_ledger(url: str, db_path: Path) -> AsyncIterator[LedgerApp]:
-    app = create_app(LedgerSettings(connection=ConnectionSettings(nats_url=url), db_path=db_path))
+async def running_ledger(url: str, db_path: Path, settings: LedgerSettings | None = None
+                         ) -> AsyncIterator[LedgerApp]:
+    app = create_app(settings or sqlite_settings(url, db_path))
     stop = asyncio.Event()
     task = asyncio.create_task(app.run(stop))
     try:

@@ -4,10 +4,14 @@ import asyncio
 import hashlib
 import time
 
+from contracts.api.rejected_line import RejectedLine
 from contracts.events.file import FileStored
-from contracts.subjects import input_object_key, result_chunk_key
-from services.executor.domain import Chunk, CommittedLine, decode_chunk, encode_chunk
+from contracts.subjects import input_object_key, rejections_key, result_chunk_key
+from services.executor.domain import Chunk, CommittedLine, decode_chunk, encode_chunk, refused_line
 from services.runtime.objectstore import ObjectStore
+
+REFUSED_ATTEMPT = 0
+"""Lines refused by validation are filed as a chunk of this attempt, before any real one."""
 
 
 def results_prefix(batch_id: str) -> str:
@@ -19,10 +23,16 @@ class ResultStore:
         self.store = store
 
     async def committed(self, batch_id: str) -> list[tuple[str, list[CommittedLine]]]:
-        """Every chunk any delivery of any attempt committed for the batch."""
+        """Every chunk any delivery of any attempt committed for the batch, plus the lines validation refused
+        (allow_partial), as a chunk of attempt 0: they are settled before any attempt starts."""
         keys = [key for key in await self.store.list_keys(results_prefix(batch_id)) if key.endswith(".jsonl")]
         blobs = await asyncio.gather(*(self.store.get_bytes(key) for key in keys))
-        return [(key, decode_chunk(blob)) for key, blob in zip(keys, blobs, strict=True)]
+        chunks = [(key, decode_chunk(blob)) for key, blob in zip(keys, blobs, strict=True)]
+        if await self.store.list_keys(rejections_key(batch_id)):
+            refused = (await self.store.get_bytes(rejections_key(batch_id))).splitlines()
+            lines = [refused_line(batch_id, RejectedLine.model_validate_json(raw)) for raw in refused if raw.strip()]
+            chunks.append((result_chunk_key(batch_id, REFUSED_ATTEMPT, 0), lines))
+        return chunks
 
     async def put_chunk(self, batch_id: str, attempt: int, chunk: Chunk) -> str:
         key = result_chunk_key(batch_id, attempt, chunk.number)

@@ -1,0 +1,115 @@
+"""The ledger's smaller aggregates: File, ApiKey, Executor, and the EVENTS stream's hash chain.
+
+File and ApiKey moved here from `domainmodel`; `register_stable_topics` keeps their stored topics resolving.
+"""
+
+from uuid import UUID
+
+from eventsourcing.domain import Aggregate, event
+from eventsourcing.utils import register_topic
+
+from services.ledger.domainmodel import TOPIC_MODULE, Batch, Folded, aggregate_id
+
+
+class File(Folded):
+    @event("Stored")
+    def __init__(self, file_id: str, sequence: int, owner_key_id: str, filename: str, purpose: str,
+                 size: int, sha256: str, object_key: str, created_at: int) -> None:
+        self.file_id, self.owner_key_id, self.filename, self.purpose = file_id, owner_key_id, filename, purpose
+        self.size, self.sha256, self.object_key, self.created_at = size, sha256, object_key, created_at
+        self.last_sequence, self.anomalies, self.deleted = sequence, [], False
+
+    @classmethod
+    def create_id(cls, file_id: str) -> UUID:
+        return aggregate_id("file", file_id)
+
+    def delete(self, sequence: int) -> None:
+        if not self.refuses(sequence, "deleted", "deleted" if self.deleted else "stored", ("stored",)):
+            self._deleted(sequence=sequence)
+
+    @event("Deleted")
+    def _deleted(self, sequence: int) -> None:
+        self.last_sequence, self.deleted = sequence, True
+
+
+class ApiKey(Folded):
+    @event("Created")
+    def __init__(self, key_sha256: str, sequence: int, role: str, label: str) -> None:
+        self.key_sha256, self.role, self.label = key_sha256, role, label
+        self.last_sequence, self.anomalies = sequence, []
+
+    @classmethod
+    def create_id(cls, key_sha256: str) -> UUID:
+        return aggregate_id("apikey", key_sha256)
+
+
+class Executor(Folded):
+    """An executor's registrations (one per process start) and losses, for audits of who ran what."""
+
+    @event("Registered")
+    def __init__(self, executor_id: str, sequence: int, engine: str, engine_version: str, models: list[str],
+                 started_at: int) -> None:
+        self.executor_id, self.last_sequence, self.anomalies = executor_id, sequence, []
+        self.engine, self.engine_version, self.models = engine, engine_version, list(models)
+        self.started_at, self.status, self.registrations = started_at, "online", 1
+
+    @classmethod
+    def create_id(cls, executor_id: str) -> UUID:
+        return aggregate_id("executor", executor_id)
+
+    def register_again(self, sequence: int, engine: str, engine_version: str, models: list[str],
+                       started_at: int) -> None:
+        if not self.has_folded(sequence):
+            self._registered_again(sequence=sequence, engine=engine, engine_version=engine_version,
+                                   models=models, started_at=started_at)
+
+    @event("RegisteredAgain")
+    def _registered_again(self, sequence: int, engine: str, engine_version: str, models: list[str],
+                          started_at: int) -> None:
+        self.last_sequence, self.status, self.registrations = sequence, "online", self.registrations + 1
+        self.engine, self.engine_version, self.models = engine, engine_version, list(models)
+        self.started_at = started_at
+
+    def lose(self, sequence: int, last_heartbeat_at: int) -> None:
+        if not self.refuses(sequence, "lost", self.status, ("online",)):
+            self._lost(sequence=sequence, last_heartbeat_at=last_heartbeat_at)
+
+    @event("Lost")
+    def _lost(self, sequence: int, last_heartbeat_at: int) -> None:
+        self.last_sequence, self.status, self.last_heartbeat_at = sequence, "lost", last_heartbeat_at
+
+
+CHAIN_ID = aggregate_id("chain", "EVENTS")
+
+
+class StreamChain(Aggregate):
+    """The head of the EVENTS hash chain; each `Linked` keeps a short digest of every event it covers."""
+
+    @event("Started")
+    def __init__(self) -> None:
+        self.head, self.last_sequence = "", 0
+
+    @classmethod
+    def create_id(cls) -> UUID:
+        return CHAIN_ID
+
+    class Linked(Aggregate.Event):
+        first_sequence: int
+        digests: list[str]
+        head: str
+
+    @event(Linked)
+    def link(self, first_sequence: int, digests: list[str], head: str) -> None:
+        """Sequences first_sequence.. (contiguous) are chained; `head` is the chain after the last of them."""
+        self.head, self.last_sequence = head, first_sequence + len(digests) - 1
+
+
+def register_stable_topics() -> None:
+    """Let topics stored under TOPIC_MODULE resolve even after these classes move to another module."""
+    for aggregate in (Folded, Batch, File, ApiKey, Executor, StreamChain):
+        if aggregate.__module__ == TOPIC_MODULE:
+            continue
+        register_topic(f"{TOPIC_MODULE}:{aggregate.__qualname__}", aggregate)
+        for name, value in vars(aggregate).items():
+            if isinstance(value, type) and issubclass(value, Aggregate.Event):
+                register_topic(f"{TOPIC_MODULE}:{aggregate.__qualname__}.{name}", value)

@@ -1,0 +1,163 @@
+"""How each stream fact changes the ledger's aggregates: the dispatch from contract events to aggregate commands."""
+
+import logging
+from typing import TypeVar
+from uuid import UUID
+
+from contracts.events.batch import (
+    AttemptFailed,
+    BatchAssigned,
+    BatchCancelled,
+    BatchCancelRequested,
+    BatchCompleted,
+    BatchCreated,
+    BatchExpired,
+    BatchFailed,
+    BatchFinalizing,
+    BatchProgressed,
+    BatchStarted,
+    BatchValidated,
+    BatchValidationFailed,
+    BatchWaiting,
+    LineRejected,
+)
+from contracts.events.envelope import Event
+from contracts.events.executor import ExecutorLost, ExecutorRegistered
+from contracts.events.file import FileDeleted, FileStored
+from contracts.events.key import KeyCreated
+from services.ledger.aggregates import ApiKey, Executor, File
+from services.ledger.domainmodel import Batch, Folded, aggregate_id
+
+log = logging.getLogger(__name__)
+
+A = TypeVar("A", bound=Folded)
+_UNFOLDED: set[str] = set()
+
+
+class FoldingRules:
+    """Mixed into the Ledger, which supplies `_get` (touched, cached or stored aggregates)."""
+
+    _pending_progress: dict[UUID, tuple[Batch, BatchProgressed, int]]
+    """Per batch, the latest of a run of progress facts not applied yet, and its sequence."""
+
+    def _get(self, cls: type[A], ident: UUID, touched: dict[UUID, Folded]) -> A | None:
+        raise NotImplementedError
+
+    def _defer_progress(self, batch: Batch, seq: int, fact: BatchProgressed) -> None:
+        # Progress facts dominate a busy stream; a run of them folds into one aggregate event with the same
+        # result (counts are cumulative and never lowered), whatever the group boundaries were.
+        pending = self._pending_progress.get(batch.id)
+        if pending is not None:
+            earlier = pending[1]
+            fact = fact.model_copy(update={"completed": max(fact.completed, earlier.completed),
+                                           "failed": max(fact.failed, earlier.failed)})
+        self._pending_progress[batch.id] = (batch, fact, seq)
+
+    def _flush_progress(self, ident: UUID | None = None) -> None:
+        """Apply deferred progress: one batch's before its next other fact, or every batch's at a group's end."""
+        if ident is None:
+            due = list(self._pending_progress.values())
+            self._pending_progress.clear()
+        else:
+            one = self._pending_progress.pop(ident, None)
+            due = [] if one is None else [one]
+        for batch, fact, seq in due:
+            batch.progress(seq, fact.attempt, fact.completed, fact.failed)
+
+    def _apply(self, seq: int, fact: Event, touched: dict[UUID, Folded]) -> Folded | None:
+        at = fact.occurred_at // 1000
+        match fact:
+            case BatchCreated():
+                return self._found_again(Batch, "batch", fact.aggregate_id, seq, fact, touched) or Batch(
+                    batch_id=fact.aggregate_id, sequence=seq, owner_key_id=fact.owner_key_id,
+                    input_file_id=fact.input_file_id, endpoint=fact.endpoint,
+                    completion_window=fact.completion_window, metadata=fact.metadata,
+                    created_at=fact.created_at, expires_at=fact.expires_at)
+            case FileStored():
+                return self._found_again(File, "file", fact.aggregate_id, seq, fact, touched) or File(
+                    file_id=fact.aggregate_id, sequence=seq, owner_key_id=fact.owner_key_id,
+                    filename=fact.filename, purpose=fact.purpose, size=fact.bytes, sha256=fact.sha256,
+                    object_key=fact.object_key, created_at=fact.created_at)
+            case KeyCreated():
+                return self._found_again(ApiKey, "apikey", fact.key_sha256, seq, fact, touched) or ApiKey(
+                    key_sha256=fact.key_sha256, sequence=seq, role=fact.role, label=fact.label)
+            case FileDeleted():
+                file = self._existing(File, "file", seq, fact, touched)
+                if file is not None:
+                    file.delete(seq)
+                return file
+            case ExecutorRegistered():
+                advert = fact.advert
+                found = self._get(Executor, aggregate_id("executor", fact.aggregate_id), touched)
+                if found is None:
+                    return Executor(executor_id=fact.aggregate_id, sequence=seq, engine=advert.engine,
+                                    engine_version=advert.engine_version, models=advert.models,
+                                    started_at=fact.started_at)
+                found.register_again(seq, advert.engine, advert.engine_version, advert.models, fact.started_at)
+                return found
+            case ExecutorLost():
+                executor = self._existing(Executor, "executor", seq, fact, touched)
+                if executor is not None:
+                    executor.lose(seq, fact.last_heartbeat_at)
+                return executor
+        batch = self._existing(Batch, "batch", seq, fact, touched) if fact.kind == "batch" else None
+        if batch is None:
+            if fact.kind != "batch":
+                log.debug("sequence %d: %s is not the ledger's concern", seq, fact.type)
+            return None
+        if isinstance(fact, BatchProgressed) and batch.may_progress(seq):
+            self._defer_progress(batch, seq, fact)
+            return batch
+        self._flush_progress(batch.id)
+        match fact:
+            case LineRejected():
+                batch.reject_line(seq, fact.line, fact.code, fact.param, fact.message)
+            case BatchValidated():
+                batch.validate(seq, at, fact.model, fact.total_lines)
+            case BatchValidationFailed():
+                batch.fail_validation(seq, at, fact.total_lines, fact.error_count, fact.counts_by_code)
+            case BatchAssigned():
+                batch.assign(seq, fact.executor_id, fact.attempt)
+            case BatchStarted():
+                batch.start(seq, at, fact.executor_id, fact.attempt, fact.engine, fact.engine_version)
+            case BatchProgressed():
+                batch.progress(seq, fact.attempt, fact.completed, fact.failed)
+            case BatchFinalizing():
+                batch.finalize(seq, at)
+            case BatchCompleted():
+                batch.complete(seq, at, fact.output_file_id, fact.error_file_id, fact.completed, fact.failed,
+                               fact.usage.model_dump())
+            case BatchFailed():
+                batch.fail(seq, at, fact.code, fact.reason)
+            case BatchWaiting():
+                batch.wait(seq, fact.reason)
+            case AttemptFailed():
+                batch.fail_attempt(seq, fact.attempt, fact.executor_id, fact.code, fact.reason)
+            case BatchCancelRequested():
+                batch.request_cancel(seq, at, fact.requested_by_key_id)
+            case BatchCancelled() | BatchExpired():
+                batch.end(seq, at, "cancelled" if isinstance(fact, BatchCancelled) else "expired",
+                          fact.output_file_id, fact.error_file_id, fact.completed, fact.failed,
+                          fact.usage.model_dump())
+            case _:
+                if fact.type not in _UNFOLDED:  # e.g. a newer informational fact: said once, not per event
+                    _UNFOLDED.add(fact.type)
+                    log.warning("sequence %d: no folding rule for %s; such facts leave the batch as it is",
+                                seq, fact.type)
+                return None
+        return batch
+
+    def _found_again(self, cls: type[A], kind: str, ident: str, seq: int, fact: Event,
+                     touched: dict[UUID, Folded]) -> A | None:
+        """The aggregate a creating fact names, when it exists already (an anomaly unless a redelivery)."""
+        self._flush_progress(aggregate_id(kind, ident))
+        existing = self._get(cls, aggregate_id(kind, ident), touched)
+        if existing is not None:
+            existing.note_anomaly(seq, fact.name, f"{fact.type} for an existing {kind}")
+        return existing
+
+    def _existing(self, cls: type[A], kind: str, seq: int, fact: Event, touched: dict[UUID, Folded]) -> A | None:
+        found = self._get(cls, aggregate_id(kind, fact.aggregate_id), touched)
+        if found is None:
+            log.warning("sequence %d: %s for unknown %s %s, skipped", seq, fact.type, kind, fact.aggregate_id)
+        return found

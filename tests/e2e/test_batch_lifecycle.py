@@ -1,0 +1,90 @@
+"""Partial batches, cancel and expiry through every service, with every input line accounted for once."""
+
+import io
+import json
+import time
+
+import openai
+import pytest
+from openai import OpenAI
+from openai.types import Batch
+
+from tests.e2e.conftest import RunningStack
+from tests.e2e.test_openai_sdk_loop import chat_line, wait_until_done
+
+pytestmark = pytest.mark.e2e
+
+
+def upload(client: OpenAI, lines: list[bytes]) -> str:
+    buffer = io.BytesIO(b"\n".join(lines) + b"\n")
+    buffer.name = "input.jsonl"
+    return client.files.create(file=buffer, purpose="batch").id
+
+
+def accounted(client: OpenAI, batch: Batch, custom_ids: list[str | None]) -> tuple[list[dict], list[dict]]:
+    """Output + error lines: each input line exactly once, and the counts agree."""
+    output = [json.loads(x) for x in client.files.content(batch.output_file_id).text.splitlines()] \
+        if batch.output_file_id else []
+    errors = [json.loads(x) for x in client.files.content(batch.error_file_id).text.splitlines()] \
+        if batch.error_file_id else []
+    assert sorted(map(str, (line["custom_id"] for line in output + errors))) == sorted(map(str, custom_ids))
+    counts = batch.request_counts
+    assert counts is not None
+    assert (counts.total, counts.completed, counts.failed) == (len(custom_ids), len(output), len(errors))
+    return output, errors
+
+
+def test_allow_partial_runs_the_valid_lines_and_files_the_refused_ones_with_their_codes(stack: RunningStack) -> None:
+    client = stack.client()
+    lines = [json.dumps(chat_line("good-1", "hi")).encode(), b"{not json",
+             json.dumps(chat_line("bad-model", "hi", model="nope")).encode(),
+             json.dumps(chat_line("good-2", "hello")).encode()]
+    created = client.batches.create(input_file_id=upload(client, lines), endpoint="/v1/chat/completions",
+                                    completion_window="24h", extra_body={"allow_partial": True})
+    batch, _ = wait_until_done(client, created.id)
+    assert batch.status == "completed", batch.model_dump()
+    output, errors = accounted(client, batch, ["good-1", None, "bad-model", "good-2"])
+    assert [line["custom_id"] for line in output] == ["good-1", "good-2"]
+    assert [(line["custom_id"], line["error"]["code"]) for line in errors] == [
+        (None, "invalid_json"), ("bad-model", "unsupported_model")]
+
+
+def long_lines(ids: list[str]) -> list[bytes]:
+    lines = []
+    for custom_id in ids:
+        line = chat_line(custom_id, "Write a long story about a dragon.")
+        line["body"] = {**line["body"], "max_tokens": 64}  # type: ignore[dict-item]
+        lines.append(json.dumps(line).encode())
+    return lines
+
+
+def test_cancelling_a_running_batch_keeps_what_ran_and_files_the_rest_as_batch_cancelled(
+        stack: RunningStack) -> None:
+    client = stack.client()
+    ids = [f"c-{i}" for i in range(40)]
+    created = client.batches.create(input_file_id=upload(client, long_lines(ids)), endpoint="/v1/chat/completions",
+                                    completion_window="24h")
+    deadline = time.monotonic() + 60
+    while client.batches.retrieve(created.id).status != "in_progress" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    cancelling = client.batches.cancel(created.id)
+    assert cancelling.status in ("cancelling", "cancelled")
+    batch, _ = wait_until_done(client, created.id)
+    assert batch.status == "cancelled" and batch.cancelled_at is not None
+    _, errors = accounted(client, batch, list(ids))
+    assert errors and all(line["error"]["code"] == "batch_cancelled" for line in errors)
+    with pytest.raises(openai.BadRequestError) as again:
+        client.batches.cancel(created.id)
+    assert again.value.code == "batch_not_cancellable"
+
+
+def test_a_batch_that_outlives_its_completion_window_expires_with_every_line_accounted_for(
+        stack: RunningStack) -> None:
+    client = stack.client()
+    ids = [f"x-{i}" for i in range(40)]
+    created = client.batches.create(input_file_id=upload(client, long_lines(ids)), endpoint="/v1/chat/completions",
+                                    completion_window="4s")  # type: ignore[arg-type]
+    batch, _ = wait_until_done(client, created.id, timeout_s=90)
+    assert batch.status == "expired" and batch.expired_at is not None, batch.model_dump()
+    _, errors = accounted(client, batch, list(ids))
+    assert errors and all(line["error"]["code"] == "batch_expired" for line in errors)

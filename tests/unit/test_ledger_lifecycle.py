@@ -1,0 +1,151 @@
+"""The batch state machine beyond the happy path: waiting, failed attempts, cancellation, expiry, anomalies."""
+
+from contracts.api.batch import BatchUsage, InputTokensDetails
+from contracts.events.batch import (
+    AttemptFailed,
+    BatchAssigned,
+    BatchCancelled,
+    BatchCancelRequested,
+    BatchExpired,
+    BatchFinalizing,
+    BatchProgressed,
+    BatchWaiting,
+)
+from services.ledger.application import Ledger, persistence_env
+from services.ledger.projection import batch_record
+from tests.unit.test_ledger_domain import BATCH, T0, Stream, at, completed, created, ledger, started, validated
+
+__all__ = ["ledger"]
+
+USAGE = BatchUsage(input_tokens=50, input_tokens_details=InputTokensDetails(cached_tokens=8), output_tokens=10,
+                   total_tokens=60)
+
+
+def assigned(attempt: int) -> BatchAssigned:
+    return BatchAssigned(aggregate_id=BATCH, executor_id=f"exec-{attempt}", attempt=attempt, lease_token="t",
+                         occurred_at=at(3))
+
+
+def progressed(attempt: int, chunk: int, done: int) -> BatchProgressed:
+    return BatchProgressed(aggregate_id=BATCH, attempt=attempt, chunk=chunk, chunk_key=f"c{chunk}", completed=done,
+                           failed=0, occurred_at=at(5))
+
+
+def attempt_failed(attempt: int) -> AttemptFailed:
+    return AttemptFailed(aggregate_id=BATCH, attempt=attempt, executor_id=f"exec-{attempt}", code="executor_lost",
+                         reason="missed heartbeats", occurred_at=at(6))
+
+
+def cancel_requested() -> BatchCancelRequested:
+    return BatchCancelRequested(aggregate_id=BATCH, requested_by_key_id="key_a", occurred_at=at(7))
+
+
+def cancelled() -> BatchCancelled:
+    return BatchCancelled(aggregate_id=BATCH, output_file_id="file-out", error_file_id="file-err", completed=4,
+                          failed=6, usage=USAGE, occurred_at=at(8))
+
+
+def test_a_waiting_batch_says_why_until_it_starts(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), validated(), BatchWaiting(aggregate_id=BATCH, reason="no executor serves model m"))
+    batch = stream.record().batch
+    assert (batch.status, batch.status_reason) == ("validated", "no executor serves model m")
+    stream.fold(assigned(1), started())
+    assert (stream.record().batch.status, stream.record().batch.status_reason) == ("in_progress", None)
+
+
+def test_a_failed_attempt_returns_the_batch_to_validated_and_a_later_attempt_resumes_it(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), validated(), assigned(1), started(1), progressed(1, 0, 3), attempt_failed(1))
+    batch = stream.record().batch
+    assert (batch.status, batch.status_reason, batch.request_counts.completed) == (
+        "validated", "missed heartbeats", 3)
+    stream.fold(progressed(1, 1, 5))  # a chunk of the lost attempt that was durable before it was lost
+    stream.fold(assigned(2), started(2), progressed(2, 2, 4), BatchFinalizing(aggregate_id=BATCH, attempt=2),
+                completed())
+    assert stream.record().batch.status == "completed"
+    assert [f["attempt"] for f in stream.batch().attempt_failures] == [1]
+    assert ledger.anomalies(BATCH) == []
+
+
+def test_a_start_of_a_failed_attempt_is_an_anomaly(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), validated(), assigned(1), started(1), attempt_failed(1), started(1))
+    assert stream.record().batch.status == "validated"
+    [anomaly] = ledger.anomalies(BATCH)
+    assert anomaly["fact"] == "started" and anomaly["sequence"] == stream.seq
+
+
+def test_a_cancelled_batch_keeps_what_was_done_and_its_usage(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), validated(), assigned(1), started(), cancel_requested())
+    assert (stream.record().batch.status, stream.record().batch.cancelling_at) == ("cancelling", T0 + 7)
+    stream.fold(progressed(1, 0, 4), cancelled())
+    batch = stream.record().batch
+    assert (batch.status, batch.cancelled_at) == ("cancelled", T0 + 8)
+    assert batch.request_counts.model_dump() == {"total": 10, "completed": 4, "failed": 6}
+    assert (batch.output_file_id, batch.error_file_id) == ("file-out", "file-err")
+    assert batch.usage == USAGE and stream.batch().cancel_requested_by == "key_a"
+
+
+def test_completed_after_cancelled_is_an_anomaly_and_the_batch_stays_cancelled(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), validated(), started(), cancel_requested(), cancelled())
+    before = stream.record().batch
+    stream.fold(completed())
+    assert stream.record().batch == before
+    [anomaly] = ledger.anomalies(BATCH)
+    assert anomaly == {"sequence": stream.seq, "fact": "completed",
+                       "reason": "completed is not allowed while cancelled"}
+
+
+def test_a_cancel_requested_while_finalizing_is_an_anomaly(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), validated(), started(), BatchFinalizing(aggregate_id=BATCH, attempt=1),
+                cancel_requested())
+    assert stream.record().batch.status == "finalizing"
+    assert [a["fact"] for a in ledger.anomalies(BATCH)] == ["cancel_requested"]
+
+
+def test_cancelled_without_a_request_is_an_anomaly(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), validated(), cancelled())
+    assert stream.record().batch.status == "validated"
+    assert [a["fact"] for a in ledger.anomalies(BATCH)] == ["cancelled"]
+
+
+def test_an_expired_batch_records_when_and_what_was_done(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), validated(), started(), BatchExpired(
+        aggregate_id=BATCH, output_file_id=None, error_file_id="file-err", completed=0, failed=10,
+        usage=BatchUsage(), occurred_at=at(86_400)))
+    batch = stream.record().batch
+    assert (batch.status, batch.expired_at, batch.error_file_id) == ("expired", T0 + 86_400, "file-err")
+    assert batch.request_counts.failed == 10
+
+
+def test_usage_is_taken_once_from_the_end_and_a_refold_never_adds_it_again(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), validated(), started(), completed())
+    usage = stream.record().batch.usage
+    ledger.fold([(stream.seq, completed())])
+    assert stream.record().batch.usage == usage
+    assert usage is not None and usage.total_tokens == 120
+
+
+def test_the_state_is_the_same_whatever_the_facts_grouping(ledger: Ledger) -> None:
+    story = [created(), validated(), assigned(1), started(1), *(progressed(1, c, c + 1) for c in range(7)),
+             attempt_failed(1), progressed(1, 7, 9), assigned(2), started(2),
+             *(progressed(2, c, c + 1) for c in range(8, 12)), completed()]
+    numbered = list(enumerate(story, start=1))
+    ledger.fold(numbered)
+    one_by_one = Ledger(persistence_env(None))
+    try:
+        for fact in numbered:
+            one_by_one.fold([fact])
+        again = one_by_one.batch(BATCH)
+        assert again is not None
+        assert batch_record(again) == batch_record(Stream(ledger).batch())
+        assert again.attempt_failures == Stream(ledger).batch().attempt_failures
+    finally:
+        one_by_one.close()

@@ -1,0 +1,45 @@
+"""Stored ledger events and snapshots written by an older ledger (class version 1) still load, upcast."""
+
+import json
+
+from eventsourcing.persistence import StoredEvent
+
+from services.ledger.application import Ledger
+from services.ledger.domainmodel import TOPIC_MODULE
+from tests.unit.test_ledger_domain import BATCH, Stream, created, ledger, started, validated
+
+__all__ = ["ledger"]
+
+
+def test_a_v1_progressed_event_in_the_store_is_upcast_with_its_attempt_unknown(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), validated(), started())
+    batch = stream.batch()
+    v1_state = {"timestamp": {"_type_": "datetime_iso", "_data_": "2023-11-14T22:13:20+00:00"},
+                "sequence": 4, "completed": 7, "failed": 1}
+    ledger.recorder.insert_events([StoredEvent(
+        originator_id=batch.id, originator_version=batch.version + 1, topic=f"{TOPIC_MODULE}:Batch.Progressed",
+        state=json.dumps(v1_state).encode())])
+
+    reloaded = stream.batch()
+    assert (reloaded.completed, reloaded.failed, reloaded.version) == (7, 1, batch.version + 1)
+    *_, progressed = ledger.events.get(batch.id)
+    assert progressed.attempt == 0  # type: ignore[attr-defined]
+
+
+def test_a_v1_batch_snapshot_is_upcast_with_the_fields_added_since(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), validated())
+    batch = stream.batch()
+    assert ledger.snapshots is not None
+    snapshot = ledger.mapper.to_stored_event(type(batch).Snapshot.take(batch))
+    state = json.loads(snapshot.state)
+    for added in ("attempt_failures", "cancel_requested_by", "class_version"):
+        del state["state"][added]
+    ledger.snapshots.recorder.insert_events([StoredEvent(
+        originator_id=snapshot.originator_id, originator_version=snapshot.originator_version,
+        topic=snapshot.topic, state=json.dumps(state).encode())])
+
+    reloaded = ledger.repository.get(batch.id)
+    assert (reloaded.attempt_failures, reloaded.cancel_requested_by) == ([], None)
+    assert reloaded.status == "validated" and reloaded.batch_id == BATCH
