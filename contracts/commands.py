@@ -4,6 +4,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from contracts.events.executor import ExecutorAdvert
+
 
 class RunBatch(BaseModel):
     """Run every line of a validated batch that no earlier attempt committed."""
@@ -50,3 +52,17 @@ class FinalizeBatch(BaseModel):
     @property
     def msg_id(self) -> str:
         return f"{self.batch_id}:finalize:{self.reason}"
+
+
+class ExecutorRegistration(BaseModel):
+    """An executor asking to join the fleet, proving itself with a worker key (sent as a request, never stored)."""
+
+    executor_id: str
+    worker_key: str
+    advert: ExecutorAdvert
+
+
+class RegistrationAnswer(BaseModel):
+    accepted: bool
+    reason: str | None = None
+    worker_key_id: str | None = None

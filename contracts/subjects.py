@@ -12,6 +12,8 @@ WORK_SUBJECTS = "cmd.>"
 READ_MODEL_BUCKET = "sheshnag_read"
 EXECUTORS_BUCKET = "sheshnag_executors"
 LEADER_BUCKET = "sheshnag_leader"
+FLEET_REGISTER = "svc.fleet.register"
+"""Request/reply: executors register with the leading scheduler."""
 SCHEDULER_LEADER_KEY = "scheduler"
 
 VALIDATOR_DURABLE = "validator"

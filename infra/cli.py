@@ -12,9 +12,11 @@ from pathlib import Path
 
 import aiohttp
 
-from infra.keys import choose_admin_key, register_key, remember
+from contracts.events.key import KeyRole
+from infra.keys import choose_admin_key, local_worker_key, new_key, register_key, remember
 from infra.supervisor import SERVICES, Stack, pick_port
 from services.runtime.bus import EventBus
+from services.runtime.settings import ConnectionSettings
 
 log = logging.getLogger("sheshnag.up")
 
@@ -32,6 +34,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     up.add_argument("--port", type=int, default=8080, help="gateway port (default 8080)")
     up.add_argument("--nats-port", type=int, default=None, help="embedded NATS port (default: a free port)")
     up.add_argument("--s3-port", type=int, default=None, help="embedded S3 port (default: a free port)")
+    keys = commands.add_parser("keys", help="manage API keys (against SHESHNAG_NATS_URL)")
+    key_tools = keys.add_subparsers(dest="tool", required=True)
+    create = key_tools.add_parser("create", help="create a key and print it once (only its hash is stored)")
+    create.add_argument("--role", choices=["user", "worker", "admin"], default="user",
+                        help="user: the API; worker: executors joining the fleet; admin: the API and operations")
+    create.add_argument("--label", default="", help="a name to recognise the key by")
     for name in SERVICES:
         service = commands.add_parser(name, help=f"run the {name} against an existing NATS and S3 (SHESHNAG_* env)")
         if name == "ledger":
@@ -94,6 +102,9 @@ async def up(args: argparse.Namespace) -> None:
         key = choose_admin_key(stack.data_dir, os.environ.get("SHESHNAG_ADMIN_KEY"))
         bus = await EventBus.connect(f"nats://127.0.0.1:{stack.nats_port}", "sheshnag-up")
         await register_key(bus, key, "admin (sheshnag up)")
+        worker_key = local_worker_key(stack.data_dir)
+        await register_key(bus, worker_key, "embedded executor (sheshnag up)", role="worker")
+        stack.worker_key = worker_key.plaintext or ""
         await bus.close()
         remember(stack.data_dir, key)
         stack.start_services()
@@ -120,11 +131,23 @@ Press Ctrl-C to stop.
 """, flush=True)
 
 
+async def create_key(role: KeyRole, label: str) -> None:
+    key = new_key(role)
+    bus = await EventBus.connect(ConnectionSettings().nats_url, "sheshnag-keys")
+    try:
+        await register_key(bus, key, label or f"{role} key", role=role)
+    finally:
+        await bus.close()
+    print(key.plaintext)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.command == "up":
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         asyncio.run(up(args))
+    elif args.command == "keys":
+        asyncio.run(create_key(args.role, args.label))
     elif args.command == "ledger" and args.tool:
         logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
         sys.exit(run_ledger_tool(args))

@@ -70,20 +70,20 @@ class S3Credentials:
         return creds
 
 
-def start_nats(data_dir: Path, port: int, log_file: Path) -> subprocess.Popen[bytes]:
+def launch(command: list[str], log_file: Path, cwd: Path | None = None) -> subprocess.Popen[bytes]:
+    """Start a server in its own session (a Ctrl-C reaches only the supervisor), logging to `log_file`."""
+    with log_file.open("ab") as out:
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True)
+
+
+def nats_command(data_dir: Path, port: int) -> list[str]:
     store = data_dir / "nats"
     store.mkdir(parents=True, exist_ok=True)
-    command = [venv_binary("nats-server"), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store),
-               "-n", f"sheshnag-{port}"]
-    with log_file.open("ab") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    wait_for_port(port, process, 15.0, "nats-server")
-    return process
+    return [venv_binary("nats-server"), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store),
+            "-n", f"sheshnag-{port}"]
 
 
-def start_seaweed(
-    data_dir: Path, s3_port: int, creds: S3Credentials, log_file: Path
-) -> subprocess.Popen[bytes]:
+def seaweed_command(data_dir: Path, s3_port: int, creds: S3Credentials) -> list[str]:
     store = data_dir / "s3"
     store.mkdir(parents=True, exist_ok=True)
     identities = data_dir / "s3-identities.json"
@@ -94,13 +94,24 @@ def start_seaweed(
     }]}))
     identities.chmod(0o600)
     ports = [f"-{flag}={free_port()}" for flag in WEED_PORT_FLAGS]
-    command = [venv_binary("weed"), "mini", f"-dir={store}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-               f"-s3.port={s3_port}", *ports, "-admin.ui=false", "-webdav=false",
-               "-master.telemetry=false", f"-s3.config={identities}"]
-    with log_file.open("ab") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=store,
-                                   start_new_session=True)
-    wait_for_port(s3_port, process, 60.0, "seaweedfs s3")
+    return [venv_binary("weed"), "mini", f"-dir={store}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            f"-s3.port={s3_port}", *ports, "-admin.ui=false", "-webdav=false",
+            "-master.telemetry=false", f"-s3.config={identities}"]
+
+
+NATS_READY_S = 15.0
+S3_READY_S = 60.0
+
+
+def start_nats(data_dir: Path, port: int, log_file: Path) -> subprocess.Popen[bytes]:
+    process = launch(nats_command(data_dir, port), log_file)
+    wait_for_port(port, process, NATS_READY_S, "nats-server")
+    return process
+
+
+def start_seaweed(data_dir: Path, s3_port: int, creds: S3Credentials, log_file: Path) -> subprocess.Popen[bytes]:
+    process = launch(seaweed_command(data_dir, s3_port, creds), log_file, cwd=data_dir / "s3")
+    wait_for_port(s3_port, process, S3_READY_S, "seaweedfs s3")
     return process
 
 

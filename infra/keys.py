@@ -1,10 +1,11 @@
-"""The first API key of a stack: from SHESHNAG_ADMIN_KEY, or generated once and stored only as a hash."""
+"""Keys of a stack: the first admin key (from SHESHNAG_ADMIN_KEY, or generated once and stored only as a hash),
+the embedded executor's worker key, and keys operators create."""
 
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from contracts.events.key import KeyCreated
+from contracts.events.key import KeyCreated, KeyRole
 from contracts.ids import hash_api_key
 from services.runtime.bus import EventBus
 
@@ -36,5 +37,23 @@ def remember(data_dir: Path, key: BootstrapKey) -> None:
         _marker(data_dir).write_text(key.sha256)
 
 
-async def register_key(bus: EventBus, key: BootstrapKey, label: str) -> None:
-    await bus.publish(KeyCreated(aggregate_id=key.sha256[:32], key_sha256=key.sha256, role="admin", label=label))
+async def register_key(bus: EventBus, key: BootstrapKey, label: str, role: KeyRole = "admin") -> None:
+    await bus.publish(KeyCreated(aggregate_id=key.sha256[:32], key_sha256=key.sha256, role=role, label=label))
+
+
+KEY_PREFIXES: dict[KeyRole, str] = {"admin": "gk-", "user": "gk-", "worker": "wk-"}
+
+
+def new_key(role: KeyRole) -> BootstrapKey:
+    plaintext = f"{KEY_PREFIXES[role]}{secrets.token_urlsafe(32)}"
+    return BootstrapKey(plaintext, hash_api_key(plaintext))
+
+
+def local_worker_key(data_dir: Path) -> BootstrapKey:
+    """The embedded executor's worker key: kept in the data dir (mode 0600) so the executor can present it."""
+    path = data_dir / "worker-key"
+    if not path.exists():
+        path.write_text(new_key("worker").plaintext or "")
+        path.chmod(0o600)
+    plaintext = path.read_text().strip()
+    return BootstrapKey(plaintext, hash_api_key(plaintext))

@@ -9,7 +9,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra.embedded import S3Credentials, free_port, start_nats, start_seaweed, stop_process
+from infra.embedded import (
+    NATS_READY_S,
+    S3_READY_S,
+    S3Credentials,
+    free_port,
+    nats_command,
+    seaweed_command,
+    stop_process,
+    wait_for_port,
+)
 
 log = logging.getLogger("sheshnag.up")
 
@@ -23,8 +32,9 @@ STABLE_AFTER_S = 60.0
 class Supervised:
     name: str
     command: list[str]
-    env: dict[str, str]
+    env: dict[str, str] | None
     log_file: Path
+    cwd: Path | None = None
     process: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
     restarts: int = 0
@@ -35,7 +45,7 @@ class Supervised:
         with self.log_file.open("ab") as out:
             # Own session: a Ctrl-C reaches only the supervisor, which then stops services before the broker.
             self.process = subprocess.Popen(self.command, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
+                                            cwd=self.cwd, start_new_session=True)
         self.started_at = time.monotonic()
         self.pid_file.write_text(str(self.process.pid))
 
@@ -73,8 +83,9 @@ class Stack:
     nats_port: int
     s3_port: int
     credentials: S3Credentials = field(init=False)
+    worker_key: str = ""
     children: list[Supervised] = field(default_factory=list)
-    infra_processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    """Broker and object store first, then the services; stopped in reverse order."""
 
     @property
     def logs(self) -> Path:
@@ -90,17 +101,25 @@ class Stack:
             "SHESHNAG_GATEWAY_PORT": str(self.gateway_port),
             "SHESHNAG_LEDGER_DB_PATH": str(self.data_dir / "ledger.sqlite"),
             "SHESHNAG_EXECUTOR_EXECUTOR_ID": env.get("SHESHNAG_EXECUTOR_EXECUTOR_ID", "local-0"),
+            "SHESHNAG_EXECUTOR_WORKER_KEY": self.worker_key,
             "PYTHONUNBUFFERED": "1",
         })
         return env
 
     def start_infra(self) -> None:
+        """Broker and object store, supervised like the services: a crashed one restarts on the same
+        ports and data, and the services reconnect."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
         self.credentials = S3Credentials.load_or_create(self.data_dir / "s3-credentials.json")
-        self.infra_processes.append(start_nats(self.data_dir, self.nats_port, self.logs / "nats.log"))
-        self.infra_processes.append(
-            start_seaweed(self.data_dir, self.s3_port, self.credentials, self.logs / "s3.log"))
+        nats = Supervised("nats-server", nats_command(self.data_dir, self.nats_port), None, self.logs / "nats.log")
+        s3 = Supervised("s3", seaweed_command(self.data_dir, self.s3_port, self.credentials), None,
+                        self.logs / "s3.log", cwd=self.data_dir / "s3")
+        for child, port, ready_s in ((nats, self.nats_port, NATS_READY_S), (s3, self.s3_port, S3_READY_S)):
+            child.start()
+            assert child.process is not None
+            wait_for_port(port, child.process, ready_s, child.name)
+            self.children.append(child)
 
     def start_services(self) -> None:
         env = self.service_env()
@@ -113,10 +132,6 @@ class Stack:
         while not stop.is_set():
             for child in self.children:
                 child.check()
-            for process in self.infra_processes:
-                if process.poll() is not None:
-                    log.error("%s exited with code %s; stopping the stack", process.args, process.returncode)
-                    stop.set()
             try:
                 await asyncio.wait_for(stop.wait(), timeout=0.5)
             except TimeoutError:
@@ -125,8 +140,6 @@ class Stack:
     def stop(self) -> None:
         for child in reversed(self.children):
             child.stop()
-        for process in reversed(self.infra_processes):
-            stop_process(process)
 
 
 def pick_port(requested: int | None) -> int:

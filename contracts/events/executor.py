@@ -37,6 +37,8 @@ class ExecutorRegistered(Event):
     type: Literal["executor.registered"] = "executor.registered"
     advert: ExecutorAdvert
     started_at: int
+    worker_key_id: str | None = None
+    """The worker key it proved itself with; executors without one are never assigned work."""
 
 
 class ExecutorLost(Event):

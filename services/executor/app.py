@@ -7,11 +7,12 @@ import time
 
 import nats.errors
 
-from contracts.events.executor import ExecutorAdvert, ExecutorRegistered
+from contracts.events.executor import ExecutorAdvert
 from contracts.subjects import FINALIZE_COMMAND, FINALIZERS_DURABLE, WORK_STREAM, executor_durable, run_command
 from services.executor.adapters.engines import create_engine
 from services.executor.adapters.engines.base import Engine
 from services.executor.adapters.memory import device_memory
+from services.executor.adapters.registration import register
 from services.executor.handlers import Executor
 from services.executor.retry import LineRetry
 from services.executor.runner import BatchRunner
@@ -66,14 +67,19 @@ async def run_executor(settings: ExecutorSettings, stop: asyncio.Event) -> None:
         fleet = await Fleet.open(bus)
         advert = advert_of(settings, engines)
         await fleet.advertise(advert)
-        await bus.publish(ExecutorRegistered(aggregate_id=settings.executor_id, advert=advert,
-                                             started_at=advert.heartbeat_at))
+        if settings.worker_key:
+            await register(bus, settings.executor_id, settings.worker_key, advert, stop)
+        else:
+            log.warning("no worker key (SHESHNAG_EXECUTOR_WORKER_KEY): the scheduler will not assign this executor "
+                        "any batch; it only takes commands sent to it directly and finalize commands")
         retry = LineRetry(attempts=settings.line_attempts, base_delay_s=settings.line_retry_delay_s)
         runner = BatchRunner(bus, store, settings.executor_id, settings.chunk_lines, retry)
         executor = Executor(bus, runner, engines, settings.executor_id)
-        # One batch at a time: the engine's slots are the concurrency, inside the batch.
+        # One batch at a time (the consume loop is sequential; the engine's slots are the concurrency, inside
+        # the batch). More than one may be pending: a command a crashed predecessor held must not block the
+        # retry the scheduler sends after fencing it.
         policy = ConsumerPolicy(ack_wait_s=settings.ack_wait_s, max_deliver=settings.max_deliver,
-                                max_ack_pending=1)
+                                max_ack_pending=4)
         beating = asyncio.create_task(heartbeat(fleet, settings, engines, stop))
         consuming = asyncio.create_task(bus.consume(
             WORK_STREAM, executor_durable(settings.executor_id), [run_command(settings.executor_id)],

@@ -12,6 +12,8 @@ class ExecutorSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="SHESHNAG_EXECUTOR_", extra="ignore")
 
     executor_id: str = "local-0"
+    worker_key: str = ""
+    """The worker key (`wk-…`) an operator or provider created; without one the scheduler assigns nothing."""
     engine: EngineName = "llamacpp"
     models: list[str] = Field(default_factory=list)
     """Catalogue ids (or aliases) to serve; empty means every catalogue model of `engine`."""
@@ -24,7 +26,7 @@ class ExecutorSettings(ServiceSettings):
     line_retry_delay_s: float = 0.5
     """Backoff before a line's second try, doubled before each further one."""
     heartbeat_s: float = 3.0
-    ack_wait_s: float = 60.0
+    ack_wait_s: float = 30.0
     max_deliver: int = 5
     """Deliveries of one run command before the batch is failed."""
     stop_grace_s: float = 5.0

@@ -5,7 +5,7 @@ import logging
 
 from contracts.subjects import EVENTS_STREAM, LEDGER_NAME
 from services.ledger.application import Ledger
-from services.ledger.handlers import Folder, follow, read_model_sink
+from services.ledger.handlers import Folder, follow, read_model_sink, stop_reading
 from services.ledger.settings import LedgerSettings
 from services.runtime.bus import EventBus
 from services.runtime.readmodel import ReadModel
@@ -33,11 +33,11 @@ class LedgerApp:
             log.info("ledger resumes after sequence %d; stream head is %d", checkpoint, head)
             worker = asyncio.create_task(folder.run(stop))
             announcer = asyncio.create_task(self._announce_caught_up(folder, head))
-            subscription = await follow(bus, folder)
+            reader = asyncio.create_task(follow(bus, folder, stop))
             try:
                 await stop.wait()
             finally:
-                await subscription.unsubscribe()
+                await stop_reading(reader)
                 announcer.cancel()
                 await worker
         finally:

@@ -4,14 +4,10 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from nats.aio.msg import Msg
-from nats.js import JetStreamContext
-from nats.js.api import ConsumerConfig, DeliverPolicy
-
 from contracts.readmodel import BatchRecord, FileRecord
-from contracts.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
 from services.ledger.application import Ledger
 from services.ledger.chain import Fact
+from services.ledger.follower import OrderedReader
 from services.ledger.projection import Projection, project
 from services.runtime.bus import EventBus
 from services.runtime.readmodel import ReadModel
@@ -24,7 +20,7 @@ IDLE_POLL_S = 0.25
 
 
 class Folder:
-    """Takes messages from an ordered consumer and folds them in groups, in stream order."""
+    """Takes facts from the ordered reader and folds them in groups, in stream order."""
 
     def __init__(self, ledger: Ledger, sink: Sink, start_after: int, group_size: int = 1000) -> None:
         self.ledger = ledger
@@ -34,15 +30,16 @@ class Folder:
         """Every fact up to this stream sequence is folded, materialised and checkpointed."""
         self.folded = 0
         """Facts folded since this process started."""
-        self._queue: asyncio.Queue[Msg] = asyncio.Queue(maxsize=group_size * 4)
+        self._queue: asyncio.Queue[Fact] = asyncio.Queue(maxsize=group_size * 4)
         self._advanced = asyncio.Condition()
 
-    async def receive(self, message: Msg) -> None:
-        """The subscription callback: only queues, so the consumer keeps flowing while a group folds."""
-        await self._queue.put(message)
+    async def receive(self, facts: list[Fact]) -> None:
+        """Queues facts, so the reader pulls the next ones while a group folds; waits while the queue is full."""
+        for fact in facts:
+            await self._queue.put(fact)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Fold queued messages until `stop` is set; the group in hand is always finished first."""
+        """Fold queued facts until `stop` is set; the group in hand is always finished first."""
         while not stop.is_set():
             try:
                 first = await asyncio.wait_for(self._queue.get(), timeout=IDLE_POLL_S)
@@ -57,7 +54,7 @@ class Folder:
         async with self._advanced:
             await self._advanced.wait_for(lambda: self.folded_through >= sequence)
 
-    async def _fold_with_retries(self, group: list[Msg], stop: asyncio.Event) -> None:
+    async def _fold_with_retries(self, group: list[Fact], stop: asyncio.Event) -> None:
         # A fact is never skipped for a failure of ours: retrying is safe, since folding is idempotent.
         attempt = 0
         while True:
@@ -65,16 +62,15 @@ class Folder:
                 await self._fold(group)
                 return
             except Exception:
-                log.exception("folding sequences %d..%d failed (attempt %d)", _seq(group[0]), _seq(group[-1]),
+                log.exception("folding sequences %d..%d failed (attempt %d)", group[0].sequence, group[-1].sequence,
                               attempt + 1)
                 if stop.is_set():
                     return
                 await asyncio.sleep(RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)])
                 attempt += 1
 
-    async def _fold(self, group: list[Msg]) -> None:
-        facts = [Fact(_seq(message), message.subject, message.data) for message in group
-                 if _seq(message) > self.folded_through]
+    async def _fold(self, group: list[Fact]) -> None:
+        facts = [fact for fact in group if fact.sequence > self.folded_through]
         if not facts:
             return
         projections = await asyncio.to_thread(self._fold_sync, facts)
@@ -91,20 +87,15 @@ class Folder:
         return [projection for projection in projections if projection is not None]
 
 
-def _seq(message: Msg) -> int:
-    return message.metadata.sequence.stream
+async def follow(bus: EventBus, folder: Folder, stop: asyncio.Event) -> None:
+    """Feed the folder every fact after its checkpoint, in stream order, until `stop` is set."""
+    await OrderedReader(bus, folder.folded_through, folder.group_size).run(folder.receive, stop)
 
 
-async def follow(bus: EventBus, folder: Folder) -> JetStreamContext.PushSubscription:
-    """An ordered push consumer on every fact, from the one after the folder's checkpoint."""
-    return await bus.js.subscribe(
-        EVENTS_SUBJECTS,
-        stream=EVENTS_STREAM,
-        ordered_consumer=True,
-        deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-        config=ConsumerConfig(opt_start_seq=folder.folded_through + 1),
-        cb=folder.receive,
-    )
+async def stop_reading(reader: "asyncio.Task[None]") -> None:
+    """End a `follow` task: it may be waiting on a full queue nobody drains any more, so it is cancelled."""
+    reader.cancel()
+    await asyncio.gather(reader, return_exceptions=True)
 
 
 def read_model_sink(read_model: ReadModel) -> Sink:

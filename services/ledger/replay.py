@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from contracts.subjects import EVENTS_STREAM
 from services.ledger.application import Ledger, persistence_env
-from services.ledger.handlers import Folder, follow
+from services.ledger.handlers import Folder, follow, stop_reading
 from services.ledger.projection import KeyProjection, Projection, projection_key
 from services.runtime.bus import EventBus
 from services.runtime.readmodel import ReadModel
@@ -49,12 +49,12 @@ async def replay_into_scratch(bus: EventBus, group_size: int = 1000) -> Replayed
     stop = asyncio.Event()
     started = time.perf_counter()
     worker = asyncio.create_task(folder.run(stop))
-    subscription = await follow(bus, folder)
+    reader = asyncio.create_task(follow(bus, folder, stop))
     try:
         await folder.wait_through(head)
     finally:
-        await subscription.unsubscribe()
         stop.set()
+        await stop_reading(reader)
         await worker
         replayed.seconds = time.perf_counter() - started
         replayed.events = folder.folded

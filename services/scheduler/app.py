@@ -7,6 +7,7 @@ import logging
 from services.runtime.bus import EventBus
 from services.runtime.catalogue import load_catalogue
 from services.runtime.fleet import Fleet
+from services.runtime.readmodel import ReadModel
 from services.scheduler.handlers import Scheduler
 from services.scheduler.leader import LeaderLease
 from services.scheduler.settings import SchedulerSettings
@@ -21,7 +22,8 @@ async def run_scheduler(settings: SchedulerSettings, stop: asyncio.Event) -> Non
     lease = await LeaderLease.open(bus, settings.leader_ttl_s)
     try:
         while await lease.acquire(stop):
-            await lead(Scheduler(bus, await Fleet.open(bus), catalogue), lease, settings, stop)
+            scheduler = Scheduler(bus, await Fleet.open(bus), catalogue, await ReadModel.open(bus))
+            await lead(scheduler, lease, settings, stop)
     finally:
         await lease.release()
         await bus.close()
@@ -30,6 +32,7 @@ async def run_scheduler(settings: SchedulerSettings, stop: asyncio.Event) -> Non
 async def lead(scheduler: Scheduler, lease: LeaderLease, settings: SchedulerSettings, stop: asyncio.Event) -> None:
     """One term as leader: a fresh book from the whole log, then decisions until stopped or the lease is lost."""
     subscription = await scheduler.follow()
+    registrations = await scheduler.answer_registrations()
     keeper = asyncio.create_task(lease.keep(stop))
     try:
         while not stop.is_set() and not keeper.done():
@@ -39,6 +42,7 @@ async def lead(scheduler: Scheduler, lease: LeaderLease, settings: SchedulerSett
                 await asyncio.wait_for(stop.wait(), timeout=settings.tick_s)
     finally:
         keeper.cancel()
+        await registrations.unsubscribe()
         await subscription.unsubscribe()
     if not stop.is_set():
         log.warning("leadership lost; back to standby")

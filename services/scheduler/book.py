@@ -52,10 +52,18 @@ class Book:
     plans: dict[str, BatchPlan] = field(default_factory=dict)
     known_executors: dict[str, int] = field(default_factory=dict)
     """Executor id → last heartbeat seen (ms), for every executor not declared lost since."""
+    admitted: set[str] = field(default_factory=set)
+    """Executors that registered with a worker key: the only ones given work."""
+    incarnations: dict[str, int] = field(default_factory=dict)
+    """Executor id → when its current process registered (ms); work assigned before that died with the old one."""
 
     def apply(self, event: AnyEvent) -> None:
         if isinstance(event, ExecutorRegistered):
-            self.known_executors[event.aggregate_id] = event.advert.heartbeat_at
+            if event.worker_key_id is not None:
+                self.known_executors[event.aggregate_id] = event.advert.heartbeat_at
+                self.admitted.add(event.aggregate_id)
+                self.incarnations[event.aggregate_id] = max(event.started_at,
+                                                            self.incarnations.get(event.aggregate_id, 0))
             return
         if isinstance(event, ExecutorLost):
             if self.known_executors.get(event.aggregate_id, 0) <= event.last_heartbeat_at:

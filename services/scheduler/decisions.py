@@ -6,7 +6,7 @@ from typing import Literal
 from contracts.catalogue import Catalogue
 from contracts.events.executor import ExecutorAdvert
 from services.scheduler.book import BatchPlan, Book
-from services.scheduler.domain import choose_executor, why_unassignable
+from services.scheduler.domain import HEARTBEAT_FRESH_MS, choose_executor, why_unassignable
 
 MAX_ATTEMPTS = 3
 CANCEL_GRACE_MS = 30_000
@@ -60,17 +60,19 @@ Action = Assign | Wait | FailBatch | FenceAttempt | DeclareLost | Finalize
 
 
 def decide(book: Book, adverts: list[ExecutorAdvert], catalogue: Catalogue, now_ms: int) -> list[Action]:
-    live = {advert.executor_id: advert for advert in adverts}
+    live = {advert.executor_id: advert for advert in adverts if advert.executor_id in book.admitted}
+    # A just-registered executor may not have advertised yet: it is lost only once its heartbeat is stale.
     actions: list[Action] = [DeclareLost(executor_id, last_seen) for executor_id, last_seen
-                             in book.known_executors.items() if executor_id not in live]
+                             in book.known_executors.items()
+                             if executor_id not in live and now_ms - last_seen > HEARTBEAT_FRESH_MS]
     for plan in book.plans.values():
         if plan.phase != "ended":
-            actions += _decide_for(plan, live, catalogue, now_ms)
+            actions += _decide_for(plan, live, catalogue, now_ms, book.incarnations)
     return actions
 
 
-def _decide_for(plan: BatchPlan, live: dict[str, ExecutorAdvert], catalogue: Catalogue,
-                now_ms: int) -> list[Action]:
+def _decide_for(plan: BatchPlan, live: dict[str, ExecutorAdvert], catalogue: Catalogue, now_ms: int,
+                incarnations: dict[str, int]) -> list[Action]:
     running = plan.phase == "running" and plan.executor_id is not None
     if now_ms >= plan.expires_at * 1000:
         return _end_early(plan, running, "expired", "batch_expired", "The completion window ended.")
@@ -83,6 +85,9 @@ def _decide_for(plan: BatchPlan, live: dict[str, ExecutorAdvert], catalogue: Cat
         if plan.executor_id not in live:
             return [FenceAttempt(plan, plan.attempt, plan.executor_id, "executor_lost",
                                  f"Executor {plan.executor_id} stopped sending heartbeats.")]
+        if incarnations.get(plan.executor_id, 0) > plan.running_since_ms:
+            return [FenceAttempt(plan, plan.attempt, plan.executor_id, "executor_restarted",
+                                 f"Executor {plan.executor_id} restarted while running attempt {plan.attempt}.")]
         return []
     if plan.phase != "validated" or plan.model is None:
         return []

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 from pydantic import ValidationError
@@ -16,9 +17,10 @@ from contracts.events.batch import AttemptFailed, BatchAssigned, BatchFailed, Ba
 from contracts.events.executor import ExecutorLost
 from contracts.events.registry import AnyEvent, decode_event
 from contracts.ids import derived_id
-from contracts.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
+from contracts.subjects import EVENTS_STREAM, EVENTS_SUBJECTS, FLEET_REGISTER
 from services.runtime.bus import EventBus
 from services.runtime.fleet import Fleet
+from services.runtime.readmodel import ReadModel
 from services.scheduler.book import Book
 from services.scheduler.decisions import (
     Action,
@@ -30,6 +32,7 @@ from services.scheduler.decisions import (
     Wait,
     decide,
 )
+from services.scheduler.registration import Registrar
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +45,14 @@ class Scheduler:
     bus: EventBus
     fleet: Fleet
     catalogue: Catalogue
+    read_model: ReadModel
     book: Book = field(default_factory=Book)
     caught_up: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def answer_registrations(self) -> Subscription:
+        """Only the leader admits executors, so the fleet it assigns to is the one it knows."""
+        registrar = Registrar(self.bus, self.read_model, self.book)
+        return await self.bus.nc.subscribe(FLEET_REGISTER, cb=registrar.on_request)
 
     async def follow(self) -> JetStreamContext.PushSubscription:
         """Fold every fact from the start of the log, then live ones, into the book."""

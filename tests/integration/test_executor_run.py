@@ -153,11 +153,9 @@ async def test_a_batch_runs_to_output_and_error_files_and_a_late_retry_of_it_doe
     assert (await object_store.get_bytes(input_object_key(output_file_id(batch_id)))).splitlines() == output
 
 
-async def test_a_started_executor_advertises_its_models_and_registers(
+async def test_a_started_executor_advertises_its_models_and_loaded_engines(
     bus: EventBus, executor: ExecutorSettings,
 ) -> None:
-    registered = await events_until(bus, f"evt.executor.{executor.executor_id}.>", "executor.registered")
-    assert registered[0]["advert"]["models"] == [MODEL_ID]
     adverts = {advert.executor_id: advert for advert in await (await Fleet.open(bus)).adverts()}
     advert = adverts[executor.executor_id]
     assert advert.engine == "llamacpp" and advert.loaded_models == [MODEL_ID] and advert.slots == 2

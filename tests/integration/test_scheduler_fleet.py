@@ -12,7 +12,7 @@ import nats.errors
 
 from contracts.commands import RunBatch
 from contracts.events.batch import AttemptFailed, BatchAssigned, BatchCreated, BatchValidated
-from contracts.events.executor import DeviceMemory, ExecutorAdvert
+from contracts.events.executor import DeviceMemory, ExecutorAdvert, ExecutorRegistered
 from contracts.ids import new_batch_id
 from contracts.subjects import WORK_STREAM, run_command
 from services.runtime.bus import EventBus
@@ -54,6 +54,13 @@ async def validated_batch(bus: EventBus) -> str:
     return batch_id
 
 
+async def admit(bus: EventBus, *executor_ids: str) -> None:
+    """As the registrar records an executor that proved a worker key."""
+    for executor_id in executor_ids:
+        await bus.publish(ExecutorRegistered(aggregate_id=executor_id, advert=advert(executor_id),
+                                             started_at=int(time.time() * 1000), worker_key_id="key_test"))
+
+
 async def run_commands(bus: EventBus, executor_id: str, wait_s: float = 1.0) -> list[RunBatch]:
     subscription = await bus.js.pull_subscribe(run_command(executor_id), durable=f"test-{executor_id}",
                                                stream=WORK_STREAM)
@@ -70,6 +77,7 @@ async def test_two_schedulers_assign_a_batch_once_and_the_standby_takes_over_a_l
         fresh_nats: RunningNats) -> None:
     bus = await EventBus.connect(fresh_nats.url, "test")
     fleet = await Fleet.open(bus)
+    await admit(bus, "e1", "e2")
     await fleet.advertise(advert("e1"))
     async with scheduler(fresh_nats.url), scheduler(fresh_nats.url) as second:
         batch_id = await validated_batch(bus)
@@ -92,6 +100,7 @@ async def test_two_schedulers_assign_a_batch_once_and_the_standby_takes_over_a_l
 async def test_a_standby_scheduler_leads_when_the_leader_stops(fresh_nats: RunningNats) -> None:
     bus = await EventBus.connect(fresh_nats.url, "test")
     fleet = await Fleet.open(bus)
+    await admit(bus, "e3")
     async with scheduler(fresh_nats.url) as first:
         await asyncio.sleep(0.5)  # first wins the lease
         async with scheduler(fresh_nats.url):
@@ -101,3 +110,55 @@ async def test_a_standby_scheduler_leads_when_the_leader_stops(fresh_nats: Runni
             facts = await batch_facts(bus, batch_id, lambda e: isinstance(e, BatchAssigned), timeout_s=15)
             assert [f.executor_id for f in facts if isinstance(f, BatchAssigned)] == ["e3"]
     await bus.close()
+
+
+async def test_executors_join_only_with_a_worker_key_and_user_keys_are_refused(
+        fresh_nats: RunningNats) -> None:
+    from contracts.commands import ExecutorRegistration, RegistrationAnswer
+    from contracts.events.key import KeyCreated
+    from contracts.ids import hash_api_key
+    from contracts.subjects import FLEET_REGISTER
+
+    bus = await EventBus.connect(fresh_nats.url, "test")
+    for plaintext, role in (("wk-good", "worker"), ("gk-user", "user")):
+        digest = hash_api_key(plaintext)
+        await bus.publish(KeyCreated(aggregate_id=digest[:32], key_sha256=digest, role=role, label=role))
+    ledger_stop = asyncio.Event()
+    ledger = asyncio.create_task(_run_ledger(fresh_nats.url, ledger_stop))
+
+    async def ask(worker_key: str) -> RegistrationAnswer:
+        request = ExecutorRegistration(executor_id="e-new", worker_key=worker_key, advert=advert("e-new"))
+        for _ in range(50):
+            try:
+                reply = await bus.nc.request(FLEET_REGISTER, request.model_dump_json().encode(), timeout=1)
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+                continue
+            answer = RegistrationAnswer.model_validate_json(reply.data)
+            if answer.accepted or answer.reason != "Unknown worker key.":
+                return answer
+            await asyncio.sleep(0.2)  # the ledger may not have folded the key yet
+        return answer
+
+    async with scheduler(fresh_nats.url):
+        refused = await ask("gk-user")
+        assert not refused.accepted and "user key cannot register" in (refused.reason or "")
+        assert not (await ask("wk-nope")).accepted
+        accepted = await ask("wk-good")
+        assert accepted.accepted and accepted.worker_key_id
+
+        fleet = await Fleet.open(bus)
+        await fleet.advertise(advert("e-new"))
+        await fleet.advertise(advert("e-unregistered"))
+        batch_id = await validated_batch(bus)
+        facts = await batch_facts(bus, batch_id, lambda e: isinstance(e, BatchAssigned), timeout_s=15)
+        assert [f.executor_id for f in facts if isinstance(f, BatchAssigned)] == ["e-new"]
+    ledger_stop.set()
+    await asyncio.wait_for(ledger, 10)
+    await bus.close()
+
+
+async def _run_ledger(url: str, stop: asyncio.Event) -> None:
+    from services.ledger.app import run_ledger
+    from services.ledger.settings import LedgerSettings
+
+    await run_ledger(LedgerSettings(connection=ConnectionSettings(nats_url=url)), stop)

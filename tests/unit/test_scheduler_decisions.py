@@ -1,5 +1,6 @@
 """The scheduler's decisions: assign, wait with a reason, retry elsewhere, fail after 3, cancel, expire."""
 
+from contracts.api.batch import BatchUsage
 from contracts.catalogue import Catalogue, CatalogueModel
 from contracts.events.batch import (
     AttemptFailed,
@@ -35,7 +36,7 @@ def advert(executor_id: str, free: int = 10_000, heartbeat_at: int = NOW) -> Exe
 
 
 def validated_book(batch: str = "b1", expires_at: int = NOW // 1000 + 3600) -> Book:
-    book = Book()
+    book = Book(admitted={"e1", "e2", "e3", "e4"})
     book.apply(BatchCreated(aggregate_id=batch, owner_key_id="k", input_file_id="f", input_object_key="files/f",
                             endpoint="/v1/chat/completions", completion_window="24h", created_at=0,
                             expires_at=expires_at))
@@ -110,7 +111,27 @@ def test_an_expired_batch_is_fenced_if_running_and_finalized_as_expired() -> Non
 def test_ended_batches_are_left_alone_and_silent_executors_are_declared_lost() -> None:
     book = validated_book()
     book.apply(BatchCompleted(aggregate_id="b1", output_file_id=None, error_file_id=None, completed=3, failed=0,
-                              usage={}))  # type: ignore[arg-type]
+                              usage=BatchUsage()))
     book.apply(ExecutorRegistered(aggregate_id="e9", advert=advert("e9", heartbeat_at=NOW - 60_000),
-                                  started_at=NOW - 60_000))
+                                  started_at=NOW - 60_000, worker_key_id="key_w"))
     assert decide(book, [], CATALOGUE, NOW) == [DeclareLost("e9", NOW - 60_000)]
+
+
+def test_executors_that_never_registered_with_a_worker_key_get_no_work() -> None:
+    book = validated_book()
+    book.admitted.clear()
+    assert [type(a) for a in decide(book, [advert("e1")], CATALOGUE, NOW)] == [Wait]
+
+
+def test_a_just_registered_executor_is_not_lost_before_its_first_heartbeat_is_due() -> None:
+    book = validated_book()
+    book.apply(ExecutorRegistered(aggregate_id="e5", advert=advert("e5"), started_at=NOW, worker_key_id="key_w"))
+    assert not [a for a in decide(book, [], CATALOGUE, NOW + 1000) if isinstance(a, DeclareLost)]
+
+
+def test_work_assigned_before_an_executor_restarted_is_fenced_and_retried() -> None:
+    book = validated_book()
+    assign(book, "e1", 1)
+    book.apply(ExecutorRegistered(aggregate_id="e1", advert=advert("e1"), started_at=NOW + 500, worker_key_id="k"))
+    actions = decide(book, [advert("e1")], CATALOGUE, NOW + 1000)
+    assert [(type(a), getattr(a, "code", None)) for a in actions] == [(FenceAttempt, "executor_restarted")]

@@ -1,0 +1,44 @@
+"""Admitting executors to the fleet: a worker key is required; user and admin keys are refused."""
+
+import logging
+from dataclasses import dataclass
+
+from nats.aio.msg import Msg
+from pydantic import ValidationError
+
+from contracts.commands import ExecutorRegistration, RegistrationAnswer
+from contracts.events.executor import ExecutorRegistered
+from contracts.ids import hash_api_key
+from services.runtime.bus import EventBus
+from services.runtime.readmodel import ReadModel
+from services.scheduler.book import Book
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Registrar:
+    bus: EventBus
+    read_model: ReadModel
+    book: Book
+
+    async def answer(self, request: ExecutorRegistration) -> RegistrationAnswer:
+        record = await self.read_model.get_api_key(hash_api_key(request.worker_key))
+        if record is None:
+            return RegistrationAnswer(accepted=False, reason="Unknown worker key.")
+        if record.role != "worker":
+            return RegistrationAnswer(accepted=False, reason=f"A {record.role} key cannot register an executor; "
+                                      "ask an operator for a worker key.")
+        registered = ExecutorRegistered(aggregate_id=request.executor_id, advert=request.advert,
+                                        started_at=request.advert.heartbeat_at, worker_key_id=record.key_id)
+        await self.bus.publish(registered)
+        self.book.apply(registered)
+        log.info("executor %s registered with worker key %s", request.executor_id, record.key_id)
+        return RegistrationAnswer(accepted=True, worker_key_id=record.key_id)
+
+    async def on_request(self, message: Msg) -> None:
+        try:
+            answer = await self.answer(ExecutorRegistration.model_validate_json(message.data))
+        except ValidationError as error:
+            answer = RegistrationAnswer(accepted=False, reason=f"Malformed registration: {error.errors()[0]['msg']}")
+        await message.respond(answer.model_dump_json().encode())

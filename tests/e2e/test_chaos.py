@@ -1,0 +1,65 @@
+"""Chaos: SIGKILL a service (or the broker itself) mid-batch; the batch still ends with every line exactly once."""
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from openai import OpenAI
+
+from infra.embedded import free_port
+from tests.e2e.conftest import RunningStack, start_stack, stop_stack
+from tests.e2e.test_batch_lifecycle import accounted, long_lines, upload
+from tests.e2e.test_openai_sdk_loop import wait_until_done
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def chaos_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
+    running = start_stack(tmp_path_factory.mktemp("chaos") / "data", free_port())
+    yield running
+    stop_stack(running)
+
+
+def wait_for_progress(client: OpenAI, batch_id: str, timeout_s: float = 90) -> None:
+    """Until some lines are committed, so the kill lands mid-batch."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        batch = client.batches.retrieve(batch_id)
+        if batch.request_counts and batch.request_counts.completed > 0:
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"batch {batch_id} made no progress")
+
+
+def kill(stack: RunningStack, name: str) -> int:
+    pid = stack.service_pid(name)
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while stack.service_pid(name) == pid and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert stack.service_pid(name) != pid, f"{name} was not restarted"
+    return pid
+
+
+@pytest.mark.parametrize("victim", ["executor", "scheduler", "ledger", "nats"])
+def test_a_batch_survives_a_sigkill_mid_run_with_every_line_exactly_once(
+        chaos_stack: RunningStack, victim: str) -> None:
+    client = chaos_stack.client()
+    ids = [f"{victim}-{i}" for i in range(24)]
+    created = client.batches.create(input_file_id=upload(client, long_lines(ids)), endpoint="/v1/chat/completions",
+                                    completion_window="24h")
+    wait_for_progress(client, created.id)
+    kill(chaos_stack, victim)
+    client = OpenAI(base_url=chaos_stack.base_url, api_key=client.api_key, max_retries=5, timeout=60)
+    batch, _ = wait_until_done(client, created.id, timeout_s=240)
+    assert batch.status == "completed", batch.model_dump()
+    output, errors = accounted(client, batch, ids)
+    assert errors == [] and len({line["custom_id"] for line in output}) == len(ids)
+    up_log = Path(chaos_stack.data_dir.parent / f"up-{chaos_stack.port}.out").read_text()
+    assert f"{'nats-server' if victim == 'nats' else victim} crashed with exit code -9" in up_log
+    assert all(json.dumps(line["response"]["body"]["usage"]) for line in output)
