@@ -3,6 +3,7 @@
 import io
 import json
 import time
+from collections.abc import Sequence
 
 import openai
 import pytest
@@ -21,7 +22,7 @@ def upload(client: OpenAI, lines: list[bytes]) -> str:
     return client.files.create(file=buffer, purpose="batch").id
 
 
-def accounted(client: OpenAI, batch: Batch, custom_ids: list[str | None]) -> tuple[list[dict], list[dict]]:
+def accounted(client: OpenAI, batch: Batch, custom_ids: Sequence[str | None]) -> tuple[list[dict], list[dict]]:
     """Output + error lines: each input line exactly once, and the counts agree."""
     output = [json.loads(x) for x in client.files.content(batch.output_file_id).text.splitlines()] \
         if batch.output_file_id else []

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from contracts.commands import FinalizeBatch, RunBatch
-from contracts.events.batch import AttemptFailed, BatchCancelRequested
+from contracts.events.batch import AttemptFailed, BatchCancelRequested, BatchCompleted
 from contracts.events.registry import AnyEvent
 from contracts.ids import error_file_id, output_file_id
 from contracts.subjects import FINALIZE_COMMAND, WORK_STREAM, input_object_key
@@ -79,6 +79,13 @@ async def all_facts(bus: EventBus, batch_id: str) -> list[AnyEvent]:
         return backlog
 
 
+def completed_fact(facts: list[AnyEvent]) -> BatchCompleted:
+    """The batch's last fact, which must be its completion."""
+    last = facts[-1]
+    assert isinstance(last, BatchCompleted), last.type
+    return last
+
+
 def chat(n: int, max_tokens: int = 4) -> dict[str, object]:
     return {"messages": [{"role": "user", "content": f"Count to {n}."}], "max_tokens": max_tokens, "seed": n,
             "ignore_eos": True}
@@ -100,8 +107,9 @@ async def test_embedding_and_responses_lines_end_in_the_output_file_in_their_own
     bodies = [json.loads(row)["response"]["body"] for row in output.splitlines()]
     assert [len(body["data"]) for body in bodies] == [1, 2]
     assert len(bodies[0]["data"][0]["embedding"]) == 576 and bodies[0]["model"] == EMBED
-    assert facts[-1].usage.input_tokens == sum(body["usage"]["prompt_tokens"] for body in bodies) > 0
-    assert facts[-1].usage.output_tokens == 0
+    usage = completed_fact(facts).usage
+    assert usage.input_tokens == sum(body["usage"]["prompt_tokens"] for body in bodies) > 0
+    assert usage.output_tokens == 0
 
     await bus.send_run(responses)
     facts = await batch_facts(bus, responses.batch_id, ended)
@@ -110,7 +118,7 @@ async def test_embedding_and_responses_lines_end_in_the_output_file_in_their_own
     body = json.loads(output)["response"]["body"]
     assert body["object"] == "response" and body["model"] == CHAT
     assert body["output"][0]["type"] == "message" and body["output"][0]["content"][0]["type"] == "output_text"
-    assert body["usage"]["output_tokens"] == 4 == facts[-1].usage.output_tokens
+    assert body["usage"]["output_tokens"] == 4 == completed_fact(facts).usage.output_tokens
 
 
 async def test_a_cancel_mid_run_keeps_produced_results_and_marks_every_unrun_line_cancelled(

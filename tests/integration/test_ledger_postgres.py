@@ -5,6 +5,7 @@ import os
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypedDict
 
 import psycopg
 import pytest
@@ -18,9 +19,21 @@ from services.runtime.settings import ConnectionSettings
 from tests.conftest import RunningNats
 from tests.integration.test_ledger_rebuild import GOOD, history, read_model_dump, revisions, running_ledger
 
-PG = {"dbname": os.environ.get("POSTGRES_DBNAME", "test"), "host": os.environ.get("POSTGRES_HOST", "127.0.0.1"),
-      "port": int(os.environ.get("POSTGRES_PORT", "5432")), "user": os.environ.get("POSTGRES_USER", "postgres"),
-      "password": os.environ.get("POSTGRES_PASSWORD", "")}
+
+class PostgresParams(TypedDict):
+    """Connection parameters of the test PostgreSQL server, as psycopg takes them."""
+
+    dbname: str
+    host: str
+    port: int
+    user: str
+    password: str
+
+
+PG = PostgresParams(
+    dbname=os.environ.get("POSTGRES_DBNAME", "test"), host=os.environ.get("POSTGRES_HOST", "127.0.0.1"),
+    port=int(os.environ.get("POSTGRES_PORT", "5432")), user=os.environ.get("POSTGRES_USER", "postgres"),
+    password=os.environ.get("POSTGRES_PASSWORD", ""))
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 invariant of terminal batches and what a batch's log says about its attempts."""
 
 import json
+from typing import TypeVar
 
 import pytest
 
@@ -12,6 +13,7 @@ from contracts.events.batch import (
     BatchCreated,
     BatchFailed,
 )
+from contracts.events.envelope import Event
 from contracts.ids import batch_request_id
 from services.executor.attempts import BatchLog
 from services.executor.domain import (
@@ -34,6 +36,7 @@ from services.executor.domain import (
 )
 
 BATCH = "batch_unit"
+E = TypeVar("E", bound=Event)
 
 
 def completion(prompt: int, completion: int, cached: int | None = None) -> dict[str, object]:
@@ -186,8 +189,8 @@ def test_the_invariant_catches_a_missing_line_a_duplicate_and_wrong_counts() -> 
         check_invariant(2, 2, 0, files.output, files.errors)
 
 
-def fact(model: type, **fields: object) -> object:
-    return model(aggregate_id=BATCH, **fields)
+def fact(model: type[E], **fields: object) -> E:
+    return model.model_validate({"aggregate_id": BATCH, **fields})
 
 
 def test_an_attempt_is_fenced_off_once_it_failed_or_a_later_one_was_assigned() -> None:

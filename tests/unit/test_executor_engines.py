@@ -109,8 +109,8 @@ class ScriptedEngine(Engine):
         self.replies = replies
         self.calls = 0
 
-    version = "test"  # type: ignore[assignment]
-    slots = 1  # type: ignore[assignment]
+    version = "test"
+    slots = 1
 
     def capabilities(self) -> frozenset[str]:
         return frozenset()

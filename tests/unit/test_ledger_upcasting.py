@@ -2,10 +2,11 @@
 
 import json
 
+from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import StoredEvent
 
 from services.ledger.application import Ledger
-from services.ledger.domainmodel import TOPIC_MODULE
+from services.ledger.domainmodel import TOPIC_MODULE, Batch
 from tests.unit.test_ledger_domain import BATCH, Stream, created, ledger, started, validated
 
 __all__ = ["ledger"]
@@ -40,6 +41,7 @@ def test_a_v1_batch_snapshot_is_upcast_with_the_fields_added_since(ledger: Ledge
         originator_id=snapshot.originator_id, originator_version=snapshot.originator_version,
         topic=snapshot.topic, state=json.dumps(state).encode())])
 
-    reloaded = ledger.repository.get(batch.id)
+    reloaded: Aggregate = ledger.repository.get(batch.id)
+    assert isinstance(reloaded, Batch)
     assert (reloaded.attempt_failures, reloaded.cancel_requested_by) == ([], None)
     assert reloaded.status == "validated" and reloaded.batch_id == BATCH

@@ -1,0 +1,119 @@
+"""Chaos benchmark: N batches run once undisturbed and once while random services (and the broker) are
+SIGKILLed at random moments; prints lines lost and duplicated (goal 0 / 0) and time to completion for both.
+
+Usage: .venv/bin/python bench/chaos.py [--batches 3] [--lines 16] [--kills 6] [--seed 1]
+"""
+
+import argparse
+import json
+import os
+import random
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import openai
+from openai import OpenAI
+
+from infra.embedded import free_port
+from tests.e2e.conftest import ADMIN_KEY, RunningStack, start_stack, stop_stack
+from tests.e2e.test_batch_lifecycle import long_lines, upload
+
+VICTIMS = ("executor", "scheduler", "ledger", "validator", "gateway", "nats")
+TERMINAL = {"completed", "failed", "expired", "cancelled"}
+
+
+def submit(client: OpenAI, tag: str, batches: int, lines: int) -> dict[str, list[str]]:
+    submitted = {}
+    for b in range(batches):
+        ids = [f"{tag}-{b}-{i}" for i in range(lines)]
+        batch = client.batches.create(input_file_id=upload(client, long_lines(ids)), endpoint="/v1/chat/completions",
+                                      completion_window="24h")
+        submitted[batch.id] = ids
+    return submitted
+
+
+def settle(client: OpenAI, submitted: dict[str, list[str]], timeout_s: float = 900) -> tuple[int, int, int]:
+    """(lines lost, lines duplicated, batches not completed) once every batch is terminal."""
+    deadline = time.monotonic() + timeout_s
+    pending = set(submitted)
+    finished = {}
+    while pending and time.monotonic() < deadline:
+        for batch_id in list(pending):
+            try:
+                batch = client.batches.retrieve(batch_id)
+            except openai.APIError:
+                continue  # the gateway or broker may be down for a moment
+            if batch.status in TERMINAL:
+                finished[batch_id] = batch
+                pending.discard(batch_id)
+        time.sleep(0.5)
+    lost = duplicated = 0
+    for batch_id, ids in submitted.items():
+        seen: Counter[str] = Counter()
+        ended = finished.get(batch_id)
+        for file_id in (ended.output_file_id, ended.error_file_id) if ended else ():
+            if file_id:
+                seen.update(json.loads(line)["custom_id"] for line in client.files.content(file_id).text.splitlines())
+        lost += sum(1 for custom_id in ids if seen[custom_id] == 0)
+        duplicated += sum(count - 1 for count in seen.values() if count > 1)
+    incomplete = sum(1 for b in submitted if b not in finished or finished[b].status != "completed")
+    return lost, duplicated, incomplete
+
+
+def chaos_monkey(stack: RunningStack, kills: int, rng: random.Random, log: list[str], stop: threading.Event) -> None:
+    for _ in range(kills):
+        if stop.wait(rng.uniform(3, 8)):
+            return
+        victim = rng.choice(VICTIMS)
+        try:
+            os.kill(stack.service_pid(victim), signal.SIGKILL)
+            log.append(victim)
+        except (OSError, ValueError):
+            pass
+
+
+def run(stack: RunningStack, tag: str, args: argparse.Namespace, kills: int) -> tuple[float, int, int, int, list[str]]:
+    client = OpenAI(base_url=stack.base_url, api_key=ADMIN_KEY, max_retries=8, timeout=60)
+    killed: list[str] = []
+    stop = threading.Event()
+    started = time.perf_counter()
+    submitted = submit(client, tag, args.batches, args.lines)
+    monkey = threading.Thread(target=chaos_monkey, args=(stack, kills, random.Random(args.seed), killed, stop))
+    monkey.start()
+    lost, duplicated, incomplete = settle(client, submitted)
+    stop.set()
+    monkey.join()
+    return time.perf_counter() - started, lost, duplicated, incomplete, killed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batches", type=int, default=3)
+    parser.add_argument("--lines", type=int, default=16)
+    parser.add_argument("--kills", type=int, default=6)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        stack = start_stack(Path(tmp) / "data", free_port())
+        try:
+            calm = run(stack, "calm", args, kills=0)
+            chaos = run(stack, "chaos", args, kills=args.kills)
+        finally:
+            stop_stack(stack)
+    print(f"\n{args.batches} batches x {args.lines} lines (max_tokens 64)\n")
+    print("| run | seconds | lines lost | lines duplicated | batches not completed | kills |")
+    print("|---|---|---|---|---|---|")
+    for name, (seconds, lost, duplicated, incomplete, killed) in (("undisturbed", calm), ("chaos", chaos)):
+        print(f"| {name} | {seconds:.1f} | {lost} | {duplicated} | {incomplete} | {', '.join(killed) or '-'} |")
+    print(f"\nslowdown under chaos: {chaos[0] / calm[0]:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

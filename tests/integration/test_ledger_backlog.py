@@ -1,0 +1,98 @@
+"""The ledger reads a backlog far larger than the client buffers without losing, repeating or stalling on a fact."""
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from nats.aio.subscription import Subscription
+
+from contracts.api.batch import BatchUsage
+from contracts.events.batch import (
+    BatchAssigned,
+    BatchCompleted,
+    BatchCreated,
+    BatchProgressed,
+    BatchStarted,
+    BatchValidated,
+)
+from contracts.events.envelope import Event
+from contracts.readmodel import BatchRecord
+from contracts.subjects import EVENTS_STREAM
+from services.ledger.chain import Fact
+from services.ledger.follower import OrderedReader
+from services.ledger.replay import replay_into_scratch
+from services.runtime.bus import EventBus
+from tests.conftest import RunningNats
+
+BATCHES, CHUNKS = 30, 995
+"""30 batches of 1,000 facts each: 30,000 facts, six times the client buffer below."""
+CLIENT_BUFFER = 5_000
+WAIT_S = 120.0
+
+
+def life(n: int) -> list[Event]:
+    batch_id = f"batch_backlog{n:03d}"
+    return [
+        BatchCreated(aggregate_id=batch_id, owner_key_id="key_b", input_file_id=f"file-{n}",
+                     input_object_key=f"files/file-{n}", endpoint="/v1/chat/completions", completion_window="24h",
+                     created_at=1_700_000_000, expires_at=1_700_086_400),
+        BatchValidated(aggregate_id=batch_id, total_lines=CHUNKS, model="m", owner_key_id="key_b",
+                       endpoint="/v1/chat/completions", input_object_key=f"files/file-{n}"),
+        BatchAssigned(aggregate_id=batch_id, executor_id="exec-1", attempt=1, lease_token="t"),
+        BatchStarted(aggregate_id=batch_id, executor_id="exec-1", attempt=1, engine="llamacpp", engine_version="1"),
+        *(BatchProgressed(aggregate_id=batch_id, attempt=1, chunk=c, chunk_key=f"c{c}", completed=c + 1, failed=0)
+          for c in range(CHUNKS)),
+        BatchCompleted(aggregate_id=batch_id, output_file_id=f"out-{n}", error_file_id=None, completed=CHUNKS,
+                       failed=0, usage=BatchUsage()),
+    ]
+
+
+@pytest.fixture
+async def backlog(fresh_nats: RunningNats, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[EventBus, int]]:
+    """A broker whose stream holds 30,000 interleaved facts, and a client whose subscriptions buffer 5,000."""
+    bus = await EventBus.connect(fresh_nats.url, "tests")
+    lives = [life(n) for n in range(BATCHES)]
+    facts = [fact for step in zip(*lives, strict=True) for fact in step]
+    for start in range(0, len(facts), 2000):
+        await asyncio.gather(*(bus.js.publish(f.subject, f.model_dump_json().encode(), stream=EVENTS_STREAM)
+                               for f in facts[start:start + 2000]))
+    subscribe = bus.nc.subscribe
+
+    async def small_buffered(*args: Any, **kwargs: Any) -> Subscription:
+        return await subscribe(*args, **{**kwargs, "pending_msgs_limit": CLIENT_BUFFER})
+
+    monkeypatch.setattr(bus.nc, "subscribe", small_buffered)
+    yield bus, len(facts)
+    await bus.close()
+
+
+async def test_a_backlog_six_times_the_client_buffer_is_replayed_whole_and_in_order(
+    backlog: tuple[EventBus, int],
+) -> None:
+    bus, head = backlog
+    replayed = await asyncio.wait_for(replay_into_scratch(bus), WAIT_S)
+    assert replayed.events == head
+    batches = [r for r in replayed.records.values() if isinstance(r, BatchRecord)]
+    assert len(batches) == BATCHES
+    assert {(r.batch.status, r.batch.request_counts.completed) for r in batches} == {("completed", CHUNKS)}
+    assert max(r.last_sequence for r in batches) == head
+
+
+async def test_the_reader_resumes_after_the_last_fact_it_handed_on_when_its_consumer_is_deleted(
+    backlog: tuple[EventBus, int],
+) -> None:
+    bus, head = backlog
+    reader = OrderedReader(bus, start_after=0, batch=500)
+    sequences: list[int] = []
+    stop = asyncio.Event()
+
+    async def receive(facts: list[Fact]) -> None:
+        sequences.extend(fact.sequence for fact in facts)
+        if len(sequences) == 1000:
+            await bus.js.delete_consumer(EVENTS_STREAM, reader.consumer)
+        if sequences[-1] >= head:
+            stop.set()
+
+    await asyncio.wait_for(reader.run(receive, stop), WAIT_S)
+    assert sequences == list(range(1, head + 1))
