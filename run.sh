@@ -26,6 +26,8 @@ case "${1:-}" in
   test)
     shift
     install
+    .venv/bin/ruff check .
+    .venv/bin/mypy contracts services infra bench tests
     exec .venv/bin/python -m pytest "$@"
     ;;
   *)
