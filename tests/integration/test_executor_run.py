@@ -156,7 +156,12 @@ async def test_a_batch_runs_to_output_and_error_files_and_a_late_retry_of_it_doe
 async def test_a_started_executor_advertises_its_models_and_loaded_engines(
     bus: EventBus, executor: ExecutorSettings,
 ) -> None:
-    adverts = {advert.executor_id: advert for advert in await (await Fleet.open(bus)).adverts()}
+    fleet = await Fleet.open(bus)
+    for _ in range(100):  # the executor advertises once its engine is loaded
+        adverts = {advert.executor_id: advert for advert in await fleet.adverts()}
+        if executor.executor_id in adverts:
+            break
+        await asyncio.sleep(0.2)
     advert = adverts[executor.executor_id]
     assert advert.engine == "llamacpp" and advert.loaded_models == [MODEL_ID] and advert.slots == 2
 
