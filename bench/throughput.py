@@ -9,6 +9,7 @@ import argparse
 import io
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -18,6 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import xllamacpp
+from openai import AuthenticationError, OpenAI
+from openai.types import FileObject
 
 from infra.embedded import free_port
 from services.runtime.catalogue import load_catalogue, resolve_artifact
@@ -51,7 +54,19 @@ def run_direct(requests: list[dict[str, object]]) -> tuple[float, int]:
     return elapsed, sum(int(r["usage"]["completion_tokens"]) for r in replies)
 
 
-def run_stack(requests: list[dict[str, object]]) -> tuple[float, int]:
+def run_stack(requests: list[dict[str, object]], tracing: bool = False) -> tuple[float, int]:
+    """`tracing`: every service builds and exports its spans (console exporter into its log, batched)."""
+    saved = os.environ.get("OTEL_TRACES_EXPORTER")
+    os.environ["OTEL_TRACES_EXPORTER"] = "console" if tracing else "none"
+    try:
+        return _run_stack(requests)
+    finally:
+        os.environ.pop("OTEL_TRACES_EXPORTER")
+        if saved is not None:
+            os.environ["OTEL_TRACES_EXPORTER"] = saved
+
+
+def _run_stack(requests: list[dict[str, object]]) -> tuple[float, int]:
     with tempfile.TemporaryDirectory() as tmp:
         stack = start_stack(Path(tmp) / "data", free_port())
         try:
@@ -60,7 +75,7 @@ def run_stack(requests: list[dict[str, object]]) -> tuple[float, int]:
                                         "body": body}) + "\n" for i, body in enumerate(requests))
             upload = io.BytesIO(lines.encode())
             upload.name = "bench.jsonl"
-            file = client.files.create(file=upload, purpose="batch")
+            file = upload_when_key_known(client, upload)
             started = time.perf_counter()
             batch = client.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions",
                                           completion_window="24h")
@@ -77,10 +92,23 @@ def run_stack(requests: list[dict[str, object]]) -> tuple[float, int]:
             stop_stack(stack)
 
 
+def upload_when_key_known(client: OpenAI, upload: io.BytesIO) -> FileObject:
+    """A fresh stack's gateway can answer before the ledger has folded the admin key: retry a 401 briefly."""
+    for _ in range(100):
+        try:
+            return client.files.create(file=upload, purpose="batch")
+        except AuthenticationError:
+            time.sleep(0.1)
+            upload.seek(0)
+    return client.files.create(file=upload, purpose="batch")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--lines", type=int, default=64)
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--tracing", type=int, default=0, metavar="N",
+                        help="also run the stack N times with tracing off and N with it on, alternating")
     args = parser.parse_args()
     requests = bodies(args.lines, args.max_tokens)
     direct_s, direct_tokens = run_direct(requests)
@@ -92,6 +120,24 @@ def main() -> None:
     print(f"| xllamacpp direct (baseline) | {direct_s:.2f} | {direct_tokens} | {direct_rate:.1f} | 1.00 |")
     print(f"| batch through the stack | {stack_s:.2f} | {stack_tokens} | {stack_rate:.1f} | "
           f"{stack_rate / direct_rate:.2f} |")
+    if args.tracing:
+        compare_tracing(requests, args.tracing, direct_rate)
+
+
+def compare_tracing(requests: list[dict[str, object]], repeats: int, direct_rate: float) -> None:
+    rates: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(repeats):
+        for tracing in (False, True):
+            elapsed, tokens = run_stack(requests, tracing)
+            rates[tracing].append(tokens / elapsed)
+    off, on = statistics.median(rates[False]), statistics.median(rates[True])
+    print(f"\ntracing off vs on, median of {repeats} alternating runs each\n")
+    print("| run | completion tok/s (each run) | median | ratio to direct |")
+    print("|---|---|---|---|")
+    for label, tracing, median in (("tracing off", False, off), ("tracing on", True, on)):
+        each = ", ".join(f"{rate:.1f}" for rate in rates[tracing])
+        print(f"| {label} | {each} | {median:.1f} | {median / direct_rate:.2f} |")
+    print(f"\ntracing costs {100 * (1 - on / off):.1f}% of batch throughput")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,12 @@ class Catalogue(BaseModel):
                 return model
         return None
 
+    def restricted_to(self, allowed: list[str] | None) -> "Catalogue":
+        """The part of the catalogue a user may use (all of it when `allowed` is None); aliases follow their model."""
+        if allowed is None:
+            return self
+        return Catalogue(models=[model for model in self.models if model.id in allowed])
+
     @classmethod
     def from_toml(cls, text: str) -> "Catalogue":
         return cls.model_validate(tomllib.loads(text))

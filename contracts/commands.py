@@ -4,6 +4,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from contracts.events.batch import CancelCode
 from contracts.events.executor import ExecutorAdvert
 
 
@@ -44,10 +45,12 @@ class FinalizeBatch(BaseModel):
     owner_key_id: str
     input_object_key: str
     endpoint: str
+    unrun_code: CancelCode | None = None
+    """For a cancel: the code of lines never run, when not `batch_cancelled` (a revoked key)."""
 
     @property
     def code(self) -> str:
-        return f"batch_{self.reason}"
+        return self.unrun_code or f"batch_{self.reason}"
 
     @property
     def msg_id(self) -> str:

@@ -36,3 +36,8 @@ def key_id_for_hash(key_sha256: str) -> str:
 
 def hash_api_key(api_key: str) -> str:
     return hashlib.sha256(api_key.encode()).hexdigest()
+
+
+def new_api_key(worker: bool) -> str:
+    """A raw key: `wk-…` for executors, `gk-…` for the API. Shown once; only its SHA-256 is kept."""
+    return f"{'wk-' if worker else 'gk-'}{secrets.token_urlsafe(32)}"

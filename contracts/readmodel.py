@@ -26,3 +26,16 @@ class ApiKeyRecord(BaseModel):
     key_id: str
     role: KeyRole
     label: str
+    user_id: str | None = None
+    """The user the key acts for; None: a key without a user (every model allowed)."""
+    revoked: bool = False
+    created_at: int | None = None
+    """Seconds since the epoch."""
+
+
+class UserRecord(BaseModel):
+    user_id: str
+    display_name: str
+    allowed_models: list[str] | None = None
+    """Catalogue ids the user's keys may use; None: every model."""
+    created_at: int

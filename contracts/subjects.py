@@ -2,7 +2,7 @@
 
 from typing import Literal
 
-AggregateKind = Literal["batch", "file", "executor", "key"]
+AggregateKind = Literal["batch", "file", "executor", "key", "user"]
 
 EVENTS_STREAM = "EVENTS"
 EVENTS_SUBJECTS = "evt.>"
@@ -21,6 +21,8 @@ SCHEDULER_DURABLE = "scheduler"
 LEDGER_NAME = "ledger"
 
 OBJECT_BUCKET = "sheshnag"
+KEY_USAGE_BUCKET = "sheshnag_key_usage"
+"""When each key was last used (ms), written by gateways at most once a minute per key; not a fact."""
 
 
 def event_subject(kind: AggregateKind, aggregate_id: str, event_name: str) -> str:
@@ -49,8 +51,11 @@ def executor_durable(executor_id: str) -> str:
     return f"executor-{executor_id}"
 
 
-def read_model_key(kind: Literal["batch", "file", "apikey"], ident: str) -> str:
+def read_model_key(kind: Literal["batch", "file", "apikey", "user"], ident: str) -> str:
     return f"{kind}.{ident}"
+
+
+API_KEYS_IN_READ_MODEL = "apikey.>"
 
 
 def input_object_key(file_id: str) -> str:

@@ -14,6 +14,7 @@ import aiohttp
 
 from contracts.events.key import KeyRole
 from infra.keys import choose_admin_key, local_worker_key, new_key, register_key, remember
+from infra.status import status as show_status
 from infra.supervisor import SERVICES, Stack, pick_port
 from services.runtime.bus import EventBus
 from services.runtime.settings import ConnectionSettings
@@ -40,6 +41,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     create.add_argument("--role", choices=["user", "worker", "admin"], default="user",
                         help="user: the API; worker: executors joining the fleet; admin: the API and operations")
     create.add_argument("--label", default="", help="a name to recognise the key by")
+    create.add_argument("--user", default=None, help="the user the key acts for (its model access applies)")
+    revoke = key_tools.add_parser("revoke", help="revoke a key by its id (key_…); its live batches stop")
+    revoke.add_argument("key_id")
+    users = commands.add_parser("users", help="manage users (against SHESHNAG_NATS_URL)")
+    user_tools = users.add_subparsers(dest="tool", required=True)
+    create_user = user_tools.add_parser("create", help="create a user, optionally limited to some models")
+    create_user.add_argument("user_id")
+    create_user.add_argument("--name", default="")
+    create_user.add_argument("--models", default=None, help="comma-separated catalogue ids (default: every model)")
+    status = commands.add_parser("status", help="fleet, queue, running batches and consumer lag (SHESHNAG_NATS_URL)")
+    status.add_argument("--json", action="store_true", help="one JSON document instead of the terminal view")
     for name in SERVICES:
         service = commands.add_parser(name, help=f"run the {name} against an existing NATS and S3 (SHESHNAG_* env)")
         if name == "ledger":
@@ -131,14 +143,50 @@ Press Ctrl-C to stop.
 """, flush=True)
 
 
-async def create_key(role: KeyRole, label: str) -> None:
+async def create_key(role: KeyRole, label: str, user_id: str | None) -> None:
     key = new_key(role)
     bus = await EventBus.connect(ConnectionSettings().nats_url, "sheshnag-keys")
     try:
-        await register_key(bus, key, label or f"{role} key", role=role)
+        await register_key(bus, key, label or f"{role} key", role=role, user_id=user_id)
     finally:
         await bus.close()
     print(key.plaintext)
+
+
+async def revoke_key_by_id(key_id: str) -> int:
+    from services.gateway.revocation import find_key, revoke_key
+    from services.runtime.readmodel import ReadModel
+
+    bus = await EventBus.connect(ConnectionSettings().nats_url, "sheshnag-keys")
+    try:
+        read_model = await ReadModel.open(bus)
+        found = await find_key(read_model, key_id)
+        if found is None:
+            print(f"no key {key_id}", file=sys.stderr)
+            return 1
+        stopped = await revoke_key(bus, read_model, found[0], None)
+    finally:
+        await bus.close()
+    print(f"revoked {key_id}; batches stopped: {', '.join(stopped) or 'none'}")
+    return 0
+
+
+async def create_user(user_id: str, name: str, models: str | None) -> None:
+    import re
+
+    from contracts.api.organization import USER_ID_PATTERN
+    from contracts.events.key import UserCreated
+
+    if not re.fullmatch(USER_ID_PATTERN, user_id):
+        sys.exit(f"a user id is 1-64 letters, digits, '_' or '-': {user_id!r}")
+
+    allowed = None if models is None else sorted({m.strip() for m in models.split(",") if m.strip()})
+    bus = await EventBus.connect(ConnectionSettings().nats_url, "sheshnag-users")
+    try:
+        await bus.publish(UserCreated(aggregate_id=user_id, display_name=name, allowed_models=allowed))
+    finally:
+        await bus.close()
+    print(user_id)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -146,8 +194,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "up":
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         asyncio.run(up(args))
+    elif args.command == "keys" and args.tool == "revoke":
+        sys.exit(asyncio.run(revoke_key_by_id(args.key_id)))
     elif args.command == "keys":
-        asyncio.run(create_key(args.role, args.label))
+        asyncio.run(create_key(args.role, args.label, args.user))
+    elif args.command == "users":
+        asyncio.run(create_user(args.user_id, args.name, args.models))
+    elif args.command == "status":
+        asyncio.run(show_status(args.json))
     elif args.command == "ledger" and args.tool:
         logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
         sys.exit(run_ledger_tool(args))

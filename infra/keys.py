@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contracts.events.key import KeyCreated, KeyRole
-from contracts.ids import hash_api_key
+from contracts.ids import hash_api_key, new_api_key
 from services.runtime.bus import EventBus
 
 
@@ -37,15 +37,14 @@ def remember(data_dir: Path, key: BootstrapKey) -> None:
         _marker(data_dir).write_text(key.sha256)
 
 
-async def register_key(bus: EventBus, key: BootstrapKey, label: str, role: KeyRole = "admin") -> None:
-    await bus.publish(KeyCreated(aggregate_id=key.sha256[:32], key_sha256=key.sha256, role=role, label=label))
-
-
-KEY_PREFIXES: dict[KeyRole, str] = {"admin": "gk-", "user": "gk-", "worker": "wk-"}
+async def register_key(bus: EventBus, key: BootstrapKey, label: str, role: KeyRole = "admin",
+                       user_id: str | None = None) -> None:
+    await bus.publish(KeyCreated(aggregate_id=key.sha256[:32], key_sha256=key.sha256, role=role, label=label,
+                                 user_id=user_id))
 
 
 def new_key(role: KeyRole) -> BootstrapKey:
-    plaintext = f"{KEY_PREFIXES[role]}{secrets.token_urlsafe(32)}"
+    plaintext = new_api_key(worker=role == "worker")
     return BootstrapKey(plaintext, hash_api_key(plaintext))
 
 

@@ -47,7 +47,10 @@ class Supervised:
             self.process = subprocess.Popen(self.command, env=self.env, stdout=out, stderr=subprocess.STDOUT,
                                             cwd=self.cwd, start_new_session=True)
         self.started_at = time.monotonic()
-        self.pid_file.write_text(str(self.process.pid))
+        # Atomic: a reader never sees the file empty or half written.
+        staging = self.pid_file.with_suffix(".pid.tmp")
+        staging.write_text(str(self.process.pid))
+        staging.replace(self.pid_file)
 
     @property
     def pid_file(self) -> Path:
@@ -123,8 +126,9 @@ class Stack:
 
     def start_services(self) -> None:
         env = self.service_env()
-        for name in SERVICES:
-            child = Supervised(name, [sys.executable, "-m", f"services.{name}"], env, self.logs / f"{name}.log")
+        for index, name in enumerate(SERVICES):
+            child = Supervised(name, [sys.executable, "-m", f"services.{name}"], metrics_env(env, index),
+                               self.logs / f"{name}.log")
             child.start()
             self.children.append(child)
 
@@ -140,6 +144,12 @@ class Stack:
     def stop(self) -> None:
         for child in reversed(self.children):
             child.stop()
+
+
+def metrics_env(env: dict[str, str], index: int) -> dict[str, str]:
+    """`SHESHNAG_METRICS_PORT=P` for `up` gives each service its own: P for the first, P+1 for the next, …"""
+    base = int(env.get("SHESHNAG_METRICS_PORT") or 0)
+    return {**env, "SHESHNAG_METRICS_PORT": str(base + index)} if base else env
 
 
 def pick_port(requested: int | None) -> int:

@@ -7,6 +7,8 @@ from pydantic import Field
 from contracts.api.batch import BatchUsage
 from contracts.events.envelope import Event
 
+CancelCode = Literal["batch_cancelled", "authorization_revoked"]
+
 
 class BatchEvent(Event):
     kind: ClassVar = "batch"
@@ -26,6 +28,8 @@ class BatchCreated(BatchEvent):
     expires_at: int
     allow_partial: bool = False
     """Run the valid lines and put refused ones in the error file, instead of failing the whole batch."""
+    allowed_models: list[str] | None = None
+    """Catalogue ids the owner may use, from their key when the batch was created; None: every model."""
 
 
 class LineRejected(BatchEvent):
@@ -156,6 +160,8 @@ class BatchCancelRequested(BatchEvent):
     name: ClassVar = "cancel_requested"
     type: Literal["batch.cancel_requested"] = "batch.cancel_requested"
     requested_by_key_id: str
+    code: CancelCode = "batch_cancelled"
+    """The code lines never run get in the error file: `authorization_revoked` when the owner's key was revoked."""
 
 
 class BatchCancelled(BatchEvent):

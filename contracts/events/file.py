@@ -21,6 +21,8 @@ class FileStored(Event):
     created_at: int
     """Seconds since the epoch, as the API shows it."""
     line_count: int | None = None
+    expires_at: int | None = None
+    """Seconds since the epoch after which the file is swept; None keeps it until deleted."""
 
 
 class FileDeleted(Event):

@@ -1,4 +1,4 @@
-"""Facts about API keys. Only the SHA-256 of a key is ever recorded."""
+"""Facts about users and API keys. Only the SHA-256 of a key is ever recorded."""
 
 from typing import ClassVar, Literal
 
@@ -14,3 +14,25 @@ class KeyCreated(Event):
     key_sha256: str
     role: KeyRole
     label: str
+    user_id: str | None = None
+    """The user the key acts for; None for keys made before users existed (unrestricted model access)."""
+
+
+class KeyRevoked(Event):
+    """From now on the key is refused everywhere; its live batches end with `authorization_revoked`."""
+
+    kind: ClassVar = "key"
+    name: ClassVar = "revoked"
+    type: Literal["key.revoked"] = "key.revoked"
+    key_sha256: str
+    revoked_by_key_id: str | None = None
+    """The admin key that revoked it; None when an operator did, from the CLI."""
+
+
+class UserCreated(Event):
+    kind: ClassVar = "user"
+    name: ClassVar = "created"
+    type: Literal["user.created"] = "user.created"
+    display_name: str = ""
+    allowed_models: list[str] | None = None
+    """Catalogue ids the user's keys may use; None: every model in the catalogue."""

@@ -24,7 +24,7 @@ from contracts.events.batch import (
 )
 from contracts.events.executor import ExecutorLost, ExecutorRegistered
 from contracts.events.file import FileDeleted, FileStored
-from contracts.events.key import KeyCreated
+from contracts.events.key import KeyCreated, KeyRevoked, UserCreated
 
 AnyEvent = Annotated[
     BatchCreated
@@ -46,6 +46,8 @@ AnyEvent = Annotated[
     | FileStored
     | FileDeleted
     | KeyCreated
+    | KeyRevoked
+    | UserCreated
     | ExecutorRegistered
     | ExecutorLost,
     Field(discriminator="type"),

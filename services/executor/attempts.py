@@ -16,6 +16,7 @@ from contracts.events.batch import (
     BatchExpired,
     BatchFailed,
     BatchStarted,
+    CancelCode,
 )
 from contracts.events.registry import AnyEvent
 
@@ -30,6 +31,8 @@ class BatchLog:
     expires_at: int | None = None
     """Seconds since the epoch, from the batch's creation."""
     cancel_requested: bool = False
+    cancel_code: CancelCode = "batch_cancelled"
+    """The code never-run lines get: `authorization_revoked` once any cancel came from a key revocation."""
     attempts: set[int] = field(default_factory=set)
     """Attempts assigned or started."""
     failed: set[int] = field(default_factory=set)
@@ -41,6 +44,8 @@ class BatchLog:
             self.expires_at = event.expires_at
         elif isinstance(event, BatchCancelRequested):
             self.cancel_requested = True
+            if event.code == "authorization_revoked":
+                self.cancel_code = event.code
         elif isinstance(event, BatchAssigned | BatchStarted):
             self.attempts.add(event.attempt)
         elif isinstance(event, AttemptFailed):

@@ -18,8 +18,9 @@ from services.runtime.objectstore import ObjectStore
 log = logging.getLogger(__name__)
 
 UNRUN_MESSAGES = {
-    "cancelled": "The batch was cancelled before this request ran.",
-    "expired": "The batch expired before this request ran.",
+    "batch_cancelled": "The batch was cancelled before this request ran.",
+    "batch_expired": "The batch expired before this request ran.",
+    "authorization_revoked": "The API key that created this batch was revoked before this request ran.",
 }
 
 
@@ -34,13 +35,16 @@ class Finalizer:
         self.results = results
 
     async def finalize(self, command: RunBatch | FinalizeBatch, outcome: Outcome,
-                       fenced: Callable[[], bool] = never_fenced) -> bool:
-        """Write both files and publish the terminal fact; False (nothing published) once `fenced`."""
+                       fenced: Callable[[], bool] = never_fenced, code: str | None = None) -> bool:
+        """Write both files and publish the terminal fact; False (nothing published) once `fenced`.
+
+        Lines never run get `code` in the error file (default `batch_<outcome>`)."""
         batch_id = command.batch_id
         committed = Resume.from_chunks(await self.results.committed(batch_id), attempt=0).committed
         lines = list(committed.values())
         if outcome != "completed":
-            lines.extend(await self._unrun(command, outcome, set(committed), {c.line for c in lines}))
+            lines.extend(await self._unrun(command, code or f"batch_{outcome}", set(committed),
+                                           {c.line for c in lines}))
         files = assemble(lines)
         if fenced():
             return False
@@ -64,9 +68,9 @@ class Finalizer:
                  files.error_lines)
         return True
 
-    async def _unrun(self, command: RunBatch | FinalizeBatch, outcome: Outcome,
+    async def _unrun(self, command: RunBatch | FinalizeBatch, code: str,
                      committed: set[str], committed_lines: set[int]) -> list[CommittedLine]:
-        code, message = f"batch_{outcome}", UNRUN_MESSAGES[outcome]
+        message = UNRUN_MESSAGES.get(code, "This request never ran.")
         unrun: list[CommittedLine] = []
         number = 0
         async for raw in self.store.iter_lines(command.input_object_key):

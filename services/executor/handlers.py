@@ -74,7 +74,7 @@ class Executor:
         if live is not None:
             raise FinalizeDeferred(f"attempt {live} of batch {command.batch_id} may still run")
         try:
-            await self.runner.finalizer.finalize(command, command.reason)
+            await self.runner.finalizer.finalize(command, command.reason, code=command.code)
         except InvalidInputLine as error:
             raise PoisonMessage(str(error)) from error
 

@@ -6,6 +6,7 @@ with the lines never run as errors; once its lease is lost (AttemptFailed) it co
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 
 from contracts.commands import RunBatch
@@ -16,7 +17,8 @@ from services.executor.adapters.results import ResultStore
 from services.executor.adapters.watch import BatchWatch
 from services.executor.domain import Chunk, ChunkCommitter, InputLine, Resume, parse_input_line, result_line
 from services.executor.finalizer import Finalizer
-from services.executor.retry import LineRetry, run_line
+from services.executor.observe import traced_line
+from services.executor.retry import LineRetry
 from services.runtime.bus import EventBus
 from services.runtime.objectstore import ObjectStore
 
@@ -65,7 +67,8 @@ class BatchRunner:
         if reason is None:
             await self.bus.publish(BatchFinalizing(aggregate_id=batch_id, correlation_id=batch_id,
                                                    attempt=command.attempt))
-        await self.finalizer.finalize(command, reason or "completed", lambda: watch.fenced)
+        code = watch.log.cancel_code if reason == "cancelled" else None
+        await self.finalizer.finalize(command, reason or "completed", lambda: watch.fenced, code)
 
     async def _run_lines(self, command: RunBatch, engine: Engine, watch: BatchWatch) -> None:
         resume = Resume.from_chunks(await self.results.committed(command.batch_id), command.attempt)
@@ -79,9 +82,10 @@ class BatchRunner:
         commit_lock = asyncio.Lock()
         slots = asyncio.Semaphore(max(engine.slots, 1))
 
-        async def run_one(line: InputLine) -> None:
+        async def run_one(line: InputLine, slot_wait_s: float) -> None:
             try:
-                reply = await run_line(engine, command.endpoint, line.body, self.retry)
+                reply = await traced_line(engine, command.model, command.endpoint, line.custom_id, line.body,
+                                          self.retry, slot_wait_s)
             finally:
                 slots.release()
             finished = result_line(command.batch_id, line, reply.status_code, reply.body)
@@ -91,9 +95,10 @@ class BatchRunner:
         try:
             async with asyncio.TaskGroup() as group:
                 async for line in self._pending_lines(command, resume):
+                    waiting_since = time.perf_counter()
                     if not await _take_slot(slots, watch.stopping):
                         break
-                    group.create_task(run_one(line))
+                    group.create_task(run_one(line, time.perf_counter() - waiting_since))
         except ExceptionGroup as failures:
             # A crashed engine or a bad input line stops the attempt; surface the first cause.
             raise failures.exceptions[0] from failures

@@ -4,12 +4,12 @@ from aiohttp import web
 
 from services.gateway.app import create_app
 from services.gateway.settings import GatewaySettings
-from services.runtime.process import configure_logging
+from services.runtime.process import configure_observability
 
 
 def main() -> None:
     settings = GatewaySettings()
-    configure_logging("gateway", settings.connection.log_level)
+    configure_observability("gateway", settings.connection.log_level)
     web.run_app(create_app(settings), host=settings.host, port=settings.port, print=None)
 
 

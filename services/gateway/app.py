@@ -7,8 +7,12 @@ from aiohttp import web
 from services.gateway.auth import KEY_CACHE, KeyCache, auth_middleware
 from services.gateway.context import DEPS, Deps
 from services.gateway.errors import error_middleware
+from services.gateway.key_usage import keys_kept_fresh
+from services.gateway.limits import CONTROL_LIMITER, ControlCallLimiter
+from services.gateway.observe import metrics_view, observe_middleware
 from services.gateway.routes import ROUTES
 from services.gateway.settings import GatewaySettings
+from services.gateway.sweeper import file_sweeper
 from services.runtime.bus import EventBus
 from services.runtime.catalogue import load_catalogue
 from services.runtime.objectstore import ObjectStore
@@ -16,7 +20,7 @@ from services.runtime.readmodel import ReadModel
 
 
 def create_app(settings: GatewaySettings) -> web.Application:
-    app = web.Application(middlewares=[error_middleware, auth_middleware],
+    app = web.Application(middlewares=[observe_middleware, error_middleware, auth_middleware],
                           client_max_size=settings.max_upload_bytes + 1024 * 1024)
 
     async def connections(app: web.Application) -> AsyncIterator[None]:
@@ -30,6 +34,10 @@ def create_app(settings: GatewaySettings) -> web.Application:
         yield
         await bus.close()
 
+    app[CONTROL_LIMITER] = ControlCallLimiter(settings.control_calls_per_s, settings.control_call_burst)
     app.cleanup_ctx.append(connections)
+    app.cleanup_ctx.append(keys_kept_fresh(lambda key: app[KEY_CACHE].forget(key)))
+    app.cleanup_ctx.append(file_sweeper)
     app.add_routes(ROUTES)
+    app.router.add_get("/metrics", metrics_view)
     return app

@@ -1,4 +1,4 @@
-"""Bearer-key authentication: user and admin keys on user routes; worker keys never."""
+"""Bearer-key authentication: user and admin keys on user routes; worker and revoked keys never."""
 
 import time
 from dataclasses import dataclass, field
@@ -7,19 +7,21 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from contracts.ids import hash_api_key
-from contracts.readmodel import ApiKeyRecord
+from contracts.readmodel import ApiKeyRecord, UserRecord
 from services.gateway.errors import ApiError
+from services.gateway.key_usage import KEY_USAGE
 from services.runtime.readmodel import ReadModel
 
 PUBLIC_PATHS = frozenset({"/healthz", "/"})
 CACHE_TTL_S = 30.0
-
+"""The longest a cached key is trusted; `forget` (driven by a watch on the read model) drops one at once."""
 
 
 @dataclass
 class KeyCache:
     read_model: ReadModel
     known: dict[str, tuple[float, ApiKeyRecord]] = field(default_factory=dict)
+    users: dict[str, tuple[float, UserRecord | None]] = field(default_factory=dict)
 
     async def lookup(self, api_key: str) -> ApiKeyRecord | None:
         digest = hash_api_key(api_key)
@@ -31,6 +33,22 @@ class KeyCache:
             self.known[digest] = (time.monotonic(), record)
         return record
 
+    async def allowed_models(self, record: ApiKeyRecord) -> list[str] | None:
+        """Catalogue ids the key's user may use; None: every model (also for keys without a user)."""
+        if record.user_id is None:
+            return None
+        cached = self.users.get(record.user_id)
+        if cached is None or time.monotonic() - cached[0] >= CACHE_TTL_S:
+            cached = (time.monotonic(), await self.read_model.get_user(record.user_id))
+            self.users[record.user_id] = cached
+        user = cached[1]
+        return None if user is None else user.allowed_models
+
+    def forget(self, read_model_key: str) -> None:
+        """The read model changed this key or user: look it up afresh next time."""
+        kind, _, ident = read_model_key.partition(".")
+        (self.known if kind == "apikey" else self.users).pop(ident, None)
+
 
 KEY_CACHE = web.AppKey("key_cache", KeyCache)
 REQUEST_PRINCIPAL = "principal"
@@ -38,6 +56,14 @@ REQUEST_PRINCIPAL = "principal"
 
 def principal(request: web.Request) -> ApiKeyRecord:
     record: ApiKeyRecord = request[REQUEST_PRINCIPAL]
+    return record
+
+
+def require_admin(request: web.Request) -> ApiKeyRecord:
+    record = principal(request)
+    if record.role != "admin":
+        raise ApiError(403, "Only an admin key may manage users and keys.", "permission_error",
+                       "insufficient_permissions")
     return record
 
 
@@ -53,8 +79,14 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     record = await request.app[KEY_CACHE].lookup(token.strip())
     if record is None:
         raise ApiError(401, "Incorrect API key provided.", "authentication_error", "invalid_api_key")
+    if record.revoked:
+        raise ApiError(401, "This API key was revoked; ask an administrator for a new one.",
+                       "authentication_error", "invalid_api_key")
     if record.role == "worker":
         raise ApiError(401, "Worker keys are for executors and cannot call the user API.",
                        "authentication_error", "invalid_api_key")
     request[REQUEST_PRINCIPAL] = record
+    usage = request.app.get(KEY_USAGE)
+    if usage is not None:
+        usage.touch(record.key_id)
     return await handler(request)

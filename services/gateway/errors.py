@@ -13,10 +13,12 @@ log = logging.getLogger(__name__)
 
 class ApiError(Exception):
     def __init__(self, status: int, message: str, type: ErrorType = "invalid_request_error",
-                 code: str | None = None, param: str | None = None) -> None:
+                 code: str | None = None, param: str | None = None, retry_after_s: int | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.body = ErrorBody(message=message, type=type, code=code, param=param)
+        self.retry_after_s = retry_after_s
+        """Set on rate limits: the SDK may retry after this many seconds."""
 
 
 def not_found(what: str, ident: str) -> ApiError:
@@ -28,8 +30,10 @@ def bad_request(message: str, code: str, param: str | None = None) -> ApiError:
 
 
 def error_response(error: ApiError) -> web.Response:
-    # 4xx answers are final: tell the SDK not to retry them.
+    # 4xx answers are final: tell the SDK not to retry them, unless a rate limit says when to come back.
     headers = {"x-should-retry": "false"} if error.status < 500 else {}
+    if error.retry_after_s is not None:
+        headers = {"Retry-After": str(error.retry_after_s)}
     return web.json_response(ErrorResponse(error=error.body).model_dump(), status=error.status, headers=headers)
 
 

@@ -2,7 +2,8 @@
 
 from aiohttp import web
 
-from services.gateway.views import batches, errors, events, files, models
+from services.gateway.openapi import openapi_json
+from services.gateway.views import batches, errors, events, files, models, organization
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -11,7 +12,9 @@ async def healthz(request: web.Request) -> web.Response:
 
 ROUTES = [
     web.get("/healthz", healthz),
+    web.get("/openapi.json", openapi_json),
     web.get("/v1/models", models.list_models),
+    web.get("/v1/models/aliases", models.list_aliases),
     web.get("/v1/models/{model_id}", models.retrieve_model),
     web.post("/v1/files", files.create_file),
     web.get("/v1/files", files.list_files),
@@ -24,4 +27,12 @@ ROUTES = [
     web.post("/v1/batches/{batch_id}/cancel", batches.cancel_batch),
     web.get("/v1/batches/{batch_id}/events", events.stream_batch_events),
     web.get("/v1/batches/{batch_id}/errors", errors.batch_errors),
+    web.post("/v1/organization/users", organization.create_user),
+    web.get("/v1/organization/users", organization.list_users),
+    web.post("/v1/organization/keys", organization.create_key),
+    web.get("/v1/organization/keys", organization.list_keys),
+    web.delete("/v1/organization/keys/{key_id}", organization.revoke_api_key),
+    web.post("/v1/provider/worker_keys", organization.create_worker_key),
+    web.get("/v1/provider/worker_keys", organization.list_worker_keys),
+    web.delete("/v1/provider/worker_keys/{key_id}", organization.revoke_worker_key),
 ]

@@ -1,8 +1,9 @@
-"""The ledger's smaller aggregates: File, ApiKey, Executor, and the EVENTS stream's hash chain.
+"""The ledger's smaller aggregates: File, ApiKey, User, Executor, and the EVENTS stream's hash chain.
 
 File and ApiKey moved here from `domainmodel`; `register_stable_topics` keeps their stored topics resolving.
 """
 
+from typing import Any
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate, event
@@ -14,9 +15,10 @@ from services.ledger.domainmodel import TOPIC_MODULE, Batch, Folded, aggregate_i
 class File(Folded):
     @event("Stored")
     def __init__(self, file_id: str, sequence: int, owner_key_id: str, filename: str, purpose: str,
-                 size: int, sha256: str, object_key: str, created_at: int) -> None:
+                 size: int, sha256: str, object_key: str, created_at: int, expires_at: int | None = None) -> None:
         self.file_id, self.owner_key_id, self.filename, self.purpose = file_id, owner_key_id, filename, purpose
         self.size, self.sha256, self.object_key, self.created_at = size, sha256, object_key, created_at
+        self.expires_at = expires_at
         self.last_sequence, self.anomalies, self.deleted = sequence, [], False
 
     @classmethod
@@ -33,14 +35,48 @@ class File(Folded):
 
 
 class ApiKey(Folded):
+    class_version = 2
+    """v2 added `user_id`, `created_at` and `revoked`; older snapshots are upcast."""
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        state.setdefault("user_id", None)
+        state.setdefault("created_at", 0)
+        state.setdefault("revoked", False)
+
     @event("Created")
-    def __init__(self, key_sha256: str, sequence: int, role: str, label: str) -> None:
-        self.key_sha256, self.role, self.label = key_sha256, role, label
+    def __init__(self, key_sha256: str, sequence: int, role: str, label: str, user_id: str | None = None,
+                 created_at: int = 0) -> None:
+        self.key_sha256, self.role, self.label, self.user_id = key_sha256, role, label, user_id
+        self.created_at, self.revoked = created_at, False
         self.last_sequence, self.anomalies = sequence, []
 
     @classmethod
     def create_id(cls, key_sha256: str) -> UUID:
         return aggregate_id("apikey", key_sha256)
+
+    def revoke(self, sequence: int) -> None:
+        if not self.refuses(sequence, "revoked", "revoked" if self.revoked else "active", ("active",)):
+            self._revoked(sequence=sequence)
+
+    @event("Revoked")
+    def _revoked(self, sequence: int) -> None:
+        self.last_sequence, self.revoked = sequence, True
+
+
+class User(Folded):
+    """A user: the keys acting for them share its model access."""
+
+    @event("Created")
+    def __init__(self, user_id: str, sequence: int, display_name: str, allowed_models: list[str] | None,
+                 created_at: int) -> None:
+        self.user_id, self.display_name, self.created_at = user_id, display_name, created_at
+        self.allowed_models = None if allowed_models is None else list(allowed_models)
+        self.last_sequence, self.anomalies = sequence, []
+
+    @classmethod
+    def create_id(cls, user_id: str) -> UUID:
+        return aggregate_id("user", user_id)
 
 
 class Executor(Folded):
@@ -106,7 +142,7 @@ class StreamChain(Aggregate):
 
 def register_stable_topics() -> None:
     """Let topics stored under TOPIC_MODULE resolve even after these classes move to another module."""
-    for aggregate in (Folded, Batch, File, ApiKey, Executor, StreamChain):
+    for aggregate in (Folded, Batch, File, ApiKey, User, Executor, StreamChain):
         if aggregate.__module__ == TOPIC_MODULE:
             continue
         register_topic(f"{TOPIC_MODULE}:{aggregate.__qualname__}", aggregate)

@@ -4,17 +4,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from hashlib import sha256
 
+from services.runtime.follower import Fact
+
+__all__ = ["DIGEST_CHARS", "Fact", "Link", "contiguous_runs", "first_break", "link"]
+
 DIGEST_CHARS = 16
 """Hex characters of each event's chained hash kept per event; the full head is kept per link."""
-
-
-@dataclass(frozen=True)
-class Fact:
-    """One stream message as stored: its sequence, subject and payload bytes."""
-
-    sequence: int
-    subject: str
-    data: bytes
 
 
 def link(previous: str, fact: Fact) -> str:

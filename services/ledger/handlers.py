@@ -2,14 +2,16 @@
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
-from contracts.readmodel import BatchRecord, FileRecord
+from contracts.readmodel import BatchRecord, FileRecord, UserRecord
 from services.ledger.application import Ledger
 from services.ledger.chain import Fact
-from services.ledger.follower import OrderedReader
+from services.ledger.observe import record_fold
 from services.ledger.projection import Projection, project
 from services.runtime.bus import EventBus
+from services.runtime.follower import OrderedReader
 from services.runtime.readmodel import ReadModel
 
 log = logging.getLogger(__name__)
@@ -30,6 +32,8 @@ class Folder:
         """Every fact up to this stream sequence is folded, materialised and checkpointed."""
         self.folded = 0
         """Facts folded since this process started."""
+        self.head_seen = start_after
+        """The stream's last sequence as the reader last saw it (fold lag = this minus folded_through)."""
         self._queue: asyncio.Queue[Fact] = asyncio.Queue(maxsize=group_size * 4)
         self._advanced = asyncio.Condition()
 
@@ -73,10 +77,13 @@ class Folder:
         facts = [fact for fact in group if fact.sequence > self.folded_through]
         if not facts:
             return
+        started_ns = time.time_ns()
         projections = await asyncio.to_thread(self._fold_sync, facts)
         await self.sink(projections)
         last = facts[-1].sequence
         await asyncio.to_thread(self.ledger.record_checkpoint, last)
+        self.head_seen = max(self.head_seen, last)
+        record_fold(facts, started_ns, time.time_ns(), self.head_seen)
         async with self._advanced:
             self.folded_through = last
             self.folded += len(facts)
@@ -89,7 +96,13 @@ class Folder:
 
 async def follow(bus: EventBus, folder: Folder, stop: asyncio.Event) -> None:
     """Feed the folder every fact after its checkpoint, in stream order, until `stop` is set."""
-    await OrderedReader(bus, folder.folded_through, folder.group_size).run(folder.receive, stop)
+    reader = OrderedReader(bus, folder.folded_through, folder.group_size)
+
+    async def receive(facts: list[Fact]) -> None:
+        folder.head_seen = max(folder.head_seen, reader.head_seen)
+        await folder.receive(facts)
+
+    await reader.run(receive, stop)
 
 
 async def stop_reading(reader: "asyncio.Task[None]") -> None:
@@ -104,6 +117,8 @@ def read_model_sink(read_model: ReadModel) -> Sink:
             await read_model.put_batch(projection)
         elif isinstance(projection, FileRecord):
             await read_model.put_file(projection)
+        elif isinstance(projection, UserRecord):
+            await read_model.put_user(projection)
         else:
             await read_model.put_api_key(projection.key_sha256, projection.record)
 

@@ -5,9 +5,9 @@ from dataclasses import dataclass
 from contracts.api.batch import Batch as BatchObject
 from contracts.api.file import FileObject
 from contracts.ids import key_id_for_hash
-from contracts.readmodel import ApiKeyRecord, BatchRecord, FileRecord
+from contracts.readmodel import ApiKeyRecord, BatchRecord, FileRecord, UserRecord
 from contracts.subjects import read_model_key
-from services.ledger.aggregates import ApiKey, File
+from services.ledger.aggregates import ApiKey, File, User
 from services.ledger.domainmodel import Batch, Folded
 
 
@@ -17,7 +17,7 @@ class KeyProjection:
     record: ApiKeyRecord
 
 
-Projection = BatchRecord | FileRecord | KeyProjection
+Projection = BatchRecord | FileRecord | UserRecord | KeyProjection
 
 
 def project(aggregate: Folded) -> Projection | None:
@@ -28,6 +28,8 @@ def project(aggregate: Folded) -> Projection | None:
         return file_record(aggregate)
     if isinstance(aggregate, ApiKey):
         return KeyProjection(aggregate.key_sha256, api_key_record(aggregate))
+    if isinstance(aggregate, User):
+        return user_record(aggregate)
     return None
 
 
@@ -37,6 +39,8 @@ def projection_key(projection: Projection) -> str:
         return read_model_key("batch", projection.batch.id)
     if isinstance(projection, FileRecord):
         return read_model_key("file", projection.file.id)
+    if isinstance(projection, UserRecord):
+        return read_model_key("user", projection.user_id)
     return read_model_key("apikey", projection.key_sha256)
 
 
@@ -84,6 +88,8 @@ def file_record(file: File) -> FileRecord:
             "filename": file.filename,
             "purpose": file.purpose,
             "status": "processed",
+            # Files folded before expiry existed have no such attribute.
+            "expires_at": getattr(file, "expires_at", None),
         }
     )
     return FileRecord(
@@ -97,5 +103,11 @@ def file_record(file: File) -> FileRecord:
 
 def api_key_record(key: ApiKey) -> ApiKeyRecord:
     return ApiKeyRecord.model_validate(
-        {"key_id": key_id_for_hash(key.key_sha256), "role": key.role, "label": key.label}
+        {"key_id": key_id_for_hash(key.key_sha256), "role": key.role, "label": key.label, "user_id": key.user_id,
+         "revoked": key.revoked, "created_at": key.created_at or None}
     )
+
+
+def user_record(user: User) -> UserRecord:
+    return UserRecord(user_id=user.user_id, display_name=user.display_name, allowed_models=user.allowed_models,
+                      created_at=user.created_at)

@@ -24,8 +24,8 @@ from contracts.events.batch import (
 from contracts.events.envelope import Event
 from contracts.events.executor import ExecutorLost, ExecutorRegistered
 from contracts.events.file import FileDeleted, FileStored
-from contracts.events.key import KeyCreated
-from services.ledger.aggregates import ApiKey, Executor, File
+from contracts.events.key import KeyCreated, KeyRevoked, UserCreated
+from services.ledger.aggregates import ApiKey, Executor, File, User
 from services.ledger.domainmodel import Batch, Folded, aggregate_id
 
 log = logging.getLogger(__name__)
@@ -77,10 +77,22 @@ class FoldingRules:
                 return self._found_again(File, "file", fact.aggregate_id, seq, fact, touched) or File(
                     file_id=fact.aggregate_id, sequence=seq, owner_key_id=fact.owner_key_id,
                     filename=fact.filename, purpose=fact.purpose, size=fact.bytes, sha256=fact.sha256,
-                    object_key=fact.object_key, created_at=fact.created_at)
+                    object_key=fact.object_key, created_at=fact.created_at, expires_at=fact.expires_at)
             case KeyCreated():
                 return self._found_again(ApiKey, "apikey", fact.key_sha256, seq, fact, touched) or ApiKey(
-                    key_sha256=fact.key_sha256, sequence=seq, role=fact.role, label=fact.label)
+                    key_sha256=fact.key_sha256, sequence=seq, role=fact.role, label=fact.label,
+                    user_id=fact.user_id, created_at=at)
+            case KeyRevoked():
+                key = self._get(ApiKey, aggregate_id("apikey", fact.key_sha256), touched)
+                if key is None:
+                    log.warning("sequence %d: %s for an unknown key, skipped", seq, fact.type)
+                else:
+                    key.revoke(seq)
+                return key
+            case UserCreated():
+                return self._found_again(User, "user", fact.aggregate_id, seq, fact, touched) or User(
+                    user_id=fact.aggregate_id, sequence=seq, display_name=fact.display_name,
+                    allowed_models=fact.allowed_models, created_at=at)
             case FileDeleted():
                 file = self._existing(File, "file", seq, fact, touched)
                 if file is not None:

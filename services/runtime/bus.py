@@ -2,6 +2,7 @@
 
 import asyncio
 import logging
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -12,6 +13,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, RetentionPolicy, StorageType, StreamConfig
+from opentelemetry.trace import SpanKind
 
 from contracts.commands import FinalizeBatch, RunBatch
 from contracts.events.envelope import Event
@@ -23,6 +25,9 @@ from contracts.subjects import (
     WORK_SUBJECTS,
     run_command,
 )
+from services.runtime import metrics
+from services.runtime.logfmt import BATCH_ID
+from services.runtime.telemetry import extract_context, inject_headers, tracer
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +55,16 @@ PoisonHandler = Callable[[Msg, BaseException], Awaitable[None]]
 class EventBus:
     """One NATS connection per service process."""
 
-    def __init__(self, nc: Client) -> None:
+    def __init__(self, nc: Client, name: str = "") -> None:
         self.nc = nc
+        self.tracer = tracer(name.split("-")[0] or "bus")
+        """Handler spans are named after the service (`executor-gpu-7` → `sheshnag.executor`)."""
         self.js: JetStreamContext = nc.jetstream(timeout=PUBLISH_TIMEOUT_S)
 
     @classmethod
     async def connect(cls, url: str, name: str) -> "EventBus":
         nc = await nats.connect(url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5)
-        bus = cls(nc)
+        bus = cls(nc, name)
         await bus.ensure_streams()
         return bus
 
@@ -96,7 +103,7 @@ class EventBus:
         ack = await self.js.publish(
             event.subject,
             event.model_dump_json().encode(),
-            headers={"Nats-Msg-Id": event.event_id},
+            headers=inject_headers({"Nats-Msg-Id": event.event_id}),
             stream=EVENTS_STREAM,
         )
         return ack.seq
@@ -105,13 +112,13 @@ class EventBus:
         await self.js.publish(
             run_command(command.executor_id),
             command.model_dump_json().encode(),
-            headers={"Nats-Msg-Id": command.msg_id},
+            headers=inject_headers({"Nats-Msg-Id": command.msg_id}),
             stream=WORK_STREAM,
         )
 
     async def send_finalize(self, command: FinalizeBatch) -> None:
         await self.js.publish(FINALIZE_COMMAND, command.model_dump_json().encode(),
-                              headers={"Nats-Msg-Id": command.msg_id}, stream=WORK_STREAM)
+                              headers=inject_headers({"Nats-Msg-Id": command.msg_id}), stream=WORK_STREAM)
 
     async def durable_subscription(
         self, stream: str, durable: str, subjects: Sequence[str], policy: ConsumerPolicy
@@ -168,8 +175,21 @@ class EventBus:
         self, message: Msg, handler: Handler, policy: ConsumerPolicy, on_poison: PoisonHandler | None
     ) -> None:
         keepalive = asyncio.create_task(_keep_in_progress(message, policy.ack_wait_s / 3))
+        metadata = message.metadata
+        metrics.CONSUMER_PENDING.labels(metadata.consumer or "").set(metadata.num_pending or 0)
+        # The handler continues the trace of whoever published the message; what it publishes joins it too.
+        span = self.tracer.start_as_current_span(
+            f"handle {_subject_pattern(message.subject)}", context=extract_context(message.headers),
+            kind=SpanKind.CONSUMER, attributes={"messaging.destination.name": message.subject,
+                                                "messaging.consumer.group.name": metadata.consumer or "",
+                                                "messaging.message.delivery_count": metadata.num_delivered or 0})
+        batch_id = _batch_of(message)
+        span_batch = BATCH_ID.set(batch_id)
         try:
-            await handler(message)
+            with span as current:
+                if batch_id:
+                    current.set_attribute("sheshnag.batch_id", batch_id)
+                await handler(message)
         except asyncio.CancelledError:
             raise
         except Exception as error:
@@ -188,7 +208,28 @@ class EventBus:
         else:
             await message.ack_sync()
         finally:
+            BATCH_ID.reset(span_batch)
             keepalive.cancel()
+
+
+_BATCH_FIELD = re.compile(rb'"batch_id":\s*"([^"]+)"')
+
+
+def _batch_of(message: Msg) -> str:
+    """The batch a message is about: from an event's subject, or a command's `batch_id` field."""
+    parts = message.subject.split(".")
+    if len(parts) >= 4 and parts[:2] == ["evt", "batch"]:
+        return parts[2]
+    found = _BATCH_FIELD.search(message.data[:2048])
+    return found.group(1).decode() if found else ""
+
+
+def _subject_pattern(subject: str) -> str:
+    """`evt.batch.batch_1.validated` → `evt.batch.*.validated`: span names stay few, ids go in attributes."""
+    parts = subject.split(".")
+    if len(parts) >= 4:
+        parts[2] = "*"
+    return ".".join(parts)
 
 
 async def _keep_in_progress(message: Msg, every_s: float) -> None:

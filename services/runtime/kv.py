@@ -18,8 +18,13 @@ async def open_bucket(bus: EventBus, bucket: str, ttl_s: float | None = None) ->
 
 async def latest_values(kv: KeyValue, key_filter: str = ">") -> list[bytes]:
     """The current value of every live key matching `key_filter` (deleted keys are skipped)."""
+    return [value for _, value in await latest_entries(kv, key_filter)]
+
+
+async def latest_entries(kv: KeyValue, key_filter: str = ">") -> list[tuple[str, bytes]]:
+    """Every live key matching `key_filter` with its current value (deleted keys are skipped)."""
     watcher = await kv.watch(key_filter, ignore_deletes=True)
-    values: list[bytes] = []
+    values: list[tuple[str, bytes]] = []
     try:
         while True:
             try:
@@ -29,7 +34,7 @@ async def latest_values(kv: KeyValue, key_filter: str = ">") -> list[bytes]:
             if entry is None:  # the end of the initial values
                 break
             if entry.value:
-                values.append(entry.value)
+                values.append((entry.key, entry.value))
     finally:
         await watcher.stop()
     return values

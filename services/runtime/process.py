@@ -3,15 +3,32 @@
 import asyncio
 import logging
 import signal
+import sys
 from collections.abc import Awaitable, Callable
+
+from services.runtime.logfmt import JsonFormatter, TraceFields
+from services.runtime.metrics import serve_metrics
+from services.runtime.settings import ConnectionSettings
+from services.runtime.telemetry import configure_tracing
 
 
 def configure_logging(service: str, level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        format=f"%(asctime)s %(levelname)s {service} %(name)s: %(message)s",
-    )
+    """Plain lines on a terminal; JSON lines (with batch_id, trace_id, span_id) when not on a TTY."""
+    handler = logging.StreamHandler()
+    handler.addFilter(TraceFields())
+    if sys.stderr.isatty():
+        handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s {service} %(name)s: %(message)s"))
+    else:
+        handler.setFormatter(JsonFormatter(service))
+    logging.basicConfig(level=level.upper(), handlers=[handler])
     logging.getLogger("nats").setLevel(logging.WARNING)
+
+
+def configure_observability(service: str, level: str) -> None:
+    """Logs, tracing (by `OTEL_*`) and this process's `/metrics` server (by `SHESHNAG_METRICS_PORT`)."""
+    configure_logging(service, level)
+    configure_tracing(service)
+    serve_metrics(ConnectionSettings().metrics_port)
 
 
 def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
@@ -29,5 +46,5 @@ def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> Non
 
 def run_service(name: str, log_level: str, main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
     """What every service's `__main__` does: configure logging, then run until signalled."""
-    configure_logging(name, log_level)
+    configure_observability(name, log_level)
     run_until_signalled(main)

@@ -9,10 +9,10 @@ import nats.js.errors
 from nats.js.kv import KeyValue
 from pydantic import BaseModel
 
-from contracts.readmodel import ApiKeyRecord, BatchRecord, FileRecord
+from contracts.readmodel import ApiKeyRecord, BatchRecord, FileRecord, UserRecord
 from contracts.subjects import READ_MODEL_BUCKET, read_model_key
 from services.runtime.bus import EventBus
-from services.runtime.kv import latest_values, open_bucket
+from services.runtime.kv import latest_entries, latest_values, open_bucket
 
 Record = TypeVar("Record", bound=BaseModel)
 
@@ -46,6 +46,17 @@ class ReadModel:
     async def get_api_key(self, key_sha256: str) -> ApiKeyRecord | None:
         return await self._get(read_model_key("apikey", key_sha256), ApiKeyRecord)
 
+    async def get_user(self, user_id: str) -> UserRecord | None:
+        return await self._get(read_model_key("user", user_id), UserRecord)
+
+    async def list_users(self) -> list[UserRecord]:
+        return await self._scan("user", UserRecord)
+
+    async def list_api_keys(self) -> list[tuple[str, ApiKeyRecord]]:
+        """Every key with its SHA-256 (the read-model key), for admins; raw values are never stored."""
+        return [(entry_key.removeprefix("apikey."), ApiKeyRecord.model_validate_json(value))
+                for entry_key, value in await latest_entries(self.kv, "apikey.>")]
+
     async def list_batches(self) -> list[BatchRecord]:
         return await self._scan("batch", BatchRecord)
 
@@ -57,6 +68,9 @@ class ReadModel:
 
     async def put_file(self, record: FileRecord) -> None:
         await self.kv.put(read_model_key("file", record.file.id), record.model_dump_json().encode())
+
+    async def put_user(self, record: UserRecord) -> None:
+        await self.kv.put(read_model_key("user", record.user_id), record.model_dump_json().encode())
 
     async def put_api_key(self, key_sha256: str, record: ApiKeyRecord) -> None:
         await self.kv.put(read_model_key("apikey", key_sha256), record.model_dump_json().encode())

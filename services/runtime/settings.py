@@ -21,6 +21,8 @@ class ConnectionSettings(BaseSettings):
     catalogue_path: Path | None = None
     """A catalogue TOML file; the packaged default when unset."""
     log_level: str = "INFO"
+    metrics_port: int = 0
+    """Serve this process's Prometheus `/metrics` here (0: not served; the gateway serves it on its own port)."""
 
 
 def connection_settings() -> ConnectionSettings:

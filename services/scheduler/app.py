@@ -31,7 +31,8 @@ async def run_scheduler(settings: SchedulerSettings, stop: asyncio.Event) -> Non
 
 async def lead(scheduler: Scheduler, lease: LeaderLease, settings: SchedulerSettings, stop: asyncio.Event) -> None:
     """One term as leader: a fresh book from the whole log, then decisions until stopped or the lease is lost."""
-    subscription = await scheduler.follow()
+    term_over = asyncio.Event()
+    reader = asyncio.create_task(scheduler.follow(term_over))
     registrations = await scheduler.answer_registrations()
     keeper = asyncio.create_task(lease.keep(stop))
     try:
@@ -42,7 +43,8 @@ async def lead(scheduler: Scheduler, lease: LeaderLease, settings: SchedulerSett
                 await asyncio.wait_for(stop.wait(), timeout=settings.tick_s)
     finally:
         keeper.cancel()
+        term_over.set()
         await registrations.unsubscribe()
-        await subscription.unsubscribe()
+        await asyncio.wait_for(asyncio.gather(reader, return_exceptions=True), timeout=10)
     if not stop.is_set():
         log.warning("leadership lost; back to standby")

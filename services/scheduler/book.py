@@ -16,6 +16,7 @@ from contracts.events.batch import (
     BatchValidated,
     BatchValidationFailed,
     BatchWaiting,
+    CancelCode,
 )
 from contracts.events.executor import ExecutorLost, ExecutorRegistered
 from contracts.events.registry import AnyEvent
@@ -44,6 +45,7 @@ class BatchPlan:
     running_since_ms: int = 0
     waiting_reason: str | None = None
     cancel_requested_at_ms: int | None = None
+    cancel_code: CancelCode = "batch_cancelled"
     finalize_sent: bool = False
 
 
@@ -99,7 +101,10 @@ def _apply_to_plan(plan: BatchPlan, event: AnyEvent) -> None:
         plan.failed_attempts.add(event.attempt)
         if event.attempt == plan.attempt and plan.phase == "running":
             plan.phase, plan.executor_id = "validated", None
-    elif isinstance(event, BatchCancelRequested) and plan.cancel_requested_at_ms is None:
-        plan.cancel_requested_at_ms = event.occurred_at
+    elif isinstance(event, BatchCancelRequested):
+        if plan.cancel_requested_at_ms is None:
+            plan.cancel_requested_at_ms = event.occurred_at
+        if event.code == "authorization_revoked":
+            plan.cancel_code = event.code
     elif isinstance(event, BatchWaiting):
         plan.waiting_reason = event.reason

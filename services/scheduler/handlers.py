@@ -5,10 +5,8 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from nats.js import JetStreamContext
-from nats.js.api import DeliverPolicy
+from opentelemetry.context import Context
 from pydantic import ValidationError
 
 from contracts.catalogue import Catalogue
@@ -17,9 +15,10 @@ from contracts.events.batch import AttemptFailed, BatchAssigned, BatchFailed, Ba
 from contracts.events.executor import ExecutorLost
 from contracts.events.registry import AnyEvent, decode_event
 from contracts.ids import derived_id
-from contracts.subjects import EVENTS_STREAM, EVENTS_SUBJECTS, FLEET_REGISTER
+from contracts.subjects import EVENTS_STREAM, FLEET_REGISTER
 from services.runtime.bus import EventBus
 from services.runtime.fleet import Fleet
+from services.runtime.follower import Fact, OrderedReader
 from services.runtime.readmodel import ReadModel
 from services.scheduler.book import Book
 from services.scheduler.decisions import (
@@ -33,6 +32,7 @@ from services.scheduler.decisions import (
     decide,
 )
 from services.scheduler.registration import Registrar
+from services.scheduler.tracing import action_span, remember_trace
 
 log = logging.getLogger(__name__)
 
@@ -48,30 +48,39 @@ class Scheduler:
     read_model: ReadModel
     book: Book = field(default_factory=Book)
     caught_up: asyncio.Event = field(default_factory=asyncio.Event)
+    traces: dict[str, Context] = field(default_factory=dict)
+    """Each open batch's latest trace context, so what the scheduler does for it joins the batch's trace."""
 
     async def answer_registrations(self) -> Subscription:
         """Only the leader admits executors, so the fleet it assigns to is the one it knows."""
         registrar = Registrar(self.bus, self.read_model, self.book)
         return await self.bus.nc.subscribe(FLEET_REGISTER, cb=registrar.on_request)
 
-    async def follow(self) -> JetStreamContext.PushSubscription:
-        """Fold every fact from the start of the log, then live ones, into the book."""
-        pending = (await self.bus.js.stream_info(EVENTS_STREAM)).state.messages
-        if pending == 0:
-            self.caught_up.set()
-        return await self.bus.js.subscribe(EVENTS_SUBJECTS, stream=EVENTS_STREAM, ordered_consumer=True,
-                                           deliver_policy=DeliverPolicy.ALL, cb=self._on_fact)
+    async def follow(self, stop: asyncio.Event) -> None:
+        """Fold every fact from the start of the log, then live ones, into the book, until `stop` is set.
 
-    async def _on_fact(self, message: Msg) -> None:
-        kind, _, name = _kind_and_name(message.subject)
+        A bounded pull reader: a large log never overflows a client buffer and silently skips facts."""
+        head = (await self.bus.js.stream_info(EVENTS_STREAM)).state.last_seq
+        if head == 0:
+            self.caught_up.set()
+
+        async def receive(facts: list[Fact]) -> None:
+            for fact in facts:
+                self._on_fact(fact)
+            if facts[-1].sequence >= head:
+                self.caught_up.set()
+
+        await OrderedReader(self.bus, start_after=0).run(receive, stop)
+
+    def _on_fact(self, fact: Fact) -> None:
+        kind, ident, name = _kind_and_name(fact.subject)
+        if kind == "batch":
+            remember_trace(self.traces, ident, name, fact.headers)
         if kind in ("batch", "executor") and name not in IGNORED_EVENT_NAMES:
             try:
-                self.book.apply(decode_event(message.data))
+                self.book.apply(decode_event(fact.data))
             except ValidationError:
-                log.warning("sequence %d is not an event this scheduler knows; skipped",
-                            message.metadata.sequence.stream)
-        if message.metadata.num_pending == 0:
-            self.caught_up.set()
+                log.warning("sequence %d is not an event this scheduler knows; skipped", fact.sequence)
 
     async def tick(self) -> None:
         adverts = await self.fleet.adverts()
@@ -79,6 +88,10 @@ class Scheduler:
             await self.act(action)
 
     async def act(self, action: Action) -> None:
+        with action_span(self.traces, action):
+            await self._act(action)
+
+    async def _act(self, action: Action) -> None:
         published: AnyEvent | None = None
         if isinstance(action, Assign):
             published = await self._assign(action)
@@ -96,7 +109,8 @@ class Scheduler:
             plan = action.plan
             await self.bus.send_finalize(FinalizeBatch(
                 batch_id=plan.batch_id, reason=action.reason, owner_key_id=plan.owner_key_id,
-                input_object_key=plan.input_object_key, endpoint=plan.endpoint))
+                input_object_key=plan.input_object_key, endpoint=plan.endpoint,
+                unrun_code=plan.cancel_code if action.reason == "cancelled" else None))
             plan.finalize_sent = True
         if published is not None:
             await self.bus.publish(published)

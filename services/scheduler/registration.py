@@ -26,6 +26,8 @@ class Registrar:
         record = await self.read_model.get_api_key(hash_api_key(request.worker_key))
         if record is None:
             return RegistrationAnswer(accepted=False, reason="Unknown worker key.")
+        if record.revoked:
+            return RegistrationAnswer(accepted=False, reason="This worker key was revoked.")
         if record.role != "worker":
             return RegistrationAnswer(accepted=False, reason=f"A {record.role} key cannot register an executor; "
                                       "ask an operator for a worker key.")

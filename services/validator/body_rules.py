@@ -50,7 +50,8 @@ def _model_issues(body: dict[str, object], endpoint: str,
     model = catalogue.resolve(name) if isinstance(name, str) else None
     if model is None:
         known = ", ".join(m.id for m in catalogue.models)
-        return [LineIssue("unsupported_model", f"Model {name!r} is not served here. Available: {known}.",
+        return [LineIssue("unsupported_model", f"Model {name!r} is not served here or not open to your "
+                          f"key. Available to you: {known or 'none'}.",
                           "body.model")], None
     if not model.batchable:
         return [LineIssue("model_not_batchable", f"Model {model.id} cannot run in batches; pick another from "

@@ -24,6 +24,7 @@ from services.runtime.objectstore import ObjectNotFound, ObjectStore
 from services.validator.adapters.tokenizer import TokenizerCache
 from services.validator.domain import FileValidation, Limits, LineResult
 from services.validator.issues import LineIssue
+from services.validator.observe import count_lines
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,9 @@ class Validator:
                                            causation_id=event.event_id))
 
     async def validate(self, created: BatchCreated) -> None:
-        run = _Run(self, created, FileValidation(created.endpoint, self.catalogue, self.limits, self.tokenizers))
+        # The owner's model access travels in the fact: a model they may not use is as unknown as an absent one.
+        catalogue = self.catalogue.restricted_to(created.allowed_models)
+        run = _Run(self, created, FileValidation(created.endpoint, catalogue, self.limits, self.tokenizers))
         window: list[tuple[int, bytes]] = []
         try:
             async for raw in self.store.iter_lines(created.input_object_key):
@@ -71,6 +74,7 @@ class Validator:
         await run.progress()
         log.info("batch %s: %d lines, %d errors", created.aggregate_id, run.validation.total_lines,
                  run.validation.error_count)
+        count_lines(run.validation.total_lines, run.validation.runnable_lines)
         await self.bus.publish(await run.verdict())
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from contracts.commands import FinalizeBatch, RunBatch
-from contracts.events.batch import AttemptFailed, BatchCancelRequested, BatchCompleted
+from contracts.events.batch import AttemptFailed, BatchCancelRequested, BatchCompleted, CancelCode
 from contracts.events.registry import AnyEvent
 from contracts.ids import error_file_id, output_file_id
 from contracts.subjects import FINALIZE_COMMAND, WORK_STREAM, input_object_key
@@ -121,14 +121,16 @@ async def test_embedding_and_responses_lines_end_in_the_output_file_in_their_own
     assert body["usage"]["output_tokens"] == 4 == completed_fact(facts).usage.output_tokens
 
 
-async def test_a_cancel_mid_run_keeps_produced_results_and_marks_every_unrun_line_cancelled(
-    bus: EventBus, object_store: ObjectStore, executor: ExecutorSettings,
+@pytest.mark.parametrize("code", ["batch_cancelled", "authorization_revoked"])
+async def test_a_cancel_mid_run_keeps_produced_results_and_marks_every_unrun_line_with_its_code(
+    bus: EventBus, object_store: ObjectStore, executor: ExecutorSettings, code: CancelCode,
 ) -> None:
+    """A user's cancel, or the revocation of the owner's key (`authorization_revoked`)."""
     command = await new_batch(object_store, executor, "/v1/chat/completions", CHAT,
                               [chat(n, max_tokens=16) for n in range(12)])
     await bus.send_run(command)
     await batch_facts(bus, command.batch_id, lambda fact: fact.type == "batch.progressed")
-    await bus.publish(BatchCancelRequested(aggregate_id=command.batch_id, requested_by_key_id="key_owner"))
+    await bus.publish(BatchCancelRequested(aggregate_id=command.batch_id, requested_by_key_id="key_owner", code=code))
 
     facts = await batch_facts(bus, command.batch_id, ended)
     cancelled = facts[-1]
@@ -137,7 +139,7 @@ async def test_a_cancel_mid_run_keeps_produced_results_and_marks_every_unrun_lin
     check_invariant(12, cancelled.completed, cancelled.failed, output, errors)
     unrun = [json.loads(row) for row in errors.splitlines()]
     assert cancelled.completed >= 2 and unrun, "the cancel should land before the last lines start"
-    assert all(row["response"] is None and row["error"]["code"] == "batch_cancelled" for row in unrun)
+    assert all(row["response"] is None and row["error"]["code"] == code for row in unrun)
     assert "batch.finalizing" not in [fact.type for fact in facts]
 
 
@@ -182,3 +184,19 @@ async def test_an_attempt_whose_lease_was_lost_commits_nothing_more_and_does_not
     chunks = await object_store.list_keys(f"results/{command.batch_id}/attempt-1/")
     assert len(chunks) == types.count("batch.progressed") < 6
     assert await files_of(object_store, command.batch_id) == (b"", b"")
+
+
+async def test_a_revoked_batch_that_never_ran_is_finalized_with_authorization_revoked(
+    bus: EventBus, object_store: ObjectStore, executor: ExecutorSettings,
+) -> None:
+    command = await new_batch(object_store, executor, "/v1/chat/completions", CHAT, [chat(n) for n in range(3)])
+    finalize = FinalizeBatch(batch_id=command.batch_id, reason="cancelled", owner_key_id="key_owner",
+                             input_object_key=command.input_object_key, endpoint=command.endpoint,
+                             unrun_code="authorization_revoked")
+    await bus.js.publish(FINALIZE_COMMAND, finalize.model_dump_json().encode(),
+                         headers={"Nats-Msg-Id": finalize.msg_id}, stream=WORK_STREAM)
+
+    facts = await batch_facts(bus, command.batch_id, ended)
+    assert facts[-1].type == "batch.cancelled"
+    _, errors = await files_of(object_store, command.batch_id)
+    assert {json.loads(row)["error"]["code"] for row in errors.splitlines()} == {"authorization_revoked"}

@@ -20,9 +20,9 @@ from contracts.events.envelope import Event
 from contracts.readmodel import BatchRecord
 from contracts.subjects import EVENTS_STREAM
 from services.ledger.chain import Fact
-from services.ledger.follower import OrderedReader
 from services.ledger.replay import replay_into_scratch
 from services.runtime.bus import EventBus
+from services.runtime.follower import OrderedReader
 from tests.conftest import RunningNats
 
 BATCHES, CHUNKS = 30, 995

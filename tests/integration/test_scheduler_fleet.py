@@ -112,14 +112,17 @@ async def test_a_standby_scheduler_leads_when_the_leader_stops(fresh_nats: Runni
     await bus.close()
 
 
-async def test_executors_join_only_with_a_worker_key_and_user_keys_are_refused(
+async def test_executors_join_only_with_a_live_worker_key_and_user_or_revoked_keys_are_refused(
         fresh_nats: RunningNats) -> None:
     from contracts.commands import ExecutorRegistration, RegistrationAnswer
-    from contracts.events.key import KeyCreated
+    from contracts.events.key import KeyCreated, KeyRevoked
     from contracts.ids import hash_api_key
     from contracts.subjects import FLEET_REGISTER
 
     bus = await EventBus.connect(fresh_nats.url, "test")
+    gone = hash_api_key("wk-gone")  # revoked before wk-good exists: folded once wk-good is accepted
+    await bus.publish(KeyCreated(aggregate_id=gone[:32], key_sha256=gone, role="worker", label="gone"))
+    await bus.publish(KeyRevoked(aggregate_id=gone[:32], key_sha256=gone))
     for plaintext, role in (("wk-good", "worker"), ("gk-user", "user")):
         digest = hash_api_key(plaintext)
         await bus.publish(KeyCreated(aggregate_id=digest[:32], key_sha256=digest, role=role, label=role))
@@ -145,6 +148,8 @@ async def test_executors_join_only_with_a_worker_key_and_user_keys_are_refused(
         assert not (await ask("wk-nope")).accepted
         accepted = await ask("wk-good")
         assert accepted.accepted and accepted.worker_key_id
+        revoked = await ask("wk-gone")
+        assert not revoked.accepted and "revoked" in (revoked.reason or "")
 
         fleet = await Fleet.open(bus)
         await fleet.advertise(advert("e-new"))

@@ -198,7 +198,8 @@ def test_files_and_keys_become_their_records(ledger: Ledger) -> None:
     ledger.fold([
         (1, FileStored(aggregate_id="file-in", owner_key_id="key_a", filename="in.jsonl", purpose="batch",
                        bytes=512, sha256="ab" * 32, object_key="files/file-in", created_at=T0)),
-        (2, KeyCreated(aggregate_id="key_cd", key_sha256="cd" * 32, role="user", label="alice")),
+        (2, KeyCreated(aggregate_id="key_cd", key_sha256="cd" * 32, role="user", label="alice",
+                       occurred_at=T0 * 1000)),
         (3, FileDeleted(aggregate_id="file-in", owner_key_id="key_a")),
     ])
     file, key = ledger.file("file-in"), ledger.api_key("cd" * 32)
@@ -207,7 +208,8 @@ def test_files_and_keys_become_their_records(ledger: Ledger) -> None:
     assert record.deleted and record.file.model_dump() == {
         "id": "file-in", "object": "file", "bytes": 512, "created_at": T0, "filename": "in.jsonl",
         "purpose": "batch", "status": "processed", "expires_at": None}
-    assert api_key_record(key).model_dump() == {"key_id": "key_" + "cd" * 8, "role": "user", "label": "alice"}
+    assert api_key_record(key).model_dump() == {"key_id": "key_" + "cd" * 8, "role": "user", "label": "alice",
+                                                "user_id": None, "revoked": False, "created_at": T0}
 
 
 def test_a_long_batch_reloads_from_the_store_as_it_was_folded(ledger: Ledger) -> None:

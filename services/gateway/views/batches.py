@@ -5,22 +5,25 @@ import time
 import orjson
 from aiohttp import web
 
-from contracts.api.batch import SUPPORTED_ENDPOINTS, Batch
+from contracts.api.batch import SUPPORTED_ENDPOINTS, TERMINAL_STATUSES, Batch
 from contracts.events.batch import BatchCancelRequested, BatchCreated
 from contracts.ids import derived_id, new_batch_id
 from contracts.readmodel import BatchRecord
-from services.gateway.auth import principal
+from services.gateway.auth import KEY_CACHE, principal
 from services.gateway.context import deps
 from services.gateway.errors import ApiError, bad_request, not_found
-from services.gateway.views.files import owned_file
+from services.gateway.limits import charge_control_call
+from services.gateway.views.files import MAX_EXPIRES_AFTER_S, MIN_EXPIRES_AFTER_S, is_valid_id, owned_file
 from services.gateway.views.paging import page_after, parse_limit
 
 MAX_WINDOW_S = 168 * 3600
 MAX_METADATA_PAIRS = 16
+MAX_JSON_BODY_BYTES = 1024 * 1024
+IDEMPOTENCY_KEY_CHARS = (16, 80)
 
 
 async def owned_batch(request: web.Request, batch_id: str) -> BatchRecord:
-    record = await deps(request).read_model.get_batch(batch_id)
+    record = await deps(request).read_model.get_batch(batch_id) if is_valid_id(batch_id) else None
     if record is None or record.owner_key_id != principal(request).key_id:
         raise not_found("batch", batch_id)
     return record
@@ -39,8 +42,13 @@ def completion_window_seconds(window: object, min_window_s: int) -> int:
 
 
 async def _json_object(request: web.Request) -> dict[str, object]:
+    if (request.content_length or 0) > MAX_JSON_BODY_BYTES:
+        raise ApiError(413, f"The request body is larger than {MAX_JSON_BODY_BYTES} bytes.", code="request_too_large")
+    raw = await request.content.read(MAX_JSON_BODY_BYTES + 1)
+    if len(raw) > MAX_JSON_BODY_BYTES:
+        raise ApiError(413, f"The request body is larger than {MAX_JSON_BODY_BYTES} bytes.", code="request_too_large")
     try:
-        body = orjson.loads(await request.read())
+        body = orjson.loads(raw)
     except orjson.JSONDecodeError:
         raise bad_request("The request body is not valid JSON.", "invalid_json") from None
     if not isinstance(body, dict):
@@ -59,8 +67,47 @@ def _metadata(value: object) -> dict[str, str] | None:
     return value
 
 
+def _output_expires_after(value: object) -> int | None:
+    if value is None:
+        return None
+    seconds = value.get("seconds") if isinstance(value, dict) else None
+    if (not isinstance(value, dict) or value.get("anchor") != "created_at" or not isinstance(seconds, int)
+            or isinstance(seconds, bool) or not MIN_EXPIRES_AFTER_S <= seconds <= MAX_EXPIRES_AFTER_S):
+        raise bad_request(f"output_expires_after must be {{'anchor': 'created_at', 'seconds': N}} with N between "
+                          f"{MIN_EXPIRES_AFTER_S} and {MAX_EXPIRES_AFTER_S}.", "invalid_output_expires_after",
+                          "output_expires_after")
+    return seconds
+
+
+def _idempotency_key(request: web.Request) -> str | None:
+    key = request.headers.get("Idempotency-Key")
+    low, high = IDEMPOTENCY_KEY_CHARS
+    if key is not None and not (low <= len(key) <= high and key.isprintable()):
+        raise bad_request(f"Idempotency-Key must be {low} to {high} printable characters.",
+                          "invalid_idempotency_key", "Idempotency-Key")
+    return key
+
+
+def _same_request(batch: Batch, input_file_id: str, endpoint: str, window: str, metadata: dict[str, str] | None,
+                  ) -> bool:
+    return (batch.input_file_id, batch.endpoint, batch.completion_window, batch.metadata) == (
+        input_file_id, endpoint, window, metadata)
+
+
+def _idempotency_conflict(key: str, batch_id: str) -> ApiError:
+    return ApiError(409, f"Idempotency-Key {key!r} was used for batch {batch_id} with a different request body; "
+                    "use a new key for a new batch.", "conflict_error", "idempotency_conflict", "Idempotency-Key")
+
+
+async def _live_batches(request: web.Request, owner: str) -> list[Batch]:
+    records = await deps(request).read_model.list_batches()
+    return [r.batch for r in records if r.owner_key_id == owner and r.batch.status not in TERMINAL_STATUSES]
+
+
 async def create_batch(request: web.Request) -> web.Response:
     d = deps(request)
+    charge_control_call(request)
+    idempotency_key = _idempotency_key(request)
     body = await _json_object(request)
     input_file_id = body.get("input_file_id")
     if not isinstance(input_file_id, str) or not input_file_id:
@@ -76,24 +123,41 @@ async def create_batch(request: web.Request) -> web.Response:
     allow_partial = body.get("allow_partial", False)
     if not isinstance(allow_partial, bool):
         raise bad_request("allow_partial must be true or false.", "invalid_allow_partial", "allow_partial")
+    _output_expires_after(body.get("output_expires_after"))
     owner = principal(request).key_id
+    batch_id = derived_id("batch_", owner, idempotency_key) if idempotency_key else new_batch_id()
+    if idempotency_key and (earlier := await d.read_model.get_batch(batch_id)) is not None:
+        if not _same_request(earlier.batch, input_file_id, str(endpoint), str(window), metadata):
+            raise _idempotency_conflict(idempotency_key, batch_id)
+        return web.json_response(earlier.batch.model_dump(mode="json"))
     file = await owned_file(request, input_file_id)
     if file.file.purpose != "batch":
         raise bad_request(f"File {input_file_id} has purpose {file.file.purpose!r}; a batch needs purpose 'batch'.",
                           "invalid_input_file", "input_file_id")
-    idempotency_key = request.headers.get("Idempotency-Key")
-    batch_id = derived_id("batch_", owner, idempotency_key) if idempotency_key else new_batch_id()
+    live = await _live_batches(request, owner)
+    twin = next((b for b in live if (b.input_file_id, b.endpoint, b.completion_window)
+                 == (input_file_id, endpoint, window)), None)
+    if twin is not None and not idempotency_key:
+        # The same batch again while the first still runs (a client's blind retry): the first is the answer.
+        return web.json_response(twin.model_dump(mode="json"))
+    if len(live) >= d.settings.max_active_batches:
+        raise ApiError(429, f"This key already has {len(live)} batches that have not ended (the limit is "
+                       f"{d.settings.max_active_batches}); wait for some to end or cancel them.",
+                       "rate_limit_error", "too_many_active_batches")
     now = int(time.time())
     event = BatchCreated(aggregate_id=batch_id, owner_key_id=owner, input_file_id=input_file_id,
                          input_object_key=file.object_key, endpoint=str(endpoint), completion_window=str(window),
                          metadata=metadata, created_at=now, expires_at=now + window_s,
-                         allow_partial=allow_partial, correlation_id=batch_id)
+                         allow_partial=allow_partial, correlation_id=batch_id,
+                         allowed_models=await request.app[KEY_CACHE].allowed_models(principal(request)))
     await d.bus.publish(event)
     record = await d.read_model.wait_for(lambda: d.read_model.get_batch(batch_id), lambda r: True,
                                          d.settings.read_your_writes_s)
     batch = record.batch if record else Batch(
         id=batch_id, endpoint=event.endpoint, input_file_id=input_file_id, completion_window=event.completion_window,
         status="validating", created_at=now, expires_at=event.expires_at, metadata=metadata)
+    if idempotency_key and not _same_request(batch, input_file_id, str(endpoint), str(window), metadata):
+        raise _idempotency_conflict(idempotency_key, batch_id)  # a concurrent request with this key won
     return web.json_response(batch.model_dump(mode="json"))
 
 
@@ -116,6 +180,7 @@ NOT_CANCELLABLE = frozenset({"finalizing", "completed", "failed", "expired", "ca
 async def cancel_batch(request: web.Request) -> web.Response:
     d = deps(request)
     record = await owned_batch(request, request.match_info["batch_id"])
+    charge_control_call(request)
     batch = record.batch
     if batch.status in NOT_CANCELLABLE:
         raise ApiError(400, f"Batch {batch.id} is {batch.status} and can no longer be cancelled.",

@@ -1,10 +1,14 @@
-"""`/v1/files`: upload, list, retrieve, download and delete files."""
+"""`/v1/files`: upload (deduplicated, within the owner's quota, with an expiry), list, retrieve, download, delete."""
 
+import re
 import time
 from typing import get_args
 
-from aiohttp import BodyPartReader, web
+import orjson
+from aiohttp import BodyPartReader, MultipartReader, web
+from aiohttp.http_exceptions import HttpProcessingError
 
+from contracts.api.batch import TERMINAL_STATUSES
 from contracts.api.file import FileDeleted, FileObject, FilePurpose
 from contracts.events.file import FileDeleted as FileDeletedEvent
 from contracts.events.file import FileStored
@@ -12,55 +16,160 @@ from contracts.ids import new_file_id
 from contracts.readmodel import FileRecord
 from contracts.subjects import input_object_key
 from services.gateway.auth import principal
-from services.gateway.context import deps
-from services.gateway.errors import bad_request, not_found
-from services.gateway.upload import stream_part_to_store
+from services.gateway.context import Deps, deps
+from services.gateway.errors import ApiError, bad_request, not_found
+from services.gateway.limits import charge_control_call
+from services.gateway.upload import StoredUpload, stream_part_to_store
 from services.gateway.views.paging import page_after, parse_limit
 
 UPLOADABLE_PURPOSES = ("batch",)
+ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,128}")
+"""Every id we hand out; anything else (`../x`, `a%2Fb`, spaces) names nothing."""
+MIN_EXPIRES_AFTER_S, MAX_EXPIRES_AFTER_S = 3600, 30 * 24 * 3600
+FORM_FIELD_BYTES = 1024
+DEDUPLICATED_FROM = "X-Sheshnag-Deduplicated-From"
+CONTENT_SHA256 = "X-Sheshnag-Content-SHA256"
+
+
+def is_valid_id(ident: str) -> bool:
+    return ID_PATTERN.fullmatch(ident) is not None
+
+
+def is_expired(record: FileRecord, now: float | None = None) -> bool:
+    expires_at = record.file.expires_at
+    return expires_at is not None and expires_at <= (time.time() if now is None else now)
 
 
 async def owned_file(request: web.Request, file_id: str) -> FileRecord:
-    record = await deps(request).read_model.get_file(file_id)
-    if record is None or record.deleted or record.owner_key_id != principal(request).key_id:
+    record = await deps(request).read_model.get_file(file_id) if is_valid_id(file_id) else None
+    if record is None or record.deleted or record.owner_key_id != principal(request).key_id or is_expired(record):
         raise not_found("file", file_id)
     return record
+
+
+async def owner_files(d: Deps, owner: str) -> list[FileRecord]:
+    """The owner's files that still exist (not deleted, not expired)."""
+    now = time.time()
+    return [r for r in await d.read_model.list_files()
+            if r.owner_key_id == owner and not r.deleted and not is_expired(r, now)]
+
+
+def expires_after_seconds(anchor: str | None, seconds: str | None) -> int | None:
+    """The SDK's `expires_after={"anchor": "created_at", "seconds": N}`, sent as two form fields."""
+    if anchor is None and seconds is None:
+        return None
+    if anchor != "created_at" or seconds is None or not seconds.isdigit() \
+            or not MIN_EXPIRES_AFTER_S <= int(seconds) <= MAX_EXPIRES_AFTER_S:
+        raise bad_request(f"expires_after must be {{'anchor': 'created_at', 'seconds': N}} with N between "
+                          f"{MIN_EXPIRES_AFTER_S} and {MAX_EXPIRES_AFTER_S}.", "invalid_expires_after",
+                          "expires_after")
+    return int(seconds)
+
+
+async def form_field(part: BodyPartReader) -> str:
+    value = await part.read_chunk(FORM_FIELD_BYTES + 1)
+    if len(value) > FORM_FIELD_BYTES or await part.read_chunk(1):
+        raise bad_request(f"Form field '{part.name}' is longer than {FORM_FIELD_BYTES} bytes.",
+                          "invalid_form_field", part.name)
+    try:
+        return value.decode().strip()
+    except UnicodeDecodeError:
+        raise bad_request(f"Form field '{part.name}' is not UTF-8.", "invalid_form_field", part.name) from None
+
+
+def expires_after_json(raw: str) -> tuple[str | None, str | None]:
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict):
+        raise bad_request("expires_after must be a JSON object.", "invalid_expires_after", "expires_after")
+    return str(value.get("anchor")), str(value.get("seconds"))
+
+
+class _Upload:
+    """The parts of one multipart upload, read in one pass; the file part goes straight to the store."""
+
+    def __init__(self) -> None:
+        self.fields: dict[str, str] = {}
+        self.stored: StoredUpload | None = None
+        self.filename = "upload.jsonl"
+
+    async def read(self, reader: MultipartReader, d: Deps, object_key: str) -> None:
+        while (part := await reader.next()) is not None:
+            if not isinstance(part, BodyPartReader):
+                raise bad_request("Nested multipart bodies are not accepted.", "invalid_multipart")
+            if part.name == "file" and self.stored is None:
+                self.filename = part.filename or self.filename
+                self.stored = await stream_part_to_store(part, d.store, object_key, d.settings.max_upload_bytes)
+            elif part.name in ("purpose", "expires_after", "expires_after[anchor]", "expires_after[seconds]"):
+                self.fields[part.name] = await form_field(part)
+
+    def expires_after_s(self) -> int | None:
+        if "expires_after" in self.fields:
+            return expires_after_seconds(*expires_after_json(self.fields["expires_after"]))
+        return expires_after_seconds(self.fields.get("expires_after[anchor]"),
+                                     self.fields.get("expires_after[seconds]"))
+
+
+async def _read_upload(request: web.Request, d: Deps, object_key: str) -> _Upload:
+    upload = _Upload()
+    try:
+        await upload.read(await request.multipart(), d, object_key)
+    except (ValueError, AssertionError, LookupError, HttpProcessingError) as broken:
+        # aiohttp's multipart parser says "malformed" with these; nothing of the upload is kept.
+        await d.store.remove(object_key)
+        raise bad_request(f"The multipart body could not be read ({type(broken).__name__}).",
+                          "invalid_multipart") from None
+    except ApiError:
+        if upload.stored is not None:
+            await d.store.remove(object_key)
+        raise
+    return upload
 
 
 async def create_file(request: web.Request) -> web.Response:
     if not request.content_type.startswith("multipart/"):
         raise bad_request("Upload a file as multipart/form-data with fields 'purpose' and 'file'.",
                           "invalid_content_type")
+    charge_control_call(request)
     d = deps(request)
-    reader = await request.multipart()
-    purpose: str | None = None
+    owner = principal(request).key_id
     file_id = new_file_id()
-    stored = None
-    filename = "upload.jsonl"
-    while (part := await reader.next()) is not None:
-        if not isinstance(part, BodyPartReader):
-            continue
-        if part.name == "purpose":
-            purpose = (await part.text()).strip()
-        elif part.name == "file" and stored is None:
-            filename = part.filename or filename
-            stored = await stream_part_to_store(part, d.store, input_object_key(file_id),
-                                                d.settings.max_upload_bytes)
+    object_key = input_object_key(file_id)
+    upload = await _read_upload(request, d, object_key)
+    stored = upload.stored
     if stored is None:
         raise bad_request("The 'file' field is missing.", "missing_file", "file")
-    if purpose not in UPLOADABLE_PURPOSES:
-        await d.store.remove(input_object_key(file_id))
-        allowed = ", ".join(UPLOADABLE_PURPOSES)
-        raise bad_request(f"purpose must be one of: {allowed} (got {purpose!r}).", "invalid_purpose", "purpose")
-    event = FileStored(aggregate_id=file_id, owner_key_id=principal(request).key_id, filename=filename,
-                       purpose="batch", bytes=stored.bytes, sha256=stored.sha256,
-                       object_key=input_object_key(file_id), created_at=int(time.time()),
-                       line_count=stored.line_count)
+    try:
+        purpose = upload.fields.get("purpose")
+        if purpose not in UPLOADABLE_PURPOSES:
+            allowed = ", ".join(UPLOADABLE_PURPOSES)
+            raise bad_request(f"purpose must be one of: {allowed} (got {purpose!r}).", "invalid_purpose", "purpose")
+        ttl_s = upload.expires_after_s() or d.settings.batch_file_ttl_s
+        existing = await owner_files(d, owner)
+        same = next((r for r in existing if r.sha256 == stored.sha256 and r.file.purpose == purpose), None)
+        if same is not None:
+            await d.store.remove(object_key)
+            return web.json_response(same.file.model_dump(mode="json"), headers={DEDUPLICATED_FROM: same.file.id})
+        used = sum(r.file.bytes for r in existing)
+        if used + stored.bytes > d.settings.storage_quota_bytes:
+            raise bad_request(f"Storing {stored.bytes} more bytes would exceed this key's storage quota of "
+                              f"{d.settings.storage_quota_bytes} bytes ({used} in use); delete files first.",
+                              "storage_quota_exceeded", "file")
+    except ApiError:
+        await d.store.remove(object_key)
+        raise
+    now = int(time.time())
+    event = FileStored(aggregate_id=file_id, owner_key_id=owner, filename=upload.filename, purpose="batch",
+                       bytes=stored.bytes, sha256=stored.sha256, object_key=object_key, created_at=now,
+                       line_count=stored.line_count, expires_at=now + ttl_s)
     await d.bus.publish(event)
     record = await d.read_model.wait_for(lambda: d.read_model.get_file(file_id), lambda r: True,
                                          d.settings.read_your_writes_s)
     file = record.file if record else FileObject(id=file_id, bytes=event.bytes, created_at=event.created_at,
-                                                 filename=filename, purpose="batch")
+                                                 filename=upload.filename, purpose="batch",
+                                                 expires_at=event.expires_at)
     return web.json_response(file.model_dump(mode="json"))
 
 
@@ -68,11 +177,12 @@ async def list_files(request: web.Request) -> web.Response:
     purpose = request.query.get("purpose")
     if purpose is not None and purpose not in get_args(FilePurpose):
         raise bad_request(f"Unknown purpose {purpose!r}.", "invalid_purpose", "purpose")
-    records = await deps(request).read_model.list_files()
-    mine = [r.file for r in records if r.owner_key_id == principal(request).key_id and not r.deleted
-            and (purpose is None or r.file.purpose == purpose)]
-    ascending = request.query.get("order", "desc") == "asc"
-    mine.sort(key=lambda f: (f.created_at, f.id), reverse=not ascending)
+    order = request.query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise bad_request(f"order must be 'asc' or 'desc' (got {order!r}).", "invalid_order", "order")
+    records = await owner_files(deps(request), principal(request).key_id)
+    mine = [r.file for r in records if purpose is None or r.file.purpose == purpose]
+    mine.sort(key=lambda f: (f.created_at, f.id), reverse=order == "desc")
     page = page_after(mine, [f.id for f in mine], request.query.get("after"), parse_limit(request, 100))
     return web.json_response(page.model_dump(mode="json"))
 
@@ -85,7 +195,8 @@ async def retrieve_file(request: web.Request) -> web.Response:
 async def file_content(request: web.Request) -> web.StreamResponse:
     record = await owned_file(request, request.match_info["file_id"])
     response = web.StreamResponse(headers={"Content-Type": "application/octet-stream",
-                                           "Content-Length": str(record.file.bytes)})
+                                           "Content-Length": str(record.file.bytes),
+                                           CONTENT_SHA256: record.sha256})
     await response.prepare(request)
     async for chunk in deps(request).store.iter_chunks(record.object_key):
         await response.write(chunk)
@@ -93,11 +204,33 @@ async def file_content(request: web.Request) -> web.StreamResponse:
     return response
 
 
+async def live_batch_using(d: Deps, owner: str, file_id: str) -> str | None:
+    """The id of a batch of `owner` that reads `file_id` and has not ended, if there is one."""
+    for record in await d.read_model.list_batches():
+        batch = record.batch
+        if record.owner_key_id == owner and batch.input_file_id == file_id and batch.status not in TERMINAL_STATUSES:
+            return batch.id
+    return None
+
+
+async def delete_stored_file(d: Deps, record: FileRecord) -> None:
+    """Publish the deletion (deduplicated by its fact id, so a repeat is harmless), then free the bytes."""
+    file_id = record.file.id
+    await d.bus.publish(FileDeletedEvent(aggregate_id=file_id, owner_key_id=record.owner_key_id))
+    await d.read_model.wait_for(lambda: d.read_model.get_file(file_id), lambda r: r.deleted,
+                                d.settings.read_your_writes_s)
+    await d.store.remove(record.object_key)
+
+
 async def delete_file(request: web.Request) -> web.Response:
     d = deps(request)
     file_id = request.match_info["file_id"]
     record = await owned_file(request, file_id)
-    await d.bus.publish(FileDeletedEvent(aggregate_id=file_id, owner_key_id=record.owner_key_id))
-    await d.read_model.wait_for(lambda: d.read_model.get_file(file_id), lambda r: r.deleted,
-                                d.settings.read_your_writes_s)
+    charge_control_call(request)
+    batch_id = await live_batch_using(d, record.owner_key_id, file_id)
+    if batch_id is not None:
+        raise ApiError(409, f"File {file_id} is the input of batch {batch_id}, which has not ended; cancel it or "
+                       "wait for it to end before deleting the file.", "invalid_request_error", "file_in_use",
+                       "file_id")
+    await delete_stored_file(d, record)
     return web.json_response(FileDeleted(id=file_id, deleted=True).model_dump())

@@ -1,10 +1,12 @@
-"""`/v1/models`: the catalogue, as OpenAI lists models."""
+"""`/v1/models`: the catalogue, as OpenAI lists models, narrowed to what the caller's key may use."""
 
 from aiohttp import web
 
 from contracts.api.model import Model
+from contracts.api.organization import ModelAlias
 from contracts.api.page import ListPage
 from contracts.catalogue import CatalogueModel
+from services.gateway.auth import KEY_CACHE, principal
 from services.gateway.context import deps
 from services.gateway.errors import not_found
 
@@ -13,14 +15,26 @@ def as_model(entry: CatalogueModel) -> Model:
     return Model(id=entry.id, created=entry.created, owned_by=entry.owned_by)
 
 
+async def usable_models(request: web.Request) -> list[CatalogueModel]:
+    """The catalogue entries the caller's user may use (every one unless their access is restricted)."""
+    allowed = await request.app[KEY_CACHE].allowed_models(principal(request))
+    models = deps(request).catalogue.models
+    return list(models) if allowed is None else [m for m in models if m.id in allowed]
+
+
 async def list_models(request: web.Request) -> web.Response:
-    page = ListPage[Model](data=[as_model(m) for m in deps(request).catalogue.models])
+    page = ListPage[Model](data=[as_model(m) for m in await usable_models(request)])
     return web.json_response(page.model_dump(mode="json"))
+
+
+async def list_aliases(request: web.Request) -> web.Response:
+    aliases = [ModelAlias(alias=alias, model=m.id) for m in await usable_models(request) for alias in m.aliases]
+    return web.json_response(ListPage[ModelAlias](data=aliases).model_dump(mode="json"))
 
 
 async def retrieve_model(request: web.Request) -> web.Response:
     name = request.match_info["model_id"]
     entry = deps(request).catalogue.resolve(name)
-    if entry is None:
+    if entry is None or entry not in await usable_models(request):
         raise not_found("model", name)
     return web.json_response(as_model(entry).model_dump(mode="json"))

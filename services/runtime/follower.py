@@ -9,7 +9,8 @@ after the last fact handed on.
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 
 import nats.errors
 import nats.js.errors
@@ -18,10 +19,20 @@ from nats.aio.subscription import Subscription
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, Header
 
 from contracts.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
-from services.ledger.chain import Fact
 from services.runtime.bus import EventBus
 
 log = logging.getLogger(__name__)
+
+@dataclass(frozen=True)
+class Fact:
+    """One stream message as stored: its sequence, subject and payload bytes."""
+
+    sequence: int
+    subject: str
+    data: bytes
+    headers: Mapping[str, str] | None = field(default=None, compare=False)
+    """The message's headers (the publisher's trace context among them), when read from the stream."""
+
 
 Receive = Callable[[list[Fact]], Awaitable[None]]
 PULL_EXPIRES_S = 1.0
@@ -48,6 +59,8 @@ class OrderedReader:
         self.batch = batch
         self.read_through = start_after
         """Every fact up to this stream sequence has been handed on."""
+        self.head_seen = start_after
+        """The stream's last sequence as the latest delivery reported it (for lag metrics)."""
         self.consumer = ""
         """The server's name of the consumer being read ("" until it is made)."""
         self._subscription: Subscription | None = None
@@ -143,4 +156,5 @@ class OrderedReader:
             return
         self._requested -= 1
         self._delivered, self._last_stream = sequence.consumer, sequence.stream
-        self._arrived.append(Fact(sequence.stream, message.subject, message.data))
+        self.head_seen = max(self.head_seen, sequence.stream + (message.metadata.num_pending or 0))
+        self._arrived.append(Fact(sequence.stream, message.subject, message.data, message.headers))

@@ -1,0 +1,75 @@
+"""Users and API keys as the admin routes (`/v1/organization/…`, `/v1/provider/worker_keys`) show them."""
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+USER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+"""Ids become part of NATS subjects: no dots, spaces or wildcards."""
+
+ManagedRole = Literal["admin", "user"]
+"""Roles created under /v1/organization/keys; worker keys are made under /v1/provider/worker_keys."""
+
+
+class CreateUser(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | None = Field(default=None, pattern=USER_ID_PATTERN)
+    """Chosen by the admin (e.g. `alice`), or generated."""
+    name: str = Field(default="", max_length=256)
+    allowed_models: list[str] | None = Field(default=None, max_length=256)
+    """Catalogue ids or aliases the user's keys may use; omitted: every model."""
+
+
+class User(BaseModel):
+    id: str
+    object: Literal["organization.user"] = "organization.user"
+    name: str
+    allowed_models: list[str] | None
+    """Catalogue ids; null: every model."""
+    created_at: int
+
+
+class CreateKey(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    user_id: str | None = Field(default=None, pattern=USER_ID_PATTERN)
+    """The user the key acts for; it must exist. Omitted: a key with every model allowed."""
+    role: ManagedRole = "user"
+    name: str = Field(default="", max_length=256)
+
+
+class CreateWorkerKey(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(default="", max_length=256)
+
+
+class ApiKey(BaseModel):
+    id: str
+    """`key_…`: the public id used to revoke it; the raw value is never stored."""
+    object: Literal["organization.api_key"] = "organization.api_key"
+    name: str
+    role: Literal["admin", "user", "worker"]
+    user_id: str | None
+    created_at: int | None
+    last_used_at: int | None = None
+    """Seconds since the epoch, to within a minute."""
+    revoked: bool = False
+    value: str | None = None
+    """The raw key, only in the answer that created it."""
+
+
+class DeletedApiKey(BaseModel):
+    id: str
+    object: Literal["organization.api_key.deleted"] = "organization.api_key.deleted"
+    deleted: bool = True
+    cancelled_batches: list[str]
+    """Batches of the key that were still live; their remaining lines fail with `authorization_revoked`."""
+
+
+class ModelAlias(BaseModel):
+    alias: str
+    object: Literal["model.alias"] = "model.alias"
+    model: str
+    """The catalogue id the alias resolves to."""

@@ -1,0 +1,57 @@
+"""`sheshnag status`: the fleet, the queue and why it waits, running batches with progress and ETA, consumer lag."""
+
+import json
+import time
+
+from services.runtime.bus import EventBus
+from services.runtime.fleet import Fleet
+from services.runtime.overview import Overview, gather
+from services.runtime.readmodel import ReadModel
+from services.runtime.settings import ConnectionSettings
+
+BAR_WIDTH = 24
+
+
+async def status(as_json: bool) -> None:
+    bus = await EventBus.connect(ConnectionSettings().nats_url, "sheshnag-status")
+    try:
+        view = await gather(bus, await ReadModel.open(bus), await Fleet.open(bus))
+    finally:
+        await bus.close()
+    print(json.dumps(view.as_dict(), indent=2) if as_json else render(view))
+
+
+def bar(done: int, total: int) -> str:
+    filled = BAR_WIDTH * done // total if total else 0
+    return "[" + "#" * filled + "." * (BAR_WIDTH - filled) + "]"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def render(view: Overview) -> str:
+    out = [f"Sheshnag at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(view.at))}"
+           f"   stream head {view.stream_last_seq}",
+           "", f"Fleet ({len(view.executors)} executor{'s' if len(view.executors) != 1 else ''})"]
+    for e in view.executors:
+        health = "ok" if e.heartbeat_age_s < 10 else f"stale {e.heartbeat_age_s:.0f}s"
+        out.append(f"  {e.executor_id:<16} {e.engine:<12} slots {e.slots:<3} free {e.free_bytes / 2**30:6.1f} GiB "
+                   f"of {e.total_bytes / 2**30:.1f}  {health:<10} {', '.join(e.models)}")
+    counts = "  ".join(f"{status} {n}" for status, n in sorted(view.batches_by_status.items()))
+    out += ["", f"Batches  {counts or 'none'}", "", f"Queue ({len(view.queued)} validated, waiting)"]
+    for q in sorted(view.queued, key=lambda q: -q.age_s):
+        out.append(f"  {q.batch_id:<32} {q.model:<28} waiting {_duration(q.age_s):<8} {q.reason}")
+    out += ["", f"Running ({len(view.running)})"]
+    for r in view.running:
+        out.append(f"  {r.batch_id:<32} {r.status:<11} {bar(r.done, r.total)} {r.done}/{r.total} "
+                   f"{r.lines_per_s:.2f} lines/s  ETA {_duration(r.eta_s)}")
+    out += ["", "Consumers (pending / unacked)"]
+    for c in view.consumers:
+        kind = "durable" if c.durable else "ephemeral"
+        out.append(f"  {c.stream:<7} {c.name:<28} {kind:<9} {c.pending:>7} / {c.ack_pending}")
+    return "\n".join(out)

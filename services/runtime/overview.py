@@ -1,0 +1,135 @@
+"""One look at the whole system from NATS: fleet, queue, running batches and consumer lag.
+
+Used by the gateway's `/metrics` (fleet-wide gauges) and by `sheshnag status`.
+"""
+
+import time
+from dataclasses import asdict, dataclass, field
+
+from contracts.events.executor import ExecutorAdvert
+from contracts.readmodel import BatchRecord
+from contracts.subjects import EVENTS_STREAM, WORK_STREAM
+from services.runtime import metrics
+from services.runtime.bus import EventBus
+from services.runtime.fleet import Fleet
+from services.runtime.readmodel import ReadModel
+
+RUNNING = frozenset({"in_progress", "finalizing", "cancelling"})
+
+
+@dataclass(frozen=True)
+class ExecutorView:
+    executor_id: str
+    engine: str
+    models: list[str]
+    slots: int
+    free_bytes: int
+    total_bytes: int
+    heartbeat_age_s: float
+
+
+@dataclass(frozen=True)
+class QueuedBatch:
+    batch_id: str
+    model: str
+    age_s: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class RunningBatch:
+    batch_id: str
+    model: str
+    status: str
+    done: int
+    total: int
+    lines_per_s: float
+    eta_s: float | None
+
+
+@dataclass(frozen=True)
+class ConsumerLag:
+    stream: str
+    name: str
+    durable: bool
+    pending: int
+    ack_pending: int
+
+
+@dataclass
+class Overview:
+    at: float
+    executors: list[ExecutorView] = field(default_factory=list)
+    batches_by_status: dict[str, int] = field(default_factory=dict)
+    queued: list[QueuedBatch] = field(default_factory=list)
+    running: list[RunningBatch] = field(default_factory=list)
+    consumers: list[ConsumerLag] = field(default_factory=list)
+    stream_last_seq: int = 0
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def executor_view(advert: ExecutorAdvert, now: float) -> ExecutorView:
+    return ExecutorView(advert.executor_id, advert.engine, advert.models, advert.slots,
+                        sum(d.free_bytes for d in advert.devices), sum(d.total_bytes for d in advert.devices),
+                        round(max(now - advert.heartbeat_at / 1000, 0.0), 1))
+
+
+def running_view(record: BatchRecord, now: float) -> RunningBatch:
+    batch = record.batch
+    counts = batch.request_counts
+    done = counts.completed + counts.failed
+    elapsed = now - (batch.in_progress_at or batch.created_at)
+    rate = done / elapsed if elapsed > 0 else 0.0
+    eta = (counts.total - done) / rate if rate > 0 else None
+    return RunningBatch(batch.id, batch.model or "", batch.status, done, counts.total, round(rate, 2),
+                        None if eta is None else round(eta, 1))
+
+
+async def consumer_lags(bus: EventBus) -> list[ConsumerLag]:
+    lags: list[ConsumerLag] = []
+    for stream in (EVENTS_STREAM, WORK_STREAM):
+        for info in await bus.js.consumers_info(stream):
+            lags.append(ConsumerLag(stream, info.name, bool(info.config.durable_name), info.num_pending or 0,
+                                    info.num_ack_pending or 0))
+    return lags
+
+
+async def gather(bus: EventBus, read_model: ReadModel, fleet: Fleet) -> Overview:
+    now = time.time()
+    view = Overview(at=now)
+    view.executors = [executor_view(advert, now) for advert in await fleet.adverts()]
+    for record in await read_model.list_batches():
+        batch = record.batch
+        view.batches_by_status[batch.status] = view.batches_by_status.get(batch.status, 0) + 1
+        if batch.status == "validated":
+            view.queued.append(QueuedBatch(batch.id, batch.model or "", round(now - batch.created_at, 1),
+                                           batch.status_reason or ""))
+        elif batch.status in RUNNING:
+            view.running.append(running_view(record, now))
+    view.consumers = await consumer_lags(bus)
+    view.stream_last_seq = (await bus.js.stream_info(EVENTS_STREAM)).state.last_seq
+    return view
+
+
+def export_gauges(view: Overview) -> None:
+    """Set the fleet-wide gauges from one overview (called on each scrape of the gateway)."""
+    metrics.EXECUTORS.set(len(view.executors))
+    metrics.BATCHES.clear()
+    for status, count in view.batches_by_status.items():
+        metrics.BATCHES.labels(status).set(count)
+    metrics.QUEUE_DEPTH.clear()
+    metrics.QUEUE_AGE.clear()
+    oldest: dict[str, float] = {}
+    for queued in view.queued:
+        metrics.QUEUE_DEPTH.labels(queued.model).inc()
+        oldest[queued.model] = max(oldest.get(queued.model, 0.0), queued.age_s)
+    for model, age_s in oldest.items():
+        metrics.QUEUE_AGE.labels(model).set(age_s)
+    metrics.CONSUMER_LAG.clear()
+    metrics.CONSUMER_UNACKED.clear()
+    for consumer in view.consumers:
+        if consumer.durable:
+            metrics.CONSUMER_LAG.labels(consumer.stream, consumer.name).set(consumer.pending)
+            metrics.CONSUMER_UNACKED.labels(consumer.stream, consumer.name).set(consumer.ack_pending)

@@ -1,0 +1,89 @@
+"""Tracing for every service: the tracer provider chosen by `OTEL_*` variables, and W3C context in NATS headers.
+
+Nothing is exported unless asked: `OTEL_TRACES_EXPORTER=otlp` (or an `OTEL_EXPORTER_OTLP_*ENDPOINT`) sends spans
+over OTLP/HTTP, `console` prints them; otherwise only the context is carried, so traces still join across
+services that do export. Each service's spans come from the tracer named `sheshnag.<service>`.
+"""
+
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.propagate import extract, inject
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+
+log = logging.getLogger(__name__)
+
+TRACEPARENT = "traceparent"
+
+
+def tracer(service: str) -> trace.Tracer:
+    return trace.get_tracer(f"sheshnag.{service}")
+
+
+def _exporter_from_env() -> SpanExporter | None:
+    chosen = os.environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    if chosen == "console":
+        return ConsoleSpanExporter()
+    if chosen == "otlp" or (endpoint and chosen != "none"):
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        except ImportError:
+            log.warning("OTLP export asked for, but opentelemetry-exporter-otlp-proto-http is not installed")
+            return None
+        return OTLPSpanExporter()
+    return None
+
+
+def configure_tracing(service: str, processor: SpanProcessor | None = None) -> bool:
+    """Install the SDK's provider when an exporter is configured (or `processor` is given); True if installed.
+
+    Without one, the API's no-op provider stays: incoming context is still passed on unchanged.
+    """
+    exporter = _exporter_from_env()
+    if exporter is None and processor is None:
+        return False
+    provider = TracerProvider(resource=Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME",
+                                                                                       f"sheshnag-{service}")}))
+    if exporter is not None:
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    if processor is not None:
+        provider.add_span_processor(processor)
+    trace.set_tracer_provider(provider)
+    return True
+
+
+def inject_headers(headers: dict[str, str]) -> dict[str, str]:
+    """Add the current trace context (`traceparent`, `tracestate`) to outgoing message headers."""
+    inject(headers)
+    return headers
+
+
+def extract_context(headers: Mapping[str, str] | None) -> Context:
+    """The trace context a message or request carried (an empty one when it carried none)."""
+    return extract(dict(headers or {}))
+
+
+@contextmanager
+def attached(ctx: Context) -> Iterator[None]:
+    """Make `ctx` current for the block, e.g. to publish a fact as part of the trace that caused it."""
+    token = otel_context.attach(ctx)
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
+
+
+def current_ids() -> tuple[str, str]:
+    """(trace_id, span_id) of the current span in hex, or ("", "") outside any trace."""
+    span_context = trace.get_current_span().get_span_context()
+    if not span_context.is_valid:
+        return "", ""
+    return format(span_context.trace_id, "032x"), format(span_context.span_id, "016x")

@@ -1,0 +1,136 @@
+"""The Files API against a real gateway, ledger, NATS and S3: dedup, digests, expiry, quota, in-use deletes."""
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from services.gateway.context import DEPS
+from services.gateway.sweeper import sweep_expired_files
+from services.runtime.settings import ConnectionSettings
+from tests.integration.gateway_support import Gateway, jsonl, running_gateway, sha256
+
+QUOTA = 64 * 1024
+THIRTY_DAYS = 30 * 24 * 3600
+
+
+@pytest.fixture(scope="module")
+async def gateway(connection: ConnectionSettings) -> AsyncIterator[Gateway]:
+    async with running_gateway(connection, storage_quota_bytes=QUOTA) as running:
+        yield running
+
+
+async def test_the_same_content_uploaded_twice_returns_the_first_file(gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    first = await gateway.upload(key, jsonl("a", "b"))
+    again = await gateway.upload(key, jsonl("a", "b"))
+    assert first.status == again.status == 200
+    assert (await again.json())["id"] == (await first.json())["id"]
+    assert again.headers["X-Sheshnag-Deduplicated-From"] == (await first.json())["id"]
+    assert "X-Sheshnag-Deduplicated-From" not in first.headers
+
+
+async def test_another_owner_uploading_the_same_content_gets_a_file_of_its_own(gateway: Gateway) -> None:
+    alice, bob = await gateway.new_key(), await gateway.new_key()
+    mine = await (await gateway.upload(alice, jsonl("shared"))).json()
+    theirs = await gateway.upload(bob, jsonl("shared"))
+    assert (await theirs.json())["id"] != mine["id"]
+    assert "X-Sheshnag-Deduplicated-From" not in theirs.headers
+
+
+async def test_content_downloads_with_its_sha256(gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    content = jsonl("x", "y", "z")
+    file = await (await gateway.upload(key, content)).json()
+    download = await gateway.client.get(f"/v1/files/{file['id']}/content", headers=key)
+    assert await download.read() == content
+    assert download.headers["X-Sheshnag-Content-SHA256"] == sha256(content)
+
+
+async def test_a_batch_file_expires_after_thirty_days_by_default(gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    file = await (await gateway.upload(key, jsonl("ttl"))).json()
+    assert file["expires_at"] - file["created_at"] == THIRTY_DAYS
+
+
+async def test_the_sdks_expires_after_fields_set_the_expiry(gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    response = await gateway.upload(key, jsonl("short"), **{"expires_after[anchor]": "created_at",
+                                                           "expires_after[seconds]": "7200"})
+    file = await response.json()
+    assert file["expires_at"] - file["created_at"] == 7200
+
+
+async def test_an_expires_after_out_of_range_is_refused(gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    response = await gateway.upload(key, jsonl("bad"), **{"expires_after[anchor]": "created_at",
+                                                         "expires_after[seconds]": "5"})
+    assert response.status == 400
+    assert (await response.json())["error"]["code"] == "invalid_expires_after"
+
+
+async def test_the_sweeper_deletes_expired_files_once(gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    file = await (await gateway.upload(key, jsonl("sweep-me"))).json()
+    deps = gateway.client.app[DEPS]
+    later = time.time() + THIRTY_DAYS + 1
+    assert file["id"] in await sweep_expired_files(deps, now=later)
+    assert file["id"] not in await sweep_expired_files(deps, now=later)
+    assert (await gateway.client.get(f"/v1/files/{file['id']}", headers=key)).status == 404
+    assert await deps.store.list_keys(f"files/{file['id']}") == []
+
+
+async def test_an_input_file_of_a_live_batch_cannot_be_deleted(gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    file = await (await gateway.upload(key, jsonl("in-use"))).json()
+    batch = await gateway.client.post("/v1/batches", headers=key, json={
+        "input_file_id": file["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h"})
+    assert batch.status == 200
+    refused = await gateway.client.delete(f"/v1/files/{file['id']}", headers=key)
+    assert refused.status == 409
+    assert (await refused.json())["error"]["code"] == "file_in_use"
+    assert refused.headers["x-should-retry"] == "false"
+
+
+async def test_a_file_no_batch_uses_is_deleted_and_gone(gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    file = await (await gateway.upload(key, jsonl("bye"))).json()
+    deleted = await gateway.client.delete(f"/v1/files/{file['id']}", headers=key)
+    assert await deleted.json() == {"id": file["id"], "object": "file", "deleted": True}
+    assert (await gateway.client.get(f"/v1/files/{file['id']}/content", headers=key)).status == 404
+
+
+async def test_uploads_past_the_owners_storage_quota_are_refused(gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    big = jsonl(*(f"line-{i:05d}-{'x' * 200}" for i in range(70)))  # ~38 KiB
+    assert len(big) > QUOTA // 2
+    assert (await gateway.upload(key, big)).status == 200
+    refused = await gateway.upload(key, big.replace(b"line-", b"more-"))
+    assert refused.status == 400
+    assert (await refused.json())["error"]["code"] == "storage_quota_exceeded"
+    assert (await gateway.upload(await gateway.new_key(), big)).status == 200, "the quota is per owner"
+
+
+async def test_files_list_pages_by_cursor_in_either_order(gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    ids = []
+    for i in range(3):
+        ids.append((await (await gateway.upload(key, jsonl(f"page-{i}"))).json())["id"])
+        await asyncio.sleep(1.01)  # distinct created_at, so the order is well defined
+    first = await (await gateway.client.get("/v1/files?limit=2&order=asc", headers=key)).json()
+    assert [f["id"] for f in first["data"]] == ids[:2] and first["has_more"] is True
+    assert (first["first_id"], first["last_id"]) == (ids[0], ids[1])
+    rest = await (await gateway.client.get(f"/v1/files?limit=2&order=asc&after={ids[1]}", headers=key)).json()
+    assert [f["id"] for f in rest["data"]] == ids[2:] and rest["has_more"] is False
+    newest = await (await gateway.client.get("/v1/files?limit=1", headers=key)).json()
+    assert newest["data"][0]["id"] == ids[2]
+    assert (await (await gateway.client.get("/v1/files?purpose=batch_output", headers=key)).json())["data"] == []
+
+
+@pytest.mark.parametrize("query", ["limit=0", "limit=101", "limit=ten", "order=sideways", "purpose=nonsense"])
+async def test_bad_list_parameters_are_400s(gateway: Gateway, query: str) -> None:
+    key = await gateway.new_key()
+    response = await gateway.client.get(f"/v1/files?{query}", headers=key)
+    assert response.status == 400
+    assert set((await response.json())["error"]) == {"message", "type", "param", "code"}
