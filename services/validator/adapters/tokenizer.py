@@ -1,7 +1,8 @@
 """Counting prompt tokens with the model's own tokenizer and chat template, read from its GGUF file.
 
-The vocabulary, merges and chat template inside the GGUF rebuild the exact byte-level BPE tokenizer the engine
-uses, so the validator counts what llama.cpp will count, without loading the weights.
+The vocabulary and chat template inside the GGUF rebuild the exact byte-level BPE tokenizer the engine uses (as a
+tiktoken encoding: token ids follow merge order, so they are the merge ranks), so the validator counts what
+llama.cpp will count, without loading the weights.
 """
 
 import gc
@@ -11,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import jinja2.sandbox
+import tiktoken
 from gguf import GGUFReader
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from contracts.catalogue import CatalogueModel
 from services.runtime.catalogue import resolve_artifact
@@ -20,8 +21,24 @@ from services.runtime.catalogue import resolve_artifact
 log = logging.getLogger(__name__)
 
 CONTROL_TOKEN_TYPE = 3
+GPT2_SPLIT = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+"""The pre-tokenizer regex of GPT-2-style byte-level BPE (llama.cpp's `gpt2` and `smollm` pre types)."""
+SPLITS_BY_PRE_TYPE = {"gpt2": GPT2_SPLIT, "smollm": GPT2_SPLIT}
 FALLBACK_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
                      "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's printable stand-in characters for raw bytes, reversed."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars = list(printable)
+    extra = 0
+    for byte in range(256):
+        if byte not in printable:
+            printable.append(byte)
+            chars.append(256 + extra)
+            extra += 1
+    return {chr(char): byte for byte, char in zip(printable, chars, strict=True)}
 
 
 def _strings(reader: GGUFReader, key: str) -> list[str]:
@@ -31,35 +48,43 @@ def _strings(reader: GGUFReader, key: str) -> list[str]:
 
 @dataclass(frozen=True)
 class ModelTokenizer:
-    tokenizer: Tokenizer
+    encoding: tiktoken.Encoding
     template: jinja2.Template
     overhead_cache: dict[tuple[str, ...], int] = field(default_factory=dict)
 
     @classmethod
     def from_gguf(cls, path: Path) -> "ModelTokenizer":
         reader = GGUFReader(path)
+        pre_type = _strings(reader, "tokenizer.ggml.pre")[0] if "tokenizer.ggml.pre" in reader.fields else "gpt2"
+        if pre_type not in SPLITS_BY_PRE_TYPE:
+            raise ValueError(f"pre-tokenizer {pre_type!r} is not supported for exact counting")
         tokens = _strings(reader, "tokenizer.ggml.tokens")
-        merges = [(left, right) for left, _, right in
-                  (merge.partition(" ") for merge in _strings(reader, "tokenizer.ggml.merges"))]
         types_field = reader.fields["tokenizer.ggml.token_type"]
         types = [int(types_field.parts[index][0]) for index in types_field.data]
-        tokenizer = Tokenizer(models.BPE({token: i for i, token in enumerate(tokens)}, merges))
-        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-        tokenizer.decoder = decoders.ByteLevel()
-        tokenizer.add_special_tokens([t for t, kind in zip(tokens, types, strict=True) if kind == CONTROL_TOKEN_TYPE])
+        to_byte = _byte_decoder()
+        ranks: dict[bytes, int] = {}
+        special: dict[str, int] = {}
+        for rank, (token, kind) in enumerate(zip(tokens, types, strict=True)):
+            if kind == CONTROL_TOKEN_TYPE:
+                special[token] = rank
+            else:
+                ranks[bytes(to_byte[char] for char in token)] = rank
+        encoding = tiktoken.Encoding(f"gguf:{path.name}", pat_str=SPLITS_BY_PRE_TYPE[pre_type],
+                                     mergeable_ranks=ranks, special_tokens=special)
         source = (_strings(reader, "tokenizer.chat_template")[0] if "tokenizer.chat_template" in reader.fields
                   else FALLBACK_TEMPLATE)
         template = jinja2.sandbox.ImmutableSandboxedEnvironment().from_string(source)
         del reader, types_field  # release the memory-mapped weights at once: only the vocabulary is kept
         gc.collect()
-        return cls(tokenizer, template)
+        return cls(encoding, template)
 
     def count_text(self, text: str) -> int:
-        return len(self.tokenizer.encode(text).ids)
+        # Special-token text is parsed as the special token, as llama.cpp does with the rendered prompt.
+        return len(self.encoding.encode(text, allowed_special="all"))
 
     def count_many(self, texts: list[str]) -> list[int]:
-        """Token counts of many texts at once, on every core (the tokenizer releases the GIL)."""
-        return [len(encoding) for encoding in self.tokenizer.encode_batch_fast(texts)]
+        """Token counts of many texts at once, on every core (the encoder releases the GIL)."""
+        return [len(ids) for ids in self.encoding.encode_batch(texts, allowed_special="all")]
 
     def render_chat(self, messages: list[dict[str, object]]) -> str:
         """The prompt the engine builds from `messages` with the model's chat template."""
