@@ -26,6 +26,10 @@ async def run_validator(settings: ValidatorSettings, stop: asyncio.Event) -> Non
         max_published_per_code=settings.max_published_per_code,
         tokenizers=TokenizerCache() if settings.count_tokens else None,
     )
+    if validator.tokenizers is not None:
+        # Build every model's tokenizer before the first batch, not inside its validation.
+        for model in validator.catalogue.models:
+            await asyncio.to_thread(validator.tokenizers.get, model)
     try:
         await bus.consume(EVENTS_STREAM, VALIDATOR_DURABLE, [BATCH_CREATED], validator.on_message,
                           ConsumerPolicy(ack_wait_s=30, max_deliver=5), validator.on_poison, stop)

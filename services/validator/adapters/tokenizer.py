@@ -115,17 +115,18 @@ def _text_of(content: object) -> str:
 
 
 class TokenizerCache:
-    """One tokenizer per catalogue model, built on first use (a GGUF read takes a couple of seconds)."""
+    """One tokenizer per model artifact (models sharing a GGUF share it), built once: a GGUF read takes a
+    couple of seconds and tens of MB."""
 
     def __init__(self) -> None:
-        self._by_model: dict[str, ModelTokenizer | None] = {}
+        self._by_artifact: dict[str, ModelTokenizer | None] = {}
         self._lock = threading.Lock()
 
     def get(self, model: CatalogueModel) -> ModelTokenizer | None:
         with self._lock:
-            if model.id not in self._by_model:
-                self._by_model[model.id] = self._build(model)
-            return self._by_model[model.id]
+            if model.artifact not in self._by_artifact:
+                self._by_artifact[model.artifact] = self._build(model)
+            return self._by_artifact[model.artifact]
 
     @staticmethod
     def _build(model: CatalogueModel) -> ModelTokenizer | None:
