@@ -26,6 +26,10 @@ case "${1:-}" in
   test)
     shift
     install
+    # The dashboard's e2e test drives Debian's chromium; CI (root, with apt-get) installs it when missing.
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium)
+    fi
     .venv/bin/ruff check .
     .venv/bin/mypy contracts services infra bench tests
     exec .venv/bin/python -m pytest "$@"

@@ -6,6 +6,7 @@ from aiohttp import web
 
 from services.gateway.auth import KEY_CACHE, KeyCache, auth_middleware
 from services.gateway.context import DEPS, Deps
+from services.gateway.dashboard.pages import add_dashboard
 from services.gateway.errors import error_middleware
 from services.gateway.key_usage import keys_kept_fresh
 from services.gateway.limits import CONTROL_LIMITER, ControlCallLimiter
@@ -40,4 +41,5 @@ def create_app(settings: GatewaySettings) -> web.Application:
     app.cleanup_ctx.append(file_sweeper)
     app.add_routes(ROUTES)
     app.router.add_get("/metrics", metrics_view)
+    add_dashboard(app)
     return app

@@ -105,6 +105,10 @@ def _paths() -> JsonObject:
         "/v1/batches/{batch_id}/events": {"get": _op("batchEvents", "The batch's events (SSE)", EVENTS, [batch_id])},
         "/v1/batches/{batch_id}/errors": {"get": _op("batchErrors", "Errors grouped by code, with fixes",
                                                      _json(BatchErrorSummary), [batch_id])},
+        "/v1/organization/overview": {"get": _op(
+            "systemOverview", "Admin, read-only: executors, batches per status, the queue with why each waits, "
+            "running batches, consumer lag", {"description": "OK", "content": {"application/json": {
+                "schema": {"type": "object"}}}})},
     }
 
 

@@ -3,7 +3,7 @@
 from aiohttp import web
 
 from services.gateway.openapi import openapi_json
-from services.gateway.views import batches, errors, events, files, models, organization
+from services.gateway.views import batches, errors, events, files, models, organization, overview
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -32,6 +32,7 @@ ROUTES = [
     web.post("/v1/organization/keys", organization.create_key),
     web.get("/v1/organization/keys", organization.list_keys),
     web.delete("/v1/organization/keys/{key_id}", organization.revoke_api_key),
+    web.get("/v1/organization/overview", overview.system_overview),
     web.post("/v1/provider/worker_keys", organization.create_worker_key),
     web.get("/v1/provider/worker_keys", organization.list_worker_keys),
     web.delete("/v1/provider/worker_keys/{key_id}", organization.revoke_worker_key),

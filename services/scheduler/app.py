@@ -35,9 +35,13 @@ async def lead(scheduler: Scheduler, lease: LeaderLease, settings: SchedulerSett
     reader = asyncio.create_task(scheduler.follow(term_over))
     registrations = await scheduler.answer_registrations()
     keeper = asyncio.create_task(lease.keep(stop))
+    resent = False
     try:
         while not stop.is_set() and not keeper.done():
             if scheduler.caught_up.is_set():
+                if not resent:
+                    await scheduler.resend_runs()
+                    resent = True
                 await scheduler.tick()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=settings.tick_s)

@@ -20,7 +20,7 @@ from services.runtime.bus import EventBus
 from services.runtime.fleet import Fleet
 from services.runtime.follower import Fact, OrderedReader
 from services.runtime.readmodel import ReadModel
-from services.scheduler.book import Book
+from services.scheduler.book import BatchPlan, Book
 from services.scheduler.decisions import (
     Action,
     Assign,
@@ -94,7 +94,7 @@ class Scheduler:
     async def _act(self, action: Action) -> None:
         published: AnyEvent | None = None
         if isinstance(action, Assign):
-            published = await self._assign(action)
+            await self._assign(action)
         elif isinstance(action, Wait):
             published = BatchWaiting(aggregate_id=action.plan.batch_id, reason=action.reason)
         elif isinstance(action, FailBatch):
@@ -116,19 +116,35 @@ class Scheduler:
             await self.bus.publish(published)
             self.book.apply(published)  # act on our own fact now; the log delivers it again, harmlessly
 
-    async def _assign(self, action: Assign) -> BatchAssigned:
+    async def _assign(self, action: Assign) -> None:
+        """The fact first, then the command: the log reads in causal order, and a leader that dies between the
+        two has the command sent again by the next one (`resend_runs`)."""
         plan = action.plan
-        assert plan.model is not None
-        lease_token = derived_id("lease_", plan.batch_id, str(action.attempt))
         assigned = BatchAssigned(aggregate_id=plan.batch_id, executor_id=action.executor_id, attempt=action.attempt,
-                                 lease_token=lease_token, correlation_id=plan.batch_id)
-        await self.bus.send_run(RunBatch(
-            batch_id=plan.batch_id, executor_id=action.executor_id, attempt=action.attempt, lease_token=lease_token,
-            owner_key_id=plan.owner_key_id, model=plan.model, endpoint=plan.endpoint,
-            input_object_key=plan.input_object_key, total_lines=plan.total_lines,
-            rejections_object_key=plan.rejections_object_key))
+                                 lease_token=_lease_token(plan.batch_id, action.attempt), correlation_id=plan.batch_id)
+        await self.bus.publish(assigned)
+        self.book.apply(assigned)
+        await self._send_run(plan, action.executor_id, action.attempt)
         log.info("batch %s attempt %d assigned to %s", plan.batch_id, action.attempt, action.executor_id)
-        return assigned
+
+    async def resend_runs(self) -> None:
+        """Once per term: the run command of every running attempt again (deduplicated by the broker, and an
+        executor resumes an attempt idempotently), in case the last leader died before sending it."""
+        for plan in self.book.plans.values():
+            if plan.phase == "running" and plan.executor_id is not None:
+                await self._send_run(plan, plan.executor_id, plan.attempt)
+
+    async def _send_run(self, plan: BatchPlan, executor_id: str, attempt: int) -> None:
+        assert plan.model is not None
+        await self.bus.send_run(RunBatch(
+            batch_id=plan.batch_id, executor_id=executor_id, attempt=attempt,
+            lease_token=_lease_token(plan.batch_id, attempt), owner_key_id=plan.owner_key_id, model=plan.model,
+            endpoint=plan.endpoint, input_object_key=plan.input_object_key, total_lines=plan.total_lines,
+            rejections_object_key=plan.rejections_object_key))
+
+
+def _lease_token(batch_id: str, attempt: int) -> str:
+    return derived_id("lease_", batch_id, str(attempt))
 
 
 def _kind_and_name(subject: str) -> tuple[str, str, str]:

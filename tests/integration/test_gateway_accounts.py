@@ -64,7 +64,8 @@ async def test_a_user_key_may_not_manage_users_or_keys(gateway: Gateway) -> None
                          ("POST", "/v1/organization/keys"), ("GET", "/v1/organization/keys"),
                          ("DELETE", "/v1/organization/keys/key_0000000000000000"),
                          ("POST", "/v1/provider/worker_keys"), ("GET", "/v1/provider/worker_keys"),
-                         ("DELETE", "/v1/provider/worker_keys/key_0000000000000000")]:
+                         ("DELETE", "/v1/provider/worker_keys/key_0000000000000000"),
+                         ("GET", "/v1/organization/overview")]:
         answer = await gateway.client.request(method, path, json={}, headers=user)
         assert answer.status == 403, (method, path)
         assert (await answer.json())["error"]["type"] == "permission_error"
@@ -153,7 +154,8 @@ USER_ROUTES = [("GET", "/v1/models"), ("GET", "/v1/models/aliases"), ("GET", f"/
                ("GET", "/v1/files/file-x/content"), ("DELETE", "/v1/files/file-x"), ("POST", "/v1/batches"),
                ("GET", "/v1/batches"), ("GET", "/v1/batches/batch_x"), ("POST", "/v1/batches/batch_x/cancel"),
                ("GET", "/v1/batches/batch_x/events"), ("GET", "/v1/batches/batch_x/errors"),
-               ("GET", "/v1/organization/keys"), ("GET", "/v1/provider/worker_keys")]
+               ("GET", "/v1/organization/keys"), ("GET", "/v1/provider/worker_keys"),
+               ("GET", "/v1/organization/overview")]
 
 
 async def test_a_worker_key_is_refused_on_every_user_route(gateway: Gateway) -> None:
@@ -228,3 +230,10 @@ async def test_the_cli_creates_a_users_key_and_revokes_it(gateway: Gateway, conn
         await asyncio.sleep(0.01)
     assert (await gateway.client.get("/v1/models", headers=headers)).status == 401
     assert await cli.revoke_key_by_id("key_unknown") == 1
+
+
+async def test_an_admin_sees_the_fleet_queue_and_running_batches_in_the_overview(gateway: Gateway) -> None:
+    answer = await gateway.client.get("/v1/organization/overview", headers=await admin_key(gateway))
+    assert answer.status == 200
+    view = await answer.json()
+    assert {"executors", "batches_by_status", "queued", "running", "consumers"} <= view.keys()

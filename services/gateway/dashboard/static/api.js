@@ -1,0 +1,126 @@
+"use strict";
+// Shared by every page: the key in sessionStorage, calls to /v1 with it, SSE over fetch, small renderers.
+const KEY_SLOT = "sheshnag.key";
+
+function apiKey() { return sessionStorage.getItem(KEY_SLOT); }
+function setApiKey(key) { if (key) sessionStorage.setItem(KEY_SLOT, key); else sessionStorage.removeItem(KEY_SLOT); }
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+    else node.setAttribute(name, value === true ? "" : value);
+  }
+  for (const child of children.flat()) {
+    if (child !== null && child !== undefined) node.append(child instanceof Node ? child : String(child));
+  }
+  return node;
+}
+
+function say(text, isError) {
+  const status = document.getElementById("status");
+  if (!status) return;
+  status.textContent = text;
+  status.classList.toggle("error", Boolean(isError));
+}
+
+async function api(path, options) {
+  const opts = Object.assign({}, options || {});
+  opts.headers = Object.assign({ Authorization: "Bearer " + (apiKey() || "") }, opts.headers || {});
+  if (opts.json !== undefined) {
+    opts.body = JSON.stringify(opts.json);
+    opts.headers["Content-Type"] = "application/json";
+    delete opts.json;
+  }
+  const response = await fetch(path, opts);
+  if (!response.ok) {
+    let message = response.status + " " + response.statusText;
+    try { const body = await response.json(); if (body.error) message = body.error.message; } catch (_) { /* not JSON */ }
+    const error = new Error(message);
+    error.status = response.status;
+    throw error;
+  }
+  return response;
+}
+
+async function apiJson(path, options) { return (await api(path, options)).json(); }
+
+function when(seconds) { return seconds ? new Date(seconds * 1000).toLocaleString() : "—"; }
+
+function progressBar(counts) {
+  const total = counts.total || 0;
+  const done = (counts.completed || 0) + (counts.failed || 0);
+  const label = total ? `${done} of ${total} lines (${counts.failed || 0} failed)` : "no lines counted yet";
+  return el("div", { class: "progress" },
+    el("progress", { max: total || 1, value: done, "aria-label": label }),
+    el("span", { class: "progress-text" }, label));
+}
+
+// EventSource cannot send the Authorization header, so the stream is read with fetch().
+async function streamEvents(batchId, onEvent, signal) {
+  const response = await api(`/v1/batches/${encodeURIComponent(batchId)}/events`, { signal });
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += decoder.decode(value, { stream: true });
+    let cut;
+    while ((cut = buffer.indexOf("\n\n")) >= 0) {
+      const frame = buffer.slice(0, cut);
+      buffer = buffer.slice(cut + 2);
+      const event = { id: null, type: "message", data: "" };
+      for (const line of frame.split("\n")) {
+        if (line.startsWith("id: ")) event.id = line.slice(4);
+        else if (line.startsWith("event: ")) event.type = line.slice(7);
+        else if (line.startsWith("data: ")) event.data += line.slice(6);
+      }
+      if (!event.data) continue;
+      try { event.data = JSON.parse(event.data); } catch (_) { /* keep the text */ }
+      onEvent(event);
+    }
+  }
+}
+
+function renderErrorGroups(container, summary) {
+  container.replaceChildren();
+  if (!summary.groups.length) { container.append(el("p", {}, "No errors.")); return; }
+  container.append(el("p", {}, `${summary.total} error(s) in ${summary.groups.length} kind(s).`));
+  const list = el("ul", { class: "error-groups" });
+  for (const group of summary.groups) {
+    list.append(el("li", { class: "error-group", "data-code": group.code },
+      el("h3", {}, `${group.title} `, el("code", {}, group.code), ` × ${group.count}`),
+      el("p", {}, "First lines: ", el("span", { class: "lines" }, group.lines.join(", ") || "—"),
+        group.param ? [" · field ", el("code", {}, group.param)] : null),
+      el("p", {}, group.example_message),
+      el("p", { class: "fix" }, el("strong", {}, "Fix: "), group.fix)));
+  }
+  container.append(list);
+}
+
+async function download(fileId, name) {
+  const blob = await (await api(`/v1/files/${encodeURIComponent(fileId)}/content`)).blob();
+  const url = URL.createObjectURL(blob);
+  const link = el("a", { href: url, download: name });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60000);
+}
+
+function showWho() {
+  const who = document.getElementById("who");
+  const key = apiKey();
+  if (who) who.textContent = key ? `Signed in (${key.slice(0, 6)}…)` : "Not signed in";
+}
+
+function needKey() {
+  if (apiKey()) return true;
+  say("Sign in first: this page needs an API key.", true);
+  document.getElementById("main").append(el("p", {}, el("a", { href: "/dashboard/" }, "Sign in")));
+  return false;
+}
+
+showWho();

@@ -1,0 +1,70 @@
+"use strict";
+// One batch: live timeline from its SSE stream, counts, usage, errors, downloads and cancel.
+const batchId = document.getElementById("batch").dataset.batchId;
+const CANCELLABLE = new Set(["validating", "validated", "in_progress"]);
+
+function row(term, value) { return [el("dt", {}, term), el("dd", {}, value)]; }
+
+async function refresh() {
+  const batch = await apiJson(`/v1/batches/${batchId}`);
+  const usage = batch.usage || {};
+  document.getElementById("summary").replaceChildren(
+    ...row("Batch", batch.id), ...row("Status", el("span", { class: `badge ${batch.status}`, id: "batch-status" }, batch.status)),
+    ...row("Endpoint", batch.endpoint), ...row("Model", batch.model || "—"),
+    ...row("Requests", `${batch.request_counts.completed} completed, ${batch.request_counts.failed} failed, ${batch.request_counts.total} total`),
+    ...row("Usage", `${usage.input_tokens || 0} input + ${usage.output_tokens || 0} output = ${usage.total_tokens || 0} tokens`),
+    ...row("Created", when(batch.created_at)), ...row("Finished", when(batch.completed_at || batch.failed_at || batch.cancelled_at || batch.expired_at)),
+    ...(batch.status_reason ? row("Why", batch.status_reason) : []));
+  document.getElementById("progress").replaceChildren(progressBar(batch.request_counts));
+  const downloads = document.getElementById("downloads");
+  downloads.replaceChildren();
+  for (const [label, fileId, name] of [["Download output", batch.output_file_id, "output.jsonl"],
+                                       ["Download errors", batch.error_file_id, "errors.jsonl"]]) {
+    if (fileId) {
+      downloads.append(el("button", { type: "button", class: "secondary", id: name.replace(".jsonl", "-download"),
+        onclick: () => download(fileId, `${batch.id}-${name}`).catch((e) => say(e.message, true)) }, label));
+    }
+  }
+  document.getElementById("cancel").hidden = !CANCELLABLE.has(batch.status);
+  if (batch.errors && batch.errors.total) {
+    renderErrorGroups(document.getElementById("errors"), await apiJson(`/v1/batches/${batchId}/errors`));
+  }
+}
+
+function describe(ev) {
+  const d = ev.data || {};
+  switch (ev.type) {
+    case "batch.line_rejected": return `line ${d.line}: ${d.code}${d.param ? ` (${d.param})` : ""}`;
+    case "batch.validation_progressed": return `${d.lines_read} lines read, ${d.errors_found} errors`;
+    case "batch.validated": return `${d.total_lines} lines valid for ${d.model}`;
+    case "batch.assigned": return `assigned to ${d.executor_id} (attempt ${d.attempt})`;
+    case "batch.started": return `started on ${d.executor_id} with ${d.engine}`;
+    case "batch.progressed": return `chunk ${d.chunk}: ${d.completed} completed, ${d.failed} failed`;
+    default: return "";
+  }
+}
+
+async function follow() {
+  let timer = null;
+  await streamEvents(batchId, (ev) => {
+    const at = ev.data && ev.data.occurred_at ? new Date(ev.data.occurred_at).toLocaleTimeString() : "";
+    document.getElementById("timeline").append(
+      el("li", { "data-type": ev.type }, el("time", {}, at), " ", el("strong", {}, ev.type.replace("batch.", "")), " ", describe(ev)));
+    clearTimeout(timer);
+    timer = setTimeout(() => refresh().catch((e) => say(e.message, true)), 200);
+  });
+  await refresh();
+}
+
+document.getElementById("cancel").addEventListener("click", async () => {
+  try {
+    await api(`/v1/batches/${batchId}/cancel`, { method: "POST" });
+    say("Cancelling: no new line starts; lines already done are kept.");
+    await refresh();
+  } catch (error) { say(`Could not cancel: ${error.message}`, true); }
+});
+
+if (needKey()) {
+  refresh().catch((e) => say(e.message, true));
+  follow().catch((e) => say(`The live stream stopped: ${e.message}`, true));
+}

@@ -1,0 +1,32 @@
+"use strict";
+// Operator view: GET /v1/organization/overview (admin), refreshed every few seconds.
+function mib(bytes) { return `${Math.round(bytes / 1048576)} MiB`; }
+
+function fill(id, rows, empty, columns) {
+  const body = document.querySelector(`#${id} tbody`);
+  body.replaceChildren();
+  if (!rows.length) body.append(el("tr", {}, el("td", { colspan: columns }, empty)));
+  for (const cells of rows) body.append(el("tr", {}, cells.map((cell) => el("td", {}, cell))));
+}
+
+async function load() {
+  const view = await apiJson("/v1/organization/overview");
+  fill("executors", view.executors.map((e) => [e.executor_id, e.engine, e.models.join(", "), e.slots,
+    `${mib(e.free_bytes)} / ${mib(e.total_bytes)}`, `${e.heartbeat_age_s}s ago`]), "No executor is heartbeating.", 6);
+  document.getElementById("by-status").replaceChildren(...Object.entries(view.batches_by_status)
+    .map(([status, count]) => el("li", {}, el("span", { class: `badge ${status}` }, status), ` ${count}`)));
+  fill("queue", view.queued.map((q) => [el("a", { href: `/dashboard/batches/${q.batch_id}` }, q.batch_id), q.model,
+    `${q.age_s}s`, q.reason || "—"]), "Nothing waits.", 4);
+  fill("running", view.running.map((r) => [el("a", { href: `/dashboard/batches/${r.batch_id}` }, r.batch_id), r.model,
+    r.status, progressBar({ total: r.total, completed: r.done, failed: 0 }), r.lines_per_s,
+    r.eta_s === null ? "—" : `${r.eta_s}s`]), "Nothing runs.", 6);
+  say(`Updated ${new Date(view.at * 1000).toLocaleTimeString()}.`);
+}
+
+function fail(error) { say(`Could not load the overview: ${error.message}`, true); }
+
+if (needKey()) {
+  load().catch(fail);
+  setInterval(() => load().catch(fail), 5000);
+  document.getElementById("refresh").addEventListener("click", () => load().catch(fail));
+}

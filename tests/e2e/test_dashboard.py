@@ -1,0 +1,122 @@
+"""The dashboard in a real headless Chromium: sign in, see grouped errors, run a batch, download, manage keys."""
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from tests.e2e.conftest import ADMIN_KEY, RunningStack
+from tests.e2e.test_openai_sdk_loop import chat_line
+
+CHROMIUM = "/usr/bin/chromium"
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                                                 reason=f"Debian's chromium is not installed at {CHROMIUM}")]
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+class Shots:
+    """Screenshots of each page, in the test's tmp dir and, when SHESHNAG_ARTIFACTS is set, there too."""
+
+    def __init__(self, page: Page, tmp_path: Path) -> None:
+        self.page, self.dirs = page, [tmp_path / "screenshots"]
+        if os.environ.get("SHESHNAG_ARTIFACTS"):
+            self.dirs.append(Path(os.environ["SHESHNAG_ARTIFACTS"]) / "dashboard")
+        for folder in self.dirs:
+            folder.mkdir(parents=True, exist_ok=True)
+
+    def take(self, name: str) -> None:
+        assert self.page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"), \
+            f"the {name} page scrolls sideways at 1280px"
+        self.page.screenshot(path=self.dirs[0] / f"{name}.png", full_page=True)
+        for folder in self.dirs[1:]:
+            shutil.copy(self.dirs[0] / f"{name}.png", folder / f"{name}.png")
+
+
+def jsonl_file(lines: list[str]) -> dict[str, object]:
+    return {"name": "requests.jsonl", "mimeType": "application/jsonl", "buffer": "\n".join(lines).encode() + b"\n"}
+
+
+def test_a_user_signs_in_fixes_a_file_runs_it_downloads_it_and_manages_keys(
+        stack: RunningStack, browser: Browser, tmp_path: Path) -> None:
+    origin = f"http://127.0.0.1:{stack.port}"
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    page = context.new_page()
+    page.on("dialog", lambda dialog: dialog.accept())
+    shots = Shots(page, tmp_path)
+
+    page.goto(f"{origin}/dashboard/")
+    page.get_by_label("API key").fill(ADMIN_KEY)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#status")).to_contain_text("Signed in", timeout=10_000)
+    shots.take("signin")
+
+    page.get_by_role("navigation").get_by_role("link", name="New batch").click()
+    expect(page.locator("#samples pre").first).to_contain_text('"custom_id"')
+    good = json.dumps(chat_line("ok-1", "Say hi."))
+    page.get_by_label("JSONL file").set_input_files(jsonl_file(  # type: ignore[arg-type]
+        [good, "{broken", json.dumps(chat_line("bad-model", "hi", model="nope")), "{also broken"]))
+    page.get_by_role("button", name="Upload, validate and run").click()
+    expect(page.locator("#status")).to_contain_text("Validation failed", timeout=30_000)
+    invalid_json = page.locator('.error-group[data-code="invalid_json"]')
+    expect(invalid_json.locator(".lines")).to_have_text("2, 4", timeout=10_000)
+    expect(page.locator('.error-group[data-code="unsupported_model"] .lines')).to_have_text("3")
+    expect(page.locator('.error-group[data-code="unsupported_model"]')).to_contain_text("body.model")
+    expect(invalid_json.locator(".fix")).not_to_be_empty()
+    shots.take("new-batch-errors")
+
+    page.get_by_label("JSONL file").set_input_files(jsonl_file(  # type: ignore[arg-type]
+        [json.dumps(chat_line("ok-1", "Say hi.")), json.dumps(chat_line("ok-2", "Name a colour."))]))
+    page.get_by_role("button", name="Upload, validate and run").click()
+    page.get_by_role("link", name="Watch the batch").click(timeout=30_000)
+    expect(page.locator("#batch-status")).to_have_text("completed", timeout=45_000)
+    expect(page.locator("#timeline li[data-type='batch.completed']")).to_have_count(1)
+    shots.take("batch")
+    with page.expect_download() as downloaded:
+        page.get_by_role("button", name="Download output").click()
+    output = [json.loads(line) for line in Path(downloaded.value.path()).read_text().splitlines()]
+    assert sorted(line["custom_id"] for line in output) == ["ok-1", "ok-2"]
+    batch_id = page.locator("#batch").get_attribute("data-batch-id")
+
+    page.get_by_role("link", name="Batches", exact=True).click()
+    expect(page.locator(f"tr[data-batch-id='{batch_id}'] .badge")).to_have_text("completed")
+    shots.take("batches")
+
+    page.get_by_role("link", name="API keys").click()
+    page.get_by_label("Name").fill("dashboard-e2e")
+    page.get_by_role("button", name="Create key").click()
+    expect(page.locator("#raw")).to_contain_text("gk-", timeout=10_000)
+    raw = page.locator("#raw").inner_text()
+    models = f"{stack.base_url}/models"
+    assert httpx2.get(models, headers={"Authorization": f"Bearer {raw}"}, timeout=10).status_code == 200
+    row = page.locator("#keys tbody tr", has_text="dashboard-e2e")
+    shots.take("keys")
+    row.get_by_role("button", name="Revoke").click()
+    expect(row.locator(".state")).to_have_text("revoked", timeout=10_000)
+    assert httpx2.get(models, headers={"Authorization": f"Bearer {raw}"}, timeout=10).status_code == 401
+
+    page.get_by_role("link", name="Provider").click()
+    page.get_by_label("Name").fill("gpu-dashboard")
+    page.get_by_role("button", name="Create worker key").click()
+    expect(page.locator("#raw")).to_contain_text("wk-", timeout=10_000)
+    expect(page.locator("#keys tbody tr", has_text="gpu-dashboard")).to_have_count(1)
+    shots.take("provider")
+
+    page.get_by_role("link", name="Operator").click()
+    expect(page.locator("#executors tbody")).to_contain_text("smollm2-135m-instruct-q4_1", timeout=10_000)
+    expect(page.locator("#by-status")).to_contain_text("completed")
+    shots.take("operator")
+    context.close()
