@@ -94,5 +94,7 @@ class Batch(BaseModel):
     model: str | None = None
     """The catalogue id the batch is pinned to once validated."""
     usage: BatchUsage | None = None
+    held: bool | None = None
+    """Extension: created with `hold`; validated batches wait for `POST /v1/batches/{id}/release`."""
     status_reason: str | None = None
     """Extension: why the batch is in its status (e.g. why it failed or waits)."""

@@ -24,3 +24,5 @@ class BatchCreateRequest(BaseModel):
     output_expires_after: ExpiresAfter | None = None
     allow_partial: bool = False
     """Extension: run the valid lines; refused lines go to the error file."""
+    hold: bool = False
+    """Extension: validate only; the batch runs after `POST /v1/batches/{id}/release`."""

@@ -28,6 +28,8 @@ class BatchCreated(BatchEvent):
     expires_at: int
     allow_partial: bool = False
     """Run the valid lines and put refused ones in the error file, instead of failing the whole batch."""
+    hold: bool = False
+    """Validate only: once validated the batch waits for `batch.released` before anything runs."""
     allowed_models: list[str] | None = None
     """Catalogue ids the owner may use, from their key when the batch was created; None: every model."""
 
@@ -186,3 +188,11 @@ class BatchExpired(BatchEvent):
     completed: int
     failed: int
     usage: BatchUsage
+
+
+class BatchReleased(BatchEvent):
+    """A held batch may run now (its owner confirmed it after seeing the validation)."""
+
+    name: ClassVar = "released"
+    type: Literal["batch.released"] = "batch.released"
+    released_by_key_id: str

@@ -15,6 +15,7 @@ from contracts.events.batch import (
     BatchFailed,
     BatchFinalizing,
     BatchProgressed,
+    BatchReleased,
     BatchStarted,
     BatchValidated,
     BatchValidationFailed,
@@ -41,6 +42,7 @@ AnyEvent = Annotated[
     | BatchWaiting
     | AttemptFailed
     | BatchCancelRequested
+    | BatchReleased
     | BatchCancelled
     | BatchExpired
     | FileStored

@@ -102,6 +102,8 @@ def _paths() -> JsonObject:
         },
         "/v1/batches/{batch_id}": {"get": _op("retrieveBatch", "One batch", _json(Batch), [batch_id])},
         "/v1/batches/{batch_id}/cancel": {"post": _op("cancelBatch", "Cancel a batch", _json(Batch), [batch_id])},
+        "/v1/batches/{batch_id}/release": {"post": _op("releaseBatch", "Run a batch created with hold (extension)",
+                                                       _json(Batch), [batch_id])},
         "/v1/batches/{batch_id}/events": {"get": _op("batchEvents", "The batch's events (SSE)", EVENTS, [batch_id])},
         "/v1/batches/{batch_id}/errors": {"get": _op("batchErrors", "Errors grouped by code, with fixes",
                                                      _json(BatchErrorSummary), [batch_id])},

@@ -25,6 +25,7 @@ ROUTES = [
     web.get("/v1/batches", batches.list_batches),
     web.get("/v1/batches/{batch_id}", batches.retrieve_batch),
     web.post("/v1/batches/{batch_id}/cancel", batches.cancel_batch),
+    web.post("/v1/batches/{batch_id}/release", batches.release_batch),
     web.get("/v1/batches/{batch_id}/events", events.stream_batch_events),
     web.get("/v1/batches/{batch_id}/errors", errors.batch_errors),
     web.post("/v1/organization/users", organization.create_user),

@@ -73,7 +73,8 @@ class Batch(Folded):
     @event("Created")
     def __init__(self, batch_id: str, sequence: int, owner_key_id: str, input_file_id: str, endpoint: str,
                  completion_window: str, metadata: dict[str, str] | None, created_at: int,
-                 expires_at: int) -> None:
+                 expires_at: int, held: bool = False) -> None:
+        self.held = held  # stored Created events from before `hold` existed fold with the default
         self.batch_id, self.owner_key_id, self.input_file_id = batch_id, owner_key_id, input_file_id
         self.endpoint, self.completion_window, self.metadata = endpoint, completion_window, metadata
         self.created_at, self.expires_at, self.last_sequence = created_at, expires_at, sequence
@@ -231,6 +232,18 @@ class Batch(Folded):
         self.last_sequence, self.status, self.status_reason = sequence, "failed", reason
         self.failure_code = code
         self.times["failed_at"] = at
+
+    def release(self, sequence: int) -> None:
+        if self.has_folded(sequence):
+            return
+        if not getattr(self, "held", False):
+            self.note_anomaly(sequence, "released", "the batch was not held")
+        elif not self.refuses(sequence, "released", self.status, ("validating", "validated", "cancelling")):
+            self._released(sequence=sequence)
+
+    @event("Released")
+    def _released(self, sequence: int) -> None:
+        self.last_sequence, self.held = sequence, False
 
     def wait(self, sequence: int, reason: str) -> None:
         if not self.refuses(sequence, "waiting", self.status, ("validated",)):

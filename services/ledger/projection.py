@@ -73,10 +73,17 @@ def batch_record(batch: Batch) -> BatchRecord:
             "metadata": batch.metadata,
             "model": batch.model,
             "usage": batch.usage,
-            "status_reason": batch.status_reason,
+            "held": getattr(batch, "held", False) or None,
+            "status_reason": held_reason(batch) or batch.status_reason,
         }
     )
     return BatchRecord(owner_key_id=batch.owner_key_id, batch=obj, last_sequence=batch.last_sequence)
+
+
+def held_reason(batch: Batch) -> str | None:
+    if getattr(batch, "held", False) and batch.status == "validated":
+        return f"Validated and held: POST /v1/batches/{batch.batch_id}/release to run it."
+    return None
 
 
 def file_record(file: File) -> FileRecord:

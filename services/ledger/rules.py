@@ -15,6 +15,7 @@ from contracts.events.batch import (
     BatchFailed,
     BatchFinalizing,
     BatchProgressed,
+    BatchReleased,
     BatchStarted,
     BatchValidated,
     BatchValidationFailed,
@@ -72,7 +73,7 @@ class FoldingRules:
                     batch_id=fact.aggregate_id, sequence=seq, owner_key_id=fact.owner_key_id,
                     input_file_id=fact.input_file_id, endpoint=fact.endpoint,
                     completion_window=fact.completion_window, metadata=fact.metadata,
-                    created_at=fact.created_at, expires_at=fact.expires_at)
+                    created_at=fact.created_at, expires_at=fact.expires_at, held=fact.hold)
             case FileStored():
                 return self._found_again(File, "file", fact.aggregate_id, seq, fact, touched) or File(
                     file_id=fact.aggregate_id, sequence=seq, owner_key_id=fact.owner_key_id,
@@ -143,6 +144,8 @@ class FoldingRules:
                 batch.fail(seq, at, fact.code, fact.reason)
             case BatchWaiting():
                 batch.wait(seq, fact.reason)
+            case BatchReleased():
+                batch.release(seq)
             case AttemptFailed():
                 batch.fail_attempt(seq, fact.attempt, fact.executor_id, fact.code, fact.reason)
             case BatchCancelRequested():

@@ -12,6 +12,7 @@ from contracts.events.batch import (
     BatchCreated,
     BatchExpired,
     BatchFailed,
+    BatchReleased,
     BatchStarted,
     BatchValidated,
     BatchValidationFailed,
@@ -47,6 +48,8 @@ class BatchPlan:
     cancel_requested_at_ms: int | None = None
     cancel_code: CancelCode = "batch_cancelled"
     finalize_sent: bool = False
+    held: bool = False
+    """Created with `hold`: never assigned until released."""
 
 
 @dataclass
@@ -73,7 +76,8 @@ class Book:
             return
         if isinstance(event, BatchCreated):
             self.plans.setdefault(event.aggregate_id, BatchPlan(
-                event.aggregate_id, event.owner_key_id, event.endpoint, event.input_object_key, event.expires_at))
+                event.aggregate_id, event.owner_key_id, event.endpoint, event.input_object_key, event.expires_at,
+                held=event.hold))
             return
         plan = self.plans.get(event.aggregate_id)
         if plan is None or plan.phase == "ended":
@@ -106,5 +110,7 @@ def _apply_to_plan(plan: BatchPlan, event: AnyEvent) -> None:
             plan.cancel_requested_at_ms = event.occurred_at
         if event.code == "authorization_revoked":
             plan.cancel_code = event.code
+    elif isinstance(event, BatchReleased):
+        plan.held = False
     elif isinstance(event, BatchWaiting):
         plan.waiting_reason = event.reason

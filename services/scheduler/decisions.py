@@ -89,7 +89,7 @@ def _decide_for(plan: BatchPlan, live: dict[str, ExecutorAdvert], catalogue: Cat
             return [FenceAttempt(plan, plan.attempt, plan.executor_id, "executor_restarted",
                                  f"Executor {plan.executor_id} restarted while running attempt {plan.attempt}.")]
         return []
-    if plan.phase != "validated" or plan.model is None:
+    if plan.phase != "validated" or plan.model is None or plan.held:
         return []
     if len(plan.failed_attempts) >= MAX_ATTEMPTS:
         return [FailBatch(plan, "attempts_exhausted",

@@ -89,3 +89,27 @@ def test_a_batch_that_outlives_its_completion_window_expires_with_every_line_acc
     assert batch.status == "expired" and batch.expired_at is not None, batch.model_dump()
     _, errors = accounted(client, batch, list(ids))
     assert errors and all(line["error"]["code"] == "batch_expired" for line in errors)
+
+
+def test_a_held_batch_validates_then_waits_until_released(stack: RunningStack) -> None:
+    client = stack.client()
+    ids = ["h-1", "h-2"]
+    file_id = upload(client, [json.dumps(chat_line(i, "hi")).encode() for i in ids])
+    created = client.batches.create(input_file_id=file_id, endpoint="/v1/chat/completions", completion_window="24h",
+                                    extra_body={"hold": True})
+    deadline = time.monotonic() + 30
+    batch = client.batches.retrieve(created.id)
+    while batch.status == "validating" and time.monotonic() < deadline:
+        time.sleep(0.1)
+        batch = client.batches.retrieve(created.id)
+    time.sleep(3)  # a scheduler tick or three: a held batch must not start
+    batch = client.batches.retrieve(created.id)
+    assert batch.status == "validated" and batch.in_progress_at is None, batch.model_dump()
+    assert "release" in (batch.model_dump().get("status_reason") or "")
+    client.post(f"/batches/{created.id}/release", cast_to=object, body={})
+    batch, _ = wait_until_done(client, created.id)
+    assert batch.status == "completed"
+    accounted(client, batch, ids)
+    with pytest.raises(openai.BadRequestError) as again:
+        client.post(f"/batches/{created.id}/release", cast_to=object, body={})
+    assert again.value.code == "batch_not_held"

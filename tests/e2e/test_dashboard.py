@@ -69,7 +69,7 @@ def test_a_user_signs_in_fixes_a_file_runs_it_downloads_it_and_manages_keys(
     good = json.dumps(chat_line("ok-1", "Say hi."))
     page.get_by_label("JSONL file").set_input_files(jsonl_file(  # type: ignore[arg-type]
         [good, "{broken", json.dumps(chat_line("bad-model", "hi", model="nope")), "{also broken"]))
-    page.get_by_role("button", name="Upload, validate and run").click()
+    page.get_by_role("button", name="Upload and validate").click()
     expect(page.locator("#status")).to_contain_text("Validation failed", timeout=30_000)
     invalid_json = page.locator('.error-group[data-code="invalid_json"]')
     expect(invalid_json.locator(".lines")).to_have_text("2, 4", timeout=10_000)
@@ -80,7 +80,11 @@ def test_a_user_signs_in_fixes_a_file_runs_it_downloads_it_and_manages_keys(
 
     page.get_by_label("JSONL file").set_input_files(jsonl_file(  # type: ignore[arg-type]
         [json.dumps(chat_line("ok-1", "Say hi.")), json.dumps(chat_line("ok-2", "Name a colour."))]))
-    page.get_by_role("button", name="Upload, validate and run").click()
+    page.get_by_role("button", name="Upload and validate").click()
+    expect(page.locator("#status")).to_contain_text("Nothing has run yet", timeout=30_000)
+    held_id = page.locator("#status").inner_text()  # the batch waits, validated, until Run is pressed
+    assert "Valid: 2 lines" in held_id
+    page.get_by_role("button", name="Run 2 lines").click()
     page.get_by_role("link", name="Watch the batch").click(timeout=30_000)
     expect(page.locator("#batch-status")).to_have_text("completed", timeout=45_000)
     expect(page.locator("#timeline li[data-type='batch.completed']")).to_have_count(1)

@@ -135,3 +135,13 @@ def test_work_assigned_before_an_executor_restarted_is_fenced_and_retried() -> N
     book.apply(ExecutorRegistered(aggregate_id="e1", advert=advert("e1"), started_at=NOW + 500, worker_key_id="k"))
     actions = decide(book, [advert("e1")], CATALOGUE, NOW + 1000)
     assert [(type(a), getattr(a, "code", None)) for a in actions] == [(FenceAttempt, "executor_restarted")]
+
+
+def test_a_held_batch_is_never_assigned_until_released() -> None:
+    from contracts.events.batch import BatchReleased
+
+    book = validated_book()
+    book.plans["b1"].held = True
+    assert decide(book, [advert("e1")], CATALOGUE, NOW) == []
+    book.apply(BatchReleased(aggregate_id="b1", released_by_key_id="k"))
+    assert [type(a) for a in decide(book, [advert("e1")], CATALOGUE, NOW)] == [Assign]

@@ -6,7 +6,7 @@ import orjson
 from aiohttp import web
 
 from contracts.api.batch import SUPPORTED_ENDPOINTS, TERMINAL_STATUSES, Batch
-from contracts.events.batch import BatchCancelRequested, BatchCreated
+from contracts.events.batch import BatchCancelRequested, BatchCreated, BatchReleased
 from contracts.ids import derived_id, new_batch_id
 from contracts.readmodel import BatchRecord
 from services.gateway.auth import KEY_CACHE, principal
@@ -123,6 +123,9 @@ async def create_batch(request: web.Request) -> web.Response:
     allow_partial = body.get("allow_partial", False)
     if not isinstance(allow_partial, bool):
         raise bad_request("allow_partial must be true or false.", "invalid_allow_partial", "allow_partial")
+    hold = body.get("hold", False)
+    if not isinstance(hold, bool):
+        raise bad_request("hold must be true or false.", "invalid_hold", "hold")
     _output_expires_after(body.get("output_expires_after"))
     owner = principal(request).key_id
     batch_id = derived_id("batch_", owner, idempotency_key) if idempotency_key else new_batch_id()
@@ -148,7 +151,7 @@ async def create_batch(request: web.Request) -> web.Response:
     event = BatchCreated(aggregate_id=batch_id, owner_key_id=owner, input_file_id=input_file_id,
                          input_object_key=file.object_key, endpoint=str(endpoint), completion_window=str(window),
                          metadata=metadata, created_at=now, expires_at=now + window_s,
-                         allow_partial=allow_partial, correlation_id=batch_id,
+                         allow_partial=allow_partial, hold=hold, correlation_id=batch_id,
                          allowed_models=await request.app[KEY_CACHE].allowed_models(principal(request)))
     await d.bus.publish(event)
     record = await d.read_model.wait_for(lambda: d.read_model.get_batch(batch_id), lambda r: True,
@@ -191,4 +194,26 @@ async def cancel_batch(request: web.Request) -> web.Response:
         updated = await d.read_model.wait_for(lambda: d.read_model.get_batch(batch.id),
                                               lambda r: r.batch.status != batch.status, d.settings.read_your_writes_s)
         batch = updated.batch if updated else batch.model_copy(update={"status": "cancelling"})
+    return web.json_response(batch.model_dump(mode="json"))
+
+
+RELEASABLE = frozenset({"validating", "validated"})
+
+
+async def release_batch(request: web.Request) -> web.Response:
+    """`POST /v1/batches/{id}/release` (extension): run a batch created with `hold` once it is validated."""
+    d = deps(request)
+    record = await owned_batch(request, request.match_info["batch_id"])
+    charge_control_call(request)
+    batch = record.batch
+    if not batch.held:
+        raise bad_request(f"Batch {batch.id} is not held; only a batch created with hold=true waits for release.",
+                          "batch_not_held")
+    if batch.status not in RELEASABLE:
+        raise bad_request(f"Batch {batch.id} is {batch.status} and cannot be released.", "batch_not_releasable")
+    await d.bus.publish(BatchReleased(aggregate_id=batch.id, correlation_id=batch.id,
+                                      released_by_key_id=principal(request).key_id))
+    updated = await d.read_model.wait_for(lambda: d.read_model.get_batch(batch.id), lambda r: not r.batch.held,
+                                          d.settings.read_your_writes_s)
+    batch = updated.batch if updated else batch.model_copy(update={"held": None})
     return web.json_response(batch.model_dump(mode="json"))

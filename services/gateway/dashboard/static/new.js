@@ -1,5 +1,6 @@
 "use strict";
-// New batch: sample lines per endpoint and model, then upload, create (allow_partial: false) and watch validation.
+// New batch: sample lines per endpoint and model, then upload, create held (validation only) and watch validation;
+// nothing runs until the user presses "Run".
 const CHAT_ENDPOINTS = ["/v1/chat/completions", "/v1/completions", "/v1/responses"];
 
 function sampleBody(endpoint, model) {
@@ -52,7 +53,7 @@ async function submit(event) {
     const uploaded = await apiJson("/v1/files", { method: "POST", body: form });
     const batch = await apiJson("/v1/batches", { method: "POST", json: {
       input_file_id: uploaded.id, endpoint: document.getElementById("endpoint").value,
-      completion_window: "24h", allow_partial: false } });
+      completion_window: "24h", allow_partial: false, hold: true } });
     say(`Validating batch ${batch.id}…`);
     const controller = new AbortController();
     await streamEvents(batch.id, (ev) => {
@@ -63,8 +64,18 @@ async function submit(event) {
         say(`Validation failed: ${ev.data.error_count} error(s) in ${ev.data.total_lines} lines; nothing ran. Fix the file and upload it again.`, true);
       } else if (ev.type === "batch.validated") {
         const status = document.getElementById("status");
-        status.replaceChildren(`Valid: ${ev.data.total_lines} lines for ${ev.data.model}. It is running now. `,
-          el("a", { href: `/dashboard/batches/${batch.id}` }, "Watch the batch"));
+        const run = el("button", { type: "button", id: "run" }, `Run ${ev.data.total_lines} lines`);
+        run.addEventListener("click", async () => {
+          run.disabled = true;
+          try {
+            await apiJson(`/v1/batches/${batch.id}/release`, { method: "POST" });
+            status.replaceChildren("Running. ", el("a", { href: `/dashboard/batches/${batch.id}` }, "Watch the batch"));
+          } catch (error) {
+            say(`Could not start the batch: ${error.message}`, true);
+            run.disabled = false;
+          }
+        });
+        status.replaceChildren(`Valid: ${ev.data.total_lines} lines for ${ev.data.model}. Nothing has run yet. `, run);
         controller.abort();
       }
     }, controller.signal).catch((error) => { if (error.name !== "AbortError") throw error; });
