@@ -9,8 +9,7 @@ import nats.errors
 
 from contracts.events.executor import ExecutorAdvert
 from contracts.subjects import FINALIZE_COMMAND, FINALIZERS_DURABLE, WORK_STREAM, executor_durable, run_command
-from services.executor.adapters.engines import create_engine
-from services.executor.adapters.engines.base import Engine
+from services.executor.adapters.engines.shelf import EngineShelf
 from services.executor.adapters.memory import device_memory
 from services.executor.adapters.registration import register
 from services.executor.handlers import Executor
@@ -25,27 +24,23 @@ from services.runtime.objectstore import ObjectStore
 log = logging.getLogger(__name__)
 
 
-def advert_of(settings: ExecutorSettings, engines: dict[str, Engine]) -> ExecutorAdvert:
-    versions = {engine.version for engine in engines.values()}
+def advert_of(settings: ExecutorSettings, shelf: EngineShelf) -> ExecutorAdvert:
+    versions = {engine.version for engine in shelf.loaded.values()}
     return ExecutorAdvert(
         executor_id=settings.executor_id, engine=settings.engine, engine_version=",".join(sorted(versions)),
-        models=sorted(engines), loaded_models=sorted(engines), devices=device_memory(),
-        slots=sum(engine.slots for engine in engines.values()), heartbeat_at=int(time.time() * 1000),
+        models=shelf.servable, loaded_models=sorted(shelf.loaded), devices=device_memory(),
+        slots=sum(engine.slots for engine in shelf.loaded.values()), heartbeat_at=int(time.time() * 1000),
     )
 
 
-async def load_engines(settings: ExecutorSettings) -> dict[str, Engine]:
-    catalogue = load_catalogue(settings.connection.catalogue_path)
-    engines: dict[str, Engine] = {}
-    for model in settings.served_models(catalogue):
-        engine = create_engine(settings.engine, settings.n_threads)
-        await asyncio.to_thread(engine.load, model)
-        engines[model.id] = engine
-    return engines
+async def open_shelf(settings: ExecutorSettings) -> EngineShelf:
+    served = settings.served_models(load_catalogue(settings.connection.catalogue_path))
+    shelf = EngineShelf(settings.engine, settings.n_threads, served)
+    await shelf.preload(settings.preload_models if settings.preload_models is not None else [served[0].id])
+    return shelf
 
 
-async def heartbeat(fleet: Fleet, settings: ExecutorSettings, engines: dict[str, Engine],
-                    stop: asyncio.Event) -> None:
+async def heartbeat(fleet: Fleet, settings: ExecutorSettings, engines: EngineShelf, stop: asyncio.Event) -> None:
     """Liveness lives in the TTL'd executors bucket, refreshed well inside its TTL."""
     while not stop.is_set():
         try:
@@ -59,7 +54,7 @@ async def heartbeat(fleet: Fleet, settings: ExecutorSettings, engines: dict[str,
 
 async def run_executor(settings: ExecutorSettings, stop: asyncio.Event) -> None:
     connection = settings.connection
-    engines = await load_engines(settings)
+    engines = await open_shelf(settings)
     bus = await EventBus.connect(connection.nats_url, f"executor-{settings.executor_id}")
     try:
         store = ObjectStore.from_settings(connection)
@@ -103,5 +98,4 @@ async def run_executor(settings: ExecutorSettings, stop: asyncio.Event) -> None:
                 raise outcome
     finally:
         await bus.close()
-        for engine in engines.values():
-            await asyncio.to_thread(engine.unload)
+        await engines.unload_all()

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from contracts.commands import FinalizeBatch, RunBatch
 from contracts.events.batch import AttemptFailed
-from services.executor.adapters.engines.base import Engine
+from services.executor.adapters.engines.shelf import EngineShelf
 from services.executor.adapters.watch import read_batch_log
 from services.executor.domain import InvalidInputLine
 from services.executor.runner import BatchRunner
@@ -24,7 +24,7 @@ class FinalizeDeferred(Exception):
 
 
 class Executor:
-    def __init__(self, bus: EventBus, runner: BatchRunner, engines: dict[str, Engine], executor_id: str) -> None:
+    def __init__(self, bus: EventBus, runner: BatchRunner, engines: EngineShelf, executor_id: str) -> None:
         self.bus = bus
         self.runner = runner
         self.engines = engines
@@ -37,7 +37,7 @@ class Executor:
             raise PoisonMessage(f"not a RunBatch command: {error}") from error
         if command.executor_id != self.executor_id:
             raise PoisonMessage(f"command for executor {command.executor_id} reached {self.executor_id}")
-        engine = self.engines.get(command.model)
+        engine = await self.engines.get(command.model)
         if engine is None:
             raise PoisonMessage(f"model {command.model} is not served by executor {self.executor_id}")
         try:

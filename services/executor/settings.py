@@ -17,6 +17,8 @@ class ExecutorSettings(ServiceSettings):
     engine: EngineName = "llamacpp"
     models: list[str] = Field(default_factory=list)
     """Catalogue ids (or aliases) to serve; empty means every catalogue model of `engine`."""
+    preload_models: list[str] | None = None
+    """Catalogue ids loaded at start; None means the first served model. Others load on first use."""
     n_threads: int = 2
     """CPU threads the engine uses for prompt processing and generation."""
     chunk_lines: int = 16
