@@ -120,14 +120,19 @@ class BatchFinalizing(BatchEvent):
     attempt: int
 
 
-class BatchCompleted(BatchEvent):
-    name: ClassVar = "completed"
-    type: Literal["batch.completed"] = "batch.completed"
+class BatchEnded(BatchEvent):
+    """What every ending with files shares: the files written, the final counts and the usage of its lines."""
+
     output_file_id: str | None
     error_file_id: str | None
     completed: int
     failed: int
     usage: BatchUsage
+
+
+class BatchCompleted(BatchEnded):
+    name: ClassVar = "completed"
+    type: Literal["batch.completed"] = "batch.completed"
 
 
 class BatchFailed(BatchEvent):
@@ -166,28 +171,18 @@ class BatchCancelRequested(BatchEvent):
     """The code lines never run get in the error file: `authorization_revoked` when the owner's key was revoked."""
 
 
-class BatchCancelled(BatchEvent):
+class BatchCancelled(BatchEnded):
     """Cancelled: results already produced are in the output file, lines never run are `batch_cancelled`."""
 
     name: ClassVar = "cancelled"
     type: Literal["batch.cancelled"] = "batch.cancelled"
-    output_file_id: str | None
-    error_file_id: str | None
-    completed: int
-    failed: int
-    usage: BatchUsage
 
 
-class BatchExpired(BatchEvent):
+class BatchExpired(BatchEnded):
     """The completion window ended: finished lines kept, the rest `batch_expired` in the error file."""
 
     name: ClassVar = "expired"
     type: Literal["batch.expired"] = "batch.expired"
-    output_file_id: str | None
-    error_file_id: str | None
-    completed: int
-    failed: int
-    usage: BatchUsage
 
 
 class BatchReleased(BatchEvent):

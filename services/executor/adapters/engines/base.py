@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from contracts.catalogue import CatalogueModel
+from contracts.engines import honoured_parameters
 from contracts.events.executor import EngineName
 
 
@@ -40,14 +41,17 @@ class Engine(ABC):
     @abstractmethod
     def version(self) -> str: ...
 
+    model: CatalogueModel | None = None
+    """The loaded model, once `load` succeeded."""
+
     @property
-    @abstractmethod
     def slots(self) -> int:
         """Requests the engine runs at once; the executor keeps that many in flight."""
+        return self.model.slots if self.model else 0
 
-    @abstractmethod
     def capabilities(self) -> frozenset[str]:
-        """Request body parameters this runtime honours."""
+        """Request body parameters this runtime honours (one table in contracts, shared with the validator)."""
+        return honoured_parameters(self.name)
 
     @abstractmethod
     def load(self, model: CatalogueModel) -> None:

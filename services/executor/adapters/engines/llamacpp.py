@@ -14,7 +14,6 @@ from typing import Any, ClassVar
 import xllamacpp
 
 from contracts.catalogue import CatalogueModel
-from contracts.engines import honoured_parameters
 from contracts.events.executor import EngineName
 from services.executor.adapters.engines.base import Engine, EngineReply, EngineUnavailable, error_reply
 from services.executor.adapters.engines.responses import UnmappableRequest, chat_request, response_body
@@ -38,13 +37,6 @@ class LlamaCppEngine(Engine):
     @property
     def version(self) -> str:
         return importlib.metadata.version("xllamacpp")
-
-    @property
-    def slots(self) -> int:
-        return self.model.slots if self.model else 0
-
-    def capabilities(self) -> frozenset[str]:
-        return honoured_parameters(self.name)
 
     def load(self, model: CatalogueModel) -> None:
         params = xllamacpp.CommonParams()

@@ -10,7 +10,6 @@ import time
 from typing import Any, ClassVar
 
 from contracts.catalogue import CatalogueModel
-from contracts.engines import honoured_parameters
 from contracts.events.executor import EngineName
 from contracts.ids import derived_id
 from services.executor.adapters.engines.base import Engine, EngineReply, EngineUnavailable, error_reply
@@ -83,13 +82,6 @@ class TensorRtLlmEngine(Engine):
             return importlib.metadata.version("tensorrt_llm")
         except importlib.metadata.PackageNotFoundError:
             return "not-installed"
-
-    @property
-    def slots(self) -> int:
-        return self.model.slots if self.model else 0
-
-    def capabilities(self) -> frozenset[str]:
-        return honoured_parameters(self.name)
 
     def load(self, model: CatalogueModel) -> None:
         try:
