@@ -1,7 +1,10 @@
 """Chaos benchmark: N batches run once undisturbed and once while random services (and the broker) are
 SIGKILLed at random moments; prints lines lost and duplicated (goal 0 / 0) and time to completion for both.
 
-Usage: .venv/bin/python bench/chaos.py [--batches 3] [--lines 16] [--kills 6] [--seed 1]
+With `--executors N` (N > 1) the fleet has N executors and every batch is split into shards across them; the
+monkey also kills the extra executors (each comes back, as a supervisor would bring it back, a few seconds later).
+
+Usage: .venv/bin/python bench/chaos.py [--batches 3] [--lines 16] [--kills 6] [--seed 1] [--executors 1]
 """
 
 import argparse
@@ -9,6 +12,7 @@ import json
 import os
 import random
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -24,6 +28,7 @@ from openai import OpenAI
 from infra.embedded import free_port
 from tests.e2e.conftest import ADMIN_KEY, RunningStack, start_stack, stop_stack
 from tests.e2e.test_batch_lifecycle import long_lines, upload
+from tests.e2e.test_fleet import CHAT, new_worker_key, start_executor
 
 VICTIMS = ("executor", "scheduler", "ledger", "validator", "gateway", "nats")
 TERMINAL = {"completed", "failed", "expired", "cancelled"}
@@ -67,25 +72,57 @@ def settle(client: OpenAI, submitted: dict[str, list[str]], timeout_s: float = 9
     return lost, duplicated, incomplete
 
 
-def chaos_monkey(stack: RunningStack, kills: int, rng: random.Random, log: list[str], stop: threading.Event) -> None:
+class ExtraExecutors:
+    """Executors beyond the stack's own, restarted a little after they are killed."""
+
+    def __init__(self, stack: RunningStack, count: int) -> None:
+        self.stack = stack
+        self.keys = {f"extra-{n}": new_worker_key(stack, f"extra-{n}") for n in range(1, count)}
+        self.processes = {name: self._start(name) for name in self.keys}
+
+    def _start(self, name: str) -> subprocess.Popen:
+        return start_executor(self.stack, name, budget_mb=4096, preload=[CHAT], worker_key=self.keys[name])
+
+    def kill(self, name: str) -> None:
+        self.processes[name].kill()
+        self.processes[name].wait()
+        time.sleep(2)
+        self.processes[name] = self._start(name)
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            process.terminate()
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def chaos_monkey(stack: RunningStack, extras: ExtraExecutors, kills: int, rng: random.Random, log: list[str],
+                 stop: threading.Event) -> None:
     for _ in range(kills):
         if stop.wait(rng.uniform(3, 8)):
             return
-        victim = rng.choice(VICTIMS)
+        victim = rng.choice(VICTIMS + tuple(extras.processes))
         try:
-            os.kill(stack.service_pid(victim), signal.SIGKILL)
+            if victim in extras.processes:
+                extras.kill(victim)
+            else:
+                os.kill(stack.service_pid(victim), signal.SIGKILL)
             log.append(victim)
         except (OSError, ValueError):
             pass
 
 
-def run(stack: RunningStack, tag: str, args: argparse.Namespace, kills: int) -> tuple[float, int, int, int, list[str]]:
+def run(stack: RunningStack, extras: ExtraExecutors, tag: str, args: argparse.Namespace,
+        kills: int) -> tuple[float, int, int, int, list[str]]:
     client = OpenAI(base_url=stack.base_url, api_key=ADMIN_KEY, max_retries=8, timeout=60)
     killed: list[str] = []
     stop = threading.Event()
     started = time.perf_counter()
     submitted = submit(client, tag, args.batches, args.lines)
-    monkey = threading.Thread(target=chaos_monkey, args=(stack, kills, random.Random(args.seed), killed, stop))
+    monkey = threading.Thread(target=chaos_monkey, args=(stack, extras, kills, random.Random(args.seed), killed, stop))
     monkey.start()
     lost, duplicated, incomplete = settle(client, submitted)
     stop.set()
@@ -99,15 +136,21 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=16)
     parser.add_argument("--kills", type=int, default=6)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--executors", type=int, default=1, help="executors in the fleet; >1 shards every batch")
     args = parser.parse_args()
+    sharding = {"SHESHNAG_SCHEDULER_SHARD_MIN_LINES": str(max(1, args.lines // args.executors)),
+                "SHESHNAG_EXECUTOR_CHUNK_LINES": "4"} if args.executors > 1 else {}
     with tempfile.TemporaryDirectory() as tmp:
-        stack = start_stack(Path(tmp) / "data", free_port())
+        stack = start_stack(Path(tmp) / "data", free_port(), sharding)
+        extras = ExtraExecutors(stack, args.executors)
         try:
-            calm = run(stack, "calm", args, kills=0)
-            chaos = run(stack, "chaos", args, kills=args.kills)
+            time.sleep(15 if args.executors > 1 else 0)  # the extra executors load the model and register
+            calm = run(stack, extras, "calm", args, kills=0)
+            chaos = run(stack, extras, "chaos", args, kills=args.kills)
         finally:
+            extras.stop()
             stop_stack(stack)
-    print(f"\n{args.batches} batches x {args.lines} lines (max_tokens 64)\n")
+    print(f"\n{args.batches} batches x {args.lines} lines (max_tokens 64), {args.executors} executor(s)\n")
     print("| run | seconds | lines lost | lines duplicated | batches not completed | kills |")
     print("|---|---|---|---|---|---|")
     for name, (seconds, lost, duplicated, incomplete, killed) in (("undisturbed", calm), ("chaos", chaos)):

@@ -4,7 +4,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from contracts.events.batch import CancelCode
+from contracts.events.batch import CancelCode, ShardLayout
 from contracts.events.executor import ExecutorAdvert
 
 
@@ -25,6 +25,17 @@ class RunBatch(BaseModel):
     total_lines: int
     rejections_object_key: str | None = None
     """Lines validation refused (allow_partial): never run, they go to the error file with their codes."""
+    shard: int = 0
+    layout: ShardLayout = ShardLayout()
+    """The batch's split into shards; this attempt runs shard `shard` of it (one shard: the whole file)."""
+    output_expires_after_s: int | None = None
+    """Output and error files expire this long after the batch was created (`output_expires_after`)."""
+    created_at: int = 0
+    """When the batch was created (seconds since the epoch): the anchor of `output_expires_after`."""
+
+    @property
+    def sharded(self) -> bool:
+        return self.layout.shards > 1
 
     @property
     def msg_id(self) -> str:
@@ -32,7 +43,8 @@ class RunBatch(BaseModel):
 
 
 class FinalizeBatch(BaseModel):
-    """Write the output and error files of a batch that ends without running to completion.
+    """Write the output and error files of a batch that ends without an attempt finalizing it: cancelled,
+    expired, or completed by several shards.
 
     Lines committed by any attempt are kept; every other line goes to the error file with `code`.
     Taken by any executor (it owns result assembly).
@@ -41,15 +53,19 @@ class FinalizeBatch(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     batch_id: str
-    reason: Literal["cancelled", "expired"]
+    reason: Literal["completed", "cancelled", "expired"]
     owner_key_id: str
     input_object_key: str
     endpoint: str
     unrun_code: CancelCode | None = None
     """For a cancel: the code of lines never run, when not `batch_cancelled` (a revoked key)."""
+    output_expires_after_s: int | None = None
+    created_at: int = 0
 
     @property
     def code(self) -> str:
+        if self.reason == "completed":
+            return "line_not_run"  # every shard finished, so none should be left: kept safe, never dropped
         return self.unrun_code or f"batch_{self.reason}"
 
     @property

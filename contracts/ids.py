@@ -41,3 +41,8 @@ def hash_api_key(api_key: str) -> str:
 def new_api_key(worker: bool) -> str:
     """A raw key: `wk-…` for executors, `gk-…` for the API. Shown once; only its SHA-256 is kept."""
     return f"{'wk-' if worker else 'gk-'}{secrets.token_urlsafe(32)}"
+
+
+def owner_id(user_id: str | None, key_id: str) -> str:
+    """Who owns what a key creates: the key's user, or the key alone when it has none. One KV-key token."""
+    return f"user-{user_id}" if user_id is not None else f"key-{key_id}"

@@ -1,25 +1,40 @@
 """Records the ledger materialises for the gateway to read: the API object plus private fields."""
 
+from typing import Literal
+
 from pydantic import BaseModel
 
 from contracts.api.batch import Batch
 from contracts.api.file import FileObject
 from contracts.events.key import KeyRole
+from contracts.ids import owner_id
 
 
 class BatchRecord(BaseModel):
     owner_key_id: str
+    owner_user_id: str | None = None
+    """The user of the key that created it; None: a key without a user owns it alone (and records made before)."""
     batch: Batch
     last_sequence: int
     """Stream sequence of the last event folded into this record."""
 
+    @property
+    def owner(self) -> str:
+        return owner_id(self.owner_user_id, self.owner_key_id)
+
 
 class FileRecord(BaseModel):
     owner_key_id: str
+    owner_user_id: str | None = None
+    """The user of the key that stored it (output files: of the batch's key); None: the key alone owns it."""
     object_key: str
     sha256: str
     deleted: bool = False
     file: FileObject
+
+    @property
+    def owner(self) -> str:
+        return owner_id(self.owner_user_id, self.owner_key_id)
 
 
 class ApiKeyRecord(BaseModel):
@@ -28,9 +43,16 @@ class ApiKeyRecord(BaseModel):
     label: str
     user_id: str | None = None
     """The user the key acts for; None: a key without a user (every model allowed)."""
+    provider_id: str | None = None
+    """For a worker key: the provider it belongs to; None: an admin's or operator's worker key."""
     revoked: bool = False
     created_at: int | None = None
     """Seconds since the epoch."""
+
+    @property
+    def owner(self) -> str:
+        """Who owns the files and batches this key creates: its user, or the key itself."""
+        return owner_id(self.user_id, self.key_id)
 
 
 class UserRecord(BaseModel):
@@ -39,3 +61,59 @@ class UserRecord(BaseModel):
     allowed_models: list[str] | None = None
     """Catalogue ids the user's keys may use; None: every model."""
     created_at: int
+    organization_id: str | None = None
+    """None: the default organisation."""
+
+
+class OrganizationRecord(BaseModel):
+    organization_id: str
+    display_name: str
+    created_at: int
+
+
+class ProviderRecord(BaseModel):
+    provider_id: str
+    display_name: str
+    owner_key_id: str
+    owner_user_id: str | None = None
+    """Every key of this user may manage the provider; None: only `owner_key_id` may."""
+    created_at: int
+    """Seconds since the epoch."""
+
+    @property
+    def owner(self) -> str:
+        return owner_id(self.owner_user_id, self.owner_key_id)
+
+
+class ExecutorRecord(BaseModel):
+    """What the log says of an executor; its live state (models loaded, memory) is in its heartbeat."""
+
+    executor_id: str
+    engine: str
+    engine_version: str
+    models: list[str]
+    """Catalogue ids it could serve when it last registered."""
+    worker_key_id: str | None = None
+    status: Literal["online", "lost"]
+    started_at: int
+    """Milliseconds since the epoch: when its process last started."""
+    last_heartbeat_at: int | None = None
+    """Milliseconds since the epoch, as of its loss; None while it was never lost."""
+    lines_served: int = 0
+    """Lines (completed or failed) that attempts it ran made durable."""
+
+
+AnomalyKind = Literal["batch", "file", "key", "user", "executor", "provider", "organization"]
+
+
+class AnomalyRecord(BaseModel):
+    """A fact the ledger refused because it did not fit its aggregate (illegal transition, duplicate creation)."""
+
+    sequence: int
+    """Stream sequence of the refused fact."""
+    aggregate_kind: AnomalyKind
+    aggregate_id: str
+    event_type: str
+    reason: str
+    occurred_at: int
+    """Seconds since the epoch: when the refused fact happened."""

@@ -2,7 +2,7 @@
 
 from typing import Literal
 
-AggregateKind = Literal["batch", "file", "executor", "key", "user"]
+AggregateKind = Literal["batch", "file", "executor", "key", "user", "provider", "organization"]
 
 EVENTS_STREAM = "EVENTS"
 EVENTS_SUBJECTS = "evt.>"
@@ -14,6 +14,8 @@ EXECUTORS_BUCKET = "sheshnag_executors"
 LEADER_BUCKET = "sheshnag_leader"
 FLEET_REGISTER = "svc.fleet.register"
 """Request/reply: executors register with the leading scheduler."""
+OBJECT_REQUESTS = "svc.objects.*"
+"""Request/reply: executors ask the leading scheduler for presigned URLs of their work's objects."""
 SCHEDULER_LEADER_KEY = "scheduler"
 
 VALIDATOR_DURABLE = "validator"
@@ -34,6 +36,11 @@ def batch_events(batch_id: str) -> str:
     return f"evt.batch.{batch_id}.>"
 
 
+def attempt_failures(batch_id: str) -> str:
+    """Where a batch's `attempt_failed` facts go: the fence every executor's commit is conditional on."""
+    return f"evt.batch.{batch_id}.attempt_failed"
+
+
 BATCH_CREATED = "evt.batch.*.created"
 BATCH_VALIDATED = "evt.batch.*.validated"
 BATCH_ENDED = "evt.batch.*.completed"
@@ -47,12 +54,30 @@ FINALIZE_COMMAND = "cmd.finalize"
 FINALIZERS_DURABLE = "finalizers"
 
 
+def object_requests(executor_id: str) -> str:
+    """Where one executor asks for object URLs: only it may publish here, so the subject says who asks."""
+    return f"svc.objects.{executor_id}"
+
+
 def executor_durable(executor_id: str) -> str:
     return f"executor-{executor_id}"
 
 
-def read_model_key(kind: Literal["batch", "file", "apikey", "user"], ident: str) -> str:
+ReadModelKind = Literal["batch", "file", "apikey", "user", "provider", "executor", "anomaly", "organization"]
+
+
+def read_model_key(kind: ReadModelKind, ident: str) -> str:
     return f"{kind}.{ident}"
+
+
+def owner_index_key(owner: str, kind: Literal["batch", "file"], ident: str) -> str:
+    """A copy of an owner's record filed under the owner, so their checks and list pages read only their own."""
+    return f"owner.{owner}.{kind}.{ident}"
+
+
+def owner_index(owner: str, kind: Literal["batch", "file"]) -> str:
+    """Every record of `kind` filed under `owner`."""
+    return f"owner.{owner}.{kind}.>"
 
 
 API_KEYS_IN_READ_MODEL = "apikey.>"

@@ -5,6 +5,7 @@ import asyncio
 import importlib
 import logging
 import os
+import re
 import signal
 import sys
 from datetime import UTC, datetime
@@ -14,6 +15,7 @@ import aiohttp
 
 from contracts.events.key import KeyRole
 from infra.keys import choose_admin_key, local_worker_key, new_key, register_key, remember
+from infra.nats_auth import SECRETS_FILE
 from infra.status import status as show_status
 from infra.supervisor import SERVICES, Stack, pick_port
 from services.runtime.bus import EventBus
@@ -50,6 +52,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     create_user.add_argument("user_id")
     create_user.add_argument("--name", default="")
     create_user.add_argument("--models", default=None, help="comma-separated catalogue ids (default: every model)")
+    create_user.add_argument("--organization", default=None,
+                             help="the organisation the user belongs to; it must exist (default: the default one)")
+    organizations = commands.add_parser("organizations", help="manage organisations (against SHESHNAG_NATS_URL)")
+    organization_tools = organizations.add_subparsers(dest="tool", required=True)
+    create_organization = organization_tools.add_parser("create", help="create an organisation users can join")
+    create_organization.add_argument("organization_id")
+    create_organization.add_argument("--name", default="")
     status = commands.add_parser("status", help="fleet, queue, running batches and consumer lag (SHESHNAG_NATS_URL)")
     status.add_argument("--json", action="store_true", help="one JSON document instead of the terminal view")
     for name in SERVICES:
@@ -112,7 +121,7 @@ async def up(args: argparse.Namespace) -> None:
     try:
         await asyncio.to_thread(stack.start_infra)
         key = choose_admin_key(stack.data_dir, os.environ.get("SHESHNAG_ADMIN_KEY"))
-        bus = await EventBus.connect(f"nats://127.0.0.1:{stack.nats_port}", "sheshnag-up")
+        bus = await EventBus.connect(stack.nats_auth.core_url(stack.nats_port), "sheshnag-up")
         await register_key(bus, key, "admin (sheshnag up)")
         worker_key = local_worker_key(stack.data_dir)
         await register_key(bus, worker_key, "embedded executor (sheshnag up)", role="worker")
@@ -138,7 +147,8 @@ Sheshnag is up.
   base URL  http://127.0.0.1:{stack.gateway_port}/v1
   API key   {shown}
   data      {stack.data_dir}   logs: {stack.logs}
-  NATS      nats://127.0.0.1:{stack.nats_port}   S3: 127.0.0.1:{stack.s3_port}
+  NATS      nats://127.0.0.1:{stack.nats_port} (services' user and password: {stack.data_dir / SECRETS_FILE})
+  S3        127.0.0.1:{stack.s3_port}
 Press Ctrl-C to stop.
 """, flush=True)
 
@@ -171,22 +181,46 @@ async def revoke_key_by_id(key_id: str) -> int:
     return 0
 
 
-async def create_user(user_id: str, name: str, models: str | None) -> None:
-    import re
-
+def _check_id(what: str, ident: str) -> None:
     from contracts.api.organization import USER_ID_PATTERN
+
+    if not re.fullmatch(USER_ID_PATTERN, ident):
+        sys.exit(f"{what} id is 1-64 letters, digits, '_' or '-': {ident!r}")
+
+
+async def create_user(user_id: str, name: str, models: str | None, organization_id: str | None = None) -> None:
+    from contracts.api.organization import DEFAULT_ORGANIZATION_ID
     from contracts.events.key import UserCreated
+    from services.runtime.readmodel import ReadModel
 
-    if not re.fullmatch(USER_ID_PATTERN, user_id):
-        sys.exit(f"a user id is 1-64 letters, digits, '_' or '-': {user_id!r}")
-
+    _check_id("a user", user_id)
+    if organization_id == DEFAULT_ORGANIZATION_ID:
+        organization_id = None
     allowed = None if models is None else sorted({m.strip() for m in models.split(",") if m.strip()})
     bus = await EventBus.connect(ConnectionSettings().nats_url, "sheshnag-users")
     try:
-        await bus.publish(UserCreated(aggregate_id=user_id, display_name=name, allowed_models=allowed))
+        if organization_id is not None and await (await ReadModel.open(bus)).get_organization(organization_id) is None:
+            sys.exit(f"no organization {organization_id}; create it first: sheshnag organizations create …")
+        await bus.publish(UserCreated(aggregate_id=user_id, display_name=name, allowed_models=allowed,
+                                      organization_id=organization_id))
     finally:
         await bus.close()
     print(user_id)
+
+
+async def create_organization(organization_id: str, name: str) -> None:
+    from contracts.api.organization import DEFAULT_ORGANIZATION_ID
+    from contracts.events.organization import OrganizationCreated
+
+    _check_id("an organization", organization_id)
+    if organization_id == DEFAULT_ORGANIZATION_ID:
+        sys.exit(f"{DEFAULT_ORGANIZATION_ID!r} is the default organization, which always exists")
+    bus = await EventBus.connect(ConnectionSettings().nats_url, "sheshnag-organizations")
+    try:
+        await bus.publish(OrganizationCreated(aggregate_id=organization_id, display_name=name))
+    finally:
+        await bus.close()
+    print(organization_id)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -199,7 +233,9 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "keys":
         asyncio.run(create_key(args.role, args.label, args.user))
     elif args.command == "users":
-        asyncio.run(create_user(args.user_id, args.name, args.models))
+        asyncio.run(create_user(args.user_id, args.name, args.models, args.organization))
+    elif args.command == "organizations":
+        asyncio.run(create_organization(args.organization_id, args.name))
     elif args.command == "status":
         asyncio.run(show_status(args.json))
     elif args.command == "ledger" and args.tool:

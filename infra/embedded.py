@@ -76,11 +76,12 @@ def launch(command: list[str], log_file: Path, cwd: Path | None = None) -> subpr
         return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True)
 
 
-def nats_command(data_dir: Path, port: int) -> list[str]:
+def nats_command(data_dir: Path, port: int, config: Path | None = None) -> list[str]:
+    """The broker's command line; with `config` (see infra/nats_auth.py) it authorizes every connection."""
     store = data_dir / "nats"
     store.mkdir(parents=True, exist_ok=True)
-    return [venv_binary("nats-server"), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store),
-            "-n", f"sheshnag-{port}"]
+    return [venv_binary("nats-server"), *(["-c", str(config)] if config else []), "-a", "127.0.0.1",
+            "-p", str(port), "-js", "-sd", str(store), "-n", f"sheshnag-{port}"]
 
 
 def seaweed_command(data_dir: Path, s3_port: int, creds: S3Credentials) -> list[str]:
@@ -103,8 +104,8 @@ NATS_READY_S = 15.0
 S3_READY_S = 60.0
 
 
-def start_nats(data_dir: Path, port: int, log_file: Path) -> subprocess.Popen[bytes]:
-    process = launch(nats_command(data_dir, port), log_file)
+def start_nats(data_dir: Path, port: int, log_file: Path, config: Path | None = None) -> subprocess.Popen[bytes]:
+    process = launch(nats_command(data_dir, port, config), log_file)
     wait_for_port(port, process, NATS_READY_S, "nats-server")
     return process
 

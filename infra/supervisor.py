@@ -19,6 +19,7 @@ from infra.embedded import (
     stop_process,
     wait_for_port,
 )
+from infra.nats_auth import NatsAuth
 
 log = logging.getLogger("sheshnag.up")
 
@@ -26,6 +27,8 @@ SERVICES = ("ledger", "validator", "scheduler", "executor", "gateway")
 MAX_RESTART_DELAY_S = 30.0
 STABLE_AFTER_S = 60.0
 """A service that ran this long before crashing restarts without delay growth."""
+EXECUTOR_WITHHELD = frozenset({"SHESHNAG_S3_ACCESS_KEY", "SHESHNAG_S3_SECRET_KEY", "SHESHNAG_S3_ENDPOINT"})
+"""What the embedded executor is not given, as no provider's executor is."""
 
 
 @dataclass
@@ -86,6 +89,7 @@ class Stack:
     nats_port: int
     s3_port: int
     credentials: S3Credentials = field(init=False)
+    nats_auth: NatsAuth = field(init=False)
     worker_key: str = ""
     children: list[Supervised] = field(default_factory=list)
     """Broker and object store first, then the services; stopped in reverse order."""
@@ -97,7 +101,7 @@ class Stack:
     def service_env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update({
-            "SHESHNAG_NATS_URL": f"nats://127.0.0.1:{self.nats_port}",
+            "SHESHNAG_NATS_URL": self.nats_auth.core_url(self.nats_port),
             "SHESHNAG_S3_ENDPOINT": f"127.0.0.1:{self.s3_port}",
             "SHESHNAG_S3_ACCESS_KEY": self.credentials.access_key,
             "SHESHNAG_S3_SECRET_KEY": self.credentials.secret_key,
@@ -115,7 +119,10 @@ class Stack:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
         self.credentials = S3Credentials.load_or_create(self.data_dir / "s3-credentials.json")
-        nats = Supervised("nats-server", nats_command(self.data_dir, self.nats_port), None, self.logs / "nats.log")
+        self.nats_auth = NatsAuth.load_or_create(self.data_dir)
+        nats_config = self.nats_auth.write_server_config(self.data_dir)
+        nats = Supervised("nats-server", nats_command(self.data_dir, self.nats_port, nats_config), None,
+                          self.logs / "nats.log")
         s3 = Supervised("s3", seaweed_command(self.data_dir, self.s3_port, self.credentials), None,
                         self.logs / "s3.log", cwd=self.data_dir / "s3")
         for child, port, ready_s in ((nats, self.nats_port, NATS_READY_S), (s3, self.s3_port, S3_READY_S)):
@@ -127,10 +134,20 @@ class Stack:
     def start_services(self) -> None:
         env = self.service_env()
         for index, name in enumerate(SERVICES):
-            child = Supervised(name, [sys.executable, "-m", f"services.{name}"], metrics_env(env, index),
-                               self.logs / f"{name}.log")
+            child = Supervised(name, [sys.executable, "-m", f"services.{name}"],
+                               metrics_env(self.nats_env(env, name), index), self.logs / f"{name}.log")
             child.start()
             self.children.append(child)
+
+    def nats_env(self, env: dict[str, str], service: str) -> dict[str, str]:
+        """The scheduler admits executors to the broker; the executor joins it with its worker key alone, and
+        holds no S3 credentials: it reaches its own work's objects through URLs the scheduler signs."""
+        if service == "scheduler":
+            return {**env, "SHESHNAG_NATS_CALLOUT_SEED": self.nats_auth.issuer_seed}
+        if service == "executor":
+            trusted = {name: value for name, value in env.items() if name not in EXECUTOR_WITHHELD}
+            return {**trusted, "SHESHNAG_NATS_URL": f"nats://127.0.0.1:{self.nats_port}"}
+        return env
 
     async def supervise(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

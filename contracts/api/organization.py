@@ -1,4 +1,5 @@
-"""Users and API keys as the admin routes (`/v1/organization/…`, `/v1/provider/worker_keys`) show them."""
+"""Users and API keys as the admin routes (`/v1/organization/…`, `/v1/provider/worker_keys`) and providers' owners
+(`/v1/provider/providers/{id}/worker_keys`) see them."""
 
 from typing import Literal
 
@@ -6,6 +7,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 USER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 """Ids become part of NATS subjects: no dots, spaces or wildcards."""
+
+DEFAULT_ORGANIZATION_ID = "default"
+"""The organisation of users created without one (and of every user made before organisations existed)."""
 
 ManagedRole = Literal["admin", "user"]
 """Roles created under /v1/organization/keys; worker keys are made under /v1/provider/worker_keys."""
@@ -19,6 +23,8 @@ class CreateUser(BaseModel):
     name: str = Field(default="", max_length=256)
     allowed_models: list[str] | None = Field(default=None, max_length=256)
     """Catalogue ids or aliases the user's keys may use; omitted: every model."""
+    organization_id: str | None = Field(default=None, pattern=USER_ID_PATTERN)
+    """The organisation the user belongs to; it must exist. Omitted: the default organisation."""
 
 
 class User(BaseModel):
@@ -28,6 +34,23 @@ class User(BaseModel):
     allowed_models: list[str] | None
     """Catalogue ids; null: every model."""
     created_at: int
+    organization_id: str = DEFAULT_ORGANIZATION_ID
+
+
+class CreateOrganization(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | None = Field(default=None, pattern=USER_ID_PATTERN)
+    """Chosen by the admin (e.g. `acme`), or generated."""
+    name: str = Field(default="", max_length=256)
+
+
+class Organization(BaseModel):
+    id: str
+    object: Literal["organization"] = "organization"
+    name: str
+    created_at: int
+    """Seconds since the epoch; 0 for the default organisation, which always exists."""
 
 
 class CreateKey(BaseModel):
@@ -53,6 +76,8 @@ class ApiKey(BaseModel):
     role: Literal["admin", "user", "worker"]
     user_id: str | None
     created_at: int | None
+    provider_id: str | None = None
+    """For a worker key: the provider it belongs to; null for an admin's worker key and for API keys."""
     last_used_at: int | None = None
     """Seconds since the epoch, to within a minute."""
     revoked: bool = False

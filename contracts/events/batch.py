@@ -2,12 +2,38 @@
 
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.api.batch import BatchUsage
 from contracts.events.envelope import Event
 
 CancelCode = Literal["batch_cancelled", "authorization_revoked"]
+
+
+class ShardLayout(BaseModel):
+    """How a batch's input lines are split into shards that executors run in parallel."""
+
+    model_config = ConfigDict(frozen=True)
+
+    shards: int = 1
+    span: int = 0
+
+    def first_line(self, shard: int) -> int:
+        return 1 if self.shards == 1 else shard * self.span + 1
+
+    def last_line(self, shard: int) -> int | None:
+        """The shard's last input line; None: to the end of the file."""
+        return None if shard >= self.shards - 1 else (shard + 1) * self.span
+
+    def shard_of(self, line: int) -> int:
+        return 0 if self.shards == 1 else min((line - 1) // self.span, self.shards - 1)
+
+    @classmethod
+    def split(cls, total_lines: int, shards: int) -> "ShardLayout":
+        if shards <= 1 or total_lines <= 1:
+            return cls()
+        span = -(-total_lines // shards)
+        return cls(shards=-(-total_lines // span), span=span)
 
 
 class BatchEvent(Event):
@@ -32,6 +58,8 @@ class BatchCreated(BatchEvent):
     """Validate only: once validated the batch waits for `batch.released` before anything runs."""
     allowed_models: list[str] | None = None
     """Catalogue ids the owner may use, from their key when the batch was created; None: every model."""
+    output_expires_after_s: int | None = None
+    """Output and error files expire this many seconds after `created_at`; None: the files' default."""
 
 
 class LineRejected(BatchEvent):
@@ -82,12 +110,25 @@ class BatchValidationFailed(BatchEvent):
 
 
 class BatchAssigned(BatchEvent):
+    """One shard of the batch leased to one executor as an attempt (attempt numbers count up over the batch).
+
+    A batch runs as `shards` shards of consecutive input lines: shard `i` is lines `i*shard_span+1` to
+    `(i+1)*shard_span`, the last one open-ended. One shard (the default) is the whole file."""
+
     name: ClassVar = "assigned"
     dedup_fields: ClassVar = ("attempt",)
     type: Literal["batch.assigned"] = "batch.assigned"
     executor_id: str
     attempt: int
     lease_token: str
+    shard: int = 0
+    shards: int = 1
+    shard_span: int = 0
+    """Input lines per shard; 0 with a single shard."""
+
+    @property
+    def layout(self) -> "ShardLayout":
+        return ShardLayout(shards=self.shards, span=self.shard_span)
 
 
 class BatchStarted(BatchEvent):
@@ -101,7 +142,8 @@ class BatchStarted(BatchEvent):
 
 
 class BatchProgressed(BatchEvent):
-    """Results of more lines are durable; counts are cumulative over the batch."""
+    """Results of more lines are durable; counts are cumulative over the attempt's shard (the whole batch when
+    it has one shard), so a batch's counts are the sum over its shards."""
 
     name: ClassVar = "progressed"
     dedup_fields: ClassVar = ("attempt", "chunk")
@@ -111,6 +153,20 @@ class BatchProgressed(BatchEvent):
     chunk_key: str
     completed: int
     failed: int
+    shard: int = 0
+
+
+class ShardFinished(BatchEvent):
+    """Every line of a shard of a multi-shard batch is committed, or its attempt stopped on cancel or expiry
+    (`stopped`). The scheduler finalizes the batch once no shard runs."""
+
+    name: ClassVar = "shard_finished"
+    dedup_fields: ClassVar = ("attempt",)
+    type: Literal["batch.shard_finished"] = "batch.shard_finished"
+    attempt: int
+    shard: int
+    executor_id: str
+    stopped: bool = False
 
 
 class BatchFinalizing(BatchEvent):

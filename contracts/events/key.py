@@ -16,6 +16,8 @@ class KeyCreated(Event):
     label: str
     user_id: str | None = None
     """The user the key acts for; None for keys made before users existed (unrestricted model access)."""
+    provider_id: str | None = None
+    """For a worker key made by a provider's owner: that provider. None: an admin's or operator's worker key."""
 
 
 class KeyRevoked(Event):
@@ -26,7 +28,7 @@ class KeyRevoked(Event):
     type: Literal["key.revoked"] = "key.revoked"
     key_sha256: str
     revoked_by_key_id: str | None = None
-    """The admin key that revoked it; None when an operator did, from the CLI."""
+    """The key that revoked it (an admin's, or a provider owner's for their worker key); None: an operator's CLI."""
 
 
 class UserCreated(Event):
@@ -36,3 +38,5 @@ class UserCreated(Event):
     display_name: str = ""
     allowed_models: list[str] | None = None
     """Catalogue ids the user's keys may use; None: every model in the catalogue."""
+    organization_id: str | None = None
+    """The organisation the user belongs to; None (and every user made before organisations): the default one."""

@@ -21,11 +21,14 @@ from contracts.events.batch import (
     BatchValidationFailed,
     BatchWaiting,
     LineRejected,
+    ShardFinished,
     ValidationProgressed,
 )
 from contracts.events.executor import ExecutorLost, ExecutorRegistered
 from contracts.events.file import FileDeleted, FileStored
 from contracts.events.key import KeyCreated, KeyRevoked, UserCreated
+from contracts.events.organization import OrganizationCreated
+from contracts.events.provider import ProviderRegistered
 
 AnyEvent = Annotated[
     BatchCreated
@@ -36,6 +39,7 @@ AnyEvent = Annotated[
     | BatchAssigned
     | BatchStarted
     | BatchProgressed
+    | ShardFinished
     | BatchFinalizing
     | BatchCompleted
     | BatchFailed
@@ -50,8 +54,10 @@ AnyEvent = Annotated[
     | KeyCreated
     | KeyRevoked
     | UserCreated
+    | OrganizationCreated
     | ExecutorRegistered
-    | ExecutorLost,
+    | ExecutorLost
+    | ProviderRegistered,
     Field(discriminator="type"),
 ]
 

@@ -9,8 +9,11 @@ import nats.errors
 
 from contracts.events.executor import ExecutorAdvert
 from contracts.subjects import FINALIZE_COMMAND, FINALIZERS_DURABLE, WORK_STREAM, executor_durable, run_command
+from services.executor.adapters import broker
+from services.executor.adapters.brokered_store import BrokeredObjectStore, http_pool
 from services.executor.adapters.engines.shelf import EngineShelf
-from services.executor.adapters.memory import device_memory
+from services.executor.adapters.memory import device_memory, within_budget
+from services.executor.adapters.objects import ObjectAccess
 from services.executor.adapters.registration import register
 from services.executor.handlers import Executor
 from services.executor.retry import LineRetry
@@ -28,7 +31,8 @@ def advert_of(settings: ExecutorSettings, shelf: EngineShelf) -> ExecutorAdvert:
     versions = {engine.version for engine in shelf.loaded.values()}
     return ExecutorAdvert(
         executor_id=settings.executor_id, engine=settings.engine, engine_version=",".join(sorted(versions)),
-        models=shelf.servable, loaded_models=sorted(shelf.loaded), devices=device_memory(),
+        models=shelf.servable, loaded_models=sorted(shelf.loaded),
+        devices=within_budget(device_memory(), settings.memory_budget_mb, shelf.loaded_bytes()),
         slots=sum(engine.slots for engine in shelf.loaded.values()), heartbeat_at=int(time.time() * 1000),
     )
 
@@ -38,6 +42,18 @@ async def open_shelf(settings: ExecutorSettings) -> EngineShelf:
     shelf = EngineShelf(settings.engine, settings.n_threads, served)
     await shelf.preload(settings.preload_models if settings.preload_models is not None else [served[0].id])
     return shelf
+
+
+async def object_access(settings: ExecutorSettings, bus: EventBus) -> ObjectAccess:
+    """Direct S3 where the deployment trusts the executor with credentials; else presigned URLs for its own work
+    only, from the leading scheduler (a provider's executor gets no credentials)."""
+    connection = settings.connection
+    if not connection.s3_access_key:
+        log.info("no S3 credentials: objects through presigned URLs from the scheduler")
+        return BrokeredObjectStore(bus.nc, settings.executor_id, http_pool(), settings.object_broker_wait_s)
+    store = ObjectStore.from_settings(connection)
+    await store.ensure_bucket()
+    return store
 
 
 async def heartbeat(fleet: Fleet, settings: ExecutorSettings, engines: EngineShelf, stop: asyncio.Event) -> None:
@@ -53,12 +69,13 @@ async def heartbeat(fleet: Fleet, settings: ExecutorSettings, engines: EngineShe
 
 
 async def run_executor(settings: ExecutorSettings, stop: asyncio.Event) -> None:
-    connection = settings.connection
     engines = await open_shelf(settings)
-    bus = await EventBus.connect(connection.nats_url, f"executor-{settings.executor_id}")
+    bus = await broker.connect(settings, stop)
+    if bus is None:
+        await engines.unload_all()
+        return
     try:
-        store = ObjectStore.from_settings(connection)
-        await store.ensure_bucket()
+        store = await object_access(settings, bus)
         fleet = await Fleet.open(bus)
         advert = advert_of(settings, engines)
         await fleet.advertise(advert)

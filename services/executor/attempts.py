@@ -3,6 +3,7 @@
 A pure fold over the batch's facts; the running attempt and the finalizer read the same log the same way.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -15,10 +16,13 @@ from contracts.events.batch import (
     BatchCreated,
     BatchExpired,
     BatchFailed,
+    BatchProgressed,
     BatchStarted,
     CancelCode,
+    ShardFinished,
 )
 from contracts.events.registry import AnyEvent
+from services.executor.domain import REFUSED_ATTEMPT, chunk_position
 
 StopReason = Literal["cancelled", "expired"]
 Outcome = Literal["completed", "cancelled", "expired"]
@@ -35,33 +39,51 @@ class BatchLog:
     """The code never-run lines get: `authorization_revoked` once any cancel came from a key revocation."""
     attempts: set[int] = field(default_factory=set)
     """Attempts assigned or started."""
+    shard_of: dict[int, int] = field(default_factory=dict)
+    """Attempt → the shard it runs (assigned attempts only)."""
     failed: set[int] = field(default_factory=set)
+    finished: set[int] = field(default_factory=set)
+    """Attempts whose shard finished (`shard_finished`): they run no more."""
+    fence_sequence: int = 0
+    """Stream sequence of the batch's latest `attempt_failed`: commits are conditional on it (a hard fence)."""
+    announced: set[str] = field(default_factory=set)
+    """Result chunk keys a progress fact announced: only these are committed."""
     ended: str | None = None
     """The type of the terminal fact, once there is one."""
 
-    def fold(self, event: AnyEvent) -> None:
+    def fold(self, event: AnyEvent, sequence: int = 0) -> None:
         if isinstance(event, BatchCreated):
             self.expires_at = event.expires_at
         elif isinstance(event, BatchCancelRequested):
             self.cancel_requested = True
             if event.code == "authorization_revoked":
                 self.cancel_code = event.code
-        elif isinstance(event, BatchAssigned | BatchStarted):
+        elif isinstance(event, BatchAssigned):
+            self.attempts.add(event.attempt)
+            self.shard_of[event.attempt] = event.shard
+        elif isinstance(event, BatchStarted):
             self.attempts.add(event.attempt)
         elif isinstance(event, AttemptFailed):
             self.failed.add(event.attempt)
+            self.fence_sequence = max(self.fence_sequence, sequence)
+        elif isinstance(event, ShardFinished):
+            self.finished.add(event.attempt)
+        elif isinstance(event, BatchProgressed):
+            self.announced.add(event.chunk_key)
         elif isinstance(event, TERMINAL):
             self.ended = event.type
 
     def is_current(self, attempt: int) -> bool:
-        """False once the attempt failed (its lease was lost) or a later attempt was assigned: fenced off."""
-        return attempt not in self.failed and not any(other > attempt for other in self.attempts)
+        """False once the attempt failed (its lease was lost) or a later attempt of its shard was assigned."""
+        shard = self.shard_of.get(attempt, 0)
+        return attempt not in self.failed and not any(
+            other > attempt and self.shard_of.get(other, 0) == shard for other in self.attempts)
 
     def live_attempt(self) -> int | None:
-        """The attempt that may still be running somewhere, if the batch has not ended."""
+        """An attempt that may still be running somewhere, if the batch has not ended."""
         if self.ended is not None:
             return None
-        live = self.attempts - self.failed
+        live = {attempt for attempt in self.attempts - self.failed - self.finished if self.is_current(attempt)}
         return max(live) if live else None
 
     def stop_reason(self, now_s: float) -> StopReason | None:
@@ -70,3 +92,13 @@ class BatchLog:
         if self.expires_at is not None and now_s >= self.expires_at:
             return "expired"
         return None
+
+
+def counts_as_committed(announced: set[str]) -> Callable[[str], bool]:
+    """Which result chunks are committed: those a progress fact announced, and the lines validation refused."""
+    return lambda key: key in announced or chunk_position(key)[0] == REFUSED_ATTEMPT
+
+
+def attempt_chunks(attempt: int) -> Callable[[str], bool]:
+    """The chunks `attempt` itself wrote (the latest may be unannounced: a delivery died before announcing it)."""
+    return lambda key: chunk_position(key)[0] == attempt

@@ -12,9 +12,12 @@ from pydantic import BaseModel
 from contracts.api.batch import BatchUsage, InputTokensDetails
 from contracts.api.output_line import OutputError, OutputLine, OutputResponse
 from contracts.api.rejected_line import RejectedLine
+from contracts.events.batch import ShardLayout
 from contracts.ids import batch_request_id, derived_id
 
 CHUNK_KEY = re.compile(r"/attempt-(\d+)/chunk-(\d+)\.jsonl$")
+REFUSED_ATTEMPT = 0
+"""Lines refused by validation are filed as a chunk of this attempt, before any real one."""
 
 
 class InvalidInputLine(ValueError):
@@ -179,10 +182,12 @@ class Resume:
     def committed_lines(self) -> set[int]:
         return {line.line for line in self.committed.values()}
 
-    def tally(self) -> Tally:
+    def tally(self, layout: ShardLayout | None = None, shard: int = 0) -> Tally:
+        """Counts of the committed lines, of one shard's lines when a `layout` is given."""
         tally = Tally()
         for line in self.committed.values():
-            tally.add(line)
+            if layout is None or layout.shard_of(line.line) == shard:
+                tally.add(line)
         return tally
 
 

@@ -4,16 +4,17 @@ Deterministic in what is committed: redone, it writes the same files under the s
 """
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from contracts.commands import FinalizeBatch, RunBatch
 from contracts.events.batch import BatchCancelled, BatchCompleted, BatchExpired
+from contracts.events.envelope import Event
 from contracts.ids import error_file_id, output_file_id
+from services.executor.adapters.objects import ObjectAccess
 from services.executor.adapters.results import ResultStore
 from services.executor.attempts import Outcome
 from services.executor.domain import CommittedLine, Resume, assemble, parse_input_line, unrun_line, usage_of
 from services.runtime.bus import EventBus
-from services.runtime.objectstore import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -24,46 +25,58 @@ UNRUN_MESSAGES = {
 }
 
 
-def never_fenced() -> bool:
-    return False
+Publish = Callable[[Event], Awaitable[bool]]
+"""Publishes a fact unless the publisher's lease is gone (then False, and nothing was written)."""
 
 
 class Finalizer:
-    def __init__(self, bus: EventBus, store: ObjectStore, results: ResultStore) -> None:
+    def __init__(self, bus: EventBus, store: ObjectAccess, results: ResultStore) -> None:
         self.bus = bus
         self.store = store
         self.results = results
 
-    async def finalize(self, command: RunBatch | FinalizeBatch, outcome: Outcome,
-                       fenced: Callable[[], bool] = never_fenced, code: str | None = None) -> bool:
-        """Write both files and publish the terminal fact; False (nothing published) once `fenced`.
+    async def _publish_unfenced(self, event: Event) -> bool:
+        await self.bus.publish(event)
+        return True
 
-        Lines never run get `code` in the error file (default `batch_<outcome>`)."""
+    async def finalize(self, command: RunBatch | FinalizeBatch, outcome: Outcome, counts: Callable[[str], bool],
+                       publish: Publish | None = None, code: str | None = None, all_lines_ran: bool = False) -> bool:
+        """Write both files and publish the terminal fact; False once `publish` refuses (the lease is gone).
+
+        The files hold the chunks that `counts` as committed. Lines never run get `code` in the error file
+        (default `batch_<outcome>`); unless `all_lines_ran`, the input is read again so none can go missing."""
+        publish = publish or self._publish_unfenced
         batch_id = command.batch_id
-        committed = Resume.from_chunks(await self.results.committed(batch_id), attempt=0).committed
+        committed = Resume.from_chunks(await self.results.committed(batch_id, counts), attempt=0).committed
         lines = list(committed.values())
-        if outcome != "completed":
-            lines.extend(await self._unrun(command, code or f"batch_{outcome}", set(committed),
-                                           {c.line for c in lines}))
+        if not all_lines_ran:
+            unrun = await self._unrun(command, code or f"batch_{outcome}", set(committed), {c.line for c in lines})
+            if unrun and outcome == "completed":
+                log.error("batch %s completed with %d lines no attempt committed; they go to the error file",
+                          batch_id, len(unrun))
+            lines.extend(unrun)
         files = assemble(lines)
-        if fenced():
-            return False
+        expires_at = (command.created_at + command.output_expires_after_s
+                      if command.output_expires_after_s and command.created_at else None)
         output_id = error_id = None
         if files.output_lines:
             output_id = output_file_id(batch_id)
-            await self.bus.publish(await self.results.put_file(
-                output_id, files.output, command.owner_key_id, f"{batch_id}_output.jsonl", files.output_lines))
+            if not await publish(await self.results.put_file(
+                    output_id, files.output, command.owner_key_id, f"{batch_id}_output.jsonl", files.output_lines,
+                    expires_at)):
+                return False
         if files.error_lines:
             error_id = error_file_id(batch_id)
-            await self.bus.publish(await self.results.put_file(
-                error_id, files.errors, command.owner_key_id, f"{batch_id}_error.jsonl", files.error_lines))
-        if fenced():
-            return False
+            if not await publish(await self.results.put_file(
+                    error_id, files.errors, command.owner_key_id, f"{batch_id}_error.jsonl", files.error_lines,
+                    expires_at)):
+                return False
         terminal = {"completed": BatchCompleted, "cancelled": BatchCancelled, "expired": BatchExpired}[outcome]
-        await self.bus.publish(terminal(
+        if not await publish(terminal(
             aggregate_id=batch_id, correlation_id=batch_id, output_file_id=output_id, error_file_id=error_id,
             completed=files.output_lines, failed=files.error_lines, usage=usage_of(lines),
-        ))
+        )):
+            return False
         log.info("batch %s %s: %d output lines, %d error lines", batch_id, outcome, files.output_lines,
                  files.error_lines)
         return True

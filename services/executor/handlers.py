@@ -7,9 +7,10 @@ from nats.aio.msg import Msg
 from pydantic import ValidationError
 
 from contracts.commands import FinalizeBatch, RunBatch
-from contracts.events.batch import AttemptFailed
+from contracts.events.batch import AttemptFailed, BatchFinalizing
 from services.executor.adapters.engines.shelf import EngineShelf
 from services.executor.adapters.watch import read_batch_log
+from services.executor.attempts import counts_as_committed
 from services.executor.domain import InvalidInputLine
 from services.executor.runner import BatchRunner
 from services.runtime.bus import EventBus, PoisonMessage
@@ -63,9 +64,9 @@ class Executor:
         except ValidationError as error:
             raise PoisonMessage(f"not a FinalizeBatch command: {error}") from error
         running = self.runner.running.get(command.batch_id)
-        if running is not None:
+        if running is not None and command.reason != "completed":
             running.request_stop(command.reason)
-            raise FinalizeDeferred(f"batch {command.batch_id} runs here; its attempt finalizes it")
+            raise FinalizeDeferred(f"batch {command.batch_id} runs here; its attempt winds down first")
         batch_log = await read_batch_log(self.bus, command.batch_id)
         if batch_log.ended is not None:
             log.info("batch %s already ended (%s); nothing to finalize", command.batch_id, batch_log.ended)
@@ -73,8 +74,12 @@ class Executor:
         live = batch_log.live_attempt()
         if live is not None:
             raise FinalizeDeferred(f"attempt {live} of batch {command.batch_id} may still run")
+        if command.reason == "completed":
+            await self.bus.publish(BatchFinalizing(aggregate_id=command.batch_id, correlation_id=command.batch_id,
+                                                   attempt=0))
         try:
-            await self.runner.finalizer.finalize(command, command.reason, code=command.code)
+            await self.runner.finalizer.finalize(command, command.reason, counts_as_committed(batch_log.announced),
+                                                 code=command.code)
         except InvalidInputLine as error:
             raise PoisonMessage(str(error)) from error
 

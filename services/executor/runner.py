@@ -1,7 +1,10 @@
-"""Running one batch attempt: skip committed lines, run the rest concurrently, commit chunks, finalize.
+"""Running one attempt at a batch (or at one shard of it): skip committed lines, run the rest concurrently,
+commit chunks, then finalize the batch (one shard) or report the shard finished (several).
 
 While it runs it watches the batch's log: on cancel or expiry no new line starts and the batch is finalized
-with the lines never run as errors; once its lease is lost (AttemptFailed) it commits nothing more.
+with the lines never run as errors. Every fact it publishes is conditional on the batch's last `attempt_failed`
+being one it has seen (a JetStream fence): once its lease is revoked it cannot commit anything more, even if it
+has not noticed yet (a pause, a partition).
 """
 
 import asyncio
@@ -10,17 +13,19 @@ import time
 from collections.abc import AsyncIterator
 
 from contracts.commands import RunBatch
-from contracts.events.batch import BatchFinalizing, BatchProgressed, BatchStarted
-from contracts.subjects import result_chunk_key
+from contracts.events.batch import BatchFinalizing, BatchProgressed, BatchStarted, ShardFinished
+from contracts.events.envelope import Event
+from contracts.subjects import attempt_failures, result_chunk_key
 from services.executor.adapters.engines.base import Engine
+from services.executor.adapters.objects import ObjectAccess
 from services.executor.adapters.results import ResultStore
 from services.executor.adapters.watch import BatchWatch
+from services.executor.attempts import attempt_chunks, counts_as_committed
 from services.executor.domain import Chunk, ChunkCommitter, InputLine, Resume, parse_input_line, result_line
-from services.executor.finalizer import Finalizer
+from services.executor.finalizer import Finalizer, Publish
 from services.executor.observe import traced_line
 from services.executor.retry import LineRetry
-from services.runtime.bus import EventBus
-from services.runtime.objectstore import ObjectStore
+from services.runtime.bus import EventBus, Fence, FenceMoved
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +33,7 @@ log = logging.getLogger(__name__)
 class BatchRunner:
     """Every step is idempotent: a redelivered command redoes nothing committed and republishes the same ids."""
 
-    def __init__(self, bus: EventBus, store: ObjectStore, executor_id: str, chunk_lines: int,
+    def __init__(self, bus: EventBus, store: ObjectAccess, executor_id: str, chunk_lines: int,
                  retry: LineRetry | None = None) -> None:
         self.bus = bus
         self.store = store
@@ -37,6 +42,8 @@ class BatchRunner:
         self.executor_id = executor_id
         self.chunk_lines = chunk_lines
         self.retry = retry or LineRetry()
+        self.announced: dict[str, set[str]] = {}
+        """Chunk keys this executor announced per running batch (its watch may not have read them back yet)."""
         self.running: dict[str, BatchWatch] = {}
         """Batches this executor runs now, by id: a FinalizeBatch for one of them is handed to its attempt."""
 
@@ -47,38 +54,71 @@ class BatchRunner:
                 await self._attempt(command, engine, watch)
             finally:
                 del self.running[command.batch_id]
+                self.announced.pop(command.batch_id, None)
 
     async def _attempt(self, command: RunBatch, engine: Engine, watch: BatchWatch) -> None:
         batch_id = command.batch_id
         if watch.fenced:
             log.warning("batch %s attempt %d is no longer current; nothing to do", batch_id, command.attempt)
             return
+        publish = self._fenced_publisher(command, watch)
         if watch.stop_reason() is None:
-            await self.bus.publish(BatchStarted(
+            if not await publish(BatchStarted(
                 aggregate_id=batch_id, correlation_id=batch_id, executor_id=self.executor_id,
                 attempt=command.attempt, engine=engine.name, engine_version=engine.version,
-            ))
-            await self._run_lines(command, engine, watch)
-            if watch.fenced:
+            )):
+                return
+            if not await self._run_lines(command, engine, watch, publish):
                 log.warning("batch %s attempt %d fenced off; its last results are dropped", batch_id,
                             command.attempt)
                 return
         reason = watch.stop_reason()
-        if reason is None:
-            await self.bus.publish(BatchFinalizing(aggregate_id=batch_id, correlation_id=batch_id,
-                                                   attempt=command.attempt))
+        if command.sharded:
+            # The scheduler finalizes once every shard finished (or, on cancel or expiry, once none runs).
+            await publish(ShardFinished(aggregate_id=batch_id, correlation_id=batch_id, attempt=command.attempt,
+                                        shard=command.shard, executor_id=self.executor_id,
+                                        stopped=reason is not None))
+            return
+        if reason is None and not await publish(BatchFinalizing(aggregate_id=batch_id, correlation_id=batch_id,
+                                                                attempt=command.attempt)):
+            return
         code = watch.log.cancel_code if reason == "cancelled" else None
-        await self.finalizer.finalize(command, reason or "completed", lambda: watch.fenced, code)
+        counts = counts_as_committed(watch.log.announced | self.announced.get(batch_id, set()))
+        await self.finalizer.finalize(command, reason or "completed", counts, publish, code,
+                                      all_lines_ran=reason is None)
 
-    async def _run_lines(self, command: RunBatch, engine: Engine, watch: BatchWatch) -> None:
-        resume = Resume.from_chunks(await self.results.committed(command.batch_id), command.attempt)
-        tally = resume.tally()
-        if resume.last_chunk is not None and not watch.fenced:
+    def _fenced_publisher(self, command: RunBatch, watch: BatchWatch) -> Publish:
+        fence_subject = attempt_failures(command.batch_id)
+
+        async def publish(event: Event) -> bool:
+            """Publish while this attempt holds its lease; False (nothing written) once it does not."""
+            while not watch.fenced:
+                try:
+                    await self.bus.publish(event, Fence(fence_subject, watch.log.fence_sequence))
+                    return True
+                except FenceMoved as moved:
+                    # Another attempt failed since (maybe this one): read the log that far, then judge.
+                    if not await watch.caught_up_to(moved.last_sequence):
+                        raise
+            return False
+
+        return publish
+
+    async def _run_lines(self, command: RunBatch, engine: Engine, watch: BatchWatch, publish: Publish) -> bool:
+        """Run every line of the attempt's shard no attempt committed; False once the lease is lost."""
+        own = attempt_chunks(command.attempt)
+        announced = watch.log.announced
+        resume = Resume.from_chunks(await self.results.committed(
+            command.batch_id, lambda key: counts_as_committed(announced)(key) or own(key)), command.attempt)
+        tally = resume.tally(command.layout, command.shard)
+        if resume.last_chunk is not None and not await self._announce(
+                command, publish, resume.last_chunk, tally.completed, tally.failed):
             # An earlier delivery may have committed this chunk and stopped before announcing it.
-            await self._announce(command, resume.last_chunk, tally.completed, tally.failed)
-        log.info("batch %s attempt %d: %d lines already committed", command.batch_id, command.attempt,
-                 len(resume.committed))
+            return False
+        log.info("batch %s attempt %d (shard %d of %d): %d lines of the batch already committed",
+                 command.batch_id, command.attempt, command.shard + 1, command.layout.shards, len(resume.committed))
         committer = ChunkCommitter(self.chunk_lines, resume.next_chunk, tally)
+        lease_lost = False
         commit_lock = asyncio.Lock()
         slots = asyncio.Semaphore(max(engine.slots, 1))
 
@@ -90,7 +130,13 @@ class BatchRunner:
                 slots.release()
             finished = result_line(command.batch_id, line, reply.status_code, reply.body)
             async with commit_lock:
-                await self._commit(command, committer.add(finished), watch)
+                await commit(committer.add(finished))
+
+        async def commit(chunk: Chunk | None) -> None:
+            nonlocal lease_lost
+            if chunk is not None and not lease_lost and not await self._commit(command, chunk, publish):
+                lease_lost = True
+                watch.stopping.set()
 
         try:
             async with asyncio.TaskGroup() as group:
@@ -103,32 +149,44 @@ class BatchRunner:
             # A crashed engine or a bad input line stops the attempt; surface the first cause.
             raise failures.exceptions[0] from failures
         async with commit_lock:
-            await self._commit(command, committer.flush(), watch)
+            await commit(committer.flush())
+        return not lease_lost and not watch.fenced
 
     async def _pending_lines(self, command: RunBatch, resume: Resume) -> AsyncIterator[InputLine]:
         number = 0
         done = resume.committed_lines  # includes lines validation refused, which may not even parse
+        first, last = command.layout.first_line(command.shard), command.layout.last_line(command.shard)
         async for raw in self.store.iter_lines(command.input_object_key):
             number += 1
-            if number in done:
+            if number < first or number in done:
                 continue
+            if last is not None and number > last:
+                break
             line = parse_input_line(number, raw)
             if line is not None and line.custom_id not in resume.committed:
                 yield line
 
-    async def _commit(self, command: RunBatch, chunk: Chunk | None, watch: BatchWatch) -> None:
-        """Results are durable in the object store before any event says they are; a fenced attempt's never."""
-        if chunk is None or watch.fenced:
-            return
-        await self.results.put_chunk(command.batch_id, command.attempt, chunk)
-        await self._announce(command, chunk.number, chunk.completed, chunk.failed)
+    async def _commit(self, command: RunBatch, chunk: Chunk, publish: Publish) -> bool:
+        """Results are durable in the object store before a fact says they are; they count only once it does,
+        and a fenced attempt's fact is refused. False once the lease is lost."""
+        try:
+            await self.results.put_chunk(command.batch_id, command.attempt, chunk)
+        except PermissionError as refused:
+            # A brokered store is refused the write once the attempt's lease is gone: the same fence, earlier.
+            log.warning("batch %s attempt %d: chunk %d refused (%s); the lease is lost", command.batch_id,
+                        command.attempt, chunk.number, refused)
+            return False
+        return await self._announce(command, publish, chunk.number, chunk.completed, chunk.failed)
 
-    async def _announce(self, command: RunBatch, chunk: int, completed: int, failed: int) -> None:
-        await self.bus.publish(BatchProgressed(
+    async def _announce(self, command: RunBatch, publish: Publish, chunk: int, completed: int, failed: int) -> bool:
+        key = result_chunk_key(command.batch_id, command.attempt, chunk)
+        if not await publish(BatchProgressed(
             aggregate_id=command.batch_id, correlation_id=command.batch_id, attempt=command.attempt,
-            chunk=chunk, chunk_key=result_chunk_key(command.batch_id, command.attempt, chunk),
-            completed=completed, failed=failed,
-        ))
+            chunk=chunk, chunk_key=key, completed=completed, failed=failed, shard=command.shard,
+        )):
+            return False
+        self.announced.setdefault(command.batch_id, set()).add(key)
+        return True
 
 
 async def _take_slot(slots: asyncio.Semaphore, stopping: asyncio.Event) -> bool:

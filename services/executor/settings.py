@@ -19,6 +19,8 @@ class ExecutorSettings(ServiceSettings):
     """Catalogue ids (or aliases) to serve; empty means every catalogue model of `engine`."""
     preload_models: list[str] | None = None
     """Catalogue ids loaded at start; None means the first served model. Others load on first use."""
+    memory_budget_mb: int | None = None
+    """Advertise at most this much memory (a share of a shared host or GPU); None: the device's own."""
     n_threads: int = 2
     """CPU threads the engine uses for prompt processing and generation."""
     chunk_lines: int = 16
@@ -33,6 +35,9 @@ class ExecutorSettings(ServiceSettings):
     """Deliveries of one run command before the batch is failed."""
     stop_grace_s: float = 5.0
     """How long a stopping executor lets the batch in hand commit before abandoning it to a redelivery."""
+    object_broker_wait_s: float = 60.0
+    """Without S3 credentials (`SHESHNAG_S3_ACCESS_KEY` unset) objects are reached through presigned URLs the
+    leading scheduler hands out: how long to wait for one while no scheduler can answer (a leader change)."""
 
     def served_models(self, catalogue: Catalogue) -> list[CatalogueModel]:
         if not self.models:

@@ -5,6 +5,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from services.gateway.auth import KEY_CACHE, KeyCache, auth_middleware
+from services.gateway.auth_failures import AUTH_FAILURES, FailedAuthentications
 from services.gateway.context import DEPS, Deps
 from services.gateway.dashboard.pages import add_dashboard
 from services.gateway.errors import error_middleware
@@ -36,6 +37,8 @@ def create_app(settings: GatewaySettings) -> web.Application:
         await bus.close()
 
     app[CONTROL_LIMITER] = ControlCallLimiter(settings.control_calls_per_s, settings.control_call_burst)
+    if settings.auth_failure_limit > 0:
+        app[AUTH_FAILURES] = FailedAuthentications(settings.auth_failure_limit, settings.auth_failure_window_s)
     app.cleanup_ctx.append(connections)
     app.cleanup_ctx.append(keys_kept_fresh(lambda key: app[KEY_CACHE].forget(key)))
     app.cleanup_ctx.append(file_sweeper)

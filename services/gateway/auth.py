@@ -1,4 +1,5 @@
-"""Bearer-key authentication: user and admin keys on user routes; worker and revoked keys never."""
+"""Bearer-key authentication: user and admin keys on user routes; worker and revoked keys never; an address that
+keeps presenting wrong keys is refused a while."""
 
 import time
 from dataclasses import dataclass, field
@@ -8,6 +9,7 @@ from aiohttp.typedefs import Handler
 
 from contracts.ids import hash_api_key
 from contracts.readmodel import ApiKeyRecord, UserRecord
+from services.gateway.auth_failures import count_failure, refuse_if_blocked
 from services.gateway.errors import ApiError
 from services.gateway.key_usage import KEY_USAGE
 from services.runtime.readmodel import ReadModel
@@ -51,12 +53,11 @@ class KeyCache:
 
 
 KEY_CACHE = web.AppKey("key_cache", KeyCache)
-REQUEST_PRINCIPAL = "principal"
+REQUEST_PRINCIPAL = web.RequestKey("principal", ApiKeyRecord)
 
 
 def principal(request: web.Request) -> ApiKeyRecord:
-    record: ApiKeyRecord = request[REQUEST_PRINCIPAL]
-    return record
+    return request[REQUEST_PRINCIPAL]
 
 
 def require_admin(request: web.Request) -> ApiKeyRecord:
@@ -67,24 +68,33 @@ def require_admin(request: web.Request) -> ApiKeyRecord:
     return record
 
 
+def _refusal(record: ApiKeyRecord | None) -> str | None:
+    """Why a presented key may not call the user API; None when it may."""
+    if record is None:
+        return "Incorrect API key provided."
+    if record.revoked:
+        return "This API key was revoked; ask an administrator for a new one."
+    if record.role == "worker":
+        return "Worker keys are for executors and cannot call the user API."
+    return None
+
+
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     if request.path in PUBLIC_PATHS or not request.path.startswith("/v1/"):
         return await handler(request)
+    refuse_if_blocked(request)
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(401, "You didn't provide an API key. Send it as 'Authorization: Bearer gk-…'.",
                        "authentication_error", "missing_api_key")
     record = await request.app[KEY_CACHE].lookup(token.strip())
-    if record is None:
-        raise ApiError(401, "Incorrect API key provided.", "authentication_error", "invalid_api_key")
-    if record.revoked:
-        raise ApiError(401, "This API key was revoked; ask an administrator for a new one.",
-                       "authentication_error", "invalid_api_key")
-    if record.role == "worker":
-        raise ApiError(401, "Worker keys are for executors and cannot call the user API.",
-                       "authentication_error", "invalid_api_key")
+    refusal = _refusal(record)
+    if refusal is not None:
+        count_failure(request)
+        raise ApiError(401, refusal, "authentication_error", "invalid_api_key")
+    assert record is not None
     request[REQUEST_PRINCIPAL] = record
     usage = request.app.get(KEY_USAGE)
     if usage is not None:

@@ -6,17 +6,34 @@ from aiohttp import web
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
+from contracts.api.anomaly import Anomaly
 from contracts.api.batch import Batch
 from contracts.api.batch_request import BatchCreateRequest
 from contracts.api.error import ErrorResponse
 from contracts.api.error_codes import BatchErrorSummary
 from contracts.api.file import FileDeleted, FileObject
 from contracts.api.model import Model
+from contracts.api.organization import (
+    ApiKey,
+    CreateKey,
+    CreateOrganization,
+    CreateUser,
+    CreateWorkerKey,
+    DeletedApiKey,
+    ModelAlias,
+    Organization,
+    User,
+)
 from contracts.api.page import ListPage
+from contracts.api.provider import Provider, ProviderExecutor, RegisterProvider
 
 JsonObject = dict[str, Any]
 MODELS: list[type[BaseModel]] = [Batch, BatchCreateRequest, BatchErrorSummary, ErrorResponse, FileDeleted,
                                  FileObject, Model, ListPage[Batch], ListPage[FileObject], ListPage[Model]]
+MODELS += [ApiKey, CreateKey, CreateOrganization, CreateUser, CreateWorkerKey, DeletedApiKey, ModelAlias,
+           Organization, User, ListPage[ApiKey], ListPage[ModelAlias], ListPage[Organization], ListPage[User]]
+MODELS += [Provider, ProviderExecutor, RegisterProvider, Anomaly, ListPage[Provider], ListPage[ProviderExecutor],
+           ListPage[Anomaly]]
 
 
 def _schemas() -> tuple[dict[type[BaseModel], JsonObject], JsonObject]:
@@ -62,6 +79,82 @@ def _op(op_id: str, summary: str, ok: JsonObject, params: list[JsonObject] | Non
     return operation
 
 
+def _admin(operation: JsonObject) -> JsonObject:
+    """An admin route: a user key gets 403."""
+    operation["responses"]["403"] = _json(ErrorResponse, "Not an admin key")
+    return operation
+
+
+def _body_of(model: type[BaseModel]) -> JsonObject:
+    return {"application/json": {"schema": _ref(model)}}
+
+
+def _admin_paths() -> JsonObject:
+    """Organisations, users, keys and worker keys: admin keys only."""
+    key_id, organization_id = _path_id("key_id"), _path_id("organization_id")
+    return {
+        "/v1/organization/organizations": {
+            "post": _admin(_op("createOrganization", "Create an organisation", _json(Organization),
+                               body=_body_of(CreateOrganization))),
+            "get": _admin(_op("listOrganizations", "Every organisation, the default one first",
+                              _json(ListPage[Organization]))),
+        },
+        "/v1/organization/organizations/{organization_id}": {"get": _admin(_op(
+            "retrieveOrganization", "One organisation", _json(Organization), [organization_id]))},
+        "/v1/organization/users": {
+            "post": _admin(_op("createUser", "Create a user, optionally limited to some models, in an organisation",
+                               _json(User), body=_body_of(CreateUser))),
+            "get": _admin(_op("listUsers", "Every user, or one organisation's", _json(ListPage[User]),
+                              [_query("organization_id", {"type": "string"})])),
+        },
+        "/v1/organization/keys": {
+            "post": _admin(_op("createKey", "Create a user or admin key; the raw value is in this answer only",
+                               _json(ApiKey), body=_body_of(CreateKey))),
+            "get": _admin(_op("listKeys", "Every user and admin key, without values", _json(ListPage[ApiKey]))),
+        },
+        "/v1/organization/keys/{key_id}": {"delete": _admin(_op(
+            "revokeKey", "Revoke a key; its live batches stop with authorization_revoked", _json(DeletedApiKey),
+            [key_id]))},
+        "/v1/provider/worker_keys": {
+            "post": _admin(_op("createWorkerKey", "Create an executor's key (wk-…); shown once", _json(ApiKey),
+                               body=_body_of(CreateWorkerKey))),
+            "get": _admin(_op("listWorkerKeys", "Every worker key, without values", _json(ListPage[ApiKey]))),
+        },
+        "/v1/provider/worker_keys/{key_id}": {"delete": _admin(_op(
+            "revokeWorkerKey", "Revoke a worker key", _json(DeletedApiKey), [key_id]))},
+    }
+
+
+def _provider_paths() -> JsonObject:
+    """The provider portal (any user or admin key; another's provider is 404) and the ledger's anomalies (admin)."""
+    provider_id, key_id = _path_id("provider_id"), _path_id("key_id")
+    keys = "/v1/provider/providers/{provider_id}/worker_keys"
+    return {
+        "/v1/provider/providers": {
+            "post": _op("registerProvider", "Register a provider owned by the caller's user (or key)",
+                        _json(Provider), body=_body_of(RegisterProvider)),
+            "get": _op("listProviders", "The providers the caller manages (admins: all)", _json(ListPage[Provider])),
+        },
+        "/v1/provider/providers/{provider_id}": {"get": _op("retrieveProvider", "One provider the caller manages",
+                                                            _json(Provider), [provider_id])},
+        keys: {
+            "post": _op("createProviderWorkerKey", "Create a worker key (wk-…) of the provider; shown once",
+                        _json(ApiKey), [provider_id], body=_body_of(CreateWorkerKey)),
+            "get": _op("listProviderWorkerKeys", "The provider's worker keys, without values", _json(ListPage[ApiKey]),
+                       [provider_id]),
+        },
+        keys + "/{key_id}": {"delete": _op("revokeProviderWorkerKey", "Revoke one of the provider's worker keys",
+                                           _json(DeletedApiKey), [provider_id, key_id])},
+        "/v1/provider/executors": {"get": _op(
+            "listProviderExecutors", "Executors that joined with a worker key of the caller's providers (admins: "
+            "every executor): models, memory, health, lines served", _json(ListPage[ProviderExecutor]),
+            [_query("provider_id", {"type": "string"})])},
+        "/v1/admin/anomalies": {"get": _admin(_op(
+            "listAnomalies", "Admin: facts the ledger refused (illegal transitions), newest first",
+            _json(ListPage[Anomaly])))},
+    }
+
+
 UPLOAD = {"multipart/form-data": {"schema": {
     "type": "object", "required": ["purpose", "file"],
     "properties": {"purpose": {"type": "string", "enum": ["batch"]},
@@ -78,12 +171,18 @@ def _paths() -> JsonObject:
         "/healthz": {"get": _op("healthz", "Liveness", {"description": "OK"}, public=True)},
         "/openapi.json": {"get": _op("openapi", "This document", {"description": "OK"}, public=True)},
         "/v1/models": {"get": _op("listModels", "The catalogue", _json(ListPage[Model]))},
+        "/v1/models/aliases": {"get": _op("listModelAliases", "Aliases of the models the key may use",
+                                          _json(ListPage[ModelAlias]))},
+        "/metrics": {"get": _op("metrics", "Prometheus metrics", {"description": "OK", "content": {
+            "text/plain": {"schema": {"type": "string"}}}}, public=True)},
+        **_admin_paths(),
+        **_provider_paths(),
         "/v1/models/{model_id}": {"get": _op("retrieveModel", "One model or alias", _json(Model),
                                              [_path_id("model_id")])},
         "/v1/files": {
             "post": _op("createFile", "Upload a JSONL file (deduplicated by content)", _json(FileObject),
                         body=UPLOAD),
-            "get": _op("listFiles", "The key's files", _json(ListPage[FileObject]),
+            "get": _op("listFiles", "The caller's files (any key of the same user)", _json(ListPage[FileObject]),
                        [AFTER, LIMIT, _query("order", {"type": "string", "enum": ["asc", "desc"]}),
                         _query("purpose", {"type": "string"})]),
         },
@@ -98,7 +197,7 @@ def _paths() -> JsonObject:
                         [{"name": "Idempotency-Key", "in": "header", "required": False,
                           "schema": {"type": "string", "minLength": 16, "maxLength": 80}}],
                         body={"application/json": {"schema": _ref(BatchCreateRequest)}}),
-            "get": _op("listBatches", "The key's batches, newest first", _json(ListPage[Batch]), [AFTER, LIMIT]),
+            "get": _op("listBatches", "The caller's batches, newest first", _json(ListPage[Batch]), [AFTER, LIMIT]),
         },
         "/v1/batches/{batch_id}": {"get": _op("retrieveBatch", "One batch", _json(Batch), [batch_id])},
         "/v1/batches/{batch_id}/cancel": {"post": _op("cancelBatch", "Cancel a batch", _json(Batch), [batch_id])},
@@ -107,10 +206,10 @@ def _paths() -> JsonObject:
         "/v1/batches/{batch_id}/events": {"get": _op("batchEvents", "The batch's events (SSE)", EVENTS, [batch_id])},
         "/v1/batches/{batch_id}/errors": {"get": _op("batchErrors", "Errors grouped by code, with fixes",
                                                      _json(BatchErrorSummary), [batch_id])},
-        "/v1/organization/overview": {"get": _op(
+        "/v1/organization/overview": {"get": _admin(_op(
             "systemOverview", "Admin, read-only: executors, batches per status, the queue with why each waits, "
             "running batches, consumer lag", {"description": "OK", "content": {"application/json": {
-                "schema": {"type": "object"}}}})},
+                "schema": {"type": "object"}}}}))},
     }
 
 

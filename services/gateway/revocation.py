@@ -20,7 +20,7 @@ async def revoke_key(bus: EventBus, read_model: ReadModel, key_sha256: str, by_k
     if not record.revoked:
         await bus.publish(KeyRevoked(aggregate_id=key_sha256[:32], key_sha256=key_sha256,
                                      revoked_by_key_id=by_key_id))
-    live = [r.batch.id for r in await read_model.list_batches()
+    live = [r.batch.id for r in await read_model.owner_batches(record.owner)  # its owner's index, not every batch
             if r.owner_key_id == record.key_id and r.batch.status not in ENDED]
     for batch_id in live:
         await bus.publish(BatchCancelRequested(

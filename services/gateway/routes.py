@@ -3,7 +3,17 @@
 from aiohttp import web
 
 from services.gateway.openapi import openapi_json
-from services.gateway.views import batches, errors, events, files, models, organization, overview
+from services.gateway.views import (
+    anomalies,
+    batches,
+    errors,
+    events,
+    files,
+    models,
+    organization,
+    overview,
+    provider,
+)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -30,6 +40,9 @@ ROUTES = [
     web.get("/v1/batches/{batch_id}/errors", errors.batch_errors),
     web.post("/v1/organization/users", organization.create_user),
     web.get("/v1/organization/users", organization.list_users),
+    web.post("/v1/organization/organizations", organization.create_organization),
+    web.get("/v1/organization/organizations", organization.list_organizations),
+    web.get("/v1/organization/organizations/{organization_id}", organization.retrieve_organization),
     web.post("/v1/organization/keys", organization.create_key),
     web.get("/v1/organization/keys", organization.list_keys),
     web.delete("/v1/organization/keys/{key_id}", organization.revoke_api_key),
@@ -37,4 +50,12 @@ ROUTES = [
     web.post("/v1/provider/worker_keys", organization.create_worker_key),
     web.get("/v1/provider/worker_keys", organization.list_worker_keys),
     web.delete("/v1/provider/worker_keys/{key_id}", organization.revoke_worker_key),
+    web.post("/v1/provider/providers", provider.register_provider),
+    web.get("/v1/provider/providers", provider.list_providers),
+    web.get("/v1/provider/providers/{provider_id}", provider.retrieve_provider),
+    web.post("/v1/provider/providers/{provider_id}/worker_keys", provider.create_provider_worker_key),
+    web.get("/v1/provider/providers/{provider_id}/worker_keys", provider.list_provider_worker_keys),
+    web.delete("/v1/provider/providers/{provider_id}/worker_keys/{key_id}", provider.revoke_provider_worker_key),
+    web.get("/v1/provider/executors", provider.list_executors),
+    web.get("/v1/admin/anomalies", anomalies.list_anomalies),
 ]

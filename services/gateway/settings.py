@@ -16,13 +16,18 @@ class GatewaySettings(ServiceSettings):
     read_your_writes_s: float = 5.0
     """How long a create waits for the ledger to show what it just published."""
     storage_quota_bytes: int = 10 * 1024 * 1024 * 1024
-    """Bytes of files one key may keep stored; output files count but are never refused."""
+    """Bytes of files one owner (a user, or a key without one) may keep stored; output files count but are never
+    refused."""
     batch_file_ttl_s: int = 30 * 24 * 3600
     """How long an uploaded batch file lives unless the upload's `expires_after` says otherwise."""
     file_sweep_interval_s: float = 60.0
     """How often expired files are deleted; 0 turns the sweeper off."""
     max_active_batches: int = 100
-    """Batches one key may have that have not ended yet."""
+    """Batches one owner (a user, or a key without one) may have that have not ended yet."""
     control_calls_per_s: float = 10.0
     """Sustained rate of control calls (create, cancel, delete) per key; reads and lines never count."""
     control_call_burst: int = 50
+    auth_failure_limit: int = 100
+    """Wrong or unknown keys one client address may present within `auth_failure_window_s`; past it, 429
+    `too_many_failed_authentications` for every key until the window passes. 0 turns the limit off."""
+    auth_failure_window_s: float = 60.0

@@ -24,7 +24,7 @@ async def sweep_expired_files(d: Deps, now: float | None = None) -> list[str]:
     for record in await d.read_model.list_files():
         if record.deleted or not is_expired(record, now):
             continue
-        if await live_batch_using(d, record.owner_key_id, record.file.id) is not None:
+        if await live_batch_using(d, record.owner, record.file.id) is not None:
             continue  # the batch still reads it; swept once the batch ends
         await delete_stored_file(d, record)
         swept.append(record.file.id)

@@ -1,4 +1,4 @@
-"""The ledger's smaller aggregates: File, ApiKey, User, Executor, and the EVENTS stream's hash chain.
+"""The ledger's smaller aggregates: File, ApiKey, User, Executor, Provider, and the EVENTS stream's hash chain.
 
 File and ApiKey moved here from `domainmodel`; `register_stable_topics` keeps their stored topics resolving.
 """
@@ -35,8 +35,8 @@ class File(Folded):
 
 
 class ApiKey(Folded):
-    class_version = 2
-    """v2 added `user_id`, `created_at` and `revoked`; older snapshots are upcast."""
+    class_version = 3
+    """v2 added `user_id`, `created_at` and `revoked`; v3 `provider_id`. Older snapshots are upcast."""
 
     @staticmethod
     def upcast_v1_v2(state: dict[str, Any]) -> None:
@@ -44,11 +44,15 @@ class ApiKey(Folded):
         state.setdefault("created_at", 0)
         state.setdefault("revoked", False)
 
+    @staticmethod
+    def upcast_v2_v3(state: dict[str, Any]) -> None:
+        state.setdefault("provider_id", None)
+
     @event("Created")
     def __init__(self, key_sha256: str, sequence: int, role: str, label: str, user_id: str | None = None,
-                 created_at: int = 0) -> None:
+                 created_at: int = 0, provider_id: str | None = None) -> None:
         self.key_sha256, self.role, self.label, self.user_id = key_sha256, role, label, user_id
-        self.created_at, self.revoked = created_at, False
+        self.created_at, self.revoked, self.provider_id = created_at, False, provider_id
         self.last_sequence, self.anomalies = sequence, []
 
     @classmethod
@@ -65,12 +69,20 @@ class ApiKey(Folded):
 
 
 class User(Folded):
-    """A user: the keys acting for them share its model access."""
+    """A user: the keys acting for them share its model access, and what any of them creates."""
+
+    class_version = 2
+    """v2 added `organization_id`; older snapshots are upcast (None: the default organisation)."""
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        state.setdefault("organization_id", None)
 
     @event("Created")
     def __init__(self, user_id: str, sequence: int, display_name: str, allowed_models: list[str] | None,
-                 created_at: int) -> None:
+                 created_at: int, organization_id: str | None = None) -> None:
         self.user_id, self.display_name, self.created_at = user_id, display_name, created_at
+        self.organization_id = organization_id
         self.allowed_models = None if allowed_models is None else list(allowed_models)
         self.last_sequence, self.anomalies = sequence, []
 
@@ -80,31 +92,44 @@ class User(Folded):
 
 
 class Executor(Folded):
-    """An executor's registrations (one per process start) and losses, for audits of who ran what."""
+    """An executor's registrations (one per process start) and losses, for audits of who ran what, and the lines
+    its attempts made durable."""
+
+    class_version = 2
+    """v2 added `worker_key_id`, `last_heartbeat_at` and `lines_served`; older snapshots are upcast."""
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        state.setdefault("worker_key_id", None)
+        state.setdefault("last_heartbeat_at", None)
+        state.setdefault("lines_served", 0)
 
     @event("Registered")
     def __init__(self, executor_id: str, sequence: int, engine: str, engine_version: str, models: list[str],
-                 started_at: int) -> None:
+                 started_at: int, worker_key_id: str | None = None) -> None:
         self.executor_id, self.last_sequence, self.anomalies = executor_id, sequence, []
         self.engine, self.engine_version, self.models = engine, engine_version, list(models)
         self.started_at, self.status, self.registrations = started_at, "online", 1
+        self.worker_key_id = worker_key_id
+        self.last_heartbeat_at: int | None = None
+        self.lines_served = 0
 
     @classmethod
     def create_id(cls, executor_id: str) -> UUID:
         return aggregate_id("executor", executor_id)
 
     def register_again(self, sequence: int, engine: str, engine_version: str, models: list[str],
-                       started_at: int) -> None:
+                       started_at: int, worker_key_id: str | None = None) -> None:
         if not self.has_folded(sequence):
             self._registered_again(sequence=sequence, engine=engine, engine_version=engine_version,
-                                   models=models, started_at=started_at)
+                                   models=models, started_at=started_at, worker_key_id=worker_key_id)
 
     @event("RegisteredAgain")
     def _registered_again(self, sequence: int, engine: str, engine_version: str, models: list[str],
-                          started_at: int) -> None:
+                          started_at: int, worker_key_id: str | None = None) -> None:
         self.last_sequence, self.status, self.registrations = sequence, "online", self.registrations + 1
         self.engine, self.engine_version, self.models = engine, engine_version, list(models)
-        self.started_at = started_at
+        self.started_at, self.worker_key_id = started_at, worker_key_id
 
     def lose(self, sequence: int, last_heartbeat_at: int) -> None:
         if not self.refuses(sequence, "lost", self.status, ("online",)):
@@ -113,6 +138,29 @@ class Executor(Folded):
     @event("Lost")
     def _lost(self, sequence: int, last_heartbeat_at: int) -> None:
         self.last_sequence, self.status, self.last_heartbeat_at = sequence, "lost", last_heartbeat_at
+
+    @event("Served")
+    def serve(self, lines: int) -> None:
+        """Its attempts made `lines` more lines durable. Exactly once because the batch applies each progress fact
+        once; no sequence is kept, since progress is applied at a group's end, out of stream order with this."""
+        self.lines_served += lines
+
+
+class Provider(Folded):
+    """A provider: who owns it (a user, or the one key that registered it); its worker keys name it."""
+
+    class_version = 1
+
+    @event("Registered")
+    def __init__(self, provider_id: str, sequence: int, display_name: str, owner_key_id: str,
+                 owner_user_id: str | None, created_at: int) -> None:
+        self.provider_id, self.display_name, self.created_at = provider_id, display_name, created_at
+        self.owner_key_id, self.owner_user_id = owner_key_id, owner_user_id
+        self.last_sequence, self.anomalies = sequence, []
+
+    @classmethod
+    def create_id(cls, provider_id: str) -> UUID:
+        return aggregate_id("provider", provider_id)
 
 
 CHAIN_ID = aggregate_id("chain", "EVENTS")
@@ -142,7 +190,7 @@ class StreamChain(Aggregate):
 
 def register_stable_topics() -> None:
     """Let topics stored under TOPIC_MODULE resolve even after these classes move to another module."""
-    for aggregate in (Folded, Batch, File, ApiKey, User, Executor, StreamChain):
+    for aggregate in (Folded, Batch, File, ApiKey, User, Executor, Provider, StreamChain):
         if aggregate.__module__ == TOPIC_MODULE:
             continue
         register_topic(f"{TOPIC_MODULE}:{aggregate.__qualname__}", aggregate)

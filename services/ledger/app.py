@@ -6,6 +6,7 @@ import logging
 from contracts.subjects import EVENTS_STREAM, LEDGER_NAME
 from services.ledger.application import Ledger
 from services.ledger.handlers import Folder, follow, read_model_sink, stop_reading
+from services.ledger.reindex import index_owners
 from services.ledger.settings import LedgerSettings
 from services.runtime.bus import EventBus
 from services.runtime.readmodel import ReadModel
@@ -27,6 +28,7 @@ class LedgerApp:
         try:
             read_model = await ReadModel.open(bus)
             checkpoint = await asyncio.to_thread(ledger.checkpoint)
+            await index_owners(bus, ledger, read_model_sink(read_model), checkpoint)
             folder = self.folder = Folder(ledger, read_model_sink(read_model), checkpoint,
                                           self.settings.group_size)
             head = (await bus.js.stream_info(EVENTS_STREAM)).state.last_seq

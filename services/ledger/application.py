@@ -91,7 +91,7 @@ class Ledger(FoldingRules, Application[UUID]):
                 aggregate = None if event is None else self._apply(fact.sequence, event, touched)
                 if aggregate is not None:
                     touched[aggregate.id] = aggregate
-            self._flush_progress()
+            self._flush_progress(touched)
             if new:
                 self._extend(chain, new)
             pending: list[Aggregate] = [*touched.values(), chain]

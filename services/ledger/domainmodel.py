@@ -139,23 +139,55 @@ class Batch(Folded):
         self.times["failed_at"] = at
         self.status_reason = f"{error_count} of {total_lines} input lines failed validation"
 
-    def assign(self, sequence: int, executor_id: str, attempt: int) -> None:
+    def assign(self, sequence: int, executor_id: str, attempt: int, shard: int = 0) -> None:
         if self.refuses(sequence, "assigned", self.status, ("validated", "in_progress")):
             return
         if attempt <= self.attempt:
             self.note_anomaly(sequence, "assigned", f"attempt {attempt} is not after attempt {self.attempt}")
             return
         self._assigned(sequence=sequence, executor_id=executor_id, attempt=attempt)
+        self._attempt_opened(attempt=attempt, shard=shard)
+
+    @event("AttemptOpened")
+    def _attempt_opened(self, attempt: int, shard: int) -> None:
+        # State added with sharding: aggregates folded before it lack it (getattr), and keep the old rules.
+        self.attempt_shards = {**getattr(self, "attempt_shards", {}), str(attempt): shard}
+        self.live_attempts = sorted({*getattr(self, "live_attempts", []), attempt})
+
+    def _superseded(self, attempt: int) -> bool:
+        """A later attempt was assigned to the same shard."""
+        shards: dict[str, int] = getattr(self, "attempt_shards", {})
+        if not shards:
+            return attempt < self.attempt
+        shard = shards.get(str(attempt), 0)
+        return any(int(other) > attempt and other_shard == shard for other, other_shard in shards.items())
+
+    def _close_attempt(self, attempt: int) -> bool:
+        """Forget a live attempt; True when none is left running (with pre-sharding state: the latest ended)."""
+        live: list[int] | None = getattr(self, "live_attempts", None)
+        if live is None:
+            return attempt >= self.attempt
+        self.live_attempts = [other for other in live if other != attempt]
+        return not self.live_attempts
 
     @event("Assigned")
     def _assigned(self, sequence: int, executor_id: str, attempt: int) -> None:
         self.last_sequence, self.executor_id, self.attempt = sequence, executor_id, attempt
+        self._note_runner(attempt, executor_id)
+
+    def _note_runner(self, attempt: int, executor_id: str) -> None:
+        # Snapshots from before this map existed lack it; string keys survive the JSON of a snapshot.
+        self.attempt_executors = {**getattr(self, "attempt_executors", {}), str(attempt): executor_id}
+
+    def executor_of(self, attempt: int) -> str | None:
+        """The executor that ran `attempt`; the latest one when it was never recorded (attempt 0, old state)."""
+        return getattr(self, "attempt_executors", {}).get(str(attempt)) or self.executor_id
 
     def start(self, sequence: int, at: int, executor_id: str, attempt: int, engine: str,
               engine_version: str) -> None:
         if self.refuses(sequence, "started", self.status, ("validated", "in_progress")):
             return
-        if attempt < self.attempt or attempt in self.failed_attempts():
+        if self._superseded(attempt) or attempt in self.failed_attempts():
             self.note_anomaly(sequence, "started", f"attempt {attempt} is stale (latest is {self.attempt})")
             return
         self._started(sequence=sequence, at=at, executor_id=executor_id, attempt=attempt, engine=engine,
@@ -167,6 +199,7 @@ class Batch(Folded):
         self.last_sequence, self.status, self.status_reason = sequence, "in_progress", None
         self.executor_id, self.attempt = executor_id, max(self.attempt, attempt)
         self.engine, self.engine_version = engine, engine_version
+        self._note_runner(attempt, executor_id)
         self.times.setdefault("in_progress_at", at)
 
     def may_progress(self, sequence: int) -> bool:
@@ -177,28 +210,50 @@ class Batch(Folded):
         # Results of a lost attempt are durable too (the next attempt skips them): counted while it waits.
         return ("in_progress", "cancelling", "validated") if self.attempt else ("in_progress",)
 
-    def progress(self, sequence: int, attempt: int, completed: int, failed: int) -> None:
+    def progress(self, sequence: int, attempt: int, completed: int, failed: int, shard: int = 0) -> None:
         if not self.refuses(sequence, "progressed", self.status, self._progress_allowed()):
-            self._progressed(sequence=sequence, attempt=attempt, completed=completed, failed=failed)
+            self._progressed(sequence=sequence, attempt=attempt, completed=completed, failed=failed, shard=shard)
 
     class Progressed(Aggregate.Event):
-        """v2 added `attempt`: which attempt made these lines durable (0 = not recorded)."""
+        """v2 added `attempt`: which attempt made these lines durable (0 = not recorded); v3 `shard`."""
 
-        class_version = 2
+        class_version = 3
         sequence: int
         attempt: int
         completed: int
         failed: int
+        shard: int
 
         @staticmethod
         def upcast_v1_v2(state: dict[str, Any]) -> None:
             state["attempt"] = 0
 
+        @staticmethod
+        def upcast_v2_v3(state: dict[str, Any]) -> None:
+            state["shard"] = 0
+
     @event(Progressed)
-    def _progressed(self, sequence: int, attempt: int, completed: int, failed: int) -> None:
-        # Counts are cumulative over the batch; a late chunk of an older attempt never lowers them.
+    def _progressed(self, sequence: int, attempt: int, completed: int, failed: int, shard: int) -> None:
+        # Counts are cumulative per shard; a late chunk of an older attempt never lowers them.
         self.last_sequence = sequence
-        self.completed, self.failed = max(self.completed, completed), max(self.failed, failed)
+        counts: dict[str, list[int]] = dict(getattr(self, "shard_counts", None) or {"0": [self.completed,
+                                                                                       self.failed]})
+        done, failures = counts.get(str(shard), [0, 0])
+        counts[str(shard)] = [max(done, completed), max(failures, failed)]
+        self.shard_counts = counts
+        self.completed = sum(pair[0] for pair in counts.values())
+        self.failed = sum(pair[1] for pair in counts.values())
+
+    def finish_shard(self, sequence: int, attempt: int, shard: int, stopped: bool) -> None:
+        if not self.refuses(sequence, "shard_finished", self.status, (*RUNNING, "cancelling", "validated")):
+            self._shard_finished(sequence=sequence, attempt=attempt, shard=shard, stopped=stopped)
+
+    @event("ShardFinished")
+    def _shard_finished(self, sequence: int, attempt: int, shard: int, stopped: bool) -> None:
+        self.last_sequence = sequence
+        self._close_attempt(attempt)
+        if not stopped:
+            self.finished_shards = sorted({*getattr(self, "finished_shards", []), shard})
 
     def finalize(self, sequence: int, at: int) -> None:
         if not self.refuses(sequence, "finalizing", self.status, ("in_progress",)):
@@ -263,8 +318,8 @@ class Batch(Folded):
         self.last_sequence = sequence
         self.attempt_failures.append({"sequence": sequence, "attempt": attempt, "executor_id": executor_id,
                                       "code": code, "reason": reason})
-        if attempt >= self.attempt and self.status in RUNNING:
-            # Back in the queue until the scheduler assigns a later attempt.
+        if self._close_attempt(attempt) and self.status in RUNNING:
+            # Back in the queue (no shard runs) until the scheduler assigns a later attempt.
             self.status, self.status_reason = "validated", reason
 
     def failed_attempts(self) -> set[int]:

@@ -9,7 +9,7 @@ from contracts.readmodel import BatchRecord, FileRecord, UserRecord
 from services.ledger.application import Ledger
 from services.ledger.chain import Fact
 from services.ledger.observe import record_fold
-from services.ledger.projection import Projection, project
+from services.ledger.projection import KeyProjection, Projection, new_anomalies, project, projection_key
 from services.runtime.bus import EventBus
 from services.runtime.follower import OrderedReader
 from services.runtime.readmodel import ReadModel
@@ -90,8 +90,9 @@ class Folder:
             self._advanced.notify_all()
 
     def _fold_sync(self, facts: list[Fact]) -> list[Projection]:
-        projections = (project(aggregate) for aggregate in self.ledger.fold_facts(facts))
-        return [projection for projection in projections if projection is not None]
+        touched = self.ledger.fold_facts(facts)
+        projections = [p for p in (project(a, self.ledger.user_of_key) for a in touched) if p is not None]
+        return [*projections, *new_anomalies(touched, facts)]
 
 
 async def follow(bus: EventBus, folder: Folder, stop: asyncio.Event) -> None:
@@ -119,8 +120,10 @@ def read_model_sink(read_model: ReadModel) -> Sink:
             await read_model.put_file(projection)
         elif isinstance(projection, UserRecord):
             await read_model.put_user(projection)
-        else:
+        elif isinstance(projection, KeyProjection):
             await read_model.put_api_key(projection.key_sha256, projection.record)
+        else:
+            await read_model.put(projection_key(projection), projection)
 
     async def sink(projections: list[Projection]) -> None:
         await asyncio.gather(*(put(projection) for projection in projections))

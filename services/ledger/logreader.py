@@ -6,6 +6,7 @@ from datetime import datetime
 
 import nats.errors
 from nats.aio.msg import Msg
+from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from contracts.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
@@ -35,7 +36,9 @@ async def read_log(bus: EventBus, subject: str = EVENTS_SUBJECTS, start_sequence
             try:
                 message = await subscription.next_msg(timeout=QUIET_S)
             except nats.errors.TimeoutError:
-                return
+                if await _nothing_pending(subscription):
+                    return
+                continue  # a loaded server or client may pause longer than QUIET_S: keep reading
             metadata = message.metadata
             if metadata.sequence.stream > head:
                 return
@@ -44,6 +47,16 @@ async def read_log(bus: EventBus, subject: str = EVENTS_SUBJECTS, start_sequence
                 return
     finally:
         await subscription.unsubscribe()
+
+
+async def _nothing_pending(subscription: JetStreamContext.PushSubscription) -> bool:
+    """Whether the consumer has delivered everything it matched (a quiet spell is not proof of it)."""
+    try:
+        info = await subscription.consumer_info()
+    except nats.errors.Error as error:
+        log.warning("cannot tell whether the log read is complete (%r); ending it", error)
+        return True
+    return not info.num_pending and not info.num_ack_pending
 
 
 def fact_of(message: Msg) -> Fact:

@@ -1,14 +1,28 @@
 """Aggregates → the OpenAI-shaped records the gateway reads from the read model."""
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from contracts.api.batch import Batch as BatchObject
 from contracts.api.file import FileObject
+from contracts.events.registry import decode_event
 from contracts.ids import key_id_for_hash
-from contracts.readmodel import ApiKeyRecord, BatchRecord, FileRecord, UserRecord
+from contracts.readmodel import (
+    AnomalyKind,
+    AnomalyRecord,
+    ApiKeyRecord,
+    BatchRecord,
+    ExecutorRecord,
+    FileRecord,
+    OrganizationRecord,
+    ProviderRecord,
+    UserRecord,
+)
 from contracts.subjects import read_model_key
-from services.ledger.aggregates import ApiKey, File, User
+from services.ledger.aggregates import ApiKey, Executor, File, Provider, User
+from services.ledger.chain import Fact
 from services.ledger.domainmodel import Batch, Folded
+from services.ledger.membership import Organization
 
 
 @dataclass(frozen=True)
@@ -17,19 +31,28 @@ class KeyProjection:
     record: ApiKeyRecord
 
 
-Projection = BatchRecord | FileRecord | UserRecord | KeyProjection
+Projection = (BatchRecord | FileRecord | UserRecord | KeyProjection | ProviderRecord | ExecutorRecord | AnomalyRecord
+              | OrganizationRecord)
+UserOfKey = Callable[[str], str | None]
+"""A key's user by the key's public id (None: a key without one): what a key creates is its user's."""
 
 
-def project(aggregate: Folded) -> Projection | None:
-    """The read-model record of an aggregate; None for those only operators read (executors)."""
+def project(aggregate: Folded, user_of_key: UserOfKey) -> Projection | None:
+    """The read-model record of an aggregate; None for an aggregate without one."""
     if isinstance(aggregate, Batch):
-        return batch_record(aggregate)
+        return batch_record(aggregate, user_of_key(aggregate.owner_key_id))
     if isinstance(aggregate, File):
-        return file_record(aggregate)
+        return file_record(aggregate, user_of_key(aggregate.owner_key_id))
+    if isinstance(aggregate, Organization):
+        return organization_record(aggregate)
     if isinstance(aggregate, ApiKey):
         return KeyProjection(aggregate.key_sha256, api_key_record(aggregate))
     if isinstance(aggregate, User):
         return user_record(aggregate)
+    if isinstance(aggregate, Provider):
+        return provider_record(aggregate)
+    if isinstance(aggregate, Executor):
+        return executor_record(aggregate)
     return None
 
 
@@ -41,10 +64,18 @@ def projection_key(projection: Projection) -> str:
         return read_model_key("file", projection.file.id)
     if isinstance(projection, UserRecord):
         return read_model_key("user", projection.user_id)
+    if isinstance(projection, OrganizationRecord):
+        return read_model_key("organization", projection.organization_id)
+    if isinstance(projection, ProviderRecord):
+        return read_model_key("provider", projection.provider_id)
+    if isinstance(projection, ExecutorRecord):
+        return read_model_key("executor", projection.executor_id)
+    if isinstance(projection, AnomalyRecord):
+        return read_model_key("anomaly", f"{projection.sequence}.{projection.aggregate_kind}")
     return read_model_key("apikey", projection.key_sha256)
 
 
-def batch_record(batch: Batch) -> BatchRecord:
+def batch_record(batch: Batch, owner_user_id: str | None = None) -> BatchRecord:
     errors = None
     if batch.error_total:
         errors = {"data": batch.errors, "total": batch.error_total, "counts_by_code": batch.counts_by_code}
@@ -77,7 +108,8 @@ def batch_record(batch: Batch) -> BatchRecord:
             "status_reason": held_reason(batch) or batch.status_reason,
         }
     )
-    return BatchRecord(owner_key_id=batch.owner_key_id, batch=obj, last_sequence=batch.last_sequence)
+    return BatchRecord(owner_key_id=batch.owner_key_id, owner_user_id=owner_user_id, batch=obj,
+                       last_sequence=batch.last_sequence)
 
 
 def held_reason(batch: Batch) -> str | None:
@@ -86,7 +118,7 @@ def held_reason(batch: Batch) -> str | None:
     return None
 
 
-def file_record(file: File) -> FileRecord:
+def file_record(file: File, owner_user_id: str | None = None) -> FileRecord:
     obj = FileObject.model_validate(
         {
             "id": file.file_id,
@@ -101,6 +133,7 @@ def file_record(file: File) -> FileRecord:
     )
     return FileRecord(
         owner_key_id=file.owner_key_id,
+        owner_user_id=owner_user_id,
         object_key=file.object_key,
         sha256=file.sha256,
         deleted=file.deleted,
@@ -111,10 +144,65 @@ def file_record(file: File) -> FileRecord:
 def api_key_record(key: ApiKey) -> ApiKeyRecord:
     return ApiKeyRecord.model_validate(
         {"key_id": key_id_for_hash(key.key_sha256), "role": key.role, "label": key.label, "user_id": key.user_id,
-         "revoked": key.revoked, "created_at": key.created_at or None}
+         "provider_id": key.provider_id, "revoked": key.revoked, "created_at": key.created_at or None}
     )
 
 
 def user_record(user: User) -> UserRecord:
     return UserRecord(user_id=user.user_id, display_name=user.display_name, allowed_models=user.allowed_models,
-                      created_at=user.created_at)
+                      created_at=user.created_at, organization_id=user.organization_id)
+
+
+def organization_record(organization: Organization) -> OrganizationRecord:
+    return OrganizationRecord(organization_id=organization.organization_id,
+                              display_name=organization.display_name, created_at=organization.created_at)
+
+
+def provider_record(provider: Provider) -> ProviderRecord:
+    return ProviderRecord(provider_id=provider.provider_id, display_name=provider.display_name,
+                          owner_key_id=provider.owner_key_id, owner_user_id=provider.owner_user_id,
+                          created_at=provider.created_at)
+
+
+def executor_record(executor: Executor) -> ExecutorRecord:
+    return ExecutorRecord.model_validate(
+        {"executor_id": executor.executor_id, "engine": executor.engine, "engine_version": executor.engine_version,
+         "models": executor.models, "worker_key_id": executor.worker_key_id, "status": executor.status,
+         "started_at": executor.started_at, "last_heartbeat_at": executor.last_heartbeat_at,
+         "lines_served": executor.lines_served}
+    )
+
+
+def aggregate_ref(aggregate: Folded) -> tuple[AnomalyKind, str]:
+    """How operators name an aggregate: the kind of its facts and its public id (a key's id, never its hash)."""
+    if isinstance(aggregate, Batch):
+        return "batch", aggregate.batch_id
+    if isinstance(aggregate, File):
+        return "file", aggregate.file_id
+    if isinstance(aggregate, ApiKey):
+        return "key", key_id_for_hash(aggregate.key_sha256)
+    if isinstance(aggregate, User):
+        return "user", aggregate.user_id
+    if isinstance(aggregate, Executor):
+        return "executor", aggregate.executor_id
+    if isinstance(aggregate, Provider):
+        return "provider", aggregate.provider_id
+    if isinstance(aggregate, Organization):
+        return "organization", aggregate.organization_id
+    raise TypeError(f"no public name for a {type(aggregate).__name__}")
+
+
+def new_anomalies(touched: Iterable[Folded], facts: Sequence[Fact]) -> list[AnomalyRecord]:
+    """The anomalies that folding `facts` noted, timed by the refused fact (so a replay writes the same)."""
+    sequences = {fact.sequence: fact for fact in facts}
+    records = []
+    for aggregate in touched:
+        for anomaly in aggregate.anomalies:
+            fact = sequences.get(anomaly["sequence"])
+            if fact is None:
+                continue
+            kind, ident = aggregate_ref(aggregate)
+            records.append(AnomalyRecord(sequence=fact.sequence, aggregate_kind=kind, aggregate_id=ident,
+                                         event_type=f"{kind}.{anomaly['fact']}", reason=anomaly["reason"],
+                                         occurred_at=decode_event(fact.data).occurred_at // 1000))
+    return records

@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 import nats.js.errors
 from pydantic import BaseModel
 
+from contracts.readmodel import BatchRecord, FileRecord
 from contracts.subjects import EVENTS_STREAM
 from services.ledger.application import Ledger, persistence_env
 from services.ledger.handlers import Folder, follow, stop_reading
 from services.ledger.projection import KeyProjection, Projection, projection_key
 from services.runtime.bus import EventBus
-from services.runtime.readmodel import ReadModel
+from services.runtime.readmodel import ReadModel, owner_copy
 
 
 def _record(projection: Projection) -> BaseModel:
@@ -43,6 +44,12 @@ async def replay_into_scratch(bus: EventBus, group_size: int = 1000) -> Replayed
     async def collect(projections: list[Projection]) -> None:
         for projection in projections:
             replayed.records[projection_key(projection)] = _record(projection)
+            if isinstance(projection, BatchRecord | FileRecord):
+                copy_key, kept = owner_copy(projection)
+                if kept:
+                    replayed.records[copy_key] = projection
+                else:
+                    replayed.records.pop(copy_key, None)
 
     ledger = Ledger(persistence_env(None))
     folder = Folder(ledger, collect, start_after=0, group_size=group_size)

@@ -21,13 +21,18 @@ from contracts.events.batch import (
     BatchValidationFailed,
     BatchWaiting,
     LineRejected,
+    ShardFinished,
 )
 from contracts.events.envelope import Event
 from contracts.events.executor import ExecutorLost, ExecutorRegistered
 from contracts.events.file import FileDeleted, FileStored
 from contracts.events.key import KeyCreated, KeyRevoked, UserCreated
-from services.ledger.aggregates import ApiKey, Executor, File, User
+from contracts.events.organization import OrganizationCreated
+from contracts.events.provider import ProviderRegistered
+from contracts.ids import key_id_for_hash
+from services.ledger.aggregates import ApiKey, Executor, File, Provider, User
 from services.ledger.domainmodel import Batch, Folded, aggregate_id
+from services.ledger.membership import KeyOwner, Organization
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +43,8 @@ _UNFOLDED: set[str] = set()
 class FoldingRules:
     """Mixed into the Ledger, which supplies `_get` (touched, cached or stored aggregates)."""
 
-    _pending_progress: dict[UUID, tuple[Batch, BatchProgressed, int]]
-    """Per batch, the latest of a run of progress facts not applied yet, and its sequence."""
+    _pending_progress: dict[UUID, dict[int, tuple[Batch, BatchProgressed, int]]]
+    """Per batch and shard, the latest of a run of progress facts not applied yet, and its sequence."""
 
     def _get(self, cls: type[A], ident: UUID, touched: dict[UUID, Folded]) -> A | None:
         raise NotImplementedError
@@ -47,23 +52,36 @@ class FoldingRules:
     def _defer_progress(self, batch: Batch, seq: int, fact: BatchProgressed) -> None:
         # Progress facts dominate a busy stream; a run of them folds into one aggregate event with the same
         # result (counts are cumulative and never lowered), whatever the group boundaries were.
-        pending = self._pending_progress.get(batch.id)
+        # Counts are cumulative per shard, so only one shard's facts merge.
+        shards = self._pending_progress.setdefault(batch.id, {})
+        pending = shards.get(fact.shard)
         if pending is not None:
             earlier = pending[1]
             fact = fact.model_copy(update={"completed": max(fact.completed, earlier.completed),
                                            "failed": max(fact.failed, earlier.failed)})
-        self._pending_progress[batch.id] = (batch, fact, seq)
+        shards[fact.shard] = (batch, fact, seq)
 
-    def _flush_progress(self, ident: UUID | None = None) -> None:
+    def _flush_progress(self, touched: dict[UUID, Folded], ident: UUID | None = None) -> None:
         """Apply deferred progress: one batch's before its next other fact, or every batch's at a group's end."""
         if ident is None:
-            due = list(self._pending_progress.values())
+            due = [each for shards in self._pending_progress.values() for each in shards.values()]
             self._pending_progress.clear()
         else:
-            one = self._pending_progress.pop(ident, None)
-            due = [] if one is None else [one]
-        for batch, fact, seq in due:
-            batch.progress(seq, fact.attempt, fact.completed, fact.failed)
+            due = list(self._pending_progress.pop(ident, {}).values())
+        for batch, fact, seq in sorted(due, key=lambda pending: pending[2]):
+            self._progress(batch, seq, fact, touched)
+
+    def _progress(self, batch: Batch, seq: int, fact: BatchProgressed, touched: dict[UUID, Folded]) -> None:
+        """Apply progress, and credit the lines it made durable to the executor that ran the attempt."""
+        before = batch.completed + batch.failed
+        batch.progress(seq, fact.attempt, fact.completed, fact.failed, fact.shard)
+        served = batch.completed + batch.failed - before  # zero for a fact applied before: credited once
+        executor_id = batch.executor_of(fact.attempt)
+        if served > 0 and executor_id is not None:
+            executor = self._get(Executor, aggregate_id("executor", executor_id), touched)
+            if executor is not None:
+                executor.serve(served)
+                touched[executor.id] = executor
 
     def _apply(self, seq: int, fact: Event, touched: dict[UUID, Folded]) -> Folded | None:
         at = fact.occurred_at // 1000
@@ -80,9 +98,10 @@ class FoldingRules:
                     filename=fact.filename, purpose=fact.purpose, size=fact.bytes, sha256=fact.sha256,
                     object_key=fact.object_key, created_at=fact.created_at, expires_at=fact.expires_at)
             case KeyCreated():
+                self._note_key_owner(seq, fact, touched)
                 return self._found_again(ApiKey, "apikey", fact.key_sha256, seq, fact, touched) or ApiKey(
                     key_sha256=fact.key_sha256, sequence=seq, role=fact.role, label=fact.label,
-                    user_id=fact.user_id, created_at=at)
+                    user_id=fact.user_id, created_at=at, provider_id=fact.provider_id)
             case KeyRevoked():
                 key = self._get(ApiKey, aggregate_id("apikey", fact.key_sha256), touched)
                 if key is None:
@@ -93,7 +112,15 @@ class FoldingRules:
             case UserCreated():
                 return self._found_again(User, "user", fact.aggregate_id, seq, fact, touched) or User(
                     user_id=fact.aggregate_id, sequence=seq, display_name=fact.display_name,
-                    allowed_models=fact.allowed_models, created_at=at)
+                    allowed_models=fact.allowed_models, created_at=at, organization_id=fact.organization_id)
+            case OrganizationCreated():
+                return self._found_again(Organization, "organization", fact.aggregate_id, seq, fact, touched) or \
+                    Organization(organization_id=fact.aggregate_id, sequence=seq, display_name=fact.display_name,
+                                 created_at=at)
+            case ProviderRegistered():
+                return self._found_again(Provider, "provider", fact.aggregate_id, seq, fact, touched) or Provider(
+                    provider_id=fact.aggregate_id, sequence=seq, display_name=fact.display_name,
+                    owner_key_id=fact.owner_key_id, owner_user_id=fact.owner_user_id, created_at=at)
             case FileDeleted():
                 file = self._existing(File, "file", seq, fact, touched)
                 if file is not None:
@@ -105,8 +132,9 @@ class FoldingRules:
                 if found is None:
                     return Executor(executor_id=fact.aggregate_id, sequence=seq, engine=advert.engine,
                                     engine_version=advert.engine_version, models=advert.models,
-                                    started_at=fact.started_at)
-                found.register_again(seq, advert.engine, advert.engine_version, advert.models, fact.started_at)
+                                    started_at=fact.started_at, worker_key_id=fact.worker_key_id)
+                found.register_again(seq, advert.engine, advert.engine_version, advert.models, fact.started_at,
+                                     fact.worker_key_id)
                 return found
             case ExecutorLost():
                 executor = self._existing(Executor, "executor", seq, fact, touched)
@@ -121,7 +149,7 @@ class FoldingRules:
         if isinstance(fact, BatchProgressed) and batch.may_progress(seq):
             self._defer_progress(batch, seq, fact)
             return batch
-        self._flush_progress(batch.id)
+        self._flush_progress(touched, batch.id)
         match fact:
             case LineRejected():
                 batch.reject_line(seq, fact.line, fact.code, fact.param, fact.message)
@@ -130,11 +158,13 @@ class FoldingRules:
             case BatchValidationFailed():
                 batch.fail_validation(seq, at, fact.total_lines, fact.error_count, fact.counts_by_code)
             case BatchAssigned():
-                batch.assign(seq, fact.executor_id, fact.attempt)
+                batch.assign(seq, fact.executor_id, fact.attempt, fact.shard)
+            case ShardFinished():
+                batch.finish_shard(seq, fact.attempt, fact.shard, fact.stopped)
             case BatchStarted():
                 batch.start(seq, at, fact.executor_id, fact.attempt, fact.engine, fact.engine_version)
             case BatchProgressed():
-                batch.progress(seq, fact.attempt, fact.completed, fact.failed)
+                self._progress(batch, seq, fact, touched)
             case BatchFinalizing():
                 batch.finalize(seq, at)
             case BatchCompleted():
@@ -165,11 +195,25 @@ class FoldingRules:
     def _found_again(self, cls: type[A], kind: str, ident: str, seq: int, fact: Event,
                      touched: dict[UUID, Folded]) -> A | None:
         """The aggregate a creating fact names, when it exists already (an anomaly unless a redelivery)."""
-        self._flush_progress(aggregate_id(kind, ident))
+        self._flush_progress(touched, aggregate_id(kind, ident))
         existing = self._get(cls, aggregate_id(kind, ident), touched)
         if existing is not None:
             existing.note_anomaly(seq, fact.name, f"{fact.type} for an existing {kind}")
         return existing
+
+    def _note_key_owner(self, seq: int, fact: KeyCreated, touched: dict[UUID, Folded]) -> None:
+        """Remember the user of a key by the key's public id, the name other facts give it."""
+        if fact.user_id is None:
+            return
+        key_id = key_id_for_hash(fact.key_sha256)
+        if self._get(KeyOwner, aggregate_id("keyowner", key_id), touched) is None:  # a repeat is the key's anomaly
+            owner = KeyOwner(key_id=key_id, sequence=seq, user_id=fact.user_id)
+            touched[owner.id] = owner
+
+    def user_of_key(self, key_id: str) -> str | None:
+        """The user a key acts for; None for a key without one. Called by the folding thread only."""
+        owner = self._get(KeyOwner, aggregate_id("keyowner", key_id), {})
+        return None if owner is None else owner.user_id
 
     def _existing(self, cls: type[A], kind: str, seq: int, fact: Event, touched: dict[UUID, Folded]) -> A | None:
         found = self._get(cls, aggregate_id(kind, fact.aggregate_id), touched)

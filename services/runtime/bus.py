@@ -1,10 +1,12 @@
 """The JetStream connection: stream declarations, deduplicated publishes, durable consumers."""
 
 import asyncio
+import contextlib
 import logging
 import re
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import nats
 import nats.errors
@@ -40,6 +42,34 @@ class PoisonMessage(Exception):
     """A message that can never be handled; it is recorded and terminated, never retried."""
 
 
+WRONG_LAST_SEQUENCE = 10071
+"""JetStream's error code when a conditional publish's expected last sequence no longer holds."""
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A publish condition: the last fact on `subject` (a filter) is still the one at `sequence` (0: none yet).
+
+    JetStream checks it atomically with the write, so a writer whose lease was revoked by a newer fact on
+    `subject` cannot get a fact into the log any more."""
+
+    subject: str
+    sequence: int
+
+    def headers(self) -> dict[str, str]:
+        return {"Nats-Expected-Last-Subject-Sequence": str(self.sequence),
+                "Nats-Expected-Last-Subject-Sequence-Subject": self.subject}
+
+
+class FenceMoved(Exception):
+    """A conditional publish was refused: a newer fact on the fence's subject exists (at `last_sequence`)."""
+
+    def __init__(self, fence: Fence, last_sequence: int) -> None:
+        super().__init__(f"{fence.subject} moved past sequence {fence.sequence} (now {last_sequence})")
+        self.fence = fence
+        self.last_sequence = last_sequence
+
+
 @dataclass(frozen=True)
 class ConsumerPolicy:
     ack_wait_s: float = 30.0
@@ -52,21 +82,61 @@ Handler = Callable[[Msg], Awaitable[None]]
 PoisonHandler = Callable[[Msg, BaseException], Awaitable[None]]
 
 
+def _last_sequence(description: str | None) -> int:
+    """The sequence in JetStream's 'wrong last sequence: N' description (0 when it says none)."""
+    found = re.search(r"(\d+)\s*$", description or "")
+    return int(found[1]) if found else 0
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """Who a connection is, for a broker that authorizes each one (an executor: its id and worker key)."""
+
+    user: str
+    password: str = field(repr=False)
+    inbox_prefix: str = "_INBOX"
+    """Replies and pull deliveries arrive under this prefix: the only subjects the connection may subscribe to."""
+    reader_names: tuple[str, ...] = ()
+    """The only names its consumers on EVENTS may have; empty: any (the server names them)."""
+
+
 class EventBus:
     """One NATS connection per service process."""
 
-    def __init__(self, nc: Client, name: str = "") -> None:
+    def __init__(self, nc: Client, name: str = "", reader_names: Sequence[str] = ()) -> None:
         self.nc = nc
         self.tracer = tracer(name.split("-")[0] or "bus")
         """Handler spans are named after the service (`executor-gpu-7` → `sheshnag.executor`)."""
         self.js: JetStreamContext = nc.jetstream(timeout=PUBLISH_TIMEOUT_S)
+        self._reader_names: asyncio.Queue[str] = asyncio.Queue()
+        for reader in reader_names:
+            self._reader_names.put_nowait(reader)
+        self._named_readers = bool(reader_names)
 
     @classmethod
-    async def connect(cls, url: str, name: str) -> "EventBus":
-        nc = await nats.connect(url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5)
-        bus = cls(nc, name)
+    async def connect(cls, url: str, name: str, credentials: Credentials | None = None) -> "EventBus":
+        """Connect (as `credentials`' user when given; else as the URL says) and make sure the streams exist."""
+        options: dict[str, Any] = {}
+        if credentials is not None:
+            options = {"user": credentials.user, "password": credentials.password,
+                       "inbox_prefix": credentials.inbox_prefix}
+        nc = await nats.connect(url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5, **options)
+        bus = cls(nc, name, credentials.reader_names if credentials else ())
         await bus.ensure_streams()
         return bus
+
+    @contextlib.asynccontextmanager
+    async def reader_name(self) -> AsyncIterator[str | None]:
+        """A name for an ephemeral consumer on EVENTS: one this connection was granted (waiting while all are in
+        use), or None where it may read through any consumer and the server names it."""
+        if not self._named_readers:
+            yield None
+            return
+        reader = await self._reader_names.get()
+        try:
+            yield reader
+        finally:
+            self._reader_names.put_nowait(reader)
 
     async def close(self) -> None:
         await self.nc.drain()
@@ -92,20 +162,32 @@ class EventBus:
         )
 
     async def _ensure_stream(self, config: StreamConfig) -> None:
+        # Look before declaring: an executor's connection may read stream info but never declare a stream.
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await self.js.stream_info(config.name or "")
+            return
         try:
             await self.js.add_stream(config)
         except nats.js.errors.BadRequestError:
             # Another process declared it first, possibly with an older config: keep theirs.
             await self.js.stream_info(config.name or "")
 
-    async def publish(self, event: Event) -> int:
-        """Publish a fact once: a retried publish of the same event_id is dropped by the server."""
-        ack = await self.js.publish(
-            event.subject,
-            event.model_dump_json().encode(),
-            headers=inject_headers({"Nats-Msg-Id": event.event_id}),
-            stream=EVENTS_STREAM,
-        )
+    async def publish(self, event: Event, fence: Fence | None = None) -> int:
+        """Publish a fact once: a retried publish of the same event_id is dropped by the server.
+
+        With a `fence`, only while it holds (else `FenceMoved`, and nothing is written)."""
+        headers = {"Nats-Msg-Id": event.event_id, **(fence.headers() if fence else {})}
+        try:
+            ack = await self.js.publish(
+                event.subject,
+                event.model_dump_json().encode(),
+                headers=inject_headers(headers),
+                stream=EVENTS_STREAM,
+            )
+        except nats.js.errors.APIError as error:
+            if fence is None or error.err_code != WRONG_LAST_SEQUENCE:
+                raise
+            raise FenceMoved(fence, _last_sequence(error.description)) from error
         return ack.seq
 
     async def send_run(self, command: RunBatch) -> None:
@@ -123,9 +205,13 @@ class EventBus:
     async def durable_subscription(
         self, stream: str, durable: str, subjects: Sequence[str], policy: ConsumerPolicy
     ) -> JetStreamContext.PullSubscription:
+        # Named, with a single filter: the filter then travels in the API subject, where authorization can pin it.
+        single = len(subjects) == 1
         config = ConsumerConfig(
+            name=durable,
             durable_name=durable,
-            filter_subjects=list(subjects),
+            filter_subject=subjects[0] if single else None,
+            filter_subjects=None if single else list(subjects),
             ack_policy=AckPolicy.EXPLICIT,
             deliver_policy=DeliverPolicy.ALL,
             ack_wait=policy.ack_wait_s,

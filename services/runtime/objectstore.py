@@ -4,10 +4,11 @@ minio is blocking, so every call runs in a worker thread.
 """
 
 import asyncio
+import contextlib
 import io
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import Protocol
 
 import urllib3
@@ -103,23 +104,13 @@ class ObjectStore:
     async def iter_chunks(self, key: str) -> AsyncIterator[bytes]:
         """Stream an object in bounded chunks without holding it whole in memory."""
         response = await asyncio.to_thread(self._open, key)
-        try:
-            while chunk := await asyncio.to_thread(response.read, READ_CHUNK):
+        async with contextlib.aclosing(read_chunks(response)) as chunks:
+            async for chunk in chunks:
                 yield chunk
-        finally:
-            response.close()
-            response.release_conn()
 
-    async def iter_lines(self, key: str) -> AsyncIterator[bytes]:
+    def iter_lines(self, key: str) -> AsyncIterator[bytes]:
         """Each line of an object, without its line ending (the last line may lack one)."""
-        pending = b""
-        async for chunk in self.iter_chunks(key):
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                yield line.removesuffix(b"\r")
-        if pending:
-            yield pending.removesuffix(b"\r")
+        return split_lines(self.iter_chunks(key))
 
     async def list_keys(self, prefix: str) -> list[str]:
         return await asyncio.to_thread(self._list_keys, prefix)
@@ -130,3 +121,25 @@ class ObjectStore:
 
     async def remove(self, key: str) -> None:
         await asyncio.to_thread(self.client.remove_object, self.bucket, key)
+
+
+async def read_chunks(response: urllib3.BaseHTTPResponse) -> AsyncGenerator[bytes, None]:
+    """An open response's body in bounded chunks, each read in a worker thread; the response released after."""
+    try:
+        while chunk := await asyncio.to_thread(response.read, READ_CHUNK):
+            yield chunk
+    finally:
+        response.close()
+        response.release_conn()
+
+
+async def split_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The lines of a stream of chunks, without their line endings (the last line may lack one)."""
+    pending = b""
+    async for chunk in chunks:
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            yield line.removesuffix(b"\r")
+    if pending:
+        yield pending.removesuffix(b"\r")

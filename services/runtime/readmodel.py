@@ -9,12 +9,28 @@ import nats.js.errors
 from nats.js.kv import KeyValue
 from pydantic import BaseModel
 
-from contracts.readmodel import ApiKeyRecord, BatchRecord, FileRecord, UserRecord
-from contracts.subjects import READ_MODEL_BUCKET, read_model_key
+from contracts.readmodel import (
+    AnomalyRecord,
+    ApiKeyRecord,
+    BatchRecord,
+    ExecutorRecord,
+    FileRecord,
+    OrganizationRecord,
+    ProviderRecord,
+    UserRecord,
+)
+from contracts.subjects import READ_MODEL_BUCKET, owner_index, owner_index_key, read_model_key
 from services.runtime.bus import EventBus
 from services.runtime.kv import latest_entries, latest_values, open_bucket
 
 Record = TypeVar("Record", bound=BaseModel)
+
+
+def owner_copy(record: BatchRecord | FileRecord) -> tuple[str, bool]:
+    """Where the owner's copy of a record lives, and whether it is kept (a deleted file leaves the index)."""
+    if isinstance(record, BatchRecord):
+        return owner_index_key(record.owner, "batch", record.batch.id), True
+    return owner_index_key(record.owner, "file", record.file.id), not record.deleted
 
 
 class ReadModel:
@@ -57,23 +73,66 @@ class ReadModel:
         return [(entry_key.removeprefix("apikey."), ApiKeyRecord.model_validate_json(value))
                 for entry_key, value in await latest_entries(self.kv, "apikey.>")]
 
+    async def get_executor(self, executor_id: str) -> ExecutorRecord | None:
+        return await self._get(read_model_key("executor", executor_id), ExecutorRecord)
+
+    async def get_provider(self, provider_id: str) -> ProviderRecord | None:
+        return await self._get(read_model_key("provider", provider_id), ProviderRecord)
+
+    async def list_providers(self) -> list[ProviderRecord]:
+        return await self._scan("provider", ProviderRecord)
+
+    async def list_executors(self) -> list[ExecutorRecord]:
+        return await self._scan("executor", ExecutorRecord)
+
+    async def list_anomalies(self) -> list[AnomalyRecord]:
+        return await self._scan("anomaly", AnomalyRecord)
+
     async def list_batches(self) -> list[BatchRecord]:
         return await self._scan("batch", BatchRecord)
+
+    async def owner_batches(self, owner: str) -> list[BatchRecord]:
+        """Every batch of one owner (a user, or a key without one), from their index alone."""
+        return [BatchRecord.model_validate_json(v) for v in await latest_values(self.kv, owner_index(owner, "batch"))]
+
+    async def owner_files(self, owner: str) -> list[FileRecord]:
+        """The owner's files that are not deleted (expired ones included), from their index alone."""
+        return [FileRecord.model_validate_json(v) for v in await latest_values(self.kv, owner_index(owner, "file"))]
+
+    async def get_organization(self, organization_id: str) -> OrganizationRecord | None:
+        return await self._get(read_model_key("organization", organization_id), OrganizationRecord)
+
+    async def list_organizations(self) -> list[OrganizationRecord]:
+        return await self._scan("organization", OrganizationRecord)
 
     async def list_files(self) -> list[FileRecord]:
         return await self._scan("file", FileRecord)
 
     async def put_batch(self, record: BatchRecord) -> None:
-        await self.kv.put(read_model_key("batch", record.batch.id), record.model_dump_json().encode())
+        await self._put_indexed(read_model_key("batch", record.batch.id), record)
 
     async def put_file(self, record: FileRecord) -> None:
-        await self.kv.put(read_model_key("file", record.file.id), record.model_dump_json().encode())
+        await self._put_indexed(read_model_key("file", record.file.id), record)
+
+    async def _put_indexed(self, key: str, record: BatchRecord | FileRecord) -> None:
+        # The owner's copy first: once the record is readable by id, the owner's checks and lists see it too.
+        value = record.model_dump_json().encode()
+        copy_key, kept = owner_copy(record)
+        if kept:
+            await self.kv.put(copy_key, value)
+        else:
+            await self.kv.delete(copy_key)
+        await self.kv.put(key, value)
 
     async def put_user(self, record: UserRecord) -> None:
         await self.kv.put(read_model_key("user", record.user_id), record.model_dump_json().encode())
 
     async def put_api_key(self, key_sha256: str, record: ApiKeyRecord) -> None:
         await self.kv.put(read_model_key("apikey", key_sha256), record.model_dump_json().encode())
+
+    async def put(self, key: str, record: BaseModel) -> None:
+        """Any other record, at the key the ledger's projection names."""
+        await self.kv.put(key, record.model_dump_json().encode())
 
     async def wait_for(
         self,

@@ -12,6 +12,14 @@ class ConnectionSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SHESHNAG_", extra="ignore")
 
     nats_url: str = "nats://127.0.0.1:4222"
+    """Where the broker is; for a broker that authorizes connections, with the core user's credentials in it
+    (`nats://core:<password>@host:port`). Executors connect with their own (executor id and worker key)."""
+    nats_callout_seed: str = Field(default="", repr=False)
+    """The auth callout issuer's account nkey seed (`SA…`). The process given it (the scheduler) admits
+    executors to the broker by worker key; empty: no admissions (a broker without auth callout)."""
+    nats_executor_ttl_s: float = 3600.0
+    """How long an admitted executor's NATS permissions last before it must be admitted again (a revoked
+    worker key is shut out by then)."""
     s3_endpoint: str = "127.0.0.1:8333"
     """host:port of the S3 server."""
     s3_access_key: str = ""

@@ -1,4 +1,4 @@
-"""The scheduler's view of every unfinished batch and the known fleet, folded from the event log."""
+"""The scheduler's view of every unfinished batch, its shards and the known fleet, folded from the event log."""
 
 from dataclasses import dataclass, field
 from typing import Literal
@@ -12,18 +12,48 @@ from contracts.events.batch import (
     BatchCreated,
     BatchExpired,
     BatchFailed,
+    BatchProgressed,
     BatchReleased,
     BatchStarted,
     BatchValidated,
     BatchValidationFailed,
     BatchWaiting,
     CancelCode,
+    ShardFinished,
+    ShardLayout,
 )
 from contracts.events.executor import ExecutorLost, ExecutorRegistered
 from contracts.events.registry import AnyEvent
 
-Phase = Literal["validating", "validated", "running", "ended"]
+Phase = Literal["validating", "validated", "ended"]
 ENDING_EVENTS = (BatchValidationFailed, BatchFailed, BatchCompleted, BatchCancelled, BatchExpired)
+
+
+@dataclass
+class ShardRun:
+    """One shard's attempts: the live one (if any), the failed ones, and whether the shard is done."""
+
+    attempt: int = 0
+    """The shard's latest attempt."""
+    executor_id: str | None = None
+    """Who runs the latest attempt, while it runs."""
+    running_since_ms: int = 0
+    failed_attempts: set[int] = field(default_factory=set)
+    progressed_attempts: set[int] = field(default_factory=set)
+    """Attempts that committed at least one chunk."""
+    tried_executors: set[str] = field(default_factory=set)
+    finished: bool = False
+    """Every line of the shard is committed."""
+
+    @property
+    def running(self) -> bool:
+        return self.executor_id is not None
+
+    @property
+    def strikes(self) -> int:
+        """Failed attempts that committed nothing: the ones that count against the attempt limit (an attempt
+        that moved the shard forward before its executor died is not a sign the shard cannot run)."""
+        return len(self.failed_attempts - self.progressed_attempts)
 
 
 @dataclass
@@ -34,22 +64,45 @@ class BatchPlan:
     input_object_key: str
     expires_at: int
     """Seconds since the epoch."""
+    created_at: int = 0
+    output_expires_after_s: int | None = None
     phase: Phase = "validating"
     model: str | None = None
     total_lines: int = 0
     rejections_object_key: str | None = None
+    validated_order: int = 0
+    """Position among the batches validated so far (1 = first): who queued first for the queued-lines limit."""
+    layout: ShardLayout | None = None
+    """Fixed by the first assignment; None before."""
+    shards: dict[int, ShardRun] = field(default_factory=dict)
     attempt: int = 0
-    """The highest attempt number assigned so far."""
-    failed_attempts: set[int] = field(default_factory=set)
-    executor_id: str | None = None
-    tried_executors: set[str] = field(default_factory=set)
-    running_since_ms: int = 0
+    """The highest attempt number assigned so far, over all shards."""
+    attempt_shard: dict[int, int] = field(default_factory=dict)
     waiting_reason: str | None = None
     cancel_requested_at_ms: int | None = None
     cancel_code: CancelCode = "batch_cancelled"
     finalize_sent: bool = False
     held: bool = False
     """Created with `hold`: never assigned until released."""
+
+    def shard(self, index: int) -> ShardRun:
+        return self.shards.setdefault(index, ShardRun())
+
+    def running_shards(self) -> list[tuple[int, ShardRun]]:
+        return [(index, run) for index, run in sorted(self.shards.items()) if run.running]
+
+    def pending_shards(self) -> list[int]:
+        """Shards that need an attempt: none yet, or the last one failed or stopped without finishing."""
+        count = self.layout.shards if self.layout is not None else 1
+        return [index for index in range(count) if not self.shard(index).running and not self.shard(index).finished]
+
+    @property
+    def all_finished(self) -> bool:
+        return self.layout is not None and all(self.shard(i).finished for i in range(self.layout.shards))
+
+    @property
+    def running(self) -> bool:
+        return any(run.running for run in self.shards.values())
 
 
 @dataclass
@@ -61,6 +114,7 @@ class Book:
     """Executors that registered with a worker key: the only ones given work."""
     incarnations: dict[str, int] = field(default_factory=dict)
     """Executor id → when its current process registered (ms); work assigned before that died with the old one."""
+    validated_count: int = 0
 
     def apply(self, event: AnyEvent) -> None:
         if isinstance(event, ExecutorRegistered):
@@ -77,12 +131,22 @@ class Book:
         if isinstance(event, BatchCreated):
             self.plans.setdefault(event.aggregate_id, BatchPlan(
                 event.aggregate_id, event.owner_key_id, event.endpoint, event.input_object_key, event.expires_at,
+                created_at=event.created_at, output_expires_after_s=event.output_expires_after_s,
                 held=event.hold))
             return
         plan = self.plans.get(event.aggregate_id)
         if plan is None or plan.phase == "ended":
             return
+        if isinstance(event, BatchValidated) and plan.phase == "validating":
+            self.validated_count += 1
+            plan.validated_order = self.validated_count
         _apply_to_plan(plan, event)
+
+    def queued_lines_before(self, plan: BatchPlan) -> int:
+        """Lines of the owner's unfinished batches validated before `plan`."""
+        return sum(other.total_lines for other in self.plans.values()
+                   if other.owner_key_id == plan.owner_key_id and other.phase == "validated"
+                   and 0 < other.validated_order < plan.validated_order)
 
 
 def _apply_to_plan(plan: BatchPlan, event: AnyEvent) -> None:
@@ -93,18 +157,24 @@ def _apply_to_plan(plan: BatchPlan, event: AnyEvent) -> None:
             plan.phase = "validated"
         plan.model, plan.total_lines = event.model, event.total_lines
         plan.rejections_object_key = event.rejections_object_key
-    elif isinstance(event, BatchAssigned) and event.attempt >= plan.attempt:
-        if event.attempt not in plan.failed_attempts:
-            plan.phase, plan.executor_id = "running", event.executor_id
-            plan.running_since_ms = event.occurred_at
-        plan.attempt = event.attempt
-        plan.tried_executors.add(event.executor_id)
-    elif isinstance(event, BatchStarted) and event.attempt == plan.attempt and plan.phase == "running":
-        plan.executor_id = event.executor_id
+    elif isinstance(event, BatchAssigned):
+        _assigned(plan, event)
+    elif isinstance(event, BatchStarted):
+        run = plan.shard(plan.attempt_shard.get(event.attempt, 0))
+        if event.attempt == run.attempt and run.running:
+            run.executor_id = event.executor_id
     elif isinstance(event, AttemptFailed):
-        plan.failed_attempts.add(event.attempt)
-        if event.attempt == plan.attempt and plan.phase == "running":
-            plan.phase, plan.executor_id = "validated", None
+        run = plan.shard(plan.attempt_shard.get(event.attempt, 0))
+        run.failed_attempts.add(event.attempt)
+        if event.attempt == run.attempt:
+            run.executor_id = None
+    elif isinstance(event, BatchProgressed):
+        plan.shard(plan.attempt_shard.get(event.attempt, event.shard)).progressed_attempts.add(event.attempt)
+    elif isinstance(event, ShardFinished):
+        run = plan.shard(event.shard)
+        if event.attempt == run.attempt and event.attempt not in run.failed_attempts:
+            run.executor_id = None
+            run.finished = run.finished or not event.stopped
     elif isinstance(event, BatchCancelRequested):
         if plan.cancel_requested_at_ms is None:
             plan.cancel_requested_at_ms = event.occurred_at
@@ -114,3 +184,14 @@ def _apply_to_plan(plan: BatchPlan, event: AnyEvent) -> None:
         plan.held = False
     elif isinstance(event, BatchWaiting):
         plan.waiting_reason = event.reason
+
+
+def _assigned(plan: BatchPlan, event: BatchAssigned) -> None:
+    if plan.layout is None:
+        plan.layout = event.layout
+    plan.attempt = max(plan.attempt, event.attempt)
+    plan.attempt_shard[event.attempt] = event.shard
+    run = plan.shard(event.shard)
+    run.tried_executors.add(event.executor_id)
+    if event.attempt >= run.attempt and event.attempt not in run.failed_attempts:
+        run.attempt, run.executor_id, run.running_since_ms = event.attempt, event.executor_id, event.occurred_at

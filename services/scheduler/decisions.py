@@ -1,16 +1,30 @@
 """What the scheduler should do now, given its book of batches and the live fleet: a pure function."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
-from contracts.catalogue import Catalogue
+from contracts.catalogue import Catalogue, CatalogueModel
+from contracts.events.batch import ShardLayout
 from contracts.events.executor import ExecutorAdvert
-from services.scheduler.book import BatchPlan, Book
-from services.scheduler.domain import HEARTBEAT_FRESH_MS, choose_executor, why_unassignable
+from services.scheduler.book import BatchPlan, Book, ShardRun
+from services.scheduler.domain import HEARTBEAT_FRESH_MS, choose_executor, eligible_executors, why_unassignable
 
 MAX_ATTEMPTS = 3
+"""Failed attempts of one shard that committed nothing, before the batch fails."""
 CANCEL_GRACE_MS = 30_000
 """How long a running attempt gets to wind down a cancel itself before it is fenced and finalized for it."""
+MAX_SHARDS = 16
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The operator's knobs the decisions follow."""
+
+    shard_min_lines: int = 200
+    """A batch is split only into shards of at least this many lines (and never more than the live executors
+    that can serve it)."""
+    max_queued_lines: int = 1_000_000
+    """Lines an owner may have in validated or running batches; a batch past it fails at once."""
 
 
 @dataclass(frozen=True)
@@ -18,6 +32,8 @@ class Assign:
     plan: BatchPlan
     executor_id: str
     attempt: int
+    shard: int = 0
+    layout: ShardLayout = field(default_factory=ShardLayout)
 
 
 @dataclass(frozen=True)
@@ -53,13 +69,14 @@ class DeclareLost:
 @dataclass(frozen=True)
 class Finalize:
     plan: BatchPlan
-    reason: Literal["cancelled", "expired"]
+    reason: Literal["completed", "cancelled", "expired"]
 
 
 Action = Assign | Wait | FailBatch | FenceAttempt | DeclareLost | Finalize
 
 
-def decide(book: Book, adverts: list[ExecutorAdvert], catalogue: Catalogue, now_ms: int) -> list[Action]:
+def decide(book: Book, adverts: list[ExecutorAdvert], catalogue: Catalogue, now_ms: int,
+           policy: Policy = Policy()) -> list[Action]:
     live = {advert.executor_id: advert for advert in adverts if advert.executor_id in book.admitted}
     # A just-registered executor may not have advertised yet: it is lost only once its heartbeat is stale.
     actions: list[Action] = [DeclareLost(executor_id, last_seen) for executor_id, last_seen
@@ -67,52 +84,97 @@ def decide(book: Book, adverts: list[ExecutorAdvert], catalogue: Catalogue, now_
                              if executor_id not in live and now_ms - last_seen > HEARTBEAT_FRESH_MS]
     for plan in book.plans.values():
         if plan.phase != "ended":
-            actions += _decide_for(plan, live, catalogue, now_ms, book.incarnations)
+            actions += _decide_for(plan, book, live, catalogue, now_ms, policy)
     return actions
 
 
-def _decide_for(plan: BatchPlan, live: dict[str, ExecutorAdvert], catalogue: Catalogue, now_ms: int,
-                incarnations: dict[str, int]) -> list[Action]:
-    running = plan.phase == "running" and plan.executor_id is not None
+def _decide_for(plan: BatchPlan, book: Book, live: dict[str, ExecutorAdvert], catalogue: Catalogue, now_ms: int,
+                policy: Policy) -> list[Action]:
     if now_ms >= plan.expires_at * 1000:
-        return _end_early(plan, running, "expired", "batch_expired", "The completion window ended.")
+        return _end_early(plan, live, now_ms, "expired", "batch_expired", "The completion window ended.")
     if plan.cancel_requested_at_ms is not None:
-        if running and now_ms - plan.cancel_requested_at_ms < CANCEL_GRACE_MS and plan.executor_id in live:
-            return []  # the running attempt stops and finalizes the cancel itself
-        return _end_early(plan, running, "cancelled", "batch_cancelled", "The batch was cancelled.")
-    if running:
-        assert plan.executor_id is not None
-        if plan.executor_id not in live:
-            return [FenceAttempt(plan, plan.attempt, plan.executor_id, "executor_lost",
-                                 f"Executor {plan.executor_id} stopped sending heartbeats.")]
-        if incarnations.get(plan.executor_id, 0) > plan.running_since_ms:
-            return [FenceAttempt(plan, plan.attempt, plan.executor_id, "executor_restarted",
-                                 f"Executor {plan.executor_id} restarted while running attempt {plan.attempt}.")]
-        return []
+        return _end_early(plan, live, now_ms, "cancelled", "batch_cancelled", "The batch was cancelled.")
+    actions: list[Action] = _fence_dead_attempts(plan, live, book.incarnations)
     if plan.phase != "validated" or plan.model is None or plan.held:
-        return []
-    if len(plan.failed_attempts) >= MAX_ATTEMPTS:
-        return [FailBatch(plan, "attempts_exhausted",
-                          f"{MAX_ATTEMPTS} attempts failed; the last executors were "
-                          f"{', '.join(sorted(plan.tried_executors))}.")]
+        return actions
+    if plan.all_finished:
+        # Several shards finished: one finalizer assembles the files (a single shard finalizes itself).
+        return actions if plan.finalize_sent or plan.running else [*actions, Finalize(plan, "completed")]
+    for shard in plan.pending_shards():
+        if plan.shard(shard).strikes >= MAX_ATTEMPTS:
+            tried = ", ".join(sorted(plan.shard(shard).tried_executors))
+            return [*actions, FailBatch(plan, "attempts_exhausted",
+                                        f"{MAX_ATTEMPTS} attempts failed without committing a line; the executors "
+                                        f"tried were {tried}.")]
     model = catalogue.resolve(plan.model)
     if model is None:
-        return [FailBatch(plan, "model_unavailable", f"Model {plan.model} is no longer in the catalogue.")]
-    fresh = [advert for advert in live.values() if advert.executor_id not in plan.tried_executors]
-    chosen = choose_executor(model, fresh, now_ms) or choose_executor(model, live.values(), now_ms)
-    if chosen is None:
-        reason = why_unassignable(model, list(live.values()), now_ms)
-        return [] if reason == plan.waiting_reason else [Wait(plan, reason)]
-    return [Assign(plan, chosen.executor_id, plan.attempt + 1)]
+        return [*actions, FailBatch(plan, "model_unavailable", f"Model {plan.model} is no longer in the catalogue.")]
+    if plan.layout is None and book.queued_lines_before(plan) + plan.total_lines > policy.max_queued_lines:
+        return [*actions, FailBatch(
+            plan, "enqueued_request_limit_exceeded",
+            f"This batch's {plan.total_lines} lines would bring your queued lines past the limit of "
+            f"{policy.max_queued_lines}; wait for running batches to finish, or split the file.")]
+    return actions + _assign_shards(plan, model, live, now_ms, policy)
 
 
-def _end_early(plan: BatchPlan, running: bool, reason: Literal["cancelled", "expired"], code: str,
-               message: str) -> list[Action]:
+def _fence_dead_attempts(plan: BatchPlan, live: dict[str, ExecutorAdvert],
+                         incarnations: dict[str, int]) -> list[Action]:
     actions: list[Action] = []
-    if running and plan.executor_id is not None:
-        actions.append(FenceAttempt(plan, plan.attempt, plan.executor_id, code, message))
-    if plan.phase == "validating":
-        return actions  # the verdict comes first; the file is not known to be readable yet
+    for _, run in plan.running_shards():
+        assert run.executor_id is not None
+        if run.executor_id not in live:
+            actions.append(FenceAttempt(plan, run.attempt, run.executor_id, "executor_lost",
+                                        f"Executor {run.executor_id} stopped sending heartbeats."))
+        elif incarnations.get(run.executor_id, 0) > run.running_since_ms:
+            actions.append(FenceAttempt(plan, run.attempt, run.executor_id, "executor_restarted",
+                                        f"Executor {run.executor_id} restarted while running attempt {run.attempt}."))
+    return actions
+
+
+def _assign_shards(plan: BatchPlan, model: CatalogueModel, live: dict[str, ExecutorAdvert], now_ms: int,
+                   policy: Policy) -> list[Action]:
+    layout = plan.layout
+    if layout is None:
+        able = len(eligible_executors(model, live.values(), now_ms))
+        wanted = min(MAX_SHARDS, able, plan.total_lines // max(policy.shard_min_lines, 1))
+        layout = ShardLayout.split(plan.total_lines, wanted)
+    # Two shards of one batch on one executor would only queue behind each other.
+    busy = {run.executor_id for _, run in plan.running_shards()}
+    actions: list[Action] = []
+    attempt = plan.attempt
+    for shard in plan.pending_shards() if plan.layout is not None else range(layout.shards):
+        run = plan.shards.get(shard, ShardRun())
+        free = [advert for advert in live.values() if advert.executor_id not in busy]
+        fresh = [advert for advert in free if advert.executor_id not in run.tried_executors]
+        chosen = choose_executor(model, fresh, now_ms) or choose_executor(model, free, now_ms)
+        if chosen is None:
+            break
+        attempt += 1
+        busy.add(chosen.executor_id)
+        actions.append(Assign(plan, chosen.executor_id, attempt, shard, layout))
+    if actions or plan.running:
+        return actions
+    reason = why_unassignable(model, list(live.values()), now_ms)
+    return [] if reason == plan.waiting_reason else [Wait(plan, reason)]
+
+
+def _end_early(plan: BatchPlan, live: dict[str, ExecutorAdvert], now_ms: int,
+               reason: Literal["cancelled", "expired"], code: str, message: str) -> list[Action]:
+    """Fence what runs (a cancel first gets a grace period to wind down itself), then finalize once."""
+    actions: list[Action] = []
+    winding_down = False
+    for _, run in plan.running_shards():
+        assert run.executor_id is not None
+        in_grace = (reason == "cancelled" and plan.cancel_requested_at_ms is not None
+                    and now_ms - plan.cancel_requested_at_ms < CANCEL_GRACE_MS and run.executor_id in live)
+        if in_grace:
+            winding_down = True
+        else:
+            actions.append(FenceAttempt(plan, run.attempt, run.executor_id, code, message))
+    if winding_down or plan.phase == "validating":
+        # A running attempt stops and finalizes the cancel itself (or, sharded, reports its shard stopped);
+        # before the verdict the file is not known to be readable.
+        return actions
     if not plan.finalize_sent:
         actions.append(Finalize(plan, reason))
     return actions

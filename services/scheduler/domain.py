@@ -46,3 +46,9 @@ def why_unassignable(model: CatalogueModel, adverts: Iterable[ExecutorAdvert], n
     if not serving:
         return f"No online executor serves {model.id}."
     return f"No executor serving {model.id} has {model.memory_bytes} bytes free."
+
+
+def eligible_executors(model: CatalogueModel, adverts: Iterable[ExecutorAdvert], now_ms: int) -> list[ExecutorAdvert]:
+    """Live executors that serve `model` and have it loaded or the memory to load it."""
+    return [advert for advert in adverts if model.id in advert.models and is_alive(advert, now_ms)
+            and (model.id in advert.loaded_models or free_bytes(advert) >= model.memory_bytes)]

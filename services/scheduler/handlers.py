@@ -11,11 +11,11 @@ from pydantic import ValidationError
 
 from contracts.catalogue import Catalogue
 from contracts.commands import FinalizeBatch, RunBatch
-from contracts.events.batch import AttemptFailed, BatchAssigned, BatchFailed, BatchWaiting
+from contracts.events.batch import AttemptFailed, BatchAssigned, BatchFailed, BatchWaiting, ShardLayout
 from contracts.events.executor import ExecutorLost
 from contracts.events.registry import AnyEvent, decode_event
 from contracts.ids import derived_id
-from contracts.subjects import EVENTS_STREAM, FLEET_REGISTER
+from contracts.subjects import EVENTS_STREAM, FLEET_REGISTER, OBJECT_REQUESTS
 from services.runtime.bus import EventBus
 from services.runtime.fleet import Fleet
 from services.runtime.follower import Fact, OrderedReader
@@ -28,16 +28,19 @@ from services.scheduler.decisions import (
     FailBatch,
     FenceAttempt,
     Finalize,
+    Policy,
     Wait,
     decide,
 )
+from services.scheduler.objects import ObjectBroker, ObjectSigner
 from services.scheduler.registration import Registrar
 from services.scheduler.tracing import action_span, remember_trace
 
 log = logging.getLogger(__name__)
 
-IGNORED_EVENT_NAMES = frozenset({"line_rejected", "validation_progressed", "progressed", "finalizing"})
-"""High-volume facts that never change a scheduling decision: skipped before decoding."""
+IGNORED_EVENT_NAMES = frozenset({"line_rejected", "validation_progressed", "finalizing"})
+"""High-volume facts that never change a scheduling decision: skipped before decoding. (`progressed` is not one:
+an attempt that committed lines does not count against the attempt limit.)"""
 
 
 @dataclass
@@ -46,6 +49,7 @@ class Scheduler:
     fleet: Fleet
     catalogue: Catalogue
     read_model: ReadModel
+    policy: Policy = field(default_factory=Policy)
     book: Book = field(default_factory=Book)
     caught_up: asyncio.Event = field(default_factory=asyncio.Event)
     traces: dict[str, Context] = field(default_factory=dict)
@@ -55,6 +59,11 @@ class Scheduler:
         """Only the leader admits executors, so the fleet it assigns to is the one it knows."""
         registrar = Registrar(self.bus, self.read_model, self.book)
         return await self.bus.nc.subscribe(FLEET_REGISTER, cb=registrar.on_request)
+
+    async def answer_object_requests(self, signer: ObjectSigner) -> Subscription:
+        """Only the leader's book knows who runs what (once caught up), so only the leader signs object URLs."""
+        broker = ObjectBroker(signer, self.book, self.caught_up)
+        return await self.bus.nc.subscribe(OBJECT_REQUESTS, cb=broker.on_request)
 
     async def follow(self, stop: asyncio.Event) -> None:
         """Fold every fact from the start of the log, then live ones, into the book, until `stop` is set.
@@ -84,7 +93,7 @@ class Scheduler:
 
     async def tick(self) -> None:
         adverts = await self.fleet.adverts()
-        for action in decide(self.book, adverts, self.catalogue, int(time.time() * 1000)):
+        for action in decide(self.book, adverts, self.catalogue, int(time.time() * 1000), self.policy):
             await self.act(action)
 
     async def act(self, action: Action) -> None:
@@ -110,7 +119,8 @@ class Scheduler:
             await self.bus.send_finalize(FinalizeBatch(
                 batch_id=plan.batch_id, reason=action.reason, owner_key_id=plan.owner_key_id,
                 input_object_key=plan.input_object_key, endpoint=plan.endpoint,
-                unrun_code=plan.cancel_code if action.reason == "cancelled" else None))
+                unrun_code=plan.cancel_code if action.reason == "cancelled" else None,
+                output_expires_after_s=plan.output_expires_after_s, created_at=plan.created_at))
             plan.finalize_sent = True
         if published is not None:
             await self.bus.publish(published)
@@ -121,26 +131,32 @@ class Scheduler:
         two has the command sent again by the next one (`resend_runs`)."""
         plan = action.plan
         assigned = BatchAssigned(aggregate_id=plan.batch_id, executor_id=action.executor_id, attempt=action.attempt,
-                                 lease_token=_lease_token(plan.batch_id, action.attempt), correlation_id=plan.batch_id)
+                                 lease_token=_lease_token(plan.batch_id, action.attempt), correlation_id=plan.batch_id,
+                                 shard=action.shard, shards=action.layout.shards, shard_span=action.layout.span)
         await self.bus.publish(assigned)
         self.book.apply(assigned)
-        await self._send_run(plan, action.executor_id, action.attempt)
-        log.info("batch %s attempt %d assigned to %s", plan.batch_id, action.attempt, action.executor_id)
+        await self._send_run(plan, action.executor_id, action.attempt, action.shard)
+        log.info("batch %s shard %d/%d attempt %d assigned to %s", plan.batch_id, action.shard + 1,
+                 action.layout.shards, action.attempt, action.executor_id)
 
     async def resend_runs(self) -> None:
         """Once per term: the run command of every running attempt again (deduplicated by the broker, and an
         executor resumes an attempt idempotently), in case the last leader died before sending it."""
         for plan in self.book.plans.values():
-            if plan.phase == "running" and plan.executor_id is not None:
-                await self._send_run(plan, plan.executor_id, plan.attempt)
+            if plan.phase == "ended":
+                continue
+            for shard, run in plan.running_shards():
+                assert run.executor_id is not None
+                await self._send_run(plan, run.executor_id, run.attempt, shard)
 
-    async def _send_run(self, plan: BatchPlan, executor_id: str, attempt: int) -> None:
+    async def _send_run(self, plan: BatchPlan, executor_id: str, attempt: int, shard: int) -> None:
         assert plan.model is not None
         await self.bus.send_run(RunBatch(
             batch_id=plan.batch_id, executor_id=executor_id, attempt=attempt,
             lease_token=_lease_token(plan.batch_id, attempt), owner_key_id=plan.owner_key_id, model=plan.model,
             endpoint=plan.endpoint, input_object_key=plan.input_object_key, total_lines=plan.total_lines,
-            rejections_object_key=plan.rejections_object_key))
+            rejections_object_key=plan.rejections_object_key, shard=shard, layout=plan.layout or ShardLayout(),
+            output_expires_after_s=plan.output_expires_after_s, created_at=plan.created_at))
 
 
 def _lease_token(batch_id: str, attempt: int) -> str:

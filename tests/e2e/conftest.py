@@ -34,6 +34,11 @@ class RunningStack:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
+    def nats_url(self, user: str | None = None, password: str | None = None) -> str:
+        """The stack's broker, as a process joining it connects (an executor: its id and worker key)."""
+        credentials = f"{user}:{password}@" if user and password else ""
+        return f"nats://{credentials}127.0.0.1:{self.nats_port}"
+
     def client(self, api_key: str = ADMIN_KEY) -> OpenAI:
         return OpenAI(base_url=self.base_url, api_key=api_key, max_retries=0, timeout=60)
 

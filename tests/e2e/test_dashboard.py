@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -113,14 +114,29 @@ def test_a_user_signs_in_fixes_a_file_runs_it_downloads_it_and_manages_keys(
     assert httpx2.get(models, headers={"Authorization": f"Bearer {raw}"}, timeout=10).status_code == 401
 
     page.get_by_role("link", name="Provider").click()
-    page.get_by_label("Name").fill("gpu-dashboard")
+    page.get_by_label("Provider name").fill("gpu-dashboard")
+    page.get_by_role("button", name="Register provider").click()
+    expect(page.get_by_label("Provider", exact=True)).to_contain_text("gpu-dashboard", timeout=10_000)
+    page.get_by_label("Worker key name").fill("rack-1")
     page.get_by_role("button", name="Create worker key").click()
     expect(page.locator("#raw")).to_contain_text("wk-", timeout=10_000)
-    expect(page.locator("#keys tbody tr", has_text="gpu-dashboard")).to_have_count(1)
+    expect(page.locator("#keys tbody tr", has_text="rack-1")).to_have_count(1)
+    # The stack's executor joined with the operator's worker key: an admin sees it, with the lines it ran above.
+    served = page.locator("#executors tbody tr[data-executor-id] .served").first
+    expect(served).to_have_text(re.compile(r"^[1-9][0-9]*$"), timeout=15_000)
+    expect(page.locator("#executors tbody tr[data-executor-id]").first).to_contain_text("live")
     shots.take("provider")
 
     page.get_by_role("link", name="Operator").click()
     expect(page.locator("#executors tbody")).to_contain_text("smollm2-135m-instruct-q4_1", timeout=10_000)
     expect(page.locator("#by-status")).to_contain_text("completed")
+    anomalies = httpx2.get(f"{stack.base_url}/admin/anomalies", headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+                           timeout=10).json()["data"]
+    if anomalies:
+        expect(page.locator("#anomalies tbody tr")).to_have_count(len(anomalies), timeout=10_000)
+        expect(page.locator("#anomalies tbody")).to_contain_text(anomalies[0]["reason"])
+    else:
+        expect(page.locator("#anomalies tbody")).to_have_text("No anomalies: every fact fitted its aggregate.",
+                                                              timeout=10_000)
     shots.take("operator")
     context.close()

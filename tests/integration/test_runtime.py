@@ -38,3 +38,30 @@ async def test_streams_are_declared_once_by_every_service(bus: EventBus) -> None
     await asyncio.gather(bus.ensure_streams(), bus.ensure_streams())
     info = await bus.js.stream_info(EVENTS_STREAM)
     assert info.config.duplicate_window and info.config.duplicate_window >= 3600
+
+
+async def test_a_fenced_publish_is_refused_once_a_newer_fact_is_on_the_fence_subject(bus: EventBus) -> None:
+    from contracts.events.batch import AttemptFailed, BatchProgressed
+    from contracts.subjects import attempt_failures
+    from services.runtime.bus import Fence, FenceMoved
+
+    batch = "batch_fence1"
+
+    def progress(chunk: int) -> BatchProgressed:
+        return BatchProgressed(aggregate_id=batch, attempt=1, chunk=chunk, chunk_key=f"k{chunk}", completed=chunk,
+                               failed=0)
+
+    fence = Fence(attempt_failures(batch), 0)
+    await bus.publish(progress(0), fence)
+    failed_at = await bus.publish(AttemptFailed(aggregate_id=batch, attempt=1, executor_id="e", code="executor_lost",
+                                                reason="paused"))
+    try:
+        await bus.publish(progress(1), fence)
+    except FenceMoved as moved:
+        assert moved.last_sequence == failed_at
+    else:
+        raise AssertionError("a publish behind a moved fence was accepted")
+    await bus.publish(progress(2), Fence(attempt_failures(batch), failed_at))  # a writer that saw the move
+    info = await bus.js.consumer_info(EVENTS_STREAM, (await bus.js.add_consumer(
+        EVENTS_STREAM, filter_subject=batch_events(batch))).name)
+    assert info.num_pending == 3

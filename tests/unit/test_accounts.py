@@ -38,7 +38,8 @@ def test_a_users_key_is_recorded_with_its_user_and_then_revoked(ledger: Ledger) 
     key = ledger.api_key(KEY)
     assert key is not None
     assert api_key_record(key).model_dump() == {"key_id": "key_" + "ef" * 8, "role": "user", "label": "laptop",
-                                                "user_id": "alice", "revoked": False, "created_at": T0}
+                                                "user_id": "alice", "provider_id": None, "revoked": False,
+                                                "created_at": T0}
     ledger.fold([(3, KeyRevoked(aggregate_id=KEY[:32], key_sha256=KEY, revoked_by_key_id="key_admin"))])
     key = ledger.api_key(KEY)
     assert key is not None and api_key_record(key).revoked and not key.anomalies

@@ -209,7 +209,8 @@ def test_files_and_keys_become_their_records(ledger: Ledger) -> None:
         "id": "file-in", "object": "file", "bytes": 512, "created_at": T0, "filename": "in.jsonl",
         "purpose": "batch", "status": "processed", "expires_at": None}
     assert api_key_record(key).model_dump() == {"key_id": "key_" + "cd" * 8, "role": "user", "label": "alice",
-                                                "user_id": None, "revoked": False, "created_at": T0}
+                                                "user_id": None, "provider_id": None, "revoked": False,
+                                                "created_at": T0}
 
 
 def test_a_long_batch_reloads_from_the_store_as_it_was_folded(ledger: Ledger) -> None:

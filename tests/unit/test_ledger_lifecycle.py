@@ -10,6 +10,7 @@ from contracts.events.batch import (
     BatchFinalizing,
     BatchProgressed,
     BatchWaiting,
+    ShardFinished,
 )
 from services.ledger.application import Ledger, persistence_env
 from services.ledger.projection import batch_record
@@ -149,3 +150,28 @@ def test_the_state_is_the_same_whatever_the_facts_grouping(ledger: Ledger) -> No
         assert again.attempt_failures == Stream(ledger).batch().attempt_failures
     finally:
         one_by_one.close()
+
+
+def test_a_sharded_batch_counts_the_sum_of_its_shards_and_runs_while_any_shard_runs(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+
+    def shard_assigned(attempt: int, shard: int) -> BatchAssigned:
+        return BatchAssigned(aggregate_id=BATCH, executor_id=f"exec-{shard}", attempt=attempt, lease_token="t",
+                             shard=shard, shards=2, shard_span=5, occurred_at=at(3))
+
+    def shard_progressed(attempt: int, shard: int, done: int) -> BatchProgressed:
+        return BatchProgressed(aggregate_id=BATCH, attempt=attempt, chunk=0, chunk_key=f"a{attempt}", shard=shard,
+                               completed=done, failed=0, occurred_at=at(5))
+
+    stream.fold(created(), validated(), shard_assigned(1, 0), shard_assigned(2, 1), started(1), started(2),
+                shard_progressed(1, 0, 3), shard_progressed(2, 1, 4))
+    batch = stream.record().batch
+    assert (batch.status, batch.request_counts.completed) == ("in_progress", 7)
+    stream.fold(attempt_failed(2))  # shard 1 lost; shard 0 still runs
+    assert (stream.record().batch.status, stream.record().batch.request_counts.completed) == ("in_progress", 7)
+    stream.fold(shard_assigned(3, 1), started(3), shard_progressed(3, 1, 5), shard_progressed(1, 0, 5),
+                ShardFinished(aggregate_id=BATCH, attempt=1, shard=0, executor_id="exec-0", occurred_at=at(6)),
+                ShardFinished(aggregate_id=BATCH, attempt=3, shard=1, executor_id="exec-1", occurred_at=at(6)),
+                BatchFinalizing(aggregate_id=BATCH, attempt=0), completed())
+    assert stream.record().batch.status == "completed"
+    assert ledger.anomalies(BATCH) == []

@@ -51,3 +51,13 @@ def gpu_memory() -> list[DeviceMemory]:
 def device_memory() -> list[DeviceMemory]:
     """Each NVIDIA GPU's total and free memory; the host's memory on a CPU host."""
     return gpu_memory() or [host_memory()]
+
+
+def within_budget(devices: list[DeviceMemory], budget_mb: int | None, loaded_bytes: int) -> list[DeviceMemory]:
+    """The devices as advertised under an operator's memory budget: no more than the budget in total, less what
+    the loaded models already take."""
+    if budget_mb is None:
+        return devices
+    budget = budget_mb * 1024 * 1024
+    return [DeviceMemory(name=f"{device.name} (budget {budget_mb} MiB)", total_bytes=min(budget, device.total_bytes),
+                         free_bytes=max(0, min(budget - loaded_bytes, device.free_bytes))) for device in devices]

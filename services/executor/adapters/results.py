@@ -3,15 +3,20 @@
 import asyncio
 import hashlib
 import time
+from collections.abc import Callable
 
 from contracts.api.rejected_line import RejectedLine
 from contracts.events.file import FileStored
 from contracts.subjects import input_object_key, rejections_key, result_chunk_key
-from services.executor.domain import Chunk, CommittedLine, decode_chunk, encode_chunk, refused_line
-from services.runtime.objectstore import ObjectStore
-
-REFUSED_ATTEMPT = 0
-"""Lines refused by validation are filed as a chunk of this attempt, before any real one."""
+from services.executor.adapters.objects import ObjectAccess
+from services.executor.domain import (
+    REFUSED_ATTEMPT,
+    Chunk,
+    CommittedLine,
+    decode_chunk,
+    encode_chunk,
+    refused_line,
+)
 
 
 def results_prefix(batch_id: str) -> str:
@@ -19,13 +24,14 @@ def results_prefix(batch_id: str) -> str:
 
 
 class ResultStore:
-    def __init__(self, store: ObjectStore) -> None:
+    def __init__(self, store: ObjectAccess) -> None:
         self.store = store
 
-    async def committed(self, batch_id: str) -> list[tuple[str, list[CommittedLine]]]:
-        """Every chunk any delivery of any attempt committed for the batch, plus the lines validation refused
-        (allow_partial), as a chunk of attempt 0: they are settled before any attempt starts."""
-        keys = [key for key in await self.store.list_keys(results_prefix(batch_id)) if key.endswith(".jsonl")]
+    async def committed(self, batch_id: str, counts: Callable[[str], bool]) -> list[tuple[str, list[CommittedLine]]]:
+        """Every result chunk of the batch that `counts` (a chunk counts once a fact announced it), plus the lines
+        validation refused (allow_partial), as a chunk of attempt 0: they are settled before any attempt starts."""
+        keys = [key for key in await self.store.list_keys(results_prefix(batch_id))
+                if key.endswith(".jsonl") and counts(key)]
         blobs = await asyncio.gather(*(self.store.get_bytes(key) for key in keys))
         chunks = [(key, decode_chunk(blob)) for key, blob in zip(keys, blobs, strict=True)]
         if await self.store.list_keys(rejections_key(batch_id)):
@@ -40,7 +46,7 @@ class ResultStore:
         return key
 
     async def put_file(self, file_id: str, data: bytes, owner_key_id: str, filename: str,
-                       line_count: int) -> FileStored:
+                       line_count: int, expires_at: int | None = None) -> FileStored:
         """Write a result file and return the fact that announces it."""
         key = input_object_key(file_id)
         await self.store.put_bytes(key, data)
@@ -54,4 +60,5 @@ class ResultStore:
             object_key=key,
             created_at=int(time.time()),
             line_count=line_count,
+            expires_at=expires_at,
         )

@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 
 FETCH = 256
 
+Sequenced = tuple[int, AnyEvent]
+"""A fact and its sequence in the EVENTS stream."""
+
 
 class EventReader:
     """One batch's facts in stream order, from the first."""
@@ -36,21 +39,27 @@ class EventReader:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def open(cls, bus: EventBus, batch_id: str) -> AsyncIterator[tuple["EventReader", list[AnyEvent]]]:
-        """The reader and every fact the batch has so far."""
-        config = ConsumerConfig(filter_subject=batch_events(batch_id), deliver_policy=DeliverPolicy.ALL,
-                                ack_policy=AckPolicy.NONE, inactive_threshold=60.0, mem_storage=True)
-        info = await bus.js.add_consumer(EVENTS_STREAM, config)
-        reader = cls(bus, info.name, await bus.js.pull_subscribe_bind(consumer=info.name, stream=EVENTS_STREAM))
-        try:
-            backlog: list[AnyEvent] = []
-            while reader.received < (info.num_pending or 0):
-                backlog.extend(await reader.next_events(timeout_s=5.0))
-            yield reader, backlog
-        finally:
-            await reader.close()
+    async def open(cls, bus: EventBus, batch_id: str) -> AsyncIterator[tuple["EventReader", list[Sequenced]]]:
+        """The reader and every fact the batch has so far, with its stream sequence."""
+        # Under NATS authorization an executor reads through consumers of its own names only (the bus lends one).
+        async with bus.reader_name() as name:
+            if name is not None:
+                # A name is reused: a consumer a crashed run left under it would resume mid-log.
+                with contextlib.suppress(nats.js.errors.NotFoundError):
+                    await bus.js.delete_consumer(EVENTS_STREAM, name)
+            config = ConsumerConfig(name=name, filter_subject=batch_events(batch_id), deliver_policy=DeliverPolicy.ALL,
+                                    ack_policy=AckPolicy.NONE, inactive_threshold=60.0, mem_storage=True)
+            info = await bus.js.add_consumer(EVENTS_STREAM, config)
+            reader = cls(bus, info.name, await bus.js.pull_subscribe_bind(consumer=info.name, stream=EVENTS_STREAM))
+            try:
+                backlog: list[Sequenced] = []
+                while reader.received < (info.num_pending or 0):
+                    backlog.extend(await reader.next_events(timeout_s=5.0))
+                yield reader, backlog
+            finally:
+                await reader.close()
 
-    async def next_events(self, timeout_s: float = 1.0) -> list[AnyEvent]:
+    async def next_events(self, timeout_s: float = 1.0) -> list[Sequenced]:
         try:
             messages = await self.subscription.fetch(FETCH, timeout=timeout_s)
         except TimeoutError:
@@ -60,7 +69,7 @@ class EventReader:
         events = []
         for message in messages:
             try:
-                events.append(decode_event(message.data))
+                events.append((message.metadata.sequence.stream, decode_event(message.data)))
             except ValidationError:
                 # A fact of a newer kind than this executor knows says nothing about its attempts.
                 log.debug("skipping an undecodable event on %s", message.subject)
@@ -76,8 +85,8 @@ async def read_batch_log(bus: EventBus, batch_id: str) -> BatchLog:
     """The batch's log as it stands now."""
     batch_log = BatchLog()
     async with EventReader.open(bus, batch_id) as (_, backlog):
-        for event in backlog:
-            batch_log.fold(event)
+        for sequence, event in backlog:
+            batch_log.fold(event, sequence)
     return batch_log
 
 
@@ -89,6 +98,9 @@ class BatchWatch:
         self.log = BatchLog()
         self.stopping = asyncio.Event()
         self.requested: StopReason | None = None
+        self.seen_sequence = 0
+        self.moved = asyncio.Event()
+        """Set (and replaced) whenever new facts were folded."""
         self._timer: asyncio.TimerHandle | None = None
         self._closed = False
 
@@ -122,10 +134,24 @@ class BatchWatch:
         self.requested = self.requested or reason
         self._update()
 
-    def fold(self, events: list[AnyEvent]) -> None:
-        for event in events:
-            self.log.fold(event)
+    def fold(self, events: list[Sequenced]) -> None:
+        for sequence, event in events:
+            self.log.fold(event, sequence)
+            self.seen_sequence = max(self.seen_sequence, sequence)
         self._update()
+        self.moved.set()
+        self.moved = asyncio.Event()
+
+    async def caught_up_to(self, sequence: int, within_s: float = 10.0) -> bool:
+        """Wait until the watch has folded the log up to `sequence`; False if it did not within `within_s`."""
+        deadline = time.monotonic() + within_s
+        while self.seen_sequence < sequence:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.moved.wait(), remaining)
+        return True
 
     def _update(self) -> None:
         if self.fenced or self.stop_reason() is not None:

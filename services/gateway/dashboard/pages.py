@@ -28,7 +28,7 @@ PAGES = [
     Page("/batches", "batches", "Batches", "Batches"),
     Page("/batches/{batch_id}", "batch", "Batch", None),
     Page("/keys", "keys", "API keys", "API keys"),
-    Page("/provider", "provider", "Provider portal", "Provider", script="keys"),
+    Page("/provider", "provider", "Provider portal", "Provider"),
     Page("/operator", "operator", "Operator view", "Operator"),
 ]
 

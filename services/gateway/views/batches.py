@@ -24,7 +24,7 @@ IDEMPOTENCY_KEY_CHARS = (16, 80)
 
 async def owned_batch(request: web.Request, batch_id: str) -> BatchRecord:
     record = await deps(request).read_model.get_batch(batch_id) if is_valid_id(batch_id) else None
-    if record is None or record.owner_key_id != principal(request).key_id:
+    if record is None or record.owner != principal(request).owner:
         raise not_found("batch", batch_id)
     return record
 
@@ -100,8 +100,8 @@ def _idempotency_conflict(key: str, batch_id: str) -> ApiError:
 
 
 async def _live_batches(request: web.Request, owner: str) -> list[Batch]:
-    records = await deps(request).read_model.list_batches()
-    return [r.batch for r in records if r.owner_key_id == owner and r.batch.status not in TERMINAL_STATUSES]
+    records = await deps(request).read_model.owner_batches(owner)
+    return [r.batch for r in records if r.batch.status not in TERMINAL_STATUSES]
 
 
 async def create_batch(request: web.Request) -> web.Response:
@@ -126,8 +126,8 @@ async def create_batch(request: web.Request) -> web.Response:
     hold = body.get("hold", False)
     if not isinstance(hold, bool):
         raise bad_request("hold must be true or false.", "invalid_hold", "hold")
-    _output_expires_after(body.get("output_expires_after"))
-    owner = principal(request).key_id
+    output_expires_after_s = _output_expires_after(body.get("output_expires_after"))
+    owner = principal(request).owner
     batch_id = derived_id("batch_", owner, idempotency_key) if idempotency_key else new_batch_id()
     if idempotency_key and (earlier := await d.read_model.get_batch(batch_id)) is not None:
         if not _same_request(earlier.batch, input_file_id, str(endpoint), str(window), metadata):
@@ -144,14 +144,15 @@ async def create_batch(request: web.Request) -> web.Response:
         # The same batch again while the first still runs (a client's blind retry): the first is the answer.
         return web.json_response(twin.model_dump(mode="json"))
     if len(live) >= d.settings.max_active_batches:
-        raise ApiError(429, f"This key already has {len(live)} batches that have not ended (the limit is "
+        raise ApiError(429, f"You already have {len(live)} batches that have not ended (the limit is "
                        f"{d.settings.max_active_batches}); wait for some to end or cancel them.",
                        "rate_limit_error", "too_many_active_batches")
     now = int(time.time())
-    event = BatchCreated(aggregate_id=batch_id, owner_key_id=owner, input_file_id=input_file_id,
+    event = BatchCreated(aggregate_id=batch_id, owner_key_id=principal(request).key_id, input_file_id=input_file_id,
                          input_object_key=file.object_key, endpoint=str(endpoint), completion_window=str(window),
                          metadata=metadata, created_at=now, expires_at=now + window_s,
                          allow_partial=allow_partial, hold=hold, correlation_id=batch_id,
+                         output_expires_after_s=output_expires_after_s,
                          allowed_models=await request.app[KEY_CACHE].allowed_models(principal(request)))
     await d.bus.publish(event)
     record = await d.read_model.wait_for(lambda: d.read_model.get_batch(batch_id), lambda r: True,
@@ -165,8 +166,8 @@ async def create_batch(request: web.Request) -> web.Response:
 
 
 async def list_batches(request: web.Request) -> web.Response:
-    records = await deps(request).read_model.list_batches()
-    mine = [r.batch for r in records if r.owner_key_id == principal(request).key_id]
+    records = await deps(request).read_model.owner_batches(principal(request).owner)
+    mine = [r.batch for r in records]
     mine.sort(key=lambda b: (b.created_at, b.id), reverse=True)
     page = page_after(mine, [b.id for b in mine], request.query.get("after"), parse_limit(request))
     return web.json_response(page.model_dump(mode="json"))

@@ -42,16 +42,15 @@ def is_expired(record: FileRecord, now: float | None = None) -> bool:
 
 async def owned_file(request: web.Request, file_id: str) -> FileRecord:
     record = await deps(request).read_model.get_file(file_id) if is_valid_id(file_id) else None
-    if record is None or record.deleted or record.owner_key_id != principal(request).key_id or is_expired(record):
+    if record is None or record.deleted or record.owner != principal(request).owner or is_expired(record):
         raise not_found("file", file_id)
     return record
 
 
 async def owner_files(d: Deps, owner: str) -> list[FileRecord]:
-    """The owner's files that still exist (not deleted, not expired)."""
+    """The owner's files that still exist (not deleted, not expired), read from the owner's index alone."""
     now = time.time()
-    return [r for r in await d.read_model.list_files()
-            if r.owner_key_id == owner and not r.deleted and not is_expired(r, now)]
+    return [r for r in await d.read_model.owner_files(owner) if not r.deleted and not is_expired(r, now)]
 
 
 def expires_after_seconds(anchor: str | None, seconds: str | None) -> int | None:
@@ -134,7 +133,7 @@ async def create_file(request: web.Request) -> web.Response:
                           "invalid_content_type")
     charge_control_call(request)
     d = deps(request)
-    owner = principal(request).key_id
+    owner = principal(request).owner
     file_id = new_file_id()
     object_key = input_object_key(file_id)
     upload = await _read_upload(request, d, object_key)
@@ -154,16 +153,16 @@ async def create_file(request: web.Request) -> web.Response:
             return web.json_response(same.file.model_dump(mode="json"), headers={DEDUPLICATED_FROM: same.file.id})
         used = sum(r.file.bytes for r in existing)
         if used + stored.bytes > d.settings.storage_quota_bytes:
-            raise bad_request(f"Storing {stored.bytes} more bytes would exceed this key's storage quota of "
+            raise bad_request(f"Storing {stored.bytes} more bytes would exceed your storage quota of "
                               f"{d.settings.storage_quota_bytes} bytes ({used} in use); delete files first.",
                               "storage_quota_exceeded", "file")
     except ApiError:
         await d.store.remove(object_key)
         raise
     now = int(time.time())
-    event = FileStored(aggregate_id=file_id, owner_key_id=owner, filename=upload.filename, purpose="batch",
-                       bytes=stored.bytes, sha256=stored.sha256, object_key=object_key, created_at=now,
-                       line_count=stored.line_count, expires_at=now + ttl_s)
+    event = FileStored(aggregate_id=file_id, owner_key_id=principal(request).key_id, filename=upload.filename,
+                       purpose="batch", bytes=stored.bytes, sha256=stored.sha256, object_key=object_key,
+                       created_at=now, line_count=stored.line_count, expires_at=now + ttl_s)
     await d.bus.publish(event)
     record = await d.read_model.wait_for(lambda: d.read_model.get_file(file_id), lambda r: True,
                                          d.settings.read_your_writes_s)
@@ -180,7 +179,7 @@ async def list_files(request: web.Request) -> web.Response:
     order = request.query.get("order", "desc")
     if order not in ("asc", "desc"):
         raise bad_request(f"order must be 'asc' or 'desc' (got {order!r}).", "invalid_order", "order")
-    records = await owner_files(deps(request), principal(request).key_id)
+    records = await owner_files(deps(request), principal(request).owner)
     mine = [r.file for r in records if purpose is None or r.file.purpose == purpose]
     mine.sort(key=lambda f: (f.created_at, f.id), reverse=order == "desc")
     page = page_after(mine, [f.id for f in mine], request.query.get("after"), parse_limit(request, 100))
@@ -206,9 +205,9 @@ async def file_content(request: web.Request) -> web.StreamResponse:
 
 async def live_batch_using(d: Deps, owner: str, file_id: str) -> str | None:
     """The id of a batch of `owner` that reads `file_id` and has not ended, if there is one."""
-    for record in await d.read_model.list_batches():
+    for record in await d.read_model.owner_batches(owner):
         batch = record.batch
-        if record.owner_key_id == owner and batch.input_file_id == file_id and batch.status not in TERMINAL_STATUSES:
+        if batch.input_file_id == file_id and batch.status not in TERMINAL_STATUSES:
             return batch.id
     return None
 
@@ -227,7 +226,7 @@ async def delete_file(request: web.Request) -> web.Response:
     file_id = request.match_info["file_id"]
     record = await owned_file(request, file_id)
     charge_control_call(request)
-    batch_id = await live_batch_using(d, record.owner_key_id, file_id)
+    batch_id = await live_batch_using(d, record.owner, file_id)
     if batch_id is not None:
         raise ApiError(409, f"File {file_id} is the input of batch {batch_id}, which has not ended; cancel it or "
                        "wait for it to end before deleting the file.", "invalid_request_error", "file_in_use",

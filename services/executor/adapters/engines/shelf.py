@@ -24,6 +24,10 @@ class EngineShelf:
     def servable(self) -> list[str]:
         return sorted(self.models)
 
+    def loaded_bytes(self) -> int:
+        """The catalogue's memory need of every loaded model."""
+        return sum(self.models[model_id].memory_bytes for model_id in self.loaded)
+
     async def get(self, model_id: str) -> Engine | None:
         """The model's engine, loading it first if needed; None for a model this executor does not serve."""
         model = self.models.get(model_id)

@@ -1,7 +1,6 @@
 "use strict";
-// API keys (/v1/organization/keys) or, on the provider page, worker keys (/v1/provider/worker_keys).
-const WORKERS = location.pathname.startsWith("/dashboard/provider");
-const BASE = WORKERS ? "/v1/provider/worker_keys" : "/v1/organization/keys";
+// API keys (/v1/organization/keys); worker keys are on the provider page (provider.js).
+const BASE = "/v1/organization/keys";
 
 async function load(revokedId) {
   let page = await apiJson(BASE);
@@ -18,7 +17,7 @@ async function load(revokedId) {
       "aria-label": `Revoke ${key.name} (${key.id})`, onclick: () => revokeKey(key) }, "Revoke");
     body.append(el("tr", { "data-key-id": key.id },
       el("td", {}, key.name), el("td", {}, el("code", {}, key.id)),
-      WORKERS ? null : el("td", {}, key.role), WORKERS ? null : el("td", {}, key.user_id || "—"),
+      el("td", {}, key.role), el("td", {}, key.user_id || "—"),
       el("td", {}, when(key.created_at)), el("td", {}, when(key.last_used_at)),
       el("td", { class: "state" }, key.revoked ? "revoked" : "active"), el("td", {}, revoke)));
   }
@@ -29,24 +28,24 @@ async function revokeKey(key) {
   try {
     const result = await apiJson(`${BASE}/${encodeURIComponent(key.id)}`, { method: "DELETE" });
     await load(key.id);
-    say(`Revoked ${key.id}${result.cancelled_batches ? `; ${result.cancelled_batches} live batch(es) stopped` : ""}.`);
+    const stopped = result.cancelled_batches.length;
+    say(`Revoked ${key.id}${stopped ? `; ${stopped} live batch(es) stopped` : ""}.`);
   } catch (error) { say(`Could not revoke: ${error.message}`, true); }
+  document.getElementById("status").focus();  // its button is gone: land on the outcome
 }
 
 document.getElementById("create").addEventListener("submit", async (event) => {
   event.preventDefault();
-  const json = { name: document.getElementById("name").value.trim() };
-  if (!WORKERS) {
-    json.role = document.getElementById("role").value;
-    const user = document.getElementById("user").value.trim();
-    if (user) json.user_id = user;
-  }
+  const json = { name: document.getElementById("name").value.trim(), role: document.getElementById("role").value };
+  const user = document.getElementById("user").value.trim();
+  if (user) json.user_id = user;
   try {
     const created = await apiJson(BASE, { method: "POST", json });
     document.getElementById("raw").textContent = created.value;
     document.getElementById("created").hidden = false;
     say(`Created ${created.id}. Copy the key now: it is not shown again.`);
     await load();
+    document.getElementById("copy").focus();
   } catch (error) { say(`Could not create the key: ${error.message}`, true); }
 });
 

@@ -1,5 +1,5 @@
 "use strict";
-// Operator view: GET /v1/organization/overview (admin), refreshed every few seconds.
+// Operator view: GET /v1/organization/overview and /v1/admin/anomalies (admin), refreshed every few seconds.
 function mib(bytes) { return `${Math.round(bytes / 1048576)} MiB`; }
 
 function fill(id, rows, empty, columns) {
@@ -20,7 +20,15 @@ async function load() {
   fill("running", view.running.map((r) => [el("a", { href: `/dashboard/batches/${r.batch_id}` }, r.batch_id), r.model,
     r.status, progressBar({ total: r.total, completed: r.done, failed: 0 }), r.lines_per_s,
     r.eta_s === null ? "—" : `${r.eta_s}s`]), "Nothing runs.", 6);
+  const anomalies = await apiJson("/v1/admin/anomalies");
+  fill("anomalies", anomalies.data.map((a) => [a.sequence, aggregateCell(a), el("code", {}, a.event_type), a.reason,
+    when(a.created_at)]), "No anomalies: every fact fitted its aggregate.", 5);
   say(`Updated ${new Date(view.at * 1000).toLocaleTimeString()}.`);
+}
+
+function aggregateCell(a) {
+  const name = `${a.aggregate_type} ${a.aggregate_id}`;
+  return a.aggregate_type === "batch" ? el("a", { href: `/dashboard/batches/${a.aggregate_id}` }, name) : name;
 }
 
 function fail(error) { say(`Could not load the overview: ${error.message}`, true); }

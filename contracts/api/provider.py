@@ -1,0 +1,51 @@
+"""Providers and the executors that joined with their worker keys, as `/v1/provider/…` shows them (a Sheshnag
+extension; OpenAI has no such objects)."""
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RegisterProvider(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=256)
+
+
+class Provider(BaseModel):
+    id: str
+    """`prov_…`; worker keys made under `/v1/provider/providers/{id}/worker_keys` belong to it."""
+    object: Literal["provider"] = "provider"
+    name: str
+    owner_user_id: str | None
+    """The user whose keys manage it; null: only the key that registered it."""
+    created_at: int
+
+
+class ExecutorMemory(BaseModel):
+    free_bytes: int
+    total_bytes: int
+
+
+class ProviderExecutor(BaseModel):
+    id: str
+    object: Literal["provider.executor"] = "provider.executor"
+    provider_id: str | None
+    """The provider whose worker key it joined with; null: an admin's or operator's worker key (or none)."""
+    worker_key_id: str | None
+    engine: str
+    engine_version: str
+    models: list[str]
+    """Catalogue ids it can serve."""
+    loaded_models: list[str]
+    """Catalogue ids loaded right now; empty while it is lost."""
+    memory: ExecutorMemory | None
+    """Summed over its devices, from its last heartbeat; null while it is lost."""
+    slots: int | None
+    health: Literal["live", "lost"]
+    """`live` while it heartbeats; `lost` once its heartbeats stopped."""
+    heartbeat_age_s: float | None
+    """Seconds since its last heartbeat; null when none is known."""
+    lines_served: int
+    """Lines (completed or failed) that attempts it ran made durable."""
+

@@ -1,0 +1,61 @@
+"""Object access for executors, who hold no S3 credentials: a request for presigned URLs and the broker's answer.
+
+Sent on `object_requests(<executor id>)`, a subject only that executor may publish to, so it names who asks.
+"""
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+ObjectOperation = Literal["get", "put", "list"]
+"""Read one object, write one object, or list the objects under a prefix (with a read URL for each)."""
+
+LIST_PAGE = 50
+"""Objects per list answer: a page of keys and their URLs stays well under 64 KiB."""
+
+_CHUNK_KEY = re.compile(r"results/(?P<batch>[^/]+)/attempt-(?P<attempt>\d+)/chunk-\d+\.jsonl")
+
+
+class ObjectRequest(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    operation: ObjectOperation
+    batch_id: str
+    """The batch whose work this is; the object must belong to it."""
+    key: str
+    """The object to read or write, or (list) the prefix whose objects are listed."""
+    attempt: int = 0
+    """The attempt whose result chunk is written (put of a chunk); 0 for every other request."""
+    start_after: str = ""
+    """List: the last key of the previous page; empty for the first page."""
+
+
+class SignedObject(BaseModel):
+    key: str
+    url: str
+    """A presigned GET of `key`."""
+
+
+class ObjectGrant(BaseModel):
+    """The broker's answer: URLs for what was asked, or why not."""
+
+    granted: bool
+    reason: str | None = None
+    """Why the request was refused (or cannot be judged yet)."""
+    retry: bool = False
+    """Not refused: the broker cannot judge yet (a new leader still reading the log); ask again shortly."""
+    url: str | None = None
+    """The presigned URL of a get or put."""
+    objects: list[SignedObject] = []
+    """List: the page of objects under the prefix, in key order."""
+    next_after: str | None = None
+    """List: more objects follow; ask again with this as `start_after`."""
+    expires_in_s: int = 0
+    """How long every URL of the answer stays valid."""
+
+
+def chunk_attempt(key: str) -> tuple[str, int] | None:
+    """(batch id, attempt) of a result chunk key (`results/<batch>/attempt-<N>/chunk-<n>.jsonl`), else None."""
+    match = _CHUNK_KEY.fullmatch(key)
+    return (match["batch"], int(match["attempt"])) if match else None

@@ -1,0 +1,61 @@
+"""The embedded broker's authorization: a `core` user for the five services, auth callout for everyone else.
+
+Both secrets (the core password and the callout issuer's nkey seed) are generated once per data dir and kept
+there (0600), so a restarted broker, and services restarted against it, agree. The config file is rewritten
+from them at each start; nothing here is ever printed.
+"""
+
+import json
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from services.authz.nkey_jwt import new_account_seed, public_key
+
+CORE_USER = "core"
+SECRETS_FILE = "nats-auth.json"
+CONFIG_FILE = "nats-server.conf"
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Created 0600 before anything is written into it, and swapped in whole."""
+    staging = path.with_suffix(path.suffix + ".tmp")
+    staging.unlink(missing_ok=True)
+    staging.touch(mode=0o600)
+    staging.write_text(text)
+    staging.replace(path)
+
+
+@dataclass(frozen=True)
+class NatsAuth:
+    core_password: str = field(repr=False)
+    issuer_seed: str = field(repr=False)
+
+    @classmethod
+    def load_or_create(cls, data_dir: Path) -> "NatsAuth":
+        path = data_dir / SECRETS_FILE
+        if path.exists():
+            data = json.loads(path.read_text())
+            return cls(data["core_password"], data["issuer_seed"])
+        auth = cls(secrets.token_hex(24), new_account_seed())
+        _write_private(path, json.dumps({"core_password": auth.core_password, "issuer_seed": auth.issuer_seed}))
+        return auth
+
+    def core_url(self, port: int) -> str:
+        """The services' URL: the core user's credentials ride in it (hex, so nothing needs escaping)."""
+        return f"nats://{CORE_USER}:{self.core_password}@127.0.0.1:{port}"
+
+    def write_server_config(self, data_dir: Path) -> Path:
+        """The config file `nats-server -c` reads; flags on its command line (port, store) add to it."""
+        path = data_dir / CONFIG_FILE
+        _write_private(path, f"""# Written by sheshnag at each start from {SECRETS_FILE}; edits are lost.
+authorization {{
+  users: [ {{ user: "{CORE_USER}", password: "{self.core_password}" }} ]
+  auth_callout {{
+    # Executors connect as <executor id> / <worker key>; the scheduler answers with their permissions.
+    issuer: "{public_key(self.issuer_seed)}"
+    auth_users: [ "{CORE_USER}" ]
+  }}
+}}
+""")
+        return path

@@ -1,0 +1,163 @@
+"""Objects reached through presigned URLs from the object broker (the leading scheduler): the executor holds no
+S3 credentials. Its own request subject tells the broker who asks; the batch is the one of the command in hand.
+
+urllib3 is blocking, so every transfer runs in a worker thread; reads stream in bounded chunks.
+"""
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+
+import nats.errors
+import urllib3
+from nats.aio.client import Client
+
+from contracts.objects import ObjectGrant, ObjectOperation, ObjectRequest, chunk_attempt
+from contracts.subjects import object_requests
+from services.runtime.logfmt import BATCH_ID
+from services.runtime.objectstore import ObjectNotFound, read_chunks, split_lines
+
+log = logging.getLogger(__name__)
+
+ANSWER_TIMEOUT_S = 5.0
+RETRY_EVERY_S = 0.5
+URL_MARGIN_S = 60.0
+"""A URL from a listing is used only while it has this long left; else a fresh one is asked for."""
+
+
+class ObjectAccessRefused(PermissionError):
+    """The broker refused: the object is not part of this executor's work."""
+
+
+class ObjectBrokerUnavailable(ConnectionError):
+    """No scheduler answered (or could judge) within the wait: none leads, or a new leader is catching up."""
+
+
+class ObjectTransferFailed(OSError):
+    """The object store answered a presigned request with an error."""
+
+
+def http_pool() -> urllib3.PoolManager:
+    return urllib3.PoolManager(
+        num_pools=4, maxsize=16, timeout=urllib3.Timeout(connect=5, read=60),
+        retries=urllib3.Retry(total=3, backoff_factor=0.2, status_forcelist=(500, 502, 503, 504)),
+    )
+
+
+def batch_of(key: str) -> str:
+    """The batch a key belongs to: named in it (result chunks, rejections), else the batch of the command in hand
+    (the consumer sets it for every command it handles)."""
+    kind, _, rest = key.partition("/")
+    if kind in ("results", "validation") and "/" in rest:
+        return rest.split("/", 1)[0]
+    batch_id = BATCH_ID.get()
+    if not batch_id:
+        raise ObjectAccessRefused(f"{key} is not reached outside a batch's work")
+    return batch_id
+
+
+class BrokeredObjectStore:
+    def __init__(self, nc: Client, executor_id: str, http: urllib3.PoolManager, wait_s: float = 60.0) -> None:
+        self.nc = nc
+        self.subject = object_requests(executor_id)
+        self.http = http
+        self.wait_s = wait_s
+        self.listed: dict[str, tuple[str, float]] = {}
+        """Key → (read URL, monotonic expiry) from listings, so reading what was just listed asks nothing."""
+
+    async def get_bytes(self, key: str) -> bytes:
+        url = await self._url("get", key)
+        return await asyncio.to_thread(self._read_all, url, key)
+
+    async def iter_chunks(self, key: str) -> AsyncIterator[bytes]:
+        url = await self._url("get", key)
+        response = await asyncio.to_thread(self._open, url, key)
+        async with contextlib.aclosing(read_chunks(response)) as chunks:
+            async for chunk in chunks:
+                yield chunk
+
+    def iter_lines(self, key: str) -> AsyncIterator[bytes]:
+        return split_lines(self.iter_chunks(key))
+
+    async def put_bytes(self, key: str, data: bytes, content_type: str = "application/jsonl") -> None:
+        chunk = chunk_attempt(key)
+        url = await self._url("put", key, attempt=chunk[1] if chunk else 0)
+        await asyncio.to_thread(self._put, url, key, data, content_type)
+
+    async def list_keys(self, prefix: str) -> list[str]:
+        keys: list[str] = []
+        after = ""
+        while True:
+            grant = await self._ask(ObjectRequest(operation="list", batch_id=batch_of(prefix), key=prefix,
+                                                  start_after=after))
+            expires_at = time.monotonic() + grant.expires_in_s
+            for listed in grant.objects:
+                keys.append(listed.key)
+                self.listed[listed.key] = (listed.url, expires_at)
+            if grant.next_after is None:
+                break
+            after = grant.next_after
+        self._forget_expired()
+        return sorted(keys)
+
+    async def _url(self, operation: ObjectOperation, key: str, attempt: int = 0) -> str:
+        if operation == "get":
+            url, expires_at = self.listed.pop(key, ("", 0.0))
+            if url and expires_at - time.monotonic() > URL_MARGIN_S:
+                return url
+        grant = await self._ask(ObjectRequest(operation=operation, batch_id=batch_of(key), key=key, attempt=attempt))
+        assert grant.url is not None, "a granted get or put carries its URL"
+        return grant.url
+
+    async def _ask(self, request: ObjectRequest) -> ObjectGrant:
+        """The broker's grant; waits out a broker that cannot answer yet, raises on a refusal."""
+        deadline = time.monotonic() + self.wait_s
+        payload = request.model_dump_json().encode()
+        while True:
+            try:
+                reply = await self.nc.request(self.subject, payload, timeout=ANSWER_TIMEOUT_S)
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+                why = "no scheduler answers"
+            else:
+                grant = ObjectGrant.model_validate_json(reply.data)
+                if grant.granted:
+                    return grant
+                if not grant.retry:
+                    raise ObjectAccessRefused(f"{request.operation} {request.key}: {grant.reason}")
+                why = grant.reason or "the broker cannot judge yet"
+            if time.monotonic() > deadline:
+                raise ObjectBrokerUnavailable(f"{request.operation} {request.key}: {why} (waited {self.wait_s:.0f}s)")
+            await asyncio.sleep(RETRY_EVERY_S)
+
+    def _forget_expired(self) -> None:
+        now = time.monotonic()
+        for key in [key for key, (_, expires_at) in self.listed.items() if expires_at - now <= URL_MARGIN_S]:
+            del self.listed[key]
+
+    def _open(self, url: str, key: str) -> urllib3.BaseHTTPResponse:
+        response = self.http.request("GET", url, preload_content=False)
+        if response.status != 200:
+            _release(response)
+            if response.status == 404:
+                raise ObjectNotFound(key)
+            raise ObjectTransferFailed(f"GET {key}: HTTP {response.status}")
+        return response
+
+    def _read_all(self, url: str, key: str) -> bytes:
+        response = self._open(url, key)
+        try:
+            return response.read()
+        finally:
+            _release(response)
+
+    def _put(self, url: str, key: str, data: bytes, content_type: str) -> None:
+        response = self.http.request("PUT", url, body=data, headers={"Content-Type": content_type})
+        if response.status != 200:
+            raise ObjectTransferFailed(f"PUT {key}: HTTP {response.status}")
+
+
+def _release(response: urllib3.BaseHTTPResponse) -> None:
+    response.close()
+    response.release_conn()

@@ -1,0 +1,18 @@
+"""`GET /v1/admin/anomalies` (admin, read-only): the facts the ledger refused, as it projected them."""
+
+from aiohttp import web
+
+from contracts.api.anomaly import Anomaly
+from contracts.api.page import ListPage
+from services.gateway.auth import require_admin
+from services.gateway.context import deps
+
+
+async def list_anomalies(request: web.Request) -> web.Response:
+    """Admin: the facts the ledger refused, newest first."""
+    require_admin(request)
+    records = sorted(await deps(request).read_model.list_anomalies(), key=lambda r: r.sequence, reverse=True)
+    data = [Anomaly(sequence=r.sequence, aggregate_type=r.aggregate_kind, aggregate_id=r.aggregate_id,
+                    event_type=r.event_type, reason=r.reason, created_at=r.occurred_at) for r in records]
+    return web.json_response(ListPage[Anomaly](data=data).model_dump(mode="json"))
+

@@ -1,0 +1,144 @@
+"""Provider portal: a signed-in user registers a provider, manages its worker keys and sees its executors with the
+lines they served; admins see every provider and executor."""
+
+import secrets
+import time
+
+from aiohttp import web
+
+from contracts.api.organization import ApiKey, CreateWorkerKey, DeletedApiKey
+from contracts.api.page import ListPage
+from contracts.api.provider import ExecutorMemory, Provider, ProviderExecutor, RegisterProvider
+from contracts.events.executor import ExecutorAdvert
+from contracts.events.provider import ProviderRegistered
+from contracts.readmodel import ApiKeyRecord, ExecutorRecord, ProviderRecord
+from services.gateway.auth import KEY_CACHE, principal
+from services.gateway.context import deps
+from services.gateway.errors import not_found
+from services.gateway.revocation import revoke_key
+from services.gateway.views.files import is_valid_id
+from services.gateway.views.organization import api_key_object, create_key_for, read_body
+from services.runtime.fleet import Fleet
+
+
+def _owns(me: ApiKeyRecord, provider: ProviderRecord) -> bool:
+    return me.role == "admin" or me.owner == provider.owner
+
+
+def _provider_object(record: ProviderRecord) -> Provider:
+    return Provider(id=record.provider_id, name=record.display_name, owner_user_id=record.owner_user_id,
+                    created_at=record.created_at)
+
+
+async def _provider(request: web.Request, provider_id: str) -> ProviderRecord:
+    """The provider, when the caller may manage it; 404 otherwise, so others' providers are not even confirmed."""
+    record = await deps(request).read_model.get_provider(provider_id) if is_valid_id(provider_id) else None
+    if record is None or not _owns(principal(request), record):
+        raise not_found("provider", provider_id)
+    return record
+
+
+async def register_provider(request: web.Request) -> web.Response:
+    me = principal(request)
+    d = deps(request)
+    body = await read_body(request, RegisterProvider)
+    provider_id = f"prov_{secrets.token_hex(8)}"
+    await d.bus.publish(ProviderRegistered(aggregate_id=provider_id, display_name=body.name,
+                                           owner_key_id=me.key_id, owner_user_id=me.user_id))
+    record = await d.read_model.wait_for(lambda: d.read_model.get_provider(provider_id), lambda r: True,
+                                         d.settings.read_your_writes_s)
+    if record is None:
+        record = ProviderRecord(provider_id=provider_id, display_name=body.name, owner_key_id=me.key_id,
+                                owner_user_id=me.user_id, created_at=int(time.time()))
+    return web.json_response(_provider_object(record).model_dump(mode="json"))
+
+
+async def list_providers(request: web.Request) -> web.Response:
+    me = principal(request)
+    mine = [r for r in await deps(request).read_model.list_providers() if _owns(me, r)]
+    mine.sort(key=lambda r: (r.created_at, r.provider_id))
+    return web.json_response(ListPage[Provider](data=[_provider_object(r) for r in mine]).model_dump(mode="json"))
+
+
+async def retrieve_provider(request: web.Request) -> web.Response:
+    record = await _provider(request, request.match_info["provider_id"])
+    return web.json_response(_provider_object(record).model_dump(mode="json"))
+
+
+async def _worker_keys(request: web.Request, provider_id: str) -> list[tuple[str, ApiKeyRecord]]:
+    return [(digest, r) for digest, r in await deps(request).read_model.list_api_keys()
+            if r.role == "worker" and r.provider_id == provider_id]
+
+
+async def create_provider_worker_key(request: web.Request) -> web.Response:
+    provider = await _provider(request, request.match_info["provider_id"])
+    body = await read_body(request, CreateWorkerKey)
+    return await create_key_for(request, "worker", body.name or "worker key", None, provider.provider_id)
+
+
+async def list_provider_worker_keys(request: web.Request) -> web.Response:
+    provider = await _provider(request, request.match_info["provider_id"])
+    records = sorted((r for _, r in await _worker_keys(request, provider.provider_id)),
+                     key=lambda r: (r.created_at or 0, r.key_id))
+    page = ListPage[ApiKey](data=[await api_key_object(request, r) for r in records])
+    return web.json_response(page.model_dump(mode="json"))
+
+
+async def revoke_provider_worker_key(request: web.Request) -> web.Response:
+    provider = await _provider(request, request.match_info["provider_id"])
+    key_id = request.match_info["key_id"]
+    found = [digest for digest, r in await _worker_keys(request, provider.provider_id) if r.key_id == key_id]
+    if not found:
+        raise not_found("worker key", key_id)
+    cancelled = await revoke_key(deps(request).bus, deps(request).read_model, found[0], principal(request).key_id)
+    request.app[KEY_CACHE].forget(f"apikey.{found[0]}")
+    return web.json_response(DeletedApiKey(id=key_id, cancelled_batches=cancelled).model_dump(mode="json"))
+
+
+def _age_s(at_ms: int | None, now_ms: int) -> float | None:
+    return None if at_ms is None else round(max(now_ms - at_ms, 0) / 1000, 1)
+
+
+def _executor(executor_id: str, record: ExecutorRecord | None, advert: ExecutorAdvert | None,
+              provider_id: str | None, now_ms: int) -> ProviderExecutor:
+    """What the log says (worker key, lines served) joined with its live heartbeat, when it still sends one."""
+    fields: dict[str, object] = {"id": executor_id, "provider_id": provider_id,
+                                 "worker_key_id": record.worker_key_id if record is not None else None,
+                                 "lines_served": record.lines_served if record is not None else 0}
+    if advert is not None:
+        memory = ExecutorMemory(free_bytes=sum(d.free_bytes for d in advert.devices),
+                                total_bytes=sum(d.total_bytes for d in advert.devices))
+        fields |= {"engine": advert.engine, "engine_version": advert.engine_version, "models": advert.models,
+                   "loaded_models": advert.loaded_models, "memory": memory, "slots": advert.slots,
+                   "health": "live", "heartbeat_age_s": _age_s(advert.heartbeat_at, now_ms)}
+    elif record is not None:
+        fields |= {"engine": record.engine, "engine_version": record.engine_version, "models": record.models,
+                   "loaded_models": [], "memory": None, "slots": None, "health": "lost",
+                   "heartbeat_age_s": _age_s(record.last_heartbeat_at, now_ms)}
+    return ProviderExecutor.model_validate(fields)
+
+
+async def list_executors(request: web.Request) -> web.Response:
+    """Executors that joined with a worker key of a provider the caller manages (admins: every executor).
+
+    `?provider_id=` narrows the list to one provider (404 when it is not the caller's)."""
+    me = principal(request)
+    d = deps(request)
+    wanted = request.query.get("provider_id")
+    if wanted is not None:
+        providers = {(await _provider(request, wanted)).provider_id}
+    else:
+        providers = {r.provider_id for r in await d.read_model.list_providers() if _owns(me, r)}
+    key_providers = {r.key_id: r.provider_id for _, r in await d.read_model.list_api_keys() if r.role == "worker"}
+    records = {r.executor_id: r for r in await d.read_model.list_executors()}
+    adverts = {a.executor_id: a for a in await (await Fleet.open(d.bus)).adverts()}
+    everyone = me.role == "admin" and wanted is None
+    now_ms = int(time.time() * 1000)
+    shown = []
+    for executor_id in sorted(records.keys() | adverts.keys()):
+        record = records.get(executor_id)
+        worker_key_id = record.worker_key_id if record is not None else None
+        provider_id = key_providers.get(worker_key_id) if worker_key_id is not None else None
+        if everyone or (provider_id is not None and provider_id in providers):
+            shown.append(_executor(executor_id, record, adverts.get(executor_id), provider_id, now_ms))
+    return web.json_response(ListPage[ProviderExecutor](data=shown).model_dump(mode="json"))

@@ -1,0 +1,153 @@
+"""The object broker: presigned URLs for executors, who hold no S3 credentials, to their own work's objects only.
+
+The leading scheduler answers; its book says which executor runs which attempt and which batch is being finalized.
+"""
+
+import asyncio
+import itertools
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Literal
+
+import urllib3
+from minio import Minio
+from minio.error import S3Error
+from nats.aio.msg import Msg
+from pydantic import ValidationError
+
+from contracts.ids import error_file_id, output_file_id
+from contracts.objects import LIST_PAGE, ObjectGrant, ObjectRequest, SignedObject, chunk_attempt
+from contracts.subjects import input_object_key, rejections_key
+from services.runtime.objectstore import ObjectStore
+from services.runtime.settings import ConnectionSettings
+from services.scheduler.book import BatchPlan, Book
+
+log = logging.getLogger(__name__)
+
+SIGNING_REGION = "us-east-1"
+"""Set, so that signing never asks the server for the bucket's region (presigning stays a local computation)."""
+
+
+def authorize(book: Book, executor_id: str, request: ObjectRequest) -> str | None:
+    """None when `executor_id` may do `request`; else why not.
+
+    An executor may touch a batch's objects while it holds a live attempt of it, or while the batch waits for the
+    finalize command the scheduler sent (any admitted executor may take that command from the shared durable).
+    It reads the input file, the rejections and the result chunks; it writes its own attempt's chunks, and the
+    output and error files when it finalizes. Nothing else: no other batch's objects, no other file."""
+    batch_id = request.batch_id
+    plan = book.plans.get(batch_id)
+    if plan is None or plan.phase == "ended":
+        return f"batch {batch_id} is not running or being finalized"
+    held = {run.attempt for run in plan.shards.values() if run.executor_id == executor_id}
+    finalizing = plan.finalize_sent and executor_id in book.admitted
+    if not held and not finalizing:
+        return (f"executor {executor_id} holds no live attempt of batch {batch_id}, and the batch is not being "
+                "finalized")
+    key = request.key
+    if not _plain(key):
+        return f"{key!r} is not a plain object key"
+    results = f"results/{batch_id}/"
+    if request.operation == "get":
+        return None if key in readable(plan) or key.startswith(results) else f"{key} is not an object of {batch_id}"
+    if request.operation == "list":
+        return None if key.startswith(results) or key == rejections_key(batch_id) else (
+            f"{key} is not a prefix of {batch_id}'s result chunks")
+    chunk = chunk_attempt(key)
+    if chunk is not None:
+        if chunk != (batch_id, request.attempt):
+            return f"{key} is not a chunk of attempt {request.attempt} of {batch_id}"
+        if request.attempt not in held:
+            return f"attempt {request.attempt} of {batch_id} is not executor {executor_id}'s live attempt"
+        return None
+    if key in (input_object_key(output_file_id(batch_id)), input_object_key(error_file_id(batch_id))):
+        one_shard = plan.layout is None or plan.layout.shards == 1
+        if finalizing or (held and one_shard):
+            return None
+        return f"{batch_id} has several shards: its files are written by the executor that finalizes it"
+    return f"{key} is not a result chunk or an output or error file of {batch_id}"
+
+
+def readable(plan: BatchPlan) -> set[str]:
+    """The objects of a batch an executor reads besides its result chunks: the input and the rejected lines."""
+    keys = {plan.input_object_key, rejections_key(plan.batch_id)}
+    if plan.rejections_object_key:
+        keys.add(plan.rejections_object_key)
+    return keys
+
+
+def _plain(key: str) -> bool:
+    """No `.` or `..` segment, nor an empty one but last (a prefix's): a server that cleans paths must not
+    resolve it to another object."""
+    *parents, last = key.split("/")
+    return "\\" not in key and last not in (".", "..") and all(part not in ("", ".", "..") for part in parents)
+
+
+@dataclass
+class ObjectSigner:
+    """Holds the S3 credentials; signs URLs locally and lists with its own access."""
+
+    presigner: Minio
+    store: ObjectStore
+    expiry_s: int
+
+    @classmethod
+    def from_settings(cls, connection: ConnectionSettings, url_endpoint: str, expiry_s: int) -> "ObjectSigner":
+        presigner = Minio(url_endpoint or connection.s3_endpoint, access_key=connection.s3_access_key,
+                          secret_key=connection.s3_secret_key, secure=connection.s3_secure, region=SIGNING_REGION)
+        return cls(presigner, ObjectStore.from_settings(connection), expiry_s)
+
+    def url(self, method: Literal["GET", "PUT"], key: str) -> str:
+        return self.presigner.get_presigned_url(method, self.store.bucket, key, timedelta(seconds=self.expiry_s))
+
+    async def page(self, prefix: str, start_after: str) -> tuple[list[str], bool]:
+        """Up to LIST_PAGE keys under `prefix` after `start_after`, and whether more follow."""
+        return await asyncio.to_thread(self._page, prefix, start_after)
+
+    def _page(self, prefix: str, start_after: str) -> tuple[list[str], bool]:
+        listed = self.store.client.list_objects(self.store.bucket, prefix=prefix, recursive=True,
+                                                start_after=start_after or None)
+        keys = [obj.object_name for obj in itertools.islice(listed, LIST_PAGE + 1) if obj.object_name]
+        return keys[:LIST_PAGE], len(keys) > LIST_PAGE
+
+
+@dataclass
+class ObjectBroker:
+    """One leader term's answers: judged on that term's book, and only once it has read the whole log."""
+
+    signer: ObjectSigner
+    book: Book
+    caught_up: asyncio.Event
+
+    async def answer(self, executor_id: str, request: ObjectRequest) -> ObjectGrant:
+        if not self.caught_up.is_set():
+            return ObjectGrant(granted=False, retry=True, reason="The scheduler is still reading the log.")
+        refusal = authorize(self.book, executor_id, request)
+        if refusal is not None:
+            log.warning("refused executor %s a %s of %s: %s", executor_id, request.operation, request.key, refusal)
+            return ObjectGrant(granted=False, reason=refusal)
+        expires = self.signer.expiry_s
+        if request.operation != "list":
+            return ObjectGrant(granted=True, url=self.signer.url("GET" if request.operation == "get" else "PUT",
+                                                                 request.key), expires_in_s=expires)
+        try:
+            keys, truncated = await self.signer.page(request.key, request.start_after)
+        except (S3Error, urllib3.exceptions.HTTPError, OSError) as error:
+            log.warning("listing %s for executor %s failed: %r", request.key, executor_id, error)
+            return ObjectGrant(granted=False, retry=True, reason="The object store did not answer.")
+        objects = [SignedObject(key=key, url=self.signer.url("GET", key)) for key in keys
+                   if authorize(self.book, executor_id, request.model_copy(update={"operation": "get", "key": key}))
+                   is None]
+        return ObjectGrant(granted=True, objects=objects, next_after=keys[-1] if truncated else None,
+                           expires_in_s=expires)
+
+    async def on_request(self, message: Msg) -> None:
+        executor_id = message.subject.rsplit(".", 1)[-1]
+        try:
+            request = ObjectRequest.model_validate_json(message.data)
+        except ValidationError as error:
+            grant = ObjectGrant(granted=False, reason=f"Malformed object request: {error.errors()[0]['msg']}")
+        else:
+            grant = await self.answer(executor_id, request)
+        await message.respond(grant.model_dump_json().encode())

@@ -1,0 +1,265 @@
+"""NATS authorization against a real nats-server run with the embedded stack's config: the core user, and auth
+callout admitting executors by worker key with the permissions of `contracts/permissions.py`."""
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import nats
+import nats.errors
+import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from contracts.ids import hash_api_key
+from contracts.permissions import executor_reader
+from contracts.readmodel import ApiKeyRecord, ExecutorRecord
+from contracts.subjects import (
+    EVENTS_STREAM,
+    EXECUTORS_BUCKET,
+    FINALIZE_COMMAND,
+    FINALIZERS_DURABLE,
+    FLEET_REGISTER,
+    READ_MODEL_BUCKET,
+    WORK_STREAM,
+    executor_durable,
+    read_model_key,
+    run_command,
+)
+from infra.embedded import free_port, start_nats, stop_process
+from infra.nats_auth import NatsAuth
+from services.authz.callout import admit_executors
+from services.executor.adapters import broker
+from services.executor.adapters.watch import EventReader
+from services.executor.settings import ExecutorSettings
+from services.runtime.bus import ConsumerPolicy, EventBus
+from services.runtime.kv import open_bucket
+from services.runtime.readmodel import ReadModel
+from services.runtime.settings import ConnectionSettings
+
+WORKER_KEY, OTHER_WORKER_KEY, REVOKED_KEY, USER_KEY = "wk-alpha", "wk-bravo", "wk-revoked", "gk-user"
+DENIED_WITHIN_S = 1.0
+
+
+@dataclass
+class AuthorizedBroker:
+    port: int
+    auth: NatsAuth
+    core: EventBus
+    read_model: ReadModel
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def executor_settings(self, executor_id: str, worker_key: str) -> ExecutorSettings:
+        return ExecutorSettings(connection=ConnectionSettings(nats_url=self.url), executor_id=executor_id,
+                                worker_key=worker_key)
+
+
+@contextlib.contextmanager
+def authorized_nats(data_dir: Path) -> Iterator[tuple[int, NatsAuth]]:
+    auth = NatsAuth.load_or_create(data_dir)
+    port = free_port()
+    process = start_nats(data_dir, port, data_dir / "nats.log", auth.write_server_config(data_dir))
+    try:
+        yield port, auth
+    finally:
+        stop_process(process)
+
+
+@contextlib.asynccontextmanager
+async def admitting_broker(data_dir: Path, ttl_s: float = 3600.0) -> AsyncIterator[AuthorizedBroker]:
+    """A broker with keys in its read model and a responder admitting executors, as a scheduler runs it."""
+    with authorized_nats(data_dir) as (port, auth):
+        core = await EventBus.connect(auth.core_url(port), "tests-core")
+        read_model = await ReadModel.open(core)
+        for key, key_id, role, revoked in ((WORKER_KEY, "key_alpha", "worker", False),
+                                           (OTHER_WORKER_KEY, "key_bravo", "worker", False),
+                                           (REVOKED_KEY, "key_revoked", "worker", True),
+                                           (USER_KEY, "key_user", "user", False)):
+            await read_model.put_api_key(hash_api_key(key), ApiKeyRecord(key_id=key_id, role=role, label=key_id,
+                                                                         revoked=revoked))
+        settings = ConnectionSettings(nats_url=auth.core_url(port), nats_callout_seed=auth.issuer_seed,
+                                      nats_executor_ttl_s=ttl_s)
+        assert await admit_executors(core, settings) is not None
+        try:
+            yield AuthorizedBroker(port, auth, core, read_model)
+        finally:
+            await core.close()
+
+
+@pytest.fixture(scope="module")
+async def broker_with_auth(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[AuthorizedBroker]:
+    async with admitting_broker(tmp_path_factory.mktemp("nats-auth")) as running:
+        yield running
+
+
+@dataclass
+class Violations:
+    seen: list[str]
+
+    async def on_error(self, error: Exception) -> None:
+        self.seen.append(str(error).lower())
+
+    async def wait_for(self, subject: str) -> None:
+        """Until the server reported a permissions violation naming `subject`."""
+        deadline = time.monotonic() + DENIED_WITHIN_S * 3
+        while not any("permissions violation" in seen and subject.lower() in seen for seen in self.seen):
+            assert time.monotonic() < deadline, f"no permissions violation for {subject}; saw {self.seen}"
+            await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+async def alpha(broker_with_auth: AuthorizedBroker) -> AsyncIterator[tuple[EventBus, Violations]]:
+    """Executor `alpha` connected with its worker key, its permission violations recorded."""
+    stop = asyncio.Event()
+    bus = await broker.connect(broker_with_auth.executor_settings("alpha", WORKER_KEY), stop)
+    assert bus is not None
+    violations = Violations([])
+    bus.nc._error_cb = violations.on_error
+    yield bus, violations
+    await bus.close()
+
+
+async def refused(url: str, user: str, password: str) -> bool:
+    try:
+        client: Client = await nats.connect(url, user=user, password=password, allow_reconnect=False,
+                                            connect_timeout=5)
+    except nats.errors.Error as error:
+        return "authorization violation" in str(error).lower()
+    await client.close()
+    return False
+
+
+async def test_an_executor_with_a_live_worker_key_does_its_jobs_operations(
+        broker_with_auth: AuthorizedBroker, alpha: tuple[EventBus, Violations]) -> None:
+    bus, violations = alpha
+    core = broker_with_auth.core
+    await core.js.publish(run_command("alpha"), b"run", stream=WORK_STREAM)
+    await core.js.publish(FINALIZE_COMMAND, b"finalize", stream=WORK_STREAM)
+    for durable, subject, data in ((executor_durable("alpha"), run_command("alpha"), b"run"),
+                                   (FINALIZERS_DURABLE, FINALIZE_COMMAND, b"finalize")):
+        subscription = await bus.durable_subscription(WORK_STREAM, durable, [subject], ConsumerPolicy())
+        [message] = await subscription.fetch(1, timeout=5)
+        assert message.data == data
+        await message.ack_sync()
+        await subscription.unsubscribe()
+
+    heartbeats = await open_bucket(bus, EXECUTORS_BUCKET)
+    await heartbeats.put("alpha", b"alive")
+    assert (await (await open_bucket(core, EXECUTORS_BUCKET)).get("alpha")).value == b"alive"
+    await heartbeats.delete("alpha")
+
+    for name in ("started", "progressed"):
+        await bus.js.publish(f"evt.batch.batch_a.{name}", b"{}", stream=EVENTS_STREAM)
+    await bus.js.publish("evt.file.file-a.stored", b"{}", stream=EVENTS_STREAM)
+    await bus.js.publish("evt.executor.alpha.noticed", b"{}", stream=EVENTS_STREAM)
+    async with EventReader.open(bus, "batch_a") as (reader, _):
+        assert reader.received == 2
+        assert reader.name.startswith("executor-alpha-read-")
+
+    async def welcome(message: Msg) -> None:
+        await message.respond(b"welcome")
+
+    answering = await core.nc.subscribe(FLEET_REGISTER, cb=welcome)
+    await core.nc.flush()  # the server knows the responder before the request arrives
+    assert (await bus.nc.request(FLEET_REGISTER, b"hello", timeout=5)).data == b"welcome"
+    await answering.unsubscribe()
+    assert violations.seen == []
+
+
+async def test_an_executor_cannot_take_another_executors_commands_or_heartbeat(
+        broker_with_auth: AuthorizedBroker, alpha: tuple[EventBus, Violations]) -> None:
+    bus, violations = alpha
+    core = broker_with_auth.core
+    await core.js.publish(run_command("bravo"), b"for bravo", stream=WORK_STREAM)
+    await core.durable_subscription(WORK_STREAM, executor_durable("bravo"), [run_command("bravo")],
+                                    ConsumerPolicy())
+    stolen = [f"$JS.API.CONSUMER.MSG.NEXT.{WORK_STREAM}.{executor_durable('bravo')}",
+              f"$JS.API.CONSUMER.CREATE.{WORK_STREAM}.{executor_durable('alpha')}.{run_command('bravo')}",
+              f"$JS.API.CONSUMER.CREATE.{WORK_STREAM}.{FINALIZERS_DURABLE}.cmd.>",
+              f"$JS.API.CONSUMER.DURABLE.CREATE.{WORK_STREAM}.{executor_durable('bravo')}",
+              f"$KV.{EXECUTORS_BUCKET}.bravo"]
+    for subject in stolen:
+        await bus.nc.publish(subject, b"{}")
+        await violations.wait_for(subject)
+    await bus.nc.subscribe(run_command("bravo"))
+    await violations.wait_for(f"subscription to \"{run_command('bravo')}\"")
+
+    info = await core.js.consumer_info(WORK_STREAM, executor_durable("bravo"))
+    assert info.num_pending == 1 and info.num_ack_pending == 0, "bravo's command is still there, untouched"
+    with pytest.raises(nats.errors.Error):
+        await (await open_bucket(core, EXECUTORS_BUCKET)).get("bravo")
+
+
+async def test_an_executor_cannot_read_keys_users_or_the_read_model_nor_forge_their_facts(
+        broker_with_auth: AuthorizedBroker, alpha: tuple[EventBus, Violations]) -> None:
+    bus, violations = alpha
+    reader = executor_reader("alpha", 0)
+    for key_filter in ("evt.key.>", "evt.user.>", "evt.>", ">"):
+        config = ConsumerConfig(name=reader, filter_subject=key_filter, deliver_policy=DeliverPolicy.ALL,
+                                ack_policy=AckPolicy.NONE)
+        with pytest.raises(nats.errors.TimeoutError):
+            await bus.js.add_consumer(EVENTS_STREAM, config, timeout=DENIED_WITHIN_S)
+        in_subject = "" if key_filter == ">" else f".{key_filter}"  # nats-py leaves a bare `>` out of the subject
+        await violations.wait_for(f"$JS.API.CONSUMER.CREATE.{EVENTS_STREAM}.{reader}{in_subject}")
+    direct = f"$JS.API.DIRECT.GET.KV_{READ_MODEL_BUCKET}.$KV.{READ_MODEL_BUCKET}.{read_model_key('apikey', 'x')}"
+    forged = [f"$JS.API.STREAM.INFO.KV_{READ_MODEL_BUCKET}", "evt.key.key_alpha.created", "evt.user.someone.created",
+              "evt.batch.batch_a.created",
+              "evt.batch.batch_a.cancel_requested", "evt.file.file-a.deleted", "evt.executor.bravo.registered",
+              direct, f"$JS.API.STREAM.CREATE.{EVENTS_STREAM}", f"$JS.API.CONSUMER.LIST.{EVENTS_STREAM}"]
+    for subject in forged:
+        await bus.nc.publish(subject, b"{}")
+        await violations.wait_for(subject)
+    await bus.nc.subscribe("_INBOX.>")
+    await violations.wait_for('subscription to "_inbox.>"')
+
+
+@pytest.mark.parametrize(("user", "password"), [
+    ("alpha", REVOKED_KEY), ("alpha", USER_KEY), ("alpha", "wk-never-created"), ("alpha", ""),
+    ("not.an.id", WORKER_KEY), ("", "garbage")])
+async def test_revoked_user_and_unknown_keys_and_bad_executor_ids_are_refused_at_connect(
+        broker_with_auth: AuthorizedBroker, user: str, password: str) -> None:
+    assert await refused(broker_with_auth.url, user, password)
+
+
+async def test_a_worker_key_cannot_take_over_an_executor_online_under_another(
+        broker_with_auth: AuthorizedBroker) -> None:
+    record = ExecutorRecord(executor_id="charlie", engine="llamacpp", engine_version="1", models=[],
+                            worker_key_id="key_bravo", status="online", started_at=1)
+    await broker_with_auth.core.js.publish(f"$KV.{READ_MODEL_BUCKET}.{read_model_key('executor', 'charlie')}",
+                                           record.model_dump_json().encode())
+    assert await refused(broker_with_auth.url, "charlie", WORKER_KEY)
+    assert not await refused(broker_with_auth.url, "charlie", OTHER_WORKER_KEY)
+
+
+async def test_without_a_scheduler_answering_nobody_but_the_core_user_gets_in(tmp_path: Path) -> None:
+    with authorized_nats(tmp_path) as (port, auth):
+        assert await refused(f"nats://127.0.0.1:{port}", "alpha", WORKER_KEY)
+        assert await refused(f"nats://127.0.0.1:{port}", "core", "not-the-password")
+        core = await EventBus.connect(auth.core_url(port), "tests-core")
+        await core.close()
+
+
+async def test_a_revoked_worker_key_is_shut_out_when_its_permissions_expire(tmp_path: Path) -> None:
+    async with admitting_broker(tmp_path, ttl_s=1.0) as running:
+        stop = asyncio.Event()
+        bus = await broker.connect(running.executor_settings("delta", WORKER_KEY), stop)
+        assert bus is not None
+        disconnected = asyncio.Event()
+
+        async def on_disconnect() -> None:
+            disconnected.set()
+
+        bus.nc._disconnected_cb = on_disconnect
+        await running.read_model.put_api_key(hash_api_key(WORKER_KEY), ApiKeyRecord(
+            key_id="key_alpha", role="worker", label="revoked now", revoked=True))
+        await asyncio.wait_for(disconnected.wait(), 10)
+        await asyncio.sleep(1.5)  # reconnect attempts meanwhile are refused
+        assert not bus.nc.is_connected, "the expired connection was not let back in"
+        await bus.nc.close()

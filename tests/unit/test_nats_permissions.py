@@ -1,0 +1,84 @@
+"""The executor's NATS permission set and the nkey JWTs that carry it, without a server."""
+
+import base64
+import json
+import typing
+
+import nacl.signing
+import pytest
+
+from contracts.events.registry import AnyEvent
+from contracts.permissions import EXECUTOR_BATCH_FACTS, EXECUTOR_FILE_FACTS, executor_inbox, executor_permissions
+from services.authz import nkey_jwt
+
+
+def matches(pattern: str, subject: str) -> bool:
+    """NATS subject matching: `*` is one token, `>` one or more at the end."""
+    wanted, given = pattern.split("."), subject.split(".")
+    for index, token in enumerate(wanted):
+        if token == ">":
+            return len(given) > index
+        if index >= len(given) or (token != "*" and token != given[index]):
+            return False
+    return len(wanted) == len(given)
+
+
+def allowed(subject: str, executor_id: str = "alpha") -> bool:
+    return any(matches(pattern, subject) for pattern in executor_permissions(executor_id).publish)
+
+
+def event_types() -> set[str]:
+    union = typing.get_args(AnyEvent)[0]
+    return {typing.get_args(member.model_fields["type"].annotation)[0] for member in typing.get_args(union)}
+
+
+@pytest.mark.parametrize("subject", [
+    "cmd.executor.alpha.run", "cmd.executor.bravo.run", "cmd.finalize", "$KV.sheshnag_executors.bravo",
+    "$JS.API.CONSUMER.MSG.NEXT.WORK.executor-bravo", "$JS.API.CONSUMER.CREATE.WORK.executor-alpha.cmd.>",
+    "$JS.API.CONSUMER.CREATE.EVENTS", "$JS.API.CONSUMER.CREATE.EVENTS.executor-alpha-read-0.evt.key.>",
+    "$JS.API.CONSUMER.MSG.NEXT.EVENTS.ledger", "$JS.API.CONSUMER.DURABLE.CREATE.WORK.executor-alpha",
+    "$JS.API.STREAM.INFO.KV_sheshnag_read", "$JS.API.STREAM.CREATE.EVENTS", "$KV.sheshnag_read.apikey.x",
+    "evt.key.k.created", "evt.user.u.created", "evt.batch.b.created", "evt.batch.b.assigned", "evt.file.f.deleted",
+    "evt.executor.bravo.registered", "$SYS.REQ.USER.AUTH"])
+def test_an_executor_may_not_publish_to_what_is_not_its_own(subject: str) -> None:
+    assert not allowed(subject)
+
+
+@pytest.mark.parametrize("subject", [
+    "svc.fleet.register", "$KV.sheshnag_executors.alpha", "$JS.API.CONSUMER.MSG.NEXT.WORK.executor-alpha",
+    "$JS.API.CONSUMER.CREATE.WORK.executor-alpha.cmd.executor.alpha.run", "$JS.ACK.WORK.finalizers.1.2.3.4.5",
+    "$JS.API.CONSUMER.CREATE.EVENTS.executor-alpha-read-15.evt.batch.batch_1.>", "evt.batch.b.progressed",
+    "evt.file.f.stored", "evt.executor.alpha.lost"])
+def test_an_executor_may_publish_what_its_job_needs(subject: str) -> None:
+    assert allowed(subject)
+
+
+def test_an_executor_subscribes_only_under_its_own_inbox() -> None:
+    assert executor_permissions("alpha").subscribe == (f"{executor_inbox('alpha')}.>",)
+    assert not matches(executor_permissions("alpha").subscribe[0], f"{executor_inbox('bravo')}.reply")
+
+
+def test_the_facts_executors_may_publish_are_real_event_types() -> None:
+    types = event_types()
+    assert {f"batch.{fact}" for fact in EXECUTOR_BATCH_FACTS} <= types
+    assert {f"file.{fact}" for fact in EXECUTOR_FILE_FACTS} <= types
+
+
+def test_a_jwt_is_signed_by_its_issuer_over_header_and_claims() -> None:
+    seed = nkey_jwt.new_account_seed()
+    token = nkey_jwt.encode({"sub": "UABC", "aud": "$G", "nats": {"type": "user", "version": 2}}, seed)
+    header, claims, signature = token.split(".")
+    decoded = nkey_jwt.decode(token)
+    assert decoded["iss"] == nkey_jwt.public_key(seed) and decoded["iss"].startswith("A")
+    assert decoded["sub"] == "UABC" and len(decoded["jti"]) == 52
+    assert json.loads(base64.urlsafe_b64decode(header + "==")) == {"typ": "JWT", "alg": "ed25519-nkey"}
+    issuer = decoded["iss"]
+    raw_public = base64.b32decode(issuer + "=" * (-len(issuer) % 8))[1:33]
+    nacl.signing.VerifyKey(raw_public).verify(f"{header}.{claims}".encode(),
+                                              base64.urlsafe_b64decode(signature + "=="))
+
+
+@pytest.mark.parametrize("token", ["", "a.b", "x.y.z", "e30.e30.sig"])
+def test_what_is_not_an_nkey_jwt_is_refused(token: str) -> None:
+    with pytest.raises(nkey_jwt.MalformedJwt):
+        nkey_jwt.decode(token)
