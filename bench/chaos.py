@@ -137,11 +137,14 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=6)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--executors", type=int, default=1, help="executors in the fleet; >1 shards every batch")
+    parser.add_argument("--keep", type=Path, default=None, help="keep the stack's data and logs in this directory")
     args = parser.parse_args()
     sharding = {"SHESHNAG_SCHEDULER_SHARD_MIN_LINES": str(max(1, args.lines // args.executors)),
                 "SHESHNAG_EXECUTOR_CHUNK_LINES": "4"} if args.executors > 1 else {}
     with tempfile.TemporaryDirectory() as tmp:
-        stack = start_stack(Path(tmp) / "data", free_port(), sharding)
+        base = args.keep or Path(tmp)
+        base.mkdir(parents=True, exist_ok=True)
+        stack = start_stack(base / "data", free_port(), sharding)
         extras = ExtraExecutors(stack, args.executors)
         try:
             time.sleep(15 if args.executors > 1 else 0)  # the extra executors load the model and register

@@ -22,7 +22,7 @@ from contracts.events.batch import (
     ShardFinished,
     ShardLayout,
 )
-from contracts.events.executor import ExecutorLost, ExecutorRegistered
+from contracts.events.executor import ExecutorAdvert, ExecutorLost, ExecutorRegistered
 from contracts.events.registry import AnyEvent
 
 Phase = Literal["validating", "validated", "ended"]
@@ -115,6 +115,18 @@ class Book:
     incarnations: dict[str, int] = field(default_factory=dict)
     """Executor id → when its current process registered (ms); work assigned before that died with the old one."""
     validated_count: int = 0
+
+    def note_heartbeats(self, adverts: list[ExecutorAdvert]) -> None:
+        """Remember each known executor's latest heartbeat: one scan of the bucket that misses an advert (a slow
+        broker) must not make a live executor look lost."""
+        for advert in adverts:
+            if advert.executor_id in self.known_executors:
+                self.known_executors[advert.executor_id] = max(self.known_executors[advert.executor_id],
+                                                               advert.heartbeat_at)
+
+    def heard_from_lately(self, executor_id: str, now_ms: int, within_ms: int) -> bool:
+        last = self.known_executors.get(executor_id)
+        return last is not None and now_ms - last <= within_ms
 
     def apply(self, event: AnyEvent) -> None:
         if isinstance(event, ExecutorRegistered):

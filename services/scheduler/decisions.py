@@ -78,7 +78,8 @@ Action = Assign | Wait | FailBatch | FenceAttempt | DeclareLost | Finalize
 def decide(book: Book, adverts: list[ExecutorAdvert], catalogue: Catalogue, now_ms: int,
            policy: Policy = Policy()) -> list[Action]:
     live = {advert.executor_id: advert for advert in adverts if advert.executor_id in book.admitted}
-    # A just-registered executor may not have advertised yet: it is lost only once its heartbeat is stale.
+    # Lost once no heartbeat came for a while (a just-registered executor may not have advertised yet, and one
+    # scan of the bucket may miss a live executor's advert).
     actions: list[Action] = [DeclareLost(executor_id, last_seen) for executor_id, last_seen
                              in book.known_executors.items()
                              if executor_id not in live and now_ms - last_seen > HEARTBEAT_FRESH_MS]
@@ -94,7 +95,7 @@ def _decide_for(plan: BatchPlan, book: Book, live: dict[str, ExecutorAdvert], ca
         return _end_early(plan, live, now_ms, "expired", "batch_expired", "The completion window ended.")
     if plan.cancel_requested_at_ms is not None:
         return _end_early(plan, live, now_ms, "cancelled", "batch_cancelled", "The batch was cancelled.")
-    actions: list[Action] = _fence_dead_attempts(plan, live, book.incarnations)
+    actions: list[Action] = _fence_dead_attempts(plan, book, now_ms)
     if plan.phase != "validated" or plan.model is None or plan.held:
         return actions
     if plan.all_finished:
@@ -117,15 +118,14 @@ def _decide_for(plan: BatchPlan, book: Book, live: dict[str, ExecutorAdvert], ca
     return actions + _assign_shards(plan, model, live, now_ms, policy)
 
 
-def _fence_dead_attempts(plan: BatchPlan, live: dict[str, ExecutorAdvert],
-                         incarnations: dict[str, int]) -> list[Action]:
+def _fence_dead_attempts(plan: BatchPlan, book: Book, now_ms: int) -> list[Action]:
     actions: list[Action] = []
     for _, run in plan.running_shards():
         assert run.executor_id is not None
-        if run.executor_id not in live:
+        if not book.heard_from_lately(run.executor_id, now_ms, HEARTBEAT_FRESH_MS):
             actions.append(FenceAttempt(plan, run.attempt, run.executor_id, "executor_lost",
                                         f"Executor {run.executor_id} stopped sending heartbeats."))
-        elif incarnations.get(run.executor_id, 0) > run.running_since_ms:
+        elif book.incarnations.get(run.executor_id, 0) > run.running_since_ms:
             actions.append(FenceAttempt(plan, run.attempt, run.executor_id, "executor_restarted",
                                         f"Executor {run.executor_id} restarted while running attempt {run.attempt}."))
     return actions

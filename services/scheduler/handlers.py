@@ -93,6 +93,11 @@ class Scheduler:
 
     async def tick(self) -> None:
         adverts = await self.fleet.adverts()
+        self.book.note_heartbeats(adverts)
+        now_ms = int(time.time() * 1000)
+        for executor_id in set(self.book.known_executors) - {advert.executor_id for advert in adverts}:
+            log.info("no advert of executor %s in the executors bucket (last heartbeat %d ms ago)", executor_id,
+                     now_ms - self.book.known_executors[executor_id])
         for action in decide(self.book, adverts, self.catalogue, int(time.time() * 1000), self.policy):
             await self.act(action)
 

@@ -14,19 +14,22 @@ from contracts.events.batch import (
 from services.scheduler.book import Book
 from services.scheduler.decisions import (
     Assign,
+    DeclareLost,
     FailBatch,
     FenceAttempt,
     Finalize,
     Policy,
     decide,
 )
+from services.scheduler.domain import HEARTBEAT_FRESH_MS
 from tests.unit.test_scheduler_decisions import CATALOGUE, NOW, advert
 
 POLICY = Policy(shard_min_lines=100, max_queued_lines=10_000)
 
 
 def book_with(batch: str, lines: int, owner: str = "k", book: Book | None = None) -> Book:
-    book = book or Book(admitted={"e1", "e2", "e3", "e4"})
+    book = book or Book(admitted={"e1", "e2", "e3", "e4"},
+                        known_executors=dict.fromkeys(("e1", "e2", "e3", "e4"), NOW))
     book.apply(BatchCreated(aggregate_id=batch, owner_key_id=owner, input_file_id="f", input_object_key="files/f",
                             endpoint="/v1/chat/completions", completion_window="24h", created_at=0,
                             expires_at=NOW // 1000 + 3600))
@@ -78,12 +81,14 @@ def test_a_lost_executors_shard_is_fenced_and_rerun_elsewhere_while_the_other_sh
     book = book_with("b1", 1000)
     assigns = apply_assignments(book, decide(book, [advert("e1"), advert("e2")], CATALOGUE, NOW, POLICY))
     lost = next(a for a in assigns if a.executor_id == "e2")
-    fleet = [advert("e1"), advert("e3")]
-    [fence] = decide(book, fleet, CATALOGUE, NOW, POLICY)
+    now = NOW + HEARTBEAT_FRESH_MS + 1
+    fleet = [advert("e1", heartbeat_at=now), advert("e3", heartbeat_at=now)]
+    book.note_heartbeats(fleet)
+    [fence] = [a for a in decide(book, fleet, CATALOGUE, now, POLICY) if not isinstance(a, DeclareLost)]
     assert isinstance(fence, FenceAttempt) and (fence.attempt, fence.executor_id) == (lost.attempt, "e2")
     book.apply(AttemptFailed(aggregate_id="b1", attempt=lost.attempt, executor_id="e2", code="executor_lost",
                              reason="x"))
-    [retry] = apply_assignments(book, decide(book, fleet, CATALOGUE, NOW, POLICY))
+    [retry] = apply_assignments(book, decide(book, fleet, CATALOGUE, now, POLICY))
     assert (retry.executor_id, retry.shard, retry.attempt, retry.layout) == ("e3", lost.shard, 3, lost.layout)
 
 
