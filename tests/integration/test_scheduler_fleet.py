@@ -54,6 +54,13 @@ async def validated_batch(bus: EventBus) -> str:
     return batch_id
 
 
+async def heartbeats(fleet: Fleet, executor_id: str) -> None:
+    """As a live executor does: a fresh advert every second, until cancelled."""
+    while True:
+        await fleet.advertise(advert(executor_id))
+        await asyncio.sleep(1.0)
+
+
 async def admit(bus: EventBus, *executor_ids: str) -> None:
     """As the registrar records an executor that proved a worker key."""
     for executor_id in executor_ids:
@@ -78,7 +85,7 @@ async def test_two_schedulers_assign_a_batch_once_and_the_standby_takes_over_a_l
     bus = await EventBus.connect(fresh_nats.url, "test")
     fleet = await Fleet.open(bus)
     await admit(bus, "e1", "e2")
-    await fleet.advertise(advert("e1"))
+    e1_beats = asyncio.create_task(heartbeats(fleet, "e1"))
     async with scheduler(fresh_nats.url), scheduler(fresh_nats.url) as second:
         batch_id = await validated_batch(bus)
         facts = await batch_facts(bus, batch_id, lambda e: isinstance(e, BatchAssigned), timeout_s=15)
@@ -86,10 +93,12 @@ async def test_two_schedulers_assign_a_batch_once_and_the_standby_takes_over_a_l
         commands = await run_commands(bus, "e1")
         assert [(c.batch_id, c.attempt) for c in commands] == [(batch_id, 1)]
 
+        e1_beats.cancel()
         await fleet.withdraw("e1")  # e1 stops heartbeating: lost once its last heartbeat is 15 s old
-        await fleet.advertise(advert("e2"))
+        e2_beats = asyncio.create_task(heartbeats(fleet, "e2"))
         facts = await batch_facts(bus, batch_id, lambda e: isinstance(e, BatchAssigned) and e.attempt == 2,
                                   timeout_s=40)
+        e2_beats.cancel()
         failed = [f for f in facts if isinstance(f, AttemptFailed)]
         assert [(f.attempt, f.executor_id, f.code) for f in failed] == [(1, "e1", "executor_lost")]
         assert [c.attempt for c in await run_commands(bus, "e2")] == [2]
