@@ -3,19 +3,17 @@
 Sent on `object_requests(<executor id>)`, a subject only that executor may publish to, so it names who asks.
 """
 
-import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
+
+from contracts.subjects import parse_result_chunk_key
 
 ObjectOperation = Literal["get", "put", "list"]
 """Read one object, write one object, or list the objects under a prefix (with a read URL for each)."""
 
 LIST_PAGE = 50
 """Objects per list answer: a page of keys and their URLs stays well under 64 KiB."""
-
-_CHUNK_KEY = re.compile(r"results/(?P<batch>[^/]+)/attempt-(?P<attempt>\d+)/chunk-\d+\.jsonl")
-
 
 class ObjectRequest(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -57,5 +55,5 @@ class ObjectGrant(BaseModel):
 
 def chunk_attempt(key: str) -> tuple[str, int] | None:
     """(batch id, attempt) of a result chunk key (`results/<batch>/attempt-<N>/chunk-<n>.jsonl`), else None."""
-    match = _CHUNK_KEY.fullmatch(key)
-    return (match["batch"], int(match["attempt"])) if match else None
+    parsed = parse_result_chunk_key(key)
+    return (parsed[0], parsed[1]) if parsed else None

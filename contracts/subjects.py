@@ -1,5 +1,6 @@
 """Every stream, subject, KV bucket and durable consumer name; nobody else spells one."""
 
+import re
 from typing import Literal
 
 AggregateKind = Literal["batch", "file", "executor", "key", "user", "provider", "organization"]
@@ -41,6 +42,8 @@ def attempt_failures(batch_id: str) -> str:
     return f"evt.batch.{batch_id}.attempt_failed"
 
 
+KEY_CREATED = "evt.key.*.created"
+FILE_STORED = "evt.file.*.stored"
 BATCH_CREATED = "evt.batch.*.created"
 BATCH_VALIDATED = "evt.batch.*.validated"
 BATCH_ENDED = "evt.batch.*.completed"
@@ -87,8 +90,22 @@ def input_object_key(file_id: str) -> str:
     return f"files/{file_id}"
 
 
+def results_prefix(batch_id: str) -> str:
+    """Where every result chunk of a batch lies."""
+    return f"results/{batch_id}/"
+
+
 def result_chunk_key(batch_id: str, attempt: int, chunk: int) -> str:
-    return f"results/{batch_id}/attempt-{attempt}/chunk-{chunk:06d}.jsonl"
+    return f"{results_prefix(batch_id)}attempt-{attempt}/chunk-{chunk:06d}.jsonl"
+
+
+_RESULT_CHUNK_KEY = re.compile(r"results/(?P<batch>[^/]+)/attempt-(?P<attempt>\d+)/chunk-(?P<chunk>\d+)\.jsonl")
+
+
+def parse_result_chunk_key(key: str) -> tuple[str, int, int] | None:
+    """(batch id, attempt, chunk) of a `result_chunk_key`; None for any other key."""
+    match = _RESULT_CHUNK_KEY.fullmatch(key)
+    return (match["batch"], int(match["attempt"]), int(match["chunk"])) if match else None
 
 
 def rejections_key(batch_id: str) -> str:

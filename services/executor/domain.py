@@ -2,7 +2,6 @@
 and the invariant every terminal batch keeps."""
 
 import json
-import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -14,8 +13,8 @@ from contracts.api.output_line import OutputError, OutputLine, OutputResponse
 from contracts.api.rejected_line import RejectedLine
 from contracts.events.batch import ShardLayout
 from contracts.ids import batch_request_id, derived_id
+from contracts.subjects import parse_result_chunk_key
 
-CHUNK_KEY = re.compile(r"/attempt-(\d+)/chunk-(\d+)\.jsonl$")
 REFUSED_ATTEMPT = 0
 """Lines refused by validation are filed as a chunk of this attempt, before any real one."""
 
@@ -141,10 +140,10 @@ class ChunkCommitter:
 
 def chunk_position(key: str) -> tuple[int, int]:
     """(attempt, chunk) of a result chunk key."""
-    match = CHUNK_KEY.search(key)
-    if match is None:
+    parsed = parse_result_chunk_key(key)
+    if parsed is None:
         raise ValueError(f"not a result chunk key: {key}")
-    return int(match[1]), int(match[2])
+    return parsed[1], parsed[2]
 
 
 def encode_chunk(lines: Iterable[CommittedLine]) -> bytes:

@@ -9,7 +9,7 @@ import logging
 
 from eventsourcing.persistence import Tracking
 
-from contracts.subjects import EVENTS_STREAM
+from contracts.subjects import BATCH_CREATED, EVENTS_STREAM, FILE_STORED, KEY_CREATED
 from services.ledger.application import Ledger
 from services.ledger.chain import Fact
 from services.ledger.handlers import Sink
@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 OWNER_INDEX = f"{EVENTS_STREAM}:owner_index"
 """Tracking name, present once the owners are indexed (a store that starts empty is indexed as it folds)."""
-CREATING_SUBJECTS = ("evt.key.*.created", "evt.file.*.stored", "evt.batch.*.created")
+CREATING_SUBJECTS = (KEY_CREATED, FILE_STORED, BATCH_CREATED)
 """Keys first: a file's or batch's owner is its key's user."""
 GROUP = 1000
 

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from contracts.ids import error_file_id, output_file_id
 from contracts.objects import LIST_PAGE, ObjectGrant, ObjectRequest, SignedObject, chunk_attempt
-from contracts.subjects import input_object_key, rejections_key
+from contracts.subjects import input_object_key, rejections_key, results_prefix
 from services.runtime.objectstore import ObjectStore
 from services.runtime.settings import ConnectionSettings
 from services.scheduler.book import BatchPlan, Book
@@ -48,7 +48,7 @@ def authorize(book: Book, executor_id: str, request: ObjectRequest) -> str | Non
     key = request.key
     if not _plain(key):
         return f"{key!r} is not a plain object key"
-    results = f"results/{batch_id}/"
+    results = results_prefix(batch_id)
     if request.operation == "get":
         return None if key in readable(plan) or key.startswith(results) else f"{key} is not an object of {batch_id}"
     if request.operation == "list":

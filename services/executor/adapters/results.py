@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from contracts.api.rejected_line import RejectedLine
 from contracts.events.file import FileStored
-from contracts.subjects import input_object_key, rejections_key, result_chunk_key
+from contracts.subjects import input_object_key, rejections_key, result_chunk_key, results_prefix
 from services.executor.adapters.objects import ObjectAccess
 from services.executor.domain import (
     REFUSED_ATTEMPT,
@@ -17,10 +17,6 @@ from services.executor.domain import (
     encode_chunk,
     refused_line,
 )
-
-
-def results_prefix(batch_id: str) -> str:
-    return f"results/{batch_id}/"
 
 
 class ResultStore:
