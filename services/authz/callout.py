@@ -21,6 +21,7 @@ from services.runtime.bus import EventBus
 from services.runtime.fleet import Fleet
 from services.runtime.readmodel import ReadModel
 from services.runtime.settings import ConnectionSettings
+from services.scheduler.registration import worker_key_refusal
 
 log = logging.getLogger(__name__)
 
@@ -46,12 +47,9 @@ class ExecutorAuthority:
         if not re.fullmatch(EXECUTOR_ID_PATTERN, user):
             raise Refused(f"user {user[:80]!r} is not an executor id")
         record = await self.read_model.get_api_key(hash_api_key(password))
-        if record is None:
-            raise Refused(f"executor {user}: unknown worker key")
-        if record.revoked:
-            raise Refused(f"executor {user}: worker key {record.key_id} was revoked")
-        if record.role != "worker":
-            raise Refused(f"executor {user}: key {record.key_id} is a {record.role} key, not a worker key")
+        refusal = worker_key_refusal(record)
+        if refusal is not None or record is None:
+            raise Refused(f"executor {user}: {refusal}")
         executor = await self.read_model.get_executor(user)
         if executor is not None and executor.status == "online" and executor.worker_key_id not in (None,
                                                                                                   record.key_id):

@@ -9,11 +9,24 @@ from pydantic import ValidationError
 from contracts.commands import ExecutorRegistration, RegistrationAnswer
 from contracts.events.executor import ExecutorRegistered
 from contracts.ids import hash_api_key
+from contracts.readmodel import ApiKeyRecord
 from services.runtime.bus import EventBus
 from services.runtime.readmodel import ReadModel
 from services.scheduler.book import Book
 
 log = logging.getLogger(__name__)
+
+
+def worker_key_refusal(record: ApiKeyRecord | None) -> str | None:
+    """Why a key may not join the fleet (unknown, revoked, not a worker key); None for a live worker key.
+    Registration and the broker's admission of an executor's connection ask the same."""
+    if record is None:
+        return "Unknown worker key."
+    if record.revoked:
+        return f"Worker key {record.key_id} was revoked."
+    if record.role != "worker":
+        return f"A {record.role} key cannot register an executor; ask an operator for a worker key."
+    return None
 
 
 @dataclass
@@ -24,13 +37,9 @@ class Registrar:
 
     async def answer(self, request: ExecutorRegistration) -> RegistrationAnswer:
         record = await self.read_model.get_api_key(hash_api_key(request.worker_key))
-        if record is None:
-            return RegistrationAnswer(accepted=False, reason="Unknown worker key.")
-        if record.revoked:
-            return RegistrationAnswer(accepted=False, reason="This worker key was revoked.")
-        if record.role != "worker":
-            return RegistrationAnswer(accepted=False, reason=f"A {record.role} key cannot register an executor; "
-                                      "ask an operator for a worker key.")
+        refusal = worker_key_refusal(record)
+        if refusal is not None or record is None:
+            return RegistrationAnswer(accepted=False, reason=refusal)
         registered = ExecutorRegistered(aggregate_id=request.executor_id, advert=request.advert,
                                         started_at=request.advert.heartbeat_at, worker_key_id=record.key_id)
         await self.bus.publish(registered)
