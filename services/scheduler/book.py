@@ -114,31 +114,45 @@ class Book:
     """Executors that registered with a worker key: the only ones given work."""
     incarnations: dict[str, int] = field(default_factory=dict)
     """Executor id → when its current process registered (ms); work assigned before that died with the old one."""
+    lost: dict[str, int] = field(default_factory=dict)
+    """Executor id → its last heartbeat (ms) when it was declared lost; a later one means it is back."""
     validated_count: int = 0
 
     def note_heartbeats(self, adverts: list[ExecutorAdvert]) -> None:
         """Remember each known executor's latest heartbeat: one scan of the bucket that misses an advert (a slow
-        broker) must not make a live executor look lost."""
+        broker) must not make a live executor look lost. An executor declared lost that heartbeats again (it was
+        paused, or cut off) is live again: what it ran before was fenced when it was declared lost."""
         for advert in adverts:
-            if advert.executor_id in self.known_executors:
-                self.known_executors[advert.executor_id] = max(self.known_executors[advert.executor_id],
-                                                               advert.heartbeat_at)
+            lost_at = self.lost.get(advert.executor_id)
+            if lost_at is not None and advert.heartbeat_at > lost_at:
+                del self.lost[advert.executor_id]
+                self.known_executors[advert.executor_id] = advert.heartbeat_at
+        self.known_executors = self.last_heard(adverts)
 
-    def heard_from_lately(self, executor_id: str, now_ms: int, within_ms: int) -> bool:
-        last = self.known_executors.get(executor_id)
-        return last is not None and now_ms - last <= within_ms
+    def last_heard(self, adverts: list[ExecutorAdvert]) -> dict[str, int]:
+        """Each executor in the fleet (registered, not declared lost) → its latest heartbeat, known or advertised.
+        The one measure of liveness: work goes only to executors heard from lately, and is fenced once not."""
+        heard = dict(self.known_executors)
+        for advert in adverts:
+            if advert.executor_id in heard:
+                heard[advert.executor_id] = max(heard[advert.executor_id], advert.heartbeat_at)
+        return heard
 
     def apply(self, event: AnyEvent) -> None:
         if isinstance(event, ExecutorRegistered):
             if event.worker_key_id is not None:
-                self.known_executors[event.aggregate_id] = event.advert.heartbeat_at
+                self.known_executors[event.aggregate_id] = max(event.advert.heartbeat_at,
+                                                               self.known_executors.get(event.aggregate_id, 0))
+                self.lost.pop(event.aggregate_id, None)
                 self.admitted.add(event.aggregate_id)
                 self.incarnations[event.aggregate_id] = max(event.started_at,
                                                             self.incarnations.get(event.aggregate_id, 0))
             return
         if isinstance(event, ExecutorLost):
+            # Not if heard from since (it came back before this fact was read again).
             if self.known_executors.get(event.aggregate_id, 0) <= event.last_heartbeat_at:
                 self.known_executors.pop(event.aggregate_id, None)
+                self.lost[event.aggregate_id] = max(event.last_heartbeat_at, self.lost.get(event.aggregate_id, 0))
             return
         if isinstance(event, BatchCreated):
             self.plans.setdefault(event.aggregate_id, BatchPlan(

@@ -77,25 +77,28 @@ Action = Assign | Wait | FailBatch | FenceAttempt | DeclareLost | Finalize
 
 def decide(book: Book, adverts: list[ExecutorAdvert], catalogue: Catalogue, now_ms: int,
            policy: Policy = Policy()) -> list[Action]:
-    live = {advert.executor_id: advert for advert in adverts if advert.executor_id in book.admitted}
-    # Lost once no heartbeat came for a while (a just-registered executor may not have advertised yet, and one
-    # scan of the bucket may miss a live executor's advert).
-    actions: list[Action] = [DeclareLost(executor_id, last_seen) for executor_id, last_seen
-                             in book.known_executors.items()
-                             if executor_id not in live and now_ms - last_seen > HEARTBEAT_FRESH_MS]
+    heard = book.last_heard(adverts)
+    alive = {executor_id for executor_id, last_seen in heard.items() if now_ms - last_seen <= HEARTBEAT_FRESH_MS}
+    # Work goes only where it may be committed: to admitted executors alive by the very measure that fences their
+    # attempts (one declared lost gets no work until it heartbeats again). Lost once no heartbeat came for a while
+    # (a just-registered executor may not have advertised yet, and one scan of the bucket may miss an advert).
+    live = {advert.executor_id: advert for advert in adverts
+            if advert.executor_id in book.admitted and advert.executor_id in alive}
+    actions: list[Action] = [DeclareLost(executor_id, last_seen) for executor_id, last_seen in heard.items()
+                             if executor_id not in alive]
     for plan in book.plans.values():
         if plan.phase != "ended":
-            actions += _decide_for(plan, book, live, catalogue, now_ms, policy)
+            actions += _decide_for(plan, book, live, alive, catalogue, now_ms, policy)
     return actions
 
 
-def _decide_for(plan: BatchPlan, book: Book, live: dict[str, ExecutorAdvert], catalogue: Catalogue, now_ms: int,
-                policy: Policy) -> list[Action]:
+def _decide_for(plan: BatchPlan, book: Book, live: dict[str, ExecutorAdvert], alive: set[str], catalogue: Catalogue,
+                now_ms: int, policy: Policy) -> list[Action]:
     if now_ms >= plan.expires_at * 1000:
         return _end_early(plan, live, now_ms, "expired", "batch_expired", "The completion window ended.")
     if plan.cancel_requested_at_ms is not None:
         return _end_early(plan, live, now_ms, "cancelled", "batch_cancelled", "The batch was cancelled.")
-    actions: list[Action] = _fence_dead_attempts(plan, book, now_ms)
+    actions: list[Action] = _fence_dead_attempts(plan, book, alive)
     if plan.phase != "validated" or plan.model is None or plan.held:
         return actions
     if plan.all_finished:
@@ -118,11 +121,11 @@ def _decide_for(plan: BatchPlan, book: Book, live: dict[str, ExecutorAdvert], ca
     return actions + _assign_shards(plan, model, live, now_ms, policy)
 
 
-def _fence_dead_attempts(plan: BatchPlan, book: Book, now_ms: int) -> list[Action]:
+def _fence_dead_attempts(plan: BatchPlan, book: Book, alive: set[str]) -> list[Action]:
     actions: list[Action] = []
     for _, run in plan.running_shards():
         assert run.executor_id is not None
-        if not book.heard_from_lately(run.executor_id, now_ms, HEARTBEAT_FRESH_MS):
+        if run.executor_id not in alive:
             actions.append(FenceAttempt(plan, run.attempt, run.executor_id, "executor_lost",
                                         f"Executor {run.executor_id} stopped sending heartbeats."))
         elif book.incarnations.get(run.executor_id, 0) > run.running_since_ms:

@@ -1,0 +1,112 @@
+"""An executor that pauses past its lease (SIGSTOP, a GC stall, a partition) and comes back: its old attempts
+stay fenced, it gets no work while it counts as lost, and once it heartbeats again it is live and keeps new work."""
+
+from contracts.events.batch import AttemptFailed, BatchAssigned, BatchCreated, BatchValidated
+from contracts.events.executor import ExecutorLost, ExecutorRegistered
+from services.scheduler.book import Book
+from services.scheduler.decisions import Action, Assign, DeclareLost, FenceAttempt, Wait, decide
+from services.scheduler.domain import HEARTBEAT_FRESH_MS
+from tests.unit.test_scheduler_decisions import CATALOGUE, NOW, advert, assign, validated_book
+
+LOST_AT = NOW + HEARTBEAT_FRESH_MS + 1
+BACK_AT = LOST_AT + 5_000
+
+
+def act(book: Book, actions: list[Action], now_ms: int) -> None:
+    """What the scheduler publishes for these actions, folded back into its book (as `Scheduler._act` does)."""
+    for action in actions:
+        if isinstance(action, DeclareLost):
+            book.apply(ExecutorLost(aggregate_id=action.executor_id, last_heartbeat_at=action.last_heartbeat_at))
+        elif isinstance(action, FenceAttempt):
+            book.apply(AttemptFailed(aggregate_id=action.plan.batch_id, attempt=action.attempt,
+                                     executor_id=action.executor_id, code=action.code, reason=action.reason))
+        elif isinstance(action, Assign):
+            book.apply(BatchAssigned(aggregate_id=action.plan.batch_id, executor_id=action.executor_id,
+                                     attempt=action.attempt, lease_token="t", occurred_at=now_ms))
+
+
+def new_batch(book: Book, batch: str) -> None:
+    book.apply(BatchCreated(aggregate_id=batch, owner_key_id="k", input_file_id="f", input_object_key="files/f",
+                            endpoint="/v1/chat/completions", completion_window="24h", created_at=0,
+                            expires_at=NOW // 1000 + 3600))
+    book.apply(BatchValidated(aggregate_id=batch, total_lines=3, model="m", owner_key_id="k",
+                              endpoint="/v1/chat/completions", input_object_key="files/f"))
+
+
+def paused_book() -> Book:
+    """e1 ran b1 and went silent past its lease: declared lost, b1's attempt fenced; the only executor."""
+    book = validated_book()
+    book.admitted, book.known_executors = {"e1"}, {"e1": NOW}
+    assign(book, "e1", 1)
+    actions = decide(book, [], CATALOGUE, LOST_AT)
+    assert [(type(a), getattr(a, "code", None)) for a in actions] == [(DeclareLost, None),
+                                                                      (FenceAttempt, "executor_lost")]
+    act(book, actions, LOST_AT)
+    return book
+
+
+def summary(actions: list[Action]) -> list[tuple[str, str, str | None, int | None]]:
+    return [(type(a).__name__, a.plan.batch_id if not isinstance(a, DeclareLost) else "",
+             getattr(a, "executor_id", None), getattr(a, "attempt", None)) for a in actions]
+
+
+def test_an_executor_declared_lost_gets_no_work_while_only_its_stale_advert_is_seen() -> None:
+    book = paused_book()
+    new_batch(book, "b2")
+    stale = advert("e1", heartbeat_at=NOW)  # the last advert before the pause, still in a scan
+    book.note_heartbeats([stale])
+    actions = decide(book, [stale], CATALOGUE, LOST_AT + 1000)
+    assert not [a for a in actions if isinstance(a, Assign)]
+    assert {type(a) for a in actions} <= {Wait}
+
+
+def test_a_fresh_advert_is_not_enough_to_give_work_to_an_executor_the_book_counts_lost() -> None:
+    book = paused_book()
+    new_batch(book, "b2")
+    # Before the scheduler notes the heartbeat it must not assign by the advert alone (and fence it a tick later).
+    assert not [a for a in decide(book, [advert("e1", heartbeat_at=BACK_AT)], CATALOGUE, BACK_AT)
+                if isinstance(a, Assign)]
+
+
+def test_a_paused_executor_that_heartbeats_again_is_live_and_keeps_the_work_it_is_given() -> None:
+    book = paused_book()
+    new_batch(book, "b2")
+    back = [advert("e1", heartbeat_at=BACK_AT)]
+    book.note_heartbeats(back)
+    assigned = decide(book, back, CATALOGUE, BACK_AT)
+    assert summary(assigned) == [("Assign", "b1", "e1", 2), ("Assign", "b2", "e1", 1)]
+    act(book, assigned, BACK_AT)
+    for beat in range(1, 6):  # it keeps heartbeating: nothing is fenced, nothing declared lost
+        now = BACK_AT + beat * 3_000
+        book.note_heartbeats([advert("e1", heartbeat_at=now)])
+        assert decide(book, [advert("e1", heartbeat_at=now)], CATALOGUE, now) == []
+
+
+def test_the_lost_fact_read_again_after_the_executor_came_back_does_not_lose_it_again() -> None:
+    book = paused_book()
+    book.note_heartbeats([advert("e1", heartbeat_at=BACK_AT)])
+    book.apply(ExecutorLost(aggregate_id="e1", last_heartbeat_at=NOW))  # the log delivers our own fact
+    assert book.last_heard([]) == {"e1": BACK_AT}
+
+
+def test_a_paused_executor_that_registers_again_starts_a_new_epoch_fencing_only_older_attempts() -> None:
+    book = paused_book()
+    book.apply(ExecutorRegistered(aggregate_id="e1", advert=advert("e1", heartbeat_at=BACK_AT), started_at=BACK_AT,
+                                  worker_key_id="key_w"))
+    new_batch(book, "b2")
+    assigned = decide(book, [advert("e1", heartbeat_at=BACK_AT)], CATALOGUE, BACK_AT + 1)
+    assert summary(assigned) == [("Assign", "b1", "e1", 2), ("Assign", "b2", "e1", 1)]
+    act(book, assigned, BACK_AT + 1)  # work of the new epoch: assigned after it registered again, not fenced
+    assert decide(book, [advert("e1", heartbeat_at=BACK_AT + 3_000)], CATALOGUE, BACK_AT + 3_000) == []
+
+
+def test_a_standby_folding_the_log_counts_the_returned_executor_live_once_it_heartbeats() -> None:
+    standby = Book()
+    standby.apply(ExecutorRegistered(aggregate_id="e1", advert=advert("e1"), started_at=NOW, worker_key_id="key_w"))
+    standby.apply(ExecutorLost(aggregate_id="e1", last_heartbeat_at=NOW))
+    new_batch(standby, "b2")
+    assert not [a for a in decide(standby, [advert("e1", heartbeat_at=BACK_AT)], CATALOGUE, BACK_AT)
+                if isinstance(a, Assign)]
+    standby.note_heartbeats([advert("e1", heartbeat_at=BACK_AT)])
+    assert summary(decide(standby, [advert("e1", heartbeat_at=BACK_AT)], CATALOGUE, BACK_AT)) == [
+        ("Assign", "b2", "e1", 1)]
