@@ -4,7 +4,7 @@ An OpenAI parameter the engine cannot honour is still fine at a neutral value (o
 """
 
 from types import MappingProxyType
-from typing import Final
+from typing import Final, Literal
 
 from contracts.events.executor import EngineName
 
@@ -72,3 +72,25 @@ def honoured_parameters(engine: EngineName) -> frozenset[str]:
 
 def is_neutral(parameter: str, value: object) -> bool:
     return value is None or value in NEUTRAL_VALUES.get(parameter, ())
+
+
+Modality = Literal["text", "image", "audio", "file"]
+
+CONTENT_PART_MODALITY: Final = MappingProxyType({
+    "text": "text", "input_text": "text", "output_text": "text",
+    "image_url": "image", "input_image": "image",
+    "input_audio": "audio",
+    "file": "file", "input_file": "file",
+})
+"""What each OpenAI content part type (chat and Responses) asks the engine to read."""
+
+ENGINE_MODALITIES: Final[MappingProxyType[EngineName, frozenset[Modality]]] = MappingProxyType({
+    # Both load text-only models (llama.cpp without an mmproj refuses image and audio parts).
+    "llamacpp": frozenset({"text"}),
+    "tensorrt_llm": frozenset({"text"}),
+})
+"""The inputs each engine can read; a content part of any other kind is `multimodal_unavailable`."""
+
+
+def served_modalities(engine: EngineName) -> frozenset[Modality]:
+    return ENGINE_MODALITIES[engine]

@@ -20,6 +20,8 @@ ERROR_CODE_HELP: Final = MappingProxyType({
                        "look for trailing commas, single quotes, unescaped quotes or a request split over lines."),
     "invalid_json_line": _h("Line too long", "Keep each line under the size limit: shorten the prompt or split "
                             "the request."),
+    "nesting_too_deep": _h("JSON nested too deeply", "Keep arrays and objects nested at most 64 levels deep in one "
+                           "line; flatten the deepest field (often a JSON schema or an unused field)."),
     "not_an_object": _h("Line is not a JSON object", "Each line must be an object: "
                         '{"custom_id": …, "method": "POST", "url": …, "body": {…}}.'),
     "missing_field": _h("Required field missing", "Give every line custom_id, method, url and body."),
@@ -41,6 +43,8 @@ ERROR_CODE_HELP: Final = MappingProxyType({
     "stream_not_supported": _h("Streaming requested", "Remove body.stream or set it to false."),
     "invalid_body": _h("Request body is not valid", "Fix the field named in param: its type or range is wrong "
                        "for this endpoint."),
+    "multimodal_unavailable": _h("Images, audio or files not supported by this model's engine",
+                                 "Send text content parts only, or pick a model whose engine reads that input."),
     "unsupported_parameter": _h("Unknown parameter", "Check the parameter's spelling, or remove it."),
     "context_too_long": _h("Prompt plus max_tokens exceeds the context", "Shorten the prompt or lower max_tokens "
                            "so both fit the model's context."),

@@ -1,11 +1,11 @@
 """Pure execution logic: result lines, resuming from committed chunks, chunk bookkeeping, files and usage,
 and the invariant every terminal batch keeps."""
 
-import json
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import orjson
 from pydantic import BaseModel
 
 from contracts.api.batch import BatchUsage, InputTokensDetails
@@ -17,6 +17,7 @@ from contracts.subjects import parse_result_chunk_key
 
 REFUSED_ATTEMPT = 0
 """Lines refused by validation are filed as a chunk of this attempt, before any real one."""
+DUPLICATE_CUSTOM_ID = "duplicate_custom_id"
 
 
 class InvalidInputLine(ValueError):
@@ -32,12 +33,12 @@ class InputLine:
 
 
 def parse_input_line(line: int, raw: bytes) -> InputLine | None:
-    """The request on one input line; None for a blank line."""
+    """The request on one input line; None for a blank line. Parsed as the validator parsed it (orjson)."""
     if not raw.strip():
         return None
     try:
-        request = json.loads(raw)
-    except ValueError as error:
+        request = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
         raise InvalidInputLine(f"line {line} is not JSON: {error}") from error
     if not isinstance(request, dict) or not isinstance(request.get("custom_id"), str):
         raise InvalidInputLine(f"line {line} has no custom_id")
@@ -55,9 +56,9 @@ class CommittedLine(BaseModel):
     output: OutputLine
 
     @property
-    def key(self) -> str:
-        """Its identity in the batch: the custom_id, or the line for a refused line that had none."""
-        return self.custom_id if self.custom_id is not None else f"\x00line:{self.line}"
+    def key(self) -> int:
+        """Its identity in the batch: the input line (a custom_id may repeat among lines validation refused)."""
+        return self.line
 
     @property
     def succeeded(self) -> bool:
@@ -78,8 +79,10 @@ def result_line(batch_id: str, line: InputLine, status_code: int, body: dict[str
 
 
 def refused_line(batch_id: str, refused: RejectedLine) -> CommittedLine:
-    """The error line of an input line validation refused (allow_partial): it never runs."""
-    ident = refused.custom_id if refused.custom_id is not None else f"line:{refused.line}"
+    """The error line of an input line validation refused (allow_partial): it never runs. A repeated custom_id
+    is named by its line, so its id differs from the line that used the custom_id first."""
+    ident = refused.custom_id if refused.custom_id is not None and refused.code != DUPLICATE_CUSTOM_ID else \
+        f"line:{refused.line}"
     output = OutputLine(id=batch_request_id(batch_id, ident), custom_id=refused.custom_id, response=None,
                         error=OutputError(code=refused.code, message=refused.message))
     return CommittedLine(line=refused.line, custom_id=refused.custom_id, output=output)
@@ -158,28 +161,29 @@ def decode_chunk(data: bytes) -> list[CommittedLine]:
 class Resume:
     """What earlier deliveries and attempts committed, and where this attempt's chunk numbering goes on."""
 
-    committed: dict[str, CommittedLine]
+    committed: dict[int, CommittedLine]
+    """By input line."""
     next_chunk: int
     last_chunk: int | None
     """This attempt's latest committed chunk, whose progress event may not have been published yet."""
 
     @classmethod
     def from_chunks(cls, chunks: Iterable[tuple[str, list[CommittedLine]]], attempt: int) -> "Resume":
-        committed: dict[str, CommittedLine] = {}
+        committed: dict[int, CommittedLine] = {}
         last_chunk: int | None = None
         for key, lines in sorted(chunks, key=lambda item: chunk_position(item[0])):
             chunk_attempt, number = chunk_position(key)
             if chunk_attempt == attempt:
                 last_chunk = number
             for line in lines:
-                # The earliest commit of a custom_id wins, so every attempt assembles the same files.
+                # The earliest commit of a line wins, so every attempt assembles the same files.
                 committed.setdefault(line.key, line)
         next_chunk = 0 if last_chunk is None else last_chunk + 1
         return cls(committed, next_chunk, last_chunk)
 
     @property
     def committed_lines(self) -> set[int]:
-        return {line.line for line in self.committed.values()}
+        return set(self.committed)
 
     def tally(self, layout: ShardLayout | None = None, shard: int = 0) -> Tally:
         """Counts of the committed lines, of one shard's lines when a `layout` is given."""
@@ -245,8 +249,9 @@ class InvariantBroken(AssertionError):
 
 
 def check_invariant(total: int, completed: int, failed: int, output: bytes, errors: bytes) -> None:
-    """completed + failed = total = output lines + error lines, each custom_id once across both files."""
-    ids = [json.loads(raw)["custom_id"] for raw in [*output.splitlines(), *errors.splitlines()] if raw.strip()]
+    """completed + failed = total = output lines + error lines, each line's id once across both files (custom_ids
+    may repeat: allow_partial runs the first line of a repeated custom_id and refuses the others)."""
+    ids = [orjson.loads(raw)["id"] for raw in [*output.splitlines(), *errors.splitlines()] if raw.strip()]
     output_lines = sum(1 for raw in output.splitlines() if raw.strip())
     problems = []
     if completed + failed != total:
@@ -255,8 +260,8 @@ def check_invariant(total: int, completed: int, failed: int, output: bytes, erro
         problems.append(f"{len(ids)} file lines for {total} input lines")
     if output_lines != completed:
         problems.append(f"{output_lines} output lines but {completed} completed")
-    duplicates = sorted(custom_id for custom_id, seen in Counter(ids).items() if seen > 1)
+    duplicates = sorted(ident for ident, seen in Counter(ids).items() if seen > 1)
     if duplicates:
-        problems.append(f"custom_ids more than once: {duplicates[:5]}")
+        problems.append(f"ids more than once: {duplicates[:5]}")
     if problems:
         raise InvariantBroken("; ".join(problems))

@@ -50,7 +50,7 @@ class Finalizer:
         committed = Resume.from_chunks(await self.results.committed(batch_id, counts), attempt=0).committed
         lines = list(committed.values())
         if not all_lines_ran:
-            unrun = await self._unrun(command, code or f"batch_{outcome}", set(committed), {c.line for c in lines})
+            unrun = await self._unrun(command, code or f"batch_{outcome}", set(committed))
             if unrun and outcome == "completed":
                 log.error("batch %s completed with %d lines no attempt committed; they go to the error file",
                           batch_id, len(unrun))
@@ -82,7 +82,7 @@ class Finalizer:
         return True
 
     async def _unrun(self, command: RunBatch | FinalizeBatch, code: str,
-                     committed: set[str], committed_lines: set[int]) -> list[CommittedLine]:
+                     committed_lines: set[int]) -> list[CommittedLine]:
         message = UNRUN_MESSAGES.get(code, "This request never ran.")
         unrun: list[CommittedLine] = []
         number = 0
@@ -91,6 +91,6 @@ class Finalizer:
             if number in committed_lines:
                 continue
             line = parse_input_line(number, raw)
-            if line is not None and line.custom_id not in committed:
+            if line is not None:
                 unrun.append(unrun_line(command.batch_id, line, code, message))
         return unrun

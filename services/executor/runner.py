@@ -163,7 +163,7 @@ class BatchRunner:
             if last is not None and number > last:
                 break
             line = parse_input_line(number, raw)
-            if line is not None and line.custom_id not in resume.committed:
+            if line is not None:
                 yield line
 
     async def _commit(self, command: RunBatch, chunk: Chunk, publish: Publish) -> bool:

@@ -12,6 +12,7 @@ from services.gateway.errors import error_middleware
 from services.gateway.key_usage import keys_kept_fresh
 from services.gateway.limits import CONTROL_LIMITER, ControlCallLimiter
 from services.gateway.observe import metrics_view, observe_middleware
+from services.gateway.request_ids import stamp_request_id
 from services.gateway.routes import ROUTES
 from services.gateway.settings import GatewaySettings
 from services.gateway.sweeper import file_sweeper
@@ -39,6 +40,7 @@ def create_app(settings: GatewaySettings) -> web.Application:
     app[CONTROL_LIMITER] = ControlCallLimiter(settings.control_calls_per_s, settings.control_call_burst)
     if settings.auth_failure_limit > 0:
         app[AUTH_FAILURES] = FailedAuthentications(settings.auth_failure_limit, settings.auth_failure_window_s)
+    app.on_response_prepare.append(stamp_request_id)
     app.cleanup_ctx.append(connections)
     app.cleanup_ctx.append(keys_kept_fresh(lambda key: app[KEY_CACHE].forget(key)))
     app.cleanup_ctx.append(file_sweeper)

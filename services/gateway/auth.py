@@ -89,7 +89,8 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(401, "You didn't provide an API key. Send it as 'Authorization: Bearer gk-…'.",
                        "authentication_error", "missing_api_key")
-    record = await request.app[KEY_CACHE].lookup(token.strip())
+    # Keys are ASCII; any other byte (aiohttp hands them on as surrogates) names no key.
+    record = await request.app[KEY_CACHE].lookup(token.strip()) if token.isascii() else None
     refusal = _refusal(record)
     if refusal is not None:
         count_failure(request)

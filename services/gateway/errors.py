@@ -1,12 +1,12 @@
 """OpenAI-shaped errors: the exception views raise and the middleware that renders every failure."""
 
 import logging
-import secrets
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from contracts.api.error import ErrorBody, ErrorResponse, ErrorType
+from services.gateway.request_ids import request_id
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,16 @@ HTTP_ERROR_TYPES: dict[int, tuple[ErrorType, str]] = {
     404: ("not_found_error", "not_found"),
     405: ("invalid_request_error", "method_not_allowed"),
     413: ("invalid_request_error", "request_too_large"),
+    500: ("server_error", "internal_error"),
+    504: ("server_error", "timeout"),
 }
+CLIENT_CLOSED_REQUEST = 499
+"""What the metrics and access log record for a request whose client went away (nginx's code); never sent."""
+
+
+def client_gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
 
 
 @web.middleware
@@ -56,8 +65,19 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         error_type, code = HTTP_ERROR_TYPES.get(http_error.status, ("invalid_request_error", "bad_request"))
         message = f"{http_error.reason}: {request.method} {request.path}"
         return error_response(ApiError(http_error.status, message, error_type, code))
+    except ConnectionResetError:
+        if not client_gone(request):
+            return internal_error(request)
+        # The client hung up mid-request (an upload cut short): nothing to answer, nothing went wrong here.
+        log.info("client went away during %s %s (%s)", request.method, request.path, request_id(request))
+        return web.Response(status=CLIENT_CLOSED_REQUEST)
     except Exception:
-        request_id = f"req_{secrets.token_hex(8)}"
-        log.exception("unhandled error on %s %s (%s)", request.method, request.path, request_id)
-        return error_response(ApiError(500, f"The server had an error processing the request ({request_id}).",
-                                       "server_error", "internal_error"))
+        return internal_error(request)
+
+
+def internal_error(request: web.Request) -> web.Response:
+    """Logs the exception being handled, with the request id the client gets."""
+    ident = request_id(request)
+    log.exception("unhandled error on %s %s (%s)", request.method, request.path, ident)
+    return error_response(ApiError(500, f"The server had an error processing the request ({ident}).",
+                                   "server_error", "internal_error"))

@@ -8,6 +8,7 @@ from pydantic.json_schema import models_json_schema
 
 from contracts.api.anomaly import Anomaly
 from contracts.api.batch import Batch
+from contracts.api.batch_event import BatchStreamEvent
 from contracts.api.batch_request import BatchCreateRequest
 from contracts.api.error import ErrorResponse
 from contracts.api.error_codes import BatchErrorSummary
@@ -33,7 +34,7 @@ MODELS: list[type[BaseModel]] = [Batch, BatchCreateRequest, BatchErrorSummary, E
 MODELS += [ApiKey, CreateKey, CreateOrganization, CreateUser, CreateWorkerKey, DeletedApiKey, ModelAlias,
            Organization, User, ListPage[ApiKey], ListPage[ModelAlias], ListPage[Organization], ListPage[User]]
 MODELS += [Provider, ProviderExecutor, RegisterProvider, Anomaly, ListPage[Provider], ListPage[ProviderExecutor],
-           ListPage[Anomaly]]
+           ListPage[Anomaly], BatchStreamEvent]
 
 
 def _schemas() -> tuple[dict[type[BaseModel], JsonObject], JsonObject]:
@@ -62,6 +63,7 @@ def _query(name: str, schema: JsonObject) -> JsonObject:
 
 
 LIMIT = _query("limit", {"type": "integer", "minimum": 1, "maximum": 100})
+FILES_LIMIT = _query("limit", {"type": "integer", "minimum": 1, "maximum": 10_000, "default": 10_000})
 AFTER = _query("after", {"type": "string"})
 ERRORS = {"400": _json(ErrorResponse, "Invalid request"), "401": _json(ErrorResponse, "Missing or bad key"),
           "404": _json(ErrorResponse, "Not found (or not yours)"), "409": _json(ErrorResponse, "Conflict"),
@@ -159,8 +161,10 @@ UPLOAD = {"multipart/form-data": {"schema": {
     "type": "object", "required": ["purpose", "file"],
     "properties": {"purpose": {"type": "string", "enum": ["batch"]},
                    "file": {"type": "string", "format": "binary"}}}}}
-EVENTS = {"description": "The batch's facts as Server-Sent Events; `id:` is the stream sequence",
-          "content": {"text/event-stream": {"schema": {"type": "string"}}}}
+EVENTS = {"description": "The batch's facts as Server-Sent Events: `id:` is the stream sequence, `event:` the type, "
+                         "`data:` one BatchStreamEvent (schema in components); resume with Last-Event-ID; the stream "
+                         "ends after the batch's terminal event", "content": {"text/event-stream": {
+                             "schema": {"type": "string"}, "x-sheshnag-event-data": _ref(BatchStreamEvent)}}}
 CONTENT = {"description": "The file's bytes; header X-Sheshnag-Content-SHA256",
            "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}
 
@@ -183,7 +187,7 @@ def _paths() -> JsonObject:
             "post": _op("createFile", "Upload a JSONL file (deduplicated by content)", _json(FileObject),
                         body=UPLOAD),
             "get": _op("listFiles", "The caller's files (any key of the same user)", _json(ListPage[FileObject]),
-                       [AFTER, LIMIT, _query("order", {"type": "string", "enum": ["asc", "desc"]}),
+                       [AFTER, FILES_LIMIT, _query("order", {"type": "string", "enum": ["asc", "desc"]}),
                         _query("purpose", {"type": "string"})]),
         },
         "/v1/files/{file_id}": {

@@ -4,7 +4,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from contracts.catalogue import Catalogue, CatalogueModel
-from contracts.engines import OPENAI_PARAMETERS, honoured_parameters, is_neutral
+from contracts.engines import (
+    CONTENT_PART_MODALITY,
+    OPENAI_PARAMETERS,
+    honoured_parameters,
+    is_neutral,
+    served_modalities,
+)
 from services.validator.adapters.tokenizer import TokenizerCache
 from services.validator.issues import LineIssue
 
@@ -36,6 +42,7 @@ def check_body(body: dict[str, object], endpoint: str, catalogue: Catalogue,
     need = None
     if model is not None:
         issues += _parameter_issues(body, endpoint, model)
+        issues += _modality_issues(body, endpoint, model)
         if not shape and tokenizers is not None:
             need = context_need(body, endpoint, model, tokenizers)
     return BodyVerdict(issues, model if not issues else None, _embedding_inputs(body, endpoint), need)
@@ -77,6 +84,8 @@ def _shape_issues(body: dict[str, object], endpoint: str) -> Iterator[LineIssue]
                     message["role"] == "assistant" and message.get("content") is None):
                 yield LineIssue("invalid_body", f"body.messages[{index}].content must be a string or a list of "
                                 "content parts.", f"body.messages[{index}].content")
+            else:
+                yield from _part_issues(message.get("content"), f"body.messages[{index}].content")
     elif endpoint == "/v1/completions":
         if not _is_text_or_texts(body.get("prompt")):
             yield LineIssue("invalid_body", "body.prompt must be a non-empty string or list of strings.",
@@ -94,6 +103,43 @@ def _shape_issues(body: dict[str, object], endpoint: str) -> Iterator[LineIssue]
         if not (isinstance(value, str) and value) and not (isinstance(value, list) and value):
             yield LineIssue("invalid_body", "body.input must be a non-empty string or list of input items.",
                             "body.input")
+
+
+def _part_issues(content: object, param: str) -> Iterator[LineIssue]:
+    """Each chat content part is an object of a known type; a text part carries its text."""
+    if not isinstance(content, list):
+        return
+    for index, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if not isinstance(part, dict) or not isinstance(kind, str) or kind not in CONTENT_PART_MODALITY:
+            yield LineIssue("invalid_body", f"{param}[{index}] must be a content part object whose type is one of "
+                            f"{', '.join(sorted(CONTENT_PART_MODALITY))}.", f"{param}[{index}].type")
+        elif CONTENT_PART_MODALITY[kind] == "text" and not isinstance(part.get("text"), str):
+            yield LineIssue("invalid_body", f"{param}[{index}] is a {kind} part: give it a string `text`.",
+                            f"{param}[{index}].text")
+
+
+def _content_parts(body: dict[str, object], endpoint: str) -> Iterator[tuple[str, dict[str, object]]]:
+    """(param, part) of every content part a chat or Responses request carries."""
+    field = {"/v1/chat/completions": "messages", "/v1/responses": "input"}.get(endpoint)
+    items = body.get(field) if field else None
+    for index, item in enumerate(items if isinstance(items, list) else []):
+        content = item.get("content") if isinstance(item, dict) else None
+        for part_index, part in enumerate(content if isinstance(content, list) else []):
+            if isinstance(part, dict):
+                yield f"body.{field}[{index}].content[{part_index}]", part
+
+
+def _modality_issues(body: dict[str, object], endpoint: str, model: CatalogueModel) -> Iterator[LineIssue]:
+    """Images, audio and files only for an engine that declares it reads them."""
+    served = served_modalities(model.engine)
+    for param, part in _content_parts(body, endpoint):
+        kind = part.get("type")
+        modality = CONTENT_PART_MODALITY.get(kind) if isinstance(kind, str) else None
+        if modality is not None and modality not in served:
+            yield LineIssue("multimodal_unavailable", f"{model.id} runs on {model.engine}, which reads "
+                            f"{', '.join(sorted(served))} only: remove the {kind} part or send it as text.",
+                            f"{param}.type")
 
 
 def _is_text_or_texts(value: object) -> bool:

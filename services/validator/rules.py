@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from contracts.api.request_line import MAX_CUSTOM_ID_LENGTH, REQUIRED_LINE_FIELDS
+from contracts.api.request_line import MAX_CUSTOM_ID_LENGTH, MAX_NESTING_DEPTH, REQUIRED_LINE_FIELDS
 from contracts.catalogue import Catalogue, CatalogueModel
 from services.validator.adapters.tokenizer import TokenizerCache
 from services.validator.body_rules import ContextNeed, check_body
@@ -34,6 +34,9 @@ def check_line(raw: bytes, endpoint: str, catalogue: Catalogue, max_line_bytes: 
         return LineVerdict([LineIssue("invalid_json", f"The line is not valid JSON ({error}). Each line must be "
                                       "one complete JSON object; check for trailing commas, unescaped quotes or a "
                                       "request split across lines.")])
+    if (depth := nesting_depth(line, MAX_NESTING_DEPTH)) > MAX_NESTING_DEPTH:
+        return LineVerdict([LineIssue("nesting_too_deep", f"The line nests arrays and objects more than "
+                                      f"{MAX_NESTING_DEPTH} levels deep (at least {depth}); flatten it.")])
     if not isinstance(line, dict):
         return LineVerdict([LineIssue("not_an_object", "Each line must be a JSON object with custom_id, method, "
                                       "url and body.")])
@@ -71,3 +74,21 @@ def _structure_issues(line: dict[str, object], endpoint: str) -> Iterator[LineIs
                         "must use the batch's endpoint.", "url")
     if "body" in line and not isinstance(line["body"], dict):
         yield LineIssue("invalid_body", "body must be a JSON object: the request for the endpoint.", "body")
+
+
+def nesting_depth(value: object, limit: int) -> int:
+    """How deep arrays and objects nest in `value` (a scalar: 0), counted no further than `limit` + 1.
+
+    Iterative: a line orjson parses (up to 1,024 levels) would overflow Python's recursion limit."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return deepest

@@ -58,6 +58,7 @@ def test_a_batch_runs_on_the_real_model_and_its_output_downloads(stack: RunningS
     # The create answers with the batch as the ledger has it: validation may already be done.
     lifecycle = ["validating", "validated", "in_progress", "finalizing", "completed"]
     assert created.status in lifecycle and created.metadata == {"project": "e2e"}
+    assert created._request_id is not None and created._request_id.startswith("req_"), "x-request-id on every answer"
 
     batch, polled = wait_until_done(client, created.id)
     assert batch.status == "completed", batch.model_dump()

@@ -11,10 +11,12 @@ from typing import Any
 
 import aiohttp
 from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.web_runner import BaseRunner
 
 from contracts.events.key import KeyCreated
 from contracts.ids import hash_api_key
 from services.gateway.app import create_app as create_gateway
+from services.gateway.server import GatewayRunner
 from services.gateway.settings import GatewaySettings
 from services.ledger.app import create_app as create_ledger
 from services.ledger.settings import LedgerSettings
@@ -60,6 +62,14 @@ def sha256(content: bytes) -> str:
     return hashlib.sha256(content).hexdigest()
 
 
+class GatewayTestServer(TestServer):
+    """Served as `sheshnag gateway` serves it: its runner's protocol, and no handler cancellation on disconnect."""
+
+    async def _make_runner(self, **kwargs: Any) -> BaseRunner:
+        kwargs.pop("handler_cancellation", None)
+        return GatewayRunner(self.app, **kwargs)
+
+
 @asynccontextmanager
 async def running_gateway(connection: ConnectionSettings, **overrides: Any) -> AsyncIterator[Gateway]:
     stop = asyncio.Event()
@@ -67,7 +77,7 @@ async def running_gateway(connection: ConnectionSettings, **overrides: Any) -> A
     task = asyncio.create_task(ledger.run(stop))
     settings = GatewaySettings(connection=connection, read_your_writes_s=WAIT_S, file_sweep_interval_s=0,
                                **overrides)
-    client = TestClient(TestServer(create_gateway(settings)))
+    client = TestClient(GatewayTestServer(create_gateway(settings)))
     bus = await EventBus.connect(connection.nats_url, "tests-gateway")
     try:
         await asyncio.wait_for(ledger.caught_up.wait(), WAIT_S)
@@ -78,3 +88,29 @@ async def running_gateway(connection: ConnectionSettings, **overrides: Any) -> A
         await bus.close()
         stop.set()
         await asyncio.wait_for(task, WAIT_S)
+
+
+@dataclass
+class RawResponse:
+    status: int
+    headers: dict[str, str]
+    """Lower-cased names."""
+    body: bytes
+
+
+async def raw_exchange(gateway: Gateway, request: bytes, timeout_s: float = 10.0) -> RawResponse:
+    """Send bytes no HTTP client would (bad request lines, non-UTF-8 headers); read the answer to the end."""
+    server = gateway.client.server
+    reader, writer = await asyncio.open_connection(server.host, server.port)
+    try:
+        writer.write(request)
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout_s)
+        status_line, *header_lines = head.decode("latin-1").split("\r\n")
+        headers = {name.strip().lower(): value.strip()
+                   for name, _, value in (line.partition(":") for line in header_lines if line)}
+        length = int(headers.get("content-length", "0"))
+        body = await asyncio.wait_for(reader.readexactly(length), timeout_s)
+        return RawResponse(int(status_line.split()[1]), headers, body)
+    finally:
+        writer.close()

@@ -6,6 +6,7 @@ from typing import TypeVar
 
 import pytest
 
+from contracts.api.rejected_line import RejectedLine
 from contracts.events.batch import (
     AttemptFailed,
     BatchAssigned,
@@ -30,6 +31,7 @@ from services.executor.domain import (
     decode_chunk,
     encode_chunk,
     parse_input_line,
+    refused_line,
     result_line,
     unrun_line,
     usage_of,
@@ -105,13 +107,13 @@ def test_chunks_are_cut_every_chunk_lines_with_cumulative_counts() -> None:
     assert committer.flush() is None
 
 
-def test_resuming_skips_custom_ids_any_attempt_committed() -> None:
+def test_resuming_skips_lines_any_attempt_committed() -> None:
     chunks = [
         ("results/b/attempt-1/chunk-000000.jsonl", [ok(1, "a"), failed(3, "c")]),
         ("results/b/attempt-2/chunk-000000.jsonl", [ok(2, "b")]),
     ]
     resume = Resume.from_chunks(chunks, attempt=3)
-    assert set(resume.committed) == {"a", "b", "c"}
+    assert set(resume.committed) == resume.committed_lines == {1, 2, 3}
     assert (resume.next_chunk, resume.last_chunk) == (0, None)
     assert resume.tally() == Tally(completed=2, failed=1)
 
@@ -122,11 +124,28 @@ def test_a_redelivered_attempt_numbers_its_chunks_after_its_own_committed_ones()
     assert (resume.next_chunk, resume.last_chunk) == (3, 2)
 
 
-def test_the_earliest_commit_of_a_custom_id_wins_whatever_the_listing_order() -> None:
+def test_the_earliest_commit_of_a_line_wins_whatever_the_listing_order() -> None:
     later = result_line(BATCH, InputLine(1, "a", {}), 200, completion(99, 99))
     chunks = [("results/b/attempt-10/chunk-000000.jsonl", [later]),
               ("results/b/attempt-2/chunk-000000.jsonl", [ok(1, "a")])]
-    assert Resume.from_chunks(chunks, attempt=11).committed["a"] == ok(1, "a")
+    assert Resume.from_chunks(chunks, attempt=11).committed[1] == ok(1, "a")
+
+
+def test_a_refused_repeat_of_a_custom_id_does_not_stand_for_the_line_that_used_it_first() -> None:
+    # allow_partial with lines A, B, A, C: validation refused line 3; line 1 must still run.
+    repeat = refused_line(BATCH, RejectedLine(line=3, custom_id="A", code="duplicate_custom_id", message="again"))
+    resume = Resume.from_chunks([("results/b/attempt-0/chunk-000000.jsonl", [repeat])], attempt=1)
+    assert resume.committed_lines == {3}
+    files = assemble([ok(1, "A"), ok(2, "B"), repeat, ok(4, "C")])
+    assert [json.loads(row)["custom_id"] for row in files.output.splitlines()] == ["A", "B", "C"]
+    assert [json.loads(row)["custom_id"] for row in files.errors.splitlines()] == ["A"]
+    check_invariant(4, 3, 1, files.output, files.errors)
+
+
+def test_a_line_nested_as_deep_as_orjson_parses_is_read_without_recursion_errors() -> None:
+    deep = b"[" * 1000 + b"]" * 1000
+    parsed = parse_input_line(1, b'{"custom_id": "x", "body": {"user": ' + deep + b"}}")
+    assert parsed is not None and parsed.custom_id == "x"
 
 
 def test_chunk_keys_are_read_back_numerically() -> None:
@@ -181,8 +200,9 @@ def test_the_invariant_holds_when_every_line_is_in_exactly_one_file() -> None:
 
 def test_the_invariant_catches_a_missing_line_a_duplicate_and_wrong_counts() -> None:
     files = assemble([ok(1, "a"), failed(2, "a")])
+    twice = assemble([ok(1, "a"), ok(1, "a")])
     with pytest.raises(InvariantBroken, match="more than once"):
-        check_invariant(2, 1, 1, files.output, files.errors)
+        check_invariant(2, 2, 0, twice.output, twice.errors)
     with pytest.raises(InvariantBroken, match="3 input lines"):
         check_invariant(3, 1, 2, assemble([ok(1, "a"), failed(2, "b")]).output, files.errors)
     with pytest.raises(InvariantBroken, match="completed"):

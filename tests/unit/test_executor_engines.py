@@ -147,3 +147,29 @@ async def test_a_4xx_reply_is_final_at_once() -> None:
 
 def test_backoff_doubles_between_tries() -> None:
     assert [LineRetry(base_delay_s=0.5).delay_s(n) for n in (1, 2, 3)] == [0.5, 1.0, 2.0]
+
+
+class RaisingEngine(ScriptedEngine):
+    """Raises on a line instead of replying, as an engine's port says it must not."""
+
+    async def run(self, endpoint: str, body: dict[str, object]) -> EngineReply:
+        self.calls += 1
+        raise KeyError("messages")
+
+
+async def test_an_engine_that_raises_on_a_line_fails_that_line_with_a_500_not_the_attempt() -> None:
+    engine = RaisingEngine([])
+    reply = await run_line(engine, "/v1/chat/completions", {}, FAST)
+    assert reply.status_code == 500 and engine.calls == 3
+    error = reply.body["error"]
+    assert isinstance(error, dict) and error["code"] == "engine_error"
+
+
+class UnavailableEngine(ScriptedEngine):
+    async def run(self, endpoint: str, body: dict[str, object]) -> EngineReply:
+        raise EngineUnavailable("crashed")
+
+
+async def test_an_unavailable_engine_still_stops_the_attempt() -> None:
+    with pytest.raises(EngineUnavailable):
+        await run_line(UnavailableEngine([]), "/v1/chat/completions", {}, FAST)

@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from contracts.api.request_line import MAX_NESTING_DEPTH
 from services.executor.adapters.engines.llamacpp import LlamaCppEngine
 from services.runtime.catalogue import load_catalogue
 
@@ -60,6 +61,45 @@ async def test_a_malformed_request_is_a_400_reply(engine: LlamaCppEngine) -> Non
 async def test_an_endpoint_the_engine_does_not_serve_is_refused_per_line(engine: LlamaCppEngine) -> None:
     reply = await engine.run("/v1/embeddings", {"input": "x"})
     assert reply.status_code == 400
+
+
+def schema(levels: int) -> dict[str, object]:
+    nested: dict[str, object] = {"type": "string"}
+    for _ in range(levels):
+        nested = {"type": "object", "properties": {"a": nested}}
+    return nested
+
+
+def json_schema(levels: int) -> dict[str, object]:
+    return {**chat("Say hi."), "response_format": {"type": "json_schema",
+                                                    "json_schema": {"name": "s", "schema": schema(levels)}}}
+
+
+REFUSED_AT_RUN_TIME = {
+    # llama.cpp raises RuntimeError: no mmproj is loaded.
+    "image part": {**chat("?"), "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": "data:,"}}]}]},
+    # llama.cpp raises RuntimeError while parsing the tools.
+    "tool named 5": {**chat("Hi."), "tools": [{"function": {"name": 5}}]},
+    # xllamacpp's orjson.dumps raises TypeError past 254 levels.
+    "900-deep json_schema": json_schema(450),
+}
+
+
+@pytest.mark.parametrize("body", REFUSED_AT_RUN_TIME.values(), ids=REFUSED_AT_RUN_TIME.keys())
+async def test_a_request_llama_cpp_raises_on_is_a_400_reply_for_that_line(
+        engine: LlamaCppEngine, body: dict[str, object]) -> None:
+    reply = await engine.run("/v1/chat/completions", body)
+    assert reply.status_code == 400
+    error = reply.body["error"]
+    assert isinstance(error, dict) and error["type"] == "invalid_request_error" and error["message"]
+
+
+async def test_a_json_schema_as_deep_as_validation_allows_is_served(engine: LlamaCppEngine) -> None:
+    # The line, body, response_format, json_schema and schema take 5 levels; each schema level 2 more.
+    levels = (MAX_NESTING_DEPTH - 5) // 2
+    reply = await engine.run("/v1/chat/completions", json_schema(levels))
+    assert reply.status_code == 200
 
 
 def test_the_engine_declares_what_it_honours(engine: LlamaCppEngine) -> None:

@@ -1,10 +1,12 @@
 """One line that breaks exactly one rule yields exactly that code, line and param."""
 
+import json
 from collections.abc import Callable
 
 import orjson
 import pytest
 
+from contracts.api.request_line import MAX_NESTING_DEPTH
 from contracts.catalogue import Catalogue
 from services.runtime.catalogue import load_catalogue
 from services.validator.adapters.tokenizer import TokenizerCache
@@ -12,6 +14,15 @@ from services.validator.domain import FileValidation, Limits
 
 CHAT = "/v1/chat/completions"
 Line = dict[str, object]
+IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+AUDIO = {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}
+
+
+def nested(depth: int) -> list[object]:
+    value: list[object] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +78,15 @@ RULES: list[tuple[str, Callable[[Line], Line], str | None]] = [
     ("unsupported_parameter", with_body(temprature=0.2), "body.temprature"),
     ("n_unavailable", with_body(n=3), "body.n"),
     ("audio_unavailable", with_body(audio={"voice": "alloy", "format": "wav"}), "body.audio"),
+    ("invalid_body", with_body(messages=[{"role": "user", "content": [{"type": "text"}]}]),
+     "body.messages[0].content[0].text"),
+    ("invalid_body", with_body(messages=[{"role": "user", "content": ["hi"]}]), "body.messages[0].content[0].type"),
+    ("multimodal_unavailable", with_body(messages=[{"role": "user", "content": [{"type": "text", "text": "?"},
+                                                                                IMAGE]}]),
+     "body.messages[0].content[1].type"),
+    ("multimodal_unavailable", with_body(messages=[{"role": "user", "content": [AUDIO]}]),
+     "body.messages[0].content[0].type"),
+    ("nesting_too_deep", with_body(metadata={"x": nested(62)}), None),
     ("context_too_long", with_body(max_tokens=4000), "body.messages"),
     ("context_too_long", with_body(messages=[{"role": "user", "content": "word " * 3000}]), "body.messages"),
 ]
@@ -87,6 +107,30 @@ def test_a_line_breaking_one_rule_gets_exactly_that_code_line_and_param(
 def test_neutral_values_of_unsupported_parameters_are_accepted(catalogue: Catalogue) -> None:
     line = with_body(n=1, logprobs=False, store=False, stream=False, modalities=["text"], user="u")(good())
     assert FileValidation(CHAT, catalogue).feed(1, orjson.dumps(line)) == []
+
+
+def test_a_thousand_nested_arrays_in_an_ignored_field_are_nesting_too_deep(catalogue: Catalogue) -> None:
+    deep = b"[" * 1000 + b"]" * 1000  # orjson parses it, but neither orjson nor json can write it back
+    raw = orjson.dumps(good()).replace(b'"max_tokens":8', b'"max_tokens":8,"user":' + deep)
+    found = FileValidation(CHAT, catalogue).check(1, raw)
+    assert [(i.code, i.param) for i in found.issues] == [("nesting_too_deep", None)]
+
+
+def test_nesting_up_to_the_limit_is_accepted_and_what_is_accepted_every_stage_can_serialise(
+        catalogue: Catalogue) -> None:
+    line = with_body(metadata={"x": nested(MAX_NESTING_DEPTH - 3)})(good())  # line > body > metadata > arrays
+    raw = orjson.dumps(line)
+    assert FileValidation(CHAT, catalogue).feed(1, raw) == []
+    body = orjson.loads(raw)["body"]
+    assert orjson.loads(orjson.dumps(body)) == body  # what the engine adapter sends on
+    assert json.loads(raw) == line  # even the stdlib parser, should anything still use it
+
+
+def test_a_responses_image_input_is_multimodal_unavailable(catalogue: Catalogue) -> None:
+    line = {"custom_id": "r1", "method": "POST", "url": "/v1/responses", "body": {
+        "model": "smollm2", "input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}}
+    found = FileValidation("/v1/responses", catalogue).feed(1, orjson.dumps(line))
+    assert [(i.code, i.param) for i in found] == [("multimodal_unavailable", "body.input[0].content[0].type")]
 
 
 def test_a_line_too_long_is_invalid_json_line(catalogue: Catalogue) -> None:

@@ -6,6 +6,7 @@ import orjson
 from aiohttp import web
 
 from contracts.api.batch import SUPPORTED_ENDPOINTS, TERMINAL_STATUSES, Batch
+from contracts.api.batch_request import BatchCreateRequest
 from contracts.events.batch import BatchCancelRequested, BatchCreated, BatchReleased
 from contracts.ids import derived_id, new_batch_id
 from contracts.readmodel import BatchRecord
@@ -34,7 +35,8 @@ def completion_window_seconds(window: object, min_window_s: int) -> int:
     deployments that lower the minimum (tests of expiry)."""
     units = {"h": 3600, "m": 60, "s": 1}
     amount = window[:-1] if isinstance(window, str) and window[-1:] in units else ""
-    seconds = int(amount) * units[str(window)[-1]] if amount.isdigit() else 0
+    ascii_digits = amount.isascii() and amount.isdigit() and len(amount) < 10
+    seconds = int(amount) * units[str(window)[-1]] if ascii_digits else 0
     if not min_window_s <= seconds <= MAX_WINDOW_S:
         raise bad_request(f"completion_window must be between '{min_window_s // 3600}h' and '168h' (got {window!r}).",
                           "invalid_completion_window", "completion_window")
@@ -104,11 +106,19 @@ async def _live_batches(request: web.Request, owner: str) -> list[Batch]:
     return [r.batch for r in records if r.batch.status not in TERMINAL_STATUSES]
 
 
+def _refuse_unknown_parameters(body: dict[str, object]) -> None:
+    """OpenAI refuses a field it does not know rather than ignore it; so do we (the known: `BatchCreateRequest`)."""
+    unknown = next((name for name in body if name not in BatchCreateRequest.model_fields), None)
+    if unknown is not None:
+        raise bad_request(f"Unknown parameter: {unknown[:128]!r}.", "unknown_parameter", unknown[:128])
+
+
 async def create_batch(request: web.Request) -> web.Response:
     d = deps(request)
     charge_control_call(request)
     idempotency_key = _idempotency_key(request)
     body = await _json_object(request)
+    _refuse_unknown_parameters(body)
     input_file_id = body.get("input_file_id")
     if not isinstance(input_file_id, str) or not input_file_id:
         raise bad_request("input_file_id is required: upload a file with purpose 'batch' first.",

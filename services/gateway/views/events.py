@@ -1,26 +1,83 @@
-"""`GET /v1/batches/{id}/events`: the batch's own facts as Server-Sent Events, resumable by sequence."""
+"""`GET /v1/batches/{id}/events`: the batch's facts as Server-Sent Events in their public shape, resumable by
+sequence; the stream ends with the batch, and its consumer goes as soon as the client does."""
+
+import asyncio
+import logging
 
 import nats.errors
+import nats.js.errors
 from aiohttp import web
+from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from contracts.subjects import batch_events
+from contracts.api.batch_event import TERMINAL_EVENT_TYPES
+from contracts.subjects import EVENTS_STREAM, batch_events, event_subject
 from services.gateway.context import deps
-from services.gateway.errors import bad_request
+from services.gateway.errors import bad_request, client_gone
 from services.gateway.views.batches import owned_batch
+from services.gateway.views.event_frames import sse_frame
 
-TERMINAL_EVENT_TYPES = frozenset({"batch.completed", "batch.failed", "batch.validation_failed", "batch.cancelled",
-                                  "batch.expired"})
+log = logging.getLogger(__name__)
+
 HEARTBEAT_S = 15.0
+POLL_S = 1.0
+"""How often an idle stream looks whether its client is still there."""
+MAX_SEQUENCE = 2**63 - 1
+"""Stream sequences are 64-bit; a resume point past this names no event."""
+TERMINAL_NAMES = tuple(sorted(t.removeprefix("batch.") for t in TERMINAL_EVENT_TYPES))
 
 
 def resume_after(request: web.Request) -> int:
-    raw = request.headers.get("Last-Event-ID") or request.query.get("last_event_id") or "0"
-    try:
-        return max(int(raw), 0)
-    except ValueError:
+    raw = (request.headers.get("Last-Event-ID") or request.query.get("last_event_id") or "0").strip()
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 20) or int(raw) > MAX_SEQUENCE:
         raise bad_request("Last-Event-ID must be the integer id of an event already received.",
-                          "invalid_last_event_id") from None
+                          "invalid_last_event_id", "Last-Event-ID")
+    return int(raw)
+
+
+async def ended_by(js: JetStreamContext, batch_id: str, after: int) -> bool:
+    """Whether the batch's terminal fact is at or before sequence `after` (the client has seen the end)."""
+    if after == 0:
+        return False
+
+    async def sequence_of(name: str) -> int | None:
+        try:
+            return (await js.get_last_msg(EVENTS_STREAM, event_subject("batch", batch_id, name))).seq
+        except nats.js.errors.NotFoundError:
+            return None
+
+    sequences = await asyncio.gather(*(sequence_of(name) for name in TERMINAL_NAMES))
+    return any(seq is not None and seq <= after for seq in sequences)
+
+
+async def release(js: JetStreamContext, subscription: JetStreamContext.PushSubscription) -> None:
+    """Unsubscribe and delete the ordered consumer now, rather than leave it to the server's inactivity sweep."""
+    try:
+        await subscription.unsubscribe()
+        info = await subscription.consumer_info()
+        await js.delete_consumer(info.stream_name, info.name)
+    except nats.errors.Error as error:
+        log.debug("consumer of a closed event stream already gone (%s)", error)
+
+
+async def _follow(request: web.Request, response: web.StreamResponse,
+                  subscription: JetStreamContext.PushSubscription) -> None:
+    idle_s = 0.0
+    while not client_gone(request):
+        try:
+            message = await subscription.next_msg(timeout=POLL_S)
+        except nats.errors.TimeoutError:
+            idle_s += POLL_S
+            if idle_s >= HEARTBEAT_S:
+                idle_s = 0.0
+                await response.write(b": heartbeat\n\n")
+            continue
+        idle_s = 0.0
+        frame = sse_frame(message.metadata.sequence.stream, message.data)
+        if frame is not None:
+            await response.write(frame)
+        if f"batch.{message.subject.rsplit('.', 1)[-1]}" in TERMINAL_EVENT_TYPES:
+            return
 
 
 async def stream_batch_events(request: web.Request) -> web.StreamResponse:
@@ -28,29 +85,23 @@ async def stream_batch_events(request: web.Request) -> web.StreamResponse:
     await owned_batch(request, batch_id)
     after = resume_after(request)
     js = deps(request).bus.js
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                           "X-Accel-Buffering": "no"})
+    if await ended_by(js, batch_id, after):
+        await response.prepare(request)
+        await response.write(b": connected\n\n")
+        return response
+    # Subscribed after the check: a terminal fact stored meanwhile comes after `after`, so the stream still ends.
     config = ConsumerConfig(opt_start_seq=after + 1) if after else None
     policy = DeliverPolicy.BY_START_SEQUENCE if after else DeliverPolicy.ALL
     subscription = await js.subscribe(batch_events(batch_id), ordered_consumer=True, deliver_policy=policy,
                                       config=config)
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                                           "X-Accel-Buffering": "no"})
-    await response.prepare(request)
     try:
+        await response.prepare(request)
         await response.write(b": connected\n\n")
-        while True:
-            try:
-                message = await subscription.next_msg(timeout=HEARTBEAT_S)
-            except nats.errors.TimeoutError:
-                await response.write(b": heartbeat\n\n")
-                continue
-            event_type = message.subject.rsplit(".", 1)[-1]
-            frame = (f"id: {message.metadata.sequence.stream}\nevent: batch.{event_type}\n"
-                     f"data: {message.data.decode()}\n\n")
-            await response.write(frame.encode())
-            if f"batch.{event_type}" in TERMINAL_EVENT_TYPES:
-                break
+        await _follow(request, response, subscription)
     except ConnectionResetError:
         pass  # the client went away; it can resume with Last-Event-ID
     finally:
-        await subscription.unsubscribe()
+        await release(js, subscription)
     return response

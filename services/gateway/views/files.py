@@ -20,7 +20,7 @@ from services.gateway.context import Deps, deps
 from services.gateway.errors import ApiError, bad_request, not_found
 from services.gateway.limits import charge_control_call
 from services.gateway.upload import StoredUpload, stream_part_to_store
-from services.gateway.views.paging import page_after, parse_limit
+from services.gateway.views.paging import MAX_FILES_LIMIT, page_after, parse_limit
 
 UPLOADABLE_PURPOSES = ("batch",)
 ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,128}")
@@ -182,7 +182,8 @@ async def list_files(request: web.Request) -> web.Response:
     records = await owner_files(deps(request), principal(request).owner)
     mine = [r.file for r in records if purpose is None or r.file.purpose == purpose]
     mine.sort(key=lambda f: (f.created_at, f.id), reverse=order == "desc")
-    page = page_after(mine, [f.id for f in mine], request.query.get("after"), parse_limit(request, 100))
+    limit = parse_limit(request, MAX_FILES_LIMIT, MAX_FILES_LIMIT)
+    page = page_after(mine, [f.id for f in mine], request.query.get("after"), limit)
     return web.json_response(page.model_dump(mode="json"))
 
 

@@ -11,22 +11,25 @@ from services.gateway.errors import bad_request
 
 Item = TypeVar("Item", bound=BaseModel)
 MAX_LIMIT = 100
+MAX_FILES_LIMIT = 10_000
+"""`GET /v1/files` pages up to 10,000 files, and returns that many by default, as OpenAI's does."""
 
 
-def parse_limit(request: web.Request, default: int = 20) -> int:
+def parse_limit(request: web.Request, default: int = 20, maximum: int = MAX_LIMIT) -> int:
     raw = request.query.get("limit", str(default))
-    try:
-        limit = int(raw)
-    except ValueError:
-        raise bad_request(f"limit must be an integer, not {raw!r}.", "invalid_limit", "limit") from None
-    if not 1 <= limit <= MAX_LIMIT:
-        raise bad_request(f"limit must be between 1 and {MAX_LIMIT}.", "invalid_limit", "limit")
-    return limit
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 9 and 1 <= int(raw) <= maximum):
+        raise bad_request(f"limit must be an integer between 1 and {maximum}, not {raw[:20]!r}.", "invalid_limit",
+                          "limit")
+    return int(raw)
 
 
 def page_after(items: Sequence[Item], ids: Sequence[str], after: str | None, limit: int) -> ListPage[Item]:
-    """`items` already in list order; `ids[i]` is the id of `items[i]`."""
-    start = ids.index(after) + 1 if after is not None and after in ids else 0
+    """`items` already in list order; `ids[i]` is the id of `items[i]`. An `after` that is not one of `ids` is a
+    400, never a silent restart at the first page."""
+    if after is not None and after not in ids:
+        raise bad_request(f"after must be the id of an object in this list; {after[:128]!r} is not.", "invalid_after",
+                          "after")
+    start = ids.index(after) + 1 if after is not None else 0
     chosen = list(items[start:start + limit])
     chosen_ids = list(ids[start:start + limit])
     return ListPage[Item](

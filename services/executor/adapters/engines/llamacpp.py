@@ -21,6 +21,11 @@ from services.runtime.catalogue import resolve_artifact
 
 log = logging.getLogger(__name__)
 
+LINE_REJECTIONS = (ValueError, TypeError, RuntimeError)
+"""How xllamacpp refuses one request, the line's fault and not the engine's: ValueError (a malformed request),
+TypeError (orjson cannot serialise the body: too deep), RuntimeError (llama.cpp's own
+std::exception while parsing messages, tools or content it cannot read, e.g. an image without an mmproj).
+A crashed engine shows as EngineUnavailable before the call, never from it."""
 EMBEDDINGS = "/v1/embeddings"
 RESPONSES = "/v1/responses"
 
@@ -71,10 +76,16 @@ class LlamaCppEngine(Engine):
         try:
             if endpoint == RESPONSES:
                 request = chat_request(request)
-            result = await asyncio.get_running_loop().run_in_executor(self._pool, call, request)
-        except (ValueError, UnmappableRequest) as error:
-            # xllamacpp raises ValueError for a malformed request; that is the line's fault, not ours.
+        except UnmappableRequest as error:
             return error_reply(400, str(error), "invalid_request")
+        try:
+            running = asyncio.get_running_loop().run_in_executor(self._pool, call, request)
+        except RuntimeError as error:  # the pool is shut down: the model is being unloaded
+            raise EngineUnavailable(f"{self.model.id} is unloading") from error
+        try:
+            result = await running
+        except LINE_REJECTIONS as error:
+            return error_reply(400, f"{self.model.id} on llama.cpp refused the request: {error}", "invalid_request")
         reply = self._reply(self.model.id, result)
         if endpoint == RESPONSES and reply.ok:
             return EngineReply(200, response_body(reply.body, self.model.id))
@@ -96,6 +107,9 @@ class LlamaCppEngine(Engine):
     @staticmethod
     def _reply(model_id: str, result: dict[str, Any]) -> EngineReply:
         error = result.get("error")
+        if "error" not in result and result.get("type") == "server_error":
+            # xllamacpp's own shape when it could not read llama.cpp's answer back.
+            return error_reply(500, str(result.get("message", "engine error")), "server_error")
         if isinstance(error, dict):
             status = error.get("code")
             status_code = status if isinstance(status, int) and 400 <= status < 600 else 500

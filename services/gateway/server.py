@@ -1,0 +1,68 @@
+"""Serving the gateway app: aiohttp's own answers to requests it cannot parse (request line, header or URL too
+long, bad bytes) are OpenAI-shaped JSON with a request id, like every other error, instead of plain text.
+
+aiohttp 3.14 builds those in `RequestHandler.handle_error`, before any middleware runs; the protocol is made by
+`Server.__call__`, and `AppRunner._make_server` makes the server, so those are the hooks we override.
+"""
+
+import asyncio
+from http import HTTPStatus
+from typing import Any
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
+from aiohttp.web_server import Server
+
+from contracts.api.error import ErrorBody, ErrorResponse
+from services.gateway.errors import HTTP_ERROR_TYPES
+from services.gateway.request_ids import REQUEST_ID_HEADER, request_id
+
+MAX_MESSAGE_CHARS = 300
+
+
+class OpenAIErrorRequestHandler(RequestHandler):
+    def handle_error(self, request: BaseRequest, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        ident = request_id(request)
+        if status >= 500:
+            self.log_exception("error handling request from %s (%s)", request.remote, ident, exc_info=exc)
+        else:
+            self.logger.info("refused an unparsable request from %s (%s): %s", request.remote, ident, message)
+        if request.writer.output_size > 0:
+            raise ConnectionError("Response is sent already, cannot send another response with the error message")
+        error_type, code = HTTP_ERROR_TYPES.get(status, ("invalid_request_error", "bad_request"))
+        if status >= 500:
+            text = f"The server had an error processing the request ({ident})."
+        else:
+            text = f"{HTTPStatus(status).phrase}: {(message or 'the request could not be parsed')[:MAX_MESSAGE_CHARS]}"
+        body = ErrorResponse(error=ErrorBody(message=text, type=error_type, code=code))
+        headers = {REQUEST_ID_HEADER: ident, **({"x-should-retry": "false"} if status < 500 else {})}
+        response = web.json_response(body.model_dump(), status=status, headers=headers)
+        response.force_close()
+        return response
+
+
+class _OpenAIErrorServer(Server):
+    def __call__(self) -> RequestHandler:
+        return OpenAIErrorRequestHandler(self, loop=self._loop, **self._kwargs)
+
+
+class GatewayRunner(web.AppRunner):
+    """An `AppRunner` whose connections answer unparsable requests in the OpenAI error shape."""
+
+    async def _make_server(self) -> Server:
+        made = await super()._make_server()
+        return _OpenAIErrorServer(made.request_handler, request_factory=made.request_factory,
+                                  handler_cancellation=made.handler_cancellation, loop=made._loop, **made._kwargs)
+
+
+async def serve(app: web.Application, host: str, port: int, stop: asyncio.Event, **runner_args: Any) -> None:
+    """Serve `app` on host:port until `stop` is set, then shut it down cleanly (its cleanup contexts run)."""
+    runner = GatewayRunner(app, **runner_args)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+        await stop.wait()
+    finally:
+        await runner.cleanup()

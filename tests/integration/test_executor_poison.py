@@ -1,0 +1,97 @@
+"""One line never kills a batch: what the engine refuses at run time is an error line, each input line is
+accounted for once (custom_ids may repeat), against the real broker, S3 server and model."""
+
+import json
+import secrets
+
+import orjson
+
+from contracts.api.rejected_line import RejectedLine
+from contracts.commands import RunBatch
+from contracts.ids import batch_request_id
+from contracts.subjects import input_object_key, rejections_key
+from services.executor.domain import check_invariant
+from services.executor.settings import ExecutorSettings
+from services.runtime.bus import EventBus
+from services.runtime.objectstore import ObjectStore
+from tests.integration.test_executor_lifecycle import CHAT, chat, completed_fact, ended, executor, files_of
+from tests.support import batch_facts
+
+__all__ = ["executor"]  # the fixture, shared with the lifecycle tests
+
+ENDPOINT = "/v1/chat/completions"
+
+
+def line(custom_id: str, body: dict[str, object]) -> bytes:
+    return json.dumps({"custom_id": custom_id, "method": "POST", "url": ENDPOINT,
+                       "body": {"model": CHAT, **body}}).encode()
+
+
+def deep_schema(levels: int) -> dict[str, object]:
+    schema: dict[str, object] = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
+async def run_batch(store: ObjectStore, executor: ExecutorSettings, lines: list[bytes],
+                    rejected: tuple[RejectedLine, ...] = ()) -> RunBatch:
+    batch_id = f"batch_{secrets.token_hex(6)}"
+    key = input_object_key(f"file-in-{batch_id}")
+    await store.put_bytes(key, b"".join(raw + b"\n" for raw in lines))
+    if rejected:
+        await store.put_bytes(rejections_key(batch_id),
+                              b"".join(refused.model_dump_json().encode() + b"\n" for refused in rejected))
+    return RunBatch(batch_id=batch_id, executor_id=executor.executor_id, attempt=1, lease_token="lease-1",
+                    owner_key_id="key_owner", model=CHAT, endpoint=ENDPOINT, input_object_key=key,
+                    total_lines=len(lines), rejections_object_key=rejections_key(batch_id) if rejected else None)
+
+
+async def test_lines_the_engine_raises_on_go_to_the_error_file_and_the_good_lines_still_run(
+    bus: EventBus, object_store: ObjectStore, executor: ExecutorSettings,
+) -> None:
+    image = {"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": "data:,"}}]}]}
+    deep_ignored = line("deep", chat(2)).replace(b'"seed": 2', b'"seed": 2, "user": ' + b"[" * 1000 + b"]" * 1000)
+    lines = [
+        line("good-1", chat(1)),
+        line("image", {**image, "max_tokens": 4}),  # RuntimeError in llama.cpp: no mmproj
+        line("tool", {**chat(3), "tools": [{"function": {"name": 5}}]}),  # RuntimeError parsing the tools
+        line("schema", {**chat(4), "response_format": {"type": "json_schema", "json_schema": {
+            "name": "s", "schema": deep_schema(150)}}}),  # TypeError: orjson writes at most 254 levels
+        deep_ignored,  # orjson reads 1,000 levels (the stdlib json would not), the engine cannot write them
+        line("good-2", chat(5)),
+    ]
+    command = await run_batch(object_store, executor, lines)
+    await bus.send_run(command)
+
+    facts = await batch_facts(bus, command.batch_id, ended)
+    done = completed_fact(facts)
+    assert (done.completed, done.failed) == (2, 4)
+    assert "batch.attempt_failed" not in [fact.type for fact in facts]
+    output, errors = await files_of(object_store, command.batch_id)
+    check_invariant(6, 2, 4, output, errors)
+    assert [orjson.loads(row)["custom_id"] for row in output.splitlines()] == ["good-1", "good-2"]
+    refused = [orjson.loads(row) for row in errors.splitlines()]
+    assert [row["custom_id"] for row in refused] == ["image", "tool", "schema", "deep"]
+    assert all(row["response"]["status_code"] == 400 and row["response"]["body"]["error"]["code"] for row in refused)
+
+
+async def test_a_refused_repeat_of_a_custom_id_leaves_the_first_line_to_run_and_every_line_counted_once(
+    bus: EventBus, object_store: ObjectStore, executor: ExecutorSettings,
+) -> None:
+    lines = [line("A", chat(1)), line("B", chat(2)), line("A", chat(3)), line("C", chat(4))]
+    repeat = RejectedLine(line=3, custom_id="A", code="duplicate_custom_id", param="custom_id",
+                          message="custom_id 'A' was already used on line 1")
+    command = await run_batch(object_store, executor, lines, (repeat,))
+    await bus.send_run(command)
+
+    done = completed_fact(await batch_facts(bus, command.batch_id, ended))
+    assert (done.completed, done.failed) == (3, 1)
+    output, errors = await files_of(object_store, command.batch_id)
+    check_invariant(4, 3, 1, output, errors)
+    rows = [orjson.loads(row) for row in output.splitlines()]
+    assert [row["custom_id"] for row in rows] == ["A", "B", "C"]
+    assert rows[0]["id"] == batch_request_id(command.batch_id, "A")
+    error = orjson.loads(errors)
+    assert (error["custom_id"], error["error"]["code"]) == ("A", "duplicate_custom_id")

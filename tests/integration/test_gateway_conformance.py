@@ -1,0 +1,122 @@
+"""OpenAI conformance at the edges, against a real gateway: request ids everywhere, JSON errors even for requests
+aiohttp cannot parse, strict parameters, and clients that vanish mid-request."""
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+
+import pytest
+
+from services.runtime.settings import ConnectionSettings
+from tests.integration.gateway_support import Gateway, jsonl, raw_exchange, running_gateway
+
+ERROR_FIELDS = {"message", "type", "param", "code"}
+
+
+@pytest.fixture(scope="module")
+async def gateway(connection: ConnectionSettings) -> AsyncIterator[Gateway]:
+    async with running_gateway(connection, control_call_burst=1000) as running:
+        yield running
+
+
+def batch_body(file_id: str, **extra: object) -> dict[str, object]:
+    return {"input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h", **extra}
+
+
+async def test_every_response_carries_a_request_id_errors_and_404s_included(gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    answers = [await gateway.client.get("/v1/models", headers=key),
+               await gateway.client.get("/v1/models"),
+               await gateway.client.get("/v1/batches/batch_nope", headers=key),
+               await gateway.client.get("/v1/no/such/route", headers=key),
+               await gateway.client.get("/healthz")]
+    assert [a.status for a in answers] == [200, 401, 404, 404, 200]
+    ids = [a.headers.get("x-request-id", "") for a in answers]
+    assert all(ident.startswith("req_") for ident in ids) and len(set(ids)) == len(ids)
+
+
+async def test_an_authorization_header_with_a_non_utf8_byte_is_a_401(gateway: Gateway) -> None:
+    answer = await raw_exchange(gateway, b"GET /v1/files HTTP/1.1\r\nHost: x\r\n"
+                                         b"Authorization: Bearer gk-\xff\xfe\r\nConnection: close\r\n\r\n")
+    assert answer.status == 401
+    assert answer.headers["content-type"].startswith("application/json")
+
+
+@pytest.mark.parametrize("request_bytes", [
+    b"GET /v1/files HTTP/1.1\r\nHost: x\r\nX-Long: " + b"a" * 9000 + b"\r\n\r\n",
+    b"GET /v1/" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"NOT A REQUEST LINE\r\n\r\n",
+    b"GET /v1/files HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
+], ids=["header-too-long", "url-too-long", "bad-request-line", "malformed-header"])
+async def test_requests_aiohttp_cannot_parse_get_an_openai_shaped_json_400(gateway: Gateway,
+                                                                           request_bytes: bytes) -> None:
+    answer = await raw_exchange(gateway, request_bytes)
+    assert answer.status == 400
+    assert answer.headers["content-type"].startswith("application/json")
+    assert answer.headers["x-request-id"].startswith("req_")
+    error = json.loads(answer.body)["error"]
+    assert set(error) == ERROR_FIELDS and error["type"] == "invalid_request_error" and error["code"] == "bad_request"
+
+
+@pytest.mark.parametrize("path", ["/v1/batches?after=batch_unknown", "/v1/files?after=file-unknown"])
+async def test_an_after_cursor_that_names_nothing_in_the_list_is_a_400(gateway: Gateway, path: str) -> None:
+    key = await gateway.new_key()
+    await gateway.upload(key, jsonl("cursor"))
+    response = await gateway.client.get(path, headers=key)
+    assert response.status == 400
+    assert (await response.json())["error"]["code"] == "invalid_after"
+
+
+async def test_files_list_takes_limits_up_to_10000_and_batches_up_to_100(gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    assert (await gateway.client.get("/v1/files?limit=10000", headers=key)).status == 200
+    assert (await gateway.client.get("/v1/files?limit=10001", headers=key)).status == 400
+    assert (await gateway.client.get("/v1/batches?limit=100", headers=key)).status == 200
+    assert (await gateway.client.get("/v1/batches?limit=101", headers=key)).status == 400
+
+
+async def test_an_unknown_top_level_field_on_batch_create_is_a_400_naming_it(gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    file_id = (await (await gateway.upload(key, jsonl("unknown-field"))).json())["id"]
+    refused = await gateway.client.post("/v1/batches", json=batch_body(file_id, temperature=0.5), headers=key)
+    assert refused.status == 400
+    error = (await refused.json())["error"]
+    assert (error["code"], error["param"]) == ("unknown_parameter", "temperature")
+    extended = await gateway.client.post("/v1/batches", headers=key, json=batch_body(
+        file_id, metadata={"a": "b"}, output_expires_after={"anchor": "created_at", "seconds": 3600},
+        allow_partial=True, hold=True))
+    assert extended.status == 200
+
+
+@pytest.mark.parametrize("window", ["\uff12\uff14h", "\u00b2h"])
+async def test_a_completion_window_in_non_ascii_digits_is_a_400(gateway: Gateway, window: str) -> None:
+    key = await gateway.new_key()
+    file_id = (await (await gateway.upload(key, jsonl(f"window-{window}"))).json())["id"]
+    refused = await gateway.client.post("/v1/batches", json=batch_body(file_id, completion_window=window),
+                                        headers=key)
+    assert refused.status == 400
+    assert (await refused.json())["error"]["code"] == "invalid_completion_window"
+
+
+async def test_a_client_that_drops_mid_upload_is_logged_as_gone_not_as_an_error(
+        gateway: Gateway, caplog: pytest.LogCaptureFixture) -> None:
+    key = await gateway.new_key()
+    server = gateway.client.server
+    head = (f"POST /v1/files HTTP/1.1\r\nHost: x\r\nAuthorization: {key['Authorization']}\r\n"
+            "Content-Type: multipart/form-data; boundary=cut\r\nContent-Length: 10000000\r\n\r\n").encode()
+    body = (b'--cut\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
+            b'--cut\r\nContent-Disposition: form-data; name="file"; filename="in.jsonl"\r\n'
+            b"Content-Type: application/octet-stream\r\n\r\n" + jsonl(*(f"line-{n}" for n in range(2000))))
+    caplog.set_level(logging.INFO)
+    _, writer = await asyncio.open_connection(server.host, server.port)
+    writer.write(head + body)
+    await writer.drain()
+    await asyncio.sleep(0.5)  # the gateway is streaming the file part into the object store
+    writer.transport.abort()
+    for _ in range(100):
+        if any("client went away" in r.getMessage() for r in caplog.records):
+            break
+        await asyncio.sleep(0.05)
+    assert any("client went away" in r.getMessage() for r in caplog.records)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
