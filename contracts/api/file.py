@@ -15,6 +15,8 @@ FilePurpose = Literal[
     "user_data",
 ]
 FileStatus = Literal["uploaded", "processed", "error"]
+RESULT_FILE_EXPIRES_AFTER_S = 30 * 24 * 3600
+"""A batch's output and error files expire this long after they are written, unless `output_expires_after` says."""
 
 
 class FileObject(BaseModel):

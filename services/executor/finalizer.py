@@ -56,20 +56,19 @@ class Finalizer:
                           batch_id, len(unrun))
             lines.extend(unrun)
         files = assemble(lines)
-        expires_at = (command.created_at + command.output_expires_after_s
-                      if command.output_expires_after_s and command.created_at else None)
+        expires_after_s = command.output_expires_after_s  # counted from each file's own creation
         output_id = error_id = None
         if files.output_lines:
             output_id = output_file_id(batch_id)
             if not await publish(await self.results.put_file(
                     output_id, files.output, command.owner_key_id, f"{batch_id}_output.jsonl", files.output_lines,
-                    expires_at)):
+                    expires_after_s)):
                 return False
         if files.error_lines:
             error_id = error_file_id(batch_id)
             if not await publish(await self.results.put_file(
                     error_id, files.errors, command.owner_key_id, f"{batch_id}_error.jsonl", files.error_lines,
-                    expires_at)):
+                    expires_after_s)):
                 return False
         terminal = {"completed": BatchCompleted, "cancelled": BatchCancelled, "expired": BatchExpired}[outcome]
         if not await publish(terminal(

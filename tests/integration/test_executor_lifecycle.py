@@ -245,4 +245,4 @@ async def test_shards_of_one_batch_run_separately_and_one_finalize_assembles_eve
     message = await bus.js.get_last_msg(EVENTS_STREAM, event_subject("file", output_file, FileStored.name))
     assert message.data is not None
     stored = FileStored.model_validate_json(message.data)
-    assert stored.expires_at == 1_800_000_000 + 3600, "output_expires_after counts from the batch's creation"
+    assert stored.expires_at == stored.created_at + 3600, "output_expires_after counts from the file's creation"

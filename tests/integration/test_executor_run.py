@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from nats.js.api import DeliverPolicy
 
+from contracts.api.file import RESULT_FILE_EXPIRES_AFTER_S
 from contracts.commands import RunBatch
 from contracts.events.batch import BatchCompleted
 from contracts.ids import batch_request_id, error_file_id, output_file_id
@@ -140,6 +141,7 @@ async def test_a_batch_runs_to_output_and_error_files_and_a_late_retry_of_it_doe
     stored = await events_until(bus, f"evt.file.{output_file_id(batch_id)}.>", "file.stored")
     assert stored[0]["purpose"] == "batch_output" and stored[0]["owner_key_id"] == "key_owner"
     assert stored[0]["line_count"] == 3 and stored[0]["bytes"] == len(b"".join(row + b"\n" for row in output))
+    assert stored[0]["expires_at"] == stored[0]["created_at"] + RESULT_FILE_EXPIRES_AFTER_S, "the 30-day default"
     failure = json.loads(errors[0])
     assert len(errors) == 1 and failure["custom_id"] == "too-long"
     assert failure["response"]["status_code"] == 400 and "error" in failure["response"]["body"]

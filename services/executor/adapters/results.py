@@ -5,6 +5,7 @@ import hashlib
 import time
 from collections.abc import Callable
 
+from contracts.api.file import RESULT_FILE_EXPIRES_AFTER_S
 from contracts.api.rejected_line import RejectedLine
 from contracts.events.file import FileStored
 from contracts.subjects import input_object_key, rejections_key, result_chunk_key, results_prefix
@@ -42,10 +43,12 @@ class ResultStore:
         return key
 
     async def put_file(self, file_id: str, data: bytes, owner_key_id: str, filename: str,
-                       line_count: int, expires_at: int | None = None) -> FileStored:
-        """Write a result file and return the fact that announces it."""
+                       line_count: int, expires_after_s: int | None = None) -> FileStored:
+        """Write a result file and return the fact that announces it; it expires `expires_after_s` (default 30
+        days) after it is written, as OpenAI's `output_expires_after` counts from the file's creation."""
         key = input_object_key(file_id)
         await self.store.put_bytes(key, data)
+        created_at = int(time.time())
         return FileStored(
             aggregate_id=file_id,
             owner_key_id=owner_key_id,
@@ -54,7 +57,7 @@ class ResultStore:
             bytes=len(data),
             sha256=hashlib.sha256(data).hexdigest(),
             object_key=key,
-            created_at=int(time.time()),
+            created_at=created_at,
             line_count=line_count,
-            expires_at=expires_at,
+            expires_at=created_at + (expires_after_s or RESULT_FILE_EXPIRES_AFTER_S),
         )
