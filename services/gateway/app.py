@@ -18,6 +18,7 @@ from services.gateway.settings import GatewaySettings
 from services.gateway.sweeper import file_sweeper
 from services.runtime.bus import EventBus
 from services.runtime.catalogue import load_catalogue
+from services.runtime.fleet import Fleet
 from services.runtime.objectstore import ObjectStore
 from services.runtime.readmodel import ReadModel
 
@@ -32,7 +33,8 @@ def create_app(settings: GatewaySettings) -> web.Application:
         store = ObjectStore.from_settings(connection)
         await store.ensure_bucket()
         read_model = await ReadModel.open(bus)
-        app[DEPS] = Deps(settings, bus, store, read_model, load_catalogue(connection.catalogue_path))
+        app[DEPS] = Deps(settings, bus, store, read_model, load_catalogue(connection.catalogue_path),
+                         await Fleet.open(bus))
         app[KEY_CACHE] = KeyCache(read_model)
         yield
         await bus.close()

@@ -7,6 +7,7 @@ from aiohttp import web
 from contracts.catalogue import Catalogue
 from services.gateway.settings import GatewaySettings
 from services.runtime.bus import EventBus
+from services.runtime.fleet import Fleet
 from services.runtime.objectstore import ObjectStore
 from services.runtime.readmodel import ReadModel
 
@@ -18,6 +19,7 @@ class Deps:
     store: ObjectStore
     read_model: ReadModel
     catalogue: Catalogue
+    fleet: Fleet
 
 
 DEPS = web.AppKey("deps", Deps)

@@ -9,7 +9,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services.gateway.context import deps
 from services.runtime import metrics
-from services.runtime.fleet import Fleet
 from services.runtime.logfmt import BATCH_ID
 from services.runtime.overview import export_gauges, gather
 from services.runtime.telemetry import extract_context, tracer
@@ -50,5 +49,5 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
 async def metrics_view(request: web.Request) -> web.Response:
     """Prometheus text format: this process's counters plus the fleet-wide gauges, computed now."""
     context = deps(request)
-    export_gauges(await gather(context.bus, context.read_model, await Fleet.open(context.bus)))
+    export_gauges(await gather(context.bus, context.read_model, context.fleet))
     return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})

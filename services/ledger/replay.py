@@ -16,6 +16,7 @@ from services.ledger.application import Ledger, persistence_env
 from services.ledger.handlers import Folder, follow, stop_reading
 from services.ledger.projection import KeyProjection, Projection, projection_key
 from services.runtime.bus import EventBus
+from services.runtime.kv import latest_entries
 from services.runtime.readmodel import ReadModel, owner_copy
 
 
@@ -90,7 +91,7 @@ async def diff_against_live(bus: EventBus, read_model: ReadModel, replayed: Repl
         if live.model_dump() != expected.model_dump():
             differences.append(f"{key}: live {live.model_dump_json()} != replayed {expected.model_dump_json()}")
     try:
-        live_keys = set(await read_model.kv.keys())
+        live_keys = {key for key, _ in await latest_entries(read_model.kv)}
     except nats.js.errors.NoKeysError:
         live_keys = set()
     differences += [f"{key}: in the read model, but no fact in the log makes it"

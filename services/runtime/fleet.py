@@ -15,8 +15,9 @@ class Fleet:
         self.kv = kv
 
     @classmethod
-    async def open(cls, bus: EventBus) -> "Fleet":
-        return cls(await open_bucket(bus, EXECUTORS_BUCKET, ADVERT_TTL_S))
+    async def open(cls, bus: EventBus, scans: bool = True) -> "Fleet":
+        """`scans=False` for executors: they only write their own advert (and may not reconfigure the bucket)."""
+        return cls(await open_bucket(bus, EXECUTORS_BUCKET, ADVERT_TTL_S, scans=scans))
 
     async def advertise(self, advert: ExecutorAdvert) -> None:
         await self.kv.put(advert.executor_id, advert.model_dump_json().encode())

@@ -39,7 +39,7 @@ class ReadModel:
 
     @classmethod
     async def open(cls, bus: EventBus) -> "ReadModel":
-        return cls(await open_bucket(bus, READ_MODEL_BUCKET))
+        return cls(await open_bucket(bus, READ_MODEL_BUCKET, scans=True))
 
     async def _get(self, key: str, model: type[Record]) -> Record | None:
         try:

@@ -18,7 +18,6 @@ from services.gateway.errors import not_found
 from services.gateway.revocation import revoke_key
 from services.gateway.views.files import is_valid_id
 from services.gateway.views.organization import api_key_object, create_key_for, read_body
-from services.runtime.fleet import Fleet
 
 
 def _owns(me: ApiKeyRecord, provider: ProviderRecord) -> bool:
@@ -131,7 +130,7 @@ async def list_executors(request: web.Request) -> web.Response:
         providers = {r.provider_id for r in await d.read_model.list_providers() if _owns(me, r)}
     key_providers = {r.key_id: r.provider_id for _, r in await d.read_model.list_api_keys() if r.role == "worker"}
     records = {r.executor_id: r for r in await d.read_model.list_executors()}
-    adverts = {a.executor_id: a for a in await (await Fleet.open(d.bus)).adverts()}
+    adverts = {a.executor_id: a for a in await d.fleet.adverts()}
     everyone = me.role == "admin" and wanted is None
     now_ms = int(time.time() * 1000)
     shown = []

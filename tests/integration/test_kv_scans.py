@@ -1,0 +1,73 @@
+"""Listing a KV bucket against the real broker: complete every time, and nothing left behind on the server."""
+
+import asyncio
+import secrets
+
+from nats.js.kv import KeyValue
+
+from services.runtime.bus import EventBus
+from services.runtime.kv import SCAN_PAGE, latest_entries, open_bucket
+
+
+async def _bucket(bus: EventBus, scans: bool = True) -> KeyValue:
+    return await open_bucket(bus, f"scan_{secrets.token_hex(4)}", scans=scans)
+
+
+async def test_a_scan_returns_every_live_key_across_many_pages_and_skips_deleted_ones(bus: EventBus) -> None:
+    kv = await _bucket(bus)
+    count = SCAN_PAGE * 3 + 7
+    await asyncio.gather(*(kv.put(f"owner.a.batch.b{i:05d}", f"{i}".encode()) for i in range(count)))
+    await kv.put("owner.b.batch.other", b"not mine")
+    await kv.delete("owner.a.batch.b00003")
+    await kv.put("owner.a.batch.b00010", b"rewritten")
+
+    entries = dict(await latest_entries(kv, "owner.a.batch.>"))
+
+    assert len(entries) == count - 1
+    assert "owner.a.batch.b00003" not in entries and "owner.b.batch.other" not in entries
+    assert entries["owner.a.batch.b00010"] == b"rewritten"
+    assert await latest_entries(kv, "owner.nobody.>") == []
+
+
+async def test_a_thousand_scans_leave_no_consumer_and_no_subscription_behind(bus: EventBus) -> None:
+    kv = await _bucket(bus)
+    await kv.put("owner.a.file.f1", b"1")
+    subscriptions_before = len(bus.nc._subs)
+
+    results = [len(await latest_entries(kv, "owner.a.>")) for _ in range(1000)]
+
+    assert results == [1] * 1000
+    assert (await bus.js.stream_info(kv._stream)).state.consumer_count == 0
+    assert len(bus.nc._subs) == subscriptions_before
+
+
+async def test_scans_under_concurrent_writes_never_come_back_short(bus: EventBus) -> None:
+    kv = await _bucket(bus)
+    await asyncio.gather(*(kv.put(f"owner.a.batch.b{i:04d}", b"v0") for i in range(300)))
+    stop = asyncio.Event()
+
+    async def rewrite_forever() -> None:  # as the ledger does: one write after another, each moving a key on
+        revision = 0
+        while not stop.is_set():
+            revision += 1
+            await kv.put(f"owner.a.batch.b{revision % 300:04d}", f"v{revision}".encode())
+
+    writer = asyncio.create_task(rewrite_forever())
+    try:
+        sizes = [len(await latest_entries(kv, "owner.a.batch.>")) for _ in range(30)]
+    finally:
+        stop.set()
+        await writer
+    assert sizes == [300] * 30
+
+
+async def test_a_bucket_made_before_direct_reads_is_switched_to_them_for_a_service_that_scans(bus: EventBus) -> None:
+    name = f"scan_old_{secrets.token_hex(4)}"
+    old = await bus.js.create_key_value(bucket=name, history=1)  # as earlier versions made them
+    assert not old._direct
+    await old.put("k", b"v")
+
+    kv = await open_bucket(bus, name, scans=True)
+
+    assert kv._direct
+    assert await latest_entries(kv) == [("k", b"v")]
