@@ -35,6 +35,8 @@ EXECUTOR_FILE_FACTS = ("stored",)
 API = "$JS.API"
 AUTH_CALLOUT_SUBJECT = "$SYS.REQ.USER.AUTH"
 """nats-server asks here who a connecting client is (every client but the core user); one answer each."""
+USER_INFO_SUBJECT = "$SYS.REQ.USER.INFO"
+"""nats-server answers here, to the asking connection alone, who it is and how long its admission has left."""
 
 
 @dataclass(frozen=True)
@@ -85,5 +87,6 @@ def executor_permissions(executor_id: str) -> Permissions:
         *(f"evt.batch.*.{fact}" for fact in EXECUTOR_BATCH_FACTS),
         *(f"evt.file.*.{fact}" for fact in EXECUTOR_FILE_FACTS),
         f"evt.executor.{executor_id}.>",
+        USER_INFO_SUBJECT,  # when its admission expires, to renew it before it does
     ]
     return Permissions(publish=tuple(publish), subscribe=(f"{executor_inbox(executor_id)}.>",))

@@ -1,21 +1,20 @@
 """Composition root of the executor: load the engines, advertise, run assigned batches until stopped."""
 
 import asyncio
-import contextlib
 import logging
 import time
-
-import nats.errors
 
 from contracts.events.executor import ExecutorAdvert
 from contracts.subjects import FINALIZE_COMMAND, FINALIZERS_DURABLE, WORK_STREAM, executor_durable, run_command
 from services.executor.adapters import broker
+from services.executor.adapters.admission import keep_admitted
 from services.executor.adapters.brokered_store import BrokeredObjectStore, http_pool
 from services.executor.adapters.engines.shelf import EngineShelf
 from services.executor.adapters.memory import device_memory, within_budget
 from services.executor.adapters.objects import ObjectAccess
-from services.executor.adapters.registration import register
+from services.executor.adapters.registration import register, register_once
 from services.executor.handlers import Executor
+from services.executor.heartbeat import Rejoin, heartbeat
 from services.executor.retry import LineRetry
 from services.executor.runner import BatchRunner
 from services.executor.settings import ExecutorSettings
@@ -56,16 +55,16 @@ async def object_access(settings: ExecutorSettings, bus: EventBus) -> ObjectAcce
     return store
 
 
-async def heartbeat(fleet: Fleet, settings: ExecutorSettings, engines: EngineShelf, stop: asyncio.Event) -> None:
-    """Liveness lives in the TTL'd executors bucket, refreshed well inside its TTL."""
-    while not stop.is_set():
-        try:
-            await fleet.advertise(advert_of(settings, engines))
-        except (nats.errors.Error, OSError) as error:
-            # A missed beat is survivable (the advert outlives several); the broker may be reconnecting.
-            log.warning("heartbeat not sent: %r", error)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), settings.heartbeat_s)
+def rejoin_with(bus: EventBus, settings: ExecutorSettings) -> Rejoin | None:
+    """How this executor registers again after a silence; None without a worker key (it never registered)."""
+    if not settings.worker_key:
+        return None
+    worker_key = settings.worker_key
+
+    async def rejoin(advert: ExecutorAdvert) -> bool:
+        return await register_once(bus, settings.executor_id, worker_key, advert) is not None
+
+    return rejoin
 
 
 async def run_executor(settings: ExecutorSettings, stop: asyncio.Event) -> None:
@@ -92,7 +91,9 @@ async def run_executor(settings: ExecutorSettings, stop: asyncio.Event) -> None:
         # retry the scheduler sends after fencing it.
         policy = ConsumerPolicy(ack_wait_s=settings.ack_wait_s, max_deliver=settings.max_deliver,
                                 max_ack_pending=4)
-        beating = asyncio.create_task(heartbeat(fleet, settings, engines, stop))
+        beating = asyncio.create_task(heartbeat(fleet, lambda: advert_of(settings, engines), settings.heartbeat_s,
+                                                stop, rejoin_with(bus, settings)))
+        renewing = asyncio.create_task(keep_admitted(bus.nc, stop))
         consuming = asyncio.create_task(bus.consume(
             WORK_STREAM, executor_durable(settings.executor_id), [run_command(settings.executor_id)],
             executor.on_message, policy, executor.on_poison, stop))
@@ -106,9 +107,9 @@ async def run_executor(settings: ExecutorSettings, stop: asyncio.Event) -> None:
         stop.set()
         # The batch in hand gets a moment to commit; whatever is left is redelivered and resumed.
         await asyncio.wait({consuming, finalizing}, timeout=settings.stop_grace_s)
-        for task in (consuming, finalizing, beating):
+        for task in (consuming, finalizing, beating, renewing):
             task.cancel()
-        outcomes = await asyncio.gather(consuming, finalizing, beating, stopping, return_exceptions=True)
+        outcomes = await asyncio.gather(consuming, finalizing, beating, renewing, stopping, return_exceptions=True)
         await fleet.withdraw(settings.executor_id)
         for outcome in outcomes:
             if isinstance(outcome, Exception):

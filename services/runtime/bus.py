@@ -29,6 +29,7 @@ from contracts.subjects import (
 )
 from services.runtime import metrics
 from services.runtime.logfmt import BATCH_ID
+from services.runtime.nats_client import ReadmittingClient
 from services.runtime.telemetry import extract_context, inject_headers, tracer
 
 log = logging.getLogger(__name__)
@@ -120,7 +121,9 @@ class EventBus:
         if credentials is not None:
             options = {"user": credentials.user, "password": credentials.password,
                        "inbox_prefix": credentials.inbox_prefix}
-        nc = await nats.connect(url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5, **options)
+        options["reconnect_time_wait"] = 0.5  # seconds (nats-py annotates it int)
+        nc = ReadmittingClient()
+        await nc.connect(url, name=name, max_reconnect_attempts=-1, **options)
         bus = cls(nc, name, credentials.reader_names if credentials else ())
         await bus.ensure_streams()
         return bus

@@ -2,9 +2,8 @@
 callout admitting executors by worker key with the permissions of `contracts/permissions.py`."""
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,67 +29,21 @@ from contracts.subjects import (
     read_model_key,
     run_command,
 )
-from infra.embedded import free_port, start_nats, stop_process
-from infra.nats_auth import NatsAuth
-from services.authz.callout import admit_executors
 from services.executor.adapters import broker
 from services.executor.adapters.watch import EventReader
-from services.executor.settings import ExecutorSettings
 from services.runtime.bus import ConsumerPolicy, EventBus
 from services.runtime.kv import open_bucket
-from services.runtime.readmodel import ReadModel
-from services.runtime.settings import ConnectionSettings
+from tests.integration.authorized_broker import (
+    OTHER_WORKER_KEY,
+    REVOKED_KEY,
+    USER_KEY,
+    WORKER_KEY,
+    AuthorizedBroker,
+    admitting_broker,
+    authorized_nats,
+)
 
-WORKER_KEY, OTHER_WORKER_KEY, REVOKED_KEY, USER_KEY = "wk-alpha", "wk-bravo", "wk-revoked", "gk-user"
 DENIED_WITHIN_S = 1.0
-
-
-@dataclass
-class AuthorizedBroker:
-    port: int
-    auth: NatsAuth
-    core: EventBus
-    read_model: ReadModel
-
-    @property
-    def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
-
-    def executor_settings(self, executor_id: str, worker_key: str) -> ExecutorSettings:
-        return ExecutorSettings(connection=ConnectionSettings(nats_url=self.url), executor_id=executor_id,
-                                worker_key=worker_key)
-
-
-@contextlib.contextmanager
-def authorized_nats(data_dir: Path) -> Iterator[tuple[int, NatsAuth]]:
-    auth = NatsAuth.load_or_create(data_dir)
-    port = free_port()
-    process = start_nats(data_dir, port, data_dir / "nats.log", auth.write_server_config(data_dir))
-    try:
-        yield port, auth
-    finally:
-        stop_process(process)
-
-
-@contextlib.asynccontextmanager
-async def admitting_broker(data_dir: Path, ttl_s: float = 3600.0) -> AsyncIterator[AuthorizedBroker]:
-    """A broker with keys in its read model and a responder admitting executors, as a scheduler runs it."""
-    with authorized_nats(data_dir) as (port, auth):
-        core = await EventBus.connect(auth.core_url(port), "tests-core")
-        read_model = await ReadModel.open(core)
-        for key, key_id, role, revoked in ((WORKER_KEY, "key_alpha", "worker", False),
-                                           (OTHER_WORKER_KEY, "key_bravo", "worker", False),
-                                           (REVOKED_KEY, "key_revoked", "worker", True),
-                                           (USER_KEY, "key_user", "user", False)):
-            await read_model.put_api_key(hash_api_key(key), ApiKeyRecord(key_id=key_id, role=role, label=key_id,
-                                                                         revoked=revoked))
-        settings = ConnectionSettings(nats_url=auth.core_url(port), nats_callout_seed=auth.issuer_seed,
-                                      nats_executor_ttl_s=ttl_s)
-        assert await admit_executors(core, settings) is not None
-        try:
-            yield AuthorizedBroker(port, auth, core, read_model)
-        finally:
-            await core.close()
 
 
 @pytest.fixture(scope="module")

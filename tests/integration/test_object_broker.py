@@ -28,7 +28,7 @@ from services.runtime.objectstore import ObjectStore
 from services.runtime.settings import ConnectionSettings
 from services.scheduler.book import Book
 from services.scheduler.objects import ObjectBroker, ObjectSigner
-from tests.integration.test_nats_authorization import OTHER_WORKER_KEY, WORKER_KEY, AuthorizedBroker, admitting_broker
+from tests.integration.authorized_broker import OTHER_WORKER_KEY, WORKER_KEY, AuthorizedBroker, admitting_broker
 
 
 @dataclass

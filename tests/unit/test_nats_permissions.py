@@ -48,7 +48,7 @@ def test_an_executor_may_not_publish_to_what_is_not_its_own(subject: str) -> Non
     "svc.fleet.register", "$KV.sheshnag_executors.alpha", "$JS.API.CONSUMER.MSG.NEXT.WORK.executor-alpha",
     "$JS.API.CONSUMER.CREATE.WORK.executor-alpha.cmd.executor.alpha.run", "$JS.ACK.WORK.finalizers.1.2.3.4.5",
     "$JS.API.CONSUMER.CREATE.EVENTS.executor-alpha-read-15.evt.batch.batch_1.>", "evt.batch.b.progressed",
-    "evt.file.f.stored", "evt.executor.alpha.lost"])
+    "evt.file.f.stored", "evt.executor.alpha.lost", "$SYS.REQ.USER.INFO"])
 def test_an_executor_may_publish_what_its_job_needs(subject: str) -> None:
     assert allowed(subject)
 

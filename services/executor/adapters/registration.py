@@ -20,27 +20,36 @@ class RegistrationRefused(RuntimeError):
     """The scheduler refused the worker key: running on would never receive work."""
 
 
+async def register_once(bus: EventBus, executor_id: str, worker_key: str,
+                        advert: ExecutorAdvert) -> RegistrationAnswer | None:
+    """A scheduler's acceptance of this executor; None when none answered (none leads yet, or a standby is taking
+    over); RegistrationRefused when one refused."""
+    request = ExecutorRegistration(executor_id=executor_id, worker_key=worker_key, advert=advert)
+    try:
+        reply = await bus.nc.request(FLEET_REGISTER, request.model_dump_json().encode(), timeout=ANSWER_TIMEOUT_S)
+    except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+        return None
+    answer = RegistrationAnswer.model_validate_json(reply.data)
+    if not answer.accepted:
+        raise RegistrationRefused(f"executor {executor_id} was refused: {answer.reason}")
+    log.info("executor %s registered (worker key %s)", executor_id, answer.worker_key_id)
+    return answer
+
+
 async def register(bus: EventBus, executor_id: str, worker_key: str, advert: ExecutorAdvert,
                    stop: asyncio.Event) -> str | None:
     """The worker key id once a scheduler admits this executor; None if stopped first. Retries while no
-    scheduler answers (none leads yet, or a standby is taking over)."""
-    request = ExecutorRegistration(executor_id=executor_id, worker_key=worker_key, advert=advert)
+    scheduler answers."""
     waited = False
     while not stop.is_set():
+        answer = await register_once(bus, executor_id, worker_key, advert)
+        if answer is not None:
+            return answer.worker_key_id
+        if not waited:
+            log.info("waiting for a scheduler to register executor %s", executor_id)
+            waited = True
         try:
-            reply = await bus.nc.request(FLEET_REGISTER, request.model_dump_json().encode(), timeout=ANSWER_TIMEOUT_S)
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
-            if not waited:
-                log.info("waiting for a scheduler to register executor %s", executor_id)
-                waited = True
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=RETRY_EVERY_S)
-            except TimeoutError:
-                pass
-            continue
-        answer = RegistrationAnswer.model_validate_json(reply.data)
-        if not answer.accepted:
-            raise RegistrationRefused(f"executor {executor_id} was refused: {answer.reason}")
-        log.info("executor %s registered (worker key %s)", executor_id, answer.worker_key_id)
-        return answer.worker_key_id
+            await asyncio.wait_for(stop.wait(), timeout=RETRY_EVERY_S)
+        except TimeoutError:
+            pass
     return None

@@ -1,0 +1,90 @@
+"""Keeping the executor admitted to the broker: its credentials (the auth callout's user JWT) expire, so it asks
+the server how long they have left and reconnects a while before, when the callout admits it afresh.
+
+Renewing early, at a quiet moment, keeps the server from cutting the connection mid-request; should it expire
+anyway (the process was paused past it), the client reconnects on the server's error (`ReadmittingClient`).
+"""
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable
+
+import nats.errors
+from nats.aio.client import Client
+
+from contracts.permissions import USER_INFO_SUBJECT
+
+log = logging.getLogger(__name__)
+
+RENEW_SHARE = 0.25
+"""Renew once this share of the admission's lifetime is left…"""
+RENEW_MARGIN_S = 60.0
+"""…but no earlier than this before it expires."""
+QUIET_WAIT_S = 5.0
+"""How long a renewal waits for the requests in flight to be answered (their replies die with the connection)."""
+ASK_TIMEOUT_S = 5.0
+RECHECK_S = 300.0
+"""How often to ask again when the server says the connection never expires."""
+RETRY_S = 2.0
+"""How soon to ask again when the server did not answer."""
+FAILURES_PER_WARNING = 30
+RECONNECT_WAIT_S = 30.0
+
+
+def renew_in(expires_in_s: float) -> float:
+    """Seconds from now to renew an admission that expires in `expires_in_s`."""
+    return max(0.0, expires_in_s - min(RENEW_MARGIN_S, expires_in_s * RENEW_SHARE))
+
+
+def expiry_of(user_info: bytes) -> float | None:
+    """Seconds the connection's admission has left, from the server's answer on `USER_INFO_SUBJECT`; None: never
+    expires. (`expires` is a Go duration, in nanoseconds, left out for connections that do not expire.)"""
+    expires = json.loads(user_info).get("data", {}).get("expires")
+    return expires / 1e9 if expires else None
+
+
+async def expires_in(nc: Client) -> float | None:
+    reply = await nc.request(USER_INFO_SUBJECT, b"", timeout=ASK_TIMEOUT_S)
+    return expiry_of(reply.data)
+
+
+async def renew(nc: Client) -> None:
+    """Reconnect (so the server admits the connection again) once no request waits for its reply, or after a
+    while; what is published meanwhile is held and sent on the new connection, subscriptions are replayed."""
+    await _until(lambda: not nc._resp_map, QUIET_WAIT_S)  # nats-py's requests awaiting a reply
+    await nc.force_reconnect()
+    await _until(lambda: nc.is_connected or nc.is_closed, RECONNECT_WAIT_S)
+
+
+async def _until(condition: Callable[[], bool], within_s: float, every_s: float = 0.02) -> None:
+    for _ in range(max(1, int(within_s / every_s))):
+        if condition():
+            return
+        await asyncio.sleep(every_s)
+
+
+async def keep_admitted(nc: Client, stop: asyncio.Event) -> None:
+    """Renew the connection's admission before it expires, until `stop` is set."""
+    failures = 0
+    while not stop.is_set():
+        try:
+            left = await expires_in(nc)
+        except (nats.errors.Error, OSError, ValueError) as error:
+            # Reconnecting, or a broker that does not let this connection ask: ask again soon (the client still
+            # reconnects when the server says the admission expired).
+            if failures % FAILURES_PER_WARNING == 0:
+                log.warning("cannot learn when this connection's admission to the broker expires: %r", error)
+            failures += 1
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), RETRY_S)
+            continue
+        failures = 0
+        wait_s = RECHECK_S if left is None else renew_in(left)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), wait_s)
+            return
+        if left is not None:
+            log.info("renewing this executor's admission to the broker (%.0f s before it expires)", left - wait_s)
+            await renew(nc)

@@ -1,0 +1,55 @@
+"""The executor's heartbeat: its advert in the TTL'd executors bucket, refreshed well inside the TTL.
+
+After a silence longer than an advert lives (the process was paused, or cut off from the broker) the scheduler
+has, or soon will have, declared it lost and fenced what it ran: it registers again before beating on, which
+starts a new fencing epoch (work assigned before it is fenced, work assigned after it is its to commit) and
+tells the log it is online again.
+"""
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+import nats.errors
+
+from contracts.events.executor import ExecutorAdvert
+from services.runtime.fleet import ADVERT_TTL_S, Fleet
+
+log = logging.getLogger(__name__)
+
+SILENCE_MS = int(ADVERT_TTL_S * 1000)
+"""A gap between two heartbeats longer than this: the advert expired meanwhile."""
+
+Rejoin = Callable[[ExecutorAdvert], Awaitable[bool]]
+"""Register again with this advert; False when no scheduler answered (try again at the next beat)."""
+
+
+def silent_too_long(last_beat_at: int | None, now_ms: int) -> bool:
+    return last_beat_at is not None and now_ms - last_beat_at > SILENCE_MS
+
+
+async def heartbeat(fleet: Fleet, advert_now: Callable[[], ExecutorAdvert], every_s: float, stop: asyncio.Event,
+                    rejoin: Rejoin | None = None) -> None:
+    """Advertise every `every_s` until `stop` is set; after too long a silence, `rejoin` first."""
+    last_beat_at: int | None = None
+    owes_rejoin = False
+    while not stop.is_set():
+        advert = advert_now()
+        if rejoin is not None and not owes_rejoin and silent_too_long(last_beat_at, advert.heartbeat_at):
+            log.warning("no heartbeat sent for %.1f s (paused or cut off): registering again",
+                        (advert.heartbeat_at - (last_beat_at or 0)) / 1000)
+            owes_rejoin = True
+        try:
+            # Beating on before the scheduler has the new registration would let it assign work that the
+            # registration then fences.
+            if owes_rejoin and rejoin is not None:
+                owes_rejoin = not await rejoin(advert)
+            if not owes_rejoin:
+                await fleet.advertise(advert)
+                last_beat_at = advert.heartbeat_at
+        except (nats.errors.Error, OSError) as error:
+            # A missed beat is survivable (the advert outlives several); the broker may be reconnecting.
+            log.warning("heartbeat not sent: %r", error)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), every_s)

@@ -1,0 +1,67 @@
+"""A real nats-server run with the embedded stack's authorization (the core user, auth callout for executors), with
+worker, revoked and user keys in its read model and a responder admitting executors, as a scheduler runs it."""
+
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from contracts.ids import hash_api_key
+from contracts.readmodel import ApiKeyRecord
+from infra.embedded import free_port, start_nats, stop_process
+from infra.nats_auth import NatsAuth
+from services.authz.callout import admit_executors
+from services.executor.settings import ExecutorSettings
+from services.runtime.bus import EventBus
+from services.runtime.readmodel import ReadModel
+from services.runtime.settings import ConnectionSettings
+
+WORKER_KEY, OTHER_WORKER_KEY, REVOKED_KEY, USER_KEY = "wk-alpha", "wk-bravo", "wk-revoked", "gk-user"
+
+
+@dataclass
+class AuthorizedBroker:
+    port: int
+    auth: NatsAuth
+    core: EventBus
+    read_model: ReadModel
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def executor_settings(self, executor_id: str, worker_key: str) -> ExecutorSettings:
+        return ExecutorSettings(connection=ConnectionSettings(nats_url=self.url), executor_id=executor_id,
+                                worker_key=worker_key)
+
+
+@contextlib.contextmanager
+def authorized_nats(data_dir: Path) -> Iterator[tuple[int, NatsAuth]]:
+    auth = NatsAuth.load_or_create(data_dir)
+    port = free_port()
+    process = start_nats(data_dir, port, data_dir / "nats.log", auth.write_server_config(data_dir))
+    try:
+        yield port, auth
+    finally:
+        stop_process(process)
+
+
+@contextlib.asynccontextmanager
+async def admitting_broker(data_dir: Path, ttl_s: float = 3600.0) -> AsyncIterator[AuthorizedBroker]:
+    """A broker with keys in its read model and a responder admitting executors, as a scheduler runs it."""
+    with authorized_nats(data_dir) as (port, auth):
+        core = await EventBus.connect(auth.core_url(port), "tests-core")
+        read_model = await ReadModel.open(core)
+        for key, key_id, role, revoked in ((WORKER_KEY, "key_alpha", "worker", False),
+                                           (OTHER_WORKER_KEY, "key_bravo", "worker", False),
+                                           (REVOKED_KEY, "key_revoked", "worker", True),
+                                           (USER_KEY, "key_user", "user", False)):
+            await read_model.put_api_key(hash_api_key(key), ApiKeyRecord(key_id=key_id, role=role, label=key_id,
+                                                                         revoked=revoked))
+        settings = ConnectionSettings(nats_url=auth.core_url(port), nats_callout_seed=auth.issuer_seed,
+                                      nats_executor_ttl_s=ttl_s)
+        assert await admit_executors(core, settings) is not None
+        try:
+            yield AuthorizedBroker(port, auth, core, read_model)
+        finally:
+            await core.close()

@@ -1,0 +1,77 @@
+"""The executor stays in the fleet: it renews its broker admission before it expires, and after a silence longer
+than its advert lives (a pause) it registers again before it heartbeats on."""
+
+import asyncio
+
+import pytest
+
+from contracts.events.executor import ExecutorAdvert
+from services.executor.adapters.admission import expiry_of, renew_in
+from services.executor.heartbeat import SILENCE_MS, heartbeat
+from services.runtime.fleet import Fleet
+
+START = 2_000_000_000_000
+
+
+@pytest.mark.parametrize(("expires_in_s", "renew_after_s"), [(3600.0, 3540.0), (4.0, 3.0), (0.0, 0.0)])
+def test_an_admission_is_renewed_a_quarter_of_its_life_before_it_expires_but_at_most_a_minute_before(
+        expires_in_s: float, renew_after_s: float) -> None:
+    assert renew_in(expires_in_s) == renew_after_s
+
+
+def test_the_servers_user_info_says_how_long_the_admission_has_left_or_that_it_never_expires() -> None:
+    assert expiry_of(b'{"server": {}, "data": {"user": "alpha", "expires": 29000000000}}') == 29.0
+    assert expiry_of(b'{"server": {}, "data": {"user": "core"}}') is None
+
+
+class RecordingFleet(Fleet):
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    async def advertise(self, advert: ExecutorAdvert) -> None:
+        self.log.append(f"beat@{advert.heartbeat_at - START}")
+
+
+def advert_at(heartbeat_at: int) -> ExecutorAdvert:
+    return ExecutorAdvert(executor_id="e1", engine="llamacpp", engine_version="1", models=[], loaded_models=[],
+                          devices=[], slots=1, heartbeat_at=heartbeat_at)
+
+
+async def beats(times_ms: list[int], answers: list[bool]) -> list[str]:
+    """What the heartbeat does when its clock reads `times_ms` in turn; each rejoin gets the next answer."""
+    log: list[str] = []
+    stop = asyncio.Event()
+    clock = iter(times_ms)
+    replies = iter(answers)
+
+    def advert_now() -> ExecutorAdvert:
+        at = next(clock, None)
+        if at is None:
+            stop.set()
+            return advert_at(START)
+        return advert_at(START + at)
+
+    async def rejoin(advert: ExecutorAdvert) -> bool:
+        answered = next(replies)
+        log.append(f"rejoin@{advert.heartbeat_at - START}:{'ok' if answered else 'no answer'}")
+        return answered
+
+    await heartbeat(RecordingFleet(log), advert_now, 0, stop, rejoin)
+    return log[:-1]  # the last beat ran while stopping
+
+
+async def test_regular_heartbeats_never_register_again() -> None:
+    assert await beats([0, 3_000, 6_000, 9_000], []) == ["beat@0", "beat@3000", "beat@6000", "beat@9000"]
+
+
+async def test_after_a_silence_longer_than_an_advert_lives_the_executor_registers_again_before_beating() -> None:
+    after = SILENCE_MS + 3_001
+    assert await beats([0, 3_000, after, after + 3_000], [True]) == [
+        "beat@0", "beat@3000", f"rejoin@{after}:ok", f"beat@{after}", f"beat@{after + 3_000}"]
+
+
+async def test_no_heartbeat_is_sent_until_a_scheduler_answers_the_new_registration() -> None:
+    after = SILENCE_MS + 1
+    assert await beats([0, after, after + 3_000, after + 6_000], [False, True]) == [
+        "beat@0", f"rejoin@{after}:no answer", f"rejoin@{after + 3_000}:ok", f"beat@{after + 3_000}",
+        f"beat@{after + 6_000}"]
