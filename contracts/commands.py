@@ -44,7 +44,7 @@ class RunBatch(BaseModel):
 
 class FinalizeBatch(BaseModel):
     """Write the output and error files of a batch that ends without an attempt finalizing it: cancelled,
-    expired, or completed by several shards.
+    expired, completed by several shards, or failed at run time (`failure_code`, `failure_message`: why).
 
     Lines committed by any attempt are kept; every other line goes to the error file with `code`.
     Taken by any executor (it owns result assembly).
@@ -53,7 +53,7 @@ class FinalizeBatch(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     batch_id: str
-    reason: Literal["completed", "cancelled", "expired"]
+    reason: Literal["completed", "cancelled", "expired", "failed"]
     owner_key_id: str
     input_object_key: str
     endpoint: str
@@ -61,6 +61,9 @@ class FinalizeBatch(BaseModel):
     """For a cancel: the code of lines never run, when not `batch_cancelled` (a revoked key)."""
     output_expires_after_s: int | None = None
     created_at: int = 0
+    failure_code: str | None = None
+    """For a failed batch: the cause's code (e.g. `attempts_exhausted`), carried into `batch.failed`."""
+    failure_message: str | None = None
 
     @property
     def code(self) -> str:

@@ -26,8 +26,9 @@ EXECUTOR_READERS = 16
 """Consumers on EVENTS one executor may hold at once (one per batch log it reads)."""
 
 EXECUTOR_BATCH_FACTS = ("started", "progressed", "shard_finished", "finalizing", "attempt_failed",
-                        "completed", "cancelled", "expired")
-"""The batch facts executors publish (`evt.batch.<id>.<name>`); the rest belong to other services."""
+                        "completed", "cancelled", "expired", "failed")
+"""The batch facts executors publish (`evt.batch.<id>.<name>`); the rest belong to other services. `failed`: the
+finalizer of a batch failed at run time, or of one whose files cannot be assembled, names its end."""
 
 EXECUTOR_FILE_FACTS = ("stored",)
 """Output and error files an executor assembles."""

@@ -192,10 +192,19 @@ class BatchCompleted(BatchEnded):
 
 
 class BatchFailed(BatchEvent):
+    """The batch cannot finish; `code` and `reason` name the cause. A batch that fails at run time is finalized
+    first: the lines it committed are in the files below (the rest are `batch_failed` in the error file)."""
+
     name: ClassVar = "failed"
     type: Literal["batch.failed"] = "batch.failed"
     code: str
     reason: str
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    completed: int | None = None
+    """With the files: the lines in the output file; None when the batch failed before any file was written."""
+    failed: int | None = None
+    usage: BatchUsage | None = None
 
 
 class BatchWaiting(BatchEvent):

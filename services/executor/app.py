@@ -13,7 +13,7 @@ from services.executor.adapters.engines.shelf import EngineShelf
 from services.executor.adapters.memory import device_memory, within_budget
 from services.executor.adapters.objects import ObjectAccess
 from services.executor.adapters.registration import register, register_once
-from services.executor.handlers import Executor
+from services.executor.handlers import Executor, finalize_policy
 from services.executor.heartbeat import Rejoin, heartbeat
 from services.executor.retry import LineRetry
 from services.executor.runner import BatchRunner
@@ -98,9 +98,9 @@ async def run_executor(settings: ExecutorSettings, stop: asyncio.Event) -> None:
             WORK_STREAM, executor_durable(settings.executor_id), [run_command(settings.executor_id)],
             executor.on_message, policy, executor.on_poison, stop))
         # Any one executor takes a finalize command; many may wait on a running attempt at once.
-        finalize_policy = ConsumerPolicy(ack_wait_s=settings.ack_wait_s, max_deliver=-1, max_ack_pending=64)
         finalizing = asyncio.create_task(bus.consume(
-            WORK_STREAM, FINALIZERS_DURABLE, [FINALIZE_COMMAND], executor.on_finalize, finalize_policy,
+            WORK_STREAM, FINALIZERS_DURABLE, [FINALIZE_COMMAND], executor.on_finalize,
+            finalize_policy(settings.ack_wait_s),
             executor.on_finalize_poison, stop))
         stopping = asyncio.create_task(stop.wait())
         await asyncio.wait({stopping, consuming, finalizing, beating}, return_when=asyncio.FIRST_COMPLETED)

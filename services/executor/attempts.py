@@ -25,7 +25,7 @@ from contracts.events.registry import AnyEvent
 from services.executor.domain import REFUSED_ATTEMPT, chunk_position
 
 StopReason = Literal["cancelled", "expired"]
-Outcome = Literal["completed", "cancelled", "expired"]
+Outcome = Literal["completed", "cancelled", "expired", "failed"]
 
 TERMINAL = (BatchCompleted, BatchCancelled, BatchExpired, BatchFailed)
 

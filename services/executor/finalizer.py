@@ -7,7 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from contracts.commands import FinalizeBatch, RunBatch
-from contracts.events.batch import BatchCancelled, BatchCompleted, BatchExpired
+from contracts.events.batch import BatchCancelled, BatchCompleted, BatchExpired, BatchFailed
 from contracts.events.envelope import Event
 from contracts.ids import error_file_id, output_file_id
 from services.executor.adapters.objects import ObjectAccess
@@ -22,6 +22,7 @@ UNRUN_MESSAGES = {
     "batch_cancelled": "The batch was cancelled before this request ran.",
     "batch_expired": "The batch expired before this request ran.",
     "authorization_revoked": "The API key that created this batch was revoked before this request ran.",
+    "batch_failed": "The batch failed before this request ran.",
 }
 
 
@@ -70,11 +71,20 @@ class Finalizer:
                     error_id, files.errors, command.owner_key_id, f"{batch_id}_error.jsonl", files.error_lines,
                     expires_after_s)):
                 return False
-        terminal = {"completed": BatchCompleted, "cancelled": BatchCancelled, "expired": BatchExpired}[outcome]
-        if not await publish(terminal(
-            aggregate_id=batch_id, correlation_id=batch_id, output_file_id=output_id, error_file_id=error_id,
-            completed=files.output_lines, failed=files.error_lines, usage=usage_of(lines),
-        )):
+        terminal: Event
+        if outcome == "failed":
+            # A failed batch still delivers what it committed; its fact names the cause.
+            failure = command if isinstance(command, FinalizeBatch) else None
+            terminal = BatchFailed(
+                aggregate_id=batch_id, correlation_id=batch_id, output_file_id=output_id, error_file_id=error_id,
+                completed=files.output_lines, failed=files.error_lines, usage=usage_of(lines),
+                code=(failure and failure.failure_code) or "batch_failed",
+                reason=(failure and failure.failure_message) or "The batch failed.")
+        else:
+            terminal = {"completed": BatchCompleted, "cancelled": BatchCancelled, "expired": BatchExpired}[outcome](
+                aggregate_id=batch_id, correlation_id=batch_id, output_file_id=output_id, error_file_id=error_id,
+                completed=files.output_lines, failed=files.error_lines, usage=usage_of(lines))
+        if not await publish(terminal):
             return False
         log.info("batch %s %s: %d output lines, %d error lines", batch_id, outcome, files.output_lines,
                  files.error_lines)

@@ -1,5 +1,5 @@
-"""Thin handlers: a RunBatch command in, a batch run, its facts out; a hopeless command fails the batch.
-A FinalizeBatch command ends a batch that runs nowhere, or hands it to the attempt running it here."""
+"""Thin handlers: a RunBatch command in, a batch run, its facts out; a hopeless command fails the attempt.
+A FinalizeBatch command ends a batch that runs nowhere; one that cannot succeed fails the batch with its cause."""
 
 import logging
 
@@ -7,17 +7,24 @@ from nats.aio.msg import Msg
 from pydantic import ValidationError
 
 from contracts.commands import FinalizeBatch, RunBatch
-from contracts.events.batch import AttemptFailed, BatchFinalizing
+from contracts.events.batch import AttemptFailed, BatchFailed, BatchFinalizing
 from services.executor.adapters.engines.shelf import EngineShelf
 from services.executor.adapters.watch import read_batch_log
 from services.executor.attempts import counts_as_committed
-from services.executor.domain import InvalidInputLine
 from services.executor.runner import BatchRunner
-from services.runtime.bus import EventBus, PoisonMessage
+from services.runtime.bus import ConsumerPolicy, EventBus, PoisonMessage
+from services.runtime.objectstore import ObjectNotFound
 
 log = logging.getLogger(__name__)
 
 REASON_LIMIT = 1000
+HOPELESS = (ValueError, TypeError, RecursionError, ObjectNotFound)
+"""Failures that a retry would meet again (an input line or result chunk that does not parse, an input file
+deleted under the batch): given up at once. Others (the broker, the object store) are retried with backoff."""
+FINALIZE_FAILED = "finalize_failed"
+FINALIZE_DELIVERIES = 30
+"""Tries of one finalize command (backoff up to 10 s between them: about 4 minutes) before its batch fails."""
+FINALIZE_PENDING = 4096
 
 
 class FinalizeDeferred(Exception):
@@ -43,8 +50,8 @@ class Executor:
             raise PoisonMessage(f"model {command.model} is not served by executor {self.executor_id}")
         try:
             await self.runner.run(command, engine)
-        except InvalidInputLine as error:
-            raise PoisonMessage(str(error)) from error
+        except HOPELESS as error:
+            raise PoisonMessage(f"{type(error).__name__}: {error}") from error
 
     async def on_poison(self, message: Msg, error: BaseException) -> None:
         try:
@@ -63,16 +70,16 @@ class Executor:
             command = FinalizeBatch.model_validate_json(message.data)
         except ValidationError as error:
             raise PoisonMessage(f"not a FinalizeBatch command: {error}") from error
-        running = self.runner.running.get(command.batch_id)
-        if running is not None and command.reason != "completed":
-            running.request_stop(command.reason)
-            raise FinalizeDeferred(f"batch {command.batch_id} runs here; its attempt winds down first")
         batch_log = await read_batch_log(self.bus, command.batch_id)
         if batch_log.ended is not None:
             log.info("batch %s already ended (%s); nothing to finalize", command.batch_id, batch_log.ended)
             return
         live = batch_log.live_attempt()
         if live is not None:
+            # The scheduler fences what runs before it sends this; a log read this early may not show it yet.
+            running = self.runner.running.get(command.batch_id)
+            if running is not None and command.reason in ("cancelled", "expired"):
+                running.request_stop("cancelled" if command.reason == "cancelled" else "expired")
             raise FinalizeDeferred(f"attempt {live} of batch {command.batch_id} may still run")
         if command.reason == "completed":
             await self.bus.publish(BatchFinalizing(aggregate_id=command.batch_id, correlation_id=command.batch_id,
@@ -80,8 +87,29 @@ class Executor:
         try:
             await self.runner.finalizer.finalize(command, command.reason, counts_as_committed(batch_log.announced),
                                                  code=command.code)
-        except InvalidInputLine as error:
-            raise PoisonMessage(str(error)) from error
+        except HOPELESS as error:
+            raise PoisonMessage(f"{type(error).__name__}: {error}") from error
 
     async def on_finalize_poison(self, message: Msg, error: BaseException) -> None:
-        log.error("a finalize command on %s cannot be handled: %r", message.subject, error)
+        """A finalize that cannot succeed ends its batch as failed, with the cause: it must not wait forever, nor
+        hold a place in the shared durable that other users' cancels and expiries need."""
+        try:
+            command = FinalizeBatch.model_validate_json(message.data)
+        except ValidationError:
+            log.error("dropping an undecodable finalize command on %s: %r", message.subject, error)
+            return
+        if (await read_batch_log(self.bus, command.batch_id)).ended is not None:
+            return
+        cause = f"Its output and error files could not be assembled ({command.reason}): {error}"
+        if command.reason == "failed" and command.failure_message:
+            cause = f"{command.failure_message} {cause}"
+        log.error("batch %s fails: %s", command.batch_id, cause)
+        await self.bus.publish(BatchFailed(aggregate_id=command.batch_id, correlation_id=command.batch_id,
+                                           code=command.failure_code or FINALIZE_FAILED,
+                                           reason=cause[:REASON_LIMIT]))
+
+
+def finalize_policy(ack_wait_s: float) -> ConsumerPolicy:
+    """The shared `finalizers` durable: a command that keeps failing is given up (its batch fails) after bounded
+    tries, and many may wait at once, so one user's batches cannot hold every place."""
+    return ConsumerPolicy(ack_wait_s=ack_wait_s, max_deliver=FINALIZE_DELIVERIES, max_ack_pending=FINALIZE_PENDING)

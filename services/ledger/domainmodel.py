@@ -278,15 +278,24 @@ class Batch(Folded):
         self.completed, self.failed, self.usage = completed, failed, usage
         self.times["completed_at"] = at
 
-    def fail(self, sequence: int, at: int, code: str, reason: str) -> None:
+    def fail(self, sequence: int, at: int, code: str, reason: str, ended: dict[str, Any] | None = None) -> None:
+        """Failed, with its cause in `errors.data`; `ended` (files, counts, usage) when it was finalized first."""
         if not self.refuses(sequence, "failed", self.status, UNFINISHED):
-            self._failed(sequence=sequence, at=at, code=code, reason=reason)
+            self._failed(sequence=sequence, at=at, code=code, reason=reason, ended=ended)
 
     @event("Failed")
-    def _failed(self, sequence: int, at: int, code: str, reason: str) -> None:
+    def _failed(self, sequence: int, at: int, code: str, reason: str, ended: dict[str, Any] | None = None) -> None:
+        # Stored Failed events from before `ended` fold with the default: a failure without files.
         self.last_sequence, self.status, self.status_reason = sequence, "failed", reason
         self.failure_code = code
         self.times["failed_at"] = at
+        if len(self.errors) < ERRORS_KEPT:
+            self.errors.append({"code": code, "line": None, "message": reason, "param": None})
+        self.error_total += 1
+        self.counts_by_code[code] = self.counts_by_code.get(code, 0) + 1
+        if ended is not None:
+            self.output_file_id, self.error_file_id = ended["output_file_id"], ended["error_file_id"]
+            self.completed, self.failed, self.usage = ended["completed"], ended["failed"], ended["usage"]
 
     def release(self, sequence: int) -> None:
         if self.has_folded(sequence):

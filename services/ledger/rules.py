@@ -1,7 +1,7 @@
 """How each stream fact changes the ledger's aggregates: the dispatch from contract events to aggregate commands."""
 
 import logging
-from typing import TypeVar
+from typing import Any, TypeVar
 from uuid import UUID
 
 from contracts.events.batch import (
@@ -171,7 +171,7 @@ class FoldingRules:
                 batch.complete(seq, at, fact.output_file_id, fact.error_file_id, fact.completed, fact.failed,
                                fact.usage.model_dump())
             case BatchFailed():
-                batch.fail(seq, at, fact.code, fact.reason)
+                batch.fail(seq, at, fact.code, fact.reason, _ended_with_files(fact))
             case BatchWaiting():
                 batch.wait(seq, fact.reason)
             case BatchReleased():
@@ -220,3 +220,11 @@ class FoldingRules:
         if found is None:
             log.warning("sequence %d: %s for unknown %s %s, skipped", seq, fact.type, kind, fact.aggregate_id)
         return found
+
+
+def _ended_with_files(fact: BatchFailed) -> dict[str, Any] | None:
+    """What a batch failed at run time still delivered (None: it failed before any file was written)."""
+    if fact.completed is None or fact.failed is None:
+        return None
+    return {"output_file_id": fact.output_file_id, "error_file_id": fact.error_file_id, "completed": fact.completed,
+            "failed": fact.failed, "usage": fact.usage.model_dump() if fact.usage is not None else None}

@@ -69,7 +69,10 @@ class DeclareLost:
 @dataclass(frozen=True)
 class Finalize:
     plan: BatchPlan
-    reason: Literal["completed", "cancelled", "expired"]
+    reason: Literal["completed", "cancelled", "expired", "failed"]
+    failure_code: str | None = None
+    """For `failed`: the cause, carried into the batch's `batch.failed` once its files are written."""
+    failure_message: str | None = None
 
 
 Action = Assign | Wait | FailBatch | FenceAttempt | DeclareLost | Finalize
@@ -107,9 +110,10 @@ def _decide_for(plan: BatchPlan, book: Book, live: dict[str, ExecutorAdvert], al
     for shard in plan.pending_shards():
         if plan.shard(shard).strikes >= MAX_ATTEMPTS:
             tried = ", ".join(sorted(plan.shard(shard).tried_executors))
-            return [*actions, FailBatch(plan, "attempts_exhausted",
-                                        f"{MAX_ATTEMPTS} attempts failed without committing a line; the executors "
-                                        f"tried were {tried}.")]
+            # Failed at run time: the other shards stop, then a finalizer delivers every committed line.
+            return [*actions, *_end_early(plan, live, now_ms, "failed", "attempts_exhausted",
+                                          f"{MAX_ATTEMPTS} attempts failed without committing a line; the "
+                                          f"executors tried were {tried}.")]
     model = catalogue.resolve(plan.model)
     if model is None:
         return [*actions, FailBatch(plan, "model_unavailable", f"Model {plan.model} is no longer in the catalogue.")]
@@ -162,7 +166,7 @@ def _assign_shards(plan: BatchPlan, model: CatalogueModel, live: dict[str, Execu
 
 
 def _end_early(plan: BatchPlan, live: dict[str, ExecutorAdvert], now_ms: int,
-               reason: Literal["cancelled", "expired"], code: str, message: str) -> list[Action]:
+               reason: Literal["cancelled", "expired", "failed"], code: str, message: str) -> list[Action]:
     """Fence what runs (a cancel first gets a grace period to wind down itself), then finalize once."""
     actions: list[Action] = []
     winding_down = False
@@ -179,5 +183,5 @@ def _end_early(plan: BatchPlan, live: dict[str, ExecutorAdvert], now_ms: int,
         # before the verdict the file is not known to be readable.
         return actions
     if not plan.finalize_sent:
-        actions.append(Finalize(plan, reason))
+        actions.append(Finalize(plan, reason, code, message) if reason == "failed" else Finalize(plan, reason))
     return actions

@@ -125,7 +125,8 @@ class Scheduler:
                 batch_id=plan.batch_id, reason=action.reason, owner_key_id=plan.owner_key_id,
                 input_object_key=plan.input_object_key, endpoint=plan.endpoint,
                 unrun_code=plan.cancel_code if action.reason == "cancelled" else None,
-                output_expires_after_s=plan.output_expires_after_s, created_at=plan.created_at))
+                output_expires_after_s=plan.output_expires_after_s, created_at=plan.created_at,
+                failure_code=action.failure_code, failure_message=action.failure_message))
             plan.finalize_sent = True
         if published is not None:
             await self.bus.publish(published)

@@ -1,16 +1,20 @@
 """One line never kills a batch: what the engine refuses at run time is an error line, each input line is
-accounted for once (custom_ids may repeat), against the real broker, S3 server and model."""
+accounted for once (custom_ids may repeat), a batch failed at run time delivers what it committed, and a finalize
+that cannot succeed ends its batch; against the real broker, S3 server and model."""
 
 import json
 import secrets
+from typing import Literal
 
 import orjson
 
 from contracts.api.rejected_line import RejectedLine
-from contracts.commands import RunBatch
+from contracts.commands import FinalizeBatch, RunBatch
+from contracts.events.batch import AttemptFailed, BatchFailed, BatchProgressed
 from contracts.ids import batch_request_id
-from contracts.subjects import input_object_key, rejections_key
-from services.executor.domain import check_invariant
+from contracts.subjects import input_object_key, rejections_key, result_chunk_key
+from services.executor.adapters.results import ResultStore
+from services.executor.domain import Chunk, InputLine, check_invariant, result_line
 from services.executor.settings import ExecutorSettings
 from services.runtime.bus import EventBus
 from services.runtime.objectstore import ObjectStore
@@ -20,6 +24,7 @@ from tests.support import batch_facts
 __all__ = ["executor"]  # the fixture, shared with the lifecycle tests
 
 ENDPOINT = "/v1/chat/completions"
+FINALIZE_BACKLOG = 70
 
 
 def line(custom_id: str, body: dict[str, object]) -> bytes:
@@ -95,3 +100,55 @@ async def test_a_refused_repeat_of_a_custom_id_leaves_the_first_line_to_run_and_
     assert rows[0]["id"] == batch_request_id(command.batch_id, "A")
     error = orjson.loads(errors)
     assert (error["custom_id"], error["error"]["code"]) == ("A", "duplicate_custom_id")
+
+
+async def test_a_batch_failed_at_run_time_delivers_its_committed_lines_and_names_its_cause(
+    bus: EventBus, object_store: ObjectStore, executor: ExecutorSettings,
+) -> None:
+    lines = [line(f"line-{n}", chat(n)) for n in range(4)]
+    lines[3] = line("deep", chat(3)).replace(b'"seed": 3', b'"seed": 3, "user": ' + b"[" * 1000 + b"]" * 1000)
+    command = await run_batch(object_store, executor, lines)
+    # What an attempt committed before the batch ran out of attempts: the first two lines.
+    committed = [result_line(command.batch_id, InputLine(n + 1, f"line-{n}", {}), 200, {"n": n}) for n in range(2)]
+    key = await ResultStore(object_store).put_chunk(command.batch_id, 1, Chunk(0, tuple(committed), 2, 0))
+    await bus.publish(BatchProgressed(aggregate_id=command.batch_id, attempt=1, chunk=0, chunk_key=key,
+                                      completed=2, failed=0))
+    await bus.publish(AttemptFailed(aggregate_id=command.batch_id, attempt=1, executor_id=executor.executor_id,
+                                    code="engine_crashed", reason="x"))
+    await bus.send_finalize(finalize_command(command, "failed", failure_code="attempts_exhausted",
+                                             failure_message="3 attempts failed without committing a line."))
+
+    failed = (await batch_facts(bus, command.batch_id, ended))[-1]
+    assert isinstance(failed, BatchFailed) and failed.code == "attempts_exhausted"
+    assert (failed.completed, failed.failed) == (2, 2) and failed.reason.startswith("3 attempts")
+    output, errors = await files_of(object_store, command.batch_id)
+    check_invariant(4, 2, 2, output, errors)
+    assert [orjson.loads(row)["error"]["code"] for row in errors.splitlines()] == ["batch_failed"] * 2
+
+
+async def test_a_finalize_that_cannot_succeed_fails_its_batch_and_others_finalizes_still_complete(
+    bus: EventBus, object_store: ObjectStore, executor: ExecutorSettings,
+) -> None:
+    poisoned = []
+    for _ in range(FINALIZE_BACKLOG):  # more than the shared durable once held at a time
+        command = await run_batch(object_store, executor, [line("a", chat(1))])
+        key = result_chunk_key(command.batch_id, 1, 0)
+        await object_store.put_bytes(key, b"not a result chunk\n")
+        await bus.publish(BatchProgressed(aggregate_id=command.batch_id, attempt=1, chunk=0, chunk_key=key,
+                                          completed=1, failed=0))
+        await bus.send_finalize(finalize_command(command, "cancelled"))
+        poisoned.append(command)
+    other = await run_batch(object_store, executor, [line("b", chat(2))])
+    await bus.send_finalize(finalize_command(other.model_copy(update={"owner_key_id": "key_other"}), "expired"))
+
+    assert (await batch_facts(bus, other.batch_id, ended, timeout_s=60))[-1].type == "batch.expired"
+    for command in poisoned:
+        failed = (await batch_facts(bus, command.batch_id, ended, timeout_s=30))[-1]
+        assert isinstance(failed, BatchFailed) and failed.code == "finalize_failed"
+        assert "could not be assembled" in failed.reason and failed.completed is None
+
+
+def finalize_command(command: RunBatch, reason: Literal["cancelled", "expired", "failed"],
+                     **failure: str) -> FinalizeBatch:
+    return FinalizeBatch(batch_id=command.batch_id, reason=reason, owner_key_id=command.owner_key_id,
+                         input_object_key=command.input_object_key, endpoint=command.endpoint, **failure)

@@ -175,6 +175,24 @@ def test_a_batch_fails_with_its_reason_from_any_unfinished_status(ledger: Ledger
                             occurred_at=at(7)))
     batch = stream.record().batch
     assert (batch.status, batch.failed_at, batch.status_reason) == ("failed", T0 + 7, "3 attempts failed")
+    assert batch.errors is not None and [(e.code, e.message) for e in batch.errors.data] == [
+        ("attempts_exhausted", "3 attempts failed")], "the cause is in errors.data, never errors: null"
+    assert batch.output_file_id is None and batch.request_counts.completed == 0
+
+
+def test_a_batch_failed_at_run_time_keeps_the_files_of_what_it_committed(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), validated(), started())
+    stream.fold(BatchFailed(aggregate_id=BATCH, code="attempts_exhausted", reason="3 attempts failed",
+                            output_file_id="file-out", error_file_id="file-err", completed=2, failed=3,
+                            usage=BatchUsage(input_tokens=5, output_tokens=7, total_tokens=12)))
+    batch = stream.record().batch
+    assert (batch.status, batch.output_file_id, batch.error_file_id) == ("failed", "file-out", "file-err")
+    assert (batch.request_counts.completed, batch.request_counts.failed) == (2, 3)
+    assert batch.usage is not None and batch.usage.output_tokens == 7
+    assert batch.errors is not None
+    assert [(e.code, e.message, e.line) for e in batch.errors.data] == [("attempts_exhausted", "3 attempts failed",
+                                                                           None)]
 
 
 def test_facts_about_unknown_batches_are_skipped(ledger: Ledger) -> None:

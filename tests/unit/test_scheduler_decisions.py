@@ -16,7 +16,6 @@ from services.scheduler.decisions import (
     CANCEL_GRACE_MS,
     Assign,
     DeclareLost,
-    FailBatch,
     FenceAttempt,
     Finalize,
     Wait,
@@ -78,14 +77,19 @@ def test_a_lost_executor_fences_its_attempt_and_the_retry_prefers_another_execut
         (Assign, "e2", 2)]
 
 
-def test_after_three_failed_attempts_the_batch_fails_with_the_reason() -> None:
+def test_after_three_failed_attempts_the_batch_is_finalized_as_failed_with_the_reason_once() -> None:
     book = validated_book()
     for attempt in (1, 2, 3):
         assign(book, f"e{attempt}", attempt)
         book.apply(AttemptFailed(aggregate_id="b1", attempt=attempt, executor_id=f"e{attempt}", code="engine_crashed",
                                  reason="x"))
-    actions = decide(book, [advert("e4")], CATALOGUE, NOW)
-    assert [type(a) for a in actions] == [FailBatch] and actions[0].code == "attempts_exhausted"  # type: ignore[union-attr]
+    [finalize] = decide(book, [advert("e4")], CATALOGUE, NOW)
+    # Finalized, not failed outright: the lines it committed are still delivered.
+    assert isinstance(finalize, Finalize) and finalize.reason == "failed"
+    assert finalize.failure_code == "attempts_exhausted"
+    assert finalize.failure_message and "e1, e2, e3" in finalize.failure_message
+    finalize.plan.finalize_sent = True
+    assert decide(book, [advert("e4")], CATALOGUE, NOW) == []
 
 
 def test_a_cancel_before_assignment_is_finalized_at_once() -> None:

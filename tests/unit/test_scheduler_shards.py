@@ -92,7 +92,7 @@ def test_a_lost_executors_shard_is_fenced_and_rerun_elsewhere_while_the_other_sh
     assert (retry.executor_id, retry.shard, retry.attempt, retry.layout) == ("e3", lost.shard, 3, lost.layout)
 
 
-def test_a_shard_that_fails_three_times_fails_the_batch() -> None:
+def test_a_shard_that_fails_three_times_stops_the_others_and_finalizes_the_batch_as_failed() -> None:
     book = book_with("b1", 1000)
     fleet = [advert("e1"), advert("e2")]
     apply_assignments(book, decide(book, fleet, CATALOGUE, NOW, POLICY))
@@ -101,7 +101,10 @@ def test_a_shard_that_fails_three_times_fails_the_batch() -> None:
         book.apply(AttemptFailed(aggregate_id="b1", attempt=run.attempt, executor_id=run.executor_id or "",
                                  code="engine_crashed", reason="x"))
         apply_assignments(book, decide(book, fleet, CATALOGUE, NOW, POLICY))
-    assert [type(a) for a in decide(book, fleet, CATALOGUE, NOW, POLICY)] == [FailBatch]
+    actions = decide(book, fleet, CATALOGUE, NOW, POLICY)
+    assert [(type(a), getattr(a, "code", None) or getattr(a, "failure_code", None)) for a in actions] == [
+        (FenceAttempt, "attempts_exhausted"), (Finalize, "attempts_exhausted")]
+    assert isinstance(actions[0], FenceAttempt) and book.plans["b1"].attempt_shard[actions[0].attempt] == 0
 
 
 def test_a_cancelled_sharded_batch_waits_for_its_shards_to_stop_then_is_finalized() -> None:
