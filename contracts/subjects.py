@@ -42,6 +42,16 @@ def attempt_failures(batch_id: str) -> str:
     return f"evt.batch.{batch_id}.attempt_failed"
 
 
+def file_fact(file_id: str, event_name: Literal["used", "deleted"]) -> str:
+    """Where a file's `used` (a batch was created on it) or `deleted` facts go: create and delete fence each other."""
+    return event_subject("file", file_id, event_name)
+
+
+def batch_fact(batch_id: str, event_name: str) -> str:
+    """Where one kind of a batch's facts goes (e.g. its `created` fact, read back to compare a twin create)."""
+    return event_subject("batch", batch_id, event_name)
+
+
 KEY_CREATED = "evt.key.*.created"
 FILE_STORED = "evt.file.*.stored"
 BATCH_CREATED = "evt.batch.*.created"

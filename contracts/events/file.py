@@ -30,3 +30,15 @@ class FileDeleted(Event):
     name: ClassVar = "deleted"
     type: Literal["file.deleted"] = "file.deleted"
     owner_key_id: str
+
+
+class FileUsed(Event):
+    """A batch is being created on this file. The gateway publishes it before the batch's own fact, fenced on the
+    file having no `deleted` fact, and a delete is fenced on the file's last `used` fact: a create and a delete of
+    the same file cannot both win."""
+
+    kind: ClassVar = "file"
+    name: ClassVar = "used"
+    dedup_fields: ClassVar = ("batch_id",)
+    type: Literal["file.used"] = "file.used"
+    batch_id: str

@@ -25,7 +25,7 @@ from contracts.events.batch import (
     ValidationProgressed,
 )
 from contracts.events.executor import ExecutorLost, ExecutorRegistered
-from contracts.events.file import FileDeleted, FileStored
+from contracts.events.file import FileDeleted, FileStored, FileUsed
 from contracts.events.key import KeyCreated, KeyRevoked, UserCreated
 from contracts.events.organization import OrganizationCreated
 from contracts.events.provider import ProviderRegistered
@@ -51,6 +51,7 @@ AnyEvent = Annotated[
     | BatchExpired
     | FileStored
     | FileDeleted
+    | FileUsed
     | KeyCreated
     | KeyRevoked
     | UserCreated

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from services.gateway.context import DEPS, Deps
-from services.gateway.views.files import delete_stored_file, is_expired, live_batch_using
+from services.gateway.views.files import delete_unless_in_use, is_expired
 
 log = logging.getLogger(__name__)
 
@@ -24,10 +24,9 @@ async def sweep_expired_files(d: Deps, now: float | None = None) -> list[str]:
     for record in await d.read_model.list_files():
         if record.deleted or not is_expired(record, now):
             continue
-        if await live_batch_using(d, record.owner, record.file.id) is not None:
-            continue  # the batch still reads it; swept once the batch ends
-        await delete_stored_file(d, record)
-        swept.append(record.file.id)
+        if await delete_unless_in_use(d, record) is None:
+            swept.append(record.file.id)
+        # else a batch still reads it: swept once the batch ends
     if swept:
         log.info("swept %d expired files", len(swept))
     return swept

@@ -43,12 +43,13 @@ class Gateway:
             await asyncio.sleep(0.05)
         raise TimeoutError("the ledger never folded the new key")
 
-    async def upload(self, headers: dict[str, str], content: bytes, **fields: str) -> aiohttp.ClientResponse:
+    async def upload(self, headers: dict[str, str], content: bytes, filename: str = "in.jsonl", **fields: str,
+                     ) -> aiohttp.ClientResponse:
         form = aiohttp.FormData()
         form.add_field("purpose", fields.pop("purpose", "batch"))
         for name, value in fields.items():
             form.add_field(name, value)
-        form.add_field("file", content, filename="in.jsonl", content_type="application/octet-stream")
+        form.add_field("file", content, filename=filename, content_type="application/octet-stream")
         return await self.client.post("/v1/files", data=form, headers=headers)
 
 

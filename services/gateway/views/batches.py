@@ -8,14 +8,24 @@ from aiohttp import web
 from contracts.api.batch import SUPPORTED_ENDPOINTS, TERMINAL_STATUSES, Batch
 from contracts.api.batch_request import BatchCreateRequest
 from contracts.events.batch import BatchCancelRequested, BatchCreated, BatchReleased
+from contracts.events.file import FileUsed
 from contracts.ids import derived_id, new_batch_id
 from contracts.readmodel import BatchRecord
+from contracts.subjects import batch_fact, file_fact
 from services.gateway.auth import KEY_CACHE, principal
-from services.gateway.context import deps
+from services.gateway.context import Deps, deps
 from services.gateway.errors import ApiError, bad_request, not_found
 from services.gateway.limits import charge_control_call
-from services.gateway.views.files import MAX_EXPIRES_AFTER_S, MIN_EXPIRES_AFTER_S, is_valid_id, owned_file
+from services.gateway.views.files import (
+    DEDUPLICATED_FROM,
+    MAX_EXPIRES_AFTER_S,
+    MIN_EXPIRES_AFTER_S,
+    is_valid_id,
+    owned_file,
+)
 from services.gateway.views.paging import page_after, parse_limit
+from services.runtime.bus import Fence, FenceMoved
+from services.runtime.facts import last_fact
 
 MAX_WINDOW_S = 168 * 3600
 MAX_METADATA_PAIRS = 16
@@ -90,10 +100,24 @@ def _idempotency_key(request: web.Request) -> str | None:
     return key
 
 
-def _same_request(batch: Batch, input_file_id: str, endpoint: str, window: str, metadata: dict[str, str] | None,
-                  ) -> bool:
-    return (batch.input_file_id, batch.endpoint, batch.completion_window, batch.metadata) == (
-        input_file_id, endpoint, window, metadata)
+CreateParameters = tuple[str, str, str, dict[str, str] | None, bool, bool, int | None]
+"""Everything a create asks for: file, endpoint, window, metadata, allow_partial, hold, output_expires_after."""
+
+
+def parameters_of(created: BatchCreated) -> CreateParameters:
+    return (created.input_file_id, created.endpoint, created.completion_window, created.metadata,
+            created.allow_partial, created.hold, created.output_expires_after_s)
+
+
+async def _created_parameters(d: Deps, batch_id: str) -> CreateParameters | None:
+    """What the batch was created with, read from its own `created` fact (the read model does not keep it all)."""
+    found = await last_fact(d.bus, batch_fact(batch_id, "created"))
+    return parameters_of(found[1]) if found is not None and isinstance(found[1], BatchCreated) else None
+
+
+def _answer(batch: Batch, same_as: str | None = None) -> web.Response:
+    """A batch; `same_as` says it is an earlier batch returned for an identical create (a retry or a twin)."""
+    return web.json_response(batch.model_dump(mode="json"), headers={DEDUPLICATED_FROM: same_as} if same_as else None)
 
 
 def _idempotency_conflict(key: str, batch_id: str) -> ApiError:
@@ -138,25 +162,30 @@ async def create_batch(request: web.Request) -> web.Response:
         raise bad_request("hold must be true or false.", "invalid_hold", "hold")
     output_expires_after_s = _output_expires_after(body.get("output_expires_after"))
     owner = principal(request).owner
+    asked: CreateParameters = (input_file_id, str(endpoint), str(window), metadata, allow_partial, hold,
+                               output_expires_after_s)
     batch_id = derived_id("batch_", owner, idempotency_key) if idempotency_key else new_batch_id()
     if idempotency_key and (earlier := await d.read_model.get_batch(batch_id)) is not None:
-        if not _same_request(earlier.batch, input_file_id, str(endpoint), str(window), metadata):
+        if await _created_parameters(d, batch_id) != asked:
             raise _idempotency_conflict(idempotency_key, batch_id)
-        return web.json_response(earlier.batch.model_dump(mode="json"))
+        return _answer(earlier.batch, batch_id)
     file = await owned_file(request, input_file_id)
     if file.file.purpose != "batch":
         raise bad_request(f"File {input_file_id} has purpose {file.file.purpose!r}; a batch needs purpose 'batch'.",
                           "invalid_input_file", "input_file_id")
     live = await _live_batches(request, owner)
-    twin = next((b for b in live if (b.input_file_id, b.endpoint, b.completion_window)
-                 == (input_file_id, endpoint, window)), None)
-    if twin is not None and not idempotency_key:
-        # The same batch again while the first still runs (a client's blind retry): the first is the answer.
-        return web.json_response(twin.model_dump(mode="json"))
+    if not idempotency_key:
+        # The very same create while the first still runs (a client's blind retry): the first is the answer. Any
+        # parameter that differs makes it a batch of its own.
+        for twin in live:
+            if (twin.input_file_id, twin.endpoint, twin.completion_window) == asked[:3] \
+                    and await _created_parameters(d, twin.id) == asked:
+                return _answer(twin, twin.id)
     if len(live) >= d.settings.max_active_batches:
         raise ApiError(429, f"You already have {len(live)} batches that have not ended (the limit is "
                        f"{d.settings.max_active_batches}); wait for some to end or cancel them.",
                        "rate_limit_error", "too_many_active_batches")
+    await _claim_file(d, input_file_id, batch_id)
     now = int(time.time())
     event = BatchCreated(aggregate_id=batch_id, owner_key_id=principal(request).key_id, input_file_id=input_file_id,
                          input_object_key=file.object_key, endpoint=str(endpoint), completion_window=str(window),
@@ -165,14 +194,23 @@ async def create_batch(request: web.Request) -> web.Response:
                          output_expires_after_s=output_expires_after_s,
                          allowed_models=await request.app[KEY_CACHE].allowed_models(principal(request)))
     await d.bus.publish(event)
+    if idempotency_key and await _created_parameters(d, batch_id) != asked:
+        raise _idempotency_conflict(idempotency_key, batch_id)  # a concurrent request with this key won
     record = await d.read_model.wait_for(lambda: d.read_model.get_batch(batch_id), lambda r: True,
                                          d.settings.read_your_writes_s)
     batch = record.batch if record else Batch(
         id=batch_id, endpoint=event.endpoint, input_file_id=input_file_id, completion_window=event.completion_window,
-        status="validating", created_at=now, expires_at=event.expires_at, metadata=metadata)
-    if idempotency_key and not _same_request(batch, input_file_id, str(endpoint), str(window), metadata):
-        raise _idempotency_conflict(idempotency_key, batch_id)  # a concurrent request with this key won
-    return web.json_response(batch.model_dump(mode="json"))
+        status="validating", created_at=now, expires_at=event.expires_at, metadata=metadata, held=hold or None)
+    return _answer(batch)
+
+
+async def _claim_file(d: Deps, file_id: str, batch_id: str) -> None:
+    """Record that a batch is being created on the file, unless the file was deleted meanwhile (then 404)."""
+    try:
+        await d.bus.publish(FileUsed(aggregate_id=file_id, batch_id=batch_id, correlation_id=batch_id),
+                            fence=Fence(file_fact(file_id, "deleted"), 0))
+    except FenceMoved:
+        raise not_found("file", file_id) from None
 
 
 async def list_batches(request: web.Request) -> web.Response:

@@ -11,16 +11,18 @@ from aiohttp.http_exceptions import HttpProcessingError
 from contracts.api.batch import TERMINAL_STATUSES
 from contracts.api.file import FileDeleted, FileObject, FilePurpose
 from contracts.events.file import FileDeleted as FileDeletedEvent
-from contracts.events.file import FileStored
+from contracts.events.file import FileStored, FileUsed
 from contracts.ids import new_file_id
 from contracts.readmodel import FileRecord
-from contracts.subjects import input_object_key
+from contracts.subjects import file_fact, input_object_key
 from services.gateway.auth import principal
 from services.gateway.context import Deps, deps
 from services.gateway.errors import ApiError, bad_request, not_found
 from services.gateway.limits import charge_control_call
 from services.gateway.upload import StoredUpload, stream_part_to_store
 from services.gateway.views.paging import MAX_FILES_LIMIT, page_after, parse_limit
+from services.runtime.bus import Fence, FenceMoved
+from services.runtime.facts import last_fact
 
 UPLOADABLE_PURPOSES = ("batch",)
 ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,128}")
@@ -147,7 +149,11 @@ async def create_file(request: web.Request) -> web.Response:
             raise bad_request(f"purpose must be one of: {allowed} (got {purpose!r}).", "invalid_purpose", "purpose")
         ttl_s = upload.expires_after_s() or d.settings.batch_file_ttl_s
         existing = await owner_files(d, owner)
-        same = next((r for r in existing if r.sha256 == stored.sha256 and r.file.purpose == purpose), None)
+        # The same upload again (same bytes, name, purpose and expiry: a retry) is the first file; anything that
+        # differs is a file object of its own, even with the same bytes.
+        same = next((r for r in existing if r.sha256 == stored.sha256 and r.file.purpose == purpose
+                     and r.file.filename == upload.filename
+                     and (r.file.expires_at or 0) - r.file.created_at == ttl_s), None)
         if same is not None:
             await d.store.remove(object_key)
             return web.json_response(same.file.model_dump(mode="json"), headers={DEDUPLICATED_FROM: same.file.id})
@@ -204,6 +210,11 @@ async def file_content(request: web.Request) -> web.StreamResponse:
     return response
 
 
+CLAIM_GRACE_S = 300
+"""A `used` fact whose batch never appeared in the read model (its create died in between) stops holding the
+file this long after it was published."""
+
+
 async def live_batch_using(d: Deps, owner: str, file_id: str) -> str | None:
     """The id of a batch of `owner` that reads `file_id` and has not ended, if there is one."""
     for record in await d.read_model.owner_batches(owner):
@@ -213,13 +224,45 @@ async def live_batch_using(d: Deps, owner: str, file_id: str) -> str | None:
     return None
 
 
-async def delete_stored_file(d: Deps, record: FileRecord) -> None:
-    """Publish the deletion (deduplicated by its fact id, so a repeat is harmless), then free the bytes."""
+async def last_claim(d: Deps, file_id: str) -> tuple[int, str | None]:
+    """The sequence of the file's last `used` fact (0: none), and its batch if that may still be live: a create
+    that the read model has not folded yet counts as live."""
+    found = await last_fact(d.bus, file_fact(file_id, "used"))
+    if found is None:
+        return 0, None
+    sequence, used = found
+    if not isinstance(used, FileUsed):
+        return sequence, None
+    record = await d.read_model.get_batch(used.batch_id)
+    if record is None:
+        fresh = time.time() - used.occurred_at / 1000 < CLAIM_GRACE_S
+        return sequence, used.batch_id if fresh else None
+    return sequence, None if record.batch.status in TERMINAL_STATUSES else used.batch_id
+
+
+async def delete_stored_file(d: Deps, record: FileRecord, fence: Fence | None = None) -> None:
+    """Publish the deletion (deduplicated by its fact id, so a repeat is harmless), then free the bytes.
+    With a `fence`, only while it holds (else `FenceMoved`, and nothing is deleted)."""
     file_id = record.file.id
-    await d.bus.publish(FileDeletedEvent(aggregate_id=file_id, owner_key_id=record.owner_key_id))
+    await d.bus.publish(FileDeletedEvent(aggregate_id=file_id, owner_key_id=record.owner_key_id), fence=fence)
     await d.read_model.wait_for(lambda: d.read_model.get_file(file_id), lambda r: r.deleted,
                                 d.settings.read_your_writes_s)
     await d.store.remove(record.object_key)
+
+
+async def delete_unless_in_use(d: Deps, record: FileRecord) -> str | None:
+    """Delete the file unless a batch that has not ended reads it: then that batch's id, and nothing is deleted.
+    A create racing this delete wins or loses whole: the deletion is fenced on the file's last `used` fact."""
+    file_id = record.file.id
+    claimed_at, claimed_by = await last_claim(d, file_id)
+    batch_id = claimed_by or await live_batch_using(d, record.owner, file_id)
+    if batch_id is not None:
+        return batch_id
+    try:
+        await delete_stored_file(d, record, Fence(file_fact(file_id, "used"), claimed_at))
+    except FenceMoved:
+        return (await last_claim(d, file_id))[1] or "being created"
+    return None
 
 
 async def delete_file(request: web.Request) -> web.Response:
@@ -227,10 +270,9 @@ async def delete_file(request: web.Request) -> web.Response:
     file_id = request.match_info["file_id"]
     record = await owned_file(request, file_id)
     charge_control_call(request)
-    batch_id = await live_batch_using(d, record.owner, file_id)
+    batch_id = await delete_unless_in_use(d, record)
     if batch_id is not None:
         raise ApiError(409, f"File {file_id} is the input of batch {batch_id}, which has not ended; cancel it or "
                        "wait for it to end before deleting the file.", "invalid_request_error", "file_in_use",
                        "file_id")
-    await delete_stored_file(d, record)
     return web.json_response(FileDeleted(id=file_id, deleted=True).model_dump())

@@ -1,0 +1,138 @@
+"""The gateway under steady, concurrent use against a real broker, S3 and ledger: lists stay complete and leave
+nothing behind, a create and a delete of one file never both win, and only an identical create is a twin."""
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from contracts.subjects import READ_MODEL_BUCKET
+from services.runtime.settings import ConnectionSettings
+from tests.integration.gateway_support import Gateway, jsonl, running_gateway
+
+
+@pytest.fixture(scope="module")
+async def gateway(connection: ConnectionSettings) -> AsyncIterator[Gateway]:
+    async with running_gateway(connection, max_active_batches=200, control_call_burst=10_000,
+                               control_calls_per_s=1000) as running:
+        yield running
+
+
+def body(file_id: str, **extra: object) -> dict[str, object]:
+    return {"input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h", **extra}
+
+
+async def upload(gateway: Gateway, key: dict[str, str], tag: str, filename: str = "in.jsonl") -> str:
+    response = await gateway.upload(key, jsonl(tag), filename=filename)
+    assert response.status == 200, await response.text()
+    return str((await response.json())["id"])
+
+
+async def read_model_consumers(gateway: Gateway) -> int:
+    return (await gateway.bus.js.stream_info(f"KV_{READ_MODEL_BUCKET}")).state.consumer_count
+
+
+async def test_lists_under_concurrent_polling_are_complete_and_leave_no_consumer_behind(gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    files = [await upload(gateway, key, f"list-{i}") for i in range(12)]
+    for file_id in files:
+        assert (await gateway.client.post("/v1/batches", json=body(file_id, hold=True), headers=key)).status == 200
+    consumers_before = await read_model_consumers(gateway)
+
+    async def poll(path: str) -> list[int]:
+        sizes = []
+        for _ in range(25):
+            response = await gateway.client.get(path, headers=key)
+            assert response.status == 200
+            sizes.append(len((await response.json())["data"]))
+        return sizes
+
+    results = await asyncio.gather(*(poll(path) for path in ["/v1/batches?limit=100", "/v1/files"] * 5))
+
+    assert all(sizes == [12] * 25 for sizes in results)
+    assert await read_model_consumers(gateway) <= consumers_before
+
+
+async def test_a_cursor_walk_visits_every_batch_once(gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    created = set()
+    for i in range(7):
+        response = await gateway.client.post("/v1/batches", json=body(await upload(gateway, key, f"walk-{i}")),
+                                             headers=key)
+        created.add((await response.json())["id"])
+    seen: list[str] = []
+    after = ""
+    while True:
+        page = await (await gateway.client.get(f"/v1/batches?limit=2{after}", headers=key)).json()
+        seen += [b["id"] for b in page["data"]]
+        if not page["has_more"]:
+            break
+        after = f"&after={page['data'][-1]['id']}"
+    assert sorted(seen) == sorted(created)
+
+
+async def test_a_held_batchs_input_file_cannot_be_deleted_while_lists_are_polled(gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    file_id = await upload(gateway, key, "held")
+    assert (await gateway.client.post("/v1/batches", json=body(file_id, hold=True), headers=key)).status == 200
+    polls = [gateway.client.get("/v1/batches", headers=key) for _ in range(20)]
+    deletes = [gateway.client.delete(f"/v1/files/{file_id}", headers=key) for _ in range(10)]
+
+    answers = await asyncio.gather(*polls, *deletes)
+
+    assert [r.status for r in answers[20:]] == [409] * 10
+    assert (await gateway.client.get(f"/v1/files/{file_id}", headers=key)).status == 200
+
+
+async def test_a_create_and_a_delete_racing_on_one_file_never_both_win(gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    outcomes = set()
+    for round_ in range(15):
+        file_id = await upload(gateway, key, f"race-{round_}")
+        create, delete = await asyncio.gather(
+            gateway.client.post("/v1/batches", json=body(file_id), headers=key),
+            gateway.client.delete(f"/v1/files/{file_id}", headers=key))
+        outcomes.add((create.status, delete.status))
+        file_there = (await gateway.client.get(f"/v1/files/{file_id}", headers=key)).status
+        if create.status == 200:
+            assert delete.status == 409 and file_there == 200
+        else:
+            assert (create.status, delete.status, file_there) == (404, 200, 404)
+    assert outcomes <= {(200, 409), (404, 200)}
+
+
+@pytest.mark.parametrize("difference", [
+    {"metadata": {"run": "2"}}, {"hold": True}, {"allow_partial": True},
+    {"output_expires_after": {"anchor": "created_at", "seconds": 7200}},
+])
+async def test_a_create_that_differs_in_any_parameter_is_a_batch_of_its_own(gateway: Gateway,
+                                                                            difference: dict[str, object]) -> None:
+    key = await gateway.new_key()
+    file_id = await upload(gateway, key, "twin")
+    first = await gateway.client.post("/v1/batches", json=body(file_id, metadata={"run": "1"}), headers=key)
+    other = await gateway.client.post("/v1/batches", json=body(file_id, **{"metadata": {"run": "1"}, **difference}),
+                                      headers=key)
+    assert other.status == 200
+    assert (await other.json())["id"] != (await first.json())["id"]
+    assert "X-Sheshnag-Deduplicated-From" not in other.headers
+
+
+async def test_an_identical_create_while_the_first_lives_returns_the_first_and_says_so(gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    file_id = await upload(gateway, key, "same")
+    first = await (await gateway.client.post("/v1/batches", json=body(file_id, hold=True), headers=key)).json()
+    again = await gateway.client.post("/v1/batches", json=body(file_id, hold=True), headers=key)
+    assert (await again.json())["id"] == first["id"]
+    assert again.headers["X-Sheshnag-Deduplicated-From"] == first["id"]
+
+
+async def test_identical_bytes_under_another_filename_keep_a_file_object_of_their_own(gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    first = await upload(gateway, key, "bytes", filename="a.jsonl")
+    second = await gateway.upload(key, jsonl("bytes"), filename="b.jsonl")
+    assert "X-Sheshnag-Deduplicated-From" not in second.headers
+    copy = await second.json()
+    assert copy["id"] != first and copy["filename"] == "b.jsonl"
+    assert (await gateway.client.delete(f"/v1/files/{first}", headers=key)).status == 200
+    content = await gateway.client.get(f"/v1/files/{copy['id']}/content", headers=key)
+    assert await content.read() == jsonl("bytes")
