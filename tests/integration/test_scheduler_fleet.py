@@ -9,12 +9,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import nats.errors
+from nats.js.api import DeliverPolicy
 
 from contracts.commands import RunBatch
 from contracts.events.batch import AttemptFailed, BatchAssigned, BatchCreated, BatchValidated
 from contracts.events.executor import DeviceMemory, ExecutorAdvert, ExecutorRegistered
+from contracts.events.registry import AnyEvent, decode_event
 from contracts.ids import new_batch_id
-from contracts.subjects import WORK_STREAM, run_command
+from contracts.subjects import WORK_STREAM, batch_events, run_command
 from services.runtime.bus import EventBus
 from services.runtime.fleet import Fleet
 from services.runtime.settings import ConnectionSettings
@@ -103,6 +105,45 @@ async def test_two_schedulers_assign_a_batch_once_and_the_standby_takes_over_a_l
         assert [(f.attempt, f.executor_id, f.code) for f in failed] == [(1, "e1", "executor_lost")]
         assert [c.attempt for c in await run_commands(bus, "e2")] == [2]
         assert not second.done()
+    await bus.close()
+
+
+async def facts_so_far(bus: EventBus, batch_id: str) -> list[AnyEvent]:
+    """Every fact of the batch in the log now."""
+    subscription = await bus.js.subscribe(batch_events(batch_id), ordered_consumer=True,
+                                          deliver_policy=DeliverPolicy.ALL)
+    facts: list[AnyEvent] = []
+    try:
+        while True:
+            facts.append(decode_event((await subscription.next_msg(timeout=1.0)).data))
+    except nats.errors.TimeoutError:
+        return facts
+    finally:
+        await subscription.unsubscribe()
+
+
+async def test_an_executor_declared_lost_that_heartbeats_again_is_given_new_work_and_keeps_it(
+        fresh_nats: RunningNats) -> None:
+    bus = await EventBus.connect(fresh_nats.url, "test")
+    fleet = await Fleet.open(bus)
+    await admit(bus, "e5")
+    beating = asyncio.create_task(heartbeats(fleet, "e5"))
+    async with scheduler(fresh_nats.url):
+        first = await validated_batch(bus)
+        await batch_facts(bus, first, lambda e: isinstance(e, BatchAssigned), timeout_s=15)
+        beating.cancel()  # paused (SIGSTOP, a GC stall): no heartbeat past its lease
+        await fleet.withdraw("e5")
+        await batch_facts(bus, first, lambda e: isinstance(e, AttemptFailed), timeout_s=40)
+
+        beating = asyncio.create_task(heartbeats(fleet, "e5"))  # resumed
+        second = await validated_batch(bus)
+        await batch_facts(bus, second, lambda e: isinstance(e, BatchAssigned), timeout_s=15)
+        await asyncio.sleep(3.0)  # ticks and heartbeats later, its new work is still its own
+        beating.cancel()
+        runs = {batch_id: [(f.attempt, type(f).__name__, f.executor_id) for f in await facts_so_far(bus, batch_id)
+                           if isinstance(f, BatchAssigned | AttemptFailed)] for batch_id in (first, second)}
+        assert runs == {first: [(1, "BatchAssigned", "e5"), (1, "AttemptFailed", "e5"), (2, "BatchAssigned", "e5")],
+                        second: [(1, "BatchAssigned", "e5")]}
     await bus.close()
 
 
