@@ -34,15 +34,15 @@ def check_line(raw: bytes, endpoint: str, catalogue: Catalogue, max_line_bytes: 
         return LineVerdict([LineIssue("invalid_json", f"The line is not valid JSON ({error}). Each line must be "
                                       "one complete JSON object; check for trailing commas, unescaped quotes or a "
                                       "request split across lines.")])
+    custom_id = line.get("custom_id") if isinstance(line, dict) else None
+    usable_id = custom_id if isinstance(custom_id, str) and 0 < len(custom_id) <= MAX_CUSTOM_ID_LENGTH else None
     if (depth := nesting_depth(line, MAX_NESTING_DEPTH)) > MAX_NESTING_DEPTH:
         return LineVerdict([LineIssue("nesting_too_deep", f"The line nests arrays and objects more than "
-                                      f"{MAX_NESTING_DEPTH} levels deep (at least {depth}); flatten it.")])
+                                      f"{MAX_NESTING_DEPTH} levels deep (at least {depth}); flatten it.")], usable_id)
     if not isinstance(line, dict):
         return LineVerdict([LineIssue("not_an_object", "Each line must be a JSON object with custom_id, method, "
                                       "url and body.")])
     issues = list(_structure_issues(line, endpoint))
-    custom_id = line.get("custom_id")
-    usable_id = custom_id if isinstance(custom_id, str) and 0 < len(custom_id) <= MAX_CUSTOM_ID_LENGTH else None
     body = line.get("body")
     if not isinstance(body, dict):
         return LineVerdict(issues, usable_id)

@@ -50,6 +50,26 @@ def test_allow_partial_runs_the_valid_lines_and_files_the_refused_ones_with_thei
         (None, "invalid_json"), ("bad-model", "unsupported_model")]
 
 
+def test_lines_no_stage_could_run_are_refused_at_validation_and_a_repeated_custom_id_keeps_its_first_line(
+        stack: RunningStack) -> None:
+    client = stack.client()
+    image = chat_line("image", "hi")
+    image["body"] = {**image["body"], "messages": [{"role": "user", "content": [  # type: ignore[dict-item]
+        {"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": "data:,"}}]}]}
+    deep = json.dumps(chat_line("deep", "hi")).encode().replace(b'"seed": 7', b'"seed": 7, "user": '
+                                                                + b"[" * 1000 + b"]" * 1000)
+    lines = [json.dumps(chat_line(custom_id, "hi")).encode() for custom_id in ("A", "B", "A")]
+    lines += [json.dumps(image).encode(), deep, json.dumps(chat_line("C", "hi")).encode()]
+    created = client.batches.create(input_file_id=upload(client, lines), endpoint="/v1/chat/completions",
+                                    completion_window="24h", extra_body={"allow_partial": True})
+    batch, _ = wait_until_done(client, created.id)
+    assert batch.status == "completed", batch.model_dump()
+    output, errors = accounted(client, batch, ["A", "B", "A", "image", "deep", "C"])
+    assert [line["custom_id"] for line in output] == ["A", "B", "C"]
+    assert [(line["custom_id"], line["error"]["code"]) for line in errors] == [
+        ("A", "duplicate_custom_id"), ("image", "multimodal_unavailable"), ("deep", "nesting_too_deep")]
+
+
 def long_lines(ids: list[str]) -> list[bytes]:
     lines = []
     for custom_id in ids:

@@ -114,6 +114,7 @@ def test_a_thousand_nested_arrays_in_an_ignored_field_are_nesting_too_deep(catal
     raw = orjson.dumps(good()).replace(b'"max_tokens":8', b'"max_tokens":8,"user":' + deep)
     found = FileValidation(CHAT, catalogue).check(1, raw)
     assert [(i.code, i.param) for i in found.issues] == [("nesting_too_deep", None)]
+    assert found.custom_id == "r1", "the error file names the line by its custom_id"
 
 
 def test_nesting_up_to_the_limit_is_accepted_and_what_is_accepted_every_stage_can_serialise(
