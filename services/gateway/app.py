@@ -10,7 +10,7 @@ from services.gateway.context import DEPS, Deps
 from services.gateway.dashboard.pages import add_dashboard
 from services.gateway.errors import error_middleware
 from services.gateway.key_usage import keys_kept_fresh
-from services.gateway.limits import CONTROL_LIMITER, ControlCallLimiter
+from services.gateway.limits import CONTROL_LIMITER, DOWNLOAD_SLOTS, UPLOAD_SLOTS, ControlCallLimiter, TransferSlots
 from services.gateway.observe import metrics_view, observe_middleware
 from services.gateway.request_ids import stamp_request_id
 from services.gateway.routes import ROUTES
@@ -37,9 +37,12 @@ def create_app(settings: GatewaySettings) -> web.Application:
                          await Fleet.open(bus))
         app[KEY_CACHE] = KeyCache(read_model)
         yield
+        store.close()
         await bus.close()
 
     app[CONTROL_LIMITER] = ControlCallLimiter(settings.control_calls_per_s, settings.control_call_burst)
+    app[UPLOAD_SLOTS] = TransferSlots(settings.upload_slots, settings.transfer_slot_wait_s)
+    app[DOWNLOAD_SLOTS] = TransferSlots(settings.download_slots, settings.transfer_slot_wait_s)
     if settings.auth_failure_limit > 0:
         app[AUTH_FAILURES] = FailedAuthentications(settings.auth_failure_limit, settings.auth_failure_window_s)
     app.on_response_prepare.append(stamp_request_id)

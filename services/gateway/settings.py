@@ -31,3 +31,13 @@ class GatewaySettings(ServiceSettings):
     """Wrong or unknown keys one client address may present within `auth_failure_window_s`; past it, 429
     `too_many_failed_authentications` for every key until the window passes. 0 turns the limit off."""
     auth_failure_window_s: float = 60.0
+    upload_slots: int = 16
+    """Uploads one gateway streams to the object store at once; more wait for a slot."""
+    download_slots: int = 64
+    """File downloads one gateway streams at once; more wait for a slot."""
+    transfer_slot_wait_s: float = 30.0
+    """How long an upload or download waits for a slot before it gets 503 `server_busy` with Retry-After."""
+    client_idle_timeout_s: float = 30.0
+    """How long an upload may send nothing (or a download take nothing) before it ends with 408."""
+    object_store_timeout_s: float = 120.0
+    """How long one part of an upload may take the object store before the upload ends with 503."""

@@ -1,39 +1,22 @@
-"""Streaming an upload into the object store: no whole-file buffering, SHA-256 and size on the way."""
+"""Streaming an upload into the object store: no whole-file buffering, SHA-256 and size on the way.
+
+Bytes go from the request to S3 part by part on the store's own threads; a client that stops sending and a store
+that stops answering each end the upload with a clean error, and nothing of a refused upload is kept.
+"""
 
 import asyncio
 import hashlib
-import queue
+from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from aiohttp import BodyPartReader
+from minio.error import S3Error
 
 from services.gateway.errors import ApiError, bad_request
-from services.runtime.objectstore import ObjectStore
+from services.runtime.objectstore import TRANSIENT, ObjectStore
 
 CHUNK = 256 * 1024
-PIPE_DEPTH = 8
 SNIFF_BYTES = 4096
-
-
-class _Pipe:
-    """A blocking file-like reader fed by the event loop, so minio's thread can pull chunks."""
-
-    def __init__(self) -> None:
-        self.chunks: queue.Queue[bytes] = queue.Queue(maxsize=PIPE_DEPTH)
-        self.buffer = b""
-        self.ended = False
-
-    def read(self, size: int = -1, /) -> bytes:
-        while not self.ended and (size < 0 or len(self.buffer) < size):
-            chunk = self.chunks.get()
-            if not chunk:
-                self.ended = True
-                break
-            self.buffer += chunk
-        if size < 0:
-            size = len(self.buffer)
-        out, self.buffer = self.buffer[:size], self.buffer[size:]
-        return out
 
 
 @dataclass(frozen=True)
@@ -51,16 +34,34 @@ def check_jsonl_start(head: bytes) -> None:
                           "invalid_file_format", "file")
 
 
-async def stream_part_to_store(part: BodyPartReader, store: ObjectStore, key: str, max_bytes: int) -> StoredUpload:
-    pipe = _Pipe()
-    upload = asyncio.create_task(store.put_stream(key, pipe, "application/jsonl"))
+def client_stalled(idle_s: float) -> ApiError:
+    return ApiError(408, f"The upload sent no bytes for {idle_s:.0f}s; send the whole body (as its Content-Length "
+                    "says) and try again.", code="request_timeout", param="file")
+
+
+def store_unavailable(error: BaseException) -> ApiError:
+    return ApiError(503, f"The object store is unavailable ({type(error).__name__}); nothing was stored. Try again "
+                    "shortly.", "server_error", "object_store_unavailable", retry_after_s=5)
+
+
+async def stream_part_to_store(part: BodyPartReader, store: ObjectStore, key: str, max_bytes: int,
+                               idle_s: float, store_s: float) -> StoredUpload:
+    """Copy the file part into the store under `key`. `idle_s`: longest wait for the client's next bytes;
+    `store_s`: longest wait for the store to take one part."""
+    writer = store.writer(key, "application/jsonl")
     digest = hashlib.sha256()
     size = newlines = 0
     last = b""
     head = b""
-    completed = False
     try:
-        while chunk := await part.read_chunk(CHUNK):
+        while True:
+            try:
+                async with asyncio.timeout(idle_s):
+                    chunk = await part.read_chunk(CHUNK)
+            except TimeoutError:
+                raise client_stalled(idle_s) from None
+            if not chunk:
+                break
             size += len(chunk)
             if size > max_bytes:
                 raise ApiError(413, f"The file is larger than the {max_bytes} byte limit.",
@@ -71,13 +72,21 @@ async def stream_part_to_store(part: BodyPartReader, store: ObjectStore, key: st
             digest.update(chunk)
             newlines += chunk.count(b"\n")
             last = chunk[-1:]
-            await asyncio.to_thread(pipe.chunks.put, chunk)
-        completed = True
-    finally:
-        await asyncio.to_thread(pipe.chunks.put, b"")
-        await upload
-        if not completed:
-            # A refused or broken upload leaves nothing behind in the object store.
-            await store.remove(key)
+            await _to_store(writer.write(chunk), store_s)
+        await _to_store(writer.finish(), store_s)
+    except BaseException:
+        await asyncio.shield(writer.abort())  # a refused, broken or abandoned upload leaves no object behind
+        raise
     lines = newlines + (1 if last not in (b"", b"\n") else 0)
     return StoredUpload(bytes=size, sha256=digest.hexdigest(), line_count=lines)
+
+
+async def _to_store(step: Awaitable[None], store_s: float) -> None:
+    try:
+        async with asyncio.timeout(store_s):
+            await step
+    except TimeoutError as error:
+        raise store_unavailable(error) from None
+    except (S3Error, *TRANSIENT) as error:
+        raise store_unavailable(error) from None
+

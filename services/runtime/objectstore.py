@@ -1,40 +1,62 @@
 """The S3 object store (MinIO in production, SeaweedFS locally), reached through the `minio` client.
 
-minio is blocking, so every call runs in a worker thread.
+minio is blocking, so every call runs in the store's own bounded thread pool, never the loop's default one, and
+each call has its data in hand: no thread ever waits for another thread of the pool (an upload is sent part by
+part as its bytes arrive, not through a pipe that a second thread must fill).
 """
 
 import asyncio
 import contextlib
+import functools
 import io
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
-from typing import Protocol
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import urllib3
 from minio import Minio
+from minio.datatypes import Part
 from minio.error import S3Error
 
 from services.runtime.settings import ConnectionSettings
 
 log = logging.getLogger(__name__)
 
-PART_SIZE = 16 * 1024 * 1024
+UPLOAD_PART_BYTES = 8 * 1024 * 1024
+"""Bytes of an upload held before they are sent as one multipart part (S3's minimum part is 5 MiB)."""
 READ_CHUNK = 256 * 1024
-
-
-class Readable(Protocol):
-    def read(self, size: int = -1, /) -> bytes: ...
+IO_THREADS = 16
+"""Blocking S3 calls one process runs at once; more wait for a thread (each call is bounded by the timeouts)."""
+Result = TypeVar("Result")
 
 
 class ObjectNotFound(Exception):
     pass
 
 
+class ObjectStoreUnavailable(ConnectionError):
+    """The object store did not answer, or answered with a server error, after the client's retries."""
+
+
+TRANSIENT = (urllib3.exceptions.HTTPError, OSError)
+"""What a dead, slow or restarting S3 server raises through minio (after urllib3's own retries)."""
+
+
 class ObjectStore:
-    def __init__(self, client: Minio, bucket: str) -> None:
+    def __init__(self, client: Minio, bucket: str, io_threads: int = IO_THREADS) -> None:
         self.client = client
         self.bucket = bucket
+        self.pool = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="s3")
+
+    async def run(self, call: Callable[..., Result], *args: object) -> Result:
+        """One blocking minio call in the store's pool."""
+        return await asyncio.get_running_loop().run_in_executor(self.pool, functools.partial(call, *args))
+
+    def close(self) -> None:
+        """Stop taking calls; a call in flight ends by its own timeout, and nobody waits for it."""
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
     @classmethod
     def from_settings(cls, settings: ConnectionSettings) -> "ObjectStore":
@@ -53,7 +75,7 @@ class ObjectStore:
 
     async def ensure_bucket(self, within_s: float = 30.0) -> None:
         """The server may refuse calls for a moment after it starts: retry until it answers."""
-        await asyncio.to_thread(self._ensure_bucket, within_s)
+        await self.run(self._ensure_bucket, within_s)
 
     def _ensure_bucket(self, within_s: float) -> None:
         deadline = time.monotonic() + within_s
@@ -70,20 +92,16 @@ class ObjectStore:
                 log.info("object store not ready yet: %s", error)
                 time.sleep(0.3)
 
-    async def put_stream(self, key: str, stream: Readable, content_type: str) -> None:
-        """Upload from a blocking file-like object of unknown length, in multipart parts."""
-        await asyncio.to_thread(
-            self.client.put_object, self.bucket, key, stream, -1, content_type,  # type: ignore[arg-type]
-            part_size=PART_SIZE,
-        )
+    def writer(self, key: str, content_type: str) -> "StreamingUpload":
+        """An object written as its bytes arrive, in bounded parts; `finish()` makes it visible, `abort()` drops it."""
+        return StreamingUpload(self, key, content_type)
 
     async def put_bytes(self, key: str, data: bytes, content_type: str = "application/jsonl") -> None:
-        await asyncio.to_thread(
-            self.client.put_object, self.bucket, key, io.BytesIO(data), len(data), content_type
-        )
+        await self.run(functools.partial(self.client.put_object, self.bucket, key, io.BytesIO(data), len(data),
+                                         content_type))
 
     async def get_bytes(self, key: str) -> bytes:
-        return await asyncio.to_thread(self._get_bytes, key)
+        return await self.run(self._get_bytes, key)
 
     def _get_bytes(self, key: str) -> bytes:
         response = self._open(key)
@@ -101,10 +119,10 @@ class ObjectStore:
                 raise ObjectNotFound(key) from error
             raise
 
-    async def iter_chunks(self, key: str) -> AsyncIterator[bytes]:
+    async def iter_chunks(self, key: str) -> AsyncGenerator[bytes, None]:
         """Stream an object in bounded chunks without holding it whole in memory."""
-        response = await asyncio.to_thread(self._open, key)
-        async with contextlib.aclosing(read_chunks(response)) as chunks:
+        response = await self.run(self._open, key)
+        async with contextlib.aclosing(read_chunks(response, self.run)) as chunks:
             async for chunk in chunks:
                 yield chunk
 
@@ -113,20 +131,69 @@ class ObjectStore:
         return split_lines(self.iter_chunks(key))
 
     async def list_keys(self, prefix: str) -> list[str]:
-        return await asyncio.to_thread(self._list_keys, prefix)
+        return await self.run(self._list_keys, prefix)
 
     def _list_keys(self, prefix: str) -> list[str]:
         objects: Iterator = self.client.list_objects(self.bucket, prefix=prefix, recursive=True)
         return sorted(obj.object_name for obj in objects if obj.object_name)
 
     async def remove(self, key: str) -> None:
-        await asyncio.to_thread(self.client.remove_object, self.bucket, key)
+        await self.run(self.client.remove_object, self.bucket, key)
 
 
-async def read_chunks(response: urllib3.BaseHTTPResponse) -> AsyncGenerator[bytes, None]:
-    """An open response's body in bounded chunks, each read in a worker thread; the response released after."""
+class StreamingUpload:
+    """One object sent as its bytes arrive. Up to one part is held; a small object goes in one PUT at `finish`, a
+    larger one as a multipart upload whose parts are each one blocking call with their bytes in hand."""
+
+    def __init__(self, store: ObjectStore, key: str, content_type: str) -> None:
+        self.store = store
+        self.key = key
+        self.content_type = content_type
+        self.pending = bytearray()
+        self.upload_id: str | None = None
+        self.parts: list[Part] = []
+
+    async def write(self, chunk: bytes) -> None:
+        self.pending += chunk
+        if len(self.pending) >= UPLOAD_PART_BYTES:
+            await self._send_part()
+
+    async def finish(self) -> None:
+        client, bucket = self.store.client, self.store.bucket
+        if self.upload_id is None:
+            data = bytes(self.pending)
+            await self.store.run(functools.partial(client.put_object, bucket, self.key, io.BytesIO(data), len(data),
+                                                   self.content_type))
+            return
+        if self.pending:
+            await self._send_part()
+        await self.store.run(client._complete_multipart_upload, bucket, self.key, self.upload_id, self.parts)
+
+    async def abort(self) -> None:
+        """Drop what was sent (best effort: a store that is down keeps an incomplete upload, never an object)."""
+        if self.upload_id is not None:
+            with contextlib.suppress(S3Error, *TRANSIENT):
+                await self.store.run(self.store.client._abort_multipart_upload, self.store.bucket, self.key,
+                                     self.upload_id)
+
+    async def _send_part(self) -> None:
+        client, bucket = self.store.client, self.store.bucket
+        if self.upload_id is None:
+            self.upload_id = await self.store.run(client._create_multipart_upload, bucket, self.key,
+                                                  {"Content-Type": self.content_type})
+        data, self.pending = bytes(self.pending), bytearray()
+        number = len(self.parts) + 1
+        etag = await self.store.run(client._upload_part, bucket, self.key, data, None, self.upload_id, number)
+        self.parts.append(Part(number, etag))
+
+
+async def read_chunks(response: urllib3.BaseHTTPResponse,
+                      run: Callable[[Callable[[int], bytes], int], Awaitable[bytes]] | None = None,
+                      ) -> AsyncGenerator[bytes, None]:
+    """An open response's body in bounded chunks, each read in a worker thread (`run`: the store's pool); the
+    response released after."""
     try:
-        while chunk := await asyncio.to_thread(response.read, READ_CHUNK):
+        while chunk := await (run(response.read, READ_CHUNK) if run else asyncio.to_thread(response.read, READ_CHUNK)):
             yield chunk
     finally:
         response.close()

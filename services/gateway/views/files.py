@@ -1,12 +1,17 @@
 """`/v1/files`: upload (deduplicated, within the owner's quota, with an expiry), list, retrieve, download, delete."""
 
+import asyncio
+import contextlib
+import logging
 import re
 import time
-from typing import get_args
+from collections.abc import Awaitable
+from typing import TypeVar, get_args
 
 import orjson
 from aiohttp import BodyPartReader, MultipartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
+from minio.error import S3Error
 
 from contracts.api.batch import TERMINAL_STATUSES
 from contracts.api.file import FileDeleted, FileObject, FilePurpose
@@ -18,12 +23,15 @@ from contracts.subjects import file_fact, input_object_key
 from services.gateway.auth import principal
 from services.gateway.context import Deps, deps
 from services.gateway.errors import ApiError, bad_request, not_found
-from services.gateway.limits import charge_control_call
-from services.gateway.upload import StoredUpload, stream_part_to_store
+from services.gateway.limits import DOWNLOAD_SLOTS, UPLOAD_SLOTS, charge_control_call
+from services.gateway.upload import StoredUpload, client_stalled, store_unavailable, stream_part_to_store
 from services.gateway.views.paging import MAX_FILES_LIMIT, page_after, parse_limit
 from services.runtime.bus import Fence, FenceMoved
 from services.runtime.facts import last_fact
+from services.runtime.objectstore import TRANSIENT, ObjectNotFound
 
+log = logging.getLogger(__name__)
+Result = TypeVar("Result")
 UPLOADABLE_PURPOSES = ("batch",)
 ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,128}")
 """Every id we hand out; anything else (`../x`, `a%2Fb`, spaces) names nothing."""
@@ -97,14 +105,16 @@ class _Upload:
         self.filename = "upload.jsonl"
 
     async def read(self, reader: MultipartReader, d: Deps, object_key: str) -> None:
-        while (part := await reader.next()) is not None:
+        idle_s = d.settings.client_idle_timeout_s
+        while (part := await _within(idle_s, reader.next())) is not None:
             if not isinstance(part, BodyPartReader):
                 raise bad_request("Nested multipart bodies are not accepted.", "invalid_multipart")
             if part.name == "file" and self.stored is None:
                 self.filename = part.filename or self.filename
-                self.stored = await stream_part_to_store(part, d.store, object_key, d.settings.max_upload_bytes)
+                self.stored = await stream_part_to_store(part, d.store, object_key, d.settings.max_upload_bytes,
+                                                         idle_s, d.settings.object_store_timeout_s)
             elif part.name in ("purpose", "expires_after", "expires_after[anchor]", "expires_after[seconds]"):
-                self.fields[part.name] = await form_field(part)
+                self.fields[part.name] = await _within(idle_s, form_field(part))
 
     def expires_after_s(self) -> int | None:
         if "expires_after" in self.fields:
@@ -113,18 +123,37 @@ class _Upload:
                                      self.fields.get("expires_after[seconds]"))
 
 
+async def _within(idle_s: float, step: Awaitable[Result]) -> Result:
+    """A read of the request body that the client must feed within `idle_s`, else 408."""
+    try:
+        async with asyncio.timeout(idle_s):
+            return await step
+    except TimeoutError:
+        raise client_stalled(idle_s) from None
+
+
+async def discard_object(d: Deps, object_key: str) -> None:
+    """Remove what a refused upload stored; a store that is down keeps an object no fact names (harmless)."""
+    try:
+        await d.store.remove(object_key)
+    except (S3Error, *TRANSIENT) as error:
+        log.warning("could not remove refused upload %s: %r", object_key, error)
+
+
 async def _read_upload(request: web.Request, d: Deps, object_key: str) -> _Upload:
     upload = _Upload()
     try:
-        await upload.read(await request.multipart(), d, object_key)
+        async with request.app[UPLOAD_SLOTS].slot():
+            await upload.read(await request.multipart(), d, object_key)
     except (ValueError, AssertionError, LookupError, HttpProcessingError) as broken:
         # aiohttp's multipart parser says "malformed" with these; nothing of the upload is kept.
-        await d.store.remove(object_key)
+        if upload.stored is not None:
+            await discard_object(d, object_key)
         raise bad_request(f"The multipart body could not be read ({type(broken).__name__}).",
                           "invalid_multipart") from None
-    except ApiError:
+    except BaseException:
         if upload.stored is not None:
-            await d.store.remove(object_key)
+            await asyncio.shield(discard_object(d, object_key))
         raise
     return upload
 
@@ -155,7 +184,7 @@ async def create_file(request: web.Request) -> web.Response:
                      and r.file.filename == upload.filename
                      and (r.file.expires_at or 0) - r.file.created_at == ttl_s), None)
         if same is not None:
-            await d.store.remove(object_key)
+            await discard_object(d, object_key)
             return web.json_response(same.file.model_dump(mode="json"), headers={DEDUPLICATED_FROM: same.file.id})
         used = sum(r.file.bytes for r in existing)
         if used + stored.bytes > d.settings.storage_quota_bytes:
@@ -163,7 +192,7 @@ async def create_file(request: web.Request) -> web.Response:
                               f"{d.settings.storage_quota_bytes} bytes ({used} in use); delete files first.",
                               "storage_quota_exceeded", "file")
     except ApiError:
-        await d.store.remove(object_key)
+        await discard_object(d, object_key)
         raise
     now = int(time.time())
     event = FileStored(aggregate_id=file_id, owner_key_id=principal(request).key_id, filename=upload.filename,
@@ -199,14 +228,33 @@ async def retrieve_file(request: web.Request) -> web.Response:
 
 
 async def file_content(request: web.Request) -> web.StreamResponse:
+    d = deps(request)
     record = await owned_file(request, request.match_info["file_id"])
-    response = web.StreamResponse(headers={"Content-Type": "application/octet-stream",
-                                           "Content-Length": str(record.file.bytes),
-                                           CONTENT_SHA256: record.sha256})
-    await response.prepare(request)
-    async for chunk in deps(request).store.iter_chunks(record.object_key):
-        await response.write(chunk)
-    await response.write_eof()
+    async with request.app[DOWNLOAD_SLOTS].slot():
+        try:
+            chunks = d.store.iter_chunks(record.object_key)
+            first = await anext(chunks, b"")
+        except ObjectNotFound:
+            raise not_found("file", record.file.id) from None
+        except (S3Error, *TRANSIENT) as error:
+            raise store_unavailable(error) from None
+        async with contextlib.aclosing(chunks):
+            response = web.StreamResponse(headers={"Content-Type": "application/octet-stream",
+                                                   "Content-Length": str(record.file.bytes),
+                                                   CONTENT_SHA256: record.sha256})
+            await response.prepare(request)
+            idle_s = d.settings.client_idle_timeout_s
+            try:
+                await _within(idle_s, response.write(first))
+                async for chunk in chunks:
+                    await _within(idle_s, response.write(chunk))
+            except (ApiError, S3Error, *TRANSIENT) as broken:
+                # The status is sent already: cut the connection so the client sees a short body, not a whole file.
+                log.info("download of %s ended early: %r", record.file.id, broken)
+                if request.transport is not None:
+                    request.transport.close()
+                return response
+            await response.write_eof()
     return response
 
 
