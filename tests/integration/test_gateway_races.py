@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from contracts.events.batch import BatchFinalizing
 from contracts.subjects import READ_MODEL_BUCKET
 from services.runtime.settings import ConnectionSettings
 from tests.integration.gateway_support import Gateway, jsonl, running_gateway
@@ -136,3 +137,16 @@ async def test_identical_bytes_under_another_filename_keep_a_file_object_of_thei
     assert (await gateway.client.delete(f"/v1/files/{first}", headers=key)).status == 200
     content = await gateway.client.get(f"/v1/files/{copy['id']}/content", headers=key)
     assert await content.read() == jsonl("bytes")
+
+
+async def test_a_cancel_after_the_finalizer_began_is_refused_even_before_the_read_model_shows_it(
+        gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    file_id = await upload(gateway, key, "finalizing")
+    batch = await (await gateway.client.post("/v1/batches", json=body(file_id, hold=True), headers=key)).json()
+    await gateway.bus.publish(BatchFinalizing(aggregate_id=batch["id"], correlation_id=batch["id"], attempt=1))
+
+    cancel = await gateway.client.post(f"/v1/batches/{batch['id']}/cancel", headers=key)
+
+    assert cancel.status == 400
+    assert (await cancel.json())["error"]["code"] == "batch_not_cancellable"

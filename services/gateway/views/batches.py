@@ -226,6 +226,10 @@ async def retrieve_batch(request: web.Request) -> web.Response:
     return web.json_response(record.batch.model_dump(mode="json"))
 
 
+def _not_cancellable(batch_id: str, status: str) -> ApiError:
+    return ApiError(400, f"Batch {batch_id} is {status} and can no longer be cancelled.", code="batch_not_cancellable")
+
+
 NOT_CANCELLABLE = frozenset({"finalizing", "completed", "failed", "expired", "cancelled"})
 
 
@@ -235,11 +239,15 @@ async def cancel_batch(request: web.Request) -> web.Response:
     charge_control_call(request)
     batch = record.batch
     if batch.status in NOT_CANCELLABLE:
-        raise ApiError(400, f"Batch {batch.id} is {batch.status} and can no longer be cancelled.",
-                       code="batch_not_cancellable")
+        raise _not_cancellable(batch.id, batch.status)
     if batch.status != "cancelling":
-        await d.bus.publish(BatchCancelRequested(aggregate_id=batch.id, correlation_id=batch.id,
-                                                 requested_by_key_id=principal(request).key_id))
+        try:
+            # Only while no finalizer has begun: the read model may not show `finalizing` yet, the log does.
+            await d.bus.publish(BatchCancelRequested(aggregate_id=batch.id, correlation_id=batch.id,
+                                                     requested_by_key_id=principal(request).key_id),
+                                fence=Fence(batch_fact(batch.id, "finalizing"), 0))
+        except FenceMoved:
+            raise _not_cancellable(batch.id, "finalizing") from None
         updated = await d.read_model.wait_for(lambda: d.read_model.get_batch(batch.id),
                                               lambda r: r.batch.status != batch.status, d.settings.read_your_writes_s)
         batch = updated.batch if updated else batch.model_copy(update={"status": "cancelling"})
