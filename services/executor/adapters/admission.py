@@ -82,9 +82,13 @@ async def keep_admitted(nc: Client, stop: asyncio.Event) -> None:
             continue
         failures = 0
         wait_s = RECHECK_S if left is None else renew_in(left)
+        reconnects = nc.stats["reconnects"]
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), wait_s)
             return
-        if left is not None:
-            log.info("renewing this executor's admission to the broker (%.0f s before it expires)", left - wait_s)
+        if nc.stats["reconnects"] != reconnects or nc.is_reconnecting:
+            # Reconnected meanwhile (a broker restart, an admission that expired during a pause): admitted afresh.
+            await _until(lambda: nc.is_connected or nc.is_closed, RECONNECT_WAIT_S)
+        elif left is not None:
+            log.info("renewing this executor's admission to the broker (%.1f s before it expires)", left - wait_s)
             await renew(nc)
