@@ -1,10 +1,14 @@
 """Chaos benchmark: N batches run once undisturbed and once while random services (and the broker) are
-SIGKILLed at random moments; prints lines lost and duplicated (goal 0 / 0) and time to completion for both.
+SIGKILLed at random moments and executors are paused (SIGSTOP past their lease, then SIGCONT, as a GC stall, a VM
+migration or a partition does) with new batches sent after each pause; prints lines lost and duplicated (goal
+0 / 0), batches not completed and time to completion for both.
 
 With `--executors N` (N > 1) the fleet has N executors and every batch is split into shards across them; the
-monkey also kills the extra executors (each comes back, as a supervisor would bring it back, a few seconds later).
+monkey also kills and pauses the extra executors (a killed one comes back, as a supervisor would bring it back, a
+few seconds later). `--executor-ttl-s` shortens the executors' broker admission so that they renew it meanwhile.
 
-Usage: .venv/bin/python bench/chaos.py [--batches 3] [--lines 16] [--kills 6] [--seed 1] [--executors 1]
+Usage: .venv/bin/python bench/chaos.py [--batches 3] [--lines 16] [--kills 6] [--pauses 1] [--seed 1]
+                                       [--executors 1] [--pause-s 20] [--executor-ttl-s S] [--keep DIR]
 """
 
 import argparse
@@ -18,12 +22,14 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import openai
 from openai import OpenAI
+from openai.types import Batch
 
 from infra.embedded import free_port
 from tests.e2e.conftest import ADMIN_KEY, RunningStack, start_stack, stop_stack
@@ -32,6 +38,7 @@ from tests.e2e.test_fleet import CHAT, new_worker_key, start_executor
 
 VICTIMS = ("executor", "scheduler", "ledger", "validator", "gateway", "nats")
 TERMINAL = {"completed", "failed", "expired", "cancelled"}
+BATCHES_AFTER_PAUSE = 1
 
 
 def submit(client: OpenAI, tag: str, batches: int, lines: int) -> dict[str, list[str]]:
@@ -44,23 +51,26 @@ def submit(client: OpenAI, tag: str, batches: int, lines: int) -> dict[str, list
     return submitted
 
 
-def settle(client: OpenAI, submitted: dict[str, list[str]], timeout_s: float = 900) -> tuple[int, int, int]:
-    """(lines lost, lines duplicated, batches not completed) once every batch is terminal."""
+def settle(client: OpenAI, submitted: dict[str, list[str]], more_coming: Callable[[], bool],
+           timeout_s: float = 900) -> tuple[int, int, int]:
+    """(lines lost, lines duplicated, batches not completed) once every batch is terminal and no more are coming."""
     deadline = time.monotonic() + timeout_s
-    pending = set(submitted)
-    finished = {}
-    while pending and time.monotonic() < deadline:
-        for batch_id in list(pending):
+    finished: dict[str, Batch] = {}
+    while time.monotonic() < deadline:
+        coming = more_coming()  # read before the batches: one sent meanwhile is then seen below
+        pending = set(submitted) - set(finished)
+        if not pending and not coming:
+            break
+        for batch_id in pending:
             try:
                 batch = client.batches.retrieve(batch_id)
             except openai.APIError:
                 continue  # the gateway or broker may be down for a moment
             if batch.status in TERMINAL:
                 finished[batch_id] = batch
-                pending.discard(batch_id)
         time.sleep(0.5)
     lost = duplicated = 0
-    for batch_id, ids in submitted.items():
+    for batch_id, ids in list(submitted.items()):
         seen: Counter[str] = Counter()
         ended = finished.get(batch_id)
         for file_id in (ended.output_file_id, ended.error_file_id) if ended else ():
@@ -89,6 +99,9 @@ class ExtraExecutors:
         time.sleep(2)
         self.processes[name] = self._start(name)
 
+    def pid(self, name: str) -> int:
+        return self.processes[name].pid
+
     def stop(self) -> None:
         for process in self.processes.values():
             process.terminate()
@@ -99,35 +112,68 @@ class ExtraExecutors:
                 process.wait()
 
 
-def chaos_monkey(stack: RunningStack, extras: ExtraExecutors, kills: int, rng: random.Random, log: list[str],
-                 stop: threading.Event) -> None:
-    for _ in range(kills):
-        if stop.wait(rng.uniform(3, 8)):
-            return
-        victim = rng.choice(VICTIMS + tuple(extras.processes))
+class ChaosMonkey:
+    """Kills random services and pauses random executors, one fault at a time, at random moments; after each
+    pause it sends new batches, which must run on the executor that came back as on any other."""
+
+    def __init__(self, stack: RunningStack, extras: ExtraExecutors, client: OpenAI, submitted: dict[str, list[str]],
+                 args: argparse.Namespace, kills: int, pauses: int) -> None:
+        self.stack, self.extras, self.client, self.submitted, self.args = stack, extras, client, submitted, args
+        self.rng = random.Random(args.seed)
+        self.faults = ["kill"] * kills + ["pause"] * pauses
+        self.rng.shuffle(self.faults)
+        self.pauses_left = pauses
+        self.log: list[str] = []
+
+    def run(self, stop: threading.Event) -> None:
+        for fault in self.faults:
+            if stop.wait(self.rng.uniform(3, 8)):
+                return
+            try:
+                if fault == "pause":
+                    self.pause(stop)
+                else:
+                    self.kill()
+            except (OSError, ValueError):
+                pass
+
+    def kill(self) -> None:
+        victim = self.rng.choice(VICTIMS + tuple(self.extras.processes))
+        if victim in self.extras.processes:
+            self.extras.kill(victim)
+        else:
+            os.kill(self.stack.service_pid(victim), signal.SIGKILL)
+        self.log.append(victim)
+
+    def pause(self, stop: threading.Event) -> None:
+        victim = self.rng.choice(("executor", *self.extras.processes))
+        pid = self.extras.pid(victim) if victim in self.extras.processes else self.stack.service_pid("executor")
         try:
-            if victim in extras.processes:
-                extras.kill(victim)
-            else:
-                os.kill(stack.service_pid(victim), signal.SIGKILL)
-            log.append(victim)
-        except (OSError, ValueError):
-            pass
+            os.kill(pid, signal.SIGSTOP)
+            stop.wait(self.args.pause_s)
+            os.kill(pid, signal.SIGCONT)
+            self.log.append(f"{victim} paused {self.args.pause_s:.0f}s")
+            batches = submit(self.client, f"after-pause-{len(self.log)}", BATCHES_AFTER_PAUSE, self.args.lines)
+            self.submitted.update(batches)
+        finally:
+            self.pauses_left -= 1
 
 
 def run(stack: RunningStack, extras: ExtraExecutors, tag: str, args: argparse.Namespace,
-        kills: int) -> tuple[float, int, int, int, list[str]]:
+        kills: int, pauses: int) -> tuple[float, int, int, int, list[str]]:
+    """Undisturbed (no faults), the batches the chaos run sends after its pauses are sent at once with the rest."""
     client = OpenAI(base_url=stack.base_url, api_key=ADMIN_KEY, max_retries=8, timeout=60)
-    killed: list[str] = []
     stop = threading.Event()
     started = time.perf_counter()
-    submitted = submit(client, tag, args.batches, args.lines)
-    monkey = threading.Thread(target=chaos_monkey, args=(stack, extras, kills, random.Random(args.seed), killed, stop))
-    monkey.start()
-    lost, duplicated, incomplete = settle(client, submitted)
+    later = args.pauses * BATCHES_AFTER_PAUSE if pauses == 0 else 0
+    submitted = submit(client, tag, args.batches + later, args.lines)
+    monkey = ChaosMonkey(stack, extras, client, submitted, args, kills, pauses)
+    thread = threading.Thread(target=monkey.run, args=(stop,))
+    thread.start()
+    lost, duplicated, incomplete = settle(client, submitted, lambda: monkey.pauses_left > 0)
     stop.set()
-    monkey.join()
-    return time.perf_counter() - started, lost, duplicated, incomplete, killed
+    thread.join()
+    return time.perf_counter() - started, lost, duplicated, incomplete, monkey.log
 
 
 def main() -> None:
@@ -135,12 +181,19 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=3)
     parser.add_argument("--lines", type=int, default=16)
     parser.add_argument("--kills", type=int, default=6)
+    parser.add_argument("--pauses", type=int, default=1, help="executor pauses (SIGSTOP, then SIGCONT) among faults")
+    parser.add_argument("--pause-s", type=float, default=20.0,
+                        help="how long a pause lasts: past the scheduler's 15 s lease, so the executor is lost")
+    parser.add_argument("--executor-ttl-s", type=float, default=None,
+                        help="executors' broker admission (SHESHNAG_NATS_EXECUTOR_TTL_S; default 1 h)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--executors", type=int, default=1, help="executors in the fleet; >1 shards every batch")
     parser.add_argument("--keep", type=Path, default=None, help="keep the stack's data and logs in this directory")
     args = parser.parse_args()
     sharding = {"SHESHNAG_SCHEDULER_SHARD_MIN_LINES": str(max(1, args.lines // args.executors)),
                 "SHESHNAG_EXECUTOR_CHUNK_LINES": "4"} if args.executors > 1 else {}
+    if args.executor_ttl_s is not None:
+        sharding["SHESHNAG_NATS_EXECUTOR_TTL_S"] = str(args.executor_ttl_s)
     with tempfile.TemporaryDirectory() as tmp:
         base = args.keep or Path(tmp)
         base.mkdir(parents=True, exist_ok=True)
@@ -148,13 +201,15 @@ def main() -> None:
         extras = ExtraExecutors(stack, args.executors)
         try:
             time.sleep(15 if args.executors > 1 else 0)  # the extra executors load the model and register
-            calm = run(stack, extras, "calm", args, kills=0)
-            chaos = run(stack, extras, "chaos", args, kills=args.kills)
+            calm = run(stack, extras, "calm", args, kills=0, pauses=0)
+            chaos = run(stack, extras, "chaos", args, kills=args.kills, pauses=args.pauses)
         finally:
             extras.stop()
             stop_stack(stack)
-    print(f"\n{args.batches} batches x {args.lines} lines (max_tokens 64), {args.executors} executor(s)\n")
-    print("| run | seconds | lines lost | lines duplicated | batches not completed | kills |")
+    later = args.pauses * BATCHES_AFTER_PAUSE
+    print(f"\n{args.batches} batches (+{later} sent after pauses) x {args.lines} lines (max_tokens 64), "
+          f"{args.executors} executor(s)\n")
+    print("| run | seconds | lines lost | lines duplicated | batches not completed | faults |")
     print("|---|---|---|---|---|---|")
     for name, (seconds, lost, duplicated, incomplete, killed) in (("undisturbed", calm), ("chaos", chaos)):
         print(f"| {name} | {seconds:.1f} | {lost} | {duplicated} | {incomplete} | {', '.join(killed) or '-'} |")
