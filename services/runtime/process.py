@@ -2,8 +2,10 @@
 
 import asyncio
 import logging
+import os
 import signal
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 
 from services.runtime.logfmt import JsonFormatter, TraceFields
@@ -31,14 +33,34 @@ def configure_observability(service: str, level: str) -> None:
     serve_metrics(ConnectionSettings().metrics_port)
 
 
+STOP_GRACE_S = 90.0
+"""How long a clean stop may take (requests in flight end by their own timeouts well within it) before the
+process exits anyway: a service always stops on SIGTERM."""
+
+
 def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
-    """Run `main(stop)`; the first SIGINT/SIGTERM sets `stop` so it can finish cleanly."""
+    """Run `main(stop)`; the first SIGINT/SIGTERM sets `stop` so it can finish cleanly, a second one (or a clean stop
+    that takes longer than `STOP_GRACE_S`) ends the process at once."""
+
+    def exit_now(why: str) -> None:
+        logging.getLogger(__name__).warning("exiting without a clean stop: %s", why)
+        logging.shutdown()
+        os._exit(1)
 
     async def runner() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+
+        def signalled() -> None:
+            if stop.is_set():
+                exit_now("signalled again while stopping")
+            stop.set()
+            deadline = threading.Timer(STOP_GRACE_S, exit_now, (f"the clean stop took over {STOP_GRACE_S:.0f}s",))
+            deadline.daemon = True  # a clean stop that ends in time does not wait for it
+            deadline.start()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, signalled)
         await main(stop)
 
     asyncio.run(runner())
