@@ -24,6 +24,7 @@ from contracts.events.batch import (
 )
 from contracts.events.executor import ExecutorAdvert, ExecutorLost, ExecutorRegistered
 from contracts.events.registry import AnyEvent
+from services.scheduler.domain import HEARTBEAT_FRESH_MS
 
 Phase = Literal["validating", "validated", "ended"]
 ENDING_EVENTS = (BatchValidationFailed, BatchFailed, BatchCompleted, BatchCancelled, BatchExpired)
@@ -121,10 +122,11 @@ class Book:
     def note_heartbeats(self, adverts: list[ExecutorAdvert]) -> None:
         """Remember each known executor's latest heartbeat: one scan of the bucket that misses an advert (a slow
         broker) must not make a live executor look lost. An executor declared lost that heartbeats again (it was
-        paused, or cut off) is live again: what it ran before was fenced when it was declared lost."""
+        paused, or cut off) is live again: what it ran before was fenced when it was declared lost. Only a beat
+        from after it could be declared lost counts (one sent just before the pause may land just after it)."""
         for advert in adverts:
             lost_at = self.lost.get(advert.executor_id)
-            if lost_at is not None and advert.heartbeat_at > lost_at:
+            if lost_at is not None and advert.heartbeat_at > lost_at + HEARTBEAT_FRESH_MS:
                 del self.lost[advert.executor_id]
                 self.known_executors[advert.executor_id] = advert.heartbeat_at
         self.known_executors = self.last_heard(adverts)

@@ -60,6 +60,15 @@ def test_an_executor_declared_lost_gets_no_work_while_only_its_stale_advert_is_s
     assert {type(a) for a in actions} <= {Wait}
 
 
+def test_a_beat_sent_just_before_the_pause_that_lands_after_it_neither_revives_nor_loses_it_again() -> None:
+    book = paused_book()
+    new_batch(book, "b2")
+    late = advert("e1", heartbeat_at=NOW + 3_000)  # put before the SIGSTOP, stored after the SIGCONT
+    book.note_heartbeats([late])
+    actions = decide(book, [late], CATALOGUE, LOST_AT + 2_000)
+    assert not [a for a in actions if isinstance(a, Assign | DeclareLost)]
+
+
 def test_a_fresh_advert_is_not_enough_to_give_work_to_an_executor_the_book_counts_lost() -> None:
     book = paused_book()
     new_batch(book, "b2")
