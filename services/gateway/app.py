@@ -4,6 +4,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from contracts.subjects import EVENTS_STREAM
 from services.gateway.auth import KEY_CACHE, KeyCache, auth_middleware
 from services.gateway.auth_failures import AUTH_FAILURES, FailedAuthentications
 from services.gateway.context import DEPS, Deps
@@ -19,6 +20,7 @@ from services.gateway.sweeper import file_sweeper
 from services.runtime.bus import EventBus
 from services.runtime.catalogue import load_catalogue
 from services.runtime.fleet import Fleet
+from services.runtime.kv import ensure_direct_reads
 from services.runtime.objectstore import ObjectStore
 from services.runtime.readmodel import ReadModel
 
@@ -32,6 +34,7 @@ def create_app(settings: GatewaySettings) -> web.Application:
         bus = await EventBus.connect(connection.nats_url, "gateway")
         store = ObjectStore.from_settings(connection)
         await store.ensure_bucket()
+        await ensure_direct_reads(bus.js, EVENTS_STREAM)  # the errors view reads facts without a consumer
         read_model = await ReadModel.open(bus)
         app[DEPS] = Deps(settings, bus, store, read_model, load_catalogue(connection.catalogue_path),
                          await Fleet.open(bus))

@@ -1,14 +1,17 @@
-"""KV bucket helpers: open-or-create with direct reads on, and reading every key's latest value without a consumer.
+"""Reading streams without consumers, and KV buckets: open-or-create with direct reads on, every key's latest value.
 
 A scan is a series of batched direct gets on the bucket's stream (`$JS.API.DIRECT.GET.<stream>` with
 `next_by_subj` and `batch`): it creates no consumer and no watch, so a request that lists can leak nothing on the
 server whatever happens to it, and it reads to the stream's end, so an answer is never cut short by a quiet spell.
 """
 
+from dataclasses import dataclass
+
 import nats.errors
 import nats.js.errors
 import orjson
 from nats.aio.subscription import Subscription
+from nats.js.client import JetStreamContext
 from nats.js.kv import KeyValue
 
 from services.runtime.bus import EventBus
@@ -39,11 +42,17 @@ async def open_bucket(bus: EventBus, bucket: str, ttl_s: float | None = None, *,
         except nats.js.errors.BadRequestError:  # another process created it first
             kv = await bus.js.key_value(bucket)
     if scans and not kv._direct:
-        info = await bus.js.stream_info(kv._stream)
-        info.config.allow_direct = True
-        await bus.js.update_stream(info.config)
+        await ensure_direct_reads(bus.js, kv._stream)
         kv = await bus.js.key_value(bucket)
     return kv
+
+
+async def ensure_direct_reads(js: JetStreamContext, stream: str) -> None:
+    """Let `read_subject` read the stream (a stream made before direct reads is switched to them; core users only)."""
+    info = await js.stream_info(stream)
+    if not info.config.allow_direct:
+        info.config.allow_direct = True
+        await js.update_stream(info.config)
 
 
 async def latest_values(kv: KeyValue, key_filter: str = ">") -> list[bytes]:
@@ -56,10 +65,29 @@ async def latest_entries(kv: KeyValue, key_filter: str = ">") -> list[tuple[str,
 
     A key written while the scan runs is seen at its newest value: its new revision lies further on in the stream,
     and the newest revision of each key wins."""
-    nc = kv._js._nc
-    api_subject = f"{kv._js._prefix}.DIRECT.GET.{kv._stream}"
-    subject = f"{kv._pre}{key_filter}"
     latest: dict[str, tuple[int, bytes | None]] = {}
+    for message in await read_subject(kv._js, kv._stream, f"{kv._pre}{key_filter}"):
+        key = message.subject[len(kv._pre):]
+        deleted = KV_OPERATION in message.headers or MARKER_REASON in message.headers
+        if key not in latest or latest[key][0] < message.seq:
+            latest[key] = (message.seq, None if deleted else message.data)
+    return [(key, value) for key, (_, value) in sorted(latest.items()) if value]
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    seq: int
+    subject: str
+    headers: dict[str, str]
+    data: bytes
+
+
+async def read_subject(js: JetStreamContext, stream: str, subject: str) -> list[StoredMessage]:
+    """Every message of `stream` on `subject` (a filter), in stream order, read to the stream's end by batched
+    direct gets: no consumer. The stream must allow direct gets."""
+    nc = js._nc
+    api_subject = f"{js._prefix}.DIRECT.GET.{stream}"
+    found: list[StoredMessage] = []
     inbox = nc.new_inbox()
     replies = await nc.subscribe(inbox)
     try:
@@ -67,35 +95,32 @@ async def latest_entries(kv: KeyValue, key_filter: str = ">") -> list[tuple[str,
         pages = 0
         while start is not None:
             pages += 1
-            if pages > MAX_CHASE * (1 + len(latest) // SCAN_PAGE):
-                raise ScanFailed(f"writes to {key_filter} outran a scan of them")
+            if pages > MAX_CHASE * (1 + len(found) // SCAN_PAGE):
+                raise ScanFailed(f"writes to {subject} outran a scan of them")
             request = orjson.dumps({"seq": start, "next_by_subj": subject, "batch": SCAN_PAGE})
             await nc.publish(api_subject, request, reply=inbox)
-            start = await _read_page(replies, kv._pre, latest)
+            start = await _read_page(replies, found)
     finally:
         await replies.unsubscribe()
-    return [(key, value) for key, (_, value) in sorted(latest.items()) if value]
+    return found
 
 
-async def _read_page(replies: Subscription, prefix: str, latest: dict[str, tuple[int, bytes | None]]) -> int | None:
-    """Fold one batch of direct-get replies into `latest`; the sequence to go on from, or None at the end."""
+async def _read_page(replies: Subscription, found: list[StoredMessage]) -> int | None:
+    """Collect one batch of direct-get replies; the sequence to go on from, or None at the end."""
     last_seq = 0
     while True:
         try:
             message = await replies.next_msg(timeout=REPLY_TIMEOUT_S)
         except nats.errors.TimeoutError:
-            raise ScanFailed("the bucket's stream stopped answering a scan") from None
-        headers = message.headers or {}
+            raise ScanFailed("the stream stopped answering a scan") from None
+        headers = {str(name): value for name, value in (message.headers or {}).items()}
         status = headers.get("Status")
         if status == "404":  # nothing (more) matches
             return None
         if status == "204":  # end of this batch
             return last_seq + 1 if int(headers.get("Nats-Num-Pending", "0")) > 0 and last_seq else None
         if status is not None:
-            raise ScanFailed(f"the bucket's stream refused a scan: {status} {headers.get('Description', '')}")
+            raise ScanFailed(f"the stream refused a scan: {status} {headers.get('Description', '')}")
         seq = int(headers["Nats-Sequence"])
         last_seq = max(last_seq, seq)
-        key = headers["Nats-Subject"][len(prefix):]
-        deleted = KV_OPERATION in headers or MARKER_REASON in headers
-        if key not in latest or latest[key][0] < seq:
-            latest[key] = (seq, None if deleted else message.data)
+        found.append(StoredMessage(seq, headers["Nats-Subject"], headers, message.data))

@@ -5,8 +5,10 @@ import secrets
 
 from nats.js.kv import KeyValue
 
+from contracts.events.batch import LineRejected
+from contracts.subjects import EVENTS_STREAM, event_subject
 from services.runtime.bus import EventBus
-from services.runtime.kv import SCAN_PAGE, latest_entries, open_bucket
+from services.runtime.kv import SCAN_PAGE, ensure_direct_reads, latest_entries, open_bucket, read_subject
 
 
 async def _bucket(bus: EventBus, scans: bool = True) -> KeyValue:
@@ -71,3 +73,16 @@ async def test_a_bucket_made_before_direct_reads_is_switched_to_them_for_a_servi
 
     assert kv._direct
     assert await latest_entries(kv) == [("k", b"v")]
+
+
+async def test_a_subject_of_the_event_log_is_read_whole_in_order_without_a_consumer(bus: EventBus) -> None:
+    batch_id = f"batch_scan{secrets.token_hex(4)}"
+    for line in range(1, SCAN_PAGE + 40):
+        await bus.publish(LineRejected(aggregate_id=batch_id, line=line, code="invalid_json", message="not JSON"))
+    await ensure_direct_reads(bus.js, EVENTS_STREAM)
+    consumers = (await bus.js.stream_info(EVENTS_STREAM)).state.consumer_count
+
+    messages = await read_subject(bus.js, EVENTS_STREAM, event_subject("batch", batch_id, LineRejected.name))
+
+    assert [LineRejected.model_validate_json(m.data).line for m in messages] == list(range(1, SCAN_PAGE + 40))
+    assert (await bus.js.stream_info(EVENTS_STREAM)).state.consumer_count == consumers

@@ -4,40 +4,25 @@ True counts come from the batch; line numbers and examples from the batch's `lin
 (the validator publishes the first errors of every code, so each group has examples).
 """
 
-import nats.errors
 from aiohttp import web
-from nats.js.api import DeliverPolicy
 
 from contracts.api.batch import Batch
 from contracts.api.error_codes import BatchErrorSummary, ErrorGroup, help_for
 from contracts.events.batch import LineRejected
 from contracts.events.registry import decode_event
-from contracts.subjects import event_subject
+from contracts.subjects import EVENTS_STREAM, event_subject
 from services.gateway.context import deps
 from services.gateway.views.batches import owned_batch
 from services.runtime.bus import EventBus
+from services.runtime.kv import read_subject
 
 LINES_PER_GROUP = 5
 
 
 async def rejected_lines(bus: EventBus, batch_id: str) -> list[LineRejected]:
-    subject = event_subject("batch", batch_id, LineRejected.name)
-    subscription = await bus.js.subscribe(subject, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL)
-    found: list[LineRejected] = []
-    try:
-        while True:
-            try:
-                message = await subscription.next_msg(timeout=0.5)
-            except nats.errors.TimeoutError:
-                break
-            event = decode_event(message.data)
-            if isinstance(event, LineRejected):
-                found.append(event)
-            if message.metadata.num_pending == 0:
-                break
-    finally:
-        await subscription.unsubscribe()
-    return found
+    """Every `line_rejected` fact of the batch, read to the log's end without a consumer."""
+    messages = await read_subject(bus.js, EVENTS_STREAM, event_subject("batch", batch_id, LineRejected.name))
+    return [event for event in (decode_event(m.data) for m in messages) if isinstance(event, LineRejected)]
 
 
 def summarise(batch: Batch, rejected: list[LineRejected]) -> BatchErrorSummary:
