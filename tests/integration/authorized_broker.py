@@ -6,6 +6,8 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from nats.aio.subscription import Subscription
+
 from contracts.ids import hash_api_key
 from contracts.readmodel import ApiKeyRecord
 from infra.embedded import free_port, start_nats, stop_process
@@ -25,6 +27,14 @@ class AuthorizedBroker:
     auth: NatsAuth
     core: EventBus
     read_model: ReadModel
+    settings: ConnectionSettings
+    callout: Subscription
+    """The responder admitting executors: unsubscribe it to play a fleet with no scheduler up."""
+
+    async def answer_callout_again(self) -> None:
+        callout = await admit_executors(self.core, self.settings)
+        assert callout is not None
+        self.callout = callout
 
     @property
     def url(self) -> str:
@@ -60,8 +70,9 @@ async def admitting_broker(data_dir: Path, ttl_s: float = 3600.0) -> AsyncIterat
                                                                          revoked=revoked))
         settings = ConnectionSettings(nats_url=auth.core_url(port), nats_callout_seed=auth.issuer_seed,
                                       nats_executor_ttl_s=ttl_s)
-        assert await admit_executors(core, settings) is not None
+        callout = await admit_executors(core, settings)
+        assert callout is not None
         try:
-            yield AuthorizedBroker(port, auth, core, read_model)
+            yield AuthorizedBroker(port, auth, core, read_model, settings, callout)
         finally:
             await core.close()

@@ -13,12 +13,14 @@ import pytest
 from nats.aio.msg import Msg
 
 from contracts.events.batch import AttemptFailed, BatchCompleted, BatchProgressed, BatchStarted
-from contracts.subjects import FLEET_REGISTER, WORK_STREAM, executor_durable, run_command
+from contracts.subjects import EXECUTORS_BUCKET, FLEET_REGISTER, WORK_STREAM, executor_durable, run_command
 from services.executor.adapters import broker
+from services.executor.adapters.admission import expires_in, keep_admitted
 from services.executor.app import run_executor
 from services.executor.settings import ExecutorSettings
 from services.runtime.bus import ConsumerPolicy
 from services.runtime.fleet import Fleet
+from services.runtime.kv import open_bucket
 from services.runtime.objectstore import ObjectStore
 from services.scheduler.book import Book
 from services.scheduler.registration import Registrar
@@ -126,4 +128,28 @@ async def test_a_connection_whose_admission_expired_is_let_back_in_and_its_consu
         assert any("authentication expired" in error for error in errors), "its admission did expire"
         assert not bus.nc.is_closed
         assert received == [(data, 1) for data in sent]
+        await bus.close()
+
+
+async def test_while_no_scheduler_answers_the_callout_an_executor_keeps_its_admission_until_it_expires(
+        tmp_path: Path) -> None:
+    async with admitting_broker(tmp_path, ttl_s=5.0) as running:
+        bus = await broker.connect(running.executor_settings("patient", WORKER_KEY), asyncio.Event())
+        assert bus is not None
+        left = await expires_in(bus.nc)
+        assert left is not None
+        await running.callout.unsubscribe()  # every scheduler is down
+        stop = asyncio.Event()
+        renewing = asyncio.create_task(keep_admitted(bus.nc, stop))
+        await asyncio.sleep(left - 0.5)  # past the moment it would have renewed
+        assert bus.nc.is_connected and bus.nc.stats["reconnects"] == 0, "it did not cut itself off early"
+
+        await asyncio.sleep(1.5)  # expired: shut out until a scheduler answers again
+        assert not bus.nc.is_connected and not bus.nc.is_closed
+        await running.answer_callout_again()
+        kv = await open_bucket(bus, EXECUTORS_BUCKET)
+        await asyncio.wait_for(kv.put("patient", b"back"), 15)
+        assert not bus.nc.is_closed
+        stop.set()
+        await asyncio.wait_for(renewing, 5)
         await bus.close()

@@ -50,6 +50,27 @@ async def expires_in(nc: Client) -> float | None:
     return expiry_of(reply.data)
 
 
+async def would_be_admitted(nc: Client) -> bool:
+    """Whether the broker admits this connection's credentials now, asked on a connection of its own: while no
+    scheduler answers the callout, renewing would only cut the executor off before it has to be."""
+    url = nc.connected_url
+    if url is None:
+        return False
+    options = {name: nc.options[name] for name in ("user", "password") if nc.options.get(name)}
+    probe = Client()
+    try:
+        await probe.connect(servers=[url.geturl()], allow_reconnect=False, max_reconnect_attempts=0,
+                            connect_timeout=int(ASK_TIMEOUT_S), error_cb=_quiet, **options)
+    except (nats.errors.Error, OSError, TimeoutError):
+        return False
+    await probe.close()
+    return True
+
+
+async def _quiet(error: Exception) -> None:
+    log.debug("admission probe: %r", error)
+
+
 async def renew(nc: Client) -> None:
     """Reconnect (so the server admits the connection again) once no request waits for its reply, or after a
     while; what is published meanwhile is held and sent on the new connection, subscriptions are replayed."""
@@ -89,6 +110,11 @@ async def keep_admitted(nc: Client, stop: asyncio.Event) -> None:
         if nc.stats["reconnects"] != reconnects or nc.is_reconnecting:
             # Reconnected meanwhile (a broker restart, an admission that expired during a pause): admitted afresh.
             await _until(lambda: nc.is_connected or nc.is_closed, RECONNECT_WAIT_S)
+        elif left is not None and not await would_be_admitted(nc):
+            log.warning("the broker would not admit this executor again now (no scheduler answers?); keeping the "
+                        "current admission (%.1f s left) and asking again", left - wait_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), RETRY_S)
         elif left is not None:
             log.info("renewing this executor's admission to the broker (%.1f s before it expires)", left - wait_s)
             await renew(nc)
