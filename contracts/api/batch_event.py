@@ -43,8 +43,9 @@ EVENT_FIELDS: dict[BatchEventType, tuple[str, ...]] = {
                       "allow_partial", "hold"),
     "batch.line_rejected": ("line", "code", "param", "message", "custom_id"),
     "batch.validation_progressed": ("lines_read", "errors_found"),
-    "batch.validated": ("total_lines", "model", "rejected_lines"),
-    "batch.validation_failed": ("total_lines", "error_count", "counts_by_code"),
+    "batch.validated": ("total_lines", "model", "rejected_lines", "error_count", "counts_by_code"),
+    "batch.validation_failed": ("total_lines", "error_count", "counts_by_code", "rejected_lines", "reason",
+                                "error_file_id"),
     "batch.waiting": ("reason",),
     "batch.released": (),
     "batch.assigned": ("executor_id", "attempt", "shard", "shards"),
@@ -100,12 +101,15 @@ class BatchStreamEvent(BaseModel):
     model: str | None = None
     """The catalogue id every line resolved to (`batch.validated`)."""
     rejected_lines: int | None = None
-    """With allow_partial: lines validation refused; they go to the error file and never run."""
+    """Input lines validation refused (a line with several errors is one). With allow_partial they go to the error
+    file and never run; a batch that failed validation lists them in its error file with every other line."""
     error_count: int | None = None
+    """Every error validation found, published or only counted (a line may have several)."""
     counts_by_code: dict[str, int] | None = None
+    """How many errors of each code, all of them counted."""
 
     reason: str | None = None
-    """Why a batch waits, an attempt failed or the batch failed, for a person."""
+    """Why a batch waits, an attempt failed or the batch failed (at run time or validation), for a person."""
     executor_id: str | None = None
     """The executor that runs the attempt."""
     attempt: int | None = None
@@ -126,4 +130,5 @@ class BatchStreamEvent(BaseModel):
     """The shard stopped on cancel or expiry instead of running every line."""
     output_file_id: str | None = None
     error_file_id: str | None = None
+    """The error file of an ended batch; of one that failed validation, every input line with why it did not run."""
     usage: BatchUsage | None = None

@@ -99,6 +99,11 @@ class BatchValidated(BatchEvent):
     """With allow_partial: lines refused by validation; they go to the error file and never run."""
     rejections_object_key: str | None = None
     """JSONL of the refused lines (`RejectedLine`), when there are any."""
+    error_count: int | None = None
+    """The true number of errors (with allow_partial, of the refused lines), counted past the `LineRejected`
+    facts published; None from validators before it."""
+    counts_by_code: dict[str, int] | None = None
+    """The true number of errors of each code (see `error_count`)."""
 
 
 class BatchValidationFailed(BatchEvent):
@@ -106,7 +111,15 @@ class BatchValidationFailed(BatchEvent):
     type: Literal["batch.validation_failed"] = "batch.validation_failed"
     total_lines: int
     error_count: int
+    """Every error found; a line may have several."""
     counts_by_code: dict[str, int] = Field(default_factory=dict)
+    rejected_lines: int | None = None
+    """Distinct input lines refused (a line with two errors is one); None from validators before it."""
+    reason: str | None = None
+    """Why validation failed, for a person: the file-level errors, then refused lines of all lines."""
+    error_file_id: str | None = None
+    """The error file: one line per input line, each refused line with all its codes, every other line
+    `batch_failed_validation`; None when the file has no lines, or from validators before it."""
 
 
 class BatchAssigned(BatchEvent):

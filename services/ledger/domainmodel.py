@@ -30,6 +30,14 @@ def aggregate_id(kind: str, ident: str) -> UUID:
     return uuid5(_ID_NAMESPACE, f"{kind}:{ident}")
 
 
+def validation_reason(total_lines: int, error_count: int, rejected_lines: int | None) -> str:
+    """Why validation failed, from its counts (verdicts that say why themselves are shown as they say it)."""
+    if rejected_lines is None:  # a verdict from before lines were counted apart from errors
+        return f"validation found {error_count} errors in {total_lines} input lines"
+    counted = f"{rejected_lines} of {total_lines} input lines failed validation"
+    return counted if error_count == rejected_lines else f"{counted} ({error_count} errors)"
+
+
 class Folded(Aggregate):
     """Base of the ledger's aggregates: the last stream sequence applied, and the anomalies seen."""
 
@@ -115,29 +123,45 @@ class Batch(Folded):
         self.error_total += 1
         self.counts_by_code[code] = self.counts_by_code.get(code, 0) + 1
 
-    def validate(self, sequence: int, at: int, model: str, total_lines: int) -> None:
+    def validate(self, sequence: int, at: int, model: str, total_lines: int, error_count: int | None = None,
+                 counts_by_code: dict[str, int] | None = None) -> None:
         if not self.refuses(sequence, "validated", self.status, ("validating",)):
-            self._validated(sequence=sequence, at=at, model=model, total_lines=total_lines)
+            self._validated(sequence=sequence, at=at, model=model, total_lines=total_lines,
+                            error_count=error_count, counts_by_code=counts_by_code)
 
     @event("Validated")
-    def _validated(self, sequence: int, at: int, model: str, total_lines: int) -> None:
+    def _validated(self, sequence: int, at: int, model: str, total_lines: int, error_count: int | None = None,
+                   counts_by_code: dict[str, int] | None = None) -> None:
+        # Stored Validated events from before the totals fold with the defaults: the published errors' counts.
         self.last_sequence, self.status, self.model, self.total = sequence, "validated", model, total_lines
         self.times["validated_at"] = at
+        self._take_totals(error_count, counts_by_code)
+
+    def _take_totals(self, error_count: int | None, counts_by_code: dict[str, int] | None) -> None:
+        """The validator's totals are authoritative: it counted every error, and published only the first ones."""
+        if error_count is not None and counts_by_code is not None:
+            self.error_total, self.counts_by_code = error_count, dict(counts_by_code)
 
     def fail_validation(self, sequence: int, at: int, total_lines: int, error_count: int,
-                        counts_by_code: dict[str, int]) -> None:
+                        counts_by_code: dict[str, int], rejected_lines: int | None = None,
+                        reason: str | None = None, error_file_id: str | None = None) -> None:
         if not self.refuses(sequence, "validation_failed", self.status, ("validating",)):
-            self._validation_failed(sequence=sequence, at=at, total_lines=total_lines,
-                                    error_count=error_count, counts_by_code=counts_by_code)
+            self._validation_failed(sequence=sequence, at=at, total_lines=total_lines, error_count=error_count,
+                                    counts_by_code=counts_by_code, rejected_lines=rejected_lines, reason=reason,
+                                    error_file_id=error_file_id)
 
     @event("ValidationFailed")
     def _validation_failed(self, sequence: int, at: int, total_lines: int, error_count: int,
-                           counts_by_code: dict[str, int]) -> None:
-        # The validator's totals are authoritative: it counted every line, we may have missed none or some.
+                           counts_by_code: dict[str, int], rejected_lines: int | None = None,
+                           reason: str | None = None, error_file_id: str | None = None) -> None:
+        # Stored ValidationFailed events from before the last three fields fold with the defaults.
         self.last_sequence, self.status, self.total = sequence, "failed", total_lines
-        self.error_total, self.counts_by_code = error_count, dict(counts_by_code)
+        self._take_totals(error_count, counts_by_code)
         self.times["failed_at"] = at
-        self.status_reason = f"{error_count} of {total_lines} input lines failed validation"
+        self.status_reason = reason or validation_reason(total_lines, error_count, rejected_lines)
+        if error_file_id is not None:
+            # The error file accounts for every input line: refused ones and those that did not run.
+            self.error_file_id, self.failed = error_file_id, total_lines
 
     def assign(self, sequence: int, executor_id: str, attempt: int, shard: int = 0) -> None:
         if self.refuses(sequence, "assigned", self.status, ("validated", "in_progress")):

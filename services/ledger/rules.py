@@ -154,9 +154,10 @@ class FoldingRules:
             case LineRejected():
                 batch.reject_line(seq, fact.line, fact.code, fact.param, fact.message)
             case BatchValidated():
-                batch.validate(seq, at, fact.model, fact.total_lines)
+                batch.validate(seq, at, fact.model, fact.total_lines, fact.error_count, fact.counts_by_code)
             case BatchValidationFailed():
-                batch.fail_validation(seq, at, fact.total_lines, fact.error_count, fact.counts_by_code)
+                batch.fail_validation(seq, at, fact.total_lines, fact.error_count, fact.counts_by_code,
+                                      fact.rejected_lines, fact.reason, fact.error_file_id)
             case BatchAssigned():
                 batch.assign(seq, fact.executor_id, fact.attempt, fact.shard)
             case ShardFinished():

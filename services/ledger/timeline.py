@@ -68,9 +68,11 @@ def timeline(facts: Sequence[tuple[int, Event]]) -> list[Row]:
                 row.note = f"line {fact.line}: {fact.code}"
             case BatchValidated():
                 model = row.model = fact.model
-                row.counts = f"total={fact.total_lines}"
+                row.counts = f"total={fact.total_lines}" + (f" refused={fact.rejected_lines} errors={fact.error_count}"
+                                                            if fact.error_count else "")
             case BatchValidationFailed():
-                row.counts = f"total={fact.total_lines} errors={fact.error_count}"
+                row.counts = f"total={fact.total_lines} errors={fact.error_count}" + (
+                    f" refused={fact.rejected_lines}" if fact.rejected_lines is not None else "")
             case BatchAssigned():
                 row.actor = fact.executor_id
             case BatchStarted():

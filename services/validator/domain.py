@@ -39,6 +39,13 @@ class FileValidation:
     model_line: int | None = None
     embedding_inputs: int = 0
     first_line_of: dict[str, int] = field(default_factory=dict)
+    limit_line: int | None = None
+    """The first line past `max_lines`: it is refused with `too_many_tasks`, the lines after it are not read."""
+    embedding_limit_line: int | None = None
+    """The line whose embedding inputs went past `max_embedding_inputs`: the one refused for it."""
+    file_issues: dict[str, LineIssue] = field(default_factory=dict)
+    """The file-level errors found, one per code (`empty_file`, `too_many_tasks`): each is reported once, and
+    fails the batch even with allow_partial."""
 
     def feed(self, line_no: int, raw: bytes) -> list[LineIssue]:
         return self.check(line_no, raw).issues
@@ -56,9 +63,15 @@ class FileValidation:
                 continue
             self.total_lines += 1
             if self.total_lines > self.limits.max_lines:
-                verdicts.append((line_no, LineVerdict([LineIssue(
-                    "too_many_tasks", f"The file has more than {self.limits.max_lines} requests; split it into "
-                    "several batches.")])))
+                # One error for the file, at its first line past the limit; the rest are counted, never checked.
+                if self.limit_line is None:
+                    self.limit_line = line_no
+                    issue = LineIssue("too_many_tasks", f"The file has more than {self.limits.max_lines} "
+                                      f"requests; split it into several batches (lines from {line_no} on were not "
+                                      "checked).")
+                    verdicts.append((line_no, LineVerdict([self._file_issue(issue)])))
+                else:
+                    verdicts.append((line_no, None))
                 continue
             verdicts.append((line_no, check_line(raw, self.endpoint, self.catalogue, self.limits.max_line_bytes,
                                                  self.tokenizers)))
@@ -106,16 +119,18 @@ class FileValidation:
             issues += self._pin_model(line_no, model.id)
         if verdict.embedding_inputs:
             self.embedding_inputs += verdict.embedding_inputs
-            if self.embedding_inputs > self.limits.max_embedding_inputs:
-                issues.append(LineIssue("too_many_tasks", f"The file asks for more than "
-                                        f"{self.limits.max_embedding_inputs} embedding inputs in all; split it.",
-                                        "body.input"))
+            if self.embedding_inputs > self.limits.max_embedding_inputs and self.embedding_limit_line is None:
+                self.embedding_limit_line = line_no
+                issues.append(self._file_issue(LineIssue(
+                    "too_many_tasks", f"The file asks for more than {self.limits.max_embedding_inputs} embedding "
+                    f"inputs in all (line {line_no} goes past it); split it into several batches.", "body.input")))
         return self._count(LineResult(line_no, verdict.custom_id, issues))
 
     def finish(self) -> list[LineIssue]:
         """File-level issues known only at the end."""
         if self.total_lines == 0:
-            issue = LineIssue("empty_file", "The file has no requests: add one JSON request per line.")
+            issue = self._file_issue(LineIssue("empty_file", "The file has no requests: add one JSON request per "
+                                               "line."))
             self.error_count += 1
             self.counts_by_code["empty_file"] = 1
             return [issue]
@@ -128,6 +143,29 @@ class FileValidation:
     @property
     def runnable_lines(self) -> int:
         return self.total_lines - self.rejected_lines
+
+    @property
+    def partial_run_possible(self) -> bool:
+        """With allow_partial the valid lines may run: there are some, of one model, and the file is acceptable."""
+        return self.model_id is not None and self.runnable_lines > 0 and not self.file_issues
+
+    def unchecked(self, line_no: int) -> bool:
+        """A line past `max_lines`, which validation never read."""
+        return self.limit_line is not None and line_no > self.limit_line
+
+    def failure_reason(self) -> str:
+        """Why the file fails, for a person: its file-level errors, then how many lines were refused."""
+        parts = [issue.message for issue in self.file_issues.values()]
+        if self.error_count > len(self.file_issues):  # some lines broke line rules too
+            counted = f"{self.rejected_lines} of {self.total_lines} input lines failed validation"
+            if self.error_count != self.rejected_lines:
+                counted += f" ({self.error_count} errors)"
+            parts.append(counted + ".")
+        return " ".join(parts)
+
+    def _file_issue(self, issue: LineIssue) -> LineIssue:
+        self.file_issues.setdefault(issue.code, issue)
+        return issue
 
     def _pin_model(self, line_no: int, model_id: str) -> list[LineIssue]:
         if self.model_id is None:

@@ -21,10 +21,12 @@ from contracts.events.registry import decode_event
 from contracts.subjects import rejections_key
 from services.runtime.bus import EventBus, PoisonMessage
 from services.runtime.objectstore import ObjectNotFound, ObjectStore
+from services.validator.adapters.error_file import write_error_file
 from services.validator.adapters.tokenizer import TokenizerCache
 from services.validator.domain import FileValidation, Limits, LineResult
 from services.validator.issues import LineIssue
 from services.validator.observe import count_lines
+from services.validator.refusals import rejected_line
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +77,7 @@ class Validator:
         log.info("batch %s: %d lines, %d errors", created.aggregate_id, run.validation.total_lines,
                  run.validation.error_count)
         count_lines(run.validation.total_lines, run.validation.runnable_lines)
-        await self.bus.publish(await run.verdict())
+        await run.verdict()
 
 
 class _Run:
@@ -86,7 +88,8 @@ class _Run:
         self.created = created
         self.validation = validation
         self.published_by_code: dict[str, int] = {}
-        self.rejected: list[RejectedLine] = []
+        self.rejected: dict[int, RejectedLine] = {}
+        """Every refused line by its line number (at most the line limit and one: later lines are not read)."""
         self.last_progress_at = time.monotonic()
         self.last_progress_lines = 0
         self.lines_checked = 0
@@ -107,10 +110,7 @@ class _Run:
     async def report(self, result: LineResult) -> None:
         if not result.issues:
             return
-        first = result.issues[0]
-        if self.created.allow_partial:
-            self.rejected.append(RejectedLine(line=result.line, custom_id=result.custom_id, code=first.code,
-                                              param=first.param, message=first.message))
+        self.rejected[result.line] = rejected_line(result)
         for issue in result.issues:
             await self.publish_issue(result.line, result.custom_id, issue)
 
@@ -135,20 +135,27 @@ class _Run:
         await self.v.bus.publish(ValidationProgressed(**self._envelope(), lines_read=self.validation.total_lines,
                                                       errors_found=self.validation.error_count))
 
-    async def verdict(self) -> BatchValidated | BatchValidationFailed:
+    async def verdict(self) -> None:
+        """Publish the verdict; a failed batch's error file first, so the verdict can name it."""
         validation, created = self.validation, self.created
-        partial_ok = (created.allow_partial and validation.model_id is not None and validation.runnable_lines > 0
-                      and "empty_file" not in validation.counts_by_code)
-        if validation.passed or partial_ok:
+        if validation.passed or (created.allow_partial and validation.partial_run_possible):
             assert validation.model_id is not None
             key = None
             if self.rejected:
                 key = rejections_key(created.aggregate_id)
-                body = b"".join(r.model_dump_json().encode() + b"\n" for r in self.rejected)
+                body = b"".join(r.model_dump_json().encode() + b"\n" for r in self.rejected.values())
                 await self.v.store.put_bytes(key, body)
-            return BatchValidated(**self._envelope(), total_lines=validation.total_lines, model=validation.model_id,
-                                  owner_key_id=created.owner_key_id, endpoint=created.endpoint,
-                                  input_object_key=created.input_object_key, rejected_lines=len(self.rejected),
-                                  rejections_object_key=key)
-        return BatchValidationFailed(**self._envelope(), total_lines=validation.total_lines,
-                                     error_count=validation.error_count, counts_by_code=validation.counts_by_code)
+            await self.v.bus.publish(BatchValidated(
+                **self._envelope(), total_lines=validation.total_lines, model=validation.model_id,
+                owner_key_id=created.owner_key_id, endpoint=created.endpoint,
+                input_object_key=created.input_object_key, rejected_lines=len(self.rejected),
+                rejections_object_key=key, error_count=validation.error_count,
+                counts_by_code=validation.counts_by_code))
+            return
+        stored = await write_error_file(self.v.store, created, validation, self.rejected)
+        if stored is not None:
+            await self.v.bus.publish(stored)
+        await self.v.bus.publish(BatchValidationFailed(
+            **self._envelope(), total_lines=validation.total_lines, error_count=validation.error_count,
+            counts_by_code=validation.counts_by_code, rejected_lines=validation.rejected_lines,
+            reason=validation.failure_reason(), error_file_id=stored.aggregate_id if stored else None))

@@ -33,7 +33,13 @@ def test_a_file_with_150_errors_keeps_100_and_reports_the_true_total_per_code(st
     assert len(raw["errors"]["data"]) == 100
     assert raw["errors"]["total"] == 150
     assert raw["errors"]["counts_by_code"] == {"invalid_json": 120, "unsupported_model": 30}
-    assert raw["request_counts"]["total"] == 160
+    assert raw["request_counts"] == {"total": 160, "completed": 0, "failed": 160}
+    assert raw["status_reason"] == "150 of 160 input lines failed validation."
+    error_file = [json.loads(line) for line in client.files.content(raw["error_file_id"]).text.splitlines()]
+    assert len(error_file) == 160, "every input line is in the error file, beyond the 100 errors kept"
+    codes = [line["error"]["code"] for line in error_file]
+    assert (codes.count("invalid_json"), codes.count("unsupported_model")) == (120, 30)
+    assert codes.count("batch_failed_validation") == 10
 
     summary = httpx2.get(f"{stack.base_url}/batches/{batch.id}/errors", headers=AUTH, timeout=10).json()
     assert summary["total"] == 150
@@ -42,6 +48,20 @@ def test_a_file_with_150_errors_keeps_100_and_reports_the_true_total_per_code(st
     assert groups["unsupported_model"]["count"] == 30 and groups["unsupported_model"]["param"] == "body.model"
     assert groups["unsupported_model"]["lines"] == [131, 132, 133, 134, 135]
     assert all(group["fix"] and group["title"] for group in summary["groups"])
+
+
+def test_allow_partial_reports_the_true_error_totals_past_100_per_code(stack: RunningStack) -> None:
+    lines = [json.dumps(chat_line("ok", "hi")), *["{broken"] * 150]
+    client = stack.client()
+    created = client.batches.create(input_file_id=upload(stack, "\n".join(lines).encode()),
+                                    endpoint="/v1/chat/completions", completion_window="24h",
+                                    extra_body={"allow_partial": True})
+    batch, _ = wait_until_done(client, created.id)
+    assert batch.status == "completed", batch.model_dump()
+    raw = httpx2.get(f"{stack.base_url}/batches/{batch.id}", headers=AUTH, timeout=10).json()
+    assert (raw["errors"]["total"], raw["errors"]["counts_by_code"]) == (150, {"invalid_json": 150})
+    assert len(raw["errors"]["data"]) == 100
+    assert raw["request_counts"] == {"total": 151, "completed": 1, "failed": 150}
 
 
 def test_uploads_past_the_limit_are_refused_with_413_file_too_large(stack: RunningStack) -> None:

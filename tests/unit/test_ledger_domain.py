@@ -266,3 +266,49 @@ def test_the_folded_checkpoint_is_saved_with_the_state_and_a_refold_leaves_it(le
     assert ledger.folded_checkpoint() == 3
     ledger.fold([(2, rejected(1)), (3, validated())])
     assert ledger.folded_checkpoint() == 3 and ledger.checkpoint() == 0
+
+
+def test_an_allow_partial_batch_shows_the_validators_true_error_totals(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), *(rejected(n) for n in range(1, 101)), *(rejected(n, "unsupported_model")
+                                                                      for n in range(101, 201)))
+    stream.fold(BatchValidated(aggregate_id=BATCH, total_lines=6000, model="smollm2-135m-instruct-q4_1",
+                               owner_key_id="key_a", endpoint="/v1/chat/completions",
+                               input_object_key="files/file-in", rejected_lines=5200, error_count=5200,
+                               counts_by_code={"invalid_json": 5000, "unsupported_model": 200}, occurred_at=at(2)))
+    errors = stream.record().batch.errors
+    assert errors is not None and (errors.total, len(errors.data)) == (5200, 100)
+    assert errors.counts_by_code == {"invalid_json": 5000, "unsupported_model": 200}
+
+
+def test_a_validated_fact_without_totals_keeps_the_counts_of_the_published_errors(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), rejected(1), rejected(2), validated())
+    errors = stream.record().batch.errors
+    assert errors is not None and (errors.total, errors.counts_by_code) == (2, {"invalid_json": 2})
+
+
+def test_a_failed_validation_counts_lines_apart_from_errors_and_accounts_every_line_in_its_error_file(
+        ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), rejected(1), rejected(1, "unknown_fields"), rejected(2))
+    stream.fold(BatchValidationFailed(aggregate_id=BATCH, total_lines=5, error_count=3, rejected_lines=2,
+                                      counts_by_code={"invalid_json": 2, "unknown_fields": 1},
+                                      error_file_id="file-err", occurred_at=at(3)))
+    batch = stream.record().batch
+    assert batch.status_reason == "2 of 5 input lines failed validation (3 errors)"
+    assert batch.error_file_id == "file-err" and batch.output_file_id is None
+    assert batch.request_counts.model_dump() == {"total": 5, "completed": 0, "failed": 5}
+
+
+def test_a_failed_validation_shows_the_validators_reason_and_older_verdicts_claim_no_line_count(
+        ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), BatchValidationFailed(aggregate_id=BATCH, total_lines=9, error_count=1, rejected_lines=1,
+                                                 counts_by_code={"too_many_tasks": 1}, reason="Too many requests."))
+    assert stream.record().batch.status_reason == "Too many requests."
+    stream.fold(created("batch_unit2"), BatchValidationFailed(aggregate_id="batch_unit2", total_lines=2,
+                                                              error_count=3, counts_by_code={"invalid_json": 3}))
+    old = ledger.batch("batch_unit2")
+    assert old is not None and batch_record(old).batch.status_reason == "validation found 3 errors in 2 input lines"
+    assert batch_record(old).batch.request_counts.failed == 0, "no error file accounts for its lines"

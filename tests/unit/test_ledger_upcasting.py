@@ -45,3 +45,18 @@ def test_a_v1_batch_snapshot_is_upcast_with_the_fields_added_since(ledger: Ledge
     assert isinstance(reloaded, Batch)
     assert (reloaded.attempt_failures, reloaded.cancel_requested_by) == ([], None)
     assert reloaded.status == "validated" and reloaded.batch_id == BATCH
+
+
+def test_stored_validation_verdicts_from_before_the_true_totals_still_fold(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created())
+    batch = stream.batch()
+    old_state = {"timestamp": {"_type_": "datetime_iso", "_data_": "2023-11-14T22:13:20+00:00"},
+                 "sequence": 2, "at": 1, "total_lines": 4, "error_count": 3, "counts_by_code": {"invalid_json": 3}}
+    ledger.recorder.insert_events([StoredEvent(
+        originator_id=batch.id, originator_version=batch.version + 1, topic=f"{TOPIC_MODULE}:Batch.ValidationFailed",
+        state=json.dumps(old_state).encode())])
+
+    reloaded = stream.batch()
+    assert (reloaded.status, reloaded.error_total, reloaded.error_file_id) == ("failed", 3, None)
+    assert reloaded.status_reason == "validation found 3 errors in 4 input lines"

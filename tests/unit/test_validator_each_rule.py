@@ -155,6 +155,15 @@ def test_embedding_inputs_are_summed_across_lines_against_the_limit(catalogue: C
     assert "too_many_tasks" in codes
 
 
+def test_embedding_inputs_past_the_limit_are_one_error_on_the_line_that_crosses_it(catalogue: Catalogue) -> None:
+    validation = FileValidation("/v1/embeddings", catalogue, Limits(max_embedding_inputs=3))
+    line = {"method": "POST", "url": "/v1/embeddings", "body": {"model": "x", "input": ["a", "b"]}}
+    found = [[i.code for i in validation.feed(n, orjson.dumps({**line, "custom_id": f"e{n}"}))]
+             for n in range(1, 6)]
+    assert [("too_many_tasks" in codes) for codes in found] == [False, True, False, False, False]
+    assert validation.counts_by_code.get("too_many_tasks") == 1 and not validation.partial_run_possible
+
+
 def test_the_prompt_is_counted_exactly_as_the_engine_counts_it(tokenizers: TokenizerCache,
                                                                 catalogue: Catalogue) -> None:
     model = catalogue.resolve("smollm2")

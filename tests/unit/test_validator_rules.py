@@ -89,3 +89,23 @@ def test_counts_by_code_add_up_to_the_true_total(catalogue: Catalogue) -> None:
     codes(validation, b"nope", b"nope", line("a", model="x"), line("b"))
     assert validation.error_count == 3
     assert validation.counts_by_code == {"invalid_json": 2, "unsupported_model": 1}
+
+
+def test_a_file_past_the_line_limit_has_one_too_many_tasks_error_at_its_first_line_past_it(
+        catalogue: Catalogue) -> None:
+    validation = FileValidation(CHAT, catalogue, Limits(max_lines=2))
+    found = codes(validation, line("a"), line("b"), line("c"), b"not even json", line("e"))
+    assert found == [[], [], ["too_many_tasks"], [], []], "lines past the first one over the limit are not checked"
+    assert (validation.error_count, validation.counts_by_code) == (1, {"too_many_tasks": 1})
+    assert (validation.total_lines, validation.rejected_lines, validation.limit_line) == (5, 1, 3)
+    assert validation.unchecked(4) and not validation.unchecked(3)
+    assert not validation.passed and not validation.partial_run_possible, "too big even for allow_partial"
+    assert validation.failure_reason().startswith("The file has more than 2 requests")
+
+
+def test_the_failure_reason_counts_refused_lines_apart_from_their_errors(catalogue: Catalogue) -> None:
+    validation = FileValidation(CHAT, catalogue)
+    two_errors = line("a", method="GET", extra=1)
+    assert codes(validation, two_errors, b"nope") == [["unknown_fields", "invalid_method"], ["invalid_json"]]
+    assert (validation.error_count, validation.rejected_lines) == (3, 2)
+    assert validation.failure_reason() == "2 of 2 input lines failed validation (3 errors)."

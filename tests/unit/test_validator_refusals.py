@@ -1,0 +1,37 @@
+"""What validation refused, as the records and error-file lines a user reads to fix a file."""
+
+import orjson
+
+from contracts.ids import batch_request_id
+from services.validator.domain import LineResult
+from services.validator.issues import LineIssue
+from services.validator.refusals import BATCH_FAILED_VALIDATION, not_run_output, refused_output, rejected_line
+
+BATCH = "batch_r1"
+
+
+def test_a_line_with_several_errors_is_one_record_naming_every_error() -> None:
+    result = LineResult(3, "a", [LineIssue("invalid_method", "Use POST.", "method"),
+                                 LineIssue("unknown_fields", "Drop extra.")])
+    record = rejected_line(result)
+    assert (record.line, record.code, record.param) == (3, "invalid_method", "method")
+    assert record.message == "[invalid_method at method] Use POST. [unknown_fields] Drop extra."
+
+
+def test_a_repeated_custom_id_comes_first_so_the_line_is_named_by_its_number() -> None:
+    result = LineResult(4, "a", [LineIssue("invalid_method", "Use POST.", "method"),
+                                 LineIssue("duplicate_custom_id", "Used on line 1.", "custom_id")])
+    output = refused_output(BATCH, rejected_line(result))
+    assert output.error is not None and output.error.code == "duplicate_custom_id"
+    assert output.id == batch_request_id(BATCH, "line:4") != batch_request_id(BATCH, "a")
+    assert output.custom_id == "a" and output.response is None
+
+
+def test_a_line_that_did_not_run_keeps_its_custom_id_and_says_why() -> None:
+    raw = orjson.dumps({"custom_id": "ok", "method": "POST"})
+    checked = not_run_output(BATCH, 2, raw, "Other lines failed.", checked=True)
+    assert (checked.id, checked.custom_id) == (batch_request_id(BATCH, "ok"), "ok")
+    assert checked.error is not None and checked.error.code == BATCH_FAILED_VALIDATION
+    unchecked = not_run_output(BATCH, 9, raw, "Too many.", checked=False)
+    assert unchecked.id == batch_request_id(BATCH, "line:9"), "an unchecked custom_id may repeat an earlier one"
+    assert not_run_output(BATCH, 10, b"{oops", "Too many.", checked=False).custom_id is None
