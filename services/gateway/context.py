@@ -1,10 +1,11 @@
 """What every view needs, held on the app under typed keys."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
 from contracts.catalogue import Catalogue
+from services.gateway.own_writes import OwnWrites
 from services.gateway.settings import GatewaySettings
 from services.runtime.bus import EventBus
 from services.runtime.fleet import Fleet
@@ -20,6 +21,7 @@ class Deps:
     read_model: ReadModel
     catalogue: Catalogue
     fleet: Fleet
+    own_writes: OwnWrites = field(default_factory=OwnWrites)
 
 
 DEPS = web.AppKey("deps", Deps)

@@ -15,6 +15,9 @@ class GatewaySettings(ServiceSettings):
     """The shortest completion_window accepted (OpenAI's 24h); lowered only to test expiry."""
     read_your_writes_s: float = 5.0
     """How long a create waits for the ledger to show what it just published."""
+    own_writes_wait_s: float = 10.0
+    """How long a list waits for the ledger to show the owner's creates and deletes that this gateway answered
+    before the ledger showed them (read-your-writes for lists)."""
     storage_quota_bytes: int = 10 * 1024 * 1024 * 1024
     """Bytes of files one owner (a user, or a key without one) may keep stored; output files count but are never
     refused."""

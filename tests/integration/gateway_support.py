@@ -76,8 +76,8 @@ async def running_gateway(connection: ConnectionSettings, **overrides: Any) -> A
     stop = asyncio.Event()
     ledger = create_ledger(LedgerSettings(connection=connection))
     task = asyncio.create_task(ledger.run(stop))
-    settings = GatewaySettings(connection=connection, read_your_writes_s=WAIT_S, file_sweep_interval_s=0,
-                               **overrides)
+    settings = GatewaySettings(connection=connection, **{"read_your_writes_s": WAIT_S, "file_sweep_interval_s": 0,
+                                                         **overrides})
     client = TestClient(GatewayTestServer(create_gateway(settings)))
     bus = await EventBus.connect(connection.nats_url, "tests-gateway")
     try:

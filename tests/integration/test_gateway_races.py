@@ -150,3 +150,18 @@ async def test_a_cancel_after_the_finalizer_began_is_refused_even_before_the_rea
 
     assert cancel.status == 400
     assert (await cancel.json())["error"]["code"] == "batch_not_cancellable"
+
+
+async def test_a_list_shows_the_callers_own_creates_and_deletes_even_when_they_answered_before_the_ledger(
+        connection: ConnectionSettings) -> None:
+    async with running_gateway(connection, read_your_writes_s=0.0, control_call_burst=1000) as hasty:
+        key = await hasty.new_key()
+        for round_ in range(10):
+            file_id = await upload(hasty, key, f"hasty-{round_}")
+            created = await (await hasty.client.post("/v1/batches", json=body(file_id), headers=key)).json()
+            batches = await (await hasty.client.get("/v1/batches", headers=key)).json()
+            assert created["id"] in [b["id"] for b in batches["data"]]
+            spare = await upload(hasty, key, f"spare-{round_}")
+            assert (await hasty.client.delete(f"/v1/files/{spare}", headers=key)).status == 200
+            files = [f["id"] for f in (await (await hasty.client.get("/v1/files", headers=key)).json())["data"]]
+            assert file_id in files and spare not in files

@@ -34,7 +34,11 @@ IDEMPOTENCY_KEY_CHARS = (16, 80)
 
 
 async def owned_batch(request: web.Request, batch_id: str) -> BatchRecord:
-    record = await deps(request).read_model.get_batch(batch_id) if is_valid_id(batch_id) else None
+    d, owner = deps(request), principal(request).owner
+    record = await d.read_model.get_batch(batch_id) if is_valid_id(batch_id) else None
+    if record is None and d.own_writes.awaits(owner, "batch", batch_id):  # created here a moment ago
+        await d.own_writes.settle(d.read_model, owner, ("batch",), d.settings.own_writes_wait_s)
+        record = await d.read_model.get_batch(batch_id)
     if record is None or record.owner != principal(request).owner:
         raise not_found("batch", batch_id)
     return record
@@ -198,6 +202,8 @@ async def create_batch(request: web.Request) -> web.Response:
         raise _idempotency_conflict(idempotency_key, batch_id)  # a concurrent request with this key won
     record = await d.read_model.wait_for(lambda: d.read_model.get_batch(batch_id), lambda r: True,
                                          d.settings.read_your_writes_s)
+    if record is None:
+        d.own_writes.note(owner, "batch", batch_id)  # the owner's next list waits for it
     batch = record.batch if record else Batch(
         id=batch_id, endpoint=event.endpoint, input_file_id=input_file_id, completion_window=event.completion_window,
         status="validating", created_at=now, expires_at=event.expires_at, metadata=metadata, held=hold or None)
@@ -214,7 +220,9 @@ async def _claim_file(d: Deps, file_id: str, batch_id: str) -> None:
 
 
 async def list_batches(request: web.Request) -> web.Response:
-    records = await deps(request).read_model.owner_batches(principal(request).owner)
+    d, owner = deps(request), principal(request).owner
+    await d.own_writes.settle(d.read_model, owner, ("batch",), d.settings.own_writes_wait_s)
+    records = await d.read_model.owner_batches(owner)
     mine = [r.batch for r in records]
     mine.sort(key=lambda b: (b.created_at, b.id), reverse=True)
     page = page_after(mine, [b.id for b in mine], request.query.get("after"), parse_limit(request))

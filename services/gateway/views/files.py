@@ -51,7 +51,11 @@ def is_expired(record: FileRecord, now: float | None = None) -> bool:
 
 
 async def owned_file(request: web.Request, file_id: str) -> FileRecord:
-    record = await deps(request).read_model.get_file(file_id) if is_valid_id(file_id) else None
+    d, owner = deps(request), principal(request).owner
+    record = await d.read_model.get_file(file_id) if is_valid_id(file_id) else None
+    if record is None and d.own_writes.awaits(owner, "file", file_id):  # uploaded here a moment ago
+        await d.own_writes.settle(d.read_model, owner, ("file",), d.settings.own_writes_wait_s)
+        record = await d.read_model.get_file(file_id)
     if record is None or record.deleted or record.owner != principal(request).owner or is_expired(record):
         raise not_found("file", file_id)
     return record
@@ -201,6 +205,8 @@ async def create_file(request: web.Request) -> web.Response:
     await d.bus.publish(event)
     record = await d.read_model.wait_for(lambda: d.read_model.get_file(file_id), lambda r: True,
                                          d.settings.read_your_writes_s)
+    if record is None:
+        d.own_writes.note(owner, "file", file_id)  # the owner's next list waits for it
     file = record.file if record else FileObject(id=file_id, bytes=event.bytes, created_at=event.created_at,
                                                  filename=upload.filename, purpose="batch",
                                                  expires_at=event.expires_at)
@@ -214,7 +220,9 @@ async def list_files(request: web.Request) -> web.Response:
     order = request.query.get("order", "desc")
     if order not in ("asc", "desc"):
         raise bad_request(f"order must be 'asc' or 'desc' (got {order!r}).", "invalid_order", "order")
-    records = await owner_files(deps(request), principal(request).owner)
+    d, owner = deps(request), principal(request).owner
+    await d.own_writes.settle(d.read_model, owner, ("file", "file_deleted"), d.settings.own_writes_wait_s)
+    records = await owner_files(d, owner)
     mine = [r.file for r in records if purpose is None or r.file.purpose == purpose]
     mine.sort(key=lambda f: (f.created_at, f.id), reverse=order == "desc")
     limit = parse_limit(request, MAX_FILES_LIMIT, MAX_FILES_LIMIT)
@@ -293,8 +301,10 @@ async def delete_stored_file(d: Deps, record: FileRecord, fence: Fence | None = 
     With a `fence`, only while it holds (else `FenceMoved`, and nothing is deleted)."""
     file_id = record.file.id
     await d.bus.publish(FileDeletedEvent(aggregate_id=file_id, owner_key_id=record.owner_key_id), fence=fence)
-    await d.read_model.wait_for(lambda: d.read_model.get_file(file_id), lambda r: r.deleted,
-                                d.settings.read_your_writes_s)
+    folded = await d.read_model.wait_for(lambda: d.read_model.get_file(file_id), lambda r: r.deleted,
+                                         d.settings.read_your_writes_s)
+    if folded is None or not folded.deleted:
+        d.own_writes.note(record.owner, "file_deleted", file_id)  # the owner's next list waits for it
     await d.store.remove(record.object_key)
 
 

@@ -1,0 +1,59 @@
+"""Read-your-writes for lists: the creates and deletes this gateway answered before the read model showed them.
+
+A create answers once the ledger folded it, or after `read_your_writes_s` with what it published. A list that the
+same owner asks for next must still show that batch or file (and not show a file it deleted), so the list first
+waits for the ledger to fold those writes, and only then reads the owner's index.
+"""
+
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+from services.runtime.readmodel import ReadModel
+
+Write = Literal["batch", "file", "file_deleted"]
+KEEP_S = 600.0
+"""A write the ledger has not shown after this long is no longer waited for (the ledger is down: lists say so by
+being slow once, not forever)."""
+MAX_PER_OWNER = 1000
+
+
+@dataclass
+class OwnWrites:
+    pending: dict[str, dict[tuple[Write, str], float]] = field(default_factory=dict)
+    """owner → (what, id) → when it was noted."""
+
+    def note(self, owner: str, what: Write, ident: str) -> None:
+        writes = self.pending.setdefault(owner, {})
+        if len(writes) >= MAX_PER_OWNER:
+            writes.pop(next(iter(writes)))
+        writes[(what, ident)] = time.monotonic()
+
+    def awaits(self, owner: str, what: Write, ident: str) -> bool:
+        """Whether this owner's `what` of `ident` was answered before the read model showed it."""
+        return (what, ident) in self.pending.get(owner, {})
+
+    async def settle(self, read_model: ReadModel, owner: str, kinds: tuple[Write, ...], within_s: float) -> None:
+        """Wait (up to `within_s` in all) until the read model shows this owner's pending writes of `kinds`."""
+        writes = self.pending.get(owner)
+        if not writes:
+            return
+        deadline = time.monotonic() + within_s
+        for (what, ident), noted in list(writes.items()):
+            if what not in kinds:
+                continue
+            if time.monotonic() - noted > KEEP_S or await _shown(read_model, what, ident,
+                                                                  max(0.0, deadline - time.monotonic())):
+                writes.pop((what, ident), None)
+        if not writes:
+            self.pending.pop(owner, None)
+
+
+async def _shown(read_model: ReadModel, what: Write, ident: str, within_s: float) -> bool:
+    if what == "batch":
+        return await read_model.wait_for(lambda: read_model.get_batch(ident), lambda _: True, within_s) is not None
+    deleting = what == "file_deleted"
+    record = await read_model.wait_for(lambda: read_model.get_file(ident), lambda r: r.deleted or not deleting,
+                                       within_s)
+    return record is not None and (record.deleted or not deleting)
+
