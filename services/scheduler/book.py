@@ -28,6 +28,9 @@ from services.scheduler.domain import HEARTBEAT_FRESH_MS
 
 Phase = Literal["validating", "validated", "ended"]
 ENDING_EVENTS = (BatchValidationFailed, BatchFailed, BatchCompleted, BatchCancelled, BatchExpired)
+EXECUTOR_GONE = ("executor_lost", "executor_restarted")
+UNSTARTED_LOSSES_FORGIVEN = 6
+"""Attempts of a shard lost with their executor before they started that do not count against the limit."""
 
 
 @dataclass
@@ -42,6 +45,10 @@ class ShardRun:
     failed_attempts: set[int] = field(default_factory=set)
     progressed_attempts: set[int] = field(default_factory=set)
     """Attempts that committed at least one chunk."""
+    started_attempts: set[int] = field(default_factory=set)
+    unstarted_losses: set[int] = field(default_factory=set)
+    """Attempts fenced because their executor was lost or restarted before they started (queued behind another
+    batch there): they say nothing about this shard."""
     tried_executors: set[str] = field(default_factory=set)
     finished: bool = False
     """Every line of the shard is committed."""
@@ -53,8 +60,11 @@ class ShardRun:
     @property
     def strikes(self) -> int:
         """Failed attempts that committed nothing: the ones that count against the attempt limit (an attempt
-        that moved the shard forward before its executor died is not a sign the shard cannot run)."""
-        return len(self.failed_attempts - self.progressed_attempts)
+        that moved the shard forward before its executor died is not a sign the shard cannot run, nor is one
+        that never started, up to a few: a shard that never even gets to start must still fail some day)."""
+        fruitless = self.failed_attempts - self.progressed_attempts
+        unstarted = fruitless & self.unstarted_losses
+        return len(fruitless - unstarted) + max(0, len(unstarted) - UNSTARTED_LOSSES_FORGIVEN)
 
 
 @dataclass
@@ -189,11 +199,14 @@ def _apply_to_plan(plan: BatchPlan, event: AnyEvent) -> None:
         _assigned(plan, event)
     elif isinstance(event, BatchStarted):
         run = plan.shard(plan.attempt_shard.get(event.attempt, 0))
+        run.started_attempts.add(event.attempt)
         if event.attempt == run.attempt and run.running:
             run.executor_id = event.executor_id
     elif isinstance(event, AttemptFailed):
         run = plan.shard(plan.attempt_shard.get(event.attempt, 0))
         run.failed_attempts.add(event.attempt)
+        if event.code in EXECUTOR_GONE and event.attempt not in run.started_attempts:
+            run.unstarted_losses.add(event.attempt)
         if event.attempt == run.attempt:
             run.executor_id = None
     elif isinstance(event, BatchProgressed):

@@ -1,7 +1,7 @@
 """An executor that pauses past its lease (SIGSTOP, a GC stall, a partition) and comes back: its old attempts
 stay fenced, it gets no work while it counts as lost, and once it heartbeats again it is live and keeps new work."""
 
-from contracts.events.batch import AttemptFailed, BatchAssigned, BatchCreated, BatchValidated
+from contracts.events.batch import AttemptFailed, BatchAssigned, BatchCreated, BatchStarted, BatchValidated
 from contracts.events.executor import ExecutorLost, ExecutorRegistered
 from services.scheduler.book import Book
 from services.scheduler.decisions import Action, Assign, DeclareLost, FenceAttempt, Wait, decide
@@ -119,3 +119,34 @@ def test_a_standby_folding_the_log_counts_the_returned_executor_live_once_it_hea
     standby.note_heartbeats([advert("e1", heartbeat_at=BACK_AT)])
     assert summary(decide(standby, [advert("e1", heartbeat_at=BACK_AT)], CATALOGUE, BACK_AT)) == [
         ("Assign", "b2", "e1", 1)]
+
+
+def fence(book: Book, attempt: int, code: str, batch: str = "b1") -> None:
+    book.apply(AttemptFailed(aggregate_id=batch, attempt=attempt, executor_id="e1", code=code, reason="x"))
+
+
+def test_attempts_queued_on_an_executor_lost_or_restarted_before_they_started_do_not_exhaust_the_batch() -> None:
+    book = validated_book()
+    for attempt, code in ((1, "executor_lost"), (2, "executor_restarted"), (3, "executor_restarted")):
+        assign(book, "e1", attempt)
+        fence(book, attempt, code)
+    assert summary(decide(book, [advert("e1")], CATALOGUE, NOW)) == [("Assign", "b1", "e1", 4)]
+
+
+def test_attempts_that_started_and_died_with_their_executor_still_count() -> None:
+    book = validated_book()
+    for attempt in (1, 2, 3):
+        assign(book, "e1", attempt)
+        book.apply(BatchStarted(aggregate_id="b1", attempt=attempt, executor_id="e1", engine="llamacpp",
+                                engine_version="1"))
+        fence(book, attempt, "executor_restarted")
+    assert [type(a).__name__ for a in decide(book, [advert("e1")], CATALOGUE, NOW)] != ["Assign"]
+    assert book.plans["b1"].shard(0).strikes == 3
+
+
+def test_a_shard_that_never_gets_to_start_still_fails_in_the_end() -> None:
+    book = validated_book()
+    for attempt in range(1, 10):
+        assign(book, "e1", attempt)
+        fence(book, attempt, "executor_restarted")
+    assert book.plans["b1"].shard(0).strikes == 3
