@@ -5,7 +5,7 @@ from collections.abc import Iterator
 import pytest
 
 from contracts.api.request_line import MAX_NESTING_DEPTH
-from services.executor.adapters.engines.llamacpp import LlamaCppEngine
+from services.executor.adapters.engines.llamacpp import PROMPT_CACHE_RAM_MIB, LlamaCppEngine
 from services.runtime.catalogue import load_catalogue
 
 MODEL_ID = "smollm2-135m-instruct-q4_1"
@@ -105,3 +105,11 @@ async def test_a_json_schema_as_deep_as_validation_allows_is_served(engine: Llam
 def test_the_engine_declares_what_it_honours(engine: LlamaCppEngine) -> None:
     assert {"max_tokens", "temperature", "seed"} <= engine.capabilities()
     assert engine.slots == 2 and engine.version
+
+
+def test_the_prompt_cache_is_bounded_so_an_executor_does_not_grow_with_every_distinct_line(
+    engine: LlamaCppEngine,
+) -> None:
+    model = load_catalogue(None).resolve(MODEL_ID)
+    assert model is not None
+    assert engine.params_for(model).cache_ram_mib == PROMPT_CACHE_RAM_MIB <= 256
