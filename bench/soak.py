@@ -83,14 +83,17 @@ async def soak(args: argparse.Namespace, data_dir: Path) -> int:
             warm = await load.create_batch("warm-up", 2)
             assert warm and await load.until_ended(warm) == "completed"
             samples = [("start", await sample(stack))]
+            print(table(samples), flush=True)
             big = await load.create_batch("big", args.big_lines, max_tokens=2)
             started = time.monotonic()
             stop = started + args.minutes * 60
             work = asyncio.gather(waves(load, stop, rng, stats), pollers(load, stop, rng, stats))
             await asyncio.sleep(args.minutes * 30)
             samples.append(("middle", await sample(stack)))
+            print(table(samples), flush=True)
             await work
             samples.append(("end of load", await sample(stack)))
+            print(table(samples), f"\nproblems so far: {load.problems[:5]}", flush=True)
             ended = [await load.until_ended(b, timeout_s=1800 if b == big else 120) for b in list(load.batches)]
             lost, duplicated, open_batches = await load.every_line_once()
             await asyncio.sleep(10)
