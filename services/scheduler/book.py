@@ -28,7 +28,6 @@ from services.scheduler.domain import HEARTBEAT_FRESH_MS
 
 Phase = Literal["validating", "validated", "ended"]
 ENDING_EVENTS = (BatchValidationFailed, BatchFailed, BatchCompleted, BatchCancelled, BatchExpired)
-EXECUTOR_GONE = ("executor_lost", "executor_restarted")
 UNSTARTED_LOSSES_FORGIVEN = 6
 """Attempts of a shard lost with their executor before they started that do not count against the limit."""
 
@@ -45,10 +44,12 @@ class ShardRun:
     failed_attempts: set[int] = field(default_factory=set)
     progressed_attempts: set[int] = field(default_factory=set)
     """Attempts that committed at least one chunk."""
-    started_attempts: set[int] = field(default_factory=set)
+    started_at: dict[int, int] = field(default_factory=dict)
+    """Attempt → when it started (ms, the executor's clock, as its registrations)."""
     unstarted_losses: set[int] = field(default_factory=set)
-    """Attempts fenced because their executor was lost or restarted before they started (queued behind another
-    batch there): they say nothing about this shard."""
+    """Attempts fenced because their executor was lost, or restarted, before they started in the process that
+    went (queued behind another batch there, or picked up only by the new process): they say nothing about this
+    shard."""
     tried_executors: set[str] = field(default_factory=set)
     finished: bool = False
     """Every line of the shard is committed."""
@@ -179,6 +180,17 @@ class Book:
             self.validated_count += 1
             plan.validated_order = self.validated_count
         _apply_to_plan(plan, event)
+        if isinstance(event, AttemptFailed):
+            self._note_unstarted_loss(plan, event)
+
+    def _note_unstarted_loss(self, plan: BatchPlan, event: AttemptFailed) -> None:
+        run = plan.shard(plan.attempt_shard.get(event.attempt, 0))
+        started = run.started_at.get(event.attempt)
+        if event.code == "executor_lost" and started is None:
+            run.unstarted_losses.add(event.attempt)
+        elif event.code == "executor_restarted" and (
+                started is None or started >= self.incarnations.get(event.executor_id, 0)):
+            run.unstarted_losses.add(event.attempt)
 
     def queued_lines_before(self, plan: BatchPlan) -> int:
         """Lines of the owner's unfinished batches validated before `plan`."""
@@ -199,14 +211,12 @@ def _apply_to_plan(plan: BatchPlan, event: AnyEvent) -> None:
         _assigned(plan, event)
     elif isinstance(event, BatchStarted):
         run = plan.shard(plan.attempt_shard.get(event.attempt, 0))
-        run.started_attempts.add(event.attempt)
+        run.started_at.setdefault(event.attempt, event.occurred_at)
         if event.attempt == run.attempt and run.running:
             run.executor_id = event.executor_id
     elif isinstance(event, AttemptFailed):
         run = plan.shard(plan.attempt_shard.get(event.attempt, 0))
         run.failed_attempts.add(event.attempt)
-        if event.code in EXECUTOR_GONE and event.attempt not in run.started_attempts:
-            run.unstarted_losses.add(event.attempt)
         if event.attempt == run.attempt:
             run.executor_id = None
     elif isinstance(event, BatchProgressed):

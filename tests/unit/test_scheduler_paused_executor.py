@@ -133,15 +133,28 @@ def test_attempts_queued_on_an_executor_lost_or_restarted_before_they_started_do
     assert summary(decide(book, [advert("e1")], CATALOGUE, NOW)) == [("Assign", "b1", "e1", 4)]
 
 
+def started_then_restarted(book: Book, attempt: int, started_at: int, restarted_at: int) -> None:
+    assign(book, "e1", attempt)
+    book.apply(BatchStarted(aggregate_id="b1", attempt=attempt, executor_id="e1", engine="llamacpp",
+                            engine_version="1", occurred_at=started_at))
+    book.apply(ExecutorRegistered(aggregate_id="e1", advert=advert("e1", heartbeat_at=restarted_at),
+                                  started_at=restarted_at, worker_key_id="key_w"))
+    fence(book, attempt, "executor_restarted")
+
+
 def test_attempts_that_started_and_died_with_their_executor_still_count() -> None:
     book = validated_book()
     for attempt in (1, 2, 3):
-        assign(book, "e1", attempt)
-        book.apply(BatchStarted(aggregate_id="b1", attempt=attempt, executor_id="e1", engine="llamacpp",
-                                engine_version="1"))
-        fence(book, attempt, "executor_restarted")
-    assert [type(a).__name__ for a in decide(book, [advert("e1")], CATALOGUE, NOW)] != ["Assign"]
+        started_then_restarted(book, attempt, started_at=NOW + attempt * 1000, restarted_at=NOW + attempt * 1000 + 500)
     assert book.plans["b1"].shard(0).strikes == 3
+    assert not [a for a in decide(book, [advert("e1")], CATALOGUE, NOW + 5000) if isinstance(a, Assign)]
+
+
+def test_an_attempt_the_restarted_process_picked_up_before_it_was_fenced_does_not_count() -> None:
+    book = validated_book()
+    for attempt in (1, 2, 3):  # the new process takes the redelivered command, then the restart fences it
+        started_then_restarted(book, attempt, started_at=NOW + attempt * 1000 + 700, restarted_at=NOW + attempt * 1000)
+    assert book.plans["b1"].shard(0).strikes == 0
 
 
 def test_a_shard_that_never_gets_to_start_still_fails_in_the_end() -> None:
