@@ -5,12 +5,13 @@ A scan is a series of batched direct gets on the bucket's stream (`$JS.API.DIREC
 server whatever happens to it, and it reads to the stream's end, so an answer is never cut short by a quiet spell.
 """
 
+import asyncio
 from dataclasses import dataclass
 
 import nats.errors
 import nats.js.errors
 import orjson
-from nats.aio.subscription import Subscription
+from nats.aio.msg import Msg
 from nats.js.client import JetStreamContext
 from nats.js.kv import KeyValue
 
@@ -18,8 +19,8 @@ from services.runtime.bus import EventBus
 
 SCAN_PAGE = 256
 """Messages asked for per direct get; the server ends each batch with an EOB status saying how many remain."""
-REPLY_TIMEOUT_S = 5.0
-"""How long one message of a page may take to arrive before the scan fails (instead of answering short)."""
+PAGE_TIMEOUT_S = 10.0
+"""How long one page of replies may take to arrive before the scan fails (instead of answering short)."""
 MAX_CHASE = 16
 """A scan reads to the stream's end so that no key is missed; if writes to the keys it lists outrun it for this
 many times the pages it first saw, it fails rather than chase them forever (or answer short)."""
@@ -86,41 +87,47 @@ async def read_subject(js: JetStreamContext, stream: str, subject: str) -> list[
     """Every message of `stream` on `subject` (a filter), in stream order, read to the stream's end by batched
     direct gets: no consumer. The stream must allow direct gets."""
     nc = js._nc
+    loop = asyncio.get_running_loop()
     api_subject = f"{js._prefix}.DIRECT.GET.{stream}"
     found: list[StoredMessage] = []
-    inbox = nc.new_inbox()
-    replies = await nc.subscribe(inbox)
+    page = _Page(loop.create_future())
+
+    async def on_reply(message: Msg) -> None:  # replies of one page arrive in order, the status one last
+        headers = {str(name): value for name, value in (message.headers or {}).items()}
+        status = headers.get("Status")
+        if status is None:
+            seq = int(headers["Nats-Sequence"])
+            page.last_seq = max(page.last_seq, seq)
+            found.append(StoredMessage(seq, headers["Nats-Subject"], headers, message.data))
+        elif not page.end.done():
+            page.end.set_result(status if status != "204" or int(headers.get("Nats-Num-Pending", "0")) else "end")
+
+    replies = await nc.subscribe(nc.new_inbox(), cb=on_reply)
     try:
-        start: int | None = 1
+        start = 1
         pages = 0
-        while start is not None:
+        while True:
             pages += 1
             if pages > MAX_CHASE * (1 + len(found) // SCAN_PAGE):
                 raise ScanFailed(f"writes to {subject} outran a scan of them")
-            request = orjson.dumps({"seq": start, "next_by_subj": subject, "batch": SCAN_PAGE})
-            await nc.publish(api_subject, request, reply=inbox)
-            start = await _read_page(replies, found)
+            page.end, page.last_seq = loop.create_future(), 0
+            await nc.publish(api_subject, orjson.dumps({"seq": start, "next_by_subj": subject, "batch": SCAN_PAGE}),
+                             reply=replies.subject)
+            try:
+                status = await asyncio.wait_for(page.end, PAGE_TIMEOUT_S)
+            except TimeoutError:
+                raise ScanFailed("the stream stopped answering a scan") from None
+            if status in ("end", "404") or (status == "204" and not page.last_seq):
+                return found
+            if status != "204":
+                raise ScanFailed(f"the stream refused a scan (status {status})")
+            start = page.last_seq + 1
     finally:
         await replies.unsubscribe()
-    return found
 
 
-async def _read_page(replies: Subscription, found: list[StoredMessage]) -> int | None:
-    """Collect one batch of direct-get replies; the sequence to go on from, or None at the end."""
-    last_seq = 0
-    while True:
-        try:
-            message = await replies.next_msg(timeout=REPLY_TIMEOUT_S)
-        except nats.errors.TimeoutError:
-            raise ScanFailed("the stream stopped answering a scan") from None
-        headers = {str(name): value for name, value in (message.headers or {}).items()}
-        status = headers.get("Status")
-        if status == "404":  # nothing (more) matches
-            return None
-        if status == "204":  # end of this batch
-            return last_seq + 1 if int(headers.get("Nats-Num-Pending", "0")) > 0 and last_seq else None
-        if status is not None:
-            raise ScanFailed(f"the stream refused a scan: {status} {headers.get('Description', '')}")
-        seq = int(headers["Nats-Sequence"])
-        last_seq = max(last_seq, seq)
-        found.append(StoredMessage(seq, headers["Nats-Subject"], headers, message.data))
+@dataclass
+class _Page:
+    end: "asyncio.Future[str]"
+    """Set by the status reply that ends a page: `204` (more to read), `end` (204, nothing pending) or another."""
+    last_seq: int = 0
