@@ -75,7 +75,7 @@ async def run_executor(settings: ExecutorSettings, stop: asyncio.Event) -> None:
         return
     try:
         store = await object_access(settings, bus)
-        fleet = await Fleet.open(bus)
+        fleet = await Fleet.open(bus, scans=False)
         advert = advert_of(settings, engines)
         await fleet.advertise(advert)
         if settings.worker_key:
