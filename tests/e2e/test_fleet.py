@@ -134,6 +134,7 @@ def test_a_small_model_goes_to_the_executor_where_it_fits_tightest(
     assert served == {"local-0": 0, "big-1": 0, "small-1": 4}
 
 
+@pytest.mark.timeout(900)
 def test_an_executor_killed_mid_shard_loses_nothing_and_its_shard_finishes_elsewhere(
         fleet_stack: RunningStack, fleet: dict[str, subprocess.Popen]) -> None:
     client = fleet_stack.client()
@@ -141,9 +142,10 @@ def test_an_executor_killed_mid_shard_loses_nothing_and_its_shard_finishes_elsew
     created = client.batches.create(input_file_id=upload(client, chat_lines(ids, 48)), endpoint="/v1/chat/completions",
                                     completion_window="24h")
     before = lines_served(fleet_stack)["big-1"]
-    wait_for(lambda: lines_served(fleet_stack)["big-1"] > before, 120, "big-1 committed nothing")
+    # Generous: on 2 shared cores two chat executors decoding at once can be slow to commit their first chunk.
+    wait_for(lambda: lines_served(fleet_stack)["big-1"] > before, 300, "big-1 committed nothing")
     fleet["big-1"].kill()
-    batch, _ = wait_until_done(client, created.id, timeout_s=240)
+    batch, _ = wait_until_done(client, created.id, timeout_s=420)
     assert batch.status == "completed", batch.model_dump()
     accounted(client, batch, ids)
     assert executors(fleet_stack)["big-1"]["health"] == "lost"
