@@ -23,10 +23,14 @@ WEED_PORT_FLAGS = (
 )
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def free_port(avoid: frozenset[int] = frozenset()) -> int:
+    """A port nobody listens on now, other than those in `avoid` (ports chosen for others, not bound yet)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in avoid:
+            return port
 
 
 def venv_binary(name: str) -> str:
@@ -84,7 +88,10 @@ def nats_command(data_dir: Path, port: int, config: Path | None = None) -> list[
             "-p", str(port), "-js", "-sd", str(store), "-n", f"sheshnag-{port}"]
 
 
-def seaweed_command(data_dir: Path, s3_port: int, creds: S3Credentials) -> list[str]:
+def seaweed_command(data_dir: Path, s3_port: int, creds: S3Credentials,
+                    taken: frozenset[int] = frozenset()) -> list[str]:
+    """`taken`: ports already promised to other servers of the stack (the gateway's, the broker's), which
+    SeaweedFS's inner servers must not take before those bind (a gateway once found its port held by weed)."""
     store = data_dir / "s3"
     store.mkdir(parents=True, exist_ok=True)
     identities = data_dir / "s3-identities.json"
@@ -94,7 +101,13 @@ def seaweed_command(data_dir: Path, s3_port: int, creds: S3Credentials) -> list[
         "actions": ["Admin", "Read", "Write", "List", "Tagging"],
     }]}))
     identities.chmod(0o600)
-    ports = [f"-{flag}={free_port()}" for flag in WEED_PORT_FLAGS]
+    chosen: set[int] = {s3_port, *taken}
+    ports = []
+    for flag in WEED_PORT_FLAGS:
+        # SeaweedFS also listens on each port + 10000 (its gRPC side).
+        port = free_port(frozenset(chosen | {p - 10000 for p in chosen} | {p + 10000 for p in chosen}))
+        chosen.add(port)
+        ports.append(f"-{flag}={port}")
     return [venv_binary("weed"), "mini", f"-dir={store}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
             f"-s3.port={s3_port}", *ports, "-admin.ui=false", "-webdav=false",
             "-master.telemetry=false", f"-s3.config={identities}"]

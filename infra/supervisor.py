@@ -123,7 +123,8 @@ class Stack:
         nats_config = self.nats_auth.write_server_config(self.data_dir)
         nats = Supervised("nats-server", nats_command(self.data_dir, self.nats_port, nats_config), None,
                           self.logs / "nats.log")
-        s3 = Supervised("s3", seaweed_command(self.data_dir, self.s3_port, self.credentials), None,
+        s3 = Supervised("s3", seaweed_command(self.data_dir, self.s3_port, self.credentials,
+                                              frozenset({self.gateway_port, self.nats_port})), None,
                         self.logs / "s3.log", cwd=self.data_dir / "s3")
         for child, port, ready_s in ((nats, self.nats_port, NATS_READY_S), (s3, self.s3_port, S3_READY_S)):
             child.start()

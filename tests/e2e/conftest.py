@@ -56,7 +56,8 @@ E2E_UPLOAD_LIMIT = 2 * 1024 * 1024
 def start_stack(data_dir: Path, port: int, extra_env: dict[str, str] | None = None) -> RunningStack:
     env = dict(os.environ, SHESHNAG_ADMIN_KEY=ADMIN_KEY, **(extra_env or {}))
     out = (data_dir.parent / f"up-{port}.out").open("ab")
-    s3_port, nats_port = free_port(), free_port()
+    s3_port = free_port(frozenset({port}))
+    nats_port = free_port(frozenset({port, s3_port}))
     command = [sys.executable, "-m", "infra.cli", "up", "--data-dir", str(data_dir), "--port", str(port),
                "--s3-port", str(s3_port), "--nats-port", str(nats_port)]
     process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
