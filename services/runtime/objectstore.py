@@ -36,10 +36,6 @@ class ObjectNotFound(Exception):
     pass
 
 
-class ObjectStoreUnavailable(ConnectionError):
-    """The object store did not answer, or answered with a server error, after the client's retries."""
-
-
 TRANSIENT = (urllib3.exceptions.HTTPError, OSError)
 """What a dead, slow or restarting S3 server raises through minio (after urllib3's own retries)."""
 
