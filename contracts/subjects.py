@@ -52,6 +52,11 @@ def batch_fact(batch_id: str, event_name: str) -> str:
     return event_subject("batch", batch_id, event_name)
 
 
+def key_fact(key_sha256: str, event_name: Literal["created", "revoked"]) -> str:
+    """Where a key's facts go: its aggregate id is the first 32 hex digits of the key's SHA-256."""
+    return event_subject("key", key_sha256[:32], event_name)
+
+
 KEY_CREATED = "evt.key.*.created"
 FILE_STORED = "evt.file.*.stored"
 BATCH_CREATED = "evt.batch.*.created"

@@ -1,0 +1,48 @@
+"""Whether a key is revoked, read from the fact log itself: a revoke counts the moment its fact is stored, however
+far the ledger's read model lags. Gateways ask on every request, the broker's auth callout at every admission."""
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import nats.js.errors
+
+from contracts.events.key import KeyRevoked
+from contracts.events.registry import decode_event
+from contracts.subjects import EVENTS_STREAM, key_fact
+from services.runtime.bus import EventBus
+
+MAX_REMEMBERED = 100_000
+"""Revoked keys remembered per process; past this the oldest are asked about afresh (memory stays bounded)."""
+
+
+async def revoked(bus: EventBus, key_sha256: str) -> bool:
+    """True once a `key.revoked` fact for this key is in EVENTS.
+
+    A stream-leader read (`STREAM.MSG.GET`, not a direct get that any replica may answer): the revoke's publish was
+    acknowledged by that leader, so no reader after it can miss the fact. A broker that does not answer raises:
+    callers refuse rather than admit a key they could not check."""
+    try:
+        message = await bus.js.get_last_msg(EVENTS_STREAM, key_fact(key_sha256, "revoked"))
+    except nats.js.errors.NotFoundError:
+        return False
+    fact = decode_event(message.data or b"")
+    # The subject holds 128 bits of the digest; the fact names the whole key.
+    return isinstance(fact, KeyRevoked) and fact.key_sha256 == key_sha256
+
+
+@dataclass
+class RevocationCheck:
+    """`revoked` with the revoked keys remembered: a revocation is final, so only a "revoked" answer is kept."""
+
+    bus: EventBus
+    known_revoked: OrderedDict[str, None] = field(default_factory=OrderedDict)
+
+    async def revoked(self, key_sha256: str) -> bool:
+        if key_sha256 in self.known_revoked:
+            return True
+        if not await revoked(self.bus, key_sha256):
+            return False
+        self.known_revoked[key_sha256] = None
+        while len(self.known_revoked) > MAX_REMEMBERED:
+            self.known_revoked.popitem(last=False)
+        return True

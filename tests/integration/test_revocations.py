@@ -1,0 +1,35 @@
+"""The revocation check reads the fact log: a key counts as revoked once its fact is stored, with no ledger."""
+
+import secrets
+
+from contracts.events.key import KeyRevoked
+from contracts.ids import hash_api_key
+from services.runtime.bus import EventBus
+from services.runtime.revocations import RevocationCheck, revoked
+
+
+def new_digest() -> str:
+    return hash_api_key(f"gk-{secrets.token_urlsafe(32)}")
+
+
+async def test_a_key_is_revoked_the_moment_its_fact_is_stored_with_no_ledger_running(bus: EventBus) -> None:
+    digest = new_digest()
+    assert not await revoked(bus, digest)
+    await bus.publish(KeyRevoked(aggregate_id=digest[:32], key_sha256=digest))
+    assert await revoked(bus, digest)
+
+
+async def test_a_fact_for_another_key_sharing_the_subject_revokes_only_that_key(bus: EventBus) -> None:
+    digest = new_digest()
+    other = digest[:32] + ("0" if digest[32] != "0" else "1") + digest[33:]
+    await bus.publish(KeyRevoked(aggregate_id=digest[:32], key_sha256=other))
+    assert not await revoked(bus, digest)
+
+
+async def test_the_check_remembers_revoked_keys_and_asks_again_about_live_ones(bus: EventBus) -> None:
+    check = RevocationCheck(bus)
+    digest = new_digest()
+    assert not await check.revoked(digest)
+    await bus.publish(KeyRevoked(aggregate_id=digest[:32], key_sha256=digest))
+    assert await check.revoked(digest)
+    assert digest in check.known_revoked
