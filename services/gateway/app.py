@@ -23,6 +23,7 @@ from services.runtime.fleet import Fleet
 from services.runtime.kv import ensure_direct_reads
 from services.runtime.objectstore import ObjectStore
 from services.runtime.readmodel import ReadModel
+from services.runtime.revocations import RevocationCheck
 
 
 def create_app(settings: GatewaySettings) -> web.Application:
@@ -38,7 +39,7 @@ def create_app(settings: GatewaySettings) -> web.Application:
         read_model = await ReadModel.open(bus)
         app[DEPS] = Deps(settings, bus, store, read_model, load_catalogue(connection.catalogue_path),
                          await Fleet.open(bus))
-        app[KEY_CACHE] = KeyCache(read_model)
+        app[KEY_CACHE] = KeyCache(read_model, RevocationCheck(bus))
         yield
         store.close()
         await bus.close()

@@ -1,5 +1,5 @@
-"""Bearer-key authentication: user and admin keys on user routes; worker and revoked keys never; an address that
-keeps presenting wrong keys is refused a while."""
+"""Bearer-key authentication: user and admin keys on user routes; worker and revoked keys never (a revocation
+counts once its fact is in the log, read model or not); guessing from an address is refused a while."""
 
 import time
 from dataclasses import dataclass, field
@@ -9,10 +9,11 @@ from aiohttp.typedefs import Handler
 
 from contracts.ids import hash_api_key
 from contracts.readmodel import ApiKeyRecord, UserRecord
-from services.gateway.auth_failures import count_failure, refuse_if_blocked
+from services.gateway.auth_failures import count_failure, count_success, refuse_if_blocked, too_many
 from services.gateway.errors import ApiError
 from services.gateway.key_usage import KEY_USAGE
 from services.runtime.readmodel import ReadModel
+from services.runtime.revocations import RevocationCheck
 
 PUBLIC_PATHS = frozenset({"/healthz", "/"})
 CACHE_TTL_S = 30.0
@@ -22,6 +23,7 @@ CACHE_TTL_S = 30.0
 @dataclass
 class KeyCache:
     read_model: ReadModel
+    revocations: RevocationCheck
     known: dict[str, tuple[float, ApiKeyRecord]] = field(default_factory=dict)
     users: dict[str, tuple[float, UserRecord | None]] = field(default_factory=dict)
 
@@ -29,9 +31,14 @@ class KeyCache:
         digest = hash_api_key(api_key)
         cached = self.known.get(digest)
         if cached is not None and time.monotonic() - cached[0] < CACHE_TTL_S:
-            return cached[1]
-        record = await self.read_model.get_api_key(digest)
-        if record is not None:
+            record: ApiKeyRecord | None = cached[1]
+        else:
+            record = await self.read_model.get_api_key(digest)
+            if record is not None:
+                self.known[digest] = (time.monotonic(), record)
+        # The read model lags the log (a paused ledger, forever): a revoke is final once its fact is stored.
+        if record is not None and not record.revoked and await self.revocations.revoked(digest):
+            record = record.model_copy(update={"revoked": True})
             self.known[digest] = (time.monotonic(), record)
         return record
 
@@ -83,19 +90,23 @@ def _refusal(record: ApiKeyRecord | None) -> str | None:
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     if request.path in PUBLIC_PATHS or not request.path.startswith("/v1/"):
         return await handler(request)
-    refuse_if_blocked(request)
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
         raise ApiError(401, "You didn't provide an API key. Send it as 'Authorization: Bearer gk-…'.",
                        "authentication_error", "missing_api_key")
+    refuse_if_blocked(request, token)
     # Keys are ASCII; any other byte (aiohttp hands them on as surrogates) names no key.
-    record = await request.app[KEY_CACHE].lookup(token.strip()) if token.isascii() else None
+    record = await request.app[KEY_CACHE].lookup(token) if token.isascii() else None
     refusal = _refusal(record)
     if refusal is not None:
-        count_failure(request)
+        wait = count_failure(request, token)
+        if wait > 0:
+            raise too_many(wait)
         raise ApiError(401, refusal, "authentication_error", "invalid_api_key")
     assert record is not None
+    count_success(request, token)
     request[REQUEST_PRINCIPAL] = record
     usage = request.app.get(KEY_USAGE)
     if usage is not None:

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from contracts.events.key import KeyCreated
-from contracts.ids import hash_api_key
+from contracts.ids import hash_api_key, new_api_key
 from services.gateway.context import DEPS
 from services.runtime.readmodel import ReadModel
 from services.runtime.settings import ConnectionSettings
@@ -196,19 +196,23 @@ async def test_the_owner_index_holds_exactly_the_users_live_files_and_every_batc
     assert deleted is not None and deleted.deleted and deleted.owner == f"user-{user_id}"
 
 
-async def test_wrong_keys_from_one_address_get_429_even_with_a_right_key_until_the_window_passes(
-        gateway: Gateway) -> None:
+async def test_guessing_from_one_address_is_refused_while_its_right_keys_keep_working(gateway: Gateway) -> None:
     """Last in this module: it fills the address's window (and waits for it to pass)."""
-    _, (key,) = await user_with_keys(gateway, await admin_key(gateway), keys=1)
+    weak_admin = await admin_key(gateway)  # `gk-` and 32 hex digits: not the generated shape, so guessable
+    _, (key,) = await user_with_keys(gateway, weak_admin, keys=1)
+    unused_weak = await admin_key(gateway)
     for _ in range(AUTH_LIMIT * 3):
         assert (await gateway.client.get("/v1/models", headers=key)).status == 200  # successes never count
-    for _ in range(AUTH_LIMIT):
-        wrong = await gateway.client.get("/v1/models", headers={"Authorization": f"Bearer gk-{secrets.token_hex(8)}"})
-        assert wrong.status == 401
-    blocked = await gateway.client.get("/v1/models", headers=key)
-    assert blocked.status == 429
-    error = (await blocked.json())["error"]
+    guesses = [await gateway.client.get("/v1/models", headers={"Authorization": f"Bearer gk-{secrets.token_hex(16)}"})
+               for _ in range(AUTH_LIMIT * 3)]
+    assert [g.status for g in guesses] == [401] * (AUTH_LIMIT - 1) + [429] * (AUTH_LIMIT * 2 + 1)
+    error = (await guesses[-1].json())["error"]
     assert (error["type"], error["code"]) == ("rate_limit_error", "too_many_failed_authentications")
-    assert 1 <= int(blocked.headers["Retry-After"]) <= AUTH_WINDOW_S
-    await asyncio.sleep(AUTH_WINDOW_S)
+    assert 1 <= int(guesses[-1].headers["Retry-After"]) <= AUTH_WINDOW_S
+    wrong_generated = await gateway.client.get("/v1/models", headers={"Authorization": f"Bearer {new_api_key(False)}"})
+    assert wrong_generated.status == 429
     assert (await gateway.client.get("/v1/models", headers=key)).status == 200
+    assert (await gateway.client.get("/v1/models", headers=weak_admin)).status == 200  # it succeeded here before
+    assert (await gateway.client.get("/v1/models", headers=unused_weak)).status == 429  # first use mid-guessing
+    await asyncio.sleep(AUTH_WINDOW_S)
+    assert (await gateway.client.get("/v1/models", headers=unused_weak)).status == 200
