@@ -39,7 +39,7 @@ def create_app(settings: GatewaySettings) -> web.Application:
         read_model = await ReadModel.open(bus)
         app[DEPS] = Deps(settings, bus, store, read_model, load_catalogue(connection.catalogue_path),
                          await Fleet.open(bus))
-        app[KEY_CACHE] = KeyCache(read_model, RevocationCheck(bus))
+        app[KEY_CACHE] = KeyCache(read_model, await RevocationCheck.open(bus))
         yield
         store.close()
         await bus.close()

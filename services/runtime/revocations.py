@@ -15,14 +15,15 @@ MAX_REMEMBERED = 100_000
 """Revoked keys remembered per process; past this the oldest are asked about afresh (memory stays bounded)."""
 
 
-async def revoked(bus: EventBus, key_sha256: str) -> bool:
+async def revoked(bus: EventBus, key_sha256: str, *, direct: bool = False) -> bool:
     """True once a `key.revoked` fact for this key is in EVENTS.
 
-    A stream-leader read (`STREAM.MSG.GET`, not a direct get that any replica may answer): the revoke's publish was
-    acknowledged by that leader, so no reader after it can miss the fact. A broker that does not answer raises:
-    callers refuse rather than admit a key they could not check."""
+    By default a stream-leader read (`STREAM.MSG.GET`): the revoke's publish was acknowledged by that leader, so no
+    reader after it can miss the fact. `direct` (a direct get, cheaper and outside the JetStream API queue) only on
+    a single-replica stream, where the one server that acknowledged the fact answers; a replica might not have it
+    yet. A broker that does not answer raises: callers refuse rather than admit a key they could not check."""
     try:
-        message = await bus.js.get_last_msg(EVENTS_STREAM, key_fact(key_sha256, "revoked"))
+        message = await bus.js.get_last_msg(EVENTS_STREAM, key_fact(key_sha256, "revoked"), direct=direct)
     except nats.js.errors.NotFoundError:
         return False
     fact = decode_event(message.data or b"")
@@ -35,12 +36,19 @@ class RevocationCheck:
     """`revoked` with the revoked keys remembered: a revocation is final, so only a "revoked" answer is kept."""
 
     bus: EventBus
+    direct: bool = False
     known_revoked: OrderedDict[str, None] = field(default_factory=OrderedDict)
+
+    @classmethod
+    async def open(cls, bus: EventBus) -> "RevocationCheck":
+        """Direct gets where they cannot miss an acknowledged fact: EVENTS allows them and has one replica."""
+        config = (await bus.js.stream_info(EVENTS_STREAM)).config
+        return cls(bus, direct=bool(config.allow_direct) and (config.num_replicas or 1) == 1)
 
     async def revoked(self, key_sha256: str) -> bool:
         if key_sha256 in self.known_revoked:
             return True
-        if not await revoked(self.bus, key_sha256):
+        if not await revoked(self.bus, key_sha256, direct=self.direct):
             return False
         self.known_revoked[key_sha256] = None
         while len(self.known_revoked) > MAX_REMEMBERED:

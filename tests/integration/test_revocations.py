@@ -4,7 +4,9 @@ import secrets
 
 from contracts.events.key import KeyRevoked
 from contracts.ids import hash_api_key
+from contracts.subjects import EVENTS_STREAM
 from services.runtime.bus import EventBus
+from services.runtime.kv import ensure_direct_reads
 from services.runtime.revocations import RevocationCheck, revoked
 
 
@@ -26,8 +28,18 @@ async def test_a_fact_for_another_key_sharing_the_subject_revokes_only_that_key(
     assert not await revoked(bus, digest)
 
 
+async def test_a_direct_get_sees_the_fact_once_its_publish_returns_on_a_single_replica_stream(bus: EventBus) -> None:
+    await ensure_direct_reads(bus.js, EVENTS_STREAM)  # as every gateway does at start
+    check = await RevocationCheck.open(bus)
+    assert check.direct
+    for _ in range(20):
+        digest = new_digest()
+        await bus.publish(KeyRevoked(aggregate_id=digest[:32], key_sha256=digest))
+        assert await revoked(bus, digest, direct=True)
+
+
 async def test_the_check_remembers_revoked_keys_and_asks_again_about_live_ones(bus: EventBus) -> None:
-    check = RevocationCheck(bus)
+    check = await RevocationCheck.open(bus)
     digest = new_digest()
     assert not await check.revoked(digest)
     await bus.publish(KeyRevoked(aggregate_id=digest[:32], key_sha256=digest))
