@@ -16,6 +16,7 @@ import aiohttp
 from contracts.events.key import KeyRole
 from infra.keys import choose_admin_key, local_worker_key, new_key, register_key, remember
 from infra.nats_auth import SECRETS_FILE
+from infra.private import PRIVATE_UMASK
 from infra.status import status as show_status
 from infra.supervisor import SERVICES, Stack, pick_port
 from services.runtime.bus import EventBus
@@ -113,6 +114,8 @@ async def wait_for_gateway(port: int, within_s: float = 120.0) -> None:
 
 
 async def up(args: argparse.Namespace) -> None:
+    # Whatever the supervisor writes (logs, pid files, keys) is made private, not tightened afterwards.
+    os.umask(PRIVATE_UMASK)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

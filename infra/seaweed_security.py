@@ -1,0 +1,98 @@
+"""The embedded object store's `security.toml`: JWT keys for its inner HTTP servers and a private CA whose one
+certificate every inner gRPC server demands of its callers (mTLS), so only S3 with credentials is open.
+
+Everything here is written at each start into the store's working directory (SeaweedFS reads
+`./security.toml` first), 0600, and never put on a command line or in an environment.
+"""
+
+import datetime
+import ipaddress
+import secrets
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+SECURITY_FILE = "security.toml"
+TLS_DIR = "tls"
+GRPC_ROLES = ("master", "volume", "filer", "s3", "admin", "worker", "msg_broker", "msg_agent", "mq")
+"""Every gRPC server SeaweedFS has a `[grpc.<role>]` section for: each demands the stack's certificate."""
+JWT_SECTIONS = ("jwt.signing", "jwt.signing.read", "jwt.filer_signing", "jwt.filer_signing.read")
+"""Volume writes and reads need a JWT the master signs; the filer's HTTP side, one the S3 server signs."""
+CERT_DAYS = 3650
+"""Long: the CA is the stack's own and is remade at each start, so nothing ever needs to renew it."""
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Created 0600 before anything is written into it, and swapped in whole."""
+    staging = path.with_suffix(path.suffix + ".tmp")
+    staging.unlink(missing_ok=True)
+    staging.touch(mode=0o600)
+    staging.write_bytes(data)
+    staging.replace(path)
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def _certificate(subject: str, key: ec.EllipticCurvePrivateKey, issuer: x509.Name,
+                 issuer_key: ec.EllipticCurvePrivateKey, ca: bool) -> x509.Certificate:
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (x509.CertificateBuilder()
+               .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+               .issuer_name(issuer).public_key(key.public_key()).serial_number(x509.random_serial_number())
+               .not_valid_before(now - datetime.timedelta(minutes=5))
+               .not_valid_after(now + datetime.timedelta(days=CERT_DAYS))
+               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    if not ca:
+        # One certificate serves both ends of every call: servers present it and clients dial with it.
+        builder = (builder
+                   .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                                               x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                                  critical=False)
+                   .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH,
+                                                         x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False))
+    return builder.sign(issuer_key, hashes.SHA256())
+
+
+def write_tls(directory: Path) -> tuple[Path, Path, Path]:
+    """A fresh CA (its key is never written: nobody can sign another certificate) and the one certificate it
+    signs. Returns the CA certificate, the certificate and its key."""
+    directory.mkdir(mode=0o700, exist_ok=True)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sheshnag object store CA")])
+    ca_cert = _certificate("sheshnag object store CA", ca_key, ca_name, ca_key, ca=True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = _certificate("sheshnag-object-store", key, ca_name, ca_key, ca=False)
+    paths = directory / "ca.crt", directory / "store.crt", directory / "store.key"
+    write_private(paths[0], ca_cert.public_bytes(serialization.Encoding.PEM))
+    write_private(paths[1], cert.public_bytes(serialization.Encoding.PEM))
+    write_private(paths[2], _pem_key(key))
+    return paths
+
+
+def security_toml(ca: Path, cert: Path, key: Path, jwt_keys: dict[str, str]) -> str:
+    lines = ["# Written by sheshnag at each start; edits are lost.",
+             # The volume server's status UI would show volumes and paths to anyone; the filer's directory
+             # listing likewise (its HTTP side is off anyway, -disableHttp).
+             "[access]", "ui = false", "[filer.expose_directory_metadata]", "enabled = false",
+             "[grpc]", f'ca = "{ca}"']
+    for section in JWT_SECTIONS:
+        lines += [f"[{section}]", f'key = "{jwt_keys[section]}"', "expires_after_seconds = 10"]
+    for role in GRPC_ROLES:
+        lines += [f"[grpc.{role}]", f'cert = "{cert}"', f'key = "{key}"']
+    lines += ["[grpc.client]", f'cert = "{cert}"', f'key = "{key}"']
+    return "\n".join(lines) + "\n"
+
+
+def write_security(workdir: Path) -> Path:
+    """Keys and certificates are remade at each start: JWTs live 10 s and the certificate is only ever shown
+    to the store itself, so nothing outlives the process that needs it."""
+    ca, cert, key = write_tls(workdir / TLS_DIR)
+    path = workdir / SECURITY_FILE
+    write_private(path, security_toml(ca, cert, key, {s: secrets.token_urlsafe(32) for s in JWT_SECTIONS}).encode())
+    return path
