@@ -58,6 +58,16 @@ def key_fact(key_sha256: str, event_name: Literal["created", "revoked"]) -> str:
 
 
 KEY_CREATED = "evt.key.*.created"
+KEY_REVOKED = "evt.key.*.revoked"
+SERVER_DISCONNECTS = "$SYS.ACCOUNT.$G.DISCONNECT"
+"""nats-server's system account event for each closed connection of the services' (and executors') account."""
+
+
+def server_kick(server_id: str) -> str:
+    """nats-server's system account service that closes one client connection (`{"cid": …}`) on that server."""
+    return f"$SYS.REQ.SERVER.{server_id}.KICK"
+
+
 FILE_STORED = "evt.file.*.stored"
 BATCH_CREATED = "evt.batch.*.created"
 BATCH_VALIDATED = "evt.batch.*.validated"

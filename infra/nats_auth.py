@@ -1,4 +1,5 @@
-"""The embedded broker's authorization: a `core` user for the five services, auth callout for everyone else.
+"""The embedded broker's authorization: a `core` user for the five services, auth callout for everyone else, and a
+system account user (derived from the callout's seed, `services/authz/keyring.py`) for the callout's responder.
 
 Both secrets (the core password and the callout issuer's nkey seed) are generated once per data dir and kept
 there (0600), so a restarted broker, and services restarted against it, agree. The config file is rewritten
@@ -10,7 +11,8 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from services.authz.nkey_jwt import new_account_seed, public_key
+from services.authz.keyring import SYSTEM_ACCOUNT, SYSTEM_USER, CalloutKeys
+from services.authz.nkey_jwt import new_account_seed
 
 CORE_USER = "core"
 SECRETS_FILE = "nats-auth.json"
@@ -48,13 +50,21 @@ class NatsAuth:
     def write_server_config(self, data_dir: Path) -> Path:
         """The config file `nats-server -c` reads; flags on its command line (port, store) add to it."""
         path = data_dir / CONFIG_FILE
+        keys = CalloutKeys(self.issuer_seed)
         _write_private(path, f"""# Written by sheshnag at each start from {SECRETS_FILE}; edits are lost.
+accounts {{
+  # Only the callout's responder is in it: it disconnects executors whose worker key was revoked.
+  {SYSTEM_ACCOUNT} {{ users: [ {{ user: "{SYSTEM_USER}", password: "{keys.system_password}" }} ] }}
+}}
+system_account: {SYSTEM_ACCOUNT}
 authorization {{
   users: [ {{ user: "{CORE_USER}", password: "{self.core_password}" }} ]
   auth_callout {{
     # Executors connect as <executor id> / <worker key>; the scheduler answers with their permissions.
-    issuer: "{public_key(self.issuer_seed)}"
-    auth_users: [ "{CORE_USER}" ]
+    issuer: "{keys.issuer}"
+    auth_users: [ "{CORE_USER}", "{SYSTEM_USER}" ]
+    # Each request (it carries the worker key) is sealed to the responder's curve key, each answer to the server's.
+    xkey: "{keys.curve.public_key}"
   }}
 }}
 """)

@@ -1,25 +1,32 @@
 """The auth callout: nats-server asks who each connecting client is; a live worker key makes it an executor.
 
-The client connects with its executor id as user and its worker key as password. The answer is a user JWT,
-signed by the issuer nkey the server trusts, that grants `executor_permissions(executor_id)` and expires after
-`ttl_s` (the connection then re-authorizes, so a revoked key is shut out within that time). Anything else is
-refused with a reason the server logs.
+The client connects with its executor id as user and its worker key as password. The server seals each request
+to our curve key and signs it with its own nkey (`request.py` checks both; anything else is left unanswered).
+The answer, sealed back to the server, is a user JWT signed by the issuer nkey the server trusts, granting
+`executor_permissions(executor_id)` until `ttl_s`; a key revoked meanwhile gets its connections closed at once
+(`disconnect.py`), and is refused when they come back. Refusals carry a reason the server logs.
 """
 
+import contextlib
 import logging
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import nats.errors
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from contracts.ids import hash_api_key
 from contracts.permissions import AUTH_CALLOUT_SUBJECT, EXECUTOR_ID_PATTERN, executor_permissions
 from services.authz import nkey_jwt
+from services.authz.disconnect import AdmittedConnections, Connection, Disconnector
+from services.authz.keyring import CalloutKeys
+from services.authz.request import AuthRequest, ForgedRequest, opened
 from services.runtime.bus import EventBus
 from services.runtime.fleet import Fleet
 from services.runtime.readmodel import ReadModel
+from services.runtime.revocations import revoked
 from services.runtime.settings import ConnectionSettings
 from services.scheduler.registration import worker_key_refusal
 
@@ -38,18 +45,24 @@ class Refused(Exception):
 
 @dataclass
 class ExecutorAuthority:
+    bus: EventBus
     read_model: ReadModel
-    issuer_seed: str
+    keys: CalloutKeys
     ttl_s: float = 3600.0
+    admitted: AdmittedConnections = field(default_factory=AdmittedConnections)
 
     async def admit(self, user: str, password: str) -> str:
         """The executor id a connection may act as, or Refused."""
         if not re.fullmatch(EXECUTOR_ID_PATTERN, user):
             raise Refused(f"user {user[:80]!r} is not an executor id")
-        record = await self.read_model.get_api_key(hash_api_key(password))
+        key_sha256 = hash_api_key(password)
+        record = await self.read_model.get_api_key(key_sha256)
         refusal = worker_key_refusal(record)
         if refusal is not None or record is None:
             raise Refused(f"executor {user}: {refusal}")
+        # The read model may lag a revoke the log already holds.
+        if await revoked(self.bus, key_sha256):
+            raise Refused(f"executor {user}: Worker key {record.key_id} was revoked.")
         executor = await self.read_model.get_executor(user)
         if executor is not None and executor.status == "online" and executor.worker_key_id not in (None,
                                                                                                   record.key_id):
@@ -62,43 +75,65 @@ class ExecutorAuthority:
             "sub": user_nkey, "aud": GLOBAL_ACCOUNT, "name": executor_id, "exp": int(time.time() + self.ttl_s),
             "nats": {"pub": {"allow": list(permissions.publish)}, "sub": {"allow": list(permissions.subscribe)},
                      "subs": NO_LIMIT, "data": NO_LIMIT, "payload": NO_LIMIT, "type": "user", "version": 2},
-        }, self.issuer_seed)
+        }, self.keys.issuer_seed)
 
-    async def answer(self, request_jwt: str) -> str:
-        """The signed authorization response to one request of the server's."""
-        request = nkey_jwt.decode(request_jwt).get("nats", {})
-        user_nkey, server_id = request.get("user_nkey", ""), request.get("server_id", {}).get("id", "")
-        if not user_nkey or not server_id:
-            raise nkey_jwt.MalformedJwt("an authorization request names the user nkey and the server")
-        options = request.get("connect_opts", {})
+    async def answer(self, request: AuthRequest) -> bytes:
+        """The sealed, signed authorization response to one (verified) request of the server's."""
         response: dict[str, object] = {"type": "authorization_response", "version": 2}
+        connection = Connection(request.server_id, request.client_id)
+        key_sha256 = hash_api_key(request.password)
+        # Remembered before the checks: a revoke stored while they run still finds the connection to close.
+        self.admitted.add(key_sha256, connection)
         try:
-            executor_id = await self.admit(str(options.get("user", "")), str(options.get("pass", "")))
+            executor_id = await self.admit(request.user, request.password)
         except Refused as refusal:
+            self.admitted.discard(connection)
             log.warning("NATS connection refused: %s", refusal)
             response["error"] = str(refusal)
         else:
             log.info("executor %s admitted to NATS", executor_id)
-            response["jwt"] = self.user_jwt(user_nkey, executor_id)
-        return nkey_jwt.encode({"sub": user_nkey, "aud": server_id, "nats": response}, self.issuer_seed)
+            response["jwt"] = self.user_jwt(request.user_nkey, executor_id)
+        token = nkey_jwt.encode({"sub": request.user_nkey, "aud": request.server_id, "nats": response},
+                                self.keys.issuer_seed)
+        return self.keys.curve.seal(token.encode(), request.server_xkey)
 
     async def on_request(self, message: Msg) -> None:
         try:
-            answer = await self.answer(message.data.decode())
-        except (nkey_jwt.MalformedJwt, UnicodeDecodeError, AttributeError) as error:
-            # Unanswered, the server refuses the connection when its auth timeout passes.
-            log.error("unreadable auth callout request on %s: %r", message.subject, error)
+            request = opened(message.data, message.headers, self.keys)
+        except ForgedRequest as forged:
+            # Unanswered: a real server refuses the connection when its auth timeout passes.
+            log.error("auth callout request on %s not answered: %s", message.subject, forged)
             return
-        await message.respond(answer.encode())
+        try:
+            answer = await self.answer(request)
+        except (nats.errors.Error, TimeoutError) as error:
+            # The key could not be checked (broker unreachable): unanswered, so the connection is refused.
+            self.admitted.discard(Connection(request.server_id, request.client_id))
+            log.error("auth callout for %r not answered: %r", request.user[:80], error)
+            return
+        await message.respond(answer)
 
-    async def serve(self, bus: EventBus) -> Subscription:
-        return await bus.nc.subscribe(AUTH_CALLOUT_SUBJECT, queue=RESPONDERS, cb=self.on_request)
+
+@dataclass
+class Admissions:
+    """The callout's responder and its disconnector, answering until `close()`."""
+
+    responder: Subscription
+    disconnector: Disconnector
+
+    async def close(self) -> None:
+        with contextlib.suppress(nats.errors.ConnectionClosedError, nats.errors.BadSubscriptionError):
+            await self.responder.unsubscribe()
+        await self.disconnector.close()
 
 
-async def admit_executors(bus: EventBus, settings: ConnectionSettings) -> Subscription | None:
-    """Answer the broker's auth callout on this connection until it closes; None without the issuer seed."""
+async def admit_executors(bus: EventBus, settings: ConnectionSettings) -> Admissions | None:
+    """Answer the broker's auth callout on this connection until closed; None without the issuer seed."""
     if not settings.nats_callout_seed:
         return None
-    authority = ExecutorAuthority(await ReadModel.open(bus), settings.nats_callout_seed, settings.nats_executor_ttl_s)
+    keys = CalloutKeys(settings.nats_callout_seed)
+    authority = ExecutorAuthority(bus, await ReadModel.open(bus), keys, settings.nats_executor_ttl_s)
     await Fleet.open(bus)  # executors may heartbeat into the bucket but not declare it
-    return await authority.serve(bus)
+    disconnector = await Disconnector.start(bus.nc, keys.system_url(settings.nats_url), authority.admitted)
+    responder = await bus.nc.subscribe(AUTH_CALLOUT_SUBJECT, queue=RESPONDERS, cb=authority.on_request)
+    return Admissions(responder, disconnector)

@@ -1,4 +1,4 @@
-"""NATS JWTs (`alg: ed25519-nkey`) as nats-server reads them: encode with an issuer nkey, decode the claims.
+"""NATS JWTs (`alg: ed25519-nkey`) as nats-server reads them: encode with an issuer nkey, verify and decode.
 
 The formats are nats-io/jwt v2's (ADR-26 for auth callout): base64url JSON header and claims, and an ed25519
 signature of `header.claims` by the issuer's nkey; `jti` is the base32 SHA-512/256 of the generic claims.
@@ -12,6 +12,10 @@ import time
 from typing import Any
 
 import nkeys
+from nacl.exceptions import BadSignatureError
+from nacl.signing import VerifyKey
+
+from services.authz.xkey import decode_public
 
 HEADER = {"typ": "JWT", "alg": "ed25519-nkey"}
 GENERIC_CLAIMS = ("aud", "exp", "jti", "iat", "iss", "name", "nbf", "sub")
@@ -22,6 +26,10 @@ Claims = dict[str, Any]
 
 class MalformedJwt(ValueError):
     """Not a NATS JWT: wrong shape, bad base64 or bad JSON."""
+
+
+class InvalidSignature(MalformedJwt):
+    """A NATS JWT its issuer did not sign (tampered with, or forged under someone else's key)."""
 
 
 def new_account_seed() -> str:
@@ -62,17 +70,34 @@ def encode(claims: Claims, issuer_seed: str) -> str:
 
 
 def decode(token: str) -> Claims:
-    """The claims of a JWT. The signature is not checked: the server that signs auth requests has a key of
-    its own making, so there is nothing to check it against; only the server and the core user may publish
-    on the callout subject."""
+    """The claims of a JWT, its signature unchecked (see `verified` for one that checks it)."""
+    return _parts(token)[1]
+
+
+def verified(token: str, issuer_prefix: int) -> Claims:
+    """The claims of a JWT whose `iss` is an nkey of this kind (`nkeys.PREFIX_BYTE_SERVER`: a server's) and
+    whose signature that key made; InvalidSignature otherwise. Who the issuer should be is the caller's check."""
+    header_and_claims, claims, signature = _parts(token)
+    issuer = claims.get("iss")
+    try:
+        key = VerifyKey(decode_public(issuer if isinstance(issuer, str) else "", issuer_prefix))
+        key.verify(header_and_claims, signature)
+    except (ValueError, BadSignatureError) as error:
+        raise InvalidSignature(f"not signed by its issuer {str(issuer)[:60]!r}: {error}") from error
+    return claims
+
+
+def _parts(token: str) -> tuple[bytes, Claims, bytes]:
+    """The signed part, the claims and the signature of a JWT."""
     parts = token.strip().split(".")
     if len(parts) != 3:
         raise MalformedJwt("a JWT has three parts")
     try:
         header = json.loads(_unb64(parts[0]))
         claims = json.loads(_unb64(parts[1]))
+        signature = _unb64(parts[2])
     except (ValueError, UnicodeDecodeError) as error:
         raise MalformedJwt(str(error)) from error
     if not isinstance(header, dict) or header.get("alg") != HEADER["alg"] or not isinstance(claims, dict):
         raise MalformedJwt("not an ed25519-nkey JWT")
-    return claims
+    return f"{parts[0]}.{parts[1]}".encode(), claims, signature

@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 async def run_scheduler(settings: SchedulerSettings, stop: asyncio.Event) -> None:
     connection = settings.connection
     bus = await EventBus.connect(connection.nats_url, "scheduler")
-    await admit_executors(bus, connection)  # leader or standby: the broker asks any scheduler who an executor is
+    admissions = await admit_executors(bus, connection)  # leader or standby: the broker asks any scheduler
     catalogue = load_catalogue(connection.catalogue_path)
     lease = await LeaderLease.open(bus, settings.leader_ttl_s)
     signer = ObjectSigner.from_settings(connection, settings.object_url_endpoint, settings.object_url_expiry_s)
@@ -31,6 +31,8 @@ async def run_scheduler(settings: SchedulerSettings, stop: asyncio.Event) -> Non
             await lead(scheduler, lease, settings, stop, signer)
     finally:
         await lease.release()
+        if admissions is not None:
+            await admissions.close()
         await bus.close()
 
 

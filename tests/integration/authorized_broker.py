@@ -6,13 +6,11 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from nats.aio.subscription import Subscription
-
 from contracts.ids import hash_api_key
 from contracts.readmodel import ApiKeyRecord
 from infra.embedded import free_port, start_nats, stop_process
 from infra.nats_auth import NatsAuth
-from services.authz.callout import admit_executors
+from services.authz.callout import Admissions, admit_executors
 from services.executor.settings import ExecutorSettings
 from services.runtime.bus import EventBus
 from services.runtime.readmodel import ReadModel
@@ -28,8 +26,8 @@ class AuthorizedBroker:
     core: EventBus
     read_model: ReadModel
     settings: ConnectionSettings
-    callout: Subscription
-    """The responder admitting executors: unsubscribe it to play a fleet with no scheduler up."""
+    callout: Admissions
+    """The responder admitting executors: close it to play a fleet with no scheduler up."""
 
     async def answer_callout_again(self) -> None:
         callout = await admit_executors(self.core, self.settings)
@@ -72,7 +70,9 @@ async def admitting_broker(data_dir: Path, ttl_s: float = 3600.0) -> AsyncIterat
                                       nats_executor_ttl_s=ttl_s)
         callout = await admit_executors(core, settings)
         assert callout is not None
+        running = AuthorizedBroker(port, auth, core, read_model, settings, callout)
         try:
-            yield AuthorizedBroker(port, auth, core, read_model, settings, callout)
+            yield running
         finally:
+            await running.callout.close()
             await core.close()

@@ -138,7 +138,7 @@ async def test_while_no_scheduler_answers_the_callout_an_executor_keeps_its_admi
         assert bus is not None
         left = await expires_in(bus.nc)
         assert left is not None
-        await running.callout.unsubscribe()  # every scheduler is down
+        await running.callout.close()  # every scheduler is down
         stop = asyncio.Event()
         renewing = asyncio.create_task(keep_admitted(bus.nc, stop))
         await asyncio.sleep(left - 0.5)  # past the moment it would have renewed

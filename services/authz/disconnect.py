@@ -1,0 +1,124 @@
+"""Disconnecting executors whose worker key is revoked, within moments of the revoke rather than when their
+admission expires: the responder remembers which connections each key got in through, and when the key's
+`key.revoked` fact is stored it has the server close them (the system account's KICK). The client reconnects,
+meets the callout again, and the callout refuses the key (it reads the revocation from the log itself).
+"""
+
+import asyncio
+import contextlib
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from contracts.events.key import KeyRevoked
+from contracts.events.registry import decode_event
+from contracts.subjects import KEY_REVOKED, SERVER_DISCONNECTS, server_kick
+
+log = logging.getLogger(__name__)
+
+KICK_TIMEOUT_S = 2.0
+KICK_ATTEMPTS = 3
+"""A kick can race the connection's own admission (the server registers it once our answer is in): retried."""
+KICK_RETRY_S = 0.3
+
+
+@dataclass(frozen=True)
+class Connection:
+    """One client connection, as the server that holds it names it."""
+
+    server_id: str
+    client_id: int
+
+
+@dataclass
+class AdmittedConnections:
+    """The connections each key (by SHA-256) was admitted on, until they close."""
+
+    by_key: dict[str, set[Connection]] = field(default_factory=dict)
+
+    def add(self, key_sha256: str, connection: Connection) -> None:
+        self.by_key.setdefault(key_sha256, set()).add(connection)
+
+    def discard(self, connection: Connection) -> None:
+        for key_sha256, connections in list(self.by_key.items()):
+            connections.discard(connection)
+            if not connections:
+                del self.by_key[key_sha256]
+
+    def take(self, key_sha256: str) -> set[Connection]:
+        return self.by_key.pop(key_sha256, set())
+
+
+@dataclass
+class Disconnector:
+    """Closes the admitted connections of every key revoked while it runs, through a system account connection."""
+
+    system: Client
+    admitted: AdmittedConnections
+    subscriptions: list[Subscription] = field(default_factory=list)
+    kicks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    @classmethod
+    async def start(cls, facts: Client, system_url: str, admitted: AdmittedConnections) -> "Disconnector":
+        """Follow `key.revoked` facts on `facts` (a services' connection) and closed connections on the system
+        account; call `close()` to stop."""
+        system = Client()
+        options: dict[str, Any] = {"reconnect_time_wait": 0.5}  # seconds (nats-py annotates it int)
+        await system.connect(system_url, name="sheshnag-authz-system", max_reconnect_attempts=-1, **options)
+        disconnector = cls(system, admitted)
+        disconnector.subscriptions = [
+            await facts.subscribe(KEY_REVOKED, cb=disconnector.on_revoked),
+            await system.subscribe(SERVER_DISCONNECTS, cb=disconnector.on_disconnected),
+        ]
+        await facts.flush()
+        await system.flush()
+        return disconnector
+
+    async def on_revoked(self, message: Msg) -> None:
+        fact = decode_event(message.data)
+        if not isinstance(fact, KeyRevoked):
+            return
+        for connection in self.admitted.take(fact.key_sha256):
+            task = asyncio.create_task(self.kick(connection))
+            self.kicks.add(task)
+            task.add_done_callback(self.kicks.discard)
+
+    async def on_disconnected(self, message: Msg) -> None:
+        try:
+            event = json.loads(message.data)
+            self.admitted.discard(Connection(str(event["server"]["id"]), int(event["client"]["id"])))
+        except (ValueError, KeyError, TypeError) as error:
+            log.debug("unreadable disconnect event: %r", error)
+
+    async def kick(self, connection: Connection) -> None:
+        """Have the connection's server close it; logged, never raised (the JWT's expiry is the backstop)."""
+        request = json.dumps({"cid": connection.client_id}).encode()
+        problem = ""
+        for attempt in range(KICK_ATTEMPTS):
+            if attempt:
+                await asyncio.sleep(KICK_RETRY_S)
+            try:
+                reply = await self.system.request(server_kick(connection.server_id), request, KICK_TIMEOUT_S)
+            except (nats.errors.Error, TimeoutError) as error:
+                problem = repr(error)
+                continue
+            answer = json.loads(reply.data or b"{}")
+            if "error" not in answer:
+                log.info("revoked key's connection %s closed", connection)
+                return
+            problem = str(answer["error"])
+        log.warning("could not close revoked key's connection %s (it ends when its admission expires): %s",
+                    connection, problem)
+
+    async def close(self) -> None:
+        for subscription in self.subscriptions:
+            with contextlib.suppress(nats.errors.ConnectionClosedError, nats.errors.BadSubscriptionError):
+                await subscription.unsubscribe()
+        await asyncio.gather(*self.kicks, return_exceptions=True)
+        await self.system.close()
