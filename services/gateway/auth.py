@@ -101,7 +101,8 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     record = await request.app[KEY_CACHE].lookup(token) if token.isascii() else None
     refusal = _refusal(record)
     if refusal is not None:
-        wait = count_failure(request, token)
+        # Only unknown keys are guesses: a client still sending its revoked key must not trip its address's budget.
+        wait = count_failure(request, token) if record is None else 0.0
         if wait > 0:
             raise too_many(wait)
         raise ApiError(401, refusal, "authentication_error", "invalid_api_key")
