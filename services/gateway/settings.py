@@ -31,8 +31,9 @@ class GatewaySettings(ServiceSettings):
     """Sustained rate of control calls (create, cancel, delete) per key; reads and lines never count."""
     control_call_burst: int = 50
     auth_failure_limit: int = 100
-    """Wrong or unknown keys one client address may present within `auth_failure_window_s`; past it, 429
-    `too_many_failed_authentications` for every key until the window passes. 0 turns the limit off."""
+    """Unknown keys one client address may present within `auth_failure_window_s`; past it, 429
+    `too_many_failed_authentications` for its guesses (never for a right generated key; see auth_failures.py)
+    until the window passes. 0 turns the limit off."""
     auth_failure_window_s: float = 60.0
     upload_slots: int = 16
     """Uploads one gateway streams to the object store at once; more wait for a slot."""
