@@ -32,6 +32,8 @@ class RunBatch(BaseModel):
     """Output and error files expire this long after the batch was created (`output_expires_after`)."""
     created_at: int = 0
     """When the batch was created (seconds since the epoch): the anchor of `output_expires_after`."""
+    expires_at: int | None = None
+    """When the batch expires (seconds since the epoch): no line starts after it."""
 
     @property
     def sharded(self) -> bool:

@@ -17,6 +17,10 @@ FLEET_REGISTER = "svc.fleet.register"
 """Request/reply: executors register with the leading scheduler."""
 OBJECT_REQUESTS = "svc.objects.*"
 """Request/reply: executors ask the leading scheduler for presigned URLs of their work's objects."""
+FACT_SUBMISSIONS = "svc.facts.*"
+"""Request/reply: executors hand the leading scheduler the facts they state (it stores those they may state)."""
+LOG_READS = "svc.log.*"
+"""Request/reply: executors read the execution facts of the batches they hold from the leading scheduler."""
 SCHEDULER_LEADER_KEY = "scheduler"
 
 VALIDATOR_DURABLE = "validator"
@@ -85,6 +89,16 @@ FINALIZERS_DURABLE = "finalizers"
 def object_requests(executor_id: str) -> str:
     """Where one executor asks for object URLs: only it may publish here, so the subject says who asks."""
     return f"svc.objects.{executor_id}"
+
+
+def fact_submissions(executor_id: str) -> str:
+    """Where one executor submits facts: only it may publish here, so the subject says who states them."""
+    return f"svc.facts.{executor_id}"
+
+
+def log_reads(executor_id: str) -> str:
+    """Where one executor reads batch logs: only it may publish here, so the subject says who reads."""
+    return f"svc.log.{executor_id}"
 
 
 def executor_durable(executor_id: str) -> str:

@@ -23,6 +23,8 @@ class FileStored(Event):
     line_count: int | None = None
     expires_at: int | None = None
     """Seconds since the epoch after which the file is swept; None keeps it until deleted."""
+    batch_id: str | None = None
+    """The batch whose output or error file this is (its owner owns the file); None for an upload."""
 
 
 class FileDeleted(Event):

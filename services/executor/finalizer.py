@@ -62,14 +62,14 @@ class Finalizer:
         if files.output_lines:
             output_id = output_file_id(batch_id)
             if not await publish(await self.results.put_file(
-                    output_id, files.output, command.owner_key_id, f"{batch_id}_output.jsonl", files.output_lines,
-                    expires_after_s)):
+                    batch_id, output_id, files.output, command.owner_key_id, f"{batch_id}_output.jsonl",
+                    files.output_lines, expires_after_s)):
                 return False
         if files.error_lines:
             error_id = error_file_id(batch_id)
             if not await publish(await self.results.put_file(
-                    error_id, files.errors, command.owner_key_id, f"{batch_id}_error.jsonl", files.error_lines,
-                    expires_after_s)):
+                    batch_id, error_id, files.errors, command.owner_key_id, f"{batch_id}_error.jsonl",
+                    files.error_lines, expires_after_s)):
                 return False
         terminal: Event
         if outcome == "failed":

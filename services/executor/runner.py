@@ -48,7 +48,7 @@ class BatchRunner:
         """Batches this executor runs now, by id: a FinalizeBatch for one of them is handed to its attempt."""
 
     async def run(self, command: RunBatch, engine: Engine) -> None:
-        async with BatchWatch.open(self.bus, command.batch_id, command.attempt) as watch:
+        async with BatchWatch.open(self.bus, command.batch_id, command.attempt, command.expires_at) as watch:
             self.running[command.batch_id] = watch
             try:
                 await self._attempt(command, engine, watch)

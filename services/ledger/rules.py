@@ -29,7 +29,8 @@ from contracts.events.file import FileDeleted, FileStored
 from contracts.events.key import KeyCreated, KeyRevoked, UserCreated
 from contracts.events.organization import OrganizationCreated
 from contracts.events.provider import ProviderRegistered
-from contracts.ids import key_id_for_hash
+from contracts.ids import error_file_id, key_id_for_hash, output_file_id
+from contracts.subjects import input_object_key
 from services.ledger.aggregates import ApiKey, Executor, File, Provider, User
 from services.ledger.domainmodel import Batch, Folded, aggregate_id
 from services.ledger.membership import KeyOwner, Organization
@@ -83,6 +84,20 @@ class FoldingRules:
                 executor.serve(served)
                 touched[executor.id] = executor
 
+    def _result_file_refusal(self, fact: FileStored, touched: dict[UUID, Folded]) -> str | None:
+        """A batch's output or error file belongs to the batch's owner and lies under its own key, whatever a fact
+        says (the fact desk refuses such facts before they are stored; this holds for any that got in)."""
+        if fact.batch_id is None:
+            return None  # an upload, or a result file of a log written before files named their batch
+        batch = self._get(Batch, aggregate_id("batch", fact.batch_id), touched)
+        if batch is None:
+            return f"it names batch {fact.batch_id}, which the ledger does not know"
+        if fact.aggregate_id not in (output_file_id(fact.batch_id), error_file_id(fact.batch_id)):
+            return f"it is not the output or error file of {fact.batch_id}"
+        if fact.owner_key_id != batch.owner_key_id or fact.object_key != input_object_key(fact.aggregate_id):
+            return f"its owner or object is not that of {fact.batch_id}'s result files"
+        return None
+
     def _apply(self, seq: int, fact: Event, touched: dict[UUID, Folded]) -> Folded | None:
         at = fact.occurred_at // 1000
         match fact:
@@ -93,6 +108,10 @@ class FoldingRules:
                     completion_window=fact.completion_window, metadata=fact.metadata,
                     created_at=fact.created_at, expires_at=fact.expires_at, held=fact.hold)
             case FileStored():
+                refusal = self._result_file_refusal(fact, touched)
+                if refusal is not None:
+                    log.warning("sequence %d: file.stored of %s refused: %s", seq, fact.aggregate_id, refusal)
+                    return None
                 return self._found_again(File, "file", fact.aggregate_id, seq, fact, touched) or File(
                     file_id=fact.aggregate_id, sequence=seq, owner_key_id=fact.owner_key_id,
                     filename=fact.filename, purpose=fact.purpose, size=fact.bytes, sha256=fact.sha256,

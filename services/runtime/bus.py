@@ -4,9 +4,9 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import nats
 import nats.errors
@@ -97,25 +97,19 @@ class Credentials:
     password: str = field(repr=False)
     inbox_prefix: str = "_INBOX"
     """Replies and pull deliveries arrive under this prefix: the only subjects the connection may subscribe to."""
-    reader_names: tuple[str, ...] = ()
-    """The only names its consumers on EVENTS may have; empty: any (the server names them)."""
 
 
 class EventBus:
     """One NATS connection per service process."""
 
-    def __init__(self, nc: Client, name: str = "", reader_names: Sequence[str] = ()) -> None:
+    def __init__(self, nc: Client, name: str = "") -> None:
         self.nc = nc
         self.tracer = tracer(name.split("-")[0] or "bus")
         """Handler spans are named after the service (`executor-gpu-7` → `sheshnag.executor`)."""
         self.js: JetStreamContext = nc.jetstream(timeout=PUBLISH_TIMEOUT_S)
-        self._reader_names: asyncio.Queue[str] = asyncio.Queue()
-        for reader in reader_names:
-            self._reader_names.put_nowait(reader)
-        self._named_readers = bool(reader_names)
 
     @classmethod
-    async def connect(cls, url: str, name: str, credentials: Credentials | None = None) -> "EventBus":
+    async def connect(cls, url: str, name: str, credentials: Credentials | None = None) -> Self:
         """Connect (as `credentials`' user when given; else as the URL says) and make sure the streams exist."""
         options: dict[str, Any] = {}
         if credentials is not None:
@@ -124,22 +118,9 @@ class EventBus:
         options["reconnect_time_wait"] = 0.5  # seconds (nats-py annotates it int)
         nc = ReadmittingClient()
         await nc.connect(url, name=name, max_reconnect_attempts=-1, **options)
-        bus = cls(nc, name, credentials.reader_names if credentials else ())
+        bus = cls(nc, name)
         await bus.ensure_streams()
         return bus
-
-    @contextlib.asynccontextmanager
-    async def reader_name(self) -> AsyncIterator[str | None]:
-        """A name for an ephemeral consumer on EVENTS: one this connection was granted (waiting while all are in
-        use), or None where it may read through any consumer and the server names it."""
-        if not self._named_readers:
-            yield None
-            return
-        reader = await self._reader_names.get()
-        try:
-            yield reader
-        finally:
-            self._reader_names.put_nowait(reader)
 
     async def close(self) -> None:
         await self.nc.drain()
@@ -152,6 +133,7 @@ class EventBus:
                 storage=StorageType.FILE,
                 retention=RetentionPolicy.LIMITS,
                 duplicate_window=DEDUP_WINDOW_S,
+                allow_direct=True,  # read without consumers: fact checks, the errors view, the fact desk
             )
         )
         await self._ensure_stream(

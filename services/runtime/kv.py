@@ -126,6 +126,41 @@ async def read_subject(js: JetStreamContext, stream: str, subject: str) -> list[
         await replies.unsubscribe()
 
 
+async def read_page(js: JetStreamContext, stream: str, subject: str, after: int, limit: int,
+                    max_bytes: int) -> tuple[list[StoredMessage], bool]:
+    """Up to `limit` messages (and about `max_bytes`) of `stream` on `subject` with a sequence above `after`, in
+    stream order, by one batched direct get; and whether more follow. No consumer."""
+    nc = js._nc
+    loop = asyncio.get_running_loop()
+    found: list[StoredMessage] = []
+    end: asyncio.Future[tuple[str, int]] = loop.create_future()
+
+    async def on_reply(message: Msg) -> None:
+        headers = {str(name): value for name, value in (message.headers or {}).items()}
+        status = headers.get("Status")
+        if status is None:
+            found.append(StoredMessage(int(headers["Nats-Sequence"]), headers["Nats-Subject"], headers, message.data))
+        elif not end.done():
+            end.set_result((status, int(headers.get("Nats-Num-Pending", "0") or 0)))
+
+    replies = await nc.subscribe(nc.new_inbox(), cb=on_reply)
+    try:
+        await nc.publish(f"{js._prefix}.DIRECT.GET.{stream}", orjson.dumps(
+            {"seq": after + 1, "next_by_subj": subject, "batch": limit, "max_bytes": max_bytes}),
+            reply=replies.subject)
+        try:
+            status, pending = await asyncio.wait_for(end, PAGE_TIMEOUT_S)
+        except TimeoutError:
+            raise ScanFailed("the stream stopped answering a read") from None
+    finally:
+        await replies.unsubscribe()
+    if status == "404":
+        return [], False
+    if status != "204":
+        raise ScanFailed(f"the stream refused a read (status {status})")
+    return found, pending > 0
+
+
 @dataclass
 class _Page:
     end: "asyncio.Future[str]"

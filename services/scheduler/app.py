@@ -43,6 +43,7 @@ async def lead(scheduler: Scheduler, lease: LeaderLease, settings: SchedulerSett
     reader = asyncio.create_task(scheduler.follow(term_over))
     registrations = await scheduler.answer_registrations()
     object_requests = await scheduler.answer_object_requests(signer)
+    desk = await scheduler.answer_fact_desk()
     keeper = asyncio.create_task(lease.keep(stop))
     resent = False
     try:
@@ -59,6 +60,8 @@ async def lead(scheduler: Scheduler, lease: LeaderLease, settings: SchedulerSett
         term_over.set()
         await registrations.unsubscribe()
         await object_requests.unsubscribe()
+        for subscription in desk:
+            await subscription.unsubscribe()
         await asyncio.wait_for(asyncio.gather(reader, return_exceptions=True), timeout=10)
     if not stop.is_set():
         log.warning("leadership lost; back to standby")

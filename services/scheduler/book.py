@@ -90,6 +90,8 @@ class BatchPlan:
     attempt: int = 0
     """The highest attempt number assigned so far, over all shards."""
     attempt_shard: dict[int, int] = field(default_factory=dict)
+    assignees: dict[int, str] = field(default_factory=dict)
+    """Attempt → the executor it was assigned to (for good: who may state that attempt's facts)."""
     waiting_reason: str | None = None
     cancel_requested_at_ms: int | None = None
     cancel_code: CancelCode = "batch_cancelled"
@@ -242,6 +244,7 @@ def _assigned(plan: BatchPlan, event: BatchAssigned) -> None:
         plan.layout = event.layout
     plan.attempt = max(plan.attempt, event.attempt)
     plan.attempt_shard[event.attempt] = event.shard
+    plan.assignees.setdefault(event.attempt, event.executor_id)
     run = plan.shard(event.shard)
     run.tried_executors.add(event.executor_id)
     if event.attempt >= run.attempt and event.attempt not in run.failed_attempts:

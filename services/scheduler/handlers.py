@@ -15,10 +15,11 @@ from contracts.events.batch import AttemptFailed, BatchAssigned, BatchFailed, Ba
 from contracts.events.executor import ExecutorLost
 from contracts.events.registry import AnyEvent, decode_event
 from contracts.ids import derived_id
-from contracts.subjects import EVENTS_STREAM, FLEET_REGISTER, OBJECT_REQUESTS
+from contracts.subjects import EVENTS_STREAM, FACT_SUBMISSIONS, FLEET_REGISTER, LOG_READS, OBJECT_REQUESTS
 from services.runtime.bus import EventBus
 from services.runtime.fleet import Fleet
 from services.runtime.follower import Fact, OrderedReader
+from services.runtime.kv import ensure_direct_reads
 from services.runtime.readmodel import ReadModel
 from services.scheduler.book import BatchPlan, Book
 from services.scheduler.decisions import (
@@ -32,6 +33,7 @@ from services.scheduler.decisions import (
     Wait,
     decide,
 )
+from services.scheduler.desk import FactDesk
 from services.scheduler.objects import ObjectBroker, ObjectSigner
 from services.scheduler.registration import Registrar
 from services.scheduler.tracing import action_span, remember_trace
@@ -64,6 +66,14 @@ class Scheduler:
         """Only the leader's book knows who runs what (once caught up), so only the leader signs object URLs."""
         broker = ObjectBroker(signer, self.book, self.caught_up)
         return await self.bus.nc.subscribe(OBJECT_REQUESTS, cb=broker.on_request)
+
+    async def answer_fact_desk(self) -> list[Subscription]:
+        """Only the leader's book says who holds which attempt, so only the leader stores and shows executors'
+        facts."""
+        await ensure_direct_reads(self.bus.js, EVENTS_STREAM)  # a stream made before direct reads existed
+        desk = FactDesk(self.bus, self.book, self.caught_up)
+        return [await self.bus.nc.subscribe(FACT_SUBMISSIONS, cb=desk.on_submission),
+                await self.bus.nc.subscribe(LOG_READS, cb=desk.on_read)]
 
     async def follow(self, stop: asyncio.Event) -> None:
         """Fold every fact from the start of the log, then live ones, into the book, until `stop` is set.
@@ -162,7 +172,8 @@ class Scheduler:
             lease_token=_lease_token(plan.batch_id, attempt), owner_key_id=plan.owner_key_id, model=plan.model,
             endpoint=plan.endpoint, input_object_key=plan.input_object_key, total_lines=plan.total_lines,
             rejections_object_key=plan.rejections_object_key, shard=shard, layout=plan.layout or ShardLayout(),
-            output_expires_after_s=plan.output_expires_after_s, created_at=plan.created_at))
+            output_expires_after_s=plan.output_expires_after_s, created_at=plan.created_at,
+            expires_at=plan.expires_at))
 
 
 def _lease_token(batch_id: str, attempt: int) -> str:

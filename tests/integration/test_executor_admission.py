@@ -26,6 +26,7 @@ from services.scheduler.book import Book
 from services.scheduler.registration import Registrar
 from tests.conftest import RunningS3
 from tests.integration.authorized_broker import WORKER_KEY, AuthorizedBroker, admitting_broker
+from tests.integration.desk_support import fact_desk, hold
 from tests.integration.test_executor_run import TINY_CATALOGUE, new_batch
 from tests.support import batch_facts
 
@@ -67,13 +68,14 @@ async def test_an_executor_renews_its_admission_before_it_expires_and_runs_batch
         tmp_path: Path, s3_server: RunningS3, object_store: ObjectStore, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="services.authz.callout")
     (tmp_path / "nats").mkdir()
-    async with admitting_broker(tmp_path / "nats", ttl_s=TTL_S) as running, \
+    async with admitting_broker(tmp_path / "nats", ttl_s=TTL_S) as running, fact_desk(running.core) as book, \
             executor_on(running, s3_server, tmp_path) as executor:
         core = running.core
         started = time.monotonic()
         batches = []
         for _ in range(4):  # one batch every half TTL, the last well past three TTLs in
             command = await new_batch(object_store, executor)
+            hold(book, command)
             await core.send_run(command)
             batches.append(command.batch_id)
             await asyncio.sleep(TTL_S / 2)

@@ -8,7 +8,8 @@ import nacl.signing
 import pytest
 
 from contracts.events.registry import AnyEvent
-from contracts.permissions import EXECUTOR_BATCH_FACTS, EXECUTOR_FILE_FACTS, executor_inbox, executor_permissions
+from contracts.fact_desk import ATTEMPT_FACTS, EXECUTION_FACTS, FINALIZER_FACTS
+from contracts.permissions import executor_inbox, executor_permissions
 from services.authz import nkey_jwt
 
 
@@ -39,7 +40,11 @@ def event_types() -> set[str]:
     "$JS.API.CONSUMER.MSG.NEXT.EVENTS.ledger", "$JS.API.CONSUMER.DURABLE.CREATE.WORK.executor-alpha",
     "$JS.API.STREAM.INFO.KV_sheshnag_read", "$JS.API.STREAM.CREATE.EVENTS", "$KV.sheshnag_read.apikey.x",
     "evt.key.k.created", "evt.user.u.created", "evt.batch.b.created", "evt.batch.b.assigned", "evt.file.f.deleted",
-    "evt.executor.bravo.registered", "$SYS.REQ.USER.AUTH"])
+    "evt.executor.bravo.registered", "$SYS.REQ.USER.AUTH",
+    # The event log is the fact desk's: no executor reads or writes it itself, whoever's batch it is.
+    "$JS.API.CONSUMER.CREATE.EVENTS.executor-alpha-read-15.evt.batch.batch_1.>", "$JS.API.DIRECT.GET.EVENTS",
+    "$JS.API.STREAM.MSG.GET.EVENTS", "evt.batch.b.progressed", "evt.batch.b.completed", "evt.file.f.stored",
+    "svc.facts.bravo", "svc.log.bravo", "svc.objects.bravo", "evt.executor.alpha.lost"])
 def test_an_executor_may_not_publish_to_what_is_not_its_own(subject: str) -> None:
     assert not allowed(subject)
 
@@ -47,8 +52,7 @@ def test_an_executor_may_not_publish_to_what_is_not_its_own(subject: str) -> Non
 @pytest.mark.parametrize("subject", [
     "svc.fleet.register", "$KV.sheshnag_executors.alpha", "$JS.API.CONSUMER.MSG.NEXT.WORK.executor-alpha",
     "$JS.API.CONSUMER.CREATE.WORK.executor-alpha.cmd.executor.alpha.run", "$JS.ACK.WORK.finalizers.1.2.3.4.5",
-    "$JS.API.CONSUMER.CREATE.EVENTS.executor-alpha-read-15.evt.batch.batch_1.>", "evt.batch.b.progressed",
-    "evt.file.f.stored", "evt.executor.alpha.lost", "$SYS.REQ.USER.INFO"])
+    "svc.facts.alpha", "svc.log.alpha", "svc.objects.alpha", "$SYS.REQ.USER.INFO"])
 def test_an_executor_may_publish_what_its_job_needs(subject: str) -> None:
     assert allowed(subject)
 
@@ -58,10 +62,10 @@ def test_an_executor_subscribes_only_under_its_own_inbox() -> None:
     assert not matches(executor_permissions("alpha").subscribe[0], f"{executor_inbox('bravo')}.reply")
 
 
-def test_the_facts_executors_may_publish_are_real_event_types() -> None:
+def test_the_facts_the_desk_takes_from_executors_and_shows_them_are_real_event_types() -> None:
     types = event_types()
-    assert {f"batch.{fact}" for fact in EXECUTOR_BATCH_FACTS} <= types
-    assert {f"file.{fact}" for fact in EXECUTOR_FILE_FACTS} <= types
+    assert {f"batch.{fact}" for fact in (*ATTEMPT_FACTS, *FINALIZER_FACTS, *EXECUTION_FACTS)} <= types
+    assert "batch.created" not in {f"batch.{fact}" for fact in EXECUTION_FACTS}
 
 
 def test_a_jwt_is_signed_by_its_issuer_over_header_and_claims() -> None:

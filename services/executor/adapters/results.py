@@ -42,7 +42,7 @@ class ResultStore:
         await self.store.put_bytes(key, encode_chunk(chunk.lines))
         return key
 
-    async def put_file(self, file_id: str, data: bytes, owner_key_id: str, filename: str,
+    async def put_file(self, batch_id: str, file_id: str, data: bytes, owner_key_id: str, filename: str,
                        line_count: int, expires_after_s: int | None = None) -> FileStored:
         """Write a result file and return the fact that announces it; it expires `expires_after_s` (default 30
         days) after it is written, as OpenAI's `output_expires_after` counts from the file's creation."""
@@ -60,4 +60,6 @@ class ResultStore:
             created_at=created_at,
             line_count=line_count,
             expires_at=created_at + (expires_after_s or RESULT_FILE_EXPIRES_AFTER_S),
+            batch_id=batch_id,
+            correlation_id=batch_id,
         )

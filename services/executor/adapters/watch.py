@@ -1,6 +1,7 @@
-"""Reading a batch's event log from EVENTS: once (the finalizer) or followed live (the running attempt).
+"""Reading a batch's event log: once (the finalizer) or followed live (the running attempt).
 
-An ephemeral pull consumer knows how many facts exist when it is made, so "caught up" is exact.
+From EVENTS through an ephemeral pull consumer (it knows how many facts exist when it is made, so "caught up" is
+exact), or, for an executor under NATS authorization, from the fact desk, page by page to the end.
 """
 
 import asyncio
@@ -8,6 +9,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
+from typing import Protocol
 
 import nats.errors
 import nats.js.errors
@@ -15,21 +17,23 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from pydantic import ValidationError
 
-from contracts.events.registry import AnyEvent, decode_event
+from contracts.events.registry import decode_event
 from contracts.subjects import EVENTS_STREAM, batch_events
+from services.executor.adapters.desk import DeskBus, FactDesk, Sequenced
 from services.executor.attempts import BatchLog, StopReason
 from services.runtime.bus import EventBus
 
 log = logging.getLogger(__name__)
 
 FETCH = 256
+POLL_S = 0.5
+"""How often a batch followed through the fact desk is read again while nothing new came."""
 
-Sequenced = tuple[int, AnyEvent]
-"""A fact and its sequence in the EVENTS stream."""
 
 
 class EventReader:
-    """One batch's facts in stream order, from the first."""
+    """One batch's facts in stream order, from the first, through an ephemeral consumer of its own (a broker that
+    lets this connection read EVENTS)."""
 
     def __init__(self, bus: EventBus, name: str, subscription: JetStreamContext.PullSubscription) -> None:
         self.bus = bus
@@ -39,25 +43,23 @@ class EventReader:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def open(cls, bus: EventBus, batch_id: str) -> AsyncIterator[tuple["EventReader", list[Sequenced]]]:
+    async def open(cls, bus: EventBus, batch_id: str) -> AsyncIterator[tuple["LogReader", list[Sequenced]]]:
         """The reader and every fact the batch has so far, with its stream sequence."""
-        # Under NATS authorization an executor reads through consumers of its own names only (the bus lends one).
-        async with bus.reader_name() as name:
-            if name is not None:
-                # A name is reused: a consumer a crashed run left under it would resume mid-log.
-                with contextlib.suppress(nats.js.errors.NotFoundError):
-                    await bus.js.delete_consumer(EVENTS_STREAM, name)
-            config = ConsumerConfig(name=name, filter_subject=batch_events(batch_id), deliver_policy=DeliverPolicy.ALL,
-                                    ack_policy=AckPolicy.NONE, inactive_threshold=60.0, mem_storage=True)
-            info = await bus.js.add_consumer(EVENTS_STREAM, config)
-            reader = cls(bus, info.name, await bus.js.pull_subscribe_bind(consumer=info.name, stream=EVENTS_STREAM))
-            try:
-                backlog: list[Sequenced] = []
-                while reader.received < (info.num_pending or 0):
-                    backlog.extend(await reader.next_events(timeout_s=5.0))
-                yield reader, backlog
-            finally:
-                await reader.close()
+        if isinstance(bus, DeskBus):
+            async with DeskReader.open(bus.desk, batch_id) as opened:
+                yield opened
+            return
+        config = ConsumerConfig(filter_subject=batch_events(batch_id), deliver_policy=DeliverPolicy.ALL,
+                                ack_policy=AckPolicy.NONE, inactive_threshold=60.0, mem_storage=True)
+        info = await bus.js.add_consumer(EVENTS_STREAM, config)
+        reader = cls(bus, info.name, await bus.js.pull_subscribe_bind(consumer=info.name, stream=EVENTS_STREAM))
+        try:
+            backlog: list[Sequenced] = []
+            while reader.received < (info.num_pending or 0):
+                backlog.extend(await reader.next_events(timeout_s=5.0))
+            yield reader, backlog
+        finally:
+            await reader.close()
 
     async def next_events(self, timeout_s: float = 1.0) -> list[Sequenced]:
         try:
@@ -79,6 +81,41 @@ class EventReader:
         with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
             await self.subscription.unsubscribe()
             await self.bus.js.delete_consumer(EVENTS_STREAM, self.name)
+
+
+class DeskReader:
+    """One batch's execution facts in stream order, read from the fact desk (an executor under authorization may
+    not read EVENTS): pages until caught up, then a page every `POLL_S` while followed. Holds nothing open."""
+
+    def __init__(self, desk: FactDesk, batch_id: str) -> None:
+        self.desk = desk
+        self.batch_id = batch_id
+        self.after = 0
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def open(cls, desk: FactDesk, batch_id: str) -> AsyncIterator[tuple["LogReader", list[Sequenced]]]:
+        reader = cls(desk, batch_id)
+        backlog: list[Sequenced] = []
+        more = True
+        while more:
+            facts, more = await reader._page()
+            backlog.extend(facts)
+        yield reader, backlog
+
+    async def next_events(self, timeout_s: float = 1.0) -> list[Sequenced]:
+        facts, _ = await self._page()
+        if not facts:
+            await asyncio.sleep(min(timeout_s, POLL_S))
+        return facts
+
+    async def _page(self) -> tuple[list[Sequenced], bool]:
+        facts, self.after, more = await self.desk.read(self.batch_id, self.after)
+        return facts, more
+
+
+class LogReader(Protocol):
+    async def next_events(self, timeout_s: float = 1.0) -> list[Sequenced]: ...
 
 
 async def read_batch_log(bus: EventBus, batch_id: str) -> BatchLog:
@@ -106,8 +143,12 @@ class BatchWatch:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def open(cls, bus: EventBus, batch_id: str, attempt: int) -> AsyncIterator["BatchWatch"]:
+    async def open(cls, bus: EventBus, batch_id: str, attempt: int,
+                   expires_at: int | None = None) -> AsyncIterator["BatchWatch"]:
+        """`expires_at`: when the batch expires, from its run command (a log read through the fact desk does not
+        show the batch's creation)."""
         watch = cls(attempt)
+        watch.log.expires_at = expires_at
         async with EventReader.open(bus, batch_id) as (reader, backlog):
             watch.fold(backlog)
             following = asyncio.create_task(watch._follow(reader))
@@ -160,7 +201,7 @@ class BatchWatch:
             delay = max(0.0, self.log.expires_at - time.time())
             self._timer = asyncio.get_running_loop().call_later(delay, self._update)
 
-    async def _follow(self, reader: EventReader) -> None:
+    async def _follow(self, reader: LogReader) -> None:
         while not self._closed:
             try:
                 self.fold(await reader.next_events())

@@ -68,5 +68,5 @@ async def write_error_file(store: ObjectStore, created: BatchCreated, validation
     return FileStored(aggregate_id=file_id, correlation_id=batch_id, causation_id=created.event_id,
                       owner_key_id=created.owner_key_id, filename=f"{batch_id}_error.jsonl", purpose="batch_output",
                       bytes=size, sha256=digest.hexdigest(), object_key=key, created_at=created_at,
-                      line_count=lines,
+                      line_count=lines, batch_id=batch_id,
                       expires_at=created_at + (created.output_expires_after_s or RESULT_FILE_EXPIRES_AFTER_S))

@@ -1,0 +1,79 @@
+"""Executors and the event log: they never write or read EVENTS themselves; the leading scheduler's fact desk does,
+for the batches they hold. These are the messages of that exchange (requests on subjects only the executor may
+publish to, so the subject says who asks).
+
+A submitted fact is stored only if the executor is entitled to state it (its own attempt of a batch it holds, or
+the files and end of a batch it finalizes); a log read returns only the facts that running or finalizing a batch
+needs, never its creation (owner, input object, metadata) or its validation.
+"""
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+ATTEMPT_FACTS = ("started", "progressed", "shard_finished", "attempt_failed")
+"""Batch facts of one attempt (each names it): only the executor the attempt was assigned to states them."""
+FINALIZER_FACTS = ("finalizing", "completed", "cancelled", "expired", "failed")
+"""Batch facts of its end: only the executor that finalizes the batch states them (with its output and error
+files' `file.stored`)."""
+
+EXECUTION_FACTS = ("assigned", "started", "progressed", "shard_finished", "attempt_failed", "cancel_requested",
+                   "finalizing", "completed", "cancelled", "expired", "failed")
+"""The batch facts a log read returns: those that say which attempt runs, what it committed and how the batch
+ends (the executor's `BatchLog` folds nothing else)."""
+
+LOG_PAGE_FACTS = 256
+"""Facts per log page at most; a page also stays under a quarter of NATS' default 1 MiB payload."""
+LOG_PAGE_BYTES = 256 * 1024
+
+
+class FenceCondition(BaseModel):
+    """Store the fact only while the last fact on `subject` is still the one at `sequence` (see `bus.Fence`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    subject: str
+    sequence: int
+
+
+class FactSubmission(BaseModel):
+    """One fact an executor asks to be stored, as JSON of its contract event."""
+
+    model_config = ConfigDict(frozen=True)
+
+    event: str
+    fence: FenceCondition | None = None
+
+
+ReceiptStatus = Literal["stored", "fence_moved", "refused", "retry"]
+
+
+class FactReceipt(BaseModel):
+    status: ReceiptStatus
+    """`stored` (or was already: a retry of the same fact); `fence_moved`: the condition no longer holds, nothing
+    was written; `refused`: the executor may not state this fact; `retry`: the desk cannot judge yet."""
+    sequence: int = 0
+    """`stored`: the fact's stream sequence; `fence_moved`: the last sequence on the fence's subject."""
+    reason: str | None = None
+
+
+class LogRead(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    batch_id: str
+    after: int = 0
+    """Facts with a stream sequence above this one."""
+
+
+class LoggedFact(BaseModel):
+    sequence: int
+    event: str
+    """JSON of the contract event; empty for a placeholder that only carries the page's last sequence on."""
+
+
+class LogPage(BaseModel):
+    status: Literal["read", "refused", "retry"]
+    facts: list[LoggedFact] = []
+    more: bool = False
+    """More facts follow this page: read again after its last sequence."""
+    reason: str | None = None

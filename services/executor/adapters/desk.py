@@ -1,0 +1,103 @@
+"""The executor's way into the event log under NATS authorization: the leading scheduler's fact desk stores the
+facts it states and shows it the execution facts of the batches it holds (it may not touch EVENTS itself).
+
+`DeskBus` is the executor's bus then: the same `publish` as every service's, each fact handed to the desk, which
+applies the publish condition (fence) atomically with the write just as a direct publish would.
+"""
+
+import asyncio
+import logging
+import time
+from typing import TypeVar
+
+import nats.errors
+from nats.aio.client import Client
+from pydantic import ValidationError
+
+from contracts.events.envelope import Event
+from contracts.events.registry import AnyEvent, decode_event
+from contracts.fact_desk import FactReceipt, FactSubmission, FenceCondition, LogPage, LogRead
+from contracts.subjects import fact_submissions, log_reads
+from services.runtime.bus import EventBus, Fence, FenceMoved
+
+log = logging.getLogger(__name__)
+
+ANSWER_TIMEOUT_S = 5.0
+RETRY_EVERY_S = 0.5
+DESK_WAIT_S = 60.0
+"""How long a fact or a read waits for a scheduler to answer (none leads, or a new leader is catching up)."""
+
+Sequenced = tuple[int, AnyEvent]
+Answer = TypeVar("Answer", FactReceipt, LogPage)
+
+
+class FactRefused(PermissionError):
+    """The desk refused the fact or read: this executor is not entitled to it."""
+
+
+class DeskUnavailable(ConnectionError):
+    """No scheduler answered (or could judge) within the wait."""
+
+
+class FactDesk:
+    def __init__(self, nc: Client, executor_id: str, wait_s: float = DESK_WAIT_S) -> None:
+        self.nc = nc
+        self.submissions = fact_submissions(executor_id)
+        self.reads = log_reads(executor_id)
+        self.wait_s = wait_s
+
+    async def submit(self, event: Event, fence: Fence | None = None) -> int:
+        """The fact's stream sequence once stored; FenceMoved when the condition no longer holds."""
+        submission = FactSubmission(event=event.model_dump_json(),
+                                    fence=FenceCondition(subject=fence.subject, sequence=fence.sequence)
+                                    if fence else None)
+        receipt = await self._ask(self.submissions, submission.model_dump_json(), FactReceipt,
+                                  f"{event.type} of {event.aggregate_id}")
+        if receipt.status == "fence_moved":
+            raise FenceMoved(fence or Fence("", 0), receipt.sequence)
+        return receipt.sequence
+
+    async def read(self, batch_id: str, after: int) -> tuple[list[Sequenced], int, bool]:
+        """The batch's execution facts after sequence `after`: (facts, the last sequence read, whether more follow)."""
+        page = await self._ask(self.reads, LogRead(batch_id=batch_id, after=after).model_dump_json(), LogPage,
+                               f"the log of {batch_id}")
+        facts: list[Sequenced] = []
+        last = after
+        for fact in page.facts:
+            last = max(last, fact.sequence)
+            if not fact.event:
+                continue
+            try:
+                facts.append((fact.sequence, decode_event(fact.event.encode())))
+            except ValidationError:
+                # A fact of a newer kind than this executor knows says nothing about its attempts.
+                log.debug("skipping an undecodable fact at sequence %d", fact.sequence)
+        return facts, last, page.more
+
+    async def _ask(self, subject: str, payload: str, answer_type: type[Answer], what: str) -> Answer:
+        """The desk's answer; waits out a desk that cannot answer yet, raises on a refusal."""
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            try:
+                reply = await self.nc.request(subject, payload.encode(), timeout=ANSWER_TIMEOUT_S)
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+                why = "no scheduler answers"
+            else:
+                answer = answer_type.model_validate_json(reply.data)
+                if answer.status == "refused":
+                    raise FactRefused(f"{what}: {answer.reason}")
+                if answer.status != "retry":
+                    return answer
+                why = answer.reason or "the desk cannot judge yet"
+            if time.monotonic() > deadline:
+                raise DeskUnavailable(f"{what}: {why} (waited {self.wait_s:.0f}s)")
+            await asyncio.sleep(RETRY_EVERY_S)
+
+
+class DeskBus(EventBus):
+    """An executor's bus under authorization: every fact goes through the desk."""
+
+    desk: FactDesk
+
+    async def publish(self, event: Event, fence: Fence | None = None) -> int:
+        return await self.desk.submit(event, fence)

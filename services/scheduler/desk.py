@@ -1,0 +1,115 @@
+"""The fact desk: executors' only way into the event log. It stores the facts they may state and shows them the
+execution facts of the batches they hold, judged on the leading scheduler's book (see `entitlements`).
+
+Requests arrive on subjects only the asking executor may publish to (`fact_submissions`, `log_reads`), so the
+subject says who asks. Only the leader answers, and only once its book has read the whole log.
+"""
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+import nats.errors
+import nats.js.errors
+from nats.aio.msg import Msg
+from pydantic import BaseModel, ValidationError
+
+from contracts.events.registry import decode_event
+from contracts.fact_desk import (
+    EXECUTION_FACTS,
+    LOG_PAGE_BYTES,
+    LOG_PAGE_FACTS,
+    FactReceipt,
+    FactSubmission,
+    LoggedFact,
+    LogPage,
+    LogRead,
+)
+from contracts.subjects import EVENTS_STREAM, attempt_failures, batch_events
+from services.runtime.bus import EventBus, Fence, FenceMoved
+from services.runtime.facts import last_fact
+from services.runtime.kv import ScanFailed, read_page
+from services.scheduler.book import Book
+from services.scheduler.entitlements import may_read, may_state, superseded
+
+log = logging.getLogger(__name__)
+
+CATCHING_UP = "The scheduler is still reading the log."
+
+
+@dataclass
+class FactDesk:
+    bus: EventBus
+    book: Book
+    caught_up: asyncio.Event
+
+    async def submit(self, executor_id: str, submission: FactSubmission) -> FactReceipt:
+        if not self.caught_up.is_set():
+            return FactReceipt(status="retry", reason=CATCHING_UP)
+        try:
+            event = decode_event(submission.event.encode())
+        except ValidationError as error:
+            return FactReceipt(status="refused", reason=f"Not a fact: {error.errors()[0]['msg']}")
+        refusal = may_state(self.book, executor_id, event)
+        if refusal is not None:
+            log.warning("refused executor %s's %s of %s: %s", executor_id, event.type, event.aggregate_id, refusal)
+            return FactReceipt(status="refused", reason=refusal)
+        fence = submission.fence
+        if superseded(self.book, event):
+            last = await last_fact(self.bus, attempt_failures(event.aggregate_id))
+            return FactReceipt(status="fence_moved", sequence=last[0] if last else 0)
+        try:
+            sequence = await self.bus.publish(event, Fence(fence.subject, fence.sequence) if fence else None)
+        except FenceMoved as moved:
+            return FactReceipt(status="fence_moved", sequence=moved.last_sequence)
+        except (nats.errors.Error, nats.js.errors.Error) as error:
+            log.warning("storing executor %s's %s failed: %r", executor_id, event.type, error)
+            return FactReceipt(status="retry", reason="The event log did not take the fact.")
+        return FactReceipt(status="stored", sequence=sequence)
+
+    async def read(self, executor_id: str, request: LogRead) -> LogPage:
+        if not self.caught_up.is_set():
+            return LogPage(status="retry", reason=CATCHING_UP)
+        refusal = may_read(self.book, executor_id, request.batch_id)
+        if refusal is not None:
+            log.warning("refused executor %s a read of %s's log: %s", executor_id, request.batch_id, refusal)
+            return LogPage(status="refused", reason=refusal)
+        try:
+            messages, more = await read_page(self.bus.js, EVENTS_STREAM, batch_events(request.batch_id),
+                                             request.after, LOG_PAGE_FACTS, LOG_PAGE_BYTES)
+        except (ScanFailed, nats.errors.Error) as error:
+            log.warning("reading %s's log for executor %s failed: %r", request.batch_id, executor_id, error)
+            return LogPage(status="retry", reason="The event log did not answer.")
+        facts = [LoggedFact(sequence=message.seq, event=message.data.decode()) for message in messages
+                 if message.subject.rsplit(".", 1)[-1] in EXECUTION_FACTS]
+        # A page of only other facts (validation's) still moves the reader on: its last sequence goes last.
+        if messages and (not facts or facts[-1].sequence != messages[-1].seq):
+            facts.append(LoggedFact(sequence=messages[-1].seq, event=""))
+        return LogPage(status="read", facts=facts, more=more)
+
+    async def on_submission(self, message: Msg) -> None:
+        executor_id = message.subject.rsplit(".", 1)[-1]
+        try:
+            submission = FactSubmission.model_validate_json(message.data)
+        except ValidationError as error:
+            receipt = FactReceipt(status="refused", reason=f"Malformed submission: {error.errors()[0]['msg']}")
+        else:
+            receipt = await self.submit(executor_id, submission)
+        await _answer(message, receipt)
+
+    async def on_read(self, message: Msg) -> None:
+        executor_id = message.subject.rsplit(".", 1)[-1]
+        try:
+            request = LogRead.model_validate_json(message.data)
+        except ValidationError as error:
+            page = LogPage(status="refused", reason=f"Malformed read: {error.errors()[0]['msg']}")
+        else:
+            page = await self.read(executor_id, request)
+        await _answer(message, page)
+
+
+async def _answer(message: Msg, answer: BaseModel) -> None:
+    try:
+        await message.respond(answer.model_dump_json().encode())
+    except nats.errors.Error as error:  # the asker is gone, or the connection is reconnecting: it asks again
+        log.debug("could not answer on %s: %r", message.subject, error)

@@ -1,0 +1,119 @@
+"""Who may state which fact, and read which batch's log: the fact desk's judgement, on the leader's book alone.
+
+A fact is stored only from the party entitled to state it. An attempt's facts come from the executor the attempt
+was assigned to; a batch's end (and its output and error files) from the executor that finalizes it: the one
+running its only shard, or, once the scheduler sent the finalize command, an admitted executor (any may take that
+command). A file's owner is the batch's owner and its object is the file's own, whatever the fact says: a fact
+that says otherwise is refused, never corrected. Whether the attempt still holds its lease is not judged here: the
+conditional publish on the batch's `attempt_failed` facts fences that, atomically with the write.
+"""
+
+from contracts.events.batch import (
+    AttemptFailed,
+    BatchEnded,
+    BatchFailed,
+    BatchFinalizing,
+    BatchProgressed,
+    BatchStarted,
+    ShardFinished,
+)
+from contracts.events.envelope import Event
+from contracts.events.file import FileStored
+from contracts.ids import error_file_id, output_file_id
+from contracts.subjects import input_object_key, parse_result_chunk_key
+from services.scheduler.book import BatchPlan, Book
+
+AttemptFact = BatchStarted | BatchProgressed | ShardFinished | AttemptFailed
+FinalizerFact = BatchEnded | BatchFailed
+
+
+def finalizes(book: Book, plan: BatchPlan, executor_id: str) -> bool:
+    """Whether `executor_id` may write this batch's files and state its end."""
+    if plan.finalize_sent and executor_id in book.admitted:
+        return True
+    one_shard = plan.layout is None or plan.layout.shards == 1
+    latest = plan.shards.get(0)
+    return one_shard and latest is not None and plan.assignees.get(latest.attempt) == executor_id
+
+
+def may_read(book: Book, executor_id: str, batch_id: str) -> str | None:
+    """None when `executor_id` may read the batch's execution facts: it was assigned an attempt of it, or it may
+    finalize it; else why not."""
+    plan = book.plans.get(batch_id)
+    if plan is None:
+        return f"batch {batch_id} is unknown"
+    if executor_id in plan.assignees.values() or finalizes(book, plan, executor_id):
+        return None
+    return f"executor {executor_id} was assigned no attempt of batch {batch_id} and does not finalize it"
+
+
+def superseded(book: Book, event: Event) -> bool:
+    """An attempt's fact after the attempt was fenced (failed, or a later attempt of its shard assigned): such a
+    fact is never stored, fence or no fence (a stale executor is told the fence moved)."""
+    attempt = getattr(event, "attempt", 0)
+    plan = book.plans.get(event.aggregate_id) if event.kind == "batch" and attempt else None
+    if plan is None:
+        return False
+    run = plan.shards.get(plan.attempt_shard.get(attempt, 0))
+    return run is not None and (attempt in run.failed_attempts or run.attempt > attempt)
+
+
+def may_state(book: Book, executor_id: str, event: Event) -> str | None:
+    """None when `executor_id` may state `event`; else why not (the fact is then refused)."""
+    if isinstance(event, FileStored):
+        return _may_store(book, executor_id, event)
+    plan = book.plans.get(event.aggregate_id) if event.kind == "batch" else None
+    if plan is None:
+        return f"{event.type} of {event.aggregate_id}: not a fact of a batch this scheduler knows"
+    if isinstance(event, AttemptFact):
+        return _attempt_refusal(plan, executor_id, event)
+    if isinstance(event, BatchFinalizing) and event.attempt:
+        return _attempt_refusal(plan, executor_id, event) or _finalizer_refusal(book, plan, executor_id, event)
+    if isinstance(event, BatchFinalizing | FinalizerFact):
+        return _finalizer_refusal(book, plan, executor_id, event)
+    return f"{event.type} is not a fact executors state"
+
+
+def _attempt_refusal(plan: BatchPlan, executor_id: str, event: AttemptFact | BatchFinalizing) -> str | None:
+    assignee = plan.assignees.get(event.attempt)
+    if assignee != executor_id:
+        return f"attempt {event.attempt} of {plan.batch_id} was not assigned to executor {executor_id}"
+    named = getattr(event, "executor_id", executor_id)
+    if named != executor_id:
+        return f"{event.type} names executor {named}, but executor {executor_id} states it"
+    if isinstance(event, BatchProgressed):
+        chunk = parse_result_chunk_key(event.chunk_key)
+        if chunk != (plan.batch_id, event.attempt, event.chunk):
+            return f"{event.chunk_key} is not chunk {event.chunk} of attempt {event.attempt} of {plan.batch_id}"
+    return None
+
+
+def _finalizer_refusal(book: Book, plan: BatchPlan, executor_id: str,
+                       event: BatchFinalizing | FinalizerFact) -> str | None:
+    if not finalizes(book, plan, executor_id):
+        return f"executor {executor_id} does not finalize batch {plan.batch_id}"
+    if isinstance(event, BatchEnded | BatchFailed):
+        if event.output_file_id not in (None, output_file_id(plan.batch_id)):
+            return f"{event.output_file_id} is not the output file of {plan.batch_id}"
+        if event.error_file_id not in (None, error_file_id(plan.batch_id)):
+            return f"{event.error_file_id} is not the error file of {plan.batch_id}"
+    return None
+
+
+def _may_store(book: Book, executor_id: str, event: FileStored) -> str | None:
+    """An executor registers only the output and error file of a batch it finalizes, as that batch's owner's."""
+    batch_id = event.batch_id
+    plan = book.plans.get(batch_id) if batch_id else None
+    if plan is None:
+        return f"file {event.aggregate_id} names no batch this scheduler knows"
+    if event.aggregate_id not in (output_file_id(plan.batch_id), error_file_id(plan.batch_id)):
+        return f"file {event.aggregate_id} is not the output or error file of {plan.batch_id}"
+    if event.purpose != "batch_output":
+        return f"a batch's result file has purpose batch_output, not {event.purpose}"
+    if event.object_key != input_object_key(event.aggregate_id):
+        return f"file {event.aggregate_id} lies under its own key, not {event.object_key}"
+    if event.owner_key_id != plan.owner_key_id:
+        return f"file {event.aggregate_id} belongs to the owner of {plan.batch_id}, not {event.owner_key_id}"
+    if not finalizes(book, plan, executor_id):
+        return f"executor {executor_id} does not finalize batch {plan.batch_id}"
+    return None
