@@ -18,8 +18,8 @@ class ConnectionSettings(BaseSettings):
     """The auth callout issuer's account nkey seed (`SA…`). The process given it (the scheduler) admits
     executors to the broker by worker key; empty: no admissions (a broker without auth callout)."""
     nats_executor_ttl_s: float = 3600.0
-    """How long an admitted executor's NATS permissions last before it must be admitted again (a revoked
-    worker key is shut out by then)."""
+    """How long an admitted executor's NATS permissions last before it must be admitted again. A revoked worker
+    key's connections are closed within moments of the revoke; this is the backstop should that kick be missed."""
     s3_endpoint: str = "127.0.0.1:8333"
     """host:port of the S3 server."""
     s3_access_key: str = ""
