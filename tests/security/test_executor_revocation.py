@@ -3,12 +3,9 @@ admission was granted for. The broker must close the connection within seconds o
 back, even with the ledger (the read model the callout reads keys from) stopped."""
 
 import asyncio
-import os
 import secrets
-import signal
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import httpx2
 import nats
@@ -17,6 +14,7 @@ import pytest
 from nats.aio.client import Client
 
 from tests.security.conftest import ADMIN_KEY, RunningStack
+from tests.security.test_revocation import paused
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 CLOSED_WITHIN_S = 5.0
@@ -33,16 +31,6 @@ def provider_worker_key(stack: RunningStack) -> tuple[str, str, str]:
         key = http.post(keys_path, json={"name": "rack 1"})
         assert key.status_code == 200, key.text
         return keys_path, key.json()["id"], key.json()["value"]
-
-
-@contextmanager
-def paused(stack: RunningStack, service: str) -> Iterator[None]:
-    pid = stack.service_pid(service)
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        os.kill(pid, signal.SIGCONT)
 
 
 async def within(seconds: float, condition: Callable[[], bool]) -> float:
