@@ -19,6 +19,15 @@ def make_private(data_dir: Path) -> None:
             _chmod(Path(root) / name, 0o600)
 
 
+def write_private(path: Path, data: bytes) -> None:
+    """Created 0600 before anything is written into it, and swapped in whole."""
+    staging = path.with_suffix(path.suffix + ".tmp")
+    staging.unlink(missing_ok=True)
+    staging.touch(mode=0o600)
+    staging.write_bytes(data)
+    staging.replace(path)
+
+
 def _chmod(path: Path, mode: int) -> None:
     try:
         status = path.lstat()

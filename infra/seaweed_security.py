@@ -15,6 +15,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from infra.private import write_private
+
 SECURITY_FILE = "security.toml"
 TLS_DIR = "tls"
 GRPC_ROLES = ("master", "volume", "filer", "s3", "admin", "worker", "msg_broker", "msg_agent", "mq")
@@ -23,15 +25,6 @@ JWT_SECTIONS = ("jwt.signing", "jwt.signing.read", "jwt.filer_signing", "jwt.fil
 """Volume writes and reads need a JWT the master signs; the filer's HTTP side, one the S3 server signs."""
 CERT_DAYS = 3650
 """Long: the CA is the stack's own and is remade at each start, so nothing ever needs to renew it."""
-
-
-def write_private(path: Path, data: bytes) -> None:
-    """Created 0600 before anything is written into it, and swapped in whole."""
-    staging = path.with_suffix(path.suffix + ".tmp")
-    staging.unlink(missing_ok=True)
-    staging.touch(mode=0o600)
-    staging.write_bytes(data)
-    staging.replace(path)
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
