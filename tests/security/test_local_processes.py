@@ -115,8 +115,6 @@ def test_s3_refuses_anonymous_and_wrongly_signed_requests(secure_stack: RunningS
     assert any(stored_file in item.object_name for item in right.list_objects("sheshnag", recursive=True))
 
 
-@pytest.mark.xfail(strict=True, reason="services/executor/adapters/engines/llamacpp.py: llama.cpp's server needs "
-                                       "api_keys set (a random one): its HTTP port answers anyone")
 def test_the_executors_engine_port_serves_no_one(secure_stack: RunningStack) -> None:
     for _, port in listening(stack_pids(secure_stack)["executor"]):
         body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}).encode()

@@ -7,6 +7,7 @@ xllamacpp calls block but release the GIL, so they run in a thread pool with one
 import asyncio
 import importlib.metadata
 import logging
+import secrets
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
@@ -67,6 +68,11 @@ class LlamaCppEngine(Engine):
             params.embedding = True
             params.pooling_type = xllamacpp.llama_pooling_type.LLAMA_POOLING_TYPE_MEAN
         params.cache_ram_mib = PROMPT_CACHE_RAM_MIB
+        # llama.cpp's server also listens on a loopback HTTP port, which every local user reaches: a key nobody
+        # knows (we call it in-process) and no slot or web pages keep its lines and prompts to this process.
+        params.api_keys = [secrets.token_urlsafe(32)]
+        params.endpoint_slots = False
+        params.ui = False
         return params
 
     def unload(self) -> None:
