@@ -49,12 +49,15 @@ class FinalizeBatch(BaseModel):
     expired, completed by several shards, or failed at run time (`failure_code`, `failure_message`: why).
 
     Lines committed by any attempt are kept; every other line goes to the error file with `code`.
-    Taken by any executor (it owns result assembly).
+    Sent to the one executor the scheduler chose to finalize the batch (only it may read the batch's objects and
+    state its end).
     """
 
     model_config = ConfigDict(frozen=True)
 
     batch_id: str
+    executor_id: str
+    """The executor chosen to finalize the batch: the only one who may take this command."""
     reason: Literal["completed", "cancelled", "expired", "failed"]
     owner_key_id: str
     input_object_key: str
@@ -75,7 +78,8 @@ class FinalizeBatch(BaseModel):
 
     @property
     def msg_id(self) -> str:
-        return f"{self.batch_id}:finalize:{self.reason}"
+        # Per executor: the broker dedups a msg id over the whole stream, and a resend to another must not drop.
+        return f"{self.batch_id}:finalize:{self.reason}:{self.executor_id}"
 
 
 class ExecutorRegistration(BaseModel):

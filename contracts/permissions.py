@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from contracts.subjects import (
     EVENTS_STREAM,
     EXECUTORS_BUCKET,
-    FINALIZE_COMMAND,
-    FINALIZERS_DURABLE,
     FLEET_REGISTER,
     WORK_STREAM,
     executor_durable,
+    executor_finalize_durable,
     fact_submissions,
+    finalize_command,
     log_reads,
     object_requests,
     run_command,
@@ -60,7 +60,7 @@ def executor_permissions(executor_id: str) -> Permissions:
         f"{API}.STREAM.INFO.{EVENTS_STREAM}",
         f"{API}.STREAM.INFO.{WORK_STREAM}",
         *_work_consumer(executor_durable(executor_id), run_command(executor_id)),
-        *_work_consumer(FINALIZERS_DURABLE, FINALIZE_COMMAND),
+        *_work_consumer(executor_finalize_durable(executor_id), finalize_command(executor_id)),
         fact_submissions(executor_id),  # its batch and file facts, judged and stored by the fact desk
         log_reads(executor_id),  # the execution facts of the batches it holds
         USER_INFO_SUBJECT,  # when its admission expires, to renew it before it does

@@ -82,8 +82,9 @@ def run_command(executor_id: str) -> str:
     return f"cmd.executor.{executor_id}.run"
 
 
-FINALIZE_COMMAND = "cmd.finalize"
-FINALIZERS_DURABLE = "finalizers"
+def finalize_command(executor_id: str) -> str:
+    """Where the scheduler sends one executor the finalize commands of the batches it chose it to finalize."""
+    return f"cmd.executor.{executor_id}.finalize"
 
 
 def object_requests(executor_id: str) -> str:
@@ -103,6 +104,12 @@ def log_reads(executor_id: str) -> str:
 
 def executor_durable(executor_id: str) -> str:
     return f"executor-{executor_id}"
+
+
+def executor_finalize_durable(executor_id: str) -> str:
+    """One executor's durable on its `finalize_command` subject. Not `executor-…`: no executor id may name
+    another's finalize durable as its own run durable (ids may hold `-`)."""
+    return f"finalizer-{executor_id}"
 
 
 ReadModelKind = Literal["batch", "file", "apikey", "user", "provider", "executor", "anomaly", "organization"]

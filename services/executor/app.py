@@ -5,7 +5,13 @@ import logging
 import time
 
 from contracts.events.executor import ExecutorAdvert
-from contracts.subjects import FINALIZE_COMMAND, FINALIZERS_DURABLE, WORK_STREAM, executor_durable, run_command
+from contracts.subjects import (
+    WORK_STREAM,
+    executor_durable,
+    executor_finalize_durable,
+    finalize_command,
+    run_command,
+)
 from services.executor.adapters import broker
 from services.executor.adapters.admission import keep_admitted
 from services.executor.adapters.brokered_store import BrokeredObjectStore, http_pool
@@ -82,7 +88,7 @@ async def run_executor(settings: ExecutorSettings, stop: asyncio.Event) -> None:
             await register(bus, settings.executor_id, settings.worker_key, advert, stop)
         else:
             log.warning("no worker key (SHESHNAG_EXECUTOR_WORKER_KEY): the scheduler will not assign this executor "
-                        "any batch; it only takes commands sent to it directly and finalize commands")
+                        "any batch; it only takes commands sent to it directly")
         retry = LineRetry(attempts=settings.line_attempts, base_delay_s=settings.line_retry_delay_s)
         runner = BatchRunner(bus, store, settings.executor_id, settings.chunk_lines, retry)
         executor = Executor(bus, runner, engines, settings.executor_id)
@@ -97,9 +103,11 @@ async def run_executor(settings: ExecutorSettings, stop: asyncio.Event) -> None:
         consuming = asyncio.create_task(bus.consume(
             WORK_STREAM, executor_durable(settings.executor_id), [run_command(settings.executor_id)],
             executor.on_message, policy, executor.on_poison, stop))
-        # Any one executor takes a finalize command; many may wait on a running attempt at once.
+        # The finalize commands of the batches the scheduler chose this executor for; many may wait on a running
+        # attempt at once.
         finalizing = asyncio.create_task(bus.consume(
-            WORK_STREAM, FINALIZERS_DURABLE, [FINALIZE_COMMAND], executor.on_finalize,
+            WORK_STREAM, executor_finalize_durable(settings.executor_id), [finalize_command(settings.executor_id)],
+            executor.on_finalize,
             finalize_policy(settings.ack_wait_s),
             executor.on_finalize_poison, stop))
         stopping = asyncio.create_task(stop.wait())

@@ -70,6 +70,8 @@ class Executor:
             command = FinalizeBatch.model_validate_json(message.data)
         except ValidationError as error:
             raise PoisonMessage(f"not a FinalizeBatch command: {error}") from error
+        if command.executor_id != self.executor_id:
+            raise PoisonMessage(f"finalize command for executor {command.executor_id} reached {self.executor_id}")
         batch_log = await read_batch_log(self.bus, command.batch_id)
         if batch_log.ended is not None:
             log.info("batch %s already ended (%s); nothing to finalize", command.batch_id, batch_log.ended)
@@ -92,12 +94,14 @@ class Executor:
 
     async def on_finalize_poison(self, message: Msg, error: BaseException) -> None:
         """A finalize that cannot succeed ends its batch as failed, with the cause: it must not wait forever, nor
-        hold a place in the shared durable that other users' cancels and expiries need."""
+        hold a place in this executor's durable that other users' cancels and expiries need."""
         try:
             command = FinalizeBatch.model_validate_json(message.data)
         except ValidationError:
             log.error("dropping an undecodable finalize command on %s: %r", message.subject, error)
             return
+        if command.executor_id != self.executor_id:
+            return  # not this executor's batch to fail
         if (await read_batch_log(self.bus, command.batch_id)).ended is not None:
             return
         cause = f"Its output and error files could not be assembled ({command.reason}): {error}"
@@ -110,6 +114,6 @@ class Executor:
 
 
 def finalize_policy(ack_wait_s: float) -> ConsumerPolicy:
-    """The shared `finalizers` durable: a command that keeps failing is given up (its batch fails) after bounded
+    """An executor's finalize durable: a command that keeps failing is given up (its batch fails) after bounded
     tries, and many may wait at once, so one user's batches cannot hold every place."""
     return ConsumerPolicy(ack_wait_s=ack_wait_s, max_deliver=FINALIZE_DELIVERIES, max_ack_pending=FINALIZE_PENDING)

@@ -22,9 +22,9 @@ from contracts.events.envelope import Event
 from contracts.subjects import (
     EVENTS_STREAM,
     EVENTS_SUBJECTS,
-    FINALIZE_COMMAND,
     WORK_STREAM,
     WORK_SUBJECTS,
+    finalize_command,
     run_command,
 )
 from services.runtime import metrics
@@ -184,7 +184,7 @@ class EventBus:
         )
 
     async def send_finalize(self, command: FinalizeBatch) -> None:
-        await self.js.publish(FINALIZE_COMMAND, command.model_dump_json().encode(),
+        await self.js.publish(finalize_command(command.executor_id), command.model_dump_json().encode(),
                               headers=inject_headers({"Nats-Msg-Id": command.msg_id}), stream=WORK_STREAM)
 
     async def durable_subscription(

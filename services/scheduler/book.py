@@ -95,7 +95,9 @@ class BatchPlan:
     waiting_reason: str | None = None
     cancel_requested_at_ms: int | None = None
     cancel_code: CancelCode = "batch_cancelled"
-    finalize_sent: bool = False
+    finalizer: str | None = None
+    """The executor this scheduler sent the batch's finalize command to (not in the log: a new leader sends it
+    again); only it may read the batch's objects and state its end."""
     held: bool = False
     """Created with `hold`: never assigned until released."""
 

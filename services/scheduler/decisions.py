@@ -68,7 +68,10 @@ class DeclareLost:
 
 @dataclass(frozen=True)
 class Finalize:
+    """The batch's files are assembled and its end stated by `executor_id` alone."""
+
     plan: BatchPlan
+    executor_id: str
     reason: Literal["completed", "cancelled", "expired", "failed"]
     failure_code: str | None = None
     """For `failed`: the cause, carried into the batch's `batch.failed` once its files are written."""
@@ -98,20 +101,20 @@ def decide(book: Book, adverts: list[ExecutorAdvert], catalogue: Catalogue, now_
 def _decide_for(plan: BatchPlan, book: Book, live: dict[str, ExecutorAdvert], alive: set[str], catalogue: Catalogue,
                 now_ms: int, policy: Policy) -> list[Action]:
     if now_ms >= plan.expires_at * 1000:
-        return _end_early(plan, live, now_ms, "expired", "batch_expired", "The completion window ended.")
+        return _end_early(plan, live, alive, now_ms, "expired", "batch_expired", "The completion window ended.")
     if plan.cancel_requested_at_ms is not None:
-        return _end_early(plan, live, now_ms, "cancelled", "batch_cancelled", "The batch was cancelled.")
+        return _end_early(plan, live, alive, now_ms, "cancelled", "batch_cancelled", "The batch was cancelled.")
     actions: list[Action] = _fence_dead_attempts(plan, book, alive)
     if plan.phase != "validated" or plan.model is None or plan.held:
         return actions
     if plan.all_finished:
         # Several shards finished: one finalizer assembles the files (a single shard finalizes itself).
-        return actions if plan.finalize_sent or plan.running else [*actions, Finalize(plan, "completed")]
+        return actions if plan.running else [*actions, *_finalize(plan, live, alive, "completed")]
     for shard in plan.pending_shards():
         if plan.shard(shard).strikes >= MAX_ATTEMPTS:
             tried = ", ".join(sorted(plan.shard(shard).tried_executors))
             # Failed at run time: the other shards stop, then a finalizer delivers every committed line.
-            return [*actions, *_end_early(plan, live, now_ms, "failed", "attempts_exhausted",
+            return [*actions, *_end_early(plan, live, alive, now_ms, "failed", "attempts_exhausted",
                                           f"{MAX_ATTEMPTS} attempts failed without committing a line; the "
                                           f"executors tried were {tried}.")]
     model = catalogue.resolve(plan.model)
@@ -165,7 +168,7 @@ def _assign_shards(plan: BatchPlan, model: CatalogueModel, live: dict[str, Execu
     return [] if reason == plan.waiting_reason else [Wait(plan, reason)]
 
 
-def _end_early(plan: BatchPlan, live: dict[str, ExecutorAdvert], now_ms: int,
+def _end_early(plan: BatchPlan, live: dict[str, ExecutorAdvert], alive: set[str], now_ms: int,
                reason: Literal["cancelled", "expired", "failed"], code: str, message: str) -> list[Action]:
     """Fence what runs (a cancel first gets a grace period to wind down itself), then finalize once."""
     actions: list[Action] = []
@@ -182,6 +185,27 @@ def _end_early(plan: BatchPlan, live: dict[str, ExecutorAdvert], now_ms: int,
         # A running attempt stops and finalizes the cancel itself (or, sharded, reports its shard stopped);
         # before the verdict the file is not known to be readable.
         return actions
-    if not plan.finalize_sent:
-        actions.append(Finalize(plan, reason, code, message) if reason == "failed" else Finalize(plan, reason))
-    return actions
+    if reason == "failed":
+        return [*actions, *_finalize(plan, live, alive, reason, code, message)]
+    return [*actions, *_finalize(plan, live, alive, reason)]
+
+
+def _finalize(plan: BatchPlan, live: dict[str, ExecutorAdvert], alive: set[str],
+              reason: Literal["completed", "cancelled", "expired", "failed"], failure_code: str | None = None,
+              failure_message: str | None = None) -> list[Action]:
+    """Finalize once, by one executor; again by another once the one chosen is no longer heard from (it may have
+    died with the command). None live: decided again next tick."""
+    if plan.finalizer is not None and plan.finalizer in alive:
+        return []
+    chosen = choose_finalizer(plan, live)
+    return [] if chosen is None else [Finalize(plan, chosen, reason, failure_code, failure_message)]
+
+
+def choose_finalizer(plan: BatchPlan, live: dict[str, ExecutorAdvert]) -> str | None:
+    """The live executor of the batch's latest attempt that has one (it already holds the batch's data), else the
+    first live one by id (deterministic: a new leader, sending it again, mostly chooses the same); None when none
+    is live."""
+    for attempt in sorted(plan.assignees, reverse=True):
+        if plan.assignees[attempt] in live:
+            return plan.assignees[attempt]
+    return min(live, default=None)

@@ -2,10 +2,11 @@
 
 A fact is stored only from the party entitled to state it. An attempt's facts come from the executor the attempt
 was assigned to; a batch's end (and its output and error files) from the executor that finalizes it: the one
-running its only shard, or, once the scheduler sent the finalize command, an admitted executor (any may take that
-command). A file's owner is the batch's owner and its object is the file's own, whatever the fact says: a fact
-that says otherwise is refused, never corrected. Whether the attempt still holds its lease is not judged here: the
-conditional publish on the batch's `attempt_failed` facts fences that, atomically with the write.
+running its only shard, or the one the scheduler chose and sent the finalize command to (no other: a command
+another executor holds from before does not count). A file's owner is the batch's owner and its object is the
+file's own, whatever the fact says: a fact that says otherwise is refused, never corrected. Whether the attempt
+still holds its lease is not judged here: the conditional publish on the batch's `attempt_failed` facts fences
+that, atomically with the write.
 """
 
 from contracts.events.batch import (
@@ -27,9 +28,9 @@ AttemptFact = BatchStarted | BatchProgressed | ShardFinished | AttemptFailed
 FinalizerFact = BatchEnded | BatchFailed
 
 
-def finalizes(book: Book, plan: BatchPlan, executor_id: str) -> bool:
+def finalizes(plan: BatchPlan, executor_id: str) -> bool:
     """Whether `executor_id` may write this batch's files and state its end."""
-    if plan.finalize_sent and executor_id in book.admitted:
+    if plan.finalizer == executor_id:
         return True
     one_shard = plan.layout is None or plan.layout.shards == 1
     latest = plan.shards.get(0)
@@ -42,7 +43,7 @@ def may_read(book: Book, executor_id: str, batch_id: str) -> str | None:
     plan = book.plans.get(batch_id)
     if plan is None:
         return f"batch {batch_id} is unknown"
-    if executor_id in plan.assignees.values() or finalizes(book, plan, executor_id):
+    if executor_id in plan.assignees.values() or finalizes(plan, executor_id):
         return None
     return f"executor {executor_id} was assigned no attempt of batch {batch_id} and does not finalize it"
 
@@ -68,9 +69,9 @@ def may_state(book: Book, executor_id: str, event: Event) -> str | None:
     if isinstance(event, AttemptFact):
         return _attempt_refusal(plan, executor_id, event)
     if isinstance(event, BatchFinalizing) and event.attempt:
-        return _attempt_refusal(plan, executor_id, event) or _finalizer_refusal(book, plan, executor_id, event)
+        return _attempt_refusal(plan, executor_id, event) or _finalizer_refusal(plan, executor_id, event)
     if isinstance(event, BatchFinalizing | FinalizerFact):
-        return _finalizer_refusal(book, plan, executor_id, event)
+        return _finalizer_refusal(plan, executor_id, event)
     return f"{event.type} is not a fact executors state"
 
 
@@ -88,9 +89,9 @@ def _attempt_refusal(plan: BatchPlan, executor_id: str, event: AttemptFact | Bat
     return None
 
 
-def _finalizer_refusal(book: Book, plan: BatchPlan, executor_id: str,
+def _finalizer_refusal(plan: BatchPlan, executor_id: str,
                        event: BatchFinalizing | FinalizerFact) -> str | None:
-    if not finalizes(book, plan, executor_id):
+    if not finalizes(plan, executor_id):
         return f"executor {executor_id} does not finalize batch {plan.batch_id}"
     if isinstance(event, BatchEnded | BatchFailed):
         if event.output_file_id not in (None, output_file_id(plan.batch_id)):
@@ -114,6 +115,6 @@ def _may_store(book: Book, executor_id: str, event: FileStored) -> str | None:
         return f"file {event.aggregate_id} lies under its own key, not {event.object_key}"
     if event.owner_key_id != plan.owner_key_id:
         return f"file {event.aggregate_id} belongs to the owner of {plan.batch_id}, not {event.owner_key_id}"
-    if not finalizes(book, plan, executor_id):
+    if not finalizes(plan, executor_id):
         return f"executor {executor_id} does not finalize batch {plan.batch_id}"
     return None

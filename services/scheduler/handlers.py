@@ -132,12 +132,13 @@ class Scheduler:
         elif isinstance(action, Finalize):
             plan = action.plan
             await self.bus.send_finalize(FinalizeBatch(
-                batch_id=plan.batch_id, reason=action.reason, owner_key_id=plan.owner_key_id,
-                input_object_key=plan.input_object_key, endpoint=plan.endpoint,
+                batch_id=plan.batch_id, executor_id=action.executor_id, reason=action.reason,
+                owner_key_id=plan.owner_key_id, input_object_key=plan.input_object_key, endpoint=plan.endpoint,
                 unrun_code=plan.cancel_code if action.reason == "cancelled" else None,
                 output_expires_after_s=plan.output_expires_after_s, created_at=plan.created_at,
                 failure_code=action.failure_code, failure_message=action.failure_message))
-            plan.finalize_sent = True
+            plan.finalizer = action.executor_id
+            log.info("batch %s (%s) sent to %s to finalize", plan.batch_id, action.reason, action.executor_id)
         if published is not None:
             await self.bus.publish(published)
             self.book.apply(published)  # act on our own fact now; the log delivers it again, harmlessly

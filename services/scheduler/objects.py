@@ -32,8 +32,8 @@ SIGNING_REGION = "us-east-1"
 def authorize(book: Book, executor_id: str, request: ObjectRequest) -> str | None:
     """None when `executor_id` may do `request`; else why not.
 
-    An executor may touch a batch's objects while it holds a live attempt of it, or while the batch waits for the
-    finalize command the scheduler sent (any admitted executor may take that command from the shared durable).
+    An executor may touch a batch's objects while it holds a live attempt of it, or while it is the one the
+    scheduler sent the batch's finalize command to (to it alone, on its own durable).
     It reads the input file, the rejections and the result chunks; it writes its own attempt's chunks, and the
     output and error files when it finalizes. Nothing else: no other batch's objects, no other file."""
     batch_id = request.batch_id
@@ -41,7 +41,7 @@ def authorize(book: Book, executor_id: str, request: ObjectRequest) -> str | Non
     if plan is None or plan.phase == "ended":
         return f"batch {batch_id} is not running or being finalized"
     held = {run.attempt for run in plan.shards.values() if run.executor_id == executor_id}
-    finalizing = plan.finalize_sent and executor_id in book.admitted
+    finalizing = plan.finalizer == executor_id
     if not held and not finalizing:
         return (f"executor {executor_id} holds no live attempt of batch {batch_id}, and the batch is not being "
                 "finalized")

@@ -22,7 +22,7 @@ from contracts.events.batch import (
 from contracts.events.file import FileStored
 from contracts.events.registry import AnyEvent
 from contracts.ids import error_file_id, output_file_id
-from contracts.subjects import EVENTS_STREAM, FINALIZE_COMMAND, WORK_STREAM, event_subject, input_object_key
+from contracts.subjects import EVENTS_STREAM, WORK_STREAM, event_subject, finalize_command, input_object_key
 from services.executor.adapters.watch import EventReader
 from services.executor.domain import check_invariant
 from services.executor.settings import ExecutorSettings
@@ -157,10 +157,11 @@ async def test_a_batch_that_never_ran_expires_with_every_line_batch_expired(
     bus: EventBus, object_store: ObjectStore, executor: ExecutorSettings,
 ) -> None:
     command = await new_batch(object_store, executor, "/v1/chat/completions", CHAT, [chat(n) for n in range(3)])
-    finalize = FinalizeBatch(batch_id=command.batch_id, reason="expired", owner_key_id="key_owner",
-                             input_object_key=command.input_object_key, endpoint=command.endpoint)
+    finalize = FinalizeBatch(batch_id=command.batch_id, executor_id=executor.executor_id, reason="expired",
+                             owner_key_id="key_owner", input_object_key=command.input_object_key,
+                             endpoint=command.endpoint)
     for _ in range(2):  # a redelivered or repeated command finalizes once
-        await bus.js.publish(FINALIZE_COMMAND, finalize.model_dump_json().encode(),
+        await bus.js.publish(finalize_command(executor.executor_id), finalize.model_dump_json().encode(),
                              headers={"Nats-Msg-Id": f"{finalize.msg_id}:{secrets.token_hex(2)}"},
                              stream=WORK_STREAM)
 
@@ -201,10 +202,10 @@ async def test_a_revoked_batch_that_never_ran_is_finalized_with_authorization_re
     bus: EventBus, object_store: ObjectStore, executor: ExecutorSettings,
 ) -> None:
     command = await new_batch(object_store, executor, "/v1/chat/completions", CHAT, [chat(n) for n in range(3)])
-    finalize = FinalizeBatch(batch_id=command.batch_id, reason="cancelled", owner_key_id="key_owner",
-                             input_object_key=command.input_object_key, endpoint=command.endpoint,
-                             unrun_code="authorization_revoked")
-    await bus.js.publish(FINALIZE_COMMAND, finalize.model_dump_json().encode(),
+    finalize = FinalizeBatch(batch_id=command.batch_id, executor_id=executor.executor_id, reason="cancelled",
+                             owner_key_id="key_owner", input_object_key=command.input_object_key,
+                             endpoint=command.endpoint, unrun_code="authorization_revoked")
+    await bus.js.publish(finalize_command(executor.executor_id), finalize.model_dump_json().encode(),
                          headers={"Nats-Msg-Id": finalize.msg_id}, stream=WORK_STREAM)
 
     facts = await batch_facts(bus, command.batch_id, ended)
@@ -233,7 +234,8 @@ async def test_shards_of_one_batch_run_separately_and_one_finalize_assembles_eve
     progress = [fact for fact in finished if isinstance(fact, BatchProgressed)]
     assert {fact.shard: fact.completed for fact in progress} == {0: 3, 1: 2}
 
-    await bus.send_finalize(FinalizeBatch(batch_id=whole.batch_id, reason="completed", owner_key_id="key_owner",
+    await bus.send_finalize(FinalizeBatch(batch_id=whole.batch_id, executor_id=executor.executor_id,
+                                          reason="completed", owner_key_id="key_owner",
                                           input_object_key=whole.input_object_key, endpoint=whole.endpoint,
                                           created_at=1_800_000_000, output_expires_after_s=3600))
     facts = await batch_facts(bus, whole.batch_id, ended)

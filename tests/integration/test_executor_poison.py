@@ -12,7 +12,8 @@ from contracts.api.rejected_line import RejectedLine
 from contracts.commands import FinalizeBatch, RunBatch
 from contracts.events.batch import AttemptFailed, BatchFailed, BatchProgressed
 from contracts.ids import batch_request_id
-from contracts.subjects import input_object_key, rejections_key, result_chunk_key
+from contracts.subjects import WORK_STREAM, input_object_key, rejections_key, result_chunk_key
+from contracts.subjects import finalize_command as finalize_subject
 from services.executor.adapters.results import ResultStore
 from services.executor.domain import Chunk, InputLine, check_invariant, result_line
 from services.executor.settings import ExecutorSettings
@@ -130,7 +131,7 @@ async def test_a_finalize_that_cannot_succeed_fails_its_batch_and_others_finaliz
     bus: EventBus, object_store: ObjectStore, executor: ExecutorSettings,
 ) -> None:
     poisoned = []
-    for _ in range(FINALIZE_BACKLOG):  # more than the shared durable once held at a time
+    for _ in range(FINALIZE_BACKLOG):  # more than a finalize durable once held at a time
         command = await run_batch(object_store, executor, [line("a", chat(1))])
         key = result_chunk_key(command.batch_id, 1, 0)
         await object_store.put_bytes(key, b"not a result chunk\n")
@@ -148,7 +149,22 @@ async def test_a_finalize_that_cannot_succeed_fails_its_batch_and_others_finaliz
         assert "could not be assembled" in failed.reason and failed.completed is None
 
 
+async def test_a_finalize_command_naming_another_executor_is_dropped_and_leaves_its_batch_alone(
+    bus: EventBus, object_store: ObjectStore, executor: ExecutorSettings,
+) -> None:
+    command = await run_batch(object_store, executor, [line("a", chat(1))])
+    misrouted = finalize_command(command, "cancelled").model_copy(update={"executor_id": "someone-else"})
+    await bus.js.publish(finalize_subject(executor.executor_id), misrouted.model_dump_json().encode(),
+                         headers={"Nats-Msg-Id": misrouted.msg_id}, stream=WORK_STREAM)
+    await bus.send_finalize(finalize_command(command, "expired"))
+
+    # Taken in order: had the misrouted cancel been acted on (or failed the batch), it would have ended first.
+    facts = await batch_facts(bus, command.batch_id, ended)
+    assert [fact.type for fact in facts if ended(fact)] == ["batch.expired"]
+
+
 def finalize_command(command: RunBatch, reason: Literal["cancelled", "expired", "failed"],
                      **failure: str) -> FinalizeBatch:
-    return FinalizeBatch(batch_id=command.batch_id, reason=reason, owner_key_id=command.owner_key_id,
+    return FinalizeBatch(batch_id=command.batch_id, executor_id=command.executor_id, reason=reason,
+                         owner_key_id=command.owner_key_id,
                          input_object_key=command.input_object_key, endpoint=command.endpoint, **failure)

@@ -19,12 +19,12 @@ from contracts.readmodel import ApiKeyRecord, ExecutorRecord
 from contracts.subjects import (
     EVENTS_STREAM,
     EXECUTORS_BUCKET,
-    FINALIZE_COMMAND,
-    FINALIZERS_DURABLE,
     FLEET_REGISTER,
     READ_MODEL_BUCKET,
     WORK_STREAM,
     executor_durable,
+    executor_finalize_durable,
+    finalize_command,
     read_model_key,
     run_command,
 )
@@ -92,9 +92,9 @@ async def test_an_executor_with_a_live_worker_key_does_its_jobs_operations(
     bus, violations = alpha
     core = broker_with_auth.core
     await core.js.publish(run_command("alpha"), b"run", stream=WORK_STREAM)
-    await core.js.publish(FINALIZE_COMMAND, b"finalize", stream=WORK_STREAM)
+    await core.js.publish(finalize_command("alpha"), b"finalize", stream=WORK_STREAM)
     for durable, subject, data in ((executor_durable("alpha"), run_command("alpha"), b"run"),
-                                   (FINALIZERS_DURABLE, FINALIZE_COMMAND, b"finalize")):
+                                   (executor_finalize_durable("alpha"), finalize_command("alpha"), b"finalize")):
         subscription = await bus.durable_subscription(WORK_STREAM, durable, [subject], ConsumerPolicy())
         [message] = await subscription.fetch(1, timeout=5)
         assert message.data == data
@@ -121,11 +121,17 @@ async def test_an_executor_cannot_take_another_executors_commands_or_heartbeat(
     bus, violations = alpha
     core = broker_with_auth.core
     await core.js.publish(run_command("bravo"), b"for bravo", stream=WORK_STREAM)
+    await core.js.publish(finalize_command("bravo"), b"bravo finalizes", stream=WORK_STREAM)
     await core.durable_subscription(WORK_STREAM, executor_durable("bravo"), [run_command("bravo")],
                                     ConsumerPolicy())
+    await core.durable_subscription(WORK_STREAM, executor_finalize_durable("bravo"), [finalize_command("bravo")],
+                                    ConsumerPolicy())
     stolen = [f"$JS.API.CONSUMER.MSG.NEXT.{WORK_STREAM}.{executor_durable('bravo')}",
+              f"$JS.API.CONSUMER.MSG.NEXT.{WORK_STREAM}.{executor_finalize_durable('bravo')}",
               f"$JS.API.CONSUMER.CREATE.{WORK_STREAM}.{executor_durable('alpha')}.{run_command('bravo')}",
-              f"$JS.API.CONSUMER.CREATE.{WORK_STREAM}.{FINALIZERS_DURABLE}.cmd.>",
+              f"$JS.API.CONSUMER.CREATE.{WORK_STREAM}.{executor_finalize_durable('alpha')}.{finalize_command('bravo')}",
+              f"$JS.API.CONSUMER.CREATE.{WORK_STREAM}.{executor_finalize_durable('bravo')}.cmd.>",
+              f"$JS.API.CONSUMER.CREATE.{WORK_STREAM}.finalizers.cmd.>",
               f"$JS.API.CONSUMER.DURABLE.CREATE.{WORK_STREAM}.{executor_durable('bravo')}",
               f"$KV.{EXECUTORS_BUCKET}.bravo"]
     for subject in stolen:
@@ -134,8 +140,9 @@ async def test_an_executor_cannot_take_another_executors_commands_or_heartbeat(
     await bus.nc.subscribe(run_command("bravo"))
     await violations.wait_for(f"subscription to \"{run_command('bravo')}\"")
 
-    info = await core.js.consumer_info(WORK_STREAM, executor_durable("bravo"))
-    assert info.num_pending == 1 and info.num_ack_pending == 0, "bravo's command is still there, untouched"
+    for durable in (executor_durable("bravo"), executor_finalize_durable("bravo")):
+        info = await core.js.consumer_info(WORK_STREAM, durable)
+        assert info.num_pending == 1 and info.num_ack_pending == 0, "bravo's commands are still there, untouched"
     with pytest.raises(nats.errors.Error):
         await (await open_bucket(core, EXECUTORS_BUCKET)).get("bravo")
 

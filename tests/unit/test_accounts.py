@@ -110,7 +110,8 @@ def test_the_scheduler_finalizes_a_revoked_batch_with_the_revocation_code() -> N
                             expires_at=T0 + 86400))
     book.apply(cancel("authorization_revoked"))
     assert book.plans["b1"].cancel_code == "authorization_revoked"
-    command = FinalizeBatch(batch_id="b1", reason="cancelled", owner_key_id="k", input_object_key="files/f",
-                            endpoint="/v1/chat/completions", unrun_code=book.plans["b1"].cancel_code)
+    command = FinalizeBatch(batch_id="b1", executor_id="e1", reason="cancelled", owner_key_id="k",
+                            input_object_key="files/f", endpoint="/v1/chat/completions",
+                            unrun_code=book.plans["b1"].cancel_code)
     assert command.code == "authorization_revoked"
     assert command.model_copy(update={"unrun_code": None}).code == "batch_cancelled"

@@ -87,16 +87,20 @@ def test_facts_that_are_not_executors_to_state_are_refused() -> None:
     assert may_state(book, "alpha", BatchWaiting(aggregate_id="b1", reason="r")) is not None
 
 
-def test_a_sharded_batch_ends_only_through_its_finalizer() -> None:
+def test_a_sharded_batch_ends_only_through_the_finalizer_the_scheduler_chose() -> None:
     book = Book(admitted={"alpha", "bravo"})
     created(book, "b1", "file-in1")
     assigned(book, "b1", "alpha", 1, shard=0, shards=2)
     assigned(book, "b1", "bravo", 2, shard=1, shards=2)
     assert may_state(book, "alpha", progressed("b1", 1)) is None
     assert may_state(book, "alpha", completed("b1")) is not None
-    book.plans["b1"].finalize_sent = True
+    book.plans["b1"].finalizer = "bravo"
     assert may_state(book, "bravo", completed("b1")) is None
-    assert may_state(book, "intruder", completed("b1")) is not None, "not admitted"
+    assert may_state(book, "bravo", output_file("b1")) is None
+    for other in ("alpha", "intruder"):  # alpha ran a shard and is admitted: still not the finalizer
+        assert may_state(book, other, completed("b1")) is not None
+        assert may_state(book, other, output_file("b1")) is not None
+    assert may_read(book, "intruder", "b1") is not None
 
 
 def test_a_fenced_attempts_facts_are_superseded() -> None:
@@ -113,5 +117,5 @@ def test_an_executor_reads_only_the_logs_of_batches_it_was_given() -> None:
     assert may_read(book, "alpha", "b1") is None
     assert may_read(book, "alpha", "b2") is not None
     assert may_read(book, "alpha", "unknown") is not None
-    book.plans["b2"].finalize_sent = True
+    book.plans["b2"].finalizer = "alpha"
     assert may_read(book, "alpha", "b2") is None

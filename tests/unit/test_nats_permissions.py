@@ -44,17 +44,33 @@ def event_types() -> set[str]:
     # The event log is the fact desk's: no executor reads or writes it itself, whoever's batch it is.
     "$JS.API.CONSUMER.CREATE.EVENTS.executor-alpha-read-15.evt.batch.batch_1.>", "$JS.API.DIRECT.GET.EVENTS",
     "$JS.API.STREAM.MSG.GET.EVENTS", "evt.batch.b.progressed", "evt.batch.b.completed", "evt.file.f.stored",
-    "svc.facts.bravo", "svc.log.bravo", "svc.objects.bravo", "evt.executor.alpha.lost"])
+    "svc.facts.bravo", "svc.log.bravo", "svc.objects.bravo", "evt.executor.alpha.lost",
+    # Another executor's finalize commands, and the shared durable that any executor once took them from.
+    "cmd.executor.alpha.finalize", "cmd.executor.bravo.finalize", "$JS.API.CONSUMER.MSG.NEXT.WORK.finalizer-bravo",
+    "$JS.API.CONSUMER.CREATE.WORK.finalizer-bravo.cmd.executor.bravo.finalize",
+    "$JS.API.CONSUMER.CREATE.WORK.finalizer-alpha.cmd.executor.bravo.finalize",
+    "$JS.API.CONSUMER.CREATE.WORK.finalizer-alpha.cmd.executor.*.finalize", "$JS.ACK.WORK.finalizer-bravo.1.2.3.4.5",
+    "$JS.API.CONSUMER.CREATE.WORK.finalizers.cmd.finalize", "$JS.API.CONSUMER.MSG.NEXT.WORK.finalizers",
+    "$JS.ACK.WORK.finalizers.1.2.3.4.5"])
 def test_an_executor_may_not_publish_to_what_is_not_its_own(subject: str) -> None:
     assert not allowed(subject)
 
 
 @pytest.mark.parametrize("subject", [
     "svc.fleet.register", "$KV.sheshnag_executors.alpha", "$JS.API.CONSUMER.MSG.NEXT.WORK.executor-alpha",
-    "$JS.API.CONSUMER.CREATE.WORK.executor-alpha.cmd.executor.alpha.run", "$JS.ACK.WORK.finalizers.1.2.3.4.5",
+    "$JS.API.CONSUMER.CREATE.WORK.executor-alpha.cmd.executor.alpha.run", "$JS.ACK.WORK.executor-alpha.1.2.3.4.5",
+    "$JS.API.CONSUMER.CREATE.WORK.finalizer-alpha.cmd.executor.alpha.finalize",
+    "$JS.API.CONSUMER.MSG.NEXT.WORK.finalizer-alpha", "$JS.ACK.WORK.finalizer-alpha.1.2.3.4.5",
     "svc.facts.alpha", "svc.log.alpha", "svc.objects.alpha", "$SYS.REQ.USER.INFO"])
 def test_an_executor_may_publish_what_its_job_needs(subject: str) -> None:
     assert allowed(subject)
+
+
+@pytest.mark.parametrize("other", ["finalizer-alpha", "alpha-finalize", "executor-alpha", "finalizer"])
+def test_no_executor_id_names_another_executors_finalize_durable_as_one_of_its_own(other: str) -> None:
+    for pulled in ("finalizer-alpha", "executor-alpha"):
+        assert allowed(f"$JS.API.CONSUMER.MSG.NEXT.WORK.{pulled}", "alpha")
+        assert not allowed(f"$JS.API.CONSUMER.MSG.NEXT.WORK.{pulled}", other)
 
 
 def test_an_executor_subscribes_only_under_its_own_inbox() -> None:

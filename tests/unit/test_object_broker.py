@@ -104,16 +104,21 @@ def test_a_fenced_attempt_loses_access_and_its_successor_gains_it() -> None:
     assert ask(book, "bravo", "put", "b1", result_chunk_key("b1", 2, 0), attempt=2) is None
 
 
-def test_a_finalize_sent_batch_is_open_to_any_admitted_executor_until_it_ends() -> None:
+def test_a_batch_being_finalized_is_open_to_its_chosen_finalizer_alone_until_it_ends() -> None:
     book = fleet()
+    book.apply(AttemptFailed(aggregate_id="b1", attempt=1, executor_id="alpha", code="batch_expired", reason="x"))
     assert ask(book, "bravo", "get", "b1", "files/file-in1") is not None
-    book.plans["b1"].finalize_sent = True
-    for executor in ("alpha", "bravo"):
-        assert ask(book, executor, "get", "b1", "files/file-in1") is None
-        assert ask(book, executor, "list", "b1", "results/b1/") is None
-        assert ask(book, executor, "put", "b1", input_object_key(output_file_id("b1"))) is None
+    book.plans["b1"].finalizer = "bravo"
+    assert ask(book, "bravo", "get", "b1", "files/file-in1") is None
+    assert ask(book, "bravo", "list", "b1", "results/b1/") is None
+    assert ask(book, "bravo", "put", "b1", input_object_key(output_file_id("b1"))) is None
     assert ask(book, "bravo", "put", "b1", result_chunk_key("b1", 1, 0), attempt=1) is not None, "no chunks"
-    assert ask(book, "intruder", "get", "b1", "files/file-in1") is not None, "not admitted"
+    for other in ("alpha", "intruder"):  # alpha ran it before; admitted or not, neither finalizes it now
+        assert ask(book, other, "get", "b1", "files/file-in1") is not None
+        assert ask(book, other, "put", "b1", input_object_key(output_file_id("b1"))) is not None
+    book.plans["b1"].finalizer = "alpha"
+    assert ask(book, "alpha", "get", "b1", "files/file-in1") is None
+    assert ask(book, "bravo", "get", "b1", "files/file-in1") is not None, "a finalizer replaced loses its access"
     book.apply(BatchCompleted(aggregate_id="b1", output_file_id=None, error_file_id=None, completed=10, failed=0,
                               usage=BatchUsage()))
     assert ask(book, "alpha", "get", "b1", "files/file-in1") is not None

@@ -88,7 +88,8 @@ def test_after_three_failed_attempts_the_batch_is_finalized_as_failed_with_the_r
     assert isinstance(finalize, Finalize) and finalize.reason == "failed"
     assert finalize.failure_code == "attempts_exhausted"
     assert finalize.failure_message and "e1, e2, e3" in finalize.failure_message
-    finalize.plan.finalize_sent = True
+    assert finalize.executor_id == "e4"
+    finalize.plan.finalizer = finalize.executor_id
     assert decide(book, [advert("e4")], CATALOGUE, NOW) == []
 
 

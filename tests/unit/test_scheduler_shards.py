@@ -73,7 +73,7 @@ def test_once_every_shard_finished_the_batch_is_finalized_once() -> None:
     book.apply(ShardFinished(aggregate_id="b1", attempt=assigns[1].attempt, shard=1, executor_id="e2"))
     [finalize] = decide(book, fleet, CATALOGUE, NOW, POLICY)
     assert isinstance(finalize, Finalize) and finalize.reason == "completed"
-    book.plans["b1"].finalize_sent = True
+    book.plans["b1"].finalizer = finalize.executor_id
     assert decide(book, fleet, CATALOGUE, NOW, POLICY) == []
 
 
