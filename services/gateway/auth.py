@@ -61,10 +61,17 @@ class KeyCache:
 
 KEY_CACHE = web.AppKey("key_cache", KeyCache)
 REQUEST_PRINCIPAL = web.RequestKey("principal", ApiKeyRecord)
+REQUEST_KEY_DIGEST = web.RequestKey("key_digest", str)
+"""The SHA-256 of the key the request presented: a long-lived response checks it is still not revoked."""
 
 
 def principal(request: web.Request) -> ApiKeyRecord:
     return request[REQUEST_PRINCIPAL]
+
+
+async def still_authorized(request: web.Request) -> bool:
+    """Whether the key this request was admitted with has not been revoked since (from the log itself)."""
+    return not await request.app[KEY_CACHE].revocations.revoked(request[REQUEST_KEY_DIGEST])
 
 
 def require_admin(request: web.Request) -> ApiKeyRecord:
@@ -109,6 +116,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     assert record is not None
     count_success(request, token)
     request[REQUEST_PRINCIPAL] = record
+    request[REQUEST_KEY_DIGEST] = hash_api_key(token)
     usage = request.app.get(KEY_USAGE)
     if usage is not None:
         usage.touch(record.key_id)

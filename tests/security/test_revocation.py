@@ -1,6 +1,7 @@
 """Attack: keep using a key after its revoke, while the ledger lags (under load) or stands still (SIGSTOPped).
 The key must be refused by the time `DELETE /v1/organization/keys/{id}` returns."""
 
+import json
 import os
 import secrets
 import signal
@@ -79,3 +80,25 @@ def test_under_load_no_request_sent_after_the_revoke_returned_is_served(secure_s
     assert before and set(before) <= {200, 401}
     assert 200 in before  # the load was served until the revoke
     assert after and set(after) == {401}
+
+
+def test_an_event_stream_opened_before_the_revoke_ends_within_seconds_of_it(secure_stack: RunningStack) -> None:
+    """A stream admitted before the revoke does not ride on it: it ends with an `authentication_error` frame."""
+    key_id, key = user_key(secure_stack)
+    client = secure_stack.client(key["Authorization"].removeprefix("Bearer "))
+    line = {"custom_id": "held-1", "method": "POST", "url": "/v1/chat/completions",
+            "body": {"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "hi"}]}}
+    uploaded = client.files.create(file=("held.jsonl", json.dumps(line).encode()), purpose="batch")
+    held = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
+                                 completion_window="24h", extra_body={"hold": True})  # it never ends by itself
+    with httpx2.Client(base_url=secure_stack.base_url, timeout=30) as http, \
+            http.stream("GET", f"/batches/{held.id}/events", headers=key) as events:
+        assert events.status_code == 200
+        lines = events.iter_lines()
+        assert next(lines) == ": connected"
+        assert http.delete(f"/organization/keys/{key_id}", headers=ADMIN).status_code == 200
+        revoked_at = time.monotonic()
+        rest = list(lines)  # until the server ends the stream
+        ended_after = time.monotonic() - revoked_at
+    assert ended_after < 10, f"the stream outlived the revoke by {ended_after:.1f}s"
+    assert "event: error" in rest and any("authentication_error" in line for line in rest), rest

@@ -3,6 +3,7 @@ sequence; the stream ends with the batch, and its consumer goes as soon as the c
 
 import asyncio
 import logging
+import time
 
 import nats.errors
 import nats.js.errors
@@ -12,6 +13,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from contracts.api.batch_event import TERMINAL_EVENT_TYPES
 from contracts.subjects import EVENTS_STREAM, batch_events, event_subject
+from services.gateway.auth import still_authorized
 from services.gateway.context import deps
 from services.gateway.errors import bad_request, client_gone
 from services.gateway.views.batches import owned_batch
@@ -20,10 +22,15 @@ from services.gateway.views.event_frames import sse_frame
 log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 15.0
+REVOCATION_CHECK_S = 2.0
+"""How often an open stream checks that its key was not revoked since: a revoked key's streams end this soon."""
 POLL_S = 1.0
 """How often an idle stream looks whether its client is still there."""
 MAX_SEQUENCE = 2**63 - 1
 """Stream sequences are 64-bit; a resume point past this names no event."""
+REVOKED_FRAME = b'event: error\ndata: {"error": {"message": "This API key was revoked; ask an administrator for ' \
+    b'a new one.", "type": "authentication_error", "param": null, "code": "invalid_api_key"}}\n\n'
+"""The last frame of a stream whose key was revoked while it ran (in OpenAI's error shape); the stream then ends."""
 TERMINAL_NAMES = tuple(sorted(t.removeprefix("batch.") for t in TERMINAL_EVENT_TYPES))
 
 
@@ -63,7 +70,13 @@ async def release(js: JetStreamContext, subscription: JetStreamContext.PushSubsc
 async def _follow(request: web.Request, response: web.StreamResponse,
                   subscription: JetStreamContext.PushSubscription) -> None:
     idle_s = 0.0
+    checked_at = time.monotonic()
     while not client_gone(request):
+        if time.monotonic() - checked_at >= REVOCATION_CHECK_S:
+            checked_at = time.monotonic()
+            if not await still_authorized(request):
+                await response.write(REVOKED_FRAME)
+                return
         try:
             message = await subscription.next_msg(timeout=POLL_S)
         except nats.errors.TimeoutError:
