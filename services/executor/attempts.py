@@ -10,24 +10,19 @@ from typing import Literal
 from contracts.events.batch import (
     AttemptFailed,
     BatchAssigned,
-    BatchCancelled,
     BatchCancelRequested,
-    BatchCompleted,
     BatchCreated,
-    BatchExpired,
-    BatchFailed,
     BatchProgressed,
     BatchStarted,
     CancelCode,
     ShardFinished,
 )
 from contracts.events.registry import AnyEvent
+from contracts.lifecycle import ENDING_FACTS
 from services.executor.domain import REFUSED_ATTEMPT, chunk_position
 
 StopReason = Literal["cancelled", "expired"]
 Outcome = Literal["completed", "cancelled", "expired", "failed"]
-
-TERMINAL = (BatchCompleted, BatchCancelled, BatchExpired, BatchFailed)
 
 
 @dataclass
@@ -70,7 +65,7 @@ class BatchLog:
             self.finished.add(event.attempt)
         elif isinstance(event, BatchProgressed):
             self.announced.add(event.chunk_key)
-        elif isinstance(event, TERMINAL):
+        elif isinstance(event, ENDING_FACTS):
             self.ended = event.type
 
     def is_current(self, attempt: int) -> bool:

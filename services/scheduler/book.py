@@ -6,17 +6,12 @@ from typing import Literal
 from contracts.events.batch import (
     AttemptFailed,
     BatchAssigned,
-    BatchCancelled,
     BatchCancelRequested,
-    BatchCompleted,
     BatchCreated,
-    BatchExpired,
-    BatchFailed,
     BatchProgressed,
     BatchReleased,
     BatchStarted,
     BatchValidated,
-    BatchValidationFailed,
     BatchWaiting,
     CancelCode,
     ShardFinished,
@@ -24,10 +19,10 @@ from contracts.events.batch import (
 )
 from contracts.events.executor import ExecutorAdvert, ExecutorLost, ExecutorRegistered
 from contracts.events.registry import AnyEvent
+from contracts.lifecycle import ENDING_FACTS
 from services.scheduler.domain import HEARTBEAT_FRESH_MS
 
 Phase = Literal["validating", "validated", "ended"]
-ENDING_EVENTS = (BatchValidationFailed, BatchFailed, BatchCompleted, BatchCancelled, BatchExpired)
 UNSTARTED_LOSSES_FORGIVEN = 6
 """Attempts of a shard lost with their executor before they started that do not count against the limit."""
 
@@ -204,7 +199,7 @@ class Book:
 
 
 def _apply_to_plan(plan: BatchPlan, event: AnyEvent) -> None:
-    if isinstance(event, ENDING_EVENTS):
+    if isinstance(event, ENDING_FACTS):
         plan.phase = "ended"
     elif isinstance(event, BatchValidated):
         if plan.phase == "validating":
