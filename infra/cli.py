@@ -5,21 +5,31 @@ import asyncio
 import importlib
 import logging
 import os
-import re
 import signal
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NoReturn
 
 import aiohttp
 
+from contracts.api.organization import CreateKey, CreateOrganization, CreateUser
 from contracts.events.key import KeyRole
-from infra.keys import choose_admin_key, local_worker_key, new_key, register_key, remember
+from infra.keys import choose_admin_key, local_worker_key, register_key, remember
 from infra.nats_auth import SECRETS_FILE
 from infra.private import PRIVATE_UMASK
 from infra.status import status as show_status
 from infra.supervisor import SERVICES, Stack, pick_port
+from services.gateway.revocation import find_key, revoke_key
+from services.gateway.settings import GatewaySettings
+from services.gateway.usecases import accounts as usecases
+from services.gateway.usecases.accounts import Accounts
+from services.gateway.usecases.refusals import ApiError, parse_fields
 from services.runtime.bus import EventBus
+from services.runtime.catalogue import load_catalogue
+from services.runtime.readmodel import ReadModel
 from services.runtime.settings import ConnectionSettings
 
 log = logging.getLogger("sheshnag.up")
@@ -156,20 +166,37 @@ Press Ctrl-C to stop.
 """, flush=True)
 
 
-async def create_key(role: KeyRole, label: str, user_id: str | None) -> None:
-    key = new_key(role)
-    bus = await EventBus.connect(ConnectionSettings().nats_url, "sheshnag-keys")
+@asynccontextmanager
+async def accounts(client_name: str) -> AsyncIterator[Accounts]:
+    """The account use cases' ports, against SHESHNAG_NATS_URL: the same rules as the admin routes."""
+    connection = ConnectionSettings()
+    bus = await EventBus.connect(connection.nats_url, client_name)
     try:
-        await register_key(bus, key, label or f"{role} key", role=role, user_id=user_id)
+        yield Accounts(bus, await ReadModel.open(bus), load_catalogue(connection.catalogue_path),
+                       GatewaySettings().read_your_writes_s)
     finally:
         await bus.close()
-    print(key.plaintext)
+
+
+def refused(error: ApiError) -> NoReturn:
+    """The message the HTTP route answers with, on stderr, and exit status 1."""
+    sys.exit(error.body.message)
+
+
+async def create_key(role: KeyRole, label: str, user_id: str | None) -> None:
+    try:
+        async with accounts("sheshnag-keys") as ports:
+            if role == "worker":
+                raw, _ = await usecases.create_key(ports, "worker", label or "worker key", user_id)
+            else:
+                body = parse_fields(CreateKey, {"user_id": user_id, "role": role, "name": label})
+                raw, _ = await usecases.create_user_key(ports, body)
+    except ApiError as error:
+        refused(error)
+    print(raw)
 
 
 async def revoke_key_by_id(key_id: str) -> int:
-    from services.gateway.revocation import find_key, revoke_key
-    from services.runtime.readmodel import ReadModel
-
     bus = await EventBus.connect(ConnectionSettings().nats_url, "sheshnag-keys")
     try:
         read_model = await ReadModel.open(bus)
@@ -184,46 +211,26 @@ async def revoke_key_by_id(key_id: str) -> int:
     return 0
 
 
-def _check_id(what: str, ident: str) -> None:
-    from contracts.api.organization import USER_ID_PATTERN
-
-    if not re.fullmatch(USER_ID_PATTERN, ident):
-        sys.exit(f"{what} id is 1-64 letters, digits, '_' or '-': {ident!r}")
-
-
 async def create_user(user_id: str, name: str, models: str | None, organization_id: str | None = None) -> None:
-    from contracts.api.organization import DEFAULT_ORGANIZATION_ID
-    from contracts.events.key import UserCreated
-    from services.runtime.readmodel import ReadModel
-
-    _check_id("a user", user_id)
-    if organization_id == DEFAULT_ORGANIZATION_ID:
-        organization_id = None
-    allowed = None if models is None else sorted({m.strip() for m in models.split(",") if m.strip()})
-    bus = await EventBus.connect(ConnectionSettings().nats_url, "sheshnag-users")
+    allowed = None if models is None else [m.strip() for m in models.split(",") if m.strip()]
     try:
-        if organization_id is not None and await (await ReadModel.open(bus)).get_organization(organization_id) is None:
-            sys.exit(f"no organization {organization_id}; create it first: sheshnag organizations create …")
-        await bus.publish(UserCreated(aggregate_id=user_id, display_name=name, allowed_models=allowed,
-                                      organization_id=organization_id))
-    finally:
-        await bus.close()
-    print(user_id)
+        body = parse_fields(CreateUser, {"id": user_id, "name": name, "allowed_models": allowed,
+                                         "organization_id": organization_id})
+        async with accounts("sheshnag-users") as ports:
+            user = await usecases.create_user(ports, body)
+    except ApiError as error:
+        refused(error)
+    print(user.id)
 
 
 async def create_organization(organization_id: str, name: str) -> None:
-    from contracts.api.organization import DEFAULT_ORGANIZATION_ID
-    from contracts.events.organization import OrganizationCreated
-
-    _check_id("an organization", organization_id)
-    if organization_id == DEFAULT_ORGANIZATION_ID:
-        sys.exit(f"{DEFAULT_ORGANIZATION_ID!r} is the default organization, which always exists")
-    bus = await EventBus.connect(ConnectionSettings().nats_url, "sheshnag-organizations")
     try:
-        await bus.publish(OrganizationCreated(aggregate_id=organization_id, display_name=name))
-    finally:
-        await bus.close()
-    print(organization_id)
+        body = parse_fields(CreateOrganization, {"id": organization_id, "name": name})
+        async with accounts("sheshnag-organizations") as ports:
+            organization = await usecases.create_organization(ports, body)
+    except ApiError as error:
+        refused(error)
+    print(organization.id)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,28 +1,47 @@
-"""The body of `POST /v1/batches`, as the OpenAI SDK sends it (plus Sheshnag's `allow_partial`)."""
+"""The body of `POST /v1/batches`, as the OpenAI SDK sends it (plus Sheshnag's `allow_partial` and `hold`); each
+field names the error code a bad value of it gets."""
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, Strict, StringConstraints
 
-from contracts.api.batch import Endpoint
+from contracts.api.batch import SUPPORTED_ENDPOINTS, Endpoint
+from contracts.api.field_errors import refused_as
+
+MIN_EXPIRES_AFTER_S, MAX_EXPIRES_AFTER_S = 3600, 30 * 24 * 3600
+MAX_METADATA_PAIRS = 16
+MetadataKey = Annotated[str, StringConstraints(max_length=64)]
+MetadataValue = Annotated[str, StringConstraints(max_length=512)]
 
 
 class ExpiresAfter(BaseModel):
     anchor: Literal["created_at"]
-    seconds: int = Field(ge=3600, le=2592000)
+    seconds: Annotated[int, Strict(), Field(ge=MIN_EXPIRES_AFTER_S, le=MAX_EXPIRES_AFTER_S)]
     """How long after creation the file expires."""
 
 
 class BatchCreateRequest(BaseModel):
-    input_file_id: str
+    # OpenAI refuses a parameter it does not know rather than ignore it (`unknown_parameter`); so do we.
+    model_config = ConfigDict(extra="forbid")
+
+    input_file_id: Annotated[str, Field(min_length=1), refused_as(
+        "missing_required_parameter", "input_file_id is required: upload a file with purpose 'batch' first.")]
     """A file uploaded with purpose `batch`."""
-    endpoint: Endpoint
-    completion_window: str = Field(pattern=r"^[0-9]+h$", examples=["24h"])
-    """`24h` up to `168h`."""
-    metadata: dict[str, str] | None = Field(default=None, max_length=16)
+    endpoint: Annotated[Endpoint, refused_as(
+        "unsupported_endpoint", f"endpoint {{given}} is not supported; use one of {', '.join(SUPPORTED_ENDPOINTS)}.")]
+    completion_window: Annotated[str, Field(pattern=r"^[0-9]{1,9}[hms]$", examples=["24h"]), refused_as(
+        "invalid_completion_window", "completion_window must be a number of hours such as '24h' (got {given}).")]
+    """`24h` up to `168h` (`m` and `s` units exist for deployments that lower the minimum, in tests of expiry)."""
+    metadata: Annotated[dict[MetadataKey, MetadataValue] | None, Field(max_length=MAX_METADATA_PAIRS), refused_as(
+        "invalid_metadata", f"metadata must be an object of at most {MAX_METADATA_PAIRS} string pairs (keys up to 64 "
+        "characters, values up to 512).")] = None
     """At most 16 pairs; keys up to 64 characters, values up to 512."""
-    output_expires_after: ExpiresAfter | None = None
-    allow_partial: bool = False
+    output_expires_after: Annotated[ExpiresAfter | None, refused_as(
+        "invalid_output_expires_after", f"output_expires_after must be {{'anchor': 'created_at', 'seconds': N}} with "
+        f"N between {MIN_EXPIRES_AFTER_S} and {MAX_EXPIRES_AFTER_S}.")] = None
+    """When the output and error files expire; omitted: never."""
+    allow_partial: Annotated[bool, Strict(), refused_as("invalid_allow_partial", "allow_partial must be true or false.")
+                             ] = False
     """Extension: run the valid lines; refused lines go to the error file."""
-    hold: bool = False
+    hold: Annotated[bool, Strict(), refused_as("invalid_hold", "hold must be true or false.")] = False
     """Extension: validate only; the batch runs after `POST /v1/batches/{id}/release`."""

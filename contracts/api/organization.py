@@ -1,12 +1,17 @@
 """Users and API keys as the admin routes (`/v1/organization/…`, `/v1/provider/worker_keys`) and providers' owners
 (`/v1/provider/providers/{id}/worker_keys`) see them."""
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contracts.api.field_errors import refused_as
+
 USER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 """Ids become part of NATS subjects: no dots, spaces or wildcards."""
+ChosenId = Annotated[str | None, Field(pattern=USER_ID_PATTERN), refused_as(
+    "invalid_id", "An id is 1-64 letters, digits, '_' or '-', starting with a letter or digit (got {given}).")]
+"""A user's or organisation's id as a request names it."""
 
 DEFAULT_ORGANIZATION_ID = "default"
 """The organisation of users created without one (and of every user made before organisations existed)."""
@@ -18,12 +23,12 @@ ManagedRole = Literal["admin", "user"]
 class CreateUser(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    id: str | None = Field(default=None, pattern=USER_ID_PATTERN)
+    id: ChosenId = None
     """Chosen by the admin (e.g. `alice`), or generated."""
     name: str = Field(default="", max_length=256)
     allowed_models: list[str] | None = Field(default=None, max_length=256)
     """Catalogue ids or aliases the user's keys may use; omitted: every model."""
-    organization_id: str | None = Field(default=None, pattern=USER_ID_PATTERN)
+    organization_id: ChosenId = None
     """The organisation the user belongs to; it must exist. Omitted: the default organisation."""
 
 
@@ -40,7 +45,7 @@ class User(BaseModel):
 class CreateOrganization(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    id: str | None = Field(default=None, pattern=USER_ID_PATTERN)
+    id: ChosenId = None
     """Chosen by the admin (e.g. `acme`), or generated."""
     name: str = Field(default="", max_length=256)
 
@@ -56,7 +61,7 @@ class Organization(BaseModel):
 class CreateKey(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    user_id: str | None = Field(default=None, pattern=USER_ID_PATTERN)
+    user_id: ChosenId = None
     """The user the key acts for; it must exist. Omitted: a key with every model allowed."""
     role: ManagedRole = "user"
     name: str = Field(default="", max_length=256)

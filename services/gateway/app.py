@@ -12,7 +12,7 @@ from services.gateway.dashboard.pages import add_dashboard
 from services.gateway.errors import error_middleware
 from services.gateway.key_usage import keys_kept_fresh
 from services.gateway.limits import CONTROL_LIMITER, DOWNLOAD_SLOTS, UPLOAD_SLOTS, ControlCallLimiter, TransferSlots
-from services.gateway.observe import metrics_view, observe_middleware
+from services.gateway.observe import observe_middleware
 from services.gateway.request_ids import stamp_request_id
 from services.gateway.routes import ROUTES
 from services.gateway.settings import GatewaySettings
@@ -54,6 +54,5 @@ def create_app(settings: GatewaySettings) -> web.Application:
     app.cleanup_ctx.append(keys_kept_fresh(lambda key: app[KEY_CACHE].forget(key)))
     app.cleanup_ctx.append(file_sweeper)
     app.add_routes(ROUTES)
-    app.router.add_get("/metrics", metrics_view)
     add_dashboard(app)
     return app

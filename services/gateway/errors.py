@@ -1,32 +1,18 @@
-"""OpenAI-shaped errors: the exception views raise and the middleware that renders every failure."""
+"""OpenAI-shaped errors: the middleware that renders every failure (the refusal views and use cases raise is
+`usecases.refusals.ApiError`)."""
 
 import logging
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from contracts.api.error import ErrorBody, ErrorResponse, ErrorType
+from contracts.api.error import ErrorResponse, ErrorType
 from services.gateway.request_ids import request_id
+from services.gateway.usecases.refusals import ApiError as ApiError
+from services.gateway.usecases.refusals import bad_request as bad_request
+from services.gateway.usecases.refusals import not_found as not_found
 
 log = logging.getLogger(__name__)
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, type: ErrorType = "invalid_request_error",
-                 code: str | None = None, param: str | None = None, retry_after_s: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.body = ErrorBody(message=message, type=type, code=code, param=param)
-        self.retry_after_s = retry_after_s
-        """Set on rate limits: the SDK may retry after this many seconds."""
-
-
-def not_found(what: str, ident: str) -> ApiError:
-    return ApiError(404, f"No {what} found with id '{ident}'.", "not_found_error", "not_found", None)
-
-
-def bad_request(message: str, code: str, param: str | None = None) -> ApiError:
-    return ApiError(400, message, "invalid_request_error", code, param)
 
 
 def error_response(error: ApiError) -> web.Response:

@@ -1,8 +1,30 @@
-"""The route table."""
+"""The route table: each row is a route and its description (request and response models, parameters, who may
+call); `/openapi.json` is generated from it."""
 
 from aiohttp import web
 
-from services.gateway.openapi import openapi_json
+from contracts.api.anomaly import Anomaly
+from contracts.api.batch import Batch
+from contracts.api.batch_event import BatchStreamEvent
+from contracts.api.batch_request import BatchCreateRequest
+from contracts.api.error_codes import BatchErrorSummary
+from contracts.api.file import FileDeleted, FileObject
+from contracts.api.model import Model
+from contracts.api.organization import (
+    ApiKey,
+    CreateKey,
+    CreateOrganization,
+    CreateUser,
+    CreateWorkerKey,
+    DeletedApiKey,
+    ModelAlias,
+    Organization,
+    User,
+)
+from contracts.api.page import ListPage
+from contracts.api.provider import Provider, ProviderExecutor, RegisterProvider
+from services.gateway.observe import metrics_view
+from services.gateway.openapi import AFTER, FILES_LIMIT, LIMIT, Answer, openapi_view, query, route
 from services.gateway.views import (
     anomalies,
     batches,
@@ -20,42 +42,93 @@ async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
+UPLOAD = {"multipart/form-data": {"schema": {
+    "type": "object", "required": ["purpose", "file"],
+    "properties": {"purpose": {"type": "string", "enum": ["batch"]},
+                   "file": {"type": "string", "format": "binary"}}}}}
+IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False,
+                   "schema": {"type": "string", "minLength": 16, "maxLength": 80}}
+EVENTS = Answer("The batch's facts as Server-Sent Events: `id:` is the stream sequence, `event:` the type, `data:` "
+                "one BatchStreamEvent (schema in components); resume with Last-Event-ID; the stream ends after the "
+                "batch's terminal event", "text/event-stream", event_data=BatchStreamEvent)
+CONTENT = Answer("The file's bytes; header X-Sheshnag-Content-SHA256", "application/octet-stream",
+                 {"type": "string", "format": "binary"})
+METRICS = Answer("Prometheus metrics", "text/plain")
+OVERVIEW = Answer("Executors, batches per status, the queue, running batches, consumer lag", "application/json",
+                  {"type": "object"})
+WORKER_KEYS = "/v1/provider/providers/{provider_id}/worker_keys"
+
 ROUTES = [
-    web.get("/healthz", healthz),
-    web.get("/openapi.json", openapi_json),
-    web.get("/v1/models", models.list_models),
-    web.get("/v1/models/aliases", models.list_aliases),
-    web.get("/v1/models/{model_id}", models.retrieve_model),
-    web.post("/v1/files", files.create_file),
-    web.get("/v1/files", files.list_files),
-    web.get("/v1/files/{file_id}", files.retrieve_file),
-    web.get("/v1/files/{file_id}/content", files.file_content),
-    web.delete("/v1/files/{file_id}", files.delete_file),
-    web.post("/v1/batches", batches.create_batch),
-    web.get("/v1/batches", batches.list_batches),
-    web.get("/v1/batches/{batch_id}", batches.retrieve_batch),
-    web.post("/v1/batches/{batch_id}/cancel", batches.cancel_batch),
-    web.post("/v1/batches/{batch_id}/release", batches.release_batch),
-    web.get("/v1/batches/{batch_id}/events", events.stream_batch_events),
-    web.get("/v1/batches/{batch_id}/errors", errors.batch_errors),
-    web.post("/v1/organization/users", organization.create_user),
-    web.get("/v1/organization/users", organization.list_users),
-    web.post("/v1/organization/organizations", organization.create_organization),
-    web.get("/v1/organization/organizations", organization.list_organizations),
-    web.get("/v1/organization/organizations/{organization_id}", organization.retrieve_organization),
-    web.post("/v1/organization/keys", organization.create_key),
-    web.get("/v1/organization/keys", organization.list_keys),
-    web.delete("/v1/organization/keys/{key_id}", organization.revoke_api_key),
-    web.get("/v1/organization/overview", overview.system_overview),
-    web.post("/v1/provider/worker_keys", organization.create_worker_key),
-    web.get("/v1/provider/worker_keys", organization.list_worker_keys),
-    web.delete("/v1/provider/worker_keys/{key_id}", organization.revoke_worker_key),
-    web.post("/v1/provider/providers", provider.register_provider),
-    web.get("/v1/provider/providers", provider.list_providers),
-    web.get("/v1/provider/providers/{provider_id}", provider.retrieve_provider),
-    web.post("/v1/provider/providers/{provider_id}/worker_keys", provider.create_provider_worker_key),
-    web.get("/v1/provider/providers/{provider_id}/worker_keys", provider.list_provider_worker_keys),
-    web.delete("/v1/provider/providers/{provider_id}/worker_keys/{key_id}", provider.revoke_provider_worker_key),
-    web.get("/v1/provider/executors", provider.list_executors),
-    web.get("/v1/admin/anomalies", anomalies.list_anomalies),
+    route("GET", "/healthz", healthz, "healthz", "Liveness", access="public"),
+    route("GET", "/metrics", metrics_view, "metrics", "Prometheus metrics", METRICS, access="public"),
+    route("GET", "/v1/models", models.list_models, "listModels", "The catalogue", ListPage[Model]),
+    route("GET", "/v1/models/aliases", models.list_aliases, "listModelAliases",
+          "Aliases of the models the key may use", ListPage[ModelAlias]),
+    route("GET", "/v1/models/{model_id}", models.retrieve_model, "retrieveModel", "One model or alias", Model),
+    route("POST", "/v1/files", files.create_file, "createFile", "Upload a JSONL file (deduplicated by content)",
+          FileObject, body=UPLOAD),
+    route("GET", "/v1/files", files.list_files, "listFiles", "The caller's files (any key of the same user)",
+          ListPage[FileObject], params=(AFTER, FILES_LIMIT, query("order", {"type": "string", "enum": ["asc", "desc"]}),
+                                        query("purpose", {"type": "string"}))),
+    route("GET", "/v1/files/{file_id}", files.retrieve_file, "retrieveFile", "One file", FileObject),
+    route("GET", "/v1/files/{file_id}/content", files.file_content, "downloadFile", "The file's content", CONTENT),
+    route("DELETE", "/v1/files/{file_id}", files.delete_file, "deleteFile",
+          "Delete a file (409 while a live batch reads it)", FileDeleted),
+    route("POST", "/v1/batches", batches.create_batch, "createBatch", "Create a batch", Batch,
+          body=BatchCreateRequest, params=(IDEMPOTENCY_KEY,)),
+    route("GET", "/v1/batches", batches.list_batches, "listBatches", "The caller's batches, newest first",
+          ListPage[Batch], params=(AFTER, LIMIT)),
+    route("GET", "/v1/batches/{batch_id}", batches.retrieve_batch, "retrieveBatch", "One batch", Batch),
+    route("POST", "/v1/batches/{batch_id}/cancel", batches.cancel_batch, "cancelBatch", "Cancel a batch", Batch),
+    route("POST", "/v1/batches/{batch_id}/release", batches.release_batch, "releaseBatch",
+          "Run a batch created with hold (extension)", Batch),
+    route("GET", "/v1/batches/{batch_id}/events", events.stream_batch_events, "batchEvents",
+          "The batch's events (SSE)", EVENTS),
+    route("GET", "/v1/batches/{batch_id}/errors", errors.batch_errors, "batchErrors",
+          "Errors grouped by code, with fixes", BatchErrorSummary),
+    route("POST", "/v1/organization/users", organization.create_user, "createUser",
+          "Create a user, optionally limited to some models, in an organisation", User, body=CreateUser,
+          access="admin"),
+    route("GET", "/v1/organization/users", organization.list_users, "listUsers", "Every user, or one organisation's",
+          ListPage[User], params=(query("organization_id", {"type": "string"}),), access="admin"),
+    route("POST", "/v1/organization/organizations", organization.create_organization, "createOrganization",
+          "Create an organisation", Organization, body=CreateOrganization, access="admin"),
+    route("GET", "/v1/organization/organizations", organization.list_organizations, "listOrganizations",
+          "Every organisation, the default one first", ListPage[Organization], access="admin"),
+    route("GET", "/v1/organization/organizations/{organization_id}", organization.retrieve_organization,
+          "retrieveOrganization", "One organisation", Organization, access="admin"),
+    route("POST", "/v1/organization/keys", organization.create_key, "createKey",
+          "Create a user or admin key; the raw value is in this answer only", ApiKey, body=CreateKey, access="admin"),
+    route("GET", "/v1/organization/keys", organization.list_keys, "listKeys",
+          "Every user and admin key, without values", ListPage[ApiKey], access="admin"),
+    route("DELETE", "/v1/organization/keys/{key_id}", organization.revoke_api_key, "revokeKey",
+          "Revoke a key; its live batches stop with authorization_revoked", DeletedApiKey, access="admin"),
+    route("GET", "/v1/organization/overview", overview.system_overview, "systemOverview",
+          "Admin, read-only: executors, batches per status, the queue with why each waits, running batches, "
+          "consumer lag", OVERVIEW, access="admin"),
+    route("POST", "/v1/provider/worker_keys", organization.create_worker_key, "createWorkerKey",
+          "Create an executor's key (wk-…); shown once", ApiKey, body=CreateWorkerKey, access="admin"),
+    route("GET", "/v1/provider/worker_keys", organization.list_worker_keys, "listWorkerKeys",
+          "Every worker key, without values", ListPage[ApiKey], access="admin"),
+    route("DELETE", "/v1/provider/worker_keys/{key_id}", organization.revoke_worker_key, "revokeWorkerKey",
+          "Revoke a worker key", DeletedApiKey, access="admin"),
+    route("POST", "/v1/provider/providers", provider.register_provider, "registerProvider",
+          "Register a provider owned by the caller's user (or key)", Provider, body=RegisterProvider),
+    route("GET", "/v1/provider/providers", provider.list_providers, "listProviders",
+          "The providers the caller manages (admins: all)", ListPage[Provider]),
+    route("GET", "/v1/provider/providers/{provider_id}", provider.retrieve_provider, "retrieveProvider",
+          "One provider the caller manages", Provider),
+    route("POST", WORKER_KEYS, provider.create_provider_worker_key, "createProviderWorkerKey",
+          "Create a worker key (wk-…) of the provider; shown once", ApiKey, body=CreateWorkerKey),
+    route("GET", WORKER_KEYS, provider.list_provider_worker_keys, "listProviderWorkerKeys",
+          "The provider's worker keys, without values", ListPage[ApiKey]),
+    route("DELETE", WORKER_KEYS + "/{key_id}", provider.revoke_provider_worker_key, "revokeProviderWorkerKey",
+          "Revoke one of the provider's worker keys", DeletedApiKey),
+    route("GET", "/v1/provider/executors", provider.list_executors, "listProviderExecutors",
+          "Executors that joined with a worker key of the caller's providers (admins: every executor): models, "
+          "memory, health, lines served", ListPage[ProviderExecutor],
+          params=(query("provider_id", {"type": "string"}),)),
+    route("GET", "/v1/admin/anomalies", anomalies.list_anomalies, "listAnomalies",
+          "Admin: facts the ledger refused (illegal transitions), newest first", ListPage[Anomaly], access="admin"),
 ]
+ROUTES.append(route("GET", "/openapi.json", openapi_view(ROUTES), "openapi", "This document", access="public"))

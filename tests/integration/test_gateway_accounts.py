@@ -4,8 +4,9 @@ worker keys, and isolation between tenants."""
 import asyncio
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 
+import aiohttp
 import pytest
 
 from contracts.events.batch import BatchCancelRequested, BatchCreated
@@ -230,6 +231,51 @@ async def test_the_cli_creates_a_users_key_and_revokes_it(gateway: Gateway, conn
         await asyncio.sleep(0.01)
     assert (await gateway.client.get("/v1/models", headers=headers)).status == 401
     assert await cli.revoke_key_by_id("key_unknown") == 1
+
+
+async def refused_by_cli(create: Awaitable[None]) -> str:
+    """What the CLI printed when it refused (`sys.exit(message)`: the message, exit status 1)."""
+    with pytest.raises(SystemExit) as refused:
+        await create
+    return str(refused.value.code)
+
+
+async def message(answer: aiohttp.ClientResponse) -> str:
+    return str((await answer.json())["error"]["message"])
+
+
+async def test_the_cli_refuses_what_the_admin_routes_refuse_with_the_same_message(
+        gateway: Gateway, connection: ConnectionSettings, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHESHNAG_NATS_URL", connection.nats_url)
+    admin = await admin_key(gateway)
+    user_id, organization_id, nobody = (f"{what}-{secrets.token_hex(4)}" for what in ("cli", "org", "nobody"))
+    unknown_model = await gateway.client.post("/v1/organization/users", headers=admin,
+                                              json={"id": user_id, "allowed_models": ["gpt-4"]})
+    assert unknown_model.status == 400
+    assert await refused_by_cli(cli.create_user(user_id, "", "gpt-4")) == await message(unknown_model)
+    no_organization = await gateway.client.post("/v1/organization/users", headers=admin,
+                                                json={"id": user_id, "organization_id": nobody})
+    assert no_organization.status == 404
+    assert await refused_by_cli(cli.create_user(user_id, "", None, nobody)) == await message(no_organization)
+    bad_id = await gateway.client.post("/v1/organization/users", json={"id": "a.b"}, headers=admin)
+    assert bad_id.status == 400
+    assert await refused_by_cli(cli.create_user("a.b", "", None)) == await message(bad_id)
+
+    await cli.create_user(user_id, "", None)
+    taken = await gateway.client.post("/v1/organization/users", json={"id": user_id}, headers=admin)
+    assert taken.status == 409
+    assert await refused_by_cli(cli.create_user(user_id, "", None)) == await message(taken)
+
+    await cli.create_organization(organization_id, "Acme")
+    taken = await gateway.client.post("/v1/organization/organizations", json={"id": organization_id}, headers=admin)
+    assert taken.status == 409
+    assert await refused_by_cli(cli.create_organization(organization_id, "")) == await message(taken)
+    default = await gateway.client.post("/v1/organization/organizations", json={"id": "default"}, headers=admin)
+    assert await refused_by_cli(cli.create_organization("default", "")) == await message(default)
+
+    no_user = await gateway.client.post("/v1/organization/keys", json={"user_id": nobody}, headers=admin)
+    assert no_user.status == 404
+    assert await refused_by_cli(cli.create_key("user", "", nobody)) == await message(no_user)
 
 
 async def test_an_admin_sees_the_fleet_queue_and_running_batches_in_the_overview(gateway: Gateway) -> None:

@@ -1,34 +1,28 @@
-"""`/v1/batches`: create, list, retrieve and cancel batches."""
+"""`/v1/batches`: create (the body parsed by `BatchCreateRequest`), list, retrieve, cancel and release batches."""
 
 import time
 
-import orjson
 from aiohttp import web
 
-from contracts.api.batch import SUPPORTED_ENDPOINTS, TERMINAL_STATUSES, Batch
+from contracts.api.batch import Batch
 from contracts.api.batch_request import BatchCreateRequest
 from contracts.events.batch import BatchCancelRequested, BatchCreated, BatchReleased
 from contracts.events.file import FileUsed
 from contracts.ids import derived_id, new_batch_id
+from contracts.lifecycle import CANCELLABLE, RELEASABLE, TERMINAL
 from contracts.readmodel import BatchRecord
 from contracts.subjects import batch_fact, file_fact
 from services.gateway.auth import KEY_CACHE, principal
 from services.gateway.context import Deps, deps
 from services.gateway.errors import ApiError, bad_request, not_found
 from services.gateway.limits import charge_control_call
-from services.gateway.views.files import (
-    DEDUPLICATED_FROM,
-    MAX_EXPIRES_AFTER_S,
-    MIN_EXPIRES_AFTER_S,
-    is_valid_id,
-    owned_file,
-)
+from services.gateway.views.bodies import read_body
+from services.gateway.views.files import DEDUPLICATED_FROM, is_valid_id, owned_file
 from services.gateway.views.paging import page_after, parse_limit
 from services.runtime.bus import Fence, FenceMoved
 from services.runtime.facts import last_fact
 
 MAX_WINDOW_S = 168 * 3600
-MAX_METADATA_PAIRS = 16
 MAX_JSON_BODY_BYTES = 1024 * 1024
 IDEMPOTENCY_KEY_CHARS = (16, 80)
 
@@ -54,44 +48,6 @@ def completion_window_seconds(window: object, min_window_s: int) -> int:
     if not min_window_s <= seconds <= MAX_WINDOW_S:
         raise bad_request(f"completion_window must be between '{min_window_s // 3600}h' and '168h' (got {window!r}).",
                           "invalid_completion_window", "completion_window")
-    return seconds
-
-
-async def _json_object(request: web.Request) -> dict[str, object]:
-    if (request.content_length or 0) > MAX_JSON_BODY_BYTES:
-        raise ApiError(413, f"The request body is larger than {MAX_JSON_BODY_BYTES} bytes.", code="request_too_large")
-    raw = await request.content.read(MAX_JSON_BODY_BYTES + 1)
-    if len(raw) > MAX_JSON_BODY_BYTES:
-        raise ApiError(413, f"The request body is larger than {MAX_JSON_BODY_BYTES} bytes.", code="request_too_large")
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise bad_request("The request body is not valid JSON.", "invalid_json") from None
-    if not isinstance(body, dict):
-        raise bad_request("The request body must be a JSON object.", "invalid_json")
-    return body
-
-
-def _metadata(value: object) -> dict[str, str] | None:
-    if value is None:
-        return None
-    if (not isinstance(value, dict) or len(value) > MAX_METADATA_PAIRS
-            or not all(isinstance(k, str) and isinstance(v, str) and len(k) <= 64 and len(v) <= 512
-                       for k, v in value.items())):
-        raise bad_request(f"metadata must be an object of at most {MAX_METADATA_PAIRS} string pairs (keys up to "
-                          "64 characters, values up to 512).", "invalid_metadata", "metadata")
-    return value
-
-
-def _output_expires_after(value: object) -> int | None:
-    if value is None:
-        return None
-    seconds = value.get("seconds") if isinstance(value, dict) else None
-    if (not isinstance(value, dict) or value.get("anchor") != "created_at" or not isinstance(seconds, int)
-            or isinstance(seconds, bool) or not MIN_EXPIRES_AFTER_S <= seconds <= MAX_EXPIRES_AFTER_S):
-        raise bad_request(f"output_expires_after must be {{'anchor': 'created_at', 'seconds': N}} with N between "
-                          f"{MIN_EXPIRES_AFTER_S} and {MAX_EXPIRES_AFTER_S}.", "invalid_output_expires_after",
-                          "output_expires_after")
     return seconds
 
 
@@ -131,43 +87,20 @@ def _idempotency_conflict(key: str, batch_id: str) -> ApiError:
 
 async def _live_batches(request: web.Request, owner: str) -> list[Batch]:
     records = await deps(request).read_model.owner_batches(owner)
-    return [r.batch for r in records if r.batch.status not in TERMINAL_STATUSES]
-
-
-def _refuse_unknown_parameters(body: dict[str, object]) -> None:
-    """OpenAI refuses a field it does not know rather than ignore it; so do we (the known: `BatchCreateRequest`)."""
-    unknown = next((name for name in body if name not in BatchCreateRequest.model_fields), None)
-    if unknown is not None:
-        raise bad_request(f"Unknown parameter: {unknown[:128]!r}.", "unknown_parameter", unknown[:128])
+    return [r.batch for r in records if r.batch.status not in TERMINAL]
 
 
 async def create_batch(request: web.Request) -> web.Response:
     d = deps(request)
     charge_control_call(request)
     idempotency_key = _idempotency_key(request)
-    body = await _json_object(request)
-    _refuse_unknown_parameters(body)
-    input_file_id = body.get("input_file_id")
-    if not isinstance(input_file_id, str) or not input_file_id:
-        raise bad_request("input_file_id is required: upload a file with purpose 'batch' first.",
-                          "missing_required_parameter", "input_file_id")
-    endpoint = body.get("endpoint")
-    if endpoint not in SUPPORTED_ENDPOINTS:
-        raise bad_request(f"endpoint {endpoint!r} is not supported; use one of {', '.join(SUPPORTED_ENDPOINTS)}.",
-                          "unsupported_endpoint", "endpoint")
-    window = body.get("completion_window")
-    window_s = completion_window_seconds(window, d.settings.min_completion_window_s)
-    metadata = _metadata(body.get("metadata"))
-    allow_partial = body.get("allow_partial", False)
-    if not isinstance(allow_partial, bool):
-        raise bad_request("allow_partial must be true or false.", "invalid_allow_partial", "allow_partial")
-    hold = body.get("hold", False)
-    if not isinstance(hold, bool):
-        raise bad_request("hold must be true or false.", "invalid_hold", "hold")
-    output_expires_after_s = _output_expires_after(body.get("output_expires_after"))
+    body = await read_body(request, BatchCreateRequest, MAX_JSON_BODY_BYTES)
+    window_s = completion_window_seconds(body.completion_window, d.settings.min_completion_window_s)
+    input_file_id, metadata, hold = body.input_file_id, body.metadata, body.hold
+    output_expires_after_s = body.output_expires_after.seconds if body.output_expires_after else None
     owner = principal(request).owner
-    asked: CreateParameters = (input_file_id, str(endpoint), str(window), metadata, allow_partial, hold,
-                               output_expires_after_s)
+    asked: CreateParameters = (input_file_id, body.endpoint, body.completion_window, metadata, body.allow_partial,
+                               hold, output_expires_after_s)
     batch_id = derived_id("batch_", owner, idempotency_key) if idempotency_key else new_batch_id()
     if idempotency_key and (earlier := await d.read_model.get_batch(batch_id)) is not None:
         if await _created_parameters(d, batch_id) != asked:
@@ -192,10 +125,10 @@ async def create_batch(request: web.Request) -> web.Response:
     await _claim_file(d, input_file_id, batch_id)
     now = int(time.time())
     event = BatchCreated(aggregate_id=batch_id, owner_key_id=principal(request).key_id, input_file_id=input_file_id,
-                         input_object_key=file.object_key, endpoint=str(endpoint), completion_window=str(window),
-                         metadata=metadata, created_at=now, expires_at=now + window_s,
-                         allow_partial=allow_partial, hold=hold, correlation_id=batch_id,
-                         output_expires_after_s=output_expires_after_s,
+                         input_object_key=file.object_key, endpoint=body.endpoint,
+                         completion_window=body.completion_window, metadata=metadata, created_at=now,
+                         expires_at=now + window_s, allow_partial=body.allow_partial, hold=hold,
+                         correlation_id=batch_id, output_expires_after_s=output_expires_after_s,
                          allowed_models=await request.app[KEY_CACHE].allowed_models(principal(request)))
     await d.bus.publish(event)
     if idempotency_key and await _created_parameters(d, batch_id) != asked:
@@ -213,7 +146,7 @@ async def create_batch(request: web.Request) -> web.Response:
 async def _claim_file(d: Deps, file_id: str, batch_id: str) -> None:
     """Record that a batch is being created on the file, unless the file was deleted meanwhile (then 404)."""
     try:
-        await d.bus.publish(FileUsed(aggregate_id=file_id, batch_id=batch_id, correlation_id=batch_id),
+        await d.bus.publish(FileUsed(aggregate_id=file_id, batch_id=batch_id),
                             fence=Fence(file_fact(file_id, "deleted"), 0))
     except FenceMoved:
         raise not_found("file", file_id) from None
@@ -238,20 +171,17 @@ def _not_cancellable(batch_id: str, status: str) -> ApiError:
     return ApiError(400, f"Batch {batch_id} is {status} and can no longer be cancelled.", code="batch_not_cancellable")
 
 
-NOT_CANCELLABLE = frozenset({"finalizing", "completed", "failed", "expired", "cancelled"})
-
-
 async def cancel_batch(request: web.Request) -> web.Response:
     d = deps(request)
     record = await owned_batch(request, request.match_info["batch_id"])
     charge_control_call(request)
     batch = record.batch
-    if batch.status in NOT_CANCELLABLE:
+    if batch.status not in CANCELLABLE and batch.status != "cancelling":
         raise _not_cancellable(batch.id, batch.status)
     if batch.status != "cancelling":
         try:
             # Only while no finalizer has begun: the read model may not show `finalizing` yet, the log does.
-            await d.bus.publish(BatchCancelRequested(aggregate_id=batch.id, correlation_id=batch.id,
+            await d.bus.publish(BatchCancelRequested(aggregate_id=batch.id,
                                                      requested_by_key_id=principal(request).key_id),
                                 fence=Fence(batch_fact(batch.id, "finalizing"), 0))
         except FenceMoved:
@@ -260,9 +190,6 @@ async def cancel_batch(request: web.Request) -> web.Response:
                                               lambda r: r.batch.status != batch.status, d.settings.read_your_writes_s)
         batch = updated.batch if updated else batch.model_copy(update={"status": "cancelling"})
     return web.json_response(batch.model_dump(mode="json"))
-
-
-RELEASABLE = frozenset({"validating", "validated"})
 
 
 async def release_batch(request: web.Request) -> web.Response:
@@ -276,8 +203,7 @@ async def release_batch(request: web.Request) -> web.Response:
                           "batch_not_held")
     if batch.status not in RELEASABLE:
         raise bad_request(f"Batch {batch.id} is {batch.status} and cannot be released.", "batch_not_releasable")
-    await d.bus.publish(BatchReleased(aggregate_id=batch.id, correlation_id=batch.id,
-                                      released_by_key_id=principal(request).key_id))
+    await d.bus.publish(BatchReleased(aggregate_id=batch.id, released_by_key_id=principal(request).key_id))
     updated = await d.read_model.wait_for(lambda: d.read_model.get_batch(batch.id), lambda r: not r.batch.held,
                                           d.settings.read_your_writes_s)
     batch = updated.batch if updated else batch.model_copy(update={"held": None})

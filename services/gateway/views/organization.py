@@ -1,13 +1,9 @@
 """Admin routes: organisations, users with their model access, API keys (raw value shown once), revocation,
-worker keys."""
+worker keys; the rules are the use cases' (`usecases.accounts`), shared with the CLI."""
 
 import re
-import secrets
-import time
-from typing import TypeVar
 
 from aiohttp import web
-from pydantic import BaseModel, ValidationError
 
 from contracts.api.organization import (
     DEFAULT_ORGANIZATION_ID,
@@ -22,35 +18,21 @@ from contracts.api.organization import (
     User,
 )
 from contracts.api.page import ListPage
-from contracts.events.key import KeyCreated, KeyRole, UserCreated
-from contracts.events.organization import OrganizationCreated
-from contracts.ids import hash_api_key, new_api_key
-from contracts.readmodel import ApiKeyRecord, OrganizationRecord, UserRecord
+from contracts.events.key import KeyRole
+from contracts.readmodel import ApiKeyRecord
 from services.gateway.auth import KEY_CACHE, require_admin
 from services.gateway.context import deps
-from services.gateway.errors import ApiError, bad_request, not_found
+from services.gateway.errors import not_found
 from services.gateway.key_usage import KEY_USAGE
 from services.gateway.revocation import find_key, revoke_key
-
-MAX_BODY_BYTES = 64 * 1024
-Body = TypeVar("Body", bound=BaseModel)
-
-
-async def read_body(request: web.Request, model: type[Body]) -> Body:
-    raw = await request.content.read(MAX_BODY_BYTES + 1)
-    if len(raw) > MAX_BODY_BYTES:
-        raise ApiError(413, f"The request body is larger than {MAX_BODY_BYTES} bytes.", code="request_too_large")
-    try:
-        return model.model_validate_json(raw or b"{}")
-    except ValidationError as error:
-        first = error.errors()[0]
-        param = ".".join(str(part) for part in first["loc"]) or None
-        raise bad_request(f"Invalid request: {first['msg']}.", "invalid_request", param) from None
+from services.gateway.usecases import accounts as usecases
+from services.gateway.usecases.accounts import DEFAULT_ORGANIZATION, Accounts, organization_object, user_object
+from services.gateway.views.bodies import read_body
 
 
-def _user(record: UserRecord) -> User:
-    return User(id=record.user_id, name=record.display_name, allowed_models=record.allowed_models,
-                created_at=record.created_at, organization_id=record.organization_id or DEFAULT_ORGANIZATION_ID)
+def accounts(request: web.Request) -> Accounts:
+    d = deps(request)
+    return Accounts(d.bus, d.read_model, d.catalogue, d.settings.read_your_writes_s)
 
 
 async def api_key_object(request: web.Request, record: ApiKeyRecord) -> ApiKey:
@@ -63,64 +45,23 @@ async def api_key_object(request: web.Request, record: ApiKeyRecord) -> ApiKey:
 
 async def create_user(request: web.Request) -> web.Response:
     require_admin(request)
-    d = deps(request)
-    body = await read_body(request, CreateUser)
-    allowed = None
-    if body.allowed_models is not None:
-        allowed = []
-        for name in body.allowed_models:
-            model = d.catalogue.resolve(name)
-            if model is None:
-                raise bad_request(f"Model {name!r} is not in the catalogue; see GET /v1/models.",
-                                  "unsupported_model", "allowed_models")
-            allowed.append(model.id)
-    user_id = body.id or f"user_{secrets.token_hex(8)}"
-    if await d.read_model.get_user(user_id) is not None:
-        raise ApiError(409, f"User {user_id} exists already.", "conflict_error", "user_exists", "id")
-    organization_id = None if body.organization_id == DEFAULT_ORGANIZATION_ID else body.organization_id
-    if organization_id is not None and await d.read_model.get_organization(organization_id) is None:
-        raise not_found("organization", organization_id)
-    await d.bus.publish(UserCreated(aggregate_id=user_id, display_name=body.name,
-                                    allowed_models=sorted(set(allowed)) if allowed is not None else None,
-                                    organization_id=organization_id))
-    record = await d.read_model.wait_for(lambda: d.read_model.get_user(user_id), lambda r: True,
-                                         d.settings.read_your_writes_s)
-    if record is None:
-        record = UserRecord(user_id=user_id, display_name=body.name, allowed_models=allowed,
-                            created_at=int(time.time()), organization_id=organization_id)
-    return web.json_response(_user(record).model_dump(mode="json"))
+    user = await usecases.create_user(accounts(request), await read_body(request, CreateUser))
+    return web.json_response(user.model_dump(mode="json"))
 
 
 async def list_users(request: web.Request) -> web.Response:
     """Every user, or with `?organization_id=` the members of one organisation."""
     require_admin(request)
     users = sorted(await deps(request).read_model.list_users(), key=lambda u: (u.created_at, u.user_id))
-    shown = [_user(u) for u in users]
+    shown = [user_object(u) for u in users]
     if (organization_id := request.query.get("organization_id")) is not None:
         shown = [u for u in shown if u.organization_id == organization_id]
     return web.json_response(ListPage[User](data=shown).model_dump(mode="json"))
 
 
-DEFAULT_ORGANIZATION = Organization(id=DEFAULT_ORGANIZATION_ID, name="Default organization", created_at=0)
-
-
-def _organization(record: OrganizationRecord) -> Organization:
-    return Organization(id=record.organization_id, name=record.display_name, created_at=record.created_at)
-
-
 async def create_organization(request: web.Request) -> web.Response:
     require_admin(request)
-    d = deps(request)
-    body = await read_body(request, CreateOrganization)
-    organization_id = body.id or f"org_{secrets.token_hex(8)}"
-    if organization_id == DEFAULT_ORGANIZATION_ID or await d.read_model.get_organization(organization_id):
-        raise ApiError(409, f"Organization {organization_id} exists already.", "conflict_error",
-                       "organization_exists", "id")
-    await d.bus.publish(OrganizationCreated(aggregate_id=organization_id, display_name=body.name))
-    record = await d.read_model.wait_for(lambda: d.read_model.get_organization(organization_id), lambda r: True,
-                                         d.settings.read_your_writes_s)
-    created = Organization(id=organization_id, name=body.name, created_at=int(time.time())) if record is None \
-        else _organization(record)
+    created = await usecases.create_organization(accounts(request), await read_body(request, CreateOrganization))
     return web.json_response(created.model_dump(mode="json"))
 
 
@@ -129,7 +70,7 @@ async def list_organizations(request: web.Request) -> web.Response:
     require_admin(request)
     records = sorted(await deps(request).read_model.list_organizations(),
                      key=lambda o: (o.created_at, o.organization_id))
-    page = ListPage[Organization](data=[DEFAULT_ORGANIZATION, *map(_organization, records)])
+    page = ListPage[Organization](data=[DEFAULT_ORGANIZATION, *map(organization_object, records)])
     return web.json_response(page.model_dump(mode="json"))
 
 
@@ -142,31 +83,25 @@ async def retrieve_organization(request: web.Request) -> web.Response:
     record = await deps(request).read_model.get_organization(organization_id) if valid else None
     if record is None:
         raise not_found("organization", organization_id)
-    return web.json_response(_organization(record).model_dump(mode="json"))
+    return web.json_response(organization_object(record).model_dump(mode="json"))
+
+
+async def key_answer(request: web.Request, raw: str, record: ApiKeyRecord) -> web.Response:
+    """A key just created: its object, with the raw value this once."""
+    created = (await api_key_object(request, record)).model_copy(update={"value": raw})
+    return web.json_response(created.model_dump(mode="json"))
 
 
 async def create_key_for(request: web.Request, role: KeyRole, label: str, user_id: str | None,
-                  provider_id: str | None = None) -> web.Response:
-    d = deps(request)
-    raw = new_api_key(worker=role == "worker")
-    digest = hash_api_key(raw)
-    await d.bus.publish(KeyCreated(aggregate_id=digest[:32], key_sha256=digest, role=role, label=label,
-                                   user_id=user_id, provider_id=provider_id))
-    record = await d.read_model.wait_for(lambda: d.read_model.get_api_key(digest), lambda r: True,
-                                         d.settings.read_your_writes_s)
-    if record is None:
-        raise ApiError(503, "The key was created but is not readable yet; list keys in a moment.",
-                       "server_error", "read_model_lagging")
-    created = (await api_key_object(request, record)).model_copy(update={"value": raw})
-    return web.json_response(created.model_dump(mode="json"))
+                         provider_id: str | None = None) -> web.Response:
+    return await key_answer(request, *await usecases.create_key(accounts(request), role, label, user_id,
+                                                                provider_id))
 
 
 async def create_key(request: web.Request) -> web.Response:
     require_admin(request)
     body = await read_body(request, CreateKey)
-    if body.user_id is not None and await deps(request).read_model.get_user(body.user_id) is None:
-        raise not_found("user", body.user_id)
-    return await create_key_for(request, body.role, body.name or f"{body.role} key", body.user_id)
+    return await key_answer(request, *await usecases.create_user_key(accounts(request), body))
 
 
 async def _list(request: web.Request, workers: bool) -> web.Response:

@@ -1,0 +1,112 @@
+"""Organisations, users and keys: the rules both `POST /v1/organization/…` and `sheshnag users|organizations|keys
+create` follow (the catalogue check, the 409 for an id taken, the 404 for an organisation or user that is not)."""
+
+import secrets
+import time
+from dataclasses import dataclass
+
+from contracts.api.organization import (
+    DEFAULT_ORGANIZATION_ID,
+    CreateKey,
+    CreateOrganization,
+    CreateUser,
+    Organization,
+    User,
+)
+from contracts.catalogue import Catalogue
+from contracts.events.key import KeyCreated, KeyRole, UserCreated
+from contracts.events.organization import OrganizationCreated
+from contracts.ids import hash_api_key, new_api_key
+from contracts.readmodel import ApiKeyRecord, OrganizationRecord, UserRecord
+from services.gateway.usecases.refusals import ApiError, bad_request, not_found
+from services.runtime.bus import EventBus
+from services.runtime.readmodel import ReadModel
+
+DEFAULT_ORGANIZATION = Organization(id=DEFAULT_ORGANIZATION_ID, name="Default organization", created_at=0)
+
+
+@dataclass(frozen=True)
+class Accounts:
+    """What the account use cases need: the log they publish to, the read model they check and read their writes
+    back from (for up to `read_your_writes_s`), and the catalogue users are limited to."""
+
+    bus: EventBus
+    read_model: ReadModel
+    catalogue: Catalogue
+    read_your_writes_s: float
+
+
+def user_object(record: UserRecord) -> User:
+    return User(id=record.user_id, name=record.display_name, allowed_models=record.allowed_models,
+                created_at=record.created_at, organization_id=record.organization_id or DEFAULT_ORGANIZATION_ID)
+
+
+def organization_object(record: OrganizationRecord) -> Organization:
+    return Organization(id=record.organization_id, name=record.display_name, created_at=record.created_at)
+
+
+def _catalogue_ids(accounts: Accounts, names: list[str] | None) -> list[str] | None:
+    """The catalogue ids the names (ids or aliases) stand for; null stays null: every model."""
+    if names is None:
+        return None
+    allowed = set()
+    for name in names:
+        model = accounts.catalogue.resolve(name)
+        if model is None:
+            raise bad_request(f"Model {name!r} is not in the catalogue; see GET /v1/models.", "unsupported_model",
+                              "allowed_models")
+        allowed.add(model.id)
+    return sorted(allowed)
+
+
+async def create_user(accounts: Accounts, body: CreateUser) -> User:
+    allowed = _catalogue_ids(accounts, body.allowed_models)
+    user_id = body.id or f"user_{secrets.token_hex(8)}"
+    if await accounts.read_model.get_user(user_id) is not None:
+        raise ApiError(409, f"User {user_id} exists already.", "conflict_error", "user_exists", "id")
+    organization_id = None if body.organization_id == DEFAULT_ORGANIZATION_ID else body.organization_id
+    if organization_id is not None and await accounts.read_model.get_organization(organization_id) is None:
+        raise not_found("organization", organization_id)
+    await accounts.bus.publish(UserCreated(aggregate_id=user_id, display_name=body.name, allowed_models=allowed,
+                                           organization_id=organization_id))
+    record = await accounts.read_model.wait_for(lambda: accounts.read_model.get_user(user_id), lambda r: True,
+                                                accounts.read_your_writes_s)
+    if record is None:
+        record = UserRecord(user_id=user_id, display_name=body.name, allowed_models=allowed,
+                            created_at=int(time.time()), organization_id=organization_id)
+    return user_object(record)
+
+
+async def create_organization(accounts: Accounts, body: CreateOrganization) -> Organization:
+    organization_id = body.id or f"org_{secrets.token_hex(8)}"
+    if organization_id == DEFAULT_ORGANIZATION_ID or await accounts.read_model.get_organization(organization_id):
+        raise ApiError(409, f"Organization {organization_id} exists already.", "conflict_error",
+                       "organization_exists", "id")
+    await accounts.bus.publish(OrganizationCreated(aggregate_id=organization_id, display_name=body.name))
+    record = await accounts.read_model.wait_for(lambda: accounts.read_model.get_organization(organization_id),
+                                                lambda r: True, accounts.read_your_writes_s)
+    if record is None:
+        return Organization(id=organization_id, name=body.name, created_at=int(time.time()))
+    return organization_object(record)
+
+
+async def create_key(accounts: Accounts, role: KeyRole, label: str, user_id: str | None = None,
+                     provider_id: str | None = None) -> tuple[str, ApiKeyRecord]:
+    """A new key and its record; the raw value is returned here only (the log keeps its SHA-256)."""
+    raw = new_api_key(worker=role == "worker")
+    digest = hash_api_key(raw)
+    await accounts.bus.publish(KeyCreated(aggregate_id=digest[:32], key_sha256=digest, role=role, label=label,
+                                          user_id=user_id, provider_id=provider_id))
+    record = await accounts.read_model.wait_for(lambda: accounts.read_model.get_api_key(digest), lambda r: True,
+                                                accounts.read_your_writes_s)
+    if record is None:
+        raise ApiError(503, "The key was created but is not readable yet; list keys in a moment.",
+                       "server_error", "read_model_lagging")
+    return raw, record
+
+
+async def create_user_key(accounts: Accounts, body: CreateKey) -> tuple[str, ApiKeyRecord]:
+    """An admin or user key, for a user that exists."""
+    if body.user_id is not None and await accounts.read_model.get_user(body.user_id) is None:
+        raise not_found("user", body.user_id)
+    return await create_key(accounts, body.role, body.name or f"{body.role} key", body.user_id)

@@ -1,0 +1,25 @@
+"""Reading a JSON request body into its contract model: bounded in size, refused in OpenAI's shape."""
+
+from typing import TypeVar
+
+from aiohttp import web
+from pydantic import BaseModel
+
+from services.gateway.usecases.refusals import ApiError, parse_body
+
+MAX_BODY_BYTES = 64 * 1024
+Body = TypeVar("Body", bound=BaseModel)
+
+
+async def read_body(request: web.Request, model: type[Body], max_bytes: int = MAX_BODY_BYTES) -> Body:
+    """The body as `model`: 413 past `max_bytes`, else the 400 the model's first refused field names."""
+    if (request.content_length or 0) > max_bytes:
+        raise _too_large(max_bytes)
+    raw = await request.content.read(max_bytes + 1)
+    if len(raw) > max_bytes:
+        raise _too_large(max_bytes)
+    return parse_body(model, raw)
+
+
+def _too_large(max_bytes: int) -> ApiError:
+    return ApiError(413, f"The request body is larger than {max_bytes} bytes.", code="request_too_large")
