@@ -4,8 +4,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from contracts.events.batch import CancelCode, ShardLayout
+from contracts.api.batch import Endpoint
+from contracts.events.batch import CancelCode, FailureCode, ShardLayout
 from contracts.events.executor import ExecutorAdvert
+from contracts.subjects import finalize_command, run_command
 
 
 class RunBatch(BaseModel):
@@ -20,7 +22,7 @@ class RunBatch(BaseModel):
     owner_key_id: str
     """Owner of the batch, and so of its output and error files."""
     model: str
-    endpoint: str
+    endpoint: Endpoint
     input_object_key: str
     total_lines: int
     rejections_object_key: str | None = None
@@ -38,6 +40,10 @@ class RunBatch(BaseModel):
     @property
     def sharded(self) -> bool:
         return self.layout.shards > 1
+
+    @property
+    def subject(self) -> str:
+        return run_command(self.executor_id)
 
     @property
     def msg_id(self) -> str:
@@ -61,12 +67,12 @@ class FinalizeBatch(BaseModel):
     reason: Literal["completed", "cancelled", "expired", "failed"]
     owner_key_id: str
     input_object_key: str
-    endpoint: str
+    endpoint: Endpoint
     unrun_code: CancelCode | None = None
     """For a cancel: the code of lines never run, when not `batch_cancelled` (a revoked key)."""
     output_expires_after_s: int | None = None
     created_at: int = 0
-    failure_code: str | None = None
+    failure_code: FailureCode | None = None
     """For a failed batch: the cause's code (e.g. `attempts_exhausted`), carried into `batch.failed`."""
     failure_message: str | None = None
 
@@ -75,6 +81,10 @@ class FinalizeBatch(BaseModel):
         if self.reason == "completed":
             return "line_not_run"  # every shard finished, so none should be left: kept safe, never dropped
         return self.unrun_code or f"batch_{self.reason}"
+
+    @property
+    def subject(self) -> str:
+        return finalize_command(self.executor_id)
 
     @property
     def msg_id(self) -> str:

@@ -14,6 +14,7 @@ from contracts.subjects import (
     EXECUTORS_BUCKET,
     FLEET_REGISTER,
     WORK_STREAM,
+    consumer_next,
     executor_durable,
     executor_finalize_durable,
     fact_submissions,
@@ -47,7 +48,7 @@ def executor_inbox(executor_id: str) -> str:
 def _work_consumer(durable: str, filter_subject: str) -> list[str]:
     """Create (the filter is part of the API subject, so it cannot be widened), pull from and ack one durable."""
     return [f"{API}.CONSUMER.CREATE.{WORK_STREAM}.{durable}.{filter_subject}",
-            f"{API}.CONSUMER.MSG.NEXT.{WORK_STREAM}.{durable}",
+            consumer_next(WORK_STREAM, durable),
             f"$JS.ACK.{WORK_STREAM}.{durable}.>"]
 
 

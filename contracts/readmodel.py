@@ -6,6 +6,7 @@ from pydantic import BaseModel
 
 from contracts.api.batch import Batch
 from contracts.api.file import FileObject
+from contracts.events.executor import EngineName
 from contracts.events.key import KeyRole
 from contracts.ids import owner_id
 
@@ -89,7 +90,7 @@ class ExecutorRecord(BaseModel):
     """What the log says of an executor; its live state (models loaded, memory) is in its heartbeat."""
 
     executor_id: str
-    engine: str
+    engine: EngineName
     engine_version: str
     models: list[str]
     """Catalogue ids it could serve when it last registered."""

@@ -1,9 +1,10 @@
 """Every stream, subject, KV bucket and durable consumer name; nobody else spells one."""
 
 import re
-from typing import Literal
+from typing import Literal, NamedTuple, get_args
 
 AggregateKind = Literal["batch", "file", "executor", "key", "user", "provider", "organization"]
+_AGGREGATE_KINDS: dict[str, AggregateKind] = {kind: kind for kind in get_args(AggregateKind)}
 
 EVENTS_STREAM = "EVENTS"
 EVENTS_SUBJECTS = "evt.>"
@@ -24,16 +25,42 @@ LOG_READS = "svc.log.*"
 SCHEDULER_LEADER_KEY = "scheduler"
 
 VALIDATOR_DURABLE = "validator"
-SCHEDULER_DURABLE = "scheduler"
 LEDGER_NAME = "ledger"
 
-OBJECT_BUCKET = "sheshnag"
 KEY_USAGE_BUCKET = "sheshnag_key_usage"
 """When each key was last used (ms), written by gateways at most once a minute per key; not a fact."""
 
 
 def event_subject(kind: AggregateKind, aggregate_id: str, event_name: str) -> str:
     return f"evt.{kind}.{aggregate_id}.{event_name}"
+
+
+class EventSubject(NamedTuple):
+    kind: AggregateKind
+    aggregate_id: str
+    name: str
+
+
+def parse_event_subject(subject: str) -> EventSubject | None:
+    """`evt.<kind>.<id>.<name>` → its parts; None for any other subject."""
+    parts = subject.split(".")
+    kind = _AGGREGATE_KINDS.get(parts[1]) if len(parts) == 4 and parts[0] == "evt" else None
+    return EventSubject(kind, parts[2], parts[3]) if kind is not None and parts[2] and parts[3] else None
+
+
+def event_name_of(subject: str) -> str | None:
+    """The event name of an event subject (`evt.batch.batch_1.validated` → `validated`); None for any other."""
+    fact = parse_event_subject(subject)
+    return fact.name if fact is not None else None
+
+
+def subject_pattern(subject: str) -> str:
+    """`evt.batch.batch_1.validated` → `evt.batch.*.validated` (and so for commands): the subject without the id
+    it names, so span and metric names stay few."""
+    parts = subject.split(".")
+    if len(parts) >= 4 and parts[0] in ("evt", "cmd"):
+        parts[2] = "*"
+    return ".".join(parts)
 
 
 def batch_events(batch_id: str) -> str:
@@ -74,8 +101,6 @@ def server_kick(server_id: str) -> str:
 
 FILE_STORED = "evt.file.*.stored"
 BATCH_CREATED = "evt.batch.*.created"
-BATCH_VALIDATED = "evt.batch.*.validated"
-BATCH_ENDED = "evt.batch.*.completed"
 
 
 def run_command(executor_id: str) -> str:
@@ -100,6 +125,25 @@ def fact_submissions(executor_id: str) -> str:
 def log_reads(executor_id: str) -> str:
     """Where one executor reads batch logs: only it may publish here, so the subject says who reads."""
     return f"svc.log.{executor_id}"
+
+
+def requester_of(subject: str) -> str:
+    """The executor that sent a request to `object_requests`, `fact_submissions` or `log_reads`: the subject's
+    last token (only that executor may publish there)."""
+    service, _, executor_id = subject.removeprefix("svc.").partition(".")
+    if not subject.startswith("svc.") or service not in ("objects", "facts", "log") or not executor_id \
+            or "." in executor_id:
+        raise ValueError(f"{subject!r} is not an executor's request subject")
+    return executor_id
+
+
+BATCH_HEADER = "Sheshnag-Batch-Id"
+"""The header every command carries naming its batch (a command's subject names only its executor)."""
+
+
+def consumer_next(stream: str, consumer: str) -> str:
+    """JetStream's API subject that asks a pull consumer for its next messages."""
+    return f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
 
 
 def executor_durable(executor_id: str) -> str:
@@ -127,9 +171,6 @@ def owner_index_key(owner: str, kind: Literal["batch", "file"], ident: str) -> s
 def owner_index(owner: str, kind: Literal["batch", "file"]) -> str:
     """Every record of `kind` filed under `owner`."""
     return f"owner.{owner}.{kind}.>"
-
-
-API_KEYS_IN_READ_MODEL = "apikey.>"
 
 
 def input_object_key(file_id: str) -> str:

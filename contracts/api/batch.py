@@ -1,6 +1,6 @@
 """The batch object as `GET /v1/batches/{id}` returns it, with Sheshnag's additive extensions."""
 
-from typing import Literal
+from typing import Final, Literal, get_args
 
 from pydantic import BaseModel, Field
 
@@ -15,22 +15,17 @@ BatchStatus = Literal[
     "cancelling",
     "cancelled",
 ]
-"""OpenAI's statuses plus `validated`: the file is good and waits for an executor."""
-
-TERMINAL_STATUSES: frozenset[str] = frozenset({"failed", "completed", "expired", "cancelled"})
+"""OpenAI's statuses plus `validated`: the file is good and waits for an executor. Which of them have ended,
+run, or may be cancelled or released: `contracts.lifecycle`."""
 
 Endpoint = Literal["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"]
-SUPPORTED_ENDPOINTS: tuple[str, ...] = (
-    "/v1/chat/completions",
-    "/v1/completions",
-    "/v1/embeddings",
-    "/v1/responses",
-)
+SUPPORTED_ENDPOINTS: Final[tuple[Endpoint, ...]] = get_args(Endpoint)
 
 
 class BatchError(BaseModel):
     code: str
-    """Stable error code, e.g. `invalid_json`, `duplicate_custom_id`."""
+    """Stable error code, e.g. `invalid_json`, `duplicate_custom_id`. A `str`: validation codes include
+    `<parameter>_unavailable` for any parameter an engine cannot honour."""
     line: int | None = None
     """1-based line of the input file, when the error is about one line."""
     message: str
@@ -73,7 +68,7 @@ class BatchUsage(BaseModel):
 class Batch(BaseModel):
     id: str
     object: Literal["batch"] = "batch"
-    endpoint: str
+    endpoint: Endpoint
     input_file_id: str
     completion_window: str
     status: BatchStatus

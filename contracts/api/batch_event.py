@@ -9,7 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from contracts.api.batch import BatchUsage
+from contracts.api.batch import BatchUsage, Endpoint
+from contracts.events.executor import EngineName
 
 BatchEventType = Literal[
     "batch.created",
@@ -31,10 +32,7 @@ BatchEventType = Literal[
     "batch.cancelled",
     "batch.expired",
 ]
-
-TERMINAL_EVENT_TYPES: frozenset[BatchEventType] = frozenset({
-    "batch.completed", "batch.failed", "batch.validation_failed", "batch.cancelled", "batch.expired"})
-"""The stream ends after one of these."""
+"""The stream ends after the batch's ending fact (`contracts.lifecycle.ENDING_FACTS`)."""
 
 _ENDED = ("output_file_id", "error_file_id", "completed", "failed", "usage")
 
@@ -74,7 +72,7 @@ class BatchStreamEvent(BaseModel):
     """Milliseconds since the epoch."""
 
     input_file_id: str | None = None
-    endpoint: str | None = None
+    endpoint: Endpoint | None = None
     completion_window: str | None = None
     metadata: dict[str, str] | None = None
     created_at: int | None = None
@@ -118,7 +116,7 @@ class BatchStreamEvent(BaseModel):
     """0-based shard of the input lines the attempt runs."""
     shards: int | None = None
     """How many shards the batch runs as (1: the whole file at once)."""
-    engine: str | None = None
+    engine: EngineName | None = None
     engine_version: str | None = None
     chunk: int | None = None
     """Number of the result chunk just made durable."""

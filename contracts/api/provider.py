@@ -5,6 +5,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contracts.events.executor import EngineName
+
 
 class RegisterProvider(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -33,7 +35,7 @@ class ProviderExecutor(BaseModel):
     provider_id: str | None
     """The provider whose worker key it joined with; null: an admin's or operator's worker key (or none)."""
     worker_key_id: str | None
-    engine: str
+    engine: EngineName
     engine_version: str
     models: list[str]
     """Catalogue ids it can serve."""

@@ -4,10 +4,14 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from contracts.api.batch import BatchUsage
+from contracts.api.batch import BatchUsage, Endpoint
 from contracts.events.envelope import Event
+from contracts.events.executor import EngineName
 
 CancelCode = Literal["batch_cancelled", "authorization_revoked"]
+FailureCode = Literal["validation_error", "model_unavailable", "enqueued_request_limit_exceeded",
+                      "attempts_exhausted", "finalize_failed", "batch_failed"]
+"""Why Sheshnag's services fail a batch (`batch.failed`'s `code`)."""
 
 
 class ShardLayout(BaseModel):
@@ -38,6 +42,7 @@ class ShardLayout(BaseModel):
 
 class BatchEvent(Event):
     kind: ClassVar = "batch"
+    correlated_by: ClassVar = "aggregate_id"
 
 
 class BatchCreated(BatchEvent):
@@ -46,7 +51,7 @@ class BatchCreated(BatchEvent):
     owner_key_id: str
     input_file_id: str
     input_object_key: str
-    endpoint: str
+    endpoint: Endpoint
     completion_window: str
     metadata: dict[str, str] | None = None
     created_at: int
@@ -70,6 +75,7 @@ class LineRejected(BatchEvent):
     type: Literal["batch.line_rejected"] = "batch.line_rejected"
     line: int | None
     code: str
+    """A validation code: one `ERROR_CODE_HELP` explains, or `<parameter>_unavailable`."""
     param: str | None = None
     message: str
     custom_id: str | None = None
@@ -93,7 +99,7 @@ class BatchValidated(BatchEvent):
     model: str
     """The catalogue id every line resolved to; the batch is pinned to it."""
     owner_key_id: str
-    endpoint: str
+    endpoint: Endpoint
     input_object_key: str
     rejected_lines: int = 0
     """With allow_partial: lines refused by validation; they go to the error file and never run."""
@@ -150,7 +156,7 @@ class BatchStarted(BatchEvent):
     type: Literal["batch.started"] = "batch.started"
     executor_id: str
     attempt: int
-    engine: str
+    engine: EngineName
     engine_version: str
 
 
@@ -211,6 +217,8 @@ class BatchFailed(BatchEvent):
     name: ClassVar = "failed"
     type: Literal["batch.failed"] = "batch.failed"
     code: str
+    """A `FailureCode` as Sheshnag writes it. A `str`, so facts already in a log still decode: `scheduling_error`
+    from earlier versions, and whatever executors stated before the fact desk judged their facts."""
     reason: str
     output_file_id: str | None = None
     error_file_id: str | None = None
@@ -238,6 +246,8 @@ class AttemptFailed(BatchEvent):
     attempt: int
     executor_id: str
     code: str
+    """Why the attempt ended: `executor_error`, `executor_lost`, `executor_restarted`, or the batch's end
+    (`batch_cancelled`, `batch_expired`, `attempts_exhausted`). A `str` for the same reason as `BatchFailed.code`."""
     reason: str
 
 

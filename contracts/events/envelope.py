@@ -21,6 +21,8 @@ class Event(BaseModel):
     name: ClassVar[str]
     dedup_fields: ClassVar[tuple[str, ...]] = ()
     """Payload fields that, with the aggregate id and type, make one occurrence of this fact unique."""
+    correlated_by: ClassVar[str | None] = None
+    """The field naming the batch this fact belongs to, its `correlation_id` unless one is given."""
 
     event_id: str = ""
     type: str
@@ -29,7 +31,7 @@ class Event(BaseModel):
     """Milliseconds since the epoch."""
     aggregate_id: str
     correlation_id: str | None = None
-    """The request or batch this fact belongs to, end to end."""
+    """The request or batch this fact belongs to, end to end: by default the batch `correlated_by` names."""
     causation_id: str | None = None
     """The event_id of the fact that caused this one."""
 
@@ -38,6 +40,8 @@ class Event(BaseModel):
     def _fill_identity(cls, data: Any) -> Any:
         if isinstance(data, dict):
             data.setdefault("type", f"{cls.kind}.{cls.name}")
+            if cls.correlated_by is not None and "correlation_id" not in data:
+                data["correlation_id"] = data.get(cls.correlated_by)
             if not data.get("event_id"):
                 parts = [str(data.get(field, "")) for field in cls.dedup_fields]
                 data["event_id"] = ":".join([data["aggregate_id"], cls.name, *parts])

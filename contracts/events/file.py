@@ -11,6 +11,7 @@ class FileStored(Event):
 
     kind: ClassVar = "file"
     name: ClassVar = "stored"
+    correlated_by: ClassVar = "batch_id"
     type: Literal["file.stored"] = "file.stored"
     owner_key_id: str
     filename: str
@@ -42,5 +43,6 @@ class FileUsed(Event):
     kind: ClassVar = "file"
     name: ClassVar = "used"
     dedup_fields: ClassVar = ("batch_id",)
+    correlated_by: ClassVar = "batch_id"
     type: Literal["file.used"] = "file.used"
     batch_id: str

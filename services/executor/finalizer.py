@@ -76,13 +76,13 @@ class Finalizer:
             # A failed batch still delivers what it committed; its fact names the cause.
             failure = command if isinstance(command, FinalizeBatch) else None
             terminal = BatchFailed(
-                aggregate_id=batch_id, correlation_id=batch_id, output_file_id=output_id, error_file_id=error_id,
+                aggregate_id=batch_id, output_file_id=output_id, error_file_id=error_id,
                 completed=files.output_lines, failed=files.error_lines, usage=usage_of(lines),
                 code=(failure and failure.failure_code) or "batch_failed",
                 reason=(failure and failure.failure_message) or "The batch failed.")
         else:
             terminal = {"completed": BatchCompleted, "cancelled": BatchCancelled, "expired": BatchExpired}[outcome](
-                aggregate_id=batch_id, correlation_id=batch_id, output_file_id=output_id, error_file_id=error_id,
+                aggregate_id=batch_id, output_file_id=output_id, error_file_id=error_id,
                 completed=files.output_lines, failed=files.error_lines, usage=usage_of(lines))
         if not await publish(terminal):
             return False

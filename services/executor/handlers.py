@@ -61,9 +61,9 @@ class Executor:
             return
         # The attempt failed, not the batch: the scheduler retries it elsewhere, up to its attempt limit.
         reason = f"attempt {command.attempt} on executor {self.executor_id} failed: {error}"
-        await self.bus.publish(AttemptFailed(aggregate_id=command.batch_id, correlation_id=command.batch_id,
-                                             attempt=command.attempt, executor_id=self.executor_id,
-                                             code="executor_error", reason=reason[:REASON_LIMIT]))
+        await self.bus.publish(AttemptFailed(aggregate_id=command.batch_id, attempt=command.attempt,
+                                             executor_id=self.executor_id, code="executor_error",
+                                             reason=reason[:REASON_LIMIT]))
 
     async def on_finalize(self, message: Msg) -> None:
         try:
@@ -84,8 +84,7 @@ class Executor:
                 running.request_stop("cancelled" if command.reason == "cancelled" else "expired")
             raise FinalizeDeferred(f"attempt {live} of batch {command.batch_id} may still run")
         if command.reason == "completed":
-            await self.bus.publish(BatchFinalizing(aggregate_id=command.batch_id, correlation_id=command.batch_id,
-                                                   attempt=0))
+            await self.bus.publish(BatchFinalizing(aggregate_id=command.batch_id, attempt=0))
         try:
             await self.runner.finalizer.finalize(command, command.reason, counts_as_committed(batch_log.announced),
                                                  code=command.code)
@@ -108,8 +107,7 @@ class Executor:
         if command.reason == "failed" and command.failure_message:
             cause = f"{command.failure_message} {cause}"
         log.error("batch %s fails: %s", command.batch_id, cause)
-        await self.bus.publish(BatchFailed(aggregate_id=command.batch_id, correlation_id=command.batch_id,
-                                           code=command.failure_code or FINALIZE_FAILED,
+        await self.bus.publish(BatchFailed(aggregate_id=command.batch_id, code=command.failure_code or FINALIZE_FAILED,
                                            reason=cause[:REASON_LIMIT]))
 
 

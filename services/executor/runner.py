@@ -64,7 +64,7 @@ class BatchRunner:
         publish = self._fenced_publisher(command, watch)
         if watch.stop_reason() is None:
             if not await publish(BatchStarted(
-                aggregate_id=batch_id, correlation_id=batch_id, executor_id=self.executor_id,
+                aggregate_id=batch_id, executor_id=self.executor_id,
                 attempt=command.attempt, engine=engine.name, engine_version=engine.version,
             )):
                 return
@@ -75,12 +75,11 @@ class BatchRunner:
         reason = watch.stop_reason()
         if command.sharded:
             # The scheduler finalizes once every shard finished (or, on cancel or expiry, once none runs).
-            await publish(ShardFinished(aggregate_id=batch_id, correlation_id=batch_id, attempt=command.attempt,
+            await publish(ShardFinished(aggregate_id=batch_id, attempt=command.attempt,
                                         shard=command.shard, executor_id=self.executor_id,
                                         stopped=reason is not None))
             return
-        if reason is None and not await publish(BatchFinalizing(aggregate_id=batch_id, correlation_id=batch_id,
-                                                                attempt=command.attempt)):
+        if reason is None and not await publish(BatchFinalizing(aggregate_id=batch_id, attempt=command.attempt)):
             return
         code = watch.log.cancel_code if reason == "cancelled" else None
         counts = counts_as_committed(watch.log.announced | self.announced.get(batch_id, set()))
@@ -181,7 +180,7 @@ class BatchRunner:
     async def _announce(self, command: RunBatch, publish: Publish, chunk: int, completed: int, failed: int) -> bool:
         key = result_chunk_key(command.batch_id, command.attempt, chunk)
         if not await publish(BatchProgressed(
-            aggregate_id=command.batch_id, correlation_id=command.batch_id, attempt=command.attempt,
+            aggregate_id=command.batch_id, attempt=command.attempt,
             chunk=chunk, chunk_key=key, completed=completed, failed=failed, shard=command.shard,
         )):
             return False

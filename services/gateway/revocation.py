@@ -5,10 +5,11 @@ Shared by the admin route and `sheshnag keys revoke`; publishing twice is harmle
 
 from contracts.events.batch import BatchCancelRequested
 from contracts.events.key import KeyRevoked
+from contracts.lifecycle import TERMINAL
 from services.runtime.bus import EventBus
 from services.runtime.readmodel import ReadModel
 
-ENDED = frozenset({"completed", "failed", "expired", "cancelled", "cancelling"})
+ENDED = TERMINAL | {"cancelling"}
 """Batches a revocation leaves alone: ended, or ending already for a cancel of their own."""
 
 
@@ -24,7 +25,7 @@ async def revoke_key(bus: EventBus, read_model: ReadModel, key_sha256: str, by_k
             if r.owner_key_id == record.key_id and r.batch.status not in ENDED]
     for batch_id in live:
         await bus.publish(BatchCancelRequested(
-            aggregate_id=batch_id, correlation_id=batch_id, requested_by_key_id=by_key_id or "operator",
+            aggregate_id=batch_id, requested_by_key_id=by_key_id or "operator",
             code="authorization_revoked", event_id=f"{batch_id}:cancel_requested:authorization_revoked"))
     return live
 

@@ -10,6 +10,8 @@ from uuid import NAMESPACE_URL, UUID, uuid5
 
 from eventsourcing.domain import Aggregate, event
 
+from contracts.lifecycle import CANCELLABLE, IN_FLIGHT, RELEASABLE, RUNNING, UNFINISHED
+
 log = logging.getLogger(__name__)
 
 ERRORS_KEPT = 100
@@ -19,11 +21,6 @@ TOPIC_MODULE = "services.ledger.domainmodel"
 """Stored event topics name this module; keep it, or let `register_stable_topics` map it after a move."""
 
 _ID_NAMESPACE = uuid5(NAMESPACE_URL, "https://sheshnag.dev/ledger")
-NOT_FINISHED = ("validating", "validated", "in_progress", "finalizing")
-UNFINISHED = (*NOT_FINISHED, "cancelling")
-"""Every status a batch can still leave; `cancelling` only for its end (cancelled, or failed/expired/completed)."""
-CANCELLABLE = ("validating", "validated", "in_progress")
-RUNNING = ("in_progress", "finalizing")
 
 
 def aggregate_id(kind: str, ident: str) -> UUID:
@@ -269,7 +266,7 @@ class Batch(Folded):
         self.failed = sum(pair[1] for pair in counts.values())
 
     def finish_shard(self, sequence: int, attempt: int, shard: int, stopped: bool) -> None:
-        if not self.refuses(sequence, "shard_finished", self.status, (*RUNNING, "cancelling", "validated")):
+        if not self.refuses(sequence, "shard_finished", self.status, IN_FLIGHT | {"validated"}):
             self._shard_finished(sequence=sequence, attempt=attempt, shard=shard, stopped=stopped)
 
     @event("ShardFinished")
@@ -290,7 +287,7 @@ class Batch(Folded):
 
     def complete(self, sequence: int, at: int, output_file_id: str | None, error_file_id: str | None,
                  completed: int, failed: int, usage: dict[str, Any]) -> None:
-        if not self.refuses(sequence, "completed", self.status, (*RUNNING, "cancelling")):
+        if not self.refuses(sequence, "completed", self.status, IN_FLIGHT):
             self._completed(sequence=sequence, at=at, output_file_id=output_file_id,
                             error_file_id=error_file_id, completed=completed, failed=failed, usage=usage)
 
@@ -326,7 +323,7 @@ class Batch(Folded):
             return
         if not getattr(self, "held", False):
             self.note_anomaly(sequence, "released", "the batch was not held")
-        elif not self.refuses(sequence, "released", self.status, ("validating", "validated", "cancelling")):
+        elif not self.refuses(sequence, "released", self.status, RELEASABLE | {"cancelling"}):
             self._released(sequence=sequence)
 
     @event("Released")
@@ -342,7 +339,7 @@ class Batch(Folded):
         self.last_sequence, self.status_reason = sequence, reason
 
     def fail_attempt(self, sequence: int, attempt: int, executor_id: str, code: str, reason: str) -> None:
-        if not self.refuses(sequence, "attempt_failed", self.status, ("validated", *RUNNING, "cancelling")):
+        if not self.refuses(sequence, "attempt_failed", self.status, IN_FLIGHT | {"validated"}):
             self._attempt_failed(sequence=sequence, attempt=attempt, executor_id=executor_id, code=code,
                                  reason=reason)
 
@@ -370,7 +367,7 @@ class Batch(Folded):
     def end(self, sequence: int, at: int, status: str, output_file_id: str | None, error_file_id: str | None,
             completed: int, failed: int, usage: dict[str, Any]) -> None:
         """Cancelled (only once requested) or expired (from any unfinished status), with what was done."""
-        allowed = ("cancelling",) if status == "cancelled" else UNFINISHED
+        allowed = {"cancelling"} if status == "cancelled" else UNFINISHED
         if not self.refuses(sequence, status, self.status, allowed):
             self._ended(sequence=sequence, at=at, status=status, output_file_id=output_file_id,
                         error_file_id=error_file_id, completed=completed, failed=failed, usage=usage)

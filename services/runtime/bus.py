@@ -6,7 +6,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 import nats
 import nats.errors
@@ -17,15 +17,15 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, RetentionPolicy, StorageType, StreamConfig
 from opentelemetry.trace import SpanKind
 
-from contracts.commands import FinalizeBatch, RunBatch
 from contracts.events.envelope import Event
 from contracts.subjects import (
+    BATCH_HEADER,
     EVENTS_STREAM,
     EVENTS_SUBJECTS,
     WORK_STREAM,
     WORK_SUBJECTS,
-    finalize_command,
-    run_command,
+    parse_event_subject,
+    subject_pattern,
 )
 from services.runtime import metrics
 from services.runtime.logfmt import BATCH_ID
@@ -37,6 +37,22 @@ log = logging.getLogger(__name__)
 PUBLISH_TIMEOUT_S = 10.0
 DEDUP_WINDOW_S = 3600.0
 """A retried publish within this window is recognised as the same fact."""
+
+
+class Command(Protocol):
+    """What the bus needs of a command to send it (`contracts.commands`): where it goes, the id that dedups it, and
+    the batch it is about."""
+
+    @property
+    def subject(self) -> str: ...
+
+    @property
+    def msg_id(self) -> str: ...
+
+    @property
+    def batch_id(self) -> str: ...
+
+    def model_dump_json(self) -> str: ...
 
 
 class PoisonMessage(Exception):
@@ -175,17 +191,11 @@ class EventBus:
             raise FenceMoved(fence, _last_sequence(error.description)) from error
         return ack.seq
 
-    async def send_run(self, command: RunBatch) -> None:
-        await self.js.publish(
-            run_command(command.executor_id),
-            command.model_dump_json().encode(),
-            headers=inject_headers({"Nats-Msg-Id": command.msg_id}),
-            stream=WORK_STREAM,
-        )
-
-    async def send_finalize(self, command: FinalizeBatch) -> None:
-        await self.js.publish(finalize_command(command.executor_id), command.model_dump_json().encode(),
-                              headers=inject_headers({"Nats-Msg-Id": command.msg_id}), stream=WORK_STREAM)
+    async def send(self, command: Command) -> None:
+        """Send a command once (a retried send is dropped by the server); its header names its batch."""
+        headers = {"Nats-Msg-Id": command.msg_id, BATCH_HEADER: command.batch_id}
+        await self.js.publish(command.subject, command.model_dump_json().encode(), headers=inject_headers(headers),
+                              stream=WORK_STREAM)
 
     async def durable_subscription(
         self, stream: str, durable: str, subjects: Sequence[str], policy: ConsumerPolicy
@@ -250,7 +260,7 @@ class EventBus:
         metrics.CONSUMER_PENDING.labels(metadata.consumer or "").set(metadata.num_pending or 0)
         # The handler continues the trace of whoever published the message; what it publishes joins it too.
         span = self.tracer.start_as_current_span(
-            f"handle {_subject_pattern(message.subject)}", context=extract_context(message.headers),
+            f"handle {subject_pattern(message.subject)}", context=extract_context(message.headers),
             kind=SpanKind.CONSUMER, attributes={"messaging.destination.name": message.subject,
                                                 "messaging.consumer.group.name": metadata.consumer or "",
                                                 "messaging.message.delivery_count": metadata.num_delivered or 0})
@@ -283,24 +293,12 @@ class EventBus:
             keepalive.cancel()
 
 
-_BATCH_FIELD = re.compile(rb'"batch_id":\s*"([^"]+)"')
-
-
 def _batch_of(message: Msg) -> str:
-    """The batch a message is about: from an event's subject, or a command's `batch_id` field."""
-    parts = message.subject.split(".")
-    if len(parts) >= 4 and parts[:2] == ["evt", "batch"]:
-        return parts[2]
-    found = _BATCH_FIELD.search(message.data[:2048])
-    return found.group(1).decode() if found else ""
-
-
-def _subject_pattern(subject: str) -> str:
-    """`evt.batch.batch_1.validated` → `evt.batch.*.validated`: span names stay few, ids go in attributes."""
-    parts = subject.split(".")
-    if len(parts) >= 4:
-        parts[2] = "*"
-    return ".".join(parts)
+    """The batch a message is about: named in a batch fact's subject, or in a command's header."""
+    fact = parse_event_subject(message.subject)
+    if fact is not None:
+        return fact.aggregate_id if fact.kind == "batch" else ""
+    return (message.headers or {}).get(BATCH_HEADER, "")
 
 
 async def _keep_in_progress(message: Msg, every_s: float) -> None:

@@ -18,7 +18,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, Header
 
-from contracts.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
+from contracts.subjects import EVENTS_STREAM, EVENTS_SUBJECTS, consumer_next
 from services.runtime.bus import EventBus
 
 log = logging.getLogger(__name__)
@@ -132,8 +132,7 @@ class OrderedReader:
         """Keep two batches asked for: one arriving while the one before is folded, never more than that."""
         while self._requested <= self.batch:
             request = b'{"batch":%d,"expires":%d}' % (self.batch, int(PULL_EXPIRES_S * 1e9))
-            await self.bus.nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{EVENTS_STREAM}.{self.consumer}", request,
-                                      reply=self._inbox)
+            await self.bus.nc.publish(consumer_next(EVENTS_STREAM, self.consumer), request, reply=self._inbox)
             self._requested += self.batch
 
     async def _arrive(self, message: Msg) -> None:

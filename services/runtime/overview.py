@@ -6,7 +6,8 @@ Used by the gateway's `/metrics` (fleet-wide gauges) and by `sheshnag status`.
 import time
 from dataclasses import asdict, dataclass, field
 
-from contracts.events.executor import ExecutorAdvert
+from contracts.events.executor import EngineName, ExecutorAdvert
+from contracts.lifecycle import IN_FLIGHT
 from contracts.readmodel import BatchRecord
 from contracts.subjects import EVENTS_STREAM, WORK_STREAM
 from services.runtime import metrics
@@ -14,13 +15,11 @@ from services.runtime.bus import EventBus
 from services.runtime.fleet import Fleet
 from services.runtime.readmodel import ReadModel
 
-RUNNING = frozenset({"in_progress", "finalizing", "cancelling"})
-
 
 @dataclass(frozen=True)
 class ExecutorView:
     executor_id: str
-    engine: str
+    engine: EngineName
     models: list[str]
     slots: int
     free_bytes: int
@@ -106,7 +105,7 @@ async def gather(bus: EventBus, read_model: ReadModel, fleet: Fleet) -> Overview
         if batch.status == "validated":
             view.queued.append(QueuedBatch(batch.id, batch.model or "", round(now - batch.created_at, 1),
                                            batch.status_reason or ""))
-        elif batch.status in RUNNING:
+        elif batch.status in IN_FLIGHT:  # a cancelling batch's attempts still run until they stop
             view.running.append(running_view(record, now))
     view.consumers = await consumer_lags(bus)
     view.stream_last_seq = (await bus.js.stream_info(EVENTS_STREAM)).state.last_seq

@@ -25,7 +25,7 @@ from contracts.fact_desk import (
     LogPage,
     LogRead,
 )
-from contracts.subjects import EVENTS_STREAM, attempt_failures, batch_events
+from contracts.subjects import EVENTS_STREAM, attempt_failures, batch_events, event_name_of, requester_of
 from services.runtime.bus import EventBus, Fence, FenceMoved
 from services.runtime.facts import last_fact
 from services.runtime.kv import ScanFailed, read_page
@@ -81,14 +81,14 @@ class FactDesk:
             log.warning("reading %s's log for executor %s failed: %r", request.batch_id, executor_id, error)
             return LogPage(status="retry", reason="The event log did not answer.")
         facts = [LoggedFact(sequence=message.seq, event=message.data.decode()) for message in messages
-                 if message.subject.rsplit(".", 1)[-1] in EXECUTION_FACTS]
+                 if event_name_of(message.subject) in EXECUTION_FACTS]
         # A page of only other facts (validation's) still moves the reader on: its last sequence goes last.
         if messages and (not facts or facts[-1].sequence != messages[-1].seq):
             facts.append(LoggedFact(sequence=messages[-1].seq, event=""))
         return LogPage(status="read", facts=facts, more=more)
 
     async def on_submission(self, message: Msg) -> None:
-        executor_id = message.subject.rsplit(".", 1)[-1]
+        executor_id = requester_of(message.subject)
         try:
             submission = FactSubmission.model_validate_json(message.data)
         except ValidationError as error:
@@ -98,7 +98,7 @@ class FactDesk:
         await _answer(message, receipt)
 
     async def on_read(self, message: Msg) -> None:
-        executor_id = message.subject.rsplit(".", 1)[-1]
+        executor_id = requester_of(message.subject)
         try:
             request = LogRead.model_validate_json(message.data)
         except ValidationError as error:

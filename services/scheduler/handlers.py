@@ -15,7 +15,14 @@ from contracts.events.batch import AttemptFailed, BatchAssigned, BatchFailed, Ba
 from contracts.events.executor import ExecutorLost
 from contracts.events.registry import AnyEvent, decode_event
 from contracts.ids import derived_id
-from contracts.subjects import EVENTS_STREAM, FACT_SUBMISSIONS, FLEET_REGISTER, LOG_READS, OBJECT_REQUESTS
+from contracts.subjects import (
+    EVENTS_STREAM,
+    FACT_SUBMISSIONS,
+    FLEET_REGISTER,
+    LOG_READS,
+    OBJECT_REQUESTS,
+    parse_event_subject,
+)
 from services.runtime.bus import EventBus
 from services.runtime.fleet import Fleet
 from services.runtime.follower import Fact, OrderedReader
@@ -92,10 +99,13 @@ class Scheduler:
         await OrderedReader(self.bus, start_after=0).run(receive, stop)
 
     def _on_fact(self, fact: Fact) -> None:
-        kind, ident, name = _kind_and_name(fact.subject)
-        if kind == "batch":
-            remember_trace(self.traces, ident, name, fact.headers)
-        if kind in ("batch", "executor") and name not in IGNORED_EVENT_NAMES:
+        subject = parse_event_subject(fact.subject)
+        if subject is None:
+            log.warning("sequence %d is on %s, not an event subject; skipped", fact.sequence, fact.subject)
+            return
+        if subject.kind == "batch":
+            remember_trace(self.traces, subject.aggregate_id, subject.name, fact.headers)
+        if subject.kind in ("batch", "executor") and subject.name not in IGNORED_EVENT_NAMES:
             try:
                 self.book.apply(decode_event(fact.data))
             except ValidationError:
@@ -131,7 +141,7 @@ class Scheduler:
             log.warning("executor %s is lost (last heartbeat %d)", action.executor_id, action.last_heartbeat_at)
         elif isinstance(action, Finalize):
             plan = action.plan
-            await self.bus.send_finalize(FinalizeBatch(
+            await self.bus.send(FinalizeBatch(
                 batch_id=plan.batch_id, executor_id=action.executor_id, reason=action.reason,
                 owner_key_id=plan.owner_key_id, input_object_key=plan.input_object_key, endpoint=plan.endpoint,
                 unrun_code=plan.cancel_code if action.reason == "cancelled" else None,
@@ -148,7 +158,7 @@ class Scheduler:
         two has the command sent again by the next one (`resend_runs`)."""
         plan = action.plan
         assigned = BatchAssigned(aggregate_id=plan.batch_id, executor_id=action.executor_id, attempt=action.attempt,
-                                 lease_token=_lease_token(plan.batch_id, action.attempt), correlation_id=plan.batch_id,
+                                 lease_token=_lease_token(plan.batch_id, action.attempt),
                                  shard=action.shard, shards=action.layout.shards, shard_span=action.layout.span)
         await self.bus.publish(assigned)
         self.book.apply(assigned)
@@ -168,7 +178,7 @@ class Scheduler:
 
     async def _send_run(self, plan: BatchPlan, executor_id: str, attempt: int, shard: int) -> None:
         assert plan.model is not None
-        await self.bus.send_run(RunBatch(
+        await self.bus.send(RunBatch(
             batch_id=plan.batch_id, executor_id=executor_id, attempt=attempt,
             lease_token=_lease_token(plan.batch_id, attempt), owner_key_id=plan.owner_key_id, model=plan.model,
             endpoint=plan.endpoint, input_object_key=plan.input_object_key, total_lines=plan.total_lines,
@@ -179,9 +189,3 @@ class Scheduler:
 
 def _lease_token(batch_id: str, attempt: int) -> str:
     return derived_id("lease_", batch_id, str(attempt))
-
-
-def _kind_and_name(subject: str) -> tuple[str, str, str]:
-    """`evt.<kind>.<id>.<name>` → (kind, id, name)."""
-    _, kind, ident, name = subject.split(".", 3)
-    return kind, ident, name

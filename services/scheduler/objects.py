@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from contracts.ids import error_file_id, output_file_id
 from contracts.objects import LIST_PAGE, ObjectGrant, ObjectRequest, SignedObject, chunk_attempt
-from contracts.subjects import input_object_key, rejections_key, results_prefix
+from contracts.subjects import input_object_key, rejections_key, requester_of, results_prefix
 from services.runtime.objectstore import ObjectStore
 from services.runtime.settings import ConnectionSettings
 from services.scheduler.book import BatchPlan, Book
@@ -143,7 +143,7 @@ class ObjectBroker:
                            expires_in_s=expires)
 
     async def on_request(self, message: Msg) -> None:
-        executor_id = message.subject.rsplit(".", 1)[-1]
+        executor_id = requester_of(message.subject)
         try:
             request = ObjectRequest.model_validate_json(message.data)
         except ValidationError as error:

@@ -5,18 +5,18 @@ from contextlib import contextmanager
 
 from opentelemetry.context import Context
 
+from contracts.lifecycle import ENDING_FACT_NAMES
 from services.runtime.telemetry import attached, extract_context, tracer
 from services.scheduler.decisions import Action, DeclareLost
 
 _tracer = tracer("scheduler")
-FINISHED = frozenset({"completed", "failed", "cancelled", "expired"})
 QUIET = frozenset({"line_rejected", "validation_progressed", "progressed"})
 """High-volume facts: the context of the fact before them is as good, and cheaper to keep."""
 
 
 def remember_trace(traces: dict[str, Context], batch_id: str, event_name: str,
                    headers: Mapping[str, str] | None) -> None:
-    if event_name in FINISHED:
+    if event_name in ENDING_FACT_NAMES:
         traces.pop(batch_id, None)
     elif event_name not in QUIET and headers and "traceparent" in headers:
         traces[batch_id] = extract_context(headers)

@@ -76,7 +76,7 @@ async def test_an_executor_renews_its_admission_before_it_expires_and_runs_batch
         for _ in range(4):  # one batch every half TTL, the last well past three TTLs in
             command = await new_batch(object_store, executor)
             hold(book, command)
-            await core.send_run(command)
+            await core.send(command)
             batches.append(command.batch_id)
             await asyncio.sleep(TTL_S / 2)
         done = [await batch_facts(core, batch_id, lambda fact: isinstance(fact, BatchCompleted), timeout_s=60)

@@ -108,7 +108,7 @@ async def test_embedding_and_responses_lines_end_in_the_output_file_in_their_own
                                  [{"input": "hello world"}, {"input": ["a", "b"]}])
     responses = await new_batch(object_store, executor, "/v1/responses", CHAT,
                                 [{"input": "Say hi.", "instructions": "Be brief.", "max_output_tokens": 4}])
-    await bus.send_run(embeddings)
+    await bus.send(embeddings)
 
     facts = await batch_facts(bus, embeddings.batch_id, ended)
     assert facts[-1].type == "batch.completed"
@@ -121,7 +121,7 @@ async def test_embedding_and_responses_lines_end_in_the_output_file_in_their_own
     assert usage.input_tokens == sum(body["usage"]["prompt_tokens"] for body in bodies) > 0
     assert usage.output_tokens == 0
 
-    await bus.send_run(responses)
+    await bus.send(responses)
     facts = await batch_facts(bus, responses.batch_id, ended)
     output, errors = await files_of(object_store, responses.batch_id)
     check_invariant(1, 1, 0, output, errors)
@@ -138,7 +138,7 @@ async def test_a_cancel_mid_run_keeps_produced_results_and_marks_every_unrun_lin
     """A user's cancel, or the revocation of the owner's key (`authorization_revoked`)."""
     command = await new_batch(object_store, executor, "/v1/chat/completions", CHAT,
                               [chat(n, max_tokens=16) for n in range(12)])
-    await bus.send_run(command)
+    await bus.send(command)
     await batch_facts(bus, command.batch_id, lambda fact: fact.type == "batch.progressed")
     await bus.publish(BatchCancelRequested(aggregate_id=command.batch_id, requested_by_key_id="key_owner", code=code))
 
@@ -181,7 +181,7 @@ async def test_an_attempt_whose_lease_was_lost_commits_nothing_more_and_does_not
 ) -> None:
     command = await new_batch(object_store, executor, "/v1/chat/completions", CHAT,
                               [chat(n, max_tokens=16) for n in range(12)])
-    await bus.send_run(command)
+    await bus.send(command)
     await batch_facts(bus, command.batch_id, lambda fact: fact.type == "batch.progressed")
     await bus.publish(AttemptFailed(aggregate_id=command.batch_id, attempt=1, executor_id=executor.executor_id,
                                     code="executor_lost", reason="missed heartbeats"))
@@ -226,7 +226,7 @@ async def test_shards_of_one_batch_run_separately_and_one_finalize_assembles_eve
         await bus.publish(BatchAssigned(aggregate_id=command.batch_id, executor_id=command.executor_id,
                                         attempt=command.attempt, lease_token=command.lease_token,
                                         shard=command.shard, shards=layout.shards, shard_span=layout.span))
-        await bus.send_run(command)
+        await bus.send(command)
     finished = await batch_facts(bus, whole.batch_id, lambda fact: fact.type == "batch.shard_finished"
                                  and fact.attempt == 2)
     assert sorted(fact.shard for fact in finished if isinstance(fact, ShardFinished)) == [0, 1]
@@ -234,7 +234,7 @@ async def test_shards_of_one_batch_run_separately_and_one_finalize_assembles_eve
     progress = [fact for fact in finished if isinstance(fact, BatchProgressed)]
     assert {fact.shard: fact.completed for fact in progress} == {0: 3, 1: 2}
 
-    await bus.send_finalize(FinalizeBatch(batch_id=whole.batch_id, executor_id=executor.executor_id,
+    await bus.send(FinalizeBatch(batch_id=whole.batch_id, executor_id=executor.executor_id,
                                           reason="completed", owner_key_id="key_owner",
                                           input_object_key=whole.input_object_key, endpoint=whole.endpoint,
                                           created_at=1_800_000_000, output_expires_after_s=3600))

@@ -69,7 +69,7 @@ async def test_lines_the_engine_raises_on_go_to_the_error_file_and_the_good_line
         line("good-2", chat(5)),
     ]
     command = await run_batch(object_store, executor, lines)
-    await bus.send_run(command)
+    await bus.send(command)
 
     facts = await batch_facts(bus, command.batch_id, ended)
     done = completed_fact(facts)
@@ -90,7 +90,7 @@ async def test_a_refused_repeat_of_a_custom_id_leaves_the_first_line_to_run_and_
     repeat = RejectedLine(line=3, custom_id="A", code="duplicate_custom_id", param="custom_id",
                           message="custom_id 'A' was already used on line 1")
     command = await run_batch(object_store, executor, lines, (repeat,))
-    await bus.send_run(command)
+    await bus.send(command)
 
     done = completed_fact(await batch_facts(bus, command.batch_id, ended))
     assert (done.completed, done.failed) == (3, 1)
@@ -116,7 +116,7 @@ async def test_a_batch_failed_at_run_time_delivers_its_committed_lines_and_names
                                       completed=2, failed=0))
     await bus.publish(AttemptFailed(aggregate_id=command.batch_id, attempt=1, executor_id=executor.executor_id,
                                     code="engine_crashed", reason="x"))
-    await bus.send_finalize(finalize_command(command, "failed", failure_code="attempts_exhausted",
+    await bus.send(finalize_command(command, "failed", failure_code="attempts_exhausted",
                                              failure_message="3 attempts failed without committing a line."))
 
     failed = (await batch_facts(bus, command.batch_id, ended))[-1]
@@ -137,10 +137,10 @@ async def test_a_finalize_that_cannot_succeed_fails_its_batch_and_others_finaliz
         await object_store.put_bytes(key, b"not a result chunk\n")
         await bus.publish(BatchProgressed(aggregate_id=command.batch_id, attempt=1, chunk=0, chunk_key=key,
                                           completed=1, failed=0))
-        await bus.send_finalize(finalize_command(command, "cancelled"))
+        await bus.send(finalize_command(command, "cancelled"))
         poisoned.append(command)
     other = await run_batch(object_store, executor, [line("b", chat(2))])
-    await bus.send_finalize(finalize_command(other.model_copy(update={"owner_key_id": "key_other"}), "expired"))
+    await bus.send(finalize_command(other.model_copy(update={"owner_key_id": "key_other"}), "expired"))
 
     assert (await batch_facts(bus, other.batch_id, ended, timeout_s=60))[-1].type == "batch.expired"
     for command in poisoned:
@@ -156,7 +156,7 @@ async def test_a_finalize_command_naming_another_executor_is_dropped_and_leaves_
     misrouted = finalize_command(command, "cancelled").model_copy(update={"executor_id": "someone-else"})
     await bus.js.publish(finalize_subject(executor.executor_id), misrouted.model_dump_json().encode(),
                          headers={"Nats-Msg-Id": misrouted.msg_id}, stream=WORK_STREAM)
-    await bus.send_finalize(finalize_command(command, "expired"))
+    await bus.send(finalize_command(command, "expired"))
 
     # Taken in order: had the misrouted cancel been acted on (or failed the batch), it would have ended first.
     facts = await batch_facts(bus, command.batch_id, ended)

@@ -115,7 +115,7 @@ async def test_a_batch_runs_to_output_and_error_files_and_a_late_retry_of_it_doe
 ) -> None:
     command = await new_batch(object_store, executor)
     batch_id = command.batch_id
-    await bus.send_run(command)
+    await bus.send(command)
 
     events = await events_until(bus, batch_events(batch_id), "batch.completed")
     assert [event["type"] for event in events] == [
@@ -146,7 +146,7 @@ async def test_a_batch_runs_to_output_and_error_files_and_a_late_retry_of_it_doe
     assert len(errors) == 1 and failure["custom_id"] == "too-long"
     assert failure["response"]["status_code"] == 400 and "error" in failure["response"]["body"]
 
-    await bus.send_run(command.model_copy(update={"attempt": 2, "lease_token": "lease-2"}))
+    await bus.send(command.model_copy(update={"attempt": 2, "lease_token": "lease-2"}))
     await command_acked(bus, executor.executor_id, commands=2)
     # The batch had ended: a late attempt starts nothing, commits nothing and publishes nothing.
     later = await batch_facts(bus, batch_id, until=lambda fact: fact.type == "batch.completed")
@@ -172,7 +172,7 @@ async def test_a_command_for_a_model_the_executor_does_not_serve_fails_the_attem
     bus: EventBus, object_store: ObjectStore, executor: ExecutorSettings,
 ) -> None:
     command = await new_batch(object_store, executor, model="no-such-model")
-    await bus.send_run(command)
+    await bus.send(command)
     events = await events_until(bus, batch_events(command.batch_id), "batch.attempt_failed", command.attempt)
     assert events[-1]["code"] == "executor_error" and "no-such-model" in events[-1]["reason"]
     assert events[-1]["attempt"] == command.attempt
@@ -186,7 +186,7 @@ async def test_a_redelivered_command_resumes_after_the_chunks_its_crashed_delive
     # What a delivery that died after committing its first chunk, before announcing it, left behind.
     earlier = [result_line(batch_id, InputLine(1, "greet", {}), 200, {"marker": "from the first delivery"})]
     await ResultStore(object_store).put_chunk(batch_id, 1, Chunk(0, tuple(earlier), 1, 0))
-    await bus.send_run(command)
+    await bus.send(command)
 
     events = await events_until(bus, batch_events(batch_id), "batch.completed")
     progress = [(e["chunk"], e["completed"], e["failed"]) for e in events if e["type"] == "batch.progressed"]

@@ -1,12 +1,16 @@
 """The shared adapters against the real broker and the real S3 server."""
 
 import asyncio
+import uuid
 
+from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 
+from contracts.commands import FinalizeBatch
 from contracts.events.batch import LineRejected
-from contracts.subjects import EVENTS_STREAM, batch_events
-from services.runtime.bus import EventBus
+from contracts.subjects import EVENTS_STREAM, WORK_STREAM, batch_events, executor_finalize_durable
+from services.runtime.bus import ConsumerPolicy, EventBus
+from services.runtime.logfmt import BATCH_ID
 from services.runtime.objectstore import ObjectStore
 
 
@@ -24,6 +28,30 @@ async def test_the_same_fact_published_twice_is_stored_once(bus: EventBus) -> No
     assert message.metadata.num_pending == 0
     await sub.unsubscribe()
     assert received == [first]
+
+
+async def test_a_command_sent_twice_is_handled_once_with_its_batch_as_the_context(bus: EventBus) -> None:
+    """Its subject names only the executor: the consumer takes the batch from the command's header (the
+    executor's object requests are allowed for that batch alone)."""
+    await bus.ensure_streams()
+    executor_id = f"ctx-{uuid.uuid4().hex[:8]}"
+    command = FinalizeBatch(batch_id="batch_ctx1", executor_id=executor_id, reason="expired", owner_key_id="key_1",
+                            input_object_key="files/file_1", endpoint="/v1/chat/completions")
+    await bus.send(command)
+    await bus.send(command)
+    handled: list[tuple[str, str]] = []
+    stop = asyncio.Event()
+
+    async def handle(message: Msg) -> None:
+        handled.append((message.subject, BATCH_ID.get()))
+        stop.set()
+
+    durable = executor_finalize_durable(executor_id)
+    await asyncio.wait_for(bus.consume(WORK_STREAM, durable, [command.subject], handle, ConsumerPolicy(), stop=stop),
+                           10)
+    assert handled == [(command.subject, "batch_ctx1")]
+    assert (await bus.js.consumer_info(WORK_STREAM, durable)).num_pending == 0
+    assert BATCH_ID.get() == ""
 
 
 async def test_objects_stream_back_line_by_line(object_store: ObjectStore) -> None:

@@ -42,7 +42,7 @@ def completed(batch: str) -> BatchCompleted:
 
 def test_the_executor_running_an_attempt_states_its_facts_and_the_batchs_end() -> None:
     book = fleet()
-    for fact in (BatchStarted(aggregate_id="b1", executor_id="alpha", attempt=1, engine="e", engine_version="1"),
+    for fact in (BatchStarted(aggregate_id="b1", executor_id="alpha", attempt=1, engine="llamacpp", engine_version="1"),
                  progressed("b1", 1), BatchFinalizing(aggregate_id="b1", attempt=1), output_file("b1"),
                  output_file("b1", file_id=error_file_id("b1")), completed("b1"),
                  AttemptFailed(aggregate_id="b1", attempt=1, executor_id="alpha", code="executor_error",
@@ -51,8 +51,8 @@ def test_the_executor_running_an_attempt_states_its_facts_and_the_batchs_end() -
 
 
 @pytest.mark.parametrize("fact", [
-    BatchStarted(aggregate_id="b1", executor_id="bravo", attempt=1, engine="e", engine_version="1"),
-    BatchStarted(aggregate_id="b1", executor_id="alpha", attempt=1, engine="e", engine_version="1"),
+    BatchStarted(aggregate_id="b1", executor_id="bravo", attempt=1, engine="llamacpp", engine_version="1"),
+    BatchStarted(aggregate_id="b1", executor_id="alpha", attempt=1, engine="llamacpp", engine_version="1"),
     progressed("b1", 1), completed("b1"), BatchFinalizing(aggregate_id="b1", attempt=1),
     ShardFinished(aggregate_id="b1", attempt=1, shard=0, executor_id="bravo"),
 ], ids=lambda fact: fact.type)

@@ -61,5 +61,4 @@ class ResultStore:
             line_count=line_count,
             expires_at=created_at + (expires_after_s or RESULT_FILE_EXPIRES_AFTER_S),
             batch_id=batch_id,
-            correlation_id=batch_id,
         )

@@ -128,7 +128,7 @@ async def create_batch(request: web.Request) -> web.Response:
                          input_object_key=file.object_key, endpoint=body.endpoint,
                          completion_window=body.completion_window, metadata=metadata, created_at=now,
                          expires_at=now + window_s, allow_partial=body.allow_partial, hold=hold,
-                         correlation_id=batch_id, output_expires_after_s=output_expires_after_s,
+                         output_expires_after_s=output_expires_after_s,
                          allowed_models=await request.app[KEY_CACHE].allowed_models(principal(request)))
     await d.bus.publish(event)
     if idempotency_key and await _created_parameters(d, batch_id) != asked:

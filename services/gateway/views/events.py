@@ -11,8 +11,8 @@ from aiohttp import web
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from contracts.api.batch_event import TERMINAL_EVENT_TYPES
-from contracts.subjects import EVENTS_STREAM, batch_events, event_subject
+from contracts.lifecycle import ENDING_FACT_NAMES
+from contracts.subjects import EVENTS_STREAM, batch_events, event_name_of, event_subject
 from services.gateway.auth import still_authorized
 from services.gateway.context import deps
 from services.gateway.errors import bad_request, client_gone
@@ -31,7 +31,6 @@ MAX_SEQUENCE = 2**63 - 1
 REVOKED_FRAME = b'event: error\ndata: {"error": {"message": "This API key was revoked; ask an administrator for ' \
     b'a new one.", "type": "authentication_error", "param": null, "code": "invalid_api_key"}}\n\n'
 """The last frame of a stream whose key was revoked while it ran (in OpenAI's error shape); the stream then ends."""
-TERMINAL_NAMES = tuple(sorted(t.removeprefix("batch.") for t in TERMINAL_EVENT_TYPES))
 
 
 def resume_after(request: web.Request) -> int:
@@ -53,7 +52,7 @@ async def ended_by(js: JetStreamContext, batch_id: str, after: int) -> bool:
         except nats.js.errors.NotFoundError:
             return None
 
-    sequences = await asyncio.gather(*(sequence_of(name) for name in TERMINAL_NAMES))
+    sequences = await asyncio.gather(*(sequence_of(name) for name in sorted(ENDING_FACT_NAMES)))
     return any(seq is not None and seq <= after for seq in sequences)
 
 
@@ -89,7 +88,7 @@ async def _follow(request: web.Request, response: web.StreamResponse,
         frame = sse_frame(message.metadata.sequence.stream, message.data)
         if frame is not None:
             await response.write(frame)
-        if f"batch.{message.subject.rsplit('.', 1)[-1]}" in TERMINAL_EVENT_TYPES:
+        if event_name_of(message.subject) in ENDING_FACT_NAMES:
             return
 
 

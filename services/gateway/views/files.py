@@ -13,11 +13,11 @@ from aiohttp import BodyPartReader, MultipartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
 from minio.error import S3Error
 
-from contracts.api.batch import TERMINAL_STATUSES
 from contracts.api.file import FileDeleted, FileObject, FilePurpose
 from contracts.events.file import FileDeleted as FileDeletedEvent
 from contracts.events.file import FileStored, FileUsed
 from contracts.ids import new_file_id
+from contracts.lifecycle import TERMINAL
 from contracts.readmodel import FileRecord
 from contracts.subjects import file_fact, input_object_key
 from services.gateway.auth import principal
@@ -275,7 +275,7 @@ async def live_batch_using(d: Deps, owner: str, file_id: str) -> str | None:
     """The id of a batch of `owner` that reads `file_id` and has not ended, if there is one."""
     for record in await d.read_model.owner_batches(owner):
         batch = record.batch
-        if batch.input_file_id == file_id and batch.status not in TERMINAL_STATUSES:
+        if batch.input_file_id == file_id and batch.status not in TERMINAL:
             return batch.id
     return None
 
@@ -293,7 +293,7 @@ async def last_claim(d: Deps, file_id: str) -> tuple[int, str | None]:
     if record is None:
         fresh = time.time() - used.occurred_at / 1000 < CLAIM_GRACE_S
         return sequence, used.batch_id if fresh else None
-    return sequence, None if record.batch.status in TERMINAL_STATUSES else used.batch_id
+    return sequence, None if record.batch.status in TERMINAL else used.batch_id
 
 
 async def delete_stored_file(d: Deps, record: FileRecord, fence: Fence | None = None) -> None:

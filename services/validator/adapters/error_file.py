@@ -65,7 +65,7 @@ async def write_error_file(store: ObjectStore, created: BatchCreated, validation
         await upload.abort()
         raise
     created_at = int(time.time())
-    return FileStored(aggregate_id=file_id, correlation_id=batch_id, causation_id=created.event_id,
+    return FileStored(aggregate_id=file_id, causation_id=created.event_id,
                       owner_key_id=created.owner_key_id, filename=f"{batch_id}_error.jsonl", purpose="batch_output",
                       bytes=size, sha256=digest.hexdigest(), object_key=key, created_at=created_at,
                       line_count=lines, batch_id=batch_id,
