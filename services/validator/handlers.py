@@ -1,11 +1,16 @@
-"""Thin handlers: a created batch in; line errors, progress and one verdict out."""
+"""Thin handlers: a created batch in; line errors, progress and one verdict out.
+
+The table (`validator_router`, at the end): `validate` takes each `batch.created` fact on the `validator` durable;
+a file that can never be validated fails its batch (`fail_the_batch`); the facts it publishes are declared there too.
+"""
 
 import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from typing import Annotated
 
-from nats.aio.msg import Msg
+from faststream import Context
 
 from contracts.api.rejected_line import RejectedLine
 from contracts.catalogue import Catalogue
@@ -17,9 +22,10 @@ from contracts.events.batch import (
     LineRejected,
     ValidationProgressed,
 )
-from contracts.events.registry import decode_event
-from contracts.subjects import rejections_key
-from services.runtime.bus import EventBus, PoisonMessage
+from contracts.events.file import FileStored
+from contracts.subjects import BATCH_CREATED, EVENTS_STREAM, VALIDATOR_DURABLE, rejections_key
+from services.runtime.bus import ConsumerPolicy, EventBus, PoisonMessage
+from services.runtime.delivery import Durable, ServiceRouter
 from services.runtime.objectstore import ObjectNotFound, ObjectStore
 from services.validator.adapters.error_file import write_error_file
 from services.validator.adapters.tokenizer import TokenizerCache
@@ -44,18 +50,6 @@ class Validator:
     limits: Limits
     max_published_per_code: int
     tokenizers: TokenizerCache | None = None
-
-    async def on_message(self, message: Msg) -> None:
-        event = decode_event(message.data)
-        if not isinstance(event, BatchCreated):
-            raise PoisonMessage(f"validator got {event.type}")
-        await self.validate(event)
-
-    async def on_poison(self, message: Msg, error: BaseException) -> None:
-        event = decode_event(message.data)
-        await self.bus.publish(BatchFailed(aggregate_id=event.aggregate_id, code="validation_error",
-                                           reason=f"The input file could not be validated: {error}",
-                                           causation_id=event.event_id))
 
     async def validate(self, created: BatchCreated) -> None:
         # The owner's model access travels in the fact: a model they may not use is as unknown as an absent one.
@@ -159,3 +153,30 @@ class _Run:
             **self._envelope(), total_lines=validation.total_lines, error_count=validation.error_count,
             counts_by_code=validation.counts_by_code, rejected_lines=validation.rejected_lines,
             reason=validation.failure_reason(), error_file_id=stored.aggregate_id if stored else None))
+
+
+CREATED = Durable(BatchCreated, EVENTS_STREAM, VALIDATOR_DURABLE, BATCH_CREATED,
+                  ConsumerPolicy(ack_wait_s=30, max_deliver=5))
+
+
+async def validate(created: BatchCreated, validator: Annotated[Validator, Context()]) -> None:
+    await validator.validate(created)
+
+
+async def fail_the_batch(created: BatchCreated | None, error: BaseException, validator: Validator) -> None:
+    if created is None:
+        log.error("dropping a created-batch fact that does not decode: %r", error)
+        return
+    await validator.bus.publish(BatchFailed(aggregate_id=created.aggregate_id, code="validation_error",
+                                            reason=f"The input file could not be validated: {error}",
+                                            causation_id=created.event_id))
+
+
+def validator_router() -> ServiceRouter:
+    """The validator's table: what it consumes, by which handler, what a hopeless fact becomes; what it emits.
+    (A fresh router each call: faststream lets a router belong to one broker only.)"""
+    router = ServiceRouter("validator", dependencies="validator")
+    router.durable(CREATED, validate, fail_the_batch,
+                   "Check every line of the batch's input file; publish its line errors, then one verdict.")
+    router.emits(LineRejected, ValidationProgressed, BatchValidated, BatchValidationFailed, FileStored, BatchFailed)
+    return router

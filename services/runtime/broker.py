@@ -1,0 +1,48 @@
+"""A service's one NATS connection: faststream's broker opens it, and our `EventBus` is built over it.
+
+faststream declares and runs the subscribers; the JetStream primitives it has no form for (deduplicated and fenced
+publishes with `Nats-Expected-Last-Subject-Sequence`, KV buckets, the gap-detecting ordered reader, the auth
+callout) stay nats-py calls, made through the broker's own connection via `EventBus`, never a second one.
+"""
+
+import logging
+from typing import Any
+
+from faststream.nats import NatsBroker
+from faststream.security import SASLPlaintext
+from nats.aio.client import Client
+
+from services.runtime.bus import Credentials, EventBus
+from services.runtime.nats_client import ReadmittingClient
+
+GRACEFUL_STOP_S = 5.0
+"""On stop, a handler still running gets this long to finish (and ack) before it is cancelled and redelivered."""
+
+
+class ServiceBroker(NatsBroker):
+    """faststream's NATS broker, connecting with our client: expired credentials mean reconnect (nats_client.py)."""
+
+    async def _connect(self) -> Client:
+        connection = ReadmittingClient()
+        await connection.connect(**self._connection_kwargs)
+        self.config.connect(connection)
+        return connection
+
+
+def service_broker(url: str, name: str, credentials: Credentials | None = None) -> ServiceBroker:
+    """A broker for one service process; nothing connects until `open_bus`."""
+    options: dict[str, Any] = {"reconnect_time_wait": 0.5}  # seconds (annotated int)
+    if credentials is not None:
+        options |= {"security": SASLPlaintext(username=credentials.user, password=credentials.password),
+                    "inbox_prefix": credentials.inbox_prefix.encode()}
+    # faststream logs every message it takes at INFO: that is debugging detail here, not an operator's log.
+    return ServiceBroker(url, name=name, max_reconnect_attempts=-1,
+                         graceful_timeout=GRACEFUL_STOP_S, log_level=logging.DEBUG, **options)
+
+
+async def open_bus(broker: NatsBroker, name: str) -> EventBus:
+    """Connect the broker and make sure the streams exist; the returned bus publishes on the same connection."""
+    connection = await broker.connect()
+    bus = EventBus(connection, name)
+    await bus.ensure_streams()
+    return bus

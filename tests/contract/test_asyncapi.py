@@ -1,0 +1,79 @@
+"""The AsyncAPI event catalogue: generated from the declared routers, and every channel's payload is exactly the
+JSON schema of the contract its subject filter names."""
+
+import typing
+from typing import Any
+
+import orjson
+from pydantic import BaseModel
+
+from contracts.events.batch import BatchCreated
+from contracts.events.envelope import Event
+from contracts.events.registry import AnyEvent
+from contracts.subjects import BATCH_CREATED, EVENTS_STREAM, VALIDATOR_DURABLE
+from services.asyncapi import event_catalogue
+from services.gateway.views.asyncapi import _document
+from services.runtime.delivery import fact_filter
+from services.validator.handlers import CREATED
+
+REF = "#/components/schemas/"
+
+
+def contracts_by_filter() -> dict[str, type[Event]]:
+    members = typing.get_args(typing.get_args(AnyEvent)[0])
+    return {fact_filter(member): member for member in members}
+
+
+def channels() -> list[tuple[str, str, dict[str, Any]]]:
+    """(channel, subject filter, payload schema) of every channel in the document."""
+    document = event_catalogue()
+    found = []
+    for name, channel in document["channels"].items():
+        for message in channel["messages"].values():
+            message_name = message["$ref"].removeprefix("#/components/messages/")
+            payload = document["components"]["messages"][message_name]["payload"]
+            found.append((name, channel["bindings"]["nats"]["subject"], payload))
+    return found
+
+
+def resolved(schema: Any, components: dict[str, Any]) -> Any:
+    """`schema` with every `$ref` to a component replaced by the component itself."""
+    if isinstance(schema, dict):
+        if set(schema) == {"$ref"}:
+            return resolved(components[schema["$ref"].removeprefix(REF)], components)
+        return {key: resolved(value, components) for key, value in schema.items()}
+    if isinstance(schema, list):
+        return [resolved(item, components) for item in schema]
+    return schema
+
+
+def contract_schema(model: type[BaseModel]) -> Any:
+    schema = model.model_json_schema(ref_template=REF + "{model}")
+    return resolved({k: v for k, v in schema.items() if k != "$defs"}, schema.get("$defs", {}))
+
+
+def test_every_channel_carries_exactly_its_contracts_json_schema() -> None:
+    components = event_catalogue()["components"]["schemas"]
+    contracts = contracts_by_filter()
+    for name, subject, payload in channels():
+        assert subject in contracts, f"{name}: {subject} is no contract's subject"
+        assert resolved(payload, components) == contract_schema(contracts[subject]), name
+
+
+def test_the_validator_consumes_created_batches_on_its_durable_and_emits_its_verdicts() -> None:
+    document = event_catalogue()
+    operations = {(op["action"], document["channels"][op["channel"]["$ref"].split("/")[-1]]["bindings"]["nats"][
+        "subject"]) for op in document["operations"].values()}
+    assert ("receive", BATCH_CREATED) in operations
+    assert {("send", "evt.batch.*.validated"), ("send", "evt.batch.*.validation_failed"),
+            ("send", "evt.batch.*.line_rejected"), ("send", "evt.file.*.stored")} <= operations
+    assert (CREATED.stream, CREATED.name, CREATED.subject) == (EVENTS_STREAM, VALIDATOR_DURABLE, BATCH_CREATED)
+
+
+def test_a_subscriptions_filter_is_its_contracts_subject_pattern() -> None:
+    assert fact_filter(BatchCreated) == BATCH_CREATED == CREATED.subject and CREATED.contract is BatchCreated
+
+
+def test_the_gateway_serves_the_generated_document() -> None:
+    assert orjson.loads(_document()) == orjson.loads(orjson.dumps(event_catalogue()))
+    assert event_catalogue()["asyncapi"] == "3.0.0"
