@@ -20,9 +20,11 @@ from contracts.events.batch import (
 from contracts.events.registry import AnyEvent
 from contracts.lifecycle import ENDING_FACTS
 from services.executor.domain import REFUSED_ATTEMPT, chunk_position
+from services.runtime.foldrules import FoldRules
 
 StopReason = Literal["cancelled", "expired"]
 Outcome = Literal["completed", "cancelled", "expired", "failed"]
+_rules = FoldRules[None]()
 
 
 @dataclass
@@ -47,26 +49,47 @@ class BatchLog:
     """The type of the terminal fact, once there is one."""
 
     def fold(self, event: AnyEvent, sequence: int = 0) -> None:
-        if isinstance(event, BatchCreated):
-            self.expires_at = event.expires_at
-        elif isinstance(event, BatchCancelRequested):
-            self.cancel_requested = True
-            if event.code == "authorization_revoked":
-                self.cancel_code = event.code
-        elif isinstance(event, BatchAssigned):
-            self.attempts.add(event.attempt)
-            self.shard_of[event.attempt] = event.shard
-        elif isinstance(event, BatchStarted):
-            self.attempts.add(event.attempt)
-        elif isinstance(event, AttemptFailed):
-            self.failed.add(event.attempt)
-            self.fence_sequence = max(self.fence_sequence, sequence)
-        elif isinstance(event, ShardFinished):
-            self.finished.add(event.attempt)
-        elif isinstance(event, BatchProgressed):
-            self.announced.add(event.chunk_key)
-        elif isinstance(event, ENDING_FACTS):
-            self.ended = event.type
+        rule = _rules.rule_for(type(event))
+        if rule is not None:
+            rule(self, event, sequence)
+
+    # The rules: one per fact the attempts care about; every other fact leaves the log as it is.
+
+    @_rules.on(BatchCreated)
+    def _created(self, event: BatchCreated, sequence: int) -> None:
+        self.expires_at = event.expires_at
+
+    @_rules.on(BatchCancelRequested)
+    def _cancel_requested(self, event: BatchCancelRequested, sequence: int) -> None:
+        self.cancel_requested = True
+        if event.code == "authorization_revoked":
+            self.cancel_code = event.code
+
+    @_rules.on(BatchAssigned)
+    def _assigned(self, event: BatchAssigned, sequence: int) -> None:
+        self.attempts.add(event.attempt)
+        self.shard_of[event.attempt] = event.shard
+
+    @_rules.on(BatchStarted)
+    def _started(self, event: BatchStarted, sequence: int) -> None:
+        self.attempts.add(event.attempt)
+
+    @_rules.on(AttemptFailed)
+    def _attempt_failed(self, event: AttemptFailed, sequence: int) -> None:
+        self.failed.add(event.attempt)
+        self.fence_sequence = max(self.fence_sequence, sequence)
+
+    @_rules.on(ShardFinished)
+    def _shard_finished(self, event: ShardFinished, sequence: int) -> None:
+        self.finished.add(event.attempt)
+
+    @_rules.on(BatchProgressed)
+    def _progressed(self, event: BatchProgressed, sequence: int) -> None:
+        self.announced.add(event.chunk_key)
+
+    @_rules.on(*ENDING_FACTS)
+    def _ended(self, event: AnyEvent, sequence: int) -> None:
+        self.ended = event.type
 
     def is_current(self, attempt: int) -> bool:
         """False once the attempt failed (its lease was lost) or a later attempt of its shard was assigned."""

@@ -34,11 +34,18 @@ from contracts.subjects import input_object_key
 from services.ledger.aggregates import ApiKey, Executor, File, Provider, User
 from services.ledger.domainmodel import Batch, Folded, aggregate_id
 from services.ledger.membership import KeyOwner, Organization
+from services.runtime.foldrules import FoldRules
 
 log = logging.getLogger(__name__)
 
 A = TypeVar("A", bound=Folded)
+Touched = dict[UUID, Folded]
+"""The aggregates a group of facts changed so far, by id: saved together at the group's end."""
 _UNFOLDED: set[str] = set()
+_facts = FoldRules[Folded | None]()
+"""Rules for facts that create an aggregate or change one other than a batch."""
+_batch_facts = FoldRules[None]()
+"""Rules for facts about a batch the ledger knows."""
 
 
 class FoldingRules:
@@ -47,7 +54,7 @@ class FoldingRules:
     _pending_progress: dict[UUID, dict[int, tuple[Batch, BatchProgressed, int]]]
     """Per batch and shard, the latest of a run of progress facts not applied yet, and its sequence."""
 
-    def _get(self, cls: type[A], ident: UUID, touched: dict[UUID, Folded]) -> A | None:
+    def _get(self, cls: type[A], ident: UUID, touched: Touched) -> A | None:
         raise NotImplementedError
 
     def _defer_progress(self, batch: Batch, seq: int, fact: BatchProgressed) -> None:
@@ -62,7 +69,7 @@ class FoldingRules:
                                            "failed": max(fact.failed, earlier.failed)})
         shards[fact.shard] = (batch, fact, seq)
 
-    def _flush_progress(self, touched: dict[UUID, Folded], ident: UUID | None = None) -> None:
+    def _flush_progress(self, touched: Touched, ident: UUID | None = None) -> None:
         """Apply deferred progress: one batch's before its next other fact, or every batch's at a group's end."""
         if ident is None:
             due = [each for shards in self._pending_progress.values() for each in shards.values()]
@@ -72,7 +79,7 @@ class FoldingRules:
         for batch, fact, seq in sorted(due, key=lambda pending: pending[2]):
             self._progress(batch, seq, fact, touched)
 
-    def _progress(self, batch: Batch, seq: int, fact: BatchProgressed, touched: dict[UUID, Folded]) -> None:
+    def _progress(self, batch: Batch, seq: int, fact: BatchProgressed, touched: Touched) -> None:
         """Apply progress, and credit the lines it made durable to the executor that ran the attempt."""
         before = batch.completed + batch.failed
         batch.progress(seq, fact.attempt, fact.completed, fact.failed, fact.shard)
@@ -84,7 +91,7 @@ class FoldingRules:
                 executor.serve(served)
                 touched[executor.id] = executor
 
-    def _result_file_refusal(self, fact: FileStored, touched: dict[UUID, Folded]) -> str | None:
+    def _result_file_refusal(self, fact: FileStored, touched: Touched) -> str | None:
         """A batch's output or error file belongs to the batch's owner and lies under its own key, whatever a fact
         says (the fact desk refuses such facts before they are stored; this holds for any that got in)."""
         if fact.batch_id is None:
@@ -98,122 +105,177 @@ class FoldingRules:
             return f"its owner or object is not that of {fact.batch_id}'s result files"
         return None
 
-    def _apply(self, seq: int, fact: Event, touched: dict[UUID, Folded]) -> Folded | None:
-        at = fact.occurred_at // 1000
-        match fact:
-            case BatchCreated():
-                return self._found_again(Batch, "batch", fact.aggregate_id, seq, fact, touched) or Batch(
-                    batch_id=fact.aggregate_id, sequence=seq, owner_key_id=fact.owner_key_id,
-                    input_file_id=fact.input_file_id, endpoint=fact.endpoint,
-                    completion_window=fact.completion_window, metadata=fact.metadata,
-                    created_at=fact.created_at, expires_at=fact.expires_at, held=fact.hold)
-            case FileStored():
-                refusal = self._result_file_refusal(fact, touched)
-                if refusal is not None:
-                    log.warning("sequence %d: file.stored of %s refused: %s", seq, fact.aggregate_id, refusal)
-                    return None
-                return self._found_again(File, "file", fact.aggregate_id, seq, fact, touched) or File(
-                    file_id=fact.aggregate_id, sequence=seq, owner_key_id=fact.owner_key_id,
-                    filename=fact.filename, purpose=fact.purpose, size=fact.bytes, sha256=fact.sha256,
-                    object_key=fact.object_key, created_at=fact.created_at, expires_at=fact.expires_at)
-            case KeyCreated():
-                self._note_key_owner(seq, fact, touched)
-                return self._found_again(ApiKey, "apikey", fact.key_sha256, seq, fact, touched) or ApiKey(
-                    key_sha256=fact.key_sha256, sequence=seq, role=fact.role, label=fact.label,
-                    user_id=fact.user_id, created_at=at, provider_id=fact.provider_id)
-            case KeyRevoked():
-                key = self._get(ApiKey, aggregate_id("apikey", fact.key_sha256), touched)
-                if key is None:
-                    log.warning("sequence %d: %s for an unknown key, skipped", seq, fact.type)
-                else:
-                    key.revoke(seq)
-                return key
-            case UserCreated():
-                return self._found_again(User, "user", fact.aggregate_id, seq, fact, touched) or User(
-                    user_id=fact.aggregate_id, sequence=seq, display_name=fact.display_name,
-                    allowed_models=fact.allowed_models, created_at=at, organization_id=fact.organization_id)
-            case OrganizationCreated():
-                return self._found_again(Organization, "organization", fact.aggregate_id, seq, fact, touched) or \
-                    Organization(organization_id=fact.aggregate_id, sequence=seq, display_name=fact.display_name,
-                                 created_at=at)
-            case ProviderRegistered():
-                return self._found_again(Provider, "provider", fact.aggregate_id, seq, fact, touched) or Provider(
-                    provider_id=fact.aggregate_id, sequence=seq, display_name=fact.display_name,
-                    owner_key_id=fact.owner_key_id, owner_user_id=fact.owner_user_id, created_at=at)
-            case FileDeleted():
-                file = self._existing(File, "file", seq, fact, touched)
-                if file is not None:
-                    file.delete(seq)
-                return file
-            case ExecutorRegistered():
-                advert = fact.advert
-                found = self._get(Executor, aggregate_id("executor", fact.aggregate_id), touched)
-                if found is None:
-                    return Executor(executor_id=fact.aggregate_id, sequence=seq, engine=advert.engine,
-                                    engine_version=advert.engine_version, models=advert.models,
-                                    started_at=fact.started_at, worker_key_id=fact.worker_key_id)
-                found.register_again(seq, advert.engine, advert.engine_version, advert.models, fact.started_at,
-                                     fact.worker_key_id)
-                return found
-            case ExecutorLost():
-                executor = self._existing(Executor, "executor", seq, fact, touched)
-                if executor is not None:
-                    executor.lose(seq, fact.last_heartbeat_at)
-                return executor
-        batch = self._existing(Batch, "batch", seq, fact, touched) if fact.kind == "batch" else None
+    def _apply(self, seq: int, fact: Event, touched: Touched) -> Folded | None:
+        """Fold one fact; return the aggregate it changed (or refused with an anomaly), if any."""
+        rule = _facts.rule_for(type(fact))
+        if rule is not None:
+            return rule(self, seq, fact, touched)
+        if fact.kind != "batch":
+            log.debug("sequence %d: %s is not the ledger's concern", seq, fact.type)
+            return None
+        batch = self._existing(Batch, "batch", seq, fact, touched)
         if batch is None:
-            if fact.kind != "batch":
-                log.debug("sequence %d: %s is not the ledger's concern", seq, fact.type)
             return None
         if isinstance(fact, BatchProgressed) and batch.may_progress(seq):
             self._defer_progress(batch, seq, fact)
             return batch
         self._flush_progress(touched, batch.id)
-        match fact:
-            case LineRejected():
-                batch.reject_line(seq, fact.line, fact.code, fact.param, fact.message)
-            case BatchValidated():
-                batch.validate(seq, at, fact.model, fact.total_lines, fact.error_count, fact.counts_by_code)
-            case BatchValidationFailed():
-                batch.fail_validation(seq, at, fact.total_lines, fact.error_count, fact.counts_by_code,
-                                      fact.rejected_lines, fact.reason, fact.error_file_id)
-            case BatchAssigned():
-                batch.assign(seq, fact.executor_id, fact.attempt, fact.shard)
-            case ShardFinished():
-                batch.finish_shard(seq, fact.attempt, fact.shard, fact.stopped)
-            case BatchStarted():
-                batch.start(seq, at, fact.executor_id, fact.attempt, fact.engine, fact.engine_version)
-            case BatchProgressed():
-                self._progress(batch, seq, fact, touched)
-            case BatchFinalizing():
-                batch.finalize(seq, at)
-            case BatchCompleted():
-                batch.complete(seq, at, fact.output_file_id, fact.error_file_id, fact.completed, fact.failed,
-                               fact.usage.model_dump())
-            case BatchFailed():
-                batch.fail(seq, at, fact.code, fact.reason, _ended_with_files(fact))
-            case BatchWaiting():
-                batch.wait(seq, fact.reason)
-            case BatchReleased():
-                batch.release(seq)
-            case AttemptFailed():
-                batch.fail_attempt(seq, fact.attempt, fact.executor_id, fact.code, fact.reason)
-            case BatchCancelRequested():
-                batch.request_cancel(seq, at, fact.requested_by_key_id)
-            case BatchCancelled() | BatchExpired():
-                batch.end(seq, at, "cancelled" if isinstance(fact, BatchCancelled) else "expired",
-                          fact.output_file_id, fact.error_file_id, fact.completed, fact.failed,
-                          fact.usage.model_dump())
-            case _:
-                if fact.type not in _UNFOLDED:  # e.g. a newer informational fact: said once, not per event
-                    _UNFOLDED.add(fact.type)
-                    log.warning("sequence %d: no folding rule for %s; such facts leave the batch as it is",
-                                seq, fact.type)
-                return None
+        batch_rule = _batch_facts.rule_for(type(fact))
+        if batch_rule is None:
+            if fact.type not in _UNFOLDED:  # e.g. a newer informational fact: said once, not per event
+                _UNFOLDED.add(fact.type)
+                log.warning("sequence %d: no folding rule for %s; such facts leave the batch as it is", seq, fact.type)
+            return None
+        batch_rule(self, batch, seq, fact, touched)
         return batch
 
+    # Facts that create an aggregate, or change one other than a batch: each returns the aggregate it touched.
+
+    @_facts.on(BatchCreated)
+    def _batch_created(self, seq: int, fact: BatchCreated, touched: Touched) -> Folded | None:
+        return self._found_again(Batch, "batch", fact.aggregate_id, seq, fact, touched) or Batch(
+            batch_id=fact.aggregate_id, sequence=seq, owner_key_id=fact.owner_key_id,
+            input_file_id=fact.input_file_id, endpoint=fact.endpoint, completion_window=fact.completion_window,
+            metadata=fact.metadata, created_at=fact.created_at, expires_at=fact.expires_at, held=fact.hold)
+
+    @_facts.on(FileStored)
+    def _file_stored(self, seq: int, fact: FileStored, touched: Touched) -> Folded | None:
+        refusal = self._result_file_refusal(fact, touched)
+        if refusal is not None:
+            log.warning("sequence %d: file.stored of %s refused: %s", seq, fact.aggregate_id, refusal)
+            return None
+        return self._found_again(File, "file", fact.aggregate_id, seq, fact, touched) or File(
+            file_id=fact.aggregate_id, sequence=seq, owner_key_id=fact.owner_key_id, filename=fact.filename,
+            purpose=fact.purpose, size=fact.bytes, sha256=fact.sha256, object_key=fact.object_key,
+            created_at=fact.created_at, expires_at=fact.expires_at)
+
+    @_facts.on(FileDeleted)
+    def _file_deleted(self, seq: int, fact: FileDeleted, touched: Touched) -> Folded | None:
+        file = self._existing(File, "file", seq, fact, touched)
+        if file is not None:
+            file.delete(seq)
+        return file
+
+    @_facts.on(KeyCreated)
+    def _key_created(self, seq: int, fact: KeyCreated, touched: Touched) -> Folded | None:
+        self._note_key_owner(seq, fact, touched)
+        return self._found_again(ApiKey, "apikey", fact.key_sha256, seq, fact, touched) or ApiKey(
+            key_sha256=fact.key_sha256, sequence=seq, role=fact.role, label=fact.label, user_id=fact.user_id,
+            created_at=_at(fact), provider_id=fact.provider_id)
+
+    @_facts.on(KeyRevoked)
+    def _key_revoked(self, seq: int, fact: KeyRevoked, touched: Touched) -> Folded | None:
+        key = self._get(ApiKey, aggregate_id("apikey", fact.key_sha256), touched)
+        if key is None:
+            log.warning("sequence %d: %s for an unknown key, skipped", seq, fact.type)
+        else:
+            key.revoke(seq)
+        return key
+
+    @_facts.on(UserCreated)
+    def _user_created(self, seq: int, fact: UserCreated, touched: Touched) -> Folded | None:
+        return self._found_again(User, "user", fact.aggregate_id, seq, fact, touched) or User(
+            user_id=fact.aggregate_id, sequence=seq, display_name=fact.display_name,
+            allowed_models=fact.allowed_models, created_at=_at(fact), organization_id=fact.organization_id)
+
+    @_facts.on(OrganizationCreated)
+    def _organization_created(self, seq: int, fact: OrganizationCreated, touched: Touched) -> Folded | None:
+        return self._found_again(Organization, "organization", fact.aggregate_id, seq, fact, touched) or \
+            Organization(organization_id=fact.aggregate_id, sequence=seq, display_name=fact.display_name,
+                         created_at=_at(fact))
+
+    @_facts.on(ProviderRegistered)
+    def _provider_registered(self, seq: int, fact: ProviderRegistered, touched: Touched) -> Folded | None:
+        return self._found_again(Provider, "provider", fact.aggregate_id, seq, fact, touched) or Provider(
+            provider_id=fact.aggregate_id, sequence=seq, display_name=fact.display_name,
+            owner_key_id=fact.owner_key_id, owner_user_id=fact.owner_user_id, created_at=_at(fact))
+
+    @_facts.on(ExecutorRegistered)
+    def _executor_registered(self, seq: int, fact: ExecutorRegistered, touched: Touched) -> Folded | None:
+        advert = fact.advert
+        found = self._get(Executor, aggregate_id("executor", fact.aggregate_id), touched)
+        if found is None:
+            return Executor(executor_id=fact.aggregate_id, sequence=seq, engine=advert.engine,
+                            engine_version=advert.engine_version, models=advert.models, started_at=fact.started_at,
+                            worker_key_id=fact.worker_key_id)
+        found.register_again(seq, advert.engine, advert.engine_version, advert.models, fact.started_at,
+                             fact.worker_key_id)
+        return found
+
+    @_facts.on(ExecutorLost)
+    def _executor_lost(self, seq: int, fact: ExecutorLost, touched: Touched) -> Folded | None:
+        executor = self._existing(Executor, "executor", seq, fact, touched)
+        if executor is not None:
+            executor.lose(seq, fact.last_heartbeat_at)
+        return executor
+
+    # Facts about an existing batch, applied after its deferred progress; the batch keeps any anomaly itself.
+
+    @_batch_facts.on(LineRejected)
+    def _line_rejected(self, batch: Batch, seq: int, fact: LineRejected, touched: Touched) -> None:
+        batch.reject_line(seq, fact.line, fact.code, fact.param, fact.message)
+
+    @_batch_facts.on(BatchValidated)
+    def _validated(self, batch: Batch, seq: int, fact: BatchValidated, touched: Touched) -> None:
+        batch.validate(seq, _at(fact), fact.model, fact.total_lines, fact.error_count, fact.counts_by_code)
+
+    @_batch_facts.on(BatchValidationFailed)
+    def _validation_failed(self, batch: Batch, seq: int, fact: BatchValidationFailed, touched: Touched) -> None:
+        batch.fail_validation(seq, _at(fact), fact.total_lines, fact.error_count, fact.counts_by_code,
+                              fact.rejected_lines, fact.reason, fact.error_file_id)
+
+    @_batch_facts.on(BatchAssigned)
+    def _assigned(self, batch: Batch, seq: int, fact: BatchAssigned, touched: Touched) -> None:
+        batch.assign(seq, fact.executor_id, fact.attempt, fact.shard)
+
+    @_batch_facts.on(ShardFinished)
+    def _shard_finished(self, batch: Batch, seq: int, fact: ShardFinished, touched: Touched) -> None:
+        batch.finish_shard(seq, fact.attempt, fact.shard, fact.stopped)
+
+    @_batch_facts.on(BatchStarted)
+    def _started(self, batch: Batch, seq: int, fact: BatchStarted, touched: Touched) -> None:
+        batch.start(seq, _at(fact), fact.executor_id, fact.attempt, fact.engine, fact.engine_version)
+
+    @_batch_facts.on(BatchProgressed)
+    def _progressed(self, batch: Batch, seq: int, fact: BatchProgressed, touched: Touched) -> None:
+        self._progress(batch, seq, fact, touched)  # only a fact the batch refuses: the rest are deferred
+
+    @_batch_facts.on(BatchFinalizing)
+    def _finalizing(self, batch: Batch, seq: int, fact: BatchFinalizing, touched: Touched) -> None:
+        batch.finalize(seq, _at(fact))
+
+    @_batch_facts.on(BatchCompleted)
+    def _completed(self, batch: Batch, seq: int, fact: BatchCompleted, touched: Touched) -> None:
+        batch.complete(seq, _at(fact), fact.output_file_id, fact.error_file_id, fact.completed, fact.failed,
+                       fact.usage.model_dump())
+
+    @_batch_facts.on(BatchFailed)
+    def _failed(self, batch: Batch, seq: int, fact: BatchFailed, touched: Touched) -> None:
+        batch.fail(seq, _at(fact), fact.code, fact.reason, _ended_with_files(fact))
+
+    @_batch_facts.on(BatchWaiting)
+    def _waiting(self, batch: Batch, seq: int, fact: BatchWaiting, touched: Touched) -> None:
+        batch.wait(seq, fact.reason)
+
+    @_batch_facts.on(BatchReleased)
+    def _released(self, batch: Batch, seq: int, fact: BatchReleased, touched: Touched) -> None:
+        batch.release(seq)
+
+    @_batch_facts.on(AttemptFailed)
+    def _attempt_failed(self, batch: Batch, seq: int, fact: AttemptFailed, touched: Touched) -> None:
+        batch.fail_attempt(seq, fact.attempt, fact.executor_id, fact.code, fact.reason)
+
+    @_batch_facts.on(BatchCancelRequested)
+    def _cancel_requested(self, batch: Batch, seq: int, fact: BatchCancelRequested, touched: Touched) -> None:
+        batch.request_cancel(seq, _at(fact), fact.requested_by_key_id)
+
+    @_batch_facts.on(BatchCancelled, BatchExpired)
+    def _ended(self, batch: Batch, seq: int, fact: BatchCancelled | BatchExpired, touched: Touched) -> None:
+        batch.end(seq, _at(fact), "cancelled" if isinstance(fact, BatchCancelled) else "expired",
+                  fact.output_file_id, fact.error_file_id, fact.completed, fact.failed, fact.usage.model_dump())
+
     def _found_again(self, cls: type[A], kind: str, ident: str, seq: int, fact: Event,
-                     touched: dict[UUID, Folded]) -> A | None:
+                     touched: Touched) -> A | None:
         """The aggregate a creating fact names, when it exists already (an anomaly unless a redelivery)."""
         self._flush_progress(touched, aggregate_id(kind, ident))
         existing = self._get(cls, aggregate_id(kind, ident), touched)
@@ -221,7 +283,7 @@ class FoldingRules:
             existing.note_anomaly(seq, fact.name, f"{fact.type} for an existing {kind}")
         return existing
 
-    def _note_key_owner(self, seq: int, fact: KeyCreated, touched: dict[UUID, Folded]) -> None:
+    def _note_key_owner(self, seq: int, fact: KeyCreated, touched: Touched) -> None:
         """Remember the user of a key by the key's public id, the name other facts give it."""
         if fact.user_id is None:
             return
@@ -235,11 +297,16 @@ class FoldingRules:
         owner = self._get(KeyOwner, aggregate_id("keyowner", key_id), {})
         return None if owner is None else owner.user_id
 
-    def _existing(self, cls: type[A], kind: str, seq: int, fact: Event, touched: dict[UUID, Folded]) -> A | None:
+    def _existing(self, cls: type[A], kind: str, seq: int, fact: Event, touched: Touched) -> A | None:
         found = self._get(cls, aggregate_id(kind, fact.aggregate_id), touched)
         if found is None:
             log.warning("sequence %d: %s for unknown %s %s, skipped", seq, fact.type, kind, fact.aggregate_id)
         return found
+
+
+def _at(fact: Event) -> int:
+    """When a fact happened, in the epoch seconds the aggregates keep."""
+    return fact.occurred_at // 1000
 
 
 def _ended_with_files(fact: BatchFailed) -> dict[str, Any] | None:

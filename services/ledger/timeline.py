@@ -1,7 +1,7 @@
 """A batch's audit timeline: one row per fact of its log, with who acted, on which attempt, model and engine."""
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
 from contracts.events.batch import (
@@ -13,7 +13,6 @@ from contracts.events.batch import (
     BatchCreated,
     BatchExpired,
     BatchFailed,
-    BatchFinalizing,
     BatchProgressed,
     BatchStarted,
     BatchValidated,
@@ -23,6 +22,7 @@ from contracts.events.batch import (
 )
 from contracts.events.envelope import Event
 from services.ledger.application import Ledger, persistence_env
+from services.runtime.foldrules import FoldRules
 
 COLUMNS = ("time", "sequence", "type", "actor", "attempt", "model", "engine", "counts", "note")
 
@@ -45,6 +45,19 @@ class Row:
         return asdict(self)
 
 
+@dataclass
+class _Story:
+    """What earlier facts of the batch tell the rows after them."""
+
+    model: str | None = None
+    engines: dict[int, str] = field(default_factory=dict)
+    """Attempt → `engine version`, from its start."""
+
+
+_describe = FoldRules[None]()
+"""How each fact fills in its row (and the story); facts without a rule show only the envelope's columns."""
+
+
 def timeline(facts: Sequence[tuple[int, Event]]) -> list[Row]:
     """Rows for a batch's facts in stream order; anomalies come from folding them into a scratch ledger."""
     scratch = Ledger(persistence_env(None))
@@ -55,51 +68,86 @@ def timeline(facts: Sequence[tuple[int, Event]]) -> list[Row]:
     finally:
         scratch.close()
     rows: list[Row] = []
-    model: str | None = None
-    engines: dict[int, str] = {}
+    story = _Story()
     for sequence, fact in facts:
         row = Row(time=datetime.fromtimestamp(fact.occurred_at / 1000, UTC).isoformat(timespec="milliseconds"),
                   sequence=sequence, type=fact.type, actor=None, attempt=getattr(fact, "attempt", None),
-                  model=model, engine=None, counts=None, note=None)
-        match fact:
-            case BatchCreated():
-                row.actor, row.note = fact.owner_key_id, f"input {fact.input_file_id}, {fact.endpoint}"
-            case LineRejected():
-                row.note = f"line {fact.line}: {fact.code}"
-            case BatchValidated():
-                model = row.model = fact.model
-                row.counts = f"total={fact.total_lines}" + (f" refused={fact.rejected_lines} errors={fact.error_count}"
-                                                            if fact.error_count else "")
-            case BatchValidationFailed():
-                row.counts = f"total={fact.total_lines} errors={fact.error_count}" + (
-                    f" refused={fact.rejected_lines}" if fact.rejected_lines is not None else "")
-            case BatchAssigned():
-                row.actor = fact.executor_id
-            case BatchStarted():
-                row.actor = fact.executor_id
-                engines[fact.attempt] = f"{fact.engine} {fact.engine_version}"
-            case BatchProgressed():
-                row.counts = f"completed={fact.completed} failed={fact.failed}"
-            case AttemptFailed():
-                row.actor, row.note = fact.executor_id, f"{fact.code}: {fact.reason}"
-            case BatchWaiting():
-                row.note = fact.reason
-            case BatchCancelRequested():
-                row.actor = fact.requested_by_key_id
-            case BatchCompleted() | BatchCancelled() | BatchExpired():
-                usage = fact.usage
-                row.counts = (f"completed={fact.completed} failed={fact.failed} tokens in={usage.input_tokens} "
-                              f"cached={usage.input_tokens_details.cached_tokens} out={usage.output_tokens}")
-            case BatchFailed():
-                row.note = f"{fact.code}: {fact.reason}"
-            case BatchFinalizing():
-                pass
+                  model=story.model, engine=None, counts=None, note=None)
+        rule = _describe.rule_for(type(fact))
+        if rule is not None:
+            rule(row, fact, story)
         if row.attempt is not None:
-            row.engine = engines.get(row.attempt)
+            row.engine = story.engines.get(row.attempt)
         if sequence in anomalies:
             row.note = f"ANOMALY: {anomalies[sequence]}"
         rows.append(row)
     return rows
+
+
+@_describe.on(BatchCreated)
+def _created(row: Row, fact: BatchCreated, story: _Story) -> None:
+    row.actor, row.note = fact.owner_key_id, f"input {fact.input_file_id}, {fact.endpoint}"
+
+
+@_describe.on(LineRejected)
+def _line_rejected(row: Row, fact: LineRejected, story: _Story) -> None:
+    row.note = f"line {fact.line}: {fact.code}"
+
+
+@_describe.on(BatchValidated)
+def _validated(row: Row, fact: BatchValidated, story: _Story) -> None:
+    story.model = row.model = fact.model
+    row.counts = f"total={fact.total_lines}" + (f" refused={fact.rejected_lines} errors={fact.error_count}"
+                                                if fact.error_count else "")
+
+
+@_describe.on(BatchValidationFailed)
+def _validation_failed(row: Row, fact: BatchValidationFailed, story: _Story) -> None:
+    row.counts = f"total={fact.total_lines} errors={fact.error_count}" + (
+        f" refused={fact.rejected_lines}" if fact.rejected_lines is not None else "")
+
+
+@_describe.on(BatchAssigned)
+def _assigned(row: Row, fact: BatchAssigned, story: _Story) -> None:
+    row.actor = fact.executor_id
+
+
+@_describe.on(BatchStarted)
+def _started(row: Row, fact: BatchStarted, story: _Story) -> None:
+    row.actor = fact.executor_id
+    story.engines[fact.attempt] = f"{fact.engine} {fact.engine_version}"
+
+
+@_describe.on(BatchProgressed)
+def _progressed(row: Row, fact: BatchProgressed, story: _Story) -> None:
+    row.counts = f"completed={fact.completed} failed={fact.failed}"
+
+
+@_describe.on(AttemptFailed)
+def _attempt_failed(row: Row, fact: AttemptFailed, story: _Story) -> None:
+    row.actor, row.note = fact.executor_id, f"{fact.code}: {fact.reason}"
+
+
+@_describe.on(BatchWaiting)
+def _waiting(row: Row, fact: BatchWaiting, story: _Story) -> None:
+    row.note = fact.reason
+
+
+@_describe.on(BatchCancelRequested)
+def _cancel_requested(row: Row, fact: BatchCancelRequested, story: _Story) -> None:
+    row.actor = fact.requested_by_key_id
+
+
+@_describe.on(BatchCompleted, BatchCancelled, BatchExpired)
+def _ended(row: Row, fact: BatchCompleted | BatchCancelled | BatchExpired, story: _Story) -> None:
+    usage = fact.usage
+    row.counts = (f"completed={fact.completed} failed={fact.failed} tokens in={usage.input_tokens} "
+                  f"cached={usage.input_tokens_details.cached_tokens} out={usage.output_tokens}")
+
+
+@_describe.on(BatchFailed)
+def _failed(row: Row, fact: BatchFailed, story: _Story) -> None:
+    row.note = f"{fact.code}: {fact.reason}"
 
 
 def render_table(rows: list[Row]) -> str:

@@ -20,11 +20,14 @@ from contracts.events.batch import (
 from contracts.events.executor import ExecutorAdvert, ExecutorLost, ExecutorRegistered
 from contracts.events.registry import AnyEvent
 from contracts.lifecycle import ENDING_FACTS
+from services.runtime.foldrules import FoldRules
 from services.scheduler.domain import HEARTBEAT_FRESH_MS
 
 Phase = Literal["validating", "validated", "ended"]
 UNSTARTED_LOSSES_FORGIVEN = 6
 """Attempts of a shard lost with their executor before they started that do not count against the limit."""
+_fleet_rules = FoldRules[None]()
+_plan_rules = FoldRules[None]()
 
 
 @dataclass
@@ -151,36 +154,108 @@ class Book:
         return heard
 
     def apply(self, event: AnyEvent) -> None:
-        if isinstance(event, ExecutorRegistered):
-            if event.worker_key_id is not None:
-                self.known_executors[event.aggregate_id] = max(event.advert.heartbeat_at,
-                                                               self.known_executors.get(event.aggregate_id, 0))
-                self.lost.pop(event.aggregate_id, None)
-                self.admitted.add(event.aggregate_id)
-                self.incarnations[event.aggregate_id] = max(event.started_at,
-                                                            self.incarnations.get(event.aggregate_id, 0))
-            return
-        if isinstance(event, ExecutorLost):
-            # Not if heard from since (it came back before this fact was read again).
-            if self.known_executors.get(event.aggregate_id, 0) <= event.last_heartbeat_at:
-                self.known_executors.pop(event.aggregate_id, None)
-                self.lost[event.aggregate_id] = max(event.last_heartbeat_at, self.lost.get(event.aggregate_id, 0))
-            return
-        if isinstance(event, BatchCreated):
-            self.plans.setdefault(event.aggregate_id, BatchPlan(
-                event.aggregate_id, event.owner_key_id, event.endpoint, event.input_object_key, event.expires_at,
-                created_at=event.created_at, output_expires_after_s=event.output_expires_after_s,
-                held=event.hold))
+        rule = _fleet_rules.rule_for(type(event))
+        if rule is not None:
+            rule(self, event)
             return
         plan = self.plans.get(event.aggregate_id)
         if plan is None or plan.phase == "ended":
             return
-        if isinstance(event, BatchValidated) and plan.phase == "validating":
+        rule = _plan_rules.rule_for(type(event))
+        if rule is not None:
+            rule(self, plan, event)
+
+    # Rules for the fleet and for new batches: they need no plan.
+
+    @_fleet_rules.on(ExecutorRegistered)
+    def _registered(self, event: ExecutorRegistered) -> None:
+        if event.worker_key_id is not None:
+            self.known_executors[event.aggregate_id] = max(event.advert.heartbeat_at,
+                                                           self.known_executors.get(event.aggregate_id, 0))
+            self.lost.pop(event.aggregate_id, None)
+            self.admitted.add(event.aggregate_id)
+            self.incarnations[event.aggregate_id] = max(event.started_at, self.incarnations.get(event.aggregate_id, 0))
+
+    @_fleet_rules.on(ExecutorLost)
+    def _lost(self, event: ExecutorLost) -> None:
+        # Not if heard from since (it came back before this fact was read again).
+        if self.known_executors.get(event.aggregate_id, 0) <= event.last_heartbeat_at:
+            self.known_executors.pop(event.aggregate_id, None)
+            self.lost[event.aggregate_id] = max(event.last_heartbeat_at, self.lost.get(event.aggregate_id, 0))
+
+    @_fleet_rules.on(BatchCreated)
+    def _created(self, event: BatchCreated) -> None:
+        self.plans.setdefault(event.aggregate_id, BatchPlan(
+            event.aggregate_id, event.owner_key_id, event.endpoint, event.input_object_key, event.expires_at,
+            created_at=event.created_at, output_expires_after_s=event.output_expires_after_s, held=event.hold))
+
+    # Rules for a batch's plan, while it has not ended; every other fact leaves the plan as it is.
+
+    @_plan_rules.on(*ENDING_FACTS)
+    def _ended(self, plan: BatchPlan, event: AnyEvent) -> None:
+        plan.phase = "ended"
+
+    @_plan_rules.on(BatchValidated)
+    def _validated(self, plan: BatchPlan, event: BatchValidated) -> None:
+        if plan.phase == "validating":
             self.validated_count += 1
             plan.validated_order = self.validated_count
-        _apply_to_plan(plan, event)
-        if isinstance(event, AttemptFailed):
-            self._note_unstarted_loss(plan, event)
+            plan.phase = "validated"
+        plan.model, plan.total_lines = event.model, event.total_lines
+        plan.rejections_object_key = event.rejections_object_key
+
+    @_plan_rules.on(BatchAssigned)
+    def _assigned(self, plan: BatchPlan, event: BatchAssigned) -> None:
+        if plan.layout is None:
+            plan.layout = event.layout
+        plan.attempt = max(plan.attempt, event.attempt)
+        plan.attempt_shard[event.attempt] = event.shard
+        plan.assignees.setdefault(event.attempt, event.executor_id)
+        run = plan.shard(event.shard)
+        run.tried_executors.add(event.executor_id)
+        if event.attempt >= run.attempt and event.attempt not in run.failed_attempts:
+            run.attempt, run.executor_id, run.running_since_ms = event.attempt, event.executor_id, event.occurred_at
+
+    @_plan_rules.on(BatchStarted)
+    def _started(self, plan: BatchPlan, event: BatchStarted) -> None:
+        run = plan.shard(plan.attempt_shard.get(event.attempt, 0))
+        run.started_at.setdefault(event.attempt, event.occurred_at)
+        if event.attempt == run.attempt and run.running:
+            run.executor_id = event.executor_id
+
+    @_plan_rules.on(AttemptFailed)
+    def _attempt_failed(self, plan: BatchPlan, event: AttemptFailed) -> None:
+        run = plan.shard(plan.attempt_shard.get(event.attempt, 0))
+        run.failed_attempts.add(event.attempt)
+        if event.attempt == run.attempt:
+            run.executor_id = None
+        self._note_unstarted_loss(plan, event)
+
+    @_plan_rules.on(BatchProgressed)
+    def _progressed(self, plan: BatchPlan, event: BatchProgressed) -> None:
+        plan.shard(plan.attempt_shard.get(event.attempt, event.shard)).progressed_attempts.add(event.attempt)
+
+    @_plan_rules.on(ShardFinished)
+    def _shard_finished(self, plan: BatchPlan, event: ShardFinished) -> None:
+        run = plan.shard(event.shard)
+        if event.attempt == run.attempt and event.attempt not in run.failed_attempts:
+            run.executor_id = None
+            run.finished = run.finished or not event.stopped
+
+    @_plan_rules.on(BatchCancelRequested)
+    def _cancel_requested(self, plan: BatchPlan, event: BatchCancelRequested) -> None:
+        if plan.cancel_requested_at_ms is None:
+            plan.cancel_requested_at_ms = event.occurred_at
+        if event.code == "authorization_revoked":
+            plan.cancel_code = event.code
+
+    @_plan_rules.on(BatchReleased)
+    def _released(self, plan: BatchPlan, event: BatchReleased) -> None:
+        plan.held = False
+
+    @_plan_rules.on(BatchWaiting)
+    def _waiting(self, plan: BatchPlan, event: BatchWaiting) -> None:
+        plan.waiting_reason = event.reason
 
     def _note_unstarted_loss(self, plan: BatchPlan, event: AttemptFailed) -> None:
         run = plan.shard(plan.attempt_shard.get(event.attempt, 0))
@@ -197,52 +272,3 @@ class Book:
                    if other.owner_key_id == plan.owner_key_id and other.phase == "validated"
                    and 0 < other.validated_order < plan.validated_order)
 
-
-def _apply_to_plan(plan: BatchPlan, event: AnyEvent) -> None:
-    if isinstance(event, ENDING_FACTS):
-        plan.phase = "ended"
-    elif isinstance(event, BatchValidated):
-        if plan.phase == "validating":
-            plan.phase = "validated"
-        plan.model, plan.total_lines = event.model, event.total_lines
-        plan.rejections_object_key = event.rejections_object_key
-    elif isinstance(event, BatchAssigned):
-        _assigned(plan, event)
-    elif isinstance(event, BatchStarted):
-        run = plan.shard(plan.attempt_shard.get(event.attempt, 0))
-        run.started_at.setdefault(event.attempt, event.occurred_at)
-        if event.attempt == run.attempt and run.running:
-            run.executor_id = event.executor_id
-    elif isinstance(event, AttemptFailed):
-        run = plan.shard(plan.attempt_shard.get(event.attempt, 0))
-        run.failed_attempts.add(event.attempt)
-        if event.attempt == run.attempt:
-            run.executor_id = None
-    elif isinstance(event, BatchProgressed):
-        plan.shard(plan.attempt_shard.get(event.attempt, event.shard)).progressed_attempts.add(event.attempt)
-    elif isinstance(event, ShardFinished):
-        run = plan.shard(event.shard)
-        if event.attempt == run.attempt and event.attempt not in run.failed_attempts:
-            run.executor_id = None
-            run.finished = run.finished or not event.stopped
-    elif isinstance(event, BatchCancelRequested):
-        if plan.cancel_requested_at_ms is None:
-            plan.cancel_requested_at_ms = event.occurred_at
-        if event.code == "authorization_revoked":
-            plan.cancel_code = event.code
-    elif isinstance(event, BatchReleased):
-        plan.held = False
-    elif isinstance(event, BatchWaiting):
-        plan.waiting_reason = event.reason
-
-
-def _assigned(plan: BatchPlan, event: BatchAssigned) -> None:
-    if plan.layout is None:
-        plan.layout = event.layout
-    plan.attempt = max(plan.attempt, event.attempt)
-    plan.attempt_shard[event.attempt] = event.shard
-    plan.assignees.setdefault(event.attempt, event.executor_id)
-    run = plan.shard(event.shard)
-    run.tried_executors.add(event.executor_id)
-    if event.attempt >= run.attempt and event.attempt not in run.failed_attempts:
-        run.attempt, run.executor_id, run.running_since_ms = event.attempt, event.executor_id, event.occurred_at
