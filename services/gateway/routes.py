@@ -27,6 +27,7 @@ from services.gateway.observe import metrics_view
 from services.gateway.openapi import AFTER, FILES_LIMIT, LIMIT, Answer, openapi_view, query, route
 from services.gateway.views import (
     anomalies,
+    asyncapi,
     batches,
     errors,
     events,
@@ -61,6 +62,8 @@ WORKER_KEYS = "/v1/provider/providers/{provider_id}/worker_keys"
 ROUTES = [
     route("GET", "/healthz", healthz, "healthz", "Liveness", access="public"),
     route("GET", "/metrics", metrics_view, "metrics", "Prometheus metrics", METRICS, access="public"),
+    route("GET", "/asyncapi.json", asyncapi.asyncapi_json, "asyncapi", "The event catalogue: every fact, its schema, "
+          "who emits and consumes it", Answer("AsyncAPI 3.0", "application/json", {"type": "object"}), access="public"),
     route("GET", "/v1/models", models.list_models, "listModels", "The catalogue", ListPage[Model]),
     route("GET", "/v1/models/aliases", models.list_aliases, "listModelAliases",
           "Aliases of the models the key may use", ListPage[ModelAlias]),
