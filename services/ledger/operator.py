@@ -10,10 +10,10 @@ from contracts.events.registry import decode_event
 from contracts.subjects import batch_events
 from services.ledger.application import Ledger
 from services.ledger.chain import first_break
-from services.ledger.logreader import fact_of, read_log
 from services.ledger.replay import diff_against_live, replay_into_scratch
 from services.ledger.settings import LedgerSettings
 from services.ledger.timeline import render_table, timeline
+from services.runtime import eventlog
 from services.runtime.bus import EventBus
 from services.runtime.readmodel import ReadModel
 
@@ -38,8 +38,7 @@ async def audit(settings: LedgerSettings, batch_id: str, as_json: bool, out: Tex
     """A batch's full timeline from the log, as a table or JSONL."""
     bus = await EventBus.connect(settings.connection.nats_url, "ledger-audit")
     try:
-        facts = [(m.metadata.sequence.stream, decode_event(m.data))
-                 async for m in read_log(bus, batch_events(batch_id))]
+        facts = [(fact.sequence, decode_event(fact.data)) async for fact in eventlog.read(bus, batch_events(batch_id))]
     finally:
         await bus.close()
     if not facts:
@@ -66,7 +65,7 @@ async def verify(settings: LedgerSettings, out: TextIO = sys.stdout) -> int:
         return 0
     bus = await EventBus.connect(settings.connection.nats_url, "ledger-verify")
     try:
-        log = [fact_of(message) async for message in read_log(bus, start_sequence=links[0].first_sequence)]
+        log = [fact async for fact in eventlog.read(bus, after=links[0].first_sequence - 1)]
     finally:
         await bus.close()
     checked, found = first_break(links, log)
@@ -84,12 +83,13 @@ async def export(settings: LedgerSettings, since: datetime | None, until: dateti
     """The events published in [since, until] as JSONL: sequence, subject, published time and the event."""
     bus = await EventBus.connect(settings.connection.nats_url, "ledger-export")
     try:
-        async for message in read_log(bus, start_time=since):
-            published = message.metadata.timestamp
-            if until is not None and published > until:
+        async for fact in eventlog.read(bus, since=since):
+            published = eventlog.published_at(fact)
+            if until is not None and published is not None and published > until:
                 break
-            print(json.dumps({"sequence": message.metadata.sequence.stream, "subject": message.subject,
-                              "published_at": published.isoformat(), "event": json.loads(message.data)}), file=out)
+            print(json.dumps({"sequence": fact.sequence, "subject": fact.subject,
+                              "published_at": published and published.isoformat(), "event": json.loads(fact.data)}),
+                  file=out)
     finally:
         await bus.close()
     return 0

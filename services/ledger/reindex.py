@@ -13,8 +13,8 @@ from contracts.subjects import BATCH_CREATED, EVENTS_STREAM, FILE_STORED, KEY_CR
 from services.ledger.application import Ledger
 from services.ledger.chain import Fact
 from services.ledger.handlers import Sink
-from services.ledger.logreader import fact_of, read_log
 from services.ledger.projection import Projection, project
+from services.runtime import eventlog
 from services.runtime.bus import EventBus
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ async def index_owners(bus: EventBus, ledger: Ledger, sink: Sink, checkpoint: in
     if checkpoint:
         log.info("indexing the owners of files and batches folded up to sequence %d", checkpoint)
         for subject in CREATING_SUBJECTS:
-            facts = [fact_of(message) async for message in read_log(bus, subject)]
+            facts = [fact async for fact in eventlog.read(bus, subject)]
             facts = [fact for fact in facts if fact.sequence <= checkpoint]
             for start in range(0, len(facts), GROUP):
                 group = facts[start:start + GROUP]

@@ -22,8 +22,8 @@ from contracts.events.batch import (
 from contracts.events.envelope import Event
 from services.ledger.application import Ledger, persistence_env
 from services.ledger.chain import first_break
-from services.ledger.logreader import fact_of, read_log
 from services.ledger.replay import diff_against_live
+from services.runtime import eventlog
 from services.runtime.bus import EventBus
 from services.runtime.readmodel import ReadModel
 from tests.conftest import RunningNats
@@ -87,7 +87,7 @@ async def test_a_ledger_killed_mid_fold_restarts_to_the_same_state_as_a_clean_re
         read_model = await ReadModel.open(bus)
         assert await diff_against_live(bus, read_model) == [], f"seed {seed}"
         batches = await read_model.list_batches()
-    log = [fact_of(message) async for message in read_log(bus)]
+    log = [fact async for fact in eventlog.read(bus)]
     await bus.close()
 
     assert len(batches) == BATCHES and {b.batch.status for b in batches} == {"completed"}

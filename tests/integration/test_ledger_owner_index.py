@@ -12,10 +12,10 @@ from contracts.events.key import KeyCreated, UserCreated
 from contracts.ids import key_id_for_hash
 from contracts.subjects import READ_MODEL_BUCKET
 from services.ledger.application import Ledger, persistence_env
-from services.ledger.logreader import fact_of, read_log
 from services.ledger.projection import KeyProjection, project, projection_key
 from services.ledger.replay import diff_against_live
 from services.ledger.rules import FoldingRules
+from services.runtime import eventlog
 from services.runtime.bus import EventBus
 from services.runtime.readmodel import ReadModel
 from tests.conftest import RunningNats
@@ -109,7 +109,7 @@ async def test_a_ledger_that_folded_before_ownership_by_user_indexes_its_owners_
         with monkeypatch.context() as older:  # as the ledger did before keys' users were remembered
             older.setattr(FoldingRules, "_note_key_owner", lambda *args: None)
             ledger = Ledger(persistence_env(db_path))
-            facts = [fact_of(message) async for message in read_log(bus)]
+            facts = [fact async for fact in eventlog.read(bus)]
             for projection in (project(a, ledger.user_of_key) for a in ledger.fold_facts(facts)):
                 if projection is not None and not isinstance(projection, KeyProjection):
                     await read_model.kv.put(projection_key(projection), projection.model_dump_json().encode())

@@ -11,8 +11,8 @@ from pathlib import Path
 from contracts.subjects import EVENTS_STREAM
 from infra.embedded import free_port, start_nats, stop_process
 from services.ledger import operator
-from services.ledger.logreader import read_log
 from services.ledger.settings import LedgerSettings
+from services.runtime import eventlog
 from services.runtime.bus import EventBus
 from services.runtime.readmodel import ReadModel
 from tests.conftest import RunningNats
@@ -130,7 +130,7 @@ async def test_verify_fails_where_an_event_was_edited_in_a_copy_of_the_stream(
 ) -> None:
     out = io.StringIO()
     async with copy_of_the_stream(fresh_nats, tmp_path) as (bus, settings):
-        messages = [(m.subject, m.data) async for m in read_log(bus)]
+        messages = [(fact.subject, fact.data) async for fact in eventlog.read(bus)]
         await bus.js.delete_stream(EVENTS_STREAM)
         await bus.ensure_streams()
         for sequence, (subject, data) in enumerate(messages, start=1):

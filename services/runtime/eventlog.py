@@ -1,0 +1,88 @@
+"""The one way to read EVENTS (or a filter of it) in stream order: `read` to the head, or `follow` it live.
+
+One rule for "caught up": the stream's last sequence, asked once when a read begins; a read ends there (facts
+published after it are the next read's). `read` uses batched direct gets, so it leaves no consumer behind and
+no quiet spell can cut it short; `follow` is the gap-detecting pull reader (follower.py), restarted on any gap.
+"""
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator
+from datetime import datetime
+
+import nats.errors
+import nats.js.errors
+import orjson
+
+from contracts.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
+from services.runtime.bus import EventBus
+from services.runtime.follower import RESTART_DELAY_S, Fact, OrderedReader, ReaderInterrupted
+from services.runtime.kv import read_page
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Fact", "follow", "head", "published_at", "read"]
+
+PAGE = 1000
+PAGE_BYTES = 8 << 20
+PUBLISHED_AT = "Nats-Time-Stamp"
+"""The header a direct get puts on each message: when the stream stored it (RFC 3339)."""
+START_TIMEOUT_S = 10.0
+
+
+async def head(bus: EventBus) -> int:
+    """The stream's last sequence now: a read begun now ends there."""
+    return (await bus.js.stream_info(EVENTS_STREAM)).state.last_seq
+
+
+async def read(bus: EventBus, subject: str = EVENTS_SUBJECTS, after: int = 0,
+               since: datetime | None = None) -> AsyncIterator[Fact]:
+    """Every fact on `subject` with a sequence above `after` (or published at `since` or later), in stream order,
+    up to the head as it was when reading began."""
+    last = await head(bus)
+    if since is not None:
+        after = max(after, await _sequence_before(bus, subject, since))
+    while after < last:
+        page, more = await read_page(bus.js, EVENTS_STREAM, subject, after, PAGE, PAGE_BYTES)
+        for message in page:
+            if message.seq > last:
+                return
+            yield Fact(message.seq, message.subject, message.data, message.headers)
+        if not page or not more:
+            return
+        after = page[-1].seq
+
+
+async def follow(bus: EventBus, subject: str = EVENTS_SUBJECTS, after: int = 0,
+                 batch: int = 1000) -> AsyncGenerator[list[Fact], None]:
+    """The facts on `subject` after `after`, then each as it is published, in groups as they arrive; forever."""
+    reader = OrderedReader(bus, after, batch, subject)
+    try:
+        while True:
+            try:
+                facts = await reader.next_facts()
+            except (ReaderInterrupted, nats.errors.Error, nats.js.errors.Error, OSError) as error:
+                log.warning("event reader restarts after sequence %d: %r", reader.read_through, error)
+                await reader.close()
+                await asyncio.sleep(RESTART_DELAY_S)
+                continue
+            if facts:
+                yield facts
+    finally:
+        await reader.close()
+
+
+def published_at(fact: Fact) -> datetime | None:
+    """When the stream stored `fact` (known for facts from `read`)."""
+    stamp = (fact.headers or {}).get(PUBLISHED_AT)
+    return datetime.fromisoformat(stamp) if stamp else None
+
+
+async def _sequence_before(bus: EventBus, subject: str, since: datetime) -> int:
+    """The sequence just before the first fact on `subject` stored at `since` or later (the head: none is)."""
+    request = orjson.dumps({"start_time": since.isoformat(), "next_by_subj": subject})
+    reply = await bus.nc.request(f"{bus.js._prefix}.DIRECT.GET.{EVENTS_STREAM}", request, timeout=START_TIMEOUT_S)
+    headers = reply.headers or {}
+    if "Nats-Sequence" not in headers:
+        return await head(bus)  # 404: nothing stored since then
+    return int(headers["Nats-Sequence"]) - 1
