@@ -12,7 +12,6 @@ Usage: .venv/bin/python bench/chaos.py [--batches 3] [--lines 16] [--kills 6] [-
 """
 
 import argparse
-import json
 import os
 import random
 import signal
@@ -31,13 +30,13 @@ import openai
 from openai import OpenAI
 from openai.types import Batch
 
+from contracts.lifecycle import TERMINAL
 from infra.embedded import free_port
 from tests.e2e.conftest import ADMIN_KEY, RunningStack, start_stack, stop_stack
-from tests.e2e.test_batch_lifecycle import long_lines, upload
 from tests.e2e.test_fleet import CHAT, new_worker_key, start_executor
+from tests.factories import custom_ids_seen, long_lines, lost_and_duplicated, upload
 
 VICTIMS = ("executor", "scheduler", "ledger", "validator", "gateway", "nats")
-TERMINAL = {"completed", "failed", "expired", "cancelled"}
 BATCHES_AFTER_PAUSE = 1
 
 
@@ -71,13 +70,9 @@ def settle(client: OpenAI, submitted: dict[str, list[str]], more_coming: Callabl
         time.sleep(0.5)
     lost = duplicated = 0
     for batch_id, ids in list(submitted.items()):
-        seen: Counter[str] = Counter()
         ended = finished.get(batch_id)
-        for file_id in (ended.output_file_id, ended.error_file_id) if ended else ():
-            if file_id:
-                seen.update(json.loads(line)["custom_id"] for line in client.files.content(file_id).text.splitlines())
-        lost += sum(1 for custom_id in ids if seen[custom_id] == 0)
-        duplicated += sum(count - 1 for count in seen.values() if count > 1)
+        missing, extra = lost_and_duplicated(ids, custom_ids_seen(client, ended) if ended else Counter())
+        lost, duplicated = lost + missing, duplicated + extra
     incomplete = sum(1 for b in submitted if b not in finished or finished[b].status != "completed")
     return lost, duplicated, incomplete
 

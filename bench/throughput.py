@@ -6,7 +6,6 @@ generates exactly max_tokens; the direct run is the baseline the stack is compar
 """
 
 import argparse
-import io
 import json
 import os
 import statistics
@@ -19,12 +18,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import xllamacpp
-from openai import AuthenticationError, OpenAI
-from openai.types import Batch, FileObject
+from openai import OpenAI
 
 from infra.embedded import free_port
 from services.runtime.catalogue import load_catalogue, resolve_artifact
 from tests.e2e.conftest import ADMIN_KEY, start_stack, stop_stack
+from tests.factories import Line, run_batch, upload, upload_when_key_known
 
 MODEL = "smollm2-135m-instruct-q4_1"
 PROMPTS = ["Write a short poem about the sea.", "Explain what a batch API is.", "List three fruits.",
@@ -71,14 +70,12 @@ def _run_stack(requests: list[dict[str, object]]) -> tuple[float, int]:
         stack = start_stack(Path(tmp) / "data", free_port())
         try:
             client = stack.client(ADMIN_KEY)
-            lines = "".join(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions",
-                                        "body": body}) + "\n" for i, body in enumerate(requests))
-            upload = io.BytesIO(lines.encode())
-            upload.name = "bench.jsonl"
-            file = upload_when_key_known(client, upload)
+            lines: list[Line] = [{"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions", "body": body}
+                     for i, body in enumerate(requests)]
+            file_id = upload_when_key_known(client, lines, "bench.jsonl")
             warm_up(client, requests[0])  # services finish starting (tokenizer, model, registration) untimed
             started = time.perf_counter()
-            batch = run_batch(client, file.id)
+            batch = run_batch(client, file_id)
             elapsed = time.perf_counter() - started
             if batch.status != "completed" or batch.output_file_id is None:
                 raise RuntimeError(f"batch ended {batch.status}: {batch.model_dump()}")
@@ -89,31 +86,10 @@ def _run_stack(requests: list[dict[str, object]]) -> tuple[float, int]:
             stop_stack(stack)
 
 
-def run_batch(client: OpenAI, file_id: str) -> Batch:
-    batch = client.batches.create(input_file_id=file_id, endpoint="/v1/chat/completions", completion_window="24h")
-    while batch.status not in ("completed", "failed", "expired", "cancelled"):
-        time.sleep(0.1)
-        batch = client.batches.retrieve(batch.id)
-    return batch
-
-
 def warm_up(client: OpenAI, body: dict[str, object]) -> None:
-    line = json.dumps({"custom_id": "warm-up", "method": "POST", "url": "/v1/chat/completions",
-                       "body": {**body, "max_tokens": 1}}) + "\n"
-    upload = io.BytesIO(line.encode())
-    upload.name = "warm-up.jsonl"
-    run_batch(client, client.files.create(file=upload, purpose="batch").id)
-
-
-def upload_when_key_known(client: OpenAI, upload: io.BytesIO) -> FileObject:
-    """A fresh stack's gateway can answer before the ledger has folded the admin key: retry a 401 briefly."""
-    for _ in range(100):
-        try:
-            return client.files.create(file=upload, purpose="batch")
-        except AuthenticationError:
-            time.sleep(0.1)
-            upload.seek(0)
-    return client.files.create(file=upload, purpose="batch")
+    line: Line = {"custom_id": "warm-up", "method": "POST", "url": "/v1/chat/completions",
+                  "body": {**body, "max_tokens": 1}}
+    run_batch(client, upload(client, [line], "warm-up.jsonl"))
 
 
 def main() -> None:

@@ -13,19 +13,18 @@ import aiohttp
 import nats
 import psutil
 
+from contracts.lifecycle import TERMINAL
 from contracts.subjects import EVENTS_STREAM, EXECUTORS_BUCKET, READ_MODEL_BUCKET, WORK_STREAM
 from infra.nats_auth import NatsAuth
 from tests.e2e.conftest import ADMIN_KEY, RunningStack
+from tests.factories import chat_line, jsonl, lost_and_duplicated
 
 STREAMS = (EVENTS_STREAM, WORK_STREAM, f"KV_{READ_MODEL_BUCKET}", f"KV_{EXECUTORS_BUCKET}")
 SERVICES = ("gateway", "validator", "scheduler", "ledger", "executor", "nats", "s3")
 
 
 def chat_lines(tag: str, count: int, max_tokens: int = 4) -> bytes:
-    return b"".join(json.dumps({"custom_id": f"{tag}-{i}", "method": "POST", "url": "/v1/chat/completions",
-                                "body": {"model": "smollm2", "max_tokens": max_tokens,
-                                         "messages": [{"role": "user", "content": f"Say {i}."}]}}).encode() + b"\n"
-                    for i in range(count))
+    return jsonl(chat_line(f"{tag}-{i}", f"Say {i}.", max_tokens=max_tokens) for i in range(count)).getvalue()
 
 
 @dataclass
@@ -127,7 +126,7 @@ class Load:
             code, batch = await self.call("GET", f"/v1/batches/{batch_id}")
             if code == 200 and isinstance(batch, dict):
                 status = batch["status"]
-                if status in ("completed", "failed", "expired", "cancelled"):
+                if status in TERMINAL:
                     break
             await asyncio.sleep(0.5)
         return status
@@ -137,8 +136,7 @@ class Load:
         lost = duplicated = open_ = 0
         for batch_id, ids in self.batches.items():
             status, batch = await self.call("GET", f"/v1/batches/{batch_id}")
-            if status != 200 or not isinstance(batch, dict) or batch["status"] not in (
-                    "completed", "failed", "expired", "cancelled"):
+            if status != 200 or not isinstance(batch, dict) or batch["status"] not in TERMINAL:
                 open_ += 1
                 continue
             seen: Counter[str] = Counter()
@@ -148,8 +146,8 @@ class Load:
                                                 headers=self.headers) as response:
                         for line in (await response.read()).splitlines():
                             seen[json.loads(line)["custom_id"]] += 1
-            lost += sum(1 for custom_id in ids if seen[custom_id] == 0)
-            duplicated += sum(count - 1 for count in seen.values() if count > 1)
+            missing, extra = lost_and_duplicated(ids, seen)
+            lost, duplicated = lost + missing, duplicated + extra
         return lost, duplicated, open_
 
 

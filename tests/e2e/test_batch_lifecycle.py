@@ -1,6 +1,5 @@
 """Partial batches, cancel and expiry through every service, with every input line accounted for once."""
 
-import io
 import json
 import time
 from collections.abc import Sequence
@@ -11,15 +10,9 @@ from openai import OpenAI
 from openai.types import Batch
 
 from tests.e2e.conftest import RunningStack
-from tests.e2e.test_openai_sdk_loop import chat_line, wait_until_done
+from tests.factories import chat_line, long_lines, upload, wait_until_done
 
 pytestmark = pytest.mark.e2e
-
-
-def upload(client: OpenAI, lines: list[bytes]) -> str:
-    buffer = io.BytesIO(b"\n".join(lines) + b"\n")
-    buffer.name = "input.jsonl"
-    return client.files.create(file=buffer, purpose="batch").id
 
 
 def accounted(client: OpenAI, batch: Batch, custom_ids: Sequence[str | None]) -> tuple[list[dict], list[dict]]:
@@ -68,15 +61,6 @@ def test_lines_no_stage_could_run_are_refused_at_validation_and_a_repeated_custo
     assert [line["custom_id"] for line in output] == ["A", "B", "C"]
     assert [(line["custom_id"], line["error"]["code"]) for line in errors] == [
         ("A", "duplicate_custom_id"), ("image", "multimodal_unavailable"), ("deep", "nesting_too_deep")]
-
-
-def long_lines(ids: list[str]) -> list[bytes]:
-    lines = []
-    for custom_id in ids:
-        line = chat_line(custom_id, "Write a long story about a dragon.")
-        line["body"] = {**line["body"], "max_tokens": 64}  # type: ignore[dict-item]
-        lines.append(json.dumps(line).encode())
-    return lines
 
 
 def test_cancelling_a_running_batch_keeps_what_ran_and_files_the_rest_as_batch_cancelled(

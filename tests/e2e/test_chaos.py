@@ -12,8 +12,8 @@ from openai import OpenAI
 
 from infra.embedded import free_port
 from tests.e2e.conftest import RunningStack, start_stack, stop_stack
-from tests.e2e.test_batch_lifecycle import accounted, long_lines, upload
-from tests.e2e.test_openai_sdk_loop import wait_until_done
+from tests.e2e.test_batch_lifecycle import accounted
+from tests.factories import long_lines, upload, wait_until_done
 
 pytestmark = pytest.mark.e2e
 

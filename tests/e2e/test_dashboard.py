@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.e2e.conftest import ADMIN_KEY, RunningStack
-from tests.e2e.test_openai_sdk_loop import chat_line
+from tests.factories import chat_line
 
 CHROMIUM = "/usr/bin/chromium"
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not Path(CHROMIUM).exists(),

@@ -15,8 +15,8 @@ import pytest
 
 from infra.embedded import free_port
 from tests.e2e.conftest import ADMIN_KEY, RunningStack, start_stack, stop_stack
-from tests.e2e.test_batch_lifecycle import accounted, upload
-from tests.e2e.test_openai_sdk_loop import wait_until_done
+from tests.e2e.test_batch_lifecycle import accounted
+from tests.factories import upload, wait_until_done
 
 pytestmark = pytest.mark.e2e
 

@@ -7,40 +7,11 @@ import time
 import httpx2
 import openai
 import pytest
-from openai import OpenAI
-from openai.types import Batch
 
 from tests.e2e.conftest import RunningStack
+from tests.factories import chat_line, jsonl, wait_until_done
 
 pytestmark = pytest.mark.e2e
-
-TERMINAL = {"completed", "failed", "expired", "cancelled"}
-
-
-def chat_line(custom_id: str, prompt: str, model: str = "smollm2") -> dict[str, object]:
-    return {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions",
-            "body": {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": 12,
-                     "seed": 7}}
-
-
-def jsonl(lines: list[dict[str, object]]) -> io.BytesIO:
-    buffer = io.BytesIO("".join(json.dumps(line) + "\n" for line in lines).encode())
-    buffer.name = "requests.jsonl"
-    return buffer
-
-
-def wait_until_done(client: OpenAI, batch_id: str, timeout_s: float = 240) -> tuple[Batch, list[str]]:
-    seen: list[str] = []
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        batch = client.batches.retrieve(batch_id)
-        if not seen or seen[-1] != batch.status:
-            seen.append(batch.status)
-        if batch.status in TERMINAL:
-            return batch, seen
-        time.sleep(0.2)
-    raise TimeoutError(f"batch {batch_id} still {seen[-1]} after {timeout_s}s")
-
 
 def test_models_list_shows_the_default_catalogue_model(stack: RunningStack) -> None:
     ids = [model.id for model in stack.client().models.list()]

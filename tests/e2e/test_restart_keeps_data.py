@@ -6,7 +6,7 @@ import pytest
 
 from infra.embedded import free_port
 from tests.e2e.conftest import start_stack, stop_stack
-from tests.e2e.test_openai_sdk_loop import chat_line, jsonl, wait_until_done
+from tests.factories import chat_line, jsonl, wait_until_done
 
 pytestmark = pytest.mark.e2e
 

@@ -8,7 +8,7 @@ import openai
 import pytest
 
 from tests.e2e.conftest import ADMIN_KEY, E2E_UPLOAD_LIMIT, RunningStack
-from tests.e2e.test_openai_sdk_loop import chat_line, wait_until_done
+from tests.factories import chat_line, wait_until_done
 
 pytestmark = pytest.mark.e2e
 AUTH = {"Authorization": f"Bearer {ADMIN_KEY}"}

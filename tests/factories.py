@@ -1,0 +1,87 @@
+"""A batch's life as the e2e tests and the benches tell it alike, through the OpenAI SDK: request lines, a JSONL
+upload, a batch waited to its end, and every input line counted in its output and error files."""
+
+import io
+import json
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from openai import AuthenticationError, OpenAI
+from openai.types import Batch
+
+from contracts.lifecycle import TERMINAL
+
+Line = dict[str, object]
+
+
+def chat_line(custom_id: str, prompt: str, model: str = "smollm2", max_tokens: int = 12, **body: object) -> Line:
+    """One `/v1/chat/completions` request line; `body` adds or overrides request fields (seed 7 by default)."""
+    return {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions",
+            "body": {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+                     "seed": 7, **body}}
+
+
+def long_lines(ids: Sequence[str]) -> list[bytes]:
+    """Lines that each take a while to run (64 tokens of a story): a batch that is still running when poked."""
+    return [json.dumps(chat_line(custom_id, "Write a long story about a dragon.", max_tokens=64)).encode()
+            for custom_id in ids]
+
+
+def jsonl(lines: Iterable[Line | bytes], name: str = "requests.jsonl") -> io.BytesIO:
+    """An upload: each line as given (bytes, e.g. a broken one) or as JSON, one per line."""
+    raw = b"".join((line if isinstance(line, bytes) else json.dumps(line).encode()) + b"\n" for line in lines)
+    buffer = io.BytesIO(raw)
+    buffer.name = name
+    return buffer
+
+
+def upload(client: OpenAI, lines: Iterable[Line | bytes], name: str = "input.jsonl") -> str:
+    return client.files.create(file=jsonl(lines, name), purpose="batch").id
+
+
+def upload_when_key_known(client: OpenAI, lines: Iterable[Line | bytes], name: str = "input.jsonl") -> str:
+    """A fresh stack's gateway can answer before the ledger has folded the admin key: retry a 401 briefly."""
+    buffer = jsonl(lines, name)
+    for _ in range(100):
+        try:
+            return client.files.create(file=buffer, purpose="batch").id
+        except AuthenticationError:
+            time.sleep(0.1)
+            buffer.seek(0)
+    return client.files.create(file=buffer, purpose="batch").id
+
+
+def wait_until_done(client: OpenAI, batch_id: str, timeout_s: float = 240, poll_s: float = 0.2,
+                    ) -> tuple[Batch, list[str]]:
+    """The batch once it has ended, and every status seen on the way there."""
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        batch = client.batches.retrieve(batch_id)
+        if not seen or seen[-1] != batch.status:
+            seen.append(batch.status)
+        if batch.status in TERMINAL:
+            return batch, seen
+        time.sleep(poll_s)
+    raise TimeoutError(f"batch {batch_id} still {seen[-1]} after {timeout_s}s")
+
+
+def run_batch(client: OpenAI, file_id: str, timeout_s: float = 900, poll_s: float = 0.1) -> Batch:
+    """A chat batch of the file, created and waited to its end."""
+    batch = client.batches.create(input_file_id=file_id, endpoint="/v1/chat/completions", completion_window="24h")
+    return wait_until_done(client, batch.id, timeout_s, poll_s)[0]
+
+
+def custom_ids_seen(client: OpenAI, batch: Batch) -> Counter[str]:
+    """How many times each custom_id appears across the batch's output and error files."""
+    seen: Counter[str] = Counter()
+    for file_id in (batch.output_file_id, batch.error_file_id):
+        if file_id:
+            seen.update(str(json.loads(line)["custom_id"]) for line in client.files.content(file_id).text.splitlines())
+    return seen
+
+
+def lost_and_duplicated(ids: Iterable[str], seen: Counter[str]) -> tuple[int, int]:
+    """(input lines that appear in no file, extra copies of lines that appear more than once)."""
+    return sum(1 for custom_id in ids if seen[custom_id] == 0), sum(n - 1 for n in seen.values() if n > 1)
