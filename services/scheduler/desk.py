@@ -29,6 +29,7 @@ from contracts.subjects import EVENTS_STREAM, attempt_failures, batch_events, ev
 from services.runtime.bus import EventBus, Fence, FenceMoved
 from services.runtime.facts import last_fact
 from services.runtime.kv import ScanFailed, read_page
+from services.runtime.telemetry import attached, extract_context
 from services.scheduler.book import Book
 from services.scheduler.entitlements import may_read, may_state, superseded
 
@@ -94,7 +95,8 @@ class FactDesk:
         except ValidationError as error:
             receipt = FactReceipt(status="refused", reason=f"Malformed submission: {error.errors()[0]['msg']}")
         else:
-            receipt = await self.submit(executor_id, submission)
+            with attached(extract_context(message.headers)):  # the fact continues the executor's trace
+                receipt = await self.submit(executor_id, submission)
         await _answer(message, receipt)
 
     async def on_read(self, message: Msg) -> None:

@@ -21,6 +21,9 @@ async def _soak(stack: RunningStack) -> None:
         batch_id = await load.create_batch("soak-ci", 2)
         assert batch_id is not None
         assert await load.until_ended(batch_id) == "completed"  # warmed up: every service made its consumers
+        # ... and its pools: 16 uploads at once open up to 16 object-store connections, kept for reuse (bounded by
+        # the upload slots), which are not what this test looks for.
+        assert all(await asyncio.gather(*(load.upload(chat_lines(f"warm-{i}", 20)) for i in range(16))))
         before = await sample(stack)
 
         # 10 dashboard tabs: 2,000 list calls in all (each round lists batches and files: 2 calls, and 2 more views)

@@ -83,9 +83,15 @@ def test_under_load_no_request_sent_after_the_revoke_returned_is_served(secure_s
 
 
 def test_an_event_stream_opened_before_the_revoke_ends_within_seconds_of_it(secure_stack: RunningStack) -> None:
-    """A stream admitted before the revoke does not ride on it: it ends with an `authentication_error` frame."""
+    """A stream admitted before the revoke does not ride on it: it ends with an `authentication_error` frame. The
+    batch is made with another key of the same user, so the revoke does not end it (and the stream with it)."""
     key_id, key = user_key(secure_stack)
-    client = secure_stack.client(key["Authorization"].removeprefix("Bearer "))
+    user_id = httpx2.get(f"{secure_stack.base_url}/organization/keys", headers=ADMIN, timeout=30).json()
+    owner = next(k["user_id"] for k in user_id["data"] if k["id"] == key_id)
+    other = httpx2.post(f"{secure_stack.base_url}/organization/keys", json={"user_id": owner}, headers=ADMIN,
+                        timeout=30)
+    assert other.status_code == 200, other.text
+    client = secure_stack.client(other.json()["value"])
     line = {"custom_id": "held-1", "method": "POST", "url": "/v1/chat/completions",
             "body": {"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "hi"}]}}
     uploaded = client.files.create(file=("held.jsonl", json.dumps(line).encode()), purpose="batch")
@@ -102,3 +108,4 @@ def test_an_event_stream_opened_before_the_revoke_ends_within_seconds_of_it(secu
         ended_after = time.monotonic() - revoked_at
     assert ended_after < 10, f"the stream outlived the revoke by {ended_after:.1f}s"
     assert "event: error" in rest and any("authentication_error" in line for line in rest), rest
+    assert client.batches.retrieve(held.id).status in ("validating", "validated"), "the other key's batch goes on"

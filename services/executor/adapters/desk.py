@@ -19,6 +19,7 @@ from contracts.events.registry import AnyEvent, decode_event
 from contracts.fact_desk import FactReceipt, FactSubmission, FenceCondition, LogPage, LogRead
 from contracts.subjects import fact_submissions, log_reads
 from services.runtime.bus import EventBus, Fence, FenceMoved
+from services.runtime.telemetry import inject_headers
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,9 @@ class FactDesk:
         deadline = time.monotonic() + self.wait_s
         while True:
             try:
-                reply = await self.nc.request(subject, payload.encode(), timeout=ANSWER_TIMEOUT_S)
+                # The fact joins the trace the executor is in: the desk publishes it under this context.
+                reply = await self.nc.request(subject, payload.encode(), timeout=ANSWER_TIMEOUT_S,
+                                              headers=inject_headers({}))
             except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
                 why = "no scheduler answers"
             else:
