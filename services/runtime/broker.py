@@ -15,6 +15,8 @@ from nats.aio.client import Client
 from services.runtime.bus import Credentials, EventBus
 from services.runtime.nats_client import ReadmittingClient
 
+log = logging.getLogger(__name__)
+
 GRACEFUL_STOP_S = 5.0
 """On stop, a handler still running gets this long to finish (and ack) before it is cancelled and redelivered."""
 
@@ -35,9 +37,9 @@ def service_broker(url: str, name: str, credentials: Credentials | None = None) 
     if credentials is not None:
         options |= {"security": SASLPlaintext(username=credentials.user, password=credentials.password),
                     "inbox_prefix": credentials.inbox_prefix.encode()}
-    # faststream logs every message it takes at INFO: that is debugging detail here, not an operator's log.
-    return ServiceBroker(url, name=name, max_reconnect_attempts=-1,
-                         graceful_timeout=GRACEFUL_STOP_S, log_level=logging.DEBUG, **options)
+    # faststream's lines go through our logging (one format per service); each message it takes is DEBUG detail.
+    return ServiceBroker(url, name=name, max_reconnect_attempts=-1, graceful_timeout=GRACEFUL_STOP_S,
+                         logger=log, log_level=logging.DEBUG, **options)
 
 
 async def open_bus(broker: NatsBroker, name: str) -> EventBus:
