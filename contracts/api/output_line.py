@@ -12,6 +12,8 @@ class OutputResponse(BaseModel):
 
 class OutputError(BaseModel):
     code: str
+    """A validation code, the code of a line never run (`batch_cancelled`, `batch_expired`, …) or the engine's
+    own: a `str`, as engines name their errors themselves."""
     message: str
 
 

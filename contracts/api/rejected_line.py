@@ -8,5 +8,6 @@ class RejectedLine(BaseModel):
     """1-based line of the input file."""
     custom_id: str | None
     code: str
+    """A validation code (see `LineRejected.code`)."""
     param: str | None = None
     message: str
