@@ -10,19 +10,19 @@ from contracts.api.batch import Batch
 from contracts.api.error_codes import BatchErrorSummary, ErrorGroup, help_for
 from contracts.events.batch import LineRejected
 from contracts.events.registry import decode_event
-from contracts.subjects import EVENTS_STREAM, event_subject
+from contracts.subjects import event_subject
 from services.gateway.context import deps
 from services.gateway.views.batches import owned_batch
+from services.runtime import eventlog
 from services.runtime.bus import EventBus
-from services.runtime.kv import read_subject
 
 LINES_PER_GROUP = 5
 
 
 async def rejected_lines(bus: EventBus, batch_id: str) -> list[LineRejected]:
-    """Every `line_rejected` fact of the batch, read to the log's end without a consumer."""
-    messages = await read_subject(bus.js, EVENTS_STREAM, event_subject("batch", batch_id, LineRejected.name))
-    return [event for event in (decode_event(m.data) for m in messages) if isinstance(event, LineRejected)]
+    """Every `line_rejected` fact of the batch, read to the log's head without a consumer."""
+    facts = eventlog.read(bus, event_subject("batch", batch_id, LineRejected.name))
+    return [event for event in [decode_event(fact.data) async for fact in facts] if isinstance(event, LineRejected)]
 
 
 def summarise(batch: Batch, rejected: list[LineRejected]) -> BatchErrorSummary:
