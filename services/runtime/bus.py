@@ -11,6 +11,7 @@ from typing import Any, Protocol, Self
 import nats
 import nats.errors
 import nats.js.errors
+import orjson
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -298,7 +299,15 @@ def _batch_of(message: Msg) -> str:
     fact = parse_event_subject(message.subject)
     if fact is not None:
         return fact.aggregate_id if fact.kind == "batch" else ""
-    return (message.headers or {}).get(BATCH_HEADER, "")
+    named = (message.headers or {}).get(BATCH_HEADER)
+    if named is not None:
+        return named
+    # A command sent before commands carried the header (still queued across an upgrade): its own field.
+    try:
+        decoded = orjson.loads(message.data)
+    except orjson.JSONDecodeError:
+        return ""
+    return str(decoded.get("batch_id", "")) if isinstance(decoded, dict) else ""
 
 
 async def _keep_in_progress(message: Msg, every_s: float) -> None:
