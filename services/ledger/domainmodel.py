@@ -5,6 +5,7 @@ Every fact is applied once (its stream sequence is remembered); a fact that does
 
 import logging
 from collections.abc import Collection
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 from uuid import NAMESPACE_URL, UUID, uuid5
 
@@ -23,6 +24,7 @@ TOPIC_MODULE = "services.ledger.domainmodel"
 _ID_NAMESPACE = uuid5(NAMESPACE_URL, "https://sheshnag.dev/ledger")
 
 
+@lru_cache(maxsize=1 << 16)  # a fold names the same few aggregates fact after fact; uuid5 is a SHA-1 each time
 def aggregate_id(kind: str, ident: str) -> UUID:
     return uuid5(_ID_NAMESPACE, f"{kind}:{ident}")
 

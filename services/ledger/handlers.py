@@ -34,24 +34,28 @@ class Folder:
         """Facts folded since this process started."""
         self.head_seen = start_after
         """The stream's last sequence as the reader last saw it (fold lag = this minus folded_through)."""
-        self._queue: asyncio.Queue[Fact] = asyncio.Queue(maxsize=group_size * 4)
+        self._queue: asyncio.Queue[list[Fact]] = asyncio.Queue(maxsize=4)
+        """Facts as the reader handed them on: a list per delivery, not a queue operation per fact."""
+        self._held: list[Fact] = []
+        """Facts taken from the queue and not folded yet (a delivery larger than a group)."""
         self._advanced = asyncio.Condition()
 
     async def receive(self, facts: list[Fact]) -> None:
         """Queues facts, so the reader pulls the next ones while a group folds; waits while the queue is full."""
-        for fact in facts:
-            await self._queue.put(fact)
+        if facts:
+            await self._queue.put(facts)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Fold queued facts until `stop` is set; the group in hand is always finished first."""
         while not stop.is_set():
-            try:
-                first = await asyncio.wait_for(self._queue.get(), timeout=IDLE_POLL_S)
-            except TimeoutError:
-                continue
-            group = [first]
-            while len(group) < self.group_size and not self._queue.empty():
-                group.append(self._queue.get_nowait())
+            if not self._held:
+                try:
+                    self._held = await asyncio.wait_for(self._queue.get(), timeout=IDLE_POLL_S)
+                except TimeoutError:
+                    continue
+            while len(self._held) < self.group_size and not self._queue.empty():
+                self._held = self._held + self._queue.get_nowait()
+            group, self._held = self._held[:self.group_size], self._held[self.group_size:]
             await self._fold_with_retries(group, stop)
 
     async def wait_through(self, sequence: int) -> None:

@@ -1,7 +1,7 @@
 """How each stream fact changes the ledger's aggregates: the dispatch from contract events to aggregate commands."""
 
 import logging
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 from uuid import UUID
 
 from contracts.events.batch import (
@@ -48,11 +48,23 @@ _batch_facts = FoldRules[None]()
 """Rules for facts about a batch the ledger knows."""
 
 
+class Progress(NamedTuple):
+    """A batch's progress as one fact states it, or a run of them merged: the latest sequence and attempt, the
+    highest counts."""
+
+    batch: Batch
+    sequence: int
+    attempt: int
+    completed: int
+    failed: int
+    shard: int
+
+
 class FoldingRules:
     """Mixed into the Ledger, which supplies `_get` (touched, cached or stored aggregates)."""
 
-    _pending_progress: dict[UUID, dict[int, tuple[Batch, BatchProgressed, int]]]
-    """Per batch and shard, the latest of a run of progress facts not applied yet, and its sequence."""
+    _pending_progress: dict[UUID, dict[int, Progress]]
+    """Per batch and shard, a run of progress facts not applied yet, merged into one."""
 
     def _get(self, cls: type[A], ident: UUID, touched: Touched) -> A | None:
         raise NotImplementedError
@@ -62,12 +74,11 @@ class FoldingRules:
         # result (counts are cumulative and never lowered), whatever the group boundaries were.
         # Counts are cumulative per shard, so only one shard's facts merge.
         shards = self._pending_progress.setdefault(batch.id, {})
-        pending = shards.get(fact.shard)
-        if pending is not None:
-            earlier = pending[1]
-            fact = fact.model_copy(update={"completed": max(fact.completed, earlier.completed),
-                                           "failed": max(fact.failed, earlier.failed)})
-        shards[fact.shard] = (batch, fact, seq)
+        earlier = shards.get(fact.shard)
+        completed, failed = fact.completed, fact.failed
+        if earlier is not None:
+            completed, failed = max(completed, earlier.completed), max(failed, earlier.failed)
+        shards[fact.shard] = Progress(batch, seq, fact.attempt, completed, failed, fact.shard)
 
     def _flush_progress(self, touched: Touched, ident: UUID | None = None) -> None:
         """Apply deferred progress: one batch's before its next other fact, or every batch's at a group's end."""
@@ -76,15 +87,16 @@ class FoldingRules:
             self._pending_progress.clear()
         else:
             due = list(self._pending_progress.pop(ident, {}).values())
-        for batch, fact, seq in sorted(due, key=lambda pending: pending[2]):
-            self._progress(batch, seq, fact, touched)
+        for progress in sorted(due, key=lambda pending: pending.sequence):
+            self._progress(progress, touched)
 
-    def _progress(self, batch: Batch, seq: int, fact: BatchProgressed, touched: Touched) -> None:
+    def _progress(self, progress: Progress, touched: Touched) -> None:
         """Apply progress, and credit the lines it made durable to the executor that ran the attempt."""
+        batch = progress.batch
         before = batch.completed + batch.failed
-        batch.progress(seq, fact.attempt, fact.completed, fact.failed, fact.shard)
+        batch.progress(progress.sequence, progress.attempt, progress.completed, progress.failed, progress.shard)
         served = batch.completed + batch.failed - before  # zero for a fact applied before: credited once
-        executor_id = batch.executor_of(fact.attempt)
+        executor_id = batch.executor_of(progress.attempt)
         if served > 0 and executor_id is not None:
             executor = self._get(Executor, aggregate_id("executor", executor_id), touched)
             if executor is not None:
@@ -238,7 +250,8 @@ class FoldingRules:
 
     @_batch_facts.on(BatchProgressed)
     def _progressed(self, batch: Batch, seq: int, fact: BatchProgressed, touched: Touched) -> None:
-        self._progress(batch, seq, fact, touched)  # only a fact the batch refuses: the rest are deferred
+        # Only a fact the batch refuses (an anomaly, or one folded before): the rest are deferred.
+        self._progress(Progress(batch, seq, fact.attempt, fact.completed, fact.failed, fact.shard), touched)
 
     @_batch_facts.on(BatchFinalizing)
     def _finalizing(self, batch: Batch, seq: int, fact: BatchFinalizing, touched: Touched) -> None:

@@ -148,12 +148,13 @@ class OrderedReader:
             description = message.headers.get(Header.DESCRIPTION, "") if message.headers else ""
             self._failure = ReaderInterrupted(f"consumer {self.consumer} answered {status} {description}")
             return
-        sequence = message.metadata.sequence
+        metadata = message.metadata  # parsed from the reply subject on every access
+        sequence = metadata.sequence
         if sequence.consumer != self._delivered + 1 or sequence.stream <= self._last_stream:
             self._failure = ReaderInterrupted(f"delivery {sequence.consumer} (stream {sequence.stream}) after "
                                               f"{self._delivered} (stream {self._last_stream})")
             return
         self._requested -= 1
         self._delivered, self._last_stream = sequence.consumer, sequence.stream
-        self.head_seen = max(self.head_seen, sequence.stream + (message.metadata.num_pending or 0))
+        self.head_seen = max(self.head_seen, sequence.stream + (metadata.num_pending or 0))
         self._arrived.append(Fact(sequence.stream, message.subject, message.data, message.headers))
