@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 A = TypeVar("A", bound=Folded)
 
 
+ABSENT_KEPT = 100_000
+"""Ids of missing aggregates remembered at most (then forgotten all at once, and learnt again)."""
+
 MATERIALISED = f"{EVENTS_STREAM}:read_model"
 """Tracking name of the read-model checkpoint; the state's own checkpoint is tracked as EVENTS_STREAM."""
 
@@ -59,6 +62,9 @@ class Ledger(FoldingRules, Application[UUID]):
         self._cache: OrderedDict[UUID, Folded] = OrderedDict()
         """Aggregates as last saved. The ledger is its store's only writer, so they cannot go stale."""
         self._cache_size = cache_size
+        self._absent: set[UUID] = set()
+        """Ids the store has no aggregate for, as last looked up: facts naming one again cost no query.
+        An id leaves once a fold creates its aggregate (until then, the group's `touched` holds it)."""
         self._chain: StreamChain | None = None
         self._pending_progress = {}
 
@@ -99,10 +105,12 @@ class Ledger(FoldingRules, Application[UUID]):
             recordings = self.events.put([e for a in pending for e in a.collect_events()], tracking=tracking)
         except BaseException:
             self._cache.clear()  # cached aggregates may hold changes that were never saved
+            self._absent.clear()
             self._pending_progress.clear()
             self._chain = None
             raise
         self._chain = chain
+        self._absent.difference_update(touched)
         self._snapshot({r.domain_event.originator_id for r in recordings
                         if r.domain_event.originator_version % self.snapshot_every == 0}, touched)
         for ident, aggregate in touched.items():
@@ -174,7 +182,14 @@ class Ledger(FoldingRules, Application[UUID]):
     def _get(self, cls: type[A], ident: UUID, touched: dict[UUID, Folded]) -> A | None:
         found = touched.get(ident) or self._cache.get(ident)
         if found is None:
-            return self._load(cls, ident)
+            if ident in self._absent:
+                return None
+            loaded = self._load(cls, ident)
+            if loaded is None:
+                if len(self._absent) >= ABSENT_KEPT:
+                    self._absent.clear()
+                self._absent.add(ident)
+            return loaded
         assert isinstance(found, cls)
         return found
 
