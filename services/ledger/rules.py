@@ -73,7 +73,9 @@ class FoldingRules:
         # Progress facts dominate a busy stream; a run of them folds into one aggregate event with the same
         # result (counts are cumulative and never lowered), whatever the group boundaries were.
         # Counts are cumulative per shard, so only one shard's facts merge.
-        shards = self._pending_progress.setdefault(batch.id, {})
+        shards = self._pending_progress.get(batch.id)
+        if shards is None:
+            shards = self._pending_progress[batch.id] = {}
         earlier = shards.get(fact.shard)
         completed, failed = fact.completed, fact.failed
         if earlier is not None:
