@@ -42,7 +42,9 @@ class Event(BaseModel):
             data.setdefault("type", f"{cls.kind}.{cls.name}")
             if cls.correlated_by is not None and "correlation_id" not in data:
                 data["correlation_id"] = data.get(cls.correlated_by)
-            if not data.get("event_id"):
+            if not data.get("event_id") and isinstance(data.get("aggregate_id"), str):
+                # Without an aggregate id the fact is invalid: pydantic says so (a ValidationError every reader
+                # skips), rather than a KeyError here that would wedge a reader on one malformed message.
                 parts = [str(data.get(field, "")) for field in cls.dedup_fields]
                 data["event_id"] = ":".join([data["aggregate_id"], cls.name, *parts])
         return data

@@ -6,10 +6,11 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 
 import orjson
+import pytest
 
 from contracts.events.batch import BatchCreated, BatchValidationFailed, LineRejected, ValidationProgressed
 from contracts.events.registry import AnyEvent, decode_event
@@ -19,6 +20,7 @@ from services.runtime import eventlog
 from services.runtime.bus import EventBus
 from services.runtime.objectstore import ObjectStore
 from services.runtime.settings import ConnectionSettings
+from tests.conftest import RunningNats
 from tests.support import batch_facts
 
 LINES = 60_000
@@ -50,11 +52,27 @@ def validator_process(connection: ConnectionSettings) -> Iterator[subprocess.Pop
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
-            process.wait(30)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()  # never left behind to take other tests' facts
+                process.wait()
+
+
+@pytest.fixture
+async def own_broker(fresh_nats: RunningNats, connection: ConnectionSettings) -> AsyncIterator[
+        tuple[EventBus, ConnectionSettings]]:
+    """A broker of the test's own: the `validator` durable on the shared one belongs to the other validator tests
+    (a validator process there would take their facts, and theirs its)."""
+    own = connection.model_copy(update={"nats_url": fresh_nats.url})
+    bus = await EventBus.connect(own.nats_url, "tests-validator-crash")
+    yield bus, own
+    await bus.close()
 
 
 async def test_a_validator_killed_mid_file_leaves_the_batch_to_the_next_one_with_nothing_lost_or_doubled(
-        bus: EventBus, object_store: ObjectStore, connection: ConnectionSettings) -> None:
+        own_broker: tuple[EventBus, ConnectionSettings], object_store: ObjectStore) -> None:
+    bus, connection = own_broker
     file_id, batch_id = new_file_id(), new_batch_id()
     await object_store.put_bytes(input_object_key(file_id), content())
     with validator_process(connection) as first:

@@ -1,8 +1,12 @@
 """The envelope's defaults: a fact belongs to its batch without anyone writing so."""
 
+import pytest
+from pydantic import ValidationError
+
 from contracts.events.batch import BatchReleased
 from contracts.events.file import FileStored, FileUsed
 from contracts.events.key import KeyRevoked
+from contracts.events.registry import decode_event
 
 
 def _stored(batch_id: str | None) -> FileStored:
@@ -29,3 +33,9 @@ def test_facts_of_no_batch_have_no_correlation() -> None:
 def test_a_stored_fact_decodes_with_the_correlation_it_was_stored_with() -> None:
     stored = BatchReleased(aggregate_id="batch_1", released_by_key_id="k", correlation_id=None).model_dump_json()
     assert BatchReleased.model_validate_json(stored).correlation_id is None
+
+
+@pytest.mark.parametrize("payload", [b'{"type": "batch.created"}', b'{"type": "batch.created", "aggregate_id": 7}'])
+def test_a_fact_without_an_aggregate_id_is_invalid_not_an_error_that_wedges_its_reader(payload: bytes) -> None:
+    with pytest.raises(ValidationError):
+        decode_event(payload)

@@ -73,7 +73,13 @@ async def _follow(request: web.Request, response: web.StreamResponse,
     while not client_gone(request):
         if time.monotonic() - checked_at >= REVOCATION_CHECK_S:
             checked_at = time.monotonic()
-            if not await still_authorized(request):
+            try:
+                authorized = await still_authorized(request)
+            except (nats.errors.Error, nats.js.errors.Error) as error:
+                # Not checked is not allowed: the client resumes from its last event once the broker answers.
+                log.warning("could not check an event stream's key (%r); ending the stream", error)
+                return
+            if not authorized:
                 await response.write(REVOKED_FRAME)
                 return
         try:
