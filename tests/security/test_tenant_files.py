@@ -41,7 +41,7 @@ def victims_batch(stack: RunningStack, key: str) -> tuple[str, str]:
     """The victim's uploaded file and a batch on it: (file id, batch id)."""
     client = stack.client(key)
     line = b'{"custom_id": "secret-1", "method": "POST", "url": "/v1/chat/completions", "body": ' \
-           b'{"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "my secret"}]}}\n'
+           b'{"model": "smollm2", "messages": [{"role": "user", "content": "my secret"}]}}\n'
     uploaded = client.files.create(file=("secret.jsonl", io.BytesIO(line)), purpose="batch")
     batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
                                   completion_window="24h")
