@@ -10,6 +10,8 @@ from typing import Any
 from faststream.nats import NatsBroker, NatsRouter
 from faststream.specification import AsyncAPI
 
+from contracts.events.envelope import Event
+from services.runtime.delivery import LogFollower, ServiceRouter, fact_filter
 from services.validator.handlers import validator_router
 
 ROUTERS: tuple[Callable[[], NatsRouter], ...] = (validator_router,)
@@ -22,11 +24,34 @@ DESCRIPTION = ("Every fact on the EVENTS stream (JetStream, subjects `evt.<aggre
 def event_catalogue() -> dict[str, Any]:
     """The document, as JSON-ready data (on a broker of its own, fresh routers: nothing connects)."""
     broker = NatsBroker("nats://localhost:4222", specification_url="nats://nats:4222")
-    for router in ROUTERS:
-        broker.include_router(router())
+    for make_router in ROUTERS:
+        router = make_router()
+        broker.include_router(router)
+        if isinstance(router, ServiceRouter):
+            for follower in router.followers:
+                broker.include_router(_as_documented(follower))
     specification = AsyncAPI(broker, title=TITLE, version="1", description=DESCRIPTION)
     document: dict[str, Any] = specification.to_specification().to_jsonable()
     return document
+
+
+def _as_documented(follower: LogFollower) -> NatsRouter:
+    """A fold's facts as one receiving channel each, on a router only this document includes: a fold reads the log
+    with the ordered reader (never a faststream subscriber), so nothing here ever subscribes."""
+    router = NatsRouter()
+    for contract in follower.contracts:
+        subject = fact_filter(contract)
+        router.subscriber(subject, title=f"{follower.name}:{subject}", description=follower.description)(
+            _takes(contract))
+    return router
+
+
+def _takes(contract: type[Event]) -> Callable[..., Any]:
+    async def fold(fact: Any) -> None:
+        """Documentation only: the fold runs elsewhere."""
+
+    fold.__annotations__ = {"fact": contract, "return": None}
+    return fold
 
 
 if __name__ == "__main__":

@@ -64,6 +64,17 @@ class Durable:
 
 
 @dataclass(frozen=True)
+class LogFollower:
+    """A reader of the EVENTS log in stream order from a sequence of its own (a fold: the ledger, the scheduler's
+    book). It runs on `eventlog.follow`, the gap-detecting ordered pull reader, which faststream has no form for;
+    it is declared here so that the service's table, and the AsyncAPI document, show what it consumes."""
+
+    name: str
+    contracts: tuple[type[Event], ...]
+    description: str
+
+
+@dataclass(frozen=True)
 class _Declared:
     durable: Durable
     on_poison: PoisonHandler | None
@@ -78,6 +89,7 @@ class ServiceRouter(NatsRouter):
         self.dependencies = dependencies
         self.tracer = tracer(service)
         self.declared: dict[str, _Declared] = {}
+        self.followers: list[LogFollower] = []
         super().__init__(middlewares=[self._delivery])
 
     def durable(self, durable: Durable, handler: Callable[..., Awaitable[None]], on_poison: PoisonHandler | None,
@@ -88,6 +100,10 @@ class ServiceRouter(NatsRouter):
             durable.subject, stream=JStream(durable.stream, declare=False), durable=durable.name,
             config=durable.consumer_config(), pull_sub=ONE_AT_A_TIME, ack_policy=AckPolicy.MANUAL, no_reply=True,
             title=f"{durable.name}:{durable.subject}", description=description)(handler)
+
+    def follows(self, follower: LogFollower) -> None:
+        """Declare a fold of the log; the service runs it (`eventlog.follow`) from its own start sequence."""
+        self.followers.append(follower)
 
     def emits(self, *contracts: type[Event]) -> None:
         """Declare the facts the service publishes (through `EventBus.publish`), for the AsyncAPI document."""

@@ -41,5 +41,9 @@ class FoldRules(Generic[R]):
             self._resolved[event_type] = rule
             return rule
 
+    def types(self) -> tuple[type, ...]:
+        """The event types with a rule of their own, in registration order (what the fold consumes)."""
+        return tuple(self._rules)
+
     def __contains__(self, event_type: type) -> bool:
         return self.rule_for(event_type) is not None
