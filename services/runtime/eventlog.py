@@ -6,6 +6,7 @@ no quiet spell can cut it short; `follow` is the gap-detecting pull reader (foll
 """
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import datetime
@@ -21,7 +22,7 @@ from services.runtime.kv import read_page
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Fact", "follow", "head", "published_at", "read"]
+__all__ = ["Fact", "follow", "following", "head", "published_at", "read"]
 
 PAGE = 1000
 PAGE_BYTES = 8 << 20
@@ -54,22 +55,45 @@ async def read(bus: EventBus, subject: str = EVENTS_SUBJECTS, after: int = 0,
 
 
 async def follow(bus: EventBus, subject: str = EVENTS_SUBJECTS, after: int = 0,
-                 batch: int = 1000) -> AsyncGenerator[list[Fact], None]:
-    """The facts on `subject` after `after`, then each as it is published, in groups as they arrive; forever."""
+                 batch: int = 1000, idle: bool = False) -> AsyncGenerator[list[Fact], None]:
+    """The facts on `subject` after `after`, then each as it is published, in groups as they arrive; forever.
+
+    With `idle`, a quiet second at the head yields an empty group too (a caller with checks of its own to make
+    between facts: a live stream's heartbeat). Its consumer is made at the first group; `following` makes it first."""
     reader = OrderedReader(bus, after, batch, subject)
     try:
-        while True:
-            try:
-                facts = await reader.next_facts()
-            except (ReaderInterrupted, nats.errors.Error, nats.js.errors.Error, OSError) as error:
-                log.warning("event reader restarts after sequence %d: %r", reader.read_through, error)
-                await reader.close()
-                await asyncio.sleep(RESTART_DELAY_S)
-                continue
-            if facts:
-                yield facts
+        async for group in _groups(reader, idle):
+            yield group
     finally:
         await reader.close()
+
+
+@contextlib.asynccontextmanager
+async def following(bus: EventBus, subject: str = EVENTS_SUBJECTS, after: int = 0, batch: int = 1000,
+                    idle: bool = False) -> AsyncIterator[AsyncIterator[list[Fact]]]:
+    """`follow`, with its consumer made before the body runs (nothing published from now on can be missed) and
+    released when the body ends, on every path."""
+    reader = OrderedReader(bus, after, batch, subject)
+    try:
+        await reader.open()
+        yield _groups(reader, idle)
+    finally:
+        await reader.close()
+
+
+async def _groups(reader: OrderedReader, idle: bool) -> AsyncIterator[list[Fact]]:
+    while True:
+        try:
+            facts = await reader.next_facts()
+        except (ReaderInterrupted, nats.errors.Error, nats.js.errors.Error, OSError) as error:
+            log.warning("event reader restarts after sequence %d: %r", reader.read_through, error)
+            await reader.close()
+            await asyncio.sleep(RESTART_DELAY_S)
+            if idle:
+                yield []
+            continue
+        if facts or idle:
+            yield facts
 
 
 def published_at(fact: Fact) -> datetime | None:

@@ -109,6 +109,11 @@ class OrderedReader:
             self.read_through = facts[-1].sequence
         return facts
 
+    async def open(self) -> None:
+        """Make the consumer now (else the first `next_facts` does); the read starts after `read_through`."""
+        if self._subscription is None:
+            await self._open()
+
     async def close(self) -> None:
         subscription, self._subscription = self._subscription, None
         if subscription is None:

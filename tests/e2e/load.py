@@ -22,8 +22,8 @@ from tests.factories import chat_line, jsonl, lost_and_duplicated
 STREAMS = (EVENTS_STREAM, WORK_STREAM, f"KV_{READ_MODEL_BUCKET}", f"KV_{EXECUTORS_BUCKET}")
 SERVICES = ("gateway", "validator", "scheduler", "ledger", "executor", "nats", "s3")
 STORAGE_SERVERS = frozenset({"nats", "s3"})
-"""Servers that open a file per volume or block as data grows: their data files are storage, not a leak, so only their
-other descriptors (sockets, pipes) are counted."""
+"""The broker and the object store: their data files (a file per volume or block, opened as data grows) are storage,
+not a leak, so only their other descriptors (sockets, pipes) are counted."""
 
 
 def chat_lines(tag: str, count: int, max_tokens: int = 4) -> bytes:

@@ -8,7 +8,7 @@ import aiohttp
 import pytest
 
 from tests.e2e.conftest import RunningStack
-from tests.e2e.load import Load, chat_lines, sample
+from tests.e2e.load import STORAGE_SERVERS, Load, chat_lines, sample
 
 pytestmark = pytest.mark.e2e
 
@@ -44,7 +44,9 @@ async def _soak(stack: RunningStack) -> None:
     assert after.nats_connections <= before.nats_connections + 1
     for name, (fds, threads, _) in after.processes.items():
         fds_before, threads_before, _ = before.processes[name]
-        assert fds <= fds_before + 20, (name, fds_before, fds)
+        # A connection one of our services leaks is counted at its own end; a storage server's sockets are its
+        # own pools and its clients' keep-alive (which close on their idle timeouts), not a leak of ours.
+        assert name in STORAGE_SERVERS or fds <= fds_before + 20, (name, fds_before, fds)
         assert threads <= threads_before + 16, (name, threads_before, threads)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         load = Load(stack, session)

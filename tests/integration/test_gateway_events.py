@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from contracts.api.batch_event import EVENT_FIELDS
-from contracts.events.batch import BatchValidationFailed
+from contracts.events.batch import BatchValidationFailed, ValidationProgressed
 from contracts.subjects import EVENTS_STREAM, batch_events
 from services.runtime.bus import EventBus
 from services.runtime.settings import ConnectionSettings
@@ -134,3 +134,22 @@ async def test_streams_whose_clients_vanish_leave_no_consumer_behind(gateway: Ga
             break
         await asyncio.sleep(0.2)
     assert left == 0, f"{left} consumers outlived their clients by {QUICKLY_S} s"
+
+
+async def test_a_large_backlog_streams_every_fact_once_in_order(gateway: Gateway) -> None:
+    """A client that connects late to a busy batch gets every fact, none skipped (a push consumer past its pending
+    limit drops messages; the stream reads the log with the ordered pull reader)."""
+    key = await gateway.new_key()
+    batch_id = await new_batch(gateway, key, "backlog")
+    backlog = 3000
+    for lines in range(1, backlog + 1):
+        await gateway.bus.publish(ValidationProgressed(aggregate_id=batch_id, lines_read=lines, errors_found=0))
+    await gateway.bus.publish(BatchValidationFailed(aggregate_id=batch_id, total_lines=backlog, error_count=1,
+                                                    counts_by_code={"invalid_json": 1}))
+    response = await gateway.client.get(f"/v1/batches/{batch_id}/events", headers=key)
+    shown = frames((await asyncio.wait_for(response.read(), 30)).decode())
+    progress = [json.loads(f["data"])["lines_read"] for f in shown if f["event"] == "batch.validation_progressed"]
+    assert progress == list(range(1, backlog + 1))
+    assert shown[-1]["event"] == "batch.validation_failed"
+    ids = [int(f["id"]) for f in shown]
+    assert ids == sorted(set(ids))

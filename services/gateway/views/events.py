@@ -1,15 +1,16 @@
 """`GET /v1/batches/{id}/events`: the batch's facts as Server-Sent Events in their public shape, resumable by
-sequence; the stream ends with the batch, and its consumer goes as soon as the client does."""
+sequence; the stream ends with the batch, and its consumer goes as soon as the client does. The facts come from
+the one log reader (`eventlog.follow`), in stream order with no gap, however large the batch's backlog."""
 
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
 
 import nats.errors
 import nats.js.errors
 from aiohttp import web
 from nats.js import JetStreamContext
-from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from contracts.lifecycle import ENDING_FACT_NAMES
 from contracts.subjects import EVENTS_STREAM, batch_events, event_name_of, event_subject
@@ -18,6 +19,8 @@ from services.gateway.context import deps
 from services.gateway.errors import bad_request, client_gone
 from services.gateway.views.batches import owned_batch
 from services.gateway.views.event_frames import sse_frame
+from services.runtime import eventlog
+from services.runtime.eventlog import Fact
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +28,8 @@ HEARTBEAT_S = 15.0
 REVOCATION_CHECK_S = 2.0
 """How often an open stream checks that its key was not revoked since: a revoked key's streams end this soon."""
 POLL_S = 1.0
-"""How often an idle stream looks whether its client is still there."""
+"""How often an idle stream looks whether its client is still there (the reader's wait at the stream's head)."""
+FACTS_PER_READ = 256
 MAX_SEQUENCE = 2**63 - 1
 """Stream sequences are 64-bit; a resume point past this names no event."""
 REVOKED_FRAME = b'event: error\ndata: {"error": {"message": "This API key was revoked; ask an administrator for ' \
@@ -56,21 +60,12 @@ async def ended_by(js: JetStreamContext, batch_id: str, after: int) -> bool:
     return any(seq is not None and seq <= after for seq in sequences)
 
 
-async def release(js: JetStreamContext, subscription: JetStreamContext.PushSubscription) -> None:
-    """Unsubscribe and delete the ordered consumer now, rather than leave it to the server's inactivity sweep."""
-    try:
-        await subscription.unsubscribe()
-        info = await subscription.consumer_info()
-        await js.delete_consumer(info.stream_name, info.name)
-    except nats.errors.Error as error:
-        log.debug("consumer of a closed event stream already gone (%s)", error)
-
-
-async def _follow(request: web.Request, response: web.StreamResponse,
-                  subscription: JetStreamContext.PushSubscription) -> None:
+async def _follow(request: web.Request, response: web.StreamResponse, facts: AsyncIterator[list[Fact]]) -> None:
     idle_s = 0.0
     checked_at = time.monotonic()
-    while not client_gone(request):
+    async for group in facts:
+        if client_gone(request):
+            return
         if time.monotonic() - checked_at >= REVOCATION_CHECK_S:
             checked_at = time.monotonic()
             try:
@@ -82,20 +77,19 @@ async def _follow(request: web.Request, response: web.StreamResponse,
             if not authorized:
                 await response.write(REVOKED_FRAME)
                 return
-        try:
-            message = await subscription.next_msg(timeout=POLL_S)
-        except nats.errors.TimeoutError:
+        if not group:
             idle_s += POLL_S
             if idle_s >= HEARTBEAT_S:
                 idle_s = 0.0
                 await response.write(b": heartbeat\n\n")
             continue
         idle_s = 0.0
-        frame = sse_frame(message.metadata.sequence.stream, message.data)
-        if frame is not None:
-            await response.write(frame)
-        if event_name_of(message.subject) in ENDING_FACT_NAMES:
-            return
+        for fact in group:
+            frame = sse_frame(fact.sequence, fact.data)
+            if frame is not None:
+                await response.write(frame)
+            if event_name_of(fact.subject) in ENDING_FACT_NAMES:
+                return
 
 
 async def stream_batch_events(request: web.Request) -> web.StreamResponse:
@@ -109,17 +103,13 @@ async def stream_batch_events(request: web.Request) -> web.StreamResponse:
         await response.prepare(request)
         await response.write(b": connected\n\n")
         return response
-    # Subscribed after the check: a terminal fact stored meanwhile comes after `after`, so the stream still ends.
-    config = ConsumerConfig(opt_start_seq=after + 1) if after else None
-    policy = DeliverPolicy.BY_START_SEQUENCE if after else DeliverPolicy.ALL
-    subscription = await js.subscribe(batch_events(batch_id), ordered_consumer=True, deliver_policy=policy,
-                                      config=config)
-    try:
-        await response.prepare(request)
-        await response.write(b": connected\n\n")
-        await _follow(request, response, subscription)
-    except ConnectionResetError:
-        pass  # the client went away; it can resume with Last-Event-ID
-    finally:
-        await release(js, subscription)
+    # Read after the check: a terminal fact stored meanwhile comes after `after`, so the stream still ends. The
+    # reader's consumer exists before the client hears "connected", and goes with the stream on every path.
+    async with eventlog.following(deps(request).bus, batch_events(batch_id), after, FACTS_PER_READ, idle=True) as facts:
+        try:
+            await response.prepare(request)
+            await response.write(b": connected\n\n")
+            await _follow(request, response, facts)
+        except ConnectionResetError:
+            pass  # the client went away; it can resume with Last-Event-ID
     return response
