@@ -128,7 +128,9 @@ class Admissions:
 
 
 async def admit_executors(bus: EventBus, settings: ConnectionSettings) -> Admissions | None:
-    """Answer the broker's auth callout on this connection until closed; None without the issuer seed."""
+    """Answer the broker's auth callout on `bus`'s connection (the service broker's own) until closed; None
+    without the issuer seed. A nats-py subscription, not a faststream one: requests and answers are sealed JWTs,
+    no contract to decode, and every scheduler answers (a queue group), leader or standby."""
     if not settings.nats_callout_seed:
         return None
     keys = CalloutKeys(settings.nats_callout_seed)

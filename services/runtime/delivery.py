@@ -1,35 +1,47 @@
-"""Durable subscriptions declared on faststream, and the one delivery policy every one of them runs under.
+"""Durable subscriptions declared on faststream, and the one delivery policy every one of them runs under; core
+request/reply answers (`Answer`), and the leadership terms some of them are given in.
 
 A handler takes its contract model (decoded by faststream, never a raw message) and returns; the policy around
 it acks only then, keeps a long handler's lease (in-progress), retries a failure later with backoff (never a hot
 loop), and on the last delivery, or at once when it cannot ever succeed (`PoisonMessage`, a payload that is not
 its contract), hands the fact to the subscription's poison handler, then terminates the message.
+
+An answer's handler takes its request model and returns the reply model, which faststream sends back; a request
+that is not its contract gets the answer's refusal, and one whose handler fails gets no answer (it asks again).
+Leader-only answers live on the router's `term` router, which the broker's start leaves alone: `leading()`
+includes it in the running broker, starts its subscribers for one term and stops them when it ends (faststream
+subscribes a core subscriber in `start()` and forgets the subscription in `stop()`, so a later term starts the
+same ones afresh). Between terms nothing is subscribed: a request then fails at once with "no responders".
 """
 
 import asyncio
+import contextlib
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+import typing
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, Generic, TypeVar
 
+import nats.errors
 from faststream import BaseMiddleware, ContextRepo
+from faststream.message import StreamMessage
 from faststream.middlewares import AckPolicy
-from faststream.nats import JStream, NatsRouter, PullSub
+from faststream.nats import JStream, NatsBroker, NatsRouter, PullSub
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy as JetStreamAck
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from opentelemetry.trace import Span, SpanKind, Tracer
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from contracts.events.envelope import Event
 from contracts.subjects import event_subject
 from services.runtime import metrics
 from services.runtime.bus import ConsumerPolicy, PoisonMessage, _batch_of, _keep_in_progress
 from services.runtime.logfmt import BATCH_ID
-from services.runtime.telemetry import extract_context, tracer
+from services.runtime.telemetry import attached, extract_context, tracer
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +86,53 @@ class LogFollower:
     description: str
 
 
+Request = TypeVar("Request", bound=BaseModel)
+TERM = "term"
+"""The name a leader-only answer's handler takes its term's dependencies by (a `Context()` parameter)."""
+
+
+class Refused(Exception):
+    """A request that is not its answer's contract: `reply` (the answer's refusal) goes back instead."""
+
+    def __init__(self, reply: BaseModel) -> None:
+        super().__init__(reply)
+        self.reply = reply
+
+
+@dataclass(frozen=True)
+class Answer(Generic[Request]):
+    """A core request/reply subscription: requests of one contract on `subject`, each answered by its handler's
+    returned model. Core NATS, not JetStream: with nobody subscribed, a request fails at once ("no responders")."""
+
+    subject: str
+    """May name path parameters (`svc.facts.{executor_id}`: a handler takes `executor_id` as a `Path()`)."""
+    request: type[Request]
+    refuse: Callable[[str], BaseModel]
+    """The reply to a request that is not a `request`, given why (a malformed request is answered, never dropped)."""
+    leader_only: bool = True
+    """Subscribed only during a leadership term (`ServiceRouter.leading`); else whenever the broker runs."""
+
+    def decode(self, data: bytes) -> Request:
+        """The request, or `Refused` with the answer's refusal."""
+        try:
+            return self.request.model_validate_json(data)
+        except ValidationError as error:
+            raise Refused(self.refuse(error.errors()[0]["msg"])) from error
+
+    async def respond(self, message: Msg, handle: Callable[[Request], Awaitable[BaseModel]]) -> None:
+        """Answer one request taken on a bare nats-py subscription (a test's single answerer, no broker), decoded and
+        refused as the router does; `handle` runs in the requester's trace."""
+        try:
+            with attached(extract_context(message.headers)):
+                reply = await handle(self.decode(message.data))
+        except Refused as refused:
+            reply = refused.reply
+        try:
+            await message.respond(reply.model_dump_json().encode())
+        except nats.errors.Error as error:  # the asker is gone, or the connection is reconnecting: it asks again
+            log.debug("could not answer on %s: %r", message.subject, error)
+
+
 @dataclass(frozen=True)
 class _Declared:
     durable: Durable
@@ -90,6 +149,10 @@ class ServiceRouter(NatsRouter):
         self.tracer = tracer(service)
         self.declared: dict[str, _Declared] = {}
         self.followers: list[LogFollower] = []
+        self.answering: set[object] = set()
+        """The subscribers of this router's answers (each request through `_Answering`, not `_Delivery`)."""
+        self.term = NatsRouter(middlewares=[self._answering])
+        """The leader-only answers: never included before the broker starts (see `leading`)."""
         super().__init__(middlewares=[self._delivery])
 
     def durable(self, durable: Durable, handler: Callable[..., Awaitable[None]], on_poison: PoisonHandler | None,
@@ -105,14 +168,76 @@ class ServiceRouter(NatsRouter):
         """Declare a fold of the log; the service runs it (`eventlog.follow`) from its own start sequence."""
         self.followers.append(follower)
 
+    def answers(self, answer: Answer[Any], handler: Callable[..., Awaitable[BaseModel]], description: str) -> None:
+        """`handler` takes `answer`'s request (and `Path()`/`Context()` parameters) and returns the reply; a
+        leader-only one takes its term's dependencies as the `Context()` parameter named `term` (`TERM`)."""
+        router = self.term if answer.leader_only else self
+        subscriber = router.subscriber(answer.subject, decoder=_decoder(answer),
+                                       title=f"{self.service}:{answer.subject}", description=description)
+        subscriber(handler)
+        self.answering.add(subscriber)
+
+    @contextlib.asynccontextmanager
+    async def leading(self, broker: NatsBroker, term: object) -> AsyncIterator[None]:
+        """One leadership term: the leader-only answers are subscribed, on `term`'s dependencies, until the block
+        ends; then unsubscribed (a request being answered is finished first, for the broker's graceful timeout)."""
+        broker.include_router(self.term)  # once: the broker's own start never saw it
+        broker.context.set_global(TERM, term)
+        subscribers = self.term.subscribers
+        try:
+            for subscriber in subscribers:
+                await subscriber.start()
+            await (await broker.connect()).flush()  # the server routes requests here before the term acts
+            yield
+        finally:
+            for subscriber in subscribers:
+                with contextlib.suppress(nats.errors.Error):  # a closed connection has dropped them already
+                    await subscriber.stop()
+            broker.context.reset_global(TERM)
+
     def emits(self, *contracts: type[Event]) -> None:
         """Declare the facts the service publishes (through `EventBus.publish`), for the AsyncAPI document."""
         for contract in contracts:
             self.publisher(fact_filter(contract), schema=contract, title=f"{self.service}:{fact_filter(contract)}",
                            description=inspect.cleandoc(contract.__doc__ or "") or None)
 
-    def _delivery(self, msg: Any, /, *, context: ContextRepo) -> "_Delivery":
+    def _delivery(self, msg: Any, /, *, context: ContextRepo) -> BaseMiddleware:
+        if context.get_local("handler_") in self.answering:
+            return self._answering(msg, context=context)
         return _Delivery(msg, context=context, router=self)
+
+    def _answering(self, msg: Any, /, *, context: ContextRepo) -> "_Answering":
+        return _Answering(msg, context=context, router=self)
+
+
+def _decoder(answer: Answer[Any]) -> Callable[[StreamMessage[Any]], Awaitable[BaseModel]]:
+    """faststream's decoder for `answer`'s requests: the request model itself, or `Refused`."""
+
+    async def decode(message: StreamMessage[Any]) -> BaseModel:
+        return answer.decode(message.body)
+
+    return decode
+
+
+class _Answering(BaseMiddleware):
+    """One request, from its arrival to its answer: handled in a span continuing the requester's trace (what the
+    handler publishes joins it); a request that is not its contract answered with its refusal."""
+
+    def __init__(self, msg: Any, /, *, context: ContextRepo, router: ServiceRouter) -> None:
+        super().__init__(msg, context=context)
+        self.router = router
+
+    async def consume_scope(self, call_next: Callable[[Any], Awaitable[Any]], msg: StreamMessage[Any]) -> Any:
+        subscriber = self.context.get_local("handler_")
+        pattern = getattr(subscriber, "subject", "")  # span names stay few: the declared subject, ids in attributes
+        with self.router.tracer.start_as_current_span(
+                f"answer {pattern}", context=extract_context(msg.headers), kind=SpanKind.SERVER,
+                attributes={"messaging.destination.name": typing.cast(Msg, msg.raw_message).subject}):
+            try:
+                return await call_next(msg)
+            except Refused as refused:
+                log.warning("refused a malformed request on %s", typing.cast(Msg, msg.raw_message).subject)
+                return refused.reply
 
 
 class _Delivery(BaseMiddleware):

@@ -17,6 +17,7 @@ from contracts.events.batch import (
     ShardFinished,
     ShardLayout,
 )
+from contracts.events.envelope import Event
 from contracts.events.executor import ExecutorAdvert, ExecutorLost, ExecutorRegistered
 from contracts.events.registry import AnyEvent
 from contracts.lifecycle import ENDING_FACTS
@@ -272,3 +273,8 @@ class Book:
                    if other.owner_key_id == plan.owner_key_id and other.phase == "validated"
                    and 0 < other.validated_order < plan.validated_order)
 
+
+
+def book_facts() -> tuple[type[Event], ...]:
+    """The fact types the book has a rule for: what its fold of the log consumes."""
+    return tuple(fact for fact in (*_fleet_rules.types(), *_plan_rules.types()) if issubclass(fact, Event))

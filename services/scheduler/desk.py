@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import nats.errors
 import nats.js.errors
 from nats.aio.msg import Msg
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from contracts.events.registry import decode_event
 from contracts.fact_desk import (
@@ -25,17 +25,29 @@ from contracts.fact_desk import (
     LogPage,
     LogRead,
 )
-from contracts.subjects import EVENTS_STREAM, attempt_failures, batch_events, event_name_of, requester_of
+from contracts.subjects import (
+    EVENTS_STREAM,
+    attempt_failures,
+    batch_events,
+    event_name_of,
+    fact_submissions,
+    log_reads,
+    requester_of,
+)
 from services.runtime.bus import EventBus, Fence, FenceMoved
+from services.runtime.delivery import Answer
 from services.runtime.facts import last_fact
 from services.runtime.kv import ScanFailed, read_page
-from services.runtime.telemetry import attached, extract_context
 from services.scheduler.book import Book
 from services.scheduler.entitlements import may_read, may_state, superseded
 
 log = logging.getLogger(__name__)
 
 CATCHING_UP = "The scheduler is still reading the log."
+SUBMISSIONS = Answer(fact_submissions("{executor_id}"), FactSubmission,
+                     lambda why: FactReceipt(status="refused", reason=f"Malformed submission: {why}"))
+READS = Answer(log_reads("{executor_id}"), LogRead,
+               lambda why: LogPage(status="refused", reason=f"Malformed read: {why}"))
 
 
 @dataclass
@@ -88,30 +100,12 @@ class FactDesk:
             facts.append(LoggedFact(sequence=messages[-1].seq, event=""))
         return LogPage(status="read", facts=facts, more=more)
 
+    # Bare connections' callbacks (a test's desk, no broker); the scheduler answers through its router.
+
     async def on_submission(self, message: Msg) -> None:
         executor_id = requester_of(message.subject)
-        try:
-            submission = FactSubmission.model_validate_json(message.data)
-        except ValidationError as error:
-            receipt = FactReceipt(status="refused", reason=f"Malformed submission: {error.errors()[0]['msg']}")
-        else:
-            with attached(extract_context(message.headers)):  # the fact continues the executor's trace
-                receipt = await self.submit(executor_id, submission)
-        await _answer(message, receipt)
+        await SUBMISSIONS.respond(message, lambda submission: self.submit(executor_id, submission))
 
     async def on_read(self, message: Msg) -> None:
         executor_id = requester_of(message.subject)
-        try:
-            request = LogRead.model_validate_json(message.data)
-        except ValidationError as error:
-            page = LogPage(status="refused", reason=f"Malformed read: {error.errors()[0]['msg']}")
-        else:
-            page = await self.read(executor_id, request)
-        await _answer(message, page)
-
-
-async def _answer(message: Msg, answer: BaseModel) -> None:
-    try:
-        await message.respond(answer.model_dump_json().encode())
-    except nats.errors.Error as error:  # the asker is gone, or the connection is reconnecting: it asks again
-        log.debug("could not answer on %s: %r", message.subject, error)
+        await READS.respond(message, lambda request: self.read(executor_id, request))

@@ -1,191 +1,59 @@
-"""The scheduler at work: fold the log into the book, then act on decisions; every act is an idempotent publish."""
+"""Thin handlers: executors' requests in, the leading scheduler's answers out, judged on its term's book.
 
-import asyncio
-import logging
-import time
-from dataclasses import dataclass, field
+The table (`scheduler_router`, at the end): the book's fold of the whole log, and four answers only a leader gives
+(subscribed for its term alone: a standby's executors get "no responders" at once) — registrations, object URLs,
+facts submitted to the desk and the desk's log reads. The facts the scheduler itself publishes are declared there too.
+"""
 
-from nats.aio.subscription import Subscription
-from opentelemetry.context import Context
-from pydantic import ValidationError
+from typing import Annotated
 
-from contracts.catalogue import Catalogue
-from contracts.commands import FinalizeBatch, RunBatch
-from contracts.events.batch import AttemptFailed, BatchAssigned, BatchFailed, BatchWaiting, ShardLayout
-from contracts.events.executor import ExecutorLost
-from contracts.events.registry import AnyEvent, decode_event
-from contracts.ids import derived_id
-from contracts.subjects import (
-    EVENTS_STREAM,
-    FACT_SUBMISSIONS,
-    FLEET_REGISTER,
-    LOG_READS,
-    OBJECT_REQUESTS,
-    parse_event_subject,
-)
-from services.runtime.bus import EventBus
-from services.runtime.fleet import Fleet
-from services.runtime.follower import Fact, OrderedReader
-from services.runtime.kv import ensure_direct_reads
-from services.runtime.readmodel import ReadModel
-from services.scheduler.book import BatchPlan, Book
-from services.scheduler.decisions import (
-    Action,
-    Assign,
-    DeclareLost,
-    FailBatch,
-    FenceAttempt,
-    Finalize,
-    Policy,
-    Wait,
-    decide,
-)
-from services.scheduler.desk import FactDesk
-from services.scheduler.objects import ObjectBroker, ObjectSigner
-from services.scheduler.registration import Registrar
-from services.scheduler.tracing import action_span, remember_trace
+from faststream import Context, Path
 
-log = logging.getLogger(__name__)
+from contracts.commands import ExecutorRegistration, RegistrationAnswer
+from contracts.events.batch import AttemptFailed, BatchAssigned, BatchFailed, BatchWaiting
+from contracts.events.executor import ExecutorLost, ExecutorRegistered
+from contracts.fact_desk import FactReceipt, FactSubmission, LogPage, LogRead
+from contracts.objects import ObjectGrant, ObjectRequest
+from services.runtime.delivery import LogFollower, ServiceRouter
+from services.scheduler.book import book_facts
+from services.scheduler.desk import READS, SUBMISSIONS
+from services.scheduler.objects import OBJECT_REQUESTS
+from services.scheduler.registration import REGISTRATIONS
+from services.scheduler.term import Term
 
-IGNORED_EVENT_NAMES = frozenset({"line_rejected", "validation_progressed", "finalizing"})
-"""High-volume facts that never change a scheduling decision: skipped before decoding. (`progressed` is not one:
-an attempt that committed lines does not count against the attempt limit.)"""
+BOOK = LogFollower("scheduler", book_facts(), "Each leader's book: every batch's plan and the fleet, folded from "
+                                              "the whole log at the start of its term, then live.")
 
 
-@dataclass
-class Scheduler:
-    bus: EventBus
-    fleet: Fleet
-    catalogue: Catalogue
-    read_model: ReadModel
-    policy: Policy = field(default_factory=Policy)
-    book: Book = field(default_factory=Book)
-    caught_up: asyncio.Event = field(default_factory=asyncio.Event)
-    traces: dict[str, Context] = field(default_factory=dict)
-    """Each open batch's latest trace context, so what the scheduler does for it joins the batch's trace."""
-
-    async def answer_registrations(self) -> Subscription:
-        """Only the leader admits executors, so the fleet it assigns to is the one it knows."""
-        registrar = Registrar(self.bus, self.read_model, self.book)
-        return await self.bus.nc.subscribe(FLEET_REGISTER, cb=registrar.on_request)
-
-    async def answer_object_requests(self, signer: ObjectSigner) -> Subscription:
-        """Only the leader's book knows who runs what (once caught up), so only the leader signs object URLs."""
-        broker = ObjectBroker(signer, self.book, self.caught_up)
-        return await self.bus.nc.subscribe(OBJECT_REQUESTS, cb=broker.on_request)
-
-    async def answer_fact_desk(self) -> list[Subscription]:
-        """Only the leader's book says who holds which attempt, so only the leader stores and shows executors'
-        facts."""
-        await ensure_direct_reads(self.bus.js, EVENTS_STREAM)  # a stream made before direct reads existed
-        desk = FactDesk(self.bus, self.book, self.caught_up)
-        return [await self.bus.nc.subscribe(FACT_SUBMISSIONS, cb=desk.on_submission),
-                await self.bus.nc.subscribe(LOG_READS, cb=desk.on_read)]
-
-    async def follow(self, stop: asyncio.Event) -> None:
-        """Fold every fact from the start of the log, then live ones, into the book, until `stop` is set.
-
-        A bounded pull reader: a large log never overflows a client buffer and silently skips facts."""
-        head = (await self.bus.js.stream_info(EVENTS_STREAM)).state.last_seq
-        if head == 0:
-            self.caught_up.set()
-
-        async def receive(facts: list[Fact]) -> None:
-            for fact in facts:
-                self._on_fact(fact)
-            if facts[-1].sequence >= head:
-                self.caught_up.set()
-
-        await OrderedReader(self.bus, start_after=0).run(receive, stop)
-
-    def _on_fact(self, fact: Fact) -> None:
-        subject = parse_event_subject(fact.subject)
-        if subject is None:
-            log.warning("sequence %d is on %s, not an event subject; skipped", fact.sequence, fact.subject)
-            return
-        if subject.kind == "batch":
-            remember_trace(self.traces, subject.aggregate_id, subject.name, fact.headers)
-        if subject.kind in ("batch", "executor") and subject.name not in IGNORED_EVENT_NAMES:
-            try:
-                self.book.apply(decode_event(fact.data))
-            except ValidationError:
-                log.warning("sequence %d is not an event this scheduler knows; skipped", fact.sequence)
-
-    async def tick(self) -> None:
-        adverts = await self.fleet.adverts()
-        self.book.note_heartbeats(adverts)
-        now_ms = int(time.time() * 1000)
-        for executor_id in set(self.book.known_executors) - {advert.executor_id for advert in adverts}:
-            log.info("no advert of executor %s in the executors bucket (last heartbeat %d ms ago)", executor_id,
-                     now_ms - self.book.known_executors[executor_id])
-        for action in decide(self.book, adverts, self.catalogue, int(time.time() * 1000), self.policy):
-            await self.act(action)
-
-    async def act(self, action: Action) -> None:
-        with action_span(self.traces, action):
-            await self._act(action)
-
-    async def _act(self, action: Action) -> None:
-        published: AnyEvent | None = None
-        if isinstance(action, Assign):
-            await self._assign(action)
-        elif isinstance(action, Wait):
-            published = BatchWaiting(aggregate_id=action.plan.batch_id, reason=action.reason)
-        elif isinstance(action, FailBatch):
-            published = BatchFailed(aggregate_id=action.plan.batch_id, code=action.code, reason=action.reason)
-        elif isinstance(action, FenceAttempt):
-            published = AttemptFailed(aggregate_id=action.plan.batch_id, attempt=action.attempt,
-                                      executor_id=action.executor_id, code=action.code, reason=action.reason)
-        elif isinstance(action, DeclareLost):
-            published = ExecutorLost(aggregate_id=action.executor_id, last_heartbeat_at=action.last_heartbeat_at)
-            log.warning("executor %s is lost (last heartbeat %d)", action.executor_id, action.last_heartbeat_at)
-        elif isinstance(action, Finalize):
-            plan = action.plan
-            await self.bus.send(FinalizeBatch(
-                batch_id=plan.batch_id, executor_id=action.executor_id, reason=action.reason,
-                owner_key_id=plan.owner_key_id, input_object_key=plan.input_object_key, endpoint=plan.endpoint,
-                unrun_code=plan.cancel_code if action.reason == "cancelled" else None,
-                output_expires_after_s=plan.output_expires_after_s, created_at=plan.created_at,
-                failure_code=action.failure_code, failure_message=action.failure_message))
-            plan.finalizer = action.executor_id
-            log.info("batch %s (%s) sent to %s to finalize", plan.batch_id, action.reason, action.executor_id)
-        if published is not None:
-            await self.bus.publish(published)
-            self.book.apply(published)  # act on our own fact now; the log delivers it again, harmlessly
-
-    async def _assign(self, action: Assign) -> None:
-        """The fact first, then the command: the log reads in causal order, and a leader that dies between the
-        two has the command sent again by the next one (`resend_runs`)."""
-        plan = action.plan
-        assigned = BatchAssigned(aggregate_id=plan.batch_id, executor_id=action.executor_id, attempt=action.attempt,
-                                 lease_token=_lease_token(plan.batch_id, action.attempt),
-                                 shard=action.shard, shards=action.layout.shards, shard_span=action.layout.span)
-        await self.bus.publish(assigned)
-        self.book.apply(assigned)
-        await self._send_run(plan, action.executor_id, action.attempt, action.shard)
-        log.info("batch %s shard %d/%d attempt %d assigned to %s", plan.batch_id, action.shard + 1,
-                 action.layout.shards, action.attempt, action.executor_id)
-
-    async def resend_runs(self) -> None:
-        """Once per term: the run command of every running attempt again (deduplicated by the broker, and an
-        executor resumes an attempt idempotently), in case the last leader died before sending it."""
-        for plan in self.book.plans.values():
-            if plan.phase == "ended":
-                continue
-            for shard, run in plan.running_shards():
-                assert run.executor_id is not None
-                await self._send_run(plan, run.executor_id, run.attempt, shard)
-
-    async def _send_run(self, plan: BatchPlan, executor_id: str, attempt: int, shard: int) -> None:
-        assert plan.model is not None
-        await self.bus.send(RunBatch(
-            batch_id=plan.batch_id, executor_id=executor_id, attempt=attempt,
-            lease_token=_lease_token(plan.batch_id, attempt), owner_key_id=plan.owner_key_id, model=plan.model,
-            endpoint=plan.endpoint, input_object_key=plan.input_object_key, total_lines=plan.total_lines,
-            rejections_object_key=plan.rejections_object_key, shard=shard, layout=plan.layout or ShardLayout(),
-            output_expires_after_s=plan.output_expires_after_s, created_at=plan.created_at,
-            expires_at=plan.expires_at))
+async def register(request: ExecutorRegistration, term: Annotated[Term, Context()]) -> RegistrationAnswer:
+    return await term.registrar.answer(request)
 
 
-def _lease_token(batch_id: str, attempt: int) -> str:
-    return derived_id("lease_", batch_id, str(attempt))
+async def grant_objects(request: ObjectRequest, executor_id: Annotated[str, Path()],
+                        term: Annotated[Term, Context()]) -> ObjectGrant:
+    return await term.objects.answer(executor_id, request)
+
+
+async def take_fact(submission: FactSubmission, executor_id: Annotated[str, Path()],
+                    term: Annotated[Term, Context()]) -> FactReceipt:
+    return await term.desk.submit(executor_id, submission)
+
+
+async def show_log(request: LogRead, executor_id: Annotated[str, Path()],
+                   term: Annotated[Term, Context()]) -> LogPage:
+    return await term.desk.read(executor_id, request)
+
+
+def scheduler_router() -> ServiceRouter:
+    """The scheduler's table: what it folds, what it answers (and only while it leads), what it emits.
+    (A fresh router each call: faststream lets a router belong to one broker only.)"""
+    router = ServiceRouter("scheduler", dependencies="scheduler")
+    router.follows(BOOK)
+    router.answers(REGISTRATIONS, register, "Admit an executor with a live worker key to the fleet.")
+    router.answers(OBJECT_REQUESTS, grant_objects,
+                   "Presign a URL for an object of the asking executor's own work (or list its result chunks).")
+    router.answers(SUBMISSIONS, take_fact,
+                   "Store a fact the asking executor may state (its attempt's, or its finalized batch's end).")
+    router.answers(READS, show_log, "A page of the execution facts of a batch the asking executor holds.")
+    router.emits(ExecutorRegistered, BatchAssigned, BatchWaiting, BatchFailed, AttemptFailed, ExecutorLost)
+    return router

@@ -14,11 +14,11 @@ import urllib3
 from minio import Minio
 from minio.error import S3Error
 from nats.aio.msg import Msg
-from pydantic import ValidationError
 
 from contracts.ids import error_file_id, output_file_id
 from contracts.objects import LIST_PAGE, ObjectGrant, ObjectRequest, SignedObject, chunk_attempt
-from contracts.subjects import input_object_key, rejections_key, requester_of, results_prefix
+from contracts.subjects import input_object_key, object_requests, rejections_key, requester_of, results_prefix
+from services.runtime.delivery import Answer
 from services.runtime.objectstore import ObjectStore
 from services.runtime.settings import ConnectionSettings
 from services.scheduler.book import BatchPlan, Book
@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 SIGNING_REGION = "us-east-1"
 """Set, so that signing never asks the server for the bucket's region (presigning stays a local computation)."""
+OBJECT_REQUESTS = Answer(object_requests("{executor_id}"), ObjectRequest,
+                         lambda why: ObjectGrant(granted=False, reason=f"Malformed object request: {why}"))
 
 
 def authorize(book: Book, executor_id: str, request: ObjectRequest) -> str | None:
@@ -143,11 +145,6 @@ class ObjectBroker:
                            expires_in_s=expires)
 
     async def on_request(self, message: Msg) -> None:
+        """A bare connection's callback (a test's broker, no faststream); the scheduler answers through its router."""
         executor_id = requester_of(message.subject)
-        try:
-            request = ObjectRequest.model_validate_json(message.data)
-        except ValidationError as error:
-            grant = ObjectGrant(granted=False, reason=f"Malformed object request: {error.errors()[0]['msg']}")
-        else:
-            grant = await self.answer(executor_id, request)
-        await message.respond(grant.model_dump_json().encode())
+        await OBJECT_REQUESTS.respond(message, lambda request: self.answer(executor_id, request))

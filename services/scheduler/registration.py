@@ -4,17 +4,21 @@ import logging
 from dataclasses import dataclass
 
 from nats.aio.msg import Msg
-from pydantic import ValidationError
 
 from contracts.commands import ExecutorRegistration, RegistrationAnswer
 from contracts.events.executor import ExecutorRegistered
 from contracts.ids import hash_api_key
 from contracts.readmodel import ApiKeyRecord
+from contracts.subjects import FLEET_REGISTER
 from services.runtime.bus import EventBus
+from services.runtime.delivery import Answer
 from services.runtime.readmodel import ReadModel
 from services.scheduler.book import Book
 
 log = logging.getLogger(__name__)
+
+REGISTRATIONS = Answer(FLEET_REGISTER, ExecutorRegistration,
+                       lambda why: RegistrationAnswer(accepted=False, reason=f"Malformed registration: {why}"))
 
 
 def worker_key_refusal(record: ApiKeyRecord | None) -> str | None:
@@ -48,8 +52,5 @@ class Registrar:
         return RegistrationAnswer(accepted=True, worker_key_id=record.key_id)
 
     async def on_request(self, message: Msg) -> None:
-        try:
-            answer = await self.answer(ExecutorRegistration.model_validate_json(message.data))
-        except ValidationError as error:
-            answer = RegistrationAnswer(accepted=False, reason=f"Malformed registration: {error.errors()[0]['msg']}")
-        await message.respond(answer.model_dump_json().encode())
+        """A bare connection's callback (a test's registrar, no broker); the scheduler answers through its router."""
+        await REGISTRATIONS.respond(message, self.answer)

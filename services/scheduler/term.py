@@ -1,0 +1,209 @@
+"""One leadership term of the scheduler: the book folded from the whole log, decisions acted on every tick, and the
+answerers (registration, object URLs, the fact desk) judging on that term's book. Every act is an idempotent publish.
+"""
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+
+from opentelemetry.context import Context
+from pydantic import ValidationError
+
+from contracts.catalogue import Catalogue
+from contracts.commands import FinalizeBatch, RunBatch
+from contracts.events.batch import AttemptFailed, BatchAssigned, BatchFailed, BatchWaiting, ShardLayout
+from contracts.events.executor import ExecutorLost
+from contracts.events.registry import AnyEvent, decode_event
+from contracts.ids import derived_id
+from contracts.subjects import EVENTS_STREAM, parse_event_subject
+from services.runtime import eventlog
+from services.runtime.bus import EventBus
+from services.runtime.fleet import Fleet
+from services.runtime.follower import Fact
+from services.runtime.kv import ensure_direct_reads
+from services.runtime.readmodel import ReadModel
+from services.scheduler.book import BatchPlan, Book
+from services.scheduler.decisions import (
+    Action,
+    Assign,
+    DeclareLost,
+    FailBatch,
+    FenceAttempt,
+    Finalize,
+    Policy,
+    Wait,
+    decide,
+)
+from services.scheduler.desk import FactDesk
+from services.scheduler.leader import LeaderLease
+from services.scheduler.objects import ObjectBroker, ObjectSigner
+from services.scheduler.registration import Registrar
+from services.scheduler.tracing import action_span, remember_trace
+
+log = logging.getLogger(__name__)
+
+IGNORED_EVENT_NAMES = frozenset({"line_rejected", "validation_progressed", "finalizing"})
+"""High-volume facts that never change a scheduling decision: skipped before decoding. (`progressed` is not one:
+an attempt that committed lines does not count against the attempt limit.)"""
+READER_STOP_S = 10.0
+
+
+@dataclass
+class Term:
+    bus: EventBus
+    fleet: Fleet
+    catalogue: Catalogue
+    read_model: ReadModel
+    signer: ObjectSigner
+    policy: Policy = field(default_factory=Policy)
+    book: Book = field(default_factory=Book)
+    caught_up: asyncio.Event = field(default_factory=asyncio.Event)
+    traces: dict[str, Context] = field(default_factory=dict)
+    """Each open batch's latest trace context, so what the scheduler does for it joins the batch's trace."""
+    registrar: Registrar = field(init=False)
+    """Only the leader admits executors, so the fleet it assigns to is the one it knows."""
+    objects: ObjectBroker = field(init=False)
+    """Only the leader's book knows who runs what (once caught up), so only the leader signs object URLs."""
+    desk: FactDesk = field(init=False)
+    """Only the leader's book says who holds which attempt, so only the leader stores and shows executors' facts."""
+
+    def __post_init__(self) -> None:
+        self.registrar = Registrar(self.bus, self.read_model, self.book)
+        self.objects = ObjectBroker(self.signer, self.book, self.caught_up)
+        self.desk = FactDesk(self.bus, self.book, self.caught_up)
+
+    @classmethod
+    async def open(cls, bus: EventBus, catalogue: Catalogue, signer: ObjectSigner, policy: Policy) -> "Term":
+        await ensure_direct_reads(bus.js, EVENTS_STREAM)  # the desk reads logs; a stream made before direct reads
+        return cls(bus, await Fleet.open(bus), catalogue, await ReadModel.open(bus), signer, policy)
+
+    async def lead(self, lease: LeaderLease, tick_s: float, stop: asyncio.Event) -> None:
+        """A fresh book from the whole log, then decisions every tick, until stopped or the lease is lost."""
+        reader = asyncio.create_task(self.follow())
+        keeper = asyncio.create_task(lease.keep(stop))
+        resent = False
+        try:
+            while not stop.is_set() and not keeper.done() and not reader.done():
+                if self.caught_up.is_set():
+                    if not resent:
+                        await self.resend_runs()
+                        resent = True
+                    await self.tick()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=tick_s)
+        finally:
+            keeper.cancel()
+            reader.cancel()
+            await asyncio.wait_for(asyncio.gather(reader, keeper, return_exceptions=True), READER_STOP_S)
+        if reader.done() and not reader.cancelled() and reader.exception() is not None:
+            log.error("the book's reader failed; the term ends", exc_info=reader.exception())
+        elif not stop.is_set():
+            log.warning("leadership lost; back to standby")
+
+    async def follow(self) -> None:
+        """Fold every fact from the start of the log, then live ones, into the book, until cancelled.
+
+        The one log reader (a bounded pull reader: a large log never overflows a client buffer and skips facts)."""
+        head = await eventlog.head(self.bus)
+        if head == 0:
+            self.caught_up.set()
+        async with contextlib.aclosing(eventlog.follow(self.bus)) as groups:
+            async for facts in groups:
+                for fact in facts:
+                    self._on_fact(fact)
+                if facts and facts[-1].sequence >= head:
+                    self.caught_up.set()
+
+    def _on_fact(self, fact: Fact) -> None:
+        subject = parse_event_subject(fact.subject)
+        if subject is None:
+            log.warning("sequence %d is on %s, not an event subject; skipped", fact.sequence, fact.subject)
+            return
+        if subject.kind == "batch":
+            remember_trace(self.traces, subject.aggregate_id, subject.name, fact.headers)
+        if subject.kind in ("batch", "executor") and subject.name not in IGNORED_EVENT_NAMES:
+            try:
+                self.book.apply(decode_event(fact.data))
+            except ValidationError:
+                log.warning("sequence %d is not an event this scheduler knows; skipped", fact.sequence)
+
+    async def tick(self) -> None:
+        adverts = await self.fleet.adverts()
+        self.book.note_heartbeats(adverts)
+        now_ms = int(time.time() * 1000)
+        for executor_id in set(self.book.known_executors) - {advert.executor_id for advert in adverts}:
+            log.info("no advert of executor %s in the executors bucket (last heartbeat %d ms ago)", executor_id,
+                     now_ms - self.book.known_executors[executor_id])
+        for action in decide(self.book, adverts, self.catalogue, int(time.time() * 1000), self.policy):
+            await self.act(action)
+
+    async def act(self, action: Action) -> None:
+        with action_span(self.traces, action):
+            await self._act(action)
+
+    async def _act(self, action: Action) -> None:
+        published: AnyEvent | None = None
+        if isinstance(action, Assign):
+            await self._assign(action)
+        elif isinstance(action, Wait):
+            published = BatchWaiting(aggregate_id=action.plan.batch_id, reason=action.reason)
+        elif isinstance(action, FailBatch):
+            published = BatchFailed(aggregate_id=action.plan.batch_id, code=action.code, reason=action.reason)
+        elif isinstance(action, FenceAttempt):
+            published = AttemptFailed(aggregate_id=action.plan.batch_id, attempt=action.attempt,
+                                      executor_id=action.executor_id, code=action.code, reason=action.reason)
+        elif isinstance(action, DeclareLost):
+            published = ExecutorLost(aggregate_id=action.executor_id, last_heartbeat_at=action.last_heartbeat_at)
+            log.warning("executor %s is lost (last heartbeat %d)", action.executor_id, action.last_heartbeat_at)
+        elif isinstance(action, Finalize):
+            plan = action.plan
+            await self.bus.send(FinalizeBatch(
+                batch_id=plan.batch_id, executor_id=action.executor_id, reason=action.reason,
+                owner_key_id=plan.owner_key_id, input_object_key=plan.input_object_key, endpoint=plan.endpoint,
+                unrun_code=plan.cancel_code if action.reason == "cancelled" else None,
+                output_expires_after_s=plan.output_expires_after_s, created_at=plan.created_at,
+                failure_code=action.failure_code, failure_message=action.failure_message))
+            plan.finalizer = action.executor_id
+            log.info("batch %s (%s) sent to %s to finalize", plan.batch_id, action.reason, action.executor_id)
+        if published is not None:
+            await self.bus.publish(published)
+            self.book.apply(published)  # act on our own fact now; the log delivers it again, harmlessly
+
+    async def _assign(self, action: Assign) -> None:
+        """The fact first, then the command: the log reads in causal order, and a leader that dies between the
+        two has the command sent again by the next one (`resend_runs`)."""
+        plan = action.plan
+        assigned = BatchAssigned(aggregate_id=plan.batch_id, executor_id=action.executor_id, attempt=action.attempt,
+                                 lease_token=_lease_token(plan.batch_id, action.attempt),
+                                 shard=action.shard, shards=action.layout.shards, shard_span=action.layout.span)
+        await self.bus.publish(assigned)
+        self.book.apply(assigned)
+        await self._send_run(plan, action.executor_id, action.attempt, action.shard)
+        log.info("batch %s shard %d/%d attempt %d assigned to %s", plan.batch_id, action.shard + 1,
+                 action.layout.shards, action.attempt, action.executor_id)
+
+    async def resend_runs(self) -> None:
+        """Once per term: the run command of every running attempt again (deduplicated by the broker, and an
+        executor resumes an attempt idempotently), in case the last leader died before sending it."""
+        for plan in self.book.plans.values():
+            if plan.phase == "ended":
+                continue
+            for shard, run in plan.running_shards():
+                assert run.executor_id is not None
+                await self._send_run(plan, run.executor_id, run.attempt, shard)
+
+    async def _send_run(self, plan: BatchPlan, executor_id: str, attempt: int, shard: int) -> None:
+        assert plan.model is not None
+        await self.bus.send(RunBatch(
+            batch_id=plan.batch_id, executor_id=executor_id, attempt=attempt,
+            lease_token=_lease_token(plan.batch_id, attempt), owner_key_id=plan.owner_key_id, model=plan.model,
+            endpoint=plan.endpoint, input_object_key=plan.input_object_key, total_lines=plan.total_lines,
+            rejections_object_key=plan.rejections_object_key, shard=shard, layout=plan.layout or ShardLayout(),
+            output_expires_after_s=plan.output_expires_after_s, created_at=plan.created_at,
+            expires_at=plan.expires_at))
+
+
+def _lease_token(batch_id: str, attempt: int) -> str:
+    return derived_id("lease_", batch_id, str(attempt))

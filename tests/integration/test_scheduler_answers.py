@@ -1,0 +1,89 @@
+"""The scheduler's answers to executors are a leader's: a standby answers no registration, object request or desk
+request (an executor gets "no responders" at once, not a timeout); the scheduler that wins the lease answers them,
+and stops answering when it loses the lease."""
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import nats.errors
+import pytest
+
+from contracts.commands import RegistrationAnswer
+from contracts.fact_desk import FactReceipt, LogPage
+from contracts.objects import ObjectGrant
+from contracts.subjects import FLEET_REGISTER, SCHEDULER_LEADER_KEY, fact_submissions, log_reads, object_requests
+from services.runtime.bus import EventBus
+from services.runtime.settings import ConnectionSettings
+from services.scheduler.app import run_scheduler
+from services.scheduler.leader import LeaderLease
+from services.scheduler.settings import SchedulerSettings
+from tests.conftest import RunningNats
+
+TTL_S = 2.0
+ASKS = {FLEET_REGISTER: b'{"executor_id": "exec-1"}', object_requests("exec-1"): b'{"batch_id": "b"}',
+        fact_submissions("exec-1"): b'{"event": "{}"}', log_reads("exec-1"): b'{"batch_id": "b"}'}
+"""One request to each answer, each as a careless executor would send it."""
+
+
+@asynccontextmanager
+async def scheduler(url: str) -> AsyncIterator[None]:
+    settings = SchedulerSettings(connection=ConnectionSettings(nats_url=url), tick_s=0.2, leader_ttl_s=TTL_S)
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_scheduler(settings, stop))
+    try:
+        yield
+        assert not task.done(), "the scheduler stopped by itself"
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 15)
+
+
+async def answered(bus: EventBus, subject: str) -> bytes | None:
+    """The answer to one request; None when nobody is there to answer."""
+    try:
+        return (await bus.nc.request(subject, ASKS[subject], timeout=2)).data
+    except nats.errors.NoRespondersError:
+        return None
+
+
+async def until(bus: EventBus, answering: bool, within_s: float = 10.0) -> None:
+    deadline = time.monotonic() + within_s
+    while [await answered(bus, subject) is not None for subject in ASKS] != [answering] * len(ASKS):
+        assert time.monotonic() < deadline, f"still {'not ' if answering else ''}answering after {within_s}s"
+        await asyncio.sleep(0.2)
+
+
+@pytest.fixture
+async def bus(fresh_nats: RunningNats) -> AsyncIterator[EventBus]:
+    bus = await EventBus.connect(fresh_nats.url, "tests")
+    yield bus
+    await bus.close()
+
+
+async def test_a_standby_answers_nothing_and_the_scheduler_that_wins_the_lease_answers_until_it_loses_it(
+        bus: EventBus, fresh_nats: RunningNats) -> None:
+    other = await LeaderLease.open(bus, TTL_S)
+    assert await other.acquire(asyncio.Event())  # another scheduler leads
+    async with scheduler(fresh_nats.url):
+        await asyncio.sleep(TTL_S)  # up, and asking for the lease in vain
+        for subject in ASKS:
+            assert await answered(bus, subject) is None, subject
+
+        await other.release()
+        await until(bus, answering=True)
+        # Malformed requests get their answer's refusal, never silence.
+        assert RegistrationAnswer.model_validate_json(await answered(bus, FLEET_REGISTER) or b"").reason == (
+            "Malformed registration: Field required")
+        grant = ObjectGrant.model_validate_json(await answered(bus, object_requests("exec-1")) or b"")
+        assert not grant.granted and (grant.reason or "").startswith("Malformed object request: ")
+        receipt = FactReceipt.model_validate_json(await answered(bus, fact_submissions("exec-1")) or b"")
+        assert receipt.status == "refused" and (receipt.reason or "").startswith("Not a fact: ")
+        page = LogPage.model_validate_json(await answered(bus, log_reads("exec-1")) or b"")
+        assert page.status == "refused"  # exec-1 holds no batch b
+
+        await other.kv.delete(SCHEDULER_LEADER_KEY)
+        assert await other.acquire(asyncio.Event())  # the lease moves on under the leader: its renewal fails
+        await until(bus, answering=False)
+        await other.release()
