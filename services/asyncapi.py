@@ -12,13 +12,16 @@ from faststream.specification import AsyncAPI
 
 from contracts.events.envelope import Event
 from services.runtime.delivery import LogFollower, ServiceRouter, fact_filter
+from services.scheduler.handlers import scheduler_router
 from services.validator.handlers import validator_router
 
-ROUTERS: tuple[Callable[[], NatsRouter], ...] = (validator_router,)
+ROUTERS: tuple[Callable[[], NatsRouter], ...] = (validator_router, scheduler_router)
 TITLE = "Sheshnag event catalogue"
 DESCRIPTION = ("Every fact on the EVENTS stream (JetStream, subjects `evt.<aggregate>.<id>.<fact>`) that a "
-               "service emits or consumes, with its payload schema. Channels are named `<service or durable>:"
-               "<subject filter>`; each publish carries a deterministic `Nats-Msg-Id` (the event_id).")
+               "service emits or consumes, every command on the WORK stream (`cmd.executor.<id>.<command>`) and "
+               "every core request/reply subject (`svc.…`), with its payload schema. Channels are named `<service "
+               "or durable>:<subject filter>`, a fold of the whole log `<name>.fold:<filter>`; each publish carries "
+               "a deterministic `Nats-Msg-Id` (the event_id).")
 
 
 def event_catalogue() -> dict[str, Any]:
@@ -28,6 +31,7 @@ def event_catalogue() -> dict[str, Any]:
         router = make_router()
         broker.include_router(router)
         if isinstance(router, ServiceRouter):
+            broker.include_router(router.term)  # its leader-only answers
             for follower in router.followers:
                 broker.include_router(_as_documented(follower))
     specification = AsyncAPI(broker, title=TITLE, version="1", description=DESCRIPTION)
@@ -41,7 +45,7 @@ def _as_documented(follower: LogFollower) -> NatsRouter:
     router = NatsRouter()
     for contract in follower.contracts:
         subject = fact_filter(contract)
-        router.subscriber(subject, title=f"{follower.name}:{subject}", description=follower.description)(
+        router.subscriber(subject, title=f"{follower.name}.fold:{subject}", description=follower.description)(
             _takes(contract))
     return router
 

@@ -149,6 +149,8 @@ class ServiceRouter(NatsRouter):
         self.tracer = tracer(service)
         self.declared: dict[str, _Declared] = {}
         self.followers: list[LogFollower] = []
+        self.answered: list[Answer[Any]] = []
+        """Every answer declared, leader-only or not (for the AsyncAPI document)."""
         self.answering: set[object] = set()
         """The subscribers of this router's answers (each request through `_Answering`, not `_Delivery`)."""
         self.term = NatsRouter(middlewares=[self._answering])
@@ -175,6 +177,7 @@ class ServiceRouter(NatsRouter):
         subscriber = router.subscriber(answer.subject, decoder=_decoder(answer),
                                        title=f"{self.service}:{answer.subject}", description=description)
         subscriber(handler)
+        self.answered.append(answer)
         self.answering.add(subscriber)
 
     @contextlib.asynccontextmanager

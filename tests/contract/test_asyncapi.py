@@ -8,20 +8,27 @@ import orjson
 from pydantic import BaseModel
 
 from contracts.events.batch import BatchCreated
-from contracts.events.envelope import Event
 from contracts.events.registry import AnyEvent
 from contracts.subjects import BATCH_CREATED, EVENTS_STREAM, VALIDATOR_DURABLE
-from services.asyncapi import event_catalogue
+from services.asyncapi import ROUTERS, event_catalogue
 from services.gateway.views.asyncapi import _document
-from services.runtime.delivery import fact_filter
+from services.runtime.delivery import ServiceRouter, fact_filter
 from services.validator.handlers import CREATED
 
 REF = "#/components/schemas/"
 
 
-def contracts_by_filter() -> dict[str, type[Event]]:
+def contracts_by_filter() -> dict[str, type[BaseModel]]:
+    """Every subject filter a channel may name → the contract it carries: each fact's type, each declared answer's
+    request, each durable's command."""
     members = typing.get_args(typing.get_args(AnyEvent)[0])
-    return {fact_filter(member): member for member in members}
+    found: dict[str, type[BaseModel]] = {fact_filter(member): member for member in members}
+    for make_router in ROUTERS:
+        router = make_router()
+        if isinstance(router, ServiceRouter):
+            found |= {answer.subject: answer.request for answer in router.answered}
+            found |= {declared.durable.subject: declared.durable.contract for declared in router.declared.values()}
+    return found
 
 
 def channels() -> list[tuple[str, str, dict[str, Any]]]:
@@ -68,6 +75,16 @@ def test_the_validator_consumes_created_batches_on_its_durable_and_emits_its_ver
     assert {("send", "evt.batch.*.validated"), ("send", "evt.batch.*.validation_failed"),
             ("send", "evt.batch.*.line_rejected"), ("send", "evt.file.*.stored")} <= operations
     assert (CREATED.stream, CREATED.name, CREATED.subject) == (EVENTS_STREAM, VALIDATOR_DURABLE, BATCH_CREATED)
+
+
+def test_the_scheduler_folds_the_book_answers_executors_and_states_assignments() -> None:
+    document = event_catalogue()
+    operations = {(op["action"], document["channels"][op["channel"]["$ref"].split("/")[-1]]["bindings"]["nats"][
+        "subject"]) for op in document["operations"].values()}
+    assert {("receive", "svc.fleet.register"), ("receive", "svc.facts.{executor_id}"),
+            ("receive", "svc.log.{executor_id}"), ("receive", "svc.objects.{executor_id}")} <= operations
+    assert {("receive", "evt.batch.*.validated"), ("send", "evt.batch.*.assigned")} <= operations
+    assert "scheduler.fold:evt.batch.*.validated" in document["channels"]
 
 
 def test_a_subscriptions_filter_is_its_contracts_subject_pattern() -> None:
