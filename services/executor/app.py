@@ -1,31 +1,27 @@
-"""Composition root of the executor: load the engines, advertise, run assigned batches until stopped."""
+"""Composition root of the executor: settings → engines, connection, dependencies → the executor's router on its
+broker; it advertises and runs the batches assigned to it until stopped."""
 
 import asyncio
 import logging
 import time
 
 from contracts.events.executor import ExecutorAdvert
-from contracts.subjects import (
-    WORK_STREAM,
-    executor_durable,
-    executor_finalize_durable,
-    finalize_command,
-    run_command,
-)
-from services.executor.adapters import broker
 from services.executor.adapters.admission import keep_admitted
+from services.executor.adapters.broker import executor_broker, join, stop_consuming
 from services.executor.adapters.brokered_store import BrokeredObjectStore, http_pool
 from services.executor.adapters.engines.shelf import EngineShelf
 from services.executor.adapters.memory import device_memory, within_budget
 from services.executor.adapters.objects import ObjectAccess
 from services.executor.adapters.registration import register, register_once
-from services.executor.handlers import Executor, finalize_policy
+from services.executor.handlers import Executor, executor_router
 from services.executor.heartbeat import Rejoin, heartbeat
 from services.executor.retry import LineRetry
 from services.executor.runner import BatchRunner
 from services.executor.settings import ExecutorSettings
-from services.runtime.bus import ConsumerPolicy, EventBus
+from services.runtime.broker import ServiceBroker
+from services.runtime.bus import EventBus
 from services.runtime.catalogue import load_catalogue
+from services.runtime.delivery import ServiceRouter
 from services.runtime.fleet import Fleet
 from services.runtime.objectstore import ObjectStore
 
@@ -75,53 +71,48 @@ def rejoin_with(bus: EventBus, settings: ExecutorSettings) -> Rejoin | None:
 
 async def run_executor(settings: ExecutorSettings, stop: asyncio.Event) -> None:
     engines = await open_shelf(settings)
-    bus = await broker.connect(settings, stop)
-    if bus is None:
-        await engines.unload_all()
-        return
+    broker = executor_broker(settings)
+    router = executor_router(settings.executor_id, settings.ack_wait_s, settings.max_deliver)
+    broker.include_router(router)
     try:
-        store = await object_access(settings, bus)
-        fleet = await Fleet.open(bus, scans=False)
-        advert = advert_of(settings, engines)
-        await fleet.advertise(advert)
-        if settings.worker_key:
-            await register(bus, settings.executor_id, settings.worker_key, advert, stop)
-        else:
-            log.warning("no worker key (SHESHNAG_EXECUTOR_WORKER_KEY): the scheduler will not assign this executor "
-                        "any batch; it only takes commands sent to it directly")
-        retry = LineRetry(attempts=settings.line_attempts, base_delay_s=settings.line_retry_delay_s)
-        runner = BatchRunner(bus, store, settings.executor_id, settings.chunk_lines, retry)
-        executor = Executor(bus, runner, engines, settings.executor_id)
-        # One batch at a time (the consume loop is sequential; the engine's slots are the concurrency, inside
-        # the batch). More than one may be pending: a command a crashed predecessor held must not block the
-        # retry the scheduler sends after fencing it.
-        policy = ConsumerPolicy(ack_wait_s=settings.ack_wait_s, max_deliver=settings.max_deliver,
-                                max_ack_pending=4)
-        beating = asyncio.create_task(heartbeat(fleet, lambda: advert_of(settings, engines), settings.heartbeat_s,
-                                                stop, rejoin_with(bus, settings)))
-        renewing = asyncio.create_task(keep_admitted(bus.nc, stop))
-        consuming = asyncio.create_task(bus.consume(
-            WORK_STREAM, executor_durable(settings.executor_id), [run_command(settings.executor_id)],
-            executor.on_message, policy, executor.on_poison, stop))
-        # The finalize commands of the batches the scheduler chose this executor for; many may wait on a running
-        # attempt at once.
-        finalizing = asyncio.create_task(bus.consume(
-            WORK_STREAM, executor_finalize_durable(settings.executor_id), [finalize_command(settings.executor_id)],
-            executor.on_finalize,
-            finalize_policy(settings.ack_wait_s),
-            executor.on_finalize_poison, stop))
-        stopping = asyncio.create_task(stop.wait())
-        await asyncio.wait({stopping, consuming, finalizing, beating}, return_when=asyncio.FIRST_COMPLETED)
-        stop.set()
-        # The batch in hand gets a moment to commit; whatever is left is redelivered and resumed.
-        await asyncio.wait({consuming, finalizing}, timeout=settings.stop_grace_s)
-        for task in (consuming, finalizing, beating, renewing):
-            task.cancel()
-        outcomes = await asyncio.gather(consuming, finalizing, beating, renewing, stopping, return_exceptions=True)
-        await fleet.withdraw(settings.executor_id)
-        for outcome in outcomes:
-            if isinstance(outcome, Exception):
-                raise outcome
+        bus = await join(broker, settings, stop)
+        if bus is not None:
+            await serve(settings, engines, broker, router, bus, stop)
     finally:
-        await bus.close()
+        await broker.stop()
         await engines.unload_all()
+
+
+async def serve(settings: ExecutorSettings, engines: EngineShelf, broker: ServiceBroker, router: ServiceRouter,
+                bus: EventBus, stop: asyncio.Event) -> None:
+    """Advertise, register, take commands until stopped (or the heartbeat fails); then withdraw the advert."""
+    store = await object_access(settings, bus)
+    fleet = await Fleet.open(bus, scans=False)
+    advert = advert_of(settings, engines)
+    await fleet.advertise(advert)
+    if settings.worker_key:
+        await register(bus, settings.executor_id, settings.worker_key, advert, stop)
+    else:
+        log.warning("no worker key (SHESHNAG_EXECUTOR_WORKER_KEY): the scheduler will not assign this executor "
+                    "any batch; it only takes commands sent to it directly")
+    retry = LineRetry(attempts=settings.line_attempts, base_delay_s=settings.line_retry_delay_s)
+    runner = BatchRunner(bus, store, settings.executor_id, settings.chunk_lines, retry)
+    broker.context.set_global(router.dependencies, Executor(bus, runner, engines, settings.executor_id))
+    beating = asyncio.create_task(heartbeat(fleet, lambda: advert_of(settings, engines), settings.heartbeat_s,
+                                            stop, rejoin_with(bus, settings)))
+    renewing = asyncio.create_task(keep_admitted(bus.nc, stop))
+    stopping = asyncio.create_task(stop.wait())
+    try:
+        await broker.start()
+        await asyncio.wait({stopping, beating}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.set()
+        # The batch in hand gets `stop_grace_s` to commit; whatever is left is redelivered and resumed.
+        await stop_consuming(broker)
+        for task in (beating, renewing):
+            task.cancel()
+        outcomes = await asyncio.gather(beating, renewing, stopping, return_exceptions=True)
+    await fleet.withdraw(settings.executor_id)
+    for outcome in outcomes:
+        if isinstance(outcome, Exception):
+            raise outcome

@@ -1,18 +1,42 @@
 """Thin handlers: a RunBatch command in, a batch run, its facts out; a hopeless command fails the attempt.
-A FinalizeBatch command ends a batch that runs nowhere; one that cannot succeed fails the batch with its cause."""
+A FinalizeBatch command ends a batch that runs nowhere; one that cannot succeed fails the batch with its cause.
+
+The table (`executor_router`, at the end), one per executor id (its durables and filters carry the id): `run` takes
+each `RunBatch` on the executor's run durable, a hopeless one fails its attempt (`fail_the_attempt`); `finalize`
+takes each `FinalizeBatch` on its finalize durable, a hopeless one fails its batch (`fail_the_batch`).
+"""
 
 import logging
+from typing import Annotated
 
-from nats.aio.msg import Msg
-from pydantic import ValidationError
+from faststream import Context
 
 from contracts.commands import FinalizeBatch, RunBatch
-from contracts.events.batch import AttemptFailed, BatchFailed, BatchFinalizing
+from contracts.events.batch import (
+    AttemptFailed,
+    BatchCancelled,
+    BatchCompleted,
+    BatchExpired,
+    BatchFailed,
+    BatchFinalizing,
+    BatchProgressed,
+    BatchStarted,
+    ShardFinished,
+)
+from contracts.events.file import FileStored
+from contracts.subjects import (
+    WORK_STREAM,
+    executor_durable,
+    executor_finalize_durable,
+    finalize_command,
+    run_command,
+)
 from services.executor.adapters.engines.shelf import EngineShelf
 from services.executor.adapters.watch import read_batch_log
 from services.executor.attempts import counts_as_committed
 from services.executor.runner import BatchRunner
 from services.runtime.bus import ConsumerPolicy, EventBus, PoisonMessage
+from services.runtime.delivery import Durable, ServiceRouter
 from services.runtime.objectstore import ObjectNotFound
 
 log = logging.getLogger(__name__)
@@ -25,6 +49,9 @@ FINALIZE_FAILED = "finalize_failed"
 FINALIZE_DELIVERIES = 30
 """Tries of one finalize command (backoff up to 10 s between them: about 4 minutes) before its batch fails."""
 FINALIZE_PENDING = 4096
+RUN_PENDING = 4
+"""Run commands out at once. One batch runs at a time (the engine's slots are the concurrency, inside it), but a
+command a crashed predecessor held must not block the retry the scheduler sends after fencing it."""
 
 
 class FinalizeDeferred(Exception):
@@ -32,17 +59,15 @@ class FinalizeDeferred(Exception):
 
 
 class Executor:
+    """What the executor does with each command it takes, and with one given up on."""
+
     def __init__(self, bus: EventBus, runner: BatchRunner, engines: EngineShelf, executor_id: str) -> None:
         self.bus = bus
         self.runner = runner
         self.engines = engines
         self.executor_id = executor_id
 
-    async def on_message(self, message: Msg) -> None:
-        try:
-            command = RunBatch.model_validate_json(message.data)
-        except ValidationError as error:
-            raise PoisonMessage(f"not a RunBatch command: {error}") from error
+    async def run(self, command: RunBatch) -> None:
         if command.executor_id != self.executor_id:
             raise PoisonMessage(f"command for executor {command.executor_id} reached {self.executor_id}")
         engine = await self.engines.get(command.model)
@@ -53,23 +78,14 @@ class Executor:
         except HOPELESS as error:
             raise PoisonMessage(f"{type(error).__name__}: {error}") from error
 
-    async def on_poison(self, message: Msg, error: BaseException) -> None:
-        try:
-            command = RunBatch.model_validate_json(message.data)
-        except ValidationError:
-            log.error("dropping an undecodable run command on %s: %r", message.subject, error)
-            return
+    async def fail_the_attempt(self, command: RunBatch, error: BaseException) -> None:
         # The attempt failed, not the batch: the scheduler retries it elsewhere, up to its attempt limit.
         reason = f"attempt {command.attempt} on executor {self.executor_id} failed: {error}"
         await self.bus.publish(AttemptFailed(aggregate_id=command.batch_id, attempt=command.attempt,
                                              executor_id=self.executor_id, code="executor_error",
                                              reason=reason[:REASON_LIMIT]))
 
-    async def on_finalize(self, message: Msg) -> None:
-        try:
-            command = FinalizeBatch.model_validate_json(message.data)
-        except ValidationError as error:
-            raise PoisonMessage(f"not a FinalizeBatch command: {error}") from error
+    async def finalize(self, command: FinalizeBatch) -> None:
         if command.executor_id != self.executor_id:
             raise PoisonMessage(f"finalize command for executor {command.executor_id} reached {self.executor_id}")
         batch_log = await read_batch_log(self.bus, command.batch_id)
@@ -91,14 +107,9 @@ class Executor:
         except HOPELESS as error:
             raise PoisonMessage(f"{type(error).__name__}: {error}") from error
 
-    async def on_finalize_poison(self, message: Msg, error: BaseException) -> None:
+    async def fail_the_batch(self, command: FinalizeBatch, error: BaseException) -> None:
         """A finalize that cannot succeed ends its batch as failed, with the cause: it must not wait forever, nor
         hold a place in this executor's durable that other users' cancels and expiries need."""
-        try:
-            command = FinalizeBatch.model_validate_json(message.data)
-        except ValidationError:
-            log.error("dropping an undecodable finalize command on %s: %r", message.subject, error)
-            return
         if command.executor_id != self.executor_id:
             return  # not this executor's batch to fail
         if (await read_batch_log(self.bus, command.batch_id)).ended is not None:
@@ -111,7 +122,57 @@ class Executor:
                                            reason=cause[:REASON_LIMIT]))
 
 
+def run_durable(executor_id: str, ack_wait_s: float, max_deliver: int) -> Durable:
+    """The executor's run commands; `max_deliver` deliveries of one before its attempt fails."""
+    return Durable(RunBatch, WORK_STREAM, executor_durable(executor_id), run_command(executor_id),
+                   ConsumerPolicy(ack_wait_s=ack_wait_s, max_deliver=max_deliver, max_ack_pending=RUN_PENDING))
+
+
 def finalize_policy(ack_wait_s: float) -> ConsumerPolicy:
     """An executor's finalize durable: a command that keeps failing is given up (its batch fails) after bounded
     tries, and many may wait at once, so one user's batches cannot hold every place."""
     return ConsumerPolicy(ack_wait_s=ack_wait_s, max_deliver=FINALIZE_DELIVERIES, max_ack_pending=FINALIZE_PENDING)
+
+
+def finalize_durable(executor_id: str, ack_wait_s: float) -> Durable:
+    """The finalize commands of the batches the scheduler chose this executor for; many may wait on a running
+    attempt at once."""
+    return Durable(FinalizeBatch, WORK_STREAM, executor_finalize_durable(executor_id), finalize_command(executor_id),
+                   finalize_policy(ack_wait_s))
+
+
+async def run(command: RunBatch, executor: Annotated[Executor, Context()]) -> None:
+    await executor.run(command)
+
+
+async def fail_the_attempt(command: RunBatch | None, error: BaseException, executor: Executor) -> None:
+    if command is None:
+        log.error("dropping a run command that does not decode: %r", error)
+        return
+    await executor.fail_the_attempt(command, error)
+
+
+async def finalize(command: FinalizeBatch, executor: Annotated[Executor, Context()]) -> None:
+    await executor.finalize(command)
+
+
+async def fail_the_batch(command: FinalizeBatch | None, error: BaseException, executor: Executor) -> None:
+    if command is None:
+        log.error("dropping a finalize command that does not decode: %r", error)
+        return
+    await executor.fail_the_batch(command, error)
+
+
+def executor_router(executor_id: str, ack_wait_s: float, max_deliver: int) -> ServiceRouter:
+    """One executor's table: the commands it takes, by which handler, what a hopeless one becomes; the facts it
+    states (through the scheduler's fact desk when it joined with a worker key). A fresh router each call."""
+    router = ServiceRouter("executor", dependencies="executor")
+    router.durable(run_durable(executor_id, ack_wait_s, max_deliver), run, fail_the_attempt,
+                   "Run the batch (or its shard) on this executor's engine, committing result chunks under the "
+                   "attempt's lease; a command that can never run fails the attempt (the scheduler retries it).")
+    router.durable(finalize_durable(executor_id, ack_wait_s), finalize, fail_the_batch,
+                   "Assemble the output and error files of a batch that runs nowhere (completed shards, a cancel, "
+                   "an expiry, a failure) and end it; one that can never be assembled fails the batch.")
+    router.emits(BatchStarted, BatchProgressed, ShardFinished, BatchFinalizing, FileStored, BatchCompleted,
+                 BatchCancelled, BatchExpired, BatchFailed, AttemptFailed)
+    return router

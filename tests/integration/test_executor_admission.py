@@ -96,6 +96,8 @@ async def test_an_executor_renews_its_admission_before_it_expires_and_runs_batch
     assert len(admissions) >= 4, "it was admitted again, several times"
     expired = [r for r in caplog.records if "authentication expired" in said(r)]
     assert expired == [], "every renewal came before the admission expired"
+    # Its broker's subscribers create, pull from and ack its own durables only, under its own inbox prefix.
+    assert [said(r) for r in caplog.records if "permissions violation" in said(r)] == []
 
 
 async def test_a_connection_whose_admission_expired_is_let_back_in_and_its_consumer_goes_on(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 import asyncio
 import json
 import secrets
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -24,9 +25,11 @@ from contracts.events.registry import AnyEvent
 from contracts.ids import error_file_id, output_file_id
 from contracts.subjects import EVENTS_STREAM, WORK_STREAM, event_subject, finalize_command, input_object_key
 from services.executor.adapters.watch import EventReader
+from services.executor.app import run_executor
 from services.executor.domain import check_invariant
 from services.executor.settings import ExecutorSettings
 from services.runtime.bus import EventBus
+from services.runtime.fleet import Fleet
 from services.runtime.objectstore import ObjectStore
 from services.runtime.settings import ConnectionSettings
 from tests.integration.test_executor_run import running_executor
@@ -248,3 +251,42 @@ async def test_shards_of_one_batch_run_separately_and_one_finalize_assembles_eve
     assert message.data is not None
     stored = FileStored.model_validate_json(message.data)
     assert stored.expires_at == stored.created_at + 3600, "output_expires_after counts from the file's creation"
+
+
+async def test_a_stopped_executor_gives_its_batch_in_hand_its_grace_then_the_next_one_resumes_it(
+    bus: EventBus, object_store: ObjectStore, connection: ConnectionSettings, tmp_path: Path,
+) -> None:
+    """Stopped mid-batch, an executor withdraws within its grace; the one started in its place (same id) takes the
+    redelivered command and finishes the batch from the chunks the first committed."""
+    catalogue = tmp_path / "catalogue.toml"
+    catalogue.write_text(CATALOGUE)
+    settings = ExecutorSettings(connection=connection.model_copy(update={"catalogue_path": catalogue}),
+                                executor_id=f"itest-{secrets.token_hex(4)}", chunk_lines=2, heartbeat_s=0.5,
+                                ack_wait_s=2.0, stop_grace_s=0.5)
+    stop = asyncio.Event()
+    first = asyncio.create_task(run_executor(settings, stop))
+    command = await new_batch(object_store, settings, "/v1/chat/completions", CHAT,
+                              [chat(n, max_tokens=16) for n in range(12)])
+    await bus.send(command)
+    await batch_facts(bus, command.batch_id, lambda fact: fact.type == "batch.progressed")
+    fleet = await Fleet.open(bus)
+    stopping = time.monotonic()
+    stop.set()
+    while settings.executor_id in {advert.executor_id for advert in await fleet.adverts()}:
+        assert time.monotonic() - stopping < settings.stop_grace_s + 3.0, "the batch in hand had its grace, not more"
+        await asyncio.sleep(0.05)
+    await asyncio.wait_for(first, 30)  # the engine's unload waits for the lines it was generating
+    assert not any(ended(fact) for fact in await all_facts(bus, command.batch_id))
+
+    stop = asyncio.Event()
+    second = asyncio.create_task(run_executor(settings, stop))
+    try:
+        facts = await batch_facts(bus, command.batch_id, ended)
+    finally:
+        stop.set()
+        await asyncio.wait_for(second, 15)
+    done = completed_fact(facts)
+    chunks = [fact.chunk for fact in facts if isinstance(fact, BatchProgressed)]
+    assert chunks == sorted(set(chunks)), "each chunk committed once: the redelivery resumed after them"
+    output, errors = await files_of(object_store, command.batch_id)
+    check_invariant(12, done.completed, done.failed, output, errors)

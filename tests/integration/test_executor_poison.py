@@ -2,17 +2,27 @@
 accounted for once (custom_ids may repeat), a batch failed at run time delivers what it committed, and a finalize
 that cannot succeed ends its batch; against the real broker, S3 server and model."""
 
+import asyncio
 import json
 import secrets
 from typing import Literal
 
 import orjson
+from nats.js.api import ConsumerInfo
 
 from contracts.api.rejected_line import RejectedLine
 from contracts.commands import FinalizeBatch, RunBatch
 from contracts.events.batch import AttemptFailed, BatchFailed, BatchProgressed
 from contracts.ids import batch_request_id
-from contracts.subjects import WORK_STREAM, input_object_key, rejections_key, result_chunk_key
+from contracts.subjects import (
+    WORK_STREAM,
+    executor_durable,
+    executor_finalize_durable,
+    input_object_key,
+    rejections_key,
+    result_chunk_key,
+    run_command,
+)
 from contracts.subjects import finalize_command as finalize_subject
 from services.executor.adapters.results import ResultStore
 from services.executor.domain import Chunk, InputLine, check_invariant, result_line
@@ -161,6 +171,51 @@ async def test_a_finalize_command_naming_another_executor_is_dropped_and_leaves_
     # Taken in order: had the misrouted cancel been acted on (or failed the batch), it would have ended first.
     facts = await batch_facts(bus, command.batch_id, ended)
     assert [fact.type for fact in facts if ended(fact)] == ["batch.expired"]
+
+
+async def test_commands_that_do_not_decode_are_given_up_at_once_and_the_next_ones_run(
+    bus: EventBus, object_store: ObjectStore, executor: ExecutorSettings,
+) -> None:
+    for subject in (run_command(executor.executor_id), finalize_subject(executor.executor_id)):
+        for garbage in (b"not json", b'{"batch_id": "batch_x"}'):
+            await bus.js.publish(subject, garbage, headers={"Nats-Msg-Id": secrets.token_hex(8)}, stream=WORK_STREAM)
+    command = await run_batch(object_store, executor, [line("a", chat(1))])
+    await bus.send(command)
+
+    assert completed_fact(await batch_facts(bus, command.batch_id, ended)).completed == 1
+    for durable, taken in ((executor_durable(executor.executor_id), 3),
+                           (executor_finalize_durable(executor.executor_id), 2)):
+        info = await settled(bus, durable)
+        assert info.delivered is not None
+        assert info.delivered.consumer_seq == taken and info.num_redelivered == 0, "each delivered once"
+        assert info.num_pending == 0, "and terminated, not left to redeliver"
+
+
+async def test_a_run_command_naming_another_executor_fails_its_attempt_once_and_runs_nothing(
+    bus: EventBus, object_store: ObjectStore, executor: ExecutorSettings,
+) -> None:
+    command = await run_batch(object_store, executor, [line("a", chat(1))])
+    misrouted = command.model_copy(update={"executor_id": "someone-else", "attempt": 2})
+    await bus.js.publish(run_command(executor.executor_id), misrouted.model_dump_json().encode(),
+                         headers={"Nats-Msg-Id": misrouted.msg_id}, stream=WORK_STREAM)
+
+    facts = await batch_facts(bus, command.batch_id, lambda fact: isinstance(fact, AttemptFailed))
+    failed = facts[-1]
+    assert isinstance(failed, AttemptFailed) and (failed.attempt, failed.code) == (2, "executor_error")
+    assert "command for executor someone-else reached" in failed.reason
+    assert [fact.type for fact in facts] == ["batch.attempt_failed"], "nothing ran"
+    info = await bus.js.consumer_info(WORK_STREAM, executor_durable(executor.executor_id))
+    assert info.num_redelivered == 0 and info.num_ack_pending == 0
+
+
+async def settled(bus: EventBus, durable: str) -> ConsumerInfo:
+    """The durable once nothing it delivered waits for an ack."""
+    for _ in range(100):
+        info = await bus.js.consumer_info(WORK_STREAM, durable)
+        if not info.num_ack_pending:
+            return info
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{durable} still has unacked commands")
 
 
 def finalize_command(command: RunBatch, reason: Literal["cancelled", "expired", "failed"],

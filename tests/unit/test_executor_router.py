@@ -1,0 +1,58 @@
+"""The executor's table of subscriptions: one router per executor id, whose durables are the ones its NATS
+credentials let it create, pull from and ack, each taking its command typed, with a poison handler beside it."""
+
+import inspect
+import typing
+
+import pytest
+
+from contracts.commands import FinalizeBatch, RunBatch
+from contracts.permissions import executor_permissions
+from contracts.subjects import (
+    WORK_STREAM,
+    consumer_next,
+    executor_durable,
+    executor_finalize_durable,
+    finalize_command,
+    run_command,
+)
+from services.executor import handlers
+from services.executor.handlers import FINALIZE_DELIVERIES, RUN_PENDING, executor_router
+
+
+def test_each_executor_consumes_its_run_and_finalize_durables_on_its_own_subjects() -> None:
+    router = executor_router("gpu-7", ack_wait_s=12.0, max_deliver=3)
+    durables = {declared.durable.name: declared.durable for declared in router.declared.values()}
+    assert set(durables) == {executor_durable("gpu-7"), executor_finalize_durable("gpu-7")}
+    run, finalize = durables[executor_durable("gpu-7")], durables[executor_finalize_durable("gpu-7")]
+    assert (run.stream, run.subject, run.contract) == (WORK_STREAM, run_command("gpu-7"), RunBatch)
+    assert (finalize.stream, finalize.subject, finalize.contract) == (WORK_STREAM, finalize_command("gpu-7"),
+                                                                      FinalizeBatch)
+    assert (run.policy.ack_wait_s, run.policy.max_deliver, run.policy.max_ack_pending) == (12.0, 3, RUN_PENDING)
+    assert (finalize.policy.ack_wait_s, finalize.policy.max_deliver) == (12.0, FINALIZE_DELIVERIES)
+
+
+@pytest.mark.parametrize("executor_id", ["alpha", "gpu-7", "a_b"])
+def test_the_executors_credentials_allow_exactly_what_its_durables_need(executor_id: str) -> None:
+    publish = set(executor_permissions(executor_id).publish)
+    for declared in executor_router(executor_id, 30.0, 5).declared.values():
+        durable = declared.durable
+        config = durable.consumer_config()
+        assert (config.name, config.durable_name, config.filter_subject) == (durable.name, durable.name,
+                                                                            durable.subject)
+        # Create with the filter in the API subject (what nats-py sends for a named consumer), pull, ack.
+        assert f"$JS.API.CONSUMER.CREATE.{WORK_STREAM}.{durable.name}.{durable.subject}" in publish
+        assert consumer_next(WORK_STREAM, durable.name) in publish
+        assert f"$JS.ACK.{WORK_STREAM}.{durable.name}.>" in publish
+        # Never asked for (the executor's broker creates and binds instead): only its own durables' info.
+        assert f"$JS.API.CONSUMER.INFO.{WORK_STREAM}.{durable.name}" not in publish
+
+
+def test_handlers_take_their_command_typed_and_every_durable_has_a_poison_handler() -> None:
+    router = executor_router("alpha", 30.0, 5)
+    assert {name: declared.on_poison for name, declared in router.declared.items()} == {
+        executor_durable("alpha"): handlers.fail_the_attempt,
+        executor_finalize_durable("alpha"): handlers.fail_the_batch}
+    for handler, contract in ((handlers.run, RunBatch), (handlers.finalize, FinalizeBatch)):
+        first = next(iter(inspect.signature(handler).parameters.values()))
+        assert typing.get_type_hints(handler)[first.name] is contract
