@@ -71,7 +71,7 @@ def rejoin_with(bus: EventBus, settings: ExecutorSettings) -> Rejoin | None:
 
 async def run_executor(settings: ExecutorSettings, stop: asyncio.Event) -> None:
     engines = await open_shelf(settings)
-    broker = executor_broker(settings)
+    broker = executor_broker(settings, stop)
     router = executor_router(settings.executor_id, settings.ack_wait_s, settings.max_deliver)
     broker.include_router(router)
     try:

@@ -5,6 +5,7 @@ publishes with `Nats-Expected-Last-Subject-Sequence`, KV buckets, the gap-detect
 callout) stay nats-py calls, made through the broker's own connection via `EventBus`, never a second one.
 """
 
+import asyncio
 import logging
 from typing import Any
 
@@ -31,9 +32,19 @@ class ServiceBroker(NatsBroker):
         return connection
 
 
-def service_broker(url: str, name: str, credentials: Credentials | None = None) -> ServiceBroker:
-    """A broker for one service process; nothing connects until `open_bus`."""
+def service_broker(url: str, name: str, credentials: Credentials | None = None,
+                   stop: asyncio.Event | None = None) -> ServiceBroker:
+    """A broker for one service process; nothing connects until `open_bus`. A connection nats-py closes for good
+    (it retries forever, so only on an error it never retries, or at the end) sets `stop`: faststream's consume
+    loops would otherwise spin on it, and a stopped service exits for its supervisor to start afresh."""
     options: dict[str, Any] = {"reconnect_time_wait": 0.5}  # seconds (annotated int)
+    if stop is not None:
+        async def closed() -> None:
+            if not stop.is_set():
+                log.warning("the NATS connection of %s is closed for good; the service stops", name)
+                stop.set()
+
+        options["closed_cb"] = closed
     if credentials is not None:
         options |= {"security": SASLPlaintext(username=credentials.user, password=credentials.password),
                     "inbox_prefix": credentials.inbox_prefix.encode()}

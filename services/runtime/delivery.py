@@ -37,7 +37,7 @@ from opentelemetry.trace import Span, SpanKind, Tracer
 from pydantic import BaseModel, ValidationError
 
 from contracts.events.envelope import Event
-from contracts.subjects import event_subject
+from contracts.subjects import event_subject, subject_pattern
 from services.runtime import metrics
 from services.runtime.bus import ConsumerPolicy, PoisonMessage, _batch_of, _keep_in_progress
 from services.runtime.logfmt import BATCH_ID
@@ -332,7 +332,7 @@ def _handler_span(tracer: Tracer, message: Msg, durable: Durable) -> AbstractCon
     attributes."""
     metadata = message.metadata
     return tracer.start_as_current_span(
-        f"handle {durable.subject}", context=extract_context(message.headers),
+        f"handle {subject_pattern(durable.subject)}", context=extract_context(message.headers),
         kind=SpanKind.CONSUMER, attributes={"messaging.destination.name": message.subject,
                                             "messaging.consumer.group.name": metadata.consumer or "",
                                             "messaging.message.delivery_count": metadata.num_delivered or 0})

@@ -15,7 +15,7 @@ from services.scheduler.term import Term
 
 async def run_scheduler(settings: SchedulerSettings, stop: asyncio.Event) -> None:
     connection = settings.connection
-    broker = service_broker(connection.nats_url, "scheduler")
+    broker = service_broker(connection.nats_url, "scheduler", stop=stop)
     router = scheduler_router()
     broker.include_router(router)
     bus = await open_bus(broker, "scheduler")

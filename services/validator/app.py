@@ -13,7 +13,7 @@ from services.validator.settings import ValidatorSettings
 
 async def run_validator(settings: ValidatorSettings, stop: asyncio.Event) -> None:
     connection = settings.connection
-    broker = service_broker(connection.nats_url, "validator")
+    broker = service_broker(connection.nats_url, "validator", stop=stop)
     router = validator_router()
     broker.include_router(router)
     bus = await open_bus(broker, "validator")

@@ -37,9 +37,9 @@ def connection_name(settings: ExecutorSettings) -> str:
     return f"executor-{settings.executor_id}"
 
 
-def executor_broker(settings: ExecutorSettings) -> ServiceBroker:
-    """The executor's broker; nothing connects until `join`."""
-    broker = service_broker(settings.connection.nats_url, connection_name(settings), credentials(settings))
+def executor_broker(settings: ExecutorSettings, stop: asyncio.Event | None = None) -> ServiceBroker:
+    """The executor's broker; nothing connects until `join`. A connection closed for good sets `stop`."""
+    broker = service_broker(settings.connection.nats_url, connection_name(settings), credentials(settings), stop)
     # On stop, the batch in hand gets the executor's own grace to commit (faststream waits this long for running
     # handlers, then cancels them: their commands are redelivered and resumed).
     broker.config.broker_config.graceful_timeout = settings.stop_grace_s
