@@ -94,3 +94,11 @@ def test_a_subscriptions_filter_is_its_contracts_subject_pattern() -> None:
 def test_the_gateway_serves_the_generated_document() -> None:
     assert orjson.loads(_document()) == orjson.loads(orjson.dumps(event_catalogue()))
     assert event_catalogue()["asyncapi"] == "3.0.0"
+
+
+def test_each_executor_takes_its_own_commands_and_states_its_attempts_facts() -> None:
+    document = event_catalogue()
+    operations = {(op["action"], document["channels"][op["channel"]["$ref"].split("/")[-1]]["bindings"]["nats"][
+        "subject"]) for op in document["operations"].values()}
+    assert {("receive", "cmd.executor.{executor_id}.run"), ("receive", "cmd.executor.{executor_id}.finalize"),
+            ("send", "evt.batch.*.progressed"), ("send", "evt.batch.*.completed")} <= operations
