@@ -1,13 +1,14 @@
-"""The ledger's composition root: broker, event store, read model and the folder that joins them."""
+"""The ledger's composition root: settings → broker, event store, read model → the folder that joins them."""
 
 import asyncio
 import logging
 
 from contracts.subjects import EVENTS_STREAM, LEDGER_NAME
 from services.ledger.application import Ledger
-from services.ledger.handlers import Folder, follow, read_model_sink, stop_reading
+from services.ledger.handlers import Folder, follow, ledger_router, read_model_sink, stop_reading
 from services.ledger.reindex import index_owners
 from services.ledger.settings import LedgerSettings
+from services.runtime.broker import open_bus, service_broker
 from services.runtime.bus import EventBus
 from services.runtime.readmodel import ReadModel
 
@@ -23,28 +24,35 @@ class LedgerApp:
         self.folder: Folder | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
-        bus = await EventBus.connect(self.settings.connection.nats_url, LEDGER_NAME)
-        ledger = await asyncio.to_thread(Ledger, self.settings.store_env())
+        broker = service_broker(self.settings.connection.nats_url, LEDGER_NAME)
+        broker.include_router(ledger_router())
+        bus = await open_bus(broker, LEDGER_NAME)
         try:
-            read_model = await ReadModel.open(bus)
-            checkpoint = await asyncio.to_thread(ledger.checkpoint)
-            await index_owners(bus, ledger, read_model_sink(read_model), checkpoint)
-            folder = self.folder = Folder(ledger, read_model_sink(read_model), checkpoint,
-                                          self.settings.group_size)
-            head = (await bus.js.stream_info(EVENTS_STREAM)).state.last_seq
-            log.info("ledger resumes after sequence %d; stream head is %d", checkpoint, head)
-            worker = asyncio.create_task(folder.run(stop))
-            announcer = asyncio.create_task(self._announce_caught_up(folder, head))
-            reader = asyncio.create_task(follow(bus, folder, stop))
+            ledger = await asyncio.to_thread(Ledger, self.settings.store_env())
             try:
-                await stop.wait()
+                await broker.start()  # its table declares the fold, which runs here: no subscriber starts
+                await self._fold(bus, ledger, stop)
             finally:
-                await stop_reading(reader)
-                announcer.cancel()
-                await worker
+                await asyncio.to_thread(ledger.close)
         finally:
-            await bus.close()
-            await asyncio.to_thread(ledger.close)
+            await broker.stop()
+
+    async def _fold(self, bus: EventBus, ledger: Ledger, stop: asyncio.Event) -> None:
+        read_model = await ReadModel.open(bus)
+        checkpoint = await asyncio.to_thread(ledger.checkpoint)
+        await index_owners(bus, ledger, read_model_sink(read_model), checkpoint)
+        folder = self.folder = Folder(ledger, read_model_sink(read_model), checkpoint, self.settings.group_size)
+        head = (await bus.js.stream_info(EVENTS_STREAM)).state.last_seq
+        log.info("ledger resumes after sequence %d; stream head is %d", checkpoint, head)
+        worker = asyncio.create_task(folder.run(stop))
+        announcer = asyncio.create_task(self._announce_caught_up(folder, head))
+        reader = asyncio.create_task(follow(bus, folder, stop))
+        try:
+            await stop.wait()
+        finally:
+            await stop_reading(reader)
+            announcer.cancel()
+            await worker
 
     async def _announce_caught_up(self, folder: Folder, head: int) -> None:
         await folder.wait_through(head)

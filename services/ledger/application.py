@@ -11,15 +11,14 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application
-from eventsourcing.domain import Aggregate
+from eventsourcing.domain import Aggregate, Snapshot
 from eventsourcing.persistence import ProcessRecorder, Tracking
-from pydantic import ValidationError
 
 from contracts.events.envelope import Event
-from contracts.events.registry import decode_event
 from contracts.subjects import EVENTS_STREAM
 from services.ledger.aggregates import CHAIN_ID, ApiKey, Executor, File, StreamChain, register_stable_topics
 from services.ledger.chain import DIGEST_CHARS, Fact, Link, contiguous_runs, link
+from services.ledger.decoding import ProgressFact, decode_fact
 from services.ledger.domainmodel import Batch, Folded, aggregate_id
 from services.ledger.rules import FoldingRules
 
@@ -67,6 +66,7 @@ class Ledger(FoldingRules, Application[UUID]):
         An id leaves once a fold creates its aggregate (until then, the group's `touched` holds it)."""
         self._chain: StreamChain | None = None
         self._pending_progress = {}
+        self._named = {}
 
     def construct_recorder(self) -> ProcessRecorder:
         return self.factory.process_recorder()
@@ -92,9 +92,15 @@ class Ledger(FoldingRules, Application[UUID]):
         try:
             chain = self._chain or self._load_chain()
             new = [fact for fact in facts if fact.sequence > chain.last_sequence]
+            self._named = {}
             for fact in facts:
-                event = _decode(fact)
-                aggregate = None if event is None else self._apply(fact.sequence, event, touched)
+                decoded = decode_fact(fact)
+                if decoded is None:
+                    continue
+                if isinstance(decoded, ProgressFact):  # most facts of a busy stream
+                    self._apply_progress(fact.sequence, decoded, touched)
+                    continue
+                aggregate = self._apply(fact.sequence, decoded, touched)
                 if aggregate is not None:
                     touched[aggregate.id] = aggregate
             self._flush_progress(touched)
@@ -109,6 +115,8 @@ class Ledger(FoldingRules, Application[UUID]):
             self._pending_progress.clear()
             self._chain = None
             raise
+        finally:
+            self._named = {}
         self._chain = chain
         self._absent.difference_update(touched)
         self._snapshot({r.domain_event.originator_id for r in recordings
@@ -140,9 +148,12 @@ class Ledger(FoldingRules, Application[UUID]):
     def _snapshot(self, due: set[UUID], touched: dict[UUID, Folded]) -> None:
         # From the state in hand: the library's own snapshotting would refold the aggregate from the store.
         assert self.snapshots is not None
-        self.snapshots.put([touched[ident].Snapshot.take(touched[ident]) for ident in due if ident in touched])
+        snapshots: list[Snapshot] = [touched[ident].Snapshot.take(touched[ident])
+                                       for ident in due if ident in touched]
         if CHAIN_ID in due and self._chain is not None:
-            self.snapshots.put([StreamChain.Snapshot.take(self._chain)])
+            snapshots.append(StreamChain.Snapshot.take(self._chain))
+        if snapshots:  # an empty put is still a transaction (a commit per group, in SQLite)
+            self.snapshots.put(snapshots)
 
     def record_checkpoint(self, sequence: int) -> None:
         """Every fact up to `sequence` is folded and materialised."""
@@ -202,12 +213,3 @@ class Ledger(FoldingRules, Application[UUID]):
         if not isinstance(found, cls):
             raise TypeError(f"aggregate {ident} is a {type(found).__name__}, not a {cls.__name__}")
         return found
-
-
-def _decode(fact: Fact) -> Event | None:
-    try:
-        return decode_event(fact.data)
-    except ValidationError as error:
-        log.warning("sequence %d: not an event the ledger knows, skipped: %s", fact.sequence,
-                    error.errors()[0]["msg"])
-        return None

@@ -1,4 +1,5 @@
-"""Stream messages → the ledger in small groups, off the event loop → projections into a sink → checkpoint."""
+"""Stream messages → the ledger in groups, off the event loop → projections into a sink → checkpoint; and the
+ledger's table (`ledger_router`): the fold of the log it runs."""
 
 import asyncio
 import logging
@@ -6,11 +7,14 @@ import time
 from collections.abc import Awaitable, Callable
 
 from contracts.readmodel import BatchRecord, FileRecord, UserRecord
+from contracts.subjects import LEDGER_NAME
 from services.ledger.application import Ledger
 from services.ledger.chain import Fact
 from services.ledger.observe import record_fold
 from services.ledger.projection import KeyProjection, Projection, new_anomalies, project, projection_key
+from services.ledger.rules import folded_types
 from services.runtime.bus import EventBus
+from services.runtime.delivery import LogFollower, ServiceRouter
 from services.runtime.follower import OrderedReader
 from services.runtime.readmodel import ReadModel
 
@@ -133,3 +137,15 @@ def read_model_sink(read_model: ReadModel) -> Sink:
         await asyncio.gather(*(put(projection) for projection in projections))
 
     return sink
+
+
+FOLD = ("Fold every fact, in stream order from the ledger's checkpoint, into its event-sourced aggregates (batches, "
+        "files, keys, users, organisations, providers, executors) and materialise the records the gateway reads.")
+
+
+def ledger_router() -> ServiceRouter:
+    """The ledger's table: the fold of the log it runs (on the ordered reader, `follow`), and nothing it emits.
+    (A fresh router each call: faststream lets a router belong to one broker only.)"""
+    router = ServiceRouter(LEDGER_NAME, dependencies=LEDGER_NAME)
+    router.follows(LogFollower(LEDGER_NAME, folded_types(), FOLD))
+    return router

@@ -37,7 +37,7 @@ class Replayed:
         return self.events / self.seconds if self.seconds else 0.0
 
 
-async def replay_into_scratch(bus: EventBus, group_size: int = 1000) -> Replayed:
+async def replay_into_scratch(bus: EventBus, group_size: int = 5000) -> Replayed:
     """Fold the stream from sequence 1 up to its current head into a scratch ledger."""
     head = (await bus.js.stream_info(EVENTS_STREAM)).state.last_seq
     replayed = Replayed()

@@ -32,6 +32,7 @@ from contracts.events.provider import ProviderRegistered
 from contracts.ids import error_file_id, key_id_for_hash, output_file_id
 from contracts.subjects import input_object_key
 from services.ledger.aggregates import ApiKey, Executor, File, Provider, User
+from services.ledger.decoding import ProgressFact
 from services.ledger.domainmodel import Batch, Folded, aggregate_id
 from services.ledger.membership import KeyOwner, Organization
 from services.runtime.foldrules import FoldRules
@@ -65,22 +66,28 @@ class FoldingRules:
 
     _pending_progress: dict[UUID, dict[int, Progress]]
     """Per batch and shard, a run of progress facts not applied yet, merged into one."""
+    _named: dict[str, Batch]
+    """Batches by their public id as found so far in the group being folded (each is in `touched` too)."""
 
     def _get(self, cls: type[A], ident: UUID, touched: Touched) -> A | None:
         raise NotImplementedError
 
-    def _defer_progress(self, batch: Batch, seq: int, fact: BatchProgressed) -> None:
+    def _defer_progress(self, batch: Batch, seq: int, fact: ProgressFact) -> None:
         # Progress facts dominate a busy stream; a run of them folds into one aggregate event with the same
         # result (counts are cumulative and never lowered), whatever the group boundaries were.
         # Counts are cumulative per shard, so only one shard's facts merge.
-        shards = self._pending_progress.get(batch.id)
+        ident = batch.id
+        shards = self._pending_progress.get(ident)
         if shards is None:
-            shards = self._pending_progress[batch.id] = {}
-        earlier = shards.get(fact.shard)
-        completed, failed = fact.completed, fact.failed
-        if earlier is not None:
-            completed, failed = max(completed, earlier.completed), max(failed, earlier.failed)
-        shards[fact.shard] = Progress(batch, seq, fact.attempt, completed, failed, fact.shard)
+            shards = self._pending_progress[ident] = {}
+        _, attempt, completed, failed, shard = fact
+        earlier = shards.get(shard)
+        if earlier is not None:  # (comparisons, not max(): this runs for nearly every fact)
+            if earlier.completed > completed:
+                completed = earlier.completed
+            if earlier.failed > failed:
+                failed = earlier.failed
+        shards[shard] = Progress(batch, seq, attempt, completed, failed, shard)
 
     def _flush_progress(self, touched: Touched, ident: UUID | None = None) -> None:
         """Apply deferred progress: one batch's before its next other fact, or every batch's at a group's end."""
@@ -127,12 +134,12 @@ class FoldingRules:
         if fact.kind != "batch":
             log.debug("sequence %d: %s is not the ledger's concern", seq, fact.type)
             return None
+        if isinstance(fact, BatchProgressed):
+            self._apply_progress(seq, ProgressFact.of(fact), touched)
+            return None
         batch = self._existing(Batch, "batch", seq, fact, touched)
         if batch is None:
             return None
-        if isinstance(fact, BatchProgressed) and batch.may_progress(seq):
-            self._defer_progress(batch, seq, fact)
-            return batch
         self._flush_progress(touched, batch.id)
         batch_rule = _batch_facts.rule_for(type(fact))
         if batch_rule is None:
@@ -142,6 +149,21 @@ class FoldingRules:
             return None
         batch_rule(self, batch, seq, fact, touched)
         return batch
+
+    def _apply_progress(self, seq: int, fact: ProgressFact, touched: Touched) -> None:
+        """Fold a progress fact: merged into the batch's run of them, unless the batch refuses it (applied now).
+        The batch joins `touched` when the group first names it."""
+        batch = self._named.get(fact.aggregate_id)
+        if batch is None:
+            batch = self._existing(Batch, "batch", seq, fact, touched)
+            if batch is None:
+                return
+            self._named[fact.aggregate_id] = touched[batch.id] = batch
+        if batch.may_progress(seq):
+            self._defer_progress(batch, seq, fact)
+        else:
+            self._flush_progress(touched, batch.id)
+            self._progressed(batch, seq, fact, touched)
 
     # Facts that create an aggregate, or change one other than a batch: each returns the aggregate it touched.
 
@@ -251,8 +273,9 @@ class FoldingRules:
         batch.start(seq, _at(fact), fact.executor_id, fact.attempt, fact.engine, fact.engine_version)
 
     @_batch_facts.on(BatchProgressed)
-    def _progressed(self, batch: Batch, seq: int, fact: BatchProgressed, touched: Touched) -> None:
-        # Only a fact the batch refuses (an anomaly, or one folded before): the rest are deferred.
+    def _progressed(self, batch: Batch, seq: int, fact: ProgressFact, touched: Touched) -> None:
+        # Only a fact the batch refuses (an anomaly, or one folded before): the rest are deferred. Called by
+        # `_apply_progress` with the fact as decoding.py reads it.
         self._progress(Progress(batch, seq, fact.attempt, fact.completed, fact.failed, fact.shard), touched)
 
     @_batch_facts.on(BatchFinalizing)
@@ -312,11 +335,17 @@ class FoldingRules:
         owner = self._get(KeyOwner, aggregate_id("keyowner", key_id), {})
         return None if owner is None else owner.user_id
 
-    def _existing(self, cls: type[A], kind: str, seq: int, fact: Event, touched: Touched) -> A | None:
+    def _existing(self, cls: type[A], kind: str, seq: int, fact: Event | ProgressFact,
+                  touched: Touched) -> A | None:
         found = self._get(cls, aggregate_id(kind, fact.aggregate_id), touched)
         if found is None:
             log.warning("sequence %d: %s for unknown %s %s, skipped", seq, fact.type, kind, fact.aggregate_id)
         return found
+
+
+def folded_types() -> tuple[type[Event], ...]:
+    """The event types the fold has a rule for: every fact the ledger consumes."""
+    return (*_facts.types(), *_batch_facts.types())
 
 
 def _at(fact: Event) -> int:

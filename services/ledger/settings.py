@@ -21,7 +21,7 @@ class LedgerSettings(ServiceSettings):
     postgres_password: str = ""
     postgres_schema: str = ""
     """A schema of its own, e.g. when several ledgers share one database."""
-    group_size: int = 1000
+    group_size: int = 5000
     """At most this many queued facts are folded and saved in one transaction (fewer when fewer wait)."""
 
     def store_env(self) -> dict[str, str]:
