@@ -1,22 +1,18 @@
 """The JetStream connection: stream declarations, deduplicated publishes, durable consumers."""
 
-import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Self
 
 import nats
 import nats.errors
 import nats.js.errors
-import orjson
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, RetentionPolicy, StorageType, StreamConfig
-from opentelemetry.trace import SpanKind
 
 from contracts.events.envelope import Event
 from contracts.subjects import (
@@ -25,13 +21,9 @@ from contracts.subjects import (
     EVENTS_SUBJECTS,
     WORK_STREAM,
     WORK_SUBJECTS,
-    parse_event_subject,
-    subject_pattern,
 )
-from services.runtime import metrics
-from services.runtime.logfmt import BATCH_ID
 from services.runtime.nats_client import ReadmittingClient
-from services.runtime.telemetry import extract_context, inject_headers, tracer
+from services.runtime.telemetry import inject_headers, tracer
 
 log = logging.getLogger(__name__)
 
@@ -94,10 +86,6 @@ class ConsumerPolicy:
     max_deliver: int = 20
     max_ack_pending: int = 64
     retry_delays_s: tuple[float, ...] = (0.5, 1.0, 2.0, 5.0, 10.0)
-
-
-Handler = Callable[[Msg], Awaitable[None]]
-PoisonHandler = Callable[[Msg, BaseException], Awaitable[None]]
 
 
 def _last_sequence(description: str | None) -> int:
@@ -220,101 +208,3 @@ class EventBus:
             # An existing durable keeps its position; its config is not changed under it.
             log.warning("durable %s exists with another config (%s); binding to it", durable, error)
         return await self.js.pull_subscribe_bind(durable=durable, stream=stream)
-
-    async def consume(
-        self,
-        stream: str,
-        durable: str,
-        subjects: Sequence[str],
-        handler: Handler,
-        policy: ConsumerPolicy,
-        on_poison: PoisonHandler | None = None,
-        stop: asyncio.Event | None = None,
-    ) -> None:
-        """Run `handler` on each message until `stop` is set; ack after it returns.
-
-        A failing handler is retried later with backoff (never a hot loop); on its last delivery, or
-        when it raises PoisonMessage, `on_poison` records it and the message is terminated.
-        """
-        subscription = await self.durable_subscription(stream, durable, subjects, policy)
-        stop = stop or asyncio.Event()
-        try:
-            while not stop.is_set():
-                try:
-                    messages = await subscription.fetch(1, timeout=1.0)
-                except nats.errors.TimeoutError:
-                    continue
-                except nats.errors.ConnectionClosedError:
-                    return
-                for message in messages:
-                    await self._handle_one(message, handler, policy, on_poison)
-        finally:
-            # A live pull subscription would hold the connection's drain open until it times out.
-            if not self.nc.is_closed:
-                await subscription.unsubscribe()
-
-    async def _handle_one(
-        self, message: Msg, handler: Handler, policy: ConsumerPolicy, on_poison: PoisonHandler | None
-    ) -> None:
-        keepalive = asyncio.create_task(_keep_in_progress(message, policy.ack_wait_s / 3))
-        metadata = message.metadata
-        metrics.CONSUMER_PENDING.labels(metadata.consumer or "").set(metadata.num_pending or 0)
-        # The handler continues the trace of whoever published the message; what it publishes joins it too.
-        span = self.tracer.start_as_current_span(
-            f"handle {subject_pattern(message.subject)}", context=extract_context(message.headers),
-            kind=SpanKind.CONSUMER, attributes={"messaging.destination.name": message.subject,
-                                                "messaging.consumer.group.name": metadata.consumer or "",
-                                                "messaging.message.delivery_count": metadata.num_delivered or 0})
-        batch_id = _batch_of(message)
-        span_batch = BATCH_ID.set(batch_id)
-        try:
-            with span as current:
-                if batch_id:
-                    current.set_attribute("sheshnag.batch_id", batch_id)
-                await handler(message)
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:
-            deliveries = message.metadata.num_delivered
-            final = isinstance(error, PoisonMessage) or 0 < policy.max_deliver <= deliveries
-            if final:
-                log.exception("giving up on %s after %d deliveries", message.subject, deliveries)
-                if on_poison is not None:
-                    await on_poison(message, error)
-                await message.term()
-            else:
-                delay = policy.retry_delays_s[min(deliveries - 1, len(policy.retry_delays_s) - 1)]
-                log.warning("handler failed on %s (delivery %d), retry in %.1fs: %r",
-                            message.subject, deliveries, delay, error)
-                await message.nak(delay=delay)
-        else:
-            await message.ack_sync()
-        finally:
-            BATCH_ID.reset(span_batch)
-            keepalive.cancel()
-
-
-def _batch_of(message: Msg) -> str:
-    """The batch a message is about: named in a batch fact's subject, or in a command's header."""
-    fact = parse_event_subject(message.subject)
-    if fact is not None:
-        return fact.aggregate_id if fact.kind == "batch" else ""
-    named = (message.headers or {}).get(BATCH_HEADER)
-    if named is not None:
-        return named
-    # A command sent before commands carried the header (still queued across an upgrade): its own field.
-    try:
-        decoded = orjson.loads(message.data)
-    except orjson.JSONDecodeError:
-        return ""
-    return str(decoded.get("batch_id", "")) if isinstance(decoded, dict) else ""
-
-
-async def _keep_in_progress(message: Msg, every_s: float) -> None:
-    """Long work keeps its lease on the message instead of being redelivered to someone else."""
-    while True:
-        await asyncio.sleep(every_s)
-        try:
-            await message.in_progress()
-        except (nats.errors.Error, OSError):
-            return

@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 import nats.errors
+import orjson
 from faststream import BaseMiddleware, ContextRepo
 from faststream.message import StreamMessage
 from faststream.middlewares import AckPolicy
@@ -37,9 +38,9 @@ from opentelemetry.trace import Span, SpanKind, Tracer
 from pydantic import BaseModel, ValidationError
 
 from contracts.events.envelope import Event
-from contracts.subjects import event_subject, subject_pattern
+from contracts.subjects import BATCH_HEADER, event_subject, parse_event_subject, subject_pattern
 from services.runtime import metrics
-from services.runtime.bus import ConsumerPolicy, PoisonMessage, _batch_of, _keep_in_progress
+from services.runtime.bus import ConsumerPolicy, PoisonMessage
 from services.runtime.logfmt import BATCH_ID
 from services.runtime.telemetry import attached, extract_context, tracer
 
@@ -259,10 +260,10 @@ class _Delivery(BaseMiddleware):
         if self.declared is None:
             return
         message, policy = self.message, self.declared.durable.policy
-        self.keepalive = asyncio.create_task(_keep_in_progress(message, policy.ack_wait_s / 3))
+        self.keepalive = asyncio.create_task(keep_in_progress(message, policy.ack_wait_s / 3))
         metadata = message.metadata
         metrics.CONSUMER_PENDING.labels(metadata.consumer or "").set(metadata.num_pending or 0)
-        batch_id = _batch_of(message)
+        batch_id = batch_of(message)
         self.batch_token = BATCH_ID.set(batch_id)
         # The handler continues the trace of whoever published the message; what it publishes joins it too.
         self.span = _handler_span(self.router.tracer, message, self.declared.durable)
@@ -336,3 +337,29 @@ def _handler_span(tracer: Tracer, message: Msg, durable: Durable) -> AbstractCon
         kind=SpanKind.CONSUMER, attributes={"messaging.destination.name": message.subject,
                                             "messaging.consumer.group.name": metadata.consumer or "",
                                             "messaging.message.delivery_count": metadata.num_delivered or 0})
+
+
+def batch_of(message: Msg) -> str:
+    """The batch a message is about: named in a batch fact's subject, or in a command's header."""
+    fact = parse_event_subject(message.subject)
+    if fact is not None:
+        return fact.aggregate_id if fact.kind == "batch" else ""
+    named = (message.headers or {}).get(BATCH_HEADER)
+    if named is not None:
+        return named
+    # A command sent before commands carried the header (still queued across an upgrade): its own field.
+    try:
+        decoded = orjson.loads(message.data)
+    except orjson.JSONDecodeError:
+        return ""
+    return str(decoded.get("batch_id", "")) if isinstance(decoded, dict) else ""
+
+
+async def keep_in_progress(message: Msg, every_s: float) -> None:
+    """Long work keeps its lease on the message instead of being redelivered to someone else."""
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            await message.in_progress()
+        except (nats.errors.Error, OSError):
+            return

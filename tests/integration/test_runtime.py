@@ -2,16 +2,21 @@
 
 import asyncio
 import uuid
+from typing import Annotated
 
-from nats.aio.msg import Msg
+from faststream import Context
+from faststream.nats.message import NatsMessage
 from nats.js.api import DeliverPolicy
 
 from contracts.commands import FinalizeBatch
 from contracts.events.batch import LineRejected
 from contracts.subjects import EVENTS_STREAM, WORK_STREAM, batch_events, executor_finalize_durable
+from services.runtime.broker import open_bus, service_broker
 from services.runtime.bus import ConsumerPolicy, EventBus
+from services.runtime.delivery import Durable, ServiceRouter
 from services.runtime.logfmt import BATCH_ID
 from services.runtime.objectstore import ObjectStore
+from services.runtime.settings import ConnectionSettings
 
 
 async def test_the_same_fact_published_twice_is_stored_once(bus: EventBus) -> None:
@@ -30,7 +35,8 @@ async def test_the_same_fact_published_twice_is_stored_once(bus: EventBus) -> No
     assert received == [first]
 
 
-async def test_a_command_sent_twice_is_handled_once_with_its_batch_as_the_context(bus: EventBus) -> None:
+async def test_a_command_sent_twice_is_handled_once_with_its_batch_as_the_context(
+        bus: EventBus, connection: ConnectionSettings) -> None:
     """Its subject names only the executor: the consumer takes the batch from the command's header (the
     executor's object requests are allowed for that batch alone)."""
     await bus.ensure_streams()
@@ -40,15 +46,25 @@ async def test_a_command_sent_twice_is_handled_once_with_its_batch_as_the_contex
     await bus.send(command)
     await bus.send(command)
     handled: list[tuple[str, str]] = []
-    stop = asyncio.Event()
+    done = asyncio.Event()
 
-    async def handle(message: Msg) -> None:
-        handled.append((message.subject, BATCH_ID.get()))
-        stop.set()
+    async def handle(finalize: FinalizeBatch, message: Annotated[NatsMessage, Context()]) -> None:
+        handled.append((message.raw_message.subject, BATCH_ID.get()))
+        done.set()
 
     durable = executor_finalize_durable(executor_id)
-    await asyncio.wait_for(bus.consume(WORK_STREAM, durable, [command.subject], handle, ConsumerPolicy(), stop=stop),
-                           10)
+    router = ServiceRouter("tests", dependencies="none")
+    router.durable(Durable(FinalizeBatch, WORK_STREAM, durable, command.subject, ConsumerPolicy()), handle, None,
+                   "under test")
+    broker = service_broker(connection.nats_url, "tests")
+    broker.include_router(router)
+    await open_bus(broker, "tests")
+    await broker.start()
+    try:
+        await asyncio.wait_for(done.wait(), 10)
+        await asyncio.sleep(0.5)  # a second delivery, were there one, would have come by now
+    finally:
+        await broker.stop()
     assert handled == [(command.subject, "batch_ctx1")]
     assert (await bus.js.consumer_info(WORK_STREAM, durable)).num_pending == 0
     assert BATCH_ID.get() == ""
