@@ -12,12 +12,14 @@ from faststream.specification import AsyncAPI
 
 from contracts.events.envelope import Event
 from services.executor.handlers import executor_router
+from services.ledger.handlers import ledger_router
 from services.runtime.delivery import LogFollower, ServiceRouter, fact_filter
 from services.scheduler.handlers import scheduler_router
 from services.validator.handlers import validator_router
 
 ROUTERS: tuple[Callable[[], NatsRouter], ...] = (
-    validator_router, scheduler_router, lambda: executor_router(EXECUTOR_ID, ack_wait_s=30.0, max_deliver=5))
+    validator_router, scheduler_router, lambda: executor_router(EXECUTOR_ID, ack_wait_s=30.0, max_deliver=5),
+    ledger_router)
 EXECUTOR_ID = "{executor_id}"
 """Each executor's durables and commands carry its id: the document names it as a subject parameter."""
 TITLE = "Sheshnag event catalogue"

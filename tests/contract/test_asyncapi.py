@@ -102,3 +102,9 @@ def test_each_executor_takes_its_own_commands_and_states_its_attempts_facts() ->
         "subject"]) for op in document["operations"].values()}
     assert {("receive", "cmd.executor.{executor_id}.run"), ("receive", "cmd.executor.{executor_id}.finalize"),
             ("send", "evt.batch.*.progressed"), ("send", "evt.batch.*.completed")} <= operations
+
+
+def test_the_ledger_folds_every_fact_of_a_batch_life() -> None:
+    channels = event_catalogue()["channels"]
+    assert {"ledger.fold:evt.batch.*.created", "ledger.fold:evt.batch.*.progressed",
+            "ledger.fold:evt.batch.*.completed", "ledger.fold:evt.file.*.stored"} <= set(channels)
