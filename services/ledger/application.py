@@ -17,7 +17,7 @@ from eventsourcing.persistence import ProcessRecorder, Tracking
 from contracts.events.envelope import Event
 from contracts.subjects import EVENTS_STREAM
 from services.ledger.aggregates import CHAIN_ID, ApiKey, Executor, File, StreamChain, register_stable_topics
-from services.ledger.chain import DIGEST_CHARS, Fact, Link, contiguous_runs, link
+from services.ledger.chain import Fact, Link, contiguous_runs, link_run
 from services.ledger.decoding import ProgressFact, decode_fact
 from services.ledger.domainmodel import Batch, Folded, aggregate_id
 from services.ledger.rules import FoldingRules
@@ -131,10 +131,7 @@ class Ledger(FoldingRules, Application[UUID]):
     def _extend(self, chain: StreamChain, facts: list[Fact]) -> None:
         head = chain.head
         for run in contiguous_runs(facts):
-            digests = []
-            for fact in run:
-                head = link(head, fact)
-                digests.append(head[:DIGEST_CHARS])
+            digests, head = link_run(head, run)
             chain.link(first_sequence=run[0].sequence, digests=digests, head=head)
 
     def _load_chain(self) -> StreamChain:

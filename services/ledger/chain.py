@@ -6,7 +6,7 @@ from hashlib import sha256
 
 from services.runtime.follower import Fact
 
-__all__ = ["DIGEST_CHARS", "Fact", "Link", "contiguous_runs", "first_break", "link"]
+__all__ = ["DIGEST_CHARS", "Fact", "Link", "contiguous_runs", "first_break", "link", "link_run"]
 
 DIGEST_CHARS = 16
 """Hex characters of each event's chained hash kept per event; the full head is kept per link."""
@@ -16,6 +16,17 @@ def link(previous: str, fact: Fact) -> str:
     """The chain's hash after `fact`, given the hash after the event before it ("" at the start)."""
     body = b"%s\n%d\n%s\n" % (previous.encode(), fact.sequence, fact.subject.encode())
     return sha256(body + fact.data).hexdigest()
+
+
+def link_run(previous: str, run: list[Fact]) -> tuple[list[str], str]:
+    """`link` over consecutive facts: each one's digest, and the chain's hash after the last of them."""
+    digests = []
+    head = previous
+    for fact in run:
+        body = b"%s\n%d\n%s\n" % (head.encode(), fact.sequence, fact.subject.encode())
+        head = sha256(body + fact.data).hexdigest()
+        digests.append(head[:DIGEST_CHARS])
+    return digests, head
 
 
 def contiguous_runs(facts: Iterable[Fact]) -> Iterator[list[Fact]]:

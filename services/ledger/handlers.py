@@ -5,6 +5,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from contracts.readmodel import BatchRecord, FileRecord, UserRecord
 from contracts.subjects import LEDGER_NAME
@@ -21,8 +22,11 @@ from services.runtime.readmodel import ReadModel
 log = logging.getLogger(__name__)
 
 Sink = Callable[[list[Projection]], Awaitable[None]]
+R = TypeVar("R")
 RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 IDLE_POLL_S = 0.25
+MATERIALISE_BEHIND = 4
+"""Groups folded and not yet in the sink at most: then the fold waits for the sink."""
 
 
 class Folder:
@@ -43,6 +47,12 @@ class Folder:
         self._held: list[Fact] = []
         """Facts taken from the queue and not folded yet (a delivery larger than a group)."""
         self._advanced = asyncio.Condition()
+        self._unmaterialised: dict[str, Projection] = {}
+        """Records folded and not in the sink yet, by read-model key: the next folds go on while they are put."""
+        self._unmaterialised_facts: list[Fact] = []
+        """The facts those records fold (checkpointed once the records are in the sink)."""
+        self._unmaterialised_since_ns = 0
+        self._materialiser: asyncio.Task[None] | None = None
 
     async def receive(self, facts: list[Fact]) -> None:
         """Queues facts, so the reader pulls the next ones while a group folds; waits while the queue is full."""
@@ -50,52 +60,90 @@ class Folder:
             await self._queue.put(facts)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Fold queued facts until `stop` is set; the group in hand is always finished first."""
-        while not stop.is_set():
-            if not self._held:
-                try:
-                    self._held = await asyncio.wait_for(self._queue.get(), timeout=IDLE_POLL_S)
-                except TimeoutError:
-                    continue
-            while len(self._held) < self.group_size and not self._queue.empty():
-                self._held = self._held + self._queue.get_nowait()
-            group, self._held = self._held[:self.group_size], self._held[self.group_size:]
-            await self._fold_with_retries(group, stop)
+        """Fold queued facts until `stop` is set; the group in hand is always finished first (materialised too)."""
+        try:
+            while not stop.is_set():
+                if not self._held:
+                    try:
+                        self._held = await asyncio.wait_for(self._queue.get(), timeout=IDLE_POLL_S)
+                    except TimeoutError:
+                        continue
+                while len(self._held) < self.group_size and not self._queue.empty():
+                    self._held = self._held + self._queue.get_nowait()
+                group, self._held = self._held[:self.group_size], self._held[self.group_size:]
+                await self._fold(group, stop)
+        finally:
+            await self._materialised()
 
     async def wait_through(self, sequence: int) -> None:
         async with self._advanced:
             await self._advanced.wait_for(lambda: self.folded_through >= sequence)
 
-    async def _fold_with_retries(self, group: list[Fact], stop: asyncio.Event) -> None:
-        # A fact is never skipped for a failure of ours: retrying is safe, since folding is idempotent.
-        attempt = 0
-        while True:
-            try:
-                await self._fold(group)
-                return
-            except Exception:
-                log.exception("folding sequences %d..%d failed (attempt %d)", group[0].sequence, group[-1].sequence,
-                              attempt + 1)
-                if stop.is_set():
-                    return
-                await asyncio.sleep(RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)])
-                attempt += 1
-
-    async def _fold(self, group: list[Fact]) -> None:
-        facts = [fact for fact in group if fact.sequence > self.folded_through]
+    async def _fold(self, group: list[Fact], stop: asyncio.Event) -> None:
+        """Fold a group and hand its records on; they go into the sink while the next groups fold."""
+        facts = group if group and group[0].sequence > self.folded_through else [
+            fact for fact in group if fact.sequence > self.folded_through]
         if not facts:
             return
         started_ns = time.time_ns()
-        projections = await asyncio.to_thread(self._fold_sync, facts)
-        await self.sink(projections)
-        last = facts[-1].sequence
-        await asyncio.to_thread(self.ledger.record_checkpoint, last)
-        self.head_seen = max(self.head_seen, last)
-        record_fold(facts, started_ns, time.time_ns(), self.head_seen)
-        async with self._advanced:
-            self.folded_through = last
-            self.folded += len(facts)
-            self._advanced.notify_all()
+        projections = await self._retried("folding", facts, stop, lambda: asyncio.to_thread(self._fold_sync, facts))
+        if projections is None:
+            return
+        if not self._unmaterialised_facts:
+            self._unmaterialised_since_ns = started_ns
+        self._unmaterialised_facts += facts
+        for projection in projections:  # a record folded again before it went out: only its last state goes
+            self._unmaterialised[projection_key(projection)] = projection
+        if self._materialiser is None or self._materialiser.done():
+            self._materialiser = asyncio.create_task(self._materialise(stop))
+        if len(self._unmaterialised_facts) >= MATERIALISE_BEHIND * self.group_size:
+            await self._materialised()  # a slow or failing sink holds the fold back, not memory
+
+    async def _materialise(self, stop: asyncio.Event) -> None:
+        """Put what was folded into the sink, then checkpoint it; again while more was folded meanwhile."""
+        while self._unmaterialised_facts:
+            facts, self._unmaterialised_facts = self._unmaterialised_facts, []
+            records, self._unmaterialised = list(self._unmaterialised.values()), {}
+            since_ns = self._unmaterialised_since_ns
+            last = facts[-1].sequence
+
+            async def put_then_checkpoint(records: list[Projection] = records, last: int = last) -> bool:
+                await self.sink(records)
+                await asyncio.to_thread(self.ledger.record_checkpoint, last)
+                return True
+
+            if await self._retried("materialising", facts, stop, put_then_checkpoint) is None:
+                return  # stopping: the next start folds these facts again from the checkpoint
+            self.head_seen = max(self.head_seen, last)
+            record_fold(facts, since_ns, time.time_ns(), self.head_seen)
+            async with self._advanced:
+                self.folded_through = last
+                self.folded += len(facts)
+                self._advanced.notify_all()
+
+    async def _materialised(self) -> None:
+        """Wait until everything folded so far is in the sink and checkpointed (or the sink gave up, stopping)."""
+        if self._materialiser is not None:
+            await self._materialiser
+
+    @staticmethod
+    async def _retried(doing: str, facts: list[Fact], stop: asyncio.Event,
+                       step: Callable[[], Awaitable[R]]) -> R | None:
+        """`step`, until it succeeds; None when `stop` is set after a failure (the group is done again next start).
+
+        A fact is never skipped for a failure of ours: retrying is safe, since folding and materialising are
+        idempotent."""
+        attempt = 0
+        while True:
+            try:
+                return await step()
+            except Exception:
+                log.exception("%s sequences %d..%d failed (attempt %d)", doing, facts[0].sequence, facts[-1].sequence,
+                              attempt + 1)
+                if stop.is_set():
+                    return None
+                await asyncio.sleep(RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)])
+                attempt += 1
 
     def _fold_sync(self, facts: list[Fact]) -> list[Projection]:
         touched = self.ledger.fold_facts(facts)

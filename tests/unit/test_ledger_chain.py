@@ -1,6 +1,6 @@
 """The hash chain over the EVENTS stream: the ledger's checkpointed links against a recomputed log."""
 
-from services.ledger.chain import DIGEST_CHARS, Fact, Link, first_break, link
+from services.ledger.chain import DIGEST_CHARS, Fact, Link, first_break, link, link_run
 
 
 def log_of(count: int) -> list[Fact]:
@@ -47,3 +47,11 @@ def test_an_event_moved_to_another_subject_breaks_the_chain() -> None:
     moved = [*log[:3], Fact(4, "evt.batch.other.progressed", log[3].data)]
     found = first_break(links_for(log), moved)[1]
     assert found is not None and found.sequence == 4
+
+
+def test_a_run_linked_at_once_is_the_chain_linked_fact_by_fact() -> None:
+    log = log_of(10)
+    [whole] = links_for(log, per_link=10)
+    digests, head = link_run("", log)
+    assert (digests, head) == (whole.digests, whole.head)
+    assert first_break([Link(1, digests, head)], log) == (10, None)

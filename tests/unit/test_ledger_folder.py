@@ -1,0 +1,61 @@
+"""The folder: groups fold while the records of earlier ones go into the sink; a record folded again before the
+sink took it goes out once, in its last state; the checkpoint and `folded_through` follow the sink, never lead it."""
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from contracts.events.batch import BatchCreated, BatchProgressed
+from contracts.readmodel import BatchRecord
+from services.ledger.application import Ledger, persistence_env
+from services.ledger.chain import Fact
+from services.ledger.handlers import Folder
+from services.ledger.projection import Projection
+
+BATCH = "batch_folder1"
+
+
+@pytest.fixture
+def ledger() -> Iterator[Ledger]:
+    app = Ledger(persistence_env(None))
+    yield app
+    app.close()
+
+
+def fact(sequence: int, event: BatchCreated | BatchProgressed) -> Fact:
+    return Fact(sequence, event.subject, event.model_dump_json().encode())
+
+
+def created(batch_id: str) -> BatchCreated:
+    return BatchCreated(aggregate_id=batch_id, owner_key_id="key_a", input_file_id="file-in",
+                        input_object_key="files/file-in", endpoint="/v1/chat/completions", completion_window="24h",
+                        created_at=1_700_000_000, expires_at=1_700_086_400)
+
+
+async def test_records_folded_while_the_sink_is_busy_go_out_once_in_their_last_state(ledger: Ledger) -> None:
+    puts: list[list[Projection]] = []
+    sink_open = asyncio.Event()
+
+    async def slow_sink(projections: list[Projection]) -> None:
+        await sink_open.wait()
+        puts.append(projections)
+
+    folder = Folder(ledger, slow_sink, start_after=0, group_size=1)
+    stop = asyncio.Event()
+    worker = asyncio.create_task(folder.run(stop))
+    await folder.receive([fact(1, created(BATCH))])
+    await asyncio.sleep(0.05)  # the first group is folded, and waits on the sink
+    await folder.receive([fact(2, created("batch_folder2")), fact(3, created(BATCH))])
+    await asyncio.sleep(0.05)
+    assert folder.folded_through == 0 and ledger.checkpoint() == 0  # nothing is materialised before the sink took it
+    sink_open.set()
+    await asyncio.wait_for(folder.wait_through(3), 5)
+    stop.set()
+    await worker
+    assert ledger.checkpoint() == 3 and folder.folded == 3
+    first, rest = puts[0], [p for put in puts[1:] for p in put]
+    assert [p.batch.id for p in first if isinstance(p, BatchRecord)] == [BATCH]
+    later = [p for p in rest if isinstance(p, BatchRecord)]
+    assert sorted(p.batch.id for p in later) == [BATCH, "batch_folder2"]  # each once, though folded in two groups
+    assert next(p for p in later if p.batch.id == BATCH).last_sequence == 3  # its state after the repeated creation
