@@ -13,8 +13,18 @@ from pydantic import ValidationError
 
 from contracts.catalogue import Catalogue
 from contracts.commands import FinalizeBatch, RunBatch
-from contracts.events.batch import AttemptFailed, BatchAssigned, BatchFailed, BatchWaiting, ShardLayout
-from contracts.events.executor import ExecutorLost
+from contracts.events.batch import (
+    AttemptFailed,
+    BatchAssigned,
+    BatchCancelRequested,
+    BatchFailed,
+    BatchReleased,
+    BatchValidated,
+    BatchWaiting,
+    ShardFinished,
+    ShardLayout,
+)
+from contracts.events.executor import ExecutorLost, ExecutorRegistered
 from contracts.events.registry import AnyEvent, decode_event
 from contracts.ids import derived_id
 from contracts.subjects import EVENTS_STREAM, parse_event_subject
@@ -48,6 +58,12 @@ IGNORED_EVENT_NAMES = frozenset({"line_rejected", "validation_progressed", "fina
 """High-volume facts that never change a scheduling decision: skipped before decoding. (`progressed` is not one:
 an attempt that committed lines does not count against the attempt limit.)"""
 READER_STOP_S = 10.0
+NUDGES = frozenset((fact.kind, fact.name) for fact in (
+    BatchValidated, BatchReleased, BatchCancelRequested, AttemptFailed, ShardFinished, ExecutorRegistered))
+"""Facts after which there may be something to do at once (work to hand out, a slot freed, a batch to end): the
+next tick comes as soon as one is folded, not at the end of the tick interval."""
+MIN_TICK_GAP_S = 0.02
+"""Nudged ticks are at least this far apart: a burst of facts is decided on together."""
 
 
 @dataclass
@@ -60,6 +76,8 @@ class Term:
     policy: Policy = field(default_factory=Policy)
     book: Book = field(default_factory=Book)
     caught_up: asyncio.Event = field(default_factory=asyncio.Event)
+    nudged: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when a fact folded since the last tick may call for an act now (`NUDGES`)."""
     traces: dict[str, Context] = field(default_factory=dict)
     """Each open batch's latest trace context, so what the scheduler does for it joins the batch's trace."""
     registrar: Registrar = field(init=False)
@@ -90,9 +108,9 @@ class Term:
                     if not resent:
                         await self.resend_runs()
                         resent = True
+                    self.nudged.clear()
                     await self.tick()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=tick_s)
+                await self._until_next_tick(stop, tick_s)
         finally:
             keeper.cancel()
             reader.cancel()
@@ -101,6 +119,16 @@ class Term:
             log.error("the book's reader failed; the term ends", exc_info=reader.exception())
         elif not stop.is_set():
             log.warning("leadership lost; back to standby")
+
+    async def _until_next_tick(self, stop: asyncio.Event, tick_s: float) -> None:
+        """The tick interval, cut short by a nudge (or the stop)."""
+        await asyncio.sleep(MIN_TICK_GAP_S)
+        woken = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self.nudged.wait())]
+        try:
+            await asyncio.wait(woken, timeout=max(tick_s - MIN_TICK_GAP_S, 0), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in woken:
+                waiter.cancel()
 
     async def follow(self) -> None:
         """Fold every fact from the start of the log, then live ones, into the book, until cancelled.
@@ -128,6 +156,9 @@ class Term:
                 self.book.apply(decode_event(fact.data))
             except ValidationError:
                 log.warning("sequence %d is not an event this scheduler knows; skipped", fact.sequence)
+                return
+            if (subject.kind, subject.name) in NUDGES:
+                self.nudged.set()
 
     async def tick(self) -> None:
         adverts = await self.fleet.adverts()
