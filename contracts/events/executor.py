@@ -28,6 +28,9 @@ class ExecutorAdvert(BaseModel):
     slots: int
     heartbeat_at: int
     """Milliseconds since the epoch."""
+    parallel_attempts: int = 1
+    """How many attempts (of any batches) it runs at once, through its one pool of engine slots; the scheduler
+    assigns it no more than that (1: an executor from before it said)."""
 
 
 class ExecutorRegistered(Event):

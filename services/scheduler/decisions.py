@@ -1,5 +1,6 @@
 """What the scheduler should do now, given its book of batches and the live fleet: a pure function."""
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -92,14 +93,27 @@ def decide(book: Book, adverts: list[ExecutorAdvert], catalogue: Catalogue, now_
             if advert.executor_id in book.admitted and advert.executor_id in alive}
     actions: list[Action] = [DeclareLost(executor_id, last_seen) for executor_id, last_seen in heard.items()
                              if executor_id not in alive]
-    for plan in book.plans.values():
-        if plan.phase != "ended":
-            actions += _decide_for(plan, book, live, alive, catalogue, now_ms, policy)
+    load = Counter(run.executor_id for plan in book.plans.values() for _, run in plan.running_shards())
+    for plan in fair_order(book):
+        actions += _decide_for(plan, book, live, alive, catalogue, now_ms, policy, load)
     return actions
 
 
+def fair_order(book: Book) -> list[BatchPlan]:
+    """The open batches in the order they get free capacity: owners take turns, fewest attempts running first, so a
+    small batch of one owner does not wait for every batch another owner queued before it; FIFO within an owner."""
+    running = Counter(plan.owner_key_id for plan in book.plans.values() for _ in plan.running_shards())
+    turns: Counter[str] = Counter()
+    keyed: list[tuple[int, int, BatchPlan]] = []
+    for plan in sorted((p for p in book.plans.values() if p.phase != "ended"), key=lambda p: p.validated_order):
+        waiting = plan.phase == "validated" and not plan.running
+        keyed.append((running[plan.owner_key_id] + turns[plan.owner_key_id], plan.validated_order, plan))
+        turns[plan.owner_key_id] += waiting
+    return [plan for _, _, plan in sorted(keyed, key=lambda k: (k[0], k[1]))]
+
+
 def _decide_for(plan: BatchPlan, book: Book, live: dict[str, ExecutorAdvert], alive: set[str], catalogue: Catalogue,
-                now_ms: int, policy: Policy) -> list[Action]:
+                now_ms: int, policy: Policy, load: Counter[str | None]) -> list[Action]:
     if now_ms >= plan.expires_at * 1000:
         return _end_early(plan, live, alive, now_ms, "expired", "batch_expired", "The completion window ended.")
     if plan.cancel_requested_at_ms is not None:
@@ -125,7 +139,7 @@ def _decide_for(plan: BatchPlan, book: Book, live: dict[str, ExecutorAdvert], al
             plan, "enqueued_request_limit_exceeded",
             f"This batch's {plan.total_lines} lines would bring your queued lines past the limit of "
             f"{policy.max_queued_lines}; wait for running batches to finish, or split the file.")]
-    return actions + _assign_shards(plan, model, live, now_ms, policy)
+    return actions + _assign_shards(plan, model, live, now_ms, policy, load)
 
 
 def _fence_dead_attempts(plan: BatchPlan, book: Book, alive: set[str]) -> list[Action]:
@@ -142,7 +156,7 @@ def _fence_dead_attempts(plan: BatchPlan, book: Book, alive: set[str]) -> list[A
 
 
 def _assign_shards(plan: BatchPlan, model: CatalogueModel, live: dict[str, ExecutorAdvert], now_ms: int,
-                   policy: Policy) -> list[Action]:
+                   policy: Policy, load: Counter[str | None]) -> list[Action]:
     layout = plan.layout
     if layout is None:
         able = len(eligible_executors(model, live.values(), now_ms))
@@ -154,16 +168,23 @@ def _assign_shards(plan: BatchPlan, model: CatalogueModel, live: dict[str, Execu
     attempt = plan.attempt
     for shard in plan.pending_shards() if plan.layout is not None else range(layout.shards):
         run = plan.shards.get(shard, ShardRun())
-        free = [advert for advert in live.values() if advert.executor_id not in busy]
+        # An executor runs at most its advertised attempts at once: more would only queue there, out of turn.
+        free = [advert for advert in live.values()
+                if advert.executor_id not in busy and load[advert.executor_id] < advert.parallel_attempts]
         fresh = [advert for advert in free if advert.executor_id not in run.tried_executors]
         chosen = choose_executor(model, fresh, now_ms) or choose_executor(model, free, now_ms)
         if chosen is None:
             break
         attempt += 1
         busy.add(chosen.executor_id)
+        load[chosen.executor_id] += 1
         actions.append(Assign(plan, chosen.executor_id, attempt, shard, layout))
     if actions or plan.running:
         return actions
+    capable = eligible_executors(model, live.values(), now_ms)
+    if capable and all(load[advert.executor_id] >= advert.parallel_attempts for advert in capable):
+        reason = f"Queued: every executor serving {model.id} is busy with other batches."
+        return [] if reason == plan.waiting_reason else [Wait(plan, reason)]
     reason = why_unassignable(model, list(live.values()), now_ms)
     return [] if reason == plan.waiting_reason else [Wait(plan, reason)]
 

@@ -24,9 +24,11 @@ from contracts.events.batch import (
     ShardFinished,
     ShardLayout,
 )
+from contracts.events.envelope import Event
 from contracts.events.executor import ExecutorLost, ExecutorRegistered
 from contracts.events.registry import AnyEvent, decode_event
 from contracts.ids import derived_id
+from contracts.lifecycle import ENDING_FACTS
 from contracts.subjects import EVENTS_STREAM, parse_event_subject
 from services.runtime import eventlog
 from services.runtime.bus import EventBus
@@ -58,10 +60,11 @@ IGNORED_EVENT_NAMES = frozenset({"line_rejected", "validation_progressed", "fina
 """High-volume facts that never change a scheduling decision: skipped before decoding. (`progressed` is not one:
 an attempt that committed lines does not count against the attempt limit.)"""
 READER_STOP_S = 10.0
-NUDGES = frozenset((fact.kind, fact.name) for fact in (
-    BatchValidated, BatchReleased, BatchCancelRequested, AttemptFailed, ShardFinished, ExecutorRegistered))
-"""Facts after which there may be something to do at once (work to hand out, a slot freed, a batch to end): the
-next tick comes as soon as one is folded, not at the end of the tick interval."""
+_NUDGING: tuple[type[Event], ...] = (BatchValidated, BatchReleased, BatchCancelRequested, AttemptFailed,
+                                     ShardFinished, ExecutorRegistered, *ENDING_FACTS)
+NUDGES = frozenset((fact.kind, fact.name) for fact in _NUDGING)
+"""Facts after which there may be something to do at once (work to hand out, an executor's place freed, a batch to
+end): the next tick comes as soon as one is folded, not at the end of the tick interval."""
 MIN_TICK_GAP_S = 0.02
 """Nudged ticks are at least this far apart: a burst of facts is decided on together."""
 

@@ -30,7 +30,7 @@ MODEL = "smollm2-135m-instruct-q4_1"
 
 def advert(executor_id: str) -> ExecutorAdvert:
     return ExecutorAdvert(executor_id=executor_id, engine="llamacpp", engine_version="t", models=[MODEL],
-                          loaded_models=[MODEL], slots=8, heartbeat_at=int(time.time() * 1000),
+                          loaded_models=[MODEL], slots=8, heartbeat_at=int(time.time() * 1000), parallel_attempts=8,
                           devices=[DeviceMemory(name="cpu", total_bytes=2**34, free_bytes=2**33)])
 
 

@@ -29,9 +29,9 @@ MODEL = CatalogueModel(id="m", engine="llamacpp", artifact="/m.gguf", context_le
 CATALOGUE = Catalogue(models=[MODEL])
 
 
-def advert(executor_id: str, free: int = 10_000, heartbeat_at: int = NOW) -> ExecutorAdvert:
+def advert(executor_id: str, free: int = 10_000, heartbeat_at: int = NOW, parallel: int = 8) -> ExecutorAdvert:
     return ExecutorAdvert(executor_id=executor_id, engine="llamacpp", engine_version="1", models=["m"],
-                          loaded_models=["m"], slots=8, heartbeat_at=heartbeat_at,
+                          loaded_models=["m"], slots=8, heartbeat_at=heartbeat_at, parallel_attempts=parallel,
                           devices=[DeviceMemory(name="cpu", total_bytes=free, free_bytes=free)])
 
 

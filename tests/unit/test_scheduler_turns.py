@@ -1,0 +1,61 @@
+"""Free capacity goes to owners in turns: an executor gets no more attempts than it runs at once, and the next free
+one goes to the owner with the fewest running, not to whoever queued the most first."""
+
+from contracts.events.batch import BatchCreated, BatchValidated
+from contracts.events.executor import ExecutorAdvert
+from services.scheduler.book import Book
+from services.scheduler.decisions import Assign, Wait, decide, fair_order
+from tests.unit.test_scheduler_decisions import CATALOGUE, NOW, advert, assign
+
+
+def queue(book: Book, batch: str, owner: str) -> None:
+    book.apply(BatchCreated(aggregate_id=batch, owner_key_id=owner, input_file_id="f", input_object_key="files/f",
+                            endpoint="/v1/chat/completions", completion_window="24h", created_at=0,
+                            expires_at=NOW // 1000 + 3600))
+    book.apply(BatchValidated(aggregate_id=batch, total_lines=3, model="m", owner_key_id=owner,
+                              endpoint="/v1/chat/completions", input_object_key="files/f"))
+
+
+def fleet_book() -> Book:
+    return Book(admitted={"e1", "e2"}, known_executors={"e1": NOW, "e2": NOW})
+
+
+def assigned(book: Book, adverts: list[ExecutorAdvert]) -> list[str]:
+    return [action.plan.batch_id for action in decide(book, adverts, CATALOGUE, NOW) if isinstance(action, Assign)]
+
+
+def test_an_executor_is_given_no_more_attempts_than_it_runs_at_once() -> None:
+    book = fleet_book()
+    for n in range(5):
+        queue(book, f"b{n}", "ann")
+    assert assigned(book, [advert("e1", parallel=2)]) == ["b0", "b1"]
+
+
+def test_a_batch_that_finds_every_able_executor_full_waits_queued() -> None:
+    book = fleet_book()
+    queue(book, "running", "ann")
+    assign(book, "e1", 1, "running")
+    queue(book, "next", "bob")
+    actions = decide(book, [advert("e1", parallel=1)], CATALOGUE, NOW)
+    waits = [action for action in actions if isinstance(action, Wait)]
+    assert [w.plan.batch_id for w in waits] == ["next"] and "busy" in waits[0].reason
+
+
+def test_owners_take_turns_for_free_capacity_whatever_they_queued_first() -> None:
+    book = fleet_book()
+    for n in range(4):
+        queue(book, f"ann{n}", "ann")
+    queue(book, "bob0", "bob")
+    queue(book, "cy0", "cy")
+    assert assigned(book, [advert("e1", parallel=3)]) == ["ann0", "bob0", "cy0"]
+
+
+def test_an_owner_with_attempts_running_comes_after_one_with_none() -> None:
+    book = fleet_book()
+    queue(book, "ann-running", "ann")
+    assign(book, "e1", 1, "ann-running")
+    queue(book, "ann-next", "ann")
+    queue(book, "bob-first", "bob")
+    order = [plan.batch_id for plan in fair_order(book)]
+    assert order.index("bob-first") < order.index("ann-next")
+    assert assigned(book, [advert("e1", parallel=2)]) == ["bob-first"]
