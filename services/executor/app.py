@@ -35,6 +35,7 @@ def advert_of(settings: ExecutorSettings, shelf: EngineShelf) -> ExecutorAdvert:
         models=shelf.servable, loaded_models=sorted(shelf.loaded),
         devices=within_budget(device_memory(), settings.memory_budget_mb, shelf.loaded_bytes()),
         slots=sum(engine.slots for engine in shelf.loaded.values()), heartbeat_at=int(time.time() * 1000),
+        parallel_attempts=settings.parallel_attempts,
     )
 
 
@@ -72,7 +73,8 @@ def rejoin_with(bus: EventBus, settings: ExecutorSettings) -> Rejoin | None:
 async def run_executor(settings: ExecutorSettings, stop: asyncio.Event) -> None:
     engines = await open_shelf(settings)
     broker = executor_broker(settings, stop)
-    router = executor_router(settings.executor_id, settings.ack_wait_s, settings.max_deliver)
+    router = executor_router(settings.executor_id, settings.ack_wait_s, settings.max_deliver,
+                             settings.parallel_attempts)
     broker.include_router(router)
     try:
         bus = await join(broker, settings, stop)
@@ -107,7 +109,7 @@ async def serve(settings: ExecutorSettings, engines: EngineShelf, broker: Servic
         await asyncio.wait({stopping, beating}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         stop.set()
-        # The batch in hand gets `stop_grace_s` to commit; whatever is left is redelivered and resumed.
+        # The attempts in hand get `stop_grace_s`, together, to commit; what is left is redelivered and resumed.
         await stop_consuming(broker)
         for task in (beating, renewing):
             task.cancel()

@@ -49,9 +49,9 @@ FINALIZE_FAILED = "finalize_failed"
 FINALIZE_DELIVERIES = 30
 """Tries of one finalize command (backoff up to 10 s between them: about 4 minutes) before its batch fails."""
 FINALIZE_PENDING = 4096
-RUN_PENDING = 4
-"""Run commands out at once. One batch runs at a time (the engine's slots are the concurrency, inside it), but a
-command a crashed predecessor held must not block the retry the scheduler sends after fencing it."""
+RUN_SPARE = 3
+"""Run commands out at once beyond the attempts the executor runs together: a command a crashed predecessor held
+must not block the retry the scheduler sends after fencing it (redelivered, a fenced one is dismissed at once)."""
 
 
 class FinalizeDeferred(Exception):
@@ -95,9 +95,9 @@ class Executor:
         live = batch_log.live_attempt()
         if live is not None:
             # The scheduler fences what runs before it sends this; a log read this early may not show it yet.
-            running = self.runner.running.get(command.batch_id)
-            if running is not None and command.reason in ("cancelled", "expired"):
-                running.request_stop("cancelled" if command.reason == "cancelled" else "expired")
+            if command.reason in ("cancelled", "expired"):
+                for running in self.runner.attempts_of(command.batch_id):  # every shard of it running here
+                    running.request_stop("cancelled" if command.reason == "cancelled" else "expired")
             raise FinalizeDeferred(f"attempt {live} of batch {command.batch_id} may still run")
         if command.reason == "completed":
             await self.bus.publish(BatchFinalizing(aggregate_id=command.batch_id, attempt=0))
@@ -122,10 +122,17 @@ class Executor:
                                            reason=cause[:REASON_LIMIT]))
 
 
-def run_durable(executor_id: str, ack_wait_s: float, max_deliver: int) -> Durable:
-    """The executor's run commands; `max_deliver` deliveries of one before its attempt fails."""
+def run_durable(executor_id: str, ack_wait_s: float, max_deliver: int, parallel_attempts: int = 1) -> Durable:
+    """The executor's run commands; `max_deliver` deliveries of one before its attempt fails. Every command out is
+    handled at once (`run_workers`): one fetched that no worker took would lose its lease while it waits."""
     return Durable(RunBatch, WORK_STREAM, executor_durable(executor_id), run_command(executor_id),
-                   ConsumerPolicy(ack_wait_s=ack_wait_s, max_deliver=max_deliver, max_ack_pending=RUN_PENDING))
+                   ConsumerPolicy(ack_wait_s=ack_wait_s, max_deliver=max_deliver,
+                                  max_ack_pending=run_workers(parallel_attempts)))
+
+
+def run_workers(parallel_attempts: int) -> int:
+    """Run commands handled at once: the attempts the scheduler may give the executor, and the spare places."""
+    return max(parallel_attempts, 1) + RUN_SPARE
 
 
 def finalize_policy(ack_wait_s: float) -> ConsumerPolicy:
@@ -163,13 +170,16 @@ async def fail_the_batch(command: FinalizeBatch | None, error: BaseException, ex
     await executor.fail_the_batch(command, error)
 
 
-def executor_router(executor_id: str, ack_wait_s: float, max_deliver: int) -> ServiceRouter:
+def executor_router(executor_id: str, ack_wait_s: float, max_deliver: int, parallel_attempts: int = 1) -> ServiceRouter:
     """One executor's table: the commands it takes, by which handler, what a hopeless one becomes; the facts it
-    states (through the scheduler's fact desk when it joined with a worker key). A fresh router each call."""
+    states (through the scheduler's fact desk when it joined with a worker key). A fresh router each call.
+    `parallel_attempts`: the attempts it runs at once (each a run command in hand), sharing its engines' slots."""
     router = ServiceRouter("executor", dependencies="executor")
-    router.durable(run_durable(executor_id, ack_wait_s, max_deliver), run, fail_the_attempt,
+    router.durable(run_durable(executor_id, ack_wait_s, max_deliver, parallel_attempts), run, fail_the_attempt,
                    "Run the batch (or its shard) on this executor's engine, committing result chunks under the "
-                   "attempt's lease; a command that can never run fails the attempt (the scheduler retries it).")
+                   "attempt's lease; a command that can never run fails the attempt (the scheduler retries it). "
+                   "Several attempts run at once, sharing the engine's slots fairly between batch owners.",
+                   max_workers=run_workers(parallel_attempts))
     router.durable(finalize_durable(executor_id, ack_wait_s), finalize, fail_the_batch,
                    "Assemble the output and error files of a batch that runs nowhere (completed shards, a cancel, "
                    "an expiry, a failure) and end it; one that can never be assembled fails the batch.")

@@ -10,6 +10,7 @@ has not noticed yet (a pause, a partition).
 import asyncio
 import logging
 import time
+import weakref
 from collections.abc import AsyncIterator
 
 from contracts.commands import RunBatch
@@ -25,9 +26,17 @@ from services.executor.domain import Chunk, ChunkCommitter, InputLine, Resume, p
 from services.executor.finalizer import Finalizer, Publish
 from services.executor.observe import traced_line
 from services.executor.retry import LineRetry
+from services.executor.slots import SlotPool
 from services.runtime.bus import EventBus, Fence, FenceMoved
 
 log = logging.getLogger(__name__)
+
+AttemptKey = tuple[str, int, int]
+"""(batch id, attempt, shard): one attempt this executor runs; several may run at once, even of one batch."""
+
+
+def attempt_key(command: RunBatch) -> AttemptKey:
+    return command.batch_id, command.attempt, command.shard
 
 
 class BatchRunner:
@@ -42,19 +51,40 @@ class BatchRunner:
         self.executor_id = executor_id
         self.chunk_lines = chunk_lines
         self.retry = retry or LineRetry()
-        self.announced: dict[str, set[str]] = {}
-        """Chunk keys this executor announced per running batch (its watch may not have read them back yet)."""
-        self.running: dict[str, BatchWatch] = {}
-        """Batches this executor runs now, by id: a FinalizeBatch for one of them is handed to its attempt."""
+        self.announced: dict[AttemptKey, set[str]] = {}
+        """Chunk keys each running attempt announced (its watch may not have read them back yet)."""
+        self.running: dict[AttemptKey, BatchWatch] = {}
+        """The attempts this executor runs now: a FinalizeBatch for a batch is handed to every one of its own."""
+        self.pools: weakref.WeakKeyDictionary[Engine, SlotPool] = weakref.WeakKeyDictionary()
+        """One pool of slots per loaded engine, shared by every attempt running on it."""
+        self._ending: dict[AttemptKey, asyncio.Event] = {}
+
+    def attempts_of(self, batch_id: str) -> list[BatchWatch]:
+        """The watches of the attempts (or shards) of `batch_id` running here now."""
+        return [watch for key, watch in self.running.items() if key[0] == batch_id]
+
+    def slot_pool(self, engine: Engine) -> SlotPool:
+        pool = self.pools.get(engine)
+        if pool is None:
+            pool = self.pools[engine] = SlotPool(engine.slots)
+        return pool
 
     async def run(self, command: RunBatch, engine: Engine) -> None:
-        async with BatchWatch.open(self.bus, command.batch_id, command.attempt, command.expires_at) as watch:
-            self.running[command.batch_id] = watch
-            try:
-                await self._attempt(command, engine, watch)
-            finally:
-                del self.running[command.batch_id]
-                self.announced.pop(command.batch_id, None)
+        key = attempt_key(command)
+        while (running := self._ending.get(key)) is not None:
+            await running.wait()  # a second delivery of an attempt in hand runs after it (and redoes nothing)
+        ended = self._ending[key] = asyncio.Event()
+        try:
+            async with BatchWatch.open(self.bus, command.batch_id, command.attempt, command.expires_at) as watch:
+                self.running[key] = watch
+                try:
+                    await self._attempt(command, engine, watch)
+                finally:
+                    del self.running[key]
+                    self.announced.pop(key, None)
+        finally:
+            del self._ending[key]
+            ended.set()
 
     async def _attempt(self, command: RunBatch, engine: Engine, watch: BatchWatch) -> None:
         batch_id = command.batch_id
@@ -82,7 +112,7 @@ class BatchRunner:
         if reason is None and not await publish(BatchFinalizing(aggregate_id=batch_id, attempt=command.attempt)):
             return
         code = watch.log.cancel_code if reason == "cancelled" else None
-        counts = counts_as_committed(watch.log.announced | self.announced.get(batch_id, set()))
+        counts = counts_as_committed(watch.log.announced | self.announced.get(attempt_key(command), set()))
         await self.finalizer.finalize(command, reason or "completed", counts, publish, code,
                                       all_lines_ran=reason is None)
 
@@ -119,14 +149,14 @@ class BatchRunner:
         committer = ChunkCommitter(self.chunk_lines, resume.next_chunk, tally)
         lease_lost = False
         commit_lock = asyncio.Lock()
-        slots = asyncio.Semaphore(max(engine.slots, 1))
+        slots, owner = self.slot_pool(engine), command.owner_key_id
 
         async def run_one(line: InputLine, slot_wait_s: float) -> None:
             try:
                 reply = await traced_line(engine, command.model, command.endpoint, line.custom_id, line.body,
                                           self.retry, slot_wait_s)
             finally:
-                slots.release()
+                slots.release(owner)
             finished = result_line(command.batch_id, line, reply.status_code, reply.body)
             async with commit_lock:
                 await commit(committer.add(finished))
@@ -141,7 +171,7 @@ class BatchRunner:
             async with asyncio.TaskGroup() as group:
                 async for line in self._pending_lines(command, resume):
                     waiting_since = time.perf_counter()
-                    if not await _take_slot(slots, watch.stopping):
+                    if not await slots.take(owner, watch.stopping):
                         break
                     group.create_task(run_one(line, time.perf_counter() - waiting_since))
         except ExceptionGroup as failures:
@@ -184,22 +214,6 @@ class BatchRunner:
             chunk=chunk, chunk_key=key, completed=completed, failed=failed, shard=command.shard,
         )):
             return False
-        self.announced.setdefault(command.batch_id, set()).add(key)
+        self.announced.setdefault(attempt_key(command), set()).add(key)
         return True
 
-
-async def _take_slot(slots: asyncio.Semaphore, stopping: asyncio.Event) -> bool:
-    """Wait for a free engine slot; False (holding none) once the attempt must start no new line."""
-    if stopping.is_set():
-        return False
-    acquiring = asyncio.ensure_future(slots.acquire())
-    waiting = asyncio.ensure_future(stopping.wait())
-    await asyncio.wait({acquiring, waiting}, return_when=asyncio.FIRST_COMPLETED)
-    waiting.cancel()
-    if not acquiring.done():
-        acquiring.cancel()
-        return False
-    if stopping.is_set():
-        slots.release()
-        return False
-    return True

@@ -29,12 +29,16 @@ class ExecutorSettings(ServiceSettings):
     """Tries of one line when the engine answers 5xx (transient); a 4xx answer is final at once."""
     line_retry_delay_s: float = 0.5
     """Backoff before a line's second try, doubled before each further one."""
+    parallel_attempts: int = Field(default=8, ge=1)
+    """Attempts (of different batches, or shards of one) it runs at once, all through one pool of each engine's
+    slots shared fairly between batch owners; advertised, and the scheduler assigns it no more."""
     heartbeat_s: float = 3.0
     ack_wait_s: float = 30.0
     max_deliver: int = 5
     """Deliveries of one run command before the batch is failed."""
     stop_grace_s: float = 5.0
-    """How long a stopping executor lets the batch in hand commit before abandoning it to a redelivery."""
+    """How long a stopping executor lets the attempts in hand commit (together) before abandoning them to a
+    redelivery."""
     object_broker_wait_s: float = 60.0
     """Without S3 credentials (`SHESHNAG_S3_ACCESS_KEY` unset) objects are reached through presigned URLs the
     leading scheduler hands out: how long to wait for one while no scheduler can answer (a leader change)."""

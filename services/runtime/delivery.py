@@ -159,13 +159,19 @@ class ServiceRouter(NatsRouter):
         super().__init__(middlewares=[self._delivery])
 
     def durable(self, durable: Durable, handler: Callable[..., Awaitable[None]], on_poison: PoisonHandler | None,
-                description: str) -> None:
-        """`handler` takes `durable`'s facts; `on_poison` records one given up on (None: it is only logged)."""
+                description: str, max_workers: int = 1) -> None:
+        """`handler` takes `durable`'s facts; `on_poison` records one given up on (None: it is only logged).
+        `max_workers` > 1: that many messages are handled at once, each under its own delivery policy (faststream's
+        concurrent pull subscriber). A message fetched waits for a free worker without its lease kept, so the
+        durable's `max_ack_pending` may not exceed `max_workers`: none is then fetched that no worker takes."""
+        if max_workers > 1 and durable.policy.max_ack_pending > max_workers:
+            raise ValueError(f"{durable.name}: {durable.policy.max_ack_pending} messages out for {max_workers} "
+                             "workers would leave some fetched unattended, their ack wait running")
         self.declared[durable.name] = _Declared(durable, on_poison)
         self.subscriber(
             durable.subject, stream=JStream(durable.stream, declare=False), durable=durable.name,
             config=durable.consumer_config(), pull_sub=ONE_AT_A_TIME, ack_policy=AckPolicy.MANUAL, no_reply=True,
-            title=f"{durable.name}:{durable.subject}", description=description)(handler)
+            max_workers=max_workers, title=f"{durable.name}:{durable.subject}", description=description)(handler)
 
     def follows(self, follower: LogFollower) -> None:
         """Declare a fold of the log; the service runs it (`eventlog.follow`) from its own start sequence."""

@@ -17,7 +17,7 @@ from contracts.subjects import (
     run_command,
 )
 from services.executor import handlers
-from services.executor.handlers import FINALIZE_DELIVERIES, RUN_PENDING, executor_router
+from services.executor.handlers import FINALIZE_DELIVERIES, RUN_SPARE, executor_router
 
 
 def test_each_executor_consumes_its_run_and_finalize_durables_on_its_own_subjects() -> None:
@@ -28,8 +28,19 @@ def test_each_executor_consumes_its_run_and_finalize_durables_on_its_own_subject
     assert (run.stream, run.subject, run.contract) == (WORK_STREAM, run_command("gpu-7"), RunBatch)
     assert (finalize.stream, finalize.subject, finalize.contract) == (WORK_STREAM, finalize_command("gpu-7"),
                                                                       FinalizeBatch)
-    assert (run.policy.ack_wait_s, run.policy.max_deliver, run.policy.max_ack_pending) == (12.0, 3, RUN_PENDING)
+    assert (run.policy.ack_wait_s, run.policy.max_deliver, run.policy.max_ack_pending) == (12.0, 3, 1 + RUN_SPARE)
     assert (finalize.policy.ack_wait_s, finalize.policy.max_deliver) == (12.0, FINALIZE_DELIVERIES)
+
+
+def test_an_executor_running_attempts_at_once_handles_every_run_command_it_has_out_at_once() -> None:
+    """Its run durable gives it the attempts it runs together and spare places (for commands a crashed predecessor
+    held), and a worker for each: a command fetched never waits unattended while its ack wait runs."""
+    router = executor_router("gpu-7", ack_wait_s=30.0, max_deliver=5, parallel_attempts=8)
+    run = router.declared[executor_durable("gpu-7")].durable
+    assert run.policy.max_ack_pending == run.consumer_config().max_ack_pending == 8 + RUN_SPARE
+    workers = {getattr(subscriber, "max_workers", 1) for subscriber in router.subscribers
+               if getattr(getattr(subscriber, "config", None), "durable_name", None) == run.name}
+    assert workers == {8 + RUN_SPARE}
 
 
 @pytest.mark.parametrize("executor_id", ["alpha", "gpu-7", "a_b"])

@@ -67,9 +67,11 @@ class _OwnDurables(JetStreamContext):
             return await super().pull_subscribe(subject, durable, stream, config, pending_msgs_limit,
                                                 pending_bytes_limit, inbox_prefix)
         try:
+            # An existing durable keeps its position; the server updates what may change in place (an upgraded
+            # executor's `max_ack_pending`, its ack wait, its deliveries), so the durable runs under this config.
             await self._jsm.add_consumer(stream, config)
         except nats.js.errors.BadRequestError as error:
-            # An existing durable keeps its position; its config is not changed under it.
+            # A change the server does not make to an existing durable: it keeps its old config.
             log.warning("durable %s exists with another config (%s); binding to it", durable, error)
         return await self.pull_subscribe_bind(durable=durable, stream=stream, pending_msgs_limit=pending_msgs_limit,
                                               pending_bytes_limit=pending_bytes_limit)
