@@ -50,7 +50,8 @@ PoisonHandler = Callable[[Any, BaseException, Any], Awaitable[None]]
 """(the fact, decoded, or None when it is not its contract; the error; the service's dependencies)."""
 
 ONE_AT_A_TIME = PullSub(batch_size=1, timeout=1.0)
-"""Fetch one message, handle it, then the next: a worker's concurrency is inside its handler, not here."""
+"""Fetch one message at a time: with one worker (the default) it is handled before the next is fetched; with
+`max_workers` each goes to a worker of its own as it arrives (never waiting unkept for a free one)."""
 
 
 def fact_filter(contract: type[Event]) -> str:
