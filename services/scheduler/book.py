@@ -133,6 +133,11 @@ class Book:
     """Executor id → its last heartbeat (ms) when it was declared lost; a later one means it is back."""
     validated_count: int = 0
 
+    def open_plans(self) -> list[BatchPlan]:
+        """The batches that have not ended (an ended one's last attempt may still read as running: a batch that
+        finalized itself states no shard finished)."""
+        return [plan for plan in self.plans.values() if plan.phase != "ended"]
+
     def note_heartbeats(self, adverts: list[ExecutorAdvert]) -> None:
         """Remember each known executor's latest heartbeat: one scan of the bucket that misses an advert (a slow
         broker) must not make a live executor look lost. An executor declared lost that heartbeats again (it was

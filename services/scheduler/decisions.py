@@ -93,7 +93,7 @@ def decide(book: Book, adverts: list[ExecutorAdvert], catalogue: Catalogue, now_
             if advert.executor_id in book.admitted and advert.executor_id in alive}
     actions: list[Action] = [DeclareLost(executor_id, last_seen) for executor_id, last_seen in heard.items()
                              if executor_id not in alive]
-    load = Counter(run.executor_id for plan in book.plans.values() for _, run in plan.running_shards())
+    load = Counter(run.executor_id for plan in book.open_plans() for _, run in plan.running_shards())
     for plan in fair_order(book):
         actions += _decide_for(plan, book, live, alive, catalogue, now_ms, policy, load)
     return actions
@@ -102,10 +102,10 @@ def decide(book: Book, adverts: list[ExecutorAdvert], catalogue: Catalogue, now_
 def fair_order(book: Book) -> list[BatchPlan]:
     """The open batches in the order they get free capacity: owners take turns, fewest attempts running first, so a
     small batch of one owner does not wait for every batch another owner queued before it; FIFO within an owner."""
-    running = Counter(plan.owner_key_id for plan in book.plans.values() for _ in plan.running_shards())
+    running = Counter(plan.owner_key_id for plan in book.open_plans() for _ in plan.running_shards())
     turns: Counter[str] = Counter()
     keyed: list[tuple[int, int, BatchPlan]] = []
-    for plan in sorted((p for p in book.plans.values() if p.phase != "ended"), key=lambda p: p.validated_order):
+    for plan in sorted(book.open_plans(), key=lambda p: p.validated_order):
         waiting = plan.phase == "validated" and not plan.running
         keyed.append((running[plan.owner_key_id] + turns[plan.owner_key_id], plan.validated_order, plan))
         turns[plan.owner_key_id] += waiting

@@ -1,7 +1,8 @@
 """Free capacity goes to owners in turns: an executor gets no more attempts than it runs at once, and the next free
 one goes to the owner with the fewest running, not to whoever queued the most first."""
 
-from contracts.events.batch import BatchCreated, BatchValidated
+from contracts.api.batch import BatchUsage
+from contracts.events.batch import BatchCompleted, BatchCreated, BatchValidated
 from contracts.events.executor import ExecutorAdvert
 from services.scheduler.book import Book
 from services.scheduler.decisions import Assign, Wait, decide, fair_order
@@ -59,3 +60,14 @@ def test_an_owner_with_attempts_running_comes_after_one_with_none() -> None:
     order = [plan.batch_id for plan in fair_order(book)]
     assert order.index("bob-first") < order.index("ann-next")
     assert assigned(book, [advert("e1", parallel=2)]) == ["bob-first"]
+
+
+def test_an_ended_batch_holds_no_place_on_its_executor() -> None:
+    """A batch that finalized itself states no shard finished: its last attempt still reads as running in its plan."""
+    book = fleet_book()
+    queue(book, "done", "ann")
+    assign(book, "e1", 1, "done")
+    book.apply(BatchCompleted(aggregate_id="done", output_file_id="out", error_file_id=None, completed=3, failed=0,
+                              usage=BatchUsage(input_tokens=3, output_tokens=3, total_tokens=6)))
+    queue(book, "next", "ann")
+    assert assigned(book, [advert("e1", parallel=1)]) == ["next"]
