@@ -98,7 +98,7 @@ async def serve(settings: ExecutorSettings, engines: EngineShelf, broker: Servic
         log.warning("no worker key (SHESHNAG_EXECUTOR_WORKER_KEY): the scheduler will not assign this executor "
                     "any batch; it only takes commands sent to it directly")
     retry = LineRetry(attempts=settings.line_attempts, base_delay_s=settings.line_retry_delay_s)
-    runner = BatchRunner(bus, store, settings.executor_id, settings.chunk_lines, retry)
+    runner = BatchRunner(bus, store, settings.executor_id, settings.chunk_lines, retry, settings.chunk_max_wait_s)
     broker.context.set_global(router.dependencies, Executor(bus, runner, engines, settings.executor_id))
     beating = asyncio.create_task(heartbeat(fleet, lambda: advert_of(settings, engines), settings.heartbeat_s,
                                             stop, rejoin_with(bus, settings)))

@@ -119,16 +119,23 @@ class Chunk:
 
 @dataclass
 class ChunkCommitter:
-    """Groups finished lines into chunks of `chunk_lines`, numbered on from `next_chunk`."""
+    """Groups finished lines into chunks of `chunk_lines`, numbered on from `next_chunk`; a chunk whose first line
+    finished `max_wait_s` ago or more is committed with the next line however few it holds, so an attempt sharing
+    its engine with others (lines finishing slowly) still commits, and shows progress, every few seconds."""
 
     chunk_lines: int
     next_chunk: int
     tally: Tally
+    max_wait_s: float = float("inf")
     pending: list[CommittedLine] = field(default_factory=list)
+    pending_since: float = 0.0
 
-    def add(self, line: CommittedLine) -> Chunk | None:
+    def add(self, line: CommittedLine, now: float = 0.0) -> Chunk | None:
+        if not self.pending:
+            self.pending_since = now
         self.pending.append(line)
-        return self.flush() if len(self.pending) >= self.chunk_lines else None
+        due = len(self.pending) >= self.chunk_lines or now - self.pending_since >= self.max_wait_s
+        return self.flush() if due else None
 
     def flush(self) -> Chunk | None:
         if not self.pending:

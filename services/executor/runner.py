@@ -43,13 +43,14 @@ class BatchRunner:
     """Every step is idempotent: a redelivered command redoes nothing committed and republishes the same ids."""
 
     def __init__(self, bus: EventBus, store: ObjectAccess, executor_id: str, chunk_lines: int,
-                 retry: LineRetry | None = None) -> None:
+                 retry: LineRetry | None = None, chunk_max_wait_s: float = float("inf")) -> None:
         self.bus = bus
         self.store = store
         self.results = ResultStore(store)
         self.finalizer = Finalizer(bus, store, self.results)
         self.executor_id = executor_id
         self.chunk_lines = chunk_lines
+        self.chunk_max_wait_s = chunk_max_wait_s
         self.retry = retry or LineRetry()
         self.announced: dict[AttemptKey, set[str]] = {}
         """Chunk keys each running attempt announced (its watch may not have read them back yet)."""
@@ -146,7 +147,7 @@ class BatchRunner:
             return False
         log.info("batch %s attempt %d (shard %d of %d): %d lines of the batch already committed",
                  command.batch_id, command.attempt, command.shard + 1, command.layout.shards, len(resume.committed))
-        committer = ChunkCommitter(self.chunk_lines, resume.next_chunk, tally)
+        committer = ChunkCommitter(self.chunk_lines, resume.next_chunk, tally, self.chunk_max_wait_s)
         lease_lost = False
         commit_lock = asyncio.Lock()
         slots, owner = self.slot_pool(engine), command.owner_key_id
@@ -159,7 +160,7 @@ class BatchRunner:
                 slots.release(owner)
             finished = result_line(command.batch_id, line, reply.status_code, reply.body)
             async with commit_lock:
-                await commit(committer.add(finished))
+                await commit(committer.add(finished, time.monotonic()))
 
         async def commit(chunk: Chunk | None) -> None:
             nonlocal lease_lost

@@ -25,6 +25,9 @@ class ExecutorSettings(ServiceSettings):
     """CPU threads the engine uses for prompt processing and generation."""
     chunk_lines: int = 16
     """Finished lines per committed result chunk (and per progress event)."""
+    chunk_max_wait_s: float = 2.0
+    """A chunk is committed with fewer lines once its first finished this long ago: an attempt whose lines finish
+    slowly (sharing its engine, long generations) still commits, and shows progress, every few seconds."""
     line_attempts: int = 3
     """Tries of one line when the engine answers 5xx (transient); a 4xx answer is final at once."""
     line_retry_delay_s: float = 0.5

@@ -107,6 +107,15 @@ def test_chunks_are_cut_every_chunk_lines_with_cumulative_counts() -> None:
     assert committer.flush() is None
 
 
+def test_a_chunk_whose_first_line_waited_long_enough_is_committed_short() -> None:
+    committer = ChunkCommitter(chunk_lines=16, next_chunk=0, tally=Tally(), max_wait_s=2.0)
+    assert committer.add(ok(1, "a"), now=10.0) is None
+    assert committer.add(ok(2, "b"), now=11.9) is None
+    short = committer.add(ok(3, "c"), now=12.0)
+    assert short is not None and len(short.lines) == 3 and short.completed == 3
+    assert committer.add(ok(4, "d"), now=12.5) is None  # the next chunk's wait starts with its own first line
+
+
 def test_resuming_skips_lines_any_attempt_committed() -> None:
     chunks = [
         ("results/b/attempt-1/chunk-000000.jsonl", [ok(1, "a"), failed(3, "c")]),
