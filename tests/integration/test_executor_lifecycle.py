@@ -76,6 +76,19 @@ async def new_batch(store: ObjectStore, executor: ExecutorSettings, endpoint: st
                     total_lines=len(lines))
 
 
+async def run_as_shards(bus: EventBus, whole: RunBatch, shards: int, **update: object) -> list[RunBatch]:
+    """`whole` split into `shards` attempts (1, 2, …), each assigned in the log and sent to its executor."""
+    layout = ShardLayout.split(whole.total_lines, shards)
+    commands = [whole.model_copy(update={"attempt": shard + 1, "shard": shard, "layout": layout, **update})
+                for shard in range(shards)]
+    for command in commands:
+        await bus.publish(BatchAssigned(aggregate_id=command.batch_id, executor_id=command.executor_id,
+                                        attempt=command.attempt, lease_token=command.lease_token,
+                                        shard=command.shard, shards=layout.shards, shard_span=layout.span))
+        await bus.send(command)
+    return commands
+
+
 def ended(fact: AnyEvent) -> bool:
     return fact.type in ("batch.completed", "batch.cancelled", "batch.expired", "batch.failed")
 
@@ -221,15 +234,7 @@ async def test_shards_of_one_batch_run_separately_and_one_finalize_assembles_eve
     bus: EventBus, object_store: ObjectStore, executor: ExecutorSettings,
 ) -> None:
     whole = await new_batch(object_store, executor, "/v1/chat/completions", CHAT, [chat(n) for n in range(5)])
-    layout = ShardLayout.split(5, 2)
-    shards = [whole.model_copy(update={"attempt": shard + 1, "shard": shard, "layout": layout,
-                                       "created_at": 1_800_000_000, "output_expires_after_s": 3600})
-              for shard in range(2)]
-    for command in shards:
-        await bus.publish(BatchAssigned(aggregate_id=command.batch_id, executor_id=command.executor_id,
-                                        attempt=command.attempt, lease_token=command.lease_token,
-                                        shard=command.shard, shards=layout.shards, shard_span=layout.span))
-        await bus.send(command)
+    await run_as_shards(bus, whole, 2, created_at=1_800_000_000, output_expires_after_s=3600)
     shards_done: set[int] = set()
 
     def both_shards_finished(fact: AnyEvent) -> bool:

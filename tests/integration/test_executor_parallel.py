@@ -2,13 +2,22 @@
 of one user is not queued behind a long batch of another on the same executor (real broker, S3 server and model)."""
 
 from contracts.commands import FinalizeBatch
-from contracts.events.batch import BatchAssigned, BatchProgressed, BatchStarted, ShardFinished, ShardLayout
+from contracts.events.batch import BatchProgressed, BatchStarted, ShardFinished
 from contracts.events.registry import AnyEvent
 from services.executor.domain import check_invariant
 from services.executor.settings import ExecutorSettings
 from services.runtime.bus import EventBus
 from services.runtime.objectstore import ObjectStore
-from tests.integration.test_executor_lifecycle import CHAT, all_facts, chat, ended, executor, files_of, new_batch
+from tests.integration.test_executor_lifecycle import (
+    CHAT,
+    all_facts,
+    chat,
+    ended,
+    executor,
+    files_of,
+    new_batch,
+    run_as_shards,
+)
 from tests.support import batch_facts
 
 __all__ = ["executor"]  # the fixture: an executor of the test's own, two engine slots
@@ -49,14 +58,7 @@ async def test_an_expiry_finalize_stops_every_shard_of_the_batch_running_on_the_
     lines = 16
     whole = await new_batch(object_store, executor, "/v1/chat/completions", CHAT,
                             [chat(n, max_tokens=48) for n in range(lines)])
-    layout = ShardLayout.split(lines, 2)
-    shards = [whole.model_copy(update={"attempt": shard + 1, "shard": shard, "layout": layout})
-              for shard in range(2)]
-    for command in shards:
-        await bus.publish(BatchAssigned(aggregate_id=command.batch_id, executor_id=command.executor_id,
-                                        attempt=command.attempt, lease_token=command.lease_token,
-                                        shard=command.shard, shards=layout.shards, shard_span=layout.span))
-        await bus.send(command)
+    await run_as_shards(bus, whole, 2)
     started: set[int] = set()
 
     def both_started(fact: AnyEvent) -> bool:
