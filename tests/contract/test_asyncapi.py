@@ -43,6 +43,13 @@ def channels() -> list[tuple[str, str, dict[str, Any]]]:
     return found
 
 
+def actions_on_subjects() -> set[tuple[str, str]]:
+    """(send or receive, subject filter) of every operation in the document."""
+    document = event_catalogue()
+    return {(op["action"], document["channels"][op["channel"]["$ref"].split("/")[-1]]["bindings"]["nats"]["subject"])
+            for op in document["operations"].values()}
+
+
 def resolved(schema: Any, components: dict[str, Any]) -> Any:
     """`schema` with every `$ref` to a component replaced by the component itself."""
     if isinstance(schema, dict):
@@ -68,9 +75,7 @@ def test_every_channel_carries_exactly_its_contracts_json_schema() -> None:
 
 
 def test_the_validator_consumes_created_batches_on_its_durable_and_emits_its_verdicts() -> None:
-    document = event_catalogue()
-    operations = {(op["action"], document["channels"][op["channel"]["$ref"].split("/")[-1]]["bindings"]["nats"][
-        "subject"]) for op in document["operations"].values()}
+    operations = actions_on_subjects()
     assert ("receive", BATCH_CREATED) in operations
     assert {("send", "evt.batch.*.validated"), ("send", "evt.batch.*.validation_failed"),
             ("send", "evt.batch.*.line_rejected"), ("send", "evt.file.*.stored")} <= operations
@@ -78,13 +83,11 @@ def test_the_validator_consumes_created_batches_on_its_durable_and_emits_its_ver
 
 
 def test_the_scheduler_folds_the_book_answers_executors_and_states_assignments() -> None:
-    document = event_catalogue()
-    operations = {(op["action"], document["channels"][op["channel"]["$ref"].split("/")[-1]]["bindings"]["nats"][
-        "subject"]) for op in document["operations"].values()}
+    operations = actions_on_subjects()
     assert {("receive", "svc.fleet.register"), ("receive", "svc.facts.{executor_id}"),
             ("receive", "svc.log.{executor_id}"), ("receive", "svc.objects.{executor_id}")} <= operations
     assert {("receive", "evt.batch.*.validated"), ("send", "evt.batch.*.assigned")} <= operations
-    assert "scheduler.fold:evt.batch.*.validated" in document["channels"]
+    assert "scheduler.fold:evt.batch.*.validated" in event_catalogue()["channels"]
 
 
 def test_a_subscriptions_filter_is_its_contracts_subject_pattern() -> None:
@@ -97,9 +100,7 @@ def test_the_gateway_serves_the_generated_document() -> None:
 
 
 def test_each_executor_takes_its_own_commands_and_states_its_attempts_facts() -> None:
-    document = event_catalogue()
-    operations = {(op["action"], document["channels"][op["channel"]["$ref"].split("/")[-1]]["bindings"]["nats"][
-        "subject"]) for op in document["operations"].values()}
+    operations = actions_on_subjects()
     assert {("receive", "cmd.executor.{executor_id}.run"), ("receive", "cmd.executor.{executor_id}.finalize"),
             ("send", "evt.batch.*.progressed"), ("send", "evt.batch.*.completed")} <= operations
 
