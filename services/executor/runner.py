@@ -26,7 +26,7 @@ from services.executor.domain import Chunk, ChunkCommitter, InputLine, Resume, p
 from services.executor.finalizer import Finalizer, Publish
 from services.executor.observe import traced_line
 from services.executor.retry import LineRetry
-from services.executor.slots import SlotPool
+from services.executor.slots import HeldSlot, SlotPool
 from services.runtime.bus import EventBus, Fence, FenceMoved
 
 log = logging.getLogger(__name__)
@@ -152,12 +152,12 @@ class BatchRunner:
         commit_lock = asyncio.Lock()
         slots, owner = self.slot_pool(engine), command.owner_key_id
 
-        async def run_one(line: InputLine, slot_wait_s: float) -> None:
+        async def run_one(line: InputLine, slot_wait_s: float, slot: HeldSlot) -> None:
             try:
                 reply = await traced_line(engine, command.model, command.endpoint, line.custom_id, line.body,
                                           self.retry, slot_wait_s)
             finally:
-                slots.release(owner)
+                slot.give_back()  # before the commit: the engine goes on with the next line meanwhile
             finished = result_line(command.batch_id, line, reply.status_code, reply.body)
             async with commit_lock:
                 await commit(committer.add(finished, time.monotonic()))
@@ -174,7 +174,10 @@ class BatchRunner:
                     waiting_since = time.perf_counter()
                     if not await slots.take(owner, watch.stopping):
                         break
-                    group.create_task(run_one(line, time.perf_counter() - waiting_since))
+                    slot = slots.held_by(owner)
+                    # A task the group cancels before it starts (a sibling failed) never runs its `finally`.
+                    group.create_task(run_one(line, time.perf_counter() - waiting_since, slot)).add_done_callback(
+                        slot.give_back)
         except ExceptionGroup as failures:
             # A crashed engine or a bad input line stops the attempt; surface the first cause.
             raise failures.exceptions[0] from failures

@@ -73,6 +73,12 @@ class SlotPool:
         acquiring.result()
         return True
 
+    def held_by(self, owner: str) -> "HeldSlot":
+        """The slot `owner` just took, to give back exactly once (`HeldSlot.give_back`), whichever path gets there
+        first: the line's own `finally`, or the done callback of a task cancelled before it ever ran (its
+        coroutine's `finally` never runs then)."""
+        return HeldSlot(self, owner)
+
     def _abandon(self, acquiring: "asyncio.Future[None]", owner: str) -> None:
         """Give up an acquire: a slot it got goes back; one still waiting is withdrawn (it releases what it is
         granted meanwhile)."""
@@ -89,3 +95,15 @@ class SlotPool:
             self._waiting.remove(chosen)
             self.held[chosen.owner] += 1
             chosen.granted.set_result(None)
+
+
+class HeldSlot:
+    def __init__(self, pool: SlotPool, owner: str) -> None:
+        self._pool: SlotPool | None = pool
+        self._owner = owner
+
+    def give_back(self, *_: object) -> None:
+        """Release the slot the first time; later calls do nothing (also usable as a done callback)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.release(self._owner)

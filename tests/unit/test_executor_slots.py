@@ -3,6 +3,7 @@ to the waiting owner holding the fewest (first come first served among equals), 
 an attempt told to stop ever keeps one."""
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -169,3 +170,25 @@ async def test_a_take_cancelled_while_it_waits_leaks_nothing() -> None:
 def test_releasing_a_slot_not_held_is_a_bug() -> None:
     with pytest.raises(RuntimeError):
         SlotPool(1).release("nobody")
+
+
+async def test_a_slot_held_for_a_task_cancelled_before_it_ran_goes_back_once() -> None:
+    """A task group cancels the tasks a failing sibling leaves unstarted: their coroutines' `finally` never runs."""
+    pool = SlotPool(1)
+    await pool.acquire("ann")
+    slot = pool.held_by("ann")
+
+    async def line() -> None:
+        try:
+            await asyncio.sleep(10)
+        finally:
+            slot.give_back()
+
+    task = asyncio.get_running_loop().create_task(line())
+    task.add_done_callback(slot.give_back)
+    task.cancel()  # before its first step
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert pool.free == 1 and pool.held == {}
+    slot.give_back()  # once only: a second give-back releases nothing more
+    assert pool.free == 1
