@@ -76,12 +76,13 @@ async def following(bus: EventBus, subject: str = EVENTS_SUBJECTS, after: int = 
     reader = OrderedReader(bus, after, batch, subject)
     try:
         await reader.open()
-        yield _groups(reader, idle)
+        async with contextlib.aclosing(_groups(reader, idle)) as groups:
+            yield groups
     finally:
         await reader.close()
 
 
-async def _groups(reader: OrderedReader, idle: bool) -> AsyncIterator[list[Fact]]:
+async def _groups(reader: OrderedReader, idle: bool) -> AsyncGenerator[list[Fact], None]:
     while True:
         try:
             facts = await reader.next_facts()
