@@ -11,9 +11,12 @@ from uuid import NAMESPACE_URL, UUID, uuid5
 
 from eventsourcing.domain import Aggregate, event
 
-from contracts.lifecycle import CANCELLABLE, IN_FLIGHT, RELEASABLE, RUNNING, UNFINISHED
+from contracts.lifecycle import CANCELLABLE, IN_FLIGHT, RELEASABLE, RUNNING, TERMINAL, UNFINISHED
 
 log = logging.getLogger(__name__)
+
+STANDING_TOO_LATE = frozenset({"finalizing", "cancelling", *TERMINAL})
+"""Statuses in which a standing (`batch.waiting`) arrives only from a view of before: it is dropped unremarked."""
 
 ERRORS_KEPT = 100
 """Rejected lines kept in full on a batch; the rest are only counted."""
@@ -219,7 +222,9 @@ class Batch(Folded):
     @event("Started")
     def _started(self, sequence: int, at: int, executor_id: str, attempt: int, engine: str,
                  engine_version: str) -> None:
-        self.last_sequence, self.status, self.status_reason = sequence, "in_progress", None
+        if self.status != "in_progress":  # the queue's reason ends; a running batch's standing holds
+            self.status_reason = None
+        self.last_sequence, self.status = sequence, "in_progress"
         self.executor_id, self.attempt = executor_id, max(self.attempt, attempt)
         self.engine, self.engine_version = engine, engine_version
         self._note_runner(attempt, executor_id)
@@ -284,6 +289,7 @@ class Batch(Folded):
 
     @event("Finalizing")
     def _finalizing(self, sequence: int, at: int) -> None:
+        self._stop_running()
         self.last_sequence, self.status = sequence, "finalizing"
         self.times["finalizing_at"] = at
 
@@ -296,6 +302,7 @@ class Batch(Folded):
     @event("Completed")
     def _completed(self, sequence: int, at: int, output_file_id: str | None, error_file_id: str | None,
                    completed: int, failed: int, usage: dict[str, Any]) -> None:
+        self._stop_running()
         self.last_sequence, self.status = sequence, "completed"
         self.output_file_id, self.error_file_id = output_file_id, error_file_id
         self.completed, self.failed, self.usage = completed, failed, usage
@@ -333,12 +340,21 @@ class Batch(Folded):
         self.last_sequence, self.held = sequence, False
 
     def wait(self, sequence: int, reason: str) -> None:
-        if not self.refuses(sequence, "waiting", self.status, ("validated",)):
+        """Where the batch stands: why it waits while queued, how far it is while running; the status stays."""
+        if self.has_folded(sequence) or self.status in STANDING_TOO_LATE:
+            return  # judged on a view from before the batch moved on: a race, not a fault; nothing left to say
+        if not self.refuses(sequence, "waiting", self.status, ("validated", "in_progress")):
             self._waiting(sequence=sequence, reason=reason)
 
     @event("Waiting")
     def _waiting(self, sequence: int, reason: str) -> None:
         self.last_sequence, self.status_reason = sequence, reason
+
+    def _stop_running(self) -> None:
+        """A running batch's standing ("Running on 2 executors: …") ends with the running. (Stored histories
+        never had a reason while in_progress, so they fold as they did.)"""
+        if self.status == "in_progress":
+            self.status_reason = None
 
     def fail_attempt(self, sequence: int, attempt: int, executor_id: str, code: str, reason: str) -> None:
         if not self.refuses(sequence, "attempt_failed", self.status, IN_FLIGHT | {"validated"}):
@@ -363,6 +379,7 @@ class Batch(Folded):
 
     @event("CancelRequested")
     def _cancel_requested(self, sequence: int, at: int, key_id: str) -> None:
+        self._stop_running()
         self.last_sequence, self.status, self.cancel_requested_by = sequence, "cancelling", key_id
         self.times["cancelling_at"] = at
 
@@ -377,6 +394,7 @@ class Batch(Folded):
     @event("Ended")
     def _ended(self, sequence: int, at: int, status: str, output_file_id: str | None, error_file_id: str | None,
                completed: int, failed: int, usage: dict[str, Any]) -> None:
+        self._stop_running()
         self.last_sequence, self.status = sequence, status
         self.output_file_id, self.error_file_id = output_file_id, error_file_id
         self.completed, self.failed, self.usage = completed, failed, usage

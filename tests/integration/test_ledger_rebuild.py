@@ -18,6 +18,7 @@ from contracts.events.batch import (
     BatchStarted,
     BatchValidated,
     BatchValidationFailed,
+    BatchWaiting,
     LineRejected,
 )
 from contracts.events.envelope import Event
@@ -41,7 +42,8 @@ WAIT_S = 20.0
 
 
 def history() -> list[Event]:
-    """Two batches as the services would tell them: one runs to completion, one fails validation."""
+    """Two batches as the services would tell them: one runs to completion (telling where it stands while queued
+    and while running), one fails validation."""
     at = iter(range((T0 + 1) * 1000, (T0 + 10_000) * 1000, 1000))
     usage = BatchUsage(input_tokens=40, output_tokens=20, total_tokens=60)
     advert = ExecutorAdvert(executor_id="exec-1", engine="llamacpp", engine_version="1", models=["m"],
@@ -65,11 +67,14 @@ def history() -> list[Event]:
         ExecutorRegistered(aggregate_id="exec-1", advert=advert, started_at=T0),
         BatchValidated(aggregate_id=GOOD, total_lines=4, model="m", owner_key_id="key_ab",
                        endpoint="/v1/chat/completions", input_object_key=f"files/file-{GOOD}", occurred_at=next(at)),
+        BatchWaiting(aggregate_id=GOOD, reason="Queued: 1st for m, under a minute.", occurred_at=next(at)),
         BatchAssigned(aggregate_id=GOOD, executor_id="exec-1", attempt=1, lease_token="t", occurred_at=next(at)),
         BatchStarted(aggregate_id=GOOD, executor_id="exec-1", attempt=1, engine="llamacpp", engine_version="1",
                      occurred_at=next(at)),
         BatchProgressed(aggregate_id=GOOD, attempt=1, chunk=0, chunk_key="c0", completed=2, failed=0,
                         occurred_at=next(at)),
+        BatchWaiting(aggregate_id=GOOD, reason="Running on 1 executor: 50 % done, under a minute left.",
+                     occurred_at=next(at)),
         BatchProgressed(aggregate_id=GOOD, attempt=1, chunk=1, chunk_key="c1", completed=3, failed=1,
                         occurred_at=next(at)),
         BatchFinalizing(aggregate_id=GOOD, attempt=1, occurred_at=next(at)),
@@ -138,7 +143,7 @@ async def test_the_ledger_materialises_batches_files_and_keys(
         good, bad = await read_model.get_batch(GOOD), await read_model.get_batch(BAD)
         assert good is not None and bad is not None
         assert good.last_sequence == head and good.owner_key_id == "key_ab"
-        assert good.batch.status == "completed" and good.batch.model == "m"
+        assert good.batch.status == "completed" and good.batch.model == "m" and good.batch.status_reason is None
         assert good.batch.request_counts.model_dump() == {"total": 4, "completed": 3, "failed": 1}
         assert (good.batch.output_file_id, good.batch.error_file_id) == ("file-out", "file-err")
         assert good.batch.usage is not None and good.batch.usage.total_tokens == 60

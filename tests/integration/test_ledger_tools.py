@@ -38,10 +38,11 @@ async def test_audit_lists_the_batchs_timeline_with_actors_attempts_model_and_en
     out = io.StringIO()
     assert await operator.audit(sqlite_settings(fresh_nats.url, tmp_path / "l.sqlite"), GOOD, True, out) == 0
     rows = [json.loads(line) for line in out.getvalue().splitlines()]
-    assert [r["type"] for r in rows] == ["batch.created", "batch.validated", "batch.assigned", "batch.started",
-                                         "batch.progressed", "batch.progressed", "batch.finalizing",
-                                         "batch.completed"]
-    assert rows[0]["actor"] == "key_ab" and rows[3]["actor"] == "exec-1"
+    assert [r["type"] for r in rows] == ["batch.created", "batch.validated", "batch.waiting", "batch.assigned",
+                                         "batch.started", "batch.progressed", "batch.waiting", "batch.progressed",
+                                         "batch.finalizing", "batch.completed"]
+    assert rows[0]["actor"] == "key_ab" and rows[4]["actor"] == "exec-1"
+    assert rows[6]["note"] == "Running on 1 executor: 50 % done, under a minute left."
     assert rows[-2]["engine"] == "llamacpp 1" and rows[-2]["attempt"] == 1 and rows[-1]["model"] == "m"
     assert "tokens in=40" in rows[-1]["counts"]
     assert [r["sequence"] for r in rows] == sorted(r["sequence"] for r in rows)

@@ -55,6 +55,58 @@ def test_a_waiting_batch_says_why_until_it_starts(ledger: Ledger) -> None:
     assert (stream.record().batch.status, stream.record().batch.status_reason) == ("in_progress", None)
 
 
+def waiting(reason: str) -> BatchWaiting:
+    return BatchWaiting(aggregate_id=BATCH, reason=reason, occurred_at=at(5))
+
+
+def test_a_running_batch_says_where_it_stands_and_stays_running(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    standing = "Running on 1 executor: 40 % done, under a minute left."
+    stream.fold(created(), validated(), waiting("Queued: 1st for m, under a minute."), assigned(1), started(),
+                progressed(1, 0, 4), waiting(standing))
+    batch = stream.record().batch
+    assert (batch.status, batch.status_reason) == ("in_progress", standing)
+    assert batch.request_counts.completed == 4 and ledger.anomalies(BATCH) == []
+
+
+def test_another_executor_starting_keeps_a_running_batchs_standing(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), validated(), assigned(1), started(1), waiting("Running on 1 executor: 10 % done."),
+                assigned(2), started(2))
+    assert stream.record().batch.status_reason == "Running on 1 executor: 10 % done."
+
+
+def test_a_running_batchs_standing_ends_when_it_finalizes(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), validated(), assigned(1), started(), waiting("Running on 1 executor: 90 % done."),
+                BatchFinalizing(aggregate_id=BATCH, attempt=1))
+    assert (stream.record().batch.status, stream.record().batch.status_reason) == ("finalizing", None)
+    stream.fold(completed())
+    assert (stream.record().batch.status, stream.record().batch.status_reason) == ("completed", None)
+
+
+def test_a_running_batchs_standing_ends_when_a_cancel_is_asked(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), validated(), assigned(1), started(), waiting("Running on 1 executor: 50 % done."),
+                cancel_requested())
+    assert (stream.record().batch.status, stream.record().batch.status_reason) == ("cancelling", None)
+
+
+def test_a_standing_that_arrives_after_the_batch_moved_on_is_dropped_without_an_anomaly(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), validated(), assigned(1), started(), BatchFinalizing(aggregate_id=BATCH, attempt=1),
+                waiting("Running on 1 executor: 99 % done."), completed(), waiting("Running on 1 executor: 99 % done."))
+    assert (stream.record().batch.status, stream.record().batch.status_reason) == ("completed", None)
+    assert ledger.anomalies(BATCH) == []
+
+
+def test_a_standing_before_validation_ended_is_an_anomaly(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), waiting("Queued: 1st for m."))
+    assert (stream.record().batch.status, stream.record().batch.status_reason) == ("validating", None)
+    assert [a["fact"] for a in ledger.anomalies(BATCH)] == ["waiting"]
+
+
 def test_a_failed_attempt_returns_the_batch_to_validated_and_a_later_attempt_resumes_it(ledger: Ledger) -> None:
     stream = Stream(ledger)
     stream.fold(created(), validated(), assigned(1), started(1), progressed(1, 0, 3), attempt_failed(1))
