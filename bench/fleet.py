@@ -352,7 +352,7 @@ def row_scale_out(bench: Bench) -> Row:
     threads = str(max(cpus // 2, 1)) if halves else str(ExecutorSettings().n_threads)
     # test_fleet's extra executor commits chunks of 2 lines: the stack's own executor does the same here.
     env = {**STACK_ENV, "SHESHNAG_EXECUTOR_CHUNK_LINES": "2", "SHESHNAG_EXECUTOR_N_THREADS": threads,
-           "SHESHNAG_SCHEDULER_SHARD_MIN_LINES": str(min(200, lines // 2))}
+           "SHESHNAG_SCHEDULER_UNIT_MIN_LINES": "32", "SHESHNAG_SCHEDULER_UNIT_MAX_LINES": "64"}
     saved = os.environ.get("SHESHNAG_EXECUTOR_N_THREADS")
     os.environ["SHESHNAG_EXECUTOR_N_THREADS"] = threads  # start_executor's process inherits it
     (bench.scratch / "fleet").mkdir(parents=True, exist_ok=True)
@@ -385,7 +385,7 @@ def row_scale_out(bench: Bench) -> Row:
                f"{one_s / two_s:.2f} ({one_s:.1f} s ÷ {two_s:.1f} s)", "report",
                f"{where}; {threads} engine thread(s) each; lines served on 2: "
                f"{', '.join(f'{k} {v}' for k, v in sorted(served.items()) if v)}; chunks of 2 lines, "
-               f"shard_min_lines {min(200, lines // 2)}, max_tokens 16")
+               "units of 32-64 lines, max_tokens 16")
 
 
 def synthetic_fleet(executors_n: int = 1000, batches_n: int = 10_000,

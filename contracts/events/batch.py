@@ -65,6 +65,10 @@ class BatchCreated(BatchEvent):
     """Catalogue ids the owner may use, from their key when the batch was created; None: every model."""
     output_expires_after_s: int | None = None
     """Output and error files expire this many seconds after `created_at`; None: the files' default."""
+    owner_user_id: str | None = None
+    """The user of the creating key (None: a key without a user owns it alone): whose share of the fleet it uses."""
+    organization_id: str | None = None
+    """The user's organisation when the batch was created (None: none): the outer level of fair share."""
 
 
 class LineRejected(BatchEvent):

@@ -42,15 +42,19 @@ class KeyCache:
             self.known[digest] = (time.monotonic(), record)
         return record
 
-    async def allowed_models(self, record: ApiKeyRecord) -> list[str] | None:
-        """Catalogue ids the key's user may use; None: every model (also for keys without a user)."""
+    async def user_of(self, record: ApiKeyRecord) -> UserRecord | None:
+        """The key's user (cached a short while); None for a key without a user, or one not in the read model."""
         if record.user_id is None:
             return None
         cached = self.users.get(record.user_id)
         if cached is None or time.monotonic() - cached[0] >= CACHE_TTL_S:
             cached = (time.monotonic(), await self.read_model.get_user(record.user_id))
             self.users[record.user_id] = cached
-        user = cached[1]
+        return cached[1]
+
+    async def allowed_models(self, record: ApiKeyRecord) -> list[str] | None:
+        """Catalogue ids the key's user may use; None: every model (also for keys without a user)."""
+        user = await self.user_of(record)
         return None if user is None else user.allowed_models
 
     def forget(self, read_model_key: str) -> None:

@@ -20,6 +20,7 @@ from contracts.events.batch import (
 from contracts.events.envelope import Event
 from contracts.events.executor import ExecutorAdvert, ExecutorLost, ExecutorRegistered
 from contracts.events.registry import AnyEvent
+from contracts.ids import owner_id
 from contracts.lifecycle import ENDING_FACTS
 from services.runtime.foldrules import FoldRules
 from services.scheduler.domain import HEARTBEAT_FRESH_MS
@@ -99,25 +100,74 @@ class BatchPlan:
     again); only it may read the batch's objects and state its end."""
     held: bool = False
     """Created with `hold`: never assigned until released."""
+    owner_user_id: str | None = None
+    organization_id: str | None = None
+
+    @property
+    def owner(self) -> str:
+        """Whose share of the fleet the batch uses: its user, or its key alone."""
+        return owner_id(self.owner_user_id, self.owner_key_id)
+
+    running_units: set[int] = field(default_factory=set)
+    """Units with an attempt running now (an index of `shards`, kept by `reindex`)."""
+    retry_units: set[int] = field(default_factory=set)
+    """Units that were tried and need another attempt (the last one failed, or stopped without finishing)."""
+    finished_units: set[int] = field(default_factory=set)
+    touched: int = -1
+    """The highest unit index assigned so far: units are handed out in order, so every later one is fresh."""
 
     def shard(self, index: int) -> ShardRun:
         return self.shards.setdefault(index, ShardRun())
 
+    def reindex(self, index: int) -> None:
+        """Keep the unit sets in step with the unit's run after a fact changed it."""
+        run = self.shard(index)
+        self.touched = max(self.touched, index)
+        for units, member in ((self.running_units, run.running), (self.finished_units, run.finished),
+                              (self.retry_units, not run.running and not run.finished)):
+            if member:
+                units.add(index)
+            else:
+                units.discard(index)
+
+    @property
+    def unit_count(self) -> int:
+        return self.layout.shards if self.layout is not None else 1
+
     def running_shards(self) -> list[tuple[int, ShardRun]]:
-        return [(index, run) for index, run in sorted(self.shards.items()) if run.running]
+        return [(index, self.shards[index]) for index in sorted(self.running_units)]
+
+    def pending_count(self) -> int:
+        """Units that need an attempt: never assigned, or the last attempt failed or stopped without finishing."""
+        return len(self.retry_units) + max(self.unit_count - 1 - self.touched, 0)
 
     def pending_shards(self) -> list[int]:
-        """Shards that need an attempt: none yet, or the last one failed or stopped without finishing."""
-        count = self.layout.shards if self.layout is not None else 1
-        return [index for index in range(count) if not self.shard(index).running and not self.shard(index).finished]
+        """The units that need an attempt, retries first (lowest index first)."""
+        return [*sorted(self.retry_units), *range(self.touched + 1, self.unit_count)]
+
+    def unit_lines(self, index: int) -> int:
+        layout = self.layout or ShardLayout()
+        last = layout.last_line(index)
+        return (self.total_lines if last is None else last) - layout.first_line(index) + 1
+
+    def pending_lines(self) -> int:
+        """Input lines in the units that need an attempt (about: a retried unit may have committed some)."""
+        if self.layout is None:
+            return self.total_lines
+        fresh = range(self.touched + 1, self.unit_count)
+        lines = (self.total_lines - fresh[0] * self.layout.span) if fresh else 0
+        return lines + sum(self.unit_lines(index) for index in self.retry_units)
+
+    def in_flight_lines(self) -> int:
+        return sum(self.unit_lines(index) for index in self.running_units)
 
     @property
     def all_finished(self) -> bool:
-        return self.layout is not None and all(self.shard(i).finished for i in range(self.layout.shards))
+        return self.layout is not None and len(self.finished_units) >= self.layout.shards
 
     @property
     def running(self) -> bool:
-        return any(run.running for run in self.shards.values())
+        return bool(self.running_units)
 
 
 @dataclass
@@ -193,7 +243,8 @@ class Book:
     def _created(self, event: BatchCreated) -> None:
         self.plans.setdefault(event.aggregate_id, BatchPlan(
             event.aggregate_id, event.owner_key_id, event.endpoint, event.input_object_key, event.expires_at,
-            created_at=event.created_at, output_expires_after_s=event.output_expires_after_s, held=event.hold))
+            created_at=event.created_at, output_expires_after_s=event.output_expires_after_s, held=event.hold,
+            owner_user_id=event.owner_user_id, organization_id=event.organization_id))
 
     # Rules for a batch's plan, while it has not ended; every other fact leaves the plan as it is.
 
@@ -221,6 +272,7 @@ class Book:
         run.tried_executors.add(event.executor_id)
         if event.attempt >= run.attempt and event.attempt not in run.failed_attempts:
             run.attempt, run.executor_id, run.running_since_ms = event.attempt, event.executor_id, event.occurred_at
+        plan.reindex(event.shard)
 
     @_plan_rules.on(BatchStarted)
     def _started(self, plan: BatchPlan, event: BatchStarted) -> None:
@@ -228,6 +280,7 @@ class Book:
         run.started_at.setdefault(event.attempt, event.occurred_at)
         if event.attempt == run.attempt and run.running:
             run.executor_id = event.executor_id
+        plan.reindex(plan.attempt_shard.get(event.attempt, 0))
 
     @_plan_rules.on(AttemptFailed)
     def _attempt_failed(self, plan: BatchPlan, event: AttemptFailed) -> None:
@@ -235,6 +288,7 @@ class Book:
         run.failed_attempts.add(event.attempt)
         if event.attempt == run.attempt:
             run.executor_id = None
+        plan.reindex(plan.attempt_shard.get(event.attempt, 0))
         self._note_unstarted_loss(plan, event)
 
     @_plan_rules.on(BatchProgressed)
@@ -247,6 +301,7 @@ class Book:
         if event.attempt == run.attempt and event.attempt not in run.failed_attempts:
             run.executor_id = None
             run.finished = run.finished or not event.stopped
+        plan.reindex(event.shard)
 
     @_plan_rules.on(BatchCancelRequested)
     def _cancel_requested(self, plan: BatchPlan, event: BatchCancelRequested) -> None:

@@ -1,31 +1,53 @@
-"""What the scheduler should do now, given its book of batches and the live fleet: a pure function."""
+"""What the scheduler should do now, given its book of batches and the live fleet: a pure function.
+
+A batch is cut into units of consecutive lines (`unit_layout`), each leased to one executor as an attempt; an
+executor holds up to its advertised `parallel_attempts` units at once, of any batches. Every tick fills the free
+places round-robin over the executors, each from the batch the fair queue names (urgent first, then the owner
+furthest below its share, FIFO within an owner)."""
 
 from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 from contracts.catalogue import Catalogue, CatalogueModel
 from contracts.events.batch import ShardLayout
 from contracts.events.executor import ExecutorAdvert
-from services.scheduler.book import BatchPlan, Book, ShardRun
-from services.scheduler.domain import HEARTBEAT_FRESH_MS, choose_executor, eligible_executors, why_unassignable
+from services.scheduler.book import BatchPlan, Book
+from services.scheduler.domain import HEARTBEAT_FRESH_MS, eligible_executors, free_bytes, why_unassignable
+from services.scheduler.fair_share import FairQueue, QueuedBatch, Weights
 
 MAX_ATTEMPTS = 3
-"""Failed attempts of one shard that committed nothing, before the batch fails."""
+"""Failed attempts of one unit that committed nothing, before the batch fails."""
 CANCEL_GRACE_MS = 30_000
 """How long a running attempt gets to wind down a cancel itself before it is fenced and finalized for it."""
-MAX_SHARDS = 16
+UNITS_PER_EXECUTOR = 4
+"""A batch is cut into at least this many units per able executor (within the unit size bounds): enough that
+every executor gets some, one that joins later finds some left, and one that is lost loses little."""
 
 
 @dataclass(frozen=True)
 class Policy:
     """The operator's knobs the decisions follow."""
 
-    shard_min_lines: int = 200
-    """A batch is split only into shards of at least this many lines (and never more than the live executors
-    that can serve it)."""
+    unit_min_lines: int = 32
+    """A batch of at most this many lines is one unit (it finalizes itself: no extra round trip); larger ones are
+    cut into units of at least this many lines."""
+    unit_max_lines: int = 64
+    """Units are at most this many lines: the grain of sharing, of spreading over executors and of loss."""
     max_queued_lines: int = 1_000_000
     """Lines an owner may have in validated or running batches; a batch past it fails at once."""
+    weights: Weights = field(default_factory=Weights)
+    """Fair-share weights of users and organisations (default 1 each)."""
+
+
+def unit_layout(total_lines: int, able_executors: int, policy: Policy) -> ShardLayout:
+    """How a batch is cut into units, fixed by its first assignment."""
+    if total_lines <= max(policy.unit_min_lines, 1):
+        return ShardLayout()
+    span = -(-total_lines // (UNITS_PER_EXECUTOR * max(able_executors, 1)))
+    span = min(max(span, policy.unit_min_lines, 1), max(policy.unit_max_lines, policy.unit_min_lines, 1))
+    return ShardLayout.split(total_lines, -(-total_lines // span))
 
 
 @dataclass(frozen=True)
@@ -80,10 +102,14 @@ class Finalize:
 
 
 Action = Assign | Wait | FailBatch | FenceAttempt | DeclareLost | Finalize
+QUEUED = "Queued:"
+"""How every reason of a batch waiting only for a free place begins (the standings refine it)."""
 
 
 def decide(book: Book, adverts: list[ExecutorAdvert], catalogue: Catalogue, now_ms: int,
-           policy: Policy = Policy()) -> list[Action]:
+           policy: Policy = Policy(), rates: Mapping[str, float] | None = None) -> list[Action]:
+    """Every act due now: losses declared, leases fenced, batches ended, and free executor places filled with units
+    in fair-share order. `rates`: the fleet's measured lines per second per model (for urgency near a deadline)."""
     heard = book.last_heard(adverts)
     alive = {executor_id for executor_id, last_seen in heard.items() if now_ms - last_seen <= HEARTBEAT_FRESH_MS}
     # Work goes only where it may be committed: to admitted executors alive by the very measure that fences their
@@ -93,53 +119,80 @@ def decide(book: Book, adverts: list[ExecutorAdvert], catalogue: Catalogue, now_
             if advert.executor_id in book.admitted and advert.executor_id in alive}
     actions: list[Action] = [DeclareLost(executor_id, last_seen) for executor_id, last_seen in heard.items()
                              if executor_id not in alive]
-    load = Counter(run.executor_id for plan in book.open_plans() for _, run in plan.running_shards())
-    for plan in fair_order(book):
-        actions += _decide_for(plan, book, live, alive, catalogue, now_ms, policy, load)
-    return actions
+    fleet = _Fleet(live, catalogue, now_ms)
+    queued_before = _queued_lines_before(book)
+    wanting: list[tuple[BatchPlan, CatalogueModel]] = []
+    for plan in book.open_plans():
+        upkeep, model = _upkeep(plan, book, fleet, alive, queued_before, now_ms, policy)
+        actions += upkeep
+        if model is not None:
+            wanting.append((plan, model))
+    return actions + _hand_out(wanting, book, fleet, now_ms, policy, rates or {})
 
 
-def fair_order(book: Book) -> list[BatchPlan]:
-    """The open batches in the order they get free capacity: owners take turns, fewest attempts running first, so a
-    small batch of one owner does not wait for every batch another owner queued before it; FIFO within an owner."""
-    running = Counter(plan.owner_key_id for plan in book.open_plans() for _ in plan.running_shards())
-    turns: Counter[str] = Counter()
-    keyed: list[tuple[int, int, BatchPlan]] = []
-    for plan in sorted(book.open_plans(), key=lambda p: p.validated_order):
-        waiting = plan.phase == "validated" and not plan.running
-        keyed.append((running[plan.owner_key_id] + turns[plan.owner_key_id], plan.validated_order, plan))
-        turns[plan.owner_key_id] += waiting
-    return [plan for _, _, plan in sorted(keyed, key=lambda k: (k[0], k[1]))]
+@dataclass
+class _Fleet:
+    """The live fleet as one tick sees it, with what it costs to ask computed once per model."""
+
+    live: dict[str, ExecutorAdvert]
+    catalogue: Catalogue
+    now_ms: int
+    _models: dict[str, CatalogueModel | None] = field(default_factory=dict)
+    _able: dict[str, list[ExecutorAdvert]] = field(default_factory=dict)
+
+    def model(self, name: str) -> CatalogueModel | None:
+        if name not in self._models:
+            self._models[name] = self.catalogue.resolve(name)
+        return self._models[name]
+
+    def able(self, model: CatalogueModel) -> list[ExecutorAdvert]:
+        """Live executors that serve `model` and have it loaded or the memory to load it."""
+        if model.id not in self._able:
+            self._able[model.id] = eligible_executors(model, self.live.values(), self.now_ms)
+        return self._able[model.id]
 
 
-def _decide_for(plan: BatchPlan, book: Book, live: dict[str, ExecutorAdvert], alive: set[str], catalogue: Catalogue,
-                now_ms: int, policy: Policy, load: Counter[str | None]) -> list[Action]:
+def _queued_lines_before(book: Book) -> dict[str, int]:
+    """Batch id → lines of its owner's unfinished batches validated before it (one pass over the book)."""
+    before: dict[str, int] = {}
+    running: Counter[str] = Counter()
+    for plan in sorted((p for p in book.open_plans() if p.phase == "validated"), key=lambda p: p.validated_order):
+        before[plan.batch_id] = running[plan.owner]
+        running[plan.owner] += plan.total_lines
+    return before
+
+
+def _upkeep(plan: BatchPlan, book: Book, fleet: _Fleet, alive: set[str], queued_before: dict[str, int],
+            now_ms: int, policy: Policy) -> tuple[list[Action], CatalogueModel | None]:
+    """What one open batch needs now, and its model when it has units to hand out."""
+    live = fleet.live
     if now_ms >= plan.expires_at * 1000:
-        return _end_early(plan, live, alive, now_ms, "expired", "batch_expired", "The completion window ended.")
+        return _end_early(plan, live, alive, now_ms, "expired", "batch_expired", "The completion window ended."), None
     if plan.cancel_requested_at_ms is not None:
-        return _end_early(plan, live, alive, now_ms, "cancelled", "batch_cancelled", "The batch was cancelled.")
+        return _end_early(plan, live, alive, now_ms, "cancelled", "batch_cancelled", "The batch was cancelled."), None
     actions: list[Action] = _fence_dead_attempts(plan, book, alive)
     if plan.phase != "validated" or plan.model is None or plan.held:
-        return actions
+        return actions, None
     if plan.all_finished:
-        # Several shards finished: one finalizer assembles the files (a single shard finalizes itself).
-        return actions if plan.running else [*actions, *_finalize(plan, live, alive, "completed")]
-    for shard in plan.pending_shards():
-        if plan.shard(shard).strikes >= MAX_ATTEMPTS:
-            tried = ", ".join(sorted(plan.shard(shard).tried_executors))
-            # Failed at run time: the other shards stop, then a finalizer delivers every committed line.
+        # Several units finished: one finalizer assembles the files (a single unit finalizes itself).
+        return (actions if plan.running else [*actions, *_finalize(plan, live, alive, "completed")]), None
+    for unit in plan.retry_units:
+        if plan.shard(unit).strikes >= MAX_ATTEMPTS:
+            tried = ", ".join(sorted(plan.shard(unit).tried_executors))
+            # Failed at run time: the other units stop, then a finalizer delivers every committed line.
             return [*actions, *_end_early(plan, live, alive, now_ms, "failed", "attempts_exhausted",
                                           f"{MAX_ATTEMPTS} attempts failed without committing a line; the "
-                                          f"executors tried were {tried}.")]
-    model = catalogue.resolve(plan.model)
+                                          f"executors tried were {tried}.")], None
+    model = fleet.model(plan.model)
     if model is None:
-        return [*actions, FailBatch(plan, "model_unavailable", f"Model {plan.model} is no longer in the catalogue.")]
-    if plan.layout is None and book.queued_lines_before(plan) + plan.total_lines > policy.max_queued_lines:
+        return [*actions, FailBatch(plan, "model_unavailable",
+                                    f"Model {plan.model} is no longer in the catalogue.")], None
+    if plan.layout is None and queued_before.get(plan.batch_id, 0) + plan.total_lines > policy.max_queued_lines:
         return [*actions, FailBatch(
             plan, "enqueued_request_limit_exceeded",
             f"This batch's {plan.total_lines} lines would bring your queued lines past the limit of "
-            f"{policy.max_queued_lines}; wait for running batches to finish, or split the file.")]
-    return actions + _assign_shards(plan, model, live, now_ms, policy, load)
+            f"{policy.max_queued_lines}; wait for running batches to finish, or split the file.")], None
+    return actions, (model if plan.pending_count() > 0 else None)
 
 
 def _fence_dead_attempts(plan: BatchPlan, book: Book, alive: set[str]) -> list[Action]:
@@ -155,38 +208,121 @@ def _fence_dead_attempts(plan: BatchPlan, book: Book, alive: set[str]) -> list[A
     return actions
 
 
-def _assign_shards(plan: BatchPlan, model: CatalogueModel, live: dict[str, ExecutorAdvert], now_ms: int,
-                   policy: Policy, load: Counter[str | None]) -> list[Action]:
-    layout = plan.layout
-    if layout is None:
-        able = len(eligible_executors(model, live.values(), now_ms))
-        wanted = min(MAX_SHARDS, able, plan.total_lines // max(policy.shard_min_lines, 1))
-        layout = ShardLayout.split(plan.total_lines, wanted)
-    # Two shards of one batch on one executor would only queue behind each other.
-    busy = {run.executor_id for _, run in plan.running_shards()}
+@dataclass
+class _Units:
+    """One batch's units to hand out this tick, in order: retries first, then fresh ones."""
+
+    plan: BatchPlan
+    layout: ShardLayout
+    retries: list[int]
+    fresh: Iterator[int]
+    attempt: int
+
+    def next_unit(self) -> int | None:
+        return self.retries.pop(0) if self.retries else next(self.fresh, None)
+
+    def assign(self, executor_id: str, unit: int) -> Assign:
+        self.attempt += 1
+        return Assign(self.plan, executor_id, self.attempt, unit, self.layout)
+
+
+def _hand_out(wanting: list[tuple[BatchPlan, CatalogueModel]], book: Book, fleet: _Fleet, now_ms: int,
+              policy: Policy, rates: Mapping[str, float]) -> list[Action]:
+    """Fill every live executor's free places with units: first the units whose last attempt failed (re-leased at
+    once, elsewhere when possible), then round-robin over the executors (a batch spreads over them), each unit
+    from the batch the fair queue names for the models that executor can take."""
+    if not wanting:
+        return []
+    load = Counter(run.executor_id for plan in book.open_plans() for _, run in plan.running_shards())
+    places = {executor_id: advert.parallel_attempts - load[executor_id]
+              for executor_id, advert in fleet.live.items() if advert.parallel_attempts > load[executor_id]}
+    serves = _servable({model.id: model for _, model in wanting}.values(), fleet, places)
+    units: dict[str, _Units] = {}
     actions: list[Action] = []
-    attempt = plan.attempt
-    for shard in plan.pending_shards() if plan.layout is not None else range(layout.shards):
-        run = plan.shards.get(shard, ShardRun())
-        # An executor runs at most its advertised attempts at once: more would only queue there, out of turn.
-        free = [advert for advert in live.values()
-                if advert.executor_id not in busy and load[advert.executor_id] < advert.parallel_attempts]
-        fresh = [advert for advert in free if advert.executor_id not in run.tried_executors]
-        chosen = choose_executor(model, fresh, now_ms) or choose_executor(model, free, now_ms)
-        if chosen is None:
-            break
-        attempt += 1
-        busy.add(chosen.executor_id)
-        load[chosen.executor_id] += 1
-        actions.append(Assign(plan, chosen.executor_id, attempt, shard, layout))
-    if actions or plan.running:
-        return actions
-    capable = eligible_executors(model, live.values(), now_ms)
-    if capable and all(load[advert.executor_id] >= advert.parallel_attempts for advert in capable):
-        reason = f"Queued: every executor serving {model.id} is busy with other batches."
-        return [] if reason == plan.waiting_reason else [Wait(plan, reason)]
-    reason = why_unassignable(model, list(live.values()), now_ms)
-    return [] if reason == plan.waiting_reason else [Wait(plan, reason)]
+    queued: list[QueuedBatch] = []
+    for plan, model in wanting:
+        layout = plan.layout or unit_layout(plan.total_lines, len(fleet.able(model)), policy)
+        plan_units = units[plan.batch_id] = _Units(plan, layout, [], iter(range(plan.touched + 1, layout.shards)),
+                                                   plan.attempt)
+        retried = 0
+        for unit in sorted(plan.retry_units):
+            executor_id = _retry_on(plan, unit, model, serves, places)
+            if executor_id is None:
+                plan_units.retries.append(unit)
+                continue
+            actions.append(plan_units.assign(executor_id, unit))
+            places[executor_id] -= 1
+            retried += plan.unit_lines(unit)
+        pending, in_flight = plan.pending_lines() - retried, plan.in_flight_lines() + retried
+        queued.append(QueuedBatch(plan.batch_id, plan.owner, plan.organization_id, model.id, plan.validated_order,
+                                  plan.expires_at * 1000, pending, pending + in_flight, in_flight,
+                                  unit_lines=layout.span or plan.total_lines))
+    queued += [QueuedBatch(plan.batch_id, plan.owner, plan.organization_id, plan.model or "", plan.validated_order,
+                           plan.expires_at * 1000, 0, in_flight, in_flight)
+               for plan in book.open_plans() if plan.running and plan.batch_id not in units
+               for in_flight in (plan.in_flight_lines(),)]  # they hand out nothing, but count in their owners' share
+    queue = FairQueue(queued, policy.weights, rates, now_ms)
+    turn = sorted((e for e in places if places[e] > 0 and serves[e]),
+                  key=lambda e: (load[e] / fleet.live[e].parallel_attempts, free_bytes(fleet.live[e]), e))
+    while turn:
+        next_turn = []
+        for executor_id in turn:
+            taken = queue.take(serves[executor_id], policy.unit_max_lines)
+            if taken is None:
+                continue  # nothing left for the models it serves
+            batch, _ = taken
+            plan_units = units[batch.batch_id]
+            next_unit = plan_units.next_unit()
+            if next_unit is None:
+                batch.pending_lines = 0  # the estimate ran ahead of the units left
+                next_turn.append(executor_id)
+                continue
+            actions.append(plan_units.assign(executor_id, next_unit))
+            places[executor_id] -= 1
+            if places[executor_id] > 0:
+                next_turn.append(executor_id)
+        turn = next_turn
+    given = {action.plan.batch_id for action in actions if isinstance(action, Assign)}
+    return actions + _waits([(plan, model) for plan, model in wanting if plan.batch_id not in given], fleet)
+
+
+def _retry_on(plan: BatchPlan, unit: int, model: CatalogueModel, serves: dict[str, set[str]],
+              places: dict[str, int]) -> str | None:
+    """Where a unit whose attempt failed runs again: an executor that has not tried it if one has a free place
+    (the one that failed it may be why), the one with the most free places first."""
+    free = [executor_id for executor_id, left in places.items() if left > 0 and model.id in serves[executor_id]]
+    tried = plan.shard(unit).tried_executors
+    fresh = [executor_id for executor_id in free if executor_id not in tried]
+    return max(fresh or free, key=lambda e: (places[e], e), default=None)
+
+
+def _servable(models: Iterable[CatalogueModel], fleet: _Fleet, places: dict[str, int]) -> dict[str, set[str]]:
+    """Executor id → the queued models it may take a unit of now: ones it has loaded, or, when no executor with
+    that model loaded has a free place, ones it has the memory to load."""
+    serves: dict[str, set[str]] = {executor_id: set() for executor_id in places}
+    for model in models:
+        able = [advert for advert in fleet.able(model) if advert.executor_id in places]
+        warm = [advert for advert in able if model.id in advert.loaded_models]
+        for advert in warm or able:
+            serves[advert.executor_id].add(model.id)
+    return serves
+
+
+def _waits(unserved: list[tuple[BatchPlan, CatalogueModel]], fleet: _Fleet) -> list[Action]:
+    """Why a batch that got nothing and runs nothing waits, said once: no executor can take its model, or every
+    one that can is busy (the scheduler's standings then say where it stands in the queue)."""
+    actions: list[Action] = []
+    for plan, model in unserved:
+        if plan.running:
+            continue
+        if fleet.able(model):
+            if plan.waiting_reason is None or not plan.waiting_reason.startswith(QUEUED):
+                actions.append(Wait(plan, f"{QUEUED} every executor serving {model.id} is busy with other batches."))
+            continue
+        reason = why_unassignable(model, list(fleet.live.values()), fleet.now_ms)
+        if reason != plan.waiting_reason:
+            actions.append(Wait(plan, reason))
+    return actions
 
 
 def _end_early(plan: BatchPlan, live: dict[str, ExecutorAdvert], alive: set[str], now_ms: int,

@@ -11,11 +11,13 @@ Usage is the lines each owner has in flight now (leased and not yet committed), 
 use at every moment: an owner alone gets all of it, two owners half each, whatever they queued. Each `take` counts
 the unit it hands out at once, so the decisions of one tick stay fair among themselves.
 
-Built once per tick from the book (O(batches)); a `take` costs O(organisations + users of the chosen one), never a
-scan of every batch, so a tick with a thousand executors and ten thousand queued batches stays in milliseconds.
+Built once per tick from the book (O(batches)); a `take` costs O(log owners) per model the taker serves (heaps of
+organisations and of their users, refreshed lazily), never a scan of every batch, so a tick with a thousand executors
+and ten thousand queued batches stays in milliseconds.
 """
 
 import bisect
+import heapq
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -42,6 +44,8 @@ class QueuedBatch:
     remaining_lines: int
     """Lines not committed (pending and in flight): what must still run before the deadline."""
     in_flight_lines: int = 0
+    unit_lines: int = 0
+    """The size of the batch's units (its layout's span); 0: whatever the taker asks for."""
 
     @property
     def org(self) -> str:
@@ -65,19 +69,6 @@ class Weights:
         return max(self.organizations.get(org, 1.0), NO_RATE)
 
 
-@dataclass
-class _User:
-    batches: list[QueuedBatch]
-    """By validated order; the head is the next with pending lines."""
-    in_flight: int = 0
-
-
-@dataclass
-class _Organization:
-    users: dict[str, _User] = field(default_factory=dict)
-    in_flight: int = 0
-
-
 class FairQueue:
     def __init__(self, batches: Iterable[QueuedBatch], weights: Weights = Weights(),
                  rates: Mapping[str, float] | None = None, now_ms: int = 0) -> None:
@@ -85,12 +76,18 @@ class FairQueue:
         self.weights = weights
         self.rates = rates or {}
         self.now_ms = now_ms
-        self._orgs: dict[str, dict[str, _Organization]] = {}
-        """Model → organisation → its users' queues of that model's batches."""
         self._user_in_flight: dict[str, int] = {}
         self._org_in_flight: dict[str, int] = {}
+        self._queues: dict[tuple[str, str], _UserQueue] = {}
+        """(model, user) → the user's batches of that model, FIFO."""
+        self._users: dict[tuple[str, str], list[tuple[float, int, str]]] = {}
+        """(model, organisation) → a heap of its users: (lines in flight per weight, head's order, user)."""
+        self._orgs: dict[str, list[tuple[float, int, str]]] = {}
+        """Model → a heap of organisations: (lines in flight per weight, first head's order, organisation).
+        Entries are refreshed lazily: a key that grew since it was pushed is pushed again when it comes up."""
         self._urgent: dict[str, list[QueuedBatch]] = {}
         """Model → urgent batches, earliest deadline first."""
+        members: dict[tuple[str, str], set[str]] = {}
         for batch in batches:
             self._user_in_flight[batch.user] = self._user_in_flight.get(batch.user, 0) + batch.in_flight_lines
             self._org_in_flight[batch.org] = self._org_in_flight.get(batch.org, 0) + batch.in_flight_lines
@@ -98,14 +95,18 @@ class FairQueue:
                 continue
             if self._is_urgent(batch):
                 self._urgent.setdefault(batch.model, []).append(batch)
-            organization = self._orgs.setdefault(batch.model, {}).setdefault(batch.org, _Organization())
-            organization.users.setdefault(batch.user, _User([])).batches.append(batch)
-        for organizations in self._orgs.values():
-            for organization in organizations.values():
-                for user in organization.users.values():
-                    user.batches.sort(key=lambda b: b.validated_order)
+            self._queues.setdefault((batch.model, batch.user), _UserQueue()).batches.append(batch)
+            members.setdefault((batch.model, batch.org), set()).add(batch.user)
+        for queue in self._queues.values():
+            queue.batches.sort(key=lambda b: b.validated_order)
+        for (model, org), users in members.items():
+            heap = self._users[(model, org)] = [self._user_entry(model, user) for user in users]
+            heapq.heapify(heap)
+            self._orgs.setdefault(model, []).append(self._org_entry(model, org))
+        for heap in self._orgs.values():
+            heapq.heapify(heap)
         for urgent in self._urgent.values():
-            urgent.sort(key=lambda b: (b.expires_at_ms, b.validated_order))
+            urgent.sort(key=lambda b: (b.expires_at_ms, b.validated_order), reverse=True)
 
     def _is_urgent(self, batch: QueuedBatch) -> bool:
         rate = self.rates.get(batch.model, 0.0)
@@ -115,75 +116,100 @@ class FairQueue:
         return self.now_ms + needed_ms >= batch.expires_at_ms
 
     def take(self, models: Collection[str], max_lines: int) -> tuple[QueuedBatch, int] | None:
-        """The batch the next unit (of at most `max_lines` lines) comes from, for an executor serving `models`, and
-        the unit's size; None when none of those models has lines to hand out. The unit is counted in flight."""
+        """The batch the next unit (of at most `max_lines` lines, and of the batch's own `unit_lines` if it has
+        one) comes from, for an executor serving `models`, and the unit's size; None when none of those models has
+        lines to hand out. The unit is counted in flight."""
         chosen = self._next_urgent(models) or self._next_fair(models)
         if chosen is None:
             return None
-        lines = min(max_lines, chosen.pending_lines)
+        lines = min(max_lines, chosen.unit_lines or max_lines, chosen.pending_lines)
         chosen.pending_lines -= lines
         chosen.in_flight_lines += lines
         self._user_in_flight[chosen.user] = self._user_in_flight.get(chosen.user, 0) + lines
         self._org_in_flight[chosen.org] = self._org_in_flight.get(chosen.org, 0) + lines
+        self._requeue(chosen)
         return chosen, lines
 
     def _next_urgent(self, models: Collection[str]) -> QueuedBatch | None:
         best: QueuedBatch | None = None
         for model in models:
             urgent = self._urgent.get(model)
-            while urgent and urgent[0].pending_lines <= 0:
-                urgent.pop(0)
-            if urgent and (best is None or (urgent[0].expires_at_ms, urgent[0].validated_order)
+            while urgent and urgent[-1].pending_lines <= 0:
+                urgent.pop()
+            if urgent and (best is None or (urgent[-1].expires_at_ms, urgent[-1].validated_order)
                            < (best.expires_at_ms, best.validated_order)):
-                best = urgent[0]
+                best = urgent[-1]
         return best
 
     def _next_fair(self, models: Collection[str]) -> QueuedBatch | None:
-        candidates: dict[str, list[_Organization]] = {}
+        best: tuple[float, int, str] | None = None
+        best_model = ""
         for model in models:
-            for org_id, organization in self._orgs.get(model, {}).items():
-                candidates.setdefault(org_id, []).append(organization)
-        ranked_orgs = sorted(candidates, key=lambda org: (self._org_in_flight.get(org, 0) / self.weights.of_org(org),
-                                                          self._first_order(candidates[org])))
-        for org_id in ranked_orgs:
-            chosen = self._next_in_org(candidates[org_id])
-            if chosen is not None:
-                return chosen
-            for model in models:  # nothing left there for these models
-                organizations = self._orgs.get(model, {})
-                if organizations.get(org_id) is not None and not _has_pending(organizations[org_id]):
-                    del organizations[org_id]
+            top = self._top_org(model)
+            if top is not None and (best is None or top[:2] < best[:2]):
+                best, best_model = top, model
+        if best is None:
+            return None
+        user = self._users[(best_model, best[2])][0][2]
+        return self._queues[(best_model, user)].head()
+
+    def _top_org(self, model: str) -> tuple[float, int, str] | None:
+        """The model's organisation furthest below its share that has lines to hand out (its heap entry fresh)."""
+        heap = self._orgs.get(model)
+        while heap:
+            entry = heap[0]
+            users = self._users[(model, entry[2])]
+            if not self._fresh_top_user(model, users):
+                heapq.heappop(heap)  # nothing left there for this model
+                continue
+            fresh = self._org_entry(model, entry[2])
+            if fresh[:2] == entry[:2]:
+                return entry
+            heapq.heapreplace(heap, fresh)
         return None
 
-    def _next_in_org(self, organizations: list[_Organization]) -> QueuedBatch | None:
-        heads: dict[str, QueuedBatch] = {}
-        for organization in organizations:
-            for user_id, user in organization.users.items():
-                head = _head(user)
-                if head is not None and (user_id not in heads or head.validated_order < heads[user_id].validated_order):
-                    heads[user_id] = head
-        if not heads:
-            return None
-        user_id = min(heads, key=lambda u: (self._user_in_flight.get(u, 0) / self.weights.of_user(u),
-                                            heads[u].validated_order))
-        return heads[user_id]
+    def _fresh_top_user(self, model: str, users: list[tuple[float, int, str]]) -> bool:
+        """Bring the organisation's best user with lines to hand out to the top of its heap; False: none has."""
+        while users:
+            entry = users[0]
+            if self._queues[(model, entry[2])].head() is None:
+                heapq.heappop(users)
+                continue
+            fresh = self._user_entry(model, entry[2])
+            if fresh[:2] == entry[:2]:
+                return True
+            heapq.heapreplace(users, fresh)
+        return False
 
-    @staticmethod
-    def _first_order(organizations: list[_Organization]) -> int:
-        orders = [head.validated_order for organization in organizations for user in organization.users.values()
-                  if (head := _head(user)) is not None]
-        return min(orders, default=0)
+    def _requeue(self, batch: QueuedBatch) -> None:
+        """The chosen owner's keys grew: refresh its entries (other models' entries refresh when they come up)."""
+        users = self._users.get((batch.model, batch.org))
+        if users is None:
+            return  # urgent and otherwise unqueued: nothing to refresh
+        self._fresh_top_user(batch.model, users)
+
+    def _user_entry(self, model: str, user: str) -> tuple[float, int, str]:
+        head = self._queues[(model, user)].head()
+        return (self._user_in_flight.get(user, 0) / self.weights.of_user(user),
+                head.validated_order if head is not None else 0, user)
+
+    def _org_entry(self, model: str, org: str) -> tuple[float, int, str]:
+        users = self._users[(model, org)]
+        first = min((head.validated_order for _, _, user in users
+                     if (head := self._queues[(model, user)].head()) is not None), default=0)
+        return self._org_in_flight.get(org, 0) / self.weights.of_org(org), first, org
 
 
-def _head(user: _User) -> QueuedBatch | None:
-    """The user's first batch with lines to hand out; batches with none are dropped from the front."""
-    while user.batches and user.batches[0].pending_lines <= 0:
-        user.batches.pop(0)
-    return user.batches[0] if user.batches else None
+@dataclass
+class _UserQueue:
+    batches: list[QueuedBatch] = field(default_factory=list)
+    """By validated order; `at` is the next with lines to hand out."""
+    at: int = 0
 
-
-def _has_pending(organization: _Organization) -> bool:
-    return any(_head(user) is not None for user in organization.users.values())
+    def head(self) -> QueuedBatch | None:
+        while self.at < len(self.batches) and self.batches[self.at].pending_lines <= 0:
+            self.at += 1
+        return self.batches[self.at] if self.at < len(self.batches) else None
 
 
 @dataclass(frozen=True)

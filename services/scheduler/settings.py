@@ -1,9 +1,11 @@
 """Scheduler settings (`SHESHNAG_SCHEDULER_*`)."""
 
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from services.runtime.settings import ServiceSettings
 from services.scheduler.decisions import Policy
+from services.scheduler.fair_share import Weights
 
 
 class SchedulerSettings(ServiceSettings):
@@ -13,8 +15,15 @@ class SchedulerSettings(ServiceSettings):
     """How often decisions are taken (assignments, losses, cancels, expiries)."""
     leader_ttl_s: float = 10.0
     """A leader that stops renewing is replaced after this long."""
-    shard_min_lines: int = 200
-    """Split a batch across executors only into shards of at least this many lines."""
+    unit_min_lines: int = 32
+    """A batch of at most this many lines runs as one unit; larger ones are cut into units of at least this many."""
+    unit_max_lines: int = 64
+    """Units are at most this many lines: the grain of sharing the fleet, of spreading a batch over executors, and
+    of what a lost executor loses."""
+    user_weights: dict[str, float] = Field(default_factory=dict)
+    """Fair-share weight per owner (`user-<id>`, or `key-<id>` for a key without a user), JSON; default 1 each."""
+    organization_weights: dict[str, float] = Field(default_factory=dict)
+    """Fair-share weight per organisation id, JSON; default 1 each (a user without one is an organisation alone)."""
     max_queued_lines: int = 1_000_000
     """Lines one owner may have in validated or running batches; a batch past it fails with
     `enqueued_request_limit_exceeded`."""
@@ -24,4 +33,6 @@ class SchedulerSettings(ServiceSettings):
     """host:port the presigned URLs name, as executors reach the object store; empty: `SHESHNAG_S3_ENDPOINT`."""
 
     def policy(self) -> Policy:
-        return Policy(shard_min_lines=self.shard_min_lines, max_queued_lines=self.max_queued_lines)
+        return Policy(unit_min_lines=self.unit_min_lines, unit_max_lines=self.unit_max_lines,
+                      max_queued_lines=self.max_queued_lines,
+                      weights=Weights(users=self.user_weights, organizations=self.organization_weights))

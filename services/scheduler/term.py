@@ -215,7 +215,7 @@ class Term:
         await self.bus.publish(assigned)
         self.book.apply(assigned)
         await self._send_run(plan, action.executor_id, action.attempt, action.shard)
-        log.info("batch %s shard %d/%d attempt %d assigned to %s", plan.batch_id, action.shard + 1,
+        log.info("batch %s unit %d/%d attempt %d assigned to %s", plan.batch_id, action.shard + 1,
                  action.layout.shards, action.attempt, action.executor_id)
 
     async def resend_runs(self) -> None:

@@ -27,7 +27,8 @@ EMBED = "smollm2-135m-embed"
 @pytest.fixture(scope="module")
 def fleet_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
     running = start_stack(tmp_path_factory.mktemp("fleet") / "data", free_port(),
-                          {"SHESHNAG_SCHEDULER_SHARD_MIN_LINES": "8", "SHESHNAG_EXECUTOR_CHUNK_LINES": "2"})
+                          {"SHESHNAG_SCHEDULER_UNIT_MIN_LINES": "8", "SHESHNAG_SCHEDULER_UNIT_MAX_LINES": "8",
+                           "SHESHNAG_EXECUTOR_CHUNK_LINES": "2"})
     yield running
     stop_stack(running)
 

@@ -123,13 +123,16 @@ async def create_batch(request: web.Request) -> web.Response:
                        f"{d.settings.max_active_batches}); wait for some to end or cancel them.",
                        "rate_limit_error", "too_many_active_batches")
     await _claim_file(d, input_file_id, batch_id)
+    user = await request.app[KEY_CACHE].user_of(principal(request))
     now = int(time.time())
     event = BatchCreated(aggregate_id=batch_id, owner_key_id=principal(request).key_id, input_file_id=input_file_id,
                          input_object_key=file.object_key, endpoint=body.endpoint,
                          completion_window=body.completion_window, metadata=metadata, created_at=now,
                          expires_at=now + window_s, allow_partial=body.allow_partial, hold=hold,
                          output_expires_after_s=output_expires_after_s,
-                         allowed_models=await request.app[KEY_CACHE].allowed_models(principal(request)))
+                         allowed_models=None if user is None else user.allowed_models,
+                         owner_user_id=principal(request).user_id,
+                         organization_id=None if user is None else user.organization_id)
     await d.bus.publish(event)
     if idempotency_key and await _created_parameters(d, batch_id) != asked:
         raise _idempotency_conflict(idempotency_key, batch_id)  # a concurrent request with this key won
