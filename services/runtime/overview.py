@@ -1,4 +1,4 @@
-"""One look at the whole system from NATS: fleet, queue, running batches and consumer lag.
+"""One look at the whole system from NATS: fleet, queue, running batches, each owner's share and consumer lag.
 
 Used by the gateway's `/metrics` (fleet-wide gauges) and by `sheshnag status`.
 """
@@ -14,6 +14,7 @@ from services.runtime import metrics
 from services.runtime.bus import EventBus
 from services.runtime.fleet import Fleet
 from services.runtime.readmodel import ReadModel
+from services.runtime.shares import SHARE_WINDOW_S, OwnerShare, owner_shares
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,9 @@ class Overview:
     batches_by_status: dict[str, int] = field(default_factory=dict)
     queued: list[QueuedBatch] = field(default_factory=list)
     running: list[RunningBatch] = field(default_factory=list)
+    owners: list[OwnerShare] = field(default_factory=list)
+    """Each owner's share of the lines the fleet committed in the last `share_window_s`, the largest first."""
+    share_window_s: float = SHARE_WINDOW_S
     consumers: list[ConsumerLag] = field(default_factory=list)
     stream_last_seq: int = 0
 
@@ -99,7 +103,10 @@ async def gather(bus: EventBus, read_model: ReadModel, fleet: Fleet) -> Overview
     now = time.time()
     view = Overview(at=now)
     view.executors = [executor_view(advert, now) for advert in await fleet.adverts()]
-    for record in await read_model.list_batches():
+    records = await read_model.list_batches()
+    organizations = {user.user_id: user.organization_id for user in await read_model.list_users()}
+    view.owners = owner_shares(records, organizations, now)
+    for record in records:
         batch = record.batch
         view.batches_by_status[batch.status] = view.batches_by_status.get(batch.status, 0) + 1
         if batch.status == "validated":

@@ -130,6 +130,8 @@ def test_a_user_signs_in_fixes_a_file_runs_it_downloads_it_and_manages_keys(
     page.get_by_role("link", name="Operator").click()
     expect(page.locator("#executors tbody")).to_contain_text("smollm2-135m-instruct-q4_1", timeout=10_000)
     expect(page.locator("#by-status")).to_contain_text("completed")
+    # The batch above ran minutes ago at most: its owner has a share of what the fleet committed lately.
+    expect(page.locator("#shares tbody tr[data-owner]").first).to_contain_text("%", timeout=10_000)
     anomalies = httpx2.get(f"{stack.base_url}/admin/anomalies", headers={"Authorization": f"Bearer {ADMIN_KEY}"},
                            timeout=10).json()["data"]
     if anomalies:

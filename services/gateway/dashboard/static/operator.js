@@ -2,6 +2,29 @@
 // Operator view: GET /v1/organization/overview and /v1/admin/anomalies (admin), refreshed every few seconds.
 function mib(bytes) { return `${Math.round(bytes / 1048576)} MiB`; }
 
+function shareCell(share) {
+  const percent = Math.round(share * 100);
+  return el("div", { class: "progress share" },
+    el("progress", { max: 100, value: percent, "aria-label": `${percent} % of the lines committed` }),
+    el("span", { class: "progress-text" }, `${percent} %`));
+}
+
+function fillShares(view) {
+  const minutes = Math.round(view.share_window_s / 60);
+  document.getElementById("shares-note").textContent = `Lines each owner's batches committed in the last ${minutes} `
+    + "minutes, as a share of all the fleet committed then, with what each still has queued and running.";
+  const body = document.querySelector("#shares tbody");
+  body.replaceChildren();
+  if (!view.owners.length) {
+    body.append(el("tr", {}, el("td", { colspan: 7 }, "No owner has a batch queued or running, or ran one lately.")));
+  }
+  for (const o of view.owners) {
+    const organization = o.user_id ? o.organization_id || "default" : "—";  // a key without a user is alone
+    body.append(el("tr", { "data-owner": o.owner }, [o.user_id || o.owner, organization, shareCell(o.share),
+      o.recent_lines, o.running_batches, o.queued_batches, o.lines_left].map((cell) => el("td", {}, cell))));
+  }
+}
+
 function fill(id, rows, empty, columns) {
   const body = document.querySelector(`#${id} tbody`);
   body.replaceChildren();
@@ -15,6 +38,7 @@ async function load() {
     `${mib(e.free_bytes)} / ${mib(e.total_bytes)}`, `${e.heartbeat_age_s}s ago`]), "No executor is heartbeating.", 6);
   document.getElementById("by-status").replaceChildren(...Object.entries(view.batches_by_status)
     .map(([status, count]) => el("li", {}, el("span", { class: `badge ${status}` }, status), ` ${count}`)));
+  fillShares(view);
   fill("queue", view.queued.map((q) => [el("a", { href: `/dashboard/batches/${q.batch_id}` }, q.batch_id), q.model,
     `${q.age_s}s`, q.reason || "—"]), "Nothing waits.", 4);
   fill("running", view.running.map((r) => [el("a", { href: `/dashboard/batches/${r.batch_id}` }, r.batch_id), r.model,
