@@ -83,7 +83,9 @@ class BatchPlan:
     total_lines: int = 0
     rejections_object_key: str | None = None
     validated_order: int = 0
-    """Position among the batches validated so far (1 = first): who queued first for the queued-lines limit."""
+    """Position among the batches validated so far (1 = first): FIFO within an owner."""
+    queued_before: int = 0
+    """Lines of the owner's open validated batches when this one was validated: for the queued-lines limit."""
     layout: ShardLayout | None = None
     """Fixed by the first assignment; None before."""
     shards: dict[int, ShardRun] = field(default_factory=dict)
@@ -182,11 +184,16 @@ class Book:
     lost: dict[str, int] = field(default_factory=dict)
     """Executor id → its last heartbeat (ms) when it was declared lost; a later one means it is back."""
     validated_count: int = 0
+    open: dict[str, BatchPlan] = field(default_factory=dict)
+    """The batches that have not ended (an ended one's last attempt may still read as running: a batch that
+    finalized itself states no unit finished)."""
+    running: dict[str, BatchPlan] = field(default_factory=dict)
+    """The open batches with a unit running now."""
+    queued_lines: dict[str, int] = field(default_factory=dict)
+    """Owner → lines of their open validated batches."""
 
     def open_plans(self) -> list[BatchPlan]:
-        """The batches that have not ended (an ended one's last attempt may still read as running: a batch that
-        finalized itself states no shard finished)."""
-        return [plan for plan in self.plans.values() if plan.phase != "ended"]
+        return list(self.open.values())
 
     def note_heartbeats(self, adverts: list[ExecutorAdvert]) -> None:
         """Remember each known executor's latest heartbeat: one scan of the bucket that misses an advert (a slow
@@ -220,6 +227,10 @@ class Book:
         rule = _plan_rules.rule_for(type(event))
         if rule is not None:
             rule(self, plan, event)
+            if plan.running_units and plan.phase != "ended":
+                self.running[plan.batch_id] = plan
+            else:
+                self.running.pop(plan.batch_id, None)
 
     # Rules for the fleet and for new batches: they need no plan.
 
@@ -241,16 +252,21 @@ class Book:
 
     @_fleet_rules.on(BatchCreated)
     def _created(self, event: BatchCreated) -> None:
-        self.plans.setdefault(event.aggregate_id, BatchPlan(
+        if event.aggregate_id in self.plans:
+            return
+        self.plans[event.aggregate_id] = self.open[event.aggregate_id] = BatchPlan(
             event.aggregate_id, event.owner_key_id, event.endpoint, event.input_object_key, event.expires_at,
             created_at=event.created_at, output_expires_after_s=event.output_expires_after_s, held=event.hold,
-            owner_user_id=event.owner_user_id, organization_id=event.organization_id))
+            owner_user_id=event.owner_user_id, organization_id=event.organization_id)
 
     # Rules for a batch's plan, while it has not ended; every other fact leaves the plan as it is.
 
     @_plan_rules.on(*ENDING_FACTS)
     def _ended(self, plan: BatchPlan, event: AnyEvent) -> None:
+        if plan.phase == "validated":
+            self.queued_lines[plan.owner] -= plan.total_lines
         plan.phase = "ended"
+        self.open.pop(plan.batch_id, None)
 
     @_plan_rules.on(BatchValidated)
     def _validated(self, plan: BatchPlan, event: BatchValidated) -> None:
@@ -258,6 +274,10 @@ class Book:
             self.validated_count += 1
             plan.validated_order = self.validated_count
             plan.phase = "validated"
+            plan.queued_before = self.queued_lines.get(plan.owner, 0)
+            self.queued_lines[plan.owner] = plan.queued_before + event.total_lines
+        else:
+            self.queued_lines[plan.owner] += event.total_lines - plan.total_lines
         plan.model, plan.total_lines = event.model, event.total_lines
         plan.rejections_object_key = event.rejections_object_key
 
@@ -326,13 +346,6 @@ class Book:
         elif event.code == "executor_restarted" and (
                 started is None or started >= self.incarnations.get(event.executor_id, 0)):
             run.unstarted_losses.add(event.attempt)
-
-    def queued_lines_before(self, plan: BatchPlan) -> int:
-        """Lines of the owner's unfinished batches validated before `plan`."""
-        return sum(other.total_lines for other in self.plans.values()
-                   if other.owner_key_id == plan.owner_key_id and other.phase == "validated"
-                   and 0 < other.validated_order < plan.validated_order)
-
 
 
 def book_facts() -> tuple[type[Event], ...]:

@@ -120,10 +120,9 @@ def decide(book: Book, adverts: list[ExecutorAdvert], catalogue: Catalogue, now_
     actions: list[Action] = [DeclareLost(executor_id, last_seen) for executor_id, last_seen in heard.items()
                              if executor_id not in alive]
     fleet = _Fleet(live, catalogue, now_ms)
-    queued_before = _queued_lines_before(book)
     wanting: list[tuple[BatchPlan, CatalogueModel]] = []
     for plan in book.open_plans():
-        upkeep, model = _upkeep(plan, book, fleet, alive, queued_before, now_ms, policy)
+        upkeep, model = _upkeep(plan, book, fleet, alive, now_ms, policy)
         actions += upkeep
         if model is not None:
             wanting.append((plan, model))
@@ -139,11 +138,18 @@ class _Fleet:
     now_ms: int
     _models: dict[str, CatalogueModel | None] = field(default_factory=dict)
     _able: dict[str, list[ExecutorAdvert]] = field(default_factory=dict)
+    _layouts: dict[tuple[int, str], ShardLayout] = field(default_factory=dict)
 
     def model(self, name: str) -> CatalogueModel | None:
         if name not in self._models:
             self._models[name] = self.catalogue.resolve(name)
         return self._models[name]
+
+    def layout(self, total_lines: int, model: CatalogueModel, policy: Policy) -> ShardLayout:
+        key = (total_lines, model.id)
+        if key not in self._layouts:
+            self._layouts[key] = unit_layout(total_lines, len(self.able(model)), policy)
+        return self._layouts[key]
 
     def able(self, model: CatalogueModel) -> list[ExecutorAdvert]:
         """Live executors that serve `model` and have it loaded or the memory to load it."""
@@ -152,25 +158,15 @@ class _Fleet:
         return self._able[model.id]
 
 
-def _queued_lines_before(book: Book) -> dict[str, int]:
-    """Batch id → lines of its owner's unfinished batches validated before it (one pass over the book)."""
-    before: dict[str, int] = {}
-    running: Counter[str] = Counter()
-    for plan in sorted((p for p in book.open_plans() if p.phase == "validated"), key=lambda p: p.validated_order):
-        before[plan.batch_id] = running[plan.owner]
-        running[plan.owner] += plan.total_lines
-    return before
-
-
-def _upkeep(plan: BatchPlan, book: Book, fleet: _Fleet, alive: set[str], queued_before: dict[str, int],
-            now_ms: int, policy: Policy) -> tuple[list[Action], CatalogueModel | None]:
+def _upkeep(plan: BatchPlan, book: Book, fleet: _Fleet, alive: set[str], now_ms: int,
+            policy: Policy) -> tuple[list[Action], CatalogueModel | None]:
     """What one open batch needs now, and its model when it has units to hand out."""
     live = fleet.live
     if now_ms >= plan.expires_at * 1000:
         return _end_early(plan, live, alive, now_ms, "expired", "batch_expired", "The completion window ended."), None
     if plan.cancel_requested_at_ms is not None:
         return _end_early(plan, live, alive, now_ms, "cancelled", "batch_cancelled", "The batch was cancelled."), None
-    actions: list[Action] = _fence_dead_attempts(plan, book, alive)
+    actions: list[Action] = _fence_dead_attempts(plan, book, alive) if plan.running_units else []
     if plan.phase != "validated" or plan.model is None or plan.held:
         return actions, None
     if plan.all_finished:
@@ -187,7 +183,7 @@ def _upkeep(plan: BatchPlan, book: Book, fleet: _Fleet, alive: set[str], queued_
     if model is None:
         return [*actions, FailBatch(plan, "model_unavailable",
                                     f"Model {plan.model} is no longer in the catalogue.")], None
-    if plan.layout is None and queued_before.get(plan.batch_id, 0) + plan.total_lines > policy.max_queued_lines:
+    if plan.layout is None and plan.queued_before + plan.total_lines > policy.max_queued_lines:
         return [*actions, FailBatch(
             plan, "enqueued_request_limit_exceeded",
             f"This batch's {plan.total_lines} lines would bring your queued lines past the limit of "
@@ -233,15 +229,17 @@ def _hand_out(wanting: list[tuple[BatchPlan, CatalogueModel]], book: Book, fleet
     from the batch the fair queue names for the models that executor can take."""
     if not wanting:
         return []
-    load = Counter(run.executor_id for plan in book.open_plans() for _, run in plan.running_shards())
+    load = Counter(run.executor_id for plan in book.running.values() for _, run in plan.running_shards())
     places = {executor_id: advert.parallel_attempts - load[executor_id]
               for executor_id, advert in fleet.live.items() if advert.parallel_attempts > load[executor_id]}
+    if not places:
+        return _waits([pair for pair in wanting if not pair[0].running], fleet)
     serves = _servable({model.id: model for _, model in wanting}.values(), fleet, places)
     units: dict[str, _Units] = {}
     actions: list[Action] = []
     queued: list[QueuedBatch] = []
     for plan, model in wanting:
-        layout = plan.layout or unit_layout(plan.total_lines, len(fleet.able(model)), policy)
+        layout = plan.layout or fleet.layout(plan.total_lines, model, policy)
         plan_units = units[plan.batch_id] = _Units(plan, layout, [], iter(range(plan.touched + 1, layout.shards)),
                                                    plan.attempt)
         retried = 0
@@ -259,7 +257,7 @@ def _hand_out(wanting: list[tuple[BatchPlan, CatalogueModel]], book: Book, fleet
                                   unit_lines=layout.span or plan.total_lines))
     queued += [QueuedBatch(plan.batch_id, plan.owner, plan.organization_id, plan.model or "", plan.validated_order,
                            plan.expires_at * 1000, 0, in_flight, in_flight)
-               for plan in book.open_plans() if plan.running and plan.batch_id not in units
+               for plan in book.running.values() if plan.batch_id not in units
                for in_flight in (plan.in_flight_lines(),)]  # they hand out nothing, but count in their owners' share
     queue = FairQueue(queued, policy.weights, rates, now_ms)
     turn = sorted((e for e in places if places[e] > 0 and serves[e]),
