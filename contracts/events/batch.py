@@ -233,12 +233,16 @@ class BatchFailed(BatchEvent):
 
 
 class BatchWaiting(BatchEvent):
-    """A validated batch no executor can take yet, and why (no executor has the model, not enough memory)."""
+    """A validated batch's standing (its place in the queue and ETA, or how far along it runs), or why no executor
+    can take it yet (no executor has the model, not enough memory)."""
 
     name: ClassVar = "waiting"
-    dedup_fields: ClassVar = ("reason",)
+    dedup_fields: ClassVar = ("reason", "as_of")
     type: Literal["batch.waiting"] = "batch.waiting"
     reason: str
+    as_of: int = 0
+    """When the scheduler judged it (ms): a standing that comes back later (4th, 3rd, 4th again) is a new fact, not
+    a duplicate of the first one within the broker's deduplication window."""
 
 
 class AttemptFailed(BatchEvent):

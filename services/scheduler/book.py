@@ -24,6 +24,7 @@ from contracts.ids import owner_id
 from contracts.lifecycle import ENDING_FACTS
 from services.runtime.foldrules import FoldRules
 from services.scheduler.domain import HEARTBEAT_FRESH_MS
+from services.scheduler.standing import RateMeter
 
 Phase = Literal["validating", "validated", "ended"]
 UNSTARTED_LOSSES_FORGIVEN = 6
@@ -95,6 +96,11 @@ class BatchPlan:
     assignees: dict[int, str] = field(default_factory=dict)
     """Attempt → the executor it was assigned to (for good: who may state that attempt's facts)."""
     waiting_reason: str | None = None
+    """The batch's standing or why it waits, as last stated (`batch.waiting`)."""
+    waiting_at_ms: int | None = None
+    unit_done: dict[int, int] = field(default_factory=dict)
+    """Unit → its lines committed so far (progress counts are cumulative per unit)."""
+    done_lines: int = 0
     cancel_requested_at_ms: int | None = None
     cancel_code: CancelCode = "batch_cancelled"
     finalizer: str | None = None
@@ -191,6 +197,8 @@ class Book:
     """The open batches with a unit running now."""
     queued_lines: dict[str, int] = field(default_factory=dict)
     """Owner → lines of their open validated batches."""
+    rates: RateMeter = field(default_factory=RateMeter)
+    """Lines per second the fleet ran each model at lately, from progress facts."""
 
     def open_plans(self) -> list[BatchPlan]:
         return list(self.open.values())
@@ -313,7 +321,14 @@ class Book:
 
     @_plan_rules.on(BatchProgressed)
     def _progressed(self, plan: BatchPlan, event: BatchProgressed) -> None:
-        plan.shard(plan.attempt_shard.get(event.attempt, event.shard)).progressed_attempts.add(event.attempt)
+        unit = plan.attempt_shard.get(event.attempt, event.shard)
+        plan.shard(unit).progressed_attempts.add(event.attempt)
+        gained = event.completed + event.failed - plan.unit_done.get(unit, 0)  # counts are cumulative per unit
+        if gained > 0:
+            plan.unit_done[unit] = event.completed + event.failed
+            plan.done_lines += gained
+            if plan.model is not None:
+                self.rates.note(plan.model, event.occurred_at, gained)
 
     @_plan_rules.on(ShardFinished)
     def _shard_finished(self, plan: BatchPlan, event: ShardFinished) -> None:
@@ -336,7 +351,7 @@ class Book:
 
     @_plan_rules.on(BatchWaiting)
     def _waiting(self, plan: BatchPlan, event: BatchWaiting) -> None:
-        plan.waiting_reason = event.reason
+        plan.waiting_reason, plan.waiting_at_ms = event.reason, event.occurred_at
 
     def _note_unstarted_loss(self, plan: BatchPlan, event: AttemptFailed) -> None:
         run = plan.shard(plan.attempt_shard.get(event.attempt, 0))

@@ -52,6 +52,7 @@ from services.scheduler.desk import FactDesk
 from services.scheduler.leader import LeaderLease
 from services.scheduler.objects import ObjectBroker, ObjectSigner
 from services.scheduler.registration import Registrar
+from services.scheduler.standings import STANDINGS_EVERY_MS, standing_waits
 from services.scheduler.tracing import action_span, remember_trace
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,8 @@ class Term:
     nudged: asyncio.Event = field(default_factory=asyncio.Event)
     """Set when a fact folded since the last tick may call for an act now (`NUDGES`)."""
     traces: dict[str, Context] = field(default_factory=dict)
+    standings_at_ms: int = 0
+    """When the batches' standings were last worked out."""
     """Each open batch's latest trace context, so what the scheduler does for it joins the batch's trace."""
     registrar: Registrar = field(init=False)
     """Only the leader admits executors, so the fleet it assigns to is the one it knows."""
@@ -170,8 +173,13 @@ class Term:
         for executor_id in set(self.book.known_executors) - {advert.executor_id for advert in adverts}:
             log.info("no advert of executor %s in the executors bucket (last heartbeat %d ms ago)", executor_id,
                      now_ms - self.book.known_executors[executor_id])
-        for action in decide(self.book, adverts, self.catalogue, int(time.time() * 1000), self.policy):
+        for action in decide(self.book, adverts, self.catalogue, now_ms, self.policy,
+                             self.book.rates.rates(now_ms)):
             await self.act(action)
+        if now_ms - self.standings_at_ms >= STANDINGS_EVERY_MS:
+            self.standings_at_ms = now_ms
+            for wait in standing_waits(self.book, self.policy.weights, now_ms):
+                await self.act(wait)
 
     async def act(self, action: Action) -> None:
         with action_span(self.traces, action):
@@ -182,7 +190,8 @@ class Term:
         if isinstance(action, Assign):
             await self._assign(action)
         elif isinstance(action, Wait):
-            published = BatchWaiting(aggregate_id=action.plan.batch_id, reason=action.reason)
+            published = BatchWaiting(aggregate_id=action.plan.batch_id, reason=action.reason,
+                                     as_of=int(time.time() * 1000))
         elif isinstance(action, FailBatch):
             published = BatchFailed(aggregate_id=action.plan.batch_id, code=action.code, reason=action.reason)
         elif isinstance(action, FenceAttempt):

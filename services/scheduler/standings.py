@@ -1,0 +1,42 @@
+"""Each open batch's standing, as the `Wait` to state for it: its place in its model's queue and when it should be
+done (queued), or how far along it is and when it should end (running), from the fleet's measured rate and the fair
+queue's order. Pure; the term asks every few seconds and states only what `should_republish` lets through, front of
+the queue first, a bounded number per pass (10,000 queued batches must not flood the log at once)."""
+
+from services.scheduler.book import BatchPlan, Book
+from services.scheduler.decisions import QUEUED, Wait
+from services.scheduler.fair_share import QueuedBatch, Weights, standings
+from services.scheduler.standing import queued_reason, running_reason, should_republish
+
+STANDINGS_EVERY_MS = 5_000
+"""How often the standings are worked out."""
+MOST_PER_PASS = 200
+"""Standings stated in one pass at most; the rest wait for the next."""
+
+
+def standing_waits(book: Book, weights: Weights, now_ms: int) -> list[Wait]:
+    rates = book.rates.rates(now_ms)
+    plans: dict[str, BatchPlan] = {}
+    queued: list[QueuedBatch] = []
+    for plan in book.open_plans():
+        if plan.phase != "validated" or plan.model is None or plan.held or plan.cancel_requested_at_ms is not None:
+            continue
+        plans[plan.batch_id] = plan
+        remaining = max(plan.total_lines - plan.done_lines, 0)
+        queued.append(QueuedBatch(plan.batch_id, plan.owner, plan.organization_id, plan.model, plan.validated_order,
+                                  plan.expires_at * 1000, pending_lines=0, remaining_lines=remaining))
+    waits: list[tuple[int, Wait]] = []
+    for batch_id, standing in standings(queued, rates, weights).items():
+        plan = plans[batch_id]
+        assert plan.model is not None
+        if plan.running:
+            executors = len({run.executor_id for _, run in plan.running_shards()})
+            reason = running_reason(plan.done_lines, plan.total_lines, standing.eta_s, executors)
+        elif plan.waiting_reason is not None and plan.waiting_reason.startswith(QUEUED):
+            reason = queued_reason(standing.position, plan.model, standing.eta_s)
+        else:
+            continue  # waiting for a reason of its own (no executor serves the model), or not yet told it waits
+        if should_republish(plan.waiting_reason, reason, plan.waiting_at_ms, now_ms):
+            waits.append((standing.position, Wait(plan, reason)))
+    waits.sort(key=lambda item: item[0])
+    return [wait for _, wait in waits[:MOST_PER_PASS]]
