@@ -30,7 +30,16 @@ class ExecutorAdvert(BaseModel):
     """Milliseconds since the epoch."""
     parallel_attempts: int = 1
     """How many attempts (of any batches) it runs at once, through its one pool of engine slots; the scheduler
-    assigns it no more than that (1: an executor from before it said)."""
+    assigns it no more than that (1: an executor from before it said), but for `GUEST_ATTEMPTS` more."""
+    guest_attempts: int = 0
+    """Attempts it takes beyond `parallel_attempts`, each of an owner with nothing running anywhere (a newcomer's
+    small batch starts at the next free engine slot instead of after the units in hand); 0: an executor from
+    before it said."""
+
+
+GUEST_ATTEMPTS = 2
+"""The guest places an executor advertises: enough for a couple of newcomers at once, few enough that the units in
+hand are not starved of slots."""
 
 
 class ExecutorRegistered(Event):

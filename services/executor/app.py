@@ -5,7 +5,7 @@ import asyncio
 import logging
 import time
 
-from contracts.events.executor import ExecutorAdvert
+from contracts.events.executor import GUEST_ATTEMPTS, ExecutorAdvert
 from services.executor.adapters.admission import keep_admitted
 from services.executor.adapters.broker import executor_broker, join, stop_consuming
 from services.executor.adapters.brokered_store import BrokeredObjectStore, http_pool
@@ -35,7 +35,7 @@ def advert_of(settings: ExecutorSettings, shelf: EngineShelf) -> ExecutorAdvert:
         models=shelf.servable, loaded_models=sorted(shelf.loaded),
         devices=within_budget(device_memory(), settings.memory_budget_mb, shelf.loaded_bytes()),
         slots=sum(engine.slots for engine in shelf.loaded.values()), heartbeat_at=int(time.time() * 1000),
-        parallel_attempts=settings.parallel_attempts,
+        parallel_attempts=settings.parallel_attempts, guest_attempts=GUEST_ATTEMPTS,
     )
 
 

@@ -23,6 +23,7 @@ from contracts.events.batch import (
     BatchStarted,
     ShardFinished,
 )
+from contracts.events.executor import GUEST_ATTEMPTS
 from contracts.events.file import FileStored
 from contracts.subjects import (
     WORK_STREAM,
@@ -131,8 +132,9 @@ def run_durable(executor_id: str, ack_wait_s: float, max_deliver: int, parallel_
 
 
 def run_workers(parallel_attempts: int) -> int:
-    """Run commands handled at once: the attempts the scheduler may give the executor, and the spare places."""
-    return max(parallel_attempts, 1) + RUN_SPARE
+    """Run commands handled at once: the attempts the scheduler may give the executor (its guest places too), and
+    the spare places."""
+    return max(parallel_attempts, 1) + GUEST_ATTEMPTS + RUN_SPARE
 
 
 def finalize_policy(ack_wait_s: float) -> ConsumerPolicy:

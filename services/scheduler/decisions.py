@@ -232,9 +232,10 @@ def _hand_out(wanting: list[tuple[BatchPlan, CatalogueModel]], book: Book, fleet
     load = Counter(run.executor_id for plan in book.running.values() for _, run in plan.running_shards())
     places = {executor_id: advert.parallel_attempts - load[executor_id]
               for executor_id, advert in fleet.live.items() if advert.parallel_attempts > load[executor_id]}
-    if not places:
+    if not places and not any(load[e] < a.parallel_attempts + a.guest_attempts for e, a in fleet.live.items()):
         return _waits([pair for pair in wanting if not pair[0].running], fleet)
-    serves = _servable({model.id: model for _, model in wanting}.values(), fleet, places)
+    models = {model.id: model for _, model in wanting}
+    serves = _servable(models.values(), fleet, places)
     units: dict[str, _Units] = {}
     actions: list[Action] = []
     queued: list[QueuedBatch] = []
@@ -280,6 +281,7 @@ def _hand_out(wanting: list[tuple[BatchPlan, CatalogueModel]], book: Book, fleet
             if places[executor_id] > 0:
                 next_turn.append(executor_id)
         turn = next_turn
+    actions += _guests(queue, units, fleet, load, actions, policy, models)
     given = {action.plan.batch_id for action in actions if isinstance(action, Assign)}
     return actions + _waits([(plan, model) for plan, model in wanting if plan.batch_id not in given], fleet)
 
@@ -292,6 +294,31 @@ def _retry_on(plan: BatchPlan, unit: int, model: CatalogueModel, serves: dict[st
     tried = plan.shard(unit).tried_executors
     fresh = [executor_id for executor_id in free if executor_id not in tried]
     return max(fresh or free, key=lambda e: (places[e], e), default=None)
+
+
+def _guests(queue: FairQueue, units: dict[str, "_Units"], fleet: _Fleet, load: Counter[str | None], given: list[Action],
+            policy: Policy, models: dict[str, CatalogueModel]) -> list[Action]:
+    """Units for users with nothing in flight, on executors whose own places are all taken, in their guest places:
+    a newcomer's small batch starts at the next free engine slot (shared fairly there), not after the units in
+    hand."""
+    held = load + Counter(action.executor_id for action in given if isinstance(action, Assign))
+    guests = {executor_id: advert.parallel_attempts + advert.guest_attempts - held[executor_id]
+              for executor_id, advert in fleet.live.items()
+              if held[executor_id] < advert.parallel_attempts + advert.guest_attempts}
+    serves = _servable(models.values(), fleet, guests)
+    actions: list[Action] = []
+    for executor_id in sorted(guests, key=lambda e: (-guests[e], e)):
+        while guests[executor_id] > 0:
+            taken = queue.take(serves[executor_id], policy.unit_max_lines, newcomers_only=True)
+            if taken is None:
+                break
+            next_unit = units[taken[0].batch_id].next_unit()
+            if next_unit is None:
+                taken[0].pending_lines = 0
+                continue
+            actions.append(units[taken[0].batch_id].assign(executor_id, next_unit))
+            guests[executor_id] -= 1
+    return actions
 
 
 def _servable(models: Iterable[CatalogueModel], fleet: _Fleet, places: dict[str, int]) -> dict[str, set[str]]:

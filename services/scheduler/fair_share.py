@@ -115,12 +115,14 @@ class FairQueue:
         needed_ms = batch.remaining_lines / rate * 1000 * URGENCY_SAFETY
         return self.now_ms + needed_ms >= batch.expires_at_ms
 
-    def take(self, models: Collection[str], max_lines: int) -> tuple[QueuedBatch, int] | None:
+    def take(self, models: Collection[str], max_lines: int,
+             newcomers_only: bool = False) -> tuple[QueuedBatch, int] | None:
         """The batch the next unit (of at most `max_lines` lines, and of the batch's own `unit_lines` if it has
         one) comes from, for an executor serving `models`, and the unit's size; None when none of those models has
-        lines to hand out. The unit is counted in flight."""
-        chosen = self._next_urgent(models) or self._next_fair(models)
-        if chosen is None:
+        lines to hand out. The unit is counted in flight. `newcomers_only`: only for a user with nothing in
+        flight (a guest place), else None."""
+        chosen = self._next_fair(models) if newcomers_only else self._next_urgent(models) or self._next_fair(models)
+        if chosen is None or (newcomers_only and self._user_in_flight.get(chosen.user, 0) > 0):
             return None
         lines = min(max_lines, chosen.unit_lines or max_lines, chosen.pending_lines)
         chosen.pending_lines -= lines

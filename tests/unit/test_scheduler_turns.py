@@ -69,3 +69,22 @@ def test_an_ended_batch_holds_no_place_on_its_executor() -> None:
                               usage=BatchUsage(input_tokens=3, output_tokens=3, total_tokens=6)))
     queue(book, "next", "ann")
     assert assigned(book, [advert("e1", parallel=1)]) == ["next"]
+
+
+def test_a_full_executor_takes_newcomers_in_its_guest_places_and_only_them() -> None:
+    book = fleet_book()
+    queue(book, "ann-running", "ann")
+    assign(book, "e1", 1, "ann-running")
+    queue(book, "ann-next", "ann")
+    for owner in ("bob", "cy", "dan"):
+        queue(book, f"{owner}-first", owner)
+    full = advert("e1", parallel=1).model_copy(update={"guest_attempts": 2})
+    assert assigned(book, [full]) == ["bob-first", "cy-first"], "ann has a unit running: no guest place for her"
+
+
+def test_guest_places_are_taken_only_once_the_own_places_are() -> None:
+    book = fleet_book()
+    queue(book, "ann0", "ann")
+    queue(book, "ann1", "ann")
+    roomy = advert("e1", parallel=1).model_copy(update={"guest_attempts": 2})
+    assert assigned(book, [roomy]) == ["ann0"], "ann's second batch is not a newcomer's once her first runs"
