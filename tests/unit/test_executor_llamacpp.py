@@ -5,6 +5,7 @@ from collections.abc import Iterator
 import pytest
 
 from contracts.api.request_line import MAX_NESTING_DEPTH
+from services.executor.adapters.engines.base import on_slot
 from services.executor.adapters.engines.llamacpp import PROMPT_CACHE_RAM_MIB, LlamaCppEngine
 from services.runtime.catalogue import load_catalogue
 
@@ -113,3 +114,56 @@ def test_the_prompt_cache_is_bounded_so_an_executor_does_not_grow_with_every_dis
     model = load_catalogue(None).resolve(MODEL_ID)
     assert model is not None
     assert engine.params_for(model).cache_ram_mib == PROMPT_CACHE_RAM_MIB <= 256
+
+
+RULES = " ".join(f"Rule {n}: answer in one word." for n in range(20))
+"""A system prompt of about 170 tokens, shared by the lines below."""
+
+
+def ruled(question: str) -> dict[str, object]:
+    return {"model": "smollm2", "max_tokens": 2, "seed": 1,
+            "messages": [{"role": "system", "content": RULES}, {"role": "user", "content": question}]}
+
+
+def cached_tokens(body: dict[str, object]) -> int:
+    usage = body["usage"]
+    assert isinstance(usage, dict)
+    details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details")
+    assert isinstance(details, dict) and isinstance(details["cached_tokens"], int)
+    return details["cached_tokens"]
+
+
+async def test_a_line_after_one_sharing_its_system_prompt_on_the_same_slot_reports_the_prefix_as_cached(
+    engine: LlamaCppEngine,
+) -> None:
+    with on_slot(1):
+        first = await engine.run("/v1/chat/completions", ruled("Name a colour."))
+        second = await engine.run("/v1/chat/completions", ruled("Name a fruit."))
+    assert first.ok and second.ok
+    usage = second.body["usage"]
+    assert isinstance(usage, dict) and isinstance(usage["prompt_tokens"], int)
+    # llama.cpp reports it: every token of the shared system prompt, not the question after it.
+    assert usage["prompt_tokens"] - 15 <= cached_tokens(second.body) < usage["prompt_tokens"]
+    assert cached_tokens(second.body) > cached_tokens(first.body)
+
+
+async def test_the_same_prefix_on_another_slot_is_computed_again_so_the_slot_a_line_runs_on_matters(
+    engine: LlamaCppEngine,
+) -> None:
+    with on_slot(1):
+        await engine.run("/v1/chat/completions", ruled("Name a tree."))
+    with on_slot(0):
+        elsewhere = await engine.run("/v1/chat/completions", ruled("Name a bird."))
+    assert elsewhere.ok and cached_tokens(elsewhere.body) < 30
+
+
+async def test_completions_and_responses_report_cached_tokens_in_their_own_shapes(engine: LlamaCppEngine) -> None:
+    with on_slot(0):
+        for question in ("A", "B"):
+            completion = await engine.run("/v1/completions", {"prompt": RULES + question, "max_tokens": 1})
+    assert completion.body["object"] == "text_completion" and cached_tokens(completion.body) > 100
+    with on_slot(1):
+        for question in ("Name a colour.", "Name a fruit."):
+            response = await engine.run("/v1/responses", {"instructions": RULES, "input": question,
+                                                          "max_output_tokens": 2})
+    assert response.body["object"] == "response" and cached_tokens(response.body) > 100

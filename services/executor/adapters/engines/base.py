@@ -1,6 +1,9 @@
 """The engine port: what the executor needs from any inference runtime (llama.cpp, TensorRT-LLM, ...)."""
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -28,6 +31,20 @@ def error_reply(status_code: int, message: str, code: str | None = None) -> Engi
     return EngineReply(status_code, {"error": error})
 
 
+ENGINE_SLOT: ContextVar[int | None] = ContextVar("engine_slot", default=None)
+"""The engine slot the line being run was handed (services/executor/slots.py), or None: the engine picks one."""
+
+
+@contextmanager
+def on_slot(index: int | None) -> Iterator[None]:
+    """Run the lines of this block on engine slot `index` (an engine that keeps no prompt per slot ignores it)."""
+    token = ENGINE_SLOT.set(index)
+    try:
+        yield
+    finally:
+        ENGINE_SLOT.reset(token)
+
+
 class EngineUnavailable(RuntimeError):
     """The engine cannot serve at all (not loaded, crashed): the whole attempt is retried."""
 
@@ -36,6 +53,9 @@ class Engine(ABC):
     """One loaded model on one runtime. `run` never raises for a bad request line: it replies 4xx."""
 
     name: ClassVar[EngineName]
+    prompt_cache_per_slot: ClassVar[bool] = False
+    """Each slot keeps the KV cache of the last prompt it ran, so a line finds a shared prefix cached only on the slot
+    a line with that prefix ran on: the executor sends lines sharing a prefix to one slot (ENGINE_SLOT)."""
 
     @property
     @abstractmethod

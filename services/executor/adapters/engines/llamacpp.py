@@ -16,7 +16,7 @@ import xllamacpp
 
 from contracts.catalogue import CatalogueModel
 from contracts.events.executor import EngineName
-from services.executor.adapters.engines.base import Engine, EngineReply, EngineUnavailable, error_reply
+from services.executor.adapters.engines.base import ENGINE_SLOT, Engine, EngineReply, EngineUnavailable, error_reply
 from services.executor.adapters.engines.responses import UnmappableRequest, chat_request, response_body
 from services.runtime.catalogue import resolve_artifact
 
@@ -30,13 +30,16 @@ A crashed engine shows as EngineUnavailable before the call, never from it."""
 PROMPT_CACHE_RAM_MIB = 64
 """llama.cpp's server keeps prompts it has seen in a host-memory cache of up to 8 GiB by default, so an executor's
 memory grew by hundreds of MB per thousand distinct lines until it reached that (measured: 0.6 to 1.7 GB within
-1,600 lines). Lines of a batch rarely share a prompt; each slot still reuses its own KV cache."""
+1,600 lines). Each slot still keeps its own last prompt's KV cache, which is what lines sharing a prefix reuse:
+the executor sends them to one slot (`id_slot`) one after another (services/executor/prefixes.py). A cached entry of
+a 1,000-token SmolLM2 prompt takes 22 MiB, so this holds two or three."""
 EMBEDDINGS = "/v1/embeddings"
 RESPONSES = "/v1/responses"
 
 
 class LlamaCppEngine(Engine):
     name: ClassVar[EngineName] = "llamacpp"
+    prompt_cache_per_slot: ClassVar[bool] = True
 
     def __init__(self, n_threads: int) -> None:
         self.n_threads = n_threads
@@ -86,12 +89,17 @@ class LlamaCppEngine(Engine):
         call = self._handler(self._server, self.model, endpoint)
         if call is None:
             return error_reply(400, f"endpoint {endpoint} is not served by {self.model.id}", "invalid_url")
-        request = {key: value for key, value in body.items() if key != "stream"}
+        request = {key: value for key, value in body.items() if key not in ("stream", "id_slot")}
         try:
             if endpoint == RESPONSES:
                 request = chat_request(request)
         except UnmappableRequest as error:
             return error_reply(400, str(error), "invalid_request")
+        slot = ENGINE_SLOT.get()
+        if slot is not None and 0 <= slot < self.model.slots and endpoint != EMBEDDINGS:
+            # llama.cpp runs the request on that slot, after the one it runs now: the slot's cached prompt serves
+            # the prefix a line started there before shares with this one.
+            request["id_slot"] = slot
         try:
             running = asyncio.get_running_loop().run_in_executor(self._pool, call, request)
         except RuntimeError as error:  # the pool is shut down: the model is being unloaded
@@ -128,6 +136,19 @@ class LlamaCppEngine(Engine):
             status = error.get("code")
             status_code = status if isinstance(status, int) and 400 <= status < 600 else 500
             return error_reply(status_code, str(error.get("message", "engine error")), error.get("type"))
-        result.pop("timings", None)
+        timings = result.pop("timings", None)
+        usage = result.get("usage")
+        if isinstance(usage, dict) and result.get("object") in ("chat.completion", "text_completion"):
+            usage["prompt_tokens_details"] = _prompt_details(usage.get("prompt_tokens_details"), timings)
         result["model"] = model_id
         return EngineReply(200, result)
+
+
+def _prompt_details(reported: object, timings: object) -> dict[str, Any]:
+    """OpenAI's `prompt_tokens_details` with `cached_tokens`: the prompt tokens llama.cpp took from the slot's cache
+    instead of computing them, as it reports them (its usage block, else its timings' `cache_n`)."""
+    details = dict(reported) if isinstance(reported, dict) else {}
+    if not isinstance(details.get("cached_tokens"), int):
+        cache_n = timings.get("cache_n") if isinstance(timings, dict) else None
+        details["cached_tokens"] = cache_n if isinstance(cache_n, int) else 0
+    return details

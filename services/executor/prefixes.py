@@ -1,0 +1,181 @@
+"""Prefix-aware running of a unit's lines (issue 15, point 4): a line's prefix key, the order that runs lines sharing
+a long prompt prefix in lanes, and the engine slot a line should start on, so an engine that keeps each slot's last
+prompt (llama.cpp) serves the shared part from that slot's KV cache. Pure: no I/O, no engine, no clock.
+
+Why lanes and not merely adjacent lines: lines start concurrently, one per free slot. Four same-prefix lines
+started together land on four slots and all four compute the prefix; only a line that starts on a slot after a
+same-prefix line finished there finds it cached. So a prefix's lines run one after another on the same slot (a lane),
+up to one lane per slot at a time, lanes interleaved so that each slot's next line is, in turn, the next of its lane.
+A prefix with many lines and few rivals gets several lanes (slots) at once.
+"""
+
+import hashlib
+import json
+from collections import deque
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from services.executor.adapters.engines.responses import UnmappableRequest, chat_request
+
+MIN_STEM_CHARS = 512
+"""A shared stem (tools, system prompt, few-shot turns) shorter than this (about 128 tokens) is not worth keeping lines
+together for: its prefill costs little next to a slot left idle."""
+HEAD_CHARS = 1024
+"""Without a long stem, lines whose prompts are longer than this and begin with the same this many characters share
+a prefix of about 256 tokens at least."""
+
+
+def prefix_key(endpoint: str, body: Mapping[str, object], scope: str = "") -> str | None:
+    """The key of the long prompt prefix the line shares with others, or None when it has none worth grouping.
+
+    OpenAI's `prompt_cache_key`, where the line gives one, is that key. Otherwise the key is a digest of the stem
+    every prompt of the same shape repeats: for chat (and Responses, mapped onto chat) the tools and every message but
+    the last, when that is long; else the first HEAD_CHARS characters of a longer prompt. `scope` (the batch owner)
+    keeps one owner's lines from being grouped with another's."""
+    explicit = body.get("prompt_cache_key")
+    if isinstance(explicit, str) and explicit:
+        return _digest(scope, "prompt_cache_key", explicit)
+    text = _shared_text(endpoint, body)
+    return None if text is None else _digest(scope, endpoint, text)
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:32]
+
+
+def _canonical(value: object) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def _shared_text(endpoint: str, body: Mapping[str, object]) -> str | None:
+    if endpoint == "/v1/completions":
+        prompt = body.get("prompt")
+        return prompt[:HEAD_CHARS] if isinstance(prompt, str) and len(prompt) > HEAD_CHARS else None
+    if endpoint == "/v1/responses":
+        try:
+            body = chat_request(dict(body))
+        except (UnmappableRequest, AttributeError, TypeError):
+            return None
+    elif endpoint != "/v1/chat/completions":
+        return None  # embeddings: no prompt cache to serve
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return None
+    tools = body.get("tools")
+    stem = _canonical([tools, messages[:-1]])
+    if len(stem) >= MIN_STEM_CHARS:
+        return stem
+    whole = _canonical([tools, messages])
+    return whole[:HEAD_CHARS] if len(whole) > HEAD_CHARS else None
+
+
+@dataclass(frozen=True)
+class UnitOrder:
+    """How to start a unit's lines: `order` lists their indices in starting order; `lanes` says how many slots each
+    prefix key is meant to hold at once."""
+
+    order: list[int]
+    lanes: dict[str, int]
+
+
+def order_lines(keys: Sequence[str | None], slots: int, warm: Collection[str] = ()) -> UnitOrder:
+    """The order to start lines whose prefix keys are `keys` (a unit's pending lines, in file order) on `slots`
+    slots. Stable: lines of one key keep their file order, keys come in order of first appearance, but keys `warm`
+    (already held by a slot) come first. A line without a key is a lane of its own."""
+    slots = max(slots, 1)
+    groups: dict[str, list[int]] = {}
+    singles: list[tuple[int, list[int]]] = []
+    first_seen: dict[str, int] = {}
+    for index, key in enumerate(keys):
+        if key is None:
+            singles.append((index, [index]))
+        else:
+            groups.setdefault(key, []).append(index)
+            first_seen.setdefault(key, index)
+    lanes = _lane_counts({key: len(members) for key, members in groups.items()}, len(singles), slots)
+    lane_lists: list[tuple[tuple[int, int], deque[int]]] = []
+    for key, members in groups.items():
+        count = lanes[key]
+        rank = (0 if key in warm else 1, first_seen[key])
+        lane_lists.extend((rank, deque(members[lane::count])) for lane in range(count))
+    lane_lists.extend(((1, index), deque(members)) for index, members in singles)
+    lane_lists.sort(key=lambda item: item[0])  # stable: a key's lanes stay together
+    return UnitOrder(_interleave([lane for _, lane in lane_lists], slots), lanes)
+
+
+def _lane_counts(sizes: dict[str, int], singles: int, slots: int) -> dict[str, int]:
+    """One lane per key; spare slots go, one at a time, to the key with the most lines per lane (D'Hondt)."""
+    lanes = dict.fromkeys(sizes, 1)
+    spare = slots - len(sizes) - singles
+    while spare > 0:
+        candidates = [key for key in sizes if sizes[key] > lanes[key]]
+        if not candidates:
+            break
+        widest = max(candidates, key=lambda key: sizes[key] / lanes[key])
+        lanes[widest] += 1
+        spare -= 1
+    return lanes
+
+
+def _interleave(lanes: list[deque[int]], slots: int) -> list[int]:
+    """Round-robin over `slots` lanes at a time; an exhausted lane's place goes to the next lane waiting."""
+    queue = deque(lanes)
+    active = [queue.popleft() for _ in range(min(slots, len(queue)))]
+    order: list[int] = []
+    while active:
+        following = []
+        for lane in active:
+            order.append(lane.popleft())
+            if lane:
+                following.append(lane)
+            elif queue:
+                following.append(queue.popleft())
+        active = following
+    return order
+
+
+@dataclass(frozen=True)
+class SlotView:
+    """One engine slot as the choice sees it."""
+
+    index: int
+    resident: str | None
+    """Prefix key of the last line started on it (what its KV cache holds); None: nothing worth keeping."""
+    busy: bool
+    last_used: int
+    """When it was last handed out (a counter): the least recently used goes first among equals."""
+
+
+def choose_slot(prefix: str | None, slots: Sequence[SlotView], need: Mapping[str, int]) -> int | None:
+    """The free slot a line with `prefix` should start on, or None to wait for a busy one that holds its prefix.
+
+    `need[key]`: how many slots a planned key can still use (its lanes, at most its lines not yet started); a key
+    not in it is planned by no unit and gets no slot kept for it. A line takes a free slot holding its prefix; else,
+    while its key holds fewer slots than it needs, a spare one (holding nothing, or a key with more slots than it
+    needs); else it waits for its own busy slot. A line whose prefix no slot holds, or unplanned, never waits: it
+    takes the free slot whose loss costs least."""
+    free = [slot for slot in slots if not slot.busy]
+    if not free:
+        return None
+    holding: dict[str | None, int] = {}
+    for slot in slots:
+        holding[slot.resident] = holding.get(slot.resident, 0) + 1
+
+    def surplus(slot: SlotView) -> float:
+        if slot.resident is None:
+            return float("inf")
+        return holding[slot.resident] - need.get(slot.resident, 0)
+
+    def cheapest(candidates: list[SlotView]) -> int:
+        return max(candidates, key=lambda slot: (surplus(slot), -slot.last_used)).index
+
+    if prefix is not None:
+        warm = [slot for slot in free if slot.resident == prefix]
+        if warm:
+            return max(warm, key=lambda slot: slot.last_used).index
+    if prefix is None or prefix not in need or holding.get(prefix, 0) == 0:
+        return cheapest(free)
+    spare = [slot for slot in free if surplus(slot) > 0]
+    if spare and holding[prefix] < need[prefix]:
+        return cheapest(spare)
+    return None
