@@ -16,6 +16,7 @@ from contracts.events.batch import (
     BatchStarted,
     CancelCode,
     ShardFinished,
+    ShardLayout,
 )
 from contracts.events.registry import AnyEvent
 from contracts.lifecycle import ENDING_FACTS
@@ -47,6 +48,14 @@ class BatchLog:
     """Result chunk keys a progress fact announced: only these are committed."""
     ended: str | None = None
     """The type of the terminal fact, once there is one."""
+    layout_of: dict[int, ShardLayout] = field(default_factory=dict)
+    """Attempt → the layout its shard is of (assigned attempts only)."""
+    chunks_of: dict[int, set[str]] = field(default_factory=dict)
+    """Attempt → the chunk keys its progress facts announced."""
+    announced_shard: dict[int, int] = field(default_factory=dict)
+    """Attempt → the shard its progress facts name."""
+    _latest: dict[int, int] | None = field(default=None, repr=False, compare=False)
+    """Shard → its latest attempt; worked out again after an attempt joins (asked far more often than changed)."""
 
     def fold(self, event: AnyEvent, sequence: int = 0) -> None:
         rule = _rules.rule_for(type(event))
@@ -69,10 +78,14 @@ class BatchLog:
     def _assigned(self, event: BatchAssigned, sequence: int) -> None:
         self.attempts.add(event.attempt)
         self.shard_of[event.attempt] = event.shard
+        self.layout_of[event.attempt] = ShardLayout(shards=event.shards, span=event.shard_span)
+        self._latest = None
 
     @_rules.on(BatchStarted)
     def _started(self, event: BatchStarted, sequence: int) -> None:
-        self.attempts.add(event.attempt)
+        if event.attempt not in self.attempts:
+            self.attempts.add(event.attempt)
+            self._latest = None
 
     @_rules.on(AttemptFailed)
     def _attempt_failed(self, event: AttemptFailed, sequence: int) -> None:
@@ -86,6 +99,8 @@ class BatchLog:
     @_rules.on(BatchProgressed)
     def _progressed(self, event: BatchProgressed, sequence: int) -> None:
         self.announced.add(event.chunk_key)
+        self.chunks_of.setdefault(event.attempt, set()).add(event.chunk_key)
+        self.announced_shard[event.attempt] = event.shard
 
     @_rules.on(*ENDING_FACTS)
     def _ended(self, event: AnyEvent, sequence: int) -> None:
@@ -93,9 +108,21 @@ class BatchLog:
 
     def is_current(self, attempt: int) -> bool:
         """False once the attempt failed (its lease was lost) or a later attempt of its shard was assigned."""
-        shard = self.shard_of.get(attempt, 0)
-        return attempt not in self.failed and not any(
-            other > attempt and self.shard_of.get(other, 0) == shard for other in self.attempts)
+        if self._latest is None:
+            self._latest = {}
+            for other in self.attempts:
+                shard = self.shard_of.get(other, 0)
+                self._latest[shard] = max(other, self._latest.get(shard, 0))
+        return attempt not in self.failed and self._latest.get(self.shard_of.get(attempt, 0), 0) <= attempt
+
+    def unit_chunks(self, shard: int, layout: ShardLayout) -> set[str]:
+        """The announced chunks that may hold lines of shard `shard` of `layout`: those of its own attempts, and
+        every one of an attempt whose layout was another or is unknown (its lines are told apart when read)."""
+        keys: set[str] = set()
+        for attempt, chunks in self.chunks_of.items():
+            if self.layout_of.get(attempt) != layout or self.announced_shard.get(attempt) == shard:
+                keys |= chunks
+        return keys
 
     def live_attempt(self) -> int | None:
         """An attempt that may still be running somewhere, if the batch has not ended."""
@@ -116,7 +143,3 @@ def counts_as_committed(announced: set[str]) -> Callable[[str], bool]:
     """Which result chunks are committed: those a progress fact announced, and the lines validation refused."""
     return lambda key: key in announced or chunk_position(key)[0] == REFUSED_ATTEMPT
 
-
-def attempt_chunks(attempt: int) -> Callable[[str], bool]:
-    """The chunks `attempt` itself wrote (the latest may be unannounced: a delivery died before announcing it)."""
-    return lambda key: chunk_position(key)[0] == attempt

@@ -1,27 +1,33 @@
-"""Running one attempt at a batch (or at one shard of it): skip committed lines, run the rest concurrently,
-commit chunks, then finalize the batch (one shard) or report the shard finished (several).
+"""Running one attempt at a batch (or at one shard, a unit, of it): skip committed lines, run the rest
+concurrently, commit chunks, then finalize the batch (one shard) or report the shard finished (several).
 
 While it runs it watches the batch's log: on cancel or expiry no new line starts and the batch is finalized
 with the lines never run as errors. Every fact it publishes is conditional on the batch's last `attempt_failed`
 being one it has seen (a JetStream fence): once its lease is revoked it cannot commit anything more, even if it
 has not noticed yet (a pause, a partition).
+
+A unit costs its own lines, not its batch's: the units of a batch running here share one read of the batch's log
+(`WatchHub`) and one local copy of its input (`InputCache`), and a unit reads back only the chunks of its own
+lines when it resumes.
 """
 
 import asyncio
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 
 from contracts.commands import RunBatch
 from contracts.events.batch import BatchFinalizing, BatchProgressed, BatchStarted, ShardFinished
 from contracts.events.envelope import Event
 from contracts.subjects import attempt_failures, result_chunk_key
 from services.executor.adapters.engines.base import Engine
+from services.executor.adapters.input_cache import InputCache, InputCopy
 from services.executor.adapters.objects import ObjectAccess
 from services.executor.adapters.results import ResultStore
-from services.executor.adapters.watch import BatchWatch
-from services.executor.attempts import attempt_chunks, counts_as_committed
+from services.executor.adapters.watch import LINGER_S, BatchWatch, WatchHub
+from services.executor.attempts import counts_as_committed
 from services.executor.domain import Chunk, ChunkCommitter, InputLine, Resume, parse_input_line, result_line
 from services.executor.finalizer import Finalizer, Publish
 from services.executor.observe import traced_line
@@ -43,10 +49,15 @@ class BatchRunner:
     """Every step is idempotent: a redelivered command redoes nothing committed and republishes the same ids."""
 
     def __init__(self, bus: EventBus, store: ObjectAccess, executor_id: str, chunk_lines: int,
-                 retry: LineRetry | None = None, chunk_max_wait_s: float = float("inf")) -> None:
+                 retry: LineRetry | None = None, chunk_max_wait_s: float = float("inf"),
+                 inputs: InputCache | None = None, watch_linger_s: float = LINGER_S) -> None:
         self.bus = bus
         self.store = store
         self.results = ResultStore(store)
+        self.inputs = inputs or InputCache(store)
+        """The local copies of the inputs of the batches with units here."""
+        self.watches = WatchHub(bus, watch_linger_s)
+        """One feed of each batch's log, shared by its attempts here."""
         self.finalizer = Finalizer(bus, store, self.results)
         self.executor_id = executor_id
         self.chunk_lines = chunk_lines
@@ -76,16 +87,27 @@ class BatchRunner:
             await running.wait()  # a second delivery of an attempt in hand runs after it (and redoes nothing)
         ended = self._ending[key] = asyncio.Event()
         try:
-            async with BatchWatch.open(self.bus, command.batch_id, command.attempt, command.expires_at) as watch:
+            async with self.watches.watch(command.batch_id, command.attempt, command.expires_at) as watch:
                 self.running[key] = watch
                 try:
                     await self._attempt(command, engine, watch)
                 finally:
                     del self.running[key]
                     self.announced.pop(key, None)
+                    if watch.log.ended is not None and not self.attempts_of(command.batch_id):
+                        self.forget(command.batch_id)
         finally:
             del self._ending[key]
             ended.set()
+
+    def forget(self, batch_id: str) -> None:
+        """Drop what this executor keeps of a batch that ended (its input's copy, its refused lines)."""
+        self.inputs.forget(batch_id)
+        self.results.forget(batch_id)
+
+    async def close(self) -> None:
+        await self.watches.close()
+        self.inputs.close()
 
     async def _attempt(self, command: RunBatch, engine: Engine, watch: BatchWatch) -> None:
         batch_id = command.batch_id
@@ -136,16 +158,13 @@ class BatchRunner:
 
     async def _run_lines(self, command: RunBatch, engine: Engine, watch: BatchWatch, publish: Publish) -> bool:
         """Run every line of the attempt's shard no attempt committed; False once the lease is lost."""
-        own = attempt_chunks(command.attempt)
-        announced = watch.log.announced
-        resume = Resume.from_chunks(await self.results.committed(
-            command.batch_id, lambda key: counts_as_committed(announced)(key) or own(key)), command.attempt)
+        resume = await self._resume(command, watch)
         tally = resume.tally(command.layout, command.shard)
         if resume.last_chunk is not None and not await self._announce(
                 command, publish, resume.last_chunk, tally.completed, tally.failed):
             # An earlier delivery may have committed this chunk and stopped before announcing it.
             return False
-        log.info("batch %s attempt %d (shard %d of %d): %d lines of the batch already committed",
+        log.info("batch %s attempt %d (shard %d of %d): %d of its lines already committed",
                  command.batch_id, command.attempt, command.shard + 1, command.layout.shards, len(resume.committed))
         committer = ChunkCommitter(self.chunk_lines, resume.next_chunk, tally, self.chunk_max_wait_s)
         lease_lost = False
@@ -169,8 +188,10 @@ class BatchRunner:
                 watch.stopping.set()
 
         try:
-            async with asyncio.TaskGroup() as group:
-                async for line in self._pending_lines(command, resume):
+            async with self.inputs.hold(command.batch_id, command.input_object_key) as copy, \
+                    aclosing(self._pending_lines(command, resume, copy, watch.stopping)) as pending, \
+                    asyncio.TaskGroup() as group:
+                async for line in pending:
                     waiting_since = time.perf_counter()
                     if not await slots.take(owner, watch.stopping):
                         break
@@ -185,19 +206,28 @@ class BatchRunner:
             await commit(committer.flush())
         return not lease_lost and not watch.fenced
 
-    async def _pending_lines(self, command: RunBatch, resume: Resume) -> AsyncIterator[InputLine]:
-        number = 0
+    async def _resume(self, command: RunBatch, watch: BatchWatch) -> Resume:
+        """What is committed of the attempt's own lines: the chunks the log announced for its shard, those this
+        attempt wrote (the last may be unannounced), and the lines of it that validation refused."""
+        layout, shard = command.layout, command.shard
+        keys = watch.log.unit_chunks(shard, layout)
+        keys.update(await self.results.attempt_chunk_keys(command.batch_id, command.attempt))
+        chunks = await self.results.chunks(keys)
+        chunks.extend(await self.results.refused(command.batch_id, lambda line: layout.shard_of(line) == shard))
+        return Resume.from_chunks(chunks, command.attempt)
+
+    async def _pending_lines(self, command: RunBatch, resume: Resume, copy: InputCopy,
+                             stop: asyncio.Event) -> AsyncGenerator[InputLine, None]:
+        """The shard's lines no attempt committed, read from the batch's local copy; none more once `stop` is set."""
         done = resume.committed_lines  # includes lines validation refused, which may not even parse
         first, last = command.layout.first_line(command.shard), command.layout.last_line(command.shard)
-        async for raw in self.store.iter_lines(command.input_object_key):
-            number += 1
-            if number < first or number in done:
-                continue
-            if last is not None and number > last:
-                break
-            line = parse_input_line(number, raw)
-            if line is not None:
-                yield line
+        async with aclosing(copy.lines(first, last, stop)) as lines:
+            async for number, raw in lines:
+                if number in done:
+                    continue
+                line = parse_input_line(number, raw)
+                if line is not None:
+                    yield line
 
     async def _commit(self, command: RunBatch, chunk: Chunk, publish: Publish) -> bool:
         """Results are durable in the object store before a fact says they are; they count only once it does,

@@ -5,6 +5,9 @@ from typing import Protocol
 
 
 class ObjectAccess(Protocol):
+    def iter_chunks(self, key: str) -> AsyncIterator[bytes]:
+        """The object's bytes in bounded chunks, as they arrive."""
+
     def iter_lines(self, key: str) -> AsyncIterator[bytes]: ...
 
     async def get_bytes(self, key: str) -> bytes: ...

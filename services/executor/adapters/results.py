@@ -1,9 +1,11 @@
-"""Result chunks and assembled files in the object store."""
+"""Result chunks and assembled files in the object store: a batch's committed chunks (the finalizer), a unit's
+own (a unit resumes from the chunks of its lines only), the lines validation refused."""
 
 import asyncio
 import hashlib
 import time
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
 
 from contracts.api.file import RESULT_FILE_EXPIRES_AFTER_S
 from contracts.api.rejected_line import RejectedLine
@@ -19,23 +21,59 @@ from services.executor.domain import (
     refused_line,
 )
 
+REFUSED_BATCHES = 64
+"""Batches whose refused lines are kept in memory (read once per batch, not once per unit)."""
+
 
 class ResultStore:
     def __init__(self, store: ObjectAccess) -> None:
         self.store = store
+        self._refused: OrderedDict[str, asyncio.Future[list[CommittedLine]]] = OrderedDict()
 
     async def committed(self, batch_id: str, counts: Callable[[str], bool]) -> list[tuple[str, list[CommittedLine]]]:
         """Every result chunk of the batch that `counts` (a chunk counts once a fact announced it), plus the lines
         validation refused (allow_partial), as a chunk of attempt 0: they are settled before any attempt starts."""
         keys = [key for key in await self.store.list_keys(results_prefix(batch_id))
                 if key.endswith(".jsonl") and counts(key)]
-        blobs = await asyncio.gather(*(self.store.get_bytes(key) for key in keys))
-        chunks = [(key, decode_chunk(blob)) for key, blob in zip(keys, blobs, strict=True)]
-        if await self.store.list_keys(rejections_key(batch_id)):
-            refused = (await self.store.get_bytes(rejections_key(batch_id))).splitlines()
-            lines = [refused_line(batch_id, RejectedLine.model_validate_json(raw)) for raw in refused if raw.strip()]
-            chunks.append((result_chunk_key(batch_id, REFUSED_ATTEMPT, 0), lines))
+        chunks = await self.chunks(keys)
+        refused = await self._read_refused(batch_id)
+        if refused:
+            chunks.append((result_chunk_key(batch_id, REFUSED_ATTEMPT, 0), refused))
         return chunks
+
+    async def chunks(self, keys: Iterable[str]) -> list[tuple[str, list[CommittedLine]]]:
+        """The result chunks under `keys`, read at once."""
+        keys = sorted(keys)
+        blobs = await asyncio.gather(*(self.store.get_bytes(key) for key in keys))
+        return [(key, decode_chunk(blob)) for key, blob in zip(keys, blobs, strict=True)]
+
+    async def attempt_chunk_keys(self, batch_id: str, attempt: int) -> list[str]:
+        """The chunks `attempt` wrote, announced or not (a delivery may have died between the two)."""
+        prefix = result_chunk_key(batch_id, attempt, 0).rsplit("/", 1)[0] + "/"
+        return [key for key in await self.store.list_keys(prefix) if key.endswith(".jsonl")]
+
+    async def refused(self, batch_id: str, keep: Callable[[int], bool]) -> list[tuple[str, list[CommittedLine]]]:
+        """The lines validation refused that `keep` (by input line), as a chunk of attempt 0; read once per batch
+        (they are settled before any attempt starts), then from memory."""
+        read = self._refused.get(batch_id)
+        if read is None or (read.done() and (read.cancelled() or read.exception() is not None)):
+            # Concurrent first units of the batch share one read; a failed one is tried again by the next.
+            read = self._refused[batch_id] = asyncio.ensure_future(self._read_refused(batch_id))
+            while len(self._refused) > REFUSED_BATCHES:
+                self._refused.popitem(last=False)
+        self._refused.move_to_end(batch_id)
+        lines = await asyncio.shield(read)
+        kept = [line for line in lines if keep(line.line)]
+        return [(result_chunk_key(batch_id, REFUSED_ATTEMPT, 0), kept)] if kept else []
+
+    def forget(self, batch_id: str) -> None:
+        self._refused.pop(batch_id, None)
+
+    async def _read_refused(self, batch_id: str) -> list[CommittedLine]:
+        if not await self.store.list_keys(rejections_key(batch_id)):
+            return []
+        refused = (await self.store.get_bytes(rejections_key(batch_id))).splitlines()
+        return [refused_line(batch_id, RejectedLine.model_validate_json(raw)) for raw in refused if raw.strip()]
 
     async def put_chunk(self, batch_id: str, attempt: int, chunk: Chunk) -> str:
         key = result_chunk_key(batch_id, attempt, chunk.number)

@@ -1,7 +1,10 @@
-"""Reading a batch's event log: once (the finalizer) or followed live (the running attempt).
+"""Following a batch's event log live: one feed per batch with attempts on this executor, read once and shared by
+every one of them, and each attempt's own watch over it (its fence, its stop).
 
-From EVENTS through an ephemeral pull consumer (it knows how many facts exist when it is made, so "caught up" is
-exact), or, for an executor under NATS authorization, from the fact desk, page by page to the end.
+A unit of a batch is one attempt; many units of one batch run here at once and one after another, so each reading
+the whole log again would cost every unit the batch's size. The feed reads the log from the first fact when the
+batch's first attempt arrives, follows it, and stays open `linger_s` after its last attempt left (the next unit
+of the batch is likely on its way). An attempt joining an open feed first brings it up to the log's end.
 """
 
 import asyncio
@@ -9,158 +12,111 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Protocol
 
 import nats.errors
-import nats.js.errors
-from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from pydantic import ValidationError
 
-from contracts.events.registry import decode_event
-from contracts.subjects import EVENTS_STREAM, batch_events
-from services.executor.adapters.desk import DeskBus, FactDesk, Sequenced
+from services.executor.adapters.desk import Sequenced
+from services.executor.adapters.log_reader import DeskReader, EventReader, LogReader, read_batch_log
 from services.executor.attempts import BatchLog, StopReason
 from services.runtime.bus import EventBus
 
+__all__ = ["BatchFeed", "BatchWatch", "DeskReader", "EventReader", "LogReader", "WatchHub", "read_batch_log"]
+
 log = logging.getLogger(__name__)
 
-FETCH = 256
-POLL_S = 0.5
-"""How often a batch followed through the fact desk is read again while nothing new came."""
+LINGER_S = 10.0
+"""How long a feed stays open after the last attempt of its batch here ended."""
 
 
+class BatchFeed:
+    """One batch's log as read so far; every attempt of the batch here folds nothing itself, it reads this."""
 
-class EventReader:
-    """One batch's facts in stream order, from the first, through an ephemeral consumer of its own (a broker that
-    lets this connection read EVENTS)."""
-
-    def __init__(self, bus: EventBus, name: str, subscription: JetStreamContext.PullSubscription) -> None:
-        self.bus = bus
-        self.name = name
-        self.subscription = subscription
-        self.received = 0
-
-    @classmethod
-    @contextlib.asynccontextmanager
-    async def open(cls, bus: EventBus, batch_id: str) -> AsyncIterator[tuple["LogReader", list[Sequenced]]]:
-        """The reader and every fact the batch has so far, with its stream sequence."""
-        if isinstance(bus, DeskBus):
-            async with DeskReader.open(bus.desk, batch_id) as opened:
-                yield opened
-            return
-        config = ConsumerConfig(filter_subject=batch_events(batch_id), deliver_policy=DeliverPolicy.ALL,
-                                ack_policy=AckPolicy.NONE, inactive_threshold=60.0, mem_storage=True)
-        info = await bus.js.add_consumer(EVENTS_STREAM, config)
-        reader = cls(bus, info.name, await bus.js.pull_subscribe_bind(consumer=info.name, stream=EVENTS_STREAM))
-        try:
-            backlog: list[Sequenced] = []
-            while reader.received < (info.num_pending or 0):
-                backlog.extend(await reader.next_events(timeout_s=5.0))
-            yield reader, backlog
-        finally:
-            await reader.close()
-
-    async def next_events(self, timeout_s: float = 1.0) -> list[Sequenced]:
-        try:
-            messages = await self.subscription.fetch(FETCH, timeout=timeout_s)
-        except TimeoutError:
-            # nats.errors.TimeoutError is one, and an idle pull may also time out as asyncio's.
-            return []
-        self.received += len(messages)
-        events = []
-        for message in messages:
-            try:
-                events.append((message.metadata.sequence.stream, decode_event(message.data)))
-            except ValidationError:
-                # A fact of a newer kind than this executor knows says nothing about its attempts.
-                log.debug("skipping an undecodable event on %s", message.subject)
-        return events
-
-    async def close(self) -> None:
-        with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
-            await self.subscription.unsubscribe()
-            await self.bus.js.delete_consumer(EVENTS_STREAM, self.name)
-
-
-class DeskReader:
-    """One batch's execution facts in stream order, read from the fact desk (an executor under authorization may
-    not read EVENTS): pages until caught up, then a page every `POLL_S` while followed. Holds nothing open."""
-
-    def __init__(self, desk: FactDesk, batch_id: str) -> None:
-        self.desk = desk
+    def __init__(self, batch_id: str) -> None:
         self.batch_id = batch_id
-        self.after = 0
-
-    @classmethod
-    @contextlib.asynccontextmanager
-    async def open(cls, desk: FactDesk, batch_id: str) -> AsyncIterator[tuple["LogReader", list[Sequenced]]]:
-        reader = cls(desk, batch_id)
-        backlog: list[Sequenced] = []
-        more = True
-        while more:
-            facts, more = await reader._page()
-            backlog.extend(facts)
-        yield reader, backlog
-
-    async def next_events(self, timeout_s: float = 1.0) -> list[Sequenced]:
-        facts, _ = await self._page()
-        if not facts:
-            await asyncio.sleep(min(timeout_s, POLL_S))
-        return facts
-
-    async def _page(self) -> tuple[list[Sequenced], bool]:
-        facts, self.after, more = await self.desk.read(self.batch_id, self.after)
-        return facts, more
-
-
-class LogReader(Protocol):
-    async def next_events(self, timeout_s: float = 1.0) -> list[Sequenced]: ...
-
-
-async def read_batch_log(bus: EventBus, batch_id: str) -> BatchLog:
-    """The batch's log as it stands now."""
-    batch_log = BatchLog()
-    async with EventReader.open(bus, batch_id) as (_, backlog):
-        for sequence, event in backlog:
-            batch_log.fold(event, sequence)
-    return batch_log
-
-
-class BatchWatch:
-    """The running attempt's view of its batch: `stopping` is set on cancel, expiry, a lost lease or an end."""
-
-    def __init__(self, attempt: int) -> None:
-        self.attempt = attempt
         self.log = BatchLog()
-        self.stopping = asyncio.Event()
-        self.requested: StopReason | None = None
         self.seen_sequence = 0
         self.moved = asyncio.Event()
         """Set (and replaced) whenever new facts were folded."""
-        self._timer: asyncio.TimerHandle | None = None
+        self.watches: set[BatchWatch] = set()
+        self.broken = False
+        """It could not be brought up to date: no attempt joins it any more (a fresh one is opened)."""
+        self._reader: LogReader | None = None
         self._closed = False
 
-    @classmethod
+    def fold(self, events: list[Sequenced]) -> None:
+        for sequence, event in events:
+            self.log.fold(event, sequence)
+            self.seen_sequence = max(self.seen_sequence, sequence)
+        for watch in list(self.watches):
+            watch.update()
+        self.moved.set()
+        self.moved = asyncio.Event()
+
+    async def caught_up_to(self, sequence: int, within_s: float = 10.0) -> bool:
+        """Wait until the log is folded up to `sequence`; False if it was not within `within_s`."""
+        deadline = time.monotonic() + within_s
+        while self.seen_sequence < sequence:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            await self.next_move(remaining)
+        return True
+
+    async def next_move(self, within_s: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.moved.wait(), within_s)
+
+    async def catch_up(self) -> None:
+        """Fold every fact the log holds now (a joining attempt sees at least what a fresh read would show)."""
+        assert self._reader is not None, "a feed is caught up only while it is followed"
+        await self._reader.catch_up(self.fold, self.next_move)
+
     @contextlib.asynccontextmanager
-    async def open(cls, bus: EventBus, batch_id: str, attempt: int,
-                   expires_at: int | None = None) -> AsyncIterator["BatchWatch"]:
-        """`expires_at`: when the batch expires, from its run command (a log read through the fact desk does not
-        show the batch's creation)."""
-        watch = cls(attempt)
-        watch.log.expires_at = expires_at
-        async with EventReader.open(bus, batch_id) as (reader, backlog):
-            watch.fold(backlog)
-            following = asyncio.create_task(watch._follow(reader))
+    async def followed(self, bus: EventBus, expires_at: int | None) -> AsyncIterator["BatchFeed"]:
+        """Read the log to its end, then follow it until the block ends."""
+        self.log.expires_at = expires_at
+        async with EventReader.open(bus, self.batch_id) as (reader, backlog):
+            self._reader = reader
+            self.fold(backlog)
+            following = asyncio.create_task(self._follow(reader, bus))
             try:
-                yield watch
+                yield self
             finally:
-                watch._closed = True
+                self._closed = True
                 following.cancel()
                 # A fetch may swallow the cancellation (asyncio.wait_for in 3.11); the flag ends the loop.
                 await asyncio.wait({following}, timeout=2.0)
-                if watch._timer is not None:
-                    watch._timer.cancel()
+
+    async def _follow(self, reader: LogReader, bus: EventBus) -> None:
+        while not self._closed:
+            try:
+                self.fold(await reader.next_events())
+            except (nats.errors.Error, OSError) as error:
+                if bus.nc.is_closed:
+                    return  # the executor is stopping: nothing more comes
+                # The broker may be reconnecting; the pull consumer resumes where it was.
+                log.warning("batch %s: following its log was interrupted: %r", self.batch_id, error)
+                await asyncio.sleep(0.5)
+
+
+class BatchWatch:
+    """One running attempt's view of its batch's feed: `stopping` is set on cancel, expiry, its lost lease or the
+    batch's end. Its fence is its own: another attempt of the batch failing does not fence it."""
+
+    def __init__(self, attempt: int, feed: BatchFeed) -> None:
+        self.attempt = attempt
+        self.feed = feed
+        self.stopping = asyncio.Event()
+        self.requested: StopReason | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    @property
+    def log(self) -> BatchLog:
+        return self.feed.log
+
+    @property
+    def seen_sequence(self) -> int:
+        return self.feed.seen_sequence
 
     @property
     def fenced(self) -> bool:
@@ -173,39 +129,139 @@ class BatchWatch:
     def request_stop(self, reason: StopReason) -> None:
         """A FinalizeBatch for this batch reached this executor: the running attempt ends it."""
         self.requested = self.requested or reason
-        self._update()
-
-    def fold(self, events: list[Sequenced]) -> None:
-        for sequence, event in events:
-            self.log.fold(event, sequence)
-            self.seen_sequence = max(self.seen_sequence, sequence)
-        self._update()
-        self.moved.set()
-        self.moved = asyncio.Event()
+        self.update()
 
     async def caught_up_to(self, sequence: int, within_s: float = 10.0) -> bool:
-        """Wait until the watch has folded the log up to `sequence`; False if it did not within `within_s`."""
-        deadline = time.monotonic() + within_s
-        while self.seen_sequence < sequence:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.moved.wait(), remaining)
-        return True
+        return await self.feed.caught_up_to(sequence, within_s)
 
-    def _update(self) -> None:
+    def update(self) -> None:
         if self.fenced or self.stop_reason() is not None:
             self.stopping.set()
         elif self.log.expires_at is not None and self._timer is None:
             delay = max(0.0, self.log.expires_at - time.time())
-            self._timer = asyncio.get_running_loop().call_later(delay, self._update)
+            self._timer = asyncio.get_running_loop().call_later(delay, self.update)
 
-    async def _follow(self, reader: LogReader) -> None:
-        while not self._closed:
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+class _Open:
+    """A feed the hub holds: the task that keeps it followed, and when it may close."""
+
+    def __init__(self, feed: BatchFeed) -> None:
+        self.feed = feed
+        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.done = asyncio.Event()
+        """Set to close the feed."""
+        self.task: asyncio.Task[None] | None = None
+        self.linger: asyncio.TimerHandle | None = None
+
+
+class WatchHub:
+    """The feeds of the batches this executor runs attempts of, one per batch: the first attempt of a batch opens
+    its feed (concurrent first attempts open one), the others join it, and it closes `linger_s` after the last
+    one left."""
+
+    def __init__(self, bus: EventBus, linger_s: float = LINGER_S) -> None:
+        self.bus = bus
+        self.linger_s = linger_s
+        self.feeds: dict[str, _Open] = {}
+        self.opened = 0
+        """Feeds opened (a measure: one read of a batch's log from its first fact each)."""
+
+    @contextlib.asynccontextmanager
+    async def watch(self, batch_id: str, attempt: int, expires_at: int | None = None) -> AsyncIterator[BatchWatch]:
+        """`expires_at`: when the batch expires, from its run command (a log read through the fact desk does not
+        show the batch's creation)."""
+        while True:
+            held, opened_here = self._hold(batch_id, expires_at)
+            watch = BatchWatch(attempt, held.feed)
+            held.feed.watches.add(watch)  # from here on the feed stays open for this attempt
             try:
-                self.fold(await reader.next_events())
-            except (nats.errors.Error, OSError) as error:
-                # The broker may be reconnecting; the pull consumer resumes where it was.
-                log.warning("batch watch interrupted: %r", error)
-                await asyncio.sleep(0.5)
+                await asyncio.shield(held.ready)
+                if not opened_here:
+                    await held.feed.catch_up()
+                break
+            except (nats.errors.Error, OSError, TimeoutError) as error:
+                self._drop(batch_id, held, watch)
+                if opened_here or held.ready.exception() is not None:
+                    raise
+                # This feed cannot be brought up to date: a fresh one serves this attempt and those after it.
+                log.warning("batch %s: its feed could not be caught up (%r); opening another", batch_id, error)
+                held.feed.broken = True
+                if self.feeds.get(batch_id) is held:
+                    del self.feeds[batch_id]
+            except BaseException:
+                self._drop(batch_id, held, watch)
+                raise
+        if held.feed.log.expires_at is None:
+            held.feed.log.expires_at = expires_at
+        watch.update()
+        try:
+            yield watch
+        finally:
+            self._drop(batch_id, held, watch)
+
+    def _hold(self, batch_id: str, expires_at: int | None) -> tuple[_Open, bool]:
+        """The batch's open feed, or one being opened now (True)."""
+        held = self.feeds.get(batch_id)
+        if held is not None:
+            if held.linger is not None:
+                held.linger.cancel()
+                held.linger = None
+            return held, False
+        held = self.feeds[batch_id] = _Open(BatchFeed(batch_id))
+        self.opened += 1
+        held.task = asyncio.create_task(self._keep(batch_id, held, expires_at))
+        return held, True
+
+    def _drop(self, batch_id: str, held: _Open, watch: BatchWatch) -> None:
+        watch.close()
+        held.feed.watches.discard(watch)
+        self._leave(batch_id, held)
+
+    def _leave(self, batch_id: str, held: _Open) -> None:
+        if held.feed.watches:
+            return
+        if held.feed.broken or held.done.is_set() or self.feeds.get(batch_id) is not held:
+            held.done.set()
+            return
+        if held.linger is None:
+            held.linger = asyncio.get_running_loop().call_later(self.linger_s, self._expire, batch_id, held)
+
+    def _expire(self, batch_id: str, held: _Open) -> None:
+        held.linger = None
+        if held.feed.watches:
+            return
+        if self.feeds.get(batch_id) is held:
+            del self.feeds[batch_id]
+        held.done.set()
+
+    async def _keep(self, batch_id: str, held: _Open, expires_at: int | None) -> None:
+        """Open the feed, follow it until it is done, close it; the hub forgets it first."""
+        try:
+            async with held.feed.followed(self.bus, expires_at):
+                held.ready.set_result(None)
+                await held.done.wait()
+        except asyncio.CancelledError:
+            held.ready.cancel()
+            raise
+        except Exception as error:
+            if held.ready.done():
+                log.warning("batch %s: closing its feed failed: %r", batch_id, error)
+            else:
+                held.ready.set_exception(error)
+                held.ready.exception()  # every joiner raises it; none may be left to retrieve it
+        finally:
+            if self.feeds.get(batch_id) is held:
+                del self.feeds[batch_id]
+
+    async def close(self) -> None:
+        """Close every feed now (the executor stops)."""
+        for held in list(self.feeds.values()):
+            held.done.set()
+        tasks = [held.task for held in self.feeds.values() if held.task is not None]
+        self.feeds.clear()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5.0)
