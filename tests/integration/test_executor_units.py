@@ -1,0 +1,201 @@
+"""Many small units of one batch on one executor cost each their own lines, not the batch's (real broker, S3 server
+and model): the batch's input is downloaded once and its log read once, for all of them; a unit resumes from the
+chunks of its own lines only; one unit's attempt fenced stops that unit alone; an attempt joining the shared feed
+sees every fact the log held when it joined, read directly or through the fact desk."""
+
+import asyncio
+import contextlib
+import json
+import secrets
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from contracts.catalogue import Catalogue
+from contracts.commands import RunBatch
+from contracts.events.batch import (
+    AttemptFailed,
+    BatchAssigned,
+    BatchCancelRequested,
+    BatchProgressed,
+    ShardFinished,
+    ShardLayout,
+)
+from contracts.events.registry import AnyEvent
+from contracts.subjects import input_object_key
+from services.executor.adapters.desk import DeskBus, FactDesk
+from services.executor.adapters.engines.base import Engine
+from services.executor.adapters.engines.shelf import EngineShelf
+from services.executor.adapters.log_reader import EventReader
+from services.executor.adapters.watch import WatchHub
+from services.executor.domain import decode_chunk
+from services.executor.runner import BatchRunner
+from services.runtime.bus import EventBus
+from services.runtime.objectstore import ObjectStore
+from tests.integration.desk_support import fact_desk, hold
+from tests.integration.test_executor_lifecycle import CATALOGUE, CHAT, chat
+from tests.support import batch_facts
+
+EXECUTOR = "units-exec"
+
+
+class Reads:
+    """The real object store, telling what was read of it."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self.store = store
+        self.streamed: Counter[str] = Counter()
+        self.got: list[str] = []
+
+    def iter_chunks(self, key: str) -> AsyncIterator[bytes]:
+        self.streamed[key] += 1
+        return self.store.iter_chunks(key)
+
+    def iter_lines(self, key: str) -> AsyncIterator[bytes]:
+        self.streamed[key] += 1
+        return self.store.iter_lines(key)
+
+    async def get_bytes(self, key: str) -> bytes:
+        self.got.append(key)
+        return await self.store.get_bytes(key)
+
+    async def put_bytes(self, key: str, data: bytes, content_type: str = "application/jsonl") -> None:
+        await self.store.put_bytes(key, data, content_type)
+
+    async def list_keys(self, prefix: str) -> list[str]:
+        return await self.store.list_keys(prefix)
+
+
+@pytest.fixture(scope="module")
+async def engine() -> AsyncIterator[Engine]:
+    model = Catalogue.from_toml(CATALOGUE).resolve(CHAT)
+    assert model is not None
+    shelf = EngineShelf("llamacpp", 2, [model])
+    loaded = await shelf.get(CHAT)
+    assert loaded is not None
+    yield loaded
+    await shelf.unload_all()
+
+
+async def units(bus: EventBus, store: ObjectStore, lines: list[dict[str, object]], span: int) -> list[RunBatch]:
+    """A batch of `lines` in units of `span` lines, attempt n + 1 for unit n, each assigned in the log."""
+    batch_id = f"batch_{secrets.token_hex(6)}"
+    key = input_object_key(f"file-in-{batch_id}")
+    rows = [{"custom_id": f"line-{n}", "method": "POST", "url": "/v1/chat/completions", "body": {"model": CHAT, **body}}
+            for n, body in enumerate(lines)]
+    await store.put_bytes(key, b"".join(json.dumps(row).encode() + b"\n" for row in rows))
+    layout = ShardLayout(shards=-(-len(lines) // span), span=span)
+    commands = [RunBatch(batch_id=batch_id, executor_id=EXECUTOR, attempt=unit + 1, lease_token=f"lease-{unit + 1}",
+                         owner_key_id="key_owner", model=CHAT, endpoint="/v1/chat/completions", input_object_key=key,
+                         total_lines=len(lines), shard=unit, layout=layout) for unit in range(layout.shards)]
+    for command in commands:
+        await bus.publish(BatchAssigned(aggregate_id=batch_id, executor_id=EXECUTOR, attempt=command.attempt,
+                                        lease_token=command.lease_token, shard=command.shard, shards=layout.shards,
+                                        shard_span=layout.span))
+    return commands
+
+
+def shards_finished(count: int) -> Callable[[AnyEvent], bool]:
+    finished: set[int] = set()
+
+    def until(fact: AnyEvent) -> bool:
+        if isinstance(fact, ShardFinished):
+            finished.add(fact.shard)
+        return len(finished) == count
+
+    return until
+
+
+async def committed_lines(store: ObjectStore, facts: list[AnyEvent]) -> Counter[int]:
+    """How often each input line lies in an announced chunk."""
+    lines: Counter[int] = Counter()
+    for key in [fact.chunk_key for fact in facts if isinstance(fact, BatchProgressed)]:
+        lines.update(line.line for line in decode_chunk(await store.get_bytes(key)))
+    return lines
+
+
+async def test_units_of_one_batch_download_its_input_once_read_its_log_once_and_commit_every_line_once(
+    bus: EventBus, object_store: ObjectStore, engine: Engine,
+) -> None:
+    commands = await units(bus, object_store, [chat(n, max_tokens=1) for n in range(40)], span=8)
+    reads = Reads(object_store)
+    runner = BatchRunner(bus, reads, EXECUTOR, chunk_lines=3)
+    await asyncio.gather(*(runner.run(command, engine) for command in commands))
+
+    facts = await batch_facts(bus, commands[0].batch_id, shards_finished(len(commands)))
+    assert await committed_lines(object_store, facts) == Counter(range(1, 41)), "every line once"
+    assert reads.streamed == {commands[0].input_object_key: 1}, "the input was downloaded once, for every unit"
+    assert runner.watches.opened == 1, "one read of the batch's log served every unit"
+    assert reads.got == [], "a first run reads no chunk back"
+
+    # A unit delivered again reads back its own chunks, none of its siblings'.
+    again = commands[2]
+    await runner.run(again, engine)
+    own = {fact.chunk_key for fact in facts if isinstance(fact, BatchProgressed) and fact.shard == again.shard}
+    assert set(reads.got) == own and len(reads.got) == len(own)
+    assert reads.streamed == {again.input_object_key: 1} and runner.watches.opened == 1, "both still in hand"
+    await runner.close()
+
+
+async def test_one_unit_fenced_stops_alone_while_its_siblings_on_the_same_feed_finish(
+    bus: EventBus, object_store: ObjectStore, engine: Engine,
+) -> None:
+    commands = await units(bus, object_store, [chat(n, max_tokens=12) for n in range(18)], span=6)
+    runner = BatchRunner(bus, object_store, EXECUTOR, chunk_lines=1)
+    running = [asyncio.create_task(runner.run(command, engine)) for command in commands]
+    victim = commands[1]
+    await batch_facts(bus, victim.batch_id,
+                      lambda fact: isinstance(fact, BatchProgressed) and fact.attempt == victim.attempt)
+    fenced = await bus.publish(AttemptFailed(aggregate_id=victim.batch_id, attempt=victim.attempt,
+                                             executor_id=EXECUTOR, code="executor_lost", reason="missed heartbeats"))
+    await asyncio.wait_for(asyncio.gather(*running), 120)
+
+    facts = await batch_facts(bus, victim.batch_id, shards_finished(2))
+    finished = {fact.shard for fact in facts if isinstance(fact, ShardFinished)}
+    assert finished == {0, 2}, "the siblings finished, the fenced unit did not"
+    sequences = await _sequences(bus, victim.batch_id)
+    late = [fact for sequence, fact in sequences if sequence > fenced and getattr(fact, "attempt", None) == 2
+            and not isinstance(fact, AttemptFailed)]
+    assert late == [], "the fenced attempt stated nothing after its fence"
+    lines = await committed_lines(object_store, facts)
+    assert all(lines[line] == 1 for line in [*range(1, 7), *range(13, 19)]) and max(lines.values()) == 1
+    await runner.close()
+
+
+async def _sequences(bus: EventBus, batch_id: str) -> list[tuple[int, AnyEvent]]:
+    async with EventReader.open(bus, batch_id) as (_, backlog):
+        return backlog
+
+
+@contextlib.asynccontextmanager
+async def reading_as(kind: str, bus: EventBus, command: RunBatch) -> AsyncIterator[EventBus]:
+    """The bus an executor reads the log through: directly, or the fact desk (which must know what it holds)."""
+    if kind == "direct":
+        yield bus
+        return
+    async with fact_desk(bus) as book:
+        hold(book, command)
+        desk_bus = DeskBus(bus.nc, "units-desk")
+        desk_bus.desk = FactDesk(bus.nc, command.executor_id)
+        yield desk_bus
+
+
+@pytest.mark.parametrize("kind", ["direct", "desk"])
+async def test_an_attempt_joining_an_open_feed_sees_every_fact_the_log_held_when_it_joined(
+    bus: EventBus, object_store: ObjectStore, kind: str,
+) -> None:
+    first, second, *_ = await units(bus, object_store, [chat(n) for n in range(12)], span=4)
+    async with reading_as(kind, bus, first) as reading:
+        hub = WatchHub(reading, linger_s=0.3)
+        async with hub.watch(first.batch_id, first.attempt) as one:
+            await bus.publish(BatchCancelRequested(aggregate_id=first.batch_id, requested_by_key_id="key_owner"))
+            async with hub.watch(second.batch_id, second.attempt) as two:
+                assert two.stop_reason() == "cancelled" and two.stopping.is_set(), "it read the log to its end"
+                assert two.feed is one.feed and hub.opened == 1
+        assert first.batch_id in hub.feeds, "the feed lingers for the batch's next unit"
+        await asyncio.sleep(0.6)
+        assert hub.feeds == {}, "and closes after"
+        async with hub.watch(first.batch_id, 3) as three:
+            assert three.log.cancel_requested and hub.opened == 2
+        await hub.close()
