@@ -114,6 +114,7 @@ async def serve(settings: ExecutorSettings, engines: EngineShelf, broker: Servic
         for task in (beating, renewing):
             task.cancel()
         outcomes = await asyncio.gather(beating, renewing, stopping, return_exceptions=True)
+        await runner.close()  # the batches' shared log feeds and the input copies' IO threads
     await fleet.withdraw(settings.executor_id)
     for outcome in outcomes:
         if isinstance(outcome, Exception):

@@ -107,6 +107,7 @@ class Executor:
                                                  code=command.code)
         except HOPELESS as error:
             raise PoisonMessage(f"{type(error).__name__}: {error}") from error
+        self.runner.forget(command.batch_id)  # its input copy here is not needed any more
 
     async def fail_the_batch(self, command: FinalizeBatch, error: BaseException) -> None:
         """A finalize that cannot succeed ends its batch as failed, with the cause: it must not wait forever, nor
