@@ -19,6 +19,8 @@ from contracts.api.organization import CreateKey, CreateOrganization, CreateUser
 from contracts.events.key import KeyRole
 from infra.keys import choose_admin_key, local_worker_key, register_key, remember
 from infra.nats_auth import SECRETS_FILE
+from infra.nats_config import add_arguments as add_nats_config_arguments
+from infra.nats_config import nats_config
 from infra.private import PRIVATE_UMASK
 from infra.status import status as show_status
 from infra.supervisor import SERVICES, Stack, pick_port
@@ -72,6 +74,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     create_organization.add_argument("--name", default="")
     status = commands.add_parser("status", help="fleet, queue, running batches and consumer lag (SHESHNAG_NATS_URL)")
     status.add_argument("--json", action="store_true", help="one JSON document instead of the terminal view")
+    nats = commands.add_parser("nats-config", help="write the server config of an operator-run NATS node or "
+                               "cluster (accounts, auth callout) and the services' env files")
+    add_nats_config_arguments(nats)
     for name in SERVICES:
         service = commands.add_parser(name, help=f"run the {name} against an existing NATS and S3 (SHESHNAG_* env)")
         if name == "ledger":
@@ -248,6 +253,8 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(create_organization(args.organization_id, args.name))
     elif args.command == "status":
         asyncio.run(show_status(args.json))
+    elif args.command == "nats-config":
+        sys.exit(nats_config(args))
     elif args.command == "ledger" and args.tool:
         logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
         sys.exit(run_ledger_tool(args))

@@ -6,6 +6,7 @@ there (0600), so a restarted broker, and services restarted against it, agree. T
 from them at each start; nothing here is ever printed.
 """
 
+import hashlib
 import json
 import secrets
 from dataclasses import dataclass, field
@@ -47,12 +48,17 @@ class NatsAuth:
         """The services' URL: the core user's credentials ride in it (hex, so nothing needs escaping)."""
         return f"nats://{CORE_USER}:{self.core_password}@127.0.0.1:{port}"
 
-    def write_server_config(self, data_dir: Path) -> Path:
-        """The config file `nats-server -c` reads; flags on its command line (port, store) add to it."""
-        path = data_dir / CONFIG_FILE
+    @property
+    def route_password(self) -> str:
+        """What a clustered broker's route connections present to each other (derived from the issuer seed, like
+        the system user's password: a cluster's brokers and the scheduler hold that seed already)."""
+        return hashlib.sha256(b"sheshnag cluster routes\0" + self.issuer_seed.encode()).hexdigest()
+
+    def authorization(self) -> str:
+        """The accounts and authorization the services expect of every broker, embedded or operator-run: the core
+        user, auth callout for everyone else, and the system account the callout's responder kicks with."""
         keys = CalloutKeys(self.issuer_seed)
-        _write_private(path, f"""# Written by sheshnag at each start from {SECRETS_FILE}; edits are lost.
-accounts {{
+        return f"""accounts {{
   # Only the callout's responder is in it: it disconnects executors whose worker key was revoked.
   {SYSTEM_ACCOUNT} {{ users: [ {{ user: "{SYSTEM_USER}", password: "{keys.system_password}" }} ] }}
 }}
@@ -67,5 +73,11 @@ authorization {{
     xkey: "{keys.curve.public_key}"
   }}
 }}
-""")
+"""
+
+    def write_server_config(self, data_dir: Path) -> Path:
+        """The config file `nats-server -c` reads; flags on its command line (port, store) add to it."""
+        path = data_dir / CONFIG_FILE
+        _write_private(path, f"# Written by sheshnag at each start from {SECRETS_FILE}; edits are lost.\n"
+                             + self.authorization())
         return path
