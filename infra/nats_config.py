@@ -112,13 +112,13 @@ def core_url(auth: NatsAuth, url: str) -> str:
 
 def write_env_files(auth: NatsAuth, url: str, env_dir: Path) -> list[Path]:
     """`core.env` for every service but the executor; `callout.env` for the scheduler alone. Both 0600."""
-    env_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     files = {
         CORE_ENV: ("The services' broker URL, the core user's password in it (not for executors: they connect\n"
                    "# with their id and worker key).", f"SHESHNAG_NATS_URL={core_url(auth, url)}"),
         CALLOUT_ENV: ("The auth callout issuer's seed: the scheduler's alone (it admits executors by worker key).",
                       f"SHESHNAG_NATS_CALLOUT_SEED={auth.issuer_seed}"),
     }
+    env_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     written = []
     for name, (comment, line) in files.items():
         path = env_dir / name
