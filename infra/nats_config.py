@@ -102,12 +102,16 @@ def server_config(auth: NatsAuth, layout: ServerLayout) -> str:
 
 
 def core_url(auth: NatsAuth, url: str) -> str:
-    """`url` (how the services reach the broker: `nats://host:4222` or `tls://…`) with the core user in it."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("nats", "tls") or not parts.hostname:
-        raise ValueError(f"{url!r} is not a nats:// or tls:// URL")
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{CORE_USER}:{auth.core_password}@{host}"))
+    """`url` (how the services reach the broker: `nats://host:4222` or `tls://…`, several comma-separated) with the
+    core user in each."""
+    with_user = []
+    for one in url.split(","):
+        parts = urlsplit(one.strip())
+        if parts.scheme not in ("nats", "tls") or not parts.hostname:
+            raise ValueError(f"{one!r} is not a nats:// or tls:// URL")
+        host = parts.netloc.rpartition("@")[2]
+        with_user.append(urlunsplit(parts._replace(netloc=f"{CORE_USER}:{auth.core_password}@{host}")))
+    return ",".join(with_user)
 
 
 def write_env_files(auth: NatsAuth, url: str, env_dir: Path) -> list[Path]:
@@ -146,7 +150,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env-dir", type=Path, default=None,
                         help=f"also write {CORE_ENV} and {CALLOUT_ENV} (0600) for the services here")
     parser.add_argument("--url", default="nats://127.0.0.1:4222",
-                        help=f"how the services reach the broker, for {CORE_ENV} (default nats://127.0.0.1:4222)")
+                        help=f"how the services reach the broker, for {CORE_ENV}: a URL, or several comma-separated "
+                        "(default nats://127.0.0.1:4222)")
 
 
 def layout_from(args: argparse.Namespace) -> ServerLayout:

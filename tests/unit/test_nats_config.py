@@ -118,6 +118,14 @@ def test_the_env_files_give_the_services_the_core_url_and_the_scheduler_the_call
     assert {stat.S_IMODE(path.stat().st_mode) for path in (core, callout)} == {0o600}
 
 
+def test_each_of_several_urls_gets_the_core_user(tmp_path: Path) -> None:
+    run_nats_config(tmp_path, "--server-name", "nats-1", "--env-dir", str(tmp_path / "env"),
+                    "--url", "nats://nats-1:4222, nats://nats-2:4222")
+    password = NatsAuth.load_or_create(tmp_path / "secrets").core_password
+    assert (f"SHESHNAG_NATS_URL=nats://core:{password}@nats-1:4222,nats://core:{password}@nats-2:4222\n"
+            in (tmp_path / "env" / "core.env").read_text())
+
+
 @pytest.mark.parametrize("options", [
     ["--cluster-name", "sheshnag"],
     ["--routes", "a:6222"],
