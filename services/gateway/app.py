@@ -6,21 +6,29 @@ from aiohttp import web
 
 from contracts.subjects import EVENTS_STREAM
 from services.gateway.auth import KEY_CACHE, KeyCache, auth_middleware
-from services.gateway.auth_failures import AUTH_FAILURES, FailedAuthentications
+from services.gateway.auth_failures import AUTH_FAILURES, FailedAuthentications, SharedFailedAuthentications
 from services.gateway.context import DEPS, Deps
 from services.gateway.dashboard.pages import add_dashboard
 from services.gateway.errors import error_middleware
 from services.gateway.key_usage import keys_kept_fresh
-from services.gateway.limits import CONTROL_LIMITER, DOWNLOAD_SLOTS, UPLOAD_SLOTS, ControlCallLimiter, TransferSlots
+from services.gateway.limits import (
+    CONTROL_LIMITER,
+    DOWNLOAD_SLOTS,
+    UPLOAD_SLOTS,
+    ControlCallLimiter,
+    SharedControlCallLimiter,
+    TransferSlots,
+)
 from services.gateway.observe import observe_middleware
 from services.gateway.request_ids import stamp_request_id
 from services.gateway.routes import ROUTES
 from services.gateway.settings import GatewaySettings
+from services.gateway.shared_state import LIMITS_BUCKET, SharedState
 from services.gateway.sweeper import file_sweeper
 from services.runtime.bus import EventBus
 from services.runtime.catalogue import load_catalogue
 from services.runtime.fleet import Fleet
-from services.runtime.kv import ensure_direct_reads
+from services.runtime.kv import ensure_direct_reads, open_bucket
 from services.runtime.objectstore import ObjectStore
 from services.runtime.readmodel import ReadModel
 from services.runtime.revocations import RevocationCheck
@@ -40,15 +48,18 @@ def create_app(settings: GatewaySettings) -> web.Application:
         app[DEPS] = Deps(settings, bus, store, read_model, load_catalogue(connection.catalogue_path),
                          await Fleet.open(bus))
         app[KEY_CACHE] = KeyCache(read_model, await RevocationCheck.open(bus))
+        shared = SharedState(await open_bucket(bus, LIMITS_BUCKET))
+        app[CONTROL_LIMITER] = SharedControlCallLimiter(
+            shared, ControlCallLimiter(settings.control_calls_per_s, settings.control_call_burst))
+        if settings.auth_failure_limit > 0:
+            app[AUTH_FAILURES] = SharedFailedAuthentications(
+                shared, FailedAuthentications(settings.auth_failure_limit, settings.auth_failure_window_s))
         yield
         store.close()
         await bus.close()
 
-    app[CONTROL_LIMITER] = ControlCallLimiter(settings.control_calls_per_s, settings.control_call_burst)
     app[UPLOAD_SLOTS] = TransferSlots(settings.upload_slots, settings.transfer_slot_wait_s)
     app[DOWNLOAD_SLOTS] = TransferSlots(settings.download_slots, settings.transfer_slot_wait_s)
-    if settings.auth_failure_limit > 0:
-        app[AUTH_FAILURES] = FailedAuthentications(settings.auth_failure_limit, settings.auth_failure_window_s)
     app.on_response_prepare.append(stamp_request_id)
     app.cleanup_ctx.append(connections)
     app.cleanup_ctx.append(keys_kept_fresh(lambda key: app[KEY_CACHE].forget(key)))

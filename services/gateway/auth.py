@@ -107,18 +107,18 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     if scheme.lower() != "bearer" or not token:
         raise ApiError(401, "You didn't provide an API key. Send it as 'Authorization: Bearer gk-…'.",
                        "authentication_error", "missing_api_key")
-    refuse_if_blocked(request, token)
+    await refuse_if_blocked(request, token)
     # Keys are ASCII; any other byte (aiohttp hands them on as surrogates) names no key.
     record = await request.app[KEY_CACHE].lookup(token) if token.isascii() else None
     refusal = _refusal(record)
     if refusal is not None:
         # Only unknown keys are guesses: a client still sending its revoked key must not trip its address's budget.
-        wait = count_failure(request, token) if record is None else 0.0
+        wait = await count_failure(request, token) if record is None else 0.0
         if wait > 0:
             raise too_many(wait)
         raise ApiError(401, refusal, "authentication_error", "invalid_api_key")
     assert record is not None
-    count_success(request, token)
+    await count_success(request, token)
     request[REQUEST_PRINCIPAL] = record
     request[REQUEST_KEY_DIGEST] = hash_api_key(token)
     usage = request.app.get(KEY_USAGE)

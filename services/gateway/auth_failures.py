@@ -9,20 +9,26 @@ budget, answering its guesses would be that guesser's oracle. So then only a key
 succeeded from this address before is looked up, and each identity gets just `IDENTITY_LIMIT` wrong tries a window;
 the rest get 429 unlooked. A weak key in use keeps working behind a proxy that guesses; what a guesser can learn
 is whether a first half is in use there, and then the second half at `IDENTITY_LIMIT` a window. A weak key first
-used from an address while it is over budget waits for the window to pass. Every table is bounded (LRU).
+used from an address while it is over budget waits for the window to pass.
+
+The tables are shared by every gateway on the broker (`shared_state`, entries expiring with their windows); each
+gateway also keeps its own (bounded, LRU), which answer for it while the shared ones cannot be reached.
 """
 
+import asyncio
 import hashlib
 import math
 import re
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from aiohttp import web
 
 from services.gateway.errors import ApiError
+from services.gateway.shared_state import SharedState, SharedStateUnavailable, key_of, ttl_of
 
 MAX_ENTRIES = 100_000
 """Addresses, and (address, identity) pairs, tracked per table; the least recently touched go first."""
@@ -30,6 +36,8 @@ IDENTITY_LIMIT = 10
 """Wrong tries one (address, identity) gets per window while its address is over budget."""
 TRUST_S = 24 * 3600.0
 """How long a success of a guessable key keeps its identity looked up at that address."""
+TRUST_REFRESH_S = 3600.0
+"""How often a gateway writes a key's continued successes to the shared table (a success costs no write between)."""
 GENERATED_KEY = re.compile(r"(?:gk|wk)-[A-Za-z0-9_-]{43,}")
 """The shape `new_api_key` makes: `token_urlsafe(32)` is 43 characters."""
 MIN_DISTINCT = 16
@@ -45,10 +53,32 @@ def identity(address: str, key: str) -> str:
     return hashlib.sha256(f"{address}\x1f{key[:len(key) // 2]}".encode()).hexdigest()
 
 
-def _window(times: deque[float], now: float, window_s: float) -> deque[float]:
-    while times and times[0] <= now - window_s:
-        times.popleft()
-    return times
+def recent(times: Sequence[float], now: float, window_s: float, limit: int) -> list[float]:
+    """The latest `limit` of `times` that are still within the window ending at `now`, oldest first. Gateways
+    that keep fewer, or another limit, read the same list alike."""
+    kept = sorted(t for t in times if t > now - window_s)
+    return kept[-limit:] if limit > 0 else []
+
+
+def wait_of(times: Sequence[float], now: float, window_s: float, limit: int) -> float:
+    """0 while `times` hold fewer than `limit` failures within the window, else until the oldest of them leaves."""
+    kept = recent(times, now, window_s, limit)
+    return kept[0] + window_s - now if limit > 0 and len(kept) >= limit else 0.0
+
+
+def refusal(address_wait: float, trusted_at: float | None, identity_times: Sequence[float], now: float,
+            window_s: float) -> float:
+    """How long a guessable key must wait at an address `address_wait` over budget: all of it unless its identity
+    succeeded there within `TRUST_S`; then only once its own `IDENTITY_LIMIT` tries of the window are spent."""
+    if address_wait == 0.0:
+        return 0.0
+    if trusted_at is None or now - trusted_at >= TRUST_S:
+        return address_wait
+    return wait_of(identity_times, now, window_s, IDENTITY_LIMIT)
+
+
+def with_failure(times: Sequence[float] | None, now: float, window_s: float, limit: int) -> list[float]:
+    return recent([*(times or ()), now], now, window_s, limit)
 
 
 V = TypeVar("V")
@@ -63,57 +93,120 @@ def _touch(table: OrderedDict[str, V], key: str, value: V) -> None:
 
 @dataclass
 class FailedAuthentications:
-    """A sliding window of failures per address (`limit` within `window_s`), one per (address, identity) of
-    guessable keys, and the identities that succeeded at each address. Successes neither count nor forgive."""
+    """One gateway's own tables: a sliding window of failures per address (`limit` within `window_s`), one per
+    (address, identity) of guessable keys, and the identities that succeeded at each address. Successes neither
+    count nor forgive. The shared tables' stand-in while those cannot be reached."""
 
     limit: int
     window_s: float
-    failures: OrderedDict[str, deque[float]] = field(default_factory=OrderedDict)
-    identity_failures: OrderedDict[str, deque[float]] = field(default_factory=OrderedDict)
+    failures: OrderedDict[str, list[float]] = field(default_factory=OrderedDict)
+    identity_failures: OrderedDict[str, list[float]] = field(default_factory=OrderedDict)
     trusted: OrderedDict[str, float] = field(default_factory=OrderedDict)
 
     def wait_s(self, address: str, now: float | None = None) -> float:
         """0 while `address` is within its budget, else how long until its oldest failure leaves the window."""
-        now = time.monotonic() if now is None else now
+        now = time.time() if now is None else now
         times = self.failures.get(address)
         if times is None:
             return 0.0
-        if not _window(times, now, self.window_s):
+        if not recent(times, now, self.window_s, self.limit):
             del self.failures[address]
             return 0.0
-        return times[0] + self.window_s - now if len(times) >= self.limit else 0.0
+        return wait_of(times, now, self.window_s, self.limit)
 
     def refusal_s(self, address: str, key: str, now: float | None = None) -> float:
         """0 when `key` may be looked up now, else how long `address` should wait before presenting it."""
-        now = time.monotonic() if now is None else now
-        wait = self.wait_s(address, now)
-        if wait == 0.0 or unguessable(key):
+        if unguessable(key):
             return 0.0
+        now = time.time() if now is None else now
         ident = identity(address, key)
-        if now - self.trusted.get(ident, -math.inf) >= TRUST_S:
-            return wait
-        times = _window(self.identity_failures.get(ident, deque()), now, self.window_s)
-        return times[0] + self.window_s - now if len(times) >= IDENTITY_LIMIT else 0.0
+        return refusal(self.wait_s(address, now), self.trusted.get(ident), self.identity_failures.get(ident, []),
+                       now, self.window_s)
 
     def record_failure(self, address: str, key: str, now: float | None = None) -> float:
         """Count a wrong key; return how long the address should now wait (0: it is within its budget)."""
-        now = time.monotonic() if now is None else now
-        times = self.failures.get(address) or deque(maxlen=max(self.limit, 1))
-        times.append(now)
-        _touch(self.failures, address, times)
+        now = time.time() if now is None else now
+        _touch(self.failures, address, with_failure(self.failures.get(address), now, self.window_s, self.limit))
         if not unguessable(key):
             ident = identity(address, key)
-            tries = self.identity_failures.get(ident) or deque(maxlen=IDENTITY_LIMIT)
-            tries.append(now)
-            _touch(self.identity_failures, ident, tries)
+            _touch(self.identity_failures, ident,
+                   with_failure(self.identity_failures.get(ident), now, self.window_s, IDENTITY_LIMIT))
         return self.wait_s(address, now)
 
     def record_success(self, address: str, key: str, now: float | None = None) -> None:
         if not unguessable(key):  # only guessable keys need their identity trusted
-            _touch(self.trusted, identity(address, key), time.monotonic() if now is None else now)
+            _touch(self.trusted, identity(address, key), time.time() if now is None else now)
 
 
-AUTH_FAILURES = web.AppKey("auth_failures", FailedAuthentications)
+@dataclass
+class SharedFailedAuthentications:
+    """The same rules over tables every gateway on the broker shares (so a guesser's budget is one, whichever
+    gateway it reaches): a generated key costs no shared read, a guessable one one read, a failure one change.
+    Every event is also kept in this gateway's own tables, which answer while the shared ones cannot (logged)."""
+
+    store: SharedState
+    local: FailedAuthentications
+    trust_written: OrderedDict[str, float] = field(default_factory=OrderedDict)
+    """Per identity, when this gateway last wrote its success to the shared table."""
+
+    async def refusal_s(self, address: str, key: str, now: float | None = None) -> float:
+        if unguessable(key):
+            return 0.0
+        now = time.time() if now is None else now
+        own = self.local.refusal_s(address, key, now)
+        try:
+            wait = wait_of(await self.store.read(key_of("auth", address)) or [], now, self.local.window_s,
+                           self.local.limit)
+            if wait == 0.0:
+                return 0.0
+            ident = identity(address, key)
+            trusted, tries = await asyncio.gather(self.store.read(key_of("trust", ident)),
+                                                  self.store.read(key_of("guess", ident)))
+        except SharedStateUnavailable as error:
+            self.store.fell_back("the brute-force limit", error)
+            return own
+        return refusal(wait, trusted[0] if trusted else None, tries or [], now, self.local.window_s)
+
+    async def record_failure(self, address: str, key: str, now: float | None = None) -> float:
+        now = time.time() if now is None else now
+        own = self.local.record_failure(address, key, now)
+        window_s, limit = self.local.window_s, self.local.limit
+
+        def counted(times: list[float] | None) -> tuple[list[float], float]:
+            kept = with_failure(times, now, window_s, limit)
+            return kept, wait_of(kept, now, window_s, limit)
+
+        def tried(times: list[float] | None) -> tuple[list[float], None]:
+            return with_failure(times, now, window_s, IDENTITY_LIMIT), None
+
+        counting = self.store.change(key_of("auth", address), counted, ttl_of(window_s))
+        try:
+            if unguessable(key):
+                return await counting
+            wait, _ = await asyncio.gather(counting, self.store.change(key_of("guess", identity(address, key)),
+                                                                       tried, ttl_of(window_s)))
+        except SharedStateUnavailable as error:
+            self.store.fell_back("the brute-force limit", error)
+            return own
+        return wait
+
+    async def record_success(self, address: str, key: str, now: float | None = None) -> None:
+        if unguessable(key):
+            return
+        now = time.time() if now is None else now
+        self.local.record_success(address, key, now)
+        ident = identity(address, key)
+        if now - self.trust_written.get(ident, -math.inf) < TRUST_REFRESH_S:
+            return
+        try:
+            await self.store.put(key_of("trust", ident), [now], ttl_of(TRUST_S))
+        except SharedStateUnavailable as error:
+            self.store.fell_back("the brute-force limit", error)
+            return
+        _touch(self.trust_written, ident, now)
+
+
+AUTH_FAILURES = web.AppKey("auth_failures", SharedFailedAuthentications)
 
 
 def client_address(request: web.Request) -> str:
@@ -126,21 +219,21 @@ def too_many(wait_s: float) -> ApiError:
                     "rate_limit_error", "too_many_failed_authentications", retry_after_s=retry_after)
 
 
-def refuse_if_blocked(request: web.Request, key: str) -> None:
+async def refuse_if_blocked(request: web.Request, key: str) -> None:
     """Before the lookup: 429 for a key this address may not try now."""
     failures = request.app.get(AUTH_FAILURES)
-    wait = 0.0 if failures is None else failures.refusal_s(client_address(request), key)
+    wait = 0.0 if failures is None else await failures.refusal_s(client_address(request), key)
     if wait > 0:
         raise too_many(wait)
 
 
-def count_failure(request: web.Request, key: str) -> float:
+async def count_failure(request: web.Request, key: str) -> float:
     """After a failed lookup: how long the address should wait (0: answer 401 as usual)."""
     failures = request.app.get(AUTH_FAILURES)
-    return 0.0 if failures is None else failures.record_failure(client_address(request), key)
+    return 0.0 if failures is None else await failures.record_failure(client_address(request), key)
 
 
-def count_success(request: web.Request, key: str) -> None:
+async def count_success(request: web.Request, key: str) -> None:
     failures = request.app.get(AUTH_FAILURES)
     if failures is not None:
-        failures.record_success(client_address(request), key)
+        await failures.record_success(client_address(request), key)

@@ -1,49 +1,79 @@
-"""Limits: control calls per key (a token bucket, 429 with Retry-After) and transfers per gateway (bounded slots)."""
+"""Limits: control calls per key (a token bucket shared by every gateway, 429 with Retry-After) and transfers per
+gateway (bounded slots)."""
 
 import asyncio
 import contextlib
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from aiohttp import web
 
 from services.gateway.auth import principal
 from services.gateway.errors import ApiError
+from services.gateway.shared_state import MAX_TTL_S, SharedState, SharedStateUnavailable, key_of, ttl_of
 
 
-@dataclass
-class _Bucket:
-    tokens: float
-    updated: float
+def spend(bucket: Sequence[float] | None, now: float, rate_per_s: float, burst: int) -> tuple[list[float], float]:
+    """A token bucket `[tokens, updated]` (None: full) after one call at `now`, and 0 when the call may go, else
+    how long until a token is there (the bucket then is only refilled). A clock behind the last writer's adds
+    nothing, and never moves `updated` back."""
+    tokens, updated = (bucket[0], bucket[1]) if bucket else (float(burst), now)
+    tokens = min(float(burst), tokens + max(0.0, now - updated) * rate_per_s)
+    updated = max(updated, now)
+    if tokens >= 1.0:
+        return [tokens - 1.0, updated], 0.0
+    return [tokens, updated], (1.0 - tokens) / rate_per_s if rate_per_s > 0 else math.inf
 
 
 @dataclass
 class ControlCallLimiter:
-    """Creates, cancels and deletes spend a token each; reads and batch lines never do."""
+    """Creates, cancels and deletes spend a token each; reads and batch lines never do. One gateway's own
+    buckets: the shared ones' stand-in while those cannot be reached."""
 
     rate_per_s: float
     burst: int
-    buckets: dict[str, _Bucket] = field(default_factory=dict)
+    buckets: dict[str, list[float]] = field(default_factory=dict)
 
     def wait_s(self, key_id: str, now: float | None = None) -> float:
         """Spend one token for `key_id`; 0 when allowed, else how long until a token is there."""
-        now = time.monotonic() if now is None else now
-        bucket = self.buckets.setdefault(key_id, _Bucket(float(self.burst), now))
-        bucket.tokens = min(float(self.burst), bucket.tokens + (now - bucket.updated) * self.rate_per_s)
-        bucket.updated = now
-        if bucket.tokens >= 1.0:
-            bucket.tokens -= 1.0
-            return 0.0
-        return (1.0 - bucket.tokens) / self.rate_per_s if self.rate_per_s > 0 else math.inf
+        now = time.time() if now is None else now
+        self.buckets[key_id], wait = spend(self.buckets.get(key_id), now, self.rate_per_s, self.burst)
+        return wait
 
 
-CONTROL_LIMITER = web.AppKey("control_limiter", ControlCallLimiter)
+@dataclass
+class SharedControlCallLimiter:
+    """The same buckets shared by every gateway on the broker (a read and a compare-and-set a call; a refused call
+    writes nothing); each entry expires once it would be full again. This gateway's own buckets answer while the
+    shared ones cannot be reached (logged)."""
+
+    store: SharedState
+    local: ControlCallLimiter
+
+    async def wait_s(self, key_id: str, now: float | None = None) -> float:
+        now = time.time() if now is None else now
+        own = self.local.wait_s(key_id, now)
+        rate, burst = self.local.rate_per_s, self.local.burst
+
+        def spent(bucket: list[float] | None) -> tuple[list[float] | None, float]:
+            after, wait = spend(bucket, now, rate, burst)
+            return (after if wait == 0.0 else None), wait
+
+        try:
+            return await self.store.change(key_of("calls", key_id), spent,
+                                           ttl_of(burst / rate if rate > 0 else MAX_TTL_S))
+        except SharedStateUnavailable as error:
+            self.store.fell_back("the control-call limit", error)
+            return own
 
 
-def charge_control_call(request: web.Request) -> None:
-    wait = request.app[CONTROL_LIMITER].wait_s(principal(request).key_id)
+CONTROL_LIMITER = web.AppKey("control_limiter", SharedControlCallLimiter)
+
+
+async def charge_control_call(request: web.Request) -> None:
+    wait = await request.app[CONTROL_LIMITER].wait_s(principal(request).key_id)
     if wait > 0:
         retry_after = max(1, math.ceil(min(wait, 120.0)))
         raise ApiError(429, f"Too many control calls for this key; retry in {retry_after}s.", "rate_limit_error",

@@ -92,7 +92,7 @@ async def _live_batches(request: web.Request, owner: str) -> list[Batch]:
 
 async def create_batch(request: web.Request) -> web.Response:
     d = deps(request)
-    charge_control_call(request)
+    await charge_control_call(request)
     idempotency_key = _idempotency_key(request)
     body = await read_body(request, BatchCreateRequest, MAX_JSON_BODY_BYTES)
     window_s = completion_window_seconds(body.completion_window, d.settings.min_completion_window_s)
@@ -177,7 +177,7 @@ def _not_cancellable(batch_id: str, status: str) -> ApiError:
 async def cancel_batch(request: web.Request) -> web.Response:
     d = deps(request)
     record = await owned_batch(request, request.match_info["batch_id"])
-    charge_control_call(request)
+    await charge_control_call(request)
     batch = record.batch
     if batch.status not in CANCELLABLE and batch.status != "cancelling":
         raise _not_cancellable(batch.id, batch.status)
@@ -199,7 +199,7 @@ async def release_batch(request: web.Request) -> web.Response:
     """`POST /v1/batches/{id}/release` (extension): run a batch created with `hold` once it is validated."""
     d = deps(request)
     record = await owned_batch(request, request.match_info["batch_id"])
-    charge_control_call(request)
+    await charge_control_call(request)
     batch = record.batch
     if not batch.held:
         raise bad_request(f"Batch {batch.id} is not held; only a batch created with hold=true waits for release.",

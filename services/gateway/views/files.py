@@ -166,7 +166,7 @@ async def create_file(request: web.Request) -> web.Response:
     if not request.content_type.startswith("multipart/"):
         raise bad_request("Upload a file as multipart/form-data with fields 'purpose' and 'file'.",
                           "invalid_content_type")
-    charge_control_call(request)
+    await charge_control_call(request)
     d = deps(request)
     owner = principal(request).owner
     file_id = new_file_id()
@@ -327,7 +327,7 @@ async def delete_file(request: web.Request) -> web.Response:
     d = deps(request)
     file_id = request.match_info["file_id"]
     record = await owned_file(request, file_id)
-    charge_control_call(request)
+    await charge_control_call(request)
     batch_id = await delete_unless_in_use(d, record)
     if batch_id is not None:
         raise ApiError(409, f"File {file_id} is the input of batch {batch_id}, which has not ended; cancel it or "

@@ -1,0 +1,127 @@
+"""Counts every gateway on one broker shares (control-call buckets, failed authentications): one short list of
+numbers per key in a KV bucket, changed by compare-and-set, each write expiring on its own (per-message TTL), so
+the bucket only ever holds live windows.
+
+Nothing here waits long: each read or write has `TIMEOUT_S`, and once the bucket failed to answer, callers are told
+at once (`SharedStateUnavailable`) for `RETRY_AFTER_S` before it is tried again. Callers then use their own counts.
+"""
+
+import asyncio
+import hashlib
+import logging
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import nats.errors
+import nats.js.errors
+import orjson
+from nats.js import api
+from nats.js.kv import KeyValue
+
+log = logging.getLogger(__name__)
+
+LIMITS_BUCKET = "sheshnag_limits"
+"""The bucket of shared limits (belongs in contracts/subjects.py with the other bucket names)."""
+TIMEOUT_S = 0.5
+"""The longest one read or write may take before this gateway answers from its own counts."""
+RETRY_AFTER_S = 5.0
+"""How long after a failure the bucket is left alone (a request pays no timeout meanwhile)."""
+MAX_TRIES = 64
+"""Compare-and-set attempts for one change; past them (a key written by many at once) the change is given up."""
+MAX_TTL_S = 24 * 3600.0
+"""No entry outlives this, whatever its window."""
+
+Numbers = list[float]
+R = TypeVar("R")
+Step = Callable[[Numbers | None], tuple[Numbers | None, R]]
+"""The current value (None: no live entry) → the value to write (None: write nothing) and what to answer."""
+
+
+class SharedStateUnavailable(Exception):
+    """The bucket could not be read or changed in time: answer from this gateway's own counts."""
+
+    def __init__(self, why: str, *, first: bool) -> None:
+        super().__init__(why)
+        self.first = first
+        """Whether this is the failure that began an outage (the one worth a log line)."""
+
+
+def key_of(kind: str, name: str) -> str:
+    """A KV key for any name (an address may hold ':' or '%', which keys may not)."""
+    return f"{kind}.{hashlib.sha256(name.encode()).hexdigest()[:40]}"
+
+
+def ttl_of(seconds: float) -> float:
+    return float(min(MAX_TTL_S, max(1, math.ceil(seconds) + 1)))
+
+
+@dataclass
+class SharedState:
+    kv: KeyValue
+    timeout_s: float = TIMEOUT_S
+    retry_after_s: float = RETRY_AFTER_S
+    _down_until: float = 0.0
+
+    async def read(self, key: str) -> Numbers | None:
+        return (await self._get(key))[0]
+
+    async def put(self, key: str, value: Sequence[float], ttl_s: float) -> None:
+        await self._publish(key, value, ttl_s, None)
+
+    async def change(self, key: str, step: Step[R], ttl_s: float) -> R:
+        """Apply `step` to the key's current value and write the result unless another writer came first; then
+        again from theirs. Every writer's change counts once."""
+        for attempt in range(MAX_TRIES):
+            current, revision = await self._get(key)
+            value, answer = step(current)
+            if value is None:
+                return answer
+            try:
+                await self._publish(key, value, ttl_s, revision)
+                return answer
+            except nats.js.errors.KeyWrongLastSequenceError:
+                await asyncio.sleep(random.uniform(0, 0.001 * attempt))  # spread the writers racing for this key
+        raise SharedStateUnavailable(f"{key} changed by others {MAX_TRIES} times in a row", first=True)
+
+    def fell_back(self, what: str, error: SharedStateUnavailable) -> None:
+        """Say (once per outage) that this gateway answers from its own counts for now."""
+        if error.first:
+            log.warning("shared limits unavailable (%s); %s uses this gateway's own counts for now", error, what)
+
+    async def _get(self, key: str) -> tuple[Numbers | None, int]:
+        self._refuse_while_down()
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                entry = await self.kv.get(key)
+        except nats.js.errors.KeyNotFoundError as missing:  # never written, or expired
+            return None, missing.entry.revision if missing.entry is not None else 0
+        except (TimeoutError, nats.errors.Error, OSError) as error:
+            raise self._unavailable(repr(error)) from error
+        value: Numbers | None = orjson.loads(entry.value) if entry.value else None
+        return value, entry.revision or 0
+
+    async def _publish(self, key: str, value: Sequence[float], ttl_s: float, revision: int | None) -> None:
+        self._refuse_while_down()
+        headers = None if revision is None else {str(api.Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value): str(revision)}
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await self.kv._js.publish(f"{self.kv._pre}{key}", orjson.dumps([round(v, 3) for v in value]),
+                                          headers=headers, msg_ttl=ttl_s)
+        except nats.js.errors.APIError as error:
+            if error.err_code in (10071, 10164):  # wrong last sequence: another writer came first
+                raise nats.js.errors.KeyWrongLastSequenceError(description=error.description) from error
+            raise self._unavailable(repr(error)) from error
+        except (TimeoutError, nats.errors.Error, OSError) as error:
+            raise self._unavailable(repr(error)) from error
+
+    def _refuse_while_down(self) -> None:
+        if time.monotonic() < self._down_until:
+            raise SharedStateUnavailable("the bucket failed moments ago", first=False)
+
+    def _unavailable(self, why: str) -> SharedStateUnavailable:
+        self._down_until = time.monotonic() + self.retry_after_s
+        return SharedStateUnavailable(why, first=True)
