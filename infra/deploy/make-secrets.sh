@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Writes the secrets of a deployment into <compose|kubernetes>/secrets/, every file 0600 (that folder is never
+# committed). Run it once; a second run keeps every secret and rewrites the files from them. Nothing is printed.
+#   nats.conf     all three brokers' config: one file, each node's name from its SERVER_NAME (sheshnag nats-config)
+#   core.env      SHESHNAG_NATS_URL with the core user: every service but the executor
+#   callout.env   SHESHNAG_NATS_CALLOUT_SEED: the schedulers' alone (they admit executors by worker key)
+#   s3.env        the services' S3 keys; minio.env the same pair as MinIO's root user
+#   ledger.env    the ledger's PostgreSQL password; postgres.env the same for PostgreSQL
+#   executor.env  SHESHNAG_EXECUTOR_WORKER_KEY, empty until you paste a worker key into it
+#   nats-auth/    the NATS secrets the files above are made from: keep it, back it up
+# CLI says how to run sheshnag; by default the image infra/deploy/Dockerfile builds, tagged sheshnag:local.
+set -euo pipefail
+target=${1:-}
+cd "$(dirname "$0")"
+case "$target" in
+  compose)
+    routes=nats-1:6222,nats-2:6222,nats-3:6222 url=nats://nats:4222 extra=() ;;
+  kubernetes)
+    routes=sheshnag-nats-0.sheshnag-nats-cluster:6222,sheshnag-nats-1.sheshnag-nats-cluster:6222
+    routes=$routes,sheshnag-nats-2.sheshnag-nats-cluster:6222 url=nats://sheshnag-nats:4222
+    extra=(--pid-file /var/run/nats/nats.pid) ;;
+  *) echo "usage: $0 compose|kubernetes" >&2; exit 2 ;;
+esac
+umask 077
+SECRETS="$PWD/$target/secrets"
+mkdir -p "$SECRETS"
+CLI=${CLI:-"docker run --rm --user $(id -u):$(id -g) -v $SECRETS:$SECRETS sheshnag:local"}
+
+$CLI nats-config --data-dir "$SECRETS/nats-auth" --out "$SECRETS/nats.conf" --server-name '$SERVER_NAME' \
+  --cluster-name sheshnag --routes "$routes" --store-dir /data/jetstream --monitor 0.0.0.0:8222 \
+  ${extra[@]+"${extra[@]}"} --env-dir "$SECRETS" --url "$url" >/dev/null
+
+random() { od -An -N24 -tx1 /dev/urandom | tr -d ' \n'; }
+if [ ! -f "$SECRETS/s3.env" ]; then
+  access="AK$(random | cut -c1-16)" secret="$(random)"
+  printf 'SHESHNAG_S3_ACCESS_KEY=%s\nSHESHNAG_S3_SECRET_KEY=%s\n' "$access" "$secret" > "$SECRETS/s3.env"
+  printf 'MINIO_ROOT_USER=%s\nMINIO_ROOT_PASSWORD=%s\n' "$access" "$secret" > "$SECRETS/minio.env"
+fi
+if [ ! -f "$SECRETS/ledger.env" ]; then
+  password="$(random)"
+  printf 'SHESHNAG_LEDGER_POSTGRES_PASSWORD=%s\n' "$password" > "$SECRETS/ledger.env"
+  printf 'POSTGRES_PASSWORD=%s\n' "$password" > "$SECRETS/postgres.env"
+fi
+[ -f "$SECRETS/executor.env" ] || printf 'SHESHNAG_EXECUTOR_WORKER_KEY=\n' > "$SECRETS/executor.env"
+echo "secrets written to $SECRETS"
