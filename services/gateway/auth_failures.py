@@ -149,19 +149,22 @@ class SharedFailedAuthentications:
     trust_written: OrderedDict[str, float] = field(default_factory=OrderedDict)
     """Per identity, when this gateway last wrote its success to the shared table."""
 
+    def key(self, kind: str, name: str) -> str:
+        return key_of(kind, name, self.local.limit, self.local.window_s)
+
     async def refusal_s(self, address: str, key: str, now: float | None = None) -> float:
         if unguessable(key):
             return 0.0
         now = time.time() if now is None else now
         own = self.local.refusal_s(address, key, now)
         try:
-            wait = wait_of(await self.store.read(key_of("auth", address)) or [], now, self.local.window_s,
+            wait = wait_of(await self.store.read(self.key("auth", address)) or [], now, self.local.window_s,
                            self.local.limit)
             if wait == 0.0:
                 return 0.0
             ident = identity(address, key)
-            trusted, tries = await asyncio.gather(self.store.read(key_of("trust", ident)),
-                                                  self.store.read(key_of("guess", ident)))
+            trusted, tries = await asyncio.gather(self.store.read(self.key("trust", ident)),
+                                                  self.store.read(self.key("guess", ident)))
         except SharedStateUnavailable as error:
             self.store.fell_back("the brute-force limit", error)
             return own
@@ -179,11 +182,11 @@ class SharedFailedAuthentications:
         def tried(times: list[float] | None) -> tuple[list[float], None]:
             return with_failure(times, now, window_s, IDENTITY_LIMIT), None
 
-        counting = self.store.change(key_of("auth", address), counted, ttl_of(window_s))
+        counting = self.store.change(self.key("auth", address), counted, ttl_of(window_s))
         try:
             if unguessable(key):
                 return await counting
-            wait, _ = await asyncio.gather(counting, self.store.change(key_of("guess", identity(address, key)),
+            wait, _ = await asyncio.gather(counting, self.store.change(self.key("guess", identity(address, key)),
                                                                        tried, ttl_of(window_s)))
         except SharedStateUnavailable as error:
             self.store.fell_back("the brute-force limit", error)
@@ -199,7 +202,7 @@ class SharedFailedAuthentications:
         if now - self.trust_written.get(ident, -math.inf) < TRUST_REFRESH_S:
             return
         try:
-            await self.store.put(key_of("trust", ident), [now], ttl_of(TRUST_S))
+            await self.store.put(self.key("trust", ident), [now], ttl_of(TRUST_S))
         except SharedStateUnavailable as error:
             self.store.fell_back("the brute-force limit", error)
             return

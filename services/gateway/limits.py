@@ -62,7 +62,7 @@ class SharedControlCallLimiter:
             return (after if wait == 0.0 else None), wait
 
         try:
-            return await self.store.change(key_of("calls", key_id), spent,
+            return await self.store.change(key_of("calls", key_id, rate, burst), spent,
                                            ttl_of(burst / rate if rate > 0 else MAX_TTL_S))
         except SharedStateUnavailable as error:
             self.store.fell_back("the control-call limit", error)

@@ -50,9 +50,10 @@ class SharedStateUnavailable(Exception):
         """Whether this is the failure that began an outage (the one worth a log line)."""
 
 
-def key_of(kind: str, name: str) -> str:
-    """A KV key for any name (an address may hold ':' or '%', which keys may not)."""
-    return f"{kind}.{hashlib.sha256(name.encode()).hexdigest()[:40]}"
+def key_of(kind: str, name: str, *settings: object) -> str:
+    """A KV key for any name (an address may hold ':' or '%', which keys may not), apart for each `settings` (a
+    limit and its window): gateways configured alike share a count, others (a test's, mid-rollout) keep apart."""
+    return f"{kind}.{hashlib.sha256(repr((name, *settings)).encode()).hexdigest()[:40]}"
 
 
 def ttl_of(seconds: float) -> float:

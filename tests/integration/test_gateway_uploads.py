@@ -1,5 +1,6 @@
 """Uploads and downloads under load and failure, against a real broker, ledger and SeaweedFS: many at once never
-wedge the gateway, a stalled client and a dead object store end with clean errors, and excess waits or gets 503."""
+wedge the gateway, a stalled client and a dead object store end with clean errors, excess waits or gets 503, and a
+gateway killed mid-upload loses nothing it acknowledged: another gateway lists and serves it all."""
 
 import asyncio
 import hashlib
@@ -13,6 +14,7 @@ import pytest
 from infra.embedded import S3Credentials, free_port, start_seaweed, stop_process
 from services.runtime.objectstore import UPLOAD_PART_BYTES
 from services.runtime.settings import ConnectionSettings
+from tests.integration.gateway_pair import gateway_process, running_gateways
 from tests.integration.gateway_support import Gateway, RawResponse, jsonl, raw_exchange, running_gateway
 
 
@@ -124,3 +126,46 @@ async def test_a_download_the_client_abandons_frees_its_slot(connection: Connect
                 response.close()  # gone mid-body
         whole = await gateway.client.get(f"/v1/files/{file['id']}/content", headers=key)
         assert whole.status == 200 and len(await whole.read()) == file["bytes"]
+
+
+async def test_a_gateway_killed_mid_upload_loses_no_upload_it_acknowledged_and_another_serves_them(
+        connection: ConnectionSettings) -> None:
+    async with running_gateways(connection, count=1) as (survivor,):
+        process, base = gateway_process(connection)
+        try:
+            key = await survivor.new_key()
+            bodies = [big_jsonl(0.2, f"kept-{n}") for n in range(3)]
+            acknowledged = []
+            async with aiohttp.ClientSession() as http:
+                for body in bodies:
+                    form = aiohttp.FormData({"purpose": "batch"})
+                    form.add_field("file", body, filename="kept.jsonl", content_type="application/octet-stream")
+                    async with http.post(f"{base}/v1/files", data=form, headers=key) as answer:
+                        assert answer.status == 200, await answer.text()
+                        acknowledged.append(((await answer.json())["id"], body))
+            port = int(base.rsplit(":", 1)[1])
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            boundary = "dying"
+            writer.write(multipart_head(boundary, 8 * 1024 * 1024) + f"Authorization: {key['Authorization']}\r\n\r\n"
+                         f"--{boundary}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n"
+                         f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"dying.jsonl\"\r\n"
+                         "Content-Type: application/octet-stream\r\n\r\n".encode() + big_jsonl(1, "dying"))
+            await writer.drain()
+            await asyncio.sleep(0.3)  # the gateway is streaming it to the object store
+
+            process.kill()
+
+            try:
+                rest = await asyncio.wait_for(reader.read(), 10)
+            except ConnectionResetError:  # the body it had not read yet makes the kernel reset the connection
+                rest = b""
+            assert rest == b"", "the connection ends with no answer"
+            writer.close()
+        finally:
+            process.kill()
+            process.wait()
+        listed = await (await survivor.client.get("/v1/files", headers=key)).json()
+        assert sorted(f["id"] for f in listed["data"]) == sorted(file_id for file_id, _ in acknowledged)
+        for file_id, body in acknowledged:
+            content = await survivor.client.get(f"/v1/files/{file_id}/content", headers=key)
+            assert hashlib.sha256(await content.read()).hexdigest() == hashlib.sha256(body).hexdigest()

@@ -39,7 +39,7 @@ async def test_failures_recorded_at_once_through_two_connections_each_count_once
 
     await asyncio.gather(*(limiters[n % 2].record_failure(address, f"gk-{n}") for n in range(60)))
 
-    assert len(await limiters[0].store.read(key_of("auth", address)) or []) == 60
+    assert len(await limiters[0].store.read(limiters[0].key("auth", address)) or []) == 60
 
 
 async def test_control_calls_racing_through_two_connections_spend_the_burst_exactly(
@@ -85,5 +85,5 @@ async def test_with_its_broker_stalled_a_gateway_answers_from_its_own_counts_the
     assert rest[0] == 0.0 and rest[1] > 0 and rest_s < 0.1, "its own burst of 3 holds, without waiting"
     await asyncio.sleep(1.2)
     assert await limiter.wait_s("key_b") == 0.0
-    assert await state.read(key_of("calls", "key_b")) is not None, "shared again once the broker answers"
+    assert await state.read(key_of("calls", "key_b", 0.001, 3)) is not None, "shared again once the broker answers"
     await bus.close()

@@ -65,7 +65,9 @@ def test_a_bucket_that_never_refills_refuses_for_ever() -> None:
     assert spend([0.0, 0.0], now=5.0, rate_per_s=0.0, burst=3)[1] == math.inf
 
 
-def test_keys_are_valid_kv_keys_for_any_address_and_entries_live_at_least_a_second_and_at_most_a_day() -> None:
+def test_keys_are_valid_for_any_address_apart_per_settings_and_entries_live_a_second_to_a_day() -> None:
     assert key_of("auth", "::ffff:10.0.0.1%eth0").replace(".", "").isalnum()
     assert key_of("auth", "10.0.0.1") != key_of("auth", "10.0.0.2") != key_of("calls", "10.0.0.1")
+    assert key_of("auth", "10.0.0.1", 100, 60.0) == key_of("auth", "10.0.0.1", 100, 60.0)
+    assert key_of("auth", "10.0.0.1", 100, 60.0) != key_of("auth", "10.0.0.1", 4, 60.0)
     assert ttl_of(0.2) == 2.0 and ttl_of(60.0) == 61.0 and ttl_of(1e9) == MAX_TTL_S
