@@ -1,14 +1,17 @@
-"""Chaos benchmark: N batches run once undisturbed and once while random services (and the broker) are
-SIGKILLed at random moments and executors are paused (SIGSTOP past their lease, then SIGCONT, as a GC stall, a VM
-migration or a partition does) with new batches sent after each pause; prints lines lost and duplicated (goal
-0 / 0), batches not completed and time to completion for both.
+"""Chaos benchmark: N batches of several owners, interleaved, run once undisturbed and once while random services
+(and the broker) are SIGKILLed at random moments and executors are paused (SIGSTOP past their lease, then SIGCONT,
+as a GC stall, a VM migration or a partition does) with new batches sent after each pause; prints lines lost and
+duplicated over all batches (goal 0 / 0), batches not completed and time to completion for both.
 
-With `--executors N` (N > 1) the fleet has N executors and every batch is split into shards across them; the
-monkey also kills and pauses the extra executors (a killed one comes back, as a supervisor would bring it back, a
-few seconds later). `--executor-ttl-s` shortens the executors' broker admission so that they renew it meanwhile.
+The batches go round-robin to `--owners` users (an API key each), so the fleet runs units of several owners' batches
+at once, in fair turns; units are `--unit-lines` lines, committed in chunks of 2. With `--executors N` (N > 1) the
+fleet has N executors and every batch spreads over them; the monkey also kills and pauses the extra executors (a
+killed one comes back, as a supervisor would bring it back, a few seconds later). `--executor-ttl-s` shortens the
+executors' broker admission so that they renew it meanwhile.
 
-Usage: .venv/bin/python bench/chaos.py [--batches 3] [--lines 16] [--kills 6] [--pauses 1] [--seed 1]
-                                       [--executors 1] [--pause-s 20] [--executor-ttl-s S] [--keep DIR]
+Usage: .venv/bin/python bench/chaos.py [--batches 3] [--owners 3] [--lines 16] [--unit-lines 4] [--kills 6]
+                                       [--pauses 1] [--seed 1] [--executors 1] [--pause-s 20] [--executor-ttl-s S]
+                                       [--keep DIR]
 """
 
 import argparse
@@ -32,7 +35,8 @@ from openai.types import Batch
 
 from contracts.lifecycle import TERMINAL
 from infra.embedded import free_port
-from tests.e2e.conftest import ADMIN_KEY, RunningStack, start_stack, stop_stack
+from tests.e2e.conftest import RunningStack, start_stack, stop_stack
+from tests.e2e.sharing import user_client
 from tests.e2e.test_fleet import CHAT, new_worker_key, start_executor
 from tests.factories import custom_ids_seen, long_lines, lost_and_duplicated, upload
 
@@ -40,19 +44,31 @@ VICTIMS = ("executor", "scheduler", "ledger", "validator", "gateway", "nats")
 BATCHES_AFTER_PAUSE = 1
 
 
-def submit(client: OpenAI, tag: str, batches: int, lines: int) -> dict[str, list[str]]:
+Submitted = dict[str, tuple[OpenAI, list[str]]]
+"""Batch id → its owner's client and the custom_ids of its lines."""
+
+
+def owners(stack: RunningStack, count: int) -> list[OpenAI]:
+    """A client per owner: users of their own, each with an API key, made before any fault."""
+    clients = [user_client(stack, f"chaos-owner-{n}") for n in range(count)]
+    return [OpenAI(base_url=stack.base_url, api_key=client.api_key, max_retries=8, timeout=60) for client in clients]
+
+
+def submit(clients: list[OpenAI], tag: str, batches: int, lines: int) -> Submitted:
+    """Batches sent in turn by each owner (b0 by the first, b1 by the second, …), so they run interleaved."""
     submitted = {}
     for b in range(batches):
+        client = clients[b % len(clients)]
         ids = [f"{tag}-{b}-{i}" for i in range(lines)]
         batch = client.batches.create(input_file_id=upload(client, long_lines(ids)), endpoint="/v1/chat/completions",
                                       completion_window="24h")
-        submitted[batch.id] = ids
+        submitted[batch.id] = (client, ids)
     return submitted
 
 
-def settle(client: OpenAI, submitted: dict[str, list[str]], more_coming: Callable[[], bool],
-           timeout_s: float = 900) -> tuple[int, int, int]:
-    """(lines lost, lines duplicated, batches not completed) once every batch is terminal and no more are coming."""
+def settle(submitted: Submitted, more_coming: Callable[[], bool], timeout_s: float = 900) -> tuple[int, int, int]:
+    """(lines lost, lines duplicated, batches not completed) over every batch of every owner, once every batch is
+    terminal and no more are coming."""
     deadline = time.monotonic() + timeout_s
     finished: dict[str, Batch] = {}
     while time.monotonic() < deadline:
@@ -62,14 +78,14 @@ def settle(client: OpenAI, submitted: dict[str, list[str]], more_coming: Callabl
             break
         for batch_id in pending:
             try:
-                batch = client.batches.retrieve(batch_id)
+                batch = submitted[batch_id][0].batches.retrieve(batch_id)
             except openai.APIError:
                 continue  # the gateway or broker may be down for a moment
             if batch.status in TERMINAL:
                 finished[batch_id] = batch
         time.sleep(0.5)
     lost = duplicated = 0
-    for batch_id, ids in list(submitted.items()):
+    for batch_id, (client, ids) in list(submitted.items()):
         ended = finished.get(batch_id)
         missing, extra = lost_and_duplicated(ids, custom_ids_seen(client, ended) if ended else Counter())
         lost, duplicated = lost + missing, duplicated + extra
@@ -111,9 +127,9 @@ class ChaosMonkey:
     """Kills random services and pauses random executors, one fault at a time, at random moments; after each
     pause it sends new batches, which must run on the executor that came back as on any other."""
 
-    def __init__(self, stack: RunningStack, extras: ExtraExecutors, client: OpenAI, submitted: dict[str, list[str]],
+    def __init__(self, stack: RunningStack, extras: ExtraExecutors, clients: list[OpenAI], submitted: Submitted,
                  args: argparse.Namespace, kills: int, pauses: int) -> None:
-        self.stack, self.extras, self.client, self.submitted, self.args = stack, extras, client, submitted, args
+        self.stack, self.extras, self.clients, self.submitted, self.args = stack, extras, clients, submitted, args
         self.rng = random.Random(args.seed)
         self.faults = ["kill"] * kills + ["pause"] * pauses
         self.rng.shuffle(self.faults)
@@ -148,24 +164,23 @@ class ChaosMonkey:
             stop.wait(self.args.pause_s)
             os.kill(pid, signal.SIGCONT)
             self.log.append(f"{victim} paused {self.args.pause_s:.0f}s")
-            batches = submit(self.client, f"after-pause-{len(self.log)}", BATCHES_AFTER_PAUSE, self.args.lines)
+            batches = submit(self.clients, f"after-pause-{len(self.log)}", BATCHES_AFTER_PAUSE, self.args.lines)
             self.submitted.update(batches)
         finally:
             self.pauses_left -= 1
 
 
-def run(stack: RunningStack, extras: ExtraExecutors, tag: str, args: argparse.Namespace,
+def run(stack: RunningStack, extras: ExtraExecutors, clients: list[OpenAI], tag: str, args: argparse.Namespace,
         kills: int, pauses: int) -> tuple[float, int, int, int, list[str]]:
     """Undisturbed (no faults), the batches the chaos run sends after its pauses are sent at once with the rest."""
-    client = OpenAI(base_url=stack.base_url, api_key=ADMIN_KEY, max_retries=8, timeout=60)
     stop = threading.Event()
     started = time.perf_counter()
     later = args.pauses * BATCHES_AFTER_PAUSE if pauses == 0 else 0
-    submitted = submit(client, tag, args.batches + later, args.lines)
-    monkey = ChaosMonkey(stack, extras, client, submitted, args, kills, pauses)
+    submitted = submit(clients, tag, args.batches + later, args.lines)
+    monkey = ChaosMonkey(stack, extras, clients, submitted, args, kills, pauses)
     thread = threading.Thread(target=monkey.run, args=(stop,))
     thread.start()
-    lost, duplicated, incomplete = settle(client, submitted, lambda: monkey.pauses_left > 0)
+    lost, duplicated, incomplete = settle(submitted, lambda: monkey.pauses_left > 0)
     stop.set()
     thread.join()
     return time.perf_counter() - started, lost, duplicated, incomplete, monkey.log
@@ -174,7 +189,9 @@ def run(stack: RunningStack, extras: ExtraExecutors, tag: str, args: argparse.Na
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--batches", type=int, default=3)
+    parser.add_argument("--owners", type=int, default=3, help="users the batches go to in turn (an API key each)")
     parser.add_argument("--lines", type=int, default=16)
+    parser.add_argument("--unit-lines", type=int, default=4, help="lines per unit of work the scheduler hands out")
     parser.add_argument("--kills", type=int, default=6)
     parser.add_argument("--pauses", type=int, default=1, help="executor pauses (SIGSTOP, then SIGCONT) among faults")
     parser.add_argument("--pause-s", type=float, default=20.0,
@@ -182,28 +199,30 @@ def main() -> None:
     parser.add_argument("--executor-ttl-s", type=float, default=None,
                         help="executors' broker admission (SHESHNAG_NATS_EXECUTOR_TTL_S; default 1 h)")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--executors", type=int, default=1, help="executors in the fleet; >1 shards every batch")
+    parser.add_argument("--executors", type=int, default=1, help="executors in the fleet; each batch spreads over all")
     parser.add_argument("--keep", type=Path, default=None, help="keep the stack's data and logs in this directory")
     args = parser.parse_args()
-    sharding = {"SHESHNAG_SCHEDULER_SHARD_MIN_LINES": str(max(1, args.lines // args.executors)),
-                "SHESHNAG_EXECUTOR_CHUNK_LINES": "4"} if args.executors > 1 else {}
+    args.owners = max(1, args.owners)
+    units = {"SHESHNAG_SCHEDULER_UNIT_MIN_LINES": str(args.unit_lines),
+             "SHESHNAG_SCHEDULER_UNIT_MAX_LINES": str(args.unit_lines), "SHESHNAG_EXECUTOR_CHUNK_LINES": "2"}
     if args.executor_ttl_s is not None:
-        sharding["SHESHNAG_NATS_EXECUTOR_TTL_S"] = str(args.executor_ttl_s)
+        units["SHESHNAG_NATS_EXECUTOR_TTL_S"] = str(args.executor_ttl_s)
     with tempfile.TemporaryDirectory() as tmp:
         base = args.keep or Path(tmp)
         base.mkdir(parents=True, exist_ok=True)
-        stack = start_stack(base / "data", free_port(), sharding)
+        stack = start_stack(base / "data", free_port(), units)
         extras = ExtraExecutors(stack, args.executors)
         try:
+            clients = owners(stack, args.owners)
             time.sleep(15 if args.executors > 1 else 0)  # the extra executors load the model and register
-            calm = run(stack, extras, "calm", args, kills=0, pauses=0)
-            chaos = run(stack, extras, "chaos", args, kills=args.kills, pauses=args.pauses)
+            calm = run(stack, extras, clients, "calm", args, kills=0, pauses=0)
+            chaos = run(stack, extras, clients, "chaos", args, kills=args.kills, pauses=args.pauses)
         finally:
             extras.stop()
             stop_stack(stack)
     later = args.pauses * BATCHES_AFTER_PAUSE
-    print(f"\n{args.batches} batches (+{later} sent after pauses) x {args.lines} lines (max_tokens 64), "
-          f"{args.executors} executor(s)\n")
+    print(f"\n{args.batches} batches (+{later} sent after pauses) of {args.owners} owner(s), interleaved, x "
+          f"{args.lines} lines (max_tokens 64) in units of {args.unit_lines}, {args.executors} executor(s)\n")
     print("| run | seconds | lines lost | lines duplicated | batches not completed | faults |")
     print("|---|---|---|---|---|---|")
     for name, (seconds, lost, duplicated, incomplete, killed) in (("undisturbed", calm), ("chaos", chaos)):

@@ -1,4 +1,5 @@
-"""Chaos: SIGKILL a service (or the broker itself) mid-batch; the batch still ends with every line exactly once."""
+"""Chaos: SIGKILL a service (or the broker itself) while three owners' batches run interleaved, in units of a few
+lines; every batch still ends with each of its lines exactly once."""
 
 import json
 import os
@@ -12,6 +13,7 @@ from openai import OpenAI
 
 from infra.embedded import free_port
 from tests.e2e.conftest import RunningStack, start_stack, stop_stack
+from tests.e2e.sharing import SMALL_UNITS, user_client
 from tests.e2e.test_batch_lifecycle import accounted
 from tests.factories import long_lines, upload, wait_until_done
 
@@ -20,9 +22,14 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def chaos_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
-    running = start_stack(tmp_path_factory.mktemp("chaos") / "data", free_port())
+    running = start_stack(tmp_path_factory.mktemp("chaos") / "data", free_port(), SMALL_UNITS)
     yield running
     stop_stack(running)
+
+
+@pytest.fixture(scope="module")
+def owners(chaos_stack: RunningStack) -> list[OpenAI]:
+    return [user_client(chaos_stack, f"chaos-{n}") for n in range(3)]
 
 
 def wait_for_progress(client: OpenAI, batch_id: str, timeout_s: float = 90) -> None:
@@ -47,19 +54,20 @@ def kill(stack: RunningStack, name: str) -> int:
 
 
 @pytest.mark.parametrize("victim", ["executor", "scheduler", "ledger", "nats"])
-def test_a_batch_survives_a_sigkill_mid_run_with_every_line_exactly_once(
-        chaos_stack: RunningStack, victim: str) -> None:
-    client = chaos_stack.client()
-    ids = [f"{victim}-{i}" for i in range(24)]
-    created = client.batches.create(input_file_id=upload(client, long_lines(ids)), endpoint="/v1/chat/completions",
-                                    completion_window="24h")
-    wait_for_progress(client, created.id)
+def test_interleaved_batches_of_three_owners_survive_a_sigkill_mid_run_with_every_line_exactly_once(
+        chaos_stack: RunningStack, owners: list[OpenAI], victim: str) -> None:
+    ids = {n: [f"{victim}-{n}-{i}" for i in range(8)] for n in range(len(owners))}
+    created = {n: client.batches.create(input_file_id=upload(client, long_lines(ids[n])),
+                                        endpoint="/v1/chat/completions", completion_window="24h").id
+               for n, client in enumerate(owners)}
+    wait_for_progress(owners[0], created[0])
     kill(chaos_stack, victim)
-    client = OpenAI(base_url=chaos_stack.base_url, api_key=client.api_key, max_retries=5, timeout=60)
-    batch, _ = wait_until_done(client, created.id, timeout_s=240)
-    assert batch.status == "completed", batch.model_dump()
-    output, errors = accounted(client, batch, ids)
-    assert errors == [] and len({line["custom_id"] for line in output}) == len(ids)
+    for n, client in enumerate(owners):
+        client = client.with_options(max_retries=5)
+        batch, _ = wait_until_done(client, created[n], timeout_s=240)
+        assert batch.status == "completed", batch.model_dump()
+        output, errors = accounted(client, batch, ids[n])
+        assert errors == [] and len({line["custom_id"] for line in output}) == len(ids[n])
+        assert all(json.dumps(line["response"]["body"]["usage"]) for line in output)
     up_log = Path(chaos_stack.data_dir.parent / f"up-{chaos_stack.port}.out").read_text()
     assert f"{'nats-server' if victim == 'nats' else victim} crashed with exit code -9" in up_log
-    assert all(json.dumps(line["response"]["body"]["usage"]) for line in output)
