@@ -26,8 +26,9 @@ log = logging.getLogger(__name__)
 
 LIMITS_BUCKET = "sheshnag_limits"
 """The bucket of shared limits (belongs in contracts/subjects.py with the other bucket names)."""
-TIMEOUT_S = 0.5
-"""The longest one read or write may take before this gateway answers from its own counts."""
+TIMEOUT_S = 2.0
+"""The longest one read or write may take before this gateway answers from its own counts (a busy broker can take
+a second; a gone one costs one request this long per `RETRY_AFTER_S`)."""
 RETRY_AFTER_S = 5.0
 """How long after a failure the bucket is left alone (a request pays no timeout meanwhile)."""
 MAX_TRIES = 64
