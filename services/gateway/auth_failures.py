@@ -149,7 +149,8 @@ class SharedFailedAuthentications:
     trust_written: OrderedDict[str, float] = field(default_factory=OrderedDict)
     """Per identity, when this gateway last wrote its success to the shared table."""
 
-    def key(self, kind: str, name: str) -> str:
+    def entry(self, kind: str, name: str) -> str:
+        """The shared entry of `name` (an address, an identity) in the table `kind`."""
         return key_of(kind, name, self.local.limit, self.local.window_s)
 
     async def refusal_s(self, address: str, key: str, now: float | None = None) -> float:
@@ -158,13 +159,13 @@ class SharedFailedAuthentications:
         now = time.time() if now is None else now
         own = self.local.refusal_s(address, key, now)
         try:
-            wait = wait_of(await self.store.read(self.key("auth", address)) or [], now, self.local.window_s,
+            wait = wait_of(await self.store.read(self.entry("auth", address)) or [], now, self.local.window_s,
                            self.local.limit)
             if wait == 0.0:
                 return 0.0
             ident = identity(address, key)
-            trusted, tries = await asyncio.gather(self.store.read(self.key("trust", ident)),
-                                                  self.store.read(self.key("guess", ident)))
+            trusted, tries = await asyncio.gather(self.store.read(self.entry("trust", ident)),
+                                                  self.store.read(self.entry("guess", ident)))
         except SharedStateUnavailable as error:
             self.store.fell_back("the brute-force limit", error)
             return own
@@ -182,11 +183,11 @@ class SharedFailedAuthentications:
         def tried(times: list[float] | None) -> tuple[list[float], None]:
             return with_failure(times, now, window_s, IDENTITY_LIMIT), None
 
-        counting = self.store.change(self.key("auth", address), counted, ttl_of(window_s))
+        counting = self.store.change(self.entry("auth", address), counted, ttl_of(window_s))
         try:
             if unguessable(key):
                 return await counting
-            wait, _ = await asyncio.gather(counting, self.store.change(self.key("guess", identity(address, key)),
+            wait, _ = await asyncio.gather(counting, self.store.change(self.entry("guess", identity(address, key)),
                                                                        tried, ttl_of(window_s)))
         except SharedStateUnavailable as error:
             self.store.fell_back("the brute-force limit", error)
@@ -202,7 +203,7 @@ class SharedFailedAuthentications:
         if now - self.trust_written.get(ident, -math.inf) < TRUST_REFRESH_S:
             return
         try:
-            await self.store.put(self.key("trust", ident), [now], ttl_of(TRUST_S))
+            await self.store.put(self.entry("trust", ident), [now], ttl_of(TRUST_S))
         except SharedStateUnavailable as error:
             self.store.fell_back("the brute-force limit", error)
             return

@@ -63,6 +63,8 @@ def ttl_of(seconds: float) -> float:
 
 @dataclass
 class SharedState:
+    """The bucket as the limits use it: read a key, put one, change one by compare-and-set."""
+
     kv: KeyValue
     timeout_s: float = TIMEOUT_S
     retry_after_s: float = RETRY_AFTER_S

@@ -64,7 +64,7 @@ async def test_guesses_spread_over_two_gateways_trip_one_budget_and_right_keys_s
             assert await status(gateway, weak_admin) == 200
             assert await status(gateway, unused_weak) == 429  # first use mid-guessing, at either
     failures = gateways[1].client.app[AUTH_FAILURES]
-    counted = await failures.store.read(failures.key("auth", address))
+    counted = await failures.store.read(failures.entry("auth", address))
     assert counted is not None and len(counted) == AUTH_LIMIT, "one list for the address, kept to the limit"
 
 

@@ -39,7 +39,7 @@ async def test_failures_recorded_at_once_through_two_connections_each_count_once
 
     await asyncio.gather(*(limiters[n % 2].record_failure(address, f"gk-{n}") for n in range(60)))
 
-    assert len(await limiters[0].store.read(limiters[0].key("auth", address)) or []) == 60
+    assert len(await limiters[0].store.read(limiters[0].entry("auth", address)) or []) == 60
 
 
 async def test_control_calls_racing_through_two_connections_spend_the_burst_exactly(
