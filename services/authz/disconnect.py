@@ -19,6 +19,7 @@ from nats.aio.subscription import Subscription
 from contracts.events.key import KeyRevoked
 from contracts.events.registry import decode_event
 from contracts.subjects import KEY_REVOKED, SERVER_DISCONNECTS, server_kick
+from services.runtime.nats_client import server_list
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,8 @@ class Disconnector:
         account; call `close()` to stop."""
         system = Client()
         options: dict[str, Any] = {"reconnect_time_wait": 0.5}  # seconds (nats-py annotates it int)
-        await system.connect(system_url, name="sheshnag-authz-system", max_reconnect_attempts=-1, **options)
+        await system.connect(server_list(system_url), name="sheshnag-authz-system", max_reconnect_attempts=-1,
+                             **options)
         disconnector = cls(system, admitted)
         disconnector.subscriptions = [
             await facts.subscribe(KEY_REVOKED, cb=disconnector.on_revoked),

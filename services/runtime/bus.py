@@ -12,7 +12,15 @@ import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+    StreamInfo,
+)
 
 from contracts.events.envelope import Event
 from contracts.subjects import (
@@ -23,6 +31,7 @@ from contracts.subjects import (
     WORK_SUBJECTS,
 )
 from services.runtime.nats_client import ReadmittingClient
+from services.runtime.settings import connection_settings
 from services.runtime.telemetry import inject_headers, tracer
 
 log = logging.getLogger(__name__)
@@ -107,15 +116,19 @@ class Credentials:
 class EventBus:
     """One NATS connection per service process."""
 
-    def __init__(self, nc: Client, name: str = "") -> None:
+    def __init__(self, nc: Client, name: str = "", replicas: int | None = None) -> None:
         self.nc = nc
         self.tracer = tracer(name.split("-")[0] or "bus")
         """Handler spans are named after the service (`executor-gpu-7` → `sheshnag.executor`)."""
         self.js: JetStreamContext = nc.jetstream(timeout=PUBLISH_TIMEOUT_S)
+        self.replicas = replicas if replicas is not None else connection_settings().nats_replicas
+        """Replicas of every stream and bucket this bus makes (`SHESHNAG_NATS_REPLICAS` unless given)."""
 
     @classmethod
-    async def connect(cls, url: str, name: str, credentials: Credentials | None = None) -> Self:
-        """Connect (as `credentials`' user when given; else as the URL says) and make sure the streams exist."""
+    async def connect(cls, url: str, name: str, credentials: Credentials | None = None,
+                      replicas: int | None = None) -> Self:
+        """Connect (as `credentials`' user when given; else as the URL says, which may list a cluster's nodes with
+        commas) and make sure the streams exist (with `replicas`, else `SHESHNAG_NATS_REPLICAS`)."""
         options: dict[str, Any] = {}
         if credentials is not None:
             options = {"user": credentials.user, "password": credentials.password,
@@ -123,7 +136,7 @@ class EventBus:
         options["reconnect_time_wait"] = 0.5  # seconds (nats-py annotates it int)
         nc = ReadmittingClient()
         await nc.connect(url, name=name, max_reconnect_attempts=-1, **options)
-        bus = cls(nc, name)
+        bus = cls(nc, name, replicas)
         await bus.ensure_streams()
         return bus
 
@@ -139,6 +152,7 @@ class EventBus:
                 retention=RetentionPolicy.LIMITS,
                 duplicate_window=DEDUP_WINDOW_S,
                 allow_direct=True,  # read without consumers: fact checks, the errors view, the fact desk
+                num_replicas=self.replicas,
             )
         )
         await self._ensure_stream(
@@ -148,19 +162,37 @@ class EventBus:
                 storage=StorageType.FILE,
                 retention=RetentionPolicy.WORK_QUEUE,
                 duplicate_window=DEDUP_WINDOW_S,
+                num_replicas=self.replicas,
             )
         )
 
     async def _ensure_stream(self, config: StreamConfig) -> None:
         # Look before declaring: an executor's connection may read stream info but never declare a stream.
         with contextlib.suppress(nats.js.errors.NotFoundError):
-            await self.js.stream_info(config.name or "")
+            await self.ensure_replicas(await self.js.stream_info(config.name or ""))
             return
         try:
             await self.js.add_stream(config)
         except nats.js.errors.BadRequestError:
-            # Another process declared it first, possibly with an older config: keep theirs.
-            await self.js.stream_info(config.name or "")
+            # Another process declared it first, possibly with an older config: keep theirs, at our replicas.
+            await self.ensure_replicas(await self.js.stream_info(config.name or ""))
+
+    async def ensure_replicas(self, info: StreamInfo) -> None:
+        """A stream (or KV bucket's stream) with fewer replicas than `replicas` is scaled up: JetStream copies it
+        to the new peers (its publishes may fail for the moment it elects a leader among them). Never scaled down
+        (an operator's choice). A broker that refuses (one server, or a connection without the right) leaves it as
+        it is, with a warning: the deployment runs, less durable than configured."""
+        have = info.config.num_replicas or 1
+        if have >= self.replicas:
+            return
+        info.config.num_replicas = self.replicas
+        try:
+            await self.js.update_stream(info.config)
+        except (nats.errors.Error, nats.js.errors.Error) as error:
+            log.warning("stream %s keeps %d replica(s), not the %d configured: %r",
+                        info.config.name, have, self.replicas, error)
+        else:
+            log.info("stream %s scaled from %d to %d replicas", info.config.name, have, self.replicas)
 
     async def publish(self, event: Event, fence: Fence | None = None) -> int:
         """Publish a fact once: a retried publish of the same event_id is dropped by the server.

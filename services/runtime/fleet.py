@@ -26,4 +26,5 @@ class Fleet:
         await self.kv.delete(executor_id)
 
     async def adverts(self) -> list[ExecutorAdvert]:
-        return [ExecutorAdvert.model_validate_json(value) for value in await latest_values(self.kv)]
+        # Heartbeats: a replica's moment-old advert serves as well, also while the bucket elects a leader.
+        return [ExecutorAdvert.model_validate_json(value) for value in await latest_values(self.kv, coherent=False)]

@@ -3,6 +3,9 @@
 A scan is a series of batched direct gets on the bucket's stream (`$JS.API.DIRECT.GET.<stream>` with
 `next_by_subj` and `batch`): it creates no consumer and no watch, so a request that lists can leak nothing on the
 server whatever happens to it, and it reads to the stream's end, so an answer is never cut short by a quiet spell.
+On a replicated stream any replica may answer a direct get, one that has not applied the latest writes among them
+(JetStream promises no read-after-write there): a read also asks the stream's leader for the last sequence on its
+subject, and counts an answer only once it reaches that far, so nothing acknowledged before it began is missed.
 """
 
 import asyncio
@@ -16,6 +19,7 @@ from nats.js.client import JetStreamContext
 from nats.js.kv import KeyValue
 
 from services.runtime.bus import EventBus
+from services.runtime.replicas import ScanFailed, leader_floor
 
 SCAN_PAGE = 256
 """Messages asked for per direct get; the server ends each batch with an EOB status saying how many remain."""
@@ -26,10 +30,9 @@ MAX_CHASE = 16
 many times the pages it first saw, it fails rather than chase them forever (or answer short)."""
 KV_OPERATION = "KV-Operation"
 MARKER_REASON = "Nats-Marker-Reason"
-
-
-class ScanFailed(nats.errors.Error):
-    """The server refused or broke off a scan: the caller gets an error, never a partial list."""
+LAGGING_RETRY_S = 0.05
+"""A replica's answer that stops short of the leader's last sequence is asked again after this long (another
+replica may answer, or the same one caught up), for up to `PAGE_TIMEOUT_S` in all."""
 
 
 async def open_bucket(bus: EventBus, bucket: str, ttl_s: float | None = None, *, scans: bool = False) -> KeyValue:
@@ -39,9 +42,12 @@ async def open_bucket(bus: EventBus, bucket: str, ttl_s: float | None = None, *,
         kv = await bus.js.key_value(bucket)
     except nats.js.errors.BucketNotFoundError:
         try:
-            return await bus.js.create_key_value(bucket=bucket, history=1, ttl=ttl_s, direct=True)
+            return await bus.js.create_key_value(bucket=bucket, history=1, ttl=ttl_s, direct=True,
+                                                 replicas=bus.replicas)
         except nats.js.errors.BadRequestError:  # another process created it first
             kv = await bus.js.key_value(bucket)
+    if bus.replicas > 1:
+        await bus.ensure_replicas(await bus.js.stream_info(kv._stream))
     if scans and not kv._direct:
         await ensure_direct_reads(bus.js, kv._stream)
         kv = await bus.js.key_value(bucket)
@@ -56,18 +62,19 @@ async def ensure_direct_reads(js: JetStreamContext, stream: str) -> None:
         await js.update_stream(info.config)
 
 
-async def latest_values(kv: KeyValue, key_filter: str = ">") -> list[bytes]:
+async def latest_values(kv: KeyValue, key_filter: str = ">", *, coherent: bool = True) -> list[bytes]:
     """The current value of every live key matching `key_filter` (deleted keys are skipped), in key order."""
-    return [value for _, value in await latest_entries(kv, key_filter)]
+    return [value for _, value in await latest_entries(kv, key_filter, coherent=coherent)]
 
 
-async def latest_entries(kv: KeyValue, key_filter: str = ">") -> list[tuple[str, bytes]]:
+async def latest_entries(kv: KeyValue, key_filter: str = ">", *, coherent: bool = True) -> list[tuple[str, bytes]]:
     """Every live key matching `key_filter` with its current value (deleted and expired keys are skipped).
 
     A key written while the scan runs is seen at its newest value: its new revision lies further on in the stream,
-    and the newest revision of each key wins."""
+    and the newest revision of each key wins. `coherent=False`: whatever replica answers, also while the bucket
+    elects a leader (for values where a moment-old one serves as well, heartbeats)."""
     latest: dict[str, tuple[int, bytes | None]] = {}
-    for message in await read_subject(kv._js, kv._stream, f"{kv._pre}{key_filter}"):
+    for message in await read_subject(kv._js, kv._stream, f"{kv._pre}{key_filter}", coherent=coherent):
         key = message.subject[len(kv._pre):]
         deleted = KV_OPERATION in message.headers or MARKER_REASON in message.headers
         if key not in latest or latest[key][0] < message.seq:
@@ -83,14 +90,18 @@ class StoredMessage:
     data: bytes
 
 
-async def read_subject(js: JetStreamContext, stream: str, subject: str) -> list[StoredMessage]:
+async def read_subject(js: JetStreamContext, stream: str, subject: str, *,
+                       coherent: bool = True) -> list[StoredMessage]:
     """Every message of `stream` on `subject` (a filter), in stream order, read to the stream's end by batched
-    direct gets: no consumer. The stream must allow direct gets."""
+    direct gets: no consumer. The stream must allow direct gets. `coherent`: to the leader's last message on
+    `subject` at least (see the module's docstring)."""
     nc = js._nc
     loop = asyncio.get_running_loop()
     api_subject = f"{js._prefix}.DIRECT.GET.{stream}"
     found: list[StoredMessage] = []
     page = _Page(loop.create_future())
+    floor = await leader_floor(js, stream, subject) if coherent else 0
+    lagging_until: float | None = None
 
     async def on_reply(message: Msg) -> None:  # replies of one page arrive in order, the status one last
         headers = {str(name): value for name, value in (message.headers or {}).items()}
@@ -118,7 +129,21 @@ async def read_subject(js: JetStreamContext, stream: str, subject: str) -> list[
             except TimeoutError:
                 raise ScanFailed("the stream stopped answering a scan") from None
             if status in ("end", "404") or (status == "204" and not page.last_seq):
-                return found
+                highest = found[-1].seq if found else 0
+                if highest >= floor:
+                    return found
+                # Short of the leader's last message: it went meanwhile (expired, deleted), or a replica behind the
+                # leader answered; then ask again from where it stopped.
+                floor = await leader_floor(js, stream, subject)
+                if highest >= floor:
+                    return found
+                lagging_until = lagging_until or loop.time() + PAGE_TIMEOUT_S
+                if loop.time() > lagging_until:
+                    raise ScanFailed(f"no replica of {stream} caught up to sequence {floor} for a scan")
+                pages -= 1
+                start = max(start, highest + 1)
+                await asyncio.sleep(LAGGING_RETRY_S)
+                continue
             if status != "204":
                 raise ScanFailed(f"the stream refused a scan (status {status})")
             start = page.last_seq + 1
@@ -129,7 +154,26 @@ async def read_subject(js: JetStreamContext, stream: str, subject: str) -> list[
 async def read_page(js: JetStreamContext, stream: str, subject: str, after: int, limit: int,
                     max_bytes: int) -> tuple[list[StoredMessage], bool]:
     """Up to `limit` messages (and about `max_bytes`) of `stream` on `subject` with a sequence above `after`, in
-    stream order, by one batched direct get; and whether more follow. No consumer."""
+    stream order, by one batched direct get (again while a lagging replica answers); and whether more follow. No
+    consumer."""
+    floor = await leader_floor(js, stream, subject)
+    deadline = asyncio.get_running_loop().time() + PAGE_TIMEOUT_S
+    while True:
+        found, more = await _read_one_page(js, stream, subject, after, limit, max_bytes)
+        reached = max(after, found[-1].seq if found else 0)
+        if more or reached >= floor:
+            return found, more
+        # Short of the leader's last message: it went meanwhile, or a replica behind the leader answered.
+        floor = await leader_floor(js, stream, subject)
+        if reached >= floor:
+            return found, more
+        if asyncio.get_running_loop().time() > deadline:
+            raise ScanFailed(f"no replica of {stream} caught up to sequence {floor} for a read")
+        await asyncio.sleep(LAGGING_RETRY_S)
+
+
+async def _read_one_page(js: JetStreamContext, stream: str, subject: str, after: int, limit: int,
+                         max_bytes: int) -> tuple[list[StoredMessage], bool]:
     nc = js._nc
     loop = asyncio.get_running_loop()
     found: list[StoredMessage] = []

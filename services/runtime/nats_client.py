@@ -5,6 +5,8 @@ the server sends `-ERR 'User Authentication Expired'` and hangs up. nats-py clos
 that error (nats-io/nats.py#1019), so the executor's consumers ended and the process died. Reconnecting, as the Go
 client does, asks the callout again: a live worker key is admitted afresh, a revoked one is refused (and the
 client keeps retrying, shut out).
+
+A URL may list a cluster's nodes with commas (`SHESHNAG_NATS_URL`); nats-py takes a list, so it is split here.
 """
 
 import nats.errors
@@ -14,7 +16,16 @@ AUTHENTICATION_EXPIRED = "authentication expired"
 """In the server's error line, lowercased by nats-py's parser."""
 
 
+def server_list(servers: str | list[str]) -> list[str]:
+    """Every server URL in `servers`, where any entry may list several with commas (a cluster's nodes)."""
+    entries = [servers] if isinstance(servers, str) else servers
+    return [url.strip() for entry in entries for url in entry.split(",") if url.strip()]
+
+
 class ReadmittingClient(Client):
+    def _setup_server_pool(self, connect_url: str | list[str]) -> None:
+        super()._setup_server_pool(server_list(connect_url))
+
     async def _process_err(self, err_msg: str) -> None:
         if AUTHENTICATION_EXPIRED not in err_msg or not self.options["allow_reconnect"]:
             await super()._process_err(err_msg)

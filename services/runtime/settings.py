@@ -13,7 +13,11 @@ class ConnectionSettings(BaseSettings):
 
     nats_url: str = "nats://127.0.0.1:4222"
     """Where the broker is; for a broker that authorizes connections, with the core user's credentials in it
-    (`nats://core:<password>@host:port`). Executors connect with their own (executor id and worker key)."""
+    (`nats://core:<password>@host:port`). Executors connect with their own (executor id and worker key). A
+    cluster's nodes are listed with commas (`nats://…@host1:4222,nats://…@host2:4222`)."""
+    nats_replicas: int = Field(default=1, ge=1, le=5)
+    """How many servers hold each stream and KV bucket: 1 on one broker, 3 on a 3-node JetStream cluster. Streams
+    and buckets are made with it; one found with fewer replicas is scaled up to it (never down)."""
     nats_callout_seed: str = Field(default="", repr=False)
     """The auth callout issuer's account nkey seed (`SA…`). The process given it (the scheduler) admits
     executors to the broker by worker key; empty: no admissions (a broker without auth callout)."""

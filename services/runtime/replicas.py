@@ -1,0 +1,55 @@
+"""What a direct read of a replicated stream must reach: the last sequence on its subject as the stream's leader has
+it. JetStream lets any replica answer a direct get, one that has not applied the latest writes among them; a
+stream-leader get (`STREAM.MSG.GET`) is coherent with every acknowledged publish. A single-replica stream needs no
+floor: its one server answers both."""
+
+import time
+from weakref import WeakKeyDictionary
+
+import nats.errors
+import nats.js.errors
+from nats.js.client import JetStreamContext
+
+LEADER_TIMEOUT_S = 2.0
+"""How long the leader may take to answer. A stream electing a leader answers nobody (its publishes fail too);
+reads then fail fast (`ScanFailed`, as for a scan that cannot finish) rather than answer from a replica that may
+lag."""
+REPLICATION_RECHECK_S = 30.0
+"""How long a stream's replica count is taken as known: a stream scaled up meanwhile is read as replicated after."""
+
+
+class ScanFailed(nats.errors.Error):
+    """The server refused or broke off a scan: the caller gets an error, never a partial list."""
+
+
+async def leader_floor(js: JetStreamContext, stream: str, subject: str) -> int:
+    """The sequence a direct read of `subject` (a filter) must reach to miss nothing acknowledged before it began;
+    0 on a single-replica stream and when `subject` holds nothing."""
+    leader = JetStreamContext(js._nc, prefix=js._prefix, timeout=LEADER_TIMEOUT_S)
+    if not await _replicated(leader, js, stream):
+        return 0
+    try:
+        return (await leader.get_last_msg(stream, subject)).seq or 0
+    except nats.js.errors.NotFoundError:
+        return 0
+    except (nats.errors.Error, nats.js.errors.Error) as error:
+        raise ScanFailed(f"the leader of {stream} did not answer a read: {error!r}") from error
+
+
+_REPLICATED: "WeakKeyDictionary[JetStreamContext, dict[str, tuple[bool, float]]]" = WeakKeyDictionary()
+"""Per connection's JetStream context, per stream: whether it has more than one replica, and when that was asked."""
+
+
+async def _replicated(leader: JetStreamContext, js: JetStreamContext, stream: str) -> bool:
+    known = _REPLICATED.setdefault(js, {})
+    now = time.monotonic()
+    if stream in known and now - known[stream][1] <= REPLICATION_RECHECK_S:
+        return known[stream][0]
+    try:
+        replicas = (await leader.stream_info(stream)).config.num_replicas or 1
+    except (nats.errors.Error, nats.js.errors.Error) as error:
+        if stream not in known:
+            raise ScanFailed(f"{stream} did not say how many replicas it has: {error!r}") from error
+        return known[stream][0]  # asked again while the stream elects a leader: as it was
+    known[stream] = replicas > 1, now
+    return replicas > 1

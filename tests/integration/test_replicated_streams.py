@@ -1,0 +1,106 @@
+"""Streams and KV buckets on a real 3-node JetStream cluster: made with the configured replicas, scaled up when found
+with fewer, read back with every acknowledged write in them, and, with no leader to ask, refused fast rather than
+answered by a replica that may lag; a single broker refuses replicas outright."""
+
+import asyncio
+import secrets
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import nats.js.errors
+import pytest
+
+from contracts.events.batch import LineRejected
+from contracts.subjects import EVENTS_STREAM, WORK_STREAM, event_subject
+from infra.nats_cluster import NatsCluster
+from services.runtime.bus import EventBus
+from services.runtime.kv import latest_entries, open_bucket, read_page, read_subject
+from services.runtime.replicas import LEADER_TIMEOUT_S, ScanFailed
+from tests.conftest import RunningNats
+
+NOT_CLUSTERED = 10074
+"""JetStream's error code for replicas > 1 on a server that is not in a cluster."""
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[NatsCluster]:
+    running = NatsCluster.plan(tmp_path / "data")
+    running.start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+async def bus(cluster: NatsCluster) -> AsyncIterator[EventBus]:
+    bus = await EventBus.connect(cluster.core_urls(), "tests", replicas=3)
+    yield bus
+    await bus.close()
+
+
+async def replicas(bus: EventBus, stream: str) -> int:
+    return (await bus.js.stream_info(stream)).config.num_replicas or 1
+
+
+def rejected(batch_id: str, line: int) -> LineRejected:
+    return LineRejected(aggregate_id=batch_id, line=line, code="invalid_json", message="not JSON", kept=True)
+
+
+async def test_every_stream_and_bucket_is_made_with_the_configured_replicas(bus: EventBus) -> None:
+    kv = await open_bucket(bus, f"r3_{secrets.token_hex(4)}", 30.0, scans=True)
+
+    assert [await replicas(bus, stream) for stream in (EVENTS_STREAM, WORK_STREAM, kv._stream)] == [3, 3, 3]
+
+
+async def test_a_stream_and_a_bucket_made_with_one_replica_are_scaled_up_and_never_down(cluster: NatsCluster) -> None:
+    bucket = f"old_{secrets.token_hex(4)}"
+    single = await EventBus.connect(cluster.core_urls(), "tests", replicas=1)
+    await open_bucket(single, bucket)
+    assert await replicas(single, EVENTS_STREAM) == 1
+
+    clustered = await EventBus.connect(cluster.core_urls(), "tests", replicas=3)
+    kv = await open_bucket(clustered, bucket)
+    await EventBus.connect(cluster.core_urls(), "tests", replicas=1)  # a process still configured for one
+
+    assert [await replicas(clustered, stream) for stream in (EVENTS_STREAM, WORK_STREAM, kv._stream)] == [3, 3, 3]
+    await single.close()
+    await clustered.close()
+
+
+async def test_a_read_right_after_each_acknowledged_write_holds_it(bus: EventBus) -> None:
+    batch_id = f"batch_{secrets.token_hex(6)}"
+    subject = event_subject("batch", batch_id, LineRejected.name)
+    kv = await open_bucket(bus, f"raw_{secrets.token_hex(4)}", scans=True)
+    for line in range(1, 41):
+        sequence = await bus.publish(rejected(batch_id, line))
+        await kv.put(f"k.{line}", str(line).encode())
+
+        page, _ = await read_page(bus.js, EVENTS_STREAM, subject, 0, 1000, 1 << 20)
+        assert page[-1].seq == sequence
+        assert (await read_subject(bus.js, EVENTS_STREAM, subject))[-1].seq == sequence
+        assert len(await latest_entries(kv, "k.>")) == line
+
+
+async def test_with_no_leader_a_coherent_read_is_refused_fast_and_a_heartbeat_read_still_answers(
+        cluster: NatsCluster, bus: EventBus) -> None:
+    kv = await open_bucket(bus, f"lost_{secrets.token_hex(4)}", scans=True)
+    await kv.put("executor.a", b"alive")
+    leader = (await bus.js.stream_info(kv._stream)).cluster.leader  # type: ignore[union-attr]
+    survivor, *others = sorted((node.name for node in cluster.nodes), key=lambda name: name == leader)
+    for name in others:  # its leader and one more: no quorum, so no leader
+        cluster.kill(name)
+    await asyncio.sleep(0.5)  # the client moves to the survivor
+
+    started = time.monotonic()
+    with pytest.raises(ScanFailed):
+        await latest_entries(kv, ">")
+    assert time.monotonic() - started < LEADER_TIMEOUT_S + 3
+    assert await latest_entries(kv, ">", coherent=False) == [("executor.a", b"alive")]
+    assert bus.nc.connected_url is not None and bus.nc.connected_url.port == cluster.node(survivor).client_port
+
+
+async def test_a_single_broker_refuses_replicated_streams_with_the_reason(fresh_nats: RunningNats) -> None:
+    with pytest.raises(nats.js.errors.APIError) as refused:
+        await EventBus.connect(fresh_nats.url, "tests", replicas=3)
+
+    assert refused.value.err_code == NOT_CLUSTERED
