@@ -50,6 +50,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     up.add_argument("--port", type=int, default=8080, help="gateway port (default 8080)")
     up.add_argument("--nats-port", type=int, default=None, help="embedded NATS port (default: a free port)")
     up.add_argument("--s3-port", type=int, default=None, help="embedded S3 port (default: a free port)")
+    up.add_argument("--nats-url", default="", help="use this broker instead of starting one: a cluster's client "
+                    "URLs, comma-separated, whose accounts are the data dir's (infra/nats_cluster.py)")
     keys = commands.add_parser("keys", help="manage API keys (against SHESHNAG_NATS_URL)")
     key_tools = keys.add_subparsers(dest="tool", required=True)
     create = key_tools.add_parser("create", help="create a key and print it once (only its hash is stored)")
@@ -135,11 +137,12 @@ async def up(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    stack = Stack(args.data_dir.expanduser().resolve(), args.port, pick_port(args.nats_port), pick_port(args.s3_port))
+    stack = Stack(args.data_dir.expanduser().resolve(), args.port, pick_port(args.nats_port), pick_port(args.s3_port),
+                  args.nats_url)
     try:
         await asyncio.to_thread(stack.start_infra)
         key = choose_admin_key(stack.data_dir, os.environ.get("SHESHNAG_ADMIN_KEY"))
-        bus = await EventBus.connect(stack.nats_auth.core_url(stack.nats_port), "sheshnag-up")
+        bus = await EventBus.connect(stack.core_nats_url(), "sheshnag-up")
         await register_key(bus, key, "admin (sheshnag up)")
         worker_key = local_worker_key(stack.data_dir)
         await register_key(bus, worker_key, "embedded executor (sheshnag up)", role="worker")
@@ -165,7 +168,7 @@ Sheshnag is up.
   base URL  http://127.0.0.1:{stack.gateway_port}/v1
   API key   {shown}
   data      {stack.data_dir}   logs: {stack.logs}
-  NATS      nats://127.0.0.1:{stack.nats_port} (services' user and password: {stack.data_dir / SECRETS_FILE})
+  NATS      {stack.secrets().executor_nats_url} (services' user and password: {stack.data_dir / SECRETS_FILE})
   S3        127.0.0.1:{stack.s3_port}
 Press Ctrl-C to stop.
 """, flush=True)

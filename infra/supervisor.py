@@ -20,6 +20,7 @@ from infra.embedded import (
     wait_for_port,
 )
 from infra.nats_auth import NatsAuth
+from infra.nats_config import core_url
 from infra.private import PRIVATE_UMASK, make_private
 from infra.process_env import StackSecrets, server_env, service_env
 
@@ -88,6 +89,9 @@ class Stack:
     gateway_port: int
     nats_port: int
     s3_port: int
+    nats_urls: str = ""
+    """An existing broker to use instead of starting one: a cluster's client URLs, comma-separated, without
+    credentials. Its accounts must be this data dir's (`nats-auth.json`, as `infra/nats_cluster.py` writes them)."""
     credentials: S3Credentials = field(init=False)
     nats_auth: NatsAuth = field(init=False)
     worker_key: str = ""
@@ -98,9 +102,15 @@ class Stack:
     def logs(self) -> Path:
         return self.data_dir / "logs"
 
+    def core_nats_url(self) -> str:
+        """The broker's URL(s) with the core user's credentials in each."""
+        if not self.nats_urls:
+            return self.nats_auth.core_url(self.nats_port)
+        return core_url(self.nats_auth, self.nats_urls)
+
     def secrets(self) -> StackSecrets:
-        return StackSecrets(core_nats_url=self.nats_auth.core_url(self.nats_port),
-                            executor_nats_url=f"nats://127.0.0.1:{self.nats_port}",
+        return StackSecrets(core_nats_url=self.core_nats_url(),
+                            executor_nats_url=self.nats_urls or f"nats://127.0.0.1:{self.nats_port}",
                             s3_access_key=self.credentials.access_key, s3_secret_key=self.credentials.secret_key,
                             callout_seed=self.nats_auth.issuer_seed, worker_key=self.worker_key)
 
@@ -125,12 +135,14 @@ class Stack:
         nats_config = self.nats_auth.write_server_config(self.data_dir)
         # Neither server needs a secret from the environment: each reads its own from 0600 files.
         infra_env = server_env(os.environ)
-        nats = Supervised("nats-server", nats_command(self.data_dir, self.nats_port, nats_config), infra_env,
-                          self.logs / "nats.log")
+        servers = []
+        if not self.nats_urls:  # else the operator runs the broker
+            servers.append((Supervised("nats-server", nats_command(self.data_dir, self.nats_port, nats_config),
+                                       infra_env, self.logs / "nats.log"), self.nats_port, NATS_READY_S))
         s3 = Supervised("s3", seaweed_command(self.data_dir, self.s3_port, self.credentials,
                                               frozenset({self.gateway_port, self.nats_port})), infra_env,
                         self.logs / "s3.log", cwd=self.data_dir / "s3")
-        for child, port, ready_s in ((nats, self.nats_port, NATS_READY_S), (s3, self.s3_port, S3_READY_S)):
+        for child, port, ready_s in (*servers, (s3, self.s3_port, S3_READY_S)):
             child.start()
             assert child.process is not None
             wait_for_port(port, child.process, ready_s, child.name)

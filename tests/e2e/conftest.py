@@ -5,7 +5,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,13 +53,15 @@ E2E_UPLOAD_LIMIT = 2 * 1024 * 1024
 """Small, so the e2e tests can cross it cheaply."""
 
 
-def start_stack(data_dir: Path, port: int, extra_env: dict[str, str] | None = None) -> RunningStack:
+def start_stack(data_dir: Path, port: int, extra_env: dict[str, str] | None = None,
+                up_args: Sequence[str] = ()) -> RunningStack:
+    """`up_args`: more of `sheshnag up`'s options (e.g. `--nats-url` for a broker the test runs itself)."""
     env = dict(os.environ, SHESHNAG_ADMIN_KEY=ADMIN_KEY, **(extra_env or {}))
     out = (data_dir.parent / f"up-{port}.out").open("ab")
     s3_port = free_port(frozenset({port}))
     nats_port = free_port(frozenset({port, s3_port}))
     command = [sys.executable, "-m", "infra.cli", "up", "--data-dir", str(data_dir), "--port", str(port),
-               "--s3-port", str(s3_port), "--nats-port", str(nats_port)]
+               "--s3-port", str(s3_port), "--nats-port", str(nats_port), *up_args]
     process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

@@ -1,0 +1,77 @@
+"""The control plane on a 3-node JetStream cluster: every stream and bucket R3, and a batch that runs through the
+SIGKILL of the node leading EVENTS ends with every line exactly once and a ledger whose replay equals live; the
+killed node, restarted, catches up."""
+
+import asyncio
+import io
+import time
+
+import pytest
+from openai import OpenAI
+
+from contracts.subjects import (
+    EVENTS_STREAM,
+    EXECUTORS_BUCKET,
+    KEY_USAGE_BUCKET,
+    LEADER_BUCKET,
+    READ_MODEL_BUCKET,
+    WORK_STREAM,
+)
+from services.ledger import operator
+from services.ledger.settings import LedgerSettings
+from services.runtime.settings import ConnectionSettings
+from tests.e2e.cluster import REPLICAS, ClusteredStack, clustered
+from tests.factories import chat_line, custom_ids_seen, lost_and_duplicated, upload, wait_until_done
+
+pytestmark = pytest.mark.e2e
+__all__ = ["clustered"]
+
+STREAMS = (EVENTS_STREAM, WORK_STREAM, *(f"KV_{bucket}" for bucket in (
+    READ_MODEL_BUCKET, EXECUTORS_BUCKET, LEADER_BUCKET, KEY_USAGE_BUCKET)))
+
+
+def wait_for_status(client: OpenAI, batch_id: str, wanted: frozenset[str], timeout_s: float = 60) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = client.batches.retrieve(batch_id).status
+        if status in wanted:
+            return status
+        time.sleep(0.05)
+    raise TimeoutError(f"batch {batch_id} never reached {sorted(wanted)}")
+
+
+def test_every_stream_and_bucket_is_held_by_three_replicas(clustered: ClusteredStack) -> None:
+    assert clustered.stream_replicas(STREAMS) == dict.fromkeys(STREAMS, REPLICAS)
+
+
+def test_a_batch_survives_the_sigkill_of_the_node_leading_events_with_every_line_once_and_replay_equal_to_live(
+        clustered: ClusteredStack) -> None:
+    client = clustered.stack.client()
+    ids = [f"leader-kill-{i}" for i in range(6)]
+    created = client.batches.create(
+        input_file_id=upload(client, [chat_line(custom_id, f"Count to {i + 3}.", max_tokens=8)
+                                      for i, custom_id in enumerate(ids)]),
+        endpoint="/v1/chat/completions", completion_window="24h")
+    status_at_kill = wait_for_status(client, created.id, frozenset({"in_progress", "finalizing", "completed"}))
+    leader = clustered.leader(EVENTS_STREAM)
+    assert leader is not None
+    killed_at = time.monotonic()
+    clustered.cluster.kill(leader)
+
+    elected = clustered.new_leader(EVENTS_STREAM, not_this=leader)
+    elected_after_s = time.monotonic() - killed_at
+    patient = OpenAI(base_url=clustered.stack.base_url, api_key=client.api_key, max_retries=5, timeout=60)
+    batch, _ = wait_until_done(patient, created.id, timeout_s=90)
+    done_after_s = time.monotonic() - killed_at
+    lost, duplicated = lost_and_duplicated(ids, custom_ids_seen(patient, batch))
+    print(f"\nkilled {leader} at {status_at_kill}; {elected} leads EVENTS after {elected_after_s:.1f}s; batch "
+          f"{batch.status} {done_after_s:.1f}s after the kill; {lost} lines lost, {duplicated} duplicated")
+
+    assert batch.status == "completed", batch.model_dump()
+    assert (lost, duplicated) == (0, 0)
+    report = io.StringIO()
+    settings = LedgerSettings(connection=ConnectionSettings(nats_url=clustered.cluster.core_urls()))
+    assert asyncio.run(operator.replay(settings, report)) == 0, report.getvalue()
+
+    clustered.cluster.start_node(leader)  # back on its ports and store: it rejoins as itself and catches up
+    assert clustered.current_peers(EVENTS_STREAM) == {node.name for node in clustered.cluster.nodes}
