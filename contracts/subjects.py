@@ -29,6 +29,8 @@ LEDGER_NAME = "ledger"
 
 KEY_USAGE_BUCKET = "sheshnag_key_usage"
 """When each key was last used (ms), written by gateways at most once a minute per key; not a fact."""
+LIMITS_BUCKET = "sheshnag_limits"
+"""Rate-limit and brute-force counts every gateway shares (each entry expires with its window); not a fact."""
 
 
 def event_subject(kind: AggregateKind, aggregate_id: str, event_name: str) -> str:

@@ -4,7 +4,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from contracts.subjects import EVENTS_STREAM
+from contracts.subjects import EVENTS_STREAM, LIMITS_BUCKET
 from services.gateway.auth import KEY_CACHE, KeyCache, auth_middleware
 from services.gateway.auth_failures import AUTH_FAILURES, FailedAuthentications, SharedFailedAuthentications
 from services.gateway.context import DEPS, Deps
@@ -23,7 +23,7 @@ from services.gateway.observe import observe_middleware
 from services.gateway.request_ids import stamp_request_id
 from services.gateway.routes import ROUTES
 from services.gateway.settings import GatewaySettings
-from services.gateway.shared_state import LIMITS_BUCKET, SharedState
+from services.gateway.shared_state import SharedState
 from services.gateway.sweeper import file_sweeper
 from services.runtime.bus import EventBus
 from services.runtime.catalogue import load_catalogue

@@ -24,8 +24,6 @@ from nats.js.kv import KeyValue
 
 log = logging.getLogger(__name__)
 
-LIMITS_BUCKET = "sheshnag_limits"
-"""The bucket of shared limits (belongs in contracts/subjects.py with the other bucket names)."""
 TIMEOUT_S = 2.0
 """The longest one read or write may take before this gateway answers from its own counts (a busy broker can take
 a second; a gone one costs one request this long per `RETRY_AFTER_S`)."""

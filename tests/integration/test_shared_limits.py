@@ -9,9 +9,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from contracts.subjects import LIMITS_BUCKET
 from services.gateway.auth_failures import FailedAuthentications, SharedFailedAuthentications
 from services.gateway.limits import ControlCallLimiter, SharedControlCallLimiter
-from services.gateway.shared_state import LIMITS_BUCKET, SharedState, key_of
+from services.gateway.shared_state import SharedState, key_of
 from services.runtime.bus import EventBus
 from services.runtime.kv import open_bucket
 from services.runtime.settings import ConnectionSettings
