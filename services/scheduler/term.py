@@ -8,6 +8,8 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+import nats.errors
+import nats.js.errors
 from opentelemetry.context import Context
 from pydantic import ValidationError
 
@@ -61,6 +63,9 @@ IGNORED_EVENT_NAMES = frozenset({"line_rejected", "validation_progressed", "fina
 """High-volume facts that never change a scheduling decision: skipped before decoding. (`progressed` is not one:
 an attempt that committed lines does not count against the attempt limit.)"""
 READER_STOP_S = 10.0
+BROKER_HICCUPS = (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError,
+                  nats.js.errors.ServiceUnavailableError, asyncio.TimeoutError)
+"""What a tick meets while the broker cannot answer for a moment; the term goes on."""
 _NUDGING: tuple[type[Event], ...] = (BatchValidated, BatchReleased, BatchCancelRequested, AttemptFailed,
                                      ShardFinished, ExecutorRegistered, *ENDING_FACTS)
 NUDGES = frozenset((fact.kind, fact.name) for fact in _NUDGING)
@@ -111,11 +116,18 @@ class Term:
         try:
             while not stop.is_set() and not keeper.done() and not reader.done():
                 if self.caught_up.is_set():
-                    if not resent:
-                        await self.resend_runs()
-                        resent = True
                     self.nudged.clear()
-                    await self.tick()
+                    try:
+                        if not resent:
+                            await self.resend_runs()
+                            resent = True
+                        await self.tick()
+                    except BROKER_HICCUPS as hiccup:
+                        # A stream electing a leader (a node of the cluster lost) answers nothing for seconds: every
+                        # act is an idempotent publish, so the next tick does what this one could not.
+                        log.warning("a tick could not finish (%s: %s); trying again next tick",
+                                    type(hiccup).__name__, hiccup)
+                        resent = False  # an assignment stated but its command not sent: send every run again
                 await self._until_next_tick(stop, tick_s)
         finally:
             keeper.cancel()
