@@ -1,22 +1,30 @@
 """The engines an executor serves: the first model is loaded at start, the others on first use.
 
 A small host need not hold every catalogue model at once; the advert tells servable from loaded, so the
-scheduler prefers executors that already have a batch's model warm.
+scheduler prefers executors that already have a batch's model warm. Each model's artifact is made a local file
+first (services/executor/adapters/artifacts.py): fetched from the object store or the hub, and verified.
 """
 
 import asyncio
+import logging
 
 from contracts.catalogue import CatalogueModel
 from contracts.events.executor import EngineName
+from services.executor.adapters.artifacts import ArtifactResolver, default_cache_dir
 from services.executor.adapters.engines import create_engine
 from services.executor.adapters.engines.base import Engine
+from services.executor.adapters.objects import ObjectAccess
+
+log = logging.getLogger(__name__)
 
 
 class EngineShelf:
-    def __init__(self, engine: EngineName, n_threads: int, models: list[CatalogueModel]) -> None:
+    def __init__(self, engine: EngineName, n_threads: int, models: list[CatalogueModel],
+                 artifacts: ArtifactResolver | None = None) -> None:
         self.engine = engine
         self.n_threads = n_threads
         self.models = {model.id: model for model in models}
+        self.artifacts = artifacts or ArtifactResolver(default_cache_dir())
         self.loaded: dict[str, Engine] = {}
         self._loading = asyncio.Lock()
 
@@ -35,13 +43,25 @@ class EngineShelf:
             return None
         async with self._loading:
             if model_id not in self.loaded:
+                path = await self.artifacts.local_path(model)
                 engine = create_engine(self.engine, self.n_threads)
-                await asyncio.to_thread(engine.load, model)
+                # The engine loads the local file; the catalogue entry the shelf advertises keeps its artifact.
+                await asyncio.to_thread(engine.load, model.model_copy(update={"artifact": str(path)}))
                 self.loaded[model_id] = engine
         return self.loaded[model_id]
 
+    def reach_objects(self, objects: ObjectAccess) -> None:
+        """The executor's object access (direct or brokered), once it has one: model objects are fetched with it."""
+        self.artifacts.objects = objects
+
     async def preload(self, model_ids: list[str]) -> None:
+        """Load these models now; one whose weights are in the object store, while the store is not reached yet,
+        loads on first use instead (a brokered executor is granted them once it has registered)."""
         for model_id in model_ids:
+            model = self.models.get(model_id)
+            if model is not None and not self.artifacts.at_hand(model):
+                log.info("%s loads on first use: its weights are in the object store", model_id)
+                continue
             await self.get(model_id)
 
     async def unload_all(self) -> None:
