@@ -1,6 +1,7 @@
 """The object broker: presigned URLs for executors, who hold no S3 credentials, to their own work's objects only.
 
-The leading scheduler answers; its book says which executor runs which attempt and which batch is being finalized.
+The leading scheduler answers; its book says which executor runs which attempt and which batch is being finalized,
+and which executors are in the fleet (they read the model weights kept in the store).
 """
 
 import asyncio
@@ -15,6 +16,7 @@ from minio import Minio
 from minio.error import S3Error
 from nats.aio.msg import Msg
 
+from contracts.catalogue import MODEL_OBJECTS_PREFIX
 from contracts.ids import error_file_id, output_file_id
 from contracts.objects import LIST_PAGE, ObjectGrant, ObjectRequest, SignedObject, chunk_attempt
 from contracts.subjects import input_object_key, object_requests, rejections_key, requester_of, results_prefix
@@ -37,7 +39,10 @@ def authorize(book: Book, executor_id: str, request: ObjectRequest) -> str | Non
     An executor may touch a batch's objects while it holds a live attempt of it, or while it is the one the
     scheduler sent the batch's finalize command to (to it alone, on its own durable).
     It reads the input file, the rejections and the result chunks; it writes its own attempt's chunks, and the
-    output and error files when it finalizes. Nothing else: no other batch's objects, no other file."""
+    output and error files when it finalizes. Nothing else: no other batch's objects, no other file; but for the
+    model weights under `models/`, which every executor of the fleet reads (`model_refusal`)."""
+    if request.key.startswith(MODEL_OBJECTS_PREFIX):
+        return model_refusal(book, executor_id, request)
     batch_id = request.batch_id
     plan = book.plans.get(batch_id)
     if plan is None or plan.phase == "ended":
@@ -69,6 +74,20 @@ def authorize(book: Book, executor_id: str, request: ObjectRequest) -> str | Non
             return None
         return f"{batch_id} has several shards: its files are written by the executor that finalizes it"
     return f"{key} is not a result chunk or an output or error file of {batch_id}"
+
+
+def model_refusal(book: Book, executor_id: str, request: ObjectRequest) -> str | None:
+    """Model weights are read, whatever batch the request names (none, for a model loaded before any work), by an
+    executor admitted with a worker key and not declared lost since; nobody lists or writes them through the
+    broker (operators upload them with their own credentials: `sheshnag models push`)."""
+    key = request.key
+    if request.operation != "get" or not _plain(key) or key.endswith("/"):
+        return f"{key} is a model object: executors only read one, by its key"
+    if executor_id not in book.admitted:
+        return f"executor {executor_id} is not admitted to the fleet (it registers with a worker key first)"
+    if executor_id in book.lost:
+        return f"executor {executor_id} was declared lost; it reads model objects again once it heartbeats"
+    return None
 
 
 def readable(plan: BatchPlan) -> set[str]:
