@@ -18,6 +18,8 @@ import aiohttp
 from contracts.api.organization import CreateKey, CreateOrganization, CreateUser
 from contracts.events.key import KeyRole
 from infra.keys import choose_admin_key, local_worker_key, register_key, remember
+from infra.models_push import add_arguments as add_models_arguments
+from infra.models_push import models_tool
 from infra.nats_auth import SECRETS_FILE
 from infra.nats_config import add_arguments as add_nats_config_arguments
 from infra.nats_config import nats_config
@@ -79,6 +81,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     nats = commands.add_parser("nats-config", help="write the server config of an operator-run NATS node or "
                                "cluster (accounts, auth callout) and the services' env files")
     add_nats_config_arguments(nats)
+    add_models_arguments(commands.add_parser("models", help="put model files where executors fetch them"))
     for name in SERVICES:
         service = commands.add_parser(name, help=f"run the {name} against an existing NATS and S3 (SHESHNAG_* env)")
         if name == "ledger":
@@ -258,6 +261,8 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(show_status(args.json))
     elif args.command == "nats-config":
         sys.exit(nats_config(args))
+    elif args.command == "models":
+        sys.exit(models_tool(args))
     elif args.command == "ledger" and args.tool:
         logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
         sys.exit(run_ledger_tool(args))
