@@ -17,6 +17,7 @@ import aiohttp
 
 from contracts.api.organization import CreateKey, CreateOrganization, CreateUser
 from contracts.events.key import KeyRole
+from infra.backup import add_backup_arguments, add_restore_arguments, backup_tool, restore_tool
 from infra.keys import choose_admin_key, local_worker_key, register_key, remember
 from infra.models_push import add_arguments as add_models_arguments
 from infra.models_push import models_tool
@@ -82,6 +83,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                "cluster (accounts, auth callout) and the services' env files")
     add_nats_config_arguments(nats)
     add_models_arguments(commands.add_parser("models", help="put model files where executors fetch them"))
+    add_backup_arguments(commands.add_parser("backup", help="copy streams, objects and the ledger's store into a "
+                                             "folder while the deployment runs"))
+    add_restore_arguments(commands.add_parser("restore", help="make a backup's streams, objects and ledger store "
+                                              "again in a new data dir or an empty deployment"))
     for name in SERVICES:
         service = commands.add_parser(name, help=f"run the {name} against an existing NATS and S3 (SHESHNAG_* env)")
         if name == "ledger":
@@ -263,6 +268,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(nats_config(args))
     elif args.command == "models":
         sys.exit(models_tool(args))
+    elif args.command == "backup":
+        sys.exit(backup_tool(args))
+    elif args.command == "restore":
+        sys.exit(restore_tool(args))
     elif args.command == "ledger" and args.tool:
         logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
         sys.exit(run_ledger_tool(args))
