@@ -4,9 +4,11 @@ broker; it advertises and runs the batches assigned to it until stopped."""
 import asyncio
 import logging
 import time
+from pathlib import Path
 
 from contracts.events.executor import GUEST_ATTEMPTS, ExecutorAdvert
 from services.executor.adapters.admission import keep_admitted
+from services.executor.adapters.artifacts import ArtifactResolver, default_cache_dir
 from services.executor.adapters.broker import executor_broker, join, stop_consuming
 from services.executor.adapters.brokered_store import BrokeredObjectStore, http_pool
 from services.executor.adapters.engines.shelf import EngineShelf
@@ -41,7 +43,8 @@ def advert_of(settings: ExecutorSettings, shelf: EngineShelf) -> ExecutorAdvert:
 
 async def open_shelf(settings: ExecutorSettings) -> EngineShelf:
     served = settings.served_models(load_catalogue(settings.connection.catalogue_path))
-    shelf = EngineShelf(settings.engine, settings.n_threads, served)
+    cache = Path(settings.model_cache_dir) if settings.model_cache_dir else default_cache_dir()
+    shelf = EngineShelf(settings.engine, settings.n_threads, served, ArtifactResolver(cache))
     await shelf.preload(settings.preload_models if settings.preload_models is not None else [served[0].id])
     return shelf
 
@@ -89,6 +92,7 @@ async def serve(settings: ExecutorSettings, engines: EngineShelf, broker: Servic
                 bus: EventBus, stop: asyncio.Event) -> None:
     """Advertise, register, take commands until stopped (or the heartbeat fails); then withdraw the advert."""
     store = await object_access(settings, bus)
+    engines.reach_objects(store)  # models whose weights are in the object store are fetched through it
     fleet = await Fleet.open(bus, scans=False)
     advert = advert_of(settings, engines)
     await fleet.advertise(advert)

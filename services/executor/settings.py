@@ -42,6 +42,9 @@ class ExecutorSettings(ServiceSettings):
     stop_grace_s: float = 5.0
     """How long a stopping executor lets the attempts in hand commit (together) before abandoning them to a
     redelivery."""
+    model_cache_dir: str = ""
+    """Where model weights fetched from the object store or Hugging Face are kept (verified by their SHA-256);
+    empty: `$XDG_CACHE_HOME/sheshnag/models`."""
     object_broker_wait_s: float = 60.0
     """Without S3 credentials (`SHESHNAG_S3_ACCESS_KEY` unset) objects are reached through presigned URLs the
     leading scheduler hands out: how long to wait for one while no scheduler can answer (a leader change)."""

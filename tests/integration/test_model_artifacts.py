@@ -139,9 +139,6 @@ async def test_an_executor_not_admitted_to_the_fleet_is_refused_the_weights(
     assert files_under(tmp_path) == []
 
 
-@pytest.mark.xfail(strict=True, raises=ArtifactUnavailable,
-                   reason="brokered_store.batch_of refuses any key outside a batch's work: model keys (models/) "
-                          "belong to no batch and need to pass, as the broker judges them on the fleet alone")
 async def test_a_brokered_executor_preloads_its_model_before_it_has_any_work(
         fleet: Fleet, pushed: CatalogueModel, tmp_path: Path) -> None:
     store = BrokeredObjectStore(fleet.alpha.nc, "alpha", http_pool(), wait_s=5)

@@ -14,6 +14,7 @@ import nats.errors
 import urllib3
 from nats.aio.client import Client
 
+from contracts.catalogue import MODEL_OBJECTS_PREFIX
 from contracts.objects import ObjectGrant, ObjectOperation, ObjectRequest, chunk_attempt
 from contracts.subjects import object_requests
 from services.runtime.logfmt import BATCH_ID
@@ -48,7 +49,9 @@ def http_pool() -> urllib3.PoolManager:
 
 def batch_of(key: str) -> str:
     """The batch a key belongs to: named in it (result chunks, rejections), else the batch of the command in hand
-    (the consumer sets it for every command it handles)."""
+    (the consumer sets it for every command it handles); none for model weights."""
+    if key.startswith(MODEL_OBJECTS_PREFIX):
+        return ""  # model weights belong to no batch: every executor of the fleet may read them
     kind, _, rest = key.partition("/")
     if kind in ("results", "validation") and "/" in rest:
         return rest.split("/", 1)[0]
