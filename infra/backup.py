@@ -9,7 +9,6 @@ ledger store, read model, then `EVENTS`, then the objects (an object is put befo
 
 import argparse
 import asyncio
-import hashlib
 import os
 import sqlite3
 import sys
@@ -30,7 +29,7 @@ from contracts.subjects import (
     WORK_STREAM,
 )
 from infra import stream_snapshots
-from infra.backup_objects import BackedUpObject, back_up_objects, check_empty, restore_objects
+from infra.backup_objects import BackedUpObject, back_up_objects, check_empty, restore_objects, sha256_of
 from infra.embedded import S3Credentials, free_port
 from infra.nats_auth import SECRETS_FILE, NatsAuth
 from infra.private import PRIVATE_UMASK
@@ -97,11 +96,6 @@ def _empty(folder: Path) -> bool:
     return not folder.exists() or not any(folder.iterdir())
 
 
-def _sha256(path: Path) -> str:
-    with path.open("rb") as file:
-        return hashlib.file_digest(file, "sha256").hexdigest()
-
-
 def copy_sqlite(source: Path, target: Path) -> None:
     """A consistent copy of a live SQLite database (WAL included), by SQLite's own backup API."""
     with sqlite3.connect(f"file:{source}?mode=ro", uri=True) as origin, sqlite3.connect(target) as copy:
@@ -154,7 +148,7 @@ def read_manifest(source: Path) -> Manifest:
         raise BackupRefused(f"{source} holds no {MANIFEST}: not a backup")
     manifest = Manifest.model_validate_json(path.read_text())
     for stream in manifest.streams:
-        if _sha256(source / stream.file) != stream.sha256:
+        if sha256_of(source / stream.file) != stream.sha256:
             raise BackupRefused(f"{stream.file} does not match the SHA-256 in the manifest")
     return manifest
 

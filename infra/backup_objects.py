@@ -34,7 +34,7 @@ def local_path(root: Path, bucket: str, key: str) -> Path:
     return root / bucket / Path(*parts)
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
     with path.open("rb") as file:
         return hashlib.file_digest(file, "sha256").hexdigest()
 
@@ -66,7 +66,7 @@ def back_up_objects(client: Minio, root: Path) -> list[BackedUpObject]:
                 if error.code in ("NoSuchKey", "NoSuchObject"):
                     continue
                 raise
-            copied.append(BackedUpObject(bucket=bucket, key=key, bytes=path.stat().st_size, sha256=_sha256(path),
+            copied.append(BackedUpObject(bucket=bucket, key=key, bytes=path.stat().st_size, sha256=sha256_of(path),
                                          content_type=stat.content_type or "application/octet-stream"))
     return copied
 
@@ -84,7 +84,7 @@ def restore_objects(client: Minio, root: Path, objects: list[BackedUpObject]) ->
     made: set[str] = set(_buckets(client))
     for item in objects:
         path = local_path(root, item.bucket, item.key)
-        if _sha256(path) != item.sha256:
+        if sha256_of(path) != item.sha256:
             raise ObjectsRefused(f"{path} does not match the SHA-256 the backup recorded for it")
         if item.bucket not in made:
             client.make_bucket(item.bucket)
