@@ -1,12 +1,12 @@
 """Prefix-aware running of a unit's lines (issue 15, point 4): a line's prefix key, the order that runs lines sharing
-a long prompt prefix in lanes, and the engine slot a line should start on, so an engine that keeps each slot's last
-prompt (llama.cpp) serves the shared part from that slot's KV cache. Pure: no I/O, no engine, no clock.
+a long prompt prefix in lanes, and which line to start on which free engine slot, so an engine that keeps each slot's
+last prompt (llama.cpp) serves the shared part from that slot's KV cache. Pure: no I/O, no engine, no clock.
 
 Why lanes and not merely adjacent lines: lines start concurrently, one per free slot. Four same-prefix lines
 started together land on four slots and all four compute the prefix; only a line that starts on a slot after a
 same-prefix line finished there finds it cached. So a prefix's lines run one after another on the same slot (a lane),
-up to one lane per slot at a time, lanes interleaved so that each slot's next line is, in turn, the next of its lane.
-A prefix with many lines and few rivals gets several lanes (slots) at once.
+and a freed slot starts the next line of the prefix it holds, whatever the unit's order says next. A prefix with many
+lines and few rivals gets several lanes (slots) at once.
 """
 
 import hashlib
@@ -146,16 +146,19 @@ class SlotView:
     """When it was last handed out (a counter): the least recently used goes first among equals."""
 
 
-def choose_slot(prefix: str | None, slots: Sequence[SlotView], need: Mapping[str, int]) -> int | None:
-    """The free slot a line with `prefix` should start on, or None to wait for a busy one that holds its prefix.
+def choose_start(candidates: Sequence[str | None], slots: Sequence[SlotView], need: Mapping[str, int],
+                 patient: bool = True) -> tuple[int, str | None] | None:
+    """Which of a unit's pending prefixes (`candidates`, in its preferred order) to start next and on which free slot;
+    None to wait for a busy slot that holds one of them.
 
     `need[key]`: how many slots a planned key can still use (its lanes, at most its lines not yet started); a key
-    not in it is planned by no unit and gets no slot kept for it. A line takes a free slot holding its prefix; else,
-    while its key holds fewer slots than it needs, a spare one (holding nothing, or a key with more slots than it
-    needs); else it waits for its own busy slot. A line whose prefix no slot holds, or unplanned, never waits: it
-    takes the free slot whose loss costs least."""
+    not in it is planned by no unit and gets no slot kept for it. In turn: a free slot holding a candidate's prefix;
+    a spare slot (holding nothing, or a key with more slots than it needs) for a candidate holding fewer slots than
+    it needs; wait, while a busy slot holds a candidate's prefix and the owner is `patient` (not below its fair
+    share); else the free slot whose loss costs least, for the first candidate, so a unit always gets going."""
     free = [slot for slot in slots if not slot.busy]
-    if not free:
+    keys = list(dict.fromkeys(candidates))
+    if not free or not keys:
         return None
     holding: dict[str | None, int] = {}
     for slot in slots:
@@ -166,16 +169,17 @@ def choose_slot(prefix: str | None, slots: Sequence[SlotView], need: Mapping[str
             return float("inf")
         return holding[slot.resident] - need.get(slot.resident, 0)
 
-    def cheapest(candidates: list[SlotView]) -> int:
-        return max(candidates, key=lambda slot: (surplus(slot), -slot.last_used)).index
+    def cheapest(among: list[SlotView]) -> int:
+        return max(among, key=lambda slot: (surplus(slot), -slot.last_used)).index
 
-    if prefix is not None:
-        warm = [slot for slot in free if slot.resident == prefix]
+    for key in keys:
+        warm = [slot for slot in free if key is not None and slot.resident == key]
         if warm:
-            return max(warm, key=lambda slot: slot.last_used).index
-    if prefix is None or prefix not in need or holding.get(prefix, 0) == 0:
-        return cheapest(free)
+            return max(warm, key=lambda slot: slot.last_used).index, key
     spare = [slot for slot in free if surplus(slot) > 0]
-    if spare and holding[prefix] < need[prefix]:
-        return cheapest(spare)
-    return None
+    for key in keys:
+        if spare and (key is None or holding.get(key, 0) < need.get(key, len(slots))):
+            return cheapest(spare), key
+    if patient and any(key is not None and key in need and holding.get(key, 0) > 0 for key in keys):
+        return None
+    return cheapest(free), keys[0]

@@ -1,20 +1,23 @@
 """One engine's slots, shared by every attempt running on it and fair between batch owners: a freed slot goes to
 the waiting owner holding the fewest, first come first served among equals; an attempt alone may take them all.
 
-Slots are numbered as the engine numbers them. A line given a prefix key (services/executor/prefixes.py) is handed
-the slot that holds its prefix where it can be (among waiters of owners holding as many, those a free slot already
-holds warm go first), so the engine's per-slot prompt cache serves the shared part; a unit's planned lines
-(`SlotPool.unit`) tell the pool which prefixes are still to come, so their slots are not given away meanwhile.
+Slots are numbered as the engine numbers them. A unit's lines planned by prefix (`SlotPool.unit`,
+services/executor/prefixes.py) wait as one: a free slot starts whichever of its lines that slot already holds the
+prompt prefix of (among owners holding as many, units it holds one warm for go first), so the engine's per-slot prompt
+cache serves the shared part; while a unit is open, the prefixes of its lines not yet started keep their slots.
 """
 
 import asyncio
 import itertools
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
-from services.executor.prefixes import SlotView, choose_slot, order_lines
+from services.executor.prefixes import SlotView, choose_start, order_lines
+
+Grant = tuple[int, int | None]
+"""(the slot's engine index, the unit's line started on it, or None for a slot taken without a unit)."""
 
 
 @dataclass(eq=False)
@@ -30,9 +33,11 @@ class _Slot:
 class _Waiter:
     arrival: int
     owner: str
-    prefix: str | None
     unit: "UnitPlan | None"
-    granted: asyncio.Future[int]
+    granted: asyncio.Future[Grant]
+
+    def candidates(self) -> list[str | None]:
+        return self.unit.candidates() if self.unit is not None else [None]
 
 
 class SlotPool:
@@ -66,26 +71,26 @@ class SlotPool:
         return {slot.resident for slot in self._slots if slot.resident is not None}
 
     def unit(self, keys: Sequence[str | None]) -> "UnitPlan":
-        """Plan a unit's lines (their prefix keys, in file order): the order to start them, and, until the plan is
-        closed, the pool keeps in mind the prefixes still to come."""
+        """Plan a unit's lines (their prefix keys, in file order): until the plan is closed, `UnitPlan.next` starts
+        them, and the pool keeps in mind the prefixes still to come."""
         return UnitPlan(self, keys)
 
-    async def acquire(self, owner: str, prefix: str | None = None, unit: "UnitPlan | None" = None) -> int:
-        """Wait for a slot; its index."""
-        waiter = _Waiter(next(self._arrivals), owner, prefix, unit, asyncio.get_running_loop().create_future())
+    async def acquire(self, owner: str, unit: "UnitPlan | None" = None) -> Grant:
+        """Wait for a slot (and, for a unit, the line to start on it)."""
+        waiter = _Waiter(next(self._arrivals), owner, unit, asyncio.get_running_loop().create_future())
         self._waiting.append(waiter)
         self._grant()  # a free slot is taken at once (no one ready waits while one it may take is free)
         try:
-            index = await waiter.granted
+            grant = await waiter.granted
         except asyncio.CancelledError:
             if waiter.granted.done() and not waiter.granted.cancelled():
-                self.release(owner, waiter.granted.result())  # granted as it was cancelled: it goes to the next
+                self._undo(owner, unit, waiter.granted.result())  # granted as it was cancelled: it goes to the next
             elif waiter in self._waiting:
                 self._waiting.remove(waiter)
                 self._grant()  # a waiter behind may take what this one was waiting for
             raise
-        self._last[owner] = HeldSlot(self, owner, index)
-        return index
+        self._last[owner] = HeldSlot(self, owner, grant[0])
+        return grant
 
     def release(self, owner: str, index: int | None = None) -> None:
         """Give back `owner`'s slot `index` (by default the earliest it still holds)."""
@@ -102,25 +107,30 @@ class SlotPool:
         self._slots[index].busy = False
         self._grant()
 
-    async def take(self, owner: str, stopping: asyncio.Event, prefix: str | None = None,
-                   unit: "UnitPlan | None" = None) -> "HeldSlot | None":
+    async def take(self, owner: str, stopping: asyncio.Event) -> "HeldSlot | None":
         """Wait for a slot; None (holding none) once `stopping` is set: an attempt that must stop starts no line."""
+        taken = await self._take(owner, stopping, None)
+        return None if taken is None else taken[1]
+
+    async def _take(self, owner: str, stopping: asyncio.Event,
+                    unit: "UnitPlan | None") -> "tuple[int | None, HeldSlot] | None":
         if stopping.is_set():
             return None
-        acquiring = asyncio.ensure_future(self.acquire(owner, prefix, unit))
+        acquiring = asyncio.ensure_future(self.acquire(owner, unit))
         waiting = asyncio.ensure_future(stopping.wait())
         try:
             await asyncio.wait({acquiring, waiting}, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
-            self._abandon(acquiring, owner)
+            self._abandon(acquiring, owner, unit)
             raise
         finally:
             waiting.cancel()
         if stopping.is_set():
-            self._abandon(acquiring, owner)
+            self._abandon(acquiring, owner, unit)
             return None
-        held = self._last[owner] = HeldSlot(self, owner, acquiring.result())
-        return held
+        index, line = acquiring.result()
+        held = self._last[owner] = HeldSlot(self, owner, index)
+        return line, held
 
     def held_by(self, owner: str) -> "HeldSlot":
         """The slot `owner` just took, to give back exactly once (`HeldSlot.give_back`), whichever path gets there
@@ -128,17 +138,22 @@ class SlotPool:
         coroutine's `finally` never runs then)."""
         return self._last[owner]
 
-    def _abandon(self, acquiring: "asyncio.Future[int]", owner: str) -> None:
+    def _abandon(self, acquiring: "asyncio.Future[Grant]", owner: str, unit: "UnitPlan | None") -> None:
         """Give up an acquire: a slot it got goes back; one still waiting is withdrawn (it releases what it is
         granted meanwhile)."""
         if not acquiring.done():
             acquiring.cancel()
         elif not acquiring.cancelled() and acquiring.exception() is None:
-            self.release(owner, acquiring.result())
+            self._undo(owner, unit, acquiring.result())
+
+    def _undo(self, owner: str, unit: "UnitPlan | None", grant: Grant) -> None:
+        """A grant nobody will use: its line is the unit's again, its slot goes back."""
+        if unit is not None and grant[1] is not None:
+            unit.unclaim(grant[1])
+        self.release(owner, grant[0])
 
     def _need(self) -> dict[str, int]:
-        """How many slots each planned prefix can still use: its lanes, at most its lines not yet started (those
-        waiting included)."""
+        """How many slots each planned prefix can still use: its lanes, at most its lines not yet started."""
         lanes: Counter[str] = Counter()
         to_come: Counter[str] = Counter()
         for unit in self._units:
@@ -152,37 +167,41 @@ class SlotPool:
     def _grant(self) -> None:
         # A waiter cancelled but not yet resumed is still listed: it is skipped, and removes itself.
         while self.free > 0:
-            ready = [waiter for waiter in self._waiting if not waiter.granted.done()]
+            ready = [waiter for waiter in self._waiting if not waiter.granted.done() and waiter.candidates()]
             if not ready:
                 return
             need = self._need()
             views = [SlotView(slot.index, slot.resident, slot.busy, slot.last_used) for slot in self._slots]
             warm = {slot.resident for slot in self._slots if not slot.busy and slot.resident is not None}
-            # Fewest slots held first; among equals, one a free slot holds warm, then the earliest to ask.
-            ready.sort(key=lambda waiter: (self.held[waiter.owner], waiter.prefix not in warm, waiter.arrival))
+            # Fewest slots held first; among equals, one a free slot holds a prefix of warm, then the earliest.
+            ready.sort(key=lambda waiter: (self.held[waiter.owner], warm.isdisjoint(waiter.candidates()),
+                                           waiter.arrival))
+            # An owner below its share while others hold or want slots does not wait for a warm one: the slots it
+            # passes over would go to them.
+            owners = set(self.held) | {waiter.owner for waiter in ready}
+            share = self.size // len(owners) if len(owners) > 1 else 0
             for waiter in ready:
-                index = choose_slot(waiter.prefix if waiter.unit is not None else None, views, need)
-                if index is not None:
+                choice = choose_start(waiter.candidates(), views, need, patient=self.held[waiter.owner] >= share)
+                if choice is not None:
                     break
             else:
-                return  # every waiter waits for a busy slot holding its prefix
-            self._hand(waiter, index)
+                return  # every waiter waits for a busy slot holding one of its prefixes
+            self._hand(waiter, *choice)
 
-    def _hand(self, waiter: _Waiter, index: int) -> None:
+    def _hand(self, waiter: _Waiter, index: int, key: str | None) -> None:
         self._waiting.remove(waiter)
         slot = self._slots[index]
-        slot.busy, slot.resident, slot.last_used = True, waiter.prefix, next(self._uses)
+        slot.busy, slot.resident, slot.last_used = True, key, next(self._uses)
         self.held[waiter.owner] += 1
         self._held_slots.setdefault(waiter.owner, []).append(index)
-        if waiter.unit is not None:
-            waiter.unit.started(waiter.prefix)
-        waiter.granted.set_result(index)
+        line = waiter.unit.claim(key) if waiter.unit is not None else None
+        waiter.granted.set_result((index, line))
 
 
 class UnitPlan:
-    """A unit's lines as the pool runs them: `order` (indices into the unit's lines) to start them in, `take(i)` to
-    wait for line i's slot. Open until closed (a `with` block): the prefixes of its lines not yet started count as
-    still to come."""
+    """A unit's lines as the pool starts them: `next` waits for a free slot and the line to start on it, by
+    preference in `order` (indices into the unit's lines), but first one whose prefix a free slot holds. Open until
+    closed (a `with` block): the prefixes of its lines not yet started count as still to come."""
 
     def __init__(self, pool: SlotPool, keys: Sequence[str | None]) -> None:
         self._pool = pool
@@ -190,18 +209,51 @@ class UnitPlan:
         planned = order_lines(self.keys, pool.size, pool.resident)
         self.order = planned.order
         self.lanes = planned.lanes
+        self._pending = deque(self.order)
         self.to_come = Counter(key for key in self.keys if key is not None)
         """Lines not yet started, by prefix key."""
         self._open = True
+        self._asking = False
         pool._units.append(self)
 
-    async def take(self, owner: str, index: int, stopping: asyncio.Event) -> "HeldSlot | None":
-        """The slot line `index` should start on, once one is; None (holding none) once `stopping` is set."""
-        return await self._pool.take(owner, stopping, self.keys[index], self if self._open else None)
+    async def next(self, owner: str, stopping: asyncio.Event) -> "tuple[int, HeldSlot] | None":
+        """(the line to start, its slot), once a slot is free for one; None (holding none) once every line started,
+        the plan is closed or `stopping` is set. One call at a time."""
+        if not self._pending or not self._open:
+            return None
+        if self._asking:
+            raise RuntimeError("a unit waits for one slot at a time")
+        self._asking = True
+        try:
+            taken = await self._pool._take(owner, stopping, self)
+        finally:
+            self._asking = False
+        if taken is None:
+            return None
+        line, slot = taken
+        assert line is not None  # a unit's grant always names its line
+        return line, slot
 
-    def started(self, key: str | None) -> None:
-        if key is not None and self.to_come[key] > 0:
-            self.to_come[key] -= 1
+    def candidates(self) -> list[str | None]:
+        """The prefix keys of the lines not yet started, in the order they are preferred."""
+        return list(dict.fromkeys(self.keys[index] for index in self._pending))
+
+    def claim(self, key: str | None) -> int | None:
+        """Take the first line not yet started whose prefix key is `key`."""
+        for position, index in enumerate(self._pending):
+            if self.keys[index] == key:
+                del self._pending[position]
+                if key is not None:
+                    self.to_come[key] -= 1
+                return index
+        return None
+
+    def unclaim(self, index: int) -> None:
+        """A line claimed but not started after all: first in line again."""
+        self._pending.appendleft(index)
+        key = self.keys[index]
+        if key is not None:
+            self.to_come[key] += 1
 
     def close(self) -> None:
         if self._open:

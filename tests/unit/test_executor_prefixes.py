@@ -1,7 +1,7 @@
 """Prefix-aware running of a unit's lines: which lines share a long prompt prefix, the order that runs each prefix's
 lines one after another on a slot (lanes, interleaved), and the slot a line should start on."""
 
-from services.executor.prefixes import HEAD_CHARS, SlotView, choose_slot, order_lines, prefix_key
+from services.executor.prefixes import HEAD_CHARS, SlotView, choose_start, order_lines, prefix_key
 
 CHAT = "/v1/chat/completions"
 SYSTEM = "You answer in one word. " * 40  # about 1,000 characters
@@ -92,27 +92,35 @@ def slot(index: int, resident: str | None, busy: bool = False, last_used: int = 
     return SlotView(index, resident, busy, last_used)
 
 
-def test_a_line_takes_the_free_slot_holding_its_prefix() -> None:
-    slots = [slot(0, "a"), slot(1, "b"), slot(2, None)]
-    assert choose_slot("b", slots, {"a": 1, "b": 1}) == 1
+def test_a_free_slot_holding_one_of_the_units_prefixes_starts_that_prefix_whatever_comes_first() -> None:
+    slots = [slot(0, "a", busy=True), slot(1, "b"), slot(2, None)]
+    assert choose_start(["a", "b"], slots, {"a": 1, "b": 1}) == (1, "b")
 
 
-def test_a_line_waits_for_its_busy_slot_rather_than_take_one_another_prefix_still_needs() -> None:
+def test_a_unit_waits_for_its_busy_slot_rather_than_take_one_another_prefix_still_needs() -> None:
     slots = [slot(0, "a", busy=True), slot(1, "b")]
-    assert choose_slot("a", slots, {"a": 1, "b": 2}) is None
+    assert choose_start(["a"], slots, {"a": 1, "b": 1}) is None
+    assert choose_start(["a"], slots, {"a": 1, "b": 1}, patient=False) == (1, "a")  # below its share: it may not
 
 
 def test_a_prefix_needing_more_lanes_spreads_onto_spare_slots() -> None:
     slots = [slot(0, "a", busy=True), slot(1, None), slot(2, "old", last_used=5)]
-    assert choose_slot("a", slots, {"a": 3}) == 1  # an empty slot before one holding a prefix nobody needs
-    assert choose_slot("a", [slot(0, "a", busy=True), slot(2, "old")], {"a": 3}) == 2
-    assert choose_slot("a", [slot(0, "a", busy=True), slot(1, None)], {"a": 1}) is None  # its one lane: it waits
+    assert choose_start(["a"], slots, {"a": 3}) == (1, "a")  # an empty slot before one holding a prefix done with
+    assert choose_start(["a"], [slot(0, "a", busy=True), slot(2, "old")], {"a": 3}) == (2, "a")
+    assert choose_start(["a"], [slot(0, "a", busy=True), slot(1, None)], {"a": 1}) is None  # its one lane: it waits
 
 
-def test_a_line_whose_prefix_no_slot_holds_never_waits_and_evicts_what_costs_least() -> None:
+def test_a_new_prefix_takes_a_spare_slot_and_otherwise_waits_while_the_unit_has_a_busy_one() -> None:
+    slots = [slot(0, "a", busy=True), slot(1, "b"), slot(2, "done")]
+    assert choose_start(["a", "new"], slots, {"a": 1, "b": 1, "new": 1}) == (2, "new")
+    assert choose_start(["a", "new"], slots[:2], {"a": 1, "b": 1, "new": 1}) is None
+
+
+def test_a_unit_with_nothing_held_never_waits_and_evicts_what_costs_least() -> None:
     slots = [slot(0, "a", last_used=1), slot(1, "b", last_used=2), slot(2, "c", busy=True)]
-    assert choose_slot("new", slots, {"a": 1, "b": 1, "new": 1}) == 0  # least recently used among equals
-    assert choose_slot("new", slots, {"a": 2, "b": 1, "new": 1}) == 1  # a still needs more than it holds
-    assert choose_slot(None, slots, {"a": 1, "b": 1}) == 0
-    assert choose_slot("unplanned", [slot(0, "a", busy=True), slot(1, "b")], {}) == 1
-    assert choose_slot("a", [slot(0, "a", busy=True)], {"a": 1}) is None  # nothing free
+    assert choose_start(["new"], slots, {"a": 1, "b": 1, "new": 1}) == (0, "new")  # least recently used
+    assert choose_start(["new"], slots, {"a": 2, "b": 1, "new": 1}) == (1, "new")  # a needs more than it holds
+    assert choose_start([None], slots, {"a": 1, "b": 1}) == (0, None)
+    assert choose_start(["unplanned"], [slot(0, "a", busy=True), slot(1, "b")], {"b": 1}) == (1, "unplanned")
+    assert choose_start(["a"], [slot(0, "a", busy=True)], {"a": 1}) is None  # nothing free
+    assert choose_start([], slots, {}) is None

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from services.executor.slots import HeldSlot, SlotPool
+from services.executor.slots import HeldSlot, SlotPool, UnitPlan
 
 
 async def settle() -> None:
@@ -205,57 +205,70 @@ async def test_a_take_hands_a_numbered_engine_slot_and_held_by_names_the_same_on
     assert pool.free == 1 and pool.held["ann"] == 1
 
 
-async def test_a_planned_line_waits_for_the_busy_slot_holding_its_prefix_not_one_another_prefix_needs() -> None:
+async def start(unit: UnitPlan, owner: str = "ann") -> tuple[str | None, HeldSlot]:
+    """The next line the unit starts (its prefix key) and its slot, within 0.1 s."""
+    started = await asyncio.wait_for(unit.next(owner, asyncio.Event()), 0.1)
+    assert started is not None
+    return unit.keys[started[0]], started[1]
+
+
+async def test_a_unit_never_blocks_on_one_prefix_while_another_of_its_lines_can_start_warm() -> None:
     pool = SlotPool(2)
-    stop = asyncio.Event()
-    with pool.unit(["a", "b", "a", "b"]) as unit:
-        assert [unit.keys[i] for i in unit.order] == ["a", "b", "a", "b"]
-        a = await unit.take("ann", unit.order[0], stop)
-        b = await unit.take("ann", unit.order[1], stop)
-        assert a is not None and b is not None
-        b.give_back()  # b's slot is free, but b has a line to come: a's next line waits for a's slot
-        taking = asyncio.create_task(unit.take("ann", unit.order[2], stop))
-        await settle()
-        assert not taking.done()
+    with pool.unit(["a", "b", "a", "b", "c"]) as unit:
+        (first, a), (second, b) = await start(unit), await start(unit)
+        assert (first, second) == ("a", "b")
+        b.give_back()  # a's slot stays busy: b's next line, not a's, starts at once, on b's slot
+        assert [(key, slot.index) for key, slot in [await start(unit)]] == [("b", b.index)]
         a.give_back()
-        again = await asyncio.wait_for(taking, 0.1)
-        assert again is not None and again.index == a.index
-        last = await unit.take("ann", unit.order[3], stop)
-        assert last is not None and last.index == b.index
+        assert [(key, slot.index) for key, slot in [await start(unit)]] == [("a", a.index)]
+
+
+async def test_a_unit_waits_for_its_busy_slot_rather_than_take_one_another_units_prefix_still_needs() -> None:
+    pool = SlotPool(2)
+    with pool.unit(["a", "a"]) as ones, pool.unit(["b", "b"]) as others:
+        (_, a), (_, b) = await start(ones), await start(others)
+        b.give_back()  # b has a line to come: its slot is kept
+        waiting = asyncio.create_task(start(ones))
+        await settle()
+        assert not waiting.done()
+        a.give_back()
+        key, slot = await waiting
+        assert (key, slot.index) == ("a", a.index)
+        assert [(key, slot.index) for key, slot in [await start(others)]] == [("b", b.index)]
 
 
 async def test_closing_a_unit_frees_the_slots_kept_for_its_prefixes() -> None:
     pool = SlotPool(2)
-    stop = asyncio.Event()
-    with pool.unit(["a", "b", "a", "b"]) as unit:
-        a, b = [await unit.take("ann", i, stop) for i in unit.order[:2]]
-        assert a is not None and b is not None
-        b.give_back()
-        taking = asyncio.create_task(unit.take("ann", unit.order[2], stop))
+    others = pool.unit(["b", "b"])
+    (_, b) = await start(others)
+    with pool.unit(["a", "a", "a"]) as unit:  # two lanes for a
+        (_, a) = await start(unit)
+        b.give_back()  # kept for b's line to come
+        waiting = asyncio.create_task(start(unit))
         await settle()
-        assert not taking.done()
-    granted = await asyncio.wait_for(taking, 0.1)  # the attempt stops planning: the line takes b's slot
-    assert granted is not None and granted.index == b.index
+        assert not waiting.done()
+        others.close()  # that attempt stops: b's slot is spare now, and a spreads onto it
+        key, slot = await asyncio.wait_for(waiting, 0.1)
+        assert (key, slot.index) == ("a", b.index)
+        a.give_back()
 
 
 async def test_one_prefix_alone_spreads_over_every_slot() -> None:
     pool = SlotPool(4)
-    stop = asyncio.Event()
     with pool.unit(["a"] * 12) as unit:
-        held = [await asyncio.wait_for(unit.take("ann", i, stop), 0.1) for i in unit.order[:4]]
-    assert sorted(slot.index for slot in held if slot is not None) == [0, 1, 2, 3]
+        held = [(await start(unit))[1] for _ in range(4)]
+    assert sorted(slot.index for slot in held) == [0, 1, 2, 3]
 
 
 async def test_an_owner_holding_fewer_is_served_first_even_against_a_line_the_freed_slot_holds_warm() -> None:
     pool = SlotPool(2)
     stop = asyncio.Event()
     with pool.unit(["a", "a", "a"]) as unit:
-        first, second = [await unit.take("big", i, stop) for i in unit.order[:2]]
-        warm = asyncio.create_task(unit.take("big", unit.order[2], stop))
+        (_, first), (_, second) = await start(unit, "big"), await start(unit, "big")
+        warm = asyncio.create_task(unit.next("big", stop))
         await settle()
         other = asyncio.create_task(pool.take("small", stop))
         await settle()
-        assert first is not None and second is not None
         first.give_back()
         await settle()
         assert other.done() and not warm.done()
@@ -263,9 +276,60 @@ async def test_an_owner_holding_fewer_is_served_first_even_against_a_line_the_fr
         assert await asyncio.wait_for(warm, 0.1) is not None
 
 
-async def run_units(pool: SlotPool, keys: list[str | None], unit_lines: int, planned: bool) -> int:
-    """Run `keys` in units, each line on its slot as an engine that keeps one prompt per slot would: a line whose
-    prefix its slot does not hold computes it (slow). The number of lines that computed their prefix."""
+async def test_an_owner_below_its_share_takes_a_slot_another_owners_prefix_holds_rather_than_wait_for_its_own() -> None:
+    pool = SlotPool(4)
+    stop = asyncio.Event()
+    with pool.unit(["b"] * 8) as bobs, pool.unit(["a", "a"]) as anns:
+        held = [(await start(bobs, "bob"))[1] for _ in range(4)]
+        bob_next = asyncio.create_task(bobs.next("bob", stop))
+        ann_first = asyncio.create_task(anns.next("ann", stop))
+        await settle()
+        held.pop().give_back()
+        assert await asyncio.wait_for(ann_first, 0.1) is not None  # ann holds none: hers before bob's warm one
+        ann_second = asyncio.create_task(anns.next("ann", stop))
+        await settle()
+        held.pop().give_back()
+        # One of four while bob holds two: she does not wait for her busy slot.
+        assert await asyncio.wait_for(ann_second, 0.1) is not None and pool.held == {"ann": 2, "bob": 2}
+        bob_next.cancel()
+        await asyncio.gather(bob_next, return_exceptions=True)
+
+
+async def test_a_unit_told_to_stop_or_cancelled_while_it_waits_keeps_its_line_and_holds_no_slot() -> None:
+    pool = SlotPool(1)
+    stop = asyncio.Event()
+    blocker = await pool.take("other", stop)
+    with pool.unit(["a", "b"]) as unit:
+        waiting = asyncio.create_task(unit.next("ann", stop))
+        await settle()
+        stop.set()
+        assert await asyncio.wait_for(waiting, 0.1) is None
+        cancelled = asyncio.create_task(unit.next("ann", asyncio.Event()))
+        await settle()
+        cancelled.cancel()
+        await asyncio.gather(cancelled, return_exceptions=True)
+        assert blocker is not None
+        blocker.give_back()
+        assert pool.free == 1 and not pool.held and sorted(unit.candidates(), key=str) == ["a", "b"]
+        assert await unit.next("ann", stop) is None  # stopping: nothing more starts
+
+
+async def test_a_unit_runs_each_line_once_and_then_says_it_is_done() -> None:
+    pool = SlotPool(3)
+    keys: list[str | None] = ["a", None, "b", "a", None, "c", "b"]
+    started: list[int] = []
+    with pool.unit(keys) as unit:
+        while (next_line := await asyncio.wait_for(unit.next("ann", asyncio.Event()), 0.1)) is not None:
+            line, slot = next_line
+            started.append(line)
+            slot.give_back()
+    assert sorted(started) == list(range(len(keys)))
+
+
+async def run_units(pool: SlotPool, keys: list[str | None], unit_lines: int, planned: bool,
+                    at_once: int = 1) -> int:
+    """Run `keys` in units, `at_once` units at a time, each line on its slot as an engine that keeps one prompt per
+    slot would: a line whose prefix its slot does not hold computes it (slow). The number of lines that did."""
     cache: dict[int, str | None] = {}
     computed = 0
     rng = random.Random(7)
@@ -278,20 +342,24 @@ async def run_units(pool: SlotPool, keys: list[str | None], unit_lines: int, pla
         cache[slot.index] = key
         slot.give_back()
 
-    stop = asyncio.Event()
-    for start in range(0, len(keys), unit_lines):
-        unit_keys = keys[start:start + unit_lines]
+    async def unit(unit_keys: list[str | None]) -> None:
         async with asyncio.TaskGroup() as group:
-            with pool.unit(unit_keys if planned else [None] * len(unit_keys)) as unit:
-                for index in unit.order:
-                    slot = await unit.take("ann", index, stop)
-                    assert slot is not None
-                    group.create_task(line(unit_keys[index], slot))
+            with pool.unit(unit_keys if planned else [None] * len(unit_keys)) as plan:
+                while (started := await plan.next("ann", asyncio.Event())) is not None:
+                    group.create_task(line(unit_keys[started[0]], started[1]))
+
+    units = [keys[start:start + unit_lines] for start in range(0, len(keys), unit_lines)]
+    for first in range(0, len(units), at_once):
+        await asyncio.gather(*(unit(unit_keys) for unit_keys in units[first:first + at_once]))
     return computed
 
 
 async def test_lines_of_16_interleaved_prefixes_compute_each_prefix_about_once_per_unit_not_once_per_line() -> None:
     keys: list[str | None] = [f"p{i % 16}" for i in range(128)]
     assert await run_units(SlotPool(8), keys, 64, planned=False) > 100  # in file order every slot keeps thrashing
-    computed = await run_units(SlotPool(8), keys, 64, planned=True)
-    assert computed <= 16 + 8  # the first unit computes 16; the next starts on the 8 still held
+    assert await run_units(SlotPool(8), keys, 64, planned=True) <= 16 + 8  # then 8 of the 16 are still held
+
+
+async def test_units_running_at_once_share_the_slots_of_their_common_prefixes() -> None:
+    keys: list[str | None] = [f"p{i % 16}" for i in range(128)]
+    assert await run_units(SlotPool(8), keys, 32, planned=True, at_once=4) <= 16 + 4
