@@ -25,8 +25,11 @@ from infra.nats_auth import SECRETS_FILE
 from infra.nats_config import add_arguments as add_nats_config_arguments
 from infra.nats_config import nats_config
 from infra.private import PRIVATE_UMASK
+from infra.provider_join import add_arguments as add_join_arguments
+from infra.provider_join import join_deployment
 from infra.status import status as show_status
-from infra.supervisor import SERVICES, Stack, pick_port
+from infra.supervisor import SERVICES, Stack, pick_port, url_host
+from infra.tls import fingerprint
 from services.gateway.revocation import find_key, revoke_key
 from services.gateway.settings import GatewaySettings
 from services.gateway.usecases import accounts as usecases
@@ -53,6 +56,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     up.add_argument("--port", type=int, default=8080, help="gateway port (default 8080)")
     up.add_argument("--nats-port", type=int, default=None, help="embedded NATS port (default: a free port)")
     up.add_argument("--s3-port", type=int, default=None, help="embedded S3 port (default: a free port)")
+    up.add_argument("--listen", default="127.0.0.1", help="the address (this host's IP or DNS name) broker, object "
+                    "store and gateway bind and provider hosts reach; any but 127.0.0.1/localhost/::1 puts the "
+                    "broker behind TLS with a CA generated into the data dir (default 127.0.0.1: this host only)")
     up.add_argument("--nats-url", default="", help="use this broker instead of starting one: a cluster's client "
                     "URLs, comma-separated, whose accounts are the data dir's (infra/nats_cluster.py)")
     keys = commands.add_parser("keys", help="manage API keys (against SHESHNAG_NATS_URL)")
@@ -91,6 +97,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         service = commands.add_parser(name, help=f"run the {name} against an existing NATS and S3 (SHESHNAG_* env)")
         if name == "ledger":
             add_ledger_tools(service)
+        if name == "executor":
+            add_join_arguments(service)
     return parser.parse_args(argv)
 
 
@@ -124,12 +132,12 @@ def run_ledger_tool(args: argparse.Namespace) -> int:
             return asyncio.run(operator.export(settings, since, until))
 
 
-async def wait_for_gateway(port: int, within_s: float = 120.0) -> None:
+async def wait_for_gateway(port: int, within_s: float = 120.0, host: str = "127.0.0.1") -> None:
     deadline = asyncio.get_running_loop().time() + within_s
     async with aiohttp.ClientSession() as session:
         while asyncio.get_running_loop().time() < deadline:
             try:
-                async with session.get(f"http://127.0.0.1:{port}/healthz") as response:
+                async with session.get(f"http://{url_host(host)}:{port}/healthz") as response:
                     if response.status == 200:
                         return
             except aiohttp.ClientError:
@@ -146,10 +154,12 @@ async def up(args: argparse.Namespace) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     stack = Stack(args.data_dir.expanduser().resolve(), args.port, pick_port(args.nats_port), pick_port(args.s3_port),
-                  args.nats_url)
+                  args.nats_url, args.listen)
     try:
         await asyncio.to_thread(stack.start_infra)
         key = choose_admin_key(stack.data_dir, os.environ.get("SHESHNAG_ADMIN_KEY"))
+        if stack.tls is not None:  # this process's own connection verifies the broker like the services'
+            os.environ["SHESHNAG_NATS_TLS_CA"] = str(stack.tls.ca)
         bus = await EventBus.connect(stack.core_nats_url(), "sheshnag-up")
         await register_key(bus, key, "admin (sheshnag up)")
         worker_key = local_worker_key(stack.data_dir)
@@ -159,7 +169,7 @@ async def up(args: argparse.Namespace) -> None:
         remember(stack.data_dir, key)
         stack.start_services()
         supervising = asyncio.create_task(stack.supervise(stop))
-        await wait_for_gateway(stack.gateway_port)
+        await wait_for_gateway(stack.gateway_port, host=stack.listen)
         announce(stack, key.plaintext)
         await supervising
     finally:
@@ -171,13 +181,16 @@ async def up(args: argparse.Namespace) -> None:
 def announce(stack: Stack, plaintext_key: str | None) -> None:
     shown = plaintext_key or "(the key printed at first start; only its hash is stored — set SHESHNAG_ADMIN_KEY " \
                              "to use a key of your own)"
+    gateway = f"http://{url_host(stack.listen)}:{stack.gateway_port}"
+    tls = f"\n  NATS CA   {stack.tls.ca} (sha256 {fingerprint(stack.tls.ca_pem())})" if stack.tls else ""
     print(f"""
 Sheshnag is up.
-  base URL  http://127.0.0.1:{stack.gateway_port}/v1
+  base URL  {gateway}/v1
   API key   {shown}
   data      {stack.data_dir}   logs: {stack.logs}
-  NATS      {stack.secrets().executor_nats_url} (services' user and password: {stack.data_dir / SECRETS_FILE})
-  S3        127.0.0.1:{stack.s3_port}
+  NATS      {stack.secrets().executor_nats_url} (services' user and password: {stack.data_dir / SECRETS_FILE}){tls}
+  S3        {url_host(stack.listen)}:{stack.s3_port}
+  provider  sheshnag executor --deployment {gateway} --worker-key wk-…   (a key from the dashboard's Provider page)
 Press Ctrl-C to stop.
 """, flush=True)
 
@@ -272,6 +285,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(backup_tool(args))
     elif args.command == "restore":
         sys.exit(restore_tool(args))
+    elif args.command == "executor" and args.deployment:
+        join_deployment(args)
     elif args.command == "ledger" and args.tool:
         logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
         sys.exit(run_ledger_tool(args))

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from infra.private import PRIVATE_UMASK
 from infra.seaweed_security import write_security
+from infra.tls import ServerTls
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +53,14 @@ def venv_binary(name: str) -> str:
     return found
 
 
-def wait_for_port(port: int, process: subprocess.Popen[bytes], within_s: float, what: str) -> None:
+def wait_for_port(port: int, process: subprocess.Popen[bytes], within_s: float, what: str,
+                  host: str = "127.0.0.1") -> None:
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"{what} exited with code {process.returncode} during start-up")
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            with socket.create_connection((host, port), timeout=0.2):
                 return
         except OSError:
             time.sleep(0.05)
@@ -89,19 +91,23 @@ def launch(command: list[str], log_file: Path, cwd: Path | None = None) -> subpr
                                 umask=PRIVATE_UMASK)
 
 
-def nats_command(data_dir: Path, port: int, config: Path | None = None) -> list[str]:
-    """The broker's command line; with `config` (see infra/nats_auth.py) it authorizes every connection."""
+def nats_command(data_dir: Path, port: int, config: Path | None = None, host: str = "127.0.0.1",
+                 tls: ServerTls | None = None) -> list[str]:
+    """The broker's command line; with `config` (see infra/nats_auth.py) it authorizes every connection; with
+    `tls` every client must use TLS (only the files' paths are on the command line)."""
     store = data_dir / "nats"
     store.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return [venv_binary("nats-server"), *(["-c", str(config)] if config else []), "-a", "127.0.0.1",
-            "-p", str(port), "-js", "-sd", str(store), "-n", f"sheshnag-{port}"]
+    with_tls = ["--tls", "--tlscert", str(tls.cert), "--tlskey", str(tls.key)] if tls else []
+    return [venv_binary("nats-server"), *(["-c", str(config)] if config else []), "-a", host,
+            "-p", str(port), *with_tls, "-js", "-sd", str(store), "-n", f"sheshnag-{port}"]
 
 
 def seaweed_command(data_dir: Path, s3_port: int, creds: S3Credentials,
-                    taken: frozenset[int] = frozenset()) -> list[str]:
+                    taken: frozenset[int] = frozenset(), host: str = "127.0.0.1") -> list[str]:
     """`taken`: ports already promised to other servers of the stack (the gateway's, the broker's), which
     SeaweedFS's inner servers must not take before those bind (a gateway once found its port held by weed).
-    Run it in `data_dir/s3`: SeaweedFS reads the `security.toml` written there."""
+    Run it in `data_dir/s3`: SeaweedFS reads the `security.toml` written there. `host`: the address S3 (and its
+    inner servers, which demand the certificate) bind, and the one presigned URLs name."""
     store = data_dir / "s3"
     store.mkdir(mode=0o700, parents=True, exist_ok=True)
     write_security(store)
@@ -119,7 +125,7 @@ def seaweed_command(data_dir: Path, s3_port: int, creds: S3Credentials,
         port = free_port(frozenset(chosen | {p - 10000 for p in chosen} | {p + 10000 for p in chosen}))
         chosen.add(port)
         ports.append(f"-{flag}={port}")
-    return [venv_binary("weed"), "mini", f"-dir={store}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+    return [venv_binary("weed"), "mini", f"-dir={store}", f"-ip={host}", f"-ip.bind={host}",
             f"-s3.port={s3_port}", *ports, *WEED_CLOSED, "-master.telemetry=false", f"-s3.config={identities}"]
 
 

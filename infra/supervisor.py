@@ -23,6 +23,7 @@ from infra.nats_auth import NatsAuth
 from infra.nats_config import core_url
 from infra.private import PRIVATE_UMASK, make_private
 from infra.process_env import StackSecrets, server_env, service_env
+from infra.tls import ServerTls, ensure_server_tls
 
 log = logging.getLogger("sheshnag.up")
 
@@ -92,9 +93,13 @@ class Stack:
     nats_urls: str = ""
     """An existing broker to use instead of starting one: a cluster's client URLs, comma-separated, without
     credentials. Its accounts must be this data dir's (`nats-auth.json`, as `infra/nats_cluster.py` writes them)."""
+    listen: str = "127.0.0.1"
+    """The address the broker, the object store and the gateway bind, and that remote executors are told to use.
+    Anything but loopback puts the broker behind TLS, its certificate signed by the data dir's own CA."""
     credentials: S3Credentials = field(init=False)
     nats_auth: NatsAuth = field(init=False)
     worker_key: str = ""
+    tls: ServerTls | None = None
     children: list[Supervised] = field(default_factory=list)
     """Broker and object store first, then the services; stopped in reverse order."""
 
@@ -102,23 +107,35 @@ class Stack:
     def logs(self) -> Path:
         return self.data_dir / "logs"
 
+    @property
+    def uses_tls(self) -> bool:
+        return not self.nats_urls and not is_loopback(self.listen)
+
+    def nats_url(self) -> str:
+        """The broker's URL(s) without credentials: what the services and executors are given."""
+        if self.nats_urls:
+            return self.nats_urls
+        return f"{'tls' if self.uses_tls else 'nats'}://{url_host(self.listen)}:{self.nats_port}"
+
     def core_nats_url(self) -> str:
         """The broker's URL(s) with the core user's credentials in each."""
-        if not self.nats_urls:
-            return self.nats_auth.core_url(self.nats_port)
-        return core_url(self.nats_auth, self.nats_urls)
+        return core_url(self.nats_auth, self.nats_url())
 
     def secrets(self) -> StackSecrets:
         return StackSecrets(core_nats_url=self.core_nats_url(),
-                            executor_nats_url=self.nats_urls or f"nats://127.0.0.1:{self.nats_port}",
+                            executor_nats_url=self.nats_url(),
                             s3_access_key=self.credentials.access_key, s3_secret_key=self.credentials.secret_key,
                             callout_seed=self.nats_auth.issuer_seed, worker_key=self.worker_key)
 
     def settings_env(self) -> dict[str, str]:
         """The stack's wiring every service gets; none of it is secret."""
+        tls = {"SHESHNAG_NATS_TLS_CA": str(self.tls.ca)} if self.tls else {}
         return {
-            "SHESHNAG_S3_ENDPOINT": f"127.0.0.1:{self.s3_port}",
+            **tls,
+            "SHESHNAG_S3_ENDPOINT": f"{url_host(self.listen)}:{self.s3_port}",
+            "SHESHNAG_GATEWAY_HOST": self.listen,
             "SHESHNAG_GATEWAY_PORT": str(self.gateway_port),
+            "SHESHNAG_GATEWAY_PROVIDER_NATS_URL": self.nats_url(),
             "SHESHNAG_LEDGER_DB_PATH": str(self.data_dir / "ledger.sqlite"),
             "SHESHNAG_EXECUTOR_EXECUTOR_ID": os.environ.get("SHESHNAG_EXECUTOR_EXECUTOR_ID", "local-0"),
             "PYTHONUNBUFFERED": "1",
@@ -133,19 +150,22 @@ class Stack:
         self.credentials = S3Credentials.load_or_create(self.data_dir / "s3-credentials.json")
         self.nats_auth = NatsAuth.load_or_create(self.data_dir)
         nats_config = self.nats_auth.write_server_config(self.data_dir)
+        if self.uses_tls:
+            self.tls = ensure_server_tls(self.data_dir, [self.listen])
         # Neither server needs a secret from the environment: each reads its own from 0600 files.
         infra_env = server_env(os.environ)
         servers = []
         if not self.nats_urls:  # else the operator runs the broker
-            servers.append((Supervised("nats-server", nats_command(self.data_dir, self.nats_port, nats_config),
-                                       infra_env, self.logs / "nats.log"), self.nats_port, NATS_READY_S))
+            command = nats_command(self.data_dir, self.nats_port, nats_config, self.listen, self.tls)
+            servers.append((Supervised("nats-server", command, infra_env, self.logs / "nats.log"), self.nats_port,
+                            NATS_READY_S))
         s3 = Supervised("s3", seaweed_command(self.data_dir, self.s3_port, self.credentials,
-                                              frozenset({self.gateway_port, self.nats_port})), infra_env,
-                        self.logs / "s3.log", cwd=self.data_dir / "s3")
+                                              frozenset({self.gateway_port, self.nats_port}), self.listen),
+                        infra_env, self.logs / "s3.log", cwd=self.data_dir / "s3")
         for child, port, ready_s in (*servers, (s3, self.s3_port, S3_READY_S)):
             child.start()
             assert child.process is not None
-            wait_for_port(port, child.process, ready_s, child.name)
+            wait_for_port(port, child.process, ready_s, child.name, self.listen)
             self.children.append(child)
 
     def start_services(self) -> None:
@@ -174,6 +194,20 @@ def metrics_env(env: dict[str, str], index: int) -> dict[str, str]:
     """`SHESHNAG_METRICS_PORT=P` for `up` gives each service its own: P for the first, P+1 for the next, …"""
     base = int(env.get("SHESHNAG_METRICS_PORT") or 0)
     return {**env, "SHESHNAG_METRICS_PORT": str(base + index)} if base else env
+
+
+LOCAL_ONLY = ("127.0.0.1", "localhost", "::1")
+"""Addresses that keep the stack to this host. Any other, 127.0.0.2 included (what tests stand in for a network
+address with), puts the broker behind TLS."""
+
+
+def is_loopback(host: str) -> bool:
+    return host in LOCAL_ONLY
+
+
+def url_host(host: str) -> str:
+    """`host` as it goes into a URL or a host:port (an IPv6 address in brackets)."""
+    return f"[{host}]" if ":" in host else host
 
 
 def pick_port(requested: int | None) -> int:

@@ -51,3 +51,17 @@ class ProviderExecutor(BaseModel):
     lines_served: int
     """Lines (completed or failed) that attempts it ran made durable."""
 
+
+
+class ProviderConnection(BaseModel):
+    """What a provider host needs, besides its worker key, to join: `GET /v1/provider/connection` (public: neither
+    a broker's address nor its CA certificate is a secret; the broker admits by worker key alone)."""
+
+    object: Literal["provider.connection"] = "provider.connection"
+    nats_urls: list[str]
+    """The broker's client URLs an executor connects to, as its executor id with its worker key; `tls://` where
+    the broker requires TLS."""
+    tls_ca_pem: str | None
+    """PEM of the CA that signed the broker's certificate (the deployment's own); null: none is needed."""
+    tls_ca_sha256: str | None
+    """SHA-256 of that CA certificate (DER), hex: compare it with what `sheshnag up` printed to trust the answer."""

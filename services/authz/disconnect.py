@@ -20,6 +20,7 @@ from contracts.events.key import KeyRevoked
 from contracts.events.registry import decode_event
 from contracts.subjects import KEY_REVOKED, SERVER_DISCONNECTS, server_kick
 from services.runtime.nats_client import server_list
+from services.runtime.settings import connection_settings
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,9 @@ class Disconnector:
         account; call `close()` to stop."""
         system = Client()
         options: dict[str, Any] = {"reconnect_time_wait": 0.5}  # seconds (nats-py annotates it int)
+        tls = connection_settings().nats_tls()  # SHESHNAG_NATS_TLS_CA: a broker with its own CA
+        if tls is not None:
+            options["tls"] = tls
         await system.connect(server_list(system_url), name="sheshnag-authz-system", max_reconnect_attempts=-1,
                              **options)
         disconnector = cls(system, admitted)

@@ -22,13 +22,14 @@ from contracts.api.organization import (
     User,
 )
 from contracts.api.page import ListPage
-from contracts.api.provider import Provider, ProviderExecutor, RegisterProvider
+from contracts.api.provider import Provider, ProviderConnection, ProviderExecutor, RegisterProvider
 from services.gateway.observe import metrics_view
 from services.gateway.openapi import AFTER, FILES_LIMIT, LIMIT, Answer, openapi_view, query, route
 from services.gateway.views import (
     anomalies,
     asyncapi,
     batches,
+    connection,
     errors,
     events,
     files,
@@ -115,6 +116,10 @@ ROUTES = [
           "Every worker key, without values", ListPage[ApiKey], access="admin"),
     route("DELETE", "/v1/provider/worker_keys/{key_id}", organization.revoke_worker_key, "revokeWorkerKey",
           "Revoke a worker key", DeletedApiKey, access="admin"),
+    route("GET", "/v1/provider/connection", connection.provider_connection, "providerConnection",
+          "Public: the broker URLs a provider host's executor connects to with its worker key, and the CA of the "
+          "broker's certificate (`sheshnag executor --deployment URL --worker-key wk-…` reads it)",
+          ProviderConnection, access="public"),
     route("POST", "/v1/provider/providers", provider.register_provider, "registerProvider",
           "Register a provider owned by the caller's user (or key)", Provider, body=RegisterProvider),
     route("GET", "/v1/provider/providers", provider.list_providers, "listProviders",

@@ -10,6 +10,9 @@ class GatewaySettings(ServiceSettings):
 
     host: str = "127.0.0.1"
     port: int = 8080
+    provider_nats_url: str = ""
+    """The broker URL(s), comma-separated and without credentials, that `GET /v1/provider/connection` tells
+    provider hosts to connect to; empty: `SHESHNAG_NATS_URL` less its credentials."""
     max_upload_bytes: int = 100 * 1024 * 1024
     min_completion_window_s: int = 24 * 3600
     """The shortest completion_window accepted (OpenAI's 24h); lowered only to test expiry."""

@@ -10,11 +10,12 @@ import logging
 from typing import Any
 
 from faststream.nats import NatsBroker
-from faststream.security import SASLPlaintext
+from faststream.security import BaseSecurity, SASLPlaintext
 from nats.aio.client import Client
 
 from services.runtime.bus import Credentials, EventBus
 from services.runtime.nats_client import ReadmittingClient
+from services.runtime.settings import connection_settings
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +46,13 @@ def service_broker(url: str, name: str, credentials: Credentials | None = None,
                 stop.set()
 
         options["closed_cb"] = closed
+    tls = connection_settings().nats_tls()  # SHESHNAG_NATS_TLS_CA: a broker with its own CA
     if credentials is not None:
-        options |= {"security": SASLPlaintext(username=credentials.user, password=credentials.password),
+        options |= {"security": SASLPlaintext(username=credentials.user, password=credentials.password,
+                                              ssl_context=tls),
                     "inbox_prefix": credentials.inbox_prefix.encode()}
+    elif tls is not None:
+        options["security"] = BaseSecurity(ssl_context=tls)
     # faststream's lines go through our logging (one format per service); each message it takes is DEBUG detail.
     return ServiceBroker(url, name=name, max_reconnect_attempts=-1, graceful_timeout=GRACEFUL_STOP_S,
                          logger=log, log_level=logging.DEBUG, **options)

@@ -134,6 +134,9 @@ class EventBus:
             options = {"user": credentials.user, "password": credentials.password,
                        "inbox_prefix": credentials.inbox_prefix}
         options["reconnect_time_wait"] = 0.5  # seconds (nats-py annotates it int)
+        tls = connection_settings().nats_tls()  # SHESHNAG_NATS_TLS_CA: a broker with its own CA
+        if tls is not None:
+            options["tls"] = tls
         nc = ReadmittingClient()
         await nc.connect(url, name=name, max_reconnect_attempts=-1, **options)
         bus = cls(nc, name, replicas)

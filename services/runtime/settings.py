@@ -1,5 +1,6 @@
 """Connection settings shared by every service: where the broker, object store and catalogue are."""
 
+import ssl
 from pathlib import Path
 
 from pydantic import Field
@@ -18,6 +19,10 @@ class ConnectionSettings(BaseSettings):
     nats_replicas: int = Field(default=1, ge=1, le=5)
     """How many servers hold each stream and KV bucket: 1 on one broker, 3 on a 3-node JetStream cluster. Streams
     and buckets are made with it; one found with fewer replicas is scaled up to it (never down)."""
+    nats_tls_ca: Path | None = None
+    """The CA (PEM) the broker's TLS certificate is verified against, for a broker that requires TLS (`sheshnag up
+    --listen` writes its own into the data dir; `sheshnag executor --deployment` fetches it); unset: the system's
+    CAs, and TLS only where the server asks for it."""
     nats_callout_seed: str = Field(default="", repr=False)
     """The auth callout issuer's account nkey seed (`SA…`). The process given it (the scheduler) admits
     executors to the broker by worker key; empty: no admissions (a broker without auth callout)."""
@@ -35,6 +40,10 @@ class ConnectionSettings(BaseSettings):
     log_level: str = "INFO"
     metrics_port: int = 0
     """Serve this process's Prometheus `/metrics` here (0: not served; the gateway serves it on its own port)."""
+
+    def nats_tls(self) -> ssl.SSLContext | None:
+        """The TLS context every NATS connection of the process uses; None: nats-py's default."""
+        return ssl.create_default_context(cafile=str(self.nats_tls_ca)) if self.nats_tls_ca else None
 
 
 def connection_settings() -> ConnectionSettings:

@@ -56,7 +56,7 @@ async def would_be_admitted(nc: Client) -> bool:
     url = nc.connected_url
     if url is None:
         return False
-    options = {name: nc.options[name] for name in ("user", "password") if nc.options.get(name)}
+    options = {name: nc.options[name] for name in ("user", "password", "tls") if nc.options.get(name)}
     probe = Client()
     try:
         await probe.connect(servers=[url.geturl()], allow_reconnect=False, max_reconnect_attempts=0,

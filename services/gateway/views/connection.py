@@ -1,0 +1,39 @@
+"""`GET /v1/provider/connection`: where a provider host's executor finds the broker, and the CA to verify it by.
+
+Public: the broker's address and its CA certificate are no secrets (every TLS client is shown the certificate),
+and the broker admits an executor by its worker key alone, which the gateway never accepts (`auth.py`).
+"""
+
+import asyncio
+import hashlib
+import ssl
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from aiohttp import web
+
+from contracts.api.provider import ProviderConnection
+from services.gateway.context import deps
+
+
+def without_credentials(urls: str) -> list[str]:
+    """Each of the comma-separated URLs with any `user:password@` taken out."""
+    bare = []
+    for url in (one.strip() for one in urls.split(",")):
+        if url:
+            parts = urlsplit(url)
+            bare.append(urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])))
+    return bare
+
+
+def _read_ca(path: Path | None) -> str | None:
+    return path.read_text() if path is not None else None
+
+
+async def provider_connection(request: web.Request) -> web.Response:
+    settings = deps(request).settings
+    urls = without_credentials(settings.provider_nats_url or settings.connection.nats_url)
+    pem = await asyncio.to_thread(_read_ca, settings.connection.nats_tls_ca)
+    digest = hashlib.sha256(ssl.PEM_cert_to_DER_cert(pem)).hexdigest() if pem else None
+    answer = ProviderConnection(nats_urls=urls, tls_ca_pem=pem, tls_ca_sha256=digest)
+    return web.json_response(answer.model_dump(mode="json"))
