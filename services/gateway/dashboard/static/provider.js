@@ -102,6 +102,7 @@ document.getElementById("create").addEventListener("submit", async (event) => {
   try {
     const created = await apiJson(keysPath(choice.value), { method: "POST", json });
     document.getElementById("raw").textContent = created.value;
+    document.getElementById("join-key").textContent = created.value;
     document.getElementById("created").hidden = false;
     say(`Created ${created.id}. Copy the key now: it is not shown again.`);
     await loadKeys();
@@ -115,6 +116,16 @@ document.getElementById("copy").addEventListener("click", async () => {
     say("Copied.");
   } catch (_) { say("Copy failed: select the key and copy it by hand.", true); }
 });
+
+document.getElementById("copy-join").addEventListener("click", async () => {
+  try {
+    await navigator.clipboard.writeText(document.getElementById("join").textContent);
+    say("Copied the command.");
+  } catch (_) { say("Copy failed: select the command and copy it by hand.", true); }
+});
+
+// The command names this gateway as the browser reaches it (`sheshnag up --listen` prints the same).
+for (const place of document.querySelectorAll(".deployment")) place.textContent = location.origin;
 
 choice.addEventListener("change", () => {
   document.getElementById("created").hidden = true;
