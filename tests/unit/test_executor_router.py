@@ -29,7 +29,8 @@ def test_each_executor_consumes_its_run_and_finalize_durables_on_its_own_subject
     assert (run.stream, run.subject, run.contract) == (WORK_STREAM, run_command("gpu-7"), RunBatch)
     assert (finalize.stream, finalize.subject, finalize.contract) == (WORK_STREAM, finalize_command("gpu-7"),
                                                                       FinalizeBatch)
-    assert (run.policy.ack_wait_s, run.policy.max_deliver, run.policy.max_ack_pending) == (12.0, 3, 1 + GUEST_ATTEMPTS + RUN_SPARE)
+    assert (run.policy.ack_wait_s, run.policy.max_deliver, run.policy.max_ack_pending) == (
+        12.0, 3, 1 + GUEST_ATTEMPTS + RUN_SPARE)
     assert (finalize.policy.ack_wait_s, finalize.policy.max_deliver) == (12.0, FINALIZE_DELIVERIES)
 
 
