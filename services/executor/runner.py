@@ -15,14 +15,14 @@ import asyncio
 import logging
 import time
 import weakref
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 
 from contracts.commands import RunBatch
 from contracts.events.batch import BatchFinalizing, BatchProgressed, BatchStarted, ShardFinished
 from contracts.events.envelope import Event
 from contracts.subjects import attempt_failures, result_chunk_key
-from services.executor.adapters.engines.base import Engine
+from services.executor.adapters.engines.base import Engine, on_slot
 from services.executor.adapters.input_cache import InputCache, InputCopy
 from services.executor.adapters.objects import ObjectAccess
 from services.executor.adapters.results import ResultStore
@@ -31,11 +31,24 @@ from services.executor.attempts import counts_as_committed
 from services.executor.domain import Chunk, ChunkCommitter, InputLine, Resume, parse_input_line, result_line
 from services.executor.finalizer import Finalizer, Publish
 from services.executor.observe import traced_line
+from services.executor.prefixes import prefix_key
 from services.executor.retry import LineRetry
 from services.executor.slots import HeldSlot, SlotPool
 from services.runtime.bus import EventBus, Fence, FenceMoved
 
 log = logging.getLogger(__name__)
+
+PLAN_LINES = 64
+"""Lines planned together by prefix (a unit's, at most this many at a time)."""
+
+
+async def islice_async(lines: AsyncIterator[InputLine], count: int) -> AsyncIterator[InputLine]:
+    """The next `count` lines at most (the rest stay for the next call)."""
+    for _ in range(count):
+        try:
+            yield await anext(lines)
+        except StopAsyncIteration:
+            return
 
 AttemptKey = tuple[str, int, int]
 """(batch id, attempt, shard): one attempt this executor runs; several may run at once, even of one batch."""
@@ -173,8 +186,9 @@ class BatchRunner:
 
         async def run_one(line: InputLine, slot_wait_s: float, slot: HeldSlot) -> None:
             try:
-                reply = await traced_line(engine, command.model, command.endpoint, line.custom_id, line.body,
-                                          self.retry, slot_wait_s)
+                with on_slot(slot.index):
+                    reply = await traced_line(engine, command.model, command.endpoint, line.custom_id, line.body,
+                                              self.retry, slot_wait_s)
             finally:
                 slot.give_back()  # before the commit: the engine goes on with the next line meanwhile
             finished = result_line(command.batch_id, line, reply.status_code, reply.body)
@@ -191,14 +205,19 @@ class BatchRunner:
             async with self.inputs.hold(command.batch_id, command.input_object_key) as copy, \
                     aclosing(self._pending_lines(command, resume, copy, watch.stopping)) as pending, \
                     asyncio.TaskGroup() as group:
-                async for line in pending:
-                    waiting_since = time.perf_counter()
-                    if not await slots.take(owner, watch.stopping):
+                while lines := [line async for line in islice_async(pending, PLAN_LINES)]:
+                    keyed = engine.prompt_cache_per_slot
+                    with slots.unit([prefix_key(command.endpoint, line.body, owner) if keyed else None
+                                     for line in lines]) as unit:
+                        waiting_since = time.perf_counter()
+                        while (started := await unit.next(owner, watch.stopping)) is not None:
+                            index, slot = started
+                            # A task the group cancels before it starts (a sibling failed) never runs its `finally`.
+                            group.create_task(run_one(lines[index], time.perf_counter() - waiting_since, slot)
+                                              ).add_done_callback(slot.give_back)
+                            waiting_since = time.perf_counter()
+                    if watch.stopping.is_set():
                         break
-                    slot = slots.held_by(owner)
-                    # A task the group cancels before it starts (a sibling failed) never runs its `finally`.
-                    group.create_task(run_one(line, time.perf_counter() - waiting_since, slot)).add_done_callback(
-                        slot.give_back)
         except ExceptionGroup as failures:
             # A crashed engine or a bad input line stops the attempt; surface the first cause.
             raise failures.exceptions[0] from failures

@@ -13,7 +13,7 @@ from services.scheduler.domain import HEARTBEAT_FRESH_MS
 from services.scheduler.entitlements import may_read, may_state
 from services.scheduler.objects import authorize
 from tests.unit.test_scheduler_decisions import CATALOGUE, NOW, advert, assign, validated_book
-from tests.unit.test_scheduler_shards import POLICY, apply_assignments, book_with
+from tests.unit.test_scheduler_units import POLICY, apply_assignments, book_with
 
 LATER = NOW + HEARTBEAT_FRESH_MS + 1
 
@@ -23,8 +23,8 @@ def finalizes_of(actions: Sequence[Action]) -> list[Finalize]:
 
 
 def sharded_and_finished(fleet: list[str]) -> Book:
-    """b1 ran as two shards, attempt 1 on the first of `fleet` and attempt 2 on the second; both finished."""
-    book = book_with("b1", 1000)
+    """b1 ran as two units, attempt 1 on the first of `fleet` and attempt 2 on the second; both finished."""
+    book = book_with("b1", 100)
     for assigned in apply_assignments(book, decide(book, [advert(e) for e in fleet], CATALOGUE, NOW, POLICY)):
         book.apply(ShardFinished(aggregate_id="b1", attempt=assigned.attempt, shard=assigned.shard,
                                  executor_id=assigned.executor_id))
