@@ -43,6 +43,8 @@ class Load:
     batches: dict[str, list[str]] = field(default_factory=dict)
     """Batch id → the custom_ids of its lines."""
     problems: list[str] = field(default_factory=list)
+    last_refusal: str = ""
+    """The last 4xx or 5xx answer, with its body."""
 
     @property
     def headers(self) -> dict[str, str]:
@@ -55,6 +57,8 @@ class Load:
         async with self.session.request(method, self.url(path), headers=self.headers, **kwargs) as response:  # type: ignore[arg-type]
             body = await response.read()
             self.statuses[response.status] += 1
+            if response.status >= 400:
+                self.last_refusal = f"{method} {path}: {response.status} {body[:300]!r}"
             if response.status >= 500:
                 self.problems.append(f"{method} {path}: {response.status} {body[:200]!r}")
             try:

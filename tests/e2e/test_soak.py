@@ -19,7 +19,7 @@ async def _soak(stack: RunningStack) -> None:
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64), timeout=timeout) as session:
         load = Load(stack, session)
         batch_id = await load.create_batch("soak-ci", 2)
-        assert batch_id is not None
+        assert batch_id is not None, f"the first batch was refused: {load.last_refusal}"
         assert await load.until_ended(batch_id) == "completed"  # warmed up: every service made its consumers
         # ... and its pools: 16 uploads at once open up to 16 object-store connections, kept for reuse (bounded by
         # the upload slots), which are not what this test looks for.
