@@ -76,12 +76,17 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         assert process.poll() is None, (data_dir.parent / "up.out").read_text()
         yield running
     finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process, signal.SIGINT, 60)
+
+
+def stop(process: subprocess.Popen, sig: signal.Signals, grace_s: float) -> None:
+    """Ask the process to stop with `sig`; killed if it has not within `grace_s`."""
+    process.send_signal(sig)
+    try:
+        process.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 @pytest.fixture(scope="module")
@@ -103,12 +108,7 @@ def provider_host(deployment: Deployment, worker_key: dict,
     try:
         yield home
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process, signal.SIGTERM, 30)
 
 
 def provider_row(deployment: Deployment) -> dict | None:
