@@ -1,5 +1,6 @@
 """Session fixtures that start the real broker and the real S3 server on free loopback ports."""
 
+import os
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -11,6 +12,13 @@ from infra.embedded import S3Credentials, free_port, start_nats, start_seaweed, 
 from services.runtime.bus import EventBus
 from services.runtime.objectstore import ObjectStore
 from services.runtime.settings import ConnectionSettings
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every engine the suite starts computes on one thread: the suite runs on two workers on two cores, each often
+    with several executors at once, and llama.cpp's threads waiting on a descheduled sibling made a two-thread
+    engine slower than a one-thread one whenever the cores were shared (an operator's setting, unchanged here)."""
+    os.environ.setdefault("SHESHNAG_EXECUTOR_N_THREADS", "1")
 
 
 @dataclass(frozen=True)

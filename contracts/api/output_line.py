@@ -1,6 +1,8 @@
 """One line of a batch output or error file, in OpenAI's batch output shape."""
 
-from pydantic import BaseModel
+from typing import Any
+
+from pydantic import BaseModel, SerializerFunctionWrapHandler, model_serializer
 
 
 class OutputResponse(BaseModel):
@@ -23,3 +25,12 @@ class OutputLine(BaseModel):
     """Echoed verbatim; None only for a line refused by validation that had no usable custom_id."""
     response: OutputResponse | None = None
     error: OutputError | None = None
+    line: int | None = None
+    """The 1-based input line, on a line validation refused (absent from every other line)."""
+
+    @model_serializer(mode="wrap")
+    def _without_absent_line(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        dumped: dict[str, Any] = handler(self)
+        if dumped.get("line", 0) is None:
+            del dumped["line"]
+        return dumped

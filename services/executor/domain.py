@@ -17,7 +17,6 @@ from contracts.subjects import parse_result_chunk_key
 
 REFUSED_ATTEMPT = 0
 """Lines refused by validation are filed as a chunk of this attempt, before any real one."""
-DUPLICATE_CUSTOM_ID = "duplicate_custom_id"
 
 
 class InvalidInputLine(ValueError):
@@ -81,11 +80,7 @@ def result_line(batch_id: str, line: InputLine, status_code: int, body: dict[str
 def refused_line(batch_id: str, refused: RejectedLine) -> CommittedLine:
     """The error line of an input line validation refused (allow_partial): it never runs. A repeated custom_id
     is named by its line, so its id differs from the line that used the custom_id first."""
-    ident = refused.custom_id if refused.custom_id is not None and refused.code != DUPLICATE_CUSTOM_ID else \
-        f"line:{refused.line}"
-    output = OutputLine(id=batch_request_id(batch_id, ident), custom_id=refused.custom_id, response=None,
-                        error=OutputError(code=refused.code, message=refused.message))
-    return CommittedLine(line=refused.line, custom_id=refused.custom_id, output=output)
+    return CommittedLine(line=refused.line, custom_id=refused.custom_id, output=refused.error_line(batch_id))
 
 
 def unrun_line(batch_id: str, line: InputLine, code: str, message: str) -> CommittedLine:

@@ -4,13 +4,12 @@ the lines of the error file of a batch that failed validation, in OpenAI's batch
 import orjson
 
 from contracts.api.output_line import OutputError, OutputLine
-from contracts.api.rejected_line import RejectedLine
+from contracts.api.rejected_line import DUPLICATE_CUSTOM_ID, RejectedLine
 from contracts.ids import batch_request_id
 from services.validator.domain import FileValidation, LineResult
 
 BATCH_FAILED_VALIDATION = "batch_failed_validation"
 """The code of a line that did not run because validation refused the batch (other lines, or the file)."""
-DUPLICATE_CUSTOM_ID = "duplicate_custom_id"
 
 
 def rejected_line(result: LineResult) -> RejectedLine:
@@ -28,13 +27,6 @@ def rejected_line(result: LineResult) -> RejectedLine:
 def line_id(batch_id: str, line: int, custom_id: str | None) -> str:
     """A line's id in the files: by its custom_id, by its line when that is missing or was not its own."""
     return batch_request_id(batch_id, custom_id if custom_id is not None else f"line:{line}")
-
-
-def refused_output(batch_id: str, refused: RejectedLine) -> OutputLine:
-    """The error line of a refused line (a repeated custom_id is named by its line, as executors name it)."""
-    own = refused.custom_id if refused.code != DUPLICATE_CUSTOM_ID else None
-    return OutputLine(id=line_id(batch_id, refused.line, own), custom_id=refused.custom_id, response=None,
-                      error=OutputError(code=refused.code, message=refused.message))
 
 
 def not_run_message(validation: FileValidation) -> str:

@@ -56,7 +56,7 @@ def kill(stack: RunningStack, name: str) -> int:
 @pytest.mark.parametrize("victim", ["executor", "scheduler", "ledger", "nats"])
 def test_interleaved_batches_of_three_owners_survive_a_sigkill_mid_run_with_every_line_exactly_once(
         chaos_stack: RunningStack, owners: list[OpenAI], victim: str) -> None:
-    ids = {n: [f"{victim}-{n}-{i}" for i in range(8)] for n in range(len(owners))}
+    ids = {n: [f"{victim}-{n}-{i}" for i in range(6)] for n in range(len(owners))}
     created = {n: client.batches.create(input_file_id=upload(client, long_lines(ids[n])),
                                         endpoint="/v1/chat/completions", completion_window="24h").id
                for n, client in enumerate(owners)}

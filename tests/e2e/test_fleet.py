@@ -140,7 +140,7 @@ def test_an_executor_killed_mid_shard_loses_nothing_and_its_shard_finishes_elsew
         fleet_stack: RunningStack, fleet: dict[str, subprocess.Popen]) -> None:
     client = fleet_stack.client()
     ids = [f"kill-{i}" for i in range(24)]
-    created = client.batches.create(input_file_id=upload(client, chat_lines(ids, 48)), endpoint="/v1/chat/completions",
+    created = client.batches.create(input_file_id=upload(client, chat_lines(ids, 32)), endpoint="/v1/chat/completions",
                                     completion_window="24h")
     before = lines_served(fleet_stack)["big-1"]
     # Generous: on 2 shared cores two chat executors decoding at once can be slow to commit their first chunk.
@@ -149,4 +149,4 @@ def test_an_executor_killed_mid_shard_loses_nothing_and_its_shard_finishes_elsew
     batch, _ = wait_until_done(client, created.id, timeout_s=420)
     assert batch.status == "completed", batch.model_dump()
     accounted(client, batch, ids)
-    assert executors(fleet_stack)["big-1"]["health"] == "lost"
+    wait_for(lambda: executors(fleet_stack)["big-1"]["health"] == "lost", 60, "big-1 was never declared lost")

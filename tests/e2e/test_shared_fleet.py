@@ -63,7 +63,7 @@ def any_open(clients: dict[str, OpenAI], batches: dict[str, str]) -> bool:
 def test_a_small_batch_of_one_user_completes_while_another_users_large_batch_still_runs(
         shared_stack: RunningStack) -> None:
     large_owner, small_owner = user_client(shared_stack, "dana"), user_client(shared_stack, "erin")
-    large_ids, small_ids = [f"large-{i}" for i in range(150)], [f"small-{i}" for i in range(3)]
+    large_ids, small_ids = [f"large-{i}" for i in range(80)], [f"small-{i}" for i in range(3)]
     large = create(large_owner, large_ids, max_tokens=8)
     wait_for(lambda: any_committed({"dana": large_owner}, {"dana": large}), 60, "the large batch did not start")
     small = create(small_owner, small_ids, max_tokens=8)

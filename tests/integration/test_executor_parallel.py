@@ -21,7 +21,7 @@ from tests.integration.test_executor_lifecycle import (
 from tests.support import batch_facts
 
 __all__ = ["executor"]  # the fixture: an executor of the test's own, two engine slots
-LONG_LINES = 24
+LONG_LINES = 12
 
 
 async def test_a_one_line_batch_sent_after_a_long_one_of_another_owner_completes_while_the_long_one_runs(

@@ -53,7 +53,10 @@ async def test_a_failed_batch_accounts_for_every_line_in_an_error_file_only_its_
     lines = [json.loads(raw) for raw in (await download.read()).splitlines()]
     assert [(line["custom_id"], line["error"]["code"]) for line in lines] == [
         ("good-1", "batch_failed_validation"), (None, "invalid_json"), ("good-2", "invalid_method")]
-    assert all(set(line) == {"id", "custom_id", "response", "error"} and line["response"] is None for line in lines)
+    not_run, *refused = lines
+    assert set(not_run) == {"id", "custom_id", "response", "error"} and not_run["response"] is None
+    assert [(line["line"], line["response"]["status_code"], line["response"]["body"]["error"]["code"])
+            for line in refused] == [(2, 400, "invalid_json"), (3, 400, "invalid_method")]
     listed = await (await gateway.client.get(f"/v1/files/{batch['error_file_id']}", headers=owner)).json()
     assert listed["purpose"] == "batch_output"
 

@@ -5,7 +5,7 @@ import orjson
 from contracts.ids import batch_request_id
 from services.validator.domain import LineResult
 from services.validator.issues import LineIssue
-from services.validator.refusals import BATCH_FAILED_VALIDATION, not_run_output, refused_output, rejected_line
+from services.validator.refusals import BATCH_FAILED_VALIDATION, not_run_output, rejected_line
 
 BATCH = "batch_r1"
 
@@ -21,10 +21,20 @@ def test_a_line_with_several_errors_is_one_record_naming_every_error() -> None:
 def test_a_repeated_custom_id_comes_first_so_the_line_is_named_by_its_number() -> None:
     result = LineResult(4, "a", [LineIssue("invalid_method", "Use POST.", "method"),
                                  LineIssue("duplicate_custom_id", "Used on line 1.", "custom_id")])
-    output = refused_output(BATCH, rejected_line(result))
+    output = rejected_line(result).error_line(BATCH)
     assert output.error is not None and output.error.code == "duplicate_custom_id"
     assert output.id == batch_request_id(BATCH, "line:4") != batch_request_id(BATCH, "a")
-    assert output.custom_id == "a" and output.response is None
+    assert output.custom_id == "a" and output.line == 4
+
+
+def test_a_refused_lines_error_line_carries_its_line_and_the_400_the_regular_call_would_answer() -> None:
+    result = LineResult(3, "q3", [LineIssue("stop_unavailable", "stop is not offered.", "body.stop")])
+    line = orjson.loads(rejected_line(result).error_line(BATCH).model_dump_json())
+    assert line["line"] == 3 and line["custom_id"] == "q3"
+    assert line["error"] == {"code": "stop_unavailable", "message": "stop is not offered."}
+    assert line["response"]["status_code"] == 400 and line["response"]["request_id"].startswith("req_")
+    assert line["response"]["body"] == {"error": {"message": "stop is not offered.", "type": "invalid_request_error",
+                                                  "param": "body.stop", "code": "stop_unavailable"}}
 
 
 def test_a_line_that_did_not_run_keeps_its_custom_id_and_says_why() -> None:
@@ -35,3 +45,5 @@ def test_a_line_that_did_not_run_keeps_its_custom_id_and_says_why() -> None:
     unchecked = not_run_output(BATCH, 9, raw, "Too many.", checked=False)
     assert unchecked.id == batch_request_id(BATCH, "line:9"), "an unchecked custom_id may repeat an earlier one"
     assert not_run_output(BATCH, 10, b"{oops", "Too many.", checked=False).custom_id is None
+    assert "line" not in orjson.loads(checked.model_dump_json()), "only a refused line names its input line"
+    assert checked.response is None, "a line the batch stopped has no response, as OpenAI's have none"

@@ -14,7 +14,7 @@ from contracts.ids import error_file_id
 from contracts.subjects import input_object_key
 from services.runtime.objectstore import ObjectStore
 from services.validator.domain import FileValidation
-from services.validator.refusals import not_run_message, not_run_output, refused_output
+from services.validator.refusals import not_run_message, not_run_output
 
 WINDOW_LINES = 256
 """Input lines turned into error lines together, off the event loop."""
@@ -36,7 +36,7 @@ async def write_error_file(store: ObjectStore, created: BatchCreated, validation
         out = bytearray()
         for number, raw in window:
             rejected = refused.get(number)
-            line = refused_output(batch_id, rejected) if rejected is not None else not_run_output(
+            line = rejected.error_line(batch_id) if rejected is not None else not_run_output(
                 batch_id, number, raw, message, checked=not validation.unchecked(number))
             out += line.model_dump_json().encode() + b"\n"
         return bytes(out)

@@ -33,6 +33,10 @@ memory grew by hundreds of MB per thousand distinct lines until it reached that 
 1,600 lines). Each slot still keeps its own last prompt's KV cache, which is what lines sharing a prefix reuse:
 the executor sends them to one slot (`id_slot`) one after another (services/executor/prefixes.py). A cached entry of
 a 1,000-token SmolLM2 prompt takes 22 MiB, so this holds two or three."""
+ENGINE_THREAD_POLL = 0
+"""llama.cpp's compute threads spin between graph steps by default (poll 50), which burns the cores another
+executor, a service or a second engine on the host needs: measured on 2 cores, 32 lines x 32 tokens on two
+executors at once took 94 s spinning and 50 s sleeping (poll 0), and one executor alone 9.7 s vs 8.5 s."""
 EMBEDDINGS = "/v1/embeddings"
 RESPONSES = "/v1/responses"
 
@@ -66,6 +70,7 @@ class LlamaCppEngine(Engine):
         params.n_ctx = model.slots * model.context_length
         params.cpuparams.n_threads = self.n_threads
         params.cpuparams_batch.n_threads = self.n_threads
+        params.cpuparams.poll = params.cpuparams_batch.poll = ENGINE_THREAD_POLL
         if EMBEDDINGS in model.endpoints:
             # A causal model pools nothing by default, and llama.cpp refuses to embed without pooling.
             params.embedding = True
