@@ -1,6 +1,6 @@
-"""The control plane on a 3-node JetStream cluster: every stream and bucket R3, and a batch that runs through the
-SIGKILL of the node leading EVENTS ends with every line exactly once and a ledger whose replay equals live; the
-killed node, restarted, catches up."""
+"""The control plane on a 3-node JetStream cluster: every stream and bucket R3; a batch that runs through the
+SIGKILL of the node leading EVENTS, and one that runs whole while a node is down, each end with every line exactly
+once and a ledger whose replay equals live; the node, back, catches up."""
 
 import asyncio
 import io
@@ -40,6 +40,14 @@ def wait_for_status(client: OpenAI, batch_id: str, wanted: frozenset[str], timeo
     raise TimeoutError(f"batch {batch_id} never reached {sorted(wanted)}")
 
 
+def caught_up(clustered: ClusteredStack, node: str, within_s: float = 60) -> None:
+    """Until every node, `node` back among them, holds EVENTS up to date."""
+    deadline = time.monotonic() + within_s
+    while clustered.current_peers(EVENTS_STREAM) != {each.name for each in clustered.cluster.nodes}:
+        assert time.monotonic() < deadline, f"{node} did not catch up with {EVENTS_STREAM} within {within_s}s"
+        time.sleep(0.2)
+
+
 def test_every_stream_and_bucket_is_held_by_three_replicas(clustered: ClusteredStack) -> None:
     assert clustered.stream_replicas(STREAMS) == dict.fromkeys(STREAMS, REPLICAS)
 
@@ -74,4 +82,33 @@ def test_a_batch_survives_the_sigkill_of_the_node_leading_events_with_every_line
     assert asyncio.run(operator.replay(settings, report)) == 0, report.getvalue()
 
     clustered.cluster.start_node(leader)  # back on its ports and store: it rejoins as itself and catches up
-    assert clustered.current_peers(EVENTS_STREAM) == {node.name for node in clustered.cluster.nodes}
+    caught_up(clustered, leader)
+
+
+def test_a_batch_runs_whole_while_one_node_is_down_and_the_node_catches_up_when_it_returns(
+        clustered: ClusteredStack) -> None:
+    """A node that is down before a batch is created and stays down until it ends: the other two keep a quorum of
+    every R3 stream and bucket, so nothing waits for it; back, it catches up with what it missed."""
+    client = OpenAI(base_url=clustered.stack.base_url, api_key=clustered.stack.client().api_key, max_retries=5,
+                    timeout=60)
+    down = next(node.name for node in clustered.cluster.nodes if node.name != clustered.leader(EVENTS_STREAM))
+    clustered.cluster.kill(down)
+    try:
+        ids = [f"node-down-{i}" for i in range(4)]
+        started = time.monotonic()
+        created = client.batches.create(
+            input_file_id=upload(client, [chat_line(custom_id, f"Name {i + 2} colours.", max_tokens=8)
+                                          for i, custom_id in enumerate(ids)]),
+            endpoint="/v1/chat/completions", completion_window="24h")
+        batch, _ = wait_until_done(client, created.id, timeout_s=120)
+        lost, duplicated = lost_and_duplicated(ids, custom_ids_seen(client, batch))
+        print(f"\n{down} down for the whole run: batch {batch.status} in {time.monotonic() - started:.1f}s; "
+              f"{lost} lines lost, {duplicated} duplicated")
+        assert batch.status == "completed", batch.model_dump()
+        assert (lost, duplicated) == (0, 0)
+        report = io.StringIO()
+        settings = LedgerSettings(connection=ConnectionSettings(nats_url=clustered.cluster.core_urls()))
+        assert asyncio.run(operator.replay(settings, report)) == 0, report.getvalue()
+    finally:
+        clustered.cluster.start_node(down)
+    caught_up(clustered, down)

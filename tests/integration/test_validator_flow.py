@@ -116,7 +116,9 @@ async def test_a_failed_batch_has_an_error_file_with_every_input_line_and_every_
     assert [(line.custom_id, line.error and line.error.code) for line in lines] == [
         ("a", "batch_failed_validation"), ("b", "unknown_fields"), ("a", "duplicate_custom_id"),
         (None, "invalid_json"), ("c", "batch_failed_validation")]
-    assert all(line.response is None for line in lines)
+    # Refused lines say what the regular call would have answered, and where they are; the others never ran.
+    assert [(line.line, line.response and line.response.status_code) for line in lines] == [
+        (None, None), (2, 400), (4, 400), (5, 400), (None, None)]
     assert len({line.id for line in lines}) == 5 and lines[0].id == batch_request_id(batch_id, "a")
     assert lines[1].error is not None and "[invalid_method at method]" in lines[1].error.message
     assert lines[0].error is not None and "allow_partial" in lines[0].error.message
