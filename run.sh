@@ -32,9 +32,9 @@ case "${1:-}" in
     fi
     .venv/bin/ruff check .
     .venv/bin/mypy contracts services infra bench tests
-    # Two workers, each test file on one of them (a file's module fixtures, such as a running stack, start once):
+    # Three workers, each test file on one of them (a file's module fixtures, such as a running stack, start once):
     # most tests wait on brokers, processes and timeouts, so the suite takes about half the wall time.
-    exec .venv/bin/python -m pytest -n "${SHESHNAG_TEST_WORKERS:-2}" --dist loadfile "$@"
+    exec .venv/bin/python -m pytest -n "${SHESHNAG_TEST_WORKERS:-3}" --dist loadfile "$@"
     ;;
   *)
     echo "usage: ./run.sh up [--port 8080] [--data-dir DIR] | ./run.sh test [pytest args]" >&2

@@ -31,6 +31,8 @@ class FileRecord(BaseModel):
     object_key: str
     sha256: str
     deleted: bool = False
+    model: str | None = None
+    """The model named at upload, for lines that name none (`FileStored.model`)."""
     file: FileObject
 
     @property

@@ -69,6 +69,9 @@ class BatchCreated(BatchEvent):
     """The user of the creating key (None: a key without a user owns it alone): whose share of the fleet it uses."""
     organization_id: str | None = None
     """The user's organisation when the batch was created (None: none): the outer level of fair share."""
+    default_model: str | None = None
+    """The model of lines that name none, as the creator gave it: `metadata.model`, else the model named when the
+    input file was uploaded. None: each line names its own, or takes the first one an earlier line named."""
 
 
 class LineRejected(BatchEvent):

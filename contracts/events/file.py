@@ -26,6 +26,9 @@ class FileStored(Event):
     """Seconds since the epoch after which the file is swept; None keeps it until deleted."""
     batch_id: str | None = None
     """The batch whose output or error file this is (its owner owns the file); None for an upload."""
+    model: str | None = None
+    """The model named at upload (`x-litellm-model` header or `?model=`): what the lines of a batch on this file
+    that name no model run on. None: not named."""
 
 
 class FileDeleted(Event):

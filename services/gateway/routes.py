@@ -48,6 +48,10 @@ UPLOAD = {"multipart/form-data": {"schema": {
     "type": "object", "required": ["purpose", "file"],
     "properties": {"purpose": {"type": "string", "enum": ["batch"]},
                    "file": {"type": "string", "format": "binary"}}}}}
+UPLOAD_MODEL = ({"name": "x-litellm-model", "in": "header", "required": False,
+                 "description": "The model of the file's lines that name none (LiteLLM's header)",
+                 "schema": {"type": "string", "minLength": 1, "maxLength": 256}},
+                query("model", {"type": "string", "minLength": 1, "maxLength": 256}))
 IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False,
                    "schema": {"type": "string", "minLength": 16, "maxLength": 80}}
 EVENTS = Answer("The batch's facts as Server-Sent Events: `id:` is the stream sequence, `event:` the type, `data:` "
@@ -70,7 +74,7 @@ ROUTES = [
           "Aliases of the models the key may use", ListPage[ModelAlias]),
     route("GET", "/v1/models/{model_id}", models.retrieve_model, "retrieveModel", "One model or alias", Model),
     route("POST", "/v1/files", files.create_file, "createFile", "Upload a JSONL file (deduplicated by content)",
-          FileObject, body=UPLOAD),
+          FileObject, body=UPLOAD, params=UPLOAD_MODEL),
     route("GET", "/v1/files", files.list_files, "listFiles", "The caller's files (any key of the same user)",
           ListPage[FileObject], params=(AFTER, FILES_LIMIT, query("order", {"type": "string", "enum": ["asc", "desc"]}),
                                         query("purpose", {"type": "string"}))),

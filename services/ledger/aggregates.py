@@ -15,10 +15,11 @@ from services.ledger.domainmodel import TOPIC_MODULE, Batch, Folded, aggregate_i
 class File(Folded):
     @event("Stored")
     def __init__(self, file_id: str, sequence: int, owner_key_id: str, filename: str, purpose: str,
-                 size: int, sha256: str, object_key: str, created_at: int, expires_at: int | None = None) -> None:
+                 size: int, sha256: str, object_key: str, created_at: int, expires_at: int | None = None,
+                 model: str | None = None) -> None:
         self.file_id, self.owner_key_id, self.filename, self.purpose = file_id, owner_key_id, filename, purpose
         self.size, self.sha256, self.object_key, self.created_at = size, sha256, object_key, created_at
-        self.expires_at = expires_at
+        self.expires_at, self.model = expires_at, model
         self.last_sequence, self.anomalies, self.deleted = sequence, [], False
 
     @classmethod

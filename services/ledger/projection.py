@@ -137,6 +137,8 @@ def file_record(file: File, owner_user_id: str | None = None) -> FileRecord:
         object_key=file.object_key,
         sha256=file.sha256,
         deleted=file.deleted,
+        # Files folded before uploads named a model have no such attribute.
+        model=getattr(file, "model", None),
         file=obj,
     )
 

@@ -183,7 +183,7 @@ class FoldingRules:
         return self._found_again(File, "file", fact.aggregate_id, seq, fact, touched) or File(
             file_id=fact.aggregate_id, sequence=seq, owner_key_id=fact.owner_key_id, filename=fact.filename,
             purpose=fact.purpose, size=fact.bytes, sha256=fact.sha256, object_key=fact.object_key,
-            created_at=fact.created_at, expires_at=fact.expires_at)
+            created_at=fact.created_at, expires_at=fact.expires_at, model=fact.model)
 
     @_facts.on(FileDeleted)
     def _file_deleted(self, seq: int, fact: FileDeleted, touched: Touched) -> Folded | None:

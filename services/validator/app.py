@@ -25,7 +25,7 @@ async def run_validator(settings: ValidatorSettings, stop: asyncio.Event) -> Non
             store=store,
             catalogue=load_catalogue(connection.catalogue_path),
             limits=Limits(max_lines=settings.max_lines, max_embedding_inputs=settings.max_embedding_inputs,
-                          max_line_bytes=settings.max_line_bytes),
+                          max_line_bytes=settings.max_line_bytes, inherit_line_model=settings.inherit_line_model),
             max_published_per_code=settings.max_published_per_code,
             tokenizers=TokenizerCache() if settings.count_tokens else None,
         )

@@ -31,8 +31,8 @@ class BodyVerdict:
 
 
 def check_body(body: dict[str, object], endpoint: str, catalogue: Catalogue,
-               tokenizers: TokenizerCache | None) -> BodyVerdict:
-    issues, model = _model_issues(body, endpoint, catalogue)
+               tokenizers: TokenizerCache | None, line_model: str | None = None) -> BodyVerdict:
+    issues, model = _model_issues(body, endpoint, catalogue, line_model)
     if body.get("stream") not in (None, False):
         issues.append(LineIssue("stream_not_supported", "Batch requests cannot stream: remove body.stream or set "
                                 "it to false.", "body.stream"))
@@ -48,16 +48,18 @@ def check_body(body: dict[str, object], endpoint: str, catalogue: Catalogue,
     return BodyVerdict(issues, model if not issues else None, _embedding_inputs(body, endpoint), need)
 
 
-def _model_issues(body: dict[str, object], endpoint: str,
-                  catalogue: Catalogue) -> tuple[list[LineIssue], CatalogueModel | None]:
-    name = body.get("model")
+def _model_issues(body: dict[str, object], endpoint: str, catalogue: Catalogue,
+                  line_model: str | None) -> tuple[list[LineIssue], CatalogueModel | None]:
+    name = body.get("model", line_model)
     if name is None:
-        return [LineIssue("missing_model", "body.model is required: name a model from GET /v1/models.",
-                          "body.model")], None
+        return [LineIssue("missing_model", "body.model is required: name a model from GET /v1/models (or name "
+                          "one for every line: metadata.model on the batch, or the x-litellm-model header of the "
+                          "upload).", "body.model")], None
     model = catalogue.resolve(name) if isinstance(name, str) else None
     if model is None:
         known = ", ".join(m.id for m in catalogue.models)
-        return [LineIssue("unsupported_model", f"Model {name!r} is not served here or not open to your "
+        named = "" if "model" in body else " (the batch's model, named for lines without body.model)"
+        return [LineIssue("unsupported_model", f"Model {name!r}{named} is not served here or not open to your "
                           f"key. Available to you: {known or 'none'}.",
                           "body.model")], None
     if not model.batchable:

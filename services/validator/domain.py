@@ -14,6 +14,9 @@ class Limits:
     max_lines: int = 50_000
     max_embedding_inputs: int = 50_000
     max_line_bytes: int = 1024 * 1024
+    inherit_line_model: bool = False
+    """A line without `body.model` runs on the model an earlier line named (Reliquary's files). Off, OpenAI's
+    rule: each line names its model, unless the batch names one for all (`metadata.model`, or the upload's)."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,19 @@ class FileValidation:
     file_issues: dict[str, LineIssue] = field(default_factory=dict)
     """The file-level errors found, one per code (`empty_file`, `too_many_tasks`): each is reported once, and
     fails the batch even with allow_partial."""
+    default_model: str | None = None
+    """The model the batch names for lines that name none (`BatchCreated.default_model`); every line runs on it."""
+
+    def __post_init__(self) -> None:
+        pinned = self.catalogue.resolve(self.default_model) if self.default_model is not None else None
+        if pinned is not None:
+            self.model_id, self.model_line = pinned.id, 0
+
+    def _line_model(self) -> str | None:
+        """What a line without body.model runs on: the batch's model, else (if inherited) the first one named."""
+        if self.default_model is not None:
+            return self.default_model
+        return self.model_id if self.limits.inherit_line_model else None
 
     def feed(self, line_no: int, raw: bytes) -> list[LineIssue]:
         return self.check(line_no, raw).issues
@@ -73,8 +89,9 @@ class FileValidation:
                 else:
                     verdicts.append((line_no, None))
                 continue
-            verdicts.append((line_no, check_line(raw, self.endpoint, self.catalogue, self.limits.max_line_bytes,
-                                                 self.tokenizers)))
+            verdict = check_line(raw, self.endpoint, self.catalogue, self.limits.max_line_bytes, self.tokenizers,
+                                 self._line_model() or self._first_named_in(verdicts))
+            verdicts.append((line_no, verdict))
         counted = self._count_prompts([v for _, v in verdicts if v is not None and v.context is not None])
         return [self._file_rules(line_no, verdict, counted) for line_no, verdict in verdicts]
 
@@ -163,6 +180,12 @@ class FileValidation:
             parts.append(counted + ".")
         return " ".join(parts)
 
+    def _first_named_in(self, verdicts: list[tuple[int, LineVerdict | None]]) -> str | None:
+        """An inherited model named earlier in the window being checked (not pinned until its file rules run)."""
+        if not self.limits.inherit_line_model or self.model_id is not None:
+            return None
+        return next((v.model.id for _, v in verdicts if v is not None and v.model is not None), None)
+
     def _file_issue(self, issue: LineIssue) -> LineIssue:
         self.file_issues.setdefault(issue.code, issue)
         return issue
@@ -172,8 +195,9 @@ class FileValidation:
             self.model_id, self.model_line = model_id, line_no
             return []
         if model_id != self.model_id:
-            return [LineIssue("model_mismatch", f"This line uses {model_id} but line {self.model_line} uses "
-                              f"{self.model_id}; a batch runs one model.", "body.model")]
+            pinned_by = "the batch's model is" if self.model_line == 0 else f"line {self.model_line} uses"
+            return [LineIssue("model_mismatch", f"This line uses {model_id} but {pinned_by} {self.model_id}; a "
+                              "batch runs one model.", "body.model")]
         return []
 
     def _count(self, result: LineResult) -> LineResult:

@@ -54,7 +54,8 @@ class Validator:
     async def validate(self, created: BatchCreated) -> None:
         # The owner's model access travels in the fact: a model they may not use is as unknown as an absent one.
         catalogue = self.catalogue.restricted_to(created.allowed_models)
-        run = _Run(self, created, FileValidation(created.endpoint, catalogue, self.limits, self.tokenizers))
+        run = _Run(self, created, FileValidation(created.endpoint, catalogue, self.limits, self.tokenizers,
+                                                 default_model=created.default_model))
         window: list[tuple[int, bytes]] = []
         try:
             async for raw in self.store.iter_lines(created.input_object_key):

@@ -24,7 +24,8 @@ class LineVerdict:
 
 
 def check_line(raw: bytes, endpoint: str, catalogue: Catalogue, max_line_bytes: int,
-               tokenizers: TokenizerCache | None = None) -> LineVerdict:
+               tokenizers: TokenizerCache | None = None, line_model: str | None = None) -> LineVerdict:
+    """One line on its own. `line_model`: the model a body without `model` runs on (None: it must name one)."""
     if len(raw) > max_line_bytes:
         return LineVerdict([LineIssue("invalid_json_line", f"The line is {len(raw)} bytes; the limit is "
                                       f"{max_line_bytes}. Shorten the request or split it.")])
@@ -46,7 +47,7 @@ def check_line(raw: bytes, endpoint: str, catalogue: Catalogue, max_line_bytes: 
     body = line.get("body")
     if not isinstance(body, dict):
         return LineVerdict(issues, usable_id)
-    verdict = check_body(body, endpoint, catalogue, tokenizers)
+    verdict = check_body(body, endpoint, catalogue, tokenizers, line_model)
     all_issues = issues + verdict.issues
     return LineVerdict(all_issues, usable_id, verdict.model if not all_issues else None, verdict.embedding_inputs,
                        verdict.context if not all_issues else None)

@@ -11,6 +11,10 @@ class ValidatorSettings(ServiceSettings):
     max_lines: int = 50_000
     max_embedding_inputs: int = 50_000
     max_line_bytes: int = 1024 * 1024
+    inherit_line_model: bool = False
+    """A line without body.model runs on the model an earlier line named (Reliquary's files). Off (OpenAI's rule):
+    each line names its model unless the batch names one for all (metadata.model, or the upload's x-litellm-model
+    header or ?model=), which is always honoured."""
     max_published_per_code: int = 100
     """Line errors of each code published as events; the rest are only counted."""
     count_tokens: bool = True

@@ -134,3 +134,19 @@ async def test_bad_list_parameters_are_400s(gateway: Gateway, query: str) -> Non
     response = await gateway.client.get(f"/v1/files?{query}", headers=key)
     assert response.status == 400
     assert set((await response.json())["error"]) == {"message", "type", "param", "code"}
+
+
+async def test_the_model_named_at_upload_is_kept_with_the_file_and_makes_another_file_than_the_same_bytes_without(
+        gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    content = jsonl("named-at-upload")
+    plain = await (await gateway.upload(key, content)).json()
+    named = await gateway.upload({**key, "x-litellm-model": "smollm2"}, content)
+    assert named.status == 200 and (await named.json())["id"] != plain["id"]
+    assert gateway.client.app is not None
+    record = await gateway.client.app[DEPS].read_model.get_file((await named.json())["id"])
+    assert record is not None and record.model == "smollm2"
+    by_query = await gateway.client.post("/v1/files?model=" + "m" * 300, data=b"x",
+                                         headers={**key, "Content-Type": "multipart/form-data; boundary=b"})
+    assert by_query.status == 400
+    assert (await by_query.json())["error"]["code"] == "invalid_model"

@@ -8,6 +8,7 @@ from contracts.api.request_line import MAX_NESTING_DEPTH
 from services.executor.adapters.engines.base import on_slot
 from services.executor.adapters.engines.llamacpp import PROMPT_CACHE_RAM_MIB, LlamaCppEngine
 from services.runtime.catalogue import load_catalogue
+from services.validator.adapters.tokenizer import TokenizerCache
 
 MODEL_ID = "smollm2-135m-instruct-q4_1"
 SLOT_CONTEXT = 256
@@ -167,3 +168,19 @@ async def test_completions_and_responses_report_cached_tokens_in_their_own_shape
             response = await engine.run("/v1/responses", {"instructions": RULES, "input": question,
                                                           "max_output_tokens": 2})
     assert response.body["object"] == "response" and cached_tokens(response.body) > 100
+
+
+@pytest.mark.parametrize("messages", [
+    [{"role": "user", "content": "Say hi."}],
+    [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name three rivers, ünïcode too."}],
+    [{"role": "user", "content": "<|im_start|> is special; so is <|endoftext|>."}],
+])
+async def test_the_validator_counts_a_chat_prompt_as_the_engine_does(
+        engine: LlamaCppEngine, messages: list[dict[str, object]]) -> None:
+    model = load_catalogue(None).resolve(MODEL_ID)
+    assert model is not None
+    tokenizer = TokenizerCache().get(model)
+    assert tokenizer is not None
+    reply = await engine.run("/v1/chat/completions", {"messages": messages, "max_tokens": 1, "seed": 1})
+    usage = reply.body["usage"]
+    assert isinstance(usage, dict) and tokenizer.count_chat(messages) == usage["prompt_tokens"]

@@ -132,7 +132,8 @@ async def create_batch(request: web.Request) -> web.Response:
                          output_expires_after_s=output_expires_after_s,
                          allowed_models=None if user is None else user.allowed_models,
                          owner_user_id=principal(request).user_id,
-                         organization_id=None if user is None else user.organization_id)
+                         organization_id=None if user is None else user.organization_id,
+                         default_model=(metadata or {}).get("model") or file.model)
     await d.bus.publish(event)
     if idempotency_key and await _created_parameters(d, batch_id) != asked:
         raise _idempotency_conflict(idempotency_key, batch_id)  # a concurrent request with this key won

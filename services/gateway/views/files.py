@@ -162,10 +162,26 @@ async def _read_upload(request: web.Request, d: Deps, object_key: str) -> _Uploa
     return upload
 
 
+UPLOAD_MODEL_HEADER = "x-litellm-model"
+MAX_MODEL_NAME = 256
+
+
+def upload_model(request: web.Request) -> str | None:
+    """The model an upload names for its lines that name none (LiteLLM's header, or `?model=`), if any."""
+    name = request.headers.get(UPLOAD_MODEL_HEADER) or request.query.get("model")
+    if name is None:
+        return None
+    if not name.strip() or len(name) > MAX_MODEL_NAME:
+        raise bad_request(f"The model named at upload must be a model id of at most {MAX_MODEL_NAME} characters "
+                          "(see GET /v1/models).", "invalid_model", UPLOAD_MODEL_HEADER)
+    return name.strip()
+
+
 async def create_file(request: web.Request) -> web.Response:
     if not request.content_type.startswith("multipart/"):
         raise bad_request("Upload a file as multipart/form-data with fields 'purpose' and 'file'.",
                           "invalid_content_type")
+    model = upload_model(request)
     await charge_control_call(request)
     d = deps(request)
     owner = principal(request).owner
@@ -182,10 +198,10 @@ async def create_file(request: web.Request) -> web.Response:
             raise bad_request(f"purpose must be one of: {allowed} (got {purpose!r}).", "invalid_purpose", "purpose")
         ttl_s = upload.expires_after_s() or d.settings.batch_file_ttl_s
         existing = await owner_files(d, owner)
-        # The same upload again (same bytes, name, purpose and expiry: a retry) is the first file; anything that
-        # differs is a file object of its own, even with the same bytes.
+        # The same upload again (same bytes, name, purpose, expiry and model: a retry) is the first file; anything
+        # that differs is a file object of its own, even with the same bytes.
         same = next((r for r in existing if r.sha256 == stored.sha256 and r.file.purpose == purpose
-                     and r.file.filename == upload.filename
+                     and r.file.filename == upload.filename and r.model == model
                      and (r.file.expires_at or 0) - r.file.created_at == ttl_s), None)
         if same is not None:
             await discard_object(d, object_key)
@@ -201,7 +217,7 @@ async def create_file(request: web.Request) -> web.Response:
     now = int(time.time())
     event = FileStored(aggregate_id=file_id, owner_key_id=principal(request).key_id, filename=upload.filename,
                        purpose="batch", bytes=stored.bytes, sha256=stored.sha256, object_key=object_key,
-                       created_at=now, line_count=stored.line_count, expires_at=now + ttl_s)
+                       created_at=now, line_count=stored.line_count, expires_at=now + ttl_s, model=model)
     await d.bus.publish(event)
     record = await d.read_model.wait_for(lambda: d.read_model.get_file(file_id), lambda r: True,
                                          d.settings.read_your_writes_s)

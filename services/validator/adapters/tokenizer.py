@@ -5,7 +5,6 @@ tiktoken encoding: token ids follow merge order, so they are the merge ranks), s
 llama.cpp will count, without loading the weights.
 """
 
-import gc
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -13,10 +12,10 @@ from pathlib import Path
 
 import jinja2.sandbox
 import tiktoken
-from gguf import GGUFReader
 
 from contracts.catalogue import CatalogueModel
 from services.runtime.catalogue import resolve_artifact
+from services.validator.adapters.gguf_metadata import read_metadata
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +40,6 @@ def _byte_decoder() -> dict[str, int]:
     return {chr(char): byte for byte, char in zip(printable, chars, strict=True)}
 
 
-def _strings(reader: GGUFReader, key: str) -> list[str]:
-    field = reader.fields[key]
-    return [bytes(field.parts[index]).decode() for index in field.data]
-
-
 @dataclass(frozen=True)
 class ModelTokenizer:
     encoding: tiktoken.Encoding
@@ -54,28 +48,25 @@ class ModelTokenizer:
 
     @classmethod
     def from_gguf(cls, path: Path) -> "ModelTokenizer":
-        reader = GGUFReader(path)
-        pre_type = _strings(reader, "tokenizer.ggml.pre")[0] if "tokenizer.ggml.pre" in reader.fields else "gpt2"
-        if pre_type not in SPLITS_BY_PRE_TYPE:
+        metadata = read_metadata(path)
+        pre_type = metadata.get("tokenizer.ggml.pre", "gpt2")
+        if not isinstance(pre_type, str) or pre_type not in SPLITS_BY_PRE_TYPE:
             raise ValueError(f"pre-tokenizer {pre_type!r} is not supported for exact counting")
-        tokens = _strings(reader, "tokenizer.ggml.tokens")
-        types_field = reader.fields["tokenizer.ggml.token_type"]
-        types = [int(types_field.parts[index][0]) for index in types_field.data]
+        tokens, types = metadata["tokenizer.ggml.tokens"], metadata["tokenizer.ggml.token_type"]
+        if not isinstance(tokens, list) or not isinstance(types, list):
+            raise ValueError("the GGUF file's vocabulary is not a list of tokens and types")
         to_byte = _byte_decoder()
         ranks: dict[bytes, int] = {}
         special: dict[str, int] = {}
         for rank, (token, kind) in enumerate(zip(tokens, types, strict=True)):
             if kind == CONTROL_TOKEN_TYPE:
-                special[token] = rank
+                special[str(token)] = rank
             else:
-                ranks[bytes(to_byte[char] for char in token)] = rank
+                ranks[bytes(to_byte[char] for char in str(token))] = rank
         encoding = tiktoken.Encoding(f"gguf:{path.name}", pat_str=SPLITS_BY_PRE_TYPE[pre_type],
                                      mergeable_ranks=ranks, special_tokens=special)
-        source = (_strings(reader, "tokenizer.chat_template")[0] if "tokenizer.chat_template" in reader.fields
-                  else FALLBACK_TEMPLATE)
-        template = jinja2.sandbox.ImmutableSandboxedEnvironment().from_string(source)
-        del reader, types_field  # release the memory-mapped weights at once: only the vocabulary is kept
-        gc.collect()
+        source = metadata.get("tokenizer.chat_template", FALLBACK_TEMPLATE)
+        template = jinja2.sandbox.ImmutableSandboxedEnvironment().from_string(str(source))
         return cls(encoding, template)
 
     def count_text(self, text: str) -> int:
@@ -115,8 +106,7 @@ def _text_of(content: object) -> str:
 
 
 class TokenizerCache:
-    """One tokenizer per model artifact (models sharing a GGUF share it), built once: a GGUF read takes a
-    couple of seconds and tens of MB."""
+    """One tokenizer per model artifact (models sharing a GGUF share it), built once: tens of MB each."""
 
     def __init__(self) -> None:
         self._by_artifact: dict[str, ModelTokenizer | None] = {}
