@@ -29,13 +29,17 @@ class LeaderLease:
 
     async def acquire(self, stop: asyncio.Event) -> bool:
         """Wait until this process holds the lease (True) or `stop` is set (False)."""
+        standing_by = False
         while not stop.is_set():
             try:
                 self.revision = await self.kv.create(SCHEDULER_LEADER_KEY, self.holder.encode())
                 log.info("scheduler %s is the leader", self.holder)
                 return True
             except nats.js.errors.KeyWrongLastSequenceError:
-                pass  # another scheduler leads; its lease expires unless it renews
+                # another scheduler leads; its lease expires unless it renews
+                if not standing_by:
+                    log.info("scheduler %s stands by: another one leads", self.holder)
+                    standing_by = True
             except (nats.errors.Error, OSError) as error:
                 log.warning("leader lease not reachable: %r", error)
             try:

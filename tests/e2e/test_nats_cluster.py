@@ -1,10 +1,16 @@
 """The control plane on a 3-node JetStream cluster: every stream and bucket R3; a batch that runs through the
-SIGKILL of the node leading EVENTS, and one that runs whole while a node is down, each end with every line exactly
-once and a ledger whose replay equals live; the node, back, catches up."""
+SIGKILL of the node leading EVENTS, one that runs whole while a node is down, and one that runs while the leading
+scheduler is paused and its standby takes over, each end with every line exactly once and a ledger whose replay
+equals live; a node, back, catches up."""
 
 import asyncio
 import io
+import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from openai import OpenAI
@@ -112,3 +118,52 @@ def test_a_batch_runs_whole_while_one_node_is_down_and_the_node_catches_up_when_
     finally:
         clustered.cluster.start_node(down)
     caught_up(clustered, down)
+
+
+def environment_of(pid: int) -> dict[str, str]:
+    """A process's environment as it was started (a standby scheduler is started with the leader's own)."""
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(entry.decode().split("=", 1) for entry in raw if b"=" in entry)
+
+
+def test_a_standby_scheduler_takes_over_from_a_paused_leader_and_the_batch_completes_once(
+        clustered: ClusteredStack) -> None:
+    stack = clustered.stack
+    leader = stack.service_pid("scheduler")
+    standby_log = stack.data_dir / "logs" / "scheduler-standby.log"
+    with standby_log.open("ab") as out:
+        standby = subprocess.Popen([sys.executable, "-m", "services.scheduler"], env=environment_of(leader),
+                                   stdout=out, stderr=subprocess.STDOUT)
+    client = OpenAI(base_url=stack.base_url, api_key=stack.client().api_key, max_retries=5, timeout=60)
+    try:
+        deadline = time.monotonic() + 60
+        while "stands by" not in standby_log.read_text(errors="replace"):
+            assert standby.poll() is None and time.monotonic() < deadline, standby_log.read_text()[-2000:]
+            time.sleep(0.2)
+        os.kill(leader, signal.SIGSTOP)  # a GC stall, a VM migration: alive, silent, still holding its lease
+        try:
+            ids = [f"standby-{i}" for i in range(4)]
+            started = time.monotonic()
+            created = client.batches.create(
+                input_file_id=upload(client, [chat_line(custom_id, f"Say {i}.", max_tokens=8)
+                                              for i, custom_id in enumerate(ids)]),
+                endpoint="/v1/chat/completions", completion_window="24h")
+            batch, _ = wait_until_done(client, created.id, timeout_s=180)
+            lost, duplicated = lost_and_duplicated(ids, custom_ids_seen(client, batch))
+            print(f"\nleading scheduler paused: batch {batch.status} in {time.monotonic() - started:.1f}s on the "
+                  f"standby; {lost} lines lost, {duplicated} duplicated")
+        finally:
+            os.kill(leader, signal.SIGCONT)  # back: it finds its lease gone and stands by
+        assert batch.status == "completed", batch.model_dump()
+        assert (lost, duplicated) == (0, 0)
+        assert "is the leader" in standby_log.read_text(errors="replace")
+    finally:
+        standby.send_signal(signal.SIGTERM)
+        try:
+            standby.wait(30)
+        except subprocess.TimeoutExpired:
+            standby.kill()
+            standby.wait()
+    report = io.StringIO()
+    settings = LedgerSettings(connection=ConnectionSettings(nats_url=clustered.cluster.core_urls()))
+    assert asyncio.run(operator.replay(settings, report)) == 0, report.getvalue()

@@ -141,7 +141,7 @@ async def test_units_of_one_batch_download_its_input_once_read_its_log_once_and_
 async def test_one_unit_fenced_stops_alone_while_its_siblings_on_the_same_feed_finish(
     bus: EventBus, object_store: ObjectStore, engine: Engine,
 ) -> None:
-    commands = await units(bus, object_store, [chat(n, max_tokens=12) for n in range(18)], span=6)
+    commands = await units(bus, object_store, [chat(n, max_tokens=8) for n in range(12)], span=4)
     runner = BatchRunner(bus, object_store, EXECUTOR, chunk_lines=1)
     running = [asyncio.create_task(runner.run(command, engine)) for command in commands]
     victim = commands[1]
@@ -159,7 +159,7 @@ async def test_one_unit_fenced_stops_alone_while_its_siblings_on_the_same_feed_f
             and not isinstance(fact, AttemptFailed)]
     assert late == [], "the fenced attempt stated nothing after its fence"
     lines = await committed_lines(object_store, facts)
-    assert all(lines[line] == 1 for line in [*range(1, 7), *range(13, 19)]) and max(lines.values()) == 1
+    assert all(lines[line] == 1 for line in [*range(1, 5), *range(9, 13)]) and max(lines.values()) == 1
     await runner.close()
 
 
