@@ -23,6 +23,7 @@ FACT_SUBMISSIONS = "svc.facts.*"
 LOG_READS = "svc.log.*"
 """Request/reply: executors read the execution facts of the batches they hold from the leading scheduler."""
 SCHEDULER_LEADER_KEY = "scheduler"
+LEDGER_LEADER_KEY = "ledger"
 
 VALIDATOR_DURABLE = "validator"
 LEDGER_NAME = "ledger"

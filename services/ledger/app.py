@@ -3,16 +3,21 @@
 import asyncio
 import logging
 
-from contracts.subjects import EVENTS_STREAM, LEDGER_NAME
+from contracts.subjects import EVENTS_STREAM, LEDGER_LEADER_KEY, LEDGER_NAME
 from services.ledger.application import Ledger
 from services.ledger.handlers import Folder, follow, ledger_router, read_model_sink, stop_reading
 from services.ledger.reindex import index_owners
 from services.ledger.settings import LedgerSettings
 from services.runtime.broker import open_bus, service_broker
 from services.runtime.bus import EventBus
+from services.runtime.leader import LeaderLease
 from services.runtime.readmodel import ReadModel
 
 log = logging.getLogger(__name__)
+
+
+class LeaseLost(RuntimeError):
+    """A standby took over while this ledger could not renew its lease: it stops (and stands by when restarted)."""
 
 
 class LedgerApp:
@@ -27,15 +32,39 @@ class LedgerApp:
         broker = service_broker(self.settings.connection.nats_url, LEDGER_NAME)
         broker.include_router(ledger_router())
         bus = await open_bus(broker, LEDGER_NAME)
+        lease = None
         try:
+            if self.settings.standby:
+                lease = await LeaderLease.open(bus, self.settings.leader_ttl_s, LEDGER_LEADER_KEY)
+                if not await lease.acquire(stop):
+                    return
             ledger = await asyncio.to_thread(Ledger, self.settings.store_env())
             try:
                 await broker.start()  # its table declares the fold, which runs here: no subscriber starts
-                await self._fold(bus, ledger, stop)
+                await self._fold(bus, ledger, self._while_leading(lease, stop))
             finally:
                 await asyncio.to_thread(ledger.close)
+            if lease is not None and not stop.is_set():
+                raise LeaseLost(f"ledger {lease.holder} lost its lease; another ledger folds")
         finally:
+            if lease is not None:
+                await lease.release()
             await broker.stop()
+
+    @staticmethod
+    def _while_leading(lease: LeaderLease | None, stop: asyncio.Event) -> asyncio.Event:
+        """`stop`, or also set once the lease could not be renewed (without a lease: `stop` itself)."""
+        if lease is None:
+            return stop
+        ended = asyncio.Event()
+
+        async def keep() -> None:
+            await lease.keep(stop)
+            ended.set()
+
+        keeper = asyncio.create_task(keep())
+        keeper.add_done_callback(lambda _: ended.set())
+        return ended
 
     async def _fold(self, bus: EventBus, ledger: Ledger, stop: asyncio.Event) -> None:
         read_model = await ReadModel.open(bus)

@@ -21,6 +21,12 @@ class LedgerSettings(ServiceSettings):
     postgres_password: str = ""
     postgres_schema: str = ""
     """A schema of its own, e.g. when several ledgers share one database."""
+    standby: bool = False
+    """Fold only while holding the ledger's lease (KV, like the scheduler's): several ledgers on one PostgreSQL
+    store, one folding, the others standing by to go on from its checkpoint. Off: one ledger, restarted by its
+    supervisor (a standby with a store of its own would replay from sequence 1 over the live read model)."""
+    leader_ttl_s: float = 10.0
+    """With `standby`: a folding ledger that stops renewing its lease is replaced after this long."""
     group_size: int = 5000
     """At most this many queued facts are folded and saved in one transaction (fewer when fewer wait)."""
 

@@ -6,8 +6,8 @@ import asyncio
 from services.authz.callout import admit_executors
 from services.runtime.broker import open_bus, service_broker
 from services.runtime.catalogue import load_catalogue
+from services.runtime.leader import LeaderLease
 from services.scheduler.handlers import scheduler_router
-from services.scheduler.leader import LeaderLease
 from services.scheduler.objects import ObjectSigner
 from services.scheduler.settings import SchedulerSettings
 from services.scheduler.term import Term

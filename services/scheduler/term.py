@@ -37,6 +37,7 @@ from services.runtime.bus import EventBus
 from services.runtime.fleet import Fleet
 from services.runtime.follower import Fact
 from services.runtime.kv import ensure_direct_reads
+from services.runtime.leader import LeaderLease
 from services.runtime.readmodel import ReadModel
 from services.scheduler.book import BatchPlan, Book
 from services.scheduler.decisions import (
@@ -51,7 +52,6 @@ from services.scheduler.decisions import (
     decide,
 )
 from services.scheduler.desk import FactDesk
-from services.scheduler.leader import LeaderLease
 from services.scheduler.objects import ObjectBroker, ObjectSigner
 from services.scheduler.registration import Registrar
 from services.scheduler.standings import STANDINGS_EVERY_MS, standing_waits

@@ -54,6 +54,32 @@ def caught_up(clustered: ClusteredStack, node: str, within_s: float = 60) -> Non
         time.sleep(0.2)
 
 
+def patient_client(clustered: ClusteredStack) -> OpenAI:
+    """A client that retries through a broker's leader election."""
+    return OpenAI(base_url=clustered.stack.base_url, api_key=clustered.stack.client().api_key, max_retries=5,
+                  timeout=60)
+
+
+def small_batch_runs_once(client: OpenAI, tag: str, timeout_s: float = 180) -> tuple[str, float]:
+    """A 4-line batch from create to its end: its status and seconds taken, every line in its files once."""
+    ids = [f"{tag}-{i}" for i in range(4)]
+    started = time.monotonic()
+    created = client.batches.create(
+        input_file_id=upload(client, [chat_line(custom_id, f"Name {i + 2} colours.", max_tokens=8)
+                                      for i, custom_id in enumerate(ids)]),
+        endpoint="/v1/chat/completions", completion_window="24h")
+    batch, _ = wait_until_done(client, created.id, timeout_s=timeout_s)
+    assert batch.status == "completed", batch.model_dump()
+    assert lost_and_duplicated(ids, custom_ids_seen(client, batch)) == (0, 0)
+    return batch.status, time.monotonic() - started
+
+
+def replay_equals_live(clustered: ClusteredStack) -> None:
+    report = io.StringIO()
+    settings = LedgerSettings(connection=ConnectionSettings(nats_url=clustered.cluster.core_urls()))
+    assert asyncio.run(operator.replay(settings, report)) == 0, report.getvalue()
+
+
 def test_every_stream_and_bucket_is_held_by_three_replicas(clustered: ClusteredStack) -> None:
     assert clustered.stream_replicas(STREAMS) == dict.fromkeys(STREAMS, REPLICAS)
 
@@ -83,9 +109,7 @@ def test_a_batch_survives_the_sigkill_of_the_node_leading_events_with_every_line
 
     assert batch.status == "completed", batch.model_dump()
     assert (lost, duplicated) == (0, 0)
-    report = io.StringIO()
-    settings = LedgerSettings(connection=ConnectionSettings(nats_url=clustered.cluster.core_urls()))
-    assert asyncio.run(operator.replay(settings, report)) == 0, report.getvalue()
+    replay_equals_live(clustered)
 
     clustered.cluster.start_node(leader)  # back on its ports and store: it rejoins as itself and catches up
     caught_up(clustered, leader)
@@ -95,26 +119,12 @@ def test_a_batch_runs_whole_while_one_node_is_down_and_the_node_catches_up_when_
         clustered: ClusteredStack) -> None:
     """A node that is down before a batch is created and stays down until it ends: the other two keep a quorum of
     every R3 stream and bucket, so nothing waits for it; back, it catches up with what it missed."""
-    client = OpenAI(base_url=clustered.stack.base_url, api_key=clustered.stack.client().api_key, max_retries=5,
-                    timeout=60)
     down = next(node.name for node in clustered.cluster.nodes if node.name != clustered.leader(EVENTS_STREAM))
     clustered.cluster.kill(down)
     try:
-        ids = [f"node-down-{i}" for i in range(4)]
-        started = time.monotonic()
-        created = client.batches.create(
-            input_file_id=upload(client, [chat_line(custom_id, f"Name {i + 2} colours.", max_tokens=8)
-                                          for i, custom_id in enumerate(ids)]),
-            endpoint="/v1/chat/completions", completion_window="24h")
-        batch, _ = wait_until_done(client, created.id, timeout_s=120)
-        lost, duplicated = lost_and_duplicated(ids, custom_ids_seen(client, batch))
-        print(f"\n{down} down for the whole run: batch {batch.status} in {time.monotonic() - started:.1f}s; "
-              f"{lost} lines lost, {duplicated} duplicated")
-        assert batch.status == "completed", batch.model_dump()
-        assert (lost, duplicated) == (0, 0)
-        report = io.StringIO()
-        settings = LedgerSettings(connection=ConnectionSettings(nats_url=clustered.cluster.core_urls()))
-        assert asyncio.run(operator.replay(settings, report)) == 0, report.getvalue()
+        status, seconds = small_batch_runs_once(patient_client(clustered), "node-down")
+        print(f"\n{down} down for the whole run: batch {status} in {seconds:.1f}s; 0 lines lost, 0 duplicated")
+        replay_equals_live(clustered)
     finally:
         clustered.cluster.start_node(down)
     caught_up(clustered, down)
@@ -134,7 +144,6 @@ def test_a_standby_scheduler_takes_over_from_a_paused_leader_and_the_batch_compl
     with standby_log.open("ab") as out:
         standby = subprocess.Popen([sys.executable, "-m", "services.scheduler"], env=environment_of(leader),
                                    stdout=out, stderr=subprocess.STDOUT)
-    client = OpenAI(base_url=stack.base_url, api_key=stack.client().api_key, max_retries=5, timeout=60)
     try:
         deadline = time.monotonic() + 60
         while "stands by" not in standby_log.read_text(errors="replace"):
@@ -142,20 +151,10 @@ def test_a_standby_scheduler_takes_over_from_a_paused_leader_and_the_batch_compl
             time.sleep(0.2)
         os.kill(leader, signal.SIGSTOP)  # a GC stall, a VM migration: alive, silent, still holding its lease
         try:
-            ids = [f"standby-{i}" for i in range(4)]
-            started = time.monotonic()
-            created = client.batches.create(
-                input_file_id=upload(client, [chat_line(custom_id, f"Say {i}.", max_tokens=8)
-                                              for i, custom_id in enumerate(ids)]),
-                endpoint="/v1/chat/completions", completion_window="24h")
-            batch, _ = wait_until_done(client, created.id, timeout_s=180)
-            lost, duplicated = lost_and_duplicated(ids, custom_ids_seen(client, batch))
-            print(f"\nleading scheduler paused: batch {batch.status} in {time.monotonic() - started:.1f}s on the "
-                  f"standby; {lost} lines lost, {duplicated} duplicated")
+            status, seconds = small_batch_runs_once(patient_client(clustered), "standby")
         finally:
             os.kill(leader, signal.SIGCONT)  # back: it finds its lease gone and stands by
-        assert batch.status == "completed", batch.model_dump()
-        assert (lost, duplicated) == (0, 0)
+        print(f"\nleading scheduler paused: batch {status} in {seconds:.1f}s on the standby; 0 lost, 0 duplicated")
         assert "is the leader" in standby_log.read_text(errors="replace")
     finally:
         standby.send_signal(signal.SIGTERM)
@@ -164,6 +163,4 @@ def test_a_standby_scheduler_takes_over_from_a_paused_leader_and_the_batch_compl
         except subprocess.TimeoutExpired:
             standby.kill()
             standby.wait()
-    report = io.StringIO()
-    settings = LedgerSettings(connection=ConnectionSettings(nats_url=clustered.cluster.core_urls()))
-    assert asyncio.run(operator.replay(settings, report)) == 0, report.getvalue()
+    replay_equals_live(clustered)

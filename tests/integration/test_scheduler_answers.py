@@ -15,9 +15,9 @@ from contracts.fact_desk import FactReceipt, LogPage
 from contracts.objects import ObjectGrant
 from contracts.subjects import FLEET_REGISTER, SCHEDULER_LEADER_KEY, fact_submissions, log_reads, object_requests
 from services.runtime.bus import EventBus
+from services.runtime.leader import LeaderLease
 from services.runtime.settings import ConnectionSettings
 from services.scheduler.app import run_scheduler
-from services.scheduler.leader import LeaderLease
 from services.scheduler.settings import SchedulerSettings
 from tests.conftest import RunningNats
 

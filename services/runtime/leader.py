@@ -1,4 +1,5 @@
-"""One active scheduler: a leader lease in a KV bucket whose entries expire unless renewed."""
+"""One active process of a role (the scheduler, the ledger): a leader lease in a KV bucket whose entries expire
+unless renewed; the others stand by."""
 
 import asyncio
 import logging
@@ -16,29 +17,31 @@ log = logging.getLogger(__name__)
 
 
 class LeaderLease:
-    def __init__(self, kv: KeyValue, holder: str, ttl_s: float) -> None:
+    def __init__(self, kv: KeyValue, holder: str, ttl_s: float, role: str = SCHEDULER_LEADER_KEY) -> None:
         self.kv = kv
         self.holder = holder
         self.ttl_s = ttl_s
+        self.role = role
+        """The lease's key in the bucket, and what the logs call the holder."""
         self.revision: int | None = None
 
     @classmethod
-    async def open(cls, bus: EventBus, ttl_s: float) -> "LeaderLease":
+    async def open(cls, bus: EventBus, ttl_s: float, role: str = SCHEDULER_LEADER_KEY) -> "LeaderLease":
         holder = f"{socket.gethostname()}:{id(bus):x}"
-        return cls(await open_bucket(bus, LEADER_BUCKET, ttl_s), holder, ttl_s)
+        return cls(await open_bucket(bus, LEADER_BUCKET, ttl_s), holder, ttl_s, role)
 
     async def acquire(self, stop: asyncio.Event) -> bool:
         """Wait until this process holds the lease (True) or `stop` is set (False)."""
         standing_by = False
         while not stop.is_set():
             try:
-                self.revision = await self.kv.create(SCHEDULER_LEADER_KEY, self.holder.encode())
-                log.info("scheduler %s is the leader", self.holder)
+                self.revision = await self.kv.create(self.role, self.holder.encode())
+                log.info("%s %s is the leader", self.role, self.holder)
                 return True
             except nats.js.errors.KeyWrongLastSequenceError:
                 # another scheduler leads; its lease expires unless it renews
                 if not standing_by:
-                    log.info("scheduler %s stands by: another one leads", self.holder)
+                    log.info("%s %s stands by: another one leads", self.role, self.holder)
                     standing_by = True
             except (nats.errors.Error, OSError) as error:
                 log.warning("leader lease not reachable: %r", error)
@@ -57,13 +60,13 @@ class LeaderLease:
             except TimeoutError:
                 pass
             try:
-                self.revision = await self.kv.update(SCHEDULER_LEADER_KEY, self.holder.encode(), last=self.revision)
+                self.revision = await self.kv.update(self.role, self.holder.encode(), last=self.revision)
             except (nats.js.errors.KeyWrongLastSequenceError, nats.errors.Error, OSError) as error:
-                log.error("scheduler %s lost the leader lease: %r", self.holder, error)
+                log.error("%s %s lost the leader lease: %r", self.role, self.holder, error)
                 return
 
     async def release(self) -> None:
         try:
-            await self.kv.delete(SCHEDULER_LEADER_KEY, last=self.revision)
+            await self.kv.delete(self.role, last=self.revision)
         except (nats.js.errors.KeyWrongLastSequenceError, nats.errors.Error, OSError):
             pass
