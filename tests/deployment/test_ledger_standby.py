@@ -36,10 +36,10 @@ def ledger_env(cluster: NatsCluster, postgres: PostgresBackend, schema: str) -> 
                 SHESHNAG_LEDGER_POSTGRES_SCHEMA=schema)
 
 
-def until(condition: Callable[[], bool], what: str, within_s: float = 60) -> None:
+def until(condition: Callable[[], bool], what: str | Callable[[], str], within_s: float = 120) -> None:
     deadline = time.monotonic() + within_s
     while not condition():
-        assert time.monotonic() < deadline, what
+        assert time.monotonic() < deadline, what() if callable(what) else what
         time.sleep(0.2)
 
 
@@ -89,14 +89,16 @@ def test_a_standby_ledger_folds_on_from_the_shared_checkpoint_while_the_folding_
                                                   stderr=subprocess.STDOUT,
                                                   env=ledger_env(cluster, postgres_backend, postgres_schema)))
             until(lambda n=n: ("is the leader" if n == 0 else "stands by") in log(n),  # type: ignore[misc]
-                  f"ledger {'ab'[n]} never said it leads or stands by: {log(n)[-1500:]}")
-        until(lambda: folded_through(settings) == len(early), "the leading ledger did not fold what was there")
+                  lambda n=n: f"ledger {'ab'[n]} never said it leads or stands by: {log(n)[-1500:]}")  # type: ignore[misc]
+        until(lambda: folded_through(settings) == len(early),
+              lambda: f"the leading ledger did not fold what was there: {log(0)[-1500:]}")
 
         os.kill(processes[0].pid, signal.SIGSTOP)  # alive and silent, its lease still in the bucket
         try:
             asyncio.run(publish(cluster.core_urls(), late))
-            until(lambda: "is the leader" in log(1), f"the standby never took over: {log(1)[-1500:]}")
-            until(lambda: folded_through(settings) == len(facts), "the standby did not fold on from the checkpoint")
+            until(lambda: "is the leader" in log(1), lambda: f"the standby never took over: {log(1)[-1500:]}")
+            until(lambda: folded_through(settings) == len(facts),
+                  lambda: f"the standby did not fold on from the checkpoint: {log(1)[-1500:]}")
         finally:
             os.kill(processes[0].pid, signal.SIGCONT)
         assert processes[0].wait(30) != 0 and "lost its lease" in log(0), log(0)[-1500:]
