@@ -1,5 +1,5 @@
 """The Navigator (LiteLLM-based) seed's walkthroughs, run as written with only the base URL, key and model changed:
-lines name no model; the upload names it with the `x-litellm-model` header; the script polls 25 times, 3 s apart,
+lines name no model; the upload names it with the `x-litellm-model` header; the script polls 3 s apart
 and reads every output line's choices."""
 
 import io
