@@ -15,6 +15,7 @@ from pathlib import Path
 from eventsourcing.persistence import PersistenceError
 
 from contracts.events.envelope import Event
+from infra.embedded import stop_process
 from infra.nats_cluster import NatsCluster
 from services.ledger import operator
 from services.ledger.application import Ledger
@@ -107,10 +108,5 @@ def test_a_standby_ledger_folds_on_from_the_shared_checkpoint_while_the_folding_
         assert asyncio.run(operator.replay(settings, report)) == 0, report.getvalue()
     finally:
         for process in processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
+            stop_process(process, within_s=30)
         cluster.stop()

@@ -23,6 +23,7 @@ from contracts.subjects import (
     READ_MODEL_BUCKET,
     WORK_STREAM,
 )
+from infra.embedded import stop_process
 from services.ledger import operator
 from services.ledger.settings import LedgerSettings
 from services.runtime.settings import ConnectionSettings
@@ -157,10 +158,5 @@ def test_a_standby_scheduler_takes_over_from_a_paused_leader_and_the_batch_compl
         print(f"\nleading scheduler paused: batch {status} in {seconds:.1f}s on the standby; 0 lost, 0 duplicated")
         assert "is the leader" in standby_log.read_text(errors="replace")
     finally:
-        standby.send_signal(signal.SIGTERM)
-        try:
-            standby.wait(30)
-        except subprocess.TimeoutExpired:
-            standby.kill()
-            standby.wait()
+        stop_process(standby, within_s=30)
     replay_equals_live(clustered)
