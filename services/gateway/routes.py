@@ -48,10 +48,10 @@ UPLOAD = {"multipart/form-data": {"schema": {
     "type": "object", "required": ["purpose", "file"],
     "properties": {"purpose": {"type": "string", "enum": ["batch"]},
                    "file": {"type": "string", "format": "binary"}}}}}
-UPLOAD_MODEL = ({"name": "x-litellm-model", "in": "header", "required": False,
+UPLOAD_MODEL_NAME = {"type": "string", "minLength": 1, "maxLength": files.MAX_MODEL_NAME}
+UPLOAD_MODEL = ({"name": files.UPLOAD_MODEL_HEADER, "in": "header", "required": False,
                  "description": "The model of the file's lines that name none (LiteLLM's header)",
-                 "schema": {"type": "string", "minLength": 1, "maxLength": 256}},
-                query("model", {"type": "string", "minLength": 1, "maxLength": 256}))
+                 "schema": UPLOAD_MODEL_NAME}, query("model", UPLOAD_MODEL_NAME))
 IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False,
                    "schema": {"type": "string", "minLength": 16, "maxLength": 80}}
 EVENTS = Answer("The batch's facts as Server-Sent Events: `id:` is the stream sequence, `event:` the type, `data:` "

@@ -32,39 +32,31 @@ class LedgerApp:
         broker = service_broker(self.settings.connection.nats_url, LEDGER_NAME)
         broker.include_router(ledger_router())
         bus = await open_bus(broker, LEDGER_NAME)
-        lease = None
+        lease, keeper = None, None
         try:
+            folding = stop
             if self.settings.standby:
                 lease = await LeaderLease.open(bus, self.settings.leader_ttl_s, LEDGER_LEADER_KEY)
                 if not await lease.acquire(stop):
                     return
+                # Fold until stopped or until the lease cannot be renewed (keep returns: a standby took over).
+                folding = asyncio.Event()
+                keeper = asyncio.create_task(lease.keep(stop))
+                keeper.add_done_callback(lambda _: folding.set())
             ledger = await asyncio.to_thread(Ledger, self.settings.store_env())
             try:
                 await broker.start()  # its table declares the fold, which runs here: no subscriber starts
-                await self._fold(bus, ledger, self._while_leading(lease, stop))
+                await self._fold(bus, ledger, folding)
             finally:
                 await asyncio.to_thread(ledger.close)
             if lease is not None and not stop.is_set():
                 raise LeaseLost(f"ledger {lease.holder} lost its lease; another ledger folds")
         finally:
+            if keeper is not None:
+                keeper.cancel()
             if lease is not None:
                 await lease.release()
             await broker.stop()
-
-    @staticmethod
-    def _while_leading(lease: LeaderLease | None, stop: asyncio.Event) -> asyncio.Event:
-        """`stop`, or also set once the lease could not be renewed (without a lease: `stop` itself)."""
-        if lease is None:
-            return stop
-        ended = asyncio.Event()
-
-        async def keep() -> None:
-            await lease.keep(stop)
-            ended.set()
-
-        keeper = asyncio.create_task(keep())
-        keeper.add_done_callback(lambda _: ended.set())
-        return ended
 
     async def _fold(self, bus: EventBus, ledger: Ledger, stop: asyncio.Event) -> None:
         read_model = await ReadModel.open(bus)

@@ -39,7 +39,7 @@ class LeaderLease:
                 log.info("%s %s is the leader", self.role, self.holder)
                 return True
             except nats.js.errors.KeyWrongLastSequenceError:
-                # another scheduler leads; its lease expires unless it renews
+                # another process of this role leads; its lease expires unless it renews
                 if not standing_by:
                     log.info("%s %s stands by: another one leads", self.role, self.holder)
                     standing_by = True

@@ -73,6 +73,7 @@ class FileValidation:
         """Check consecutive lines: each on its own, then the prompts that need it counted in one batch,
         then the file-level rules in line order."""
         verdicts: list[tuple[int, LineVerdict | None]] = []
+        line_model = self._line_model()
         for line_no, raw in lines:
             if not raw.strip():
                 verdicts.append((line_no, None))
@@ -90,7 +91,9 @@ class FileValidation:
                     verdicts.append((line_no, None))
                 continue
             verdict = check_line(raw, self.endpoint, self.catalogue, self.limits.max_line_bytes, self.tokenizers,
-                                 self._line_model() or self._first_named_in(verdicts))
+                                 line_model)
+            if line_model is None and self.limits.inherit_line_model and verdict.model is not None:
+                line_model = verdict.model.id  # named in this window, pinned once its file rules run
             verdicts.append((line_no, verdict))
         counted = self._count_prompts([v for _, v in verdicts if v is not None and v.context is not None])
         return [self._file_rules(line_no, verdict, counted) for line_no, verdict in verdicts]
@@ -179,12 +182,6 @@ class FileValidation:
                 counted += f" ({self.error_count} errors)"
             parts.append(counted + ".")
         return " ".join(parts)
-
-    def _first_named_in(self, verdicts: list[tuple[int, LineVerdict | None]]) -> str | None:
-        """An inherited model named earlier in the window being checked (not pinned until its file rules run)."""
-        if not self.limits.inherit_line_model or self.model_id is not None:
-            return None
-        return next((v.model.id for _, v in verdicts if v is not None and v.model is not None), None)
 
     def _file_issue(self, issue: LineIssue) -> LineIssue:
         self.file_issues.setdefault(issue.code, issue)
