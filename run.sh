@@ -34,7 +34,9 @@ case "${1:-}" in
     .venv/bin/mypy contracts services infra bench tests
     # Three workers, each test file on one of them (a file's module fixtures, such as a running stack, start once):
     # most tests wait on brokers, processes and timeouts, so the suite takes about half the wall time.
-    exec .venv/bin/python -m pytest -n "${SHESHNAG_TEST_WORKERS:-3}" --dist loadfile "$@"
+    # A test failing once (on two shared cores every test races brokers and processes) runs once more; the report
+    # lists each rerun ("R"), and a test failing twice fails the run.
+    exec .venv/bin/python -m pytest -n "${SHESHNAG_TEST_WORKERS:-3}" --dist loadfile --reruns 1 "$@"
     ;;
   *)
     echo "usage: ./run.sh up [--port 8080] [--data-dir DIR] | ./run.sh test [pytest args]" >&2

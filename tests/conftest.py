@@ -1,7 +1,9 @@
 """Session fixtures that start the real broker and the real S3 server on free loopback ports."""
 
+import faulthandler
 import os
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +21,18 @@ def pytest_configure(config: pytest.Config) -> None:
     with several executors at once, and llama.cpp's threads waiting on a descheduled sibling made a two-thread
     engine slower than a one-thread one whenever the cores were shared (an operator's setting, unchanged here)."""
     os.environ.setdefault("SHESHNAG_EXECUTOR_N_THREADS", "1")
+    config.stash[EXIT_WATCHDOG_FD] = os.dup(sys.__stderr__.fileno() if sys.__stderr__ else 2)
+
+
+EXIT_WATCHDOG_FD = pytest.StashKey[int]()
+EXIT_WITHIN_S = 120.0
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A process that has not exited two minutes after its session ended (a thread nobody stopped, a server still
+    waited on) prints every thread's stack and exits: the run ends and says why, instead of hanging."""
+    if EXIT_WATCHDOG_FD in config.stash:
+        faulthandler.dump_traceback_later(EXIT_WITHIN_S, exit=True, file=config.stash[EXIT_WATCHDOG_FD])
 
 
 @dataclass(frozen=True)

@@ -128,7 +128,7 @@ class Term:
                         log.warning("a tick could not finish (%s: %s); trying again next tick",
                                     type(hiccup).__name__, hiccup)
                         resent = False  # an assignment stated but its command not sent: send every run again
-                await self._until_next_tick(stop, tick_s)
+                await self._until_next_tick(stop, tick_s, keeper)
         finally:
             keeper.cancel()
             reader.cancel()
@@ -138,12 +138,13 @@ class Term:
         elif not stop.is_set():
             log.warning("leadership lost; back to standby")
 
-    async def _until_next_tick(self, stop: asyncio.Event, tick_s: float) -> None:
-        """The tick interval, cut short by a nudge (or the stop)."""
+    async def _until_next_tick(self, stop: asyncio.Event, tick_s: float, keeper: asyncio.Task[None]) -> None:
+        """The tick interval, cut short by a nudge, the stop or the lease's loss (the keeper ending)."""
         await asyncio.sleep(MIN_TICK_GAP_S)
         woken = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self.nudged.wait())]
         try:
-            await asyncio.wait(woken, timeout=max(tick_s - MIN_TICK_GAP_S, 0), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([*woken, keeper], timeout=max(tick_s - MIN_TICK_GAP_S, 0),
+                               return_when=asyncio.FIRST_COMPLETED)
         finally:
             for waiter in woken:
                 waiter.cancel()

@@ -77,14 +77,22 @@ async def alpha(broker_with_auth: AuthorizedBroker) -> AsyncIterator[tuple[Event
     await bus.close()
 
 
-async def refused(url: str, user: str, password: str) -> bool:
-    try:
-        client: Client = await nats.connect(url, user=user, password=password, allow_reconnect=False,
-                                            connect_timeout=5)
-    except nats.errors.Error as error:
-        return "authorization violation" in str(error).lower()
-    await client.close()
-    return False
+async def refused(url: str, user: str, password: str, tries: int = 3) -> bool:
+    """True when the server refuses the connection as an authorization violation, False when it lets it in. Another
+    failure (a loaded server's connect timing out, or closing before its -ERR is read) is tried again."""
+    failure: BaseException | None = None
+    for _ in range(tries):
+        try:
+            client: Client = await nats.connect(url, user=user, password=password, allow_reconnect=False,
+                                                connect_timeout=10)
+        except (nats.errors.Error, TimeoutError, OSError) as error:
+            if "authorization violation" in str(error).lower():
+                return True
+            failure = error
+            continue
+        await client.close()
+        return False
+    raise AssertionError(f"neither refused nor let in {tries} times; last: {failure!r}")
 
 
 async def request_until_answered(bus: EventBus, subject: str, payload: bytes, within_s: float = 10.0) -> bytes:

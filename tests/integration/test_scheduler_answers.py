@@ -92,5 +92,5 @@ async def test_a_standby_answers_nothing_and_the_scheduler_that_wins_the_lease_a
 
         await other.kv.delete(SCHEDULER_LEADER_KEY)
         assert await other.acquire(asyncio.Event())  # the lease moves on under the leader: its renewal fails
-        await until(bus, answering=False)
+        await until(bus, answering=False, within_s=30.0)  # a loaded machine's scheduler ends its term late
         await other.release()
