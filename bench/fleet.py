@@ -489,7 +489,7 @@ def row_latency(bench: Bench) -> Row:
     times: list[float] = []
     steps: dict[str, list[int]] = {}
     for i in range(bench.args.runs):
-        file_id = upload(client, [line(f"one-{i}", 16)])
+        file_id = upload(client, [line(f"one-{i}", 1)])  # the 1-line, 1-token batch
         created_ms = time.time() * 1000
         elapsed, batch = timed_batch(client, file_id)
         times.append(elapsed)
