@@ -46,3 +46,8 @@ def new_api_key(worker: bool) -> str:
 def owner_id(user_id: str | None, key_id: str) -> str:
     """Who owns what a key creates: the key's user, or the key alone when it has none. One KV-key token."""
     return f"user-{user_id}" if user_id is not None else f"key-{key_id}"
+
+
+def owner_user(owner: str) -> str | None:
+    """The user an `owner_id` names; None when it names a key with no user."""
+    return owner.removeprefix("user-") if owner.startswith("user-") else None

@@ -7,7 +7,7 @@ from pydantic import BaseModel
 from contracts.api.batch import Batch
 from contracts.api.file import FileObject
 from contracts.events.executor import EngineName
-from contracts.events.key import KeyRole
+from contracts.events.key import KeyRole, MemberRole
 from contracts.ids import owner_id
 
 
@@ -66,6 +66,8 @@ class UserRecord(BaseModel):
     created_at: int
     organization_id: str | None = None
     """None: the default organisation."""
+    role: MemberRole = "member"
+    """`admin`: an administrator of the organisation (lists and cancels its members' batches)."""
 
 
 class OrganizationRecord(BaseModel):

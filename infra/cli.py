@@ -78,6 +78,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     create_user.add_argument("--models", default=None, help="comma-separated catalogue ids (default: every model)")
     create_user.add_argument("--organization", default=None,
                              help="the organisation the user belongs to; it must exist (default: the default one)")
+    create_user.add_argument("--role", default="member", choices=["member", "admin"],
+                             help="admin: an administrator of the organisation (lists and cancels its members' "
+                                  "batches)")
     organizations = commands.add_parser("organizations", help="manage organisations (against SHESHNAG_NATS_URL)")
     organization_tools = organizations.add_subparsers(dest="tool", required=True)
     create_organization = organization_tools.add_parser("create", help="create an organisation users can join")
@@ -240,11 +243,12 @@ async def revoke_key_by_id(key_id: str) -> int:
     return 0
 
 
-async def create_user(user_id: str, name: str, models: str | None, organization_id: str | None = None) -> None:
+async def create_user(user_id: str, name: str, models: str | None, organization_id: str | None = None,
+                      role: str = "member") -> None:
     allowed = None if models is None else [m.strip() for m in models.split(",") if m.strip()]
     try:
         body = parse_fields(CreateUser, {"id": user_id, "name": name, "allowed_models": allowed,
-                                         "organization_id": organization_id})
+                                         "organization_id": organization_id, "role": role})
         async with accounts("sheshnag-users") as ports:
             user = await usecases.create_user(ports, body)
     except ApiError as error:
@@ -272,7 +276,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "keys":
         asyncio.run(create_key(args.role, args.label, args.user))
     elif args.command == "users":
-        asyncio.run(create_user(args.user_id, args.name, args.models, args.organization))
+        asyncio.run(create_user(args.user_id, args.name, args.models, args.organization, args.role))
     elif args.command == "organizations":
         asyncio.run(create_organization(args.organization_id, args.name))
     elif args.command == "status":

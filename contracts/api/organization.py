@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.api.field_errors import refused_as
+from contracts.events.key import MemberRole
 
 USER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 """Ids become part of NATS subjects: no dots, spaces or wildcards."""
@@ -30,6 +31,8 @@ class CreateUser(BaseModel):
     """Catalogue ids or aliases the user's keys may use; omitted: every model."""
     organization_id: ChosenId = None
     """The organisation the user belongs to; it must exist. Omitted: the default organisation."""
+    role: MemberRole = "member"
+    """`admin`: an administrator of that organisation, who lists and cancels its members' batches."""
 
 
 class User(BaseModel):
@@ -40,6 +43,8 @@ class User(BaseModel):
     """Catalogue ids; null: every model."""
     created_at: int
     organization_id: str = DEFAULT_ORGANIZATION_ID
+    role: MemberRole = "member"
+    """Their role in the organisation: `member`, or `admin` (lists and cancels its members' batches)."""
 
 
 class CreateOrganization(BaseModel):

@@ -9,6 +9,8 @@ from contracts.events.envelope import Event
 from contracts.events.executor import EngineName
 
 CancelCode = Literal["batch_cancelled", "authorization_revoked"]
+AdminCancelCode = Literal["cancelled_by_org_admin", "cancelled_by_platform_admin"]
+"""The `errors.data` entry of a batch cancelled by an administrator of its owner's organisation, or of the platform."""
 FailureCode = Literal["validation_error", "model_unavailable", "enqueued_request_limit_exceeded",
                       "attempts_exhausted", "finalize_failed", "batch_failed"]
 """Why Sheshnag's services fail a batch (`batch.failed`'s `code`)."""
@@ -268,6 +270,10 @@ class BatchCancelRequested(BatchEvent):
     requested_by_key_id: str
     code: CancelCode = "batch_cancelled"
     """The code lines never run get in the error file: `authorization_revoked` when the owner's key was revoked."""
+    by_admin: AdminCancelCode | None = None
+    """Set when someone other than the owner cancelled it: the entry the batch's `errors.data` then carries."""
+    by_admin_message: str | None = None
+    """That entry's message (it names the organisation's administrator)."""
 
 
 class BatchCancelled(BatchEnded):

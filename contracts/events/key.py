@@ -5,6 +5,8 @@ from typing import ClassVar, Literal
 from contracts.events.envelope import Event
 
 KeyRole = Literal["admin", "user", "worker"]
+MemberRole = Literal["member", "admin"]
+"""A user's role in their organisation: an `admin` of it lists and cancels its members' batches."""
 
 
 class KeyCreated(Event):
@@ -40,3 +42,5 @@ class UserCreated(Event):
     """Catalogue ids the user's keys may use; None: every model in the catalogue."""
     organization_id: str | None = None
     """The organisation the user belongs to; None (and every user made before organisations): the default one."""
+    role: MemberRole = "member"
+    """Their role in that organisation (every user made before roles: a member)."""

@@ -17,7 +17,8 @@ from pydantic.json_schema import JsonSchemaMode, models_json_schema
 from contracts.api.error import ErrorResponse
 
 JsonObject = dict[str, Any]
-Access = Literal["public", "key", "admin"]
+Access = Literal["public", "key", "self", "admin"]
+"""Who may call: anyone, any key, any key for its own user only (an admin key for anyone), an admin key."""
 """Who may call: anyone; any user or admin key (a worker key is refused); admin keys only (a user key gets 403)."""
 
 
@@ -118,6 +119,9 @@ class _Schemas:
                                        for status, text in ERRORS.items()}
         if op.access == "admin":
             described["responses"]["403"] = self.json(ErrorResponse, "serialization", "Not an admin key")
+        elif op.access == "self":
+            described["responses"]["403"] = self.json(ErrorResponse, "serialization",
+                                                      "Not an admin key, and not for the key's own user")
         if op.body is not None:
             content = op.body if isinstance(op.body, dict) else {
                 "application/json": {"schema": self.refs[op.body, "validation"]}}

@@ -72,18 +72,22 @@ class ApiKey(Folded):
 class User(Folded):
     """A user: the keys acting for them share its model access, and what any of them creates."""
 
-    class_version = 2
-    """v2 added `organization_id`; older snapshots are upcast (None: the default organisation)."""
+    class_version = 3
+    """v2 added `organization_id`, v3 `role`; older snapshots are upcast (the default organisation, a member)."""
 
     @staticmethod
     def upcast_v1_v2(state: dict[str, Any]) -> None:
         state.setdefault("organization_id", None)
 
+    @staticmethod
+    def upcast_v2_v3(state: dict[str, Any]) -> None:
+        state.setdefault("role", "member")
+
     @event("Created")
     def __init__(self, user_id: str, sequence: int, display_name: str, allowed_models: list[str] | None,
-                 created_at: int, organization_id: str | None = None) -> None:
+                 created_at: int, organization_id: str | None = None, role: str = "member") -> None:
         self.user_id, self.display_name, self.created_at = user_id, display_name, created_at
-        self.organization_id = organization_id
+        self.organization_id, self.role = organization_id, role
         self.allowed_models = None if allowed_models is None else list(allowed_models)
         self.last_sequence, self.anomalies = sequence, []
 

@@ -20,6 +20,8 @@ STANDING_TOO_LATE = frozenset({"finalizing", "cancelling", *TERMINAL})
 
 ERRORS_KEPT = 100
 """Rejected lines kept in full on a batch; the rest are only counted."""
+BATCH_ENDS = frozenset({"batch_cancelled", "batch_expired", "attempts_exhausted"})
+"""Attempt endings that are the batch's own end (said by its cancel, expiry or failure), not a run-time failure."""
 
 TOPIC_MODULE = "services.ledger.domainmodel"
 """Stored event topics name this module; keep it, or let `register_stable_topics` map it after a move."""
@@ -366,6 +368,10 @@ class Batch(Folded):
         self.last_sequence = sequence
         self.attempt_failures.append({"sequence": sequence, "attempt": attempt, "executor_id": executor_id,
                                       "code": code, "reason": reason})
+        if code not in BATCH_ENDS:
+            # A run-time failure shows in the batch's own errors, not only in its event stream (InferNode's users
+            # read them there); the lines it had not committed run again in a later attempt.
+            self._note_error(code, f"Attempt {attempt} on executor {executor_id} ended: {reason}")
         if self._close_attempt(attempt) and self.status in RUNNING:
             # Back in the queue (no shard runs) until the scheduler assigns a later attempt.
             self.status, self.status_reason = "validated", reason
@@ -373,15 +379,29 @@ class Batch(Folded):
     def failed_attempts(self) -> set[int]:
         return {failure["attempt"] for failure in self.attempt_failures}
 
-    def request_cancel(self, sequence: int, at: int, key_id: str) -> None:
+    def request_cancel(self, sequence: int, at: int, key_id: str, by_admin: str | None = None,
+                       by_admin_message: str | None = None) -> None:
         if not self.refuses(sequence, "cancel_requested", self.status, CANCELLABLE):
-            self._cancel_requested(sequence=sequence, at=at, key_id=key_id)
+            self._cancel_requested(sequence=sequence, at=at, key_id=key_id, by_admin=by_admin,
+                                   by_admin_message=by_admin_message)
 
     @event("CancelRequested")
-    def _cancel_requested(self, sequence: int, at: int, key_id: str) -> None:
+    def _cancel_requested(self, sequence: int, at: int, key_id: str, by_admin: str | None = None,
+                          by_admin_message: str | None = None) -> None:
+        # Stored CancelRequested events from before administrators cancelled fold with the defaults.
         self._stop_running()
         self.last_sequence, self.status, self.cancel_requested_by = sequence, "cancelling", key_id
         self.times["cancelling_at"] = at
+        if by_admin is not None:
+            # Someone other than the owner: the batch says who (InferNode's `cancelled_by_org_admin`/`…platform_admin`).
+            self._note_error(by_admin, by_admin_message or by_admin)
+
+    def _note_error(self, code: str, message: str) -> None:
+        """An entry of the batch's `errors` about the whole batch (no line)."""
+        if len(self.errors) < ERRORS_KEPT:
+            self.errors.append({"code": code, "line": None, "message": message, "param": None})
+        self.error_total += 1
+        self.counts_by_code[code] = self.counts_by_code.get(code, 0) + 1
 
     def end(self, sequence: int, at: int, status: str, output_file_id: str | None, error_file_id: str | None,
             completed: int, failed: int, usage: dict[str, Any]) -> None:

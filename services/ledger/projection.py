@@ -152,7 +152,8 @@ def api_key_record(key: ApiKey) -> ApiKeyRecord:
 
 def user_record(user: User) -> UserRecord:
     return UserRecord(user_id=user.user_id, display_name=user.display_name, allowed_models=user.allowed_models,
-                      created_at=user.created_at, organization_id=user.organization_id)
+                      created_at=user.created_at, organization_id=user.organization_id,
+                      role=getattr(user, "role", "member"))
 
 
 def organization_record(organization: Organization) -> OrganizationRecord:

@@ -212,7 +212,8 @@ class FoldingRules:
     def _user_created(self, seq: int, fact: UserCreated, touched: Touched) -> Folded | None:
         return self._found_again(User, "user", fact.aggregate_id, seq, fact, touched) or User(
             user_id=fact.aggregate_id, sequence=seq, display_name=fact.display_name,
-            allowed_models=fact.allowed_models, created_at=_at(fact), organization_id=fact.organization_id)
+            allowed_models=fact.allowed_models, created_at=_at(fact), organization_id=fact.organization_id,
+            role=fact.role)
 
     @_facts.on(OrganizationCreated)
     def _organization_created(self, seq: int, fact: OrganizationCreated, touched: Touched) -> Folded | None:
@@ -305,7 +306,7 @@ class FoldingRules:
 
     @_batch_facts.on(BatchCancelRequested)
     def _cancel_requested(self, batch: Batch, seq: int, fact: BatchCancelRequested, touched: Touched) -> None:
-        batch.request_cancel(seq, _at(fact), fact.requested_by_key_id)
+        batch.request_cancel(seq, _at(fact), fact.requested_by_key_id, fact.by_admin, fact.by_admin_message)
 
     @_batch_facts.on(BatchCancelled, BatchExpired)
     def _ended(self, batch: Batch, seq: int, fact: BatchCancelled | BatchExpired, touched: Touched) -> None:

@@ -7,7 +7,9 @@ from eventsourcing.application import project_aggregate
 
 from contracts.api.batch import BatchUsage
 from contracts.events.batch import (
+    AttemptFailed,
     BatchAssigned,
+    BatchCancelRequested,
     BatchCompleted,
     BatchCreated,
     BatchFailed,
@@ -312,3 +314,33 @@ def test_a_failed_validation_shows_the_validators_reason_and_older_verdicts_clai
     old = ledger.batch("batch_unit2")
     assert old is not None and batch_record(old).batch.status_reason == "validation found 3 errors in 2 input lines"
     assert batch_record(old).batch.request_counts.failed == 0, "no error file accounts for its lines"
+
+
+def test_a_run_time_failure_shows_in_the_batchs_errors_but_its_own_cancel_does_not(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), validated(), BatchAssigned(aggregate_id=BATCH, executor_id="exec-1", attempt=1,
+                                                      lease_token="t", occurred_at=at(3)), started())
+    stream.fold(AttemptFailed(aggregate_id=BATCH, attempt=1, executor_id="exec-1", code="executor_lost",
+                              reason="no heartbeat for 30 s", occurred_at=at(5)))
+    errors = stream.record().batch.errors
+    assert errors is not None and errors.counts_by_code == {"executor_lost": 1}
+    assert errors.data[0].line is None and "exec-1" in errors.data[0].message and "30 s" in errors.data[0].message
+    stream.fold(BatchCancelRequested(aggregate_id=BATCH, requested_by_key_id="key_a", occurred_at=at(6)),
+                AttemptFailed(aggregate_id=BATCH, attempt=2, executor_id="exec-2", code="batch_cancelled",
+                              reason="cancelled", occurred_at=at(7)))
+    assert stream.record().batch.errors == errors  # the owner's cancel, and the attempt it ended, add nothing
+
+
+@pytest.mark.parametrize(("by_admin", "message"), [
+    ("cancelled_by_org_admin", "Cancelled by Carla, an administrator of organization acme."),
+    ("cancelled_by_platform_admin", "Cancelled by an administrator of the platform.")])
+def test_a_cancel_by_an_administrator_names_them_in_the_batchs_errors(ledger: Ledger, by_admin: str,
+                                                                       message: str) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), validated())
+    cancel = BatchCancelRequested(aggregate_id=BATCH, requested_by_key_id="key_admin", by_admin=by_admin,
+                                  by_admin_message=message, occurred_at=at(3))
+    stream.fold(cancel, cancel)  # delivered twice: one entry
+    batch = stream.record().batch
+    assert batch.status == "cancelling" and batch.errors is not None
+    assert [(e.code, e.message, e.line) for e in batch.errors.data] == [(by_admin, message, None)]

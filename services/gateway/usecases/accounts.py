@@ -38,7 +38,8 @@ class Accounts:
 
 def user_object(record: UserRecord) -> User:
     return User(id=record.user_id, name=record.display_name, allowed_models=record.allowed_models,
-                created_at=record.created_at, organization_id=record.organization_id or DEFAULT_ORGANIZATION_ID)
+                created_at=record.created_at, organization_id=record.organization_id or DEFAULT_ORGANIZATION_ID,
+                role=record.role)
 
 
 def organization_object(record: OrganizationRecord) -> Organization:
@@ -68,12 +69,12 @@ async def create_user(accounts: Accounts, body: CreateUser) -> User:
     if organization_id is not None and await accounts.read_model.get_organization(organization_id) is None:
         raise not_found("organization", organization_id)
     await accounts.bus.publish(UserCreated(aggregate_id=user_id, display_name=body.name, allowed_models=allowed,
-                                           organization_id=organization_id))
+                                           organization_id=organization_id, role=body.role))
     record = await accounts.read_model.wait_for(lambda: accounts.read_model.get_user(user_id), lambda r: True,
                                                 accounts.read_your_writes_s)
     if record is None:
         record = UserRecord(user_id=user_id, display_name=body.name, allowed_models=allowed,
-                            created_at=int(time.time()), organization_id=organization_id)
+                            created_at=int(time.time()), organization_id=organization_id, role=body.role)
     return user_object(record)
 
 

@@ -8,7 +8,7 @@ from contracts.api.batch import Batch
 from contracts.api.batch_request import BatchCreateRequest
 from contracts.events.batch import BatchCancelRequested, BatchCreated, BatchReleased
 from contracts.events.file import FileUsed
-from contracts.ids import derived_id, new_batch_id
+from contracts.ids import derived_id, new_batch_id, owner_id
 from contracts.lifecycle import CANCELLABLE, RELEASABLE, TERMINAL
 from contracts.readmodel import BatchRecord
 from contracts.subjects import batch_fact, file_fact
@@ -16,6 +16,14 @@ from services.gateway.auth import KEY_CACHE, principal
 from services.gateway.context import Deps, deps
 from services.gateway.errors import ApiError, bad_request, not_found
 from services.gateway.limits import charge_control_call
+from services.gateway.oversight import (
+    Standing,
+    administered_organization,
+    cancel_entry,
+    members_batches,
+    organization_of,
+    standing,
+)
 from services.gateway.views.bodies import read_body
 from services.gateway.views.files import DEDUPLICATED_FROM, is_valid_id, owned_file
 from services.gateway.views.paging import page_after, parse_limit
@@ -28,14 +36,25 @@ IDEMPOTENCY_KEY_CHARS = (16, 80)
 
 
 async def owned_batch(request: web.Request, batch_id: str) -> BatchRecord:
-    d, owner = deps(request), principal(request).owner
+    return (await overseen_batch(request, batch_id, overseers=False))[0]
+
+
+async def overseen_batch(request: web.Request, batch_id: str, overseers: bool = True) -> tuple[BatchRecord, Standing]:
+    """The batch, if the caller owns it or (with `overseers`) administers its owner: the platform's admin, or an
+    administrator of the owner's organisation. Anyone else is told it does not exist."""
+    d, caller = deps(request), principal(request)
     record = await d.read_model.get_batch(batch_id) if is_valid_id(batch_id) else None
-    if record is None and d.own_writes.awaits(owner, "batch", batch_id):  # created here a moment ago
-        await d.own_writes.settle(d.read_model, owner, ("batch",), d.settings.own_writes_wait_s)
+    if record is None and d.own_writes.awaits(caller.owner, "batch", batch_id):  # created here a moment ago
+        await d.own_writes.settle(d.read_model, caller.owner, ("batch",), d.settings.own_writes_wait_s)
         record = await d.read_model.get_batch(batch_id)
-    if record is None or record.owner != principal(request).owner:
+    if record is None:
         raise not_found("batch", batch_id)
-    return record
+    if record.owner == caller.owner:
+        return record, "owner"
+    by = await standing(d.read_model, caller, record.owner) if overseers else None
+    if by is None:
+        raise not_found("batch", batch_id)
+    return record, by
 
 
 def completion_window_seconds(window: object, min_window_s: int) -> int:
@@ -157,9 +176,11 @@ async def _claim_file(d: Deps, file_id: str, batch_id: str) -> None:
 
 
 async def list_batches(request: web.Request) -> web.Response:
-    d, owner = deps(request), principal(request).owner
-    await d.own_writes.settle(d.read_model, owner, ("batch",), d.settings.own_writes_wait_s)
-    records = await d.read_model.owner_batches(owner)
+    """The caller's batches; `?scope=organization` an organisation administrator's members' batches (an admin key:
+    with `organization_id`, that organisation's), `?scope=all` every batch (an admin key)."""
+    d, caller = deps(request), principal(request)
+    await d.own_writes.settle(d.read_model, caller.owner, ("batch",), d.settings.own_writes_wait_s)
+    records = await _listed(request, request.query.get("scope", "own"))
     mine = [r.batch for r in records]
     mine.sort(key=lambda b: (b.created_at, b.id), reverse=True)
     page = page_after(mine, [b.id for b in mine], request.query.get("after"), parse_limit(request))
@@ -167,8 +188,30 @@ async def list_batches(request: web.Request) -> web.Response:
 
 
 async def retrieve_batch(request: web.Request) -> web.Response:
-    record = await owned_batch(request, request.match_info["batch_id"])
+    record, _ = await overseen_batch(request, request.match_info["batch_id"])
     return web.json_response(record.batch.model_dump(mode="json"))
+
+
+async def _listed(request: web.Request, scope: str) -> list[BatchRecord]:
+    d, caller = deps(request), principal(request)
+    if scope == "own":
+        return await d.read_model.owner_batches(caller.owner)
+    if scope not in ("organization", "all"):
+        raise bad_request(f"scope must be 'own', 'organization' or 'all' (got {scope!r}).", "invalid_scope", "scope")
+    if caller.role == "admin":
+        everything = await d.read_model.list_batches()
+        organization = request.query.get("organization_id")
+        if scope == "all" or organization is None:
+            return everything
+        members = {owner_id(user.user_id, "") for user in await d.read_model.list_users()
+                   if organization_of(user) == organization}
+        return [record for record in everything if record.owner in members]
+    admin = await administered_organization(d.read_model, caller)
+    if scope == "all" or admin is None:
+        raise ApiError(403, "Only an administrator of your organisation sees its members' batches (scope="
+                            "organization), and only an admin key every batch (scope=all).", "permission_error",
+                       "insufficient_permissions", "scope")
+    return await members_batches(d.read_model, admin)
 
 
 def _not_cancellable(batch_id: str, status: str) -> ApiError:
@@ -177,16 +220,19 @@ def _not_cancellable(batch_id: str, status: str) -> ApiError:
 
 async def cancel_batch(request: web.Request) -> web.Response:
     d = deps(request)
-    record = await owned_batch(request, request.match_info["batch_id"])
+    record, by = await overseen_batch(request, request.match_info["batch_id"])
     await charge_control_call(request)
     batch = record.batch
     if batch.status not in CANCELLABLE and batch.status != "cancelling":
         raise _not_cancellable(batch.id, batch.status)
     if batch.status != "cancelling":
+        entry = await cancel_entry(d.read_model, principal(request), by)
         try:
             # Only while no finalizer has begun: the read model may not show `finalizing` yet, the log does.
             await d.bus.publish(BatchCancelRequested(aggregate_id=batch.id,
-                                                     requested_by_key_id=principal(request).key_id),
+                                                     requested_by_key_id=principal(request).key_id,
+                                                     by_admin=entry[0] if entry else None,
+                                                     by_admin_message=entry[1] if entry else None),
                                 fence=Fence(batch_fact(batch.id, "finalizing"), 0))
         except FenceMoved:
             raise _not_cancellable(batch.id, "finalizing") from None

@@ -1,5 +1,6 @@
 """Admin routes: organisations, users with their model access, API keys (raw value shown once), revocation,
-worker keys; the rules are the use cases' (`usecases.accounts`), shared with the CLI."""
+worker keys; the rules are the use cases' (`usecases.accounts`), shared with the CLI. A user key manages its own
+user's keys through the same key routes (create, list, revoke), and no other."""
 
 import re
 
@@ -20,9 +21,9 @@ from contracts.api.organization import (
 from contracts.api.page import ListPage
 from contracts.events.key import KeyRole
 from contracts.readmodel import ApiKeyRecord
-from services.gateway.auth import KEY_CACHE, require_admin
+from services.gateway.auth import KEY_CACHE, principal, require_admin
 from services.gateway.context import deps
-from services.gateway.errors import not_found
+from services.gateway.errors import ApiError, not_found
 from services.gateway.key_usage import KEY_USAGE
 from services.gateway.revocation import find_key, revoke_key
 from services.gateway.usecases import accounts as usecases
@@ -98,33 +99,59 @@ async def create_key_for(request: web.Request, role: KeyRole, label: str, user_i
                                                                 provider_id))
 
 
+def own_keys_user(request: web.Request) -> str:
+    """The user whose own keys a user key manages (Dashboard → API Keys); a key of no user manages none."""
+    caller = principal(request)
+    if caller.user_id is None:
+        raise ApiError(403, "This key belongs to no user, so it has no keys of its own to manage; an admin key "
+                            "manages every key.", "permission_error", "insufficient_permissions")
+    return caller.user_id
+
+
 async def create_key(request: web.Request) -> web.Response:
-    require_admin(request)
+    """An admin creates any user's or admin key; a user creates a key of their own (same user, role `user`)."""
     body = await read_body(request, CreateKey)
+    if principal(request).role != "admin":
+        user_id = own_keys_user(request)
+        if body.role != "user":
+            raise ApiError(403, "Only an admin key may create admin keys.", "permission_error",
+                           "insufficient_permissions", "role")
+        if body.user_id not in (None, user_id):
+            raise ApiError(403, "A user creates keys for themselves only; leave user_id out or name your own.",
+                           "permission_error", "insufficient_permissions", "user_id")
+        body = body.model_copy(update={"user_id": user_id})
     return await key_answer(request, *await usecases.create_user_key(accounts(request), body))
 
 
 async def _list(request: web.Request, workers: bool) -> web.Response:
     records = [r for _, r in await deps(request).read_model.list_api_keys() if (r.role == "worker") == workers]
+    if principal(request).role != "admin":
+        user_id = own_keys_user(request)
+        records = [r for r in records if r.user_id == user_id and r.role == "user"]
     records.sort(key=lambda r: (r.created_at or 0, r.key_id))
     page = ListPage[ApiKey](data=[await api_key_object(request, r) for r in records])
     return web.json_response(page.model_dump(mode="json"))
 
 
 async def list_keys(request: web.Request) -> web.Response:
-    require_admin(request)
+    """An admin sees every user and admin key; a user sees their own keys."""
     return await _list(request, workers=False)
 
 
 async def _revoke(request: web.Request, workers: bool) -> web.Response:
-    admin = require_admin(request)
+    caller = principal(request) if not workers else require_admin(request)
+    own_user = own_keys_user(request) if caller.role != "admin" else None
     d = deps(request)
     key_id = request.match_info["key_id"]
     found = await find_key(d.read_model, key_id)
     if found is None or (found[1] == "worker") != workers:
         raise not_found("API key", key_id)
     digest = found[0]
-    cancelled = await revoke_key(d.bus, d.read_model, digest, admin.key_id)
+    if own_user is not None:
+        record = await d.read_model.get_api_key(digest)
+        if record is None or record.role != "user" or record.user_id != own_user:
+            raise not_found("API key", key_id)  # another user's key is not there, as far as this user can tell
+    cancelled = await revoke_key(d.bus, d.read_model, digest, caller.key_id)
     request.app[KEY_CACHE].forget(f"apikey.{digest}")  # this gateway refuses it at once; others on their watch
     return web.json_response(DeletedApiKey(id=key_id, cancelled_batches=cancelled).model_dump(mode="json"))
 

@@ -1,0 +1,66 @@
+"""Who besides its owner may see and cancel a batch (InferNode's administrators): an admin key, the platform's
+operator, any batch; a user who is an `admin` of an organisation, the batches of that organisation's members. What
+such a cancel adds to the batch's `errors.data` (`cancelled_by_org_admin` naming the person, or
+`cancelled_by_platform_admin`) is worked out here too; an owner's own cancel adds nothing."""
+
+from typing import Literal
+
+from contracts.api.organization import DEFAULT_ORGANIZATION_ID
+from contracts.events.batch import AdminCancelCode
+from contracts.ids import owner_id, owner_user
+from contracts.readmodel import ApiKeyRecord, BatchRecord, UserRecord
+from services.runtime.readmodel import ReadModel
+
+Standing = Literal["owner", "org_admin", "platform_admin"]
+"""Why the caller may act on a batch."""
+
+
+def organization_of(user: UserRecord) -> str:
+    return user.organization_id or DEFAULT_ORGANIZATION_ID
+
+
+async def administered_organization(read_model: ReadModel, caller: ApiKeyRecord) -> UserRecord | None:
+    """The caller's user when they administer their organisation (None otherwise)."""
+    if caller.role != "user" or caller.user_id is None:
+        return None
+    user = await read_model.get_user(caller.user_id)
+    return user if user is not None and user.role == "admin" else None
+
+
+async def owning_user(read_model: ReadModel, owner: str) -> UserRecord | None:
+    """The user who owns batches as `owner`; None for a key with no user."""
+    user_id = owner_user(owner)
+    return None if user_id is None else await read_model.get_user(user_id)
+
+
+async def standing(read_model: ReadModel, caller: ApiKeyRecord, owner: str) -> Standing | None:
+    """The caller's standing towards what `owner` owns; None: none (it is not there, as far as the caller can tell)."""
+    if owner == caller.owner:
+        return "owner"
+    if caller.role == "admin":
+        return "platform_admin"
+    admin = await administered_organization(read_model, caller)
+    if admin is None:
+        return None
+    member = await owning_user(read_model, owner)
+    return "org_admin" if member is not None and organization_of(member) == organization_of(admin) else None
+
+
+async def members_batches(read_model: ReadModel, admin: UserRecord) -> list[BatchRecord]:
+    """Every batch of every member of the organisation `admin` administers (theirs included)."""
+    organization = organization_of(admin)
+    members = [user for user in await read_model.list_users() if organization_of(user) == organization]
+    return [record for user in members for record in await read_model.owner_batches(owner_id(user.user_id, ""))]
+
+
+async def cancel_entry(read_model: ReadModel, caller: ApiKeyRecord,
+                       by: Standing) -> tuple[AdminCancelCode, str] | None:
+    """The `errors.data` entry (code, message) a cancel by `caller` adds; None for the owner's own."""
+    if by == "platform_admin":
+        return "cancelled_by_platform_admin", "Cancelled by an administrator of the platform."
+    if by == "org_admin":
+        admin = await administered_organization(read_model, caller)
+        name = (admin.display_name or admin.user_id) if admin is not None else caller.label
+        organization = organization_of(admin) if admin is not None else DEFAULT_ORGANIZATION_ID
+        return "cancelled_by_org_admin", f"Cancelled by {name}, an administrator of organization {organization}."
+    return None
