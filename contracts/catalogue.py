@@ -80,6 +80,9 @@ class CatalogueModel(BaseModel):
     batchable: bool = True
     owned_by: str = "sheshnag"
     created: int = 0
+    strict_sampling: bool = False
+    """Reliquary's rules for this model's batches (services/validator/strict_sampling.py): one sampling per file
+    (`mixed_sampling`), its sampling ranges, and the parameters that change the draw only at their neutral value."""
     revision: str | None = None
     """The revision a batch may pin with `metadata.revision` (Reliquary's); omitted: an `hf://` artifact's pinned
     revision, else the artifact's `sha256`."""

@@ -13,6 +13,7 @@ from contracts.engines import (
 )
 from services.validator.adapters.tokenizer import TokenizerCache
 from services.validator.issues import LineIssue
+from services.validator.strict_sampling import SamplingKey, sampling_key, strict_issues
 
 CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 MAX_EMBEDDING_INPUTS_PER_LINE = 2048
@@ -32,6 +33,8 @@ class BodyVerdict:
     embedding_inputs: int = 0
     context: "ContextNeed | None" = None
     """Set when the prompt's size must still be counted exactly."""
+    sampling: SamplingKey | None = None
+    """For a model with strict sampling: how the line samples (every line of a file must sample the same way)."""
 
 
 def check_body(body: dict[str, object], endpoint: str, catalogue: Catalogue,
@@ -42,8 +45,11 @@ def check_body(body: dict[str, object], endpoint: str, catalogue: Catalogue,
                                 "it to false.", "body.stream"))
     shape = list(_shape_issues(body, endpoint))
     issues += shape
-    issues += _range_issues(body)
+    strict = model is not None and model.strict_sampling
+    issues += _range_issues(body, temperature_checked=strict)
     need = None
+    if strict:
+        issues += strict_issues(body)
     if model is not None:
         issues += _parameter_issues(body, endpoint, model)
         issues += _modality_issues(body, endpoint, model)
@@ -54,7 +60,8 @@ def check_body(body: dict[str, object], endpoint: str, catalogue: Catalogue,
             issues += _token_id_issues(prompt, body, model, tokenizers)
         elif not shape and tokenizers is not None:
             need = context_need(body, endpoint, model, tokenizers)
-    return BodyVerdict(issues, model if not issues else None, _embedding_inputs(body, endpoint), need)
+    return BodyVerdict(issues, model if not issues else None, _embedding_inputs(body, endpoint), need,
+                       sampling_key(body) if strict else None)
 
 
 def _model_issues(body: dict[str, object], endpoint: str, catalogue: Catalogue,
@@ -170,8 +177,11 @@ def _number_in(value: object, low: float, high: float) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and low <= value <= high
 
 
-def _range_issues(body: dict[str, object]) -> Iterator[LineIssue]:
+def _range_issues(body: dict[str, object], temperature_checked: bool = False) -> Iterator[LineIssue]:
+    """OpenAI's ranges (`temperature_checked`: a strict model's own range applies to temperature instead)."""
     ranges = {"temperature": (0, 2), "top_p": (0, 1), "presence_penalty": (-2, 2), "frequency_penalty": (-2, 2)}
+    if temperature_checked:
+        del ranges["temperature"]
     for name, (low, high) in ranges.items():
         if body.get(name) is not None and not _number_in(body[name], low, high):
             yield LineIssue("invalid_body", f"{name} must be a number from {low} to {high}.", f"body.{name}")

@@ -7,6 +7,7 @@ from services.validator.adapters.tokenizer import TokenizerCache
 from services.validator.body_rules import context_issue
 from services.validator.issues import LineIssue
 from services.validator.rules import LineVerdict, check_line
+from services.validator.strict_sampling import OneSampling
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,8 @@ class FileValidation:
     """The model the batch names for lines that name none (`BatchCreated.default_model`); every line runs on it."""
     revision: str | None = None
     """The model revision the batch pins (`metadata.revision`): the catalogue must serve the model at it."""
+    sampling: OneSampling = field(default_factory=OneSampling)
+    """A strict-sampling model's file samples one way (the first usable line's)."""
 
     def __post_init__(self) -> None:
         pinned = self.catalogue.resolve(self.default_model) if self.default_model is not None else None
@@ -139,6 +142,10 @@ class FileValidation:
                                         f"on line {first}; each custom_id must be unique.", "custom_id"))
         if model is not None and not issues:
             issues += self._pin_model(line_no, model.id)
+        if verdict.sampling is not None and not issues:
+            mixed = self.sampling.check(line_no, verdict.sampling)
+            if mixed is not None:
+                issues.append(self._file_issue(mixed))
         if verdict.embedding_inputs:
             self.embedding_inputs += verdict.embedding_inputs
             if self.embedding_inputs > self.limits.max_embedding_inputs and self.embedding_limit_line is None:

@@ -10,6 +10,7 @@ from contracts.catalogue import Catalogue, CatalogueModel
 from services.validator.adapters.tokenizer import TokenizerCache
 from services.validator.body_rules import ContextNeed, check_body
 from services.validator.issues import LineIssue
+from services.validator.strict_sampling import SamplingKey
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,8 @@ class LineVerdict:
     model: CatalogueModel | None = None
     embedding_inputs: int = 0
     context: ContextNeed | None = None
+    sampling: SamplingKey | None = None
+    """How the line samples, for a model with strict sampling (one sampling per file)."""
 
 
 def check_line(raw: bytes, endpoint: str, catalogue: Catalogue, max_line_bytes: int,
@@ -50,7 +53,7 @@ def check_line(raw: bytes, endpoint: str, catalogue: Catalogue, max_line_bytes: 
     verdict = check_body(body, endpoint, catalogue, tokenizers, line_model)
     all_issues = issues + verdict.issues
     return LineVerdict(all_issues, usable_id, verdict.model if not all_issues else None, verdict.embedding_inputs,
-                       verdict.context if not all_issues else None)
+                       verdict.context if not all_issues else None, verdict.sampling if not all_issues else None)
 
 
 def _structure_issues(line: dict[str, object], endpoint: str) -> Iterator[LineIssue]:
