@@ -1,5 +1,8 @@
 """One engine's slots, shared by every attempt running on it and fair between batch owners: a freed slot goes to
-the waiting owner holding the fewest, first come first served among equals; an attempt alone may take them all.
+the waiting owner holding the fewest, among equals the one that started the fewest lines here (an owner arriving
+starts level with the least served holder), then first come first served; an attempt alone may take them all. A unit
+asks for one slot at a time, so a slot freed while an owner's unit is between two asks is kept for it when that owner
+stands first: slots freed together go to owners in turn, not to whoever has the most units waiting.
 
 Slots are numbered as the engine numbers them. A unit's lines planned by prefix (`SlotPool.unit`,
 services/executor/prefixes.py) wait as one: a free slot starts whichever of its lines that slot already holds the
@@ -56,6 +59,11 @@ class SlotPool:
         self._last: dict[str, HeldSlot] = {}
         self._units: list[UnitPlan] = []
         """Units planned and not yet closed."""
+        self._served: dict[str, int] = {}
+        """Lines each owner present started here (slots granted): the next slot goes to the owner served least, so
+        owners with lines waiting start as many lines each, however many units each has. An owner that comes (back)
+        starts just below the least any present owner has, not from nothing; its entry goes once it holds and wants
+        none."""
 
     @property
     def free(self) -> int:
@@ -104,6 +112,9 @@ class SlotPool:
         self.held[owner] -= 1
         if not self.held[owner]:
             del self.held[owner]
+            if not any(waiter.owner == owner for waiter in self._waiting) and not any(
+                    unit.owner == owner and unit.has_lines_to_start for unit in self._units):
+                self._served.pop(owner, None)  # gone: it comes back level with the least served
         self._slots[index].busy = False
         self._grant()
 
@@ -164,17 +175,44 @@ class SlotPool:
                     to_come[key] += count
         return {key: min(lanes[key], to_come[key]) for key in lanes}
 
+    def _returning(self, ready: list[_Waiter]) -> set[str]:
+        """Owners of open units with lines still to start and no waiter now: a unit asks for one slot at a time, so
+        one just granted a slot asks again a moment later. Slots freed together (an engine's slots finish lines of
+        equal length in the same step) would otherwise all go to owners with several units waiting."""
+        asking = {id(waiter.unit) for waiter in ready if waiter.unit is not None}
+        return {unit.owner for unit in self._units
+                if unit.owner is not None and unit.has_lines_to_start and id(unit) not in asking}
+
     def _grant(self) -> None:
         # A waiter cancelled but not yet resumed is still listed: it is skipped, and removes itself.
-        while self.free > 0:
+        budget = self.free
+        held, served = Counter(self.held), dict(self._served)
+        """Slots held and lines started, counting the slots left free this round for returning owners."""
+        baseline = min((served[owner] for owner in self.held if owner in served), default=0)
+        for owner in {waiter.owner for waiter in self._waiting} - served.keys():
+            served[owner] = self._served[owner] = baseline  # a newcomer starts level with the least served holder
+
+        def standing(owner: str) -> tuple[int, int]:
+            return held[owner], served.get(owner, baseline)
+
+        while budget > 0:
             ready = [waiter for waiter in self._waiting if not waiter.granted.done() and waiter.candidates()]
             if not ready:
                 return
+            returning = min(self._returning(ready), default=None, key=standing)
+            if returning is not None and standing(returning) < min(standing(waiter.owner) for waiter in ready):
+                held[returning] += 1  # its slot stays free until its unit asks again
+                served[returning] = served.get(returning, baseline) + 1
+                budget -= 1
+                continue
             need = self._need()
             views = [SlotView(slot.index, slot.resident, slot.busy, slot.last_used) for slot in self._slots]
             warm = {slot.resident for slot in self._slots if not slot.busy and slot.resident is not None}
-            # Fewest slots held first; among equals, one a free slot holds a prefix of warm, then the earliest.
-            ready.sort(key=lambda waiter: (self.held[waiter.owner], warm.isdisjoint(waiter.candidates()),
+            # Fewest slots held first; among equals, one a free slot holds a prefix of warm, then the owner granted a
+            # slot least recently (not the waiter that came first: the owner that just gave a slot back would win
+            # every tie, and an owner with one unit against owners with several would stay below its share), then
+            # the earliest waiter.
+            ready.sort(key=lambda waiter: (*standing(waiter.owner), warm.isdisjoint(waiter.candidates()),
                                            waiter.arrival))
             # An owner below its share while others hold or want slots does not wait for a warm one: the slots it
             # passes over would go to them.
@@ -187,12 +225,16 @@ class SlotPool:
             else:
                 return  # every waiter waits for a busy slot holding one of its prefixes
             self._hand(waiter, *choice)
+            held[waiter.owner] += 1
+            served[waiter.owner] = served.get(waiter.owner, baseline) + 1
+            budget -= 1
 
     def _hand(self, waiter: _Waiter, index: int, key: str | None) -> None:
         self._waiting.remove(waiter)
         slot = self._slots[index]
         slot.busy, slot.resident, slot.last_used = True, key, next(self._uses)
         self.held[waiter.owner] += 1
+        self._served[waiter.owner] = self._served.get(waiter.owner, 0) + 1
         self._held_slots.setdefault(waiter.owner, []).append(index)
         line = waiter.unit.claim(key) if waiter.unit is not None else None
         waiter.granted.set_result((index, line))
@@ -214,7 +256,13 @@ class UnitPlan:
         """Lines not yet started, by prefix key."""
         self._open = True
         self._asking = False
+        self.owner: str | None = None
+        """Whose lines these are (known from the first `next`)."""
         pool._units.append(self)
+
+    @property
+    def has_lines_to_start(self) -> bool:
+        return self._open and bool(self._pending)
 
     async def next(self, owner: str, stopping: asyncio.Event) -> "tuple[int, HeldSlot] | None":
         """(the line to start, its slot), once a slot is free for one; None (holding none) once every line started,
@@ -223,7 +271,7 @@ class UnitPlan:
             return None
         if self._asking:
             raise RuntimeError("a unit waits for one slot at a time")
-        self._asking = True
+        self._asking, self.owner = True, owner
         try:
             taken = await self._pool._take(owner, stopping, self)
         finally:

@@ -363,3 +363,28 @@ async def test_lines_of_16_interleaved_prefixes_compute_each_prefix_about_once_p
 async def test_units_running_at_once_share_the_slots_of_their_common_prefixes() -> None:
     keys: list[str | None] = [f"p{i % 16}" for i in range(128)]
     assert await run_units(SlotPool(8), keys, 32, planned=True, at_once=4) <= 16 + 4
+
+
+async def test_an_owner_with_one_unit_gets_its_share_against_owners_with_several() -> None:
+    """Lines of equal length: a slot freed by an owner goes, among owners holding as many, to the one granted a slot
+    least recently. Were ties settled by the waiter that came first, the owner giving the slot back would win each
+    one, and an owner with one unit's waiter against owners with four would keep a quarter of 8 slots, not a third."""
+    pool, stop, done = SlotPool(8), asyncio.Event(), {"a": 0, "b": 0, "c": 0}
+    share_of_c: list[float] = []
+
+    async def unit(owner: str, lines: int) -> None:
+        running = []
+        with pool.unit([None] * lines) as plan:
+            while (started := await plan.next(owner, stop)) is not None:
+                async def line(slot: HeldSlot = started[1]) -> None:
+                    await asyncio.sleep(0.01)
+                    slot.give_back()
+                    done[owner] += 1
+                    if owner == "c" and done["c"] == lines:
+                        share_of_c.append(done["c"] / sum(done.values()))
+                running.append(asyncio.create_task(line()))
+            await asyncio.gather(*running)
+
+    await asyncio.wait_for(asyncio.gather(*(unit("a", 40) for _ in range(4)), *(unit("b", 40) for _ in range(4)),
+                                          unit("c", 40)), 30)
+    assert share_of_c and share_of_c[0] >= 0.29, f"c had {share_of_c} of the lines done when its unit ended"
