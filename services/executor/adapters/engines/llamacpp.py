@@ -8,6 +8,7 @@ import asyncio
 import importlib.metadata
 import logging
 import secrets
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
@@ -39,6 +40,21 @@ executor, a service or a second engine on the host needs: measured on 2 cores, 3
 executors at once took 94 s spinning and 50 s sleeping (poll 0), and one executor alone 9.7 s vs 8.5 s."""
 EMBEDDINGS = "/v1/embeddings"
 RESPONSES = "/v1/responses"
+
+
+SERVER_STOP_S = 30.0
+"""How long unloading waits for llama.cpp's server to stop. Its destructor waits for the server's main loop, which was
+seen (once in a full test run) never to exit: the caller (a model swap, a shutdown, a test's loop closing) hung with it
+for ever. Past this the server is left to a daemon thread and the process goes on (its memory is freed at exit)."""
+
+
+def _release(holder: list[xllamacpp.Server]) -> None:
+    """Drop the last reference to the server `holder` holds on a daemon thread, waiting at most SERVER_STOP_S."""
+    stopper = threading.Thread(target=holder.clear, name="llamacpp-stop", daemon=True)
+    stopper.start()
+    stopper.join(SERVER_STOP_S)
+    if stopper.is_alive():
+        log.error("llama.cpp's server did not stop within %.0f s; left to stop on its own", SERVER_STOP_S)
 
 
 class LlamaCppEngine(Engine):
@@ -86,7 +102,10 @@ class LlamaCppEngine(Engine):
     def unload(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
-        self._server = self._pool = self.model = None
+        if self._server is not None:
+            holder, self._server = [self._server], None  # the list holds the only reference: dropped on its thread
+            _release(holder)
+        self._pool = self.model = None
 
     async def run(self, endpoint: str, body: dict[str, object]) -> EngineReply:
         if self._server is None or self._pool is None or self.model is None:
