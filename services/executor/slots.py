@@ -60,10 +60,10 @@ class SlotPool:
         self._units: list[UnitPlan] = []
         """Units planned and not yet closed."""
         self._served: dict[str, int] = {}
-        """Lines each owner present started here (slots granted): the next slot goes to the owner served least, so
-        owners with lines waiting start as many lines each, however many units each has. An owner that comes (back)
-        starts just below the least any present owner has, not from nothing; its entry goes once it holds and wants
-        none."""
+        """Lines each owner present started here (slots granted): among owners holding as many, the next slot goes to
+        the one served least, so owners with lines waiting start as many lines each, however many units each has. An
+        owner that comes (back) starts level with the least served holder, not from nothing; its entry goes once it
+        holds and wants none."""
 
     @property
     def free(self) -> int:
@@ -208,10 +208,10 @@ class SlotPool:
             need = self._need()
             views = [SlotView(slot.index, slot.resident, slot.busy, slot.last_used) for slot in self._slots]
             warm = {slot.resident for slot in self._slots if not slot.busy and slot.resident is not None}
-            # Fewest slots held first; among equals, one a free slot holds a prefix of warm, then the owner granted a
-            # slot least recently (not the waiter that came first: the owner that just gave a slot back would win
-            # every tie, and an owner with one unit against owners with several would stay below its share), then
-            # the earliest waiter.
+            # Fewest slots held first; among equals, the owner that started fewest lines (not the waiter that came
+            # first: the owner that just gave a slot back would win every tie, and an owner with one unit against
+            # owners with several would stay below its share), then one a free slot holds a prefix of warm, then the
+            # earliest waiter.
             ready.sort(key=lambda waiter: (*standing(waiter.owner), warm.isdisjoint(waiter.candidates()),
                                            waiter.arrival))
             # An owner below its share while others hold or want slots does not wait for a warm one: the slots it

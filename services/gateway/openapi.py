@@ -18,8 +18,8 @@ from contracts.api.error import ErrorResponse
 
 JsonObject = dict[str, Any]
 Access = Literal["public", "key", "self", "admin"]
-"""Who may call: anyone, any key, any key for its own user only (an admin key for anyone), an admin key."""
-"""Who may call: anyone; any user or admin key (a worker key is refused); admin keys only (a user key gets 403)."""
+"""Who may call: anyone; any user or admin key (a worker key is refused); any such key, for its own user only (an
+admin key for anyone, others get 403); admin keys only (a user key gets 403)."""
 
 
 @dataclass(frozen=True)
