@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, Field, model_validator
 
+from contracts.billing import ModelPrice
 from contracts.events.executor import EngineName
 
 MODEL_OBJECTS_PREFIX = "models/"
@@ -83,6 +84,9 @@ class CatalogueModel(BaseModel):
     strict_sampling: bool = False
     """Reliquary's rules for this model's batches (services/validator/strict_sampling.py): one sampling per file
     (`mixed_sampling`), its sampling ranges, and the parameters that change the draw only at their neutral value."""
+    price: ModelPrice | None = None
+    """What its tokens cost (USD per 1M input, cached-input and output tokens, and a batch minimum), when the
+    deployment bills; a model without one cannot be used while billing is on (`pricing_unavailable`)."""
     revision: str | None = None
     """The revision a batch may pin with `metadata.revision` (Reliquary's); omitted: an `hf://` artifact's pinned
     revision, else the artifact's `sha256`."""

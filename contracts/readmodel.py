@@ -2,10 +2,11 @@
 
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from contracts.api.batch import Batch
 from contracts.api.file import FileObject
+from contracts.billing import FileDemand
 from contracts.events.executor import EngineName
 from contracts.events.key import KeyRole, MemberRole
 from contracts.ids import owner_id
@@ -33,6 +34,8 @@ class FileRecord(BaseModel):
     deleted: bool = False
     model: str | None = None
     """The model named at upload, for lines that name none (`FileStored.model`)."""
+    demand: FileDemand | None = None
+    """The upload's worst case (`FileStored.demand`); None for result files and older uploads."""
     file: FileObject
 
     @property
@@ -76,6 +79,44 @@ class OrganizationRecord(BaseModel):
     created_at: int
 
 
+class AccountMovement(BaseModel):
+    """One movement of an account's credit."""
+
+    type: Literal["grant", "reservation", "debit", "refund", "release"]
+    amount_micros: int
+    batch_id: str | None = None
+    endpoint: str | None = None
+    """For a batch's movements, its endpoint marked `:batch` (e.g. `/v1/chat/completions:batch`)."""
+    at: int
+    """Seconds since the epoch."""
+    sequence: int
+    """The stream sequence of the fact that moved it."""
+
+
+class AccountRecord(BaseModel):
+    """An organisation's credit, in micro-USD."""
+
+    account_id: str
+    balance_micros: int
+    """Granted less debited."""
+    reserved_micros: int
+    """Held for batches not ended yet, less what they were debited already."""
+    granted_micros: int = 0
+    debited_micros: int = 0
+    open_batches: int = 0
+    open_batch_ids: list[str] = Field(default_factory=list)
+    """Batches whose reservation is open (billed batches not ended yet)."""
+    last_event: AccountMovement | None = None
+    credit_sequence: int = 0
+    """Stream sequence of the account's last grant, reservation or release: a new reservation is published on the
+    condition that none came after it (so two creates never spend the same credit)."""
+    last_sequence: int
+
+    @property
+    def available_micros(self) -> int:
+        return self.balance_micros - self.reserved_micros
+
+
 class ProviderRecord(BaseModel):
     provider_id: str
     display_name: str
@@ -108,7 +149,7 @@ class ExecutorRecord(BaseModel):
     """Lines (completed or failed) that attempts it ran made durable."""
 
 
-AnomalyKind = Literal["batch", "file", "key", "user", "executor", "provider", "organization"]
+AnomalyKind = Literal["batch", "file", "key", "user", "executor", "provider", "organization", "account"]
 
 
 class AnomalyRecord(BaseModel):

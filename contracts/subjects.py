@@ -3,7 +3,7 @@
 import re
 from typing import Literal, NamedTuple, get_args
 
-AggregateKind = Literal["batch", "file", "executor", "key", "user", "provider", "organization"]
+AggregateKind = Literal["batch", "file", "executor", "key", "user", "provider", "organization", "account"]
 _AGGREGATE_KINDS: dict[str, AggregateKind] = {kind: kind for kind in get_args(AggregateKind)}
 
 EVENTS_STREAM = "EVENTS"
@@ -74,6 +74,12 @@ def batch_events(batch_id: str) -> str:
 def attempt_failures(batch_id: str) -> str:
     """Where a batch's `attempt_failed` facts go: the fence every executor's commit is conditional on."""
     return f"evt.batch.{batch_id}.attempt_failed"
+
+
+def account_facts(account_id: str) -> str:
+    """Every fact that moves an account's credit (grants, reservations, releases): the fence a reservation is
+    conditional on, so two creates can never both spend the same credit."""
+    return f"evt.account.{account_id}.>"
 
 
 def file_fact(file_id: str, event_name: Literal["used", "deleted"]) -> str:
@@ -159,7 +165,8 @@ def executor_finalize_durable(executor_id: str) -> str:
     return f"finalizer-{executor_id}"
 
 
-ReadModelKind = Literal["batch", "file", "apikey", "user", "provider", "executor", "anomaly", "organization"]
+ReadModelKind = Literal["batch", "file", "apikey", "user", "provider", "executor", "anomaly", "organization",
+                        "account"]
 
 
 def read_model_key(kind: ReadModelKind, ident: str) -> str:

@@ -16,6 +16,7 @@ from typing import NoReturn
 import aiohttp
 
 from contracts.api.organization import CreateKey, CreateOrganization, CreateUser
+from contracts.billing import micros_to_usd, parse_usd
 from contracts.events.key import KeyRole
 from infra.backup import add_backup_arguments, add_restore_arguments, backup_tool, restore_tool
 from infra.keys import choose_admin_key, local_worker_key, register_key, remember
@@ -33,6 +34,7 @@ from infra.tls import fingerprint
 from services.gateway.revocation import find_key, revoke_key
 from services.gateway.settings import GatewaySettings
 from services.gateway.usecases import accounts as usecases
+from services.gateway.usecases import billing
 from services.gateway.usecases.accounts import Accounts
 from services.gateway.usecases.refusals import ApiError, parse_fields
 from services.runtime.bus import EventBus
@@ -86,6 +88,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     create_organization = organization_tools.add_parser("create", help="create an organisation users can join")
     create_organization.add_argument("organization_id")
     create_organization.add_argument("--name", default="")
+    credits = commands.add_parser("credits", help="organisations' billing credit (against SHESHNAG_NATS_URL)")
+    credit_tools = credits.add_subparsers(dest="tool", required=True)
+    grant = credit_tools.add_parser("grant", help="credit an organisation (a negative amount takes credit back)")
+    grant.add_argument("organization_id")
+    grant.add_argument("amount", help="USD, e.g. 25 or 0.50")
+    grant.add_argument("--note", default="")
+    show = credit_tools.add_parser("show", help="an organisation's balance (default: every account)")
+    show.add_argument("organization_id", nargs="?", default=None)
     status = commands.add_parser("status", help="fleet, queue, running batches and consumer lag (SHESHNAG_NATS_URL)")
     status.add_argument("--json", action="store_true", help="one JSON document instead of the terminal view")
     nats = commands.add_parser("nats-config", help="write the server config of an operator-run NATS node or "
@@ -266,6 +276,34 @@ async def create_organization(organization_id: str, name: str) -> None:
     print(organization.id)
 
 
+async def credits_tool(tool: str, organization_id: str | None, amount: str | None, note: str) -> int:
+    """`credits grant ORG AMOUNT` states the grant (and waits for the ledger to show it); `credits show` prints
+    balances as `GET /v1/billing/balance` answers them."""
+    bus = await EventBus.connect(ConnectionSettings().nats_url, "sheshnag-credits")
+    try:
+        read_model = await ReadModel.open(bus)
+        if tool == "grant":
+            assert organization_id is not None
+            micros = parse_usd(amount)
+            if micros is None or micros == 0:
+                print(f"not an amount of USD: {amount!r}", file=sys.stderr)
+                return 1
+            fact = await billing.grant(bus, read_model, organization_id, micros, note, "cli",
+                                       wait_s=GatewaySettings().read_your_writes_s)
+            print(f"granted {micros_to_usd(micros)} USD to {organization_id} ({fact.grant_id})")
+            organization_ids = [organization_id]
+        else:
+            organization_ids = [organization_id] if organization_id else \
+                [record.account_id for record in await read_model.list_accounts()]
+        for account_id in organization_ids:
+            shown = billing.balance(account_id, await read_model.get_account(account_id), GatewaySettings().billing)
+            print(f"{account_id}: balance {shown.balance_usd} USD, reserved {shown.reserved_usd}, available "
+                  f"{shown.available_usd} ({shown.open_batches} open batches)")
+    finally:
+        await bus.close()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.command == "up":
@@ -279,6 +317,9 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(create_user(args.user_id, args.name, args.models, args.organization, args.role))
     elif args.command == "organizations":
         asyncio.run(create_organization(args.organization_id, args.name))
+    elif args.command == "credits":
+        sys.exit(asyncio.run(credits_tool(args.tool, args.organization_id, getattr(args, "amount", None),
+                                          getattr(args, "note", ""))))
     elif args.command == "status":
         asyncio.run(show_status(args.json))
     elif args.command == "nats-config":

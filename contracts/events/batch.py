@@ -8,7 +8,7 @@ from contracts.api.batch import BatchUsage, Endpoint
 from contracts.events.envelope import Event
 from contracts.events.executor import EngineName
 
-CancelCode = Literal["batch_cancelled", "authorization_revoked"]
+CancelCode = Literal["batch_cancelled", "authorization_revoked", "insufficient_credits"]
 AdminCancelCode = Literal["cancelled_by_org_admin", "cancelled_by_platform_admin"]
 """The `errors.data` entry of a batch cancelled by an administrator of its owner's organisation, or of the platform."""
 FailureCode = Literal["validation_error", "model_unavailable", "enqueued_request_limit_exceeded",
@@ -74,6 +74,9 @@ class BatchCreated(BatchEvent):
     default_model: str | None = None
     """The model of lines that name none, as the creator gave it: `metadata.model`, else the model named when the
     input file was uploaded. None: each line names its own, or takes the first one an earlier line named."""
+    billing_account: str | None = None
+    """With billing on: the account (the owner's organisation) whose `account.reserved` fact holds this batch's
+    worst-case price; its usage is debited there as result chunks commit. None: the batch is not billed."""
 
 
 class LineRejected(BatchEvent):
@@ -182,6 +185,9 @@ class BatchProgressed(BatchEvent):
     completed: int
     failed: int
     shard: int = 0
+    usage: BatchUsage | None = None
+    """The tokens of this chunk's own lines (not cumulative): what a billed batch is debited as it commits. None
+    from executors before it."""
 
 
 class ShardFinished(BatchEvent):

@@ -3,6 +3,7 @@
 from typing import ClassVar, Literal
 
 from contracts.api.file import FilePurpose
+from contracts.billing import FileDemand
 from contracts.events.envelope import Event
 
 
@@ -29,6 +30,9 @@ class FileStored(Event):
     model: str | None = None
     """The model named at upload (`x-litellm-model` header or `?model=`): what the lines of a batch on this file
     that name no model run on. None: not named."""
+    demand: FileDemand | None = None
+    """An upload's worst case, summed as it streamed by: what a billed batch on it reserves. None for result
+    files, and uploads from before it."""
 
 
 class FileDeleted(Event):

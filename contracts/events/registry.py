@@ -4,6 +4,7 @@ from typing import Annotated
 
 from pydantic import Field, TypeAdapter
 
+from contracts.events.account import CreditsGranted, CreditsReleased, CreditsReserved
 from contracts.events.batch import (
     AttemptFailed,
     BatchAssigned,
@@ -58,7 +59,10 @@ AnyEvent = Annotated[
     | OrganizationCreated
     | ExecutorRegistered
     | ExecutorLost
-    | ProviderRegistered,
+    | ProviderRegistered
+    | CreditsGranted
+    | CreditsReserved
+    | CreditsReleased,
     Field(discriminator="type"),
 ]
 

@@ -71,7 +71,7 @@ class BatchLog:
     @_rules.on(BatchCancelRequested)
     def _cancel_requested(self, event: BatchCancelRequested, sequence: int) -> None:
         self.cancel_requested = True
-        if event.code == "authorization_revoked":
+        if event.code != "batch_cancelled":  # a revoked key, or credit run out: its code wins
             self.cancel_code = event.code
 
     @_rules.on(BatchAssigned)

@@ -168,20 +168,23 @@ class Resume:
     next_chunk: int
     last_chunk: int | None
     """This attempt's latest committed chunk, whose progress event may not have been published yet."""
+    last_chunk_usage: BatchUsage | None = None
+    """The tokens of that chunk's lines: its progress event carries them."""
 
     @classmethod
     def from_chunks(cls, chunks: Iterable[tuple[str, list[CommittedLine]]], attempt: int) -> "Resume":
         committed: dict[int, CommittedLine] = {}
         last_chunk: int | None = None
+        last_usage: BatchUsage | None = None
         for key, lines in sorted(chunks, key=lambda item: chunk_position(item[0])):
             chunk_attempt, number = chunk_position(key)
             if chunk_attempt == attempt:
-                last_chunk = number
+                last_chunk, last_usage = number, usage_of(lines)
             for line in lines:
                 # The earliest commit of a line wins, so every attempt assembles the same files.
                 committed.setdefault(line.key, line)
         next_chunk = 0 if last_chunk is None else last_chunk + 1
-        return cls(committed, next_chunk, last_chunk)
+        return cls(committed, next_chunk, last_chunk, last_usage)
 
     @property
     def committed_lines(self) -> set[int]:

@@ -23,6 +23,7 @@ UNRUN_MESSAGES = {
     "batch_expired": "The batch expired before this request ran.",
     "authorization_revoked": "The API key that created this batch was revoked before this request ran.",
     "batch_failed": "The batch failed before this request ran.",
+    "insufficient_credits": "The organisation's balance ran out before this request ran.",
 }
 
 

@@ -18,6 +18,7 @@ import weakref
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 
+from contracts.api.batch import BatchUsage
 from contracts.commands import RunBatch
 from contracts.events.batch import BatchFinalizing, BatchProgressed, BatchStarted, ShardFinished
 from contracts.events.envelope import Event
@@ -28,7 +29,15 @@ from services.executor.adapters.objects import ObjectAccess
 from services.executor.adapters.results import ResultStore
 from services.executor.adapters.watch import LINGER_S, BatchWatch, WatchHub
 from services.executor.attempts import counts_as_committed
-from services.executor.domain import Chunk, ChunkCommitter, InputLine, Resume, parse_input_line, result_line
+from services.executor.domain import (
+    Chunk,
+    ChunkCommitter,
+    InputLine,
+    Resume,
+    parse_input_line,
+    result_line,
+    usage_of,
+)
 from services.executor.finalizer import Finalizer, Publish
 from services.executor.observe import traced_line
 from services.executor.prefixes import prefix_key
@@ -174,7 +183,7 @@ class BatchRunner:
         resume = await self._resume(command, watch)
         tally = resume.tally(command.layout, command.shard)
         if resume.last_chunk is not None and not await self._announce(
-                command, publish, resume.last_chunk, tally.completed, tally.failed):
+                command, publish, resume.last_chunk, tally.completed, tally.failed, resume.last_chunk_usage):
             # An earlier delivery may have committed this chunk and stopped before announcing it.
             return False
         log.info("batch %s attempt %d (shard %d of %d): %d of its lines already committed",
@@ -258,13 +267,15 @@ class BatchRunner:
             log.warning("batch %s attempt %d: chunk %d refused (%s); the lease is lost", command.batch_id,
                         command.attempt, chunk.number, refused)
             return False
-        return await self._announce(command, publish, chunk.number, chunk.completed, chunk.failed)
+        return await self._announce(command, publish, chunk.number, chunk.completed, chunk.failed,
+                                    usage_of(chunk.lines))
 
-    async def _announce(self, command: RunBatch, publish: Publish, chunk: int, completed: int, failed: int) -> bool:
+    async def _announce(self, command: RunBatch, publish: Publish, chunk: int, completed: int, failed: int,
+                        usage: BatchUsage | None) -> bool:
         key = result_chunk_key(command.batch_id, command.attempt, chunk)
         if not await publish(BatchProgressed(
             aggregate_id=command.batch_id, attempt=command.attempt,
-            chunk=chunk, chunk_key=key, completed=completed, failed=failed, shard=command.shard,
+            chunk=chunk, chunk_key=key, completed=completed, failed=failed, shard=command.shard, usage=usage,
         )):
             return False
         self.announced.setdefault(attempt_key(command), set()).add(key)

@@ -8,6 +8,7 @@ from contracts.subjects import EVENTS_STREAM, LIMITS_BUCKET
 from services.gateway.auth import KEY_CACHE, KeyCache, auth_middleware
 from services.gateway.auth_failures import AUTH_FAILURES, FailedAuthentications, SharedFailedAuthentications
 from services.gateway.context import DEPS, Deps
+from services.gateway.credit_sweeper import credit_sweeper
 from services.gateway.dashboard.pages import add_dashboard
 from services.gateway.errors import error_middleware
 from services.gateway.key_usage import keys_kept_fresh
@@ -64,6 +65,7 @@ def create_app(settings: GatewaySettings) -> web.Application:
     app.cleanup_ctx.append(connections)
     app.cleanup_ctx.append(keys_kept_fresh(lambda key: app[KEY_CACHE].forget(key)))
     app.cleanup_ctx.append(file_sweeper)
+    app.cleanup_ctx.append(credit_sweeper)
     app.add_routes(ROUTES)
     add_dashboard(app)
     return app

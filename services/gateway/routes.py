@@ -7,6 +7,7 @@ from contracts.api.anomaly import Anomaly
 from contracts.api.batch import Batch
 from contracts.api.batch_event import BatchStreamEvent
 from contracts.api.batch_request import BatchCreateRequest
+from contracts.api.billing import BatchQuote, BillingBalance, Grant, GrantCredits, QuoteRequest
 from contracts.api.error_codes import BatchErrorSummary
 from contracts.api.file import FileDeleted, FileObject
 from contracts.api.model import Model
@@ -29,6 +30,7 @@ from services.gateway.views import (
     anomalies,
     asyncapi,
     batches,
+    billing,
     connection,
     errors,
     events,
@@ -84,6 +86,16 @@ ROUTES = [
           "Delete a file (409 while a live batch reads it)", FileDeleted),
     route("POST", "/v1/batches", batches.create_batch, "createBatch", "Create a batch", Batch,
           body=BatchCreateRequest, params=(IDEMPOTENCY_KEY,)),
+    route("POST", "/v1/batches/quote", billing.quote_batch, "quoteBatch",
+          "What a batch on an uploaded file would cost (min, estimate, worst case: what a create reserves), its "
+          "token bounds and the queue's ETA; nothing is reserved (extension)", BatchQuote, body=QuoteRequest),
+    route("GET", "/v1/billing/balance", billing.get_balance, "getBillingBalance",
+          "The caller's organisation's credit and its last movement (an admin key: any, with organization_id)",
+          BillingBalance, params=(query("organization_id", {"type": "string"}),)),
+    route("GET", "/v1/billing/accounts", billing.list_accounts, "listBillingAccounts",
+          "Every organisation's credit (operators)", ListPage[BillingBalance], access="admin"),
+    route("POST", "/v1/billing/grants", billing.grant_credits, "grantCredits",
+          "Credit an organisation (a negative amount takes credit back)", Grant, body=GrantCredits, access="admin"),
     route("GET", "/v1/batches", batches.list_batches, "listBatches",
           "The caller's batches, newest first; an organisation's administrator its members' (scope=organization), "
           "an admin key every batch (scope=all)", ListPage[Batch],

@@ -13,6 +13,13 @@ class GatewaySettings(ServiceSettings):
     provider_nats_url: str = ""
     """The broker URL(s), comma-separated and without credentials, that `GET /v1/provider/connection` tells
     provider hosts to connect to; empty: `SHESHNAG_NATS_URL` less its credentials."""
+    billing: bool = False
+    """Bill batches: each create reserves its worst-case price from the owner's organisation's credit (402
+    `insufficient_balance` without it), usage is debited as it commits, the rest refunded at the end. Off: no
+    balances needed (the embedded default)."""
+    credit_sweep_interval_s: float = 5.0
+    """With billing on, how often batches of organisations whose balance fell below zero are stopped
+    (`insufficient_credits`); 0 turns it off."""
     max_upload_bytes: int = 100 * 1024 * 1024
     min_completion_window_s: int = 24 * 3600
     """The shortest completion_window accepted (OpenAI's 24h); lowered only to test expiry."""

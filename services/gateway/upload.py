@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from aiohttp import BodyPartReader
 from minio.error import S3Error
 
+from contracts.billing import FileDemand
+from services.gateway.demand import DemandCounter
 from services.gateway.errors import ApiError, bad_request
 from services.runtime.objectstore import TRANSIENT, ObjectStore
 
@@ -24,6 +26,7 @@ class StoredUpload:
     bytes: int
     sha256: str
     line_count: int
+    demand: FileDemand
 
 
 def check_jsonl_start(head: bytes) -> None:
@@ -50,6 +53,7 @@ async def stream_part_to_store(part: BodyPartReader, store: ObjectStore, key: st
     `store_s`: longest wait for the store to take one part."""
     writer = store.writer(key, "application/jsonl")
     digest = hashlib.sha256()
+    demand = DemandCounter()
     size = newlines = 0
     last = b""
     head = b""
@@ -70,6 +74,7 @@ async def stream_part_to_store(part: BodyPartReader, store: ObjectStore, key: st
                 head += chunk[: SNIFF_BYTES - len(head)]
                 check_jsonl_start(head)
             digest.update(chunk)
+            demand.feed(chunk)
             newlines += chunk.count(b"\n")
             last = chunk[-1:]
             await _to_store(writer.write(chunk), store_s)
@@ -78,7 +83,7 @@ async def stream_part_to_store(part: BodyPartReader, store: ObjectStore, key: st
         await asyncio.shield(writer.abort())  # a refused, broken or abandoned upload leaves no object behind
         raise
     lines = newlines + (1 if last not in (b"", b"\n") else 0)
-    return StoredUpload(bytes=size, sha256=digest.hexdigest(), line_count=lines)
+    return StoredUpload(bytes=size, sha256=digest.hexdigest(), line_count=lines, demand=demand.finish())
 
 
 async def _to_store(step: Awaitable[None], store_s: float) -> None:

@@ -16,10 +16,10 @@ class File(Folded):
     @event("Stored")
     def __init__(self, file_id: str, sequence: int, owner_key_id: str, filename: str, purpose: str,
                  size: int, sha256: str, object_key: str, created_at: int, expires_at: int | None = None,
-                 model: str | None = None) -> None:
+                 model: str | None = None, demand: dict[str, Any] | None = None) -> None:
         self.file_id, self.owner_key_id, self.filename, self.purpose = file_id, owner_key_id, filename, purpose
         self.size, self.sha256, self.object_key, self.created_at = size, sha256, object_key, created_at
-        self.expires_at, self.model = expires_at, model
+        self.expires_at, self.model, self.demand = expires_at, model, demand
         self.last_sequence, self.anomalies, self.deleted = sequence, [], False
 
     @classmethod

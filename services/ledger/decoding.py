@@ -25,17 +25,28 @@ _TEXT = rb'"[\x20\x21\x23-\x5b\x5d-\x7e]*"'
 _INT = rb"-?(?:0|[1-9][0-9]{0,17})"
 """A JSON integer that fits 64 bits (no fraction, no exponent)."""
 _FIELDS = ("event_id", "type", "version", "occurred_at", "aggregate_id", "correlation_id", "causation_id", "attempt",
-           "chunk", "chunk_key", "completed", "failed", "shard")
+           "chunk", "chunk_key", "completed", "failed", "shard", "usage")
 """`BatchProgressed`'s fields in the order `model_dump_json` writes them."""
 _PLAIN_PROGRESS: re.Pattern[bytes] | None = re.compile(
-    rb'\{"event_id":%(text)s,"type":"batch\.progressed","version":%(int)s,"occurred_at":%(int)s,'
+    rb'\{"event_id":%(text)s,"type":"batch\.progressed","version":%(int)s,"occurred_at":(%(int)s),'
     rb'"aggregate_id":"([\x20\x21\x23-\x5b\x5d-\x7e]*)","correlation_id":(?:null|%(text)s),'
-    rb'"causation_id":(?:null|%(text)s),"attempt":(%(int)s),"chunk":%(int)s,"chunk_key":%(text)s,'
-    rb'"completed":(%(int)s),"failed":(%(int)s),"shard":(%(int)s)\}' % {b"text": _TEXT, b"int": _INT}
+    rb'"causation_id":(?:null|%(text)s),"attempt":(%(int)s),"chunk":%(int)s,"chunk_key":(%(text)s),'
+    rb'"completed":(%(int)s),"failed":(%(int)s),"shard":(%(int)s),"usage":(?:null|\{"input_tokens":(%(int)s),'
+    rb'"input_tokens_details":\{"cached_tokens":(%(int)s)\},"output_tokens":(%(int)s),'
+    rb'"output_tokens_details":\{"reasoning_tokens":%(int)s\},"total_tokens":%(int)s\})\}'
+    % {b"text": _TEXT, b"int": _INT}
 ) if tuple(BatchProgressed.model_fields) == _FIELDS else None
 """A progress fact exactly as `model_dump_json` writes one, every field of its contract's JSON type: pydantic would
 accept it with the same values (nothing here is coerced). None when the contract's fields change (no shortcut)."""
 _PROGRESS_TYPE = "batch.progressed"
+
+
+class ChunkUsage(NamedTuple):
+    """A result chunk's tokens, as a billed batch is debited for them."""
+
+    input_tokens: int
+    cached_tokens: int
+    output_tokens: int
 
 
 class ProgressFact(NamedTuple):
@@ -46,6 +57,10 @@ class ProgressFact(NamedTuple):
     completed: int
     failed: int
     shard: int
+    chunk_key: str = ""
+    usage: ChunkUsage | None = None
+    occurred_at: int = 0
+    """Milliseconds since the epoch."""
 
     @property
     def type(self) -> str:
@@ -53,7 +68,11 @@ class ProgressFact(NamedTuple):
 
     @classmethod
     def of(cls, event: BatchProgressed) -> "ProgressFact":
-        return cls(event.aggregate_id, event.attempt, event.completed, event.failed, event.shard)
+        usage = event.usage
+        tokens = None if usage is None else ChunkUsage(usage.input_tokens, usage.input_tokens_details.cached_tokens,
+                                                       usage.output_tokens)
+        return cls(event.aggregate_id, event.attempt, event.completed, event.failed, event.shard, event.chunk_key,
+                   tokens, event.occurred_at)
 
 
 def decode_fact(fact: Fact) -> Event | ProgressFact | None:
@@ -76,5 +95,7 @@ def _plain_progress(data: bytes) -> ProgressFact | None:
     match = None if _PLAIN_PROGRESS is None else _PLAIN_PROGRESS.fullmatch(data)
     if match is None:
         return None
-    aggregate_id, attempt, completed, failed, shard = match.groups()
-    return ProgressFact(aggregate_id.decode(), int(attempt), int(completed), int(failed), int(shard))
+    at, aggregate_id, attempt, chunk_key, completed, failed, shard, input_tokens, cached, output = match.groups()
+    usage = None if input_tokens is None else ChunkUsage(int(input_tokens), int(cached), int(output))
+    return ProgressFact(aggregate_id.decode(), int(attempt), int(completed), int(failed), int(shard),
+                        chunk_key.decode()[1:-1], usage, int(at))

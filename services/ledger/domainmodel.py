@@ -85,8 +85,10 @@ class Batch(Folded):
     @event("Created")
     def __init__(self, batch_id: str, sequence: int, owner_key_id: str, input_file_id: str, endpoint: str,
                  completion_window: str, metadata: dict[str, str] | None, created_at: int,
-                 expires_at: int, held: bool = False) -> None:
+                 expires_at: int, held: bool = False, billing_account: str | None = None) -> None:
         self.held = held  # stored Created events from before `hold` existed fold with the default
+        self.billing_account = billing_account
+        """The account its usage is debited from (billing on when it was created); None: not billed."""
         self.batch_id, self.owner_key_id, self.input_file_id = batch_id, owner_key_id, input_file_id
         self.endpoint, self.completion_window, self.metadata = endpoint, completion_window, metadata
         self.created_at, self.expires_at, self.last_sequence = created_at, expires_at, sequence

@@ -8,6 +8,7 @@ from contracts.api.file import FileObject
 from contracts.events.registry import decode_event
 from contracts.ids import key_id_for_hash
 from contracts.readmodel import (
+    AccountRecord,
     AnomalyKind,
     AnomalyRecord,
     ApiKeyRecord,
@@ -19,6 +20,7 @@ from contracts.readmodel import (
     UserRecord,
 )
 from contracts.subjects import read_model_key
+from services.ledger.accounts import Account
 from services.ledger.aggregates import ApiKey, Executor, File, Provider, User
 from services.ledger.chain import Fact
 from services.ledger.domainmodel import Batch, Folded
@@ -32,7 +34,7 @@ class KeyProjection:
 
 
 Projection = (BatchRecord | FileRecord | UserRecord | KeyProjection | ProviderRecord | ExecutorRecord | AnomalyRecord
-              | OrganizationRecord)
+              | OrganizationRecord | AccountRecord)
 UserOfKey = Callable[[str], str | None]
 """A key's user by the key's public id (None: a key without one): what a key creates is its user's."""
 
@@ -53,6 +55,8 @@ def project(aggregate: Folded, user_of_key: UserOfKey) -> Projection | None:
         return provider_record(aggregate)
     if isinstance(aggregate, Executor):
         return executor_record(aggregate)
+    if isinstance(aggregate, Account):
+        return account_record(aggregate)
     return None
 
 
@@ -70,6 +74,8 @@ def projection_key(projection: Projection) -> str:
         return read_model_key("provider", projection.provider_id)
     if isinstance(projection, ExecutorRecord):
         return read_model_key("executor", projection.executor_id)
+    if isinstance(projection, AccountRecord):
+        return read_model_key("account", projection.account_id)
     if isinstance(projection, AnomalyRecord):
         return read_model_key("anomaly", f"{projection.sequence}.{projection.aggregate_kind}")
     return read_model_key("apikey", projection.key_sha256)
@@ -139,6 +145,7 @@ def file_record(file: File, owner_user_id: str | None = None) -> FileRecord:
         deleted=file.deleted,
         # Files folded before uploads named a model have no such attribute.
         model=getattr(file, "model", None),
+        demand=getattr(file, "demand", None),
         file=obj,
     )
 
@@ -176,6 +183,17 @@ def executor_record(executor: Executor) -> ExecutorRecord:
     )
 
 
+def account_record(account: Account) -> AccountRecord:
+    return AccountRecord.model_validate(
+        {"account_id": account.account_id, "balance_micros": account.balance_micros,
+         "reserved_micros": account.reserved_micros, "granted_micros": account.granted_micros,
+         "debited_micros": account.debited_micros, "open_batches": len(account.open),
+         "open_batch_ids": sorted(account.open),
+         "last_event": account.last_event, "credit_sequence": account.credit_sequence,
+         "last_sequence": account.last_sequence}
+    )
+
+
 def aggregate_ref(aggregate: Folded) -> tuple[AnomalyKind, str]:
     """How operators name an aggregate: the kind of its facts and its public id (a key's id, never its hash)."""
     if isinstance(aggregate, Batch):
@@ -192,6 +210,8 @@ def aggregate_ref(aggregate: Folded) -> tuple[AnomalyKind, str]:
         return "provider", aggregate.provider_id
     if isinstance(aggregate, Organization):
         return "organization", aggregate.organization_id
+    if isinstance(aggregate, Account):
+        return "account", aggregate.account_id
     raise TypeError(f"no public name for a {type(aggregate).__name__}")
 
 

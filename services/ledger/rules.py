@@ -4,6 +4,7 @@ import logging
 from typing import Any, NamedTuple, TypeVar
 from uuid import UUID
 
+from contracts.events.account import CreditsGranted, CreditsReleased, CreditsReserved
 from contracts.events.batch import (
     AttemptFailed,
     BatchAssigned,
@@ -30,7 +31,9 @@ from contracts.events.key import KeyCreated, KeyRevoked, UserCreated
 from contracts.events.organization import OrganizationCreated
 from contracts.events.provider import ProviderRegistered
 from contracts.ids import error_file_id, key_id_for_hash, output_file_id
+from contracts.lifecycle import TERMINAL
 from contracts.subjects import input_object_key
+from services.ledger.accounts import Account
 from services.ledger.aggregates import ApiKey, Executor, File, Provider, User
 from services.ledger.decoding import ProgressFact
 from services.ledger.domainmodel import Batch, Folded, aggregate_id
@@ -80,7 +83,7 @@ class FoldingRules:
         shards = self._pending_progress.get(ident)
         if shards is None:
             shards = self._pending_progress[ident] = {}
-        _, attempt, completed, failed, shard = fact
+        attempt, completed, failed, shard = fact.attempt, fact.completed, fact.failed, fact.shard
         earlier = shards.get(shard)
         if earlier is not None:  # (comparisons, not max(): this runs for nearly every fact)
             if earlier.completed > completed:
@@ -148,7 +151,41 @@ class FoldingRules:
                 log.warning("sequence %d: no folding rule for %s; such facts leave the batch as it is", seq, fact.type)
             return None
         batch_rule(self, batch, seq, fact, touched)
+        if getattr(batch, "billing_account", None) is not None and batch.status in TERMINAL:
+            self._settle(batch, seq, fact, touched)
         return batch
+
+    def _account(self, account_id: str, touched: Touched) -> Account:
+        account = self._get(Account, aggregate_id("account", account_id), touched)
+        if account is None:  # opened before the fact that names it first, which it then folds
+            account = Account(account_id=account_id, sequence=0)
+        touched[account.id] = account
+        return account
+
+    def _debit(self, batch: Batch, seq: int, fact: ProgressFact, touched: Touched) -> None:
+        """A billed batch's result chunk committed: its usage is debited from the batch's account."""
+        billing_account: str | None = getattr(batch, "billing_account", None)  # None on batches folded before
+        if billing_account is None or fact.usage is None:
+            return
+        account = self._get(Account, aggregate_id("account", billing_account), touched)
+        if account is not None and account.bills(batch.batch_id):
+            input_tokens, cached, output = fact.usage
+            account.debit(seq, batch.batch_id, fact.chunk_key, (input_tokens, cached, output), fact.occurred_at // 1000)
+            touched[account.id] = account
+
+    def _settle(self, batch: Batch, seq: int, fact: Event, touched: Touched) -> None:
+        """A billed batch ended: its account charges the rest of its usage (or the minimum) and refunds the rest
+        of its reservation."""
+        account = self._get(Account, aggregate_id("account", batch.billing_account), touched)
+        if account is None or not account.bills(batch.batch_id):
+            return
+        final = batch.usage
+        usage = None if not final else (final.get("input_tokens", 0),
+                                        (final.get("input_tokens_details") or {}).get("cached_tokens", 0),
+                                        final.get("output_tokens", 0))
+        account.settle(seq, batch.batch_id, usage, ran=batch.completed > 0 or bool(usage and any(usage)),
+                       at=_at(fact))
+        touched[account.id] = account
 
     def _apply_progress(self, seq: int, fact: ProgressFact, touched: Touched) -> None:
         """Fold a progress fact: merged into the batch's run of them, unless the batch refuses it (applied now).
@@ -159,6 +196,8 @@ class FoldingRules:
             if batch is None:
                 return
             self._named[fact.aggregate_id] = touched[batch.id] = batch
+        if fact.usage is not None:
+            self._debit(batch, seq, fact, touched)
         if batch.may_progress(seq):
             self._defer_progress(batch, seq, fact)
         else:
@@ -172,7 +211,37 @@ class FoldingRules:
         return self._found_again(Batch, "batch", fact.aggregate_id, seq, fact, touched) or Batch(
             batch_id=fact.aggregate_id, sequence=seq, owner_key_id=fact.owner_key_id,
             input_file_id=fact.input_file_id, endpoint=fact.endpoint, completion_window=fact.completion_window,
-            metadata=fact.metadata, created_at=fact.created_at, expires_at=fact.expires_at, held=fact.hold)
+            metadata=fact.metadata, created_at=fact.created_at, expires_at=fact.expires_at, held=fact.hold,
+            billing_account=fact.billing_account)
+
+    @_facts.on(CreditsGranted)
+    def _credits_granted(self, seq: int, fact: CreditsGranted, touched: Touched) -> Folded | None:
+        account = self._account(fact.aggregate_id, touched)
+        account.grant(seq, fact.amount_micros, _at(fact))
+        account.saw_credit_fact(seq)
+        return account
+
+    @_facts.on(CreditsReserved)
+    def _credits_reserved(self, seq: int, fact: CreditsReserved, touched: Touched) -> Folded | None:
+        account = self._account(fact.aggregate_id, touched)
+        batch = self._get(Batch, aggregate_id("batch", fact.batch_id), touched)
+        if batch is not None and batch.status in TERMINAL:
+            account.note_anomaly(seq, "reserved", f"batch {fact.batch_id} has ended")
+        else:
+            account.reserve(seq, fact.batch_id, fact.amount_micros, fact.price, fact.model, fact.endpoint,
+                            _at(fact))
+        account.saw_credit_fact(seq)
+        return account
+
+    @_facts.on(CreditsReleased)
+    def _credits_released(self, seq: int, fact: CreditsReleased, touched: Touched) -> Folded | None:
+        account = self._account(fact.aggregate_id, touched)
+        if self._get(Batch, aggregate_id("batch", fact.batch_id), touched) is not None:
+            account.note_anomaly(seq, "released", f"batch {fact.batch_id} exists: its end settles it")
+        else:
+            account.release(seq, fact.batch_id, _at(fact))
+        account.saw_credit_fact(seq)
+        return account
 
     @_facts.on(FileStored)
     def _file_stored(self, seq: int, fact: FileStored, touched: Touched) -> Folded | None:
@@ -183,7 +252,8 @@ class FoldingRules:
         return self._found_again(File, "file", fact.aggregate_id, seq, fact, touched) or File(
             file_id=fact.aggregate_id, sequence=seq, owner_key_id=fact.owner_key_id, filename=fact.filename,
             purpose=fact.purpose, size=fact.bytes, sha256=fact.sha256, object_key=fact.object_key,
-            created_at=fact.created_at, expires_at=fact.expires_at, model=fact.model)
+            created_at=fact.created_at, expires_at=fact.expires_at, model=fact.model,
+            demand=None if fact.demand is None else fact.demand.model_dump())
 
     @_facts.on(FileDeleted)
     def _file_deleted(self, seq: int, fact: FileDeleted, touched: Touched) -> Folded | None:
@@ -306,7 +376,11 @@ class FoldingRules:
 
     @_batch_facts.on(BatchCancelRequested)
     def _cancel_requested(self, batch: Batch, seq: int, fact: BatchCancelRequested, touched: Touched) -> None:
-        batch.request_cancel(seq, _at(fact), fact.requested_by_key_id, fact.by_admin, fact.by_admin_message)
+        if fact.code == "insufficient_credits":  # the batch says why it stopped, as an administrator's cancel does
+            batch.request_cancel(seq, _at(fact), fact.requested_by_key_id, fact.code,
+                                 "The organisation's balance ran out: lines not yet run end insufficient_credits.")
+        else:
+            batch.request_cancel(seq, _at(fact), fact.requested_by_key_id, fact.by_admin, fact.by_admin_message)
 
     @_batch_facts.on(BatchCancelled, BatchExpired)
     def _ended(self, batch: Batch, seq: int, fact: BatchCancelled | BatchExpired, touched: Touched) -> None:

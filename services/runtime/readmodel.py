@@ -10,6 +10,7 @@ from nats.js.kv import KeyValue
 from pydantic import BaseModel
 
 from contracts.readmodel import (
+    AccountRecord,
     AnomalyRecord,
     ApiKeyRecord,
     BatchRecord,
@@ -104,6 +105,12 @@ class ReadModel:
 
     async def list_organizations(self) -> list[OrganizationRecord]:
         return await self._scan("organization", OrganizationRecord)
+
+    async def get_account(self, account_id: str) -> AccountRecord | None:
+        return await self._get(read_model_key("account", account_id), AccountRecord)
+
+    async def list_accounts(self) -> list[AccountRecord]:
+        return await self._scan("account", AccountRecord)
 
     async def list_files(self) -> list[FileRecord]:
         return await self._scan("file", FileRecord)

@@ -342,7 +342,7 @@ class Book:
     def _cancel_requested(self, plan: BatchPlan, event: BatchCancelRequested) -> None:
         if plan.cancel_requested_at_ms is None:
             plan.cancel_requested_at_ms = event.occurred_at
-        if event.code == "authorization_revoked":
+        if event.code != "batch_cancelled":  # a revoked key, or credit run out: its code wins
             plan.cancel_code = event.code
 
     @_plan_rules.on(BatchReleased)

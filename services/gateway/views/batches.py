@@ -1,16 +1,20 @@
 """`/v1/batches`: create (the body parsed by `BatchCreateRequest`), list, retrieve, cancel and release batches."""
 
+import asyncio
+import logging
 import time
 
 from aiohttp import web
 
 from contracts.api.batch import Batch
 from contracts.api.batch_request import BatchCreateRequest
+from contracts.billing import ModelPrice
+from contracts.catalogue import CatalogueModel
 from contracts.events.batch import BatchCancelRequested, BatchCreated, BatchReleased
 from contracts.events.file import FileUsed
 from contracts.ids import derived_id, new_batch_id, owner_id
 from contracts.lifecycle import CANCELLABLE, RELEASABLE, TERMINAL
-from contracts.readmodel import BatchRecord
+from contracts.readmodel import BatchRecord, FileRecord
 from contracts.subjects import batch_fact, file_fact
 from services.gateway.auth import KEY_CACHE, principal
 from services.gateway.context import Deps, deps
@@ -24,11 +28,14 @@ from services.gateway.oversight import (
     organization_of,
     standing,
 )
+from services.gateway.usecases import billing as billing_usecase
 from services.gateway.views.bodies import read_body
 from services.gateway.views.files import DEDUPLICATED_FROM, is_valid_id, owned_file
 from services.gateway.views.paging import page_after, parse_limit
 from services.runtime.bus import Fence, FenceMoved
 from services.runtime.facts import last_fact
+
+log = logging.getLogger(__name__)
 
 MAX_WINDOW_S = 168 * 3600
 MAX_JSON_BODY_BYTES = 1024 * 1024
@@ -141,8 +148,15 @@ async def create_batch(request: web.Request) -> web.Response:
         raise ApiError(429, f"You already have {len(live)} batches that have not ended (the limit is "
                        f"{d.settings.max_active_batches}); wait for some to end or cancel them.",
                        "rate_limit_error", "too_many_active_batches")
-    await _claim_file(d, input_file_id, batch_id)
     user = await request.app[KEY_CACHE].user_of(principal(request))
+    default_model = (metadata or {}).get("model") or file.model
+    billing = _billing_plan(d, file, default_model, body.endpoint, metadata) if d.settings.billing else None
+    await _claim_file(d, input_file_id, batch_id)
+    account = billing_usecase.account_of(user)
+    if billing is not None:
+        model, price, amount = billing
+        await billing_usecase.reserve(d.bus, d.read_model, account, batch_id, amount, price, model.id, body.endpoint,
+                                      d.settings.read_your_writes_s)
     now = int(time.time())
     event = BatchCreated(aggregate_id=batch_id, owner_key_id=principal(request).key_id, input_file_id=input_file_id,
                          input_object_key=file.object_key, endpoint=body.endpoint,
@@ -152,8 +166,13 @@ async def create_batch(request: web.Request) -> web.Response:
                          allowed_models=None if user is None else user.allowed_models,
                          owner_user_id=principal(request).user_id,
                          organization_id=None if user is None else user.organization_id,
-                         default_model=(metadata or {}).get("model") or file.model)
-    await d.bus.publish(event)
+                         default_model=default_model, billing_account=account if billing is not None else None)
+    try:
+        await d.bus.publish(event)
+    except BaseException:
+        if billing is not None:  # the batch may not exist: its reservation must not hold credit for ever
+            await asyncio.shield(_release_quietly(d, account, batch_id))
+        raise
     if idempotency_key and await _created_parameters(d, batch_id) != asked:
         raise _idempotency_conflict(idempotency_key, batch_id)  # a concurrent request with this key won
     record = await d.read_model.wait_for(lambda: d.read_model.get_batch(batch_id), lambda r: True,
@@ -164,6 +183,28 @@ async def create_batch(request: web.Request) -> web.Response:
         id=batch_id, endpoint=event.endpoint, input_file_id=input_file_id, completion_window=event.completion_window,
         status="validating", created_at=now, expires_at=event.expires_at, metadata=metadata, held=hold or None)
     return _answer(batch)
+
+
+def _billing_plan(d: Deps, file: FileRecord, default_model: str | None, endpoint: str,
+                  metadata: dict[str, str] | None) -> tuple[CatalogueModel, ModelPrice, int] | None:
+    """The model, price and worst case a billed create reserves; None when the upload names no model the catalogue
+    knows (validation then fails the batch, and nothing runs)."""
+    model = billing_usecase.batch_model(d.catalogue, file, default_model)
+    if model is None:
+        return None
+    price = billing_usecase.price_of(model)
+    _, _, worst = billing_usecase.worst_case(model, price, billing_usecase.demand_of(file), endpoint)
+    billing_usecase.check_max_price(worst, metadata)
+    return model, price, worst
+
+
+async def _release_quietly(d: Deps, account: str, batch_id: str) -> None:
+    if await d.read_model.get_batch(batch_id) is not None:
+        return  # it was created after all: its end settles the reservation
+    try:
+        await billing_usecase.release(d.bus, account, batch_id, "the batch's creation failed")
+    except Exception:  # the broker is unreachable: the reservation stays until an operator releases it
+        log.exception("could not release the reservation of batch %s", batch_id)
 
 
 async def _claim_file(d: Deps, file_id: str, batch_id: str) -> None:

@@ -217,7 +217,8 @@ async def create_file(request: web.Request) -> web.Response:
     now = int(time.time())
     event = FileStored(aggregate_id=file_id, owner_key_id=principal(request).key_id, filename=upload.filename,
                        purpose="batch", bytes=stored.bytes, sha256=stored.sha256, object_key=object_key,
-                       created_at=now, line_count=stored.line_count, expires_at=now + ttl_s, model=model)
+                       created_at=now, line_count=stored.line_count, expires_at=now + ttl_s, model=model,
+                       demand=stored.demand)
     await d.bus.publish(event)
     record = await d.read_model.wait_for(lambda: d.read_model.get_file(file_id), lambda r: True,
                                          d.settings.read_your_writes_s)

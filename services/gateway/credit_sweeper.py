@@ -1,0 +1,61 @@
+"""Credit run out mid-batch: every few seconds, each billed batch of an account whose balance is below zero is told
+to stop, its lines not yet run ending `insufficient_credits` in its error file (InferNode's behaviour).
+
+A reservation holds each batch's worst case, so a balance goes below zero only when an operator takes credit back
+(a negative grant) or usage outran its bound; what already ran stays delivered and charged. Gateways racing on one
+batch publish the same fact id, which the stream deduplicates.
+"""
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from contracts.events.batch import BatchCancelRequested
+from services.gateway.context import DEPS, Deps
+from services.gateway.revocation import ENDED
+
+log = logging.getLogger(__name__)
+
+SWEPT_BY = "billing"
+"""The `requested_by_key_id` of a cancel for credit run out: no key asked for it."""
+
+
+async def stop_unpaid_batches(d: Deps) -> list[str]:
+    """Tell every live billed batch of an overdrawn account to stop; the ids told."""
+    told: list[str] = []
+    for account in await d.read_model.list_accounts():
+        if account.balance_micros >= 0:
+            continue
+        for batch_id in account.open_batch_ids:
+            record = await d.read_model.get_batch(batch_id)
+            if record is None or record.batch.status in ENDED:
+                continue
+            await d.bus.publish(BatchCancelRequested(
+                aggregate_id=batch_id, requested_by_key_id=SWEPT_BY, code="insufficient_credits",
+                event_id=f"{batch_id}:cancel_requested:insufficient_credits"))
+            told.append(batch_id)
+    if told:
+        log.warning("stopped %d batches whose organisation's balance ran out: %s", len(told), ", ".join(told))
+    return told
+
+
+async def credit_sweeper(app: web.Application) -> AsyncIterator[None]:
+    """A cleanup context: with billing on, sweeps every `credit_sweep_interval_s` while the gateway runs."""
+    d = app[DEPS]
+    interval = d.settings.credit_sweep_interval_s if d.settings.billing else 0
+
+    async def loop() -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await stop_unpaid_batches(d)
+            except Exception:
+                log.exception("credit sweep failed; trying again in %.0fs", interval)
+
+    task = asyncio.create_task(loop()) if interval > 0 else None
+    yield
+    if task is not None:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -1,0 +1,98 @@
+"""`/v1/billing/…` and `POST /v1/batches/quote`: an organisation's balance (InferNode's `GET /v1/billing/balance`),
+operators' grants and the accounts list, and what a batch on a file would cost without reserving anything."""
+
+from aiohttp import web
+
+from contracts.api.billing import BatchQuote, BillingBalance, Grant, GrantCredits, QuotePrice, QuoteRequest
+from contracts.api.page import ListPage
+from contracts.billing import micros_to_usd, parse_usd
+from services.gateway.auth import KEY_CACHE, principal, require_admin
+from services.gateway.context import deps
+from services.gateway.errors import ApiError, bad_request
+from services.gateway.oversight import administered_organization, organization_of
+from services.gateway.usecases import billing
+from services.gateway.views.bodies import read_body
+from services.gateway.views.files import owned_file
+
+MAX_JSON_BODY_BYTES = 64 * 1024
+
+
+async def _account_id(request: web.Request) -> str:
+    """The caller's organisation's account; `?organization_id=` another's, for an admin key (or an organisation's
+    administrator naming their own)."""
+    user = await request.app[KEY_CACHE].user_of(principal(request))
+    own = billing.account_of(user)
+    asked = request.query.get("organization_id")
+    if asked is None or asked == own or principal(request).role == "admin":
+        return asked or own
+    admin = await administered_organization(deps(request).read_model, principal(request))
+    if admin is not None and organization_of(admin) == asked:
+        return asked
+    raise ApiError(403, "Only an admin key may read another organisation's balance.", "permission_error",
+                   "insufficient_permissions", "organization_id")
+
+
+async def get_balance(request: web.Request) -> web.Response:
+    d = deps(request)
+    account_id = await _account_id(request)
+    answer = billing.balance(account_id, await d.read_model.get_account(account_id), d.settings.billing)
+    return web.json_response(answer.model_dump(mode="json"))
+
+
+async def list_accounts(request: web.Request) -> web.Response:
+    """Every account with a movement, for the operator page (an admin key)."""
+    require_admin(request)
+    d = deps(request)
+    records = sorted(await d.read_model.list_accounts(), key=lambda r: r.account_id)
+    page = ListPage[BillingBalance](data=[billing.balance(r.account_id, r, d.settings.billing) for r in records])
+    return web.json_response(page.model_dump(mode="json"))
+
+
+async def grant_credits(request: web.Request) -> web.Response:
+    key = require_admin(request)
+    body = await read_body(request, GrantCredits, MAX_JSON_BODY_BYTES)
+    amount = parse_usd(body.amount_usd)
+    if amount is None or amount == 0:
+        raise bad_request(f"amount_usd must be a non-zero amount of USD (got {body.amount_usd!r}).", "invalid_amount",
+                          "amount_usd")
+    d = deps(request)
+    fact = await billing.grant(d.bus, d.read_model, body.organization_id, amount, body.note, key.key_id,
+                               body.grant_id, d.settings.read_your_writes_s)
+    answer = Grant(id=fact.grant_id, organization_id=fact.aggregate_id, amount_usd=micros_to_usd(amount),
+                   note=fact.note)
+    return web.json_response(answer.model_dump(mode="json"))
+
+
+async def quote_batch(request: web.Request) -> web.Response:
+    d = deps(request)
+    body = await read_body(request, QuoteRequest, MAX_JSON_BODY_BYTES)
+    file = await owned_file(request, body.input_file_id)
+    if file.file.purpose != "batch":
+        raise bad_request(f"File {body.input_file_id} has purpose {file.file.purpose!r}; a batch needs purpose "
+                          "'batch'.", "invalid_input_file", "input_file_id")
+    default_model = (body.metadata or {}).get("model") or file.model
+    model = billing.batch_model(d.catalogue, file, default_model)
+    if model is None:
+        raise bad_request("The file names no model this deployment serves: name one in its lines, at upload "
+                          "(x-litellm-model or ?model=) or in metadata.model.", "model_not_found", "model")
+    endpoint = body.endpoint or model.endpoints[0]
+    demand = billing.demand_of(file)
+    user = await request.app[KEY_CACHE].user_of(principal(request))
+    if d.settings.billing:
+        price = billing.price_of(model)
+        quoted = billing.quote_price(model, price, demand, endpoint)
+        worst = billing.worst_case(model, price, demand, endpoint)[2]
+        billing.max_price(body.metadata)  # a malformed ceiling is refused here as the create would refuse it
+        record = await d.read_model.get_account(billing.account_of(user))
+        available: int | None = record.available_micros if record is not None else 0
+    else:
+        quoted = QuotePrice(min_usd="0.000000", estimate_usd="0.000000", max_usd="0.000000")
+        worst, available = 0, None
+    input_max, output_max, _ = billing.worst_case(model, model.price or billing.FREE, demand, endpoint)
+    answer = BatchQuote(
+        input_file_id=file.file.id, model=model.id, endpoint=endpoint, billing_enabled=d.settings.billing,
+        lines=demand.lines, input_tokens_max=input_max, output_tokens_max=output_max, price=quoted,
+        available_usd=None if available is None else micros_to_usd(available),
+        fits_balance=available is None or worst <= available,
+        queue=await billing.queue_estimate(d.read_model, model.id, demand.lines))
+    return web.json_response(answer.model_dump(mode="json"))
