@@ -7,12 +7,15 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
+from contracts.api.batch import BatchUsage, InputTokensDetails
 from contracts.events.batch import BatchCreated, BatchProgressed
 from contracts.events.registry import decode_event
 from services.ledger.chain import Fact
 from services.ledger.decoding import ProgressFact, _plain_progress, decode_fact
 
 SUBJECT = "evt.batch.batch_dec1.progressed"
+CHUNK_USAGE = BatchUsage(input_tokens=120, output_tokens=30, total_tokens=150,
+                         input_tokens_details=InputTokensDetails(cached_tokens=64))
 
 
 def published(**fields: object) -> bytes:
@@ -41,7 +44,8 @@ def edited(data: bytes, **changes: object) -> bytes:
 
 
 @pytest.mark.parametrize("data", [published(), published(shard=4), published(causation_id="evt-1"),
-                                  published(correlation_id=None)], ids=["plain", "shard", "caused", "uncorrelated"])
+                                  published(correlation_id=None), published(usage=CHUNK_USAGE)],
+                         ids=["plain", "shard", "caused", "uncorrelated", "usage"])
 def test_a_progress_fact_as_published_is_read_without_its_contract_and_to_the_same_values(data: bytes) -> None:
     assert _plain_progress(data) is not None
     assert decode_fact(Fact(1, SUBJECT, data)) == by_contract(data)
@@ -58,7 +62,7 @@ def test_a_progress_fact_as_published_is_read_without_its_contract_and_to_the_sa
     edited(published(), aggregate_id='batch_"q"'),
     edited(published(), extra="ignored"),
     orjson.dumps(orjson.loads(published()), option=orjson.OPT_INDENT_2),
-    published().replace(b'"shard":0}', b'"shard":0.5}'),
+    published().replace(b'"shard":0,', b'"shard":0.5,'),
     b'{"type":"batch.progressed",' + published()[1:],
 ], ids=["float", "text", "bool", "huge", "missing", "null", "unicode", "escaped", "extra", "indented", "fraction",
         "repeated-key"])
