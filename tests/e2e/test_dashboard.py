@@ -140,5 +140,9 @@ def test_a_user_signs_in_fixes_a_file_runs_it_downloads_it_and_manages_keys(
     else:
         expect(page.locator("#anomalies tbody")).to_have_text("No anomalies: every fact fitted its aggregate.",
                                                               timeout=10_000)
+    # Billing is off on this stack; an operator may still grant credit ahead of turning it on, and sees it at once.
+    page.get_by_label("Amount (USD; negative takes credit back)").fill("12.5")
+    page.get_by_role("button", name="Grant").click()
+    expect(page.locator("#accounts tbody tr", has_text="default")).to_contain_text("12.500000", timeout=10_000)
     shots.take("operator")
     context.close()

@@ -44,10 +44,42 @@ async function load() {
   fill("running", view.running.map((r) => [el("a", { href: `/dashboard/batches/${r.batch_id}` }, r.batch_id), r.model,
     r.status, progressBar({ total: r.total, completed: r.done, failed: 0 }), r.lines_per_s,
     r.eta_s === null ? "—" : `${r.eta_s}s`]), "Nothing runs.", 6);
+  await loadAccounts();
   const anomalies = await apiJson("/v1/admin/anomalies");
   fill("anomalies", anomalies.data.map((a) => [a.sequence, aggregateCell(a), el("code", {}, a.event_type), a.reason,
     when(a.created_at)]), "No anomalies: every fact fitted its aggregate.", 5);
   say(`Updated ${new Date(view.at * 1000).toLocaleTimeString()}.`);
+}
+
+function movement(last) {
+  if (!last) return "—";
+  const where = last.batch_id ? ` (${last.batch_id})` : "";
+  return `${last.type} ${last.amount_usd}${where}, ${when(last.created_at)}`;
+}
+
+async function loadAccounts() {
+  const accounts = await apiJson("/v1/billing/accounts");
+  const enabled = accounts.data.length ? accounts.data[0].billing_enabled : null;
+  if (enabled === false) {
+    document.getElementById("billing-note").textContent = "This deployment does not bill (SHESHNAG_GATEWAY_BILLING is "
+      + "off): batches need no credit. Grants are kept for when it does.";
+  }
+  fill("accounts", accounts.data.map((a) => [a.organization_id, a.balance_usd, a.reserved_usd, a.available_usd,
+    a.open_batches, movement(a.last_event)]), "No organisation has credit yet: grant some below.", 6);
+}
+
+async function grant(event) {
+  event.preventDefault();
+  const form = new FormData(event.target);
+  const body = Object.fromEntries([...form.entries()].filter(([, value]) => value !== ""));
+  try {
+    const answer = await apiJson("/v1/billing/grants", { method: "POST", json: body });
+    say(`Granted ${answer.amount_usd} USD to ${answer.organization_id}.`);
+    event.target.reset();
+    await loadAccounts();
+  } catch (error) {
+    say(`Could not grant: ${error.message}`, true);
+  }
 }
 
 function aggregateCell(a) {
@@ -61,4 +93,5 @@ if (needKey()) {
   load().catch(fail);
   setInterval(() => load().catch(fail), 5000);
   document.getElementById("refresh").addEventListener("click", () => load().catch(fail));
+  document.getElementById("grant").addEventListener("submit", grant);
 }
