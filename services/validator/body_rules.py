@@ -298,11 +298,13 @@ def context_need(body: dict[str, object], endpoint: str, model: CatalogueModel,
         param = "body.messages" if endpoint == "/v1/chat/completions" else "body.input"
         kwargs = body.get("chat_template_kwargs")
         rendered = tokenizer.render_chat(messages, kwargs if isinstance(kwargs, dict) else None)
+        if tokenizer.count_fast(rendered) <= room:
+            return None
         return ContextNeed(model, (rendered,), wanted, param)
     field = "prompt" if endpoint == "/v1/completions" else "input"
     value = body[field]
     texts = tuple(str(text) for text in (value if isinstance(value, list) else [value]))
-    if max(len(text.encode()) for text in texts) <= room:
+    if max(len(text.encode()) for text in texts) <= room or max(map(tokenizer.count_fast, texts)) <= room:
         return None
     return ContextNeed(model, texts, wanted, f"body.{field}")
 

@@ -40,7 +40,8 @@ def check_line(raw: bytes, endpoint: str, catalogue: Catalogue, max_line_bytes: 
                                       "request split across lines.")])
     custom_id = line.get("custom_id") if isinstance(line, dict) else None
     usable_id = custom_id if isinstance(custom_id, str) and 0 < len(custom_id) <= MAX_CUSTOM_ID_LENGTH else None
-    if (depth := nesting_depth(line, MAX_NESTING_DEPTH)) > MAX_NESTING_DEPTH:
+    openers = raw.count(b"{") + raw.count(b"[")  # nests no deeper than it opens (strings' brackets count too)
+    if openers > MAX_NESTING_DEPTH and (depth := nesting_depth(line, MAX_NESTING_DEPTH)) > MAX_NESTING_DEPTH:
         return LineVerdict([LineIssue("nesting_too_deep", f"The line nests arrays and objects more than "
                                       f"{MAX_NESTING_DEPTH} levels deep (at least {depth}); flatten it.")], usable_id)
     if not isinstance(line, dict):

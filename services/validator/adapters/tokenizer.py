@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import jinja2.meta
+import jinja2.nodes
 import jinja2.sandbox
 import tiktoken
 
@@ -41,13 +42,58 @@ def _byte_decoder() -> dict[str, int]:
     return {chr(char): byte for byte, char in zip(printable, chars, strict=True)}
 
 
+PIECES_KEPT = 1 << 18
+"""Distinct text pieces whose token counts one tokenizer remembers (then forgotten all at once, and learnt again)."""
+SENTINELS = (" \n\x02A{}\x03\t ", "\t\x02b{}\x03 \n")
+"""Stand-ins for message contents, two families: a template that renders each unchanged wherever it puts a content
+(no trim, no case change, no test of the text) has a skeleton the contents can be spliced into."""
+Skeleton = tuple[str, ...] | None
+"""The rendered prompt's text around each message's content, in order; None: the template must render each prompt."""
+
+
+COUNT_BITS = (1 << 32) - 1
+ENDS_IN_WHITESPACE = 1 << 32
+STARTS_WITH_WHITESPACE = 1 << 64
+"""Flags a part's remembered value carries above its count: a space next to whitespace makes a run the split breaks."""
+
+
+class _PieceCounts(dict[str, int]):
+    """Token counts of text parts, each counted by the tokenizer on first sight (`prefix` + the part), with flags
+    for a part that is empty or starts with whitespace (after the space that precedes it) and one that ends with it."""
+
+    def __init__(self, encoding: tiktoken.Encoding, prefix: str) -> None:
+        super().__init__()
+        self.encoding, self.prefix = encoding, prefix
+
+    def __missing__(self, part: str) -> int:
+        if len(self) >= PIECES_KEPT:
+            self.clear()
+        value = len(self.encoding.encode(self.prefix + part, allowed_special="all"))
+        if part[-1:].isspace():
+            value |= ENDS_IN_WHITESPACE
+        if self.prefix and (not part or part[0].isspace()):
+            value |= STARTS_WITH_WHITESPACE
+        self[part] = value
+        return value
+
+
 @dataclass(frozen=True)
 class ModelTokenizer:
     encoding: tiktoken.Encoding
     template: jinja2.Template
     template_variables: frozenset[str]
     """The variables the chat template reads (what `chat_template_kwargs` may set)."""
+    template_constants: tuple[str, ...] = ()
+    """The template's string constants (two characters or more): a content holding one may change what the
+    template does, so such a prompt is rendered by the template itself."""
     overhead_cache: dict[tuple[str, ...], int] = field(default_factory=dict)
+    skeletons: dict[tuple[str, ...], Skeleton] = field(default_factory=dict)
+    first_pieces: dict[str, int] = field(default_factory=dict)
+    spaced_pieces: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "first_pieces", _PieceCounts(self.encoding, ""))
+        object.__setattr__(self, "spaced_pieces", _PieceCounts(self.encoding, " "))
 
     @classmethod
     def from_gguf(cls, path: Path) -> "ModelTokenizer":
@@ -70,8 +116,12 @@ class ModelTokenizer:
                                      mergeable_ranks=ranks, special_tokens=special)
         source = str(metadata.get("tokenizer.chat_template", FALLBACK_TEMPLATE))
         environment = jinja2.sandbox.ImmutableSandboxedEnvironment()
-        variables = frozenset(jinja2.meta.find_undeclared_variables(environment.parse(source)))
-        return cls(encoding, environment.from_string(source), variables)
+        parsed = environment.parse(source)
+        variables = frozenset(jinja2.meta.find_undeclared_variables(parsed))
+        keys = {id(node.arg) for node in parsed.find_all(jinja2.nodes.Getitem)}  # message['role'] reads no text
+        constants = tuple(sorted({node.value for node in parsed.find_all(jinja2.nodes.Const)
+                                  if isinstance(node.value, str) and len(node.value) >= 2 and id(node) not in keys}))
+        return cls(encoding, environment.from_string(source), variables, constants)
 
     def count_text(self, text: str) -> int:
         # Special-token text is parsed as the special token, as llama.cpp does with the rendered prompt.
@@ -81,11 +131,63 @@ class ModelTokenizer:
         """Token counts of many texts at once, on every core (the encoder releases the GIL)."""
         return [len(ids) for ids in self.encoding.encode_batch(texts, allowed_special="all")]
 
+    def count_fast(self, text: str) -> int:
+        """`count_text`, from remembered counts of the text's parts when no whitespace run of it holds a space.
+
+        GPT-2's pre-tokenizer starts a new piece at every space followed by something else than whitespace
+        (` ?\\p{L}+` and its siblings take the space; no alternative ends on it), and BPE never merges across
+        pieces, so such a text's count is the sum of the counts of its parts split before each space. Each distinct
+        part is counted once; a text with a run like `"  "` or `" \\n"` (seen from its parts' flags) is counted
+        whole."""
+        first, *rest = text.split(" ")
+        if not rest:
+            return self.count_text(text)
+        spaced = self.spaced_pieces
+        total = self.first_pieces[first] + sum(map(spaced.__getitem__, rest))
+        ends = (total >> 32) & COUNT_BITS  # parts ending in whitespace; only the last may (no space follows it)
+        if total >= STARTS_WITH_WHITESPACE or ends > (spaced[rest[-1]] >> 32) & 1:
+            return self.count_text(text)
+        return total & COUNT_BITS
+
     def render_chat(self, messages: list[dict[str, object]], kwargs: dict[str, object] | None = None) -> str:
         """The prompt the engine builds from `messages` (and the line's `chat_template_kwargs`) with the model's chat
-        template."""
-        normalised = [{**m, "content": _text_of(m.get("content"))} for m in messages]
+        template; spliced into the template's cached skeleton when it provably renders contents as they are."""
+        contents = [_text_of(m.get("content")) for m in messages]
+        if not kwargs and all(m.keys() <= {"role", "content"} for m in messages) and \
+                not any(constant in content for content in contents for constant in self.template_constants):
+            roles = tuple(str(m.get("role", "")) for m in messages)
+            skeleton = self.skeletons.get(roles, ())
+            if skeleton == ():
+                skeleton = self.skeletons[roles] = self._skeleton(roles)
+            if skeleton is not None:
+                return "".join(part for pair in zip(skeleton, [*contents, ""], strict=True) for part in pair)
+        return self._render(messages, contents, kwargs)
+
+    def _render(self, messages: list[dict[str, object]], contents: list[str],
+                kwargs: dict[str, object] | None) -> str:
+        normalised = [{**m, "content": content} for m, content in zip(messages, contents, strict=True)]
         return str(self.template.render({**(kwargs or {}), "messages": normalised, "add_generation_prompt": True}))
+
+    def _skeleton(self, roles: tuple[str, ...]) -> Skeleton:
+        """The text around each content when the template puts every content in unchanged, in order (rendered with
+        two families of stand-ins, which must leave the same text around them); None otherwise."""
+        found: list[list[str]] = []
+        for family in SENTINELS:
+            stand_ins = [family.format(index) for index in range(len(roles))]
+            messages: list[dict[str, object]] = [{"role": role, "content": stand_in}
+                                                 for role, stand_in in zip(roles, stand_ins, strict=True)]
+            try:
+                rendered = self._render(messages, stand_ins, None)
+            except jinja2.TemplateError:
+                return None
+            pieces: list[str] = []
+            for stand_in in stand_ins:
+                before, found_it, rendered = rendered.partition(stand_in)
+                if not found_it or stand_in in rendered:
+                    return None
+                pieces.append(before)
+            found.append([*pieces, rendered])
+        return tuple(found[0]) if found[0] == found[1] else None
 
     def count_chat(self, messages: list[dict[str, object]]) -> int:
         return self.count_text(self.render_chat(messages))
