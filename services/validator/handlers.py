@@ -58,15 +58,27 @@ class Validator:
                                                  default_model=created.default_model,
                                                  revision=(created.metadata or {}).get("revision")))
         window: list[tuple[int, bytes]] = []
+        checking: asyncio.Task[None] | None = None
+        """The window before, checked (off the loop) while this one is read: at most one in flight, in order."""
+        read = 0
         try:
             async for raw in self.store.iter_lines(created.input_object_key):
-                window.append((len(window) + run.lines_checked + 1, raw))
+                read += 1
+                window.append((read, raw))
                 if len(window) >= WINDOW_LINES:
-                    await run.check(window)
+                    if checking is not None:
+                        await checking
+                    checking = asyncio.create_task(run.check(window))
                     window = []
+            if checking is not None:
+                await checking
             await run.check(window)
         except ObjectNotFound as error:
             raise PoisonMessage(f"input file {created.input_file_id} is missing from the object store") from error
+        finally:
+            if checking is not None and not checking.done():
+                checking.cancel()
+                await asyncio.gather(checking, return_exceptions=True)
         for issue in run.validation.finish():
             await run.publish_issue(None, None, issue)
         await run.progress()

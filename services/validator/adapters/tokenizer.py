@@ -8,6 +8,7 @@ llama.cpp will count, without loading the weights.
 import logging
 import threading
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
 import jinja2.meta
@@ -42,6 +43,8 @@ def _byte_decoder() -> dict[str, int]:
     return {chr(char): byte for byte, char in zip(printable, chars, strict=True)}
 
 
+PLAIN_MESSAGE = frozenset({"role", "content"})
+"""A message of only these keys is rendered from the skeleton (a template may read any other key it has)."""
 PIECES_KEPT = 1 << 18
 """Distinct text pieces whose token counts one tokenizer remembers (then forgotten all at once, and learnt again)."""
 SENTINELS = (" \n\x02A{}\x03\t ", "\t\x02b{}\x03 \n")
@@ -139,13 +142,13 @@ class ModelTokenizer:
         pieces, so such a text's count is the sum of the counts of its parts split before each space. Each distinct
         part is counted once; a text with a run like `"  "` or `" \\n"` (seen from its parts' flags) is counted
         whole."""
-        first, *rest = text.split(" ")
-        if not rest:
+        parts = text.split(" ")
+        if len(parts) == 1:
             return self.count_text(text)
         spaced = self.spaced_pieces
-        total = self.first_pieces[first] + sum(map(spaced.__getitem__, rest))
+        total = self.first_pieces[parts[0]] + sum(map(spaced.__getitem__, islice(parts, 1, None)))
         ends = (total >> 32) & COUNT_BITS  # parts ending in whitespace; only the last may (no space follows it)
-        if total >= STARTS_WITH_WHITESPACE or ends > (spaced[rest[-1]] >> 32) & 1:
+        if total >= STARTS_WITH_WHITESPACE or ends > (spaced[parts[-1]] >> 32) & 1:
             return self.count_text(text)
         return total & COUNT_BITS
 
@@ -153,14 +156,17 @@ class ModelTokenizer:
         """The prompt the engine builds from `messages` (and the line's `chat_template_kwargs`) with the model's chat
         template; spliced into the template's cached skeleton when it provably renders contents as they are."""
         contents = [_text_of(m.get("content")) for m in messages]
-        if not kwargs and all(m.keys() <= {"role", "content"} for m in messages) and \
-                not any(constant in content for content in contents for constant in self.template_constants):
-            roles = tuple(str(m.get("role", "")) for m in messages)
-            skeleton = self.skeletons.get(roles, ())
-            if skeleton == ():
-                skeleton = self.skeletons[roles] = self._skeleton(roles)
-            if skeleton is not None:
-                return "".join(part for pair in zip(skeleton, [*contents, ""], strict=True) for part in pair)
+        if not kwargs and all(m.keys() <= PLAIN_MESSAGE for m in messages):
+            joined = "\x00".join(contents)
+            if not any(constant in joined for constant in self.template_constants):
+                roles = tuple(str(m.get("role", "")) for m in messages)
+                skeleton = self.skeletons.get(roles, ())
+                if skeleton == ():
+                    skeleton = self.skeletons[roles] = self._skeleton(roles)
+                if skeleton is not None:
+                    spliced = [*skeleton, *contents]
+                    spliced[::2], spliced[1::2] = skeleton, contents
+                    return "".join(spliced)
         return self._render(messages, contents, kwargs)
 
     def _render(self, messages: list[dict[str, object]], contents: list[str],
