@@ -1,10 +1,12 @@
 """Composition root of the validator: settings → dependencies → the validator's router on a broker, until stopped."""
 
 import asyncio
+import os
 
 from services.runtime.broker import open_bus, service_broker
 from services.runtime.catalogue import load_catalogue
 from services.runtime.objectstore import ObjectStore
+from services.validator.adapters.check_pool import CheckPool
 from services.validator.adapters.tokenizer import TokenizerCache
 from services.validator.domain import Limits
 from services.validator.handlers import Validator, validator_router
@@ -17,18 +19,25 @@ async def run_validator(settings: ValidatorSettings, stop: asyncio.Event) -> Non
     router = validator_router()
     broker.include_router(router)
     bus = await open_bus(broker, "validator")
+    pool: CheckPool | None = None
     try:
         store = ObjectStore.from_settings(connection)
         await store.ensure_bucket()
+        catalogue = load_catalogue(connection.catalogue_path)
+        processes = settings.worker_processes(os.cpu_count())
+        pool = CheckPool(catalogue, processes, settings.count_tokens) if processes else None
         validator = Validator(
             bus=bus,
             store=store,
-            catalogue=load_catalogue(connection.catalogue_path),
+            catalogue=catalogue,
             limits=Limits(max_lines=settings.max_lines, max_embedding_inputs=settings.max_embedding_inputs,
                           max_line_bytes=settings.max_line_bytes, inherit_line_model=settings.inherit_line_model),
             max_published_per_code=settings.max_published_per_code,
             tokenizers=TokenizerCache() if settings.count_tokens else None,
+            pool=pool,
         )
+        if pool is not None:
+            await asyncio.to_thread(pool.warm_up)
         if validator.tokenizers is not None:
             # Build every model's tokenizer before the first batch, not inside its validation.
             for model in validator.catalogue.models:
@@ -38,3 +47,5 @@ async def run_validator(settings: ValidatorSettings, stop: asyncio.Event) -> Non
         await stop.wait()
     finally:
         await broker.stop()
+        if pool is not None:
+            pool.close()

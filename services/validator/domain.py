@@ -4,9 +4,9 @@ from dataclasses import dataclass, field
 
 from contracts.catalogue import Catalogue
 from services.validator.adapters.tokenizer import TokenizerCache
-from services.validator.body_rules import context_issue
 from services.validator.issues import LineIssue
-from services.validator.rules import LineVerdict, check_line
+from services.validator.line_checks import WindowSpec, check_lines
+from services.validator.rules import LineVerdict
 from services.validator.strict_sampling import OneSampling
 
 
@@ -25,6 +25,18 @@ class LineResult:
     line: int
     custom_id: str | None
     issues: list[LineIssue]
+
+
+@dataclass(frozen=True)
+class Window:
+    """Consecutive lines as the file's bookkeeping admitted them."""
+
+    numbers: list[int]
+    to_check: list[bytes | None]
+    """Each line's bytes to check on its own; None: blank, past the line limit, or decided already."""
+    decided: dict[int, LineVerdict]
+    """Verdicts the bookkeeping gave itself (the first line past the limit)."""
+    spec: WindowSpec
 
 
 @dataclass
@@ -55,6 +67,8 @@ class FileValidation:
     revision: str | None = None
     """The model revision the batch pins (`metadata.revision`): the catalogue must serve the model at it."""
     sampling: OneSampling = field(default_factory=OneSampling)
+    allowed_models: tuple[str, ...] | None = None
+    """The owner's model access, which `catalogue` is restricted to already: a worker process restricts its own."""
     """A strict-sampling model's file samples one way (the first usable line's)."""
 
     def __post_init__(self) -> None:
@@ -75,66 +89,53 @@ class FileValidation:
         return self.check_window([(line_no, raw)])[0]
 
     def check_window(self, lines: list[tuple[int, bytes]]) -> list[LineResult]:
-        """Check consecutive lines: each on its own, then the prompts that need it counted in one batch,
+        """Check consecutive lines here: each on its own, then the prompts that need it counted in one batch,
         then the file-level rules in line order."""
-        verdicts: list[tuple[int, LineVerdict | None]] = []
-        line_model = self._line_model()
+        window = self.plan(lines)
+        return self.apply(window, check_lines(window.to_check, window.spec, self.catalogue, self.tokenizers))
+
+    @property
+    def awaits_line_model(self) -> bool:
+        """Lines without a model take the first one a line names, and none has yet: windows are checked in order
+        until one does (a window checked beside an earlier one would not know it)."""
+        return self.limits.inherit_line_model and self._line_model() is None
+
+    def plan(self, lines: list[tuple[int, bytes]]) -> "Window":
+        """The file's bookkeeping of a window, in line order: lines counted, those past `max_lines` decided (the
+        first refused for the file, the rest never checked), the others to check on their own (anywhere)."""
+        numbers: list[int] = []
+        to_check: list[bytes | None] = []
+        decided: dict[int, LineVerdict] = {}
         for line_no, raw in lines:
+            numbers.append(line_no)
             if not raw.strip():
-                verdicts.append((line_no, None))
+                to_check.append(None)
                 continue
             self.total_lines += 1
             if self.total_lines > self.limits.max_lines:
-                # One error for the file, at its first line past the limit; the rest are counted, never checked.
+                to_check.append(None)
                 if self.limit_line is None:
                     self.limit_line = line_no
                     issue = LineIssue("too_many_tasks", f"The file has more than {self.limits.max_lines} "
                                       f"requests; split it into several batches (lines from {line_no} on were not "
                                       "checked).")
-                    verdicts.append((line_no, LineVerdict([self._file_issue(issue)])))
-                else:
-                    verdicts.append((line_no, None))
+                    decided[line_no] = LineVerdict([self._file_issue(issue)])
                 continue
-            verdict = check_line(raw, self.endpoint, self.catalogue, self.limits.max_line_bytes, self.tokenizers,
-                                 line_model)
-            if line_model is None and self.limits.inherit_line_model and verdict.model is not None:
-                line_model = verdict.model.id  # named in this window, pinned once its file rules run
-            verdicts.append((line_no, verdict))
-        counted = self._count_prompts([v for _, v in verdicts if v is not None and v.context is not None])
-        return [self._file_rules(line_no, verdict, counted) for line_no, verdict in verdicts]
+            to_check.append(raw)
+        spec = WindowSpec(self.endpoint, self.allowed_models, self.limits.max_line_bytes, self._line_model(),
+                          self.limits.inherit_line_model)
+        return Window(numbers, to_check, decided, spec)
 
-    def _count_prompts(self, verdicts: list[LineVerdict]) -> dict[int, LineIssue | None]:
-        """Exact token counts for the prompts the cheap bound could not clear, keyed by id(verdict)."""
-        if not verdicts or self.tokenizers is None:
-            return {}
-        issues: dict[int, LineIssue | None] = {}
-        by_model: dict[str, list[LineVerdict]] = {}
-        for verdict in verdicts:
-            assert verdict.context is not None
-            by_model.setdefault(verdict.context.model.id, []).append(verdict)
-        for group in by_model.values():
-            need0 = group[0].context
-            assert need0 is not None
-            tokenizer = self.tokenizers.get(need0.model)
-            if tokenizer is None:
-                continue
-            texts = [text for v in group for text in v.context.prompts]  # type: ignore[union-attr]
-            counts = iter(tokenizer.count_many(texts))
-            for verdict in group:
-                assert verdict.context is not None
-                longest = max(next(counts) for _ in verdict.context.prompts)
-                issues[id(verdict)] = context_issue(verdict.context, longest)
-        return issues
+    def apply(self, window: "Window", verdicts: list[LineVerdict | None]) -> list[LineResult]:
+        """The file-level rules over a window's checked lines, in line order."""
+        return [self._file_rules(line_no, window.decided.get(line_no, verdict))
+                for line_no, verdict in zip(window.numbers, verdicts, strict=True)]
 
-    def _file_rules(self, line_no: int, verdict: LineVerdict | None,
-                    context_issues: dict[int, LineIssue | None]) -> LineResult:
+    def _file_rules(self, line_no: int, verdict: LineVerdict | None) -> LineResult:
         if verdict is None:
             return LineResult(line_no, None, [])
         issues = list(verdict.issues)
         model = verdict.model
-        if (context := context_issues.get(id(verdict))) is not None:
-            issues.append(context)
-            model = None
         if verdict.custom_id is not None:
             first = self.first_line_of.setdefault(verdict.custom_id, line_no)
             if first != line_no:

@@ -7,6 +7,7 @@ a file that can never be validated fails its batch (`fail_the_batch`); the facts
 import asyncio
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -27,12 +28,15 @@ from contracts.subjects import BATCH_CREATED, EVENTS_STREAM, VALIDATOR_DURABLE, 
 from services.runtime.bus import ConsumerPolicy, EventBus, PoisonMessage
 from services.runtime.delivery import Durable, ServiceRouter
 from services.runtime.objectstore import ObjectNotFound, ObjectStore
+from services.validator.adapters.check_pool import CheckPool
 from services.validator.adapters.error_file import write_error_file
 from services.validator.adapters.tokenizer import TokenizerCache
-from services.validator.domain import FileValidation, Limits, LineResult
+from services.validator.domain import FileValidation, Limits, LineResult, Window
 from services.validator.issues import LineIssue
+from services.validator.line_checks import check_lines
 from services.validator.observe import count_lines
 from services.validator.refusals import rejected_line
+from services.validator.rules import LineVerdict
 
 log = logging.getLogger(__name__)
 
@@ -50,35 +54,32 @@ class Validator:
     limits: Limits
     max_published_per_code: int
     tokenizers: TokenizerCache | None = None
+    pool: CheckPool | None = None
+    """Worker processes that check windows beside this one; None: every window is checked here."""
 
     async def validate(self, created: BatchCreated) -> None:
         # The owner's model access travels in the fact: a model they may not use is as unknown as an absent one.
         catalogue = self.catalogue.restricted_to(created.allowed_models)
+        allowed = None if created.allowed_models is None else tuple(created.allowed_models)
         run = _Run(self, created, FileValidation(created.endpoint, catalogue, self.limits, self.tokenizers,
                                                  default_model=created.default_model,
-                                                 revision=(created.metadata or {}).get("revision")))
+                                                 revision=(created.metadata or {}).get("revision"),
+                                                 allowed_models=allowed))
         window: list[tuple[int, bytes]] = []
-        checking: asyncio.Task[None] | None = None
-        """The window before, checked (off the loop) while this one is read: at most one in flight, in order."""
         read = 0
         try:
             async for raw in self.store.iter_lines(created.input_object_key):
                 read += 1
                 window.append((read, raw))
                 if len(window) >= WINDOW_LINES:
-                    if checking is not None:
-                        await checking
-                    checking = asyncio.create_task(run.check(window))
+                    await run.send(window)
                     window = []
-            if checking is not None:
-                await checking
-            await run.check(window)
+            await run.send(window)
+            await run.drain()
         except ObjectNotFound as error:
             raise PoisonMessage(f"input file {created.input_file_id} is missing from the object store") from error
         finally:
-            if checking is not None and not checking.done():
-                checking.cancel()
-                await asyncio.gather(checking, return_exceptions=True)
+            await run.abandon()
         for issue in run.validation.finish():
             await run.publish_issue(None, None, issue)
         await run.progress()
@@ -101,15 +102,51 @@ class _Run:
         self.last_progress_at = time.monotonic()
         self.last_progress_lines = 0
         self.lines_checked = 0
+        self.in_flight: deque[tuple[Window, asyncio.Future[list[LineVerdict | None]], bool]] = deque()
+        """Windows sent and not yet applied, oldest first: (window, its verdicts, whether checked here)."""
 
-    async def check(self, window: list[tuple[int, bytes]]) -> None:
-        if not window:
+    async def send(self, lines: list[tuple[int, bytes]]) -> None:
+        """Check a window, beside the ones sent before it: here (one at a time, off the loop) and in the worker
+        processes (one each); their results are applied and reported in line order."""
+        if not lines:
             return
-        results = await asyncio.to_thread(self.validation.check_window, window)
-        self.lines_checked += len(window)
+        validation, pool = self.validation, self.v.pool
+        capacity = 1 + (pool.processes if pool is not None else 0)
+        while self.in_flight and (validation.awaits_line_model or len(self.in_flight) >= capacity):
+            await self.receive()
+        window = validation.plan(lines)
+        in_workers = sum(1 for _, _, here in self.in_flight if not here)
+        here = pool is None or validation.awaits_line_model or in_workers >= pool.processes
+        task: asyncio.Future[list[LineVerdict | None]]
+        if here:
+            task = asyncio.ensure_future(asyncio.to_thread(check_lines, window.to_check, window.spec,
+                                                           validation.catalogue, validation.tokenizers))
+        else:
+            assert pool is not None
+            task = asyncio.ensure_future(pool.check(window.spec, window.to_check, validation.catalogue,
+                                                    validation.tokenizers))
+        self.in_flight.append((window, task, here))
+        if validation.awaits_line_model:
+            await self.drain()
+
+    async def receive(self) -> None:
+        window, task, _ = self.in_flight.popleft()
+        results = self.validation.apply(window, await task)
+        self.lines_checked += len(results)
         for result in results:
             await self.report(result)
         await self.maybe_progress()
+
+    async def drain(self) -> None:
+        while self.in_flight:
+            await self.receive()
+
+    async def abandon(self) -> None:
+        """Windows still in flight when the validation stopped (it failed, or was cancelled) are let go."""
+        while self.in_flight:
+            _, task, _ = self.in_flight.popleft()
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
     def _envelope(self) -> dict[str, str]:
         return {"aggregate_id": self.created.aggregate_id, "causation_id": self.created.event_id,

@@ -19,3 +19,9 @@ class ValidatorSettings(ServiceSettings):
     """Line errors of each code published as events; the rest are only counted."""
     count_tokens: bool = True
     """Check each prompt against the model's context with the model's own tokenizer."""
+    check_processes: int = -1
+    """Worker processes that check a file's lines beside the validator itself (each ~60 MB with its tokenizers);
+    -1: one fewer than the machine's cores (none on one core); 0: the validator checks every line itself."""
+
+    def worker_processes(self, cores: int | None) -> int:
+        return max((cores or 1) - 1, 0) if self.check_processes < 0 else self.check_processes

@@ -138,6 +138,8 @@ async def test_each_organisation_sees_its_own_balance_and_only_admins_another(bi
     accounts = await (await billed.client.get("/v1/billing/accounts", headers=admin)).json()
     assert theirs in {account["organization_id"] for account in accounts["data"]}
     assert (await billed.client.get("/v1/billing/accounts", headers=dave)).status == 403
+    weird = await billed.client.get("/v1/billing/balance", params={"organization_id": "M\u00d5:\n"}, headers=admin)
+    assert weird.status == 400 and (await weird.json())["error"]["code"] == "invalid_id"
     bad = await billed.client.post("/v1/billing/grants", headers=admin,
                                    json={"organization_id": theirs, "amount_usd": "1.2345678"})
     assert bad.status == 400 and (await bad.json())["error"]["code"] == "invalid_amount"

@@ -1,9 +1,12 @@
 """`/v1/billing/…` and `POST /v1/batches/quote`: an organisation's balance (InferNode's `GET /v1/billing/balance`),
 operators' grants and the accounts list, and what a batch on a file would cost without reserving anything."""
 
+import re
+
 from aiohttp import web
 
 from contracts.api.billing import BatchQuote, BillingBalance, Grant, GrantCredits, QuotePrice, QuoteRequest
+from contracts.api.organization import USER_ID_PATTERN
 from contracts.api.page import ListPage
 from contracts.billing import micros_to_usd, parse_usd
 from services.gateway.auth import KEY_CACHE, principal, require_admin
@@ -23,6 +26,9 @@ async def _account_id(request: web.Request) -> str:
     user = await request.app[KEY_CACHE].user_of(principal(request))
     own = billing.account_of(user)
     asked = request.query.get("organization_id")
+    if asked is not None and not re.fullmatch(USER_ID_PATTERN, asked):
+        raise bad_request(f"organization_id must be 1-64 letters, digits, '_' or '-' (got {asked[:64]!r}).",
+                          "invalid_id", "organization_id")
     if asked is None or asked == own or principal(request).role == "admin":
         return asked or own
     admin = await administered_organization(deps(request).read_model, principal(request))

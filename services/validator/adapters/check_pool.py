@@ -1,0 +1,80 @@
+"""Worker processes that check windows of lines on their own (`line_checks.check_lines`), so one file is checked
+on several cores while this process reads the next window and applies the file-level rules in order.
+
+Each worker holds the catalogue and its own tokenizers (built when it starts); a window goes out as its bytes and
+comes back as small verdicts. A worker that dies breaks the pool: the window is checked here instead, and a new pool
+is started for the next one.
+"""
+
+import asyncio
+import logging
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from contracts.catalogue import Catalogue
+from services.validator.adapters.tokenizer import TokenizerCache
+from services.validator.line_checks import WindowSpec, WireVerdict, check_lines, from_wire, to_wire
+from services.validator.rules import LineVerdict
+
+log = logging.getLogger(__name__)
+
+_catalogue: Catalogue | None = None
+_tokenizers: TokenizerCache | None = None
+_restricted: dict[tuple[str, ...] | None, Catalogue] = {}
+
+
+def _start_worker(catalogue_json: str, count_tokens: bool) -> None:
+    global _catalogue, _tokenizers
+    _catalogue = Catalogue.model_validate_json(catalogue_json)
+    _tokenizers = TokenizerCache() if count_tokens else None
+    if _tokenizers is not None:
+        for model in _catalogue.models:
+            _tokenizers.get(model)
+
+
+def _check_in_worker(spec: WindowSpec, lines: list[bytes | None]) -> list[WireVerdict | None]:
+    assert _catalogue is not None
+    catalogue = _restricted.get(spec.allowed_models)
+    if catalogue is None:
+        allowed = None if spec.allowed_models is None else list(spec.allowed_models)
+        catalogue = _restricted[spec.allowed_models] = _catalogue.restricted_to(allowed)
+    return [to_wire(verdict) for verdict in check_lines(lines, spec, catalogue, _tokenizers)]
+
+
+class CheckPool:
+    """`processes` workers (spawned: this process has threads, which a fork would copy half-way)."""
+
+    def __init__(self, catalogue: Catalogue, processes: int, count_tokens: bool = True) -> None:
+        self.catalogue, self.processes, self.count_tokens = catalogue, processes, count_tokens
+        self._pool: ProcessPoolExecutor | None = None
+
+    def _executor(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(self.processes, multiprocessing.get_context("spawn"),
+                                             initializer=_start_worker,
+                                             initargs=(self.catalogue.model_dump_json(), self.count_tokens))
+        return self._pool
+
+    def warm_up(self) -> None:
+        """Start the workers now (they load the tokenizers), not on the first file."""
+        pool = self._executor()
+        for future in [pool.submit(int) for _ in range(self.processes)]:
+            future.result()
+
+    async def check(self, spec: WindowSpec, lines: list[bytes | None], catalogue: Catalogue,
+                    tokenizers: TokenizerCache | None) -> list[LineVerdict | None]:
+        """The window's verdicts from a worker; from this process (a thread) when the pool broke."""
+        loop = asyncio.get_running_loop()
+        try:
+            wires = await loop.run_in_executor(self._executor(), _check_in_worker, spec, lines)
+        except BrokenProcessPool:
+            log.warning("a line-checking worker died; this window is checked here, and the workers start again")
+            self.close()
+            return await asyncio.to_thread(check_lines, lines, spec, catalogue, tokenizers)
+        return [from_wire(wire, catalogue) for wire in wires]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
