@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 
 WINDOW_LINES = 256
 """Lines checked together off the event loop; their prompts are counted in one tokenizer batch."""
+WORKER_QUEUE = 2
+"""Windows each worker process holds (one checked, one waiting): this process, which also reads the file and applies
+the file's rules, checks a window itself only when every worker has its queue full."""
 PROGRESS_EVERY_LINES = 5000
 PROGRESS_EVERY_S = 0.5
 
@@ -111,12 +114,12 @@ class _Run:
         if not lines:
             return
         validation, pool = self.validation, self.v.pool
-        capacity = 1 + (pool.processes if pool is not None else 0)
+        capacity = 1 + (pool.processes * WORKER_QUEUE if pool is not None else 0)
         while self.in_flight and (validation.awaits_line_model or len(self.in_flight) >= capacity):
             await self.receive()
         window = validation.plan(lines)
         in_workers = sum(1 for _, _, here in self.in_flight if not here)
-        here = pool is None or validation.awaits_line_model or in_workers >= pool.processes
+        here = pool is None or validation.awaits_line_model or in_workers >= pool.processes * WORKER_QUEUE
         task: asyncio.Future[list[LineVerdict | None]]
         if here:
             task = asyncio.ensure_future(asyncio.to_thread(check_lines, window.to_check, window.spec,
