@@ -3,10 +3,14 @@ the one checking every line in order gives: each refused line with its code at i
 one model for the file, and a model inherited from an earlier window (Reliquary's files)."""
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import orjson
+import psutil
 import pytest
 
 from contracts.events.batch import BatchCreated, BatchValidated, BatchValidationFailed, LineRejected
@@ -114,3 +118,31 @@ async def test_a_file_checked_in_two_processes_is_refused_line_for_line_as_in_or
     assert verdict.counts_by_code == counted(expected)
     published = [(f.line, f.code) for f in facts if isinstance(f, LineRejected)]
     assert published == first_of_each_code(expected, 100)
+
+
+HOLDER = """
+import sys, time
+from services.runtime.catalogue import load_catalogue
+from services.validator.adapters.check_pool import CheckPool
+if __name__ == "__main__":
+    pool = CheckPool(load_catalogue(None), 1)
+    pool.warm_up()
+    print("ready", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_worker_ends_when_the_validator_that_started_it_is_killed(tmp_path: Path) -> None:
+    script = tmp_path / "holder.py"
+    script.write_text(HOLDER)
+    holder = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).parents[2])
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        workers = psutil.Process(holder.pid).children(recursive=True)
+        assert workers, "the pool started its worker"
+    finally:
+        holder.kill()
+        holder.wait()
+    _, alive = psutil.wait_procs(workers, timeout=20)
+    assert not alive, f"workers outlived their validator: {[p.pid for p in alive]}"

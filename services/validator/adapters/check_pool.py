@@ -9,6 +9,9 @@ is started for the next one.
 import asyncio
 import logging
 import multiprocessing
+import multiprocessing.connection
+import os
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -24,8 +27,23 @@ _tokenizers: TokenizerCache | None = None
 _restricted: dict[tuple[str, ...] | None, Catalogue] = {}
 
 
+def _exit_with_parent() -> None:
+    """End this worker when the validator that started it is gone, even SIGKILLed (nothing else would: a worker
+    waiting for its next window never learns that its parent died, and would live on)."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        multiprocessing.connection.wait([parent.sentinel])
+        os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def _start_worker(catalogue_json: str, count_tokens: bool) -> None:
     global _catalogue, _tokenizers
+    _exit_with_parent()
     _catalogue = Catalogue.model_validate_json(catalogue_json)
     _tokenizers = TokenizerCache() if count_tokens else None
     if _tokenizers is not None:
