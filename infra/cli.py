@@ -3,6 +3,7 @@
 import argparse
 import asyncio
 import importlib
+import importlib.metadata
 import logging
 import os
 import signal
@@ -28,6 +29,7 @@ from infra.nats_config import nats_config
 from infra.private import PRIVATE_UMASK
 from infra.provider_join import add_arguments as add_join_arguments
 from infra.provider_join import join_deployment
+from infra.stack_state import StackState, find_stack, remove_state, write_state
 from infra.status import status as show_status
 from infra.supervisor import SERVICES, Stack, pick_port, url_host
 from infra.tls import fingerprint
@@ -45,6 +47,20 @@ from services.runtime.settings import ConnectionSettings
 log = logging.getLogger("sheshnag.up")
 
 
+def package_version() -> str:
+    try:
+        return importlib.metadata.version("sheshnag")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def with_stack(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """An operator tool's `--data-dir`: the `sheshnag up` whose stack it acts on (see infra/stack_state.py)."""
+    parser.add_argument("--data-dir", type=Path, default=None, help="the data dir of a running `sheshnag up` "
+                        "(default: SHESHNAG_NATS_URL when set, else SHESHNAG_DATA_DIR or the default data dir)")
+    return parser
+
+
 def default_data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "sheshnag"
@@ -52,6 +68,7 @@ def default_data_dir() -> Path:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="sheshnag", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"sheshnag {package_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     up = commands.add_parser("up", help="run broker, object store and all five services on this machine")
     up.add_argument("--data-dir", type=Path, default=default_data_dir(), help="where all state is kept")
@@ -63,18 +80,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     "broker behind TLS with a CA generated into the data dir (default 127.0.0.1: this host only)")
     up.add_argument("--nats-url", default="", help="use this broker instead of starting one: a cluster's client "
                     "URLs, comma-separated, whose accounts are the data dir's (infra/nats_cluster.py)")
-    keys = commands.add_parser("keys", help="manage API keys (against SHESHNAG_NATS_URL)")
+    keys = commands.add_parser("keys", help="manage API keys of a running stack")
     key_tools = keys.add_subparsers(dest="tool", required=True)
-    create = key_tools.add_parser("create", help="create a key and print it once (only its hash is stored)")
+    create = with_stack(key_tools.add_parser("create", help="create a key and print it once (only its hash is stored)"))
     create.add_argument("--role", choices=["user", "worker", "admin"], default="user",
                         help="user: the API; worker: executors joining the fleet; admin: the API and operations")
     create.add_argument("--label", default="", help="a name to recognise the key by")
     create.add_argument("--user", default=None, help="the user the key acts for (its model access applies)")
-    revoke = key_tools.add_parser("revoke", help="revoke a key by its id (key_…); its live batches stop")
+    revoke = with_stack(key_tools.add_parser("revoke", help="revoke a key by its id (key_…); its live batches stop"))
     revoke.add_argument("key_id")
-    users = commands.add_parser("users", help="manage users (against SHESHNAG_NATS_URL)")
+    with_stack(key_tools.add_parser("list", help="every key: id, role, label, user, revoked (never a value)"))
+    users = commands.add_parser("users", help="manage users of a running stack")
     user_tools = users.add_subparsers(dest="tool", required=True)
-    create_user = user_tools.add_parser("create", help="create a user, optionally limited to some models")
+    create_user = with_stack(user_tools.add_parser("create", help="create a user, optionally limited to some models"))
     create_user.add_argument("user_id")
     create_user.add_argument("--name", default="")
     create_user.add_argument("--models", default=None, help="comma-separated catalogue ids (default: every model)")
@@ -83,20 +101,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     create_user.add_argument("--role", default="member", choices=["member", "admin"],
                              help="admin: an administrator of the organisation (lists and cancels its members' "
                                   "batches)")
-    organizations = commands.add_parser("organizations", help="manage organisations (against SHESHNAG_NATS_URL)")
+    with_stack(user_tools.add_parser("list", help="every user: id, organisation, role, models"))
+    organizations = commands.add_parser("organizations", help="manage organisations of a running stack")
     organization_tools = organizations.add_subparsers(dest="tool", required=True)
-    create_organization = organization_tools.add_parser("create", help="create an organisation users can join")
+    create_organization = with_stack(organization_tools.add_parser("create",
+                                                                   help="create an organisation users can join"))
     create_organization.add_argument("organization_id")
     create_organization.add_argument("--name", default="")
-    credits = commands.add_parser("credits", help="organisations' billing credit (against SHESHNAG_NATS_URL)")
+    credits = commands.add_parser("credits", help="organisations' billing credit")
     credit_tools = credits.add_subparsers(dest="tool", required=True)
-    grant = credit_tools.add_parser("grant", help="credit an organisation (a negative amount takes credit back)")
+    grant = with_stack(credit_tools.add_parser("grant",
+                                               help="credit an organisation (a negative amount takes credit back)"))
     grant.add_argument("organization_id")
     grant.add_argument("amount", help="USD, e.g. 25 or 0.50")
     grant.add_argument("--note", default="")
-    show = credit_tools.add_parser("show", help="an organisation's balance (default: every account)")
+    show = with_stack(credit_tools.add_parser("show", help="an organisation's balance (default: every account)"))
     show.add_argument("organization_id", nargs="?", default=None)
-    status = commands.add_parser("status", help="fleet, queue, running batches and consumer lag (SHESHNAG_NATS_URL)")
+    status = with_stack(commands.add_parser("status", help="fleet, queue, running batches and consumer lag"))
     status.add_argument("--json", action="store_true", help="one JSON document instead of the terminal view")
     nats = commands.add_parser("nats-config", help="write the server config of an operator-run NATS node or "
                                "cluster (accounts, auth callout) and the services' env files")
@@ -118,12 +139,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def add_ledger_tools(ledger: argparse.ArgumentParser) -> None:
     """`sheshnag ledger` alone runs the service; these subcommands are the operators' tools."""
     tools = ledger.add_subparsers(dest="tool")
-    tools.add_parser("replay", help="rebuild every aggregate from sequence 1 in a scratch store; diff with live")
-    audit = tools.add_parser("audit", help="a batch's full timeline from the event log")
+    with_stack(tools.add_parser("replay", help="rebuild every aggregate from sequence 1 in a scratch store; diff with "
+                                "live"))
+    audit = with_stack(tools.add_parser("audit", help="a batch's full timeline from the event log"))
     audit.add_argument("batch_id")
     audit.add_argument("--json", action="store_true", help="JSONL instead of a table")
-    tools.add_parser("verify", help="recompute the hash chain from the log; report the first sequence that breaks")
-    export = tools.add_parser("export", help="events published in a time range, as JSONL")
+    with_stack(tools.add_parser("verify", help="recompute the hash chain from the log; report the first sequence that "
+                                "breaks"))
+    export = with_stack(tools.add_parser("export", help="events published in a time range, as JSONL"))
     export.add_argument("--since", type=datetime.fromisoformat, default=None, help="ISO-8601 time (inclusive)")
     export.add_argument("--until", type=datetime.fromisoformat, default=None, help="ISO-8601 time (inclusive)")
 
@@ -183,9 +206,15 @@ async def up(args: argparse.Namespace) -> None:
         stack.start_services()
         supervising = asyncio.create_task(stack.supervise(stop))
         await wait_for_gateway(stack.gateway_port, host=stack.listen)
+        env = stack.settings_env()
+        write_state(stack.data_dir, StackState(
+            pid=os.getpid(), gateway_url=f"http://{url_host(stack.listen)}:{stack.gateway_port}",
+            nats_url=stack.nats_url(), s3_endpoint=env["SHESHNAG_S3_ENDPOINT"],
+            ledger_db_path=env["SHESHNAG_LEDGER_DB_PATH"], nats_tls_ca=env.get("SHESHNAG_NATS_TLS_CA")))
         announce(stack, key.plaintext)
         await supervising
     finally:
+        remove_state(stack.data_dir, os.getpid())
         log.info("stopping")
         await asyncio.to_thread(stack.stop)
         log.info("stopped; data kept in %s", stack.data_dir)
@@ -276,6 +305,28 @@ async def create_organization(organization_id: str, name: str) -> None:
     print(organization.id)
 
 
+STACK_TOOLS = frozenset({"keys", "users", "organizations", "credits", "status", "ledger"})
+"""Subcommands that act on a running stack: they find it by `--data-dir` (see infra/stack_state.py)."""
+
+
+async def list_records(kind: str) -> None:
+    """`keys list` and `users list`: one line each, as the admin routes show them (never a key's value)."""
+    bus = await EventBus.connect(ConnectionSettings().nats_url, f"sheshnag-{kind}")
+    try:
+        read_model = await ReadModel.open(bus)
+        if kind == "keys":
+            for _, key in sorted(await read_model.list_api_keys(), key=lambda item: item[1].created_at or 0):
+                state = "revoked" if key.revoked else "active"
+                print(f"{key.key_id}\t{key.role}\t{state}\t{key.user_id or '-'}\t{key.label}")
+        else:
+            for user in sorted(await read_model.list_users(), key=lambda u: (u.created_at, u.user_id)):
+                models = ",".join(user.allowed_models) if user.allowed_models is not None else "*"
+                print(f"{user.user_id}\t{user.organization_id or 'default'}\t{user.role}\t{models}\t"
+                      f"{user.display_name}")
+    finally:
+        await bus.close()
+
+
 async def credits_tool(tool: str, organization_id: str | None, amount: str | None, note: str) -> int:
     """`credits grant ORG AMOUNT` states the grant (and waits for the ledger to show it); `credits show` prints
     balances as `GET /v1/billing/balance` answers them."""
@@ -306,11 +357,15 @@ async def credits_tool(tool: str, organization_id: str | None, amount: str | Non
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command in STACK_TOOLS and (args.command != "ledger" or args.tool):
+        find_stack(args.data_dir, default_data_dir())
     if args.command == "up":
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         asyncio.run(up(args))
     elif args.command == "keys" and args.tool == "revoke":
         sys.exit(asyncio.run(revoke_key_by_id(args.key_id)))
+    elif args.command in ("keys", "users") and args.tool == "list":
+        asyncio.run(list_records(args.command))
     elif args.command == "keys":
         asyncio.run(create_key(args.role, args.label, args.user))
     elif args.command == "users":

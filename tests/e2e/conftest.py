@@ -14,6 +14,7 @@ import pytest
 from openai import OpenAI
 
 from infra.embedded import free_port
+from infra.stack_state import STATE_FILE
 
 ADMIN_KEY = "gk-e2e-test-key"
 
@@ -68,7 +69,9 @@ def start_stack(data_dir: Path, port: int, extra_env: dict[str, str] | None = No
         if process.poll() is not None:
             raise RuntimeError(f"sheshnag up exited with {process.returncode}")
         try:
-            if httpx2.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+            # Up once it has announced itself: the gateway answers, and the state file the tools read is written.
+            if httpx2.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200 \
+                    and (data_dir / STATE_FILE).exists():
                 return RunningStack(data_dir, port, process, s3_port, nats_port)
         except httpx2.HTTPError:
             pass

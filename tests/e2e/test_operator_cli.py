@@ -1,0 +1,55 @@
+"""The operator CLI finds its stack: `sheshnag up` leaves a state file in its data dir, and `status`, `keys`, `users`
+and `ledger …` act on the stack it names (`--data-dir`), or say plainly that none runs there — never a guess at
+the machine's own broker."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from infra.stack_state import read_state
+from tests.e2e.conftest import RunningStack
+
+pytestmark = pytest.mark.e2e
+
+
+def sheshnag(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environ = {name: value for name, value in os.environ.items() if name != "SHESHNAG_NATS_URL"}
+    return subprocess.run([sys.executable, "-m", "infra.cli", *args], capture_output=True, text=True, timeout=120,
+                          env={**environ, **(env or {})})
+
+
+def test_the_tools_act_on_the_stack_their_data_dir_names(stack: RunningStack) -> None:
+    state = read_state(stack.data_dir)
+    assert state is not None and state.alive() and state.gateway_url.endswith(f":{stack.port}")
+    data_dir = str(stack.data_dir)
+
+    shown = sheshnag("status", "--data-dir", data_dir)
+    assert shown.returncode == 0, shown.stderr
+    assert "local-0" in shown.stdout  # the stack's own executor, from its heartbeat
+
+    made = sheshnag("users", "create", "cli-operator", "--name", "Cli Operator", "--data-dir", data_dir)
+    assert made.returncode == 0 and made.stdout.strip() == "cli-operator", made.stderr
+    users = sheshnag("users", "list", "--data-dir", data_dir)
+    assert users.returncode == 0 and any(line.startswith("cli-operator\tdefault\tmember")
+                                         for line in users.stdout.splitlines()), users.stdout
+    keys = sheshnag("keys", "list", "--data-dir", data_dir)
+    assert keys.returncode == 0 and "\tadmin\tactive\t" in keys.stdout and "gk-" not in keys.stdout, keys.stdout
+
+    verified = sheshnag("ledger", "verify", "--data-dir", data_dir)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_without_a_running_stack_the_tools_say_so_and_touch_no_broker(tmp_path: Path) -> None:
+    for args in (["status"], ["keys", "list"], ["ledger", "verify"]):
+        refused = sheshnag(*args, env={"XDG_DATA_HOME": str(tmp_path)})
+        assert refused.returncode == 1, refused.stdout
+        assert f"{tmp_path / 'sheshnag'} has no running stack" in refused.stderr
+        assert "sheshnag up --data-dir" in refused.stderr and "4222" not in refused.stderr + refused.stdout
+
+
+def test_the_version_is_the_installed_package_s() -> None:
+    shown = sheshnag("--version")
+    assert shown.returncode == 0 and shown.stdout.startswith("sheshnag ")
