@@ -20,6 +20,8 @@ from contracts.api.organization import CreateKey, CreateOrganization, CreateUser
 from contracts.billing import micros_to_usd, parse_usd
 from contracts.events.key import KeyRole
 from infra.backup import add_backup_arguments, add_restore_arguments, backup_tool, restore_tool
+from infra.batch_cli import add_arguments as add_batch_arguments
+from infra.batch_cli import batch_tool
 from infra.keys import choose_admin_key, local_worker_key, register_key, remember
 from infra.models_push import add_arguments as add_models_arguments
 from infra.models_push import models_tool
@@ -117,6 +119,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     grant.add_argument("--note", default="")
     show = with_stack(credit_tools.add_parser("show", help="an organisation's balance (default: every account)"))
     show.add_argument("organization_id", nargs="?", default=None)
+    add_batch_arguments(commands.add_parser("batch", help="run a JSONL file as a batch and download its results "
+                                            "(OPENAI_BASE_URL, OPENAI_API_KEY)"))
     status = with_stack(commands.add_parser("status", help="fleet, queue, running batches and consumer lag"))
     status.add_argument("--json", action="store_true", help="one JSON document instead of the terminal view")
     nats = commands.add_parser("nats-config", help="write the server config of an operator-run NATS node or "
@@ -372,6 +376,8 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(create_user(args.user_id, args.name, args.models, args.organization, args.role))
     elif args.command == "organizations":
         asyncio.run(create_organization(args.organization_id, args.name))
+    elif args.command == "batch":
+        sys.exit(batch_tool(args, default_data_dir()))
     elif args.command == "credits":
         sys.exit(asyncio.run(credits_tool(args.tool, args.organization_id, getattr(args, "amount", None),
                                           getattr(args, "note", ""))))
