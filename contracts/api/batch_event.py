@@ -48,7 +48,7 @@ EVENT_FIELDS: dict[BatchEventType, tuple[str, ...]] = {
     "batch.released": (),
     "batch.assigned": ("executor_id", "attempt", "shard", "shards"),
     "batch.started": ("executor_id", "attempt", "engine", "engine_version"),
-    "batch.progressed": ("attempt", "shard", "chunk", "completed", "failed"),
+    "batch.progressed": ("attempt", "shard", "chunk", "completed", "failed", "usage"),
     "batch.shard_finished": ("executor_id", "attempt", "shard", "stopped"),
     "batch.attempt_failed": ("executor_id", "attempt", "code", "reason"),
     "batch.finalizing": (),
@@ -130,3 +130,5 @@ class BatchStreamEvent(BaseModel):
     error_file_id: str | None = None
     """The error file of an ended batch; of one that failed validation, every input line with why it did not run."""
     usage: BatchUsage | None = None
+    """Tokens: of the chunk just made durable (`batch.progressed`, from executors that state it), or of the whole
+    batch (ending events)."""

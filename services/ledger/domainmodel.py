@@ -242,19 +242,28 @@ class Batch(Folded):
         # Results of a lost attempt are durable too (the next attempt skips them): counted while it waits.
         return ("in_progress", "cancelling", "validated") if self.attempt else ("in_progress",)
 
-    def progress(self, sequence: int, attempt: int, completed: int, failed: int, shard: int = 0) -> None:
+    def progress(self, sequence: int, attempt: int, completed: int, failed: int, shard: int = 0,
+                 usage: tuple[int, int, int] = (0, 0, 0), chunks: tuple[str, ...] = ()) -> None:
         if not self.refuses(sequence, "progressed", self.status, self._progress_allowed()):
-            self._progressed(sequence=sequence, attempt=attempt, completed=completed, failed=failed, shard=shard)
+            self._progressed(sequence=sequence, attempt=attempt, completed=completed, failed=failed, shard=shard,
+                             usage=list(usage), chunks=list(chunks))
+
+    def counted_chunk(self, chunk_key: str) -> bool:
+        """Whether a result chunk's tokens are in the batch's running usage already."""
+        return chunk_key in getattr(self, "usage_chunks", ())
 
     class Progressed(Aggregate.Event):
-        """v2 added `attempt`: which attempt made these lines durable (0 = not recorded); v3 `shard`."""
+        """v2 added `attempt`: which attempt made these lines durable (0 = not recorded); v3 `shard`; v4 `usage`
+        (input, cached, output tokens of the chunks it names) and `chunks`."""
 
-        class_version = 3
+        class_version = 4
         sequence: int
         attempt: int
         completed: int
         failed: int
         shard: int
+        usage: list[int]
+        chunks: list[str]
 
         @staticmethod
         def upcast_v1_v2(state: dict[str, Any]) -> None:
@@ -264,9 +273,19 @@ class Batch(Folded):
         def upcast_v2_v3(state: dict[str, Any]) -> None:
             state["shard"] = 0
 
+        @staticmethod
+        def upcast_v3_v4(state: dict[str, Any]) -> None:
+            state["usage"], state["chunks"] = [0, 0, 0], []
+
     @event(Progressed)
-    def _progressed(self, sequence: int, attempt: int, completed: int, failed: int, shard: int) -> None:
-        # Counts are cumulative per shard; a late chunk of an older attempt never lowers them.
+    def _progressed(self, sequence: int, attempt: int, completed: int, failed: int, shard: int, usage: list[int],
+                    chunks: list[str]) -> None:
+        # Counts are cumulative per shard; a late chunk of an older attempt never lowers them. Usage adds up the
+        # chunks' own tokens, each chunk once: the batch's usage advances as its results commit.
+        if chunks:
+            self.usage_chunks = [*getattr(self, "usage_chunks", []), *chunks]
+            before = getattr(self, "running_usage", [0, 0, 0])
+            self.running_usage = [a + b for a, b in zip(before, usage, strict=True)]
         self.last_sequence = sequence
         counts: dict[str, list[int]] = dict(getattr(self, "shard_counts", None) or {"0": [self.completed,
                                                                                        self.failed]})

@@ -2,6 +2,7 @@
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from contracts.api.batch import Batch as BatchObject
 from contracts.api.file import FileObject
@@ -109,13 +110,24 @@ def batch_record(batch: Batch, owner_user_id: str | None = None) -> BatchRecord:
             "request_counts": {"total": batch.total, "completed": batch.completed, "failed": batch.failed},
             "metadata": batch.metadata,
             "model": batch.model,
-            "usage": batch.usage,
+            "usage": batch.usage or running_usage(batch),
             "held": getattr(batch, "held", False) or None,
             "status_reason": held_reason(batch) or batch.status_reason,
         }
     )
     return BatchRecord(owner_key_id=batch.owner_key_id, owner_user_id=owner_user_id, batch=obj,
                        last_sequence=batch.last_sequence)
+
+
+def running_usage(batch: Batch) -> dict[str, Any] | None:
+    """The tokens of the batch's committed chunks while it runs (its end states the final usage)."""
+    tokens = getattr(batch, "running_usage", None)
+    if not tokens:
+        return None
+    input_tokens, cached, output = tokens
+    return {"input_tokens": input_tokens, "input_tokens_details": {"cached_tokens": cached},
+            "output_tokens": output, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": input_tokens + output}
 
 
 def held_reason(batch: Batch) -> str | None:

@@ -54,7 +54,7 @@ _batch_facts = FoldRules[None]()
 
 class Progress(NamedTuple):
     """A batch's progress as one fact states it, or a run of them merged: the latest sequence and attempt, the
-    highest counts."""
+    highest counts, the tokens of the chunks not counted before and their keys."""
 
     batch: Batch
     sequence: int
@@ -62,6 +62,8 @@ class Progress(NamedTuple):
     completed: int
     failed: int
     shard: int
+    usage: tuple[int, int, int] = (0, 0, 0)
+    chunks: tuple[str, ...] = ()
 
 
 class FoldingRules:
@@ -84,13 +86,20 @@ class FoldingRules:
         if shards is None:
             shards = self._pending_progress[ident] = {}
         attempt, completed, failed, shard = fact.attempt, fact.completed, fact.failed, fact.shard
+        usage: tuple[int, int, int] = (0, 0, 0)
+        chunks: tuple[str, ...] = ()
         earlier = shards.get(shard)
         if earlier is not None:  # (comparisons, not max(): this runs for nearly every fact)
             if earlier.completed > completed:
                 completed = earlier.completed
             if earlier.failed > failed:
                 failed = earlier.failed
-        shards[shard] = Progress(batch, seq, attempt, completed, failed, shard)
+            usage, chunks = earlier.usage, earlier.chunks
+        tokens = fact.usage
+        if tokens is not None and fact.chunk_key not in chunks and not batch.counted_chunk(fact.chunk_key):
+            usage = (usage[0] + tokens[0], usage[1] + tokens[1], usage[2] + tokens[2])
+            chunks = (*chunks, fact.chunk_key)
+        shards[shard] = Progress(batch, seq, attempt, completed, failed, shard, usage, chunks)
 
     def _flush_progress(self, touched: Touched, ident: UUID | None = None) -> None:
         """Apply deferred progress: one batch's before its next other fact, or every batch's at a group's end."""
@@ -106,7 +115,8 @@ class FoldingRules:
         """Apply progress, and credit the lines it made durable to the executor that ran the attempt."""
         batch = progress.batch
         before = batch.completed + batch.failed
-        batch.progress(progress.sequence, progress.attempt, progress.completed, progress.failed, progress.shard)
+        batch.progress(progress.sequence, progress.attempt, progress.completed, progress.failed, progress.shard,
+                       progress.usage, progress.chunks)
         served = batch.completed + batch.failed - before  # zero for a fact applied before: credited once
         executor_id = batch.executor_of(progress.attempt)
         if served > 0 and executor_id is not None:
@@ -347,7 +357,10 @@ class FoldingRules:
     def _progressed(self, batch: Batch, seq: int, fact: ProgressFact, touched: Touched) -> None:
         # Only a fact the batch refuses (an anomaly, or one folded before): the rest are deferred. Called by
         # `_apply_progress` with the fact as decoding.py reads it.
-        self._progress(Progress(batch, seq, fact.attempt, fact.completed, fact.failed, fact.shard), touched)
+        tokens = fact.usage if fact.usage is not None and not batch.counted_chunk(fact.chunk_key) else None
+        usage = (tokens[0], tokens[1], tokens[2]) if tokens is not None else (0, 0, 0)
+        self._progress(Progress(batch, seq, fact.attempt, fact.completed, fact.failed, fact.shard, usage,
+                                (fact.chunk_key,) if tokens is not None else ()), touched)
 
     @_batch_facts.on(BatchFinalizing)
     def _finalizing(self, batch: Batch, seq: int, fact: BatchFinalizing, touched: Touched) -> None:

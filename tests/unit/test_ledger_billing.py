@@ -23,7 +23,7 @@ from contracts.readmodel import AccountRecord
 from services.ledger.accounts import Account
 from services.ledger.application import Ledger, persistence_env
 from services.ledger.domainmodel import aggregate_id
-from services.ledger.projection import account_record
+from services.ledger.projection import account_record, batch_record
 
 ORG = "acme"
 BATCH = "batch_bill1"
@@ -185,3 +185,21 @@ def test_an_unbilled_batchs_usage_moves_no_account(ledger: Ledger) -> None:
     unbilled = created().model_copy(update={"billing_account": None})
     stream.fold(grant("1"), unbilled, *running(), chunk(0, 2, usage(1000, 2000)))
     assert stream.account().balance_micros == 1_000_000
+
+
+def test_a_batchs_usage_advances_as_its_chunks_commit_each_chunk_once_and_its_end_states_the_final(
+        ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    unbilled = created().model_copy(update={"billing_account": None})
+    stream.fold(unbilled, *running())
+    assert batch_record(stream.ledger.batch(BATCH)).batch.usage is None  # type: ignore[arg-type]
+    stream.fold(chunk(0, 2, usage(100, 20, cached=40)), chunk(1, 3, usage(50, 10)))
+    shown = batch_record(stream.ledger.batch(BATCH)).batch.usage  # type: ignore[arg-type]
+    assert shown is not None and (shown.input_tokens, shown.output_tokens, shown.total_tokens) == (150, 30, 180)
+    assert shown.input_tokens_details.cached_tokens == 40
+    stream.fold(chunk(1, 3, usage(50, 10)))  # chunk 1 again, past the broker's dedup window
+    assert batch_record(stream.ledger.batch(BATCH)).batch.usage.output_tokens == 30  # type: ignore[arg-type,union-attr]
+    stream.fold(BatchCompleted(aggregate_id=BATCH, output_file_id="o", error_file_id=None, completed=4, failed=0,
+                               usage=usage(200, 41)))
+    final = batch_record(stream.ledger.batch(BATCH)).batch.usage  # type: ignore[arg-type]
+    assert final is not None and (final.input_tokens, final.output_tokens) == (200, 41)

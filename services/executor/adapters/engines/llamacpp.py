@@ -43,9 +43,10 @@ RESPONSES = "/v1/responses"
 
 
 SERVER_STOP_S = 30.0
-"""How long unloading waits for llama.cpp's server to stop. Its destructor waits for the server's main loop, which was
-seen (once in a full test run) never to exit: the caller (a model swap, a shutdown, a test's loop closing) hung with it
-for ever. Past this the server is left to a daemon thread and the process goes on (its memory is freed at exit)."""
+"""How long unloading waits for llama.cpp's server to stop, on a daemon thread. Its destructor joins the server's
+loop thread holding the GIL (Cython's dealloc), so a loop that never ends freezes every thread of the process: gdb on
+a frozen test worker showed the loop waiting for tasks after its stop was lost, which `load` now rules out (see
+there). Past this the unloading thread goes on, if it can."""
 
 
 def _release(holder: list[xllamacpp.Server]) -> None:
@@ -72,7 +73,12 @@ class LlamaCppEngine(Engine):
         return importlib.metadata.version("xllamacpp")
 
     def load(self, model: CatalogueModel) -> None:
-        self._server = xllamacpp.Server(self.params_for(model))
+        server = xllamacpp.Server(self.params_for(model))
+        # A metrics task is answered by the server's loop: once it is, the loop runs. Stopping a server whose loop has
+        # not started yet loses the stop (llama.cpp's loop sets itself running when it starts), and its destructor
+        # then waits for ever (caught in a full test run: a load then an unload at once).
+        server.handle_metrics()
+        self._server = server
         self._pool = ThreadPoolExecutor(max_workers=model.slots, thread_name_prefix=f"llamacpp-{model.id}")
         self.model = model
         log.info("loaded %s (%d slots x %d tokens)", model.id, model.slots, model.context_length)
@@ -96,6 +102,7 @@ class LlamaCppEngine(Engine):
         # knows (we call it in-process) and no slot or web pages keep its lines and prompts to this process.
         params.api_keys = [secrets.token_urlsafe(32)]
         params.endpoint_slots = False
+        params.endpoint_metrics = True  # only counters (and behind the key): `load` waits for the loop with it
         params.ui = False
         return params
 
