@@ -67,6 +67,17 @@ def wait_until_done(client: OpenAI, batch_id: str, timeout_s: float = 240, poll_
     raise TimeoutError(f"batch {batch_id} still {seen[-1]} after {timeout_s}s")
 
 
+def wait_for_progress(client: OpenAI, batch_id: str, timeout_s: float = 90, poll_s: float = 0.1) -> None:
+    """Until some lines are committed (so a kill or a change of credit lands mid-batch)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        batch = client.batches.retrieve(batch_id)
+        if batch.request_counts and batch.request_counts.completed > 0:
+            return
+        time.sleep(poll_s)
+    raise TimeoutError(f"batch {batch_id} made no progress")
+
+
 def run_batch(client: OpenAI, file_id: str, timeout_s: float = 900, poll_s: float = 0.1) -> Batch:
     """A chat batch of the file, created and waited to its end."""
     batch = client.batches.create(input_file_id=file_id, endpoint="/v1/chat/completions", completion_window="24h")

@@ -19,14 +19,13 @@ from typing import Any
 import httpx2
 import openai
 import pytest
-from openai import OpenAI
 
 from contracts.billing import ModelPrice, parse_usd
 from infra.backup import embedded_settings
 from infra.embedded import free_port
 from services.ledger import operator
 from tests.e2e.conftest import ADMIN_KEY, RunningStack, start_stack, stop_stack
-from tests.factories import chat_line, upload_when_key_known, wait_until_done
+from tests.factories import chat_line, upload_when_key_known, wait_for_progress, wait_until_done
 
 pytestmark = pytest.mark.e2e
 
@@ -97,16 +96,6 @@ def cost(usage: Any) -> int:
 
 def lines(prefix: str, count: int, max_tokens: int = 8) -> list[dict[str, Any]]:
     return [chat_line(f"{prefix}-{i}", f"Count from {i} to {i + 5}.", max_tokens=max_tokens) for i in range(count)]
-
-
-def wait_for_progress(client: OpenAI, batch_id: str) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        batch = client.batches.retrieve(batch_id)
-        if batch.request_counts and batch.request_counts.completed > 0:
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"batch {batch_id} made no progress")
 
 
 def test_a_batch_is_quoted_refused_without_credit_then_reserved_debited_its_usage_and_refunded_the_rest(

@@ -15,7 +15,7 @@ from infra.embedded import free_port
 from tests.e2e.conftest import RunningStack, start_stack, stop_stack
 from tests.e2e.sharing import SMALL_UNITS, user_client
 from tests.e2e.test_batch_lifecycle import accounted
-from tests.factories import long_lines, upload, wait_until_done
+from tests.factories import long_lines, upload, wait_for_progress, wait_until_done
 
 pytestmark = pytest.mark.e2e
 
@@ -30,17 +30,6 @@ def chaos_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSta
 @pytest.fixture(scope="module")
 def owners(chaos_stack: RunningStack) -> list[OpenAI]:
     return [user_client(chaos_stack, f"chaos-{n}") for n in range(3)]
-
-
-def wait_for_progress(client: OpenAI, batch_id: str, timeout_s: float = 90) -> None:
-    """Until some lines are committed, so the kill lands mid-batch."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        batch = client.batches.retrieve(batch_id)
-        if batch.request_counts and batch.request_counts.completed > 0:
-            return
-        time.sleep(0.1)
-    raise TimeoutError(f"batch {batch_id} made no progress")
 
 
 def kill(stack: RunningStack, name: str) -> int:
