@@ -31,6 +31,7 @@ from infra.nats_config import nats_config
 from infra.private import PRIVATE_UMASK
 from infra.provider_join import add_arguments as add_join_arguments
 from infra.provider_join import join_deployment
+from infra.settings_reference import SERVICE_SETTINGS, help_epilog
 from infra.stack_state import StackState, find_stack, remove_state, write_state
 from infra.status import status as show_status
 from infra.supervisor import SERVICES, Stack, pick_port, url_host
@@ -132,7 +133,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add_restore_arguments(commands.add_parser("restore", help="make a backup's streams, objects and ledger store "
                                               "again in a new data dir or an empty deployment"))
     for name in SERVICES:
-        service = commands.add_parser(name, help=f"run the {name} against an existing NATS and S3 (SHESHNAG_* env)")
+        service = commands.add_parser(name, help=f"run the {name} against an existing NATS and S3 (SHESHNAG_* env)",
+                                      epilog=help_epilog(SERVICE_SETTINGS[name]),
+                                      formatter_class=argparse.RawDescriptionHelpFormatter)
         if name == "ledger":
             add_ledger_tools(service)
         if name == "executor":

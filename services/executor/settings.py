@@ -12,9 +12,11 @@ class ExecutorSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="SHESHNAG_EXECUTOR_", extra="ignore")
 
     executor_id: str = "local-0"
+    """This executor's id: one subject token, unique in the fleet (with a worker key: its NATS user)."""
     worker_key: str = ""
     """The worker key (`wk-…`) an operator or provider created; without one the scheduler assigns nothing."""
     engine: EngineName = "llamacpp"
+    """The inference engine: `llamacpp` (CPU, the embedded default) or `tensorrt_llm` (NVIDIA GPUs)."""
     models: list[str] = Field(default_factory=list)
     """Catalogue ids (or aliases) to serve; empty means every catalogue model of `engine`."""
     preload_models: list[str] | None = None
@@ -36,7 +38,9 @@ class ExecutorSettings(ServiceSettings):
     """Attempts (of different batches, or shards of one) it runs at once, all through one pool of each engine's
     slots shared fairly between batch owners; advertised, and the scheduler assigns it no more."""
     heartbeat_s: float = 3.0
+    """How often the executor says it is alive, with its models and free memory."""
     ack_wait_s: float = 30.0
+    """How long a command may go unacknowledged before the broker delivers it again."""
     max_deliver: int = 5
     """Deliveries of one run command before the batch is failed."""
     stop_grace_s: float = 5.0

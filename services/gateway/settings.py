@@ -9,7 +9,9 @@ class GatewaySettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="SHESHNAG_GATEWAY_", extra="ignore")
 
     host: str = "127.0.0.1"
+    """The address the API listens on (`sheshnag up --listen` sets it)."""
     port: int = 8080
+    """The API's port."""
     provider_nats_url: str = ""
     """The broker URL(s), comma-separated and without credentials, that `GET /v1/provider/connection` tells
     provider hosts to connect to; empty: `SHESHNAG_NATS_URL` less its credentials."""
@@ -21,6 +23,7 @@ class GatewaySettings(ServiceSettings):
     """With billing on, how often batches of organisations whose balance fell below zero are stopped
     (`insufficient_credits`); 0 turns it off."""
     max_upload_bytes: int = 100 * 1024 * 1024
+    """The largest file an upload may be (413 `file_too_large` past it)."""
     min_completion_window_s: int = 24 * 3600
     """The shortest completion_window accepted (OpenAI's 24h); lowered only to test expiry."""
     read_your_writes_s: float = 5.0
@@ -40,11 +43,13 @@ class GatewaySettings(ServiceSettings):
     control_calls_per_s: float = 10.0
     """Sustained rate of control calls (create, cancel, delete) per key; reads and lines never count."""
     control_call_burst: int = 50
+    """Control calls a key may make at once before the sustained rate applies."""
     auth_failure_limit: int = 100
     """Unknown keys one client address may present within `auth_failure_window_s`; past it, 429
     `too_many_failed_authentications` for its guesses (never for a right generated key; see auth_failures.py)
     until the window passes. 0 turns the limit off."""
     auth_failure_window_s: float = 60.0
+    """The window `auth_failure_limit` counts unknown keys in."""
     upload_slots: int = 16
     """Uploads one gateway streams to the object store at once; more wait for a slot."""
     download_slots: int = 64

@@ -16,9 +16,13 @@ class LedgerSettings(ServiceSettings):
     postgres_dbname: str | None = None
     """Deployed: the PostgreSQL database of the event store (takes precedence over `db_path`)."""
     postgres_host: str = "127.0.0.1"
+    """The PostgreSQL host of a deployed ledger (with `postgres_dbname`; unset: SQLite)."""
     postgres_port: int = 5432
+    """The PostgreSQL port."""
     postgres_user: str = "postgres"
+    """The PostgreSQL user."""
     postgres_password: str = ""
+    """The PostgreSQL password."""
     postgres_schema: str = ""
     """A schema of its own, e.g. when several ledgers share one database."""
     standby: bool = False

@@ -32,12 +32,17 @@ class ConnectionSettings(BaseSettings):
     s3_endpoint: str = "127.0.0.1:8333"
     """host:port of the S3 server."""
     s3_access_key: str = ""
+    """The object store access key (`sheshnag up` makes one per data dir)."""
     s3_secret_key: str = ""
+    """The object store secret key."""
     s3_secure: bool = False
+    """Reach the object store over HTTPS."""
     s3_bucket: str = "sheshnag"
+    """The one bucket that holds uploads, results and model objects."""
     catalogue_path: Path | None = None
     """A catalogue TOML file; the packaged default when unset."""
     log_level: str = "INFO"
+    """The level of the JSON logs (DEBUG, INFO, WARNING, ERROR)."""
     metrics_port: int = 0
     """Serve this process's Prometheus `/metrics` here (0: not served; the gateway serves it on its own port)."""
 

@@ -9,8 +9,11 @@ class ValidatorSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="SHESHNAG_VALIDATOR_", extra="ignore")
 
     max_lines: int = 50_000
+    """Requests one file may hold (`too_many_tasks` past it)."""
     max_embedding_inputs: int = 50_000
+    """Embedding inputs one file may hold, all lines together (`too_many_tasks` past it)."""
     max_line_bytes: int = 1024 * 1024
+    """The longest line, in bytes (`invalid_json_line` past it)."""
     inherit_line_model: bool = False
     """A line without body.model runs on the model an earlier line named (Reliquary's files). Off (OpenAI's rule):
     each line names its model unless the batch names one for all (metadata.model, or the upload's x-litellm-model
