@@ -20,6 +20,7 @@ from services.executor.heartbeat import Rejoin, heartbeat
 from services.executor.retry import LineRetry
 from services.executor.runner import BatchRunner
 from services.executor.settings import ExecutorSettings
+from services.runtime import metrics
 from services.runtime.broker import ServiceBroker
 from services.runtime.bus import EventBus
 from services.runtime.catalogue import load_catalogue
@@ -74,6 +75,7 @@ def rejoin_with(bus: EventBus, settings: ExecutorSettings) -> Rejoin | None:
 
 
 async def run_executor(settings: ExecutorSettings, stop: asyncio.Event) -> None:
+    metrics.register("executor")
     engines = await open_shelf(settings)
     broker = executor_broker(settings, stop)
     router = executor_router(settings.executor_id, settings.ack_wait_s, settings.max_deliver,

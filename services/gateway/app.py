@@ -26,6 +26,7 @@ from services.gateway.routes import ROUTES
 from services.gateway.settings import GatewaySettings
 from services.gateway.shared_state import SharedState
 from services.gateway.sweeper import file_sweeper
+from services.runtime import metrics
 from services.runtime.bus import EventBus
 from services.runtime.catalogue import load_catalogue
 from services.runtime.fleet import Fleet
@@ -36,6 +37,7 @@ from services.runtime.revocations import RevocationCheck
 
 
 def create_app(settings: GatewaySettings) -> web.Application:
+    metrics.register("gateway")
     app = web.Application(middlewares=[observe_middleware, error_middleware, auth_middleware],
                           client_max_size=settings.max_upload_bytes + 1024 * 1024)
 

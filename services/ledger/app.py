@@ -8,6 +8,7 @@ from services.ledger.application import Ledger
 from services.ledger.handlers import Folder, follow, ledger_router, read_model_sink, stop_reading
 from services.ledger.reindex import index_owners
 from services.ledger.settings import LedgerSettings
+from services.runtime import metrics
 from services.runtime.broker import open_bus, service_broker
 from services.runtime.bus import EventBus
 from services.runtime.leader import LeaderLease
@@ -82,6 +83,7 @@ class LedgerApp:
 
 
 def create_app(settings: LedgerSettings) -> LedgerApp:
+    metrics.register("ledger")
     return LedgerApp(settings)
 
 

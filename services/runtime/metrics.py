@@ -1,46 +1,81 @@
-"""Every Prometheus metric Sheshnag exposes, in one registry per process, and the per-service `/metrics` server.
+"""Every Prometheus metric Sheshnag exposes, each family registered only in the processes that own it, and the
+per-service `/metrics` server.
 
-Each process counts what it does (requests, lines validated, lines run, tokens, folds). Fleet-wide gauges
-(batches per status, the validated queue, consumer lag) are computed from NATS when the gateway is scraped
-(`services/runtime/overview.py`). Services other than the gateway serve `/metrics` on `SHESHNAG_METRICS_PORT`
-when it is set (`sheshnag up` gives each its own port from that base, in SERVICES order).
+Each process counts what it does (requests, lines validated, lines run, tokens, folds) and exports only its own
+families (`register(service)` at its composition root): a validator never exports the executor's counters at 0.
+Fleet-wide gauges (batches per status, the validated queue, consumer lag, live executors) are the gateway's,
+computed from NATS when it is scraped (`services/runtime/overview.py`). Services other than the gateway serve
+`/metrics` on `SHESHNAG_METRICS_PORT` when it is set (`sheshnag up` gives each its own port from that base, in
+SERVICES order).
 """
 
 import logging
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.metrics import MetricWrapperBase
 
 log = logging.getLogger(__name__)
 
+OWNED = None
+"""Each family is made outside the default registry (`registry=OWNED`); `register` adds it where it is owned."""
+
 HTTP_REQUESTS = Counter("sheshnag_http_requests", "HTTP requests served by the gateway.",
-                        ["method", "route", "status"])
-HTTP_LATENCY = Histogram("sheshnag_http_request_duration_seconds", "Gateway request latency.", ["method", "route"])
+                        ["method", "route", "status"], registry=OWNED)
+HTTP_LATENCY = Histogram("sheshnag_http_request_duration_seconds", "Gateway request latency.", ["method", "route"],
+                         registry=OWNED)
 
-VALIDATED_LINES = Counter("sheshnag_validator_lines", "Input lines checked by the validator.", ["outcome"])
+VALIDATED_LINES = Counter("sheshnag_validator_lines", "Input lines checked by the validator.", ["outcome"],
+                          registry=OWNED)
 
-SLOTS_BUSY = Gauge("sheshnag_executor_slots_busy", "Engine slots running a line now.", ["model"])
-SLOT_WAIT = Histogram("sheshnag_executor_slot_wait_seconds", "Time a line waited for a free engine slot.")
+SLOTS_BUSY = Gauge("sheshnag_executor_slots_busy", "Engine slots running a line now.", ["model"], registry=OWNED)
+SLOT_WAIT = Histogram("sheshnag_executor_slot_wait_seconds", "Time a line waited for a free engine slot.",
+                      registry=OWNED)
 EXECUTED_LINES = Counter("sheshnag_executor_lines", "Lines run by the executor, by HTTP status class.",
-                         ["model", "outcome"])
-COMPLETION_TOKENS = Counter("sheshnag_executor_completion_tokens", "Completion tokens generated.", ["model"])
-ENGINE_ERRORS = Counter("sheshnag_executor_engine_errors", "Engine calls that raised or answered 5xx.", ["model"])
+                         ["model", "outcome"], registry=OWNED)
+COMPLETION_TOKENS = Counter("sheshnag_executor_completion_tokens", "Completion tokens generated.", ["model"],
+                            registry=OWNED)
+ENGINE_ERRORS = Counter("sheshnag_executor_engine_errors", "Engine calls that raised or answered 5xx.", ["model"],
+                        registry=OWNED)
 
 CONSUMER_PENDING = Gauge("sheshnag_consumer_pending_messages",
                          "Messages not yet delivered to a durable consumer, as seen by its own process.",
-                         ["durable"])
-FOLDED_EVENTS = Counter("sheshnag_ledger_folded_events", "Events folded by the ledger.")
-FOLD_LAG = Gauge("sheshnag_ledger_fold_lag_events", "Stream sequence seen by the ledger minus sequence folded.")
+                         ["durable"], registry=OWNED)
+FOLDED_EVENTS = Counter("sheshnag_ledger_folded_events", "Events folded by the ledger.", registry=OWNED)
+FOLD_LAG = Gauge("sheshnag_ledger_fold_lag_events", "Stream sequence seen by the ledger minus sequence folded.",
+                 registry=OWNED)
 
-BATCHES = Gauge("sheshnag_batches", "Batches in the read model, by status.", ["status"])
+BATCHES = Gauge("sheshnag_batches", "Batches in the read model, by status.", ["status"], registry=OWNED)
 QUEUE_DEPTH = Gauge("sheshnag_queue_depth_batches", "Validated batches waiting for an executor, by model.",
-                    ["model"])
+                    ["model"], registry=OWNED)
 QUEUE_AGE = Gauge("sheshnag_queue_oldest_age_seconds", "Age of the oldest validated batch waiting, by model.",
-                  ["model"])
+                  ["model"], registry=OWNED)
 CONSUMER_LAG = Gauge("sheshnag_jetstream_consumer_lag_messages",
-                     "Messages a durable consumer has yet to receive (num_pending).", ["stream", "durable"])
+                     "Messages a durable consumer has yet to receive (num_pending).", ["stream", "durable"],
+                     registry=OWNED)
 CONSUMER_UNACKED = Gauge("sheshnag_jetstream_consumer_ack_pending_messages",
-                         "Messages delivered to a durable consumer and not yet acknowledged.", ["stream", "durable"])
-EXECUTORS = Gauge("sheshnag_executors", "Live executors (fresh adverts in the fleet bucket).")
+                         "Messages delivered to a durable consumer and not yet acknowledged.", ["stream", "durable"],
+                         registry=OWNED)
+EXECUTORS = Gauge("sheshnag_executors", "Live executors (fresh adverts in the fleet bucket).", registry=OWNED)
+
+
+FAMILIES: dict[str, tuple[MetricWrapperBase, ...]] = {
+    "gateway": (HTTP_REQUESTS, HTTP_LATENCY, BATCHES, QUEUE_DEPTH, QUEUE_AGE, CONSUMER_LAG, CONSUMER_UNACKED,
+                EXECUTORS),
+    "validator": (VALIDATED_LINES, CONSUMER_PENDING),
+    "scheduler": (CONSUMER_PENDING,),
+    "executor": (SLOTS_BUSY, SLOT_WAIT, EXECUTED_LINES, COMPLETION_TOKENS, ENGINE_ERRORS, CONSUMER_PENDING),
+    "ledger": (FOLDED_EVENTS, FOLD_LAG, CONSUMER_PENDING),
+}
+"""The families each service owns (a process running several, as some tests do, exports all of theirs)."""
+_registered: set[int] = set()
+
+
+def register(service: str) -> None:
+    """Export `service`'s families from this process (once each, however often it is asked)."""
+    for family in FAMILIES[service]:
+        if id(family) not in _registered:
+            REGISTRY.register(family)
+            _registered.add(id(family))
 
 
 def serve_metrics(port: int) -> None:

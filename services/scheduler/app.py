@@ -4,6 +4,7 @@ wins the leader lease, it leads (the router's leader-only answers on that term's
 import asyncio
 
 from services.authz.callout import admit_executors
+from services.runtime import metrics
 from services.runtime.broker import open_bus, service_broker
 from services.runtime.catalogue import load_catalogue
 from services.runtime.leader import LeaderLease
@@ -14,6 +15,7 @@ from services.scheduler.term import Term
 
 
 async def run_scheduler(settings: SchedulerSettings, stop: asyncio.Event) -> None:
+    metrics.register("scheduler")
     connection = settings.connection
     broker = service_broker(connection.nats_url, "scheduler", stop=stop)
     router = scheduler_router()

@@ -3,6 +3,7 @@
 import asyncio
 import os
 
+from services.runtime import metrics
 from services.runtime.broker import open_bus, service_broker
 from services.runtime.catalogue import load_catalogue
 from services.runtime.objectstore import ObjectStore
@@ -14,6 +15,7 @@ from services.validator.settings import ValidatorSettings
 
 
 async def run_validator(settings: ValidatorSettings, stop: asyncio.Event) -> None:
+    metrics.register("validator")
     connection = settings.connection
     broker = service_broker(connection.nats_url, "validator", stop=stop)
     router = validator_router()
