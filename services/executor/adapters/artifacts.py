@@ -21,7 +21,7 @@ from minio.error import S3Error
 
 from contracts.catalogue import CatalogueModel, HubFile, ModelObject, hub_artifact, object_artifact
 from services.executor.adapters.objects import ObjectAccess
-from services.runtime.catalogue import resolve_artifact
+from services.runtime.catalogue import install_command, resolve_artifact
 from services.runtime.objectstore import ObjectNotFound
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,11 @@ class ArtifactResolver:
         if hub_file is not None:
             path = await asyncio.to_thread(hub_download, model.artifact, hub_file, self.hub_cache_dir)
         else:
-            path = resolve_artifact(model.artifact)
+            try:
+                path = resolve_artifact(model.artifact)
+            except FileNotFoundError as missing:
+                raise FileNotFoundError(f"{model.id}'s weights are not installed on this host ({missing}): "
+                                        f"{install_command(model)}") from missing
         if model.sha256 is not None and (path, model.sha256) not in self._verified:
             actual = await asyncio.to_thread(sha256_of, path)
             if actual != model.sha256:
