@@ -3,6 +3,7 @@
 import json
 import logging
 from contextvars import ContextVar
+from datetime import UTC, datetime
 
 from services.runtime.telemetry import current_ids
 
@@ -19,6 +20,11 @@ class TraceFields(logging.Filter):
         return True
 
 
+def iso_utc(seconds: float) -> str:
+    """`2026-12-03T14:48:46.123Z`: ISO-8601 in UTC, to the millisecond (what log stores parse without a hint)."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
 class JsonFormatter(logging.Formatter):
     def __init__(self, service: str) -> None:
         super().__init__()
@@ -26,7 +32,7 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, object] = {
-            "time": self.formatTime(record), "level": record.levelname, "service": self.service,
+            "time": iso_utc(record.created), "level": record.levelname, "service": self.service,
             "logger": record.name, "message": record.getMessage(),
         }
         for field in ("batch_id", "trace_id", "span_id"):

@@ -33,13 +33,35 @@ def _exporter_from_env() -> SpanExporter | None:
     if chosen == "console":
         return ConsoleSpanExporter()
     if chosen == "otlp" or (endpoint and chosen != "none"):
-        try:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        except ImportError:
-            log.warning("OTLP export asked for, but opentelemetry-exporter-otlp-proto-http is not installed")
-            return None
-        return OTLPSpanExporter()
+        return _otlp_exporter(otlp_protocol())
     return None
+
+
+def otlp_protocol() -> str:
+    """The OTLP protocol the SDK's variables choose: `http/protobuf` (the default), `grpc` or `http/json`."""
+    return (os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+            or "http/protobuf").strip().lower()
+
+
+def _otlp_exporter(protocol: str) -> SpanExporter | None:
+    if protocol == "grpc":
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+        except ImportError:
+            log.warning("OTEL_EXPORTER_OTLP_PROTOCOL=grpc, but opentelemetry-exporter-otlp-proto-grpc is not "
+                        "installed: pip install opentelemetry-exporter-otlp-proto-grpc (no spans are exported)")
+            return None
+        exporter: SpanExporter = GrpcExporter()
+        return exporter
+    if protocol != "http/protobuf":
+        log.warning("OTLP protocol %r is not supported (http/protobuf or grpc); no spans are exported", protocol)
+        return None
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    except ImportError:
+        log.warning("OTLP export asked for, but opentelemetry-exporter-otlp-proto-http is not installed")
+        return None
+    return OTLPSpanExporter()
 
 
 def configure_tracing(service: str, processor: SpanProcessor | None = None) -> bool:

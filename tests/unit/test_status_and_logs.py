@@ -3,11 +3,13 @@
 import json
 import logging
 
+import pytest
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, use_span
 
 from infra.status import bar, render
 from services.runtime.logfmt import BATCH_ID, JsonFormatter, TraceFields
 from services.runtime.overview import ConsumerLag, ExecutorView, Overview, QueuedBatch, RunningBatch
+from services.runtime.telemetry import otlp_protocol
 
 
 def test_status_shows_fleet_queue_reasons_progress_eta_and_lag() -> None:
@@ -35,3 +37,24 @@ def test_json_log_lines_carry_batch_and_trace_ids() -> None:
     line = json.loads(JsonFormatter("executor").format(record))
     assert line["message"] == "hello world" and line["service"] == "executor" and line["batch_id"] == "batch_1"
     assert line["trace_id"] == f"{0xABC:032x}" and line["span_id"] == f"{0xDEF:016x}"
+
+
+def test_json_log_lines_are_timed_in_iso_8601_utc() -> None:
+    record = logging.LogRecord("t", logging.INFO, __file__, 1, "hello", (), None)
+    record.created = 1_796_000_000.1234  # 2026-11-30T00:53:20.123 UTC
+    line = json.loads(JsonFormatter("gateway").format(record))
+    assert line["time"] == "2026-11-30T00:53:20.123Z"
+
+
+@pytest.mark.parametrize(("variables", "protocol"), [
+    ({}, "http/protobuf"),
+    ({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "grpc"),
+    ({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}, "http/protobuf"),
+])
+def test_the_otlp_protocol_is_the_sdks_variables(variables: dict[str, str], protocol: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    assert otlp_protocol() == protocol
