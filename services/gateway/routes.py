@@ -39,6 +39,7 @@ from services.gateway.views import (
     organization,
     overview,
     provider,
+    retry,
 )
 
 
@@ -106,6 +107,9 @@ ROUTES = [
     route("POST", "/v1/batches/{batch_id}/cancel", batches.cancel_batch, "cancelBatch",
           "Cancel a batch; an administrator's cancel of a member's batch adds cancelled_by_org_admin or "
           "cancelled_by_platform_admin to its errors.data", Batch),
+    route("POST", "/v1/batches/{batch_id}/retry", retry.retry_batch, "retryBatch",
+          "A new batch of the lines that failed in an ended one (run-time failures and lines never run; `codes` to "
+          "choose), linked by metadata.retry_of (extension)", Batch, body=retry.RetryRequest),
     route("POST", "/v1/batches/{batch_id}/release", batches.release_batch, "releaseBatch",
           "Run a batch created with hold (extension)", Batch),
     route("GET", "/v1/batches/{batch_id}/events", events.stream_batch_events, "batchEvents",

@@ -117,10 +117,16 @@ async def _live_batches(request: web.Request, owner: str) -> list[Batch]:
 
 
 async def create_batch(request: web.Request) -> web.Response:
-    d = deps(request)
     await charge_control_call(request)
     idempotency_key = _idempotency_key(request)
     body = await read_body(request, BatchCreateRequest, MAX_JSON_BODY_BYTES)
+    return await create_from(request, body, idempotency_key)
+
+
+async def create_from(request: web.Request, body: BatchCreateRequest, idempotency_key: str | None) -> web.Response:
+    """Create the batch `body` asks for (the create route's, and a retry's): idempotent by key, deduplicated
+    against a live twin, billed when the deployment bills."""
+    d = deps(request)
     window_s = completion_window_seconds(body.completion_window, d.settings.min_completion_window_s)
     input_file_id, metadata, hold = body.input_file_id, body.metadata, body.hold
     output_expires_after_s = body.output_expires_after.seconds if body.output_expires_after else None
