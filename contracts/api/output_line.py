@@ -34,3 +34,22 @@ class OutputLine(BaseModel):
         if dumped.get("line", 0) is None:
             del dumped["line"]
         return dumped
+
+
+class CommittedLine(BaseModel):
+    """The result of one input line as a result chunk stores it (`results/<batch>/attempt-N/chunk-M.jsonl`): written
+    by executors, read by the finalizer and by `GET /v1/batches/{id}/results` while the batch runs."""
+
+    line: int
+    custom_id: str | None
+    output: OutputLine
+
+    @property
+    def key(self) -> int:
+        """Its identity in the batch: the input line (a custom_id may repeat among lines validation refused)."""
+        return self.line
+
+    @property
+    def succeeded(self) -> bool:
+        response = self.output.response
+        return response is not None and 200 <= response.status_code < 300

@@ -6,10 +6,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import orjson
-from pydantic import BaseModel
 
 from contracts.api.batch import BatchUsage, InputTokensDetails
-from contracts.api.output_line import OutputError, OutputLine, OutputResponse
+from contracts.api.output_line import CommittedLine, OutputError, OutputLine, OutputResponse
 from contracts.api.rejected_line import RejectedLine
 from contracts.events.batch import ShardLayout
 from contracts.ids import batch_request_id, derived_id
@@ -45,24 +44,6 @@ def parse_input_line(line: int, raw: bytes) -> InputLine | None:
     if not isinstance(body, dict):
         raise InvalidInputLine(f"line {line} has no body object")
     return InputLine(line, request["custom_id"], body)
-
-
-class CommittedLine(BaseModel):
-    """The result of one input line as stored in a result chunk."""
-
-    line: int
-    custom_id: str | None
-    output: OutputLine
-
-    @property
-    def key(self) -> int:
-        """Its identity in the batch: the input line (a custom_id may repeat among lines validation refused)."""
-        return self.line
-
-    @property
-    def succeeded(self) -> bool:
-        response = self.output.response
-        return response is not None and 200 <= response.status_code < 300
 
 
 def result_line(batch_id: str, line: InputLine, status_code: int, body: dict[str, object]) -> CommittedLine:

@@ -39,6 +39,7 @@ from services.gateway.views import (
     organization,
     overview,
     provider,
+    results,
     retry,
 )
 
@@ -107,6 +108,11 @@ ROUTES = [
     route("POST", "/v1/batches/{batch_id}/cancel", batches.cancel_batch, "cancelBatch",
           "Cancel a batch; an administrator's cancel of a member's batch adds cancelled_by_org_admin or "
           "cancelled_by_platform_admin to its errors.data", Batch),
+    route("GET", "/v1/batches/{batch_id}/results", results.batch_results, "batchResults",
+          "The output lines committed so far, while the batch runs, paged (after = the last page's next_after); "
+          "complete once the batch ended and the last line was given (extension)", results.ResultsPage,
+          params=(query("after", {"type": "string"}), query("limit", {"type": "integer", "minimum": 1,
+                                                                        "maximum": results.MAX_LIMIT}))),
     route("POST", "/v1/batches/{batch_id}/retry", retry.retry_batch, "retryBatch",
           "A new batch of the lines that failed in an ended one (run-time failures and lines never run; `codes` to "
           "choose), linked by metadata.retry_of (extension)", Batch, body=retry.RetryRequest),

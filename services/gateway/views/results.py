@@ -1,0 +1,102 @@
+"""`GET /v1/batches/{id}/results?after=…&limit=…`: the output lines a batch has committed so far, while it runs
+(Doubleword offers this; OpenAI does not), paged in the order their chunks were announced.
+
+A chunk counts once a `batch.progressed` fact announced it (the fact desk stores those of live attempts only), so
+these are exactly the lines the output file will hold, read from the result chunks in the object store. `after` is
+the `next_after` of the page before (opaque: the announcing fact's sequence and a position in its chunk);
+`complete` says the batch has ended and this page reached its last line.
+"""
+
+from typing import Literal
+
+import orjson
+from aiohttp import web
+from pydantic import BaseModel
+
+from contracts.api.output_line import CommittedLine, OutputLine
+from contracts.events.batch import BatchProgressed
+from contracts.events.registry import decode_event
+from contracts.lifecycle import TERMINAL
+from contracts.subjects import event_subject
+from services.gateway.context import Deps, deps
+from services.gateway.errors import bad_request
+from services.gateway.views.batches import overseen_batch
+from services.runtime import eventlog
+from services.runtime.objectstore import ObjectNotFound
+
+DEFAULT_LIMIT, MAX_LIMIT = 100, 1000
+
+
+class ResultsPage(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[OutputLine]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+    """More lines are committed past this page (ask again with `after=next_after`)."""
+    next_after: str | None
+    """Where the next page starts; None with an empty page (ask again with the same `after` later)."""
+    complete: bool
+    """The batch has ended and no line is left after this page: these are its output file's lines, all of them."""
+
+
+def _cursor(raw: str | None) -> tuple[int, int]:
+    """(sequence of the chunk's fact, lines of that chunk already returned); (0, 0): from the first."""
+    if raw is None:
+        return 0, 0
+    sequence, dot, index = raw.partition(".")
+    if not (dot and sequence.isdigit() and index.isdigit() and len(raw) <= 40):
+        raise bad_request("after must be the next_after of an earlier page of results.", "invalid_after", "after")
+    return int(sequence), int(index)
+
+
+def _limit(raw: str | None) -> int:
+    if raw is None:
+        return DEFAULT_LIMIT
+    if not (raw.isdigit() and 1 <= int(raw) <= MAX_LIMIT):
+        raise bad_request(f"limit must be an integer from 1 to {MAX_LIMIT}.", "invalid_limit", "limit")
+    return int(raw)
+
+
+async def batch_results(request: web.Request) -> web.Response:
+    d = deps(request)
+    record, _ = await overseen_batch(request, request.match_info["batch_id"])
+    ended = record.batch.status in TERMINAL
+    start_sequence, skip = _cursor(request.query.get("after"))
+    limit = _limit(request.query.get("limit"))
+    data: list[OutputLine] = []
+    seen_lines: set[int] = set()
+    next_after: str | None = None
+    has_more = False
+    subject = event_subject("batch", record.batch.id, "progressed")
+    async for fact in eventlog.read(d.bus, subject, after=max(start_sequence - 1, 0)):
+        event = decode_event(fact.data)
+        if not isinstance(event, BatchProgressed):
+            continue
+        succeeded = [line for line in await _chunk(d, event.chunk_key) if line.succeeded]
+        first = skip if fact.sequence == start_sequence else 0
+        for index in range(first, len(succeeded)):
+            line = succeeded[index]
+            if line.line in seen_lines:
+                continue
+            if len(data) == limit:
+                has_more = True
+                break
+            seen_lines.add(line.line)
+            data.append(line.output)
+            next_after = f"{fact.sequence}.{index + 1}"
+        if has_more:
+            break
+    if next_after is None and start_sequence:
+        next_after = f"{start_sequence}.{skip}"  # nothing new yet: the same place
+    page = ResultsPage(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None,
+                       has_more=has_more, next_after=next_after, complete=ended and not has_more)
+    return web.json_response(page.model_dump(mode="json"))
+
+
+async def _chunk(d: Deps, key: str) -> list[CommittedLine]:
+    try:
+        data = await d.store.get_bytes(key)
+    except ObjectNotFound:  # announced, then removed with the batch's other objects: nothing to show of it
+        return []
+    return [CommittedLine.model_validate(orjson.loads(raw)) for raw in data.splitlines() if raw.strip()]
