@@ -38,6 +38,18 @@ ERROR_CODE_HELP: Final = MappingProxyType({
     "missing_model": _h("No model named", "Set body.model to a model from GET /v1/models."),
     "unsupported_model": _h("Model not available", "Use a model id or alias from GET /v1/models."),
     "model_not_batchable": _h("Model cannot run in batches", "Pick a batchable model from GET /v1/models."),
+    "unsupported_template_kwarg": _h("Template option the model cannot read", "Remove the chat_template_kwargs "
+                                     "entry the model's chat template does not read (the message lists the ones it "
+                                     "does), or one the engine sets itself."),
+    "mixed_sampling": _h("Lines sample differently", "This model runs one sampling per file: give every line the "
+                         "same temperature, top_p, top_k, min_p, max_tokens, seed and n, or split the file."),
+    "greedy_unavailable": _h("Greedy decoding not offered", "This model samples only: set a temperature above 0."),
+    "revision_unavailable": _h("Model revision not served", "Pin the revision GET /v1/models shows for the model in "
+                               "metadata.revision, or leave metadata.revision out."),
+    "invalid_max_tokens": _h("max_tokens out of range", "Set max_tokens (or max_completion_tokens) within the range "
+                             "the message gives."),
+    "max_tokens_conflict": _h("max_tokens and max_completion_tokens differ", "Set one of them, or both to the same "
+                              "value."),
     "model_mismatch": _h("Lines use different models", "Use one model for the whole file (aliases count as their "
                          "model); split the file per model."),
     "stream_not_supported": _h("Streaming requested", "Remove body.stream or set it to false."),
