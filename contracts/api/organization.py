@@ -108,3 +108,17 @@ class ModelAlias(BaseModel):
     object: Literal["model.alias"] = "model.alias"
     model: str
     """The catalogue id the alias resolves to."""
+
+
+class Me(BaseModel):
+    """`GET /v1/me`: who the calling key is, for a client deciding what to offer (the dashboard hides what a key
+    may not use)."""
+
+    object: Literal["me"] = "me"
+    key_id: str
+    role: str
+    """`admin` or `user` (worker keys are refused on the API)."""
+    user_id: str | None
+    organization_id: str
+    organization_role: MemberRole | None
+    """The user's role in their organisation; None for a key without a user."""

@@ -79,10 +79,18 @@ def test_a_user_signs_in_fixes_a_file_runs_it_downloads_it_and_manages_keys(
     expect(invalid_json.locator(".fix")).not_to_be_empty()
     shots.take("new-batch-errors")
 
+    partial = page.get_by_label("Run the valid lines even if some are refused (they go to the error file)")
+    partial.check()  # the same broken file, its valid line let run: validated, and held like any other
+    page.get_by_label("JSONL file").set_input_files(jsonl_file([good, "{broken"]))  # type: ignore[arg-type]
+    page.get_by_role("button", name="Upload and validate").click()
+    expect(page.locator("#status")).to_contain_text("Nothing has run yet", timeout=30_000)
+    partial.uncheck()
+
     page.get_by_label("JSONL file").set_input_files(jsonl_file(  # type: ignore[arg-type]
         [json.dumps(chat_line("ok-1", "Say hi.")), json.dumps(chat_line("ok-2", "Name a colour."))]))
     page.get_by_role("button", name="Upload and validate").click()
     expect(page.locator("#status")).to_contain_text("Nothing has run yet", timeout=30_000)
+    expect(page.get_by_label("Upload progress")).to_have_attribute("value", "100")
     held_id = page.locator("#status").inner_text()  # the batch waits, validated, until Run is pressed
     assert "Valid: 2 lines" in held_id
     page.get_by_role("button", name="Run 2 lines").click()
@@ -145,4 +153,21 @@ def test_a_user_signs_in_fixes_a_file_runs_it_downloads_it_and_manages_keys(
     page.get_by_role("button", name="Grant").click()
     expect(page.locator("#accounts tbody tr", has_text="default")).to_contain_text("12.500000", timeout=10_000)
     shots.take("operator")
+    context.close()
+
+
+def test_a_key_without_the_admin_role_is_not_offered_the_operator_page(stack: RunningStack, browser: Browser) -> None:
+    made = httpx2.post(f"{stack.base_url}/organization/keys", json={"name": "dashboard-user", "role": "user"},
+                       headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=30)
+    assert made.status_code == 200, made.text
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.goto(f"http://127.0.0.1:{stack.port}/dashboard/")
+    page.get_by_label("API key").fill(made.json()["value"])
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#status")).to_contain_text("Signed in", timeout=10_000)
+    nav = page.get_by_role("navigation")
+    expect(page.locator("#who")).to_contain_text("(user)", timeout=10_000)
+    expect(nav.get_by_role("link", name="Operator")).to_be_hidden()
+    expect(nav.get_by_role("link", name="Batches", exact=True)).to_be_visible()
     context.close()

@@ -15,6 +15,7 @@ from contracts.api.organization import (
     CreateUser,
     CreateWorkerKey,
     DeletedApiKey,
+    Me,
     Organization,
     User,
 )
@@ -131,6 +132,15 @@ async def _list(request: web.Request, workers: bool) -> web.Response:
     records.sort(key=lambda r: (r.created_at or 0, r.key_id))
     page = ListPage[ApiKey](data=[await api_key_object(request, r) for r in records])
     return web.json_response(page.model_dump(mode="json"))
+
+
+async def who_am_i(request: web.Request) -> web.Response:
+    caller = principal(request)
+    user = await request.app[KEY_CACHE].user_of(caller)
+    me = Me(key_id=caller.key_id, role=caller.role, user_id=caller.user_id,
+            organization_id=(user.organization_id if user else None) or DEFAULT_ORGANIZATION_ID,
+            organization_role=user.role if user else None)
+    return web.json_response(me.model_dump(mode="json"))
 
 
 async def list_keys(request: web.Request) -> web.Response:

@@ -110,10 +110,21 @@ async function download(fileId, name) {
   setTimeout(() => URL.revokeObjectURL(url), 60000);
 }
 
+const ADMIN_PAGES = ["/dashboard/operator"];
+/* Links a key without the admin role cannot use: hidden for it (the routes refuse it anyway). */
+
 function showWho() {
   const who = document.getElementById("who");
   const key = apiKey();
   if (who) who.textContent = key ? `Signed in (${key.slice(0, 6)}…)` : "Not signed in";
+  if (!key) return;
+  apiJson("/v1/me").then((me) => {
+    if (who) who.textContent = `Signed in as ${me.user_id || me.key_id} (${me.role}${me.organization_role === "admin" ? ", organisation admin" : ""})`;
+    if (me.role === "admin") return;
+    for (const link of document.querySelectorAll("nav a")) {
+      if (ADMIN_PAGES.includes(link.getAttribute("href"))) link.closest("li").hidden = true;
+    }
+  }).catch(() => { /* a revoked or unknown key: the page's own call says so */ });
 }
 
 function needKey() {

@@ -57,6 +57,7 @@ async function follow() {
 }
 
 document.getElementById("cancel").addEventListener("click", async () => {
+  if (!window.confirm(`Cancel batch ${batchId}? Lines already run are kept; the rest end batch_cancelled.`)) return;
   try {
     await api(`/v1/batches/${batchId}/cancel`, { method: "POST" });
     say("Cancelling: no new line starts; lines already done are kept.");

@@ -38,6 +38,32 @@ function refreshErrors(batchId) {
   }, 250);
 }
 
+// fetch() reports no upload progress: the upload goes by XMLHttpRequest, its percent on a progress bar.
+function uploadWithProgress(form, name) {
+  const bar = document.getElementById("upload-progress");
+  bar.hidden = false;
+  bar.value = 0;
+  return new Promise((resolve, reject) => {
+    const request = new XMLHttpRequest();
+    request.open("POST", "/v1/files");
+    request.setRequestHeader("Authorization", "Bearer " + (apiKey() || ""));
+    request.upload.addEventListener("progress", (event) => {
+      if (!event.lengthComputable) return;
+      const percent = Math.floor((100 * event.loaded) / event.total);
+      bar.value = percent;
+      say(`Uploading ${name}: ${percent} %`);
+    });
+    request.addEventListener("load", () => {
+      let body = null;
+      try { body = JSON.parse(request.responseText); } catch (_) { /* not JSON */ }
+      if (request.status >= 200 && request.status < 300 && body) { bar.value = 100; resolve(body); return; }
+      reject(new Error(body && body.error ? body.error.message : `${request.status} ${request.statusText}`));
+    });
+    request.addEventListener("error", () => reject(new Error("the upload was interrupted")));
+    request.send(form);
+  });
+}
+
 async function submit(event) {
   event.preventDefault();
   const file = document.getElementById("file").files[0];
@@ -50,10 +76,11 @@ async function submit(event) {
     const form = new FormData();
     form.append("purpose", "batch");
     form.append("file", file, file.name);
-    const uploaded = await apiJson("/v1/files", { method: "POST", body: form });
+    const uploaded = await uploadWithProgress(form, file.name);
+    const allowPartial = document.getElementById("allow-partial").checked;
     const batch = await apiJson("/v1/batches", { method: "POST", json: {
       input_file_id: uploaded.id, endpoint: document.getElementById("endpoint").value,
-      completion_window: "24h", allow_partial: false, hold: true } });
+      completion_window: "24h", allow_partial: allowPartial, hold: true } });
     say(`Validating batch ${batch.id}…`);
     const controller = new AbortController();
     await streamEvents(batch.id, (ev) => {
