@@ -1,0 +1,63 @@
+"""The dashboard fits a phone and a laptop: at 390 px and 1280 px no page scrolls sideways (wide tables scroll
+inside their own frame) and no status badge breaks mid-word. Checked in Chromium, every page, with data on it."""
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from tests.e2e.conftest import ADMIN_KEY, RunningStack
+from tests.e2e.test_dashboard import CHROMIUM, CHROMIUM_ARGS
+from tests.factories import chat_line, upload, wait_until_done
+
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                                                 reason=f"Debian's chromium is not installed at {CHROMIUM}")]
+
+WIDTHS = (390, 1280)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+def overflow(page: Page) -> int:
+    """How far the page reaches past the window's right edge (0: it fits)."""
+    width: int = page.evaluate("Math.max(document.documentElement.scrollWidth, document.body.scrollWidth)"
+                               " - window.innerWidth")
+    return width
+
+
+def broken_badges(page: Page) -> list[str]:
+    found: list[str] = page.evaluate(
+        "[...document.querySelectorAll('.badge')].filter(b => b.getClientRects().length > 1)"
+        ".map(b => b.textContent)")
+    return found
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_no_page_scrolls_sideways_and_no_badge_breaks(stack: RunningStack, browser: Browser, width: int) -> None:
+    client = stack.client()
+    batch = client.batches.create(input_file_id=upload(client, [chat_line("w-1", "Hi.", max_tokens=2)]),
+                                  endpoint="/v1/chat/completions", completion_window="24h",
+                                  metadata={"purpose": json.dumps({"a rather long": "metadata value" * 3})})
+    wait_until_done(client, batch.id)
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    page = context.new_page()
+    page.goto(f"http://127.0.0.1:{stack.port}/dashboard/")
+    page.get_by_label("API key").fill(ADMIN_KEY)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#status")).to_contain_text("Signed in", timeout=10_000)
+    for path in ("/dashboard/", "/dashboard/new", "/dashboard/batches", f"/dashboard/batches/{batch.id}",
+                 "/dashboard/keys", "/dashboard/provider", "/dashboard/operator"):
+        page.goto(f"http://127.0.0.1:{stack.port}{path}")
+        page.wait_for_load_state("networkidle")
+        page.wait_for_timeout(500)  # the page's script fills its tables
+        assert overflow(page) <= 0, f"{path} at {width}px reaches {overflow(page)}px past the window"
+        assert broken_badges(page) == [], f"{path} at {width}px breaks badges: {broken_badges(page)}"
+    context.close()
