@@ -103,7 +103,8 @@ ROUTES = [
           "The caller's batches, newest first; an organisation's administrator its members' (scope=organization), "
           "an admin key every batch (scope=all)", ListPage[Batch],
           params=(AFTER, LIMIT, query("scope", {"type": "string", "enum": ["own", "organization", "all"]}),
-                  query("organization_id", {"type": "string"}))),
+                  query("organization_id", {"type": "string"}), query("status", {"type": "string"}),
+                  query("search", {"type": "string", "maxLength": 512}))),
     route("GET", "/v1/batches/{batch_id}", batches.retrieve_batch, "retrieveBatch",
           "One batch (its owner's, or an administrator's of the owner's organisation or of the platform)", Batch),
     route("POST", "/v1/batches/{batch_id}/cancel", batches.cancel_batch, "cancelBatch",

@@ -61,3 +61,28 @@ def test_no_page_scrolls_sideways_and_no_badge_breaks(stack: RunningStack, brows
         assert overflow(page) <= 0, f"{path} at {width}px reaches {overflow(page)}px past the window"
         assert broken_badges(page) == [], f"{path} at {width}px breaks badges: {broken_badges(page)}"
     context.close()
+
+
+def test_the_batches_list_filters_by_status_and_searches_metadata(stack: RunningStack, browser: Browser) -> None:
+    client = stack.client()
+    batch = client.batches.create(input_file_id=upload(client, [chat_line("f-1", "Hi.", max_tokens=2)]),
+                                  endpoint="/v1/chat/completions", completion_window="24h",
+                                  metadata={"project": "needle-in-haystack"})
+    wait_until_done(client, batch.id)
+    context = browser.new_context(viewport={"width": 390, "height": 900})
+    page = context.new_page()
+    page.goto(f"http://127.0.0.1:{stack.port}/dashboard/")
+    page.get_by_label("API key").fill(ADMIN_KEY)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#status")).to_contain_text("Signed in", timeout=10_000)
+    page.goto(f"http://127.0.0.1:{stack.port}/dashboard/batches")
+    page.get_by_label("Status").select_option("completed")
+    page.get_by_label("Search (batch id, metadata text, or key=value)").fill("project=needle")
+    page.get_by_role("button", name="Show").click()
+    rows = page.locator("#batches tbody tr[data-batch-id]")
+    expect(rows).to_have_count(1, timeout=10_000)
+    expect(rows.first).to_have_attribute("data-batch-id", batch.id)
+    page.get_by_label("Status").select_option("failed")
+    page.get_by_role("button", name="Show").click()
+    expect(page.locator("#batches tbody")).to_contain_text("No batches here.", timeout=10_000)
+    context.close()

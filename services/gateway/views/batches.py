@@ -13,7 +13,7 @@ from contracts.catalogue import CatalogueModel
 from contracts.events.batch import BatchCancelRequested, BatchCreated, BatchReleased
 from contracts.events.file import FileUsed
 from contracts.ids import derived_id, new_batch_id, owner_id
-from contracts.lifecycle import CANCELLABLE, RELEASABLE, TERMINAL
+from contracts.lifecycle import ALL_STATUSES, CANCELLABLE, RELEASABLE, TERMINAL
 from contracts.readmodel import BatchRecord, FileRecord
 from contracts.subjects import batch_fact, file_fact
 from services.gateway.auth import KEY_CACHE, principal
@@ -228,10 +228,28 @@ async def list_batches(request: web.Request) -> web.Response:
     d, caller = deps(request), principal(request)
     await d.own_writes.settle(d.read_model, caller.owner, ("batch",), d.settings.own_writes_wait_s)
     records = await _listed(request, request.query.get("scope", "own"))
-    mine = [r.batch for r in records]
+    mine = [r.batch for r in records if _matches(r.batch, request.query.get("status"), request.query.get("search"))]
     mine.sort(key=lambda b: (b.created_at, b.id), reverse=True)
     page = page_after(mine, [b.id for b in mine], request.query.get("after"), parse_limit(request))
     return web.json_response(page.model_dump(mode="json"))
+
+
+def _matches(batch: Batch, status: str | None, search: str | None) -> bool:
+    """`?status=` one status (extension); `?search=` text found in the batch's id or in a metadata key or value
+    (`key=value` matches that pair), case-insensitive."""
+    if status is not None and status not in ALL_STATUSES:
+        raise bad_request(f"status must be one of {', '.join(sorted(ALL_STATUSES))} (got {status[:40]!r}).",
+                          "invalid_status", "status")
+    if status is not None and batch.status != status:
+        return False
+    if not search:
+        return True
+    wanted = search.casefold()
+    pairs = (batch.metadata or {}).items()
+    key, eq, value = wanted.partition("=")
+    if eq:
+        return any(k.casefold() == key and value in v.casefold() for k, v in pairs)
+    return wanted in batch.id.casefold() or any(wanted in k.casefold() or wanted in v.casefold() for k, v in pairs)
 
 
 async def retrieve_batch(request: web.Request) -> web.Response:
