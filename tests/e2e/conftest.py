@@ -1,5 +1,7 @@
 """The whole stack as `sheshnag up` runs it: every service its own process, the real model."""
 
+import asyncio
+import io
 import os
 import signal
 import subprocess
@@ -78,6 +80,23 @@ def start_stack(data_dir: Path, port: int, extra_env: dict[str, str] | None = No
         time.sleep(0.3)
     process.kill()
     raise TimeoutError("the stack did not come up within 120s")
+
+
+def assert_replay_equals_live(stack: RunningStack) -> None:
+    """`sheshnag ledger replay` against the stack finds no difference. A fact the live ledger folds while the replay
+    reads (an executor registering as it comes up) is compared again until the stack is still: a real difference
+    stays."""
+    from infra.backup import embedded_settings
+    from services.ledger import operator
+
+    _, ledger = embedded_settings(stack.data_dir, stack.nats_port, stack.s3_port)
+    report = io.StringIO()
+    for _ in range(10):
+        report = io.StringIO()
+        if asyncio.run(operator.replay(ledger, report)) == 0:
+            return
+        time.sleep(2)
+    raise AssertionError(report.getvalue())
 
 
 def stop_stack(stack: RunningStack) -> None:

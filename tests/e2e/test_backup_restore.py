@@ -1,21 +1,16 @@
 """`sheshnag backup` of a running stack, `sheshnag restore` into a new data dir: every batch and file is back with
 its status and counts, output files download with the same SHA-256, and the ledger's replay equals live."""
 
-import asyncio
 import hashlib
-import io
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from openai import OpenAI
 
-from infra.backup import embedded_settings
 from infra.embedded import free_port
-from services.ledger import operator
-from tests.e2e.conftest import start_stack, stop_stack
+from tests.e2e.conftest import assert_replay_equals_live, start_stack, stop_stack
 from tests.factories import chat_line, jsonl, upload_when_key_known, wait_until_done
 
 pytestmark = pytest.mark.e2e
@@ -62,15 +57,6 @@ def test_a_restored_data_dir_holds_every_batch_and_file_with_the_same_bytes_and_
         batches, files, digests = contents(again.client())
         assert (batches, files, digests) == before
         assert sum(1 for batch in batches.values() if batch["output_file_id"]) == 2
-        _, ledger = embedded_settings(again.data_dir, again.nats_port, again.s3_port)
-        # The restored stack's executor registers again as it comes up (a new fact the live ledger may fold while
-        # a replay reads): compared again until the stack is still, a real difference stays.
-        for _ in range(10):
-            report = io.StringIO()
-            if asyncio.run(operator.replay(ledger, report)) == 0:
-                break
-            time.sleep(2)
-        else:
-            raise AssertionError(report.getvalue())
+        assert_replay_equals_live(again)  # its executor registers again as it comes up: compared until still
     finally:
         stop_stack(again)

@@ -3,8 +3,6 @@ enough that tokens, not the batch minimum, make the price: quotes, the 402s, a r
 the refund, credit run out mid-batch (`insufficient_credits`), the ledger SIGKILLed mid-batch (no double debit),
 and a replay of the log that gives the same balances as the live ledger."""
 
-import asyncio
-import io
 import json
 import os
 import signal
@@ -23,8 +21,7 @@ import pytest
 from contracts.billing import ModelPrice, parse_usd
 from infra.backup import embedded_settings
 from infra.embedded import free_port
-from services.ledger import operator
-from tests.e2e.conftest import ADMIN_KEY, RunningStack, start_stack, stop_stack
+from tests.e2e.conftest import ADMIN_KEY, RunningStack, assert_replay_equals_live, start_stack, stop_stack
 from tests.factories import chat_line, upload_when_key_known, wait_for_progress, wait_until_done
 
 pytestmark = pytest.mark.e2e
@@ -181,15 +178,7 @@ def test_a_ledger_killed_mid_batch_debits_each_chunk_once_and_a_replay_gives_the
     assert done.status == "completed" and done.usage is not None
     assert micros(settle(billed_stack)["balance_usd"]) == before - cost(done.usage)
 
-    _, ledger = embedded_settings(billed_stack.data_dir, billed_stack.nats_port, billed_stack.s3_port)
-    report = io.StringIO()
-    for _ in range(10):  # a fact the live ledger folds while the replay reads is compared again
-        report = io.StringIO()
-        if asyncio.run(operator.replay(ledger, report)) == 0:
-            break
-        time.sleep(2)
-    else:
-        raise AssertionError(report.getvalue())
+    assert_replay_equals_live(billed_stack)
 
 
 def test_the_operator_cli_grants_credit_and_shows_the_balance(billed_stack: RunningStack) -> None:
