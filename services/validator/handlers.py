@@ -104,7 +104,6 @@ class _Run:
         """Every refused line by its line number (at most the line limit and one: later lines are not read)."""
         self.last_progress_at = time.monotonic()
         self.last_progress_lines = 0
-        self.lines_checked = 0
         self.in_flight: deque[tuple[Window, asyncio.Future[list[LineVerdict | None]], bool]] = deque()
         """Windows sent and not yet applied, oldest first: (window, its verdicts, whether checked here)."""
 
@@ -135,7 +134,6 @@ class _Run:
     async def receive(self) -> None:
         window, task, _ = self.in_flight.popleft()
         results = self.validation.apply(window, await task)
-        self.lines_checked += len(results)
         for result in results:
             await self.report(result)
         await self.maybe_progress()
