@@ -30,6 +30,10 @@ LEDGER_NAME = "ledger"
 
 KEY_USAGE_BUCKET = "sheshnag_key_usage"
 """When each key was last used (ms), written by gateways at most once a minute per key; not a fact."""
+WEBHOOKS_BUCKET = "sheshnag_webhooks"
+"""Webhook endpoints (with their signing secrets), every delivery with its attempts, and the deliveries due."""
+WEBHOOKS_DURABLE = "webhooks"
+"""The gateways' shared durable on the batch facts webhooks are sent for."""
 LIMITS_BUCKET = "sheshnag_limits"
 """Rate-limit and brute-force counts every gateway shares (each entry expires with its window); not a fact."""
 

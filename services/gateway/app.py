@@ -26,6 +26,7 @@ from services.gateway.routes import ROUTES
 from services.gateway.settings import GatewaySettings
 from services.gateway.shared_state import SharedState
 from services.gateway.sweeper import file_sweeper
+from services.gateway.webhooks.deliverer import webhook_deliverer
 from services.runtime import metrics
 from services.runtime.bus import EventBus
 from services.runtime.catalogue import load_catalogue
@@ -68,6 +69,7 @@ def create_app(settings: GatewaySettings) -> web.Application:
     app.cleanup_ctx.append(keys_kept_fresh(lambda key: app[KEY_CACHE].forget(key)))
     app.cleanup_ctx.append(file_sweeper)
     app.cleanup_ctx.append(credit_sweeper)
+    app.cleanup_ctx.append(webhook_deliverer)
     app.add_routes(ROUTES)
     add_dashboard(app)
     return app

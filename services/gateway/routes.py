@@ -25,6 +25,7 @@ from contracts.api.organization import (
 )
 from contracts.api.page import ListPage
 from contracts.api.provider import Provider, ProviderConnection, ProviderExecutor, RegisterProvider
+from contracts.api.webhook import CreateWebhook, DeletedWebhook, UpdateWebhook, WebhookDelivery, WebhookEndpoint
 from services.gateway.observe import metrics_view
 from services.gateway.openapi import AFTER, FILES_LIMIT, LIMIT, Answer, openapi_view, query, route
 from services.gateway.views import (
@@ -42,6 +43,7 @@ from services.gateway.views import (
     provider,
     results,
     retry,
+    webhooks,
 )
 
 
@@ -124,6 +126,26 @@ ROUTES = [
           "The batch's events (SSE)", EVENTS),
     route("GET", "/v1/batches/{batch_id}/errors", errors.batch_errors, "batchErrors",
           "Errors grouped by code, with fixes", BatchErrorSummary),
+    route("POST", "/v1/webhooks", webhooks.create_webhook, "createWebhook",
+          "Register a webhook endpoint for batch events (Standard Webhooks signing); the secret is in this answer "
+          "only (extension)", WebhookEndpoint, body=CreateWebhook),
+    route("GET", "/v1/webhooks", webhooks.list_webhooks, "listWebhooks",
+          "The webhook endpoints the caller manages (extension)", ListPage[WebhookEndpoint]),
+    route("GET", "/v1/webhooks/{webhook_id}", webhooks.retrieve_webhook, "retrieveWebhook",
+          "One webhook endpoint (extension)", WebhookEndpoint),
+    route("POST", "/v1/webhooks/{webhook_id}", webhooks.update_webhook, "updateWebhook",
+          "Change a webhook endpoint's url, events, description, or enable or disable it (extension)",
+          WebhookEndpoint, body=UpdateWebhook),
+    route("DELETE", "/v1/webhooks/{webhook_id}", webhooks.delete_webhook, "deleteWebhook",
+          "Delete a webhook endpoint; its pending deliveries end failed (extension)", DeletedWebhook),
+    route("POST", "/v1/webhooks/{webhook_id}/rotate_secret", webhooks.rotate_secret, "rotateWebhookSecret",
+          "A new signing secret for the endpoint, shown in this answer only (extension)", WebhookEndpoint),
+    route("GET", "/v1/webhooks/{webhook_id}/deliveries", webhooks.list_deliveries, "listWebhookDeliveries",
+          "The endpoint's deliveries, newest first, with every attempt (extension)", ListPage[WebhookDelivery],
+          params=(query("status", {"type": "string", "enum": ["pending", "delivered", "failed"]}),
+                  query("limit", {"type": "integer", "minimum": 1, "maximum": webhooks.MAX_DELIVERIES_LISTED}))),
+    route("POST", "/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver", webhooks.redeliver,
+          "redeliverWebhook", "Send a delivery again now, with the same webhook-id (extension)", WebhookDelivery),
     route("GET", "/v1/me", organization.who_am_i, "whoAmI",
           "The calling key: its role, user and organisation (extension)", Me),
     route("POST", "/v1/organization/users", organization.create_user, "createUser",

@@ -60,3 +60,18 @@ class GatewaySettings(ServiceSettings):
     """How long an upload may send nothing (or a download take nothing) before it ends with 408."""
     object_store_timeout_s: float = 120.0
     """How long one part of an upload may take the object store before the upload ends with 503."""
+    webhooks: bool = True
+    """Deliver webhooks: every gateway takes the batch facts webhooks are registered for and sends them (one durable
+    consumer shared by all, so each fact is taken by one)."""
+    webhook_timeout_s: float = 15.0
+    """How long one delivery attempt may take (connect to the end of the answer) before it counts as failed."""
+    webhook_retry_delays_s: list[float] = [5, 300, 1800, 7200, 18000, 36000, 36000, 36000, 36000, 36000, 36000]
+    """The wait before each retry of a failed delivery (Standard Webhooks' schedule, stretched to about 70 hours as
+    OpenAI's); one attempt more than there are delays, then the delivery is `failed`."""
+    webhook_poll_interval_s: float = 1.0
+    """How often a gateway looks for deliveries that are due."""
+    webhook_concurrency: int = 16
+    """Delivery attempts one gateway makes at once."""
+    webhook_require_https: bool = False
+    """Refuse endpoint URLs that are not `https://` (OpenAI's rule); off, `http://` is allowed too (local
+    receivers)."""

@@ -56,11 +56,13 @@ CONSUMER_UNACKED = Gauge("sheshnag_jetstream_consumer_ack_pending_messages",
                          "Messages delivered to a durable consumer and not yet acknowledged.", ["stream", "durable"],
                          registry=OWNED)
 EXECUTORS = Gauge("sheshnag_executors", "Live executors (fresh adverts in the fleet bucket).", registry=OWNED)
+WEBHOOK_ATTEMPTS = Counter("sheshnag_webhook_attempts", "Webhook delivery attempts made by this gateway.",
+                           ["outcome"], registry=OWNED)
 
 
 FAMILIES: dict[str, tuple[MetricWrapperBase, ...]] = {
     "gateway": (HTTP_REQUESTS, HTTP_LATENCY, BATCHES, QUEUE_DEPTH, QUEUE_AGE, CONSUMER_LAG, CONSUMER_UNACKED,
-                EXECUTORS),
+                EXECUTORS, WEBHOOK_ATTEMPTS),
     "validator": (VALIDATED_LINES, CONSUMER_PENDING),
     "scheduler": (CONSUMER_PENDING,),
     "executor": (SLOTS_BUSY, SLOT_WAIT, EXECUTED_LINES, COMPLETION_TOKENS, ENGINE_ERRORS, CONSUMER_PENDING),

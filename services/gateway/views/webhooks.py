@@ -1,0 +1,198 @@
+"""`/v1/webhooks/…`: register, list, change, rotate and delete webhook endpoints, read their deliveries with every
+attempt, and send a delivery again. A user manages their own endpoints (`scope=user`: their batches); an
+administrator of an organisation also its `scope=organization` ones (every member's batches), an admin key any.
+The signing secret is shown when an endpoint is created or its secret rotated, never again."""
+
+import re
+import secrets
+import time
+
+from aiohttp import web
+from yarl import URL
+
+from contracts.api.organization import DEFAULT_ORGANIZATION_ID, USER_ID_PATTERN
+from contracts.api.page import ListPage
+from contracts.api.webhook import (
+    WEBHOOK_EVENT_TYPES,
+    CreateWebhook,
+    DeletedWebhook,
+    UpdateWebhook,
+    WebhookDelivery,
+    WebhookEndpoint,
+)
+from contracts.readmodel import ApiKeyRecord
+from services.gateway.auth import principal
+from services.gateway.context import deps
+from services.gateway.errors import ApiError, bad_request, not_found
+from services.gateway.limits import charge_control_call
+from services.gateway.oversight import administered_organization, organization_of
+from services.gateway.views.bodies import read_body
+from services.gateway.webhooks.deliverer import WEBHOOK_STORE
+from services.gateway.webhooks.signing import new_secret
+from services.gateway.webhooks.store import WebhookStore
+
+MAX_ENDPOINTS = 20
+"""Endpoints one owner (or one organisation, for its organisation-wide ones) may register."""
+MAX_DELIVERIES_LISTED = 100
+
+
+def _store(request: web.Request) -> WebhookStore:
+    return request.app[WEBHOOK_STORE]
+
+
+async def _organization_of_caller(request: web.Request, caller: ApiKeyRecord) -> str:
+    if caller.user_id is None:
+        return DEFAULT_ORGANIZATION_ID
+    user = await deps(request).read_model.get_user(caller.user_id)
+    return organization_of(user) if user is not None else DEFAULT_ORGANIZATION_ID
+
+
+async def _manages(request: web.Request, caller: ApiKeyRecord, endpoint: WebhookEndpoint) -> bool:
+    if caller.role == "admin" or endpoint.owner == caller.owner:
+        return True
+    if endpoint.scope != "organization":
+        return False
+    admin = await administered_organization(deps(request).read_model, caller)
+    return admin is not None and organization_of(admin) == endpoint.organization_id
+
+
+async def _managed_endpoint(request: web.Request) -> WebhookEndpoint:
+    """The endpoint the path names, when the caller manages it; 404 otherwise (as if it were not there)."""
+    endpoint_id = request.match_info["webhook_id"]
+    endpoint = await _store(request).get_endpoint(endpoint_id)
+    if endpoint is None or not await _manages(request, principal(request), endpoint):
+        raise not_found("webhook endpoint", endpoint_id)
+    return endpoint
+
+
+def _checked_url(request: web.Request, url: str) -> str:
+    try:
+        parsed = URL(url)
+    except ValueError as error:
+        raise bad_request(f"url is not a URL: {error}", "invalid_url", "url") from error
+    allowed = ("https",) if deps(request).settings.webhook_require_https else ("https", "http")
+    if parsed.scheme not in allowed or not parsed.host:
+        raise bad_request(f"url must be an absolute {' or '.join(s + '://' for s in allowed)} URL (got {url[:200]!r}).",
+                          "invalid_url", "url")
+    return url
+
+
+async def _scope_organization(request: web.Request, caller: ApiKeyRecord, body: CreateWebhook) -> str:
+    """The organisation an endpoint belongs to; for `scope=organization` only its administrator (or an admin key)
+    may register one."""
+    if body.organization_id is not None and body.scope == "organization" and caller.role == "admin":
+        if not re.fullmatch(USER_ID_PATTERN, body.organization_id):
+            raise bad_request("organization_id must be 1-64 letters, digits, '_' or '-'.", "invalid_id",
+                              "organization_id")
+        return body.organization_id
+    own = await _organization_of_caller(request, caller)
+    if body.scope == "user" or caller.role == "admin":
+        if body.organization_id is not None and body.organization_id != own:
+            raise bad_request("organization_id is for scope=organization by an admin key.", "invalid_request",
+                              "organization_id")
+        return own
+    admin = await administered_organization(deps(request).read_model, caller)
+    if admin is None or (body.organization_id is not None and body.organization_id != organization_of(admin)):
+        raise ApiError(403, "Only an administrator of the organisation may register an organisation-wide webhook.",
+                       "permission_error", "insufficient_permissions", "scope")
+    return organization_of(admin)
+
+
+async def create_webhook(request: web.Request) -> web.Response:
+    caller = principal(request)
+    body = await read_body(request, CreateWebhook)
+    await charge_control_call(request)
+    url = _checked_url(request, body.url)
+    organization = await _scope_organization(request, caller, body)
+    store = _store(request)
+    existing = await store.list_endpoints()
+    same_owner = [e for e in existing if e.scope == body.scope
+                  and (e.owner == caller.owner if body.scope == "user" else e.organization_id == organization)]
+    if len(same_owner) >= MAX_ENDPOINTS:
+        raise bad_request(f"At most {MAX_ENDPOINTS} webhook endpoints may be registered here; delete one first.",
+                          "too_many_webhooks")
+    endpoint = WebhookEndpoint(
+        id=f"wh_{secrets.token_hex(12)}", url=url, events=list(body.events or WEBHOOK_EVENT_TYPES), scope=body.scope,
+        owner=caller.owner, organization_id=organization, enabled=True, description=body.description,
+        created_at=int(time.time()), secret=new_secret())
+    await store.put_endpoint(endpoint)
+    return web.json_response(endpoint.model_dump(mode="json"))
+
+
+async def list_webhooks(request: web.Request) -> web.Response:
+    caller = principal(request)
+    visible = [endpoint.model_copy(update={"secret": None}) for endpoint in await _store(request).list_endpoints()
+               if await _manages(request, caller, endpoint)]
+    page = ListPage[WebhookEndpoint](data=visible, first_id=visible[0].id if visible else None,
+                                     last_id=visible[-1].id if visible else None)
+    return web.json_response(page.model_dump(mode="json"))
+
+
+async def retrieve_webhook(request: web.Request) -> web.Response:
+    endpoint = await _managed_endpoint(request)
+    return web.json_response(endpoint.model_copy(update={"secret": None}).model_dump(mode="json"))
+
+
+async def update_webhook(request: web.Request) -> web.Response:
+    endpoint = await _managed_endpoint(request)
+    body = await read_body(request, UpdateWebhook)
+    await charge_control_call(request)
+    changes = body.model_dump(exclude_none=True)
+    if body.url is not None:
+        changes["url"] = _checked_url(request, body.url)
+    changed = endpoint.model_copy(update=changes)
+    await _store(request).put_endpoint(changed)
+    return web.json_response(changed.model_copy(update={"secret": None}).model_dump(mode="json"))
+
+
+async def rotate_secret(request: web.Request) -> web.Response:
+    """A new signing secret, in force for every attempt from now on (the old one is forgotten)."""
+    endpoint = await _managed_endpoint(request)
+    await charge_control_call(request)
+    changed = endpoint.model_copy(update={"secret": new_secret()})
+    await _store(request).put_endpoint(changed)
+    return web.json_response(changed.model_dump(mode="json"))
+
+
+async def delete_webhook(request: web.Request) -> web.Response:
+    endpoint = await _managed_endpoint(request)
+    await charge_control_call(request)
+    await _store(request).delete_endpoint(endpoint.id)
+    return web.json_response(DeletedWebhook(id=endpoint.id).model_dump(mode="json"))
+
+
+async def list_deliveries(request: web.Request) -> web.Response:
+    """The endpoint's deliveries, newest first, each with its attempts (`?status=` pending, delivered or failed)."""
+    endpoint = await _managed_endpoint(request)
+    status = request.query.get("status")
+    if status is not None and status not in ("pending", "delivered", "failed"):
+        raise bad_request("status must be pending, delivered or failed.", "invalid_request", "status")
+    try:
+        limit = int(request.query.get("limit", "20"))
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= MAX_DELIVERIES_LISTED:
+        raise bad_request(f"limit must be an integer from 1 to {MAX_DELIVERIES_LISTED}.", "invalid_limit", "limit")
+    found = [d for d in await _store(request).list_deliveries(endpoint.id) if status is None or d.status == status]
+    shown = found[:limit]
+    page = ListPage[WebhookDelivery](data=shown, first_id=shown[0].id if shown else None,
+                                     last_id=shown[-1].id if shown else None, has_more=len(found) > limit)
+    return web.json_response(page.model_dump(mode="json"))
+
+
+async def redeliver(request: web.Request) -> web.Response:
+    """Send a delivery again now (a failed one, after the endpoint was fixed): it is pending again, with the same
+    `webhook-id`, and its earlier attempts kept."""
+    endpoint = await _managed_endpoint(request)
+    await charge_control_call(request)
+    store = _store(request)
+    delivery_id = request.match_info["delivery_id"]
+    delivery = await store.get_delivery(endpoint.id, delivery_id)
+    if delivery is None:
+        raise not_found("webhook delivery", delivery_id)
+    if delivery.status != "pending":
+        now = time.time()
+        delivery = delivery.model_copy(update={"status": "pending", "next_attempt_at": now})
+        await store.save_delivery(delivery)
+        await store.add_delivery(delivery)
+    return web.json_response(delivery.model_dump(mode="json"))

@@ -1,0 +1,206 @@
+"""The gateway's webhook deliverer, a cleanup context with two loops:
+
+- **intake**: a durable consumer on the batch facts webhooks are sent for, shared by every gateway (each fact is
+  taken by one), records each fact's deliveries (`intake.take_fact`) and only then acks it: a gateway dying
+  in between leaves the fact to be taken again, which records nothing twice.
+- **attempts**: every `webhook_poll_interval_s`, the deliveries due are claimed (`WebhookStore.claim`) and POSTed,
+  signed, at most `webhook_concurrency` at once; a 2xx ends one `delivered`, anything else (no answer within
+  `webhook_timeout_s`, a redirect, an error status) is tried again after the next of `webhook_retry_delays_s`,
+  and past the last one it ends `failed`. Every attempt is recorded on the delivery.
+
+Every task and the consumer's subscription are released when the gateway stops; an attempt cut short by the stop
+is claimed again by whichever gateway runs next, with the same `webhook-id`.
+"""
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+
+import aiohttp
+import nats.errors
+from aiohttp import web
+
+from contracts.api.webhook import DeliveryAttempt, WebhookDelivery, WebhookEndpoint
+from contracts.subjects import EVENTS_STREAM, WEBHOOKS_BUCKET, WEBHOOKS_DURABLE
+from services.gateway.context import DEPS, Deps
+from services.gateway.settings import GatewaySettings
+from services.gateway.webhooks.domain import SENT_FACTS, is_success, retry_delay
+from services.gateway.webhooks.intake import BatchNotYetKnown, take_fact
+from services.gateway.webhooks.signing import signed_headers
+from services.gateway.webhooks.store import Claim, WebhookStore
+from services.runtime import metrics
+from services.runtime.bus import ConsumerPolicy
+from services.runtime.delivery import fact_filter
+from services.runtime.kv import open_bucket
+
+log = logging.getLogger(__name__)
+
+WEBHOOK_STORE = web.AppKey("webhook_store", WebhookStore)
+INTAKE_POLICY = ConsumerPolicy(ack_wait_s=60.0, max_deliver=-1, max_ack_pending=256)
+"""A fact whose batch the read model does not show yet is taken again (never given up: it would lose a delivery)."""
+NOT_YET_KNOWN_DELAY_S = 2.0
+FETCH_BATCH = 32
+CLAIM_MARGIN_S = 30.0
+"""A claim outlasts the attempt's timeout by this much (recording it), after which another gateway may take it."""
+MAX_ANSWER_BYTES = 64 * 1024
+"""What is read of an endpoint's answer (and dropped): its status is what counts."""
+
+
+async def open_webhook_store(d: Deps) -> WebhookStore:
+    return WebhookStore(await open_bucket(d.bus, WEBHOOKS_BUCKET, scans=True))
+
+
+async def intake(d: Deps, store: WebhookStore) -> None:
+    """Take facts until cancelled; a broker gone for a while is waited out."""
+    subjects = sorted({fact_filter(contract) for contract in SENT_FACTS})
+    subscription = await d.bus.durable_subscription(EVENTS_STREAM, WEBHOOKS_DURABLE, subjects, INTAKE_POLICY)
+    try:
+        while True:
+            try:
+                messages = await subscription.fetch(FETCH_BATCH, timeout=1.0)
+            except nats.errors.TimeoutError:
+                continue
+            except nats.errors.Error as error:
+                log.warning("webhook intake could not fetch (%r); again in 2s", error)
+                await asyncio.sleep(2.0)
+                continue
+            for message in messages:
+                try:
+                    await take_fact(store, d.read_model, message.subject, message.metadata.sequence.stream,
+                                    message.data)
+                except BatchNotYetKnown:
+                    await message.nak(delay=NOT_YET_KNOWN_DELAY_S)
+                    continue
+                except Exception:
+                    log.exception("webhook intake failed on %s; it is taken again", message.subject)
+                    await message.nak(delay=INTAKE_POLICY.retry_delays_s[-1])
+                    continue
+                await message.ack()
+    finally:
+        with contextlib.suppress(Exception):
+            await subscription.unsubscribe()
+
+
+class Attempts:
+    """The attempts loop of one gateway, with its tasks (each released when it ends or the gateway stops)."""
+
+    def __init__(self, settings: GatewaySettings, store: WebhookStore, session: aiohttp.ClientSession) -> None:
+        self.settings = settings
+        self.store = store
+        self.session = session
+        self.running: set[asyncio.Task[None]] = set()
+
+    async def run(self) -> None:
+        try:
+            while True:
+                try:
+                    await self.start_due()
+                except Exception:
+                    log.exception("looking for due webhook deliveries failed; again shortly")
+                await asyncio.sleep(self.settings.webhook_poll_interval_s)
+        finally:
+            for task in self.running:
+                task.cancel()
+            await asyncio.gather(*self.running, return_exceptions=True)
+
+    async def start_due(self) -> int:
+        """Claim and start the deliveries due now, up to the free concurrency; how many were started."""
+        free = self.settings.webhook_concurrency - len(self.running)
+        if free <= 0:
+            return 0
+        now, started = time.time(), 0
+        lease = self.settings.webhook_timeout_s + CLAIM_MARGIN_S
+        for claim in await self.store.due_now(now):
+            if started >= free:
+                break
+            if await self.store.claim(claim, lease, now):
+                task = asyncio.create_task(self.attempt(claim))
+                self.running.add(task)
+                task.add_done_callback(self.running.discard)
+                started += 1
+        return started
+
+    async def attempt(self, claim: Claim) -> None:
+        try:
+            await self._attempt(claim)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("webhook delivery %s: the attempt could not be recorded; its claim lapses and it is "
+                          "tried again", claim.delivery_id)
+
+    async def _attempt(self, claim: Claim) -> None:
+        delivery = await self.store.get_delivery(claim.endpoint_id, claim.delivery_id)
+        if delivery is None or delivery.status != "pending":
+            await self.store.finish(claim)
+            return
+        endpoint = await self.store.get_endpoint(claim.endpoint_id)
+        if endpoint is None or not endpoint.enabled:
+            why = "the endpoint was deleted" if endpoint is None else "the endpoint is disabled"
+            await self._end(claim, delivery, DeliveryAttempt(attempted_at=time.time(), status_code=None, error=why,
+                                                             duration_ms=0), "failed")
+            return
+        attempt = await self.post(endpoint, delivery)
+        metrics.WEBHOOK_ATTEMPTS.labels("delivered" if attempt.error is None else "failed").inc()
+        if attempt.error is None:
+            await self._end(claim, delivery, attempt, "delivered")
+            return
+        delay = retry_delay(len(delivery.attempts) + 1, self.settings.webhook_retry_delays_s)
+        if delay is None:
+            log.warning("webhook delivery %s to %s failed %d times; given up: %s", delivery.id, endpoint.url,
+                        len(delivery.attempts) + 1, attempt.error)
+            await self._end(claim, delivery, attempt, "failed")
+            return
+        due = time.time() + delay
+        await self.store.save_delivery(delivery.model_copy(update={
+            "attempts": [*delivery.attempts, attempt], "next_attempt_at": due}))
+        await self.store.reschedule(claim, due)
+
+    async def _end(self, claim: Claim, delivery: WebhookDelivery, attempt: DeliveryAttempt, status: str) -> None:
+        await self.store.save_delivery(delivery.model_copy(update={
+            "attempts": [*delivery.attempts, attempt], "status": status, "next_attempt_at": None}))
+        await self.store.finish(claim)
+
+    async def post(self, endpoint: WebhookEndpoint, delivery: WebhookDelivery) -> DeliveryAttempt:
+        """One signed POST; its outcome (`error` None only for a 2xx)."""
+        body = delivery.event.model_dump_json().encode()
+        started = time.time()
+        headers = signed_headers(endpoint.secret or "", delivery.id, int(started), body)
+        status: int | None = None
+        error: str | None = None
+        try:
+            async with self.session.post(endpoint.url, data=body, headers=headers, allow_redirects=False,
+                                         timeout=aiohttp.ClientTimeout(total=self.settings.webhook_timeout_s)
+                                         ) as answer:
+                status = answer.status
+                await answer.content.read(MAX_ANSWER_BYTES)
+            if not is_success(status):
+                error = f"the endpoint answered HTTP {status}"
+        except TimeoutError:
+            error = f"no answer within {self.settings.webhook_timeout_s:g}s"
+        except (aiohttp.ClientError, OSError, ValueError) as failure:
+            error = f"could not reach the endpoint: {failure!r}"[:500]
+        return DeliveryAttempt(attempted_at=started, status_code=status, error=error,
+                               duration_ms=int((time.time() - started) * 1000))
+
+
+async def webhook_deliverer(app: web.Application) -> AsyncIterator[None]:
+    """A cleanup context: the store for the API always; with `webhooks` on, the intake and attempts loops."""
+    d = app[DEPS]
+    store = await open_webhook_store(d)
+    app[WEBHOOK_STORE] = store
+    if not d.settings.webhooks:
+        yield
+        return
+    session = aiohttp.ClientSession()
+    attempts = Attempts(d.settings, store, session)
+    tasks = [asyncio.create_task(intake(d, store)), asyncio.create_task(attempts.run())]
+    try:
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await session.close()

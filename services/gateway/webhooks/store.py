@@ -1,0 +1,127 @@
+"""The webhooks bucket: endpoints (`endpoint.<id>`), every delivery with its attempts
+(`delivery.<endpoint_id>.<msg_id>`), and the deliveries due (`due.<msg_id>`: when the next attempt may start).
+
+Any gateway may attempt a due delivery: it claims it first by compare-and-set on its `due` entry (moving it a lease
+into the future), so two never attempt it at once; a gateway that dies mid-attempt leaves the claim to lapse and
+another attempts again, with the same `webhook-id`. Lists read with direct gets (`latest_entries`): no consumer or
+watch is opened, so nothing is left behind whatever happens to a request.
+"""
+
+import time
+from dataclasses import dataclass
+
+import nats.js.errors
+from nats.js.kv import KeyValue
+from pydantic import BaseModel
+
+from contracts.api.webhook import WebhookDelivery, WebhookEndpoint
+from services.runtime.kv import latest_entries
+
+ENDPOINT = "endpoint"
+DELIVERY = "delivery"
+DUE = "due"
+
+
+class Due(BaseModel):
+    endpoint_id: str
+    not_before: float
+    """Seconds since the epoch: when the next attempt may start (a claim moves it on by its lease)."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    delivery_id: str
+    endpoint_id: str
+
+
+@dataclass
+class WebhookStore:
+    kv: KeyValue
+
+    async def put_endpoint(self, endpoint: WebhookEndpoint) -> None:
+        await self.kv.put(f"{ENDPOINT}.{endpoint.id}", endpoint.model_dump_json().encode())
+
+    async def get_endpoint(self, endpoint_id: str) -> WebhookEndpoint | None:
+        try:
+            entry = await self.kv.get(f"{ENDPOINT}.{endpoint_id}")
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        return WebhookEndpoint.model_validate_json(entry.value) if entry.value else None
+
+    async def list_endpoints(self) -> list[WebhookEndpoint]:
+        entries = await latest_entries(self.kv, f"{ENDPOINT}.*")
+        found = [WebhookEndpoint.model_validate_json(value) for _, value in entries]
+        return sorted(found, key=lambda endpoint: (endpoint.created_at, endpoint.id))
+
+    async def delete_endpoint(self, endpoint_id: str) -> None:
+        """The endpoint goes; its deliveries stay readable, and those still due end `failed` when next taken."""
+        await self.kv.purge(f"{ENDPOINT}.{endpoint_id}")
+
+    async def add_delivery(self, delivery: WebhookDelivery) -> None:
+        """Record a delivery and make it due, once: taken again (a fact redelivered), a delivery already recorded
+        is left as it is, and made due again only while it is still pending (a crash between the two writes)."""
+        try:
+            await self.kv.create(self._delivery_key(delivery.endpoint_id, delivery.id),
+                                 delivery.model_dump_json().encode())
+        except nats.js.errors.KeyWrongLastSequenceError:
+            recorded = await self.get_delivery(delivery.endpoint_id, delivery.id)
+            if recorded is None or recorded.status != "pending":
+                return
+        due = Due(endpoint_id=delivery.endpoint_id, not_before=delivery.next_attempt_at or time.time())
+        try:
+            await self.kv.create(f"{DUE}.{delivery.id}", due.model_dump_json().encode())
+        except nats.js.errors.KeyWrongLastSequenceError:
+            pass  # due already
+
+    async def get_delivery(self, endpoint_id: str, delivery_id: str) -> WebhookDelivery | None:
+        try:
+            entry = await self.kv.get(self._delivery_key(endpoint_id, delivery_id))
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        return WebhookDelivery.model_validate_json(entry.value) if entry.value else None
+
+    async def save_delivery(self, delivery: WebhookDelivery) -> None:
+        await self.kv.put(self._delivery_key(delivery.endpoint_id, delivery.id), delivery.model_dump_json().encode())
+
+    async def list_deliveries(self, endpoint_id: str) -> list[WebhookDelivery]:
+        """The endpoint's deliveries, newest first."""
+        found = [WebhookDelivery.model_validate_json(value)
+                 for _, value in await latest_entries(self.kv, f"{DELIVERY}.{endpoint_id}.*")]
+        return sorted(found, key=lambda delivery: (delivery.created_at, delivery.id), reverse=True)
+
+    async def due_now(self, now: float) -> list[Claim]:
+        """Deliveries whose next attempt may start (unclaimed, or their claim lapsed), oldest first."""
+        due: list[tuple[float, Claim]] = []
+        for key, value in await latest_entries(self.kv, f"{DUE}.*"):
+            entry = Due.model_validate_json(value)
+            if entry.not_before <= now:
+                due.append((entry.not_before, Claim(key.removeprefix(f"{DUE}."), entry.endpoint_id)))
+        return [claim for _, claim in sorted(due, key=lambda pair: pair[0])]
+
+    async def claim(self, claim: Claim, lease_s: float, now: float) -> bool:
+        """Take a due delivery for `lease_s`; False: another gateway took it (or it is no longer due)."""
+        key = f"{DUE}.{claim.delivery_id}"
+        try:
+            entry = await self.kv.get(key)
+        except nats.js.errors.KeyNotFoundError:
+            return False
+        if not entry.value or Due.model_validate_json(entry.value).not_before > now:
+            return False
+        leased = Due(endpoint_id=claim.endpoint_id, not_before=now + lease_s)
+        try:
+            await self.kv.update(key, leased.model_dump_json().encode(), last=entry.revision)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            return False
+        return True
+
+    async def reschedule(self, claim: Claim, at: float) -> None:
+        await self.kv.put(f"{DUE}.{claim.delivery_id}",
+                          Due(endpoint_id=claim.endpoint_id, not_before=at).model_dump_json().encode())
+
+    async def finish(self, claim: Claim) -> None:
+        """The delivery needs no more attempts (delivered, or given up)."""
+        await self.kv.purge(f"{DUE}.{claim.delivery_id}")
+
+    @staticmethod
+    def _delivery_key(endpoint_id: str, delivery_id: str) -> str:
+        return f"{DELIVERY}.{endpoint_id}.{delivery_id}"

@@ -1,0 +1,282 @@
+"""Webhooks against a real gateway, ledger, NATS and S3, delivered to a real local HTTP receiver: endpoints are
+registered and managed per user or organisation, each batch fact is POSTed signed per Standard Webhooks (checked
+with the `standardwebhooks` library) to exactly the endpoints that receive it, failed attempts are retried with
+backoff under the same `webhook-id` and shown on the delivery, and a gateway stopped and started again neither
+loses a delivery nor sends one under a new id."""
+
+import asyncio
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from aiohttp import web
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+from contracts.events.batch import BatchCancelled, BatchValidated, BatchValidationFailed
+from contracts.events.envelope import Event
+from services.runtime.bus import EventBus
+from services.runtime.settings import ConnectionSettings
+from tests.integration.gateway_support import Gateway, jsonl, running_gateway
+from tests.integration.test_gateway_accounts import Headers, admin_key
+from tests.integration.test_gateway_oversight import member, organization
+
+FAST = {"webhook_retry_delays_s": [0.3, 0.3], "webhook_poll_interval_s": 0.1, "webhook_timeout_s": 2.0}
+WAIT_S = 20.0
+
+
+@dataclass
+class Receiver:
+    """A local webhook receiver: it answers each POST with the next of `answers` (then 200), and keeps them all."""
+
+    url: str = ""
+    received: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
+    answers: list[int] = field(default_factory=list)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.received.append(({k.lower(): v for k, v in request.headers.items()}, await request.read()))
+        return web.Response(status=self.answers.pop(0) if self.answers else 200)
+
+    def bodies_for(self, batch_id: str) -> list[tuple[dict[str, str], bytes]]:
+        return [(headers, body) for headers, body in self.received if batch_id.encode() in body]
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    found = Receiver()
+    app = web.Application()
+    app.router.add_post("/hook", found.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    found.url = f"http://127.0.0.1:{port}/hook"
+    yield found
+    await runner.cleanup()
+
+
+@pytest.fixture(scope="module")
+async def gateway(connection: ConnectionSettings) -> AsyncIterator[Gateway]:
+    async with running_gateway(connection, **FAST) as running:
+        yield running
+
+
+async def register(gateway: Gateway, headers: Headers, url: str, **fields: Any) -> dict[str, Any]:
+    answer = await gateway.client.post("/v1/webhooks", headers=headers, json={"url": url, **fields})
+    assert answer.status == 200, await answer.text()
+    return dict(await answer.json())
+
+
+async def new_batch(gateway: Gateway, headers: Headers) -> str:
+    uploaded = await gateway.upload(headers, jsonl("a", "b", secrets.token_hex(4)))
+    assert uploaded.status == 200, await uploaded.text()
+    created = await gateway.client.post("/v1/batches", headers=headers, json={
+        "input_file_id": (await uploaded.json())["id"], "endpoint": "/v1/chat/completions",
+        "completion_window": "24h"})
+    assert created.status == 200, await created.text()
+    return str((await created.json())["id"])
+
+
+def validated(batch_id: str) -> BatchValidated:
+    """The fact a validator states (no validator runs here: the test states it)."""
+    return BatchValidated(aggregate_id=batch_id, total_lines=2, model="smollm2", owner_key_id="k",
+                          endpoint="/v1/chat/completions", input_object_key="in")
+
+
+def cancelled(batch_id: str) -> BatchCancelled:
+    return BatchCancelled(aggregate_id=batch_id, output_file_id=None, error_file_id=None, completed=0, failed=0,
+                          usage={"input_tokens": 0, "output_tokens": 0, "total_tokens": 0})
+
+
+async def until(check: Callable[[], Awaitable[bool] | bool], what: str, timeout_s: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        outcome = check()
+        if await outcome if isinstance(outcome, Awaitable) else outcome:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def deliveries(gateway: Gateway, headers: Headers, endpoint_id: str) -> list[dict[str, Any]]:
+    answer = await gateway.client.get(f"/v1/webhooks/{endpoint_id}/deliveries?limit=100", headers=headers)
+    assert answer.status == 200, await answer.text()
+    return list((await answer.json())["data"])
+
+
+async def publish(gateway: Gateway, fact: Event) -> None:
+    await gateway.bus.publish(fact)
+
+
+async def test_a_registered_endpoint_gets_each_fact_signed_per_standard_webhooks(
+        gateway: Gateway, receiver: Receiver) -> None:
+    alice = await gateway.new_key()
+    endpoint = await register(gateway, alice, receiver.url, events=["batch.validated", "batch.cancelled"])
+    assert endpoint["secret"].startswith("whsec_") and endpoint["object"] == "webhook_endpoint"
+    batch_id = await new_batch(gateway, alice)
+
+    await publish(gateway, validated(batch_id))
+    await publish(gateway, cancelled(batch_id))
+    await until(lambda: len(receiver.bodies_for(batch_id)) == 2, "both webhooks")
+
+    verifier = Webhook(endpoint["secret"])
+    events = [verifier.verify(body, headers) for headers, body in receiver.bodies_for(batch_id)]
+    assert [event["type"] for event in events] == ["batch.validated", "batch.cancelled"]
+    assert all(event["object"] == "event" and event["data"] == {"id": batch_id} for event in events)
+    assert all(event["id"].startswith("evt_") for event in events)
+    ids = [headers["webhook-id"] for headers, _ in receiver.bodies_for(batch_id)]
+    assert len(set(ids)) == 2 and all(i.startswith("msg_") for i in ids)
+    with pytest.raises(WebhookVerificationError):  # another secret's signature does not verify
+        Webhook("whsec_" + "A" * 43 + "=").verify(*reversed(receiver.bodies_for(batch_id)[0]))
+
+    shown = await deliveries(gateway, alice, endpoint["id"])
+    assert {d["status"] for d in shown} == {"delivered"}
+    assert all(len(d["attempts"]) == 1 and d["attempts"][0]["status_code"] == 200 for d in shown)
+
+
+async def test_the_same_fact_stated_twice_is_delivered_once(gateway: Gateway, receiver: Receiver) -> None:
+    alice = await gateway.new_key()
+    await register(gateway, alice, receiver.url, events=["batch.validated"])
+    batch_id = await new_batch(gateway, alice)
+    fact = validated(batch_id)
+    await publish(gateway, fact)
+    await until(lambda: len(receiver.bodies_for(batch_id)) == 1, "the webhook")
+    # A fact published again under another message id (a replay, a second validator): same event, same delivery.
+    await gateway.bus.js.publish(fact.subject, fact.model_dump_json().encode())
+    await asyncio.sleep(1.5)
+    assert len(receiver.bodies_for(batch_id)) == 1
+
+
+async def test_only_the_owner_and_the_owners_organisation_receive_a_batchs_events(
+        gateway: Gateway, receiver: Receiver) -> None:
+    admin = await admin_key(gateway)
+    org = await organization(gateway, admin)
+    _, alice = await member(gateway, admin, org, "alice")
+    _, boss = await member(gateway, admin, org, "boss", role="admin")
+    _, bob = await member(gateway, admin, await organization(gateway, admin), "bob")
+    own = await register(gateway, alice, receiver.url + "?who=alice")
+    org_wide = await register(gateway, boss, receiver.url + "?who=org", scope="organization")
+    await register(gateway, bob, receiver.url + "?who=bob")
+    batch_id = await new_batch(gateway, alice)
+
+    await publish(gateway, validated(batch_id))
+    await until(lambda: len(receiver.bodies_for(batch_id)) == 2, "two webhooks")
+    await asyncio.sleep(0.5)
+    assert len(receiver.bodies_for(batch_id)) == 2
+    assert len(await deliveries(gateway, alice, own["id"])) == 1
+    assert len(await deliveries(gateway, boss, org_wide["id"])) == 1
+    assert org_wide["organization_id"] == org
+
+    # Each sees and manages only their own endpoints (and an organisation's administrator its organisation's).
+    assert [e["id"] for e in (await (await gateway.client.get("/v1/webhooks", headers=alice)).json())["data"]] == [
+        own["id"]]
+    assert (await gateway.client.get(f"/v1/webhooks/{own['id']}", headers=bob)).status == 404
+    assert (await gateway.client.delete(f"/v1/webhooks/{org_wide['id']}", headers=alice)).status == 404
+    refused = await gateway.client.post("/v1/webhooks", headers=alice, json={"url": receiver.url,
+                                                                             "scope": "organization"})
+    assert refused.status == 403
+    assert (await refused.json())["error"]["code"] == "insufficient_permissions"
+
+
+async def test_a_refused_delivery_is_retried_with_the_same_id_until_the_endpoint_takes_it(
+        gateway: Gateway, receiver: Receiver) -> None:
+    alice = await gateway.new_key()
+    endpoint = await register(gateway, alice, receiver.url, events=["batch.failed"])
+    batch_id = await new_batch(gateway, alice)
+    receiver.answers = [500, 503]
+
+    await publish(gateway, BatchValidationFailed(aggregate_id=batch_id, total_lines=2, error_count=2))
+    await until(lambda: len(receiver.bodies_for(batch_id)) == 3, "three attempts")
+    assert len({headers["webhook-id"] for headers, _ in receiver.bodies_for(batch_id)}) == 1
+    event = Webhook(endpoint["secret"]).verify(*reversed(receiver.bodies_for(batch_id)[-1]))
+    assert event["type"] == "batch.failed"
+
+    async def delivered() -> bool:
+        return [d["status"] for d in await deliveries(gateway, alice, endpoint["id"])] == ["delivered"]
+
+    await until(delivered, "the delivery to be recorded delivered")
+    [delivery] = await deliveries(gateway, alice, endpoint["id"])
+    assert [a["status_code"] for a in delivery["attempts"]] == [500, 503, 200]
+    assert delivery["attempts"][0]["error"] == "the endpoint answered HTTP 500"
+
+
+async def test_a_delivery_out_of_attempts_fails_and_can_be_sent_again(gateway: Gateway, receiver: Receiver) -> None:
+    alice = await gateway.new_key()
+    endpoint = await register(gateway, alice, receiver.url, events=["batch.cancelled"])
+    batch_id = await new_batch(gateway, alice)
+    receiver.answers = [500, 500, 500]
+
+    await publish(gateway, cancelled(batch_id))
+
+    async def failed() -> bool:
+        return [d["status"] for d in await deliveries(gateway, alice, endpoint["id"])] == ["failed"]
+
+    await until(failed, "the delivery to fail")
+    [delivery] = await deliveries(gateway, alice, endpoint["id"])
+    assert len(delivery["attempts"]) == 3  # the first and one per retry delay
+    again = await gateway.client.post(f"/v1/webhooks/{endpoint['id']}/deliveries/{delivery['id']}/redeliver",
+                                      headers=alice)
+    assert again.status == 200, await again.text()
+
+    async def delivered() -> bool:
+        return [d["status"] for d in await deliveries(gateway, alice, endpoint["id"])] == ["delivered"]
+
+    await until(delivered, "the redelivery")
+    assert len({headers["webhook-id"] for headers, _ in receiver.bodies_for(batch_id)}) == 1
+
+
+async def test_endpoints_are_checked_changed_rotated_and_deleted(gateway: Gateway, receiver: Receiver) -> None:
+    alice = await gateway.new_key()
+    for body, code in (({"url": "ftp://example.com/x"}, "invalid_url"), ({"url": "not a url at all"}, "invalid_url"),
+                       ({"url": receiver.url, "events": ["batch.exploded"]}, None), ({}, None)):
+        answer = await gateway.client.post("/v1/webhooks", headers=alice, json=body)
+        assert answer.status == 400, await answer.text()
+        error = (await answer.json())["error"]
+        assert set(error) == {"message", "type", "param", "code"}
+        if code:
+            assert error["code"] == code
+    endpoint = await register(gateway, alice, receiver.url)
+    listed = (await (await gateway.client.get("/v1/webhooks", headers=alice)).json())["data"]
+    assert listed[0]["secret"] is None and len(listed[0]["events"]) == 5
+    changed = await gateway.client.post(f"/v1/webhooks/{endpoint['id']}", headers=alice,
+                                        json={"enabled": False, "events": ["batch.completed"]})
+    assert (await changed.json())["enabled"] is False
+    rotated = await (await gateway.client.post(f"/v1/webhooks/{endpoint['id']}/rotate_secret", headers=alice)).json()
+    assert rotated["secret"].startswith("whsec_") and rotated["secret"] != endpoint["secret"]
+    gone = await gateway.client.delete(f"/v1/webhooks/{endpoint['id']}", headers=alice)
+    assert (await gone.json()) == {"id": endpoint["id"], "object": "webhook_endpoint.deleted", "deleted": True}
+    assert (await gateway.client.get(f"/v1/webhooks/{endpoint['id']}", headers=alice)).status == 404
+
+
+async def test_a_disabled_endpoint_gets_nothing(gateway: Gateway, receiver: Receiver) -> None:
+    alice = await gateway.new_key()
+    endpoint = await register(gateway, alice, receiver.url)
+    await gateway.client.post(f"/v1/webhooks/{endpoint['id']}", headers=alice, json={"enabled": False})
+    batch_id = await new_batch(gateway, alice)
+    await publish(gateway, validated(batch_id))
+    await asyncio.sleep(1.5)
+    assert receiver.bodies_for(batch_id) == []
+
+
+async def test_a_gateway_restarted_mid_retry_delivers_under_the_same_id_and_takes_facts_stated_while_down(
+        connection: ConnectionSettings, receiver: Receiver) -> None:
+    slow = {**FAST, "webhook_retry_delays_s": [2.0]}
+    async with running_gateway(connection, **slow) as first:
+        alice = await first.new_key()
+        endpoint = await register(first, alice, receiver.url)
+        early, late = await new_batch(first, alice), await new_batch(first, alice)
+        receiver.answers = [500]
+        await publish(first, validated(early))
+        await until(lambda: len(receiver.bodies_for(early)) == 1, "the first attempt")
+    # No gateway runs: the retry falls due, and a new fact is stated.
+    bus = await EventBus.connect(connection.nats_url, "tests-webhooks")
+    await bus.publish(validated(late))
+    await bus.close()
+    async with running_gateway(connection, **slow) as second:
+        await until(lambda: len(receiver.bodies_for(early)) == 2, "the retry due while no gateway ran")
+        await until(lambda: len(receiver.bodies_for(late)) == 1, "the fact stated while no gateway ran")
+        assert len({headers["webhook-id"] for headers, _ in receiver.bodies_for(early)}) == 1
+        assert {d["status"] for d in await deliveries(second, alice, endpoint["id"])} == {"delivered"}
