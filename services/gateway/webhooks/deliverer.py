@@ -19,7 +19,6 @@ import time
 from collections.abc import AsyncIterator
 
 import aiohttp
-import nats.errors
 from aiohttp import web
 
 from contracts.api.webhook import DeliveryAttempt, WebhookDelivery, WebhookEndpoint
@@ -60,9 +59,9 @@ async def intake(d: Deps, store: WebhookStore) -> None:
         while True:
             try:
                 messages = await subscription.fetch(FETCH_BATCH, timeout=1.0)
-            except nats.errors.TimeoutError:
+            except TimeoutError:  # nothing to take (nats-py raises asyncio's, or its own subclass of it)
                 continue
-            except nats.errors.Error as error:
+            except Exception as error:  # the broker away, a reconnect: the loop outlives it
                 log.warning("webhook intake could not fetch (%r); again in 2s", error)
                 await asyncio.sleep(2.0)
                 continue
