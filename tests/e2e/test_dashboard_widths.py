@@ -54,7 +54,7 @@ def test_no_page_scrolls_sideways_and_no_badge_breaks(stack: RunningStack, brows
     page.get_by_role("button", name="Sign in").click()
     expect(page.locator("#status")).to_contain_text("Signed in", timeout=10_000)
     for path in ("/dashboard/", "/dashboard/new", "/dashboard/batches", f"/dashboard/batches/{batch.id}",
-                 "/dashboard/keys", "/dashboard/provider", "/dashboard/operator"):
+                 "/dashboard/keys", "/dashboard/webhooks", "/dashboard/provider", "/dashboard/operator"):
         page.goto(f"http://127.0.0.1:{stack.port}{path}")
         page.wait_for_load_state("networkidle")
         page.wait_for_timeout(500)  # the page's script fills its tables
@@ -85,4 +85,31 @@ def test_the_batches_list_filters_by_status_and_searches_metadata(stack: Running
     page.get_by_label("Status").select_option("failed")
     page.get_by_role("button", name="Show").click()
     expect(page.locator("#batches tbody")).to_contain_text("No batches here.", timeout=10_000)
+    context.close()
+
+
+def test_the_webhooks_page_adds_shows_disables_and_deletes_an_endpoint(stack: RunningStack, browser: Browser) -> None:
+    context = browser.new_context(viewport={"width": 390, "height": 900})
+    page = context.new_page()
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.goto(f"http://127.0.0.1:{stack.port}/dashboard/")
+    page.get_by_label("API key").fill(ADMIN_KEY)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#status")).to_contain_text("Signed in", timeout=10_000)
+    page.goto(f"http://127.0.0.1:{stack.port}/dashboard/webhooks")
+    url = f"https://hooks.example.com/sheshnag/{stack.port}"
+    page.get_by_label("URL").fill(url)
+    page.get_by_label("batch.validated").uncheck()
+    page.get_by_role("button", name="Add endpoint").click()
+    expect(page.locator("#secret")).to_contain_text("whsec_", timeout=10_000)
+    row = page.locator("#endpoints tbody tr", has_text=url)
+    expect(row).to_contain_text("batch.completed")
+    expect(row).not_to_contain_text("batch.validated")
+    row.get_by_role("button", name="Deliveries").click()
+    expect(page.locator("#delivery-table tbody")).to_contain_text("Nothing sent yet")
+    row.get_by_role("button", name="Disable").click()
+    expect(row.locator(".state")).to_have_text("disabled", timeout=10_000)
+    assert overflow(page) <= 0
+    row.get_by_role("button", name=f"Delete {url}").click()
+    expect(page.locator("#endpoints tbody tr", has_text=url)).to_have_count(0, timeout=10_000)
     context.close()

@@ -28,6 +28,7 @@ PAGES = [
     Page("/batches", "batches", "Batches", "Batches"),
     Page("/batches/{batch_id}", "batch", "Batch", None),
     Page("/keys", "keys", "API keys", "API keys"),
+    Page("/webhooks", "webhooks", "Webhooks", "Webhooks"),
     Page("/provider", "provider", "Provider portal", "Provider"),
     Page("/operator", "operator", "Operator view", "Operator"),
 ]
