@@ -96,8 +96,8 @@ class Chunk:
 @dataclass
 class ChunkCommitter:
     """Groups finished lines into chunks of `chunk_lines`, numbered on from `next_chunk`; a chunk whose first line
-    finished `max_wait_s` ago or more is committed with the next line however few it holds, so an attempt sharing
-    its engine with others (lines finishing slowly) still commits, and shows progress, every few seconds."""
+    finished `max_wait_s` ago or more is committed however few it holds (with the next line, or by the runner's
+    clock, `due`), so an attempt whose lines finish slowly still commits, and shows progress, every few seconds."""
 
     chunk_lines: int
     next_chunk: int
@@ -110,8 +110,12 @@ class ChunkCommitter:
         if not self.pending:
             self.pending_since = now
         self.pending.append(line)
-        due = len(self.pending) >= self.chunk_lines or now - self.pending_since >= self.max_wait_s
-        return self.flush() if due else None
+        return self.flush() if self.due(now) else None
+
+    def due(self, now: float) -> bool:
+        """Whether the pending lines are to be committed now: a whole chunk, or its first line waited long enough."""
+        return bool(self.pending) and (len(self.pending) >= self.chunk_lines
+                                       or now - self.pending_since >= self.max_wait_s)
 
     def flush(self) -> Chunk | None:
         if not self.pending:

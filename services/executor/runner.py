@@ -210,6 +210,23 @@ class BatchRunner:
                 lease_lost = True
                 watch.stopping.set()
 
+        lines_done = asyncio.Event()
+
+        async def commit_on_time() -> None:
+            """Lines finished and then nothing for `chunk_max_wait_s`: committed anyway (progress keeps moving).
+            Stopped by `lines_done`, never cancelled: a chunk taken from the committer is always committed."""
+            every = min(self.chunk_max_wait_s / 2, 1.0)
+            while True:
+                try:
+                    await asyncio.wait_for(lines_done.wait(), every)
+                    return
+                except TimeoutError:
+                    pass
+                async with commit_lock:
+                    if committer.due(time.monotonic()):
+                        await commit(committer.flush())
+
+        clock = asyncio.create_task(commit_on_time()) if self.chunk_max_wait_s < float("inf") else None
         try:
             async with self.inputs.hold(command.batch_id, command.input_object_key) as copy, \
                     aclosing(self._pending_lines(command, resume, copy, watch.stopping)) as pending, \
@@ -230,6 +247,10 @@ class BatchRunner:
         except ExceptionGroup as failures:
             # A crashed engine or a bad input line stops the attempt; surface the first cause.
             raise failures.exceptions[0] from failures
+        finally:
+            lines_done.set()
+            if clock is not None:
+                await asyncio.gather(clock, return_exceptions=True)
         async with commit_lock:
             await commit(committer.flush())
         return not lease_lost and not watch.fenced

@@ -28,8 +28,8 @@ class ExecutorSettings(ServiceSettings):
     chunk_lines: int = 16
     """Finished lines per committed result chunk (and per progress event)."""
     chunk_max_wait_s: float = 2.0
-    """A chunk is committed with fewer lines once its first finished this long ago: an attempt whose lines finish
-    slowly (sharing its engine, long generations) still commits, and shows progress, every few seconds."""
+    """A chunk is committed with fewer lines once its first finished this long ago, whether or not another line
+    finished since: `request_counts` and `usage` move within this long of any line finishing."""
     line_attempts: int = 3
     """Tries of one line when the engine answers 5xx (transient); a 4xx answer is final at once."""
     line_retry_delay_s: float = 0.5

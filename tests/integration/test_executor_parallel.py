@@ -81,3 +81,17 @@ async def test_an_expiry_finalize_stops_every_shard_of_the_batch_running_on_the_
     assert all(fact.stopped for fact in finished.values()), "each attempt was told to stop"
     committed = sum(fact.completed + fact.failed for fact in facts if isinstance(fact, BatchProgressed))
     assert committed < lines, "the expiry should land before every line ran"
+
+
+async def test_a_finished_line_is_committed_within_the_wait_while_its_neighbour_still_runs(
+    bus: EventBus, object_store: ObjectStore, executor: ExecutorSettings,
+) -> None:
+    """Progress moves by the clock, not only when the next line finishes: a short line beside a long one (the two
+    slots) commits alone once it has waited `chunk_max_wait_s`, long before the long line ends."""
+    command = await new_batch(object_store, executor, "/v1/chat/completions", CHAT,
+                              [chat(1, max_tokens=1), chat(2, max_tokens=700)])
+    await bus.send(command)
+    facts = await batch_facts(bus, command.batch_id, ended, timeout_s=120.0)
+    progressed = [fact for fact in facts if isinstance(fact, BatchProgressed)]
+    assert [(fact.completed, fact.failed) for fact in progressed] == [(1, 0), (2, 0)]
+    assert facts[-1].type == "batch.completed"

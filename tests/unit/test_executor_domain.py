@@ -241,3 +241,13 @@ def test_a_batch_stops_on_cancel_or_once_its_window_ends() -> None:
     assert log.stop_reason(now_s=199) is None and log.stop_reason(now_s=200) == "expired"
     log.fold(fact(BatchCancelRequested, requested_by_key_id="k"))
     assert log.stop_reason(now_s=0) == "cancelled"
+
+
+def test_pending_lines_fall_due_by_the_clock_alone() -> None:
+    committer = ChunkCommitter(chunk_lines=16, next_chunk=0, tally=Tally(), max_wait_s=2.0)
+    assert not committer.due(100.0)  # nothing pending
+    assert committer.add(ok(1, "a"), now=10.0) is None
+    assert not committer.due(11.9)
+    assert committer.due(12.0)
+    chunk = committer.flush()
+    assert chunk is not None and chunk.completed == 1 and not committer.due(50.0)
