@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import NoReturn
 
 import aiohttp
+from pydantic import ValidationError
+from pydantic_settings import BaseSettings
 
 from contracts.api.organization import CreateKey, CreateOrganization, CreateUser
 from contracts.billing import micros_to_usd, parse_usd
@@ -45,6 +47,7 @@ from services.gateway.usecases.accounts import Accounts
 from services.gateway.usecases.refusals import ApiError, parse_fields
 from services.runtime.bus import EventBus
 from services.runtime.catalogue import install_command, load_catalogue, missing_package
+from services.runtime.config_file import CONFIG_FILE_VARIABLE, ConfigFileError
 from services.runtime.readmodel import ReadModel
 from services.runtime.settings import ConnectionSettings
 
@@ -82,6 +85,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     up.add_argument("--listen", default="127.0.0.1", help="the address (this host's IP or DNS name) broker, object "
                     "store and gateway bind and provider hosts reach; any but 127.0.0.1/localhost/::1 puts the "
                     "broker behind TLS with a CA generated into the data dir (default 127.0.0.1: this host only)")
+    up.add_argument("--config", type=Path, default=None, help="a settings file (TOML, a table per service: "
+                    "docs/settings.md) every process of the stack reads; environment variables win over it")
     up.add_argument("--nats-url", default="", help="use this broker instead of starting one: a cluster's client "
                     "URLs, comma-separated, whose accounts are the data dir's (infra/nats_cluster.py)")
     keys = commands.add_parser("keys", help="manage API keys of a running stack")
@@ -190,6 +195,18 @@ async def wait_for_gateway(port: int, within_s: float = 120.0, host: str = "127.
     raise TimeoutError(f"the gateway did not answer on port {port} within {within_s}s")
 
 
+def use_config_file(path: Path) -> None:
+    """Every process `up` starts reads `path`; a file that would fail a service's start fails `up` first, saying
+    why."""
+    os.environ[CONFIG_FILE_VARIABLE] = str(path.expanduser().resolve())
+    every: list[type[BaseSettings]] = [ConnectionSettings, *SERVICE_SETTINGS.values()]
+    for settings_cls in every:
+        try:
+            settings_cls()
+        except (ConfigFileError, ValidationError) as error:
+            raise SystemExit(f"sheshnag up: {error}") from None
+
+
 async def up(args: argparse.Namespace) -> None:
     # Whatever the supervisor writes (logs, pid files, keys) is made private, not tightened afterwards.
     os.umask(PRIVATE_UMASK)
@@ -197,6 +214,8 @@ async def up(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    if args.config is not None:
+        use_config_file(args.config)
     stack = Stack(args.data_dir.expanduser().resolve(), args.port, pick_port(args.nats_port), pick_port(args.s3_port),
                   args.nats_url, args.listen)
     try:

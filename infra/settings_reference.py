@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings
 from services.executor.settings import ExecutorSettings
 from services.gateway.settings import GatewaySettings
 from services.ledger.settings import LedgerSettings
+from services.runtime.config_file import section_of
 from services.runtime.settings import ConnectionSettings
 from services.scheduler.settings import SchedulerSettings
 from services.validator.settings import ValidatorSettings
@@ -97,11 +98,20 @@ def reference_markdown() -> str:
     out = ["# Settings reference", "",
            "Generated from the services' pydantic-settings classes by `python -m infra.settings_reference` (a test "
            "checks it is current). Every variable is read from the environment; `sheshnag up` sets the wiring ones "
-           "(broker, object store, ports, paths) itself.", ""]
+           "(broker, object store, ports, paths) itself.", "",
+           "## The settings file", "",
+           "Besides the environment, settings may come from a TOML file named by `SHESHNAG_CONFIG_FILE` (`sheshnag "
+           "up --config FILE` sets it for every process it starts): a table per section below (its name in "
+           "brackets), keys named as the variable less its prefix, in lower case. An environment variable wins over "
+           "the file, the file over the default. A key no setting has, a file that is missing or not TOML, and any "
+           "credential (keys, passwords, seeds: they stay in the environment) are refused at start.", "",
+           "```toml", "[connection]", 's3_bucket = "batches"', "[gateway]", "max_active_batches = 500",
+           "[executor]", "n_threads = 8", "```", ""]
     sections: list[tuple[str, type[BaseSettings]]] = [("Every service: the connection", ConnectionSettings)]
     sections += [(f"`sheshnag {name}`", settings) for name, settings in SERVICE_SETTINGS.items()]
     for title, cls in sections:
-        out += [f"## {title}", "", "| variable | type | default | what it does |", "|---|---|---|---|"]
+        out += [f"## {title} · `[{section_of(cls)}]`", "", "| variable | type | default | what it does |",
+                "|---|---|---|---|"]
         out += [f"| `{s.variable}` | {_cell(s.type)} | {_cell(s.default) or '—'} | {_cell(s.doc) or '—'} |"
                 for s in settings_of(cls)]
         out.append("")

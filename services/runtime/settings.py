@@ -1,13 +1,28 @@
-"""Connection settings shared by every service: where the broker, object store and catalogue are."""
+"""Connection settings shared by every service: where the broker, object store and catalogue are; and the base every
+settings class reads from (environment, then the optional settings file)."""
 
 import ssl
 from pathlib import Path
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from services.runtime.config_file import ConfigFileSource
 
 
-class ConnectionSettings(BaseSettings):
+class FileBackedSettings(BaseSettings):
+    """Settings read from the environment, then the optional settings file (`config_file.py`), then defaults."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, env_settings, dotenv_settings, file_secret_settings, ConfigFileSource(settings_cls)
+
+
+class ConnectionSettings(FileBackedSettings):
     """Read from `SHESHNAG_*` variables; every service embeds one."""
 
     model_config = SettingsConfigDict(env_prefix="SHESHNAG_", extra="ignore")
@@ -55,7 +70,7 @@ def connection_settings() -> ConnectionSettings:
     return ConnectionSettings()
 
 
-class ServiceSettings(BaseSettings):
+class ServiceSettings(FileBackedSettings):
     """Base for each service's own settings; subclasses set their own env prefix."""
 
     model_config = SettingsConfigDict(extra="ignore")

@@ -1,0 +1,98 @@
+"""The optional settings file: a TOML file named by `SHESHNAG_CONFIG_FILE` (`sheshnag up --config FILE` sets it for
+every process it starts), one table per settings class, keys named as the fields (the variable less its prefix,
+lower case):
+
+    [connection]          # SHESHNAG_*: every service
+    s3_bucket = "batches"
+    [gateway]             # SHESHNAG_GATEWAY_*
+    max_active_batches = 500
+    [executor]
+    n_threads = 8
+
+An environment variable wins over the file, and the file over the default. A key no setting has is refused at
+start (a typo never passes silently), as is a file that is missing or not TOML, and a secret (keys, passwords,
+seeds): every process of a stack reads the file, and `sheshnag up` hands each process only the secrets its own job
+needs, so secrets stay in the environment.
+"""
+
+import os
+import re
+import tomllib
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
+
+CONFIG_FILE_VARIABLE = "SHESHNAG_CONFIG_FILE"
+PREFIX = "SHESHNAG_"
+SECRET_NAME = re.compile(r"secret|password|seed|worker_key|access_key")
+"""Settings that hold a credential. (A URL may carry one too — `nats://core:…@host`, a PostgreSQL URL: give such a
+URL in the environment.)"""
+
+
+class ConfigFileError(ValueError):
+    """The settings file cannot be used as it is: the message says where and why."""
+
+
+def section_of(settings_cls: type[BaseSettings]) -> str:
+    """The table a settings class reads: its variables' prefix less `SHESHNAG_` (`connection` for the bare one)."""
+    prefix = str(settings_cls.model_config.get("env_prefix", ""))
+    return prefix.removeprefix(PREFIX).rstrip("_").lower() or "connection"
+
+
+def _load(path: str) -> dict[str, Any]:
+    try:
+        changed = os.stat(path).st_mtime_ns
+    except FileNotFoundError as error:
+        raise ConfigFileError(f"{CONFIG_FILE_VARIABLE} names {path}, which does not exist") from error
+    return _parse(path, changed)
+
+
+@cache
+def _parse(path: str, changed: int) -> dict[str, Any]:
+    """Read once per version of the file (each settings class asks for its table)."""
+    try:
+        with open(path, "rb") as file:
+            return tomllib.load(file)
+    except FileNotFoundError as error:
+        raise ConfigFileError(f"{CONFIG_FILE_VARIABLE} names {path}, which does not exist") from error
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigFileError(f"{path} is not TOML: {error}") from error
+
+
+def file_settings(settings_cls: type[BaseSettings], path: str | None = None) -> dict[str, Any]:
+    """The values the file gives `settings_cls` (none without a file, or without its table)."""
+    named = path or os.environ.get(CONFIG_FILE_VARIABLE)
+    if not named:
+        return {}
+    section = section_of(settings_cls)
+    table = _load(str(Path(named).expanduser())).get(section, {})
+    if not isinstance(table, dict):
+        raise ConfigFileError(f"[{section}] in {named} must be a table")
+    own = {name for name, field in settings_cls.model_fields.items()
+           if not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseSettings))}
+    unknown = sorted(set(table) - own)
+    if unknown:
+        raise ConfigFileError(f"[{section}] in {named} has no setting {', '.join(unknown)} (known: "
+                              f"{', '.join(sorted(own))}); docs/settings.md lists them")
+    secrets = sorted(name for name in table if SECRET_NAME.search(name) or own_field(settings_cls, name).repr is False)
+    if secrets:
+        raise ConfigFileError(f"[{section}] in {named} sets {', '.join(secrets)}: credentials stay in the environment "
+                              f"(SHESHNAG_… variables), never in the settings file")
+    return dict(table)
+
+
+def own_field(settings_cls: type[BaseSettings], name: str) -> FieldInfo:
+    return settings_cls.model_fields[name]
+
+
+class ConfigFileSource(PydanticBaseSettingsSource):
+    """The file's table for one settings class, below the environment in priority."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # every value comes from __call__
+
+    def __call__(self) -> dict[str, Any]:
+        return file_settings(self.settings_cls)
