@@ -7,7 +7,8 @@ from services.runtime.process import run_service
 
 def main() -> None:
     settings = ExecutorSettings()
-    run_service("executor", settings.connection.log_level, lambda stop: run_executor(settings, stop))
+    run_service("executor", settings.connection.log_level, lambda stop: run_executor(settings, stop),
+                native_stderr=True)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 
 from services.runtime.logfmt import JsonFormatter, TraceFields
 from services.runtime.metrics import serve_metrics
+from services.runtime.native_stderr import capture as capture_native_stderr
 from services.runtime.settings import ConnectionSettings
 from services.runtime.telemetry import configure_tracing
 
@@ -66,7 +67,11 @@ def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> Non
     asyncio.run(runner())
 
 
-def run_service(name: str, log_level: str, main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
-    """What every service's `__main__` does: configure logging, then run until signalled."""
+def run_service(name: str, log_level: str, main: Callable[[asyncio.Event], Awaitable[None]], *,
+                native_stderr: bool = False) -> None:
+    """What every service's `__main__` does: configure logging, then run until signalled. `native_stderr`: what
+    native libraries write to stderr becomes log records too (the executor's engines)."""
+    if native_stderr:
+        capture_native_stderr()
     configure_observability(name, log_level)
     run_until_signalled(main)
