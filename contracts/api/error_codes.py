@@ -1,9 +1,9 @@
 """Every validation error code with a short title and the fix a person should make: the teaching half."""
 
 from types import MappingProxyType
-from typing import Final
+from typing import Final, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 
 class ErrorCodeHelp(BaseModel):
@@ -91,6 +91,18 @@ class ErrorGroup(BaseModel):
     fix: str
 
 
+FailureStage = Literal["refused", "ran", "not_run"]
+"""Why a line is in the error file: validation refused it, it ran and failed, or it never ran (the batch was
+cancelled, expired, failed or ran out of credit first)."""
+
+
+class FailedLineGroup(BaseModel):
+    code: str
+    stage: FailureStage
+    count: int
+    title: str
+
+
 class BatchErrorSummary(BaseModel):
     """`GET /v1/batches/{id}/errors`: what a dashboard shows to fix a file in one pass."""
 
@@ -98,3 +110,7 @@ class BatchErrorSummary(BaseModel):
     batch_id: str
     total: int
     groups: list[ErrorGroup]
+    failed_lines: int | None = None
+    """Once the batch has ended: the lines of its error file, which is `request_counts.failed` (None before)."""
+    failed_by_code: list[FailedLineGroup] = Field(default_factory=list)
+    """Those lines by code and why, largest first; the counts add up to `failed_lines`."""

@@ -4,6 +4,7 @@ inside their own frame) and no status badge breaks mid-word. Checked in Chromium
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
@@ -112,4 +113,25 @@ def test_the_webhooks_page_adds_shows_disables_and_deletes_an_endpoint(stack: Ru
     assert overflow(page) <= 0
     row.get_by_role("button", name=f"Delete {url}").click()
     expect(page.locator("#endpoints tbody tr", has_text=url)).to_have_count(0, timeout=10_000)
+    context.close()
+
+
+def test_a_batch_pages_status_line_and_error_panel_count_the_same_failed_lines(
+        stack: RunningStack, browser: Browser) -> None:
+    client = stack.client()
+    lines: list[Any] = [chat_line("fine", "Hi.", max_tokens=2), b"{broken", b"{also broken"]
+    batch = client.batches.create(input_file_id=upload(client, lines), endpoint="/v1/chat/completions",
+                                  completion_window="24h", extra_body={"allow_partial": True})
+    done, _ = wait_until_done(client, batch.id)
+    assert done.request_counts is not None and done.request_counts.failed == 2
+    context = browser.new_context(viewport={"width": 390, "height": 900})
+    page = context.new_page()
+    page.goto(f"http://127.0.0.1:{stack.port}/dashboard/")
+    page.get_by_label("API key").fill(ADMIN_KEY)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#status")).to_contain_text("Signed in", timeout=10_000)
+    page.goto(f"http://127.0.0.1:{stack.port}/dashboard/batches/{batch.id}")
+    expect(page.locator("#summary")).to_contain_text("1 completed, 2 failed, 3 total", timeout=10_000)
+    expect(page.locator("#errors .failed-lines")).to_have_text("2 failed line(s) in the error file:")
+    expect(page.locator('#errors .failed-by-code li[data-code="invalid_json"]')).to_contain_text("\u00d7 2 (refused by validation)")
     context.close()

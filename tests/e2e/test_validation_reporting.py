@@ -48,6 +48,11 @@ def test_a_file_with_150_errors_keeps_100_and_reports_the_true_total_per_code(st
     assert groups["unsupported_model"]["count"] == 30 and groups["unsupported_model"]["param"] == "body.model"
     assert groups["unsupported_model"]["lines"] == [131, 132, 133, 134, 135]
     assert all(group["fix"] and group["title"] for group in summary["groups"])
+    # The failed lines the status line counts are the error file's, by code and why: the two always agree.
+    assert summary["failed_lines"] == raw["request_counts"]["failed"] == 160
+    assert {(g["code"], g["stage"]): g["count"] for g in summary["failed_by_code"]} == {
+        ("invalid_json", "refused"): 120, ("unsupported_model", "refused"): 30,
+        ("batch_failed_validation", "not_run"): 10}
 
 
 def test_allow_partial_reports_the_true_error_totals_past_100_per_code(stack: RunningStack) -> None:
@@ -62,6 +67,20 @@ def test_allow_partial_reports_the_true_error_totals_past_100_per_code(stack: Ru
     assert (raw["errors"]["total"], raw["errors"]["counts_by_code"]) == (150, {"invalid_json": 150})
     assert len(raw["errors"]["data"]) == 100
     assert raw["request_counts"] == {"total": 151, "completed": 1, "failed": 150}
+    summary = httpx2.get(f"{stack.base_url}/batches/{batch.id}/errors", headers=AUTH, timeout=10).json()
+    assert summary["failed_lines"] == 150
+    assert summary["failed_by_code"] == [{"code": "invalid_json", "stage": "refused", "count": 150,
+                                          "title": summary["groups"][0]["title"]}]
+
+
+def test_a_running_batch_has_no_failed_line_count_yet(stack: RunningStack) -> None:
+    client = stack.client()
+    created = client.batches.create(input_file_id=upload(stack, json.dumps(chat_line("slow", "hi")).encode()),
+                                    endpoint="/v1/chat/completions", completion_window="24h",
+                                    extra_body={"hold": True})
+    summary = httpx2.get(f"{stack.base_url}/batches/{created.id}/errors", headers=AUTH, timeout=10).json()
+    assert (summary["failed_lines"], summary["failed_by_code"]) == (None, [])
+    client.batches.cancel(created.id)
 
 
 def test_uploads_past_the_limit_are_refused_with_413_file_too_large(stack: RunningStack) -> None:

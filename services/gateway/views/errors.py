@@ -1,22 +1,33 @@
 """`GET /v1/batches/{id}/errors` (extension): the batch's errors grouped by code, with a fix for each.
 
 True counts come from the batch; line numbers and examples from the batch's `line_rejected` facts in the log
-(the validator publishes the first errors of every code, so each group has examples).
+(the validator publishes the first errors of every code, so each group has examples). Once the batch has ended, its
+error file's lines are counted by code and why (refused, ran and failed, never ran): the same number as
+`request_counts.failed`, so a dashboard's status line and error panel agree. An error file never changes, so its
+count is kept (a bounded number of them) rather than read again.
 """
 
+from collections import Counter, OrderedDict
+
+import orjson
 from aiohttp import web
 
 from contracts.api.batch import Batch
-from contracts.api.error_codes import BatchErrorSummary, ErrorGroup, help_for
+from contracts.api.error_codes import BatchErrorSummary, ErrorGroup, FailedLineGroup, FailureStage, help_for
 from contracts.events.batch import LineRejected
 from contracts.events.registry import decode_event
+from contracts.lifecycle import TERMINAL
 from contracts.subjects import event_subject
 from services.gateway.context import deps
 from services.gateway.views.batches import owned_batch
+from services.gateway.views.retry import failure_code
 from services.runtime import eventlog
 from services.runtime.bus import EventBus
 
 LINES_PER_GROUP = 5
+COUNTS_KEPT = 256
+"""Error files whose counts one gateway keeps."""
+_counted: OrderedDict[str, list[FailedLineGroup]] = OrderedDict()
 
 
 async def rejected_lines(bus: EventBus, batch_id: str) -> list[LineRejected]:
@@ -43,7 +54,42 @@ def summarise(batch: Batch, rejected: list[LineRejected]) -> BatchErrorSummary:
     return BatchErrorSummary(batch_id=batch.id, total=total, groups=groups)
 
 
+def stage_of(row: dict[str, object]) -> FailureStage:
+    if isinstance(row.get("line"), int):
+        return "refused"
+    return "ran" if row.get("response") is not None else "not_run"
+
+
+async def failed_by_code(request: web.Request, error_file_id: str) -> list[FailedLineGroup] | None:
+    """The error file's lines by code and why, largest first; None when the file is gone."""
+    if error_file_id in _counted:
+        _counted.move_to_end(error_file_id)
+        return _counted[error_file_id]
+    d = deps(request)
+    record = await d.read_model.get_file(error_file_id)
+    if record is None or record.deleted:
+        return None
+    counts: Counter[tuple[str, FailureStage]] = Counter()
+    async for raw in d.store.iter_lines(record.object_key):
+        if raw.strip():
+            row = orjson.loads(raw)
+            counts[(failure_code(row) or "unknown", stage_of(row))] += 1
+    groups = [FailedLineGroup(code=code, stage=stage, count=count, title=help_for(code).title)
+              for (code, stage), count in sorted(counts.items(), key=lambda item: (-item[1], item[0]))]
+    _counted[error_file_id] = groups
+    while len(_counted) > COUNTS_KEPT:
+        _counted.popitem(last=False)
+    return groups
+
+
 async def batch_errors(request: web.Request) -> web.Response:
     record = await owned_batch(request, request.match_info["batch_id"])
     rejected = await rejected_lines(deps(request).bus, record.batch.id)
-    return web.json_response(summarise(record.batch, rejected).model_dump(mode="json"))
+    summary = summarise(record.batch, rejected)
+    batch = record.batch
+    if batch.status in TERMINAL and batch.error_file_id:
+        groups = await failed_by_code(request, batch.error_file_id)
+        if groups is not None:
+            summary = summary.model_copy(update={"failed_lines": sum(g.count for g in groups),
+                                                 "failed_by_code": groups})
+    return web.json_response(summary.model_dump(mode="json"))

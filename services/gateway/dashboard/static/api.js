@@ -84,10 +84,24 @@ async function streamEvents(batchId, onEvent, signal) {
   }
 }
 
+const STAGES = { refused: "refused by validation", ran: "ran and failed", not_run: "never ran" };
+
 function renderErrorGroups(container, summary) {
   container.replaceChildren();
-  if (!summary.groups.length) { container.append(el("p", {}, "No errors.")); return; }
-  container.append(el("p", {}, `${summary.total} error(s) in ${summary.groups.length} kind(s).`));
+  if (summary.failed_lines !== null && summary.failed_lines !== undefined) {
+    // The error file's lines: the same count as the status line's "failed".
+    container.append(el("p", { class: "failed-lines" }, `${summary.failed_lines} failed line(s) in the error file` +
+      (summary.failed_lines ? ":" : ".")));
+    if (summary.failed_by_code.length) {
+      container.append(el("ul", { class: "failed-by-code" }, summary.failed_by_code.map((group) =>
+        el("li", { "data-code": group.code }, el("code", {}, group.code), ` × ${group.count} (${STAGES[group.stage]})`))));
+    }
+  }
+  if (!summary.groups.length) {
+    if (summary.failed_lines === null || summary.failed_lines === undefined) container.append(el("p", {}, "No errors."));
+    return;
+  }
+  container.append(el("p", {}, `${summary.total} problem(s) found, of ${summary.groups.length} kind(s):`));
   const list = el("ul", { class: "error-groups" });
   for (const group of summary.groups) {
     list.append(el("li", { class: "error-group", "data-code": group.code },

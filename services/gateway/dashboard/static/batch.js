@@ -26,7 +26,8 @@ async function refresh() {
     }
   }
   document.getElementById("cancel").hidden = !CANCELLABLE.has(batch.status);
-  if (batch.errors && batch.errors.total) {
+  const ended = ["completed", "failed", "cancelled", "expired"].includes(batch.status);
+  if ((batch.errors && batch.errors.total) || (ended && batch.request_counts.failed)) {
     renderErrorGroups(document.getElementById("errors"), await apiJson(`/v1/batches/${batchId}/errors`));
   }
 }
