@@ -133,5 +133,6 @@ def test_a_batch_pages_status_line_and_error_panel_count_the_same_failed_lines(
     page.goto(f"http://127.0.0.1:{stack.port}/dashboard/batches/{batch.id}")
     expect(page.locator("#summary")).to_contain_text("1 completed, 2 failed, 3 total", timeout=10_000)
     expect(page.locator("#errors .failed-lines")).to_have_text("2 failed line(s) in the error file:")
-    expect(page.locator('#errors .failed-by-code li[data-code="invalid_json"]')).to_contain_text("\u00d7 2 (refused by validation)")
+    broken = page.locator('#errors .failed-by-code li[data-code="invalid_json"]')
+    expect(broken).to_contain_text("\u00d7 2 (refused by validation)")
     context.close()
