@@ -285,3 +285,13 @@ async def test_a_gateway_restarted_mid_retry_delivers_under_the_same_id_and_take
         assert len({headers["webhook-id"] for headers, _ in receiver.bodies_for(early)}) == 1
         assert {d["status"] for d in await deliveries(second, alice, endpoint["id"])} == {"delivered"}
 
+
+
+async def test_ids_that_are_not_ours_are_not_found(gateway: Gateway) -> None:
+    alice = await gateway.new_key()
+    for path in ("/v1/webhooks/%C2%AA%5C", "/v1/webhooks/wh_..*", "/v1/webhooks/nope/deliveries"):
+        for method in ("GET", "DELETE"):
+            answer = await gateway.client.request(method, path, headers=alice)
+            assert answer.status in (404, 405), (method, path, answer.status)
+            if answer.status == 404:
+                assert (await answer.json())["error"]["code"] == "not_found"

@@ -34,6 +34,7 @@ from services.gateway.webhooks.store import WebhookStore
 MAX_ENDPOINTS = 20
 """Endpoints one owner (or one organisation, for its organisation-wide ones) may register."""
 MAX_DELIVERIES_LISTED = 100
+ID_PATTERN = r"(wh|msg)_[0-9a-f]{24}"
 
 
 def _store(request: web.Request) -> WebhookStore:
@@ -59,6 +60,8 @@ async def _manages(request: web.Request, caller: ApiKeyRecord, endpoint: Webhook
 async def _managed_endpoint(request: web.Request) -> WebhookEndpoint:
     """The endpoint the path names, when the caller manages it; 404 otherwise (as if it were not there)."""
     endpoint_id = request.match_info["webhook_id"]
+    if not re.fullmatch(ID_PATTERN, endpoint_id):  # not one of ours (and not a valid bucket key)
+        raise not_found("webhook endpoint", endpoint_id[:100])
     endpoint = await _store(request).get_endpoint(endpoint_id)
     if endpoint is None or not await _manages(request, principal(request), endpoint):
         raise not_found("webhook endpoint", endpoint_id)
@@ -187,9 +190,9 @@ async def redeliver(request: web.Request) -> web.Response:
     await charge_control_call(request)
     store = _store(request)
     delivery_id = request.match_info["delivery_id"]
-    delivery = await store.get_delivery(endpoint.id, delivery_id)
+    delivery = await store.get_delivery(endpoint.id, delivery_id) if re.fullmatch(ID_PATTERN, delivery_id) else None
     if delivery is None:
-        raise not_found("webhook delivery", delivery_id)
+        raise not_found("webhook delivery", delivery_id[:100])
     if delivery.status != "pending":
         now = time.time()
         delivery = delivery.model_copy(update={"status": "pending", "next_attempt_at": now})
