@@ -1,4 +1,10 @@
-"""The memory an executor advertises: NVIDIA GPUs through NVML when it is there, else the host's memory."""
+"""The memory an executor advertises: NVIDIA GPUs through NVML (`nvidia-ml-py`) when it is there, else the host's.
+
+Only the GPUs this process may use are advertised: `CUDA_VISIBLE_DEVICES` (indices or `GPU-…` UUIDs, as CUDA reads
+it) chooses and numbers them as CUDA does, so `cuda:0` is the first visible one. NVML failing after a good reading
+(a device reset, a call this driver lacks) repeats that last reading, logged, rather than advertise the host's RAM
+as if it were the GPU's; an executor never ends because a reading failed.
+"""
 
 import importlib
 import logging
@@ -8,6 +14,8 @@ from typing import Any
 from contracts.events.executor import DeviceMemory
 
 log = logging.getLogger(__name__)
+_last_reading: list[DeviceMemory] = []
+"""The last GPU reading NVML gave, repeated while it fails."""
 
 
 def host_memory() -> DeviceMemory:
@@ -17,7 +25,7 @@ def host_memory() -> DeviceMemory:
 
 
 def _nvml() -> Any | None:
-    """The NVML bindings (`nvidia-ml-py`), initialised, or None where they or the driver are absent."""
+    """The NVML bindings, initialised, or None where they or the driver are absent."""
     try:
         nvml = importlib.import_module("pynvml")
     except ImportError:
@@ -30,26 +38,58 @@ def _nvml() -> Any | None:
     return nvml
 
 
+def visible_devices(count: int, uuids: list[str], environ: dict[str, str] | None = None) -> list[int]:
+    """The NVML indices CUDA lets this process use, in CUDA's order: `CUDA_VISIBLE_DEVICES` lists indices or UUIDs
+    (prefixes allowed); CUDA stops at the first entry it cannot resolve. Unset: every device."""
+    chosen = (os.environ if environ is None else environ).get("CUDA_VISIBLE_DEVICES")
+    if chosen is None:
+        return list(range(count))
+    visible: list[int] = []
+    for entry in (part.strip() for part in chosen.split(",")):
+        if entry.isdigit() and int(entry) < count:
+            index = int(entry)
+        else:
+            matches = [i for i, uuid in enumerate(uuids) if entry and uuid.startswith(entry)]
+            if len(matches) != 1:
+                break
+            index = matches[0]
+        if index in visible:
+            break
+        visible.append(index)
+    return visible
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def gpu_memory() -> list[DeviceMemory]:
     nvml = _nvml()
     if nvml is None:
         return []
     try:
+        handles = [nvml.nvmlDeviceGetHandleByIndex(index) for index in range(nvml.nvmlDeviceGetCount())]
+        uuids = [_text(nvml.nvmlDeviceGetUUID(handle)) for handle in handles]
         devices = []
-        for index in range(nvml.nvmlDeviceGetCount()):
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            name = nvml.nvmlDeviceGetName(handle)
-            info = nvml.nvmlDeviceGetMemoryInfo(handle)
-            label = name.decode() if isinstance(name, bytes) else str(name)
-            devices.append(DeviceMemory(name=f"cuda:{index} {label}", total_bytes=int(info.total),
+        for position, index in enumerate(visible_devices(len(handles), uuids)):
+            info = nvml.nvmlDeviceGetMemoryInfo(handles[index])
+            label = _text(nvml.nvmlDeviceGetName(handles[index]))
+            devices.append(DeviceMemory(name=f"cuda:{position} {label}", total_bytes=int(info.total),
                                         free_bytes=int(info.free)))
+        _last_reading[:] = devices
         return devices
+    except nvml.NVMLError as error:
+        log.warning("NVML failed while reading GPU memory (%r); advertising the last reading", error)
+        return list(_last_reading)
     finally:
-        nvml.nvmlShutdown()
+        try:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError:
+            pass
 
 
 def device_memory() -> list[DeviceMemory]:
-    """Each NVIDIA GPU's total and free memory; the host's memory on a CPU host."""
+    """Each visible NVIDIA GPU's total and free memory; the host's memory on a CPU host."""
     return gpu_memory() or [host_memory()]
 
 

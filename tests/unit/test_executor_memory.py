@@ -1,0 +1,92 @@
+"""What an executor advertises of its GPUs, against a fake of NVML shaped as `nvidia-ml-py`'s `pynvml` (the calls
+and `NVMLError` it raises): only the devices `CUDA_VISIBLE_DEVICES` lets it use, numbered as CUDA numbers them, and
+a failing NVML never ends it nor passes the host's memory off as the GPU's."""
+
+import sys
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from services.executor.adapters import memory
+
+GIB = 1024**3
+
+
+class NVMLError(Exception):
+    pass
+
+
+class FakeNvml:
+    """`pynvml`'s calls the executor makes; `fail_from` makes every memory read raise from then on."""
+
+    NVMLError = NVMLError
+
+    def __init__(self, devices: list[tuple[str, str, int, int]]) -> None:
+        self.devices = devices  # (uuid, name, total, free)
+        self.fail = False
+        self.open = 0
+
+    def nvmlInit(self) -> None:
+        self.open += 1
+
+    def nvmlShutdown(self) -> None:
+        self.open -= 1
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.devices)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        return index
+
+    def nvmlDeviceGetUUID(self, handle: int) -> str:
+        return self.devices[handle][0]
+
+    def nvmlDeviceGetName(self, handle: int) -> bytes:
+        return self.devices[handle][1].encode()
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:
+        if self.fail:
+            raise NVMLError("GPU is lost")
+        _, _, total, free = self.devices[handle]
+        return SimpleNamespace(total=total, free=free, used=total - free)
+
+
+@pytest.fixture
+def nvml(monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
+    fake = FakeNvml([("GPU-aaaa-1111", "H200", 140 * GIB, 100 * GIB), ("GPU-bbbb-2222", "H200", 140 * GIB, 7 * GIB)])
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(memory, "_last_reading", [])
+    return fake
+
+
+def test_cuda_visible_devices_chooses_and_orders_devices_as_cuda_does() -> None:
+    uuids = ["GPU-aaaa", "GPU-bbbb", "GPU-cccc"]
+    assert memory.visible_devices(3, uuids, {}) == [0, 1, 2]
+    assert memory.visible_devices(3, uuids, {"CUDA_VISIBLE_DEVICES": "2,0"}) == [2, 0]
+    assert memory.visible_devices(3, uuids, {"CUDA_VISIBLE_DEVICES": "GPU-bb"}) == [1]
+    assert memory.visible_devices(3, uuids, {"CUDA_VISIBLE_DEVICES": "1,7,0"}) == [1]  # CUDA stops at a bad one
+    assert memory.visible_devices(3, uuids, {"CUDA_VISIBLE_DEVICES": ""}) == []
+    assert memory.visible_devices(3, uuids, {"CUDA_VISIBLE_DEVICES": "GPU-"}) == []  # ambiguous
+
+
+def test_only_visible_gpus_are_advertised_numbered_from_zero(nvml: FakeNvml, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    [device] = memory.device_memory()
+    assert (device.name, device.total_bytes, device.free_bytes) == ("cuda:0 H200", 140 * GIB, 7 * GIB)
+    assert nvml.open == 0  # NVML shut down after each reading
+
+
+def test_an_nvml_failure_repeats_the_last_reading_and_never_raises(nvml: FakeNvml) -> None:
+    good = memory.device_memory()
+    assert [d.name for d in good] == ["cuda:0 H200", "cuda:1 H200"]
+    nvml.fail = True
+    assert memory.device_memory() == good
+    assert nvml.open == 0
+
+
+def test_an_nvml_that_never_read_falls_back_to_the_host(nvml: FakeNvml) -> None:
+    nvml.fail = True
+    [device] = memory.device_memory()
+    assert device.name == "cpu"
