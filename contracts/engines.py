@@ -61,10 +61,15 @@ ENGINE_PARAMETERS: Final = MappingProxyType({
         # `chat_template_kwargs`: variables the model's own chat template reads (e.g. enable_thinking).
         "n", "chat_template_kwargs",
     }),
+    # What the PyTorch backend's sampler (TensorRT-LLM's default) honours in its released versions: temperature,
+    # top_p and top_k. Its presence, frequency and repetition penalties and min_p were added to that sampler only by
+    # pull requests of mid-2026 (#16485, #16590) and were silently ignored before, so they are refused here until a
+    # release known to carry them is pinned. `seed` is taken as OpenAI's is, best effort (per-request seeds reached
+    # that sampler with #17172).
     "tensorrt_llm": _HARMLESS | frozenset({
         "messages", "prompt", "input", "instructions", "max_tokens", "max_completion_tokens", "max_output_tokens",
-        "temperature", "top_p", "seed", "stop", "presence_penalty", "frequency_penalty", "n", "best_of",
-        "logprobs", "top_logprobs", "top_k", "min_p", "repetition_penalty", "ignore_eos",
+        "temperature", "top_p", "seed", "stop", "n", "best_of", "logprobs", "top_logprobs", "top_k", "ignore_eos",
+        "chat_template_kwargs",
     }),
 })
 

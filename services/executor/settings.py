@@ -55,7 +55,11 @@ class ExecutorSettings(ServiceSettings):
 
     def served_models(self, catalogue: Catalogue) -> list[CatalogueModel]:
         if not self.models:
-            return [model for model in catalogue.models if model.engine == self.engine]
+            served = [model for model in catalogue.models if model.engine == self.engine]
+            if not served:
+                raise ValueError(f"the catalogue has no {self.engine} model to serve: add one (its engine "
+                                 f"{self.engine!r}, an artifact it can read) or run another engine")
+            return served
         served = []
         for name in self.models:
             model = catalogue.resolve(name)

@@ -1,7 +1,6 @@
 """Engine-side mappings without any runtime: Responses over chat, TensorRT-LLM's sampling parameters,
 line retries, and the capabilities every engine declares from the one shared table."""
 
-from types import SimpleNamespace
 
 import pytest
 
@@ -9,7 +8,7 @@ from contracts.catalogue import CatalogueModel
 from contracts.engines import honoured_parameters
 from services.executor.adapters.engines.base import Engine, EngineReply, EngineUnavailable, error_reply
 from services.executor.adapters.engines.responses import UnmappableRequest, chat_request, response_body
-from services.executor.adapters.engines.tensorrt_llm import TensorRtLlmEngine, completion_body, sampling_kwargs
+from services.executor.adapters.engines.tensorrt_llm import TensorRtLlmEngine, sampling_kwargs
 from services.executor.retry import LineRetry, run_line
 
 MODEL = CatalogueModel(id="m", engine="tensorrt_llm", artifact="/nowhere", context_length=256,
@@ -60,30 +59,18 @@ def test_a_response_cut_at_max_output_tokens_is_incomplete() -> None:
 def test_openai_parameters_map_onto_tensorrt_llm_sampling_params() -> None:
     kwargs = sampling_kwargs({
         "model": "m", "messages": [], "max_tokens": 12, "temperature": 0.5, "top_p": 0.9, "top_k": 40,
-        "seed": 3, "stop": "END", "n": 2, "presence_penalty": 0.1, "frequency_penalty": 0.2,
-        "repetition_penalty": 1.1, "ignore_eos": True, "user": "u",
+        "seed": 3, "stop": "END", "n": 2, "ignore_eos": True, "user": "u",
     })
     assert kwargs == {"max_tokens": 12, "temperature": 0.5, "top_p": 0.9, "top_k": 40, "seed": 3,
-                      "stop": ["END"], "n": 2, "presence_penalty": 0.1, "frequency_penalty": 0.2,
-                      "repetition_penalty": 1.1, "ignore_eos": True}
+                      "stop": ["END"], "n": 2, "ignore_eos": True, "add_special_tokens": False}
 
 
-def test_max_completion_tokens_wins_and_openais_default_applies_without_either() -> None:
+def test_max_completion_tokens_wins_and_only_completions_default_to_16() -> None:
     assert sampling_kwargs({"max_completion_tokens": 5, "max_tokens": 9})["max_tokens"] == 5
-    assert sampling_kwargs({})["max_tokens"] == 16
+    assert sampling_kwargs({})["max_tokens"] is None
+    assert sampling_kwargs({}, "/v1/completions")["max_tokens"] == 16
     assert sampling_kwargs({"logprobs": True, "top_logprobs": 3})["logprobs"] == 3
-    assert "logprobs" not in sampling_kwargs({"logprobs": True})
-
-
-def test_a_tensorrt_llm_output_becomes_a_chat_completion_with_usage() -> None:
-    output = SimpleNamespace(prompt_token_ids=[1, 2, 3], outputs=[
-        SimpleNamespace(text="Hello", token_ids=[7, 8], finish_reason="length")])
-    body = completion_body(output, "/v1/chat/completions", "m", "k")
-    assert body["object"] == "chat.completion" and body["model"] == "m"
-    assert body["choices"] == [{"index": 0, "finish_reason": "length",
-                                "message": {"role": "assistant", "content": "Hello"}}]
-    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
-    assert completion_body(output, "/v1/completions", "m", "k")["choices"][0]["text"] == "Hello"
+    assert sampling_kwargs({"logprobs": True})["logprobs"] == 0
 
 
 def test_tensorrt_llm_says_clearly_that_it_cannot_load_where_it_is_absent() -> None:

@@ -1,70 +1,164 @@
-"""The TensorRT-LLM engine through its `LLM` API (`generate_async`), for NVIDIA GPUs.
+"""The TensorRT-LLM engine through its `LLM` API (`generate_async`), for NVIDIA GPUs, behaving as `trtllm-serve`
+and our llama.cpp engine do:
 
-TensorRT-LLM is imported only by `load()`, so this module (and its parameter mapping) works anywhere.
+- **Defaults** are OpenAI's (and `trtllm-serve`'s): temperature 1 and top_p 1 when a line names neither (TensorRT-LLM
+  alone decodes greedily), chat and responses run to the context unless they set a limit (completions: OpenAI's 16),
+  and `n` > 1 is allowed at any temperature.
+- **Prompts** are the model's chat template rendered to text and tokenized without special tokens
+  (`hf_prompts.py`), content parts flattened as `trtllm-serve` does.
+- **One bad line is that line's error**: a prompt over the engine's limits, a template that refuses the messages or
+  a request TensorRT-LLM refuses answer 400 for the line; a request the engine fails answers 500 (retried by the
+  executor); only an engine that is shutting down fails the attempt (`EngineUnavailable`), which reloads it.
+- **Output** carries `cached_tokens` (block reuse is on), the logprobs asked for, a fresh id per completion; a line
+  TensorRT-LLM cancelled or timed out is a 503, never a successful `stop`.
+- **Cancelled lines stop on the GPU**: a line whose task is cancelled aborts its request.
+- **Memory**: the KV cache is sized from the catalogue (slots x context tokens) instead of TensorRT-LLM's default of
+  90 % of free GPU memory, so a second model and the scheduler's placement see what is really left.
+
+TensorRT-LLM is imported only by `load()`, so this module (and its mapping) works anywhere.
 """
 
+import asyncio
+import gc
 import importlib
 import importlib.metadata
 import logging
+import os
+import secrets
 import time
 from typing import Any, ClassVar
 
 from contracts.catalogue import CatalogueModel
 from contracts.events.executor import EngineName
-from contracts.ids import derived_id
 from services.executor.adapters.engines.base import Engine, EngineReply, EngineUnavailable, error_reply
+from services.executor.adapters.engines.hf_prompts import chat_prompt
 from services.executor.adapters.engines.responses import UnmappableRequest, chat_request, response_body
 from services.runtime.catalogue import resolve_artifact
 
 log = logging.getLogger(__name__)
 
-DIRECT = ("temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty",
-          "repetition_penalty", "ignore_eos", "n", "best_of")
-"""OpenAI body parameters that `SamplingParams` takes under the same name and meaning."""
-DEFAULT_MAX_TOKENS = 16
-"""OpenAI's completions default; TensorRT-LLM's own default (32) would differ from what a user expects."""
+DIRECT = ("temperature", "top_p", "top_k", "seed", "ignore_eos", "n", "best_of")
+"""OpenAI body parameters that `SamplingParams` takes under the same name and meaning (and the PyTorch backend's
+sampler honours: see `contracts/engines.py` for what it does not)."""
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16
+"""OpenAI's `/v1/completions` default; chat and responses run to the context, as OpenAI's and trtllm-serve's do."""
+DEFAULT_SAMPLING = {"temperature": 1.0, "top_p": 1.0}
+"""What `trtllm-serve` fills in for a request that names neither (TensorRT-LLM alone would decode greedily)."""
+FINISHED = {"stop": "stop", "length": "length"}
+"""TensorRT-LLM's finish reasons a successful line may end with; `cancelled` and `timeout` are failures."""
+TOO_LONG_HINTS = ("max_num_tokens", "max_seq_len", "prompt length", "exceed")
 
 
-def sampling_kwargs(body: dict[str, Any]) -> dict[str, Any]:
+def sampling_kwargs(body: dict[str, Any], endpoint: str = "/v1/chat/completions") -> dict[str, Any]:
     """Keyword arguments of `tensorrt_llm.SamplingParams` for an OpenAI chat or completions body."""
-    kwargs: dict[str, Any] = {key: body[key] for key in DIRECT if body.get(key) is not None}
+    kwargs: dict[str, Any] = {**DEFAULT_SAMPLING, **{key: body[key] for key in DIRECT if body.get(key) is not None}}
     limit = body.get("max_completion_tokens", body.get("max_tokens"))
-    kwargs["max_tokens"] = limit if limit is not None else DEFAULT_MAX_TOKENS
+    if limit is None and endpoint == "/v1/completions":
+        limit = COMPLETIONS_DEFAULT_MAX_TOKENS
+    kwargs["max_tokens"] = limit  # None: TensorRT-LLM runs to the context (max_seq_len less the prompt)
     stop = body.get("stop")
     if stop is not None:
         kwargs["stop"] = [stop] if isinstance(stop, str) else list(stop)
-    logprobs = body.get("logprobs")
-    if body.get("top_logprobs") is not None:
-        kwargs["logprobs"] = body["top_logprobs"]
-    elif isinstance(logprobs, int) and not isinstance(logprobs, bool):
-        kwargs["logprobs"] = logprobs
+    wanted = logprobs_wanted(body)
+    if wanted is not None:
+        kwargs["logprobs"] = wanted
+    # A chat prompt is the template's text, which already holds BOS and the role markers.
+    kwargs["add_special_tokens"] = endpoint == "/v1/completions"
     return kwargs
 
 
-def _finish_reason(reason: object) -> str:
-    return "length" if str(reason) in ("length", "FinishReason.LENGTH") else "stop"
+def logprobs_wanted(body: dict[str, Any]) -> int | None:
+    """How many alternatives per token a line asks logprobs for (0: only the chosen token's); None: none."""
+    logprobs = body.get("logprobs")
+    if logprobs is True or body.get("top_logprobs") is not None:
+        return int(body.get("top_logprobs") or 0)
+    if isinstance(logprobs, int) and not isinstance(logprobs, bool):
+        return logprobs  # completions: the number of alternatives
+    return None
 
 
-def completion_body(output: Any, endpoint: str, model_id: str, request_key: str) -> dict[str, Any]:
+def _token_text(tokenizer: Any, token_id: int) -> str:
+    return str(tokenizer.decode([token_id])) if tokenizer is not None else str(token_id)
+
+
+def _positions(sequence: Any) -> list[tuple[int, float, list[tuple[int, float]]]]:
+    """(chosen token, its logprob, the alternatives best first) per generated token; TensorRT-LLM gives either a
+    dict of `Logprob`s per position (the PyTorch backend) or a plain float per position."""
+    found = []
+    for index, entry in enumerate(sequence.logprobs or []):
+        chosen = sequence.token_ids[index] if index < len(sequence.token_ids) else -1
+        if isinstance(entry, dict):
+            ranked = sorted(entry.items(), key=lambda item: (getattr(item[1], "rank", None) or 0, -item[1].logprob))
+            own = entry.get(chosen)
+            found.append((chosen, own.logprob if own is not None else ranked[0][1].logprob,
+                          [(token, lp.logprob) for token, lp in ranked]))
+        else:
+            found.append((chosen, float(entry), []))
+    return found
+
+
+def chat_logprobs(sequence: Any, tokenizer: Any, top: int) -> dict[str, Any]:
+    content = []
+    for chosen, logprob, alternatives in _positions(sequence):
+        text = _token_text(tokenizer, chosen)
+        content.append({"token": text, "logprob": logprob, "bytes": list(text.encode()),
+                        "top_logprobs": [{"token": (alt := _token_text(tokenizer, token)), "logprob": value,
+                                          "bytes": list(alt.encode())} for token, value in alternatives[:top]]})
+    return {"content": content, "refusal": None}
+
+
+def completion_logprobs(sequence: Any, tokenizer: Any, top: int) -> dict[str, Any]:
+    tokens, values, tops, offsets, offset = [], [], [], [], 0
+    for chosen, logprob, alternatives in _positions(sequence):
+        text = _token_text(tokenizer, chosen)
+        tokens.append(text)
+        values.append(logprob)
+        tops.append({_token_text(tokenizer, token): value for token, value in alternatives[:top]})
+        offsets.append(offset)
+        offset += len(text)
+    return {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops, "text_offset": offsets}
+
+
+class LineCancelled(Exception):
+    """TensorRT-LLM ended the line `cancelled` or `timeout`: it did not finish."""
+
+
+def completion_body(output: Any, endpoint: str, model_id: str, tokenizer: Any = None,
+                    logprobs: int | None = None) -> dict[str, Any]:
     """The OpenAI chat or text completion a TensorRT-LLM `RequestOutput` amounts to."""
     chat = endpoint != "/v1/completions"
     choices = []
     for index, sequence in enumerate(output.outputs):
-        choice: dict[str, Any] = {"index": index, "finish_reason": _finish_reason(sequence.finish_reason)}
+        reason = str(sequence.finish_reason)
+        if reason not in FINISHED:
+            raise LineCancelled(f"TensorRT-LLM ended the request {reason!r}")
+        choice: dict[str, Any] = {"index": index, "finish_reason": FINISHED[reason], "logprobs": None}
         if chat:
-            choice["message"] = {"role": "assistant", "content": sequence.text}
+            choice["message"] = {"role": "assistant", "content": sequence.text, "refusal": None}
         else:
             choice["text"] = sequence.text
+        if logprobs is not None:
+            choice["logprobs"] = (chat_logprobs if chat else completion_logprobs)(sequence, tokenizer, logprobs)
         choices.append(choice)
     prompt_tokens = len(output.prompt_token_ids or [])
     generated = sum(len(sequence.token_ids) for sequence in output.outputs)
+    cached = int(getattr(output, "cached_tokens", 0) or 0)
     return {
-        "id": derived_id("chatcmpl-" if chat else "cmpl-", request_key),
+        "id": f"{'chatcmpl-' if chat else 'cmpl-'}{secrets.token_hex(12)}",
         "object": "chat.completion" if chat else "text_completion",
         "created": int(time.time()), "model": model_id, "choices": choices,
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": generated,
-                  "total_tokens": prompt_tokens + generated},
+                  "total_tokens": prompt_tokens + generated,
+                  "prompt_tokens_details": {"cached_tokens": cached}},
     }
+
+
+def refusal_of(error: Exception) -> EngineReply:
+    """A line TensorRT-LLM refused before running it: too long for the engine, or otherwise invalid."""
+    message = str(error)
+    if any(hint in message for hint in TOO_LONG_HINTS):
+        return error_reply(400, f"The prompt does not fit this model's engine: {message}", "context_too_long")
+    return error_reply(400, message or type(error).__name__, "invalid_request")
 
 
 class TensorRtLlmEngine(Engine):
@@ -73,8 +167,7 @@ class TensorRtLlmEngine(Engine):
     def __init__(self) -> None:
         self.model: CatalogueModel | None = None
         self._llm: Any = None
-        self._sampling_params: Any = None
-        self._requests = 0
+        self._trtllm: Any = None
 
     @property
     def version(self) -> str:
@@ -91,21 +184,32 @@ class TensorRtLlmEngine(Engine):
                 f"TensorRT-LLM is not installed on this host, so {model.id} cannot load here: run the "
                 "tensorrt_llm engine on an NVIDIA GPU host with `tensorrt-llm` installed, or use llamacpp"
             ) from error
+        # OpenAI's `n` > 1 at temperature 0 gives n equal answers; TensorRT-LLM refuses it unless told.
+        os.environ.setdefault("TLLM_ALLOW_N_GREEDY_DECODING", "1")
+        kv_cache = trtllm.KvCacheConfig(max_tokens=model.slots * model.context_length, enable_block_reuse=True)
         try:
             self._llm = trtllm.LLM(model=str(resolve_artifact(model.artifact)), max_batch_size=model.slots,
-                                   max_seq_len=model.context_length)
-        except RuntimeError as error:
-            raise EngineUnavailable(f"TensorRT-LLM could not load {model.id} (no usable NVIDIA GPU?): "
-                                    f"{error}") from error
-        self._sampling_params = trtllm.SamplingParams
+                                   max_seq_len=model.context_length, max_num_tokens=model.context_length,
+                                   kv_cache_config=kv_cache)
+        except (RuntimeError, ValueError, OSError) as error:
+            raise EngineUnavailable(f"TensorRT-LLM could not load {model.id} (no usable NVIDIA GPU, or an "
+                                    f"artifact it cannot read?): {error}") from error
+        self._trtllm = trtllm
         self.model = model
-        log.info("loaded %s on TensorRT-LLM (%d sequences x %d tokens)", model.id, model.slots,
-                 model.context_length)
+        log.info("loaded %s on TensorRT-LLM %s (%d sequences x %d tokens of KV cache)", model.id, self.version,
+                 model.slots, model.context_length)
 
     def unload(self) -> None:
         if self._llm is not None:
             self._llm.shutdown()
-        self._llm = self._sampling_params = self.model = None
+        self._llm = self._trtllm = self.model = None
+        gc.collect()
+        try:
+            torch = importlib.import_module("torch")
+        except ImportError:
+            return
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
     async def run(self, endpoint: str, body: dict[str, object]) -> EngineReply:
         if self._llm is None or self.model is None:
@@ -115,12 +219,33 @@ class TensorRtLlmEngine(Engine):
         try:
             request = chat_request(body) if endpoint == "/v1/responses" else dict(body)
             prompt = self._prompt(endpoint, request)
-            params = self._sampling_params(**sampling_kwargs(request))
-        except (UnmappableRequest, ValueError, TypeError) as error:
+            params = self._trtllm.SamplingParams(**sampling_kwargs(request, endpoint))
+        except UnmappableRequest as error:
             return error_reply(400, str(error), "invalid_request")
-        self._requests += 1
-        output = await self._llm.generate_async(prompt, params)
-        completion = completion_body(output, endpoint, self.model.id, f"{id(self)}:{self._requests}")
+        except Exception as error:  # jinja2's TemplateError, SamplingParams' ValueError: the line's own fault
+            return refusal_of(error)
+        try:
+            pending = self._llm.generate_async(prompt, params)
+        except RuntimeError as error:
+            if "shutting down" in str(error):
+                raise EngineUnavailable(f"TensorRT-LLM is shutting down: {error}") from error
+            return refusal_of(error)  # RequestError (a RuntimeError) for a prompt over its limits
+        except ValueError as error:
+            return refusal_of(error)
+        try:
+            output = await pending
+        except asyncio.CancelledError:
+            pending.abort()  # the line's task was cancelled: stop its request on the GPU too
+            raise
+        except RuntimeError as error:
+            if "shutting down" in str(error):
+                raise EngineUnavailable(f"TensorRT-LLM is shutting down: {error}") from error
+            return error_reply(500, f"TensorRT-LLM failed the request: {error}", "engine_error")
+        try:
+            completion = completion_body(output, endpoint, self.model.id, self._llm.tokenizer,
+                                         logprobs_wanted(request))
+        except LineCancelled as cancelled:
+            return error_reply(503, str(cancelled), "engine_cancelled")
         if endpoint == "/v1/responses":
             return EngineReply(200, response_body(completion, self.model.id))
         return EngineReply(200, completion)
@@ -131,7 +256,5 @@ class TensorRtLlmEngine(Engine):
             if not isinstance(prompt, str):
                 raise UnmappableRequest("prompt must be a string")
             return prompt
-        messages = request.get("messages")
-        if not isinstance(messages, list):
-            raise UnmappableRequest("messages must be a list")
-        return str(self._llm.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+        kwargs = request.get("chat_template_kwargs")
+        return chat_prompt(self._llm.tokenizer, request.get("messages"), kwargs if isinstance(kwargs, dict) else None)
