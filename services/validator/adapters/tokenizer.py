@@ -1,4 +1,5 @@
-"""Counting prompt tokens with the model's own tokenizer and chat template, read from its GGUF file.
+"""Counting prompt tokens with the model's own tokenizer and chat template, read from its GGUF file (a checkpoint
+directory's are read by `hf_tokenizer.py`).
 
 The vocabulary and chat template inside the GGUF rebuild the exact byte-level BPE tokenizer the engine uses (as a
 tiktoken encoding: token ids follow merge order, so they are the merge ranks), so the validator counts what
@@ -10,6 +11,7 @@ import threading
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
+from typing import Protocol
 
 import jinja2.meta
 import jinja2.nodes
@@ -19,6 +21,7 @@ import tiktoken
 from contracts.catalogue import CatalogueModel
 from services.runtime.catalogue import resolve_artifact
 from services.validator.adapters.gguf_metadata import read_metadata
+from services.validator.adapters.hf_tokenizer import HfTokenizer, is_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -218,23 +221,51 @@ def _text_of(content: object) -> str:
     return ""
 
 
+class Vocabulary(Protocol):
+    @property
+    def n_vocab(self) -> int: ...
+
+
+class PromptTokenizer(Protocol):
+    """What the rules ask of a model's tokenizer: a GGUF's (`ModelTokenizer`) or a checkpoint's (`HfTokenizer`)."""
+
+    @property
+    def encoding(self) -> Vocabulary: ...
+
+    @property
+    def template_variables(self) -> frozenset[str]: ...
+
+    def render_chat(self, messages: list[dict[str, object]], kwargs: dict[str, object] | None = None) -> str: ...
+
+    def count_fast(self, text: str) -> int: ...
+
+    def count_many(self, texts: list[str]) -> list[int]: ...
+
+    def chat_bound(self, messages: list[dict[str, object]]) -> int: ...
+
+    def count_chat(self, messages: list[dict[str, object]]) -> int: ...
+
+
 class TokenizerCache:
     """One tokenizer per model artifact (models sharing a GGUF share it), built once: tens of MB each."""
 
     def __init__(self) -> None:
-        self._by_artifact: dict[str, ModelTokenizer | None] = {}
+        self._by_artifact: dict[str, PromptTokenizer | None] = {}
         self._lock = threading.Lock()
 
-    def get(self, model: CatalogueModel) -> ModelTokenizer | None:
+    def get(self, model: CatalogueModel) -> "PromptTokenizer | None":
         with self._lock:
             if model.artifact not in self._by_artifact:
                 self._by_artifact[model.artifact] = self._build(model)
             return self._by_artifact[model.artifact]
 
     @staticmethod
-    def _build(model: CatalogueModel) -> ModelTokenizer | None:
+    def _build(model: CatalogueModel) -> "PromptTokenizer | None":
         try:
-            return ModelTokenizer.from_gguf(resolve_artifact(model.artifact))
-        except (OSError, KeyError, ValueError) as error:
+            artifact = resolve_artifact(model.artifact)
+            if is_checkpoint(artifact):
+                return HfTokenizer.from_checkpoint(artifact)
+            return ModelTokenizer.from_gguf(artifact)
+        except (OSError, KeyError, ValueError, jinja2.TemplateError) as error:
             log.warning("no tokenizer for %s (%s): context checks are skipped for it", model.id, error)
             return None
