@@ -109,10 +109,10 @@ class CatalogueModel(BaseModel):
         if object_artifact(self.artifact) is not None and self.sha256 is None:
             raise ValueError(f"model {self.id}: an s3 artifact needs its sha256 pinned")
         hub_artifact(self.artifact)
+        if self.engine in ("tensorrt_llm", "transformers") and "/v1/embeddings" in self.endpoints:
+            raise ValueError(f"model {self.id}: the {self.engine} engine generates text; it serves no "
+                             "/v1/embeddings (serve embeddings with a llamacpp entry)")
         if self.engine == "tensorrt_llm":
-            if "/v1/embeddings" in self.endpoints:
-                raise ValueError(f"model {self.id}: TensorRT-LLM's LLM API generates text; it serves no "
-                                 "/v1/embeddings (serve embeddings with a llamacpp entry)")
             if self.artifact.lower().endswith(".gguf"):
                 raise ValueError(f"model {self.id}: TensorRT-LLM does not read GGUF; its artifact is a Hugging Face "
                                  "checkpoint directory (or hf:// repo at a pinned revision) or an engine directory")

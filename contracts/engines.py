@@ -71,6 +71,13 @@ ENGINE_PARAMETERS: Final = MappingProxyType({
         "temperature", "top_p", "seed", "stop", "n", "best_of", "logprobs", "top_logprobs", "top_k", "ignore_eos",
         "chat_template_kwargs",
     }),
+    # PyTorch and transformers' generate: sampling as OpenAI's, repetition_penalty, seed (a seeded line runs as
+    # its own batch), stop strings, n samples as rows of one batch.
+    "transformers": _HARMLESS | frozenset({
+        "messages", "prompt", "input", "instructions", "max_tokens", "max_completion_tokens", "max_output_tokens",
+        "temperature", "top_p", "top_k", "seed", "stop", "n", "repetition_penalty", "ignore_eos",
+        "chat_template_kwargs",
+    }),
 })
 
 
@@ -96,6 +103,7 @@ ENGINE_MODALITIES: Final[MappingProxyType[EngineName, frozenset[Modality]]] = Ma
     # Both load text-only models (llama.cpp without an mmproj refuses image and audio parts).
     "llamacpp": frozenset({"text"}),
     "tensorrt_llm": frozenset({"text"}),
+    "transformers": frozenset({"text"}),
 })
 """The inputs each engine can read; a content part of any other kind is `multimodal_unavailable`."""
 

@@ -6,7 +6,7 @@ from pydantic import BaseModel
 
 from contracts.events.envelope import Event
 
-EngineName = Literal["llamacpp", "tensorrt_llm"]
+EngineName = Literal["llamacpp", "tensorrt_llm", "transformers"]
 
 
 class DeviceMemory(BaseModel):

@@ -13,4 +13,8 @@ def create_engine(name: EngineName, n_threads: int) -> Engine:
         from services.executor.adapters.engines.tensorrt_llm import TensorRtLlmEngine
 
         return TensorRtLlmEngine()
+    if name == "transformers":
+        from services.executor.adapters.engines.transformers_engine import TransformersEngine
+
+        return TransformersEngine(n_threads=n_threads)
     raise NotImplementedError(f"engine {name!r} is not available in this build")

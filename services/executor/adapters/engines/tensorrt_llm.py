@@ -104,7 +104,7 @@ def chat_logprobs(sequence: Any, tokenizer: Any, top: int) -> dict[str, Any]:
         content.append({"token": text, "logprob": logprob, "bytes": list(text.encode()),
                         "top_logprobs": [{"token": (alt := _token_text(tokenizer, token)), "logprob": value,
                                           "bytes": list(alt.encode())} for token, value in alternatives[:top]]})
-    return {"content": content, "refusal": None}
+    return {"content": content}
 
 
 def completion_logprobs(sequence: Any, tokenizer: Any, top: int) -> dict[str, Any]:
@@ -124,7 +124,7 @@ class LineCancelled(Exception):
 
 
 def completion_body(output: Any, endpoint: str, model_id: str, tokenizer: Any = None,
-                    logprobs: int | None = None) -> dict[str, Any]:
+                    logprobs: int | None = None, fingerprint: str = "trtllm") -> dict[str, Any]:
     """The OpenAI chat or text completion a TensorRT-LLM `RequestOutput` amounts to."""
     chat = endpoint != "/v1/completions"
     choices = []
@@ -132,11 +132,11 @@ def completion_body(output: Any, endpoint: str, model_id: str, tokenizer: Any = 
         reason = str(sequence.finish_reason)
         if reason not in FINISHED:
             raise LineCancelled(f"TensorRT-LLM ended the request {reason!r}")
-        choice: dict[str, Any] = {"index": index, "finish_reason": FINISHED[reason], "logprobs": None}
-        if chat:
-            choice["message"] = {"role": "assistant", "content": sequence.text, "refusal": None}
+        choice: dict[str, Any] = {"index": index, "finish_reason": FINISHED[reason]}
+        if chat:  # the key sets of the llama.cpp engine's answers (bench/gpu_smoke.py compares them)
+            choice["message"] = {"role": "assistant", "content": sequence.text}
         else:
-            choice["text"] = sequence.text
+            choice["text"], choice["logprobs"] = sequence.text, None
         if logprobs is not None:
             choice["logprobs"] = (chat_logprobs if chat else completion_logprobs)(sequence, tokenizer, logprobs)
         choices.append(choice)
@@ -146,7 +146,7 @@ def completion_body(output: Any, endpoint: str, model_id: str, tokenizer: Any = 
     return {
         "id": f"{'chatcmpl-' if chat else 'cmpl-'}{secrets.token_hex(12)}",
         "object": "chat.completion" if chat else "text_completion",
-        "created": int(time.time()), "model": model_id, "choices": choices,
+        "created": int(time.time()), "model": model_id, "choices": choices, "system_fingerprint": fingerprint,
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": generated,
                   "total_tokens": prompt_tokens + generated,
                   "prompt_tokens_details": {"cached_tokens": cached}},
@@ -243,7 +243,7 @@ class TensorRtLlmEngine(Engine):
             return error_reply(500, f"TensorRT-LLM failed the request: {error}", "engine_error")
         try:
             completion = completion_body(output, endpoint, self.model.id, self._llm.tokenizer,
-                                         logprobs_wanted(request))
+                                         logprobs_wanted(request), f"trtllm-{self.version}")
         except LineCancelled as cancelled:
             return error_reply(503, str(cancelled), "engine_cancelled")
         if endpoint == "/v1/responses":

@@ -1,0 +1,389 @@
+"""The `transformers` engine: PyTorch and Hugging Face checkpoints, on a GPU where CUDA is (a fallback for GPU hosts
+without TensorRT-LLM, and the GPU path this project can check) and on the CPU otherwise.
+
+- **Artifacts**: a checkpoint directory, or a GGUF file (dequantized once by transformers, then kept as a checkpoint
+  under the model cache so later loads take seconds).
+- **Prompts** as `trtllm-serve` and the TensorRT-LLM engine build them (`hf_prompts.py`): the chat template's text,
+  tokenized without special tokens. Usage counts exactly those tokens.
+- **Batches**: lines waiting when the engine's worker is free are generated together (left-padded), up to the
+  model's slots, grouped by how they sample; each line keeps its own limit, stop strings and finish reason.
+  (transformers' continuous batching takes one generation config for every request, which lines' own settings
+  would break; a batch per group is the honest equivalent.)
+- **Defaults** are OpenAI's: temperature 1 and top_p 1 (temperature 0: greedy), chat runs to the context, completions
+  stop at 16 tokens; `n` samples run as rows of one batch.
+- **Cancellation**: a line whose task is cancelled is dropped if it has not started; a batch whose lines are all
+  cancelled stops at its next token.
+- **Memory**: unloading frees the weights and CUDA's cached blocks.
+
+The generation runs on the engine's own thread, never the event loop's or a shared pool's.
+"""
+
+import asyncio
+import gc
+import hashlib
+import importlib
+import importlib.metadata
+import logging
+import queue
+import secrets
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from contracts.catalogue import CatalogueModel
+from contracts.events.executor import EngineName
+from services.executor.adapters.artifacts import default_cache_dir
+from services.executor.adapters.engines.base import Engine, EngineReply, EngineUnavailable, error_reply
+from services.executor.adapters.engines.hf_prompts import chat_prompt
+from services.executor.adapters.engines.responses import UnmappableRequest, chat_request, response_body
+
+log = logging.getLogger(__name__)
+
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16
+MAX_SAMPLES = 64
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How a line samples; lines sampling alike share a batch."""
+
+    greedy: bool
+    temperature: float
+    top_p: float
+    top_k: int
+    repetition_penalty: float
+    seed: int | None
+
+
+def sampling_of(body: dict[str, Any]) -> Sampling:
+    temperature = float(body["temperature"]) if body.get("temperature") is not None else 1.0
+    top_p = float(body["top_p"]) if body.get("top_p") is not None else 1.0
+    top_k = int(body["top_k"]) if body.get("top_k") is not None else 0
+    penalty = float(body["repetition_penalty"]) if body.get("repetition_penalty") is not None else 1.0
+    seed = int(body["seed"]) if body.get("seed") is not None else None
+    greedy = temperature == 0 or top_k == 1
+    return Sampling(greedy, temperature, top_p, top_k, penalty, seed)
+
+
+def max_new_tokens(body: dict[str, Any], endpoint: str, prompt_tokens: int, context: int) -> int:
+    """The line's own limit, or OpenAI's default: completions 16, chat and responses the rest of the context."""
+    limit = body.get("max_completion_tokens", body.get("max_tokens"))
+    if limit is None:
+        return COMPLETIONS_DEFAULT_MAX_TOKENS if endpoint == "/v1/completions" else context - prompt_tokens
+    return int(limit)
+
+
+def cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
+    """The text up to the first stop string (excluded), and whether one was found."""
+    found = [index for index in (text.find(stop) for stop in stops if stop) if index >= 0]
+    return (text[:min(found)], True) if found else (text, False)
+
+
+@dataclass
+class Job:
+    prompt_ids: list[int]
+    samples: int
+    limit: int
+    sampling: Sampling
+    stops: list[str]
+    ignore_eos: bool
+    loop: asyncio.AbstractEventLoop
+    done: asyncio.Future[list[tuple[list[int], bool]]]
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+class TransformersEngine(Engine):
+    name: ClassVar[EngineName] = "transformers"
+
+    def __init__(self, n_threads: int = 2, cache_dir: Path | None = None) -> None:
+        self.n_threads = n_threads
+        self.cache_dir = cache_dir or default_cache_dir() / "hf-checkpoints"
+        self.model: CatalogueModel | None = None
+        self._torch: Any = None
+        self._transformers: Any = None
+        self._network: Any = None
+        self._tokenizer: Any = None
+        self._device = "cpu"
+        self._jobs: queue.Queue[Job | None] = queue.Queue()
+        self._worker: threading.Thread | None = None
+
+    @property
+    def version(self) -> str:
+        try:
+            versions = [f"{name} {importlib.metadata.version(name)}" for name in ("transformers", "torch")]
+        except importlib.metadata.PackageNotFoundError:
+            return "not-installed"
+        return ", ".join(versions)
+
+    @property
+    def fingerprint(self) -> str:
+        """`system_fingerprint`: which engine and versions produced an answer."""
+        return "transformers-" + self.version.replace(", ", "-").replace(" ", "-")
+
+    @property
+    def device(self) -> str:
+        return self._device
+
+    def load(self, model: CatalogueModel) -> None:
+        try:
+            torch = importlib.import_module("torch")
+            transformers = importlib.import_module("transformers")
+        except ImportError as error:
+            raise EngineUnavailable(f"PyTorch and transformers are not installed here, so {model.id} cannot load: "
+                                    "pip install 'sheshnag[transformers]'") from error
+        self._device = "cuda" if torch.cuda.is_available() else "cpu"
+        if self._device == "cpu":
+            torch.set_num_threads(max(1, self.n_threads))
+        dtype = torch.bfloat16 if self._device == "cuda" else torch.float32
+        source = self._checkpoint(Path(model.artifact), transformers, dtype)
+        try:
+            self._tokenizer = transformers.AutoTokenizer.from_pretrained(str(source))
+            network = transformers.AutoModelForCausalLM.from_pretrained(str(source), dtype=dtype)
+        except (OSError, ValueError) as error:
+            raise EngineUnavailable(f"transformers could not load {model.id} from {source}: {error}") from error
+        self._network = network.to(self._device).eval()
+        if self._tokenizer.pad_token_id is None:
+            self._tokenizer.pad_token = self._tokenizer.eos_token
+        self._tokenizer.padding_side = "left"
+        self._torch, self._transformers = torch, transformers
+        self.model = model
+        self._worker = threading.Thread(target=self._serve, name=f"transformers-{model.id}", daemon=True)
+        self._worker.start()
+        log.info("loaded %s on %s (%s) with %s", model.id, self._device, dtype, self.version)
+
+    def _checkpoint(self, artifact: Path, transformers: Any, dtype: Any) -> Path:
+        """The checkpoint directory to load: the artifact itself, or a GGUF's dequantized copy (made once)."""
+        if artifact.is_dir():
+            return artifact
+        if artifact.suffix.lower() != ".gguf":
+            raise EngineUnavailable(f"{artifact} is neither a checkpoint directory nor a GGUF file")
+        stat = artifact.stat()
+        key = hashlib.sha256(f"{artifact.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+        target = self.cache_dir / f"{artifact.stem}-{key}"
+        if (target / "config.json").is_file():
+            return target
+        log.info("converting %s to a checkpoint under %s (once)", artifact.name, target)
+        staging = target.with_name(target.name + f".tmp-{secrets.token_hex(4)}")
+        tokenizer = transformers.AutoTokenizer.from_pretrained(str(artifact.parent), gguf_file=artifact.name)
+        network = transformers.AutoModelForCausalLM.from_pretrained(str(artifact.parent), gguf_file=artifact.name,
+                                                                    dtype=dtype)
+        # The weights are dequantized already; transformers only refuses to save what it still calls GGUF-quantized.
+        network.hf_quantizer = None
+        if hasattr(network.config, "quantization_config"):
+            del network.config.quantization_config
+        tokenizer.save_pretrained(str(staging))
+        network.save_pretrained(str(staging))
+        try:
+            staging.rename(target)
+        except OSError:  # another process converted it meanwhile
+            shutil.rmtree(staging, ignore_errors=True)
+        return target
+
+    def unload(self) -> None:
+        if self._worker is not None:
+            self._jobs.put(None)
+            self._worker.join(timeout=60)
+        self._worker = None
+        self._network = self._tokenizer = self.model = None
+        gc.collect()
+        if self._torch is not None and self._device == "cuda":
+            self._torch.cuda.empty_cache()
+
+    async def run(self, endpoint: str, body: dict[str, object]) -> EngineReply:
+        if self._network is None or self.model is None:
+            raise EngineUnavailable("no model is loaded")
+        if endpoint not in self.model.endpoints or endpoint == "/v1/embeddings":
+            return error_reply(400, f"endpoint {endpoint} is not served by {self.model.id}", "invalid_url")
+        try:
+            request = chat_request(body) if endpoint == "/v1/responses" else dict(body)
+            job = self._job(endpoint, request)
+        except UnmappableRequest as error:
+            return error_reply(400, str(error), "invalid_request")
+        except PromptTooLong as error:
+            return error_reply(400, str(error), "context_too_long")
+        except Exception as error:  # jinja2's TemplateError from the model's own template: the line's fault
+            return error_reply(400, f"the chat template refused the messages: {error}", "invalid_request")
+        self._jobs.put(job)
+        try:
+            rows = await job.done
+        except asyncio.CancelledError:
+            job.cancelled.set()
+            raise
+        except RuntimeError as error:  # CUDA out of memory, a kernel error: this line's try failed
+            return error_reply(500, f"generation failed: {error}", "engine_error")
+        completion = self._completion(endpoint, job, rows)
+        if endpoint == "/v1/responses":
+            return EngineReply(200, response_body(completion, self.model.id))
+        return EngineReply(200, completion)
+
+    def _job(self, endpoint: str, request: dict[str, Any]) -> Job:
+        assert self.model is not None
+        if endpoint == "/v1/completions":
+            prompt = request.get("prompt")
+            if not isinstance(prompt, str):
+                raise UnmappableRequest("prompt must be a string")
+            ids = self._tokenizer(prompt, add_special_tokens=True)["input_ids"]
+        else:
+            kwargs = request.get("chat_template_kwargs")
+            text = chat_prompt(self._tokenizer, request.get("messages"), kwargs if isinstance(kwargs, dict) else None)
+            ids = self._tokenizer(text, add_special_tokens=False)["input_ids"]
+        limit = max_new_tokens(request, endpoint, len(ids), self.model.context_length)
+        if limit < 1 or len(ids) + limit > self.model.context_length:
+            raise PromptTooLong(f"{len(ids)} prompt tokens and {limit} to generate exceed the context of "
+                                f"{self.model.context_length} tokens")
+        samples = int(request.get("n") or 1)
+        if not 1 <= samples <= MAX_SAMPLES:
+            raise UnmappableRequest(f"n must be from 1 to {MAX_SAMPLES}")
+        stop = request.get("stop")
+        stops = [stop] if isinstance(stop, str) else [str(s) for s in stop] if isinstance(stop, list) else []
+        loop = asyncio.get_running_loop()
+        return Job(list(ids), samples, limit, sampling_of(request), stops, bool(request.get("ignore_eos")), loop,
+                   loop.create_future())
+
+    def _completion(self, endpoint: str, job: Job, rows: list[tuple[list[int], bool]]) -> dict[str, Any]:
+        assert self.model is not None
+        chat = endpoint != "/v1/completions"
+        choices, generated = [], 0
+        for index, (tokens, ended) in enumerate(rows):
+            text = self._tokenizer.decode(tokens, skip_special_tokens=True)
+            text, stopped = cut_at_stop(text, job.stops)
+            if stopped:
+                tokens = self._tokenizer(text, add_special_tokens=False)["input_ids"]
+            generated += len(tokens)
+            reason = "stop" if ended or stopped else "length"
+            choice: dict[str, Any] = {"index": index, "finish_reason": reason}
+            if chat:  # the key sets of the llama.cpp engine's answers (bench/gpu_smoke.py compares them)
+                choice["message"] = {"role": "assistant", "content": text}
+            else:
+                choice["text"], choice["logprobs"] = text, None
+            choices.append(choice)
+        prompt_tokens = len(job.prompt_ids)
+        return {"id": f"{'chatcmpl-' if chat else 'cmpl-'}{secrets.token_hex(12)}",
+                "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
+                "model": self.model.id, "choices": choices, "system_fingerprint": self.fingerprint,
+                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": generated,
+                          "total_tokens": prompt_tokens + generated,
+                          "prompt_tokens_details": {"cached_tokens": 0}}}
+
+    # The engine's own thread from here on.
+
+    def _serve(self) -> None:
+        while True:
+            first = self._jobs.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < max(1, self.model.slots if self.model else 1):
+                try:
+                    waiting = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if waiting is None:
+                    self._jobs.put(None)  # stop after this batch
+                    break
+                batch.append(waiting)
+            for group in _groups(batch):
+                live = [job for job in group if not job.cancelled.is_set()]
+                for job in group:
+                    if job.cancelled.is_set():
+                        job.loop.call_soon_threadsafe(_cancel, job.done)
+                if live:
+                    self._generate(live)
+
+    def _generate(self, jobs: list[Job]) -> None:
+        torch = self._torch
+        try:
+            rows = [job.prompt_ids for job in jobs for _ in range(job.samples)]
+            width = max(len(row) for row in rows)
+            pad = self._tokenizer.pad_token_id
+            input_ids = torch.tensor([[pad] * (width - len(row)) + row for row in rows], device=self._device)
+            mask = torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in rows], device=self._device)
+            sampling = jobs[0].sampling
+            settings: dict[str, Any] = {"max_new_tokens": max(job.limit for job in jobs), "pad_token_id": pad,
+                                        "do_sample": not sampling.greedy,
+                                        "repetition_penalty": sampling.repetition_penalty}
+            if not sampling.greedy:
+                settings.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
+            else:
+                settings.update(temperature=None, top_p=None, top_k=None)
+            if jobs[0].ignore_eos:  # a group ignores EOS or not as one
+                settings["eos_token_id"] = None
+            stopping = all_cancelled(self._transformers, jobs)
+            with torch.inference_mode():
+                if sampling.seed is not None:
+                    torch.manual_seed(sampling.seed)
+                output = self._network.generate(input_ids=input_ids, attention_mask=mask,
+                                                stopping_criteria=stopping, **settings)
+            new = output[:, width:].tolist()
+            eos = set(_as_list(self._network.generation_config.eos_token_id))
+            row = 0
+            for job in jobs:
+                found = []
+                for _ in range(job.samples):
+                    tokens, ended = _trim(new[row], job.limit, eos, job.ignore_eos)
+                    found.append((tokens, ended))
+                    row += 1
+                job.loop.call_soon_threadsafe(_resolve, job.done, found)
+        except Exception as error:
+            log.exception("generation failed for %d lines", len(jobs))
+            for job in jobs:
+                job.loop.call_soon_threadsafe(_fail, job.done, RuntimeError(str(error)))
+
+
+class PromptTooLong(ValueError):
+    pass
+
+
+def all_cancelled(transformers: Any, jobs: list[Job]) -> Any:
+    """A stopping criterion ending the batch once every line in it was cancelled."""
+
+    class AllCancelled(transformers.StoppingCriteria):
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            stop = all(job.cancelled.is_set() for job in jobs)
+            return input_ids.new_full((input_ids.shape[0],), stop, dtype=bool)
+
+    return transformers.StoppingCriteriaList([AllCancelled()])
+
+
+def _groups(batch: list[Job]) -> list[list[Job]]:
+    """Jobs that sample alike (and seeded ones alone: a seed is the batch's)."""
+    groups: dict[object, list[Job]] = {}
+    for job in batch:
+        key: object = (job.sampling, job.ignore_eos) if job.sampling.seed is None else id(job)
+        groups.setdefault(key, []).append(job)
+    return list(groups.values())
+
+
+def _as_list(value: object) -> list[int]:
+    if value is None:
+        return []
+    return [int(v) for v in value] if isinstance(value, list | tuple) else [int(value)]  # type: ignore[call-overload]
+
+
+def _trim(tokens: list[int], limit: int, eos: set[int], ignore_eos: bool) -> tuple[list[int], bool]:
+    """A row's own tokens: up to its first end of sequence (excluded; a row that ended early is padded after it),
+    within its own limit; and whether it ended."""
+    mine = tokens[:limit]
+    if not ignore_eos:
+        for index, token in enumerate(mine):
+            if token in eos:
+                return mine[:index], True
+    return mine, False
+
+
+def _resolve(future: "asyncio.Future[Any]", value: Any) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+def _fail(future: "asyncio.Future[Any]", error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)
+
+
+def _cancel(future: "asyncio.Future[Any]") -> None:
+    if not future.done():
+        future.cancel()

@@ -1,0 +1,26 @@
+"""The first GPU run's script (bench/gpu_smoke.py) runs its CPU parts here: the transformers engine on the CPU
+against the llama.cpp engine on the same lines, with no mismatch, and the GPU-only checks reported as skipped."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+CHECKOUT = Path(__file__).parents[2]
+
+
+def test_the_smoke_script_finds_no_mismatch_between_transformers_and_llama_cpp(tmp_path: Path) -> None:
+    report = tmp_path / "smoke.json"
+    ran = subprocess.run([sys.executable, "-m", "bench.gpu_smoke", "--engines", "transformers", "--report",
+                          str(report)], capture_output=True, text=True, timeout=600, cwd=CHECKOUT)
+    assert ran.returncode == 0, ran.stdout[-4000:] + ran.stderr[-2000:]
+    found = json.loads(report.read_text())
+    assert found["mismatches"] == 0
+    [engine] = found["engines"]
+    outcomes = {check["name"]: check["ok"] for check in engine["checks"]}
+    assert outcomes["load"] is True and outcomes["responses: keys and types"] is True
+    assert outcomes["an over-long prompt is 400 context_too_long"] is True
+    assert outcomes["a cancelled line frees the engine"] is True
+    assert sum(ok is True for ok in outcomes.values()) >= 35
+    gpu_only = [outcomes["the GPU goes idle after a cancel"], outcomes["GPU memory returns after unload"]]
+    assert gpu_only == [None, None] or all(gpu_only)
