@@ -71,7 +71,7 @@ def test_a_wrong_value_fails_as_the_environment_would(config: Path) -> None:
 def test_up_refuses_a_bad_file_before_starting_anything(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "up.toml"
     path.write_text("[executor]\nthreads = 8\n")
-    monkeypatch.delenv(CONFIG_FILE_VARIABLE, raising=False)
+    monkeypatch.setenv(CONFIG_FILE_VARIABLE, "")  # use_config_file sets it for the processes up starts: undone after
     with pytest.raises(SystemExit, match="no setting threads"):
         use_config_file(path)
 
