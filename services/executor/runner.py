@@ -23,7 +23,7 @@ from contracts.commands import RunBatch
 from contracts.events.batch import BatchFinalizing, BatchProgressed, BatchStarted, ShardFinished
 from contracts.events.envelope import Event
 from contracts.subjects import attempt_failures, result_chunk_key
-from services.executor.adapters.engines.base import Engine, on_slot
+from services.executor.adapters.engines.base import Engine, EngineReply, on_slot
 from services.executor.adapters.input_cache import InputCache, InputCopy
 from services.executor.adapters.objects import ObjectAccess
 from services.executor.adapters.results import ResultStore
@@ -193,11 +193,24 @@ class BatchRunner:
         commit_lock = asyncio.Lock()
         slots, owner = self.slot_pool(engine), command.owner_key_id
 
+        in_engine: set[asyncio.Task[EngineReply]] = set()
+        """The lines being generated now: a cancel or an expiry stops them in the engine (no GPU time is spent on
+        lines whose answers would be thrown away); they are not committed, so they end as never run."""
+
         async def run_one(line: InputLine, slot_wait_s: float, slot: HeldSlot) -> None:
             try:
                 with on_slot(slot.index):
-                    reply = await traced_line(engine, command.model, command.endpoint, line.custom_id, line.body,
-                                              self.retry, slot_wait_s)
+                    call = asyncio.ensure_future(traced_line(engine, command.model, command.endpoint,
+                                                             line.custom_id, line.body, self.retry, slot_wait_s))
+                    in_engine.add(call)
+                    try:
+                        reply = await call
+                    except asyncio.CancelledError:
+                        if call.cancelled() and not _current_task_cancelling():
+                            return  # stopped by the batch's cancel or expiry: the line never ran
+                        raise
+                    finally:
+                        in_engine.discard(call)
             finally:
                 slot.give_back()  # before the commit: the engine goes on with the next line meanwhile
             finished = result_line(command.batch_id, line, reply.status_code, reply.body)
@@ -226,7 +239,14 @@ class BatchRunner:
                     if committer.due(time.monotonic()):
                         await commit(committer.flush())
 
+        async def stop_lines_on_cancel() -> None:
+            await watch.stopping.wait()
+            if watch.stop_reason() is not None:  # cancelled or expired; a lost lease lets lines finish as before
+                for call in list(in_engine):
+                    call.cancel()
+
         clock = asyncio.create_task(commit_on_time()) if self.chunk_max_wait_s < float("inf") else None
+        stopper = asyncio.create_task(stop_lines_on_cancel())
         try:
             async with self.inputs.hold(command.batch_id, command.input_object_key) as copy, \
                     aclosing(self._pending_lines(command, resume, copy, watch.stopping)) as pending, \
@@ -249,6 +269,8 @@ class BatchRunner:
             raise failures.exceptions[0] from failures
         finally:
             lines_done.set()
+            stopper.cancel()
+            await asyncio.gather(stopper, return_exceptions=True)
             if clock is not None:
                 await asyncio.gather(clock, return_exceptions=True)
         async with commit_lock:
@@ -302,3 +324,8 @@ class BatchRunner:
         self.announced.setdefault(attempt_key(command), set()).add(key)
         return True
 
+
+def _current_task_cancelling() -> bool:
+    """Whether the task running this is itself being cancelled (then its CancelledError must go on)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

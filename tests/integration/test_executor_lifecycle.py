@@ -169,6 +169,26 @@ async def test_a_cancel_mid_run_keeps_produced_results_and_marks_every_unrun_lin
     assert "batch.finalizing" not in [fact.type for fact in facts]
 
 
+async def test_a_cancel_stops_the_lines_being_generated_instead_of_letting_them_run_out(
+    bus: EventBus, object_store: ObjectStore, executor: ExecutorSettings,
+) -> None:
+    """Two long lines (one per slot) are cut short by the cancel: the batch ends within seconds, not after their
+    600 tokens each, and they are in the error file as never run."""
+    command = await new_batch(object_store, executor, "/v1/chat/completions", CHAT,
+                              [chat(n, max_tokens=600) for n in range(2)])
+    await bus.send(command)
+    await batch_facts(bus, command.batch_id, lambda fact: fact.type == "batch.started")
+    await asyncio.sleep(1.0)
+    asked = time.monotonic()
+    await bus.publish(BatchCancelRequested(aggregate_id=command.batch_id, requested_by_key_id="key_owner"))
+    facts = await batch_facts(bus, command.batch_id, ended)
+    took = time.monotonic() - asked
+    assert facts[-1].type == "batch.cancelled" and (facts[-1].completed, facts[-1].failed) == (0, 2)
+    assert took < 5, f"the cancel took {took:.1f}s: the lines ran on"
+    _, errors = await files_of(object_store, command.batch_id)
+    assert {json.loads(row)["error"]["code"] for row in errors.splitlines()} == {"batch_cancelled"}
+
+
 async def test_a_batch_that_never_ran_expires_with_every_line_batch_expired(
     bus: EventBus, object_store: ObjectStore, executor: ExecutorSettings,
 ) -> None:
