@@ -144,7 +144,8 @@ def compare(report: EngineReport, mine: dict[str, EngineReply], reference: dict[
                  and too_long["error"]["code"] == "context_too_long", too_long)
 
 
-def gpu_memory_free() -> int | None:
+def first_gpu(read: Callable[[Any, Any], int]) -> int | None:
+    """`read(nvml, handle)` of the first visible NVIDIA GPU; None without one (or without NVML)."""
     if importlib.util.find_spec("pynvml") is None:
         return None
     import pynvml
@@ -154,24 +155,17 @@ def gpu_memory_free() -> int | None:
     except pynvml.NVMLError:
         return None
     try:
-        return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).free)
+        return read(pynvml, pynvml.nvmlDeviceGetHandleByIndex(0))
     finally:
         pynvml.nvmlShutdown()
+
+
+def gpu_memory_free() -> int | None:
+    return first_gpu(lambda nvml, handle: int(nvml.nvmlDeviceGetMemoryInfo(handle).free))
 
 
 def gpu_busy_percent() -> int | None:
-    if importlib.util.find_spec("pynvml") is None:
-        return None
-    import pynvml
-
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return None
-    try:
-        return int(pynvml.nvmlDeviceGetUtilizationRates(pynvml.nvmlDeviceGetHandleByIndex(0)).gpu)
-    finally:
-        pynvml.nvmlShutdown()
+    return first_gpu(lambda nvml, handle: int(nvml.nvmlDeviceGetUtilizationRates(handle).gpu))
 
 
 async def cancellation(report: EngineReport, engine: Engine) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
 from tests.e2e.conftest import ADMIN_KEY, RunningStack
 from tests.e2e.test_dashboard import CHROMIUM, CHROMIUM_ARGS
@@ -25,6 +25,18 @@ def browser() -> Iterator[Browser]:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield launched
         launched.close()
+
+
+def signed_in(stack: RunningStack, browser: Browser, width: int) -> tuple[BrowserContext, Page]:
+    """A new browser context at `width` px, signed in with the admin key; confirmation dialogs accepted."""
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    page = context.new_page()
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.goto(f"http://127.0.0.1:{stack.port}/dashboard/")
+    page.get_by_label("API key").fill(ADMIN_KEY)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#status")).to_contain_text("Signed in", timeout=10_000)
+    return context, page
 
 
 def overflow(page: Page) -> int:
@@ -48,12 +60,7 @@ def test_no_page_scrolls_sideways_and_no_badge_breaks(stack: RunningStack, brows
                                   endpoint="/v1/chat/completions", completion_window="24h",
                                   metadata={"purpose": json.dumps({"a rather long": "metadata value" * 3})})
     wait_until_done(client, batch.id)
-    context = browser.new_context(viewport={"width": width, "height": 900})
-    page = context.new_page()
-    page.goto(f"http://127.0.0.1:{stack.port}/dashboard/")
-    page.get_by_label("API key").fill(ADMIN_KEY)
-    page.get_by_role("button", name="Sign in").click()
-    expect(page.locator("#status")).to_contain_text("Signed in", timeout=10_000)
+    context, page = signed_in(stack, browser, width)
     for path in ("/dashboard/", "/dashboard/new", "/dashboard/batches", f"/dashboard/batches/{batch.id}",
                  "/dashboard/keys", "/dashboard/webhooks", "/dashboard/provider", "/dashboard/operator"):
         page.goto(f"http://127.0.0.1:{stack.port}{path}")
@@ -70,12 +77,7 @@ def test_the_batches_list_filters_by_status_and_searches_metadata(stack: Running
                                   endpoint="/v1/chat/completions", completion_window="24h",
                                   metadata={"project": "needle-in-haystack"})
     wait_until_done(client, batch.id)
-    context = browser.new_context(viewport={"width": 390, "height": 900})
-    page = context.new_page()
-    page.goto(f"http://127.0.0.1:{stack.port}/dashboard/")
-    page.get_by_label("API key").fill(ADMIN_KEY)
-    page.get_by_role("button", name="Sign in").click()
-    expect(page.locator("#status")).to_contain_text("Signed in", timeout=10_000)
+    context, page = signed_in(stack, browser, 390)
     page.goto(f"http://127.0.0.1:{stack.port}/dashboard/batches")
     page.get_by_label("Status").select_option("completed")
     page.get_by_label("Search (batch id, metadata text, or key=value)").fill("project=needle")
@@ -90,13 +92,7 @@ def test_the_batches_list_filters_by_status_and_searches_metadata(stack: Running
 
 
 def test_the_webhooks_page_adds_shows_disables_and_deletes_an_endpoint(stack: RunningStack, browser: Browser) -> None:
-    context = browser.new_context(viewport={"width": 390, "height": 900})
-    page = context.new_page()
-    page.on("dialog", lambda dialog: dialog.accept())
-    page.goto(f"http://127.0.0.1:{stack.port}/dashboard/")
-    page.get_by_label("API key").fill(ADMIN_KEY)
-    page.get_by_role("button", name="Sign in").click()
-    expect(page.locator("#status")).to_contain_text("Signed in", timeout=10_000)
+    context, page = signed_in(stack, browser, 390)
     page.goto(f"http://127.0.0.1:{stack.port}/dashboard/webhooks")
     url = f"https://hooks.example.com/sheshnag/{stack.port}"
     page.get_by_label("URL").fill(url)
@@ -124,12 +120,7 @@ def test_a_batch_pages_status_line_and_error_panel_count_the_same_failed_lines(
                                   completion_window="24h", extra_body={"allow_partial": True})
     done, _ = wait_until_done(client, batch.id)
     assert done.request_counts is not None and done.request_counts.failed == 2
-    context = browser.new_context(viewport={"width": 390, "height": 900})
-    page = context.new_page()
-    page.goto(f"http://127.0.0.1:{stack.port}/dashboard/")
-    page.get_by_label("API key").fill(ADMIN_KEY)
-    page.get_by_role("button", name="Sign in").click()
-    expect(page.locator("#status")).to_contain_text("Signed in", timeout=10_000)
+    context, page = signed_in(stack, browser, 390)
     page.goto(f"http://127.0.0.1:{stack.port}/dashboard/batches/{batch.id}")
     expect(page.locator("#summary")).to_contain_text("1 completed, 2 failed, 3 total", timeout=10_000)
     expect(page.locator("#errors .failed-lines")).to_have_text("2 failed line(s) in the error file:")
