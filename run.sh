@@ -49,7 +49,7 @@ case "${1:-}" in
     # most tests wait on brokers, processes and timeouts, so the suite takes about half the wall time.
     # A test failing once (on two shared cores every test races brokers and processes) runs once more; the report
     # lists each rerun ("R"), and a test failing twice fails the run.
-    exec .venv/bin/python -m pytest -n "${SHESHNAG_TEST_WORKERS:-3}" --dist loadfile --reruns 1 -rR "$@"
+    exec .venv/bin/python -m pytest -n "${SHESHNAG_TEST_WORKERS:-3}" --dist loadfile --reruns 1 -rR --durations=15 "$@"
     ;;
   *)
     echo "usage: ./run.sh up [--port 8080] [--data-dir DIR] | ./run.sh test [pytest args]" >&2

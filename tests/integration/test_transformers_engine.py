@@ -1,8 +1,12 @@
 """The transformers engine on the real SmolLM2-135M-Instruct (its GGUF dequantized once into a checkpoint), on the
 CPU here and on a GPU where one is: OpenAI's defaults and shapes, prompts counted as the validator and llama.cpp
-count them, lines batched together, a bad line failing alone, and a cancelled line freeing the engine."""
+count them, lines batched together, a bad line failing alone, and a cancelled line freeing the engine; and the first
+GPU run's script (bench/gpu_smoke.py) run on its CPU parts."""
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,6 +24,7 @@ MODEL = CatalogueModel(id="smollm2-hf", engine="transformers", artifact=str(reso
                        context_length=256, slots=4, memory_bytes=600_000_000,
                        endpoints=["/v1/chat/completions", "/v1/completions", "/v1/responses"])
 CHAT = "/v1/chat/completions"
+CHECKOUT = Path(__file__).parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -109,3 +114,23 @@ def test_unloading_ends_the_engines_thread(tmp_path: Path) -> None:
     engine._worker = None  # never loaded: unloading is harmless
     engine.unload()
     assert engine.model is None
+
+
+def test_the_gpu_smoke_script_finds_no_mismatch_between_transformers_and_llama_cpp(tmp_path: Path) -> None:
+    """bench/gpu_smoke.py's CPU parts (last in this module: the GGUF's checkpoint is in the machine's cache by now,
+    so the script loads it without converting again): the transformers engine against llama.cpp on the same lines,
+    no mismatch, the GPU-only checks skipped."""
+    report = tmp_path / "smoke.json"
+    ran = subprocess.run([sys.executable, "-m", "bench.gpu_smoke", "--engines", "transformers", "--report",
+                          str(report)], capture_output=True, text=True, timeout=600, cwd=CHECKOUT)
+    assert ran.returncode == 0, ran.stdout[-4000:] + ran.stderr[-2000:]
+    found = json.loads(report.read_text())
+    assert found["mismatches"] == 0
+    [engine] = found["engines"]
+    outcomes = {check["name"]: check["ok"] for check in engine["checks"]}
+    assert outcomes["load"] is True and outcomes["responses: keys and types"] is True
+    assert outcomes["an over-long prompt is 400 context_too_long"] is True
+    assert outcomes["a cancelled line frees the engine"] is True
+    assert sum(ok is True for ok in outcomes.values()) >= 40
+    gpu_only = [outcomes["the GPU goes idle after a cancel"], outcomes["GPU memory returns after unload"]]
+    assert gpu_only == [None, None] or all(gpu_only)
