@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import importlib.util
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -76,6 +77,12 @@ class EngineReport:
 
     def check(self, name: str, ok: bool | None, detail: object = "") -> None:
         self.checks.append(Check(name, ok, str(detail)[:500]))
+
+
+def threads() -> int:
+    """CPU threads each engine computes on: the executor's setting (on shared cores, one thread each is faster than
+    two threads waiting on a descheduled sibling; the test suite sets 1)."""
+    return int(os.environ.get("SHESHNAG_EXECUTOR_N_THREADS", "2"))
 
 
 def model_for(engine: str, artifact: str) -> CatalogueModel:
@@ -190,7 +197,7 @@ async def smoke(engine_name: str, artifact: str, reference: dict[str, EngineRepl
                 template_count: Callable[[list[dict[str, object]]], int]) -> EngineReport:
     report = EngineReport(engine_name)
     before = gpu_memory_free()
-    engine = create_engine(engine_name, n_threads=2)  # type: ignore[arg-type]
+    engine = create_engine(engine_name, n_threads=threads())  # type: ignore[arg-type]
     report.version = engine.version
     try:
         await asyncio.to_thread(engine.load, model_for(engine_name, artifact))
@@ -219,7 +226,7 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("--report", type=Path, default=Path("gpu-smoke.json"))
     args = parser.parse_args(argv)
     gguf = str(resolve_artifact(GGUF))
-    reference_engine = LlamaCppEngine(n_threads=2)
+    reference_engine = LlamaCppEngine(n_threads=threads())
     await asyncio.to_thread(reference_engine.load, model_for("llamacpp", gguf))
     reference = await run_all(reference_engine)
     await asyncio.to_thread(reference_engine.unload)

@@ -24,7 +24,8 @@ def test_a_fresh_pip_install_runs_a_batch_with_sheshnag_up(tmp_path_factory: pyt
     home = tmp_path_factory.mktemp("fresh")
     venv = home / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    installed = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", str(CHECKOUT)],
+    installed = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-compile",
+                                "--disable-pip-version-check", str(CHECKOUT)],
                                capture_output=True, text=True, timeout=600, cwd=home)
     assert installed.returncode == 0, installed.stderr[-3000:]
     # Nothing of the checkout is importable from here: what runs is what pip installed.

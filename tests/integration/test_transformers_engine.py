@@ -29,7 +29,9 @@ CHECKOUT = Path(__file__).parents[2]
 
 @pytest.fixture(scope="module")
 async def engine() -> AsyncIterator[TransformersEngine]:
-    loaded = TransformersEngine(n_threads=2)  # the machine's model cache: the GGUF is converted once per machine
+    # One thread, as the suite's llama.cpp engines: on two shared cores, more threads wait on each other. The
+    # machine's model cache: the GGUF is converted once per machine.
+    loaded = TransformersEngine(n_threads=1)
     await asyncio.to_thread(loaded.load, MODEL)
     yield loaded
     await asyncio.to_thread(loaded.unload)
