@@ -2,29 +2,21 @@
 inside their own frame) and no status badge breaks mid-word. Checked in Chromium, every page, with data on it."""
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from tests.e2e.conftest import ADMIN_KEY, RunningStack
-from tests.e2e.test_dashboard import CHROMIUM, CHROMIUM_ARGS
+from tests.e2e.test_dashboard import CHROMIUM, browser
 from tests.factories import chat_line, upload, wait_until_done
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not Path(CHROMIUM).exists(),
                                                  reason=f"Debian's chromium is not installed at {CHROMIUM}")]
 
 WIDTHS = (390, 1280)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
+__all__ = ["browser"]  # the fixture: one Chromium per module, as the dashboard test starts it
 
 
 def signed_in(stack: RunningStack, browser: Browser, width: int) -> tuple[BrowserContext, Page]:
