@@ -4,6 +4,7 @@ import re
 import tomllib
 from dataclasses import dataclass
 
+from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, Field, model_validator
 
 from contracts.billing import ModelPrice
@@ -90,6 +91,11 @@ class CatalogueModel(BaseModel):
     price: ModelPrice | None = None
     """What its tokens cost (USD per 1M input, cached-input and output tokens, and a batch minimum), when the
     deployment bills; a model without one cannot be used while billing is on (`pricing_unavailable`)."""
+    engine_version: str | None = None
+    """The oldest engine release this model's executors run (TensorRT-LLM's version, xllamacpp's, transformers'):
+    an executor with an older engine does not serve the model, and the parameters its engine honours only from a
+    release on (`contracts/engines.py`, e.g. TensorRT-LLM's penalties from 1.3.0rc24) are accepted when this is at
+    or above that release. Omitted: only what every release honours."""
     revision: str | None = None
     """The revision a batch may pin with `metadata.revision` (Reliquary's); omitted: an `hf://` artifact's pinned
     revision, else the artifact's `sha256`."""
@@ -109,6 +115,12 @@ class CatalogueModel(BaseModel):
         if object_artifact(self.artifact) is not None and self.sha256 is None:
             raise ValueError(f"model {self.id}: an s3 artifact needs its sha256 pinned")
         hub_artifact(self.artifact)
+        if self.engine_version is not None:
+            try:
+                Version(self.engine_version)
+            except InvalidVersion as error:
+                raise ValueError(f"model {self.id}: engine_version {self.engine_version!r} is not a release "
+                                 "number (e.g. 1.3.0)") from error
         if self.engine in ("tensorrt_llm", "transformers") and "/v1/embeddings" in self.endpoints:
             raise ValueError(f"model {self.id}: the {self.engine} engine generates text; it serves no "
                              "/v1/embeddings (serve embeddings with a llamacpp entry)")

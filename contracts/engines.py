@@ -6,6 +6,8 @@ An OpenAI parameter the engine cannot honour is still fine at a neutral value (o
 from types import MappingProxyType
 from typing import Final, Literal
 
+from packaging.version import InvalidVersion, Version
+
 from contracts.events.executor import EngineName
 
 _CHAT: Final = frozenset({
@@ -41,6 +43,8 @@ NEUTRAL_VALUES: Final = MappingProxyType({
     "parallel_tool_calls": (True, False), "service_tier": ("auto", "default"), "store": (False,),
     "stream": (False,), "encoding_format": ("float",), "truncation": ("disabled",), "background": (False,),
     "verbosity": ("medium",), "functions": ([],), "tools": ([],), "include": ([],), "chat_template_kwargs": ({},),
+    # OpenAI's own defaults (clients often send them): no penalty at all.
+    "presence_penalty": (0,), "frequency_penalty": (0,), "repetition_penalty": (1,), "min_p": (0,),
 })
 """Values of a parameter that ask nothing of the engine (None always counts as neutral too)."""
 
@@ -61,11 +65,9 @@ ENGINE_PARAMETERS: Final = MappingProxyType({
         # `chat_template_kwargs`: variables the model's own chat template reads (e.g. enable_thinking).
         "n", "chat_template_kwargs",
     }),
-    # What the PyTorch backend's sampler (TensorRT-LLM's default) honours in its released versions: temperature,
-    # top_p and top_k. Its presence, frequency and repetition penalties and min_p were added to that sampler only by
-    # pull requests of mid-2026 (#16485, #16590) and were silently ignored before, so they are refused here until a
-    # release known to carry them is pinned. `seed` is taken as OpenAI's is, best effort (per-request seeds reached
-    # that sampler with #17172).
+    # What the PyTorch backend's sampler (TensorRT-LLM's default) honours in every release we run: temperature,
+    # top_p and top_k. What it honours only from a release on is in ENGINE_PARAMETERS_SINCE. `seed` is taken as
+    # OpenAI's is, best effort (per-request seeds reached that sampler with #17172).
     "tensorrt_llm": _HARMLESS | frozenset({
         "messages", "prompt", "input", "instructions", "max_tokens", "max_completion_tokens", "max_output_tokens",
         "temperature", "top_p", "seed", "stop", "n", "best_of", "logprobs", "top_logprobs", "top_k", "ignore_eos",
@@ -81,8 +83,43 @@ ENGINE_PARAMETERS: Final = MappingProxyType({
 })
 
 
-def honoured_parameters(engine: EngineName) -> frozenset[str]:
-    return ENGINE_PARAMETERS[engine]
+ENGINE_PARAMETERS_SINCE: Final[MappingProxyType[EngineName, tuple[tuple[str, frozenset[str]], ...]]] = \
+    MappingProxyType({
+        # TensorRT-LLM's PyTorch sampler ignored the penalties and min_p (accepted by SamplingParams, silently
+        # dropped) until pull requests of mid-2026 (#16485, #16590); its sampling guide lists them first in
+        # 1.3.0rc24. Before that release they would change nothing, so they are refused unless a model's catalogue
+        # entry pins `engine_version` at or above it.
+        "tensorrt_llm": (("1.3.0rc24", frozenset({
+            "presence_penalty", "frequency_penalty", "repetition_penalty", "min_p"})),),
+        "llamacpp": (),
+        "transformers": (),
+    })
+"""Parameters an engine honours only from a release on: (first release, parameters), oldest first."""
+
+
+def release_at_least(release: str, minimum: str) -> bool:
+    """Whether an engine release is `minimum` or later (PEP 440 order, so 1.3.0rc24 < 1.3.0); a release that is
+    not a version number (an engine not installed) is not."""
+    try:
+        return Version(release) >= Version(minimum)
+    except InvalidVersion:
+        return False
+
+
+def first_release_honouring(engine: EngineName, parameter: str) -> str | None:
+    """The release from which `engine` honours `parameter`, where it does only from a release on."""
+    return next((first for first, parameters in ENGINE_PARAMETERS_SINCE[engine] if parameter in parameters), None)
+
+
+def honoured_parameters(engine: EngineName, engine_version: str | None = None) -> frozenset[str]:
+    """What `engine` honours at release `engine_version` (None: at every release we run, the least)."""
+    honoured = ENGINE_PARAMETERS[engine]
+    if engine_version is None:
+        return honoured
+    for first_release, parameters in ENGINE_PARAMETERS_SINCE[engine]:
+        if release_at_least(engine_version, first_release):
+            honoured |= parameters
+    return honoured
 
 
 def is_neutral(parameter: str, value: object) -> bool:

@@ -7,6 +7,7 @@ from contracts.catalogue import Catalogue, CatalogueModel
 from contracts.engines import (
     CONTENT_PART_MODALITY,
     OPENAI_PARAMETERS,
+    first_release_honouring,
     honoured_parameters,
     is_neutral,
     served_modalities,
@@ -204,14 +205,19 @@ def _range_issues(body: dict[str, object], temperature_checked: bool = False) ->
 
 def _parameter_issues(body: dict[str, object], endpoint: str, model: CatalogueModel) -> Iterator[LineIssue]:
     known = OPENAI_PARAMETERS.get(endpoint, frozenset())
-    honoured = honoured_parameters(model.engine)
+    honoured = honoured_parameters(model.engine, model.engine_version)
     for name, value in body.items():
-        if name not in known and name not in honoured:
+        if name in honoured or (is_neutral(name, value) and name in known):
+            continue
+        since = first_release_honouring(model.engine, name)
+        if name not in known and since is None:
             yield LineIssue("unsupported_parameter", f"Unknown parameter body.{name} for {endpoint}; check its "
                             "spelling or remove it.", f"body.{name}")
-        elif name not in honoured and not is_neutral(name, value):
+        elif not is_neutral(name, value):
+            release = (f" (it does from release {since} on, and {model.id}'s catalogue entry does not pin "
+                       "engine_version at or above it)" if since is not None else "")
             yield LineIssue(f"{name}_unavailable", f"{model.id} runs on {model.engine}, which cannot honour "
-                            f"body.{name}={value!r}; remove it or use its default.", f"body.{name}")
+                            f"body.{name}={value!r}{release}; remove it or use its default.", f"body.{name}")
 
 
 def _token_id_issues(ids: list[int], body: dict[str, object], model: CatalogueModel,
@@ -237,7 +243,7 @@ def _template_kwarg_issues(body: dict[str, object], endpoint: str, model: Catalo
     `{"enable_thinking": false}` runs on a model that never thinks); what the engine sets itself is refused."""
     kwargs = body.get("chat_template_kwargs")
     if kwargs is None or endpoint != "/v1/chat/completions" or "chat_template_kwargs" not in honoured_parameters(
-            model.engine):
+            model.engine, model.engine_version):
         return
     if not isinstance(kwargs, dict):
         yield LineIssue("invalid_body", "chat_template_kwargs must be an object of template variables.",

@@ -62,6 +62,10 @@ class SamplingParams:
     logprobs: int | None = None
     ignore_eos: bool = False
     add_special_tokens: bool = True
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    min_p: float | None = None
 
     def __post_init__(self) -> None:
         best_of = self.best_of or self.n

@@ -139,10 +139,23 @@ async def test_a_cancelled_line_aborts_its_request_on_the_gpu(engine: TensorRtLl
     assert llm().results[-1].aborted
 
 
-def test_only_what_the_released_sampler_honours_is_declared() -> None:
+def test_only_what_the_sampler_honours_at_a_release_is_declared() -> None:
+    penalties = {"presence_penalty", "frequency_penalty", "repetition_penalty", "min_p"}
     honoured = honoured_parameters("tensorrt_llm")
     assert {"temperature", "top_p", "top_k", "n", "stop", "logprobs"} <= honoured
-    assert not {"presence_penalty", "frequency_penalty", "repetition_penalty", "min_p"} & honoured
+    assert not penalties & honoured
+    assert not penalties & honoured_parameters("tensorrt_llm", "1.2.0")
+    assert not penalties & honoured_parameters("tensorrt_llm", "1.3.0rc23")
+    assert penalties <= honoured_parameters("tensorrt_llm", "1.3.0rc24")
+    assert penalties <= honoured_parameters("tensorrt_llm", "1.4.0")
+
+
+async def test_penalties_reach_the_sampler_when_a_line_carries_them(engine: TensorRtLlmEngine) -> None:
+    """They reach a line only where the catalogue pins a release that honours them (the validator's rule)."""
+    reply = await engine.run(CHAT, chat(presence_penalty=0.5, frequency_penalty=0.25, min_p=0.1))
+    assert reply.status_code == 200, reply.body
+    _, params = llm().calls[-1]
+    assert (params.presence_penalty, params.frequency_penalty, params.min_p) == (0.5, 0.25, 0.1)
 
 
 def test_the_catalogue_refuses_what_tensorrt_llm_cannot_serve() -> None:

@@ -69,9 +69,15 @@ class Engine(ABC):
         """Requests the engine runs at once; the executor keeps that many in flight."""
         return self.model.slots if self.model else 0
 
+    @property
+    def release(self) -> str:
+        """The engine library's own release, which a catalogue entry's `engine_version` is compared with."""
+        return self.version
+
     def capabilities(self) -> frozenset[str]:
-        """Request body parameters this runtime honours (one table in contracts, shared with the validator)."""
-        return honoured_parameters(self.name)
+        """Request body parameters this runtime honours at its release (one table in contracts, shared with the
+        validator, which goes by the release the model's catalogue entry pins)."""
+        return honoured_parameters(self.name, self.release)
 
     @abstractmethod
     def load(self, model: CatalogueModel) -> None:

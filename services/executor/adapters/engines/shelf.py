@@ -9,6 +9,7 @@ import asyncio
 import logging
 
 from contracts.catalogue import CatalogueModel
+from contracts.engines import release_at_least
 from contracts.events.executor import EngineName
 from services.executor.adapters.artifacts import ArtifactResolver, default_cache_dir
 from services.executor.adapters.engines import create_engine
@@ -18,12 +19,29 @@ from services.executor.adapters.objects import ObjectAccess
 log = logging.getLogger(__name__)
 
 
+def servable_at_release(release: str, models: list[CatalogueModel]) -> dict[str, CatalogueModel]:
+    """The models whose catalogue entry this engine release satisfies (`engine_version`): one pinning a later
+    release is left out (the validator admits parameters for it that this release would ignore), with a warning;
+    ValueError when none is left."""
+    servable = {}
+    for model in models:
+        if model.engine_version is None or release_at_least(release, model.engine_version):
+            servable[model.id] = model
+        else:
+            log.warning("%s is not served here: its catalogue entry pins engine_version %s, and this engine is %s",
+                        model.id, model.engine_version, release)
+    if models and not servable:
+        raise ValueError(f"no model can be served by this engine release ({release}): "
+                         + ", ".join(f"{model.id} needs {model.engine_version}" for model in models))
+    return servable
+
+
 class EngineShelf:
     def __init__(self, engine: EngineName, n_threads: int, models: list[CatalogueModel],
                  artifacts: ArtifactResolver | None = None) -> None:
         self.engine = engine
         self.n_threads = n_threads
-        self.models = {model.id: model for model in models}
+        self.models = servable_at_release(create_engine(engine, n_threads).release, models)
         self.artifacts = artifacts or ArtifactResolver(default_cache_dir())
         self.loaded: dict[str, Engine] = {}
         self._loading = asyncio.Lock()

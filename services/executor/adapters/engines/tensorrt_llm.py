@@ -37,9 +37,11 @@ from services.runtime.catalogue import resolve_artifact
 
 log = logging.getLogger(__name__)
 
-DIRECT = ("temperature", "top_p", "top_k", "seed", "ignore_eos", "n", "best_of")
-"""OpenAI body parameters that `SamplingParams` takes under the same name and meaning (and the PyTorch backend's
-sampler honours: see `contracts/engines.py` for what it does not)."""
+DIRECT = ("temperature", "top_p", "top_k", "seed", "ignore_eos", "n", "best_of",
+          "presence_penalty", "frequency_penalty", "repetition_penalty", "min_p")
+"""OpenAI body parameters that `SamplingParams` takes under the same name and meaning. The penalties and min_p reach
+a line only where the model's catalogue entry pins a release whose sampler honours them (`contracts/engines.py`),
+and the executor serves that model only on such a release (`shelf.servable_at_release`)."""
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 """OpenAI's `/v1/completions` default; chat and responses run to the context, as OpenAI's and trtllm-serve's do."""
 DEFAULT_SAMPLING = {"temperature": 1.0, "top_p": 1.0}

@@ -119,6 +119,13 @@ class TransformersEngine(Engine):
         return ", ".join(versions)
 
     @property
+    def release(self) -> str:
+        try:
+            return importlib.metadata.version("transformers")
+        except importlib.metadata.PackageNotFoundError:
+            return "not-installed"
+
+    @property
     def fingerprint(self) -> str:
         """`system_fingerprint`: which engine and versions produced an answer."""
         return "transformers-" + self.version.replace(", ", "-").replace(" ", "-")
