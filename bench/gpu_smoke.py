@@ -6,10 +6,13 @@ on a GPU, the device) goes idle, unload and check the memory comes back. Writes 
 mismatch.
 
     python -m bench.gpu_smoke [--engines transformers,tensorrt_llm] [--checkpoint DIR] [--report smoke.json]
+                              [--continuous-batching auto|on|off]
 
 Without `--checkpoint` the transformers engine reads SmolLM2-135M-Instruct's GGUF (dequantized once into a
 checkpoint); TensorRT-LLM needs a checkpoint directory. On a host without a GPU the same checks run on the CPU
-(CI runs them so), and the GPU-only ones (NVML idle and free memory) are reported as skipped.
+(CI runs them so), and the GPU-only ones (NVML idle and free memory) are reported as skipped. The transformers
+engine uses transformers' continuous batching on a GPU (`auto`); `on` uses it on the CPU too (CI does, so both its
+paths run: the seeded lines go through micro-batches), and then a short line must end while a long one runs.
 """
 
 import argparse
@@ -28,6 +31,7 @@ from contracts.catalogue import CatalogueModel
 from services.executor.adapters.engines import create_engine
 from services.executor.adapters.engines.base import Engine, EngineReply
 from services.executor.adapters.engines.llamacpp import LlamaCppEngine
+from services.executor.adapters.engines.transformers_engine import TransformersEngine
 from services.executor.samples import run_samples
 from services.runtime.catalogue import resolve_artifact
 from services.validator.adapters.tokenizer import ModelTokenizer
@@ -73,6 +77,7 @@ class EngineReport:
     engine: str
     version: str = ""
     device: str = ""
+    batching: str = ""
     checks: list[Check] = field(default_factory=list)
 
     def check(self, name: str, ok: bool | None, detail: object = "") -> None:
@@ -185,6 +190,9 @@ async def cancellation(report: EngineReport, engine: Engine) -> None:
     await engine.run(CHAT, chat("Hi.", max_tokens=2)[1])
     waited = time.monotonic() - started
     report.check("a cancelled line frees the engine", waited < 10, f"the next line took {waited:.1f}s")
+    if getattr(engine, "continuous", False):
+        left = engine.in_flight()  # type: ignore[attr-defined]
+        report.check("nothing is left in flight after a cancel", left == 0, f"{left} requests")
     if gpu_busy_percent() is None:
         report.check("the GPU goes idle after a cancel", None, "no NVIDIA GPU here")
         return
@@ -193,11 +201,36 @@ async def cancellation(report: EngineReport, engine: Engine) -> None:
     report.check("the GPU goes idle after a cancel", busy is not None and busy < 10, f"{busy}% busy")
 
 
+async def short_beside_long(report: EngineReport, engine: Engine) -> None:
+    """Continuous batching's promise: a short line sent after a long one ends first, without waiting for it."""
+    if not getattr(engine, "continuous", False):
+        report.check("a short line ends while a long one runs", None, "micro-batches: lines of a batch end together")
+        return
+    ended: list[str] = []
+
+    async def line(name: str, tokens: int) -> None:
+        await engine.run(CHAT, chat("Tell a long story.", max_tokens=tokens, ignore_eos=True)[1])
+        ended.append(name)
+
+    long = asyncio.create_task(line("long", 48))
+    await asyncio.sleep(0.3)
+    await line("short", 2)
+    await long
+    report.check("a short line ends while a long one runs", ended == ["short", "long"], ended)
+
+
+def engine_for(name: str, continuous: bool | None) -> Engine:
+    if name == "transformers":
+        return TransformersEngine(n_threads=threads(), continuous_batching=continuous)
+    return create_engine(name, n_threads=threads())  # type: ignore[arg-type]
+
+
 async def smoke(engine_name: str, artifact: str, reference: dict[str, EngineReply],
-                template_count: Callable[[list[dict[str, object]]], int]) -> EngineReport:
+                template_count: Callable[[list[dict[str, object]]], int],
+                continuous: bool | None = None) -> EngineReport:
     report = EngineReport(engine_name)
     before = gpu_memory_free()
-    engine = create_engine(engine_name, n_threads=threads())  # type: ignore[arg-type]
+    engine = engine_for(engine_name, continuous)
     report.version = engine.version
     try:
         await asyncio.to_thread(engine.load, model_for(engine_name, artifact))
@@ -205,8 +238,11 @@ async def smoke(engine_name: str, artifact: str, reference: dict[str, EngineRepl
         report.check("load", False, repr(error))
         return report
     report.device = str(getattr(engine, "device", ""))
+    if engine_name == "transformers":
+        report.batching = "continuous" if getattr(engine, "continuous", False) else "micro-batches"
     report.check("load", True)
     compare(report, await run_all(engine), reference, template_count)
+    await short_beside_long(report, engine)
     await cancellation(report, engine)
     await asyncio.to_thread(engine.unload)
     after = gpu_memory_free()
@@ -224,7 +260,10 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("--checkpoint", default=None, help="a Hugging Face checkpoint directory (TensorRT-LLM needs "
                         "one; transformers reads SmolLM2's GGUF without it)")
     parser.add_argument("--report", type=Path, default=Path("gpu-smoke.json"))
+    parser.add_argument("--continuous-batching", choices=["auto", "on", "off"], default="auto",
+                        help="the transformers engine's continuous batching: on a GPU (auto), always, or never")
     args = parser.parse_args(argv)
+    continuous = {"auto": None, "on": True, "off": False}[args.continuous_batching]
     gguf = str(resolve_artifact(GGUF))
     reference_engine = LlamaCppEngine(n_threads=threads())
     await asyncio.to_thread(reference_engine.load, model_for("llamacpp", gguf))
@@ -234,11 +273,12 @@ async def main(argv: list[str]) -> int:
     reports = []
     for name in [e for e in args.engines.split(",") if e]:
         artifact = args.checkpoint or gguf
-        reports.append(await smoke(name, artifact, reference, counter.count_chat))
+        reports.append(await smoke(name, artifact, reference, counter.count_chat, continuous))
     failed = [(r.engine, c.name, c.detail) for r in reports for c in r.checks if c.ok is False]
     args.report.write_text(json.dumps({"engines": [asdict(r) for r in reports], "mismatches": len(failed)}, indent=2))
     for report in reports:
-        print(f"{report.engine} ({report.version}, {report.device or '?'})")
+        shown = ", ".join(part for part in (report.version, report.device or "?", report.batching) if part)
+        print(f"{report.engine} ({shown})")
         for check in report.checks:
             mark = {True: "ok  ", False: "FAIL", None: "skip"}[check.ok]
             print(f"  {mark} {check.name}" + (f"  [{check.detail}]" if check.ok is not True and check.detail else ""))

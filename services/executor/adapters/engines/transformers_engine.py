@@ -5,10 +5,12 @@ without TensorRT-LLM, and the GPU path this project can check) and on the CPU ot
   under the model cache so later loads take seconds).
 - **Prompts** as `trtllm-serve` and the TensorRT-LLM engine build them (`hf_prompts.py`): the chat template's text,
   tokenized without special tokens. Usage counts exactly those tokens.
-- **Batches**: lines waiting when the engine's worker is free are generated together (left-padded), up to the
-  model's slots, grouped by how they sample; each line keeps its own limit, stop strings and finish reason.
-  (transformers' continuous batching takes one generation config for every request, which lines' own settings
-  would break; a batch per group is the honest equivalent.)
+- **Batches**: on a GPU, transformers' continuous batching (`continuous_batching.py`) where the installed version
+  has it with per-request sampling: each line joins the running batch at the next token with its own limit,
+  temperature, top_k and top_p. Lines it cannot carry (a seed, a repetition penalty), and every line on the CPU
+  unless asked (`continuous_batching=True`: its first batch costs seconds of set-up there), run as micro-batches:
+  lines waiting when the engine's worker is free are generated together (left-padded), up to the model's slots,
+  grouped by how they sample. Either way each line keeps its own limit, stop strings and finish reason.
 - **Defaults** are OpenAI's: temperature 1 and top_p 1 (temperature 0: greedy), chat runs to the context, completions
   stop at 16 tokens; `n` samples run as rows of one batch.
 - **Cancellation**: a line whose task is cancelled is dropped if it has not started; a batch whose lines are all
@@ -19,6 +21,7 @@ The generation runs on the engine's own thread, never the event loop's or a shar
 """
 
 import asyncio
+import contextlib
 import gc
 import hashlib
 import importlib
@@ -36,6 +39,7 @@ from typing import Any, ClassVar
 from contracts.catalogue import CatalogueModel
 from contracts.events.executor import EngineName
 from services.executor.adapters.artifacts import default_cache_dir
+from services.executor.adapters.engines import continuous_batching as batching
 from services.executor.adapters.engines.base import Engine, EngineReply, EngineUnavailable, error_reply
 from services.executor.adapters.engines.hf_prompts import chat_prompt
 from services.executor.adapters.engines.responses import UnmappableRequest, chat_request, response_body
@@ -98,8 +102,13 @@ class Job:
 class TransformersEngine(Engine):
     name: ClassVar[EngineName] = "transformers"
 
-    def __init__(self, n_threads: int = 2, cache_dir: Path | None = None) -> None:
+    def __init__(self, n_threads: int = 2, cache_dir: Path | None = None,
+                 continuous_batching: bool | None = None) -> None:
+        """`continuous_batching`: None, on CUDA where transformers has it; True or False, wherever it has it, or
+        never."""
         self.n_threads = n_threads
+        self.continuous_batching = continuous_batching
+        self._batches: batching.ContinuousBatches | None = None
         self.cache_dir = cache_dir or default_cache_dir() / "hf-checkpoints"
         self.model: CatalogueModel | None = None
         self._torch: Any = None
@@ -156,10 +165,24 @@ class TransformersEngine(Engine):
             self._tokenizer.pad_token = self._tokenizer.eos_token
         self._tokenizer.padding_side = "left"
         self._torch, self._transformers = torch, transformers
+        wanted = self._device == "cuda" if self.continuous_batching is None else self.continuous_batching
+        if wanted and batching.available(transformers):
+            self._batches = batching.ContinuousBatches(
+                transformers, self._network, model.slots, model.context_length, self._tokenizer.pad_token_id)
         self.model = model
         self._worker = threading.Thread(target=self._serve, name=f"transformers-{model.id}", daemon=True)
         self._worker.start()
-        log.info("loaded %s on %s (%s) with %s", model.id, self._device, dtype, self.version)
+        log.info("loaded %s on %s (%s) with %s, %s", model.id, self._device, dtype, self.version,
+                 "continuous batching" if self._batches is not None else "micro-batches")
+
+    @property
+    def continuous(self) -> bool:
+        """Whether lines run through transformers' continuous batching (those it can carry)."""
+        return self._batches is not None
+
+    def in_flight(self) -> int:
+        """Lines being generated in the continuous batch (0 once each has ended or been cancelled)."""
+        return self._batches.in_flight() if self._batches is not None else 0
 
     def _checkpoint(self, artifact: Path, transformers: Any, dtype: Any) -> Path:
         """The checkpoint directory to load: the artifact itself, or a GGUF's dequantized copy (made once)."""
@@ -190,6 +213,9 @@ class TransformersEngine(Engine):
         return target
 
     def unload(self) -> None:
+        if self._batches is not None:
+            self._batches.stop()
+            self._batches = None
         if self._worker is not None:
             self._jobs.put(None)
             self._worker.join(timeout=60)
@@ -213,18 +239,30 @@ class TransformersEngine(Engine):
             return error_reply(400, str(error), "context_too_long")
         except Exception as error:  # jinja2's TemplateError from the model's own template: the line's fault
             return error_reply(400, f"the chat template refused the messages: {error}", "invalid_request")
-        self._jobs.put(job)
         try:
-            rows = await job.done
-        except asyncio.CancelledError:
-            job.cancelled.set()
-            raise
+            rows = await self._generate_job(job)
         except RuntimeError as error:  # CUDA out of memory, a kernel error: this line's try failed
             return error_reply(500, f"generation failed: {error}", "engine_error")
         completion = self._completion(endpoint, job, rows)
         if endpoint == "/v1/responses":
             return EngineReply(200, response_body(completion, self.model.id))
         return EngineReply(200, completion)
+
+    async def _generate_job(self, job: Job) -> list[tuple[list[int], bool]]:
+        """Each sample's tokens and whether it ended (EOS), through the continuous batch where the line fits it."""
+        sampling = job.sampling
+        if self._batches is not None and batching.eligible(sampling.seed, sampling.repetition_penalty):
+            kwargs = batching.sampling_kwargs(sampling.greedy, sampling.temperature, sampling.top_p,
+                                                         sampling.top_k, self._batches.vocabulary)
+            generated = await self._batches.generate(job.prompt_ids, job.samples, job.limit, kwargs, job.ignore_eos)
+            eos = set(_as_list(self._network.generation_config.eos_token_id))
+            return [_trim(tokens, job.limit, eos, job.ignore_eos) for tokens in generated]
+        self._jobs.put(job)
+        try:
+            return await job.done
+        except asyncio.CancelledError:
+            job.cancelled.set()
+            raise
 
     def _job(self, endpoint: str, request: dict[str, Any]) -> Job:
         assert self.model is not None
@@ -319,7 +357,8 @@ class TransformersEngine(Engine):
             if jobs[0].ignore_eos:  # a group ignores EOS or not as one
                 settings["eos_token_id"] = None
             stopping = all_cancelled(self._transformers, jobs)
-            with torch.inference_mode():
+            batches = self._batches
+            with batches.paused() if batches is not None else contextlib.nullcontext(), torch.inference_mode():
                 if sampling.seed is not None:
                     torch.manual_seed(sampling.seed)
                 output = self._network.generate(input_ids=input_ids, attention_mask=mask,
