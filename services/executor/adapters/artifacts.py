@@ -1,6 +1,6 @@
 """Catalogue artifacts as local files an engine loads: a package resource or a path as it is; a model object of the
-deployment's store downloaded once into a local cache and checked against its pinned SHA-256; a Hugging Face file
-through huggingface_hub's own cache, which answers offline for a revision it holds.
+deployment's store downloaded once into a local cache and checked against its pinned SHA-256; a Hugging Face file or
+whole checkpoint through huggingface_hub's own cache, which answers offline for a revision it holds.
 
 A download streams to a temporary file beside the cache, hashing on the way, and is renamed into place only once its
 hash matches: the cache holds verified files only, named by their SHA-256, so a file found there is used as it is.
@@ -19,9 +19,10 @@ from typing import IO
 import urllib3
 from minio.error import S3Error
 
-from contracts.catalogue import CatalogueModel, HubFile, ModelObject, hub_artifact, object_artifact
+from contracts.catalogue import CatalogueModel, HubFile, ModelObject, hub_artifact, hub_checkpoint, object_artifact
 from services.executor.adapters.objects import ObjectAccess
 from services.runtime.catalogue import install_command, resolve_artifact
+from services.runtime.hub import CheckpointUnavailable, checkpoint_directory
 from services.runtime.objectstore import ObjectNotFound
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,12 @@ class ArtifactResolver:
         model_object = object_artifact(model.artifact)
         if model_object is not None:
             return await self._cached_object(model, model_object)
+        checkpoint = hub_checkpoint(model.artifact)
+        if checkpoint is not None:  # a directory, pinned by its revision (no sha256)
+            try:
+                return await asyncio.to_thread(checkpoint_directory, checkpoint, self.hub_cache_dir)
+            except CheckpointUnavailable as error:
+                raise ArtifactUnavailable(f"{model.id}: {error}") from error
         hub_file = hub_artifact(model.artifact)
         if hub_file is not None:
             path = await asyncio.to_thread(hub_download, model.artifact, hub_file, self.hub_cache_dir)

@@ -18,8 +18,9 @@ import jinja2.nodes
 import jinja2.sandbox
 import tiktoken
 
-from contracts.catalogue import CatalogueModel
+from contracts.catalogue import CatalogueModel, hub_checkpoint
 from services.runtime.catalogue import resolve_artifact
+from services.runtime.hub import TOKENIZER_FILES, checkpoint_directory
 from services.validator.adapters.gguf_metadata import read_metadata
 from services.validator.adapters.hf_tokenizer import HfTokenizer, is_checkpoint
 
@@ -262,6 +263,9 @@ class TokenizerCache:
     @staticmethod
     def _build(model: CatalogueModel) -> "PromptTokenizer | None":
         try:
+            checkpoint = hub_checkpoint(model.artifact)
+            if checkpoint is not None:  # its tokenizer files alone, from huggingface_hub's cache or the hub
+                return HfTokenizer.from_checkpoint(checkpoint_directory(checkpoint, only=TOKENIZER_FILES))
             artifact = resolve_artifact(model.artifact)
             if is_checkpoint(artifact):
                 return HfTokenizer.from_checkpoint(artifact)
