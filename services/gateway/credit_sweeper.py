@@ -15,6 +15,7 @@ from aiohttp import web
 from contracts.events.batch import BatchCancelRequested
 from services.gateway.context import DEPS, Deps
 from services.gateway.revocation import ENDED
+from services.runtime.tasks import cancel_and_join
 
 log = logging.getLogger(__name__)
 
@@ -57,5 +58,4 @@ async def credit_sweeper(app: web.Application) -> AsyncIterator[None]:
     task = asyncio.create_task(loop()) if interval > 0 else None
     yield
     if task is not None:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await cancel_and_join([task])

@@ -16,6 +16,7 @@ from nats.js.kv import KeyValue
 from contracts.subjects import KEY_USAGE_BUCKET
 from services.gateway.context import DEPS
 from services.runtime.kv import open_bucket
+from services.runtime.tasks import cancel_and_join
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +85,6 @@ def keys_kept_fresh(forget: Callable[[str], None]) -> Callable[[web.Application]
         watches = [asyncio.create_task(forward_changes(deps.read_model.kv, pattern, forget))
                    for pattern in ("apikey.>", "user.>")]
         yield
-        for watch in watches:
-            watch.cancel()
-        await asyncio.gather(*watches, return_exceptions=True)
+        await cancel_and_join(watches)
 
     return context

@@ -13,6 +13,7 @@ from aiohttp import web
 
 from services.gateway.context import DEPS, Deps
 from services.gateway.views.files import delete_unless_in_use, is_expired
+from services.runtime.tasks import cancel_and_join
 
 log = logging.getLogger(__name__)
 
@@ -47,5 +48,4 @@ async def file_sweeper(app: web.Application) -> AsyncIterator[None]:
     task = asyncio.create_task(loop()) if interval > 0 else None
     yield
     if task is not None:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await cancel_and_join([task])

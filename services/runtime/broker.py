@@ -13,7 +13,7 @@ from faststream.nats import NatsBroker
 from faststream.security import BaseSecurity, SASLPlaintext
 from nats.aio.client import Client
 
-from services.runtime.bus import Credentials, EventBus
+from services.runtime.bus import DRAIN_S, Credentials, EventBus
 from services.runtime.nats_client import ReadmittingClient
 from services.runtime.settings import connection_settings
 
@@ -38,7 +38,8 @@ def service_broker(url: str, name: str, credentials: Credentials | None = None,
     """A broker for one service process; nothing connects until `open_bus`. A connection nats-py closes for good
     (it retries forever, so only on an error it never retries, or at the end) sets `stop`: faststream's consume
     loops would otherwise spin on it, and a stopped service exits for its supervisor to start afresh."""
-    options: dict[str, Any] = {"reconnect_time_wait": 0.5}  # seconds (annotated int)
+    # seconds (annotated int); a drain at the end waits for the broker at most DRAIN_S, not nats-py's 30 s
+    options: dict[str, Any] = {"reconnect_time_wait": 0.5, "drain_timeout": DRAIN_S}
     if stop is not None:
         async def closed() -> None:
             if not stop.is_set():

@@ -34,6 +34,9 @@ from services.runtime.nats_client import ReadmittingClient
 from services.runtime.settings import connection_settings
 from services.runtime.telemetry import inject_headers, tracer
 
+DRAIN_S = 5
+"""How long closing a connection waits for its subscriptions to drain (nats-py's default is 30 s)."""
+
 log = logging.getLogger(__name__)
 
 PUBLISH_TIMEOUT_S = 10.0
@@ -138,7 +141,7 @@ class EventBus:
         if tls is not None:
             options["tls"] = tls
         nc = ReadmittingClient()
-        await nc.connect(url, name=name, max_reconnect_attempts=-1, **options)
+        await nc.connect(url, name=name, max_reconnect_attempts=-1, drain_timeout=DRAIN_S, **options)
         bus = cls(nc, name, replicas)
         await bus.ensure_streams()
         return bus

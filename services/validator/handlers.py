@@ -28,6 +28,7 @@ from contracts.subjects import BATCH_CREATED, EVENTS_STREAM, VALIDATOR_DURABLE, 
 from services.runtime.bus import ConsumerPolicy, EventBus, PoisonMessage
 from services.runtime.delivery import Durable, ServiceRouter
 from services.runtime.objectstore import ObjectNotFound, ObjectStore
+from services.runtime.tasks import cancel_and_join
 from services.validator.adapters.check_pool import CheckPool
 from services.validator.adapters.error_file import write_error_file
 from services.validator.adapters.tokenizer import TokenizerCache
@@ -146,8 +147,7 @@ class _Run:
         """Windows still in flight when the validation stopped (it failed, or was cancelled) are let go."""
         while self.in_flight:
             _, task, _ = self.in_flight.popleft()
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await cancel_and_join([task])
 
     def _envelope(self) -> dict[str, str]:
         return {"aggregate_id": self.created.aggregate_id, "causation_id": self.created.event_id,

@@ -33,6 +33,7 @@ from services.runtime import metrics
 from services.runtime.bus import ConsumerPolicy
 from services.runtime.delivery import fact_filter
 from services.runtime.kv import open_bucket
+from services.runtime.tasks import cancel_and_join
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +200,5 @@ async def webhook_deliverer(app: web.Application) -> AsyncIterator[None]:
     try:
         yield
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_join(tasks)
         await session.close()
