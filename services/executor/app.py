@@ -27,6 +27,7 @@ from services.runtime.catalogue import load_catalogue
 from services.runtime.delivery import ServiceRouter
 from services.runtime.fleet import Fleet
 from services.runtime.objectstore import ObjectStore
+from services.runtime.tasks import cancel_and_join
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +118,7 @@ async def serve(settings: ExecutorSettings, engines: EngineShelf, broker: Servic
         stop.set()
         # The attempts in hand get `stop_grace_s`, together, to commit; what is left is redelivered and resumed.
         await stop_consuming(broker)
-        for task in (beating, renewing):
-            task.cancel()
+        await cancel_and_join([beating, renewing])
         outcomes = await asyncio.gather(beating, renewing, stopping, return_exceptions=True)
         await runner.close()  # the batches' shared log feeds and the input copies' IO threads
     await fleet.withdraw(settings.executor_id)

@@ -13,6 +13,7 @@ from services.runtime.broker import open_bus, service_broker
 from services.runtime.bus import EventBus
 from services.runtime.leader import LeaderLease
 from services.runtime.readmodel import ReadModel
+from services.runtime.tasks import cancel_and_join
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ class LedgerApp:
                 raise LeaseLost(f"ledger {lease.holder} lost its lease; another ledger folds")
         finally:
             if keeper is not None:
-                keeper.cancel()
+                await cancel_and_join([keeper])
             if lease is not None:
                 await lease.release()
             await broker.stop()
@@ -73,7 +74,7 @@ class LedgerApp:
             await stop.wait()
         finally:
             await stop_reading(reader)
-            announcer.cancel()
+            await cancel_and_join([announcer])
             await worker
 
     async def _announce_caught_up(self, folder: Folder, head: int) -> None:

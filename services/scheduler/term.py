@@ -39,6 +39,7 @@ from services.runtime.follower import Fact
 from services.runtime.kv import ensure_direct_reads
 from services.runtime.leader import LeaderLease
 from services.runtime.readmodel import ReadModel
+from services.runtime.tasks import cancel_and_join
 from services.scheduler.book import BatchPlan, Book
 from services.scheduler.decisions import (
     Action,
@@ -130,9 +131,7 @@ class Term:
                         resent = False  # an assignment stated but its command not sent: send every run again
                 await self._until_next_tick(stop, tick_s, keeper)
         finally:
-            keeper.cancel()
-            reader.cancel()
-            await asyncio.wait_for(asyncio.gather(reader, keeper, return_exceptions=True), READER_STOP_S)
+            await cancel_and_join([reader, keeper], READER_STOP_S)
         if reader.done() and not reader.cancelled() and reader.exception() is not None:
             log.error("the book's reader failed; the term ends", exc_info=reader.exception())
         elif not stop.is_set():
