@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import logging
 import math
+import queue
 import secrets
 from contextlib import AbstractContextManager
 from typing import Any, cast
@@ -67,6 +68,7 @@ class ContinuousBatches:
                        ignore_eos: bool) -> list[list[int]]:
         """Each sample's generated tokens (an EOS it ended on included, as the library gives them)."""
         loop = asyncio.get_running_loop()
+        self._drop_orphans()
         requests = [f"line-{secrets.token_hex(8)}" for _ in range(samples)]
         finished: list[asyncio.Future[Any]] = []
         for request in requests:
@@ -84,6 +86,7 @@ class ContinuousBatches:
             for request in requests:  # cancelled or failed: stop generating, and drop the handler the
                 self.manager.cancel_request(request)  # library keeps until a result it never sends for a cancel
                 self._forget(request)
+            self._drop_orphans()
             raise
         for output in outputs:
             if output.error:
@@ -91,9 +94,22 @@ class ContinuousBatches:
         return [list(output.generated_tokens) for output in outputs]
 
     def in_flight(self) -> int:
-        """Requests whose result is still awaited (every line's handler goes once it ends, is cancelled or fails)."""
+        """Requests whose result is still awaited (every line's handler goes once it ends, is cancelled or fails),
+        and results nobody awaits any more."""
         router = getattr(self.manager, "output_router", None)
-        return len(router.result_handlers) if router is not None else 0
+        return len(router.result_handlers) + router.output_queue.qsize() if router is not None else 0
+
+    def _drop_orphans(self) -> None:
+        """Results without a handler (a line cancelled in the step it ended in) go to the library's shared queue,
+        which nothing here reads: they are dropped, so it never grows."""
+        router = getattr(self.manager, "output_router", None)
+        if router is None:
+            return
+        while True:
+            try:
+                router.output_queue.get_nowait()
+            except queue.Empty:
+                return
 
     def _forget(self, request: str) -> None:
         router = getattr(self.manager, "output_router", None)
