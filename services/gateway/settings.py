@@ -72,6 +72,9 @@ class GatewaySettings(ServiceSettings):
     """How often a gateway looks for deliveries that are due."""
     webhook_concurrency: int = 16
     """Delivery attempts one gateway makes at once."""
+    webhook_retention_days: float = 30.0
+    """How long a delivery that has ended (delivered, or failed for good) stays listed with its attempts; then it is
+    erased. 0: kept for ever."""
     webhook_require_https: bool = False
     """Refuse endpoint URLs that are not `https://` (OpenAI's rule); off, `http://` is allowed too (local
     receivers)."""

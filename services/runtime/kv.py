@@ -82,6 +82,12 @@ async def latest_entries(kv: KeyValue, key_filter: str = ">", *, coherent: bool 
     return [(key, value) for key, (_, value) in sorted(latest.items()) if value]
 
 
+async def erase(kv: KeyValue, key: str) -> None:
+    """Remove every revision of `key` from the bucket's stream, leaving no delete marker behind (a KV `purge` keeps
+    one per key for ever): for records kept only for a while."""
+    await kv._js.purge_stream(kv._stream, subject=f"{kv._pre}{key}")
+
+
 @dataclass(frozen=True)
 class StoredMessage:
     seq: int

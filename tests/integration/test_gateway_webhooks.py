@@ -15,9 +15,13 @@ import pytest
 from aiohttp import web
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
+from contracts.api.webhook import DeliveryAttempt, DeliveryStatus, WebhookDelivery, WebhookEvent, WebhookEventData
 from contracts.events.batch import BatchCancelled, BatchValidated, BatchValidationFailed
 from contracts.events.envelope import Event
+from contracts.subjects import WEBHOOKS_BUCKET
+from services.gateway.webhooks.store import WebhookStore
 from services.runtime.bus import EventBus
+from services.runtime.kv import open_bucket, read_subject
 from services.runtime.settings import ConnectionSettings
 from tests.integration.gateway_support import Gateway, jsonl, running_gateway
 from tests.integration.test_gateway_accounts import Headers, admin_key
@@ -295,3 +299,32 @@ async def test_ids_that_are_not_ours_are_not_found(gateway: Gateway) -> None:
             assert answer.status in (404, 405), (method, path, answer.status)
             if answer.status == 404:
                 assert (await answer.json())["error"]["code"] == "not_found"
+
+
+async def test_ended_deliveries_past_their_retention_are_erased_without_a_trace_and_pending_ones_stay(
+        gateway: Gateway) -> None:
+    store = WebhookStore(await open_bucket(gateway.bus, WEBHOOKS_BUCKET, scans=True))
+    endpoint_id = f"wh_{secrets.token_hex(12)}"
+    now = time.time()
+
+    def delivery(status: DeliveryStatus, age_s: float, attempted_age_s: float | None = None) -> WebhookDelivery:
+        attempts = [] if attempted_age_s is None else [DeliveryAttempt(
+            attempted_at=now - attempted_age_s, status_code=200, duration_ms=3)]
+        return WebhookDelivery(id=f"msg_{secrets.token_hex(12)}", endpoint_id=endpoint_id, status=status,
+                               event=WebhookEvent(id=f"evt_{secrets.token_hex(8)}", type="batch.completed",
+                                                  created_at=int(now - age_s), data=WebhookEventData(id="batch_x")),
+                               attempts=attempts, created_at=now - age_s, event_sequence=1)
+
+    old_delivered, old_failed = delivery("delivered", 100, 100), delivery("failed", 100, 100)
+    recent, old_pending = delivery("delivered", 5, 5), delivery("pending", 100)
+    failed_lately = delivery("failed", 100, 5)  # made long ago, but its last attempt is recent
+    for made in (old_delivered, old_failed, recent, old_pending, failed_lately):
+        await store.add_delivery(made)
+
+    assert await store.prune(ended_before=now - 50) == 2
+    kept = {d.id for d in await store.list_deliveries(endpoint_id)}
+    assert kept == {recent.id, old_pending.id, failed_lately.id}
+    # Erased, not marked deleted: nothing of theirs is left in the bucket's stream.
+    leftovers = await read_subject(store.kv._js, store.kv._stream, f"{store.kv._pre}delivery.{endpoint_id}.>")
+    assert {message.subject.rsplit(".", 1)[1] for message in leftovers} == kept
+    assert await store.prune(ended_before=now - 50) == 0

@@ -43,6 +43,8 @@ INTAKE_POLICY = ConsumerPolicy(ack_wait_s=60.0, max_deliver=-1, max_ack_pending=
 NOT_YET_KNOWN_DELAY_S = 2.0
 FETCH_BATCH = 32
 CLAIM_MARGIN_S = 30.0
+PRUNE_INTERVAL_S = 3600.0
+"""How often a gateway erases the ended deliveries past their retention."""
 """A claim outlasts the attempt's timeout by this much (recording it), after which another gateway may take it."""
 MAX_ANSWER_BYTES = 64 * 1024
 """What is read of an endpoint's answer (and dropped): its status is what counts."""
@@ -83,6 +85,21 @@ async def intake(d: Deps, store: WebhookStore) -> None:
             await subscription.unsubscribe()
 
 
+async def prune(settings: GatewaySettings, store: WebhookStore) -> None:
+    """Erase ended deliveries past their retention, at start and then every PRUNE_INTERVAL_S, until cancelled
+    (every gateway does; erasing one twice is harmless)."""
+    if settings.webhook_retention_days <= 0:
+        return
+    while True:
+        try:
+            erased = await store.prune(time.time() - settings.webhook_retention_days * 86400)
+            if erased:
+                log.info("erased %d webhook deliveries older than %g days", erased, settings.webhook_retention_days)
+        except Exception:
+            log.exception("erasing old webhook deliveries failed; again in %.0fs", PRUNE_INTERVAL_S)
+        await asyncio.sleep(PRUNE_INTERVAL_S)
+
+
 class Attempts:
     """The attempts loop of one gateway, with its tasks (each released when it ends or the gateway stops)."""
 
@@ -101,9 +118,7 @@ class Attempts:
                     log.exception("looking for due webhook deliveries failed; again shortly")
                 await asyncio.sleep(self.settings.webhook_poll_interval_s)
         finally:
-            for task in self.running:
-                task.cancel()
-            await asyncio.gather(*self.running, return_exceptions=True)
+            await cancel_and_join(self.running)
 
     async def start_due(self) -> int:
         """Claim and start the deliveries due now, up to the free concurrency; how many were started."""
@@ -196,7 +211,8 @@ async def webhook_deliverer(app: web.Application) -> AsyncIterator[None]:
         return
     session = aiohttp.ClientSession()
     attempts = Attempts(d.settings, store, session)
-    tasks = [asyncio.create_task(intake(d, store)), asyncio.create_task(attempts.run())]
+    tasks = [asyncio.create_task(intake(d, store)), asyncio.create_task(attempts.run()),
+             asyncio.create_task(prune(d.settings, store))]
     try:
         yield
     finally:

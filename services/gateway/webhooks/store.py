@@ -1,5 +1,6 @@
 """The webhooks bucket: endpoints (`endpoint.<id>`), every delivery with its attempts
 (`delivery.<endpoint_id>.<msg_id>`), and the deliveries due (`due.<msg_id>`: when the next attempt may start).
+Deliveries that ended are erased after the retention the settings give (`prune`).
 
 Any gateway may attempt a due delivery: it claims it first by compare-and-set on its `due` entry (moving it a lease
 into the future), so two never attempt it at once; a gateway that dies mid-attempt leaves the claim to lapse and
@@ -15,7 +16,7 @@ from nats.js.kv import KeyValue
 from pydantic import BaseModel
 
 from contracts.api.webhook import WebhookDelivery, WebhookEndpoint
-from services.runtime.kv import latest_entries
+from services.runtime.kv import erase, latest_entries
 
 ENDPOINT = "endpoint"
 DELIVERY = "delivery"
@@ -121,6 +122,18 @@ class WebhookStore:
     async def finish(self, claim: Claim) -> None:
         """The delivery needs no more attempts (delivered, or given up)."""
         await self.kv.purge(f"{DUE}.{claim.delivery_id}")
+
+    async def prune(self, ended_before: float) -> int:
+        """Erase the deliveries that ended (their last attempt) before `ended_before` (seconds since the epoch), with
+        their attempts; how many. A pending one stays whatever its age (it is still being tried)."""
+        erased = 0
+        for key, value in await latest_entries(self.kv, f"{DELIVERY}.*.*"):
+            delivery = WebhookDelivery.model_validate_json(value)
+            ended_at = delivery.attempts[-1].attempted_at if delivery.attempts else delivery.created_at
+            if delivery.status != "pending" and ended_at < ended_before:
+                await erase(self.kv, key)
+                erased += 1
+        return erased
 
     @staticmethod
     def _delivery_key(endpoint_id: str, delivery_id: str) -> str:
