@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -26,22 +26,27 @@ def pytest_configure(config: pytest.Config) -> None:
     engine slower than a one-thread one whenever the cores were shared (an operator's setting, unchanged here)."""
     os.environ.setdefault("SHESHNAG_EXECUTOR_N_THREADS", "1")
     config.stash[EXIT_WATCHDOG_FD] = os.dup(sys.__stderr__.fileno() if sys.__stderr__ else 2)
-    signal.signal(signal.SIGUSR1, dump_asyncio_tasks)
+    signal.signal(signal.SIGUSR1, dump_asyncio_tasks(config.stash[EXIT_WATCHDOG_FD]))
 
 
-def dump_asyncio_tasks(signum: int, frame: FrameType | None) -> None:
+def dump_asyncio_tasks(fd: int) -> Callable[[int, FrameType | None], None]:
     """`kill -USR1 <pid>` of a test process that seems stuck: every thread's stack, and every task of its running
-    event loop with the await it is stopped at, on stderr (py-spy shows threads, not coroutines)."""
-    faulthandler.dump_traceback(all_threads=True)
-    try:
-        tasks = asyncio.all_tasks(asyncio.get_running_loop())
-    except RuntimeError:
-        print("no running event loop", file=sys.__stderr__, flush=True)
-        return
-    out = io.StringIO()
-    for task in tasks:
-        task.print_stack(limit=12, file=out)
-    print(f"{len(tasks)} asyncio tasks:\n{out.getvalue()}", file=sys.__stderr__, flush=True)
+    event loop with the await it is stopped at, written to the real stderr (pytest captures fd 2 during a test;
+    py-spy shows threads, not coroutines)."""
+
+    def dump(signum: int, frame: FrameType | None) -> None:
+        faulthandler.dump_traceback(file=fd, all_threads=True)
+        try:
+            tasks = asyncio.all_tasks(asyncio.get_running_loop())
+        except RuntimeError:
+            os.write(fd, b"no running event loop\n")
+            return
+        out = io.StringIO()
+        for task in tasks:
+            task.print_stack(limit=12, file=out)
+        os.write(fd, f"{len(tasks)} asyncio tasks:\n{out.getvalue()}".encode())
+
+    return dump
 
 
 EXIT_WATCHDOG_FD = pytest.StashKey[int]()

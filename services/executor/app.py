@@ -47,7 +47,12 @@ async def open_shelf(settings: ExecutorSettings) -> EngineShelf:
     served = settings.served_models(load_catalogue(settings.connection.catalogue_path))
     cache = Path(settings.model_cache_dir) if settings.model_cache_dir else default_cache_dir()
     shelf = EngineShelf(settings.engine, settings.n_threads, served, ArtifactResolver(cache))
-    await shelf.preload(settings.preload_models if settings.preload_models is not None else [served[0].id])
+    try:
+        await shelf.preload(settings.preload_models if settings.preload_models is not None else
+                            [model.id for model in served if model.id in shelf.models][:1])
+    except BaseException:
+        await shelf.unload_all()  # a model loaded before the one that failed: its engine threads end with it
+        raise
     return shelf
 
 
@@ -87,8 +92,10 @@ async def run_executor(settings: ExecutorSettings, stop: asyncio.Event) -> None:
         if bus is not None:
             await serve(settings, engines, broker, router, bus, stop)
     finally:
-        await broker.stop()
-        await engines.unload_all()
+        try:
+            await engines.unload_all()  # first: an engine's own threads must end for the process to exit
+        finally:
+            await broker.stop()
 
 
 async def serve(settings: ExecutorSettings, engines: EngineShelf, broker: ServiceBroker, router: ServiceRouter,

@@ -10,13 +10,14 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-RECANCEL_S = 0.5
-"""How long a cancelled task gets before it is cancelled again."""
+RECANCEL_S = 2.0
+"""How long a cancelled task gets to end (its own clean-up included) before it is cancelled again."""
 
 
-async def cancel_and_join(tasks: Iterable["asyncio.Future[Any]"], within_s: float = 10.0) -> None:
+async def cancel_and_join(tasks: Iterable["asyncio.Future[Any]"],
+                          within_s: float = 10.0) -> "set[asyncio.Future[Any]]":
     """Cancel the tasks and wait until every one has ended, cancelling again those that lost a cancel; after
-    `within_s` those still running are logged and left (never waited for without end)."""
+    `within_s` those still running are logged and returned (never waited for without end). Empty: all ended."""
     pending = {task for task in tasks if not task.done()}
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within_s
@@ -27,4 +28,5 @@ async def cancel_and_join(tasks: Iterable["asyncio.Future[Any]"], within_s: floa
         if pending and loop.time() >= deadline:
             log.error("%d task(s) still running %.0fs after being cancelled: %s", len(pending), within_s,
                       ", ".join(sorted(repr(task) for task in pending)))
-            return
+            return pending
+    return pending

@@ -131,7 +131,8 @@ class Term:
                         resent = False  # an assignment stated but its command not sent: send every run again
                 await self._until_next_tick(stop, tick_s, keeper)
         finally:
-            await cancel_and_join([reader, keeper], READER_STOP_S)
+            if await cancel_and_join([reader, keeper], READER_STOP_S):
+                raise TimeoutError(f"the term's reader or lease keeper did not stop within {READER_STOP_S}s")
         if reader.done() and not reader.cancelled() and reader.exception() is not None:
             log.error("the book's reader failed; the term ends", exc_info=reader.exception())
         elif not stop.is_set():

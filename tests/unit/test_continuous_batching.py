@@ -24,3 +24,16 @@ def test_a_seed_or_a_repetition_penalty_runs_in_micro_batches() -> None:
 def test_a_transformers_without_per_request_sampling_is_not_used() -> None:
     assert not batching.available(SimpleNamespace())
     assert not batching.available(SimpleNamespace(ContinuousBatchingConfig=object))
+
+
+def test_an_eager_only_model_keeps_micro_batches() -> None:
+    """The manager turns a model's attention paged; an eager one's would then break the micro-batches beside it."""
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Config:
+        per_request_processors: bool = False
+
+    library = SimpleNamespace(ContinuousBatchingConfig=Config)
+    assert batching.available(library, SimpleNamespace(config=SimpleNamespace(_attn_implementation="sdpa")))
+    assert not batching.available(library, SimpleNamespace(config=SimpleNamespace(_attn_implementation="eager")))

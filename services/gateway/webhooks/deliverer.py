@@ -43,9 +43,9 @@ INTAKE_POLICY = ConsumerPolicy(ack_wait_s=60.0, max_deliver=-1, max_ack_pending=
 NOT_YET_KNOWN_DELAY_S = 2.0
 FETCH_BATCH = 32
 CLAIM_MARGIN_S = 30.0
+"""A claim outlasts the attempt's timeout by this much (recording it), after which another gateway may take it."""
 PRUNE_INTERVAL_S = 3600.0
 """How often a gateway erases the ended deliveries past their retention."""
-"""A claim outlasts the attempt's timeout by this much (recording it), after which another gateway may take it."""
 MAX_ANSWER_BYTES = 64 * 1024
 """What is read of an endpoint's answer (and dropped): its status is what counts."""
 

@@ -120,8 +120,9 @@ class WebhookStore:
                           Due(endpoint_id=claim.endpoint_id, not_before=at).model_dump_json().encode())
 
     async def finish(self, claim: Claim) -> None:
-        """The delivery needs no more attempts (delivered, or given up)."""
-        await self.kv.purge(f"{DUE}.{claim.delivery_id}")
+        """The delivery needs no more attempts (delivered, or given up): its due entry is erased (a purge would
+        leave a marker per delivery for ever, which every poll reads)."""
+        await erase(self.kv, f"{DUE}.{claim.delivery_id}")
 
     async def prune(self, ended_before: float) -> int:
         """Erase the deliveries that ended (their last attempt) before `ended_before` (seconds since the epoch), with
@@ -132,6 +133,7 @@ class WebhookStore:
             ended_at = delivery.attempts[-1].attempted_at if delivery.attempts else delivery.created_at
             if delivery.status != "pending" and ended_at < ended_before:
                 await erase(self.kv, key)
+                await erase(self.kv, f"{DUE}.{delivery.id}")  # a marker an older version's purge left
                 erased += 1
         return erased
 

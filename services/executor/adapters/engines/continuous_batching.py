@@ -10,6 +10,7 @@ line's result comes back on the event loop through a handler the manager calls t
 """
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import math
@@ -27,11 +28,15 @@ PER_REQUEST_DEFAULTS = {"temperature": 0.5, "top_k": 50, "top_p": 0.5}
 all; every request then sets all three, so these never apply."""
 
 
-def available(transformers: Any) -> bool:
-    """Whether the installed transformers has continuous batching with per-request sampling."""
+def available(transformers: Any, network: Any = None) -> bool:
+    """Whether the installed transformers has continuous batching with per-request sampling, and the model's
+    attention is one its paged form keeps usable for micro-batches beside it (an eager-only model is not)."""
     config = getattr(transformers, "ContinuousBatchingConfig", None)
-    return config is not None and dataclasses.is_dataclass(config) and any(
-        f.name == "per_request_processors" for f in dataclasses.fields(config))
+    if config is None or not dataclasses.is_dataclass(config) or not any(
+            f.name == "per_request_processors" for f in dataclasses.fields(config)):
+        return False
+    attention = str(getattr(getattr(network, "config", None), "_attn_implementation", "") or "")
+    return "eager" not in attention
 
 
 def eligible(seed: int | None, repetition_penalty: float) -> bool:
@@ -117,10 +122,18 @@ class ContinuousBatches:
             with router._lock:
                 router.result_handlers.pop(request, None)
 
+    @property
+    def running(self) -> bool:
+        """False once the library's loop has stopped (a fatal error in a step ends it): lines then run as
+        micro-batches."""
+        return bool(self.manager.is_running())
+
     def paused(self) -> AbstractContextManager[None]:
         """The model to the calling thread alone: the manager's loop parks at its next step (keeping its requests and
         cache) until the block ends. A micro-batch runs so: it shares the model, and a seed needs torch's random
         state to itself."""
+        if not self.running:
+            return contextlib.nullcontext()
         return cast(AbstractContextManager[None], self.manager.pause())
 
     def stop(self) -> None:

@@ -166,7 +166,7 @@ class TransformersEngine(Engine):
         self._tokenizer.padding_side = "left"
         self._torch, self._transformers = torch, transformers
         wanted = self._device == "cuda" if self.continuous_batching is None else self.continuous_batching
-        if wanted and batching.available(transformers):
+        if wanted and batching.available(transformers, self._network):
             self._batches = batching.ContinuousBatches(
                 transformers, self._network, model.slots, model.context_length, self._tokenizer.pad_token_id)
         self.model = model
@@ -251,7 +251,8 @@ class TransformersEngine(Engine):
     async def _generate_job(self, job: Job) -> list[tuple[list[int], bool]]:
         """Each sample's tokens and whether it ended (EOS), through the continuous batch where the line fits it."""
         sampling = job.sampling
-        if self._batches is not None and batching.eligible(sampling.seed, sampling.repetition_penalty):
+        if (self._batches is not None and self._batches.running
+                and batching.eligible(sampling.seed, sampling.repetition_penalty)):
             kwargs = batching.sampling_kwargs(sampling.greedy, sampling.temperature, sampling.top_p,
                                                          sampling.top_k, self._batches.vocabulary)
             generated = await self._batches.generate(job.prompt_ids, job.samples, job.limit, kwargs, job.ignore_eos)
