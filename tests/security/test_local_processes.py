@@ -55,11 +55,12 @@ def test_the_stack_listens_on_loopback_only_and_on_no_port_but_those_the_readme_
     known = {secure_stack.port, secure_stack.nats_port, secure_stack.s3_port,
              *(weed[flag] for flag in (*WEED_GRPC, *WEED_HTTP))}
     pids = stack_pids(secure_stack)
-    engine = listening(pids["executor"])  # llama.cpp's in-process server: see the test below
     for name, pid in pids.items():
-        for address, port in listening(pid) - (engine if name == "executor" else set()):
+        for address, port in listening(pid):
             assert address == "127.0.0.1", f"{name} listens on {address}:{port}"
-            assert port in known, f"{name} listens on {port}, which no one documented"
+            # The executor's own ports are llama.cpp's in-process servers, one per loaded model (a model other tests
+            # use may load while this reads): on loopback, and serving no one (the test below).
+            assert port in known or name == "executor", f"{name} listens on {port}, which no one documented"
     assert weed["s3.port.iceberg"] == 0 and weed["s3.port.lance"] == 0
 
 
