@@ -4,6 +4,8 @@ into it when the hub answers. Executors take the whole checkpoint; the validator
 
 from pathlib import Path
 
+from huggingface_hub import snapshot_download
+
 from contracts.catalogue import HubCheckpoint
 
 TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja"]
@@ -21,10 +23,6 @@ def checkpoint_directory(checkpoint: HubCheckpoint, cache_dir: Path | None = Non
                          only: list[str] | None = None) -> Path:
     """The checkpoint's snapshot directory, with `only` these files where given (else what engines load of it);
     blocking."""
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError as error:
-        raise CheckpointUnavailable(f"hf://{checkpoint.repo}@{checkpoint.revision} needs huggingface_hub") from error
     try:
         return Path(snapshot_download(checkpoint.repo, revision=checkpoint.revision, cache_dir=cache_dir,
                                       allow_patterns=only or CHECKPOINT_FILES))

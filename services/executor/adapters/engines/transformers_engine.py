@@ -253,8 +253,8 @@ class TransformersEngine(Engine):
         sampling = job.sampling
         if (self._batches is not None and self._batches.running
                 and batching.eligible(sampling.seed, sampling.repetition_penalty)):
-            kwargs = batching.sampling_kwargs(sampling.greedy, sampling.temperature, sampling.top_p,
-                                                         sampling.top_k, self._batches.vocabulary)
+            kwargs = batching.sampling_kwargs(sampling.greedy, sampling.temperature, sampling.top_p, sampling.top_k,
+                                              self._batches.vocabulary)
             generated = await self._batches.generate(job.prompt_ids, job.samples, job.limit, kwargs, job.ignore_eos)
             eos = set(_as_list(self._network.generation_config.eos_token_id))
             return [_trim(tokens, job.limit, eos, job.ignore_eos) for tokens in generated]
