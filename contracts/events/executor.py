@@ -51,6 +51,9 @@ class ExecutorRegistered(Event):
     started_at: int
     worker_key_id: str | None = None
     """The worker key it proved itself with; executors without one are never assigned work."""
+    provider_id: str | None = None
+    """The provider of that worker key (the owner of this executor id); None: an admin's or operator's worker key,
+    or a registration from before providers were recorded here."""
 
 
 class ExecutorLost(Event):

@@ -45,7 +45,8 @@ class Registrar:
         if refusal is not None or record is None:
             return RegistrationAnswer(accepted=False, reason=refusal)
         registered = ExecutorRegistered(aggregate_id=request.executor_id, advert=request.advert,
-                                        started_at=request.advert.heartbeat_at, worker_key_id=record.key_id)
+                                        started_at=request.advert.heartbeat_at, worker_key_id=record.key_id,
+                                        provider_id=record.provider_id)
         await self.bus.publish(registered)
         self.book.apply(registered)
         log.info("executor %s registered with worker key %s", request.executor_id, record.key_id)
