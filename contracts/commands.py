@@ -2,11 +2,12 @@
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.api.batch import Endpoint
 from contracts.events.batch import CancelCode, FailureCode, ShardLayout
 from contracts.events.executor import ExecutorAdvert
+from contracts.permissions import EXECUTOR_ID_PATTERN
 from contracts.subjects import finalize_command, run_command
 
 
@@ -95,8 +96,8 @@ class FinalizeBatch(BaseModel):
 class ExecutorRegistration(BaseModel):
     """An executor asking to join the fleet, proving itself with a worker key (sent as a request, never stored)."""
 
-    executor_id: str
-    worker_key: str
+    executor_id: str = Field(pattern=f"^{EXECUTOR_ID_PATTERN}$")
+    worker_key: str = Field(max_length=256)
     advert: ExecutorAdvert
 
 
@@ -104,3 +105,5 @@ class RegistrationAnswer(BaseModel):
     accepted: bool
     reason: str | None = None
     worker_key_id: str | None = None
+    retry: bool = False
+    """Not accepted yet, not refused: ask again shortly (the scheduler is still reading the log)."""

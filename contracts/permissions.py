@@ -3,22 +3,22 @@
 The auth callout grants exactly this set to a connection that proved a live worker key. Everything not listed
 is refused by the server: the event log itself (an executor neither reads nor writes EVENTS: the leading
 scheduler's fact desk does both for it, for the batches it holds), other executors' commands, durables and
-heartbeats, the read model, stream and consumer administration. Extend it here when the executor needs one more
-subject.
+heartbeats, the read model, stream and consumer administration, and every read that lists or describes a stream,
+bucket or consumer (a stream's info filtered by subject names every id on it: tenants', keys', executors'). Extend
+it here when the executor needs one more subject.
 """
 
 from dataclasses import dataclass
 
 from contracts.subjects import (
-    EVENTS_STREAM,
-    EXECUTORS_BUCKET,
-    FLEET_REGISTER,
     WORK_STREAM,
     consumer_next,
+    executor_advert,
     executor_durable,
     executor_finalize_durable,
     fact_submissions,
     finalize_command,
+    fleet_registrations,
     log_reads,
     object_requests,
     run_command,
@@ -54,12 +54,9 @@ def _work_consumer(durable: str, filter_subject: str) -> list[str]:
 
 def executor_permissions(executor_id: str) -> Permissions:
     publish = [
-        FLEET_REGISTER,
+        fleet_registrations(executor_id),  # its registration, under its own id alone
         object_requests(executor_id),
-        f"$KV.{EXECUTORS_BUCKET}.{executor_id}",
-        f"{API}.STREAM.INFO.KV_{EXECUTORS_BUCKET}",
-        f"{API}.STREAM.INFO.{EVENTS_STREAM}",
-        f"{API}.STREAM.INFO.{WORK_STREAM}",
+        executor_advert(executor_id),  # its heartbeat, a plain publish: no look at the bucket's stream
         *_work_consumer(executor_durable(executor_id), run_command(executor_id)),
         *_work_consumer(executor_finalize_durable(executor_id), finalize_command(executor_id)),
         fact_submissions(executor_id),  # its batch and file facts, judged and stored by the fact desk

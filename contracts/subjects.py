@@ -14,8 +14,8 @@ WORK_SUBJECTS = "cmd.>"
 READ_MODEL_BUCKET = "sheshnag_read"
 EXECUTORS_BUCKET = "sheshnag_executors"
 LEADER_BUCKET = "sheshnag_leader"
-FLEET_REGISTER = "svc.fleet.register"
-"""Request/reply: executors register with the leading scheduler."""
+FLEET_REGISTER = "svc.register.*"
+"""Request/reply: executors register with the leading scheduler, each on its own subject (`fleet_registrations`)."""
 OBJECT_REQUESTS = "svc.objects.*"
 """Request/reply: executors ask the leading scheduler for presigned URLs of their work's objects."""
 FACT_SUBMISSIONS = "svc.facts.*"
@@ -125,6 +125,12 @@ def finalize_command(executor_id: str) -> str:
     return f"cmd.executor.{executor_id}.finalize"
 
 
+def fleet_registrations(executor_id: str) -> str:
+    """Where one executor registers: only a connection admitted as that executor may publish here, so the subject
+    says which id registers (the body must name the same one)."""
+    return f"svc.register.{executor_id}"
+
+
 def object_requests(executor_id: str) -> str:
     """Where one executor asks for object URLs: only it may publish here, so the subject says who asks."""
     return f"svc.objects.{executor_id}"
@@ -140,11 +146,17 @@ def log_reads(executor_id: str) -> str:
     return f"svc.log.{executor_id}"
 
 
+def executor_advert(executor_id: str) -> str:
+    """Where one executor's advert goes: its key in the executors bucket (a KV put is a publish here), the only key
+    of the bucket it may write, and it need not look at the bucket to write it."""
+    return f"$KV.{EXECUTORS_BUCKET}.{executor_id}"
+
+
 def requester_of(subject: str) -> str:
-    """The executor that sent a request to `object_requests`, `fact_submissions` or `log_reads`: the subject's
-    last token (only that executor may publish there)."""
+    """The executor that sent a request to `fleet_registrations`, `object_requests`, `fact_submissions` or
+    `log_reads`: the subject's last token (only that executor may publish there)."""
     service, _, executor_id = subject.removeprefix("svc.").partition(".")
-    if not subject.startswith("svc.") or service not in ("objects", "facts", "log") or not executor_id \
+    if not subject.startswith("svc.") or service not in ("register", "objects", "facts", "log") or not executor_id \
             or "." in executor_id:
         raise ValueError(f"{subject!r} is not an executor's request subject")
     return executor_id

@@ -1,37 +1,52 @@
 """Facts about executors joining the fleet. Heartbeats are liveness, kept in a KV bucket, not here."""
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, model_validator
 
 from contracts.events.envelope import Event
+from contracts.permissions import EXECUTOR_ID_PATTERN
 
 EngineName = Literal["llamacpp", "tensorrt_llm", "transformers"]
+MAX_ADVERTISED_MODELS = 256
+MAX_DEVICES = 64
+MAX_SLOTS = 4096
+MAX_PARALLEL_ATTEMPTS = 256
+Bytes = Field(ge=0, le=1 << 60)
+"""Memory sizes: an exabyte is far beyond any device; more is nonsense an executor made up."""
+ModelId = Annotated[str, Field(min_length=1, max_length=256)]
 
 
 class DeviceMemory(BaseModel):
-    name: str
-    total_bytes: int
-    free_bytes: int
+    name: str = Field(max_length=256)
+    total_bytes: int = Bytes
+    free_bytes: int = Bytes
+
+    @model_validator(mode="after")
+    def _free_within_total(self) -> "DeviceMemory":
+        if self.free_bytes > self.total_bytes:
+            raise ValueError("free_bytes exceeds total_bytes")
+        return self
 
 
 class ExecutorAdvert(BaseModel):
-    """What an executor can do right now; its heartbeat value in the executors bucket."""
+    """What an executor can do right now; its heartbeat value in the executors bucket. Written by the executor, so
+    untrusted: the bounds below refuse values no real executor states (a value outside them is skipped whole)."""
 
-    executor_id: str
+    executor_id: str = Field(pattern=f"^{EXECUTOR_ID_PATTERN}$")
     engine: EngineName
-    engine_version: str
-    models: list[str]
+    engine_version: str = Field(max_length=64)
+    models: list[ModelId] = Field(max_length=MAX_ADVERTISED_MODELS)
     """Catalogue ids it can serve."""
-    loaded_models: list[str]
-    devices: list[DeviceMemory]
-    slots: int
-    heartbeat_at: int
+    loaded_models: list[ModelId] = Field(max_length=MAX_ADVERTISED_MODELS)
+    devices: list[DeviceMemory] = Field(max_length=MAX_DEVICES)
+    slots: int = Field(ge=0, le=MAX_SLOTS)
+    heartbeat_at: int = Field(ge=0)
     """Milliseconds since the epoch."""
-    parallel_attempts: int = 1
+    parallel_attempts: int = Field(default=1, ge=1, le=MAX_PARALLEL_ATTEMPTS)
     """How many attempts (of any batches) it runs at once, through its one pool of engine slots; the scheduler
     assigns it no more than that (1: an executor from before it said), but for `GUEST_ATTEMPTS` more."""
-    guest_attempts: int = 0
+    guest_attempts: int = Field(default=0, ge=0, le=MAX_PARALLEL_ATTEMPTS)
     """Attempts it takes beyond `parallel_attempts`, each of an owner with nothing running anywhere (a newcomer's
     small batch starts at the next free engine slot instead of after the units in hand); 0: an executor from
     before it said."""

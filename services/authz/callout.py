@@ -17,17 +17,22 @@ import nats.errors
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from contracts.events.executor import ExecutorRegistered
 from contracts.ids import hash_api_key
 from contracts.permissions import AUTH_CALLOUT_SUBJECT, EXECUTOR_ID_PATTERN, executor_permissions
+from contracts.readmodel import ApiKeyRecord
+from contracts.subjects import event_subject
 from services.authz import nkey_jwt
 from services.authz.disconnect import AdmittedConnections, Connection, Disconnector
 from services.authz.keyring import CalloutKeys
 from services.authz.request import AuthRequest, ForgedRequest, opened
 from services.runtime.bus import EventBus
+from services.runtime.facts import first_fact
 from services.runtime.fleet import Fleet
 from services.runtime.readmodel import ReadModel
 from services.runtime.revocations import revoked
 from services.runtime.settings import ConnectionSettings
+from services.scheduler.book import ExecutorOwner
 from services.scheduler.registration import worker_key_refusal
 
 log = logging.getLogger(__name__)
@@ -63,11 +68,22 @@ class ExecutorAuthority:
         # The read model may lag a revoke the log already holds.
         if await revoked(self.bus, key_sha256):
             raise Refused(f"executor {user}: Worker key {record.key_id} was revoked.")
+        await self._check_owner(user, record)
         executor = await self.read_model.get_executor(user)
         if executor is not None and executor.status == "online" and executor.worker_key_id not in (None,
                                                                                                   record.key_id):
             raise Refused(f"executor {user} is online under another worker key")
         return user
+
+    async def _check_owner(self, executor_id: str, record: ApiKeyRecord) -> None:
+        """An executor id is admitted only for the provider (or operator key) that first registered it: read from
+        the log itself, not the read model, so no lag lets another provider's key in under it."""
+        first = await first_fact(self.bus, event_subject("executor", executor_id, ExecutorRegistered.name))
+        if first is None or not isinstance(first[1], ExecutorRegistered) or first[1].worker_key_id is None:
+            return  # never registered: registration claims it, one at a time, on the leader's book
+        owner = ExecutorOwner(first[1].provider_id, first[1].worker_key_id)
+        if not owner.admits(record.provider_id, record.key_id):
+            raise Refused(f"executor id {executor_id} belongs to another provider")
 
     def user_jwt(self, user_nkey: str, executor_id: str) -> str:
         permissions = executor_permissions(executor_id)

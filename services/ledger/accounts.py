@@ -109,6 +109,8 @@ class Account(Folded):
             return
         total = [sum(pair) for pair in zip(entry["usage"], usage, strict=True)]
         amount = _price(entry).cost_micros(total[0], total[2], total[1]) - entry["charged"]
+        # Never past the reservation: it holds the batch's worst case, so usage beyond it is usage no line can have.
+        amount = min(amount, entry["held"] - entry["charged"])
         self._debited(sequence=sequence, batch_id=batch_id, chunk_key=chunk_key, usage=total,
                       amount_micros=max(amount, 0), at=at)
 
@@ -124,18 +126,17 @@ class Account(Folded):
         self.last_event = _movement("debit", amount_micros, sequence, at, batch_id,
                                     batch_endpoint(entry["endpoint"]))
 
-    def settle(self, sequence: int, batch_id: str, usage: tuple[int, int, int] | None, ran: bool, at: int) -> None:
-        """The batch ended: charge what its final usage costs beyond what was debited (at least the batch
-        minimum once any line ran), and give back the rest of the reservation."""
+    def settle(self, sequence: int, batch_id: str, ran: bool, at: int) -> None:
+        """The batch ended: charge the batch minimum beyond what was debited once any line ran, and give back
+        the rest of the reservation. Only the usage of committed chunks is charged (each checked as it was
+        committed), never a total the end states, and never more than the reservation."""
         entry = self.open.get(batch_id)
         if self.has_folded(sequence) or entry is None:
             return
-        price = _price(entry)
         final = entry["charged"]
-        if usage is not None:
-            final = max(final, price.cost_micros(usage[0], usage[2], usage[1]))
         if ran:
-            final = max(final, price.minimum_micros)
+            final = max(final, _price(entry).minimum_micros)
+        final = min(final, max(entry["held"], entry["charged"]))
         self._closed(sequence=sequence, batch_id=batch_id, extra_micros=final - entry["charged"], at=at,
                      credit=False)
 

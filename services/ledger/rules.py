@@ -29,7 +29,7 @@ from contracts.events.executor import ExecutorLost, ExecutorRegistered
 from contracts.events.file import FileDeleted, FileStored
 from contracts.events.key import KeyCreated, KeyRevoked, UserCreated
 from contracts.events.organization import OrganizationCreated
-from contracts.events.provider import ProviderRegistered
+from contracts.events.provider import ProviderApprovalWithdrawn, ProviderApproved, ProviderRegistered
 from contracts.ids import error_file_id, key_id_for_hash, output_file_id
 from contracts.lifecycle import TERMINAL
 from contracts.subjects import input_object_key
@@ -193,8 +193,7 @@ class FoldingRules:
         usage = None if not final else (final.get("input_tokens", 0),
                                         (final.get("input_tokens_details") or {}).get("cached_tokens", 0),
                                         final.get("output_tokens", 0))
-        account.settle(seq, batch.batch_id, usage, ran=batch.completed > 0 or bool(usage and any(usage)),
-                       at=_at(fact))
+        account.settle(seq, batch.batch_id, ran=batch.completed > 0 or bool(usage and any(usage)), at=_at(fact))
         touched[account.id] = account
 
     def _apply_progress(self, seq: int, fact: ProgressFact, touched: Touched) -> None:
@@ -222,7 +221,7 @@ class FoldingRules:
             batch_id=fact.aggregate_id, sequence=seq, owner_key_id=fact.owner_key_id,
             input_file_id=fact.input_file_id, endpoint=fact.endpoint, completion_window=fact.completion_window,
             metadata=fact.metadata, created_at=fact.created_at, expires_at=fact.expires_at, held=fact.hold,
-            billing_account=fact.billing_account)
+            billing_account=fact.billing_account, placement=fact.placement)
 
     @_facts.on(CreditsGranted)
     def _credits_granted(self, seq: int, fact: CreditsGranted, touched: Touched) -> Folded | None:
@@ -307,6 +306,14 @@ class FoldingRules:
             provider_id=fact.aggregate_id, sequence=seq, display_name=fact.display_name,
             owner_key_id=fact.owner_key_id, owner_user_id=fact.owner_user_id, created_at=_at(fact))
 
+    @_facts.on(ProviderApproved, ProviderApprovalWithdrawn)
+    def _provider_approval(self, seq: int, fact: ProviderApproved | ProviderApprovalWithdrawn,
+                           touched: Touched) -> Folded | None:
+        provider = self._existing(Provider, "provider", seq, fact, touched)
+        if provider is not None:
+            provider.approve(seq, fact.organization_id, isinstance(fact, ProviderApproved))
+        return provider
+
     @_facts.on(ExecutorRegistered)
     def _executor_registered(self, seq: int, fact: ExecutorRegistered, touched: Touched) -> Folded | None:
         advert = fact.advert
@@ -314,9 +321,9 @@ class FoldingRules:
         if found is None:
             return Executor(executor_id=fact.aggregate_id, sequence=seq, engine=advert.engine,
                             engine_version=advert.engine_version, models=advert.models, started_at=fact.started_at,
-                            worker_key_id=fact.worker_key_id)
+                            worker_key_id=fact.worker_key_id, provider_id=fact.provider_id)
         found.register_again(seq, advert.engine, advert.engine_version, advert.models, fact.started_at,
-                             fact.worker_key_id)
+                             fact.worker_key_id, fact.provider_id)
         return found
 
     @_facts.on(ExecutorLost)
@@ -343,7 +350,9 @@ class FoldingRules:
 
     @_batch_facts.on(BatchAssigned)
     def _assigned(self, batch: Batch, seq: int, fact: BatchAssigned, touched: Touched) -> None:
-        batch.assign(seq, fact.executor_id, fact.attempt, fact.shard)
+        executor = self._get(Executor, aggregate_id("executor", fact.executor_id), touched)
+        batch.assign(seq, fact.executor_id, fact.attempt, fact.shard,
+                     getattr(executor, "provider_id", None) if executor is not None else None)
 
     @_batch_facts.on(ShardFinished)
     def _shard_finished(self, batch: Batch, seq: int, fact: ShardFinished, touched: Touched) -> None:

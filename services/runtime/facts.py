@@ -14,3 +14,12 @@ async def last_fact(bus: EventBus, subject: str) -> tuple[int, AnyEvent] | None:
     except nats.js.errors.NotFoundError:
         return None
     return message.seq or 0, decode_event(message.data or b"")
+
+
+async def first_fact(bus: EventBus, subject: str) -> tuple[int, AnyEvent] | None:
+    """The stream sequence and the fact first published on `subject` (no wildcards), or None if there is none."""
+    try:
+        message = await bus.js.get_msg(EVENTS_STREAM, seq=1, subject=subject, next=True)
+    except nats.js.errors.NotFoundError:
+        return None
+    return message.seq or 0, decode_event(message.data or b"")

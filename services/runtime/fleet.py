@@ -1,18 +1,37 @@
-"""The fleet view: executors' adverts in a KV bucket whose entries expire when heartbeats stop."""
+"""The fleet view: executors' adverts in a KV bucket whose entries expire when heartbeats stop.
+
+Each executor writes its own key alone (its NATS permissions), so an advert is the key's: whatever id its body
+names, the key decides whose it is. A value that does not parse, or parses to nonsense, is skipped (logged at most
+once a minute per key), never trusted and never fatal; a heartbeat time from the future reads as now.
+"""
+
+import logging
+import time
 
 from nats.js.kv import KeyValue
+from pydantic import ValidationError
 
 from contracts.events.executor import ExecutorAdvert
 from contracts.subjects import EXECUTORS_BUCKET
 from services.runtime.bus import EventBus
-from services.runtime.kv import latest_values, open_bucket
+from services.runtime.kv import latest_entries, open_bucket
+from services.runtime.skip_log import SkipLog
+
+log = logging.getLogger(__name__)
 
 ADVERT_TTL_S = 15.0
+
+
+def read_advert(key: str, value: bytes, now_ms: int) -> ExecutorAdvert:
+    """The advert stored under `key`, as the executor of that key's; ValueError when it is not one."""
+    advert = ExecutorAdvert.model_validate_json(value)
+    return advert.model_copy(update={"executor_id": key, "heartbeat_at": min(advert.heartbeat_at, now_ms)})
 
 
 class Fleet:
     def __init__(self, kv: KeyValue) -> None:
         self.kv = kv
+        self.skips = SkipLog(log)
 
     @classmethod
     async def open(cls, bus: EventBus, scans: bool = True) -> "Fleet":
@@ -26,5 +45,20 @@ class Fleet:
         await self.kv.delete(executor_id)
 
     async def adverts(self) -> list[ExecutorAdvert]:
+        """Every live executor's advert that parses; the others are skipped."""
         # Heartbeats: a replica's moment-old advert serves as well, also while the bucket elects a leader.
-        return [ExecutorAdvert.model_validate_json(value) for value in await latest_values(self.kv, coherent=False)]
+        now_ms = int(time.time() * 1000)
+        adverts = []
+        for key, value in await latest_entries(self.kv, coherent=False):
+            try:
+                adverts.append(read_advert(key, value, now_ms))
+            except ValueError as error:  # pydantic's ValidationError is one
+                self.skips.skipped(f"executor advert {key}", _why(error))
+        return adverts
+
+
+def _why(error: ValueError) -> str:
+    if isinstance(error, ValidationError):
+        first = error.errors()[0]
+        return f"not an advert: {'.'.join(map(str, first['loc']))}: {first['msg']}"
+    return f"not an advert: {error}"

@@ -3,6 +3,7 @@
 from dataclasses import dataclass, field
 from typing import Literal
 
+from contracts.api.batch import Placement
 from contracts.events.batch import (
     AttemptFailed,
     BatchAssigned,
@@ -24,9 +25,13 @@ from contracts.ids import owner_id
 from contracts.lifecycle import ENDING_FACTS
 from services.runtime.foldrules import FoldRules
 from services.scheduler.domain import HEARTBEAT_FRESH_MS
+from services.scheduler.placement import PLACEMENT_FACTS, PLACEMENT_WITHDRAWN, Placements
 from services.scheduler.standing import RateMeter
 
 Phase = Literal["validating", "validated", "ended"]
+CONTROL_PLANE = "(control plane)"
+"""`BatchPlan.finalizer` when the leading scheduler finalizes the batch itself: never an executor id (no executor
+id holds a space or a parenthesis)."""
 UNSTARTED_LOSSES_FORGIVEN = 6
 """Attempts of a shard lost with their executor before they started that do not count against the limit."""
 _fleet_rules = FoldRules[None]()
@@ -110,6 +115,8 @@ class BatchPlan:
     """Created with `hold`: never assigned until released."""
     owner_user_id: str | None = None
     organization_id: str | None = None
+    placement: Placement = "approved_providers"
+    """Which executors may run it (`services.scheduler.placement`)."""
 
     @property
     def owner(self) -> str:
@@ -178,6 +185,21 @@ class BatchPlan:
         return bool(self.running_units)
 
 
+@dataclass(frozen=True)
+class ExecutorOwner:
+    """Whose an executor id is: the provider of the worker key that first registered it, or, for an operator's
+    worker key (no provider), that key alone."""
+
+    provider_id: str | None
+    worker_key_id: str
+
+    def admits(self, provider_id: str | None, worker_key_id: str) -> bool:
+        """Whether a worker key of `provider_id` may act as this executor: one of the same provider, or the very key
+        that registered it."""
+        return worker_key_id == self.worker_key_id or (self.provider_id is not None
+                                                        and provider_id == self.provider_id)
+
+
 @dataclass
 class Book:
     plans: dict[str, BatchPlan] = field(default_factory=dict)
@@ -189,6 +211,10 @@ class Book:
     """Executor id → when its current process registered (ms); work assigned before that died with the old one."""
     lost: dict[str, int] = field(default_factory=dict)
     """Executor id → its last heartbeat (ms) when it was declared lost; a later one means it is back."""
+    owners: dict[str, "ExecutorOwner"] = field(default_factory=dict)
+    """Executor id → who registered it first: the only provider (or operator key) it is ever admitted for."""
+    key_holders: dict[str, str] = field(default_factory=dict)
+    """Worker key id → the executor it last registered (one key serves one live executor at a time)."""
     validated_count: int = 0
     open: dict[str, BatchPlan] = field(default_factory=dict)
     """The batches that have not ended (an ended one's last attempt may still read as running: a batch that
@@ -199,6 +225,12 @@ class Book:
     """Owner → lines of their open validated batches."""
     rates: RateMeter = field(default_factory=RateMeter)
     """Lines per second the fleet ran each model at lately, from progress facts."""
+    placements: Placements = field(default_factory=Placements)
+    """Each executor's provider, and each provider's organisation and approvals: who may run whose batch."""
+
+    def may_run(self, executor_id: str, plan: BatchPlan) -> bool:
+        """Whether the batch's placement lets `executor_id` run it (or read its objects)."""
+        return self.placements.allows(executor_id, plan.placement, plan.organization_id)
 
     def open_plans(self) -> list[BatchPlan]:
         return list(self.open.values())
@@ -225,6 +257,8 @@ class Book:
         return heard
 
     def apply(self, event: AnyEvent) -> None:
+        if isinstance(event, PLACEMENT_FACTS):
+            self.placements.apply(event)
         rule = _fleet_rules.rule_for(type(event))
         if rule is not None:
             rule(self, event)
@@ -245,11 +279,17 @@ class Book:
     @_fleet_rules.on(ExecutorRegistered)
     def _registered(self, event: ExecutorRegistered) -> None:
         if event.worker_key_id is not None:
-            self.known_executors[event.aggregate_id] = max(event.advert.heartbeat_at,
-                                                           self.known_executors.get(event.aggregate_id, 0))
-            self.lost.pop(event.aggregate_id, None)
-            self.admitted.add(event.aggregate_id)
-            self.incarnations[event.aggregate_id] = max(event.started_at, self.incarnations.get(event.aggregate_id, 0))
+            executor_id = event.aggregate_id
+            # Times an executor stated are never later than the scheduler's own clock when it registered it (a
+            # fact from before registrations were clamped is clamped as it is read).
+            heard = min(event.advert.heartbeat_at, event.occurred_at)
+            self.known_executors[executor_id] = max(heard, self.known_executors.get(executor_id, 0))
+            self.lost.pop(executor_id, None)
+            self.admitted.add(executor_id)
+            started = min(event.started_at, event.occurred_at)
+            self.incarnations[executor_id] = max(started, self.incarnations.get(executor_id, 0))
+            self.owners.setdefault(executor_id, ExecutorOwner(event.provider_id, event.worker_key_id))
+            self.key_holders[event.worker_key_id] = executor_id
 
     @_fleet_rules.on(ExecutorLost)
     def _lost(self, event: ExecutorLost) -> None:
@@ -265,7 +305,7 @@ class Book:
         self.plans[event.aggregate_id] = self.open[event.aggregate_id] = BatchPlan(
             event.aggregate_id, event.owner_key_id, event.endpoint, event.input_object_key, event.expires_at,
             created_at=event.created_at, output_expires_after_s=event.output_expires_after_s, held=event.hold,
-            owner_user_id=event.owner_user_id, organization_id=event.organization_id)
+            owner_user_id=event.owner_user_id, organization_id=event.organization_id, placement=event.placement)
 
     # Rules for a batch's plan, while it has not ended; every other fact leaves the plan as it is.
 
@@ -356,7 +396,7 @@ class Book:
     def _note_unstarted_loss(self, plan: BatchPlan, event: AttemptFailed) -> None:
         run = plan.shard(plan.attempt_shard.get(event.attempt, 0))
         started = run.started_at.get(event.attempt)
-        if event.code == "executor_lost" and started is None:
+        if (event.code == "executor_lost" and started is None) or event.code == PLACEMENT_WITHDRAWN:
             run.unstarted_losses.add(event.attempt)
         elif event.code == "executor_restarted" and (
                 started is None or started >= self.incarnations.get(event.executor_id, 0)):
@@ -365,4 +405,5 @@ class Book:
 
 def book_facts() -> tuple[type[Event], ...]:
     """The fact types the book has a rule for: what its fold of the log consumes."""
-    return tuple(fact for fact in (*_fleet_rules.types(), *_plan_rules.types()) if issubclass(fact, Event))
+    folded = (*_fleet_rules.types(), *_plan_rules.types(), *PLACEMENT_FACTS)
+    return tuple(dict.fromkeys(fact for fact in folded if issubclass(fact, Event)))

@@ -13,9 +13,10 @@ from typing import Literal
 from contracts.catalogue import Catalogue, CatalogueModel
 from contracts.events.batch import ShardLayout
 from contracts.events.executor import ExecutorAdvert
-from services.scheduler.book import BatchPlan, Book
+from services.scheduler.book import CONTROL_PLANE, BatchPlan, Book
 from services.scheduler.domain import HEARTBEAT_FRESH_MS, eligible_executors, free_bytes, why_unassignable
 from services.scheduler.fair_share import FairQueue, QueuedBatch, Weights
+from services.scheduler.placement import PLACEMENT_WITHDRAWN, Placements, organization_key, why_not_placed
 
 MAX_ATTEMPTS = 3
 """Failed attempts of one unit that committed nothing, before the batch fails."""
@@ -91,10 +92,11 @@ class DeclareLost:
 
 @dataclass(frozen=True)
 class Finalize:
-    """The batch's files are assembled and its end stated by `executor_id` alone."""
+    """The batch's files are assembled and its end stated by `executor_id` alone; None: by the control plane
+    itself (the leading scheduler)."""
 
     plan: BatchPlan
-    executor_id: str
+    executor_id: str | None
     reason: Literal["completed", "cancelled", "expired", "failed"]
     failure_code: str | None = None
     """For `failed`: the cause, carried into the batch's `batch.failed` once its files are written."""
@@ -119,7 +121,7 @@ def decide(book: Book, adverts: list[ExecutorAdvert], catalogue: Catalogue, now_
             if advert.executor_id in book.admitted and advert.executor_id in alive}
     actions: list[Action] = [DeclareLost(executor_id, last_seen) for executor_id, last_seen in heard.items()
                              if executor_id not in alive]
-    fleet = _Fleet(live, catalogue, now_ms)
+    fleet = _Fleet(live, catalogue, now_ms, book.placements)
     wanting: list[tuple[BatchPlan, CatalogueModel]] = []
     for plan in book.open_plans():
         upkeep, model = _upkeep(plan, book, fleet, alive, now_ms, policy)
@@ -136,9 +138,11 @@ class _Fleet:
     live: dict[str, ExecutorAdvert]
     catalogue: Catalogue
     now_ms: int
+    placements: Placements = field(default_factory=Placements)
     _models: dict[str, CatalogueModel | None] = field(default_factory=dict)
     _able: dict[str, list[ExecutorAdvert]] = field(default_factory=dict)
     _layouts: dict[tuple[int, str], ShardLayout] = field(default_factory=dict)
+    _selective: dict[str, bool] = field(default_factory=dict)
 
     def model(self, name: str) -> CatalogueModel | None:
         if name not in self._models:
@@ -157,16 +161,45 @@ class _Fleet:
             self._able[model.id] = eligible_executors(model, self.live.values(), self.now_ms)
         return self._able[model.id]
 
+    def allows(self, executor_id: str, plan: BatchPlan) -> bool:
+        """Whether the batch's placement lets the executor run it."""
+        return self.placements.allows(executor_id, plan.placement, plan.organization_id)
+
+    def live_for(self, plan: BatchPlan) -> dict[str, ExecutorAdvert]:
+        """The live executors the batch may run on."""
+        return {executor_id: advert for executor_id, advert in self.live.items() if self.allows(executor_id, plan)}
+
+    def lane(self, plan: BatchPlan, model: CatalogueModel) -> "_Lane":
+        """The queue a batch's units wait in: batches of one lane may run on the same executors. One per model
+        while every executor able to serve it runs any organisation's batches that allow approved providers."""
+        if plan.placement == "approved_providers":
+            if model.id not in self._selective:
+                self._selective[model.id] = any(not self.placements.runner(advert.executor_id).approved_platform_wide
+                                                for advert in self.able(model))
+            if not self._selective[model.id]:
+                return _Lane(model.id, model, plan)
+        return _Lane(f"{model.id}|{plan.placement}|{organization_key(plan.organization_id)}", model, plan)
+
+
+@dataclass(frozen=True)
+class _Lane:
+    """A model's batches that may run on the same executors (`_Fleet.lane`); `plan` is one of them."""
+
+    key: str
+    model: CatalogueModel
+    plan: BatchPlan
+
 
 def _upkeep(plan: BatchPlan, book: Book, fleet: _Fleet, alive: set[str], now_ms: int,
             policy: Policy) -> tuple[list[Action], CatalogueModel | None]:
     """What one open batch needs now, and its model when it has units to hand out."""
-    live = fleet.live
+    live = fleet.live_for(plan)  # only an executor the batch may run on finalizes it
     if now_ms >= plan.expires_at * 1000:
         return _end_early(plan, live, alive, now_ms, "expired", "batch_expired", "The completion window ended."), None
     if plan.cancel_requested_at_ms is not None:
         return _end_early(plan, live, alive, now_ms, "cancelled", "batch_cancelled", "The batch was cancelled."), None
     actions: list[Action] = _fence_dead_attempts(plan, book, alive) if plan.running_units else []
+    actions += _fence_misplaced_attempts(plan, fleet, actions) if plan.running_units else []
     if plan.phase != "validated" or plan.model is None or plan.held:
         return actions, None
     if plan.all_finished:
@@ -204,6 +237,15 @@ def _fence_dead_attempts(plan: BatchPlan, book: Book, alive: set[str]) -> list[A
     return actions
 
 
+def _fence_misplaced_attempts(plan: BatchPlan, fleet: _Fleet, fenced: list[Action]) -> list[Action]:
+    """Attempts on executors the batch may no longer run on (their provider's approval was withdrawn)."""
+    done = {action.attempt for action in fenced if isinstance(action, FenceAttempt)}
+    return [FenceAttempt(plan, run.attempt, run.executor_id, PLACEMENT_WITHDRAWN,
+                         f"Executor {run.executor_id}'s provider may no longer run this batch.")
+            for _, run in plan.running_shards()
+            if run.executor_id is not None and run.attempt not in done and not fleet.allows(run.executor_id, plan)]
+
+
 @dataclass
 class _Units:
     """One batch's units to hand out this tick, in order: retries first, then fresh ones."""
@@ -234,8 +276,9 @@ def _hand_out(wanting: list[tuple[BatchPlan, CatalogueModel]], book: Book, fleet
               for executor_id, advert in fleet.live.items() if advert.parallel_attempts > load[executor_id]}
     if not places and not any(load[e] < a.parallel_attempts + a.guest_attempts for e, a in fleet.live.items()):
         return _waits([pair for pair in wanting if not pair[0].running], fleet)
-    models = {model.id: model for _, model in wanting}
-    serves = _servable(models.values(), fleet, places)
+    lanes = {plan.batch_id: fleet.lane(plan, model) for plan, model in wanting}
+    by_key = {lane.key: lane for lane in lanes.values()}
+    serves = _servable(by_key.values(), fleet, places)
     units: dict[str, _Units] = {}
     actions: list[Action] = []
     queued: list[QueuedBatch] = []
@@ -245,7 +288,7 @@ def _hand_out(wanting: list[tuple[BatchPlan, CatalogueModel]], book: Book, fleet
                                                    plan.attempt)
         retried = 0
         for unit in sorted(plan.retry_units):
-            executor_id = _retry_on(plan, unit, model, serves, places)
+            executor_id = _retry_on(plan, unit, lanes[plan.batch_id].key, serves, places)
             if executor_id is None:
                 plan_units.retries.append(unit)
                 continue
@@ -253,14 +296,17 @@ def _hand_out(wanting: list[tuple[BatchPlan, CatalogueModel]], book: Book, fleet
             places[executor_id] -= 1
             retried += plan.unit_lines(unit)
         pending, in_flight = plan.pending_lines() - retried, plan.in_flight_lines() + retried
-        queued.append(QueuedBatch(plan.batch_id, plan.owner, plan.organization_id, model.id, plan.validated_order,
+        queued.append(QueuedBatch(plan.batch_id, plan.owner, plan.organization_id, lanes[plan.batch_id].key,
+                                  plan.validated_order,
                                   plan.expires_at * 1000, pending, pending + in_flight, in_flight,
                                   unit_lines=layout.span or plan.total_lines))
     queued += [QueuedBatch(plan.batch_id, plan.owner, plan.organization_id, plan.model or "", plan.validated_order,
                            plan.expires_at * 1000, 0, in_flight, in_flight)
                for plan in book.running.values() if plan.batch_id not in units
                for in_flight in (plan.in_flight_lines(),)]  # they hand out nothing, but count in their owners' share
-    queue = FairQueue(queued, policy.weights, rates, now_ms)
+    # The queue keys batches by lane (a model, narrowed by placement where it must be); rates are the model's.
+    lane_rates = {key: rates[lane.model.id] for key, lane in by_key.items() if lane.model.id in rates}
+    queue = FairQueue(queued, policy.weights, {**rates, **lane_rates}, now_ms)
     turn = sorted((e for e in places if places[e] > 0 and serves[e]),
                   key=lambda e: (load[e] / fleet.live[e].parallel_attempts, free_bytes(fleet.live[e]), e))
     while turn:
@@ -281,23 +327,23 @@ def _hand_out(wanting: list[tuple[BatchPlan, CatalogueModel]], book: Book, fleet
             if places[executor_id] > 0:
                 next_turn.append(executor_id)
         turn = next_turn
-    actions += _guests(queue, units, fleet, load, actions, policy, models)
+    actions += _guests(queue, units, fleet, load, actions, policy, by_key)
     given = {action.plan.batch_id for action in actions if isinstance(action, Assign)}
     return actions + _waits([(plan, model) for plan, model in wanting if plan.batch_id not in given], fleet)
 
 
-def _retry_on(plan: BatchPlan, unit: int, model: CatalogueModel, serves: dict[str, set[str]],
+def _retry_on(plan: BatchPlan, unit: int, lane: str, serves: dict[str, set[str]],
               places: dict[str, int]) -> str | None:
     """Where a unit whose attempt failed runs again: an executor that has not tried it if one has a free place
     (the one that failed it may be why), the one with the most free places first."""
-    free = [executor_id for executor_id, left in places.items() if left > 0 and model.id in serves[executor_id]]
+    free = [executor_id for executor_id, left in places.items() if left > 0 and lane in serves[executor_id]]
     tried = plan.shard(unit).tried_executors
     fresh = [executor_id for executor_id in free if executor_id not in tried]
     return max(fresh or free, key=lambda e: (places[e], e), default=None)
 
 
 def _guests(queue: FairQueue, units: dict[str, "_Units"], fleet: _Fleet, load: Counter[str | None], given: list[Action],
-            policy: Policy, models: dict[str, CatalogueModel]) -> list[Action]:
+            policy: Policy, lanes: dict[str, _Lane]) -> list[Action]:
     """Units for users with nothing in flight, on executors whose own places are all taken, in their guest places:
     a newcomer's small batch starts at the next free engine slot (shared fairly there), not after the units in
     hand."""
@@ -305,7 +351,7 @@ def _guests(queue: FairQueue, units: dict[str, "_Units"], fleet: _Fleet, load: C
     guests = {executor_id: advert.parallel_attempts + advert.guest_attempts - held[executor_id]
               for executor_id, advert in fleet.live.items()
               if held[executor_id] < advert.parallel_attempts + advert.guest_attempts}
-    serves = _servable(models.values(), fleet, guests)
+    serves = _servable(lanes.values(), fleet, guests)
     actions: list[Action] = []
     for executor_id in sorted(guests, key=lambda e: (-guests[e], e)):
         while guests[executor_id] > 0:
@@ -321,15 +367,18 @@ def _guests(queue: FairQueue, units: dict[str, "_Units"], fleet: _Fleet, load: C
     return actions
 
 
-def _servable(models: Iterable[CatalogueModel], fleet: _Fleet, places: dict[str, int]) -> dict[str, set[str]]:
-    """Executor id → the queued models it may take a unit of now: ones it has loaded, or, when no executor with
-    that model loaded has a free place, ones it has the memory to load."""
+def _servable(lanes: Iterable[_Lane], fleet: _Fleet, places: dict[str, int]) -> dict[str, set[str]]:
+    """Executor id → the queued lanes it may take a unit of now: of models it has loaded, or, when no executor
+    with that model loaded (and allowed there) has a free place, of ones it has the memory to load; only lanes whose
+    batches' placement allows it."""
     serves: dict[str, set[str]] = {executor_id: set() for executor_id in places}
-    for model in models:
-        able = [advert for advert in fleet.able(model) if advert.executor_id in places]
+    for lane in lanes:
+        model = lane.model
+        able = [advert for advert in fleet.able(model)
+                if advert.executor_id in places and fleet.allows(advert.executor_id, lane.plan)]
         warm = [advert for advert in able if model.id in advert.loaded_models]
         for advert in warm or able:
-            serves[advert.executor_id].add(model.id)
+            serves[advert.executor_id].add(lane.key)
     return serves
 
 
@@ -340,11 +389,16 @@ def _waits(unserved: list[tuple[BatchPlan, CatalogueModel]], fleet: _Fleet) -> l
     for plan, model in unserved:
         if plan.running:
             continue
-        if fleet.able(model):
+        allowed = list(fleet.live_for(plan).values())
+        if any(fleet.allows(advert.executor_id, plan) for advert in fleet.able(model)):
             if plan.waiting_reason is None or not plan.waiting_reason.startswith(QUEUED):
                 actions.append(Wait(plan, f"{QUEUED} every executor serving {model.id} is busy with other batches."))
             continue
-        reason = why_unassignable(model, list(fleet.live.values()), fleet.now_ms)
+        if any(model.id in advert.models for advert in allowed) or \
+                not any(model.id in advert.models for advert in fleet.live.values()):
+            reason = why_unassignable(model, allowed or list(fleet.live.values()), fleet.now_ms)
+        else:
+            reason = why_not_placed(plan.placement, model.id)
         if reason != plan.waiting_reason:
             actions.append(Wait(plan, reason))
     return actions
@@ -375,19 +429,24 @@ def _end_early(plan: BatchPlan, live: dict[str, ExecutorAdvert], alive: set[str]
 def _finalize(plan: BatchPlan, live: dict[str, ExecutorAdvert], alive: set[str],
               reason: Literal["completed", "cancelled", "expired", "failed"], failure_code: str | None = None,
               failure_message: str | None = None) -> list[Action]:
-    """Finalize once, by one executor; again by another once the one chosen is no longer heard from (it may have
-    died with the command). None live: decided again next tick."""
-    if plan.finalizer is not None and plan.finalizer in alive:
+    """Finalize once: by the executor that holds the batch's lease when one does and is live, else by the control
+    plane; again once the executor chosen is no longer heard from (it may have died with the command), or the
+    control plane's finalize failed (it forgets it chose itself)."""
+    if plan.finalizer == CONTROL_PLANE or (plan.finalizer is not None and plan.finalizer in alive):
         return []
-    chosen = choose_finalizer(plan, live)
-    return [] if chosen is None else [Finalize(plan, chosen, reason, failure_code, failure_message)]
+    return [Finalize(plan, choose_finalizer(plan, live), reason, failure_code, failure_message)]
 
 
 def choose_finalizer(plan: BatchPlan, live: dict[str, ExecutorAdvert]) -> str | None:
-    """The live executor of the batch's latest attempt that has one (it already holds the batch's data), else the
-    first live one by id (deterministic: a new leader, sending it again, mostly chooses the same); None when none
-    is live."""
-    for attempt in sorted(plan.assignees, reverse=True):
-        if plan.assignees[attempt] in live:
-            return plan.assignees[attempt]
-    return min(live, default=None)
+    """The executor that holds the current lease of every unit of the batch (the latest attempt of each unit is
+    its), when it is live: it ran all of it and holds its data. None otherwise (the batch never ran, its units ran
+    on several executors, or the one that ran it is gone): the control plane finalizes it, so no executor ever ends
+    a batch it did not run, nor writes lines another executor ran."""
+    if plan.layout is None:
+        return None
+    holders = {plan.assignees.get(run.attempt) if run.attempt not in run.failed_attempts else None
+               for run in plan.shards.values()}
+    if len(holders) != 1 or len(plan.shards) < plan.layout.shards:
+        return None
+    (holder,) = holders
+    return holder if holder is not None and holder in live else None

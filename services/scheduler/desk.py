@@ -14,6 +14,7 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
+from contracts.catalogue import Catalogue
 from contracts.events.registry import decode_event
 from contracts.fact_desk import (
     EXECUTION_FACTS,
@@ -55,6 +56,12 @@ class FactDesk:
     bus: EventBus
     book: Book
     caught_up: asyncio.Event
+    catalogue: Catalogue | None = None
+    """Models' context lengths, which bound the tokens a line's result can state (None: unbounded)."""
+
+    def context_length(self, model: str) -> int | None:
+        found = self.catalogue.resolve(model) if self.catalogue is not None else None
+        return found.context_length if found is not None else None
 
     async def submit(self, executor_id: str, submission: FactSubmission) -> FactReceipt:
         if not self.caught_up.is_set():
@@ -63,7 +70,7 @@ class FactDesk:
             event = decode_event(submission.event.encode())
         except ValidationError as error:
             return FactReceipt(status="refused", reason=f"Not a fact: {error.errors()[0]['msg']}")
-        refusal = may_state(self.book, executor_id, event)
+        refusal = may_state(self.book, executor_id, event, self.context_length)
         if refusal is not None:
             log.warning("refused executor %s's %s of %s: %s", executor_id, event.type, event.aggregate_id, refusal)
             return FactReceipt(status="refused", reason=refusal)

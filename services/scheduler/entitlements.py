@@ -9,6 +9,8 @@ still holds its lease is not judged here: the conditional publish on the batch's
 that, atomically with the write.
 """
 
+from collections.abc import Callable
+
 from contracts.events.batch import (
     AttemptFailed,
     BatchEnded,
@@ -26,6 +28,10 @@ from services.scheduler.book import BatchPlan, Book
 
 AttemptFact = BatchStarted | BatchProgressed | ShardFinished | AttemptFailed
 FinalizerFact = BatchEnded | BatchFailed
+ContextLength = Callable[[str], int | None] | None
+"""A model's context length by catalogue id (None: not in the catalogue)."""
+MAX_SAMPLES = 64
+"""The most completions a line may ask for (`n`): what validation accepts."""
 
 
 def finalizes(plan: BatchPlan, executor_id: str) -> bool:
@@ -59,20 +65,54 @@ def superseded(book: Book, event: Event) -> bool:
     return run is not None and (attempt in run.failed_attempts or run.attempt > attempt)
 
 
-def may_state(book: Book, executor_id: str, event: Event) -> str | None:
-    """None when `executor_id` may state `event`; else why not (the fact is then refused)."""
+def may_state(book: Book, executor_id: str, event: Event, context_length: ContextLength = None) -> str | None:
+    """None when `executor_id` may state `event`; else why not (the fact is then refused). `context_length`
+    gives a model's context (None: unknown), which bounds the tokens a line can use."""
     if isinstance(event, FileStored):
         return _may_store(book, executor_id, event)
     plan = book.plans.get(event.aggregate_id) if event.kind == "batch" else None
     if plan is None:
         return f"{event.type} of {event.aggregate_id}: not a fact of a batch this scheduler knows"
+    context = context_length(plan.model) if context_length is not None and plan.model else None
     if isinstance(event, AttemptFact):
-        return _attempt_refusal(plan, executor_id, event)
+        return _attempt_refusal(plan, executor_id, event) or _count_refusal(plan, event, context)
     if isinstance(event, BatchFinalizing) and event.attempt:
         return _attempt_refusal(plan, executor_id, event) or _finalizer_refusal(plan, executor_id, event)
     if isinstance(event, BatchFinalizing | FinalizerFact):
-        return _finalizer_refusal(plan, executor_id, event)
+        return _finalizer_refusal(plan, executor_id, event) or _count_refusal(plan, event, context)
     return f"{event.type} is not a fact executors state"
+
+
+def _count_refusal(plan: BatchPlan, event: Event, context: int | None) -> str | None:
+    """Counts and usage checked against what was assigned: a unit's cumulative counts never exceed its lines, a
+    batch's end never its input lines, and the tokens of the lines a fact adds never what those lines can use
+    (prompt and each of up to `MAX_SAMPLES` completions within the model's context)."""
+    if isinstance(event, BatchProgressed):
+        unit = plan.attempt_shard.get(event.attempt, event.shard)
+        limit = plan.unit_lines(unit) if plan.layout is not None else plan.total_lines
+        counted = event.completed + event.failed
+        new_lines = counted - plan.unit_done.get(unit, 0)
+        where = f"unit {unit} of {plan.batch_id}"
+    elif isinstance(event, BatchEnded | BatchFailed):
+        limit = plan.total_lines
+        counted = new_lines = (event.completed or 0) + (event.failed or 0)
+        where = plan.batch_id
+    else:
+        return None
+    if counted > limit:
+        return f"{event.type} counts {counted} lines, but {where} has {limit}"
+    usage = event.usage
+    if min(getattr(event, "completed", 0) or 0, getattr(event, "failed", 0) or 0) < 0 or (usage is not None and min(
+            usage.input_tokens, usage.output_tokens, usage.input_tokens_details.cached_tokens) < 0):
+        return f"{event.type} states a negative count"
+    if usage is None or context is None:
+        return None
+    lines = max(new_lines, 0) if isinstance(event, BatchProgressed) else limit
+    if usage.input_tokens > lines * context or usage.output_tokens > lines * MAX_SAMPLES * context \
+            or usage.input_tokens_details.cached_tokens > usage.input_tokens:
+        return (f"{event.type} states {usage.input_tokens} prompt and {usage.output_tokens} completion tokens for "
+                f"{lines} lines of {where}: more than lines of a {context}-token context can use")
+    return None
 
 
 def _attempt_refusal(plan: BatchPlan, executor_id: str, event: AttemptFact | BatchFinalizing) -> str | None:

@@ -1,7 +1,16 @@
-"""Admitting executors to the fleet: a worker key is required; user and admin keys are refused."""
+"""Admitting executors to the fleet: a worker key is required; user and admin keys are refused.
 
+An executor registers on its own subject (`fleet_registrations`, only a connection admitted as that id may publish
+there), naming the same id in its body. An executor id belongs to whoever first registered it (`ExecutorOwner`):
+another provider's key is refused under it. A worker key serves one live executor at a time. The times an
+executor states are clamped to the scheduler's clock. Registrations are judged one at a time, on the leader's book
+once it has read the whole log, so a check and the fact it admits cannot be separated by another registration.
+"""
+
+import asyncio
 import logging
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from nats.aio.msg import Msg
 
@@ -9,15 +18,16 @@ from contracts.commands import ExecutorRegistration, RegistrationAnswer
 from contracts.events.executor import ExecutorRegistered
 from contracts.ids import hash_api_key
 from contracts.readmodel import ApiKeyRecord
-from contracts.subjects import FLEET_REGISTER
+from contracts.subjects import FLEET_REGISTER, requester_of
 from services.runtime.bus import EventBus
 from services.runtime.delivery import Answer
 from services.runtime.readmodel import ReadModel
 from services.scheduler.book import Book
+from services.scheduler.domain import HEARTBEAT_FRESH_MS
 
 log = logging.getLogger(__name__)
 
-REGISTRATIONS = Answer(FLEET_REGISTER, ExecutorRegistration,
+REGISTRATIONS = Answer(FLEET_REGISTER.replace("*", "{executor_id}"), ExecutorRegistration,
                        lambda why: RegistrationAnswer(accepted=False, reason=f"Malformed registration: {why}"))
 
 
@@ -33,25 +43,61 @@ def worker_key_refusal(record: ApiKeyRecord | None) -> str | None:
     return None
 
 
+def identity_refusal(book: Book, executor_id: str, record: ApiKeyRecord, now_ms: int) -> str | None:
+    """Why this worker key may not act as `executor_id` now (the id is another provider's, or the key already
+    serves another live executor); None when it may."""
+    owner = book.owners.get(executor_id)
+    if owner is not None and not owner.admits(record.provider_id, record.key_id):
+        return f"Executor id {executor_id} belongs to another provider; choose another id."
+    holder = book.key_holders.get(record.key_id)
+    if holder is not None and holder != executor_id and holder not in book.lost \
+            and now_ms - book.known_executors.get(holder, 0) < HEARTBEAT_FRESH_MS:
+        return (f"Worker key {record.key_id} serves executor {holder}, which is live; each executor needs a worker "
+                "key of its own.")
+    return None
+
+
+def _set(event: asyncio.Event) -> asyncio.Event:
+    event.set()
+    return event
+
+
 @dataclass
 class Registrar:
     bus: EventBus
     read_model: ReadModel
     book: Book
+    caught_up: asyncio.Event = field(default_factory=lambda: _set(asyncio.Event()))
+    """Set once the book has read the whole log (a registrar without a reader has nothing to read)."""
+    _one_at_a_time: asyncio.Lock = field(default_factory=asyncio.Lock)
 
-    async def answer(self, request: ExecutorRegistration) -> RegistrationAnswer:
+    async def answer(self, executor_id: str, request: ExecutorRegistration) -> RegistrationAnswer:
+        """Judge a registration that arrived on `executor_id`'s own subject."""
+        if request.executor_id != executor_id or request.advert.executor_id != executor_id:
+            return RegistrationAnswer(accepted=False, reason=(
+                f"A connection admitted as executor {executor_id} registers only that id."))
+        if not self.caught_up.is_set():
+            return RegistrationAnswer(accepted=False, retry=True, reason="The scheduler is still reading the log.")
         record = await self.read_model.get_api_key(hash_api_key(request.worker_key))
         refusal = worker_key_refusal(record)
         if refusal is not None or record is None:
             return RegistrationAnswer(accepted=False, reason=refusal)
-        registered = ExecutorRegistered(aggregate_id=request.executor_id, advert=request.advert,
-                                        started_at=request.advert.heartbeat_at, worker_key_id=record.key_id,
-                                        provider_id=record.provider_id)
-        await self.bus.publish(registered)
-        self.book.apply(registered)
-        log.info("executor %s registered with worker key %s", request.executor_id, record.key_id)
+        async with self._one_at_a_time:
+            now_ms = int(time.time() * 1000)
+            refusal = identity_refusal(self.book, executor_id, record, now_ms)
+            if refusal is not None:
+                log.warning("registration of executor %s with worker key %s refused: %s", executor_id,
+                            record.key_id, refusal)
+                return RegistrationAnswer(accepted=False, reason=refusal)
+            advert = request.advert.model_copy(update={"heartbeat_at": min(request.advert.heartbeat_at, now_ms)})
+            registered = ExecutorRegistered(aggregate_id=executor_id, advert=advert, started_at=now_ms,
+                                            worker_key_id=record.key_id, provider_id=record.provider_id)
+            await self.bus.publish(registered)
+            self.book.apply(registered)
+        log.info("executor %s registered with worker key %s", executor_id, record.key_id)
         return RegistrationAnswer(accepted=True, worker_key_id=record.key_id)
 
     async def on_request(self, message: Msg) -> None:
         """A bare connection's callback (a test's registrar, no broker); the scheduler answers through its router."""
-        await REGISTRATIONS.respond(message, self.answer)
+        executor_id = requester_of(message.subject)
+        await REGISTRATIONS.respond(message, lambda request: self.answer(executor_id, request))

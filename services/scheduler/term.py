@@ -40,7 +40,8 @@ from services.runtime.kv import ensure_direct_reads
 from services.runtime.leader import LeaderLease
 from services.runtime.readmodel import ReadModel
 from services.runtime.tasks import cancel_and_join
-from services.scheduler.book import BatchPlan, Book
+from services.scheduler.book import CONTROL_PLANE, BatchPlan, Book
+from services.scheduler.closer import Closer
 from services.scheduler.decisions import (
     Action,
     Assign,
@@ -63,6 +64,8 @@ log = logging.getLogger(__name__)
 IGNORED_EVENT_NAMES = frozenset({"line_rejected", "validation_progressed", "finalizing"})
 """High-volume facts that never change a scheduling decision: skipped before decoding. (`progressed` is not one:
 an attempt that committed lines does not count against the attempt limit.)"""
+FOLDED_KINDS = frozenset({"batch", "executor", "provider", "user"})
+"""The aggregates whose facts the book folds (providers and users: for placement); others are skipped undecoded."""
 READER_STOP_S = 10.0
 BROKER_HICCUPS = (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError,
                   nats.js.errors.ServiceUnavailableError, asyncio.TimeoutError)
@@ -98,11 +101,14 @@ class Term:
     """Only the leader's book knows who runs what (once caught up), so only the leader signs object URLs."""
     desk: FactDesk = field(init=False)
     """Only the leader's book says who holds which attempt, so only the leader stores and shows executors' facts."""
+    closer: Closer = field(init=False)
+    """The batches no executor holding their lease can end are ended by the leader itself."""
 
     def __post_init__(self) -> None:
-        self.registrar = Registrar(self.bus, self.read_model, self.book)
+        self.registrar = Registrar(self.bus, self.read_model, self.book, self.caught_up)
         self.objects = ObjectBroker(self.signer, self.book, self.caught_up)
-        self.desk = FactDesk(self.bus, self.book, self.caught_up)
+        self.desk = FactDesk(self.bus, self.book, self.caught_up, self.catalogue)
+        self.closer = Closer(self.bus, self.signer.store)
 
     @classmethod
     async def open(cls, bus: EventBus, catalogue: Catalogue, signer: ObjectSigner, policy: Policy) -> "Term":
@@ -131,6 +137,7 @@ class Term:
                         resent = False  # an assignment stated but its command not sent: send every run again
                 await self._until_next_tick(stop, tick_s, keeper)
         finally:
+            await self.closer.stop()
             if await cancel_and_join([reader, keeper], READER_STOP_S):
                 raise TimeoutError(f"the term's reader or lease keeper did not stop within {READER_STOP_S}s")
         if reader.done() and not reader.cancelled() and reader.exception() is not None:
@@ -170,7 +177,7 @@ class Term:
             return
         if subject.kind == "batch":
             remember_trace(self.traces, subject.aggregate_id, subject.name, fact.headers)
-        if subject.kind in ("batch", "executor") and subject.name not in IGNORED_EVENT_NAMES:
+        if subject.kind in FOLDED_KINDS and subject.name not in IGNORED_EVENT_NAMES:
             try:
                 self.book.apply(decode_event(fact.data))
             except ValidationError:
@@ -214,18 +221,29 @@ class Term:
             published = ExecutorLost(aggregate_id=action.executor_id, last_heartbeat_at=action.last_heartbeat_at)
             log.warning("executor %s is lost (last heartbeat %d)", action.executor_id, action.last_heartbeat_at)
         elif isinstance(action, Finalize):
-            plan = action.plan
-            await self.bus.send(FinalizeBatch(
-                batch_id=plan.batch_id, executor_id=action.executor_id, reason=action.reason,
-                owner_key_id=plan.owner_key_id, input_object_key=plan.input_object_key, endpoint=plan.endpoint,
-                unrun_code=plan.cancel_code if action.reason == "cancelled" else None,
-                output_expires_after_s=plan.output_expires_after_s, created_at=plan.created_at,
-                failure_code=action.failure_code, failure_message=action.failure_message))
-            plan.finalizer = action.executor_id
-            log.info("batch %s (%s) sent to %s to finalize", plan.batch_id, action.reason, action.executor_id)
+            await self._finalize(action)
         if published is not None:
             await self.bus.publish(published)
             self.book.apply(published)  # act on our own fact now; the log delivers it again, harmlessly
+
+    async def _finalize(self, action: Finalize) -> None:
+        """To the executor chosen, on its own durable; or to the control plane's own finalizer."""
+        plan = action.plan
+        command = FinalizeBatch(
+            batch_id=plan.batch_id, executor_id=action.executor_id or CONTROL_PLANE, reason=action.reason,
+            owner_key_id=plan.owner_key_id, input_object_key=plan.input_object_key, endpoint=plan.endpoint,
+            unrun_code=plan.cancel_code if action.reason == "cancelled" else None,
+            output_expires_after_s=plan.output_expires_after_s, created_at=plan.created_at,
+            failure_code=action.failure_code, failure_message=action.failure_message)
+        plan.finalizer = command.executor_id
+        if action.executor_id is None:
+            def given_up() -> None:
+                if plan.finalizer == CONTROL_PLANE:
+                    plan.finalizer = None  # decided again next tick
+            self.closer.close(command, given_up)
+            return
+        await self.bus.send(command)
+        log.info("batch %s (%s) sent to %s to finalize", plan.batch_id, action.reason, action.executor_id)
 
     async def _assign(self, action: Assign) -> None:
         """The fact first, then the command: the log reads in causal order, and a leader that dies between the

@@ -11,7 +11,7 @@ from contracts.events.batch import (
     BatchValidated,
 )
 from contracts.events.executor import DeviceMemory, ExecutorAdvert, ExecutorRegistered
-from services.scheduler.book import Book
+from services.scheduler.book import CONTROL_PLANE, Book
 from services.scheduler.decisions import (
     CANCEL_GRACE_MS,
     Assign,
@@ -88,8 +88,8 @@ def test_after_three_failed_attempts_the_batch_is_finalized_as_failed_with_the_r
     assert isinstance(finalize, Finalize) and finalize.reason == "failed"
     assert finalize.failure_code == "attempts_exhausted"
     assert finalize.failure_message and "e1, e2, e3" in finalize.failure_message
-    assert finalize.executor_id == "e4"
-    finalize.plan.finalizer = finalize.executor_id
+    assert finalize.executor_id is None  # e4 never ran it, and the executors that did failed: the control plane ends it
+    finalize.plan.finalizer = CONTROL_PLANE
     assert decide(book, [advert("e4")], CATALOGUE, NOW) == []
 
 
@@ -122,7 +122,8 @@ def test_ended_batches_are_left_alone_and_silent_executors_are_declared_lost() -
     book.apply(BatchCompleted(aggregate_id="b1", output_file_id=None, error_file_id=None, completed=3, failed=0,
                               usage=BatchUsage()))
     book.apply(ExecutorRegistered(aggregate_id="e9", advert=advert("e9", heartbeat_at=NOW - 60_000),
-                                  started_at=NOW - 60_000, worker_key_id="key_w"))
+                                  started_at=NOW - 60_000, worker_key_id="key_w",
+                                  occurred_at=NOW - 60_000))
     assert decide(book, [], CATALOGUE, NOW) == [DeclareLost("e9", NOW - 60_000)]
 
 
@@ -134,14 +135,16 @@ def test_executors_that_never_registered_with_a_worker_key_get_no_work() -> None
 
 def test_a_just_registered_executor_is_not_lost_before_its_first_heartbeat_is_due() -> None:
     book = validated_book()
-    book.apply(ExecutorRegistered(aggregate_id="e5", advert=advert("e5"), started_at=NOW, worker_key_id="key_w"))
+    book.apply(ExecutorRegistered(aggregate_id="e5", advert=advert("e5"), started_at=NOW, worker_key_id="key_w",
+                                  occurred_at=NOW))
     assert not [a for a in decide(book, [], CATALOGUE, NOW + 1000) if isinstance(a, DeclareLost)]
 
 
 def test_work_assigned_before_an_executor_restarted_is_fenced_and_retried() -> None:
     book = validated_book()
     assign(book, "e1", 1)
-    book.apply(ExecutorRegistered(aggregate_id="e1", advert=advert("e1"), started_at=NOW + 500, worker_key_id="k"))
+    book.apply(ExecutorRegistered(aggregate_id="e1", advert=advert("e1"), started_at=NOW + 500, worker_key_id="k",
+                                  occurred_at=NOW + 500))
     actions = decide(book, [advert("e1")], CATALOGUE, NOW + 1000)
     assert [(type(a), getattr(a, "code", None)) for a in actions] == [(FenceAttempt, "executor_restarted")]
 

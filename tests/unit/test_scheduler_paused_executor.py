@@ -101,7 +101,7 @@ def test_the_lost_fact_read_again_after_the_executor_came_back_does_not_lose_it_
 def test_a_paused_executor_that_registers_again_starts_a_new_epoch_fencing_only_older_attempts() -> None:
     book = paused_book()
     book.apply(ExecutorRegistered(aggregate_id="e1", advert=advert("e1", heartbeat_at=BACK_AT), started_at=BACK_AT,
-                                  worker_key_id="key_w"))
+                                  worker_key_id="key_w", occurred_at=BACK_AT))
     new_batch(book, "b2")
     assigned = decide(book, [advert("e1", heartbeat_at=BACK_AT)], CATALOGUE, BACK_AT + 1)
     assert summary(assigned) == [("Assign", "b1", "e1", 2), ("Assign", "b2", "e1", 1)]
@@ -111,7 +111,8 @@ def test_a_paused_executor_that_registers_again_starts_a_new_epoch_fencing_only_
 
 def test_a_standby_folding_the_log_counts_the_returned_executor_live_once_it_heartbeats() -> None:
     standby = Book()
-    standby.apply(ExecutorRegistered(aggregate_id="e1", advert=advert("e1"), started_at=NOW, worker_key_id="key_w"))
+    standby.apply(ExecutorRegistered(aggregate_id="e1", advert=advert("e1"), started_at=NOW, worker_key_id="key_w",
+                                       occurred_at=NOW))
     standby.apply(ExecutorLost(aggregate_id="e1", last_heartbeat_at=NOW))
     new_batch(standby, "b2")
     assert not [a for a in decide(standby, [advert("e1", heartbeat_at=BACK_AT)], CATALOGUE, BACK_AT)
@@ -138,7 +139,7 @@ def started_then_restarted(book: Book, attempt: int, started_at: int, restarted_
     book.apply(BatchStarted(aggregate_id="b1", attempt=attempt, executor_id="e1", engine="llamacpp",
                             engine_version="1", occurred_at=started_at))
     book.apply(ExecutorRegistered(aggregate_id="e1", advert=advert("e1", heartbeat_at=restarted_at),
-                                  started_at=restarted_at, worker_key_id="key_w"))
+                                  started_at=restarted_at, worker_key_id="key_w", occurred_at=restarted_at))
     fence(book, attempt, "executor_restarted")
 
 

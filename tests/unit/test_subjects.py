@@ -13,6 +13,7 @@ from contracts.subjects import (
     event_subject,
     fact_submissions,
     finalize_command,
+    fleet_registrations,
     log_reads,
     object_requests,
     parse_event_subject,
@@ -46,7 +47,7 @@ def test_a_span_name_keeps_the_subject_but_not_the_id_it_names() -> None:
     assert subject_pattern("svc.fleet.register") == "svc.fleet.register"
 
 
-@pytest.mark.parametrize("spell", [object_requests, fact_submissions, log_reads])
+@pytest.mark.parametrize("spell", [fleet_registrations, object_requests, fact_submissions, log_reads])
 def test_an_executors_request_subject_names_the_executor_that_asks(spell: Callable[[str], str]) -> None:
     assert requester_of(spell("gpu_7-b")) == "gpu_7-b"
 

@@ -7,7 +7,7 @@ import nats.errors
 
 from contracts.commands import ExecutorRegistration, RegistrationAnswer
 from contracts.events.executor import ExecutorAdvert
-from contracts.subjects import FLEET_REGISTER
+from contracts.subjects import fleet_registrations
 from services.runtime.bus import EventBus
 
 log = logging.getLogger(__name__)
@@ -26,10 +26,13 @@ async def register_once(bus: EventBus, executor_id: str, worker_key: str,
     over); RegistrationRefused when one refused."""
     request = ExecutorRegistration(executor_id=executor_id, worker_key=worker_key, advert=advert)
     try:
-        reply = await bus.nc.request(FLEET_REGISTER, request.model_dump_json().encode(), timeout=ANSWER_TIMEOUT_S)
+        reply = await bus.nc.request(fleet_registrations(executor_id), request.model_dump_json().encode(),
+                                     timeout=ANSWER_TIMEOUT_S)
     except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
         return None
     answer = RegistrationAnswer.model_validate_json(reply.data)
+    if answer.retry:
+        return None
     if not answer.accepted:
         raise RegistrationRefused(f"executor {executor_id} was refused: {answer.reason}")
     log.info("executor %s registered (worker key %s)", executor_id, answer.worker_key_id)
