@@ -125,6 +125,10 @@ class ProviderRecord(BaseModel):
     """Every key of this user may manage the provider; None: only `owner_key_id` may."""
     created_at: int
     """Seconds since the epoch."""
+    approved_platform_wide: bool = False
+    """A platform admin approved it: it may run every organisation's batches that allow approved providers."""
+    approved_organizations: list[str] = Field(default_factory=list)
+    """Organisations (public ids) whose administrators approved it for their batches."""
 
     @property
     def owner(self) -> str:

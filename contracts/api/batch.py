@@ -21,6 +21,11 @@ run, or may be cancelled or released: `contracts.lifecycle`."""
 Endpoint = Literal["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"]
 SUPPORTED_ENDPOINTS: Final[tuple[Endpoint, ...]] = get_args(Endpoint)
 
+Placement = Literal["approved_providers", "own_organization"]
+"""Where a batch may run: `approved_providers` (the default) on the platform's own executors, on providers a
+platform admin approved, on providers an administrator of the batch's organisation approved for it, and on the
+organisation's own providers; `own_organization` only on providers of the batch's own organisation."""
+
 
 class BatchError(BaseModel):
     code: str
@@ -65,6 +70,15 @@ class BatchUsage(BaseModel):
     total_tokens: int = 0
 
 
+class BatchAttempt(BaseModel):
+    """Extension: one attempt of a batch (a unit of its lines leased to one executor), and where it ran."""
+
+    attempt: int
+    executor_id: str
+    provider_id: str | None = None
+    """The provider whose worker key the executor joined with; null: one of the platform's own executors."""
+
+
 class Batch(BaseModel):
     id: str
     object: Literal["batch"] = "batch"
@@ -93,3 +107,7 @@ class Batch(BaseModel):
     """Extension: created with `hold`; validated batches wait for `POST /v1/batches/{id}/release`."""
     status_reason: str | None = None
     """Extension: why the batch is in its status (e.g. why it failed or waits)."""
+    placement: Placement | None = None
+    """Extension: where the batch may run, as created (`approved_providers` unless it asked otherwise)."""
+    attempts: list[BatchAttempt] | None = None
+    """Extension: every attempt assigned so far, in order, with the executor and provider it went to."""

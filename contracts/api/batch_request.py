@@ -5,7 +5,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, StringConstraints
 
-from contracts.api.batch import SUPPORTED_ENDPOINTS, Endpoint
+from contracts.api.batch import SUPPORTED_ENDPOINTS, Endpoint, Placement
 from contracts.api.field_errors import refused_as
 
 MIN_EXPIRES_AFTER_S, MAX_EXPIRES_AFTER_S = 3600, 30 * 24 * 3600
@@ -45,3 +45,7 @@ class BatchCreateRequest(BaseModel):
     """Extension: run the valid lines; refused lines go to the error file."""
     hold: Annotated[bool, Strict(), refused_as("invalid_hold", "hold must be true or false.")] = False
     """Extension: validate only; the batch runs after `POST /v1/batches/{id}/release`."""
+    placement: Annotated[Placement, refused_as(
+        "invalid_placement", "placement must be 'approved_providers' or 'own_organization' (got {given}).")
+    ] = "approved_providers"
+    """Extension: `own_organization` runs the batch only on providers of the caller's organisation."""

@@ -14,6 +14,16 @@ class RegisterProvider(BaseModel):
     name: str = Field(min_length=1, max_length=256)
 
 
+class ApproveProvider(BaseModel):
+    """The body of `POST /v1/provider/providers/{id}/approve` (and `/unapprove`), optional."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    organization_id: str | None = Field(default=None, max_length=64)
+    """Approve for this organisation's batches only. Omitted: a platform admin approves for the whole platform, an
+    organisation's administrator for their own organisation (the only one they may name)."""
+
+
 class Provider(BaseModel):
     id: str
     """`prov_…`; worker keys made under `/v1/provider/providers/{id}/worker_keys` belong to it."""
@@ -22,6 +32,14 @@ class Provider(BaseModel):
     owner_user_id: str | None
     """The user whose keys manage it; null: only the key that registered it."""
     created_at: int
+    organization_id: str
+    """Its owner's organisation (`default`: the default one, and a provider registered by a key without a user):
+    the one whose batches it serves even unapproved."""
+    status: Literal["unapproved", "approved"]
+    """`approved`: a platform admin approved it, so it serves every organisation's batches that allow approved
+    providers; `unapproved`: only its own organisation's, and those of `approved_organizations`."""
+    approved_organizations: list[str]
+    """Organisations whose administrators approved it for their own batches."""
 
 
 class ExecutorMemory(BaseModel):

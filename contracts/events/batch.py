@@ -4,7 +4,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from contracts.api.batch import BatchUsage, Endpoint
+from contracts.api.batch import BatchUsage, Endpoint, Placement
 from contracts.events.envelope import Event
 from contracts.events.executor import EngineName
 
@@ -77,6 +77,8 @@ class BatchCreated(BatchEvent):
     billing_account: str | None = None
     """With billing on: the account (the owner's organisation) whose `account.reserved` fact holds this batch's
     worst-case price; its usage is debited there as result chunks commit. None: the batch is not billed."""
+    placement: Placement = "approved_providers"
+    """Which executors may run it (`contracts.api.batch.Placement`); facts from before placement: approved ones."""
 
 
 class LineRejected(BatchEvent):

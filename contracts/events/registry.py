@@ -29,7 +29,7 @@ from contracts.events.executor import ExecutorLost, ExecutorRegistered
 from contracts.events.file import FileDeleted, FileStored, FileUsed
 from contracts.events.key import KeyCreated, KeyRevoked, UserCreated
 from contracts.events.organization import OrganizationCreated
-from contracts.events.provider import ProviderRegistered
+from contracts.events.provider import ProviderApprovalWithdrawn, ProviderApproved, ProviderRegistered
 
 AnyEvent = Annotated[
     BatchCreated
@@ -60,6 +60,8 @@ AnyEvent = Annotated[
     | ExecutorRegistered
     | ExecutorLost
     | ProviderRegistered
+    | ProviderApproved
+    | ProviderApprovalWithdrawn
     | CreditsGranted
     | CreditsReserved
     | CreditsReleased,

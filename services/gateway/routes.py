@@ -24,7 +24,7 @@ from contracts.api.organization import (
     User,
 )
 from contracts.api.page import ListPage
-from contracts.api.provider import Provider, ProviderConnection, ProviderExecutor, RegisterProvider
+from contracts.api.provider import ApproveProvider, Provider, ProviderConnection, ProviderExecutor, RegisterProvider
 from contracts.api.webhook import CreateWebhook, DeletedWebhook, UpdateWebhook, WebhookDelivery, WebhookEndpoint
 from services.gateway.observe import metrics_view
 from services.gateway.openapi import AFTER, FILES_LIMIT, LIMIT, Answer, openapi_view, query, route
@@ -187,6 +187,11 @@ ROUTES = [
           "The providers the caller manages (admins: all)", ListPage[Provider]),
     route("GET", "/v1/provider/providers/{provider_id}", provider.retrieve_provider, "retrieveProvider",
           "One provider the caller manages", Provider),
+    route("POST", "/v1/provider/providers/{provider_id}/approve", provider.approve_provider, "approveProvider",
+          "Approve a provider: a platform admin for every organisation (or the one named), an organisation's "
+          "administrator for their own organisation's batches", Provider, body=ApproveProvider),
+    route("POST", "/v1/provider/providers/{provider_id}/unapprove", provider.unapprove_provider, "unapproveProvider",
+          "Withdraw an approval (same scopes as approving)", Provider, body=ApproveProvider),
     route("POST", WORKER_KEYS, provider.create_provider_worker_key, "createProviderWorkerKey",
           "Create a worker key (wk-…) of the provider; shown once", ApiKey, body=CreateWorkerKey),
     route("GET", WORKER_KEYS, provider.list_provider_worker_keys, "listProviderWorkerKeys",

@@ -100,8 +100,9 @@ class Executor(Folded):
     """An executor's registrations (one per process start) and losses, for audits of who ran what, and the lines
     its attempts made durable."""
 
-    class_version = 2
-    """v2 added `worker_key_id`, `last_heartbeat_at` and `lines_served`; older snapshots are upcast."""
+    class_version = 3
+    """v2 added `worker_key_id`, `last_heartbeat_at` and `lines_served`, v3 `provider_id`; older snapshots are
+    upcast."""
 
     @staticmethod
     def upcast_v1_v2(state: dict[str, Any]) -> None:
@@ -109,13 +110,17 @@ class Executor(Folded):
         state.setdefault("last_heartbeat_at", None)
         state.setdefault("lines_served", 0)
 
+    @staticmethod
+    def upcast_v2_v3(state: dict[str, Any]) -> None:
+        state.setdefault("provider_id", None)
+
     @event("Registered")
     def __init__(self, executor_id: str, sequence: int, engine: str, engine_version: str, models: list[str],
-                 started_at: int, worker_key_id: str | None = None) -> None:
+                 started_at: int, worker_key_id: str | None = None, provider_id: str | None = None) -> None:
         self.executor_id, self.last_sequence, self.anomalies = executor_id, sequence, []
         self.engine, self.engine_version, self.models = engine, engine_version, list(models)
         self.started_at, self.status, self.registrations = started_at, "online", 1
-        self.worker_key_id = worker_key_id
+        self.worker_key_id, self.provider_id = worker_key_id, provider_id
         self.last_heartbeat_at: int | None = None
         self.lines_served = 0
 
@@ -124,17 +129,18 @@ class Executor(Folded):
         return aggregate_id("executor", executor_id)
 
     def register_again(self, sequence: int, engine: str, engine_version: str, models: list[str],
-                       started_at: int, worker_key_id: str | None = None) -> None:
+                       started_at: int, worker_key_id: str | None = None, provider_id: str | None = None) -> None:
         if not self.has_folded(sequence):
             self._registered_again(sequence=sequence, engine=engine, engine_version=engine_version,
-                                   models=models, started_at=started_at, worker_key_id=worker_key_id)
+                                   models=models, started_at=started_at, worker_key_id=worker_key_id,
+                                   provider_id=provider_id)
 
     @event("RegisteredAgain")
     def _registered_again(self, sequence: int, engine: str, engine_version: str, models: list[str],
-                          started_at: int, worker_key_id: str | None = None) -> None:
+                          started_at: int, worker_key_id: str | None = None, provider_id: str | None = None) -> None:
         self.last_sequence, self.status, self.registrations = sequence, "online", self.registrations + 1
         self.engine, self.engine_version, self.models = engine, engine_version, list(models)
-        self.started_at, self.worker_key_id = started_at, worker_key_id
+        self.started_at, self.worker_key_id, self.provider_id = started_at, worker_key_id, provider_id
 
     def lose(self, sequence: int, last_heartbeat_at: int) -> None:
         if not self.refuses(sequence, "lost", self.status, ("online",)):
@@ -154,7 +160,13 @@ class Executor(Folded):
 class Provider(Folded):
     """A provider: who owns it (a user, or the one key that registered it); its worker keys name it."""
 
-    class_version = 1
+    class_version = 2
+    """v2 added its approvals (`approved_platform_wide`, `approved_organizations`); older snapshots are upcast."""
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        state.setdefault("approved_platform_wide", False)
+        state.setdefault("approved_organizations", [])
 
     @event("Registered")
     def __init__(self, provider_id: str, sequence: int, display_name: str, owner_key_id: str,
@@ -162,10 +174,27 @@ class Provider(Folded):
         self.provider_id, self.display_name, self.created_at = provider_id, display_name, created_at
         self.owner_key_id, self.owner_user_id = owner_key_id, owner_user_id
         self.last_sequence, self.anomalies = sequence, []
+        self.approved_platform_wide = False
+        self.approved_organizations: list[str] = []
 
     @classmethod
     def create_id(cls, provider_id: str) -> UUID:
         return aggregate_id("provider", provider_id)
+
+    def approve(self, sequence: int, organization_id: str | None, approved: bool) -> None:
+        """An approval (`approved`) or its withdrawal, for the platform (`organization_id` None) or one
+        organisation. Applied once per fact; a repeat of the state it is in changes nothing."""
+        if not self.has_folded(sequence):
+            self._approval_set(sequence=sequence, organization_id=organization_id, approved=approved)
+
+    @event("ApprovalSet")
+    def _approval_set(self, sequence: int, organization_id: str | None, approved: bool) -> None:
+        self.last_sequence = sequence
+        if organization_id is None:
+            self.approved_platform_wide = approved
+            return
+        others = [org for org in self.approved_organizations if org != organization_id]
+        self.approved_organizations = sorted([*others, organization_id] if approved else others)
 
 
 CHAIN_ID = aggregate_id("chain", "EVENTS")

@@ -85,8 +85,10 @@ class Batch(Folded):
     @event("Created")
     def __init__(self, batch_id: str, sequence: int, owner_key_id: str, input_file_id: str, endpoint: str,
                  completion_window: str, metadata: dict[str, str] | None, created_at: int,
-                 expires_at: int, held: bool = False, billing_account: str | None = None) -> None:
+                 expires_at: int, held: bool = False, billing_account: str | None = None,
+                 placement: str = "approved_providers") -> None:
         self.held = held  # stored Created events from before `hold` existed fold with the default
+        self.placement = placement
         self.billing_account = billing_account
         """The account its usage is debited from (billing on when it was created); None: not billed."""
         self.batch_id, self.owner_key_id, self.input_file_id = batch_id, owner_key_id, input_file_id
@@ -169,13 +171,14 @@ class Batch(Folded):
             # The error file accounts for every input line: refused ones and those that did not run.
             self.error_file_id, self.failed = error_file_id, total_lines
 
-    def assign(self, sequence: int, executor_id: str, attempt: int, shard: int = 0) -> None:
+    def assign(self, sequence: int, executor_id: str, attempt: int, shard: int = 0,
+               provider_id: str | None = None) -> None:
         if self.refuses(sequence, "assigned", self.status, ("validated", "in_progress")):
             return
         if attempt <= self.attempt:
             self.note_anomaly(sequence, "assigned", f"attempt {attempt} is not after attempt {self.attempt}")
             return
-        self._assigned(sequence=sequence, executor_id=executor_id, attempt=attempt)
+        self._assigned(sequence=sequence, executor_id=executor_id, attempt=attempt, provider_id=provider_id)
         self._attempt_opened(attempt=attempt, shard=shard)
 
     @event("AttemptOpened")
@@ -201,9 +204,18 @@ class Batch(Folded):
         return not self.live_attempts
 
     @event("Assigned")
-    def _assigned(self, sequence: int, executor_id: str, attempt: int) -> None:
+    def _assigned(self, sequence: int, executor_id: str, attempt: int, provider_id: str | None = None) -> None:
         self.last_sequence, self.executor_id, self.attempt = sequence, executor_id, attempt
         self._note_runner(attempt, executor_id)
+        if provider_id is not None:  # the provider of the executor then (None: the platform's own, or unknown)
+            self.attempt_providers = {**getattr(self, "attempt_providers", {}), str(attempt): provider_id}
+
+    def attempts(self) -> list[dict[str, Any]]:
+        """Every attempt assigned, in order, with its executor and that executor's provider when assigned."""
+        executors: dict[str, str] = getattr(self, "attempt_executors", {})
+        providers: dict[str, str] = getattr(self, "attempt_providers", {})
+        return [{"attempt": int(attempt), "executor_id": executor_id, "provider_id": providers.get(attempt)}
+                for attempt, executor_id in sorted(executors.items(), key=lambda item: int(item[0]))]
 
     def _note_runner(self, attempt: int, executor_id: str) -> None:
         # Snapshots from before this map existed lack it; string keys survive the JSON of a snapshot.

@@ -113,6 +113,8 @@ def batch_record(batch: Batch, owner_user_id: str | None = None) -> BatchRecord:
             "usage": batch.usage or running_usage(batch),
             "held": getattr(batch, "held", False) or None,
             "status_reason": held_reason(batch) or batch.status_reason,
+            "placement": getattr(batch, "placement", "approved_providers"),
+            "attempts": batch.attempts() or None,
         }
     )
     return BatchRecord(owner_key_id=batch.owner_key_id, owner_user_id=owner_user_id, batch=obj,
@@ -183,7 +185,9 @@ def organization_record(organization: Organization) -> OrganizationRecord:
 def provider_record(provider: Provider) -> ProviderRecord:
     return ProviderRecord(provider_id=provider.provider_id, display_name=provider.display_name,
                           owner_key_id=provider.owner_key_id, owner_user_id=provider.owner_user_id,
-                          created_at=provider.created_at)
+                          created_at=provider.created_at,
+                          approved_platform_wide=getattr(provider, "approved_platform_wide", False),
+                          approved_organizations=list(getattr(provider, "approved_organizations", [])))
 
 
 def executor_record(executor: Executor) -> ExecutorRecord:

@@ -40,13 +40,17 @@ def authorize(book: Book, executor_id: str, request: ObjectRequest) -> str | Non
     scheduler sent the batch's finalize command to (to it alone, on its own durable).
     It reads the input file, the rejections and the result chunks; it writes its own attempt's chunks, and the
     output and error files when it finalizes. Nothing else: no other batch's objects, no other file; but for the
-    model weights under `models/`, which every executor of the fleet reads (`model_refusal`)."""
+    model weights under `models/`, which every executor of the fleet reads (`model_refusal`). Never an executor the
+    batch's placement does not allow (`services.scheduler.placement`), whatever attempt it holds."""
     if request.key.startswith(MODEL_OBJECTS_PREFIX):
         return model_refusal(book, executor_id, request)
     batch_id = request.batch_id
     plan = book.plans.get(batch_id)
     if plan is None or plan.phase == "ended":
         return f"batch {batch_id} is not running or being finalized"
+    if not book.may_run(executor_id, plan):
+        return (f"executor {executor_id} may not run batch {batch_id}: its provider is not one the batch's "
+                f"placement ({plan.placement}) allows")
     held = {run.attempt for run in plan.shards.values() if run.executor_id == executor_id}
     finalizing = plan.finalizer == executor_id
     if not held and not finalizing:

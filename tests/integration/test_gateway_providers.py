@@ -17,8 +17,9 @@ from contracts.events.batch import (
 )
 from contracts.events.executor import DeviceMemory, ExecutorAdvert, ExecutorRegistered
 from services.runtime.fleet import Fleet
-from tests.integration.gateway_support import Gateway
+from tests.integration.gateway_support import Gateway, jsonl
 from tests.integration.test_gateway_accounts import admin_key, bearer, gateway, user_with_key
+from tests.integration.test_gateway_oversight import member, organization
 
 __all__ = ["gateway"]
 
@@ -178,3 +179,46 @@ async def test_admins_see_the_ledgers_anomalies_and_users_may_not(gateway: Gatew
     assert anomaly["sequence"] > 0 and abs(anomaly["created_at"] - time.time()) < 60
     refused = await gateway.client.get("/v1/admin/anomalies", headers=user)
     assert refused.status == 403 and (await refused.json())["error"]["type"] == "permission_error"
+
+
+async def test_a_new_provider_is_unapproved_until_an_admin_approves_it_and_only_admins_may(gateway: Gateway) -> None:
+    admin, owner, _ = await admin_owner_and_other(gateway)
+    org = await organization(gateway, admin)
+    _, org_admin = await member(gateway, admin, org, "ada", role="admin")
+    provider = await register(gateway, owner, "rack")
+    assert (provider["status"], provider["approved_organizations"], provider["organization_id"]) == (
+        "unapproved", [], "default")
+    approve = f"/v1/provider/providers/{provider['id']}/approve"
+
+    refused = await gateway.client.post(approve, headers=owner)  # its own owner, a member, may not
+    assert refused.status == 403 and (await refused.json())["error"]["code"] == "insufficient_permissions"
+    other_org = await gateway.client.post(approve, json={"organization_id": "default"}, headers=org_admin)
+    assert other_org.status == 403 and (await other_org.json())["error"]["param"] == "organization_id"
+    missing = await gateway.client.post("/v1/provider/providers/prov_0000000000000000/approve", headers=org_admin)
+    assert missing.status == 404 and (await missing.json())["error"]["type"] == "not_found_error"
+
+    for_org = await _json(gateway.client.post(approve, headers=org_admin))
+    assert (for_org["status"], for_org["approved_organizations"]) == ("unapproved", [org])
+    platform = await _json(gateway.client.post(approve, headers=admin))
+    assert (platform["status"], platform["approved_organizations"]) == ("approved", [org])
+    shown = await eventually(lambda: _json(gateway.client.get(f"/v1/provider/providers/{provider['id']}",
+                                                              headers=owner)),
+                             lambda p: p["status"] == "approved")
+    assert shown["approved_organizations"] == [org]
+    withdrawn = await _json(gateway.client.post(f"/v1/provider/providers/{provider['id']}/unapprove", headers=admin))
+    assert (withdrawn["status"], withdrawn["approved_organizations"]) == ("unapproved", [org])
+
+
+async def test_a_batch_is_created_with_its_placement_and_a_bad_one_is_refused(gateway: Gateway) -> None:
+    headers = await gateway.new_key()
+    file = await (await gateway.upload(headers, jsonl("a"))).json()
+    body = {"input_file_id": file["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+    bad = await gateway.client.post("/v1/batches", json={**body, "placement": "anywhere"}, headers=headers)
+    assert bad.status == 400 and (await bad.json())["error"]["code"] == "invalid_placement"
+    created = await _json(gateway.client.post("/v1/batches", json={**body, "placement": "own_organization"},
+                                              headers=headers))
+    assert created["placement"] == "own_organization"
+    default = await _json(gateway.client.post("/v1/batches", json=body, headers=headers))
+    shown = await eventually(lambda: _json(gateway.client.get(f"/v1/batches/{default['id']}", headers=headers)),
+                             lambda b: b.get("placement") is not None)
+    assert shown["placement"] == "approved_providers"

@@ -9,7 +9,7 @@ from contracts.events.batch import AttemptFailed, BatchAssigned, BatchCancelled,
 from contracts.events.envelope import Event
 from contracts.events.executor import ExecutorAdvert, ExecutorRegistered
 from contracts.events.key import KeyCreated
-from contracts.events.provider import ProviderRegistered
+from contracts.events.provider import ProviderApprovalWithdrawn, ProviderApproved, ProviderRegistered
 from contracts.readmodel import AnomalyRecord, ExecutorRecord, ProviderRecord
 from services.ledger.aggregates import ApiKey, Executor
 from services.ledger.application import Ledger, persistence_env
@@ -174,3 +174,41 @@ def test_a_key_snapshot_from_before_providers_is_upcast_without_one(ledger: Ledg
 
     reloaded: Aggregate = ledger.repository.get(key.id)
     assert isinstance(reloaded, ApiKey) and reloaded.provider_id is None and reloaded.role == "worker"
+
+
+def approval(approved: bool, organization_id: str | None, seq: int) -> ProviderApproved | ProviderApprovalWithdrawn:
+    if approved:
+        return ProviderApproved(aggregate_id="prov_1", organization_id=organization_id, approved_by_key_id="key_a",
+                                occurred_at=at(seq))
+    return ProviderApprovalWithdrawn(aggregate_id="prov_1", organization_id=organization_id,
+                                     withdrawn_by_key_id="key_a", occurred_at=at(seq))
+
+
+def test_a_provider_is_unapproved_until_approved_and_each_approval_can_be_withdrawn(ledger: Ledger) -> None:
+    ledger.fold([(1, ProviderRegistered(aggregate_id="prov_1", display_name="GPU farm", owner_key_id="key_owner",
+                                        occurred_at=T0 * 1000))])
+    steps = [(approval(True, "org_x", 2), False, ["org_x"]), (approval(True, None, 3), True, ["org_x"]),
+             (approval(True, "org_x", 4), True, ["org_x"]), (approval(False, None, 5), False, ["org_x"]),
+             (approval(False, "org_x", 6), False, [])]
+    for seq, (fact, platform_wide, organizations) in enumerate(steps, start=2):
+        (provider,) = ledger.fold([(seq, fact)])
+        record = project(provider, lambda key_id: None)
+        assert isinstance(record, ProviderRecord)
+        assert (record.approved_platform_wide, record.approved_organizations) == (platform_wide, organizations)
+    (provider,) = ledger.fold([(3, approval(True, None, 3))])  # delivered again: already folded, no change
+    record = project(provider, lambda key_id: None)
+    assert isinstance(record, ProviderRecord) and not record.approved_platform_wide
+
+
+def test_the_batch_shows_its_placement_and_each_attempts_executor_and_provider(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    provider_executor = registered("exec-p").model_copy(update={"provider_id": "prov_1"})
+    stream.fold(provider_executor, registered("exec-ops", None),
+                created().model_copy(update={"placement": "own_organization"}), validated(), assigned(1, "exec-p"),
+                AttemptFailed(aggregate_id=BATCH, attempt=1, executor_id="exec-p", code="executor_lost",
+                              reason="missed heartbeats", occurred_at=at(6)),
+                assigned(2, "exec-ops"))
+    batch = stream.record().batch
+    assert batch.placement == "own_organization"
+    assert [(a.attempt, a.executor_id, a.provider_id) for a in batch.attempts or []] == [
+        (1, "exec-p", "prov_1"), (2, "exec-ops", None)]

@@ -86,13 +86,14 @@ def _idempotency_key(request: web.Request) -> str | None:
     return key
 
 
-CreateParameters = tuple[str, str, str, dict[str, str] | None, bool, bool, int | None]
-"""Everything a create asks for: file, endpoint, window, metadata, allow_partial, hold, output_expires_after."""
+CreateParameters = tuple[str, str, str, dict[str, str] | None, bool, bool, int | None, str]
+"""Everything a create asks for: file, endpoint, window, metadata, allow_partial, hold, output_expires_after,
+placement."""
 
 
 def parameters_of(created: BatchCreated) -> CreateParameters:
     return (created.input_file_id, created.endpoint, created.completion_window, created.metadata,
-            created.allow_partial, created.hold, created.output_expires_after_s)
+            created.allow_partial, created.hold, created.output_expires_after_s, created.placement)
 
 
 async def _created_parameters(d: Deps, batch_id: str) -> CreateParameters | None:
@@ -132,7 +133,7 @@ async def create_from(request: web.Request, body: BatchCreateRequest, idempotenc
     output_expires_after_s = body.output_expires_after.seconds if body.output_expires_after else None
     owner = principal(request).owner
     asked: CreateParameters = (input_file_id, body.endpoint, body.completion_window, metadata, body.allow_partial,
-                               hold, output_expires_after_s)
+                               hold, output_expires_after_s, body.placement)
     batch_id = derived_id("batch_", owner, idempotency_key) if idempotency_key else new_batch_id()
     if idempotency_key and (earlier := await d.read_model.get_batch(batch_id)) is not None:
         if await _created_parameters(d, batch_id) != asked:
@@ -172,7 +173,8 @@ async def create_from(request: web.Request, body: BatchCreateRequest, idempotenc
                          allowed_models=None if user is None else user.allowed_models,
                          owner_user_id=principal(request).user_id,
                          organization_id=None if user is None else user.organization_id,
-                         default_model=default_model, billing_account=account if billing is not None else None)
+                         default_model=default_model, billing_account=account if billing is not None else None,
+                         placement=body.placement)
     try:
         await d.bus.publish(event)
     except BaseException:
@@ -187,7 +189,8 @@ async def create_from(request: web.Request, body: BatchCreateRequest, idempotenc
         d.own_writes.note(owner, "batch", batch_id)  # the owner's next list waits for it
     batch = record.batch if record else Batch(
         id=batch_id, endpoint=event.endpoint, input_file_id=input_file_id, completion_window=event.completion_window,
-        status="validating", created_at=now, expires_at=event.expires_at, metadata=metadata, held=hold or None)
+        status="validating", created_at=now, expires_at=event.expires_at, metadata=metadata, held=hold or None,
+        placement=body.placement)
     return _answer(batch)
 
 

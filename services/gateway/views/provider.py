@@ -1,20 +1,22 @@
 """Provider portal: a signed-in user registers a provider, manages its worker keys and sees its executors with the
-lines they served; admins see every provider and executor."""
+lines they served; admins see every provider and executor, and approve providers (a platform admin for every
+organisation, an organisation's administrator for their own)."""
 
 import secrets
 import time
 
 from aiohttp import web
 
-from contracts.api.organization import ApiKey, CreateWorkerKey, DeletedApiKey
+from contracts.api.organization import DEFAULT_ORGANIZATION_ID, ApiKey, CreateWorkerKey, DeletedApiKey
 from contracts.api.page import ListPage
-from contracts.api.provider import ExecutorMemory, Provider, ProviderExecutor, RegisterProvider
+from contracts.api.provider import ApproveProvider, ExecutorMemory, Provider, ProviderExecutor, RegisterProvider
 from contracts.events.executor import ExecutorAdvert
-from contracts.events.provider import ProviderRegistered
+from contracts.events.provider import ProviderApprovalWithdrawn, ProviderApproved, ProviderRegistered
 from contracts.readmodel import ApiKeyRecord, ExecutorRecord, ProviderRecord
 from services.gateway.auth import KEY_CACHE, principal
 from services.gateway.context import deps
-from services.gateway.errors import not_found
+from services.gateway.errors import ApiError, not_found
+from services.gateway.oversight import administered_organization, organization_of
 from services.gateway.revocation import revoke_key
 from services.gateway.views.files import is_valid_id
 from services.gateway.views.organization import api_key_object, create_key_for, read_body
@@ -24,9 +26,13 @@ def _owns(me: ApiKeyRecord, provider: ProviderRecord) -> bool:
     return me.role == "admin" or me.owner == provider.owner
 
 
-def _provider_object(record: ProviderRecord) -> Provider:
+async def _provider_object(request: web.Request, record: ProviderRecord) -> Provider:
+    owner = await deps(request).read_model.get_user(record.owner_user_id) if record.owner_user_id else None
     return Provider(id=record.provider_id, name=record.display_name, owner_user_id=record.owner_user_id,
-                    created_at=record.created_at)
+                    created_at=record.created_at,
+                    organization_id=organization_of(owner) if owner is not None else DEFAULT_ORGANIZATION_ID,
+                    status="approved" if record.approved_platform_wide else "unapproved",
+                    approved_organizations=record.approved_organizations)
 
 
 async def _provider(request: web.Request, provider_id: str) -> ProviderRecord:
@@ -49,19 +55,81 @@ async def register_provider(request: web.Request) -> web.Response:
     if record is None:
         record = ProviderRecord(provider_id=provider_id, display_name=body.name, owner_key_id=me.key_id,
                                 owner_user_id=me.user_id, created_at=int(time.time()))
-    return web.json_response(_provider_object(record).model_dump(mode="json"))
+    return web.json_response((await _provider_object(request, record)).model_dump(mode="json"))
 
 
 async def list_providers(request: web.Request) -> web.Response:
     me = principal(request)
     mine = [r for r in await deps(request).read_model.list_providers() if _owns(me, r)]
     mine.sort(key=lambda r: (r.created_at, r.provider_id))
-    return web.json_response(ListPage[Provider](data=[_provider_object(r) for r in mine]).model_dump(mode="json"))
+    page = ListPage[Provider](data=[await _provider_object(request, r) for r in mine])
+    return web.json_response(page.model_dump(mode="json"))
 
 
 async def retrieve_provider(request: web.Request) -> web.Response:
     record = await _provider(request, request.match_info["provider_id"])
-    return web.json_response(_provider_object(record).model_dump(mode="json"))
+    return web.json_response((await _provider_object(request, record)).model_dump(mode="json"))
+
+
+async def _approval_scope(request: web.Request) -> str | None:
+    """The scope the caller approves in (None: the whole platform), from the optional body: a platform admin any
+    (none named: the platform), an organisation's administrator their own organisation only; anyone else none."""
+    me = principal(request)
+    body = await read_body(request, ApproveProvider)
+    if me.role == "admin":
+        return body.organization_id
+    admin = await administered_organization(deps(request).read_model, me)
+    if admin is None:
+        raise ApiError(403, "Only a platform admin, or an administrator of an organisation (for that organisation), "
+                       "may approve providers.", "permission_error", "insufficient_permissions")
+    own = organization_of(admin)
+    if body.organization_id not in (None, own):
+        raise ApiError(403, f"An administrator of organization {own} approves providers for {own} only.",
+                       "permission_error", "insufficient_permissions", "organization_id")
+    return own
+
+
+async def _set_approval(request: web.Request, approved: bool) -> web.Response:
+    d, me = deps(request), principal(request)
+    scope = await _approval_scope(request)
+    provider_id = request.match_info["provider_id"]
+    record = await d.read_model.get_provider(provider_id) if is_valid_id(provider_id) else None
+    if record is None:
+        raise not_found("provider", provider_id)
+    fact = (ProviderApproved(aggregate_id=provider_id, organization_id=scope, approved_by_key_id=me.key_id)
+            if approved else
+            ProviderApprovalWithdrawn(aggregate_id=provider_id, organization_id=scope, withdrawn_by_key_id=me.key_id))
+    await d.bus.publish(fact)
+
+    def settled(r: ProviderRecord | None) -> bool:
+        held = r is not None and (r.approved_platform_wide if scope is None else scope in r.approved_organizations)
+        return held == approved
+
+    seen = await d.read_model.wait_for(lambda: d.read_model.get_provider(provider_id), settled,
+                                       d.settings.read_your_writes_s)
+    if seen is None or not settled(seen):  # the ledger lags: answer with what the fact makes of it
+        seen = _with_approval(record, scope, approved)
+    return web.json_response((await _provider_object(request, seen)).model_dump(mode="json"))
+
+
+def _with_approval(record: ProviderRecord, scope: str | None, approved: bool) -> ProviderRecord:
+    if scope is None:
+        return record.model_copy(update={"approved_platform_wide": approved})
+    others = [org for org in record.approved_organizations if org != scope]
+    return record.model_copy(update={"approved_organizations": sorted([*others, scope] if approved else others)})
+
+
+async def approve_provider(request: web.Request) -> web.Response:
+    """A platform admin approves a provider for every organisation (or, naming one, for that one); an
+    organisation's administrator for their own organisation's batches. 403 for anyone else, 404 for no such
+    provider."""
+    return await _set_approval(request, approved=True)
+
+
+async def unapprove_provider(request: web.Request) -> web.Response:
+    """Withdraw the approval the caller may give (same scopes as approving); what the provider's executors run of
+    batches no longer allowed to them is fenced and runs elsewhere."""
+    return await _set_approval(request, approved=False)
 
 
 async def _worker_keys(request: web.Request, provider_id: str) -> list[tuple[str, ApiKeyRecord]]:

@@ -126,7 +126,7 @@ async def retry_batch(request: web.Request) -> web.Response:
     create = parse_fields(BatchCreateRequest, {
         "input_file_id": file_id, "endpoint": batch.endpoint,
         "completion_window": body.completion_window or batch.completion_window, "metadata": metadata,
-        "allow_partial": body.allow_partial})
+        "allow_partial": body.allow_partial, "placement": batch.placement or "approved_providers"})
     return await create_from(request, create, key)
 
 

@@ -1,0 +1,131 @@
+"""Who may run whose batch: each executor's provider, that provider's organisation and approvals, folded from the
+log, and the rule (`may_run`) the scheduler assigns by and the object broker signs URLs by.
+
+An executor that joined with an operator's or admin's worker key (no provider) is the platform's own: it runs every
+batch that allows approved providers, and none limited to an organisation's own providers. A provider's
+organisation is its owner's (the default one for a provider registered by a key without a user)."""
+
+from dataclasses import dataclass, field
+
+from contracts.api.batch import Placement
+from contracts.api.organization import DEFAULT_ORGANIZATION_ID
+from contracts.events.envelope import Event
+from contracts.events.executor import ExecutorRegistered
+from contracts.events.key import UserCreated
+from contracts.events.provider import ProviderApprovalWithdrawn, ProviderApproved, ProviderRegistered
+from services.runtime.foldrules import FoldRules
+
+PLACEMENT_FACTS: tuple[type[Event], ...] = (UserCreated, ProviderRegistered, ProviderApproved,
+                                            ProviderApprovalWithdrawn, ExecutorRegistered)
+"""The facts the placement view folds (executor registrations are the fleet's too)."""
+PLACEMENT_WITHDRAWN = "placement_withdrawn"
+"""The code of an attempt fenced because its executor may no longer run the batch (an approval withdrawn): like a
+loss before the start, it says nothing about the batch's lines, so it is forgiven as one."""
+_rules = FoldRules[None]()
+
+
+def organization_key(organization_id: str | None) -> str:
+    """An organisation's public id: facts say None for the default one."""
+    return organization_id or DEFAULT_ORGANIZATION_ID
+
+
+@dataclass(frozen=True)
+class Runner:
+    """Whose executor it is, as placement judges it."""
+
+    organization: str | None
+    """The provider's organisation (public id); None: the platform's own executor (no provider)."""
+    approved_platform_wide: bool = False
+    approved_for: frozenset[str] = frozenset()
+    """Organisations whose administrators approved the provider for their batches."""
+
+    @property
+    def platforms_own(self) -> bool:
+        return self.organization is None
+
+
+PLATFORMS_OWN = Runner(organization=None, approved_platform_wide=True)
+UNKNOWN_PROVIDER = Runner(organization="", approved_platform_wide=False)
+"""A provider the log has not named (yet): it runs nothing."""
+
+
+def may_run(runner: Runner, placement: Placement, organization: str) -> bool:
+    """Whether an executor of `runner` may run a batch of `organization` (public id) that asked for `placement`."""
+    if placement == "own_organization":
+        return runner.organization == organization
+    return runner.approved_platform_wide or organization in runner.approved_for or runner.organization == organization
+
+
+def why_not_placed(placement: Placement, model: str) -> str:
+    """A batch's waiting reason when executors serve its model but none it may run on."""
+    if placement == "own_organization":
+        return (f"No executor of your organisation's own providers serves {model} (the batch's placement is "
+                "own_organization).")
+    return (f"No approved provider's executor serves {model}; only unapproved providers of other organisations "
+            "do.")
+
+
+@dataclass
+class _Provider:
+    owner_user_id: str | None
+    approved_platform_wide: bool = False
+    approved_for: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Placements:
+    """The log's say on placement: users' organisations, providers' owners and approvals, executors' providers."""
+
+    users: dict[str, str] = field(default_factory=dict)
+    """User id → organisation (public id)."""
+    providers: dict[str, _Provider] = field(default_factory=dict)
+    executors: dict[str, str | None] = field(default_factory=dict)
+    """Executor id → the provider of the worker key it last registered with (None: an operator's or admin's)."""
+
+    def apply(self, event: Event) -> None:
+        rule = _rules.rule_for(type(event))
+        if rule is not None:
+            rule(self, event)
+
+    def runner(self, executor_id: str) -> Runner:
+        """Whose the executor is; one never registered is taken for the platform's own (it gets no work anyway:
+        only admitted executors do)."""
+        provider_id = self.executors.get(executor_id)
+        if provider_id is None:
+            return PLATFORMS_OWN
+        provider = self.providers.get(provider_id)
+        if provider is None:
+            return UNKNOWN_PROVIDER
+        owner = provider.owner_user_id
+        return Runner(organization=organization_key(self.users.get(owner) if owner is not None else None),
+                      approved_platform_wide=provider.approved_platform_wide,
+                      approved_for=frozenset(provider.approved_for))
+
+    def allows(self, executor_id: str, placement: Placement, organization_id: str | None) -> bool:
+        return may_run(self.runner(executor_id), placement, organization_key(organization_id))
+
+    @_rules.on(UserCreated)
+    def _user(self, event: UserCreated) -> None:
+        self.users.setdefault(event.aggregate_id, organization_key(event.organization_id))
+
+    @_rules.on(ProviderRegistered)
+    def _provider(self, event: ProviderRegistered) -> None:
+        self.providers.setdefault(event.aggregate_id, _Provider(event.owner_user_id))
+
+    @_rules.on(ProviderApproved, ProviderApprovalWithdrawn)
+    def _approval(self, event: ProviderApproved | ProviderApprovalWithdrawn) -> None:
+        provider = self.providers.get(event.aggregate_id)
+        if provider is None:
+            return
+        approved = isinstance(event, ProviderApproved)
+        if event.organization_id is None:
+            provider.approved_platform_wide = approved
+        elif approved:
+            provider.approved_for.add(event.organization_id)
+        else:
+            provider.approved_for.discard(event.organization_id)
+
+    @_rules.on(ExecutorRegistered)
+    def _executor(self, event: ExecutorRegistered) -> None:
+        if event.worker_key_id is not None:
+            self.executors[event.aggregate_id] = event.provider_id
