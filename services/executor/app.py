@@ -8,6 +8,7 @@ from pathlib import Path
 
 from contracts.events.executor import GUEST_ATTEMPTS, ExecutorAdvert
 from services.executor.adapters.admission import keep_admitted
+from services.executor.adapters.advert import OwnAdvert
 from services.executor.adapters.artifacts import ArtifactResolver, default_cache_dir
 from services.executor.adapters.broker import executor_broker, join, stop_consuming
 from services.executor.adapters.brokered_store import BrokeredObjectStore, http_pool
@@ -25,7 +26,6 @@ from services.runtime.broker import ServiceBroker
 from services.runtime.bus import EventBus
 from services.runtime.catalogue import load_catalogue
 from services.runtime.delivery import ServiceRouter
-from services.runtime.fleet import Fleet
 from services.runtime.objectstore import ObjectStore
 from services.runtime.tasks import cancel_and_join
 
@@ -103,7 +103,7 @@ async def serve(settings: ExecutorSettings, engines: EngineShelf, broker: Servic
     """Advertise, register, take commands until stopped (or the heartbeat fails); then withdraw the advert."""
     store = await object_access(settings, bus)
     engines.reach_objects(store)  # models whose weights are in the object store are fetched through it
-    fleet = await Fleet.open(bus, scans=False)
+    fleet = await OwnAdvert.open(bus, settings.executor_id, declare=not settings.worker_key)
     advert = advert_of(settings, engines)
     await fleet.advertise(advert)
     if settings.worker_key:
@@ -128,7 +128,7 @@ async def serve(settings: ExecutorSettings, engines: EngineShelf, broker: Servic
         await cancel_and_join([beating, renewing])
         outcomes = await asyncio.gather(beating, renewing, stopping, return_exceptions=True)
         await runner.close()  # the batches' shared log feeds and the input copies' IO threads
-    await fleet.withdraw(settings.executor_id)
+    await fleet.withdraw()
     for outcome in outcomes:
         if isinstance(outcome, Exception):
             raise outcome

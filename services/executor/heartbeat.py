@@ -10,11 +10,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import nats.errors
 
 from contracts.events.executor import ExecutorAdvert
-from services.runtime.fleet import ADVERT_TTL_S, Fleet
+from services.runtime.fleet import ADVERT_TTL_S
 
 log = logging.getLogger(__name__)
 
@@ -25,11 +26,17 @@ Rejoin = Callable[[ExecutorAdvert], Awaitable[bool]]
 """Register again with this advert; False when no scheduler answered (try again at the next beat)."""
 
 
+class Advertiser(Protocol):
+    """Where the executor's advert goes (`adapters.advert.OwnAdvert`)."""
+
+    async def advertise(self, advert: ExecutorAdvert) -> None: ...
+
+
 def silent_too_long(last_beat_at: int | None, now_ms: int) -> bool:
     return last_beat_at is not None and now_ms - last_beat_at > SILENCE_MS
 
 
-async def heartbeat(fleet: Fleet, advert_now: Callable[[], ExecutorAdvert], every_s: float, stop: asyncio.Event,
+async def heartbeat(fleet: Advertiser, advert_now: Callable[[], ExecutorAdvert], every_s: float, stop: asyncio.Event,
                     rejoin: Rejoin | None = None) -> None:
     """Advertise every `every_s` until `stop` is set; after too long a silence, `rejoin` first."""
     last_beat_at: int | None = None

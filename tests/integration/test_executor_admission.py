@@ -13,14 +13,13 @@ import nats.errors
 import pytest
 
 from contracts.events.batch import AttemptFailed, BatchCompleted, BatchProgressed, BatchStarted
-from contracts.subjects import EXECUTORS_BUCKET, FLEET_REGISTER, WORK_STREAM, executor_durable, run_command
+from contracts.subjects import FLEET_REGISTER, WORK_STREAM, executor_advert, executor_durable, run_command
 from services.executor.adapters import broker
 from services.executor.adapters.admission import expires_in, keep_admitted
 from services.executor.app import run_executor
 from services.executor.settings import ExecutorSettings
 from services.runtime.bus import ConsumerPolicy
 from services.runtime.fleet import Fleet
-from services.runtime.kv import open_bucket
 from services.runtime.objectstore import ObjectStore
 from services.scheduler.book import Book
 from services.scheduler.registration import Registrar
@@ -166,8 +165,7 @@ async def test_while_no_scheduler_answers_the_callout_an_executor_keeps_its_admi
             await asyncio.sleep(0.1)
         assert not bus.nc.is_connected and not bus.nc.is_closed
         await running.answer_callout_again()
-        kv = await open_bucket(bus, EXECUTORS_BUCKET)
-        await asyncio.wait_for(kv.put("patient", b"back"), 15)
+        await asyncio.wait_for(bus.js.publish(executor_advert("patient"), b"back"), 15)  # its heartbeat, let in
         assert not bus.nc.is_closed
         stop.set()
         await asyncio.wait_for(renewing, 5)

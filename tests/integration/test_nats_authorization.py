@@ -9,11 +9,13 @@ from pathlib import Path
 
 import nats
 import nats.errors
+import nats.js.errors
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from contracts.events.executor import ExecutorAdvert
 from contracts.ids import hash_api_key
 from contracts.readmodel import ApiKeyRecord, ExecutorRecord
 from contracts.subjects import (
@@ -25,10 +27,12 @@ from contracts.subjects import (
     executor_durable,
     executor_finalize_durable,
     finalize_command,
+    fleet_registrations,
     read_model_key,
     run_command,
 )
 from services.executor.adapters import broker
+from services.executor.adapters.advert import OwnAdvert
 from services.runtime.bus import ConsumerPolicy, EventBus
 from services.runtime.kv import open_bucket
 from tests.integration.authorized_broker import (
@@ -42,6 +46,8 @@ from tests.integration.authorized_broker import (
 )
 
 DENIED_WITHIN_S = 1.0
+ADVERT = ExecutorAdvert(executor_id="alpha", engine="llamacpp", engine_version="1", models=[], loaded_models=[],
+                        devices=[], slots=1, heartbeat_at=1)
 
 
 @pytest.fixture(scope="module")
@@ -121,17 +127,19 @@ async def test_an_executor_with_a_live_worker_key_does_its_jobs_operations(
         await message.ack_sync()
         await subscription.unsubscribe()
 
-    heartbeats = await open_bucket(bus, EXECUTORS_BUCKET)
-    await heartbeats.put("alpha", b"alive")
-    assert (await (await open_bucket(core, EXECUTORS_BUCKET)).get("alpha")).value == b"alive"
-    await heartbeats.delete("alpha")
+    heartbeats = await OwnAdvert.open(bus, "alpha", declare=False)
+    await heartbeats.advertise(ADVERT)
+    assert (await (await open_bucket(core, EXECUTORS_BUCKET)).get("alpha")).value == ADVERT.model_dump_json().encode()
+    await heartbeats.withdraw()
+    with pytest.raises(nats.js.errors.KeyNotFoundError):
+        await (await open_bucket(core, EXECUTORS_BUCKET)).get("alpha")
 
     async def welcome(message: Msg) -> None:
         await message.respond(b"welcome")
 
     answering = await core.nc.subscribe(FLEET_REGISTER, cb=welcome)
     await core.nc.flush()
-    assert await request_until_answered(bus, FLEET_REGISTER, b"hello") == b"welcome"
+    assert await request_until_answered(bus, fleet_registrations("alpha"), b"hello") == b"welcome"
     await answering.unsubscribe()
     assert violations.seen == []
 
@@ -192,6 +200,34 @@ async def test_an_executor_cannot_read_the_event_log_or_the_read_model_nor_write
         await violations.wait_for(subject)
     await bus.nc.subscribe("_INBOX.>")
     await violations.wait_for('subscription to "_inbox.>"')
+
+
+async def test_an_executor_can_list_or_describe_no_stream_bucket_or_consumer(
+        broker_with_auth: AuthorizedBroker, alpha: tuple[EventBus, Violations]) -> None:
+    """Issue 27: the info of EVENTS filtered on `evt.>` named every tenant's batches, files, users and providers and
+    every key's hash prefix; that of WORK and of the executors bucket, every executor's id."""
+    bus, violations = alpha
+    core = broker_with_auth.core
+    await open_bucket(core, EXECUTORS_BUCKET)
+    await core.js.publish(run_command("bravo"), b"for bravo", stream=WORK_STREAM)
+    js = bus.nc.jetstream(timeout=DENIED_WITHIN_S)
+    with pytest.raises(nats.errors.TimeoutError):
+        await js.stream_info(EVENTS_STREAM, subjects_filter="evt.>")
+    await violations.wait_for(f"$JS.API.STREAM.INFO.{EVENTS_STREAM}")
+    executors = f"KV_{EXECUTORS_BUCKET}"
+    reads = [f"$JS.API.STREAM.INFO.{WORK_STREAM}", f"$JS.API.STREAM.INFO.{executors}",
+             f"$JS.API.STREAM.INFO.KV_{READ_MODEL_BUCKET}", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
+             "$JS.API.INFO", f"$JS.API.CONSUMER.LIST.{WORK_STREAM}", f"$JS.API.CONSUMER.NAMES.{WORK_STREAM}",
+             f"$JS.API.CONSUMER.LIST.{EVENTS_STREAM}", f"$JS.API.CONSUMER.NAMES.{EVENTS_STREAM}",
+             f"$JS.API.CONSUMER.INFO.{WORK_STREAM}.{executor_durable('bravo')}",
+             f"$JS.API.CONSUMER.CREATE.{executors}", f"$JS.API.CONSUMER.CREATE.{executors}.watch.$KV.>",
+             f"$JS.API.DIRECT.GET.{executors}", f"$JS.API.STREAM.MSG.GET.{executors}",
+             f"$JS.API.CONSUMER.CREATE.{WORK_STREAM}", f"$JS.API.DIRECT.GET.{WORK_STREAM}"]
+    for subject in reads:
+        await bus.nc.publish(subject, b"{}")
+        await violations.wait_for(subject)
+    with pytest.raises(nats.errors.TimeoutError):
+        await js.key_value(EXECUTORS_BUCKET)  # a KV handle, to list keys with, starts with the bucket's info
 
 
 @pytest.mark.parametrize(("user", "password"), [

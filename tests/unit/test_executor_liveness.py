@@ -8,7 +8,6 @@ import pytest
 from contracts.events.executor import ExecutorAdvert
 from services.executor.adapters.admission import expiry_of, renew_in
 from services.executor.heartbeat import SILENCE_MS, heartbeat
-from services.runtime.fleet import Fleet
 
 START = 2_000_000_000_000
 
@@ -24,7 +23,7 @@ def test_the_servers_user_info_says_how_long_the_admission_has_left_or_that_it_n
     assert expiry_of(b'{"server": {}, "data": {"user": "core"}}') is None
 
 
-class RecordingFleet(Fleet):
+class RecordingFleet:
     def __init__(self, log: list[str]) -> None:
         self.log = log
 

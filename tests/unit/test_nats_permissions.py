@@ -51,13 +51,18 @@ def event_types() -> set[str]:
     "$JS.API.CONSUMER.CREATE.WORK.finalizer-alpha.cmd.executor.bravo.finalize",
     "$JS.API.CONSUMER.CREATE.WORK.finalizer-alpha.cmd.executor.*.finalize", "$JS.ACK.WORK.finalizer-bravo.1.2.3.4.5",
     "$JS.API.CONSUMER.CREATE.WORK.finalizers.cmd.finalize", "$JS.API.CONSUMER.MSG.NEXT.WORK.finalizers",
-    "$JS.ACK.WORK.finalizers.1.2.3.4.5"])
+    "$JS.ACK.WORK.finalizers.1.2.3.4.5",
+    # Nothing that lists or describes a stream, bucket or consumer: their info names other tenants and executors.
+    "$JS.API.STREAM.INFO.EVENTS", "$JS.API.STREAM.INFO.WORK", "$JS.API.STREAM.INFO.KV_sheshnag_executors",
+    "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST", "$JS.API.INFO", "$JS.API.CONSUMER.LIST.WORK",
+    "$JS.API.CONSUMER.NAMES.WORK", "$JS.API.CONSUMER.INFO.WORK.executor-alpha",
+    "$JS.API.DIRECT.GET.KV_sheshnag_executors", "$JS.API.CONSUMER.CREATE.KV_sheshnag_executors"])
 def test_an_executor_may_not_publish_to_what_is_not_its_own(subject: str) -> None:
     assert not allowed(subject)
 
 
 @pytest.mark.parametrize("subject", [
-    "svc.fleet.register", "$KV.sheshnag_executors.alpha", "$JS.API.CONSUMER.MSG.NEXT.WORK.executor-alpha",
+    "svc.register.alpha", "$KV.sheshnag_executors.alpha", "$JS.API.CONSUMER.MSG.NEXT.WORK.executor-alpha",
     "$JS.API.CONSUMER.CREATE.WORK.executor-alpha.cmd.executor.alpha.run", "$JS.ACK.WORK.executor-alpha.1.2.3.4.5",
     "$JS.API.CONSUMER.CREATE.WORK.finalizer-alpha.cmd.executor.alpha.finalize",
     "$JS.API.CONSUMER.MSG.NEXT.WORK.finalizer-alpha", "$JS.ACK.WORK.finalizer-alpha.1.2.3.4.5",

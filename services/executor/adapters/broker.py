@@ -106,16 +106,15 @@ async def _bus_over(broker: ServiceBroker, connection: Client, settings: Executo
     config = broker.config.broker_config
     # The broker's subscribers create their durables through this context (faststream reads it at start).
     config.connection_state.connect(connection, _OwnDurables(connection, **config.js_options))
-    bus: EventBus
     if credentials(settings) is None:
         bus = EventBus(connection, connection_name(settings))
-    else:
-        # Admitted by worker key, it may not touch the event log: its facts and reads go through the desk.
-        desk_bus = DeskBus(connection, connection_name(settings))
-        desk_bus.desk = FactDesk(connection, settings.executor_id, settings.object_broker_wait_s)
-        bus = desk_bus
-    await bus.ensure_streams()
-    return bus
+        await bus.ensure_streams()  # a broker that asks nobody who they are: this executor may come up first
+        return bus
+    # Admitted by worker key, it may not touch the event log: its facts and reads go through the desk. Nor may it
+    # look at a stream (its info names other tenants and executors): the scheduler admitting it made them.
+    desk_bus = DeskBus(connection, connection_name(settings))
+    desk_bus.desk = FactDesk(connection, settings.executor_id, settings.object_broker_wait_s)
+    return desk_bus
 
 
 async def connect(settings: ExecutorSettings, stop: asyncio.Event) -> EventBus | None:

@@ -1,0 +1,32 @@
+"""The executor's own advert in the executors bucket, written as what a KV put and delete are: plain JetStream
+publishes to its key's subject. Writing so needs no look at the bucket's stream, whose info would name every other
+executor (an executor admitted by worker key may not read it)."""
+
+from nats.js.client import JetStreamContext
+
+from contracts.events.executor import ExecutorAdvert
+from contracts.subjects import EXECUTORS_BUCKET, executor_advert
+from services.runtime.bus import EventBus
+from services.runtime.fleet import ADVERT_TTL_S
+from services.runtime.kv import KV_OPERATION, open_bucket
+
+
+class OwnAdvert:
+    def __init__(self, js: JetStreamContext, executor_id: str) -> None:
+        self.js = js
+        self.executor_id = executor_id
+        self.subject = executor_advert(executor_id)
+
+    @classmethod
+    async def open(cls, bus: EventBus, executor_id: str, *, declare: bool) -> "OwnAdvert":
+        """`declare`: make the bucket when missing (on a broker that asks nobody who they are, this executor may
+        come up first); an admitted executor may not, and finds it made by the scheduler admitting it."""
+        if declare:
+            await open_bucket(bus, EXECUTORS_BUCKET, ADVERT_TTL_S)
+        return cls(bus.js, executor_id)
+
+    async def advertise(self, advert: ExecutorAdvert) -> None:
+        await self.js.publish(self.subject, advert.model_dump_json().encode())
+
+    async def withdraw(self) -> None:
+        await self.js.publish(self.subject, headers={KV_OPERATION: "DEL"})
