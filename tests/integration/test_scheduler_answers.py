@@ -13,7 +13,13 @@ import pytest
 from contracts.commands import RegistrationAnswer
 from contracts.fact_desk import FactReceipt, LogPage
 from contracts.objects import ObjectGrant
-from contracts.subjects import FLEET_REGISTER, SCHEDULER_LEADER_KEY, fact_submissions, log_reads, object_requests
+from contracts.subjects import (
+    SCHEDULER_LEADER_KEY,
+    fact_submissions,
+    fleet_registrations,
+    log_reads,
+    object_requests,
+)
 from services.runtime.bus import EventBus
 from services.runtime.leader import LeaderLease
 from services.runtime.settings import ConnectionSettings
@@ -22,7 +28,7 @@ from services.scheduler.settings import SchedulerSettings
 from tests.conftest import RunningNats
 
 TTL_S = 2.0
-ASKS = {FLEET_REGISTER: b'{"executor_id": "exec-1"}', object_requests("exec-1"): b'{"batch_id": "b"}',
+ASKS = {fleet_registrations("exec-1"): b'{"executor_id": "exec-1"}', object_requests("exec-1"): b'{"batch_id": "b"}',
         fact_submissions("exec-1"): b'{"event": "{}"}', log_reads("exec-1"): b'{"batch_id": "b"}'}
 """One request to each answer, each as a careless executor would send it."""
 
@@ -81,7 +87,8 @@ async def test_a_standby_answers_nothing_and_the_scheduler_that_wins_the_lease_a
         await other.release()
         await until(bus, answering=True)
         # Malformed requests get their answer's refusal, never silence.
-        assert RegistrationAnswer.model_validate_json(await answered(bus, FLEET_REGISTER) or b"").reason == (
+        registration = await answered(bus, fleet_registrations("exec-1"))
+        assert RegistrationAnswer.model_validate_json(registration or b"").reason == (
             "Malformed registration: Field required")
         grant = ObjectGrant.model_validate_json(await answered(bus, object_requests("exec-1")) or b"")
         assert not grant.granted and (grant.reason or "").startswith("Malformed object request: ")

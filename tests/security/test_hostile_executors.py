@@ -1,0 +1,199 @@
+"""Attacks (issue 27) of a self-registered provider's executor on the fleet itself: take over another provider's
+executor id, register under an id it was not admitted as, state times from the future, hold several ids with one key,
+write garbage or another executor's id into its advert, and end a batch it never ran. Each must fail while the
+victims' batches run on, every line once."""
+
+import asyncio
+import io
+import json
+import secrets
+import time
+
+import nats
+import nats.errors
+import pytest
+from nats.aio.client import Client
+from nats.js.api import AckPolicy, ConsumerConfig
+
+from contracts.commands import ExecutorRegistration, RegistrationAnswer
+from contracts.events.executor import ExecutorAdvert
+from contracts.permissions import executor_inbox
+from contracts.subjects import (
+    EXECUTORS_BUCKET,
+    WORK_STREAM,
+    executor_finalize_durable,
+    finalize_command,
+    fleet_registrations,
+)
+from tests.security.conftest import RunningStack
+from tests.security.test_tenant_files import attackers_worker_key, join_as_executor, user_key, violated
+
+STACK_EXECUTOR = "local-0"
+"""The executor `sheshnag up` runs, joined with the operator's worker key."""
+TEN_YEARS_MS = 10 * 365 * 24 * 3600 * 1000
+
+
+def advert(executor_id: str, models: list[str] | None = None, heartbeat_at: int | None = None) -> ExecutorAdvert:
+    return ExecutorAdvert(executor_id=executor_id, engine="llamacpp", engine_version="0", models=models or [],
+                          loaded_models=[], devices=[], slots=1,
+                          heartbeat_at=heartbeat_at if heartbeat_at is not None else int(time.time() * 1000))
+
+
+async def register(client: Client, subject_id: str, worker_key: str, body: ExecutorAdvert,
+                   body_id: str | None = None) -> RegistrationAnswer:
+    """Ask on `subject_id`'s registration subject, naming `body_id` (default: the same) in the body; asked again
+    while the scheduler says it is still reading the log or does not answer yet."""
+    request = ExecutorRegistration(executor_id=body_id or subject_id, worker_key=worker_key, advert=body)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            reply = await client.request(fleet_registrations(subject_id), request.model_dump_json().encode(),
+                                         timeout=5)
+            answer = RegistrationAnswer.model_validate_json(reply.data)
+            if not answer.retry:
+                return answer
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+            pass
+        assert time.monotonic() < deadline, "the scheduler never answered the registration"
+        await asyncio.sleep(0.5)
+
+
+async def refused_connection(stack: RunningStack, executor_id: str, worker_key: str) -> bool:
+    """Whether the broker refuses this executor id with this key (one try, no reconnects)."""
+    client = Client()
+    try:
+        await client.connect(stack.nats_url(), user=executor_id, password=worker_key, allow_reconnect=False,
+                             max_reconnect_attempts=0, inbox_prefix=executor_inbox(executor_id), connect_timeout=10)
+    except (nats.errors.Error, OSError):
+        return True
+    await client.close()
+    return False
+
+
+def run_batch(stack: RunningStack, key: str, lines: int, hold: bool = False) -> str:
+    client = stack.client(key)
+    body = "".join(json.dumps({"custom_id": f"v-{i}", "method": "POST", "url": "/v1/chat/completions",
+                               "body": {"model": "smollm2", "max_tokens": 4,
+                                        "messages": [{"role": "user", "content": f"Say {i}."}]}}) + "\n"
+                   for i in range(lines))
+    uploaded = client.files.create(file=("victim.jsonl", io.BytesIO(body.encode())), purpose="batch")
+    batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
+                                  completion_window="24h", extra_body={"hold": hold} if hold else None)
+    return batch.id
+
+
+async def ended(stack: RunningStack, key: str, batch_id: str, within_s: float = 240) -> str:
+    client = stack.client(key)
+    deadline = time.monotonic() + within_s
+    while (status := (await asyncio.to_thread(client.batches.retrieve, batch_id)).status) not in (
+            "completed", "failed", "cancelled", "expired"):
+        assert time.monotonic() < deadline, f"batch {batch_id} still {status}"
+        await asyncio.sleep(1)
+    return status
+
+
+def custom_ids(stack: RunningStack, key: str, file_id: str | None) -> list[str]:
+    if file_id is None:
+        return []
+    text = stack.client(key).files.content(file_id).text
+    return [json.loads(line)["custom_id"] for line in text.splitlines() if line.strip()]
+
+
+@pytest.mark.timeout(420)
+async def test_a_provider_cannot_take_over_fake_or_multiply_executor_ids_nor_stop_the_scheduler(
+        secure_stack: RunningStack) -> None:
+    stack = secure_stack
+    attacker = user_key(stack)
+    worker_key = attackers_worker_key(stack, attacker)
+    victim = user_key(stack)
+
+    # 1, 2. Another provider's executor id: the broker does not admit the attacker's key under it.
+    assert await refused_connection(stack, STACK_EXECUTOR, worker_key)
+
+    errors: list[str] = []
+    own_id, second_id = f"evil-{secrets.token_hex(3)}", f"evil2-{secrets.token_hex(3)}"
+    evil = await join_as_executor(stack, own_id, worker_key, errors)
+    second: Client | None = None
+    try:
+        # Registration travels on the connection's own subject: another id's is not its to publish on ...
+        await evil.publish(fleet_registrations(STACK_EXECUTOR), b"{}")
+        await violated(errors, fleet_registrations(STACK_EXECUTOR))
+        # ... and a body naming another id on its own subject is refused.
+        answer = await register(evil, own_id, worker_key, advert(STACK_EXECUTOR), body_id=STACK_EXECUTOR)
+        assert not answer.accepted and "registers only that id" in (answer.reason or "")
+        # 3. Its own id with a heartbeat ten years ahead: admitted, its times clamped to the scheduler's clock.
+        answer = await register(evil, own_id, worker_key, advert(own_id, heartbeat_at=int(time.time() * 1000)
+                                                                 + TEN_YEARS_MS))
+        assert answer.accepted, answer.reason
+        # 8. The same key under a second id while the first is live: admitted by the broker (unregistered ids are
+        # nobody's yet), but its registration is refused.
+        second = await join_as_executor(stack, second_id, worker_key, errors)
+        answer = await register(second, second_id, worker_key, advert(second_id))
+        assert not answer.accepted and "needs a worker key of its own" in (answer.reason or "")
+
+        # 5, 7. Garbage and another executor's id in its own advert, over and over, while a victim's batch runs.
+        js = evil.jetstream(timeout=5)
+        hostile = [b"{}", b"not json", advert(STACK_EXECUTOR, models=["smollm2-135m-instruct-q4_1"]).model_dump_json()
+                   .encode(), b'{"executor_id": "' + own_id.encode() + b'", "slots": -1}']
+        stop = asyncio.Event()
+
+        async def flood() -> None:
+            while not stop.is_set():
+                for value in hostile:
+                    await js.publish(f"$KV.{EXECUTORS_BUCKET}.{own_id}", value)
+                await asyncio.sleep(0.1)
+
+        flooding = asyncio.create_task(flood())
+        try:
+            batch_id = await asyncio.to_thread(run_batch, stack, victim, 6)
+            assert await ended(stack, victim, batch_id) == "completed"
+            overview = await asyncio.to_thread(stack.client().get, "/organization/overview", cast_to=object)
+        finally:
+            stop.set()
+            await flooding
+        batch = stack.client(victim).batches.retrieve(batch_id)
+        assert sorted(custom_ids(stack, victim, batch.output_file_id)) == [f"v-{i}" for i in range(6)]
+        listed = [executor["executor_id"] for executor in overview["executors"]]  # type: ignore[index]
+        assert listed.count(STACK_EXECUTOR) == 1, listed
+        assert not [line for line in stack.log("scheduler").splitlines() if "Traceback" in line]
+    finally:
+        await evil.close()
+        if second is not None:
+            await second.close()
+
+
+@pytest.mark.timeout(300)
+async def test_a_batch_that_never_ran_is_finalized_by_the_control_plane_not_by_an_idle_executor(
+        secure_stack: RunningStack) -> None:
+    stack = secure_stack
+    attacker = user_key(stack)
+    worker_key = attackers_worker_key(stack, attacker)
+    victim = user_key(stack)
+    errors: list[str] = []
+    # The lowest id there is, serving no model: before, it was the fallback finalizer of every batch.
+    lowest = "-"
+    evil = await join_as_executor(stack, lowest, worker_key, errors)
+    try:
+        assert (await register(evil, lowest, worker_key, advert(lowest))).accepted
+        js = evil.jetstream(timeout=5)
+        durable = executor_finalize_durable(lowest)
+        await js.add_consumer(WORK_STREAM, ConsumerConfig(name=durable, durable_name=durable,
+                                                          filter_subject=finalize_command(lowest),
+                                                          ack_policy=AckPolicy.EXPLICIT))
+        finalize_commands = await js.pull_subscribe_bind(durable, WORK_STREAM)
+
+        held = await asyncio.to_thread(run_batch, stack, victim, 5, True)
+        client = stack.client(victim)
+        deadline = time.monotonic() + 120
+        while client.batches.retrieve(held).status == "validating":
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.5)
+        client.batches.cancel(held)
+        assert await ended(stack, victim, held) == "cancelled"
+        batch = client.batches.retrieve(held)
+        assert sorted(custom_ids(stack, victim, batch.error_file_id)) == [f"v-{i}" for i in range(5)]
+        assert batch.request_counts is not None and batch.request_counts.failed == 5
+        with pytest.raises(nats.errors.TimeoutError):
+            await finalize_commands.fetch(1, timeout=2)
+    finally:
+        await evil.close()
