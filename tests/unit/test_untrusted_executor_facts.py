@@ -1,0 +1,78 @@
+"""What an executor states is checked against what it was assigned: counts within its lines, tokens within what those
+lines can use, nothing negative; and an account is never debited past a batch's reservation (issue 27, point 4)."""
+
+from decimal import Decimal
+
+from contracts.billing import ModelPrice
+from contracts.events.batch import BatchCompleted, BatchProgressed, BatchUsage
+from contracts.subjects import result_chunk_key
+from services.ledger.accounts import Account
+from services.scheduler.entitlements import may_state
+from tests.unit.test_object_broker import fleet
+
+CONTEXT = 2048
+
+
+def context_length(model: str) -> int | None:
+    return CONTEXT
+
+
+def progress(completed: int, failed: int = 0, chunk: int = 0, input_tokens: int = 0,
+             output_tokens: int = 0) -> BatchProgressed:
+    return BatchProgressed(aggregate_id="b1", attempt=1, chunk=chunk, chunk_key=result_chunk_key("b1", 1, chunk),
+                           completed=completed, failed=failed,
+                           usage=BatchUsage(input_tokens=input_tokens, output_tokens=output_tokens,
+                                            total_tokens=input_tokens + output_tokens))
+
+
+def test_progress_within_the_units_lines_and_their_tokens_is_stored() -> None:
+    assert may_state(fleet(), "alpha", progress(4, 1, input_tokens=5 * 100, output_tokens=5 * 50),
+                     context_length) is None
+
+
+def test_progress_counting_more_lines_than_the_unit_has_is_refused() -> None:
+    refusal = may_state(fleet(), "alpha", progress(11), context_length)  # b1 has 10 lines
+    assert refusal is not None and "has 10" in refusal
+
+
+def test_negative_counts_or_tokens_are_refused() -> None:
+    assert may_state(fleet(), "alpha", progress(5, -3), context_length) is not None
+    assert may_state(fleet(), "alpha", progress(1, input_tokens=-5), context_length) is not None
+
+
+def test_tokens_no_line_could_use_are_refused() -> None:
+    assert may_state(fleet(), "alpha", progress(1, input_tokens=CONTEXT + 1), context_length) is not None
+    assert may_state(fleet(), "alpha", progress(1, output_tokens=10**12), context_length) is not None
+
+
+def test_a_batchs_end_counting_more_lines_than_it_has_is_refused() -> None:
+    end = BatchCompleted(aggregate_id="b1", output_file_id=None, error_file_id=None, completed=10**6, failed=0,
+                         usage=BatchUsage())
+    assert may_state(fleet(), "alpha", end, context_length) is not None
+
+
+PRICE = ModelPrice(input_per_mtok_usd=Decimal(1), output_per_mtok_usd=Decimal(1), batch_minimum_usd=Decimal("0.001"))
+
+
+def billed_account(held_micros: int) -> Account:
+    account = Account(account_id="org", sequence=0)
+    account.grant(1, 100_000_000, at=0)
+    account.reserve(2, "b1", held_micros, PRICE, "m", "/v1/chat/completions", at=0)
+    return account
+
+
+def test_a_debit_never_passes_the_batchs_reservation() -> None:
+    account = billed_account(held_micros=5_000)
+    account.debit(3, "b1", "chunk-0", (10**12, 0, 10**12), at=0)
+    assert account.debited_micros == 5_000 and account.balance_micros == 100_000_000 - 5_000
+    account.settle(4, "b1", ran=True, at=0)
+    assert account.debited_micros == 5_000 and account.reserved_micros == 0
+
+
+def test_a_settle_charges_the_committed_chunks_not_a_total_the_end_states() -> None:
+    account = billed_account(held_micros=1_000_000)
+    account.debit(3, "b1", "chunk-0", (1_000, 0, 1_000), at=0)  # 2,000 tokens at $1 per million: 2,000 micro-USD
+    charged = account.debited_micros
+    account.settle(4, "b1", ran=True, at=0)
+    assert account.debited_micros == max(charged, PRICE.minimum_micros)
+    assert account.balance_micros == 100_000_000 - account.debited_micros
