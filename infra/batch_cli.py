@@ -20,10 +20,11 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, get_args
 
 import aiohttp
 
+from contracts.api.batch import Placement
 from infra.stack_state import read_state
 
 TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
@@ -172,12 +173,14 @@ class BatchApi:
         return str(uploaded["id"])
 
     async def create(self, file_id: str, endpoint: str, window: str, metadata: dict[str, str] | None,
-                     allow_partial: bool) -> dict[str, Any]:
+                     allow_partial: bool, placement: str = "approved_providers") -> dict[str, Any]:
         body: dict[str, Any] = {"input_file_id": file_id, "endpoint": endpoint, "completion_window": window}
         if metadata:
             body["metadata"] = metadata
         if allow_partial:
             body["allow_partial"] = True
+        if placement != "approved_providers":
+            body["placement"] = placement
         return await self._json("POST", "/batches", json=body)
 
     async def retrieve(self, batch_id: str) -> dict[str, Any]:
@@ -337,7 +340,7 @@ async def command(args: argparse.Namespace, config: Config, out: TextIO, source:
                     assert source is not None
                     file_id = await api.upload(source.path, source.size, out)
                     batch = await api.create(file_id, source.endpoint, args.window, metadata_of(args.metadata),
-                                             args.allow_partial)
+                                             args.allow_partial, args.placement)
                     batch_id = str(batch["id"])
                     out.write(f"batch {batch_id} created ({source.endpoint})\n")
                     if args.batch_command == "submit":
@@ -416,6 +419,9 @@ def add_arguments(batch: argparse.ArgumentParser) -> None:
         step.add_argument("--window", default="24h", help="completion window (default 24h)")
         step.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE")
         step.add_argument("--allow-partial", action="store_true", help="run the valid lines if some are refused")
+        step.add_argument("--placement", choices=get_args(Placement), default="approved_providers",
+                          help="own_organization: run only on your organisation's own providers (default: "
+                               "approved providers)")
     for name, text in (("status", "the batch as JSON"), ("wait", "follow the batch until it ends"),
                        ("cancel", "cancel the batch")):
         steps.add_parser(name, help=text).add_argument("batch_id")
