@@ -115,6 +115,15 @@ class BatchLog:
                 self._latest[shard] = max(other, self._latest.get(shard, 0))
         return attempt not in self.failed and self._latest.get(self.shard_of.get(attempt, 0), 0) <= attempt
 
+    def holds_line(self, chunk_key: str, line: int) -> bool:
+        """Whether a line found in this chunk may count: the lines validation refused, or a line of the unit the
+        chunk's attempt was assigned (an attempt writes no other unit's results, whatever its chunk says)."""
+        attempt = chunk_position(chunk_key)[0]
+        if attempt == REFUSED_ATTEMPT:
+            return True
+        layout = self.layout_of.get(attempt)
+        return layout is not None and layout.shard_of(line) == self.shard_of.get(attempt) and line >= 1
+
     def unit_chunks(self, shard: int, layout: ShardLayout) -> set[str]:
         """The announced chunks that may hold lines of shard `shard` of `layout`: those of its own attempts, and
         every one of an attempt whose layout was another or is unknown (its lines are told apart when read)."""

@@ -42,14 +42,19 @@ class Finalizer:
         return True
 
     async def finalize(self, command: RunBatch | FinalizeBatch, outcome: Outcome, counts: Callable[[str], bool],
-                       publish: Publish | None = None, code: str | None = None, all_lines_ran: bool = False) -> bool:
+                       publish: Publish | None = None, code: str | None = None, all_lines_ran: bool = False,
+                       holds: Callable[[str, int], bool] | None = None) -> bool:
         """Write both files and publish the terminal fact; False once `publish` refuses (the lease is gone).
 
-        The files hold the chunks that `counts` as committed. Lines never run get `code` in the error file
-        (default `batch_<outcome>`); unless `all_lines_ran`, the input is read again so none can go missing."""
+        The files hold the chunks that `counts` as committed, and of each only the lines it `holds` (chunk key,
+        input line; default every line). Lines never run get `code` in the error file (default
+        `batch_<outcome>`); unless `all_lines_ran`, the input is read again so none can go missing."""
         publish = publish or self._publish_unfenced
         batch_id = command.batch_id
-        committed = Resume.from_chunks(await self.results.committed(batch_id, counts), attempt=0).committed
+        chunks = await self.results.committed(batch_id, counts)
+        if holds is not None:
+            chunks = [(key, [line for line in lines if holds(key, line.line)]) for key, lines in chunks]
+        committed = Resume.from_chunks(chunks, attempt=0).committed
         lines = list(committed.values())
         if not all_lines_ran:
             unrun = await self._unrun(command, code or f"batch_{outcome}", set(committed))

@@ -104,7 +104,7 @@ class Executor:
             await self.bus.publish(BatchFinalizing(aggregate_id=command.batch_id, attempt=0))
         try:
             await self.runner.finalizer.finalize(command, command.reason, counts_as_committed(batch_log.announced),
-                                                 code=command.code)
+                                                 code=command.code, holds=batch_log.holds_line)
         except HOPELESS as error:
             raise PoisonMessage(f"{type(error).__name__}: {error}") from error
         self.runner.forget(command.batch_id)  # its input copy here is not needed any more

@@ -86,7 +86,8 @@ class Closer:
         if command.reason == "completed":
             await self.bus.publish(BatchFinalizing(aggregate_id=command.batch_id, attempt=0))
         finalizer = Finalizer(self.bus, self.store, ResultStore(self.store))
-        await finalizer.finalize(command, command.reason, counts_as_committed(batch_log.announced), code=command.code)
+        await finalizer.finalize(command, command.reason, counts_as_committed(batch_log.announced), code=command.code,
+                                 holds=batch_log.holds_line)
         log.info("batch %s (%s) finalized by the control plane", command.batch_id, command.reason)
 
     async def _fail(self, command: FinalizeBatch, error: Exception) -> None:

@@ -7,6 +7,7 @@ subject says who asks. Only the leader answers, and only once its book has read 
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 
 import nats.errors
@@ -40,7 +41,7 @@ from services.runtime.delivery import Answer
 from services.runtime.facts import last_fact
 from services.runtime.kv import ScanFailed, read_page
 from services.scheduler.book import Book
-from services.scheduler.entitlements import may_read, may_state, superseded
+from services.scheduler.entitlements import clamped, may_read, may_state, superseded
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ class FactDesk:
         if refusal is not None:
             log.warning("refused executor %s's %s of %s: %s", executor_id, event.type, event.aggregate_id, refusal)
             return FactReceipt(status="refused", reason=refusal)
+        event = clamped(event, int(time.time() * 1000))
         fence = submission.fence
         if superseded(self.book, event):
             last = await last_fact(self.bus, attempt_failures(event.aggregate_id))

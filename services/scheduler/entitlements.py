@@ -10,7 +10,9 @@ that, atomically with the write.
 """
 
 from collections.abc import Callable
+from typing import TypeVar
 
+from contracts.api.file import RESULT_FILE_EXPIRES_AFTER_S
 from contracts.events.batch import (
     AttemptFailed,
     BatchEnded,
@@ -28,6 +30,7 @@ from services.scheduler.book import BatchPlan, Book
 
 AttemptFact = BatchStarted | BatchProgressed | ShardFinished | AttemptFailed
 FinalizerFact = BatchEnded | BatchFailed
+StatedFact = TypeVar("StatedFact", bound=Event)
 ContextLength = Callable[[str], int | None] | None
 """A model's context length by catalogue id (None: not in the catalogue)."""
 MAX_SAMPLES = 64
@@ -141,8 +144,22 @@ def _finalizer_refusal(plan: BatchPlan, executor_id: str,
     return None
 
 
+def clamped(event: StatedFact, now_ms: int) -> StatedFact:
+    """The fact as the desk stores it: a time the executor stated is never later than the scheduler's clock, and a
+    result file never outlives what its batch asked for."""
+    update: dict[str, object] = {}
+    if event.occurred_at > now_ms:
+        update["occurred_at"] = now_ms
+    if isinstance(event, FileStored):
+        created_at = min(event.created_at, now_ms // 1000)
+        if created_at != event.created_at:
+            update["created_at"] = created_at
+    return event.model_copy(update=update) if update else event
+
+
 def _may_store(book: Book, executor_id: str, event: FileStored) -> str | None:
-    """An executor registers only the output and error file of a batch it finalizes, as that batch's owner's."""
+    """An executor registers only the output and error file of a batch it finalizes, as that batch's owner's, of
+    at most the batch's lines, expiring no later than the batch asked (default 30 days)."""
     batch_id = event.batch_id
     plan = book.plans.get(batch_id) if batch_id else None
     if plan is None:
@@ -157,4 +174,9 @@ def _may_store(book: Book, executor_id: str, event: FileStored) -> str | None:
         return f"file {event.aggregate_id} belongs to the owner of {plan.batch_id}, not {event.owner_key_id}"
     if not finalizes(plan, executor_id):
         return f"executor {executor_id} does not finalize batch {plan.batch_id}"
+    if not 0 <= (event.line_count or 0) <= plan.total_lines or event.bytes < 0:
+        return f"file {event.aggregate_id} states {event.line_count} lines; {plan.batch_id} has {plan.total_lines}"
+    lifetime = plan.output_expires_after_s or RESULT_FILE_EXPIRES_AFTER_S
+    if event.expires_at is not None and event.expires_at - event.created_at > lifetime:
+        return f"file {event.aggregate_id} would be kept past the {lifetime} s its batch asked for"
     return None
