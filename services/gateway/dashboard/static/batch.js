@@ -14,6 +14,10 @@ async function refresh() {
     ...row("Requests", `${batch.request_counts.completed} completed, ${batch.request_counts.failed} failed, ${batch.request_counts.total} total`),
     ...row("Usage", `${usage.input_tokens || 0} input + ${usage.output_tokens || 0} output = ${usage.total_tokens || 0} tokens`),
     ...row("Created", when(batch.created_at)), ...row("Finished", when(batch.completed_at || batch.failed_at || batch.cancelled_at || batch.expired_at)),
+    ...row("Placement", batch.placement === "own_organization" ? "Only its organisation's own providers" : "Approved providers"),
+    ...row("Ran on", (batch.attempts || []).length ? el("ul", { id: "attempts" }, ...batch.attempts.map((a) =>
+      el("li", {}, `attempt ${a.attempt}: ${a.executor_id} (${a.provider_id ? `provider ${a.provider_id}` : "the platform's own"})`)))
+      : "—"),
     ...(batch.status_reason ? row("Why", batch.status_reason) : []));
   document.getElementById("progress").replaceChildren(progressBar(batch.request_counts));
   const downloads = document.getElementById("downloads");

@@ -80,7 +80,8 @@ async function submit(event) {
     const allowPartial = document.getElementById("allow-partial").checked;
     const batch = await apiJson("/v1/batches", { method: "POST", json: {
       input_file_id: uploaded.id, endpoint: document.getElementById("endpoint").value,
-      completion_window: "24h", allow_partial: allowPartial, hold: true } });
+      completion_window: "24h", allow_partial: allowPartial, hold: true,
+      placement: document.getElementById("placement").value } });
     say(`Validating batch ${batch.id}…`);
     const controller = new AbortController();
     await streamEvents(batch.id, (ev) => {

@@ -16,8 +16,37 @@ async function isAdmin() {
   }
 }
 
+let providers = new Map();
+let adminKey = false;
+
+function showStatus() {
+  const provider = providers.get(choice.value);
+  const status = document.getElementById("provider-status");
+  const approve = document.getElementById("approve");
+  approve.hidden = !provider || !adminKey;
+  if (!provider) { status.replaceChildren(); return; }
+  const approved = provider.status === "approved";
+  const also = provider.approved_organizations.length ? `; approved by ${provider.approved_organizations.join(", ")}` : "";
+  status.replaceChildren(`Status: ${approved ? "approved (runs every organisation's batches)"
+    : `unapproved (runs only ${provider.organization_id}'s batches)`}${also}.`);
+  approve.textContent = approved ? "Withdraw approval" : "Approve for every organisation";
+}
+
+async function setApproval() {
+  const provider = providers.get(choice.value);
+  if (!provider) return;
+  const action = provider.status === "approved" ? "unapprove" : "approve";
+  try {
+    const updated = await apiJson(`/v1/provider/providers/${encodeURIComponent(provider.id)}/${action}`, { method: "POST" });
+    providers.set(updated.id, updated);
+    showStatus();
+  } catch (error) { say(`Could not ${action} the provider: ${error.message}`, true); }
+}
+
 async function loadProviders(selected) {
   const [page, admin] = await Promise.all([apiJson("/v1/provider/providers"), isAdmin()]);
+  providers = new Map(page.data.map((p) => [p.id, p]));
+  adminKey = admin;
   const options = page.data.map((p) => el("option", { value: p.id }, `${p.name} (${p.id})`));
   if (admin) options.push(el("option", { value: ADMIN_KEYS }, "No provider (admin-managed keys)"));
   if (!options.length) options.push(el("option", { value: "" }, "No provider yet: register one"));
@@ -28,6 +57,7 @@ async function loadProviders(selected) {
 
 async function loadKeys(revokedId) {
   const providerId = choice.value;
+  showStatus();
   document.getElementById("worker-keys").hidden = !providerId;
   if (!providerId) return;
   let page = await apiJson(keysPath(providerId));
@@ -126,6 +156,8 @@ document.getElementById("copy-join").addEventListener("click", async () => {
 
 // The command names this gateway as the browser reaches it (`sheshnag up --listen` prints the same).
 for (const place of document.querySelectorAll(".deployment")) place.textContent = location.origin;
+
+document.getElementById("approve").addEventListener("click", setApproval);
 
 choice.addEventListener("change", () => {
   document.getElementById("created").hidden = true;
