@@ -30,8 +30,20 @@ def batch_request_id(batch_id: str, custom_id: str) -> str:
     return derived_id("batch_req_", batch_id, custom_id)
 
 
+def new_key_id() -> str:
+    """A new key's public id: random, so it tells nothing about the key (executors see key ids)."""
+    return f"key_{secrets.token_hex(8)}"
+
+
 def key_id_for_hash(key_sha256: str) -> str:
+    """The id of a key made before key ids were random (its `KeyCreated` names none): derived from its SHA-256."""
     return f"key_{key_sha256[:16]}"
+
+
+def key_aggregate_id(key_id: str, key_sha256: str) -> str:
+    """The aggregate id (the subject token) of a key's facts: its public id; for a key made before key ids were
+    random (its id derived from its hash), the first 32 hex digits of its SHA-256, where its facts already are."""
+    return key_sha256[:32] if key_id == key_id_for_hash(key_sha256) else key_id
 
 
 def hash_api_key(api_key: str) -> str:

@@ -96,9 +96,10 @@ def batch_fact(batch_id: str, event_name: str) -> str:
     return event_subject("batch", batch_id, event_name)
 
 
-def key_fact(key_sha256: str, event_name: Literal["created", "revoked"]) -> str:
-    """Where a key's facts go: its aggregate id is the first 32 hex digits of the key's SHA-256."""
-    return event_subject("key", key_sha256[:32], event_name)
+def key_fact(key_aggregate_id: str, event_name: Literal["created", "revoked"]) -> str:
+    """Where a key's facts go: under its aggregate id (`contracts.ids.key_aggregate_id`), its random public id; for a
+    key made before key ids were random, the first 32 hex digits of its SHA-256."""
+    return event_subject("key", key_aggregate_id, event_name)
 
 
 KEY_CREATED = "evt.key.*.created"

@@ -1,6 +1,8 @@
 """Keys of a stack: the first admin key (from SHESHNAG_ADMIN_KEY, or generated once and stored only as a hash),
 the embedded executor's worker key, and keys operators create."""
 
+import hashlib
+import hmac
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,12 +11,28 @@ from contracts.events.key import KeyCreated, KeyRole
 from contracts.ids import hash_api_key, new_api_key
 from services.runtime.bus import EventBus
 
+KEY_ID_SECRET = "key-id-secret"
+
 
 @dataclass(frozen=True)
 class BootstrapKey:
     plaintext: str | None
     """Set only when this start created or was given the key; a stored key cannot be shown again."""
     sha256: str
+    key_id: str
+    """Its public id (`bootstrap_key_id`)."""
+
+
+def bootstrap_key_id(data_dir: Path, key_sha256: str) -> str:
+    """The id of a key the stack registers at every start (its admin key, its executor's worker key): the same each
+    time, so a registration again is the same fact, yet nothing anyone can test a guessed key against (executors see
+    key ids): an HMAC of the key's hash under a secret that never leaves the data dir."""
+    path = data_dir / KEY_ID_SECRET
+    if not path.exists():
+        path.touch(mode=0o600)
+        path.write_text(secrets.token_hex(32))
+    secret = path.read_text().strip().encode()
+    return f"key_{hmac.new(secret, key_sha256.encode(), hashlib.sha256).hexdigest()[:16]}"
 
 
 def _marker(data_dir: Path) -> Path:
@@ -24,11 +42,14 @@ def _marker(data_dir: Path) -> Path:
 def choose_admin_key(data_dir: Path, from_env: str | None) -> BootstrapKey:
     marker = _marker(data_dir)
     if from_env:
-        return BootstrapKey(from_env, hash_api_key(from_env))
-    if marker.exists():
-        return BootstrapKey(None, marker.read_text().strip())
-    plaintext = f"gk-{secrets.token_urlsafe(32)}"
-    return BootstrapKey(plaintext, hash_api_key(plaintext))
+        plaintext: str | None = from_env
+        digest = hash_api_key(from_env)
+    elif marker.exists():
+        plaintext, digest = None, marker.read_text().strip()
+    else:
+        plaintext = f"gk-{secrets.token_urlsafe(32)}"
+        digest = hash_api_key(plaintext)
+    return BootstrapKey(plaintext, digest, bootstrap_key_id(data_dir, digest))
 
 
 def remember(data_dir: Path, key: BootstrapKey) -> None:
@@ -39,20 +60,16 @@ def remember(data_dir: Path, key: BootstrapKey) -> None:
 
 async def register_key(bus: EventBus, key: BootstrapKey, label: str, role: KeyRole = "admin",
                        user_id: str | None = None) -> None:
-    await bus.publish(KeyCreated(aggregate_id=key.sha256[:32], key_sha256=key.sha256, role=role, label=label,
-                                 user_id=user_id))
-
-
-def new_key(role: KeyRole) -> BootstrapKey:
-    plaintext = new_api_key(worker=role == "worker")
-    return BootstrapKey(plaintext, hash_api_key(plaintext))
+    await bus.publish(KeyCreated(aggregate_id=key.key_id, key_id=key.key_id, key_sha256=key.sha256, role=role,
+                                 label=label, user_id=user_id))
 
 
 def local_worker_key(data_dir: Path) -> BootstrapKey:
     """The embedded executor's worker key: kept in the data dir (mode 0600) so the executor can present it."""
     path = data_dir / "worker-key"
     if not path.exists():
-        path.write_text(new_key("worker").plaintext or "")
+        path.write_text(new_api_key(worker=True))
         path.chmod(0o600)
     plaintext = path.read_text().strip()
-    return BootstrapKey(plaintext, hash_api_key(plaintext))
+    digest = hash_api_key(plaintext)
+    return BootstrapKey(plaintext, digest, bootstrap_key_id(data_dir, digest))

@@ -1,8 +1,10 @@
-"""Facts about users and API keys. Only the SHA-256 of a key is ever recorded."""
+"""Facts about users and API keys. Only the SHA-256 of a key is ever recorded, in fact bodies: subjects and ids, which
+executors see, carry the key's random id, nothing derived from the key."""
 
 from typing import ClassVar, Literal
 
 from contracts.events.envelope import Event
+from contracts.ids import key_id_for_hash
 
 KeyRole = Literal["admin", "user", "worker"]
 MemberRole = Literal["member", "admin"]
@@ -14,6 +16,10 @@ class KeyCreated(Event):
     name: ClassVar = "created"
     type: Literal["key.created"] = "key.created"
     key_sha256: str
+    key_id: str | None = None
+    """The key's public id (`new_key_id`, random), also the fact's aggregate id. None in facts from before key ids
+    were random: their id is derived from the hash (`key_id_for_hash`), their aggregate id is the hash's first 32 hex
+    digits."""
     role: KeyRole
     label: str
     user_id: str | None = None
@@ -21,9 +27,15 @@ class KeyCreated(Event):
     provider_id: str | None = None
     """For a worker key made by a provider's owner: that provider. None: an admin's or operator's worker key."""
 
+    @property
+    def public_id(self) -> str:
+        """The key's id as every other fact and record names it."""
+        return self.key_id or key_id_for_hash(self.key_sha256)
+
 
 class KeyRevoked(Event):
-    """From now on the key is refused everywhere; its live batches end with `authorization_revoked`."""
+    """From now on the key is refused everywhere; its live batches end with `authorization_revoked`. Filed under
+    the aggregate id of the key's `KeyCreated` (`contracts.ids.key_aggregate_id`)."""
 
     kind: ClassVar = "key"
     name: ClassVar = "revoked"

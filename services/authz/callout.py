@@ -66,7 +66,7 @@ class ExecutorAuthority:
         if refusal is not None or record is None:
             raise Refused(f"executor {user}: {refusal}")
         # The read model may lag a revoke the log already holds.
-        if await revoked(self.bus, key_sha256):
+        if await revoked(self.bus, key_sha256, record.key_id):
             raise Refused(f"executor {user}: Worker key {record.key_id} was revoked.")
         await self._check_owner(user, record)
         executor = await self.read_model.get_executor(user)

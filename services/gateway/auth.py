@@ -37,7 +37,7 @@ class KeyCache:
             if record is not None:
                 self.known[digest] = (time.monotonic(), record)
         # The read model lags the log (a paused ledger, forever): a revoke is final once its fact is stored.
-        if record is not None and not record.revoked and await self.revocations.revoked(digest):
+        if record is not None and not record.revoked and await self.revocations.revoked(digest, record.key_id):
             record = record.model_copy(update={"revoked": True})
             self.known[digest] = (time.monotonic(), record)
         return record
@@ -75,7 +75,8 @@ def principal(request: web.Request) -> ApiKeyRecord:
 
 async def still_authorized(request: web.Request) -> bool:
     """Whether the key this request was admitted with has not been revoked since (from the log itself)."""
-    return not await request.app[KEY_CACHE].revocations.revoked(request[REQUEST_KEY_DIGEST])
+    return not await request.app[KEY_CACHE].revocations.revoked(request[REQUEST_KEY_DIGEST],
+                                                                principal(request).key_id)
 
 
 def require_admin(request: web.Request) -> ApiKeyRecord:

@@ -5,6 +5,7 @@ Shared by the admin route and `sheshnag keys revoke`; publishing twice is harmle
 
 from contracts.events.batch import BatchCancelRequested
 from contracts.events.key import KeyRevoked
+from contracts.ids import key_aggregate_id
 from contracts.lifecycle import TERMINAL
 from services.runtime.bus import EventBus
 from services.runtime.readmodel import ReadModel
@@ -19,8 +20,8 @@ async def revoke_key(bus: EventBus, read_model: ReadModel, key_sha256: str, by_k
     if record is None:
         raise LookupError(key_sha256)
     if not record.revoked:
-        await bus.publish(KeyRevoked(aggregate_id=key_sha256[:32], key_sha256=key_sha256,
-                                     revoked_by_key_id=by_key_id))
+        await bus.publish(KeyRevoked(aggregate_id=key_aggregate_id(record.key_id, key_sha256),
+                                     key_sha256=key_sha256, revoked_by_key_id=by_key_id))
     live = [r.batch.id for r in await read_model.owner_batches(record.owner)  # its owner's index, not every batch
             if r.owner_key_id == record.key_id and r.batch.status not in ENDED]
     for batch_id in live:

@@ -9,6 +9,7 @@ from uuid import UUID
 from eventsourcing.domain import Aggregate, event
 from eventsourcing.utils import register_topic
 
+from contracts.ids import key_id_for_hash
 from services.ledger.domainmodel import TOPIC_MODULE, Batch, Folded, aggregate_id
 
 
@@ -36,8 +37,9 @@ class File(Folded):
 
 
 class ApiKey(Folded):
-    class_version = 3
-    """v2 added `user_id`, `created_at` and `revoked`; v3 `provider_id`. Older snapshots are upcast."""
+    class_version = 4
+    """v2 added `user_id`, `created_at` and `revoked`; v3 `provider_id`; v4 `key_id` (before it, every key's id was
+    derived from its hash). Older snapshots are upcast."""
 
     @staticmethod
     def upcast_v1_v2(state: dict[str, Any]) -> None:
@@ -49,10 +51,16 @@ class ApiKey(Folded):
     def upcast_v2_v3(state: dict[str, Any]) -> None:
         state.setdefault("provider_id", None)
 
+    @staticmethod
+    def upcast_v3_v4(state: dict[str, Any]) -> None:
+        state.setdefault("key_id", key_id_for_hash(state["key_sha256"]))
+
     @event("Created")
     def __init__(self, key_sha256: str, sequence: int, role: str, label: str, user_id: str | None = None,
-                 created_at: int = 0, provider_id: str | None = None) -> None:
+                 created_at: int = 0, provider_id: str | None = None, key_id: str | None = None) -> None:
         self.key_sha256, self.role, self.label, self.user_id = key_sha256, role, label, user_id
+        # A key created before key ids were random (its fact, and its stored event, name none): derived from its hash.
+        self.key_id = key_id or key_id_for_hash(key_sha256)
         self.created_at, self.revoked, self.provider_id = created_at, False, provider_id
         self.last_sequence, self.anomalies = sequence, []
 

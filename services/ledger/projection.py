@@ -7,7 +7,6 @@ from typing import Any
 from contracts.api.batch import Batch as BatchObject
 from contracts.api.file import FileObject
 from contracts.events.registry import decode_event
-from contracts.ids import key_id_for_hash
 from contracts.readmodel import (
     AccountRecord,
     AnomalyKind,
@@ -166,7 +165,7 @@ def file_record(file: File, owner_user_id: str | None = None) -> FileRecord:
 
 def api_key_record(key: ApiKey) -> ApiKeyRecord:
     return ApiKeyRecord.model_validate(
-        {"key_id": key_id_for_hash(key.key_sha256), "role": key.role, "label": key.label, "user_id": key.user_id,
+        {"key_id": key.key_id, "role": key.role, "label": key.label, "user_id": key.user_id,
          "provider_id": key.provider_id, "revoked": key.revoked, "created_at": key.created_at or None}
     )
 
@@ -217,7 +216,7 @@ def aggregate_ref(aggregate: Folded) -> tuple[AnomalyKind, str]:
     if isinstance(aggregate, File):
         return "file", aggregate.file_id
     if isinstance(aggregate, ApiKey):
-        return "key", key_id_for_hash(aggregate.key_sha256)
+        return "key", aggregate.key_id
     if isinstance(aggregate, User):
         return "user", aggregate.user_id
     if isinstance(aggregate, Executor):

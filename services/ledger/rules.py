@@ -30,7 +30,7 @@ from contracts.events.file import FileDeleted, FileStored
 from contracts.events.key import KeyCreated, KeyRevoked, UserCreated
 from contracts.events.organization import OrganizationCreated
 from contracts.events.provider import ProviderApprovalWithdrawn, ProviderApproved, ProviderRegistered
-from contracts.ids import error_file_id, key_id_for_hash, output_file_id
+from contracts.ids import error_file_id, output_file_id
 from contracts.lifecycle import TERMINAL
 from contracts.subjects import input_object_key
 from services.ledger.accounts import Account
@@ -276,7 +276,7 @@ class FoldingRules:
         self._note_key_owner(seq, fact, touched)
         return self._found_again(ApiKey, "apikey", fact.key_sha256, seq, fact, touched) or ApiKey(
             key_sha256=fact.key_sha256, sequence=seq, role=fact.role, label=fact.label, user_id=fact.user_id,
-            created_at=_at(fact), provider_id=fact.provider_id)
+            created_at=_at(fact), provider_id=fact.provider_id, key_id=fact.public_id)
 
     @_facts.on(KeyRevoked)
     def _key_revoked(self, seq: int, fact: KeyRevoked, touched: Touched) -> Folded | None:
@@ -422,7 +422,7 @@ class FoldingRules:
         """Remember the user of a key by the key's public id, the name other facts give it."""
         if fact.user_id is None:
             return
-        key_id = key_id_for_hash(fact.key_sha256)
+        key_id = fact.public_id
         if self._get(KeyOwner, aggregate_id("keyowner", key_id), touched) is None:  # a repeat is the key's anomaly
             owner = KeyOwner(key_id=key_id, sequence=seq, user_id=fact.user_id)
             touched[owner.id] = owner

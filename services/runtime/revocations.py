@@ -8,6 +8,7 @@ import nats.js.errors
 
 from contracts.events.key import KeyRevoked
 from contracts.events.registry import decode_event
+from contracts.ids import key_aggregate_id
 from contracts.subjects import EVENTS_STREAM, key_fact
 from services.runtime.bus import EventBus
 
@@ -15,19 +16,21 @@ MAX_REMEMBERED = 100_000
 """Revoked keys remembered per process; past this the oldest are asked about afresh (memory stays bounded)."""
 
 
-async def revoked(bus: EventBus, key_sha256: str, *, direct: bool = False) -> bool:
-    """True once a `key.revoked` fact for this key is in EVENTS.
+async def revoked(bus: EventBus, key_sha256: str, key_id: str, *, direct: bool = False) -> bool:
+    """True once a `key.revoked` fact for this key (its `key_id` as its read model record gives it; a key with no
+    record is refused anyway) is in EVENTS.
 
     By default a stream-leader read (`STREAM.MSG.GET`): the revoke's publish was acknowledged by that leader, so no
     reader after it can miss the fact. `direct` (a direct get, cheaper and outside the JetStream API queue) only on
     a single-replica stream, where the one server that acknowledged the fact answers; a replica might not have it
     yet. A broker that does not answer raises: callers refuse rather than admit a key they could not check."""
     try:
-        message = await bus.js.get_last_msg(EVENTS_STREAM, key_fact(key_sha256, "revoked"), direct=direct)
+        message = await bus.js.get_last_msg(EVENTS_STREAM, key_fact(key_aggregate_id(key_id, key_sha256), "revoked"),
+                                            direct=direct)
     except nats.js.errors.NotFoundError:
         return False
     fact = decode_event(message.data or b"")
-    # The subject holds 128 bits of the digest; the fact names the whole key.
+    # The subject names the key by its id (or, for an old key, 128 bits of its digest); the fact names the key.
     return isinstance(fact, KeyRevoked) and fact.key_sha256 == key_sha256
 
 
@@ -45,10 +48,10 @@ class RevocationCheck:
         config = (await bus.js.stream_info(EVENTS_STREAM)).config
         return cls(bus, direct=bool(config.allow_direct) and (config.num_replicas or 1) == 1)
 
-    async def revoked(self, key_sha256: str) -> bool:
+    async def revoked(self, key_sha256: str, key_id: str) -> bool:
         if key_sha256 in self.known_revoked:
             return True
-        if not await revoked(self.bus, key_sha256, direct=self.direct):
+        if not await revoked(self.bus, key_sha256, key_id, direct=self.direct):
             return False
         self.known_revoked[key_sha256] = None
         while len(self.known_revoked) > MAX_REMEMBERED:

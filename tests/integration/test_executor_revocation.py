@@ -14,9 +14,9 @@ import nats.errors
 import pytest
 from nats.aio.client import Client
 
-from contracts.events.key import KeyRevoked
 from contracts.ids import hash_api_key
 from contracts.readmodel import ApiKeyRecord
+from services.gateway.revocation import revoke_key
 from tests.integration.authorized_broker import AuthorizedBroker, admitting_broker
 
 CLOSED_WITHIN_S = 3.0
@@ -62,8 +62,7 @@ async def connected(running: AuthorizedBroker, executor_id: str, key: str) -> Ex
 
 async def revoke(running: AuthorizedBroker, key: str) -> None:
     """What the gateway's revoke stores: the fact alone (the read model is left as it was, as if the ledger lagged)."""
-    digest = hash_api_key(key)
-    await running.core.publish(KeyRevoked(aggregate_id=digest[:32], key_sha256=digest))
+    assert await revoke_key(running.core, running.read_model, hash_api_key(key), None) == []
 
 
 async def until(condition: object, within_s: float) -> float:

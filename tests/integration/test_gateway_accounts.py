@@ -11,7 +11,7 @@ import pytest
 
 from contracts.events.batch import BatchCancelRequested, BatchCreated
 from contracts.events.key import KeyCreated
-from contracts.ids import hash_api_key, key_id_for_hash
+from contracts.ids import hash_api_key
 from infra import cli
 from services.gateway.context import DEPS
 from services.gateway.revocation import revoke_key
@@ -224,7 +224,9 @@ async def test_the_cli_creates_a_users_key_and_revokes_it(gateway: Gateway, conn
             break
         await asyncio.sleep(0.05)
     assert [m["id"] for m in (await models.json())["data"]] == [EMBED]
-    assert await cli.revoke_key_by_id(key_id_for_hash(hash_api_key(raw))) == 0
+    record = await gateway.client.app[DEPS].read_model.get_api_key(hash_api_key(raw))
+    assert record is not None
+    assert await cli.revoke_key_by_id(record.key_id) == 0
     for _ in range(100):
         if (await gateway.client.get("/v1/models", headers=headers)).status == 401:
             break

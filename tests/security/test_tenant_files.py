@@ -16,7 +16,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from contracts.events.file import FileStored
 from contracts.fact_desk import LogRead
-from contracts.ids import hash_api_key, key_id_for_hash, output_file_id
+from contracts.ids import output_file_id
 from contracts.permissions import executor_inbox
 from contracts.subjects import EVENTS_STREAM, batch_events, batch_fact, input_object_key
 from services.executor.adapters.desk import FactDesk, FactRefused
@@ -29,12 +29,17 @@ ADMITTED_WITHIN_S = 60.0
 
 def user_key(stack: RunningStack) -> str:
     """A new plain user's API key."""
+    return user_key_and_id(stack)[0]
+
+
+def user_key_and_id(stack: RunningStack) -> tuple[str, str]:
+    """A new plain user's API key, and its id."""
     user_id = f"u-{secrets.token_hex(4)}"
     made = httpx2.post(f"{stack.base_url}/organization/users", json={"id": user_id}, headers=ADMIN, timeout=30)
     assert made.status_code == 200, made.text
     key = httpx2.post(f"{stack.base_url}/organization/keys", json={"user_id": user_id}, headers=ADMIN, timeout=30)
     assert key.status_code == 200, key.text
-    return str(key.json()["value"])
+    return str(key.json()["value"]), str(key.json()["id"])
 
 
 def victims_batch(stack: RunningStack, key: str) -> tuple[str, str]:
@@ -86,8 +91,7 @@ async def violated(errors: list[str], subject: str) -> None:
 async def test_a_users_own_executor_cannot_read_register_or_download_another_tenants_file(
         secure_stack: RunningStack) -> None:
     victim_file, victim_batch = victims_batch(secure_stack, user_key(secure_stack))
-    attacker_key = user_key(secure_stack)
-    attacker_owner = key_id_for_hash(hash_api_key(attacker_key))
+    attacker_key, attacker_owner = user_key_and_id(secure_stack)
     executor_id = f"evil-{secrets.token_hex(3)}"
     errors: list[str] = []
     evil = await join_as_executor(secure_stack, executor_id, attackers_worker_key(secure_stack, attacker_key), errors)

@@ -16,7 +16,7 @@ from contracts.api.organization import (
 from contracts.catalogue import Catalogue
 from contracts.events.key import KeyCreated, KeyRole, UserCreated
 from contracts.events.organization import OrganizationCreated
-from contracts.ids import hash_api_key, new_api_key
+from contracts.ids import hash_api_key, new_api_key, new_key_id
 from contracts.readmodel import ApiKeyRecord, OrganizationRecord, UserRecord
 from services.gateway.usecases.refusals import ApiError, bad_request, not_found
 from services.runtime.bus import EventBus
@@ -95,9 +95,9 @@ async def create_key(accounts: Accounts, role: KeyRole, label: str, user_id: str
                      provider_id: str | None = None) -> tuple[str, ApiKeyRecord]:
     """A new key and its record; the raw value is returned here only (the log keeps its SHA-256)."""
     raw = new_api_key(worker=role == "worker")
-    digest = hash_api_key(raw)
-    await accounts.bus.publish(KeyCreated(aggregate_id=digest[:32], key_sha256=digest, role=role, label=label,
-                                          user_id=user_id, provider_id=provider_id))
+    digest, key_id = hash_api_key(raw), new_key_id()
+    await accounts.bus.publish(KeyCreated(aggregate_id=key_id, key_id=key_id, key_sha256=digest, role=role,
+                                          label=label, user_id=user_id, provider_id=provider_id))
     record = await accounts.read_model.wait_for(lambda: accounts.read_model.get_api_key(digest), lambda r: True,
                                                 accounts.read_your_writes_s)
     if record is None:
