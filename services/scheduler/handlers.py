@@ -25,9 +25,9 @@ BOOK = LogFollower("scheduler", book_facts(), "Each leader's book: every batch's
                                               "the whole log at the start of its term, then live.")
 
 
-async def register(request: ExecutorRegistration, executor_id: Annotated[str, Path()],
+async def register(request: ExecutorRegistration, connected_as: Annotated[str, Path()],
                    term: Annotated[Term, Context()]) -> RegistrationAnswer:
-    return await term.registrar.answer(executor_id, request)
+    return await term.registrar.answer(connected_as, request)
 
 
 async def grant_objects(request: ObjectRequest, executor_id: Annotated[str, Path()],

@@ -27,8 +27,9 @@ from services.scheduler.domain import HEARTBEAT_FRESH_MS
 
 log = logging.getLogger(__name__)
 
-REGISTRATIONS = Answer(FLEET_REGISTER.replace("*", "{executor_id}"), ExecutorRegistration,
+REGISTRATIONS = Answer(FLEET_REGISTER.replace("*", "{connected_as}"), ExecutorRegistration,
                        lambda why: RegistrationAnswer(accepted=False, reason=f"Malformed registration: {why}"))
+"""The subject's parameter is the id the connection was admitted as (not `executor_id`: that is the body's claim)."""
 
 
 def worker_key_refusal(record: ApiKeyRecord | None) -> str | None:

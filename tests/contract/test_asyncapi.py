@@ -84,7 +84,7 @@ def test_the_validator_consumes_created_batches_on_its_durable_and_emits_its_ver
 
 def test_the_scheduler_folds_the_book_answers_executors_and_states_assignments() -> None:
     operations = actions_on_subjects()
-    assert {("receive", "svc.fleet.register"), ("receive", "svc.facts.{executor_id}"),
+    assert {("receive", "svc.register.{connected_as}"), ("receive", "svc.facts.{executor_id}"),
             ("receive", "svc.log.{executor_id}"), ("receive", "svc.objects.{executor_id}")} <= operations
     assert {("receive", "evt.batch.*.validated"), ("send", "evt.batch.*.assigned")} <= operations
     assert "scheduler.fold:evt.batch.*.validated" in event_catalogue()["channels"]
