@@ -12,7 +12,7 @@ from nats.js.api import ConsumerInfo
 
 from contracts.api.rejected_line import RejectedLine
 from contracts.commands import FinalizeBatch, RunBatch
-from contracts.events.batch import AttemptFailed, BatchFailed, BatchProgressed
+from contracts.events.batch import AttemptFailed, BatchAssigned, BatchFailed, BatchProgressed
 from contracts.ids import batch_request_id
 from contracts.subjects import (
     WORK_STREAM,
@@ -120,6 +120,8 @@ async def test_a_batch_failed_at_run_time_delivers_its_committed_lines_and_names
     lines[3] = line("deep", chat(3)).replace(b'"seed": 3', b'"seed": 3, "user": ' + b"[" * 1000 + b"]" * 1000)
     command = await run_batch(object_store, executor, lines)
     # What an attempt committed before the batch ran out of attempts: the first two lines.
+    await bus.publish(BatchAssigned(aggregate_id=command.batch_id, executor_id=executor.executor_id, attempt=1,
+                                    lease_token="t", shard=0, shards=1, shard_span=0))
     committed = [result_line(command.batch_id, InputLine(n + 1, f"line-{n}", {}), 200, {"n": n}) for n in range(2)]
     key = await ResultStore(object_store).put_chunk(command.batch_id, 1, Chunk(0, tuple(committed), 2, 0))
     await bus.publish(BatchProgressed(aggregate_id=command.batch_id, attempt=1, chunk=0, chunk_key=key,
