@@ -34,11 +34,12 @@ class Fleet:
         self.skips = SkipLog(log)
 
     @classmethod
-    async def open(cls, bus: EventBus, scans: bool = True) -> "Fleet":
-        """`scans=False` for executors: they only write their own advert (and may not reconfigure the bucket)."""
-        return cls(await open_bucket(bus, EXECUTORS_BUCKET, ADVERT_TTL_S, scans=scans))
+    async def open(cls, bus: EventBus) -> "Fleet":
+        """The core services' view (executors write their own advert alone: `services/executor/adapters/advert.py`)."""
+        return cls(await open_bucket(bus, EXECUTORS_BUCKET, ADVERT_TTL_S))
 
     async def advertise(self, advert: ExecutorAdvert) -> None:
+        """Write an advert as its executor would (tests and benchmarks standing in for executors)."""
         await self.kv.put(advert.executor_id, advert.model_dump_json().encode())
 
     async def withdraw(self, executor_id: str) -> None:

@@ -43,7 +43,10 @@ def finalizes(plan: BatchPlan, executor_id: str) -> bool:
         return True
     one_shard = plan.layout is None or plan.layout.shards == 1
     latest = plan.shards.get(0)
-    return one_shard and latest is not None and plan.assignees.get(latest.attempt) == executor_id
+    # Its own single unit, while its lease holds: once fenced, the batch is the control plane's to end (a fact sent
+    # without the fence must not slip past it).
+    return one_shard and latest is not None and latest.attempt not in latest.failed_attempts \
+        and plan.assignees.get(latest.attempt) == executor_id
 
 
 def may_read(book: Book, executor_id: str, batch_id: str) -> str | None:

@@ -4,7 +4,7 @@ lines can use, nothing negative; and an account is never debited past a batch's 
 from decimal import Decimal
 
 from contracts.billing import ModelPrice
-from contracts.events.batch import BatchCompleted, BatchProgressed, BatchUsage
+from contracts.events.batch import AttemptFailed, BatchCompleted, BatchProgressed, BatchUsage
 from contracts.subjects import result_chunk_key
 from services.ledger.accounts import Account
 from services.scheduler.entitlements import may_state
@@ -76,3 +76,12 @@ def test_a_settle_charges_the_committed_chunks_not_a_total_the_end_states() -> N
     account.settle(4, "b1", ran=True, at=0)
     assert account.debited_micros == max(charged, PRICE.minimum_micros)
     assert account.balance_micros == 100_000_000 - account.debited_micros
+
+
+def test_a_fenced_attempts_executor_cannot_state_the_batchs_end_even_without_a_fence() -> None:
+    book = fleet()
+    end = BatchCompleted(aggregate_id="b1", output_file_id=None, error_file_id=None, completed=10, failed=0,
+                         usage=BatchUsage())
+    assert may_state(book, "alpha", end, context_length) is None
+    book.apply(AttemptFailed(aggregate_id="b1", attempt=1, executor_id="alpha", code="executor_lost", reason="x"))
+    assert may_state(book, "alpha", end, context_length) is not None
