@@ -71,6 +71,8 @@ def test_a_keyboard_user_signs_in_opens_new_batch_and_creates_then_revokes_a_key
     page.keyboard.press("Tab")
     assert focused(page)["id"] == "file"
     page.keyboard.press("Tab")
+    assert focused(page)["id"] == "placement"
+    page.keyboard.press("Tab")
     assert focused(page)["id"] == "allow-partial"
     page.keyboard.press("Tab")
     assert focused(page)["text"] == "Upload and validate"
