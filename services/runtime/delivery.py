@@ -42,9 +42,12 @@ from contracts.subjects import BATCH_HEADER, event_subject, parse_event_subject,
 from services.runtime import metrics
 from services.runtime.bus import ConsumerPolicy, PoisonMessage
 from services.runtime.logfmt import BATCH_ID
+from services.runtime.skip_log import SkipLog
 from services.runtime.telemetry import attached, extract_context, tracer
 
 log = logging.getLogger(__name__)
+_MALFORMED = SkipLog(log, "refused")
+"""Requests that are not their answer's contract: logged at most once a minute per subject (an executor's)."""
 
 PoisonHandler = Callable[[Any, BaseException, Any], Awaitable[None]]
 """(the fact, decoded, or None when it is not its contract; the error; the service's dependencies)."""
@@ -247,7 +250,7 @@ class _Answering(BaseMiddleware):
             try:
                 return await call_next(msg)
             except Refused as refused:
-                log.warning("refused a malformed request on %s", typing.cast(Msg, msg.raw_message).subject)
+                _MALFORMED.skipped(typing.cast(Msg, msg.raw_message).subject, "a malformed request")
                 return refused.reply
 
 

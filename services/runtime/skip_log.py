@@ -1,5 +1,5 @@
-"""Logging what an untrusted party sent that was skipped, at most once a minute per source: a hostile executor
-writing garbage every few milliseconds must not fill the log either."""
+"""Logging what an untrusted party sent that was skipped or refused, at most once a minute per source: a hostile
+executor writing garbage every few milliseconds must not fill the log either (nor choose much of its text)."""
 
 import logging
 import time
@@ -13,6 +13,8 @@ MAX_SOURCES = 10_000
 @dataclass
 class SkipLog:
     log: logging.Logger
+    verb: str = "skipped"
+    """How the log line says what was done with it (`skipped`, `refused`)."""
     quiet_s: float = QUIET_S
     _last: dict[str, float] = field(default_factory=dict)
     _skipped: dict[str, int] = field(default_factory=dict)
@@ -30,5 +32,5 @@ class SkipLog:
                 self._last.pop(oldest, None)
                 self._skipped.pop(oldest, None)
         self._last[source] = now
-        self.log.warning("skipped from %s: %s%s", source[:80], what[:300],
-                         f" (and {more} more skipped in the last {self.quiet_s:.0f}s)" if more else "")
+        self.log.warning("%s from %s: %s%s", self.verb, source[:80], what[:300],
+                         f" (and {more} more {self.verb} in the last {self.quiet_s:.0f}s)" if more else "")

@@ -230,7 +230,7 @@ class Book:
 
     def may_run(self, executor_id: str, plan: BatchPlan) -> bool:
         """Whether the batch's placement lets `executor_id` run it (or read its objects)."""
-        return self.placements.allows(executor_id, plan.placement, plan.organization_id)
+        return self.placements.allows(executor_id, plan.placement, plan.organization_id, plan.owner)
 
     def open_plans(self) -> list[BatchPlan]:
         return list(self.open.values())

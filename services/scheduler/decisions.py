@@ -16,7 +16,7 @@ from contracts.events.executor import ExecutorAdvert
 from services.scheduler.book import CONTROL_PLANE, BatchPlan, Book
 from services.scheduler.domain import HEARTBEAT_FRESH_MS, eligible_executors, free_bytes, why_unassignable
 from services.scheduler.fair_share import FairQueue, QueuedBatch, Weights
-from services.scheduler.placement import PLACEMENT_WITHDRAWN, Placements, organization_key, why_not_placed
+from services.scheduler.placement import PLACEMENT_WITHDRAWN, Placements, trust_scope, why_not_placed
 
 MAX_ATTEMPTS = 3
 """Failed attempts of one unit that committed nothing, before the batch fails."""
@@ -163,7 +163,7 @@ class _Fleet:
 
     def allows(self, executor_id: str, plan: BatchPlan) -> bool:
         """Whether the batch's placement lets the executor run it."""
-        return self.placements.allows(executor_id, plan.placement, plan.organization_id)
+        return self.placements.allows(executor_id, plan.placement, plan.organization_id, plan.owner)
 
     def live_for(self, plan: BatchPlan) -> dict[str, ExecutorAdvert]:
         """The live executors the batch may run on."""
@@ -178,7 +178,7 @@ class _Fleet:
                                                 for advert in self.able(model))
             if not self._selective[model.id]:
                 return _Lane(model.id, model, plan)
-        return _Lane(f"{model.id}|{plan.placement}|{organization_key(plan.organization_id)}", model, plan)
+        return _Lane(f"{model.id}|{plan.placement}|{trust_scope(plan.organization_id, plan.owner)}", model, plan)
 
 
 @dataclass(frozen=True)

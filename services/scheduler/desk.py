@@ -8,7 +8,7 @@ subject says who asks. Only the leader answers, and only once its book has read 
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import nats.errors
 import nats.js.errors
@@ -40,6 +40,7 @@ from services.runtime.bus import EventBus, Fence, FenceMoved
 from services.runtime.delivery import Answer
 from services.runtime.facts import last_fact
 from services.runtime.kv import ScanFailed, read_page
+from services.runtime.skip_log import SkipLog
 from services.scheduler.book import Book
 from services.scheduler.entitlements import clamped, may_read, may_state, superseded
 
@@ -59,6 +60,8 @@ class FactDesk:
     caught_up: asyncio.Event
     catalogue: Catalogue | None = None
     """Models' context lengths, which bound the tokens a line's result can state (None: unbounded)."""
+    refusals: SkipLog = field(default_factory=lambda: SkipLog(log, "refused"))
+    """What executors were refused, logged at most once a minute per executor."""
 
     def context_length(self, model: str) -> int | None:
         found = self.catalogue.resolve(model) if self.catalogue is not None else None
@@ -73,7 +76,7 @@ class FactDesk:
             return FactReceipt(status="refused", reason=f"Not a fact: {error.errors()[0]['msg']}")
         refusal = may_state(self.book, executor_id, event, self.context_length)
         if refusal is not None:
-            log.warning("refused executor %s's %s of %s: %s", executor_id, event.type, event.aggregate_id, refusal)
+            self.refusals.skipped(f"executor {executor_id}", f"{event.type} of {event.aggregate_id}: {refusal}")
             return FactReceipt(status="refused", reason=refusal)
         event = clamped(event, int(time.time() * 1000))
         fence = submission.fence
@@ -94,7 +97,7 @@ class FactDesk:
             return LogPage(status="retry", reason=CATCHING_UP)
         refusal = may_read(self.book, executor_id, request.batch_id)
         if refusal is not None:
-            log.warning("refused executor %s a read of %s's log: %s", executor_id, request.batch_id, refusal)
+            self.refusals.skipped(f"executor {executor_id}", f"a read of {request.batch_id}'s log: {refusal}")
             return LogPage(status="refused", reason=refusal)
         try:
             messages, more = await read_page(self.bus.js, EVENTS_STREAM, batch_events(request.batch_id),

@@ -7,7 +7,7 @@ and which executors are in the fleet (they read the model weights kept in the st
 import asyncio
 import itertools
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Literal
 
@@ -23,6 +23,7 @@ from contracts.subjects import input_object_key, object_requests, rejections_key
 from services.runtime.delivery import Answer
 from services.runtime.objectstore import ObjectStore
 from services.runtime.settings import ConnectionSettings
+from services.runtime.skip_log import SkipLog
 from services.scheduler.book import BatchPlan, Book
 
 log = logging.getLogger(__name__)
@@ -144,13 +145,15 @@ class ObjectBroker:
     signer: ObjectSigner
     book: Book
     caught_up: asyncio.Event
+    refusals: SkipLog = field(default_factory=lambda: SkipLog(log, "refused"))
+    """What executors were refused, logged at most once a minute per executor."""
 
     async def answer(self, executor_id: str, request: ObjectRequest) -> ObjectGrant:
         if not self.caught_up.is_set():
             return ObjectGrant(granted=False, retry=True, reason="The scheduler is still reading the log.")
         refusal = authorize(self.book, executor_id, request)
         if refusal is not None:
-            log.warning("refused executor %s a %s of %s: %s", executor_id, request.operation, request.key, refusal)
+            self.refusals.skipped(f"executor {executor_id}", f"a {request.operation} of {request.key}: {refusal}")
             return ObjectGrant(granted=False, reason=refusal)
         expires = self.signer.expiry_s
         if request.operation != "list":

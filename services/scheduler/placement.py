@@ -3,7 +3,11 @@ log, and the rule (`may_run`) the scheduler assigns by and the object broker sig
 
 An executor that joined with an operator's or admin's worker key (no provider) is the platform's own: it runs every
 batch that allows approved providers, and none limited to an organisation's own providers. A provider's
-organisation is its owner's (the default one for a provider registered by a key without a user)."""
+organisation is its owner's (the default one for a provider registered by a key without a user).
+
+The default organisation is where every user made without one lands, so it is no circle of trust: there, an
+unapproved provider runs only its own owner's batches, and `own_organization` means the owner's own providers
+(`trust_scope`)."""
 
 from dataclasses import dataclass, field
 
@@ -13,6 +17,7 @@ from contracts.events.envelope import Event
 from contracts.events.executor import ExecutorRegistered
 from contracts.events.key import UserCreated
 from contracts.events.provider import ProviderApprovalWithdrawn, ProviderApproved, ProviderRegistered
+from contracts.ids import owner_id
 from services.runtime.foldrules import FoldRules
 
 PLACEMENT_FACTS: tuple[type[Event], ...] = (UserCreated, ProviderRegistered, ProviderApproved,
@@ -29,12 +34,22 @@ def organization_key(organization_id: str | None) -> str:
     return organization_id or DEFAULT_ORGANIZATION_ID
 
 
+def trust_scope(organization_id: str | None, owner: str) -> str:
+    """Whose providers a batch of `owner` trusts without an approval: its organisation's; in the default
+    organisation (shared by every user made without one), its owner's alone."""
+    organization = organization_key(organization_id)
+    return f"{organization}/{owner}" if organization == DEFAULT_ORGANIZATION_ID else organization
+
+
 @dataclass(frozen=True)
 class Runner:
     """Whose executor it is, as placement judges it."""
 
     organization: str | None
     """The provider's organisation (public id); None: the platform's own executor (no provider)."""
+    scope: str | None = None
+    """The provider's `trust_scope`: the batches it runs unapproved (its organisation's, or in the default
+    organisation its owner's); None: the platform's own executor."""
     approved_platform_wide: bool = False
     approved_for: frozenset[str] = frozenset()
     """Organisations whose administrators approved the provider for their batches."""
@@ -49,11 +64,13 @@ UNKNOWN_PROVIDER = Runner(organization="", approved_platform_wide=False)
 """A provider the log has not named (yet): it runs nothing."""
 
 
-def may_run(runner: Runner, placement: Placement, organization: str) -> bool:
-    """Whether an executor of `runner` may run a batch of `organization` (public id) that asked for `placement`."""
+def may_run(runner: Runner, placement: Placement, organization: str, scope: str) -> bool:
+    """Whether an executor of `runner` may run a batch of `organization` (public id) and `trust_scope` `scope` that
+    asked for `placement`."""
     if placement == "own_organization":
-        return runner.organization == organization
-    return runner.approved_platform_wide or organization in runner.approved_for or runner.organization == organization
+        return runner.scope is not None and runner.scope == scope
+    return runner.approved_platform_wide or organization in runner.approved_for or (
+        runner.scope is not None and runner.scope == scope)
 
 
 def why_not_placed(placement: Placement, model: str) -> str:
@@ -68,6 +85,7 @@ def why_not_placed(placement: Placement, model: str) -> str:
 @dataclass
 class _Provider:
     owner_user_id: str | None
+    owner_key_id: str
     approved_platform_wide: bool = False
     approved_for: set[str] = field(default_factory=set)
 
@@ -97,12 +115,16 @@ class Placements:
         if provider is None:
             return UNKNOWN_PROVIDER
         owner = provider.owner_user_id
-        return Runner(organization=organization_key(self.users.get(owner) if owner is not None else None),
+        organization = organization_key(self.users.get(owner) if owner is not None else None)
+        return Runner(organization=organization,
+                      scope=trust_scope(organization, owner_id(owner, provider.owner_key_id)),
                       approved_platform_wide=provider.approved_platform_wide,
                       approved_for=frozenset(provider.approved_for))
 
-    def allows(self, executor_id: str, placement: Placement, organization_id: str | None) -> bool:
-        return may_run(self.runner(executor_id), placement, organization_key(organization_id))
+    def allows(self, executor_id: str, placement: Placement, organization_id: str | None, owner: str) -> bool:
+        """Whether `executor_id` may run a batch of `owner` in `organization_id` that asked for `placement`."""
+        return may_run(self.runner(executor_id), placement, organization_key(organization_id),
+                       trust_scope(organization_id, owner))
 
     @_rules.on(UserCreated)
     def _user(self, event: UserCreated) -> None:
@@ -110,7 +132,7 @@ class Placements:
 
     @_rules.on(ProviderRegistered)
     def _provider(self, event: ProviderRegistered) -> None:
-        self.providers.setdefault(event.aggregate_id, _Provider(event.owner_user_id))
+        self.providers.setdefault(event.aggregate_id, _Provider(event.owner_user_id, event.owner_key_id))
 
     @_rules.on(ProviderApproved, ProviderApprovalWithdrawn)
     def _approval(self, event: ProviderApproved | ProviderApprovalWithdrawn) -> None:

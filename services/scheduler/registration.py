@@ -22,6 +22,7 @@ from contracts.subjects import FLEET_REGISTER, requester_of
 from services.runtime.bus import EventBus
 from services.runtime.delivery import Answer
 from services.runtime.readmodel import ReadModel
+from services.runtime.skip_log import SkipLog
 from services.scheduler.book import Book
 from services.scheduler.domain import HEARTBEAT_FRESH_MS
 
@@ -71,6 +72,7 @@ class Registrar:
     caught_up: asyncio.Event = field(default_factory=lambda: _set(asyncio.Event()))
     """Set once the book has read the whole log (a registrar without a reader has nothing to read)."""
     _one_at_a_time: asyncio.Lock = field(default_factory=asyncio.Lock)
+    refusals: SkipLog = field(default_factory=lambda: SkipLog(log, "refused"))
 
     async def answer(self, executor_id: str, request: ExecutorRegistration) -> RegistrationAnswer:
         """Judge a registration that arrived on `executor_id`'s own subject."""
@@ -87,8 +89,8 @@ class Registrar:
             now_ms = int(time.time() * 1000)
             refusal = identity_refusal(self.book, executor_id, record, now_ms)
             if refusal is not None:
-                log.warning("registration of executor %s with worker key %s refused: %s", executor_id,
-                            record.key_id, refusal)
+                self.refusals.skipped(f"executor {executor_id}", f"its registration with worker key "
+                                                                 f"{record.key_id}: {refusal}")
                 return RegistrationAnswer(accepted=False, reason=refusal)
             advert = request.advert.model_copy(update={"heartbeat_at": min(request.advert.heartbeat_at, now_ms)})
             registered = ExecutorRegistered(aggregate_id=executor_id, advert=advert, started_at=now_ms,

@@ -17,9 +17,9 @@ from services.scheduler.objects import authorize
 from services.scheduler.placement import PLACEMENT_WITHDRAWN, PLATFORMS_OWN, Runner, may_run
 from tests.unit.test_scheduler_decisions import CATALOGUE, NOW, advert
 
-UNAPPROVED_ACME = Runner(organization="acme")
-APPROVED_ACME = Runner(organization="acme", approved_platform_wide=True)
-ACME_APPROVED_BY_GLOBEX = Runner(organization="acme", approved_for=frozenset({"globex"}))
+UNAPPROVED_ACME = Runner(organization="acme", scope="acme")
+APPROVED_ACME = Runner(organization="acme", scope="acme", approved_platform_wide=True)
+ACME_APPROVED_BY_GLOBEX = Runner(organization="acme", scope="acme", approved_for=frozenset({"globex"}))
 
 
 @pytest.mark.parametrize(("runner", "placement", "organization", "allowed"), [
@@ -35,7 +35,7 @@ ACME_APPROVED_BY_GLOBEX = Runner(organization="acme", approved_for=frozenset({"g
     (PLATFORMS_OWN, "own_organization", "globex", False),
 ])
 def test_the_placement_rule(runner: Runner, placement: Placement, organization: str, allowed: bool) -> None:
-    assert may_run(runner, placement, organization) is allowed
+    assert may_run(runner, placement, organization, organization) is allowed
 
 
 def registered(executor_id: str, provider_id: str | None) -> ExecutorRegistered:
@@ -92,6 +92,17 @@ def test_the_default_organisations_provider_serves_only_the_default_organisation
     batch(book, "b_dflt", None)
     batch(book, "b_globex", "globex")
     assert placed(book, "dflt-1") == {"b_dflt": "dflt-1"}
+
+
+def test_in_the_default_organisation_an_unapproved_provider_serves_only_its_owners_batches() -> None:
+    book = fleet_book(UserCreated(aggregate_id="u_other"))  # another user made without an organisation
+    book.apply(BatchCreated(aggregate_id="b_other", owner_key_id="k9", input_file_id="f", input_object_key="files/f",
+                            endpoint="/v1/chat/completions", completion_window="24h", created_at=0,
+                            expires_at=NOW // 1000 + 3600, owner_user_id="u_other"))
+    book.apply(BatchValidated(aggregate_id="b_other", total_lines=3, model="m", owner_key_id="k9",
+                              endpoint="/v1/chat/completions", input_object_key="files/f"))
+    assert placed(book, "dflt-1") == {}, "the default organisation is everyone without one: no circle of trust"
+    assert placed(book, "dflt-1", "ops-1") == {"b_other": "ops-1"}
 
 
 def test_a_platform_approval_lets_it_serve_everyone_until_withdrawn() -> None:
