@@ -15,6 +15,7 @@ from services.executor.adapters.brokered_store import BrokeredObjectStore, http_
 from services.executor.adapters.engines.shelf import EngineShelf
 from services.executor.adapters.memory import device_memory, within_budget
 from services.executor.adapters.objects import ObjectAccess
+from services.executor.adapters.refusals import Refusals
 from services.executor.adapters.registration import register, register_once
 from services.executor.handlers import Executor, executor_router
 from services.executor.heartbeat import Rejoin, heartbeat
@@ -107,7 +108,9 @@ async def serve(settings: ExecutorSettings, engines: EngineShelf, broker: Servic
     advert = advert_of(settings, engines)
     await fleet.advertise(advert)
     if settings.worker_key:
-        await register(bus, settings.executor_id, settings.worker_key, advert, stop)
+        refusals = Refusals(settings.executor_id, settings.join_retry_s, settings.join_retry_max_s,
+                            settings.max_refusals)
+        await register(bus, settings.executor_id, settings.worker_key, advert, stop, refusals)
     else:
         log.warning("no worker key (SHESHNAG_EXECUTOR_WORKER_KEY): the scheduler will not assign this executor "
                     "any batch; it only takes commands sent to it directly")

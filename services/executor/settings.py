@@ -49,6 +49,15 @@ class ExecutorSettings(ServiceSettings):
     model_cache_dir: str = ""
     """Where model weights fetched from the object store or Hugging Face are kept (verified by their SHA-256);
     empty: `$XDG_CACHE_HOME/sheshnag/models`."""
+    join_retry_s: float = Field(default=1.0, gt=0)
+    """After a refusal to join (NATS refused the worker key, the broker's certificate is not trusted, the scheduler
+    refused the registration) the executor says why and tries again this long after; the wait doubles with each
+    refusal in a row, up to `join_retry_max_s`."""
+    join_retry_max_s: float = Field(default=60.0, gt=0)
+    """The longest wait between two tries to join."""
+    max_refusals: int = Field(default=0, ge=0)
+    """Give up after this many refusals in a row and exit with status 78 (scripts; 1: try once); 0: keep trying,
+    backing off."""
     object_broker_wait_s: float = 60.0
     """Without S3 credentials (`SHESHNAG_S3_ACCESS_KEY` unset) objects are reached through presigned URLs the
     leading scheduler hands out: how long to wait for one while no scheduler can answer (a leader change)."""

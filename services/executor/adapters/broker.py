@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import logging
 
-import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
@@ -15,15 +14,17 @@ from nats.js.client import DEFAULT_JS_SUB_PENDING_BYTES_LIMIT, DEFAULT_JS_SUB_PE
 
 from contracts.permissions import executor_inbox
 from services.executor.adapters.desk import DeskBus, FactDesk
+from services.executor.adapters.refusals import Refusals, explain, is_refusal, is_tls_failure
 from services.executor.settings import ExecutorSettings
 from services.runtime.broker import ServiceBroker, service_broker
 from services.runtime.bus import Credentials, EventBus
 
 log = logging.getLogger(__name__)
 
-RETRY_EVERY_S = 1.0
-REFUSAL_LOG_EVERY = 30
-"""Refusals between two warnings: a refused executor keeps trying, quietly."""
+SOCKET_CLOSED_S = 0.2
+"""How long nats-py takes to close a refused connection's socket (well within its 0.5 s wait before retrying)."""
+CONNECTION_ERROR_LOG_EVERY_S = 60.0
+"""Once joined, the same connection error (a reconnect refused, the broker gone) is logged at most this often."""
 
 
 def credentials(settings: ExecutorSettings) -> Credentials | None:
@@ -77,28 +78,81 @@ class _OwnDurables(JetStreamContext):
                                               pending_bytes_limit=pending_bytes_limit)
 
 
-def _refused(error: Exception) -> bool:
-    return "authorization violation" in str(error).lower()
+class ConnectionErrors:
+    """What the connection's errors say (faststream's own callback logged each with a traceback, every retry).
+
+    While the executor joins, a refusal or an untrusted certificate ends the try (nats-py would try again at once,
+    for ever, and nobody would hear why); an unreachable broker is waited for, said once. Once joined, each
+    distinct error is logged at most once a minute."""
+
+    def __init__(self) -> None:
+        self.joined = False
+        self.failure: Exception | None = None
+        self.failed = asyncio.Event()
+        self._said: dict[str, float] = {}
+
+    @classmethod
+    def watch(cls, broker: ServiceBroker) -> "ConnectionErrors":
+        errors = cls()
+        broker._connection_kwargs["error_cb"] = errors.on_error
+        return errors
+
+    async def on_error(self, error: Exception) -> None:
+        if not self.joined and (is_refusal(error) or is_tls_failure(error)):
+            self.failure = error
+            self.failed.set()
+            return
+        said = self._said.get(str(error))
+        now = asyncio.get_running_loop().time()
+        if said is not None and now - said < CONNECTION_ERROR_LOG_EVERY_S:
+            return
+        self._said[str(error)] = now
+        if self.joined:
+            log.warning("NATS connection: %s (retrying; said at most once a minute)", explain(error))
+        else:
+            log.warning("no connection to NATS yet (%s); still trying", explain(error))
+
+    def next_try(self) -> None:
+        self.failure = None
+        self.failed.clear()
+
+
+async def _connect_once(broker: ServiceBroker, errors: ConnectionErrors, stop: asyncio.Event) -> Client | None:
+    """The broker's connection; None if refused (`errors.failure` says why) or stopped first."""
+    errors.next_try()
+    connecting = asyncio.create_task(broker.connect())
+    ended = [asyncio.create_task(errors.failed.wait()), asyncio.create_task(stop.wait())]
+    try:
+        await asyncio.wait([connecting, *ended], return_when=asyncio.FIRST_COMPLETED)
+        if errors.failed.is_set() and not stop.is_set():
+            # nats-py closes the refused socket, then sleeps before its next try: it is ended in that sleep.
+            await asyncio.wait([connecting, ended[1]], timeout=SOCKET_CLOSED_S)
+    finally:
+        for task in (*ended, connecting):
+            task.cancel()
+        await asyncio.gather(*ended, return_exceptions=True)
+    if connecting.done() and not connecting.cancelled() and connecting.exception() is None:
+        return connecting.result()
+    with contextlib.suppress(asyncio.CancelledError):
+        await connecting
+    return None
 
 
 async def join(broker: ServiceBroker, settings: ExecutorSettings, stop: asyncio.Event) -> EventBus | None:
-    """Connect `broker`; the bus over its connection, or None if stopped first. A refusal is retried: a scheduler
-    that answers for the broker may still be starting, or the ledger not yet have folded a new worker key."""
-    refusals = 0
+    """Connect `broker`; the bus over its connection, or None if stopped first. A refusal (or a certificate it does
+    not trust) is said once per try and tried again after a back-off (a scheduler that answers for the broker may
+    still be starting, the ledger not yet have folded a new worker key); `JoinRefused` after
+    `SHESHNAG_EXECUTOR_MAX_REFUSALS` of them in a row, when set."""
+    errors = ConnectionErrors.watch(broker)
+    refusals = Refusals(settings.executor_id, settings.join_retry_s, settings.join_retry_max_s,
+                        settings.max_refusals)
     while not stop.is_set():
-        try:
-            connection = await broker.connect()
-        except nats.errors.Error as error:
-            if not _refused(error):
-                raise
-        else:
+        connection = await _connect_once(broker, errors, stop)
+        if connection is not None:
+            errors.joined = True
             return await _bus_over(broker, connection, settings)
-        if refusals % REFUSAL_LOG_EVERY == 0:
-            log.warning("NATS refused executor %s (its worker key is unknown, revoked or not a worker key, or no "
-                        "scheduler answers for the broker yet); retrying", settings.executor_id)
-        refusals += 1
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), RETRY_EVERY_S)
+        if errors.failure is not None and not stop.is_set():
+            await refusals.back_off(explain(errors.failure), stop)
     return None
 
 

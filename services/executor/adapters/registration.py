@@ -8,6 +8,7 @@ import nats.errors
 from contracts.commands import ExecutorRegistration, RegistrationAnswer
 from contracts.events.executor import ExecutorAdvert
 from contracts.subjects import fleet_registrations
+from services.executor.adapters.refusals import Refusals
 from services.runtime.bus import EventBus
 
 log = logging.getLogger(__name__)
@@ -40,12 +41,18 @@ async def register_once(bus: EventBus, executor_id: str, worker_key: str,
 
 
 async def register(bus: EventBus, executor_id: str, worker_key: str, advert: ExecutorAdvert,
-                   stop: asyncio.Event) -> str | None:
+                   stop: asyncio.Event, refusals: Refusals | None = None) -> str | None:
     """The worker key id once a scheduler admits this executor; None if stopped first. Retries while no
-    scheduler answers."""
+    scheduler answers; a refusal is raised, or with `refusals` said and tried again after their back-off."""
     waited = False
     while not stop.is_set():
-        answer = await register_once(bus, executor_id, worker_key, advert)
+        try:
+            answer = await register_once(bus, executor_id, worker_key, advert)
+        except RegistrationRefused as refused:
+            if refusals is None:
+                raise
+            await refusals.back_off(str(refused), stop)
+            continue
         if answer is not None:
             return answer.worker_key_id
         if not waited:

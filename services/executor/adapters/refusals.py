@@ -1,0 +1,70 @@
+"""Why an executor cannot join, said once per try, and how long it waits before the next: a refused worker key, a
+broker certificate it does not trust, a registration the scheduler refused. Retries back off exponentially up to a
+cap; after `max_refusals` of them (when set) the executor gives up, for a script or a supervisor to see."""
+
+import asyncio
+import contextlib
+import logging
+import ssl
+
+import nats.errors
+
+log = logging.getLogger(__name__)
+
+EXIT_REFUSED = 78
+"""The executor's exit status once it gives up (sysexits' EX_CONFIG: its key or its CA must change, not its luck;
+the systemd unit does not restart on it)."""
+
+
+class JoinRefused(RuntimeError):
+    """The executor was refused `max_refusals` times in a row: it stops trying."""
+
+
+def is_refusal(error: BaseException) -> bool:
+    """The broker (its auth callout) refused the executor id and worker key."""
+    return isinstance(error, nats.errors.AuthorizationError) or "authorization violation" in str(error).lower()
+
+
+def is_tls_failure(error: BaseException) -> bool:
+    return isinstance(error, ssl.SSLError)
+
+
+def explain(error: BaseException) -> str:
+    """What an operator reads: the cause, and what to check."""
+    if is_tls_failure(error):
+        return (f"the TLS handshake with NATS failed ({error}): the broker's certificate is not signed by the CA "
+                "this executor trusts (SHESHNAG_NATS_TLS_CA, else the system's CAs) or does not name the host in "
+                "SHESHNAG_NATS_URL")
+    if is_refusal(error):
+        return ("NATS refused its executor id and worker key (Authorization Violation): the key is unknown, "
+                "revoked or not a worker key, the executor id belongs to another provider, or no scheduler answers "
+                "the broker's auth callout yet (the scheduler's log says which)")
+    return str(error)
+
+
+class Refusals:
+    """Counts one executor's refusals in a row and spaces its tries: `first_s`, doubled each time, at most
+    `max_s`; after `limit` refusals (0: none) `JoinRefused`."""
+
+    def __init__(self, executor_id: str, first_s: float, max_s: float, limit: int = 0) -> None:
+        self.executor_id = executor_id
+        self.first_s = first_s
+        self.max_s = max_s
+        self.limit = limit
+        self.count = 0
+
+    def next_wait_s(self) -> float:
+        return min(self.max_s, self.first_s * 2 ** max(0, self.count - 1))
+
+    async def back_off(self, reason: str, stop: asyncio.Event) -> None:
+        """Say why (one line), then wait before the next try, or until `stop`; `JoinRefused` past the limit."""
+        self.count += 1
+        if self.limit and self.count >= self.limit:
+            log.error("executor %s cannot join, refusal %d of %d: %s; giving up", self.executor_id, self.count,
+                      self.limit, reason)
+            raise JoinRefused(f"executor {self.executor_id} was refused {self.count} times: {reason}")
+        wait_s = self.next_wait_s()
+        log.warning("executor %s cannot join (refusal %d): %s; trying again in %gs", self.executor_id,
+                    self.count, reason, wait_s)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), wait_s)
