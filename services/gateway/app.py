@@ -21,6 +21,7 @@ from services.gateway.limits import (
     TransferSlots,
 )
 from services.gateway.observe import observe_middleware
+from services.gateway.readiness import READINESS, Readiness
 from services.gateway.request_ids import stamp_request_id
 from services.gateway.routes import ROUTES
 from services.gateway.settings import GatewaySettings
@@ -59,9 +60,11 @@ def create_app(settings: GatewaySettings) -> web.Application:
             app[AUTH_FAILURES] = SharedFailedAuthentications(
                 shared, FailedAuthentications(settings.auth_failure_limit, settings.auth_failure_window_s))
         yield
+        app[READINESS].close()
         store.close()
         await bus.close()
 
+    app[READINESS] = Readiness.from_settings(settings.connection)
     app[UPLOAD_SLOTS] = TransferSlots(settings.upload_slots, settings.transfer_slot_wait_s)
     app[DOWNLOAD_SLOTS] = TransferSlots(settings.download_slots, settings.transfer_slot_wait_s)
     app.on_response_prepare.append(stamp_request_id)

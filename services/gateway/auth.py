@@ -15,7 +15,7 @@ from services.gateway.key_usage import KEY_USAGE
 from services.runtime.readmodel import ReadModel
 from services.runtime.revocations import RevocationCheck
 
-PUBLIC_PATHS = frozenset({"/healthz", "/", "/v1/provider/connection"})
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/", "/v1/provider/connection"})
 CACHE_TTL_S = 30.0
 """The longest a cached key is trusted; `forget` (driven by a watch on the read model) drops one at once."""
 

@@ -43,6 +43,8 @@ class Operation:
     params: tuple[JsonObject, ...] = ()
     """Query and header parameters; path parameters come from the path."""
     access: Access = "key"
+    unavailable: str | None = None
+    """When set, the operation also answers 503 (described so), with the 200's media and schema."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,8 @@ class _Schemas:
         params = [path_id(part[1:-1]) for part in route.path.split("/") if part.startswith("{")]
         described: JsonObject = {"operationId": op.operation_id, "summary": op.summary,
                                  "parameters": params + list(op.params), "responses": {"200": self.answer(op.ok)}}
+        if op.unavailable is not None:
+            described["responses"]["503"] = {**self.answer(op.ok), "description": op.unavailable}
         if op.access == "public":
             described["security"] = []
         else:

@@ -28,6 +28,7 @@ from contracts.api.provider import ApproveProvider, Provider, ProviderConnection
 from contracts.api.webhook import CreateWebhook, DeletedWebhook, UpdateWebhook, WebhookDelivery, WebhookEndpoint
 from services.gateway.observe import metrics_view
 from services.gateway.openapi import AFTER, FILES_LIMIT, LIMIT, Answer, openapi_view, query, route
+from services.gateway.readiness import readyz
 from services.gateway.views import (
     anomalies,
     asyncapi,
@@ -48,6 +49,7 @@ from services.gateway.views import (
 
 
 async def healthz(request: web.Request) -> web.Response:
+    """Liveness: the process answers; no I/O (a broker or S3 outage is `/readyz`'s, and no reason to restart)."""
     return web.json_response({"status": "ok"})
 
 
@@ -67,12 +69,21 @@ EVENTS = Answer("The batch's facts as Server-Sent Events: `id:` is the stream se
 CONTENT = Answer("The file's bytes; header X-Sheshnag-Content-SHA256", "application/octet-stream",
                  {"type": "string", "format": "binary"})
 METRICS = Answer("Prometheus metrics", "text/plain")
+READY = Answer("Whether the gateway reaches the broker and the object store now (a cheap call to each, 2 s at most): "
+               "`status` ready (200) or unavailable (503, the same body), and each one's check", "application/json",
+               {"type": "object", "required": ["status", "checks"], "properties": {
+                   "status": {"type": "string", "enum": ["ready", "unavailable"]},
+                   "checks": {"type": "object", "properties": {
+                       name: {"type": "string", "enum": ["ok", "disconnected", "timeout", "error", "bucket missing"]}
+                       for name in ("nats", "s3")}}}})
 OVERVIEW = Answer("Executors, batches per status, the queue, running batches, consumer lag", "application/json",
                   {"type": "object"})
 WORKER_KEYS = "/v1/provider/providers/{provider_id}/worker_keys"
 
 ROUTES = [
     route("GET", "/healthz", healthz, "healthz", "Liveness", access="public"),
+    route("GET", "/readyz", readyz, "readyz", "Readiness: the broker and the object store answer", READY,
+          access="public", unavailable="Not ready: the broker or the object store does not answer"),
     route("GET", "/metrics", metrics_view, "metrics", "Prometheus metrics", METRICS, access="public"),
     route("GET", "/asyncapi.json", asyncapi.asyncapi_json, "asyncapi", "The event catalogue: every fact, its schema, "
           "who emits and consumes it", Answer("AsyncAPI 3.0", "application/json", {"type": "object"}), access="public"),

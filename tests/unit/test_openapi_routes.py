@@ -82,6 +82,12 @@ def test_public_routes_need_no_key_and_others_say_what_a_refusal_looks_like() ->
     assert [p["name"] for p in DOCUMENT["paths"]["/v1/batches/{batch_id}"]["get"]["parameters"]] == ["batch_id"]
 
 
+def test_readiness_is_public_and_documents_its_503_with_the_same_body() -> None:
+    ready = DOCUMENT["paths"]["/readyz"]["get"]
+    assert ready["security"] == [] and set(ready["responses"]) == {"200", "503"}
+    assert ready["responses"]["503"]["content"] == ready["responses"]["200"]["content"]
+
+
 def test_every_operation_has_a_unique_id() -> None:
     ids = [op["operationId"] for operations in DOCUMENT["paths"].values() for op in operations.values()]
     assert len(ids) == len(set(ids))
