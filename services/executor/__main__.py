@@ -11,7 +11,7 @@ def main() -> None:
     settings = ExecutorSettings()
     try:
         run_service("executor", settings.connection.log_level, lambda stop: run_executor(settings, stop),
-                    native_stderr=True)
+                    native_stderr=True, metrics=settings.metrics_endpoint())
     except JoinRefused:
         raise SystemExit(EXIT_REFUSED) from None  # the reason is the last line of its log
 

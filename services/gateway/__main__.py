@@ -8,7 +8,7 @@ from services.runtime.process import configure_observability, run_until_signalle
 
 def main() -> None:
     settings = GatewaySettings()
-    configure_observability("gateway", settings.connection.log_level)
+    configure_observability("gateway", settings.connection.log_level, settings.metrics_endpoint())
     run_until_signalled(lambda stop: serve(create_app(settings), settings.host, settings.port, stop))
 
 

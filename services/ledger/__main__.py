@@ -7,7 +7,8 @@ from services.runtime.process import run_service
 
 def main() -> None:
     settings = LedgerSettings()
-    run_service("ledger", settings.connection.log_level, lambda stop: run_ledger(settings, stop))
+    run_service("ledger", settings.connection.log_level, lambda stop: run_ledger(settings, stop),
+                metrics=settings.metrics_endpoint())
 
 
 if __name__ == "__main__":

@@ -5,11 +5,12 @@ Each process counts what it does (requests, lines validated, lines run, tokens, 
 families (`register(service)` at its composition root): a validator never exports the executor's counters at 0.
 Fleet-wide gauges (batches per status, the validated queue, consumer lag, live executors) are the gateway's,
 computed from NATS when it is scraped (`services/runtime/overview.py`). Services other than the gateway serve
-`/metrics` on `SHESHNAG_METRICS_PORT` when it is set (`sheshnag up` gives each its own port from that base, in
-SERVICES order).
+`/metrics` on their own `SHESHNAG_<SERVICE>_METRICS_PORT`, else `SHESHNAG_METRICS_PORT`, when set, at
+`SHESHNAG_METRICS_ADDRESS` (`sheshnag up` gives each its own port from that base, in SERVICES order).
 """
 
 import logging
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.metrics import MetricWrapperBase
@@ -80,14 +81,16 @@ def register(service: str) -> None:
             _registered.add(id(family))
 
 
-def serve_metrics(port: int) -> None:
-    """Serve this process's registry on `port` (0: not served)."""
+def serve_metrics(port: int, address: str = "127.0.0.1") -> WSGIServer | None:
+    """Serve this process's registry on `address`:`port` (0: not served); the server, to shut down, if it binds."""
     if port <= 0:
-        return
+        return None
     try:
-        start_http_server(port, addr="127.0.0.1")
+        server, _ = start_http_server(port, addr=address)
     except OSError as error:
         # Metrics are not worth a crash loop: the service runs on without them.
-        log.warning("metrics not served on port %d: %r", port, error)
-        return
-    log.info("metrics on http://127.0.0.1:%d/metrics", port)
+        log.warning("metrics not served on %s port %d: %r (two services on one host need a port each: "
+                    "SHESHNAG_<SERVICE>_METRICS_PORT)", address, port, error)
+        return None
+    log.info("metrics on http://%s:%d/metrics", address, port)
+    return server

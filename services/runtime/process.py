@@ -27,11 +27,15 @@ def configure_logging(service: str, level: str) -> None:
     logging.getLogger("nats").setLevel(logging.WARNING)
 
 
-def configure_observability(service: str, level: str) -> None:
-    """Logs, tracing (by `OTEL_*`) and this process's `/metrics` server (by `SHESHNAG_METRICS_PORT`)."""
+def configure_observability(service: str, level: str, metrics: tuple[str, int] | None = None) -> None:
+    """Logs, tracing (by `OTEL_*`) and this process's `/metrics` server at `metrics` (the service settings'
+    `metrics_endpoint()`; else `SHESHNAG_METRICS_ADDRESS` and `SHESHNAG_METRICS_PORT`)."""
     configure_logging(service, level)
     configure_tracing(service)
-    serve_metrics(ConnectionSettings().metrics_port)
+    if metrics is None:
+        connection = ConnectionSettings()
+        metrics = connection.metrics_address, connection.metrics_port
+    serve_metrics(metrics[1], metrics[0])
 
 
 STOP_GRACE_S = 90.0
@@ -68,10 +72,11 @@ def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> Non
 
 
 def run_service(name: str, log_level: str, main: Callable[[asyncio.Event], Awaitable[None]], *,
-                native_stderr: bool = False) -> None:
+                native_stderr: bool = False, metrics: tuple[str, int] | None = None) -> None:
     """What every service's `__main__` does: configure logging, then run until signalled. `native_stderr`: what
-    native libraries write to stderr becomes log records too (the executor's engines)."""
+    native libraries write to stderr becomes log records too (the executor's engines). `metrics`: where its
+    `/metrics` is served (`ServiceSettings.metrics_endpoint()`)."""
     if native_stderr:
         capture_native_stderr()
-    configure_observability(name, log_level)
+    configure_observability(name, log_level, metrics)
     run_until_signalled(main)

@@ -59,7 +59,11 @@ class ConnectionSettings(FileBackedSettings):
     log_level: str = "INFO"
     """The level of the JSON logs (DEBUG, INFO, WARNING, ERROR)."""
     metrics_port: int = 0
-    """Serve this process's Prometheus `/metrics` here (0: not served; the gateway serves it on its own port)."""
+    """Serve this process's Prometheus `/metrics` here (0: not served; the gateway serves it on its own port). A
+    service's own `SHESHNAG_<SERVICE>_METRICS_PORT` wins: set those where several services share a host."""
+    metrics_address: str = "127.0.0.1"
+    """The address `/metrics` binds: loopback by default; `0.0.0.0` (or the host's own address) where Prometheus
+    scrapes from elsewhere (a Kubernetes pod's metrics port, another host)."""
 
     def nats_tls(self) -> ssl.SSLContext | None:
         """The TLS context every NATS connection of the process uses; None: nats-py's default."""
@@ -76,3 +80,11 @@ class ServiceSettings(FileBackedSettings):
     model_config = SettingsConfigDict(extra="ignore")
 
     connection: ConnectionSettings = Field(default_factory=connection_settings)
+    metrics_port: int | None = None
+    """This service's own Prometheus `/metrics` port (`SHESHNAG_VALIDATOR_METRICS_PORT`, …), so that services
+    sharing a host each bind their own; unset: `SHESHNAG_METRICS_PORT`; 0: not served."""
+
+    def metrics_endpoint(self) -> tuple[str, int]:
+        """The address and port this service serves `/metrics` on (port 0: not served)."""
+        port = self.connection.metrics_port if self.metrics_port is None else self.metrics_port
+        return self.connection.metrics_address, port

@@ -7,7 +7,8 @@ from services.scheduler.settings import SchedulerSettings
 
 def main() -> None:
     settings = SchedulerSettings()
-    run_service("scheduler", settings.connection.log_level, lambda stop: run_scheduler(settings, stop))
+    run_service("scheduler", settings.connection.log_level, lambda stop: run_scheduler(settings, stop),
+                metrics=settings.metrics_endpoint())
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ from services.validator.settings import ValidatorSettings
 
 def main() -> None:
     settings = ValidatorSettings()
-    run_service("validator", settings.connection.log_level, lambda stop: run_validator(settings, stop))
+    run_service("validator", settings.connection.log_level, lambda stop: run_validator(settings, stop),
+                metrics=settings.metrics_endpoint())
 
 
 if __name__ == "__main__":
