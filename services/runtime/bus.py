@@ -31,6 +31,7 @@ from contracts.subjects import (
     WORK_SUBJECTS,
 )
 from services.runtime.nats_client import ReadmittingClient
+from services.runtime.placement import until_placed
 from services.runtime.settings import connection_settings
 from services.runtime.telemetry import inject_headers, tracer
 
@@ -173,6 +174,9 @@ class EventBus:
         )
 
     async def _ensure_stream(self, config: StreamConfig) -> None:
+        await until_placed(f"stream {config.name}", lambda: self._declare_stream(config))
+
+    async def _declare_stream(self, config: StreamConfig) -> None:
         # Look before declaring: an executor's connection may read stream info but never declare a stream.
         with contextlib.suppress(nats.js.errors.NotFoundError):
             await self.ensure_replicas(await self.js.stream_info(config.name or ""))

@@ -19,6 +19,7 @@ from nats.js.client import JetStreamContext
 from nats.js.kv import KeyValue
 
 from services.runtime.bus import EventBus
+from services.runtime.placement import until_placed
 from services.runtime.replicas import ScanFailed, leader_floor
 
 SCAN_PAGE = 256
@@ -36,8 +37,13 @@ replica may answer, or the same one caught up), for up to `PAGE_TIMEOUT_S` in al
 
 
 async def open_bucket(bus: EventBus, bucket: str, ttl_s: float | None = None, *, scans: bool = False) -> KeyValue:
-    """The bucket, created (with direct reads) when missing. `scans`: this caller lists the bucket, so a bucket
-    made before direct reads existed is switched to them (only core services may, and do, ask for that)."""
+    """The bucket, created (with direct reads) when missing, once JetStream can place it (placement.py). `scans`:
+    this caller lists the bucket, so a bucket made before direct reads existed is switched to them (only core
+    services may, and do, ask for that)."""
+    return await until_placed(f"bucket {bucket}", lambda: _open_bucket(bus, bucket, ttl_s, scans))
+
+
+async def _open_bucket(bus: EventBus, bucket: str, ttl_s: float | None, scans: bool) -> KeyValue:
     try:
         kv = await bus.js.key_value(bucket)
     except nats.js.errors.BucketNotFoundError:
