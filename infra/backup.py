@@ -35,7 +35,8 @@ from infra.nats_auth import SECRETS_FILE, NatsAuth
 from infra.private import PRIVATE_UMASK
 from infra.supervisor import Stack
 from services.ledger.settings import LedgerSettings
-from services.runtime.nats_client import ReadmittingClient
+from services.runtime.bus import TOOL_ATTEMPTS, open_connection
+from services.runtime.nats_tls import InsecureBrokerUrl
 from services.runtime.objectstore import ObjectStore
 from services.runtime.settings import ConnectionSettings
 
@@ -87,9 +88,7 @@ def _order(names: list[str]) -> list[str]:
 
 
 async def _connect(url: str) -> Client:
-    nc = ReadmittingClient()
-    await nc.connect(url, name="sheshnag-backup", max_reconnect_attempts=3, reconnect_time_wait=1)
-    return nc
+    return await open_connection(url, "sheshnag-backup", TOOL_ATTEMPTS)
 
 
 def _empty(folder: Path) -> bool:
@@ -242,7 +241,7 @@ def backup_tool(args: argparse.Namespace) -> int:
         else:
             connection, ledger = ConnectionSettings(), LedgerSettings()
         manifest = asyncio.run(back_up(args.dir, connection, ledger))
-    except (BackupRefused, stream_snapshots.SnapshotFailed, OSError) as error:
+    except (BackupRefused, stream_snapshots.SnapshotFailed, InsecureBrokerUrl, OSError) as error:
         print(f"sheshnag backup: {error}", file=sys.stderr)
         return 1
     print(summary("backed up", manifest, args.dir))
@@ -256,7 +255,7 @@ def restore_tool(args: argparse.Namespace) -> int:
             manifest = asyncio.run(restore_data_dir(args.dir, args.data_dir.expanduser().resolve()))
         else:
             manifest = asyncio.run(restore(args.dir, ConnectionSettings(), LedgerSettings()))
-    except (BackupRefused, stream_snapshots.SnapshotFailed, OSError) as error:
+    except (BackupRefused, stream_snapshots.SnapshotFailed, InsecureBrokerUrl, OSError) as error:
         print(f"sheshnag restore: {error}", file=sys.stderr)
         return 1
     print(summary("restored", manifest, args.dir))

@@ -45,9 +45,10 @@ from services.gateway.usecases import accounts as usecases
 from services.gateway.usecases import billing
 from services.gateway.usecases.accounts import Accounts
 from services.gateway.usecases.refusals import ApiError, parse_fields
-from services.runtime.bus import EventBus
+from services.runtime.bus import TOOL_ATTEMPTS, BrokerUnreachable, EventBus
 from services.runtime.catalogue import install_command, load_catalogue, missing_package
 from services.runtime.config_file import CONFIG_FILE_VARIABLE, ConfigFileError
+from services.runtime.nats_tls import InsecureBrokerUrl
 from services.runtime.readmodel import ReadModel
 from services.runtime.settings import ConnectionSettings
 
@@ -285,7 +286,7 @@ Press Ctrl-C to stop.
 async def accounts(client_name: str) -> AsyncIterator[Accounts]:
     """The account use cases' ports, against SHESHNAG_NATS_URL: the same rules as the admin routes."""
     connection = ConnectionSettings()
-    bus = await EventBus.connect(connection.nats_url, client_name)
+    bus = await EventBus.connect(connection.nats_url, client_name, attempts=TOOL_ATTEMPTS)
     try:
         yield Accounts(bus, await ReadModel.open(bus), load_catalogue(connection.catalogue_path),
                        GatewaySettings().read_your_writes_s)
@@ -312,7 +313,7 @@ async def create_key(role: KeyRole, label: str, user_id: str | None) -> None:
 
 
 async def revoke_key_by_id(key_id: str) -> int:
-    bus = await EventBus.connect(ConnectionSettings().nats_url, "sheshnag-keys")
+    bus = await EventBus.connect(ConnectionSettings().nats_url, "sheshnag-keys", attempts=TOOL_ATTEMPTS)
     try:
         read_model = await ReadModel.open(bus)
         found = await find_key(read_model, key_id)
@@ -355,7 +356,7 @@ STACK_TOOLS = frozenset({"keys", "users", "organizations", "credits", "status", 
 
 async def list_records(kind: str) -> None:
     """`keys list` and `users list`: one line each, as the admin routes show them (never a key's value)."""
-    bus = await EventBus.connect(ConnectionSettings().nats_url, f"sheshnag-{kind}")
+    bus = await EventBus.connect(ConnectionSettings().nats_url, f"sheshnag-{kind}", attempts=TOOL_ATTEMPTS)
     try:
         read_model = await ReadModel.open(bus)
         if kind == "keys":
@@ -374,7 +375,7 @@ async def list_records(kind: str) -> None:
 async def credits_tool(tool: str, organization_id: str | None, amount: str | None, note: str) -> int:
     """`credits grant ORG AMOUNT` states the grant (and waits for the ledger to show it); `credits show` prints
     balances as `GET /v1/billing/balance` answers them."""
-    bus = await EventBus.connect(ConnectionSettings().nats_url, "sheshnag-credits")
+    bus = await EventBus.connect(ConnectionSettings().nats_url, "sheshnag-credits", attempts=TOOL_ATTEMPTS)
     try:
         read_model = await ReadModel.open(bus)
         if tool == "grant":
@@ -403,6 +404,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.command in STACK_TOOLS and (args.command != "ledger" or args.tool):
         find_stack(args.data_dir, default_data_dir())
+    try:
+        run(args)
+    except (BrokerUnreachable, InsecureBrokerUrl) as error:
+        sys.exit(f"sheshnag {args.command}: {error}")
+
+
+def run(args: argparse.Namespace) -> None:
     if args.command == "up":
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         asyncio.run(up(args))

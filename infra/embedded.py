@@ -18,7 +18,6 @@ from pathlib import Path
 
 from infra.private import PRIVATE_UMASK
 from infra.seaweed_security import write_security
-from infra.tls import ServerTls
 
 log = logging.getLogger(__name__)
 
@@ -91,15 +90,13 @@ def launch(command: list[str], log_file: Path, cwd: Path | None = None) -> subpr
                                 umask=PRIVATE_UMASK)
 
 
-def nats_command(data_dir: Path, port: int, config: Path | None = None, host: str = "127.0.0.1",
-                 tls: ServerTls | None = None) -> list[str]:
-    """The broker's command line; with `config` (see infra/nats_auth.py) it authorizes every connection; with
-    `tls` every client must use TLS (only the files' paths are on the command line)."""
+def nats_command(data_dir: Path, port: int, config: Path | None = None, host: str = "127.0.0.1") -> list[str]:
+    """The broker's command line; with `config` (see infra/nats_auth.py) it authorizes every connection, and
+    requires TLS when the config has a `tls` block."""
     store = data_dir / "nats"
     store.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with_tls = ["--tls", "--tlscert", str(tls.cert), "--tlskey", str(tls.key)] if tls else []
     return [venv_binary("nats-server"), *(["-c", str(config)] if config else []), "-a", host,
-            "-p", str(port), *with_tls, "-js", "-sd", str(store), "-n", f"sheshnag-{port}"]
+            "-p", str(port), "-js", "-sd", str(store), "-n", f"sheshnag-{port}"]
 
 
 def seaweed_command(data_dir: Path, s3_port: int, creds: S3Credentials,

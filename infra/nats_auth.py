@@ -75,9 +75,10 @@ authorization {{
 }}
 """
 
-    def write_server_config(self, data_dir: Path) -> Path:
-        """The config file `nats-server -c` reads; flags on its command line (port, store) add to it."""
+    def write_server_config(self, data_dir: Path, tls: str = "") -> Path:
+        """The config file `nats-server -c` reads; flags on its command line (port, store) add to it. `tls`: the
+        client port's `tls` block (`nats_config.client_tls`), for a broker that requires TLS."""
         path = data_dir / CONFIG_FILE
         _write_private(path, f"# Written by sheshnag at each start from {SECRETS_FILE}; edits are lost.\n"
-                             + self.authorization())
+                             + tls + self.authorization())
         return path

@@ -18,6 +18,7 @@ VARIABLE = re.compile(r"\$[A-Za-z_][A-Za-z0-9_]*")
 """A value written as `$NAME` stays a reference the server resolves from its environment when it starts: one
 file serves every node of a cluster (`--server-name '$SERVER_NAME'`)."""
 CORE_ENV, CALLOUT_ENV = "core.env", "callout.env"
+HANDSHAKE_FIRST_WAIT = "300ms"
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,16 @@ def _tls_block(tls: Tls, indent: str, peers: bool) -> list[str]:
     lines = [f"{indent}tls {{", f"{indent}  cert_file: {_value(tls.cert)}", f"{indent}  key_file: {_value(tls.key)}"]
     if peers and tls.ca:
         lines += [f"{indent}  ca_file: {_value(tls.ca)}", f"{indent}  verify: true"]
+    if not peers:
+        # Sheshnag's clients start TLS before the server speaks (services/runtime/nats_tls.py); others are
+        # answered the classic way (INFO, then the upgrade) once they have said nothing for this long.
+        lines.append(f'{indent}  handshake_first: "{HANDSHAKE_FIRST_WAIT}"')
     return [*lines, f"{indent}  timeout: 2", f"{indent}}}"]
+
+
+def client_tls(cert: str, key: str) -> str:
+    """The client port's `tls` block of a broker that requires TLS (TLS first, or the classic upgrade)."""
+    return "\n".join(_tls_block(Tls(cert, key), "", peers=False)) + "\n"
 
 
 def _cluster_block(auth: NatsAuth, cluster: Cluster, tls: Tls | None) -> list[str]:

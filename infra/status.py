@@ -3,7 +3,7 @@
 import json
 import time
 
-from services.runtime.bus import EventBus
+from services.runtime.bus import TOOL_ATTEMPTS, EventBus
 from services.runtime.fleet import Fleet
 from services.runtime.overview import Overview, gather
 from services.runtime.readmodel import ReadModel
@@ -13,7 +13,7 @@ BAR_WIDTH = 24
 
 
 async def status(as_json: bool) -> None:
-    bus = await EventBus.connect(ConnectionSettings().nats_url, "sheshnag-status")
+    bus = await EventBus.connect(ConnectionSettings().nats_url, "sheshnag-status", attempts=TOOL_ATTEMPTS)
     try:
         view = await gather(bus, await ReadModel.open(bus), await Fleet.open(bus))
     finally:

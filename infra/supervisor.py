@@ -20,10 +20,11 @@ from infra.embedded import (
     wait_for_port,
 )
 from infra.nats_auth import NatsAuth
-from infra.nats_config import core_url
+from infra.nats_config import client_tls, core_url
 from infra.private import PRIVATE_UMASK, make_private
 from infra.process_env import StackSecrets, server_env, service_env
 from infra.tls import ServerTls, ensure_server_tls
+from services.runtime.nats_tls import is_local_host
 
 log = logging.getLogger("sheshnag.up")
 
@@ -149,14 +150,15 @@ class Stack:
         self.logs.mkdir(mode=0o700, exist_ok=True)
         self.credentials = S3Credentials.load_or_create(self.data_dir / "s3-credentials.json")
         self.nats_auth = NatsAuth.load_or_create(self.data_dir)
-        nats_config = self.nats_auth.write_server_config(self.data_dir)
         if self.uses_tls:
             self.tls = ensure_server_tls(self.data_dir, [self.listen])
+        tls = client_tls(str(self.tls.cert), str(self.tls.key)) if self.tls else ""
+        nats_config = self.nats_auth.write_server_config(self.data_dir, tls)
         # Neither server needs a secret from the environment: each reads its own from 0600 files.
         infra_env = server_env(os.environ)
         servers = []
         if not self.nats_urls:  # else the operator runs the broker
-            command = nats_command(self.data_dir, self.nats_port, nats_config, self.listen, self.tls)
+            command = nats_command(self.data_dir, self.nats_port, nats_config, self.listen)
             servers.append((Supervised("nats-server", command, infra_env, self.logs / "nats.log"), self.nats_port,
                             NATS_READY_S))
         s3 = Supervised("s3", seaweed_command(self.data_dir, self.s3_port, self.credentials,
@@ -196,13 +198,10 @@ def metrics_env(env: dict[str, str], index: int) -> dict[str, str]:
     return {**env, "SHESHNAG_METRICS_PORT": str(base + index)} if base else env
 
 
-LOCAL_ONLY = ("127.0.0.1", "localhost", "::1")
-"""Addresses that keep the stack to this host. Any other, 127.0.0.2 included (what tests stand in for a network
-address with), puts the broker behind TLS."""
-
-
 def is_loopback(host: str) -> bool:
-    return host in LOCAL_ONLY
+    """Whether `host` keeps the stack to this host: 127.0.0.1, localhost, ::1. Any other, 127.0.0.2 included (what
+    tests stand in for a network address with), puts the broker behind TLS; clients hold it to the same rule."""
+    return is_local_host(host)
 
 
 def url_host(host: str) -> str:

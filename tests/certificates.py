@@ -22,8 +22,9 @@ def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
-def write_tls_files(directory: Path) -> TlsFiles:
-    """A CA, and a loopback certificate (127.0.0.1, localhost) usable by a server and, for routes, as a client."""
+def write_tls_files(directory: Path, addresses: tuple[str, ...] = ("127.0.0.1",)) -> TlsFiles:
+    """A CA, and a loopback certificate (localhost and `addresses`) usable by a server and, for routes, as a
+    client."""
     now = datetime.datetime.now(datetime.UTC)
     ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     ca = (x509.CertificateBuilder().subject_name(_name("sheshnag test CA")).issuer_name(_name("sheshnag test CA"))
@@ -35,7 +36,8 @@ def write_tls_files(directory: Path) -> TlsFiles:
             .public_key(key.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
             .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                                                        *(x509.IPAddress(ipaddress.ip_address(address))
+                                                          for address in addresses)]),
                            critical=False)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
                            critical=False)

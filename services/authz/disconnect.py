@@ -19,7 +19,7 @@ from nats.aio.subscription import Subscription
 from contracts.events.key import KeyRevoked
 from contracts.events.registry import decode_event
 from contracts.subjects import KEY_REVOKED, SERVER_DISCONNECTS, server_kick
-from services.runtime.nats_client import server_list
+from services.runtime.nats_client import ReadmittingClient, server_list
 from services.runtime.settings import connection_settings
 
 log = logging.getLogger(__name__)
@@ -70,11 +70,9 @@ class Disconnector:
     async def start(cls, facts: Client, system_url: str, admitted: AdmittedConnections) -> "Disconnector":
         """Follow `key.revoked` facts on `facts` (a services' connection) and closed connections on the system
         account; call `close()` to stop."""
-        system = Client()
+        system = ReadmittingClient()
         options: dict[str, Any] = {"reconnect_time_wait": 0.5}  # seconds (nats-py annotates it int)
-        tls = connection_settings().nats_tls()  # SHESHNAG_NATS_TLS_CA: a broker with its own CA
-        if tls is not None:
-            options["tls"] = tls
+        options |= connection_settings().nats_transport(system_url)  # TLS first to a broker on the network
         await system.connect(server_list(system_url), name="sheshnag-authz-system", max_reconnect_attempts=-1,
                              **options)
         disconnector = cls(system, admitted)

@@ -14,13 +14,13 @@ from services.ledger.replay import diff_against_live, replay_into_scratch
 from services.ledger.settings import LedgerSettings
 from services.ledger.timeline import render_table, timeline
 from services.runtime import eventlog
-from services.runtime.bus import EventBus
+from services.runtime.bus import TOOL_ATTEMPTS, EventBus
 from services.runtime.readmodel import ReadModel
 
 
 async def replay(settings: LedgerSettings, out: TextIO = sys.stdout) -> int:
     """Rebuild every aggregate from sequence 1 into a scratch store and diff it against the live read model."""
-    bus = await EventBus.connect(settings.connection.nats_url, "ledger-replay")
+    bus = await EventBus.connect(settings.connection.nats_url, "ledger-replay", attempts=TOOL_ATTEMPTS)
     try:
         replayed = await replay_into_scratch(bus, settings.group_size)
         differences = await diff_against_live(bus, await ReadModel.open(bus), replayed)
@@ -36,7 +36,7 @@ async def replay(settings: LedgerSettings, out: TextIO = sys.stdout) -> int:
 
 async def audit(settings: LedgerSettings, batch_id: str, as_json: bool, out: TextIO = sys.stdout) -> int:
     """A batch's full timeline from the log, as a table or JSONL."""
-    bus = await EventBus.connect(settings.connection.nats_url, "ledger-audit")
+    bus = await EventBus.connect(settings.connection.nats_url, "ledger-audit", attempts=TOOL_ATTEMPTS)
     try:
         facts = [(fact.sequence, decode_event(fact.data)) async for fact in eventlog.read(bus, batch_events(batch_id))]
     finally:
@@ -63,7 +63,7 @@ async def verify(settings: LedgerSettings, out: TextIO = sys.stdout) -> int:
     if not links:
         print("the ledger has checkpointed no events yet; nothing to verify", file=out)
         return 0
-    bus = await EventBus.connect(settings.connection.nats_url, "ledger-verify")
+    bus = await EventBus.connect(settings.connection.nats_url, "ledger-verify", attempts=TOOL_ATTEMPTS)
     try:
         log = [fact async for fact in eventlog.read(bus, after=links[0].first_sequence - 1)]
     finally:
@@ -81,7 +81,7 @@ async def verify(settings: LedgerSettings, out: TextIO = sys.stdout) -> int:
 async def export(settings: LedgerSettings, since: datetime | None, until: datetime | None,
                  out: TextIO = sys.stdout) -> int:
     """The events published in [since, until] as JSONL: sequence, subject, published time and the event."""
-    bus = await EventBus.connect(settings.connection.nats_url, "ledger-export")
+    bus = await EventBus.connect(settings.connection.nats_url, "ledger-export", attempts=TOOL_ATTEMPTS)
     try:
         async for fact in eventlog.read(bus, since=since):
             published = eventlog.published_at(fact)

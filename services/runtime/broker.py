@@ -26,9 +26,12 @@ GRACEFUL_STOP_S = 5.0
 class ServiceBroker(NatsBroker):
     """faststream's NATS broker, connecting with our client: expired credentials mean reconnect (nats_client.py)."""
 
+    tls_handshake_first = False
+    """TLS before the server's first word, for a broker on the network (nats_tls.py); faststream has no option."""
+
     async def _connect(self) -> Client:
         connection = ReadmittingClient()
-        await connection.connect(**self._connection_kwargs)
+        await connection.connect(**self._connection_kwargs, tls_handshake_first=self.tls_handshake_first)
         self.config.connect(connection)
         return connection
 
@@ -47,7 +50,8 @@ def service_broker(url: str, name: str, credentials: Credentials | None = None,
                 stop.set()
 
         options["closed_cb"] = closed
-    tls = connection_settings().nats_tls()  # SHESHNAG_NATS_TLS_CA: a broker with its own CA
+    transport = connection_settings().nats_transport(url)  # refuses a network broker that is not tls://
+    tls = transport.get("tls")
     if credentials is not None:
         options |= {"security": SASLPlaintext(username=credentials.user, password=credentials.password,
                                               ssl_context=tls),
@@ -55,8 +59,10 @@ def service_broker(url: str, name: str, credentials: Credentials | None = None,
     elif tls is not None:
         options["security"] = BaseSecurity(ssl_context=tls)
     # faststream's lines go through our logging (one format per service); each message it takes is DEBUG detail.
-    return ServiceBroker(url, name=name, max_reconnect_attempts=-1, graceful_timeout=GRACEFUL_STOP_S,
-                         logger=log, log_level=logging.DEBUG, **options)
+    broker = ServiceBroker(url, name=name, max_reconnect_attempts=-1, graceful_timeout=GRACEFUL_STOP_S,
+                           logger=log, log_level=logging.DEBUG, **options)
+    broker.tls_handshake_first = transport.get("tls_handshake_first", False)
+    return broker
 
 
 async def open_bus(broker: NatsBroker, name: str) -> EventBus:

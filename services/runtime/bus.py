@@ -107,6 +107,37 @@ def _last_sequence(description: str | None) -> int:
     return int(found[1]) if found else 0
 
 
+TOOL_ATTEMPTS = 3
+"""How often an operator tool tries the broker before it gives up and says why."""
+
+
+class BrokerUnreachable(ConnectionError):
+    """Every attempt to connect failed; the message says the last reason (refused, a certificate not verified…)."""
+
+
+async def open_connection(url: str, name: str, attempts: int = -1, **options: Any) -> Client:
+    """A client connected to `url` under the TLS rule of `nats_tls.py` (`InsecureBrokerUrl` before connecting).
+    `attempts` -1: until it connects (a service waits for its broker); else `BrokerUnreachable` after that many
+    tries per server (a tool exits saying why, never hangs)."""
+    last: list[Exception] = []
+
+    async def failed(error: Exception) -> None:
+        last[:] = [error]
+        log.debug("connecting %s to the broker: %r", name, error)
+
+    if attempts >= 0:
+        options["error_cb"] = failed
+    options["reconnect_time_wait"] = 0.5  # seconds (nats-py annotates it int)
+    nc = ReadmittingClient()
+    try:
+        await nc.connect(url, name=name, max_reconnect_attempts=attempts, drain_timeout=DRAIN_S, **options,
+                         **connection_settings().nats_transport(url))
+    except nats.errors.NoServersError as error:
+        reason = f"{last[0]!r}" if last else str(error)
+        raise BrokerUnreachable(f"could not connect to the broker ({reason})") from error
+    return nc
+
+
 @dataclass(frozen=True)
 class Credentials:
     """Who a connection is, for a broker that authorizes each one (an executor: its id and worker key)."""
@@ -130,19 +161,15 @@ class EventBus:
 
     @classmethod
     async def connect(cls, url: str, name: str, credentials: Credentials | None = None,
-                      replicas: int | None = None) -> Self:
+                      replicas: int | None = None, attempts: int = -1) -> Self:
         """Connect (as `credentials`' user when given; else as the URL says, which may list a cluster's nodes with
-        commas) and make sure the streams exist (with `replicas`, else `SHESHNAG_NATS_REPLICAS`)."""
+        commas; `attempts` as `open_connection`) and make sure the streams exist (with `replicas`, else
+        `SHESHNAG_NATS_REPLICAS`)."""
         options: dict[str, Any] = {}
         if credentials is not None:
             options = {"user": credentials.user, "password": credentials.password,
                        "inbox_prefix": credentials.inbox_prefix}
-        options["reconnect_time_wait"] = 0.5  # seconds (nats-py annotates it int)
-        tls = connection_settings().nats_tls()  # SHESHNAG_NATS_TLS_CA: a broker with its own CA
-        if tls is not None:
-            options["tls"] = tls
-        nc = ReadmittingClient()
-        await nc.connect(url, name=name, max_reconnect_attempts=-1, drain_timeout=DRAIN_S, **options)
+        nc = await open_connection(url, name, attempts, **options)
         bus = cls(nc, name, replicas)
         await bus.ensure_streams()
         return bus

@@ -7,10 +7,19 @@ client does, asks the callout again: a live worker key is admitted afresh, a rev
 client keeps retrying, shut out).
 
 A URL may list a cluster's nodes with commas (`SHESHNAG_NATS_URL`); nats-py takes a list, so it is split here.
+
+A TLS handshake that fails (a certificate not verified) left nats-py waiting forever for the dead socket to close:
+asyncio's `start_tls` had given the socket to its SSL protocol, so the stream nats-py waits on never hears of the
+close. That wait is bounded here, so the client tries again (a service) or gives up and says why (a tool).
 """
 
+import asyncio
+import contextlib
+import time
+
 import nats.errors
-from nats.aio.client import Client
+from nats.aio.client import DEFAULT_BUFFER_SIZE, Client, Srv
+from nats.aio.transport import TcpTransport
 
 AUTHENTICATION_EXPIRED = "authentication expired"
 """In the server's error line, lowercased by nats-py's parser."""
@@ -22,9 +31,30 @@ def server_list(servers: str | list[str]) -> list[str]:
     return [url.strip() for entry in entries for url in entry.split(",") if url.strip()]
 
 
+CLOSE_WAIT_S = 1.0
+"""The longest a closed socket is waited on."""
+
+
+class _Transport(TcpTransport):
+    async def wait_closed(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(super().wait_closed(), CLOSE_WAIT_S)
+
+
 class ReadmittingClient(Client):
     def _setup_server_pool(self, connect_url: str | list[str]) -> None:
         super()._setup_server_pool(server_list(connect_url))
+
+    async def _connect_to_server(self, s: Srv) -> None:
+        """nats-py's, with the bounded close for TCP (nats-py would replace a transport not yet connected)."""
+        if s.uri.scheme not in ("nats", "tls"):
+            await super()._connect_to_server(s)
+            return
+        s.last_attempt = time.monotonic()
+        if not self._transport:
+            self._transport = _Transport()
+        await self._transport.connect(s.uri, buffer_size=DEFAULT_BUFFER_SIZE,
+                                      connect_timeout=self.options["connect_timeout"])
 
     async def _process_err(self, err_msg: str) -> None:
         if AUTHENTICATION_EXPIRED not in err_msg or not self.options["allow_reconnect"]:

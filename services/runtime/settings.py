@@ -1,13 +1,14 @@
 """Connection settings shared by every service: where the broker, object store and catalogue are; and the base every
 settings class reads from (environment, then the optional settings file)."""
 
-import ssl
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from services.runtime.config_file import ConfigFileSource
+from services.runtime.nats_tls import tls_options
 
 
 class FileBackedSettings(BaseSettings):
@@ -30,14 +31,15 @@ class ConnectionSettings(FileBackedSettings):
     nats_url: str = "nats://127.0.0.1:4222"
     """Where the broker is; for a broker that authorizes connections, with the core user's credentials in it
     (`nats://core:<password>@host:port`). Executors connect with their own (executor id and worker key). A
-    cluster's nodes are listed with commas (`nats://…@host1:4222,nats://…@host2:4222`)."""
+    cluster's nodes are listed with commas (`nats://…@host1:4222,nats://…@host2:4222`). A broker on another host
+    than this one must be `tls://` (services/runtime/nats_tls.py): nothing is sent to it before TLS."""
     nats_replicas: int = Field(default=1, ge=1, le=5)
     """How many servers hold each stream and KV bucket: 1 on one broker, 3 on a 3-node JetStream cluster. Streams
     and buckets are made with it; one found with fewer replicas is scaled up to it (never down)."""
     nats_tls_ca: Path | None = None
-    """The CA (PEM) the broker's TLS certificate is verified against, for a broker that requires TLS (`sheshnag up
-    --listen` writes its own into the data dir; `sheshnag executor --deployment` fetches it); unset: the system's
-    CAs, and TLS only where the server asks for it."""
+    """The CA (PEM) the broker's TLS certificate is verified against (`sheshnag up --listen` writes its own into the
+    data dir; `sheshnag executor --deployment` fetches it); unset: the system's CAs. A broker on another host is
+    always reached over TLS, TLS first, and verified; one on 127.0.0.1/localhost/::1 with TLS where it asks."""
     nats_callout_seed: str = Field(default="", repr=False)
     """The auth callout issuer's account nkey seed (`SA…`). The process given it (the scheduler) admits
     executors to the broker by worker key; empty: no admissions (a broker without auth callout)."""
@@ -65,9 +67,10 @@ class ConnectionSettings(FileBackedSettings):
     """The address `/metrics` binds: loopback by default; `0.0.0.0` (or the host's own address) where Prometheus
     scrapes from elsewhere (a Kubernetes pod's metrics port, another host)."""
 
-    def nats_tls(self) -> ssl.SSLContext | None:
-        """The TLS context every NATS connection of the process uses; None: nats-py's default."""
-        return ssl.create_default_context(cafile=str(self.nats_tls_ca)) if self.nats_tls_ca else None
+    def nats_transport(self, url: str | None = None) -> dict[str, Any]:
+        """The TLS options of a NATS connection to `url` (default `nats_url`), by the rule of `nats_tls.py`: a
+        broker on the network is tls://, verified, TLS first; raises `InsecureBrokerUrl` before connecting."""
+        return tls_options(self.nats_url if url is None else url, self.nats_tls_ca)
 
 
 def connection_settings() -> ConnectionSettings:

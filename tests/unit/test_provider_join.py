@@ -11,7 +11,7 @@ from infra.tls import ensure_server_tls, fingerprint
 
 
 def args(data_dir: Path, **more: object) -> argparse.Namespace:
-    return argparse.Namespace(**{"deployment": "http://10.1.2.3:8080", "worker_key": "wk-abc", "data_dir": data_dir,
+    return argparse.Namespace(**{"deployment": "https://10.1.2.3:8080", "worker_key": "wk-abc", "data_dir": data_dir,
                                  "executor_id": None, "ca_sha256": None, **more})
 
 
@@ -19,7 +19,7 @@ def args(data_dir: Path, **more: object) -> argparse.Namespace:
 def ca_pem(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     pem = ensure_server_tls(tmp_path / "control", ["10.1.2.3"]).ca_pem()
     answer = {"nats_urls": ["tls://10.1.2.3:4222"], "tls_ca_pem": pem, "tls_ca_sha256": fingerprint(pem)}
-    monkeypatch.setattr(join, "fetch_connection", lambda deployment: answer)
+    monkeypatch.setattr(join, "fetch_connection", lambda deployment, pin: answer)
     return pem
 
 

@@ -56,7 +56,9 @@ async def would_be_admitted(nc: Client) -> bool:
     url = nc.connected_url
     if url is None:
         return False
-    options = {name: nc.options[name] for name in ("user", "password", "tls") if nc.options.get(name)}
+    # the connection's own TLS, TLS first included: the probe sends the worker key no sooner than it does
+    options = {name: nc.options[name] for name in ("user", "password", "tls", "tls_handshake_first")
+               if nc.options.get(name)}
     probe = Client()
     try:
         await probe.connect(servers=[url.geturl()], allow_reconnect=False, max_reconnect_attempts=0,

@@ -1,0 +1,70 @@
+"""The one rule every process opens a NATS connection by: no password or worker key goes to a peer that has not
+proved it is the broker.
+
+A broker on this host (every URL's host is 127.0.0.1, ::1 or localhost: the embedded stack, the test suite) is
+reached as nats-py does by default: `nats://`, TLS where the server asks for it. Any other host is over the network,
+where whoever answers first may be an impostor, and nats-py upgrades to TLS only when the server asks, after the
+server spoke. So a network broker's URL must be `tls://`, its certificate is verified (against
+`SHESHNAG_NATS_TLS_CA`, else the system's CAs), and the TLS handshake comes first, before the server's INFO and the
+client's CONNECT (the server's `tls { handshake_first }`): a server that does not complete it gets a ClientHello and
+nothing else. Other loopback addresses (127.0.0.2, …) count as the network, as for `sheshnag up --listen`: the
+tests stand in for a remote host with them.
+"""
+
+import ssl
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from services.runtime.nats_client import server_list
+
+LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+"""Hosts that are this machine's own: a connection to them never leaves it."""
+NETWORK_SCHEME = "tls"
+
+
+class InsecureBrokerUrl(ValueError):
+    """A broker reached over the network is named by a URL that would send credentials before TLS."""
+
+
+def is_local_host(host: str | None) -> bool:
+    return host is not None and host.lower() in LOCAL_HOSTS
+
+
+def _split(url: str) -> tuple[str, str | None]:
+    """The URL's scheme and host; nats-py reads a bare `host:port` as `nats://host:port`."""
+    parts = urlsplit(url if "://" in url else f"nats://{url}")
+    return parts.scheme.lower(), parts.hostname
+
+
+def is_local(servers: str | list[str]) -> bool:
+    """Whether every server in `servers` (comma-separated URLs allowed) is on this host."""
+    return all(is_local_host(_split(url)[1]) for url in server_list(servers))
+
+
+def tls_context(ca: Path | None) -> ssl.SSLContext:
+    """Verifies the server's certificate and name: against `ca`, else the system's CAs."""
+    return ssl.create_default_context(cafile=str(ca)) if ca else ssl.create_default_context()
+
+
+def require_tls(servers: str | list[str], setting: str = "SHESHNAG_NATS_URL") -> None:
+    """Raises `InsecureBrokerUrl` (naming `setting`, never the URL: it may hold a password) when `servers` are on
+    the network and not all `tls://`."""
+    if is_local(servers):
+        return
+    plain = sorted({host or "?" for scheme, host in map(_split, server_list(servers)) if scheme != NETWORK_SCHEME})
+    if plain:
+        raise InsecureBrokerUrl(
+            f"{setting} names a broker on the network ({', '.join(plain)}) by a URL that is not tls://: the "
+            "password or worker key would be sent before the broker proved who it is. Use tls://host:port (the "
+            "broker's client port with a certificate, `tls { handshake_first }`), and SHESHNAG_NATS_TLS_CA when "
+            "its CA is not one of the system's")
+
+
+def tls_options(servers: str | list[str], ca: Path | None, setting: str = "SHESHNAG_NATS_URL") -> dict[str, Any]:
+    """nats-py `connect()` options for `servers` under the rule above; `require_tls` first, before anything
+    connects."""
+    require_tls(servers, setting)
+    if is_local(servers):
+        return {"tls": tls_context(ca)} if ca else {}
+    return {"tls": tls_context(ca), "tls_handshake_first": True}
