@@ -84,8 +84,8 @@ class ServiceSettings(FileBackedSettings):
 
     connection: ConnectionSettings = Field(default_factory=connection_settings)
     metrics_port: int | None = None
-    """This service's own Prometheus `/metrics` port (`SHESHNAG_VALIDATOR_METRICS_PORT`, …), so that services
-    sharing a host each bind their own; unset: `SHESHNAG_METRICS_PORT`; 0: not served."""
+    """This service's own Prometheus `/metrics` port, over the shared `SHESHNAG_METRICS_PORT`: services sharing a
+    host each bind their own; 0: not served."""
 
     def metrics_endpoint(self) -> tuple[str, int]:
         """The address and port this service serves `/metrics` on (port 0: not served)."""
