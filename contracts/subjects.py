@@ -102,6 +102,8 @@ def key_fact(key_aggregate_id: str, event_name: Literal["created", "revoked"]) -
     return event_subject("key", key_aggregate_id, event_name)
 
 
+EXECUTOR_REGISTERED = "evt.executor.*.registered"
+"""Every executor's registrations: the auth callout closes connections an id's owner does not admit."""
 KEY_CREATED = "evt.key.*.created"
 KEY_REVOKED = "evt.key.*.revoked"
 SERVER_DISCONNECTS = "$SYS.ACCOUNT.$G.DISCONNECT"

@@ -27,7 +27,7 @@ from services.authz.disconnect import AdmittedConnections, Connection, Disconnec
 from services.authz.keyring import CalloutKeys
 from services.authz.request import AuthRequest, ForgedRequest, opened
 from services.runtime.bus import EventBus
-from services.runtime.facts import first_fact
+from services.runtime.facts import next_fact
 from services.runtime.fleet import Fleet
 from services.runtime.readmodel import ReadModel
 from services.runtime.revocations import revoked
@@ -56,8 +56,9 @@ class ExecutorAuthority:
     ttl_s: float = 3600.0
     admitted: AdmittedConnections = field(default_factory=AdmittedConnections)
 
-    async def admit(self, user: str, password: str) -> str:
-        """The executor id a connection may act as, or Refused."""
+    async def admit(self, user: str, password: str, connection: Connection | None = None) -> str:
+        """The executor id a connection may act as, or Refused. `connection` is remembered as acting under that id
+        before its owner is read, so a registration of the id by another provider stored meanwhile closes it."""
         if not re.fullmatch(EXECUTOR_ID_PATTERN, user):
             raise Refused(f"user {user[:80]!r} is not an executor id")
         key_sha256 = hash_api_key(password)
@@ -68,6 +69,8 @@ class ExecutorAuthority:
         # The read model may lag a revoke the log already holds.
         if await revoked(self.bus, key_sha256, record.key_id):
             raise Refused(f"executor {user}: Worker key {record.key_id} was revoked.")
+        if connection is not None:
+            self.admitted.claim(user, connection, record.provider_id, record.key_id)
         await self._check_owner(user, record)
         executor = await self.read_model.get_executor(user)
         if executor is not None and executor.status == "online" and executor.worker_key_id not in (None,
@@ -78,10 +81,10 @@ class ExecutorAuthority:
     async def _check_owner(self, executor_id: str, record: ApiKeyRecord) -> None:
         """An executor id is admitted only for the provider (or operator key) that first registered it: read from
         the log itself, not the read model, so no lag lets another provider's key in under it."""
-        first = await first_fact(self.bus, event_subject("executor", executor_id, ExecutorRegistered.name))
-        if first is None or not isinstance(first[1], ExecutorRegistered) or first[1].worker_key_id is None:
+        first = await first_keyed_registration(self.bus, executor_id)
+        if first is None:
             return  # never registered: registration claims it, one at a time, on the leader's book
-        owner = ExecutorOwner(first[1].provider_id, first[1].worker_key_id)
+        owner = ExecutorOwner(first.provider_id, first.worker_key_id or "")
         if not owner.admits(record.provider_id, record.key_id):
             raise Refused(f"executor id {executor_id} belongs to another provider")
 
@@ -101,7 +104,7 @@ class ExecutorAuthority:
         # Remembered before the checks: a revoke stored while they run still finds the connection to close.
         self.admitted.add(key_sha256, connection)
         try:
-            executor_id = await self.admit(request.user, request.password)
+            executor_id = await self.admit(request.user, request.password, connection)
         except Refused as refusal:
             self.admitted.discard(connection)
             log.warning("NATS connection refused: %s", refusal)
@@ -128,6 +131,23 @@ class ExecutorAuthority:
             log.error("auth callout for %r not answered: %r", request.user[:80], error)
             return
         await message.respond(answer)
+
+
+FIRST_REGISTRATIONS_READ = 16
+"""Registrations without a worker key (from before keys) skipped at most, looking for an id's first keyed one."""
+
+
+async def first_keyed_registration(bus: EventBus, executor_id: str) -> ExecutorRegistered | None:
+    """The id's first registration with a worker key (its owner's), as the scheduler's book takes it."""
+    subject, after = event_subject("executor", executor_id, ExecutorRegistered.name), 0
+    for _ in range(FIRST_REGISTRATIONS_READ):
+        found = await next_fact(bus, subject, after + 1)
+        if found is None:
+            return None
+        after, fact = found
+        if isinstance(fact, ExecutorRegistered) and fact.worker_key_id is not None:
+            return fact
+    return None
 
 
 @dataclass

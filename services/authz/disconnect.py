@@ -1,7 +1,8 @@
-"""Disconnecting executors whose worker key is revoked, within moments of the revoke rather than when their
-admission expires: the responder remembers which connections each key got in through, and when the key's
-`key.revoked` fact is stored it has the server close them (the system account's KICK). The client reconnects,
-meets the callout again, and the callout refuses the key (it reads the revocation from the log itself).
+"""Disconnecting executors whose worker key is revoked, or that act under an executor id another provider registered,
+within moments rather than when their admission expires: the responder remembers which connections each key got in
+through and which id each acts as; when the key's `key.revoked` fact is stored, or the id's `executor.registered`
+names an owner that does not admit the connection's key, it has the server close them (the system account's KICK).
+The client reconnects, meets the callout again, and the callout refuses it (it reads the log itself).
 """
 
 import asyncio
@@ -16,11 +17,13 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from contracts.events.executor import ExecutorRegistered
 from contracts.events.key import KeyRevoked
 from contracts.events.registry import decode_event
-from contracts.subjects import KEY_REVOKED, SERVER_DISCONNECTS, server_kick
+from contracts.subjects import EXECUTOR_REGISTERED, KEY_REVOKED, SERVER_DISCONNECTS, server_kick
 from services.runtime.nats_client import ReadmittingClient, server_list
 from services.runtime.settings import connection_settings
+from services.scheduler.book import ExecutorOwner
 
 log = logging.getLogger(__name__)
 
@@ -40,18 +43,38 @@ class Connection:
 
 @dataclass
 class AdmittedConnections:
-    """The connections each key (by SHA-256) was admitted on, until they close."""
+    """The connections each key (by SHA-256) was admitted on, and each executor id with whose key, until they
+    close."""
 
     by_key: dict[str, set[Connection]] = field(default_factory=dict)
+    by_executor: dict[str, dict[Connection, tuple[str | None, str]]] = field(default_factory=dict)
+    """Executor id → its connections, each with its key's provider and key id."""
 
     def add(self, key_sha256: str, connection: Connection) -> None:
         self.by_key.setdefault(key_sha256, set()).add(connection)
+
+    def claim(self, executor_id: str, connection: Connection, provider_id: str | None, key_id: str) -> None:
+        """The connection acts as `executor_id` with this key (remembered before the id's owner is checked)."""
+        self.by_executor.setdefault(executor_id, {})[connection] = (provider_id, key_id)
 
     def discard(self, connection: Connection) -> None:
         for key_sha256, connections in list(self.by_key.items()):
             connections.discard(connection)
             if not connections:
                 del self.by_key[key_sha256]
+        for executor_id, claims in list(self.by_executor.items()):
+            claims.pop(connection, None)
+            if not claims:
+                del self.by_executor[executor_id]
+
+    def intruders(self, executor_id: str, owner: ExecutorOwner) -> set[Connection]:
+        """The connections acting as `executor_id` with a key its owner does not admit (forgotten here)."""
+        claims = self.by_executor.get(executor_id, {})
+        found = {connection for connection, (provider_id, key_id) in claims.items()
+                 if not owner.admits(provider_id, key_id)}
+        for connection in found:
+            self.discard(connection)
+        return found
 
     def take(self, key_sha256: str) -> set[Connection]:
         return self.by_key.pop(key_sha256, set())
@@ -78,6 +101,7 @@ class Disconnector:
         disconnector = cls(system, admitted)
         disconnector.subscriptions = [
             await facts.subscribe(KEY_REVOKED, cb=disconnector.on_revoked),
+            await facts.subscribe(EXECUTOR_REGISTERED, cb=disconnector.on_registered),
             await system.subscribe(SERVER_DISCONNECTS, cb=disconnector.on_disconnected),
         ]
         await facts.flush()
@@ -89,9 +113,27 @@ class Disconnector:
         if not isinstance(fact, KeyRevoked):
             return
         for connection in self.admitted.take(fact.key_sha256):
-            task = asyncio.create_task(self.kick(connection))
-            self.kicks.add(task)
-            task.add_done_callback(self.kicks.discard)
+            self._kick_later(connection)
+
+    async def on_registered(self, message: Msg) -> None:
+        """An id was registered: a connection admitted under it before (while it was nobody's) with a key its owner
+        does not admit is closed, and the callout refuses it when it comes back."""
+        try:
+            fact = decode_event(message.data)
+        except ValueError:
+            return
+        if not isinstance(fact, ExecutorRegistered) or fact.worker_key_id is None:
+            return
+        for connection in self.admitted.intruders(fact.aggregate_id,
+                                                  ExecutorOwner(fact.provider_id, fact.worker_key_id)):
+            log.warning("closing connection %s: it acts as executor %s with a key its owner does not admit",
+                        connection, fact.aggregate_id)
+            self._kick_later(connection)
+
+    def _kick_later(self, connection: Connection) -> None:
+        task = asyncio.create_task(self.kick(connection))
+        self.kicks.add(task)
+        task.add_done_callback(self.kicks.discard)
 
     async def on_disconnected(self, message: Msg) -> None:
         try:

@@ -16,10 +16,10 @@ async def last_fact(bus: EventBus, subject: str) -> tuple[int, AnyEvent] | None:
     return message.seq or 0, decode_event(message.data or b"")
 
 
-async def first_fact(bus: EventBus, subject: str) -> tuple[int, AnyEvent] | None:
-    """The stream sequence and the fact first published on `subject` (no wildcards), or None if there is none."""
+async def next_fact(bus: EventBus, subject: str, from_sequence: int = 1) -> tuple[int, AnyEvent] | None:
+    """The stream sequence and the first fact on `subject` (no wildcards) at or after `from_sequence`, or None."""
     try:
-        message = await bus.js.get_msg(EVENTS_STREAM, seq=1, subject=subject, next=True)
+        message = await bus.js.get_msg(EVENTS_STREAM, seq=from_sequence, subject=subject, next=True)
     except nats.js.errors.NotFoundError:
         return None
     return message.seq or 0, decode_event(message.data or b"")

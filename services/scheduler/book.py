@@ -105,6 +105,8 @@ class BatchPlan:
     waiting_at_ms: int | None = None
     unit_done: dict[int, int] = field(default_factory=dict)
     """Unit → its lines committed so far (progress counts are cumulative per unit)."""
+    announced: set[str] = field(default_factory=set)
+    """Result chunk keys a stored progress fact announced (a fact stating one again is a repeat, never new lines)."""
     done_lines: int = 0
     cancel_requested_at_ms: int | None = None
     cancel_code: CancelCode = "batch_cancelled"
@@ -288,7 +290,8 @@ class Book:
             self.admitted.add(executor_id)
             started = min(event.started_at, event.occurred_at)
             self.incarnations[executor_id] = max(started, self.incarnations.get(executor_id, 0))
-            self.owners.setdefault(executor_id, ExecutorOwner(event.provider_id, event.worker_key_id))
+            provider_id = self.placements.provider_of(event)  # also for a fact from before it named one
+            self.owners.setdefault(executor_id, ExecutorOwner(provider_id, event.worker_key_id))
             self.key_holders[event.worker_key_id] = executor_id
 
     @_fleet_rules.on(ExecutorLost)
@@ -315,6 +318,7 @@ class Book:
             self.queued_lines[plan.owner] -= plan.total_lines
         plan.phase = "ended"
         self.open.pop(plan.batch_id, None)
+        plan.announced.clear()  # read only while it runs
 
     @_plan_rules.on(BatchValidated)
     def _validated(self, plan: BatchPlan, event: BatchValidated) -> None:
@@ -363,6 +367,7 @@ class Book:
     def _progressed(self, plan: BatchPlan, event: BatchProgressed) -> None:
         unit = plan.attempt_shard.get(event.attempt, event.shard)
         plan.shard(unit).progressed_attempts.add(event.attempt)
+        plan.announced.add(event.chunk_key)
         gained = event.completed + event.failed - plan.unit_done.get(unit, 0)  # counts are cumulative per unit
         if gained > 0:
             plan.unit_done[unit] = event.completed + event.failed

@@ -5,20 +5,26 @@ That is every batch that never ran (cancelled while held or queued, expired in t
 several executors, and one whose executor is gone. It writes the output and error files from the committed chunks
 (and every other line with the batch's code) with the scheduler's own S3 access and states the end straight into
 the log, as an executor's finalize would (the same `Finalizer`: redone, it writes the same files and facts). One
-task per batch, all stopped with the term; a failed try is tried again after a growing pause, and a batch whose
-files cannot be written after `MAX_TRIES` fails with the cause.
+task per batch (at most `AT_ONCE` at work), all stopped with the term; a failed try is tried again after a growing
+pause, and a batch whose files cannot be written after `MAX_TRIES` fails with the cause.
+
+Result chunks are written by executors, so they are read as untrusted: one at a time, each at most
+`MAX_CHUNK_BYTES`, and one that is too big or does not decode is left out (its lines go to the error file as never
+run), never loaded whole into the leader's memory and never the reason a batch fails.
 """
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from contracts.api.output_line import CommittedLine
 from contracts.commands import FinalizeBatch
 from contracts.events.batch import BatchFailed, BatchFinalizing
 from services.executor.adapters.log_reader import read_batch_log
 from services.executor.adapters.results import ResultStore
 from services.executor.attempts import counts_as_committed
+from services.executor.domain import decode_chunk
 from services.executor.finalizer import Finalizer
 from services.runtime.bus import EventBus
 from services.runtime.objectstore import ObjectStore
@@ -27,6 +33,10 @@ from services.runtime.tasks import cancel_and_join
 log = logging.getLogger(__name__)
 
 MAX_TRIES = 8
+AT_ONCE = 2
+"""Batches the control plane assembles at the same time: the leader's memory and event loop stay its own."""
+MAX_CHUNK_BYTES = 64 * 1024 * 1024
+"""A result chunk holds one chunk of lines (a few, each within a model's context): far below this."""
 FIRST_PAUSE_S = 1.0
 MAX_PAUSE_S = 30.0
 STOP_S = 10.0
@@ -38,43 +48,80 @@ class StillRunning(Exception):
     """The log still shows an attempt that may run (the fence the scheduler stated is not read back yet)."""
 
 
+class GuardedResults(ResultStore):
+    """Result chunks read one at a time within `MAX_CHUNK_BYTES`, skipping those too big or undecodable."""
+
+    async def chunks(self, keys: Iterable[str]) -> list[tuple[str, list[CommittedLine]]]:
+        read: list[tuple[str, list[CommittedLine]]] = []
+        for key in sorted(keys):
+            data = bytearray()
+            async for part in self.store.iter_chunks(key):
+                data += part
+                if len(data) > MAX_CHUNK_BYTES:
+                    break
+            if len(data) > MAX_CHUNK_BYTES:
+                log.warning("result chunk %s is over %d bytes: left out, its lines count as never run", key,
+                            MAX_CHUNK_BYTES)
+                continue
+            try:
+                read.append((key, decode_chunk(bytes(data))))
+            except ValueError as error:  # pydantic's ValidationError is one
+                log.warning("result chunk %s does not decode (%s): left out, its lines count as never run", key,
+                            str(error)[:200])
+        return read
+
+
 @dataclass
 class Closer:
     bus: EventBus
     store: ObjectStore
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     tries: dict[str, int] = field(default_factory=dict)
+    """Batch id → its failed tries so far (the ones that count towards `MAX_TRIES`)."""
+    waits: dict[str, int] = field(default_factory=dict)
+    """Batch id → tries that found an attempt still running (they pause, but never fail the batch)."""
+    at_once: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(AT_ONCE))
 
     def close(self, command: FinalizeBatch, given_up: Callable[[], None]) -> None:
-        """Finalize `command`'s batch in the background (once at a time per batch); `given_up` is called when this
-        try failed, so the scheduler decides again (and may call this again)."""
-        if command.batch_id in self.tasks:
+        """Finalize `command`'s batch in the background (once at a time per batch); `given_up` is called when a
+        try ends without the batch's end stated, so the scheduler decides again (and may call this again)."""
+        running = self.tasks.get(command.batch_id)
+        if running is not None and not running.done():
             return
         task = asyncio.create_task(self._try(command, given_up), name=f"finalize {command.batch_id}")
         self.tasks[command.batch_id] = task
-        task.add_done_callback(lambda _: self.tasks.pop(command.batch_id, None))
+
+        def forget(done: asyncio.Task[None]) -> None:
+            if self.tasks.get(command.batch_id) is done:
+                del self.tasks[command.batch_id]
+        task.add_done_callback(forget)
 
     async def _try(self, command: FinalizeBatch, given_up: Callable[[], None]) -> None:
         batch_id = command.batch_id
-        tries = self.tries.get(batch_id, 0)
-        if tries:
-            await asyncio.sleep(min(FIRST_PAUSE_S * 2 ** (tries - 1), MAX_PAUSE_S))
+        finished = False
         try:
-            await self.finalize(command)
+            pauses = self.tries.get(batch_id, 0) + self.waits.get(batch_id, 0)
+            if pauses:
+                await asyncio.sleep(min(FIRST_PAUSE_S * 2 ** (pauses - 1), MAX_PAUSE_S))
+            async with self.at_once:
+                await self.finalize(command)
+            finished = True
+            self.tries.pop(batch_id, None)
+            self.waits.pop(batch_id, None)
+        except StillRunning as running:
+            self.waits[batch_id] = self.waits.get(batch_id, 0) + 1
+            log.info("batch %s: %s; finalizing it later", batch_id, running)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # any failure: tried again, then the batch fails with it
-            self.tries[batch_id] = tries + 1
-            if isinstance(error, StillRunning):
-                log.info("batch %s: %s; finalizing it later", batch_id, error)
-            elif tries + 1 >= MAX_TRIES:
-                await self._fail(command, error)
+            tries = self.tries[batch_id] = self.tries.get(batch_id, 0) + 1
+            if tries >= MAX_TRIES:
+                finished = await self._fail(command, error)
             else:
-                log.warning("finalizing batch %s (%s) failed (try %d): %r", batch_id, command.reason, tries + 1,
-                            error)
-            given_up()
-        else:
-            self.tries.pop(batch_id, None)
+                log.warning("finalizing batch %s (%s) failed (try %d): %r", batch_id, command.reason, tries, error)
+        finally:
+            if not finished:
+                given_up()
 
     async def finalize(self, command: FinalizeBatch) -> None:
         batch_log = await read_batch_log(self.bus, command.batch_id)
@@ -85,18 +132,26 @@ class Closer:
             raise StillRunning(f"attempt {live} may still run")
         if command.reason == "completed":
             await self.bus.publish(BatchFinalizing(aggregate_id=command.batch_id, attempt=0))
-        finalizer = Finalizer(self.bus, self.store, ResultStore(self.store))
+        finalizer = Finalizer(self.bus, self.store, GuardedResults(self.store))
         await finalizer.finalize(command, command.reason, counts_as_committed(batch_log.announced), code=command.code,
                                  holds=batch_log.holds_line)
         log.info("batch %s (%s) finalized by the control plane", command.batch_id, command.reason)
 
-    async def _fail(self, command: FinalizeBatch, error: Exception) -> None:
+    async def _fail(self, command: FinalizeBatch, error: Exception) -> bool:
+        """State that the batch failed with the cause; False when even that could not be stored (tried again)."""
         cause = f"Its output and error files could not be assembled ({command.reason}): {error!r}"
         if command.reason == "failed" and command.failure_message:
             cause = f"{command.failure_message} {cause}"
         log.error("batch %s fails: %s", command.batch_id, cause)
-        await self.bus.publish(BatchFailed(aggregate_id=command.batch_id, code=command.failure_code or FINALIZE_FAILED,
-                                           reason=cause[:REASON_LIMIT]))
+        try:
+            await self.bus.publish(BatchFailed(aggregate_id=command.batch_id,
+                                               code=command.failure_code or FINALIZE_FAILED,
+                                               reason=cause[:REASON_LIMIT]))
+        except Exception as failed:  # the broker: the next try states it
+            log.warning("could not state that batch %s failed: %r", command.batch_id, failed)
+            return False
+        self.tries.pop(command.batch_id, None)
+        return True
 
     async def stop(self) -> None:
         await cancel_and_join(list(self.tasks.values()), STOP_S)

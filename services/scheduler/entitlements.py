@@ -94,6 +94,8 @@ def _count_refusal(plan: BatchPlan, event: Event, context: int | None) -> str | 
     batch's end never its input lines, and the tokens of the lines a fact adds never what those lines can use
     (prompt and each of up to `MAX_SAMPLES` completions within the model's context)."""
     if isinstance(event, BatchProgressed):
+        if event.chunk_key in plan.announced:
+            return None  # a repeat (a retried submission, a redelivered attempt): the log and the ledger dedup it
         unit = plan.attempt_shard.get(event.attempt, event.shard)
         limit = plan.unit_lines(unit) if plan.layout is not None else plan.total_lines
         counted = event.completed + event.failed

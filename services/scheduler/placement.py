@@ -15,12 +15,12 @@ from contracts.api.batch import Placement
 from contracts.api.organization import DEFAULT_ORGANIZATION_ID
 from contracts.events.envelope import Event
 from contracts.events.executor import ExecutorRegistered
-from contracts.events.key import UserCreated
+from contracts.events.key import KeyCreated, UserCreated
 from contracts.events.provider import ProviderApprovalWithdrawn, ProviderApproved, ProviderRegistered
 from contracts.ids import owner_id
 from services.runtime.foldrules import FoldRules
 
-PLACEMENT_FACTS: tuple[type[Event], ...] = (UserCreated, ProviderRegistered, ProviderApproved,
+PLACEMENT_FACTS: tuple[type[Event], ...] = (UserCreated, KeyCreated, ProviderRegistered, ProviderApproved,
                                             ProviderApprovalWithdrawn, ExecutorRegistered)
 """The facts the placement view folds (executor registrations are the fleet's too)."""
 PLACEMENT_WITHDRAWN = "placement_withdrawn"
@@ -99,6 +99,12 @@ class Placements:
     providers: dict[str, _Provider] = field(default_factory=dict)
     executors: dict[str, str | None] = field(default_factory=dict)
     """Executor id → the provider of the worker key it last registered with (None: an operator's or admin's)."""
+    key_providers: dict[str, str] = field(default_factory=dict)
+    """Worker key id → its provider (for registrations stated before they named it)."""
+
+    def provider_of(self, event: ExecutorRegistered) -> str | None:
+        """The provider of the registering worker key: as the fact names it, else as the key's creation did."""
+        return event.provider_id or (self.key_providers.get(event.worker_key_id) if event.worker_key_id else None)
 
     def apply(self, event: Event) -> None:
         rule = _rules.rule_for(type(event))
@@ -147,7 +153,12 @@ class Placements:
         else:
             provider.approved_for.discard(event.organization_id)
 
+    @_rules.on(KeyCreated)
+    def _key(self, event: KeyCreated) -> None:
+        if event.role == "worker" and event.provider_id is not None:
+            self.key_providers.setdefault(event.public_id, event.provider_id)
+
     @_rules.on(ExecutorRegistered)
     def _executor(self, event: ExecutorRegistered) -> None:
         if event.worker_key_id is not None:
-            self.executors[event.aggregate_id] = event.provider_id
+            self.executors[event.aggregate_id] = self.provider_of(event)

@@ -19,8 +19,9 @@ from contracts.events.executor import ExecutorRegistered
 from contracts.ids import hash_api_key
 from contracts.readmodel import ApiKeyRecord
 from contracts.subjects import FLEET_REGISTER, requester_of
-from services.runtime.bus import EventBus
+from services.runtime.bus import EventBus, Fence, FenceMoved
 from services.runtime.delivery import Answer
+from services.runtime.facts import last_fact
 from services.runtime.readmodel import ReadModel
 from services.runtime.skip_log import SkipLog
 from services.scheduler.book import Book
@@ -95,7 +96,14 @@ class Registrar:
             advert = request.advert.model_copy(update={"heartbeat_at": min(request.advert.heartbeat_at, now_ms)})
             registered = ExecutorRegistered(aggregate_id=executor_id, advert=advert, started_at=now_ms,
                                             worker_key_id=record.key_id, provider_id=record.provider_id)
-            await self.bus.publish(registered)
+            # Conditional on the id's registrations as judged: a second leader for a moment (a lease handover)
+            # cannot admit another provider under it at the same time.
+            last = await last_fact(self.bus, registered.subject)
+            try:
+                await self.bus.publish(registered, Fence(registered.subject, last[0] if last else 0))
+            except FenceMoved:
+                return RegistrationAnswer(accepted=False, retry=True,
+                                          reason=f"Another registration of executor {executor_id} came first.")
             self.book.apply(registered)
         log.info("executor %s registered with worker key %s", executor_id, record.key_id)
         return RegistrationAnswer(accepted=True, worker_key_id=record.key_id)

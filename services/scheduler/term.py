@@ -64,8 +64,9 @@ log = logging.getLogger(__name__)
 IGNORED_EVENT_NAMES = frozenset({"line_rejected", "validation_progressed", "finalizing"})
 """High-volume facts that never change a scheduling decision: skipped before decoding. (`progressed` is not one:
 an attempt that committed lines does not count against the attempt limit.)"""
-FOLDED_KINDS = frozenset({"batch", "executor", "provider", "user"})
-"""The aggregates whose facts the book folds (providers and users: for placement); others are skipped undecoded."""
+FOLDED_KINDS = frozenset({"batch", "executor", "provider", "user", "key"})
+"""The aggregates whose facts the book folds (providers, users and keys: for placement and executors' owners);
+others are skipped undecoded."""
 READER_STOP_S = 10.0
 BROKER_HICCUPS = (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError,
                   nats.js.errors.ServiceUnavailableError, asyncio.TimeoutError)

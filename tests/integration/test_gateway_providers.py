@@ -194,6 +194,9 @@ async def test_a_new_provider_is_unapproved_until_an_admin_approves_it_and_only_
     assert refused.status == 403 and (await refused.json())["error"]["code"] == "insufficient_permissions"
     other_org = await gateway.client.post(approve, json={"organization_id": "default"}, headers=org_admin)
     assert other_org.status == 403 and (await other_org.json())["error"]["param"] == "organization_id"
+    _, default_admin = await member(gateway, admin, "default", "dee", role="admin")
+    everyone = await gateway.client.post(approve, headers=default_admin)  # the default organisation is everyone's
+    assert everyone.status == 403 and (await everyone.json())["error"]["code"] == "insufficient_permissions"
     missing = await gateway.client.post("/v1/provider/providers/prov_0000000000000000/approve", headers=org_admin)
     assert missing.status == 404 and (await missing.json())["error"]["type"] == "not_found_error"
 

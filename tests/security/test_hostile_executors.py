@@ -197,3 +197,28 @@ async def test_a_batch_that_never_ran_is_finalized_by_the_control_plane_not_by_a
             await finalize_commands.fetch(1, timeout=2)
     finally:
         await evil.close()
+
+
+@pytest.mark.timeout(240)
+async def test_a_connection_squatting_an_unregistered_id_is_closed_once_its_owner_registers_it(
+        secure_stack: RunningStack) -> None:
+    stack = secure_stack
+    attackers_key = attackers_worker_key(stack, user_key(stack))
+    owners_key = attackers_worker_key(stack, user_key(stack))  # an honest provider of another user
+    executor_id = f"gpu-{secrets.token_hex(3)}"
+    errors: list[str] = []
+    # Nobody's id yet: the broker admits the attacker under it (it may be a new host of its own) ...
+    squatter = await join_as_executor(stack, executor_id, attackers_key, errors)
+    owner = await join_as_executor(stack, executor_id, owners_key, errors)
+    try:
+        # ... until the owner registers it: then the squatter's connection is closed, and it is not let back in.
+        assert (await register(owner, executor_id, owners_key, advert(executor_id))).accepted
+        deadline = time.monotonic() + 30
+        while not squatter.is_closed:
+            assert time.monotonic() < deadline, "the squatter's connection is still open"
+            await asyncio.sleep(0.2)
+        assert owner.is_connected
+        assert await refused_connection(stack, executor_id, attackers_key)
+    finally:
+        await squatter.close()
+        await owner.close()

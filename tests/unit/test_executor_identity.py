@@ -8,6 +8,7 @@ import pytest
 
 from contracts.events.batch import AttemptFailed, ShardFinished
 from contracts.events.executor import ExecutorAdvert, ExecutorRegistered
+from contracts.events.key import KeyCreated
 from contracts.readmodel import ApiKeyRecord
 from services.runtime.fleet import read_advert
 from services.scheduler.book import Book
@@ -100,3 +101,13 @@ def test_the_executor_holding_every_units_lease_finalizes_it_and_no_other() -> N
     assigned(book, "b1", "bravo", 3, shard=1, shards=2)
     book.apply(ShardFinished(aggregate_id="b1", attempt=3, shard=1, executor_id="bravo"))
     assert choose_finalizer(book.plans["b1"], live) is None, "units on two executors: neither writes the other's"
+
+
+def test_a_registration_from_before_it_named_the_provider_is_the_keys_providers() -> None:
+    book = Book()
+    book.apply(KeyCreated(aggregate_id="k_old", key_id="key_old", key_sha256="0" * 64, role="worker", label="w",
+                          provider_id="prov_a"))
+    book.apply(ExecutorRegistered(aggregate_id="gpu-1", advert=advert("gpu-1"), started_at=NOW,
+                                  worker_key_id="key_old"))  # no provider_id: an older scheduler stated it
+    assert not book.placements.runner("gpu-1").platforms_own, "a provider's executor, not the platform's"
+    assert identity_refusal(book, "gpu-1", worker_key("key_new", "prov_a"), NOW + 60_000) is None

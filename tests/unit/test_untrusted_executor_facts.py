@@ -85,3 +85,13 @@ def test_a_fenced_attempts_executor_cannot_state_the_batchs_end_even_without_a_f
     assert may_state(book, "alpha", end, context_length) is None
     book.apply(AttemptFailed(aggregate_id="b1", attempt=1, executor_id="alpha", code="executor_lost", reason="x"))
     assert may_state(book, "alpha", end, context_length) is not None
+
+
+def test_a_progress_fact_stated_again_is_a_repeat_not_a_refusal() -> None:
+    book = fleet()
+    first = progress(2, input_tokens=200, output_tokens=100)
+    assert may_state(book, "alpha", first, context_length) is None
+    book.apply(first)
+    assert may_state(book, "alpha", first, context_length) is None, "a retried submission of a stored fact"
+    next_chunk = progress(2, chunk=1, input_tokens=200, output_tokens=100)
+    assert may_state(book, "alpha", next_chunk, context_length) is not None, "a new chunk adding no lines"

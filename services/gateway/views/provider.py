@@ -83,6 +83,9 @@ async def _approval_scope(request: web.Request) -> str | None:
         raise ApiError(403, "Only a platform admin, or an administrator of an organisation (for that organisation), "
                        "may approve providers.", "permission_error", "insufficient_permissions")
     own = organization_of(admin)
+    if own == DEFAULT_ORGANIZATION_ID:
+        raise ApiError(403, "The default organisation holds every user made without one: only a platform admin "
+                       "approves providers there.", "permission_error", "insufficient_permissions")
     if body.organization_id not in (None, own):
         raise ApiError(403, f"An administrator of organization {own} approves providers for {own} only.",
                        "permission_error", "insufficient_permissions", "organization_id")
