@@ -25,6 +25,7 @@ SOCKET_CLOSED_S = 0.2
 """How long nats-py takes to close a refused connection's socket (well within its 0.5 s wait before retrying)."""
 CONNECTION_ERROR_LOG_EVERY_S = 60.0
 """Once joined, the same connection error (a reconnect refused, the broker gone) is logged at most this often."""
+SAID_KEPT = 64
 
 
 def credentials(settings: ExecutorSettings) -> Credentials | None:
@@ -106,6 +107,8 @@ class ConnectionErrors:
         now = asyncio.get_running_loop().time()
         if said is not None and now - said < CONNECTION_ERROR_LOG_EVERY_S:
             return
+        if len(self._said) > SAID_KEPT:
+            self._said.clear()  # errors whose text varies: forgetting them costs at most one more line each
         self._said[str(error)] = now
         if self.joined:
             log.warning("NATS connection: %s (retrying; said at most once a minute)", explain(error))
