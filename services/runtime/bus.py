@@ -3,6 +3,7 @@
 import contextlib
 import logging
 import re
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Self
@@ -124,6 +125,9 @@ async def open_connection(url: str, name: str, attempts: int = -1, **options: An
     async def failed(error: Exception) -> None:
         last[:] = [error]
         log.debug("connecting %s to the broker: %r", name, error)
+        if isinstance(error, ssl.SSLCertVerificationError):  # no retry will make it verify: say so at once
+            raise BrokerUnreachable(f"the broker's TLS certificate was not verified ({error}): SHESHNAG_NATS_TLS_CA "
+                                    "must name the CA that signed it") from error
 
     if attempts >= 0:
         options["error_cb"] = failed

@@ -22,7 +22,7 @@ from tests.integration.tls_broker import Impostor, TlsBroker, impostor_broker, t
 PASSWORD, WORKER_KEY = "core-password-0123", "wk-secret-0123"
 TLS_HANDSHAKE_RECORD = b"\x16\x03"
 """How every TLS connection starts: a handshake record (the ClientHello)."""
-TRIES_S = 2.0
+TRIES_S = 1.0
 
 
 @pytest.fixture

@@ -31,6 +31,7 @@ class TlsBroker:
 @contextlib.contextmanager
 def tls_nats(data_dir: Path, host: str = NETWORK_HOST) -> Iterator[TlsBroker]:
     """A JetStream broker on `host` with the stack's accounts, TLS required, its certificate from a throwaway CA."""
+    data_dir.mkdir(parents=True, exist_ok=True)
     tls = write_tls_files(data_dir, (host,))
     auth = NatsAuth.load_or_create(data_dir)
     port = free_port()
