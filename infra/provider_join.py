@@ -157,7 +157,8 @@ def executor_env(args: argparse.Namespace, environ: dict[str, str]) -> tuple[dic
     data_dir = (args.data_dir or default_executor_dir()).expanduser().resolve()
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     env = dict(environ)
-    env.pop("SHESHNAG_NATS_TLS_CA", None)
+    for inherited in ("SHESHNAG_NATS_TLS_CA", "SHESHNAG_NATS_PRIVATE_HOSTS"):  # the gateway's answer alone decides
+        env.pop(inherited, None)
     digest = None
     if isinstance(pem, str) and pem:
         digest = pinned(pem, pin) if pin else ca_sha256(pem)

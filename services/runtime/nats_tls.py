@@ -8,7 +8,8 @@ server spoke. So a network broker's URL must be `tls://`, its certificate is ver
 `SHESHNAG_NATS_TLS_CA`, else the system's CAs), and the TLS handshake comes first, before the server's INFO and the
 client's CONNECT (the server's `tls { handshake_first }`): a server that does not complete it gets a ClientHello and
 nothing else. Other loopback addresses (127.0.0.2, …) count as the network, as for `sheshnag up --listen`: the
-tests stand in for a remote host with them.
+tests stand in for a remote host with them. An operator may declare hosts of a private network the deployment
+owns (`SHESHNAG_NATS_PRIVATE_HOSTS`: a compose network's `nats`) to be held to the loopback rule instead.
 """
 
 import ssl
@@ -37,9 +38,11 @@ def _split(url: str) -> tuple[str, str | None]:
     return parts.scheme.lower(), parts.hostname
 
 
-def is_local(servers: str | list[str]) -> bool:
-    """Whether every server in `servers` (comma-separated URLs allowed) is on this host."""
-    return all(is_local_host(_split(url)[1]) for url in server_list(servers))
+def is_local(servers: str | list[str], private: frozenset[str] = frozenset()) -> bool:
+    """Whether every server in `servers` (comma-separated URLs allowed) is on this host, or one of the `private`
+    hosts the operator declared (`SHESHNAG_NATS_PRIVATE_HOSTS`)."""
+    return all(is_local_host(host) or (host or "").lower() in private
+               for host in (_split(url)[1] for url in server_list(servers)))
 
 
 def tls_context(ca: Path | None) -> ssl.SSLContext:
@@ -47,10 +50,11 @@ def tls_context(ca: Path | None) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=str(ca)) if ca else ssl.create_default_context()
 
 
-def require_tls(servers: str | list[str], setting: str = "SHESHNAG_NATS_URL") -> None:
+def require_tls(servers: str | list[str], setting: str = "SHESHNAG_NATS_URL",
+                private: frozenset[str] = frozenset()) -> None:
     """Raises `InsecureBrokerUrl` (naming `setting`, never the URL: it may hold a password) when `servers` are on
     the network and not all `tls://`."""
-    if is_local(servers):
+    if is_local(servers, private):
         return
     plain = sorted({host or "?" for scheme, host in map(_split, server_list(servers)) if scheme != NETWORK_SCHEME})
     if plain:
@@ -61,10 +65,11 @@ def require_tls(servers: str | list[str], setting: str = "SHESHNAG_NATS_URL") ->
             "its CA is not one of the system's")
 
 
-def tls_options(servers: str | list[str], ca: Path | None, setting: str = "SHESHNAG_NATS_URL") -> dict[str, Any]:
+def tls_options(servers: str | list[str], ca: Path | None, setting: str = "SHESHNAG_NATS_URL",
+                private: frozenset[str] = frozenset()) -> dict[str, Any]:
     """nats-py `connect()` options for `servers` under the rule above; `require_tls` first, before anything
-    connects."""
-    require_tls(servers, setting)
-    if is_local(servers):
+    connects. `private`: hosts held to the loopback rule (`SHESHNAG_NATS_PRIVATE_HOSTS`)."""
+    require_tls(servers, setting, private)
+    if is_local(servers, private):
         return {"tls": tls_context(ca)} if ca else {}
     return {"tls": tls_context(ca), "tls_handshake_first": True}

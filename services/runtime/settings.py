@@ -40,6 +40,10 @@ class ConnectionSettings(FileBackedSettings):
     """The CA (PEM) the broker's TLS certificate is verified against (`sheshnag up --listen` writes its own into the
     data dir; `sheshnag executor --deployment` fetches it); unset: the system's CAs. A broker on another host is
     always reached over TLS, TLS first, and verified; one on 127.0.0.1/localhost/::1 with TLS where it asks."""
+    nats_private_hosts: list[str] = []
+    """Broker hosts on a private network of the deployment's own (a compose network's `nats`), held to the rule of
+    127.0.0.1: `nats://` allowed, TLS only where the server asks. Empty (the default): every other host must be
+    `tls://`, verified and TLS first. Never set it where the network to the broker is not yours (a provider host)."""
     nats_callout_seed: str = Field(default="", repr=False)
     """The auth callout issuer's account nkey seed (`SA…`). The process given it (the scheduler) admits
     executors to the broker by worker key; empty: no admissions (a broker without auth callout)."""
@@ -70,7 +74,8 @@ class ConnectionSettings(FileBackedSettings):
     def nats_transport(self, url: str | None = None) -> dict[str, Any]:
         """The TLS options of a NATS connection to `url` (default `nats_url`), by the rule of `nats_tls.py`: a
         broker on the network is tls://, verified, TLS first; raises `InsecureBrokerUrl` before connecting."""
-        return tls_options(self.nats_url if url is None else url, self.nats_tls_ca)
+        return tls_options(self.nats_url if url is None else url, self.nats_tls_ca,
+                           private=frozenset(host.lower() for host in self.nats_private_hosts))
 
 
 def connection_settings() -> ConnectionSettings:
