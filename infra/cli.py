@@ -7,6 +7,7 @@ import importlib.metadata
 import logging
 import os
 import signal
+import ssl
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -25,6 +26,8 @@ from contracts.events.key import KeyRole
 from infra.backup import add_backup_arguments, add_restore_arguments, backup_tool, restore_tool
 from infra.batch_cli import add_arguments as add_batch_arguments
 from infra.batch_cli import batch_tool
+from infra.certs import add_arguments as add_certs_arguments
+from infra.certs import certs_tool
 from infra.keys import choose_admin_key, local_worker_key, register_key, remember
 from infra.models_push import add_arguments as add_models_arguments
 from infra.models_push import models_tool
@@ -84,8 +87,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     up.add_argument("--nats-port", type=int, default=None, help="embedded NATS port (default: a free port)")
     up.add_argument("--s3-port", type=int, default=None, help="embedded S3 port (default: a free port)")
     up.add_argument("--listen", default="127.0.0.1", help="the address (this host's IP or DNS name) broker, object "
-                    "store and gateway bind and provider hosts reach; any but 127.0.0.1/localhost/::1 puts the "
-                    "broker behind TLS with a CA generated into the data dir (default 127.0.0.1: this host only)")
+                    "store and gateway bind and provider hosts reach; any but 127.0.0.1/localhost/::1 puts all three "
+                    "behind TLS with a CA generated into the data dir (default 127.0.0.1: this host only)")
     up.add_argument("--config", type=Path, default=None, help="a settings file (TOML, a table per service: "
                     "docs/settings.md) every process of the stack reads; environment variables win over it")
     up.add_argument("--nats-url", default="", help="use this broker instead of starting one: a cluster's client "
@@ -134,6 +137,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     nats = commands.add_parser("nats-config", help="write the server config of an operator-run NATS node or "
                                "cluster (accounts, auth callout) and the services' env files")
     add_nats_config_arguments(nats)
+    add_certs_arguments(commands.add_parser("certs", help="the TLS certificate of a `sheshnag up --listen` stack"),
+                        default_data_dir())
     add_models_arguments(commands.add_parser("models", help="put model files where executors fetch them"))
     add_backup_arguments(commands.add_parser("backup", help="copy streams, objects and the ledger's store into a "
                                              "folder while the deployment runs"))
@@ -182,12 +187,15 @@ def run_ledger_tool(args: argparse.Namespace) -> int:
             return asyncio.run(operator.export(settings, since, until))
 
 
-async def wait_for_gateway(port: int, within_s: float = 120.0, host: str = "127.0.0.1") -> None:
+async def wait_for_gateway(port: int, within_s: float = 120.0, host: str = "127.0.0.1",
+                           ca: Path | None = None) -> None:
+    """`ca`: the gateway serves HTTPS with a certificate from this CA."""
     deadline = asyncio.get_running_loop().time() + within_s
+    scheme, verify = ("https", ssl.create_default_context(cafile=ca)) if ca else ("http", True)
     async with aiohttp.ClientSession() as session:
         while asyncio.get_running_loop().time() < deadline:
             try:
-                async with session.get(f"http://{url_host(host)}:{port}/healthz") as response:
+                async with session.get(f"{scheme}://{url_host(host)}:{port}/healthz", ssl=verify) as response:
                     if response.status == 200:
                         return
             except aiohttp.ClientError:
@@ -215,6 +223,8 @@ async def up(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    # Ignored until the stack serves: a `certs rotate` meanwhile is served by the start itself.
+    loop.add_signal_handler(signal.SIGHUP, lambda: None)
     if args.config is not None:
         use_config_file(args.config)
     stack = Stack(args.data_dir.expanduser().resolve(), args.port, pick_port(args.nats_port), pick_port(args.s3_port),
@@ -234,10 +244,13 @@ async def up(args: argparse.Namespace) -> None:
         remember(stack.data_dir, key)
         stack.start_services()
         supervising = asyncio.create_task(stack.supervise(stop))
-        await wait_for_gateway(stack.gateway_port, host=stack.listen)
+        own_certificate = "SHESHNAG_GATEWAY_TLS_CERT" in os.environ
+        await wait_for_gateway(stack.gateway_port, host=stack.listen,
+                               ca=stack.tls.ca if stack.tls and not own_certificate else None)
+        loop.add_signal_handler(signal.SIGHUP, stack.reload_certificates)
         env = stack.settings_env()
         write_state(stack.data_dir, StackState(
-            pid=os.getpid(), gateway_url=f"http://{url_host(stack.listen)}:{stack.gateway_port}",
+            pid=os.getpid(), gateway_url=stack.gateway_url(),
             nats_url=stack.nats_url(), s3_endpoint=env["SHESHNAG_S3_ENDPOINT"],
             ledger_db_path=env["SHESHNAG_LEDGER_DB_PATH"], nats_tls_ca=env.get("SHESHNAG_NATS_TLS_CA")))
         announce(stack, key.plaintext)
@@ -268,16 +281,18 @@ def install_missing_models() -> None:
 def announce(stack: Stack, plaintext_key: str | None) -> None:
     shown = plaintext_key or "(the key printed at first start; only its hash is stored — set SHESHNAG_ADMIN_KEY " \
                              "to use a key of your own)"
-    gateway = f"http://{url_host(stack.listen)}:{stack.gateway_port}"
-    tls = f"\n  NATS CA   {stack.tls.ca} (sha256 {fingerprint(stack.tls.ca_pem())})" if stack.tls else ""
+    gateway = stack.gateway_url()
+    digest = fingerprint(stack.tls.ca_pem()) if stack.tls else ""
+    tls = f"\n  CA        {stack.tls.ca} (sha256 {digest}; signs broker, gateway and S3)" if stack.tls else ""
+    pin = f" --ca-sha256 {digest}" if digest else ""
     print(f"""
 Sheshnag is up.
   base URL  {gateway}/v1
   API key   {shown}
   data      {stack.data_dir}   logs: {stack.logs}
   NATS      {stack.secrets().executor_nats_url} (services' user and password: {stack.data_dir / SECRETS_FILE}){tls}
-  S3        {url_host(stack.listen)}:{stack.s3_port}
-  provider  sheshnag executor --deployment {gateway} --worker-key wk-…   (a key from the dashboard's Provider page)
+  S3        {"https://" if stack.tls else ""}{url_host(stack.listen)}:{stack.s3_port}
+  provider  sheshnag executor --deployment {gateway}{pin} --worker-key wk-…   (a key from the dashboard's Provider page)
 Press Ctrl-C to stop.
 """, flush=True)
 
@@ -433,6 +448,8 @@ def run(args: argparse.Namespace) -> None:
         asyncio.run(show_status(args.json))
     elif args.command == "nats-config":
         sys.exit(nats_config(args))
+    elif args.command == "certs":
+        sys.exit(certs_tool(args))
     elif args.command == "models":
         sys.exit(models_tool(args))
     elif args.command == "backup":

@@ -164,6 +164,7 @@ def executor_env(args: argparse.Namespace, environ: dict[str, str]) -> tuple[dic
         digest = pinned(pem, pin) if pin else ca_sha256(pem)
         write_private(data_dir / CA_FILE, pem.encode())
         env["SHESHNAG_NATS_TLS_CA"] = str(data_dir / CA_FILE)
+        env["SHESHNAG_S3_TLS_CA"] = str(data_dir / CA_FILE)  # presigned URLs' HTTPS: trusted besides the system's
     env |= {"SHESHNAG_NATS_URL": ",".join(urls), "SHESHNAG_EXECUTOR_WORKER_KEY": worker_key,
             "SHESHNAG_EXECUTOR_EXECUTOR_ID": executor_id(data_dir, args.executor_id)}
     return env, data_dir, digest

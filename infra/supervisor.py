@@ -3,6 +3,7 @@
 import asyncio
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -96,11 +97,14 @@ class Stack:
     credentials. Its accounts must be this data dir's (`nats-auth.json`, as `infra/nats_cluster.py` writes them)."""
     listen: str = "127.0.0.1"
     """The address the broker, the object store and the gateway bind, and that remote executors are told to use.
-    Anything but loopback puts the broker behind TLS, its certificate signed by the data dir's own CA."""
+    Anything but loopback puts all three behind TLS, with one certificate signed by the data dir's own CA; the
+    object store's inner servers stay on loopback (S3 reaches the network through `infra/tls_relay.py`)."""
     credentials: S3Credentials = field(init=False)
     nats_auth: NatsAuth = field(init=False)
     worker_key: str = ""
     tls: ServerTls | None = None
+    s3_inner_port: int = 0
+    """Behind TLS: SeaweedFS's own S3 port, on loopback, that the services and the relay reach."""
     children: list[Supervised] = field(default_factory=list)
     """Broker and object store first, then the services; stopped in reverse order."""
 
@@ -110,7 +114,17 @@ class Stack:
 
     @property
     def uses_tls(self) -> bool:
-        return not self.nats_urls and not is_loopback(self.listen)
+        """Whether the stack's own broker is behind TLS."""
+        return not self.nats_urls and self.serves_network
+
+    @property
+    def serves_network(self) -> bool:
+        """Whether gateway and object store serve an address other than loopback: then over HTTPS alone."""
+        return not is_loopback(self.listen)
+
+    def gateway_url(self) -> str:
+        scheme = "https" if self.serves_network else "http"
+        return f"{scheme}://{url_host(self.listen)}:{self.gateway_port}"
 
     def nats_url(self) -> str:
         """The broker's URL(s) without credentials: what the services and executors are given."""
@@ -130,10 +144,12 @@ class Stack:
 
     def settings_env(self) -> dict[str, str]:
         """The stack's wiring every service gets; none of it is secret."""
-        tls = {"SHESHNAG_NATS_TLS_CA": str(self.tls.ca)} if self.tls else {}
+        tls = {"SHESHNAG_NATS_TLS_CA": str(self.tls.ca)} if self.tls and self.uses_tls else {}
         return {
             **tls,
-            "SHESHNAG_S3_ENDPOINT": f"{url_host(self.listen)}:{self.s3_port}",
+            **self.https_env(),
+            "SHESHNAG_S3_ENDPOINT": (f"127.0.0.1:{self.s3_inner_port}" if self.s3_inner_port
+                                     else f"{url_host(self.listen)}:{self.s3_port}"),
             "SHESHNAG_GATEWAY_HOST": self.listen,
             "SHESHNAG_GATEWAY_PORT": str(self.gateway_port),
             "SHESHNAG_GATEWAY_PROVIDER_NATS_URL": self.nats_url(),
@@ -141,6 +157,17 @@ class Stack:
             "SHESHNAG_EXECUTOR_EXECUTOR_ID": os.environ.get("SHESHNAG_EXECUTOR_EXECUTOR_ID", "local-0"),
             "PYTHONUNBUFFERED": "1",
         }
+
+    def https_env(self) -> dict[str, str]:
+        """Behind TLS: the gateway's certificate (the stack's, unless the operator names one), the services' S3 on
+        loopback, and presigned URLs naming the relay's https:// endpoint, verified against the stack's CA."""
+        if self.tls is None:
+            return {}
+        own = {name: os.environ[name] for name in ("SHESHNAG_GATEWAY_TLS_CERT", "SHESHNAG_GATEWAY_TLS_KEY")
+               if os.environ.get(name)}
+        return {"SHESHNAG_GATEWAY_TLS_CERT": str(self.tls.cert), "SHESHNAG_GATEWAY_TLS_KEY": str(self.tls.key), **own,
+                "SHESHNAG_S3_TLS_CA": str(self.tls.ca),
+                "SHESHNAG_SCHEDULER_OBJECT_URL_ENDPOINT": f"https://{url_host(self.listen)}:{self.s3_port}"}
 
     def start_infra(self) -> None:
         """Broker and object store, supervised like the services: a crashed one restarts on the same
@@ -150,9 +177,9 @@ class Stack:
         self.logs.mkdir(mode=0o700, exist_ok=True)
         self.credentials = S3Credentials.load_or_create(self.data_dir / "s3-credentials.json")
         self.nats_auth = NatsAuth.load_or_create(self.data_dir)
-        if self.uses_tls:
+        if self.serves_network:
             self.tls = ensure_server_tls(self.data_dir, [self.listen])
-        tls = client_tls(str(self.tls.cert), str(self.tls.key)) if self.tls else ""
+        tls = client_tls(str(self.tls.cert), str(self.tls.key)) if self.tls and self.uses_tls else ""
         nats_config = self.nats_auth.write_server_config(self.data_dir, tls)
         # Neither server needs a secret from the environment: each reads its own from 0600 files.
         infra_env = server_env(os.environ)
@@ -160,14 +187,28 @@ class Stack:
         if not self.nats_urls:  # else the operator runs the broker
             command = nats_command(self.data_dir, self.nats_port, nats_config, self.listen)
             servers.append((Supervised("nats-server", command, infra_env, self.logs / "nats.log"), self.nats_port,
-                            NATS_READY_S))
-        s3 = Supervised("s3", seaweed_command(self.data_dir, self.s3_port, self.credentials,
-                                              frozenset({self.gateway_port, self.nats_port}), self.listen),
-                        infra_env, self.logs / "s3.log", cwd=self.data_dir / "s3")
-        for child, port, ready_s in (*servers, (s3, self.s3_port, S3_READY_S)):
+                            NATS_READY_S, self.listen))
+        promised = frozenset({self.gateway_port, self.nats_port})
+        if self.tls is None:
+            servers.append((Supervised("s3", seaweed_command(self.data_dir, self.s3_port, self.credentials, promised,
+                                                             self.listen),
+                                       infra_env, self.logs / "s3.log", cwd=self.data_dir / "s3"),
+                            self.s3_port, S3_READY_S, self.listen))
+        else:
+            promised |= {self.s3_port}
+            self.s3_inner_port = free_port(promised)
+            command = seaweed_command(self.data_dir, self.s3_inner_port, self.credentials,
+                                      promised | {self.s3_inner_port})
+            relay = [sys.executable, "-m", "infra.tls_relay", self.listen, str(self.s3_port),
+                     str(self.s3_inner_port), str(self.tls.cert), str(self.tls.key)]
+            servers += [(Supervised("s3", command, infra_env, self.logs / "s3.log", cwd=self.data_dir / "s3"),
+                         self.s3_inner_port, S3_READY_S, "127.0.0.1"),
+                        (Supervised("s3-tls", relay, infra_env, self.logs / "s3-tls.log"), self.s3_port, S3_READY_S,
+                         self.listen)]
+        for child, port, ready_s, host in servers:
             child.start()
             assert child.process is not None
-            wait_for_port(port, child.process, ready_s, child.name, self.listen)
+            wait_for_port(port, child.process, ready_s, child.name, host)
             self.children.append(child)
 
     def start_services(self) -> None:
@@ -186,6 +227,17 @@ class Stack:
                 await asyncio.wait_for(stop.wait(), timeout=0.5)
             except TimeoutError:
                 pass
+
+    def reload_certificates(self) -> None:
+        """Have every server of the stack that serves its certificate load it again (after `certs rotate`): the
+        broker reloads its config on SIGHUP, the gateway and the S3 relay reload their TLS contexts; connections
+        open stay as they are. A gateway with the operator's own certificate reloads that one."""
+        if self.tls is None:
+            return
+        for child in self.children:
+            if child.name in ("nats-server", "gateway", "s3-tls") and child.process and child.process.poll() is None:
+                child.process.send_signal(signal.SIGHUP)
+        log.info("certificates reloaded from %s", self.tls.cert.parent)
 
     def stop(self) -> None:
         for child in reversed(self.children):

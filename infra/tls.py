@@ -1,7 +1,7 @@
-"""The stack's own certificate authority and the broker's server certificate, generated into the data dir.
+"""The stack's own certificate authority and its server certificate, generated into the data dir.
 
-`sheshnag up --listen ADDR` makes remote executors reach the broker over TLS: a CA (kept, 0600 key) signs a server
-certificate whose subject alternative names are the address executors use (an IP or a DNS name) and loopback.
+`sheshnag up --listen ADDR` serves broker, gateway and S3 over TLS with one certificate: a CA (kept, 0600 key) signs
+a server certificate whose subject alternative names are the address clients use (an IP or a DNS name) and loopback.
 The CA's certificate is public: the gateway hands it out (`GET /v1/provider/connection`), executors verify the
 broker against it. A certificate is made again when it lacks a name asked for or is near its end.
 """
@@ -117,6 +117,36 @@ def ensure_server_tls(data_dir: Path, names: list[str], now: datetime | None = N
     tls = ServerTls(folder / CA_CERT, folder / SERVER_CERT, folder / SERVER_KEY)
     if _server_fits(tls.cert, ca, wanted, now) and tls.key.exists():
         return tls
+    return _issue(tls, ca, ca_key, wanted, now)
+
+
+def rotate_server_tls(data_dir: Path, names: list[str], now: datetime | None = None) -> ServerTls:
+    """A new server key and certificate from the data dir's CA, valid for the names the current one holds and
+    `names`; each file is replaced whole (a reader sees the old pair or the new one)."""
+    now = now or datetime.now(UTC)
+    folder = data_dir / TLS_DIR
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    ca, ca_key = _load_or_create_ca(folder, now)
+    tls = ServerTls(folder / CA_CERT, folder / SERVER_CERT, folder / SERVER_KEY)
+    wanted = list(dict.fromkeys([*names, *server_names(tls.cert), *LOOPBACK_NAMES]))
+    return _issue(tls, ca, ca_key, wanted, now)
+
+
+def server_names(path: Path) -> list[str]:
+    """The subject alternative names of the certificate at `path`, loopback last; none if there is none."""
+    if not path.exists():
+        return []
+    cert = x509.load_pem_x509_certificate(path.read_bytes())
+    try:
+        present = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return []
+    names = [str(name.value) for name in present if isinstance(name, x509.IPAddress | x509.DNSName)]
+    return sorted(names, key=lambda name: name in LOOPBACK_NAMES)
+
+
+def _issue(tls: ServerTls, ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, wanted: list[str],
+           now: datetime) -> ServerTls:
     key = _new_key()
     cert = (x509.CertificateBuilder().subject_name(_name(wanted[0])).issuer_name(ca.subject)
             .public_key(key.public_key()).serial_number(x509.random_serial_number())
@@ -126,6 +156,7 @@ def ensure_server_tls(data_dir: Path, names: list[str], now: datetime | None = N
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
             .sign(ca_key, hashes.SHA256()))
+    # Each swapped in whole; a server that reloads between the two fails to pair them and keeps its old pair.
     write_private(tls.key, _key_pem(key))
     write_private(tls.cert, _cert_pem(cert))
     return tls

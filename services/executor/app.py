@@ -63,7 +63,8 @@ async def object_access(settings: ExecutorSettings, bus: EventBus) -> ObjectAcce
     connection = settings.connection
     if not connection.s3_access_key:
         log.info("no S3 credentials: objects through presigned URLs from the scheduler")
-        return BrokeredObjectStore(bus.nc, settings.executor_id, http_pool(), settings.object_broker_wait_s)
+        return BrokeredObjectStore(bus.nc, settings.executor_id, http_pool(connection.s3_tls_ca),
+                                   settings.object_broker_wait_s)
     store = ObjectStore.from_settings(connection)
     await store.ensure_bucket()
     return store

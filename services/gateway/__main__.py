@@ -1,15 +1,27 @@
 """`python -m services.gateway`."""
 
+import asyncio
+import ssl
+
 from services.gateway.app import create_app
 from services.gateway.server import serve
 from services.gateway.settings import GatewaySettings
 from services.runtime.process import configure_observability, run_until_signalled
+from services.runtime.tls_server import reload_on_hangup, server_context
 
 
 def main() -> None:
     settings = GatewaySettings()
     configure_observability("gateway", settings.connection.log_level, settings.metrics_endpoint())
-    run_until_signalled(lambda stop: serve(create_app(settings), settings.host, settings.port, stop))
+    run_until_signalled(lambda stop: run(settings, stop))
+
+
+async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
+    context: ssl.SSLContext | None = None
+    if settings.tls_cert is not None and settings.tls_key is not None:
+        context = server_context(settings.tls_cert, settings.tls_key)
+        reload_on_hangup(context, settings.tls_cert, settings.tls_key)
+    await serve(create_app(settings), settings.host, settings.port, stop, context)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from minio.error import S3Error
 
 from services.gateway.context import deps
 from services.runtime.bus import EventBus
+from services.runtime.objectstore import https_pool
 from services.runtime.settings import ConnectionSettings
 
 log = logging.getLogger(__name__)
@@ -38,8 +39,8 @@ class Readiness:
 
     @classmethod
     def from_settings(cls, settings: ConnectionSettings) -> "Readiness":
-        http = urllib3.PoolManager(num_pools=1, maxsize=1, retries=False,
-                                   timeout=urllib3.Timeout(connect=PROBE_TIMEOUT_S, read=PROBE_TIMEOUT_S))
+        http = https_pool(settings.s3_tls_ca, num_pools=1, maxsize=1, retries=False,
+                          timeout=urllib3.Timeout(connect=PROBE_TIMEOUT_S, read=PROBE_TIMEOUT_S))
         client = Minio(settings.s3_endpoint, access_key=settings.s3_access_key, secret_key=settings.s3_secret_key,
                        secure=settings.s3_secure, http_client=http)
         return cls(client, settings.s3_bucket)

@@ -6,6 +6,7 @@ aiohttp 3.14 builds those in `RequestHandler.handle_error`, before any middlewar
 """
 
 import asyncio
+import ssl
 from http import HTTPStatus
 from typing import Any
 
@@ -57,12 +58,14 @@ class GatewayRunner(web.AppRunner):
                                   handler_cancellation=made.handler_cancellation, loop=made._loop, **made._kwargs)
 
 
-async def serve(app: web.Application, host: str, port: int, stop: asyncio.Event, **runner_args: Any) -> None:
-    """Serve `app` on host:port until `stop` is set, then shut it down cleanly (its cleanup contexts run)."""
+async def serve(app: web.Application, host: str, port: int, stop: asyncio.Event,
+                ssl_context: ssl.SSLContext | None = None, **runner_args: Any) -> None:
+    """Serve `app` on host:port (HTTPS with `ssl_context`) until `stop` is set, then shut it down cleanly (its
+    cleanup contexts run)."""
     runner = GatewayRunner(app, **runner_args)
     await runner.setup()
     try:
-        await web.TCPSite(runner, host, port).start()
+        await web.TCPSite(runner, host, port, ssl_context=ssl_context).start()
         await stop.wait()
     finally:
         await runner.cleanup()

@@ -1,5 +1,8 @@
 """Gateway settings (`SHESHNAG_GATEWAY_*`)."""
 
+from pathlib import Path
+
+from pydantic import model_validator
 from pydantic_settings import SettingsConfigDict
 
 from services.runtime.settings import ServiceSettings
@@ -12,6 +15,12 @@ class GatewaySettings(ServiceSettings):
     """The address the API listens on (`sheshnag up --listen` sets it)."""
     port: int = 8080
     """The API's port."""
+    tls_cert: Path | None = None
+    """Serve HTTPS with this certificate (PEM, leaf first, then any intermediates); `sheshnag up --listen` sets the
+    stack's own, signed by the data dir's CA. Set your own (an ACME or company CA's) with `tls_key`; both are read
+    again on SIGHUP. Unset: plain HTTP (loopback, or behind a load balancer that terminates TLS)."""
+    tls_key: Path | None = None
+    """The private key of `tls_cert` (PEM, unencrypted, readable by the gateway alone)."""
     provider_nats_url: str = ""
     """The broker URL(s), comma-separated and without credentials, that `GET /v1/provider/connection` tells
     provider hosts to connect to; empty: `SHESHNAG_NATS_URL` less its credentials."""
@@ -78,3 +87,9 @@ class GatewaySettings(ServiceSettings):
     webhook_require_https: bool = False
     """Refuse endpoint URLs that are not `https://` (OpenAI's rule); off, `http://` is allowed too (local
     receivers)."""
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> "GatewaySettings":
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("SHESHNAG_GATEWAY_TLS_CERT and SHESHNAG_GATEWAY_TLS_KEY go together: set both or neither")
+        return self

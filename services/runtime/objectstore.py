@@ -10,9 +10,11 @@ import contextlib
 import functools
 import io
 import logging
+import ssl
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TypeVar
 
 import urllib3
@@ -40,6 +42,14 @@ TRANSIENT = (urllib3.exceptions.HTTPError, OSError)
 """What a dead, slow or restarting S3 server raises through minio (after urllib3's own retries)."""
 
 
+def https_pool(ca: Path | None, **pool: object) -> urllib3.PoolManager:
+    """A urllib3 pool whose HTTPS trusts the system's CAs and `ca` (a private CA's PEM) besides, verifying names."""
+    context = ssl.create_default_context()
+    if ca is not None:
+        context.load_verify_locations(cafile=ca)
+    return urllib3.PoolManager(ssl_context=context, **pool)  # type: ignore[arg-type]
+
+
 class ObjectStore:
     def __init__(self, client: Minio, bucket: str, io_threads: int = IO_THREADS) -> None:
         self.client = client
@@ -56,8 +66,8 @@ class ObjectStore:
 
     @classmethod
     def from_settings(cls, settings: ConnectionSettings) -> "ObjectStore":
-        http = urllib3.PoolManager(
-            num_pools=4, maxsize=16, timeout=urllib3.Timeout(connect=5, read=60),
+        http = https_pool(
+            settings.s3_tls_ca, num_pools=4, maxsize=16, timeout=urllib3.Timeout(connect=5, read=60),
             retries=urllib3.Retry(total=3, backoff_factor=0.2, status_forcelist=(500, 502, 503, 504)),
         )
         client = Minio(

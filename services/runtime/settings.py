@@ -58,6 +58,9 @@ class ConnectionSettings(FileBackedSettings):
     """The object store secret key."""
     s3_secure: bool = False
     """Reach the object store over HTTPS."""
+    s3_tls_ca: Path | None = None
+    """A CA (PEM) trusted for the object store's HTTPS besides the system's: a private CA's (`sheshnag up --listen`'s
+    own, which also signs the presigned URLs' endpoint that provider hosts reach). Unset: the system's CAs alone."""
     s3_bucket: str = "sheshnag"
     """The one bucket that holds uploads, results and model objects."""
     catalogue_path: Path | None = None

@@ -120,8 +120,11 @@ class ObjectSigner:
 
     @classmethod
     def from_settings(cls, connection: ConnectionSettings, url_endpoint: str, expiry_s: int) -> "ObjectSigner":
-        presigner = Minio(url_endpoint or connection.s3_endpoint, access_key=connection.s3_access_key,
-                          secret_key=connection.s3_secret_key, secure=connection.s3_secure, region=SIGNING_REGION)
+        """`url_endpoint`: host:port (with the store's own scheme), or `https://host:port`, that URLs name."""
+        scheme, _, rest = url_endpoint.rpartition("://")
+        secure = scheme == "https" if scheme else connection.s3_secure
+        presigner = Minio(rest or connection.s3_endpoint, access_key=connection.s3_access_key,
+                          secret_key=connection.s3_secret_key, secure=secure, region=SIGNING_REGION)
         return cls(presigner, ObjectStore.from_settings(connection), expiry_s)
 
     def url(self, method: Literal["GET", "PUT"], key: str) -> str:

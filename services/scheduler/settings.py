@@ -30,7 +30,8 @@ class SchedulerSettings(ServiceSettings):
     object_url_expiry_s: int = 900
     """How long a presigned object URL handed to an executor stays valid."""
     object_url_endpoint: str = ""
-    """host:port the presigned URLs name, as executors reach the object store; empty: `SHESHNAG_S3_ENDPOINT`."""
+    """host:port the presigned URLs name, as executors reach the object store (`https://host:port` where they reach
+    it over HTTPS while the services do not, as behind `sheshnag up --listen`); empty: `SHESHNAG_S3_ENDPOINT`."""
 
     def policy(self) -> Policy:
         return Policy(unit_min_lines=self.unit_min_lines, unit_max_lines=self.unit_max_lines,

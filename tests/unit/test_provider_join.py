@@ -30,7 +30,8 @@ def test_the_executor_gets_the_broker_the_ca_and_its_key_and_no_other_credential
     assert Path(env["SHESHNAG_NATS_TLS_CA"]).read_text() == ca_pem
     assert Path(env["SHESHNAG_NATS_TLS_CA"]).parent == data_dir == (tmp_path / "host").resolve()
     assert env["SHESHNAG_EXECUTOR_WORKER_KEY"] == "wk-abc" and digest == fingerprint(ca_pem)
-    assert not any(name.startswith("SHESHNAG_S3_") for name in env)
+    assert env["SHESHNAG_S3_TLS_CA"] == env["SHESHNAG_NATS_TLS_CA"]  # presigned URLs' HTTPS: the same CA
+    assert not any(name.startswith("SHESHNAG_S3_") and name != "SHESHNAG_S3_TLS_CA" for name in env)
 
 
 def test_the_executor_id_chosen_at_first_start_is_kept(tmp_path: Path, ca_pem: str) -> None:

@@ -9,6 +9,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import nats.errors
 import urllib3
@@ -18,7 +19,7 @@ from contracts.catalogue import MODEL_OBJECTS_PREFIX
 from contracts.objects import ObjectGrant, ObjectOperation, ObjectRequest, chunk_attempt
 from contracts.subjects import object_requests
 from services.runtime.logfmt import BATCH_ID
-from services.runtime.objectstore import ObjectNotFound, read_chunks, split_lines
+from services.runtime.objectstore import ObjectNotFound, https_pool, read_chunks, split_lines
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +41,10 @@ class ObjectTransferFailed(OSError):
     """The object store answered a presigned request with an error."""
 
 
-def http_pool() -> urllib3.PoolManager:
-    return urllib3.PoolManager(
-        num_pools=4, maxsize=16, timeout=urllib3.Timeout(connect=5, read=60),
+def http_pool(ca: Path | None = None) -> urllib3.PoolManager:
+    """For presigned URLs: an https:// one is verified against the system's CAs and `ca` (the deployment's)."""
+    return https_pool(
+        ca, num_pools=4, maxsize=16, timeout=urllib3.Timeout(connect=5, read=60),
         retries=urllib3.Retry(total=3, backoff_factor=0.2, status_forcelist=(500, 502, 503, 504)),
     )
 
