@@ -67,13 +67,6 @@ class Wait:
 
 
 @dataclass(frozen=True)
-class FailBatch:
-    plan: BatchPlan
-    code: str
-    reason: str
-
-
-@dataclass(frozen=True)
 class FenceAttempt:
     """The attempt's lease is revoked: its executor may no longer commit anything for it."""
 
@@ -103,7 +96,7 @@ class Finalize:
     failure_message: str | None = None
 
 
-Action = Assign | Wait | FailBatch | FenceAttempt | DeclareLost | Finalize
+Action = Assign | Wait | FenceAttempt | DeclareLost | Finalize
 QUEUED = "Queued:"
 """How every reason of a batch waiting only for a free place begins (the standings refine it)."""
 
@@ -212,13 +205,14 @@ def _upkeep(plan: BatchPlan, book: Book, fleet: _Fleet, alive: set[str], now_ms:
             return [*actions, *_end_early(plan, live, alive, now_ms, "failed", "attempts_exhausted",
                                           f"{MAX_ATTEMPTS} attempts failed without committing a line; the "
                                           f"executors tried were {tried}.")], None
+    # A batch refused now still accounts for every line: what ran is delivered, the rest go to the error file.
     model = fleet.model(plan.model)
     if model is None:
-        return [*actions, FailBatch(plan, "model_unavailable",
-                                    f"Model {plan.model} is no longer in the catalogue.")], None
+        return [*actions, *_end_early(plan, live, alive, now_ms, "failed", "model_unavailable",
+                                      f"Model {plan.model} is no longer in the catalogue.")], None
     if plan.layout is None and plan.queued_before + plan.total_lines > policy.max_queued_lines:
-        return [*actions, FailBatch(
-            plan, "enqueued_request_limit_exceeded",
+        return [*actions, *_end_early(
+            plan, live, alive, now_ms, "failed", "enqueued_request_limit_exceeded",
             f"This batch's {plan.total_lines} lines would bring your queued lines past the limit of "
             f"{policy.max_queued_lines}; wait for running batches to finish, or split the file.")], None
     return actions, (model if plan.pending_count() > 0 else None)

@@ -10,8 +10,18 @@ from typing import Annotated
 from faststream import Context, Path
 
 from contracts.commands import ExecutorRegistration, RegistrationAnswer
-from contracts.events.batch import AttemptFailed, BatchAssigned, BatchFailed, BatchWaiting
+from contracts.events.batch import (
+    AttemptFailed,
+    BatchAssigned,
+    BatchCancelled,
+    BatchCompleted,
+    BatchExpired,
+    BatchFailed,
+    BatchFinalizing,
+    BatchWaiting,
+)
 from contracts.events.executor import ExecutorLost, ExecutorRegistered
+from contracts.events.file import FileStored
 from contracts.fact_desk import FactReceipt, FactSubmission, LogPage, LogRead
 from contracts.objects import ObjectGrant, ObjectRequest
 from services.runtime.delivery import LogFollower, ServiceRouter
@@ -56,5 +66,7 @@ def scheduler_router() -> ServiceRouter:
     router.answers(SUBMISSIONS, take_fact,
                    "Store a fact the asking executor may state (its attempt's, or its finalized batch's end).")
     router.answers(READS, show_log, "A page of the execution facts of a batch the asking executor holds.")
-    router.emits(ExecutorRegistered, BatchAssigned, BatchWaiting, BatchFailed, AttemptFailed, ExecutorLost)
+    router.emits(ExecutorRegistered, BatchAssigned, BatchWaiting, AttemptFailed, ExecutorLost,
+                 # the control plane's own finalize (`closer`): the files of a batch no executor can end, and its end
+                 BatchFinalizing, FileStored, BatchCompleted, BatchCancelled, BatchExpired, BatchFailed)
     return router

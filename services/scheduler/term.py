@@ -19,7 +19,6 @@ from contracts.events.batch import (
     AttemptFailed,
     BatchAssigned,
     BatchCancelRequested,
-    BatchFailed,
     BatchReleased,
     BatchValidated,
     BatchWaiting,
@@ -46,7 +45,6 @@ from services.scheduler.decisions import (
     Action,
     Assign,
     DeclareLost,
-    FailBatch,
     FenceAttempt,
     Finalize,
     Policy,
@@ -213,8 +211,6 @@ class Term:
         elif isinstance(action, Wait):
             published = BatchWaiting(aggregate_id=action.plan.batch_id, reason=action.reason,
                                      as_of=int(time.time() * 1000))
-        elif isinstance(action, FailBatch):
-            published = BatchFailed(aggregate_id=action.plan.batch_id, code=action.code, reason=action.reason)
         elif isinstance(action, FenceAttempt):
             published = AttemptFailed(aggregate_id=action.plan.batch_id, attempt=action.attempt,
                                       executor_id=action.executor_id, code=action.code, reason=action.reason)

@@ -17,7 +17,6 @@ from services.scheduler.book import CONTROL_PLANE, Book
 from services.scheduler.decisions import (
     Assign,
     DeclareLost,
-    FailBatch,
     FenceAttempt,
     Finalize,
     Policy,
@@ -169,8 +168,9 @@ def test_a_batch_past_its_owners_queued_lines_limit_fails_and_other_owners_are_n
     book = book_with("second", 6000, book=book)
     book = book_with("other", 6000, owner="someone-else", book=book)
     actions = decide(book, [], CATALOGUE, NOW, POLICY)
-    failed = [(a.plan.batch_id, a.code) for a in actions if isinstance(a, FailBatch)]
-    assert failed == [("second", "enqueued_request_limit_exceeded")]
+    # Finalized as failed by the control plane: every one of its lines goes to the error file.
+    failed = [(a.plan.batch_id, a.reason, a.failure_code, a.executor_id) for a in actions if isinstance(a, Finalize)]
+    assert failed == [("second", "failed", "enqueued_request_limit_exceeded", None)]
 
 
 def test_units_cover_every_line_exactly_once_within_the_size_bounds() -> None:
