@@ -179,7 +179,10 @@ class Stack:
         self.nats_auth = NatsAuth.load_or_create(self.data_dir)
         if self.serves_network:
             self.tls = ensure_server_tls(self.data_dir, [self.listen])
-        tls = client_tls(str(self.tls.cert), str(self.tls.key)) if self.tls and self.uses_tls else ""
+        tls = ""
+        if self.tls and self.uses_tls:
+            # The name in the config too: else a reload (SIGHUP, certs rotate) is refused as changing the name.
+            tls = f'server_name: "sheshnag-{self.nats_port}"\n' + client_tls(str(self.tls.cert), str(self.tls.key))
         nats_config = self.nats_auth.write_server_config(self.data_dir, tls)
         # Neither server needs a secret from the environment: each reads its own from 0600 files.
         infra_env = server_env(os.environ)

@@ -218,3 +218,30 @@ async def refused(deployment: Deployment, key: str) -> bool:
         return "authorization violation" in str(error).lower()
     await connection.close()
     return False
+
+
+def served_certificate(port: int) -> str:
+    return ssl.get_server_certificate((HOST, port), timeout=10)
+
+
+def test_certs_rotate_while_a_batch_runs_serves_the_new_certificate_everywhere_and_loses_no_line(
+        deployment: Deployment) -> None:
+    before = {port: served_certificate(port) for port in deployment.ports}
+    client = OpenAI(base_url=deployment.gateway + "/v1", api_key=ADMIN_KEY, max_retries=0, timeout=60,
+                    http_client=httpx2.Client(verify=deployment.verify(), timeout=60))
+    ids = [f"line-{i}" for i in range(6)]
+    lines = [{"custom_id": i, "method": "POST", "url": "/v1/embeddings",
+              "body": {"model": "smollm2-135m-embed", "input": f"text {i}"}} for i in ids]
+    file_id = upload_when_key_known(client, lines)  # type: ignore[arg-type]
+    created = client.batches.create(input_file_id=file_id, endpoint="/v1/embeddings", completion_window="24h")
+    rotated = subprocess.run([sys.executable, "-m", "infra.cli", "certs", "rotate", "--data-dir",
+                              str(deployment.data_dir)], capture_output=True, text=True, timeout=60)
+    assert rotated.returncode == 0 and "now serves it" in rotated.stdout, rotated.stdout + rotated.stderr
+    batch, _ = wait_until_done(client, created.id, timeout_s=120)
+    assert batch.status == "completed", batch.model_dump()
+    accounted(client, batch, ids)
+    wait_for(lambda: all(served_certificate(port) != before[port] for port in deployment.ports), 10,
+             "a server still serves the old certificate")
+    assert {served_certificate(port) for port in deployment.ports} == {
+        ssl.DER_cert_to_PEM_cert(ssl.PEM_cert_to_DER_cert((deployment.data_dir / "tls" / "server.pem").read_text()))}
+    assert healthy(deployment)
