@@ -50,7 +50,8 @@ def unguessable(key: str) -> bool:
 
 def identity(address: str, key: str) -> str:
     """What a guessable key is known by at an address: a digest of the address and the key's first half."""
-    return hashlib.sha256(f"{address}\x1f{key[:len(key) // 2]}".encode()).hexdigest()
+    # A header's bytes that are not UTF-8 reach us as lone surrogates: digested escaped, never an error.
+    return hashlib.sha256(f"{address}\x1f{key[:len(key) // 2]}".encode(errors="backslashreplace")).hexdigest()
 
 
 def recent(times: Sequence[float], now: float, window_s: float, limit: int) -> list[float]:

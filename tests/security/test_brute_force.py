@@ -2,8 +2,10 @@
 proxy) or to keep guessing. Right keys must keep working; guesses must be refused."""
 
 import secrets
+import socket
 
 import httpx2
+import pytest
 
 from contracts.ids import new_api_key
 from tests.security.conftest import ADMIN_KEY, RunningStack
@@ -33,3 +35,22 @@ def test_two_hundred_wrong_keys_from_one_address_lock_out_no_right_key_and_are_r
         assert http.get("/models", headers=bearer(ADMIN_KEY)).status_code == 200
         assert http.get("/models", headers=user).status_code == 200
         assert http.get("/files", headers=user).status_code == 200
+
+
+def raw_request(stack: RunningStack, header: bytes) -> bytes:
+    """The status line the gateway answers `GET /v1/models` with, sent with `header` as raw bytes."""
+    with socket.create_connection(("127.0.0.1", stack.port), timeout=30) as conn:
+        conn.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + header + b"\r\nConnection: close\r\n\r\n")
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    return answer.split(b"\r\n", 1)[0]
+
+
+@pytest.mark.parametrize("header", [b"Authorization: Bearer gk-\xff" + b"a" * 40,
+                                    b"Authorization: Bearer \xc3\x28\xa0\xa1" + b"b" * 40,
+                                    b"Authorization: Bearer gk-\x01\x02" + b"c" * 40])
+def test_a_key_of_bytes_that_are_no_key_is_refused_never_a_500(secure_stack: RunningStack, header: bytes) -> None:
+    status = raw_request(secure_stack, header).split(b" ")[1]
+    # Control characters are refused by the HTTP parser itself (400); other bytes name no key (401).
+    assert status == (b"400" if b"\x01" in header else b"401")

@@ -2,7 +2,7 @@
 
 import secrets
 
-from services.gateway.auth_failures import IDENTITY_LIMIT, MAX_ENTRIES, FailedAuthentications, unguessable
+from services.gateway.auth_failures import IDENTITY_LIMIT, MAX_ENTRIES, FailedAuthentications, identity, unguessable
 
 ADDRESS = "10.0.0.1"
 WEAK_ADMIN = "gk-e2e-test-key"
@@ -102,3 +102,8 @@ def test_every_table_is_bounded() -> None:
         failures.record_success(f"a{n}", "pw", now=0.0)
     assert len(failures.failures) == len(failures.identity_failures) == len(failures.trusted) == MAX_ENTRIES
     assert failures.wait_s("a0", now=1.0) == 0.0 and failures.wait_s(f"a{MAX_ENTRIES + 4}", now=1.0) > 0
+
+
+def test_a_key_with_bytes_that_are_not_utf8_has_an_identity_like_any_other() -> None:
+    garbled = "gk-\udcff" + "a" * 40  # how aiohttp hands on a header byte 0xff
+    assert identity("10.0.0.1", garbled) != identity("10.0.0.1", "gk-" + "a" * 41)
