@@ -1,10 +1,12 @@
 """Gateway settings (`SHESHNAG_GATEWAY_*`)."""
 
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import model_validator
-from pydantic_settings import SettingsConfigDict
+from pydantic import field_validator, model_validator
+from pydantic_settings import NoDecode, SettingsConfigDict
 
+from services.gateway.webhooks.targets import parse_networks
 from services.runtime.settings import ServiceSettings
 
 
@@ -80,13 +82,41 @@ class GatewaySettings(ServiceSettings):
     webhook_poll_interval_s: float = 1.0
     """How often a gateway looks for deliveries that are due."""
     webhook_concurrency: int = 16
-    """Delivery attempts one gateway makes at once."""
+    """Delivery attempts one gateway makes at once, shared fairly: due deliveries are taken round-robin across
+    owners, within the two limits below."""
+    webhook_owner_concurrency: int = 4
+    """Delivery attempts one gateway makes at once to the endpoints of one owner (the user or key that registered
+    them): one owner's slow or dead endpoints never hold every slot."""
+    webhook_endpoint_concurrency: int = 2
+    """Delivery attempts one gateway makes at once to one endpoint."""
+    webhook_connect_timeout_s: float = 5.0
+    """How long connecting to an endpoint may take (within `webhook_timeout_s`)."""
+    webhook_breaker_failures: int = 5
+    """Consecutive failed attempts to one endpoint after which a gateway stops trying it (its due deliveries wait,
+    not attempted) for `webhook_breaker_cooldown_s`; then one attempt probes it: a success closes the breaker, a
+    failure opens it again."""
+    webhook_breaker_cooldown_s: float = 60.0
+    """How long an endpoint's open breaker defers its deliveries before a probe."""
+    webhook_allowed_cidrs: Annotated[list[str], NoDecode] = []
+    """Addresses webhooks may go to besides public ones, comma-separated CIDRs (`127.0.0.0/8,::1/128`). By default
+    none: an endpoint resolving only to a loopback, private, link-local, unique-local, multicast or metadata address
+    is refused at registration, and a delivery whose host resolves to one then fails without connecting.
+    `sheshnag up --webhooks-to-loopback` allows loopback."""
     webhook_retention_days: float = 30.0
     """How long a delivery that has ended (delivered, or failed for good) stays listed with its attempts; then it is
     erased. 0: kept for ever."""
     webhook_require_https: bool = False
     """Refuse endpoint URLs that are not `https://` (OpenAI's rule); off, `http://` is allowed too (local
     receivers)."""
+
+    @field_validator("webhook_allowed_cidrs", mode="before")
+    @classmethod
+    def _cidr_list(cls, value: object) -> object:
+        cidrs = value.split(",") if isinstance(value, str) else value
+        if isinstance(cidrs, list):
+            parse_networks([str(cidr) for cidr in cidrs])  # a bad one is refused at start, by name
+            return [str(cidr).strip() for cidr in cidrs if str(cidr).strip()]
+        return value
 
     @model_validator(mode="after")
     def _tls_pair(self) -> "GatewaySettings":

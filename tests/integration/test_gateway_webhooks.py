@@ -27,7 +27,9 @@ from tests.integration.gateway_support import Gateway, jsonl, running_gateway
 from tests.integration.test_gateway_accounts import Headers, admin_key
 from tests.integration.test_gateway_oversight import member, organization
 
-FAST = {"webhook_retry_delays_s": [0.3, 0.3], "webhook_poll_interval_s": 0.1, "webhook_timeout_s": 2.0}
+FAST = {"webhook_retry_delays_s": [0.3, 0.3], "webhook_poll_interval_s": 0.1, "webhook_timeout_s": 2.0,
+        "webhook_allowed_cidrs": ["127.0.0.0/8"]}
+"""Quick retries, and the local receivers allowed (a deployment's default allows public addresses only)."""
 WAIT_S = 20.0
 
 

@@ -30,11 +30,14 @@ from services.gateway.views.bodies import read_body
 from services.gateway.webhooks.deliverer import WEBHOOK_STORE
 from services.gateway.webhooks.signing import new_secret
 from services.gateway.webhooks.store import WebhookStore
+from services.gateway.webhooks.targets import AddressPolicy, parse_networks, refusal
 
 MAX_ENDPOINTS = 20
 """Endpoints one owner (or one organisation, for its organisation-wide ones) may register."""
 MAX_DELIVERIES_LISTED = 100
 ID_PATTERN = r"(wh|msg)_[0-9a-f]{24}"
+RESOLVE_TIMEOUT_S = 5.0
+"""How long registering an endpoint waits for its host name to resolve; a name that does not is refused."""
 
 
 def _store(request: web.Request) -> WebhookStore:
@@ -68,15 +71,23 @@ async def _managed_endpoint(request: web.Request) -> WebhookEndpoint:
     return endpoint
 
 
-def _checked_url(request: web.Request, url: str) -> str:
+async def _checked_url(request: web.Request, url: str) -> str:
+    """`url` if webhooks may be sent there: an absolute http(s) URL whose host is, or resolves to, an address the
+    policy allows (checked again at every attempt: DNS may change)."""
     try:
         parsed = URL(url)
     except ValueError as error:
         raise bad_request(f"url is not a URL: {error}", "invalid_url", "url") from error
-    allowed = ("https",) if deps(request).settings.webhook_require_https else ("https", "http")
-    if parsed.scheme not in allowed or not parsed.host:
+    settings = deps(request).settings
+    allowed = ("https",) if settings.webhook_require_https else ("https", "http")
+    if parsed.scheme not in allowed or not parsed.host or parsed.port is None:
         raise bad_request(f"url must be an absolute {' or '.join(s + '://' for s in allowed)} URL (got {url[:200]!r}).",
                           "invalid_url", "url")
+    policy = AddressPolicy(parse_networks(settings.webhook_allowed_cidrs))
+    why = await refusal(parsed.host, parsed.port, policy, RESOLVE_TIMEOUT_S)
+    if why is not None:
+        raise bad_request(f"url is refused: {why[:300]} (webhooks go to public addresses only, unless the operator "
+                          "allows more).", "invalid_webhook_url", "url")
     return url
 
 
@@ -105,7 +116,7 @@ async def create_webhook(request: web.Request) -> web.Response:
     caller = principal(request)
     body = await read_body(request, CreateWebhook)
     await charge_control_call(request)
-    url = _checked_url(request, body.url)
+    url = await _checked_url(request, body.url)
     organization = await _scope_organization(request, caller, body)
     store = _store(request)
     existing = await store.list_endpoints()
@@ -142,7 +153,7 @@ async def update_webhook(request: web.Request) -> web.Response:
     await charge_control_call(request)
     changes = body.model_dump(exclude_none=True)
     if body.url is not None:
-        changes["url"] = _checked_url(request, body.url)
+        changes["url"] = await _checked_url(request, body.url)
     changed = endpoint.model_copy(update=changes)
     await _store(request).put_endpoint(changed)
     return web.json_response(changed.model_copy(update={"secret": None}).model_dump(mode="json"))

@@ -4,9 +4,11 @@
   taken by one), records each fact's deliveries (`intake.take_fact`) and only then acks it: a gateway dying
   in between leaves the fact to be taken again, which records nothing twice.
 - **attempts**: every `webhook_poll_interval_s`, the deliveries due are claimed (`WebhookStore.claim`) and POSTed,
-  signed, at most `webhook_concurrency` at once; a 2xx ends one `delivered`, anything else (no answer within
-  `webhook_timeout_s`, a redirect, an error status) is tried again after the next of `webhook_retry_delays_s`,
-  and past the last one it ends `failed`. Every attempt is recorded on the delivery.
+  signed, at most `webhook_concurrency` at once, taken fairly (`fairness.py`: round-robin across owners, limits per
+  owner and per endpoint, a breaker per endpoint), each only to an address the policy allows (`targets.py`); a
+  2xx ends one `delivered`, anything else (no answer within `webhook_timeout_s`, a redirect, an error status, a
+  refused address) is tried again after the next of `webhook_retry_delays_s`, and past the last one it ends
+  `failed`. Every attempt is recorded on the delivery.
 
 Every task and the consumer's subscription are released when the gateway stops; an attempt cut short by the stop
 is claimed again by whichever gateway runs next, with the same `webhook-id`.
@@ -20,15 +22,25 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 from aiohttp import web
+from yarl import URL
 
 from contracts.api.webhook import DeliveryAttempt, WebhookDelivery, WebhookEndpoint
 from contracts.subjects import EVENTS_STREAM, WEBHOOKS_BUCKET, WEBHOOKS_DURABLE
 from services.gateway.context import DEPS, Deps
 from services.gateway.settings import GatewaySettings
 from services.gateway.webhooks.domain import SENT_FACTS, is_success, retry_delay
+from services.gateway.webhooks.fairness import Fairness, round_robin
 from services.gateway.webhooks.intake import BatchNotYetKnown, take_fact
 from services.gateway.webhooks.signing import signed_headers
 from services.gateway.webhooks.store import Claim, WebhookStore
+from services.gateway.webhooks.targets import (
+    REFUSED,
+    AddressPolicy,
+    PolicyResolver,
+    RefusedAddress,
+    literal_address,
+    parse_networks,
+)
 from services.runtime import metrics
 from services.runtime.bus import ConsumerPolicy
 from services.runtime.delivery import fact_filter
@@ -103,10 +115,14 @@ async def prune(settings: GatewaySettings, store: WebhookStore) -> None:
 class Attempts:
     """The attempts loop of one gateway, with its tasks (each released when it ends or the gateway stops)."""
 
-    def __init__(self, settings: GatewaySettings, store: WebhookStore, session: aiohttp.ClientSession) -> None:
+    def __init__(self, settings: GatewaySettings, store: WebhookStore, session: aiohttp.ClientSession,
+                 policy: AddressPolicy) -> None:
         self.settings = settings
         self.store = store
         self.session = session
+        self.policy = policy
+        self.fairness = Fairness(settings.webhook_owner_concurrency, settings.webhook_endpoint_concurrency,
+                                 settings.webhook_breaker_failures, settings.webhook_breaker_cooldown_s)
         self.running: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
@@ -121,57 +137,71 @@ class Attempts:
             await cancel_and_join(self.running)
 
     async def start_due(self) -> int:
-        """Claim and start the deliveries due now, up to the free concurrency; how many were started."""
+        """Claim and start the deliveries due now, up to the free concurrency, round-robin across owners and within
+        each owner's and endpoint's limits (an endpoint whose breaker is open is left due); how many were started."""
         free = self.settings.webhook_concurrency - len(self.running)
         if free <= 0:
             return 0
         now, started = time.time(), 0
+        due = await self.store.due_now(now)
+        if not due:
+            return 0
+        owner_of = {endpoint.id: endpoint.owner for endpoint in await self.store.list_endpoints()}
         lease = self.settings.webhook_timeout_s + CLAIM_MARGIN_S
-        for claim in await self.store.due_now(now):
+        for claim in round_robin(due, owner_of):
             if started >= free:
                 break
+            owner = owner_of.get(claim.endpoint_id, claim.endpoint_id)
+            if not self.fairness.may_start(claim.endpoint_id, owner, now):
+                continue
             if await self.store.claim(claim, lease, now):
-                task = asyncio.create_task(self.attempt(claim))
+                self.fairness.started(claim.endpoint_id, owner)
+                task = asyncio.create_task(self.attempt(claim, owner))
                 self.running.add(task)
                 task.add_done_callback(self.running.discard)
                 started += 1
         return started
 
-    async def attempt(self, claim: Claim) -> None:
+    async def attempt(self, claim: Claim, owner: str) -> None:
+        succeeded: bool | None = None
         try:
-            await self._attempt(claim)
+            succeeded = await self._attempt(claim)
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("webhook delivery %s: the attempt could not be recorded; its claim lapses and it is "
                           "tried again", claim.delivery_id)
+        finally:
+            self.fairness.ended(claim.endpoint_id, owner, succeeded, time.time())
 
-    async def _attempt(self, claim: Claim) -> None:
+    async def _attempt(self, claim: Claim) -> bool | None:
+        """One attempt, recorded; whether the endpoint took it (None: none was made)."""
         delivery = await self.store.get_delivery(claim.endpoint_id, claim.delivery_id)
         if delivery is None or delivery.status != "pending":
             await self.store.finish(claim)
-            return
+            return None
         endpoint = await self.store.get_endpoint(claim.endpoint_id)
         if endpoint is None or not endpoint.enabled:
             why = "the endpoint was deleted" if endpoint is None else "the endpoint is disabled"
             await self._end(claim, delivery, DeliveryAttempt(attempted_at=time.time(), status_code=None, error=why,
                                                              duration_ms=0), "failed")
-            return
+            return None
         attempt = await self.post(endpoint, delivery)
         metrics.WEBHOOK_ATTEMPTS.labels("delivered" if attempt.error is None else "failed").inc()
         if attempt.error is None:
             await self._end(claim, delivery, attempt, "delivered")
-            return
+            return True
         delay = retry_delay(len(delivery.attempts) + 1, self.settings.webhook_retry_delays_s)
         if delay is None:
             log.warning("webhook delivery %s to %s failed %d times; given up: %s", delivery.id, endpoint.url,
                         len(delivery.attempts) + 1, attempt.error)
             await self._end(claim, delivery, attempt, "failed")
-            return
+            return False
         due = time.time() + delay
         await self.store.save_delivery(delivery.model_copy(update={
             "attempts": [*delivery.attempts, attempt], "next_attempt_at": due}))
         await self.store.reschedule(claim, due)
+        return False
 
     async def _end(self, claim: Claim, delivery: WebhookDelivery, attempt: DeliveryAttempt, status: str) -> None:
         await self.store.save_delivery(delivery.model_copy(update={
@@ -179,16 +209,21 @@ class Attempts:
         await self.store.finish(claim)
 
     async def post(self, endpoint: WebhookEndpoint, delivery: WebhookDelivery) -> DeliveryAttempt:
-        """One signed POST; its outcome (`error` None only for a 2xx)."""
+        """One signed POST, only to an address the policy allows (the session's resolver drops the others; a literal
+        address is checked here); its outcome (`error` None only for a 2xx)."""
         body = delivery.event.model_dump_json().encode()
         started = time.time()
         headers = signed_headers(endpoint.secret or "", delivery.id, int(started), body)
         status: int | None = None
         error: str | None = None
+        timeout = aiohttp.ClientTimeout(total=self.settings.webhook_timeout_s,
+                                        sock_connect=self.settings.webhook_connect_timeout_s)
+        host = URL(endpoint.url).host or ""
+        if literal_address(host) and not self.policy.allows(host):
+            return DeliveryAttempt(attempted_at=started, status_code=None, error=REFUSED, duration_ms=0)
         try:
             async with self.session.post(endpoint.url, data=body, headers=headers, allow_redirects=False,
-                                         timeout=aiohttp.ClientTimeout(total=self.settings.webhook_timeout_s)
-                                         ) as answer:
+                                         timeout=timeout) as answer:
                 status = answer.status
                 await answer.content.read(MAX_ANSWER_BYTES)
             if not is_success(status):
@@ -196,9 +231,21 @@ class Attempts:
         except TimeoutError:
             error = f"no answer within {self.settings.webhook_timeout_s:g}s"
         except (aiohttp.ClientError, OSError, ValueError) as failure:
-            error = f"could not reach the endpoint: {failure!r}"[:500]
+            error = REFUSED if _refused(failure) else f"could not reach the endpoint: {failure!r}"[:500]
         return DeliveryAttempt(attempted_at=started, status_code=status, error=error,
                                duration_ms=int((time.time() - started) * 1000))
+
+
+def _refused(failure: BaseException) -> bool:
+    """Whether a connection failed because every address was refused (aiohttp wraps the resolver's error)."""
+    causes = (failure, getattr(failure, "os_error", None), failure.__cause__)
+    return any(isinstance(cause, RefusedAddress) for cause in causes)
+
+
+def delivery_session(policy: AddressPolicy) -> aiohttp.ClientSession:
+    """The session every attempt is made with: host names resolve only to allowed addresses, no proxy from the
+    environment, no redirect followed (each POST says so)."""
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(resolver=PolicyResolver(policy)), trust_env=False)
 
 
 async def webhook_deliverer(app: web.Application) -> AsyncIterator[None]:
@@ -209,8 +256,9 @@ async def webhook_deliverer(app: web.Application) -> AsyncIterator[None]:
     if not d.settings.webhooks:
         yield
         return
-    session = aiohttp.ClientSession()
-    attempts = Attempts(d.settings, store, session)
+    policy = AddressPolicy(parse_networks(d.settings.webhook_allowed_cidrs))
+    session = delivery_session(policy)
+    attempts = Attempts(d.settings, store, session, policy)
     tasks = [asyncio.create_task(intake(d, store)), asyncio.create_task(attempts.run()),
              asyncio.create_task(prune(d.settings, store))]
     try:

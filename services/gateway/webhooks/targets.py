@@ -1,0 +1,112 @@
+"""Where webhooks may go: the address policy (public addresses only, plus the CIDRs the operator allows) and the
+resolver that enforces it where the connection is made, so a delivery can only ever connect to an allowed address
+(no check-then-connect gap: the addresses checked are the addresses connected to)."""
+
+import asyncio
+import ipaddress
+import socket
+from dataclasses import dataclass
+
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import DefaultResolver
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+REFUSED = "refused: address not allowed"
+"""What a delivery attempt to a refused address records: nothing of the address, its answer or its error."""
+
+
+class RefusedAddress(OSError):
+    """Every address the host names is one webhooks may not reach."""
+
+
+def parse_networks(cidrs: list[str]) -> tuple[Network, ...]:
+    """The operator's allowed CIDRs (`127.0.0.0/8`, `::1/128`, a bare address); ValueError names a bad one."""
+    return tuple(ipaddress.ip_network(cidr.strip(), strict=False) for cidr in cidrs if cidr.strip())
+
+
+def _embedded(address: Address) -> list[Address]:
+    """The address and any IPv4 address it carries (IPv4-mapped, 6to4, NAT64): each must be allowed."""
+    if isinstance(address, ipaddress.IPv4Address):
+        return [address]
+    carried = [address.ipv4_mapped, address.sixtofour]
+    if address in NAT64:
+        carried.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+    return [address, *(inner for inner in carried if inner is not None)]
+
+
+@dataclass(frozen=True)
+class AddressPolicy:
+    """Public unicast addresses only (no loopback, private, link-local, unique-local, multicast, unspecified,
+    reserved, shared or documentation ranges, so no metadata service either), unless in `allowed`."""
+
+    allowed: tuple[Network, ...] = ()
+
+    def allows(self, host: str) -> bool:
+        """Whether `host`, an IP address as text, may be connected to; False for anything that is not one."""
+        try:
+            address = ipaddress.ip_address(host.split("%", 1)[0])
+        except ValueError:
+            return False
+        return all(self._allows(inner) for inner in _embedded(address))
+
+    def _allows(self, address: Address) -> bool:
+        if any(address in network for network in self.allowed):
+            return True
+        return address.is_global and not address.is_multicast and not getattr(address, "is_site_local", False)
+
+
+def literal_address(host: str) -> bool:
+    """Whether a URL's host is an IP address itself (checked as it is: no resolver sees it)."""
+    try:
+        ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False
+    return True
+
+
+class PolicyResolver(AbstractResolver):
+    """The system's resolver, less every answer the policy refuses; none left is `RefusedAddress`. Given to the
+    deliveries' connector, it is the only way a host name becomes an address to connect to."""
+
+    def __init__(self, policy: AddressPolicy, inner: AbstractResolver | None = None) -> None:
+        self.policy = policy
+        self.inner = inner or DefaultResolver()
+
+    async def resolve(self, host: str, port: int = 0,
+                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+        answers = await self.inner.resolve(host, port, family)
+        allowed = [answer for answer in answers if self.policy.allows(answer["host"])]
+        if not allowed:
+            raise RefusedAddress(f"{host} resolves only to addresses webhooks may not reach")
+        return allowed
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+def _loopback_name(host: str) -> bool:
+    """`localhost` and its subdomains, with or without the root's dot: loopback whatever DNS says (RFC 6761)."""
+    name = host.rstrip(".").lower()
+    return name == "localhost" or name.endswith(".localhost")
+
+
+async def refusal(host: str, port: int, policy: AddressPolicy, timeout_s: float) -> str | None:
+    """Why a webhook may not be registered for `host` (None: it may): a literal address the policy refuses, a
+    `localhost` name, or a name that resolves only to refused addresses. A name that does not resolve (yet, or
+    within `timeout_s`) may be registered: every attempt resolves it again, and connects only where allowed."""
+    if literal_address(host):
+        return None if policy.allows(host) else f"{host} is not an address webhooks may be sent to"
+    if _loopback_name(host) and not policy.allows("127.0.0.1"):
+        return f"{host} names this host's loopback"
+    resolver = PolicyResolver(policy)
+    try:
+        await asyncio.wait_for(resolver.resolve(host, port, socket.AF_UNSPEC), timeout_s)
+    except RefusedAddress:
+        return f"{host} resolves only to addresses webhooks may not be sent to"
+    except (OSError, TimeoutError):
+        return None
+    finally:
+        await resolver.close()
+    return None
