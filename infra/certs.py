@@ -11,7 +11,7 @@ import signal
 from pathlib import Path
 
 from infra.stack_state import STATE_FILE, read_state
-from infra.tls import fingerprint, rotate_server_tls, server_names
+from infra.tls import ensure_server_tls, fingerprint, rotate_server_tls, server_names
 
 
 def add_arguments(parser: argparse.ArgumentParser, default_data_dir: Path) -> None:
@@ -21,10 +21,28 @@ def add_arguments(parser: argparse.ArgumentParser, default_data_dir: Path) -> No
     rotate.add_argument("--data-dir", type=Path, default=default_data_dir, help="the stack's data dir")
     rotate.add_argument("--names", nargs="*", default=[], help="more names (IP addresses or DNS names) the new "
                         "certificate is valid for, besides those of the current one and loopback")
+    issue = tools.add_parser("issue", help="a deployment's own CA (made once) and one certificate for its NATS nodes "
+                             "(client ports and TLS routes) and gateways, valid for --names")
+    issue.add_argument("--data-dir", type=Path, required=True, help="where tls/ca.pem, tls/server.pem and their keys "
+                       "are written (0600), or read on a later run")
+    issue.add_argument("--names", nargs="+", required=True, help="every DNS name or IP address clients and the other "
+                       "nodes reach a node by (loopback is added)")
+
+
+def issue_tool(data_dir: Path, names: list[str]) -> int:
+    """The deployment's CA and its servers' certificate (`sheshnag nats-config --tls-cert/--tls-key/--tls-ca`,
+    `SHESHNAG_GATEWAY_TLS_CERT/KEY`, `SHESHNAG_NATS_TLS_CA`), kept while it holds every name and is not near its
+    end: a second run changes nothing."""
+    tls = ensure_server_tls(data_dir, names)
+    print(f"certificate {tls.cert} (key {tls.key}) for {', '.join(server_names(tls.cert))}; CA {tls.ca} "
+          f"(sha256 {fingerprint(tls.ca_pem())})")
+    return 0
 
 
 def certs_tool(args: argparse.Namespace) -> int:
     data_dir = args.data_dir.expanduser().resolve()
+    if args.tool == "issue":
+        return issue_tool(data_dir, args.names)
     tls = rotate_server_tls(data_dir, args.names)
     print(f"new certificate {tls.cert} for {', '.join(server_names(tls.cert))}; CA {tls.ca} "
           f"(sha256 {fingerprint(tls.ca_pem())}, unchanged)")

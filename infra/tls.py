@@ -153,7 +153,9 @@ def _issue(tls: ServerTls, ca: x509.Certificate, ca_key: ec.EllipticCurvePrivate
             .not_valid_before(now - timedelta(minutes=5)).not_valid_after(now + timedelta(days=SERVER_DAYS))
             .add_extension(x509.SubjectAlternativeName([_general_name(name) for name in wanted]), critical=False)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            # clientAuth too: a cluster's nodes present it to each other on their TLS routes.
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+                           critical=False)
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
             .sign(ca_key, hashes.SHA256()))
     # Each swapped in whole; a server that reloads between the two fails to pair them and keeps its old pair.
