@@ -93,6 +93,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     "docs/settings.md) every process of the stack reads; environment variables win over it")
     up.add_argument("--nats-url", default="", help="use this broker instead of starting one: a cluster's client "
                     "URLs, comma-separated, whose accounts are the data dir's (infra/nats_cluster.py)")
+    up.add_argument("--webhooks-to-loopback", action="store_true", help="let webhooks go to this host's loopback "
+                    "(a local receiver); by default they go to public addresses only (docs/webhooks.md)")
     keys = commands.add_parser("keys", help="manage API keys of a running stack")
     key_tools = keys.add_subparsers(dest="tool", required=True)
     create = with_stack(key_tools.add_parser("create", help="create a key and print it once (only its hash is stored)"))
@@ -228,7 +230,7 @@ async def up(args: argparse.Namespace) -> None:
     if args.config is not None:
         use_config_file(args.config)
     stack = Stack(args.data_dir.expanduser().resolve(), args.port, pick_port(args.nats_port), pick_port(args.s3_port),
-                  args.nats_url, args.listen)
+                  args.nats_url, args.listen, webhooks_to_loopback=args.webhooks_to_loopback)
     try:
         await asyncio.to_thread(install_missing_models)
         await asyncio.to_thread(stack.start_infra)

@@ -86,6 +86,10 @@ class Supervised:
             stop_process(self.process)
 
 
+WEBHOOK_CIDRS = "SHESHNAG_GATEWAY_WEBHOOK_ALLOWED_CIDRS"
+LOOPBACK_CIDRS = "127.0.0.0/8,::1/128"
+
+
 @dataclass
 class Stack:
     data_dir: Path
@@ -99,6 +103,9 @@ class Stack:
     """The address the broker, the object store and the gateway bind, and that remote executors are told to use.
     Anything but loopback puts all three behind TLS, with one certificate signed by the data dir's own CA; the
     object store's inner servers stay on loopback (S3 reaches the network through `infra/tls_relay.py`)."""
+    webhooks_to_loopback: bool = False
+    """`up --webhooks-to-loopback`: webhooks may go to this host's loopback (a local receiver), besides public
+    addresses and whatever `SHESHNAG_GATEWAY_WEBHOOK_ALLOWED_CIDRS` allows."""
     credentials: S3Credentials = field(init=False)
     nats_auth: NatsAuth = field(init=False)
     worker_key: str = ""
@@ -153,6 +160,8 @@ class Stack:
             "SHESHNAG_GATEWAY_HOST": self.listen,
             "SHESHNAG_GATEWAY_PORT": str(self.gateway_port),
             "SHESHNAG_GATEWAY_PROVIDER_NATS_URL": self.nats_url(),
+            **({WEBHOOK_CIDRS: ",".join(filter(None, (os.environ.get(WEBHOOK_CIDRS), LOOPBACK_CIDRS)))}
+               if self.webhooks_to_loopback else {}),
             "SHESHNAG_LEDGER_DB_PATH": str(self.data_dir / "ledger.sqlite"),
             "SHESHNAG_EXECUTOR_EXECUTOR_ID": os.environ.get("SHESHNAG_EXECUTOR_EXECUTOR_ID", "local-0"),
             "PYTHONUNBUFFERED": "1",

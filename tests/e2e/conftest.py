@@ -119,6 +119,7 @@ def stack(stack_dir: Path) -> Iterator[RunningStack]:
     # in the unit and integration suites) would then refuse every later test's right key for a minute.
     running = start_stack(stack_dir, free_port(), {"SHESHNAG_GATEWAY_MAX_UPLOAD_BYTES": str(E2E_UPLOAD_LIMIT),
                                                    "SHESHNAG_GATEWAY_MIN_COMPLETION_WINDOW_S": "1",
-                                                   "SHESHNAG_GATEWAY_AUTH_FAILURE_LIMIT": "0"})
+                                                   "SHESHNAG_GATEWAY_AUTH_FAILURE_LIMIT": "0"},
+                           up_args=["--webhooks-to-loopback"])  # test_webhooks' receiver is on this host
     yield running
     stop_stack(running)

@@ -27,10 +27,13 @@ def parse_networks(cidrs: list[str]) -> tuple[Network, ...]:
 
 
 def _embedded(address: Address) -> list[Address]:
-    """The address and any IPv4 address it carries (IPv4-mapped, 6to4, NAT64): each must be allowed."""
+    """What connecting to `address` reaches: an IPv4-mapped one is its IPv4 address; a 6to4 or NAT64 one is itself
+    and the IPv4 address it carries (each must be allowed)."""
     if isinstance(address, ipaddress.IPv4Address):
         return [address]
-    carried = [address.ipv4_mapped, address.sixtofour]
+    if address.ipv4_mapped is not None:
+        return [address.ipv4_mapped]
+    carried = [address.sixtofour]
     if address in NAT64:
         carried.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
     return [address, *(inner for inner in carried if inner is not None)]
