@@ -8,17 +8,20 @@
 #   ledger.env    the ledger's PostgreSQL password; postgres.env the same for PostgreSQL
 #   executor.env  SHESHNAG_EXECUTOR_WORKER_KEY, empty until you paste a worker key into it
 #   nats-auth/    the NATS secrets the files above are made from: keep it, back it up
+#   tls/          (compose) the deployment's CA and the NATS nodes' certificate (sheshnag certs issue); ca-key.pem stays
 # CLI says how to run sheshnag; by default the image infra/deploy/Dockerfile builds, tagged sheshnag:local.
 set -euo pipefail
 target=${1:-}
 cd "$(dirname "$0")"
 case "$target" in
   compose)
-    routes=nats-1:6222,nats-2:6222,nats-3:6222 url=nats://nats:4222 extra=() ;;
+    # Every hop TLS: the nodes' certificate names the services' host (nats) and each route host.
+    routes=nats-1:6222,nats-2:6222,nats-3:6222 url=tls://nats:4222 names=(nats nats-1 nats-2 nats-3)
+    extra=(--tls-cert /etc/nats/tls/server.pem --tls-key /etc/nats/tls/server-key.pem --tls-ca /etc/nats/tls/ca.pem) ;;
   kubernetes)
     routes=sheshnag-nats-0.sheshnag-nats-cluster:6222,sheshnag-nats-1.sheshnag-nats-cluster:6222
     routes=$routes,sheshnag-nats-2.sheshnag-nats-cluster:6222 url=nats://sheshnag-nats:4222
-    extra=(--pid-file /var/run/nats/nats.pid) ;;
+    names=() extra=(--pid-file /var/run/nats/nats.pid) ;;
   *) echo "usage: $0 compose|kubernetes" >&2; exit 2 ;;
 esac
 umask 077
@@ -26,6 +29,11 @@ SECRETS="$PWD/$target/secrets"
 mkdir -p "$SECRETS"
 CLI=${CLI:-"docker run --rm --user $(id -u):$(id -g) -v $SECRETS:$SECRETS sheshnag:local"}
 
+if [ ${#names[@]} -gt 0 ]; then
+  # tls/: the deployment's CA (its key stays here) and the nodes' certificate; the CA is public, the services mount it.
+  $CLI certs issue --data-dir "$SECRETS" --names "${names[@]}" >/dev/null
+  chmod 644 "$SECRETS/tls/ca.pem"
+fi
 $CLI nats-config --data-dir "$SECRETS/nats-auth" --out "$SECRETS/nats.conf" --server-name '$SERVER_NAME' \
   --cluster-name sheshnag --routes "$routes" --store-dir /data/jetstream --monitor 0.0.0.0:8222 \
   ${extra[@]+"${extra[@]}"} --env-dir "$SECRETS" --url "$url" >/dev/null

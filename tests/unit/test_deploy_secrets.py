@@ -34,7 +34,10 @@ def make_secrets(tmp_path: Path, target: str) -> Path:
 
 
 def server_accepts(config: Path, server_name: str) -> None:
-    checked = subprocess.run([venv_binary("nats-server"), "-c", str(config), "-t"], capture_output=True, text=True,
+    """`nats-server -t` on the config, the certificates it names in the container read from secrets/tls/."""
+    local = config.parent.parent / f"{config.stem}-local.conf"  # beside secrets/, which holds 0600 files alone
+    local.write_text(config.read_text().replace("/etc/nats/tls/", f"{config.parent / 'tls'}/"))
+    checked = subprocess.run([venv_binary("nats-server"), "-c", str(local), "-t"], capture_output=True, text=True,
                              timeout=30, env={**os.environ, "SERVER_NAME": server_name})
     assert checked.returncode == 0, checked.stderr
 
@@ -51,7 +54,12 @@ def test_the_compose_secrets_are_every_env_file_the_compose_file_reads_and_a_con
     for node in nodes:
         assert services[node]["environment"]["SERVER_NAME"] == node
         server_accepts(secrets / "nats.conf", node)
-    assert "@nats:4222" in (secrets / "core.env").read_text()
+    assert "=tls://core:" in (secrets / "core.env").read_text() and "@nats:4222" in (secrets / "core.env").read_text()
+    assert 'handshake_first: "300ms"' in config and "verify: true" in config  # TLS first; routes verified
+    assert {"SHESHNAG_NATS_PRIVATE_HOSTS"} & {key for service in services.values()
+                                              for key in service.get("environment", {})} == set()
+    assert all(f"./secrets/tls/ca.pem:{services[name]['environment']['SHESHNAG_NATS_TLS_CA']}:ro"
+               in services[name]["volumes"] for name in ("gateway", "validator", "scheduler", "ledger", "executor"))
     assert all("nats" in services[node]["networks"]["default"]["aliases"] for node in nodes)
     assert {stat.S_IMODE(path.stat().st_mode) for path in secrets.iterdir() if path.is_file()} == {0o600}
 
