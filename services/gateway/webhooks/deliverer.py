@@ -232,8 +232,8 @@ class Attempts:
             error = f"no answer within {self.settings.webhook_timeout_s:g}s"
         except (aiohttp.ClientError, OSError, ValueError) as failure:
             error = REFUSED if _refused(failure) else f"could not reach the endpoint: {failure!r}"[:500]
-        return DeliveryAttempt(attempted_at=started, status_code=status, error=error,
-                               duration_ms=int((time.time() - started) * 1000))
+        took_ms = 0 if error == REFUSED else int((time.time() - started) * 1000)  # nothing of a refused address
+        return DeliveryAttempt(attempted_at=started, status_code=status, error=error, duration_ms=took_ms)
 
 
 def _refused(failure: BaseException) -> bool:
