@@ -116,6 +116,8 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     s3_dir = layout.root / "s3"
     s3_dir.mkdir()
     s3, s3_port = S3Credentials.load_or_create(s3_dir / "s3-credentials.json"), free_port()
+    while s3_port + 10000 > 65535:  # SeaweedFS's S3 also listens on its port + 10000 (gRPC)
+        s3_port = free_port()
     seaweed = None
     try:
         layout.configure_nats()
