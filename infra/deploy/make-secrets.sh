@@ -8,7 +8,7 @@
 #   ledger.env    the ledger's PostgreSQL password; postgres.env the same for PostgreSQL
 #   executor.env  SHESHNAG_EXECUTOR_WORKER_KEY, empty until you paste a worker key into it
 #   nats-auth/    the NATS secrets the files above are made from: keep it, back it up
-#   tls/          (compose) the deployment's CA and the NATS nodes' certificate (sheshnag certs issue); ca-key.pem stays
+#   tls/          the deployment's CA and the NATS nodes' certificate (sheshnag certs issue); ca-key.pem stays
 # CLI says how to run sheshnag; by default the image infra/deploy/Dockerfile builds, tagged sheshnag:local.
 set -euo pipefail
 target=${1:-}
@@ -20,8 +20,12 @@ case "$target" in
     extra=(--tls-cert /etc/nats/tls/server.pem --tls-key /etc/nats/tls/server-key.pem --tls-ca /etc/nats/tls/ca.pem) ;;
   kubernetes)
     routes=sheshnag-nats-0.sheshnag-nats-cluster:6222,sheshnag-nats-1.sheshnag-nats-cluster:6222
-    routes=$routes,sheshnag-nats-2.sheshnag-nats-cluster:6222 url=nats://sheshnag-nats:4222
-    names=() extra=(--pid-file /var/run/nats/nats.pid) ;;
+    routes=$routes,sheshnag-nats-2.sheshnag-nats-cluster:6222 url=tls://sheshnag-nats:4222
+    # The clients' Service name (short and in-namespace) and each pod's route host.
+    names=(sheshnag-nats sheshnag-nats.sheshnag.svc sheshnag-nats-0.sheshnag-nats-cluster
+           sheshnag-nats-1.sheshnag-nats-cluster sheshnag-nats-2.sheshnag-nats-cluster)
+    extra=(--pid-file /var/run/nats/nats.pid --tls-cert /etc/nats-tls/server.pem
+           --tls-key /etc/nats-tls/server-key.pem --tls-ca /etc/nats-tls/ca.pem) ;;
   *) echo "usage: $0 compose|kubernetes" >&2; exit 2 ;;
 esac
 umask 077

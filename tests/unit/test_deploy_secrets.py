@@ -36,7 +36,8 @@ def make_secrets(tmp_path: Path, target: str) -> Path:
 def server_accepts(config: Path, server_name: str) -> None:
     """`nats-server -t` on the config, the certificates it names in the container read from secrets/tls/."""
     local = config.parent.parent / f"{config.stem}-local.conf"  # beside secrets/, which holds 0600 files alone
-    local.write_text(config.read_text().replace("/etc/nats/tls/", f"{config.parent / 'tls'}/"))
+    local.write_text(config.read_text().replace("/etc/nats/tls/", f"{config.parent / 'tls'}/")
+                     .replace("/etc/nats-tls/", f"{config.parent / 'tls'}/"))
     checked = subprocess.run([venv_binary("nats-server"), "-c", str(local), "-t"], capture_output=True, text=True,
                              timeout=30, env={**os.environ, "SERVER_NAME": server_name})
     assert checked.returncode == 0, checked.stderr
@@ -77,7 +78,13 @@ def test_the_kubernetes_secrets_route_to_the_statefulsets_pods_and_fill_every_se
     apply = (DEPLOY / "kubernetes" / "apply-secrets.sh").read_text()
     (pairs,) = re.findall(r"^for pair in (.*); do$", apply, re.MULTILINE)
     env_files = dict(pair.split(":") for pair in pairs.split())
-    created = {f"sheshnag-{name}" for name in env_files} | {"sheshnag-nats-config"}
+    created = {f"sheshnag-{name}" for name in env_files} | set(re.findall(r"^apply (sheshnag-[a-z0-9-]+) --from-file",
+                                                                          apply, re.MULTILINE))
+    assert {"sheshnag-nats-config", "sheshnag-nats-tls", "sheshnag-ca"} <= created
+    # Every hop TLS: the services' URL is tls://, the nodes' config TLS first, their certificate names the Service.
+    assert re.search(r"^SHESHNAG_NATS_URL=tls://core:[^@]+@sheshnag-nats:4222$", (secrets / "core.env").read_text(),
+                     re.MULTILINE)
+    assert "handshake_first" in config
     read = {name for path in (DEPLOY / "kubernetes").glob("*.yaml")
             for name in re.findall(r"(?:secretName|secretRef: \{ name|secretKeyRef: \{ name): (sheshnag-[a-z0-9-]+)",
                                    path.read_text())}

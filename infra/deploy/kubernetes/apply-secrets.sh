@@ -10,6 +10,9 @@ NAMESPACE=sheshnag
 apply() { kubectl -n "$NAMESPACE" create secret generic "$1" "$2" --dry-run=client -o yaml | kubectl apply -f - >/dev/null; }
 kubectl get namespace "$NAMESPACE" >/dev/null 2>&1 || kubectl create namespace "$NAMESPACE" >/dev/null
 apply sheshnag-nats-config --from-file=nats.conf=secrets/nats.conf
+apply sheshnag-nats-tls --from-file=server.pem=secrets/tls/server.pem \
+  --from-file=server-key.pem=secrets/tls/server-key.pem --from-file=ca.pem=secrets/tls/ca.pem
+apply sheshnag-ca --from-file=ca.pem=secrets/tls/ca.pem
 for pair in core:core callout:callout s3:s3 minio:minio ledger-db:ledger postgres:postgres executor:executor; do
   apply "sheshnag-${pair%%:*}" --from-env-file="secrets/${pair#*:}.env"
 done
