@@ -5,12 +5,14 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from contracts.subjects import EVENTS_STREAM, LIMITS_BUCKET
+from services.gateway.admission import ADMISSION, Admission
 from services.gateway.auth import KEY_CACHE, KeyCache, auth_middleware
 from services.gateway.auth_failures import AUTH_FAILURES, FailedAuthentications, SharedFailedAuthentications
 from services.gateway.context import DEPS, Deps
 from services.gateway.credit_sweeper import credit_sweeper
 from services.gateway.dashboard.pages import add_dashboard
 from services.gateway.errors import error_middleware
+from services.gateway.fleet_gauges import fleet_gauges
 from services.gateway.key_usage import keys_kept_fresh
 from services.gateway.limits import (
     CONTROL_LIMITER,
@@ -54,6 +56,7 @@ def create_app(settings: GatewaySettings) -> web.Application:
                          await Fleet.open(bus))
         app[KEY_CACHE] = KeyCache(read_model, await RevocationCheck.open(bus))
         shared = SharedState(await open_bucket(bus, LIMITS_BUCKET))
+        app[ADMISSION] = Admission(SharedState(shared.kv, timeout_s=settings.read_your_writes_s, retry_after_s=0.0))
         app[CONTROL_LIMITER] = SharedControlCallLimiter(
             shared, ControlCallLimiter(settings.control_calls_per_s, settings.control_call_burst))
         if settings.auth_failure_limit > 0:
@@ -72,6 +75,7 @@ def create_app(settings: GatewaySettings) -> web.Application:
     app.cleanup_ctx.append(keys_kept_fresh(lambda key: app[KEY_CACHE].forget(key)))
     app.cleanup_ctx.append(file_sweeper)
     app.cleanup_ctx.append(credit_sweeper)
+    app.cleanup_ctx.append(fleet_gauges)
     app.cleanup_ctx.append(webhook_deliverer)
     app.add_routes(ROUTES)
     add_dashboard(app)

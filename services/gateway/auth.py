@@ -16,6 +16,8 @@ from services.runtime.readmodel import ReadModel
 from services.runtime.revocations import RevocationCheck
 
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/", "/v1/provider/connection"})
+KEYED_PATHS = frozenset({"/metrics"})
+"""Paths outside `/v1/` that still need a key (the handler says which)."""
 CACHE_TTL_S = 30.0
 """The longest a cached key is trusted; `forget` (driven by a watch on the read model) drops one at once."""
 
@@ -79,10 +81,11 @@ async def still_authorized(request: web.Request) -> bool:
                                                                 principal(request).key_id)
 
 
-def require_admin(request: web.Request) -> ApiKeyRecord:
+def require_admin(request: web.Request, refusal: str = "Only an admin key may manage users and keys.",
+                  ) -> ApiKeyRecord:
     record = principal(request)
     if record.role != "admin":
-        raise ApiError(403, "Only an admin key may manage users and keys.", "permission_error",
+        raise ApiError(403, refusal, "permission_error",
                        "insufficient_permissions")
     return record
 
@@ -100,7 +103,7 @@ def _refusal(record: ApiKeyRecord | None) -> str | None:
 
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if request.path in PUBLIC_PATHS or not request.path.startswith("/v1/"):
+    if request.path in PUBLIC_PATHS or not (request.path.startswith("/v1/") or request.path in KEYED_PATHS):
         return await handler(request)
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")

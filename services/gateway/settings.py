@@ -47,14 +47,20 @@ class GatewaySettings(ServiceSettings):
     refused."""
     batch_file_ttl_s: int = 30 * 24 * 3600
     """How long an uploaded batch file lives unless the upload's `expires_after` says otherwise."""
+    metrics_refresh_s: float = 15.0
+    """How often the fleet-wide gauges of `/metrics` (batches per status, the queue, consumer lag, executors) are
+    recomputed from the read model; a scrape only reads the last figures. 0: never (those gauges stay empty)."""
     file_sweep_interval_s: float = 60.0
     """How often expired files are deleted; 0 turns the sweeper off."""
     max_active_batches: int = 100
     """Batches one owner (a user, or a key without one) may have that have not ended yet."""
+    max_keys_per_user: int = 100
+    """Keys one user may have that are not revoked (429 `too_many_keys` past it), however they are created."""
     control_calls_per_s: float = 10.0
-    """Sustained rate of control calls (create, cancel, delete) per key; reads and lines never count."""
+    """Sustained rate of control calls (create, cancel, delete) per owner (a user, all their keys together, or a key
+    of no user); reads and lines never count."""
     control_call_burst: int = 50
-    """Control calls a key may make at once before the sustained rate applies."""
+    """Control calls an owner may make at once before the sustained rate applies."""
     auth_failure_limit: int = 100
     """Unknown keys one client address may present within `auth_failure_window_s`; past it, 429
     `too_many_failed_authentications` for its guesses (never for a right generated key; see auth_failures.py)

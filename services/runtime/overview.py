@@ -1,6 +1,6 @@
 """One look at the whole system from NATS: fleet, queue, running batches, each owner's share and consumer lag.
 
-Used by the gateway's `/metrics` (fleet-wide gauges) and by `sheshnag status`.
+Used by the gateway's fleet-wide gauges (refreshed on a timer, never by a scrape) and by `sheshnag status`.
 """
 
 import time
@@ -99,13 +99,16 @@ async def consumer_lags(bus: EventBus) -> list[ConsumerLag]:
     return lags
 
 
-async def gather(bus: EventBus, read_model: ReadModel, fleet: Fleet) -> Overview:
+async def gather(bus: EventBus, read_model: ReadModel, fleet: Fleet, owners: bool = True) -> Overview:
+    """The whole look: every batch record is read (and every user, for `owners`); never per scrape (see
+    `services/gateway/fleet_gauges.py`)."""
     now = time.time()
     view = Overview(at=now)
     view.executors = [executor_view(advert, now) for advert in await fleet.adverts()]
     records = await read_model.list_batches()
-    organizations = {user.user_id: user.organization_id for user in await read_model.list_users()}
-    view.owners = owner_shares(records, organizations, now)
+    if owners:
+        organizations = {user.user_id: user.organization_id for user in await read_model.list_users()}
+        view.owners = owner_shares(records, organizations, now)
     for record in records:
         batch = record.batch
         view.batches_by_status[batch.status] = view.batches_by_status.get(batch.status, 0) + 1
@@ -120,7 +123,7 @@ async def gather(bus: EventBus, read_model: ReadModel, fleet: Fleet) -> Overview
 
 
 def export_gauges(view: Overview) -> None:
-    """Set the fleet-wide gauges from one overview (called on each scrape of the gateway)."""
+    """Set the fleet-wide gauges from one overview (by the gateway's refresher, not by a scrape)."""
     metrics.EXECUTORS.set(len(view.executors))
     metrics.BATCHES.clear()
     for status, count in view.batches_by_status.items():

@@ -26,6 +26,8 @@ from infra.embedded import free_port, start_nats, stop_process
 from services.executor.app import run_executor
 from services.executor.settings import ExecutorSettings
 from services.gateway.app import create_app as create_gateway
+from services.gateway.context import DEPS
+from services.gateway.fleet_gauges import refresh_gauges
 from services.gateway.settings import GatewaySettings
 from services.ledger.app import create_app as create_ledger
 from services.ledger.settings import LedgerSettings
@@ -49,6 +51,7 @@ SERVICES = ("gateway", "validator", "scheduler", "executor", "ledger")
 class Stack:
     client: TestClient
     headers: dict[str, str]
+    admin: dict[str, str]
 
 
 def _sample(name: str, **labels: str) -> float:
@@ -74,8 +77,9 @@ async def five_services(tmp_path: Path, s3_server: RunningS3) -> AsyncIterator[S
     stop = asyncio.Event()
     tasks: list[asyncio.Task[None]] = []
     bus = await EventBus.connect(connection.nats_url, "tests")
-    user_key, worker_key = f"gk-{secrets.token_hex(16)}", f"wk-{secrets.token_hex(16)}"
-    for key, role in ((user_key, "user"), (worker_key, "worker")):
+    user_key, worker_key, admin_key = (f"gk-{secrets.token_hex(16)}", f"wk-{secrets.token_hex(16)}",
+                                       f"gk-{secrets.token_hex(16)}")
+    for key, role in ((user_key, "user"), (worker_key, "worker"), (admin_key, "admin")):
         digest = hash_api_key(key)
         await bus.publish(KeyCreated(aggregate_id=digest[:32], key_sha256=digest, role=role, label=role))
     ledger = create_ledger(LedgerSettings(connection=connection))
@@ -89,7 +93,7 @@ async def five_services(tmp_path: Path, s3_server: RunningS3) -> AsyncIterator[S
     client = TestClient(TestServer(create_gateway(GatewaySettings(connection=connection))))
     await client.start_server()
     try:
-        yield Stack(client, {"Authorization": f"Bearer {user_key}"})
+        yield Stack(client, {"Authorization": f"Bearer {user_key}"}, {"Authorization": f"Bearer {admin_key}"})
     finally:
         await client.close()
         stop.set()
@@ -144,7 +148,8 @@ async def test_one_batch_is_one_trace_across_all_five_services_and_moves_the_cou
         traced.clear()
         batch = await run_one_batch(stack)
         await asyncio.sleep(1.0)  # the ledger folds the last facts just after the gateway sees `completed`
-        scraped = await (await stack.client.get("/metrics")).text()
+        await refresh_gauges(stack.client.app[DEPS])  # what the gateway's timer does every metrics_refresh_s
+        scraped = await (await stack.client.get("/metrics", headers=stack.admin)).text()
 
     create_span = next(s for s in traced.get_finished_spans() if s.name == "POST /v1/batches")
     assert create_span.context is not None

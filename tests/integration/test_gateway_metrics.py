@@ -1,0 +1,108 @@
+"""The gateway's `/metrics` (issue 29, attack 7): admin keys only, a scrape reads nothing from the read model however
+many batches it holds, and no label value names a tenant."""
+
+import re
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from contracts.api.batch import Batch
+from contracts.api.batch import BatchStatus as Status
+from contracts.readmodel import BatchRecord
+from services.gateway.context import DEPS
+from services.gateway.fleet_gauges import refresh_gauges
+from services.runtime import readmodel
+from services.runtime.readmodel import ReadModel
+from services.runtime.settings import ConnectionSettings
+from tests.integration.gateway_support import Gateway, running_gateway
+from tests.integration.test_gateway_tenancy import admin_key, read_model
+
+STATUSES: tuple[Status, ...] = ("validated", "in_progress", "completed")
+LABEL = re.compile(r'(\w+)="([^"]*)"')
+TENANT_ID = re.compile(r"^(batch_|file-|key_|user-|gk-|u-)")
+
+
+@pytest.fixture(scope="module")
+async def gateway(connection: ConnectionSettings) -> AsyncIterator[Gateway]:
+    # The timer refreshes once at start and not again during these tests: each scrape here is the scrape alone.
+    async with running_gateway(connection, metrics_refresh_s=3600) as running:
+        yield running
+
+
+async def write_batches(gateway: Gateway, tag: str, first: int, count: int) -> list[str]:
+    """Batch records put straight into the read model (as the ledger would), owned by a user of this test."""
+    ids = []
+    for i in range(first, first + count):
+        batch = Batch(id=f"batch_{tag}{i}", endpoint="/v1/chat/completions", input_file_id=f"file-{tag}{i}",
+                      completion_window="24h", status=STATUSES[i % len(STATUSES)], created_at=1_700_000_000,
+                      model="tiny-model")
+        await read_model(gateway).put_batch(BatchRecord(owner_key_id=f"key_{tag}", owner_user_id=f"user-{tag}",
+                                                        batch=batch, last_sequence=1))
+        ids.append(batch.id)
+    return ids
+
+
+class ReadCounter:
+    """Counts the records the read model reads (scans' records and single gets), by wrapping its module's reads."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.records = 0
+        for name in ("latest_values", "latest_entries"):
+            monkeypatch.setattr(readmodel, name, self._counting(getattr(readmodel, name)))
+        monkeypatch.setattr(ReadModel, "_get", self._counting_get(ReadModel._get))
+
+    def _counting(self, scan: Callable[..., Awaitable[list[Any]]]) -> Callable[..., Awaitable[list[Any]]]:
+        async def counted(*args: Any, **kwargs: Any) -> list[Any]:
+            found = await scan(*args, **kwargs)
+            self.records += len(found)
+            return found
+        return counted
+
+    def _counting_get(self, get: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            self.records += 1
+            return await get(*args, **kwargs)
+        return counted
+
+
+async def test_metrics_refuse_anonymous_callers_and_user_keys_and_serve_admin_keys(gateway: Gateway) -> None:
+    anonymous = await gateway.client.get("/metrics")
+    assert anonymous.status == 401
+    assert (await anonymous.json())["error"]["type"] == "authentication_error"
+    user = await gateway.client.get("/metrics", headers=await gateway.new_key())
+    assert user.status == 403
+    assert (await user.json())["error"]["code"] == "insufficient_permissions"
+    admin = await gateway.client.get("/metrics", headers=await admin_key(gateway))
+    assert admin.status == 200
+    assert "sheshnag_http_requests_total" in await admin.text()
+
+
+async def test_a_scrape_reads_the_same_from_the_read_model_with_5_or_200_batches(
+        gateway: Gateway, monkeypatch: pytest.MonkeyPatch) -> None:
+    admin, tag = await admin_key(gateway), secrets.token_hex(4)
+    assert (await gateway.client.get("/metrics", headers=admin)).status == 200  # the key is cached from here
+    counter = ReadCounter(monkeypatch)
+    reads = []
+    for first, count in ((0, 5), (5, 195)):
+        await write_batches(gateway, tag, first, count)
+        counter.records = 0
+        assert (await gateway.client.get("/metrics", headers=admin)).status == 200
+        reads.append(counter.records)
+    assert reads == [0, 0]
+    counter.records = 0
+    await refresh_gauges(gateway.client.app[DEPS])  # the timer's work: it does read every batch
+    assert counter.records >= 200
+
+
+async def test_no_label_value_of_the_page_names_a_tenant(gateway: Gateway) -> None:
+    admin, tag = await admin_key(gateway), secrets.token_hex(4)
+    ids = await write_batches(gateway, tag, 0, 6)
+    await refresh_gauges(gateway.client.app[DEPS])
+    page = await (await gateway.client.get("/metrics", headers=admin)).text()
+    assert re.search(r'^sheshnag_batches\{status="validated"\} \d', page, re.MULTILINE), page
+    values = {value for _, value in LABEL.findall(page)}
+    named = {value for value in values if TENANT_ID.match(value) or tag in value}
+    assert named == set(), named
+    assert not any(batch_id in page for batch_id in ids)
