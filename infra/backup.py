@@ -49,7 +49,7 @@ TRANSIENT = {
     f"KV_{EXECUTORS_BUCKET}": "heartbeats: executors register again when they connect",
     f"KV_{LEADER_BUCKET}": "leases: a restored one would name a process that is gone",
     f"KV_{KEY_USAGE_BUCKET}": "when each key was last used: not a fact",
-    f"KV_{LIMITS_BUCKET}": "rate-limit windows, each expiring within minutes",
+    f"KV_{LIMITS_BUCKET}": "rate-limit windows and admissions not yet in the read model, each expiring within minutes",
 }
 """Streams not backed up, and why. Any other stream is (a new one is kept unless it is named here)."""
 

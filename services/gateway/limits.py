@@ -1,5 +1,5 @@
-"""Limits: control calls per key (a token bucket shared by every gateway, 429 with Retry-After) and transfers per
-gateway (bounded slots)."""
+"""Limits: control calls per owner (a user's keys together, or a key of no user: a token bucket shared by every
+gateway, 429 with Retry-After) and transfers per gateway (bounded slots)."""
 
 import asyncio
 import contextlib
@@ -73,10 +73,11 @@ CONTROL_LIMITER = web.AppKey("control_limiter", SharedControlCallLimiter)
 
 
 async def charge_control_call(request: web.Request) -> None:
-    wait = await request.app[CONTROL_LIMITER].wait_s(principal(request).key_id)
+    """Spend one of the owner's control calls: all of a user's keys share one bucket, so more keys buy no more."""
+    wait = await request.app[CONTROL_LIMITER].wait_s(principal(request).owner)
     if wait > 0:
         retry_after = max(1, math.ceil(min(wait, 120.0)))
-        raise ApiError(429, f"Too many control calls for this key; retry in {retry_after}s.", "rate_limit_error",
+        raise ApiError(429, f"Too many control calls for this account; retry in {retry_after}s.", "rate_limit_error",
                        "rate_limit_exceeded", retry_after_s=retry_after)
 
 

@@ -54,10 +54,13 @@ class GatewaySettings(ServiceSettings):
     """How often expired files are deleted; 0 turns the sweeper off."""
     max_active_batches: int = 100
     """Batches one owner (a user, or a key without one) may have that have not ended yet."""
+    max_keys_per_user: int = 100
+    """Keys one user may have that are not revoked (429 `too_many_keys` past it), however they are created."""
     control_calls_per_s: float = 10.0
-    """Sustained rate of control calls (create, cancel, delete) per key; reads and lines never count."""
+    """Sustained rate of control calls (create, cancel, delete) per owner (a user, all their keys together, or a key
+    of no user); reads and lines never count."""
     control_call_burst: int = 50
-    """Control calls a key may make at once before the sustained rate applies."""
+    """Control calls an owner may make at once before the sustained rate applies."""
     auth_failure_limit: int = 100
     """Unknown keys one client address may present within `auth_failure_window_s`; past it, 429
     `too_many_failed_authentications` for its guesses (never for a right generated key; see auth_failures.py)

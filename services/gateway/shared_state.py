@@ -95,6 +95,15 @@ class SharedState:
             log.warning("shared limits unavailable (%s); %s uses this gateway's own counts for now", error, what)
 
     async def _get(self, key: str) -> tuple[Numbers | None, int]:
+        raw, revision = await self.get_raw(key)
+        value: Numbers | None = orjson.loads(raw) if raw else None
+        return value, revision
+
+    async def _publish(self, key: str, value: Sequence[float], ttl_s: float, revision: int | None) -> None:
+        await self.put_raw(key, orjson.dumps([round(v, 3) for v in value]), ttl_s, revision)
+
+    async def get_raw(self, key: str) -> tuple[bytes | None, int]:
+        """The key's bytes (None: no live entry) and the revision a compare-and-set names."""
         self._refuse_while_down()
         try:
             async with asyncio.timeout(self.timeout_s):
@@ -103,16 +112,16 @@ class SharedState:
             return None, missing.entry.revision if missing.entry is not None else 0
         except (TimeoutError, nats.errors.Error, OSError) as error:
             raise self._unavailable(repr(error)) from error
-        value: Numbers | None = orjson.loads(entry.value) if entry.value else None
-        return value, entry.revision or 0
+        return entry.value or None, entry.revision or 0
 
-    async def _publish(self, key: str, value: Sequence[float], ttl_s: float, revision: int | None) -> None:
+    async def put_raw(self, key: str, data: bytes, ttl_s: float, revision: int | None) -> None:
+        """Write `data`; with a `revision`, only while that is still the key's last (else
+        `KeyWrongLastSequenceError`, and nothing is written)."""
         self._refuse_while_down()
         headers = None if revision is None else {str(api.Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value): str(revision)}
         try:
             async with asyncio.timeout(self.timeout_s):
-                await self.kv._js.publish(f"{self.kv._pre}{key}", orjson.dumps([round(v, 3) for v in value]),
-                                          headers=headers, msg_ttl=ttl_s)
+                await self.kv._js.publish(f"{self.kv._pre}{key}", data, headers=headers, msg_ttl=ttl_s)
         except nats.js.errors.APIError as error:
             if error.err_code in (10071, 10164):  # wrong last sequence: another writer came first
                 raise nats.js.errors.KeyWrongLastSequenceError(description=error.description) from error

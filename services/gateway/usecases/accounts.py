@@ -92,10 +92,11 @@ async def create_organization(accounts: Accounts, body: CreateOrganization) -> O
 
 
 async def create_key(accounts: Accounts, role: KeyRole, label: str, user_id: str | None = None,
-                     provider_id: str | None = None) -> tuple[str, ApiKeyRecord]:
-    """A new key and its record; the raw value is returned here only (the log keeps its SHA-256)."""
+                     provider_id: str | None = None, key_id: str | None = None) -> tuple[str, ApiKeyRecord]:
+    """A new key (`key_id`, else a new id) and its record; the raw value is returned here only (the log keeps its
+    SHA-256)."""
     raw = new_api_key(worker=role == "worker")
-    digest, key_id = hash_api_key(raw), new_key_id()
+    digest, key_id = hash_api_key(raw), key_id or new_key_id()
     await accounts.bus.publish(KeyCreated(aggregate_id=key_id, key_id=key_id, key_sha256=digest, role=role,
                                           label=label, user_id=user_id, provider_id=provider_id))
     record = await accounts.read_model.wait_for(lambda: accounts.read_model.get_api_key(digest), lambda r: True,
@@ -106,8 +107,8 @@ async def create_key(accounts: Accounts, role: KeyRole, label: str, user_id: str
     return raw, record
 
 
-async def create_user_key(accounts: Accounts, body: CreateKey) -> tuple[str, ApiKeyRecord]:
+async def create_user_key(accounts: Accounts, body: CreateKey, key_id: str | None = None) -> tuple[str, ApiKeyRecord]:
     """An admin or user key, for a user that exists."""
     if body.user_id is not None and await accounts.read_model.get_user(body.user_id) is None:
         raise not_found("user", body.user_id)
-    return await create_key(accounts, body.role, body.name or f"{body.role} key", body.user_id)
+    return await create_key(accounts, body.role, body.name or f"{body.role} key", body.user_id, key_id=key_id)

@@ -16,6 +16,7 @@ from contracts.ids import derived_id, new_batch_id, owner_id
 from contracts.lifecycle import ALL_STATUSES, CANCELLABLE, RELEASABLE, TERMINAL
 from contracts.readmodel import BatchRecord, FileRecord
 from contracts.subjects import batch_fact, file_fact
+from services.gateway.admission import ADMISSION, Holdings
 from services.gateway.auth import KEY_CACHE, principal
 from services.gateway.context import Deps, deps
 from services.gateway.errors import ApiError, bad_request, not_found
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 
 MAX_WINDOW_S = 168 * 3600
 MAX_JSON_BODY_BYTES = 1024 * 1024
+ACTIVE_BATCHES = "active_batches"
 IDEMPOTENCY_KEY_CHARS = (16, 80)
 
 
@@ -117,6 +119,22 @@ async def _live_batches(request: web.Request, owner: str) -> list[Batch]:
     return [r.batch for r in records if r.batch.status not in TERMINAL]
 
 
+async def _admit(request: web.Request, owner: str, batch_id: str) -> None:
+    """Take one of the owner's active-batch places for `batch_id` (atomically across gateways), else 429."""
+    d = deps(request)
+
+    async def held(_: frozenset[str]) -> Holdings:  # the owner index keeps ended batches too
+        records = await d.read_model.owner_batches(owner)
+        return Holdings({r.batch.id: 1 for r in records if r.batch.status not in TERMINAL},
+                        frozenset(r.batch.id for r in records))
+
+    limit = d.settings.max_active_batches
+    used = await request.app[ADMISSION].take(ACTIVE_BATCHES, owner, batch_id, 1, limit, held)
+    if used is not None:
+        raise ApiError(429, f"You already have {used} batches that have not ended (the limit is {limit}); wait "
+                       "for some to end or cancel them.", "rate_limit_error", "too_many_active_batches")
+
+
 async def create_batch(request: web.Request) -> web.Response:
     await charge_control_call(request)
     idempotency_key = _idempotency_key(request)
@@ -151,19 +169,20 @@ async def create_from(request: web.Request, body: BatchCreateRequest, idempotenc
             if (twin.input_file_id, twin.endpoint, twin.completion_window) == asked[:3] \
                     and await _created_parameters(d, twin.id) == asked:
                 return _answer(twin, twin.id)
-    if len(live) >= d.settings.max_active_batches:
-        raise ApiError(429, f"You already have {len(live)} batches that have not ended (the limit is "
-                       f"{d.settings.max_active_batches}); wait for some to end or cancel them.",
-                       "rate_limit_error", "too_many_active_batches")
-    user = await request.app[KEY_CACHE].user_of(principal(request))
-    default_model = (metadata or {}).get("model") or file.model
-    billing = _billing_plan(d, file, default_model, body.endpoint, metadata) if d.settings.billing else None
-    await _claim_file(d, input_file_id, batch_id)
-    account = billing_usecase.account_of(user)
-    if billing is not None:
-        model, price, amount = billing
-        await billing_usecase.reserve(d.bus, d.read_model, account, batch_id, amount, price, model.id, body.endpoint,
-                                      d.settings.read_your_writes_s)
+    await _admit(request, owner, batch_id)
+    try:
+        user = await request.app[KEY_CACHE].user_of(principal(request))
+        default_model = (metadata or {}).get("model") or file.model
+        billing = _billing_plan(d, file, default_model, body.endpoint, metadata) if d.settings.billing else None
+        await _claim_file(d, input_file_id, batch_id)
+        account = billing_usecase.account_of(user)
+        if billing is not None:
+            model, price, amount = billing
+            await billing_usecase.reserve(d.bus, d.read_model, account, batch_id, amount, price, model.id,
+                                          body.endpoint, d.settings.read_your_writes_s)
+    except BaseException:  # refused before it was published: its place is free again
+        await asyncio.shield(request.app[ADMISSION].release(ACTIVE_BATCHES, owner, batch_id))
+        raise
     now = int(time.time())
     event = BatchCreated(aggregate_id=batch_id, owner_key_id=principal(request).key_id, input_file_id=input_file_id,
                          input_object_key=file.object_key, endpoint=body.endpoint,

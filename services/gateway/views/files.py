@@ -20,6 +20,7 @@ from contracts.ids import new_file_id
 from contracts.lifecycle import TERMINAL
 from contracts.readmodel import FileRecord
 from contracts.subjects import file_fact, input_object_key
+from services.gateway.admission import ADMISSION, Holdings
 from services.gateway.auth import principal
 from services.gateway.context import Deps, deps
 from services.gateway.errors import ApiError, bad_request, not_found
@@ -38,6 +39,7 @@ ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,128}")
 MIN_EXPIRES_AFTER_S, MAX_EXPIRES_AFTER_S = 3600, 30 * 24 * 3600
 FORM_FIELD_BYTES = 1024
 DEDUPLICATED_FROM = "X-Sheshnag-Deduplicated-From"
+STORED_BYTES = "stored_bytes"
 CONTENT_SHA256 = "X-Sheshnag-Content-SHA256"
 
 
@@ -177,6 +179,27 @@ def upload_model(request: web.Request) -> str | None:
     return name.strip()
 
 
+async def admit_bytes(request: web.Request, owner: str, file_id: str, size: int) -> None:
+    """Take `size` bytes of the owner's storage quota for `file_id` (atomically across gateways), else 400
+    `storage_quota_exceeded`. The caller publishes the file next; anything it then fails to publish counts until
+    the admission's grace ends."""
+    d = deps(request)
+
+    async def held(listed: frozenset[str]) -> Holdings:
+        indexed = await d.read_model.owner_files(owner)  # a deleted file leaves the index: look listed ones up
+        gone = [i for i in listed - {r.file.id for r in indexed} if await d.read_model.get_file(i) is not None]
+        now = time.time()
+        return Holdings({r.file.id: r.file.bytes for r in indexed
+                         if not r.deleted and not is_expired(r, now)},
+                        frozenset({r.file.id for r in indexed} | set(gone)))
+
+    quota = d.settings.storage_quota_bytes
+    used = await request.app[ADMISSION].take(STORED_BYTES, owner, file_id, size, quota, held)
+    if used is not None:
+        raise bad_request(f"Storing {size} more bytes would exceed your storage quota of {quota} bytes ({used} in "
+                          "use); delete files first.", "storage_quota_exceeded", "file")
+
+
 async def create_file(request: web.Request) -> web.Response:
     if not request.content_type.startswith("multipart/"):
         raise bad_request("Upload a file as multipart/form-data with fields 'purpose' and 'file'.",
@@ -206,11 +229,7 @@ async def create_file(request: web.Request) -> web.Response:
         if same is not None:
             await discard_object(d, object_key)
             return web.json_response(same.file.model_dump(mode="json"), headers={DEDUPLICATED_FROM: same.file.id})
-        used = sum(r.file.bytes for r in existing)
-        if used + stored.bytes > d.settings.storage_quota_bytes:
-            raise bad_request(f"Storing {stored.bytes} more bytes would exceed your storage quota of "
-                              f"{d.settings.storage_quota_bytes} bytes ({used} in use); delete files first.",
-                              "storage_quota_exceeded", "file")
+        await admit_bytes(request, owner, file_id, stored.bytes)
     except ApiError:
         await discard_object(d, object_key)
         raise

@@ -21,7 +21,9 @@ from contracts.api.organization import (
 )
 from contracts.api.page import ListPage
 from contracts.events.key import KeyRole
+from contracts.ids import new_key_id
 from contracts.readmodel import ApiKeyRecord
+from services.gateway.admission import ADMISSION, Holdings
 from services.gateway.auth import KEY_CACHE, principal, require_admin
 from services.gateway.context import deps
 from services.gateway.errors import ApiError, not_found
@@ -30,6 +32,8 @@ from services.gateway.revocation import find_key, revoke_key
 from services.gateway.usecases import accounts as usecases
 from services.gateway.usecases.accounts import DEFAULT_ORGANIZATION, Accounts, organization_object, user_object
 from services.gateway.views.bodies import read_body
+
+KEYS = "keys"
 
 
 def accounts(request: web.Request) -> Accounts:
@@ -121,7 +125,27 @@ async def create_key(request: web.Request) -> web.Response:
             raise ApiError(403, "A user creates keys for themselves only; leave user_id out or name your own.",
                            "permission_error", "insufficient_permissions", "user_id")
         body = body.model_copy(update={"user_id": user_id})
-    return await key_answer(request, *await usecases.create_user_key(accounts(request), body))
+    key_id = new_key_id()
+    if body.user_id is not None:
+        if await deps(request).read_model.get_user(body.user_id) is None:
+            raise not_found("user", body.user_id)
+        await _admit_key(request, body.user_id, key_id)
+    return await key_answer(request, *await usecases.create_user_key(accounts(request), body, key_id))
+
+
+async def _admit_key(request: web.Request, user_id: str, key_id: str) -> None:
+    """Take one of the user's key places for `key_id` (atomically across gateways), else 429."""
+    d = deps(request)
+
+    async def held(_: frozenset[str]) -> Holdings:  # revoked keys stay in the read model
+        mine = [r for _, r in await d.read_model.list_api_keys() if r.user_id == user_id]
+        return Holdings({r.key_id: 1 for r in mine if not r.revoked}, frozenset(r.key_id for r in mine))
+
+    limit = d.settings.max_keys_per_user
+    used = await request.app[ADMISSION].take(KEYS, f"user-{user_id}", key_id, 1, limit, held)
+    if used is not None:
+        raise ApiError(429, f"User {user_id} already has {used} keys that are not revoked (the limit is {limit}); "
+                       "revoke some first.", "rate_limit_error", "too_many_keys")
 
 
 async def _list(request: web.Request, workers: bool) -> web.Response:

@@ -29,6 +29,7 @@ from services.gateway.limits import charge_control_call
 from services.gateway.usecases.refusals import parse_fields
 from services.gateway.views.batches import create_from, owned_batch
 from services.gateway.views.bodies import read_body
+from services.gateway.views.files import admit_bytes
 
 RETRY_OF = "retry_of"
 """The metadata key that links a retry to the batch it retries."""
@@ -160,6 +161,11 @@ async def copy_lines(request: web.Request, source_key: str, file_id: str, wanted
     if lines == 0:
         await d.store.remove(object_key)
         return 0
+    try:
+        await admit_bytes(request, caller.owner, file_id, size)  # a retry's copy is stored like an upload
+    except ApiError:
+        await d.store.remove(object_key)
+        raise
     now = int(time.time())
     await d.bus.publish(FileStored(aggregate_id=file_id, owner_key_id=caller.key_id, filename=f"{file_id}.jsonl",
                                    purpose="batch", bytes=size, sha256=digest.hexdigest(), object_key=object_key,

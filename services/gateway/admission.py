@@ -1,0 +1,104 @@
+"""Admission: an owner's limits (batches not ended, bytes stored, keys) decided atomically across every gateway on
+the broker. Per owner and limit, one entry in the limits bucket lists what gateways admitted that the read model may
+not show yet; a take reads that entry, then the read model, and writes the entry back by compare-and-set, so two
+gateways can never both take the last unit.
+
+An item stays in the entry until the read model knows it (then the read model counts it, or it ended) or, if it
+never appears (a gateway died between admitting and publishing), until `GRACE_S` has passed: a crash over-counts for
+a while, never under-counts.
+"""
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import nats.js.errors
+import orjson
+from aiohttp import web
+
+from services.gateway.errors import ApiError
+from services.gateway.shared_state import MAX_TRIES, SharedState, SharedStateUnavailable, key_of, ttl_of
+
+log = logging.getLogger(__name__)
+
+GRACE_S = 300.0
+"""How long an admitted item the read model never showed still counts (its create died before publishing)."""
+
+
+@dataclass(frozen=True)
+class Holdings:
+    """What the read model shows an owner holding against one limit."""
+
+    counted: dict[str, int]
+    """Items that count now (batches not ended, files not deleted, keys not revoked) and their amounts."""
+    known: frozenset[str]
+    """Every item the read model knows, counted or not (an ended batch is known and no longer counts)."""
+
+
+Read = Callable[[frozenset[str]], Awaitable[Holdings]]
+"""What the read model shows, given the items the entry lists (the read may look those up one by one)."""
+
+
+def usage(pending: dict[str, list[float]], held: Holdings) -> int:
+    return sum(held.counted.values()) + sum(int(amount) for amount, _ in pending.values())
+
+
+@dataclass
+class Admission:
+    """Takes and releases items against an owner's limits in the shared bucket; while the bucket cannot be reached
+    (or one owner's entry is changed by others every time) a take is refused with 503: never decided alone."""
+
+    store: SharedState
+    grace_s: float = GRACE_S
+
+    async def take(self, limit_name: str, owner: str, item: str, amount: int, limit: int, read: Read) -> int | None:
+        """Admit `item` (of `amount`) unless the owner would then hold more than `limit`: None when admitted (or
+        admitted already), else what the owner holds now."""
+        key = key_of(f"admit.{limit_name}", owner)
+        try:
+            for attempt in range(MAX_TRIES):
+                raw, revision = await self.store.get_raw(key)
+                listed: dict[str, list[float]] = orjson.loads(raw) if raw else {}
+                held = await read(frozenset(listed))  # after the entry: items leave it once the read model shows them
+                now = time.time()
+                pending = {i: v for i, v in listed.items() if i not in held.known and now - v[1] < self.grace_s}
+                if item in pending or item in held.counted:
+                    return None
+                used = usage(pending, held)
+                if used + amount > limit:
+                    return used
+                pending[item] = [amount, now]
+                try:
+                    await self.store.put_raw(key, orjson.dumps(pending), ttl_of(self.grace_s), revision)
+                    return None
+                except nats.js.errors.KeyWrongLastSequenceError:
+                    await asyncio.sleep(random.uniform(0, 0.001 * attempt))
+        except SharedStateUnavailable as error:
+            # Deciding alone could pass the limit (and the broker that did not answer would have to take the fact).
+            log.warning("the %s limit of %s could not be decided: %s", limit_name, owner, error)
+        raise ApiError(503, "Too many requests of this owner at once, or the broker is slow; retry shortly.",
+                       "server_error", "server_busy", retry_after_s=1)
+
+    async def release(self, limit_name: str, owner: str, item: str) -> None:
+        """Forget an item admitted but never published (its create was refused or failed before publishing)."""
+        key = key_of(f"admit.{limit_name}", owner)
+        try:
+            for _ in range(MAX_TRIES):
+                raw, revision = await self.store.get_raw(key)
+                pending = orjson.loads(raw) if raw else {}
+                if item not in pending:
+                    return
+                del pending[item]
+                try:
+                    await self.store.put_raw(key, orjson.dumps(pending), ttl_of(self.grace_s), revision)
+                    return
+                except nats.js.errors.KeyWrongLastSequenceError:
+                    continue
+        except SharedStateUnavailable as error:  # it stops counting after GRACE_S anyway
+            log.info("admitted %s of %s not released (%s); it counts until its grace ends", item, owner, error)
+
+
+ADMISSION = web.AppKey("admission", Admission)

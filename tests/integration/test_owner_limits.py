@@ -1,0 +1,110 @@
+"""An owner's limits hold under races over two gateways on one broker and over several keys of one user: active
+batches, stored bytes and control calls belong to the user, and no concurrent burst of requests gets past them."""
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator
+
+import pytest
+
+from contracts.events.key import KeyCreated
+from contracts.ids import hash_api_key, new_api_key, new_key_id
+from services.gateway.context import DEPS
+from services.runtime.settings import ConnectionSettings
+from tests.integration.gateway_pair import Headers, key_of_role, running_gateways
+from tests.integration.gateway_support import WAIT_S, Gateway, jsonl
+
+ACTIVE_LIMIT, BURST, MAX_KEYS = 5, 60, 8
+LINES = 440  # about 66 KB a file
+FILE_BYTES = len(jsonl(*(f"{0:02}-{i:04}" for i in range(LINES))))
+QUOTA = 6 * FILE_BYTES + FILE_BYTES // 2
+
+
+@pytest.fixture(scope="module")
+async def gateways(connection: ConnectionSettings) -> AsyncIterator[list[Gateway]]:
+    async with running_gateways(connection, max_active_batches=ACTIVE_LIMIT, storage_quota_bytes=QUOTA,
+                                control_call_burst=BURST, control_calls_per_s=0.001,
+                                max_keys_per_user=MAX_KEYS) as pair:
+        yield pair
+
+
+async def keys_of_one_user(gateway: Gateway, count: int) -> list[Headers]:
+    """`count` keys of a new user, waited for in the read model."""
+    user_id, raws = f"user-{secrets.token_hex(6)}", [new_api_key(False) for _ in range(count)]
+    for raw in raws:
+        key_id = new_key_id()
+        await gateway.bus.publish(KeyCreated(aggregate_id=key_id, key_id=key_id, key_sha256=hash_api_key(raw),
+                                             role="user", label="test", user_id=user_id))
+    read_model = gateway.client.app[DEPS].read_model
+    for raw in raws:
+        assert await read_model.wait_for(lambda r=raw: read_model.get_api_key(hash_api_key(r)), lambda r: True,
+                                         WAIT_S) is not None
+    return [{"Authorization": f"Bearer {raw}"} for raw in raws]
+
+
+async def test_30_concurrent_creates_over_5_keys_and_2_gateways_never_pass_the_active_limit(
+        gateways: list[Gateway]) -> None:
+    keys = await keys_of_one_user(gateways[0], 5)
+    uploaded = await gateways[0].upload(keys[0], jsonl("active"))
+    assert uploaded.status == 200, await uploaded.text()
+    file_id = (await uploaded.json())["id"]
+
+    answers = await asyncio.gather(*(gateways[n % 2].client.post("/v1/batches", headers=keys[n % 5], json={
+        "input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h",
+        "metadata": {"n": str(n)}}) for n in range(30)))
+
+    statuses = sorted(a.status for a in answers)
+    assert statuses == [200] * ACTIVE_LIMIT + [429] * (30 - ACTIVE_LIMIT)
+    listed = await gateways[1].client.get("/v1/batches?limit=100", headers=keys[4])
+    assert len((await listed.json())["data"]) == ACTIVE_LIMIT
+
+
+async def test_12_concurrent_uploads_over_2_gateways_never_store_past_the_quota(gateways: list[Gateway]) -> None:
+    keys = await keys_of_one_user(gateways[0], 3)
+
+    answers = await asyncio.gather(*(gateways[n % 2].upload(keys[n % 3], jsonl(*(f"{n:02}-{i:04}"
+                                                                                 for i in range(LINES))))
+                                     for n in range(12)))
+
+    statuses = sorted(a.status for a in answers)
+    assert statuses == [200] * 6 + [400] * 6, statuses
+    listed = await gateways[1].client.get("/v1/files", headers=keys[0])
+    stored = sum(f["bytes"] for f in (await listed.json())["data"])
+    assert stored == 6 * FILE_BYTES <= QUOTA
+
+
+async def test_a_deleted_file_frees_its_bytes_at_once(gateways: list[Gateway]) -> None:
+    [key] = await keys_of_one_user(gateways[0], 1)
+    files = [await gateways[0].upload(key, jsonl(*(f"{n:02}-{i:04}" for i in range(LINES)))) for n in range(6)]
+    assert [f.status for f in files] == [200] * 6
+    assert (await gateways[1].upload(key, jsonl(*(f"{6:02}-{i:04}" for i in range(LINES))))).status == 400
+
+    deleted = await gateways[1].client.delete(f"/v1/files/{(await files[0].json())['id']}", headers=key)
+
+    assert deleted.status == 200
+    assert (await gateways[1].upload(key, jsonl(*(f"{6:02}-{i:04}" for i in range(LINES))))).status == 200
+
+
+async def test_control_calls_of_one_user_spend_one_burst_whichever_key_makes_them(gateways: list[Gateway]) -> None:
+    keys = await keys_of_one_user(gateways[0], 6)
+
+    answers = [await gateways[n % 2].client.post("/v1/batches", json={}, headers=keys[n % 6])
+               for n in range(BURST + 2)]
+
+    assert [a.status for a in answers] == [400] * BURST + [429, 429]
+
+
+async def test_150_concurrent_key_creations_of_one_user_over_2_gateways_never_pass_the_key_limit(
+        gateways: list[Gateway]) -> None:
+    admin, user_id = await key_of_role(gateways[0], "admin"), f"keys-{secrets.token_hex(6)}"
+    assert (await gateways[0].client.post("/v1/organization/users", json={"id": user_id}, headers=admin)).status == 200
+    first = await gateways[1].client.post("/v1/organization/keys", json={"user_id": user_id}, headers=admin)
+    assert first.status == 200, await first.text()
+    own = {"Authorization": f"Bearer {(await first.json())['value']}"}
+
+    answers = await asyncio.gather(*(gateways[n % 2].client.post("/v1/organization/keys", json={}, headers=own)
+                                     for n in range(150)))
+
+    assert sorted(a.status for a in answers) == [200] * (MAX_KEYS - 1) + [429] * (150 - MAX_KEYS + 1)
+    listed = await gateways[0].client.get("/v1/organization/keys", headers=own)
+    assert len((await listed.json())["data"]) == MAX_KEYS
