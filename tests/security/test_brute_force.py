@@ -52,5 +52,6 @@ def raw_request(stack: RunningStack, header: bytes) -> bytes:
                                     b"Authorization: Bearer gk-\x01\x02" + b"c" * 40])
 def test_a_key_of_bytes_that_are_no_key_is_refused_never_a_500(secure_stack: RunningStack, header: bytes) -> None:
     status = raw_request(secure_stack, header).split(b" ")[1]
-    # Control characters are refused by the HTTP parser itself (400); other bytes name no key (401).
-    assert status == (b"400" if b"\x01" in header else b"401")
+    # Control characters are refused by the HTTP parser itself (400); other bytes name no key (401, or 429 once this
+    # address's wrong guesses, the other tests' among them, are over the brute-force limit).
+    assert status in ((b"400",) if b"\x01" in header else (b"401", b"429"))

@@ -2,6 +2,11 @@
 publishes to its key's subject. Writing so needs no look at the bucket's stream, whose info would name every other
 executor (an executor admitted by worker key may not read it)."""
 
+import asyncio
+import time
+
+import nats.errors
+import nats.js.errors
 from nats.js.client import JetStreamContext
 
 from contracts.events.executor import ExecutorAdvert
@@ -9,6 +14,9 @@ from contracts.subjects import EXECUTORS_BUCKET, executor_advert
 from services.runtime.bus import EventBus
 from services.runtime.fleet import ADVERT_TTL_S
 from services.runtime.kv import KV_OPERATION, open_bucket
+
+BUCKET_WAIT_S = 60.0
+"""How long the first advert waits for the executors bucket to exist."""
 
 
 class OwnAdvert:
@@ -26,7 +34,17 @@ class OwnAdvert:
         return cls(bus.js, executor_id)
 
     async def advertise(self, advert: ExecutorAdvert) -> None:
-        await self.js.publish(self.subject, advert.model_dump_json().encode())
+        """Publish the advert; while the bucket does not exist yet (the scheduler that admits executors makes it, and
+        on a broker without authentication this executor may come up first) ask again for a while."""
+        deadline = time.monotonic() + BUCKET_WAIT_S
+        while True:
+            try:
+                await self.js.publish(self.subject, advert.model_dump_json().encode())
+                return
+            except (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError):
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(0.5)
 
     async def withdraw(self) -> None:
         await self.js.publish(self.subject, headers={KV_OPERATION: "DEL"})
