@@ -69,7 +69,7 @@ async def running_executor(connection: ConnectionSettings, tmp_path: Path,
     running = asyncio.create_task(run_executor(settings, stop))
     yield settings
     stop.set()
-    await asyncio.wait_for(running, 15)
+    await asyncio.wait_for(running, 30)  # unloading a model mid-generation takes a while on two loaded cores
 
 
 @pytest.fixture
