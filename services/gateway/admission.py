@@ -38,6 +38,9 @@ class Holdings:
     """Every item the read model knows, counted or not (an ended batch is known and no longer counts)."""
 
 
+ADMISSION_WAIT_S = 10.0
+"""How long one read or write of an owner's entry may take before the request is refused (503): a loaded broker is
+slow, not gone."""
 Read = Callable[[frozenset[str]], Awaitable[Holdings]]
 """What the read model shows, given the items the entry lists (the read may look those up one by one)."""
 

@@ -5,7 +5,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from contracts.subjects import EVENTS_STREAM, LIMITS_BUCKET
-from services.gateway.admission import ADMISSION, Admission
+from services.gateway.admission import ADMISSION, ADMISSION_WAIT_S, Admission
 from services.gateway.auth import KEY_CACHE, KeyCache, auth_middleware
 from services.gateway.auth_failures import AUTH_FAILURES, FailedAuthentications, SharedFailedAuthentications
 from services.gateway.context import DEPS, Deps
@@ -56,7 +56,9 @@ def create_app(settings: GatewaySettings) -> web.Application:
                          await Fleet.open(bus))
         app[KEY_CACHE] = KeyCache(read_model, await RevocationCheck.open(bus))
         shared = SharedState(await open_bucket(bus, LIMITS_BUCKET))
-        app[ADMISSION] = Admission(SharedState(shared.kv, timeout_s=settings.read_your_writes_s, retry_after_s=0.0))
+        # A limit is decided by the bucket or not at all: a slow broker is waited for rather than answered with 503.
+        app[ADMISSION] = Admission(SharedState(shared.kv, timeout_s=max(settings.read_your_writes_s,
+                                                                         ADMISSION_WAIT_S), retry_after_s=0.0))
         app[CONTROL_LIMITER] = SharedControlCallLimiter(
             shared, ControlCallLimiter(settings.control_calls_per_s, settings.control_call_burst))
         if settings.auth_failure_limit > 0:
