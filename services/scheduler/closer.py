@@ -64,7 +64,8 @@ class GuardedResults(ResultStore):
                             MAX_CHUNK_BYTES)
                 continue
             try:
-                read.append((key, decode_chunk(bytes(data))))
+                # Off the leader's loop (a chunk may be tens of MB); at most `AT_ONCE` threads at a time.
+                read.append((key, await asyncio.to_thread(decode_chunk, bytes(data))))
             except ValueError as error:  # pydantic's ValidationError is one
                 log.warning("result chunk %s does not decode (%s): left out, its lines count as never run", key,
                             str(error)[:200])
