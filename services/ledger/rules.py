@@ -23,6 +23,7 @@ from contracts.events.batch import (
     BatchWaiting,
     LineRejected,
     ShardFinished,
+    ValidationProgressed,
 )
 from contracts.events.envelope import Event
 from contracts.events.executor import ExecutorLost, ExecutorRegistered
@@ -46,6 +47,10 @@ A = TypeVar("A", bound=Folded)
 Touched = dict[UUID, Folded]
 """The aggregates a group of facts changed so far, by id: saved together at the group's end."""
 _UNFOLDED: set[str] = set()
+"""Batch fact types met with no rule (a newer fact than this ledger knows): warned of once each."""
+NOT_FOLDED: tuple[type[Event], ...] = (ValidationProgressed,)
+"""Batch facts that change nothing the ledger keeps, by design: the validator's reading progress (the batch's SSE
+stream shows it straight from the log). Skipped quietly, before their batch is loaded."""
 _facts = FoldRules[Folded | None]()
 """Rules for facts that create an aggregate or change one other than a batch."""
 _batch_facts = FoldRules[None]()
@@ -144,7 +149,7 @@ class FoldingRules:
         rule = _facts.rule_for(type(fact))
         if rule is not None:
             return rule(self, seq, fact, touched)
-        if fact.kind != "batch":
+        if fact.kind != "batch" or isinstance(fact, NOT_FOLDED):
             log.debug("sequence %d: %s is not the ledger's concern", seq, fact.type)
             return None
         if isinstance(fact, BatchProgressed):

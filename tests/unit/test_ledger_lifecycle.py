@@ -1,5 +1,9 @@
 """The batch state machine beyond the happy path: waiting, failed attempts, cancellation, expiry, anomalies."""
 
+import logging
+
+import pytest
+
 from contracts.api.batch import BatchUsage, InputTokensDetails
 from contracts.events.batch import (
     AttemptFailed,
@@ -11,6 +15,7 @@ from contracts.events.batch import (
     BatchProgressed,
     BatchWaiting,
     ShardFinished,
+    ValidationProgressed,
 )
 from services.ledger.application import Ledger, persistence_env
 from services.ledger.projection import batch_record
@@ -227,3 +232,14 @@ def test_a_sharded_batch_counts_the_sum_of_its_shards_and_runs_while_any_shard_r
                 BatchFinalizing(aggregate_id=BATCH, attempt=0), completed())
     assert stream.record().batch.status == "completed"
     assert ledger.anomalies(BATCH) == []
+
+
+def test_validation_progress_leaves_the_batch_as_it_is_without_a_warning(
+        ledger: Ledger, caplog: pytest.LogCaptureFixture) -> None:
+    stream = Stream(ledger)
+    stream.fold(created())
+    before = stream.record().batch
+    with caplog.at_level(logging.INFO, logger="services.ledger"):
+        stream.fold(ValidationProgressed(aggregate_id=BATCH, lines_read=1000, errors_found=2, occurred_at=at(1)))
+    assert stream.record().batch == before
+    assert [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING] == []
