@@ -56,6 +56,9 @@ class GatewaySettings(ServiceSettings):
     """Batches one owner (a user, or a key without one) may have that have not ended yet."""
     max_keys_per_user: int = 100
     """Keys one user may have that are not revoked (429 `too_many_keys` past it), however they are created."""
+    max_webhooks_per_owner: int = 20
+    """Webhook endpoints one owner (a user; an organisation, for its organisation-wide ones) may register (400
+    `too_many_webhooks` past it, however many gateways are asked at once)."""
     control_calls_per_s: float = 10.0
     """Sustained rate of control calls (create, cancel, delete) per owner (a user, all their keys together, or a key
     of no user); reads and lines never count."""

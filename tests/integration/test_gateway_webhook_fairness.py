@@ -11,7 +11,6 @@ import pytest
 from aiohttp import web
 
 from services.gateway.settings import GatewaySettings
-from services.gateway.views.webhooks import MAX_ENDPOINTS
 from services.runtime.settings import ConnectionSettings
 from tests.integration.gateway_support import Gateway, running_gateway
 from tests.integration.test_gateway_webhooks import Receiver, cancelled, new_batch, publish, register, until, validated
@@ -77,7 +76,7 @@ async def test_an_owners_hanging_endpoints_do_not_delay_another_owners_webhook(
     quiet = await delivery_latency(gateway, victim, receiver)
 
     hanging_url, held = hanging
-    for n in range(MAX_ENDPOINTS):
+    for n in range(GatewaySettings.model_fields["max_webhooks_per_owner"].default):
         await register(gateway, attacker, f"{hanging_url}?n={n}")
     for _ in range(8):
         batch_id = await new_batch(gateway, attacker)

@@ -14,7 +14,7 @@ from services.runtime.settings import ConnectionSettings
 from tests.integration.gateway_pair import Headers, key_of_role, running_gateways
 from tests.integration.gateway_support import WAIT_S, Gateway, jsonl
 
-ACTIVE_LIMIT, BURST, MAX_KEYS = 5, 60, 8
+ACTIVE_LIMIT, BURST, MAX_KEYS, MAX_WEBHOOKS = 5, 60, 8, 4
 LINES = 440  # about 66 KB a file
 FILE_BYTES = len(jsonl(*(f"{0:02}-{i:04}" for i in range(LINES))))
 QUOTA = 6 * FILE_BYTES + FILE_BYTES // 2
@@ -24,7 +24,7 @@ QUOTA = 6 * FILE_BYTES + FILE_BYTES // 2
 async def gateways(connection: ConnectionSettings) -> AsyncIterator[list[Gateway]]:
     async with running_gateways(connection, max_active_batches=ACTIVE_LIMIT, storage_quota_bytes=QUOTA,
                                 control_call_burst=BURST, control_calls_per_s=0.001,
-                                max_keys_per_user=MAX_KEYS) as pair:
+                                max_keys_per_user=MAX_KEYS, max_webhooks_per_owner=MAX_WEBHOOKS) as pair:
         yield pair
 
 
@@ -108,3 +108,17 @@ async def test_150_concurrent_key_creations_of_one_user_over_2_gateways_never_pa
     assert sorted(a.status for a in answers) == [200] * (MAX_KEYS - 1) + [429] * (150 - MAX_KEYS + 1)
     listed = await gateways[0].client.get("/v1/organization/keys", headers=own)
     assert len((await listed.json())["data"]) == MAX_KEYS
+
+
+async def test_30_concurrent_webhook_registrations_over_3_keys_and_2_gateways_never_pass_the_owners_limit(
+        gateways: list[Gateway]) -> None:
+    keys = await keys_of_one_user(gateways[0], 3)
+
+    answers = await asyncio.gather(*(gateways[n % 2].client.post("/v1/webhooks", headers=keys[n % 3], json={
+        "url": f"https://93.184.216.34/hook/{n}"}) for n in range(30)))
+
+    statuses = sorted(a.status for a in answers)
+    assert statuses == [200] * MAX_WEBHOOKS + [400] * (30 - MAX_WEBHOOKS), statuses
+    assert {(await a.json())["error"]["code"] for a in answers if a.status == 400} == {"too_many_webhooks"}
+    listed = await gateways[1].client.get("/v1/webhooks", headers=keys[2])
+    assert len((await listed.json())["data"]) == MAX_WEBHOOKS

@@ -3,6 +3,7 @@ attempt, and send a delivery again. A user manages their own endpoints (`scope=u
 administrator of an organisation also its `scope=organization` ones (every member's batches), an admin key any.
 The signing secret is shown when an endpoint is created or its secret rotated, never again."""
 
+import asyncio
 import re
 import secrets
 import time
@@ -21,6 +22,7 @@ from contracts.api.webhook import (
     WebhookEndpoint,
 )
 from contracts.readmodel import ApiKeyRecord
+from services.gateway.admission import ADMISSION, Holdings
 from services.gateway.auth import principal
 from services.gateway.context import deps
 from services.gateway.errors import ApiError, bad_request, not_found
@@ -32,8 +34,8 @@ from services.gateway.webhooks.signing import new_secret
 from services.gateway.webhooks.store import WebhookStore
 from services.gateway.webhooks.targets import AddressPolicy, parse_networks, refusal
 
-MAX_ENDPOINTS = 20
-"""Endpoints one owner (or one organisation, for its organisation-wide ones) may register."""
+WEBHOOKS = "webhooks"
+"""The admission limit of endpoints per owner (`max_webhooks_per_owner`)."""
 MAX_DELIVERIES_LISTED = 100
 ID_PATTERN = r"(wh|msg)_[0-9a-f]{24}"
 RESOLVE_TIMEOUT_S = 5.0
@@ -119,17 +121,28 @@ async def create_webhook(request: web.Request) -> web.Response:
     url = await _checked_url(request, body.url)
     organization = await _scope_organization(request, caller, body)
     store = _store(request)
-    existing = await store.list_endpoints()
-    same_owner = [e for e in existing if e.scope == body.scope
-                  and (e.owner == caller.owner if body.scope == "user" else e.organization_id == organization)]
-    if len(same_owner) >= MAX_ENDPOINTS:
-        raise bad_request(f"At most {MAX_ENDPOINTS} webhook endpoints may be registered here; delete one first.",
-                          "too_many_webhooks")
     endpoint = WebhookEndpoint(
         id=f"wh_{secrets.token_hex(12)}", url=url, events=list(body.events or WEBHOOK_EVENT_TYPES), scope=body.scope,
         owner=caller.owner, organization_id=organization, enabled=True, description=body.description,
         created_at=int(time.time()), secret=new_secret())
-    await store.put_endpoint(endpoint)
+    holder = caller.owner if body.scope == "user" else f"organization-{organization}"
+
+    async def held(_: frozenset[str]) -> Holdings:
+        existing = await store.list_endpoints()
+        return Holdings({e.id: 1 for e in existing if e.scope == body.scope
+                         and (e.owner == caller.owner if body.scope == "user" else e.organization_id == organization)},
+                        frozenset(e.id for e in existing))
+
+    limit = deps(request).settings.max_webhooks_per_owner
+    admission = request.app[ADMISSION]
+    if await admission.take(WEBHOOKS, holder, endpoint.id, 1, limit, held) is not None:
+        raise bad_request(f"At most {limit} webhook endpoints may be registered here; delete one first.",
+                          "too_many_webhooks")
+    try:
+        await store.put_endpoint(endpoint)
+    except BaseException:
+        await asyncio.shield(admission.release(WEBHOOKS, holder, endpoint.id))
+        raise
     return web.json_response(endpoint.model_dump(mode="json"))
 
 
