@@ -23,9 +23,13 @@ log = logging.getLogger(__name__)
 
 WEED_PORT_FLAGS = (
     "master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port", "filer.port.grpc",
-    "s3.port.grpc", "admin.port", "admin.port.grpc",
+    "s3.port.grpc",
 )
 """The inner servers `weed mini` always starts; each gRPC one demands the stack's certificate."""
+GRPC_OFFSET = 10000
+"""SeaweedFS's gRPC side of a server is its HTTP port + this unless told otherwise; `weed mini`'s maintenance
+workers always dial the admin server there, whatever `-admin.port.grpc` says (one elsewhere leaves them dialing a
+closed port, logging "connection refused" every few seconds), so the admin's gRPC port is its HTTP port + this."""
 WEED_CLOSED = ("-disableHttp", "-s3.port.iceberg=0", "-s3.port.lance=0", "-webdav=false", "-admin.ui=false")
 """Servers and HTTP APIs the stack never uses, off: the master's and filer's HTTP APIs (assign, lookup, every
 object by path; S3 reaches both over gRPC), the Iceberg and Lance catalogues, WebDAV, the admin UI."""
@@ -118,12 +122,33 @@ def seaweed_command(data_dir: Path, s3_port: int, creds: S3Credentials,
     chosen: set[int] = {s3_port, *taken}
     ports = []
     for flag in WEED_PORT_FLAGS:
-        # SeaweedFS also listens on each port + 10000 (its gRPC side).
-        port = free_port(frozenset(chosen | {p - 10000 for p in chosen} | {p + 10000 for p in chosen}))
+        port = _inner_port(chosen)
         chosen.add(port)
         ports.append(f"-{flag}={port}")
+    admin = _inner_port(chosen, with_grpc_twin=True)
+    chosen |= {admin, admin + GRPC_OFFSET}
+    ports += [f"-admin.port={admin}", f"-admin.port.grpc={admin + GRPC_OFFSET}"]
     return [venv_binary("weed"), "mini", f"-dir={store}", f"-ip={host}", f"-ip.bind={host}",
             f"-s3.port={s3_port}", *ports, *WEED_CLOSED, "-master.telemetry=false", f"-s3.config={identities}"]
+
+
+def _inner_port(chosen: set[int], with_grpc_twin: bool = False) -> int:
+    """A free port for one of SeaweedFS's inner servers, clear of `chosen` and of their gRPC twins (SeaweedFS may
+    listen on any port + `GRPC_OFFSET`); `with_grpc_twin`: its own twin is free (and a port) too."""
+    while True:
+        port = free_port(frozenset(chosen | {p - GRPC_OFFSET for p in chosen} | {p + GRPC_OFFSET for p in chosen}))
+        twin = port + GRPC_OFFSET
+        if not with_grpc_twin or (twin <= 65535 and twin not in chosen and _bindable(twin)):
+            return port
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 NATS_READY_S = 15.0
