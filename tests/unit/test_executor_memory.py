@@ -2,6 +2,7 @@
 and `NVMLError` it raises): only the devices `CUDA_VISIBLE_DEVICES` lets it use, numbered as CUDA numbers them, and
 a failing NVML never ends it nor passes the host's memory off as the GPU's."""
 
+import logging
 import sys
 from types import SimpleNamespace
 from typing import Any
@@ -58,6 +59,7 @@ def nvml(monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setattr(memory, "_last_reading", [])
+    monkeypatch.setattr(memory, "_told", set())
     return fake
 
 
@@ -90,3 +92,38 @@ def test_an_nvml_that_never_read_falls_back_to_the_host(nvml: FakeNvml) -> None:
     nvml.fail = True
     [device] = memory.device_memory()
     assert device.name == "cpu"
+
+
+class AbsentDriverNvml(FakeNvml):
+    """`pynvml` installed on a host without NVIDIA's driver (a CPU host): initialising it fails."""
+
+    def nvmlInit(self) -> None:
+        raise NVMLError("Driver Not Loaded")
+
+
+def nvml_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [record for record in caplog.records if "NVML" in record.getMessage()]
+
+
+def test_a_cpu_host_says_nvml_is_absent_once_not_at_every_heartbeat(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", AbsentDriverNvml([]))
+    monkeypatch.setattr(memory, "_told", set())
+    with caplog.at_level(logging.DEBUG, logger=memory.__name__):
+        readings = [memory.device_memory() for _ in range(5)]
+    assert all([device.name for device in reading] == ["cpu"] for reading in readings)
+    [said] = nvml_records(caplog)
+    assert said.levelno == logging.INFO
+
+
+def test_a_failing_nvml_warns_once_until_it_reads_again(nvml: FakeNvml, caplog: pytest.LogCaptureFixture) -> None:
+    memory.device_memory()
+    with caplog.at_level(logging.DEBUG, logger=memory.__name__):
+        nvml.fail = True
+        for _ in range(5):
+            memory.device_memory()
+        nvml.fail = False
+        memory.device_memory()
+        nvml.fail = True
+        memory.device_memory()
+    assert [record.levelno for record in nvml_records(caplog)] == [logging.WARNING, logging.INFO, logging.WARNING]

@@ -3,7 +3,8 @@
 Only the GPUs this process may use are advertised: `CUDA_VISIBLE_DEVICES` (indices or `GPU-…` UUIDs, as CUDA reads
 it) chooses and numbers them as CUDA does, so `cuda:0` is the first visible one. NVML failing after a good reading
 (a device reset, a call this driver lacks) repeats that last reading, logged, rather than advertise the host's RAM
-as if it were the GPU's; an executor never ends because a reading failed.
+as if it were the GPU's; an executor never ends because a reading failed. Memory is read at every heartbeat: NVML's
+absence is logged once per process, and a failing NVML once until it reads again.
 """
 
 import importlib
@@ -16,6 +17,14 @@ from contracts.events.executor import DeviceMemory
 log = logging.getLogger(__name__)
 _last_reading: list[DeviceMemory] = []
 """The last GPU reading NVML gave, repeated while it fails."""
+_told: set[str] = set()
+"""What this process has logged about NVML already ("absent", "failing"): said once, not at every heartbeat."""
+
+
+def _tell_once(what: str, level: int, message: str, *args: object) -> None:
+    if what not in _told:
+        _told.add(what)
+        log.log(level, message, *args)
 
 
 def host_memory() -> DeviceMemory:
@@ -33,7 +42,8 @@ def _nvml() -> Any | None:
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as error:  # the driver or the device is missing: no NVIDIA GPU to advertise
-        log.info("NVML present but unusable (%r); advertising host memory", error)
+        _tell_once("absent", logging.INFO, "NVML present but unusable (%r): no NVIDIA GPU, advertising host memory "
+                                           "(said once)", error)
         return None
     return nvml
 
@@ -77,9 +87,13 @@ def gpu_memory() -> list[DeviceMemory]:
             devices.append(DeviceMemory(name=f"cuda:{position} {label}", total_bytes=int(info.total),
                                         free_bytes=int(info.free)))
         _last_reading[:] = devices
+        if "failing" in _told:
+            _told.discard("failing")
+            log.info("NVML reads GPU memory again")
         return devices
     except nvml.NVMLError as error:
-        log.warning("NVML failed while reading GPU memory (%r); advertising the last reading", error)
+        _tell_once("failing", logging.WARNING, "NVML failed while reading GPU memory (%r); advertising the last "
+                                               "reading until it reads again", error)
         return list(_last_reading)
     finally:
         try:
