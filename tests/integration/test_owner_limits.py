@@ -2,16 +2,19 @@
 batches, stored bytes and control calls belong to the user, and no concurrent burst of requests gets past them."""
 
 import asyncio
+import contextlib
 import secrets
-from collections.abc import AsyncIterator
+import subprocess
+from collections.abc import AsyncIterator, Iterator
 
+import aiohttp
 import pytest
 
 from contracts.events.key import KeyCreated
 from contracts.ids import hash_api_key, new_api_key, new_key_id
 from services.gateway.context import DEPS
 from services.runtime.settings import ConnectionSettings
-from tests.integration.gateway_pair import Headers, key_of_role, running_gateways
+from tests.integration.gateway_pair import Headers, gateway_process, key_of_role, running_gateways
 from tests.integration.gateway_support import WAIT_S, Gateway, jsonl
 
 ACTIVE_LIMIT, BURST, MAX_KEYS, MAX_WEBHOOKS = 5, 60, 8, 4
@@ -122,3 +125,54 @@ async def test_30_concurrent_webhook_registrations_over_3_keys_and_2_gateways_ne
     assert {(await a.json())["error"]["code"] for a in answers if a.status == 400} == {"too_many_webhooks"}
     listed = await gateways[1].client.get("/v1/webhooks", headers=keys[2])
     assert len((await listed.json())["data"]) == MAX_WEBHOOKS
+
+
+@pytest.fixture(scope="module")
+def gateway_processes(gateways: list[Gateway], connection: ConnectionSettings) -> Iterator[list[str]]:
+    """Two more gateways, each its own process as a deployment runs them (the same limits), on the same broker."""
+    limits = {"max_active_batches": str(ACTIVE_LIMIT), "storage_quota_bytes": str(QUOTA),
+              "control_call_burst": str(BURST), "control_calls_per_s": "0.001", "auth_failure_limit": "0"}
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        bases = []
+        for _ in range(2):
+            process, base = gateway_process(connection, **limits)
+            started.append(process)
+            bases.append(base)
+        yield bases
+    finally:
+        for process in started:
+            process.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(10)
+
+
+async def test_30_creates_and_12_uploads_racing_over_two_gateway_processes_never_pass_the_limits(
+        gateways: list[Gateway], gateway_processes: list[str]) -> None:
+    keys = await keys_of_one_user(gateways[0], 5)
+    async with aiohttp.ClientSession() as http:
+        async def upload(n: int) -> int:
+            form = aiohttp.FormData()
+            form.add_field("purpose", "batch")
+            form.add_field("file", jsonl(*(f"{n:02}-{i:04}" for i in range(LINES))), filename="in.jsonl")
+            async with http.post(f"{gateway_processes[n % 2]}/v1/files", data=form, headers=keys[n % 5]) as answer:
+                return answer.status
+
+        uploads = sorted(await asyncio.gather(*(upload(n) for n in range(12))))
+        async with http.get(f"{gateway_processes[0]}/v1/files?limit=100", headers=keys[0]) as listed:
+            files = (await listed.json())["data"]
+
+        async def create(n: int) -> int:
+            async with http.post(f"{gateway_processes[n % 2]}/v1/batches", headers=keys[n % 5], json={
+                    "input_file_id": files[0]["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h",
+                    "metadata": {"n": str(n)}}) as answer:
+                return answer.status
+
+        creates = sorted(await asyncio.gather(*(create(n) for n in range(30))))
+        async with http.get(f"{gateway_processes[1]}/v1/batches?limit=100", headers=keys[3]) as listed:
+            batches = (await listed.json())["data"]
+
+    assert uploads == [200] * 6 + [400] * 6
+    assert sum(f["bytes"] for f in files) == 6 * FILE_BYTES <= QUOTA
+    assert creates == [200] * ACTIVE_LIMIT + [429] * (30 - ACTIVE_LIMIT)
+    assert len(batches) == ACTIVE_LIMIT
