@@ -12,6 +12,7 @@ from contracts.events.batch import (
     BatchAssigned,
     BatchCancelRequested,
     BatchCreated,
+    BatchFinalizing,
     BatchProgressed,
     BatchStarted,
     CancelCode,
@@ -33,6 +34,10 @@ class BatchLog:
     expires_at: int | None = None
     """Seconds since the epoch, from the batch's creation."""
     cancel_requested: bool = False
+    """A cancel came before the batch's first `finalizing` fact: the batch ends `cancelled` (one after it is too
+    late and changes nothing; the gateway's fence refuses it anyway)."""
+    finalizing: bool = False
+    """A `finalizing` fact is in the log: every line ran, and the batch is past the point of no return."""
     cancel_code: CancelCode = "batch_cancelled"
     """The code never-run lines get: `authorization_revoked` once any cancel came from a key revocation."""
     attempts: set[int] = field(default_factory=set)
@@ -70,9 +75,15 @@ class BatchLog:
 
     @_rules.on(BatchCancelRequested)
     def _cancel_requested(self, event: BatchCancelRequested, sequence: int) -> None:
+        if self.finalizing:
+            return
         self.cancel_requested = True
         if event.code != "batch_cancelled":  # a revoked key, or credit run out: its code wins
             self.cancel_code = event.code
+
+    @_rules.on(BatchFinalizing)
+    def _finalizing(self, event: BatchFinalizing, sequence: int) -> None:
+        self.finalizing = True
 
     @_rules.on(BatchAssigned)
     def _assigned(self, event: BatchAssigned, sequence: int) -> None:
@@ -139,6 +150,15 @@ class BatchLog:
             return None
         live = {attempt for attempt in self.attempts - self.failed - self.finished if self.is_current(attempt)}
         return max(live) if live else None
+
+    def outcome(self, asked: Outcome) -> Outcome:
+        """How a batch a finalizer was asked to end `asked` ends, by the order of its log (the one authority):
+        once a `finalizing` fact is in it, whichever of a cancel and the first `finalizing` fact came first
+        decides, so an accepted cancel ends `cancelled` (with every line that ran in the output file) and a cancel
+        too late changes nothing. Expiries and failures end as asked."""
+        if self.finalizing and asked in ("completed", "cancelled"):
+            return "cancelled" if self.cancel_requested else "completed"
+        return asked
 
     def stop_reason(self, now_s: float) -> StopReason | None:
         if self.cancel_requested:

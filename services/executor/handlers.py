@@ -102,9 +102,12 @@ class Executor:
             raise FinalizeDeferred(f"attempt {live} of batch {command.batch_id} may still run")
         if command.reason == "completed":
             await self.bus.publish(BatchFinalizing(aggregate_id=command.batch_id, attempt=0))
+            batch_log = await read_batch_log(self.bus, command.batch_id)  # a cancel before it decides
+        outcome = batch_log.outcome(command.reason)
+        code = batch_log.cancel_code if outcome == "cancelled" else command.code
         try:
-            await self.runner.finalizer.finalize(command, command.reason, counts_as_committed(batch_log.announced),
-                                                 code=command.code, holds=batch_log.holds_line)
+            await self.runner.finalizer.finalize(command, outcome, counts_as_committed(batch_log.announced),
+                                                 code=code, holds=batch_log.holds_line)
         except HOPELESS as error:
             raise PoisonMessage(f"{type(error).__name__}: {error}") from error
         self.runner.forget(command.batch_id)  # its input copy here is not needed any more

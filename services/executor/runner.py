@@ -49,6 +49,8 @@ log = logging.getLogger(__name__)
 
 PLAN_LINES = 64
 """Lines planned together by prefix (a unit's, at most this many at a time)."""
+FINALIZING_READ_S = 30.0
+"""How long an attempt waits to read its own `finalizing` fact back (then it fails, and is delivered again)."""
 
 
 async def islice_async(lines: AsyncIterator[InputLine], count: int) -> AsyncIterator[InputLine]:
@@ -154,12 +156,16 @@ class BatchRunner:
                                         shard=command.shard, executor_id=self.executor_id,
                                         stopped=reason is not None))
             return
-        if reason is None and not await publish(BatchFinalizing(aggregate_id=batch_id, attempt=command.attempt)):
-            return
-        code = watch.log.cancel_code if reason == "cancelled" else None
+        if reason is None:
+            if not await publish(BatchFinalizing(aggregate_id=batch_id, attempt=command.attempt)):
+                return
+            # A cancel accepted meanwhile is in the log before this fact: read that far, the log's order decides.
+            if not await watch.folded(lambda batch_log: batch_log.finalizing, FINALIZING_READ_S):
+                raise TimeoutError(f"batch {batch_id}: its finalizing fact was not read back in {FINALIZING_READ_S}s")
+        outcome = watch.log.outcome(reason or "completed")
+        code = watch.log.cancel_code if outcome == "cancelled" else None
         counts = counts_as_committed(watch.log.announced | self.announced.get(attempt_key(command), set()))
-        await self.finalizer.finalize(command, reason or "completed", counts, publish, code,
-                                      all_lines_ran=reason is None)
+        await self.finalizer.finalize(command, outcome, counts, publish, code, all_lines_ran=reason is None)
 
     def _fenced_publisher(self, command: RunBatch, watch: BatchWatch) -> Publish:
         fence_subject = attempt_failures(command.batch_id)

@@ -13,8 +13,10 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from contracts.events.batch import BatchCancelRequested
+from contracts.subjects import batch_fact
 from services.gateway.context import DEPS, Deps
 from services.gateway.revocation import ENDED
+from services.runtime.bus import Fence, FenceMoved
 from services.runtime.tasks import cancel_and_join
 
 log = logging.getLogger(__name__)
@@ -33,9 +35,13 @@ async def stop_unpaid_batches(d: Deps) -> list[str]:
             record = await d.read_model.get_batch(batch_id)
             if record is None or record.batch.status in ENDED:
                 continue
-            await d.bus.publish(BatchCancelRequested(
-                aggregate_id=batch_id, requested_by_key_id=SWEPT_BY, code="insufficient_credits",
-                event_id=f"{batch_id}:cancel_requested:insufficient_credits"))
+            try:  # as a user's cancel: only before it is finalizing (then it completes, its lines all ran)
+                await d.bus.publish(BatchCancelRequested(
+                    aggregate_id=batch_id, requested_by_key_id=SWEPT_BY, code="insufficient_credits",
+                    event_id=f"{batch_id}:cancel_requested:insufficient_credits"),
+                    fence=Fence(batch_fact(batch_id, "finalizing"), 0))
+            except FenceMoved:
+                continue
             told.append(batch_id)
     if told:
         log.warning("stopped %d batches whose organisation's balance ran out: %s", len(told), ", ".join(told))

@@ -7,7 +7,8 @@ from contracts.events.batch import BatchCancelRequested
 from contracts.events.key import KeyRevoked
 from contracts.ids import key_aggregate_id
 from contracts.lifecycle import TERMINAL
-from services.runtime.bus import EventBus
+from contracts.subjects import batch_fact
+from services.runtime.bus import EventBus, Fence, FenceMoved
 from services.runtime.readmodel import ReadModel
 
 ENDED = TERMINAL | {"cancelling"}
@@ -24,11 +25,17 @@ async def revoke_key(bus: EventBus, read_model: ReadModel, key_sha256: str, by_k
                                      key_sha256=key_sha256, revoked_by_key_id=by_key_id))
     live = [r.batch.id for r in await read_model.owner_batches(record.owner)  # its owner's index, not every batch
             if r.owner_key_id == record.key_id and r.batch.status not in ENDED]
+    told: list[str] = []
     for batch_id in live:
-        await bus.publish(BatchCancelRequested(
-            aggregate_id=batch_id, requested_by_key_id=by_key_id or "operator",
-            code="authorization_revoked", event_id=f"{batch_id}:cancel_requested:authorization_revoked"))
-    return live
+        try:  # as a user's cancel: only before it is finalizing (then it completes, its lines all ran)
+            await bus.publish(BatchCancelRequested(
+                aggregate_id=batch_id, requested_by_key_id=by_key_id or "operator",
+                code="authorization_revoked", event_id=f"{batch_id}:cancel_requested:authorization_revoked"),
+                fence=Fence(batch_fact(batch_id, "finalizing"), 0))
+        except FenceMoved:
+            continue
+        told.append(batch_id)
+    return told
 
 
 async def find_key(read_model: ReadModel, key_id: str) -> tuple[str, str] | None:

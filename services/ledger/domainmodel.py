@@ -319,6 +319,8 @@ class Batch(Folded):
             self.finished_shards = sorted({*getattr(self, "finished_shards", []), shard})
 
     def finalize(self, sequence: int, at: int) -> None:
+        if self.status == "cancelling":
+            return  # a cancel came first, and decides: the finalizer ends the batch `cancelled` (a race, not a fault)
         if not self.refuses(sequence, "finalizing", self.status, ("in_progress",)):
             self._finalizing(sequence=sequence, at=at)
 

@@ -133,10 +133,13 @@ class Closer:
             raise StillRunning(f"attempt {live} may still run")
         if command.reason == "completed":
             await self.bus.publish(BatchFinalizing(aggregate_id=command.batch_id, attempt=0))
+            batch_log = await read_batch_log(self.bus, command.batch_id)  # a cancel before it decides
+        outcome = batch_log.outcome(command.reason)
+        code = batch_log.cancel_code if outcome == "cancelled" else command.code
         finalizer = Finalizer(self.bus, self.store, GuardedResults(self.store))
-        await finalizer.finalize(command, command.reason, counts_as_committed(batch_log.announced), code=command.code,
+        await finalizer.finalize(command, outcome, counts_as_committed(batch_log.announced), code=code,
                                  holds=batch_log.holds_line)
-        log.info("batch %s (%s) finalized by the control plane", command.batch_id, command.reason)
+        log.info("batch %s (%s) finalized by the control plane", command.batch_id, outcome)
 
     async def _fail(self, command: FinalizeBatch, error: Exception) -> bool:
         """State that the batch failed with the cause; False when even that could not be stored (tried again)."""

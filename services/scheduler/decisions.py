@@ -187,10 +187,10 @@ def _upkeep(plan: BatchPlan, book: Book, fleet: _Fleet, alive: set[str], now_ms:
             policy: Policy) -> tuple[list[Action], CatalogueModel | None]:
     """What one open batch needs now, and its model when it has units to hand out."""
     live = fleet.live_for(plan)  # only an executor the batch may run on finalizes it
+    if plan.cancel_requested_at_ms is not None:  # an accepted cancel ends `cancelled`, even past the window
+        return _end_early(plan, live, alive, now_ms, "cancelled", "batch_cancelled", "The batch was cancelled."), None
     if now_ms >= plan.expires_at * 1000:
         return _end_early(plan, live, alive, now_ms, "expired", "batch_expired", "The completion window ended."), None
-    if plan.cancel_requested_at_ms is not None:
-        return _end_early(plan, live, alive, now_ms, "cancelled", "batch_cancelled", "The batch was cancelled."), None
     actions: list[Action] = _fence_dead_attempts(plan, book, alive) if plan.running_units else []
     actions += _fence_misplaced_attempts(plan, fleet, actions) if plan.running_units else []
     if plan.phase != "validated" or plan.model is None or plan.held:

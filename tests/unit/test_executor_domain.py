@@ -13,6 +13,7 @@ from contracts.events.batch import (
     BatchCancelRequested,
     BatchCreated,
     BatchFailed,
+    BatchFinalizing,
 )
 from contracts.events.envelope import Event
 from contracts.ids import batch_request_id
@@ -241,6 +242,28 @@ def test_a_batch_stops_on_cancel_or_once_its_window_ends() -> None:
     assert log.stop_reason(now_s=199) is None and log.stop_reason(now_s=200) == "expired"
     log.fold(fact(BatchCancelRequested, requested_by_key_id="k"))
     assert log.stop_reason(now_s=0) == "cancelled"
+
+
+def test_a_cancel_before_the_first_finalizing_fact_ends_the_batch_cancelled_whoever_finalizes_it() -> None:
+    log = BatchLog()
+    log.fold(fact(BatchCancelRequested, requested_by_key_id="k", code="authorization_revoked"), 5)
+    log.fold(fact(BatchFinalizing, attempt=1), 6)
+    assert log.outcome("completed") == log.outcome("cancelled") == "cancelled"
+    assert log.cancel_code == "authorization_revoked" and log.stop_reason(now_s=0) == "cancelled"
+
+
+def test_a_cancel_after_the_first_finalizing_fact_is_too_late_and_the_batch_completes() -> None:
+    log = BatchLog()
+    log.fold(fact(BatchFinalizing, attempt=1), 5)
+    log.fold(fact(BatchCancelRequested, requested_by_key_id="k"), 6)
+    assert log.outcome("completed") == log.outcome("cancelled") == "completed"
+    assert log.stop_reason(now_s=0) is None
+
+
+def test_without_a_finalizing_fact_a_batch_ends_as_its_finalizer_was_asked() -> None:
+    log = BatchLog()
+    log.fold(fact(BatchCancelRequested, requested_by_key_id="k"), 5)
+    assert [log.outcome(asked) for asked in ("cancelled", "expired", "failed")] == ["cancelled", "expired", "failed"]
 
 
 def test_pending_lines_fall_due_by_the_clock_alone() -> None:

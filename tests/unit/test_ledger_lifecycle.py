@@ -165,6 +165,18 @@ def test_a_cancel_requested_while_finalizing_is_an_anomaly(ledger: Ledger) -> No
     assert [a["fact"] for a in ledger.anomalies(BATCH)] == ["cancel_requested"]
 
 
+def test_a_finalizing_fact_after_an_accepted_cancel_changes_nothing_and_the_batch_ends_cancelled(
+        ledger: Ledger) -> None:
+    """The cancel came first in the log, so it decides: the finalizer ends the batch `cancelled` (a race the log
+    settles, not an anomaly)."""
+    stream = Stream(ledger)
+    stream.fold(created(), validated(), assigned(1), started(), cancel_requested(),
+                BatchFinalizing(aggregate_id=BATCH, attempt=1, occurred_at=at(8)))
+    assert (stream.record().batch.status, stream.record().batch.finalizing_at) == ("cancelling", None)
+    stream.fold(cancelled())
+    assert stream.record().batch.status == "cancelled" and ledger.anomalies(BATCH) == []
+
+
 def test_cancelled_without_a_request_is_an_anomaly(ledger: Ledger) -> None:
     stream = Stream(ledger)
     stream.fold(created(), validated(), cancelled())

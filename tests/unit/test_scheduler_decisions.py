@@ -117,6 +117,13 @@ def test_an_expired_batch_is_fenced_if_running_and_finalized_as_expired() -> Non
         (FenceAttempt, "batch_expired"), (Finalize, "expired")]
 
 
+def test_an_accepted_cancel_ends_cancelled_even_once_the_window_has_passed() -> None:
+    book = validated_book(expires_at=NOW // 1000 - 1)
+    book.apply(BatchCancelRequested(aggregate_id="b1", requested_by_key_id="k", occurred_at=NOW - 2000))
+    actions = decide(book, [advert("e1")], CATALOGUE, NOW)
+    assert [(type(a), getattr(a, "reason", None)) for a in actions] == [(Finalize, "cancelled")]
+
+
 def test_ended_batches_are_left_alone_and_silent_executors_are_declared_lost() -> None:
     book = validated_book()
     book.apply(BatchCompleted(aggregate_id="b1", output_file_id=None, error_file_id=None, completed=3, failed=0,

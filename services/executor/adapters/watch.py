@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import nats.errors
 
@@ -56,6 +56,16 @@ class BatchFeed:
         """Wait until the log is folded up to `sequence`; False if it was not within `within_s`."""
         deadline = time.monotonic() + within_s
         while self.seen_sequence < sequence:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            await self.next_move(remaining)
+        return True
+
+    async def folded(self, holds: Callable[[BatchLog], bool], within_s: float = 10.0) -> bool:
+        """Wait until the log folded so far `holds`; False if it did not within `within_s`."""
+        deadline = time.monotonic() + within_s
+        while not holds(self.log):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
@@ -133,6 +143,9 @@ class BatchWatch:
 
     async def caught_up_to(self, sequence: int, within_s: float = 10.0) -> bool:
         return await self.feed.caught_up_to(sequence, within_s)
+
+    async def folded(self, holds: Callable[[BatchLog], bool], within_s: float = 10.0) -> bool:
+        return await self.feed.folded(holds, within_s)
 
     def update(self) -> None:
         if self.fenced or self.stop_reason() is not None:

@@ -306,27 +306,43 @@ def _not_cancellable(batch_id: str, status: str) -> ApiError:
 
 
 async def cancel_batch(request: web.Request) -> web.Response:
+    """Cancel: the answer to an accepted cancel is always `cancelling` (or later) with `cancelling_at` set; a batch
+    past the point of no return (finalizing, or ended) is 400 `batch_not_cancellable`.
+
+    The batch's log decides, not this read: the cancel is written only while no `finalizing` fact is in it (a
+    fence checked with the write), and every finalizer reads the log back after its own `finalizing` fact, so a
+    cancel that got in ends the batch `cancelled` (`BatchLog.outcome`)."""
     d = deps(request)
     record, by = await overseen_batch(request, request.match_info["batch_id"])
     await charge_control_call(request)
     batch = record.batch
     if batch.status not in CANCELLABLE and batch.status != "cancelling":
         raise _not_cancellable(batch.id, batch.status)
-    if batch.status != "cancelling":
-        entry = await cancel_entry(d.read_model, principal(request), by)
-        try:
-            # Only while no finalizer has begun: the read model may not show `finalizing` yet, the log does.
-            await d.bus.publish(BatchCancelRequested(aggregate_id=batch.id,
-                                                     requested_by_key_id=principal(request).key_id,
-                                                     by_admin=entry[0] if entry else None,
-                                                     by_admin_message=entry[1] if entry else None),
-                                fence=Fence(batch_fact(batch.id, "finalizing"), 0))
-        except FenceMoved:
-            raise _not_cancellable(batch.id, "finalizing") from None
-        updated = await d.read_model.wait_for(lambda: d.read_model.get_batch(batch.id),
-                                              lambda r: r.batch.status != batch.status, d.settings.read_your_writes_s)
-        batch = updated.batch if updated else batch.model_copy(update={"status": "cancelling"})
+    if batch.status == "cancelling":
+        return web.json_response(batch.model_dump(mode="json"))
+    entry = await cancel_entry(d.read_model, principal(request), by)
+    asked = BatchCancelRequested(aggregate_id=batch.id, requested_by_key_id=principal(request).key_id,
+                                 by_admin=entry[0] if entry else None, by_admin_message=entry[1] if entry else None)
+    try:
+        await d.bus.publish(asked, fence=Fence(batch_fact(batch.id, "finalizing"), 0))
+    except FenceMoved:  # the read model may not show `finalizing` yet; the log does
+        raise _not_cancellable(batch.id, "finalizing") from None
+    updated = await d.read_model.wait_for(lambda: d.read_model.get_batch(batch.id), _cancel_folded,
+                                          d.settings.read_your_writes_s)
+    if updated is None or not _cancel_folded(updated):
+        # The ledger is behind; the cancel is in the log ahead of any finalizing fact, so it holds.
+        batch = batch.model_copy(update={"status": "cancelling", "cancelling_at": asked.occurred_at // 1000})
+    elif updated.batch.cancelling_at is None:
+        # It had ended (expired, failed) before the cancel reached its log: the cancel changes nothing.
+        raise _not_cancellable(batch.id, updated.batch.status)
+    else:
+        batch = updated.batch
     return web.json_response(batch.model_dump(mode="json"))
+
+
+def _cancel_folded(record: BatchRecord) -> bool:
+    """The ledger folded the cancel (`cancelling_at` set), or the batch had ended before it."""
+    return record.batch.cancelling_at is not None or record.batch.status in TERMINAL
 
 
 async def release_batch(request: web.Request) -> web.Response:
