@@ -1,11 +1,19 @@
 """The gateway's tracing and metrics: a span and a count per request, and `/metrics` for Prometheus (admin keys
-only; the unauthenticated operator address is `SHESHNAG_METRICS_PORT`)."""
+only; the unauthenticated operator address is `SHESHNAG_METRICS_PORT`).
+
+A write (`POST /v1/batches`, a cancel, an upload) continues the caller's trace (`traceparent`): the batch's trace
+starts there and follows it through every service. A read (GET/HEAD: a batch, a list, an SSE stream, a file's
+content) is a trace of its own, linked to the caller's span: a client polling a batch every second from inside
+its trace does not bury the batch's spans under its polls.
+"""
 
 import time
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
-from opentelemetry.trace import SpanKind
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Link, SpanKind
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services.gateway.auth import require_admin
@@ -14,6 +22,8 @@ from services.runtime.logfmt import BATCH_ID
 from services.runtime.telemetry import extract_context, tracer
 
 _tracer = tracer("gateway")
+READS = frozenset({"GET", "HEAD", "OPTIONS"})
+"""Methods whose requests never join the caller's trace as children (linked to it instead)."""
 
 
 def _route(request: web.Request) -> str:
@@ -22,15 +32,26 @@ def _route(request: web.Request) -> str:
     return resource.canonical if resource is not None else "unmatched"
 
 
+def parent_and_links(request: web.Request) -> tuple[Context, list[Link]]:
+    """Where the request's span hangs: a write under the caller's span (`traceparent`); a read at the root of a
+    trace of its own, linked to the caller's span when there is one."""
+    caller = extract_context(request.headers)
+    if request.method not in READS:
+        return caller, []
+    called_from = trace.get_current_span(caller).get_span_context()
+    return Context(), [Link(called_from, {"sheshnag.link": "caller"})] if called_from.is_valid else []
+
+
 @web.middleware
 async def observe_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Starts (or continues, from `traceparent`) the request's trace; counts and times it by route and status."""
+    """Starts the request's trace, or continues the caller's (`traceparent`) for a write; counts and times it by
+    route and status."""
     route = _route(request)
     started = time.perf_counter()
     status = 500
     batch_token = BATCH_ID.set(request.match_info.get("batch_id", ""))
-    with _tracer.start_as_current_span(f"{request.method} {route}", context=extract_context(request.headers),
-                                       kind=SpanKind.SERVER,
+    parent, links = parent_and_links(request)
+    with _tracer.start_as_current_span(f"{request.method} {route}", context=parent, kind=SpanKind.SERVER, links=links,
                                        attributes={"http.request.method": request.method, "http.route": route}) as span:
         try:
             response = await handler(request)
