@@ -1,4 +1,5 @@
-"""`sheshnag status`: the fleet, the queue and why it waits, running batches with progress and ETA, consumer lag."""
+"""`sheshnag status`: the fleet, the queue and why it waits, held batches, running batches with progress and ETA,
+consumer lag."""
 
 import json
 import time
@@ -46,6 +47,9 @@ def render(view: Overview) -> str:
     out += ["", f"Batches  {counts or 'none'}", "", f"Queue ({len(view.queued)} validated, waiting)"]
     for q in sorted(view.queued, key=lambda q: -q.age_s):
         out.append(f"  {q.batch_id:<32} {q.model:<28} waiting {_duration(q.age_s):<8} {q.reason}")
+    out += ["", f"Held ({len(view.held)} validated, waiting for their owner's release)"]
+    for h in sorted(view.held, key=lambda h: -h.age_s):
+        out.append(f"  {h.batch_id:<32} {h.model:<28} held {_duration(h.age_s)}")
     out += ["", f"Running ({len(view.running)})"]
     for r in view.running:
         out.append(f"  {r.batch_id:<32} {r.status:<11} {bar(r.done, r.total)} {r.done}/{r.total} "

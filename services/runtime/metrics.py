@@ -47,10 +47,14 @@ FOLD_LAG = Gauge("sheshnag_ledger_fold_lag_events", "Stream sequence seen by the
                  registry=OWNED)
 
 BATCHES = Gauge("sheshnag_batches", "Batches in the read model, by status.", ["status"], registry=OWNED)
-QUEUE_DEPTH = Gauge("sheshnag_queue_depth_batches", "Validated batches waiting for an executor, by model.",
-                    ["model"], registry=OWNED)
-QUEUE_AGE = Gauge("sheshnag_queue_oldest_age_seconds", "Age of the oldest validated batch waiting, by model.",
+QUEUE_DEPTH = Gauge("sheshnag_queue_depth_batches",
+                    "Validated batches waiting for an executor, by model (held batches are not).", ["model"],
+                    registry=OWNED)
+QUEUE_AGE = Gauge("sheshnag_queue_oldest_age_seconds",
+                  "Age of the oldest validated batch waiting for an executor, by model (held batches are not).",
                   ["model"], registry=OWNED)
+HELD = Gauge("sheshnag_held_batches", "Validated batches held by their owner (hold: true) until released, by model.",
+             ["model"], registry=OWNED)
 CONSUMER_LAG = Gauge("sheshnag_jetstream_consumer_lag_messages",
                      "Messages a durable consumer has yet to receive (num_pending).", ["stream", "durable"],
                      registry=OWNED)
@@ -63,7 +67,7 @@ WEBHOOK_ATTEMPTS = Counter("sheshnag_webhook_attempts", "Webhook delivery attemp
 
 
 FAMILIES: dict[str, tuple[MetricWrapperBase, ...]] = {
-    "gateway": (HTTP_REQUESTS, HTTP_LATENCY, BATCHES, QUEUE_DEPTH, QUEUE_AGE, CONSUMER_LAG, CONSUMER_UNACKED,
+    "gateway": (HTTP_REQUESTS, HTTP_LATENCY, BATCHES, QUEUE_DEPTH, QUEUE_AGE, HELD, CONSUMER_LAG, CONSUMER_UNACKED,
                 EXECUTORS, WEBHOOK_ATTEMPTS),
     "validator": (VALIDATED_LINES, CONSUMER_PENDING),
     "scheduler": (CONSUMER_PENDING,),

@@ -1,4 +1,6 @@
-"""One look at the whole system from NATS: fleet, queue, running batches, each owner's share and consumer lag.
+"""One look at the whole system from NATS: fleet, queue, held batches, running batches, each owner's share and
+consumer lag. A validated batch created with `hold: true` waits for its owner's release, not for the fleet: it is
+held, never queued (nor counted in the queue's depth or oldest age).
 
 Used by the gateway's fleet-wide gauges (refreshed on a timer, never by a scrape) and by `sheshnag status`.
 """
@@ -62,6 +64,9 @@ class Overview:
     executors: list[ExecutorView] = field(default_factory=list)
     batches_by_status: dict[str, int] = field(default_factory=dict)
     queued: list[QueuedBatch] = field(default_factory=list)
+    """Validated batches waiting for an executor."""
+    held: list[QueuedBatch] = field(default_factory=list)
+    """Validated batches held by their owner (`hold: true`) until `POST /v1/batches/{id}/release`."""
     running: list[RunningBatch] = field(default_factory=list)
     owners: list[OwnerShare] = field(default_factory=list)
     """Each owner's share of the lines the fleet committed in the last `share_window_s`, the largest first."""
@@ -99,6 +104,17 @@ async def consumer_lags(bus: EventBus) -> list[ConsumerLag]:
     return lags
 
 
+def tally(view: Overview, record: BatchRecord, now: float) -> None:
+    """Count one batch record into the view: its status, and the queue, the held or the running batches."""
+    batch = record.batch
+    view.batches_by_status[batch.status] = view.batches_by_status.get(batch.status, 0) + 1
+    if batch.status == "validated":
+        waiting = QueuedBatch(batch.id, batch.model or "", round(now - batch.created_at, 1), batch.status_reason or "")
+        (view.held if batch.held else view.queued).append(waiting)
+    elif batch.status in IN_FLIGHT:  # a cancelling batch's attempts still run until they stop
+        view.running.append(running_view(record, now))
+
+
 async def gather(bus: EventBus, read_model: ReadModel, fleet: Fleet, owners: bool = True) -> Overview:
     """The whole look: every batch record is read (and every user, for `owners`); never per scrape (see
     `services/gateway/fleet_gauges.py`)."""
@@ -110,13 +126,7 @@ async def gather(bus: EventBus, read_model: ReadModel, fleet: Fleet, owners: boo
         organizations = {user.user_id: user.organization_id for user in await read_model.list_users()}
         view.owners = owner_shares(records, organizations, now)
     for record in records:
-        batch = record.batch
-        view.batches_by_status[batch.status] = view.batches_by_status.get(batch.status, 0) + 1
-        if batch.status == "validated":
-            view.queued.append(QueuedBatch(batch.id, batch.model or "", round(now - batch.created_at, 1),
-                                           batch.status_reason or ""))
-        elif batch.status in IN_FLIGHT:  # a cancelling batch's attempts still run until they stop
-            view.running.append(running_view(record, now))
+        tally(view, record, now)
     view.consumers = await consumer_lags(bus)
     view.stream_last_seq = (await bus.js.stream_info(EVENTS_STREAM)).state.last_seq
     return view
@@ -136,6 +146,9 @@ def export_gauges(view: Overview) -> None:
         oldest[queued.model] = max(oldest.get(queued.model, 0.0), queued.age_s)
     for model, age_s in oldest.items():
         metrics.QUEUE_AGE.labels(model).set(age_s)
+    metrics.HELD.clear()
+    for held in view.held:
+        metrics.HELD.labels(held.model).inc()
     metrics.CONSUMER_LAG.clear()
     metrics.CONSUMER_UNACKED.clear()
     for consumer in view.consumers:
