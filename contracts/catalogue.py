@@ -8,6 +8,7 @@ from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, Field, model_validator
 
 from contracts.billing import ModelPrice
+from contracts.engines import ENGINE_PARAMETERS
 from contracts.events.executor import EngineName
 
 MODEL_OBJECTS_PREFIX = "models/"
@@ -118,6 +119,11 @@ class CatalogueModel(BaseModel):
     an executor with an older engine does not serve the model, and the parameters its engine honours only from a
     release on (`contracts/engines.py`, e.g. TensorRT-LLM's penalties from 1.3.0rc24) are accepted when this is at
     or above that release. Omitted: only what every release honours."""
+    supports_tools: bool = False
+    """Whether its chat lines may offer tools: true only where the model's chat template reads `tools` (a GGUF's
+    `tokenizer.chat_template`, a checkpoint's tokenizer_config.json) and its engine returns `tool_calls` (llama.cpp).
+    False, the default: a line with tools, or a tool_choice asking for a call, is refused (`tools_unavailable`)
+    rather than answered in plain text."""
     revision: str | None = None
     """The revision a batch may pin with `metadata.revision` (Reliquary's); omitted: an `hf://` artifact's pinned
     revision, else the artifact's `sha256`."""
@@ -149,6 +155,9 @@ class CatalogueModel(BaseModel):
             except InvalidVersion as error:
                 raise ValueError(f"model {self.id}: engine_version {self.engine_version!r} is not a release "
                                  "number (e.g. 1.3.0)") from error
+        if self.supports_tools and "tools" not in ENGINE_PARAMETERS[self.engine]:
+            raise ValueError(f"model {self.id}: the {self.engine} engine returns no tool calls; it cannot have "
+                             "supports_tools = true")
         if self.engine in ("tensorrt_llm", "transformers") and "/v1/embeddings" in self.endpoints:
             raise ValueError(f"model {self.id}: the {self.engine} engine generates text; it serves no "
                              "/v1/embeddings (serve embeddings with a llamacpp entry)")

@@ -38,15 +38,37 @@ OPENAI_PARAMETERS: Final = MappingProxyType({
 """Every parameter OpenAI defines per endpoint; anything else is `unsupported_parameter` unless an engine
 declares it as its own extension."""
 
-NEUTRAL_VALUES: Final = MappingProxyType({
-    "n": (1,), "best_of": (1,), "logprobs": (False,), "echo": (False,), "modalities": (["text"],),
-    "parallel_tool_calls": (True, False), "service_tier": ("auto", "default"), "store": (False,),
-    "stream": (False,), "encoding_format": ("float",), "truncation": ("disabled",), "background": (False,),
-    "verbosity": ("medium",), "functions": ([],), "tools": ([],), "include": ([],), "chat_template_kwargs": ({},),
-    # OpenAI's own defaults (clients often send them): no penalty at all.
-    "presence_penalty": (0,), "frequency_penalty": (0,), "repetition_penalty": (1,), "min_p": (0,),
+SEED_PARAMETERS: Final = MappingProxyType({
+    "/v1/chat/completions": frozenset({"top_k", "min_p", "repetition_penalty", "chat_template_kwargs"}),
+    "/v1/completions": frozenset({"top_k", "min_p", "repetition_penalty"}),
 })
-"""Values of a parameter that ask nothing of the engine (None always counts as neutral too)."""
+"""Parameters beyond OpenAI's that the batch services we are compared with document (Reliquary's sampling
+extensions): known here, so accepted at a neutral value on any engine, `<param>_unavailable` otherwise."""
+
+NEUTRAL_VALUES: Final = MappingProxyType({
+    # One sample, and nothing returned beside it: no log probabilities, no echoed prompt, no suffix.
+    "n": (1,), "best_of": (1,), "logprobs": (False,), "top_logprobs": (0,), "echo": (False,), "suffix": ("",),
+    # No penalty and no filter (OpenAI's defaults; llama.cpp's top_k 0 and the seeds' -1 both mean no limit).
+    "presence_penalty": (0,), "frequency_penalty": (0,), "repetition_penalty": (1,), "min_p": (0,), "top_k": (0, -1),
+    "logit_bias": ({},), "stop": ([],),
+    # Plain text out, no reasoning asked of a model that has none.
+    "response_format": ({"type": "text"},), "text": ({"format": {"type": "text"}},), "modalities": (["text"],),
+    "verbosity": ("medium",), "reasoning_effort": ("none",), "reasoning": ({}, {"effort": "none"}),
+    # No tools offered, none asked for: `auto` with no tools calls nothing (Reliquary's neutral tool_choice).
+    "tools": ([],), "functions": ([],), "tool_choice": ("none", "auto"), "function_call": ("none", "auto"),
+    "parallel_tool_calls": (True, False),
+    # How the request is served or kept, never what is computed.
+    "service_tier": ("auto", "default"), "store": (False,), "stream": (False,), "background": (False,),
+    "truncation": ("disabled",), "include": ([],), "encoding_format": ("float",), "chat_template_kwargs": ({},),
+})
+"""Values of a parameter that ask nothing of the engine (None always counts as neutral too): one table for every
+parameter of OpenAI's API and the seeds' (`SEED_PARAMETERS`) that has such a value."""
+
+
+def known_parameters(endpoint: str) -> frozenset[str]:
+    """The parameters a request to `endpoint` may name at all: OpenAI's and the seeds' extensions."""
+    return OPENAI_PARAMETERS.get(endpoint, frozenset()) | SEED_PARAMETERS.get(endpoint, frozenset())
+
 
 _HARMLESS: Final = frozenset({
     "model", "user", "metadata", "store", "prompt_cache_key", "safety_identifier", "service_tier", "stream",
@@ -123,7 +145,12 @@ def honoured_parameters(engine: EngineName, engine_version: str | None = None) -
 
 
 def is_neutral(parameter: str, value: object) -> bool:
-    return value is None or value in NEUTRAL_VALUES.get(parameter, ())
+    return value is None or any(_same(value, neutral) for neutral in NEUTRAL_VALUES.get(parameter, ()))
+
+
+def _same(value: object, neutral: object) -> bool:
+    """Equal as JSON values: 1.0 is 1, but false is not 0 and true is not 1."""
+    return isinstance(value, bool) == isinstance(neutral, bool) and value == neutral
 
 
 Modality = Literal["text", "image", "audio", "file"]

@@ -33,6 +33,7 @@ from infra.backup_objects import BackedUpObject, back_up_objects, check_empty, r
 from infra.embedded import S3Credentials, free_port
 from infra.nats_auth import SECRETS_FILE, NatsAuth
 from infra.private import PRIVATE_UMASK
+from infra.stack_state import find_stack
 from infra.supervisor import Stack
 from services.ledger.settings import LedgerSettings
 from services.runtime.bus import TOOL_ATTEMPTS, open_connection
@@ -208,13 +209,22 @@ async def restore_data_dir(source: Path, data_dir: Path) -> Manifest:
         await asyncio.to_thread(stack.stop)
 
 
+def running_settings(data_dir: Path) -> tuple[ConnectionSettings, LedgerSettings]:
+    """The connection of the `sheshnag up` running from `data_dir`, from the state file it keeps there (ports, and
+    the broker's CA for a stack behind TLS), as the operator tools find theirs; exits saying so when none runs."""
+    find_stack(data_dir, data_dir)
+    return ConnectionSettings(), LedgerSettings()
+
+
 def add_backup_arguments(backup: argparse.ArgumentParser) -> None:
     backup.add_argument("dir", type=Path, help="a new or empty folder")
-    _add_embedded_arguments(backup, "the running `sheshnag up` stack's data dir (with --nats-port and --s3-port "
-                                    "as `up` printed them); else SHESHNAG_NATS_URL, SHESHNAG_S3_* and "
-                                    "SHESHNAG_LEDGER_* say where the deployment is")
-    backup.add_argument("--nats-port", type=int, default=None)
-    backup.add_argument("--s3-port", type=int, default=None)
+    _add_embedded_arguments(backup, "the running `sheshnag up` stack's data dir (its ports and credentials are read "
+                                    "from it); else SHESHNAG_NATS_URL, SHESHNAG_S3_* and SHESHNAG_LEDGER_* say where "
+                                    "the deployment is")
+    backup.add_argument("--nats-port", type=int, default=None, help="with --data-dir: the broker's port (default: "
+                        "the running stack's)")
+    backup.add_argument("--s3-port", type=int, default=None, help="with --data-dir: the object store's port "
+                        "(default: the running stack's)")
 
 
 def add_restore_arguments(restore_: argparse.ArgumentParser) -> None:
@@ -231,13 +241,11 @@ def _add_embedded_arguments(parser: argparse.ArgumentParser, helptext: str) -> N
 def backup_tool(args: argparse.Namespace) -> int:
     os.umask(PRIVATE_UMASK)  # a backup holds every fact and file: its owner's alone
     try:
-        if args.data_dir is not None:
-            if not args.nats_port or not args.s3_port:
-                print("sheshnag backup --data-dir: needs --nats-port and --s3-port (as `up` printed them)",
-                      file=sys.stderr)
-                return 2
+        if args.data_dir is not None and args.nats_port and args.s3_port:
             connection, ledger = embedded_settings(args.data_dir.expanduser().resolve(), args.nats_port,
                                                    args.s3_port)
+        elif args.data_dir is not None:
+            connection, ledger = running_settings(args.data_dir.expanduser().resolve())
         else:
             connection, ledger = ConnectionSettings(), LedgerSettings()
         manifest = asyncio.run(back_up(args.dir, connection, ledger))

@@ -1,12 +1,13 @@
 """`sheshnag batch …`: a batch from a JSONL file to its output and error files in one command, configured the OpenAI
-SDK's way (`OPENAI_BASE_URL`, `OPENAI_API_KEY`, or `--base-url`, `--api-key`; without a base URL, the gateway of the
-stack `sheshnag up` runs from the default data dir).
+SDK's way (`OPENAI_BASE_URL`, `OPENAI_API_KEY`, or `--base-url`, `--api-key`; without a base URL, the gateway and a
+key of the stack `sheshnag up` runs from `--data-dir`, `SHESHNAG_DATA_DIR` or the default data dir).
 
-`run IN.jsonl -o OUT.jsonl` uploads (progress in percent), creates, follows the batch's event stream with a live
-progress bar (lines done and failed, rate, ETA), downloads both files and exits 0 when every line succeeded, 1 when
-some failed, 2 when the batch did not complete. Ctrl-C asks whether to cancel the batch; otherwise it stops waiting
-and says how to resume (`run batch_… -o OUT.jsonl`). `submit`, `status`, `wait`, `download`, `cancel`, `list` are the
-steps one at a time.
+`run IN.jsonl -o OUT.jsonl` uploads (progress in percent), creates, follows the batch's event stream with a live line
+(status, lines done and failed, rate over the last 30 s, ETA: infra/batch_progress.py), prints what failed grouped
+with line numbers and fixes, downloads both files and exits 0 when every line succeeded, 1 when some failed, 2 when
+the batch did not complete. Ctrl-C asks whether to cancel the batch; otherwise it stops waiting and says how to
+resume (`run batch_… -o OUT.jsonl`). `submit`, `status`, `wait`, `download`, `cancel`, `list` are the steps one at a
+time.
 """
 
 import argparse
@@ -18,20 +19,22 @@ import signal
 import sys
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO, get_args
 
 import aiohttp
 
 from contracts.api.batch import Placement
-from infra.stack_state import read_state
+from contracts.api.error_codes import BatchErrorSummary
+from infra.batch_key import NoLocalStack, chosen_data_dir, local_api_key, local_stack
+from infra.batch_progress import Progress
+from infra.batch_report import render_errors
 
 TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
 ENDING_EVENTS = frozenset({"batch.completed", "batch.failed", "batch.validation_failed", "batch.expired",
                            "batch.cancelled"})
 UPLOAD_CHUNK = 256 * 1024
-BAR_WIDTH = 30
 EXIT_OK, EXIT_LINES_FAILED, EXIT_NOT_COMPLETED, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
@@ -46,86 +49,21 @@ class Config:
 
 
 def config_from(args: argparse.Namespace, default_data_dir: Path) -> Config:
-    base_url = args.base_url or os.environ.get("OPENAI_BASE_URL")
-    if not base_url:
-        state = read_state(default_data_dir)
-        if state is None or not state.alive():
-            raise CliError("No base URL: set OPENAI_BASE_URL (e.g. http://127.0.0.1:8080/v1) or pass --base-url; no "
-                           f"stack runs from {default_data_dir} to default to.")
-        base_url = state.gateway_url + "/v1"
-    api_key = args.api_key or os.environ.get("OPENAI_API_KEY")
-    if not api_key:
+    """`--base-url`/`--api-key`; else, with `--data-dir`, that stack's; else `OPENAI_BASE_URL`/`OPENAI_API_KEY`; else
+    the stack of `SHESHNAG_DATA_DIR` or the default data dir (infra/batch_key.py)."""
+    data_dir = getattr(args, "data_dir", None)
+    base_url = args.base_url or (None if data_dir else os.environ.get("OPENAI_BASE_URL"))
+    api_key = args.api_key or (None if data_dir and not args.base_url else os.environ.get("OPENAI_API_KEY"))
+    if base_url and not api_key:
         raise CliError("No API key: set OPENAI_API_KEY or pass --api-key (the key `sheshnag up` printed, or one "
                        "from the dashboard's API keys page).")
-    return Config(base_url.rstrip("/"), api_key)
-
-
-@dataclass
-class Progress:
-    """What the event stream told so far, drawn as one line on a terminal (or a line every few seconds)."""
-
-    out: TextIO
-    status: str = "validating"
-    total: int = 0
-    validated_lines: int = 0
-    by_shard: dict[int, tuple[int, int]] = field(default_factory=dict)
-    started_at: float = field(default_factory=time.monotonic)
-    running_since: float | None = None
-    done_at_start: int = 0
-    last_drawn: float = 0.0
-
-    @property
-    def done(self) -> int:
-        return sum(completed for completed, _ in self.by_shard.values())
-
-    @property
-    def failed(self) -> int:
-        return sum(failed for _, failed in self.by_shard.values())
-
-    def take(self, event: dict[str, Any]) -> None:
-        kind = str(event.get("type", ""))
-        if kind == "batch.validation_progressed":
-            self.validated_lines = int(event.get("lines_read") or 0)
-        elif kind == "batch.validated":
-            self.status, self.total = "validated", int(event.get("total_lines") or 0)
-        elif kind == "batch.started":
-            self.status = "in_progress"
-            if self.running_since is None:
-                self.running_since, self.done_at_start = time.monotonic(), self.done + self.failed
-        elif kind == "batch.progressed":
-            shard = int(event.get("shard") or 0)
-            old = self.by_shard.get(shard, (0, 0))
-            self.by_shard[shard] = (max(old[0], int(event.get("completed") or 0)),
-                                    max(old[1], int(event.get("failed") or 0)))
-        elif kind.startswith("batch."):
-            self.status = {"batch.finalizing": "finalizing", "batch.cancel_requested": "cancelling",
-                           "batch.validation_failed": "failed"}.get(kind, kind.removeprefix("batch."))
-
-    def line(self) -> str:
-        if self.status == "validating":
-            return f"validating: {self.validated_lines} lines checked"
-        finished = self.done + self.failed
-        filled = BAR_WIDTH * finished // self.total if self.total else 0
-        bar = "[" + "#" * filled + "." * (BAR_WIDTH - filled) + "]"
-        text = f"{bar} {finished}/{self.total} lines ({self.failed} failed) {self.status}"
-        if self.running_since is not None and finished > self.done_at_start:
-            rate = (finished - self.done_at_start) / max(time.monotonic() - self.running_since, 1e-3)
-            left = (self.total - finished) / rate if rate > 0 else 0
-            text += f", {rate:.1f} lines/s, ETA {int(left) // 60}:{int(left) % 60:02d}"
-        return text
-
-    def draw(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if self.out.isatty():
-            self.out.write("\r\x1b[2K" + self.line())
-            self.out.flush()
-        elif force or now - self.last_drawn >= 5:
-            self.out.write(self.line() + "\n")
-            self.last_drawn = now
-
-    def finish(self) -> None:
-        if self.out.isatty():
-            self.out.write("\n")
+    if base_url and api_key:
+        return Config(base_url.rstrip("/"), api_key)
+    try:
+        stack = local_stack(chosen_data_dir(data_dir, default_data_dir))
+    except NoLocalStack as error:
+        raise CliError(f"No base URL: {error}.") from None
+    return Config(stack.base_url, api_key or local_api_key(stack))
 
 
 class BatchApi:
@@ -189,6 +127,9 @@ class BatchApi:
     async def cancel(self, batch_id: str) -> dict[str, Any]:
         return await self._json("POST", f"/batches/{batch_id}/cancel")
 
+    async def errors(self, batch_id: str) -> BatchErrorSummary:
+        return BatchErrorSummary.model_validate(await self._json("GET", f"/batches/{batch_id}/errors"))
+
     async def page(self, limit: int) -> dict[str, Any]:
         return await self._json("GET", "/batches", params={"limit": str(limit)})
 
@@ -230,12 +171,11 @@ class BatchApi:
 
 
 async def follow(api: BatchApi, batch_id: str, out: TextIO) -> dict[str, Any]:
-    """Draw the batch's progress from its event stream until it ends (reconnecting where it left off); the batch."""
-    progress = Progress(out)
+    """Draw the batch's progress from its event stream until it ends (reconnecting where it left off), then what
+    went wrong, grouped with fixes, when lines failed; the batch."""
+    progress = Progress(out, time.time)
     batch = await api.retrieve(batch_id)
-    counts = batch.get("request_counts") or {}
-    progress.status, progress.total = batch["status"], int(counts.get("total") or 0)
-    progress.by_shard[0] = (int(counts.get("completed") or 0), int(counts.get("failed") or 0))
+    progress.take_batch(batch)
     after = 0
     while batch["status"] not in TERMINAL:
         progress.draw()
@@ -249,13 +189,14 @@ async def follow(api: BatchApi, batch_id: str, out: TextIO) -> dict[str, Any]:
         except (TimeoutError, aiohttp.ClientError):
             await asyncio.sleep(1)  # the stream dropped: resume after the last event seen
         batch = await api.retrieve(batch_id)
+        progress.take_batch(batch)
         if batch["status"] not in TERMINAL:
             await asyncio.sleep(0.5)
-    counts = batch.get("request_counts") or {}
-    progress.status, progress.total = batch["status"], int(counts.get("total") or 0)
-    progress.by_shard = {0: (int(counts.get("completed") or 0), int(counts.get("failed") or 0))}
+    progress.take_batch(batch, final=True)
     progress.draw(force=True)
     progress.finish()
+    if batch["status"] != "completed" or progress.failed:
+        out.write(render_errors(await api.errors(batch_id)))
     return batch
 
 
@@ -402,10 +343,15 @@ async def wait_and_download(api: BatchApi, batch_id: str, args: argparse.Namespa
     return exit_code(batch)
 
 
+DATA_DIR_HELP = ("the data dir of a running `sheshnag up`: its gateway, and its key (SHESHNAG_ADMIN_KEY, else one made "
+                 "once and kept there); default without OPENAI_BASE_URL: SHESHNAG_DATA_DIR, else the default data dir")
+
+
 def add_arguments(batch: argparse.ArgumentParser) -> None:
     batch.add_argument("--base-url", default=None, help="the API's base URL (default: OPENAI_BASE_URL, else the "
                        "local stack's gateway)")
     batch.add_argument("--api-key", default=None, help="an API key (default: OPENAI_API_KEY)")
+    batch.add_argument("--data-dir", type=Path, default=None, help=DATA_DIR_HELP)
     steps = batch.add_subparsers(dest="batch_command", required=True)
     for name, text in (("run", "upload, create, follow with a progress bar, download both files"),
                        ("submit", "upload and create; print the batch id")):
@@ -431,6 +377,8 @@ def add_arguments(batch: argparse.ArgumentParser) -> None:
     download.add_argument("--errors", type=Path, default=None)
     listing = steps.add_parser("list", help="your batches, newest first")
     listing.add_argument("--limit", type=int, default=20)
+    for step in steps.choices.values():
+        step.add_argument("--data-dir", type=Path, default=argparse.SUPPRESS, help=DATA_DIR_HELP)
 
 
 def batch_tool(args: argparse.Namespace, default_data_dir: Path) -> int:

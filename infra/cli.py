@@ -20,7 +20,7 @@ import aiohttp
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings
 
-from contracts.api.organization import CreateKey, CreateOrganization, CreateUser
+from contracts.api.organization import DEFAULT_ORGANIZATION_ID, CreateKey, CreateOrganization, CreateUser
 from contracts.billing import micros_to_usd, parse_usd
 from contracts.events.key import KeyRole
 from infra.backup import add_backup_arguments, add_restore_arguments, backup_tool, restore_tool
@@ -389,6 +389,15 @@ async def list_records(kind: str) -> None:
         await bus.close()
 
 
+async def every_organization(read_model: ReadModel) -> list[str]:
+    """`credits show` without one: the default organisation, every organisation made and every account, each once
+    (an organisation never granted credit has a balance of 0, and is shown with it)."""
+    found = {DEFAULT_ORGANIZATION_ID}
+    found.update(record.organization_id for record in await read_model.list_organizations())
+    found.update(record.account_id for record in await read_model.list_accounts())
+    return sorted(found, key=lambda name: (name != DEFAULT_ORGANIZATION_ID, name))
+
+
 async def credits_tool(tool: str, organization_id: str | None, amount: str | None, note: str) -> int:
     """`credits grant ORG AMOUNT` states the grant (and waits for the ledger to show it); `credits show` prints
     balances as `GET /v1/billing/balance` answers them."""
@@ -406,18 +415,36 @@ async def credits_tool(tool: str, organization_id: str | None, amount: str | Non
             print(f"granted {micros_to_usd(micros)} USD to {organization_id} ({fact.grant_id})")
             organization_ids = [organization_id]
         else:
-            organization_ids = [organization_id] if organization_id else \
-                [record.account_id for record in await read_model.list_accounts()]
+            organization_ids = [organization_id] if organization_id else await every_organization(read_model)
         for account_id in organization_ids:
             shown = billing.balance(account_id, await read_model.get_account(account_id), GatewaySettings().billing)
             print(f"{account_id}: balance {shown.balance_usd} USD, reserved {shown.reserved_usd}, available "
-                  f"{shown.available_usd} ({shown.open_batches} open batches)")
+                  f"{shown.available_usd} ({shown.open_batches} open batches; granted {shown.granted_usd}, debited "
+                  f"{shown.debited_usd})")
     finally:
         await bus.close()
     return 0
 
 
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
+"""As a process that SIGPIPE ended: the reader of our output went away (`sheshnag batch list | head`)."""
+
+
 def main(argv: list[str] | None = None) -> None:
+    try:
+        try:
+            command(argv)
+        finally:
+            sys.stdout.flush()  # here, not at exit: a closed pipe is then ours to catch
+    except BrokenPipeError:
+        # Quietly, as `cat` or `ls` would; the output left unwritten goes nowhere, also at the interpreter's exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for stream in (sys.stdout, sys.stderr):
+            os.dup2(devnull, stream.fileno())
+        sys.exit(EXIT_BROKEN_PIPE)
+
+
+def command(argv: list[str] | None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.command in STACK_TOOLS and (args.command != "ledger" or args.tool):
         find_stack(args.data_dir, default_data_dir())

@@ -15,6 +15,9 @@ def _h(title: str, fix: str) -> ErrorCodeHelp:
     return ErrorCodeHelp(title=title, fix=fix)
 
 
+TOOLS_UNAVAILABLE: Final = "tools_unavailable"
+"""The code of a line that offers tools (or asks for a tool call) a model cannot call: Reliquary's code."""
+
 ERROR_CODE_HELP: Final = MappingProxyType({
     "invalid_json": _h("Line is not valid JSON", "Write each request as one complete JSON object on one line; "
                        "look for trailing commas, single quotes, unescaped quotes or a request split over lines."),
@@ -57,6 +60,9 @@ ERROR_CODE_HELP: Final = MappingProxyType({
                        "for this endpoint."),
     "multimodal_unavailable": _h("Images, audio or files not supported by this model's engine",
                                  "Send text content parts only, or pick a model whose engine reads that input."),
+    TOOLS_UNAVAILABLE: _h("Tools offered to a model that cannot call them", "Remove body.tools and tool_choice (an "
+                          'empty tools list and tool_choice "none" or "auto" are accepted), or use a model whose '
+                          "GET /v1/models entry has supports_tools true, on /v1/chat/completions."),
     "unsupported_parameter": _h("Unknown parameter", "Check the parameter's spelling, or remove it."),
     "context_too_long": _h("Prompt plus max_tokens exceeds the context", "Shorten the prompt or lower max_tokens "
                            "so both fit the model's context."),

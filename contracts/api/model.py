@@ -13,3 +13,6 @@ class Model(BaseModel):
     owned_by: str
     revision: str | None = None
     """Extension: the model's revision as served here, what a batch pins with `metadata.revision`."""
+    supports_tools: bool = False
+    """Extension: whether chat lines may offer this model tools (its chat template reads them and it answers with
+    `tool_calls`); otherwise such a line is refused with `tools_unavailable`."""

@@ -6,15 +6,16 @@ from dataclasses import dataclass
 from contracts.catalogue import Catalogue, CatalogueModel
 from contracts.engines import (
     CONTENT_PART_MODALITY,
-    OPENAI_PARAMETERS,
     first_release_honouring,
     honoured_parameters,
     is_neutral,
+    known_parameters,
     served_modalities,
 )
 from services.validator.adapters.tokenizer import TokenizerCache
 from services.validator.issues import LineIssue
 from services.validator.strict_sampling import SamplingKey, sampling_key, strict_issues
+from services.validator.tool_rules import TOOL_PARAMETERS, tool_issues
 
 CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 MAX_EMBEDDING_INPUTS_PER_LINE = 2048
@@ -53,6 +54,7 @@ def check_body(body: dict[str, object], endpoint: str, catalogue: Catalogue,
         issues += strict_issues(body)
     if model is not None:
         issues += _parameter_issues(body, endpoint, model)
+        issues += tool_issues(body, endpoint, model, tokenizers)
         issues += _modality_issues(body, endpoint, model)
         issues += _template_kwarg_issues(body, endpoint, model, tokenizers)
         prompt = body.get("prompt")
@@ -204,10 +206,12 @@ def _range_issues(body: dict[str, object], temperature_checked: bool = False) ->
 
 
 def _parameter_issues(body: dict[str, object], endpoint: str, model: CatalogueModel) -> Iterator[LineIssue]:
-    known = OPENAI_PARAMETERS.get(endpoint, frozenset())
-    honoured = honoured_parameters(model.engine, model.engine_version)
+    known = known_parameters(endpoint)
+    # Tools are the tool rule's where the endpoint takes them; elsewhere they are unknown, whatever the engine reads.
+    honoured = honoured_parameters(model.engine, model.engine_version) - set(TOOL_PARAMETERS)
     for name, value in body.items():
-        if name in honoured or (is_neutral(name, value) and name in known):
+        if name in honoured or (is_neutral(name, value) and name in known) or (
+                name in TOOL_PARAMETERS and name in known):
             continue
         since = first_release_honouring(model.engine, name)
         if name not in known and since is None:

@@ -106,6 +106,30 @@ async def test_a_json_schema_as_deep_as_validation_allows_is_served(engine: Llam
     assert reply.status_code == 200
 
 
+NEUTRAL_LINES = {
+    "chat": ("/v1/chat/completions", {
+        **chat("Hi."), "n": 1, "logprobs": False, "top_logprobs": 0, "presence_penalty": 0, "frequency_penalty": 0,
+        "repetition_penalty": 1, "min_p": 0, "top_k": -1, "stream": False, "parallel_tool_calls": True,
+        "service_tier": "auto", "store": False, "modalities": ["text"], "logit_bias": {}, "stop": [],
+        "response_format": {"type": "text"}, "tools": [], "tool_choice": "none", "functions": [],
+        "function_call": "none", "verbosity": "medium", "reasoning_effort": "none", "chat_template_kwargs": {}}),
+    "chat auto": ("/v1/chat/completions", {**chat("Hi."), "tool_choice": "auto"}),
+    "completions": ("/v1/completions", {
+        "prompt": "Once upon", "max_tokens": 4, "suffix": "", "echo": False, "best_of": 1, "n": 1,
+        "presence_penalty": 0, "repetition_penalty": 1, "top_k": 0, "min_p": 0, "logit_bias": {}}),
+    "responses": ("/v1/responses", {
+        "input": "Hi.", "max_output_tokens": 4, "tools": [], "tool_choice": "auto", "top_logprobs": 0,
+        "truncation": "disabled", "reasoning": {}, "text": {"format": {"type": "text"}}, "include": []}),
+}
+
+
+@pytest.mark.parametrize(("endpoint", "body"), NEUTRAL_LINES.values(), ids=NEUTRAL_LINES.keys())
+async def test_a_line_of_neutral_values_the_validator_accepts_runs_on_the_engine(
+        engine: LlamaCppEngine, endpoint: str, body: dict[str, object]) -> None:
+    reply = await engine.run(endpoint, body)
+    assert reply.status_code == 200, reply.body
+
+
 def test_the_engine_declares_what_it_honours(engine: LlamaCppEngine) -> None:
     assert {"max_tokens", "temperature", "seed"} <= engine.capabilities()
     assert engine.slots == 2 and engine.version

@@ -12,7 +12,8 @@ from services.gateway.errors import not_found
 
 
 def as_model(entry: CatalogueModel) -> Model:
-    return Model(id=entry.id, created=entry.created, owned_by=entry.owned_by, revision=entry.served_revision)
+    return Model(id=entry.id, created=entry.created, owned_by=entry.owned_by, revision=entry.served_revision,
+                 supports_tools=entry.supports_tools)
 
 
 async def usable_models(request: web.Request) -> list[CatalogueModel]:

@@ -126,6 +126,8 @@ class LlamaCppEngine(Engine):
                 request = chat_request(request)
         except UnmappableRequest as error:
             return error_reply(400, str(error), "invalid_request")
+        if request.get("top_logprobs") == 0 and request.get("logprobs") is not True:
+            del request["top_logprobs"]  # neutral, so the validator accepts it; llama.cpp refuses it without logprobs
         slot = ENGINE_SLOT.get()
         if slot is not None and 0 <= slot < self.model.slots and endpoint != EMBEDDINGS:
             # llama.cpp runs the request on that slot, after the one it runs now: the slot's cached prompt serves
