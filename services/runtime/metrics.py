@@ -1,8 +1,9 @@
 """Every Prometheus metric Sheshnag exposes, each family registered only in the processes that own it, and the
 per-service `/metrics` server.
 
-Each process counts what it does (requests, lines validated, lines run, tokens, folds) and exports only its own
-families (`register(service)` at its composition root): a validator never exports the executor's counters at 0.
+Each process counts what it does (requests, lines validated, assignments, lines run, tokens, folds) and exports only
+its own families (`register(service)` at its composition root): a validator never exports the executor's counters
+at 0.
 Fleet-wide gauges (batches per status, the validated queue, consumer lag, live executors) are the gateway's,
 recomputed from NATS on a timer, never by a scrape (`services/gateway/fleet_gauges.py`). Every service serves
 `/metrics` without a key on its own `SHESHNAG_<SERVICE>_METRICS_PORT`, else `SHESHNAG_METRICS_PORT`, when set, at
@@ -39,6 +40,24 @@ COMPLETION_TOKENS = Counter("sheshnag_executor_completion_tokens", "Completion t
 ENGINE_ERRORS = Counter("sheshnag_executor_engine_errors", "Engine calls that raised or answered 5xx.", ["model"],
                         registry=OWNED)
 
+SCHEDULER_LEADER = Gauge("sheshnag_scheduler_leader", "1 while this scheduler leads, 0 while it stands by.",
+                         registry=OWNED)
+SCHEDULER_BATCHES = Gauge("sheshnag_scheduler_batches",
+                          "Unfinished batches as the leading scheduler's book sees them, by state (validating, "
+                          "queued, held, running); a standby exports none.", ["state"], registry=OWNED)
+SCHEDULER_ASSIGNMENTS = Counter("sheshnag_scheduler_assignments",
+                                "Units of batches assigned to an executor: a unit's first attempt, or a retry.",
+                                ["kind"], registry=OWNED)
+SCHEDULER_FENCED = Counter("sheshnag_scheduler_attempts_fenced",
+                           "Attempts whose lease the scheduler revoked, by code (executor_lost: its lease expired "
+                           "with its executor's heartbeats; executor_restarted, placement_withdrawn, the batch's "
+                           "end).", ["code"], registry=OWNED)
+SCHEDULER_EXECUTORS_LOST = Counter("sheshnag_scheduler_executors_lost",
+                                   "Executors declared lost after their heartbeats stopped.", registry=OWNED)
+SCHEDULER_REGISTRATIONS = Counter("sheshnag_scheduler_registrations",
+                                  "Executor registrations answered, by outcome (admitted, refused, retry).",
+                                  ["outcome"], registry=OWNED)
+
 CONSUMER_PENDING = Gauge("sheshnag_consumer_pending_messages",
                          "Messages not yet delivered to a durable consumer, as seen by its own process.",
                          ["durable"], registry=OWNED)
@@ -70,7 +89,8 @@ FAMILIES: dict[str, tuple[MetricWrapperBase, ...]] = {
     "gateway": (HTTP_REQUESTS, HTTP_LATENCY, BATCHES, QUEUE_DEPTH, QUEUE_AGE, HELD, CONSUMER_LAG, CONSUMER_UNACKED,
                 EXECUTORS, WEBHOOK_ATTEMPTS),
     "validator": (VALIDATED_LINES, CONSUMER_PENDING),
-    "scheduler": (CONSUMER_PENDING,),
+    "scheduler": (SCHEDULER_LEADER, SCHEDULER_BATCHES, SCHEDULER_ASSIGNMENTS, SCHEDULER_FENCED,
+                  SCHEDULER_EXECUTORS_LOST, SCHEDULER_REGISTRATIONS, CONSUMER_PENDING),
     "executor": (SLOTS_BUSY, SLOT_WAIT, EXECUTED_LINES, COMPLETION_TOKENS, ENGINE_ERRORS, CONSUMER_PENDING),
     "ledger": (FOLDED_EVENTS, FOLD_LAG, CONSUMER_PENDING),
 }

@@ -10,12 +10,14 @@ from services.runtime.catalogue import load_catalogue
 from services.runtime.leader import LeaderLease
 from services.scheduler.handlers import scheduler_router
 from services.scheduler.objects import ObjectSigner
+from services.scheduler.observe import leading
 from services.scheduler.settings import SchedulerSettings
 from services.scheduler.term import Term
 
 
 async def run_scheduler(settings: SchedulerSettings, stop: asyncio.Event) -> None:
     metrics.register("scheduler")
+    leading(False)
     connection = settings.connection
     broker = service_broker(connection.nats_url, "scheduler", stop=stop)
     router = scheduler_router()
@@ -30,9 +32,13 @@ async def run_scheduler(settings: SchedulerSettings, stop: asyncio.Event) -> Non
         await broker.start()
         try:
             while await lease.acquire(stop):
-                term = await Term.open(bus, catalogue, signer, settings.policy())
-                async with router.leading(broker, term):
-                    await term.lead(lease, settings.tick_s, stop)
+                leading(True)
+                try:
+                    term = await Term.open(bus, catalogue, signer, settings.policy())
+                    async with router.leading(broker, term):
+                        await term.lead(lease, settings.tick_s, stop)
+                finally:
+                    leading(False)
                 await lease.release()  # a term that ended with the lease still held (its reader failed) gives it up
         finally:
             await lease.release()

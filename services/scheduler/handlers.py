@@ -28,6 +28,7 @@ from services.runtime.delivery import LogFollower, ServiceRouter
 from services.scheduler.book import book_facts
 from services.scheduler.desk import READS, SUBMISSIONS
 from services.scheduler.objects import OBJECT_REQUESTS
+from services.scheduler.observe import note_registration
 from services.scheduler.registration import REGISTRATIONS
 from services.scheduler.term import Term
 
@@ -37,7 +38,7 @@ BOOK = LogFollower("scheduler", book_facts(), "Each leader's book: every batch's
 
 async def register(request: ExecutorRegistration, connected_as: Annotated[str, Path()],
                    term: Annotated[Term, Context()]) -> RegistrationAnswer:
-    return await term.registrar.answer(connected_as, request)
+    return note_registration(await term.registrar.answer(connected_as, request))
 
 
 async def grant_objects(request: ObjectRequest, executor_id: Annotated[str, Path()],

@@ -53,6 +53,7 @@ from services.scheduler.decisions import (
 )
 from services.scheduler.desk import FactDesk
 from services.scheduler.objects import ObjectBroker, ObjectSigner
+from services.scheduler.observe import export_book, note_action
 from services.scheduler.registration import Registrar
 from services.scheduler.standings import STANDINGS_EVERY_MS, standing_waits
 from services.scheduler.tracing import action_span, remember_trace
@@ -195,6 +196,7 @@ class Term:
         for action in decide(self.book, adverts, self.catalogue, now_ms, self.policy,
                              self.book.rates.rates(now_ms)):
             await self.act(action)
+        export_book(self.book)
         if now_ms - self.standings_at_ms >= STANDINGS_EVERY_MS:
             self.standings_at_ms = now_ms
             for wait in standing_waits(self.book, self.policy.weights, now_ms):
@@ -208,7 +210,8 @@ class Term:
         published: AnyEvent | None = None
         if isinstance(action, Assign):
             await self._assign(action)
-        elif isinstance(action, Wait):
+            return
+        if isinstance(action, Wait):
             published = BatchWaiting(aggregate_id=action.plan.batch_id, reason=action.reason,
                                      as_of=int(time.time() * 1000))
         elif isinstance(action, FenceAttempt):
@@ -222,6 +225,7 @@ class Term:
         if published is not None:
             await self.bus.publish(published)
             self.book.apply(published)  # act on our own fact now; the log delivers it again, harmlessly
+        note_action(action)
 
     async def _finalize(self, action: Finalize) -> None:
         """To the executor chosen, on its own durable; or to the control plane's own finalizer."""
@@ -246,11 +250,13 @@ class Term:
         """The fact first, then the command: the log reads in causal order, and a leader that dies between the
         two has the command sent again by the next one (`resend_runs`)."""
         plan = action.plan
+        retry = action.shard in plan.retry_units
         assigned = BatchAssigned(aggregate_id=plan.batch_id, executor_id=action.executor_id, attempt=action.attempt,
                                  lease_token=_lease_token(plan.batch_id, action.attempt),
                                  shard=action.shard, shards=action.layout.shards, shard_span=action.layout.span)
         await self.bus.publish(assigned)
         self.book.apply(assigned)
+        note_action(action, retry)
         await self._send_run(plan, action.executor_id, action.attempt, action.shard)
         log.info("batch %s unit %d/%d attempt %d assigned to %s", plan.batch_id, action.shard + 1,
                  action.layout.shards, action.attempt, action.executor_id)

@@ -1,0 +1,54 @@
+"""The scheduler's metrics: whether it leads, the unfinished batches as its book sees them, and what it did
+(assignments, fenced attempts, executors lost, registrations answered). No label names a batch, key, user or
+executor: states, codes and outcomes only."""
+
+from collections import Counter
+from typing import Literal, get_args
+
+from contracts.commands import RegistrationAnswer
+from services.runtime import metrics
+from services.scheduler.book import BatchPlan, Book
+from services.scheduler.decisions import Action, Assign, DeclareLost, FenceAttempt
+
+PlanState = Literal["validating", "queued", "held", "running"]
+PLAN_STATES: tuple[PlanState, ...] = get_args(PlanState)
+
+
+def plan_state(plan: BatchPlan) -> PlanState:
+    """Where an unfinished batch stands for the scheduler: still being validated, waiting for an executor, held by
+    its owner until released, or with a unit running now."""
+    if plan.phase == "validating":
+        return "validating"
+    if plan.running:
+        return "running"
+    return "held" if plan.held else "queued"
+
+
+def export_book(book: Book) -> None:
+    """Set the batches gauge from the book (every state, 0 included: a drained queue reads 0, not absent)."""
+    counts = Counter(plan_state(plan) for plan in book.open.values() if plan.phase != "ended")
+    for state in PLAN_STATES:
+        metrics.SCHEDULER_BATCHES.labels(state).set(counts[state])
+
+
+def leading(now: bool) -> None:
+    """This process leads (`now`) or stands by; a standby's book is no one's view: it exports no batches."""
+    metrics.SCHEDULER_LEADER.set(1 if now else 0)
+    if not now:
+        metrics.SCHEDULER_BATCHES.clear()
+
+
+def note_action(action: Action, retry: bool = False) -> None:
+    """Count an act the leader took (`retry`: an assignment of a unit that was tried before)."""
+    if isinstance(action, Assign):
+        metrics.SCHEDULER_ASSIGNMENTS.labels("retry" if retry else "first").inc()
+    elif isinstance(action, FenceAttempt):
+        metrics.SCHEDULER_FENCED.labels(action.code).inc()
+    elif isinstance(action, DeclareLost):
+        metrics.SCHEDULER_EXECUTORS_LOST.inc()
+
+
+def note_registration(answer: RegistrationAnswer) -> RegistrationAnswer:
+    outcome = "admitted" if answer.accepted else "retry" if answer.retry else "refused"
+    metrics.SCHEDULER_REGISTRATIONS.labels(outcome).inc()
+    return answer
