@@ -50,20 +50,22 @@ class Config:
 
 def config_from(args: argparse.Namespace, default_data_dir: Path) -> Config:
     """`--base-url`/`--api-key`; else, with `--data-dir`, that stack's; else `OPENAI_BASE_URL`/`OPENAI_API_KEY`; else
-    the stack of `SHESHNAG_DATA_DIR` or the default data dir (infra/batch_key.py)."""
+    the stack of `SHESHNAG_DATA_DIR` or the default data dir, with `OPENAI_API_KEY` when it is a Sheshnag key (`gk-`:
+    an OpenAI key exported for OpenAI itself is never sent here), else the stack's own (infra/batch_key.py)."""
     data_dir = getattr(args, "data_dir", None)
     base_url = args.base_url or (None if data_dir else os.environ.get("OPENAI_BASE_URL"))
-    api_key = args.api_key or (None if data_dir and not args.base_url else os.environ.get("OPENAI_API_KEY"))
-    if base_url and not api_key:
-        raise CliError("No API key: set OPENAI_API_KEY or pass --api-key (the key `sheshnag up` printed, or one "
-                       "from the dashboard's API keys page).")
-    if base_url and api_key:
+    if base_url:
+        api_key = args.api_key or os.environ.get("OPENAI_API_KEY")
+        if not api_key:
+            raise CliError("No API key: set OPENAI_API_KEY or pass --api-key (the key `sheshnag up` printed, or one "
+                           "from the dashboard's API keys page).")
         return Config(base_url.rstrip("/"), api_key)
     try:
         stack = local_stack(chosen_data_dir(data_dir, default_data_dir))
     except NoLocalStack as error:
         raise CliError(f"No base URL: {error}.") from None
-    return Config(stack.base_url, api_key or local_api_key(stack))
+    exported = "" if data_dir else os.environ.get("OPENAI_API_KEY", "")
+    return Config(stack.base_url, args.api_key or (exported if exported.startswith("gk-") else local_api_key(stack)))
 
 
 class BatchApi:

@@ -1,5 +1,7 @@
 """`sheshnag batch`, configured the OpenAI SDK's way, against a real stack: a 5-line file in, 5 output lines out and
-exit 0; refused lines make exit 1 and land in the error file; the steps one at a time; a wait resumed by id."""
+exit 0; refused lines make exit 1 and land in the error file; a failed validation shows its errors grouped with line
+numbers and fixes; the steps one at a time; a wait resumed by id; the stack and a key found from its data dir alone;
+a reader that goes away ends the command quietly."""
 
 import json
 import os
@@ -76,3 +78,40 @@ def test_without_a_key_it_says_how_to_give_one(stack: RunningStack, tmp_path: Pa
     wrong = subprocess.run([sys.executable, "-m", "infra.cli", "batch", "--base-url", stack.base_url, "--api-key",
                             "gk-wrong", "list"], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
     assert wrong.returncode == 2 and "401" in wrong.stderr and "invalid_api_key" in wrong.stderr
+
+
+def test_a_failed_validation_prints_its_errors_grouped_with_line_numbers_and_fixes(stack: RunningStack,
+                                                                                    tmp_path: Path) -> None:
+    source = write_lines(tmp_path / "in.jsonl", [chat_line("v-1", "Hi.", max_tokens=2), '{"custom_id": "broken"',
+                                                 chat_line("v-3", "Hello.", max_tokens=2),
+                                                 chat_line("v-3", "Again.", max_tokens=2)])
+    ran = batch(stack, "run", str(source), "-o", str(tmp_path / "out.jsonl"), cwd=tmp_path)
+    assert ran.returncode == 2, ran.stderr
+    shown = ran.stderr.splitlines()
+    assert "[##############################] 4/4 lines (4 failed) failed" in shown, ran.stderr
+    assert "2 problems found, of 2 kinds:" in shown, ran.stderr
+    assert "  Line is not valid JSON (invalid_json) x 1: line 2" in shown, ran.stderr
+    assert "  custom_id used twice (duplicate_custom_id) x 1: line 4, field custom_id" in shown, ran.stderr
+    assert any(row.startswith("    Fix: Make every custom_id unique") for row in shown), ran.stderr
+    assert any(row.startswith("4 failed lines in the error file: ") for row in shown), ran.stderr
+
+
+def test_the_data_dir_alone_gives_the_stack_and_a_key(stack: RunningStack, tmp_path: Path) -> None:
+    env = {name: value for name, value in os.environ.items() if not name.startswith(("OPENAI_", "SHESHNAG_"))}
+    for how, extra in ((["--data-dir", str(stack.data_dir)], {}), ([], {"SHESHNAG_DATA_DIR": str(stack.data_dir)})):
+        listed = subprocess.run([sys.executable, "-m", "infra.cli", "batch", *how, "list"], capture_output=True,
+                                text=True, timeout=120, env={**env, **extra}, cwd=tmp_path)
+        assert listed.returncode == 0, (how, listed.stderr)
+    assert (stack.data_dir / "cli-api-key").stat().st_mode & 0o077 == 0
+
+
+def test_a_reader_that_goes_away_ends_the_listing_quietly(stack: RunningStack, tmp_path: Path) -> None:
+    env = {**os.environ, "OPENAI_BASE_URL": stack.base_url, "OPENAI_API_KEY": ADMIN_KEY}
+    errors = tmp_path / "stderr"
+    with errors.open("w") as sink:
+        listing = subprocess.Popen([sys.executable, "-m", "infra.cli", "batch", "list"], stdout=subprocess.PIPE,
+                                   stderr=sink, env=env, cwd=tmp_path)
+        assert listing.stdout is not None
+        listing.stdout.close()  # `| head` that has read enough, before a line was written
+        assert listing.wait(120) == 141
+    assert errors.read_text() == ""

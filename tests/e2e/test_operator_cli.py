@@ -1,6 +1,7 @@
 """The operator CLI finds its stack: `sheshnag up` leaves a state file in its data dir, and `status`, `keys`, `users`
 and `ledger …` act on the stack it names (`--data-dir`), or say plainly that none runs there — never a guess at
-the machine's own broker."""
+the machine's own broker; `backup` finds it from its data dir alone; `credits show` shows a balance; a reader that goes
+away ends a command quietly."""
 
 import os
 import subprocess
@@ -40,6 +41,28 @@ def test_the_tools_act_on_the_stack_their_data_dir_names(stack: RunningStack) ->
 
     verified = sheshnag("ledger", "verify", "--data-dir", data_dir)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_backup_needs_only_the_data_dir_and_credits_show_prints_the_balance(stack: RunningStack,
+                                                                           tmp_path: Path) -> None:
+    backed_up = sheshnag("backup", str(tmp_path / "backup"), "--data-dir", str(stack.data_dir))
+    assert backed_up.returncode == 0, backed_up.stderr
+    assert (tmp_path / "backup" / "manifest.json").exists() and backed_up.stdout.startswith("backed up ")
+    shown = sheshnag("credits", "show", "--data-dir", str(stack.data_dir))
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("default: balance ") and " USD, reserved " in shown.stdout, shown.stdout
+
+
+def test_status_json_into_a_closed_pipe_ends_quietly(stack: RunningStack, tmp_path: Path) -> None:
+    environ = {name: value for name, value in os.environ.items() if name != "SHESHNAG_NATS_URL"}
+    errors = tmp_path / "stderr"
+    with errors.open("w") as sink:
+        shown = subprocess.Popen([sys.executable, "-m", "infra.cli", "status", "--json", "--data-dir",
+                                  str(stack.data_dir)], stdout=subprocess.PIPE, stderr=sink, env=environ)
+        assert shown.stdout is not None
+        shown.stdout.close()  # `| head` that has read enough
+        assert shown.wait(120) == 141
+    assert errors.read_text() == ""
 
 
 def test_without_a_running_stack_the_tools_say_so_and_touch_no_broker(tmp_path: Path) -> None:

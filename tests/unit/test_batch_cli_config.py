@@ -54,3 +54,12 @@ def test_an_explicit_base_url_still_needs_a_key(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
     with pytest.raises(CliError, match="OPENAI_API_KEY"):
         config_from(args_of("list"), tmp_path / "default")
+
+
+def test_an_openai_key_exported_for_openai_is_never_sent_to_the_local_stack(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHESHNAG_DATA_DIR", str(running_stack(tmp_path / "data", 18003)))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-proj-for-openai")
+    assert config_from(args_of("list"), tmp_path / "default").api_key == "gk-up-admin"
+    monkeypatch.setenv("OPENAI_API_KEY", "gk-printed-by-up")
+    assert config_from(args_of("list"), tmp_path / "default").api_key == "gk-printed-by-up"
