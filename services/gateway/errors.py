@@ -6,6 +6,7 @@ import logging
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from contracts.api.batch import SUPPORTED_ENDPOINTS
 from contracts.api.error import ErrorResponse, ErrorType
 from services.gateway.request_ids import request_id
 from services.gateway.usecases.refusals import ApiError as ApiError
@@ -30,6 +31,9 @@ HTTP_ERROR_TYPES: dict[int, tuple[ErrorType, str]] = {
     500: ("server_error", "internal_error"),
     504: ("server_error", "timeout"),
 }
+API_PREFIX = "/v1/"
+BATCH_API_PATHS = ("/v1/files", "/v1/batches", "/v1/models")
+"""OpenAI's Batch API as this deployment serves it: named first when a request finds no route."""
 CLIENT_CLOSED_REQUEST = 499
 """What the metrics and access log record for a request whose client went away (nginx's code); never sent."""
 
@@ -48,9 +52,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except web.HTTPException as http_error:
         if http_error.status < 400:
             raise
-        error_type, code = HTTP_ERROR_TYPES.get(http_error.status, ("invalid_request_error", "bad_request"))
-        message = f"{http_error.reason}: {request.method} {request.path}"
-        return error_response(ApiError(http_error.status, message, error_type, code))
+        return http_error_response(request, http_error)
     except ConnectionResetError:
         if not client_gone(request):
             return internal_error(request)
@@ -59,6 +61,42 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return web.Response(status=CLIENT_CLOSED_REQUEST)
     except Exception:
         return internal_error(request)
+
+
+def http_error_response(request: web.Request, http_error: web.HTTPException) -> web.Response:
+    """An error aiohttp raised (mostly its router's: no such route, or not with this method) in OpenAI's shape, a
+    405 with its `Allow` header."""
+    error_type, code = HTTP_ERROR_TYPES.get(http_error.status, ("invalid_request_error", "bad_request"))
+    message = f"{http_error.reason}: {request.method} {request.path}"
+    if isinstance(http_error, web.HTTPMethodNotAllowed):
+        message = (f"{request.method} is not allowed on {request.path}; it answers "
+                   f"{', '.join(sorted(http_error.allowed_methods))}.")
+    elif isinstance(http_error, web.HTTPNotFound) and request.path.startswith(API_PREFIX):
+        message = unknown_route_message(request)
+    response = error_response(ApiError(http_error.status, message, error_type, code))
+    if "Allow" in http_error.headers:
+        response.headers["Allow"] = http_error.headers["Allow"]
+    return response
+
+
+def unknown_route_message(request: web.Request) -> str:
+    """What a request to a /v1 path no route has is told: what this deployment serves instead."""
+    served = _served_paths(request.app)
+    batch_api = [path for path in BATCH_API_PATHS if path in served]
+    others = sorted(set(served) - set(batch_api))
+    serves = (f"This deployment serves the Batch API: {', '.join(batch_api)}"
+              + (f", and beside it {', '.join(others)}" if others else "") + "; /openapi.json lists every route.")
+    if request.path in SUPPORTED_ENDPOINTS:
+        return (f"{request.method} {request.path} is not served directly: it runs as the url of the lines of a batch. "
+                f"Upload a JSONL file of requests with \"url\": \"{request.path}\" to /v1/files (purpose \"batch\"), "
+                f"then create a batch with endpoint \"{request.path}\" on /v1/batches. {serves}")
+    return f"There is no route {request.method} {request.path}. {serves}"
+
+
+def _served_paths(app: web.Application) -> list[str]:
+    """The /v1 resources the router serves, by their first two segments (/v1/files, /v1/batches, …)."""
+    paths = {"/".join(resource.canonical.split("/")[:3]) for resource in app.router.resources()}
+    return [path for path in paths if path.startswith(API_PREFIX)]
 
 
 def internal_error(request: web.Request) -> web.Response:

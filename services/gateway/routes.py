@@ -66,7 +66,8 @@ IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False,
 EVENTS = Answer("The batch's facts as Server-Sent Events: `id:` is the stream sequence, `event:` the type, `data:` "
                 "one BatchStreamEvent (schema in components); resume with Last-Event-ID; the stream ends after the "
                 "batch's terminal event", "text/event-stream", event_data=BatchStreamEvent)
-CONTENT = Answer("The file's bytes; header X-Sheshnag-Content-SHA256", "application/octet-stream",
+CONTENT = Answer("The file's bytes; headers X-Sheshnag-Content-SHA256 and Content-Disposition (an attachment named "
+                 "as the file; RFC 6266 filename* for a name that is not plain ASCII)", "application/octet-stream",
                  {"type": "string", "format": "binary"})
 METRICS = Answer("Prometheus metrics", "text/plain")
 READY = Answer("Whether the gateway reaches the broker and the object store now (a cheap call to each, 2 s at most): "

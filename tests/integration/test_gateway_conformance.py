@@ -36,6 +36,39 @@ async def test_every_response_carries_a_request_id_errors_and_404s_included(gate
     assert all(ident.startswith("req_") for ident in ids) and len(set(ids)) == len(ids)
 
 
+@pytest.mark.parametrize(("method", "path"), [("GET", "/v1/nope"), ("POST", "/v1/chat/completions"),
+                                             ("POST", "/v1/embeddings"), ("GET", "/v1/files/file-1/content/more")])
+async def test_an_unknown_route_under_v1_is_an_openai_shaped_404_naming_what_this_deployment_serves(
+        gateway: Gateway, method: str, path: str) -> None:
+    answer = await gateway.client.request(method, path, headers=await gateway.new_key())
+    assert answer.status == 404
+    error = (await answer.json())["error"]
+    assert set(error) == ERROR_FIELDS and error["type"] == "not_found_error" and error["param"] is None
+    assert f"{method} {path}" in error["message"]
+    assert "This deployment serves the Batch API: /v1/files, /v1/batches, /v1/models" in error["message"]
+
+
+async def test_an_inference_endpoint_is_answered_with_how_to_send_it_as_a_batch(gateway: Gateway) -> None:
+    answer = await gateway.client.post("/v1/chat/completions", json={"model": "smollm2", "messages": []},
+                                       headers=await gateway.new_key())
+    message = (await answer.json())["error"]["message"]
+    assert answer.status == 404 and 'endpoint "/v1/chat/completions" on /v1/batches' in message
+
+
+@pytest.mark.parametrize(("method", "path", "allowed"), [("POST", "/v1/models", "GET, HEAD"),
+                                                         ("DELETE", "/v1/batches", "GET, HEAD, POST"),
+                                                         ("PUT", "/v1/files/file-1", "DELETE, GET, HEAD")])
+async def test_a_known_path_with_a_wrong_method_is_an_openai_shaped_405_with_allow(
+        gateway: Gateway, method: str, path: str, allowed: str) -> None:
+    answer = await gateway.client.request(method, path, headers=await gateway.new_key())
+    assert answer.status == 405
+    assert sorted(answer.headers["Allow"].split(",")) == allowed.split(", ")
+    error = (await answer.json())["error"]
+    assert set(error) == ERROR_FIELDS and (error["type"], error["code"]) == ("invalid_request_error",
+                                                                             "method_not_allowed")
+    assert error["message"] == f"{method} is not allowed on {path}; it answers {allowed}."
+
+
 async def test_an_authorization_header_with_a_non_utf8_byte_is_a_401(gateway: Gateway) -> None:
     answer = await raw_exchange(gateway, b"GET /v1/files HTTP/1.1\r\nHost: x\r\n"
                                          b"Authorization: Bearer gk-\xff\xfe\r\nConnection: close\r\n\r\n")

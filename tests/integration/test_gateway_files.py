@@ -48,6 +48,32 @@ async def test_content_downloads_with_its_sha256(gateway: Gateway) -> None:
     assert download.headers["X-Sheshnag-Content-SHA256"] == sha256(content)
 
 
+async def test_a_download_is_an_attachment_named_as_the_file_was_uploaded(gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    file = await (await gateway.upload(key, jsonl("named"), filename="prompts-2026.jsonl")).json()
+    download = await gateway.client.get(f"/v1/files/{file['id']}/content", headers=key)
+    assert download.headers["Content-Disposition"] == 'attachment; filename="prompts-2026.jsonl"'
+
+
+async def test_a_non_ascii_or_quoted_file_name_downloads_with_a_safe_fallback_and_rfc_6266_filename_star(
+        gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    name = 'données "été".jsonl'
+    # Raw UTF-8 in the quoted filename, as browsers send it (aiohttp's own form encoding would percent-escape it).
+    body = ('--b\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
+            '--b\r\nContent-Disposition: form-data; name="file"; filename="donn\u00e9es \\"\u00e9t\u00e9\\".jsonl"\r\n'
+            "Content-Type: application/octet-stream\r\n\r\n").encode() + jsonl("accents") + b"\r\n--b--\r\n"
+    uploaded = await gateway.client.post("/v1/files", data=body, headers={
+        **key, "Content-Type": "multipart/form-data; boundary=b"})
+    file = await uploaded.json()
+    assert uploaded.status == 200 and file["filename"] == name
+    download = await gateway.client.get(f"/v1/files/{file['id']}/content", headers=key)
+    disposition = download.headers["Content-Disposition"]
+    assert disposition == ("attachment; filename=\"donn_es __t__.jsonl\"; "
+                           "filename*=UTF-8''donn%C3%A9es%20%22%C3%A9t%C3%A9%22.jsonl")
+    assert disposition.isascii() and "\r" not in disposition and "\n" not in disposition
+
+
 async def test_a_batch_file_expires_after_thirty_days_by_default(gateway: Gateway) -> None:
     key = await gateway.new_key()
     file = await (await gateway.upload(key, jsonl("ttl"))).json()

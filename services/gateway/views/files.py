@@ -23,6 +23,7 @@ from contracts.subjects import file_fact, input_object_key
 from services.gateway.admission import ADMISSION, Holdings
 from services.gateway.auth import principal
 from services.gateway.context import Deps, deps
+from services.gateway.disposition import content_disposition
 from services.gateway.errors import ApiError, bad_request, not_found
 from services.gateway.limits import DOWNLOAD_SLOTS, UPLOAD_SLOTS, charge_control_call
 from services.gateway.upload import StoredUpload, client_stalled, store_unavailable, stream_part_to_store
@@ -285,6 +286,7 @@ async def file_content(request: web.Request) -> web.StreamResponse:
         async with contextlib.aclosing(chunks):
             response = web.StreamResponse(headers={"Content-Type": "application/octet-stream",
                                                    "Content-Length": str(record.file.bytes),
+                                                   "Content-Disposition": content_disposition(record.file.filename),
                                                    CONTENT_SHA256: record.sha256})
             await response.prepare(request)
             idle_s = d.settings.client_idle_timeout_s
