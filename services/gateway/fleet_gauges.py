@@ -1,48 +1,66 @@
-"""The fleet-wide gauges (batches per status, the queue, consumer lag, live executors), refreshed on a timer.
+"""The fleet-wide gauges (batches per status, the queue, held and running batches, consumer lag, live executors).
 
-A scrape of `/metrics` only renders what the last refresh set: it reads nothing from NATS, so its cost does not grow
-with the batches in the read model however often it comes. The refresh reads every batch record (and the consumers
-and executors) once per `metrics_refresh_s` per gateway, whoever scrapes or not.
+Batches per status come from the batch census (`batch_census.py`), kept as the ledger writes batch records; a
+refresh, every `metrics_refresh_s`, walks only the unfinished batches the census holds (the queue's ages move with
+the clock), the executors' adverts and the consumers. A scrape of `/metrics` only renders what the last refresh set:
+it reads nothing from NATS. Neither grows with the batches that ended.
 """
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from services.gateway.batch_census import BatchCensus
 from services.gateway.context import DEPS, Deps
-from services.runtime.overview import export_gauges, gather
+from services.runtime.overview import Overview, consumer_lags, executor_view, export_gauges, tally
 from services.runtime.tasks import cancel_and_join
 
 log = logging.getLogger(__name__)
 
+BATCH_CENSUS = web.AppKey("batch_census", BatchCensus)
+CENSUS_READY_S = 30.0
+"""How long the first refresh waits for the census's first count (then it sets what it has)."""
 
-async def refresh_gauges(d: Deps) -> None:
-    """One look at the fleet, set into the gauges (owners' shares are not gauges: not read)."""
-    export_gauges(await gather(d.bus, d.read_model, d.fleet, owners=False))
+
+async def refresh_gauges(d: Deps, census: BatchCensus) -> None:
+    """One look at the fleet, set into the gauges: no batch record is read."""
+    now = time.time()
+    view = Overview(at=now)
+    view.executors = [executor_view(advert, now) for advert in await d.fleet.adverts()]
+    for record in list(census.open.values()):
+        tally(view, record, now)
+    view.batches_by_status = census.by_status()
+    view.consumers = await consumer_lags(d.bus)
+    export_gauges(view)
 
 
 async def fleet_gauges(app: web.Application) -> AsyncIterator[None]:
-    """A cleanup context: refreshes once before serving, then every `metrics_refresh_s` (0: never)."""
+    """A cleanup context: follows the census, refreshes once it has counted, then every `metrics_refresh_s` (0:
+    never, and no census is kept)."""
     d = app[DEPS]
     interval = d.settings.metrics_refresh_s
+    census = app[BATCH_CENSUS] = BatchCensus()
 
     async def refresh() -> None:
         try:
-            await refresh_gauges(d)
+            await refresh_gauges(d, census)
         except Exception:
             log.exception("fleet gauges not refreshed; trying again in %.0fs", interval)
 
     async def loop() -> None:
+        try:
+            await asyncio.wait_for(census.ready.wait(), CENSUS_READY_S)
+        except TimeoutError:
+            log.warning("the batch census has not counted within %.0fs; the gauges show what it has", CENSUS_READY_S)
         while True:
-            await asyncio.sleep(interval)
             await refresh()
+            await asyncio.sleep(interval)
 
-    task = None
+    tasks = []
     if interval > 0:
-        await refresh()
-        task = asyncio.create_task(loop())
+        tasks = [asyncio.create_task(census.follow(d.read_model.kv)), asyncio.create_task(loop())]
     yield
-    if task is not None:
-        await cancel_and_join([task])
+    await cancel_and_join(tasks)

@@ -49,7 +49,8 @@ class GatewaySettings(ServiceSettings):
     """How long an uploaded batch file lives unless the upload's `expires_after` says otherwise."""
     metrics_refresh_s: float = 15.0
     """How often the fleet-wide gauges of `/metrics` (batches per status, the queue, consumer lag, executors) are
-    recomputed from the read model; a scrape only reads the last figures. 0: never (those gauges stay empty)."""
+    set from the batch census (kept as batch records change; a refresh reads only unfinished batches, never ended
+    ones); a scrape only reads the last figures. 0: never (those gauges stay empty, and no census is kept)."""
     file_sweep_interval_s: float = 60.0
     """How often expired files are deleted; 0 turns the sweeper off."""
     max_active_batches: int = 100

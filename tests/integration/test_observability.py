@@ -27,7 +27,7 @@ from services.executor.app import run_executor
 from services.executor.settings import ExecutorSettings
 from services.gateway.app import create_app as create_gateway
 from services.gateway.context import DEPS
-from services.gateway.fleet_gauges import refresh_gauges
+from services.gateway.fleet_gauges import BATCH_CENSUS, refresh_gauges
 from services.gateway.settings import GatewaySettings
 from services.ledger.app import create_app as create_ledger
 from services.ledger.settings import LedgerSettings
@@ -148,7 +148,8 @@ async def test_one_batch_is_one_trace_across_all_five_services_and_moves_the_cou
         traced.clear()
         batch = await run_one_batch(stack)
         await asyncio.sleep(1.0)  # the ledger folds the last facts just after the gateway sees `completed`
-        await refresh_gauges(stack.client.app[DEPS])  # what the gateway's timer does every metrics_refresh_s
+        # What the gateway's timer does every metrics_refresh_s:
+        await refresh_gauges(stack.client.app[DEPS], stack.client.app[BATCH_CENSUS])
         scraped = await (await stack.client.get("/metrics", headers=stack.admin)).text()
 
     create_span = next(s for s in traced.get_finished_spans() if s.name == "POST /v1/batches")

@@ -1,0 +1,96 @@
+"""The batch census behind the fleet-wide gauges: batches per status, kept up to date as the ledger writes batch
+records (one watch on the read model's batch keys), so refreshing the gauges reads only open work.
+
+The watch first delivers every batch's latest record (the census is counted once, when the gateway starts or the
+watch resumes), then each record as the ledger writes it: a batch is counted under its new status and no longer
+under its old. Only unfinished batches' records are kept; ended ones are counts (plus a bounded memory of the
+latest ended ids, so a rewrite of an ended record is not counted twice).
+"""
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
+
+import nats.errors
+import nats.js.errors
+import pydantic
+from nats.js.kv import KeyValue
+
+from contracts.lifecycle import TERMINAL
+from contracts.readmodel import BatchRecord
+from contracts.subjects import read_model_key
+
+log = logging.getLogger(__name__)
+
+RECENTLY_ENDED = 100_000
+"""Ended batch ids remembered, so a record written again after its batch ended is not counted twice."""
+RESUME_AFTER_S = 1.0
+
+
+@dataclass
+class BatchCensus:
+    open: dict[str, BatchRecord] = field(default_factory=dict)
+    """Every unfinished batch's latest record."""
+    ended: Counter[str] = field(default_factory=Counter)
+    """Ended batches, by status."""
+    recently_ended: OrderedDict[str, str] = field(default_factory=OrderedDict)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once the watch has delivered every batch's current record."""
+
+    def reset(self) -> None:
+        self.open.clear()
+        self.ended.clear()
+        self.recently_ended.clear()
+
+    def record(self, batch_id: str, record: BatchRecord | None) -> None:
+        """Count the latest record of a batch (None: its record was deleted)."""
+        if batch_id in self.recently_ended:
+            self.ended[self.recently_ended.pop(batch_id)] -= 1
+        self.open.pop(batch_id, None)
+        if record is None:
+            return
+        status = record.batch.status
+        if status in TERMINAL:
+            self.ended[status] += 1
+            self.recently_ended[batch_id] = status
+            if len(self.recently_ended) > RECENTLY_ENDED:
+                self.recently_ended.popitem(last=False)  # rewritten much later: counted once more, at worst
+        else:
+            self.open[batch_id] = record
+
+    def by_status(self) -> dict[str, int]:
+        counts: Counter[str] = Counter(record.batch.status for record in self.open.values())
+        counts.update(self.ended)
+        return {status: count for status, count in counts.items() if count > 0}
+
+    async def follow(self, kv: KeyValue) -> None:
+        """Keep the census as the read model changes; a broken watch resumes (and counts again from scratch)."""
+        prefix = read_model_key("batch", "")
+        while True:
+            try:
+                watcher = await kv.watch(read_model_key("batch", "*"))
+                self.reset()
+                try:
+                    async for entry in watcher:
+                        if entry is None:  # the end of the current values
+                            self.ready.set()
+                            continue
+                        self.record(entry.key.removeprefix(prefix), decode(entry.key, entry.value))
+                finally:
+                    with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
+                        await watcher.stop()
+            except (nats.errors.Error, nats.js.errors.Error) as error:
+                log.warning("the batch census's watch was interrupted, resuming: %r", error)
+            await asyncio.sleep(RESUME_AFTER_S)
+
+
+def decode(key: str, value: bytes | None) -> BatchRecord | None:
+    if not value:
+        return None
+    try:
+        return BatchRecord.model_validate_json(value)
+    except pydantic.ValidationError:
+        log.warning("a batch record at %s does not decode; not counted", key)
+        return None
