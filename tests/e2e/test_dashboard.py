@@ -4,12 +4,13 @@ import json
 import os
 import re
 import shutil
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
 from tests.e2e.conftest import ADMIN_KEY, RunningStack
 from tests.factories import chat_line
@@ -156,18 +157,96 @@ def test_a_user_signs_in_fixes_a_file_runs_it_downloads_it_and_manages_keys(
     context.close()
 
 
-def test_a_key_without_the_admin_role_is_not_offered_the_operator_page(stack: RunningStack, browser: Browser) -> None:
-    made = httpx2.post(f"{stack.base_url}/organization/keys", json={"name": "dashboard-user", "role": "user"},
-                       headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=30)
-    assert made.status_code == 200, made.text
+def signed_in_page(stack: RunningStack, browser: Browser, key: str = ADMIN_KEY) -> tuple[BrowserContext, Page]:
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
     page.goto(f"http://127.0.0.1:{stack.port}/dashboard/")
-    page.get_by_label("API key").fill(made.json()["value"])
+    page.get_by_label("API key").fill(key)
     page.get_by_role("button", name="Sign in").click()
     expect(page.locator("#status")).to_contain_text("Signed in", timeout=10_000)
+    return context, page
+
+
+def line(custom_id: str, url: str = "/v1/chat/completions", method: str = "POST", **body: object) -> str:
+    return json.dumps({"custom_id": custom_id, "method": method, "url": url, "body": {"model": "smollm2", **body}})
+
+
+HELLO = [{"role": "user", "content": "Hi."}]
+BAD_FILE: list[tuple[str, list[str]]] = [
+    (line("ok", messages=HELLO), []),
+    ("{broken", ["invalid_json"]),
+    ("{broken too", ["invalid_json"]),
+    (json.dumps(chat_line("nope", "Hi.", model="nope")), ["unsupported_model"]),
+    (line("two-bad-fields", messages="Hi.", temperature="hot"), ["invalid_body", "invalid_body"]),
+    (line("get", method="GET", messages=[]), ["invalid_method", "invalid_body"]),
+    (line("ok", messages=HELLO), ["duplicate_custom_id"]),
+    (line("streams", messages=HELLO, stream=True), ["stream_not_supported"]),
+    (line("embeds", url="/v1/embeddings", input="Hi."), ["url_mismatch", "invalid_body"]),
+]
+"""Each line of a file with the errors validation finds in it: 8 of 9 lines are bad, with 11 errors among them."""
+
+
+def test_the_validation_summary_counts_bad_lines_and_errors_once_and_the_endpoint_comes_from_the_file(
+        stack: RunningStack, browser: Browser) -> None:
+    errors = Counter(code for _, codes in BAD_FILE for code in codes)
+    bad_lines = sum(1 for _, codes in BAD_FILE if codes)
+    context, page = signed_in_page(stack, browser)
+    page.goto(f"http://127.0.0.1:{stack.port}/dashboard/new")
+    page.get_by_label("JSONL file").set_input_files(jsonl_file([text for text, _ in BAD_FILE]))  # type: ignore[arg-type]
+    # Two urls in one file: the page asks which endpoint the batch is for (the other line is refused).
+    expect(page.locator("#endpoint-note")).to_contain_text("2 endpoints", timeout=10_000)
+    page.get_by_label("Endpoint").select_option("/v1/chat/completions")
+    page.get_by_role("button", name="Upload and validate").click()
+    expect(page.locator("#status")).to_contain_text(
+        f"Validation failed: {errors.total()} errors on {bad_lines} of its {len(BAD_FILE)} lines;", timeout=30_000)
+    expect(page.locator("#errors .error-total")).to_have_text(
+        f"{errors.total()} errors on {bad_lines} lines, of {len(errors)} kinds:", timeout=10_000)
+    for code, count in errors.items():
+        shown = page.locator(f'#errors [data-code="{code}"]')
+        expect(shown).to_have_count(1)  # one count per kind: not again among the error file's lines
+        expect(shown).to_have_attribute("data-count", str(count))
+        expect(shown.locator("h3")).to_contain_text(f"({count} error{'s' if count > 1 else ''})")
+    expect(page.locator('#errors .failed-by-code li[data-stage="refused"]')).to_have_attribute(
+        "data-count", str(bad_lines))
+    expect(page.locator('#errors .failed-by-code li[data-code="batch_failed_validation"]')).to_have_attribute(
+        "data-count", str(len(BAD_FILE) - bad_lines))
+
+    # One url in every line: that is the endpoint, and nothing is asked.
+    embed = line("e-1", url="/v1/embeddings", input="Hello.").replace('"smollm2"', '"smollm2-135m-embed"')
+    page.get_by_label("JSONL file").set_input_files(jsonl_file([embed]))  # type: ignore[arg-type]
+    expect(page.locator("#endpoint-found")).to_have_text("/v1/embeddings", timeout=10_000)
+    expect(page.get_by_label("Endpoint")).to_be_hidden()
+    page.get_by_role("button", name="Upload and validate").click()
+    expect(page.locator("#status")).to_contain_text("Valid: 1 line for smollm2-135m-embed", timeout=30_000)
+    context.close()
+
+
+def test_an_unknown_batch_id_says_the_batch_was_not_found(stack: RunningStack, browser: Browser) -> None:
+    context, page = signed_in_page(stack, browser)
+    page.goto(f"http://127.0.0.1:{stack.port}/dashboard/batches/batch_000000000000000000000000")
+    expect(page.get_by_role("alert")).to_contain_text("Batch not found", timeout=10_000)
+    expect(page.get_by_role("heading", name="Batch not found")).to_be_visible()
+    expect(page.locator("#summary")).to_have_count(0)  # no empty cards
+    expect(page.get_by_role("link", name="See your batches")).to_be_visible()
+    expect(page.locator("#status")).to_be_empty()
+    context.close()
+
+
+def test_a_key_without_the_admin_role_is_not_offered_the_operator_page_and_is_told_it_needs_one(
+        stack: RunningStack, browser: Browser) -> None:
+    made = httpx2.post(f"{stack.base_url}/organization/keys", json={"name": "dashboard-user", "role": "user"},
+                       headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=30)
+    assert made.status_code == 200, made.text
+    context, page = signed_in_page(stack, browser, made.json()["value"])
     nav = page.get_by_role("navigation")
     expect(page.locator("#who")).to_contain_text("(user)", timeout=10_000)
     expect(nav.get_by_role("link", name="Operator")).to_be_hidden()
     expect(nav.get_by_role("link", name="Batches", exact=True)).to_be_visible()
+    # Reached by its address anyway, the page says what it needs in plain words, not the API's refusal.
+    page.goto(f"http://127.0.0.1:{stack.port}/dashboard/operator")
+    notice = page.get_by_role("alert")
+    expect(notice.get_by_role("heading")).to_have_text("This page needs an admin key", timeout=10_000)
+    expect(notice).to_contain_text("The key you signed in with is a user key")
+    expect(page.locator("main")).not_to_contain_text("Only an admin key may manage")
+    expect(page.locator("#executors")).to_be_hidden()
     context.close()

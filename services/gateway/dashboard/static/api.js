@@ -46,6 +46,45 @@ async function api(path, options) {
 
 async function apiJson(path, options) { return (await api(path, options)).json(); }
 
+function plural(count, one, many) { return `${count} ${count === 1 ? one : many || one + "s"}`; }
+
+// At narrow widths (dashboard.css) each table row is a card of label: value pairs; every cell carries its column's
+// header as data-label, and explicit roles keep the table's semantics once CSS changes how it displays.
+function stackTable(table) {
+  const labels = [...table.querySelectorAll("thead th")].map((th) => {
+    const copy = th.cloneNode(true);
+    for (const hidden of copy.querySelectorAll(".sr-only")) hidden.remove();
+    return copy.textContent.trim();  // "" for a header only screen readers see (a row's actions)
+  });
+  table.setAttribute("role", "table");
+  for (const group of table.querySelectorAll("thead, tbody")) group.setAttribute("role", "rowgroup");
+  for (const header of table.querySelectorAll("thead th")) header.setAttribute("role", "columnheader");
+  for (const row of table.rows) {
+    row.setAttribute("role", "row");
+    let column = 0;
+    for (const cell of row.cells) {
+      if (cell.tagName === "TD") {
+        cell.setAttribute("role", "cell");
+        if (cell.colSpan === 1 && labels[column]) cell.dataset.label = labels[column];
+      }
+      column += cell.colSpan;
+    }
+  }
+}
+
+for (const table of document.querySelectorAll("table")) {
+  table.classList.add("stack");
+  stackTable(table);
+  for (const body of table.tBodies) new MutationObserver(() => stackTable(table)).observe(body, { childList: true });
+}
+
+// A state word (active, revoked, enabled, …) as a badge that never breaks.
+function stateBadge(state) { return el("span", { class: `badge ${state}` }, state); }
+
+// An id shown whole on one line, never broken mid-id (cut with an ellipsis where a card is too narrow; the title
+// and any copy hold the whole id).
+function idText(id, attrs) { return el(attrs && attrs.href ? "a" : "code", Object.assign({ class: "id", title: id }, attrs), id); }
+
 function when(seconds) { return seconds ? new Date(seconds * 1000).toLocaleString() : "—"; }
 
 function progressBar(counts) {
@@ -84,29 +123,48 @@ async function streamEvents(batchId, onEvent, signal) {
   }
 }
 
-const STAGES = { refused: "refused by validation", ran: "ran and failed", not_run: "never ran" };
+const STAGES = { ran: "ran and failed", not_run: "never ran" };
+const LINES_PER_GROUP = 5;  // the errors view lists at most this many line numbers per kind
 
-function renderErrorGroups(container, summary) {
+// One count per kind, from one source: validation errors by kind (`groups`, the validator's true counts; a line may
+// have several errors), and the error file's other lines (ran and failed, never ran) by code. Lines refused by
+// validation are counted there as lines only, never again by code. `refusedLines`: lines with errors, when the
+// caller knows it before the error file exists (the validation verdict's `rejected_lines`).
+function renderErrorGroups(container, summary, refusedLines) {
   container.replaceChildren();
-  if (summary.failed_lines !== null && summary.failed_lines !== undefined) {
-    // The error file's lines: the same count as the status line's "failed".
-    container.append(el("p", { class: "failed-lines" }, `${summary.failed_lines} failed line(s) in the error file` +
-      (summary.failed_lines ? ":" : ".")));
-    if (summary.failed_by_code.length) {
-      container.append(el("ul", { class: "failed-by-code" }, summary.failed_by_code.map((group) =>
-        el("li", { "data-code": group.code }, el("code", {}, group.code), ` × ${group.count} (${STAGES[group.stage]})`))));
+  const fileKnown = summary.failed_lines !== null && summary.failed_lines !== undefined;
+  let refused = refusedLines === undefined ? null : refusedLines;
+  if (fileKnown) {
+    const byStage = summary.failed_by_code.filter((group) => group.stage !== "refused");
+    const refusedHere = summary.failed_by_code.filter((group) => group.stage === "refused");
+    if (refusedHere.length) refused = refusedHere.reduce((sum, group) => sum + group.count, 0);
+    container.append(el("p", { class: "failed-lines" }, `${plural(summary.failed_lines, "failed line")} in the error file`
+      + (summary.failed_lines ? ":" : ".")));
+    const items = [];
+    if (refusedHere.length) {
+      items.push(el("li", { "data-stage": "refused", "data-count": refused },
+        `${refused} refused by validation: their errors by kind are below`));
     }
+    for (const group of byStage) {
+      items.push(el("li", { "data-code": group.code, "data-stage": group.stage, "data-count": group.count },
+        el("code", {}, group.code), ` × ${group.count} (${STAGES[group.stage]}: ${group.title})`));
+    }
+    if (items.length) container.append(el("ul", { class: "failed-by-code" }, items));
   }
   if (!summary.groups.length) {
-    if (summary.failed_lines === null || summary.failed_lines === undefined) container.append(el("p", {}, "No errors."));
+    if (!fileKnown) container.append(el("p", {}, "No errors."));
     return;
   }
-  container.append(el("p", {}, `${summary.total} problem(s) found, of ${summary.groups.length} kind(s):`));
+  const lines = refused === null || refused === undefined ? "" : ` on ${plural(refused, "line")}`;
+  container.append(el("p", { class: "error-total" },
+    `${plural(summary.total, "error")}${lines}, of ${plural(summary.groups.length, "kind")}:`));
   const list = el("ul", { class: "error-groups" });
   for (const group of summary.groups) {
-    list.append(el("li", { class: "error-group", "data-code": group.code },
-      el("h3", {}, `${group.title} `, el("code", {}, group.code), ` × ${group.count}`),
-      el("p", {}, "First lines: ", el("span", { class: "lines" }, group.lines.join(", ") || "—"),
+    list.append(el("li", { class: "error-group", "data-code": group.code, "data-count": group.count },
+      el("h3", {}, `${group.title} `, el("code", {}, group.code), " ",
+        el("span", { class: "count" }, `(${plural(group.count, "error")})`)),
+      el("p", {}, group.lines.length >= LINES_PER_GROUP ? "First lines: " : "Lines: ",
+        el("span", { class: "lines" }, group.lines.join(", ") || "—"),
         group.param ? [" · field ", el("code", {}, group.param)] : null),
       el("p", {}, group.example_message),
       el("p", { class: "fix" }, el("strong", {}, "Fix: "), group.fix)));

@@ -5,6 +5,22 @@ const CANCELLABLE = new Set(["validating", "validated", "in_progress"]);
 
 function row(term, value) { return [el("dt", {}, term), el("dd", {}, value)]; }
 
+// An id no batch of this key has (mistyped, another key's, or never made): say so instead of empty cards.
+function notFound() {
+  document.title = "Batch not found · Sheshnag";
+  document.getElementById("batch").replaceChildren(el("section", { class: "card notice", role: "alert",
+    "aria-labelledby": "not-found-h" },
+  el("h2", { id: "not-found-h" }, "Batch not found"),
+  el("p", {}, "No batch ", idText(batchId), " is visible to the key you signed in with: the id may be mistyped, ",
+    "or the batch belongs to another key."),
+  el("p", {}, el("a", { href: "/dashboard/batches" }, "See your batches"), " or ",
+    el("a", { href: "/dashboard/new" }, "start a new batch"), ".")));
+}
+
+function failed(prefix) {
+  return (error) => { if (error.status === 404) notFound(); else say(`${prefix}${error.message}`, true); };
+}
+
 async function refresh() {
   const batch = await apiJson(`/v1/batches/${batchId}`);
   const usage = batch.usage || {};
@@ -56,7 +72,7 @@ async function follow() {
     document.getElementById("timeline").append(
       el("li", { "data-type": ev.type }, el("time", {}, at), " ", el("strong", {}, ev.type.replace("batch.", "")), " ", describe(ev)));
     clearTimeout(timer);
-    timer = setTimeout(() => refresh().catch((e) => say(e.message, true)), 200);
+    timer = setTimeout(() => refresh().catch(failed("")), 200);
   });
   await refresh();
 }
@@ -71,6 +87,7 @@ document.getElementById("cancel").addEventListener("click", async () => {
 });
 
 if (needKey()) {
-  refresh().catch((e) => say(e.message, true));
-  follow().catch((e) => say(`The live stream stopped: ${e.message}`, true));
+  // The summary first: an unknown id is then said plainly, with no stream to follow.
+  refresh().then(follow, (error) => { failed("")(error); if (error.status !== 404) return follow(); })
+    .catch(failed("The live stream stopped: "));
 }

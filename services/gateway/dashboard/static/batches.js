@@ -25,7 +25,7 @@ async function load() {
   for (const batch of page.data) {
     const finished = batch.completed_at || batch.failed_at || batch.cancelled_at || batch.expired_at;
     body.append(el("tr", { "data-batch-id": batch.id },
-      el("td", {}, el("a", { href: `/dashboard/batches/${batch.id}` }, batch.id)),
+      el("td", {}, idText(batch.id, { href: `/dashboard/batches/${batch.id}` })),
       el("td", {}, el("span", { class: `badge ${batch.status}` }, batch.status)),
       el("td", {}, progressBar(batch.request_counts)),
       el("td", {}, batch.model || "—"), el("td", {}, when(batch.created_at)), el("td", {}, when(finished))));

@@ -16,10 +16,10 @@ async function load(revokedId) {
     const revoke = key.revoked ? null : el("button", { type: "button", class: "danger",
       "aria-label": `Revoke ${key.name} (${key.id})`, onclick: () => revokeKey(key) }, "Revoke");
     body.append(el("tr", { "data-key-id": key.id },
-      el("td", {}, key.name), el("td", {}, el("code", {}, key.id)),
+      el("td", {}, key.name), el("td", {}, idText(key.id)),
       el("td", {}, key.role), el("td", {}, key.user_id || "—"),
       el("td", {}, when(key.created_at)), el("td", {}, when(key.last_used_at)),
-      el("td", { class: "state" }, key.revoked ? "revoked" : "active"), el("td", {}, revoke)));
+      el("td", { class: "state" }, stateBadge(key.revoked ? "revoked" : "active")), el("td", {}, revoke)));
   }
 }
 

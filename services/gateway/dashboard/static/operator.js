@@ -87,11 +87,32 @@ function aggregateCell(a) {
   return a.aggregate_type === "batch" ? el("a", { href: `/dashboard/batches/${a.aggregate_id}` }, name) : name;
 }
 
-function fail(error) { say(`Could not load the overview: ${error.message}`, true); }
+// A key without the admin role is refused every call here (403): say what the page needs, in plain words, once.
+let timer = null;
+function needsAdmin() {
+  clearInterval(timer);
+  if (document.getElementById("needs-admin")) return;
+  for (const part of document.querySelectorAll("#intro, main section")) part.hidden = true;
+  say("");
+  document.getElementById("status").before(el("section", { class: "card notice", id: "needs-admin", role: "alert",
+    "aria-labelledby": "needs-admin-h" },
+  el("h2", { id: "needs-admin-h" }, "This page needs an admin key"),
+  el("p", {}, "The operator view shows the whole fleet, every owner's share of it and billing, so only an "
+    + "administrator's key can open it. The key you signed in with is a user key: it sees your own batches, keys "
+    + "and webhooks."),
+  el("p", {}, "To use this page, ", el("a", { href: "/dashboard/" }, "sign in with an admin key"),
+    " (your administrator can make one). Or go back to ", el("a", { href: "/dashboard/batches" }, "your batches"),
+    ".")));
+}
+
+function fail(error) {
+  if (error.status === 403) needsAdmin();
+  else say(`Could not load the overview: ${error.message}`, true);
+}
 
 if (needKey()) {
   load().catch(fail);
-  setInterval(() => load().catch(fail), 5000);
+  timer = setInterval(() => load().catch(fail), 5000);
   document.getElementById("refresh").addEventListener("click", () => load().catch(fail));
   document.getElementById("grant").addEventListener("submit", grant);
 }

@@ -74,9 +74,9 @@ async function loadKeys(revokedId) {
     const revoke = key.revoked ? null : el("button", { type: "button", class: "danger",
       "aria-label": `Revoke ${key.name} (${key.id})`, onclick: () => revokeKey(providerId, key) }, "Revoke");
     body.append(el("tr", { "data-key-id": key.id },
-      el("td", {}, key.name), el("td", {}, el("code", {}, key.id)),
+      el("td", {}, key.name), el("td", {}, idText(key.id)),
       el("td", {}, when(key.created_at)), el("td", {}, when(key.last_used_at)),
-      el("td", { class: "state" }, key.revoked ? "revoked" : "active"), el("td", {}, revoke)));
+      el("td", { class: "state" }, stateBadge(key.revoked ? "revoked" : "active")), el("td", {}, revoke)));
   }
 }
 
@@ -96,7 +96,7 @@ function memory(m) {
 
 function health(e) {
   const age = e.heartbeat_age_s === null ? "" : ` (heartbeat ${e.heartbeat_age_s}s ago)`;
-  return el("span", { class: `badge ${e.health}` }, e.health, age);
+  return [stateBadge(e.health), age];
 }
 
 async function loadExecutors() {
@@ -110,7 +110,7 @@ async function loadExecutors() {
     const loaded = new Set(e.loaded_models);
     const models = e.models.map((m) => (loaded.has(m) ? `${m} (loaded)` : m)).join(", ") || "—";
     body.append(el("tr", { "data-executor-id": e.id },
-      el("td", {}, el("code", {}, e.id)), el("td", {}, e.provider_id || "—"), el("td", {}, models),
+      el("td", {}, idText(e.id)), el("td", {}, e.provider_id || "—"), el("td", {}, models),
       el("td", {}, memory(e.memory)), el("td", {}, health(e)), el("td", { class: "served" }, e.lines_served)));
   }
 }

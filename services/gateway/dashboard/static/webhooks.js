@@ -12,7 +12,7 @@ async function load() {
       el("td", { class: "wrap" }, el("code", {}, endpoint.url)),
       el("td", { class: "wrap" }, endpoint.events.join(", ")),
       el("td", {}, endpoint.scope === "organization" ? `organisation ${endpoint.organization_id}` : "own batches"),
-      el("td", { class: "state" }, endpoint.enabled ? "enabled" : "disabled"),
+      el("td", { class: "state" }, stateBadge(endpoint.enabled ? "enabled" : "disabled")),
       el("td", { class: "actions" },
         el("button", { type: "button", onclick: () => showDeliveries(endpoint) }, "Deliveries"),
         el("button", { type: "button", onclick: () => toggle(endpoint) }, endpoint.enabled ? "Disable" : "Enable"),
@@ -58,9 +58,9 @@ async function showDeliveries(endpoint) {
         onclick: () => redeliver(endpoint, delivery) }, "Send again");
       body.append(el("tr", { "data-delivery-id": delivery.id },
         el("td", {}, delivery.event.type),
-        el("td", {}, el("a", { href: `/dashboard/batches/${encodeURIComponent(delivery.event.data.id)}` },
-          delivery.event.data.id)),
-        el("td", { class: "state" }, delivery.status),
+        el("td", {}, idText(delivery.event.data.id,
+          { href: `/dashboard/batches/${encodeURIComponent(delivery.event.data.id)}` })),
+        el("td", { class: "state" }, stateBadge(delivery.status)),
         el("td", { class: "wrap" }, attemptsText(delivery)), el("td", {}, again)));
     }
     document.getElementById("deliveries").hidden = false;
