@@ -133,7 +133,7 @@ class Batch(Folded):
 
     def validate(self, sequence: int, at: int, model: str, total_lines: int, error_count: int | None = None,
                  counts_by_code: dict[str, int] | None = None) -> None:
-        if not self.refuses(sequence, "validated", self.status, ("validating",)):
+        if not self.refuses(sequence, "validated", self.status, ("validating", *self._cancelled_validating())):
             self._validated(sequence=sequence, at=at, model=model, total_lines=total_lines,
                             error_count=error_count, counts_by_code=counts_by_code)
 
@@ -141,7 +141,9 @@ class Batch(Folded):
     def _validated(self, sequence: int, at: int, model: str, total_lines: int, error_count: int | None = None,
                    counts_by_code: dict[str, int] | None = None) -> None:
         # Stored Validated events from before the totals fold with the defaults: the published errors' counts.
-        self.last_sequence, self.status, self.model, self.total = sequence, "validated", model, total_lines
+        # Cancelled while validating, the batch stays `cancelling`: the verdict only counts its lines.
+        status = "validated" if self.status == "validating" else self.status
+        self.last_sequence, self.status, self.model, self.total = sequence, status, model, total_lines
         self.times["validated_at"] = at
         self._take_totals(error_count, counts_by_code)
 
@@ -150,10 +152,14 @@ class Batch(Folded):
         if error_count is not None and counts_by_code is not None:
             self.error_total, self.counts_by_code = error_count, dict(counts_by_code)
 
+    def _cancelled_validating(self) -> tuple[str, ...]:
+        """`cancelling` when the cancel came before the validator's verdict (which may then still come)."""
+        return ("cancelling",) if self.status == "cancelling" and "validated_at" not in self.times else ()
+
     def fail_validation(self, sequence: int, at: int, total_lines: int, error_count: int,
                         counts_by_code: dict[str, int], rejected_lines: int | None = None,
                         reason: str | None = None, error_file_id: str | None = None) -> None:
-        if not self.refuses(sequence, "validation_failed", self.status, ("validating",)):
+        if not self.refuses(sequence, "validation_failed", self.status, ("validating", *self._cancelled_validating())):
             self._validation_failed(sequence=sequence, at=at, total_lines=total_lines, error_count=error_count,
                                     counts_by_code=counts_by_code, rejected_lines=rejected_lines, reason=reason,
                                     error_file_id=error_file_id)
@@ -163,10 +169,13 @@ class Batch(Folded):
                            counts_by_code: dict[str, int], rejected_lines: int | None = None,
                            reason: str | None = None, error_file_id: str | None = None) -> None:
         # Stored ValidationFailed events from before the last three fields fold with the defaults.
-        self.last_sequence, self.status, self.total = sequence, "failed", total_lines
+        # Cancelled while validating: the cancel came first and decides, the verdict's error file holds every line.
+        ended = "cancelled" if self.status == "cancelling" else "failed"
+        self.last_sequence, self.status, self.total = sequence, ended, total_lines
         self._take_totals(error_count, counts_by_code)
-        self.times["failed_at"] = at
-        self.status_reason = reason or validation_reason(total_lines, error_count, rejected_lines)
+        self.times[f"{ended}_at"] = at
+        if ended == "failed":
+            self.status_reason = reason or validation_reason(total_lines, error_count, rejected_lines)
         if error_file_id is not None:
             # The error file accounts for every input line: refused ones and those that did not run.
             self.error_file_id, self.failed = error_file_id, total_lines

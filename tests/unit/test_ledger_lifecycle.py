@@ -13,6 +13,7 @@ from contracts.events.batch import (
     BatchExpired,
     BatchFinalizing,
     BatchProgressed,
+    BatchValidationFailed,
     BatchWaiting,
     ShardFinished,
     ValidationProgressed,
@@ -175,6 +176,31 @@ def test_a_finalizing_fact_after_an_accepted_cancel_changes_nothing_and_the_batc
     assert (stream.record().batch.status, stream.record().batch.finalizing_at) == ("cancelling", None)
     stream.fold(cancelled())
     assert stream.record().batch.status == "cancelled" and ledger.anomalies(BATCH) == []
+
+
+def test_a_batch_cancelled_while_validating_counts_its_lines_when_the_verdict_comes_and_ends_cancelled(
+        ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), cancel_requested(), validated(total=10))
+    assert (stream.record().batch.status, stream.record().batch.request_counts.total) == ("cancelling", 10)
+    stream.fold(cancelled())
+    batch = stream.record().batch
+    assert batch.status == "cancelled" and batch.request_counts.model_dump() == {"total": 10, "completed": 4,
+                                                                               "failed": 6}
+    assert ledger.anomalies(BATCH) == []
+
+
+def test_a_batch_cancelled_while_validating_a_file_that_fails_validation_ends_cancelled_with_its_error_file(
+        ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), cancel_requested(),
+                BatchValidationFailed(aggregate_id=BATCH, total_lines=5, error_count=3, rejected_lines=2,
+                                      counts_by_code={"invalid_json": 3}, error_file_id="file-err", occurred_at=at(9)))
+    batch = stream.record().batch
+    assert (batch.status, batch.cancelled_at, batch.failed_at, batch.error_file_id) == (
+        "cancelled", T0 + 9, None, "file-err")
+    assert batch.request_counts.model_dump() == {"total": 5, "completed": 0, "failed": 5}
+    assert ledger.anomalies(BATCH) == []
 
 
 def test_cancelled_without_a_request_is_an_anomaly(ledger: Ledger) -> None:
