@@ -24,6 +24,7 @@ from services.gateway.limits import (
 )
 from services.gateway.observe import observe_middleware
 from services.gateway.readiness import READINESS, Readiness
+from services.gateway.refusal_pacing import REFUSAL_PACER, RefusalPacer
 from services.gateway.request_ids import stamp_request_id
 from services.gateway.routes import ROUTES
 from services.gateway.settings import GatewaySettings
@@ -70,6 +71,8 @@ def create_app(settings: GatewaySettings) -> web.Application:
         await bus.close()
 
     app[READINESS] = Readiness.from_settings(settings.connection)
+    app[REFUSAL_PACER] = RefusalPacer(settings.refusal_pace_budget, settings.refusal_pace_window_s,
+                                      settings.refusal_pace_delay_s)
     app[UPLOAD_SLOTS] = TransferSlots(settings.upload_slots, settings.transfer_slot_wait_s)
     app[DOWNLOAD_SLOTS] = TransferSlots(settings.download_slots, settings.transfer_slot_wait_s)
     app.on_response_prepare.append(stamp_request_id)

@@ -71,6 +71,12 @@ class GatewaySettings(ServiceSettings):
     until the window passes. 0 turns the limit off."""
     auth_failure_window_s: float = 60.0
     """The window `auth_failure_limit` counts unknown keys in."""
+    refusal_pace_budget: int = 1000
+    """Refusals (401, 403, 429) one client address gets answered at once within `refusal_pace_window_s`; past it,
+    each is answered `refusal_pace_delay_s` late, so a client looping on refused requests cannot take the gateway's
+    time from other tenants. 0: never delayed."""
+    refusal_pace_window_s: float = 10.0
+    refusal_pace_delay_s: float = 0.25
     upload_slots: int = 16
     """Uploads one gateway streams to the object store at once; more wait for a slot."""
     download_slots: int = 64
