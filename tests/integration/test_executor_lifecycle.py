@@ -285,6 +285,27 @@ async def test_shards_of_one_batch_run_separately_and_one_finalize_assembles_eve
     assert stored.expires_at == stored.created_at + 3600, "output_expires_after counts from the file's creation"
 
 
+async def test_a_cancel_before_the_finalize_of_finished_shards_ends_the_batch_cancelled_with_every_line_it_ran(
+    bus: EventBus, object_store: ObjectStore, executor: ExecutorSettings,
+) -> None:
+    """The scheduler chose to finalize as completed, but a cancel was accepted first: the log's order decides."""
+    whole = await new_batch(object_store, executor, "/v1/chat/completions", CHAT, [chat(n) for n in range(3)])
+    await run_as_shards(bus, whole, 2)
+    await batch_facts(bus, whole.batch_id, lambda fact: isinstance(fact, ShardFinished) and fact.shard == 1)
+    await batch_facts(bus, whole.batch_id, lambda fact: isinstance(fact, ShardFinished) and fact.shard == 0)
+    await bus.publish(BatchCancelRequested(aggregate_id=whole.batch_id, requested_by_key_id="key_owner"))
+
+    await bus.send(FinalizeBatch(batch_id=whole.batch_id, executor_id=executor.executor_id, reason="completed",
+                                 owner_key_id="key_owner", input_object_key=whole.input_object_key,
+                                 endpoint=whole.endpoint))
+
+    facts = await batch_facts(bus, whole.batch_id, ended)
+    cancelled = facts[-1]
+    assert cancelled.type == "batch.cancelled" and (cancelled.completed, cancelled.failed) == (3, 0)
+    output, errors = await files_of(object_store, whole.batch_id)
+    check_invariant(3, 3, 0, output, errors)
+
+
 async def test_a_stopped_executor_gives_its_batch_in_hand_its_grace_then_the_next_one_resumes_it(
     bus: EventBus, object_store: ObjectStore, connection: ConnectionSettings, tmp_path: Path,
 ) -> None:

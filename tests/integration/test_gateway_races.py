@@ -6,7 +6,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from contracts.events.batch import BatchFinalizing
+from contracts.api.batch import BatchUsage
+from contracts.events.batch import BatchExpired, BatchFinalizing
 from contracts.subjects import READ_MODEL_BUCKET
 from services.runtime.settings import ConnectionSettings
 from tests.integration.gateway_support import Gateway, jsonl, running_gateway
@@ -150,6 +151,36 @@ async def test_a_cancel_after_the_finalizer_began_is_refused_even_before_the_rea
 
     assert cancel.status == 400
     assert (await cancel.json())["error"]["code"] == "batch_not_cancellable"
+
+
+async def test_a_cancel_of_a_batch_that_ended_before_the_cancel_reached_its_log_is_refused(gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    file_id = await upload(gateway, key, "expired")
+    batch = await (await gateway.client.post("/v1/batches", json=body(file_id, hold=True), headers=key)).json()
+    await gateway.bus.publish(BatchExpired(aggregate_id=batch["id"], correlation_id=batch["id"], output_file_id=None,
+                                           error_file_id=None, completed=0, failed=0, usage=BatchUsage()))
+
+    cancel = await gateway.client.post(f"/v1/batches/{batch['id']}/cancel", headers=key)
+
+    assert cancel.status == 400
+    assert (await cancel.json())["error"]["code"] == "batch_not_cancellable"
+
+
+async def test_an_accepted_cancel_answers_cancelling_with_its_time_even_when_it_answers_before_the_ledger(
+        connection: ConnectionSettings) -> None:
+    async with running_gateway(connection, read_your_writes_s=0.0, control_call_burst=1000) as hasty:
+        key = await hasty.new_key()
+        file_id = await upload(hasty, key, "hasty-cancel")
+        for round_ in range(10):
+            created = await hasty.client.post("/v1/batches", json=body(file_id, metadata={"round": str(round_)}),
+                                              headers=key)
+            batch_id = (await created.json())["id"]
+
+            cancel = await hasty.client.post(f"/v1/batches/{batch_id}/cancel", headers=key)
+
+            assert cancel.status == 200, await cancel.text()
+            answer = await cancel.json()
+            assert answer["status"] == "cancelling" and answer["cancelling_at"] is not None, answer
 
 
 async def test_a_list_shows_the_callers_own_creates_and_deletes_even_when_they_answered_before_the_ledger(
