@@ -115,8 +115,7 @@ def test_no_page_or_card_scrolls_sideways_and_no_id_or_badge_breaks(
     batch = client.batches.create(input_file_id=upload(client, [chat_line("w-1", "Hi.", max_tokens=2)]),
                                   endpoint="/v1/chat/completions", completion_window="24h",
                                   metadata={"purpose": json.dumps({"a rather long": "metadata value" * 3})})
-    # Rows in every table with a state: a user key, a worker key, and a webhook whose long URL squeezes its table.
-    admin_post(stack, "/organization/keys", {"name": f"widths-{width}", "role": "user"})
+    # Rows in the tables with a state: a worker key, and a webhook whose long URL squeezes its table.
     provider = admin_post(stack, "/provider/providers", {"name": f"widths-{width}"})
     admin_post(stack, f"/provider/providers/{provider['id']}/worker_keys", {"name": f"rack-{width}"})
     webhook = admin_post(stack, "/webhooks", {"url": f"https://hooks.example.com/a/rather/long/path/for/sheshnag/"

@@ -21,7 +21,12 @@ async function load() {
   const page = await apiJson(query(cursors[cursors.length - 1]));
   const body = document.querySelector("#batches tbody");
   body.replaceChildren();
-  if (!page.data.length) body.append(el("tr", {}, el("td", { colspan: 6 }, "No batches here.")));
+  if (!page.data.length) {
+    const first = cursors.length === 1 && !document.getElementById("status-filter").value
+      && !document.getElementById("search").value.trim();
+    body.append(el("tr", {}, el("td", { colspan: 6 }, "No batches here.", first
+      ? [" ", el("a", { href: "/dashboard/new" }, "Upload a batch file"), " to start one."] : null)));
+  }
   for (const batch of page.data) {
     const finished = batch.completed_at || batch.failed_at || batch.cancelled_at || batch.expired_at;
     body.append(el("tr", { "data-batch-id": batch.id },

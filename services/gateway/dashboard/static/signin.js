@@ -6,7 +6,8 @@ document.getElementById("signin").addEventListener("submit", async (event) => {
   setApiKey(key);
   try {
     const models = await apiJson("/v1/models");
-    say(`Signed in. ${models.data.length} model(s) available.`);
+    say(`Signed in. ${plural(models.data.length, "model")} available. `);
+    document.getElementById("status").append("Next: ", el("a", { href: "/dashboard/new" }, "upload a batch file"), ".");
     showWho();
   } catch (error) {
     setApiKey(null);
