@@ -44,12 +44,27 @@ case "${1:-}" in
       command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium)
     fi
     .venv/bin/ruff check .
-    .venv/bin/mypy contracts services infra bench tests
+    # The type check runs beside the tests (its half minute is mostly one core's); its verdict is read at the end.
+    typecheck_log="$(mktemp)"
+    .venv/bin/mypy contracts services infra bench tests >"$typecheck_log" 2>&1 &
+    typecheck=$!
     # Three workers, each test file on one of them (a file's module fixtures, such as a running stack, start once):
     # most tests wait on brokers, processes and timeouts, so the suite takes about half the wall time.
     # A test failing once (on two shared cores every test races brokers and processes) runs once more; the report
     # lists each rerun ("R"), and a test failing twice fails the run.
-    exec .venv/bin/python -m pytest -n "${SHESHNAG_TEST_WORKERS:-3}" --dist loadfile --reruns 1 -rR --durations=15 "$@"
+    tests=0
+    .venv/bin/python -m pytest -n "${SHESHNAG_TEST_WORKERS:-3}" --dist loadfile --reruns 1 -rR --durations=15 "$@" \
+      || tests=$?
+    typed=0
+    wait "$typecheck" || typed=$?
+    echo "mypy contracts services infra bench tests:"
+    cat "$typecheck_log"
+    rm -f "$typecheck_log"
+    if [ "$typed" -ne 0 ]; then
+      echo "the type check failed (above)" >&2
+      exit "$typed"
+    fi
+    exit "$tests"
     ;;
   *)
     echo "usage: ./run.sh up [--port 8080] [--data-dir DIR] | ./run.sh test [pytest args]" >&2
