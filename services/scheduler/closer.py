@@ -135,7 +135,7 @@ class Closer:
             await self.bus.publish(BatchFinalizing(aggregate_id=command.batch_id, attempt=0))
             batch_log = await read_batch_log(self.bus, command.batch_id)  # a cancel before it decides
         outcome = batch_log.outcome(command.reason)
-        code = batch_log.cancel_code if outcome == "cancelled" else command.code
+        code = command.code if outcome == command.reason else batch_log.cancel_code  # a cancel came first
         finalizer = Finalizer(self.bus, self.store, GuardedResults(self.store))
         await finalizer.finalize(command, outcome, counts_as_committed(batch_log.announced), code=code,
                                  holds=batch_log.holds_line)
