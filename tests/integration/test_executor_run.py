@@ -2,6 +2,7 @@
 
 import asyncio
 import contextlib
+import itertools
 import json
 import secrets
 from collections.abc import AsyncIterator
@@ -101,6 +102,17 @@ async def events_until(bus: EventBus, subject: str, done: str, attempt: int | No
     return events
 
 
+def assert_chunked(events: list[Event], lines: int, completed: int, failed: int, chunk_lines: int) -> None:
+    """What holds however the clock cut the chunks (one closes at `chunk_lines` lines, or earlier once its first
+    line waited `chunk_max_wait_s`): numbered 0, 1, … once each, counts cumulative, each of 1 to `chunk_lines`
+    lines, the last counting every line."""
+    progress = [(e["chunk"], e["completed"], e["failed"]) for e in events if e["type"] == "batch.progressed"]
+    assert [chunk for chunk, _, _ in progress] == list(range(len(progress)))
+    done = [0] + [ok + bad for _, ok, bad in progress]
+    assert all(1 <= after - before <= chunk_lines for before, after in itertools.pairwise(done)), progress
+    assert progress[-1][1:] == (completed, failed) and done[-1] == lines
+
+
 async def command_acked(bus: EventBus, executor_id: str, commands: int) -> None:
     for _ in range(300):
         info = await bus.js.consumer_info(WORK_STREAM, executor_durable(executor_id))
@@ -118,11 +130,11 @@ async def test_a_batch_runs_to_output_and_error_files_and_a_late_retry_of_it_doe
     await bus.send(command)
 
     events = await events_until(bus, batch_events(batch_id), "batch.completed")
-    assert [event["type"] for event in events] == [
-        "batch.started", "batch.progressed", "batch.progressed", "batch.finalizing", "batch.completed"]
+    types = [event["type"] for event in events]
+    assert types[0] == "batch.started" and types[-2:] == ["batch.finalizing", "batch.completed"]
+    assert set(types[1:-2]) == {"batch.progressed"}
     assert events[0]["engine"] == "llamacpp" and events[0]["executor_id"] == executor.executor_id
-    progress = [(event["chunk"], event["completed"], event["failed"]) for event in events[1:3]]
-    assert progress[1] == (1, 3, 1) and progress[0][0] == 0 and progress[0][1] + progress[0][2] == 2
+    assert_chunked(events, lines=4, completed=3, failed=1, chunk_lines=2)
     completed = BatchCompleted.model_validate(events[-1])
     assert (completed.completed, completed.failed) == (3, 1)
     assert completed.output_file_id == output_file_id(batch_id)
@@ -190,8 +202,10 @@ async def test_a_redelivered_command_resumes_after_the_chunks_its_crashed_delive
 
     events = await events_until(bus, batch_events(batch_id), "batch.completed")
     progress = [(e["chunk"], e["completed"], e["failed"]) for e in events if e["type"] == "batch.progressed"]
-    assert [chunk for chunk, _, _ in progress] == [0, 1, 2]
-    assert progress[0] == (0, 1, 0) and sum(progress[1][1:]) == 3 and progress[2] == (2, 3, 1)
+    assert progress[0] == (0, 1, 0), "the first delivery's chunk is kept and announced first"
+    assert_chunked(events, lines=4, completed=3, failed=1, chunk_lines=2)
     output = await object_store.get_bytes(input_object_key(output_file_id(batch_id)))
-    first = json.loads(output.splitlines()[0])
-    assert first["custom_id"] == "greet" and first["response"]["body"] == {"marker": "from the first delivery"}
+    errors = await object_store.get_bytes(input_object_key(error_file_id(batch_id)))
+    rows = [json.loads(row) for row in output.splitlines() + errors.splitlines()]
+    assert sorted(row["custom_id"] for row in rows) == ["color", "count", "greet", "too-long"], "every line once"
+    assert rows[0]["custom_id"] == "greet" and rows[0]["response"]["body"] == {"marker": "from the first delivery"}
