@@ -102,6 +102,13 @@ ENGINE_PARAMETERS: Final = MappingProxyType({
         "temperature", "top_p", "top_k", "seed", "stop", "n", "repetition_penalty", "ignore_eos",
         "chat_template_kwargs",
     }),
+    # Answers at once with a fixed body (bench/control_plane.py): takes what llama.cpp takes, tools aside, so a
+    # benchmark's lines validate as they would for the default model.
+    "simulated": _HARMLESS | frozenset({
+        "messages", "prompt", "input", "instructions", "max_tokens", "max_completion_tokens", "max_output_tokens",
+        "temperature", "top_p", "seed", "stop", "presence_penalty", "frequency_penalty", "top_k", "min_p",
+        "ignore_eos", "n", "encoding_format", "chat_template_kwargs",
+    }),
 })
 
 
@@ -115,6 +122,7 @@ ENGINE_PARAMETERS_SINCE: Final[MappingProxyType[EngineName, tuple[tuple[str, fro
             "presence_penalty", "frequency_penalty", "repetition_penalty", "min_p"})),),
         "llamacpp": (),
         "transformers": (),
+        "simulated": (),
     })
 """Parameters an engine honours only from a release on: (first release, parameters), oldest first."""
 
@@ -168,6 +176,7 @@ ENGINE_MODALITIES: Final[MappingProxyType[EngineName, frozenset[Modality]]] = Ma
     "llamacpp": frozenset({"text"}),
     "tensorrt_llm": frozenset({"text"}),
     "transformers": frozenset({"text"}),
+    "simulated": frozenset({"text"}),
 })
 """The inputs each engine can read; a content part of any other kind is `multimodal_unavailable`."""
 

@@ -7,7 +7,9 @@ from pydantic import BaseModel, Field, model_validator
 from contracts.events.envelope import Event
 from contracts.permissions import EXECUTOR_ID_PATTERN
 
-EngineName = Literal["llamacpp", "tensorrt_llm", "transformers"]
+EngineName = Literal["llamacpp", "tensorrt_llm", "transformers", "simulated"]
+"""`simulated` answers at once and computes nothing (bench/control_plane.py): only a catalogue entry naming it
+uses it."""
 MAX_ADVERTISED_MODELS = 256
 MAX_DEVICES = 64
 MAX_SLOTS = 4096

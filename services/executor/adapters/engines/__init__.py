@@ -17,4 +17,8 @@ def create_engine(name: EngineName, n_threads: int) -> Engine:
         from services.executor.adapters.engines.transformers_engine import TransformersEngine
 
         return TransformersEngine(n_threads=n_threads)
+    if name == "simulated":
+        from services.executor.adapters.engines.simulated import SimulatedEngine
+
+        return SimulatedEngine()
     raise NotImplementedError(f"engine {name!r} is not available in this build")
