@@ -9,8 +9,9 @@ import pytest
 from openai import OpenAI
 from openai.types import Batch
 
+from contracts.lifecycle import TERMINAL
 from tests.e2e.conftest import RunningStack
-from tests.factories import chat_line, long_lines, upload, wait_until_done
+from tests.factories import chat_line, long_lines, run_batch, upload, wait_until_done
 
 pytestmark = pytest.mark.e2e
 
@@ -81,6 +82,76 @@ def test_cancelling_a_running_batch_keeps_what_ran_and_files_the_rest_as_batch_c
     with pytest.raises(openai.BadRequestError) as again:
         client.batches.cancel(created.id)
     assert again.value.code == "batch_not_cancellable"
+
+
+def until_running(client: OpenAI, batch_id: str, lines_done: int = 0) -> None:
+    """Until the batch runs (and has `lines_done` lines committed), or has ended."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        batch = client.batches.retrieve(batch_id)
+        done = batch.request_counts.completed + batch.request_counts.failed if batch.request_counts else 0
+        if batch.status in TERMINAL or (batch.status == "in_progress" and done >= lines_done):
+            return
+        time.sleep(0.01)
+
+
+def cancel(client: OpenAI, batch_id: str) -> Batch | None:
+    """The answer to a cancel: an accepted one is `cancelling` (or already `cancelled`) since `cancelling_at`;
+    None when the batch was past the point of no return (400 `batch_not_cancellable`)."""
+    try:
+        answer = client.batches.cancel(batch_id)
+    except openai.BadRequestError as refused:
+        assert refused.code == "batch_not_cancellable"
+        return None
+    assert answer.status in ("cancelling", "cancelled") and answer.cancelling_at is not None, answer.model_dump()
+    return answer
+
+
+def test_every_accepted_cancel_of_a_one_line_batch_answers_cancelling_and_ends_cancelled(stack: RunningStack) -> None:
+    """Raced right after create and while running, 16 times: a cancel the API accepted always ends `cancelled`
+    (the line in the output file if it ran), and one it refused always ends `completed`."""
+    client = stack.client()
+    file_id = upload(client, [chat_line("only", "Say hi.")])
+    ended = []
+    for round_ in range(16):
+        created = client.batches.create(input_file_id=file_id, endpoint="/v1/chat/completions",
+                                        completion_window="24h", metadata={"round": str(round_)})
+        if round_ % 2:
+            until_running(client, created.id)
+        answer = cancel(client, created.id)
+        batch, _ = wait_until_done(client, created.id)
+        ended.append((answer is not None, batch.status))
+        accounted(client, batch, ["only"])
+    assert all(status == ("cancelled" if accepted else "completed") for accepted, status in ended), ended
+
+
+@pytest.mark.parametrize("running", [False, True], ids=["right_after_create", "while_running"])
+def test_a_cancel_of_a_20_line_batch_answers_cancelling_and_ends_cancelled_with_what_ran(
+        stack: RunningStack, running: bool) -> None:
+    client = stack.client()
+    ids = [f"t-{i}" for i in range(20)]
+    created = client.batches.create(input_file_id=upload(client, long_lines(ids)), endpoint="/v1/chat/completions",
+                                    completion_window="24h")
+    if running:
+        until_running(client, created.id, lines_done=1)
+    answer = cancel(client, created.id)
+    assert answer is not None
+    batch, _ = wait_until_done(client, created.id)
+    assert batch.status == "cancelled" and batch.cancelling_at == answer.cancelling_at, batch.model_dump()
+    output, errors = accounted(client, batch, ids)
+    assert errors and all(line["error"]["code"] == "batch_cancelled" for line in errors)
+    assert all(line["response"]["status_code"] == 200 for line in output)
+    assert len(output) >= running, "the lines that finished before the cancel are in the output file"
+
+
+def test_a_cancel_of_a_batch_past_the_point_of_no_return_is_refused(stack: RunningStack) -> None:
+    client = stack.client()
+    batch = run_batch(client, upload(client, [chat_line("done", "Say hi.")]))
+    assert batch.status == "completed"
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.batches.cancel(batch.id)
+    assert refused.value.code == "batch_not_cancellable"
+    assert client.batches.retrieve(batch.id).status == "completed"
 
 
 def test_a_batch_that_outlives_its_completion_window_expires_with_every_line_accounted_for(
