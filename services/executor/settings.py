@@ -16,7 +16,8 @@ class ExecutorSettings(ServiceSettings):
     worker_key: str = ""
     """The worker key (`wk-…`) an operator or provider created; without one the scheduler assigns nothing."""
     engine: EngineName = "llamacpp"
-    """The inference engine: `llamacpp` (CPU, the embedded default) or `tensorrt_llm` (NVIDIA GPUs)."""
+    """The inference engine: `llamacpp` (CPU, the embedded default), `tensorrt_llm` (NVIDIA GPUs), `transformers`
+    (PyTorch, GPU or CPU), or `simulated` (answers at once, computes nothing: bench/control_plane.py only)."""
     models: list[str] = Field(default_factory=list)
     """Catalogue ids (or aliases) to serve; empty means every catalogue model of `engine`."""
     preload_models: list[str] | None = None
