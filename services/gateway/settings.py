@@ -76,7 +76,9 @@ class GatewaySettings(ServiceSettings):
     each is answered `refusal_pace_delay_s` late, so a client looping on refused requests cannot take the gateway's
     time from other tenants. 0: never delayed."""
     refusal_pace_window_s: float = 10.0
+    """The window `refusal_pace_budget` counts refusals in."""
     refusal_pace_delay_s: float = 0.25
+    """How late each refusal past the budget is answered (a client looping on them makes four a second)."""
     upload_slots: int = 16
     """Uploads one gateway streams to the object store at once; more wait for a slot."""
     download_slots: int = 64
