@@ -20,6 +20,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,11 +110,16 @@ async def new_owner(http: aiohttp.ClientSession, base: str, n: int) -> Client:
         return Client(http, base, str((await answer.json())["value"]))
 
 
-async def stream_state(stack: RunningStack) -> tuple[int, int]:
+async def stream_state(stack: RunningStack) -> tuple[int, int, Counter[str]]:
+    """The event stream's facts and bytes, and its facts by kind and name (`batch.progressed`, …)."""
     connection = await nats.connect(core_nats_url(stack))
     try:
-        state = (await connection.jetstream().stream_info(EVENTS_STREAM)).state
-        return state.messages, state.bytes
+        info = await connection.jetstream().stream_info(EVENTS_STREAM, subjects_filter=">")
+        by_name: Counter[str] = Counter()
+        for subject, count in (info.state.subjects or {}).items():
+            parts = subject.split(".")
+            by_name[f"{parts[1]}.{parts[-1]}"] += count
+        return info.state.messages, info.state.bytes, by_name
     finally:
         await connection.close()
 
@@ -127,19 +133,20 @@ class Measured:
     cpu: dict[str, float]
     facts: int
     fact_bytes: int
+    by_name: Counter[str]
 
 
 async def measure(stack: RunningStack, name: str, batches: int, total_lines: int,
                   work: Callable[[], Awaitable[None]]) -> Measured:
     processes = pids(stack)
-    facts0, bytes0 = await stream_state(stack)
+    facts0, bytes0, names0 = await stream_state(stack)
     cpu0 = {process: cpu_s(pid) for process, pid in processes.items()}
     started = time.monotonic()
     await work()
     wall = time.monotonic() - started
     cpu = {process: cpu_s(pid) - cpu0[process] for process, pid in processes.items()}
-    facts1, bytes1 = await stream_state(stack)
-    return Measured(name, batches, total_lines, wall, cpu, facts1 - facts0, bytes1 - bytes0)
+    facts1, bytes1, names1 = await stream_state(stack)
+    return Measured(name, batches, total_lines, wall, cpu, facts1 - facts0, bytes1 - bytes0, names1 - names0)
 
 
 async def one_large_batch(owner: Client, count: int) -> None:
@@ -183,7 +190,7 @@ async def run(args: argparse.Namespace, data_dir: Path, catalogue: Path) -> None
     stack = start_stack(data_dir, port, {
         "SHESHNAG_CATALOGUE_PATH": str(catalogue), "SHESHNAG_EXECUTOR_ENGINE": "simulated",
         "SHESHNAG_GATEWAY_CONTROL_CALLS_PER_S": "100000", "SHESHNAG_GATEWAY_CONTROL_CALL_BURST": "100000",
-        "SHESHNAG_GATEWAY_MAX_ACTIVE_BATCHES": "100000"})
+        "SHESHNAG_GATEWAY_MAX_ACTIVE_BATCHES": "100000", **dict(setting.split("=", 1) for setting in args.env)})
     base = f"http://127.0.0.1:{port}"
     rows = []
     singles: list[float] = []
@@ -207,6 +214,10 @@ async def run(args: argparse.Namespace, data_dir: Path, catalogue: Path) -> None
     print("\nCPU of each process, ms per line (the large batch) or per batch (the small ones); facts and bytes "
           "appended to the EVENTS stream per line or per batch\n")
     print(table(rows))
+    for row in rows:
+        per = row.lines if row.batches == 1 else row.batches
+        print(f"\nfacts per {'line' if row.batches == 1 else 'batch'}, {row.name}: " + ", ".join(
+            f"{name} {count / per:.3f}" for name, count in row.by_name.most_common()))
     print(f"\n1-line batch, create -> completed on an idle stack: p50 {statistics.median(singles):.0f} ms, "
           f"p90 {statistics.quantiles(singles, n=10)[8]:.0f} ms ({len(singles)} batches; polled every 20 ms)")
 
@@ -217,6 +228,8 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=2_000)
     parser.add_argument("--owners", type=int, default=50)
     parser.add_argument("--singles", type=int, default=20)
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting for the stack (e.g. SHESHNAG_EXECUTOR_CHUNK_LINES=256), to compare")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         asyncio.run(run(args, Path(tmp) / "data", write_catalogue(Path(tmp))))
