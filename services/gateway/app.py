@@ -14,14 +14,7 @@ from services.gateway.dashboard.pages import add_dashboard
 from services.gateway.errors import error_middleware
 from services.gateway.fleet_gauges import fleet_gauges
 from services.gateway.key_usage import keys_kept_fresh
-from services.gateway.limits import (
-    CONTROL_LIMITER,
-    DOWNLOAD_SLOTS,
-    UPLOAD_SLOTS,
-    ControlCallLimiter,
-    SharedControlCallLimiter,
-    TransferSlots,
-)
+from services.gateway.limits import CONTROL_LIMITER, ControlCallLimiter, SharedControlCallLimiter
 from services.gateway.observe import observe_middleware
 from services.gateway.readiness import READINESS, Readiness
 from services.gateway.refusal_pacing import REFUSAL_PACER, RefusalPacer
@@ -30,6 +23,14 @@ from services.gateway.routes import ROUTES
 from services.gateway.settings import GatewaySettings
 from services.gateway.shared_state import SharedState
 from services.gateway.sweeper import file_sweeper
+from services.gateway.transfer_slots import (
+    DOWNLOAD_SLOTS,
+    UPLOAD_SLOTS,
+    UPLOADS_IN_FLIGHT,
+    FairSlots,
+    UploadsInFlight,
+    upload_address_middleware,
+)
 from services.gateway.webhooks.deliverer import webhook_deliverer
 from services.runtime import metrics
 from services.runtime.bus import EventBus
@@ -43,7 +44,8 @@ from services.runtime.revocations import RevocationCheck
 
 def create_app(settings: GatewaySettings) -> web.Application:
     metrics.register("gateway")
-    app = web.Application(middlewares=[observe_middleware, error_middleware, auth_middleware],
+    app = web.Application(middlewares=[observe_middleware, error_middleware, upload_address_middleware,
+                                       auth_middleware],
                           client_max_size=settings.max_upload_bytes + 1024 * 1024)
 
     async def connections(app: web.Application) -> AsyncIterator[None]:
@@ -73,8 +75,11 @@ def create_app(settings: GatewaySettings) -> web.Application:
     app[READINESS] = Readiness.from_settings(settings.connection)
     app[REFUSAL_PACER] = RefusalPacer(settings.refusal_pace_budget, settings.refusal_pace_window_s,
                                       settings.refusal_pace_delay_s)
-    app[UPLOAD_SLOTS] = TransferSlots(settings.upload_slots, settings.transfer_slot_wait_s)
-    app[DOWNLOAD_SLOTS] = TransferSlots(settings.download_slots, settings.transfer_slot_wait_s)
+    app[UPLOAD_SLOTS] = FairSlots(settings.upload_slots, settings.upload_slots_per_owner,
+                                  settings.transfer_slot_wait_s)
+    app[DOWNLOAD_SLOTS] = FairSlots(settings.download_slots, settings.download_slots_per_owner,
+                                    settings.transfer_slot_wait_s)
+    app[UPLOADS_IN_FLIGHT] = UploadsInFlight(settings.uploads_per_address)
     app.on_response_prepare.append(stamp_request_id)
     app.cleanup_ctx.append(connections)
     app.cleanup_ctx.append(keys_kept_fresh(lambda key: app[KEY_CACHE].forget(key)))

@@ -1,11 +1,9 @@
 """Limits: control calls per owner (a user's keys together, or a key of no user: a token bucket shared by every
-gateway, 429 with Retry-After) and transfers per gateway (bounded slots)."""
+gateway, 429 with Retry-After). Transfers per gateway are `transfer_slots.py`'s."""
 
-import asyncio
-import contextlib
 import math
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -79,28 +77,3 @@ async def charge_control_call(request: web.Request) -> None:
         retry_after = max(1, math.ceil(min(wait, 120.0)))
         raise ApiError(429, f"Too many control calls for this account; retry in {retry_after}s.", "rate_limit_error",
                        "rate_limit_exceeded", retry_after_s=retry_after)
-
-
-class TransferSlots:
-    """At most `slots` uploads (or downloads) at once; one more waits up to `wait_s` for a slot, then gets 503."""
-
-    def __init__(self, slots: int, wait_s: float) -> None:
-        self.semaphore = asyncio.Semaphore(slots)
-        self.wait_s = wait_s
-
-    @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        try:
-            async with asyncio.timeout(self.wait_s):
-                await self.semaphore.acquire()
-        except TimeoutError:
-            raise ApiError(503, "The server is busy with other transfers; retry shortly.", "server_error",
-                           "server_busy", retry_after_s=5) from None
-        try:
-            yield
-        finally:
-            self.semaphore.release()
-
-
-UPLOAD_SLOTS = web.AppKey("upload_slots", TransferSlots)
-DOWNLOAD_SLOTS = web.AppKey("download_slots", TransferSlots)

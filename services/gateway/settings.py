@@ -3,7 +3,7 @@
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
 from services.gateway.webhooks.targets import parse_networks
@@ -79,10 +79,29 @@ class GatewaySettings(ServiceSettings):
     """The window `refusal_pace_budget` counts refusals in."""
     refusal_pace_delay_s: float = 0.25
     """How late each refusal past the budget is answered (a client looping on them makes four a second)."""
-    upload_slots: int = 16
-    """Uploads one gateway streams to the object store at once; more wait for a slot."""
-    download_slots: int = 64
-    """File downloads one gateway streams at once; more wait for a slot."""
+    upload_slots: int = Field(default=16, ge=1)
+    """Uploads one gateway streams to the object store at once; more wait for a slot, served owner by owner in
+    turn (an owner's waiting uploads never go before another owner's)."""
+    upload_slots_per_owner: int = Field(default=4, ge=1)
+    """Upload slots one owner (a user, all their keys together, or a key of no user) may hold at once on one
+    gateway; their further uploads wait in their own line, so one client's stalled or slow uploads never hold the
+    slots others need."""
+    uploads_per_address: int = Field(default=32, ge=0)
+    """Uploads one client address may have in flight at once on one gateway (holding a slot or waiting for one),
+    counted before authentication, so uploads with no key or a wrong one count too; past it, 429
+    `too_many_uploads`. 0: no cap (a gateway behind a proxy that hides client addresses)."""
+    upload_min_bytes_per_s: float = Field(default=4096.0, ge=0)
+    """The slowest an upload's body may arrive once it holds a slot: one that brings fewer than this many bytes a
+    second over a whole `upload_min_rate_window_s` of the gateway waiting for it is cut with 408
+    `request_timeout`, freeing its slot (time the object store takes is not counted). 0: no minimum (only
+    `client_idle_timeout_s` applies)."""
+    upload_min_rate_window_s: float = Field(default=10.0, gt=0)
+    """The window `upload_min_bytes_per_s` is measured over: an upload holding a slot is cut within about this long
+    once it stalls or trickles."""
+    download_slots: int = Field(default=64, ge=1)
+    """File downloads one gateway streams at once; more wait for a slot, served owner by owner in turn."""
+    download_slots_per_owner: int = Field(default=16, ge=1)
+    """Download slots one owner may hold at once on one gateway; their further downloads wait in their own line."""
     transfer_slot_wait_s: float = 30.0
     """How long an upload or download waits for a slot before it gets 503 `server_busy` with Retry-After."""
     client_idle_timeout_s: float = 30.0

@@ -13,6 +13,7 @@ from aiohttp import BodyPartReader
 from minio.error import S3Error
 
 from contracts.billing import FileDemand
+from services.gateway.body_pace import BodyPace
 from services.gateway.demand import DemandCounter
 from services.gateway.errors import ApiError, bad_request
 from services.runtime.objectstore import TRANSIENT, ObjectStore
@@ -37,19 +38,14 @@ def check_jsonl_start(head: bytes) -> None:
                           "invalid_file_format", "file")
 
 
-def client_stalled(idle_s: float) -> ApiError:
-    return ApiError(408, f"The upload sent no bytes for {idle_s:.0f}s; send the whole body (as its Content-Length "
-                    "says) and try again.", code="request_timeout", param="file")
-
-
 def store_unavailable(error: BaseException) -> ApiError:
     return ApiError(503, f"The object store is unavailable ({type(error).__name__}); nothing was stored. Try again "
                     "shortly.", "server_error", "object_store_unavailable", retry_after_s=5)
 
 
 async def stream_part_to_store(part: BodyPartReader, store: ObjectStore, key: str, max_bytes: int,
-                               idle_s: float, store_s: float) -> StoredUpload:
-    """Copy the file part into the store under `key`. `idle_s`: longest wait for the client's next bytes;
+                               pace: BodyPace, store_s: float) -> StoredUpload:
+    """Copy the file part into the store under `key`. `pace`: how long the client's next bytes may take;
     `store_s`: longest wait for the store to take one part."""
     writer = store.writer(key, "application/jsonl")
     digest = hashlib.sha256()
@@ -59,11 +55,7 @@ async def stream_part_to_store(part: BodyPartReader, store: ObjectStore, key: st
     head = b""
     try:
         while True:
-            try:
-                async with asyncio.timeout(idle_s):
-                    chunk = await part.read_chunk(CHUNK)
-            except TimeoutError:
-                raise client_stalled(idle_s) from None
+            chunk = await pace.read(part.read_chunk(CHUNK))
             if not chunk:
                 break
             size += len(chunk)

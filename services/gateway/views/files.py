@@ -22,11 +22,13 @@ from contracts.readmodel import FileRecord
 from contracts.subjects import file_fact, input_object_key
 from services.gateway.admission import ADMISSION, Holdings
 from services.gateway.auth import principal
+from services.gateway.body_pace import BodyPace, client_stalled
 from services.gateway.context import Deps, deps
 from services.gateway.disposition import content_disposition
 from services.gateway.errors import ApiError, bad_request, not_found
-from services.gateway.limits import DOWNLOAD_SLOTS, UPLOAD_SLOTS, charge_control_call
-from services.gateway.upload import StoredUpload, client_stalled, store_unavailable, stream_part_to_store
+from services.gateway.limits import charge_control_call
+from services.gateway.transfer_slots import DOWNLOAD_SLOTS, UPLOAD_SLOTS
+from services.gateway.upload import StoredUpload, store_unavailable, stream_part_to_store
 from services.gateway.views.paging import MAX_FILES_LIMIT, page_after, parse_limit
 from services.runtime.bus import Fence, FenceMoved
 from services.runtime.facts import last_fact
@@ -111,17 +113,16 @@ class _Upload:
         self.stored: StoredUpload | None = None
         self.filename = "upload.jsonl"
 
-    async def read(self, reader: MultipartReader, d: Deps, object_key: str) -> None:
-        idle_s = d.settings.client_idle_timeout_s
-        while (part := await _within(idle_s, reader.next())) is not None:
+    async def read(self, reader: MultipartReader, d: Deps, object_key: str, pace: BodyPace) -> None:
+        while (part := await pace.read(reader.next())) is not None:
             if not isinstance(part, BodyPartReader):
                 raise bad_request("Nested multipart bodies are not accepted.", "invalid_multipart")
             if part.name == "file" and self.stored is None:
                 self.filename = part.filename or self.filename
                 self.stored = await stream_part_to_store(part, d.store, object_key, d.settings.max_upload_bytes,
-                                                         idle_s, d.settings.object_store_timeout_s)
+                                                         pace, d.settings.object_store_timeout_s)
             elif part.name in ("purpose", "expires_after", "expires_after[anchor]", "expires_after[seconds]"):
-                self.fields[part.name] = await _within(idle_s, form_field(part))
+                self.fields[part.name] = await pace.read(form_field(part))
 
     def expires_after_s(self) -> int | None:
         if "expires_after" in self.fields:
@@ -149,9 +150,13 @@ async def discard_object(d: Deps, object_key: str) -> None:
 
 async def _read_upload(request: web.Request, d: Deps, object_key: str) -> _Upload:
     upload = _Upload()
+    settings = d.settings
     try:
-        async with request.app[UPLOAD_SLOTS].slot():
-            await upload.read(await request.multipart(), d, object_key)
+        async with request.app[UPLOAD_SLOTS].slot(principal(request).owner):
+            # The pace starts with the slot: time spent waiting for one is never the client's.
+            pace = BodyPace(lambda: request.content.total_bytes, settings.client_idle_timeout_s,
+                            settings.upload_min_bytes_per_s, settings.upload_min_rate_window_s)
+            await upload.read(await request.multipart(), d, object_key, pace)
     except (ValueError, AssertionError, LookupError, HttpProcessingError) as broken:
         # aiohttp's multipart parser says "malformed" with these; nothing of the upload is kept.
         if upload.stored is not None:
@@ -275,7 +280,7 @@ async def retrieve_file(request: web.Request) -> web.Response:
 async def file_content(request: web.Request) -> web.StreamResponse:
     d = deps(request)
     record = await owned_file(request, request.match_info["file_id"])
-    async with request.app[DOWNLOAD_SLOTS].slot():
+    async with request.app[DOWNLOAD_SLOTS].slot(principal(request).owner):
         try:
             chunks = d.store.iter_chunks(record.object_key)
             first = await anext(chunks, b"")

@@ -1,0 +1,144 @@
+"""Transfer slots per gateway, shared fairly: a pool of uploads (or downloads) at once, at most a few of them one
+owner's, the waiting ones served owner by owner in turn; and a cap on the uploads one client address has in flight,
+counted before its key is even looked at.
+
+In memory, per gateway process: a slot is a share of this process's streams to the object store, nothing to share
+across gateways. Every count comes back on every path (an answer, an error, a client gone, a cancelled handler).
+"""
+
+import asyncio
+import contextlib
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from services.gateway.errors import ApiError
+
+
+def server_busy() -> ApiError:
+    return ApiError(503, "The server is busy with other transfers; retry shortly.", "server_error", "server_busy",
+                    retry_after_s=5)
+
+
+@dataclass
+class FairSlots:
+    """At most `slots` transfers at once, at most `per_owner` of them one owner's. A transfer that cannot have a
+    slot waits in its owner's line (first come, first served within it) up to `wait_s`, then gets 503; a freed slot
+    goes to the next owner in turn whose own slots are under `per_owner`, so one owner's waiting transfers, however
+    many, never go before another's."""
+
+    slots: int
+    per_owner: int
+    wait_s: float
+    in_use: int = 0
+    held: dict[str, int] = field(default_factory=dict)
+    """Slots in use, by owner (owners holding none are not kept)."""
+    lines: OrderedDict[str, deque[asyncio.Future[None]]] = field(default_factory=OrderedDict)
+    """The waiting transfers of each owner that has some, owners in the order they are served next."""
+
+    def waiting(self) -> int:
+        return sum(len(line) for line in self.lines.values())
+
+    @contextlib.asynccontextmanager
+    async def slot(self, owner: str) -> AsyncIterator[None]:
+        await self._acquire(owner)
+        try:
+            yield
+        finally:
+            self._release(owner)
+
+    def _may_take(self, owner: str) -> bool:
+        return self.in_use < self.slots and self.held.get(owner, 0) < min(self.per_owner, self.slots)
+
+    def _take(self, owner: str) -> None:
+        self.in_use += 1
+        self.held[owner] = self.held.get(owner, 0) + 1
+
+    async def _acquire(self, owner: str) -> None:
+        if owner not in self.lines and self._may_take(owner):
+            self._take(owner)
+            return
+        granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.lines.setdefault(owner, deque()).append(granted)
+        try:
+            async with asyncio.timeout(self.wait_s):
+                await granted
+        except BaseException as stopped:
+            if granted.done() and not granted.cancelled():
+                self._release(owner)  # the slot came as the wait ended: pass it on
+            else:
+                self._leave_line(owner, granted)
+            if isinstance(stopped, TimeoutError):
+                raise server_busy() from None
+            raise
+
+    def _leave_line(self, owner: str, granted: asyncio.Future[None]) -> None:
+        line = self.lines.get(owner)
+        if line is not None and granted in line:
+            line.remove(granted)
+            if not line:
+                del self.lines[owner]
+
+    def _release(self, owner: str) -> None:
+        self.in_use -= 1
+        self.held[owner] -= 1
+        if not self.held[owner]:
+            del self.held[owner]
+        self._serve()
+
+    def _serve(self) -> None:
+        """Hand free slots to the waiting owners in turn, each served owner going to the back."""
+        while self.in_use < self.slots:
+            owner = next((o for o in self.lines if self._may_take(o)), None)
+            if owner is None:
+                return
+            line = self.lines[owner]
+            granted = line.popleft()
+            if line:
+                self.lines.move_to_end(owner)
+            else:
+                del self.lines[owner]
+            if granted.done():  # its wait was cancelled a moment ago; its handler has not run since
+                continue
+            self._take(owner)
+            granted.set_result(None)
+
+
+@dataclass
+class UploadsInFlight:
+    """At most `per_address` uploads of one client address in flight at once (0: no cap), counted from before
+    authentication: keys or no keys, one address cannot open uploads without bound. Past it, 429."""
+
+    per_address: int
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @contextlib.asynccontextmanager
+    async def admitted(self, address: str) -> AsyncIterator[None]:
+        if self.per_address > 0 and self.counts.get(address, 0) >= self.per_address:
+            raise ApiError(429, f"Too many uploads from this address at once (at most {self.per_address}); finish "
+                           "some first.", "rate_limit_error", "too_many_uploads", retry_after_s=5)
+        self.counts[address] = self.counts.get(address, 0) + 1
+        try:
+            yield
+        finally:
+            self.counts[address] -= 1
+            if not self.counts[address]:
+                del self.counts[address]
+
+
+UPLOAD_SLOTS = web.AppKey("upload_slots", FairSlots)
+DOWNLOAD_SLOTS = web.AppKey("download_slots", FairSlots)
+UPLOADS_IN_FLIGHT = web.AppKey("uploads_in_flight", UploadsInFlight)
+UPLOAD_PATH = "/v1/files"
+
+
+@web.middleware
+async def upload_address_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Counts an upload against its address before the auth middleware looks at its key."""
+    if request.method != "POST" or request.path != UPLOAD_PATH:
+        return await handler(request)
+    async with request.app[UPLOADS_IN_FLIGHT].admitted(request.remote or "unknown"):
+        return await handler(request)
