@@ -112,6 +112,13 @@ def nats_command(data_dir: Path, port: int, config: Path | None = None, host: st
             "-p", str(port), "-js", "-sd", str(store), "-n", f"sheshnag-{port}"]
 
 
+def storage_paths(data_dir: Path, own_broker: bool = True) -> str:
+    """`SHESHNAG_STORAGE_PATHS` for a stack in `data_dir`: the volumes its broker's and object store's data live on
+    (the broker's only when the stack runs it), whose free space is held against the reserve."""
+    paths = {"broker": str(data_dir / "nats")} if own_broker else {}
+    return json.dumps({**paths, "object_store": str(data_dir / "s3")})
+
+
 def seaweed_command(data_dir: Path, s3_port: int, creds: S3Credentials,
                     taken: frozenset[int] = frozenset(), host: str = "127.0.0.1") -> list[str]:
     """`taken`: ports already promised to other servers of the stack (the gateway's, the broker's), which

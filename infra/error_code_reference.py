@@ -3,7 +3,7 @@ codes the services write in error files: `docs/error-codes.md` is this module's 
 drift apart: `python -m infra.error_code_reference > docs/error-codes.md` writes it again).
 """
 
-from contracts.api.error_codes import ERROR_CODE_HELP, UNAVAILABLE_SUFFIX
+from contracts.api.error_codes import ERROR_CODE_HELP, REQUEST_REFUSAL_HELP, UNAVAILABLE_SUFFIX
 from services.executor.finalizer import UNRUN_MESSAGES
 from services.validator.refusals import BATCH_FAILED_VALIDATION
 
@@ -35,6 +35,11 @@ def reference_markdown() -> str:
             "In the error file with `response: null` and an `error`; no regular call answers them.", "",
             "| code | what it means |", "|---|---|"]
     out += [f"| `{code}` | {_cell(message)} |" for code, message in sorted(RUN_TIME_CODES.items())]
+    out += ["", "## Requests refused for the stack's storage", "",
+            "A whole request (an upload, a batch create), answered in OpenAI's error shape with `Retry-After`; nothing "
+            "of it is kept.", "", "| status | code | what it means | what to do |", "|---|---|---|---|"]
+    out += [f"| {help.status} | `{code}` | {_cell(help.title)} | {_cell(help.fix)} |"
+            for code, help in REQUEST_REFUSAL_HELP.items()]
     out += ["", "## Run-time failures", "",
             "A line the engine answered with an error is in the error file with the engine's `response` "
             "(`status_code` ≥ 400, its `body.error.code`).", ""]

@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from infra.embedded import S3Credentials
+from infra.embedded import S3Credentials, storage_paths
 from infra.nats_auth import NatsAuth
 from infra.nats_config import core_url
 
@@ -47,7 +47,8 @@ class StackState:
         credentials = S3Credentials.load_or_create(data_dir / "s3-credentials.json")
         env = {"SHESHNAG_NATS_URL": core_url(NatsAuth.load_or_create(data_dir), self.nats_url),
                "SHESHNAG_S3_ENDPOINT": self.s3_endpoint, "SHESHNAG_S3_ACCESS_KEY": credentials.access_key,
-               "SHESHNAG_S3_SECRET_KEY": credentials.secret_key, "SHESHNAG_LEDGER_DB_PATH": self.ledger_db_path}
+               "SHESHNAG_S3_SECRET_KEY": credentials.secret_key, "SHESHNAG_LEDGER_DB_PATH": self.ledger_db_path,
+               "SHESHNAG_STORAGE_PATHS": storage_paths(data_dir, own_broker=(data_dir / "nats").is_dir())}
         if self.nats_tls_ca:
             env["SHESHNAG_NATS_TLS_CA"] = self.nats_tls_ca
         return env

@@ -1,5 +1,5 @@
 """`sheshnag status`: the fleet, the queue and why it waits, held batches, running batches with progress and ETA,
-consumer lag."""
+consumer lag, free space per volume."""
 
 import json
 import time
@@ -9,6 +9,7 @@ from services.runtime.fleet import Fleet
 from services.runtime.overview import Overview, gather
 from services.runtime.readmodel import ReadModel
 from services.runtime.settings import ConnectionSettings
+from services.runtime.storage import measure
 
 BAR_WIDTH = 24
 
@@ -17,6 +18,7 @@ async def status(as_json: bool) -> None:
     bus = await EventBus.connect(ConnectionSettings().nats_url, "sheshnag-status", attempts=TOOL_ATTEMPTS)
     try:
         view = await gather(bus, await ReadModel.open(bus), await Fleet.open(bus))
+        view.volumes = await measure(ConnectionSettings(), bus.js)
     finally:
         await bus.close()
     print(json.dumps(view.as_dict(), indent=2) if as_json else render(view))
@@ -54,6 +56,10 @@ def render(view: Overview) -> str:
     for r in view.running:
         out.append(f"  {r.batch_id:<32} {r.status:<11} {bar(r.done, r.total)} {r.done}/{r.total} "
                    f"{r.lines_per_s:.2f} lines/s  ETA {_duration(r.eta_s)}")
+    out += ["", "Storage (free / reserve)" + ("" if view.volumes else ": no volume watched (SHESHNAG_STORAGE_PATHS)")]
+    for v in view.volumes:
+        out.append(f"  {v.name:<14} {v.free_bytes / 2**20:10.1f} MiB free of {v.total_bytes / 2**20:.1f}  reserve "
+                   f"{v.reserve_bytes / 2**20:.1f} MiB  {v.level:<9} {v.path}")
     out += ["", "Consumers (pending / unacked)"]
     for c in view.consumers:
         kind = "durable" if c.durable else "ephemeral"

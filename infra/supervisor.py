@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from infra.broker_watch import BrokerWatch, jetstream_limits
 from infra.embedded import (
     NATS_READY_S,
     S3_READY_S,
@@ -18,6 +19,7 @@ from infra.embedded import (
     nats_command,
     seaweed_command,
     stop_process,
+    storage_paths,
     tighten_volume_info,
     wait_for_port,
 )
@@ -27,6 +29,7 @@ from infra.private import PRIVATE_UMASK, make_private
 from infra.process_env import StackSecrets, server_env, service_env
 from infra.tls import ServerTls, ensure_server_tls
 from services.runtime.nats_tls import is_local_host
+from services.runtime.settings import ConnectionSettings
 
 log = logging.getLogger("sheshnag.up")
 
@@ -115,6 +118,8 @@ class Stack:
     """Behind TLS: SeaweedFS's own S3 port, on loopback, that the services and the relay reach."""
     children: list[Supervised] = field(default_factory=list)
     """Broker and object store first, then the services; stopped in reverse order."""
+    broker_watch: BrokerWatch | None = None
+    """The stack's own broker, restarted once space returns after its disk filled (infra/broker_watch.py)."""
 
     @property
     def logs(self) -> Path:
@@ -164,6 +169,7 @@ class Stack:
             **({WEBHOOK_CIDRS: ",".join(filter(None, (os.environ.get(WEBHOOK_CIDRS), LOOPBACK_CIDRS)))}
                if self.webhooks_to_loopback else {}),
             "SHESHNAG_LEDGER_DB_PATH": str(self.data_dir / "ledger.sqlite"),
+            "SHESHNAG_STORAGE_PATHS": storage_paths(self.data_dir, own_broker=not self.nats_urls),
             "SHESHNAG_EXECUTOR_EXECUTOR_ID": os.environ.get("SHESHNAG_EXECUTOR_EXECUTOR_ID", "local-0"),
             "PYTHONUNBUFFERED": "1",
         }
@@ -193,7 +199,7 @@ class Stack:
         if self.tls and self.uses_tls:
             # The name in the config too: else a reload (SIGHUP, certs rotate) is refused as changing the name.
             tls = f'server_name: "sheshnag-{self.nats_port}"\n' + client_tls(str(self.tls.cert), str(self.tls.key))
-        nats_config = self.nats_auth.write_server_config(self.data_dir, tls)
+        nats_config = self.nats_auth.write_server_config(self.data_dir, tls + jetstream_limits(self.data_dir))
         # Neither server needs a secret from the environment: each reads its own from 0600 files.
         infra_env = server_env(os.environ)
         servers = []
@@ -201,6 +207,10 @@ class Stack:
             command = nats_command(self.data_dir, self.nats_port, nats_config, self.listen)
             servers.append((Supervised("nats-server", command, infra_env, self.logs / "nats.log"), self.nats_port,
                             NATS_READY_S, self.listen))
+            storage = ConnectionSettings()
+            self.broker_watch = BrokerWatch(self.data_dir / "nats", self.logs / "nats.log",
+                                            None if self.uses_tls else self.core_nats_url(),
+                                            storage.storage_reserve_percent, storage.storage_reserve_max_bytes)
         promised = frozenset({self.gateway_port, self.nats_port})
         if self.tls is None:
             servers.append((Supervised("s3", seaweed_command(self.data_dir, self.s3_port, self.credentials, promised,
@@ -236,11 +246,28 @@ class Stack:
         while not stop.is_set():
             for child in self.children:
                 child.check()
+            await self.watch_broker()
             tighten_volume_info(self.data_dir / "s3")
             try:
                 await asyncio.wait_for(stop.wait(), timeout=0.5)
             except TimeoutError:
                 pass
+        if self.broker_watch is not None:
+            await self.broker_watch.close()
+
+    async def watch_broker(self) -> None:
+        broker = next((child for child in self.children if child.name == "nats-server"), None)
+        if self.broker_watch is None or broker is None or broker.process is None:
+            return
+
+        def ready() -> None:
+            assert broker.process is not None
+            wait_for_port(self.nats_port, broker.process, NATS_READY_S, broker.name, self.listen)
+
+        try:
+            await self.broker_watch.check(broker, ready)
+        except (OSError, RuntimeError, TimeoutError) as error:
+            log.error("the broker's watch failed: %r; it looks again next tick", error)
 
     def reload_certificates(self) -> None:
         """Have every server of the stack that serves its certificate load it again (after `certs rotate`): the

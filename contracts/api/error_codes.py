@@ -71,6 +71,29 @@ ERROR_CODE_HELP: Final = MappingProxyType({
                          "(and 50,000 embedding inputs)."),
 })
 
+INSUFFICIENT_STORAGE: Final = "insufficient_storage"
+"""507: a volume the stack writes to is under its free-space reserve, or full; new uploads and batches wait."""
+BROKER_UNAVAILABLE: Final = "broker_unavailable"
+"""503: the broker is not taking writes for the moment (restarting, or re-enabling its store)."""
+
+
+class RequestRefusalHelp(BaseModel):
+    status: int
+    title: str
+    fix: str
+
+
+REQUEST_REFUSAL_HELP: Final = MappingProxyType({
+    INSUFFICIENT_STORAGE: RequestRefusalHelp(
+        status=507, title="Out of storage space", fix="Retry after the Retry-After seconds; nothing of the request "
+        "was kept. Reads, downloads, cancels and running batches go on. Operators: free space on the volume the "
+        "message names (`sheshnag status` shows each volume's free space and reserve)."),
+    BROKER_UNAVAILABLE: RequestRefusalHelp(
+        status=503, title="Broker not taking writes", fix="Retry shortly (Retry-After); nothing of the request was "
+        "kept. A broker that stopped writing on a full disk is restarted once space returns."),
+})
+"""Codes of whole requests refused for the stack's storage (not a line's), as the API answers them."""
+
 UNAVAILABLE_SUFFIX = "_unavailable"
 
 

@@ -39,6 +39,7 @@ from services.executor.runner import BatchRunner
 from services.runtime.bus import ConsumerPolicy, EventBus, PoisonMessage
 from services.runtime.delivery import Durable, ServiceRouter
 from services.runtime.objectstore import ObjectNotFound
+from services.runtime.write_failures import through_write_faults, write_fault
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,10 @@ class Executor:
         if engine is None:
             raise PoisonMessage(f"model {command.model} is not served by executor {self.executor_id}")
         try:
-            await self.runner.run(command, engine)
+            # A full disk or a broker restarting is waited out here, spending none of the command's deliveries: the
+            # run resumes idempotently, past the lines already committed.
+            await through_write_faults(lambda: self.runner.run(command, engine),
+                                       f"batch {command.batch_id} attempt {command.attempt}")
         except HOPELESS as error:
             raise PoisonMessage(f"{type(error).__name__}: {error}") from error
 
@@ -83,7 +87,7 @@ class Executor:
         # The attempt failed, not the batch: the scheduler retries it elsewhere, up to its attempt limit.
         reason = f"attempt {command.attempt} on executor {self.executor_id} failed: {error}"
         await self.bus.publish(AttemptFailed(aggregate_id=command.batch_id, attempt=command.attempt,
-                                             executor_id=self.executor_id, code="executor_error",
+                                             executor_id=self.executor_id, code=attempt_failure_code(error),
                                              reason=reason[:REASON_LIMIT]))
 
     async def finalize(self, command: FinalizeBatch) -> None:
@@ -125,6 +129,14 @@ class Executor:
         log.error("batch %s fails: %s", command.batch_id, cause)
         await self.bus.publish(BatchFailed(aggregate_id=command.batch_id, code=command.failure_code or FINALIZE_FAILED,
                                            reason=cause[:REASON_LIMIT]))
+
+
+STORAGE_UNAVAILABLE = "storage_unavailable"
+"""An attempt given up on a write fault (services/runtime/write_failures.py): not counted against its unit."""
+
+
+def attempt_failure_code(error: BaseException) -> str:
+    return STORAGE_UNAVAILABLE if write_fault(error) is not None else "executor_error"
 
 
 def run_durable(executor_id: str, ack_wait_s: float, max_deliver: int, parallel_attempts: int = 1) -> Durable:

@@ -22,6 +22,7 @@ from services.gateway.request_ids import stamp_request_id
 from services.gateway.routes import ROUTES
 from services.gateway.settings import GatewaySettings
 from services.gateway.shared_state import SharedState
+from services.gateway.storage_guard import storage_middleware, storage_watch
 from services.gateway.sweeper import file_sweeper
 from services.gateway.transfer_slots import (
     DOWNLOAD_SLOTS,
@@ -45,7 +46,7 @@ from services.runtime.revocations import RevocationCheck
 def create_app(settings: GatewaySettings) -> web.Application:
     metrics.register("gateway")
     app = web.Application(middlewares=[observe_middleware, error_middleware, upload_address_middleware,
-                                       auth_middleware],
+                                       auth_middleware, storage_middleware],
                           client_max_size=settings.max_upload_bytes + 1024 * 1024)
 
     async def connections(app: web.Application) -> AsyncIterator[None]:
@@ -82,6 +83,7 @@ def create_app(settings: GatewaySettings) -> web.Application:
     app[UPLOADS_IN_FLIGHT] = UploadsInFlight(settings.uploads_per_address)
     app.on_response_prepare.append(stamp_request_id)
     app.cleanup_ctx.append(connections)
+    app.cleanup_ctx.append(storage_watch)
     app.cleanup_ctx.append(keys_kept_fresh(lambda key: app[KEY_CACHE].forget(key)))
     app.cleanup_ctx.append(file_sweeper)
     app.cleanup_ctx.append(credit_sweeper)

@@ -306,9 +306,20 @@ class _Delivery(BaseMiddleware):
         message, policy = self.message, self.declared.durable.policy
         deliveries = message.metadata.num_delivered or 1
         fact = self._decoded()
-        if fact is None or isinstance(error, PoisonMessage) or 0 < policy.max_deliver <= deliveries:
+        last = 0 < policy.max_deliver <= deliveries
+        if fact is None or isinstance(error, PoisonMessage) or last:
             log.error("giving up on %s after %d deliveries", message.subject, deliveries, exc_info=error)
-            if await self._poisoned(fact, error):
+            recorded = await self._poisoned(fact, error)
+            tries = 0
+            while not recorded and last:
+                # No delivery comes after the last (the broker may be restarting): recording the fact given up is
+                # tried again here, holding the message, so that it is never left neither done nor recorded.
+                await asyncio.sleep(policy.retry_delays_s[min(tries, len(policy.retry_delays_s) - 1)])
+                tries += 1
+                with contextlib.suppress(nats.errors.Error):
+                    await message.in_progress()
+                recorded = await self._poisoned(fact, error)
+            if recorded:
                 await message.term()
                 return
         delay = policy.retry_delays_s[min(deliveries - 1, len(policy.retry_delays_s) - 1)]

@@ -81,13 +81,22 @@ CONSUMER_UNACKED = Gauge("sheshnag_jetstream_consumer_ack_pending_messages",
                          "Messages delivered to a durable consumer and not yet acknowledged.", ["stream", "durable"],
                          registry=OWNED)
 EXECUTORS = Gauge("sheshnag_executors", "Live executors (fresh adverts in the fleet bucket).", registry=OWNED)
+STORAGE_FREE = Gauge("sheshnag_storage_free_bytes", "Free space on a watched volume (broker, object store).",
+                     ["volume"], registry=OWNED)
+STORAGE_TOTAL = Gauge("sheshnag_storage_total_bytes", "Size of a watched volume.", ["volume"], registry=OWNED)
+STORAGE_RESERVE = Gauge("sheshnag_storage_reserve_bytes",
+                        "Free space a watched volume keeps in reserve: below it new uploads and batches get 507.",
+                        ["volume"], registry=OWNED)
+STORAGE_LEVEL = Gauge("sheshnag_storage_level",
+                      "A watched volume's level: 0 ok, 1 warning (under twice its reserve), 2 refusing new work "
+                      "(under its reserve).", ["volume"], registry=OWNED)
 WEBHOOK_ATTEMPTS = Counter("sheshnag_webhook_attempts", "Webhook delivery attempts made by this gateway.",
                            ["outcome"], registry=OWNED)
 
 
 FAMILIES: dict[str, tuple[MetricWrapperBase, ...]] = {
     "gateway": (HTTP_REQUESTS, HTTP_LATENCY, BATCHES, QUEUE_DEPTH, QUEUE_AGE, HELD, CONSUMER_LAG, CONSUMER_UNACKED,
-                EXECUTORS, WEBHOOK_ATTEMPTS),
+                EXECUTORS, WEBHOOK_ATTEMPTS, STORAGE_FREE, STORAGE_TOTAL, STORAGE_RESERVE, STORAGE_LEVEL),
     "validator": (VALIDATED_LINES, CONSUMER_PENDING),
     "scheduler": (SCHEDULER_LEADER, SCHEDULER_BATCHES, SCHEDULER_ASSIGNMENTS, SCHEDULER_FENCED,
                   SCHEDULER_EXECUTORS_LOST, SCHEDULER_REGISTRATIONS, CONSUMER_PENDING),

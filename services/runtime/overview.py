@@ -17,6 +17,7 @@ from services.runtime.bus import EventBus
 from services.runtime.fleet import Fleet
 from services.runtime.readmodel import ReadModel
 from services.runtime.shares import SHARE_WINDOW_S, OwnerShare, owner_shares
+from services.runtime.storage import VolumeSpace
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,9 @@ class Overview:
     share_window_s: float = SHARE_WINDOW_S
     consumers: list[ConsumerLag] = field(default_factory=list)
     stream_last_seq: int = 0
+    volumes: list[VolumeSpace] = field(default_factory=list)
+    """Free space of each watched volume (broker, object store) against its reserve, with its level
+    (services/runtime/storage.py)."""
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)

@@ -63,6 +63,17 @@ class ConnectionSettings(FileBackedSettings):
     own, which also signs the presigned URLs' endpoint that provider hosts reach). Unset: the system's CAs alone."""
     s3_bucket: str = "sheshnag"
     """The one bucket that holds uploads, results and model objects."""
+    storage_paths: dict[str, Path] = {}
+    """The volumes whose free space is watched, each by name and a path on it (JSON: `{"broker": "/var/lib/nats",
+    "object_store": "/data/minio"}`); `sheshnag up` names its data dir's broker and object store folders. Empty:
+    the broker's JetStream account limits are watched instead, where the account has any (runtime/storage.py)."""
+    storage_reserve_percent: float = Field(default=5.0, ge=0, le=50)
+    """Free space kept in reserve on each watched volume, as a share of its size: below it new uploads and batches
+    are refused (507 `insufficient_storage`) while running batches finish; below twice it the volume is at
+    `warning`. The reserve is the smaller of this and `SHESHNAG_STORAGE_RESERVE_MAX_BYTES`, but at least the smaller
+    of 32 MiB and a quarter of the volume (a tiny disk still keeps room for what runs)."""
+    storage_reserve_max_bytes: int = Field(default=1 << 30, ge=0)
+    """The most a volume's reserve is, however large the volume (1 GiB)."""
     catalogue_path: Path | None = None
     """A catalogue TOML file; the packaged default when unset."""
     log_level: str = "INFO"

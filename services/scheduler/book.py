@@ -32,6 +32,9 @@ Phase = Literal["validating", "validated", "ended"]
 CONTROL_PLANE = "(control plane)"
 """`BatchPlan.finalizer` when the leading scheduler finalizes the batch itself: never an executor id (no executor
 id holds a space or a parenthesis)."""
+STORAGE_UNAVAILABLE = "storage_unavailable"
+"""An attempt its executor gave up on a write fault (a full disk, a restarting broker): forgiven like a loss before
+start, since it says nothing about the unit."""
 UNSTARTED_LOSSES_FORGIVEN = 6
 """Attempts of a shard lost with their executor before they started that do not count against the limit."""
 _fleet_rules = FoldRules[None]()
@@ -401,7 +404,8 @@ class Book:
     def _note_unstarted_loss(self, plan: BatchPlan, event: AttemptFailed) -> None:
         run = plan.shard(plan.attempt_shard.get(event.attempt, 0))
         started = run.started_at.get(event.attempt)
-        if (event.code == "executor_lost" and started is None) or event.code == PLACEMENT_WITHDRAWN:
+        if (event.code == "executor_lost" and started is None) or event.code in (PLACEMENT_WITHDRAWN,
+                                                                                 STORAGE_UNAVAILABLE):
             run.unstarted_losses.add(event.attempt)
         elif event.code == "executor_restarted" and (
                 started is None or started >= self.incarnations.get(event.executor_id, 0)):

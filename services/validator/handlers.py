@@ -29,6 +29,7 @@ from services.runtime.bus import ConsumerPolicy, EventBus, PoisonMessage
 from services.runtime.delivery import Durable, ServiceRouter
 from services.runtime.objectstore import ObjectNotFound, ObjectStore
 from services.runtime.tasks import cancel_and_join
+from services.runtime.write_failures import through_write_faults
 from services.validator.adapters.check_pool import CheckPool
 from services.validator.adapters.error_file import write_error_file
 from services.validator.adapters.tokenizer import TokenizerCache
@@ -212,7 +213,9 @@ CREATED = Durable(BatchCreated, EVENTS_STREAM, VALIDATOR_DURABLE, BATCH_CREATED,
 
 
 async def validate(created: BatchCreated, validator: Annotated[Validator, Context()]) -> None:
-    await validator.validate(created)
+    # A full disk or a restarting broker is waited out, spending none of the fact's deliveries (which would fail
+    # the batch): validation is idempotent, so it is simply done again.
+    await through_write_faults(lambda: validator.validate(created), f"validating batch {created.aggregate_id}")
 
 
 async def fail_the_batch(created: BatchCreated | None, error: BaseException, validator: Validator) -> None:
