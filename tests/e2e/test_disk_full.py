@@ -201,6 +201,9 @@ def test_a_full_disk_is_refused_early_and_clearly_and_the_stack_recovers_by_itse
             filler.unlink()
         record["answers"] = {phase: dict(seen) for phase, seen in client.seen.items()}
         record["slowest_answer_s"] = {phase: round(s, 2) for phase, s in client.slowest.items()}
+        logs = "".join(path.read_text(errors="replace") for path in (data_dir / "logs").glob("*.log"))
+        record["given_up"] = logs.count("giving up on")
+        record["waited_out"] = logs.count("; done again in")
         with contextlib.suppress(OSError):
             record["broker_restarts"] = (small_disk / f"up-{stack.port}.out").read_text(errors="replace") \
                 .count("restarting nats-server")
@@ -215,4 +218,5 @@ def test_a_full_disk_is_refused_early_and_clearly_and_the_stack_recovers_by_itse
     unclear = [answer for answer in every if answer.split()[2].startswith("5")
                and not answer.endswith(("insufficient_storage", "broker_unavailable", "object_store_unavailable"))]
     assert unclear == [], every
+    assert record["given_up"] == 0, "a command or fact was given up during the fault"
     assert max(client.slowest.get("under the reserve", 0), client.slowest.get("full", 0)) < 3, client.slowest
