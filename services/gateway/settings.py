@@ -86,7 +86,7 @@ class GatewaySettings(ServiceSettings):
     """Upload slots one owner (a user, all their keys together, or a key of no user) may hold at once on one
     gateway; their further uploads wait in their own line, so one client's stalled or slow uploads never hold the
     slots others need."""
-    uploads_per_address: int = Field(default=32, ge=0)
+    uploads_per_address: int = Field(default=64, ge=0)
     """Uploads one client address may have in flight at once on one gateway (holding a slot or waiting for one),
     counted before authentication, so uploads with no key or a wrong one count too; past it, 429
     `too_many_uploads`. 0: no cap (a gateway behind a proxy that hides client addresses)."""
