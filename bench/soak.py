@@ -4,14 +4,23 @@ The load (tests/e2e/load.py): 10 clients polling lists, retrieves, the overview 
 opened and dropped abruptly per wave; 50 concurrent uploads per wave; a stream of small batches (some cancelled);
 one large batch. Per process it samples open fds, threads and RSS, and the broker's consumers per stream and its
 connections; the goal is flat (no growth past warm-up), 0 5xx, 0 short lists, every batch terminal with every line
-exactly once. The start sample is the baseline of the same run.
+exactly once. The start sample is the baseline of the same run. Every `--sample-every` seconds (60) each process's
+RSS is sampled too, so a growth shows whether it levels off and where.
 
-Usage: .venv/bin/python bench/soak.py [--minutes 20] [--big-lines 20000] [--seed 1] [--keep DIR]
+`--tracemalloc`: the gateway traces its allocations (`SHESHNAG_TRACEMALLOC=1`) and is sent SIGUSR2 after the warm-up,
+at the middle and once idle after the load: its log's heap reports (printed at the end) say what grew in each half,
+by traceback; what grows in both and stays once idle is what to fix.
+
+Usage: .venv/bin/python bench/soak.py [--minutes 20] [--big-lines 20000] [--seed 1] [--keep DIR] [--sample-every 60]
+       [--tracemalloc]
 """
 
 import argparse
 import asyncio
+import json
+import os
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -20,9 +29,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import aiohttp
+import psutil
 
 from infra.embedded import free_port
-from tests.e2e.conftest import start_stack, stop_stack
+from tests.e2e.conftest import RunningStack, start_stack, stop_stack
 from tests.e2e.load import SERVICES, STREAMS, Load, Sample, chat_lines, sample
 
 STACK_ENV = {
@@ -60,6 +70,51 @@ async def pollers(load: Load, stop: float, rng: random.Random, stats: dict[str, 
     await asyncio.gather(*(one() for _ in range(10)))
 
 
+def rss_mb(stack: RunningStack) -> dict[str, float]:
+    sizes = {}
+    for name in SERVICES:
+        try:
+            sizes[name] = psutil.Process(stack.service_pid(name)).memory_info().rss / 2**20
+        except (OSError, psutil.Error, ValueError):
+            sizes[name] = -1.0
+    return sizes
+
+
+async def sample_rss(stack: RunningStack, every_s: float, rows: list[tuple[float, dict[str, float]]]) -> None:
+    """Each process's RSS every `every_s` until cancelled, printed as it is taken."""
+    started = time.monotonic()
+    while True:
+        rows.append((time.monotonic() - started, await asyncio.to_thread(rss_mb, stack)))
+        print(f"RSS at {rows[-1][0] / 60:5.1f} min: " + ", ".join(f"{n} {mb:.0f}" for n, mb in rows[-1][1].items()),
+              flush=True)
+        await asyncio.sleep(every_s)
+
+
+def rss_table(rows: list[tuple[float, dict[str, float]]]) -> str:
+    lines = ["| min | " + " | ".join(f"{name} MB" for name in SERVICES) + " |", "|---|" + "---|" * len(SERVICES)]
+    lines += [f"| {at / 60:.1f} | " + " | ".join(f"{sizes[n]:.1f}" for n in SERVICES) + " |" for at, sizes in rows]
+    return "\n".join(lines)
+
+
+async def heap_report(stack: RunningStack, why: str) -> None:
+    """Ask the gateway (traced) for a heap report, and give it time to log it."""
+    print(f"heap report requested: {why}", flush=True)
+    os.kill(stack.service_pid("gateway"), signal.SIGUSR2)
+    await asyncio.sleep(15)
+
+
+def heap_reports(stack: RunningStack) -> list[str]:
+    reports = []
+    for line in stack.log("gateway").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and str(record.get("message", record.get("msg", ""))).startswith("heap:"):
+            reports.append(str(record.get("message", record.get("msg"))))
+    return reports
+
+
 def table(samples: list[tuple[str, Sample]]) -> str:
     heads = [label for label, _ in samples]
     rows = ["| what | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]
@@ -73,7 +128,10 @@ def table(samples: list[tuple[str, Sample]]) -> str:
 
 
 async def soak(args: argparse.Namespace, data_dir: Path) -> int:
-    stack = start_stack(data_dir, free_port(), STACK_ENV)
+    stack = start_stack(data_dir, free_port(), {**STACK_ENV, **({"SHESHNAG_TRACEMALLOC": "1"} if args.tracemalloc
+                                                                 else {})})
+    rss_rows: list[tuple[float, dict[str, float]]] = []
+    reports: list[str] = []
     rng = random.Random(args.seed)
     stats = dict.fromkeys(("sse_dropped", "uploads", "batches", "cancels", "poll_rounds"), 0)
     try:
@@ -84,6 +142,9 @@ async def soak(args: argparse.Namespace, data_dir: Path) -> int:
             assert warm and await load.until_ended(warm) == "completed"
             samples = [("start", await sample(stack))]
             print(table(samples), flush=True)
+            if args.tracemalloc:
+                await heap_report(stack, "after the warm-up")
+            rss = asyncio.create_task(sample_rss(stack, args.sample_every, rss_rows))
             big = await load.create_batch("big", args.big_lines, max_tokens=2)
             started = time.monotonic()
             stop = started + args.minutes * 60
@@ -91,6 +152,8 @@ async def soak(args: argparse.Namespace, data_dir: Path) -> int:
             await asyncio.sleep(args.minutes * 30)
             samples.append(("middle", await sample(stack)))
             print(table(samples), flush=True)
+            if args.tracemalloc:
+                await heap_report(stack, "at the middle, under load")
             await work
             samples.append(("end of load", await sample(stack)))
             print(table(samples), f"\nproblems so far: {load.problems[:5]}", flush=True)
@@ -98,6 +161,11 @@ async def soak(args: argparse.Namespace, data_dir: Path) -> int:
             lost, duplicated, open_batches = await load.every_line_once()
             await asyncio.sleep(10)
             samples.append(("idle after", await sample(stack)))
+            if args.tracemalloc:
+                await heap_report(stack, "idle after the load")
+                reports = heap_reports(stack)
+            rss.cancel()
+            rss_rows.append((time.monotonic() - started, await asyncio.to_thread(rss_mb, stack)))
     finally:
         stop_stack(stack)
     fivexx = sum(count for status, count in load.statuses.items() if status >= 500)
@@ -106,6 +174,9 @@ async def soak(args: argparse.Namespace, data_dir: Path) -> int:
           f"{stats['poll_rounds']} poll rounds, {stats['sse_dropped']} SSE streams dropped, {stats['uploads']} "
           f"uploads, {stats['batches']} small batches ({stats['cancels']} cancelled), one of {args.big_lines} lines\n")
     print(table(samples))
+    print(f"\nRSS every {args.sample_every:.0f} s (from the start of the load):\n{rss_table(rss_rows)}")
+    for report in reports:
+        print(f"\n{report}")
     print(f"\n5xx: {fivexx}; short lists: {load.short_lists}; batches not terminal: {open_batches} "
           f"(statuses: {dict(sorted((s, ended.count(s)) for s in set(ended)))}); lines lost: {lost}; "
           f"duplicated: {duplicated}")
@@ -120,6 +191,8 @@ def main() -> None:
     parser.add_argument("--big-lines", type=int, default=20_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", type=Path, help="keep the stack's data dir (logs) here")
+    parser.add_argument("--sample-every", type=float, default=60.0, help="seconds between RSS samples")
+    parser.add_argument("--tracemalloc", action="store_true", help="heap reports of the gateway (tracemalloc)")
     args = parser.parse_args()
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,7 @@ import ssl
 from services.gateway.app import create_app
 from services.gateway.server import serve
 from services.gateway.settings import GatewaySettings
+from services.runtime.heap_diff import install_heap_diff
 from services.runtime.process import configure_observability, run_until_signalled
 from services.runtime.tls_server import reload_on_hangup, server_context
 
@@ -17,6 +18,7 @@ def main() -> None:
 
 
 async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
+    install_heap_diff()
     context: ssl.SSLContext | None = None
     if settings.tls_cert is not None and settings.tls_key is not None:
         context = server_context(settings.tls_cert, settings.tls_key)
