@@ -32,11 +32,12 @@ from contracts.subjects import (
     finalize_command,
     run_command,
 )
+from services.executor.adapters.desk import FactRefused
 from services.executor.adapters.engines.shelf import EngineShelf
 from services.executor.adapters.watch import read_batch_log
 from services.executor.attempts import counts_as_committed
 from services.executor.runner import BatchRunner
-from services.runtime.bus import ConsumerPolicy, EventBus, PoisonMessage
+from services.runtime.bus import ConsumerPolicy, EventBus, FenceMoved, PoisonMessage
 from services.runtime.delivery import Durable, ServiceRouter
 from services.runtime.objectstore import ObjectNotFound
 from services.runtime.write_failures import through_write_faults, write_fault
@@ -86,9 +87,15 @@ class Executor:
     async def fail_the_attempt(self, command: RunBatch, error: BaseException) -> None:
         # The attempt failed, not the batch: the scheduler retries it elsewhere, up to its attempt limit.
         reason = f"attempt {command.attempt} on executor {self.executor_id} failed: {error}"
-        await self.bus.publish(AttemptFailed(aggregate_id=command.batch_id, attempt=command.attempt,
-                                             executor_id=self.executor_id, code=attempt_failure_code(error),
-                                             reason=reason[:REASON_LIMIT]))
+        try:
+            await self.bus.publish(AttemptFailed(aggregate_id=command.batch_id, attempt=command.attempt,
+                                                 executor_id=self.executor_id, code=attempt_failure_code(error),
+                                                 reason=reason[:REASON_LIMIT]))
+        except (FenceMoved, FactRefused) as refused:
+            # The scheduler fenced the attempt already (or refuses its facts): its failure is known; retrying the
+            # record would meet the same answer for ever.
+            log.info("attempt %d of batch %s not recorded as failed (%r): it is fenced already", command.attempt,
+                     command.batch_id, refused)
 
     async def finalize(self, command: FinalizeBatch) -> None:
         if command.executor_id != self.executor_id:

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import time
 import typing
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractContextManager
@@ -44,6 +45,7 @@ from services.runtime.bus import ConsumerPolicy, PoisonMessage
 from services.runtime.logfmt import BATCH_ID
 from services.runtime.skip_log import SkipLog
 from services.runtime.telemetry import attached, extract_context, tracer
+from services.runtime.write_failures import FAULT_PATIENCE_S, WriteFault, write_fault
 
 log = logging.getLogger(__name__)
 _MALFORMED = SkipLog(log, "refused")
@@ -262,6 +264,8 @@ class _Delivery(BaseMiddleware):
         self.router = router
         self.message: Msg = msg
         self.declared = router.declared.get(msg.metadata.consumer or "") if isinstance(msg, Msg) else None
+        self.recording_fault: WriteFault | None = None
+        """The write fault the last try to record a fact given up on met, if that is why it failed."""
         self.keepalive: asyncio.Task[None] | None = None
         self.span: AbstractContextManager[Span] | None = None
         self.batch_token: Any = None
@@ -310,10 +314,12 @@ class _Delivery(BaseMiddleware):
         if fact is None or isinstance(error, PoisonMessage) or last:
             log.error("giving up on %s after %d deliveries", message.subject, deliveries, exc_info=error)
             recorded = await self._poisoned(fact, error)
-            tries = 0
-            while not recorded and last:
-                # No delivery comes after the last (the broker may be restarting): recording the fact given up is
-                # tried again here, holding the message, so that it is never left neither done nor recorded.
+            tries, given_up_at = 0, time.monotonic()
+            while not recorded and last and self.recording_fault is not None \
+                    and time.monotonic() - given_up_at < FAULT_PATIENCE_S:
+                # No delivery comes after the last: while recording the fact given up fails on a write fault (the
+                # broker restarting, a full disk), it is tried again here, holding the message, so that it is never
+                # left neither done nor recorded. Any other failure to record it is the poison handler's for good.
                 await asyncio.sleep(policy.retry_delays_s[min(tries, len(policy.retry_delays_s) - 1)])
                 tries += 1
                 with contextlib.suppress(nats.errors.Error):
@@ -342,8 +348,9 @@ class _Delivery(BaseMiddleware):
             return True
         try:
             await self.declared.on_poison(fact, error, self.context.resolve(self.router.dependencies))
-        except Exception:
+        except Exception as failure:
             # Terminated unrecorded, the fact would be lost (a batch left validating): a next delivery, if any, retries.
+            self.recording_fault = write_fault(failure)
             log.exception("the poison handler of %s failed; the message is retried", self.declared.durable.name)
             return False
         return True

@@ -2,6 +2,7 @@
 handler, backoff retries, a long handler keeps its lease, a hopeless fact goes to the poison handler once."""
 
 import asyncio
+import errno
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -30,6 +31,9 @@ class Probe:
     deliveries: list[str] = field(default_factory=list)
     delivered_at: list[float] = field(default_factory=list)
     poisoned: list[tuple[BatchCreated | None, str]] = field(default_factory=list)
+    recording_fails: list[BaseException] = field(default_factory=list)
+    """What the poison handler raises on its next calls, one each (then it records)."""
+    recording_tries: int = 0
 
 
 async def handle(created: BatchCreated, probe: Annotated[Probe, Context()]) -> None:
@@ -39,6 +43,9 @@ async def handle(created: BatchCreated, probe: Annotated[Probe, Context()]) -> N
 
 
 async def record_poison(created: BatchCreated | None, error: BaseException, probe: Probe) -> None:
+    probe.recording_tries += 1
+    if probe.recording_fails:
+        raise probe.recording_fails.pop(0)
     probe.poisoned.append((created, repr(error)))
 
 
@@ -108,6 +115,32 @@ async def test_a_handler_failing_on_its_last_delivery_hands_the_decoded_fact_to_
     assert probe.deliveries == [batch_id] * FAST.max_deliver
     assert [(fact and fact.aggregate_id, error) for fact, error in probe.poisoned] == [
         (batch_id, "ConnectionError('the object store is down')")]
+
+
+async def test_recording_a_fact_given_up_on_its_last_delivery_is_retried_through_a_write_fault(
+        connection: ConnectionSettings) -> None:
+    async def always_fail(_: int) -> None:
+        raise ConnectionError("the object store is down")
+
+    async with subscribed(connection, always_fail) as (probe, bus, batch_id):
+        probe.recording_fails = [OSError(errno.ENOSPC, "No space left on device")] * 2
+        await bus.publish(created(batch_id))
+        await settle(4.0)
+    assert probe.recording_tries == 3 and len(probe.poisoned) == 1
+
+
+async def test_recording_that_fails_for_another_reason_on_the_last_delivery_is_not_retried_for_ever(
+        connection: ConnectionSettings) -> None:
+    async def always_fail(_: int) -> None:
+        raise ConnectionError("the object store is down")
+
+    async with subscribed(connection, always_fail) as (probe, bus, batch_id):
+        probe.recording_fails = [PermissionError("the attempt is fenced")] * 100
+        await bus.publish(created(batch_id))
+        await settle(4.0)
+        tries = probe.recording_tries
+        await settle(1.0)
+    assert tries == 1 and probe.recording_tries == 1 and probe.poisoned == []
 
 
 async def test_a_poison_message_is_given_up_on_at_its_first_delivery(connection: ConnectionSettings) -> None:
