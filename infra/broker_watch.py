@@ -31,6 +31,11 @@ FULL_BYTES = 1024 * 1024
 """Free space under which the broker's writes are taken to have failed (its log may not have room to say so)."""
 FAULT_WORDS = (b"no space left on device", b"critical write error", b"disabling jetstream",
                b"jetstream out of resources")
+SPACE_WORDS = ("no space left on device", "out of resources")
+"""Fault lines that say the disk was full: evidence enough that a restart once space returns is the cure."""
+RESTART_BACKOFF_S = 30.0
+"""The least time between two restarts of this watch's; doubled for each further one within `BACKOFF_MEMORY_S`."""
+BACKOFF_MEMORY_S = 600.0
 PROBE_EVERY_S = 2.0
 PROBE_TIMEOUT_S = 1.0
 LOG_READ_BYTES = 1 << 20
@@ -60,6 +65,10 @@ class BrokerWatch:
     fault: str | None = None
     """Why the broker is due a restart once space returns; None while it writes."""
     fault_at: float = 0.0
+    space_short: bool = False
+    """Whether the fault came with evidence of a full disk (free space under the reserve, or the log saying so):
+    only then does a restart cure it; a broker that stops writing for another reason (a failing disk) is the
+    operator's, and restarting it again and again would make the outage worse."""
     log_offset: int = field(default=-1)
     probed_at: float = 0.0
     restarts: list[float] = field(default_factory=list)
@@ -69,26 +78,35 @@ class BrokerWatch:
     async def check(self, broker: Restartable, wait_ready: "WaitReady") -> None:
         """Note a fault, and restart the broker once its volume has room again."""
         free, reserve = await asyncio.to_thread(self._space)
+        if free is not None and free < reserve:
+            self.space_short = True
         if free is not None and free < FULL_BYTES:
             self._note(f"its volume has {free} bytes free")
         for why in await asyncio.to_thread(self._log_faults):
             self._note(f"its log says {why!r}")
+            self.space_short = self.space_short or any(words in why.lower() for words in SPACE_WORDS)
         if self.url is not None and time.monotonic() - self.probed_at >= PROBE_EVERY_S:
             self.probed_at = time.monotonic()
             if await self._jetstream_off():
                 self._note("JetStream is not enabled")
-        if self.fault is None or free is None or free < reserve:
+        if self.fault is None or not self.space_short or free is None or free < reserve or self._backing_off():
             return
         log.warning("restarting %s: %s (%.1fs ago); its volume has %.1f MiB free again", broker.name, self.fault,
                     time.monotonic() - self.fault_at, free / 2**20)
+        # Cleared first: a broker slow to come back (rebuilding its indexes) is waited for, never restarted again
+        # by this fault; the supervisor restarts one that dies, with its own backoff.
+        self.fault, self.space_short, self.log_offset = None, False, -1
+        self.restarts.append(time.monotonic())
         await self.close()
         await asyncio.to_thread(broker.stop)
         broker.start()
         broker.restarts += 1
         await asyncio.to_thread(wait_ready)
-        self.restarts.append(time.monotonic())
-        self.fault = None
-        self.log_offset = -1  # what the old process wrote is not news
+
+    def _backing_off(self) -> bool:
+        now = time.monotonic()
+        recent = [at for at in self.restarts if now - at < BACKOFF_MEMORY_S]
+        return bool(recent) and now - recent[-1] < RESTART_BACKOFF_S * 2 ** min(len(recent) - 1, 4)
 
     def _note(self, why: str) -> None:
         if self.fault is None:
