@@ -17,7 +17,7 @@ from services.gateway.key_usage import keys_kept_fresh
 from services.gateway.limits import CONTROL_LIMITER, ControlCallLimiter, SharedControlCallLimiter
 from services.gateway.observe import observe_middleware
 from services.gateway.readiness import READINESS, Readiness
-from services.gateway.refusal_pacing import REFUSAL_PACER, RefusalPacer
+from services.gateway.refusal_pacing import REFUSAL_PACER, RefusalPacer, pacing_middleware
 from services.gateway.request_ids import stamp_request_id
 from services.gateway.routes import ROUTES
 from services.gateway.settings import GatewaySettings
@@ -45,8 +45,8 @@ from services.runtime.revocations import RevocationCheck
 
 def create_app(settings: GatewaySettings) -> web.Application:
     metrics.register("gateway")
-    app = web.Application(middlewares=[observe_middleware, error_middleware, upload_address_middleware,
-                                       auth_middleware, storage_middleware],
+    app = web.Application(middlewares=[observe_middleware, pacing_middleware, error_middleware,
+                                       upload_address_middleware, auth_middleware, storage_middleware],
                           client_max_size=settings.max_upload_bytes + 1024 * 1024)
 
     async def connections(app: web.Application) -> AsyncIterator[None]:

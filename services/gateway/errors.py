@@ -8,7 +8,6 @@ from aiohttp.typedefs import Handler
 
 from contracts.api.batch import SUPPORTED_ENDPOINTS
 from contracts.api.error import ErrorResponse, ErrorType
-from services.gateway.refusal_pacing import REFUSAL_PACER
 from services.gateway.request_ids import request_id
 from services.gateway.usecases.refusals import ApiError as ApiError
 from services.gateway.usecases.refusals import bad_request as bad_request
@@ -49,11 +48,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     try:
         return await handler(request)
     except ApiError as error:
-        response = error_response(error)
-        pacer = request.app.get(REFUSAL_PACER)
-        if pacer is not None:
-            await pacer.pace(request.remote or "unknown", response)
-        return response
+        return error_response(error)
     except web.HTTPException as http_error:
         if http_error.status < 400:
             raise

@@ -1,62 +1,101 @@
-"""Refusal pacing: a client address that gets many refusals (401, 403, 429) in a short while gets its next ones
-answered late, so a client looping on refused requests (a scanner, a scraper without a key) spends its own time
-waiting instead of the gateway's event loop answering it thousands of times a second, and other tenants' requests
-keep their latency. Answers that succeed, and other errors, are never delayed.
+"""Refusal pacing: a client that gets many refusals (401, 403, 429) in a short while gets its next ones answered
+late, so a client looping on refused requests (a scanner, a scraper without a key) spends its own time waiting
+instead of the gateway's event loop answering it thousands of times a second, and other tenants' requests keep
+their latency. Answers that succeed, and other errors, are never delayed.
 
-Per gateway process, in memory (a load guard, not a limit: nothing to share), bounded by `MAX_ADDRESSES`.
+Who is paced: an authenticated caller by its owner (tenants behind one proxy address do not share a budget), an
+unauthenticated one by its address (an IPv6 address by its /64, which one host holds whole). Per gateway process,
+in memory (a load guard, not a limit: nothing to share): two numbers per client, at most `MAX_CLIENTS` clients.
 """
 
 import asyncio
+import ipaddress
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from services.gateway.auth import REQUEST_PRINCIPAL
+from services.gateway.errors import CLIENT_CLOSED_REQUEST
 
 PACED_STATUSES = frozenset({401, 403, 429})
-MAX_ADDRESSES = 10_000
-"""Addresses tracked; the least recently refused go first."""
+MAX_CLIENTS = 100_000
+"""Clients tracked; the least recently refused go first."""
 MAX_WAITING = 256
-"""Refusals one address may have waiting at once; past it, answered at once and their connection closed."""
+"""Refusals one client may have waiting at once; past it, its connection is closed without an answer."""
+IPV6_PREFIX = 64
+
+
+def client_of(address: str, owner: str | None) -> str:
+    """Whom a refusal counts against: the owner when the caller authenticated, else its address (IPv6 by /64)."""
+    if owner is not None:
+        return f"owner:{owner}"
+    try:
+        parsed = ipaddress.ip_address(address)
+    except ValueError:
+        return f"address:{address}"
+    if parsed.version == 6:
+        return f"address:{ipaddress.ip_network(f'{parsed}/{IPV6_PREFIX}', strict=False)}"
+    return f"address:{parsed}"
+
+
+class Dropped(Exception):
+    """The client is past its waiting cap: its connection is closed without an answer."""
 
 
 @dataclass
 class RefusalPacer:
     budget: int
-    """Refusals an address gets at once within `window_s`; 0 turns pacing off."""
+    """Refusals a client gets at once within a window of `window_s`; 0 turns pacing off."""
     window_s: float
     delay_s: float
-    seen: OrderedDict[str, deque[float]] = field(default_factory=OrderedDict)
+    windows: OrderedDict[str, tuple[float, int]] = field(default_factory=OrderedDict)
+    """Per client: when its current window began, and the refusals counted in it."""
     waiting: dict[str, int] = field(default_factory=dict)
 
-    def _count(self, address: str, now: float) -> int:
-        times = self.seen.pop(address, None) or deque()
-        while times and times[0] <= now - self.window_s:
-            times.popleft()
-        times.append(now)
-        while len(times) > self.budget + 1:
-            times.popleft()  # only whether it is past the budget matters
-        self.seen[address] = times
-        if len(self.seen) > MAX_ADDRESSES:
-            self.seen.popitem(last=False)
-        return len(times)
+    def _count(self, client: str, now: float) -> int:
+        began, count = self.windows.pop(client, (now, 0))
+        if now - began >= self.window_s:
+            began, count = now, 0
+        self.windows[client] = (began, count + 1)
+        if len(self.windows) > MAX_CLIENTS:
+            self.windows.popitem(last=False)
+        return count + 1
 
-    async def pace(self, address: str, response: web.StreamResponse) -> None:
-        """Wait before a refusal goes out, if its address is past its budget."""
+    async def pace(self, client: str, response: web.StreamResponse) -> None:
+        """Wait before a refusal goes out, if its client is past its budget; Dropped past its waiting cap."""
         if self.budget <= 0 or response.status not in PACED_STATUSES:
             return
-        if self._count(address, time.monotonic()) <= self.budget:
+        if self._count(client, time.monotonic()) <= self.budget:
             return
-        if self.waiting.get(address, 0) >= MAX_WAITING:
-            response.force_close()
-            return
-        self.waiting[address] = self.waiting.get(address, 0) + 1
+        if self.waiting.get(client, 0) >= MAX_WAITING:
+            raise Dropped(client)
+        self.waiting[client] = self.waiting.get(client, 0) + 1
         try:
             await asyncio.sleep(self.delay_s)
         finally:
-            self.waiting[address] -= 1
-            if not self.waiting[address]:
-                del self.waiting[address]
+            self.waiting[client] -= 1
+            if not self.waiting[client]:
+                del self.waiting[client]
 
 
 REFUSAL_PACER = web.AppKey("refusal_pacer", RefusalPacer)
+
+
+@web.middleware
+async def pacing_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Outside the error middleware: every refusal, already in OpenAI's shape, goes out paced."""
+    response = await handler(request)
+    pacer = request.app.get(REFUSAL_PACER)
+    if pacer is None or response.status not in PACED_STATUSES:
+        return response
+    caller = request.get(REQUEST_PRINCIPAL)
+    try:
+        await pacer.pace(client_of(request.remote or "unknown", caller.owner if caller else None), response)
+    except Dropped:
+        if request.transport is not None:
+            request.transport.close()  # past its cap of refusals waiting: no answer at all
+        return web.Response(status=CLIENT_CLOSED_REQUEST)
+    return response

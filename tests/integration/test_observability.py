@@ -15,7 +15,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import REGISTRY
@@ -60,7 +61,11 @@ def _sample(name: str, **labels: str) -> float:
 
 @pytest.fixture(scope="module")
 def traced() -> InMemorySpanExporter:
-    assert configure_tracing("tests", SimpleSpanProcessor(EXPORTER)), "the SDK provider was not installed"
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, TracerProvider):  # another test of this process installed the SDK's provider already
+        provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
+    else:
+        assert configure_tracing("tests", SimpleSpanProcessor(EXPORTER)), "the SDK provider was not installed"
     return EXPORTER
 
 
@@ -137,14 +142,15 @@ def _service(span: ReadableSpan) -> str:
 
 async def test_one_batch_is_one_trace_across_all_five_services_and_moves_the_counters(
         traced: InMemorySpanExporter, tmp_path: Path, s3_server: RunningS3) -> None:
-    before = {
-        "created": _sample("sheshnag_http_requests_total", method="POST", route="/v1/batches", status="200"),
-        "valid": _sample("sheshnag_validator_lines_total", outcome="valid"),
-        "run": _sample("sheshnag_executor_lines_total", model=MODEL_ID, outcome="2xx"),
-        "tokens": _sample("sheshnag_executor_completion_tokens_total", model=MODEL_ID),
-        "folded": _sample("sheshnag_ledger_folded_events_total"),
-    }
     async with five_services(tmp_path, s3_server) as stack:
+        # Counted from here: each service registers its metrics as it starts (other tests' counts stay out).
+        before = {
+            "created": _sample("sheshnag_http_requests_total", method="POST", route="/v1/batches", status="200"),
+            "valid": _sample("sheshnag_validator_lines_total", outcome="valid"),
+            "run": _sample("sheshnag_executor_lines_total", model=MODEL_ID, outcome="2xx"),
+            "tokens": _sample("sheshnag_executor_completion_tokens_total", model=MODEL_ID),
+            "folded": _sample("sheshnag_ledger_folded_events_total"),
+        }
         traced.clear()
         batch = await run_one_batch(stack)
         await asyncio.sleep(1.0)  # the ledger folds the last facts just after the gateway sees `completed`
