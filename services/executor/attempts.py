@@ -155,8 +155,10 @@ class BatchLog:
         """How a batch a finalizer was asked to end `asked` ends, by the order of its log (the one authority):
         once a `finalizing` fact is in it, whichever of a cancel and the first `finalizing` fact came first
         decides, so an accepted cancel ends `cancelled` (with every line that ran in the output file) and a cancel
-        too late changes nothing. Expiries and failures end as asked."""
-        if self.finalizing and asked in ("completed", "cancelled"):
+        too late changes nothing. An expiry asked after the `finalizing` fact (every line had run; the finalizer
+        died before ending it, and the window passed meanwhile) ends the same way: the batch was past the point of no
+        return. Failures end as asked."""
+        if self.finalizing and asked in ("completed", "cancelled", "expired"):
             return "cancelled" if self.cancel_requested else "completed"
         return asked
 

@@ -260,6 +260,16 @@ def test_a_cancel_after_the_first_finalizing_fact_is_too_late_and_the_batch_comp
     assert log.stop_reason(now_s=0) is None
 
 
+def test_an_expiry_asked_after_the_finalizing_fact_ends_the_batch_as_the_finalizing_decided() -> None:
+    finished = BatchLog()
+    finished.fold(fact(BatchFinalizing, attempt=1), 5)
+    cancelled = BatchLog()
+    cancelled.fold(fact(BatchCancelRequested, requested_by_key_id="k"), 5)
+    cancelled.fold(fact(BatchFinalizing, attempt=1), 6)
+    assert finished.outcome("expired") == "completed" and cancelled.outcome("expired") == "cancelled"
+    assert finished.outcome("failed") == "failed"
+
+
 def test_without_a_finalizing_fact_a_batch_ends_as_its_finalizer_was_asked() -> None:
     log = BatchLog()
     log.fold(fact(BatchCancelRequested, requested_by_key_id="k"), 5)
