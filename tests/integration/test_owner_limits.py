@@ -176,3 +176,20 @@ async def test_30_creates_and_12_uploads_racing_over_two_gateway_processes_never
     assert sum(f["bytes"] for f in files) == 6 * FILE_BYTES <= QUOTA
     assert creates == [200] * ACTIVE_LIMIT + [429] * (30 - ACTIVE_LIMIT)
     assert len(batches) == ACTIVE_LIMIT
+
+
+async def test_a_deleted_webhook_gives_its_place_back_at_once(gateways: list[Gateway]) -> None:
+    [key] = await keys_of_one_user(gateways[0], 1)
+    made = [await gateways[n % 2].client.post("/v1/webhooks", headers=key, json={
+        "url": f"https://93.184.216.34/hook/{n}"}) for n in range(MAX_WEBHOOKS)]
+    assert [m.status for m in made] == [200] * MAX_WEBHOOKS
+
+    for round_ in range(3):
+        deleted = await gateways[round_ % 2].client.delete(f"/v1/webhooks/{(await made[round_].json())['id']}",
+                                                           headers=key)
+        assert deleted.status == 200
+        again = await gateways[(round_ + 1) % 2].client.post("/v1/webhooks", headers=key, json={
+            "url": f"https://93.184.216.34/again/{round_}"})
+        assert again.status == 200, await again.text()
+    over = await gateways[0].client.post("/v1/webhooks", headers=key, json={"url": "https://93.184.216.34/over"})
+    assert over.status == 400

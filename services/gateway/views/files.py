@@ -193,11 +193,14 @@ async def admit_bytes(request: web.Request, owner: str, file_id: str, size: int)
 
     async def held(listed: frozenset[str]) -> Holdings:
         indexed = await d.read_model.owner_files(owner)  # a deleted file leaves the index: look listed ones up
-        gone = [i for i in listed - {r.file.id for r in indexed} if await d.read_model.get_file(i) is not None]
+        # A listed file the index did not show may have been folded since the index was read: it is looked up by
+        # id, and counted if it still holds its bytes (else known, and gone).
+        found = [record for i in listed - {r.file.id for r in indexed}
+                 if (record := await d.read_model.get_file(i)) is not None]
         now = time.time()
-        return Holdings({r.file.id: r.file.bytes for r in indexed
+        return Holdings({r.file.id: r.file.bytes for r in [*indexed, *found]
                          if not r.deleted and not is_expired(r, now)},
-                        frozenset({r.file.id for r in indexed} | set(gone)))
+                        frozenset({r.file.id for r in [*indexed, *found]}))
 
     quota = d.settings.storage_quota_bytes
     used = await request.app[ADMISSION].take(STORED_BYTES, owner, file_id, size, quota, held)

@@ -125,7 +125,7 @@ async def create_webhook(request: web.Request) -> web.Response:
         id=f"wh_{secrets.token_hex(12)}", url=url, events=list(body.events or WEBHOOK_EVENT_TYPES), scope=body.scope,
         owner=caller.owner, organization_id=organization, enabled=True, description=body.description,
         created_at=int(time.time()), secret=new_secret())
-    holder = caller.owner if body.scope == "user" else f"organization-{organization}"
+    holder = webhooks_holder(endpoint)
 
     async def held(_: frozenset[str]) -> Holdings:
         existing = await store.list_endpoints()
@@ -181,10 +181,18 @@ async def rotate_secret(request: web.Request) -> web.Response:
     return web.json_response(changed.model_dump(mode="json"))
 
 
+def webhooks_holder(endpoint: WebhookEndpoint) -> str:
+    """Whose limit of endpoints an endpoint counts against: its owner's, or its organisation's."""
+    return endpoint.owner if endpoint.scope == "user" else f"organization-{endpoint.organization_id}"
+
+
 async def delete_webhook(request: web.Request) -> web.Response:
     endpoint = await _managed_endpoint(request)
     await charge_control_call(request)
     await _store(request).delete_endpoint(endpoint.id)
+    # Its place comes back at once (the store forgets a deleted endpoint, so the admission would count it until
+    # its grace ends).
+    await asyncio.shield(request.app[ADMISSION].release(WEBHOOKS, webhooks_holder(endpoint), endpoint.id))
     return web.json_response(DeletedWebhook(id=endpoint.id).model_dump(mode="json"))
 
 
