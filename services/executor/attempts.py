@@ -152,14 +152,16 @@ class BatchLog:
         return max(live) if live else None
 
     def outcome(self, asked: Outcome) -> Outcome:
-        """How a batch a finalizer was asked to end `asked` ends, by the order of its log (the one authority):
-        once a `finalizing` fact is in it, whichever of a cancel and the first `finalizing` fact came first
-        decides, so an accepted cancel ends `cancelled` (with every line that ran in the output file) and a cancel
-        too late changes nothing. An expiry asked after the `finalizing` fact (every line had run; the finalizer
-        died before ending it, and the window passed meanwhile) ends the same way: the batch was past the point of no
-        return. Failures end as asked."""
+        """How a batch a finalizer was asked to end `asked` ends, by the order of its log (the one authority): a
+        cancel in it (one is written only before the first `finalizing` fact) ends the batch `cancelled`, with every
+        line that ran in the output file, whatever the finalizer was asked (its window may have ended, or its
+        attempts run out, after the cancel was accepted). Without one, a `finalizing` fact means every line ran: the
+        batch completes, even if an expiry was asked after it (its finalizer died before ending it, and the window
+        passed meanwhile). Failures, and expiries before any finalizing, end as asked."""
+        if self.cancel_requested:
+            return "cancelled"
         if self.finalizing and asked in ("completed", "cancelled", "expired"):
-            return "cancelled" if self.cancel_requested else "completed"
+            return "completed"
         return asked
 
     def stop_reason(self, now_s: float) -> StopReason | None:

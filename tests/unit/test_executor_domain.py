@@ -270,10 +270,15 @@ def test_an_expiry_asked_after_the_finalizing_fact_ends_the_batch_as_the_finaliz
     assert finished.outcome("failed") == "failed"
 
 
-def test_without_a_finalizing_fact_a_batch_ends_as_its_finalizer_was_asked() -> None:
+def test_an_accepted_cancel_ends_the_batch_cancelled_whatever_its_finalizer_was_asked() -> None:
     log = BatchLog()
     log.fold(fact(BatchCancelRequested, requested_by_key_id="k"), 5)
-    assert [log.outcome(asked) for asked in ("cancelled", "expired", "failed")] == ["cancelled", "expired", "failed"]
+    assert [log.outcome(asked) for asked in ("cancelled", "expired", "failed")] == ["cancelled"] * 3
+
+
+def test_without_a_cancel_or_a_finalizing_fact_a_batch_ends_as_its_finalizer_was_asked() -> None:
+    log = BatchLog()
+    assert [log.outcome(asked) for asked in ("completed", "expired", "failed")] == ["completed", "expired", "failed"]
 
 
 def test_pending_lines_fall_due_by_the_clock_alone() -> None:
