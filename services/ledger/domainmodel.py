@@ -120,7 +120,7 @@ class Batch(Folded):
         return aggregate_id("batch", batch_id)
 
     def reject_line(self, sequence: int, line: int | None, code: str, param: str | None, message: str) -> None:
-        if not self.refuses(sequence, "line_rejected", self.status, ("validating",)):
+        if not self.refuses(sequence, "line_rejected", self.status, ("validating", *self._cancelled_validating())):
             self._line_rejected(sequence=sequence, line=line, code=code, param=param, message=message)
 
     @event("LineRejected")

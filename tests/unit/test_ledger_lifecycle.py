@@ -15,6 +15,7 @@ from contracts.events.batch import (
     BatchProgressed,
     BatchValidationFailed,
     BatchWaiting,
+    LineRejected,
     ShardFinished,
     ValidationProgressed,
 )
@@ -200,6 +201,18 @@ def test_a_batch_cancelled_while_validating_a_file_that_fails_validation_ends_ca
     assert (batch.status, batch.cancelled_at, batch.failed_at, batch.error_file_id) == (
         "cancelled", T0 + 9, None, "file-err")
     assert batch.request_counts.model_dump() == {"total": 5, "completed": 0, "failed": 5}
+    assert ledger.anomalies(BATCH) == []
+
+
+def test_the_line_errors_of_a_batch_cancelled_while_validating_are_kept_with_its_verdict(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), cancel_requested(),
+                LineRejected(aggregate_id=BATCH, line=2, code="invalid_json", message="not JSON", occurred_at=at(8)),
+                BatchValidationFailed(aggregate_id=BATCH, total_lines=5, error_count=1, rejected_lines=1,
+                                      counts_by_code={"invalid_json": 1}, error_file_id="file-err", occurred_at=at(9)))
+    batch = stream.record().batch
+    assert batch.status == "cancelled" and batch.errors is not None
+    assert [(e.line, e.code) for e in batch.errors.data] == [(2, "invalid_json")]
     assert ledger.anomalies(BATCH) == []
 
 
