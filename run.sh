@@ -48,12 +48,12 @@ case "${1:-}" in
     typecheck_log="$(mktemp)"
     .venv/bin/mypy contracts services infra bench tests >"$typecheck_log" 2>&1 &
     typecheck=$!
-    # Three workers, each test file on one of them (a file's module fixtures, such as a running stack, start once):
-    # most tests wait on brokers, processes and timeouts, so the suite takes about half the wall time.
+    # Four workers, each test file on one of them (a file's module fixtures, such as a running stack, start once):
+    # most tests wait on brokers, processes and timeouts (two cores run at about two thirds), so four share them.
     # A test failing once (on two shared cores every test races brokers and processes) runs once more; the report
     # lists each rerun ("R"), and a test failing twice fails the run.
     tests=0
-    .venv/bin/python -m pytest -n "${SHESHNAG_TEST_WORKERS:-3}" --dist loadfile --reruns 1 -rR --durations=15 "$@" \
+    .venv/bin/python -m pytest -n "${SHESHNAG_TEST_WORKERS:-4}" --dist loadfile --reruns 1 -rR --durations=15 "$@" \
       || tests=$?
     typed=0
     wait "$typecheck" || typed=$?
