@@ -32,6 +32,8 @@ from services.runtime.tasks import cancel_and_join
 
 log = logging.getLogger(__name__)
 
+BROKER_STOP_S = 5.0
+
 
 def advert_of(settings: ExecutorSettings, shelf: EngineShelf) -> ExecutorAdvert:
     versions = {engine.version for engine in shelf.loaded.values()}
@@ -97,7 +99,12 @@ async def run_executor(settings: ExecutorSettings, stop: asyncio.Event) -> None:
         try:
             await engines.unload_all()  # first: an engine's own threads must end for the process to exit
         finally:
-            await broker.stop()
+            try:
+                # A connection the broker keeps refusing (a revoked key) reconnects for ever: its close is not waited
+                # for past this, and the process exits all the same.
+                await asyncio.wait_for(broker.stop(), BROKER_STOP_S)
+            except TimeoutError:
+                log.warning("the broker connection did not close within %.0fs; exiting without it", BROKER_STOP_S)
 
 
 async def serve(settings: ExecutorSettings, engines: EngineShelf, broker: ServiceBroker, router: ServiceRouter,

@@ -120,7 +120,9 @@ def provider_host(deployment: Deployment, worker_key: dict,
     """The executor, from the one documented command, with nothing of the control plane's environment."""
     home = tmp_path_factory.mktemp("provider-host")
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "PYTHONUNBUFFERED": "1", "SHESHNAG_METRICS_PORT": "0",
-           "SHESHNAG_EXECUTOR_CHUNK_LINES": "1"}
+           "SHESHNAG_EXECUTOR_CHUNK_LINES": "1",
+           # The lines in hand when the module ends need not finish: the stop is the fixture's, not under test here.
+           "SHESHNAG_EXECUTOR_STOP_GRACE_S": "3"}
     log = (home / "executor.log").open("ab")
     pin = fingerprint(deployment.ca.read_text())
     process = subprocess.Popen([sys.executable, "-m", "infra.cli", "executor", "--deployment", deployment.gateway,

@@ -38,7 +38,7 @@ from tests.security.hostile_payloads import Hostile, Kind, Targets, kind_of
 from tests.security.test_hostile_executors import STACK_EXECUTOR, advert, custom_ids, ended, register, run_batch
 from tests.security.test_tenant_files import attackers_worker_key, join_as_executor, user_key_and_id
 
-FUZZ_SECONDS = float(os.environ.get("SHESHNAG_FUZZ_SECONDS", "30"))
+FUZZ_SECONDS = float(os.environ.get("SHESHNAG_FUZZ_SECONDS", "20"))
 MIN_VICTIM_BATCHES = 2
 """Batches of the victim that must end while the fuzz runs (it runs on past its time until they have)."""
 SENDERS = 6
