@@ -6,6 +6,8 @@ import logging
 import time
 from pathlib import Path
 
+import nats.errors
+
 from contracts.events.executor import GUEST_ATTEMPTS, ExecutorAdvert
 from services.executor.adapters.admission import keep_admitted
 from services.executor.adapters.advert import OwnAdvert
@@ -103,8 +105,8 @@ async def run_executor(settings: ExecutorSettings, stop: asyncio.Event) -> None:
                 # A connection the broker keeps refusing (a revoked key) reconnects for ever: its close is not waited
                 # for past this, and the process exits all the same.
                 await asyncio.wait_for(broker.stop(), BROKER_STOP_S)
-            except TimeoutError:
-                log.warning("the broker connection did not close within %.0fs; exiting without it", BROKER_STOP_S)
+            except (TimeoutError, nats.errors.Error) as error:
+                log.warning("the broker connection did not close (%r); exiting without it", error)
 
 
 async def serve(settings: ExecutorSettings, engines: EngineShelf, broker: ServiceBroker, router: ServiceRouter,
@@ -139,7 +141,10 @@ async def serve(settings: ExecutorSettings, engines: EngineShelf, broker: Servic
         await cancel_and_join([beating, renewing])
         outcomes = await asyncio.gather(beating, renewing, stopping, return_exceptions=True)
         await runner.close()  # the batches' shared log feeds and the input copies' IO threads
-    await fleet.withdraw()
+    try:
+        await fleet.withdraw()
+    except (TimeoutError, nats.errors.Error) as error:  # the broker refuses or is gone: the advert goes stale
+        log.warning("advert not withdrawn (%r); the scheduler sees it go stale", error)
     for outcome in outcomes:
         if isinstance(outcome, Exception):
             raise outcome
