@@ -2,14 +2,16 @@
 records (one watch on the read model's batch keys), so refreshing the gauges reads only open work.
 
 The watch first delivers every batch's latest record (the census is counted once, when the gateway starts or the
-watch resumes), then each record as the ledger writes it: a batch is counted under its new status and no longer
-under its old. Only unfinished batches' records are kept; ended ones are counts (plus a bounded memory of the
-latest ended ids, so a rewrite of an ended record is not counted twice).
+watch resumes, and every hour), then each record as the ledger writes it: a batch is counted under its new status
+and no longer under its old. Only unfinished batches' records are kept; ended ones are counts (plus a bounded memory
+of the latest ended ids, so a rewrite of an ended record is not counted twice). A count is made on the side and
+replaces the last one once complete.
 """
 
 import asyncio
 import contextlib
 import logging
+import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 
@@ -27,22 +29,17 @@ log = logging.getLogger(__name__)
 RECENTLY_ENDED = 100_000
 """Ended batch ids remembered, so a record written again after its batch ended is not counted twice."""
 RESUME_AFTER_S = 1.0
+RECOUNT_S = 3600.0
+"""How often the census counts every batch again from the read model (bounding what a late rewrite miscounts)."""
 
 
 @dataclass
-class BatchCensus:
+class Counts:
     open: dict[str, BatchRecord] = field(default_factory=dict)
     """Every unfinished batch's latest record."""
     ended: Counter[str] = field(default_factory=Counter)
     """Ended batches, by status."""
     recently_ended: OrderedDict[str, str] = field(default_factory=OrderedDict)
-    ready: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set once the watch has delivered every batch's current record."""
-
-    def reset(self) -> None:
-        self.open.clear()
-        self.ended.clear()
-        self.recently_ended.clear()
 
     def record(self, batch_id: str, record: BatchRecord | None) -> None:
         """Count the latest record of a batch (None: its record was deleted)."""
@@ -56,7 +53,7 @@ class BatchCensus:
             self.ended[status] += 1
             self.recently_ended[batch_id] = status
             if len(self.recently_ended) > RECENTLY_ENDED:
-                self.recently_ended.popitem(last=False)  # rewritten much later: counted once more, at worst
+                self.recently_ended.popitem(last=False)  # rewritten much later: counted once more, until a recount
         else:
             self.open[batch_id] = record
 
@@ -65,22 +62,54 @@ class BatchCensus:
         counts.update(self.ended)
         return {status: count for status, count in counts.items() if count > 0}
 
+
+@dataclass
+class BatchCensus:
+    counts: Counts = field(default_factory=Counts)
+    """What the gauges read: replaced whole once a (re)count has read every batch's current record."""
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once the watch has delivered every batch's current record."""
+
+    @property
+    def open(self) -> dict[str, BatchRecord]:
+        return self.counts.open
+
+    @property
+    def recently_ended(self) -> OrderedDict[str, str]:
+        return self.counts.recently_ended
+
+    def record(self, batch_id: str, record: BatchRecord | None) -> None:
+        self.counts.record(batch_id, record)
+
+    def reset(self) -> None:
+        self.counts = Counts()
+
+    def by_status(self) -> dict[str, int]:
+        return self.counts.by_status()
+
     async def follow(self, kv: KeyValue) -> None:
-        """Keep the census as the read model changes; a broken watch resumes (and counts again from scratch)."""
+        """Keep the census as the read model changes. A (re)count is made on the side and replaces the counts once
+        complete, so the gauges never show a half count; the watch starts over every `RECOUNT_S` (a record
+        rewritten long after its batch ended is then counted once again, not twice) and after a broken watch."""
         prefix = read_model_key("batch", "")
         while True:
             try:
                 watcher = await kv.watch(read_model_key("batch", "*"))
-                self.reset()
+                counting, started = Counts(), time.monotonic()
                 try:
                     async for entry in watcher:
                         if entry is None:  # the end of the current values
+                            self.counts = counting
                             self.ready.set()
                             continue
-                        self.record(entry.key.removeprefix(prefix), decode(entry.key, entry.value))
+                        counting.record(entry.key.removeprefix(prefix), decode(entry.key, entry.value))
+                        if self.ready.is_set() and time.monotonic() - started > RECOUNT_S:
+                            break
                 finally:
                     with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
                         await watcher.stop()
+                if self.counts is counting:
+                    continue  # a recount: at once
             except (nats.errors.Error, nats.js.errors.Error) as error:
                 log.warning("the batch census's watch was interrupted, resuming: %r", error)
             await asyncio.sleep(RESUME_AFTER_S)

@@ -1,5 +1,7 @@
 """The batch census counts each batch once, under its latest status, whatever order and how often its records come."""
 
+import asyncio
+
 from contracts.api.batch import Batch
 from contracts.api.batch import BatchStatus as Status
 from contracts.readmodel import BatchRecord
@@ -39,3 +41,55 @@ def test_a_deleted_record_is_no_longer_counted_and_a_reset_forgets_everything() 
     assert census.by_status() == {"validated": 1}
     census.reset()
     assert census.by_status() == {} and census.open == {}
+
+
+class Entry:
+    def __init__(self, batch_id: str, status: Status | None) -> None:
+        self.key = f"batch.{batch_id}"
+        self.value = record(batch_id, status).model_dump_json().encode() if status else b""
+
+
+class Watch:
+    """A read model's watch: the current values, the end-of-values marker, then each change as it is fed."""
+
+    def __init__(self, current: list[Entry]) -> None:
+        self.queue: asyncio.Queue[Entry | None] = asyncio.Queue()
+        for entry in current:
+            self.queue.put_nowait(entry)
+        self.stopped = False
+
+    def __aiter__(self) -> "Watch":
+        return self
+
+    async def __anext__(self) -> Entry | None:
+        return await self.queue.get()
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+
+async def test_a_count_replaces_the_last_only_once_complete_then_follows_each_change() -> None:
+    census = BatchCensus()
+    census.record("batch_old", record("batch_old", "completed"))  # what a previous count showed
+    watch = Watch([Entry("batch_a", "completed"), Entry("batch_b", "in_progress")])
+
+    class Bucket:
+        async def watch(self, _: str) -> Watch:
+            return watch
+
+    following = asyncio.create_task(census.follow(Bucket()))  # type: ignore[arg-type]
+    await asyncio.sleep(0.05)
+    assert census.by_status() == {"completed": 1} and not census.ready.is_set()  # half a count is never shown
+
+    watch.queue.put_nowait(None)
+    await asyncio.sleep(0.05)
+    assert census.ready.is_set() and census.by_status() == {"completed": 1, "in_progress": 1}
+
+    watch.queue.put_nowait(Entry("batch_b", "cancelled"))
+    watch.queue.put_nowait(Entry("batch_a", None))
+    await asyncio.sleep(0.05)
+    assert census.by_status() == {"cancelled": 1}
+
+    following.cancel()
+    await asyncio.gather(following, return_exceptions=True)
+    assert watch.stopped
