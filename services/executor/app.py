@@ -101,12 +101,8 @@ async def run_executor(settings: ExecutorSettings, stop: asyncio.Event) -> None:
         try:
             await engines.unload_all()  # first: an engine's own threads must end for the process to exit
         finally:
-            try:
-                # A connection the broker keeps refusing (a revoked key) reconnects for ever: its close is not waited
-                # for past this, and the process exits all the same.
-                await asyncio.wait_for(broker.stop(), BROKER_STOP_S)
-            except (TimeoutError, nats.errors.Error) as error:
-                log.warning("the broker connection did not close (%r); exiting without it", error)
+            # A connection the broker keeps refusing (a revoked key) reconnects for ever: not waited for past this.
+            await broker.close_within(BROKER_STOP_S)
 
 
 async def serve(settings: ExecutorSettings, engines: EngineShelf, broker: ServiceBroker, router: ServiceRouter,

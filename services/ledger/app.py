@@ -58,7 +58,7 @@ class LedgerApp:
                 await cancel_and_join([keeper])
             if lease is not None:
                 await lease.release()
-            await broker.stop()
+            await broker.close_within()
 
     async def _fold(self, bus: EventBus, ledger: Ledger, stop: asyncio.Event) -> None:
         read_model = await ReadModel.open(bus)

@@ -9,6 +9,7 @@ import asyncio
 import logging
 from typing import Any
 
+import nats.errors
 from faststream.nats import NatsBroker
 from faststream.security import BaseSecurity, SASLPlaintext
 from nats.aio.client import Client
@@ -21,6 +22,9 @@ log = logging.getLogger(__name__)
 
 GRACEFUL_STOP_S = 5.0
 """On stop, a handler still running gets this long to finish (and ack) before it is cancelled and redelivered."""
+CLOSE_S = GRACEFUL_STOP_S + DRAIN_S + 5.0
+"""The most a service's stop waits for its broker connection to close: one the broker keeps refusing, or whose
+broker is gone, reconnects for ever, and a process must exit all the same."""
 
 
 class ServiceBroker(NatsBroker):
@@ -28,6 +32,13 @@ class ServiceBroker(NatsBroker):
 
     tls_handshake_first = False
     """TLS before the server's first word, for a broker on the network (nats_tls.py); faststream has no option."""
+
+    async def close_within(self, within_s: float = CLOSE_S) -> None:
+        """Stop consuming and close the connection, waiting `within_s` at most (then the process goes without)."""
+        try:
+            await asyncio.wait_for(self.stop(), within_s)
+        except (TimeoutError, nats.errors.Error) as error:
+            log.warning("the NATS connection did not close (%r); going on without it", error)
 
     async def _connect(self) -> Client:
         connection = ReadmittingClient()

@@ -2,10 +2,13 @@
 wins the leader lease, it leads (the router's leader-only answers on that term's book) until stopped."""
 
 import asyncio
+import logging
+
+import nats.errors
 
 from services.authz.callout import admit_executors
 from services.runtime import metrics
-from services.runtime.broker import open_bus, service_broker
+from services.runtime.broker import CLOSE_S, open_bus, service_broker
 from services.runtime.catalogue import load_catalogue
 from services.runtime.leader import LeaderLease
 from services.scheduler.handlers import scheduler_router
@@ -13,6 +16,8 @@ from services.scheduler.objects import ObjectSigner
 from services.scheduler.observe import leading
 from services.scheduler.settings import SchedulerSettings
 from services.scheduler.term import Term
+
+log = logging.getLogger(__name__)
 
 
 async def run_scheduler(settings: SchedulerSettings, stop: asyncio.Event) -> None:
@@ -44,5 +49,8 @@ async def run_scheduler(settings: SchedulerSettings, stop: asyncio.Event) -> Non
             await lease.release()
     finally:
         if admissions is not None:
-            await admissions.close()
-        await broker.stop()
+            try:
+                await asyncio.wait_for(admissions.close(), CLOSE_S)
+            except (TimeoutError, nats.errors.Error) as error:  # the broker gone: nothing left to unsubscribe from
+                log.warning("the auth callout's responder did not close (%r)", error)
+        await broker.close_within()

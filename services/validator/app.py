@@ -48,6 +48,6 @@ async def run_validator(settings: ValidatorSettings, stop: asyncio.Event) -> Non
         await broker.start()
         await stop.wait()
     finally:
-        await broker.stop()
+        await broker.close_within()
         if pool is not None:
             pool.close()
