@@ -60,6 +60,31 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         faulthandler.dump_traceback_later(EXIT_WITHIN_S, exit=True, file=config.stash[EXIT_WATCHDOG_FD])
 
 
+LEFT_TASK_ROUNDS, LEFT_TASK_WAIT_S = 5, 5.0
+
+
+@pytest.fixture(scope="session", autouse=True)
+async def no_task_outlives_the_session(pytestconfig: pytest.Config) -> AsyncIterator[None]:
+    """At the session's end, the tasks a test left running in the session's event loop are cancelled, again and
+    again (a cancelled task whose cleanup awaits a server already stopped is freed by the next cancel), so the loop's
+    own teardown, which cancels once and waits for ever, never hangs a worker; any still running are dumped."""
+    yield
+    current = asyncio.current_task()
+    left: list[asyncio.Task[object]] = []
+    for _ in range(LEFT_TASK_ROUNDS):
+        left = [task for task in asyncio.all_tasks() if task is not current and not task.done()]
+        if not left:
+            return
+        for task in left:
+            task.cancel()
+        await asyncio.wait(left, timeout=LEFT_TASK_WAIT_S)
+    out = io.StringIO()
+    for task in left:
+        if not task.done():
+            task.print_stack(limit=12, file=out)
+    os.write(pytestconfig.stash[EXIT_WATCHDOG_FD], f"tasks that would not end:\n{out.getvalue()}".encode())
+
+
 @dataclass(frozen=True)
 class RunningNats:
     url: str
