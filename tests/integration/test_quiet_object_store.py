@@ -20,15 +20,29 @@ GLOG_SOURCE = re.compile(r"^[IWEF]\d{4} [\d:.]+ (\S+:\d+) ")
 """The Go source line that logged a glog line: the same one again is a repeat."""
 
 
-def test_an_idle_object_store_logs_no_warning_and_no_repeated_refused_connection(tmp_path: Path) -> None:
-    creds = S3Credentials.load_or_create(tmp_path / "s3-credentials.json")
-    log_file = tmp_path / "s3.log"
-    process = start_seaweed(tmp_path, free_port(), creds, log_file)
+PORT_RACE = "is not available, finding alternative"
+"""weed's words when a port chosen for it was taken by another process between the choice and its start (the suite
+runs many servers at once): then it listens elsewhere, and the workers' redial is back. Not what is tested here."""
+
+
+def idle_log(folder: Path) -> list[str]:
+    creds = S3Credentials.load_or_create(folder / "s3-credentials.json")
+    log_file = folder / "s3.log"
+    process = start_seaweed(folder, free_port(), creds, log_file)
     try:
         time.sleep(IDLE_S)
     finally:
         stop_process(process)
-    lines = log_file.read_text(errors="replace").splitlines()
+    return log_file.read_text(errors="replace").splitlines()
+
+
+def test_an_idle_object_store_logs_no_warning_and_no_repeated_refused_connection(tmp_path: Path) -> None:
+    for attempt in range(3):
+        folder = tmp_path / str(attempt)
+        folder.mkdir()
+        lines = idle_log(folder)
+        if not any(PORT_RACE in line for line in lines):
+            break
     assert [line for line in lines if GLOG_FAULT.match(line)] == []
     refused = Counter(source.group(1) if (source := GLOG_SOURCE.match(line)) else line
                       for line in lines if "connection refused" in line)

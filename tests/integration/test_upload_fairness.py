@@ -83,15 +83,20 @@ async def test_stalled_uploads_of_one_key_and_of_bad_keys_never_delay_another_ke
         await asyncio.sleep(0.5)  # every attacker is connected, and as many as may hold a slot do
 
         took: list[float] = []
+        slots = gateway.client.app[UPLOAD_SLOTS]
         async with client_from(good) as http:
             for n in range(GOOD_UPLOADS):
+                # What keeps another key's upload from waiting: no owner holds more than its share of the slots,
+                # however many of its uploads wait (the time each took is printed, not asserted: a loaded machine's
+                # clock is not the property).
+                assert max(slots.held.values(), default=0) <= SETTINGS["upload_slots_per_owner"], dict(slots.held)
+                assert slots.in_use < SETTINGS["upload_slots"]
                 started = time.monotonic()
                 status = await upload(http, gateway, victim, jsonl(f"good-{n}"))
                 took.append(time.monotonic() - started)
                 assert status == 200
                 await asyncio.sleep(0.25)
         print(f"good uploads under attack took {[round(t, 2) for t in took]} s")
-        assert max(took) < 2.0
 
         cut = [a.result() for a in attacks[:ATTACKERS] if a.done() and a.result().status == 408]
         assert cut, "no stalled upload was cut for its rate"
@@ -101,7 +106,7 @@ async def test_stalled_uploads_of_one_key_and_of_bad_keys_never_delay_another_ke
             attack.cancel()
         await asyncio.gather(*attacks, return_exceptions=True)
 
-        slots, in_flight = gateway.client.app[UPLOAD_SLOTS], gateway.client.app[UPLOADS_IN_FLIGHT]
+        in_flight = gateway.client.app[UPLOADS_IN_FLIGHT]
         for _ in range(100):  # the handlers still reading a body find their client gone
             if not (slots.in_use or slots.waiting() or in_flight.counts):
                 break
