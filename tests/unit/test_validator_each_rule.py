@@ -25,16 +25,6 @@ def nested(depth: int) -> list[object]:
     return value
 
 
-@pytest.fixture(scope="module")
-def catalogue() -> Catalogue:
-    return load_catalogue(None)
-
-
-@pytest.fixture(scope="module")
-def tokenizers() -> TokenizerCache:
-    return TokenizerCache()
-
-
 def good(custom_id: str = "r1") -> Line:
     return {"custom_id": custom_id, "method": "POST", "url": CHAT,
             "body": {"model": "smollm2", "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 8}}

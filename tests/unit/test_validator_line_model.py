@@ -3,19 +3,12 @@ model named at upload: LiteLLM's `x-litellm-model`), or — where the deployment
 earlier line named; otherwise, as OpenAI has it, the line must name its own."""
 
 import orjson
-import pytest
 
 from contracts.catalogue import Catalogue
-from services.runtime.catalogue import load_catalogue
 from services.validator.domain import FileValidation, Limits
 
 CHAT = "/v1/chat/completions"
 CHAT_MODEL = "smollm2-135m-instruct-q4_1"
-
-
-@pytest.fixture(scope="module")
-def catalogue() -> Catalogue:
-    return load_catalogue(None)
 
 
 def line(custom_id: str, model: str | None = None) -> bytes:

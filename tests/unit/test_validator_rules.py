@@ -1,18 +1,11 @@
 """The validator's rules, line by line and file-wide, as a user meets them."""
 
 import orjson
-import pytest
 
 from contracts.catalogue import Catalogue
-from services.runtime.catalogue import load_catalogue
 from services.validator.domain import FileValidation, Limits
 
 CHAT = "/v1/chat/completions"
-
-
-@pytest.fixture(scope="module")
-def catalogue() -> Catalogue:
-    return load_catalogue(None)
 
 
 def line(custom_id: str = "r1", model: str = "smollm2", **overrides: object) -> bytes:

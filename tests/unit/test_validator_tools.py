@@ -8,7 +8,6 @@ import pytest
 from contracts.api.error_codes import TOOLS_UNAVAILABLE
 from contracts.catalogue import Catalogue, CatalogueModel
 from services.gateway.views.models import as_model
-from services.runtime.catalogue import load_catalogue
 from services.validator.adapters.tokenizer import TokenizerCache
 from services.validator.domain import FileValidation
 
@@ -16,16 +15,6 @@ CHAT, RESPONSES = "/v1/chat/completions", "/v1/responses"
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
                                             "parameters": {"type": "object",
                                                            "properties": {"city": {"type": "string"}}}}}
-
-
-@pytest.fixture(scope="module")
-def catalogue() -> Catalogue:
-    return load_catalogue(None)
-
-
-@pytest.fixture(scope="module")
-def tokenizers() -> TokenizerCache:
-    return TokenizerCache()
 
 
 def smollm2(catalogue: Catalogue) -> CatalogueModel:
