@@ -15,7 +15,6 @@ Usage: .venv/bin/python bench/control_plane.py [--lines 20000] [--batches 2000] 
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -30,13 +29,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import aiohttp
 import nats
 
+from bench.cpu import cpu_seconds
 from contracts.lifecycle import TERMINAL
 from contracts.subjects import EVENTS_STREAM
 from infra.embedded import free_port
 from tests.e2e.conftest import ADMIN_KEY, RunningStack, start_stack, stop_stack
 from tests.e2e.load import core_nats_url
 
-TICKS = os.sysconf("SC_CLK_TCK")
 SERVICES = ("gateway", "validator", "scheduler", "ledger", "executor")
 SERVERS = ("nats", "s3")
 """Their pid files are named by their logs: nats.pid, s3.pid."""
@@ -52,10 +51,6 @@ memory_bytes = 1000
 endpoints = ["/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings"]
 """
 
-
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def pids(stack: RunningStack) -> dict[str, int]:
@@ -140,11 +135,11 @@ async def measure(stack: RunningStack, name: str, batches: int, total_lines: int
                   work: Callable[[], Awaitable[None]]) -> Measured:
     processes = pids(stack)
     facts0, bytes0, names0 = await stream_state(stack)
-    cpu0 = {process: cpu_s(pid) for process, pid in processes.items()}
+    cpu0 = {process: cpu_seconds(pid) for process, pid in processes.items()}
     started = time.monotonic()
     await work()
     wall = time.monotonic() - started
-    cpu = {process: cpu_s(pid) - cpu0[process] for process, pid in processes.items()}
+    cpu = {process: cpu_seconds(pid) - cpu0[process] for process, pid in processes.items()}
     facts1, bytes1, names1 = await stream_state(stack)
     return Measured(name, batches, total_lines, wall, cpu, facts1 - facts0, bytes1 - bytes0, names1 - names0)
 

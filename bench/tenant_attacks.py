@@ -9,7 +9,6 @@ Usage: .venv/bin/python bench/tenant_attacks.py [--calls 300] [--rounds 2] [--at
 import argparse
 import asyncio
 import collections
-import os
 import statistics
 import sys
 import tempfile
@@ -20,15 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import aiohttp
 
+from bench.cpu import cpu_seconds
 from infra.embedded import free_port
 from tests.e2e.conftest import ADMIN_KEY, start_stack, stop_stack
-
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 async def user_key(http: aiohttp.ClientSession, base: str, user_id: str) -> dict[str, str]:
@@ -78,9 +71,9 @@ async def run(args: argparse.Namespace, data_dir: Path) -> None:
                     loops = [] if headers is None else [
                         asyncio.create_task(attacker(http, base, headers, stop, answers))
                         for _ in range(args.attackers)]
-                    cpu_before, started = cpu_s(gateway_pid), time.monotonic()
+                    cpu_before, started = cpu_seconds(gateway_pid), time.monotonic()
                     times = await victim_calls(http, base, victim, args.calls)
-                    elapsed, cpu = time.monotonic() - started, cpu_s(gateway_pid) - cpu_before
+                    elapsed, cpu = time.monotonic() - started, cpu_seconds(gateway_pid) - cpu_before
                     stop.set()
                     await asyncio.gather(*loops)
                     p50, p90 = statistics.median(times), statistics.quantiles(times, n=10)[8]
