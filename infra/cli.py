@@ -160,13 +160,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def add_ledger_tools(ledger: argparse.ArgumentParser) -> None:
     """`sheshnag ledger` alone runs the service; these subcommands are the operators' tools."""
     tools = ledger.add_subparsers(dest="tool")
-    with_stack(tools.add_parser("replay", help="rebuild every aggregate from sequence 1 in a scratch store; diff with "
-                                "live"))
+    replay = with_stack(tools.add_parser("replay", help="rebuild every aggregate in a scratch store (from sequence 1, "
+                                         "or once the stream is trimmed from the archive's newest snapshot and the "
+                                         "stream after it); diff with live"))
+    replay.add_argument("--full", action="store_true", help="once the stream is trimmed: fold every archived segment "
+                        "instead of starting from the newest snapshot")
     audit = with_stack(tools.add_parser("audit", help="a batch's full timeline from the event log"))
     audit.add_argument("batch_id")
     audit.add_argument("--json", action="store_true", help="JSONL instead of a table")
-    with_stack(tools.add_parser("verify", help="recompute the hash chain from the log; report the first sequence that "
-                                "breaks"))
+    with_stack(tools.add_parser("verify", help="recompute the hash chain from the log (archived segments, then the "
+                                "stream); report the first sequence that breaks"))
     export = with_stack(tools.add_parser("export", help="events published in a time range, as JSONL"))
     export.add_argument("--since", type=datetime.fromisoformat, default=None, help="ISO-8601 time (inclusive)")
     export.add_argument("--until", type=datetime.fromisoformat, default=None, help="ISO-8601 time (inclusive)")
@@ -179,7 +182,7 @@ def run_ledger_tool(args: argparse.Namespace) -> int:
     settings = LedgerSettings()
     match args.tool:
         case "replay":
-            return asyncio.run(operator.replay(settings))
+            return asyncio.run(operator.replay(settings, full=args.full))
         case "audit":
             return asyncio.run(operator.audit(settings, args.batch_id, args.json))
         case "verify":

@@ -5,13 +5,17 @@ import logging
 
 from contracts.subjects import EVENTS_STREAM, LEDGER_LEADER_KEY, LEDGER_NAME
 from services.ledger.application import Ledger
-from services.ledger.handlers import Folder, follow, ledger_router, read_model_sink, stop_reading
+from services.ledger.archive import Archive
+from services.ledger.handlers import Folder, Sink, follow, ledger_router, read_model_sink, stop_reading
 from services.ledger.reindex import index_owners
+from services.ledger.restore import archived_through, restore
+from services.ledger.retention import Policy, Retention
 from services.ledger.settings import LedgerSettings
 from services.runtime import metrics
 from services.runtime.broker import open_bus, service_broker
 from services.runtime.bus import EventBus
 from services.runtime.leader import LeaderLease
+from services.runtime.objectstore import ObjectStore
 from services.runtime.readmodel import ReadModel
 from services.runtime.tasks import cancel_and_join
 
@@ -29,6 +33,8 @@ class LedgerApp:
         self.settings = settings
         self.caught_up = asyncio.Event()
         self.folder: Folder | None = None
+        self.retention: Retention | None = None
+        self._store: ObjectStore | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         broker = service_broker(self.settings.connection.nats_url, LEDGER_NAME)
@@ -59,10 +65,29 @@ class LedgerApp:
             if lease is not None:
                 await lease.release()
             await broker.close_within()
+            if self._store is not None:
+                self._store.close()
+
+    def _archive(self) -> Archive:
+        if self._store is None:
+            self._store = ObjectStore.from_settings(self.settings.connection)
+        return Archive(self._store)
+
+    async def _restore(self, read_model: ReadModel, ledger: Ledger, sink: Sink, checkpoint: int) -> int:
+        """The checkpoint to read the stream after: the archived point, when the stream was trimmed past this
+        store's checkpoint (its facts up to there are folded from the archive first)."""
+        marker = await archived_through(read_model)
+        if marker is None or checkpoint >= marker.last_sequence:
+            return checkpoint
+        archive = self._archive()
+        point = await archive.point(marker.index)
+        await restore(ledger, archive, point, sink, checkpoint, self.settings.group_size)
+        return point.last_sequence
 
     async def _fold(self, bus: EventBus, ledger: Ledger, stop: asyncio.Event) -> None:
         read_model = await ReadModel.open(bus)
         checkpoint = await asyncio.to_thread(ledger.checkpoint)
+        checkpoint = await self._restore(read_model, ledger, read_model_sink(read_model), checkpoint)
         await index_owners(bus, ledger, read_model_sink(read_model), checkpoint)
         folder = self.folder = Folder(ledger, read_model_sink(read_model), checkpoint, self.settings.group_size)
         head = (await bus.js.stream_info(EVENTS_STREAM)).state.last_seq
@@ -70,11 +95,16 @@ class LedgerApp:
         worker = asyncio.create_task(folder.run(stop))
         announcer = asyncio.create_task(self._announce_caught_up(folder, head))
         reader = asyncio.create_task(follow(bus, folder, stop))
+        keeper = None
+        if self.settings.retention:
+            self.retention = Retention(bus, read_model, self._archive(), ledger,
+                                       Policy(self.settings.retention_window_s, self.settings.segment_period_s))
+            keeper = asyncio.create_task(self.retention.run(stop))
         try:
             await stop.wait()
         finally:
             await stop_reading(reader)
-            await cancel_and_join([announcer])
+            await cancel_and_join([announcer, *([keeper] if keeper else [])])
             await worker
 
     async def _announce_caught_up(self, folder: Folder, head: int) -> None:

@@ -171,6 +171,28 @@ class Ledger(FoldingRules, Application[UUID]):
         return [Link(e.first_sequence, list(e.digests), e.head) for e in self.events.get(CHAIN_ID)
                 if isinstance(e, StreamChain.Linked)]
 
+    def chain_state(self) -> tuple[int, str]:
+        """The hash chain as saved: the last sequence it covers and its head ("" before any fact)."""
+        chain = self._load_chain()
+        return chain.last_sequence, chain.head
+
+    def chain_digest_at(self, sequence: int) -> str | None:
+        """The short digest the chain checkpointed for the fact at `sequence`; None when no link here covers it
+        (a sequence the stream never had, or one before this store was seeded from an archived point)."""
+        page_size, lte = 8, None
+        while True:
+            page = list(self.events.get(CHAIN_ID, desc=True, limit=page_size, lte=lte))
+            for found in page:
+                if isinstance(found, StreamChain.Linked):
+                    last = found.first_sequence + len(found.digests) - 1
+                    if found.first_sequence <= sequence <= last:
+                        return str(found.digests[sequence - found.first_sequence])
+                    if last < sequence:
+                        return None
+            if len(page) < page_size:
+                return None
+            lte = page[-1].originator_version - 1
+
     def executor(self, executor_id: str) -> Executor | None:
         return self._load(Executor, aggregate_id("executor", executor_id))
 

@@ -6,7 +6,7 @@ from hashlib import sha256
 
 from services.runtime.follower import Fact
 
-__all__ = ["DIGEST_CHARS", "Fact", "Link", "contiguous_runs", "first_break", "link", "link_run"]
+__all__ = ["DIGEST_CHARS", "ChainCheck", "Fact", "Link", "contiguous_runs", "first_break", "link", "link_run"]
 
 DIGEST_CHARS = 16
 """Hex characters of each event's chained hash kept per event; the full head is kept per link."""
@@ -56,35 +56,69 @@ class Break:
     reason: str
 
 
+class ChainCheck:
+    """Recompute the chain over a log fed fact by fact, and compare it with the checkpointed links.
+
+    Facts before the first linked sequence (an archived history the ledger's store was seeded past) are chained
+    but not compared: the archive's own hashes vouch for them.
+    """
+
+    def __init__(self, links: Iterable[Link]) -> None:
+        self.expected: dict[int, str] = {}
+        self.heads: dict[int, str] = {}
+        for checkpoint in links:
+            for offset, digest in enumerate(checkpoint.digests):
+                self.expected[checkpoint.first_sequence + offset] = digest
+            self.heads[checkpoint.first_sequence + len(checkpoint.digests) - 1] = checkpoint.head
+        self.first = min(self.expected, default=0)
+        self.last = max(self.expected, default=0)
+        self.head, self.checked, self.seen = "", 0, 0
+        self.found: Break | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.found is not None or self.seen >= self.last
+
+    def feed(self, fact: Fact) -> None:
+        if self.done:
+            return
+        if fact.sequence < self.first:
+            self.head, self.seen = link(self.head, fact), fact.sequence
+            return
+        if fact.sequence > self.last:
+            self.found = Break(self.seen + 1, "the log ends before the ledger's checkpoint")
+            return
+        while self.seen + 1 < fact.sequence:  # sequences the log no longer has
+            self.seen += 1
+            if self.seen in self.expected:
+                self.found = Break(self.seen, "the event is missing from the log")
+                return
+        self.seen = fact.sequence
+        if fact.sequence not in self.expected:
+            self.found = Break(fact.sequence, "the event was never folded by the ledger")
+            return
+        self.head = link(self.head, fact)
+        if (self.head[:DIGEST_CHARS] != self.expected[fact.sequence]
+                or self.heads.get(fact.sequence, self.head) != self.head):
+            self.found = Break(fact.sequence, "the event's bytes differ from what the ledger chained")
+            return
+        self.checked += 1
+
+    def result(self) -> tuple[int, Break | None]:
+        """How many events were checked and the first sequence where the log differs, if any."""
+        if self.found is None and self.seen < self.last:
+            return self.checked, Break(self.seen + 1, "the log ends before the ledger's checkpoint")
+        return self.checked, self.found
+
+
 def first_break(links: Iterable[Link], log: Iterable[Fact]) -> tuple[int, Break | None]:
     """Recompute the chain over `log` and compare it with the checkpointed links.
 
     Returns how many events were checked and the first sequence where the log differs, if any.
     """
-    expected: dict[int, str] = {}
-    heads: dict[int, str] = {}
-    for checkpoint in links:
-        for offset, digest in enumerate(checkpoint.digests):
-            expected[checkpoint.first_sequence + offset] = digest
-        heads[checkpoint.first_sequence + len(checkpoint.digests) - 1] = checkpoint.head
-    if not expected:
-        return 0, None
-    last = max(expected)
-    head, checked, seen = "", 0, 0
+    check = ChainCheck(links)
     for fact in log:
-        if fact.sequence > last:
+        if check.done:
             break
-        while seen + 1 < fact.sequence:  # sequences the log no longer has
-            seen += 1
-            if seen in expected:
-                return checked, Break(seen, "the event is missing from the log")
-        seen = fact.sequence
-        if fact.sequence not in expected:
-            return checked, Break(fact.sequence, "the event was never folded by the ledger")
-        head = link(head, fact)
-        if head[:DIGEST_CHARS] != expected[fact.sequence] or heads.get(fact.sequence, head) != head:
-            return checked, Break(fact.sequence, "the event's bytes differ from what the ledger chained")
-        checked += 1
-    if seen < last:
-        return checked, Break(seen + 1, "the log ends before the ledger's checkpoint")
-    return checked, None
+        check.feed(fact)
+    return check.result()

@@ -1,33 +1,60 @@
 """Operators' tools behind `sheshnag ledger replay|audit|verify|export`; each returns the process exit code."""
 
 import asyncio
+import contextlib
 import json
 import sys
+from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import TextIO
 
 from contracts.events.registry import decode_event
 from contracts.subjects import batch_events
 from services.ledger.application import Ledger
-from services.ledger.chain import first_break
+from services.ledger.archive import Archive, ArchiveBroken, ArchivePoint
+from services.ledger.chain import ChainCheck, Fact
 from services.ledger.replay import diff_against_live, replay_into_scratch
+from services.ledger.restore import archived_through
 from services.ledger.settings import LedgerSettings
 from services.ledger.timeline import render_table, timeline
 from services.runtime import eventlog
 from services.runtime.bus import TOOL_ATTEMPTS, EventBus
+from services.runtime.objectstore import ObjectStore
 from services.runtime.readmodel import ReadModel
 
 
-async def replay(settings: LedgerSettings, out: TextIO = sys.stdout) -> int:
-    """Rebuild every aggregate from sequence 1 into a scratch store and diff it against the live read model."""
+@contextlib.asynccontextmanager
+async def archive_if_trimmed(settings: LedgerSettings, read_model: ReadModel) -> AsyncIterator[Archive | None]:
+    """The archive, when the stream was trimmed (the read model says so); None when it holds every fact."""
+    if await archived_through(read_model) is None:
+        yield None
+        return
+    store = ObjectStore.from_settings(settings.connection)
+    try:
+        yield Archive(store)
+    finally:
+        store.close()
+
+
+async def replay(settings: LedgerSettings, out: TextIO = sys.stdout, full: bool = False) -> int:
+    """Rebuild every aggregate into a scratch store and diff it against the live read model: from sequence 1, or
+    once the stream is trimmed from the archive's newest snapshot (`full`: from all its segments) and the stream
+    after it."""
     bus = await EventBus.connect(settings.connection.nats_url, "ledger-replay", attempts=TOOL_ATTEMPTS)
     try:
-        replayed = await replay_into_scratch(bus, settings.group_size)
-        differences = await diff_against_live(bus, await ReadModel.open(bus), replayed)
+        read_model = await ReadModel.open(bus)
+        async with archive_if_trimmed(settings, read_model) as archive:
+            replayed = await replay_into_scratch(bus, settings.group_size, archive, full)
+        differences = await diff_against_live(bus, read_model, replayed)
     finally:
         await bus.close()
-    print(f"replayed {replayed.events} events into {len(replayed.records)} records in {replayed.seconds:.2f}s "
-          f"({replayed.rate:,.0f} events/s); chain head {replayed.chain_head[:16] or '-'}", file=out)
+    start = "sequence 1"
+    if replayed.archived_through:
+        start = (f"archived point {replayed.archived_through} ("
+                 + ("its segments" if full else f"{replayed.seeded} aggregates from its snapshot") + ")")
+    print(f"replayed {replayed.events} events from {start} into {len(replayed.records)} records in "
+          f"{replayed.seconds:.2f}s ({replayed.rate:,.0f} events/s); chain head {replayed.chain_head[:16] or '-'}",
+          file=out)
     for difference in differences:
         print(f"DIFFERS {difference}", file=out)
     print(f"{len(differences)} differences" if differences else "live read model matches the replay", file=out)
@@ -38,7 +65,11 @@ async def audit(settings: LedgerSettings, batch_id: str, as_json: bool, out: Tex
     """A batch's full timeline from the log, as a table or JSONL."""
     bus = await EventBus.connect(settings.connection.nats_url, "ledger-audit", attempts=TOOL_ATTEMPTS)
     try:
-        facts = [(fact.sequence, decode_event(fact.data)) async for fact in eventlog.read(bus, batch_events(batch_id))]
+        logged = {fact.sequence: fact async for fact in eventlog.read(bus, batch_events(batch_id))}
+        async with archive_if_trimmed(settings, await ReadModel.open(bus)) as archive:
+            if archive is not None:  # an archived batch's log, and any fact about it stored since
+                logged = {fact.sequence: fact for fact in await archive.batch_log(batch_id)} | logged
+        facts = [(sequence, decode_event(logged[sequence].data)) for sequence in sorted(logged)]
     finally:
         await bus.close()
     if not facts:
@@ -54,28 +85,48 @@ async def audit(settings: LedgerSettings, batch_id: str, as_json: bool, out: Tex
 
 
 async def verify(settings: LedgerSettings, out: TextIO = sys.stdout) -> int:
-    """Recompute the hash chain from the log and compare it with the ledger's checkpointed links."""
+    """Recompute the hash chain from the log (the archive's segments, then the stream after them, once it is
+    trimmed) and compare it with the ledger's checkpointed links."""
     ledger = await asyncio.to_thread(Ledger, settings.store_env())
     try:
         links = await asyncio.to_thread(ledger.chain_links)
     finally:
         await asyncio.to_thread(ledger.close)
-    if not links:
-        print("the ledger has checkpointed no events yet; nothing to verify", file=out)
-        return 0
     bus = await EventBus.connect(settings.connection.nats_url, "ledger-verify", attempts=TOOL_ATTEMPTS)
+    check = ChainCheck(links)
     try:
-        log = [fact async for fact in eventlog.read(bus, after=links[0].first_sequence - 1)]
+        async with archive_if_trimmed(settings, await ReadModel.open(bus)) as archive:
+            point = await archive.latest_point() if archive is not None else None
+            if not links and point is None:
+                print("the ledger has checkpointed no events yet; nothing to verify", file=out)
+                return 0
+            try:
+                async for fact in _log(bus, archive, point, links[0].first_sequence - 1 if links else 0):
+                    check.feed(fact)
+            except ArchiveBroken as broken:
+                print(f"archive breaks at {broken}", file=out)
+                return 1
     finally:
         await bus.close()
-    checked, found = first_break(links, log)
+    checked, found = check.result()
     if found is None:
-        print(f"verified {checked} events through sequence {links[-1].first_sequence + len(links[-1].digests) - 1}"
-              f"; chain head {links[-1].head}", file=out)
+        through = links[-1].first_sequence + len(links[-1].digests) - 1 if links else point and point.last_sequence
+        archived = f" (sequences up to {point.last_sequence} from {point.index} archived segments)" if point else ""
+        print(f"verified {checked} events through sequence {through}{archived}; chain head {check.head}", file=out)
         return 0
     print(f"chain breaks at sequence {found.sequence}: {found.reason} ({checked} events verified before it)",
           file=out)
     return 1
+
+
+async def _log(bus: EventBus, archive: Archive | None, point: ArchivePoint | None, after: int) -> AsyncIterator[Fact]:
+    """The log to check: the archived segments (each checked as read), then the stream after them."""
+    if archive is not None and point is not None:
+        async for fact in archive.verified_facts(point):
+            yield fact
+        after = point.last_sequence
+    async for fact in eventlog.read(bus, after=after):
+        yield fact
 
 
 async def export(settings: LedgerSettings, since: datetime | None, until: datetime | None,

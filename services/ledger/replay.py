@@ -1,6 +1,7 @@
-"""Operator check: refold the whole stream into a scratch (in-memory) ledger and diff it against the live read model.
+"""Operator check: refold the whole history into a scratch (in-memory) ledger and diff it against the live read model.
 
-Nothing is published and nothing is written but the scratch store, which is dropped afterwards.
+Once the stream is trimmed, the history is the archive's newest snapshot (or, `full`, every archived segment) and
+the stream after its point. Nothing is published and nothing is written but the scratch store, dropped afterwards.
 """
 
 import asyncio
@@ -10,11 +11,14 @@ from dataclasses import dataclass, field
 import nats.js.errors
 from pydantic import BaseModel
 
+from contracts.archive import ARCHIVED_THROUGH_KEY, ArchivedThrough
 from contracts.readmodel import BatchRecord, FileRecord
 from contracts.subjects import EVENTS_STREAM
 from services.ledger.application import Ledger, persistence_env
+from services.ledger.archive import Archive
 from services.ledger.handlers import Folder, follow, stop_reading
 from services.ledger.projection import KeyProjection, Projection, projection_key
+from services.ledger.restore import restore
 from services.runtime.bus import EventBus
 from services.runtime.kv import latest_entries
 from services.runtime.readmodel import ReadModel, owner_copy
@@ -29,18 +33,26 @@ class Replayed:
     records: dict[str, BaseModel] = field(default_factory=dict)
     """Every record the stream folds into, by read-model key."""
     events: int = 0
+    """Facts folded: archived ones (`full`) and the stream's after the archived point."""
     seconds: float = 0.0
     chain_head: str = ""
+    archived_through: int = 0
+    """The archived point the replay started from (0: the stream from sequence 1)."""
+    seeded: int = 0
+    """Aggregates taken from the archive's snapshot."""
 
     @property
     def rate(self) -> float:
         return self.events / self.seconds if self.seconds else 0.0
 
 
-async def replay_into_scratch(bus: EventBus, group_size: int = 5000) -> Replayed:
-    """Fold the stream from sequence 1 up to its current head into a scratch ledger."""
+async def replay_into_scratch(bus: EventBus, group_size: int = 5000, archive: Archive | None = None,
+                              full: bool = False) -> Replayed:
+    """Fold the history up to the stream's current head into a scratch ledger: from the archive's newest point
+    when there is one (its snapshot, or with `full` all its segments), then the stream after it."""
     head = (await bus.js.stream_info(EVENTS_STREAM)).state.last_seq
     replayed = Replayed()
+    point = await archive.latest_point() if archive is not None else None
 
     async def collect(projections: list[Projection]) -> None:
         for projection in projections:
@@ -53,9 +65,16 @@ async def replay_into_scratch(bus: EventBus, group_size: int = 5000) -> Replayed
                     replayed.records.pop(copy_key, None)
 
     ledger = Ledger(persistence_env(None))
-    folder = Folder(ledger, collect, start_after=0, group_size=group_size)
-    stop = asyncio.Event()
     started = time.perf_counter()
+    start_after, archived = 0, 0
+    if archive is not None and point is not None:
+        restored = await restore(ledger, archive, point, collect, 0, group_size, full)
+        start_after, archived, replayed.seeded = restored.point, restored.folded, restored.seeded
+        replayed.archived_through = restored.point
+        marker = ArchivedThrough(index=point.index, last_sequence=point.last_sequence)
+        replayed.records[ARCHIVED_THROUGH_KEY] = marker
+    folder = Folder(ledger, collect, start_after=start_after, group_size=group_size)
+    stop = asyncio.Event()
     worker = asyncio.create_task(folder.run(stop))
     reader = asyncio.create_task(follow(bus, folder, stop))
     try:
@@ -65,9 +84,8 @@ async def replay_into_scratch(bus: EventBus, group_size: int = 5000) -> Replayed
         await stop_reading(reader)
         await worker
         replayed.seconds = time.perf_counter() - started
-        replayed.events = folder.folded
-        links = ledger.chain_links()
-        replayed.chain_head = links[-1].head if links else ""
+        replayed.events = archived + folder.folded
+        replayed.chain_head = ledger.chain_state()[1]
         ledger.close()
     return replayed
 

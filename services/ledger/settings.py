@@ -34,6 +34,19 @@ class LedgerSettings(ServiceSettings):
     group_size: int = 5000
     """At most this many queued facts are folded and saved in one transaction (fewer when fewer wait)."""
 
+    retention: bool = False
+    """Archive and trim the EVENTS stream (the folding ledger only): once every `segment_period_s` the facts folded
+    since the last archived point go to the object store as one hash-chained segment with a snapshot of the
+    ledger's state, and the facts of batches ended more than `retention_window_s` ago leave the stream (each such
+    batch's log stays readable from the archive). Off: the stream keeps every fact for ever. Any ledger restores
+    from the archive when its store is behind a trimmed stream, whatever this says."""
+    retention_window_s: float = 30 * 86400.0
+    """How long an ended batch's facts stay in the stream after it ended; at least the longest expiry of its output
+    files (clients may follow its event log until then)."""
+    segment_period_s: float = 86400.0
+    """How often the facts folded since the last archived point are archived as one segment (the first a period
+    after the ledger starts)."""
+
     def store_env(self) -> dict[str, str]:
         """The eventsourcing persistence settings for this ledger's store."""
         if self.postgres_dbname:

@@ -1,10 +1,13 @@
 """`GET /v1/batches/{id}/events`: the batch's facts as Server-Sent Events in their public shape, resumable by
 sequence; the stream ends with the batch, and its consumer goes as soon as the client does. The facts come from
-the one log reader (`eventlog.follow`), in stream order with no gap, however large the batch's backlog."""
+the one log reader (`eventlog.follow`), in stream order with no gap, however large the batch's backlog; those of a
+batch the ledger archived and purged from the stream come from its archived log in the object store."""
 
 import asyncio
+import contextlib
 import logging
 import time
+import zlib
 from collections.abc import AsyncIterator
 
 import nats.errors
@@ -12,7 +15,8 @@ import nats.js.errors
 from aiohttp import web
 from nats.js import JetStreamContext
 
-from contracts.lifecycle import ENDING_FACT_NAMES
+from contracts.archive import archived_batch_log_key, parse_fact_line
+from contracts.lifecycle import ENDING_FACT_NAMES, TERMINAL
 from contracts.subjects import EVENTS_STREAM, batch_events, event_name_of, event_subject
 from services.gateway.auth import still_authorized
 from services.gateway.context import deps
@@ -21,6 +25,7 @@ from services.gateway.views.batches import owned_batch
 from services.gateway.views.event_frames import sse_frame
 from services.runtime import eventlog
 from services.runtime.eventlog import Fact
+from services.runtime.objectstore import ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +54,12 @@ async def ended_by(js: JetStreamContext, batch_id: str, after: int) -> bool:
     """Whether the batch's terminal fact is at or before sequence `after` (the client has seen the end)."""
     if after == 0:
         return False
+    ended_at = await terminal_sequence(js, batch_id)
+    return ended_at is not None and ended_at <= after
+
+
+async def terminal_sequence(js: JetStreamContext, batch_id: str) -> int | None:
+    """Where the batch's terminal fact is in the stream; None while it runs, or once its log left the stream."""
 
     async def sequence_of(name: str) -> int | None:
         try:
@@ -57,7 +68,38 @@ async def ended_by(js: JetStreamContext, batch_id: str, after: int) -> bool:
             return None
 
     sequences = await asyncio.gather(*(sequence_of(name) for name in sorted(ENDING_FACT_NAMES)))
-    return any(seq is not None and seq <= after for seq in sequences)
+    return min((seq for seq in sequences if seq is not None), default=None)
+
+
+async def archived_frames(store: ObjectStore, batch_id: str, after: int) -> AsyncIterator[bytes]:
+    """The frames of an archived batch's facts after `after`, read from its archived log as it streams in; raises
+    `ObjectNotFound` (before any frame) when the batch has no archived log."""
+    unzip, pending = zlib.decompressobj(31), b""
+    async with contextlib.aclosing(store.iter_chunks(archived_batch_log_key(batch_id))) as chunks:
+        async for chunk in chunks:
+            *lines, pending = (pending + unzip.decompress(chunk)).split(b"\n")
+            for line in lines:
+                sequence, _, data = parse_fact_line(line)
+                frame = sse_frame(sequence, data) if sequence > after else None
+                if frame is not None:
+                    yield frame
+
+
+async def _archived(request: web.Request, response: web.StreamResponse, batch_id: str, after: int) -> bool:
+    """Serve an ended batch's events from its archived log; False when it has none (its log is in the stream)."""
+    frames = archived_frames(deps(request).store, batch_id, after)
+    try:
+        first = await anext(frames, None)
+    except ObjectNotFound:
+        return False
+    await response.prepare(request)
+    await response.write(b": connected\n\n")
+    with contextlib.suppress(ConnectionResetError):  # the client went away; it can resume with Last-Event-ID
+        if first is not None:
+            await response.write(first)
+        async for frame in frames:
+            await response.write(frame)
+    return True
 
 
 async def _follow(request: web.Request, response: web.StreamResponse, facts: AsyncIterator[list[Fact]]) -> None:
@@ -94,7 +136,7 @@ async def _follow(request: web.Request, response: web.StreamResponse, facts: Asy
 
 async def stream_batch_events(request: web.Request) -> web.StreamResponse:
     batch_id = request.match_info["batch_id"]
-    await owned_batch(request, batch_id)
+    record = await owned_batch(request, batch_id)
     after = resume_after(request)
     js = deps(request).bus.js
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
@@ -102,6 +144,9 @@ async def stream_batch_events(request: web.Request) -> web.StreamResponse:
     if await ended_by(js, batch_id, after):
         await response.prepare(request)
         await response.write(b": connected\n\n")
+        return response
+    if (record.batch.status in TERMINAL and await terminal_sequence(js, batch_id) is None
+            and await _archived(request, response, batch_id, after)):
         return response
     # Read after the check: a terminal fact stored meanwhile comes after `after`, so the stream still ends. The
     # reader's consumer exists before the client hears "connected", and goes with the stream on every path.

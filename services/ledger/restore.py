@@ -1,0 +1,81 @@
+"""A ledger whose store is behind the archive catches up from it before it reads the stream: an empty store is
+seeded from the newest snapshot, any other folds the archived facts it lacks (or, `full`, every archived fact).
+Either way its state, read model and hash chain are then those of the archived point, and the stream goes on after.
+"""
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+import nats.js.errors
+
+from contracts.archive import ARCHIVED_THROUGH_KEY, ArchivedThrough
+from services.ledger.application import Ledger
+from services.ledger.archive import Archive, ArchivePoint
+from services.ledger.chain import Fact
+from services.ledger.handlers import Sink
+from services.ledger.projection import Projection, new_anomalies, project
+from services.ledger.snapshot import mark_materialised, projections, seed
+from services.runtime.readmodel import ReadModel
+
+log = logging.getLogger(__name__)
+
+SINK_GROUP = 1000
+"""Records put into the sink at once."""
+
+
+@dataclass
+class Restored:
+    point: int
+    """The archived point the ledger now stands at (its checkpoint)."""
+    seeded: int = 0
+    """Aggregates taken from the snapshot."""
+    folded: int = 0
+    """Archived facts folded."""
+
+
+async def archived_through(read_model: ReadModel) -> ArchivedThrough | None:
+    """The newest archived point as the read model says it (None: the stream was never trimmed)."""
+    try:
+        entry = await read_model.kv.get(ARCHIVED_THROUGH_KEY)
+    except nats.js.errors.KeyNotFoundError:
+        return None
+    return ArchivedThrough.model_validate_json(entry.value) if entry.value else None
+
+
+async def restore(ledger: Ledger, archive: Archive, point: ArchivePoint, sink: Sink, checkpoint: int,
+                  group_size: int = 5000, full: bool = False) -> Restored:
+    """Bring a ledger at `checkpoint` (< the point) to the archived point."""
+    restored = Restored(point.last_sequence)
+    empty = checkpoint == 0 and (await asyncio.to_thread(ledger.chain_state))[0] == 0
+    if empty and not full:
+        _, anomalies, snapshots = await archive.snapshot(point.index)
+        await asyncio.to_thread(seed, ledger, snapshots, point.last_sequence)
+        records: list[Projection] = [*await asyncio.to_thread(projections, ledger, snapshots), *anomalies]
+        await _put(sink, records)
+        restored.seeded = len(snapshots)
+    else:
+        group: list[Fact] = []
+        async for fact in archive.facts(point.index, after=checkpoint):
+            group.append(fact)
+            if len(group) >= group_size:
+                await _put(sink, await asyncio.to_thread(_fold, ledger, group))
+                restored.folded, group = restored.folded + len(group), []
+        if group:
+            await _put(sink, await asyncio.to_thread(_fold, ledger, group))
+            restored.folded += len(group)
+    await asyncio.to_thread(mark_materialised, ledger, point.last_sequence)
+    log.info("ledger restored to archived point %d (sequence %d): %d aggregates from its snapshot, %d archived facts "
+             "folded", point.index, point.last_sequence, restored.seeded, restored.folded)
+    return restored
+
+
+def _fold(ledger: Ledger, facts: list[Fact]) -> list[Projection]:
+    touched = ledger.fold_facts(facts)
+    found: list[Projection] = [p for p in (project(a, ledger.user_of_key) for a in touched) if p is not None]
+    return [*found, *new_anomalies(touched, facts)]
+
+
+async def _put(sink: Sink, records: list[Projection]) -> None:
+    for start in range(0, len(records), SINK_GROUP):
+        await sink(records[start:start + SINK_GROUP])

@@ -1,0 +1,103 @@
+"""The whole ledger's state at an archived point, as eventsourcing snapshots: taken after refolding a segment onto
+the point before it, and seeded into a ledger (live or scratch) that then folds only the facts after it.
+
+Synchronous like the library; callers on an event loop use `asyncio.to_thread`.
+"""
+
+import base64
+from collections.abc import Iterable, Sequence
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.domain import Aggregate
+from eventsourcing.persistence import StoredEvent, Tracking
+
+from contracts.readmodel import AnomalyRecord
+from contracts.subjects import EVENTS_STREAM
+from services.ledger.application import MATERIALISED, Ledger, persistence_env
+from services.ledger.chain import Fact
+from services.ledger.domainmodel import Batch, Folded
+from services.ledger.projection import Projection, new_anomalies, project
+from services.ledger.reindex import OWNER_INDEX
+
+PAGE = 10_000
+SnapshotLine = dict[str, Any]
+"""One aggregate's stored snapshot as the archive writes it: `id`, `version`, `topic`, `state` (base64)."""
+
+
+def to_line(stored: StoredEvent) -> SnapshotLine:
+    return {"id": str(stored.originator_id), "version": stored.originator_version, "topic": stored.topic,
+            "state": base64.b64encode(stored.state).decode()}
+
+
+def from_line(line: SnapshotLine) -> StoredEvent:
+    return StoredEvent(originator_id=UUID(line["id"]), originator_version=int(line["version"]),
+                       topic=str(line["topic"]), state=base64.b64decode(line["state"]))
+
+
+def seed(ledger: Ledger, snapshots: Sequence[SnapshotLine], point: int) -> None:
+    """Make an empty ledger's state that of the point: every aggregate from its snapshot, the fold's checkpoint
+    at `point` (the read model's is the caller's to record once the records are in its sink)."""
+    assert ledger.snapshots is not None
+    if snapshots:
+        ledger.snapshots.recorder.insert_events([from_line(line) for line in snapshots])
+    ledger.tracking.insert_tracking(Tracking(application_name=EVENTS_STREAM, notification_id=point))
+    # Owners came with the snapshot's state: nothing to index again (see reindex).
+    ledger.tracking.insert_tracking(Tracking(application_name=OWNER_INDEX, notification_id=1))
+
+
+def projections(ledger: Ledger, snapshots: Iterable[SnapshotLine]) -> list[Projection]:
+    """The read-model record of every aggregate a seed put in `ledger`."""
+    found = []
+    for line in snapshots:
+        aggregate: Aggregate = ledger.repository.get(UUID(line["id"]))
+        if isinstance(aggregate, Folded):
+            projection = project(aggregate, ledger.user_of_key)
+            if projection is not None:
+                found.append(projection)
+    return found
+
+
+def mark_materialised(ledger: Ledger, point: int) -> None:
+    ledger.tracking.insert_tracking(Tracking(application_name=MATERIALISED, notification_id=point))
+
+
+class Refold:
+    """A scratch ledger seeded at one point, folding the next segment's facts: its state is the next point's."""
+
+    def __init__(self, previous: Sequence[SnapshotLine], point: int) -> None:
+        self.ledger = Ledger(persistence_env(None))
+        self.previous = previous
+        self.anomalies: list[AnomalyRecord] = []
+        if point:
+            seed(self.ledger, previous, point)
+
+    def fold(self, facts: list[Fact]) -> None:
+        touched = self.ledger.fold_facts(facts)
+        self.anomalies += new_anomalies(touched, facts)
+
+    def chain_head(self) -> tuple[int, str]:
+        return self.ledger.chain_state()
+
+    def batch(self, batch_id: str) -> Batch | None:
+        return self.ledger.batch(batch_id)
+
+    def snapshots(self) -> list[SnapshotLine]:
+        """Every aggregate's snapshot: those the segment changed taken now, the others as the point before had them."""
+        changed: set[UUID] = set()
+        recorder = self.ledger.recorder
+        start = 1
+        while True:
+            page = recorder.select_notifications(start=start, limit=PAGE)
+            changed.update(UUID(str(notification.originator_id)) for notification in page)
+            if len(page) < PAGE:
+                break
+            start = page[-1].id + 1
+        lines = {UUID(line["id"]): line for line in self.previous}
+        for ident in changed:
+            aggregate: Aggregate = self.ledger.repository.get(ident)
+            lines[ident] = to_line(self.ledger.mapper.to_stored_event(type(aggregate).Snapshot.take(aggregate)))
+        return [lines[ident] for ident in sorted(lines)]
+
+    def close(self) -> None:
+        self.ledger.close()
