@@ -10,12 +10,16 @@ Workloads: one large batch (`--lines`, the issue's 20,000), and `--batches` batc
 owners (the issue's 2,000 from 50).
 
 Usage: .venv/bin/python bench/control_plane.py [--lines 20000] [--batches 2000] [--owners 50] [--singles 20]
+       [--profile DIR]   (py-spy samples each service during each workload: DIR/<workload>-<service>.txt, the
+                          hottest functions by own time; needs py-spy installed and ptrace allowed)
 """
 
 import argparse
 import asyncio
 import json
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -28,6 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import aiohttp
 import nats
+import nats.aio.msg
+import nats.errors
+import nats.js.api
 
 from bench.cpu import cpu_seconds
 from contracts.lifecycle import TERMINAL
@@ -75,16 +82,21 @@ class Client:
         return {"Authorization": f"Bearer {self.key}"}
 
     async def batch(self, tag: str, count: int) -> str:
+        return (await self.batch_and_file(tag, count))[0]
+
+    async def batch_and_file(self, tag: str, count: int) -> tuple[str, str, float]:
+        """The batch's id, its input file's id, and when (epoch seconds) its create call was made."""
         form = aiohttp.FormData()
         form.add_field("purpose", "batch")
         form.add_field("file", lines(tag, count), filename=f"{tag}.jsonl")
         async with self.http.post(f"{self.base}/v1/files", data=form, headers=self.headers) as answer:
             assert answer.status == 200, await answer.text()
             file_id = (await answer.json())["id"]
+        created = time.time()
         async with self.http.post(f"{self.base}/v1/batches", headers=self.headers, json={
                 "input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h"}) as answer:
             assert answer.status == 200, await answer.text()
-            return str((await answer.json())["id"])
+            return str((await answer.json())["id"]), file_id, created
 
     async def ended(self, batch_id: str, poll_s: float = 0.5) -> dict[str, object]:
         while True:
@@ -119,6 +131,72 @@ async def stream_state(stack: RunningStack) -> tuple[int, int, Counter[str]]:
         await connection.close()
 
 
+async def fact_times(stack: RunningStack, batch_id: str, input_file_id: str) -> list[tuple[str, float]]:
+    """The facts of one batch and of its input file, in log order, each with its time in the stream (seconds)."""
+    connection = await nats.connect(core_nats_url(stack))
+    try:
+        stream = connection.jetstream()
+        facts: list[tuple[int, str, float]] = []
+        for subject in (f"evt.file.{input_file_id}.>", f"evt.batch.{batch_id}.>"):
+            reader = await stream.subscribe(subject, ordered_consumer=True,
+                                            deliver_policy=nats.js.api.DeliverPolicy.ALL)
+            pending = 1
+            while pending:
+                try:
+                    message = await reader.next_msg(timeout=1.0)
+                except nats.errors.TimeoutError:
+                    break
+                meta = message.metadata
+                facts.append((meta.sequence.stream, message.subject.split(".")[-1], meta.timestamp.timestamp()))
+                pending = meta.num_pending
+            await reader.unsubscribe()
+        return [(name, at) for _, name, at in sorted(facts)]
+    finally:
+        await connection.close()
+
+
+def time_breakdown(lives: list[list[tuple[str, float]]], created: list[float]) -> str:
+    """The median time from the create call (or the step before) to each fact of a 1-line batch's life."""
+    steps: dict[str, list[float]] = {}
+    for life, started in zip(lives, created, strict=True):
+        previous = started
+        for name, at in life:
+            if at < started:
+                continue  # the input file's upload, before the create call
+            steps.setdefault(name, []).append((at - previous) * 1000)
+            previous = at
+    return ", ".join(f"{name} +{statistics.median(gaps):.0f}" for name, gaps in steps.items())
+
+
+def subject_kind(subject: str) -> str:
+    """A subject with its ids blanked (`evt.batch.batch_12.started` → `evt.batch.*.started`), inboxes as one."""
+    if subject.startswith("_INBOX."):
+        return "_INBOX (replies)"
+    return ".".join("*" if any(c.isdigit() for c in token) or len(token) > 24 else token
+                    for token in subject.split("."))
+
+
+class BrokerTally:
+    """Every message the broker carries in the services' account during a workload, counted by subject kind (a
+    core subscription to `>` sees publishes, requests, replies, JetStream API calls and KV operations)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.connection: nats.NATS | None = None
+
+    async def start(self, stack: RunningStack) -> None:
+        self.connection = await nats.connect(core_nats_url(stack))
+
+        async def count(message: nats.aio.msg.Msg) -> None:
+            self.counts[subject_kind(message.subject)] += 1
+        await self.connection.subscribe(">", cb=count)
+
+    async def stop(self) -> Counter[str]:
+        if self.connection is not None:
+            await self.connection.close()
+        return self.counts
+
+
 @dataclass
 class Measured:
     name: str
@@ -129,19 +207,47 @@ class Measured:
     facts: int
     fact_bytes: int
     by_name: Counter[str]
+    messages: Counter[str]
+
+
+def start_profiles(stack: RunningStack, folder: Path | None, workload: str) -> list[subprocess.Popen[bytes]]:
+    """One py-spy sampler per service (raw collapsed stacks), stopped by `stop_profiles`."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if folder is None:
+        return []
+    folder.mkdir(parents=True, exist_ok=True)
+    tag = "".join(c if c.isalnum() else "-" for c in workload)
+    return [subprocess.Popen([spy, "record", "--pid", str(stack.service_pid(name)), "--format", "raw", "--rate",
+                              "200", "--nonblocking", "-o", str(folder / f"{tag}-{name}.collapsed")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for name in SERVICES]
+
+
+def stop_profiles(samplers: list[subprocess.Popen[bytes]]) -> None:
+    for sampler in samplers:
+        sampler.send_signal(2)
+    for sampler in samplers:
+        sampler.wait(timeout=60)
 
 
 async def measure(stack: RunningStack, name: str, batches: int, total_lines: int,
-                  work: Callable[[], Awaitable[None]]) -> Measured:
+                  work: Callable[[], Awaitable[None]], profile: Path | None = None) -> Measured:
     processes = pids(stack)
     facts0, bytes0, names0 = await stream_state(stack)
     cpu0 = {process: cpu_seconds(pid) for process, pid in processes.items()}
+    tally = BrokerTally()
+    await tally.start(stack)
+    samplers = start_profiles(stack, profile, name)
     started = time.monotonic()
-    await work()
+    try:
+        await work()
+    finally:
+        stop_profiles(samplers)
     wall = time.monotonic() - started
+    messages = await tally.stop()
     cpu = {process: cpu_seconds(pid) - cpu0[process] for process, pid in processes.items()}
     facts1, bytes1, names1 = await stream_state(stack)
-    return Measured(name, batches, total_lines, wall, cpu, facts1 - facts0, bytes1 - bytes0, names1 - names0)
+    return Measured(name, batches, total_lines, wall, cpu, facts1 - facts0, bytes1 - bytes0, names1 - names0,
+                    messages)
 
 
 async def one_large_batch(owner: Client, count: int) -> None:
@@ -189,21 +295,26 @@ async def run(args: argparse.Namespace, data_dir: Path, catalogue: Path) -> None
     base = f"http://127.0.0.1:{port}"
     rows = []
     singles: list[float] = []
+    lives: list[list[tuple[str, float]]] = []
+    creates: list[float] = []
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600)) as http:
             owners = [await new_owner(http, base, n) for n in range(args.owners)]
             await one_large_batch(owners[0], 10)  # warm: the executor loads its model, every consumer exists
             for _ in range(args.singles):
                 started = time.monotonic()
-                batch = await owners[0].ended(await owners[0].batch("single", 1), poll_s=0.02)
+                batch_id, file_id, created = await owners[0].batch_and_file("single", 1)
+                batch = await owners[0].ended(batch_id, poll_s=0.02)
                 assert batch["status"] == "completed", batch
                 singles.append((time.monotonic() - started) * 1000)
+                lives.append(await fact_times(stack, batch_id, file_id))
+                creates.append(created)
             rows.append(await measure(stack, f"1 batch x {args.lines} lines", 1, args.lines,
-                                      lambda: one_large_batch(owners[0], args.lines)))
+                                      lambda: one_large_batch(owners[0], args.lines), args.profile))
             per_owner = args.batches // args.owners
             rows.append(await measure(stack, f"{per_owner * args.owners} batches x 3 lines, {args.owners} owners",
                                       per_owner * args.owners, per_owner * args.owners * 3,
-                                      lambda: many_small_batches(owners, args.batches)))
+                                      lambda: many_small_batches(owners, args.batches), args.profile))
     finally:
         stop_stack(stack)
     print("\nCPU of each process, ms per line (the large batch) or per batch (the small ones); facts and bytes "
@@ -213,8 +324,13 @@ async def run(args: argparse.Namespace, data_dir: Path, catalogue: Path) -> None
         per = row.lines if row.batches == 1 else row.batches
         print(f"\nfacts per {'line' if row.batches == 1 else 'batch'}, {row.name}: " + ", ".join(
             f"{name} {count / per:.3f}" for name, count in row.by_name.most_common()))
+        print(f"broker messages per {'line' if row.batches == 1 else 'batch'} ({sum(row.messages.values()) / per:.2f}"
+              f" in all), {row.name}: " + ", ".join(f"{name} {count / per:.2f}"
+                                                    for name, count in row.messages.most_common(25)))
     print(f"\n1-line batch, create -> completed on an idle stack: p50 {statistics.median(singles):.0f} ms, "
           f"p90 {statistics.quantiles(singles, n=10)[8]:.0f} ms ({len(singles)} batches; polled every 20 ms)")
+    print(f"where it goes (ms from the create call, then from the fact before, medians): "
+          f"{time_breakdown(lives, creates)}")
 
 
 def main() -> None:
@@ -223,6 +339,8 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=2_000)
     parser.add_argument("--owners", type=int, default=50)
     parser.add_argument("--singles", type=int, default=20)
+    parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                        help="sample each service with py-spy during each workload, into DIR")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="a setting for the stack (e.g. SHESHNAG_EXECUTOR_CHUNK_LINES=256), to compare")
     args = parser.parse_args()

@@ -118,7 +118,8 @@ class BatchRunner:
                 finally:
                     del self.running[key]
                     self.announced.pop(key, None)
-                    if watch.log.ended is not None and not self.attempts_of(command.batch_id):
+                    batch_ended = watch.log.ended is not None or watch.feed.ended_here
+                    if batch_ended and not self.attempts_of(command.batch_id):
                         self.forget(command.batch_id)
         finally:
             del self._ending[key]
@@ -160,12 +161,13 @@ class BatchRunner:
             if not await publish(BatchFinalizing(aggregate_id=batch_id, attempt=command.attempt)):
                 return
             # A cancel accepted meanwhile is in the log before this fact: read that far, the log's order decides.
-            if not await watch.folded(lambda batch_log: batch_log.finalizing, FINALIZING_READ_S):
+            if not await watch.read_until(lambda batch_log: batch_log.finalizing, FINALIZING_READ_S):
                 raise TimeoutError(f"batch {batch_id}: its finalizing fact was not read back in {FINALIZING_READ_S}s")
         outcome = watch.log.outcome(reason or "completed")
         code = watch.log.cancel_code if outcome == "cancelled" else None
         counts = counts_as_committed(watch.log.announced | self.announced.get(attempt_key(command), set()))
-        await self.finalizer.finalize(command, outcome, counts, publish, code, all_lines_ran=reason is None)
+        if await self.finalizer.finalize(command, outcome, counts, publish, code, all_lines_ran=reason is None):
+            watch.feed.ended_here = True
 
     def _fenced_publisher(self, command: RunBatch, watch: BatchWatch) -> Publish:
         fence_subject = attempt_failures(command.batch_id)

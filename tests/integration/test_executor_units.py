@@ -199,3 +199,18 @@ async def test_an_attempt_joining_an_open_feed_sees_every_fact_the_log_held_when
         async with hub.watch(first.batch_id, 3) as three:
             assert three.log.cancel_requested and hub.opened == 2
         await hub.close()
+
+
+@pytest.mark.parametrize("kind", ["direct", "desk"])
+async def test_a_feed_closes_at_once_when_its_batch_ended_no_unit_of_it_comes_again(
+    bus: EventBus, object_store: ObjectStore, kind: str,
+) -> None:
+    first, *_ = await units(bus, object_store, [chat(n) for n in range(8)], span=4)
+    async with reading_as(kind, bus, first) as reading:
+        hub = WatchHub(reading, linger_s=60.0)
+        async with hub.watch(first.batch_id, first.attempt) as one:
+            one.feed.ended_here = True  # this attempt published the batch's terminal fact
+        assert hub.feeds == {}, "no linger (and no reads of the log meanwhile) for a batch that ended"
+        async with hub.watch(first.batch_id, first.attempt) as again:
+            assert again.feed is not one.feed and hub.opened == 2, "a late delivery reads the log afresh"
+        await hub.close()

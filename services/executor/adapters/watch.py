@@ -40,6 +40,9 @@ class BatchFeed:
         self.watches: set[BatchWatch] = set()
         self.broken = False
         """It could not be brought up to date: no attempt joins it any more (a fresh one is opened)."""
+        self.ended_here = False
+        """An attempt here published the batch's terminal fact: no unit of it comes again, the feed closes at once
+        (its follower may not have read that fact yet)."""
         self._reader: LogReader | None = None
         self._closed = False
 
@@ -71,6 +74,14 @@ class BatchFeed:
                 return False
             await self.next_move(remaining)
         return True
+
+    async def read_until(self, holds: Callable[[BatchLog], bool], within_s: float = 10.0) -> bool:
+        """`folded`, but the log is read to its end at once first: a fact this executor just published is seen
+        without waiting for the follower's next page (a feed through the fact desk pages every `POLL_S`)."""
+        if not holds(self.log):
+            with contextlib.suppress(nats.errors.Error, OSError, TimeoutError):
+                await asyncio.wait_for(self.catch_up(), within_s)
+        return await self.folded(holds, within_s)
 
     async def next_move(self, within_s: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -146,6 +157,9 @@ class BatchWatch:
 
     async def folded(self, holds: Callable[[BatchLog], bool], within_s: float = 10.0) -> bool:
         return await self.feed.folded(holds, within_s)
+
+    async def read_until(self, holds: Callable[[BatchLog], bool], within_s: float = 10.0) -> bool:
+        return await self.feed.read_until(holds, within_s)
 
     def update(self) -> None:
         if self.fenced or self.stop_reason() is not None:
@@ -237,7 +251,10 @@ class WatchHub:
     def _leave(self, batch_id: str, held: _Open) -> None:
         if held.feed.watches:
             return
-        if held.feed.broken or held.done.is_set() or self.feeds.get(batch_id) is not held:
+        if held.feed.broken or held.feed.ended_here or held.feed.log.ended is not None or held.done.is_set() \
+                or self.feeds.get(batch_id) is not held:
+            if self.feeds.get(batch_id) is held:
+                del self.feeds[batch_id]
             held.done.set()
             return
         if held.linger is None:
