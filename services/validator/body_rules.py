@@ -1,5 +1,6 @@
 """Rules for a line's `body`: the model, the request's shape, sampling ranges, engine parameters, context."""
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -9,13 +10,13 @@ from contracts.engines import (
     first_release_honouring,
     honoured_parameters,
     is_neutral,
-    known_parameters,
     served_modalities,
 )
+from contracts.events.executor import EngineName
 from services.validator.adapters.tokenizer import TokenizerCache
 from services.validator.issues import LineIssue
 from services.validator.strict_sampling import SamplingKey, sampling_key, strict_issues
-from services.validator.tool_rules import TOOL_PARAMETERS, tool_issues
+from services.validator.tool_rules import TOOL_PARAMETERS, known_parameters, tool_issues
 
 CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 MAX_EMBEDDING_INPUTS_PER_LINE = 2048
@@ -40,7 +41,9 @@ class BodyVerdict:
 
 
 def check_body(body: dict[str, object], endpoint: str, catalogue: Catalogue,
-               tokenizers: TokenizerCache | None, line_model: str | None = None) -> BodyVerdict:
+               tokenizers: TokenizerCache | None, line_model: str | None = None,
+               count_context: bool = True) -> BodyVerdict:
+    """`count_context`: the prompt's size matters (False: the line is refused already, whatever it is)."""
     issues, model = _model_issues(body, endpoint, catalogue, line_model)
     if body.get("stream") not in (None, False):
         issues.append(LineIssue("stream_not_supported", "Batch requests cannot stream: remove body.stream or set "
@@ -48,20 +51,24 @@ def check_body(body: dict[str, object], endpoint: str, catalogue: Catalogue,
     shape = list(_shape_issues(body, endpoint))
     issues += shape
     strict = model is not None and model.strict_sampling
-    issues += _range_issues(body, temperature_checked=strict)
+    if not RANGED.isdisjoint(body):
+        issues += _range_issues(body, temperature_checked=strict)
     need = None
     if strict:
         issues += strict_issues(body)
     if model is not None:
         issues += _parameter_issues(body, endpoint, model)
-        issues += tool_issues(body, endpoint, model, tokenizers)
+        if not TOOLS.isdisjoint(body):  # a body naming no tools asks for none
+            issues += tool_issues(body, endpoint, model, tokenizers)
         issues += _modality_issues(body, endpoint, model)
-        issues += _template_kwarg_issues(body, endpoint, model, tokenizers)
+        if "chat_template_kwargs" in body:
+            issues += _template_kwarg_issues(body, endpoint, model, tokenizers)
         prompt = body.get("prompt")
         if endpoint == "/v1/completions" and is_token_ids(prompt):
             assert isinstance(prompt, list)
             issues += _token_id_issues(prompt, body, model, tokenizers)
-        elif not shape and tokenizers is not None:
+        elif not shape and tokenizers is not None and count_context and not issues:
+            # A refused line's prompt is never counted: its verdict drops what counting would find.
             need = context_need(body, endpoint, model, tokenizers)
     return BodyVerdict(issues, model if not issues else None, _embedding_inputs(body, endpoint), need,
                        sampling_key(body) if strict else None)
@@ -180,15 +187,22 @@ def _number_in(value: object, low: float, high: float) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and low <= value <= high
 
 
+RANGES = {"temperature": (0, 2), "top_p": (0, 1), "presence_penalty": (-2, 2), "frequency_penalty": (-2, 2)}
+"""OpenAI's ranges of the sampling parameters."""
+POSITIVE = (*TOKEN_LIMIT_FIELDS, "n")
+RANGED = frozenset({*RANGES, *POSITIVE, "seed", "stop"})
+"""What `_range_issues` reads: a body naming none of these has none."""
+TOOLS = frozenset(TOOL_PARAMETERS)
+
+
 def _range_issues(body: dict[str, object], temperature_checked: bool = False) -> Iterator[LineIssue]:
     """OpenAI's ranges (`temperature_checked`: a strict model's own range applies to temperature instead)."""
-    ranges = {"temperature": (0, 2), "top_p": (0, 1), "presence_penalty": (-2, 2), "frequency_penalty": (-2, 2)}
-    if temperature_checked:
-        del ranges["temperature"]
-    for name, (low, high) in ranges.items():
+    for name, (low, high) in RANGES.items():
+        if temperature_checked and name == "temperature":
+            continue
         if body.get(name) is not None and not _number_in(body[name], low, high):
             yield LineIssue("invalid_body", f"{name} must be a number from {low} to {high}.", f"body.{name}")
-    for name in (*TOKEN_LIMIT_FIELDS, "n"):
+    for name in POSITIVE:
         value = body.get(name)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
             yield LineIssue("invalid_body", f"{name} must be a positive integer.", f"body.{name}")
@@ -207,8 +221,7 @@ def _range_issues(body: dict[str, object], temperature_checked: bool = False) ->
 
 def _parameter_issues(body: dict[str, object], endpoint: str, model: CatalogueModel) -> Iterator[LineIssue]:
     known = known_parameters(endpoint)
-    # Tools are the tool rule's where the endpoint takes them; elsewhere they are unknown, whatever the engine reads.
-    honoured = honoured_parameters(model.engine, model.engine_version) - set(TOOL_PARAMETERS)
+    honoured = _honoured_besides_tools(model.engine, model.engine_version)
     for name, value in body.items():
         if name in honoured or (is_neutral(name, value) and name in known) or (
                 name in TOOL_PARAMETERS and name in known):
@@ -222,6 +235,12 @@ def _parameter_issues(body: dict[str, object], endpoint: str, model: CatalogueMo
                        "engine_version at or above it)" if since is not None else "")
             yield LineIssue(f"{name}_unavailable", f"{model.id} runs on {model.engine}, which cannot honour "
                             f"body.{name}={value!r}{release}; remove it or use its default.", f"body.{name}")
+
+
+@functools.cache
+def _honoured_besides_tools(engine: EngineName, engine_version: str | None) -> frozenset[str]:
+    # Tools are the tool rule's where the endpoint takes them; elsewhere they are unknown, whatever the engine reads.
+    return honoured_parameters(engine, engine_version) - TOOLS
 
 
 def _token_id_issues(ids: list[int], body: dict[str, object], model: CatalogueModel,
@@ -308,13 +327,13 @@ def context_need(body: dict[str, object], endpoint: str, model: CatalogueModel,
         param = "body.messages" if endpoint == "/v1/chat/completions" else "body.input"
         kwargs = body.get("chat_template_kwargs")
         rendered = tokenizer.render_chat(messages, kwargs if isinstance(kwargs, dict) else None)
-        if tokenizer.count_fast(rendered) <= room:
+        if tokenizer.fits(rendered, room):
             return None
         return ContextNeed(model, (rendered,), wanted, param)
     field = "prompt" if endpoint == "/v1/completions" else "input"
     value = body[field]
     texts = tuple(str(text) for text in (value if isinstance(value, list) else [value]))
-    if max(len(text.encode()) for text in texts) <= room or max(map(tokenizer.count_fast, texts)) <= room:
+    if max(len(text.encode()) for text in texts) <= room or all(tokenizer.fits(text, room) for text in texts):
         return None
     return ContextNeed(model, texts, wanted, f"body.{field}")
 

@@ -6,8 +6,8 @@ a file that can never be validated fails its batch (`fail_the_batch`); the facts
 
 import asyncio
 import logging
+import threading
 import time
-from collections import deque
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -32,21 +32,16 @@ from services.runtime.tasks import cancel_and_join
 from services.runtime.write_failures import through_write_faults
 from services.validator.adapters.check_pool import CheckPool
 from services.validator.adapters.error_file import write_error_file
+from services.validator.adapters.input_lines import lines_by_chunk
 from services.validator.adapters.tokenizer import TokenizerCache
-from services.validator.domain import FileValidation, Limits, LineResult, Window
+from services.validator.domain import FileValidation, Limits
+from services.validator.file_check import FileCheck, Findings
 from services.validator.issues import LineIssue
-from services.validator.line_checks import check_lines
 from services.validator.observe import count_lines
 from services.validator.refusals import rejected_line
-from services.validator.rules import LineVerdict
 
 log = logging.getLogger(__name__)
 
-WINDOW_LINES = 256
-"""Lines checked together off the event loop; their prompts are counted in one tokenizer batch."""
-WORKER_QUEUE = 2
-"""Windows each worker process holds (one checked, one waiting): this process, which also reads the file and applies
-the file's rules, checks a window itself only when every worker has its queue full."""
 PROGRESS_EVERY_LINES = 5000
 PROGRESS_EVERY_S = 0.5
 
@@ -70,24 +65,34 @@ class Validator:
                                                  default_model=created.default_model,
                                                  revision=(created.metadata or {}).get("revision"),
                                                  allowed_models=allowed))
-        window: list[tuple[int, bytes]] = []
-        read = 0
+        # One thread reads and checks the file; this loop publishes what it finds, as it finds it.
+        loop = asyncio.get_running_loop()
+        findings: asyncio.Queue[Findings | None] = asyncio.Queue()
+        stopped = threading.Event()
+
+        def hand_over(found: Findings | None) -> None:
+            loop.call_soon_threadsafe(findings.put_nowait, found)
+
+        def check_file() -> None:
+            try:
+                FileCheck(run.validation, hand_over, stopped, self.pool).run(
+                    lines_by_chunk(self.store, created.input_object_key))
+            finally:
+                hand_over(None)
+
+        checking = asyncio.ensure_future(asyncio.to_thread(check_file))
         try:
-            async for raw in self.store.iter_lines(created.input_object_key):
-                read += 1
-                window.append((read, raw))
-                if len(window) >= WINDOW_LINES:
-                    await run.send(window)
-                    window = []
-            await run.send(window)
-            await run.drain()
+            while (found := await findings.get()) is not None:
+                await run.take(found)
+            await checking
         except ObjectNotFound as error:
             raise PoisonMessage(f"input file {created.input_file_id} is missing from the object store") from error
         finally:
-            await run.abandon()
-        for issue in run.validation.finish():
-            await run.publish_issue(None, None, issue)
-        await run.progress()
+            stopped.set()
+            await cancel_and_join([checking])
+        await publish_in_order(self.bus, list(filter(None, (run.line_rejected(None, None, issue)
+                                                             for issue in run.validation.finish()))))
+        await run.progress(run.validation.total_lines, run.validation.error_count)
         log.info("batch %s: %d lines, %d errors", created.aggregate_id, run.validation.total_lines,
                  run.validation.error_count)
         count_lines(run.validation.total_lines, run.validation.runnable_lines)
@@ -101,86 +106,46 @@ class _Run:
         self.v = validator
         self.created = created
         self.validation = validation
+        """Read and changed by the checking thread only, until it has ended."""
         self.published_by_code: dict[str, int] = {}
         self.rejected: dict[int, RejectedLine] = {}
         """Every refused line by its line number (at most the line limit and one: later lines are not read)."""
         self.last_progress_at = time.monotonic()
         self.last_progress_lines = 0
-        self.in_flight: deque[tuple[Window, asyncio.Future[list[LineVerdict | None]], bool]] = deque()
-        """Windows sent and not yet applied, oldest first: (window, its verdicts, whether checked here)."""
 
-    async def send(self, lines: list[tuple[int, bytes]]) -> None:
-        """Check a window, beside the ones sent before it: here (one at a time, off the loop) and in the worker
-        processes (one each); their results are applied and reported in line order."""
-        if not lines:
-            return
-        validation, pool = self.validation, self.v.pool
-        capacity = 1 + (pool.processes * WORKER_QUEUE if pool is not None else 0)
-        while self.in_flight and (validation.awaits_line_model or len(self.in_flight) >= capacity):
-            await self.receive()
-        window = validation.plan(lines)
-        in_workers = sum(1 for _, _, here in self.in_flight if not here)
-        here = pool is None or validation.awaits_line_model or in_workers >= pool.processes * WORKER_QUEUE
-        task: asyncio.Future[list[LineVerdict | None]]
-        if here:
-            task = asyncio.ensure_future(asyncio.to_thread(check_lines, window.to_check, window.spec,
-                                                           validation.catalogue, validation.tokenizers))
-        else:
-            assert pool is not None
-            task = asyncio.ensure_future(pool.check(window.spec, window.to_check, validation.catalogue,
-                                                    validation.tokenizers))
-        self.in_flight.append((window, task, here))
-        if validation.awaits_line_model:
-            await self.drain()
-
-    async def receive(self) -> None:
-        window, task, _ = self.in_flight.popleft()
-        results = self.validation.apply(window, await task)
-        for result in results:
-            await self.report(result)
-        await self.maybe_progress()
-
-    async def drain(self) -> None:
-        while self.in_flight:
-            await self.receive()
-
-    async def abandon(self) -> None:
-        """Windows still in flight when the validation stopped (it failed, or was cancelled) are let go."""
-        while self.in_flight:
-            _, task, _ = self.in_flight.popleft()
-            await cancel_and_join([task])
+    async def take(self, found: Findings) -> None:
+        """Refused lines, reported in line order, then progress when it is due."""
+        events: list[LineRejected] = []
+        for result in found.refused:
+            self.rejected[result.line] = rejected_line(result)
+            events += filter(None, (self.line_rejected(result.line, result.custom_id, issue)
+                                    for issue in result.issues))
+        await publish_in_order(self.v.bus, events)
+        lines = found.lines_read
+        if lines - self.last_progress_lines >= PROGRESS_EVERY_LINES or (
+                lines > self.last_progress_lines and time.monotonic() - self.last_progress_at >= PROGRESS_EVERY_S):
+            await self.progress(lines, found.errors_found)
 
     def _envelope(self) -> dict[str, str]:
         return {"aggregate_id": self.created.aggregate_id, "causation_id": self.created.event_id,
                 "correlation_id": self.created.aggregate_id}
 
-    async def report(self, result: LineResult) -> None:
-        if not result.issues:
-            return
-        self.rejected[result.line] = rejected_line(result)
-        for issue in result.issues:
-            await self.publish_issue(result.line, result.custom_id, issue)
-
-    async def publish_issue(self, line: int | None, custom_id: str | None, issue: LineIssue) -> None:
-        # Every error is counted; the first ones of each code are published in full, as soon as they are found.
-        # (Capping per code keeps the file's first errors overall too, and examples of every code.)
+    def line_rejected(self, line: int | None, custom_id: str | None, issue: LineIssue) -> LineRejected | None:
+        """The fact of an error, if it is to be published: every error is counted; the first ones of each code are
+        published in full, as soon as they are found. (Capping per code keeps the file's first errors overall too,
+        and examples of every code.)"""
         published = self.published_by_code.get(issue.code, 0)
-        if published < self.v.max_published_per_code:
-            self.published_by_code[issue.code] = published + 1
-            await self.v.bus.publish(LineRejected(**self._envelope(), line=line, code=issue.code, param=issue.param,
-                                                  message=issue.message, custom_id=custom_id))
+        if published >= self.v.max_published_per_code:
+            return None
+        self.published_by_code[issue.code] = published + 1
+        return LineRejected(**self._envelope(), line=line, code=issue.code, param=issue.param, message=issue.message,
+                            custom_id=custom_id)
 
-    async def maybe_progress(self) -> None:
-        lines = self.validation.total_lines
-        if lines - self.last_progress_lines >= PROGRESS_EVERY_LINES or (
-                lines > self.last_progress_lines and time.monotonic() - self.last_progress_at >= PROGRESS_EVERY_S):
-            await self.progress()
-
-    async def progress(self) -> None:
+    async def progress(self, lines_read: int, errors_found: int) -> None:
         self.last_progress_at = time.monotonic()
-        self.last_progress_lines = self.validation.total_lines
-        await self.v.bus.publish(ValidationProgressed(**self._envelope(), lines_read=self.validation.total_lines,
-                                                      errors_found=self.validation.error_count))
+        self.last_progress_lines = lines_read
+        await self.v.bus.publish(ValidationProgressed(**self._envelope(), lines_read=lines_read,
+                                                      errors_found=errors_found))
 
     async def verdict(self) -> None:
         """Publish the verdict; a failed batch's error file first, so the verdict can name it."""
@@ -206,6 +171,21 @@ class _Run:
             **self._envelope(), total_lines=validation.total_lines, error_count=validation.error_count,
             counts_by_code=validation.counts_by_code, rejected_lines=validation.rejected_lines,
             reason=validation.failure_reason(), error_file_id=stored.aggregate_id if stored else None))
+
+
+async def publish_in_order(bus: EventBus, events: list[LineRejected]) -> None:
+    """Publish facts that the stream must hold in this order, their acks awaited together rather than one by one.
+
+    Each publish puts its message on the connection before the next one starts (tasks start in the order they are
+    made, and a publish waits only for its ack), except the connection's very first request, which opens its reply
+    subscription first: the first fact goes alone."""
+    if not events:
+        return
+    await bus.publish(events[0])
+    outcomes = await asyncio.gather(*(bus.publish(event) for event in events[1:]), return_exceptions=True)
+    failed = next((outcome for outcome in outcomes if isinstance(outcome, BaseException)), None)
+    if failed is not None:
+        raise failed
 
 
 CREATED = Durable(BatchCreated, EVENTS_STREAM, VALIDATOR_DURABLE, BATCH_CREATED,

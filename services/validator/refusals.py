@@ -2,6 +2,7 @@
 the lines of the error file of a batch that failed validation, in OpenAI's batch error-line shape."""
 
 import orjson
+from pydantic_core import to_json
 
 from contracts.api.output_line import OutputError, OutputLine
 from contracts.api.rejected_line import DUPLICATE_CUSTOM_ID, RejectedLine
@@ -43,6 +44,30 @@ def not_run_output(batch_id: str, line: int, raw: bytes, message: str, checked: 
     custom_id = _custom_id(raw)
     return OutputLine(id=line_id(batch_id, line, custom_id if checked else None), custom_id=custom_id,
                       response=None, error=OutputError(code=BATCH_FAILED_VALIDATION, message=message))
+
+
+class NotRunLines:
+    """The error-file lines of the lines of one failed batch that were not refused, as bytes: what `not_run_output`
+    and its `model_dump_json` give, from a template the model writes once (such lines differ only in their id and
+    custom_id, which the model's own JSON encoder writes)."""
+
+    HEAD = b'{"id":"","custom_id":""'
+
+    def __init__(self, batch_id: str, message: str) -> None:
+        self.batch_id = batch_id
+        sample = OutputLine(id="", custom_id="", response=None,
+                            error=OutputError(code=BATCH_FAILED_VALIDATION, message=message)).model_dump_json().encode()
+        if not sample.startswith(self.HEAD):
+            raise ValueError(f"an error line is no longer written as {self.HEAD!r}…: {sample!r}")
+        self.tail = sample.removeprefix(self.HEAD)
+
+    def line(self, line: int, custom_id: str | None, checked: bool) -> bytes:
+        """The JSON of the line that `not_run_output` gives a line of this custom_id (without its newline)."""
+        ident = line_id(self.batch_id, line, custom_id if checked else None)
+        return b'{"id":' + to_json(ident) + b',"custom_id":' + to_json(custom_id) + self.tail
+
+    def of_raw(self, line: int, raw: bytes, checked: bool) -> bytes:
+        return self.line(line, _custom_id(raw), checked)
 
 
 def _custom_id(raw: bytes) -> str | None:

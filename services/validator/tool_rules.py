@@ -2,11 +2,13 @@
 catalogue entry says `supports_tools` and its chat template reads `tools`); anything else is refused with
 `tools_unavailable`, never run as plain text. No tools (`tools: []`, tool_choice "none" or "auto") is neutral."""
 
+import functools
 from collections.abc import Iterator
 
+from contracts import engines
 from contracts.api.error_codes import TOOLS_UNAVAILABLE
 from contracts.catalogue import CatalogueModel
-from contracts.engines import honoured_parameters, is_neutral, known_parameters
+from contracts.engines import honoured_parameters, is_neutral
 from services.validator.adapters.tokenizer import TokenizerCache
 from services.validator.issues import LineIssue
 
@@ -15,6 +17,8 @@ TOOL_PARAMETERS = ("tools", "tool_choice")
 TOOL_ENDPOINTS = frozenset({"/v1/chat/completions"})
 """Where tool calls come back: the Responses endpoint runs as a chat without tools and answers text only."""
 NO_TOOLS = 'an empty tools list and tool_choice "none" or "auto" are accepted'
+known_parameters = functools.cache(engines.known_parameters)
+"""`contracts.engines.known_parameters`, each endpoint's built once (every line asks)."""
 
 
 def tool_issues(body: dict[str, object], endpoint: str, model: CatalogueModel,

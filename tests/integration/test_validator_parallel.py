@@ -22,7 +22,8 @@ from services.runtime.objectstore import ObjectStore
 from services.validator.adapters.check_pool import CheckPool
 from services.validator.adapters.tokenizer import TokenizerCache
 from services.validator.domain import FileValidation, Limits
-from services.validator.handlers import WINDOW_LINES, Validator
+from services.validator.file_check import WINDOW_LINES
+from services.validator.handlers import Validator
 from tests.support import batch_facts
 
 CHAT = "/v1/chat/completions"

@@ -3,16 +3,16 @@ on several cores while this process reads the next window and applies the file-l
 
 Each worker holds the catalogue and its own tokenizers (built when it starts); a window goes out as its bytes and
 comes back as small verdicts. A worker that dies breaks the pool: the window is checked here instead, and a new pool
-is started for the next one.
+is started for the next one. Windows are sent and collected from the thread that checks the file
+(`file_check.py`), never from the event loop.
 """
 
-import asyncio
 import logging
 import multiprocessing
 import multiprocessing.connection
 import os
 import threading
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 from contracts.catalogue import Catalogue
@@ -80,16 +80,25 @@ class CheckPool:
         for future in [pool.submit(int) for _ in range(self.processes)]:
             future.result()
 
-    async def check(self, spec: WindowSpec, lines: list[bytes | None], catalogue: Catalogue,
-                    tokenizers: TokenizerCache | None) -> list[LineVerdict | None]:
-        """The window's verdicts from a worker; from this process (a thread) when the pool broke."""
-        loop = asyncio.get_running_loop()
+    def submit(self, spec: WindowSpec, lines: list[bytes | None]) -> "Future[list[WireVerdict | None]]":
+        """Send a window to a worker; its verdicts come back through `verdicts`."""
         try:
-            wires = await loop.run_in_executor(self._executor(), _check_in_worker, spec, lines)
+            return self._executor().submit(_check_in_worker, spec, lines)
+        except BrokenProcessPool as error:
+            broken: Future[list[WireVerdict | None]] = Future()
+            broken.set_exception(error)
+            return broken
+
+    def verdicts(self, sent: "Future[list[WireVerdict | None]]", spec: WindowSpec, lines: list[bytes | None],
+                 catalogue: Catalogue, tokenizers: TokenizerCache | None) -> list[LineVerdict | None]:
+        """A sent window's verdicts, once its worker has them (blocking); checked in this thread when the pool
+        broke, and the workers start again for the next window."""
+        try:
+            wires = sent.result()
         except BrokenProcessPool:
             log.warning("a line-checking worker died; this window is checked here, and the workers start again")
             self.close()
-            return await asyncio.to_thread(check_lines, lines, spec, catalogue, tokenizers)
+            return check_lines(lines, spec, catalogue, tokenizers)
         return [from_wire(wire, catalogue) for wire in wires]
 
     def close(self) -> None:

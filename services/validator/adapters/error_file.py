@@ -5,6 +5,7 @@ under the batch's owner, as executors file their output files."""
 import asyncio
 import hashlib
 import time
+from collections.abc import Generator
 
 from contracts.api.file import RESULT_FILE_EXPIRES_AFTER_S
 from contracts.api.rejected_line import RejectedLine
@@ -13,11 +14,38 @@ from contracts.events.file import FileStored
 from contracts.ids import error_file_id
 from contracts.subjects import input_object_key
 from services.runtime.objectstore import ObjectStore
+from services.validator.adapters.input_lines import lines_by_chunk
 from services.validator.domain import FileValidation
-from services.validator.refusals import not_run_message, not_run_output
+from services.validator.refusals import NotRunLines, not_run_message
 
-WINDOW_LINES = 256
-"""Input lines turned into error lines together, off the event loop."""
+
+def error_lines(store: ObjectStore, created: BatchCreated, validation: FileValidation,
+                refused: dict[int, RejectedLine]) -> Generator[tuple[bytes, int], None, None]:
+    """The error file's lines, read and written a chunk of the input at a time (blocking): (their bytes, how many).
+
+    A line that was checked and not refused has a custom_id of its own, the one validation recorded for it (a
+    missing, unusable or repeated one refuses its line); only a line past the line limit is read again for it."""
+    batch_id = created.aggregate_id
+    not_run = NotRunLines(batch_id, not_run_message(validation))
+    custom_ids = {line: custom_id for custom_id, line in validation.first_line_of.items()}
+    number = 0
+    for lines in lines_by_chunk(store, created.input_object_key):
+        out = bytearray()
+        count = 0
+        for raw in lines:
+            number += 1
+            if not raw.strip():
+                continue
+            count += 1
+            rejected = refused.get(number)
+            if rejected is not None:
+                out += rejected.error_line(batch_id).model_dump_json().encode()
+            elif validation.unchecked(number) or number not in custom_ids:
+                out += not_run.of_raw(number, raw, checked=not validation.unchecked(number))
+            else:
+                out += not_run.line(number, custom_ids[number], checked=True)
+            out += b"\n"
+        yield bytes(out), count
 
 
 async def write_error_file(store: ObjectStore, created: BatchCreated, validation: FileValidation,
@@ -29,41 +57,21 @@ async def write_error_file(store: ObjectStore, created: BatchCreated, validation
     batch_id = created.aggregate_id
     file_id = error_file_id(batch_id)
     key = input_object_key(file_id)
-    message = not_run_message(validation)
     digest, size, lines = hashlib.sha256(), 0, 0
-
-    def encode(window: list[tuple[int, bytes]]) -> bytes:
-        out = bytearray()
-        for number, raw in window:
-            rejected = refused.get(number)
-            line = rejected.error_line(batch_id) if rejected is not None else not_run_output(
-                batch_id, number, raw, message, checked=not validation.unchecked(number))
-            out += line.model_dump_json().encode() + b"\n"
-        return bytes(out)
-
-    async def send(window: list[tuple[int, bytes]]) -> None:
-        nonlocal size, lines
-        data = await asyncio.to_thread(encode, window)
-        digest.update(data)
-        size, lines = size + len(data), lines + len(window)
-        await upload.write(data)
-
     upload = store.writer(key, "application/jsonl")
+    chunks = error_lines(store, created, validation, refused)
     try:
-        window: list[tuple[int, bytes]] = []
-        number = 0
-        async for raw in store.iter_lines(created.input_object_key):
-            number += 1
-            if raw.strip():
-                window.append((number, raw))
-            if len(window) >= WINDOW_LINES:
-                await send(window)
-                window = []
-        await send(window)
+        while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
+            data, count = chunk
+            digest.update(data)
+            size, lines = size + len(data), lines + count
+            await upload.write(data)
         await upload.finish()
     except BaseException:
         await upload.abort()
         raise
+    finally:
+        await asyncio.to_thread(chunks.close)
     created_at = int(time.time())
     return FileStored(aggregate_id=file_id, causation_id=created.event_id,
                       owner_key_id=created.owner_key_id, filename=f"{batch_id}_error.jsonl", purpose="batch_output",

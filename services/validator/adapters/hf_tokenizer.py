@@ -81,6 +81,9 @@ class HfTokenizer:
     def count_fast(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
+    def fits(self, text: str, room: int) -> bool:
+        return self.count_fast(text) <= room
+
     def count_many(self, texts: list[str]) -> list[int]:
         return [len(found.ids) for found in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
 

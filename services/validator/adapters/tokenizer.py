@@ -8,6 +8,7 @@ llama.cpp will count, without loading the weights.
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -58,6 +59,8 @@ Skeleton = tuple[str, ...] | None
 """The rendered prompt's text around each message's content, in order; None: the template must render each prompt."""
 
 
+HEAD_SLACK = 64
+"""Characters a counted head takes beyond what its tokens must save (`fits`)."""
 COUNT_BITS = (1 << 32) - 1
 ENDS_IN_WHITESPACE = 1 << 32
 STARTS_WITH_WHITESPACE = 1 << 64
@@ -93,6 +96,8 @@ class ModelTokenizer:
     template_constants: tuple[str, ...] = ()
     """The template's string constants (two characters or more): a content holding one may change what the
     template does, so such a prompt is rendered by the template itself."""
+    cuts_at_spaces: bool = False
+    """No special token holds whitespace, so a space after other text always starts a new piece (`fits`)."""
     overhead_cache: dict[tuple[str, ...], int] = field(default_factory=dict)
     skeletons: dict[tuple[str, ...], Skeleton] = field(default_factory=dict)
     first_pieces: dict[str, int] = field(default_factory=dict)
@@ -126,9 +131,12 @@ class ModelTokenizer:
         parsed = environment.parse(source)
         variables = frozenset(jinja2.meta.find_undeclared_variables(parsed))
         keys = {id(node.arg) for node in parsed.find_all(jinja2.nodes.Getitem)}  # message['role'] reads no text
-        constants = tuple(sorted({node.value for node in parsed.find_all(jinja2.nodes.Const)
-                                  if isinstance(node.value, str) and len(node.value) >= 2 and id(node) not in keys}))
-        return cls(encoding, environment.from_string(source), variables, constants)
+        found = {node.value for node in parsed.find_all(jinja2.nodes.Const)
+                 if isinstance(node.value, str) and len(node.value) >= 2 and id(node) not in keys}
+        # A content holding a longer constant holds each shorter one inside it: the shorter ones alone are looked for.
+        constants = tuple(sorted(c for c in found if not any(other != c and other in c for other in found)))
+        cuts_at_spaces = not any(char.isspace() for token in special for char in token)
+        return cls(encoding, environment.from_string(source), variables, constants, cuts_at_spaces)
 
     def count_text(self, text: str) -> int:
         # Special-token text is parsed as the special token, as llama.cpp does with the rendered prompt.
@@ -150,11 +158,37 @@ class ModelTokenizer:
         if len(parts) == 1:
             return self.count_text(text)
         spaced = self.spaced_pieces
-        total = self.first_pieces[parts[0]] + sum(map(spaced.__getitem__, islice(parts, 1, None)))
+        seen: Callable[[str], int | None] = spaced.get
+        try:  # every part seen before, as nearly always: plain look-ups (an unseen one is None, which sum refuses)
+            total = self.first_pieces[parts[0]] + sum(map(seen, islice(parts, 1, None)))  # type: ignore[arg-type]
+        except TypeError:
+            total = self.first_pieces[parts[0]] + sum(map(spaced.__getitem__, islice(parts, 1, None)))
         ends = (total >> 32) & COUNT_BITS  # parts ending in whitespace; only the last may (no space follows it)
         if total >= STARTS_WITH_WHITESPACE or ends > (spaced[parts[-1]] >> 32) & 1:
             return self.count_text(text)
         return total & COUNT_BITS
+
+    def fits(self, text: str, room: int) -> bool:
+        """Whether `text` is at most `room` tokens (`count_fast(text) <= room`), from a counted head when that
+        settles it.
+
+        A token covers one byte at least, so a text of no more bytes than `room` fits. Past that, the text is cut
+        at a space that follows something else than whitespace: the pre-tokenizer starts a new piece there however
+        much text follows (no piece runs from such a character into a space, and no special token holds one), so
+        the head's count plus the tail's bytes bound the whole count. Only when that does not settle it is the whole
+        text counted."""
+        ascii_only = text.isascii()
+        size = len(text) if ascii_only else len(text.encode())
+        if size <= room:
+            return True
+        cut = text.find(" ", (size - room) * 3 // 2 + HEAD_SLACK) if self.cuts_at_spaces else -1
+        while cut > 0 and text[cut - 1].isspace():
+            cut = text.find(" ", cut + 1)
+        if cut > 0:
+            head = text[:cut]
+            if self.count_fast(head) + size - (cut if ascii_only else len(head.encode())) <= room:
+                return True
+        return self.count_fast(text) <= room
 
     def render_chat(self, messages: list[dict[str, object]], kwargs: dict[str, object] | None = None) -> str:
         """The prompt the engine builds from `messages` (and the line's `chat_template_kwargs`) with the model's chat
@@ -243,6 +277,8 @@ class PromptTokenizer(Protocol):
     def count_many(self, texts: list[str]) -> list[int]: ...
 
     def chat_bound(self, messages: list[dict[str, object]]) -> int: ...
+
+    def fits(self, text: str, room: int) -> bool: ...
 
     def count_chat(self, messages: list[dict[str, object]]) -> int: ...
 

@@ -1,0 +1,25 @@
+"""The lines of an input file, read from the object store in the calling thread (blocking), a chunk's worth at a
+time: the thread that checks a file reads it too, so neither waits on the other or on the event loop.
+
+Lines as `ObjectStore.iter_lines` gives them: split at `\\n`, a trailing `\\r` removed, the last line even without
+an ending (and not at all when the file ends with one)."""
+
+from collections.abc import Iterator
+
+from services.runtime.objectstore import READ_CHUNK, ObjectStore
+
+
+def lines_by_chunk(store: ObjectStore, key: str, chunk_bytes: int = READ_CHUNK) -> Iterator[list[bytes]]:
+    """The object's lines, in order, as the lists each chunk read completes. Raises `ObjectNotFound`."""
+    response = store._open(key)
+    try:
+        pending = b""
+        for chunk in response.stream(chunk_bytes):
+            *lines, pending = (pending + chunk).split(b"\n") if pending else chunk.split(b"\n")
+            if lines:
+                yield [line.removesuffix(b"\r") for line in lines]
+        if pending:
+            yield [pending.removesuffix(b"\r")]
+    finally:
+        response.close()
+        response.release_conn()

@@ -1,0 +1,121 @@
+"""Checking a whole file in one thread: its lines read, each window planned, checked (here, or in the worker
+processes beside this one) and put through the file's rules, in line order; what each window found is handed on
+as soon as it is known.
+
+One thread reads and checks, so neither waits on the other nor on the event loop (which only publishes what is
+found): on one core, a thread handing work to another through the loop waits for the interpreter lock at every
+hand-over."""
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from services.validator.adapters.check_pool import CheckPool
+from services.validator.domain import FileValidation, LineResult, Window
+from services.validator.line_checks import WireVerdict, check_lines
+from services.validator.rules import LineVerdict
+
+WINDOW_LINES = 256
+"""Lines checked together; their prompts are counted in one tokenizer batch."""
+HAND_OVER_EVERY_S = 0.02
+"""What windows found is handed on at most this often (the first window's at once): each hand-over wakes the event
+loop, which then takes the interpreter lock from this thread."""
+WORKER_QUEUE = 2
+"""Windows each worker process holds (one checked, one waiting): this thread, which also reads the file and applies
+the file's rules, checks a window itself only when every worker has its queue full."""
+
+
+class Stopped(Exception):
+    """The validation was called off (cancelled) while its file was being checked."""
+
+
+@dataclass(frozen=True)
+class Findings:
+    """What one window added: its refused lines (with their issues), and the file's counts after it."""
+
+    refused: list[LineResult]
+    lines_read: int
+    errors_found: int
+
+
+Sent = tuple[Window, "Future[list[WireVerdict | None]] | list[LineVerdict | None]"]
+"""A window and its verdicts: known already (checked here), or to come from a worker."""
+
+
+@dataclass
+class FileCheck:
+    validation: FileValidation
+    found: Callable[[Findings], None]
+    """Called (in this thread) after each window with what it found."""
+    stopped: threading.Event
+    pool: CheckPool | None = None
+
+    def __post_init__(self) -> None:
+        self.in_flight: deque[Sent] = deque()
+        self.refused: list[LineResult] = []
+        """Refused lines not handed on yet."""
+        self.handed_at = -HAND_OVER_EVERY_S
+
+    def run(self, chunks: Iterable[list[bytes]]) -> None:
+        """Check every line of `chunks` (the file's lines, in order), in windows of `WINDOW_LINES`."""
+        window: list[tuple[int, bytes]] = []
+        number = 0
+        for lines in chunks:
+            for raw in lines:
+                number += 1
+                window.append((number, raw))
+                if len(window) >= WINDOW_LINES:
+                    self.send(window)
+                    window = []
+        self.send(window)
+        while self.in_flight:
+            self.receive()
+        self.hand_over()
+
+    def send(self, lines: list[tuple[int, bytes]]) -> None:
+        """Check a window: here, or in a worker while earlier windows are checked; results are applied in order."""
+        if self.stopped.is_set():
+            raise Stopped
+        if not lines:
+            return
+        validation, pool = self.validation, self.pool
+        queued = pool.processes * WORKER_QUEUE if pool is not None else 0
+        # Lines that take an earlier line's model wait for every earlier window: it may name the model.
+        while self.in_flight and (validation.awaits_line_model or len(self.in_flight) > queued):
+            self.receive()
+        window = validation.plan(lines)
+        in_workers = sum(1 for _, verdicts in self.in_flight if isinstance(verdicts, Future))
+        if pool is None or validation.awaits_line_model or in_workers >= queued:
+            self.in_flight.append((window, self.check_here(window)))
+        else:
+            self.in_flight.append((window, pool.submit(window.spec, window.to_check)))
+        while self.in_flight and _done(self.in_flight[0][1]):
+            self.receive()
+
+    def check_here(self, window: Window) -> list[LineVerdict | None]:
+        validation = self.validation
+        return check_lines(window.to_check, window.spec, validation.catalogue, validation.tokenizers)
+
+    def receive(self) -> None:
+        """Apply the oldest window's verdicts (waiting for its worker) and hand on what it found."""
+        window, verdicts = self.in_flight.popleft()
+        if isinstance(verdicts, Future):
+            assert self.pool is not None
+            verdicts = self.pool.verdicts(verdicts, window.spec, window.to_check, self.validation.catalogue,
+                                          self.validation.tokenizers)
+        self.refused += (result for result in self.validation.apply(window, verdicts) if result.issues)
+        if time.monotonic() - self.handed_at >= HAND_OVER_EVERY_S:
+            self.hand_over()
+
+    def hand_over(self) -> None:
+        self.handed_at = time.monotonic()
+        validation = self.validation
+        self.found(Findings(self.refused, validation.total_lines, validation.error_count))
+        self.refused = []
+
+
+def _done(verdicts: "Future[list[WireVerdict | None]] | list[LineVerdict | None]") -> bool:
+    return not isinstance(verdicts, Future) or verdicts.done()
