@@ -7,6 +7,7 @@ from aiohttp import web
 from contracts.catalogue import Catalogue
 from services.gateway.own_writes import OwnWrites
 from services.gateway.settings import GatewaySettings
+from services.gateway.shared_reads import SharedReads
 from services.runtime.bus import EventBus
 from services.runtime.fleet import Fleet
 from services.runtime.objectstore import ObjectStore
@@ -22,6 +23,8 @@ class Deps:
     catalogue: Catalogue
     fleet: Fleet
     own_writes: OwnWrites = field(default_factory=OwnWrites)
+    shared_reads: SharedReads = field(default_factory=SharedReads)
+    """Reads of an owner's index shared by the requests in flight that need them (shared_reads.py)."""
 
 
 DEPS = web.AppKey("deps", Deps)

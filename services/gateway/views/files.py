@@ -66,10 +66,16 @@ async def owned_file(request: web.Request, file_id: str) -> FileRecord:
     return record
 
 
+async def indexed_files(d: Deps, owner: str) -> list[FileRecord]:
+    """The owner's index of files (not deleted; expired ones included), read once for all the requests in flight
+    that ask for it together (shared_reads.py): the records are shared, so callers never change them."""
+    return await d.shared_reads.read(("files", owner), lambda: d.read_model.owner_files(owner))
+
+
 async def owner_files(d: Deps, owner: str) -> list[FileRecord]:
     """The owner's files that still exist (not deleted, not expired), read from the owner's index alone."""
     now = time.time()
-    return [r for r in await d.read_model.owner_files(owner) if not r.deleted and not is_expired(r, now)]
+    return [r for r in await indexed_files(d, owner) if not r.deleted and not is_expired(r, now)]
 
 
 def expires_after_seconds(anchor: str | None, seconds: str | None) -> int | None:
@@ -192,7 +198,7 @@ async def admit_bytes(request: web.Request, owner: str, file_id: str, size: int)
     d = deps(request)
 
     async def held(listed: frozenset[str]) -> Holdings:
-        indexed = await d.read_model.owner_files(owner)  # a deleted file leaves the index: look listed ones up
+        indexed = await indexed_files(d, owner)  # a deleted file leaves the index: look listed ones up
         # A listed file the index did not show may have been folded since the index was read: it is looked up by
         # id, and counted if it still holds its bytes (else known, and gone).
         found = [record for i in listed - {r.file.id for r in indexed}
@@ -229,11 +235,10 @@ async def create_file(request: web.Request) -> web.Response:
             allowed = ", ".join(UPLOADABLE_PURPOSES)
             raise bad_request(f"purpose must be one of: {allowed} (got {purpose!r}).", "invalid_purpose", "purpose")
         ttl_s = upload.expires_after_s() or d.settings.batch_file_ttl_s
-        existing = await owner_files(d, owner)
         # The same upload again (same bytes, name, purpose, expiry and model: a retry) is the first file; anything
         # that differs is a file object of its own, even with the same bytes.
-        same = next((r for r in existing if r.sha256 == stored.sha256 and r.file.purpose == purpose
-                     and r.file.filename == upload.filename and r.model == model
+        same = next((r for r in await owner_files(d, owner) if r.sha256 == stored.sha256
+                     and r.file.purpose == purpose and r.file.filename == upload.filename and r.model == model
                      and (r.file.expires_at or 0) - r.file.created_at == ttl_s), None)
         if same is not None:
             await discard_object(d, object_key)
