@@ -8,15 +8,19 @@ exactly once. The start sample is the baseline of the same run. Every `--sample-
 RSS is sampled too, so a growth shows whether it levels off and where.
 
 `--tracemalloc`: the gateway traces its allocations (`SHESHNAG_TRACEMALLOC=1`) and is sent SIGUSR2 after the warm-up,
-at the middle and once idle after the load: its log's heap reports (printed at the end) say what grew in each half,
-by traceback; what grows in both and stays once idle is what to fix.
+at quiet points during the load (every `--heap-every` minutes, by default at the middle: the load pauses, its
+requests in flight end, then the report is taken and the load goes on) and once idle after the load: its log's heap
+reports (printed at the end) say what grew between two quiet points, by traceback, with the RSS beside the traced
+memory; what grows between every two and stays once idle is what to fix, and an RSS that grows while the traced
+memory does not is the allocator keeping peaks.
 
 Usage: .venv/bin/python bench/soak.py [--minutes 20] [--big-lines 20000] [--seed 1] [--keep DIR] [--sample-every 60]
-       [--tracemalloc]
+       [--tracemalloc] [--heap-every MINUTES]
 """
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -24,6 +28,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -41,30 +46,68 @@ STACK_ENV = {
 }
 
 
-async def waves(load: Load, stop: float, rng: random.Random, stats: dict[str, int]) -> None:
+class Pauses:
+    """The load's steps (a wave, a poll round) run unless the load is paused; a pause waits for those in flight."""
+
+    def __init__(self) -> None:
+        self.running = asyncio.Event()
+        self.running.set()
+        self.in_flight = 0
+        self.quiet = asyncio.Event()
+        self.quiet.set()
+
+    @contextlib.asynccontextmanager
+    async def step(self) -> AsyncIterator[None]:
+        await self.running.wait()
+        self.in_flight += 1
+        self.quiet.clear()
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
+            if not self.in_flight:
+                self.quiet.set()
+
+    @contextlib.asynccontextmanager
+    async def paused(self) -> AsyncIterator[None]:
+        self.running.clear()
+        try:
+            await self.quiet.wait()
+            yield
+        finally:
+            self.running.set()
+
+
+async def waves(load: Load, stop: float, rng: random.Random, stats: dict[str, int], pauses: Pauses) -> None:
     """Every ~30 s: 200 SSE streams dropped, 50 uploads at once, 3 small batches (one cancelled at once)."""
     wave = 0
     while time.monotonic() < stop:
-        wave += 1
-        if load.batches:
-            targets = [rng.choice(list(load.batches)) for _ in range(200)]
-            await asyncio.gather(*(load.drop_sse(b) for b in targets), return_exceptions=True)
-            stats["sse_dropped"] += 200
-        uploads = await asyncio.gather(*(load.upload(chat_lines(f"w{wave}-u{i}", 200)) for i in range(50)))
-        stats["uploads"] += sum(1 for u in uploads if u)
-        for i in range(3):
-            batch_id = await load.create_batch(f"w{wave}-b{i}", 3)
-            stats["batches"] += 1
-            if batch_id and i == 2:
-                await load.call("POST", f"/v1/batches/{batch_id}/cancel")
-                stats["cancels"] += 1
+        async with pauses.step():
+            wave += 1
+            await one_wave(load, wave, rng, stats)
         await asyncio.sleep(max(0.0, min(30.0, stop - time.monotonic())))
 
 
-async def pollers(load: Load, stop: float, rng: random.Random, stats: dict[str, int]) -> None:
+async def one_wave(load: Load, wave: int, rng: random.Random, stats: dict[str, int]) -> None:
+    if load.batches:
+        targets = [rng.choice(list(load.batches)) for _ in range(200)]
+        await asyncio.gather(*(load.drop_sse(b) for b in targets), return_exceptions=True)
+        stats["sse_dropped"] += 200
+    uploads = await asyncio.gather(*(load.upload(chat_lines(f"w{wave}-u{i}", 200)) for i in range(50)))
+    stats["uploads"] += sum(1 for u in uploads if u)
+    for i in range(3):
+        batch_id = await load.create_batch(f"w{wave}-b{i}", 3)
+        stats["batches"] += 1
+        if batch_id and i == 2:
+            await load.call("POST", f"/v1/batches/{batch_id}/cancel")
+            stats["cancels"] += 1
+
+
+async def pollers(load: Load, stop: float, rng: random.Random, stats: dict[str, int], pauses: Pauses) -> None:
     async def one() -> None:
         while time.monotonic() < stop:
-            await load.poll(1, rng)
+            async with pauses.step():
+                await load.poll(1, rng)
             stats["poll_rounds"] += 1
             await asyncio.sleep(rng.uniform(0.5, 1.5))
     await asyncio.gather(*(one() for _ in range(10)))
@@ -98,9 +141,18 @@ def rss_table(rows: list[tuple[float, dict[str, float]]]) -> str:
 
 async def heap_report(stack: RunningStack, why: str) -> None:
     """Ask the gateway (traced) for a heap report, and give it time to log it."""
-    print(f"heap report requested: {why}", flush=True)
+    print(f"heap report requested: {why} (gateway RSS {rss_mb(stack)['gateway']:.1f} MB)", flush=True)
     os.kill(stack.service_pid("gateway"), signal.SIGUSR2)
     await asyncio.sleep(15)
+
+
+async def quiet_reports(stack: RunningStack, pauses: Pauses, started: float, every_s: float) -> None:
+    """Every `every_s` of load: pause it, let what is in flight end (and settle 5 s), take a heap report, go on."""
+    while True:
+        await asyncio.sleep(every_s)
+        async with pauses.paused():
+            await asyncio.sleep(5)
+            await heap_report(stack, f"quiet point at {(time.monotonic() - started) / 60:.1f} min of load")
 
 
 def heap_reports(stack: RunningStack) -> list[str]:
@@ -148,13 +200,16 @@ async def soak(args: argparse.Namespace, data_dir: Path) -> int:
             big = await load.create_batch("big", args.big_lines, max_tokens=2)
             started = time.monotonic()
             stop = started + args.minutes * 60
-            work = asyncio.gather(waves(load, stop, rng, stats), pollers(load, stop, rng, stats))
+            pauses = Pauses()
+            work = asyncio.gather(waves(load, stop, rng, stats, pauses), pollers(load, stop, rng, stats, pauses))
+            quiet = asyncio.create_task(quiet_reports(stack, pauses, started, (args.heap_every or args.minutes / 2)
+                                                      * 60)) if args.tracemalloc else None
             await asyncio.sleep(args.minutes * 30)
             samples.append(("middle", await sample(stack)))
             print(table(samples), flush=True)
-            if args.tracemalloc:
-                await heap_report(stack, "at the middle, under load")
             await work
+            if quiet is not None:
+                quiet.cancel()
             samples.append(("end of load", await sample(stack)))
             print(table(samples), f"\nproblems so far: {load.problems[:5]}", flush=True)
             ended = [await load.until_ended(b, timeout_s=1800 if b == big else 120) for b in list(load.batches)]
@@ -193,6 +248,8 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="keep the stack's data dir (logs) here")
     parser.add_argument("--sample-every", type=float, default=60.0, help="seconds between RSS samples")
     parser.add_argument("--tracemalloc", action="store_true", help="heap reports of the gateway (tracemalloc)")
+    parser.add_argument("--heap-every", type=float, help="minutes between quiet points with a heap report "
+                        "(--tracemalloc; default: half the load)")
     args = parser.parse_args()
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)

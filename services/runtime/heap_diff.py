@@ -2,7 +2,9 @@
 and each SIGUSR2 logs where memory grew since the previous SIGUSR2 (the first logs the largest holders).
 
 Send it at two quiet points (before and after a wave of load, once the load has drained): what grew between them
-and stays is a leak, by file and line. Tracing costs memory and time, so it is off unless asked for.
+and stays is a leak, by file and line. Each report also gives the process's RSS beside the memory Python objects
+hold (traced): an RSS that grows while the traced memory does not is the allocator keeping a peak, not objects
+kept. Tracing costs memory and time, so it is off unless asked for.
 """
 
 import asyncio
@@ -16,6 +18,22 @@ log = logging.getLogger(__name__)
 ENV = "SHESHNAG_TRACEMALLOC"
 FRAMES = 8
 TOP = 25
+
+
+def rss_mb() -> float | None:
+    """This process's resident memory now (Linux), None where it cannot be read."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _memory() -> str:
+    traced, peak = tracemalloc.get_traced_memory()
+    rss = rss_mb()
+    return (f"{traced / 2**20:.1f} MB traced (peak since the last report {peak / 2**20:.1f} MB), RSS "
+            + ("unknown" if rss is None else f"{rss:.1f} MB"))
 
 
 def _groups(snapshot: tracemalloc.Snapshot) -> tracemalloc.Snapshot:
@@ -40,11 +58,9 @@ class HeapDiff:
 
     async def report(self) -> None:
         snapshot = _groups(await asyncio.to_thread(tracemalloc.take_snapshot))  # seconds on a big heap: off the loop
-        traced, peak = tracemalloc.get_traced_memory()
         if self.previous is None:
             lines = [f"{stat}" for stat in snapshot.statistics("lineno")[:TOP]]
-            log.warning("heap: %.1f MB traced (peak %.1f MB); largest holders:\n%s", traced / 2**20, peak / 2**20,
-                        "\n".join(lines))
+            log.warning("heap: %s; largest holders:\n%s", _memory(), "\n".join(lines))
         else:
             diffs = await asyncio.to_thread(snapshot.compare_to, self.previous, "traceback")
             grown = [diff for diff in diffs if diff.size_diff > 0][:TOP]
@@ -52,9 +68,10 @@ class HeapDiff:
                      f"\n    " + "\n    ".join(diff.traceback.format(limit=FRAMES, most_recent_first=True))
                      for diff in grown]
             total = sum(d.size_diff for d in diffs)
-            log.warning("heap: %.1f MB traced (peak %.1f MB), %+.1f KiB since the last snapshot; grown most:\n%s",
-                        traced / 2**20, peak / 2**20, total / 1024, "\n".join(lines))
+            log.warning("heap: %s, %+.1f KiB traced since the last snapshot; grown most:\n%s", _memory(),
+                        total / 1024, "\n".join(lines))
         self.previous = snapshot
+        tracemalloc.reset_peak()  # the next report's peak is its own period's: the most the allocator was asked for
 
 
 def install_heap_diff() -> HeapDiff | None:

@@ -24,4 +24,5 @@ async def test_the_second_report_names_where_memory_grew_since_the_first(caplog:
     first, second = (record.getMessage() for record in caplog.records if record.name == "services.runtime.heap_diff")
     assert first.startswith("heap:") and "largest holders" in first
     assert "grown most" in second and "kept = [bytearray(1000)" in second
+    assert all(" MB traced " in report and ", RSS " in report for report in (first, second))  # objects vs process
     assert len(kept) == 2000
