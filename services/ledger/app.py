@@ -99,13 +99,23 @@ class LedgerApp:
         if self.settings.retention:
             self.retention = Retention(bus, read_model, self._archive(), ledger,
                                        Policy(self.settings.retention_window_s, self.settings.segment_period_s))
-            keeper = asyncio.create_task(self.retention.run(stop))
+            keeper = asyncio.create_task(self._retain(self.retention, stop))
         try:
             await stop.wait()
         finally:
             await stop_reading(reader)
             await cancel_and_join([announcer, *([keeper] if keeper else [])])
             await worker
+
+    async def _retain(self, retention: Retention, stop: asyncio.Event) -> None:
+        """Retention rounds, from when the fold has caught up with the stream as it was at start."""
+        waits = [asyncio.create_task(self.caught_up.wait()), asyncio.create_task(stop.wait())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            await cancel_and_join(waits)
+        if not stop.is_set():
+            await retention.run(stop)
 
     async def _announce_caught_up(self, folder: Folder, head: int) -> None:
         await folder.wait_through(head)

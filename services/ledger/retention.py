@@ -55,7 +55,6 @@ class Retention:
                  clock: Callable[[], float] = time.time) -> None:
         self.bus, self.read_model, self.archive, self.ledger = bus, read_model, archive, ledger
         self.policy, self.clock = policy, clock
-        self.started_at = clock()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Rounds as they fall due, until `stop`; a failed round is logged and tried again at the next check."""
@@ -68,11 +67,12 @@ class Retention:
                 await asyncio.wait_for(stop.wait(), timeout=max(1.0, min(CHECK_S, self.policy.period_s)))
 
     async def round(self) -> ArchivePoint | None:
-        """Finish the last round's purge; archive through the ledger's checkpoint when a period has passed since."""
+        """Finish the last round's purge; archive through the ledger's checkpoint when a period has passed since
+        (at once when nothing is archived yet)."""
         latest = await self.archive.latest_point()
         if latest is not None:
             await self.purge(latest)
-        if self.clock() - (latest.archived_at if latest else self.started_at) < self.policy.period_s:
+        if latest is not None and self.clock() - latest.archived_at < self.policy.period_s:
             return None
         return await self.archive_through(await asyncio.to_thread(self.ledger.checkpoint), latest)
 
@@ -100,11 +100,14 @@ class Retention:
                                      segment_sha256=written_sha256, archived_at=int(self.clock()), purge=purge,
                                      kept=kept, aggregates=len(snapshots))
             await self.archive.write_snapshot(committed, [*anomalies, *refold.anomalies], snapshots)
+            if await self.archive.point(committed.index) != committed:  # a deposed leader's round raced this one
+                raise ArchiveRefused(f"snapshot {committed.index} was committed by another ledger")
         finally:
             await asyncio.to_thread(refold.close)
         log.info("archived sequences %d..%d as segment %d (%d facts); %d batches leave the stream, %d stay",
                  after + 1, point, header.index, end.facts, len(purge), len(kept))
         await self.purge(committed)
+        await self.archive.prune_snapshots(keep_from=committed.index - 1)  # the one before stays, for a while
         return committed
 
     async def _write_segment(self, header: SegmentHeader) -> tuple[str, SegmentEnd, set[str]]:

@@ -44,8 +44,8 @@ class LedgerSettings(ServiceSettings):
     """How long an ended batch's facts stay in the stream after it ended; at least the longest expiry of its output
     files (clients may follow its event log until then)."""
     segment_period_s: float = 86400.0
-    """How often the facts folded since the last archived point are archived as one segment (the first a period
-    after the ledger starts)."""
+    """How often the facts folded since the last archived point are archived as one segment (the first round runs as
+    soon as retention is on)."""
 
     def store_env(self) -> dict[str, str]:
         """The eventsourcing persistence settings for this ledger's store."""
