@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from contracts.archive import ARCHIVED_THROUGH_KEY, archived_batch_log_key, segment_key, snapshot_key
+from contracts.archive import ARCHIVED_THROUGH_KEY
 from contracts.events.batch import BatchAssigned, BatchCompleted, BatchCreated, BatchStarted
 from contracts.events.envelope import Event
 from contracts.subjects import batch_events
@@ -208,12 +208,6 @@ async def test_a_ledger_on_an_empty_store_after_trimming_starts_from_the_archive
             assert found is not None and batch is not None
             assert (found.status, found.completed, found.usage) == (batch.status, batch.completed, batch.usage)
         assert restored.chain_state() == ledger.chain_state()
-
-
-def test_the_archive_keys_name_their_index_and_batch() -> None:
-    assert segment_key(3) == "ledger-archive/segments/00000003.jsonl.gz"
-    assert snapshot_key(3) == "ledger-archive/snapshots/00000003.jsonl.gz"
-    assert archived_batch_log_key("batch_x") == "ledger-archive/batches/batch_x.jsonl.gz"
 
 
 async def test_the_folding_ledger_with_retention_on_archives_at_once_and_trims_the_ended_batches(
