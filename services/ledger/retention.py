@@ -55,6 +55,8 @@ class Retention:
                  clock: Callable[[], float] = time.time) -> None:
         self.bus, self.read_model, self.archive, self.ledger = bus, read_model, archive, ledger
         self.policy, self.clock = policy, clock
+        self._purged = 0
+        """The newest point whose purge this process finished (a restart does the last one again, harmlessly)."""
 
     async def run(self, stop: asyncio.Event) -> None:
         """Rounds as they fall due, until `stop`; a failed round is logged and tried again at the next check."""
@@ -70,7 +72,7 @@ class Retention:
         """Finish the last round's purge; archive through the ledger's checkpoint when a period has passed since
         (at once when nothing is archived yet)."""
         latest = await self.archive.latest_point()
-        if latest is not None:
+        if latest is not None and latest.index > self._purged:
             await self.purge(latest)
         if latest is not None and self.clock() - latest.archived_at < self.policy.period_s:
             return None
@@ -184,7 +186,9 @@ class Retention:
             async with gate:
                 return await purge_batch(self.bus, self.archive, batch_id, point.last_sequence)
 
-        return sum(await asyncio.gather(*(one(batch_id) for batch_id in point.purge)))
+        purged = sum(await asyncio.gather(*(one(batch_id) for batch_id in point.purge)))
+        self._purged = max(self._purged, point.index)
+        return purged
 
 
 
