@@ -112,7 +112,7 @@ def _shape_issues(body: dict[str, object], endpoint: str) -> Iterator[LineIssue]
                     message["role"] == "assistant" and message.get("content") is None):
                 yield LineIssue("invalid_body", f"body.messages[{index}].content must be a string or a list of "
                                 "content parts.", f"body.messages[{index}].content")
-            else:
+            elif isinstance(message.get("content"), list):
                 yield from _part_issues(message.get("content"), f"body.messages[{index}].content")
     elif endpoint == "/v1/completions":
         prompt = body.get("prompt")

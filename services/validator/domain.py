@@ -59,6 +59,10 @@ class FileValidation:
     """The first line past `max_lines`: it is refused with `too_many_tasks`, the lines after it are not read."""
     embedding_limit_line: int | None = None
     """The line whose embedding inputs went past `max_embedding_inputs`: the one refused for it."""
+    lines_seen: int = 0
+    """The last line planned (blank ones and those past `max_lines` too)."""
+    blank_lines: list[int] = field(default_factory=list)
+    """The blank lines planned: they are no requests, and have no line in the error file."""
     file_issues: dict[str, LineIssue] = field(default_factory=dict)
     """The file-level errors found, one per code (`empty_file`, `too_many_tasks`): each is reported once, and
     fails the batch even with allow_partial."""
@@ -108,8 +112,10 @@ class FileValidation:
         decided: dict[int, LineVerdict] = {}
         for line_no, raw in lines:
             numbers.append(line_no)
+            self.lines_seen = line_no
             if not raw.strip():
                 to_check.append(None)
+                self.blank_lines.append(line_no)
                 continue
             self.total_lines += 1
             if self.total_lines > self.limits.max_lines:

@@ -5,6 +5,7 @@ error file holds, byte for byte, the lines built one by one from each input line
 import asyncio
 
 import orjson
+import pytest
 
 from contracts.events.batch import BatchCreated
 from contracts.ids import new_batch_id, new_file_id
@@ -41,7 +42,9 @@ async def test_lines_read_a_chunk_at_a_time_are_the_stores_lines(object_store: O
     assert await read_in_a_thread(object_store, key, 5) == expected, "a final line ending ends the last line"
 
 
-async def test_the_error_file_holds_the_lines_built_one_by_one_from_the_input(object_store: ObjectStore) -> None:
+@pytest.mark.parametrize("max_lines", [8, 50_000], ids=["lines-past-the-limit-read-again", "written-from-memory"])
+async def test_the_error_file_holds_the_lines_built_one_by_one_from_the_input(object_store: ObjectStore,
+                                                                             max_lines: int) -> None:
     lines = [request("good-1"), b"{oops", b"", request("good-1"), request('q"u\\o\u00e9te\u2028'),
              request(None), request("x" * 600), request("good-2", temperature=9), request("past-1"),
              request("past-2"), b'{"custom_id": 5}']
@@ -50,13 +53,13 @@ async def test_the_error_file_holds_the_lines_built_one_by_one_from_the_input(ob
                            input_object_key=input_object_key(file_id), endpoint=CHAT, completion_window="24h",
                            created_at=0, expires_at=86400)
     await object_store.put_bytes(created.input_object_key, b"\n".join(lines))
-    validation = FileValidation(CHAT, load_catalogue(None), Limits(max_lines=8))
+    validation = FileValidation(CHAT, load_catalogue(None), Limits(max_lines=max_lines))
     refused = {}
     for number, raw in enumerate(lines, start=1):
         result = validation.check(number, raw)
         if result.issues:
             refused[number] = rejected_line(result)
-    assert validation.limit_line == 10, "two lines past the limit, the first refused for it"
+    assert validation.limit_line == (10 if max_lines == 8 else None), "two past the limit, the first refused for it"
 
     stored = await write_error_file(object_store, created, validation, refused)
     assert stored is not None

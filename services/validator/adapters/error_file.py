@@ -18,16 +18,32 @@ from services.validator.adapters.input_lines import lines_by_chunk
 from services.validator.domain import FileValidation
 from services.validator.refusals import NotRunLines, not_run_message
 
+BATCH_LINES = 4096
+"""Error lines written together from memory, off the event loop."""
+
 
 def error_lines(store: ObjectStore, created: BatchCreated, validation: FileValidation,
                 refused: dict[int, RejectedLine]) -> Generator[tuple[bytes, int], None, None]:
-    """The error file's lines, read and written a chunk of the input at a time (blocking): (their bytes, how many).
+    """The error file's lines, a batch at a time (blocking): (their bytes, how many).
 
     A line that was checked and not refused has a custom_id of its own, the one validation recorded for it (a
-    missing, unusable or repeated one refuses its line); only a line past the line limit is read again for it."""
+    missing, unusable or repeated one refuses its line), so the file is written from memory; only a file with lines
+    past the line limit (never checked) is read again, for their custom_ids."""
     batch_id = created.aggregate_id
     not_run = NotRunLines(batch_id, not_run_message(validation))
     custom_ids = {line: custom_id for custom_id, line in validation.first_line_of.items()}
+    blank = set(validation.blank_lines)
+    numbers = [n for n in range(1, validation.lines_seen + 1) if n not in blank]
+    if validation.limit_line is None and all(n in refused or n in custom_ids for n in numbers):
+        for start in range(0, len(numbers), BATCH_LINES):
+            out = bytearray()
+            for number in numbers[start:start + BATCH_LINES]:
+                rejected = refused.get(number)
+                out += rejected.error_line(batch_id).model_dump_json().encode() if rejected is not None else \
+                    not_run.line(number, custom_ids[number], checked=True)
+                out += b"\n"
+            yield bytes(out), len(numbers[start:start + BATCH_LINES])
+        return
     number = 0
     for lines in lines_by_chunk(store, created.input_object_key):
         out = bytearray()

@@ -177,8 +177,7 @@ class ModelTokenizer:
         much text follows (no piece runs from such a character into a space, and no special token holds one), so
         the head's count plus the tail's bytes bound the whole count. Only when that does not settle it is the whole
         text counted."""
-        ascii_only = text.isascii()
-        size = len(text) if ascii_only else len(text.encode())
+        size = _size(text)
         if size <= room:
             return True
         cut = text.find(" ", (size - room) * 3 // 2 + HEAD_SLACK) if self.cuts_at_spaces else -1
@@ -186,7 +185,7 @@ class ModelTokenizer:
             cut = text.find(" ", cut + 1)
         if cut > 0:
             head = text[:cut]
-            if self.count_fast(head) + size - (cut if ascii_only else len(head.encode())) <= room:
+            if self.count_fast(head) + size - _size(head) <= room:
                 return True
         return self.count_fast(text) <= room
 
@@ -196,7 +195,7 @@ class ModelTokenizer:
         contents = [_text_of(m.get("content")) for m in messages]
         if not kwargs and all(m.keys() <= PLAIN_MESSAGE for m in messages):
             joined = "\x00".join(contents)
-            if not any(constant in joined for constant in self.template_constants):
+            if not _holds_any(joined, self.template_constants):
                 roles = tuple(str(m.get("role", "")) for m in messages)
                 skeleton = self.skeletons.get(roles, ())
                 if skeleton == ():
@@ -244,7 +243,19 @@ class ModelTokenizer:
         if overhead is None:
             empty: list[dict[str, object]] = [{"role": role, "content": ""} for role in roles]
             overhead = self.overhead_cache[roles] = len(self.render_chat(empty).encode())
-        return overhead + sum(len(_text_of(m.get("content")).encode()) for m in messages)
+        return overhead + sum(_size(_text_of(m.get("content"))) for m in messages)
+
+
+def _size(text: str) -> int:
+    """Bytes of `text` in UTF-8 (an ASCII text's length, without encoding it)."""
+    return len(text) if text.isascii() else len(text.encode())
+
+
+def _holds_any(text: str, constants: tuple[str, ...]) -> bool:
+    for constant in constants:
+        if constant in text:
+            return True
+    return False
 
 
 def _text_of(content: object) -> str:
