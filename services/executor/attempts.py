@@ -42,6 +42,8 @@ class BatchLog:
     """The code never-run lines get: `authorization_revoked` once any cancel came from a key revocation."""
     attempts: set[int] = field(default_factory=set)
     """Attempts assigned or started."""
+    started: set[int] = field(default_factory=set)
+    """Attempts some delivery started (its `started` fact comes before any chunk it writes)."""
     shard_of: dict[int, int] = field(default_factory=dict)
     """Attempt → the shard it runs (assigned attempts only)."""
     failed: set[int] = field(default_factory=set)
@@ -94,6 +96,7 @@ class BatchLog:
 
     @_rules.on(BatchStarted)
     def _started(self, event: BatchStarted, sequence: int) -> None:
+        self.started.add(event.attempt)
         if event.attempt not in self.attempts:
             self.attempts.add(event.attempt)
             self._latest = None

@@ -10,10 +10,19 @@ from contracts.commands import FinalizeBatch, RunBatch
 from contracts.events.batch import BatchCancelled, BatchCompleted, BatchExpired, BatchFailed
 from contracts.events.envelope import Event
 from contracts.ids import error_file_id, output_file_id
+from contracts.subjects import result_chunk_key
 from services.executor.adapters.objects import ObjectAccess
-from services.executor.adapters.results import ResultStore
+from services.executor.adapters.results import LOOK, ResultStore
 from services.executor.attempts import Outcome
-from services.executor.domain import CommittedLine, Resume, assemble, parse_input_line, unrun_line, usage_of
+from services.executor.domain import (
+    REFUSED_ATTEMPT,
+    CommittedLine,
+    Resume,
+    assemble,
+    parse_input_line,
+    unrun_line,
+    usage_of,
+)
 from services.runtime.bus import EventBus
 
 log = logging.getLogger(__name__)
@@ -43,7 +52,8 @@ class Finalizer:
 
     async def finalize(self, command: RunBatch | FinalizeBatch, outcome: Outcome, counts: Callable[[str], bool],
                        publish: Publish | None = None, code: str | None = None, all_lines_ran: bool = False,
-                       holds: Callable[[str, int], bool] | None = None) -> bool:
+                       holds: Callable[[str, int], bool] | None = None,
+                       in_hand: list[tuple[str, list[CommittedLine]]] | None = None) -> bool:
         """Write both files and publish the terminal fact; False once `publish` refuses (the lease is gone).
 
         The files hold the chunks that `counts` as committed, and of each only the lines it `holds` (chunk key,
@@ -51,7 +61,12 @@ class Finalizer:
         `batch_<outcome>`); unless `all_lines_ran`, the input is read again so none can go missing."""
         publish = publish or self._publish_unfenced
         batch_id = command.batch_id
-        chunks = await self.results.committed(batch_id, counts)
+        if in_hand is not None:  # every chunk that counts, and the refused lines: nothing is read back
+            refused = result_chunk_key(batch_id, REFUSED_ATTEMPT, 0)
+            chunks = [(key, lines) for key, lines in in_hand if key == refused or counts(key)]
+        else:
+            rejections = command.rejections_object_key if isinstance(command, RunBatch) else LOOK
+            chunks = await self.results.committed(batch_id, counts, rejections)
         if holds is not None:
             chunks = [(key, [line for line in lines if holds(key, line.line)]) for key, lines in chunks]
         committed = Resume.from_chunks(chunks, attempt=0).committed

@@ -32,6 +32,7 @@ from services.executor.attempts import counts_as_committed
 from services.executor.domain import (
     Chunk,
     ChunkCommitter,
+    CommittedLine,
     InputLine,
     Resume,
     parse_input_line,
@@ -89,6 +90,9 @@ class BatchRunner:
         self.retry = retry or LineRetry()
         self.announced: dict[AttemptKey, set[str]] = {}
         """Chunk keys each running attempt announced (its watch may not have read them back yet)."""
+        self.in_hand: dict[AttemptKey, list[tuple[str, list[CommittedLine]]]] = {}
+        """The chunks of each running attempt's lines it read on resuming or committed itself: an attempt that
+        holds every announced chunk of its batch finalizes without reading them back."""
         self.running: dict[AttemptKey, BatchWatch] = {}
         """The attempts this executor runs now: a FinalizeBatch for a batch is handed to every one of its own."""
         self.pools: weakref.WeakKeyDictionary[Engine, SlotPool] = weakref.WeakKeyDictionary()
@@ -118,6 +122,7 @@ class BatchRunner:
                 finally:
                     del self.running[key]
                     self.announced.pop(key, None)
+                    self.in_hand.pop(key, None)
                     batch_ended = watch.log.ended is not None or watch.feed.ended_here
                     if batch_ended and not self.attempts_of(command.batch_id):
                         self.forget(command.batch_id)
@@ -140,13 +145,16 @@ class BatchRunner:
             log.warning("batch %s attempt %d is no longer current; nothing to do", batch_id, command.attempt)
             return
         publish = self._fenced_publisher(command, watch)
+        # A delivery publishes `started` before it writes any chunk: with none in the log (read to its end when
+        # the watch opened) no earlier delivery of this attempt wrote one, and resuming lists nothing.
+        first_run = command.attempt not in watch.log.started
         if watch.stop_reason() is None:
             if not await publish(BatchStarted(
                 aggregate_id=batch_id, executor_id=self.executor_id,
                 attempt=command.attempt, engine=engine.name, engine_version=engine.version,
             )):
                 return
-            if not await self._run_lines(command, engine, watch, publish):
+            if not await self._run_lines(command, engine, watch, publish, first_run):
                 log.warning("batch %s attempt %d fenced off; its last results are dropped", batch_id,
                             command.attempt)
                 return
@@ -165,8 +173,12 @@ class BatchRunner:
                 raise TimeoutError(f"batch {batch_id}: its finalizing fact was not read back in {FINALIZING_READ_S}s")
         outcome = watch.log.outcome(reason or "completed")
         code = watch.log.cancel_code if outcome == "cancelled" else None
-        counts = counts_as_committed(watch.log.announced | self.announced.get(attempt_key(command), set()))
-        if await self.finalizer.finalize(command, outcome, counts, publish, code, all_lines_ran=reason is None):
+        announced = watch.log.announced | self.announced.get(attempt_key(command), set())
+        counts = counts_as_committed(announced)
+        in_hand = self.in_hand.get(attempt_key(command))
+        held = None if in_hand is None or not announced <= {chunk_key for chunk_key, _ in in_hand} else in_hand
+        if await self.finalizer.finalize(command, outcome, counts, publish, code, all_lines_ran=reason is None,
+                                         in_hand=held):
             watch.feed.ended_here = True
 
     def _fenced_publisher(self, command: RunBatch, watch: BatchWatch) -> Publish:
@@ -186,9 +198,10 @@ class BatchRunner:
 
         return publish
 
-    async def _run_lines(self, command: RunBatch, engine: Engine, watch: BatchWatch, publish: Publish) -> bool:
+    async def _run_lines(self, command: RunBatch, engine: Engine, watch: BatchWatch, publish: Publish,
+                         first_run: bool = False) -> bool:
         """Run every line of the attempt's shard no attempt committed; False once the lease is lost."""
-        resume = await self._resume(command, watch)
+        resume = await self._resume(command, watch, first_run)
         tally = resume.tally(command.layout, command.shard)
         if resume.last_chunk is not None and not await self._announce(
                 command, publish, resume.last_chunk, tally.completed, tally.failed, resume.last_chunk_usage):
@@ -285,14 +298,18 @@ class BatchRunner:
             await commit(committer.flush())
         return not lease_lost and not watch.fenced
 
-    async def _resume(self, command: RunBatch, watch: BatchWatch) -> Resume:
+    async def _resume(self, command: RunBatch, watch: BatchWatch, first_run: bool) -> Resume:
         """What is committed of the attempt's own lines: the chunks the log announced for its shard, those this
-        attempt wrote (the last may be unannounced), and the lines of it that validation refused."""
+        attempt wrote (the last may be unannounced; none on its first run), and the lines of it that validation
+        refused (none read when the command says there are none)."""
         layout, shard = command.layout, command.shard
         keys = watch.log.unit_chunks(shard, layout)
-        keys.update(await self.results.attempt_chunk_keys(command.batch_id, command.attempt))
+        if not first_run:
+            keys.update(await self.results.attempt_chunk_keys(command.batch_id, command.attempt))
         chunks = await self.results.chunks(keys)
-        chunks.extend(await self.results.refused(command.batch_id, lambda line: layout.shard_of(line) == shard))
+        chunks.extend(await self.results.refused(command.batch_id, lambda line: layout.shard_of(line) == shard,
+                                                 command.rejections_object_key))
+        self.in_hand[attempt_key(command)] = list(chunks)
         return Resume.from_chunks(chunks, command.attempt)
 
     async def _pending_lines(self, command: RunBatch, resume: Resume, copy: InputCopy,
@@ -312,12 +329,13 @@ class BatchRunner:
         """Results are durable in the object store before a fact says they are; they count only once it does,
         and a fenced attempt's fact is refused. False once the lease is lost."""
         try:
-            await self.results.put_chunk(command.batch_id, command.attempt, chunk)
+            key = await self.results.put_chunk(command.batch_id, command.attempt, chunk)
         except PermissionError as refused:
             # A brokered store is refused the write once the attempt's lease is gone: the same fence, earlier.
             log.warning("batch %s attempt %d: chunk %d refused (%s); the lease is lost", command.batch_id,
                         command.attempt, chunk.number, refused)
             return False
+        self.in_hand.setdefault(attempt_key(command), []).append((key, list(chunk.lines)))
         return await self._announce(command, publish, chunk.number, chunk.completed, chunk.failed,
                                     usage_of(chunk.lines))
 

@@ -34,8 +34,8 @@ class Policy:
     unit_min_lines: int = 32
     """A batch of at most this many lines is one unit (it finalizes itself: no extra round trip); larger ones are
     cut into units of at least this many lines."""
-    unit_max_lines: int = 64
-    """Units are at most this many lines: the grain of sharing, of spreading over executors and of loss."""
+    unit_max_lines: int = 256
+    """Units are at most this many lines: the grain of sharing and of spreading over executors."""
     max_queued_lines: int = 1_000_000
     """Lines an owner may have in validated or running batches; a batch past it fails at once."""
     weights: Weights = field(default_factory=Weights)

@@ -23,6 +23,10 @@ from services.executor.domain import (
 
 REFUSED_BATCHES = 64
 """Batches whose refused lines are kept in memory (read once per batch, not once per unit)."""
+LOOK = "look"
+Rejections = str | None
+"""What is known of a batch's refused lines: their object's key (a run command names it), None (the command says
+there are none: nothing is read), or `LOOK` (not known: the object store is asked)."""
 
 
 class ResultStore:
@@ -30,13 +34,14 @@ class ResultStore:
         self.store = store
         self._refused: OrderedDict[str, asyncio.Future[list[CommittedLine]]] = OrderedDict()
 
-    async def committed(self, batch_id: str, counts: Callable[[str], bool]) -> list[tuple[str, list[CommittedLine]]]:
+    async def committed(self, batch_id: str, counts: Callable[[str], bool],
+                        rejections: Rejections = LOOK) -> list[tuple[str, list[CommittedLine]]]:
         """Every result chunk of the batch that `counts` (a chunk counts once a fact announced it), plus the lines
         validation refused (allow_partial), as a chunk of attempt 0: they are settled before any attempt starts."""
         keys = [key for key in await self.store.list_keys(results_prefix(batch_id))
                 if key.endswith(".jsonl") and counts(key)]
         chunks = await self.chunks(keys)
-        refused = await self._read_refused(batch_id)
+        refused = await self._read_refused(batch_id, rejections)
         if refused:
             chunks.append((result_chunk_key(batch_id, REFUSED_ATTEMPT, 0), refused))
         return chunks
@@ -52,13 +57,16 @@ class ResultStore:
         prefix = result_chunk_key(batch_id, attempt, 0).rsplit("/", 1)[0] + "/"
         return [key for key in await self.store.list_keys(prefix) if key.endswith(".jsonl")]
 
-    async def refused(self, batch_id: str, keep: Callable[[int], bool]) -> list[tuple[str, list[CommittedLine]]]:
+    async def refused(self, batch_id: str, keep: Callable[[int], bool],
+                      rejections: Rejections = LOOK) -> list[tuple[str, list[CommittedLine]]]:
         """The lines validation refused that `keep` (by input line), as a chunk of attempt 0; read once per batch
         (they are settled before any attempt starts), then from memory."""
+        if rejections is None:
+            return []
         read = self._refused.get(batch_id)
         if read is None or (read.done() and (read.cancelled() or read.exception() is not None)):
             # Concurrent first units of the batch share one read; a failed one is tried again by the next.
-            read = self._refused[batch_id] = asyncio.ensure_future(self._read_refused(batch_id))
+            read = self._refused[batch_id] = asyncio.ensure_future(self._read_refused(batch_id, rejections))
             while len(self._refused) > REFUSED_BATCHES:
                 self._refused.popitem(last=False)
         self._refused.move_to_end(batch_id)
@@ -69,8 +77,8 @@ class ResultStore:
     def forget(self, batch_id: str) -> None:
         self._refused.pop(batch_id, None)
 
-    async def _read_refused(self, batch_id: str) -> list[CommittedLine]:
-        if not await self.store.list_keys(rejections_key(batch_id)):
+    async def _read_refused(self, batch_id: str, rejections: Rejections) -> list[CommittedLine]:
+        if rejections is None or (rejections == LOOK and not await self.store.list_keys(rejections_key(batch_id))):
             return []
         refused = (await self.store.get_bytes(rejections_key(batch_id))).splitlines()
         return [refused_line(batch_id, RejectedLine.model_validate_json(raw)) for raw in refused if raw.strip()]
