@@ -18,12 +18,14 @@ from contracts.events.batch import (
     AttemptFailed,
     BatchAssigned,
     BatchCancelRequested,
+    BatchCompleted,
     BatchProgressed,
+    BatchStarted,
     ShardFinished,
     ShardLayout,
 )
 from contracts.events.registry import AnyEvent
-from contracts.subjects import input_object_key
+from contracts.subjects import input_object_key, results_prefix
 from services.executor.adapters.desk import DeskBus, FactDesk
 from services.executor.adapters.engines.base import Engine
 from services.executor.adapters.engines.shelf import EngineShelf
@@ -47,6 +49,7 @@ class Reads:
         self.store = store
         self.streamed: Counter[str] = Counter()
         self.got: list[str] = []
+        self.listed: list[str] = []
 
     def iter_chunks(self, key: str) -> AsyncIterator[bytes]:
         self.streamed[key] += 1
@@ -64,6 +67,7 @@ class Reads:
         await self.store.put_bytes(key, data, content_type)
 
     async def list_keys(self, prefix: str) -> list[str]:
+        self.listed.append(prefix)
         return await self.store.list_keys(prefix)
 
 
@@ -214,3 +218,37 @@ async def test_a_feed_closes_at_once_when_its_batch_ended_no_unit_of_it_comes_ag
         async with hub.watch(first.batch_id, first.attempt) as again:
             assert again.feed is not one.feed and hub.opened == 2, "a late delivery reads the log afresh"
         await hub.close()
+
+
+async def test_a_first_delivery_of_a_one_unit_batch_lists_nothing_and_finalizes_from_the_chunks_it_holds(
+    bus: EventBus, object_store: ObjectStore, engine: Engine,
+) -> None:
+    [command] = await units(bus, object_store, [chat(n, max_tokens=1) for n in range(5)], span=8)
+    reads = Reads(object_store)
+    runner = BatchRunner(bus, reads, EXECUTOR, chunk_lines=2)
+    await runner.run(command, engine)
+
+    facts = await batch_facts(bus, command.batch_id, lambda fact: isinstance(fact, BatchCompleted))
+    assert reads.listed == [], "no earlier delivery could have written a chunk, and there are no rejections"
+    assert not [key for key in reads.got if key.startswith(results_prefix(command.batch_id))], \
+        "the chunks it committed are not read back to assemble the output"
+    completed = facts[-1]
+    assert isinstance(completed, BatchCompleted) and completed.output_file_id is not None
+    output = await object_store.get_bytes(input_object_key(completed.output_file_id))
+    assert sorted(json.loads(row)["custom_id"] for row in output.splitlines()) == [f"line-{n}" for n in range(5)]
+    await runner.close()
+
+
+async def test_a_redelivered_attempt_looks_for_the_chunks_an_earlier_delivery_wrote(
+    bus: EventBus, object_store: ObjectStore, engine: Engine,
+) -> None:
+    [command] = await units(bus, object_store, [chat(n, max_tokens=1) for n in range(3)], span=8)
+    # An earlier delivery started (and may have written a chunk before it died, unannounced).
+    await bus.publish(BatchStarted(aggregate_id=command.batch_id, executor_id=EXECUTOR, attempt=command.attempt,
+                                   engine=engine.name, engine_version=engine.version))
+    reads = Reads(object_store)
+    runner = BatchRunner(bus, reads, EXECUTOR, chunk_lines=2)
+    await runner.run(command, engine)
+    await batch_facts(bus, command.batch_id, lambda fact: isinstance(fact, BatchCompleted))
+    assert any(prefix.startswith(results_prefix(command.batch_id)) for prefix in reads.listed)
+    await runner.close()
