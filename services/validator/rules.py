@@ -12,6 +12,8 @@ from services.validator.body_rules import ContextNeed, check_body
 from services.validator.issues import LineIssue
 from services.validator.strict_sampling import SamplingKey
 
+LINE_FIELDS = frozenset(REQUIRED_LINE_FIELDS)
+
 
 @dataclass(frozen=True)
 class LineVerdict:
@@ -62,7 +64,7 @@ def _structure_issues(line: dict[str, object], endpoint: str) -> Iterator[LineIs
         if field not in line:
             yield LineIssue("missing_field", f"The line has no `{field}`. Every line needs custom_id, method, url "
                             "and body.", field)
-    unknown = sorted(set(line) - set(REQUIRED_LINE_FIELDS))
+    unknown = sorted(line.keys() - LINE_FIELDS)
     if unknown:
         yield LineIssue("unknown_fields", f"Unknown top-level field(s) {', '.join(unknown)}: request parameters "
                         "belong inside `body`.", unknown[0])

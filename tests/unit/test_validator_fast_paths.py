@@ -71,6 +71,18 @@ def test_a_prompt_fits_from_its_head_exactly_when_it_fits_counted_whole(text: st
         assert model.fits(text, room) is (exact <= room), (text, room)
 
 
+CONTENTS = st.lists(st.sampled_from([*WORDS, "system", "<|im_end|>", "<|im", "sys", "<", "\n", " "]),
+                    max_size=12).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["system", "user", "assistant"]), CONTENTS), min_size=1, max_size=4))
+def test_a_chat_spliced_into_its_skeleton_is_the_chat_the_template_renders(turns: list[tuple[str, str]]) -> None:
+    model = tokenizer()
+    messages: list[dict[str, object]] = [{"role": role, "content": content} for role, content in turns]
+    assert model.render_chat(messages) == model._render(messages, [content for _, content in turns], None)
+
+
 def test_a_long_prompt_of_common_words_is_settled_at_its_exact_count() -> None:
     rng = random.Random(3)
     text = "<|im_start|>user\n" + " ".join(rng.choice(WORDS[:10]) for _ in range(600)) + "<|im_end|>\n"

@@ -102,8 +102,15 @@ class ModelTokenizer:
     skeletons: dict[tuple[str, ...], Skeleton] = field(default_factory=dict)
     first_pieces: dict[str, int] = field(default_factory=dict)
     spaced_pieces: dict[str, int] = field(default_factory=dict)
+    constants_by_first: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """`template_constants` by their first character: a text without it holds none of them (a one-character
+    search is far cheaper than a search for a string)."""
 
     def __post_init__(self) -> None:
+        by_first: dict[str, list[str]] = {}
+        for constant in self.template_constants:
+            by_first.setdefault(constant[0], []).append(constant)
+        object.__setattr__(self, "constants_by_first", {first: tuple(group) for first, group in by_first.items()})
         object.__setattr__(self, "first_pieces", _PieceCounts(self.encoding, ""))
         object.__setattr__(self, "spaced_pieces", _PieceCounts(self.encoding, " "))
 
@@ -195,7 +202,7 @@ class ModelTokenizer:
         contents = [_text_of(m.get("content")) for m in messages]
         if not kwargs and all(m.keys() <= PLAIN_MESSAGE for m in messages):
             joined = "\x00".join(contents)
-            if not _holds_any(joined, self.template_constants):
+            if not _holds_any(joined, self.constants_by_first):
                 roles = tuple(str(m.get("role", "")) for m in messages)
                 skeleton = self.skeletons.get(roles, ())
                 if skeleton == ():
@@ -251,10 +258,12 @@ def _size(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode())
 
 
-def _holds_any(text: str, constants: tuple[str, ...]) -> bool:
-    for constant in constants:
-        if constant in text:
-            return True
+def _holds_any(text: str, constants_by_first: dict[str, tuple[str, ...]]) -> bool:
+    for first, constants in constants_by_first.items():
+        if first in text:
+            for constant in constants:
+                if constant in text:
+                    return True
     return False
 
 
