@@ -273,6 +273,12 @@ class Batch(Folded):
         """Whether a result chunk's tokens are in the batch's running usage already."""
         return chunk_key in getattr(self, "usage_chunks", ())
 
+    def _forget_chunks(self) -> None:
+        """Ended, the batch takes no more progress (nor debits): the keys of its counted chunks, kept only so none is
+        counted twice, would only grow every snapshot of its state (and of the archive's) with its lines."""
+        if getattr(self, "usage_chunks", None):
+            self.usage_chunks: list[str] = []
+
     class Progressed(Aggregate.Event):
         """v2 added `attempt`: which attempt made these lines durable (0 = not recorded); v3 `shard`; v4 `usage`
         (input, cached, output tokens of the chunks it names) and `chunks`."""
@@ -353,6 +359,7 @@ class Batch(Folded):
         self.output_file_id, self.error_file_id = output_file_id, error_file_id
         self.completed, self.failed, self.usage = completed, failed, usage
         self.times["completed_at"] = at
+        self._forget_chunks()
 
     def fail(self, sequence: int, at: int, code: str, reason: str, ended: dict[str, Any] | None = None) -> None:
         """Failed, with its cause in `errors.data`; `ended` (files, counts, usage) when it was finalized first."""
@@ -365,6 +372,7 @@ class Batch(Folded):
         self.last_sequence, self.status, self.status_reason = sequence, "failed", reason
         self.failure_code = code
         self.times["failed_at"] = at
+        self._forget_chunks()
         if len(self.errors) < ERRORS_KEPT:
             self.errors.append({"code": code, "line": None, "message": reason, "param": None})
         self.error_total += 1
@@ -463,3 +471,4 @@ class Batch(Folded):
         self.output_file_id, self.error_file_id = output_file_id, error_file_id
         self.completed, self.failed, self.usage = completed, failed, usage
         self.times[f"{status}_at"] = at
+        self._forget_chunks()

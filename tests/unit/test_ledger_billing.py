@@ -203,3 +203,16 @@ def test_a_batchs_usage_advances_as_its_chunks_commit_each_chunk_once_and_its_en
                                usage=usage(200, 41)))
     final = batch_record(stream.ledger.batch(BATCH)).batch.usage  # type: ignore[arg-type]
     assert final is not None and (final.input_tokens, final.output_tokens) == (200, 41)
+
+
+def test_an_ended_batch_keeps_no_chunk_keys_and_a_chunk_announced_after_its_end_debits_nothing(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(grant("5"), reserved(2_000_000), created(), *running(), chunk(0, 2, usage(1000, 2000)),
+                BatchCompleted(aggregate_id=BATCH, output_file_id="o", error_file_id=None, completed=2, failed=0,
+                               usage=usage(1000, 2000)))
+    ended = stream.account()
+    batch = ledger.batch(BATCH)
+    assert batch is not None and not getattr(batch, "usage_chunks", []) and batch.usage is not None
+    stream.fold(chunk(0, 2, usage(1000, 2000)), chunk(1, 3, usage(5, 5)))  # late, past the broker's dedup window
+    after = ledger.batch(BATCH)
+    assert stream.account() == ended and after is not None and after.usage == batch.usage
