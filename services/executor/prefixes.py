@@ -14,6 +14,7 @@ import json
 from collections import deque
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from services.executor.adapters.engines.responses import UnmappableRequest, chat_request
 
@@ -134,19 +135,35 @@ def _interleave(lanes: list[deque[int]], slots: int) -> list[int]:
     return order
 
 
+class SlotState(Protocol):
+    """One engine slot as the choice sees it (the pool's own slots, read in place: no copy per choice)."""
+
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def resident(self) -> str | None:
+        """Prefix key of the last line started on it (what its KV cache holds); None: nothing worth keeping."""
+
+    @property
+    def busy(self) -> bool: ...
+
+    @property
+    def last_used(self) -> int:
+        """When it was last handed out (a counter): the least recently used goes first among equals."""
+
+
 @dataclass(frozen=True)
 class SlotView:
-    """One engine slot as the choice sees it."""
+    """A slot's state at one moment (what tests hand the choice)."""
 
     index: int
     resident: str | None
-    """Prefix key of the last line started on it (what its KV cache holds); None: nothing worth keeping."""
     busy: bool
     last_used: int
-    """When it was last handed out (a counter): the least recently used goes first among equals."""
 
 
-def choose_start(candidates: Sequence[str | None], slots: Sequence[SlotView], need: Mapping[str, int],
+def choose_start(candidates: Sequence[str | None], slots: Sequence[SlotState], need: Mapping[str, int],
                  patient: bool = True) -> tuple[int, str | None] | None:
     """Which of a unit's pending prefixes (`candidates`, in its preferred order) to start next and on which free slot;
     None to wait for a busy slot that holds one of them.
@@ -164,12 +181,12 @@ def choose_start(candidates: Sequence[str | None], slots: Sequence[SlotView], ne
     for slot in slots:
         holding[slot.resident] = holding.get(slot.resident, 0) + 1
 
-    def surplus(slot: SlotView) -> float:
+    def surplus(slot: SlotState) -> float:
         if slot.resident is None:
             return float("inf")
         return holding[slot.resident] - need.get(slot.resident, 0)
 
-    def cheapest(among: list[SlotView]) -> int:
+    def cheapest(among: list[SlotState]) -> int:
         return max(among, key=lambda slot: (surplus(slot), -slot.last_used)).index
 
     for key in keys:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
-from services.executor.prefixes import SlotView, choose_start, order_lines
+from services.executor.prefixes import choose_start, order_lines
 
 Grant = tuple[int, int | None]
 """(the slot's engine index, the unit's line started on it, or None for a slot taken without a unit)."""
@@ -85,9 +85,16 @@ class SlotPool:
 
     async def acquire(self, owner: str, unit: "UnitPlan | None" = None) -> Grant:
         """Wait for a slot (and, for a unit, the line to start on it)."""
+        return await self._granted(self._enqueue(owner, unit))
+
+    def _enqueue(self, owner: str, unit: "UnitPlan | None") -> _Waiter:
         waiter = _Waiter(next(self._arrivals), owner, unit, asyncio.get_running_loop().create_future())
         self._waiting.append(waiter)
         self._grant()  # a free slot is taken at once (no one ready waits while one it may take is free)
+        return waiter
+
+    async def _granted(self, waiter: _Waiter) -> Grant:
+        owner, unit = waiter.owner, waiter.unit
         try:
             grant = await waiter.granted
         except asyncio.CancelledError:
@@ -127,7 +134,12 @@ class SlotPool:
                     unit: "UnitPlan | None") -> "tuple[int | None, HeldSlot] | None":
         if stopping.is_set():
             return None
-        acquiring = asyncio.ensure_future(self.acquire(owner, unit))
+        waiter = self._enqueue(owner, unit)
+        if waiter.granted.done():  # taken at once: no task waits for it (most lines, while slots are free)
+            index, line = waiter.granted.result()
+            held = self._last[owner] = HeldSlot(self, owner, index)
+            return line, held
+        acquiring = asyncio.ensure_future(self._granted(waiter))
         waiting = asyncio.ensure_future(stopping.wait())
         try:
             await asyncio.wait({acquiring, waiting}, return_when=asyncio.FIRST_COMPLETED)
@@ -206,7 +218,6 @@ class SlotPool:
                 budget -= 1
                 continue
             need = self._need()
-            views = [SlotView(slot.index, slot.resident, slot.busy, slot.last_used) for slot in self._slots]
             warm = {slot.resident for slot in self._slots if not slot.busy and slot.resident is not None}
             # Fewest slots held first; among equals, the owner that started fewest lines (not the waiter that came
             # first: the owner that just gave a slot back would win every tie, and an owner with one unit against
@@ -219,7 +230,7 @@ class SlotPool:
             owners = set(self.held) | {waiter.owner for waiter in ready}
             share = self.size // len(owners) if len(owners) > 1 else 0
             for waiter in ready:
-                choice = choose_start(waiter.candidates(), views, need, patient=self.held[waiter.owner] >= share)
+                choice = choose_start(waiter.candidates(), self._slots, need, patient=self.held[waiter.owner] >= share)
                 if choice is not None:
                     break
             else:

@@ -21,6 +21,7 @@ from services.ledger.chain import Fact, Link, contiguous_runs, link_run
 from services.ledger.decoding import ProgressFact, decode_fact
 from services.ledger.domainmodel import Batch, Folded, aggregate_id
 from services.ledger.rules import FoldingRules
+from services.ledger.sqlite_store import FACTORY_TOPIC as SQLITE_FACTORY_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +36,11 @@ MATERIALISED = f"{EVENTS_STREAM}:read_model"
 
 
 def persistence_env(db_path: Path | None) -> dict[str, str]:
-    """SQLite when a file is named, else in memory (POPO)."""
+    """SQLite when a file is named (synced at WAL checkpoints, not at every commit: `sqlite_store`), else in memory
+    (POPO)."""
     if db_path is None:
         return {"PERSISTENCE_MODULE": "eventsourcing.popo"}
-    return {"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(db_path)}
+    return {"PERSISTENCE_MODULE": SQLITE_FACTORY_TOPIC, "SQLITE_DBNAME": str(db_path)}
 
 
 def postgres_env(dbname: str, host: str, port: int, user: str, password: str, schema: str = "") -> dict[str, str]:
