@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from contracts.archive import ARCHIVED_THROUGH_KEY
+from contracts.archive import ARCHIVED_THROUGH_KEY, segment_key
 from contracts.events.batch import BatchAssigned, BatchCompleted, BatchCreated, BatchStarted
 from contracts.events.envelope import Event
 from contracts.subjects import batch_events
 from services.ledger import operator
 from services.ledger.app import LedgerApp
-from services.ledger.archive import Archive, ArchivePoint, SegmentHeader
+from services.ledger.archive import Archive, ArchivePoint, GzipReader, SegmentHeader
 from services.ledger.replay import diff_against_live, replay_into_scratch
 from services.ledger.retention import Policy, Retention
 from services.ledger.settings import LedgerSettings
@@ -208,6 +208,9 @@ async def test_a_ledger_on_an_empty_store_after_trimming_starts_from_the_archive
             assert found is not None and batch is not None
             assert (found.status, found.completed, found.usage) == (batch.status, batch.completed, batch.usage)
         assert restored.chain_state() == ledger.chain_state()
+    out = io.StringIO()  # its chain links begin after the archived point: the segments vouch for what is before
+    assert await operator.verify(fresh, out) == 0, out.getvalue()
+    assert f"verified {len(after())} events" in out.getvalue()
 
 
 async def test_the_folding_ledger_with_retention_on_archives_at_once_trims_the_ended_batches_and_folds_on(
@@ -240,3 +243,19 @@ async def test_the_folding_ledger_with_retention_on_archives_at_once_trims_the_e
     finally:
         await bus.close()
         store.close()
+
+
+async def test_verify_reports_an_archived_segment_changed_after_it_was_committed(stack: Stack) -> None:
+    await stack.retention().archive_through(len(before()), None)
+    reader = GzipReader(stack.archive.store, segment_key(1))
+    lines = [line async for line in reader.lines() if line]
+    edited = [line.replace(b"exec-1", b"exec-9", 1) if b"batch.started" in line else line for line in lines]
+    assert edited != lines
+    writer = stack.archive.segment_writer(1)
+    for line in edited:
+        await writer.write(line + b"\n")
+    await writer.finish()
+
+    out = io.StringIO()
+    assert await operator.verify(stack.settings, out) == 1
+    assert "archive breaks at segment 1" in out.getvalue()
