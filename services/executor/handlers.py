@@ -9,8 +9,6 @@ takes each `FinalizeBatch` on its finalize durable, a hopeless one fails its bat
 import logging
 from typing import Annotated
 
-from faststream import Context
-
 from contracts.commands import FinalizeBatch, RunBatch
 from contracts.events.batch import (
     AttemptFailed,
@@ -40,6 +38,7 @@ from services.executor.runner import BatchRunner
 from services.runtime.bus import ConsumerPolicy, EventBus, FenceMoved, PoisonMessage
 from services.runtime.delivery import Durable, ServiceRouter
 from services.runtime.objectstore import ObjectNotFound
+from services.runtime.params import Context
 from services.runtime.write_failures import through_write_faults, write_fault
 
 log = logging.getLogger(__name__)

@@ -7,8 +7,6 @@ facts submitted to the desk and the desk's log reads. The facts the scheduler it
 
 from typing import Annotated
 
-from faststream import Context, Path
-
 from contracts.commands import ExecutorRegistration, RegistrationAnswer
 from contracts.events.batch import (
     AttemptFailed,
@@ -25,6 +23,7 @@ from contracts.events.file import FileStored
 from contracts.fact_desk import FactReceipt, FactSubmission, LogPage, LogRead
 from contracts.objects import ObjectGrant, ObjectRequest
 from services.runtime.delivery import LogFollower, ServiceRouter
+from services.runtime.params import Context, Path
 from services.scheduler.book import book_facts
 from services.scheduler.desk import READS, SUBMISSIONS
 from services.scheduler.objects import OBJECT_REQUESTS

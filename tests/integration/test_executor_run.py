@@ -14,7 +14,7 @@ from nats.js.api import DeliverPolicy
 
 from contracts.api.file import RESULT_FILE_EXPIRES_AFTER_S
 from contracts.commands import RunBatch
-from contracts.events.batch import BatchCompleted
+from contracts.events.batch import BatchCompleted, BatchStarted
 from contracts.ids import batch_request_id, error_file_id, output_file_id
 from contracts.subjects import WORK_STREAM, batch_events, executor_durable, input_object_key
 from services.executor.adapters.results import ResultStore
@@ -195,7 +195,10 @@ async def test_a_redelivered_command_resumes_after_the_chunks_its_crashed_delive
 ) -> None:
     command = await new_batch(object_store, executor)
     batch_id = command.batch_id
-    # What a delivery that died after committing its first chunk, before announcing it, left behind.
+    # What a delivery that died after committing its first chunk, before announcing it, left behind: its
+    # `started` fact (stated before any chunk) and the chunk.
+    await bus.publish(BatchStarted(aggregate_id=batch_id, executor_id=command.executor_id, attempt=command.attempt,
+                                   engine="llamacpp", engine_version="test"))
     earlier = [result_line(batch_id, InputLine(1, "greet", {}), 200, {"marker": "from the first delivery"})]
     await ResultStore(object_store).put_chunk(batch_id, 1, Chunk(0, tuple(earlier), 1, 0))
     await bus.send(command)
