@@ -105,7 +105,8 @@ def _shape_issues(body: dict[str, object], endpoint: str) -> Iterator[LineIssue]
                             "body.messages")
             return
         for index, message in enumerate(messages):
-            if not isinstance(message, dict) or message.get("role") not in CHAT_ROLES:
+            role = message.get("role") if isinstance(message, dict) else None
+            if not isinstance(role, str) or role not in CHAT_ROLES:  # (a list or an object is no role either)
                 yield LineIssue("invalid_body", f"body.messages[{index}] needs a role, one of "
                                 f"{', '.join(sorted(CHAT_ROLES))}.", f"body.messages[{index}].role")
             elif not isinstance(message.get("content"), str | list) and not (
@@ -253,7 +254,7 @@ def _token_id_issues(ids: list[int], body: dict[str, object], model: CatalogueMo
         yield LineIssue("invalid_body", f"Token id {ids[outside]} is outside {model.id}'s vocabulary of {vocabulary} "
                         "tokens.", f"body.prompt[{outside}]")
         return
-    wanted = next((value for f in TOKEN_LIMIT_FIELDS if isinstance(value := body.get(f), int)), 0)
+    wanted = _wanted(body)
     issue = context_issue(ContextNeed(model, (), wanted, "body.prompt"), len(ids))
     if issue is not None:
         yield issue
@@ -318,7 +319,7 @@ def context_need(body: dict[str, object], endpoint: str, model: CatalogueModel,
     tokenizer = tokenizers.get(model)
     if tokenizer is None:
         return None
-    wanted = next((value for f in TOKEN_LIMIT_FIELDS if isinstance(value := body.get(f), int)), 0)
+    wanted = _wanted(body)
     room = model.context_length - wanted
     if endpoint in ("/v1/chat/completions", "/v1/responses"):
         messages = _chat_messages(body, endpoint)
@@ -336,6 +337,15 @@ def context_need(body: dict[str, object], endpoint: str, model: CatalogueModel,
     if max(len(text.encode()) for text in texts) <= room or all(tokenizer.fits(text, room) for text in texts):
         return None
     return ContextNeed(model, texts, wanted, f"body.{field}")
+
+
+def _wanted(body: dict[str, object]) -> int:
+    """Tokens the request asks to generate: its first token limit that is an integer, else none."""
+    for name in TOKEN_LIMIT_FIELDS:
+        value = body.get(name)
+        if isinstance(value, int):
+            return value
+    return 0
 
 
 def context_issue(need: ContextNeed, prompt_tokens: int) -> LineIssue | None:

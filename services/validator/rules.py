@@ -10,9 +10,8 @@ from contracts.catalogue import Catalogue, CatalogueModel
 from services.validator.adapters.tokenizer import TokenizerCache
 from services.validator.body_rules import ContextNeed, check_body
 from services.validator.issues import LineIssue
+from services.validator.plain_lines import LINE_FIELDS, plain_chat_line
 from services.validator.strict_sampling import SamplingKey
-
-LINE_FIELDS = frozenset(REQUIRED_LINE_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -29,8 +28,10 @@ class LineVerdict:
 
 
 def check_line(raw: bytes, endpoint: str, catalogue: Catalogue, max_line_bytes: int,
-               tokenizers: TokenizerCache | None = None, line_model: str | None = None) -> LineVerdict:
-    """One line on its own. `line_model`: the model a body without `model` runs on (None: it must name one)."""
+               tokenizers: TokenizerCache | None = None, line_model: str | None = None,
+               plain_first: bool = True) -> LineVerdict:
+    """One line on its own. `line_model`: the model a body without `model` runs on (None: it must name one).
+    `plain_first`: a plain chat line (`plain_lines.py`) is passed without running every rule on it."""
     if len(raw) > max_line_bytes:
         return LineVerdict([LineIssue("invalid_json_line", f"The line is {len(raw)} bytes; the limit is "
                                       f"{max_line_bytes}. Shorten the request or split it.")])
@@ -46,6 +47,9 @@ def check_line(raw: bytes, endpoint: str, catalogue: Catalogue, max_line_bytes: 
     if openers > MAX_NESTING_DEPTH and (depth := nesting_depth(line, MAX_NESTING_DEPTH)) > MAX_NESTING_DEPTH:
         return LineVerdict([LineIssue("nesting_too_deep", f"The line nests arrays and objects more than "
                                       f"{MAX_NESTING_DEPTH} levels deep (at least {depth}); flatten it.")], usable_id)
+    if plain_first and isinstance(line, dict) and (plain := plain_chat_line(line, endpoint, catalogue, tokenizers)):
+        custom_id, model, context = plain
+        return LineVerdict([], custom_id, model, 0, context)
     if not isinstance(line, dict):
         return LineVerdict([LineIssue("not_an_object", "Each line must be a JSON object with custom_id, method, "
                                       "url and body.")])

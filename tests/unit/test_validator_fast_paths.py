@@ -31,7 +31,9 @@ from services.validator.body_rules import (
 from services.validator.domain import FileValidation, Limits, LineResult
 from services.validator.file_check import WINDOW_LINES, FileCheck, Findings
 from services.validator.issues import LineIssue
+from services.validator.plain_lines import plain_chat_line
 from services.validator.refusals import NotRunLines, not_run_output
+from services.validator.rules import check_line
 from services.validator.strict_sampling import sampling_key, strict_issues
 from services.validator.tool_rules import tool_issues
 from tests.unit.test_validator_each_rule import RULES, good
@@ -39,6 +41,7 @@ from tests.unit.test_validator_each_rule import RULES, good
 CATALOGUE: Catalogue = load_catalogue(None)
 STRICT = Catalogue(models=[m.model_copy(update={"strict_sampling": True}) for m in CATALOGUE.models])
 TOKENIZERS = TokenizerCache()
+CHAT = "/v1/chat/completions"
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
 WORDS = ("batch request model token latency stream queue memory system prompt <|im_start|> <|im_end|> "
          "naïve café 東京 émoji🙂 don't it's 42 3.14 ... !!").split()
@@ -187,6 +190,62 @@ def test_any_body_gets_the_full_rules_verdict(body: dict[str, object], endpoint:
     same_verdict(body, endpoint, STRICT if strict else CATALOGUE)
 
 
+# -- the plain chat line ---------------------------------------------------------------------------------------------
+
+def same_line_verdict(line: object, catalogue: Catalogue, line_model: str | None = None) -> bool:
+    """Checked first as a plain line and checked by every rule, `line` gets one verdict; whether it was plain."""
+    raw = orjson.dumps(line)
+    fast = check_line(raw, CHAT, catalogue, 1 << 20, TOKENIZERS, line_model)
+    full = check_line(raw, CHAT, catalogue, 1 << 20, TOKENIZERS, line_model, plain_first=False)
+    assert fast == full
+    return isinstance(line, dict) and plain_chat_line(line, CHAT, catalogue, TOKENIZERS) is not None
+
+
+def test_a_typical_chat_line_is_plain_and_gets_the_full_rules_verdict() -> None:
+    text = " ".join(WORDS[:10] * 60)
+    line = {"custom_id": "r1", "method": "POST", "url": CHAT,
+            "body": {"model": "smollm2", "max_tokens": 128, "temperature": 0.7, "seed": 3, "top_p": 1,
+                     "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": text}]}}
+    assert same_line_verdict(line, CATALOGUE)
+    assert same_line_verdict(good(), CATALOGUE)
+    assert not same_line_verdict(good(), STRICT), "a strict-sampling model's lines take every rule"
+
+
+@pytest.mark.parametrize(("code", "change", "param"), RULES, ids=[f"{c}:{p}" for c, _, p in RULES])
+def test_no_bad_line_is_plain_but_one_whose_prompt_is_counted_later(code: str, change: object,
+                                                                    param: str | None) -> None:
+    assert same_line_verdict(change(good()), CATALOGUE) is (code == "context_too_long")  # type: ignore[operator]
+
+
+NEAR_VALUES = st.none() | st.booleans() | st.integers(-2, 3000) | st.floats(-1, 3, allow_nan=False) \
+    | st.sampled_from(["", "x", "POST", CHAT, "/v1/completions", "smollm2", "smollm2-135m-instruct-q4_1",
+                       "smollm2-135m-embed", "gpt-4o", "x" * 513]) | st.lists(st.integers(0, 3), max_size=2)
+MESSAGES = st.lists(st.fixed_dictionaries(
+    {"role": st.sampled_from(["system", "user", "assistant", "robot"]) | NEAR_VALUES,
+     "content": st.text(max_size=30) | NEAR_VALUES | st.just([{"type": "text", "text": "hi"}])},
+    optional={"name": st.text(max_size=3)}), max_size=3)
+NEAR_PLAIN_BODIES = st.fixed_dictionaries(
+    {}, optional={"model": NEAR_VALUES, "messages": MESSAGES | NEAR_VALUES, "max_tokens": NEAR_VALUES,
+                  "max_completion_tokens": NEAR_VALUES, "temperature": NEAR_VALUES, "top_p": NEAR_VALUES,
+                  "seed": NEAR_VALUES, "stream": NEAR_VALUES, "n": NEAR_VALUES, "tools": NEAR_VALUES})
+NEAR_PLAIN_LINES = st.fixed_dictionaries(
+    {}, optional={"custom_id": NEAR_VALUES, "method": NEAR_VALUES, "url": NEAR_VALUES,
+                  "body": NEAR_PLAIN_BODIES | NEAR_VALUES, "temperature": NEAR_VALUES})
+LINES = NEAR_PLAIN_LINES | st.fixed_dictionaries(
+    {"custom_id": st.text(min_size=1, max_size=8), "method": st.just("POST"), "url": st.just(CHAT),
+     "body": st.fixed_dictionaries({"model": st.sampled_from(["smollm2", "smollm2-135m-embed"]),
+                                    "messages": MESSAGES},
+                                   optional={"max_tokens": NEAR_VALUES, "temperature": NEAR_VALUES,
+                                             "top_p": NEAR_VALUES, "seed": NEAR_VALUES})})
+
+
+@settings(max_examples=1500, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(LINES, st.booleans(), st.sampled_from([None, "smollm2"]))
+def test_any_chat_line_gets_one_verdict_whether_checked_as_plain_or_by_every_rule(
+        line: dict[str, object], strict: bool, line_model: str | None) -> None:
+    same_line_verdict(line, STRICT if strict else CATALOGUE, line_model)
+
+
 # -- a file checked in one thread ------------------------------------------------------------------------------------
 
 def corpus(lines: int) -> list[bytes]:
@@ -251,3 +310,10 @@ def test_a_line_that_did_not_run_is_written_as_the_model_writes_it(custom_id: st
     assert lines.line(line, custom_id, checked) == expected
     assert lines.of_raw(line, raw, checked) == expected
 
+
+
+@pytest.mark.parametrize("role", [["user"], {"user": 1}], ids=["list", "object"])
+def test_a_role_that_is_no_string_is_refused_like_any_unknown_role(role: object) -> None:
+    line = {**good(), "body": {"model": "smollm2", "messages": [{"role": role, "content": "hi"}]}}
+    found = FileValidation(CHAT, CATALOGUE, tokenizers=TOKENIZERS).check(1, orjson.dumps(line))
+    assert [(issue.code, issue.param) for issue in found.issues] == [("invalid_body", "body.messages[0].role")]

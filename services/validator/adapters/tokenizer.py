@@ -176,25 +176,29 @@ class ModelTokenizer:
         return total & COUNT_BITS
 
     def fits(self, text: str, room: int) -> bool:
-        """Whether `text` is at most `room` tokens (`count_fast(text) <= room`), from a counted head when that
-        settles it.
+        """Whether `text` is at most `room` tokens (`count_fast(text) <= room`), counting no more of it than that
+        takes.
 
         A token covers one byte at least, so a text of no more bytes than `room` fits. Past that, the text is cut
         at a space that follows something else than whitespace: the pre-tokenizer starts a new piece there however
         much text follows (no piece runs from such a character into a space, and no special token holds one), so
-        the head's count plus the tail's bytes bound the whole count. Only when that does not settle it is the whole
-        text counted."""
+        the counts of the parts between such cuts add up to the whole count, and the head's count plus the tail's
+        bytes bound it. The head grows, a part at a time, until the bound settles it or the text is counted."""
         size = _size(text)
         if size <= room:
             return True
-        cut = text.find(" ", (size - room) * 3 // 2 + HEAD_SLACK) if self.cuts_at_spaces else -1
-        while cut > 0 and text[cut - 1].isspace():
-            cut = text.find(" ", cut + 1)
-        if cut > 0:
-            head = text[:cut]
-            if self.count_fast(head) + size - _size(head) <= room:
+        counted = counted_bytes = start = 0
+        while self.cuts_at_spaces:
+            cut = text.find(" ", start + (counted + size - counted_bytes - room) * 5 // 4 + HEAD_SLACK)
+            while cut > 0 and text[cut - 1].isspace():
+                cut = text.find(" ", cut + 1)
+            if cut <= 0:
+                break
+            part = text[start:cut]
+            counted, counted_bytes, start = counted + self.count_fast(part), counted_bytes + _size(part), cut
+            if counted + size - counted_bytes <= room:
                 return True
-        return self.count_fast(text) <= room
+        return counted + self.count_fast(text[start:]) <= room
 
     def render_chat(self, messages: list[dict[str, object]], kwargs: dict[str, object] | None = None) -> str:
         """The prompt the engine builds from `messages` (and the line's `chat_template_kwargs`) with the model's chat
@@ -311,6 +315,9 @@ class TokenizerCache:
         self._lock = threading.Lock()
 
     def get(self, model: CatalogueModel) -> "PromptTokenizer | None":
+        built = self._by_artifact.get(model.artifact, self)  # built already, as nearly always: no lock needed
+        if built is not self:
+            return built  # type: ignore[return-value]
         with self._lock:
             if model.artifact not in self._by_artifact:
                 self._by_artifact[model.artifact] = self._build(model)

@@ -1,0 +1,72 @@
+"""The common well-formed chat line, recognised with a few plain checks: the four fields, a usable custom_id, a
+model that serves chat, string messages and the usual sampling parameters in their ranges. Such a line breaks no
+rule, so its verdict is only its model and its prompt's size; any other line (or any doubt) goes through every
+rule (`rules.check_line`), which also words the errors of a bad one. Every rule this skips finds nothing on such a
+line; tests/unit/test_validator_fast_paths.py holds the two paths to the same verdicts."""
+
+import functools
+
+from contracts.api.request_line import MAX_CUSTOM_ID_LENGTH, REQUIRED_LINE_FIELDS
+from contracts.catalogue import Catalogue, CatalogueModel
+from contracts.engines import honoured_parameters
+from contracts.events.executor import EngineName
+from services.validator.adapters.tokenizer import TokenizerCache
+from services.validator.body_rules import CHAT_ROLES, ContextNeed, context_need
+
+CHAT = "/v1/chat/completions"
+LINE_FIELDS = frozenset(REQUIRED_LINE_FIELDS)
+PLAIN_BODY = frozenset({"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed"})
+"""What a plain body may hold (each with a plain value: see `_plain_values`)."""
+PLAIN_MESSAGE = frozenset({"role", "content"})
+
+
+def plain_chat_line(line: dict[str, object], endpoint: str, catalogue: Catalogue,
+                    tokenizers: TokenizerCache | None) -> tuple[str, CatalogueModel, ContextNeed | None] | None:
+    """(custom_id, model, what of its prompt must still be counted) of a plain chat line; None: check it fully."""
+    if endpoint != CHAT or line.keys() != LINE_FIELDS or line["method"] != "POST" or line["url"] != CHAT:
+        return None
+    custom_id, body = line["custom_id"], line["body"]
+    if not isinstance(custom_id, str) or not 0 < len(custom_id) <= MAX_CUSTOM_ID_LENGTH \
+            or not isinstance(body, dict) or not body.keys() <= PLAIN_BODY:
+        return None
+    name = body.get("model")
+    model = catalogue.resolve(name) if isinstance(name, str) else None
+    if model is None or not model.batchable or CHAT not in model.endpoints or model.strict_sampling \
+            or not _honours_plain_body(model.engine, model.engine_version):
+        return None
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not _plain_values(body):
+        return None
+    for message in messages:
+        if not isinstance(message, dict) or not message.keys() <= PLAIN_MESSAGE:
+            return None
+        role = message.get("role")
+        if not isinstance(role, str) or role not in CHAT_ROLES or not isinstance(message.get("content"), str):
+            return None
+    return custom_id, model, context_need(body, CHAT, model, tokenizers) if tokenizers is not None else None
+
+
+def _plain_values(body: dict[str, object]) -> bool:
+    """The sampling parameters a body names are in OpenAI's ranges (a null one is left to the full rules)."""
+    for name in ("max_tokens", "max_completion_tokens"):
+        if name in body:
+            value = body[name]
+            if type(value) is not int or value < 1:
+                return False
+    if "seed" in body and type(body["seed"]) is not int:
+        return False
+    if "temperature" in body:
+        value = body["temperature"]
+        if type(value) not in (int, float) or not 0 <= value <= 2:  # type: ignore[operator]
+            return False
+    if "top_p" in body:
+        value = body["top_p"]
+        if type(value) not in (int, float) or not 0 <= value <= 1:  # type: ignore[operator]
+            return False
+    return True
+
+
+@functools.cache
+def _honours_plain_body(engine: EngineName, engine_version: str | None) -> bool:
+    """The engine honours every parameter a plain body may name (so none is unsupported or unavailable)."""
+    return PLAIN_BODY <= honoured_parameters(engine, engine_version)
