@@ -2,6 +2,10 @@
 
 Expired files are already invisible to the API (views check `expires_at`); sweeping publishes the `file.deleted`
 fact and frees the bytes. Gateways racing on one file publish the same fact id, which the stream deduplicates.
+
+A sweep reads the file records a page at a time and looks at each for its expiry alone; only an expired one is
+decoded whole. So what a sweep holds is one page, not every file record ever stored (deleted ones stay in the read
+model): decoding them all each minute made the gateway's memory peak, which its allocator keeps, grow with them.
 """
 
 import asyncio
@@ -10,21 +14,58 @@ import time
 from collections.abc import AsyncIterator
 
 from aiohttp import web
+from pydantic import BaseModel
 
+from contracts.readmodel import FileRecord
+from contracts.subjects import read_model_key
 from services.gateway.context import DEPS, Deps
-from services.gateway.views.files import delete_unless_in_use, is_expired
+from services.gateway.views.files import delete_unless_in_use
+from services.runtime.kv import KV_OPERATION, MARKER_REASON, read_page
 from services.runtime.tasks import cancel_and_join
 
 log = logging.getLogger(__name__)
+
+SWEEP_PAGE = 500
+"""File records read (and held) at once by a sweep."""
+SWEEP_PAGE_BYTES = 4 << 20
+
+
+class _Expiry(BaseModel):
+    expires_at: int | None = None
+
+
+class _Sweepable(BaseModel):
+    """What a sweep reads of every file record (the rest of it is skipped while decoding)."""
+
+    deleted: bool = False
+    file: _Expiry
+
+
+async def expired_files(d: Deps, now: float) -> AsyncIterator[FileRecord]:
+    """Every file record that is expired and not deleted, read page by page (in the bucket's order). A record
+    rewritten while the sweep runs moves to the bucket's end and is read there: none is missed, some may come twice
+    (a deletion is idempotent)."""
+    kv = d.read_model.kv
+    after = 0
+    while True:
+        page, more = await read_page(kv._js, kv._stream, f"{kv._pre}{read_model_key('file', '>')}", after,
+                                     SWEEP_PAGE, SWEEP_PAGE_BYTES)
+        for message in page:
+            if not message.data or KV_OPERATION in message.headers or MARKER_REASON in message.headers:
+                continue
+            seen = _Sweepable.model_validate_json(message.data)
+            if not seen.deleted and seen.file.expires_at is not None and seen.file.expires_at <= now:
+                yield FileRecord.model_validate_json(message.data)
+        if not page or not more:
+            return
+        after = page[-1].seq
 
 
 async def sweep_expired_files(d: Deps, now: float | None = None) -> list[str]:
     """Delete every expired file that no unfinished batch reads; the ids deleted."""
     now = time.time() if now is None else now
     swept: list[str] = []
-    for record in await d.read_model.list_files():
-        if record.deleted or not is_expired(record, now):
-            continue
+    async for record in expired_files(d, now):
         if await delete_unless_in_use(d, record) is None:
             swept.append(record.file.id)
         # else a batch still reads it: swept once the batch ends
