@@ -13,14 +13,16 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from contracts.api.rejected_line import RejectedLine
 from services.validator.adapters.check_pool import CheckPool
 from services.validator.domain import FileValidation, LineResult, Window
 from services.validator.line_checks import WireVerdict, check_lines
+from services.validator.refusals import rejected_line
 from services.validator.rules import LineVerdict
 
 WINDOW_LINES = 256
 """Lines checked together; their prompts are counted in one tokenizer batch."""
-HAND_OVER_EVERY_S = 0.02
+HAND_OVER_EVERY_S = 0.1
 """What windows found is handed on at most this often (the first window's at once): each hand-over wakes the event
 loop, which then takes the interpreter lock from this thread."""
 WORKER_QUEUE = 2
@@ -36,7 +38,8 @@ class Stopped(Exception):
 class Findings:
     """What one window added: its refused lines (with their issues), and the file's counts after it."""
 
-    refused: list[LineResult]
+    refused: list[tuple[LineResult, RejectedLine]]
+    """Each refused line's result and its record (built here, off the event loop)."""
     lines_read: int
     errors_found: int
 
@@ -55,7 +58,7 @@ class FileCheck:
 
     def __post_init__(self) -> None:
         self.in_flight: deque[Sent] = deque()
-        self.refused: list[LineResult] = []
+        self.refused: list[tuple[LineResult, RejectedLine]] = []
         """Refused lines not handed on yet."""
         self.handed_at = -HAND_OVER_EVERY_S
 
@@ -106,7 +109,8 @@ class FileCheck:
             assert self.pool is not None
             verdicts = self.pool.verdicts(verdicts, window.spec, window.to_check, self.validation.catalogue,
                                           self.validation.tokenizers)
-        self.refused += (result for result in self.validation.apply(window, verdicts) if result.issues)
+        self.refused += ((result, rejected_line(result)) for result in self.validation.apply(window, verdicts)
+                         if result.issues)
         if time.monotonic() - self.handed_at >= HAND_OVER_EVERY_S:
             self.hand_over()
 

@@ -38,7 +38,6 @@ from services.validator.domain import FileValidation, Limits
 from services.validator.file_check import FileCheck, Findings
 from services.validator.issues import LineIssue
 from services.validator.observe import count_lines
-from services.validator.refusals import rejected_line
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +115,8 @@ class _Run:
     async def take(self, found: Findings) -> None:
         """Refused lines, reported in line order, then progress when it is due."""
         events: list[LineRejected] = []
-        for result in found.refused:
-            self.rejected[result.line] = rejected_line(result)
+        for result, record in found.refused:
+            self.rejected[result.line] = record
             events += filter(None, (self.line_rejected(result.line, result.custom_id, issue)
                                     for issue in result.issues))
         await publish_in_order(self.v.bus, events)

@@ -32,7 +32,7 @@ from services.validator.domain import FileValidation, Limits, LineResult
 from services.validator.file_check import WINDOW_LINES, FileCheck, Findings
 from services.validator.issues import LineIssue
 from services.validator.plain_lines import plain_chat_line
-from services.validator.refusals import NotRunLines, not_run_output
+from services.validator.refusals import NotRunLines, not_run_output, rejected_line
 from services.validator.rules import check_line
 from services.validator.strict_sampling import sampling_key, strict_issues
 from services.validator.tool_rules import tool_issues
@@ -293,7 +293,8 @@ def test_a_file_checked_in_one_thread_finds_what_checking_its_windows_in_order_f
     found: list[Findings] = []
     sizes = [random.Random(7).randint(0, 300) for _ in range(6)]
     FileCheck(validation, found.append, threading.Event()).run(chunked(lines, sizes))
-    assert [result for findings in found for result in findings.refused] == expected
+    assert [result for findings in found for result, _ in findings.refused] == expected
+    assert all(record == rejected_line(result) for findings in found for result, record in findings.refused)
     assert (found[-1].lines_read, found[-1].errors_found) == (in_order.total_lines, in_order.error_count)
     assert validation.counts_by_code == in_order.counts_by_code and validation.model_id == in_order.model_id
 

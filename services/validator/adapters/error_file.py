@@ -18,7 +18,7 @@ from services.validator.adapters.input_lines import lines_by_chunk
 from services.validator.domain import FileValidation
 from services.validator.refusals import NotRunLines, not_run_message
 
-BATCH_LINES = 4096
+BATCH_LINES = 8192
 """Error lines written together from memory, off the event loop."""
 
 
