@@ -84,7 +84,10 @@ async def waves(load: Load, stop: float, rng: random.Random, stats: dict[str, in
     while time.monotonic() < stop:
         async with pauses.step():
             wave += 1
-            await one_wave(load, wave, rng, stats)
+            try:
+                await one_wave(load, wave, rng, stats)
+            except (aiohttp.ClientError, TimeoutError) as error:
+                unanswered(load, stats, [error])
         await asyncio.sleep(max(0.0, min(30.0, stop - time.monotonic())))
 
 
@@ -93,8 +96,10 @@ async def one_wave(load: Load, wave: int, rng: random.Random, stats: dict[str, i
         targets = [rng.choice(list(load.batches)) for _ in range(200)]
         await asyncio.gather(*(load.drop_sse(b) for b in targets), return_exceptions=True)
         stats["sse_dropped"] += 200
-    uploads = await asyncio.gather(*(load.upload(chat_lines(f"w{wave}-u{i}", 200)) for i in range(50)))
-    stats["uploads"] += sum(1 for u in uploads if u)
+    uploads = await asyncio.gather(*(load.upload(chat_lines(f"w{wave}-u{i}", 200)) for i in range(50)),
+                                   return_exceptions=True)
+    stats["uploads"] += sum(1 for u in uploads if isinstance(u, str))
+    unanswered(load, stats, [u for u in uploads if isinstance(u, BaseException)])
     for i in range(3):
         batch_id = await load.create_batch(f"w{wave}-b{i}", 3)
         stats["batches"] += 1
@@ -103,11 +108,24 @@ async def one_wave(load: Load, wave: int, rng: random.Random, stats: dict[str, i
             stats["cancels"] += 1
 
 
+def unanswered(load: Load, stats: dict[str, int], errors: list[BaseException]) -> None:
+    """Requests that got no answer (the client's timeout, a dropped connection): counted as problems, the soak goes
+    on (a gateway too slow to answer in `ClientTimeout` is a finding, not the end of the run)."""
+    stats["unanswered"] += len(errors)
+    load.problems.extend(f"no answer: {error!r}" for error in errors)
+    for error in errors:
+        if not isinstance(error, (aiohttp.ClientError, TimeoutError)):
+            raise error
+
+
 async def pollers(load: Load, stop: float, rng: random.Random, stats: dict[str, int], pauses: Pauses) -> None:
     async def one() -> None:
         while time.monotonic() < stop:
             async with pauses.step():
-                await load.poll(1, rng)
+                try:
+                    await load.poll(1, rng)
+                except (aiohttp.ClientError, TimeoutError) as error:
+                    unanswered(load, stats, [error])
             stats["poll_rounds"] += 1
             await asyncio.sleep(rng.uniform(0.5, 1.5))
     await asyncio.gather(*(one() for _ in range(10)))
@@ -185,7 +203,7 @@ async def soak(args: argparse.Namespace, data_dir: Path) -> int:
     rss_rows: list[tuple[float, dict[str, float]]] = []
     reports: list[str] = []
     rng = random.Random(args.seed)
-    stats = dict.fromkeys(("sse_dropped", "uploads", "batches", "cancels", "poll_rounds"), 0)
+    stats = dict.fromkeys(("sse_dropped", "uploads", "batches", "cancels", "poll_rounds", "unanswered"), 0)
     try:
         connector = aiohttp.TCPConnector(limit=128)
         async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=300)) as session:
@@ -232,12 +250,13 @@ async def soak(args: argparse.Namespace, data_dir: Path) -> int:
     print(f"\nRSS every {args.sample_every:.0f} s (from the start of the load):\n{rss_table(rss_rows)}")
     for report in reports:
         print(f"\n{report}")
-    print(f"\n5xx: {fivexx}; short lists: {load.short_lists}; batches not terminal: {open_batches} "
+    print(f"\n5xx: {fivexx}; unanswered: {stats['unanswered']}; short lists: {load.short_lists}; batches not terminal: "
+          f"{open_batches} "
           f"(statuses: {dict(sorted((s, ended.count(s)) for s in set(ended)))}); lines lost: {lost}; "
           f"duplicated: {duplicated}")
     for problem in load.problems[:20]:
         print("  problem:", problem)
-    return 0 if fivexx == lost == duplicated == open_batches == load.short_lists == 0 else 1
+    return 0 if fivexx == lost == duplicated == open_batches == load.short_lists == stats["unanswered"] == 0 else 1
 
 
 def main() -> None:
