@@ -11,20 +11,24 @@ import time
 
 import nats
 import nats.errors
+import nats.js.errors
 import pytest
 from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from contracts.commands import ExecutorRegistration, RegistrationAnswer
-from contracts.events.executor import ExecutorAdvert
+from contracts.events.executor import ExecutorAdvert, ExecutorRegistered
 from contracts.permissions import executor_inbox
 from contracts.subjects import (
+    EVENTS_STREAM,
     EXECUTORS_BUCKET,
     WORK_STREAM,
+    event_subject,
     executor_finalize_durable,
     finalize_command,
     fleet_registrations,
 )
+from tests.e2e.load import core_nats_url
 from tests.security.conftest import RunningStack
 from tests.security.test_tenant_files import attackers_worker_key, join_as_executor, user_key, violated
 
@@ -70,6 +74,24 @@ async def refused_connection(stack: RunningStack, executor_id: str, worker_key: 
     return False
 
 
+async def registered(stack: RunningStack, executor_id: str, within_s: float = 120) -> None:
+    """Wait until `executor_id` has registered (the stack's own executor joins moments after the gateway is up):
+    an id is its first registrant's, so an attack on it means something only once it is taken."""
+    connection = await nats.connect(core_nats_url(stack))
+    try:
+        subject = event_subject("executor", executor_id, ExecutorRegistered.name)
+        deadline = time.monotonic() + within_s
+        while True:
+            try:
+                await connection.jetstream().get_last_msg(EVENTS_STREAM, subject)
+                return
+            except nats.js.errors.NotFoundError:
+                assert time.monotonic() < deadline, f"executor {executor_id} never registered"
+                await asyncio.sleep(0.5)
+    finally:
+        await connection.close()
+
+
 def run_batch(stack: RunningStack, key: str, lines: int, hold: bool = False) -> str:
     client = stack.client(key)
     body = "".join(json.dumps({"custom_id": f"v-{i}", "method": "POST", "url": "/v1/chat/completions",
@@ -108,6 +130,7 @@ async def test_a_provider_cannot_take_over_fake_or_multiply_executor_ids_nor_sto
     victim = user_key(stack)
 
     # 1, 2. Another provider's executor id: the broker does not admit the attacker's key under it.
+    await registered(stack, STACK_EXECUTOR)
     assert await refused_connection(stack, STACK_EXECUTOR, worker_key)
 
     errors: list[str] = []
