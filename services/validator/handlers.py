@@ -11,8 +11,6 @@ import time
 from dataclasses import dataclass
 from typing import Annotated
 
-from faststream import Context
-
 from contracts.api.rejected_line import RejectedLine
 from contracts.catalogue import Catalogue
 from contracts.events.batch import (
@@ -28,6 +26,7 @@ from contracts.subjects import BATCH_CREATED, EVENTS_STREAM, VALIDATOR_DURABLE, 
 from services.runtime.bus import ConsumerPolicy, EventBus, PoisonMessage
 from services.runtime.delivery import Durable, ServiceRouter
 from services.runtime.objectstore import ObjectNotFound, ObjectStore
+from services.runtime.params import Context
 from services.runtime.tasks import cancel_and_join
 from services.runtime.write_failures import through_write_faults
 from services.validator.adapters.check_pool import CheckPool

@@ -209,3 +209,23 @@ def test_a_batch_pinning_a_revision_the_catalogue_does_not_serve_fails_once_with
     assert elsewhere.feed(1, orjson.dumps(good("a"))) == []
     assert [(i.code, i.param) for i in elsewhere.finish()] == [("revision_unavailable", "metadata.revision")]
     assert not elsewhere.passed and elsewhere.counts_by_code == {"revision_unavailable": 1}
+
+
+@pytest.mark.parametrize("odd", ["\u0004", "\u0013", "\U00040000", "\U000bffff"])
+def test_a_prompt_holding_a_byte_the_vocabulary_lacks_is_judged_on_its_size_instead_of_crashing(
+        odd: str, tokenizers: TokenizerCache, catalogue: Catalogue) -> None:
+    # SmolLM2's vocabulary has no token for some control bytes and UTF-8 lead bytes: its encoder panics on them.
+    model = catalogue.resolve("smollm2")
+    assert model is not None
+    tokenizer = tokenizers.get(model)
+    assert tokenizer is not None
+    long_text = odd + " " + "word " * 2000
+    assert tokenizer.count_fast(long_text) == len(long_text.encode()), "its UTF-8 size: no token is shorter"
+    assert tokenizer.count_many([long_text, "Say hi."]) == [len(long_text.encode()), tokenizer.count_fast("Say hi.")]
+    assert not tokenizer.fits(long_text, 100) and tokenizer.fits(odd + " hi", 100)
+
+    line = with_body(messages=[{"role": "user", "content": long_text}])(good())
+    too_long = FileValidation(CHAT, catalogue, Limits(max_line_bytes=1 << 20), tokenizers).feed(1, orjson.dumps(line))
+    short = with_body(messages=[{"role": "user", "content": odd + " Say hi."}])(good("r2"))
+    fine = FileValidation(CHAT, catalogue, tokenizers=tokenizers).feed(1, orjson.dumps(short))
+    assert [issue.code for issue in too_long] == ["context_too_long"] and fine == []

@@ -105,6 +105,9 @@ class ModelTokenizer:
     constants_by_first: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """`template_constants` by their first character: a text without it holds none of them (a one-character
     search is far cheaper than a search for a string)."""
+    missing_bytes: bytes = b""
+    """Bytes no token of the vocabulary is (SmolLM2's lacks some control bytes and UTF-8 lead bytes): the encoder
+    panics on a text holding one, so such a text is never given to it (`_encodable`)."""
 
     def __post_init__(self) -> None:
         by_first: dict[str, list[str]] = {}
@@ -133,6 +136,7 @@ class ModelTokenizer:
                 ranks[bytes(to_byte[char] for char in str(token))] = rank
         encoding = tiktoken.Encoding(f"gguf:{path.name}", pat_str=SPLITS_BY_PRE_TYPE[pre_type],
                                      mergeable_ranks=ranks, special_tokens=special)
+        missing = bytes(byte for byte in range(256) if bytes([byte]) not in ranks)
         source = str(metadata.get("tokenizer.chat_template", FALLBACK_TEMPLATE))
         environment = jinja2.sandbox.ImmutableSandboxedEnvironment()
         parsed = environment.parse(source)
@@ -143,15 +147,30 @@ class ModelTokenizer:
         # A content holding a longer constant holds each shorter one inside it: the shorter ones alone are looked for.
         constants = tuple(sorted(c for c in found if not any(other != c and other in c for other in found)))
         cuts_at_spaces = not any(char.isspace() for token in special for char in token)
-        return cls(encoding, environment.from_string(source), variables, constants, cuts_at_spaces)
+        return cls(encoding, environment.from_string(source), variables, constants, cuts_at_spaces,
+                   missing_bytes=missing)
 
     def count_text(self, text: str) -> int:
+        if not self._encodable(text):
+            return _size(text)
         # Special-token text is parsed as the special token, as llama.cpp does with the rendered prompt.
         return len(self.encoding.encode(text, allowed_special="all"))
 
     def count_many(self, texts: list[str]) -> list[int]:
         """Token counts of many texts at once, on every core (the encoder releases the GIL)."""
+        if not all(map(self._encodable, texts)):
+            return [self.count_text(text) for text in texts]
         return [len(ids) for ids in self.encoding.encode_batch(texts, allowed_special="all")]
+
+    def _encodable(self, text: str) -> bool:
+        """Whether every byte of `text` is a token of the vocabulary. A text holding one that is not (a hostile
+        line's control byte, say) is counted as its UTF-8 size: no token covers less than a byte, so that bounds
+        what the engine counts, and such a line is judged on a bound rather than crash the validator."""
+        missing = self.missing_bytes
+        if not missing:
+            return True
+        data = text.encode("utf-8", "surrogatepass")
+        return len(data.translate(None, missing)) == len(data)
 
     def count_fast(self, text: str) -> int:
         """`count_text`, from remembered counts of the text's parts when no whitespace run of it holds a space.
@@ -162,7 +181,7 @@ class ModelTokenizer:
         part is counted once; a text with a run like `"  "` or `" \\n"` (seen from its parts' flags) is counted
         whole."""
         parts = text.split(" ")
-        if len(parts) == 1:
+        if len(parts) == 1 or not self._encodable(text):
             return self.count_text(text)
         spaced = self.spaced_pieces
         seen: Callable[[str], int | None] = spaced.get
@@ -187,6 +206,8 @@ class ModelTokenizer:
         size = _size(text)
         if size <= room:
             return True
+        if not self._encodable(text):
+            return False  # counted as its size (`count_text`), which is more than `room`
         counted = counted_bytes = start = 0
         while self.cuts_at_spaces:
             cut = text.find(" ", start + (counted + size - counted_bytes - room) * 5 // 4 + HEAD_SLACK)
