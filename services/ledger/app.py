@@ -3,7 +3,7 @@
 import asyncio
 import logging
 
-from contracts.subjects import EVENTS_STREAM, LEDGER_LEADER_KEY, LEDGER_NAME
+from contracts.subjects import LEDGER_LEADER_KEY, LEDGER_NAME
 from services.ledger.application import Ledger
 from services.ledger.archive import Archive
 from services.ledger.handlers import Folder, Sink, follow, ledger_router, read_model_sink, stop_reading
@@ -11,7 +11,7 @@ from services.ledger.reindex import index_owners
 from services.ledger.restore import archived_through, restore
 from services.ledger.retention import Policy, Retention
 from services.ledger.settings import LedgerSettings
-from services.runtime import metrics
+from services.runtime import eventlog, metrics
 from services.runtime.broker import open_bus, service_broker
 from services.runtime.bus import EventBus
 from services.runtime.leader import LeaderLease
@@ -90,7 +90,7 @@ class LedgerApp:
         checkpoint = await self._restore(read_model, ledger, read_model_sink(read_model), checkpoint)
         await index_owners(bus, ledger, read_model_sink(read_model), checkpoint)
         folder = self.folder = Folder(ledger, read_model_sink(read_model), checkpoint, self.settings.group_size)
-        head = (await bus.js.stream_info(EVENTS_STREAM)).state.last_seq
+        head = await eventlog.head(bus)
         log.info("ledger resumes after sequence %d; stream head is %d", checkpoint, head)
         worker = asyncio.create_task(folder.run(stop))
         announcer = asyncio.create_task(self._announce_caught_up(folder, head))

@@ -13,12 +13,12 @@ from pydantic import BaseModel
 
 from contracts.archive import ARCHIVED_THROUGH_KEY, ArchivedThrough
 from contracts.readmodel import BatchRecord, FileRecord
-from contracts.subjects import EVENTS_STREAM
 from services.ledger.application import Ledger, persistence_env
 from services.ledger.archive import Archive
 from services.ledger.handlers import Folder, follow, stop_reading
 from services.ledger.projection import KeyProjection, Projection, projection_key
 from services.ledger.restore import restore
+from services.runtime import eventlog
 from services.runtime.bus import EventBus
 from services.runtime.kv import latest_entries
 from services.runtime.readmodel import ReadModel, owner_copy
@@ -50,7 +50,7 @@ async def replay_into_scratch(bus: EventBus, group_size: int = 5000, archive: Ar
                               full: bool = False) -> Replayed:
     """Fold the history up to the stream's current head into a scratch ledger: from the archive's newest point
     when there is one (its snapshot, or with `full` all its segments), then the stream after it."""
-    head = (await bus.js.stream_info(EVENTS_STREAM)).state.last_seq
+    head = await eventlog.head(bus)
     replayed = Replayed()
     point = await archive.latest_point() if archive is not None else None
 

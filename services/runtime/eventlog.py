@@ -32,8 +32,22 @@ START_TIMEOUT_S = 10.0
 
 
 async def head(bus: EventBus) -> int:
-    """The stream's last sequence now: a read begun now ends there."""
-    return (await bus.js.stream_info(EVENTS_STREAM)).state.last_seq
+    """The sequence of the stream's last fact now (0 while it holds none): a read begun now ends there.
+
+    Not merely the stream's `last_seq`: that stays where it was when the newest facts were purged (retention trims
+    ended batches by subject, and on a quiet deployment the newest fact may be one of them), and a reader waiting
+    to reach it would wait for ever."""
+    state = (await bus.js.stream_info(EVENTS_STREAM)).state
+    if not state.messages:
+        return 0
+    if state.last_seq - state.first_seq + 1 == state.messages:
+        return state.last_seq  # no gap anywhere: the last sequence is a fact
+    with contextlib.suppress(nats.js.errors.NotFoundError):
+        return (await bus.js.get_msg(EVENTS_STREAM, state.last_seq)).seq or state.last_seq
+    try:
+        return (await bus.js.get_last_msg(EVENTS_STREAM, EVENTS_SUBJECTS)).seq or 0
+    except nats.js.errors.NotFoundError:
+        return 0
 
 
 async def read(bus: EventBus, subject: str = EVENTS_SUBJECTS, after: int = 0,
