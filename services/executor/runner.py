@@ -91,7 +91,7 @@ class BatchRunner:
         self.announced: dict[AttemptKey, set[str]] = {}
         """Chunk keys each running attempt announced (its watch may not have read them back yet)."""
         self.in_hand: dict[AttemptKey, list[tuple[str, list[CommittedLine]]]] = {}
-        """The chunks of each running attempt's lines it read on resuming or committed itself: an attempt that
+        """The chunks of each running unsharded attempt's lines it read on resuming or committed itself: one that
         holds every announced chunk of its batch finalizes without reading them back."""
         self.running: dict[AttemptKey, BatchWatch] = {}
         """The attempts this executor runs now: a FinalizeBatch for a batch is handed to every one of its own."""
@@ -309,7 +309,8 @@ class BatchRunner:
         chunks = await self.results.chunks(keys)
         chunks.extend(await self.results.refused(command.batch_id, lambda line: layout.shard_of(line) == shard,
                                                  command.rejections_object_key))
-        self.in_hand[attempt_key(command)] = list(chunks)
+        if not command.sharded:  # a unit of a sharded batch never finalizes it: nothing to keep
+            self.in_hand[attempt_key(command)] = list(chunks)
         return Resume.from_chunks(chunks, command.attempt)
 
     async def _pending_lines(self, command: RunBatch, resume: Resume, copy: InputCopy,
@@ -335,7 +336,8 @@ class BatchRunner:
             log.warning("batch %s attempt %d: chunk %d refused (%s); the lease is lost", command.batch_id,
                         command.attempt, chunk.number, refused)
             return False
-        self.in_hand.setdefault(attempt_key(command), []).append((key, list(chunk.lines)))
+        if not command.sharded:
+            self.in_hand.setdefault(attempt_key(command), []).append((key, list(chunk.lines)))
         return await self._announce(command, publish, chunk.number, chunk.completed, chunk.failed,
                                     usage_of(chunk.lines))
 
