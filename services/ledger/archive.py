@@ -83,7 +83,8 @@ class ArchiveBroken(Exception):
 
 
 class GzipWriter:
-    """Lines into a gzipped object, hashed as sent."""
+    """Lines into a gzipped object, hashed as sent. Used as `async with`: a write that fails (the stream, the store,
+    a cancel) aborts the upload, so no incomplete multipart upload is left behind."""
 
     def __init__(self, upload: StreamingUpload) -> None:
         self.upload = upload
@@ -91,6 +92,13 @@ class GzipWriter:
         self._pending = bytearray()
         self._sha256 = hashlib.sha256()
         self.bytes = 0
+
+    async def __aenter__(self) -> "GzipWriter":
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is not None:
+            await asyncio.shield(self.upload.abort())
 
     async def write(self, data: bytes) -> None:
         self._pending += data
@@ -219,12 +227,12 @@ class Archive:
     async def write_snapshot(self, point: ArchivePoint, anomalies: list[AnomalyRecord],
                              snapshots: list[dict[str, Any]]) -> None:
         """Commit a point: its header, the anomalies folded up to it, then each aggregate's snapshot."""
-        writer = GzipWriter(self.store.writer(snapshot_key(point.index), "application/gzip"))
-        await writer.write(point.model_dump_json().encode() + b"\n")
-        await writer.write(orjson.dumps([a.model_dump(mode="json") for a in anomalies]) + b"\n")
-        for snapshot in snapshots:
-            await writer.write(orjson.dumps(snapshot) + b"\n")
-        await writer.finish()
+        async with GzipWriter(self.store.writer(snapshot_key(point.index), "application/gzip")) as writer:
+            await writer.write(point.model_dump_json().encode() + b"\n")
+            await writer.write(orjson.dumps([a.model_dump(mode="json") for a in anomalies]) + b"\n")
+            for snapshot in snapshots:
+                await writer.write(orjson.dumps(snapshot) + b"\n")
+            await writer.finish()
 
     async def prune_snapshots(self, keep_from: int) -> int:
         """Remove the snapshots before index `keep_from` (replays start from the newest; `--full` and verify need
@@ -252,10 +260,10 @@ class Archive:
             return []
 
     async def write_batch_log(self, batch_id: str, facts: list[Fact]) -> None:
-        writer = GzipWriter(self.store.writer(archived_batch_log_key(batch_id), "application/gzip"))
-        for fact in facts:
-            await writer.write(fact_line(fact.sequence, fact.subject, fact.data))
-        await writer.finish()
+        async with GzipWriter(self.store.writer(archived_batch_log_key(batch_id), "application/gzip")) as writer:
+            for fact in facts:
+                await writer.write(fact_line(fact.sequence, fact.subject, fact.data))
+            await writer.finish()
 
 
 def fact_bytes(fact: Fact) -> bytes:

@@ -113,11 +113,10 @@ class Retention:
         return committed
 
     async def _write_segment(self, header: SegmentHeader) -> tuple[str, SegmentEnd, set[str]]:
-        writer = self.archive.segment_writer(header.index)
-        await writer.write(header.model_dump_json().encode() + b"\n")
         head, facts, batches = header.chain_before, 0, set()
         log_facts = cast(AsyncGenerator[Fact, None], eventlog.read(self.bus, after=header.first_sequence - 1))
-        async with contextlib.aclosing(log_facts):
+        async with self.archive.segment_writer(header.index) as writer, contextlib.aclosing(log_facts):
+            await writer.write(header.model_dump_json().encode() + b"\n")
             async for fact in log_facts:
                 if fact.sequence > header.last_sequence:
                     break
@@ -127,9 +126,9 @@ class Retention:
                 if subject is not None and subject.kind == "batch":
                     batches.add(subject.aggregate_id)
                 await writer.write(fact_bytes(fact))
-        end = SegmentEnd(facts=facts, chain_after=head)
-        await writer.write(end.model_dump_json().encode() + b"\n")
-        return await writer.finish(), end, batches
+            end = SegmentEnd(facts=facts, chain_after=head)
+            await writer.write(end.model_dump_json().encode() + b"\n")
+            return await writer.finish(), end, batches
 
     async def _refold_segment(self, header: SegmentHeader, sha256: str, end: SegmentEnd, refold: Refold) -> None:
         """Read the segment back and fold it onto the point before: it must hash and chain as written, and end

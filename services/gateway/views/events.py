@@ -8,7 +8,7 @@ import contextlib
 import logging
 import time
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import nats.errors
 import nats.js.errors
@@ -71,7 +71,7 @@ async def terminal_sequence(js: JetStreamContext, batch_id: str) -> int | None:
     return min((seq for seq in sequences if seq is not None), default=None)
 
 
-async def archived_frames(store: ObjectStore, batch_id: str, after: int) -> AsyncIterator[bytes]:
+async def archived_frames(store: ObjectStore, batch_id: str, after: int) -> AsyncGenerator[bytes, None]:
     """The frames of an archived batch's facts after `after`, read from its archived log as it streams in; raises
     `ObjectNotFound` (before any frame) when the batch has no archived log."""
     unzip, pending = zlib.decompressobj(31), b""
@@ -87,18 +87,19 @@ async def archived_frames(store: ObjectStore, batch_id: str, after: int) -> Asyn
 
 async def _archived(request: web.Request, response: web.StreamResponse, batch_id: str, after: int) -> bool:
     """Serve an ended batch's events from its archived log; False when it has none (its log is in the stream)."""
-    frames = archived_frames(deps(request).store, batch_id, after)
-    try:
-        first = await anext(frames, None)
-    except ObjectNotFound:
-        return False
-    await response.prepare(request)
-    await response.write(b": connected\n\n")
-    with contextlib.suppress(ConnectionResetError):  # the client went away; it can resume with Last-Event-ID
-        if first is not None:
-            await response.write(first)
-        async for frame in frames:
-            await response.write(frame)
+    # Closed on every path (a client that goes away included): its download of the archived log ends with it.
+    async with contextlib.aclosing(archived_frames(deps(request).store, batch_id, after)) as frames:
+        try:
+            first = await anext(frames, None)
+        except ObjectNotFound:
+            return False
+        await response.prepare(request)
+        await response.write(b": connected\n\n")
+        with contextlib.suppress(ConnectionResetError):  # the client went away; it can resume with Last-Event-ID
+            if first is not None:
+                await response.write(first)
+            async for frame in frames:
+                await response.write(frame)
     return True
 
 
