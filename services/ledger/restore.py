@@ -5,8 +5,10 @@ Either way its state, read model and hash chain are then those of the archived p
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 
+import nats.errors
 import nats.js.errors
 
 from contracts.archive import ARCHIVED_THROUGH_KEY, ArchivedThrough
@@ -34,13 +36,30 @@ class Restored:
     """Archived facts folded."""
 
 
-async def archived_through(read_model: ReadModel) -> ArchivedThrough | None:
-    """The newest archived point as the read model says it (None: the stream was never trimmed)."""
-    try:
-        entry = await read_model.kv.get(ARCHIVED_THROUGH_KEY)
-    except nats.js.errors.KeyNotFoundError:
-        return None
-    return ArchivedThrough.model_validate_json(entry.value) if entry.value else None
+BROKER_HICCUPS = (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError,
+                  nats.js.errors.ServiceUnavailableError, asyncio.TimeoutError)
+"""What a read meets while a clustered broker elects a bucket's leader (a ledger starting then waits it out)."""
+HICCUP_PATIENCE_S = 60.0
+
+
+async def archived_through(read_model: ReadModel,
+                           patience_s: float = HICCUP_PATIENCE_S) -> ArchivedThrough | None:
+    """The newest archived point as the read model says it (None: the stream was never trimmed). A broker that
+    cannot answer for a moment is asked again, for up to `patience_s`."""
+    deadline, delay = time.monotonic() + patience_s, 0.2
+    while True:
+        try:
+            entry = await read_model.kv.get(ARCHIVED_THROUGH_KEY)
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        except BROKER_HICCUPS as hiccup:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.info("the read model did not answer (%s); asking again", type(hiccup).__name__)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+            continue
+        return ArchivedThrough.model_validate_json(entry.value) if entry.value else None
 
 
 async def restore(ledger: Ledger, archive: Archive, point: ArchivePoint, sink: Sink, checkpoint: int,
