@@ -1,6 +1,8 @@
 """One executor runs several attempts at once through one pool of engine slots, fair between owners: a small batch
 of one user is not queued behind a long batch of another on the same executor (real broker, S3 server and model)."""
 
+from pathlib import Path
+
 from contracts.commands import FinalizeBatch
 from contracts.events.batch import BatchProgressed, BatchStarted, ShardFinished
 from contracts.events.registry import AnyEvent
@@ -8,7 +10,9 @@ from services.executor.domain import check_invariant
 from services.executor.settings import ExecutorSettings
 from services.runtime.bus import EventBus
 from services.runtime.objectstore import ObjectStore
+from services.runtime.settings import ConnectionSettings
 from tests.integration.test_executor_lifecycle import (
+    CATALOGUE,
     CHAT,
     all_facts,
     chat,
@@ -18,6 +22,7 @@ from tests.integration.test_executor_lifecycle import (
     new_batch,
     run_as_shards,
 )
+from tests.integration.test_executor_run import running_executor
 from tests.support import batch_facts
 
 __all__ = ["executor"]  # the fixture: an executor of the test's own, two engine slots
@@ -84,14 +89,16 @@ async def test_an_expiry_finalize_stops_every_shard_of_the_batch_running_on_the_
 
 
 async def test_a_finished_line_is_committed_within_the_wait_while_its_neighbour_still_runs(
-    bus: EventBus, object_store: ObjectStore, executor: ExecutorSettings,
+    bus: EventBus, object_store: ObjectStore, connection: ConnectionSettings, tmp_path: Path,
 ) -> None:
     """Progress moves by the clock, not only when the next line finishes: a short line beside a long one (the two
-    slots) commits alone once it has waited `chunk_max_wait_s`, long before the long line ends."""
-    command = await new_batch(object_store, executor, "/v1/chat/completions", CHAT,
-                              [chat(1, max_tokens=1), chat(2, max_tokens=700)])
-    await bus.send(command)
-    facts = await batch_facts(bus, command.batch_id, ended, timeout_s=120.0)
+    slots) commits alone once it has waited `chunk_max_wait_s`, long before the long line ends. The wait is short
+    here (0.3 s) against a line of a few hundred tokens, so a fast machine does not finish both inside it."""
+    async with running_executor(connection, tmp_path, CATALOGUE, chunk_max_wait_s=0.3) as executor:
+        command = await new_batch(object_store, executor, "/v1/chat/completions", CHAT,
+                                  [chat(1, max_tokens=1), chat(2, max_tokens=700)])
+        await bus.send(command)
+        facts = await batch_facts(bus, command.batch_id, ended, timeout_s=120.0)
     progressed = [fact for fact in facts if isinstance(fact, BatchProgressed)]
     assert [(fact.completed, fact.failed) for fact in progressed] == [(1, 0), (2, 0)]
     assert facts[-1].type == "batch.completed"

@@ -58,13 +58,14 @@ INPUT = b"\n".join([
 
 @contextlib.asynccontextmanager
 async def running_executor(connection: ConnectionSettings, tmp_path: Path,
-                           catalogue_text: str) -> AsyncIterator[ExecutorSettings]:
-    """An executor of the test's own over `catalogue_text`, stopped cleanly afterwards."""
+                           catalogue_text: str, **overrides: Any) -> AsyncIterator[ExecutorSettings]:
+    """An executor of the test's own over `catalogue_text` (and any other settings), stopped cleanly afterwards."""
     catalogue = tmp_path / "catalogue.toml"
     catalogue.write_text(catalogue_text)
     settings = ExecutorSettings(
         connection=connection.model_copy(update={"catalogue_path": catalogue}),
         executor_id=f"itest-{secrets.token_hex(4)}", chunk_lines=2, heartbeat_s=0.5, stop_grace_s=1.0,
+        **overrides,
     )
     stop = asyncio.Event()
     running = asyncio.create_task(run_executor(settings, stop))
