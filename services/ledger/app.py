@@ -89,7 +89,8 @@ class LedgerApp:
         checkpoint = await asyncio.to_thread(ledger.checkpoint)
         checkpoint = await self._restore(read_model, ledger, read_model_sink(read_model), checkpoint)
         await index_owners(bus, ledger, read_model_sink(read_model), checkpoint)
-        folder = self.folder = Folder(ledger, read_model_sink(read_model), checkpoint, self.settings.group_size)
+        folder = self.folder = Folder(ledger, read_model_sink(read_model), checkpoint, self.settings.group_size,
+                                      self.settings.fold_pace_s)
         head = await eventlog.head(bus)
         log.info("ledger resumes after sequence %d; stream head is %d", checkpoint, head)
         worker = asyncio.create_task(folder.run(stop))

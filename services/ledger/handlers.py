@@ -4,6 +4,7 @@ ledger's table (`ledger_router`): the fold of the log it runs."""
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -25,6 +26,8 @@ Sink = Callable[[list[Projection]], Awaitable[None]]
 R = TypeVar("R")
 RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 IDLE_POLL_S = 0.25
+BUSY_FACTS_PER_S = 100
+"""Facts folded in the last second from which the folder paces its groups (a single batch's life is ~12 facts)."""
 MATERIALISE_BEHIND = 4
 """Groups folded and not yet in the sink at most: then the fold waits for the sink."""
 
@@ -32,10 +35,18 @@ MATERIALISE_BEHIND = 4
 class Folder:
     """Takes facts from the ordered reader and folds them in groups, in stream order."""
 
-    def __init__(self, ledger: Ledger, sink: Sink, start_after: int, group_size: int = 1000) -> None:
+    def __init__(self, ledger: Ledger, sink: Sink, start_after: int, group_size: int = 1000,
+                 pace_s: float = 0.0) -> None:
         self.ledger = ledger
         self.sink = sink
         self.group_size = group_size
+        self.pace_s = pace_s
+        """While busy (BUSY_FACTS_PER_S or more facts in the last second), a group starts at least this long after
+        the previous one: facts arriving meanwhile join it, so a batch's quick succession of facts is folded, saved
+        and put into the read model once, not once per fact. A quiet log's facts are folded at once."""
+        self._last_group_at = 0.0
+        self._recent: deque[tuple[float, int]] = deque()
+        """(when, how many facts) of the groups started in the last second."""
         self.folded_through = start_after
         """Every fact up to this stream sequence is folded, materialised and checkpointed."""
         self.folded = 0
@@ -68,12 +79,30 @@ class Folder:
                         self._held = await asyncio.wait_for(self._queue.get(), timeout=IDLE_POLL_S)
                     except TimeoutError:
                         continue
+                await self._paced()
                 while len(self._held) < self.group_size and not self._queue.empty():
                     self._held = self._held + self._queue.get_nowait()
                 group, self._held = self._held[:self.group_size], self._held[self.group_size:]
+                self._started_group(len(group))
                 await self._fold(group, stop)
         finally:
             await self._materialised()
+
+    async def _paced(self) -> None:
+        """While busy with live facts, wait out what is left of `pace_s` since the previous group started."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        while self._recent and self._recent[0][0] < now - 1.0:
+            self._recent.popleft()
+        busy = sum(count for _, count in self._recent) >= BUSY_FACTS_PER_S
+        catching_up = self.head_seen - self.folded_through > self.group_size  # a backlog folds as fast as it can
+        wait = self._last_group_at + self.pace_s - now
+        if busy and not catching_up and wait > 0:
+            await asyncio.sleep(wait)
+        self._last_group_at = loop.time()
+
+    def _started_group(self, facts: int) -> None:
+        self._recent.append((self._last_group_at, facts))
 
     async def wait_through(self, sequence: int) -> None:
         async with self._advanced:

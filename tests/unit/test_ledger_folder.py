@@ -59,3 +59,40 @@ async def test_records_folded_while_the_sink_is_busy_go_out_once_in_their_last_s
     later = [p for p in rest if isinstance(p, BatchRecord)]
     assert sorted(p.batch.id for p in later) == [BATCH, "batch_folder2"]  # each once, though folded in two groups
     assert next(p for p in later if p.batch.id == BATCH).last_sequence == 3  # its state after the repeated creation
+
+
+async def test_a_busy_log_folds_a_quick_succession_of_facts_together_and_puts_each_record_once(ledger: Ledger) -> None:
+    puts: list[list[Projection]] = []
+
+    async def sink(projections: list[Projection]) -> None:
+        puts.append(projections)
+
+    folder = Folder(ledger, sink, start_after=0, group_size=1000, pace_s=3.0)
+    stop = asyncio.Event()
+    worker = asyncio.create_task(folder.run(stop))
+    busy = [fact(n, created(f"batch_busy{n}")) for n in range(1, 121)]  # more than BUSY_FACTS_PER_S at once
+    await folder.receive(busy)
+    await asyncio.wait_for(folder.wait_through(120), 10)
+    for sequence in range(121, 126):  # one batch's facts, a delivery each, while the log is busy
+        await folder.receive([fact(sequence, created(BATCH))])  # (folded again: the same record)
+    await asyncio.sleep(0.2)
+    assert folder.folded_through == 120  # the pace holds them: none is folded alone
+    await asyncio.wait_for(folder.wait_through(125), 20)
+    stop.set()
+    await worker
+    records = [p for put in puts[1:] for p in put if isinstance(p, BatchRecord) and p.batch.id == BATCH]
+    assert len(records) == 1 and records[0].last_sequence == 125
+
+
+async def test_a_quiet_log_folds_each_fact_at_once_whatever_the_pace(ledger: Ledger) -> None:
+    async def sink(projections: list[Projection]) -> None:
+        pass
+
+    folder = Folder(ledger, sink, start_after=0, group_size=1000, pace_s=30.0)
+    stop = asyncio.Event()
+    worker = asyncio.create_task(folder.run(stop))
+    for sequence in range(1, 4):
+        await folder.receive([fact(sequence, created(f"batch_quiet{sequence}"))])
+        await asyncio.wait_for(folder.wait_through(sequence), 10)  # far less than the 30 s pace
+    stop.set()
+    await worker
