@@ -11,9 +11,10 @@ cache serves the shared part; while a unit is open, the prefixes of its lines no
 """
 
 import asyncio
+import heapq
 import itertools
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -52,6 +53,11 @@ class SlotPool:
         self.held: Counter[str] = Counter()
         """Slots in use, by owner."""
         self._slots = [_Slot(index) for index in range(self.size)]
+        self._resident_slots = 0
+        """Slots holding a prefix key: while none does, every choice is the least recently used free slot."""
+        self._free_order: list[tuple[int, int]] = [(slot.last_used, slot.index) for slot in self._slots]
+        """A heap of (last used, index) of the free slots (entries of slots taken since are skipped when met): the
+        least recently used free slot at once, however many slots the engine has."""
         self._held_slots: dict[str, list[int]] = {}
         self._waiting: list[_Waiter] = []
         self._arrivals = itertools.count()
@@ -122,7 +128,13 @@ class SlotPool:
             if not any(waiter.owner == owner for waiter in self._waiting) and not any(
                     unit.owner == owner and unit.has_lines_to_start for unit in self._units):
                 self._served.pop(owner, None)  # gone: it comes back level with the least served
-        self._slots[index].busy = False
+        slot = self._slots[index]
+        slot.busy = False
+        if len(self._free_order) > 2 * self.size:  # entries of slots taken by a keyed choice: start afresh
+            self._free_order = [(free.last_used, free.index) for free in self._slots if not free.busy]
+            heapq.heapify(self._free_order)
+        else:
+            heapq.heappush(self._free_order, (slot.last_used, index))
         self._grant()
 
     async def take(self, owner: str, stopping: asyncio.Event) -> "HeldSlot | None":
@@ -197,6 +209,8 @@ class SlotPool:
 
     def _grant(self) -> None:
         # A waiter cancelled but not yet resumed is still listed: it is skipped, and removes itself.
+        if not self._waiting:
+            return  # no one to hand a slot to (most releases, while slots are free)
         budget = self.free
         held, served = Counter(self.held), dict(self._served)
         """Slots held and lines started, counting the slots left free this round for returning owners."""
@@ -217,32 +231,55 @@ class SlotPool:
                 served[returning] = served.get(returning, baseline) + 1
                 budget -= 1
                 continue
-            need = self._need()
-            warm = {slot.resident for slot in self._slots if not slot.busy and slot.resident is not None}
+            chosen = self._choose(ready, standing)
+            if chosen is None:
+                return  # every waiter waits for a busy slot holding one of its prefixes
+            waiter, choice = chosen
+            self._hand(waiter, *choice)
+            held[waiter.owner] += 1
+            served[waiter.owner] = served.get(waiter.owner, baseline) + 1
+            budget -= 1
+
+    def _choose(self, ready: list[_Waiter], standing: Callable[[str], tuple[int, int]]
+                ) -> tuple[_Waiter, tuple[int, str | None]] | None:
+        """The waiter to hand a free slot now, and which slot with which of its prefixes; None: all wait."""
+        if len(ready) > 1:
+            warm = {slot.resident for slot in self._slots if not slot.busy and slot.resident is not None} \
+                if self._resident_slots else set()
             # Fewest slots held first; among equals, the owner that started fewest lines (not the waiter that came
             # first: the owner that just gave a slot back would win every tie, and an owner with one unit against
             # owners with several would stay below its share), then one a free slot holds a prefix of warm, then the
             # earliest waiter.
             ready.sort(key=lambda waiter: (*standing(waiter.owner), warm.isdisjoint(waiter.candidates()),
                                            waiter.arrival))
-            # An owner below its share while others hold or want slots does not wait for a warm one: the slots it
-            # passes over would go to them.
-            owners = set(self.held) | {waiter.owner for waiter in ready}
-            share = self.size // len(owners) if len(owners) > 1 else 0
-            for waiter in ready:
-                choice = choose_start(waiter.candidates(), self._slots, need, patient=self.held[waiter.owner] >= share)
-                if choice is not None:
-                    break
-            else:
-                return  # every waiter waits for a busy slot holding one of its prefixes
-            self._hand(waiter, *choice)
-            held[waiter.owner] += 1
-            served[waiter.owner] = served.get(waiter.owner, baseline) + 1
-            budget -= 1
+        if not self._resident_slots:
+            # No slot holds a prefix: whatever the candidates, the first waiter starts its first one on the least
+            # recently used free slot (what `choose_start` picks then, without reading every slot).
+            return ready[0], (self._least_recently_used(), ready[0].candidates()[0])
+        need = self._need()
+        # An owner below its share while others hold or want slots does not wait for a warm one: the slots it
+        # passes over would go to them.
+        owners = set(self.held) | {waiter.owner for waiter in ready}
+        share = self.size // len(owners) if len(owners) > 1 else 0
+        for waiter in ready:
+            choice = choose_start(waiter.candidates(), self._slots, need, patient=self.held[waiter.owner] >= share)
+            if choice is not None:
+                return waiter, choice
+        return None
+
+    def _least_recently_used(self) -> int:
+        """The free slot used longest ago (never used first, then by index), as `choose_start` ranks them."""
+        while True:
+            last_used, index = self._free_order[0]
+            slot = self._slots[index]
+            if not slot.busy and slot.last_used == last_used:
+                return index
+            heapq.heappop(self._free_order)  # taken since it was freed
 
     def _hand(self, waiter: _Waiter, index: int, key: str | None) -> None:
         self._waiting.remove(waiter)
         slot = self._slots[index]
+        self._resident_slots += (key is not None) - (slot.resident is not None)
         slot.busy, slot.resident, slot.last_used = True, key, next(self._uses)
         self.held[waiter.owner] += 1
         self._served[waiter.owner] = self._served.get(waiter.owner, 0) + 1
@@ -265,6 +302,8 @@ class UnitPlan:
         self._pending = deque(self.order)
         self.to_come = Counter(key for key in self.keys if key is not None)
         """Lines not yet started, by prefix key."""
+        self._keyed = bool(self.to_come)
+        """Whether any line has a prefix key (if none has, its candidates are None alone while lines are pending)."""
         self._open = True
         self._asking = False
         self.owner: str | None = None
@@ -295,6 +334,8 @@ class UnitPlan:
 
     def candidates(self) -> list[str | None]:
         """The prefix keys of the lines not yet started, in the order they are preferred."""
+        if not self._keyed:
+            return [None] if self._pending else []
         return list(dict.fromkeys(self.keys[index] for index in self._pending))
 
     def claim(self, key: str | None) -> int | None:

@@ -388,3 +388,29 @@ async def test_an_owner_with_one_unit_gets_its_share_against_owners_with_several
     await asyncio.wait_for(asyncio.gather(*(unit("a", 40) for _ in range(4)), *(unit("b", 40) for _ in range(4)),
                                           unit("c", 40)), 30)
     assert share_of_c and share_of_c[0] >= 0.29, f"c had {share_of_c} of the lines done when its unit ended"
+
+
+async def test_while_no_slot_holds_a_prefix_a_line_starts_on_the_free_slot_used_longest_ago() -> None:
+    """What `choose_start` picks then (the pool finds it without reading every slot): a slot never used first, by
+    index, then the one handed out longest ago; lines with prefixes in between, the order holds again once every slot
+    has been handed a line without one."""
+    rng = random.Random(7)
+    pool = SlotPool(6)
+    handed: dict[int, int] = {}  # slot -> when it was last handed out
+    prefixed: set[int] = set()  # slots whose last line had a prefix key
+    held: list[HeldSlot] = []
+    clock = 0
+    for step in range(600):
+        keyed = 200 <= step < 260 and rng.random() < 0.5
+        if held and (len(held) == pool.size or rng.random() < 0.45):
+            held.pop(rng.randrange(len(held))).give_back()
+            continue
+        free = [index for index in range(pool.size) if index not in {slot.index for slot in held}]
+        expected = min(free, key=lambda index: (handed.get(index, -1), index))
+        with pool.unit([f"prefix-{step}" if keyed else None]) as unit:
+            key, slot = await start(unit)
+        if not prefixed:
+            assert slot.index == expected, step
+        handed[slot.index], clock = clock, clock + 1
+        (prefixed.add if key is not None else prefixed.discard)(slot.index)
+        held.append(slot)
