@@ -1,9 +1,15 @@
 """Pure execution logic: result lines, resuming from committed chunks, chunk bookkeeping, files and usage,
-and the invariant every terminal batch keeps."""
+and the invariant every terminal batch keeps.
+
+Result lines are written and read by orjson where it writes exactly the bytes the pydantic models write (their
+fields, in their order, of JSON's own types): a chunk line read back is kept as its bytes (`StoredLine`) and goes into
+the output file as it is; any other line takes the models' way, as every line did before.
+"""
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
@@ -71,12 +77,46 @@ def unrun_line(batch_id: str, line: InputLine, code: str, message: str) -> Commi
     return CommittedLine(line=line.line, custom_id=line.custom_id, output=output)
 
 
+_PLAIN = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
+"""orjson on JSON's own types only: anything else (a datetime, a numpy number, a subclass) raises, and the model
+writes it instead."""
+_LINE_KEYS = ["line", "custom_id", "output"]
+_OUTPUT_KEYS = ["id", "custom_id", "response", "error"]
+_RESPONSE_KEYS = ["status_code", "request_id", "body"]
+_ERROR_KEYS = ["code", "message"]
+_FAST = (list(CommittedLine.model_fields) == _LINE_KEYS and list(OutputLine.model_fields) == [*_OUTPUT_KEYS, "line"]
+         and list(OutputResponse.model_fields) == _RESPONSE_KEYS and list(OutputError.model_fields) == _ERROR_KEYS)
+"""The models are still the shape written here by hand (if one gains a field, every line takes the models' way)."""
+
+
+@dataclass(frozen=True)
+class StoredLine:
+    """A committed line read back from a chunk exactly as the models wrote it: what resuming and the files need,
+    and its output line's bytes, which go into the output or error file unchanged."""
+
+    line: int
+    custom_id: str | None
+    succeeded: bool
+    output_json: bytes
+    """`OutputLine.model_dump_json()` of its output line, byte for byte."""
+    tokens: tuple[int, int, int]
+    """(prompt, completion, cached prompt) tokens of a successful line's body; zeros for any other."""
+
+    @property
+    def key(self) -> int:
+        return self.line
+
+
+ResultLine = CommittedLine | StoredLine
+"""A committed line as this executor holds it: made here (or refused, or never run), or read back from a chunk."""
+
+
 @dataclass
 class Tally:
     completed: int = 0
     failed: int = 0
 
-    def add(self, line: CommittedLine) -> None:
+    def add(self, line: ResultLine) -> None:
         if line.succeeded:
             self.completed += 1
         else:
@@ -136,19 +176,102 @@ def chunk_position(key: str) -> tuple[int, int]:
     return parsed[1], parsed[2]
 
 
+def _output_dict(output: OutputLine) -> dict[str, Any]:
+    response, error = output.response, output.error
+    dumped: dict[str, Any] = {
+        "id": output.id, "custom_id": output.custom_id,
+        "response": None if response is None else {"status_code": response.status_code,
+                                                   "request_id": response.request_id, "body": response.body},
+        "error": None if error is None else {"code": error.code, "message": error.message}}
+    if output.line is not None:
+        dumped["line"] = output.line
+    return dumped
+
+
+def output_json(line: ResultLine) -> bytes:
+    """The line's output line as `OutputLine.model_dump_json()` writes it."""
+    if isinstance(line, StoredLine):
+        return line.output_json
+    if _FAST:
+        try:
+            return orjson.dumps(_output_dict(line.output), option=_PLAIN)
+        except TypeError:  # orjson.JSONEncodeError: not of JSON's own types (or an integer past 64 bits)
+            pass
+    return line.output.model_dump_json().encode()
+
+
+def line_json(line: CommittedLine) -> bytes:
+    """The chunk line of a committed line, as `CommittedLine.model_dump_json()` writes it."""
+    if _FAST:
+        try:
+            return orjson.dumps({"line": line.line, "custom_id": line.custom_id, "output": _output_dict(line.output)},
+                                option=_PLAIN)
+        except TypeError:
+            pass
+    return line.model_dump_json().encode()
+
+
 def encode_chunk(lines: Iterable[CommittedLine]) -> bytes:
-    return b"".join(line.model_dump_json().encode() + b"\n" for line in lines)
+    return b"".join(line_json(line) + b"\n" for line in lines)
 
 
 def decode_chunk(data: bytes) -> list[CommittedLine]:
     return [CommittedLine.model_validate_json(raw) for raw in data.splitlines() if raw.strip()]
 
 
+def read_chunk(data: bytes) -> list[ResultLine]:
+    """A chunk's lines: each one written as the models write it kept as its bytes, any other decoded by the models
+    (which refuse what is not a committed line, as `decode_chunk` does)."""
+    return [_stored(raw) or CommittedLine.model_validate_json(raw) for raw in data.splitlines() if raw.strip()]
+
+
+def _stored(raw: bytes) -> StoredLine | None:
+    """The line kept as its bytes, if the models would write back exactly these bytes; else None."""
+    if not _FAST:
+        return None
+    try:
+        parsed = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if type(parsed) is not dict or list(parsed) != _LINE_KEYS or type(parsed["line"]) is not int \
+            or not _str_or_none(parsed["custom_id"]) or not _canonical_output(parsed["output"]):
+        return None
+    try:
+        if orjson.dumps(parsed) != raw:  # spacing, escapes, number forms the models would write otherwise
+            return None
+    except orjson.JSONEncodeError:
+        return None
+    response = parsed["output"]["response"]
+    succeeded = response is not None and 200 <= response["status_code"] < 300
+    return StoredLine(parsed["line"], parsed["custom_id"], succeeded, raw[raw.index(b',"output":') + 10:-1],
+                      _tokens(response["body"]) if succeeded else (0, 0, 0))
+
+
+def _str_or_none(value: object) -> bool:
+    return value is None or type(value) is str
+
+
+def _canonical_output(output: object) -> bool:
+    """An output line of exactly the models' fields, in their order, each of the type they hold."""
+    if type(output) is not dict:
+        return False
+    keys = list(output)
+    if keys != _OUTPUT_KEYS and (keys != [*_OUTPUT_KEYS, "line"] or type(output["line"]) is not int):
+        return False
+    response, error = output["response"], output["error"]
+    return (type(output["id"]) is str and _str_or_none(output["custom_id"])
+            and (response is None or (type(response) is dict and list(response) == _RESPONSE_KEYS
+                                      and type(response["status_code"]) is int
+                                      and type(response["request_id"]) is str and type(response["body"]) is dict))
+            and (error is None or (type(error) is dict and list(error) == _ERROR_KEYS
+                                   and type(error["code"]) is str and type(error["message"]) is str)))
+
+
 @dataclass
 class Resume:
     """What earlier deliveries and attempts committed, and where this attempt's chunk numbering goes on."""
 
-    committed: dict[int, CommittedLine]
+    committed: dict[int, ResultLine]
     """By input line."""
     next_chunk: int
     last_chunk: int | None
@@ -157,8 +280,8 @@ class Resume:
     """The tokens of that chunk's lines: its progress event carries them."""
 
     @classmethod
-    def from_chunks(cls, chunks: Iterable[tuple[str, list[CommittedLine]]], attempt: int) -> "Resume":
-        committed: dict[int, CommittedLine] = {}
+    def from_chunks(cls, chunks: Iterable[tuple[str, Sequence[ResultLine]]], attempt: int) -> "Resume":
+        committed: dict[int, ResultLine] = {}
         last_chunk: int | None = None
         last_usage: BatchUsage | None = None
         for key, lines in sorted(chunks, key=lambda item: chunk_position(item[0])):
@@ -192,14 +315,14 @@ class ResultFiles:
     error_lines: int
 
 
-def assemble(lines: Iterable[CommittedLine]) -> ResultFiles:
+def assemble(lines: Iterable[ResultLine]) -> ResultFiles:
     """The output file (successes) and error file (the rest), each in input order."""
     ordered = sorted(lines, key=lambda line: line.line)
-    successes = [line.output for line in ordered if line.succeeded]
-    failures = [line.output for line in ordered if not line.succeeded]
+    successes = [output_json(line) for line in ordered if line.succeeded]
+    failures = [output_json(line) for line in ordered if not line.succeeded]
     return ResultFiles(
-        output=b"".join(out.model_dump_json().encode() + b"\n" for out in successes),
-        errors=b"".join(out.model_dump_json().encode() + b"\n" for out in failures),
+        output=b"".join(out + b"\n" for out in successes),
+        errors=b"".join(out + b"\n" for out in failures),
         output_lines=len(successes),
         error_lines=len(failures),
     )
@@ -216,20 +339,30 @@ def _count(mapping: object, *keys: str) -> int:
     return 0
 
 
-def usage_of(lines: Iterable[CommittedLine]) -> BatchUsage:
+def _tokens(body: dict[str, object]) -> tuple[int, int, int]:
+    """(prompt, completion, cached prompt) tokens a response body states."""
+    usage = body.get("usage")
+    if not isinstance(usage, dict):
+        return 0, 0, 0
+    details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details")
+    return (_count(usage, "prompt_tokens", "input_tokens"), _count(usage, "completion_tokens", "output_tokens"),
+            _count(details, "cached_tokens"))
+
+
+def usage_of(lines: Iterable[ResultLine]) -> BatchUsage:
     """Token usage summed over the successful lines' bodies: chat and completions, embeddings (prompt tokens
     only) and responses (input/output tokens)."""
     prompt = completion = cached = 0
     for line in lines:
-        if not line.succeeded or line.output.response is None:
+        if not line.succeeded:
             continue
-        usage = line.output.response.body.get("usage")
-        if not isinstance(usage, dict):
+        if isinstance(line, StoredLine):
+            tokens = line.tokens
+        elif line.output.response is not None:
+            tokens = _tokens(line.output.response.body)
+        else:
             continue
-        prompt += _count(usage, "prompt_tokens", "input_tokens")
-        completion += _count(usage, "completion_tokens", "output_tokens")
-        details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details")
-        cached += _count(details, "cached_tokens")
+        prompt, completion, cached = prompt + tokens[0], completion + tokens[1], cached + tokens[2]
     return BatchUsage(input_tokens=prompt, output_tokens=completion, total_tokens=prompt + completion,
                       input_tokens_details=InputTokensDetails(cached_tokens=cached))
 

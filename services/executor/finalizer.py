@@ -4,7 +4,7 @@ Deterministic in what is committed: redone, it writes the same files under the s
 """
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from contracts.commands import FinalizeBatch, RunBatch
 from contracts.events.batch import BatchCancelled, BatchCompleted, BatchExpired, BatchFailed
@@ -17,6 +17,7 @@ from services.executor.attempts import Outcome
 from services.executor.domain import (
     REFUSED_ATTEMPT,
     CommittedLine,
+    ResultLine,
     Resume,
     assemble,
     parse_input_line,
@@ -53,7 +54,7 @@ class Finalizer:
     async def finalize(self, command: RunBatch | FinalizeBatch, outcome: Outcome, counts: Callable[[str], bool],
                        publish: Publish | None = None, code: str | None = None, all_lines_ran: bool = False,
                        holds: Callable[[str, int], bool] | None = None,
-                       in_hand: list[tuple[str, list[CommittedLine]]] | None = None) -> bool:
+                       in_hand: Sequence[tuple[str, Sequence[ResultLine]]] | None = None) -> bool:
         """Write both files and publish the terminal fact; False once `publish` refuses (the lease is gone).
 
         The files hold the chunks that `counts` as committed, and of each only the lines it `holds` (chunk key,
@@ -61,6 +62,7 @@ class Finalizer:
         `batch_<outcome>`); unless `all_lines_ran`, the input is read again so none can go missing."""
         publish = publish or self._publish_unfenced
         batch_id = command.batch_id
+        chunks: Sequence[tuple[str, Sequence[ResultLine]]]
         if in_hand is not None:  # every chunk that counts, and the refused lines: nothing is read back
             refused = result_chunk_key(batch_id, REFUSED_ATTEMPT, 0)
             chunks = [(key, lines) for key, lines in in_hand if key == refused or counts(key)]
@@ -70,7 +72,7 @@ class Finalizer:
         if holds is not None:
             chunks = [(key, [line for line in lines if holds(key, line.line)]) for key, lines in chunks]
         committed = Resume.from_chunks(chunks, attempt=0).committed
-        lines = list(committed.values())
+        lines: list[ResultLine] = list(committed.values())
         if not all_lines_ran:
             unrun = await self._unrun(command, code or f"batch_{outcome}", set(committed))
             if unrun and outcome == "completed":

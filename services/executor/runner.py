@@ -15,7 +15,7 @@ import asyncio
 import logging
 import time
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing
 
 from contracts.api.batch import BatchUsage
@@ -32,8 +32,8 @@ from services.executor.attempts import counts_as_committed
 from services.executor.domain import (
     Chunk,
     ChunkCommitter,
-    CommittedLine,
     InputLine,
+    ResultLine,
     Resume,
     parse_input_line,
     result_line,
@@ -90,7 +90,7 @@ class BatchRunner:
         self.retry = retry or LineRetry()
         self.announced: dict[AttemptKey, set[str]] = {}
         """Chunk keys each running attempt announced (its watch may not have read them back yet)."""
-        self.in_hand: dict[AttemptKey, list[tuple[str, list[CommittedLine]]]] = {}
+        self.in_hand: dict[AttemptKey, list[tuple[str, Sequence[ResultLine]]]] = {}
         """The chunks of each running unsharded attempt's lines it read on resuming or committed itself: one that
         holds every announced chunk of its batch finalizes without reading them back."""
         self.running: dict[AttemptKey, BatchWatch] = {}
@@ -306,7 +306,7 @@ class BatchRunner:
         keys = watch.log.unit_chunks(shard, layout)
         if not first_run:
             keys.update(await self.results.attempt_chunk_keys(command.batch_id, command.attempt))
-        chunks = await self.results.chunks(keys)
+        chunks = list(await self.results.chunks(keys))
         chunks.extend(await self.results.refused(command.batch_id, lambda line: layout.shard_of(line) == shard,
                                                  command.rejections_object_key))
         if not command.sharded:  # a unit of a sharded batch never finalizes it: nothing to keep

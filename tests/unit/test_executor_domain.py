@@ -25,13 +25,16 @@ from services.executor.domain import (
     InvalidInputLine,
     InvariantBroken,
     Resume,
+    StoredLine,
     Tally,
     assemble,
     check_invariant,
     chunk_position,
     decode_chunk,
     encode_chunk,
+    output_json,
     parse_input_line,
+    read_chunk,
     refused_line,
     result_line,
     unrun_line,
@@ -289,3 +292,47 @@ def test_pending_lines_fall_due_by_the_clock_alone() -> None:
     assert committer.due(12.0)
     chunk = committer.flush()
     assert chunk is not None and chunk.completed == 1 and not committer.due(50.0)
+
+
+def test_chunk_and_file_lines_are_the_bytes_the_models_write_and_read_back_as_they_are() -> None:
+    """orjson writes what the models write, for every kind of line and every JSON value a body holds; a chunk line
+    read back gives the same output line bytes, usage and outcome as the models would decode it to."""
+    bodies: list[dict[str, object]] = [
+        completion(10, 4, cached=3), too_long(),
+        {"x": [0.1, 1e16, 1e-7, -0.0, 5e-324, 1.7976931348623157e308, 2**63 - 1, -(2**63), 2**64 - 1],
+         "s": "é漢字🎉 \u2028\x00\x1f\x7f \"quoted\" \\ / <&>", "n": None, "b": [True, False], "nested": {"": {}}},
+        {"nan": float("nan"), "inf": float("inf"), "t": (1, 2)},  # as the models write them: null, null, [1, 2]
+        {"big": 2**70, "set": {1}}, {"usage": {"input_tokens": 9, "output_tokens": 4}},  # the models' way
+    ]
+    lines = [result_line(BATCH, InputLine(n, f"c-{n}", {}), status, body)
+             for n, body in enumerate(bodies, 1) for status in (200, 400, 500)]
+    lines += [unrun_line(BATCH, InputLine(99, "u", {}), "batch_expired", "never ran"),
+              refused_line(BATCH, RejectedLine(line=7, custom_id=None, code="invalid_json", message="bad"))]
+    chunk = encode_chunk(lines)
+    assert chunk == b"".join(line.model_dump_json().encode() + b"\n" for line in lines)
+    read = read_chunk(chunk)
+    assert all(isinstance(line, StoredLine) for line in read[:12])  # JSON's own types: kept as their bytes
+    assert [line.line for line in read] == [line.line for line in lines]
+    assert [line.succeeded for line in read] == [line.succeeded for line in lines]
+    assert [output_json(line) for line in read] == [line.output.model_dump_json().encode() for line in lines]
+    assert usage_of(read) == usage_of(lines)
+    files = assemble(read)
+    assert files == assemble(decode_chunk(chunk))
+    assert files.output == b"".join(line.output.model_dump_json().encode() + b"\n"
+                                    for line in sorted(lines, key=lambda line: line.line) if line.succeeded)
+
+
+def test_a_chunk_line_not_as_the_models_write_it_is_decoded_by_them() -> None:
+    """Spacing, another key order, an extra key, a number orjson reads otherwise, a string where an integer goes:
+    each line is what the models make of it, and one they refuse is refused."""
+    written = ok(1, "a").model_dump_json()
+    variants = [json.dumps(json.loads(written)), written.replace('"status_code":200', '"status_code":"200"'),
+                written.replace('{"line":1,', '{"extra":1,"line":1,'),
+                written.replace('"prompt_tokens":10', '"prompt_tokens":18446744073709551616')]
+    for raw in variants:
+        (line,) = read_chunk(raw.encode())
+        model = CommittedLine.model_validate_json(raw)
+        assert output_json(line) == model.output.model_dump_json().encode() and line.succeeded == model.succeeded
+        assert usage_of([line]) == usage_of([model])
+    with pytest.raises(ValueError):
+        read_chunk(b'{"line":1,"custom_id":"a","output":{"id":3}}\n')

@@ -5,7 +5,7 @@ import asyncio
 import hashlib
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from contracts.api.file import RESULT_FILE_EXPIRES_AFTER_S
 from contracts.api.rejected_line import RejectedLine
@@ -16,8 +16,9 @@ from services.executor.domain import (
     REFUSED_ATTEMPT,
     Chunk,
     CommittedLine,
-    decode_chunk,
+    ResultLine,
     encode_chunk,
+    read_chunk,
     refused_line,
 )
 
@@ -35,22 +36,22 @@ class ResultStore:
         self._refused: OrderedDict[str, asyncio.Future[list[CommittedLine]]] = OrderedDict()
 
     async def committed(self, batch_id: str, counts: Callable[[str], bool],
-                        rejections: Rejections = LOOK) -> list[tuple[str, list[CommittedLine]]]:
+                        rejections: Rejections = LOOK) -> Sequence[tuple[str, Sequence[ResultLine]]]:
         """Every result chunk of the batch that `counts` (a chunk counts once a fact announced it), plus the lines
         validation refused (allow_partial), as a chunk of attempt 0: they are settled before any attempt starts."""
         keys = [key for key in await self.store.list_keys(results_prefix(batch_id))
                 if key.endswith(".jsonl") and counts(key)]
-        chunks = await self.chunks(keys)
+        chunks = list(await self.chunks(keys))
         refused = await self._read_refused(batch_id, rejections)
         if refused:
             chunks.append((result_chunk_key(batch_id, REFUSED_ATTEMPT, 0), refused))
         return chunks
 
-    async def chunks(self, keys: Iterable[str]) -> list[tuple[str, list[CommittedLine]]]:
+    async def chunks(self, keys: Iterable[str]) -> Sequence[tuple[str, Sequence[ResultLine]]]:
         """The result chunks under `keys`, read at once."""
         keys = sorted(keys)
         blobs = await asyncio.gather(*(self.store.get_bytes(key) for key in keys))
-        return [(key, decode_chunk(blob)) for key, blob in zip(keys, blobs, strict=True)]
+        return [(key, read_chunk(blob)) for key, blob in zip(keys, blobs, strict=True)]
 
     async def attempt_chunk_keys(self, batch_id: str, attempt: int) -> list[str]:
         """The chunks `attempt` wrote, announced or not (a delivery may have died between the two)."""
