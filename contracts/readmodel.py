@@ -2,7 +2,7 @@
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, RootModel
 
 from contracts.api.batch import Batch
 from contracts.api.file import FileObject
@@ -23,6 +23,11 @@ class BatchRecord(BaseModel):
     @property
     def owner(self) -> str:
         return owner_id(self.owner_user_id, self.owner_key_id)
+
+
+class LiveBatches(RootModel[list[str]]):
+    """The ids of an owner's batches that have not ended, sorted (`owner_live_key`): limits and twin checks read
+    these, not every batch the owner ever had."""
 
 
 class FileRecord(BaseModel):

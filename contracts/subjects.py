@@ -202,6 +202,12 @@ def owner_index(owner: str, kind: Literal["batch", "file"]) -> str:
     return f"owner.{owner}.{kind}.>"
 
 
+def owner_live_key(owner: str) -> str:
+    """The ids of the owner's batches that have not ended (a JSON list): their live batches, read without their
+    history (an owner's index keeps every batch they ever had)."""
+    return f"owner.{owner}.live"
+
+
 def input_object_key(file_id: str) -> str:
     return f"files/{file_id}"
 

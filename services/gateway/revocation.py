@@ -23,7 +23,7 @@ async def revoke_key(bus: EventBus, read_model: ReadModel, key_sha256: str, by_k
     if not record.revoked:
         await bus.publish(KeyRevoked(aggregate_id=key_aggregate_id(record.key_id, key_sha256),
                                      key_sha256=key_sha256, revoked_by_key_id=by_key_id))
-    live = [r.batch.id for r in await read_model.owner_batches(record.owner)  # its owner's index, not every batch
+    live = [r.batch.id for r in await read_model.owner_live_batches(record.owner)  # its owner's live list alone
             if r.owner_key_id == record.key_id and r.batch.status not in ENDED]
     told: list[str] = []
     for batch_id in live:

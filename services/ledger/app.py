@@ -7,7 +7,7 @@ from contracts.subjects import LEDGER_LEADER_KEY, LEDGER_NAME
 from services.ledger.application import Ledger
 from services.ledger.archive import Archive
 from services.ledger.handlers import Folder, Sink, follow, ledger_router, read_model_sink, stop_reading
-from services.ledger.reindex import index_owners
+from services.ledger.reindex import index_live_batches, index_owners
 from services.ledger.restore import archived_through, restore
 from services.ledger.retention import Policy, Retention
 from services.ledger.settings import LedgerSettings
@@ -89,6 +89,7 @@ class LedgerApp:
         checkpoint = await asyncio.to_thread(ledger.checkpoint)
         checkpoint = await self._restore(read_model, ledger, read_model_sink(read_model), checkpoint)
         await index_owners(bus, ledger, read_model_sink(read_model), checkpoint)
+        await index_live_batches(ledger, read_model, checkpoint)
         folder = self.folder = Folder(ledger, read_model_sink(read_model), checkpoint, self.settings.group_size,
                                       self.settings.fold_pace_s)
         head = await eventlog.head(bus)

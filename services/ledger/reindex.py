@@ -1,5 +1,6 @@
 """Once, for a ledger that folded facts before ownership by user existed: fold again the facts that create keys, files
-and batches, so each key's user is known and every file and batch is re-projected under its owner.
+and batches, so each key's user is known and every file and batch is re-projected under its owner. Once, for a read
+model made before owners' lists of live batches existed: write them from the batch records.
 
 Refolding a fact at or below the checkpoint changes no aggregate; it only adds what older code never made.
 """
@@ -16,6 +17,7 @@ from services.ledger.handlers import Sink
 from services.ledger.projection import Projection, project
 from services.runtime import eventlog
 from services.runtime.bus import EventBus
+from services.runtime.readmodel import ReadModel
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +26,9 @@ OWNER_INDEX = f"{EVENTS_STREAM}:owner_index"
 CREATING_SUBJECTS = (KEY_CREATED, FILE_STORED, BATCH_CREATED)
 """Keys first: a file's or batch's owner is its key's user."""
 GROUP = 1000
+LIVE_INDEX = f"{EVENTS_STREAM}:owner_live_index"
+"""Tracking name, present once every owner's list of live batches is written (a store that starts empty writes the
+lists as it folds)."""
 
 
 async def index_owners(bus: EventBus, ledger: Ledger, sink: Sink, checkpoint: int) -> int:
@@ -43,6 +48,18 @@ async def index_owners(bus: EventBus, ledger: Ledger, sink: Sink, checkpoint: in
     await asyncio.to_thread(ledger.tracking.insert_tracking, Tracking(application_name=OWNER_INDEX,
                                                                       notification_id=1))
     return refolded
+
+
+async def index_live_batches(ledger: Ledger, read_model: ReadModel, checkpoint: int) -> int:
+    """Write each owner's list of live batches from the batch records folded up to `checkpoint`, unless done before
+    (a read model made before the lists existed); how many owners have live batches."""
+    if await asyncio.to_thread(ledger.tracking.max_tracking_id, LIVE_INDEX):
+        return 0
+    owners = await read_model.index_live_batches() if checkpoint else 0
+    if owners:
+        log.info("listed the live batches of %d owners", owners)
+    await asyncio.to_thread(ledger.tracking.insert_tracking, Tracking(application_name=LIVE_INDEX, notification_id=1))
+    return owners
 
 
 def _refold(ledger: Ledger, facts: list[Fact]) -> list[Projection]:

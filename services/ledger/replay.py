@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from contracts.archive import ARCHIVED_THROUGH_KEY, ArchivedThrough
 from contracts.readmodel import BatchRecord, FileRecord
+from contracts.subjects import owner_live_key
 from services.ledger.application import Ledger, persistence_env
 from services.ledger.archive import Archive
 from services.ledger.handlers import Folder, follow, stop_reading
@@ -21,7 +22,7 @@ from services.ledger.restore import restore
 from services.runtime import eventlog
 from services.runtime.bus import EventBus
 from services.runtime.kv import latest_entries
-from services.runtime.readmodel import ReadModel, owner_copy
+from services.runtime.readmodel import ReadModel, live_lists, owner_copy
 
 
 def _record(projection: Projection) -> BaseModel:
@@ -87,6 +88,8 @@ async def replay_into_scratch(bus: EventBus, group_size: int = 5000, archive: Ar
         replayed.events = archived + folder.folded
         replayed.chain_head = ledger.chain_state()[1]
         ledger.close()
+    batches = [record for record in replayed.records.values() if isinstance(record, BatchRecord)]
+    replayed.records.update((owner_live_key(owner), ids) for owner, ids in live_lists(batches).items())
     return replayed
 
 

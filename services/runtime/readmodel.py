@@ -2,6 +2,7 @@
 
 import asyncio
 import time
+from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -9,6 +10,7 @@ import nats.js.errors
 from nats.js.kv import KeyValue
 from pydantic import BaseModel
 
+from contracts.lifecycle import TERMINAL
 from contracts.readmodel import (
     AccountRecord,
     AnomalyRecord,
@@ -16,11 +18,12 @@ from contracts.readmodel import (
     BatchRecord,
     ExecutorRecord,
     FileRecord,
+    LiveBatches,
     OrganizationRecord,
     ProviderRecord,
     UserRecord,
 )
-from contracts.subjects import READ_MODEL_BUCKET, owner_index, owner_index_key, read_model_key
+from contracts.subjects import READ_MODEL_BUCKET, owner_index, owner_index_key, owner_live_key, read_model_key
 from services.runtime.bus import EventBus
 from services.runtime.kv import latest_entries, latest_values, open_bucket
 
@@ -34,9 +37,22 @@ def owner_copy(record: BatchRecord | FileRecord) -> tuple[str, bool]:
     return owner_index_key(record.owner, "file", record.file.id), not record.deleted
 
 
+def live_lists(records: list[BatchRecord]) -> dict[str, LiveBatches]:
+    """Each owner's list of live batches as `records` show them (an owner whose batches all ended: an empty list)."""
+    live: defaultdict[str, set[str]] = defaultdict(set)
+    for record in records:
+        ids = live[record.owner]
+        if record.batch.status not in TERMINAL:
+            ids.add(record.batch.id)
+    return {owner: LiveBatches(sorted(ids)) for owner, ids in live.items()}
+
+
 class ReadModel:
     def __init__(self, kv: KeyValue) -> None:
         self.kv = kv
+        self._live: dict[str, set[str]] = {}
+        """The writer's copy of each touched owner's live-batch list (as last put); owners with none are dropped."""
+        self._live_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
 
     @classmethod
     async def open(cls, bus: EventBus) -> "ReadModel":
@@ -96,6 +112,25 @@ class ReadModel:
         """Every batch of one owner (a user, or a key without one), from their index alone."""
         return [BatchRecord.model_validate_json(v) for v in await latest_values(self.kv, owner_index(owner, "batch"))]
 
+    async def owner_live_batch_ids(self, owner: str) -> frozenset[str]:
+        """The ids of the owner's batches that have not ended (one read, however many they ever had). A batch is
+        listed before its record first shows it and leaves before its record shows it ended: a batch whose record
+        was read before this list is on it unless it ended."""
+        return frozenset(await self._live_list(owner) or ())
+
+    async def _live_list(self, owner: str) -> list[str] | None:
+        try:
+            entry = await self.kv.get(owner_live_key(owner))
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        return LiveBatches.model_validate_json(entry.value).root if entry.value else None
+
+    async def owner_live_batches(self, owner: str) -> list[BatchRecord]:
+        """The records of the owner's batches that have not ended (those the read model shows yet)."""
+        ids = sorted(await self.owner_live_batch_ids(owner))
+        records = await asyncio.gather(*(self.get_batch(batch_id) for batch_id in ids))
+        return [record for record in records if record is not None and record.batch.status not in TERMINAL]
+
     async def owner_files(self, owner: str) -> list[FileRecord]:
         """The owner's files that are not deleted (expired ones included), from their index alone."""
         return [FileRecord.model_validate_json(v) for v in await latest_values(self.kv, owner_index(owner, "file"))]
@@ -116,7 +151,37 @@ class ReadModel:
         return await self._scan("file", FileRecord)
 
     async def put_batch(self, record: BatchRecord) -> None:
+        # The owner's live list first: a batch is listed before its record first shows it (a limit counts it from
+        # the first moment) and leaves the list once it ended, before its record says so.
+        await self._mark_live(record.owner, record.batch.id, record.batch.status not in TERMINAL)
         await self._put_indexed(read_model_key("batch", record.batch.id), record)
+
+    async def _mark_live(self, owner: str, batch_id: str, live: bool) -> None:
+        """Add or remove `batch_id` in the owner's live list; written only when it changes (twice a batch's life, and
+        once for an owner whose first batch the read model shows ended already)."""
+        async with self._live_locks[owner]:
+            ids = self._live.get(owner)
+            listed = ids is not None
+            if ids is None:
+                stored = await self._live_list(owner)
+                ids, listed = set(stored or ()), stored is not None
+            if (batch_id in ids) != live or not listed:
+                ids = ids | {batch_id} if live else ids - {batch_id}
+                await self.kv.put(owner_live_key(owner), LiveBatches(sorted(ids)).model_dump_json().encode())
+            if ids:
+                self._live[owner] = ids
+            else:
+                self._live.pop(owner, None)
+
+    async def index_live_batches(self) -> int:
+        """Write every owner's live list from the batch records (once, for a read model made before the lists
+        existed); how many owners have batches."""
+        lists = live_lists(await self.list_batches())
+        for owner, ids in lists.items():
+            async with self._live_locks[owner]:
+                await self.kv.put(owner_live_key(owner), ids.model_dump_json().encode())
+                self._live[owner] = set(ids.root)
+        return len(lists)
 
     async def put_file(self, record: FileRecord) -> None:
         await self._put_indexed(read_model_key("file", record.file.id), record)

@@ -4,22 +4,24 @@ its owner (a user, across their keys), rebuilds the index from the log, and a re
 from pathlib import Path
 
 import pytest
+from eventsourcing.persistence import Tracking
 
-from contracts.events.batch import BatchCreated
+from contracts.events.batch import BatchCreated, BatchFailed
 from contracts.events.envelope import Event
 from contracts.events.file import FileDeleted, FileStored
 from contracts.events.key import KeyCreated, UserCreated
 from contracts.ids import key_id_for_hash
-from contracts.subjects import READ_MODEL_BUCKET
+from contracts.subjects import READ_MODEL_BUCKET, owner_live_key
 from services.ledger.application import Ledger, persistence_env
 from services.ledger.projection import KeyProjection, project, projection_key
+from services.ledger.reindex import OWNER_INDEX
 from services.ledger.replay import diff_against_live
 from services.ledger.rules import FoldingRules
 from services.runtime import eventlog
 from services.runtime.bus import EventBus
 from services.runtime.readmodel import ReadModel
 from tests.conftest import RunningNats
-from tests.integration.test_ledger_rebuild import T0, running_ledger, store_files
+from tests.integration.test_ledger_rebuild import T0, folded_through, running_ledger, store_files
 
 LAPTOP, PHONE, LONE = "a1" * 32, "b2" * 32, "c3" * 32
 ALICE, LONE_OWNER = "user-alice", f"key-{key_id_for_hash(LONE)}"
@@ -124,5 +126,54 @@ async def test_a_ledger_that_folded_before_ownership_by_user_indexes_its_owners_
             file = await read_model.get_file("file-a")
             assert file is not None and file.owner_user_id == "alice"
             assert await diff_against_live(bus, read_model) == []
+    finally:
+        await bus.close()
+
+
+async def test_an_owners_live_list_holds_each_batch_from_its_creation_until_it_ends_and_a_replay_agrees(
+        fresh_nats: RunningNats, tmp_path: Path) -> None:
+    bus = await EventBus.connect(fresh_nats.url, "tests")
+    try:
+        for fact in [*history(), created("batch_a2", LAPTOP, "file-a")]:
+            await bus.publish(fact)
+        async with running_ledger(fresh_nats.url, tmp_path / "ledger.sqlite") as app:
+            read_model = await ReadModel.open(bus)
+            assert await read_model.owner_live_batch_ids(ALICE) == {"batch_a", "batch_a2"}  # across Alice's keys
+            assert await read_model.owner_live_batch_ids(LONE_OWNER) == {"batch_c"}
+            assert await read_model.owner_live_batch_ids("user-nobody") == frozenset()
+            ended = await bus.publish(BatchFailed(aggregate_id="batch_a", code="test", reason="ended by the test"))
+            await folded_through(app, ended)
+            assert await read_model.owner_live_batch_ids(ALICE) == {"batch_a2"}
+            assert [r.batch.id for r in await read_model.owner_live_batches(ALICE)] == ["batch_a2"]
+            assert await diff_against_live(bus, read_model) == []
+    finally:
+        await bus.close()
+
+
+async def test_a_read_model_made_before_live_lists_gets_them_at_the_ledgers_next_start(
+        fresh_nats: RunningNats, tmp_path: Path) -> None:
+    bus = await EventBus.connect(fresh_nats.url, "tests")
+    db_path = tmp_path / "ledger.sqlite"
+    try:
+        for fact in [*history(), BatchFailed(aggregate_id="batch_c", code="test", reason="ended by the test")]:
+            await bus.publish(fact)
+        read_model = await ReadModel.open(bus)
+        ledger = Ledger(persistence_env(db_path))  # as the ledger did before the lists existed (owners indexed)
+        facts = [fact async for fact in eventlog.read(bus)]
+        for projection in (project(a, ledger.user_of_key) for a in ledger.fold_facts(facts)):
+            if projection is not None and not isinstance(projection, KeyProjection):
+                await read_model.kv.put(projection_key(projection), projection.model_dump_json().encode())
+        ledger.record_checkpoint(facts[-1].sequence)
+        ledger.tracking.insert_tracking(Tracking(application_name=OWNER_INDEX, notification_id=1))
+        ledger.close()
+        assert await read_model.owner_live_batch_ids(ALICE) == frozenset()
+
+        async with running_ledger(fresh_nats.url, db_path) as app:
+            assert app.folder is not None and app.folder.folded == 0
+            assert await read_model.owner_live_batch_ids(ALICE) == {"batch_a"}
+            assert await read_model.owner_live_batch_ids(LONE_OWNER) == frozenset()
+            assert await read_model.kv.get(owner_live_key(LONE_OWNER))  # an empty list, as a replay makes it
+        async with running_ledger(fresh_nats.url, db_path):  # once only
+            assert await read_model.owner_live_batch_ids(ALICE) == {"batch_a"}
     finally:
         await bus.close()

@@ -115,18 +115,19 @@ def _idempotency_conflict(key: str, batch_id: str) -> ApiError:
 
 
 async def _live_batches(request: web.Request, owner: str) -> list[Batch]:
-    records = await deps(request).read_model.owner_batches(owner)
-    return [r.batch for r in records if r.batch.status not in TERMINAL]
+    return [record.batch for record in await deps(request).read_model.owner_live_batches(owner)]
 
 
 async def _admit(request: web.Request, owner: str, batch_id: str) -> None:
     """Take one of the owner's active-batch places for `batch_id` (atomically across gateways), else 429."""
     d = deps(request)
 
-    async def held(_: frozenset[str]) -> Holdings:  # the owner index keeps ended batches too
-        records = await d.read_model.owner_batches(owner)
-        return Holdings({r.batch.id: 1 for r in records if r.batch.status not in TERMINAL},
-                        frozenset(r.batch.id for r in records))
+    async def held(listed: frozenset[str]) -> Holdings:  # the owner's live list, not their whole history
+        # The records first, then the list: an admitted batch the read model shows is on the list read after
+        # (or ended), so it is counted once, by the list or as still pending, never by neither.
+        shown = await asyncio.gather(*(d.read_model.get_batch(batch_id) for batch_id in listed))
+        live = await d.read_model.owner_live_batch_ids(owner)
+        return Holdings(dict.fromkeys(live, 1), live | {record.batch.id for record in shown if record is not None})
 
     limit = d.settings.max_active_batches
     used = await request.app[ADMISSION].take(ACTIVE_BATCHES, owner, batch_id, 1, limit, held)

@@ -324,10 +324,9 @@ file this long after it was published."""
 
 async def live_batch_using(d: Deps, owner: str, file_id: str) -> str | None:
     """The id of a batch of `owner` that reads `file_id` and has not ended, if there is one."""
-    for record in await d.read_model.owner_batches(owner):
-        batch = record.batch
-        if batch.input_file_id == file_id and batch.status not in TERMINAL:
-            return batch.id
+    for record in await d.read_model.owner_live_batches(owner):
+        if record.batch.input_file_id == file_id:
+            return record.batch.id
     return None
 
 
