@@ -254,7 +254,7 @@ def _token_id_issues(ids: list[int], body: dict[str, object], model: CatalogueMo
         yield LineIssue("invalid_body", f"Token id {ids[outside]} is outside {model.id}'s vocabulary of {vocabulary} "
                         "tokens.", f"body.prompt[{outside}]")
         return
-    wanted = _wanted(body)
+    wanted = wanted_tokens(body)
     issue = context_issue(ContextNeed(model, (), wanted, "body.prompt"), len(ids))
     if issue is not None:
         yield issue
@@ -319,18 +319,16 @@ def context_need(body: dict[str, object], endpoint: str, model: CatalogueModel,
     tokenizer = tokenizers.get(model)
     if tokenizer is None:
         return None
-    wanted = _wanted(body)
+    wanted = wanted_tokens(body)
     room = model.context_length - wanted
     if endpoint in ("/v1/chat/completions", "/v1/responses"):
-        messages = _chat_messages(body, endpoint)
-        if tokenizer.chat_bound(messages) <= room:
-            return None
-        param = "body.messages" if endpoint == "/v1/chat/completions" else "body.input"
         kwargs = body.get("chat_template_kwargs")
-        rendered = tokenizer.render_chat(messages, kwargs if isinstance(kwargs, dict) else None)
-        if tokenizer.fits(rendered, room):
+        rendered = tokenizer.chat_over(_chat_messages(body, endpoint), room,
+                                       kwargs if isinstance(kwargs, dict) else None)
+        if rendered is None:
             return None
-        return ContextNeed(model, (rendered,), wanted, param)
+        return ContextNeed(model, (rendered,), wanted, "body.messages" if endpoint == "/v1/chat/completions"
+                           else "body.input")
     field = "prompt" if endpoint == "/v1/completions" else "input"
     value = body[field]
     texts = tuple(str(text) for text in (value if isinstance(value, list) else [value]))
@@ -339,7 +337,7 @@ def context_need(body: dict[str, object], endpoint: str, model: CatalogueModel,
     return ContextNeed(model, texts, wanted, f"body.{field}")
 
 
-def _wanted(body: dict[str, object]) -> int:
+def wanted_tokens(body: dict[str, object]) -> int:
     """Tokens the request asks to generate: its first token limit that is an integer, else none."""
     for name in TOKEN_LIMIT_FIELDS:
         value = body.get(name)

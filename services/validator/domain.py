@@ -137,6 +137,26 @@ class FileValidation:
         return [self._file_rules(line_no, window.decided.get(line_no, verdict))
                 for line_no, verdict in zip(window.numbers, verdicts, strict=True)]
 
+    def refused(self, window: "Window", verdicts: list[LineVerdict | None]) -> list[LineResult]:
+        """`apply`'s results of the lines it refuses (the same rules, in line order): a line that its own rules and
+        the file's pass (a new custom_id, the file's model, nothing else to count) is passed by a few look-ups."""
+        found: list[LineResult] = []
+        first_line_of, decided = self.first_line_of, window.decided
+        for line_no, verdict in zip(window.numbers, verdicts, strict=True):
+            if decided:
+                verdict = decided.get(line_no, verdict)
+            if verdict is None:
+                continue
+            if not verdict.issues and verdict.sampling is None and not verdict.embedding_inputs \
+                    and verdict.custom_id is not None and verdict.model is not None \
+                    and verdict.model.id == self.model_id and verdict.custom_id not in first_line_of:
+                first_line_of[verdict.custom_id] = line_no
+                continue
+            result = self._file_rules(line_no, verdict)
+            if result.issues:
+                found.append(result)
+        return found
+
     def _file_rules(self, line_no: int, verdict: LineVerdict | None) -> LineResult:
         if verdict is None:
             return LineResult(line_no, None, [])

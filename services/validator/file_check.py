@@ -109,8 +109,7 @@ class FileCheck:
             assert self.pool is not None
             verdicts = self.pool.verdicts(verdicts, window.spec, window.to_check, self.validation.catalogue,
                                           self.validation.tokenizers)
-        self.refused += ((result, rejected_line(result)) for result in self.validation.apply(window, verdicts)
-                         if result.issues)
+        self.refused += ((result, rejected_line(result)) for result in self.validation.refused(window, verdicts))
         if time.monotonic() - self.handed_at >= HAND_OVER_EVERY_S:
             self.hand_over()
 

@@ -5,13 +5,14 @@ rule (`rules.check_line`), which also words the errors of a bad one. Every rule 
 line; tests/unit/test_validator_fast_paths.py holds the two paths to the same verdicts."""
 
 import functools
+from collections.abc import Mapping
 
 from contracts.api.request_line import MAX_CUSTOM_ID_LENGTH, REQUIRED_LINE_FIELDS
 from contracts.catalogue import Catalogue, CatalogueModel
 from contracts.engines import honoured_parameters
 from contracts.events.executor import EngineName
 from services.validator.adapters.tokenizer import TokenizerCache
-from services.validator.body_rules import CHAT_ROLES, ContextNeed, context_need
+from services.validator.body_rules import CHAT_ROLES, ContextNeed, wanted_tokens
 
 CHAT = "/v1/chat/completions"
 LINE_FIELDS = frozenset(REQUIRED_LINE_FIELDS)
@@ -20,9 +21,26 @@ PLAIN_BODY = frozenset({"model", "messages", "max_tokens", "max_completion_token
 PLAIN_MESSAGE = frozenset({"role", "content"})
 
 
+PlainModels = Mapping[str, CatalogueModel]
+"""The names a plain line may give its model (ids and aliases, as `Catalogue.resolve` reads them), each with the
+model it names: those serving chat in batches without strict sampling, whose engine honours a plain body."""
+
+
+def plain_models(catalogue: Catalogue) -> PlainModels:
+    named: dict[str, CatalogueModel] = {}
+    for model in catalogue.models:  # the first model a name names, as `resolve` finds it
+        for name in (model.id, *model.aliases):
+            named.setdefault(name, model)
+    return {name: model for name, model in named.items() if model.batchable and CHAT in model.endpoints
+            and not model.strict_sampling and _honours_plain_body(model.engine, model.engine_version)}
+
+
 def plain_chat_line(line: dict[str, object], endpoint: str, catalogue: Catalogue,
-                    tokenizers: TokenizerCache | None) -> tuple[str, CatalogueModel, ContextNeed | None] | None:
-    """(custom_id, model, what of its prompt must still be counted) of a plain chat line; None: check it fully."""
+                    tokenizers: TokenizerCache | None, models: PlainModels | None = None,
+                    json_ascii: bool = False) -> tuple[str, CatalogueModel, ContextNeed | None] | None:
+    """(custom_id, model, what of its prompt must still be counted) of a plain chat line; None: check it fully.
+    `models`: `plain_models(catalogue)`, when the caller keeps it; `json_ascii`: the line is ASCII JSON without
+    `\\u` escapes (`ModelTokenizer.chat_over`)."""
     if endpoint != CHAT or line.keys() != LINE_FIELDS or line["method"] != "POST" or line["url"] != CHAT:
         return None
     custom_id, body = line["custom_id"], line["body"]
@@ -30,12 +48,9 @@ def plain_chat_line(line: dict[str, object], endpoint: str, catalogue: Catalogue
             or not isinstance(body, dict) or not body.keys() <= PLAIN_BODY:
         return None
     name = body.get("model")
-    model = catalogue.resolve(name) if isinstance(name, str) else None
-    if model is None or not model.batchable or CHAT not in model.endpoints or model.strict_sampling \
-            or not _honours_plain_body(model.engine, model.engine_version):
-        return None
+    model = (models if models is not None else plain_models(catalogue)).get(name) if isinstance(name, str) else None
     messages = body.get("messages")
-    if not isinstance(messages, list) or not messages or not _plain_values(body):
+    if model is None or not isinstance(messages, list) or not messages or not _plain_values(body):
         return None
     for message in messages:
         if not isinstance(message, dict) or not message.keys() <= PLAIN_MESSAGE:
@@ -43,7 +58,13 @@ def plain_chat_line(line: dict[str, object], endpoint: str, catalogue: Catalogue
         role = message.get("role")
         if not isinstance(role, str) or role not in CHAT_ROLES or not isinstance(message.get("content"), str):
             return None
-    return custom_id, model, context_need(body, CHAT, model, tokenizers) if tokenizers is not None else None
+    tokenizer = tokenizers.get(model) if tokenizers is not None else None
+    if tokenizer is None:
+        return custom_id, model, None
+    # What `context_need` finds of a chat body without chat_template_kwargs, its messages all objects.
+    wanted = wanted_tokens(body)
+    rendered = tokenizer.chat_over(messages, model.context_length - wanted, None, json_ascii)
+    return custom_id, model, None if rendered is None else ContextNeed(model, (rendered,), wanted, "body.messages")
 
 
 def _plain_values(body: dict[str, object]) -> bool:

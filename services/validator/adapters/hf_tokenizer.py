@@ -84,6 +84,14 @@ class HfTokenizer:
     def fits(self, text: str, room: int) -> bool:
         return self.count_fast(text) <= room
 
+    def chat_over(self, messages: list[dict[str, object]], room: int, kwargs: dict[str, object] | None = None,
+                  json_ascii: bool = False) -> str | None:
+        """None when the chat's prompt is at most `room` tokens; otherwise the rendered prompt."""
+        if self.chat_bound(messages) <= room:
+            return None
+        rendered = self.render_chat(messages, kwargs)
+        return None if self.fits(rendered, room) else rendered
+
     def count_many(self, texts: list[str]) -> list[int]:
         return [len(found.ids) for found in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
 

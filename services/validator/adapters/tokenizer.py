@@ -65,6 +65,8 @@ COUNT_BITS = (1 << 32) - 1
 ENDS_IN_WHITESPACE = 1 << 32
 STARTS_WITH_WHITESPACE = 1 << 64
 """Flags a part's remembered value carries above its count: a space next to whitespace makes a run the split breaks."""
+JSON_ASCII = bytes(range(0x20, 0x80)) + b"\b\t\n\f\r"
+"""The bytes a string of an ASCII JSON line without `\\u` escapes can hold: JSON escapes every other control byte."""
 
 
 class _PieceCounts(dict[str, int]):
@@ -108,6 +110,9 @@ class ModelTokenizer:
     missing_bytes: bytes = b""
     """Bytes no token of the vocabulary is (SmolLM2's lacks some control bytes and UTF-8 lead bytes): the encoder
     panics on a text holding one, so such a text is never given to it (`_encodable`)."""
+    json_ascii_encodable: bool = field(default=False, init=False)
+    """The vocabulary holds every byte of `JSON_ASCII`: a content from an ASCII JSON line without `\\u` escapes is
+    encodable without looking at it (`chat_over`)."""
 
     def __post_init__(self) -> None:
         by_first: dict[str, list[str]] = {}
@@ -116,6 +121,7 @@ class ModelTokenizer:
         object.__setattr__(self, "constants_by_first", {first: tuple(group) for first, group in by_first.items()})
         object.__setattr__(self, "first_pieces", _PieceCounts(self.encoding, ""))
         object.__setattr__(self, "spaced_pieces", _PieceCounts(self.encoding, " "))
+        object.__setattr__(self, "json_ascii_encodable", not set(JSON_ASCII) & set(self.missing_bytes))
 
     @classmethod
     def from_gguf(cls, path: Path) -> "ModelTokenizer":
@@ -180,9 +186,15 @@ class ModelTokenizer:
         pieces, so such a text's count is the sum of the counts of its parts split before each space. Each distinct
         part is counted once; a text with a run like `"  "` or `" \\n"` (seen from its parts' flags) is counted
         whole."""
+        if not self._encodable(text):
+            return _size(text)  # what `count_text` counts such a text
+        return self._count_parts(text)
+
+    def _count_parts(self, text: str) -> int:
+        """`count_fast` of an encodable text."""
         parts = text.split(" ")
-        if len(parts) == 1 or not self._encodable(text):
-            return self.count_text(text)
+        if len(parts) == 1:
+            return len(self.encoding.encode(text, allowed_special="all"))
         spaced = self.spaced_pieces
         seen: Callable[[str], int | None] = spaced.get
         try:  # every part seen before, as nearly always: plain look-ups (an unseen one is None, which sum refuses)
@@ -191,7 +203,7 @@ class ModelTokenizer:
             total = self.first_pieces[parts[0]] + sum(map(spaced.__getitem__, islice(parts, 1, None)))
         ends = (total >> 32) & COUNT_BITS  # parts ending in whitespace; only the last may (no space follows it)
         if total >= STARTS_WITH_WHITESPACE or ends > (spaced[parts[-1]] >> 32) & 1:
-            return self.count_text(text)
+            return len(self.encoding.encode(text, allowed_special="all"))
         return total & COUNT_BITS
 
     def fits(self, text: str, room: int) -> bool:
@@ -208,6 +220,10 @@ class ModelTokenizer:
             return True
         if not self._encodable(text):
             return False  # counted as its size (`count_text`), which is more than `room`
+        return self._fits(text, size, room)
+
+    def _fits(self, text: str, size: int, room: int) -> bool:
+        """`fits` of an encodable text of `size` bytes, more than `room`."""
         counted = counted_bytes = start = 0
         while self.cuts_at_spaces:
             cut = text.find(" ", start + (counted + size - counted_bytes - room) * 5 // 4 + HEAD_SLACK)
@@ -216,27 +232,55 @@ class ModelTokenizer:
             if cut <= 0:
                 break
             part = text[start:cut]
-            counted, counted_bytes, start = counted + self.count_fast(part), counted_bytes + _size(part), cut
+            counted, counted_bytes, start = counted + self._count_parts(part), counted_bytes + _size(part), cut
             if counted + size - counted_bytes <= room:
                 return True
-        return counted + self.count_fast(text[start:]) <= room
+        return counted + self._count_parts(text[start:]) <= room
 
     def render_chat(self, messages: list[dict[str, object]], kwargs: dict[str, object] | None = None) -> str:
         """The prompt the engine builds from `messages` (and the line's `chat_template_kwargs`) with the model's chat
         template; spliced into the template's cached skeleton when it provably renders contents as they are."""
         contents = [_text_of(m.get("content")) for m in messages]
-        if not kwargs and all(m.keys() <= PLAIN_MESSAGE for m in messages):
-            joined = "\x00".join(contents)
-            if not _holds_any(joined, self.constants_by_first):
-                roles = tuple(str(m.get("role", "")) for m in messages)
-                skeleton = self.skeletons.get(roles, ())
-                if skeleton == ():
-                    skeleton = self.skeletons[roles] = self._skeleton(roles)
-                if skeleton is not None:
-                    spliced = [*skeleton, *contents]
-                    spliced[::2], spliced[1::2] = skeleton, contents
-                    return "".join(spliced)
-        return self._render(messages, contents, kwargs)
+        spliced = self._spliced(messages, _roles(messages), contents, kwargs)
+        return spliced if spliced is not None else self._render(messages, contents, kwargs)
+
+    def _spliced(self, messages: list[dict[str, object]], roles: tuple[str, ...], contents: list[str],
+                 kwargs: dict[str, object] | None) -> str | None:
+        """The prompt spliced into its skeleton; None where the template must render it."""
+        if kwargs or not all(m.keys() <= PLAIN_MESSAGE for m in messages) \
+                or _holds_any("\x00".join(contents), self.constants_by_first):
+            return None
+        skeleton = self.skeletons.get(roles, ())
+        if skeleton == ():
+            skeleton = self.skeletons[roles] = self._skeleton(roles)
+        if skeleton is None:
+            return None
+        spliced = [*skeleton, *contents]
+        spliced[::2], spliced[1::2] = skeleton, contents
+        return "".join(spliced)
+
+    def chat_over(self, messages: list[dict[str, object]], room: int, kwargs: dict[str, object] | None = None,
+                  json_ascii: bool = False) -> str | None:
+        """None when the chat's prompt is at most `room` tokens (`chat_bound`, then the rendered prompt's `fits`);
+        otherwise the rendered prompt, to count exactly. Each message's role and text is read once.
+
+        `json_ascii`: the contents come from an ASCII JSON line without `\\u` escapes, so they hold no byte the
+        vocabulary lacks when it lacks none of `JSON_ASCII` (a skeleton is encodable: see `_skeleton`); a spliced
+        prompt of such contents is not searched for one."""
+        roles = _roles(messages)
+        contents = [_text_of(m.get("content")) for m in messages]
+        overhead = self.overhead_cache.get(roles)
+        if overhead is None:
+            overhead = self.chat_bound([{"role": role, "content": ""} for role in roles])
+        size = overhead + sum(map(_size, contents))
+        if size <= room:
+            return None
+        rendered = self._spliced(messages, roles, contents, kwargs)
+        if rendered is None:
+            rendered = self._render(messages, contents, kwargs)
+        elif json_ascii and self.json_ascii_encodable:  # the skeleton's bytes and the contents': `size` in all
+            return None if self._fits(rendered, size, room) else rendered
+        return None if self.fits(rendered, room) else rendered
 
     def _render(self, messages: list[dict[str, object]], contents: list[str],
                 kwargs: dict[str, object] | None) -> str:
@@ -262,7 +306,8 @@ class ModelTokenizer:
                     return None
                 pieces.append(before)
             found.append([*pieces, rendered])
-        return tuple(found[0]) if found[0] == found[1] else None
+        # (A skeleton holding a byte the vocabulary lacks is rendered with each prompt, which is then looked at whole.)
+        return tuple(found[0]) if found[0] == found[1] and self._encodable("".join(found[0])) else None
 
     def count_chat(self, messages: list[dict[str, object]]) -> int:
         return self.count_text(self.render_chat(messages))
@@ -270,12 +315,16 @@ class ModelTokenizer:
     def chat_bound(self, messages: list[dict[str, object]]) -> int:
         """A cheap upper bound on `count_chat`: a byte-level BPE token covers at least one byte, so the
         template's own bytes (cached per sequence of roles) plus the contents' bytes bound the count."""
-        roles = tuple(str(m.get("role", "")) for m in messages)
+        roles = _roles(messages)
         overhead = self.overhead_cache.get(roles)
         if overhead is None:
             empty: list[dict[str, object]] = [{"role": role, "content": ""} for role in roles]
             overhead = self.overhead_cache[roles] = len(self.render_chat(empty).encode())
         return overhead + sum(_size(_text_of(m.get("content"))) for m in messages)
+
+
+def _roles(messages: list[dict[str, object]]) -> tuple[str, ...]:
+    return tuple([str(m.get("role", "")) for m in messages])
 
 
 def _size(text: str) -> int:
@@ -324,6 +373,9 @@ class PromptTokenizer(Protocol):
     def chat_bound(self, messages: list[dict[str, object]]) -> int: ...
 
     def fits(self, text: str, room: int) -> bool: ...
+
+    def chat_over(self, messages: list[dict[str, object]], room: int, kwargs: dict[str, object] | None = None,
+                  json_ascii: bool = False) -> str | None: ...
 
     def count_chat(self, messages: list[dict[str, object]]) -> int: ...
 

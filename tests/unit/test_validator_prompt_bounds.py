@@ -1,0 +1,87 @@
+"""The validator's cheaper ways to the same verdicts: a chat prompt's size settled in one pass over its messages
+(`chat_over`, trusting an ASCII JSON line's contents to be encodable), a plain line's model found in a table, and
+the file's rules passing a clean line with a few look-ups (`FileValidation.refused`)."""
+
+import random
+import string
+
+import orjson
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from contracts.api.request_line import MAX_NESTING_DEPTH
+from services.validator.adapters.tokenizer import JSON_ASCII, ModelTokenizer
+from services.validator.domain import FileValidation, Limits
+from services.validator.file_check import WINDOW_LINES
+from services.validator.line_checks import check_lines
+from services.validator.plain_lines import plain_models
+from tests.unit.test_validator_fast_paths import CATALOGUE, STRICT, TOKENIZERS, WORDS, corpus, tokenizer
+
+JSON_TEXT = st.lists(st.sampled_from([w for w in WORDS if w.isascii()]) | st.text(
+    st.sampled_from(string.printable.replace("\\", "").replace("\x0b", "")), max_size=8), max_size=300).map(" ".join)
+"""Contents an ASCII JSON line without backslashes can hold (no escape: no control byte but raw DEL)."""
+ROLES = st.sampled_from(["system", "user", "assistant", "tool"])
+
+
+def settled_the_long_way(model: ModelTokenizer, messages: list[dict[str, object]], room: int) -> str | None:
+    """What `context_need` did before `chat_over`: the bound, then the rendered prompt's `fits`."""
+    if model.chat_bound(messages) <= room:
+        return None
+    rendered = model.render_chat(messages)
+    return None if model.fits(rendered, room) else rendered
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.lists(st.tuples(ROLES, JSON_TEXT), min_size=1, max_size=3), st.integers(-40, 40), st.booleans())
+def test_a_chat_settled_in_one_pass_gets_the_answer_of_bound_render_and_fits(
+        turns: list[tuple[str, str]], near: int, json_ascii: bool) -> None:
+    model = tokenizer()
+    messages: list[dict[str, object]] = [{"role": role, "content": content} for role, content in turns]
+    exact = model.count_text(model.render_chat(messages))
+    for room in (exact + near, exact // 2, model.chat_bound(messages) + near):
+        assert model.chat_over(messages, room, None, json_ascii) == settled_the_long_way(model, messages, room)
+
+
+def test_an_ascii_json_lines_bytes_are_all_in_the_vocabulary() -> None:
+    model = tokenizer()
+    assert model.json_ascii_encodable and not set(JSON_ASCII) & set(model.missing_bytes)
+    assert set(model.missing_bytes) & set(range(0x20)), "the vocabulary lacks control bytes JSON must escape"
+
+
+def test_a_plain_line_never_nests_past_the_limit() -> None:
+    assert MAX_NESTING_DEPTH >= 4, "a plain line (line, body, messages, message) is looked at before the depth"
+
+
+def test_a_plain_lines_model_is_the_one_the_catalogue_resolves() -> None:
+    for catalogue in (CATALOGUE, STRICT, CATALOGUE.restricted_to(["smollm2-135m-embed"])):
+        table = plain_models(catalogue)
+        names = {name for model in catalogue.models for name in (model.id, *model.aliases)} | {"gpt-4o"}
+        for name in names:
+            model = catalogue.resolve(name)
+            if name in table:
+                assert table[name] is model
+            else:
+                assert model is None or model.strict_sampling or "/v1/chat/completions" not in model.endpoints
+
+
+def file_state(validation: FileValidation) -> tuple[object, ...]:
+    return (validation.first_line_of, validation.counts_by_code, validation.error_count, validation.rejected_lines,
+            validation.model_id, validation.model_line, validation.embedding_inputs, validation.file_issues)
+
+
+def test_a_files_rules_find_the_same_refused_lines_and_state_by_either_way() -> None:
+    for limits, catalogue in ((Limits(), CATALOGUE), (Limits(max_lines=500), CATALOGUE),
+                              (Limits(inherit_line_model=True), CATALOGUE), (Limits(), STRICT)):
+        lines = corpus(3 * WINDOW_LINES + 17)
+        lines += [orjson.dumps({**orjson.loads(line), "custom_id": "late"}) for line in random.Random(5).sample(
+            [line for line in lines if line.startswith(b'{"custom_id"')], 3)]
+        applied = FileValidation("/v1/chat/completions", catalogue, limits, TOKENIZERS)
+        refused = FileValidation("/v1/chat/completions", catalogue, limits, TOKENIZERS)
+        numbered = list(enumerate(lines, start=1))
+        for start in range(0, len(numbered), WINDOW_LINES):
+            window = numbered[start:start + WINDOW_LINES]
+            plan_a, plan_r = applied.plan(window), refused.plan(window)
+            verdicts = check_lines(plan_a.to_check, plan_a.spec, catalogue, TOKENIZERS)
+            expected = [result for result in applied.apply(plan_a, verdicts) if result.issues]
+            assert refused.refused(plan_r, verdicts) == expected
+        assert file_state(refused) == file_state(applied)
