@@ -23,7 +23,7 @@ from contracts.commands import RunBatch
 from contracts.events.batch import BatchFinalizing, BatchProgressed, BatchStarted, ShardFinished
 from contracts.events.envelope import Event
 from contracts.subjects import attempt_failures, result_chunk_key
-from services.executor.adapters.engines.base import Engine, EngineReply, on_slot
+from services.executor.adapters.engines.base import Engine, on_slot
 from services.executor.adapters.input_cache import InputCache, InputCopy
 from services.executor.adapters.objects import ObjectAccess
 from services.executor.adapters.results import ResultStore
@@ -214,29 +214,34 @@ class BatchRunner:
         commit_lock = asyncio.Lock()
         slots, owner = self.slot_pool(engine), command.owner_key_id
 
-        in_engine: set[asyncio.Task[EngineReply]] = set()
+        in_engine: set[asyncio.Task[None]] = set()
         """The lines being generated now: a cancel or an expiry stops them in the engine (no GPU time is spent on
         lines whose answers would be thrown away); they are not committed, so they end as never run."""
+        stopped: set[asyncio.Task[None]] = set()
+        """The lines a cancel or an expiry stopped (their tasks were cancelled while in the engine)."""
 
         async def run_one(line: InputLine, slot_wait_s: float, slot: HeldSlot) -> None:
+            task = asyncio.current_task()
+            assert task is not None  # a line runs in a task of its own
             try:
                 with on_slot(slot.index):
-                    call = asyncio.ensure_future(traced_line(engine, command.model, command.endpoint,
-                                                             line.custom_id, line.body, self.retry, slot_wait_s))
-                    in_engine.add(call)
+                    in_engine.add(task)
                     try:
-                        reply = await call
+                        reply = await traced_line(engine, command.model, command.endpoint, line.custom_id,
+                                                  line.body, self.retry, slot_wait_s)
                     except asyncio.CancelledError:
-                        if call.cancelled() and not _current_task_cancelling():
-                            return  # stopped by the batch's cancel or expiry: the line never ran
+                        if task in stopped and task.uncancel() == 0:
+                            return  # stopped by the batch's cancel or expiry (and by nothing else): never ran
                         raise
                     finally:
-                        in_engine.discard(call)
+                        in_engine.discard(task)
             finally:
                 slot.give_back()  # before the commit: the engine goes on with the next line meanwhile
-            finished = result_line(command.batch_id, line, reply.status_code, reply.body)
-            async with commit_lock:
-                await commit(committer.add(finished, time.monotonic()))
+            chunk = committer.add(result_line(command.batch_id, line, reply.status_code, reply.body),
+                                  time.monotonic())
+            if chunk is not None:  # the lock keeps chunks committed one at a time, in their order
+                async with commit_lock:
+                    await commit(chunk)
 
         async def commit(chunk: Chunk | None) -> None:
             nonlocal lease_lost
@@ -263,8 +268,9 @@ class BatchRunner:
         async def stop_lines_on_cancel() -> None:
             await watch.stopping.wait()
             if watch.stop_reason() is not None:  # cancelled or expired; a lost lease lets lines finish as before
-                for call in list(in_engine):
-                    call.cancel()
+                for task in list(in_engine):
+                    stopped.add(task)
+                    task.cancel()
 
         clock = asyncio.create_task(commit_on_time()) if self.chunk_max_wait_s < float("inf") else None
         stopper = asyncio.create_task(stop_lines_on_cancel())
@@ -352,8 +358,3 @@ class BatchRunner:
         self.announced.setdefault(attempt_key(command), set()).add(key)
         return True
 
-
-def _current_task_cancelling() -> bool:
-    """Whether the task running this is itself being cancelled (then its CancelledError must go on)."""
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
