@@ -213,10 +213,22 @@ def start_nats(data_dir: Path, port: int, log_file: Path, config: Path | None = 
     return process
 
 
+SEAWEED_START_TRIES = 3
+"""Starts before SeaweedFS's start-up failure is final: each picks its inner ports afresh, since another process may
+take one between the pick and the bind ("Port allocation failed")."""
+
+
 def start_seaweed(data_dir: Path, s3_port: int, creds: S3Credentials, log_file: Path) -> subprocess.Popen[bytes]:
-    process = launch(seaweed_command(data_dir, s3_port, creds), log_file, cwd=data_dir / "s3")
-    wait_for_port(s3_port, process, S3_READY_S, "seaweedfs s3")
-    return process
+    for attempt in range(1, SEAWEED_START_TRIES + 1):
+        process = launch(seaweed_command(data_dir, s3_port, creds), log_file, cwd=data_dir / "s3")
+        try:
+            wait_for_port(s3_port, process, S3_READY_S, "seaweedfs s3")
+            return process
+        except RuntimeError:
+            stop_process(process)
+            if attempt == SEAWEED_START_TRIES:
+                raise
+    raise AssertionError("unreachable")
 
 
 def stop_process(process: subprocess.Popen[bytes], within_s: float = 10.0) -> None:

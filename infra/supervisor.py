@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,8 +52,13 @@ class Supervised:
     restarts: int = 0
     next_start_at: float = 0.0
     delay_s: float = 1.0
+    make_command: Callable[[], list[str]] | None = None
+    """Builds the command afresh for each start (SeaweedFS: its inner servers' ports, picked free again, since
+    another process may have taken one between the pick and the bind)."""
 
     def start(self) -> None:
+        if self.make_command is not None:
+            self.command = self.make_command()
         with self.log_file.open("ab") as out:
             # Own session: a Ctrl-C reaches only the supervisor, which then stops services before the broker.
             self.process = subprocess.Popen(self.command, env=self.env, stdout=out, stderr=subprocess.STDOUT,
@@ -88,6 +94,27 @@ class Supervised:
     def stop(self) -> None:
         if self.process is not None:
             stop_process(self.process)
+
+
+START_TRIES = 3
+"""Starts of a server whose command is built afresh each time (SeaweedFS) before its start-up failure is final."""
+
+
+def start_until_listening(child: Supervised, port: int, ready_s: float, host: str) -> None:
+    """Start `child` and wait for it to listen; one that exits during start-up and builds its command afresh (an
+    inner port another process took meanwhile: "Port allocation failed") is started again, up to START_TRIES."""
+    for attempt in range(1, START_TRIES + 1):
+        child.start()
+        assert child.process is not None
+        try:
+            wait_for_port(port, child.process, ready_s, child.name, host)
+            return
+        except RuntimeError:
+            if child.make_command is None or attempt == START_TRIES:
+                raise
+            log.warning("%s exited during start-up (try %d of %d; log: %s); starting it again on fresh ports",
+                        child.name, attempt, START_TRIES, child.log_file)
+            child.stop()
 
 
 WEBHOOK_CIDRS = "SHESHNAG_GATEWAY_WEBHOOK_ALLOWED_CIDRS"
@@ -213,25 +240,24 @@ class Stack:
                                             storage.storage_reserve_percent, storage.storage_reserve_max_bytes)
         promised = frozenset({self.gateway_port, self.nats_port})
         if self.tls is None:
-            servers.append((Supervised("s3", seaweed_command(self.data_dir, self.s3_port, self.credentials, promised,
-                                                             self.listen),
-                                       infra_env, self.logs / "s3.log", cwd=self.data_dir / "s3"),
-                            self.s3_port, S3_READY_S, self.listen))
+            def s3_command() -> list[str]:
+                return seaweed_command(self.data_dir, self.s3_port, self.credentials, promised, self.listen)
+            servers.append((Supervised("s3", [], infra_env, self.logs / "s3.log", cwd=self.data_dir / "s3",
+                                       make_command=s3_command), self.s3_port, S3_READY_S, self.listen))
         else:
             promised |= {self.s3_port}
-            self.s3_inner_port = free_port(promised)
-            command = seaweed_command(self.data_dir, self.s3_inner_port, self.credentials,
-                                      promised | {self.s3_inner_port})
+            inner = self.s3_inner_port = free_port(promised)
+
+            def s3_command() -> list[str]:
+                return seaweed_command(self.data_dir, inner, self.credentials, promised | {inner})
             relay = [sys.executable, "-m", "infra.tls_relay", self.listen, str(self.s3_port),
                      str(self.s3_inner_port), str(self.tls.cert), str(self.tls.key)]
-            servers += [(Supervised("s3", command, infra_env, self.logs / "s3.log", cwd=self.data_dir / "s3"),
-                         self.s3_inner_port, S3_READY_S, "127.0.0.1"),
+            servers += [(Supervised("s3", [], infra_env, self.logs / "s3.log", cwd=self.data_dir / "s3",
+                                    make_command=s3_command), self.s3_inner_port, S3_READY_S, "127.0.0.1"),
                         (Supervised("s3-tls", relay, infra_env, self.logs / "s3-tls.log"), self.s3_port, S3_READY_S,
                          self.listen)]
         for child, port, ready_s, host in servers:
-            child.start()
-            assert child.process is not None
-            wait_for_port(port, child.process, ready_s, child.name, host)
+            start_until_listening(child, port, ready_s, host)
             self.children.append(child)
 
     def start_services(self) -> None:
