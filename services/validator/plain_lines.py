@@ -52,18 +52,22 @@ def plain_chat_line(line: dict[str, object], endpoint: str, catalogue: Catalogue
     messages = body.get("messages")
     if model is None or not isinstance(messages, list) or not messages or not _plain_values(body):
         return None
+    roles: list[str] = []
+    contents: list[str] = []
     for message in messages:
         if not isinstance(message, dict) or not message.keys() <= PLAIN_MESSAGE:
             return None
-        role = message.get("role")
-        if not isinstance(role, str) or role not in CHAT_ROLES or not isinstance(message.get("content"), str):
+        role, content = message.get("role"), message.get("content")
+        if not isinstance(role, str) or role not in CHAT_ROLES or not isinstance(content, str):
             return None
+        roles.append(role)
+        contents.append(content)
     tokenizer = tokenizers.get(model) if tokenizers is not None else None
     if tokenizer is None:
         return custom_id, model, None
     # What `context_need` finds of a chat body without chat_template_kwargs, its messages all objects.
     wanted = wanted_tokens(body)
-    rendered = tokenizer.chat_over(messages, model.context_length - wanted, None, json_ascii)
+    rendered = tokenizer.plain_chat_over(tuple(roles), contents, model.context_length - wanted, json_ascii)
     return custom_id, model, None if rendered is None else ContextNeed(model, (rendered,), wanted, "body.messages")
 
 

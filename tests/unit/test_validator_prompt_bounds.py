@@ -38,8 +38,21 @@ def test_a_chat_settled_in_one_pass_gets_the_answer_of_bound_render_and_fits(
     model = tokenizer()
     messages: list[dict[str, object]] = [{"role": role, "content": content} for role, content in turns]
     exact = model.count_text(model.render_chat(messages))
+    roles, contents = tuple(role for role, _ in turns), [content for _, content in turns]
     for room in (exact + near, exact // 2, model.chat_bound(messages) + near):
-        assert model.chat_over(messages, room, None, json_ascii) == settled_the_long_way(model, messages, room)
+        expected = settled_the_long_way(model, messages, room)
+        assert model.chat_over(messages, room, None, json_ascii) == expected
+        assert model.plain_chat_over(roles, contents, room, json_ascii) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.fixed_dictionaries({"role": ROLES}, optional={"content": st.sampled_from(WORDS) | st.none(),
+                                                               "name": st.just("n")}), min_size=1, max_size=3),
+       st.integers(0, 60))
+def test_any_chat_settled_in_one_pass_gets_the_answer_of_bound_render_and_fits(
+        messages: list[dict[str, object]], room: int) -> None:
+    model = tokenizer()
+    assert model.chat_over(messages, room) == settled_the_long_way(model, messages, room)
 
 
 def test_an_ascii_json_lines_bytes_are_all_in_the_vocabulary() -> None:

@@ -241,14 +241,13 @@ class ModelTokenizer:
         """The prompt the engine builds from `messages` (and the line's `chat_template_kwargs`) with the model's chat
         template; spliced into the template's cached skeleton when it provably renders contents as they are."""
         contents = [_text_of(m.get("content")) for m in messages]
-        spliced = self._spliced(messages, _roles(messages), contents, kwargs)
+        spliced = self._spliced(_roles(messages), contents) if _plain(messages, kwargs) else None
         return spliced if spliced is not None else self._render(messages, contents, kwargs)
 
-    def _spliced(self, messages: list[dict[str, object]], roles: tuple[str, ...], contents: list[str],
-                 kwargs: dict[str, object] | None) -> str | None:
-        """The prompt spliced into its skeleton; None where the template must render it."""
-        if kwargs or not all(m.keys() <= PLAIN_MESSAGE for m in messages) \
-                or _holds_any("\x00".join(contents), self.constants_by_first):
+    def _spliced(self, roles: tuple[str, ...], contents: list[str]) -> str | None:
+        """The prompt of messages of only a role and a content (none holding a constant of the template) spliced
+        into its skeleton; None where the template must render it."""
+        if _holds_any("\x00".join(contents), self.constants_by_first):
             return None
         skeleton = self.skeletons.get(roles, ())
         if skeleton == ():
@@ -267,16 +266,27 @@ class ModelTokenizer:
         `json_ascii`: the contents come from an ASCII JSON line without `\\u` escapes, so they hold no byte the
         vocabulary lacks when it lacks none of `JSON_ASCII` (a skeleton is encodable: see `_skeleton`); a spliced
         prompt of such contents is not searched for one."""
-        roles = _roles(messages)
         contents = [_text_of(m.get("content")) for m in messages]
+        return self._over(messages, _plain(messages, kwargs), _roles(messages), contents, room, kwargs, json_ascii)
+
+    def plain_chat_over(self, roles: tuple[str, ...], contents: list[str], room: int,
+                        json_ascii: bool = False) -> str | None:
+        """`chat_over` of messages of only a string role and a string content each, given as those."""
+        return self._over(None, True, roles, contents, room, None, json_ascii)
+
+    def _over(self, messages: list[dict[str, object]] | None, plain: bool, roles: tuple[str, ...],
+              contents: list[str], room: int, kwargs: dict[str, object] | None, json_ascii: bool) -> str | None:
+        """`chat_over`; `plain`: `_plain(messages, kwargs)`; `messages` None: they are their roles and contents."""
         overhead = self.overhead_cache.get(roles)
         if overhead is None:
             overhead = self.chat_bound([{"role": role, "content": ""} for role in roles])
         size = overhead + sum(map(_size, contents))
         if size <= room:
             return None
-        rendered = self._spliced(messages, roles, contents, kwargs)
+        rendered = self._spliced(roles, contents) if plain else None
         if rendered is None:
+            if messages is None:
+                messages = [{"role": role, "content": content} for role, content in zip(roles, contents, strict=True)]
             rendered = self._render(messages, contents, kwargs)
         elif json_ascii and self.json_ascii_encodable:  # the skeleton's bytes and the contents': `size` in all
             return None if self._fits(rendered, size, room) else rendered
@@ -325,6 +335,11 @@ class ModelTokenizer:
 
 def _roles(messages: list[dict[str, object]]) -> tuple[str, ...]:
     return tuple([str(m.get("role", "")) for m in messages])
+
+
+def _plain(messages: list[dict[str, object]], kwargs: dict[str, object] | None) -> bool:
+    """The messages are only their roles and contents to the template (which then may be spliced)."""
+    return not kwargs and all(m.keys() <= PLAIN_MESSAGE for m in messages)
 
 
 def _size(text: str) -> int:
@@ -376,6 +391,9 @@ class PromptTokenizer(Protocol):
 
     def chat_over(self, messages: list[dict[str, object]], room: int, kwargs: dict[str, object] | None = None,
                   json_ascii: bool = False) -> str | None: ...
+
+    def plain_chat_over(self, roles: tuple[str, ...], contents: list[str], room: int,
+                        json_ascii: bool = False) -> str | None: ...
 
     def count_chat(self, messages: list[dict[str, object]]) -> int: ...
 
