@@ -84,6 +84,8 @@ def order_lines(keys: Sequence[str | None], slots: int, warm: Collection[str] = 
     slots. Stable: lines of one key keep their file order, keys come in order of first appearance, but keys `warm`
     (already held by a slot) come first. A line without a key is a lane of its own."""
     slots = max(slots, 1)
+    if all(key is None for key in keys):
+        return UnitOrder(list(range(len(keys))), {})  # every line a lane of its own: file order
     groups: dict[str, list[int]] = {}
     singles: list[tuple[int, list[int]]] = []
     first_seen: dict[str, int] = {}

@@ -202,24 +202,28 @@ class SlotPool:
     def _returning(self, ready: list[_Waiter]) -> set[str]:
         """Owners of open units with lines still to start and no waiter now: a unit asks for one slot at a time, so
         one just granted a slot asks again a moment later. Slots freed together (an engine's slots finish lines of
-        equal length in the same step) would otherwise all go to owners with several units waiting."""
-        asking = {id(waiter.unit) for waiter in ready if waiter.unit is not None}
+        equal length in the same step) would otherwise all go to owners with several units waiting. An owner with a
+        waiter ready is left out: it stands no better than its waiter, so no slot would be kept for it anyway."""
+        asking = {waiter.owner for waiter in ready}
         return {unit.owner for unit in self._units
-                if unit.owner is not None and unit.has_lines_to_start and id(unit) not in asking}
+                if unit.owner is not None and unit.owner not in asking and unit.has_lines_to_start}
 
     def _grant(self) -> None:
         # A waiter cancelled but not yet resumed is still listed: it is skipped, and removes itself.
         if not self._waiting:
             return  # no one to hand a slot to (most releases, while slots are free)
+        baseline = min((self._served[owner] for owner in self.held if owner in self._served), default=0)
+        for waiter in self._waiting:
+            if waiter.owner not in self._served:
+                self._served[waiter.owner] = baseline  # a newcomer starts level with the least served holder
         budget = self.free
-        held, served = Counter(self.held), dict(self._served)
+        if budget <= 0:
+            return  # every slot is busy (most asks, while lines wait)
+        held, served = dict(self.held), dict(self._served)
         """Slots held and lines started, counting the slots left free this round for returning owners."""
-        baseline = min((served[owner] for owner in self.held if owner in served), default=0)
-        for owner in {waiter.owner for waiter in self._waiting} - served.keys():
-            served[owner] = self._served[owner] = baseline  # a newcomer starts level with the least served holder
 
         def standing(owner: str) -> tuple[int, int]:
-            return held[owner], served.get(owner, baseline)
+            return held.get(owner, 0), served.get(owner, baseline)
 
         while budget > 0:
             ready = [waiter for waiter in self._waiting if not waiter.granted.done() and waiter.candidates()]
@@ -227,7 +231,7 @@ class SlotPool:
                 return
             returning = min(self._returning(ready), default=None, key=standing)
             if returning is not None and standing(returning) < min(standing(waiter.owner) for waiter in ready):
-                held[returning] += 1  # its slot stays free until its unit asks again
+                held[returning] = held.get(returning, 0) + 1  # its slot stays free until its unit asks again
                 served[returning] = served.get(returning, baseline) + 1
                 budget -= 1
                 continue
@@ -236,26 +240,24 @@ class SlotPool:
                 return  # every waiter waits for a busy slot holding one of its prefixes
             waiter, choice = chosen
             self._hand(waiter, *choice)
-            held[waiter.owner] += 1
+            held[waiter.owner] = held.get(waiter.owner, 0) + 1
             served[waiter.owner] = served.get(waiter.owner, baseline) + 1
             budget -= 1
 
     def _choose(self, ready: list[_Waiter], standing: Callable[[str], tuple[int, int]]
                 ) -> tuple[_Waiter, tuple[int, str | None]] | None:
-        """The waiter to hand a free slot now, and which slot with which of its prefixes; None: all wait."""
-        if len(ready) > 1:
-            warm = {slot.resident for slot in self._slots if not slot.busy and slot.resident is not None} \
-                if self._resident_slots else set()
-            # Fewest slots held first; among equals, the owner that started fewest lines (not the waiter that came
-            # first: the owner that just gave a slot back would win every tie, and an owner with one unit against
-            # owners with several would stay below its share), then one a free slot holds a prefix of warm, then the
-            # earliest waiter.
-            ready.sort(key=lambda waiter: (*standing(waiter.owner), warm.isdisjoint(waiter.candidates()),
-                                           waiter.arrival))
+        """The waiter to hand a free slot now, and which slot with which of its prefixes; None: all wait.
+
+        Fewest slots held first; among equals, the owner that started fewest lines (not the waiter that came first:
+        the owner that just gave a slot back would win every tie, and an owner with one unit against owners with
+        several would stay below its share), then one a free slot holds a prefix of warm, then the earliest waiter."""
         if not self._resident_slots:
-            # No slot holds a prefix: whatever the candidates, the first waiter starts its first one on the least
-            # recently used free slot (what `choose_start` picks then, without reading every slot).
-            return ready[0], (self._least_recently_used(), ready[0].candidates()[0])
+            # No slot holds a prefix (none is warm): whatever the candidates, the first waiter starts its first one on
+            # the least recently used free slot (what `choose_start` picks then, without reading every slot).
+            first = min(ready, key=lambda waiter: (*standing(waiter.owner), waiter.arrival))
+            return first, (self._least_recently_used(), first.candidates()[0])
+        warm = {slot.resident for slot in self._slots if not slot.busy and slot.resident is not None}
+        ready.sort(key=lambda waiter: (*standing(waiter.owner), warm.isdisjoint(waiter.candidates()), waiter.arrival))
         need = self._need()
         # An owner below its share while others hold or want slots does not wait for a warm one: the slots it
         # passes over would go to them.
