@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import nats.js.errors
 import orjson
-from aiohttp import web
 
 from services.gateway.errors import ApiError
 from services.gateway.shared_state import MAX_TRIES, SharedState, SharedStateUnavailable, key_of, ttl_of
@@ -103,5 +102,3 @@ class Admission:
         except SharedStateUnavailable as error:  # it stops counting after GRACE_S anyway
             log.info("admitted %s of %s not released (%s); it counts until its grace ends", item, owner, error)
 
-
-ADMISSION = web.AppKey("admission", Admission)

@@ -5,8 +5,9 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from contracts.subjects import EVENTS_STREAM, LIMITS_BUCKET
-from services.gateway.admission import ADMISSION, ADMISSION_WAIT_S, Admission
-from services.gateway.auth import KEY_CACHE, KeyCache, auth_middleware
+from services.gateway.adapters.key_cache import KeyCache
+from services.gateway.admission import ADMISSION_WAIT_S, Admission
+from services.gateway.auth import auth_middleware
 from services.gateway.auth_failures import AUTH_FAILURES, FailedAuthentications, SharedFailedAuthentications
 from services.gateway.context import DEPS, Deps
 from services.gateway.credit_sweeper import credit_sweeper
@@ -56,13 +57,13 @@ def create_app(settings: GatewaySettings) -> web.Application:
         await store.ensure_bucket()
         await ensure_direct_reads(bus.js, EVENTS_STREAM)  # the errors view reads facts without a consumer
         read_model = await ReadModel.open(bus)
-        app[DEPS] = Deps(settings, bus, store, read_model, load_catalogue(connection.catalogue_path),
-                         await Fleet.open(bus))
-        app[KEY_CACHE] = KeyCache(read_model, await RevocationCheck.open(bus))
+        keys = KeyCache(read_model, await RevocationCheck.open(bus))
         shared = SharedState(await open_bucket(bus, LIMITS_BUCKET))
         # A limit is decided by the bucket or not at all: a slow broker is waited for rather than answered with 503.
-        app[ADMISSION] = Admission(SharedState(shared.kv, timeout_s=max(settings.read_your_writes_s,
-                                                                         ADMISSION_WAIT_S), retry_after_s=0.0))
+        admission = Admission(SharedState(shared.kv, timeout_s=max(settings.read_your_writes_s, ADMISSION_WAIT_S),
+                                          retry_after_s=0.0))
+        app[DEPS] = Deps(settings, bus, store, read_model, load_catalogue(connection.catalogue_path),
+                         await Fleet.open(bus), admission, keys)
         app[CONTROL_LIMITER] = SharedControlCallLimiter(
             shared, ControlCallLimiter(settings.control_calls_per_s, settings.control_call_burst))
         if settings.auth_failure_limit > 0:
@@ -84,7 +85,7 @@ def create_app(settings: GatewaySettings) -> web.Application:
     app.on_response_prepare.append(stamp_request_id)
     app.cleanup_ctx.append(connections)
     app.cleanup_ctx.append(storage_watch)
-    app.cleanup_ctx.append(keys_kept_fresh(lambda key: app[KEY_CACHE].forget(key)))
+    app.cleanup_ctx.append(keys_kept_fresh(lambda key: app[DEPS].keys.forget(key)))
     app.cleanup_ctx.append(file_sweeper)
     app.cleanup_ctx.append(credit_sweeper)
     app.cleanup_ctx.append(fleet_gauges)

@@ -5,6 +5,8 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from contracts.catalogue import Catalogue
+from services.gateway.adapters.key_cache import KeyCache
+from services.gateway.admission import Admission
 from services.gateway.own_writes import OwnWrites
 from services.gateway.settings import GatewaySettings
 from services.gateway.shared_reads import SharedReads
@@ -22,6 +24,10 @@ class Deps:
     read_model: ReadModel
     catalogue: Catalogue
     fleet: Fleet
+    admission: Admission
+    """Takes and releases an owner's places against its limits, atomically across gateways (admission.py)."""
+    keys: KeyCache
+    """Key records and their users, cached a short while."""
     own_writes: OwnWrites = field(default_factory=OwnWrites)
     shared_reads: SharedReads = field(default_factory=SharedReads)
     """Reads of an owner's index shared by the requests in flight that need them (shared_reads.py)."""

@@ -29,6 +29,7 @@ from contracts.api.webhook import CreateWebhook, DeletedWebhook, UpdateWebhook, 
 from services.gateway.observe import metrics_view
 from services.gateway.openapi import AFTER, FILES_LIMIT, LIMIT, Answer, openapi_view, query, route
 from services.gateway.readiness import readyz
+from services.gateway.usecases.retry import RetryRequest
 from services.gateway.views import (
     anomalies,
     asyncapi,
@@ -132,7 +133,7 @@ ROUTES = [
                                                                         "maximum": results.MAX_LIMIT}))),
     route("POST", "/v1/batches/{batch_id}/retry", retry.retry_batch, "retryBatch",
           "A new batch of the lines that failed in an ended one (run-time failures and lines never run; `codes` to "
-          "choose), linked by metadata.retry_of (extension)", Batch, body=retry.RetryRequest),
+          "choose), linked by metadata.retry_of (extension)", Batch, body=RetryRequest),
     route("POST", "/v1/batches/{batch_id}/release", batches.release_batch, "releaseBatch",
           "Run a batch created with hold (extension)", Batch),
     route("GET", "/v1/batches/{batch_id}/events", events.stream_batch_events, "batchEvents",

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from contracts.readmodel import FileRecord
 from contracts.subjects import read_model_key
 from services.gateway.context import DEPS, Deps
-from services.gateway.views.files import delete_unless_in_use
+from services.gateway.usecases.files import delete_unless_in_use
 from services.runtime.kv import KV_OPERATION, MARKER_REASON, read_page
 from services.runtime.tasks import cancel_and_join
 

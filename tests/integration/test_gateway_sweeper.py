@@ -12,7 +12,7 @@ from contracts.readmodel import FileRecord
 from services.gateway import sweeper
 from services.gateway.context import DEPS
 from services.gateway.sweeper import sweep_expired_files
-from services.gateway.views.files import is_expired
+from services.gateway.usecases.files import is_expired
 from services.runtime.settings import ConnectionSettings
 from tests.integration.gateway_support import Gateway, jsonl, running_gateway
 

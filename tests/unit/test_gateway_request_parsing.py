@@ -5,7 +5,7 @@ from aiohttp.test_utils import make_mocked_request
 
 from contracts.api.model import Model
 from services.gateway.errors import ApiError
-from services.gateway.views.batches import completion_window_seconds
+from services.gateway.usecases.batches import completion_window_seconds
 from services.gateway.views.events import MAX_SEQUENCE, resume_after
 from services.gateway.views.paging import MAX_FILES_LIMIT, page_after, parse_limit
 

@@ -4,9 +4,11 @@ create` follow (the catalogue check, the 409 for an id taken, the 404 for an org
 import secrets
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from contracts.api.organization import (
     DEFAULT_ORGANIZATION_ID,
+    ApiKey,
     CreateKey,
     CreateOrganization,
     CreateUser,
@@ -22,6 +24,9 @@ from services.gateway.usecases.refusals import ApiError, bad_request, not_found
 from services.runtime.bus import EventBus
 from services.runtime.readmodel import ReadModel
 
+if TYPE_CHECKING:
+    from services.gateway.context import Deps
+
 DEFAULT_ORGANIZATION = Organization(id=DEFAULT_ORGANIZATION_ID, name="Default organization", created_at=0)
 
 
@@ -36,6 +41,17 @@ class Accounts:
     read_your_writes_s: float
 
 
+def accounts_of(d: "Deps") -> Accounts:
+    """The gateway's: what its views pass the account use cases."""
+    return Accounts(d.bus, d.read_model, d.catalogue, d.settings.read_your_writes_s)
+
+
+class LastUse(Protocol):
+    """Where the last use of each key is kept (`key_usage.KeyUsage`)."""
+
+    async def last_used_ms(self, key_id: str) -> int | None: ...
+
+
 def user_object(record: UserRecord) -> User:
     return User(id=record.user_id, name=record.display_name, allowed_models=record.allowed_models,
                 created_at=record.created_at, organization_id=record.organization_id or DEFAULT_ORGANIZATION_ID,
@@ -44,6 +60,19 @@ def user_object(record: UserRecord) -> User:
 
 def organization_object(record: OrganizationRecord) -> Organization:
     return Organization(id=record.organization_id, name=record.display_name, created_at=record.created_at)
+
+
+async def api_key_object(record: ApiKeyRecord, usage: LastUse | None) -> ApiKey:
+    """The key as the API shows it (never its value), with when it was last used if that is kept."""
+    last_ms = None if usage is None else await usage.last_used_ms(record.key_id)
+    return ApiKey(id=record.key_id, name=record.label, role=record.role, user_id=record.user_id,
+                  created_at=record.created_at, provider_id=record.provider_id,
+                  last_used_at=None if last_ms is None else last_ms // 1000, revoked=record.revoked)
+
+
+async def created_key_object(raw: str, record: ApiKeyRecord, usage: LastUse | None) -> ApiKey:
+    """A key just created: its object, with the raw value this once."""
+    return (await api_key_object(record, usage)).model_copy(update={"value": raw})
 
 
 def _catalogue_ids(accounts: Accounts, names: list[str] | None) -> list[str] | None:

@@ -9,13 +9,13 @@ from contracts.api.billing import BatchQuote, BillingBalance, Grant, GrantCredit
 from contracts.api.organization import USER_ID_PATTERN
 from contracts.api.page import ListPage
 from contracts.billing import micros_to_usd, parse_usd
-from services.gateway.auth import KEY_CACHE, principal, require_admin
+from services.gateway.auth import principal, require_admin
 from services.gateway.context import deps
 from services.gateway.errors import ApiError, bad_request
 from services.gateway.oversight import administered_organization, organization_of
 from services.gateway.usecases import billing
+from services.gateway.usecases.files import owned_file
 from services.gateway.views.bodies import read_body
-from services.gateway.views.files import owned_file
 
 MAX_JSON_BODY_BYTES = 64 * 1024
 
@@ -23,7 +23,7 @@ MAX_JSON_BODY_BYTES = 64 * 1024
 async def _account_id(request: web.Request) -> str:
     """The caller's organisation's account; `?organization_id=` another's, for an admin key (or an organisation's
     administrator naming their own)."""
-    user = await request.app[KEY_CACHE].user_of(principal(request))
+    user = await deps(request).keys.user_of(principal(request))
     own = billing.account_of(user)
     asked = request.query.get("organization_id")
     if asked is not None and not re.fullmatch(USER_ID_PATTERN, asked):
@@ -72,7 +72,7 @@ async def grant_credits(request: web.Request) -> web.Response:
 async def quote_batch(request: web.Request) -> web.Response:
     d = deps(request)
     body = await read_body(request, QuoteRequest, MAX_JSON_BODY_BYTES)
-    file = await owned_file(request, body.input_file_id)
+    file = await owned_file(d, principal(request), body.input_file_id)
     if file.file.purpose != "batch":
         raise bad_request(f"File {body.input_file_id} has purpose {file.file.purpose!r}; a batch needs purpose "
                           "'batch'.", "invalid_input_file", "input_file_id")
@@ -83,7 +83,7 @@ async def quote_batch(request: web.Request) -> web.Response:
                           "(x-litellm-model or ?model=) or in metadata.model.", "model_not_found", "model")
     endpoint = body.endpoint or model.endpoints[0]
     demand = billing.demand_of(file)
-    user = await request.app[KEY_CACHE].user_of(principal(request))
+    user = await deps(request).keys.user_of(principal(request))
     if d.settings.billing:
         price = billing.price_of(model)
         quoted = billing.quote_price(model, price, demand, endpoint)

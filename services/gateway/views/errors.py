@@ -18,9 +18,10 @@ from contracts.events.batch import LineRejected
 from contracts.events.registry import decode_event
 from contracts.lifecycle import TERMINAL
 from contracts.subjects import event_subject
+from services.gateway.auth import principal
 from services.gateway.context import deps
-from services.gateway.views.batches import owned_batch
-from services.gateway.views.retry import failure_code
+from services.gateway.usecases.batches import owned_batch
+from services.gateway.usecases.retry import failure_code
 from services.runtime import eventlog
 from services.runtime.bus import EventBus
 
@@ -83,7 +84,7 @@ async def failed_by_code(request: web.Request, error_file_id: str) -> list[Faile
 
 
 async def batch_errors(request: web.Request) -> web.Response:
-    record = await owned_batch(request, request.match_info["batch_id"])
+    record = await owned_batch(deps(request), principal(request), request.match_info["batch_id"])
     rejected = await rejected_lines(deps(request).bus, record.batch.id)
     summary = summarise(record.batch, rejected)
     batch = record.batch

@@ -18,10 +18,10 @@ from nats.js import JetStreamContext
 from contracts.archive import archived_batch_log_key, parse_fact_line
 from contracts.lifecycle import ENDING_FACT_NAMES, TERMINAL
 from contracts.subjects import EVENTS_STREAM, batch_events, event_name_of, event_subject
-from services.gateway.auth import still_authorized
+from services.gateway.auth import principal, still_authorized
 from services.gateway.context import deps
 from services.gateway.errors import bad_request, client_gone
-from services.gateway.views.batches import owned_batch
+from services.gateway.usecases.batches import owned_batch
 from services.gateway.views.event_frames import sse_frame
 from services.runtime import eventlog
 from services.runtime.eventlog import Fact
@@ -111,14 +111,7 @@ async def _follow(request: web.Request, response: web.StreamResponse, facts: Asy
             return
         if time.monotonic() - checked_at >= REVOCATION_CHECK_S:
             checked_at = time.monotonic()
-            try:
-                authorized = await still_authorized(request)
-            except (nats.errors.Error, nats.js.errors.Error) as error:
-                # Not checked is not allowed: the client resumes from its last event once the broker answers.
-                log.warning("could not check an event stream's key (%r); ending the stream", error)
-                return
-            if not authorized:
-                await response.write(REVOKED_FRAME)
+            if not await _key_still_good(request, response):
                 return
         if not group:
             idle_s += POLL_S
@@ -127,17 +120,37 @@ async def _follow(request: web.Request, response: web.StreamResponse, facts: Asy
                 await response.write(b": heartbeat\n\n")
             continue
         idle_s = 0.0
-        for fact in group:
-            frame = sse_frame(fact.sequence, fact.data)
-            if frame is not None:
-                await response.write(frame)
-            if event_name_of(fact.subject) in ENDING_FACT_NAMES:
-                return
+        if await _write_group(response, group):
+            return
+
+
+async def _key_still_good(request: web.Request, response: web.StreamResponse) -> bool:
+    """Whether the stream's key is still not revoked; when it is, the client is told so (the stream then ends)."""
+    try:
+        authorized = await still_authorized(request)
+    except (nats.errors.Error, nats.js.errors.Error) as error:
+        # Not checked is not allowed: the client resumes from its last event once the broker answers.
+        log.warning("could not check an event stream's key (%r); ending the stream", error)
+        return False
+    if not authorized:
+        await response.write(REVOKED_FRAME)
+    return authorized
+
+
+async def _write_group(response: web.StreamResponse, group: list[Fact]) -> bool:
+    """Send the facts' frames; True once the batch's ending fact is sent (the stream ends with it)."""
+    for fact in group:
+        frame = sse_frame(fact.sequence, fact.data)
+        if frame is not None:
+            await response.write(frame)
+        if event_name_of(fact.subject) in ENDING_FACT_NAMES:
+            return True
+    return False
 
 
 async def stream_batch_events(request: web.Request) -> web.StreamResponse:
     batch_id = request.match_info["batch_id"]
-    record = await owned_batch(request, batch_id)
+    record = await owned_batch(deps(request), principal(request), batch_id)
     after = resume_after(request)
     js = deps(request).bus.js
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",

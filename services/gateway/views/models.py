@@ -6,7 +6,7 @@ from contracts.api.model import Model
 from contracts.api.organization import ModelAlias
 from contracts.api.page import ListPage
 from contracts.catalogue import CatalogueModel
-from services.gateway.auth import KEY_CACHE, principal
+from services.gateway.auth import principal
 from services.gateway.context import deps
 from services.gateway.errors import not_found
 
@@ -18,7 +18,7 @@ def as_model(entry: CatalogueModel) -> Model:
 
 async def usable_models(request: web.Request) -> list[CatalogueModel]:
     """The catalogue entries the caller's user may use (every one unless their access is restricted)."""
-    allowed = await request.app[KEY_CACHE].allowed_models(principal(request))
+    allowed = await deps(request).keys.allowed_models(principal(request))
     models = deps(request).catalogue.models
     return list(models) if allowed is None else [m for m in models if m.id in allowed]
 

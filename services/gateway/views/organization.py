@@ -20,14 +20,13 @@ from contracts.api.organization import (
     User,
 )
 from contracts.api.page import ListPage
-from contracts.events.key import KeyRole
 from contracts.ids import new_key_id
 from contracts.readmodel import ApiKeyRecord
-from services.gateway.admission import ADMISSION, Holdings
-from services.gateway.auth import KEY_CACHE, principal, require_admin
+from services.gateway.admission import Holdings
+from services.gateway.auth import principal, require_admin
 from services.gateway.context import deps
 from services.gateway.errors import ApiError, not_found
-from services.gateway.key_usage import KEY_USAGE
+from services.gateway.key_usage import KEY_USAGE, KeyUsage
 from services.gateway.revocation import find_key, revoke_key
 from services.gateway.usecases import accounts as usecases
 from services.gateway.usecases.accounts import DEFAULT_ORGANIZATION, Accounts, organization_object, user_object
@@ -37,16 +36,11 @@ KEYS = "keys"
 
 
 def accounts(request: web.Request) -> Accounts:
-    d = deps(request)
-    return Accounts(d.bus, d.read_model, d.catalogue, d.settings.read_your_writes_s)
+    return usecases.accounts_of(deps(request))
 
 
-async def api_key_object(request: web.Request, record: ApiKeyRecord) -> ApiKey:
-    usage = request.app.get(KEY_USAGE)
-    last_ms = None if usage is None else await usage.last_used_ms(record.key_id)
-    return ApiKey(id=record.key_id, name=record.label, role=record.role, user_id=record.user_id,
-                  created_at=record.created_at, provider_id=record.provider_id,
-                  last_used_at=None if last_ms is None else last_ms // 1000, revoked=record.revoked)
+def key_usage(request: web.Request) -> KeyUsage | None:
+    return request.app.get(KEY_USAGE)
 
 
 async def create_user(request: web.Request) -> web.Response:
@@ -94,14 +88,8 @@ async def retrieve_organization(request: web.Request) -> web.Response:
 
 async def key_answer(request: web.Request, raw: str, record: ApiKeyRecord) -> web.Response:
     """A key just created: its object, with the raw value this once."""
-    created = (await api_key_object(request, record)).model_copy(update={"value": raw})
+    created = await usecases.created_key_object(raw, record, key_usage(request))
     return web.json_response(created.model_dump(mode="json"))
-
-
-async def create_key_for(request: web.Request, role: KeyRole, label: str, user_id: str | None,
-                         provider_id: str | None = None) -> web.Response:
-    return await key_answer(request, *await usecases.create_key(accounts(request), role, label, user_id,
-                                                                provider_id))
 
 
 def own_keys_user(request: web.Request) -> str:
@@ -142,7 +130,7 @@ async def _admit_key(request: web.Request, user_id: str, key_id: str) -> None:
         return Holdings({r.key_id: 1 for r in mine if not r.revoked}, frozenset(r.key_id for r in mine))
 
     limit = d.settings.max_keys_per_user
-    used = await request.app[ADMISSION].take(KEYS, f"user-{user_id}", key_id, 1, limit, held)
+    used = await d.admission.take(KEYS, f"user-{user_id}", key_id, 1, limit, held)
     if used is not None:
         raise ApiError(429, f"User {user_id} already has {used} keys that are not revoked (the limit is {limit}); "
                        "revoke some first.", "rate_limit_error", "too_many_keys")
@@ -154,13 +142,13 @@ async def _list(request: web.Request, workers: bool) -> web.Response:
         user_id = own_keys_user(request)
         records = [r for r in records if r.user_id == user_id and r.role == "user"]
     records.sort(key=lambda r: (r.created_at or 0, r.key_id))
-    page = ListPage[ApiKey](data=[await api_key_object(request, r) for r in records])
+    page = ListPage[ApiKey](data=[await usecases.api_key_object(r, key_usage(request)) for r in records])
     return web.json_response(page.model_dump(mode="json"))
 
 
 async def who_am_i(request: web.Request) -> web.Response:
     caller = principal(request)
-    user = await request.app[KEY_CACHE].user_of(caller)
+    user = await deps(request).keys.user_of(caller)
     me = Me(key_id=caller.key_id, role=caller.role, user_id=caller.user_id,
             organization_id=(user.organization_id if user else None) or DEFAULT_ORGANIZATION_ID,
             organization_role=user.role if user else None)
@@ -186,7 +174,7 @@ async def _revoke(request: web.Request, workers: bool) -> web.Response:
         if record is None or record.role != "user" or record.user_id != own_user:
             raise not_found("API key", key_id)  # another user's key is not there, as far as this user can tell
     cancelled = await revoke_key(d.bus, d.read_model, digest, caller.key_id)
-    request.app[KEY_CACHE].forget(f"apikey.{digest}")  # this gateway refuses it at once; others on their watch
+    d.keys.forget(f"apikey.{digest}")  # this gateway refuses it at once; others on their watch
     return web.json_response(DeletedApiKey(id=key_id, cancelled_batches=cancelled).model_dump(mode="json"))
 
 
@@ -197,7 +185,8 @@ async def revoke_api_key(request: web.Request) -> web.Response:
 async def create_worker_key(request: web.Request) -> web.Response:
     require_admin(request)
     body = await read_body(request, CreateWorkerKey)
-    return await create_key_for(request, "worker", body.name or "worker key", None)
+    return await key_answer(request, *await usecases.create_key(accounts(request), "worker", body.name or "worker key",
+                                                                None))
 
 
 async def list_worker_keys(request: web.Request) -> web.Response:

@@ -13,13 +13,15 @@ from contracts.api.provider import ApproveProvider, ExecutorMemory, Provider, Pr
 from contracts.events.executor import ExecutorAdvert
 from contracts.events.provider import ProviderApprovalWithdrawn, ProviderApproved, ProviderRegistered
 from contracts.readmodel import ApiKeyRecord, ExecutorRecord, ProviderRecord
-from services.gateway.auth import KEY_CACHE, principal
+from services.gateway.auth import principal
 from services.gateway.context import deps
 from services.gateway.errors import ApiError, not_found
+from services.gateway.key_usage import KEY_USAGE
 from services.gateway.oversight import administered_organization, organization_of
 from services.gateway.revocation import revoke_key
-from services.gateway.views.files import is_valid_id
-from services.gateway.views.organization import api_key_object, create_key_for, read_body
+from services.gateway.usecases import accounts as usecases
+from services.gateway.usecases.files import is_valid_id
+from services.gateway.views.bodies import read_body
 
 
 def _owns(me: ApiKeyRecord, provider: ProviderRecord) -> bool:
@@ -143,14 +145,18 @@ async def _worker_keys(request: web.Request, provider_id: str) -> list[tuple[str
 async def create_provider_worker_key(request: web.Request) -> web.Response:
     provider = await _provider(request, request.match_info["provider_id"])
     body = await read_body(request, CreateWorkerKey)
-    return await create_key_for(request, "worker", body.name or "worker key", None, provider.provider_id)
+    raw, record = await usecases.create_key(usecases.accounts_of(deps(request)), "worker", body.name or "worker key",
+                                            None, provider.provider_id)
+    created = await usecases.created_key_object(raw, record, request.app.get(KEY_USAGE))
+    return web.json_response(created.model_dump(mode="json"))
 
 
 async def list_provider_worker_keys(request: web.Request) -> web.Response:
     provider = await _provider(request, request.match_info["provider_id"])
     records = sorted((r for _, r in await _worker_keys(request, provider.provider_id)),
                      key=lambda r: (r.created_at or 0, r.key_id))
-    page = ListPage[ApiKey](data=[await api_key_object(request, r) for r in records])
+    usage = request.app.get(KEY_USAGE)
+    page = ListPage[ApiKey](data=[await usecases.api_key_object(r, usage) for r in records])
     return web.json_response(page.model_dump(mode="json"))
 
 
@@ -161,7 +167,7 @@ async def revoke_provider_worker_key(request: web.Request) -> web.Response:
     if not found:
         raise not_found("worker key", key_id)
     cancelled = await revoke_key(deps(request).bus, deps(request).read_model, found[0], principal(request).key_id)
-    request.app[KEY_CACHE].forget(f"apikey.{found[0]}")
+    deps(request).keys.forget(f"apikey.{found[0]}")
     return web.json_response(DeletedApiKey(id=key_id, cancelled_batches=cancelled).model_dump(mode="json"))
 
 

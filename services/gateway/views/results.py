@@ -18,9 +18,10 @@ from contracts.events.batch import BatchProgressed
 from contracts.events.registry import decode_event
 from contracts.lifecycle import TERMINAL
 from contracts.subjects import event_subject
+from services.gateway.auth import principal
 from services.gateway.context import Deps, deps
 from services.gateway.errors import bad_request
-from services.gateway.views.batches import overseen_batch
+from services.gateway.usecases.batches import overseen_batch
 from services.runtime import eventlog
 from services.runtime.objectstore import ObjectNotFound
 
@@ -60,7 +61,7 @@ def _limit(raw: str | None) -> int:
 
 async def batch_results(request: web.Request) -> web.Response:
     d = deps(request)
-    record, _ = await overseen_batch(request, request.match_info["batch_id"])
+    record, _ = await overseen_batch(d, principal(request), request.match_info["batch_id"])
     ended = record.batch.status in TERMINAL
     start_sequence, skip = _cursor(request.query.get("after"))
     limit = _limit(request.query.get("limit"))

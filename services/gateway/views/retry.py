@@ -1,174 +1,24 @@
-"""`POST /v1/batches/{id}/retry`: a new batch of the lines that failed in an ended one, linked to it.
+"""`POST /v1/batches/{id}/retry`: a new batch of the lines that failed in an ended one, linked to it; the rules are
+the use case's (`usecases.retry`)."""
 
-The failed lines are read from the batch's error file (streamed), the matching input lines copied from its input
-file into a new input file of the caller's (streamed, with its SHA-256 and worst case counted on the way), and the
-batch created as `POST /v1/batches` would (`metadata.retry_of` names the original). By default the lines that failed
-at run time or never ran are retried; a line validation refused would be refused again unchanged, so it is retried
-only when `codes` names its code. The same retry asked again returns the same batch (its id is derived).
-"""
-
-import hashlib
-import time
-from dataclasses import dataclass, field
-from typing import Any
-
-import orjson
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field
 
-from contracts.api.batch_request import MAX_METADATA_PAIRS, BatchCreateRequest
-from contracts.events.file import FileStored
-from contracts.ids import derived_id
-from contracts.lifecycle import TERMINAL
-from contracts.subjects import input_object_key
 from services.gateway.auth import principal
 from services.gateway.context import deps
-from services.gateway.demand import DemandCounter
-from services.gateway.errors import ApiError
+from services.gateway.http.answers import answer
 from services.gateway.limits import charge_control_call
-from services.gateway.usecases.refusals import parse_fields
-from services.gateway.views.batches import create_from, owned_batch
+from services.gateway.usecases import retry as usecase
+from services.gateway.usecases.batches import owned_batch
+from services.gateway.usecases.retry import RetryRequest
 from services.gateway.views.bodies import read_body
-from services.gateway.views.files import admit_bytes
 
-RETRY_OF = "retry_of"
-"""The metadata key that links a retry to the batch it retries."""
 MAX_BODY_BYTES = 64 * 1024
-
-
-class RetryRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    codes: list[str] | None = Field(default=None, max_length=64)
-    """Only lines that failed with one of these codes; omitted: every line that failed at run time or never ran."""
-    completion_window: str | None = None
-    """Omitted: the original batch's."""
-    metadata: dict[str, str] | None = None
-    """Added to the original's metadata (with `retry_of`)."""
-    allow_partial: bool = False
-
-
-@dataclass
-class FailedLines:
-    """What the error file says failed: input lines by number (refused by validation) and by custom_id."""
-
-    numbers: set[int] = field(default_factory=set)
-    custom_ids: set[str] = field(default_factory=set)
-
-    def selects(self, number: int, custom_id: object) -> bool:
-        if number in self.numbers:
-            return True
-        if isinstance(custom_id, str) and custom_id in self.custom_ids:
-            self.custom_ids.discard(custom_id)  # the first input line with it (a custom_id runs once)
-            return True
-        return False
-
-
-def failure_code(row: dict[str, Any]) -> str | None:
-    error = row.get("error")
-    if isinstance(error, dict) and isinstance(error.get("code"), str):
-        return str(error["code"])
-    response = row.get("response")
-    body = response.get("body") if isinstance(response, dict) else None
-    nested = body.get("error") if isinstance(body, dict) else None
-    return str(nested["code"]) if isinstance(nested, dict) and isinstance(nested.get("code"), str) else None
-
-
-async def failed_lines(request: web.Request, error_object_key: str, codes: set[str] | None) -> FailedLines:
-    found = FailedLines()
-    async for raw in deps(request).store.iter_lines(error_object_key):
-        if not raw.strip():
-            continue
-        row = orjson.loads(raw)
-        code = failure_code(row)
-        refused = isinstance(row.get("line"), int)
-        if (codes is not None and code not in codes) or (codes is None and refused):
-            continue
-        if refused:
-            found.numbers.add(int(row["line"]))
-        elif isinstance(row.get("custom_id"), str):
-            found.custom_ids.add(row["custom_id"])
-    return found
 
 
 async def retry_batch(request: web.Request) -> web.Response:
     await charge_control_call(request)
-    d = deps(request)
-    body = await read_body(request, RetryRequest, MAX_BODY_BYTES)
-    record = await owned_batch(request, request.match_info["batch_id"])
-    batch = record.batch
-    if batch.status not in TERMINAL:
-        raise ApiError(409, f"Batch {batch.id} is {batch.status}; retry it once it has ended.", "conflict_error",
-                       "batch_not_ended")
-    error_file = await d.read_model.get_file(batch.error_file_id) if batch.error_file_id else None
-    input_file = await d.read_model.get_file(batch.input_file_id)
-    if error_file is None or error_file.deleted:
-        raise ApiError(409, f"Batch {batch.id} has no error file: no line failed.", "conflict_error",
-                       "nothing_to_retry")
-    if input_file is None or input_file.deleted:
-        raise ApiError(409, f"The input file {batch.input_file_id} of batch {batch.id} was deleted; upload the lines "
-                       "again to run them.", "conflict_error", "input_file_deleted")
-    codes = sorted(set(body.codes)) if body.codes is not None else None
-    wanted = await failed_lines(request, error_file.object_key, set(codes) if codes is not None else None)
-    owner = principal(request).owner
-    key = f"retry:{batch.id}:{','.join(codes) if codes is not None else '*'}"
-    file_id = derived_id("file-", owner, key)
-    if await d.read_model.get_file(file_id) is None:
-        lines = await copy_lines(request, input_file.object_key, file_id, wanted, input_file.model)
-        if lines == 0:
-            raise ApiError(409, f"No line of batch {batch.id} failed with {', '.join(codes or []) or 'a run-time code'}"
-                           "; nothing to retry.", "conflict_error", "nothing_to_retry")
-        await d.read_model.wait_for(lambda: d.read_model.get_file(file_id), lambda r: True,
-                                    d.settings.read_your_writes_s)
-    metadata = {**(batch.metadata or {}), **(body.metadata or {}), RETRY_OF: batch.id}
-    if len(metadata) > MAX_METADATA_PAIRS:
-        raise ApiError(400, f"The retry's metadata would have {len(metadata)} pairs (with {RETRY_OF}); the limit is "
-                       f"{MAX_METADATA_PAIRS}.", code="invalid_metadata", param="metadata")
-    create = parse_fields(BatchCreateRequest, {
-        "input_file_id": file_id, "endpoint": batch.endpoint,
-        "completion_window": body.completion_window or batch.completion_window, "metadata": metadata,
-        "allow_partial": body.allow_partial, "placement": batch.placement or "approved_providers"})
-    return await create_from(request, create, key)
-
-
-async def copy_lines(request: web.Request, source_key: str, file_id: str, wanted: FailedLines,
-                     model: str | None) -> int:
-    """Copy the wanted input lines into the new file's object and state it; the lines copied."""
     d, caller = deps(request), principal(request)
-    object_key = input_object_key(file_id)
-    writer = d.store.writer(object_key, "application/jsonl")
-    digest, demand = hashlib.sha256(), DemandCounter()
-    size = lines = number = 0
-    try:
-        async for raw in d.store.iter_lines(source_key):
-            number += 1
-            if not raw.strip():
-                continue
-            try:
-                custom_id = orjson.loads(raw).get("custom_id")
-            except (orjson.JSONDecodeError, AttributeError):
-                custom_id = None
-            if wanted.selects(number, custom_id):
-                data = raw + b"\n"
-                digest.update(data)
-                demand.feed(data)
-                size, lines = size + len(data), lines + 1
-                await writer.write(data)
-        await writer.finish()
-    except BaseException:
-        await writer.abort()
-        raise
-    if lines == 0:
-        await d.store.remove(object_key)
-        return 0
-    try:
-        await admit_bytes(request, caller.owner, file_id, size)  # a retry's copy is stored like an upload
-    except ApiError:
-        await d.store.remove(object_key)
-        raise
-    now = int(time.time())
-    await d.bus.publish(FileStored(aggregate_id=file_id, owner_key_id=caller.key_id, filename=f"{file_id}.jsonl",
-                                   purpose="batch", bytes=size, sha256=digest.hexdigest(), object_key=object_key,
-                                   created_at=now, line_count=lines, expires_at=now + d.settings.batch_file_ttl_s,
-                                   model=model, demand=demand.finish()))
-    return lines
+    body = await read_body(request, RetryRequest, MAX_BODY_BYTES)
+    record = await owned_batch(d, caller, request.match_info["batch_id"])
+    created = await usecase.retry(d, caller, record, body)
+    return answer(created.batch, created.same_as)

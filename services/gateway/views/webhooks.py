@@ -22,7 +22,7 @@ from contracts.api.webhook import (
     WebhookEndpoint,
 )
 from contracts.readmodel import ApiKeyRecord
-from services.gateway.admission import ADMISSION, Holdings
+from services.gateway.admission import Holdings
 from services.gateway.auth import principal
 from services.gateway.context import deps
 from services.gateway.errors import ApiError, bad_request, not_found
@@ -134,7 +134,7 @@ async def create_webhook(request: web.Request) -> web.Response:
                         frozenset(e.id for e in existing))
 
     limit = deps(request).settings.max_webhooks_per_owner
-    admission = request.app[ADMISSION]
+    admission = deps(request).admission
     if await admission.take(WEBHOOKS, holder, endpoint.id, 1, limit, held) is not None:
         raise bad_request(f"At most {limit} webhook endpoints may be registered here; delete one first.",
                           "too_many_webhooks")
@@ -192,7 +192,7 @@ async def delete_webhook(request: web.Request) -> web.Response:
     await _store(request).delete_endpoint(endpoint.id)
     # Its place comes back at once (the store forgets a deleted endpoint, so the admission would count it until
     # its grace ends).
-    await asyncio.shield(request.app[ADMISSION].release(WEBHOOKS, webhooks_holder(endpoint), endpoint.id))
+    await asyncio.shield(deps(request).admission.release(WEBHOOKS, webhooks_holder(endpoint), endpoint.id))
     return web.json_response(DeletedWebhook(id=endpoint.id).model_dump(mode="json"))
 
 

@@ -1,0 +1,56 @@
+"""Key records and their users, cached a short while (a revocation counts once its fact is in the log, read model
+or not): what authentication and the use cases look a caller up in."""
+
+import time
+from dataclasses import dataclass, field
+
+from contracts.ids import hash_api_key
+from contracts.readmodel import ApiKeyRecord, UserRecord
+from services.runtime.readmodel import ReadModel
+from services.runtime.revocations import RevocationCheck
+
+CACHE_TTL_S = 30.0
+"""The longest a cached key is trusted; `forget` (driven by a watch on the read model) drops one at once."""
+
+
+@dataclass
+class KeyCache:
+    read_model: ReadModel
+    revocations: RevocationCheck
+    known: dict[str, tuple[float, ApiKeyRecord]] = field(default_factory=dict)
+    users: dict[str, tuple[float, UserRecord | None]] = field(default_factory=dict)
+
+    async def lookup(self, api_key: str) -> ApiKeyRecord | None:
+        digest = hash_api_key(api_key)
+        cached = self.known.get(digest)
+        if cached is not None and time.monotonic() - cached[0] < CACHE_TTL_S:
+            record: ApiKeyRecord | None = cached[1]
+        else:
+            record = await self.read_model.get_api_key(digest)
+            if record is not None:
+                self.known[digest] = (time.monotonic(), record)
+        # The read model lags the log (a paused ledger, forever): a revoke is final once its fact is stored.
+        if record is not None and not record.revoked and await self.revocations.revoked(digest, record.key_id):
+            record = record.model_copy(update={"revoked": True})
+            self.known[digest] = (time.monotonic(), record)
+        return record
+
+    async def user_of(self, record: ApiKeyRecord) -> UserRecord | None:
+        """The key's user (cached a short while); None for a key without a user, or one not in the read model."""
+        if record.user_id is None:
+            return None
+        cached = self.users.get(record.user_id)
+        if cached is None or time.monotonic() - cached[0] >= CACHE_TTL_S:
+            cached = (time.monotonic(), await self.read_model.get_user(record.user_id))
+            self.users[record.user_id] = cached
+        return cached[1]
+
+    async def allowed_models(self, record: ApiKeyRecord) -> list[str] | None:
+        """Catalogue ids the key's user may use; None: every model (also for keys without a user)."""
+        user = await self.user_of(record)
+        return None if user is None else user.allowed_models
+
+    def forget(self, read_model_key: str) -> None:
+        """The read model changed this key or user: look it up afresh next time."""
+        kind, _, ident = read_model_key.partition(".")
+        (self.known if kind == "apikey" else self.users).pop(ident, None)

@@ -1,0 +1,1 @@
+"""HTTP plumbing of the gateway: middlewares, request parsing and rendering shared by the views, the route table."""

@@ -1,0 +1,320 @@
+"""Batches: the rules of `POST /v1/batches` (and a retry's create), cancel and release that are not HTTP: which batch
+a caller may see or act on, a create idempotent by key and deduplicated against a live twin, within the owner's
+active-batch limit, billed when the deployment bills."""
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from contracts.api.batch import Batch
+from contracts.api.batch_request import BatchCreateRequest
+from contracts.billing import ModelPrice
+from contracts.catalogue import CatalogueModel
+from contracts.events.batch import BatchCancelRequested, BatchCreated, BatchReleased
+from contracts.events.file import FileUsed
+from contracts.ids import derived_id, new_batch_id
+from contracts.lifecycle import CANCELLABLE, RELEASABLE, TERMINAL
+from contracts.readmodel import ApiKeyRecord, BatchRecord, FileRecord, UserRecord
+from contracts.subjects import batch_fact, file_fact
+from services.gateway.admission import Holdings
+from services.gateway.context import Deps
+from services.gateway.oversight import Standing, cancel_entry, standing
+from services.gateway.usecases import billing as billing_usecase
+from services.gateway.usecases.files import is_valid_id, owned_file
+from services.gateway.usecases.refusals import ApiError, bad_request, not_found
+from services.runtime.bus import Fence, FenceMoved
+from services.runtime.facts import last_fact
+
+log = logging.getLogger(__name__)
+
+MAX_WINDOW_S = 168 * 3600
+ACTIVE_BATCHES = "active_batches"
+
+CreateParameters = tuple[str, str, str, dict[str, str] | None, bool, bool, int | None, str]
+"""Everything a create asks for: file, endpoint, window, metadata, allow_partial, hold, output_expires_after,
+placement."""
+
+
+@dataclass(frozen=True)
+class Created:
+    """A create's answer: the batch, and the id of the earlier batch it is (a retry or a twin), if it is one."""
+
+    batch: Batch
+    same_as: str | None = None
+
+
+async def owned_batch(d: Deps, caller: ApiKeyRecord, batch_id: str) -> BatchRecord:
+    return (await overseen_batch(d, caller, batch_id, overseers=False))[0]
+
+
+async def overseen_batch(d: Deps, caller: ApiKeyRecord, batch_id: str,
+                         overseers: bool = True) -> tuple[BatchRecord, Standing]:
+    """The batch, if the caller owns it or (with `overseers`) administers its owner: the platform's admin, or an
+    administrator of the owner's organisation. Anyone else is told it does not exist."""
+    record = await d.read_model.get_batch(batch_id) if is_valid_id(batch_id) else None
+    if record is None and d.own_writes.awaits(caller.owner, "batch", batch_id):  # created here a moment ago
+        await d.own_writes.settle(d.read_model, caller.owner, ("batch",), d.settings.own_writes_wait_s)
+        record = await d.read_model.get_batch(batch_id)
+    if record is None:
+        raise not_found("batch", batch_id)
+    if record.owner == caller.owner:
+        return record, "owner"
+    by = await standing(d.read_model, caller, record.owner) if overseers else None
+    if by is None:
+        raise not_found("batch", batch_id)
+    return record, by
+
+
+def completion_window_seconds(window: object, min_window_s: int) -> int:
+    """`24h` (OpenAI's) up to `168h`: how long the batch may take before it expires. `m` and `s` units exist for
+    deployments that lower the minimum (tests of expiry)."""
+    units = {"h": 3600, "m": 60, "s": 1}
+    amount = window[:-1] if isinstance(window, str) and window[-1:] in units else ""
+    ascii_digits = amount.isascii() and amount.isdigit() and len(amount) < 10
+    seconds = int(amount) * units[str(window)[-1]] if ascii_digits else 0
+    if not min_window_s <= seconds <= MAX_WINDOW_S:
+        raise bad_request(f"completion_window must be between '{min_window_s // 3600}h' and '168h' (got {window!r}).",
+                          "invalid_completion_window", "completion_window")
+    return seconds
+
+
+def parameters_of(created: BatchCreated) -> CreateParameters:
+    return (created.input_file_id, created.endpoint, created.completion_window, created.metadata,
+            created.allow_partial, created.hold, created.output_expires_after_s, created.placement)
+
+
+def asked_parameters(body: BatchCreateRequest) -> CreateParameters:
+    output_expires_after_s = body.output_expires_after.seconds if body.output_expires_after else None
+    return (body.input_file_id, body.endpoint, body.completion_window, body.metadata, body.allow_partial,
+            body.hold, output_expires_after_s, body.placement)
+
+
+async def _created_parameters(d: Deps, batch_id: str) -> CreateParameters | None:
+    """What the batch was created with, read from its own `created` fact (the read model does not keep it all)."""
+    found = await last_fact(d.bus, batch_fact(batch_id, "created"))
+    return parameters_of(found[1]) if found is not None and isinstance(found[1], BatchCreated) else None
+
+
+def _idempotency_conflict(key: str, batch_id: str) -> ApiError:
+    return ApiError(409, f"Idempotency-Key {key!r} was used for batch {batch_id} with a different request body; "
+                    "use a new key for a new batch.", "conflict_error", "idempotency_conflict", "Idempotency-Key")
+
+
+@dataclass(frozen=True)
+class _Terms:
+    """What an admitted create settled before publishing: the caller's user, the batch's default model, and the
+    account its reservation was taken from (None: not billed)."""
+
+    user: UserRecord | None
+    default_model: str | None
+    billed_account: str | None
+
+
+async def create_from(d: Deps, caller: ApiKeyRecord, body: BatchCreateRequest,
+                      idempotency_key: str | None) -> Created:
+    """Create the batch `body` asks for (the create route's, and a retry's): idempotent by key, deduplicated
+    against a live twin, billed when the deployment bills."""
+    window_s = completion_window_seconds(body.completion_window, d.settings.min_completion_window_s)
+    asked = asked_parameters(body)
+    batch_id = derived_id("batch_", caller.owner, idempotency_key) if idempotency_key else new_batch_id()
+    if idempotency_key and (earlier := await _earlier(d, batch_id, idempotency_key, asked)) is not None:
+        return Created(earlier, batch_id)
+    file = await _batch_input(d, caller, body.input_file_id)
+    if not idempotency_key and (twin := await _live_twin(d, caller.owner, asked)) is not None:
+        return Created(twin, twin.id)
+    terms = await _admitted(d, caller, batch_id, body, file)
+    event = _created_event(caller, batch_id, body, file, terms, window_s)
+    await _publish_created(d, event, terms)
+    if idempotency_key and await _created_parameters(d, batch_id) != asked:
+        raise _idempotency_conflict(idempotency_key, batch_id)  # a concurrent request with this key won
+    return Created(await _read_back(d, caller.owner, event))
+
+
+async def _earlier(d: Deps, batch_id: str, idempotency_key: str, asked: CreateParameters) -> Batch | None:
+    """The batch this key created already, if it asked for the same (else 409); None when there is none."""
+    earlier = await d.read_model.get_batch(batch_id)
+    if earlier is None:
+        return None
+    if await _created_parameters(d, batch_id) != asked:
+        raise _idempotency_conflict(idempotency_key, batch_id)
+    return earlier.batch
+
+
+async def _batch_input(d: Deps, caller: ApiKeyRecord, input_file_id: str) -> FileRecord:
+    file = await owned_file(d, caller, input_file_id)
+    if file.file.purpose != "batch":
+        raise bad_request(f"File {input_file_id} has purpose {file.file.purpose!r}; a batch needs purpose 'batch'.",
+                          "invalid_input_file", "input_file_id")
+    return file
+
+
+async def _live_twin(d: Deps, owner: str, asked: CreateParameters) -> Batch | None:
+    """The very same create while the first still runs (a client's blind retry): the first is the answer. Any
+    parameter that differs makes it a batch of its own."""
+    for record in await d.read_model.owner_live_batches(owner):
+        twin = record.batch
+        if (twin.input_file_id, twin.endpoint, twin.completion_window) == asked[:3] \
+                and await _created_parameters(d, twin.id) == asked:
+            return twin
+    return None
+
+
+async def _admitted(d: Deps, caller: ApiKeyRecord, batch_id: str, body: BatchCreateRequest,
+                    file: FileRecord) -> _Terms:
+    """Take one of the owner's active-batch places, claim the file and reserve the worst case when billed; a
+    refusal on the way frees the place again (nothing was published)."""
+    await _admit(d, caller.owner, batch_id)
+    try:
+        user = await d.keys.user_of(caller)
+        default_model = (body.metadata or {}).get("model") or file.model
+        billing = _billing_plan(d, file, default_model, body.endpoint, body.metadata) if d.settings.billing else None
+        await _claim_file(d, body.input_file_id, batch_id)
+        account = billing_usecase.account_of(user)
+        if billing is not None:
+            model, price, amount = billing
+            await billing_usecase.reserve(d.bus, d.read_model, account, batch_id, amount, price, model.id,
+                                          body.endpoint, d.settings.read_your_writes_s)
+    except BaseException:  # refused before it was published: its place is free again
+        await asyncio.shield(d.admission.release(ACTIVE_BATCHES, caller.owner, batch_id))
+        raise
+    return _Terms(user, default_model, account if billing is not None else None)
+
+
+async def _admit(d: Deps, owner: str, batch_id: str) -> None:
+    """Take one of the owner's active-batch places for `batch_id` (atomically across gateways), else 429."""
+
+    async def held(listed: frozenset[str]) -> Holdings:  # the owner's live list, not their whole history
+        # The records first, then the list: an admitted batch the read model shows is on the list read after
+        # (or ended), so it is counted once, by the list or as still pending, never by neither.
+        shown = await asyncio.gather(*(d.read_model.get_batch(batch_id) for batch_id in listed))
+        live = await d.read_model.owner_live_batch_ids(owner)
+        return Holdings(dict.fromkeys(live, 1), live | {record.batch.id for record in shown if record is not None})
+
+    limit = d.settings.max_active_batches
+    used = await d.admission.take(ACTIVE_BATCHES, owner, batch_id, 1, limit, held)
+    if used is not None:
+        raise ApiError(429, f"You already have {used} batches that have not ended (the limit is {limit}); wait "
+                       "for some to end or cancel them.", "rate_limit_error", "too_many_active_batches")
+
+
+def _billing_plan(d: Deps, file: FileRecord, default_model: str | None, endpoint: str,
+                  metadata: dict[str, str] | None) -> tuple[CatalogueModel, ModelPrice, int] | None:
+    """The model, price and worst case a billed create reserves; None when the upload names no model the catalogue
+    knows (validation then fails the batch, and nothing runs)."""
+    model = billing_usecase.batch_model(d.catalogue, file, default_model)
+    if model is None:
+        return None
+    price = billing_usecase.price_of(model)
+    _, _, worst = billing_usecase.worst_case(model, price, billing_usecase.demand_of(file), endpoint)
+    billing_usecase.check_max_price(worst, metadata)
+    return model, price, worst
+
+
+async def _claim_file(d: Deps, file_id: str, batch_id: str) -> None:
+    """Record that a batch is being created on the file, unless the file was deleted meanwhile (then 404)."""
+    try:
+        await d.bus.publish(FileUsed(aggregate_id=file_id, batch_id=batch_id),
+                            fence=Fence(file_fact(file_id, "deleted"), 0))
+    except FenceMoved:
+        raise not_found("file", file_id) from None
+
+
+def _created_event(caller: ApiKeyRecord, batch_id: str, body: BatchCreateRequest, file: FileRecord, terms: _Terms,
+                   window_s: int) -> BatchCreated:
+    now = int(time.time())
+    user = terms.user
+    return BatchCreated(
+        aggregate_id=batch_id, owner_key_id=caller.key_id, input_file_id=body.input_file_id,
+        input_object_key=file.object_key, endpoint=body.endpoint, completion_window=body.completion_window,
+        metadata=body.metadata, created_at=now, expires_at=now + window_s, allow_partial=body.allow_partial,
+        hold=body.hold, output_expires_after_s=body.output_expires_after.seconds if body.output_expires_after else None,
+        allowed_models=None if user is None else user.allowed_models, owner_user_id=caller.user_id,
+        organization_id=None if user is None else user.organization_id, default_model=terms.default_model,
+        billing_account=terms.billed_account, placement=body.placement)
+
+
+async def _publish_created(d: Deps, event: BatchCreated, terms: _Terms) -> None:
+    try:
+        await d.bus.publish(event)
+    except BaseException:
+        if terms.billed_account is not None:  # the batch may not exist: its reservation must not hold credit for ever
+            await asyncio.shield(_release_quietly(d, terms.billed_account, event.aggregate_id))
+        raise
+
+
+async def _release_quietly(d: Deps, account: str, batch_id: str) -> None:
+    if await d.read_model.get_batch(batch_id) is not None:
+        return  # it was created after all: its end settles the reservation
+    try:
+        await billing_usecase.release(d.bus, account, batch_id, "the batch's creation failed")
+    except Exception:  # the broker is unreachable: the reservation stays until an operator releases it
+        log.exception("could not release the reservation of batch %s", batch_id)
+
+
+async def _read_back(d: Deps, owner: str, event: BatchCreated) -> Batch:
+    """The batch as the read model shows it once folded; if that takes too long, as the create made it (and the
+    owner's next list waits for it)."""
+    batch_id = event.aggregate_id
+    record = await d.read_model.wait_for(lambda: d.read_model.get_batch(batch_id), lambda r: True,
+                                         d.settings.read_your_writes_s)
+    if record is not None:
+        return record.batch
+    d.own_writes.note(owner, "batch", batch_id)
+    return Batch(id=batch_id, endpoint=event.endpoint, input_file_id=event.input_file_id,
+                 completion_window=event.completion_window, status="validating", created_at=event.created_at,
+                 expires_at=event.expires_at, metadata=event.metadata, held=event.hold or None,
+                 placement=event.placement)
+
+
+def _not_cancellable(batch_id: str, status: str) -> ApiError:
+    return ApiError(400, f"Batch {batch_id} is {status} and can no longer be cancelled.", code="batch_not_cancellable")
+
+
+async def cancel(d: Deps, caller: ApiKeyRecord, record: BatchRecord, by: Standing) -> Batch:
+    """Cancel: the answer to an accepted cancel is always `cancelling` (or later) with `cancelling_at` set; a batch
+    past the point of no return (finalizing, or ended) is 400 `batch_not_cancellable`.
+
+    The batch's log decides, not this read: the cancel is written only while no `finalizing` fact is in it (a
+    fence checked with the write), and every finalizer reads the log back after its own `finalizing` fact, so a
+    cancel that got in ends the batch `cancelled` (`BatchLog.outcome`)."""
+    batch = record.batch
+    if batch.status not in CANCELLABLE and batch.status != "cancelling":
+        raise _not_cancellable(batch.id, batch.status)
+    if batch.status == "cancelling":
+        return batch
+    entry = await cancel_entry(d.read_model, caller, by)
+    asked = BatchCancelRequested(aggregate_id=batch.id, requested_by_key_id=caller.key_id,
+                                 by_admin=entry[0] if entry else None, by_admin_message=entry[1] if entry else None)
+    try:
+        await d.bus.publish(asked, fence=Fence(batch_fact(batch.id, "finalizing"), 0))
+    except FenceMoved:  # the read model may not show `finalizing` yet; the log does
+        raise _not_cancellable(batch.id, "finalizing") from None
+    updated = await d.read_model.wait_for(lambda: d.read_model.get_batch(batch.id), _cancel_folded,
+                                          d.settings.read_your_writes_s)
+    if updated is None or not _cancel_folded(updated):
+        # The ledger is behind; the cancel is in the log ahead of any finalizing fact, so it holds.
+        return batch.model_copy(update={"status": "cancelling", "cancelling_at": asked.occurred_at // 1000})
+    if updated.batch.cancelling_at is None:
+        # It had ended (expired, failed) before the cancel reached its log: the cancel changes nothing.
+        raise _not_cancellable(batch.id, updated.batch.status)
+    return updated.batch
+
+
+def _cancel_folded(record: BatchRecord) -> bool:
+    """The ledger folded the cancel (`cancelling_at` set), or the batch had ended before it."""
+    return record.batch.cancelling_at is not None or record.batch.status in TERMINAL
+
+
+async def release(d: Deps, caller: ApiKeyRecord, record: BatchRecord) -> Batch:
+    """Run a batch created with `hold` once it is validated."""
+    batch = record.batch
+    if not batch.held:
+        raise bad_request(f"Batch {batch.id} is not held; only a batch created with hold=true waits for release.",
+                          "batch_not_held")
+    if batch.status not in RELEASABLE:
+        raise bad_request(f"Batch {batch.id} is {batch.status} and cannot be released.", "batch_not_releasable")
+    await d.bus.publish(BatchReleased(aggregate_id=batch.id, released_by_key_id=caller.key_id))
+    updated = await d.read_model.wait_for(lambda: d.read_model.get_batch(batch.id), lambda r: not r.batch.held,
+                                          d.settings.read_your_writes_s)
+    return updated.batch if updated else batch.model_copy(update={"held": None})

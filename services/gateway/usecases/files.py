@@ -1,0 +1,216 @@
+"""Files: the rules of `POST/GET/DELETE /v1/files` that are not HTTP: which file a caller may see, what an upload
+must be, the same upload again, the owner's storage quota, and a deletion that never takes the input of a live batch
+(also the sweeper's)."""
+
+import logging
+import re
+import time
+from dataclasses import dataclass
+
+from minio.error import S3Error
+
+from contracts.api.file import FileDeleted, FileObject
+from contracts.events.file import FileDeleted as FileDeletedEvent
+from contracts.events.file import FileStored, FileUsed
+from contracts.lifecycle import TERMINAL
+from contracts.readmodel import ApiKeyRecord, FileRecord
+from contracts.subjects import file_fact
+from services.gateway.admission import Holdings
+from services.gateway.context import Deps
+from services.gateway.upload import StoredUpload
+from services.gateway.usecases.refusals import ApiError, bad_request, not_found
+from services.runtime.bus import Fence, FenceMoved
+from services.runtime.facts import last_fact
+from services.runtime.objectstore import TRANSIENT
+
+log = logging.getLogger(__name__)
+
+ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,128}")
+"""Every id we hand out; anything else (`../x`, `a%2Fb`, spaces) names nothing."""
+UPLOADABLE_PURPOSES = ("batch",)
+STORED_BYTES = "stored_bytes"
+CLAIM_GRACE_S = 300
+"""A `used` fact whose batch never appeared in the read model (its create died in between) stops holding the
+file this long after it was published."""
+
+
+def is_valid_id(ident: str) -> bool:
+    return ID_PATTERN.fullmatch(ident) is not None
+
+
+def is_expired(record: FileRecord, now: float | None = None) -> bool:
+    expires_at = record.file.expires_at
+    return expires_at is not None and expires_at <= (time.time() if now is None else now)
+
+
+async def owned_file(d: Deps, caller: ApiKeyRecord, file_id: str) -> FileRecord:
+    """The caller's file, if it exists (not deleted, not expired); anyone else's is not found."""
+    owner = caller.owner
+    record = await d.read_model.get_file(file_id) if is_valid_id(file_id) else None
+    if record is None and d.own_writes.awaits(owner, "file", file_id):  # uploaded here a moment ago
+        await d.own_writes.settle(d.read_model, owner, ("file",), d.settings.own_writes_wait_s)
+        record = await d.read_model.get_file(file_id)
+    if record is None or record.deleted or record.owner != owner or is_expired(record):
+        raise not_found("file", file_id)
+    return record
+
+
+async def indexed_files(d: Deps, owner: str) -> list[FileRecord]:
+    """The owner's index of files (not deleted; expired ones included), read once for all the requests in flight
+    that ask for it together (shared_reads.py): the records are shared, so callers never change them."""
+    return await d.shared_reads.read(("files", owner), lambda: d.read_model.owner_files(owner))
+
+
+async def owner_files(d: Deps, owner: str) -> list[FileRecord]:
+    """The owner's files that still exist (not deleted, not expired), read from the owner's index alone."""
+    now = time.time()
+    return [r for r in await indexed_files(d, owner) if not r.deleted and not is_expired(r, now)]
+
+
+async def discard_object(d: Deps, object_key: str) -> None:
+    """Remove what a refused upload stored; a store that is down keeps an object no fact names (harmless)."""
+    try:
+        await d.store.remove(object_key)
+    except (S3Error, *TRANSIENT) as error:
+        log.warning("could not remove refused upload %s: %r", object_key, error)
+
+
+async def admit_bytes(d: Deps, owner: str, file_id: str, size: int) -> None:
+    """Take `size` bytes of the owner's storage quota for `file_id` (atomically across gateways), else 400
+    `storage_quota_exceeded`. The caller publishes the file next; anything it then fails to publish counts until
+    the admission's grace ends."""
+
+    async def held(listed: frozenset[str]) -> Holdings:
+        indexed = await indexed_files(d, owner)  # a deleted file leaves the index: look listed ones up
+        # A listed file the index did not show may have been folded since the index was read: it is looked up by
+        # id, and counted if it still holds its bytes (else known, and gone).
+        found = [record for i in listed - {r.file.id for r in indexed}
+                 if (record := await d.read_model.get_file(i)) is not None]
+        now = time.time()
+        return Holdings({r.file.id: r.file.bytes for r in [*indexed, *found]
+                         if not r.deleted and not is_expired(r, now)},
+                        frozenset({r.file.id for r in [*indexed, *found]}))
+
+    quota = d.settings.storage_quota_bytes
+    used = await d.admission.take(STORED_BYTES, owner, file_id, size, quota, held)
+    if used is not None:
+        raise bad_request(f"Storing {size} more bytes would exceed your storage quota of {quota} bytes ({used} in "
+                          "use); delete files first.", "storage_quota_exceeded", "file")
+
+
+def uploadable(purpose: str | None) -> str:
+    """The purpose an upload names, if files of it may be uploaded; else 400."""
+    if purpose not in UPLOADABLE_PURPOSES:
+        allowed = ", ".join(UPLOADABLE_PURPOSES)
+        raise bad_request(f"purpose must be one of: {allowed} (got {purpose!r}).", "invalid_purpose", "purpose")
+    return purpose
+
+
+@dataclass(frozen=True)
+class NewFile:
+    """An upload already in the store under `object_key`, with what its form asked for."""
+
+    file_id: str
+    object_key: str
+    stored: StoredUpload
+    filename: str
+    purpose: str
+    expires_after_s: int | None
+    """None: the deployment's default."""
+    model: str | None
+    """The model the upload names for its lines that name none."""
+
+
+async def create_file(d: Deps, caller: ApiKeyRecord, new: NewFile) -> tuple[FileObject, str | None]:
+    """State the stored upload as the caller's file: the file, and the id of the earlier file it is the same as (a
+    retry: same bytes, name, purpose, expiry and model), if any. A refused upload's object is removed."""
+    owner, stored = caller.owner, new.stored
+    ttl_s = new.expires_after_s or d.settings.batch_file_ttl_s
+    try:
+        # Anything that differs from an earlier upload is a file object of its own, even with the same bytes.
+        same = next((r for r in await owner_files(d, owner) if r.sha256 == stored.sha256
+                     and r.file.purpose == new.purpose and r.file.filename == new.filename and r.model == new.model
+                     and (r.file.expires_at or 0) - r.file.created_at == ttl_s), None)
+        if same is not None:
+            await discard_object(d, new.object_key)
+            return same.file, same.file.id
+        await admit_bytes(d, owner, new.file_id, stored.bytes)
+    except ApiError:
+        await discard_object(d, new.object_key)
+        raise
+    now = int(time.time())
+    event = FileStored(aggregate_id=new.file_id, owner_key_id=caller.key_id, filename=new.filename,
+                       purpose="batch", bytes=stored.bytes, sha256=stored.sha256, object_key=new.object_key,
+                       created_at=now, line_count=stored.line_count, expires_at=now + ttl_s, model=new.model,
+                       demand=stored.demand)
+    await d.bus.publish(event)
+    record = await d.read_model.wait_for(lambda: d.read_model.get_file(new.file_id), lambda r: True,
+                                         d.settings.read_your_writes_s)
+    if record is None:
+        d.own_writes.note(owner, "file", new.file_id)  # the owner's next list waits for it
+    file = record.file if record else FileObject(id=new.file_id, bytes=event.bytes, created_at=event.created_at,
+                                                 filename=new.filename, purpose="batch",
+                                                 expires_at=event.expires_at)
+    return file, None
+
+
+async def live_batch_using(d: Deps, owner: str, file_id: str) -> str | None:
+    """The id of a batch of `owner` that reads `file_id` and has not ended, if there is one."""
+    for record in await d.read_model.owner_live_batches(owner):
+        if record.batch.input_file_id == file_id:
+            return record.batch.id
+    return None
+
+
+async def last_claim(d: Deps, file_id: str) -> tuple[int, str | None]:
+    """The sequence of the file's last `used` fact (0: none), and its batch if that may still be live: a create
+    that the read model has not folded yet counts as live."""
+    found = await last_fact(d.bus, file_fact(file_id, "used"))
+    if found is None:
+        return 0, None
+    sequence, used = found
+    if not isinstance(used, FileUsed):
+        return sequence, None
+    record = await d.read_model.get_batch(used.batch_id)
+    if record is None:
+        fresh = time.time() - used.occurred_at / 1000 < CLAIM_GRACE_S
+        return sequence, used.batch_id if fresh else None
+    return sequence, None if record.batch.status in TERMINAL else used.batch_id
+
+
+async def delete_stored_file(d: Deps, record: FileRecord, fence: Fence | None = None) -> None:
+    """Publish the deletion (deduplicated by its fact id, so a repeat is harmless), then free the bytes.
+    With a `fence`, only while it holds (else `FenceMoved`, and nothing is deleted)."""
+    file_id = record.file.id
+    await d.bus.publish(FileDeletedEvent(aggregate_id=file_id, owner_key_id=record.owner_key_id), fence=fence)
+    folded = await d.read_model.wait_for(lambda: d.read_model.get_file(file_id), lambda r: r.deleted,
+                                         d.settings.read_your_writes_s)
+    if folded is None or not folded.deleted:
+        d.own_writes.note(record.owner, "file_deleted", file_id)  # the owner's next list waits for it
+    await d.store.remove(record.object_key)
+
+
+async def delete_unless_in_use(d: Deps, record: FileRecord) -> str | None:
+    """Delete the file unless a batch that has not ended reads it: then that batch's id, and nothing is deleted.
+    A create racing this delete wins or loses whole: the deletion is fenced on the file's last `used` fact."""
+    file_id = record.file.id
+    claimed_at, claimed_by = await last_claim(d, file_id)
+    batch_id = claimed_by or await live_batch_using(d, record.owner, file_id)
+    if batch_id is not None:
+        return batch_id
+    try:
+        await delete_stored_file(d, record, Fence(file_fact(file_id, "used"), claimed_at))
+    except FenceMoved:
+        return (await last_claim(d, file_id))[1] or "being created"
+    return None
+
+
+async def delete_file(d: Deps, record: FileRecord) -> FileDeleted:
+    """Delete the caller's file, or 409 `file_in_use` while a batch that has not ended reads it."""
+    file_id = record.file.id
+    batch_id = await delete_unless_in_use(d, record)
+    if batch_id is not None:
+        raise ApiError(409, f"File {file_id} is the input of batch {batch_id}, which has not ended; cancel it or "
+                       "wait for it to end before deleting the file.", "invalid_request_error", "file_in_use",
+                       "file_id")
+    return FileDeleted(id=file_id, deleted=True)
