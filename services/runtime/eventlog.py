@@ -31,12 +31,15 @@ PUBLISHED_AT = "Nats-Time-Stamp"
 START_TIMEOUT_S = 10.0
 
 
-async def head(bus: EventBus) -> int:
-    """The sequence of the stream's last fact now (0 while it holds none): a read begun now ends there.
+async def head(bus: EventBus, subjects: tuple[str, ...] = ()) -> int:
+    """The sequence of the stream's last fact now (0 while it holds none): a read begun now ends there. With
+    `subjects` (a fold's filters), the last fact on any of them: a reader of those alone ends there.
 
     Not merely the stream's `last_seq`: that stays where it was when the newest facts were purged (retention trims
     ended batches by subject, and on a quiet deployment the newest fact may be one of them), and a reader waiting
     to reach it would wait for ever."""
+    if subjects:
+        return max([await _last_on(bus, subject) for subject in subjects])
     state = (await bus.js.stream_info(EVENTS_STREAM)).state
     if not state.messages:
         return 0
@@ -46,6 +49,13 @@ async def head(bus: EventBus) -> int:
         return (await bus.js.get_msg(EVENTS_STREAM, state.last_seq)).seq or state.last_seq
     try:
         return (await bus.js.get_last_msg(EVENTS_STREAM, EVENTS_SUBJECTS)).seq or 0
+    except nats.js.errors.NotFoundError:
+        return 0
+
+
+async def _last_on(bus: EventBus, subject: str) -> int:
+    try:
+        return (await bus.js.get_last_msg(EVENTS_STREAM, subject)).seq or 0
     except nats.js.errors.NotFoundError:
         return 0
 
@@ -68,9 +78,10 @@ async def read(bus: EventBus, subject: str = EVENTS_SUBJECTS, after: int = 0,
         after = page[-1].seq
 
 
-async def follow(bus: EventBus, subject: str = EVENTS_SUBJECTS, after: int = 0,
+async def follow(bus: EventBus, subject: str | tuple[str, ...] = EVENTS_SUBJECTS, after: int = 0,
                  batch: int = 1000, idle: bool = False) -> AsyncGenerator[list[Fact], None]:
-    """The facts on `subject` after `after`, then each as it is published, in groups as they arrive; forever.
+    """The facts on `subject` (or on any of several) after `after`, then each as it is published, in groups as they
+    arrive; forever.
 
     With `idle`, a quiet second at the head yields an empty group too (a caller with checks of its own to make
     between facts: a live stream's heartbeat). Its consumer is made at the first group; `following` makes it first."""

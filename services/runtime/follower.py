@@ -53,9 +53,11 @@ class ReaderInterrupted(Exception):
 class OrderedReader:
     """Pulls facts from `start_after + 1` on and hands them on in stream order, each exactly once."""
 
-    def __init__(self, bus: EventBus, start_after: int, batch: int = 1000, subject: str = EVENTS_SUBJECTS) -> None:
+    def __init__(self, bus: EventBus, start_after: int, batch: int = 1000,
+                 subject: str | tuple[str, ...] = EVENTS_SUBJECTS) -> None:
         self.bus = bus
         self.subject = subject
+        """One subject filter, or several (the facts of a fold's table: the server sends only those)."""
         self.batch = batch
         self.read_through = start_after
         """Every fact up to this stream sequence has been handed on."""
@@ -123,7 +125,9 @@ class OrderedReader:
             await self.bus.js.delete_consumer(EVENTS_STREAM, self.consumer)
 
     async def _open(self) -> None:
-        config = ConsumerConfig(filter_subject=self.subject, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+        filters = {"filter_subject": self.subject} if isinstance(self.subject, str) else (
+            {"filter_subject": self.subject[0]} if len(self.subject) == 1 else {"filter_subjects": list(self.subject)})
+        config = ConsumerConfig(**filters, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
                                 opt_start_seq=self.read_through + 1, ack_policy=AckPolicy.NONE,
                                 inactive_threshold=INACTIVE_S, mem_storage=True, num_replicas=1)
         info = await self.bus.js.add_consumer(EVENTS_STREAM, config)

@@ -30,7 +30,7 @@ from contracts.events.executor import ExecutorLost, ExecutorRegistered
 from contracts.events.registry import AnyEvent, decode_event
 from contracts.ids import derived_id
 from contracts.lifecycle import ENDING_FACTS
-from contracts.subjects import EVENTS_STREAM, parse_event_subject
+from contracts.subjects import EVENTS_STREAM, event_subject, parse_event_subject
 from services.runtime import eventlog
 from services.runtime.bus import EventBus
 from services.runtime.fleet import Fleet
@@ -39,7 +39,7 @@ from services.runtime.kv import ensure_direct_reads
 from services.runtime.leader import LeaderLease
 from services.runtime.readmodel import ReadModel
 from services.runtime.tasks import cancel_and_join
-from services.scheduler.book import CONTROL_PLANE, BatchPlan, Book
+from services.scheduler.book import CONTROL_PLANE, BatchPlan, Book, book_facts
 from services.scheduler.closer import Closer
 from services.scheduler.decisions import (
     Action,
@@ -60,12 +60,9 @@ from services.scheduler.tracing import action_span, remember_trace
 
 log = logging.getLogger(__name__)
 
-IGNORED_EVENT_NAMES = frozenset({"line_rejected", "validation_progressed", "finalizing"})
-"""High-volume facts that never change a scheduling decision: skipped before decoding. (`progressed` is not one:
-an attempt that committed lines does not count against the attempt limit.)"""
-FOLDED_KINDS = frozenset({"batch", "executor", "provider", "user", "key"})
-"""The aggregates whose facts the book folds (providers, users and keys: for placement and executors' owners);
-others are skipped undecoded."""
+BOOK_SUBJECTS = tuple(event_subject(fact.kind, "*", fact.name) for fact in book_facts())
+"""What the book's fold reads: the facts it has a rule for, filtered by the server (a file's facts, a bad file's
+thousands of rejected lines, progress of validation, are never sent to the scheduler)."""
 READER_STOP_S = 10.0
 BROKER_HICCUPS = (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError,
                   nats.js.errors.ServiceUnavailableError, asyncio.TimeoutError)
@@ -160,10 +157,10 @@ class Term:
         """Fold every fact from the start of the log, then live ones, into the book, until cancelled.
 
         The one log reader (a bounded pull reader: a large log never overflows a client buffer and skips facts)."""
-        head = await eventlog.head(self.bus)
+        head = await eventlog.head(self.bus, BOOK_SUBJECTS)
         if head == 0:
             self.caught_up.set()
-        async with contextlib.aclosing(eventlog.follow(self.bus)) as groups:
+        async with contextlib.aclosing(eventlog.follow(self.bus, BOOK_SUBJECTS)) as groups:
             async for facts in groups:
                 for fact in facts:
                     self._on_fact(fact)
@@ -177,14 +174,13 @@ class Term:
             return
         if subject.kind == "batch":
             remember_trace(self.traces, subject.aggregate_id, subject.name, fact.headers)
-        if subject.kind in FOLDED_KINDS and subject.name not in IGNORED_EVENT_NAMES:
-            try:
-                self.book.apply(decode_event(fact.data))
-            except ValidationError:
-                log.warning("sequence %d is not an event this scheduler knows; skipped", fact.sequence)
-                return
-            if (subject.kind, subject.name) in NUDGES:
-                self.nudged.set()
+        try:
+            self.book.apply(decode_event(fact.data))
+        except ValidationError:
+            log.warning("sequence %d is not an event this scheduler knows; skipped", fact.sequence)
+            return
+        if (subject.kind, subject.name) in NUDGES:
+            self.nudged.set()
 
     async def tick(self) -> None:
         adverts = await self.fleet.adverts()

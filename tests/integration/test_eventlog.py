@@ -4,9 +4,9 @@ import asyncio
 from contextlib import aclosing
 from datetime import UTC, datetime
 
-from contracts.events.batch import LineRejected
+from contracts.events.batch import BatchReleased, LineRejected
 from contracts.ids import new_batch_id
-from contracts.subjects import batch_events
+from contracts.subjects import batch_events, batch_fact
 from services.runtime import eventlog
 from services.runtime.bus import EventBus
 
@@ -58,3 +58,24 @@ async def test_following_hands_on_the_facts_there_and_each_one_published_later_i
             if len(seen) == 3:
                 break
     assert seen == [before, *later]
+
+
+async def test_following_several_filters_hands_on_only_their_facts_and_their_head_is_their_last_fact(
+        bus: EventBus) -> None:
+    batch_id, other = new_batch_id(), new_batch_id()
+    subjects = (batch_fact(batch_id, "line_rejected"), batch_fact(other, "line_rejected"))
+    wanted = [await bus.publish(rejected(batch_id, 1))]
+    await bus.publish(BatchReleased(aggregate_id=batch_id, released_by_key_id="key_a"))  # not on the filters
+    wanted.append(await bus.publish(rejected(other, 1)))
+    await bus.publish(rejected(new_batch_id(), 1))  # nor this one, the stream's last fact
+    assert await eventlog.head(bus, subjects) == wanted[-1] < await eventlog.head(bus)
+    assert await eventlog.head(bus, (batch_fact(new_batch_id(), "created"),)) == 0
+    seen: list[int] = []
+    async with asyncio.timeout(10), aclosing(eventlog.follow(bus, subjects)) as log:
+        async for facts in log:
+            seen += [fact.sequence for fact in facts]
+            if len(seen) == 2:
+                wanted.append(await bus.publish(rejected(batch_id, 2)))
+            if len(seen) == 3:
+                break
+    assert seen == wanted
