@@ -64,6 +64,24 @@ def result_line(batch_id: str, line: InputLine, status_code: int, body: dict[str
     return CommittedLine(line=line.line, custom_id=line.custom_id, output=output)
 
 
+def finished_line(batch_id: str, line: InputLine, status_code: int, body: dict[str, object]) -> "ResultLine":
+    """`result_line` as the runner keeps it: its output line written once, by orjson, where that writes the models'
+    bytes (of JSON's own types); else (a body the models refuse included) the model itself."""
+    if _FAST and type(status_code) is int and type(line.custom_id) is str and type(body) is dict:
+        output = {"id": batch_request_id(batch_id, line.custom_id), "custom_id": line.custom_id,
+                  "response": {"status_code": status_code, "request_id": derived_id("req_", batch_id, line.custom_id),
+                               "body": body},
+                  "error": None}
+        try:
+            written = orjson.dumps(output, option=_PLAIN)
+        except TypeError:  # orjson.JSONEncodeError
+            pass
+        else:
+            succeeded = 200 <= status_code < 300
+            return StoredLine(line.line, line.custom_id, succeeded, written, _tokens(body) if succeeded else (0, 0, 0))
+    return result_line(batch_id, line, status_code, body)
+
+
 def refused_line(batch_id: str, refused: RejectedLine) -> CommittedLine:
     """The error line of an input line validation refused (allow_partial): it never runs. A repeated custom_id
     is named by its line, so its id differs from the line that used the custom_id first."""
@@ -128,7 +146,7 @@ class Chunk:
     """Lines to commit together; `completed`/`failed` are the batch's cumulative counts once it is durable."""
 
     number: int
-    lines: tuple[CommittedLine, ...]
+    lines: tuple[ResultLine, ...]
     completed: int
     failed: int
 
@@ -143,10 +161,10 @@ class ChunkCommitter:
     next_chunk: int
     tally: Tally
     max_wait_s: float = float("inf")
-    pending: list[CommittedLine] = field(default_factory=list)
+    pending: list[ResultLine] = field(default_factory=list)
     pending_since: float = 0.0
 
-    def add(self, line: CommittedLine, now: float = 0.0) -> Chunk | None:
+    def add(self, line: ResultLine, now: float = 0.0) -> Chunk | None:
         if not self.pending:
             self.pending_since = now
         self.pending.append(line)
@@ -200,8 +218,10 @@ def output_json(line: ResultLine) -> bytes:
     return line.output.model_dump_json().encode()
 
 
-def line_json(line: CommittedLine) -> bytes:
+def line_json(line: ResultLine) -> bytes:
     """The chunk line of a committed line, as `CommittedLine.model_dump_json()` writes it."""
+    if isinstance(line, StoredLine):
+        return b'{"line":%d,"custom_id":%b,"output":%b}' % (line.line, orjson.dumps(line.custom_id), line.output_json)
     if _FAST:
         try:
             return orjson.dumps({"line": line.line, "custom_id": line.custom_id, "output": _output_dict(line.output)},
@@ -211,7 +231,7 @@ def line_json(line: CommittedLine) -> bytes:
     return line.model_dump_json().encode()
 
 
-def encode_chunk(lines: Iterable[CommittedLine]) -> bytes:
+def encode_chunk(lines: Iterable[ResultLine]) -> bytes:
     return b"".join(line_json(line) + b"\n" for line in lines)
 
 

@@ -59,7 +59,7 @@ _provider: list[trace.TracerProvider] = []
 """The tracer provider installed, once one is (it is installed once per process, never removed)."""
 
 
-def _tracing() -> bool:
+def tracing() -> bool:
     """Whether a tracer provider was installed (without one every span is a no-op: none is made, the line's context
     stays its handler's, as a no-op span would leave it)."""
     if not _provider:
@@ -71,11 +71,12 @@ def _tracing() -> bool:
 
 
 async def traced_line(engine: Engine, model: str, endpoint: str, custom_id: str, body: dict[str, object],
-                      retry: LineRetry, slot_wait_s: float) -> EngineReply:
-    """`run_line`, measured: the span is a child of the run command's handler span, so it joins the batch."""
+                      retry: LineRetry, slot_wait_s: float, traced: bool | None = None) -> EngineReply:
+    """`run_line`, measured: the span is a child of the run command's handler span, so it joins the batch.
+    `traced`: whether `tracing()` (asked once per attempt by the runner; by default, here)."""
     metrics.SLOT_WAIT.observe(slot_wait_s)
     measured = _metrics_of(model)
-    if not _tracing():
+    if not (tracing() if traced is None else traced):
         reply = await _measured(engine, endpoint, body, retry, measured)
         tokens = _completion_tokens(reply)
     else:

@@ -35,12 +35,12 @@ from services.executor.domain import (
     InputLine,
     ResultLine,
     Resume,
+    finished_line,
     parse_input_line,
-    result_line,
     usage_of,
 )
 from services.executor.finalizer import Finalizer, Publish
-from services.executor.observe import traced_line
+from services.executor.observe import traced_line, tracing
 from services.executor.prefixes import prefix_key
 from services.executor.retry import LineRetry
 from services.executor.slots import HeldSlot, SlotPool
@@ -213,6 +213,7 @@ class BatchRunner:
         lease_lost = False
         commit_lock = asyncio.Lock()
         slots, owner = self.slot_pool(engine), command.owner_key_id
+        traced = tracing()
 
         in_engine: set[asyncio.Task[None]] = set()
         """The lines being generated now: a cancel or an expiry stops them in the engine (no GPU time is spent on
@@ -228,7 +229,7 @@ class BatchRunner:
                     in_engine.add(task)
                     try:
                         reply = await traced_line(engine, command.model, command.endpoint, line.custom_id,
-                                                  line.body, self.retry, slot_wait_s)
+                                                  line.body, self.retry, slot_wait_s, traced)
                     except asyncio.CancelledError:
                         if task in stopped and task.uncancel() == 0:
                             return  # stopped by the batch's cancel or expiry (and by nothing else): never ran
@@ -237,7 +238,7 @@ class BatchRunner:
                         in_engine.discard(task)
             finally:
                 slot.give_back()  # before the commit: the engine goes on with the next line meanwhile
-            chunk = committer.add(result_line(command.batch_id, line, reply.status_code, reply.body),
+            chunk = committer.add(finished_line(command.batch_id, line, reply.status_code, reply.body),
                                   time.monotonic())
             if chunk is not None:  # the lock keeps chunks committed one at a time, in their order
                 async with commit_lock:

@@ -68,6 +68,8 @@ def merged(replies: list[EngineReply]) -> EngineReply:
 async def run_samples(endpoint: str, body: dict[str, object],
                       run_one: Callable[[dict[str, object]], Awaitable[EngineReply]]) -> EngineReply:
     """Every sample of the line, one after another (a failed one ends it: the line fails as a whole)."""
+    if sample_count(endpoint, body) == 1:
+        return await run_one(body)  # one sample (most lines): its reply is the line's
     replies: list[EngineReply] = []
     for sample in sample_bodies(endpoint, body):
         replies.append(await run_one(sample))

@@ -2,7 +2,7 @@
 invariant of terminal batches and what a batch's log says about its attempts."""
 
 import json
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import pytest
 
@@ -32,6 +32,7 @@ from services.executor.domain import (
     chunk_position,
     decode_chunk,
     encode_chunk,
+    finished_line,
     output_json,
     parse_input_line,
     read_chunk,
@@ -336,3 +337,19 @@ def test_a_chunk_line_not_as_the_models_write_it_is_decoded_by_them() -> None:
         assert usage_of([line]) == usage_of([model])
     with pytest.raises(ValueError):
         read_chunk(b'{"line":1,"custom_id":"a","output":{"id":3}}\n')
+
+
+def test_a_finished_line_as_the_runner_keeps_it_is_the_result_line_byte_for_byte() -> None:
+    bodies: list[dict[str, object]] = [completion(10, 4, cached=3), too_long(), {"x": [0.1, 1e16, "é\u2028"]},
+                                       {"big": 2**70}, {"t": (1, 2), "nan": float("nan")}, {"set": {1}}]
+    made = [(result_line(BATCH, InputLine(n, f"c-{n}", {}), status, body),
+             finished_line(BATCH, InputLine(n, f"c-{n}", {}), status, body))
+            for n, body in enumerate(bodies, 1) for status in (200, 404, 503)]
+    assert encode_chunk([model for model, _ in made]) == encode_chunk([kept for _, kept in made])
+    for model, kept in made:
+        assert output_json(kept) == model.output.model_dump_json().encode()
+        assert (kept.line, kept.custom_id, kept.succeeded) == (model.line, model.custom_id, model.succeeded)
+        assert usage_of([kept]) == usage_of([model])
+    assert isinstance(made[0][1], StoredLine) and isinstance(made[9][1], CommittedLine)  # 2**70: the model's way
+    with pytest.raises(ValueError):  # a body the models refuse is refused as before
+        finished_line(BATCH, InputLine(1, "a", {}), 200, cast(dict[str, object], {1: "not a string key"}))
