@@ -20,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from aiohttp.test_utils import TestClient
 
 from infra.embedded import S3Credentials, free_port, start_nats, start_seaweed, stop_process
-from services.gateway.auth_failures import AUTH_FAILURES
-from services.gateway.limits import CONTROL_LIMITER
-from services.gateway.shared_state import SharedState, SharedStateUnavailable
+from services.gateway.adapters.shared_state import SharedState, SharedStateUnavailable
+from services.gateway.http.auth_failures import AUTH_FAILURES
+from services.gateway.http.limits import CONTROL_LIMITER
 from services.runtime.settings import ConnectionSettings
 from tests.integration.gateway_pair import key_of_role
 from tests.integration.gateway_support import running_gateway

@@ -42,12 +42,12 @@ from infra.stack_state import StackState, find_stack, remove_state, write_state
 from infra.status import status as show_status
 from infra.supervisor import SERVICES, Stack, pick_port, url_host
 from infra.tls import fingerprint
-from services.gateway.revocation import find_key, revoke_key
 from services.gateway.settings import GatewaySettings
 from services.gateway.usecases import accounts as usecases
 from services.gateway.usecases import billing
 from services.gateway.usecases.accounts import Accounts
 from services.gateway.usecases.refusals import ApiError, parse_fields
+from services.gateway.usecases.revocation import find_key, revoke_key
 from services.runtime.bus import TOOL_ATTEMPTS, BrokerUnreachable, EventBus
 from services.runtime.catalogue import install_command, load_catalogue, missing_package
 from services.runtime.config_file import CONFIG_FILE_VARIABLE, ConfigFileError

@@ -4,7 +4,7 @@ import asyncio
 import ssl
 
 from services.gateway.app import create_app
-from services.gateway.server import serve
+from services.gateway.http.server import serve
 from services.gateway.settings import GatewaySettings
 from services.runtime.heap_diff import install_heap_diff
 from services.runtime.process import configure_observability, run_until_signalled

@@ -5,27 +5,26 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from contracts.subjects import EVENTS_STREAM, LIMITS_BUCKET
+from services.gateway.adapters.admission import ADMISSION_WAIT_S, Admission
 from services.gateway.adapters.key_cache import KeyCache
-from services.gateway.admission import ADMISSION_WAIT_S, Admission
-from services.gateway.auth import auth_middleware
-from services.gateway.auth_failures import AUTH_FAILURES, FailedAuthentications, SharedFailedAuthentications
+from services.gateway.adapters.shared_state import SharedState
+from services.gateway.background.credit_sweeper import credit_sweeper
+from services.gateway.background.fleet_gauges import fleet_gauges
+from services.gateway.background.key_usage import keys_kept_fresh
+from services.gateway.background.sweeper import file_sweeper
 from services.gateway.context import DEPS, Deps
-from services.gateway.credit_sweeper import credit_sweeper
 from services.gateway.dashboard.pages import add_dashboard
-from services.gateway.errors import error_middleware
-from services.gateway.fleet_gauges import fleet_gauges
-from services.gateway.key_usage import keys_kept_fresh
-from services.gateway.limits import CONTROL_LIMITER, ControlCallLimiter, SharedControlCallLimiter
-from services.gateway.observe import observe_middleware
-from services.gateway.readiness import READINESS, Readiness
-from services.gateway.refusal_pacing import REFUSAL_PACER, RefusalPacer, pacing_middleware
-from services.gateway.request_ids import stamp_request_id
-from services.gateway.routes import ROUTES
-from services.gateway.settings import GatewaySettings
-from services.gateway.shared_state import SharedState
-from services.gateway.storage_guard import storage_middleware, storage_watch
-from services.gateway.sweeper import file_sweeper
-from services.gateway.transfer_slots import (
+from services.gateway.http.auth import auth_middleware
+from services.gateway.http.auth_failures import AUTH_FAILURES, FailedAuthentications, SharedFailedAuthentications
+from services.gateway.http.errors import error_middleware
+from services.gateway.http.limits import CONTROL_LIMITER, ControlCallLimiter, SharedControlCallLimiter
+from services.gateway.http.observe import observe_middleware
+from services.gateway.http.readiness import READINESS, Readiness
+from services.gateway.http.refusal_pacing import REFUSAL_PACER, RefusalPacer, pacing_middleware
+from services.gateway.http.request_ids import stamp_request_id
+from services.gateway.http.routes import ROUTES
+from services.gateway.http.storage_guard import storage_middleware, storage_watch
+from services.gateway.http.transfer_slots import (
     DOWNLOAD_SLOTS,
     UPLOAD_SLOTS,
     UPLOADS_IN_FLIGHT,
@@ -33,6 +32,7 @@ from services.gateway.transfer_slots import (
     UploadsInFlight,
     upload_address_middleware,
 )
+from services.gateway.settings import GatewaySettings
 from services.gateway.webhooks.deliverer import webhook_deliverer
 from services.runtime import metrics
 from services.runtime.bus import EventBus

@@ -5,11 +5,11 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from contracts.catalogue import Catalogue
+from services.gateway.adapters.admission import Admission
 from services.gateway.adapters.key_cache import KeyCache
-from services.gateway.admission import Admission
-from services.gateway.own_writes import OwnWrites
+from services.gateway.adapters.own_writes import OwnWrites
+from services.gateway.adapters.shared_reads import SharedReads
 from services.gateway.settings import GatewaySettings
-from services.gateway.shared_reads import SharedReads
 from services.runtime.bus import EventBus
 from services.runtime.fleet import Fleet
 from services.runtime.objectstore import ObjectStore

@@ -16,7 +16,7 @@ from aiohttp.web_runner import BaseRunner
 from contracts.events.key import KeyCreated
 from contracts.ids import hash_api_key
 from services.gateway.app import create_app as create_gateway
-from services.gateway.server import GatewayRunner
+from services.gateway.http.server import GatewayRunner
 from services.gateway.settings import GatewaySettings
 from services.ledger.app import create_app as create_ledger
 from services.ledger.settings import LedgerSettings

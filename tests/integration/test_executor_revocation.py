@@ -16,7 +16,7 @@ from nats.aio.client import Client
 
 from contracts.ids import hash_api_key
 from contracts.readmodel import ApiKeyRecord
-from services.gateway.revocation import revoke_key
+from services.gateway.usecases.revocation import revoke_key
 from tests.integration.authorized_broker import AuthorizedBroker, admitting_broker
 
 CLOSED_WITHIN_S = 3.0

@@ -14,7 +14,7 @@ from contracts.events.key import KeyCreated
 from contracts.ids import hash_api_key
 from infra import cli
 from services.gateway.context import DEPS
-from services.gateway.revocation import revoke_key
+from services.gateway.usecases.revocation import revoke_key
 from services.runtime.settings import ConnectionSettings
 from tests.integration.gateway_support import Gateway, jsonl, running_gateway
 from tests.support import batch_facts

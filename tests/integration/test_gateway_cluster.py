@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from contracts.ids import new_api_key
-from services.gateway.auth_failures import AUTH_FAILURES
+from services.gateway.http.auth_failures import AUTH_FAILURES
 from services.runtime.settings import ConnectionSettings
 from tests.integration.gateway_pair import Headers, client_from, key_of_role, own_address, running_gateways, url_of
 from tests.integration.gateway_support import Gateway, jsonl

@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from services.gateway.background.sweeper import sweep_expired_files
 from services.gateway.context import DEPS
-from services.gateway.sweeper import sweep_expired_files
 from services.runtime.settings import ConnectionSettings
 from tests.integration.gateway_support import Gateway, jsonl, running_gateway, sha256
 

@@ -13,8 +13,8 @@ import pytest
 from contracts.api.batch import Batch
 from contracts.api.batch import BatchStatus as Status
 from contracts.readmodel import BatchRecord
+from services.gateway.background.fleet_gauges import BATCH_CENSUS, refresh_gauges
 from services.gateway.context import DEPS
-from services.gateway.fleet_gauges import BATCH_CENSUS, refresh_gauges
 from services.runtime import readmodel
 from services.runtime.readmodel import ReadModel
 from services.runtime.settings import ConnectionSettings

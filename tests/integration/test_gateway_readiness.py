@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestClient
 
 from infra.embedded import free_port, start_nats, stop_process
 from services.gateway.app import create_app
-from services.gateway.readiness import READINESS, Readiness
+from services.gateway.http.readiness import READINESS, Readiness
 from services.gateway.settings import GatewaySettings
 from services.runtime.settings import ConnectionSettings
 from tests.conftest import RunningNats

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from contracts.readmodel import FileRecord
-from services.gateway import sweeper
+from services.gateway.background import sweeper
+from services.gateway.background.sweeper import sweep_expired_files
 from services.gateway.context import DEPS
-from services.gateway.sweeper import sweep_expired_files
 from services.gateway.usecases.files import is_expired
 from services.runtime.settings import ConnectionSettings
 from tests.integration.gateway_support import Gateway, jsonl, running_gateway

@@ -27,8 +27,8 @@ from infra.embedded import free_port, start_nats, stop_process
 from services.executor.app import run_executor
 from services.executor.settings import ExecutorSettings
 from services.gateway.app import create_app as create_gateway
+from services.gateway.background.fleet_gauges import BATCH_CENSUS, refresh_gauges
 from services.gateway.context import DEPS
-from services.gateway.fleet_gauges import BATCH_CENSUS, refresh_gauges
 from services.gateway.settings import GatewaySettings
 from services.ledger.app import create_app as create_ledger
 from services.ledger.settings import LedgerSettings

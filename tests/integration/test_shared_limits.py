@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from contracts.subjects import LIMITS_BUCKET
-from services.gateway.auth_failures import FailedAuthentications, SharedFailedAuthentications
-from services.gateway.limits import ControlCallLimiter, SharedControlCallLimiter
-from services.gateway.shared_state import SharedState, key_of
+from services.gateway.adapters.shared_state import SharedState, key_of
+from services.gateway.http.auth_failures import FailedAuthentications, SharedFailedAuthentications
+from services.gateway.http.limits import ControlCallLimiter, SharedControlCallLimiter
 from services.runtime.bus import EventBus
 from services.runtime.kv import open_bucket
 from services.runtime.settings import ConnectionSettings

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import aiohttp
 import orjson
 
-from services.gateway.transfer_slots import UPLOAD_SLOTS, UPLOADS_IN_FLIGHT
+from services.gateway.http.transfer_slots import UPLOAD_SLOTS, UPLOADS_IN_FLIGHT
 from services.runtime.settings import ConnectionSettings
 from tests.integration.gateway_pair import client_from, key_of_role, own_address, url_of
 from tests.integration.gateway_support import Gateway, jsonl, running_gateway

@@ -2,7 +2,13 @@
 
 import secrets
 
-from services.gateway.auth_failures import IDENTITY_LIMIT, MAX_ENTRIES, FailedAuthentications, identity, unguessable
+from services.gateway.http.auth_failures import (
+    IDENTITY_LIMIT,
+    MAX_ENTRIES,
+    FailedAuthentications,
+    identity,
+    unguessable,
+)
 
 ADDRESS = "10.0.0.1"
 WEAK_ADMIN = "gk-e2e-test-key"

@@ -5,7 +5,7 @@ import asyncio
 from contracts.api.batch import Batch
 from contracts.api.batch import BatchStatus as Status
 from contracts.readmodel import BatchRecord
-from services.gateway.batch_census import BatchCensus
+from services.gateway.background.batch_census import BatchCensus
 
 
 def record(batch_id: str, status: Status) -> BatchRecord:

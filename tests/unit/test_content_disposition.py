@@ -5,7 +5,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from services.gateway.disposition import content_disposition
+from services.gateway.http.disposition import content_disposition
 
 
 def test_a_plain_ascii_name_is_quoted_as_it_is() -> None:

@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from services.gateway.observe import observe_middleware
+from services.gateway.http.observe import observe_middleware
 from services.runtime.telemetry import configure_tracing
 
 Client = TestClient[web.Request, web.Application]

@@ -4,10 +4,10 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 
 from contracts.api.model import Model
-from services.gateway.errors import ApiError
+from services.gateway.http.errors import ApiError
+from services.gateway.http.paging import MAX_FILES_LIMIT, page_after, parse_limit
 from services.gateway.usecases.batches import completion_window_seconds
 from services.gateway.views.events import MAX_SEQUENCE, resume_after
-from services.gateway.views.paging import MAX_FILES_LIMIT, page_after, parse_limit
 
 HOUR = 3600
 

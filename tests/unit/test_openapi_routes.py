@@ -12,8 +12,8 @@ from contracts.api.batch_request import BatchCreateRequest
 from contracts.api.organization import CreateUser, User
 from services.gateway.app import create_app
 from services.gateway.dashboard.pages import PREFIX as DASHBOARD
-from services.gateway.openapi import JsonObject, Route, build_openapi, route
-from services.gateway.routes import ROUTES, healthz
+from services.gateway.http.openapi import JsonObject, Route, build_openapi, route
+from services.gateway.http.routes import ROUTES, healthz
 from services.gateway.settings import GatewaySettings
 
 DOCUMENT = build_openapi(ROUTES)

@@ -9,7 +9,7 @@ from contracts.api.batch import BatchUsage
 from contracts.api.batch_event import EVENT_FIELDS, BatchEventType, BatchStreamEvent
 from contracts.events.batch import BatchAssigned, BatchCompleted, BatchCreated, BatchEvent, BatchProgressed
 from contracts.events.registry import AnyEvent
-from services.gateway.views.event_frames import public_event, sse_frame
+from services.gateway.http.event_frames import public_event, sse_frame
 
 INTERNAL_FIELDS = {"owner_key_id", "input_object_key", "allowed_models", "lease_token", "chunk_key",
                    "rejections_object_key", "requested_by_key_id", "released_by_key_id", "shard_span", "event_id",

@@ -8,7 +8,7 @@ import time
 import pytest
 from aiohttp import web
 
-from services.gateway.refusal_pacing import MAX_WAITING, Dropped, RefusalPacer, client_of
+from services.gateway.http.refusal_pacing import MAX_WAITING, Dropped, RefusalPacer, client_of
 
 
 async def answered_in(pacer: RefusalPacer, address: str, status: int) -> float:

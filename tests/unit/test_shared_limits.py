@@ -3,9 +3,9 @@ wrote them, in whatever order, whatever its clock says."""
 
 import math
 
-from services.gateway.auth_failures import IDENTITY_LIMIT, TRUST_S, recent, refusal, wait_of, with_failure
-from services.gateway.limits import spend
-from services.gateway.shared_state import MAX_TTL_S, key_of, ttl_of
+from services.gateway.adapters.shared_state import MAX_TTL_S, key_of, ttl_of
+from services.gateway.http.auth_failures import IDENTITY_LIMIT, TRUST_S, recent, refusal, wait_of, with_failure
+from services.gateway.http.limits import spend
 
 
 def test_failures_written_out_of_order_by_two_gateways_are_read_oldest_first() -> None:

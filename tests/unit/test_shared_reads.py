@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from services.gateway.shared_reads import SharedReads
+from services.gateway.adapters.shared_reads import SharedReads
 
 
 class GatedIndex:

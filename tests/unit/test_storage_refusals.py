@@ -13,8 +13,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from minio.error import S3Error
 
-from services.gateway.errors import error_middleware
-from services.gateway.storage_guard import STORAGE_WATCH, refusal_for, storage_middleware
+from services.gateway.http.errors import error_middleware
+from services.gateway.http.storage_guard import STORAGE_WATCH, refusal_for, storage_middleware
 from services.runtime import write_failures
 from services.runtime.settings import ConnectionSettings
 from services.runtime.storage import MIN_RESERVE_BYTES, StorageWatch, VolumeSpace, measure_paths, reserve_for

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from services.gateway.body_pace import BodyPace
-from services.gateway.errors import ApiError
-from services.gateway.transfer_slots import FairSlots, UploadsInFlight
+from services.gateway.http.body_pace import BodyPace
+from services.gateway.http.errors import ApiError
+from services.gateway.http.transfer_slots import FairSlots, UploadsInFlight
 
 
 async def hold_until(slots: FairSlots, owner: str, release: asyncio.Event, order: list[str]) -> None:

@@ -17,11 +17,11 @@ from contracts.ids import derived_id, new_batch_id
 from contracts.lifecycle import CANCELLABLE, RELEASABLE, TERMINAL
 from contracts.readmodel import ApiKeyRecord, BatchRecord, FileRecord, UserRecord
 from contracts.subjects import batch_fact, file_fact
-from services.gateway.admission import Holdings
+from services.gateway.adapters.admission import Holdings
 from services.gateway.context import Deps
-from services.gateway.oversight import Standing, cancel_entry, standing
 from services.gateway.usecases import billing as billing_usecase
 from services.gateway.usecases.files import is_valid_id, owned_file
+from services.gateway.usecases.oversight import Standing, cancel_entry, standing
 from services.gateway.usecases.refusals import ApiError, bad_request, not_found
 from services.runtime.bus import Fence, FenceMoved
 from services.runtime.facts import last_fact

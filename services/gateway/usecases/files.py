@@ -15,9 +15,9 @@ from contracts.events.file import FileStored, FileUsed
 from contracts.lifecycle import TERMINAL
 from contracts.readmodel import ApiKeyRecord, FileRecord
 from contracts.subjects import file_fact
-from services.gateway.admission import Holdings
+from services.gateway.adapters.admission import Holdings
+from services.gateway.adapters.upload import StoredUpload
 from services.gateway.context import Deps
-from services.gateway.upload import StoredUpload
 from services.gateway.usecases.refusals import ApiError, bad_request, not_found
 from services.runtime.bus import Fence, FenceMoved
 from services.runtime.facts import last_fact

@@ -21,8 +21,8 @@ from contracts.ids import derived_id
 from contracts.lifecycle import TERMINAL
 from contracts.readmodel import ApiKeyRecord, BatchRecord
 from contracts.subjects import input_object_key
+from services.gateway.adapters.demand import DemandCounter
 from services.gateway.context import Deps
-from services.gateway.demand import DemandCounter
 from services.gateway.usecases.batches import Created, create_from
 from services.gateway.usecases.files import admit_bytes
 from services.gateway.usecases.refusals import ApiError, parse_fields

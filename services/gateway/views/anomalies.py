@@ -4,8 +4,8 @@ from aiohttp import web
 
 from contracts.api.anomaly import Anomaly
 from contracts.api.page import ListPage
-from services.gateway.auth import require_admin
 from services.gateway.context import deps
+from services.gateway.http.auth import require_admin
 
 
 async def list_anomalies(request: web.Request) -> web.Response:

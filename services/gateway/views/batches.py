@@ -8,16 +8,16 @@ from contracts.api.batch_request import BatchCreateRequest
 from contracts.ids import owner_id
 from contracts.lifecycle import ALL_STATUSES
 from contracts.readmodel import BatchRecord
-from services.gateway.auth import principal
 from services.gateway.context import deps
-from services.gateway.errors import ApiError, bad_request
 from services.gateway.http.answers import answer
-from services.gateway.limits import charge_control_call
-from services.gateway.oversight import administered_organization, members_batches, organization_of
+from services.gateway.http.auth import principal
+from services.gateway.http.bodies import read_body
+from services.gateway.http.errors import ApiError, bad_request
+from services.gateway.http.limits import charge_control_call
+from services.gateway.http.paging import page_after, parse_limit
 from services.gateway.usecases import batches as usecase
 from services.gateway.usecases.batches import overseen_batch
-from services.gateway.views.bodies import read_body
-from services.gateway.views.paging import page_after, parse_limit
+from services.gateway.usecases.oversight import administered_organization, members_batches, organization_of
 
 MAX_JSON_BODY_BYTES = 1024 * 1024
 IDEMPOTENCY_KEY_CHARS = (16, 80)

@@ -9,13 +9,13 @@ from contracts.api.billing import BatchQuote, BillingBalance, Grant, GrantCredit
 from contracts.api.organization import USER_ID_PATTERN
 from contracts.api.page import ListPage
 from contracts.billing import micros_to_usd, parse_usd
-from services.gateway.auth import principal, require_admin
 from services.gateway.context import deps
-from services.gateway.errors import ApiError, bad_request
-from services.gateway.oversight import administered_organization, organization_of
+from services.gateway.http.auth import principal, require_admin
+from services.gateway.http.bodies import read_body
+from services.gateway.http.errors import ApiError, bad_request
 from services.gateway.usecases import billing
 from services.gateway.usecases.files import owned_file
-from services.gateway.views.bodies import read_body
+from services.gateway.usecases.oversight import administered_organization, organization_of
 
 MAX_JSON_BODY_BYTES = 64 * 1024
 

@@ -18,8 +18,8 @@ from contracts.events.batch import LineRejected
 from contracts.events.registry import decode_event
 from contracts.lifecycle import TERMINAL
 from contracts.subjects import event_subject
-from services.gateway.auth import principal
 from services.gateway.context import deps
+from services.gateway.http.auth import principal
 from services.gateway.usecases.batches import owned_batch
 from services.gateway.usecases.retry import failure_code
 from services.runtime import eventlog

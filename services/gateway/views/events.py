@@ -18,11 +18,11 @@ from nats.js import JetStreamContext
 from contracts.archive import archived_batch_log_key, parse_fact_line
 from contracts.lifecycle import ENDING_FACT_NAMES, TERMINAL
 from contracts.subjects import EVENTS_STREAM, batch_events, event_name_of, event_subject
-from services.gateway.auth import principal, still_authorized
 from services.gateway.context import deps
-from services.gateway.errors import bad_request, client_gone
+from services.gateway.http.auth import principal, still_authorized
+from services.gateway.http.errors import bad_request, client_gone
+from services.gateway.http.event_frames import sse_frame
 from services.gateway.usecases.batches import owned_batch
-from services.gateway.views.event_frames import sse_frame
 from services.runtime import eventlog
 from services.runtime.eventlog import Fact
 from services.runtime.objectstore import ObjectNotFound, ObjectStore

@@ -14,18 +14,18 @@ from minio.error import S3Error
 from contracts.api.file import FilePurpose
 from contracts.ids import new_file_id
 from contracts.subjects import input_object_key
-from services.gateway.auth import principal
-from services.gateway.body_pace import BodyPace, client_stalled
+from services.gateway.adapters.upload import StoredUpload, store_unavailable, stream_part_to_store
 from services.gateway.context import Deps, deps
-from services.gateway.disposition import content_disposition
-from services.gateway.errors import ApiError, bad_request, not_found
 from services.gateway.http.answers import answer
-from services.gateway.limits import charge_control_call
-from services.gateway.transfer_slots import DOWNLOAD_SLOTS, UPLOAD_SLOTS
-from services.gateway.upload import StoredUpload, store_unavailable, stream_part_to_store
+from services.gateway.http.auth import principal
+from services.gateway.http.body_pace import BodyPace, client_stalled
+from services.gateway.http.disposition import content_disposition
+from services.gateway.http.errors import ApiError, bad_request, not_found
+from services.gateway.http.limits import charge_control_call
+from services.gateway.http.paging import MAX_FILES_LIMIT, page_after, parse_limit
+from services.gateway.http.transfer_slots import DOWNLOAD_SLOTS, UPLOAD_SLOTS
 from services.gateway.usecases import files as usecase
 from services.gateway.usecases.files import discard_object, owned_file, owner_files
-from services.gateway.views.paging import MAX_FILES_LIMIT, page_after, parse_limit
 from services.runtime.objectstore import TRANSIENT, ObjectNotFound
 
 log = logging.getLogger(__name__)

@@ -6,9 +6,9 @@ from contracts.api.model import Model
 from contracts.api.organization import ModelAlias
 from contracts.api.page import ListPage
 from contracts.catalogue import CatalogueModel
-from services.gateway.auth import principal
 from services.gateway.context import deps
-from services.gateway.errors import not_found
+from services.gateway.http.auth import principal
+from services.gateway.http.errors import not_found
 
 
 def as_model(entry: CatalogueModel) -> Model:

@@ -22,15 +22,15 @@ from contracts.api.organization import (
 from contracts.api.page import ListPage
 from contracts.ids import new_key_id
 from contracts.readmodel import ApiKeyRecord
-from services.gateway.admission import Holdings
-from services.gateway.auth import principal, require_admin
+from services.gateway.adapters.admission import Holdings
+from services.gateway.background.key_usage import KEY_USAGE, KeyUsage
 from services.gateway.context import deps
-from services.gateway.errors import ApiError, not_found
-from services.gateway.key_usage import KEY_USAGE, KeyUsage
-from services.gateway.revocation import find_key, revoke_key
+from services.gateway.http.auth import principal, require_admin
+from services.gateway.http.bodies import read_body
+from services.gateway.http.errors import ApiError, not_found
 from services.gateway.usecases import accounts as usecases
 from services.gateway.usecases.accounts import DEFAULT_ORGANIZATION, Accounts, organization_object, user_object
-from services.gateway.views.bodies import read_body
+from services.gateway.usecases.revocation import find_key, revoke_key
 
 KEYS = "keys"
 

@@ -3,9 +3,9 @@ space per volume."""
 
 from aiohttp import web
 
-from services.gateway.auth import require_admin
 from services.gateway.context import deps
-from services.gateway.storage_guard import STORAGE_WATCH
+from services.gateway.http.auth import require_admin
+from services.gateway.http.storage_guard import STORAGE_WATCH
 from services.runtime.overview import gather
 
 

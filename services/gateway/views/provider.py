@@ -13,15 +13,15 @@ from contracts.api.provider import ApproveProvider, ExecutorMemory, Provider, Pr
 from contracts.events.executor import ExecutorAdvert
 from contracts.events.provider import ProviderApprovalWithdrawn, ProviderApproved, ProviderRegistered
 from contracts.readmodel import ApiKeyRecord, ExecutorRecord, ProviderRecord
-from services.gateway.auth import principal
+from services.gateway.background.key_usage import KEY_USAGE
 from services.gateway.context import deps
-from services.gateway.errors import ApiError, not_found
-from services.gateway.key_usage import KEY_USAGE
-from services.gateway.oversight import administered_organization, organization_of
-from services.gateway.revocation import revoke_key
+from services.gateway.http.auth import principal
+from services.gateway.http.bodies import read_body
+from services.gateway.http.errors import ApiError, not_found
 from services.gateway.usecases import accounts as usecases
 from services.gateway.usecases.files import is_valid_id
-from services.gateway.views.bodies import read_body
+from services.gateway.usecases.oversight import administered_organization, organization_of
+from services.gateway.usecases.revocation import revoke_key
 
 
 def _owns(me: ApiKeyRecord, provider: ProviderRecord) -> bool:

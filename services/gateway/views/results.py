@@ -18,9 +18,9 @@ from contracts.events.batch import BatchProgressed
 from contracts.events.registry import decode_event
 from contracts.lifecycle import TERMINAL
 from contracts.subjects import event_subject
-from services.gateway.auth import principal
 from services.gateway.context import Deps, deps
-from services.gateway.errors import bad_request
+from services.gateway.http.auth import principal
+from services.gateway.http.errors import bad_request
 from services.gateway.usecases.batches import overseen_batch
 from services.runtime import eventlog
 from services.runtime.objectstore import ObjectNotFound

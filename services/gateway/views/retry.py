@@ -3,14 +3,14 @@ the use case's (`usecases.retry`)."""
 
 from aiohttp import web
 
-from services.gateway.auth import principal
 from services.gateway.context import deps
 from services.gateway.http.answers import answer
-from services.gateway.limits import charge_control_call
+from services.gateway.http.auth import principal
+from services.gateway.http.bodies import read_body
+from services.gateway.http.limits import charge_control_call
 from services.gateway.usecases import retry as usecase
 from services.gateway.usecases.batches import owned_batch
 from services.gateway.usecases.retry import RetryRequest
-from services.gateway.views.bodies import read_body
 
 MAX_BODY_BYTES = 64 * 1024
 

@@ -22,13 +22,13 @@ from contracts.api.webhook import (
     WebhookEndpoint,
 )
 from contracts.readmodel import ApiKeyRecord
-from services.gateway.admission import Holdings
-from services.gateway.auth import principal
+from services.gateway.adapters.admission import Holdings
 from services.gateway.context import deps
-from services.gateway.errors import ApiError, bad_request, not_found
-from services.gateway.limits import charge_control_call
-from services.gateway.oversight import administered_organization, organization_of
-from services.gateway.views.bodies import read_body
+from services.gateway.http.auth import principal
+from services.gateway.http.bodies import read_body
+from services.gateway.http.errors import ApiError, bad_request, not_found
+from services.gateway.http.limits import charge_control_call
+from services.gateway.usecases.oversight import administered_organization, organization_of
 from services.gateway.webhooks.deliverer import WEBHOOK_STORE
 from services.gateway.webhooks.signing import new_secret
 from services.gateway.webhooks.store import WebhookStore

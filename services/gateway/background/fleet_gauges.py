@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from services.gateway.batch_census import BatchCensus
+from services.gateway.background.batch_census import BatchCensus
 from services.gateway.context import DEPS, Deps
 from services.runtime.overview import Overview, consumer_lags, executor_view, export_gauges, tally
 from services.runtime.tasks import cancel_and_join

@@ -6,10 +6,10 @@ from aiohttp.typedefs import Handler
 
 from contracts.ids import hash_api_key
 from contracts.readmodel import ApiKeyRecord
-from services.gateway.auth_failures import count_failure, count_success, refuse_if_blocked, too_many
+from services.gateway.background.key_usage import KEY_USAGE
 from services.gateway.context import deps
-from services.gateway.errors import ApiError
-from services.gateway.key_usage import KEY_USAGE
+from services.gateway.http.auth_failures import count_failure, count_success, refuse_if_blocked, too_many
+from services.gateway.http.errors import ApiError
 
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/", "/v1/provider/connection"})
 KEYED_PATHS = frozenset({"/metrics"})

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from services.gateway.auth import REQUEST_PRINCIPAL
-from services.gateway.errors import CLIENT_CLOSED_REQUEST
+from services.gateway.http.auth import REQUEST_PRINCIPAL
+from services.gateway.http.errors import CLIENT_CLOSED_REQUEST
 
 PACED_STATUSES = frozenset({401, 403, 429})
 MAX_CLIENTS = 100_000

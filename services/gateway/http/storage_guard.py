@@ -13,9 +13,9 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from contracts.api.error_codes import BROKER_UNAVAILABLE, INSUFFICIENT_STORAGE
+from services.gateway.adapters.upload import store_unavailable
 from services.gateway.context import DEPS
-from services.gateway.errors import error_response
-from services.gateway.upload import store_unavailable
+from services.gateway.http.errors import error_response
 from services.gateway.usecases.refusals import ApiError
 from services.runtime.storage import StorageWatch, VolumeSpace
 from services.runtime.write_failures import write_fault

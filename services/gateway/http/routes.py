@@ -26,9 +26,9 @@ from contracts.api.organization import (
 from contracts.api.page import ListPage
 from contracts.api.provider import ApproveProvider, Provider, ProviderConnection, ProviderExecutor, RegisterProvider
 from contracts.api.webhook import CreateWebhook, DeletedWebhook, UpdateWebhook, WebhookDelivery, WebhookEndpoint
-from services.gateway.observe import metrics_view
-from services.gateway.openapi import AFTER, FILES_LIMIT, LIMIT, Answer, openapi_view, query, route
-from services.gateway.readiness import readyz
+from services.gateway.http.observe import metrics_view
+from services.gateway.http.openapi import AFTER, FILES_LIMIT, LIMIT, Answer, openapi_view, query, route
+from services.gateway.http.readiness import readyz
 from services.gateway.usecases.retry import RetryRequest
 from services.gateway.views import (
     anomalies,

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import nats.js.errors
 import orjson
 
-from services.gateway.errors import ApiError
-from services.gateway.shared_state import MAX_TRIES, SharedState, SharedStateUnavailable, key_of, ttl_of
+from services.gateway.adapters.shared_state import MAX_TRIES, SharedState, SharedStateUnavailable, key_of, ttl_of
+from services.gateway.http.errors import ApiError
 
 log = logging.getLogger(__name__)
 

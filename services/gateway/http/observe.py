@@ -16,7 +16,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanKind
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from services.gateway.auth import require_admin
+from services.gateway.http.auth import require_admin
 from services.runtime import metrics
 from services.runtime.logfmt import BATCH_ID
 from services.runtime.telemetry import extract_context, tracer

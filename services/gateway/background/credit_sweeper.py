@@ -15,7 +15,7 @@ from aiohttp import web
 from contracts.events.batch import BatchCancelRequested
 from contracts.subjects import batch_fact
 from services.gateway.context import DEPS, Deps
-from services.gateway.revocation import ENDED
+from services.gateway.usecases.revocation import ENDED
 from services.runtime.bus import Fence, FenceMoved
 from services.runtime.tasks import cancel_and_join
 

@@ -16,8 +16,8 @@ from aiohttp.web_request import BaseRequest
 from aiohttp.web_server import Server
 
 from contracts.api.error import ErrorBody, ErrorResponse
-from services.gateway.errors import HTTP_ERROR_TYPES
-from services.gateway.request_ids import REQUEST_ID_HEADER, request_id
+from services.gateway.http.errors import HTTP_ERROR_TYPES
+from services.gateway.http.request_ids import REQUEST_ID_HEADER, request_id
 
 MAX_MESSAGE_CHARS = 300
 

@@ -1,0 +1,1 @@
+"""The gateway's loops beside its requests, each a cleanup context: sweepers, gauges, key usage."""
