@@ -1,10 +1,14 @@
 """The AsyncAPI document of the event catalogue, generated from the workers' declared routers (faststream's
-AsyncAPI support): every fact a service consumes or emits, with its payload schema. The gateway serves it at
-`/asyncapi.json`; `python -m services.asyncapi` prints it. A worker whose router is declared joins `ROUTERS`.
+AsyncAPI support): every fact a service consumes or emits, with its payload schema. `python -m services.asyncapi`
+writes it to `services/gateway/asyncapi.json`, the checked-in file the gateway serves at `/asyncapi.json` (so the
+gateway imports no worker; a test fails while the file differs from what this module generates). A worker whose
+router is declared joins `ROUTERS`.
 """
 
 import json
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from faststream.nats import NatsBroker, NatsRouter
@@ -64,5 +68,18 @@ def _takes(contract: type[Event]) -> Callable[..., Any]:
     return fold
 
 
+DOCUMENT = Path(__file__).parent / "gateway" / "asyncapi.json"
+"""The checked-in document the gateway serves."""
+
+
+def rendered() -> str:
+    """The document as the checked-in file holds it."""
+    return json.dumps(event_catalogue(), indent=2, sort_keys=True) + "\n"
+
+
 if __name__ == "__main__":
-    print(json.dumps(event_catalogue(), indent=2))
+    if sys.argv[1:] == ["-"]:  # `python -m services.asyncapi -`: to standard output instead
+        sys.stdout.write(rendered())
+    else:
+        DOCUMENT.write_text(rendered())
+        print(f"wrote {DOCUMENT}")

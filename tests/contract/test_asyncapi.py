@@ -1,6 +1,8 @@
 """The AsyncAPI event catalogue: generated from the declared routers, and every channel's payload is exactly the
 JSON schema of the contract its subject filter names."""
 
+import subprocess
+import sys
 import typing
 from typing import Any
 
@@ -10,7 +12,7 @@ from pydantic import BaseModel
 from contracts.events.batch import BatchCreated
 from contracts.events.registry import AnyEvent
 from contracts.subjects import BATCH_CREATED, EVENTS_STREAM, VALIDATOR_DURABLE
-from services.asyncapi import ROUTERS, event_catalogue
+from services.asyncapi import DOCUMENT, ROUTERS, event_catalogue, rendered
 from services.gateway.views.asyncapi import _document
 from services.runtime.delivery import ServiceRouter, fact_filter
 from services.validator.handlers import CREATED
@@ -97,6 +99,18 @@ def test_a_subscriptions_filter_is_its_contracts_subject_pattern() -> None:
 def test_the_gateway_serves_the_generated_document() -> None:
     assert orjson.loads(_document()) == orjson.loads(orjson.dumps(event_catalogue()))
     assert event_catalogue()["asyncapi"] == "3.0.0"
+
+
+def test_the_checked_in_document_is_what_the_routers_generate_now() -> None:
+    assert DOCUMENT.read_text() == rendered(), "the event catalogue changed: run `python -m services.asyncapi`"
+
+
+def test_the_gateway_imports_no_worker() -> None:
+    workers = ("services.asyncapi", "services.validator", "services.scheduler", "services.executor", "services.ledger")
+    imported = subprocess.run(
+        [sys.executable, "-c", "import sys, services.gateway.app; print(*sorted(sys.modules))"],
+        capture_output=True, text=True, check=True).stdout.split()
+    assert [name for name in imported if name.startswith(workers)] == []
 
 
 def test_each_executor_takes_its_own_commands_and_states_its_attempts_facts() -> None:

@@ -1,18 +1,20 @@
-"""`GET /asyncapi.json`: the event catalogue (every fact, its schema, who emits and consumes it), generated from
-the workers' declared routers on the first request, then kept."""
+"""`GET /asyncapi.json`: the event catalogue (every fact, its schema, who emits and consumes it), served from the
+checked-in `asyncapi.json` that `python -m services.asyncapi` generates from the workers' declared routers (so the
+gateway imports no worker); read on the first request, then kept."""
 
 import asyncio
-import json
 from functools import cache
+from pathlib import Path
 
+import orjson
 from aiohttp import web
 
-from services.asyncapi import event_catalogue
+DOCUMENT = Path(__file__).parents[1] / "asyncapi.json"
 
 
 @cache
 def _document() -> bytes:
-    return json.dumps(event_catalogue()).encode()
+    return orjson.dumps(orjson.loads(DOCUMENT.read_bytes()))
 
 
 async def asyncapi_json(request: web.Request) -> web.Response:
