@@ -41,7 +41,8 @@ from pydantic import BaseModel, ValidationError
 from contracts.events.envelope import Event
 from contracts.subjects import BATCH_HEADER, event_subject, parse_event_subject, subject_pattern
 from services.runtime import metrics
-from services.runtime.bus import ConsumerPolicy, PoisonMessage
+from services.runtime.bus import ConsumerPolicy, EventBus, PoisonMessage
+from services.runtime.folds import Folds, LogFollower, running
 from services.runtime.logfmt import BATCH_ID
 from services.runtime.skip_log import SkipLog
 from services.runtime.telemetry import attached, extract_context, tracer
@@ -80,17 +81,6 @@ class Durable:
                               ack_policy=JetStreamAck.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
                               ack_wait=self.policy.ack_wait_s, max_deliver=self.policy.max_deliver,
                               max_ack_pending=self.policy.max_ack_pending)
-
-
-@dataclass(frozen=True)
-class LogFollower:
-    """A reader of the EVENTS log in stream order from a sequence of its own (a fold: the ledger, the scheduler's
-    book). It runs on `eventlog.follow`, the gap-detecting ordered pull reader, which faststream has no form for;
-    it is declared here so that the service's table, and the AsyncAPI document, show what it consumes."""
-
-    name: str
-    contracts: tuple[type[Event], ...]
-    description: str
 
 
 Request = TypeVar("Request", bound=BaseModel)
@@ -180,8 +170,15 @@ class ServiceRouter(NatsRouter):
             max_workers=max_workers, title=f"{durable.name}:{durable.subject}", description=description)(handler)
 
     def follows(self, follower: LogFollower) -> None:
-        """Declare a fold of the log; the service runs it (`eventlog.follow`) from its own start sequence."""
+        """Declare a fold of the log, which this router runs: a leader-only one for each term (`leading`), any other
+        while the service runs (`folding`). One without a handler is run by the service itself."""
         self.followers.append(follower)
+
+    @contextlib.asynccontextmanager
+    async def folding(self, bus: EventBus, deps: object) -> AsyncIterator[Folds]:
+        """The folds that run while the service does (not leader-only), on `deps`, until the block ends."""
+        async with running([f for f in self.followers if f.take and not f.leader_only], bus, deps) as folds:
+            yield folds
 
     def answers(self, answer: Answer[Any], handler: Callable[..., Awaitable[BaseModel]], description: str) -> None:
         """`handler` takes `answer`'s request (and `Path()`/`Context()` parameters) and returns the reply; a
@@ -194,17 +191,22 @@ class ServiceRouter(NatsRouter):
         self.answering.add(subscriber)
 
     @contextlib.asynccontextmanager
-    async def leading(self, broker: NatsBroker, term: object) -> AsyncIterator[None]:
-        """One leadership term: the leader-only answers are subscribed, on `term`'s dependencies, until the block
-        ends; then unsubscribed (a request being answered is finished first, for the broker's graceful timeout)."""
+    async def leading(self, broker: NatsBroker, term: object, bus: EventBus | None = None) -> AsyncIterator[Folds]:
+        """One leadership term: the leader-only folds run and the leader-only answers are subscribed, on `term`'s
+        dependencies, until the block ends; then unsubscribed (a request being answered is finished first, for the
+        broker's graceful timeout) and the folds stopped. `bus`: what the folds read the log through."""
+        followers = [follower for follower in self.followers if follower.take and follower.leader_only]
+        if followers and bus is None:
+            raise ValueError(f"{self.service}: a term's folds need the bus to read the log through")
         broker.include_router(self.term)  # once: the broker's own start never saw it
         broker.context.set_global(TERM, term)
         subscribers = self.term.subscribers
         try:
-            for subscriber in subscribers:
-                await subscriber.start()
-            await (await broker.connect()).flush()  # the server routes requests here before the term acts
-            yield
+            async with running(followers, bus, term) if bus is not None else _no_folds() as folds:
+                for subscriber in subscribers:
+                    await subscriber.start()
+                await (await broker.connect()).flush()  # the server routes requests here before the term acts
+                yield folds
         finally:
             for subscriber in subscribers:
                 with contextlib.suppress(nats.errors.Error):  # a closed connection has dropped them already
@@ -224,6 +226,11 @@ class ServiceRouter(NatsRouter):
 
     def _answering(self, msg: Any, /, *, context: ContextRepo) -> "_Answering":
         return _Answering(msg, context=context, router=self)
+
+
+@contextlib.asynccontextmanager
+async def _no_folds() -> AsyncIterator[Folds]:
+    yield Folds(())
 
 
 def _decoder(answer: Answer[Any]) -> Callable[[StreamMessage[Any]], Awaitable[BaseModel]]:

@@ -40,8 +40,8 @@ async def run_scheduler(settings: SchedulerSettings, stop: asyncio.Event) -> Non
                 leading(True)
                 try:
                     term = await Term.open(bus, catalogue, signer, settings.policy())
-                    async with router.leading(broker, term):
-                        await term.lead(lease, settings.tick_s, stop)
+                    async with router.leading(broker, term, bus) as folds:
+                        await term.lead(lease, settings.tick_s, stop, folds)
                 finally:
                     leading(False)
                 await lease.release()  # a term that ended with the lease still held (its reader failed) gives it up

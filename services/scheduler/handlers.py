@@ -23,6 +23,7 @@ from contracts.events.file import FileStored
 from contracts.fact_desk import FactReceipt, FactSubmission, LogPage, LogRead
 from contracts.objects import ObjectGrant, ObjectRequest
 from services.runtime.delivery import LogFollower, ServiceRouter
+from services.runtime.follower import Fact
 from services.runtime.params import Context, Path
 from services.scheduler.book import book_facts
 from services.scheduler.desk import READS, SUBMISSIONS
@@ -31,8 +32,18 @@ from services.scheduler.observe import note_registration
 from services.scheduler.registration import REGISTRATIONS
 from services.scheduler.term import Term
 
+
+async def fold_into_book(term: Term, facts: list[Fact]) -> None:
+    term.fold(facts)
+
+
+def book_caught_up(term: Term) -> None:
+    term.caught_up.set()
+
+
 BOOK = LogFollower("scheduler", book_facts(), "Each leader's book: every batch's plan and the fleet, folded from "
-                                              "the whole log at the start of its term, then live.")
+                                              "the whole log at the start of its term, then live.",
+                   take=fold_into_book, caught_up=book_caught_up, leader_only=True)
 
 
 async def register(request: ExecutorRegistration, connected_as: Annotated[str, Path()],

@@ -3,7 +3,6 @@ answerers (registration, object URLs, the fact desk) judging on that term's book
 """
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -30,16 +29,16 @@ from contracts.events.executor import ExecutorLost, ExecutorRegistered
 from contracts.events.registry import AnyEvent, decode_event
 from contracts.ids import derived_id
 from contracts.lifecycle import ENDING_FACTS
-from contracts.subjects import EVENTS_STREAM, event_subject, parse_event_subject
-from services.runtime import eventlog
+from contracts.subjects import EVENTS_STREAM, parse_event_subject
 from services.runtime.bus import EventBus
 from services.runtime.fleet import Fleet
+from services.runtime.folds import Folds
 from services.runtime.follower import Fact
 from services.runtime.kv import ensure_direct_reads
 from services.runtime.leader import LeaderLease
 from services.runtime.readmodel import ReadModel
 from services.runtime.tasks import cancel_and_join
-from services.scheduler.book import CONTROL_PLANE, BatchPlan, Book, book_facts
+from services.scheduler.book import CONTROL_PLANE, BatchPlan, Book
 from services.scheduler.closer import Closer
 from services.scheduler.decisions import (
     Action,
@@ -60,9 +59,6 @@ from services.scheduler.tracing import action_span, remember_trace
 
 log = logging.getLogger(__name__)
 
-BOOK_SUBJECTS = tuple(event_subject(fact.kind, "*", fact.name) for fact in book_facts())
-"""What the book's fold reads: the facts it has a rule for, filtered by the server (a file's facts, a bad file's
-thousands of rejected lines, progress of validation, are never sent to the scheduler)."""
 READER_STOP_S = 10.0
 BROKER_HICCUPS = (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError,
                   nats.js.errors.ServiceUnavailableError, asyncio.TimeoutError)
@@ -112,13 +108,13 @@ class Term:
         await ensure_direct_reads(bus.js, EVENTS_STREAM)  # the desk reads logs; a stream made before direct reads
         return cls(bus, await Fleet.open(bus), catalogue, await ReadModel.open(bus), signer, policy)
 
-    async def lead(self, lease: LeaderLease, tick_s: float, stop: asyncio.Event) -> None:
-        """A fresh book from the whole log, then decisions every tick, until stopped or the lease is lost."""
-        reader = asyncio.create_task(self.follow())
+    async def lead(self, lease: LeaderLease, tick_s: float, stop: asyncio.Event, folds: Folds) -> None:
+        """Decisions every tick once the book (folded from the whole log by `folds`, the router's) has caught up,
+        until stopped, the lease is lost or the fold fails."""
         keeper = asyncio.create_task(lease.keep(stop))
         resent = False
         try:
-            while not stop.is_set() and not keeper.done() and not reader.done():
+            while not stop.is_set() and not keeper.done() and not folds.ended():
                 if self.caught_up.is_set():
                     self.nudged.clear()
                     try:
@@ -135,10 +131,10 @@ class Term:
                 await self._until_next_tick(stop, tick_s, keeper)
         finally:
             await self.closer.stop()
-            if await cancel_and_join([reader, keeper], READER_STOP_S):
-                raise TimeoutError(f"the term's reader or lease keeper did not stop within {READER_STOP_S}s")
-        if reader.done() and not reader.cancelled() and reader.exception() is not None:
-            log.error("the book's reader failed; the term ends", exc_info=reader.exception())
+            if await cancel_and_join([keeper], READER_STOP_S):
+                raise TimeoutError(f"the term's lease keeper did not stop within {READER_STOP_S}s")
+        if (failure := folds.failure()) is not None:
+            log.error("the book's fold failed; the term ends", exc_info=failure)
         elif not stop.is_set():
             log.warning("leadership lost; back to standby")
 
@@ -153,19 +149,11 @@ class Term:
             for waiter in woken:
                 waiter.cancel()
 
-    async def follow(self) -> None:
-        """Fold every fact from the start of the log, then live ones, into the book, until cancelled.
-
-        The one log reader (a bounded pull reader: a large log never overflows a client buffer and skips facts)."""
-        head = await eventlog.head(self.bus, BOOK_SUBJECTS)
-        if head == 0:
-            self.caught_up.set()
-        async with contextlib.aclosing(eventlog.follow(self.bus, BOOK_SUBJECTS)) as groups:
-            async for facts in groups:
-                for fact in facts:
-                    self._on_fact(fact)
-                if facts and facts[-1].sequence >= head:
-                    self.caught_up.set()
+    def fold(self, facts: list[Fact]) -> None:
+        """Facts of the log (the book's, in stream order) into the book; a fact after which there may be something
+        to do now nudges the next tick."""
+        for fact in facts:
+            self._on_fact(fact)
 
     def _on_fact(self, fact: Fact) -> None:
         subject = parse_event_subject(fact.subject)

@@ -1,0 +1,101 @@
+"""Folds of the log declared on a service's router (`ServiceRouter.follows`) and run by it: each reads the EVENTS
+stream in order, from a sequence of its own, through the one log reader (`eventlog.follow`), and hands its facts to
+its handler in groups. faststream has no form for a gap-detecting ordered read, so the router runs these itself:
+while the service runs, or, leader-only, for one leadership term.
+"""
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from contracts.events.envelope import Event
+from contracts.subjects import EVENTS_SUBJECTS, event_subject
+from services.runtime import eventlog
+from services.runtime.bus import EventBus
+from services.runtime.follower import Fact
+from services.runtime.tasks import cancel_and_join
+
+log = logging.getLogger(__name__)
+
+STOP_S = 10.0
+"""How long a fold's reader may take to stop once its scope ends."""
+
+
+async def _from_the_start(deps: Any) -> int:
+    return 0
+
+
+@dataclass(frozen=True)
+class LogFollower:
+    """A fold of the log: the facts it takes (the server sends only those), its handler, where it resumes, and
+    whom it tells once it has caught up with the log as it was when it started."""
+
+    name: str
+    contracts: tuple[type[Event], ...]
+    description: str
+    take: Callable[[Any, list[Fact]], Awaitable[None]] | None = None
+    """The handler: (the dependencies it runs on, a group of facts in stream order). None: run by hand."""
+    start_after: Callable[[Any], Awaitable[int]] = _from_the_start
+    """The sequence it resumes after (a checkpoint); the log's start by default."""
+    caught_up: Callable[[Any], None] | None = None
+    """Called once every fact on its filters when it started is taken (at once when there is none)."""
+    leader_only: bool = False
+    """Run for each leadership term (`ServiceRouter.leading`), on that term's dependencies; else while the
+    service runs (`ServiceRouter.folding`)."""
+    group_size: int = 1000
+
+    @property
+    def subjects(self) -> tuple[str, ...]:
+        """The stream filters its reader asks for: each contract's facts, whatever their aggregate."""
+        return tuple(event_subject(contract.kind, "*", contract.name) for contract in self.contracts) \
+            or (EVENTS_SUBJECTS,)
+
+
+async def run_fold(follower: LogFollower, bus: EventBus, deps: Any) -> None:
+    """Hand the follower's facts to its handler, for ever (the reader restarts itself after broker trouble); a
+    handler that raises ends the fold with its error."""
+    assert follower.take is not None
+    after = await follower.start_after(deps)
+    head = await eventlog.head(bus, follower.subjects)
+    reached = head <= after
+    if reached and follower.caught_up is not None:
+        follower.caught_up(deps)
+    async with contextlib.aclosing(eventlog.follow(bus, follower.subjects, after, follower.group_size)) as groups:
+        async for facts in groups:
+            await follower.take(deps, facts)
+            if not reached and facts and facts[-1].sequence >= head:
+                reached = True
+                if follower.caught_up is not None:
+                    follower.caught_up(deps)
+
+
+@dataclass(frozen=True)
+class Folds:
+    """The folds running in one scope: whoever runs in it can watch them end (only a failure ends one)."""
+
+    tasks: tuple["asyncio.Task[None]", ...]
+
+    def ended(self) -> bool:
+        return any(task.done() for task in self.tasks)
+
+    def failure(self) -> BaseException | None:
+        """The error a fold ended with, if one did."""
+        for task in self.tasks:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                return task.exception()
+        return None
+
+
+@contextlib.asynccontextmanager
+async def running(followers: list[LogFollower], bus: EventBus, deps: Any) -> AsyncIterator[Folds]:
+    """The followers' folds, each in a task, until the block ends (then stopped, on every path)."""
+    tasks = tuple(asyncio.create_task(run_fold(follower, bus, deps), name=f"fold {follower.name}")
+                  for follower in followers)
+    try:
+        yield Folds(tasks)
+    finally:
+        if await cancel_and_join(tasks, STOP_S):
+            log.error("a fold did not stop within %.0fs", STOP_S)
