@@ -185,7 +185,7 @@ def main() -> None:
     parser.add_argument("--profile", type=Path, default=None,
                         help="a folder: py-spy samples the validator during each variant (VARIANT-ROUND.txt)")
     args = parser.parse_args()
-    good, bad = make_file(args.lines, 0), make_file(args.lines, args.broken)
+    size = 0
     rounds: list[dict[str, dict[str, float | str]]] = []
     with tempfile.TemporaryDirectory() as tmp:
         stack = start_stack(Path(tmp) / "data", free_port(), {
@@ -193,6 +193,10 @@ def main() -> None:
             "SHESHNAG_GATEWAY_MAX_UPLOAD_BYTES": str(200 * 2**20)})
         try:
             for number in range(args.rounds):
+                # Each round's files are new (a file validated before is not checked again).
+                good, bad = make_file(args.lines, 0, seed=2 * number + 1), make_file(args.lines, args.broken,
+                                                                                     seed=2 * number + 2)
+                size = len(good)
                 results = {name: run_variant(stack, content, profile_path(args.profile, name, number))
                            for name, content in (("valid", good), ("broken", bad))}
                 floor, floor_cpu = floor_seconds(stack, f"files/{results['valid']['file_id']}")
@@ -202,7 +206,7 @@ def main() -> None:
                 rounds.append(results)
         finally:
             stop_stack(stack)
-    report(args, len(good), rounds)
+    report(args, size, rounds)
 
 
 def profile_path(folder: Path | None, variant: str, number: int) -> Path | None:

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Protocol
 
 import jinja2.meta
 import jinja2.nodes
@@ -24,6 +23,7 @@ from services.runtime.catalogue import resolve_artifact
 from services.runtime.hub import TOKENIZER_FILES, checkpoint_directory
 from services.validator.adapters.gguf_metadata import read_metadata
 from services.validator.adapters.hf_tokenizer import HfTokenizer, is_checkpoint
+from services.validator.adapters.prompt_tokenizer import PromptTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -363,39 +363,6 @@ def _text_of(content: object) -> str:
     if isinstance(content, list):
         return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
     return ""
-
-
-class Vocabulary(Protocol):
-    @property
-    def n_vocab(self) -> int: ...
-
-
-class PromptTokenizer(Protocol):
-    """What the rules ask of a model's tokenizer: a GGUF's (`ModelTokenizer`) or a checkpoint's (`HfTokenizer`)."""
-
-    @property
-    def encoding(self) -> Vocabulary: ...
-
-    @property
-    def template_variables(self) -> frozenset[str]: ...
-
-    def render_chat(self, messages: list[dict[str, object]], kwargs: dict[str, object] | None = None) -> str: ...
-
-    def count_fast(self, text: str) -> int: ...
-
-    def count_many(self, texts: list[str]) -> list[int]: ...
-
-    def chat_bound(self, messages: list[dict[str, object]]) -> int: ...
-
-    def fits(self, text: str, room: int) -> bool: ...
-
-    def chat_over(self, messages: list[dict[str, object]], room: int, kwargs: dict[str, object] | None = None,
-                  json_ascii: bool = False) -> str | None: ...
-
-    def plain_chat_over(self, roles: tuple[str, ...], contents: list[str], room: int,
-                        json_ascii: bool = False) -> str | None: ...
-
-    def count_chat(self, messages: list[dict[str, object]]) -> int: ...
 
 
 class TokenizerCache:
