@@ -1,4 +1,5 @@
-"""What every view needs, held on the app under typed keys."""
+"""What every view and use case needs (`Deps`: connections, settings, admission, the key cache), held on the app
+under one typed key."""
 
 from dataclasses import dataclass, field
 

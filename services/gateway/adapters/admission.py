@@ -19,7 +19,7 @@ import nats.js.errors
 import orjson
 
 from services.gateway.adapters.shared_state import MAX_TRIES, SharedState, SharedStateUnavailable, key_of, ttl_of
-from services.gateway.http.errors import ApiError
+from services.gateway.usecases.refusals import ApiError
 
 log = logging.getLogger(__name__)
 

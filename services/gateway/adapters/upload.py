@@ -15,7 +15,7 @@ from minio.error import S3Error
 from contracts.billing import FileDemand
 from services.gateway.adapters.demand import DemandCounter
 from services.gateway.http.body_pace import BodyPace
-from services.gateway.http.errors import ApiError, bad_request
+from services.gateway.usecases.refusals import ApiError, bad_request
 from services.runtime.objectstore import TRANSIENT, ObjectStore
 
 CHUNK = 256 * 1024
