@@ -33,7 +33,7 @@ class _Slot:
     last_used: int = -1
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, slots=True)
 class _Waiter:
     arrival: int
     owner: str
@@ -208,6 +208,11 @@ class SlotPool:
         return {unit.owner for unit in self._units
                 if unit.owner is not None and unit.owner not in asking and unit.has_lines_to_start}
 
+    def _alone(self, waiter: _Waiter) -> bool:
+        """Whether `waiter` is ready and no other owner has a unit with lines to start (none is kept a slot)."""
+        return not waiter.granted.done() and bool(waiter.candidates()) and not any(
+            unit.owner is not None and unit.owner != waiter.owner and unit.has_lines_to_start for unit in self._units)
+
     def _grant(self) -> None:
         # A waiter cancelled but not yet resumed is still listed: it is skipped, and removes itself.
         if not self._waiting:
@@ -219,6 +224,11 @@ class SlotPool:
         budget = self.free
         if budget <= 0:
             return  # every slot is busy (most asks, while lines wait)
+        if len(self._waiting) == 1 and not self._resident_slots and self._alone(self._waiting[0]):
+            # One waiter, no prefix held, no other owner to keep a slot for: it takes the least recently used.
+            waiter = self._waiting[0]
+            self._hand(waiter, self._least_recently_used(), waiter.candidates()[0])
+            return
         held, served = dict(self.held), dict(self._served)
         """Slots held and lines started, counting the slots left free this round for returning owners."""
 
