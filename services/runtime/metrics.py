@@ -5,7 +5,7 @@ Each process counts what it does (requests, lines validated, assignments, lines 
 its own families (`register(service)` at its composition root): a validator never exports the executor's counters
 at 0.
 Fleet-wide gauges (batches per status, the validated queue, consumer lag, live executors) are the gateway's,
-recomputed from NATS on a timer, never by a scrape (`services/gateway/fleet_gauges.py`). Every service serves
+recomputed from NATS on a timer, never by a scrape (`services/gateway/background/fleet_gauges.py`). Every service serves
 `/metrics` without a key on its own `SHESHNAG_<SERVICE>_METRICS_PORT`, else `SHESHNAG_METRICS_PORT`, when set, at
 `SHESHNAG_METRICS_ADDRESS` (`sheshnag up` gives each its own port from that base, in SERVICES order); the gateway's
 HTTP port serves it to admin keys only.

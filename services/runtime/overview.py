@@ -121,7 +121,7 @@ def tally(view: Overview, record: BatchRecord, now: float) -> None:
 
 async def gather(bus: EventBus, read_model: ReadModel, fleet: Fleet, owners: bool = True) -> Overview:
     """The whole look: every batch record is read (and every user, for `owners`); never per scrape (see
-    `services/gateway/fleet_gauges.py`)."""
+    `services/gateway/background/fleet_gauges.py`)."""
     now = time.time()
     view = Overview(at=now)
     view.executors = [executor_view(advert, now) for advert in await fleet.adverts()]
