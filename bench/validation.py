@@ -193,7 +193,7 @@ def main() -> None:
             "SHESHNAG_GATEWAY_MAX_UPLOAD_BYTES": str(200 * 2**20)})
         try:
             for number in range(args.rounds):
-                # Each round's files are new (a file validated before is not checked again).
+                # Each round's files are new: the same bytes again are the same file, and its live batch is returned.
                 good, bad = make_file(args.lines, 0, seed=2 * number + 1), make_file(args.lines, args.broken,
                                                                                      seed=2 * number + 2)
                 size = len(good)
