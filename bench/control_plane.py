@@ -10,8 +10,10 @@ Workloads: one large batch (`--lines`, the issue's 20,000), and `--batches` batc
 owners (the issue's 2,000 from 50).
 
 Usage: .venv/bin/python bench/control_plane.py [--lines 20000] [--batches 2000] [--owners 50] [--singles 20]
-       [--profile DIR]   (py-spy samples each service during each workload: DIR/<workload>-<service>.txt, the
-                          hottest functions by own time; needs py-spy installed and ptrace allowed)
+       [--history N] [--profile DIR]
+0 skips a workload. --history: creates by an owner with N ended batches against a new owner's, CPU per create.
+--profile: py-spy samples each service during each workload (DIR/<workload>-<service>.collapsed; read them with
+bench/profile_top.py; needs py-spy installed and ptrace allowed).
 """
 
 import argparse
@@ -110,8 +112,12 @@ class Client:
 async def new_owner(http: aiohttp.ClientSession, base: str, n: int) -> Client:
     admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
     user_id = f"bench-owner-{n}"
-    async with http.post(f"{base}/v1/organization/users", json={"id": user_id}, headers=admin) as answer:
-        assert answer.status == 200, await answer.text()
+    for _ in range(100):  # a fresh stack's gateway may answer before the ledger folded the admin key
+        async with http.post(f"{base}/v1/organization/users", json={"id": user_id}, headers=admin) as answer:
+            if answer.status != 401:
+                assert answer.status == 200, await answer.text()
+                break
+        await asyncio.sleep(0.1)
     async with http.post(f"{base}/v1/organization/keys", json={"user_id": user_id}, headers=admin) as answer:
         assert answer.status == 200, await answer.text()
         return Client(http, base, str((await answer.json())["value"]))
@@ -264,6 +270,30 @@ async def many_small_batches(owners: list[Client], count: int) -> None:
     await asyncio.gather(*(of_owner(owner, n) for n, owner in enumerate(owners)))
 
 
+HISTORY_CREATES = 30
+"""Creates measured per owner in the history workload."""
+
+
+async def creates_after_history(stack: RunningStack, http: aiohttp.ClientSession, base: str,
+                                history: int) -> list[str]:
+    """An owner with `history` ended batches and a new owner each create HISTORY_CREATES more, one after another:
+    the gateway's (and ledger's) CPU per create of each, which should not grow with the owner's history."""
+    veteran, newcomer = await new_owner(http, base, 9000), await new_owner(http, base, 9001)
+    for start in range(0, history, 50):
+        ids = await asyncio.gather(*(veteran.batch(f"h{n}", 1) for n in range(start, min(start + 50, history))))
+        await asyncio.gather(*(veteran.ended(batch_id, poll_s=0.5) for batch_id in ids))
+    rows = []
+    for label, owner in ((f"{history} ended batches", veteran), ("new owner", newcomer)):
+        async def creates(owner: Client = owner, label: str = label) -> None:
+            ids = [await owner.batch(f"{label[:3]}{n}", 1) for n in range(HISTORY_CREATES)]
+            await asyncio.gather(*(owner.ended(batch_id, poll_s=0.5) for batch_id in ids))
+        row = await measure(stack, label, HISTORY_CREATES, HISTORY_CREATES, creates)
+        rows.append(f"| {label} | {HISTORY_CREATES} | {row.cpu['gateway'] / HISTORY_CREATES * 1000:.2f} | "
+                    f"{row.cpu['ledger'] / HISTORY_CREATES * 1000:.2f} | "
+                    f"{sum(row.cpu.values()) / HISTORY_CREATES * 1000:.2f} |")
+    return rows
+
+
 def table(rows: list[Measured]) -> str:
     names = [*SERVICES, *SERVERS]
     out = ["| workload | lines/s | batches/s | " + " | ".join(names) + " | all | facts | fact bytes |",
@@ -294,6 +324,7 @@ async def run(args: argparse.Namespace, data_dir: Path, catalogue: Path) -> None
         "SHESHNAG_GATEWAY_MAX_ACTIVE_BATCHES": "100000", **dict(setting.split("=", 1) for setting in args.env)})
     base = f"http://127.0.0.1:{port}"
     rows = []
+    history_rows: list[str] = []
     singles: list[float] = []
     lives: list[list[tuple[str, float]]] = []
     creates: list[float] = []
@@ -309,12 +340,16 @@ async def run(args: argparse.Namespace, data_dir: Path, catalogue: Path) -> None
                 singles.append((time.monotonic() - started) * 1000)
                 lives.append(await fact_times(stack, batch_id, file_id))
                 creates.append(created)
-            rows.append(await measure(stack, f"1 batch x {args.lines} lines", 1, args.lines,
-                                      lambda: one_large_batch(owners[0], args.lines), args.profile))
+            if args.lines:
+                rows.append(await measure(stack, f"1 batch x {args.lines} lines", 1, args.lines,
+                                          lambda: one_large_batch(owners[0], args.lines), args.profile))
             per_owner = args.batches // args.owners
-            rows.append(await measure(stack, f"{per_owner * args.owners} batches x 3 lines, {args.owners} owners",
-                                      per_owner * args.owners, per_owner * args.owners * 3,
-                                      lambda: many_small_batches(owners, args.batches), args.profile))
+            if per_owner:
+                rows.append(await measure(stack, f"{per_owner * args.owners} batches x 3 lines, {args.owners} owners",
+                                          per_owner * args.owners, per_owner * args.owners * 3,
+                                          lambda: many_small_batches(owners, args.batches), args.profile))
+            if args.history:
+                history_rows = await creates_after_history(stack, http, base, args.history)
     finally:
         stop_stack(stack)
     print("\nCPU of each process, ms per line (the large batch) or per batch (the small ones); facts and bytes "
@@ -327,10 +362,16 @@ async def run(args: argparse.Namespace, data_dir: Path, catalogue: Path) -> None
         print(f"broker messages per {'line' if row.batches == 1 else 'batch'} ({sum(row.messages.values()) / per:.2f}"
               f" in all), {row.name}: " + ", ".join(f"{name} {count / per:.2f}"
                                                     for name, count in row.messages.most_common(25)))
-    print(f"\n1-line batch, create -> completed on an idle stack: p50 {statistics.median(singles):.0f} ms, "
-          f"p90 {statistics.quantiles(singles, n=10)[8]:.0f} ms ({len(singles)} batches; polled every 20 ms)")
-    print(f"where it goes (ms from the create call, then from the fact before, medians): "
-          f"{time_breakdown(lives, creates)}")
+    if len(singles) >= 2:
+        print(f"\n1-line batch, create -> completed on an idle stack: p50 {statistics.median(singles):.0f} ms, "
+              f"p90 {statistics.quantiles(singles, n=10)[8]:.0f} ms ({len(singles)} batches; polled every 20 ms)")
+        print(f"where it goes (ms from the create call, then from the fact before, medians): "
+              f"{time_breakdown(lives, creates)}")
+    if args.history:
+        print(f"\nGateway CPU per create (upload + create of a 1-line batch), ms: an owner with {args.history} ended "
+              "batches against a new owner, the same run\n")
+        print("| owner | creates | gateway ms/create | ledger ms/create | all ms/create |\n|---|---|---|---|---|")
+        print("\n".join(history_rows))
 
 
 def main() -> None:
@@ -339,6 +380,8 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=2_000)
     parser.add_argument("--owners", type=int, default=50)
     parser.add_argument("--singles", type=int, default=20)
+    parser.add_argument("--history", type=int, default=0, metavar="N",
+                        help="also: creates by an owner with N ended batches against a new owner's (CPU per create)")
     parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
                         help="sample each service with py-spy during each workload, into DIR")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
