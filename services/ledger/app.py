@@ -6,7 +6,7 @@ import logging
 from contracts.subjects import LEDGER_LEADER_KEY, LEDGER_NAME
 from services.ledger.application import Ledger
 from services.ledger.archive import Archive
-from services.ledger.handlers import Folder, Sink, follow, ledger_router, read_model_sink, stop_reading
+from services.ledger.handlers import Folder, Sink, ledger_router, read_model_sink
 from services.ledger.reindex import index_live_batches, index_owners
 from services.ledger.restore import archived_through, restore
 from services.ledger.retention import Policy, Retention
@@ -14,6 +14,7 @@ from services.ledger.settings import LedgerSettings
 from services.runtime import eventlog, metrics
 from services.runtime.broker import open_bus, service_broker
 from services.runtime.bus import EventBus
+from services.runtime.delivery import ServiceRouter
 from services.runtime.leader import LeaderLease
 from services.runtime.objectstore import ObjectStore
 from services.runtime.readmodel import ReadModel
@@ -38,7 +39,8 @@ class LedgerApp:
 
     async def run(self, stop: asyncio.Event) -> None:
         broker = service_broker(self.settings.connection.nats_url, LEDGER_NAME)
-        broker.include_router(ledger_router())
+        router = ledger_router()
+        broker.include_router(router)
         bus = await open_bus(broker, LEDGER_NAME)
         lease, keeper = None, None
         try:
@@ -53,8 +55,8 @@ class LedgerApp:
                 keeper.add_done_callback(lambda _: folding.set())
             ledger = await asyncio.to_thread(Ledger, self.settings.store_env())
             try:
-                await broker.start()  # its table declares the fold, which runs here: no subscriber starts
-                await self._fold(bus, ledger, folding)
+                await broker.start()  # its table declares the fold, which the router runs in `_fold`
+                await self._fold(router, bus, ledger, folding)
             finally:
                 await asyncio.to_thread(ledger.close)
             if lease is not None and not stop.is_set():
@@ -84,7 +86,7 @@ class LedgerApp:
         await restore(ledger, archive, point, sink, checkpoint, self.settings.group_size)
         return point.last_sequence
 
-    async def _fold(self, bus: EventBus, ledger: Ledger, stop: asyncio.Event) -> None:
+    async def _fold(self, router: ServiceRouter, bus: EventBus, ledger: Ledger, stop: asyncio.Event) -> None:
         read_model = await ReadModel.open(bus)
         checkpoint = await asyncio.to_thread(ledger.checkpoint)
         checkpoint = await self._restore(read_model, ledger, read_model_sink(read_model), checkpoint)
@@ -96,16 +98,21 @@ class LedgerApp:
         log.info("ledger resumes after sequence %d; stream head is %d", checkpoint, head)
         worker = asyncio.create_task(folder.run(stop))
         announcer = asyncio.create_task(self._announce_caught_up(folder, head))
-        reader = asyncio.create_task(follow(bus, folder, stop))
         keeper = None
         if self.settings.retention:
             self.retention = Retention(bus, read_model, self._archive(), ledger,
                                        Policy(self.settings.retention_window_s, self.settings.segment_period_s))
             keeper = asyncio.create_task(self._retain(self.retention, stop))
         try:
-            await stop.wait()
+            async with router.folding(bus, folder) as folds:  # the reader (cancelled at the end, on every path)
+                stopped = asyncio.create_task(stop.wait())
+                try:
+                    await asyncio.wait([stopped, *folds.tasks], return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    stopped.cancel()
+                if (failure := folds.failure()) is not None:
+                    raise failure
         finally:
-            await stop_reading(reader)
             await cancel_and_join([announcer, *([keeper] if keeper else [])])
             await worker
 

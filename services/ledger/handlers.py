@@ -15,9 +15,7 @@ from services.ledger.chain import Fact
 from services.ledger.observe import record_fold
 from services.ledger.projection import KeyProjection, Projection, new_anomalies, project, projection_key
 from services.ledger.rules import folded_types
-from services.runtime.bus import EventBus
 from services.runtime.delivery import LogFollower, ServiceRouter
-from services.runtime.follower import OrderedReader
 from services.runtime.readmodel import ReadModel
 
 log = logging.getLogger(__name__)
@@ -180,23 +178,6 @@ class Folder:
         return [*projections, *new_anomalies(touched, facts)]
 
 
-async def follow(bus: EventBus, folder: Folder, stop: asyncio.Event) -> None:
-    """Feed the folder every fact after its checkpoint, in stream order, until `stop` is set."""
-    reader = OrderedReader(bus, folder.folded_through, folder.group_size)
-
-    async def receive(facts: list[Fact]) -> None:
-        folder.head_seen = max(folder.head_seen, reader.head_seen)
-        await folder.receive(facts)
-
-    await reader.run(receive, stop)
-
-
-async def stop_reading(reader: "asyncio.Task[None]") -> None:
-    """End a `follow` task: it may be waiting on a full queue nobody drains any more, so it is cancelled."""
-    reader.cancel()
-    await asyncio.gather(reader, return_exceptions=True)
-
-
 def read_model_sink(read_model: ReadModel) -> Sink:
     async def put(projection: Projection) -> None:
         if isinstance(projection, BatchRecord):
@@ -220,9 +201,25 @@ FOLD = ("Fold every fact, in stream order from the ledger's checkpoint, into its
         "files, keys, users, organisations, providers, executors) and materialise the records the gateway reads.")
 
 
+async def into_folder(folder: Folder, facts: list[Fact], head_seen: int) -> None:
+    """Queue facts for the folder (the reader pulls the next ones while a group folds; it waits while the queue is
+    full)."""
+    folder.head_seen = max(folder.head_seen, head_seen)
+    await folder.receive(facts)
+
+
+async def after_checkpoint(folder: Folder) -> int:
+    return folder.folded_through
+
+
+LEDGER_FOLD = LogFollower(LEDGER_NAME, folded_types(), FOLD, take=into_folder, start_after=after_checkpoint,
+                          every_fact=True, group_size=5000)
+"""Every fact (the hash chain covers them all), from the folder's checkpoint, while the ledger folds."""
+
+
 def ledger_router() -> ServiceRouter:
-    """The ledger's table: the fold of the log it runs (on the ordered reader, `follow`), and nothing it emits.
+    """The ledger's table: the fold of the log it runs, and nothing it emits.
     (A fresh router each call: faststream lets a router belong to one broker only.)"""
     router = ServiceRouter(LEDGER_NAME, dependencies=LEDGER_NAME)
-    router.follows(LogFollower(LEDGER_NAME, folded_types(), FOLD))
+    router.follows(LEDGER_FOLD)
     return router

@@ -16,11 +16,12 @@ from contracts.readmodel import BatchRecord, FileRecord
 from contracts.subjects import owner_live_key
 from services.ledger.application import Ledger, persistence_env
 from services.ledger.archive import Archive
-from services.ledger.handlers import Folder, follow, stop_reading
+from services.ledger.handlers import LEDGER_FOLD, Folder
 from services.ledger.projection import KeyProjection, Projection, projection_key
 from services.ledger.restore import restore
 from services.runtime import eventlog
 from services.runtime.bus import EventBus
+from services.runtime.folds import running
 from services.runtime.kv import latest_entries
 from services.runtime.readmodel import ReadModel, live_lists, owner_copy
 
@@ -77,12 +78,11 @@ async def replay_into_scratch(bus: EventBus, group_size: int = 5000, archive: Ar
     folder = Folder(ledger, collect, start_after=start_after, group_size=group_size)
     stop = asyncio.Event()
     worker = asyncio.create_task(folder.run(stop))
-    reader = asyncio.create_task(follow(bus, folder, stop))
     try:
-        await folder.wait_through(head)
+        async with running([LEDGER_FOLD], bus, folder):  # the ledger's own fold, into the scratch folder
+            await folder.wait_through(head)
     finally:
         stop.set()
-        await stop_reading(reader)
         await worker
         replayed.seconds = time.perf_counter() - started
         replayed.events = archived + folder.folded

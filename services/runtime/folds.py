@@ -1,7 +1,7 @@
 """Folds of the log declared on a service's router (`ServiceRouter.follows`) and run by it: each reads the EVENTS
-stream in order, from a sequence of its own, through the one log reader (`eventlog.follow`), and hands its facts to
-its handler in groups. faststream has no form for a gap-detecting ordered read, so the router runs these itself:
-while the service runs, or, leader-only, for one leadership term.
+stream in order, from a sequence of its own, through the gap-detecting ordered reader (follower.py), and hands its
+facts to its handler in groups. faststream has no form for a gap-detecting ordered read, so the router runs these
+itself: while the service runs, or, leader-only, for one leadership term.
 """
 
 import asyncio
@@ -15,7 +15,7 @@ from contracts.events.envelope import Event
 from contracts.subjects import EVENTS_SUBJECTS, event_subject
 from services.runtime import eventlog
 from services.runtime.bus import EventBus
-from services.runtime.follower import Fact
+from services.runtime.follower import Fact, OrderedReader
 from services.runtime.tasks import cancel_and_join
 
 log = logging.getLogger(__name__)
@@ -36,8 +36,9 @@ class LogFollower:
     name: str
     contracts: tuple[type[Event], ...]
     description: str
-    take: Callable[[Any, list[Fact]], Awaitable[None]] | None = None
-    """The handler: (the dependencies it runs on, a group of facts in stream order). None: run by hand."""
+    take: Callable[[Any, list[Fact], int], Awaitable[None]] | None = None
+    """The handler: (the dependencies it runs on, a group of facts in stream order, the stream's last sequence as
+    the reader last saw it: for lag). None: run by hand."""
     start_after: Callable[[Any], Awaitable[int]] = _from_the_start
     """The sequence it resumes after (a checkpoint); the log's start by default."""
     caught_up: Callable[[Any], None] | None = None
@@ -46,30 +47,40 @@ class LogFollower:
     """Run for each leadership term (`ServiceRouter.leading`), on that term's dependencies; else while the
     service runs (`ServiceRouter.folding`)."""
     group_size: int = 1000
+    """Facts asked of the server at a time (two such pulls in flight at most)."""
+    every_fact: bool = False
+    """Read every fact of the log, not only its contracts' (the ledger's hash chain covers them all)."""
 
     @property
     def subjects(self) -> tuple[str, ...]:
         """The stream filters its reader asks for: each contract's facts, whatever their aggregate."""
-        return tuple(event_subject(contract.kind, "*", contract.name) for contract in self.contracts) \
-            or (EVENTS_SUBJECTS,)
+        if self.every_fact or not self.contracts:
+            return (EVENTS_SUBJECTS,)
+        return tuple(event_subject(contract.kind, "*", contract.name) for contract in self.contracts)
 
 
 async def run_fold(follower: LogFollower, bus: EventBus, deps: Any) -> None:
     """Hand the follower's facts to its handler, for ever (the reader restarts itself after broker trouble); a
     handler that raises ends the fold with its error."""
-    assert follower.take is not None
+    take = follower.take
+    assert take is not None
     after = await follower.start_after(deps)
-    head = await eventlog.head(bus, follower.subjects)
+    subjects = follower.subjects
+    head = await eventlog.head(bus, () if subjects == (EVENTS_SUBJECTS,) else subjects)
     reached = head <= after
     if reached and follower.caught_up is not None:
         follower.caught_up(deps)
-    async with contextlib.aclosing(eventlog.follow(bus, follower.subjects, after, follower.group_size)) as groups:
-        async for facts in groups:
-            await follower.take(deps, facts)
-            if not reached and facts and facts[-1].sequence >= head:
-                reached = True
-                if follower.caught_up is not None:
-                    follower.caught_up(deps)
+    reader = OrderedReader(bus, after, follower.group_size, subjects if len(subjects) > 1 else subjects[0])
+
+    async def receive(facts: list[Fact]) -> None:
+        nonlocal reached
+        await take(deps, facts, reader.head_seen)
+        if not reached and facts[-1].sequence >= head:
+            reached = True
+            if follower.caught_up is not None:
+                follower.caught_up(deps)
+
+    await reader.run(receive, asyncio.Event())  # until cancelled
 
 
 @dataclass(frozen=True)

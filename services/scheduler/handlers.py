@@ -33,7 +33,7 @@ from services.scheduler.registration import REGISTRATIONS
 from services.scheduler.term import Term
 
 
-async def fold_into_book(term: Term, facts: list[Fact]) -> None:
+async def fold_into_book(term: Term, facts: list[Fact], head_seen: int) -> None:
     term.fold(facts)
 
 

@@ -25,7 +25,7 @@ class Tally:
     grew: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-async def take(tally: Tally, facts: list[Fact]) -> None:
+async def take(tally: Tally, facts: list[Fact], head_seen: int) -> None:
     tally.taken += [fact.sequence for fact in facts if fact.subject.split(".")[2] in tally.batch_ids]
     tally.subjects |= {fact.subject.rsplit(".", 1)[-1] for fact in facts}
     tally.grew.set()
@@ -93,7 +93,7 @@ async def test_a_service_wide_fold_runs_in_its_scope_and_a_failing_handler_ends_
             await grown_to(tally, 1)
         assert folds.failure() is None
 
-        async def fails(deps: Tally, facts: list[Fact]) -> None:
+        async def fails(deps: Tally, facts: list[Fact], head_seen: int) -> None:
             raise RuntimeError("a fold's handler failed")
 
         failing = ServiceRouter("tests", dependencies="tests")
