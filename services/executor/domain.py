@@ -28,8 +28,11 @@ class InvalidInputLine(ValueError):
     """A line the validator should have rejected: the input is not what was validated."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class InputLine:
+    """One request of the input file (made once per line and never changed: not frozen, which costs microseconds a
+    line to build)."""
+
     line: int
     """1-based line of the input file."""
     custom_id: str
@@ -107,10 +110,11 @@ _FAST = (list(CommittedLine.model_fields) == _LINE_KEYS and list(OutputLine.mode
 """The models are still the shape written here by hand (if one gains a field, every line takes the models' way)."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class StoredLine:
-    """A committed line read back from a chunk exactly as the models wrote it: what resuming and the files need,
-    and its output line's bytes, which go into the output or error file unchanged."""
+    """A committed line kept as the bytes the models write of it (made here, or read back from a chunk): what
+    resuming and the files need, and its output line's bytes, which go into the output or error file unchanged.
+    Never changed once made (not frozen, which costs microseconds a line to build)."""
 
     line: int
     custom_id: str | None
