@@ -10,19 +10,22 @@ import signal
 import ssl
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import NoReturn
 
 import aiohttp
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings
 
-from contracts.api.organization import DEFAULT_ORGANIZATION_ID, CreateKey, CreateOrganization, CreateUser
-from contracts.billing import micros_to_usd, parse_usd
-from contracts.events.key import KeyRole
+from infra.account_tools import (
+    create_key,
+    create_organization,
+    create_user,
+    credits_tool,
+    list_records,
+    revoke_key_by_id,
+)
 from infra.backup import add_backup_arguments, add_restore_arguments, backup_tool, restore_tool
 from infra.batch_cli import add_arguments as add_batch_arguments
 from infra.batch_cli import batch_tool
@@ -42,17 +45,10 @@ from infra.stack_state import StackState, find_stack, remove_state, write_state
 from infra.status import status as show_status
 from infra.supervisor import SERVICES, Stack, pick_port, url_host
 from infra.tls import fingerprint
-from services.gateway.settings import GatewaySettings
-from services.gateway.usecases import accounts as usecases
-from services.gateway.usecases import billing
-from services.gateway.usecases.accounts import Accounts
-from services.gateway.usecases.refusals import ApiError, parse_fields
-from services.gateway.usecases.revocation import find_key, revoke_key
-from services.runtime.bus import TOOL_ATTEMPTS, BrokerUnreachable, EventBus
+from services.runtime.bus import BrokerUnreachable, EventBus
 from services.runtime.catalogue import install_command, load_catalogue, missing_package
 from services.runtime.config_file import CONFIG_FILE_VARIABLE, ConfigFileError
 from services.runtime.nats_tls import InsecureBrokerUrl
-from services.runtime.readmodel import ReadModel
 from services.runtime.settings import ConnectionSettings
 
 log = logging.getLogger("sheshnag.up")
@@ -302,131 +298,8 @@ Press Ctrl-C to stop.
 """, flush=True)
 
 
-@asynccontextmanager
-async def accounts(client_name: str) -> AsyncIterator[Accounts]:
-    """The account use cases' ports, against SHESHNAG_NATS_URL: the same rules as the admin routes."""
-    connection = ConnectionSettings()
-    bus = await EventBus.connect(connection.nats_url, client_name, attempts=TOOL_ATTEMPTS)
-    try:
-        yield Accounts(bus, await ReadModel.open(bus), load_catalogue(connection.catalogue_path),
-                       GatewaySettings().read_your_writes_s)
-    finally:
-        await bus.close()
-
-
-def refused(error: ApiError) -> NoReturn:
-    """The message the HTTP route answers with, on stderr, and exit status 1."""
-    sys.exit(error.body.message)
-
-
-async def create_key(role: KeyRole, label: str, user_id: str | None) -> None:
-    try:
-        async with accounts("sheshnag-keys") as ports:
-            if role == "worker":
-                raw, _ = await usecases.create_key(ports, "worker", label or "worker key", user_id)
-            else:
-                body = parse_fields(CreateKey, {"user_id": user_id, "role": role, "name": label})
-                raw, _ = await usecases.create_user_key(ports, body)
-    except ApiError as error:
-        refused(error)
-    print(raw)
-
-
-async def revoke_key_by_id(key_id: str) -> int:
-    bus = await EventBus.connect(ConnectionSettings().nats_url, "sheshnag-keys", attempts=TOOL_ATTEMPTS)
-    try:
-        read_model = await ReadModel.open(bus)
-        found = await find_key(read_model, key_id)
-        if found is None:
-            print(f"no key {key_id}", file=sys.stderr)
-            return 1
-        stopped = await revoke_key(bus, read_model, found[0], None)
-    finally:
-        await bus.close()
-    print(f"revoked {key_id}; batches stopped: {', '.join(stopped) or 'none'}")
-    return 0
-
-
-async def create_user(user_id: str, name: str, models: str | None, organization_id: str | None = None,
-                      role: str = "member") -> None:
-    allowed = None if models is None else [m.strip() for m in models.split(",") if m.strip()]
-    try:
-        body = parse_fields(CreateUser, {"id": user_id, "name": name, "allowed_models": allowed,
-                                         "organization_id": organization_id, "role": role})
-        async with accounts("sheshnag-users") as ports:
-            user = await usecases.create_user(ports, body)
-    except ApiError as error:
-        refused(error)
-    print(user.id)
-
-
-async def create_organization(organization_id: str, name: str) -> None:
-    try:
-        body = parse_fields(CreateOrganization, {"id": organization_id, "name": name})
-        async with accounts("sheshnag-organizations") as ports:
-            organization = await usecases.create_organization(ports, body)
-    except ApiError as error:
-        refused(error)
-    print(organization.id)
-
-
 STACK_TOOLS = frozenset({"keys", "users", "organizations", "credits", "status", "ledger"})
 """Subcommands that act on a running stack: they find it by `--data-dir` (see infra/stack_state.py)."""
-
-
-async def list_records(kind: str) -> None:
-    """`keys list` and `users list`: one line each, as the admin routes show them (never a key's value)."""
-    bus = await EventBus.connect(ConnectionSettings().nats_url, f"sheshnag-{kind}", attempts=TOOL_ATTEMPTS)
-    try:
-        read_model = await ReadModel.open(bus)
-        if kind == "keys":
-            for _, key in sorted(await read_model.list_api_keys(), key=lambda item: item[1].created_at or 0):
-                state = "revoked" if key.revoked else "active"
-                print(f"{key.key_id}\t{key.role}\t{state}\t{key.user_id or '-'}\t{key.label}")
-        else:
-            for user in sorted(await read_model.list_users(), key=lambda u: (u.created_at, u.user_id)):
-                models = ",".join(user.allowed_models) if user.allowed_models is not None else "*"
-                print(f"{user.user_id}\t{user.organization_id or 'default'}\t{user.role}\t{models}\t"
-                      f"{user.display_name}")
-    finally:
-        await bus.close()
-
-
-async def every_organization(read_model: ReadModel) -> list[str]:
-    """`credits show` without one: the default organisation, every organisation made and every account, each once
-    (an organisation never granted credit has a balance of 0, and is shown with it)."""
-    found = {DEFAULT_ORGANIZATION_ID}
-    found.update(record.organization_id for record in await read_model.list_organizations())
-    found.update(record.account_id for record in await read_model.list_accounts())
-    return sorted(found, key=lambda name: (name != DEFAULT_ORGANIZATION_ID, name))
-
-
-async def credits_tool(tool: str, organization_id: str | None, amount: str | None, note: str) -> int:
-    """`credits grant ORG AMOUNT` states the grant (and waits for the ledger to show it); `credits show` prints
-    balances as `GET /v1/billing/balance` answers them."""
-    bus = await EventBus.connect(ConnectionSettings().nats_url, "sheshnag-credits", attempts=TOOL_ATTEMPTS)
-    try:
-        read_model = await ReadModel.open(bus)
-        if tool == "grant":
-            assert organization_id is not None
-            micros = parse_usd(amount)
-            if micros is None or micros == 0:
-                print(f"not an amount of USD: {amount!r}", file=sys.stderr)
-                return 1
-            fact = await billing.grant(bus, read_model, organization_id, micros, note, "cli",
-                                       wait_s=GatewaySettings().read_your_writes_s)
-            print(f"granted {micros_to_usd(micros)} USD to {organization_id} ({fact.grant_id})")
-            organization_ids = [organization_id]
-        else:
-            organization_ids = [organization_id] if organization_id else await every_organization(read_model)
-        for account_id in organization_ids:
-            shown = billing.balance(account_id, await read_model.get_account(account_id), GatewaySettings().billing)
-            print(f"{account_id}: balance {shown.balance_usd} USD, reserved {shown.reserved_usd}, available "
-                  f"{shown.available_usd} ({shown.open_batches} open batches; granted {shown.granted_usd}, debited "
-                  f"{shown.debited_usd})")
-    finally:
-        await bus.close()
-    return 0
 
 
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
@@ -457,44 +330,65 @@ def command(argv: list[str] | None) -> None:
         sys.exit(f"sheshnag {args.command}: {error}")
 
 
-def run(args: argparse.Namespace) -> None:
-    if args.command == "up":
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        asyncio.run(up(args))
-    elif args.command == "keys" and args.tool == "revoke":
+def _up(args: argparse.Namespace) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(up(args))
+
+
+def _keys(args: argparse.Namespace) -> None:
+    if args.tool == "revoke":
         sys.exit(asyncio.run(revoke_key_by_id(args.key_id)))
-    elif args.command in ("keys", "users") and args.tool == "list":
-        asyncio.run(list_records(args.command))
-    elif args.command == "keys":
-        asyncio.run(create_key(args.role, args.label, args.user))
-    elif args.command == "users":
-        asyncio.run(create_user(args.user_id, args.name, args.models, args.organization, args.role))
-    elif args.command == "organizations":
-        asyncio.run(create_organization(args.organization_id, args.name))
-    elif args.command == "batch":
-        sys.exit(batch_tool(args, default_data_dir()))
-    elif args.command == "credits":
-        sys.exit(asyncio.run(credits_tool(args.tool, args.organization_id, getattr(args, "amount", None),
-                                          getattr(args, "note", ""))))
-    elif args.command == "status":
-        asyncio.run(show_status(args.json))
-    elif args.command == "nats-config":
-        sys.exit(nats_config(args))
-    elif args.command == "certs":
-        sys.exit(certs_tool(args))
-    elif args.command == "models":
-        sys.exit(models_tool(args))
-    elif args.command == "backup":
-        sys.exit(backup_tool(args))
-    elif args.command == "restore":
-        sys.exit(restore_tool(args))
-    elif args.command == "executor" and args.deployment:
-        join_deployment(args)
-    elif args.command == "ledger" and args.tool:
-        logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
-        sys.exit(run_ledger_tool(args))
-    else:
-        importlib.import_module(f"services.{args.command}.__main__").main()
+    if args.tool == "list":
+        asyncio.run(list_records("keys"))
+        return
+    asyncio.run(create_key(args.role, args.label, args.user))
+
+
+def _users(args: argparse.Namespace) -> None:
+    if args.tool == "list":
+        asyncio.run(list_records("users"))
+        return
+    asyncio.run(create_user(args.user_id, args.name, args.models, args.organization, args.role))
+
+
+def _credits(args: argparse.Namespace) -> None:
+    sys.exit(asyncio.run(credits_tool(args.tool, args.organization_id, getattr(args, "amount", None),
+                                      getattr(args, "note", ""))))
+
+
+def _ledger(args: argparse.Namespace) -> None:
+    if not args.tool:
+        _service(args)
+        return
+    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    sys.exit(run_ledger_tool(args))
+
+
+def _executor(args: argparse.Namespace) -> None:
+    join_deployment(args) if args.deployment else _service(args)
+
+
+def _service(args: argparse.Namespace) -> None:
+    """`sheshnag gateway|validator|scheduler|executor|ledger`: the service in this process."""
+    importlib.import_module(f"services.{args.command}.__main__").main()
+
+
+RUNS: dict[str, Callable[[argparse.Namespace], None]] = {
+    "up": _up, "keys": _keys, "users": _users, "credits": _credits, "ledger": _ledger, "executor": _executor,
+    "organizations": lambda args: asyncio.run(create_organization(args.organization_id, args.name)),
+    "batch": lambda args: sys.exit(batch_tool(args, default_data_dir())),
+    "status": lambda args: asyncio.run(show_status(args.json)),
+    "nats-config": lambda args: sys.exit(nats_config(args)),
+    "certs": lambda args: sys.exit(certs_tool(args)),
+    "models": lambda args: sys.exit(models_tool(args)),
+    "backup": lambda args: sys.exit(backup_tool(args)),
+    "restore": lambda args: sys.exit(restore_tool(args)),
+}
+"""Each command's run; any other is a service run in this process."""
+
+
+def run(args: argparse.Namespace) -> None:
+    RUNS.get(args.command, _service)(args)
 
 
 if __name__ == "__main__":
