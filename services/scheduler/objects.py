@@ -57,15 +57,27 @@ def authorize(book: Book, executor_id: str, request: ObjectRequest) -> str | Non
     if not held and not finalizing:
         return (f"executor {executor_id} holds no live attempt of batch {batch_id}, and the batch is not being "
                 "finalized")
-    key = request.key
-    if not _plain(key):
-        return f"{key!r} is not a plain object key"
-    results = results_prefix(batch_id)
+    if not _plain(request.key):
+        return f"{request.key!r} is not a plain object key"
+    if request.operation in ("get", "list"):
+        return _read_refusal(plan, request)
+    return _write_refusal(plan, executor_id, request, held, finalizing)
+
+
+def _read_refusal(plan: BatchPlan, request: ObjectRequest) -> str | None:
+    """A holder reads the batch's input, rejections and result chunks, and lists the chunks or rejections."""
+    key, batch_id, results = request.key, plan.batch_id, results_prefix(plan.batch_id)
     if request.operation == "get":
         return None if key in readable(plan) or key.startswith(results) else f"{key} is not an object of {batch_id}"
-    if request.operation == "list":
-        return None if key.startswith(results) or key == rejections_key(batch_id) else (
-            f"{key} is not a prefix of {batch_id}'s result chunks")
+    return None if key.startswith(results) or key == rejections_key(batch_id) else (
+        f"{key} is not a prefix of {batch_id}'s result chunks")
+
+
+def _write_refusal(plan: BatchPlan, executor_id: str, request: ObjectRequest, held: set[int],
+                   finalizing: bool) -> str | None:
+    """A holder writes its own attempt's chunks; the output and error files, when it finalizes (or holds the one
+    unit of an unsharded batch)."""
+    key, batch_id = request.key, plan.batch_id
     chunk = chunk_attempt(key)
     if chunk is not None:
         if chunk != (batch_id, request.attempt):
