@@ -1,7 +1,7 @@
 """Rules for a line's `body`: the model, the request's shape, sampling ranges, engine parameters, context."""
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from contracts.catalogue import Catalogue, CatalogueModel
@@ -98,41 +98,64 @@ def _model_issues(body: dict[str, object], endpoint: str, catalogue: Catalogue,
 
 
 def _shape_issues(body: dict[str, object], endpoint: str) -> Iterator[LineIssue]:
-    if endpoint == "/v1/chat/completions":
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            yield LineIssue("invalid_body", "body.messages must be a non-empty list of {role, content} objects.",
-                            "body.messages")
-            return
-        for index, message in enumerate(messages):
-            role = message.get("role") if isinstance(message, dict) else None
-            if not isinstance(role, str) or role not in CHAT_ROLES:  # (a list or an object is no role either)
-                yield LineIssue("invalid_body", f"body.messages[{index}] needs a role, one of "
-                                f"{', '.join(sorted(CHAT_ROLES))}.", f"body.messages[{index}].role")
-            elif not isinstance(message.get("content"), str | list) and not (
-                    message["role"] == "assistant" and message.get("content") is None):
-                yield LineIssue("invalid_body", f"body.messages[{index}].content must be a string or a list of "
-                                "content parts.", f"body.messages[{index}].content")
-            elif isinstance(message.get("content"), list):
-                yield from _part_issues(message.get("content"), f"body.messages[{index}].content")
-    elif endpoint == "/v1/completions":
-        prompt = body.get("prompt")
-        if not _is_text_or_texts(prompt) and not is_token_ids(prompt):
-            yield LineIssue("invalid_body", "body.prompt must be a non-empty string, a list of strings, or a list "
-                            "of token ids (non-negative integers).", "body.prompt")
-    elif endpoint == "/v1/embeddings":
-        value = body.get("input")
-        if not _is_text_or_texts(value):
-            yield LineIssue("invalid_body", "body.input must be a non-empty string or list of non-empty strings.",
-                            "body.input")
-        elif isinstance(value, list) and len(value) > MAX_EMBEDDING_INPUTS_PER_LINE:
-            yield LineIssue("invalid_body", f"body.input has {len(value)} items; at most "
-                            f"{MAX_EMBEDDING_INPUTS_PER_LINE} per request.", "body.input")
-    elif endpoint == "/v1/responses":
-        value = body.get("input")
-        if not (isinstance(value, str) and value) and not (isinstance(value, list) and value):
-            yield LineIssue("invalid_body", "body.input must be a non-empty string or list of input items.",
-                            "body.input")
+    """The request body's own shape for its endpoint (its messages, prompt or input)."""
+    shape = _SHAPES.get(endpoint)
+    if shape is not None:
+        yield from shape(body)
+
+
+def _chat_shape(body: dict[str, object]) -> Iterator[LineIssue]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        yield LineIssue("invalid_body", "body.messages must be a non-empty list of {role, content} objects.",
+                        "body.messages")
+        return
+    for index, message in enumerate(messages):
+        yield from _message_issues(index, message)
+
+
+def _message_issues(index: int, message: object) -> Iterator[LineIssue]:
+    role = message.get("role") if isinstance(message, dict) else None
+    if not isinstance(message, dict) or not isinstance(role, str) or role not in CHAT_ROLES:
+        # (a list or an object is no role either)
+        yield LineIssue("invalid_body", f"body.messages[{index}] needs a role, one of "
+                        f"{', '.join(sorted(CHAT_ROLES))}.", f"body.messages[{index}].role")
+    elif not isinstance(message.get("content"), str | list) and not (
+            role == "assistant" and message.get("content") is None):
+        yield LineIssue("invalid_body", f"body.messages[{index}].content must be a string or a list of "
+                        "content parts.", f"body.messages[{index}].content")
+    elif isinstance(message.get("content"), list):
+        yield from _part_issues(message.get("content"), f"body.messages[{index}].content")
+
+
+def _completion_shape(body: dict[str, object]) -> Iterator[LineIssue]:
+    prompt = body.get("prompt")
+    if not _is_text_or_texts(prompt) and not is_token_ids(prompt):
+        yield LineIssue("invalid_body", "body.prompt must be a non-empty string, a list of strings, or a list "
+                        "of token ids (non-negative integers).", "body.prompt")
+
+
+def _embedding_shape(body: dict[str, object]) -> Iterator[LineIssue]:
+    value = body.get("input")
+    if not _is_text_or_texts(value):
+        yield LineIssue("invalid_body", "body.input must be a non-empty string or list of non-empty strings.",
+                        "body.input")
+    elif isinstance(value, list) and len(value) > MAX_EMBEDDING_INPUTS_PER_LINE:
+        yield LineIssue("invalid_body", f"body.input has {len(value)} items; at most "
+                        f"{MAX_EMBEDDING_INPUTS_PER_LINE} per request.", "body.input")
+
+
+def _response_shape(body: dict[str, object]) -> Iterator[LineIssue]:
+    value = body.get("input")
+    if not (isinstance(value, str) and value) and not (isinstance(value, list) and value):
+        yield LineIssue("invalid_body", "body.input must be a non-empty string or list of input items.",
+                        "body.input")
+
+
+_SHAPES: dict[str, Callable[[dict[str, object]], Iterator[LineIssue]]] = {
+    "/v1/chat/completions": _chat_shape, "/v1/completions": _completion_shape, "/v1/embeddings": _embedding_shape,
+    "/v1/responses": _response_shape}
+"""Each endpoint's body shape rules."""
 
 
 def _part_issues(content: object, param: str) -> Iterator[LineIssue]:

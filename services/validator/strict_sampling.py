@@ -42,14 +42,27 @@ def sampling_key(body: dict[str, object]) -> SamplingKey:
 
 def strict_issues(body: dict[str, object]) -> Iterator[LineIssue]:
     """What a strict model refuses in one line's body."""
+    yield from _sampler_issues(body)
+    yield from _limit_issues(body)
+    seed = body.get("seed")
+    if seed is not None and (not _integer(seed) or not 0 <= seed <= MAX_SEED):
+        yield LineIssue("invalid_body", f"seed must be an integer from 0 to {MAX_SEED:,}.", "body.seed")
+    for name, neutral in NEUTRAL.items():
+        value = body.get(name)
+        if value is not None and value not in neutral:
+            yield LineIssue(f"{name}_unavailable", f"{name} is not offered by this model (only its neutral value "
+                            f"{neutral[0]!r} is accepted).", f"body.{name}")
+
+
+def _sampler_issues(body: dict[str, object]) -> Iterator[LineIssue]:
+    """temperature, top_p, top_k and min_p within the strict sampler's ranges."""
     temperature = body.get("temperature")
-    if temperature is not None:
-        if temperature == 0:
-            yield LineIssue("greedy_unavailable", "Greedy decoding (temperature 0) is not offered: sample with a "
-                            f"temperature above 0 and up to {TEMPERATURE_MAX:g}.", "body.temperature")
-        elif not _number(temperature) or not 0 < temperature <= TEMPERATURE_MAX:
-            yield LineIssue("invalid_body", f"temperature must be above 0 and up to {TEMPERATURE_MAX:g}.",
-                            "body.temperature")
+    if temperature == 0:
+        yield LineIssue("greedy_unavailable", "Greedy decoding (temperature 0) is not offered: sample with a "
+                        f"temperature above 0 and up to {TEMPERATURE_MAX:g}.", "body.temperature")
+    elif temperature is not None and (not _number(temperature) or not 0 < temperature <= TEMPERATURE_MAX):
+        yield LineIssue("invalid_body", f"temperature must be above 0 and up to {TEMPERATURE_MAX:g}.",
+                        "body.temperature")
     top_p = body.get("top_p")
     if top_p is not None and (not _number(top_p) or not 0 < top_p <= 1):
         yield LineIssue("invalid_body", "top_p must be above 0 and up to 1.", "body.top_p")
@@ -59,6 +72,10 @@ def strict_issues(body: dict[str, object]) -> Iterator[LineIssue]:
     min_p = body.get("min_p")
     if min_p is not None and (not _number(min_p) or not 0 <= min_p < 1):
         yield LineIssue("invalid_body", "min_p must be from 0 up to, not including, 1.", "body.min_p")
+
+
+def _limit_issues(body: dict[str, object]) -> Iterator[LineIssue]:
+    """max_tokens and max_completion_tokens within range, and equal when both are given."""
     limits = {name: body[name] for name in ("max_tokens", "max_completion_tokens") if body.get(name) is not None}
     for name, value in limits.items():
         if not _integer(value) or not MIN_MAX_TOKENS <= value <= MAX_MAX_TOKENS:
@@ -67,14 +84,6 @@ def strict_issues(body: dict[str, object]) -> Iterator[LineIssue]:
     if len(set(map(repr, limits.values()))) > 1:
         yield LineIssue("max_tokens_conflict", "max_tokens and max_completion_tokens differ; set one, or both "
                         "equal.", "body.max_completion_tokens")
-    seed = body.get("seed")
-    if seed is not None and (not _integer(seed) or not 0 <= seed <= MAX_SEED):
-        yield LineIssue("invalid_body", f"seed must be an integer from 0 to {MAX_SEED:,}.", "body.seed")
-    for name, neutral in NEUTRAL.items():
-        value = body.get(name)
-        if value is not None and value not in neutral:
-            yield LineIssue(f"{name}_unavailable", f"{name} is not offered by this model (only its neutral value "
-                            f"{neutral[0]!r} is accepted).", f"body.{name}")
 
 
 @dataclass
