@@ -218,31 +218,16 @@ class TensorRtLlmEngine(Engine):
             raise EngineUnavailable("no model is loaded")
         if endpoint not in self.model.endpoints or endpoint == "/v1/embeddings":
             return error_reply(400, f"endpoint {endpoint} is not served by {self.model.id}", "invalid_url")
-        try:
-            request = chat_request(body) if endpoint == "/v1/responses" else dict(body)
-            prompt = self._prompt(endpoint, request)
-            params = self._trtllm.SamplingParams(**sampling_kwargs(request, endpoint))
-        except UnmappableRequest as error:
-            return error_reply(400, str(error), "invalid_request")
-        except Exception as error:  # jinja2's TemplateError, SamplingParams' ValueError: the line's own fault
-            return refusal_of(error)
-        try:
-            pending = self._llm.generate_async(prompt, params)
-        except RuntimeError as error:
-            if "shutting down" in str(error):
-                raise EngineUnavailable(f"TensorRT-LLM is shutting down: {error}") from error
-            return refusal_of(error)  # RequestError (a RuntimeError) for a prompt over its limits
-        except ValueError as error:
-            return refusal_of(error)
-        try:
-            output = await pending
-        except asyncio.CancelledError:
-            pending.abort()  # the line's task was cancelled: stop its request on the GPU too
-            raise
-        except RuntimeError as error:
-            if "shutting down" in str(error):
-                raise EngineUnavailable(f"TensorRT-LLM is shutting down: {error}") from error
-            return error_reply(500, f"TensorRT-LLM failed the request: {error}", "engine_error")
+        prepared = self._prepared(endpoint, body)
+        if isinstance(prepared, EngineReply):
+            return prepared
+        request, prompt, params = prepared
+        pending = self._submitted(prompt, params)
+        if isinstance(pending, EngineReply):
+            return pending
+        output = await self._output(pending)
+        if isinstance(output, EngineReply):
+            return output
         try:
             completion = completion_body(output, endpoint, self.model.id, self._llm.tokenizer,
                                          logprobs_wanted(request), f"trtllm-{self.version}")
@@ -251,6 +236,42 @@ class TensorRtLlmEngine(Engine):
         if endpoint == "/v1/responses":
             return EngineReply(200, response_body(completion, self.model.id))
         return EngineReply(200, completion)
+
+    def _prepared(self, endpoint: str, body: dict[str, object]) -> tuple[dict[str, Any], str, Any] | EngineReply:
+        """The request as the engine takes it, its prompt and sampling; or the line's refusal."""
+        try:
+            request = chat_request(body) if endpoint == "/v1/responses" else dict(body)
+            prompt = self._prompt(endpoint, request)
+            params = self._trtllm.SamplingParams(**sampling_kwargs(request, endpoint))
+        except UnmappableRequest as error:
+            return error_reply(400, str(error), "invalid_request")
+        except Exception as error:  # jinja2's TemplateError, SamplingParams' ValueError: the line's own fault
+            return refusal_of(error)
+        return request, prompt, params
+
+    def _submitted(self, prompt: str, params: Any) -> Any:
+        """The request handed to the engine (its pending result); or the line's refusal."""
+        try:
+            return self._llm.generate_async(prompt, params)
+        except RuntimeError as error:
+            if "shutting down" in str(error):
+                raise EngineUnavailable(f"TensorRT-LLM is shutting down: {error}") from error
+            return refusal_of(error)  # RequestError (a RuntimeError) for a prompt over its limits
+        except ValueError as error:
+            return refusal_of(error)
+
+    @staticmethod
+    async def _output(pending: Any) -> Any:
+        """The engine's output for the request; or a 500 when the engine failed it."""
+        try:
+            return await pending
+        except asyncio.CancelledError:
+            pending.abort()  # the line's task was cancelled: stop its request on the GPU too
+            raise
+        except RuntimeError as error:
+            if "shutting down" in str(error):
+                raise EngineUnavailable(f"TensorRT-LLM is shutting down: {error}") from error
+            return error_reply(500, f"TensorRT-LLM failed the request: {error}", "engine_error")
 
     def _prompt(self, endpoint: str, request: dict[str, Any]) -> str:
         if endpoint == "/v1/completions":
