@@ -13,33 +13,33 @@ from typing import Literal
 from contracts.catalogue import Catalogue, CatalogueModel
 from contracts.events.batch import ShardLayout
 from contracts.events.executor import ExecutorAdvert
+from services.scheduler.actions import QUEUED, Action, Assign, DeclareLost, FenceAttempt, Finalize, Policy, Wait
 from services.scheduler.book import CONTROL_PLANE, BatchPlan, Book
 from services.scheduler.domain import HEARTBEAT_FRESH_MS, eligible_executors, free_bytes, why_unassignable
-from services.scheduler.fair_share import FairQueue, QueuedBatch, Weights
+from services.scheduler.fair_share import FairQueue, QueuedBatch
 from services.scheduler.placement import PLACEMENT_WITHDRAWN, Placements, trust_scope, why_not_placed
 
 MAX_ATTEMPTS = 3
 """Failed attempts of one unit that committed nothing, before the batch fails."""
 CANCEL_GRACE_MS = 30_000
 """How long a running attempt gets to wind down a cancel itself before it is fenced and finalized for it."""
+__all__ = [
+    "QUEUED",
+    "Action",
+    "Assign",
+    "DeclareLost",
+    "FenceAttempt",
+    "Finalize",
+    "Policy",
+    "Wait",
+    "choose_finalizer",
+    "decide",
+    "unit_layout",
+]
+DEFAULT_POLICY = Policy()
 UNITS_PER_EXECUTOR = 4
 """A batch is cut into at least this many units per able executor (within the unit size bounds): enough that
 every executor gets some, one that joins later finds some left, and one that is lost loses little."""
-
-
-@dataclass(frozen=True)
-class Policy:
-    """The operator's knobs the decisions follow."""
-
-    unit_min_lines: int = 32
-    """A batch of at most this many lines is one unit (it finalizes itself: no extra round trip); larger ones are
-    cut into units of at least this many lines."""
-    unit_max_lines: int = 256
-    """Units are at most this many lines: the grain of sharing and of spreading over executors."""
-    max_queued_lines: int = 1_000_000
-    """Lines an owner may have in validated or running batches; a batch past it fails at once."""
-    weights: Weights = field(default_factory=Weights)
-    """Fair-share weights of users and organisations (default 1 each)."""
 
 
 def unit_layout(total_lines: int, able_executors: int, policy: Policy) -> ShardLayout:
@@ -51,58 +51,8 @@ def unit_layout(total_lines: int, able_executors: int, policy: Policy) -> ShardL
     return ShardLayout.split(total_lines, -(-total_lines // span))
 
 
-@dataclass(frozen=True)
-class Assign:
-    plan: BatchPlan
-    executor_id: str
-    attempt: int
-    shard: int = 0
-    layout: ShardLayout = field(default_factory=ShardLayout)
-
-
-@dataclass(frozen=True)
-class Wait:
-    plan: BatchPlan
-    reason: str
-
-
-@dataclass(frozen=True)
-class FenceAttempt:
-    """The attempt's lease is revoked: its executor may no longer commit anything for it."""
-
-    plan: BatchPlan
-    attempt: int
-    executor_id: str
-    code: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class DeclareLost:
-    executor_id: str
-    last_heartbeat_at: int
-
-
-@dataclass(frozen=True)
-class Finalize:
-    """The batch's files are assembled and its end stated by `executor_id` alone; None: by the control plane
-    itself (the leading scheduler)."""
-
-    plan: BatchPlan
-    executor_id: str | None
-    reason: Literal["completed", "cancelled", "expired", "failed"]
-    failure_code: str | None = None
-    """For `failed`: the cause, carried into the batch's `batch.failed` once its files are written."""
-    failure_message: str | None = None
-
-
-Action = Assign | Wait | FenceAttempt | DeclareLost | Finalize
-QUEUED = "Queued:"
-"""How every reason of a batch waiting only for a free place begins (the standings refine it)."""
-
-
 def decide(book: Book, adverts: list[ExecutorAdvert], catalogue: Catalogue, now_ms: int,
-           policy: Policy = Policy(), rates: Mapping[str, float] | None = None) -> list[Action]:
+           policy: Policy = DEFAULT_POLICY, rates: Mapping[str, float] | None = None) -> list[Action]:
     """Every act due now: losses declared, leases fenced, batches ended, and free executor places filled with units
     in fair-share order. `rates`: the fleet's measured lines per second per model (for urgency near a deadline)."""
     heard = book.last_heard(adverts)

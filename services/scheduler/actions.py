@@ -1,0 +1,74 @@
+"""What the scheduler decides to do (`Action`s, which the term carries out) and the operator's knobs the decisions
+follow (`Policy`)."""
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from contracts.events.batch import ShardLayout
+from services.scheduler.book import BatchPlan
+from services.scheduler.fair_share import Weights
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The operator's knobs the decisions follow."""
+
+    unit_min_lines: int = 32
+    """A batch of at most this many lines is one unit (it finalizes itself: no extra round trip); larger ones are
+    cut into units of at least this many lines."""
+    unit_max_lines: int = 256
+    """Units are at most this many lines: the grain of sharing and of spreading over executors."""
+    max_queued_lines: int = 1_000_000
+    """Lines an owner may have in validated or running batches; a batch past it fails at once."""
+    weights: Weights = field(default_factory=Weights)
+    """Fair-share weights of users and organisations (default 1 each)."""
+
+
+@dataclass(frozen=True)
+class Assign:
+    plan: BatchPlan
+    executor_id: str
+    attempt: int
+    shard: int = 0
+    layout: ShardLayout = field(default_factory=ShardLayout)
+
+
+@dataclass(frozen=True)
+class Wait:
+    plan: BatchPlan
+    reason: str
+
+
+@dataclass(frozen=True)
+class FenceAttempt:
+    """The attempt's lease is revoked: its executor may no longer commit anything for it."""
+
+    plan: BatchPlan
+    attempt: int
+    executor_id: str
+    code: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class DeclareLost:
+    executor_id: str
+    last_heartbeat_at: int
+
+
+@dataclass(frozen=True)
+class Finalize:
+    """The batch's files are assembled and its end stated by `executor_id` alone; None: by the control plane
+    itself (the leading scheduler)."""
+
+    plan: BatchPlan
+    executor_id: str | None
+    reason: Literal["completed", "cancelled", "expired", "failed"]
+    failure_code: str | None = None
+    """For `failed`: the cause, carried into the batch's `batch.failed` once its files are written."""
+    failure_message: str | None = None
+
+
+Action = Assign | Wait | FenceAttempt | DeclareLost | Finalize
+QUEUED = "Queued:"
+"""How every reason of a batch waiting only for a free place begins (the standings refine it)."""
