@@ -69,8 +69,8 @@ async def restore(ledger: Ledger, archive: Archive, point: ArchivePoint, sink: S
     empty = checkpoint == 0 and (await asyncio.to_thread(ledger.chain_state))[0] == 0
     if empty and not full:
         _, anomalies, snapshots = await archive.snapshot(point.index)
-        await asyncio.to_thread(seed, ledger, snapshots, point.last_sequence)
-        records: list[Projection] = [*await asyncio.to_thread(projections, ledger, snapshots), *anomalies]
+        stored = await asyncio.to_thread(seed, ledger, snapshots, point.last_sequence)
+        records: list[Projection] = [*await asyncio.to_thread(projections, ledger, stored), *anomalies]
         await _put(sink, records)
         restored.seeded = len(snapshots)
     else:

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.domain import Aggregate
+from eventsourcing.domain import Aggregate, Snapshot
 from eventsourcing.persistence import StoredEvent, Tracking
 
 from contracts.readmodel import AnomalyRecord
@@ -17,6 +17,7 @@ from contracts.subjects import EVENTS_STREAM
 from services.ledger.application import MATERIALISED, Ledger, persistence_env
 from services.ledger.chain import Fact
 from services.ledger.domainmodel import Batch, Folded
+from services.ledger.membership import KeyOwner
 from services.ledger.projection import Projection, new_anomalies, project
 from services.ledger.reindex import OWNER_INDEX
 
@@ -35,24 +36,38 @@ def from_line(line: SnapshotLine) -> StoredEvent:
                        topic=str(line["topic"]), state=base64.b64decode(line["state"]))
 
 
-def seed(ledger: Ledger, snapshots: Sequence[SnapshotLine], point: int) -> None:
+def seed(ledger: Ledger, snapshots: Sequence[SnapshotLine], point: int) -> list[StoredEvent]:
     """Make an empty ledger's state that of the point: every aggregate from its snapshot, the fold's checkpoint
-    at `point` (the read model's is the caller's to record once the records are in its sink)."""
+    at `point` (the read model's is the caller's to record once the records are in its sink). Returns the
+    snapshots as stored."""
     assert ledger.snapshots is not None
-    if snapshots:
-        ledger.snapshots.recorder.insert_events([from_line(line) for line in snapshots])
+    stored = [from_line(line) for line in snapshots]
+    if stored:
+        ledger.snapshots.recorder.insert_events(stored)
     ledger.tracking.insert_tracking(Tracking(application_name=EVENTS_STREAM, notification_id=point))
     # Owners came with the snapshot's state: nothing to index again (see reindex).
     ledger.tracking.insert_tracking(Tracking(application_name=OWNER_INDEX, notification_id=1))
+    return stored
 
 
-def projections(ledger: Ledger, snapshots: Iterable[SnapshotLine]) -> list[Projection]:
-    """The read-model record of every aggregate a seed put in `ledger`."""
+def projections(ledger: Ledger, seeded: Iterable[StoredEvent]) -> list[Projection]:
+    """The read-model record of every aggregate a seed put in `ledger`, each rebuilt from its snapshot alone: a
+    seeded store holds nothing else, so this is what the repository would give, without a store read (and the
+    library's per-event protocol check) for each aggregate, and each batch's owner from the snapshots in hand."""
+    aggregates: dict[UUID | str, object] = {}
+    for stored in seeded:
+        snapshot = ledger.mapper.to_domain_event(stored)
+        assert isinstance(snapshot, Snapshot)
+        aggregates[stored.originator_id] = snapshot.mutate(None)
+
+    def user_of_key(key_id: str) -> str | None:
+        owner = aggregates.get(KeyOwner.create_id(key_id))
+        return owner.user_id if isinstance(owner, KeyOwner) else None
+
     found = []
-    for line in snapshots:
-        aggregate: Aggregate = ledger.repository.get(UUID(line["id"]))
+    for aggregate in aggregates.values():
         if isinstance(aggregate, Folded):
-            projection = project(aggregate, ledger.user_of_key)
+            projection = project(aggregate, user_of_key)
             if projection is not None:
                 found.append(projection)
     return found
