@@ -176,10 +176,7 @@ async def run(command: RunBatch, executor: Annotated[Executor, Context()]) -> No
     await executor.run(command)
 
 
-async def fail_the_attempt(command: RunBatch | None, error: BaseException, executor: Executor) -> None:
-    if command is None:
-        log.error("dropping a run command that does not decode: %r", error)
-        return
+async def fail_the_attempt(command: RunBatch, error: BaseException, executor: Executor) -> None:
     await executor.fail_the_attempt(command, error)
 
 
@@ -187,10 +184,7 @@ async def finalize(command: FinalizeBatch, executor: Annotated[Executor, Context
     await executor.finalize(command)
 
 
-async def fail_the_batch(command: FinalizeBatch | None, error: BaseException, executor: Executor) -> None:
-    if command is None:
-        log.error("dropping a finalize command that does not decode: %r", error)
-        return
+async def fail_the_batch(command: FinalizeBatch, error: BaseException, executor: Executor) -> None:
     await executor.fail_the_batch(command, error)
 
 

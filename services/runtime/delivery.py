@@ -53,7 +53,8 @@ _MALFORMED = SkipLog(log, "refused")
 """Requests that are not their answer's contract: logged at most once a minute per subject (an executor's)."""
 
 PoisonHandler = Callable[[Any, BaseException, Any], Awaitable[None]]
-"""(the fact, decoded, or None when it is not its contract; the error; the service's dependencies)."""
+"""(the fact, decoded; the error; the service's dependencies). A payload that is not its contract never reaches it:
+the router logs it and drops it."""
 
 ONE_AT_A_TIME = PullSub(batch_size=1, timeout=1.0)
 """Fetch one message at a time: with one worker (the default) it is handled before the next is fetched; with
@@ -351,6 +352,10 @@ class _Delivery(BaseMiddleware):
     async def _poisoned(self, fact: BaseModel | None, error: Exception) -> bool:
         """Whether the fact given up on is recorded (or has no one to record it): only then is it terminated."""
         assert self.declared is not None
+        if fact is None:
+            log.error("dropping a message on %s that is not a %s: %r", self.message.subject,
+                      self.declared.durable.contract.__name__, error)
+            return True
         if self.declared.on_poison is None:
             return True
         try:

@@ -196,10 +196,7 @@ async def validate(created: BatchCreated, validator: Annotated[Validator, Contex
     await through_write_faults(lambda: validator.validate(created), f"validating batch {created.aggregate_id}")
 
 
-async def fail_the_batch(created: BatchCreated | None, error: BaseException, validator: Validator) -> None:
-    if created is None:
-        log.error("dropping a created-batch fact that does not decode: %r", error)
-        return
+async def fail_the_batch(created: BatchCreated, error: BaseException, validator: Validator) -> None:
     await validator.bus.publish(BatchFailed(aggregate_id=created.aggregate_id, code="validation_error",
                                             reason=f"The input file could not be validated: {error}",
                                             causation_id=created.event_id))
