@@ -7,7 +7,6 @@ takes each `FinalizeBatch` on its finalize durable, a hopeless one fails its bat
 """
 
 import logging
-from typing import Annotated
 
 from contracts.commands import FinalizeBatch, RunBatch
 from contracts.events.batch import (
@@ -38,7 +37,6 @@ from services.executor.runner import BatchRunner
 from services.runtime.bus import ConsumerPolicy, EventBus, FenceMoved, PoisonMessage
 from services.runtime.delivery import Durable, ServiceRouter
 from services.runtime.objectstore import ObjectNotFound
-from services.runtime.params import Context
 from services.runtime.write_failures import through_write_faults, write_fault
 
 log = logging.getLogger(__name__)
@@ -172,33 +170,18 @@ def finalize_durable(executor_id: str, ack_wait_s: float) -> Durable:
                    finalize_policy(ack_wait_s))
 
 
-async def run(command: RunBatch, executor: Annotated[Executor, Context()]) -> None:
-    await executor.run(command)
-
-
-async def fail_the_attempt(command: RunBatch, error: BaseException, executor: Executor) -> None:
-    await executor.fail_the_attempt(command, error)
-
-
-async def finalize(command: FinalizeBatch, executor: Annotated[Executor, Context()]) -> None:
-    await executor.finalize(command)
-
-
-async def fail_the_batch(command: FinalizeBatch, error: BaseException, executor: Executor) -> None:
-    await executor.fail_the_batch(command, error)
-
-
 def executor_router(executor_id: str, ack_wait_s: float, max_deliver: int, parallel_attempts: int = 1) -> ServiceRouter:
     """One executor's table: the commands it takes, by which handler, what a hopeless one becomes; the facts it
     states (through the scheduler's fact desk when it joined with a worker key). A fresh router each call.
     `parallel_attempts`: the attempts it runs at once (each a run command in hand), sharing its engines' slots."""
     router = ServiceRouter("executor", dependencies="executor")
-    router.durable(run_durable(executor_id, ack_wait_s, max_deliver, parallel_attempts), run, fail_the_attempt,
+    router.durable(run_durable(executor_id, ack_wait_s, max_deliver, parallel_attempts), Executor.run,
+                   Executor.fail_the_attempt,
                    "Run the batch (or its shard) on this executor's engine, committing result chunks under the "
                    "attempt's lease; a command that can never run fails the attempt (the scheduler retries it). "
                    "Several attempts run at once, sharing the engine's slots fairly between batch owners.",
                    max_workers=run_workers(parallel_attempts))
-    router.durable(finalize_durable(executor_id, ack_wait_s), finalize, fail_the_batch,
+    router.durable(finalize_durable(executor_id, ack_wait_s), Executor.finalize, Executor.fail_the_batch,
                    "Assemble the output and error files of a batch that runs nowhere (completed shards, a cancel, "
                    "an expiry, a failure) and end it; one that can never be assembled fails the batch.")
     router.emits(BatchStarted, BatchProgressed, ShardFinished, BatchFinalizing, FileStored, BatchCompleted,

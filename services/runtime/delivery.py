@@ -1,17 +1,19 @@
-"""Durable subscriptions declared on faststream, and the one delivery policy every one of them runs under; core
-request/reply answers (`Answer`), and the leadership terms some of them are given in.
+"""A service's table (`ServiceRouter`): durable subscriptions declared on faststream and the one delivery policy
+every one of them runs under; core request/reply answers (answers.py); folds of the log (folds.py); and the
+leadership terms some of them are given in.
 
-A handler takes its contract model (decoded by faststream, never a raw message) and returns; the policy around
-it acks only then, keeps a long handler's lease (in-progress), retries a failure later with backoff (never a hot
-loop), and on the last delivery, or at once when it cannot ever succeed (`PoisonMessage`, a payload that is not
-its contract), hands the fact to the subscription's poison handler, then terminates the message.
+A durable's handler is a method of the service's dependencies taking its contract model (decoded by faststream,
+never a raw message), registered as it is (`Executor.run`); the policy around it acks only then, keeps a long
+handler's lease (in-progress), retries a failure later with backoff (never a hot loop), and on the last delivery,
+or at once when it cannot ever succeed (`PoisonMessage`), hands the fact to the subscription's poison handler, then
+terminates the message. A payload that is not its contract is logged and terminated by the router itself.
 
 An answer's handler takes its request model and returns the reply model, which faststream sends back; a request
 that is not its contract gets the answer's refusal, and one whose handler fails gets no answer (it asks again).
-Leader-only answers live on the router's `term` router, which the broker's start leaves alone: `leading()`
-includes it in the running broker, starts its subscribers for one term and stops them when it ends (faststream
-subscribes a core subscriber in `start()` and forgets the subscription in `stop()`, so a later term starts the
-same ones afresh). Between terms nothing is subscribed: a request then fails at once with "no responders".
+Leader-only answers and folds live on the router's term, which the broker's start leaves alone: `leading()` runs
+the folds and subscribes the answers for one term and stops them when it ends (faststream subscribes a core
+subscriber in `start()` and forgets the subscription in `stop()`, so a later term starts the same ones afresh).
+Between terms nothing is subscribed: a request then fails at once with "no responders".
 """
 
 import asyncio
@@ -19,42 +21,44 @@ import contextlib
 import inspect
 import logging
 import time
-import typing
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Annotated, Any
 
 import nats.errors
 import orjson
 from faststream import BaseMiddleware, ContextRepo
-from faststream.message import StreamMessage
 from faststream.middlewares import AckPolicy
 from faststream.nats import JStream, NatsBroker, NatsRouter, PullSub
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy as JetStreamAck
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from opentelemetry.trace import Span, SpanKind, Tracer
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from contracts.events.envelope import Event
 from contracts.subjects import BATCH_HEADER, event_subject, parse_event_subject, subject_pattern
 from services.runtime import metrics
+from services.runtime.answers import Answer, Answering, Refused, decoder
 from services.runtime.bus import ConsumerPolicy, EventBus, PoisonMessage
 from services.runtime.folds import Folds, LogFollower, running
 from services.runtime.logfmt import BATCH_ID
-from services.runtime.skip_log import SkipLog
-from services.runtime.telemetry import attached, extract_context, tracer
+from services.runtime.params import Context
+from services.runtime.telemetry import extract_context, tracer
 from services.runtime.write_failures import FAULT_PATIENCE_S, WriteFault, write_fault
 
 log = logging.getLogger(__name__)
-_MALFORMED = SkipLog(log, "refused")
-"""Requests that are not their answer's contract: logged at most once a minute per subject (an executor's)."""
+__all__ = ["TERM", "Answer", "Durable", "Handler", "LogFollower", "PoisonHandler", "Refused", "ServiceRouter",
+           "batch_of", "fact_filter", "keep_in_progress"]
 
-PoisonHandler = Callable[[Any, BaseException, Any], Awaitable[None]]
-"""(the fact, decoded; the error; the service's dependencies). A payload that is not its contract never reaches it:
-the router logs it and drops it."""
+Handler = Callable[[Any, Any], Awaitable[None]]
+"""A durable's handler: (the service's dependencies, the fact or command decoded as its contract); a method of the
+dependencies' class registered as it is (`Executor.run`), with no shim around it."""
+PoisonHandler = Callable[[Any, Any, BaseException], Awaitable[None]]
+"""(the service's dependencies, the fact given up on, decoded, the error): `Executor.fail_the_attempt`. A payload
+that is not its contract never reaches it: the router logs it and drops it."""
 
 ONE_AT_A_TIME = PullSub(batch_size=1, timeout=1.0)
 """Fetch one message at a time: with one worker (the default) it is handled before the next is fetched; with
@@ -84,51 +88,8 @@ class Durable:
                               max_ack_pending=self.policy.max_ack_pending)
 
 
-Request = TypeVar("Request", bound=BaseModel)
 TERM = "term"
 """The name a leader-only answer's handler takes its term's dependencies by (a `Context()` parameter)."""
-
-
-class Refused(Exception):
-    """A request that is not its answer's contract: `reply` (the answer's refusal) goes back instead."""
-
-    def __init__(self, reply: BaseModel) -> None:
-        super().__init__(reply)
-        self.reply = reply
-
-
-@dataclass(frozen=True)
-class Answer(Generic[Request]):
-    """A core request/reply subscription: requests of one contract on `subject`, each answered by its handler's
-    returned model. Core NATS, not JetStream: with nobody subscribed, a request fails at once ("no responders")."""
-
-    subject: str
-    """May name path parameters (`svc.facts.{executor_id}`: a handler takes `executor_id` as a `Path()`)."""
-    request: type[Request]
-    refuse: Callable[[str], BaseModel]
-    """The reply to a request that is not a `request`, given why (a malformed request is answered, never dropped)."""
-    leader_only: bool = True
-    """Subscribed only during a leadership term (`ServiceRouter.leading`); else whenever the broker runs."""
-
-    def decode(self, data: bytes) -> Request:
-        """The request, or `Refused` with the answer's refusal."""
-        try:
-            return self.request.model_validate_json(data)
-        except ValidationError as error:
-            raise Refused(self.refuse(error.errors()[0]["msg"])) from error
-
-    async def respond(self, message: Msg, handle: Callable[[Request], Awaitable[BaseModel]]) -> None:
-        """Answer one request taken on a bare nats-py subscription (a test's single answerer, no broker), decoded and
-        refused as the router does; `handle` runs in the requester's trace."""
-        try:
-            with attached(extract_context(message.headers)):
-                reply = await handle(self.decode(message.data))
-        except Refused as refused:
-            reply = refused.reply
-        try:
-            await message.respond(reply.model_dump_json().encode())
-        except nats.errors.Error as error:  # the asker is gone, or the connection is reconnecting: it asks again
-            log.debug("could not answer on %s: %r", message.subject, error)
 
 
 @dataclass(frozen=True)
@@ -150,13 +111,13 @@ class ServiceRouter(NatsRouter):
         self.answered: list[Answer[Any]] = []
         """Every answer declared, leader-only or not (for the AsyncAPI document)."""
         self.answering: set[object] = set()
-        """The subscribers of this router's answers (each request through `_Answering`, not `_Delivery`)."""
+        """The subscribers of this router's answers (each request through `Answering`, not `_Delivery`)."""
         self.term = NatsRouter(middlewares=[self._answering])
         """The leader-only answers: never included before the broker starts (see `leading`)."""
         super().__init__(middlewares=[self._delivery])
 
-    def durable(self, durable: Durable, handler: Callable[..., Awaitable[None]], on_poison: PoisonHandler | None,
-                description: str, max_workers: int = 1) -> None:
+    def durable(self, durable: Durable, handler: Handler, on_poison: PoisonHandler | None, description: str,
+                max_workers: int = 1) -> None:
         """`handler` takes `durable`'s facts; `on_poison` records one given up on (None: it is only logged).
         `max_workers` > 1: that many messages are handled at once, each under its own delivery policy (faststream's
         concurrent pull subscriber). A message fetched waits for a free worker without its lease kept, so the
@@ -168,7 +129,8 @@ class ServiceRouter(NatsRouter):
         self.subscriber(
             durable.subject, stream=JStream(durable.stream, declare=False), durable=durable.name,
             config=durable.consumer_config(), pull_sub=ONE_AT_A_TIME, ack_policy=AckPolicy.MANUAL, no_reply=True,
-            max_workers=max_workers, title=f"{durable.name}:{durable.subject}", description=description)(handler)
+            max_workers=max_workers, title=f"{durable.name}:{durable.subject}",
+            description=description)(_delivered_to(handler, durable.contract, self.dependencies))
 
     def follows(self, follower: LogFollower) -> None:
         """Declare a fold of the log, which this router runs: a leader-only one for each term (`leading`), any other
@@ -185,7 +147,7 @@ class ServiceRouter(NatsRouter):
         """`handler` takes `answer`'s request (and `Path()`/`Context()` parameters) and returns the reply; a
         leader-only one takes its term's dependencies as the `Context()` parameter named `term` (`TERM`)."""
         router = self.term if answer.leader_only else self
-        subscriber = router.subscriber(answer.subject, decoder=_decoder(answer),
+        subscriber = router.subscriber(answer.subject, decoder=decoder(answer),
                                        title=f"{self.service}:{answer.subject}", description=description)
         subscriber(handler)
         self.answered.append(answer)
@@ -225,43 +187,26 @@ class ServiceRouter(NatsRouter):
             return self._answering(msg, context=context)
         return _Delivery(msg, context=context, router=self)
 
-    def _answering(self, msg: Any, /, *, context: ContextRepo) -> "_Answering":
-        return _Answering(msg, context=context, router=self)
+    def _answering(self, msg: Any, /, *, context: ContextRepo) -> Answering:
+        return Answering(msg, context=context, tracer=self.tracer)
+
+
+def _delivered_to(handler: Handler, contract: type[BaseModel], dependencies: str) -> Callable[..., Awaitable[None]]:
+    """faststream's subscriber function for `handler`: the message decoded as `contract`, and the dependencies
+    taken from the broker's context by their name (one function made here, not a shim per handler)."""
+
+    async def deliver(message: Any, deps: Any) -> None:
+        await handler(deps, message)
+
+    deliver.__annotations__ = {"message": contract, "deps": Annotated[Any, Context(dependencies)], "return": None}
+    deliver.__name__ = deliver.__qualname__ = getattr(handler, "__name__", "deliver")
+    deliver.__doc__ = handler.__doc__
+    return deliver
 
 
 @contextlib.asynccontextmanager
 async def _no_folds() -> AsyncIterator[Folds]:
     yield Folds(())
-
-
-def _decoder(answer: Answer[Any]) -> Callable[[StreamMessage[Any]], Awaitable[BaseModel]]:
-    """faststream's decoder for `answer`'s requests: the request model itself, or `Refused`."""
-
-    async def decode(message: StreamMessage[Any]) -> BaseModel:
-        return answer.decode(message.body)
-
-    return decode
-
-
-class _Answering(BaseMiddleware):
-    """One request, from its arrival to its answer: handled in a span continuing the requester's trace (what the
-    handler publishes joins it); a request that is not its contract answered with its refusal."""
-
-    def __init__(self, msg: Any, /, *, context: ContextRepo, router: ServiceRouter) -> None:
-        super().__init__(msg, context=context)
-        self.router = router
-
-    async def consume_scope(self, call_next: Callable[[Any], Awaitable[Any]], msg: StreamMessage[Any]) -> Any:
-        subscriber = self.context.get_local("handler_")
-        pattern = getattr(subscriber, "subject", "")  # span names stay few: the declared subject, ids in attributes
-        with self.router.tracer.start_as_current_span(
-                f"answer {pattern}", context=extract_context(msg.headers), kind=SpanKind.SERVER,
-                attributes={"messaging.destination.name": typing.cast(Msg, msg.raw_message).subject}):
-            try:
-                return await call_next(msg)
-            except Refused as refused:
-                _MALFORMED.skipped(typing.cast(Msg, msg.raw_message).subject, "a malformed request")
-                return refused.reply
 
 
 class _Delivery(BaseMiddleware):
@@ -359,7 +304,7 @@ class _Delivery(BaseMiddleware):
         if self.declared.on_poison is None:
             return True
         try:
-            await self.declared.on_poison(fact, error, self.context.resolve(self.router.dependencies))
+            await self.declared.on_poison(self.context.resolve(self.router.dependencies), fact, error)
         except Exception as failure:
             # Terminated unrecorded, the fact would be lost (a batch left validating): a next delivery, if any, retries.
             self.recording_fault = write_fault(failure)

@@ -9,7 +9,6 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Annotated
 
 from contracts.api.rejected_line import RejectedLine
 from contracts.catalogue import Catalogue
@@ -26,7 +25,6 @@ from contracts.subjects import BATCH_CREATED, EVENTS_STREAM, VALIDATOR_DURABLE, 
 from services.runtime.bus import ConsumerPolicy, EventBus, PoisonMessage
 from services.runtime.delivery import Durable, ServiceRouter
 from services.runtime.objectstore import ObjectNotFound, ObjectStore
-from services.runtime.params import Context
 from services.runtime.tasks import cancel_and_join
 from services.runtime.write_failures import through_write_faults
 from services.validator.adapters.check_pool import CheckPool
@@ -54,6 +52,17 @@ class Validator:
     tokenizers: TokenizerCache | None = None
     pool: CheckPool | None = None
     """Worker processes that check windows beside this one; None: every window is checked here."""
+
+    async def take(self, created: BatchCreated) -> None:
+        """Validate the batch's file; a full disk or a restarting broker is waited out, spending none of the
+        fact's deliveries (which would fail the batch): validation is idempotent, so it is simply done again."""
+        await through_write_faults(lambda: self.validate(created), f"validating batch {created.aggregate_id}")
+
+    async def fail_the_batch(self, created: BatchCreated, error: BaseException) -> None:
+        """A batch whose file could never be validated fails, with the cause."""
+        await self.bus.publish(BatchFailed(aggregate_id=created.aggregate_id, code="validation_error",
+                                           reason=f"The input file could not be validated: {error}",
+                                           causation_id=created.event_id))
 
     async def validate(self, created: BatchCreated) -> None:
         # The owner's model access travels in the fact: a model they may not use is as unknown as an absent one.
@@ -190,23 +199,11 @@ CREATED = Durable(BatchCreated, EVENTS_STREAM, VALIDATOR_DURABLE, BATCH_CREATED,
                   ConsumerPolicy(ack_wait_s=30, max_deliver=5))
 
 
-async def validate(created: BatchCreated, validator: Annotated[Validator, Context()]) -> None:
-    # A full disk or a restarting broker is waited out, spending none of the fact's deliveries (which would fail
-    # the batch): validation is idempotent, so it is simply done again.
-    await through_write_faults(lambda: validator.validate(created), f"validating batch {created.aggregate_id}")
-
-
-async def fail_the_batch(created: BatchCreated, error: BaseException, validator: Validator) -> None:
-    await validator.bus.publish(BatchFailed(aggregate_id=created.aggregate_id, code="validation_error",
-                                            reason=f"The input file could not be validated: {error}",
-                                            causation_id=created.event_id))
-
-
 def validator_router() -> ServiceRouter:
     """The validator's table: what it consumes, by which handler, what a hopeless fact becomes; what it emits.
     (A fresh router each call: faststream lets a router belong to one broker only.)"""
     router = ServiceRouter("validator", dependencies="validator")
-    router.durable(CREATED, validate, fail_the_batch,
+    router.durable(CREATED, Validator.take, Validator.fail_the_batch,
                    "Check every line of the batch's input file; publish its line errors, then one verdict.")
     router.emits(LineRejected, ValidationProgressed, BatchValidated, BatchValidationFailed, FileStored, BatchFailed)
     return router

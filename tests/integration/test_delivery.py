@@ -7,10 +7,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Annotated
 
 import pytest
-from faststream import Context
 
 from contracts.events.batch import BatchCreated
 from contracts.ids import new_batch_id
@@ -36,13 +34,13 @@ class Probe:
     recording_tries: int = 0
 
 
-async def handle(created: BatchCreated, probe: Annotated[Probe, Context()]) -> None:
+async def handle(probe: Probe, created: BatchCreated) -> None:
     probe.deliveries.append(created.aggregate_id)
     probe.delivered_at.append(time.monotonic())
     await probe.behaviour(len(probe.deliveries))
 
 
-async def record_poison(created: BatchCreated, error: BaseException, probe: Probe) -> None:
+async def record_poison(probe: Probe, created: BatchCreated, error: BaseException) -> None:
     probe.recording_tries += 1
     if probe.recording_fails:
         raise probe.recording_fails.pop(0)

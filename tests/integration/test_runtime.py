@@ -2,9 +2,8 @@
 
 import asyncio
 import uuid
-from typing import Annotated
 
-from faststream import Context
+from faststream import ContextRepo
 from faststream.nats.message import NatsMessage
 from nats.js.api import DeliverPolicy
 
@@ -48,17 +47,19 @@ async def test_a_command_sent_twice_is_handled_once_with_its_batch_as_the_contex
     handled: list[tuple[str, str]] = []
     done = asyncio.Event()
 
-    async def handle(finalize: FinalizeBatch, message: Annotated[NatsMessage, Context()]) -> None:
+    async def handle(context: ContextRepo, finalize: FinalizeBatch) -> None:
+        message: NatsMessage = context.get_local("message")  # the one being handled
         handled.append((message.raw_message.subject, BATCH_ID.get()))
         done.set()
 
     durable = executor_finalize_durable(executor_id)
-    router = ServiceRouter("tests", dependencies="none")
+    router = ServiceRouter("tests", dependencies="tests-context")
     router.durable(Durable(FinalizeBatch, WORK_STREAM, durable, command.subject, ConsumerPolicy()), handle, None,
                    "under test")
     broker = service_broker(connection.nats_url, "tests")
     broker.include_router(router)
     await open_bus(broker, "tests")
+    broker.context.set_global("tests-context", broker.context)
     await broker.start()
     try:
         await asyncio.wait_for(done.wait(), 10)

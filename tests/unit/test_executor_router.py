@@ -61,11 +61,12 @@ def test_the_executors_credentials_allow_exactly_what_its_durables_need(executor
         assert f"$JS.API.CONSUMER.INFO.{WORK_STREAM}.{durable.name}" not in publish
 
 
-def test_handlers_take_their_command_typed_and_every_durable_has_a_poison_handler() -> None:
+def test_handlers_are_the_executors_own_methods_taking_their_command_typed_and_every_durable_has_a_poison_handler(
+        ) -> None:
     router = executor_router("alpha", 30.0, 5)
     assert {name: declared.on_poison for name, declared in router.declared.items()} == {
-        executor_durable("alpha"): handlers.fail_the_attempt,
-        executor_finalize_durable("alpha"): handlers.fail_the_batch}
-    for handler, contract in ((handlers.run, RunBatch), (handlers.finalize, FinalizeBatch)):
-        first = next(iter(inspect.signature(handler).parameters.values()))
-        assert typing.get_type_hints(handler)[first.name] is contract
+        executor_durable("alpha"): handlers.Executor.fail_the_attempt,
+        executor_finalize_durable("alpha"): handlers.Executor.fail_the_batch}
+    for handler, contract in ((handlers.Executor.run, RunBatch), (handlers.Executor.finalize, FinalizeBatch)):
+        command = list(inspect.signature(handler).parameters.values())[1]  # after self
+        assert typing.get_type_hints(handler)[command.name] is contract

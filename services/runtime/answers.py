@@ -1,0 +1,96 @@
+"""Core request/reply answers (`Answer`): requests of one contract, each answered by its handler's returned model,
+and the middleware that runs each in the requester's trace and answers a malformed one with its refusal."""
+
+import logging
+import typing
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import nats.errors
+from faststream import BaseMiddleware, ContextRepo
+from faststream.message import StreamMessage
+from nats.aio.msg import Msg
+from opentelemetry.trace import SpanKind, Tracer
+from pydantic import BaseModel, ValidationError
+
+from services.runtime.skip_log import SkipLog
+from services.runtime.telemetry import attached, extract_context
+
+log = logging.getLogger(__name__)
+_MALFORMED = SkipLog(log, "refused")
+"""Requests that are not their answer's contract: logged at most once a minute per subject (an executor's)."""
+
+Request = TypeVar("Request", bound=BaseModel)
+
+
+class Refused(Exception):
+    """A request that is not its answer's contract: `reply` (the answer's refusal) goes back instead."""
+
+    def __init__(self, reply: BaseModel) -> None:
+        super().__init__(reply)
+        self.reply = reply
+
+
+@dataclass(frozen=True)
+class Answer(Generic[Request]):
+    """A core request/reply subscription: requests of one contract on `subject`, each answered by its handler's
+    returned model. Core NATS, not JetStream: with nobody subscribed, a request fails at once ("no responders")."""
+
+    subject: str
+    """May name path parameters (`svc.facts.{executor_id}`: a handler takes `executor_id` as a `Path()`)."""
+    request: type[Request]
+    refuse: Callable[[str], BaseModel]
+    """The reply to a request that is not a `request`, given why (a malformed request is answered, never dropped)."""
+    leader_only: bool = True
+    """Subscribed only during a leadership term (`ServiceRouter.leading`); else whenever the broker runs."""
+
+    def decode(self, data: bytes) -> Request:
+        """The request, or `Refused` with the answer's refusal."""
+        try:
+            return self.request.model_validate_json(data)
+        except ValidationError as error:
+            raise Refused(self.refuse(error.errors()[0]["msg"])) from error
+
+    async def respond(self, message: Msg, handle: Callable[[Request], Awaitable[BaseModel]]) -> None:
+        """Answer one request taken on a bare nats-py subscription (a test's single answerer, no broker), decoded and
+        refused as the router does; `handle` runs in the requester's trace."""
+        try:
+            with attached(extract_context(message.headers)):
+                reply = await handle(self.decode(message.data))
+        except Refused as refused:
+            reply = refused.reply
+        try:
+            await message.respond(reply.model_dump_json().encode())
+        except nats.errors.Error as error:  # the asker is gone, or the connection is reconnecting: it asks again
+            log.debug("could not answer on %s: %r", message.subject, error)
+
+
+def decoder(answer: Answer[Any]) -> Callable[[StreamMessage[Any]], Awaitable[BaseModel]]:
+    """faststream's decoder for `answer`'s requests: the request model itself, or `Refused`."""
+
+    async def decode(message: StreamMessage[Any]) -> BaseModel:
+        return answer.decode(message.body)
+
+    return decode
+
+
+class Answering(BaseMiddleware):
+    """One request, from its arrival to its answer: handled in a span continuing the requester's trace (what the
+    handler publishes joins it); a request that is not its contract answered with its refusal."""
+
+    def __init__(self, msg: Any, /, *, context: ContextRepo, tracer: Tracer) -> None:
+        super().__init__(msg, context=context)
+        self.tracer = tracer
+
+    async def consume_scope(self, call_next: Callable[[Any], Awaitable[Any]], msg: StreamMessage[Any]) -> Any:
+        subscriber = self.context.get_local("handler_")
+        pattern = getattr(subscriber, "subject", "")  # span names stay few: the declared subject, ids in attributes
+        with self.tracer.start_as_current_span(
+                f"answer {pattern}", context=extract_context(msg.headers), kind=SpanKind.SERVER,
+                attributes={"messaging.destination.name": typing.cast(Msg, msg.raw_message).subject}):
+            try:
+                return await call_next(msg)
+            except Refused as refused:
+                _MALFORMED.skipped(typing.cast(Msg, msg.raw_message).subject, "a malformed request")
+                return refused.reply
