@@ -1,12 +1,12 @@
 """Commands sent to one executor on the WORK stream (not facts: they are consumed and gone)."""
 
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.api.batch import Endpoint
 from contracts.events.batch import CancelCode, FailureCode, ShardLayout
 from contracts.events.executor import ExecutorAdvert
+from contracts.lifecycle import EndReason
 from contracts.permissions import EXECUTOR_ID_PATTERN
 from contracts.subjects import finalize_command, run_command
 
@@ -65,7 +65,7 @@ class FinalizeBatch(BaseModel):
     batch_id: str
     executor_id: str
     """The executor chosen to finalize the batch: the only one who may take this command."""
-    reason: Literal["completed", "cancelled", "expired", "failed"]
+    reason: EndReason
     owner_key_id: str
     input_object_key: str
     endpoint: Endpoint

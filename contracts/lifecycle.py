@@ -1,7 +1,7 @@
 """A batch's lifecycle as sets: which statuses have ended, may be cancelled or released, which run, and which
 facts end a batch. Every service asks these sets; none keeps a list of its own."""
 
-from typing import Final, get_args
+from typing import Final, Literal, get_args
 
 from contracts.api.batch import BatchStatus
 from contracts.events.batch import (
@@ -14,6 +14,10 @@ from contracts.events.batch import (
 )
 
 ALL_STATUSES: Final[frozenset[BatchStatus]] = frozenset(get_args(BatchStatus))
+
+EndReason = Literal["completed", "cancelled", "expired", "failed"]
+"""Why a batch ends, as its finalizer is told and its files are written (a validation failure ends it before any
+finalizer): the terminal statuses a finalize reaches."""
 
 TERMINAL: Final[frozenset[BatchStatus]] = frozenset({"failed", "completed", "expired", "cancelled"})
 """Ended (OpenAI's terminal statuses): nothing more happens to the batch."""

@@ -20,12 +20,12 @@ from contracts.events.batch import (
     ShardLayout,
 )
 from contracts.events.registry import AnyEvent
-from contracts.lifecycle import ENDING_FACTS
+from contracts.lifecycle import ENDING_FACTS, EndReason
 from services.executor.domain import REFUSED_ATTEMPT, chunk_position
 from services.runtime.foldrules import FoldRules
 
 StopReason = Literal["cancelled", "expired"]
-Outcome = Literal["completed", "cancelled", "expired", "failed"]
+Outcome = EndReason
 _rules = FoldRules[None]()
 
 

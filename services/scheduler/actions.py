@@ -2,9 +2,9 @@
 follow (`Policy`)."""
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 from contracts.events.batch import ShardLayout
+from contracts.lifecycle import EndReason
 from services.scheduler.book import BatchPlan
 from services.scheduler.fair_share import Weights
 
@@ -63,7 +63,7 @@ class Finalize:
 
     plan: BatchPlan
     executor_id: str | None
-    reason: Literal["completed", "cancelled", "expired", "failed"]
+    reason: EndReason
     failure_code: str | None = None
     """For `failed`: the cause, carried into the batch's `batch.failed` once its files are written."""
     failure_message: str | None = None

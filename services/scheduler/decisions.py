@@ -13,6 +13,7 @@ from typing import Literal
 from contracts.catalogue import Catalogue, CatalogueModel
 from contracts.events.batch import ShardLayout
 from contracts.events.executor import ExecutorAdvert
+from contracts.lifecycle import EndReason
 from services.scheduler.actions import QUEUED, Action, Assign, DeclareLost, FenceAttempt, Finalize, Policy, Wait
 from services.scheduler.book import CONTROL_PLANE, BatchPlan, Book
 from services.scheduler.domain import HEARTBEAT_FRESH_MS, eligible_executors, free_bytes, why_unassignable
@@ -371,7 +372,7 @@ def _end_early(plan: BatchPlan, live: dict[str, ExecutorAdvert], alive: set[str]
 
 
 def _finalize(plan: BatchPlan, live: dict[str, ExecutorAdvert], alive: set[str],
-              reason: Literal["completed", "cancelled", "expired", "failed"], failure_code: str | None = None,
+              reason: EndReason, failure_code: str | None = None,
               failure_message: str | None = None) -> list[Action]:
     """Finalize once: by the executor that holds the batch's lease when one does and is live, else by the control
     plane; again once the executor chosen is no longer heard from (it may have died with the command), or the
