@@ -5,7 +5,9 @@ answerers (registration, object URLs, the fact desk) judging on that term's book
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import nats.errors
 import nats.js.errors
@@ -191,24 +193,25 @@ class Term:
             await self._act(action)
 
     async def _act(self, action: Action) -> None:
-        published: AnyEvent | None = None
-        if isinstance(action, Assign):
-            await self._assign(action)
-            return
-        if isinstance(action, Wait):
-            published = BatchWaiting(aggregate_id=action.plan.batch_id, reason=action.reason,
-                                     as_of=int(time.time() * 1000))
-        elif isinstance(action, FenceAttempt):
-            published = AttemptFailed(aggregate_id=action.plan.batch_id, attempt=action.attempt,
-                                      executor_id=action.executor_id, code=action.code, reason=action.reason)
-        elif isinstance(action, DeclareLost):
-            published = ExecutorLost(aggregate_id=action.executor_id, last_heartbeat_at=action.last_heartbeat_at)
-            log.warning("executor %s is lost (last heartbeat %d)", action.executor_id, action.last_heartbeat_at)
-        elif isinstance(action, Finalize):
-            await self._finalize(action)
-        if published is not None:
-            await self.bus.publish(published)
-            self.book.apply(published)  # act on our own fact now; the log delivers it again, harmlessly
+        await ACTS[type(action)](self, action)
+
+    async def _state(self, fact: AnyEvent) -> None:
+        await self.bus.publish(fact)
+        self.book.apply(fact)  # act on our own fact now; the log delivers it again, harmlessly
+
+    async def _wait(self, action: Wait) -> None:
+        await self._state(BatchWaiting(aggregate_id=action.plan.batch_id, reason=action.reason,
+                                       as_of=int(time.time() * 1000)))
+        note_action(action)
+
+    async def _fence(self, action: FenceAttempt) -> None:
+        await self._state(AttemptFailed(aggregate_id=action.plan.batch_id, attempt=action.attempt,
+                                        executor_id=action.executor_id, code=action.code, reason=action.reason))
+        note_action(action)
+
+    async def _declare_lost(self, action: DeclareLost) -> None:
+        log.warning("executor %s is lost (last heartbeat %d)", action.executor_id, action.last_heartbeat_at)
+        await self._state(ExecutorLost(aggregate_id=action.executor_id, last_heartbeat_at=action.last_heartbeat_at))
         note_action(action)
 
     async def _finalize(self, action: Finalize) -> None:
@@ -226,9 +229,10 @@ class Term:
                 if plan.finalizer == CONTROL_PLANE:
                     plan.finalizer = None  # decided again next tick
             self.closer.close(command, given_up)
-            return
-        await self.bus.send(command)
-        log.info("batch %s (%s) sent to %s to finalize", plan.batch_id, action.reason, action.executor_id)
+        else:
+            await self.bus.send(command)
+            log.info("batch %s (%s) sent to %s to finalize", plan.batch_id, action.reason, action.executor_id)
+        note_action(action)
 
     async def _assign(self, action: Assign) -> None:
         """The fact first, then the command: the log reads in causal order, and a leader that dies between the
@@ -268,3 +272,9 @@ class Term:
 
 def _lease_token(batch_id: str, attempt: int) -> str:
     return derived_id("lease_", batch_id, str(attempt))
+
+
+ACTS: dict[type, Callable[[Term, Any], Awaitable[None]]] = {
+    Assign: Term._assign, Wait: Term._wait, FenceAttempt: Term._fence, DeclareLost: Term._declare_lost,
+    Finalize: Term._finalize}
+"""How the term carries out each action `decide` returns."""
