@@ -13,9 +13,8 @@ lines when it resumes.
 
 import asyncio
 import logging
-import time
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 
 from contracts.api.batch import BatchUsage
@@ -23,11 +22,12 @@ from contracts.commands import RunBatch
 from contracts.events.batch import BatchFinalizing, BatchProgressed, BatchStarted, ShardFinished
 from contracts.events.envelope import Event
 from contracts.subjects import attempt_failures, result_chunk_key
-from services.executor.adapters.engines.base import Engine, on_slot
+from services.executor.adapters.engines.base import Engine
 from services.executor.adapters.input_cache import InputCache, InputCopy
 from services.executor.adapters.objects import ObjectAccess
 from services.executor.adapters.results import ResultStore
 from services.executor.adapters.watch import LINGER_S, BatchWatch, WatchHub
+from services.executor.attempt_run import AttemptRun
 from services.executor.attempts import counts_as_committed
 from services.executor.domain import (
     Chunk,
@@ -35,32 +35,19 @@ from services.executor.domain import (
     InputLine,
     ResultLine,
     Resume,
-    finished_line,
     parse_input_line,
     usage_of,
 )
 from services.executor.finalizer import Finalizer, Publish
-from services.executor.observe import traced_line, tracing
-from services.executor.prefixes import prefix_key
 from services.executor.retry import LineRetry
-from services.executor.slots import HeldSlot, SlotPool
+from services.executor.slots import SlotPool
 from services.runtime.bus import EventBus, Fence, FenceMoved
 
 log = logging.getLogger(__name__)
 
-PLAN_LINES = 64
-"""Lines planned together by prefix (a unit's, at most this many at a time)."""
 FINALIZING_READ_S = 30.0
 """How long an attempt waits to read its own `finalizing` fact back (then it fails, and is delivered again)."""
 
-
-async def islice_async(lines: AsyncIterator[InputLine], count: int) -> AsyncIterator[InputLine]:
-    """The next `count` lines at most (the rest stay for the next call)."""
-    for _ in range(count):
-        try:
-            yield await anext(lines)
-        except StopAsyncIteration:
-            return
 
 AttemptKey = tuple[str, int, int]
 """(batch id, attempt, shard): one attempt this executor runs; several may run at once, even of one batch."""
@@ -200,7 +187,7 @@ class BatchRunner:
 
     async def _run_lines(self, command: RunBatch, engine: Engine, watch: BatchWatch, publish: Publish,
                          first_run: bool = False) -> bool:
-        """Run every line of the attempt's shard no attempt committed; False once the lease is lost."""
+        """Run every line of the attempt's shard no attempt committed (`AttemptRun`); False once the lease is lost."""
         resume = await self._resume(command, watch, first_run)
         tally = resume.tally(command.layout, command.shard)
         if resume.last_chunk is not None and not await self._announce(
@@ -210,100 +197,8 @@ class BatchRunner:
         log.info("batch %s attempt %d (shard %d of %d): %d of its lines already committed",
                  command.batch_id, command.attempt, command.shard + 1, command.layout.shards, len(resume.committed))
         committer = ChunkCommitter(self.chunk_lines, resume.next_chunk, tally, self.chunk_max_wait_s)
-        lease_lost = False
-        commit_lock = asyncio.Lock()
-        slots, owner = self.slot_pool(engine), command.owner_key_id
-        traced = tracing()
-
-        in_engine: set[asyncio.Task[None]] = set()
-        """The lines being generated now: a cancel or an expiry stops them in the engine (no GPU time is spent on
-        lines whose answers would be thrown away); they are not committed, so they end as never run."""
-        stopped: set[asyncio.Task[None]] = set()
-        """The lines a cancel or an expiry stopped (their tasks were cancelled while in the engine)."""
-
-        async def run_one(line: InputLine, slot_wait_s: float, slot: HeldSlot) -> None:
-            task = asyncio.current_task()
-            assert task is not None  # a line runs in a task of its own
-            try:
-                with on_slot(slot.index):
-                    in_engine.add(task)
-                    try:
-                        reply = await traced_line(engine, command.model, command.endpoint, line.custom_id,
-                                                  line.body, self.retry, slot_wait_s, traced)
-                    except asyncio.CancelledError:
-                        if task in stopped and task.uncancel() == 0:
-                            return  # stopped by the batch's cancel or expiry (and by nothing else): never ran
-                        raise
-                    finally:
-                        in_engine.discard(task)
-            finally:
-                slot.give_back()  # before the commit: the engine goes on with the next line meanwhile
-            chunk = committer.add(finished_line(command.batch_id, line, reply.status_code, reply.body),
-                                  time.monotonic())
-            if chunk is not None:  # the lock keeps chunks committed one at a time, in their order
-                async with commit_lock:
-                    await commit(chunk)
-
-        async def commit(chunk: Chunk | None) -> None:
-            nonlocal lease_lost
-            if chunk is not None and not lease_lost and not await self._commit(command, chunk, publish):
-                lease_lost = True
-                watch.stopping.set()
-
-        lines_done = asyncio.Event()
-
-        async def commit_on_time() -> None:
-            """Lines finished and then nothing for `chunk_max_wait_s`: committed anyway (progress keeps moving).
-            Stopped by `lines_done`, never cancelled: a chunk taken from the committer is always committed."""
-            every = min(self.chunk_max_wait_s / 2, 1.0)
-            while True:
-                try:
-                    await asyncio.wait_for(lines_done.wait(), every)
-                    return
-                except TimeoutError:
-                    pass
-                async with commit_lock:
-                    if committer.due(time.monotonic()):
-                        await commit(committer.flush())
-
-        async def stop_lines_on_cancel() -> None:
-            await watch.stopping.wait()
-            if watch.stop_reason() is not None:  # cancelled or expired; a lost lease lets lines finish as before
-                for task in list(in_engine):
-                    stopped.add(task)
-                    task.cancel()
-
-        clock = asyncio.create_task(commit_on_time()) if self.chunk_max_wait_s < float("inf") else None
-        stopper = asyncio.create_task(stop_lines_on_cancel())
-        try:
-            async with self.inputs.hold(command.batch_id, command.input_object_key) as copy, \
-                    aclosing(self._pending_lines(command, resume, copy, watch.stopping)) as pending, \
-                    asyncio.TaskGroup() as group:
-                while lines := [line async for line in islice_async(pending, PLAN_LINES)]:
-                    keyed = engine.prompt_cache_per_slot
-                    with slots.unit([prefix_key(command.endpoint, line.body, owner) if keyed else None
-                                     for line in lines]) as unit:
-                        waiting_since = time.perf_counter()
-                        while (started := await unit.next(owner, watch.stopping)) is not None:
-                            index, slot = started
-                            # A task the group cancels before it starts (a sibling failed) never runs its `finally`.
-                            group.create_task(run_one(lines[index], time.perf_counter() - waiting_since, slot)
-                                              ).add_done_callback(slot.give_back)
-                            waiting_since = time.perf_counter()
-                    if watch.stopping.is_set():
-                        break
-        except ExceptionGroup as failures:
-            # A crashed engine or a bad input line stops the attempt; surface the first cause.
-            raise failures.exceptions[0] from failures
-        finally:
-            lines_done.set()
-            stopper.cancel()
-            await asyncio.gather(stopper, return_exceptions=True)
-            if clock is not None:
-                await asyncio.gather(clock, return_exceptions=True)
-        async with commit_lock:
-            await commit(committer.flush())
-        return not lease_lost and not watch.fenced
+        return await AttemptRun(self, command, engine, watch, publish, resume, committer,
+                                self.slot_pool(engine)).run()
 
     async def _resume(self, command: RunBatch, watch: BatchWatch, first_run: bool) -> Resume:
         """What is committed of the attempt's own lines: the chunks the log announced for its shard, those this
@@ -320,7 +215,7 @@ class BatchRunner:
             self.in_hand[attempt_key(command)] = list(chunks)
         return Resume.from_chunks(chunks, command.attempt)
 
-    async def _pending_lines(self, command: RunBatch, resume: Resume, copy: InputCopy,
+    async def pending_lines(self, command: RunBatch, resume: Resume, copy: InputCopy,
                              stop: asyncio.Event) -> AsyncGenerator[InputLine, None]:
         """The shard's lines no attempt committed, read from the batch's local copy; none more once `stop` is set."""
         done = resume.committed_lines  # includes lines validation refused, which may not even parse
@@ -333,7 +228,7 @@ class BatchRunner:
                 if line is not None:
                     yield line
 
-    async def _commit(self, command: RunBatch, chunk: Chunk, publish: Publish) -> bool:
+    async def commit(self, command: RunBatch, chunk: Chunk, publish: Publish) -> bool:
         """Results are durable in the object store before a fact says they are; they count only once it does,
         and a fenced attempt's fact is refused. False once the lease is lost."""
         try:
