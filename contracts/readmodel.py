@@ -25,9 +25,9 @@ class BatchRecord(BaseModel):
         return owner_id(self.owner_user_id, self.owner_key_id)
 
 
-class LiveBatches(RootModel[list[str]]):
-    """The ids of an owner's batches that have not ended, sorted (`owner_live_key`): limits and twin checks read
-    these, not every batch the owner ever had."""
+class LiveBatches(RootModel[dict[str, str]]):
+    """An owner's batches that have not ended, each id with its input file's, by id (`owner_live_key`): limits,
+    twin and in-use checks read these, not every batch the owner ever had."""
 
 
 class FileRecord(BaseModel):

@@ -39,18 +39,18 @@ def owner_copy(record: BatchRecord | FileRecord) -> tuple[str, bool]:
 
 def live_lists(records: list[BatchRecord]) -> dict[str, LiveBatches]:
     """Each owner's list of live batches as `records` show them (an owner whose batches all ended: an empty list)."""
-    live: defaultdict[str, set[str]] = defaultdict(set)
+    live: defaultdict[str, dict[str, str]] = defaultdict(dict)
     for record in records:
         ids = live[record.owner]
         if record.batch.status not in TERMINAL:
-            ids.add(record.batch.id)
-    return {owner: LiveBatches(sorted(ids)) for owner, ids in live.items()}
+            ids[record.batch.id] = record.batch.input_file_id
+    return {owner: LiveBatches(dict(sorted(ids.items()))) for owner, ids in live.items()}
 
 
 class ReadModel:
     def __init__(self, kv: KeyValue) -> None:
         self.kv = kv
-        self._live: dict[str, set[str]] = {}
+        self._live: dict[str, dict[str, str]] = {}
         """The writer's copy of each touched owner's live-batch list (as last put); owners with none are dropped."""
         self._live_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
 
@@ -118,16 +118,19 @@ class ReadModel:
         was read before this list is on it unless it ended."""
         return frozenset(await self._live_list(owner) or ())
 
-    async def _live_list(self, owner: str) -> list[str] | None:
+    async def _live_list(self, owner: str) -> dict[str, str] | None:
+        """Batch id → input file id of the owner's live batches; None: no list was ever written."""
         try:
             entry = await self.kv.get(owner_live_key(owner))
         except nats.js.errors.KeyNotFoundError:
             return None
         return LiveBatches.model_validate_json(entry.value).root if entry.value else None
 
-    async def owner_live_batches(self, owner: str) -> list[BatchRecord]:
-        """The records of the owner's batches that have not ended (those the read model shows yet)."""
-        ids = sorted(await self.owner_live_batch_ids(owner))
+    async def owner_live_batches(self, owner: str, input_file_id: str | None = None) -> list[BatchRecord]:
+        """The records of the owner's batches that have not ended (those the read model shows yet); with
+        `input_file_id`, only those reading that file (the others are not read)."""
+        live = await self._live_list(owner) or {}
+        ids = sorted(batch_id for batch_id, file_id in live.items() if input_file_id in (None, file_id))
         records = await asyncio.gather(*(self.get_batch(batch_id) for batch_id in ids))
         return [record for record in records if record is not None and record.batch.status not in TERMINAL]
 
@@ -153,21 +156,25 @@ class ReadModel:
     async def put_batch(self, record: BatchRecord) -> None:
         # The owner's live list first: a batch is listed before its record first shows it (a limit counts it from
         # the first moment) and leaves the list once it ended, before its record says so.
-        await self._mark_live(record.owner, record.batch.id, record.batch.status not in TERMINAL)
+        await self._mark_live(record, record.batch.status not in TERMINAL)
         await self._put_indexed(read_model_key("batch", record.batch.id), record)
 
-    async def _mark_live(self, owner: str, batch_id: str, live: bool) -> None:
-        """Add or remove `batch_id` in the owner's live list; written only when it changes (twice a batch's life, and
-        once for an owner whose first batch the read model shows ended already)."""
+    async def _mark_live(self, record: BatchRecord, live: bool) -> None:
+        """Add or remove the batch in its owner's live list; written only when it changes (twice a batch's life,
+        and once for an owner whose first batch the read model shows ended already)."""
+        owner, batch_id = record.owner, record.batch.id
         async with self._live_locks[owner]:
-            ids = self._live.get(owner)
-            listed = ids is not None
-            if ids is None:
-                stored = await self._live_list(owner)
-                ids, listed = set(stored or ()), stored is not None
-            if (batch_id in ids) != live or not listed:
-                ids = ids | {batch_id} if live else ids - {batch_id}
-                await self.kv.put(owner_live_key(owner), LiveBatches(sorted(ids)).model_dump_json().encode())
+            listed = self._live.get(owner)
+            if listed is None:
+                listed = await self._live_list(owner)
+            ids = dict(listed or {})
+            if live:
+                ids[batch_id] = record.batch.input_file_id
+            else:
+                ids.pop(batch_id, None)
+            if listed is None or ids != listed:
+                await self.kv.put(owner_live_key(owner), LiveBatches(dict(sorted(ids.items()))).model_dump_json()
+                                  .encode())
             if ids:
                 self._live[owner] = ids
             else:
@@ -180,7 +187,7 @@ class ReadModel:
         for owner, ids in lists.items():
             async with self._live_locks[owner]:
                 await self.kv.put(owner_live_key(owner), ids.model_dump_json().encode())
-                self._live[owner] = set(ids.root)
+                self._live[owner] = dict(ids.root)
         return len(lists)
 
     async def put_file(self, record: FileRecord) -> None:

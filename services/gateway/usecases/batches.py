@@ -152,7 +152,7 @@ async def _batch_input(d: Deps, caller: ApiKeyRecord, input_file_id: str) -> Fil
 async def _live_twin(d: Deps, owner: str, asked: CreateParameters) -> Batch | None:
     """The very same create while the first still runs (a client's blind retry): the first is the answer. Any
     parameter that differs makes it a batch of its own."""
-    for record in await d.read_model.owner_live_batches(owner):
+    for record in await d.read_model.owner_live_batches(owner, asked[0]):  # those reading the same file alone
         twin = record.batch
         if (twin.input_file_id, twin.endpoint, twin.completion_window) == asked[:3] \
                 and await _created_parameters(d, twin.id) == asked:

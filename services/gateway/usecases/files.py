@@ -156,7 +156,7 @@ async def create_file(d: Deps, caller: ApiKeyRecord, new: NewFile) -> tuple[File
 
 async def live_batch_using(d: Deps, owner: str, file_id: str) -> str | None:
     """The id of a batch of `owner` that reads `file_id` and has not ended, if there is one."""
-    for record in await d.read_model.owner_live_batches(owner):
+    for record in await d.read_model.owner_live_batches(owner, file_id):
         if record.batch.input_file_id == file_id:
             return record.batch.id
     return None
