@@ -34,7 +34,7 @@ class LedgerSettings(ServiceSettings):
     group_size: int = 5000
     """At most this many queued facts are folded and saved in one transaction (fewer when fewer wait)."""
     fold_pace_s: float = 0.05
-    """While the log is busy (100 facts a second or more), a fold group starts at least this long after the previous
+    """While the log is busy (250 facts a second or more), a fold group starts at least this long after the previous
     one: facts arriving meanwhile are folded, saved and put into the read model together, so a batch's quick run of
     facts costs one read-model write, not one per fact. The read model then lags the log by up to this much more; a
     quiet log's facts are folded at once. 0: never paced."""

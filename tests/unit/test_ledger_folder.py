@@ -70,18 +70,18 @@ async def test_a_busy_log_folds_a_quick_succession_of_facts_together_and_puts_ea
     folder = Folder(ledger, sink, start_after=0, group_size=1000, pace_s=3.0)
     stop = asyncio.Event()
     worker = asyncio.create_task(folder.run(stop))
-    busy = [fact(n, created(f"batch_busy{n}")) for n in range(1, 121)]  # more than BUSY_FACTS_PER_S at once
+    busy = [fact(n, created(f"batch_busy{n}")) for n in range(1, 301)]  # more than BUSY_FACTS_PER_S at once
     await folder.receive(busy)
-    await asyncio.wait_for(folder.wait_through(120), 10)
-    for sequence in range(121, 126):  # one batch's facts, a delivery each, while the log is busy
+    await asyncio.wait_for(folder.wait_through(300), 10)
+    for sequence in range(301, 306):  # one batch's facts, a delivery each, while the log is busy
         await folder.receive([fact(sequence, created(BATCH))])  # (folded again: the same record)
     await asyncio.sleep(0.2)
-    assert folder.folded_through == 120  # the pace holds them: none is folded alone
-    await asyncio.wait_for(folder.wait_through(125), 20)
+    assert folder.folded_through == 300  # the pace holds them: none is folded alone
+    await asyncio.wait_for(folder.wait_through(305), 20)
     stop.set()
     await worker
     records = [p for put in puts[1:] for p in put if isinstance(p, BatchRecord) and p.batch.id == BATCH]
-    assert len(records) == 1 and records[0].last_sequence == 125
+    assert len(records) == 1 and records[0].last_sequence == 305
 
 
 async def test_a_quiet_log_folds_each_fact_at_once_whatever_the_pace(ledger: Ledger) -> None:
