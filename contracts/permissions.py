@@ -11,6 +11,7 @@ it here when the executor needs one more subject.
 from dataclasses import dataclass
 
 from contracts.subjects import (
+    JS_API,
     WORK_STREAM,
     consumer_next,
     executor_advert,
@@ -27,7 +28,7 @@ from contracts.subjects import (
 EXECUTOR_ID_PATTERN = r"[A-Za-z0-9_-]{1,64}"
 """An executor id is one subject token and a valid consumer name."""
 
-API = "$JS.API"
+API = JS_API
 AUTH_CALLOUT_SUBJECT = "$SYS.REQ.USER.AUTH"
 """nats-server asks here who a connecting client is (every client but the core user); one answer each."""
 USER_INFO_SUBJECT = "$SYS.REQ.USER.INFO"

@@ -169,9 +169,18 @@ BATCH_HEADER = "Sheshnag-Batch-Id"
 """The header every command carries naming its batch (a command's subject names only its executor)."""
 
 
+JS_API = "$JS.API"
+"""JetStream's API prefix (no JetStream domain is used)."""
+
+
+def direct_get(stream: str) -> str:
+    """Where a direct get of `stream` is asked (by sequence, by last subject, or a batch of them)."""
+    return f"{JS_API}.DIRECT.GET.{stream}"
+
+
 def consumer_next(stream: str, consumer: str) -> str:
     """JetStream's API subject that asks a pull consumer for its next messages."""
-    return f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
+    return f"{JS_API}.CONSUMER.MSG.NEXT.{stream}.{consumer}"
 
 
 def executor_durable(executor_id: str) -> str:

@@ -14,7 +14,9 @@ from typing import Any
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-API = "$JS.API"
+from contracts.subjects import JS_API
+
+API = JS_API
 CHUNK_BYTES = 128 * 1024
 """Well under the broker's 1 MiB payload limit."""
 SNAPSHOT_IDLE_S = 30.0

@@ -15,7 +15,7 @@ import nats.errors
 import nats.js.errors
 import orjson
 
-from contracts.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
+from contracts.subjects import EVENTS_STREAM, EVENTS_SUBJECTS, direct_get
 from services.runtime.bus import EventBus
 from services.runtime.follower import RESTART_DELAY_S, Fact, OrderedReader, ReaderInterrupted
 from services.runtime.kv import read_page
@@ -131,7 +131,7 @@ def published_at(fact: Fact) -> datetime | None:
 async def _sequence_before(bus: EventBus, subject: str, since: datetime) -> int:
     """The sequence just before the first fact on `subject` stored at `since` or later (the head: none is)."""
     request = orjson.dumps({"start_time": since.isoformat(), "next_by_subj": subject})
-    reply = await bus.nc.request(f"{bus.js._prefix}.DIRECT.GET.{EVENTS_STREAM}", request, timeout=START_TIMEOUT_S)
+    reply = await bus.nc.request(direct_get(EVENTS_STREAM), request, timeout=START_TIMEOUT_S)
     headers = reply.headers or {}
     if "Nats-Sequence" not in headers:
         return await head(bus)  # 404: nothing stored since then

@@ -18,6 +18,7 @@ from nats.aio.msg import Msg
 from nats.js.client import JetStreamContext
 from nats.js.kv import KeyValue
 
+from contracts.subjects import direct_get
 from services.runtime.bus import EventBus
 from services.runtime.placement import until_placed
 from services.runtime.replicas import ScanFailed, leader_floor
@@ -109,7 +110,7 @@ async def read_subject(js: JetStreamContext, stream: str, subject: str, *,
     `subject` at least (see the module's docstring)."""
     nc = js._nc
     loop = asyncio.get_running_loop()
-    api_subject = f"{js._prefix}.DIRECT.GET.{stream}"
+    api_subject = direct_get(stream)
     found: list[StoredMessage] = []
     page = _Page(loop.create_future())
     floor = await leader_floor(js, stream, subject) if coherent else 0
@@ -201,7 +202,7 @@ async def _read_one_page(js: JetStreamContext, stream: str, subject: str, after:
 
     replies = await nc.subscribe(nc.new_inbox(), cb=on_reply)
     try:
-        await nc.publish(f"{js._prefix}.DIRECT.GET.{stream}", orjson.dumps(
+        await nc.publish(direct_get(stream), orjson.dumps(
             {"seq": after + 1, "next_by_subj": subject, "batch": limit, "max_bytes": max_bytes}),
             reply=replies.subject)
         try:

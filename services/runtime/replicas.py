@@ -10,6 +10,8 @@ import nats.errors
 import nats.js.errors
 from nats.js.client import JetStreamContext
 
+from contracts.subjects import JS_API
+
 LEADER_TIMEOUT_S = 2.0
 """How long the leader may take to answer. A stream electing a leader answers nobody (its publishes fail too);
 reads then fail fast (`ScanFailed`, as for a scan that cannot finish) rather than answer from a replica that may
@@ -25,7 +27,7 @@ class ScanFailed(nats.errors.Error):
 async def leader_floor(js: JetStreamContext, stream: str, subject: str) -> int:
     """The sequence a direct read of `subject` (a filter) must reach to miss nothing acknowledged before it began;
     0 on a single-replica stream and when `subject` holds nothing."""
-    leader = JetStreamContext(js._nc, prefix=js._prefix, timeout=LEADER_TIMEOUT_S)
+    leader = JetStreamContext(js._nc, prefix=JS_API, timeout=LEADER_TIMEOUT_S)
     if not await _replicated(leader, js, stream):
         return 0
     try:
