@@ -48,9 +48,7 @@ from contracts.archive import (
 )
 from contracts.events.batch import (
     BatchAssigned,
-    BatchCompleted,
     BatchCreated,
-    BatchFinalizing,
     BatchProgressed,
     BatchStarted,
     BatchValidated,
@@ -69,6 +67,7 @@ from services.runtime.bus import EventBus
 from services.runtime.objectstore import ObjectStore
 from services.runtime.readmodel import ReadModel
 from services.runtime.settings import ConnectionSettings
+from tests.factories import batch_life
 
 ACTIVE = 10
 """Batches running at once: their facts interleave in the stream."""
@@ -76,22 +75,8 @@ ACTIVE = 10
 
 def life(n: int, events: int) -> list[Event]:
     """One batch from creation to completion in exactly `events` facts (at least 7)."""
-    batch_id, chunks = f"batch_bench{n:06d}", events - 6
-    return [
-        BatchCreated(aggregate_id=batch_id, owner_key_id="key_bench", input_file_id=f"file-{n}",
-                     input_object_key=f"files/file-{n}", endpoint="/v1/chat/completions", completion_window="24h",
-                     created_at=1_700_000_000, expires_at=1_700_086_400),
-        BatchValidated(aggregate_id=batch_id, total_lines=chunks * 8, model="m", owner_key_id="key_bench",
-                       endpoint="/v1/chat/completions", input_object_key=f"files/file-{n}"),
-        BatchAssigned(aggregate_id=batch_id, executor_id="exec-1", attempt=1, lease_token="t"),
-        BatchStarted(aggregate_id=batch_id, executor_id="exec-1", attempt=1, engine="llamacpp", engine_version="1"),
-        *(BatchProgressed(aggregate_id=batch_id, attempt=1, chunk=c, chunk_key=f"c{c}", completed=8 * (c + 1),
-                          failed=0) for c in range(chunks)),
-        BatchFinalizing(aggregate_id=batch_id, attempt=1),
-        BatchCompleted(aggregate_id=batch_id, output_file_id=f"out-{n}", error_file_id=None, completed=chunks * 8,
-                       failed=0, usage=BatchUsage(input_tokens=chunks * 80, output_tokens=chunks * 40,
-                                                  total_tokens=chunks * 120)),
-    ]
+    return batch_life(f"batch_bench{n:06d}", events - 6, lines_per_chunk=8, owner_key_id="key_bench",
+                      input_file_id=f"file-{n}", output_file_id=f"out-{n}", tokens_per_line=(10, 5))
 
 
 def running(n: int, first_chunk: int, chunks: int) -> list[Event]:

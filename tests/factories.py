@@ -1,5 +1,6 @@
 """A batch's life as the e2e tests and the benches tell it alike, through the OpenAI SDK: request lines, a JSONL
-upload, a batch waited to its end, and every input line counted in its output and error files."""
+upload, a batch waited to its end, and every input line counted in its output and error files; and as the log
+tells it (`batch_life`), for the ledger's tests and benches."""
 
 import io
 import json
@@ -10,6 +11,17 @@ from collections.abc import Iterable, Sequence
 from openai import AuthenticationError, OpenAI
 from openai.types import Batch
 
+from contracts.api.batch import BatchUsage
+from contracts.events.batch import (
+    BatchAssigned,
+    BatchCompleted,
+    BatchCreated,
+    BatchFinalizing,
+    BatchProgressed,
+    BatchStarted,
+    BatchValidated,
+)
+from contracts.events.envelope import Event
 from contracts.lifecycle import TERMINAL
 
 Line = dict[str, object]
@@ -96,3 +108,31 @@ def custom_ids_seen(client: OpenAI, batch: Batch) -> Counter[str]:
 def lost_and_duplicated(ids: Iterable[str], seen: Counter[str]) -> tuple[int, int]:
     """(input lines that appear in no file, extra copies of lines that appear more than once)."""
     return sum(1 for custom_id in ids if seen[custom_id] == 0), sum(n - 1 for n in seen.values() if n > 1)
+
+
+# A batch's life as the log tells it (the ledger's tests and benches fold these facts, no stack around them).
+
+
+def batch_life(batch_id: str, chunks: int, *, lines_per_chunk: int = 1, owner_key_id: str = "key_test",
+               input_file_id: str = "file-in", output_file_id: str = "out", finalizing: bool = True,
+               tokens_per_line: tuple[int, int] = (0, 0)) -> list[Event]:
+    """One batch from creation to completion, as the services state it: created, validated, assigned to `exec-1`,
+    started, `chunks` progress facts of `lines_per_chunk` lines each, finalizing (unless not), completed, with
+    `tokens_per_line` (input, output) of usage."""
+    total = chunks * lines_per_chunk
+    input_tokens, output_tokens = tokens_per_line[0] * total, tokens_per_line[1] * total
+    return [
+        BatchCreated(aggregate_id=batch_id, owner_key_id=owner_key_id, input_file_id=input_file_id,
+                     input_object_key=f"files/{input_file_id}", endpoint="/v1/chat/completions",
+                     completion_window="24h", created_at=1_700_000_000, expires_at=1_700_086_400),
+        BatchValidated(aggregate_id=batch_id, total_lines=total, model="m", owner_key_id=owner_key_id,
+                       endpoint="/v1/chat/completions", input_object_key=f"files/{input_file_id}"),
+        BatchAssigned(aggregate_id=batch_id, executor_id="exec-1", attempt=1, lease_token="t"),
+        BatchStarted(aggregate_id=batch_id, executor_id="exec-1", attempt=1, engine="llamacpp", engine_version="1"),
+        *(BatchProgressed(aggregate_id=batch_id, attempt=1, chunk=c, chunk_key=f"c{c}",
+                          completed=lines_per_chunk * (c + 1), failed=0) for c in range(chunks)),
+        *([BatchFinalizing(aggregate_id=batch_id, attempt=1)] if finalizing else []),
+        BatchCompleted(aggregate_id=batch_id, output_file_id=output_file_id, error_file_id=None, completed=total,
+                       failed=0, usage=BatchUsage(input_tokens=input_tokens, output_tokens=output_tokens,
+                                                  total_tokens=input_tokens + output_tokens)),
+    ]

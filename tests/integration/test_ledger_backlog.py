@@ -7,15 +7,6 @@ from typing import Any
 import pytest
 from nats.aio.subscription import Subscription
 
-from contracts.api.batch import BatchUsage
-from contracts.events.batch import (
-    BatchAssigned,
-    BatchCompleted,
-    BatchCreated,
-    BatchProgressed,
-    BatchStarted,
-    BatchValidated,
-)
 from contracts.events.envelope import Event
 from contracts.readmodel import BatchRecord
 from contracts.subjects import EVENTS_STREAM
@@ -24,6 +15,7 @@ from services.ledger.replay import replay_into_scratch
 from services.runtime.bus import EventBus
 from services.runtime.follower import OrderedReader
 from tests.conftest import RunningNats
+from tests.factories import batch_life
 
 BATCHES, CHUNKS = 30, 995
 """30 batches of 1,000 facts each: 30,000 facts, six times the client buffer below."""
@@ -32,20 +24,8 @@ WAIT_S = 120.0
 
 
 def life(n: int) -> list[Event]:
-    batch_id = f"batch_backlog{n:03d}"
-    return [
-        BatchCreated(aggregate_id=batch_id, owner_key_id="key_b", input_file_id=f"file-{n}",
-                     input_object_key=f"files/file-{n}", endpoint="/v1/chat/completions", completion_window="24h",
-                     created_at=1_700_000_000, expires_at=1_700_086_400),
-        BatchValidated(aggregate_id=batch_id, total_lines=CHUNKS, model="m", owner_key_id="key_b",
-                       endpoint="/v1/chat/completions", input_object_key=f"files/file-{n}"),
-        BatchAssigned(aggregate_id=batch_id, executor_id="exec-1", attempt=1, lease_token="t"),
-        BatchStarted(aggregate_id=batch_id, executor_id="exec-1", attempt=1, engine="llamacpp", engine_version="1"),
-        *(BatchProgressed(aggregate_id=batch_id, attempt=1, chunk=c, chunk_key=f"c{c}", completed=c + 1, failed=0)
-          for c in range(CHUNKS)),
-        BatchCompleted(aggregate_id=batch_id, output_file_id=f"out-{n}", error_file_id=None, completed=CHUNKS,
-                       failed=0, usage=BatchUsage()),
-    ]
+    return batch_life(f"batch_backlog{n:03d}", CHUNKS, owner_key_id="key_b", input_file_id=f"file-{n}",
+                      output_file_id=f"out-{n}", finalizing=False)
 
 
 @pytest.fixture

@@ -9,16 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-from contracts.api.batch import BatchUsage
-from contracts.events.batch import (
-    BatchAssigned,
-    BatchCompleted,
-    BatchCreated,
-    BatchFinalizing,
-    BatchProgressed,
-    BatchStarted,
-    BatchValidated,
-)
 from contracts.events.envelope import Event
 from services.ledger.application import Ledger, persistence_env
 from services.ledger.chain import first_break
@@ -27,27 +17,14 @@ from services.runtime import eventlog
 from services.runtime.bus import EventBus
 from services.runtime.readmodel import ReadModel
 from tests.conftest import RunningNats
+from tests.factories import batch_life
 from tests.integration.test_ledger_rebuild import running_ledger
 
 BATCHES, CHUNKS, CRASHES = 12, 150, 4
 
 
 def batch_story(n: int) -> list[Event]:
-    batch_id, total = f"batch_crash{n}", CHUNKS * 10
-    return [
-        BatchCreated(aggregate_id=batch_id, owner_key_id="key_ab", input_file_id="file-in",
-                     input_object_key="files/file-in", endpoint="/v1/chat/completions", completion_window="24h",
-                     created_at=1_700_000_000, expires_at=1_700_086_400),
-        BatchValidated(aggregate_id=batch_id, total_lines=total, model="m", owner_key_id="key_ab",
-                       endpoint="/v1/chat/completions", input_object_key="files/file-in"),
-        BatchAssigned(aggregate_id=batch_id, executor_id="exec-1", attempt=1, lease_token="t"),
-        BatchStarted(aggregate_id=batch_id, executor_id="exec-1", attempt=1, engine="llamacpp", engine_version="1"),
-        *(BatchProgressed(aggregate_id=batch_id, attempt=1, chunk=c, chunk_key=f"c{c}", completed=10 * (c + 1),
-                          failed=0) for c in range(CHUNKS)),
-        BatchFinalizing(aggregate_id=batch_id, attempt=1),
-        BatchCompleted(aggregate_id=batch_id, output_file_id="out", error_file_id=None, completed=total, failed=0,
-                       usage=BatchUsage(input_tokens=7 * total, output_tokens=3 * total, total_tokens=10 * total)),
-    ]
+    return batch_life(f"batch_crash{n}", CHUNKS, lines_per_chunk=10, owner_key_id="key_ab", tokens_per_line=(7, 3))
 
 
 def start_ledger(url: str, db_path: Path, log: Path) -> subprocess.Popen[bytes]:
