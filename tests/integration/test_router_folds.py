@@ -3,11 +3,16 @@ for one term at a time on that term's dependencies, from the log's start, told o
 it declares reach it; it stops when its term (or the service's scope) ends."""
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+
+from faststream.nats import NatsBroker
 
 from contracts.events.batch import BatchReleased, LineRejected
 from contracts.ids import new_batch_id
 from services.runtime.broker import open_bus, service_broker
+from services.runtime.bus import EventBus
 from services.runtime.delivery import ServiceRouter
 from services.runtime.folds import LogFollower
 from services.runtime.follower import Fact
@@ -46,15 +51,24 @@ RELEASES = LogFollower("tests", (BatchReleased,), "Count releases.", take=take, 
 SERVICE_WIDE = LogFollower("tests-all", (BatchReleased,), "Count releases.", take=take, caught_up=told)
 
 
-async def test_a_leader_only_fold_runs_for_each_term_on_its_dependencies_from_the_start(
-        nats_server: RunningNats) -> None:
-    broker = service_broker(nats_server.url, "tests-folds")
+@asynccontextmanager
+async def started(url: str, follower: LogFollower) -> AsyncIterator[tuple[NatsBroker, ServiceRouter, EventBus]]:
+    """A broker running a router that declares `follower`."""
+    broker = service_broker(url, "tests-folds")
     router = ServiceRouter("tests", dependencies="tests")
-    router.follows(RELEASES)
+    router.follows(follower)
     broker.include_router(router)
     bus = await open_bus(broker, "tests-folds")
     await broker.start()
     try:
+        yield broker, router, bus
+    finally:
+        await broker.stop()
+
+
+async def test_a_leader_only_fold_runs_for_each_term_on_its_dependencies_from_the_start(
+        nats_server: RunningNats) -> None:
+    async with started(nats_server.url, RELEASES) as (broker, router, bus):
         ids = [new_batch_id() for _ in range(3)]  # a release a batch: the same fact twice is one (deduplicated)
         first = await bus.publish(BatchReleased(aggregate_id=ids[0], released_by_key_id="key_a"))
         await bus.publish(LineRejected(aggregate_id=ids[0], line=1, code="invalid_json", message="not JSON"))
@@ -73,18 +87,10 @@ async def test_a_leader_only_fold_runs_for_each_term_on_its_dependencies_from_th
         async with router.leading(broker, next_term, bus):  # a new term folds the whole log again
             await grown_to(next_term, 3)
             await asyncio.wait_for(next_term.caught_up.wait(), WAIT_S)
-    finally:
-        await broker.stop()
 
 
 async def test_a_service_wide_fold_runs_in_its_scope_and_a_failing_handler_ends_it(nats_server: RunningNats) -> None:
-    broker = service_broker(nats_server.url, "tests-folds")
-    router = ServiceRouter("tests", dependencies="tests")
-    router.follows(SERVICE_WIDE)
-    broker.include_router(router)
-    bus = await open_bus(broker, "tests-folds")
-    await broker.start()
-    try:
+    async with started(nats_server.url, SERVICE_WIDE) as (_, router, bus):
         batch_id = new_batch_id()
         tally = Tally({batch_id})
         async with router.folding(bus, tally) as folds:
@@ -101,5 +107,3 @@ async def test_a_service_wide_fold_runs_in_its_scope_and_a_failing_handler_ends_
         async with failing.folding(bus, Tally({batch_id})) as folds:
             await asyncio.wait(folds.tasks, timeout=WAIT_S)
             assert isinstance(folds.failure(), RuntimeError)
-    finally:
-        await broker.stop()
