@@ -110,8 +110,9 @@ class LedgerApp:
                     await asyncio.wait([stopped, *folds.tasks], return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     stopped.cancel()
-                if (failure := folds.failure()) is not None:
-                    raise failure
+                if not stop.is_set():  # the fold ended (it only ends failing): stop folding, then fail
+                    stop.set()
+                    raise folds.failure() or RuntimeError("the ledger's fold ended")
         finally:
             await cancel_and_join([announcer, *([keeper] if keeper else [])])
             await worker

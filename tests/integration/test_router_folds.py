@@ -6,16 +6,22 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import pytest
 from faststream.nats import NatsBroker
 
 from contracts.events.batch import BatchReleased, LineRejected
 from contracts.ids import new_batch_id
+from services.ledger.app import create_app
+from services.ledger.handlers import Folder
+from services.ledger.settings import LedgerSettings
 from services.runtime.broker import open_bus, service_broker
 from services.runtime.bus import EventBus
 from services.runtime.delivery import ServiceRouter
 from services.runtime.folds import LogFollower
 from services.runtime.follower import Fact
+from services.runtime.settings import ConnectionSettings
 from tests.conftest import RunningNats
 
 WAIT_S = 10
@@ -107,3 +113,21 @@ async def test_a_service_wide_fold_runs_in_its_scope_and_a_failing_handler_ends_
         async with failing.folding(bus, Tally({batch_id})) as folds:
             await asyncio.wait(folds.tasks, timeout=WAIT_S)
             assert isinstance(folds.failure(), RuntimeError)
+
+
+async def test_a_ledger_whose_fold_fails_stops_with_the_error_instead_of_waiting_for_ever(
+        fresh_nats: RunningNats, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bus = await EventBus.connect(fresh_nats.url, "tests")
+    try:
+        await bus.publish(BatchReleased(aggregate_id=new_batch_id(), released_by_key_id="key_a"))
+    finally:
+        await bus.close()
+
+    async def broken(folder: Folder, facts: list[Fact]) -> None:
+        raise RuntimeError("the fold's handler broke")
+
+    monkeypatch.setattr(Folder, "receive", broken)
+    app = create_app(LedgerSettings(connection=ConnectionSettings(nats_url=fresh_nats.url),
+                                    db_path=tmp_path / "ledger.sqlite"))
+    with pytest.raises(RuntimeError, match="handler broke"):
+        await asyncio.wait_for(app.run(asyncio.Event()), 30)
