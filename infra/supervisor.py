@@ -30,6 +30,7 @@ from infra.private import PRIVATE_UMASK, make_private
 from infra.process_env import StackSecrets, server_env, service_env
 from infra.tls import ServerTls, ensure_server_tls
 from services.runtime.nats_tls import is_local_host
+from services.runtime.process import SUPERVISOR_PID
 from services.runtime.settings import ConnectionSettings
 
 log = logging.getLogger("sheshnag.up")
@@ -263,7 +264,8 @@ class Stack:
     def start_services(self) -> None:
         secrets, settings = self.secrets(), self.settings_env()
         for index, name in enumerate(SERVICES):
-            env = metrics_env(service_env(name, os.environ, secrets, settings), index)
+            env = {**metrics_env(service_env(name, os.environ, secrets, settings), index),
+                   SUPERVISOR_PID: str(os.getpid())}  # a service stops once this process is gone
             child = Supervised(name, [sys.executable, "-m", f"services.{name}"], env, self.logs / f"{name}.log")
             child.start()
             self.children.append(child)

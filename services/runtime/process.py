@@ -38,6 +38,10 @@ def configure_observability(service: str, level: str, metrics: tuple[str, int] |
     serve_metrics(metrics[1], metrics[0])
 
 
+SUPERVISOR_PID = "SHESHNAG_SUPERVISOR_PID"
+"""Set by `sheshnag up` for the services it starts: the pid of their supervisor. A service whose supervisor is gone
+(killed outright, so it never stopped its children) stops cleanly instead of running on unsupervised."""
+SUPERVISOR_CHECK_S = 1.0
 STOP_GRACE_S = 90.0
 """How long a clean stop may take (requests in flight end by their own timeouts well within it) before the
 process exits anyway: a service always stops on SIGTERM."""
@@ -66,9 +70,26 @@ def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> Non
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, signalled)
-        await main(stop)
+        watch = asyncio.create_task(_stop_when_orphaned(stop, signalled))
+        try:
+            await main(stop)
+        finally:
+            watch.cancel()
 
     asyncio.run(runner())
+
+
+async def _stop_when_orphaned(stop: asyncio.Event, stop_now: Callable[[], None]) -> None:
+    """With a supervisor (`SUPERVISOR_PID`): once this process's parent is no longer it, stop as on SIGTERM."""
+    supervisor = os.environ.get(SUPERVISOR_PID, "")
+    if not supervisor.isdigit():
+        return
+    while not stop.is_set():
+        if os.getppid() != int(supervisor):
+            logging.getLogger(__name__).warning("supervisor %s is gone; stopping", supervisor)
+            stop_now()
+            return
+        await asyncio.sleep(SUPERVISOR_CHECK_S)
 
 
 def run_service(name: str, log_level: str, main: Callable[[asyncio.Event], Awaitable[None]], *,
