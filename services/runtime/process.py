@@ -80,9 +80,10 @@ def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> Non
 
 
 async def _stop_when_orphaned(stop: asyncio.Event, stop_now: Callable[[], None]) -> None:
-    """With a supervisor (`SUPERVISOR_PID`): once this process's parent is no longer it, stop as on SIGTERM."""
+    """Started by its supervisor (`SUPERVISOR_PID` names this process's parent): once the parent is no longer it,
+    stop as on SIGTERM. A process started by anything else (the variable inherited from elsewhere) is left alone."""
     supervisor = os.environ.get(SUPERVISOR_PID, "")
-    if not supervisor.isdigit():
+    if not supervisor.isdigit() or os.getppid() != int(supervisor):
         return
     while not stop.is_set():
         if os.getppid() != int(supervisor):

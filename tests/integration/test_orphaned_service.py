@@ -1,5 +1,6 @@
 """A service started by `sheshnag up` stops cleanly once its supervisor is gone (killed outright, it never stopped
-its children), instead of running on unsupervised; one started by anything else ignores its parent."""
+its children), instead of running on unsupervised; one started by anything else ignores its parent, also with the
+supervisor's variable copied from another service's environment."""
 
 import os
 import signal
@@ -7,6 +8,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 SERVICE = """
 import asyncio, sys
@@ -25,6 +28,8 @@ import os, subprocess, sys, time
 env = dict(os.environ)
 if sys.argv[2] == "supervised":
     env["SHESHNAG_SUPERVISOR_PID"] = str(os.getpid())
+elif sys.argv[2] == "inherited":  # the variable copied from another service's environment: not its parent
+    env["SHESHNAG_SUPERVISOR_PID"] = "1"
 child = subprocess.Popen([sys.executable, "-c", sys.argv[3], sys.argv[1]], env=env, start_new_session=True)
 print(child.pid, flush=True)
 time.sleep(600)
@@ -62,8 +67,9 @@ def test_a_supervised_service_stops_cleanly_once_its_supervisor_is_killed(tmp_pa
     assert not alive(child) and state.read_text() == "stopped cleanly"
 
 
-def test_a_service_started_otherwise_runs_on_when_its_parent_goes(tmp_path: Path) -> None:
-    supervisor, child, state = start(tmp_path, "unsupervised")
+@pytest.mark.parametrize("mode", ["unsupervised", "inherited"])
+def test_a_service_started_otherwise_runs_on_when_its_parent_goes(tmp_path: Path, mode: str) -> None:
+    supervisor, child, state = start(tmp_path, mode)
     try:
         supervisor.send_signal(signal.SIGKILL)
         supervisor.wait()
