@@ -25,6 +25,8 @@ R = TypeVar("R")
 RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 IDLE_POLL_S = 0.25
 BUSY_FACTS_PER_S = 250
+BUSY_WINDOW_S = 1.0
+"""The recent span over which that rate is measured."""
 """Facts folded in the last second from which the folder paces its groups: a burst of batches (hundreds of facts a
 second), not one client's batches one after another (a 1-line batch's life is ~12 facts in ~40 ms)."""
 MATERIALISE_BEHIND = 4
@@ -91,9 +93,9 @@ class Folder:
         """While busy with live facts, wait out what is left of `pace_s` since the previous group started."""
         loop = asyncio.get_running_loop()
         now = loop.time()
-        while self._recent and self._recent[0][0] < now - 1.0:
+        while self._recent and self._recent[0][0] < now - BUSY_WINDOW_S:
             self._recent.popleft()
-        busy = sum(count for _, count in self._recent) >= BUSY_FACTS_PER_S
+        busy = sum(count for _, count in self._recent) >= BUSY_FACTS_PER_S * BUSY_WINDOW_S
         catching_up = self.head_seen - self.folded_through > self.group_size  # a backlog folds as fast as it can
         wait = self._last_group_at + self.pace_s - now
         if busy and not catching_up and wait > 0:
