@@ -58,8 +58,8 @@ from contracts.subjects import EVENTS_STREAM, batch_events
 from infra.embedded import free_port
 from services.executor.adapters.engines.llamacpp import LlamaCppEngine
 from services.executor.settings import ExecutorSettings
-from services.runtime.catalogue import load_catalogue
-from services.runtime.kv import read_page
+from services.runtime.nats.kv import read_page
+from services.runtime.storage.catalogue import load_catalogue
 from services.scheduler.book import Book
 from services.scheduler.decisions import Action, Assign, Wait, decide
 from services.scheduler.fair_share import FairQueue, QueuedBatch

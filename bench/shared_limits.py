@@ -23,7 +23,7 @@ from infra.embedded import S3Credentials, free_port, start_nats, start_seaweed, 
 from services.gateway.adapters.shared_state import SharedState, SharedStateUnavailable
 from services.gateway.http.auth_failures import AUTH_FAILURES
 from services.gateway.http.limits import CONTROL_LIMITER
-from services.runtime.settings import ConnectionSettings
+from services.runtime.process.settings import ConnectionSettings
 from tests.integration.gateway_pair import key_of_role
 from tests.integration.gateway_support import running_gateway
 

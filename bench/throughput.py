@@ -21,7 +21,7 @@ import xllamacpp
 from openai import OpenAI
 
 from infra.embedded import free_port
-from services.runtime.catalogue import load_catalogue, resolve_artifact
+from services.runtime.storage.catalogue import load_catalogue, resolve_artifact
 from tests.e2e.conftest import ADMIN_KEY, start_stack, stop_stack
 from tests.factories import Line, run_batch, upload, upload_when_key_known
 

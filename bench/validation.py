@@ -30,8 +30,8 @@ import psutil
 
 from bench.cpu import cpu_seconds
 from infra.embedded import free_port
-from services.runtime.objectstore import ObjectStore
-from services.runtime.settings import ConnectionSettings
+from services.runtime.process.settings import ConnectionSettings
+from services.runtime.storage.objectstore import ObjectStore
 from tests.e2e.conftest import ADMIN_KEY, RunningStack, start_stack, stop_stack
 
 WORDS = ("batch request model token latency stream queue worker memory cluster prompt answer summary report "

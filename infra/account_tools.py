@@ -15,10 +15,10 @@ from services.gateway.usecases import billing
 from services.gateway.usecases.accounts import Accounts
 from services.gateway.usecases.refusals import ApiError, parse_fields
 from services.gateway.usecases.revocation import find_key, revoke_key
-from services.runtime.bus import TOOL_ATTEMPTS, EventBus
-from services.runtime.catalogue import load_catalogue
-from services.runtime.readmodel import ReadModel
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.bus import TOOL_ATTEMPTS, EventBus
+from services.runtime.nats.readmodel import ReadModel
+from services.runtime.process.settings import ConnectionSettings
+from services.runtime.storage.catalogue import load_catalogue
 
 
 @asynccontextmanager

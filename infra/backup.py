@@ -36,10 +36,10 @@ from infra.private import PRIVATE_UMASK
 from infra.stack_state import find_stack
 from infra.supervisor import Stack
 from services.ledger.settings import LedgerSettings
-from services.runtime.bus import TOOL_ATTEMPTS, open_connection
-from services.runtime.nats_tls import InsecureBrokerUrl
-from services.runtime.objectstore import ObjectStore
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.bus import TOOL_ATTEMPTS, open_connection
+from services.runtime.nats.tls import InsecureBrokerUrl
+from services.runtime.process.settings import ConnectionSettings
+from services.runtime.storage.objectstore import ObjectStore
 
 MANIFEST = "manifest.json"
 LEDGER_FILE = "ledger.sqlite"

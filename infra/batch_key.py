@@ -14,10 +14,10 @@ from pathlib import Path
 from infra.stack_state import StackState, read_state
 from services.gateway.settings import GatewaySettings
 from services.gateway.usecases.accounts import Accounts, create_key
-from services.runtime.bus import TOOL_ATTEMPTS, EventBus
-from services.runtime.catalogue import load_catalogue
-from services.runtime.readmodel import ReadModel
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.bus import TOOL_ATTEMPTS, EventBus
+from services.runtime.nats.readmodel import ReadModel
+from services.runtime.process.settings import ConnectionSettings
+from services.runtime.storage.catalogue import load_catalogue
 
 CLI_KEY_FILE = "cli-api-key"
 CLI_KEY_LABEL = "sheshnag batch (data dir)"

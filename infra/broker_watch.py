@@ -23,7 +23,7 @@ import nats.errors
 import orjson
 from nats.aio.client import Client
 
-from services.runtime.storage import reserve_for
+from services.runtime.storage.volumes import reserve_for
 
 log = logging.getLogger("sheshnag.up")
 
@@ -169,7 +169,7 @@ class WaitReady(Protocol):
 def jetstream_limits(store: Path) -> str:
     """The broker's config block that sizes its file store by its volume, not by 75 % of what is free when it starts
     (its default): restarted on a fuller disk, JetStream would otherwise refuse every write as over its limit. The
-    free-space reserve (services/runtime/storage.py) is what keeps the disk from filling."""
+    free-space reserve (services/runtime/storage/volumes.py) is what keeps the disk from filling."""
     try:
         stat = os.statvfs(store)
     except OSError:

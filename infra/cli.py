@@ -45,11 +45,11 @@ from infra.stack_state import StackState, find_stack, remove_state, write_state
 from infra.status import status as show_status
 from infra.supervisor import SERVICES, Stack, pick_port, url_host
 from infra.tls import fingerprint
-from services.runtime.bus import BrokerUnreachable, EventBus
-from services.runtime.catalogue import install_command, load_catalogue, missing_package
-from services.runtime.config_file import CONFIG_FILE_VARIABLE, ConfigFileError
-from services.runtime.nats_tls import InsecureBrokerUrl
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.bus import BrokerUnreachable, EventBus
+from services.runtime.nats.tls import InsecureBrokerUrl
+from services.runtime.process.config_file import CONFIG_FILE_VARIABLE, ConfigFileError
+from services.runtime.process.settings import ConnectionSettings
+from services.runtime.storage.catalogue import install_command, load_catalogue, missing_package
 
 log = logging.getLogger("sheshnag.up")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from contracts.events.key import KeyCreated, KeyRole
 from contracts.ids import hash_api_key, new_api_key
-from services.runtime.bus import EventBus
+from services.runtime.nats.bus import EventBus
 
 KEY_ID_SECRET = "key-id-secret"
 

@@ -11,8 +11,8 @@ from typing import get_args
 
 from contracts.catalogue import MODEL_OBJECTS_PREFIX, OBJECT_SCHEME, CatalogueModel
 from contracts.events.executor import EngineName
-from services.runtime.objectstore import UPLOAD_PART_BYTES, ObjectStore
-from services.runtime.settings import ConnectionSettings
+from services.runtime.process.settings import ConnectionSettings
+from services.runtime.storage.objectstore import UPLOAD_PART_BYTES, ObjectStore
 
 DEFAULT_ENDPOINTS = ["/v1/chat/completions", "/v1/completions", "/v1/responses"]
 ENTRY_FIELDS = ("id", "engine", "artifact", "sha256", "context_length", "slots", "memory_bytes", "endpoints",

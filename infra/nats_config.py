@@ -60,7 +60,7 @@ def _tls_block(tls: Tls, indent: str, peers: bool) -> list[str]:
     if peers and tls.ca:
         lines += [f"{indent}  ca_file: {_value(tls.ca)}", f"{indent}  verify: true"]
     if not peers:
-        # Sheshnag's clients start TLS before the server speaks (services/runtime/nats_tls.py); others are
+        # Sheshnag's clients start TLS before the server speaks (services/runtime/nats/tls.py); others are
         # answered the classic way (INFO, then the upgrade) once they have said nothing for this long.
         lines.append(f'{indent}  handshake_first: "{HANDSHAKE_FIRST_WAIT}"')
     return [*lines, f"{indent}  timeout: 2", f"{indent}}}"]

@@ -7,7 +7,7 @@ S3 credentials and no core broker credentials: objects come through presigned UR
 
 The worker key goes only where it is safe: the gateway must prove it is the deployment's (https:// off this host,
 its certificate chained to the CA `--ca-sha256` pins, else to one of the system's), and the broker it names must be
-`tls://` (then verified against the CA the gateway gave, TLS first: services/runtime/nats_tls.py).
+`tls://` (then verified against the CA the gateway gave, TLS first: services/runtime/nats/tls.py).
 """
 
 import argparse
@@ -25,7 +25,7 @@ from typing import NoReturn
 from urllib.parse import urlsplit
 
 from infra.private import PRIVATE_UMASK, write_private
-from services.runtime.nats_tls import InsecureBrokerUrl, is_local_host, require_tls
+from services.runtime.nats.tls import InsecureBrokerUrl, is_local_host, require_tls
 
 CONNECTION_PATH = "/v1/provider/connection"
 CA_FILE, ID_FILE = "broker-ca.pem", "executor-id"

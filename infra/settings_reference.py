@@ -17,8 +17,8 @@ from pydantic_settings import BaseSettings
 from services.executor.settings import ExecutorSettings
 from services.gateway.settings import GatewaySettings
 from services.ledger.settings import LedgerSettings
-from services.runtime.config_file import section_of
-from services.runtime.settings import ConnectionSettings
+from services.runtime.process.config_file import section_of
+from services.runtime.process.settings import ConnectionSettings
 from services.scheduler.settings import SchedulerSettings
 from services.validator.settings import ValidatorSettings
 

@@ -4,12 +4,12 @@ consumer lag, free space per volume."""
 import json
 import time
 
-from services.runtime.bus import TOOL_ATTEMPTS, EventBus
-from services.runtime.fleet import Fleet
-from services.runtime.overview import Overview, gather
-from services.runtime.readmodel import ReadModel
-from services.runtime.settings import ConnectionSettings
-from services.runtime.storage import measure
+from services.gateway.usecases.overview import Overview, gather
+from services.runtime.nats.bus import TOOL_ATTEMPTS, EventBus
+from services.runtime.nats.fleet import Fleet
+from services.runtime.nats.readmodel import ReadModel
+from services.runtime.process.settings import ConnectionSettings
+from services.runtime.storage.volumes import measure
 
 BAR_WIDTH = 24
 

@@ -29,9 +29,9 @@ from infra.nats_config import client_tls, core_url
 from infra.private import PRIVATE_UMASK, make_private
 from infra.process_env import StackSecrets, server_env, service_env
 from infra.tls import ServerTls, ensure_server_tls
-from services.runtime.nats_tls import is_local_host
-from services.runtime.process import SUPERVISOR_PID
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.tls import is_local_host
+from services.runtime.process.runner import SUPERVISOR_PID
+from services.runtime.process.settings import ConnectionSettings
 
 log = logging.getLogger("sheshnag.up")
 

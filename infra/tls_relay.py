@@ -11,8 +11,8 @@ import logging
 import sys
 from pathlib import Path
 
-from services.runtime.process import configure_logging, run_until_signalled
-from services.runtime.tls_server import reload_on_hangup, server_context
+from services.runtime.process.runner import configure_logging, run_until_signalled
+from services.runtime.process.tls_server import reload_on_hangup, server_context
 
 log = logging.getLogger("sheshnag.tls_relay")
 

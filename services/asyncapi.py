@@ -17,7 +17,7 @@ from faststream.specification import AsyncAPI
 from contracts.events.envelope import Event
 from services.executor.handlers import executor_router
 from services.ledger.handlers import ledger_router
-from services.runtime.delivery import LogFollower, ServiceRouter, fact_filter
+from services.runtime.nats.delivery import LogFollower, ServiceRouter, fact_filter
 from services.scheduler.handlers import scheduler_router
 from services.validator.handlers import validator_router
 

@@ -15,9 +15,9 @@ from types import FrameType
 import pytest
 
 from infra.embedded import S3Credentials, free_port, start_nats, start_seaweed, stop_process
-from services.runtime.bus import EventBus
-from services.runtime.objectstore import ObjectStore
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.bus import EventBus
+from services.runtime.process.settings import ConnectionSettings
+from services.runtime.storage.objectstore import ObjectStore
 
 
 def pytest_configure(config: pytest.Config) -> None:

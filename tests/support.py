@@ -6,8 +6,8 @@ from contextlib import aclosing
 
 from contracts.events.registry import AnyEvent, decode_event
 from contracts.subjects import batch_events
-from services.runtime import eventlog
-from services.runtime.bus import EventBus
+from services.runtime.nats import eventlog
+from services.runtime.nats.bus import EventBus
 
 
 async def batch_facts(bus: EventBus, batch_id: str, until: Callable[[AnyEvent], bool],

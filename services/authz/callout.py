@@ -26,12 +26,12 @@ from services.authz import nkey_jwt
 from services.authz.disconnect import AdmittedConnections, Connection, Disconnector
 from services.authz.keyring import CalloutKeys
 from services.authz.request import AuthRequest, ForgedRequest, opened
-from services.runtime.bus import EventBus
-from services.runtime.facts import next_fact
-from services.runtime.fleet import Fleet
-from services.runtime.readmodel import ReadModel
-from services.runtime.revocations import revoked
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.facts import next_fact
+from services.runtime.nats.fleet import Fleet
+from services.runtime.nats.readmodel import ReadModel
+from services.runtime.nats.revocations import revoked
+from services.runtime.process.settings import ConnectionSettings
 from services.scheduler.book import ExecutorOwner
 from services.scheduler.registration import worker_key_refusal
 

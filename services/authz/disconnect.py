@@ -21,8 +21,8 @@ from contracts.events.executor import ExecutorRegistered
 from contracts.events.key import KeyRevoked
 from contracts.events.registry import decode_event
 from contracts.subjects import EXECUTOR_REGISTERED, KEY_REVOKED, SERVER_DISCONNECTS, server_kick
-from services.runtime.nats_client import ReadmittingClient, server_list
-from services.runtime.settings import connection_settings
+from services.runtime.nats.client import ReadmittingClient, server_list
+from services.runtime.process.settings import connection_settings
 from services.scheduler.book import ExecutorOwner
 
 log = logging.getLogger(__name__)

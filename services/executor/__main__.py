@@ -4,7 +4,7 @@
 from services.executor.adapters.refusals import EXIT_REFUSED, JoinRefused
 from services.executor.app import run_executor
 from services.executor.settings import ExecutorSettings
-from services.runtime.process import run_service
+from services.runtime.process.runner import run_service
 
 
 def main() -> None:

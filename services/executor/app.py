@@ -24,13 +24,13 @@ from services.executor.heartbeat import Rejoin, heartbeat
 from services.executor.retry import LineRetry
 from services.executor.runner import BatchRunner
 from services.executor.settings import ExecutorSettings
-from services.runtime import metrics
-from services.runtime.broker import ServiceBroker
-from services.runtime.bus import EventBus
-from services.runtime.catalogue import load_catalogue
-from services.runtime.delivery import ServiceRouter
-from services.runtime.objectstore import ObjectStore
-from services.runtime.tasks import cancel_and_join
+from services.runtime.nats.broker import ServiceBroker
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.delivery import ServiceRouter
+from services.runtime.process import metrics
+from services.runtime.process.tasks import cancel_and_join
+from services.runtime.storage.catalogue import load_catalogue
+from services.runtime.storage.objectstore import ObjectStore
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from contracts.events.batch import (
 from contracts.events.registry import AnyEvent
 from contracts.lifecycle import ENDING_FACTS, EndReason
 from services.executor.domain import REFUSED_ATTEMPT, chunk_position
-from services.runtime.foldrules import FoldRules
+from services.runtime.nats.foldrules import FoldRules
 
 StopReason = Literal["cancelled", "expired"]
 Outcome = EndReason

@@ -24,7 +24,7 @@ from services.executor.domain import (
     unrun_line,
     usage_of,
 )
-from services.runtime.bus import EventBus
+from services.runtime.nats.bus import EventBus
 
 log = logging.getLogger(__name__)
 

@@ -34,10 +34,10 @@ from services.executor.adapters.engines.shelf import EngineShelf
 from services.executor.adapters.watch import read_batch_log
 from services.executor.attempts import counts_as_committed
 from services.executor.runner import BatchRunner
-from services.runtime.bus import ConsumerPolicy, EventBus, FenceMoved, PoisonMessage
-from services.runtime.delivery import Durable, ServiceRouter
-from services.runtime.objectstore import ObjectNotFound
-from services.runtime.write_failures import through_write_faults, write_fault
+from services.runtime.nats.bus import ConsumerPolicy, EventBus, FenceMoved, PoisonMessage
+from services.runtime.nats.delivery import Durable, ServiceRouter
+from services.runtime.storage.objectstore import ObjectNotFound
+from services.runtime.storage.write_failures import through_write_faults, write_fault
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ class Executor:
 
 
 STORAGE_UNAVAILABLE = "storage_unavailable"
-"""An attempt given up on a write fault (services/runtime/write_failures.py): not counted against its unit."""
+"""An attempt given up on a write fault (services/runtime/storage/write_failures.py): not counted against its unit."""
 
 
 def attempt_failure_code(error: BaseException) -> str:

@@ -15,7 +15,7 @@ from typing import Protocol
 import nats.errors
 
 from contracts.events.executor import ExecutorAdvert
-from services.runtime.fleet import ADVERT_TTL_S
+from services.runtime.nats.fleet import ADVERT_TTL_S
 
 log = logging.getLogger(__name__)
 

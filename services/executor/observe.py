@@ -10,8 +10,8 @@ from prometheus_client import Counter, Gauge
 from services.executor.adapters.engines.base import Engine, EngineReply
 from services.executor.retry import LineRetry, run_line
 from services.executor.samples import run_samples
-from services.runtime import metrics
-from services.runtime.telemetry import tracer
+from services.runtime.process import metrics
+from services.runtime.process.telemetry import tracer
 
 _tracer = tracer("executor")
 

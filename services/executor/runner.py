@@ -41,7 +41,7 @@ from services.executor.domain import (
 from services.executor.finalizer import Finalizer, Publish
 from services.executor.retry import LineRetry
 from services.executor.slots import SlotPool
-from services.runtime.bus import EventBus, Fence, FenceMoved
+from services.runtime.nats.bus import EventBus, Fence, FenceMoved
 
 log = logging.getLogger(__name__)
 

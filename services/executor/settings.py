@@ -5,7 +5,7 @@ from pydantic_settings import SettingsConfigDict
 
 from contracts.catalogue import Catalogue, CatalogueModel
 from contracts.events.executor import EngineName
-from services.runtime.settings import ServiceSettings
+from services.runtime.process.settings import ServiceSettings
 
 
 class ExecutorSettings(ServiceSettings):

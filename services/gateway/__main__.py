@@ -6,9 +6,9 @@ import ssl
 from services.gateway.app import create_app
 from services.gateway.http.server import serve
 from services.gateway.settings import GatewaySettings
-from services.runtime.heap_diff import install_heap_diff
-from services.runtime.process import configure_observability, run_until_signalled
-from services.runtime.tls_server import reload_on_hangup, server_context
+from services.runtime.process.heap_diff import install_heap_diff
+from services.runtime.process.runner import configure_observability, run_until_signalled
+from services.runtime.process.tls_server import reload_on_hangup, server_context
 
 
 def main() -> None:

@@ -34,14 +34,14 @@ from services.gateway.http.transfer_slots import (
 )
 from services.gateway.settings import GatewaySettings
 from services.gateway.webhooks.deliverer import webhook_deliverer
-from services.runtime import metrics
-from services.runtime.bus import EventBus
-from services.runtime.catalogue import load_catalogue
-from services.runtime.fleet import Fleet
-from services.runtime.kv import ensure_direct_reads, open_bucket
-from services.runtime.objectstore import ObjectStore
-from services.runtime.readmodel import ReadModel
-from services.runtime.revocations import RevocationCheck
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.fleet import Fleet
+from services.runtime.nats.kv import ensure_direct_reads, open_bucket
+from services.runtime.nats.readmodel import ReadModel
+from services.runtime.nats.revocations import RevocationCheck
+from services.runtime.process import metrics
+from services.runtime.storage.catalogue import load_catalogue
+from services.runtime.storage.objectstore import ObjectStore
 
 
 def create_app(settings: GatewaySettings) -> web.Application:

@@ -11,10 +11,10 @@ from services.gateway.adapters.key_cache import KeyCache
 from services.gateway.adapters.own_writes import OwnWrites
 from services.gateway.adapters.shared_reads import SharedReads
 from services.gateway.settings import GatewaySettings
-from services.runtime.bus import EventBus
-from services.runtime.fleet import Fleet
-from services.runtime.objectstore import ObjectStore
-from services.runtime.readmodel import ReadModel
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.fleet import Fleet
+from services.runtime.nats.readmodel import ReadModel
+from services.runtime.storage.objectstore import ObjectStore
 
 
 @dataclass(frozen=True)

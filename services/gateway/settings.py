@@ -7,7 +7,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
 from services.gateway.webhooks.targets import parse_networks
-from services.runtime.settings import ServiceSettings
+from services.runtime.process.settings import ServiceSettings
 
 
 class GatewaySettings(ServiceSettings):

@@ -2,7 +2,7 @@
 
 from services.ledger.app import run_ledger
 from services.ledger.settings import LedgerSettings
-from services.runtime.process import run_service
+from services.runtime.process.runner import run_service
 
 
 def main() -> None:

@@ -11,14 +11,15 @@ from services.ledger.reindex import index_live_batches, index_owners
 from services.ledger.restore import archived_through, restore
 from services.ledger.retention import Policy, Retention
 from services.ledger.settings import LedgerSettings
-from services.runtime import eventlog, metrics
-from services.runtime.broker import open_bus, service_broker
-from services.runtime.bus import EventBus
-from services.runtime.delivery import ServiceRouter
-from services.runtime.leader import LeaderLease
-from services.runtime.objectstore import ObjectStore
-from services.runtime.readmodel import ReadModel
-from services.runtime.tasks import cancel_and_join
+from services.runtime.nats import eventlog
+from services.runtime.nats.broker import open_bus, service_broker
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.delivery import ServiceRouter
+from services.runtime.nats.leader import LeaderLease
+from services.runtime.nats.readmodel import ReadModel
+from services.runtime.process import metrics
+from services.runtime.process.tasks import cancel_and_join
+from services.runtime.storage.objectstore import ObjectStore
 
 log = logging.getLogger(__name__)
 

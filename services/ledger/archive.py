@@ -27,7 +27,7 @@ from contracts.archive import (
 )
 from contracts.readmodel import AnomalyRecord
 from services.ledger.chain import Fact, link
-from services.runtime.objectstore import ObjectNotFound, ObjectStore, StreamingUpload
+from services.runtime.storage.objectstore import ObjectNotFound, ObjectStore, StreamingUpload
 
 GZIP = 31
 """zlib's window bits for the gzip format (any `gunzip` reads an archive object)."""

@@ -4,7 +4,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from hashlib import sha256
 
-from services.runtime.follower import Fact
+from services.runtime.nats.follower import Fact
 
 __all__ = ["DIGEST_CHARS", "ChainCheck", "Fact", "Link", "contiguous_runs", "first_break", "link", "link_run"]
 

@@ -15,8 +15,8 @@ from services.ledger.chain import Fact
 from services.ledger.observe import record_fold
 from services.ledger.projection import KeyProjection, Projection, new_anomalies, project, projection_key
 from services.ledger.rules import folded_types
-from services.runtime.delivery import LogFollower, ServiceRouter
-from services.runtime.readmodel import ReadModel
+from services.runtime.nats.delivery import LogFollower, ServiceRouter
+from services.runtime.nats.readmodel import ReadModel
 
 log = logging.getLogger(__name__)
 

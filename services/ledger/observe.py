@@ -1,8 +1,8 @@
 """The ledger's part in each batch's trace and its fold metrics."""
 
-from services.runtime import metrics
-from services.runtime.follower import Fact
-from services.runtime.telemetry import TRACEPARENT, extract_context, tracer
+from services.runtime.nats.follower import Fact
+from services.runtime.process import metrics
+from services.runtime.process.telemetry import TRACEPARENT, extract_context, tracer
 
 _tracer = tracer("ledger")
 

@@ -17,10 +17,10 @@ from services.ledger.replay import diff_against_live, replay_into_scratch
 from services.ledger.restore import archived_through
 from services.ledger.settings import LedgerSettings
 from services.ledger.timeline import render_table, timeline
-from services.runtime import eventlog
-from services.runtime.bus import TOOL_ATTEMPTS, EventBus
-from services.runtime.objectstore import ObjectStore
-from services.runtime.readmodel import ReadModel
+from services.runtime.nats import eventlog
+from services.runtime.nats.bus import TOOL_ATTEMPTS, EventBus
+from services.runtime.nats.readmodel import ReadModel
+from services.runtime.storage.objectstore import ObjectStore
 
 
 @contextlib.asynccontextmanager

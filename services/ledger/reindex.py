@@ -15,9 +15,9 @@ from services.ledger.application import Ledger
 from services.ledger.chain import Fact
 from services.ledger.handlers import Sink
 from services.ledger.projection import Projection, project
-from services.runtime import eventlog
-from services.runtime.bus import EventBus
-from services.runtime.readmodel import ReadModel
+from services.runtime.nats import eventlog
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.readmodel import ReadModel
 
 log = logging.getLogger(__name__)
 

@@ -19,11 +19,11 @@ from services.ledger.archive import Archive
 from services.ledger.handlers import LEDGER_FOLD, Folder
 from services.ledger.projection import KeyProjection, Projection, projection_key
 from services.ledger.restore import restore
-from services.runtime import eventlog
-from services.runtime.bus import EventBus
-from services.runtime.folds import running
-from services.runtime.kv import latest_entries
-from services.runtime.readmodel import ReadModel, live_lists, owner_copy
+from services.runtime.nats import eventlog
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.folds import running
+from services.runtime.nats.kv import latest_entries
+from services.runtime.nats.readmodel import ReadModel, live_lists, owner_copy
 
 
 def _record(projection: Projection) -> BaseModel:

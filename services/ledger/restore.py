@@ -18,7 +18,7 @@ from services.ledger.chain import Fact
 from services.ledger.handlers import Sink
 from services.ledger.projection import Projection, new_anomalies, project
 from services.ledger.snapshot import mark_materialised, projections, seed
-from services.runtime.readmodel import ReadModel
+from services.runtime.nats.readmodel import ReadModel
 
 log = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ from services.ledger.archive import Archive, ArchivePoint, SegmentEnd, SegmentHe
 from services.ledger.chain import DIGEST_CHARS, Fact, link
 from services.ledger.domainmodel import Batch
 from services.ledger.snapshot import Refold, SnapshotLine
-from services.runtime import eventlog
-from services.runtime.bus import EventBus
-from services.runtime.readmodel import ReadModel
+from services.runtime.nats import eventlog
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.readmodel import ReadModel
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ from services.ledger.aggregates import ApiKey, Executor, File, Provider, User
 from services.ledger.decoding import ProgressFact
 from services.ledger.domainmodel import Batch, Folded, aggregate_id
 from services.ledger.membership import KeyOwner, Organization
-from services.runtime.foldrules import FoldRules
+from services.runtime.nats.foldrules import FoldRules
 
 log = logging.getLogger(__name__)
 

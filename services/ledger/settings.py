@@ -5,7 +5,7 @@ from pathlib import Path
 from pydantic_settings import SettingsConfigDict
 
 from services.ledger.application import persistence_env, postgres_env
-from services.runtime.settings import ServiceSettings
+from services.runtime.process.settings import ServiceSettings
 
 
 class LedgerSettings(ServiceSettings):

@@ -22,7 +22,7 @@ from contracts.events.batch import (
 )
 from contracts.events.envelope import Event
 from services.ledger.application import Ledger, persistence_env
-from services.runtime.foldrules import FoldRules
+from services.runtime.nats.foldrules import FoldRules
 
 COLUMNS = ("time", "sequence", "type", "actor", "attempt", "model", "engine", "counts", "note")
 

@@ -1,6 +1,6 @@
 """`python -m services.scheduler`: run the scheduler until SIGINT/SIGTERM."""
 
-from services.runtime.process import run_service
+from services.runtime.process.runner import run_service
 from services.scheduler.app import run_scheduler
 from services.scheduler.settings import SchedulerSettings
 

@@ -7,10 +7,10 @@ import logging
 import nats.errors
 
 from services.authz.callout import admit_executors
-from services.runtime import metrics
-from services.runtime.broker import CLOSE_S, open_bus, service_broker
-from services.runtime.catalogue import load_catalogue
-from services.runtime.leader import LeaderLease
+from services.runtime.nats.broker import CLOSE_S, open_bus, service_broker
+from services.runtime.nats.leader import LeaderLease
+from services.runtime.process import metrics
+from services.runtime.storage.catalogue import load_catalogue
 from services.scheduler.handlers import scheduler_router
 from services.scheduler.objects import ObjectSigner
 from services.scheduler.observe import leading

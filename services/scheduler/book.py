@@ -18,7 +18,7 @@ from contracts.events.envelope import Event
 from contracts.events.executor import ExecutorAdvert, ExecutorLost, ExecutorRegistered
 from contracts.events.registry import AnyEvent
 from contracts.lifecycle import ENDING_FACTS
-from services.runtime.foldrules import FoldRules
+from services.runtime.nats.foldrules import FoldRules
 from services.scheduler.domain import HEARTBEAT_FRESH_MS
 from services.scheduler.placement import PLACEMENT_FACTS, PLACEMENT_WITHDRAWN, Placements
 from services.scheduler.plans import BatchPlan, Phase, ShardRun

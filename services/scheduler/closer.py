@@ -26,9 +26,9 @@ from services.executor.adapters.results import ResultStore
 from services.executor.attempts import counts_as_committed
 from services.executor.domain import decode_chunk
 from services.executor.finalizer import Finalizer
-from services.runtime.bus import EventBus
-from services.runtime.objectstore import ObjectStore
-from services.runtime.tasks import cancel_and_join
+from services.runtime.nats.bus import EventBus
+from services.runtime.process.tasks import cancel_and_join
+from services.runtime.storage.objectstore import ObjectStore
 
 log = logging.getLogger(__name__)
 

@@ -36,11 +36,11 @@ from contracts.subjects import (
     log_reads,
     requester_of,
 )
-from services.runtime.bus import EventBus, Fence, FenceMoved
-from services.runtime.delivery import Answer
-from services.runtime.facts import last_fact
-from services.runtime.kv import ScanFailed, read_page
-from services.runtime.skip_log import SkipLog
+from services.runtime.nats.bus import EventBus, Fence, FenceMoved
+from services.runtime.nats.delivery import Answer
+from services.runtime.nats.facts import last_fact
+from services.runtime.nats.kv import ScanFailed, read_page
+from services.runtime.process.skip_log import SkipLog
 from services.scheduler.book import Book
 from services.scheduler.entitlements import clamped, may_read, may_state, superseded
 

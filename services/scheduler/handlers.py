@@ -22,9 +22,9 @@ from contracts.events.executor import ExecutorLost, ExecutorRegistered
 from contracts.events.file import FileStored
 from contracts.fact_desk import FactReceipt, FactSubmission, LogPage, LogRead
 from contracts.objects import ObjectGrant, ObjectRequest
-from services.runtime.delivery import LogFollower, ServiceRouter
-from services.runtime.follower import Fact
-from services.runtime.params import Context, Path
+from services.runtime.nats.delivery import LogFollower, ServiceRouter
+from services.runtime.nats.follower import Fact
+from services.runtime.process.params import Context, Path
 from services.scheduler.book import book_facts
 from services.scheduler.desk import READS, SUBMISSIONS
 from services.scheduler.objects import OBJECT_REQUESTS

@@ -20,10 +20,10 @@ from contracts.catalogue import MODEL_OBJECTS_PREFIX
 from contracts.ids import error_file_id, output_file_id
 from contracts.objects import LIST_PAGE, ObjectGrant, ObjectRequest, SignedObject, chunk_attempt
 from contracts.subjects import input_object_key, object_requests, rejections_key, requester_of, results_prefix
-from services.runtime.delivery import Answer
-from services.runtime.objectstore import ObjectStore
-from services.runtime.settings import ConnectionSettings
-from services.runtime.skip_log import SkipLog
+from services.runtime.nats.delivery import Answer
+from services.runtime.process.settings import ConnectionSettings
+from services.runtime.process.skip_log import SkipLog
+from services.runtime.storage.objectstore import ObjectStore
 from services.scheduler.book import BatchPlan, Book
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ from collections import Counter
 from typing import Literal, get_args
 
 from contracts.commands import RegistrationAnswer
-from services.runtime import metrics
+from services.runtime.process import metrics
 from services.scheduler.book import BatchPlan, Book
 from services.scheduler.decisions import Action, Assign, DeclareLost, FenceAttempt
 

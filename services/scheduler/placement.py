@@ -18,7 +18,7 @@ from contracts.events.executor import ExecutorRegistered
 from contracts.events.key import KeyCreated, UserCreated
 from contracts.events.provider import ProviderApprovalWithdrawn, ProviderApproved, ProviderRegistered
 from contracts.ids import owner_id
-from services.runtime.foldrules import FoldRules
+from services.runtime.nats.foldrules import FoldRules
 
 PLACEMENT_FACTS: tuple[type[Event], ...] = (UserCreated, KeyCreated, ProviderRegistered, ProviderApproved,
                                             ProviderApprovalWithdrawn, ExecutorRegistered)

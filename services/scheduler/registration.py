@@ -19,11 +19,11 @@ from contracts.events.executor import ExecutorRegistered
 from contracts.ids import hash_api_key
 from contracts.readmodel import ApiKeyRecord
 from contracts.subjects import FLEET_REGISTER, requester_of
-from services.runtime.bus import EventBus, Fence, FenceMoved
-from services.runtime.delivery import Answer
-from services.runtime.facts import last_fact
-from services.runtime.readmodel import ReadModel
-from services.runtime.skip_log import SkipLog
+from services.runtime.nats.bus import EventBus, Fence, FenceMoved
+from services.runtime.nats.delivery import Answer
+from services.runtime.nats.facts import last_fact
+from services.runtime.nats.readmodel import ReadModel
+from services.runtime.process.skip_log import SkipLog
 from services.scheduler.book import Book
 from services.scheduler.domain import HEARTBEAT_FRESH_MS
 

@@ -3,7 +3,7 @@
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from services.runtime.settings import ServiceSettings
+from services.runtime.process.settings import ServiceSettings
 from services.scheduler.decisions import Policy
 from services.scheduler.fair_share import Weights
 

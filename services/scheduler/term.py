@@ -32,14 +32,14 @@ from contracts.events.registry import AnyEvent, decode_event
 from contracts.ids import derived_id
 from contracts.lifecycle import ENDING_FACTS
 from contracts.subjects import EVENTS_STREAM, parse_event_subject
-from services.runtime.bus import EventBus
-from services.runtime.fleet import Fleet
-from services.runtime.folds import Folds
-from services.runtime.follower import Fact
-from services.runtime.kv import ensure_direct_reads
-from services.runtime.leader import LeaderLease
-from services.runtime.readmodel import ReadModel
-from services.runtime.tasks import cancel_and_join
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.fleet import Fleet
+from services.runtime.nats.folds import Folds
+from services.runtime.nats.follower import Fact
+from services.runtime.nats.kv import ensure_direct_reads
+from services.runtime.nats.leader import LeaderLease
+from services.runtime.nats.readmodel import ReadModel
+from services.runtime.process.tasks import cancel_and_join
 from services.scheduler.book import CONTROL_PLANE, BatchPlan, Book
 from services.scheduler.closer import Closer
 from services.scheduler.decisions import (

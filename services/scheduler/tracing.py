@@ -6,7 +6,7 @@ from contextlib import contextmanager
 from opentelemetry.context import Context
 
 from contracts.lifecycle import ENDING_FACT_NAMES
-from services.runtime.telemetry import attached, extract_context, tracer
+from services.runtime.process.telemetry import attached, extract_context, tracer
 from services.scheduler.decisions import Action, DeclareLost
 
 _tracer = tracer("scheduler")

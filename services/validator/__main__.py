@@ -1,6 +1,6 @@
 """`python -m services.validator`: run the validator until SIGINT/SIGTERM."""
 
-from services.runtime.process import run_service
+from services.runtime.process.runner import run_service
 from services.validator.app import run_validator
 from services.validator.settings import ValidatorSettings
 

@@ -3,10 +3,10 @@
 import asyncio
 import os
 
-from services.runtime import metrics
-from services.runtime.broker import open_bus, service_broker
-from services.runtime.catalogue import load_catalogue
-from services.runtime.objectstore import ObjectStore
+from services.runtime.nats.broker import open_bus, service_broker
+from services.runtime.process import metrics
+from services.runtime.storage.catalogue import load_catalogue
+from services.runtime.storage.objectstore import ObjectStore
 from services.validator.adapters.check_pool import CheckPool
 from services.validator.adapters.tokenizer import TokenizerCache
 from services.validator.domain import Limits

@@ -22,11 +22,11 @@ from contracts.events.batch import (
 )
 from contracts.events.file import FileStored
 from contracts.subjects import BATCH_CREATED, EVENTS_STREAM, VALIDATOR_DURABLE, rejections_key
-from services.runtime.bus import ConsumerPolicy, EventBus, PoisonMessage
-from services.runtime.delivery import Durable, ServiceRouter
-from services.runtime.objectstore import ObjectNotFound, ObjectStore
-from services.runtime.tasks import cancel_and_join
-from services.runtime.write_failures import through_write_faults
+from services.runtime.nats.bus import ConsumerPolicy, EventBus, PoisonMessage
+from services.runtime.nats.delivery import Durable, ServiceRouter
+from services.runtime.process.tasks import cancel_and_join
+from services.runtime.storage.objectstore import ObjectNotFound, ObjectStore
+from services.runtime.storage.write_failures import through_write_faults
 from services.validator.adapters.check_pool import CheckPool
 from services.validator.adapters.error_file import write_error_file
 from services.validator.adapters.input_lines import lines_by_chunk

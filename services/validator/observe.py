@@ -1,6 +1,6 @@
 """The validator's metrics: lines checked, by verdict (its spans come from the bus's handler span)."""
 
-from services.runtime import metrics
+from services.runtime.process import metrics
 
 
 def count_lines(total: int, runnable: int) -> None:

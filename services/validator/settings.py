@@ -2,7 +2,7 @@
 
 from pydantic_settings import SettingsConfigDict
 
-from services.runtime.settings import ServiceSettings
+from services.runtime.process.settings import ServiceSettings
 
 
 class ValidatorSettings(ServiceSettings):

@@ -14,7 +14,7 @@ from contracts.events.registry import AnyEvent
 from contracts.subjects import BATCH_CREATED, EVENTS_STREAM, VALIDATOR_DURABLE
 from services.asyncapi import DOCUMENT, ROUTERS, event_catalogue, rendered
 from services.gateway.views.asyncapi import _document
-from services.runtime.delivery import ServiceRouter, fact_filter
+from services.runtime.nats.delivery import ServiceRouter, fact_filter
 from services.validator.handlers import CREATED
 
 REF = "#/components/schemas/"

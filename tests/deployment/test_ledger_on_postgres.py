@@ -7,9 +7,9 @@ from pathlib import Path
 from services.ledger import operator
 from services.ledger.application import Ledger
 from services.ledger.settings import LedgerSettings
-from services.runtime.bus import EventBus
-from services.runtime.readmodel import ReadModel
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.readmodel import ReadModel
+from services.runtime.process.settings import ConnectionSettings
 from tests.conftest import RunningNats
 from tests.deployment.backends import PostgresBackend
 from tests.integration.test_ledger_rebuild import GOOD, history, read_model_dump, revisions, running_ledger

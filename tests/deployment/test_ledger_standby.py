@@ -20,8 +20,8 @@ from infra.nats_cluster import NatsCluster
 from services.ledger import operator
 from services.ledger.application import Ledger
 from services.ledger.settings import LedgerSettings
-from services.runtime.bus import EventBus
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.bus import EventBus
+from services.runtime.process.settings import ConnectionSettings
 from tests.deployment.backends import PostgresBackend
 from tests.integration.test_ledger_rebuild import history
 

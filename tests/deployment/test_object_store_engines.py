@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 import pytest
 import urllib3
 
-from services.runtime.objectstore import UPLOAD_PART_BYTES, ObjectNotFound, ObjectStore
-from services.runtime.settings import ConnectionSettings
+from services.runtime.process.settings import ConnectionSettings
+from services.runtime.storage.objectstore import UPLOAD_PART_BYTES, ObjectNotFound, ObjectStore
 from services.scheduler.objects import ObjectSigner
 from tests.deployment.backends import S3Backend
 

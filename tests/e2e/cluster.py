@@ -11,7 +11,7 @@ import pytest
 
 from infra.embedded import free_port
 from infra.nats_cluster import NatsCluster
-from services.runtime.nats_client import server_list
+from services.runtime.nats.client import server_list
 from tests.e2e.conftest import RunningStack, start_stack, stop_stack
 
 REPLICAS = 3

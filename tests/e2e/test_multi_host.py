@@ -20,8 +20,8 @@ from openai import OpenAI
 from contracts.subjects import EVENTS_STREAM
 from infra.embedded import S3Credentials, free_port, start_seaweed, stop_process
 from infra.tls import fingerprint
-from services.runtime.nats_client import server_list
-from services.runtime.nats_tls import tls_options
+from services.runtime.nats.client import server_list
+from services.runtime.nats.tls import tls_options
 from tests.deployment.backends import PostgresBackend, local_postgres
 from tests.e2e.multi_host import HOSTS, SHESHNAG, Layout, host_env, read_env_file, until, write_env_file
 from tests.factories import TERMINAL, chat_line, custom_ids_seen, lost_and_duplicated, upload_when_key_known

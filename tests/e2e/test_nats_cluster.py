@@ -26,7 +26,7 @@ from contracts.subjects import (
 from infra.embedded import stop_process
 from services.ledger import operator
 from services.ledger.settings import LedgerSettings
-from services.runtime.settings import ConnectionSettings
+from services.runtime.process.settings import ConnectionSettings
 from tests.e2e.cluster import REPLICAS, ClusteredStack, clustered
 from tests.factories import chat_line, custom_ids_seen, lost_and_duplicated, upload, wait_until_done
 

@@ -12,9 +12,9 @@ from infra.embedded import free_port, start_nats, stop_process
 from infra.nats_auth import NatsAuth
 from services.authz.callout import Admissions, admit_executors
 from services.executor.settings import ExecutorSettings
-from services.runtime.bus import EventBus
-from services.runtime.readmodel import ReadModel
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.readmodel import ReadModel
+from services.runtime.process.settings import ConnectionSettings
 
 WORKER_KEY, OTHER_WORKER_KEY, REVOKED_KEY, USER_KEY = "wk-alpha", "wk-bravo", "wk-revoked", "gk-user"
 

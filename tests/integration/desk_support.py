@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 from contracts.commands import RunBatch
 from contracts.events.batch import BatchAssigned, BatchCreated, BatchValidated
 from contracts.subjects import EVENTS_STREAM, FACT_SUBMISSIONS, LOG_READS
-from services.runtime.bus import EventBus
-from services.runtime.kv import ensure_direct_reads
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.kv import ensure_direct_reads
 from services.scheduler.book import Book
 from services.scheduler.desk import FactDesk
 

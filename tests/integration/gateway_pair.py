@@ -21,8 +21,8 @@ from services.gateway.context import DEPS
 from services.gateway.settings import GatewaySettings
 from services.ledger.app import create_app as create_ledger
 from services.ledger.settings import LedgerSettings
-from services.runtime.bus import EventBus
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.bus import EventBus
+from services.runtime.process.settings import ConnectionSettings
 from tests.integration.gateway_support import WAIT_S, Gateway, GatewayTestServer
 
 Headers = dict[str, str]

@@ -20,9 +20,9 @@ from services.gateway.http.server import GatewayRunner
 from services.gateway.settings import GatewaySettings
 from services.ledger.app import create_app as create_ledger
 from services.ledger.settings import LedgerSettings
-from services.runtime.bus import EventBus
-from services.runtime.readmodel import ReadModel
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.readmodel import ReadModel
+from services.runtime.process.settings import ConnectionSettings
 
 WAIT_S = 30
 

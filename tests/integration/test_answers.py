@@ -11,9 +11,9 @@ from faststream import Context, Path
 from faststream.nats import NatsBroker
 from pydantic import BaseModel
 
-from services.runtime.broker import open_bus, service_broker
-from services.runtime.bus import EventBus
-from services.runtime.delivery import Answer, ServiceRouter
+from services.runtime.nats.broker import open_bus, service_broker
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.delivery import Answer, ServiceRouter
 from tests.conftest import RunningNats
 
 

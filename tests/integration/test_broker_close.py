@@ -5,7 +5,7 @@ import asyncio
 import time
 
 from infra.embedded import stop_process
-from services.runtime.broker import open_bus, service_broker
+from services.runtime.nats.broker import open_bus, service_broker
 from tests.conftest import RunningNats
 
 

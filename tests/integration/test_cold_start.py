@@ -11,9 +11,9 @@ import pytest
 
 from contracts.subjects import EVENTS_STREAM, READ_MODEL_BUCKET, WORK_STREAM
 from infra.embedded import free_port, launch, start_nats, stop_process, venv_binary, wait_for_port
-from services.runtime import placement
-from services.runtime.bus import EventBus
-from services.runtime.readmodel import ReadModel
+from services.runtime.nats import placement
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.readmodel import ReadModel
 
 INSUFFICIENT_RESOURCES = 10023
 

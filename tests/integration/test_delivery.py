@@ -13,10 +13,10 @@ import pytest
 from contracts.events.batch import BatchCreated
 from contracts.ids import new_batch_id
 from contracts.subjects import EVENTS_STREAM, batch_fact
-from services.runtime.broker import open_bus, service_broker
-from services.runtime.bus import ConsumerPolicy, EventBus, PoisonMessage
-from services.runtime.delivery import Durable, ServiceRouter
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.broker import open_bus, service_broker
+from services.runtime.nats.bus import ConsumerPolicy, EventBus, PoisonMessage
+from services.runtime.nats.delivery import Durable, ServiceRouter
+from services.runtime.process.settings import ConnectionSettings
 
 FAST = ConsumerPolicy(ack_wait_s=1.0, max_deliver=3, retry_delays_s=(0.1, 0.2))
 

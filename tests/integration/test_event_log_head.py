@@ -5,8 +5,8 @@ import asyncio
 from pathlib import Path
 
 from contracts.events.batch import BatchCreated
-from services.runtime import eventlog
-from services.runtime.bus import EventBus
+from services.runtime.nats import eventlog
+from services.runtime.nats.bus import EventBus
 from tests.conftest import RunningNats
 from tests.integration.test_ledger_rebuild import running_ledger
 

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 from contracts.events.batch import BatchReleased, LineRejected
 from contracts.ids import new_batch_id
 from contracts.subjects import batch_events, batch_fact
-from services.runtime import eventlog
-from services.runtime.bus import EventBus
+from services.runtime.nats import eventlog
+from services.runtime.nats.bus import EventBus
 
 
 def rejected(batch_id: str, line: int) -> LineRejected:

@@ -18,9 +18,9 @@ from services.executor.adapters import broker
 from services.executor.adapters.admission import expires_in, keep_admitted
 from services.executor.app import run_executor
 from services.executor.settings import ExecutorSettings
-from services.runtime.bus import ConsumerPolicy
-from services.runtime.fleet import Fleet
-from services.runtime.objectstore import ObjectStore
+from services.runtime.nats.bus import ConsumerPolicy
+from services.runtime.nats.fleet import Fleet
+from services.runtime.storage.objectstore import ObjectStore
 from services.scheduler.book import Book
 from services.scheduler.registration import Registrar
 from tests.conftest import RunningS3

@@ -28,10 +28,10 @@ from services.executor.adapters.watch import EventReader
 from services.executor.app import run_executor
 from services.executor.domain import check_invariant
 from services.executor.settings import ExecutorSettings
-from services.runtime.bus import EventBus
-from services.runtime.fleet import Fleet
-from services.runtime.objectstore import ObjectStore
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.fleet import Fleet
+from services.runtime.process.settings import ConnectionSettings
+from services.runtime.storage.objectstore import ObjectStore
 from tests.integration.test_executor_run import running_executor
 from tests.support import batch_facts
 

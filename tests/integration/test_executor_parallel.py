@@ -8,9 +8,9 @@ from contracts.events.batch import BatchProgressed, BatchStarted, ShardFinished
 from contracts.events.registry import AnyEvent
 from services.executor.domain import check_invariant
 from services.executor.settings import ExecutorSettings
-from services.runtime.bus import EventBus
-from services.runtime.objectstore import ObjectStore
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.bus import EventBus
+from services.runtime.process.settings import ConnectionSettings
+from services.runtime.storage.objectstore import ObjectStore
 from tests.integration.test_executor_lifecycle import (
     CATALOGUE,
     CHAT,

@@ -27,8 +27,8 @@ from contracts.subjects import finalize_command as finalize_subject
 from services.executor.adapters.results import ResultStore
 from services.executor.domain import Chunk, InputLine, check_invariant, result_line
 from services.executor.settings import ExecutorSettings
-from services.runtime.bus import EventBus
-from services.runtime.objectstore import ObjectStore
+from services.runtime.nats.bus import EventBus
+from services.runtime.storage.objectstore import ObjectStore
 from tests.integration.test_executor_lifecycle import CHAT, chat, completed_fact, ended, executor, files_of
 from tests.support import batch_facts
 

@@ -20,7 +20,7 @@ from infra.embedded import free_port, start_nats, stop_process
 from services.executor.adapters.broker import executor_broker, join
 from services.executor.adapters.refusals import EXIT_REFUSED, JoinRefused
 from services.executor.settings import ExecutorSettings
-from services.runtime.settings import ConnectionSettings
+from services.runtime.process.settings import ConnectionSettings
 from tests.certificates import write_tls_files
 from tests.integration.authorized_broker import REVOKED_KEY, USER_KEY, AuthorizedBroker, admitting_broker
 

@@ -21,10 +21,10 @@ from services.executor.adapters.results import ResultStore
 from services.executor.app import run_executor
 from services.executor.domain import Chunk, InputLine, result_line
 from services.executor.settings import ExecutorSettings
-from services.runtime.bus import EventBus
-from services.runtime.fleet import Fleet
-from services.runtime.objectstore import ObjectStore
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.fleet import Fleet
+from services.runtime.process.settings import ConnectionSettings
+from services.runtime.storage.objectstore import ObjectStore
 from tests.support import batch_facts
 
 Event = dict[str, Any]

@@ -33,8 +33,8 @@ from services.executor.adapters.log_reader import EventReader
 from services.executor.adapters.watch import WatchHub
 from services.executor.domain import decode_chunk
 from services.executor.runner import BatchRunner
-from services.runtime.bus import EventBus
-from services.runtime.objectstore import ObjectStore
+from services.runtime.nats.bus import EventBus
+from services.runtime.storage.objectstore import ObjectStore
 from tests.integration.desk_support import fact_desk, hold
 from tests.integration.test_executor_lifecycle import CATALOGUE, CHAT, chat
 from tests.support import batch_facts

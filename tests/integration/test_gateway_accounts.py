@@ -15,7 +15,7 @@ from contracts.ids import hash_api_key
 from infra import cli
 from services.gateway.context import DEPS
 from services.gateway.usecases.revocation import revoke_key
-from services.runtime.settings import ConnectionSettings
+from services.runtime.process.settings import ConnectionSettings
 from tests.integration.gateway_support import Gateway, jsonl, running_gateway
 from tests.support import batch_facts
 

@@ -8,9 +8,9 @@ import pytest
 from contracts.subjects import batch_events
 from services.ledger.archive import Archive
 from services.ledger.retention import purge_batch
-from services.runtime import eventlog
-from services.runtime.objectstore import ObjectStore
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats import eventlog
+from services.runtime.process.settings import ConnectionSettings
+from services.runtime.storage.objectstore import ObjectStore
 from tests.integration.gateway_support import Gateway, running_gateway
 from tests.integration.test_gateway_events import finished_batch, frames, read_stream
 

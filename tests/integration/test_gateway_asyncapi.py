@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from services.asyncapi import event_catalogue
-from services.runtime.settings import ConnectionSettings
+from services.runtime.process.settings import ConnectionSettings
 from tests.integration.gateway_support import Gateway, running_gateway
 
 

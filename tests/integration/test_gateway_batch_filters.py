@@ -5,7 +5,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from services.runtime.settings import ConnectionSettings
+from services.runtime.process.settings import ConnectionSettings
 from tests.integration.gateway_support import Gateway, jsonl, running_gateway
 from tests.integration.test_gateway_accounts import admin_key
 from tests.integration.test_gateway_oversight import member, organization

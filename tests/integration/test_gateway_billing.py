@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from contracts.billing import parse_usd
-from services.runtime.settings import ConnectionSettings
+from services.runtime.process.settings import ConnectionSettings
 from tests.integration.gateway_support import Gateway, jsonl, running_gateway
 from tests.integration.test_gateway_accounts import Headers, admin_key
 from tests.integration.test_gateway_oversight import member, organization

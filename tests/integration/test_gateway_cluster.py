@@ -9,7 +9,7 @@ import pytest
 
 from contracts.ids import new_api_key
 from services.gateway.http.auth_failures import AUTH_FAILURES
-from services.runtime.settings import ConnectionSettings
+from services.runtime.process.settings import ConnectionSettings
 from tests.integration.gateway_pair import Headers, client_from, key_of_role, own_address, running_gateways, url_of
 from tests.integration.gateway_support import Gateway, jsonl
 

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from services.runtime.settings import ConnectionSettings
+from services.runtime.process.settings import ConnectionSettings
 from tests.integration.gateway_support import Gateway, jsonl, raw_exchange, running_gateway
 
 ERROR_FIELDS = {"message", "type", "param", "code"}

@@ -9,8 +9,8 @@ import pytest
 from contracts.api.batch_event import EVENT_FIELDS
 from contracts.events.batch import BatchValidationFailed, ValidationProgressed
 from contracts.subjects import EVENTS_STREAM, batch_events
-from services.runtime.bus import EventBus
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.bus import EventBus
+from services.runtime.process.settings import ConnectionSettings
 from tests.integration.gateway_support import Gateway, jsonl, running_gateway
 
 DROPPED_STREAMS = 150

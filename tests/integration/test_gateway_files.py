@@ -8,7 +8,7 @@ import pytest
 
 from services.gateway.background.sweeper import sweep_expired_files
 from services.gateway.context import DEPS
-from services.runtime.settings import ConnectionSettings
+from services.runtime.process.settings import ConnectionSettings
 from tests.integration.gateway_support import Gateway, jsonl, running_gateway, sha256
 
 QUOTA = 64 * 1024

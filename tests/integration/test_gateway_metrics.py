@@ -15,9 +15,9 @@ from contracts.api.batch import BatchStatus as Status
 from contracts.readmodel import BatchRecord
 from services.gateway.background.fleet_gauges import BATCH_CENSUS, refresh_gauges
 from services.gateway.context import DEPS
-from services.runtime import readmodel
-from services.runtime.readmodel import ReadModel
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats import readmodel
+from services.runtime.nats.readmodel import ReadModel
+from services.runtime.process.settings import ConnectionSettings
 from tests.integration.gateway_support import Gateway, running_gateway
 from tests.integration.test_gateway_tenancy import admin_key, read_model
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from services.runtime.settings import ConnectionSettings
+from services.runtime.process.settings import ConnectionSettings
 from tests.integration.gateway_support import Gateway, jsonl, running_gateway
 from tests.integration.test_gateway_accounts import Headers, admin_key, bearer
 

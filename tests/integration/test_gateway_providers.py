@@ -16,7 +16,7 @@ from contracts.events.batch import (
     BatchValidated,
 )
 from contracts.events.executor import DeviceMemory, ExecutorAdvert, ExecutorRegistered
-from services.runtime.fleet import Fleet
+from services.runtime.nats.fleet import Fleet
 from tests.integration.gateway_support import Gateway, jsonl
 from tests.integration.test_gateway_accounts import admin_key, bearer, gateway, user_with_key
 from tests.integration.test_gateway_oversight import member, organization

@@ -9,7 +9,7 @@ import pytest
 from contracts.api.batch import BatchUsage
 from contracts.events.batch import BatchExpired, BatchFinalizing
 from contracts.subjects import READ_MODEL_BUCKET
-from services.runtime.settings import ConnectionSettings
+from services.runtime.process.settings import ConnectionSettings
 from tests.integration.gateway_support import Gateway, jsonl, running_gateway
 
 

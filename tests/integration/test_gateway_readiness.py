@@ -13,7 +13,7 @@ from infra.embedded import free_port, start_nats, stop_process
 from services.gateway.app import create_app
 from services.gateway.http.readiness import READINESS, Readiness
 from services.gateway.settings import GatewaySettings
-from services.runtime.settings import ConnectionSettings
+from services.runtime.process.settings import ConnectionSettings
 from tests.conftest import RunningNats
 from tests.integration.gateway_support import GatewayTestServer
 

@@ -10,8 +10,8 @@ import pytest
 from contracts.readmodel import FileRecord
 from services.gateway import views
 from services.gateway.context import DEPS
-from services.runtime.readmodel import ReadModel
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.readmodel import ReadModel
+from services.runtime.process.settings import ConnectionSettings
 from tests.integration.gateway_support import jsonl, running_gateway
 
 UPLOADS = 12

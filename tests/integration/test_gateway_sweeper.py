@@ -13,7 +13,7 @@ from services.gateway.background import sweeper
 from services.gateway.background.sweeper import sweep_expired_files
 from services.gateway.context import DEPS
 from services.gateway.usecases.files import is_expired
-from services.runtime.settings import ConnectionSettings
+from services.runtime.process.settings import ConnectionSettings
 from tests.integration.gateway_support import Gateway, jsonl, running_gateway
 
 AN_HOUR = 3600

@@ -10,8 +10,8 @@ import pytest
 from contracts.events.key import KeyCreated
 from contracts.ids import hash_api_key, new_api_key
 from services.gateway.context import DEPS
-from services.runtime.readmodel import ReadModel
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.readmodel import ReadModel
+from services.runtime.process.settings import ConnectionSettings
 from tests.integration.gateway_support import WAIT_S, Gateway, jsonl, running_gateway
 
 Headers = dict[str, str]

@@ -12,8 +12,8 @@ import aiohttp
 import pytest
 
 from infra.embedded import S3Credentials, free_port, start_seaweed, stop_process
-from services.runtime.objectstore import UPLOAD_PART_BYTES
-from services.runtime.settings import ConnectionSettings
+from services.runtime.process.settings import ConnectionSettings
+from services.runtime.storage.objectstore import UPLOAD_PART_BYTES
 from tests.integration.gateway_pair import gateway_process, running_gateways
 from tests.integration.gateway_support import Gateway, RawResponse, jsonl, raw_exchange, running_gateway
 

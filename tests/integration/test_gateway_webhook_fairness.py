@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 
 from services.gateway.settings import GatewaySettings
-from services.runtime.settings import ConnectionSettings
+from services.runtime.process.settings import ConnectionSettings
 from tests.integration.gateway_support import Gateway, running_gateway
 from tests.integration.test_gateway_webhooks import Receiver, cancelled, new_batch, publish, register, until, validated
 

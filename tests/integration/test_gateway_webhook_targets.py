@@ -15,8 +15,8 @@ from contracts.api.webhook import WebhookEndpoint
 from contracts.subjects import WEBHOOKS_BUCKET
 from services.gateway.webhooks.store import WebhookStore
 from services.gateway.webhooks.targets import REFUSED
-from services.runtime.kv import open_bucket
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.kv import open_bucket
+from services.runtime.process.settings import ConnectionSettings
 from tests.integration.gateway_support import Gateway, running_gateway
 from tests.integration.test_gateway_webhooks import deliveries, new_batch, publish, register, until, validated
 

@@ -20,9 +20,9 @@ from contracts.events.batch import BatchCancelled, BatchValidated, BatchValidati
 from contracts.events.envelope import Event
 from contracts.subjects import WEBHOOKS_BUCKET
 from services.gateway.webhooks.store import WebhookStore
-from services.runtime.bus import EventBus
-from services.runtime.kv import open_bucket, read_subject
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.kv import open_bucket, read_subject
+from services.runtime.process.settings import ConnectionSettings
 from tests.integration.gateway_support import Gateway, jsonl, running_gateway
 from tests.integration.test_gateway_accounts import Headers, admin_key
 from tests.integration.test_gateway_oversight import member, organization

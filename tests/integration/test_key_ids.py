@@ -11,9 +11,9 @@ from contracts.events.registry import decode_event
 from contracts.ids import hash_api_key
 from contracts.subjects import EVENTS_STREAM
 from infra.keys import BootstrapKey, choose_admin_key, local_worker_key, register_key
-from services.runtime.bus import EventBus
-from services.runtime.kv import read_subject
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.kv import read_subject
+from services.runtime.process.settings import ConnectionSettings
 from tests.integration.test_gateway_revocation import Headers, admin_key, gateways, ledger
 
 RUN = 8

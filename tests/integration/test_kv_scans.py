@@ -7,8 +7,8 @@ from nats.js.kv import KeyValue
 
 from contracts.events.batch import LineRejected
 from contracts.subjects import EVENTS_STREAM, event_subject
-from services.runtime.bus import EventBus
-from services.runtime.kv import SCAN_PAGE, ensure_direct_reads, latest_entries, open_bucket, read_subject
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.kv import SCAN_PAGE, ensure_direct_reads, latest_entries, open_bucket, read_subject
 
 
 async def _bucket(bus: EventBus, scans: bool = True) -> KeyValue:

@@ -12,8 +12,8 @@ from contracts.readmodel import BatchRecord
 from contracts.subjects import EVENTS_STREAM
 from services.ledger.chain import Fact
 from services.ledger.replay import replay_into_scratch
-from services.runtime.bus import EventBus
-from services.runtime.follower import OrderedReader
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.follower import OrderedReader
 from tests.conftest import RunningNats
 from tests.factories import batch_life
 

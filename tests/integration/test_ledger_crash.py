@@ -13,9 +13,9 @@ from contracts.events.envelope import Event
 from services.ledger.application import Ledger, persistence_env
 from services.ledger.chain import first_break
 from services.ledger.replay import diff_against_live
-from services.runtime import eventlog
-from services.runtime.bus import EventBus
-from services.runtime.readmodel import ReadModel
+from services.runtime.nats import eventlog
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.readmodel import ReadModel
 from tests.conftest import RunningNats
 from tests.factories import batch_life
 from tests.integration.test_ledger_rebuild import running_ledger

@@ -17,9 +17,9 @@ from services.ledger.projection import KeyProjection, project, projection_key
 from services.ledger.reindex import OWNER_INDEX
 from services.ledger.replay import diff_against_live
 from services.ledger.rules import FoldingRules
-from services.runtime import eventlog
-from services.runtime.bus import EventBus
-from services.runtime.readmodel import ReadModel
+from services.runtime.nats import eventlog
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.readmodel import ReadModel
 from tests.conftest import RunningNats
 from tests.integration.test_ledger_rebuild import T0, folded_through, running_ledger, store_files
 

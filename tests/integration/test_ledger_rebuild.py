@@ -30,9 +30,9 @@ from contracts.subjects import READ_MODEL_BUCKET
 from services.ledger.app import LedgerApp, create_app
 from services.ledger.replay import diff_against_live
 from services.ledger.settings import LedgerSettings
-from services.runtime.bus import EventBus
-from services.runtime.readmodel import ReadModel
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.readmodel import ReadModel
+from services.runtime.process.settings import ConnectionSettings
 from tests.conftest import RunningNats
 
 GOOD, BAD = "batch_good", "batch_bad"

@@ -23,11 +23,11 @@ from services.ledger.archive import Archive, ArchivePoint, GzipReader, SegmentHe
 from services.ledger.replay import diff_against_live, replay_into_scratch
 from services.ledger.retention import Policy, Retention
 from services.ledger.settings import LedgerSettings
-from services.runtime import eventlog
-from services.runtime.bus import EventBus
-from services.runtime.objectstore import ObjectStore
-from services.runtime.readmodel import ReadModel
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats import eventlog
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.readmodel import ReadModel
+from services.runtime.process.settings import ConnectionSettings
+from services.runtime.storage.objectstore import ObjectStore
 from tests.conftest import RunningNats, RunningS3
 from tests.integration.test_ledger_rebuild import BAD, GOOD, folded_through, history, running_ledger
 from tests.unit.test_ledger_billing import BATCH, chunk, created, grant, reserved, running, usage

@@ -12,9 +12,9 @@ from contracts.subjects import EVENTS_STREAM
 from infra.embedded import free_port, start_nats, stop_process
 from services.ledger import operator
 from services.ledger.settings import LedgerSettings
-from services.runtime import eventlog
-from services.runtime.bus import EventBus
-from services.runtime.readmodel import ReadModel
+from services.runtime.nats import eventlog
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.readmodel import ReadModel
 from tests.conftest import RunningNats
 from tests.integration.test_ledger_rebuild import GOOD, history, running_ledger, sqlite_settings
 

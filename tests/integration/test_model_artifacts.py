@@ -21,9 +21,9 @@ from services.executor.adapters import broker
 from services.executor.adapters.artifacts import ArtifactMismatch, ArtifactResolver, ArtifactUnavailable
 from services.executor.adapters.brokered_store import BrokeredObjectStore, http_pool
 from services.executor.adapters.engines.shelf import EngineShelf
-from services.runtime.bus import EventBus
-from services.runtime.objectstore import ObjectStore
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.bus import EventBus
+from services.runtime.process.settings import ConnectionSettings
+from services.runtime.storage.objectstore import ObjectStore
 from services.scheduler.book import Book
 from services.scheduler.objects import ObjectBroker, ObjectSigner
 from tests.integration.authorized_broker import OTHER_WORKER_KEY, WORKER_KEY, AuthorizedBroker, admitting_broker

@@ -33,8 +33,8 @@ from contracts.subjects import (
 )
 from services.executor.adapters import broker
 from services.executor.adapters.advert import OwnAdvert
-from services.runtime.bus import ConsumerPolicy, EventBus
-from services.runtime.kv import open_bucket
+from services.runtime.nats.bus import ConsumerPolicy, EventBus
+from services.runtime.nats.kv import open_bucket
 from tests.integration.authorized_broker import (
     OTHER_WORKER_KEY,
     REVOKED_KEY,

@@ -1,4 +1,4 @@
-"""Nothing secret goes to a broker on the network before it proved who it is (services/runtime/nats_tls.py): to an
+"""Nothing secret goes to a broker on the network before it proved who it is (services/runtime/nats/tls.py): to an
 impostor that does not speak TLS, a service and an executor send a TLS ClientHello and nothing else, even with a
 tls:// URL and the CA set; a nats:// URL to another host is refused before any connection; the real broker,
 requiring TLS, is reached TLS first, and without its CA a tool gives up saying why."""
@@ -12,10 +12,10 @@ import pytest
 
 from services.executor.adapters.broker import executor_broker
 from services.executor.settings import ExecutorSettings
-from services.runtime.broker import service_broker
-from services.runtime.bus import TOOL_ATTEMPTS, BrokerUnreachable, EventBus
-from services.runtime.nats_tls import InsecureBrokerUrl
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.broker import service_broker
+from services.runtime.nats.bus import TOOL_ATTEMPTS, BrokerUnreachable, EventBus
+from services.runtime.nats.tls import InsecureBrokerUrl
+from services.runtime.process.settings import ConnectionSettings
 from tests.certificates import write_tls_files
 from tests.integration.tls_broker import Impostor, TlsBroker, impostor_broker, tls_nats
 

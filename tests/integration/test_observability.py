@@ -32,9 +32,9 @@ from services.gateway.context import DEPS
 from services.gateway.settings import GatewaySettings
 from services.ledger.app import create_app as create_ledger
 from services.ledger.settings import LedgerSettings
-from services.runtime.bus import EventBus
-from services.runtime.settings import ConnectionSettings
-from services.runtime.telemetry import configure_tracing
+from services.runtime.nats.bus import EventBus
+from services.runtime.process.settings import ConnectionSettings
+from services.runtime.process.telemetry import configure_tracing
 from services.scheduler.app import run_scheduler
 from services.scheduler.settings import SchedulerSettings
 from services.validator.app import run_validator

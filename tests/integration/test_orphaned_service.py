@@ -14,7 +14,7 @@ import pytest
 SERVICE = """
 import asyncio, sys
 from pathlib import Path
-from services.runtime.process import run_until_signalled
+from services.runtime.process.runner import run_until_signalled
 
 async def main(stop: asyncio.Event) -> None:
     Path(sys.argv[1]).write_text("running")

@@ -13,7 +13,7 @@ import pytest
 from contracts.events.key import KeyCreated
 from contracts.ids import hash_api_key, new_api_key, new_key_id
 from services.gateway.context import DEPS
-from services.runtime.settings import ConnectionSettings
+from services.runtime.process.settings import ConnectionSettings
 from tests.integration.gateway_pair import Headers, gateway_process, key_of_role, running_gateways
 from tests.integration.gateway_support import WAIT_S, Gateway, jsonl
 

@@ -14,9 +14,9 @@ import pytest
 from contracts.events.batch import LineRejected
 from contracts.subjects import EVENTS_STREAM, WORK_STREAM, event_subject
 from infra.nats_cluster import NatsCluster
-from services.runtime.bus import EventBus
-from services.runtime.kv import latest_entries, open_bucket, read_page, read_subject
-from services.runtime.replicas import LEADER_TIMEOUT_S, ScanFailed
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.kv import latest_entries, open_bucket, read_page, read_subject
+from services.runtime.nats.replicas import LEADER_TIMEOUT_S, ScanFailed
 from tests.conftest import RunningNats
 
 NOT_CLUSTERED = 10074

@@ -5,9 +5,9 @@ import secrets
 from contracts.events.key import KeyRevoked
 from contracts.ids import hash_api_key, key_id_for_hash, new_key_id
 from contracts.subjects import EVENTS_STREAM
-from services.runtime.bus import EventBus
-from services.runtime.kv import ensure_direct_reads
-from services.runtime.revocations import RevocationCheck, revoked
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.kv import ensure_direct_reads
+from services.runtime.nats.revocations import RevocationCheck, revoked
 
 
 def new_digest() -> str:

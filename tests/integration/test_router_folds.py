@@ -16,12 +16,12 @@ from contracts.ids import new_batch_id
 from services.ledger.app import create_app
 from services.ledger.handlers import Folder
 from services.ledger.settings import LedgerSettings
-from services.runtime.broker import open_bus, service_broker
-from services.runtime.bus import EventBus
-from services.runtime.delivery import ServiceRouter
-from services.runtime.folds import LogFollower
-from services.runtime.follower import Fact
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.broker import open_bus, service_broker
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.delivery import ServiceRouter
+from services.runtime.nats.folds import LogFollower
+from services.runtime.nats.follower import Fact
+from services.runtime.process.settings import ConnectionSettings
 from tests.conftest import RunningNats
 
 WAIT_S = 10

@@ -10,12 +10,12 @@ from nats.js.api import DeliverPolicy
 from contracts.commands import FinalizeBatch
 from contracts.events.batch import LineRejected
 from contracts.subjects import EVENTS_STREAM, WORK_STREAM, batch_events, executor_finalize_durable
-from services.runtime.broker import open_bus, service_broker
-from services.runtime.bus import ConsumerPolicy, EventBus
-from services.runtime.delivery import Durable, ServiceRouter
-from services.runtime.logfmt import BATCH_ID
-from services.runtime.objectstore import ObjectStore
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.broker import open_bus, service_broker
+from services.runtime.nats.bus import ConsumerPolicy, EventBus
+from services.runtime.nats.delivery import Durable, ServiceRouter
+from services.runtime.process.logfmt import BATCH_ID
+from services.runtime.process.settings import ConnectionSettings
+from services.runtime.storage.objectstore import ObjectStore
 
 
 async def test_the_same_fact_published_twice_is_stored_once(bus: EventBus) -> None:
@@ -88,7 +88,7 @@ async def test_streams_are_declared_once_by_every_service(bus: EventBus) -> None
 async def test_a_fenced_publish_is_refused_once_a_newer_fact_is_on_the_fence_subject(bus: EventBus) -> None:
     from contracts.events.batch import AttemptFailed, BatchProgressed
     from contracts.subjects import attempt_failures
-    from services.runtime.bus import Fence, FenceMoved
+    from services.runtime.nats.bus import Fence, FenceMoved
 
     batch = "batch_fence1"
 

@@ -20,9 +20,9 @@ from contracts.subjects import (
     log_reads,
     object_requests,
 )
-from services.runtime.bus import EventBus
-from services.runtime.leader import LeaderLease
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.leader import LeaderLease
+from services.runtime.process.settings import ConnectionSettings
 from services.scheduler.app import run_scheduler
 from services.scheduler.settings import SchedulerSettings
 from tests.conftest import RunningNats

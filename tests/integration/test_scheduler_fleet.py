@@ -17,9 +17,9 @@ from contracts.events.executor import DeviceMemory, ExecutorAdvert, ExecutorRegi
 from contracts.events.registry import AnyEvent, decode_event
 from contracts.ids import new_batch_id
 from contracts.subjects import WORK_STREAM, batch_events, run_command
-from services.runtime.bus import EventBus
-from services.runtime.fleet import Fleet
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.fleet import Fleet
+from services.runtime.process.settings import ConnectionSettings
 from services.scheduler.app import run_scheduler
 from services.scheduler.settings import SchedulerSettings
 from tests.conftest import RunningNats

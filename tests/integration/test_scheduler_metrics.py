@@ -18,7 +18,7 @@ import pytest
 from contracts.events.batch import BatchCreated, BatchValidated
 from contracts.ids import new_batch_id
 from infra.embedded import free_port, stop_process
-from services.runtime.bus import EventBus
+from services.runtime.nats.bus import EventBus
 from tests.conftest import RunningNats
 
 MODEL = "smollm2-135m-instruct-q4_1"

@@ -13,9 +13,9 @@ from contracts.subjects import LIMITS_BUCKET
 from services.gateway.adapters.shared_state import SharedState, key_of
 from services.gateway.http.auth_failures import FailedAuthentications, SharedFailedAuthentications
 from services.gateway.http.limits import ControlCallLimiter, SharedControlCallLimiter
-from services.runtime.bus import EventBus
-from services.runtime.kv import open_bucket
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.kv import open_bucket
+from services.runtime.process.settings import ConnectionSettings
 from tests.conftest import RunningNats
 
 

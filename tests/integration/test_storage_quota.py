@@ -13,8 +13,8 @@ import aiohttp
 import pytest
 
 from infra.embedded import free_port, start_nats, stop_process
-from services.runtime.settings import ConnectionSettings
-from services.runtime.tasks import cancel_and_join
+from services.runtime.process.settings import ConnectionSettings
+from services.runtime.process.tasks import cancel_and_join
 from services.scheduler.app import run_scheduler
 from services.scheduler.settings import SchedulerSettings
 from services.validator.app import run_validator

@@ -14,7 +14,7 @@ import pytest
 
 from infra.backup import MANIFEST, Manifest
 from infra.embedded import S3Credentials, free_port, start_seaweed, stop_process
-from services.runtime.bus import EventBus
+from services.runtime.nats.bus import EventBus
 from tests.integration.tls_broker import TlsBroker, tls_nats
 
 FACTS = 3

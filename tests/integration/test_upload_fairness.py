@@ -10,7 +10,7 @@ import aiohttp
 import orjson
 
 from services.gateway.http.transfer_slots import UPLOAD_SLOTS, UPLOADS_IN_FLIGHT
-from services.runtime.settings import ConnectionSettings
+from services.runtime.process.settings import ConnectionSettings
 from tests.integration.gateway_pair import client_from, key_of_role, own_address, url_of
 from tests.integration.gateway_support import Gateway, jsonl, running_gateway
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from services.runtime.settings import ConnectionSettings
+from services.runtime.process.settings import ConnectionSettings
 from services.validator.app import run_validator
 from services.validator.settings import ValidatorSettings
 from tests.integration.gateway_support import WAIT_S, Gateway, jsonl, running_gateway

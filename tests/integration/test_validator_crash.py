@@ -16,10 +16,10 @@ from contracts.events.batch import BatchCreated, BatchValidationFailed, LineReje
 from contracts.events.registry import AnyEvent, decode_event
 from contracts.ids import new_batch_id, new_file_id
 from contracts.subjects import batch_events, input_object_key
-from services.runtime import eventlog
-from services.runtime.bus import EventBus
-from services.runtime.objectstore import ObjectStore
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats import eventlog
+from services.runtime.nats.bus import EventBus
+from services.runtime.process.settings import ConnectionSettings
+from services.runtime.storage.objectstore import ObjectStore
 from tests.conftest import RunningNats
 from tests.support import batch_facts
 

@@ -12,9 +12,9 @@ from contracts.events.file import FileStored
 from contracts.events.registry import decode_event
 from contracts.ids import batch_request_id, error_file_id, new_batch_id, new_file_id
 from contracts.subjects import EVENTS_STREAM, event_subject, input_object_key
-from services.runtime.bus import EventBus
-from services.runtime.objectstore import ObjectStore
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.bus import EventBus
+from services.runtime.process.settings import ConnectionSettings
+from services.runtime.storage.objectstore import ObjectStore
 from services.validator.app import run_validator
 from services.validator.settings import ValidatorSettings
 from tests.support import batch_facts

@@ -16,9 +16,9 @@ import pytest
 from contracts.events.batch import BatchCreated, BatchValidated, BatchValidationFailed, LineRejected
 from contracts.ids import new_batch_id, new_file_id
 from contracts.subjects import input_object_key
-from services.runtime.bus import EventBus
-from services.runtime.catalogue import load_catalogue
-from services.runtime.objectstore import ObjectStore
+from services.runtime.nats.bus import EventBus
+from services.runtime.storage.catalogue import load_catalogue
+from services.runtime.storage.objectstore import ObjectStore
 from services.validator.adapters.check_pool import CheckPool
 from services.validator.adapters.tokenizer import TokenizerCache
 from services.validator.domain import FileValidation, Limits
@@ -123,7 +123,7 @@ async def test_a_file_checked_in_two_processes_is_refused_line_for_line_as_in_or
 
 HOLDER = """
 import sys, time
-from services.runtime.catalogue import load_catalogue
+from services.runtime.storage.catalogue import load_catalogue
 from services.validator.adapters.check_pool import CheckPool
 if __name__ == "__main__":
     pool = CheckPool(load_catalogue(None), 1)

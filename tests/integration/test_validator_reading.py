@@ -10,8 +10,8 @@ import pytest
 from contracts.events.batch import BatchCreated
 from contracts.ids import new_batch_id, new_file_id
 from contracts.subjects import input_object_key
-from services.runtime.catalogue import load_catalogue
-from services.runtime.objectstore import ObjectStore
+from services.runtime.storage.catalogue import load_catalogue
+from services.runtime.storage.objectstore import ObjectStore
 from services.validator.adapters.error_file import write_error_file
 from services.validator.adapters.input_lines import lines_by_chunk
 from services.validator.domain import FileValidation, Limits

@@ -3,7 +3,7 @@
 import pytest
 
 from contracts.catalogue import Catalogue
-from services.runtime.catalogue import load_catalogue
+from services.runtime.storage.catalogue import load_catalogue
 from services.validator.adapters.tokenizer import TokenizerCache
 
 

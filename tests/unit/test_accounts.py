@@ -13,7 +13,7 @@ from services.executor.attempts import BatchLog
 from services.ledger.aggregates import User
 from services.ledger.application import Ledger, persistence_env
 from services.ledger.projection import api_key_record, user_record
-from services.runtime.catalogue import load_catalogue
+from services.runtime.storage.catalogue import load_catalogue
 from services.scheduler.book import Book
 from services.validator.domain import FileValidation
 

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from services.runtime.tasks import cancel_and_join
+from services.runtime.process.tasks import cancel_and_join
 
 
 async def test_a_loop_that_swallows_a_cancel_is_cancelled_again_until_it_ends() -> None:

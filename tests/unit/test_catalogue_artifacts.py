@@ -4,7 +4,7 @@ import pytest
 from pydantic import ValidationError
 
 from contracts.catalogue import CatalogueModel, HubFile, ModelObject, hub_artifact, object_artifact
-from services.runtime.catalogue import load_catalogue
+from services.runtime.storage.catalogue import load_catalogue
 
 PIN = "ab" * 32
 

@@ -10,8 +10,8 @@ from infra.cli import use_config_file
 from services.executor.settings import ExecutorSettings
 from services.gateway.settings import GatewaySettings
 from services.ledger.settings import LedgerSettings
-from services.runtime.config_file import CONFIG_FILE_VARIABLE, ConfigFileError, section_of
-from services.runtime.settings import ConnectionSettings
+from services.runtime.process.config_file import CONFIG_FILE_VARIABLE, ConfigFileError, section_of
+from services.runtime.process.settings import ConnectionSettings
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from infra.process_env import SERVICE_NEEDS, Need
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "infra" / "deploy"
-SETTINGS_MODULES = ("services.runtime.settings", *(f"services.{name}.settings" for name in SERVICE_NEEDS))
+SETTINGS_MODULES = ("services.runtime.process.settings", *(f"services.{name}.settings" for name in SERVICE_NEEDS))
 NAMED = re.compile(r"\b(SHESHNAG_[A-Z0-9_]*[A-Z0-9])(_\*|_…)?")
 """A variable, or a family of them written `SHESHNAG_LEDGER_POSTGRES_*` (or `_…`)."""
 

@@ -11,7 +11,7 @@ import pytest
 
 from contracts.catalogue import CatalogueModel
 from services.executor.adapters.artifacts import ArtifactMismatch, ArtifactResolver, ArtifactUnavailable
-from services.runtime.objectstore import ObjectNotFound
+from services.runtime.storage.objectstore import ObjectNotFound
 
 WEIGHTS = b"GGUF" + bytes(range(256)) * 4096  # 1 MiB and a bit, in several chunks
 DIGEST = hashlib.sha256(WEIGHTS).hexdigest()

@@ -10,7 +10,7 @@ from contracts.events.batch import AttemptFailed, ShardFinished
 from contracts.events.executor import ExecutorAdvert, ExecutorRegistered
 from contracts.events.key import KeyCreated
 from contracts.readmodel import ApiKeyRecord
-from services.runtime.fleet import read_advert
+from services.runtime.nats.fleet import read_advert
 from services.scheduler.book import Book
 from services.scheduler.decisions import choose_finalizer
 from services.scheduler.registration import identity_refusal

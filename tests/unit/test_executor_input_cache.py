@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from services.executor.adapters.input_cache import InputCache, InputCopy
-from services.runtime.objectstore import ObjectNotFound, split_lines
+from services.runtime.storage.objectstore import ObjectNotFound, split_lines
 
 KEY = "files/file-in/content"
 

@@ -9,7 +9,7 @@ from services.executor.adapters.engines.base import EngineReply, on_slot
 from services.executor.adapters.engines.llamacpp import PROMPT_CACHE_RAM_MIB, LlamaCppEngine
 from services.executor.retry import LineRetry, run_line
 from services.executor.samples import run_samples
-from services.runtime.catalogue import load_catalogue
+from services.runtime.storage.catalogue import load_catalogue
 from services.validator.adapters.tokenizer import TokenizerCache
 
 MODEL_ID = "smollm2-135m-instruct-q4_1"

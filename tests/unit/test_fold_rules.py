@@ -10,7 +10,7 @@ from contracts.events.file import FileUsed
 from contracts.events.registry import AnyEvent
 from services.executor.attempts import _rules as attempt_rules
 from services.ledger.rules import _batch_facts, _facts
-from services.runtime.foldrules import FoldRules
+from services.runtime.nats.foldrules import FoldRules
 from services.scheduler.book import _fleet_rules, _plan_rules
 
 EVERY_EVENT: tuple[type[Event], ...] = get_args(get_args(AnyEvent)[0])

@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from services.gateway.http.observe import observe_middleware
-from services.runtime.telemetry import configure_tracing
+from services.runtime.process.telemetry import configure_tracing
 
 Client = TestClient[web.Request, web.Application]
 CALLER_TRACE = 0x0AF7651916CD43DD8448EB211C80319C

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.catalogue import load_catalogue, resolve_artifact
+from services.runtime.storage.catalogue import load_catalogue, resolve_artifact
 from services.validator.adapters.gguf_metadata import GGUFFormatError, read_metadata
 
 

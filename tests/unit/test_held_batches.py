@@ -6,8 +6,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from contracts.api.batch import Batch
 from contracts.readmodel import BatchRecord
 from infra.status import render
-from services.runtime import metrics
-from services.runtime.overview import Overview, export_gauges, tally
+from services.gateway.usecases.overview import Overview, export_gauges, tally
+from services.runtime.process import metrics
 
 NOW = 1_700_000_000.0
 MODEL = "smollm2-135m-instruct-q4_1"

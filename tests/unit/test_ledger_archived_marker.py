@@ -8,7 +8,7 @@ import nats.js.errors
 import pytest
 
 from services.ledger.restore import archived_through
-from services.runtime.readmodel import ReadModel
+from services.runtime.nats.readmodel import ReadModel
 
 
 class ElectingBucket:

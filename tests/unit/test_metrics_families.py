@@ -6,12 +6,12 @@ import sys
 
 import pytest
 
-from services.runtime.metrics import FAMILIES
+from services.runtime.process.metrics import FAMILIES
 
 SCRAPE = """
 import sys
 from prometheus_client import generate_latest
-from services.runtime import metrics
+from services.runtime.process import metrics
 metrics.register(sys.argv[1])
 metrics.register(sys.argv[1])  # a second composition root in the process changes nothing
 sys.stdout.write(generate_latest().decode())

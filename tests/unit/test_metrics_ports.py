@@ -8,7 +8,7 @@ import pytest
 
 from infra.embedded import free_port
 from services.ledger.settings import LedgerSettings
-from services.runtime.metrics import serve_metrics
+from services.runtime.process.metrics import serve_metrics
 from services.scheduler.settings import SchedulerSettings
 from services.validator.settings import ValidatorSettings
 

@@ -7,7 +7,7 @@ import pytest
 
 from contracts.catalogue import CatalogueModel
 from infra.cli import install_missing_models
-from services.runtime.catalogue import install_command, missing_package
+from services.runtime.storage.catalogue import install_command, missing_package
 
 
 def model(artifact: str, package: str | None = None) -> CatalogueModel:

@@ -6,12 +6,12 @@ import logging
 import subprocess
 import sys
 
-from services.runtime.native_stderr import record_of
+from services.runtime.process.native_stderr import record_of
 
 CHILD = r"""
 import ctypes, logging, os, sys
-from services.runtime.native_stderr import capture
-from services.runtime.process import configure_logging
+from services.runtime.process.native_stderr import capture
+from services.runtime.process.runner import configure_logging
 assert capture()
 configure_logging("executor", "DEBUG")
 os.write(2, b"4.21.371.872 W srv  load_model: the context is short\n")

@@ -1,10 +1,10 @@
-"""The connection rule (services/runtime/nats_tls.py): a broker on this host is reached as nats-py does; any other
+"""The connection rule (services/runtime/nats/tls.py): a broker on this host is reached as nats-py does; any other
 must be tls://, is verified and is reached TLS first; a private host the operator declared is held to the loopback
 rule; a refusal names the setting, never the URL's password."""
 
 import pytest
 
-from services.runtime.nats_tls import InsecureBrokerUrl, is_local, tls_options
+from services.runtime.nats.tls import InsecureBrokerUrl, is_local, tls_options
 
 
 @pytest.mark.parametrize("url", ["nats://127.0.0.1:4222", "nats://core:pw@localhost:4222", "nats://[::1]:4222",

@@ -5,7 +5,7 @@ import pytest
 from contracts.api.batch import Batch, RequestCounts
 from contracts.api.batch import BatchStatus as Status
 from contracts.readmodel import BatchRecord
-from services.runtime.shares import SHARE_WINDOW_S, owner_shares, recent_lines
+from services.gateway.usecases.shares import SHARE_WINDOW_S, owner_shares, recent_lines
 
 NOW = 1_700_000_000.0
 

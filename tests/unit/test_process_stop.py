@@ -7,7 +7,7 @@ import time
 
 WEDGED_SERVICE = """
 import asyncio, sys
-from services.runtime.process import run_until_signalled
+from services.runtime.process.runner import run_until_signalled
 
 async def main(stop):
     print("up", flush=True)

@@ -9,7 +9,7 @@ import fast_depends.utils
 import pytest
 from faststream.nats import NatsBroker, TestNatsBroker
 
-from services.runtime.params import Context, Path
+from services.runtime.process.params import Context, Path
 
 
 async def test_context_and_path_parameters_resolve_in_place_with_faststream_s_values(

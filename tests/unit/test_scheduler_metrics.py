@@ -3,7 +3,7 @@ batch, key or executor."""
 
 from prometheus_client import CollectorRegistry
 
-from services.runtime import metrics
+from services.runtime.process import metrics
 from services.scheduler.book import BatchPlan, Book, ShardRun
 from services.scheduler.decisions import Assign, DeclareLost, FenceAttempt
 from services.scheduler.observe import export_book, leading, note_action, plan_state

@@ -7,7 +7,7 @@ import pytest
 
 from infra.cli import parse_args
 from infra.settings_reference import SERVICE_SETTINGS, reference_markdown, settings_of
-from services.runtime.settings import ConnectionSettings
+from services.runtime.process.settings import ConnectionSettings
 
 DOC = Path(__file__).parents[2] / "docs" / "settings.md"
 

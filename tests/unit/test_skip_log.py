@@ -4,7 +4,7 @@ import logging
 
 import pytest
 
-from services.runtime.skip_log import SkipLog
+from services.runtime.process.skip_log import SkipLog
 
 
 def test_a_flood_from_one_source_is_one_line_and_each_source_gets_its_own(caplog: pytest.LogCaptureFixture) -> None:

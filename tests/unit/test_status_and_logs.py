@@ -7,9 +7,9 @@ import pytest
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, use_span
 
 from infra.status import bar, render
-from services.runtime.logfmt import BATCH_ID, JsonFormatter, TraceFields
-from services.runtime.overview import ConsumerLag, ExecutorView, Overview, QueuedBatch, RunningBatch
-from services.runtime.telemetry import otlp_protocol
+from services.gateway.usecases.overview import ConsumerLag, ExecutorView, Overview, QueuedBatch, RunningBatch
+from services.runtime.process.logfmt import BATCH_ID, JsonFormatter, TraceFields
+from services.runtime.process.telemetry import otlp_protocol
 
 
 def test_status_shows_fleet_queue_reasons_progress_eta_and_lag() -> None:

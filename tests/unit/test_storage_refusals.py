@@ -15,10 +15,16 @@ from minio.error import S3Error
 
 from services.gateway.http.errors import error_middleware
 from services.gateway.http.storage_guard import STORAGE_WATCH, refusal_for, storage_middleware
-from services.runtime import write_failures
-from services.runtime.settings import ConnectionSettings
-from services.runtime.storage import MIN_RESERVE_BYTES, StorageWatch, VolumeSpace, measure_paths, reserve_for
-from services.runtime.write_failures import through_write_faults, write_fault
+from services.runtime.process.settings import ConnectionSettings
+from services.runtime.storage import write_failures
+from services.runtime.storage.volumes import (
+    MIN_RESERVE_BYTES,
+    StorageWatch,
+    VolumeSpace,
+    measure_paths,
+    reserve_for,
+)
+from services.runtime.storage.write_failures import through_write_faults, write_fault
 
 MIB, GIB = 2**20, 2**30
 

@@ -8,7 +8,7 @@ import pytest
 
 from contracts.api.request_line import MAX_NESTING_DEPTH
 from contracts.catalogue import Catalogue
-from services.runtime.catalogue import load_catalogue
+from services.runtime.storage.catalogue import load_catalogue
 from services.validator.adapters.tokenizer import TokenizerCache
 from services.validator.domain import FileValidation, Limits
 

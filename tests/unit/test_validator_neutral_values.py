@@ -7,7 +7,7 @@ import pytest
 from contracts.catalogue import Catalogue, CatalogueModel
 from contracts.engines import NEUTRAL_VALUES, known_parameters
 from contracts.events.executor import EngineName
-from services.runtime.catalogue import load_catalogue
+from services.runtime.storage.catalogue import load_catalogue
 from services.validator.domain import FileValidation
 
 CHAT, COMPLETIONS, RESPONSES, EMBEDDINGS = "/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings"

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contracts.catalogue import Catalogue
-from services.runtime.catalogue import load_catalogue
+from services.runtime.storage.catalogue import load_catalogue
 from services.validator.adapters.tokenizer import TokenizerCache
 from services.validator.domain import FileValidation
 

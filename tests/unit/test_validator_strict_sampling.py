@@ -5,7 +5,7 @@ import orjson
 import pytest
 
 from contracts.catalogue import Catalogue
-from services.runtime.catalogue import load_catalogue
+from services.runtime.storage.catalogue import load_catalogue
 from services.validator.domain import FileValidation
 
 CHAT = "/v1/chat/completions"

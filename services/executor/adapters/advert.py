@@ -11,9 +11,9 @@ from nats.js.client import JetStreamContext
 
 from contracts.events.executor import ExecutorAdvert
 from contracts.subjects import EXECUTORS_BUCKET, executor_advert
-from services.runtime.bus import EventBus
-from services.runtime.fleet import ADVERT_TTL_S
-from services.runtime.kv import KV_OPERATION, open_bucket
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.fleet import ADVERT_TTL_S
+from services.runtime.nats.kv import KV_OPERATION, open_bucket
 
 BUCKET_WAIT_S = 60.0
 """How long the first advert waits for the executors bucket to exist."""

@@ -21,9 +21,9 @@ from minio.error import S3Error
 
 from contracts.catalogue import CatalogueModel, HubFile, ModelObject, hub_artifact, hub_checkpoint, object_artifact
 from services.executor.adapters.objects import ObjectAccess
-from services.runtime.catalogue import install_command, resolve_artifact
-from services.runtime.hub import CheckpointUnavailable, checkpoint_directory
-from services.runtime.objectstore import ObjectNotFound
+from services.runtime.storage.catalogue import install_command, resolve_artifact
+from services.runtime.storage.hub import CheckpointUnavailable, checkpoint_directory
+from services.runtime.storage.objectstore import ObjectNotFound
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from contracts.permissions import executor_inbox
 from services.executor.adapters.desk import DeskBus, FactDesk
 from services.executor.adapters.refusals import Refusals, explain, is_refusal, is_tls_failure
 from services.executor.settings import ExecutorSettings
-from services.runtime.broker import ServiceBroker, service_broker
-from services.runtime.bus import Credentials, EventBus
+from services.runtime.nats.broker import ServiceBroker, service_broker
+from services.runtime.nats.bus import Credentials, EventBus
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from nats.aio.client import Client
 from contracts.catalogue import MODEL_OBJECTS_PREFIX
 from contracts.objects import ObjectGrant, ObjectOperation, ObjectRequest, chunk_attempt
 from contracts.subjects import object_requests
-from services.runtime.logfmt import BATCH_ID
-from services.runtime.objectstore import ObjectNotFound, https_pool, read_chunks, split_lines
+from services.runtime.process.logfmt import BATCH_ID
+from services.runtime.storage.objectstore import ObjectNotFound, https_pool, read_chunks, split_lines
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from contracts.events.envelope import Event
 from contracts.events.registry import AnyEvent, decode_event
 from contracts.fact_desk import FactReceipt, FactSubmission, FenceCondition, LogPage, LogRead
 from contracts.subjects import fact_submissions, log_reads
-from services.runtime.bus import EventBus, Fence, FenceMoved
-from services.runtime.telemetry import inject_headers
+from services.runtime.nats.bus import EventBus, Fence, FenceMoved
+from services.runtime.process.telemetry import inject_headers
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from contracts.events.registry import decode_event
 from contracts.subjects import EVENTS_STREAM, batch_events
 from services.executor.adapters.desk import DeskBus, FactDesk, Sequenced
 from services.executor.attempts import BatchLog
-from services.runtime.bus import EventBus
+from services.runtime.nats.bus import EventBus
 
 log = logging.getLogger(__name__)
 

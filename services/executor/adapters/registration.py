@@ -9,7 +9,7 @@ from contracts.commands import ExecutorRegistration, RegistrationAnswer
 from contracts.events.executor import ExecutorAdvert
 from contracts.subjects import fleet_registrations
 from services.executor.adapters.refusals import Refusals
-from services.runtime.bus import EventBus
+from services.runtime.nats.bus import EventBus
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ import nats.errors
 from services.executor.adapters.desk import Sequenced
 from services.executor.adapters.log_reader import DeskReader, EventReader, LogReader, read_batch_log
 from services.executor.attempts import BatchLog, StopReason
-from services.runtime.bus import EventBus
+from services.runtime.nats.bus import EventBus
 
 __all__ = ["BatchFeed", "BatchWatch", "DeskReader", "EventReader", "LogReader", "WatchHub", "read_batch_log"]
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 from contracts.ids import hash_api_key
 from contracts.readmodel import ApiKeyRecord, UserRecord
-from services.runtime.readmodel import ReadModel
-from services.runtime.revocations import RevocationCheck
+from services.runtime.nats.readmodel import ReadModel
+from services.runtime.nats.revocations import RevocationCheck
 
 CACHE_TTL_S = 30.0
 """The longest a cached key is trusted; `forget` (driven by a watch on the read model) drops one at once."""

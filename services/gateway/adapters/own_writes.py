@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from services.runtime.readmodel import ReadModel
+from services.runtime.nats.readmodel import ReadModel
 
 Write = Literal["batch", "file", "file_deleted"]
 KEEP_S = 600.0

@@ -16,7 +16,7 @@ from contracts.billing import FileDemand
 from services.gateway.adapters.demand import DemandCounter
 from services.gateway.http.body_pace import BodyPace
 from services.gateway.usecases.refusals import ApiError, bad_request
-from services.runtime.objectstore import TRANSIENT, ObjectStore
+from services.runtime.storage.objectstore import TRANSIENT, ObjectStore
 
 CHUNK = 256 * 1024
 SNIFF_BYTES = 4096

@@ -16,8 +16,8 @@ from contracts.events.batch import BatchCancelRequested
 from contracts.subjects import batch_fact
 from services.gateway.context import DEPS, Deps
 from services.gateway.usecases.revocation import ENDED
-from services.runtime.bus import Fence, FenceMoved
-from services.runtime.tasks import cancel_and_join
+from services.runtime.nats.bus import Fence, FenceMoved
+from services.runtime.process.tasks import cancel_and_join
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from aiohttp import web
 
 from services.gateway.background.batch_census import BatchCensus
 from services.gateway.context import DEPS, Deps
-from services.runtime.overview import Overview, consumer_lags, executor_view, export_gauges, tally
-from services.runtime.tasks import cancel_and_join
+from services.gateway.usecases.overview import Overview, consumer_lags, executor_view, export_gauges, tally
+from services.runtime.process.tasks import cancel_and_join
 
 log = logging.getLogger(__name__)
 

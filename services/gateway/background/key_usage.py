@@ -15,8 +15,8 @@ from nats.js.kv import KeyValue
 
 from contracts.subjects import KEY_USAGE_BUCKET
 from services.gateway.context import DEPS
-from services.runtime.kv import open_bucket
-from services.runtime.tasks import cancel_and_join
+from services.runtime.nats.kv import open_bucket
+from services.runtime.process.tasks import cancel_and_join
 
 log = logging.getLogger(__name__)
 

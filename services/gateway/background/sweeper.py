@@ -20,8 +20,8 @@ from contracts.readmodel import FileRecord
 from contracts.subjects import read_model_key
 from services.gateway.context import DEPS, Deps
 from services.gateway.usecases.files import delete_unless_in_use
-from services.runtime.kv import KV_OPERATION, MARKER_REASON, read_page
-from services.runtime.tasks import cancel_and_join
+from services.runtime.nats.kv import KV_OPERATION, MARKER_REASON, read_page
+from services.runtime.process.tasks import cancel_and_join
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ from opentelemetry.trace import Link, SpanKind
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services.gateway.http.auth import require_admin
-from services.runtime import metrics
-from services.runtime.logfmt import BATCH_ID
-from services.runtime.telemetry import extract_context, tracer
+from services.runtime.process import metrics
+from services.runtime.process.logfmt import BATCH_ID
+from services.runtime.process.telemetry import extract_context, tracer
 
 _tracer = tracer("gateway")
 READS = frozenset({"GET", "HEAD", "OPTIONS"})

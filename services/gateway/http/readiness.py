@@ -15,9 +15,9 @@ from minio import Minio
 from minio.error import S3Error
 
 from services.gateway.context import deps
-from services.runtime.bus import EventBus
-from services.runtime.objectstore import https_pool
-from services.runtime.settings import ConnectionSettings
+from services.runtime.nats.bus import EventBus
+from services.runtime.process.settings import ConnectionSettings
+from services.runtime.storage.objectstore import https_pool
 
 log = logging.getLogger(__name__)
 

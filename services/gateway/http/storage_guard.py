@@ -1,6 +1,7 @@
 """The gateway's half of running out of space: new uploads and batches are refused (507 `insufficient_storage`)
 while a watched volume is under its reserve, and a write the broker or object store could not take is answered
-507/503 with the reason, at once, instead of a 500 (services/runtime/storage.py, services/runtime/write_failures.py).
+507/503 with the reason, at once, instead of a 500 (services/runtime/storage/volumes.py and
+write_failures.py).
 Reads, downloads and cancels are never refused early: they free space or need none.
 """
 
@@ -17,8 +18,8 @@ from services.gateway.adapters.upload import store_unavailable
 from services.gateway.context import DEPS
 from services.gateway.http.errors import error_response
 from services.gateway.usecases.refusals import ApiError
-from services.runtime.storage import StorageWatch, VolumeSpace
-from services.runtime.write_failures import write_fault
+from services.runtime.storage.volumes import StorageWatch, VolumeSpace
+from services.runtime.storage.write_failures import write_fault
 
 log = logging.getLogger(__name__)
 

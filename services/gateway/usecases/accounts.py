@@ -21,8 +21,8 @@ from contracts.events.organization import OrganizationCreated
 from contracts.ids import hash_api_key, new_api_key, new_key_id
 from contracts.readmodel import ApiKeyRecord, OrganizationRecord, UserRecord
 from services.gateway.usecases.refusals import ApiError, bad_request, not_found
-from services.runtime.bus import EventBus
-from services.runtime.readmodel import ReadModel
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.readmodel import ReadModel
 
 if TYPE_CHECKING:
     from services.gateway.context import Deps

@@ -23,8 +23,8 @@ from services.gateway.usecases import billing as billing_usecase
 from services.gateway.usecases.files import is_valid_id, owned_file
 from services.gateway.usecases.oversight import Standing, cancel_entry, standing
 from services.gateway.usecases.refusals import ApiError, bad_request, not_found
-from services.runtime.bus import Fence, FenceMoved
-from services.runtime.facts import last_fact
+from services.runtime.nats.bus import Fence, FenceMoved
+from services.runtime.nats.facts import last_fact
 
 log = logging.getLogger(__name__)
 

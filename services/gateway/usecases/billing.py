@@ -21,8 +21,8 @@ from contracts.lifecycle import TERMINAL
 from contracts.readmodel import AccountRecord, FileRecord, UserRecord
 from contracts.subjects import account_facts
 from services.gateway.usecases.refusals import ApiError
-from services.runtime.bus import EventBus, Fence, FenceMoved
-from services.runtime.readmodel import ReadModel
+from services.runtime.nats.bus import EventBus, Fence, FenceMoved
+from services.runtime.nats.readmodel import ReadModel
 
 FREE = ModelPrice(input_per_mtok_usd=Decimal(0), output_per_mtok_usd=Decimal(0))
 """What tokens cost on a deployment that does not bill."""

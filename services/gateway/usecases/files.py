@@ -19,9 +19,9 @@ from services.gateway.adapters.admission import Holdings
 from services.gateway.adapters.upload import StoredUpload
 from services.gateway.context import Deps
 from services.gateway.usecases.refusals import ApiError, bad_request, not_found
-from services.runtime.bus import Fence, FenceMoved
-from services.runtime.facts import last_fact
-from services.runtime.objectstore import TRANSIENT
+from services.runtime.nats.bus import Fence, FenceMoved
+from services.runtime.nats.facts import last_fact
+from services.runtime.storage.objectstore import TRANSIENT
 
 log = logging.getLogger(__name__)
 

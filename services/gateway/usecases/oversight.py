@@ -9,7 +9,7 @@ from contracts.api.organization import DEFAULT_ORGANIZATION_ID
 from contracts.events.batch import AdminCancelCode
 from contracts.ids import owner_id, owner_user
 from contracts.readmodel import ApiKeyRecord, BatchRecord, UserRecord
-from services.runtime.readmodel import ReadModel
+from services.runtime.nats.readmodel import ReadModel
 
 Standing = Literal["owner", "org_admin", "platform_admin"]
 """Why the caller may act on a batch."""

@@ -8,8 +8,8 @@ from contracts.events.key import KeyRevoked
 from contracts.ids import key_aggregate_id
 from contracts.lifecycle import TERMINAL
 from contracts.subjects import batch_fact
-from services.runtime.bus import EventBus, Fence, FenceMoved
-from services.runtime.readmodel import ReadModel
+from services.runtime.nats.bus import EventBus, Fence, FenceMoved
+from services.runtime.nats.readmodel import ReadModel
 
 ENDED = TERMINAL | {"cancelling"}
 """Batches a revocation leaves alone: ended, or ending already for a cancel of their own."""

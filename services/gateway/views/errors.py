@@ -22,8 +22,8 @@ from services.gateway.context import deps
 from services.gateway.http.auth import principal
 from services.gateway.usecases.batches import owned_batch
 from services.gateway.usecases.retry import failure_code
-from services.runtime import eventlog
-from services.runtime.bus import EventBus
+from services.runtime.nats import eventlog
+from services.runtime.nats.bus import EventBus
 
 LINES_PER_GROUP = 5
 COUNTS_KEPT = 256

@@ -23,9 +23,9 @@ from services.gateway.http.auth import principal, still_authorized
 from services.gateway.http.errors import bad_request, client_gone
 from services.gateway.http.event_frames import sse_frame
 from services.gateway.usecases.batches import owned_batch
-from services.runtime import eventlog
-from services.runtime.eventlog import Fact
-from services.runtime.objectstore import ObjectNotFound, ObjectStore
+from services.runtime.nats import eventlog
+from services.runtime.nats.eventlog import Fact
+from services.runtime.storage.objectstore import ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from services.gateway.http.paging import MAX_FILES_LIMIT, page_after, parse_limi
 from services.gateway.http.transfer_slots import DOWNLOAD_SLOTS, UPLOAD_SLOTS
 from services.gateway.usecases import files as usecase
 from services.gateway.usecases.files import discard_object, owned_file, owner_files
-from services.runtime.objectstore import TRANSIENT, ObjectNotFound
+from services.runtime.storage.objectstore import TRANSIENT, ObjectNotFound
 
 log = logging.getLogger(__name__)
 Result = TypeVar("Result")

@@ -6,7 +6,7 @@ from aiohttp import web
 from services.gateway.context import deps
 from services.gateway.http.auth import require_admin
 from services.gateway.http.storage_guard import STORAGE_WATCH
-from services.runtime.overview import gather
+from services.gateway.usecases.overview import gather
 
 
 async def system_overview(request: web.Request) -> web.Response:

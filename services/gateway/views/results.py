@@ -22,8 +22,8 @@ from services.gateway.context import Deps, deps
 from services.gateway.http.auth import principal
 from services.gateway.http.errors import bad_request
 from services.gateway.usecases.batches import overseen_batch
-from services.runtime import eventlog
-from services.runtime.objectstore import ObjectNotFound
+from services.runtime.nats import eventlog
+from services.runtime.storage.objectstore import ObjectNotFound
 
 DEFAULT_LIMIT, MAX_LIMIT = 100, 1000
 

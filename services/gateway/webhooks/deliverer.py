@@ -41,11 +41,11 @@ from services.gateway.webhooks.targets import (
     literal_address,
     parse_networks,
 )
-from services.runtime import metrics
-from services.runtime.bus import ConsumerPolicy
-from services.runtime.delivery import fact_filter
-from services.runtime.kv import open_bucket
-from services.runtime.tasks import cancel_and_join
+from services.runtime.nats.bus import ConsumerPolicy
+from services.runtime.nats.delivery import fact_filter
+from services.runtime.nats.kv import open_bucket
+from services.runtime.process import metrics
+from services.runtime.process.tasks import cancel_and_join
 
 log = logging.getLogger(__name__)
 

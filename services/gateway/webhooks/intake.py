@@ -11,7 +11,7 @@ from contracts.subjects import parse_event_subject
 from services.gateway.usecases.oversight import organization_of, owning_user
 from services.gateway.webhooks.domain import delivery_id, event_type_of, receives, webhook_event
 from services.gateway.webhooks.store import WebhookStore
-from services.runtime.readmodel import ReadModel
+from services.runtime.nats.readmodel import ReadModel
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from nats.js.kv import KeyValue
 from pydantic import BaseModel
 
 from contracts.api.webhook import WebhookDelivery, WebhookEndpoint
-from services.runtime.kv import erase, latest_entries
+from services.runtime.nats.kv import erase, latest_entries
 
 ENDPOINT = "endpoint"
 DELIVERY = "delivery"

@@ -13,7 +13,7 @@ from contracts.events.batch import BatchCreated
 from contracts.events.file import FileStored
 from contracts.ids import error_file_id
 from contracts.subjects import input_object_key
-from services.runtime.objectstore import ObjectStore
+from services.runtime.storage.objectstore import ObjectStore
 from services.validator.adapters.input_lines import lines_by_chunk
 from services.validator.domain import FileValidation
 from services.validator.refusals import NotRunLines, not_run_message

@@ -6,7 +6,7 @@ an ending (and not at all when the file ends with one)."""
 
 from collections.abc import Iterator
 
-from services.runtime.objectstore import READ_CHUNK, ObjectStore
+from services.runtime.storage.objectstore import READ_CHUNK, ObjectStore
 
 
 def lines_by_chunk(store: ObjectStore, key: str, chunk_bytes: int = READ_CHUNK) -> Iterator[list[bytes]]:

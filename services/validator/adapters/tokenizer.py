@@ -19,8 +19,8 @@ import jinja2.sandbox
 import tiktoken
 
 from contracts.catalogue import CatalogueModel, hub_checkpoint
-from services.runtime.catalogue import resolve_artifact
-from services.runtime.hub import TOKENIZER_FILES, checkpoint_directory
+from services.runtime.storage.catalogue import resolve_artifact
+from services.runtime.storage.hub import TOKENIZER_FILES, checkpoint_directory
 from services.validator.adapters.gguf_metadata import read_metadata
 from services.validator.adapters.hf_tokenizer import HfTokenizer, is_checkpoint
 from services.validator.adapters.prompt_tokenizer import PromptTokenizer

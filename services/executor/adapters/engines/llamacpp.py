@@ -19,7 +19,7 @@ from contracts.catalogue import CatalogueModel
 from contracts.events.executor import EngineName
 from services.executor.adapters.engines.base import ENGINE_SLOT, Engine, EngineReply, EngineUnavailable, error_reply
 from services.executor.adapters.engines.responses import UnmappableRequest, chat_request, response_body
-from services.runtime.catalogue import resolve_artifact
+from services.runtime.storage.catalogue import resolve_artifact
 
 log = logging.getLogger(__name__)
 

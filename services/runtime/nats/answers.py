@@ -14,8 +14,8 @@ from nats.aio.msg import Msg
 from opentelemetry.trace import SpanKind, Tracer
 from pydantic import BaseModel, ValidationError
 
-from services.runtime.skip_log import SkipLog
-from services.runtime.telemetry import attached, extract_context
+from services.runtime.process.skip_log import SkipLog
+from services.runtime.process.telemetry import attached, extract_context
 
 log = logging.getLogger(__name__)
 _MALFORMED = SkipLog(log, "refused")

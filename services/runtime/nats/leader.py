@@ -10,8 +10,8 @@ import nats.js.errors
 from nats.js.kv import KeyValue
 
 from contracts.subjects import LEADER_BUCKET, SCHEDULER_LEADER_KEY
-from services.runtime.bus import EventBus
-from services.runtime.kv import open_bucket
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.kv import open_bucket
 
 log = logging.getLogger(__name__)
 

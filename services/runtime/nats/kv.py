@@ -19,9 +19,9 @@ from nats.js.client import JetStreamContext
 from nats.js.kv import KeyValue
 
 from contracts.subjects import direct_get
-from services.runtime.bus import EventBus
-from services.runtime.placement import until_placed
-from services.runtime.replicas import ScanFailed, leader_floor
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.placement import until_placed
+from services.runtime.nats.replicas import ScanFailed, leader_floor
 
 SCAN_PAGE = 256
 """Messages asked for per direct get; the server ends each batch with an EOB status saying how many remain."""

@@ -7,8 +7,8 @@ from typing import Any
 from pydantic import Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from services.runtime.config_file import ConfigFileSource
-from services.runtime.nats_tls import tls_options
+from services.runtime.nats.tls import tls_options
+from services.runtime.process.config_file import ConfigFileSource
 
 
 class FileBackedSettings(BaseSettings):
@@ -32,7 +32,7 @@ class ConnectionSettings(FileBackedSettings):
     """Where the broker is; for a broker that authorizes connections, with the core user's credentials in it
     (`nats://core:<password>@host:port`). Executors connect with their own (executor id and worker key). A
     cluster's nodes are listed with commas (`nats://…@host1:4222,nats://…@host2:4222`). A broker on another host
-    than this one must be `tls://` (services/runtime/nats_tls.py): nothing is sent to it before TLS."""
+    than this one must be `tls://` (services/runtime/nats/tls.py): nothing is sent to it before TLS."""
     nats_replicas: int = Field(default=1, ge=1, le=5)
     """How many servers hold each stream and KV bucket: 1 on one broker, 3 on a 3-node JetStream cluster. Streams
     and buckets are made with it; one found with fewer replicas is scaled up to it (never down)."""

@@ -40,14 +40,14 @@ from pydantic import BaseModel
 
 from contracts.events.envelope import Event
 from contracts.subjects import BATCH_HEADER, event_subject, parse_event_subject, subject_pattern
-from services.runtime import metrics
-from services.runtime.answers import Answer, Answering, Refused, decoder
-from services.runtime.bus import ConsumerPolicy, EventBus, PoisonMessage
-from services.runtime.folds import Folds, LogFollower, running
-from services.runtime.logfmt import BATCH_ID
-from services.runtime.params import Context
-from services.runtime.telemetry import extract_context, tracer
-from services.runtime.write_failures import FAULT_PATIENCE_S, WriteFault, write_fault
+from services.runtime.nats.answers import Answer, Answering, Refused, decoder
+from services.runtime.nats.bus import ConsumerPolicy, EventBus, PoisonMessage
+from services.runtime.nats.folds import Folds, LogFollower, running
+from services.runtime.process import metrics
+from services.runtime.process.logfmt import BATCH_ID
+from services.runtime.process.params import Context
+from services.runtime.process.telemetry import extract_context, tracer
+from services.runtime.storage.write_failures import FAULT_PATIENCE_S, WriteFault, write_fault
 
 log = logging.getLogger(__name__)
 __all__ = ["TERM", "Answer", "Durable", "Handler", "LogFollower", "PoisonHandler", "Refused", "ServiceRouter",

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from services.runtime.nats_client import server_list
+from services.runtime.nats.client import server_list
 
 LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 """Hosts that are this machine's own: a connection to them never leaves it."""

@@ -8,11 +8,11 @@ import sys
 import threading
 from collections.abc import Awaitable, Callable
 
-from services.runtime.logfmt import JsonFormatter, TraceFields
-from services.runtime.metrics import serve_metrics
-from services.runtime.native_stderr import capture as capture_native_stderr
-from services.runtime.settings import ConnectionSettings
-from services.runtime.telemetry import configure_tracing
+from services.runtime.process.logfmt import JsonFormatter, TraceFields
+from services.runtime.process.metrics import serve_metrics
+from services.runtime.process.native_stderr import capture as capture_native_stderr
+from services.runtime.process.settings import ConnectionSettings
+from services.runtime.process.telemetry import configure_tracing
 
 
 def configure_logging(service: str, level: str) -> None:

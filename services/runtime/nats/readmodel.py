@@ -24,8 +24,8 @@ from contracts.readmodel import (
     UserRecord,
 )
 from contracts.subjects import READ_MODEL_BUCKET, owner_index, owner_index_key, owner_live_key, read_model_key
-from services.runtime.bus import EventBus
-from services.runtime.kv import latest_entries, latest_values, open_bucket
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.kv import latest_entries, latest_values, open_bucket
 
 Record = TypeVar("Record", bound=BaseModel)
 

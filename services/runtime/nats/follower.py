@@ -19,7 +19,7 @@ from nats.aio.subscription import Subscription
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, Header
 
 from contracts.subjects import EVENTS_STREAM, EVENTS_SUBJECTS, consumer_next
-from services.runtime.bus import EventBus
+from services.runtime.nats.bus import EventBus
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ import nats.js.errors
 
 from contracts.events.registry import AnyEvent, decode_event
 from contracts.subjects import EVENTS_STREAM
-from services.runtime.bus import EventBus
+from services.runtime.nats.bus import EventBus
 
 
 async def last_fact(bus: EventBus, subject: str) -> tuple[int, AnyEvent] | None:

@@ -20,8 +20,8 @@ import nats.errors
 import nats.js.errors
 from nats.js import JetStreamContext
 
-from services.runtime import metrics
-from services.runtime.settings import ConnectionSettings
+from services.runtime.process import metrics
+from services.runtime.process.settings import ConnectionSettings
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ import logging
 from contextvars import ContextVar
 from datetime import UTC, datetime
 
-from services.runtime.telemetry import current_ids
+from services.runtime.process.telemetry import current_ids
 
 BATCH_ID: ContextVar[str] = ContextVar("sheshnag_batch_id", default="")
 """The batch the current task works on; set where a message or request names one."""

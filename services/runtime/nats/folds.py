@@ -13,10 +13,10 @@ from typing import Any
 
 from contracts.events.envelope import Event
 from contracts.subjects import EVENTS_SUBJECTS, event_subject
-from services.runtime import eventlog
-from services.runtime.bus import EventBus
-from services.runtime.follower import Fact, OrderedReader
-from services.runtime.tasks import cancel_and_join
+from services.runtime.nats import eventlog
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.follower import Fact, OrderedReader
+from services.runtime.process.tasks import cancel_and_join
 
 log = logging.getLogger(__name__)
 

@@ -12,12 +12,12 @@ from contracts.events.executor import EngineName, ExecutorAdvert
 from contracts.lifecycle import IN_FLIGHT
 from contracts.readmodel import BatchRecord
 from contracts.subjects import EVENTS_STREAM, WORK_STREAM
-from services.runtime import metrics
-from services.runtime.bus import EventBus
-from services.runtime.fleet import Fleet
-from services.runtime.readmodel import ReadModel
-from services.runtime.shares import SHARE_WINDOW_S, OwnerShare, owner_shares
-from services.runtime.storage import VolumeSpace
+from services.gateway.usecases.shares import SHARE_WINDOW_S, OwnerShare, owner_shares
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.fleet import Fleet
+from services.runtime.nats.readmodel import ReadModel
+from services.runtime.process import metrics
+from services.runtime.storage.volumes import VolumeSpace
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class Overview:
     stream_last_seq: int = 0
     volumes: list[VolumeSpace] = field(default_factory=list)
     """Free space of each watched volume (broker, object store) against its reserve, with its level
-    (services/runtime/storage.py)."""
+    (services/runtime/storage/volumes.py)."""
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)

@@ -31,10 +31,10 @@ from contracts.subjects import (
     WORK_STREAM,
     WORK_SUBJECTS,
 )
-from services.runtime.nats_client import ReadmittingClient
-from services.runtime.placement import until_placed
-from services.runtime.settings import connection_settings
-from services.runtime.telemetry import inject_headers, tracer
+from services.runtime.nats.client import ReadmittingClient
+from services.runtime.nats.placement import until_placed
+from services.runtime.process.settings import connection_settings
+from services.runtime.process.telemetry import inject_headers, tracer
 
 DRAIN_S = 5
 """How long closing a connection waits for its subscriptions to drain (nats-py's default is 30 s)."""

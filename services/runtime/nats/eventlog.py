@@ -16,9 +16,9 @@ import nats.js.errors
 import orjson
 
 from contracts.subjects import EVENTS_STREAM, EVENTS_SUBJECTS, direct_get
-from services.runtime.bus import EventBus
-from services.runtime.follower import RESTART_DELAY_S, Fact, OrderedReader, ReaderInterrupted
-from services.runtime.kv import read_page
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.follower import RESTART_DELAY_S, Fact, OrderedReader, ReaderInterrupted
+from services.runtime.nats.kv import read_page
 
 log = logging.getLogger(__name__)
 

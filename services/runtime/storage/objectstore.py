@@ -22,7 +22,7 @@ from minio import Minio
 from minio.datatypes import Part
 from minio.error import S3Error
 
-from services.runtime.settings import ConnectionSettings
+from services.runtime.process.settings import ConnectionSettings
 
 log = logging.getLogger(__name__)
 

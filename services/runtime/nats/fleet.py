@@ -13,9 +13,9 @@ from pydantic import ValidationError
 
 from contracts.events.executor import ExecutorAdvert
 from contracts.subjects import EXECUTORS_BUCKET
-from services.runtime.bus import EventBus
-from services.runtime.kv import latest_entries, open_bucket
-from services.runtime.skip_log import SkipLog
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.kv import latest_entries, open_bucket
+from services.runtime.process.skip_log import SkipLog
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ from faststream.nats import NatsBroker
 from faststream.security import BaseSecurity, SASLPlaintext
 from nats.aio.client import Client
 
-from services.runtime.bus import DRAIN_S, Credentials, EventBus
-from services.runtime.nats_client import ReadmittingClient
-from services.runtime.settings import connection_settings
+from services.runtime.nats.bus import DRAIN_S, Credentials, EventBus
+from services.runtime.nats.client import ReadmittingClient
+from services.runtime.process.settings import connection_settings
 
 log = logging.getLogger(__name__)
 

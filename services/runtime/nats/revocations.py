@@ -10,7 +10,7 @@ from contracts.events.key import KeyRevoked
 from contracts.events.registry import decode_event
 from contracts.ids import key_aggregate_id
 from contracts.subjects import EVENTS_STREAM, key_fact
-from services.runtime.bus import EventBus
+from services.runtime.nats.bus import EventBus
 
 MAX_REMEMBERED = 100_000
 """Revoked keys remembered per process; past this the oldest are asked about afresh (memory stays bounded)."""

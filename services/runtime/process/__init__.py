@@ -1,0 +1,1 @@
+"""One service as a process: settings, logging, metrics, tracing, background tasks."""
