@@ -87,6 +87,9 @@ class _Fleet:
     _able: dict[str, list[ExecutorAdvert]] = field(default_factory=dict)
     _layouts: dict[tuple[int, str], ShardLayout] = field(default_factory=dict)
     _selective: dict[str, bool] = field(default_factory=dict)
+    _allowed: dict[tuple[str, str, str | None, str], bool] = field(default_factory=dict)
+    _live_for: dict[tuple[str, str | None, str], dict[str, ExecutorAdvert]] = field(default_factory=dict)
+    _reasons: dict[tuple[str, str, str | None, str], str] = field(default_factory=dict)
 
     def model(self, name: str) -> CatalogueModel | None:
         if name not in self._models:
@@ -106,12 +109,41 @@ class _Fleet:
         return self._able[model.id]
 
     def allows(self, executor_id: str, plan: BatchPlan) -> bool:
-        """Whether the batch's placement lets the executor run it."""
-        return self.placements.allows(executor_id, plan.placement, plan.organization_id, plan.owner)
+        """Whether the batch's placement lets the executor run it (asked once per tick per executor and trust key:
+        a thousand batches of one owner cost one look)."""
+        key = (executor_id, plan.placement, plan.organization_id, plan.owner)
+        allowed = self._allowed.get(key)
+        if allowed is None:
+            allowed = self._allowed[key] = self.placements.allows(executor_id, plan.placement, plan.organization_id,
+                                                                  plan.owner)
+        return allowed
 
     def live_for(self, plan: BatchPlan) -> dict[str, ExecutorAdvert]:
-        """The live executors the batch may run on."""
-        return {executor_id: advert for executor_id, advert in self.live.items() if self.allows(executor_id, plan)}
+        """The live executors the batch may run on (once per tick per trust key)."""
+        key = (plan.placement, plan.organization_id, plan.owner)
+        found = self._live_for.get(key)
+        if found is None:
+            found = self._live_for[key] = {executor_id: advert for executor_id, advert in self.live.items()
+                                           if self.allows(executor_id, plan)}
+        return found
+
+    def why_waiting(self, plan: BatchPlan, model: CatalogueModel) -> str:
+        """Why a batch that got nothing waits: every executor that may serve it is busy, none can take its model,
+        or none it may run on serves it (the same for every batch of one model and trust key: said once a tick)."""
+        key = (model.id, plan.placement, plan.organization_id, plan.owner)
+        reason = self._reasons.get(key)
+        if reason is None:
+            reason = self._reasons[key] = self._why_waiting(plan, model)
+        return reason
+
+    def _why_waiting(self, plan: BatchPlan, model: CatalogueModel) -> str:
+        if any(self.allows(advert.executor_id, plan) for advert in self.able(model)):
+            return f"{QUEUED} every executor serving {model.id} is busy with other batches."
+        allowed = list(self.live_for(plan).values())
+        if any(model.id in advert.models for advert in allowed) or \
+                not any(model.id in advert.models for advert in self.live.values()):
+            return why_unassignable(model, allowed or list(self.live.values()), self.now_ms)
+        return why_not_placed(plan.placement, model.id)
 
     def lane(self, plan: BatchPlan, model: CatalogueModel) -> "_Lane":
         """The queue a batch's units wait in: batches of one lane may run on the same executors. One per model
@@ -137,33 +169,32 @@ class _Lane:
 def _upkeep(plan: BatchPlan, book: Book, fleet: _Fleet, alive: set[str], now_ms: int,
             policy: Policy) -> tuple[list[Action], CatalogueModel | None]:
     """What one open batch needs now, and its model when it has units to hand out."""
-    live = fleet.live_for(plan)  # only an executor the batch may run on finalizes it
     if plan.cancel_requested_at_ms is not None:  # an accepted cancel ends `cancelled`, even past the window
-        return _end_early(plan, live, alive, now_ms, "cancelled", "batch_cancelled", "The batch was cancelled."), None
+        return _end_early(plan, fleet, alive, now_ms, "cancelled", "batch_cancelled", "The batch was cancelled."), None
     if now_ms >= plan.expires_at * 1000:
-        return _end_early(plan, live, alive, now_ms, "expired", "batch_expired", "The completion window ended."), None
+        return _end_early(plan, fleet, alive, now_ms, "expired", "batch_expired", "The completion window ended."), None
     actions: list[Action] = _fence_dead_attempts(plan, book, alive) if plan.running_units else []
     actions += _fence_misplaced_attempts(plan, fleet, actions) if plan.running_units else []
     if plan.phase != "validated" or plan.model is None or plan.held:
         return actions, None
     if plan.all_finished:
         # Several units finished: one finalizer assembles the files (a single unit finalizes itself).
-        return (actions if plan.running else [*actions, *_finalize(plan, live, alive, "completed")]), None
+        return (actions if plan.running else [*actions, *_finalize(plan, fleet, alive, "completed")]), None
     for unit in plan.retry_units:
         if plan.shard(unit).strikes >= MAX_ATTEMPTS:
             tried = ", ".join(sorted(plan.shard(unit).tried_executors))
             # Failed at run time: the other units stop, then a finalizer delivers every committed line.
-            return [*actions, *_end_early(plan, live, alive, now_ms, "failed", "attempts_exhausted",
+            return [*actions, *_end_early(plan, fleet, alive, now_ms, "failed", "attempts_exhausted",
                                           f"{MAX_ATTEMPTS} attempts failed without committing a line; the "
                                           f"executors tried were {tried}.")], None
     # A batch refused now still accounts for every line: what ran is delivered, the rest go to the error file.
     model = fleet.model(plan.model)
     if model is None:
-        return [*actions, *_end_early(plan, live, alive, now_ms, "failed", "model_unavailable",
+        return [*actions, *_end_early(plan, fleet, alive, now_ms, "failed", "model_unavailable",
                                       f"Model {plan.model} is no longer in the catalogue.")], None
     if plan.layout is None and plan.queued_before + plan.total_lines > policy.max_queued_lines:
         return [*actions, *_end_early(
-            plan, live, alive, now_ms, "failed", "enqueued_request_limit_exceeded",
+            plan, fleet, alive, now_ms, "failed", "enqueued_request_limit_exceeded",
             f"This batch's {plan.total_lines} lines would bring your queued lines past the limit of "
             f"{policy.max_queued_lines}; wait for running batches to finish, or split the file.")], None
     return actions, (model if plan.pending_count() > 0 else None)
@@ -334,24 +365,19 @@ def _waits(unserved: list[tuple[BatchPlan, CatalogueModel]], fleet: _Fleet) -> l
     for plan, model in unserved:
         if plan.running:
             continue
-        allowed = list(fleet.live_for(plan).values())
-        if any(fleet.allows(advert.executor_id, plan) for advert in fleet.able(model)):
+        reason = fleet.why_waiting(plan, model)
+        if reason.startswith(QUEUED):
             if plan.waiting_reason is None or not plan.waiting_reason.startswith(QUEUED):
-                actions.append(Wait(plan, f"{QUEUED} every executor serving {model.id} is busy with other batches."))
-            continue
-        if any(model.id in advert.models for advert in allowed) or \
-                not any(model.id in advert.models for advert in fleet.live.values()):
-            reason = why_unassignable(model, allowed or list(fleet.live.values()), fleet.now_ms)
-        else:
-            reason = why_not_placed(plan.placement, model.id)
-        if reason != plan.waiting_reason:
+                actions.append(Wait(plan, reason))
+        elif reason != plan.waiting_reason:
             actions.append(Wait(plan, reason))
     return actions
 
 
-def _end_early(plan: BatchPlan, live: dict[str, ExecutorAdvert], alive: set[str], now_ms: int,
+def _end_early(plan: BatchPlan, fleet: _Fleet, alive: set[str], now_ms: int,
                reason: Literal["cancelled", "expired", "failed"], code: str, message: str) -> list[Action]:
     """Fence what runs (a cancel first gets a grace period to wind down itself), then finalize once."""
+    live = fleet.live_for(plan)
     actions: list[Action] = []
     winding_down = False
     for _, run in plan.running_shards():
@@ -367,11 +393,11 @@ def _end_early(plan: BatchPlan, live: dict[str, ExecutorAdvert], alive: set[str]
         # before the verdict the file is not known to be readable.
         return actions
     if reason == "failed":
-        return [*actions, *_finalize(plan, live, alive, reason, code, message)]
-    return [*actions, *_finalize(plan, live, alive, reason)]
+        return [*actions, *_finalize(plan, fleet, alive, reason, code, message)]
+    return [*actions, *_finalize(plan, fleet, alive, reason)]
 
 
-def _finalize(plan: BatchPlan, live: dict[str, ExecutorAdvert], alive: set[str],
+def _finalize(plan: BatchPlan, fleet: _Fleet, alive: set[str],
               reason: EndReason, failure_code: str | None = None,
               failure_message: str | None = None) -> list[Action]:
     """Finalize once: by the executor that holds the batch's lease when one does and is live, else by the control
@@ -379,7 +405,7 @@ def _finalize(plan: BatchPlan, live: dict[str, ExecutorAdvert], alive: set[str],
     control plane's finalize failed (it forgets it chose itself)."""
     if plan.finalizer == CONTROL_PLANE or (plan.finalizer is not None and plan.finalizer in alive):
         return []
-    return [Finalize(plan, choose_finalizer(plan, live), reason, failure_code, failure_message)]
+    return [Finalize(plan, choose_finalizer(plan, fleet.live_for(plan)), reason, failure_code, failure_message)]
 
 
 def choose_finalizer(plan: BatchPlan, live: dict[str, ExecutorAdvert]) -> str | None:

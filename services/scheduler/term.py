@@ -70,6 +70,8 @@ _NUDGING: tuple[type[Event], ...] = (BatchValidated, BatchReleased, BatchCancelR
 NUDGES = frozenset((fact.kind, fact.name) for fact in _NUDGING)
 """Facts after which there may be something to do at once (work to hand out, an executor's place freed, a batch to
 end): the next tick comes as soon as one is folded, not at the end of the tick interval."""
+EXPORT_EVERY_MS = 1_000
+"""How often a tick sets the batches gauge (scraped every few seconds at most)."""
 MIN_TICK_GAP_S = 0.02
 """Nudged ticks are at least this far apart: a burst of facts is decided on together."""
 
@@ -87,9 +89,11 @@ class Term:
     nudged: asyncio.Event = field(default_factory=asyncio.Event)
     """Set when a fact folded since the last tick may call for an act now (`NUDGES`)."""
     traces: dict[str, Context] = field(default_factory=dict)
+    """Each open batch's latest trace context, so what the scheduler does for it joins the batch's trace."""
     standings_at_ms: int = 0
     """When the batches' standings were last worked out."""
-    """Each open batch's latest trace context, so what the scheduler does for it joins the batch's trace."""
+    exported_at_ms: int = 0
+    """When the batches gauge was last set."""
     registrar: Registrar = field(init=False)
     """Only the leader admits executors, so the fleet it assigns to is the one it knows."""
     objects: ObjectBroker = field(init=False)
@@ -182,7 +186,9 @@ class Term:
         for action in decide(self.book, adverts, self.catalogue, now_ms, self.policy,
                              self.book.rates.rates(now_ms)):
             await self.act(action)
-        export_book(self.book)
+        if now_ms - self.exported_at_ms >= EXPORT_EVERY_MS:
+            self.exported_at_ms = now_ms  # O(open batches): once a second, not every nudged tick
+            export_book(self.book)
         if now_ms - self.standings_at_ms >= STANDINGS_EVERY_MS:
             self.standings_at_ms = now_ms
             for wait in standing_waits(self.book, self.policy.weights, now_ms):

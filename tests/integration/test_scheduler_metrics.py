@@ -81,7 +81,8 @@ async def test_the_leader_and_the_standby_each_say_what_they_are_and_the_leader_
         leaders = [text for text in texts if sample(text, "sheshnag_scheduler_leader") == 1.0]
         standbys = [text for text in texts if sample(text, "sheshnag_scheduler_leader") == 0.0]
         if len(leaders) == 1 and len(standbys) == 1 \
-                and sample(leaders[0], "sheshnag_scheduler_batches", '{state="held"}') == 1.0:
+                and sample(leaders[0], "sheshnag_scheduler_batches", '{state="held"}') == 1.0 \
+                and sample(leaders[0], "sheshnag_scheduler_batches", '{state="queued"}') == 1.0:
             break
         assert time.monotonic() < deadline, texts
         await asyncio.sleep(0.5)
