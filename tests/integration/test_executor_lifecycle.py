@@ -24,7 +24,7 @@ from contracts.events.file import FileStored
 from contracts.events.registry import AnyEvent
 from contracts.ids import error_file_id, output_file_id
 from contracts.subjects import EVENTS_STREAM, WORK_STREAM, event_subject, finalize_command, input_object_key
-from services.executor.adapters.watch import EventReader
+from services.executor.adapters.log_reader import BatchLogReader
 from services.executor.app import run_executor
 from services.executor.domain import check_invariant
 from services.executor.settings import ExecutorSettings
@@ -101,7 +101,7 @@ async def files_of(store: ObjectStore, batch_id: str) -> tuple[bytes, bytes]:
 
 
 async def all_facts(bus: EventBus, batch_id: str) -> list[AnyEvent]:
-    async with EventReader.open(bus, batch_id) as (_, backlog):
+    async with BatchLogReader.open(bus, batch_id) as (_, backlog):
         return [fact for _, fact in backlog]
 
 

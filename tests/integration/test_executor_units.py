@@ -29,7 +29,7 @@ from contracts.subjects import input_object_key, results_prefix
 from services.executor.adapters.desk import DeskBus, FactDesk
 from services.executor.adapters.engines.base import Engine
 from services.executor.adapters.engines.shelf import EngineShelf
-from services.executor.adapters.log_reader import EventReader
+from services.executor.adapters.log_reader import BatchLogReader
 from services.executor.adapters.watch import WatchHub
 from services.executor.domain import decode_chunk
 from services.executor.runner import BatchRunner
@@ -168,7 +168,7 @@ async def test_one_unit_fenced_stops_alone_while_its_siblings_on_the_same_feed_f
 
 
 async def _sequences(bus: EventBus, batch_id: str) -> list[tuple[int, AnyEvent]]:
-    async with EventReader.open(bus, batch_id) as (_, backlog):
+    async with BatchLogReader.open(bus, batch_id) as (_, backlog):
         return backlog
 
 

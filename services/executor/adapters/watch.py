@@ -16,11 +16,11 @@ from collections.abc import AsyncIterator, Callable
 import nats.errors
 
 from services.executor.adapters.desk import Sequenced
-from services.executor.adapters.log_reader import DeskReader, EventReader, LogReader, read_batch_log
+from services.executor.adapters.log_reader import BatchLogReader, read_batch_log
 from services.executor.attempts import BatchLog, StopReason
 from services.runtime.nats.bus import EventBus
 
-__all__ = ["BatchFeed", "BatchWatch", "DeskReader", "EventReader", "LogReader", "WatchHub", "read_batch_log"]
+__all__ = ["BatchFeed", "BatchLogReader", "BatchWatch", "WatchHub", "read_batch_log"]
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class BatchFeed:
         self.ended_here = False
         """An attempt here published the batch's terminal fact: no unit of it comes again, the feed closes at once
         (its follower may not have read that fact yet)."""
-        self._reader: LogReader | None = None
+        self._reader: BatchLogReader | None = None
         self._closed = False
 
     def fold(self, events: list[Sequenced]) -> None:
@@ -90,13 +90,13 @@ class BatchFeed:
     async def catch_up(self) -> None:
         """Fold every fact the log holds now (a joining attempt sees at least what a fresh read would show)."""
         assert self._reader is not None, "a feed is caught up only while it is followed"
-        await self._reader.catch_up(self.fold, self.next_move)
+        await self._reader.catch_up(self.fold)
 
     @contextlib.asynccontextmanager
     async def followed(self, bus: EventBus, expires_at: int | None) -> AsyncIterator["BatchFeed"]:
         """Read the log to its end, then follow it until the block ends."""
         self.log.expires_at = expires_at
-        async with EventReader.open(bus, self.batch_id) as (reader, backlog):
+        async with BatchLogReader.open(bus, self.batch_id) as (reader, backlog):
             self._reader = reader
             self.fold(backlog)
             following = asyncio.create_task(self._follow(reader, bus))
@@ -108,14 +108,14 @@ class BatchFeed:
                 # A fetch may swallow the cancellation (asyncio.wait_for in 3.11); the flag ends the loop.
                 await asyncio.wait({following}, timeout=2.0)
 
-    async def _follow(self, reader: LogReader, bus: EventBus) -> None:
+    async def _follow(self, reader: BatchLogReader, bus: EventBus) -> None:
         while not self._closed:
             try:
                 self.fold(await reader.next_events())
             except (nats.errors.Error, OSError) as error:
                 if bus.nc.is_closed:
                     return  # the executor is stopping: nothing more comes
-                # The broker may be reconnecting; the pull consumer resumes where it was.
+                # The broker may be reconnecting; the next page resumes where this one stopped.
                 log.warning("batch %s: following its log was interrupted: %r", self.batch_id, error)
                 await asyncio.sleep(0.5)
 
