@@ -10,7 +10,6 @@ from nats.aio.subscription import Subscription
 from contracts.events.envelope import Event
 from contracts.readmodel import BatchRecord
 from contracts.subjects import EVENTS_STREAM
-from services.ledger.chain import Fact
 from services.ledger.replay import replay_into_scratch
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.follower import OrderedReader
@@ -66,14 +65,17 @@ async def test_the_reader_resumes_after_the_last_fact_it_handed_on_when_its_cons
     bus, head = backlog
     reader = OrderedReader(bus, start_after=0, batch=500)
     sequences: list[int] = []
-    stop = asyncio.Event()
 
-    async def receive(facts: list[Fact]) -> None:
-        sequences.extend(fact.sequence for fact in facts)
-        if len(sequences) == 1000:
-            await bus.js.delete_consumer(EVENTS_STREAM, reader.consumer)
-        if sequences[-1] >= head:
-            stop.set()
+    async def read_to_the_head() -> None:
+        async for facts in reader.groups():
+            sequences.extend(fact.sequence for fact in facts)
+            if len(sequences) == 1000:
+                await bus.js.delete_consumer(EVENTS_STREAM, reader.consumer)
+            if sequences[-1] >= head:
+                return
 
-    await asyncio.wait_for(reader.run(receive, stop), WAIT_S)
+    try:
+        await asyncio.wait_for(read_to_the_head(), WAIT_S)
+    finally:
+        await reader.close()
     assert sequences == list(range(1, head + 1))

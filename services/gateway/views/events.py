@@ -17,7 +17,7 @@ from nats.js import JetStreamContext
 
 from contracts.archive import archived_batch_log_key, parse_fact_line
 from contracts.lifecycle import ENDING_FACT_NAMES, TERMINAL
-from contracts.subjects import EVENTS_STREAM, batch_events, event_name_of, event_subject
+from contracts.subjects import batch_events, event_name_of, event_subject
 from services.gateway.context import deps
 from services.gateway.http.auth import principal, still_authorized
 from services.gateway.http.errors import bad_request, client_gone
@@ -25,6 +25,7 @@ from services.gateway.http.event_frames import sse_frame
 from services.gateway.usecases.batches import owned_batch
 from services.runtime.nats import eventlog
 from services.runtime.nats.eventlog import Fact
+from services.runtime.nats.facts import last_sequence
 from services.runtime.storage.objectstore import ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
@@ -61,13 +62,8 @@ async def ended_by(js: JetStreamContext, batch_id: str, after: int) -> bool:
 async def terminal_sequence(js: JetStreamContext, batch_id: str) -> int | None:
     """Where the batch's terminal fact is in the stream; None while it runs, or once its log left the stream."""
 
-    async def sequence_of(name: str) -> int | None:
-        try:
-            return (await js.get_last_msg(EVENTS_STREAM, event_subject("batch", batch_id, name))).seq
-        except nats.js.errors.NotFoundError:
-            return None
-
-    sequences = await asyncio.gather(*(sequence_of(name) for name in sorted(ENDING_FACT_NAMES)))
+    sequences = await asyncio.gather(*(last_sequence(js, event_subject("batch", batch_id, name))
+                                       for name in sorted(ENDING_FACT_NAMES)))
     return min((seq for seq in sequences if seq is not None), default=None)
 
 

@@ -5,7 +5,6 @@ published after it are the next read's). `read` uses batched direct gets, so it 
 no quiet spell can cut it short; `follow` is the gap-detecting pull reader (follower.py), restarted on any gap.
 """
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -17,7 +16,8 @@ import orjson
 
 from contracts.subjects import EVENTS_STREAM, EVENTS_SUBJECTS, direct_get
 from services.runtime.nats.bus import EventBus
-from services.runtime.nats.follower import RESTART_DELAY_S, Fact, OrderedReader, ReaderInterrupted
+from services.runtime.nats.facts import last_sequence
+from services.runtime.nats.follower import Fact, OrderedReader
 from services.runtime.nats.kv import read_page
 
 log = logging.getLogger(__name__)
@@ -54,10 +54,7 @@ async def head(bus: EventBus, subjects: tuple[str, ...] = ()) -> int:
 
 
 async def _last_on(bus: EventBus, subject: str) -> int:
-    try:
-        return (await bus.js.get_last_msg(EVENTS_STREAM, subject)).seq or 0
-    except nats.js.errors.NotFoundError:
-        return 0
+    return await last_sequence(bus.js, subject) or 0
 
 
 async def read(bus: EventBus, subject: str = EVENTS_SUBJECTS, after: int = 0,
@@ -87,7 +84,7 @@ async def follow(bus: EventBus, subject: str | tuple[str, ...] = EVENTS_SUBJECTS
     between facts: a live stream's heartbeat). Its consumer is made at the first group; `following` makes it first."""
     reader = OrderedReader(bus, after, batch, subject)
     try:
-        async for group in _groups(reader, idle):
+        async for group in reader.groups(idle):
             yield group
     finally:
         await reader.close()
@@ -101,25 +98,10 @@ async def following(bus: EventBus, subject: str = EVENTS_SUBJECTS, after: int = 
     reader = OrderedReader(bus, after, batch, subject)
     try:
         await reader.open()
-        async with contextlib.aclosing(_groups(reader, idle)) as groups:
+        async with contextlib.aclosing(reader.groups(idle)) as groups:
             yield groups
     finally:
         await reader.close()
-
-
-async def _groups(reader: OrderedReader, idle: bool) -> AsyncGenerator[list[Fact], None]:
-    while True:
-        try:
-            facts = await reader.next_facts()
-        except (ReaderInterrupted, nats.errors.Error, nats.js.errors.Error, OSError) as error:
-            log.warning("event reader restarts after sequence %d: %r", reader.read_through, error)
-            await reader.close()
-            await asyncio.sleep(RESTART_DELAY_S)
-            if idle:
-                yield []
-            continue
-        if facts or idle:
-            yield facts
 
 
 def published_at(fact: Fact) -> datetime | None:

@@ -72,15 +72,15 @@ async def run_fold(follower: LogFollower, bus: EventBus, deps: Any) -> None:
         follower.caught_up(deps)
     reader = OrderedReader(bus, after, follower.group_size, subjects if len(subjects) > 1 else subjects[0])
 
-    async def receive(facts: list[Fact]) -> None:
-        nonlocal reached
-        await take(deps, facts, reader.head_seen)
-        if not reached and facts[-1].sequence >= head:
-            reached = True
-            if follower.caught_up is not None:
-                follower.caught_up(deps)
-
-    await reader.run(receive, asyncio.Event())  # until cancelled
+    try:
+        async for facts in reader.groups():  # until cancelled
+            await take(deps, facts, reader.head_seen)
+            if not reached and facts[-1].sequence >= head:
+                reached = True
+                if follower.caught_up is not None:
+                    follower.caught_up(deps)
+    finally:
+        await reader.close()
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ after the last fact handed on.
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 
 import nats.errors
@@ -34,7 +34,6 @@ class Fact:
     """The message's headers (the publisher's trace context among them), when read from the stream."""
 
 
-Receive = Callable[[list[Fact]], Awaitable[None]]
 PULL_EXPIRES_S = 1.0
 """A pull request lasts this long at the head of the stream; the server then answers 408 and a new one goes."""
 SILENCE_S = 5.0
@@ -74,25 +73,26 @@ class OrderedReader:
         self._delivered = 0
         self._last_stream = start_after
 
-    async def run(self, receive: Receive, stop: asyncio.Event) -> None:
-        """Hand every fact on to `receive` until `stop` is set; any broker trouble restarts the consumer."""
-        try:
-            while not stop.is_set():
-                try:
-                    facts = await self.next_facts()
-                except (ReaderInterrupted, nats.errors.Error, nats.js.errors.Error, OSError) as error:
-                    log.warning("event reader restarts after sequence %d: %r", self.read_through, error)
-                except Exception:
-                    # Whatever else went wrong, a reader that gave up would leave the ledger silently behind.
-                    log.exception("event reader failed after sequence %d; it restarts", self.read_through)
-                else:
-                    if facts:
-                        await receive(facts)
-                    continue
-                await self.close()
-                await asyncio.sleep(RESTART_DELAY_S)
-        finally:
+    async def groups(self, idle: bool = False) -> AsyncGenerator[list[Fact], None]:
+        """The facts in groups as they arrive, for ever; any broker trouble restarts the consumer where the last
+        group ended. With `idle`, a quiet spell at the head (or a restart) yields an empty group too. The one
+        restart loop of every follower of the log; the caller closes the reader."""
+        while True:
+            try:
+                facts = await self.next_facts()
+            except (ReaderInterrupted, nats.errors.Error, nats.js.errors.Error, OSError) as error:
+                log.warning("event reader restarts after sequence %d: %r", self.read_through, error)
+            except Exception:
+                # Whatever else went wrong, a reader that gave up would leave its follower silently behind.
+                log.exception("event reader failed after sequence %d; it restarts", self.read_through)
+            else:
+                if facts or idle:
+                    yield facts
+                continue
             await self.close()
+            await asyncio.sleep(RESTART_DELAY_S)
+            if idle:
+                yield []
 
     async def next_facts(self) -> list[Fact]:
         """The facts that arrived since the last call, in stream order; none after `PULL_EXPIRES_S` at the head."""

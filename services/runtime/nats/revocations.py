@@ -4,13 +4,11 @@ far the ledger's read model lags. Gateways ask on every request, the broker's au
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-import nats.js.errors
-
 from contracts.events.key import KeyRevoked
-from contracts.events.registry import decode_event
 from contracts.ids import key_aggregate_id
 from contracts.subjects import EVENTS_STREAM, key_fact
 from services.runtime.nats.bus import EventBus
+from services.runtime.nats.facts import last_fact
 
 MAX_REMEMBERED = 100_000
 """Revoked keys remembered per process; past this the oldest are asked about afresh (memory stays bounded)."""
@@ -24,14 +22,9 @@ async def revoked(bus: EventBus, key_sha256: str, key_id: str, *, direct: bool =
     reader after it can miss the fact. `direct` (a direct get, cheaper and outside the JetStream API queue) only on
     a single-replica stream, where the one server that acknowledged the fact answers; a replica might not have it
     yet. A broker that does not answer raises: callers refuse rather than admit a key they could not check."""
-    try:
-        message = await bus.js.get_last_msg(EVENTS_STREAM, key_fact(key_aggregate_id(key_id, key_sha256), "revoked"),
-                                            direct=direct)
-    except nats.js.errors.NotFoundError:
-        return False
-    fact = decode_event(message.data or b"")
+    found = await last_fact(bus, key_fact(key_aggregate_id(key_id, key_sha256), "revoked"), direct=direct)
     # The subject names the key by its id (or, for an old key, 128 bits of its digest); the fact names the key.
-    return isinstance(fact, KeyRevoked) and fact.key_sha256 == key_sha256
+    return found is not None and isinstance(found[1], KeyRevoked) and found[1].key_sha256 == key_sha256
 
 
 @dataclass
