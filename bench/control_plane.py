@@ -47,6 +47,8 @@ from tests.e2e.load import core_nats_url
 
 SERVICES = ("gateway", "validator", "scheduler", "ledger", "executor")
 SERVERS = ("nats", "s3")
+LINGER_S = 12.0
+"""Settling before the idle measurement: longer than an executor's batch feed lingers (watch.py LINGER_S)."""
 """Their pid files are named by their logs: nats.pid, s3.pid."""
 MODEL = "sim"
 CATALOGUE = f"""
@@ -350,6 +352,10 @@ async def run(args: argparse.Namespace, data_dir: Path, catalogue: Path) -> None
                                           lambda: many_small_batches(owners, args.batches), args.profile))
             if args.history:
                 history_rows = await creates_after_history(stack, http, base, args.history)
+            if args.idle:
+                await asyncio.sleep(LINGER_S)  # what the workloads left (feeds lingering, retries) winds down
+                idle = await measure(stack, f"idle stack, {args.idle:.0f} s", 0, 0,
+                                     lambda: asyncio.sleep(args.idle), args.profile)
     finally:
         stop_stack(stack)
     print("\nCPU of each process, ms per line (the large batch) or per batch (the small ones); facts and bytes "
@@ -367,6 +373,16 @@ async def run(args: argparse.Namespace, data_dir: Path, catalogue: Path) -> None
               f"p90 {statistics.quantiles(singles, n=10)[8]:.0f} ms ({len(singles)} batches; polled every 20 ms)")
         print(f"where it goes (ms from the create call, then from the fact before, medians): "
               f"{time_breakdown(lives, creates)}")
+    if args.idle:
+        print(f"\nIdle stack ({args.idle:.0f} s after the workloads, {LINGER_S:.0f} s settled): CPU ms per second of "
+              "each process; broker messages per second\n")
+        names = [*SERVICES, *SERVERS]
+        print("| " + " | ".join(names) + " | all | messages/s |\n|" + "---|" * (len(names) + 2))
+        print("| " + " | ".join(f"{idle.cpu[name] / idle.wall_s * 1000:.1f}" for name in names)
+              + f" | {sum(idle.cpu.values()) / idle.wall_s * 1000:.1f} | "
+              f"{sum(idle.messages.values()) / idle.wall_s:.1f} |")
+        print("messages per second by kind: " + ", ".join(f"{name} {count / idle.wall_s:.2f}"
+                                                        for name, count in idle.messages.most_common(12)))
     if args.history:
         print(f"\nGateway CPU per create (upload + create of a 1-line batch), ms: an owner with {args.history} ended "
               "batches against a new owner, the same run\n")
@@ -380,6 +396,8 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=2_000)
     parser.add_argument("--owners", type=int, default=50)
     parser.add_argument("--singles", type=int, default=20)
+    parser.add_argument("--idle", type=float, default=0.0, metavar="S",
+                        help="also: CPU of each process per second over S seconds of an idle stack")
     parser.add_argument("--history", type=int, default=0, metavar="N",
                         help="also: creates by an owner with N ended batches against a new owner's (CPU per create)")
     parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
