@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 from contracts.catalogue import CatalogueModel
 from contracts.events.executor import EngineName
 from services.executor.adapters.engines.base import Engine, EngineReply, EngineUnavailable, error_reply
+from services.executor.adapters.engines.generation_rules import COMPLETIONS_DEFAULT_MAX_TOKENS
 from services.executor.adapters.engines.hf_prompts import chat_prompt
 from services.executor.adapters.engines.responses import UnmappableRequest, chat_request, response_body
 from services.runtime.storage.catalogue import resolve_artifact
@@ -42,8 +43,6 @@ DIRECT = ("temperature", "top_p", "top_k", "seed", "ignore_eos", "n", "best_of",
 """OpenAI body parameters that `SamplingParams` takes under the same name and meaning. The penalties and min_p reach
 a line only where the model's catalogue entry pins a release whose sampler honours them (`contracts/engines.py`),
 and the executor serves that model only on such a release (`shelf.servable_at_release`)."""
-COMPLETIONS_DEFAULT_MAX_TOKENS = 16
-"""OpenAI's `/v1/completions` default; chat and responses run to the context, as OpenAI's and trtllm-serve's do."""
 DEFAULT_SAMPLING = {"temperature": 1.0, "top_p": 1.0}
 """What `trtllm-serve` fills in for a request that names neither (TensorRT-LLM alone would decode greedily)."""
 FINISHED = {"stop": "stop", "length": "length"}

@@ -41,50 +41,20 @@ from contracts.events.executor import EngineName
 from services.executor.adapters.artifacts import default_cache_dir
 from services.executor.adapters.engines import continuous_batching as batching
 from services.executor.adapters.engines.base import Engine, EngineReply, EngineUnavailable, error_reply
+from services.executor.adapters.engines.generation_rules import (
+    MAX_SAMPLES,
+    PromptTooLong,
+    Sampling,
+    cut_at_stop,
+    max_new_tokens,
+    own_tokens,
+    sampling_of,
+    token_list,
+)
 from services.executor.adapters.engines.hf_prompts import chat_prompt
 from services.executor.adapters.engines.responses import UnmappableRequest, chat_request, response_body
 
 log = logging.getLogger(__name__)
-
-COMPLETIONS_DEFAULT_MAX_TOKENS = 16
-MAX_SAMPLES = 64
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """How a line samples; lines sampling alike share a batch."""
-
-    greedy: bool
-    temperature: float
-    top_p: float
-    top_k: int
-    repetition_penalty: float
-    seed: int | None
-
-
-def sampling_of(body: dict[str, Any]) -> Sampling:
-    temperature = float(body["temperature"]) if body.get("temperature") is not None else 1.0
-    top_p = float(body["top_p"]) if body.get("top_p") is not None else 1.0
-    top_k = int(body["top_k"]) if body.get("top_k") is not None else 0
-    penalty = float(body["repetition_penalty"]) if body.get("repetition_penalty") is not None else 1.0
-    seed = int(body["seed"]) if body.get("seed") is not None else None
-    greedy = temperature == 0 or top_k == 1
-    return Sampling(greedy, temperature, top_p, top_k, penalty, seed)
-
-
-def max_new_tokens(body: dict[str, Any], endpoint: str, prompt_tokens: int, context: int) -> int:
-    """The line's own limit, or OpenAI's default: completions 16, chat and responses the rest of the context."""
-    limit = body.get("max_completion_tokens", body.get("max_tokens"))
-    if limit is None:
-        return COMPLETIONS_DEFAULT_MAX_TOKENS if endpoint == "/v1/completions" else context - prompt_tokens
-    return int(limit)
-
-
-def cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
-    """The text up to the first stop string (excluded), and whether one was found."""
-    found = [index for index in (text.find(stop) for stop in stops if stop) if index >= 0]
-    return (text[:min(found)], True) if found else (text, False)
-
 
 @dataclass
 class Job:
@@ -256,8 +226,8 @@ class TransformersEngine(Engine):
             kwargs = batching.sampling_kwargs(sampling.greedy, sampling.temperature, sampling.top_p, sampling.top_k,
                                               self._batches.vocabulary)
             generated = await self._batches.generate(job.prompt_ids, job.samples, job.limit, kwargs, job.ignore_eos)
-            eos = set(_as_list(self._network.generation_config.eos_token_id))
-            return [_trim(tokens, job.limit, eos, job.ignore_eos) for tokens in generated]
+            eos = set(token_list(self._network.generation_config.eos_token_id))
+            return [own_tokens(tokens, job.limit, eos, job.ignore_eos) for tokens in generated]
         self._jobs.put(job)
         try:
             return await job.done
@@ -365,12 +335,12 @@ class TransformersEngine(Engine):
                 output = self._network.generate(input_ids=input_ids, attention_mask=mask,
                                                 stopping_criteria=stopping, **settings)
             new = output[:, width:].tolist()
-            eos = set(_as_list(self._network.generation_config.eos_token_id))
+            eos = set(token_list(self._network.generation_config.eos_token_id))
             row = 0
             for job in jobs:
                 found = []
                 for _ in range(job.samples):
-                    tokens, ended = _trim(new[row], job.limit, eos, job.ignore_eos)
+                    tokens, ended = own_tokens(new[row], job.limit, eos, job.ignore_eos)
                     found.append((tokens, ended))
                     row += 1
                 job.loop.call_soon_threadsafe(_resolve, job.done, found)
@@ -378,10 +348,6 @@ class TransformersEngine(Engine):
             log.exception("generation failed for %d lines", len(jobs))
             for job in jobs:
                 job.loop.call_soon_threadsafe(_fail, job.done, RuntimeError(str(error)))
-
-
-class PromptTooLong(ValueError):
-    pass
 
 
 def all_cancelled(transformers: Any, jobs: list[Job]) -> Any:
@@ -402,23 +368,6 @@ def _groups(batch: list[Job]) -> list[list[Job]]:
         key: object = (job.sampling, job.ignore_eos) if job.sampling.seed is None else id(job)
         groups.setdefault(key, []).append(job)
     return list(groups.values())
-
-
-def _as_list(value: object) -> list[int]:
-    if value is None:
-        return []
-    return [int(v) for v in value] if isinstance(value, list | tuple) else [int(value)]  # type: ignore[call-overload]
-
-
-def _trim(tokens: list[int], limit: int, eos: set[int], ignore_eos: bool) -> tuple[list[int], bool]:
-    """A row's own tokens: up to its first end of sequence (excluded; a row that ended early is padded after it),
-    within its own limit; and whether it ended."""
-    mine = tokens[:limit]
-    if not ignore_eos:
-        for index, token in enumerate(mine):
-            if token in eos:
-                return mine[:index], True
-    return mine, False
 
 
 def _resolve(future: "asyncio.Future[Any]", value: Any) -> None:
