@@ -7,7 +7,7 @@ furthest below its share, FIFO within an owner)."""
 
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from contracts.catalogue import Catalogue, CatalogueModel
@@ -16,9 +16,10 @@ from contracts.events.executor import ExecutorAdvert
 from contracts.lifecycle import EndReason
 from services.scheduler.actions import QUEUED, Action, Assign, DeclareLost, FenceAttempt, Finalize, Policy, Wait
 from services.scheduler.book import CONTROL_PLANE, BatchPlan, Book
-from services.scheduler.domain import HEARTBEAT_FRESH_MS, eligible_executors, free_bytes, why_unassignable
+from services.scheduler.domain import HEARTBEAT_FRESH_MS, free_bytes
 from services.scheduler.fair_share import FairQueue, QueuedBatch
-from services.scheduler.placement import PLACEMENT_WITHDRAWN, Placements, trust_scope, why_not_placed
+from services.scheduler.fleet_view import FleetView, Lane, unit_layout
+from services.scheduler.placement import PLACEMENT_WITHDRAWN
 
 MAX_ATTEMPTS = 3
 """Failed attempts of one unit that committed nothing, before the batch fails."""
@@ -38,20 +39,6 @@ __all__ = [
     "unit_layout",
 ]
 DEFAULT_POLICY = Policy()
-UNITS_PER_EXECUTOR = 4
-"""A batch is cut into at least this many units per able executor (within the unit size bounds): enough that
-every executor gets some, one that joins later finds some left, and one that is lost loses little."""
-
-
-def unit_layout(total_lines: int, able_executors: int, policy: Policy) -> ShardLayout:
-    """How a batch is cut into units, fixed by its first assignment."""
-    if total_lines <= max(policy.unit_min_lines, 1):
-        return ShardLayout()
-    span = -(-total_lines // (UNITS_PER_EXECUTOR * max(able_executors, 1)))
-    span = min(max(span, policy.unit_min_lines, 1), max(policy.unit_max_lines, policy.unit_min_lines, 1))
-    return ShardLayout.split(total_lines, -(-total_lines // span))
-
-
 def decide(book: Book, adverts: list[ExecutorAdvert], catalogue: Catalogue, now_ms: int,
            policy: Policy = DEFAULT_POLICY, rates: Mapping[str, float] | None = None) -> list[Action]:
     """Every act due now: losses declared, leases fenced, batches ended, and free executor places filled with units
@@ -65,7 +52,7 @@ def decide(book: Book, adverts: list[ExecutorAdvert], catalogue: Catalogue, now_
             if advert.executor_id in book.admitted and advert.executor_id in alive}
     actions: list[Action] = [DeclareLost(executor_id, last_seen) for executor_id, last_seen in heard.items()
                              if executor_id not in alive]
-    fleet = _Fleet(live, catalogue, now_ms, book.placements)
+    fleet = FleetView(live, catalogue, now_ms, book.placements)
     wanting: list[tuple[BatchPlan, CatalogueModel]] = []
     for plan in book.open_plans():
         upkeep, model = _upkeep(plan, book, fleet, alive, now_ms, policy)
@@ -75,98 +62,7 @@ def decide(book: Book, adverts: list[ExecutorAdvert], catalogue: Catalogue, now_
     return actions + _hand_out(wanting, book, fleet, now_ms, policy, rates or {})
 
 
-@dataclass
-class _Fleet:
-    """The live fleet as one tick sees it, with what it costs to ask computed once per model."""
-
-    live: dict[str, ExecutorAdvert]
-    catalogue: Catalogue
-    now_ms: int
-    placements: Placements = field(default_factory=Placements)
-    _models: dict[str, CatalogueModel | None] = field(default_factory=dict)
-    _able: dict[str, list[ExecutorAdvert]] = field(default_factory=dict)
-    _layouts: dict[tuple[int, str], ShardLayout] = field(default_factory=dict)
-    _selective: dict[str, bool] = field(default_factory=dict)
-    _allowed: dict[tuple[str, str, str | None, str], bool] = field(default_factory=dict)
-    _live_for: dict[tuple[str, str | None, str], dict[str, ExecutorAdvert]] = field(default_factory=dict)
-    _reasons: dict[tuple[str, str, str | None, str], str] = field(default_factory=dict)
-
-    def model(self, name: str) -> CatalogueModel | None:
-        if name not in self._models:
-            self._models[name] = self.catalogue.resolve(name)
-        return self._models[name]
-
-    def layout(self, total_lines: int, model: CatalogueModel, policy: Policy) -> ShardLayout:
-        key = (total_lines, model.id)
-        if key not in self._layouts:
-            self._layouts[key] = unit_layout(total_lines, len(self.able(model)), policy)
-        return self._layouts[key]
-
-    def able(self, model: CatalogueModel) -> list[ExecutorAdvert]:
-        """Live executors that serve `model` and have it loaded or the memory to load it."""
-        if model.id not in self._able:
-            self._able[model.id] = eligible_executors(model, self.live.values(), self.now_ms)
-        return self._able[model.id]
-
-    def allows(self, executor_id: str, plan: BatchPlan) -> bool:
-        """Whether the batch's placement lets the executor run it (asked once per tick per executor and trust key:
-        a thousand batches of one owner cost one look)."""
-        key = (executor_id, plan.placement, plan.organization_id, plan.owner)
-        allowed = self._allowed.get(key)
-        if allowed is None:
-            allowed = self._allowed[key] = self.placements.allows(executor_id, plan.placement, plan.organization_id,
-                                                                  plan.owner)
-        return allowed
-
-    def live_for(self, plan: BatchPlan) -> dict[str, ExecutorAdvert]:
-        """The live executors the batch may run on (once per tick per trust key)."""
-        key = (plan.placement, plan.organization_id, plan.owner)
-        found = self._live_for.get(key)
-        if found is None:
-            found = self._live_for[key] = {executor_id: advert for executor_id, advert in self.live.items()
-                                           if self.allows(executor_id, plan)}
-        return found
-
-    def why_waiting(self, plan: BatchPlan, model: CatalogueModel) -> str:
-        """Why a batch that got nothing waits: every executor that may serve it is busy, none can take its model,
-        or none it may run on serves it (the same for every batch of one model and trust key: said once a tick)."""
-        key = (model.id, plan.placement, plan.organization_id, plan.owner)
-        reason = self._reasons.get(key)
-        if reason is None:
-            reason = self._reasons[key] = self._why_waiting(plan, model)
-        return reason
-
-    def _why_waiting(self, plan: BatchPlan, model: CatalogueModel) -> str:
-        if any(self.allows(advert.executor_id, plan) for advert in self.able(model)):
-            return f"{QUEUED} every executor serving {model.id} is busy with other batches."
-        allowed = list(self.live_for(plan).values())
-        if any(model.id in advert.models for advert in allowed) or \
-                not any(model.id in advert.models for advert in self.live.values()):
-            return why_unassignable(model, allowed or list(self.live.values()), self.now_ms)
-        return why_not_placed(plan.placement, model.id)
-
-    def lane(self, plan: BatchPlan, model: CatalogueModel) -> "_Lane":
-        """The queue a batch's units wait in: batches of one lane may run on the same executors. One per model
-        while every executor able to serve it runs any organisation's batches that allow approved providers."""
-        if plan.placement == "approved_providers":
-            if model.id not in self._selective:
-                self._selective[model.id] = any(not self.placements.runner(advert.executor_id).approved_platform_wide
-                                                for advert in self.able(model))
-            if not self._selective[model.id]:
-                return _Lane(model.id, model, plan)
-        return _Lane(f"{model.id}|{plan.placement}|{trust_scope(plan.organization_id, plan.owner)}", model, plan)
-
-
-@dataclass(frozen=True)
-class _Lane:
-    """A model's batches that may run on the same executors (`_Fleet.lane`); `plan` is one of them."""
-
-    key: str
-    model: CatalogueModel
-    plan: BatchPlan
-
-
-def _upkeep(plan: BatchPlan, book: Book, fleet: _Fleet, alive: set[str], now_ms: int,
+def _upkeep(plan: BatchPlan, book: Book, fleet: FleetView, alive: set[str], now_ms: int,
             policy: Policy) -> tuple[list[Action], CatalogueModel | None]:
     """What one open batch needs now, and its model when it has units to hand out."""
     if plan.cancel_requested_at_ms is not None:  # an accepted cancel ends `cancelled`, even past the window
@@ -213,7 +109,7 @@ def _fence_dead_attempts(plan: BatchPlan, book: Book, alive: set[str]) -> list[A
     return actions
 
 
-def _fence_misplaced_attempts(plan: BatchPlan, fleet: _Fleet, fenced: list[Action]) -> list[Action]:
+def _fence_misplaced_attempts(plan: BatchPlan, fleet: FleetView, fenced: list[Action]) -> list[Action]:
     """Attempts on executors the batch may no longer run on (their provider's approval was withdrawn)."""
     done = {action.attempt for action in fenced if isinstance(action, FenceAttempt)}
     return [FenceAttempt(plan, run.attempt, run.executor_id, PLACEMENT_WITHDRAWN,
@@ -240,7 +136,7 @@ class _Units:
         return Assign(self.plan, executor_id, self.attempt, unit, self.layout)
 
 
-def _hand_out(wanting: list[tuple[BatchPlan, CatalogueModel]], book: Book, fleet: _Fleet, now_ms: int,
+def _hand_out(wanting: list[tuple[BatchPlan, CatalogueModel]], book: Book, fleet: FleetView, now_ms: int,
               policy: Policy, rates: Mapping[str, float]) -> list[Action]:
     """Fill every live executor's free places with units: first the units whose last attempt failed (re-leased at
     once, elsewhere when possible), then round-robin over the executors (a batch spreads over them), each unit
@@ -318,8 +214,8 @@ def _retry_on(plan: BatchPlan, unit: int, lane: str, serves: dict[str, set[str]]
     return max(fresh or free, key=lambda e: (places[e], e), default=None)
 
 
-def _guests(queue: FairQueue, units: dict[str, "_Units"], fleet: _Fleet, load: Counter[str | None], given: list[Action],
-            policy: Policy, lanes: dict[str, _Lane]) -> list[Action]:
+def _guests(queue: FairQueue, units: dict[str, "_Units"], fleet: FleetView, load: Counter[str | None],
+            given: list[Action], policy: Policy, lanes: dict[str, Lane]) -> list[Action]:
     """Units for users with nothing in flight, on executors whose own places are all taken, in their guest places:
     a newcomer's small batch starts at the next free engine slot (shared fairly there), not after the units in
     hand."""
@@ -343,7 +239,7 @@ def _guests(queue: FairQueue, units: dict[str, "_Units"], fleet: _Fleet, load: C
     return actions
 
 
-def _servable(lanes: Iterable[_Lane], fleet: _Fleet, places: dict[str, int]) -> dict[str, set[str]]:
+def _servable(lanes: Iterable[Lane], fleet: FleetView, places: dict[str, int]) -> dict[str, set[str]]:
     """Executor id → the queued lanes it may take a unit of now: of models it has loaded, or, when no executor
     with that model loaded (and allowed there) has a free place, of ones it has the memory to load; only lanes whose
     batches' placement allows it."""
@@ -358,7 +254,7 @@ def _servable(lanes: Iterable[_Lane], fleet: _Fleet, places: dict[str, int]) -> 
     return serves
 
 
-def _waits(unserved: list[tuple[BatchPlan, CatalogueModel]], fleet: _Fleet) -> list[Action]:
+def _waits(unserved: list[tuple[BatchPlan, CatalogueModel]], fleet: FleetView) -> list[Action]:
     """Why a batch that got nothing and runs nothing waits, said once: no executor can take its model, or every
     one that can is busy (the scheduler's standings then say where it stands in the queue)."""
     actions: list[Action] = []
@@ -374,7 +270,7 @@ def _waits(unserved: list[tuple[BatchPlan, CatalogueModel]], fleet: _Fleet) -> l
     return actions
 
 
-def _end_early(plan: BatchPlan, fleet: _Fleet, alive: set[str], now_ms: int,
+def _end_early(plan: BatchPlan, fleet: FleetView, alive: set[str], now_ms: int,
                reason: Literal["cancelled", "expired", "failed"], code: str, message: str) -> list[Action]:
     """Fence what runs (a cancel first gets a grace period to wind down itself), then finalize once."""
     live = fleet.live_for(plan)
@@ -397,7 +293,7 @@ def _end_early(plan: BatchPlan, fleet: _Fleet, alive: set[str], now_ms: int,
     return [*actions, *_finalize(plan, fleet, alive, reason)]
 
 
-def _finalize(plan: BatchPlan, fleet: _Fleet, alive: set[str],
+def _finalize(plan: BatchPlan, fleet: FleetView, alive: set[str],
               reason: EndReason, failure_code: str | None = None,
               failure_message: str | None = None) -> list[Action]:
     """Finalize once: by the executor that holds the batch's lease when one does and is live, else by the control

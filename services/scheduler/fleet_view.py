@@ -1,0 +1,117 @@
+"""The live fleet as one scheduler tick sees it: which executors can take a model, whether a batch's placement lets
+an executor run it, and why a batch waits, each worked out once per tick (per model, or per executor and trust key)
+however many batches ask."""
+
+from dataclasses import dataclass, field
+
+from contracts.catalogue import Catalogue, CatalogueModel
+from contracts.events.batch import ShardLayout
+from contracts.events.executor import ExecutorAdvert
+from services.scheduler.actions import QUEUED, Policy
+from services.scheduler.domain import eligible_executors, why_unassignable
+from services.scheduler.placement import Placements, trust_scope, why_not_placed
+from services.scheduler.plans import BatchPlan
+
+UNITS_PER_EXECUTOR = 4
+"""A batch is cut into at least this many units per able executor (within the unit size bounds): enough that
+every executor gets some, one that joins later finds some left, and one that is lost loses little."""
+
+
+def unit_layout(total_lines: int, able_executors: int, policy: Policy) -> ShardLayout:
+    """How a batch is cut into units, fixed by its first assignment."""
+    if total_lines <= max(policy.unit_min_lines, 1):
+        return ShardLayout()
+    span = -(-total_lines // (UNITS_PER_EXECUTOR * max(able_executors, 1)))
+    span = min(max(span, policy.unit_min_lines, 1), max(policy.unit_max_lines, policy.unit_min_lines, 1))
+    return ShardLayout.split(total_lines, -(-total_lines // span))
+
+
+@dataclass(frozen=True)
+class Lane:
+    """A model's batches that may run on the same executors (`FleetView.lane`); `plan` is one of them."""
+
+    key: str
+    model: CatalogueModel
+    plan: BatchPlan
+
+
+@dataclass
+class FleetView:
+    """The live fleet as one tick sees it, with what it costs to ask computed once per model."""
+
+    live: dict[str, ExecutorAdvert]
+    catalogue: Catalogue
+    now_ms: int
+    placements: Placements = field(default_factory=Placements)
+    _models: dict[str, CatalogueModel | None] = field(default_factory=dict)
+    _able: dict[str, list[ExecutorAdvert]] = field(default_factory=dict)
+    _layouts: dict[tuple[int, str], ShardLayout] = field(default_factory=dict)
+    _selective: dict[str, bool] = field(default_factory=dict)
+    _allowed: dict[tuple[str, str, str | None, str], bool] = field(default_factory=dict)
+    _live_for: dict[tuple[str, str | None, str], dict[str, ExecutorAdvert]] = field(default_factory=dict)
+    _reasons: dict[tuple[str, str, str | None, str], str] = field(default_factory=dict)
+
+    def model(self, name: str) -> CatalogueModel | None:
+        if name not in self._models:
+            self._models[name] = self.catalogue.resolve(name)
+        return self._models[name]
+
+    def layout(self, total_lines: int, model: CatalogueModel, policy: Policy) -> ShardLayout:
+        key = (total_lines, model.id)
+        if key not in self._layouts:
+            self._layouts[key] = unit_layout(total_lines, len(self.able(model)), policy)
+        return self._layouts[key]
+
+    def able(self, model: CatalogueModel) -> list[ExecutorAdvert]:
+        """Live executors that serve `model` and have it loaded or the memory to load it."""
+        if model.id not in self._able:
+            self._able[model.id] = eligible_executors(model, self.live.values(), self.now_ms)
+        return self._able[model.id]
+
+    def allows(self, executor_id: str, plan: BatchPlan) -> bool:
+        """Whether the batch's placement lets the executor run it (asked once per tick per executor and trust key:
+        a thousand batches of one owner cost one look)."""
+        key = (executor_id, plan.placement, plan.organization_id, plan.owner)
+        allowed = self._allowed.get(key)
+        if allowed is None:
+            allowed = self._allowed[key] = self.placements.allows(executor_id, plan.placement, plan.organization_id,
+                                                                  plan.owner)
+        return allowed
+
+    def live_for(self, plan: BatchPlan) -> dict[str, ExecutorAdvert]:
+        """The live executors the batch may run on (once per tick per trust key)."""
+        key = (plan.placement, plan.organization_id, plan.owner)
+        found = self._live_for.get(key)
+        if found is None:
+            found = self._live_for[key] = {executor_id: advert for executor_id, advert in self.live.items()
+                                           if self.allows(executor_id, plan)}
+        return found
+
+    def why_waiting(self, plan: BatchPlan, model: CatalogueModel) -> str:
+        """Why a batch that got nothing waits: every executor that may serve it is busy, none can take its model,
+        or none it may run on serves it (the same for every batch of one model and trust key: said once a tick)."""
+        key = (model.id, plan.placement, plan.organization_id, plan.owner)
+        reason = self._reasons.get(key)
+        if reason is None:
+            reason = self._reasons[key] = self._why_waiting(plan, model)
+        return reason
+
+    def _why_waiting(self, plan: BatchPlan, model: CatalogueModel) -> str:
+        if any(self.allows(advert.executor_id, plan) for advert in self.able(model)):
+            return f"{QUEUED} every executor serving {model.id} is busy with other batches."
+        allowed = list(self.live_for(plan).values())
+        if any(model.id in advert.models for advert in allowed) or \
+                not any(model.id in advert.models for advert in self.live.values()):
+            return why_unassignable(model, allowed or list(self.live.values()), self.now_ms)
+        return why_not_placed(plan.placement, model.id)
+
+    def lane(self, plan: BatchPlan, model: CatalogueModel) -> Lane:
+        """The queue a batch's units wait in: batches of one lane may run on the same executors. One per model
+        while every executor able to serve it runs any organisation's batches that allow approved providers."""
+        if plan.placement == "approved_providers":
+            if model.id not in self._selective:
+                self._selective[model.id] = any(not self.placements.runner(advert.executor_id).approved_platform_wide
+                                                for advert in self.able(model))
+            if not self._selective[model.id]:
+                return Lane(model.id, model, plan)
+        return Lane(f"{model.id}|{plan.placement}|{trust_scope(plan.organization_id, plan.owner)}", model, plan)
