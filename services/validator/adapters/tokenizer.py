@@ -23,6 +23,7 @@ from services.runtime.storage.catalogue import resolve_artifact
 from services.runtime.storage.hub import TOKENIZER_FILES, checkpoint_directory
 from services.validator.adapters.gguf_metadata import read_metadata
 from services.validator.adapters.hf_tokenizer import HfTokenizer, is_checkpoint
+from services.validator.adapters.pair_bound import PairBound
 from services.validator.adapters.prompt_tokenizer import PromptTokenizer
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,8 @@ class ModelTokenizer:
     missing_bytes: bytes = b""
     """Bytes no token of the vocabulary is (SmolLM2's lacks some control bytes and UTF-8 lead bytes): the encoder
     panics on a text holding one, so such a text is never given to it (`_encodable`)."""
+    pair_bound: PairBound | None = None
+    """A bound on a text's count from its bytes (None: none holds for this vocabulary), tried before counting."""
     json_ascii_encodable: bool = field(default=False, init=False)
     """The vocabulary holds every byte of `JSON_ASCII`: a content from an ASCII JSON line without `\\u` escapes is
     encodable without looking at it (`chat_over`)."""
@@ -154,7 +157,7 @@ class ModelTokenizer:
         constants = tuple(sorted(c for c in found if not any(other != c and other in c for other in found)))
         cuts_at_spaces = not any(char.isspace() for token in special for char in token)
         return cls(encoding, environment.from_string(source), variables, constants, cuts_at_spaces,
-                   missing_bytes=missing)
+                   missing_bytes=missing, pair_bound=PairBound.of(ranks, special))
 
     def count_text(self, text: str) -> int:
         if not self._encodable(text):
@@ -223,7 +226,9 @@ class ModelTokenizer:
         return self._fits(text, size, room)
 
     def _fits(self, text: str, size: int, room: int) -> bool:
-        """`fits` of an encodable text of `size` bytes, more than `room`."""
+        """`fits` of an encodable text of `size` bytes, more than `room`: its bytes' bound, else its head counted."""
+        if self.pair_bound is not None and self.pair_bound(text.encode()) <= room:
+            return True
         counted = counted_bytes = start = 0
         while self.cuts_at_spaces:
             cut = text.find(" ", start + (counted + size - counted_bytes - room) * 5 // 4 + HEAD_SLACK)
