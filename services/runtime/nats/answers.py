@@ -1,11 +1,12 @@
 """Core request/reply answers (`Answer`): requests of one contract, each answered by its handler's returned model,
-and the middleware that runs each in the requester's trace and answers a malformed one with its refusal."""
+and the middleware that runs each in the requester's trace and answers a malformed one with its refusal; and raw
+ones (`RawAnswer`), for requests of no contract whose handler replies itself, or not at all."""
 
 import logging
 import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
 import nats.errors
 from faststream import BaseMiddleware, ContextRepo
@@ -14,6 +15,7 @@ from nats.aio.msg import Msg
 from opentelemetry.trace import SpanKind, Tracer
 from pydantic import BaseModel, ValidationError
 
+from services.runtime.process.params import Context
 from services.runtime.process.skip_log import SkipLog
 from services.runtime.process.telemetry import attached, extract_context
 
@@ -64,6 +66,34 @@ class Answer(Generic[Request]):
             await message.respond(reply.model_dump_json().encode())
         except nats.errors.Error as error:  # the asker is gone, or the connection is reconnecting: it asks again
             log.debug("could not answer on %s: %r", message.subject, error)
+
+
+@dataclass(frozen=True)
+class RawAnswer:
+    """A core request/reply subscription for requests of no contract (the auth callout's sealed JWTs): each goes, as
+    its nats-py message, to a method of the service's dependencies (`ExecutorAuthority.on_request`), which replies
+    to it itself or leaves it unanswered (a forged request: the asker then gives up). Subscribed whenever the broker
+    runs, in `queue` (one of the service's processes takes each, leader or standby); not in the AsyncAPI document."""
+
+    subject: str
+    queue: str
+
+
+RawHandler = Callable[[Any, Msg], Awaitable[None]]
+"""A raw answer's handler: (the service's dependencies, the request as nats-py received it)."""
+
+
+def raw_answered_by(handler: RawHandler, dependencies: str) -> Callable[..., Awaitable[None]]:
+    """faststream's subscriber function for a raw answer's `handler`: the raw message and the dependencies taken
+    from the broker's context (one function made here, not a shim per handler)."""
+
+    async def answer(message: Any, deps: Any) -> None:
+        await handler(deps, message.raw_message)
+
+    answer.__annotations__ = {"message": Annotated[Any, Context("message")],
+                              "deps": Annotated[Any, Context(dependencies)], "return": None}
+    answer.__name__ = answer.__qualname__ = getattr(handler, "__name__", "answer")
+    return answer
 
 
 def decoder(answer: Answer[Any]) -> Callable[[StreamMessage[Any]], Awaitable[BaseModel]]:

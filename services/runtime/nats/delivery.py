@@ -3,13 +3,15 @@ every one of them runs under; core request/reply answers (answers.py); folds of 
 leadership terms some of them are given in.
 
 A durable's handler is a method of the service's dependencies taking its contract model (decoded by faststream,
-never a raw message), registered as it is (`Executor.run`); the policy around it acks only then, keeps a long
-handler's lease (in-progress), retries a failure later with backoff (never a hot loop), and on the last delivery,
-or at once when it cannot ever succeed (`PoisonMessage`), hands the fact to the subscription's poison handler, then
-terminates the message. A payload that is not its contract is logged and terminated by the router itself.
+never a raw message; and the fact's stream sequence if it has a third parameter), registered as it is
+(`Executor.run`); the policy around it acks only then, keeps a long handler's lease (in-progress), retries a failure
+later with backoff (never a hot loop), and on the last delivery, or at once when it cannot ever succeed
+(`PoisonMessage`), hands the fact to the subscription's poison handler, then terminates the message. A payload
+that is not its contract is logged and terminated by the router itself.
 
 An answer's handler takes its request model and returns the reply model, which faststream sends back; a request
-that is not its contract gets the answer's refusal, and one whose handler fails gets no answer (it asks again).
+that is not its contract gets the answer's refusal, and one whose handler fails gets no answer (it asks again). A raw
+answer's handler takes the request as nats-py received it and replies to it itself, or not at all (the auth callout).
 Leader-only answers and folds live on the router's term, which the broker's start leaves alone: `leading()` runs
 the folds and subscribes the answers for one term and stops them when it ends (faststream subscribes a core
 subscriber in `start()` and forgets the subscription in `stop()`, so a later term starts the same ones afresh).
@@ -21,6 +23,7 @@ import contextlib
 import inspect
 import logging
 import time
+import typing
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -36,11 +39,11 @@ from nats.aio.msg import Msg
 from nats.js.api import AckPolicy as JetStreamAck
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from opentelemetry.trace import Span, SpanKind, Tracer
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
 from contracts.events.envelope import Event
 from contracts.subjects import BATCH_HEADER, event_subject, parse_event_subject, subject_pattern
-from services.runtime.nats.answers import Answer, Answering, Refused, decoder
+from services.runtime.nats.answers import Answer, Answering, RawAnswer, RawHandler, Refused, decoder, raw_answered_by
 from services.runtime.nats.bus import ConsumerPolicy, EventBus, PoisonMessage
 from services.runtime.nats.folds import Folds, LogFollower, running
 from services.runtime.process import metrics
@@ -50,12 +53,12 @@ from services.runtime.process.telemetry import extract_context, tracer
 from services.runtime.storage.write_failures import FAULT_PATIENCE_S, WriteFault, write_fault
 
 log = logging.getLogger(__name__)
-__all__ = ["TERM", "Answer", "Durable", "Handler", "LogFollower", "PoisonHandler", "Refused", "ServiceRouter",
-           "batch_of", "fact_filter", "keep_in_progress"]
+__all__ = ["TERM", "Answer", "Durable", "Handler", "LogFollower", "PoisonHandler", "RawAnswer", "Refused",
+           "ServiceRouter", "batch_of", "fact_filter", "keep_in_progress"]
 
-Handler = Callable[[Any, Any], Awaitable[None]]
-"""A durable's handler: (the service's dependencies, the fact or command decoded as its contract); a method of the
-dependencies' class registered as it is (`Executor.run`), with no shim around it."""
+Handler = Callable[[Any, Any], Awaitable[None]] | Callable[[Any, Any, int], Awaitable[None]]
+"""A durable's handler: (the service's dependencies, the fact or command decoded as its contract[, its sequence in
+the stream]); a method of the dependencies' class registered as it is (`Executor.run`), with no shim around it."""
 PoisonHandler = Callable[[Any, Any, BaseException], Awaitable[None]]
 """(the service's dependencies, the fact given up on, decoded, the error): `Executor.fail_the_attempt`. A payload
 that is not its contract never reaches it: the router logs it and drops it."""
@@ -72,17 +75,23 @@ def fact_filter(contract: type[Event]) -> str:
 
 @dataclass(frozen=True)
 class Durable:
-    """A durable pull consumer of one contract: its stream, name, single filter and delivery policy."""
+    """A durable pull consumer of one contract: its stream, name, filter(s) and delivery policy."""
 
-    contract: type[BaseModel]
+    contract: Any
+    """A model, or a union of facts discriminated by `type` (a consumer with several filters)."""
     stream: str
     name: str
     subject: str
+    """Its single filter; "" when it has several (`filter_subjects`)."""
     policy: ConsumerPolicy = field(default_factory=ConsumerPolicy)
+    filter_subjects: tuple[str, ...] = ()
+    """Several filters on one consumer, with one ack floor. They travel in the request's body, where authorization
+    cannot pin them: a service's own consumer (the gateways' webhook intake), never an executor's."""
 
     def consumer_config(self) -> ConsumerConfig:
         # Named, with a single filter: the filter then travels in the API subject, where authorization can pin it.
-        return ConsumerConfig(name=self.name, durable_name=self.name, filter_subject=self.subject,
+        return ConsumerConfig(name=self.name, durable_name=self.name, filter_subject=self.subject or None,
+                              filter_subjects=list(self.filter_subjects) or None,
                               ack_policy=JetStreamAck.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
                               ack_wait=self.policy.ack_wait_s, max_deliver=self.policy.max_deliver,
                               max_ack_pending=self.policy.max_ack_pending)
@@ -129,8 +138,9 @@ class ServiceRouter(NatsRouter):
         self.subscriber(
             durable.subject, stream=JStream(durable.stream, declare=False), durable=durable.name,
             config=durable.consumer_config(), pull_sub=ONE_AT_A_TIME, ack_policy=AckPolicy.MANUAL, no_reply=True,
-            max_workers=max_workers, title=f"{durable.name}:{durable.subject}",
-            description=description)(_delivered_to(handler, durable.contract, self.dependencies))
+            max_workers=max_workers, title=f"{durable.name}:{durable.subject or ','.join(durable.filter_subjects)}",
+            description=description, include_in_schema=not durable.filter_subjects,  # no single contract to show
+        )(_delivered_to(handler, durable.contract, self.dependencies))
 
     def follows(self, follower: LogFollower) -> None:
         """Declare a fold of the log, which this router runs: a leader-only one for each term (`leading`), any other
@@ -143,14 +153,22 @@ class ServiceRouter(NatsRouter):
         async with running([f for f in self.followers if f.take and not f.leader_only], bus, deps) as folds:
             yield folds
 
-    def answers(self, answer: Answer[Any], handler: Callable[..., Awaitable[BaseModel]], description: str) -> None:
+    def answers(self, answer: Answer[Any] | RawAnswer, handler: Callable[..., Awaitable[BaseModel]] | RawHandler,
+                description: str) -> None:
         """`handler` takes `answer`'s request (and `Path()`/`Context()` parameters) and returns the reply; a
-        leader-only one takes its term's dependencies as the `Context()` parameter named `term` (`TERM`)."""
-        router = self.term if answer.leader_only else self
-        subscriber = router.subscriber(answer.subject, decoder=decoder(answer),
-                                       title=f"{self.service}:{answer.subject}", description=description)
-        subscriber(handler)
-        self.answered.append(answer)
+        leader-only one takes its term's dependencies as the `Context()` parameter named `term` (`TERM`). A raw
+        answer's handler is a method of the service's dependencies taking the nats-py message (`RawHandler`)."""
+        title = f"{self.service}:{answer.subject}"
+        if isinstance(answer, RawAnswer):
+            subscriber = self.subscriber(answer.subject, queue=answer.queue, no_reply=True, title=title,
+                                         description=description, include_in_schema=False)
+            subscriber(raw_answered_by(typing.cast(RawHandler, handler), self.dependencies))
+        else:
+            router = self.term if answer.leader_only else self
+            subscriber = router.subscriber(answer.subject, decoder=decoder(answer), title=title,
+                                           description=description)
+            subscriber(handler)
+            self.answered.append(answer)
         self.answering.add(subscriber)
 
     @contextlib.asynccontextmanager
@@ -191,14 +209,23 @@ class ServiceRouter(NatsRouter):
         return Answering(msg, context=context, tracer=self.tracer)
 
 
-def _delivered_to(handler: Handler, contract: type[BaseModel], dependencies: str) -> Callable[..., Awaitable[None]]:
+def _delivered_to(handler: Handler, contract: Any, dependencies: str) -> Callable[..., Awaitable[None]]:
     """faststream's subscriber function for `handler`: the message decoded as `contract`, and the dependencies
-    taken from the broker's context by their name (one function made here, not a shim per handler)."""
+    taken from the broker's context by their name (one function made here, not a shim per handler); the fact's
+    stream sequence too for a handler of three parameters."""
+    call: Any = handler  # of two parameters or three, told apart here once
 
-    async def deliver(message: Any, deps: Any) -> None:
-        await handler(deps, message)
+    async def unplaced(message: Any, deps: Any) -> None:
+        await call(deps, message)
 
+    async def placed(message: Any, deps: Any, sequence: int) -> None:
+        await call(deps, message, sequence)
+
+    takes_sequence = len(inspect.signature(handler).parameters) == 3
+    deliver: Callable[..., Awaitable[None]] = placed if takes_sequence else unplaced
     deliver.__annotations__ = {"message": contract, "deps": Annotated[Any, Context(dependencies)], "return": None}
+    if takes_sequence:
+        deliver.__annotations__["sequence"] = Annotated[int, Context("message.raw_message.metadata.sequence.stream")]
     deliver.__name__ = deliver.__qualname__ = getattr(handler, "__name__", "deliver")
     deliver.__doc__ = handler.__doc__
     return deliver
@@ -290,7 +317,7 @@ class _Delivery(BaseMiddleware):
         """The payload as its contract; None when it is not one (a retry would meet the same bytes)."""
         assert self.declared is not None
         try:
-            return self.declared.durable.contract.model_validate_json(self.message.data)
+            return typing.cast(BaseModel, TypeAdapter(self.declared.durable.contract).validate_json(self.message.data))
         except Exception:  # a contract's own validators may raise more than ValidationError (a KeyError)
             return None
 
@@ -299,7 +326,7 @@ class _Delivery(BaseMiddleware):
         assert self.declared is not None
         if fact is None:
             log.error("dropping a message on %s that is not a %s: %r", self.message.subject,
-                      self.declared.durable.contract.__name__, error)
+                      getattr(self.declared.durable.contract, "__name__", "fact it takes"), error)
             return True
         if self.declared.on_poison is None:
             return True
@@ -318,7 +345,7 @@ def _handler_span(tracer: Tracer, message: Msg, durable: Durable) -> AbstractCon
     attributes."""
     metadata = message.metadata
     return tracer.start_as_current_span(
-        f"handle {subject_pattern(durable.subject)}", context=extract_context(message.headers),
+        f"handle {subject_pattern(durable.subject or message.subject)}", context=extract_context(message.headers),
         kind=SpanKind.CONSUMER, attributes={"messaging.destination.name": message.subject,
                                             "messaging.consumer.group.name": metadata.consumer or "",
                                             "messaging.message.delivery_count": metadata.num_delivered or 0})
