@@ -1,10 +1,11 @@
-"""Composition root of the gateway: `create_app(settings)` with one cleanup context per resource."""
+"""Composition root of the gateway: `create_app(settings)` with one cleanup context per resource; its connection is
+its broker's, which runs the gateway's router (the webhook intake) once the dependencies are made."""
 
 from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from contracts.subjects import EVENTS_STREAM, LIMITS_BUCKET
+from contracts.subjects import EVENTS_STREAM, LIMITS_BUCKET, WEBHOOKS_BUCKET
 from services.gateway.adapters.admission import ADMISSION_WAIT_S, Admission
 from services.gateway.adapters.key_cache import KeyCache
 from services.gateway.adapters.shared_state import SharedState
@@ -33,8 +34,10 @@ from services.gateway.http.transfer_slots import (
     upload_address_middleware,
 )
 from services.gateway.settings import GatewaySettings
-from services.gateway.webhooks.deliverer import webhook_deliverer
-from services.runtime.nats.bus import EventBus
+from services.gateway.webhooks.deliverer import WEBHOOK_STORE, webhook_deliverer
+from services.gateway.webhooks.intake import WEBHOOKS, WebhookIntake, webhook_router
+from services.gateway.webhooks.store import WebhookStore
+from services.runtime.nats.broker import open_bus, service_broker
 from services.runtime.nats.fleet import Fleet
 from services.runtime.nats.kv import ensure_direct_reads, open_bucket
 from services.runtime.nats.readmodel import ReadModel
@@ -52,7 +55,8 @@ def create_app(settings: GatewaySettings) -> web.Application:
 
     async def connections(app: web.Application) -> AsyncIterator[None]:
         connection = settings.connection
-        bus = await EventBus.connect(connection.nats_url, "gateway")
+        broker = service_broker(connection.nats_url, "gateway")
+        bus = await open_bus(broker, "gateway")
         store = ObjectStore.from_settings(connection)
         await store.ensure_bucket()
         await ensure_direct_reads(bus.js, EVENTS_STREAM)  # the errors view reads facts without a consumer
@@ -69,10 +73,15 @@ def create_app(settings: GatewaySettings) -> web.Application:
         if settings.auth_failure_limit > 0:
             app[AUTH_FAILURES] = SharedFailedAuthentications(
                 shared, FailedAuthentications(settings.auth_failure_limit, settings.auth_failure_window_s))
+        app[WEBHOOK_STORE] = webhooks = WebhookStore(await open_bucket(bus, WEBHOOKS_BUCKET, scans=True))
+        if settings.webhooks:  # every gateway takes the facts webhooks are sent for (each fact one of them)
+            broker.include_router(webhook_router())
+            broker.context.set_global(WEBHOOKS, WebhookIntake(webhooks, read_model))
+        await broker.start()
         yield
         app[READINESS].close()
         store.close()
-        await bus.close()
+        await broker.close_within()
 
     app[READINESS] = Readiness.from_settings(settings.connection)
     app[REFUSAL_PACER] = RefusalPacer(settings.refusal_pace_budget, settings.refusal_pace_window_s,

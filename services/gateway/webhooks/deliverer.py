@@ -1,21 +1,16 @@
-"""The gateway's webhook deliverer, a cleanup context with two loops:
+"""The gateway's webhook deliverer, a cleanup context sending the deliveries the intake (`intake.py`) records:
+every `webhook_poll_interval_s`, the deliveries due are claimed (`WebhookStore.claim`) and POSTed, signed, at most
+`webhook_concurrency` at once, taken fairly (`fairness.py`: round-robin across owners, limits per owner and per
+endpoint, a breaker per endpoint), each only to an address the policy allows (`targets.py`); a 2xx ends one
+`delivered`, anything else (no answer within `webhook_timeout_s`, a redirect, an error status, a refused address)
+is tried again after the next of `webhook_retry_delays_s`, and past the last one it ends `failed`. Every attempt is
+recorded on the delivery.
 
-- **intake**: a durable consumer on the batch facts webhooks are sent for, shared by every gateway (each fact is
-  taken by one), records each fact's deliveries (`intake.take_fact`) and only then acks it: a gateway dying
-  in between leaves the fact to be taken again, which records nothing twice.
-- **attempts**: every `webhook_poll_interval_s`, the deliveries due are claimed (`WebhookStore.claim`) and POSTed,
-  signed, at most `webhook_concurrency` at once, taken fairly (`fairness.py`: round-robin across owners, limits per
-  owner and per endpoint, a breaker per endpoint), each only to an address the policy allows (`targets.py`); a
-  2xx ends one `delivered`, anything else (no answer within `webhook_timeout_s`, a redirect, an error status, a
-  refused address) is tried again after the next of `webhook_retry_delays_s`, and past the last one it ends
-  `failed`. Every attempt is recorded on the delivery.
-
-Every task and the consumer's subscription are released when the gateway stops; an attempt cut short by the stop
-is claimed again by whichever gateway runs next, with the same `webhook-id`.
+Every task is released when the gateway stops; an attempt cut short by the stop is claimed again by whichever
+gateway runs next, with the same `webhook-id`.
 """
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -25,12 +20,10 @@ from aiohttp import web
 from yarl import URL
 
 from contracts.api.webhook import DeliveryAttempt, WebhookDelivery, WebhookEndpoint
-from contracts.subjects import EVENTS_STREAM, WEBHOOKS_BUCKET, WEBHOOKS_DURABLE
-from services.gateway.context import DEPS, Deps
+from services.gateway.context import DEPS
 from services.gateway.settings import GatewaySettings
-from services.gateway.webhooks.domain import SENT_FACTS, is_success, retry_delay
+from services.gateway.webhooks.domain import is_success, retry_delay
 from services.gateway.webhooks.fairness import Fairness, round_robin
-from services.gateway.webhooks.intake import BatchNotYetKnown, take_fact
 from services.gateway.webhooks.signing import signed_headers
 from services.gateway.webhooks.store import Claim, WebhookStore
 from services.gateway.webhooks.targets import (
@@ -41,60 +34,18 @@ from services.gateway.webhooks.targets import (
     literal_address,
     parse_networks,
 )
-from services.runtime.nats.bus import ConsumerPolicy
-from services.runtime.nats.delivery import fact_filter
-from services.runtime.nats.kv import open_bucket
 from services.runtime.process import metrics
 from services.runtime.process.tasks import cancel_and_join
 
 log = logging.getLogger(__name__)
 
 WEBHOOK_STORE = web.AppKey("webhook_store", WebhookStore)
-INTAKE_POLICY = ConsumerPolicy(ack_wait_s=60.0, max_deliver=-1, max_ack_pending=256)
-"""A fact whose batch the read model does not show yet is taken again (never given up: it would lose a delivery)."""
-NOT_YET_KNOWN_DELAY_S = 2.0
-FETCH_BATCH = 32
 CLAIM_MARGIN_S = 30.0
 """A claim outlasts the attempt's timeout by this much (recording it), after which another gateway may take it."""
 PRUNE_INTERVAL_S = 3600.0
 """How often a gateway erases the ended deliveries past their retention."""
 MAX_ANSWER_BYTES = 64 * 1024
 """What is read of an endpoint's answer (and dropped): its status is what counts."""
-
-
-async def open_webhook_store(d: Deps) -> WebhookStore:
-    return WebhookStore(await open_bucket(d.bus, WEBHOOKS_BUCKET, scans=True))
-
-
-async def intake(d: Deps, store: WebhookStore) -> None:
-    """Take facts until cancelled; a broker gone for a while is waited out."""
-    subjects = sorted({fact_filter(contract) for contract in SENT_FACTS})
-    subscription = await d.bus.durable_subscription(EVENTS_STREAM, WEBHOOKS_DURABLE, subjects, INTAKE_POLICY)
-    try:
-        while True:
-            try:
-                messages = await subscription.fetch(FETCH_BATCH, timeout=1.0)
-            except TimeoutError:  # nothing to take (nats-py raises asyncio's, or its own subclass of it)
-                continue
-            except Exception as error:  # the broker away, a reconnect: the loop outlives it
-                log.warning("webhook intake could not fetch (%r); again in 2s", error)
-                await asyncio.sleep(2.0)
-                continue
-            for message in messages:
-                try:
-                    await take_fact(store, d.read_model, message.subject, message.metadata.sequence.stream,
-                                    message.data)
-                except BatchNotYetKnown:
-                    await message.nak(delay=NOT_YET_KNOWN_DELAY_S)
-                    continue
-                except Exception:
-                    log.exception("webhook intake failed on %s; it is taken again", message.subject)
-                    await message.nak(delay=INTAKE_POLICY.retry_delays_s[-1])
-                    continue
-                await message.ack()
-    finally:
-        with contextlib.suppress(Exception):
-            await subscription.unsubscribe()
 
 
 async def prune(settings: GatewaySettings, store: WebhookStore) -> None:
@@ -249,18 +200,15 @@ def delivery_session(policy: AddressPolicy) -> aiohttp.ClientSession:
 
 
 async def webhook_deliverer(app: web.Application) -> AsyncIterator[None]:
-    """A cleanup context: the store for the API always; with `webhooks` on, the intake and attempts loops."""
-    d = app[DEPS]
-    store = await open_webhook_store(d)
-    app[WEBHOOK_STORE] = store
-    if not d.settings.webhooks:
+    """A cleanup context: with `webhooks` on, the attempts and pruning loops on the store."""
+    settings, store = app[DEPS].settings, app[WEBHOOK_STORE]
+    if not settings.webhooks:
         yield
         return
-    policy = AddressPolicy(parse_networks(d.settings.webhook_allowed_cidrs))
+    policy = AddressPolicy(parse_networks(settings.webhook_allowed_cidrs))
     session = delivery_session(policy)
-    attempts = Attempts(d.settings, store, session, policy)
-    tasks = [asyncio.create_task(intake(d, store)), asyncio.create_task(attempts.run()),
-             asyncio.create_task(prune(d.settings, store))]
+    attempts = Attempts(settings, store, session, policy)
+    tasks = [asyncio.create_task(attempts.run()), asyncio.create_task(prune(settings, store))]
     try:
         yield
     finally:

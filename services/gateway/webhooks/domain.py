@@ -24,12 +24,6 @@ SENT_FACTS: dict[type[Event], WebhookEventType] = {
 }
 """Every batch fact a webhook is sent for, and the event type it is sent as (a batch validation refused is OpenAI's
 `batch.failed`)."""
-_TYPE_BY_NAME = {contract.name: event_type for contract, event_type in SENT_FACTS.items()}
-
-
-def event_type_of(fact_name: str) -> WebhookEventType | None:
-    """The webhook event a batch fact (`completed`, `validation_failed`, …) is sent as; None: none is."""
-    return _TYPE_BY_NAME.get(fact_name)
 
 
 def webhook_event(fact_event_id: str, event_type: WebhookEventType, batch_id: str, occurred_at_ms: int) -> WebhookEvent:

@@ -1,51 +1,75 @@
-"""Taking one batch fact from the log: the deliveries it makes, one per endpoint that receives it, recorded and made
-due in the webhooks bucket. Taking the same fact again records nothing new (ids are derived from the fact)."""
+"""The webhook intake, the gateways' one consumer declaration (`webhook_router`): each batch fact a webhook is sent
+for, taken by one gateway, becomes its deliveries, one per endpoint that receives it, recorded and made due in the
+webhooks bucket before the fact is acked. Taking the same fact again records nothing new (ids are derived from it)."""
 
 import logging
 import time
+from dataclasses import dataclass
+from typing import Annotated, Any, Union
 
-import orjson
+from pydantic import Field
 
 from contracts.api.webhook import WebhookDelivery
-from contracts.subjects import parse_event_subject
+from contracts.events.envelope import Event
+from contracts.subjects import EVENTS_STREAM, WEBHOOKS_DURABLE
 from services.gateway.usecases.oversight import organization_of, owning_user
-from services.gateway.webhooks.domain import delivery_id, event_type_of, receives, webhook_event
+from services.gateway.webhooks.domain import SENT_FACTS, delivery_id, receives, webhook_event
 from services.gateway.webhooks.store import WebhookStore
+from services.runtime.nats.bus import ConsumerPolicy
+from services.runtime.nats.delivery import Durable, ServiceRouter, fact_filter
 from services.runtime.nats.readmodel import ReadModel
 
 log = logging.getLogger(__name__)
+
+SentFact: Any = Annotated[Union[tuple(SENT_FACTS)], Field(discriminator="type")]  # noqa: UP007 (built from a table)
+"""Any fact a webhook is sent for."""
+INTAKE = Durable(SentFact, EVENTS_STREAM, WEBHOOKS_DURABLE, "",
+                 ConsumerPolicy(ack_wait_s=60.0, max_deliver=-1, max_ack_pending=256),
+                 filter_subjects=tuple(sorted({fact_filter(contract) for contract in SENT_FACTS})))
+"""One consumer for every fact type, shared by every gateway: its name and filters are those it always had, so a
+gateway upgraded keeps its ack floor. A fact is never given up on (that would lose a delivery): one whose batch the
+read model does not show yet is taken again, with the router's backoff."""
+WEBHOOKS = "webhooks"
+"""The name of the intake (`WebhookIntake`) in the broker's context."""
 
 
 class BatchNotYetKnown(Exception):
     """The read model does not show the fact's batch yet (the ledger is behind): take the fact again later."""
 
 
-async def take_fact(store: WebhookStore, read_model: ReadModel, subject: str, sequence: int, data: bytes) -> int:
-    """Record the deliveries of the fact at `sequence`; how many endpoints receive it."""
-    fact = parse_event_subject(subject)
-    event_type = event_type_of(fact.name) if fact is not None and fact.kind == "batch" else None
-    if fact is None or event_type is None:
-        return 0
-    payload = orjson.loads(data)
-    occurred_at = int(payload.get("occurred_at") or time.time() * 1000)
-    candidates = [endpoint for endpoint in await store.list_endpoints()
-                  if endpoint.enabled and event_type in endpoint.events]
-    if not candidates:
-        return 0
-    record = await read_model.get_batch(fact.aggregate_id)
-    if record is None:
-        raise BatchNotYetKnown(fact.aggregate_id)
-    member = await owning_user(read_model, record.owner)
-    organization = organization_of(member) if member is not None else None
-    event = webhook_event(str(payload.get("event_id") or f"{fact.aggregate_id}:{fact.name}"), event_type,
-                          fact.aggregate_id, occurred_at)
-    receivers = [endpoint for endpoint in candidates
-                 if receives(endpoint, event_type, record.owner, organization, occurred_at)]
-    now = time.time()
-    for endpoint in receivers:
-        await store.add_delivery(WebhookDelivery(
-            id=delivery_id(endpoint.id, event.id), endpoint_id=endpoint.id, event=event, status="pending",
-            next_attempt_at=now, created_at=now, event_sequence=sequence))
-    if receivers:
-        log.info("%s of %s: %d webhook deliveries", event_type, fact.aggregate_id, len(receivers))
-    return len(receivers)
+@dataclass(frozen=True)
+class WebhookIntake:
+    """What the intake records deliveries in, and reads each fact's batch from."""
+
+    store: WebhookStore
+    read_model: ReadModel
+
+    async def take(self, fact: Event, sequence: int) -> None:
+        """Record the deliveries of `fact`, at `sequence` in the log."""
+        event_type = SENT_FACTS[type(fact)]
+        candidates = [endpoint for endpoint in await self.store.list_endpoints()
+                      if endpoint.enabled and event_type in endpoint.events]
+        if not candidates:
+            return
+        record = await self.read_model.get_batch(fact.aggregate_id)
+        if record is None:
+            raise BatchNotYetKnown(fact.aggregate_id)
+        member = await owning_user(self.read_model, record.owner)
+        organization = organization_of(member) if member is not None else None
+        event = webhook_event(fact.event_id, event_type, fact.aggregate_id, fact.occurred_at)
+        receivers = [endpoint for endpoint in candidates
+                     if receives(endpoint, event_type, record.owner, organization, fact.occurred_at)]
+        now = time.time()
+        for endpoint in receivers:
+            await self.store.add_delivery(WebhookDelivery(
+                id=delivery_id(endpoint.id, event.id), endpoint_id=endpoint.id, event=event, status="pending",
+                next_attempt_at=now, created_at=now, event_sequence=sequence))
+        if receivers:
+            log.info("%s of %s: %d webhook deliveries", event_type, fact.aggregate_id, len(receivers))
+
+
+def webhook_router() -> ServiceRouter:
+    """The gateway's table: the intake, on the `WebhookIntake` named `WEBHOOKS` in the broker's context."""
+    router = ServiceRouter("gateway", dependencies=WEBHOOKS)
+    router.durable(INTAKE, WebhookIntake.take, None, "Record the webhook deliveries of a batch fact.")
+    return router
