@@ -5,6 +5,8 @@ to our curve key and signs it with its own nkey (`request.py` checks both; anyth
 The answer, sealed back to the server, is a user JWT signed by the issuer nkey the server trusts, granting
 `executor_permissions(executor_id)` until `ttl_s`; a key revoked meanwhile gets its connections closed at once
 (`disconnect.py`), and is refused when they come back. Refusals carry a reason the server logs.
+
+A scheduler answers as a raw answer of its router (`CALLOUT`, on `ExecutorAuthority.on_request`), leader or standby.
 """
 
 import contextlib
@@ -26,6 +28,7 @@ from services.authz import nkey_jwt
 from services.authz.disconnect import AdmittedConnections, Connection, Disconnector
 from services.authz.keyring import CalloutKeys
 from services.authz.request import AuthRequest, ForgedRequest, opened
+from services.runtime.nats.answers import RawAnswer
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.facts import next_fact
 from services.runtime.nats.fleet import Fleet
@@ -41,6 +44,8 @@ GLOBAL_ACCOUNT = "$G"
 """The account of a server configured without accounts: executors are placed in it, beside the services."""
 RESPONDERS = "sheshnag-authz"
 """Queue group: with several schedulers, one of them answers each connection."""
+CALLOUT = RawAnswer(AUTH_CALLOUT_SUBJECT, RESPONDERS)
+"""Requests are sealed JWTs with no contract to decode, and answers sealed bytes; a forged one goes unanswered."""
 NO_LIMIT = -1
 
 
@@ -152,26 +157,37 @@ async def first_keyed_registration(bus: EventBus, executor_id: str) -> ExecutorR
 
 @dataclass
 class Admissions:
-    """The callout's responder and its disconnector, answering until `close()`."""
+    """The callout's authority and its disconnector, until `close()`."""
 
-    responder: Subscription
+    authority: ExecutorAuthority
     disconnector: Disconnector
+    responder: Subscription | None = None
+    """Its subscription when it answers on a bare connection (`admit_executors`), not as a router's `CALLOUT`."""
 
     async def close(self) -> None:
-        with contextlib.suppress(nats.errors.ConnectionClosedError, nats.errors.BadSubscriptionError):
-            await self.responder.unsubscribe()
+        if self.responder is not None:
+            with contextlib.suppress(nats.errors.ConnectionClosedError, nats.errors.BadSubscriptionError):
+                await self.responder.unsubscribe()
         await self.disconnector.close()
 
 
-async def admit_executors(bus: EventBus, settings: ConnectionSettings) -> Admissions | None:
-    """Answer the broker's auth callout on `bus`'s connection (the service broker's own) until closed; None
-    without the issuer seed. A nats-py subscription, not a faststream one: requests and answers are sealed JWTs,
-    no contract to decode, and every scheduler answers (a queue group), leader or standby."""
+async def open_admissions(bus: EventBus, settings: ConnectionSettings) -> Admissions | None:
+    """The authority that answers the broker's auth callout on `bus`'s connection (the service broker's own), and
+    its disconnector, until closed; None without the issuer seed."""
     if not settings.nats_callout_seed:
         return None
     keys = CalloutKeys(settings.nats_callout_seed)
     authority = ExecutorAuthority(bus, await ReadModel.open(bus), keys, settings.nats_executor_ttl_s)
     await Fleet.open(bus)  # executors may heartbeat into the bucket but not declare it
-    disconnector = await Disconnector.start(bus.nc, keys.system_url(settings.nats_url), authority.admitted)
-    responder = await bus.nc.subscribe(AUTH_CALLOUT_SUBJECT, queue=RESPONDERS, cb=authority.on_request)
-    return Admissions(responder, disconnector)
+    return Admissions(authority, await Disconnector.start(bus.nc, keys.system_url(settings.nats_url),
+                                                          authority.admitted))
+
+
+async def admit_executors(bus: EventBus, settings: ConnectionSettings) -> Admissions | None:
+    """`open_admissions`, answering `CALLOUT` on a bare nats-py subscription: a fleet without a scheduler's broker
+    (the tests' authorized brokers)."""
+    admissions = await open_admissions(bus, settings)
+    if admissions is not None:
+        admissions.responder = await bus.nc.subscribe(CALLOUT.subject, queue=CALLOUT.queue,
+                                                      cb=admissions.authority.on_request)
+    return admissions

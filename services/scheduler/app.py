@@ -1,12 +1,13 @@
-"""Composition root of the scheduler: settings → dependencies → the scheduler's router on a broker; each term it
-wins the leader lease, it leads (the router's leader-only answers on that term's book) until stopped."""
+"""Composition root of the scheduler: settings → dependencies → the scheduler's router on a broker (the auth callout
+answered by every scheduler); each term it wins the leader lease, it leads (the router's leader-only answers on that
+term's book) until stopped."""
 
 import asyncio
 import logging
 
 import nats.errors
 
-from services.authz.callout import admit_executors
+from services.authz.callout import open_admissions
 from services.runtime.nats.broker import CLOSE_S, open_bus, service_broker
 from services.runtime.nats.leader import LeaderLease
 from services.runtime.process import metrics
@@ -25,12 +26,14 @@ async def run_scheduler(settings: SchedulerSettings, stop: asyncio.Event) -> Non
     leading(False)
     connection = settings.connection
     broker = service_broker(connection.nats_url, "scheduler", stop=stop)
-    router = scheduler_router()
+    router = scheduler_router(callout=bool(connection.nats_callout_seed))
     broker.include_router(router)
     bus = await open_bus(broker, "scheduler")
     admissions = None
     try:
-        admissions = await admit_executors(bus, connection)  # leader or standby: the server asks any scheduler
+        admissions = await open_admissions(bus, connection)
+        if admissions is not None:
+            broker.context.set_global(router.dependencies, admissions.authority)
         catalogue = load_catalogue(connection.catalogue_path)
         signer = ObjectSigner.from_settings(connection, settings.object_url_endpoint, settings.object_url_expiry_s)
         lease = await LeaderLease.open(bus, settings.leader_ttl_s)
@@ -52,5 +55,5 @@ async def run_scheduler(settings: SchedulerSettings, stop: asyncio.Event) -> Non
             try:
                 await asyncio.wait_for(admissions.close(), CLOSE_S)
             except (TimeoutError, nats.errors.Error) as error:  # the broker gone: nothing left to unsubscribe from
-                log.warning("the auth callout's responder did not close (%r)", error)
+                log.warning("the auth callout's disconnector did not close (%r)", error)
         await broker.close_within()

@@ -2,7 +2,8 @@
 
 The table (`scheduler_router`, at the end): the book's fold of the whole log, and four answers only a leader gives
 (subscribed for its term alone: a standby's executors get "no responders" at once) — registrations, object URLs,
-facts submitted to the desk and the desk's log reads. The facts the scheduler itself publishes are declared there too.
+facts submitted to the desk and the desk's log reads; and the auth callout, which every scheduler answers. The facts
+the scheduler itself publishes are declared there too.
 """
 
 from typing import Annotated
@@ -22,6 +23,7 @@ from contracts.events.executor import ExecutorLost, ExecutorRegistered
 from contracts.events.file import FileStored
 from contracts.fact_desk import FactReceipt, FactSubmission, LogPage, LogRead
 from contracts.objects import ObjectGrant, ObjectRequest
+from services.authz.callout import CALLOUT, ExecutorAuthority
 from services.runtime.nats.delivery import LogFollower, ServiceRouter
 from services.runtime.nats.follower import Fact
 from services.runtime.process.params import Context, Path
@@ -66,11 +68,14 @@ async def show_log(request: LogRead, executor_id: Annotated[str, Path()],
     return await term.desk.read(executor_id, request)
 
 
-def scheduler_router() -> ServiceRouter:
-    """The scheduler's table: what it folds, what it answers (and only while it leads), what it emits.
+def scheduler_router(callout: bool = True) -> ServiceRouter:
+    """The scheduler's table: what it folds, what it answers (and only while it leads), what it emits; with
+    `callout`, the broker's auth callout, on the `ExecutorAuthority` its dependencies are.
     (A fresh router each call: faststream lets a router belong to one broker only.)"""
-    router = ServiceRouter("scheduler", dependencies="scheduler")
+    router = ServiceRouter("scheduler", dependencies="authority")
     router.follows(BOOK)
+    if callout:
+        router.answers(CALLOUT, ExecutorAuthority.on_request, "Tell the broker who a connecting executor is.")
     router.answers(REGISTRATIONS, register, "Admit an executor with a live worker key to the fleet.")
     router.answers(OBJECT_REQUESTS, grant_objects,
                    "Presign a URL for an object of the asking executor's own work (or list its result chunks).")

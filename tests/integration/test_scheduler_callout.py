@@ -1,0 +1,50 @@
+"""The auth callout as a scheduler answers it, a raw answer of its router on its own broker, against a real
+nats-server with the embedded stack's authorization: without leading (every scheduler answers, leader or standby) it
+lets in an executor with a live worker key and refuses a revoked one; without the issuer seed it declares none."""
+
+from pathlib import Path
+
+from contracts.ids import hash_api_key
+from contracts.permissions import AUTH_CALLOUT_SUBJECT
+from contracts.readmodel import ApiKeyRecord
+from services.authz.callout import open_admissions
+from services.runtime.nats.broker import open_bus, service_broker
+from services.runtime.nats.delivery import ServiceRouter
+from services.runtime.nats.readmodel import ReadModel
+from services.runtime.process.settings import ConnectionSettings
+from services.scheduler.handlers import scheduler_router
+from tests.integration.authorized_broker import REVOKED_KEY, WORKER_KEY, authorized_nats
+from tests.integration.test_nats_authorization import refused
+
+
+async def test_a_scheduler_not_leading_admits_a_live_worker_key_and_refuses_a_revoked_one(tmp_path: Path) -> None:
+    with authorized_nats(tmp_path) as (port, auth):
+        settings = ConnectionSettings(nats_url=auth.core_url(port), nats_callout_seed=auth.issuer_seed)
+        router = scheduler_router(callout=True)
+        broker = service_broker(settings.nats_url, "tests-scheduler")
+        broker.include_router(router)
+        bus = await open_bus(broker, "tests-scheduler")
+        read_model = await ReadModel.open(bus)
+        for key, key_id, revoked in ((WORKER_KEY, "key_alpha", False), (REVOKED_KEY, "key_revoked", True)):
+            await read_model.put_api_key(hash_api_key(key), ApiKeyRecord(key_id=key_id, role="worker", label=key_id,
+                                                                         revoked=revoked))
+        admissions = await open_admissions(bus, settings)
+        assert admissions is not None
+        broker.context.set_global(router.dependencies, admissions.authority)
+        await broker.start()
+        try:
+            url = f"nats://127.0.0.1:{port}"
+            assert not await refused(url, "alpha", WORKER_KEY)
+            assert await refused(url, "alpha", REVOKED_KEY)
+        finally:
+            await admissions.close()
+            await broker.close_within()
+
+
+def answered(router: ServiceRouter) -> set[str]:
+    return {getattr(subscriber, "subject", "") for subscriber in router.subscribers}
+
+
+def test_without_the_issuer_seed_a_scheduler_declares_no_callout() -> None:
+    assert AUTH_CALLOUT_SUBJECT in answered(scheduler_router(callout=True))
+    assert AUTH_CALLOUT_SUBJECT not in answered(scheduler_router(callout=False))
