@@ -3,6 +3,9 @@ within moments rather than when their admission expires: the responder remembers
 through and which id each acts as; when the key's `key.revoked` fact is stored, or the id's `executor.registered`
 names an owner that does not admit the connection's key, it has the server close them (the system account's KICK).
 The client reconnects, meets the callout again, and the callout refuses it (it reads the log itself).
+
+Not a declaration of the scheduler's router: it watches on a system account connection of its own (no broker holds
+it), and its three subscriptions live exactly as long as the admissions whose memory they keep (`open_admissions`).
 """
 
 import asyncio
