@@ -11,9 +11,10 @@ from pydantic import BaseModel
 
 from contracts.events.batch import BatchCreated
 from contracts.events.registry import AnyEvent
-from contracts.subjects import BATCH_CREATED, EVENTS_STREAM, VALIDATOR_DURABLE
+from contracts.subjects import BATCH_CREATED, EVENTS_STREAM, VALIDATOR_DURABLE, WEBHOOKS_DURABLE
 from services.asyncapi import DOCUMENT, ROUTERS, event_catalogue, rendered
 from services.gateway.views.asyncapi import _document
+from services.gateway.webhooks.domain import SENT_FACTS
 from services.runtime.nats.delivery import ServiceRouter, fact_filter
 from services.validator.handlers import CREATED
 
@@ -123,3 +124,9 @@ def test_the_ledger_folds_every_fact_of_a_batch_life() -> None:
     channels = event_catalogue()["channels"]
     assert {"ledger.fold:evt.batch.*.created", "ledger.fold:evt.batch.*.progressed",
             "ledger.fold:evt.batch.*.completed", "ledger.fold:evt.file.*.stored"} <= set(channels)
+
+
+def test_the_gateways_take_each_fact_a_webhook_is_sent_for_on_their_shared_intake() -> None:
+    operations, channels = actions_on_subjects(), event_catalogue()["channels"]
+    assert {("receive", fact_filter(fact)) for fact in SENT_FACTS} <= operations
+    assert {f"{WEBHOOKS_DURABLE}:{fact_filter(fact)}" for fact in SENT_FACTS} <= set(channels)

@@ -105,6 +105,7 @@ TERM = "term"
 class _Declared:
     durable: Durable
     on_poison: PoisonHandler | None
+    description: str
 
 
 class ServiceRouter(NatsRouter):
@@ -134,7 +135,7 @@ class ServiceRouter(NatsRouter):
         if max_workers > 1 and durable.policy.max_ack_pending > max_workers:
             raise ValueError(f"{durable.name}: {durable.policy.max_ack_pending} messages out for {max_workers} "
                              "workers would leave some fetched unattended, their ack wait running")
-        self.declared[durable.name] = _Declared(durable, on_poison)
+        self.declared[durable.name] = _Declared(durable, on_poison, description)
         self.subscriber(
             durable.subject, stream=JStream(durable.stream, declare=False), durable=durable.name,
             config=durable.consumer_config(), pull_sub=ONE_AT_A_TIME, ack_policy=AckPolicy.MANUAL, no_reply=True,
