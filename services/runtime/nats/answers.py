@@ -6,7 +6,7 @@ import logging
 import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import nats.errors
 from faststream import BaseMiddleware, ContextRepo
@@ -15,7 +15,6 @@ from nats.aio.msg import Msg
 from opentelemetry.trace import SpanKind, Tracer
 from pydantic import BaseModel, ValidationError
 
-from services.runtime.process.params import Context
 from services.runtime.process.skip_log import SkipLog
 from services.runtime.process.telemetry import attached, extract_context
 
@@ -81,19 +80,6 @@ class RawAnswer:
 
 RawHandler = Callable[[Any, Msg], Awaitable[None]]
 """A raw answer's handler: (the service's dependencies, the request as nats-py received it)."""
-
-
-def raw_answered_by(handler: RawHandler, dependencies: str) -> Callable[..., Awaitable[None]]:
-    """faststream's subscriber function for a raw answer's `handler`: the raw message and the dependencies taken
-    from the broker's context (one function made here, not a shim per handler)."""
-
-    async def answer(message: Any, deps: Any) -> None:
-        await handler(deps, message.raw_message)
-
-    answer.__annotations__ = {"message": Annotated[Any, Context("message")],
-                              "deps": Annotated[Any, Context(dependencies)], "return": None}
-    answer.__name__ = answer.__qualname__ = getattr(handler, "__name__", "answer")
-    return answer
 
 
 def decoder(answer: Answer[Any]) -> Callable[[StreamMessage[Any]], Awaitable[BaseModel]]:

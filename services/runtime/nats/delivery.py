@@ -43,7 +43,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from contracts.events.envelope import Event
 from contracts.subjects import BATCH_HEADER, event_subject, parse_event_subject, subject_pattern
-from services.runtime.nats.answers import Answer, Answering, RawAnswer, RawHandler, Refused, decoder, raw_answered_by
+from services.runtime.nats.answers import Answer, Answering, RawAnswer, RawHandler, Refused, decoder
 from services.runtime.nats.bus import ConsumerPolicy, EventBus, PoisonMessage
 from services.runtime.nats.folds import Folds, LogFollower, running
 from services.runtime.process import metrics
@@ -163,7 +163,8 @@ class ServiceRouter(NatsRouter):
         if isinstance(answer, RawAnswer):
             subscriber = self.subscriber(answer.subject, queue=answer.queue, no_reply=True, title=title,
                                          description=description, include_in_schema=False)
-            subscriber(raw_answered_by(typing.cast(RawHandler, handler), self.dependencies))
+            raw = Annotated[Msg, Context("message.raw_message")]  # no contract: the request as nats-py received it
+            subscriber(_delivered_to(typing.cast(RawHandler, handler), raw, self.dependencies))
         else:
             router = self.term if answer.leader_only else self
             subscriber = router.subscriber(answer.subject, decoder=decoder(answer), title=title,
@@ -211,9 +212,9 @@ class ServiceRouter(NatsRouter):
 
 
 def _delivered_to(handler: Handler, contract: Any, dependencies: str) -> Callable[..., Awaitable[None]]:
-    """faststream's subscriber function for `handler`: the message decoded as `contract`, and the dependencies
-    taken from the broker's context by their name (one function made here, not a shim per handler); the fact's
-    stream sequence too for a handler of three parameters."""
+    """faststream's subscriber function for `handler`: the message decoded as `contract` (or as nats-py received it,
+    for a raw answer), and the dependencies taken from the broker's context by their name (one function made here,
+    not a shim per handler); the fact's stream sequence too for a handler of three parameters."""
     call: Any = handler  # of two parameters or three, told apart here once
 
     async def unplaced(message: Any, deps: Any) -> None:
