@@ -145,12 +145,12 @@ def run_variant(stack: RunningStack, content: bytes, profile: Path | None = None
 
 
 def profiler(pid: int, out: Path | None) -> subprocess.Popen[bytes] | None:
-    """py-spy sampling the validator (its worker processes too) into `out` (raw collapsed stacks, for
-    bench/profile_top.py); None without `--profile`."""
+    """py-spy sampling the validator (its worker processes too) 500 times a second into `out` (raw collapsed stacks,
+    for bench/profile_top.py); None without `--profile`."""
     if out is None:
         return None
-    spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(pid), "--subprocesses",
-                            "--threads", "--gil", "--format", "raw", "-o", str(out)],
+    spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(pid), "--rate", "500",
+                            "--subprocesses", "--threads", "--gil", "--format", "raw", "-o", str(out)],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1)  # attached before the batch is created
     return spy

@@ -5,11 +5,13 @@ the file's rules passing a clean line with a few look-ups (`FileValidation.refus
 import random
 import string
 
+import jinja2.sandbox
 import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contracts.api.request_line import MAX_NESTING_DEPTH
+from services.validator.adapters.chat_template import template_constants
 from services.validator.adapters.tokenizer import JSON_ASCII, ModelTokenizer
 from services.validator.domain import FileValidation, Limits
 from services.validator.file_check import WINDOW_LINES
@@ -59,6 +61,17 @@ def test_an_ascii_json_lines_bytes_are_all_in_the_vocabulary() -> None:
     model = tokenizer()
     assert model.json_ascii_encodable and not set(JSON_ASCII) & set(model.missing_bytes)
     assert set(model.missing_bytes) & set(range(0x20)), "the vocabulary lacks control bytes JSON must escape"
+
+
+def test_a_constant_the_template_only_compares_with_a_role_is_not_looked_for_in_contents() -> None:
+    parsed = jinja2.sandbox.ImmutableSandboxedEnvironment().parse(
+        "{% for m in messages %}{% if m['role'] == 'system' %}S{% endif %}{% if 'tool' != m.role %}{{ m['content'] }}"
+        "{% endif %}{% if 'magic' in m['content'] %}!{% endif %}{{ m['content'] | replace('swap', 'x') }}{% endfor %}")
+    assert template_constants(parsed) == ("magic", "swap")
+    model = tokenizer()
+    assert "system" not in model.template_constants, "SmolLM2's template compares 'system' with the first role only"
+    messages: list[dict[str, object]] = [{"role": "user", "content": "the system prompt"}]
+    assert model._spliced(("user",), ["the system prompt"]) == model._render(messages, ["the system prompt"], None)
 
 
 def test_a_plain_line_never_nests_past_the_limit() -> None:

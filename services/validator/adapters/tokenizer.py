@@ -21,6 +21,7 @@ import tiktoken
 from contracts.catalogue import CatalogueModel, hub_checkpoint
 from services.runtime.storage.catalogue import resolve_artifact
 from services.runtime.storage.hub import TOKENIZER_FILES, checkpoint_directory
+from services.validator.adapters.chat_template import template_constants
 from services.validator.adapters.gguf_metadata import read_metadata
 from services.validator.adapters.hf_tokenizer import HfTokenizer, is_checkpoint
 from services.validator.adapters.pair_bound import PairBound
@@ -150,13 +151,8 @@ class ModelTokenizer:
         environment = jinja2.sandbox.ImmutableSandboxedEnvironment()
         parsed = environment.parse(source)
         variables = frozenset(jinja2.meta.find_undeclared_variables(parsed))
-        keys = {id(node.arg) for node in parsed.find_all(jinja2.nodes.Getitem)}  # message['role'] reads no text
-        found = {node.value for node in parsed.find_all(jinja2.nodes.Const)
-                 if isinstance(node.value, str) and len(node.value) >= 2 and id(node) not in keys}
-        # A content holding a longer constant holds each shorter one inside it: the shorter ones alone are looked for.
-        constants = tuple(sorted(c for c in found if not any(other != c and other in c for other in found)))
         cuts_at_spaces = not any(char.isspace() for token in special for char in token)
-        return cls(encoding, environment.from_string(source), variables, constants, cuts_at_spaces,
+        return cls(encoding, environment.from_string(source), variables, template_constants(parsed), cuts_at_spaces,
                    missing_bytes=missing, pair_bound=PairBound.of(ranks, special))
 
     def count_text(self, text: str) -> int:
