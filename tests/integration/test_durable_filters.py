@@ -15,10 +15,10 @@ from contracts.events.batch import BatchCancelled, BatchValidated
 from contracts.events.envelope import Event
 from contracts.ids import new_batch_id
 from contracts.subjects import EVENTS_STREAM, batch_fact
-from services.runtime.nats.broker import open_bus, service_broker
 from services.runtime.nats.bus import ConsumerPolicy, EventBus
 from services.runtime.nats.delivery import Durable, ServiceRouter
 from services.runtime.process.settings import ConnectionSettings
+from tests.integration.router_support import serving
 
 Either = Annotated[BatchValidated | BatchCancelled, Field(discriminator="type")]
 POLICY = ConsumerPolicy(ack_wait_s=5.0, max_deliver=-1, retry_delays_s=(0.1,))
@@ -59,16 +59,9 @@ def cancelled(batch_id: str) -> BatchCancelled:
 async def taking(connection: ConnectionSettings, durable: Durable) -> AsyncIterator[tuple[Taker, EventBus]]:
     router = ServiceRouter("tests", dependencies="taker")
     router.durable(durable, Taker.take, None, "under test")
-    broker = service_broker(connection.nats_url, "tests-filters")
-    broker.include_router(router)
-    bus = await open_bus(broker, "tests-filters")
     taker = Taker()
-    broker.context.set_global("taker", taker)
-    await broker.start()
-    try:
+    async with serving(connection.nats_url, router, taker, "tests-filters") as bus:
         yield taker, bus
-    finally:
-        await broker.stop()
 
 
 async def test_one_consumer_takes_each_filters_facts_as_their_own_type_with_their_sequence(

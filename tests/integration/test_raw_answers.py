@@ -11,10 +11,10 @@ import nats.errors
 import pytest
 from nats.aio.msg import Msg
 
-from services.runtime.nats.broker import open_bus, service_broker
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.delivery import RawAnswer, ServiceRouter
 from tests.conftest import RunningNats
+from tests.integration.router_support import serving
 
 SEALED = RawAnswer("tests.sealed", "tests-sealers")
 
@@ -36,16 +36,9 @@ class Sealer:
 async def sealer(nats_server: RunningNats, name: str) -> AsyncIterator[tuple[Sealer, EventBus]]:
     router = ServiceRouter("tests", dependencies="sealer")
     router.answers(SEALED, Sealer.on_request, "Seal a request.")
-    broker = service_broker(nats_server.url, f"tests-{name}")
-    broker.include_router(router)
-    bus = await open_bus(broker, f"tests-{name}")
     found = Sealer(name)
-    broker.context.set_global("sealer", found)
-    await broker.start()
-    try:
+    async with serving(nats_server.url, router, found, f"tests-{name}") as bus:
         yield found, bus
-    finally:
-        await broker.stop()
 
 
 async def test_a_raw_answer_replies_with_the_handlers_own_bytes(nats_server: RunningNats) -> None:
