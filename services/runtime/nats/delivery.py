@@ -89,7 +89,7 @@ class Durable:
     cannot pin them: a service's own consumer (the gateways' webhook intake), never an executor's."""
 
     def consumer_config(self) -> ConsumerConfig:
-        # Named, with a single filter: the filter then travels in the API subject, where authorization can pin it.
+        # Named: a single filter then travels in the API subject, where authorization can pin it.
         return ConsumerConfig(name=self.name, durable_name=self.name, filter_subject=self.subject or None,
                               filter_subjects=list(self.filter_subjects) or None,
                               ack_policy=JetStreamAck.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
