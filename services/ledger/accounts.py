@@ -13,7 +13,7 @@ from uuid import UUID
 from eventsourcing.domain import event
 
 from contracts.billing import ModelPrice
-from services.ledger.domainmodel import Folded, aggregate_id
+from services.ledger.folded import Folded, aggregate_id
 
 Movement = dict[str, Any]
 """`{"type": grant|reservation|debit|refund|release, "amount_micros", "batch_id", "endpoint", "at", "sequence"}`."""

@@ -10,7 +10,8 @@ from eventsourcing.domain import Aggregate, event
 from eventsourcing.utils import register_topic
 
 from contracts.ids import key_id_for_hash
-from services.ledger.domainmodel import TOPIC_MODULE, Batch, Folded, aggregate_id
+from services.ledger.domainmodel import Batch
+from services.ledger.folded import TOPIC_MODULE, Folded, aggregate_id
 
 
 class File(Folded):

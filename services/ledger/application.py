@@ -18,8 +18,10 @@ from contracts.events.envelope import Event
 from contracts.subjects import EVENTS_STREAM
 from services.ledger.aggregates import CHAIN_ID, ApiKey, Executor, File, StreamChain, register_stable_topics
 from services.ledger.chain import Fact, Link, contiguous_runs, link_run
-from services.ledger.decoding import ProgressFact, decode_fact
-from services.ledger.domainmodel import Batch, Folded, aggregate_id
+from services.ledger.decoding import decode_fact
+from services.ledger.domainmodel import Batch
+from services.ledger.folded import Folded, aggregate_id
+from services.ledger.membership import KeyOwner
 from services.ledger.rules import FoldingRules
 from services.ledger.sqlite_store import FACTORY_TOPIC as SQLITE_FACTORY_TOPIC
 
@@ -51,7 +53,7 @@ def postgres_env(dbname: str, host: str, port: int, user: str, password: str, sc
     return env
 
 
-class Ledger(FoldingRules, Application[UUID]):
+class Ledger(Application[UUID]):
     name = "ledger"
     is_snapshotting_enabled = True
     snapshot_every = 100
@@ -67,8 +69,6 @@ class Ledger(FoldingRules, Application[UUID]):
         """Ids the store has no aggregate for, as last looked up: facts naming one again cost no query.
         An id leaves once a fold creates its aggregate (until then, the group's `touched` holds it)."""
         self._chain: StreamChain | None = None
-        self._pending_progress = {}
-        self._named = {}
 
     def construct_recorder(self) -> ProcessRecorder:
         return self.factory.process_recorder()
@@ -90,35 +90,27 @@ class Ledger(FoldingRules, Application[UUID]):
         Return every aggregate they touched. A fact at or below the checkpoint changes nothing, but its
         aggregate is still returned: a crash may have come between saving it and materialising it.
         """
-        touched: dict[UUID, Folded] = {}
+        fold = FoldingRules(self._get)
         try:
             chain = self._chain or self._load_chain()
             new = [fact for fact in facts if fact.sequence > chain.last_sequence]
-            self._named = {}
+            apply = fold.apply
             for fact in facts:
                 decoded = decode_fact(fact)
-                if decoded is None:
-                    continue
-                if isinstance(decoded, ProgressFact):  # most facts of a busy stream
-                    self._apply_progress(fact.sequence, decoded, touched)
-                    continue
-                aggregate = self._apply(fact.sequence, decoded, touched)
-                if aggregate is not None:
-                    touched[aggregate.id] = aggregate
-            self._flush_progress(touched)
+                if decoded is not None:
+                    apply(fact.sequence, decoded)
+            fold.flush()
             if new:
                 self._extend(chain, new)
+            touched = fold.touched
             pending: list[Aggregate] = [*touched.values(), chain]
             tracking = Tracking(application_name=EVENTS_STREAM, notification_id=new[-1].sequence) if new else None
             recordings = self.events.put([e for a in pending for e in a.collect_events()], tracking=tracking)
         except BaseException:
             self._cache.clear()  # cached aggregates may hold changes that were never saved
             self._absent.clear()
-            self._pending_progress.clear()
             self._chain = None
             raise
-        finally:
-            self._named = {}
         self._chain = chain
         self._absent.difference_update(touched)
         self._snapshot({r.domain_event.originator_id for r in recordings
@@ -206,6 +198,11 @@ class Ledger(FoldingRules, Application[UUID]):
 
     def api_key(self, key_sha256: str) -> ApiKey | None:
         return self._load(ApiKey, aggregate_id("apikey", key_sha256))
+
+    def user_of_key(self, key_id: str) -> str | None:
+        """The user a key acts for; None for a key without one. Called by the folding thread only."""
+        owner = self._get(KeyOwner, aggregate_id("keyowner", key_id), {})
+        return None if owner is None else owner.user_id
 
     def anomalies(self, batch_id: str) -> list[dict[str, Any]]:
         batch = self.batch(batch_id)

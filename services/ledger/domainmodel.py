@@ -1,37 +1,22 @@
-"""The ledger's base aggregate and the Batch, whose state machine folds every fact about one batch.
+"""The Batch, whose state machine folds every fact about one batch (each once; one that does not fit is kept as an
+anomaly)."""
 
-Every fact is applied once (its stream sequence is remembered); a fact that does not fit is kept as an anomaly.
-"""
-
-import logging
-from collections.abc import Collection
-from functools import lru_cache
-from typing import TYPE_CHECKING, Any
-from uuid import NAMESPACE_URL, UUID, uuid5
+from typing import Any
+from uuid import UUID
 
 from eventsourcing.domain import Aggregate, event
 
 from contracts.lifecycle import CANCELLABLE, IN_FLIGHT, RELEASABLE, RUNNING, TERMINAL, UNFINISHED
+from services.ledger.folded import TOPIC_MODULE, Folded, aggregate_id
 
-log = logging.getLogger(__name__)
+__all__ = ["TOPIC_MODULE", "Batch", "Folded", "aggregate_id", "validation_reason"]
 
 STANDING_TOO_LATE = frozenset({"finalizing", "cancelling", *TERMINAL})
 """Statuses in which a standing (`batch.waiting`) arrives only from a view of before: it is dropped unremarked."""
-
 ERRORS_KEPT = 100
 """Rejected lines kept in full on a batch; the rest are only counted."""
 BATCH_ENDS = frozenset({"batch_cancelled", "batch_expired", "attempts_exhausted"})
 """Attempt endings that are the batch's own end (said by its cancel, expiry or failure), not a run-time failure."""
-
-TOPIC_MODULE = "services.ledger.domainmodel"
-"""Stored event topics name this module; keep it, or let `register_stable_topics` map it after a move."""
-
-_ID_NAMESPACE = uuid5(NAMESPACE_URL, "https://sheshnag.dev/ledger")
-
-
-@lru_cache(maxsize=1 << 16)  # a fold names the same few aggregates fact after fact; uuid5 is a SHA-1 each time
-def aggregate_id(kind: str, ident: str) -> UUID:
-    return uuid5(_ID_NAMESPACE, f"{kind}:{ident}")
 
 
 def validation_reason(total_lines: int, error_count: int, rejected_lines: int | None) -> str:
@@ -40,37 +25,6 @@ def validation_reason(total_lines: int, error_count: int, rejected_lines: int | 
         return f"validation found {error_count} errors in {total_lines} input lines"
     counted = f"{rejected_lines} of {total_lines} input lines failed validation"
     return counted if error_count == rejected_lines else f"{counted} ({error_count} errors)"
-
-
-class Folded(Aggregate):
-    """Base of the ledger's aggregates: the last stream sequence applied, and the anomalies seen."""
-
-    if TYPE_CHECKING:  # set by each subclass's creation event; annotations here would become init fields
-        last_sequence: int
-        anomalies: list[dict[str, Any]]
-
-    def has_folded(self, sequence: int) -> bool:
-        return sequence <= self.last_sequence
-
-    def refuses(self, sequence: int, fact: str, state: str, allowed: Collection[str]) -> bool:
-        """True when this fact must not change the aggregate: seen before, or illegal in `state`."""
-        if self.has_folded(sequence):
-            return True
-        if state not in allowed:
-            self.note_anomaly(sequence, fact, f"{fact} is not allowed while {state}")
-            return True
-        return False
-
-    def note_anomaly(self, sequence: int, fact: str, reason: str) -> None:
-        if self.has_folded(sequence):
-            return
-        log.warning("anomaly on %s at sequence %d: %s", self.id, sequence, reason)
-        self._anomaly_noted(sequence=sequence, fact=fact, reason=reason)
-
-    @event("AnomalyNoted")
-    def _anomaly_noted(self, sequence: int, fact: str, reason: str) -> None:
-        self.last_sequence = sequence
-        self.anomalies.append({"sequence": sequence, "fact": fact, "reason": reason})
 
 
 class Batch(Folded):
@@ -87,22 +41,19 @@ class Batch(Folded):
                  completion_window: str, metadata: dict[str, str] | None, created_at: int,
                  expires_at: int, held: bool = False, billing_account: str | None = None,
                  placement: str = "approved_providers") -> None:
-        self.held = held  # stored Created events from before `hold` existed fold with the default
-        self.placement = placement
+        self.held, self.placement = held, placement  # stored Created events from before fold with the defaults
         self.billing_account = billing_account
         """The account its usage is debited from (billing on when it was created); None: not billed."""
         self.batch_id, self.owner_key_id, self.input_file_id = batch_id, owner_key_id, input_file_id
         self.endpoint, self.completion_window, self.metadata = endpoint, completion_window, metadata
         self.created_at, self.expires_at, self.last_sequence = created_at, expires_at, sequence
-        self.status = "validating"
-        self.anomalies = []
+        self.status, self.anomalies = "validating", []
         self.model: str | None = None
-        self.total = self.completed = self.failed = 0
+        self.total = self.completed = self.failed = self.attempt = 0
         self.errors: list[dict[str, Any]] = []
         self.error_total = 0
         self.counts_by_code: dict[str, int] = {}
         self.executor_id: str | None = None
-        self.attempt = 0
         self.engine: str | None = None
         self.engine_version: str | None = None
         self.times: dict[str, int] = {}
@@ -120,22 +71,18 @@ class Batch(Folded):
         return aggregate_id("batch", batch_id)
 
     def reject_line(self, sequence: int, line: int | None, code: str, param: str | None, message: str) -> None:
-        if not self.refuses(sequence, "line_rejected", self.status, ("validating", *self._cancelled_validating())):
-            self._line_rejected(sequence=sequence, line=line, code=code, param=param, message=message)
+        if not self.refuses(sequence, "line_rejected", self.status, self._validating()):
+            self._line_rejected(sequence, line, code, param, message)
 
     @event("LineRejected")
     def _line_rejected(self, sequence: int, line: int | None, code: str, param: str | None, message: str) -> None:
         self.last_sequence = sequence
-        if len(self.errors) < ERRORS_KEPT:
-            self.errors.append({"code": code, "line": line, "message": message, "param": param})
-        self.error_total += 1
-        self.counts_by_code[code] = self.counts_by_code.get(code, 0) + 1
+        self._note_error(code, message, line, param)
 
     def validate(self, sequence: int, at: int, model: str, total_lines: int, error_count: int | None = None,
                  counts_by_code: dict[str, int] | None = None) -> None:
-        if not self.refuses(sequence, "validated", self.status, ("validating", *self._cancelled_validating())):
-            self._validated(sequence=sequence, at=at, model=model, total_lines=total_lines,
-                            error_count=error_count, counts_by_code=counts_by_code)
+        if not self.refuses(sequence, "validated", self.status, self._validating()):
+            self._validated(sequence, at, model, total_lines, error_count, counts_by_code)
 
     @event("Validated")
     def _validated(self, sequence: int, at: int, model: str, total_lines: int, error_count: int | None = None,
@@ -152,17 +99,17 @@ class Batch(Folded):
         if error_count is not None and counts_by_code is not None:
             self.error_total, self.counts_by_code = error_count, dict(counts_by_code)
 
-    def _cancelled_validating(self) -> tuple[str, ...]:
-        """`cancelling` when the cancel came before the validator's verdict (which may then still come)."""
-        return ("cancelling",) if self.status == "cancelling" and "validated_at" not in self.times else ()
+    def _validating(self) -> tuple[str, ...]:
+        """`validating`, and `cancelling` when the cancel came before the validator's verdict (which may still come)."""
+        cancelled_first = self.status == "cancelling" and "validated_at" not in self.times
+        return ("validating", "cancelling") if cancelled_first else ("validating",)
 
     def fail_validation(self, sequence: int, at: int, total_lines: int, error_count: int,
                         counts_by_code: dict[str, int], rejected_lines: int | None = None,
                         reason: str | None = None, error_file_id: str | None = None) -> None:
-        if not self.refuses(sequence, "validation_failed", self.status, ("validating", *self._cancelled_validating())):
-            self._validation_failed(sequence=sequence, at=at, total_lines=total_lines, error_count=error_count,
-                                    counts_by_code=counts_by_code, rejected_lines=rejected_lines, reason=reason,
-                                    error_file_id=error_file_id)
+        if not self.refuses(sequence, "validation_failed", self.status, self._validating()):
+            self._validation_failed(sequence, at, total_lines, error_count, counts_by_code, rejected_lines, reason,
+                                    error_file_id)
 
     @event("ValidationFailed")
     def _validation_failed(self, sequence: int, at: int, total_lines: int, error_count: int,
@@ -187,7 +134,7 @@ class Batch(Folded):
         if attempt <= self.attempt:
             self.note_anomaly(sequence, "assigned", f"attempt {attempt} is not after attempt {self.attempt}")
             return
-        self._assigned(sequence=sequence, executor_id=executor_id, attempt=attempt, provider_id=provider_id)
+        self._assigned(sequence, executor_id, attempt, provider_id)
         self._attempt_opened(attempt=attempt, shard=shard)
 
     @event("AttemptOpened")
@@ -219,13 +166,6 @@ class Batch(Folded):
         if provider_id is not None:  # the provider of the executor then (None: the platform's own, or unknown)
             self.attempt_providers = {**getattr(self, "attempt_providers", {}), str(attempt): provider_id}
 
-    def attempts(self) -> list[dict[str, Any]]:
-        """Every attempt assigned, in order, with its executor and that executor's provider when assigned."""
-        executors: dict[str, str] = getattr(self, "attempt_executors", {})
-        providers: dict[str, str] = getattr(self, "attempt_providers", {})
-        return [{"attempt": int(attempt), "executor_id": executor_id, "provider_id": providers.get(attempt)}
-                for attempt, executor_id in sorted(executors.items(), key=lambda item: int(item[0]))]
-
     def _note_runner(self, attempt: int, executor_id: str) -> None:
         # Snapshots from before this map existed lack it; string keys survive the JSON of a snapshot.
         self.attempt_executors = {**getattr(self, "attempt_executors", {}), str(attempt): executor_id}
@@ -234,15 +174,13 @@ class Batch(Folded):
         """The executor that ran `attempt`; the latest one when it was never recorded (attempt 0, old state)."""
         return getattr(self, "attempt_executors", {}).get(str(attempt)) or self.executor_id
 
-    def start(self, sequence: int, at: int, executor_id: str, attempt: int, engine: str,
-              engine_version: str) -> None:
+    def start(self, sequence: int, at: int, executor_id: str, attempt: int, engine: str, engine_version: str) -> None:
         if self.refuses(sequence, "started", self.status, ("validated", "in_progress")):
             return
-        if self._superseded(attempt) or attempt in self.failed_attempts():
+        if self._superseded(attempt) or any(failure["attempt"] == attempt for failure in self.attempt_failures):
             self.note_anomaly(sequence, "started", f"attempt {attempt} is stale (latest is {self.attempt})")
             return
-        self._started(sequence=sequence, at=at, executor_id=executor_id, attempt=attempt, engine=engine,
-                      engine_version=engine_version)
+        self._started(sequence, at, executor_id, attempt, engine, engine_version)
 
     @event("Started")
     def _started(self, sequence: int, at: int, executor_id: str, attempt: int, engine: str,
@@ -266,8 +204,7 @@ class Batch(Folded):
     def progress(self, sequence: int, attempt: int, completed: int, failed: int, shard: int = 0,
                  usage: tuple[int, int, int] = (0, 0, 0), chunks: tuple[str, ...] = ()) -> None:
         if not self.refuses(sequence, "progressed", self.status, self._progress_allowed()):
-            self._progressed(sequence=sequence, attempt=attempt, completed=completed, failed=failed, shard=shard,
-                             usage=list(usage), chunks=list(chunks))
+            self._progressed(sequence, attempt, completed, failed, shard, list(usage), list(chunks))
 
     def counted_chunk(self, chunk_key: str) -> bool:
         """Whether a result chunk's tokens are in the batch's running usage already."""
@@ -324,7 +261,7 @@ class Batch(Folded):
 
     def finish_shard(self, sequence: int, attempt: int, shard: int, stopped: bool) -> None:
         if not self.refuses(sequence, "shard_finished", self.status, IN_FLIGHT | {"validated"}):
-            self._shard_finished(sequence=sequence, attempt=attempt, shard=shard, stopped=stopped)
+            self._shard_finished(sequence, attempt, shard, stopped)
 
     @event("ShardFinished")
     def _shard_finished(self, sequence: int, attempt: int, shard: int, stopped: bool) -> None:
@@ -337,7 +274,7 @@ class Batch(Folded):
         if self.status == "cancelling":
             return  # a cancel came first, and decides: the finalizer ends the batch `cancelled` (a race, not a fault)
         if not self.refuses(sequence, "finalizing", self.status, ("in_progress",)):
-            self._finalizing(sequence=sequence, at=at)
+            self._finalizing(sequence, at)
 
     @event("Finalizing")
     def _finalizing(self, sequence: int, at: int) -> None:
@@ -348,23 +285,17 @@ class Batch(Folded):
     def complete(self, sequence: int, at: int, output_file_id: str | None, error_file_id: str | None,
                  completed: int, failed: int, usage: dict[str, Any]) -> None:
         if not self.refuses(sequence, "completed", self.status, IN_FLIGHT):
-            self._completed(sequence=sequence, at=at, output_file_id=output_file_id,
-                            error_file_id=error_file_id, completed=completed, failed=failed, usage=usage)
+            self._completed(sequence, at, output_file_id, error_file_id, completed, failed, usage)
 
     @event("Completed")
     def _completed(self, sequence: int, at: int, output_file_id: str | None, error_file_id: str | None,
                    completed: int, failed: int, usage: dict[str, Any]) -> None:
-        self._stop_running()
-        self.last_sequence, self.status = sequence, "completed"
-        self.output_file_id, self.error_file_id = output_file_id, error_file_id
-        self.completed, self.failed, self.usage = completed, failed, usage
-        self.times["completed_at"] = at
-        self._forget_chunks()
+        self._end_with(sequence, at, "completed", output_file_id, error_file_id, completed, failed, usage)
 
     def fail(self, sequence: int, at: int, code: str, reason: str, ended: dict[str, Any] | None = None) -> None:
         """Failed, with its cause in `errors.data`; `ended` (files, counts, usage) when it was finalized first."""
         if not self.refuses(sequence, "failed", self.status, UNFINISHED):
-            self._failed(sequence=sequence, at=at, code=code, reason=reason, ended=ended)
+            self._failed(sequence, at, code, reason, ended)
 
     @event("Failed")
     def _failed(self, sequence: int, at: int, code: str, reason: str, ended: dict[str, Any] | None = None) -> None:
@@ -373,21 +304,16 @@ class Batch(Folded):
         self.failure_code = code
         self.times["failed_at"] = at
         self._forget_chunks()
-        if len(self.errors) < ERRORS_KEPT:
-            self.errors.append({"code": code, "line": None, "message": reason, "param": None})
-        self.error_total += 1
-        self.counts_by_code[code] = self.counts_by_code.get(code, 0) + 1
+        self._note_error(code, reason)
         if ended is not None:
             self.output_file_id, self.error_file_id = ended["output_file_id"], ended["error_file_id"]
             self.completed, self.failed, self.usage = ended["completed"], ended["failed"], ended["usage"]
 
     def release(self, sequence: int) -> None:
-        if self.has_folded(sequence):
-            return
         if not getattr(self, "held", False):
             self.note_anomaly(sequence, "released", "the batch was not held")
         elif not self.refuses(sequence, "released", self.status, RELEASABLE | {"cancelling"}):
-            self._released(sequence=sequence)
+            self._released(sequence)
 
     @event("Released")
     def _released(self, sequence: int) -> None:
@@ -398,7 +324,7 @@ class Batch(Folded):
         if self.has_folded(sequence) or self.status in STANDING_TOO_LATE:
             return  # judged on a view from before the batch moved on: a race, not a fault; nothing left to say
         if not self.refuses(sequence, "waiting", self.status, ("validated", "in_progress")):
-            self._waiting(sequence=sequence, reason=reason)
+            self._waiting(sequence, reason)
 
     @event("Waiting")
     def _waiting(self, sequence: int, reason: str) -> None:
@@ -412,8 +338,7 @@ class Batch(Folded):
 
     def fail_attempt(self, sequence: int, attempt: int, executor_id: str, code: str, reason: str) -> None:
         if not self.refuses(sequence, "attempt_failed", self.status, IN_FLIGHT | {"validated"}):
-            self._attempt_failed(sequence=sequence, attempt=attempt, executor_id=executor_id, code=code,
-                                 reason=reason)
+            self._attempt_failed(sequence, attempt, executor_id, code, reason)
 
     @event("AttemptFailed")
     def _attempt_failed(self, sequence: int, attempt: int, executor_id: str, code: str, reason: str) -> None:
@@ -428,14 +353,10 @@ class Batch(Folded):
             # Back in the queue (no shard runs) until the scheduler assigns a later attempt.
             self.status, self.status_reason = "validated", reason
 
-    def failed_attempts(self) -> set[int]:
-        return {failure["attempt"] for failure in self.attempt_failures}
-
     def request_cancel(self, sequence: int, at: int, key_id: str, by_admin: str | None = None,
                        by_admin_message: str | None = None) -> None:
         if not self.refuses(sequence, "cancel_requested", self.status, CANCELLABLE):
-            self._cancel_requested(sequence=sequence, at=at, key_id=key_id, by_admin=by_admin,
-                                   by_admin_message=by_admin_message)
+            self._cancel_requested(sequence, at, key_id, by_admin, by_admin_message)
 
     @event("CancelRequested")
     def _cancel_requested(self, sequence: int, at: int, key_id: str, by_admin: str | None = None,
@@ -448,10 +369,10 @@ class Batch(Folded):
             # Someone other than the owner: the batch says who (InferNode's `cancelled_by_org_admin`/`…platform_admin`).
             self._note_error(by_admin, by_admin_message or by_admin)
 
-    def _note_error(self, code: str, message: str) -> None:
-        """An entry of the batch's `errors` about the whole batch (no line)."""
+    def _note_error(self, code: str, message: str, line: int | None = None, param: str | None = None) -> None:
+        """An entry of the batch's `errors`: about one line, or (no line) the whole batch."""
         if len(self.errors) < ERRORS_KEPT:
-            self.errors.append({"code": code, "line": None, "message": message, "param": None})
+            self.errors.append({"code": code, "line": line, "message": message, "param": param})
         self.error_total += 1
         self.counts_by_code[code] = self.counts_by_code.get(code, 0) + 1
 
@@ -460,12 +381,16 @@ class Batch(Folded):
         """Cancelled (only once requested) or expired (from any unfinished status), with what was done."""
         allowed = {"cancelling"} if status == "cancelled" else UNFINISHED
         if not self.refuses(sequence, status, self.status, allowed):
-            self._ended(sequence=sequence, at=at, status=status, output_file_id=output_file_id,
-                        error_file_id=error_file_id, completed=completed, failed=failed, usage=usage)
+            self._ended(sequence, at, status, output_file_id, error_file_id, completed, failed, usage)
 
     @event("Ended")
     def _ended(self, sequence: int, at: int, status: str, output_file_id: str | None, error_file_id: str | None,
                completed: int, failed: int, usage: dict[str, Any]) -> None:
+        self._end_with(sequence, at, status, output_file_id, error_file_id, completed, failed, usage)
+
+    def _end_with(self, sequence: int, at: int, status: str, output_file_id: str | None, error_file_id: str | None,
+                  completed: int, failed: int, usage: dict[str, Any]) -> None:
+        """Completed, cancelled or expired, with its files, final counts and usage."""
         self._stop_running()
         self.last_sequence, self.status = sequence, status
         self.output_file_id, self.error_file_id = output_file_id, error_file_id

@@ -8,12 +8,11 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from contracts.readmodel import BatchRecord, FileRecord, UserRecord
 from contracts.subjects import LEDGER_NAME
 from services.ledger.application import Ledger
 from services.ledger.chain import Fact
 from services.ledger.observe import record_fold
-from services.ledger.projection import KeyProjection, Projection, new_anomalies, project, projection_key
+from services.ledger.projection import Projection, new_anomalies, project, projection_key, stored
 from services.ledger.rules import folded_types
 from services.runtime.nats.delivery import LogFollower, ServiceRouter
 from services.runtime.nats.readmodel import ReadModel
@@ -182,20 +181,8 @@ class Folder:
 
 
 def read_model_sink(read_model: ReadModel) -> Sink:
-    async def put(projection: Projection) -> None:
-        if isinstance(projection, BatchRecord):
-            await read_model.put_batch(projection)
-        elif isinstance(projection, FileRecord):
-            await read_model.put_file(projection)
-        elif isinstance(projection, UserRecord):
-            await read_model.put_user(projection)
-        elif isinstance(projection, KeyProjection):
-            await read_model.put_api_key(projection.key_sha256, projection.record)
-        else:
-            await read_model.put(projection_key(projection), projection)
-
     async def sink(projections: list[Projection]) -> None:
-        await asyncio.gather(*(put(projection) for projection in projections))
+        await asyncio.gather(*(read_model.put(projection_key(each), stored(each)) for each in projections))
 
     return sink
 

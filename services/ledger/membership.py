@@ -4,7 +4,7 @@ from uuid import UUID
 
 from eventsourcing.domain import event
 
-from services.ledger.domainmodel import Folded, aggregate_id
+from services.ledger.folded import Folded, aggregate_id
 
 
 class Organization(Folded):

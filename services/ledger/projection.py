@@ -1,8 +1,12 @@
-"""Aggregates → the OpenAI-shaped records the gateway reads from the read model."""
+"""Aggregates → the OpenAI-shaped records the gateway reads from the read model, each at the key it names; both
+dispatched by table."""
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
+
+from pydantic import BaseModel
 
 from contracts.api.batch import Batch as BatchObject
 from contracts.api.file import FileObject
@@ -19,11 +23,12 @@ from contracts.readmodel import (
     ProviderRecord,
     UserRecord,
 )
-from contracts.subjects import read_model_key
+from contracts.subjects import ReadModelKind, read_model_key
 from services.ledger.accounts import Account
 from services.ledger.aggregates import ApiKey, Executor, File, Provider, User
 from services.ledger.chain import Fact
-from services.ledger.domainmodel import Batch, Folded
+from services.ledger.domainmodel import Batch
+from services.ledger.folded import Folded
 from services.ledger.membership import Organization
 
 
@@ -41,44 +46,19 @@ UserOfKey = Callable[[str], str | None]
 
 def project(aggregate: Folded, user_of_key: UserOfKey) -> Projection | None:
     """The read-model record of an aggregate; None for an aggregate without one."""
-    if isinstance(aggregate, Batch):
-        return batch_record(aggregate, user_of_key(aggregate.owner_key_id))
-    if isinstance(aggregate, File):
-        return file_record(aggregate, user_of_key(aggregate.owner_key_id))
-    if isinstance(aggregate, Organization):
-        return organization_record(aggregate)
-    if isinstance(aggregate, ApiKey):
-        return KeyProjection(aggregate.key_sha256, api_key_record(aggregate))
-    if isinstance(aggregate, User):
-        return user_record(aggregate)
-    if isinstance(aggregate, Provider):
-        return provider_record(aggregate)
-    if isinstance(aggregate, Executor):
-        return executor_record(aggregate)
-    if isinstance(aggregate, Account):
-        return account_record(aggregate)
-    return None
+    projector = _PROJECTORS.get(type(aggregate))
+    return None if projector is None else projector(aggregate, user_of_key)
 
 
 def projection_key(projection: Projection) -> str:
-    """Where the projection lives in the read model."""
-    if isinstance(projection, BatchRecord):
-        return read_model_key("batch", projection.batch.id)
-    if isinstance(projection, FileRecord):
-        return read_model_key("file", projection.file.id)
-    if isinstance(projection, UserRecord):
-        return read_model_key("user", projection.user_id)
-    if isinstance(projection, OrganizationRecord):
-        return read_model_key("organization", projection.organization_id)
-    if isinstance(projection, ProviderRecord):
-        return read_model_key("provider", projection.provider_id)
-    if isinstance(projection, ExecutorRecord):
-        return read_model_key("executor", projection.executor_id)
-    if isinstance(projection, AccountRecord):
-        return read_model_key("account", projection.account_id)
-    if isinstance(projection, AnomalyRecord):
-        return read_model_key("anomaly", f"{projection.sequence}.{projection.aggregate_kind}")
-    return read_model_key("apikey", projection.key_sha256)
+    """Where the projection lives in the read model, as its record names it."""
+    kind, ident = _KEYS[type(projection)]
+    return read_model_key(kind, ident(projection))
+
+
+def stored(projection: Projection) -> BaseModel:
+    """What the read model keeps at the projection's key (a key's record, without the hash it lives under)."""
+    return projection.record if isinstance(projection, KeyProjection) else projection
 
 
 def batch_record(batch: Batch, owner_user_id: str | None = None) -> BatchRecord:
@@ -113,11 +93,19 @@ def batch_record(batch: Batch, owner_user_id: str | None = None) -> BatchRecord:
             "held": getattr(batch, "held", False) or None,
             "status_reason": held_reason(batch) or batch.status_reason,
             "placement": getattr(batch, "placement", "approved_providers"),
-            "attempts": batch.attempts() or None,
+            "attempts": attempts(batch) or None,
         }
     )
     return BatchRecord(owner_key_id=batch.owner_key_id, owner_user_id=owner_user_id, batch=obj,
                        last_sequence=batch.last_sequence)
+
+
+def attempts(batch: Batch) -> list[dict[str, Any]]:
+    """Every attempt assigned, in order, with its executor and that executor's provider when assigned."""
+    executors: dict[str, str] = getattr(batch, "attempt_executors", {})
+    providers: dict[str, str] = getattr(batch, "attempt_providers", {})
+    return [{"attempt": int(attempt), "executor_id": executor_id, "provider_id": providers.get(attempt)}
+            for attempt, executor_id in sorted(executors.items(), key=lambda item: int(item[0]))]
 
 
 def running_usage(batch: Batch) -> dict[str, Any] | None:
@@ -211,23 +199,11 @@ def account_record(account: Account) -> AccountRecord:
 
 def aggregate_ref(aggregate: Folded) -> tuple[AnomalyKind, str]:
     """How operators name an aggregate: the kind of its facts and its public id (a key's id, never its hash)."""
-    if isinstance(aggregate, Batch):
-        return "batch", aggregate.batch_id
-    if isinstance(aggregate, File):
-        return "file", aggregate.file_id
-    if isinstance(aggregate, ApiKey):
-        return "key", aggregate.key_id
-    if isinstance(aggregate, User):
-        return "user", aggregate.user_id
-    if isinstance(aggregate, Executor):
-        return "executor", aggregate.executor_id
-    if isinstance(aggregate, Provider):
-        return "provider", aggregate.provider_id
-    if isinstance(aggregate, Organization):
-        return "organization", aggregate.organization_id
-    if isinstance(aggregate, Account):
-        return "account", aggregate.account_id
-    raise TypeError(f"no public name for a {type(aggregate).__name__}")
+    try:
+        kind, ident = _PUBLIC_NAMES[type(aggregate)]
+    except KeyError:
+        raise TypeError(f"no public name for a {type(aggregate).__name__}") from None
+    return kind, ident(aggregate)
 
 
 def new_anomalies(touched: Iterable[Folded], facts: Sequence[Fact]) -> list[AnomalyRecord]:
@@ -244,3 +220,38 @@ def new_anomalies(touched: Iterable[Folded], facts: Sequence[Fact]) -> list[Anom
                                          event_type=f"{kind}.{anomaly['fact']}", reason=anomaly["reason"],
                                          occurred_at=decode_event(fact.data).occurred_at // 1000))
     return records
+
+
+_PROJECTORS: dict[type[Folded], Callable[[Any, UserOfKey], Projection]] = {
+    Batch: lambda batch, user_of_key: batch_record(batch, user_of_key(batch.owner_key_id)),
+    File: lambda file, user_of_key: file_record(file, user_of_key(file.owner_key_id)),
+    Organization: lambda organization, _: organization_record(organization),
+    ApiKey: lambda key, _: KeyProjection(key.key_sha256, api_key_record(key)),
+    User: lambda user, _: user_record(user),
+    Provider: lambda provider, _: provider_record(provider),
+    Executor: lambda executor, _: executor_record(executor),
+    Account: lambda account, _: account_record(account),
+}
+"""Aggregate type → its record (a KeyOwner has none)."""
+_KEYS: dict[type, tuple[ReadModelKind, Callable[[Any], str]]] = {
+    BatchRecord: ("batch", attrgetter("batch.id")),
+    FileRecord: ("file", attrgetter("file.id")),
+    UserRecord: ("user", attrgetter("user_id")),
+    OrganizationRecord: ("organization", attrgetter("organization_id")),
+    ProviderRecord: ("provider", attrgetter("provider_id")),
+    ExecutorRecord: ("executor", attrgetter("executor_id")),
+    AccountRecord: ("account", attrgetter("account_id")),
+    AnomalyRecord: ("anomaly", lambda anomaly: f"{anomaly.sequence}.{anomaly.aggregate_kind}"),
+    KeyProjection: ("apikey", attrgetter("key_sha256")),
+}
+"""Record type → the kind of its read-model key and its id there."""
+_PUBLIC_NAMES: dict[type[Folded], tuple[AnomalyKind, Callable[[Any], str]]] = {
+    Batch: ("batch", attrgetter("batch_id")),
+    File: ("file", attrgetter("file_id")),
+    ApiKey: ("key", attrgetter("key_id")),
+    User: ("user", attrgetter("user_id")),
+    Executor: ("executor", attrgetter("executor_id")),
+    Provider: ("provider", attrgetter("provider_id")),
+    Organization: ("organization", attrgetter("organization_id")),
+    Account: ("account", attrgetter("account_id")),
+}

@@ -17,17 +17,13 @@ from contracts.subjects import owner_live_key
 from services.ledger.application import Ledger, persistence_env
 from services.ledger.archive import Archive
 from services.ledger.handlers import LEDGER_FOLD, Folder
-from services.ledger.projection import KeyProjection, Projection, projection_key
+from services.ledger.projection import Projection, projection_key, stored
 from services.ledger.restore import restore
 from services.runtime.nats import eventlog
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.folds import running
 from services.runtime.nats.kv import latest_entries
 from services.runtime.nats.readmodel import ReadModel, live_lists, owner_copy
-
-
-def _record(projection: Projection) -> BaseModel:
-    return projection.record if isinstance(projection, KeyProjection) else projection
 
 
 @dataclass
@@ -58,7 +54,7 @@ async def replay_into_scratch(bus: EventBus, group_size: int = 5000, archive: Ar
 
     async def collect(projections: list[Projection]) -> None:
         for projection in projections:
-            replayed.records[projection_key(projection)] = _record(projection)
+            replayed.records[projection_key(projection)] = stored(projection)
             if isinstance(projection, BatchRecord | FileRecord):
                 copy_key, kept = owner_copy(projection)
                 if kept:

@@ -16,7 +16,8 @@ from contracts.readmodel import AnomalyRecord
 from contracts.subjects import EVENTS_STREAM
 from services.ledger.application import MATERIALISED, Ledger, persistence_env
 from services.ledger.chain import Fact
-from services.ledger.domainmodel import Batch, Folded
+from services.ledger.domainmodel import Batch
+from services.ledger.folded import Folded
 from services.ledger.membership import KeyOwner
 from services.ledger.projection import Projection, new_anomalies, project
 from services.ledger.reindex import OWNER_INDEX

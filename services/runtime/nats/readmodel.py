@@ -153,11 +153,25 @@ class ReadModel:
     async def list_files(self) -> list[FileRecord]:
         return await self._scan("file", FileRecord)
 
+    async def put(self, key: str, record: BaseModel) -> None:
+        """The one write: a record at the key the ledger's projection names. A batch enters or leaves its owner's
+        live list first (a limit counts it from the first moment; it leaves once ended, before its record says
+        so); a batch's or file's owner copy next (once the record is readable by id, the owner's checks and lists
+        see it too)."""
+        value = record.model_dump_json().encode()
+        if isinstance(record, BatchRecord):
+            await self._mark_live(record, record.batch.status not in TERMINAL)
+        if isinstance(record, BatchRecord | FileRecord):
+            copy_key, kept = owner_copy(record)
+            await (self.kv.put(copy_key, value) if kept else self.kv.delete(copy_key))
+        await self.kv.put(key, value)
+
     async def put_batch(self, record: BatchRecord) -> None:
-        # The owner's live list first: a batch is listed before its record first shows it (a limit counts it from
-        # the first moment) and leaves the list once it ended, before its record says so.
-        await self._mark_live(record, record.batch.status not in TERMINAL)
-        await self._put_indexed(read_model_key("batch", record.batch.id), record)
+        """(For tools and tests that write a record by hand: the ledger writes through `put`.)"""
+        await self.put(read_model_key("batch", record.batch.id), record)
+
+    async def put_api_key(self, key_sha256: str, record: ApiKeyRecord) -> None:
+        await self.put(read_model_key("apikey", key_sha256), record)
 
     async def _mark_live(self, record: BatchRecord, live: bool) -> None:
         """Add or remove the batch in its owner's live list; written only when it changes (twice a batch's life,
@@ -189,29 +203,6 @@ class ReadModel:
                 await self.kv.put(owner_live_key(owner), ids.model_dump_json().encode())
                 self._live[owner] = dict(ids.root)
         return len(lists)
-
-    async def put_file(self, record: FileRecord) -> None:
-        await self._put_indexed(read_model_key("file", record.file.id), record)
-
-    async def _put_indexed(self, key: str, record: BatchRecord | FileRecord) -> None:
-        # The owner's copy first: once the record is readable by id, the owner's checks and lists see it too.
-        value = record.model_dump_json().encode()
-        copy_key, kept = owner_copy(record)
-        if kept:
-            await self.kv.put(copy_key, value)
-        else:
-            await self.kv.delete(copy_key)
-        await self.kv.put(key, value)
-
-    async def put_user(self, record: UserRecord) -> None:
-        await self.kv.put(read_model_key("user", record.user_id), record.model_dump_json().encode())
-
-    async def put_api_key(self, key_sha256: str, record: ApiKeyRecord) -> None:
-        await self.kv.put(read_model_key("apikey", key_sha256), record.model_dump_json().encode())
-
-    async def put(self, key: str, record: BaseModel) -> None:
-        """Any other record, at the key the ledger's projection names."""
-        await self.kv.put(key, record.model_dump_json().encode())
 
     async def wait_for(
         self,
