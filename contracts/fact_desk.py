@@ -9,7 +9,7 @@ needs, never its creation (owner, input object, metadata) or its validation.
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 ATTEMPT_FACTS = ("started", "progressed", "shard_finished", "attempt_failed")
 """Batch facts of one attempt (each names it): only the executor the attempt was assigned to states them."""
@@ -25,6 +25,8 @@ ends (the executor's `BatchLog` folds nothing else)."""
 LOG_PAGE_FACTS = 256
 """Facts per log page at most; a page also stays under a quarter of NATS' default 1 MiB payload."""
 LOG_PAGE_BYTES = 256 * 1024
+FACTS_PER_SUBMISSION = 4
+"""Facts one submission carries at most: an attempt's last progress and its end, or a batch's files and its end."""
 
 
 class FenceCondition(BaseModel):
@@ -37,12 +39,15 @@ class FenceCondition(BaseModel):
 
 
 class FactSubmission(BaseModel):
-    """One fact an executor asks to be stored, as JSON of its contract event."""
+    """Facts an executor asks to be stored, in order, as JSON of their contract events: `event`, then each of
+    `then`. Each is judged and stored as if it came alone, under the same fence; the first that is not stored
+    ends the submission (those before it stay stored: a retry of the whole submission repeats them harmlessly)."""
 
     model_config = ConfigDict(frozen=True)
 
     event: str
     fence: FenceCondition | None = None
+    then: list[str] = Field(default=[], max_length=FACTS_PER_SUBMISSION - 1)
 
 
 ReceiptStatus = Literal["stored", "fence_moved", "refused", "retry"]
@@ -51,9 +56,10 @@ ReceiptStatus = Literal["stored", "fence_moved", "refused", "retry"]
 class FactReceipt(BaseModel):
     status: ReceiptStatus
     """`stored` (or was already: a retry of the same fact); `fence_moved`: the condition no longer holds, nothing
-    was written; `refused`: the executor may not state this fact; `retry`: the desk cannot judge yet."""
+    was written; `refused`: the executor may not state this fact; `retry`: the desk cannot judge yet. Of several
+    facts: that of the first not stored, else `stored`."""
     sequence: int = 0
-    """`stored`: the fact's stream sequence; `fence_moved`: the last sequence on the fence's subject."""
+    """`stored`: the (last) fact's stream sequence; `fence_moved`: the last sequence on the fence's subject."""
     reason: str | None = None
 
 

@@ -5,7 +5,7 @@ Sent on `object_requests(<executor id>)`, a subject only that executor may publi
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.subjects import parse_result_chunk_key
 
@@ -14,6 +14,19 @@ ObjectOperation = Literal["get", "put", "list"]
 
 LIST_PAGE = 50
 """Objects per list answer: a page of keys and their URLs stays well under 64 KiB."""
+
+AHEAD = 16
+"""Objects asked for ahead in one request at most: their URLs stay well under 64 KiB."""
+
+
+class WantedObject(BaseModel):
+    """An object the executor will get or put soon, in the same batch's work (and attempt) as the request."""
+
+    model_config = ConfigDict(frozen=True)
+
+    operation: Literal["get", "put"]
+    key: str
+
 
 class ObjectRequest(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -27,12 +40,20 @@ class ObjectRequest(BaseModel):
     """The attempt whose result chunk is written (put of a chunk); 0 for every other request."""
     start_after: str = ""
     """List: the last key of the previous page; empty for the first page."""
+    ahead: list[WantedObject] = Field(default=[], max_length=AHEAD)
+    """A get or put: more objects of the same batch and attempt, asked for at once. Each is judged as if asked
+    alone, and only those allowed are granted (`ObjectGrant.ahead`)."""
 
 
 class SignedObject(BaseModel):
     key: str
     url: str
     """A presigned GET of `key`."""
+
+
+class GrantedObject(WantedObject):
+    url: str
+    """The presigned URL of the get or put."""
 
 
 class ObjectGrant(BaseModel):
@@ -51,6 +72,8 @@ class ObjectGrant(BaseModel):
     """List: more objects follow; ask again with this as `start_after`."""
     expires_in_s: int = 0
     """How long every URL of the answer stays valid."""
+    ahead: list[GrantedObject] = []
+    """The objects asked for ahead that the executor may get or put, in the order asked."""
 
 
 def chunk_attempt(key: str) -> tuple[str, int] | None:

@@ -4,7 +4,8 @@ long function once shared (the lease lost, the lines in the engine, the commit l
 object's fields; its steps are its methods:
 
 - `run` feeds the pending lines to the slot pool, a line per task in one task group, until every line ran, the
-  batch is stopped (a cancel, an expiry) or the lease is lost; then commits what is left;
+  batch is stopped (a cancel, an expiry) or the lease is lost; then writes what is left, whose progress the
+  attempt's end announces (one desk submission for both);
 - `run_one` is one line: the engine's reply, the slot given back, the chunk it completes committed;
 - `commit_on_time` commits a chunk whose lines finished and then waited `chunk_max_wait_s` (progress moves on a
   slow engine); it is stopped by `lines_done`, never cancelled: a chunk taken from the committer is always committed;
@@ -20,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from contracts.commands import RunBatch
+from contracts.events.batch import BatchProgressed
+from contracts.events.envelope import Event
 from services.executor.adapters.engines.base import Engine, on_slot
 from services.executor.adapters.watch import BatchWatch
 from services.executor.domain import Chunk, ChunkCommitter, InputLine, Resume, finished_line
@@ -65,8 +68,9 @@ class AttemptRun:
     lines_done: asyncio.Event = field(default_factory=asyncio.Event)
     traced: bool = field(default_factory=tracing)
 
-    async def run(self) -> bool:
-        """Run every pending line; False once the lease is lost."""
+    async def run(self) -> list[Event] | None:
+        """Run every pending line: the progress of the last chunk, written but left for the attempt's end to
+        announce; None once the lease is lost."""
         clock = asyncio.create_task(self.commit_on_time()) if self.runner.chunk_max_wait_s < float("inf") else None
         stopper = asyncio.create_task(self.stop_lines_on_cancel())
         try:
@@ -81,8 +85,10 @@ class AttemptRun:
             if clock is not None:
                 await asyncio.gather(clock, return_exceptions=True)
         async with self.commit_lock:
-            await self.commit(self.committer.flush())
-        return not self.lease_lost and not self.watch.fenced
+            last = await self.write(self.committer.flush())
+        if self.lease_lost or self.watch.fenced:
+            return None
+        return [last] if last is not None else []
 
     async def _feed_lines(self) -> None:
         """The pending lines to the slot pool, a batch of `PLAN_LINES` planned together (by prompt prefix), each
@@ -130,10 +136,22 @@ class AttemptRun:
                 await self.commit(chunk)
 
     async def commit(self, chunk: Chunk | None) -> None:
-        if chunk is not None and not self.lease_lost \
-                and not await self.runner.commit(self.command, chunk, self.publish):
-            self.lease_lost = True
-            self.watch.stopping.set()
+        progressed = await self.write(chunk)
+        if progressed is not None and not await self.publish(progressed):
+            self._lose_lease()
+
+    async def write(self, chunk: Chunk | None) -> BatchProgressed | None:
+        """The chunk written; the fact that announces it (None: nothing to write, or the lease is lost)."""
+        if chunk is None or self.lease_lost:
+            return None
+        progressed = await self.runner.commit(self.command, chunk)
+        if progressed is None:
+            self._lose_lease()
+        return progressed
+
+    def _lose_lease(self) -> None:
+        self.lease_lost = True
+        self.watch.stopping.set()
 
     async def commit_on_time(self) -> None:
         """Lines finished and then nothing for `chunk_max_wait_s`: committed anyway (progress keeps moving).

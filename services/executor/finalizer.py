@@ -4,13 +4,15 @@ Deterministic in what is committed: redone, it writes the same files under the s
 """
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from contracts.commands import FinalizeBatch, RunBatch
 from contracts.events.batch import BatchCancelled, BatchCompleted, BatchExpired, BatchFailed
 from contracts.events.envelope import Event
 from contracts.ids import error_file_id, output_file_id
 from contracts.subjects import result_chunk_key
+from services.executor.adapters.desk import publish_in_order
 from services.executor.adapters.objects import ObjectAccess
 from services.executor.adapters.results import LOOK, ResultStore
 from services.executor.attempts import Outcome
@@ -37,8 +39,10 @@ UNRUN_MESSAGES = {
 }
 
 
-Publish = Callable[[Event], Awaitable[bool]]
-"""Publishes a fact unless the publisher's lease is gone (then False, and nothing was written)."""
+class Publish(Protocol):
+    async def __call__(self, *events: Event) -> bool:
+        """Publishes the facts in order unless the publisher's lease is gone (then False: from the first the lease
+        refused, nothing was written)."""
 
 
 class Finalizer:
@@ -47,8 +51,8 @@ class Finalizer:
         self.store = store
         self.results = results
 
-    async def _publish_unfenced(self, event: Event) -> bool:
-        await self.bus.publish(event)
+    async def _publish_unfenced(self, *events: Event) -> bool:
+        await publish_in_order(self.bus, events)
         return True
 
     async def finalize(self, command: RunBatch | FinalizeBatch, outcome: Outcome, counts: Callable[[str], bool],
@@ -82,18 +86,17 @@ class Finalizer:
         files = assemble(lines)
         expires_after_s = command.output_expires_after_s  # counted from each file's own creation
         output_id = error_id = None
+        stored: list[Event] = []  # announced with the batch's end, in one submission
         if files.output_lines:
             output_id = output_file_id(batch_id)
-            if not await publish(await self.results.put_file(
-                    batch_id, output_id, files.output, command.owner_key_id, f"{batch_id}_output.jsonl",
-                    files.output_lines, expires_after_s)):
-                return False
+            stored.append(await self.results.put_file(
+                batch_id, output_id, files.output, command.owner_key_id, f"{batch_id}_output.jsonl",
+                files.output_lines, expires_after_s))
         if files.error_lines:
             error_id = error_file_id(batch_id)
-            if not await publish(await self.results.put_file(
-                    batch_id, error_id, files.errors, command.owner_key_id, f"{batch_id}_error.jsonl",
-                    files.error_lines, expires_after_s)):
-                return False
+            stored.append(await self.results.put_file(
+                batch_id, error_id, files.errors, command.owner_key_id, f"{batch_id}_error.jsonl",
+                files.error_lines, expires_after_s))
         terminal: Event
         if outcome == "failed":
             # A failed batch still delivers what it committed; its fact names the cause.
@@ -107,7 +110,7 @@ class Finalizer:
             terminal = {"completed": BatchCompleted, "cancelled": BatchCancelled, "expired": BatchExpired}[outcome](
                 aggregate_id=batch_id, output_file_id=output_id, error_file_id=error_id,
                 completed=files.output_lines, failed=files.error_lines, usage=usage_of(lines))
-        if not await publish(terminal):
+        if not await publish(*stored, terminal):
             return False
         log.info("batch %s %s: %d output lines, %d error lines", batch_id, outcome, files.output_lines,
                  files.error_lines)

@@ -21,7 +21,11 @@ from contracts.api.batch import BatchUsage
 from contracts.commands import RunBatch
 from contracts.events.batch import BatchFinalizing, BatchProgressed, BatchStarted, ShardFinished
 from contracts.events.envelope import Event
-from contracts.subjects import attempt_failures, result_chunk_key
+from contracts.ids import output_file_id
+from contracts.objects import AHEAD, WantedObject
+from contracts.subjects import attempt_failures, input_object_key, result_chunk_key
+from services.executor.adapters.brokered_store import BrokeredObjectStore
+from services.executor.adapters.desk import publish_in_order
 from services.executor.adapters.engines.base import Engine
 from services.executor.adapters.input_cache import InputCache, InputCopy
 from services.executor.adapters.objects import ObjectAccess
@@ -35,6 +39,7 @@ from services.executor.domain import (
     InputLine,
     ResultLine,
     Resume,
+    Tally,
     parse_input_line,
     usage_of,
 )
@@ -135,25 +140,30 @@ class BatchRunner:
         # A delivery publishes `started` before it writes any chunk: with none in the log (read to its end when
         # the watch opened) no earlier delivery of this attempt wrote one, and resuming lists nothing.
         first_run = command.attempt not in watch.log.started
+        unannounced: list[Event] = []  # the last chunk's progress: it goes out with the attempt's end
         if watch.stop_reason() is None:
             if not await publish(BatchStarted(
                 aggregate_id=batch_id, executor_id=self.executor_id,
                 attempt=command.attempt, engine=engine.name, engine_version=engine.version,
             )):
                 return
-            if not await self._run_lines(command, engine, watch, publish, first_run):
+            last = await self._run_lines(command, engine, watch, publish, first_run)
+            if last is None:
                 log.warning("batch %s attempt %d fenced off; its last results are dropped", batch_id,
                             command.attempt)
                 return
+            unannounced = last
         reason = watch.stop_reason()
         if command.sharded:
             # The scheduler finalizes once every shard finished (or, on cancel or expiry, once none runs).
-            await publish(ShardFinished(aggregate_id=batch_id, attempt=command.attempt,
-                                        shard=command.shard, executor_id=self.executor_id,
-                                        stopped=reason is not None))
+            await publish(*unannounced, ShardFinished(aggregate_id=batch_id, attempt=command.attempt,
+                                                      shard=command.shard, executor_id=self.executor_id,
+                                                      stopped=reason is not None))
+            return
+        if unannounced and reason is not None and not await publish(*unannounced):
             return
         if reason is None:
-            if not await publish(BatchFinalizing(aggregate_id=batch_id, attempt=command.attempt)):
+            if not await publish(*unannounced, BatchFinalizing(aggregate_id=batch_id, attempt=command.attempt)):
                 return
             # A cancel accepted meanwhile is in the log before this fact: read that far, the log's order decides.
             if not await watch.read_until(lambda batch_log: batch_log.finalizing, FINALIZING_READ_S):
@@ -171,11 +181,13 @@ class BatchRunner:
     def _fenced_publisher(self, command: RunBatch, watch: BatchWatch) -> Publish:
         fence_subject = attempt_failures(command.batch_id)
 
-        async def publish(event: Event) -> bool:
-            """Publish while this attempt holds its lease; False (nothing written) once it does not."""
+        async def publish(*events: Event) -> bool:
+            """Publish in order while this attempt holds its lease; False (nothing more written) once it does not."""
             while not watch.fenced:
                 try:
-                    await self.bus.publish(event, Fence(fence_subject, watch.log.fence_sequence))
+                    await publish_in_order(self.bus, events, Fence(fence_subject, watch.log.fence_sequence))
+                    announced = self.announced.setdefault(attempt_key(command), set())
+                    announced.update(event.chunk_key for event in events if isinstance(event, BatchProgressed))
                     return True
                 except FenceMoved as moved:
                     # Another attempt failed since (maybe this one): read the log that far, then judge.
@@ -186,19 +198,36 @@ class BatchRunner:
         return publish
 
     async def _run_lines(self, command: RunBatch, engine: Engine, watch: BatchWatch, publish: Publish,
-                         first_run: bool = False) -> bool:
-        """Run every line of the attempt's shard no attempt committed (`AttemptRun`); False once the lease is lost."""
+                         first_run: bool = False) -> list[Event] | None:
+        """Run every line of the attempt's shard no attempt committed (`AttemptRun`): the progress of its last
+        chunk, written but not yet announced; None once the lease is lost."""
         resume = await self._resume(command, watch, first_run)
         tally = resume.tally(command.layout, command.shard)
-        if resume.last_chunk is not None and not await self._announce(
-                command, publish, resume.last_chunk, tally.completed, tally.failed, resume.last_chunk_usage):
+        if resume.last_chunk is not None and not await publish(self._progressed(
+                command, resume.last_chunk, tally.completed, tally.failed, resume.last_chunk_usage)):
             # An earlier delivery may have committed this chunk and stopped before announcing it.
-            return False
+            return None
         log.info("batch %s attempt %d (shard %d of %d): %d of its lines already committed",
                  command.batch_id, command.attempt, command.shard + 1, command.layout.shards, len(resume.committed))
+        if isinstance(self.store, BrokeredObjectStore):
+            await self.store.ask_ahead(command.batch_id, command.attempt, self._ahead(command, resume, tally))
         committer = ChunkCommitter(self.chunk_lines, resume.next_chunk, tally, self.chunk_max_wait_s)
         return await AttemptRun(self, command, engine, watch, publish, resume, committer,
                                 self.slot_pool(engine)).run()
+
+    def _ahead(self, command: RunBatch, resume: Resume, tally: Tally) -> list[WantedObject]:
+        """The objects the attempt's run gets and puts: its input (unless a copy is here), a chunk for each
+        `chunk_lines` of its unit's lines not committed, and the output file of an unsharded batch."""
+        layout, shard = command.layout, command.shard
+        first, last = layout.first_line(shard), layout.last_line(shard) or command.total_lines
+        chunks = -(-max(last - first + 1 - tally.completed - tally.failed, 0) // self.chunk_lines)
+        wanted = [] if command.batch_id in self.inputs.copies else [
+            WantedObject(operation="get", key=command.input_object_key)]
+        if not command.sharded:
+            wanted.append(WantedObject(operation="put", key=input_object_key(output_file_id(command.batch_id))))
+        wanted.extend(WantedObject(operation="put", key=result_chunk_key(command.batch_id, command.attempt, number))
+                      for number in range(resume.next_chunk, resume.next_chunk + min(chunks, AHEAD)))
+        return wanted
 
     async def _resume(self, command: RunBatch, watch: BatchWatch, first_run: bool) -> Resume:
         """What is committed of the attempt's own lines: the chunks the log announced for its shard, those this
@@ -228,29 +257,25 @@ class BatchRunner:
                 if line is not None:
                     yield line
 
-    async def commit(self, command: RunBatch, chunk: Chunk, publish: Publish) -> bool:
+    async def commit(self, command: RunBatch, chunk: Chunk) -> BatchProgressed | None:
         """Results are durable in the object store before a fact says they are; they count only once it does,
-        and a fenced attempt's fact is refused. False once the lease is lost."""
+        and a fenced attempt's fact is refused. The fact that announces the chunk written; None once the lease is
+        lost."""
         try:
             key = await self.results.put_chunk(command.batch_id, command.attempt, chunk)
         except PermissionError as refused:
             # A brokered store is refused the write once the attempt's lease is gone: the same fence, earlier.
             log.warning("batch %s attempt %d: chunk %d refused (%s); the lease is lost", command.batch_id,
                         command.attempt, chunk.number, refused)
-            return False
+            return None
         if not command.sharded:
             self.in_hand.setdefault(attempt_key(command), []).append((key, list(chunk.lines)))
-        return await self._announce(command, publish, chunk.number, chunk.completed, chunk.failed,
-                                    usage_of(chunk.lines))
+        return self._progressed(command, chunk.number, chunk.completed, chunk.failed, usage_of(chunk.lines))
 
-    async def _announce(self, command: RunBatch, publish: Publish, chunk: int, completed: int, failed: int,
-                        usage: BatchUsage | None) -> bool:
-        key = result_chunk_key(command.batch_id, command.attempt, chunk)
-        if not await publish(BatchProgressed(
-            aggregate_id=command.batch_id, attempt=command.attempt,
-            chunk=chunk, chunk_key=key, completed=completed, failed=failed, shard=command.shard, usage=usage,
-        )):
-            return False
-        self.announced.setdefault(attempt_key(command), set()).add(key)
-        return True
+    @staticmethod
+    def _progressed(command: RunBatch, chunk: int, completed: int, failed: int,
+                    usage: BatchUsage | None) -> BatchProgressed:
+        return BatchProgressed(aggregate_id=command.batch_id, attempt=command.attempt, chunk=chunk,
+                               chunk_key=result_chunk_key(command.batch_id, command.attempt, chunk),
+                               completed=completed, failed=failed, shard=command.shard, usage=usage)
 

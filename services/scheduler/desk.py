@@ -68,10 +68,21 @@ class FactDesk:
         return found.context_length if found is not None else None
 
     async def submit(self, executor_id: str, submission: FactSubmission) -> FactReceipt:
+        """Each fact of the submission judged and stored in turn, as if it came alone; the first one not stored
+        answers for the submission."""
         if not self.caught_up.is_set():
             return FactReceipt(status="retry", reason=CATCHING_UP)
+        fence = Fence(submission.fence.subject, submission.fence.sequence) if submission.fence else None
+        receipt = FactReceipt(status="stored")
+        for fact in (submission.event, *submission.then):
+            receipt = await self._store(executor_id, fact, fence)
+            if receipt.status != "stored":
+                break
+        return receipt
+
+    async def _store(self, executor_id: str, fact: str, fence: Fence | None) -> FactReceipt:
         try:
-            event = decode_event(submission.event.encode())
+            event = decode_event(fact.encode())
         except ValidationError as error:
             return FactReceipt(status="refused", reason=f"Not a fact: {error.errors()[0]['msg']}")
         refusal = may_state(self.book, executor_id, event, self.context_length)
@@ -79,12 +90,11 @@ class FactDesk:
             self.refusals.skipped(f"executor {executor_id}", f"{event.type} of {event.aggregate_id}: {refusal}")
             return FactReceipt(status="refused", reason=refusal)
         event = clamped(event, int(time.time() * 1000))
-        fence = submission.fence
         if superseded(self.book, event):
             last = await last_fact(self.bus, attempt_failures(event.aggregate_id))
             return FactReceipt(status="fence_moved", sequence=last[0] if last else 0)
         try:
-            sequence = await self.bus.publish(event, Fence(fence.subject, fence.sequence) if fence else None)
+            sequence = await self.bus.publish(event, fence)
         except FenceMoved as moved:
             return FactReceipt(status="fence_moved", sequence=moved.last_sequence)
         except (nats.errors.Error, nats.js.errors.Error) as error:

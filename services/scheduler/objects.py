@@ -18,7 +18,15 @@ from nats.aio.msg import Msg
 
 from contracts.catalogue import MODEL_OBJECTS_PREFIX
 from contracts.ids import error_file_id, output_file_id
-from contracts.objects import LIST_PAGE, ObjectGrant, ObjectRequest, SignedObject, chunk_attempt
+from contracts.objects import (
+    LIST_PAGE,
+    GrantedObject,
+    ObjectGrant,
+    ObjectRequest,
+    SignedObject,
+    WantedObject,
+    chunk_attempt,
+)
 from contracts.subjects import input_object_key, object_requests, rejections_key, requester_of, results_prefix
 from services.runtime.nats.delivery import Answer
 from services.runtime.process.settings import ConnectionSettings
@@ -172,8 +180,8 @@ class ObjectBroker:
             return ObjectGrant(granted=False, reason=refusal)
         expires = self.signer.expiry_s
         if request.operation != "list":
-            return ObjectGrant(granted=True, url=self.signer.url("GET" if request.operation == "get" else "PUT",
-                                                                 request.key), expires_in_s=expires)
+            return ObjectGrant(granted=True, url=self._url(request), expires_in_s=expires,
+                               ahead=self._ahead(executor_id, request))
         try:
             keys, truncated = await self.signer.page(request.key, request.start_after)
         except (S3Error, urllib3.exceptions.HTTPError, OSError) as error:
@@ -184,6 +192,16 @@ class ObjectBroker:
                    is None]
         return ObjectGrant(granted=True, objects=objects, next_after=keys[-1] if truncated else None,
                            expires_in_s=expires)
+
+    def _url(self, request: ObjectRequest | WantedObject) -> str:
+        return self.signer.url("GET" if request.operation == "get" else "PUT", request.key)
+
+    def _ahead(self, executor_id: str, request: ObjectRequest) -> list[GrantedObject]:
+        """The objects asked for ahead that `executor_id` may reach, each judged as if asked alone."""
+        alone = [(wanted, request.model_copy(update={"operation": wanted.operation, "key": wanted.key, "ahead": []}))
+                 for wanted in request.ahead]
+        return [GrantedObject(operation=wanted.operation, key=wanted.key, url=self._url(wanted))
+                for wanted, asked in alone if authorize(self.book, executor_id, asked) is None]
 
     async def on_request(self, message: Msg) -> None:
         """A bare connection's callback (a test's broker, no faststream); the scheduler answers through its router."""

@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from contracts.events.batch import BatchAssigned, BatchCreated, BatchValidated
 from contracts.ids import output_file_id
-from contracts.objects import LIST_PAGE
+from contracts.objects import LIST_PAGE, WantedObject
 from contracts.subjects import OBJECT_REQUESTS, input_object_key, result_chunk_key
 from services.executor.adapters import broker
 from services.executor.adapters.brokered_store import (
@@ -118,6 +119,38 @@ async def test_an_executor_reads_its_input_and_writes_lists_and_reads_its_chunks
         await store.put_bytes(input_object_key(output_file_id(work.b1)), b"output\n")
     assert await object_store.get_bytes(result_chunk_key(work.b1, 1, 7)) == written[result_chunk_key(work.b1, 1, 7)]
     assert await object_store.get_bytes(input_object_key(output_file_id(work.b1))) == b"output\n"
+
+
+async def test_what_an_attempt_asks_ahead_comes_in_one_answer_and_only_what_it_may_reach_alone(
+        brokered: Brokered, work: Work, object_store: ObjectStore) -> None:
+    await answering(brokered, work.book)
+    asked: list[str] = []
+
+    async def overheard(message: Msg) -> None:
+        asked.append(message.subject)
+
+    await brokered.auth.core.nc.subscribe(OBJECT_REQUESTS, cb=overheard)
+    store = BrokeredObjectStore(brokered.alpha.nc, "alpha", http_pool(), wait_s=5)
+    own_chunk, output = result_chunk_key(work.b1, 1, 0), input_object_key(output_file_id(work.b1))
+    not_its_attempt = result_chunk_key(work.b1, 2, 0)
+    await store.ask_ahead(work.b1, 1, [
+        WantedObject(operation="get", key=work.input1), WantedObject(operation="put", key=own_chunk),
+        WantedObject(operation="put", key=output), WantedObject(operation="put", key=not_its_attempt),
+        WantedObject(operation="get", key=work.input2), WantedObject(operation="put", key=work.stranger)])
+    assert set(store.granted) == {("get", work.input1), ("put", own_chunk), ("put", output)}
+    await store.ask_ahead(work.b2, 1, [WantedObject(operation="get", key=work.input2)])  # bravo's: none granted
+    assert ("get", work.input2) not in store.granted
+    with working_on(work.b1):
+        assert (await store.get_bytes(work.input1)).startswith(work.b1.encode())
+        await store.put_bytes(own_chunk, b'{"chunk": 0}\n')
+        await store.put_bytes(output, b"output\n")
+        await brokered.auth.core.nc.flush()
+        assert len(asked) == 2, "what was granted ahead is used without asking again"
+        with pytest.raises(ObjectAccessRefused):
+            await store.put_bytes(not_its_attempt, b"not my attempt\n")
+        with pytest.raises(ObjectAccessRefused):
+            await store.get_bytes(work.input2)
+    assert await object_store.get_bytes(own_chunk) == b'{"chunk": 0}\n'
 
 
 async def test_an_executor_is_refused_another_batchs_input_and_any_other_file(

@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import nats.errors
@@ -16,7 +16,7 @@ import urllib3
 from nats.aio.client import Client
 
 from contracts.catalogue import MODEL_OBJECTS_PREFIX
-from contracts.objects import ObjectGrant, ObjectOperation, ObjectRequest, chunk_attempt
+from contracts.objects import AHEAD, ObjectGrant, ObjectOperation, ObjectRequest, WantedObject, chunk_attempt
 from contracts.subjects import object_requests
 from services.runtime.process.logfmt import BATCH_ID
 from services.runtime.storage.objectstore import ObjectNotFound, https_pool, read_chunks, split_lines
@@ -69,8 +69,9 @@ class BrokeredObjectStore:
         self.subject = object_requests(executor_id)
         self.http = http
         self.wait_s = wait_s
-        self.listed: dict[str, tuple[str, float]] = {}
-        """Key → (read URL, monotonic expiry) from listings, so reading what was just listed asks nothing."""
+        self.granted: dict[tuple[ObjectOperation, str], tuple[str, float]] = {}
+        """(get or put, key) → (URL, monotonic expiry), from listings and asked ahead, each for one use: reading
+        what was just listed, or what the work in hand asked for at its start, asks nothing."""
 
     async def get_bytes(self, key: str) -> bytes:
         url = await self._url("get", key)
@@ -100,18 +101,35 @@ class BrokeredObjectStore:
             expires_at = time.monotonic() + grant.expires_in_s
             for listed in grant.objects:
                 keys.append(listed.key)
-                self.listed[listed.key] = (listed.url, expires_at)
+                self.granted["get", listed.key] = (listed.url, expires_at)
             if grant.next_after is None:
                 break
             after = grant.next_after
         self._forget_expired()
         return sorted(keys)
 
+    async def ask_ahead(self, batch_id: str, attempt: int, wanted: Sequence[WantedObject]) -> None:
+        """Ask in one request for the URLs of the objects a batch's work (its attempt `attempt`) will get or put
+        soon. The broker judges each as if asked alone; one it refuses is asked for again, and refused, when used."""
+        if not wanted:
+            return
+        first, *rest = wanted
+        try:
+            grant = await self._ask(ObjectRequest(operation=first.operation, batch_id=batch_id, key=first.key,
+                                                  attempt=attempt, ahead=rest[:AHEAD]))
+        except ObjectAccessRefused:
+            return  # the use itself is refused, where its caller knows what that means
+        self._forget_expired()
+        expires_at = time.monotonic() + grant.expires_in_s
+        assert grant.url is not None, "a granted get or put carries its URL"
+        self.granted[first.operation, first.key] = (grant.url, expires_at)
+        for granted in grant.ahead:
+            self.granted[granted.operation, granted.key] = (granted.url, expires_at)
+
     async def _url(self, operation: ObjectOperation, key: str, attempt: int = 0) -> str:
-        if operation == "get":
-            url, expires_at = self.listed.pop(key, ("", 0.0))
-            if url and expires_at - time.monotonic() > URL_MARGIN_S:
-                return url
+        url, expires_at = self.granted.pop((operation, key), ("", 0.0))
+        if url and expires_at - time.monotonic() > URL_MARGIN_S:
+            return url
         grant = await self._ask(ObjectRequest(operation=operation, batch_id=batch_of(key), key=key, attempt=attempt))
         assert grant.url is not None, "a granted get or put carries its URL"
         return grant.url
@@ -138,8 +156,8 @@ class BrokeredObjectStore:
 
     def _forget_expired(self) -> None:
         now = time.monotonic()
-        for key in [key for key, (_, expires_at) in self.listed.items() if expires_at - now <= URL_MARGIN_S]:
-            del self.listed[key]
+        for key in [key for key, (_, expires_at) in self.granted.items() if expires_at - now <= URL_MARGIN_S]:
+            del self.granted[key]
 
     def _open(self, url: str, key: str) -> urllib3.BaseHTTPResponse:
         response = self.http.request("GET", url, preload_content=False)

@@ -8,6 +8,7 @@ applies the publish condition (fence) atomically with the write just as a direct
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from typing import TypeVar
 
 import nats.errors
@@ -16,7 +17,7 @@ from pydantic import ValidationError
 
 from contracts.events.envelope import Event
 from contracts.events.registry import AnyEvent, decode_event
-from contracts.fact_desk import FactReceipt, FactSubmission, FenceCondition, LogPage, LogRead
+from contracts.fact_desk import FACTS_PER_SUBMISSION, FactReceipt, FactSubmission, FenceCondition, LogPage, LogRead
 from contracts.subjects import fact_submissions, log_reads
 from services.runtime.nats.bus import EventBus, Fence, FenceMoved
 from services.runtime.process.telemetry import inject_headers
@@ -47,13 +48,14 @@ class FactDesk:
         self.reads = log_reads(executor_id)
         self.wait_s = wait_s
 
-    async def submit(self, event: Event, fence: Fence | None = None) -> int:
-        """The fact's stream sequence once stored; FenceMoved when the condition no longer holds."""
-        submission = FactSubmission(event=event.model_dump_json(),
+    async def submit(self, event: Event, *then: Event, fence: Fence | None = None) -> int:
+        """Store `event`, then each of `then`, in one request: the last one's stream sequence once all are stored;
+        FenceMoved when the condition no longer holds (the facts before it stay stored)."""
+        submission = FactSubmission(event=event.model_dump_json(), then=[fact.model_dump_json() for fact in then],
                                     fence=FenceCondition(subject=fence.subject, sequence=fence.sequence)
                                     if fence else None)
         receipt = await self._ask(self.submissions, submission.model_dump_json(), FactReceipt,
-                                  f"{event.type} of {event.aggregate_id}")
+                                  ", ".join(f"{fact.type} of {fact.aggregate_id}" for fact in (event, *then)))
         if receipt.status == "fence_moved":
             raise FenceMoved(fence or Fence("", 0), receipt.sequence)
         return receipt.sequence
@@ -103,4 +105,15 @@ class DeskBus(EventBus):
     desk: FactDesk
 
     async def publish(self, event: Event, fence: Fence | None = None) -> int:
-        return await self.desk.submit(event, fence)
+        return await self.desk.submit(event, fence=fence)
+
+
+async def publish_in_order(bus: EventBus, events: Sequence[Event], fence: Fence | None = None) -> int:
+    """Publish `events` in order, each under `fence` (one desk request for all of them, under authorization);
+    the last one's sequence. FenceMoved at the first the fence refuses: those before it stay published."""
+    if isinstance(bus, DeskBus) and len(events) <= FACTS_PER_SUBMISSION:
+        return await bus.desk.submit(*events, fence=fence)
+    sequence = 0
+    for event in events:
+        sequence = await bus.publish(event, fence)
+    return sequence
