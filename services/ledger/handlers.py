@@ -12,7 +12,7 @@ from contracts.subjects import LEDGER_NAME
 from services.ledger.application import Ledger
 from services.ledger.chain import Fact
 from services.ledger.observe import record_fold
-from services.ledger.projection import Projection, new_anomalies, project, projection_key, stored
+from services.ledger.projection import Projection, folded_records, projection_key, stored
 from services.ledger.rules import folded_types
 from services.runtime.nats.delivery import LogFollower, ServiceRouter
 from services.runtime.nats.readmodel import ReadModel
@@ -115,7 +115,8 @@ class Folder:
         if not facts:
             return
         started_ns = time.time_ns()
-        projections = await self._retried("folding", facts, stop, lambda: asyncio.to_thread(self._fold_sync, facts))
+        projections = await self._retried("folding", facts, stop,
+                                          lambda: asyncio.to_thread(folded_records, self.ledger, facts))
         if projections is None:
             return
         if not self._unmaterialised_facts:
@@ -173,11 +174,6 @@ class Folder:
                     return None
                 await asyncio.sleep(RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)])
                 attempt += 1
-
-    def _fold_sync(self, facts: list[Fact]) -> list[Projection]:
-        touched = self.ledger.fold_facts(facts)
-        projections = [p for p in (project(a, self.ledger.user_of_key) for a in touched) if p is not None]
-        return [*projections, *new_anomalies(touched, facts)]
 
 
 def read_model_sink(read_model: ReadModel) -> Sink:

@@ -26,6 +26,7 @@ from contracts.readmodel import (
 from contracts.subjects import ReadModelKind, read_model_key
 from services.ledger.accounts import Account
 from services.ledger.aggregates import ApiKey, Executor, File, Provider, User
+from services.ledger.application import Ledger
 from services.ledger.chain import Fact
 from services.ledger.domainmodel import Batch
 from services.ledger.folded import Folded
@@ -48,6 +49,13 @@ def project(aggregate: Folded, user_of_key: UserOfKey) -> Projection | None:
     """The read-model record of an aggregate; None for an aggregate without one."""
     projector = _PROJECTORS.get(type(aggregate))
     return None if projector is None else projector(aggregate, user_of_key)
+
+
+def folded_records(ledger: Ledger, facts: list[Fact]) -> list[Projection]:
+    """Fold facts into the ledger: the records of the aggregates they touched, and the anomalies they noted."""
+    touched = ledger.fold_facts(facts)
+    found = [projection for projection in (project(a, ledger.user_of_key) for a in touched) if projection is not None]
+    return [*found, *new_anomalies(touched, facts)]
 
 
 def projection_key(projection: Projection) -> str:

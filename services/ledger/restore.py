@@ -16,7 +16,7 @@ from services.ledger.application import Ledger
 from services.ledger.archive import Archive, ArchivePoint
 from services.ledger.chain import Fact
 from services.ledger.handlers import Sink
-from services.ledger.projection import Projection, new_anomalies, project
+from services.ledger.projection import Projection, folded_records
 from services.ledger.snapshot import mark_materialised, projections, seed
 from services.runtime.nats.readmodel import ReadModel
 
@@ -78,21 +78,15 @@ async def restore(ledger: Ledger, archive: Archive, point: ArchivePoint, sink: S
         async for fact in archive.facts(point.index, after=checkpoint):
             group.append(fact)
             if len(group) >= group_size:
-                await _put(sink, await asyncio.to_thread(_fold, ledger, group))
+                await _put(sink, await asyncio.to_thread(folded_records, ledger, group))
                 restored.folded, group = restored.folded + len(group), []
         if group:
-            await _put(sink, await asyncio.to_thread(_fold, ledger, group))
+            await _put(sink, await asyncio.to_thread(folded_records, ledger, group))
             restored.folded += len(group)
     await asyncio.to_thread(mark_materialised, ledger, point.last_sequence)
     log.info("ledger restored to archived point %d (sequence %d): %d aggregates from its snapshot, %d archived facts "
              "folded", point.index, point.last_sequence, restored.seeded, restored.folded)
     return restored
-
-
-def _fold(ledger: Ledger, facts: list[Fact]) -> list[Projection]:
-    touched = ledger.fold_facts(facts)
-    found: list[Projection] = [p for p in (project(a, ledger.user_of_key) for a in touched) if p is not None]
-    return [*found, *new_anomalies(touched, facts)]
 
 
 async def _put(sink: Sink, records: list[Projection]) -> None:

@@ -1,31 +1,12 @@
 """How each stream fact changes the ledger's aggregates: one group's fold, by tables of rules from contract events to
-aggregate commands."""
+aggregate commands (those about a known batch: `batch_rules`)."""
 
 import logging
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 from uuid import UUID
 
 from contracts.events.account import CreditsGranted, CreditsReleased, CreditsReserved
-from contracts.events.batch import (
-    AttemptFailed,
-    BatchAssigned,
-    BatchCancelled,
-    BatchCancelRequested,
-    BatchCompleted,
-    BatchCreated,
-    BatchExpired,
-    BatchFailed,
-    BatchFinalizing,
-    BatchProgressed,
-    BatchReleased,
-    BatchStarted,
-    BatchValidated,
-    BatchValidationFailed,
-    BatchWaiting,
-    LineRejected,
-    ShardFinished,
-    ValidationProgressed,
-)
+from contracts.events.batch import BatchCreated, BatchProgressed, ValidationProgressed
 from contracts.events.envelope import Event
 from contracts.events.executor import ExecutorLost, ExecutorRegistered
 from contracts.events.file import FileDeleted, FileStored
@@ -37,6 +18,7 @@ from contracts.lifecycle import TERMINAL
 from contracts.subjects import input_object_key
 from services.ledger.accounts import Account
 from services.ledger.aggregates import ApiKey, Executor, File, Provider, User
+from services.ledger.batch_rules import _batch_facts, at_seconds
 from services.ledger.decoding import ProgressFact
 from services.ledger.domainmodel import Batch
 from services.ledger.folded import Folded, aggregate_id
@@ -54,8 +36,6 @@ NOT_FOLDED: tuple[type[Event], ...] = (ValidationProgressed,)
 stream shows it straight from the log). Skipped quietly, before their batch is loaded."""
 _facts = FoldRules[Folded | None]()
 """Rules for facts that create an aggregate, change one other than a batch, or are progress (merged in runs)."""
-_batch_facts = FoldRules[None]()
-"""Rules for facts about a batch the ledger knows."""
 
 
 class Lookup(Protocol):
@@ -169,7 +149,7 @@ class FoldingRules:
         usage = None if not final else (final.get("input_tokens", 0),
                                         (final.get("input_tokens_details") or {}).get("cached_tokens", 0),
                                         final.get("output_tokens", 0))
-        account.settle(seq, batch.batch_id, ran=batch.completed > 0 or bool(usage and any(usage)), at=_at(fact))
+        account.settle(seq, batch.batch_id, ran=batch.completed > 0 or bool(usage and any(usage)), at=at_seconds(fact))
         self.touched[account.id] = account
 
     @_facts.on(BatchProgressed)
@@ -205,7 +185,7 @@ class FoldingRules:
     @_facts.on(CreditsGranted)
     def _credits_granted(self, seq: int, fact: CreditsGranted) -> Folded | None:
         account = self._account(fact.aggregate_id)
-        account.grant(seq, fact.amount_micros, _at(fact))
+        account.grant(seq, fact.amount_micros, at_seconds(fact))
         account.saw_credit_fact(seq)
         return account
 
@@ -217,7 +197,7 @@ class FoldingRules:
             account.note_anomaly(seq, "reserved", f"batch {fact.batch_id} has ended")
         else:
             account.reserve(seq, fact.batch_id, fact.amount_micros, fact.price, fact.model, fact.endpoint,
-                            _at(fact))
+                            at_seconds(fact))
         account.saw_credit_fact(seq)
         return account
 
@@ -227,7 +207,7 @@ class FoldingRules:
         if self.get(Batch, aggregate_id("batch", fact.batch_id)) is not None:
             account.note_anomaly(seq, "released", f"batch {fact.batch_id} exists: its end settles it")
         else:
-            account.release(seq, fact.batch_id, _at(fact))
+            account.release(seq, fact.batch_id, at_seconds(fact))
         account.saw_credit_fact(seq)
         return account
 
@@ -255,7 +235,7 @@ class FoldingRules:
         self._note_key_owner(seq, fact)
         return self._found_again(ApiKey, "apikey", fact.key_sha256, seq, fact) or ApiKey(
             key_sha256=fact.key_sha256, sequence=seq, role=fact.role, label=fact.label, user_id=fact.user_id,
-            created_at=_at(fact), provider_id=fact.provider_id, key_id=fact.public_id)
+            created_at=at_seconds(fact), provider_id=fact.provider_id, key_id=fact.public_id)
 
     @_facts.on(KeyRevoked)
     def _key_revoked(self, seq: int, fact: KeyRevoked) -> Folded | None:
@@ -270,20 +250,20 @@ class FoldingRules:
     def _user_created(self, seq: int, fact: UserCreated) -> Folded | None:
         return self._found_again(User, "user", fact.aggregate_id, seq, fact) or User(
             user_id=fact.aggregate_id, sequence=seq, display_name=fact.display_name,
-            allowed_models=fact.allowed_models, created_at=_at(fact), organization_id=fact.organization_id,
+            allowed_models=fact.allowed_models, created_at=at_seconds(fact), organization_id=fact.organization_id,
             role=fact.role)
 
     @_facts.on(OrganizationCreated)
     def _organization_created(self, seq: int, fact: OrganizationCreated) -> Folded | None:
         return self._found_again(Organization, "organization", fact.aggregate_id, seq, fact) or \
             Organization(organization_id=fact.aggregate_id, sequence=seq, display_name=fact.display_name,
-                         created_at=_at(fact))
+                         created_at=at_seconds(fact))
 
     @_facts.on(ProviderRegistered)
     def _provider_registered(self, seq: int, fact: ProviderRegistered) -> Folded | None:
         return self._found_again(Provider, "provider", fact.aggregate_id, seq, fact) or Provider(
             provider_id=fact.aggregate_id, sequence=seq, display_name=fact.display_name,
-            owner_key_id=fact.owner_key_id, owner_user_id=fact.owner_user_id, created_at=_at(fact))
+            owner_key_id=fact.owner_key_id, owner_user_id=fact.owner_user_id, created_at=at_seconds(fact))
 
     @_facts.on(ProviderApproved, ProviderApprovalWithdrawn)
     def _provider_approval(self, seq: int, fact: ProviderApproved | ProviderApprovalWithdrawn) -> Folded | None:
@@ -310,73 +290,6 @@ class FoldingRules:
         if executor is not None:
             executor.lose(seq, fact.last_heartbeat_at)
         return executor
-
-    # Facts about an existing batch, applied after its deferred progress; the batch keeps any anomaly itself.
-
-    @_batch_facts.on(LineRejected)
-    def _line_rejected(self, batch: Batch, seq: int, fact: LineRejected) -> None:
-        batch.reject_line(seq, fact.line, fact.code, fact.param, fact.message)
-
-    @_batch_facts.on(BatchValidated)
-    def _validated(self, batch: Batch, seq: int, fact: BatchValidated) -> None:
-        batch.validate(seq, _at(fact), fact.model, fact.total_lines, fact.error_count, fact.counts_by_code)
-
-    @_batch_facts.on(BatchValidationFailed)
-    def _validation_failed(self, batch: Batch, seq: int, fact: BatchValidationFailed) -> None:
-        batch.fail_validation(seq, _at(fact), fact.total_lines, fact.error_count, fact.counts_by_code,
-                              fact.rejected_lines, fact.reason, fact.error_file_id)
-
-    @_batch_facts.on(BatchAssigned)
-    def _assigned(self, batch: Batch, seq: int, fact: BatchAssigned) -> None:
-        executor = self.get(Executor, aggregate_id("executor", fact.executor_id))
-        batch.assign(seq, fact.executor_id, fact.attempt, fact.shard,
-                     getattr(executor, "provider_id", None) if executor is not None else None)
-
-    @_batch_facts.on(ShardFinished)
-    def _shard_finished(self, batch: Batch, seq: int, fact: ShardFinished) -> None:
-        batch.finish_shard(seq, fact.attempt, fact.shard, fact.stopped)
-
-    @_batch_facts.on(BatchStarted)
-    def _started(self, batch: Batch, seq: int, fact: BatchStarted) -> None:
-        batch.start(seq, _at(fact), fact.executor_id, fact.attempt, fact.engine, fact.engine_version)
-
-    @_batch_facts.on(BatchFinalizing)
-    def _finalizing(self, batch: Batch, seq: int, fact: BatchFinalizing) -> None:
-        batch.finalize(seq, _at(fact))
-
-    @_batch_facts.on(BatchCompleted)
-    def _completed(self, batch: Batch, seq: int, fact: BatchCompleted) -> None:
-        batch.complete(seq, _at(fact), fact.output_file_id, fact.error_file_id, fact.completed, fact.failed,
-                       fact.usage.model_dump())
-
-    @_batch_facts.on(BatchFailed)
-    def _failed(self, batch: Batch, seq: int, fact: BatchFailed) -> None:
-        batch.fail(seq, _at(fact), fact.code, fact.reason, _ended_with_files(fact))
-
-    @_batch_facts.on(BatchWaiting)
-    def _waiting(self, batch: Batch, seq: int, fact: BatchWaiting) -> None:
-        batch.wait(seq, fact.reason)
-
-    @_batch_facts.on(BatchReleased)
-    def _released(self, batch: Batch, seq: int, fact: BatchReleased) -> None:
-        batch.release(seq)
-
-    @_batch_facts.on(AttemptFailed)
-    def _attempt_failed(self, batch: Batch, seq: int, fact: AttemptFailed) -> None:
-        batch.fail_attempt(seq, fact.attempt, fact.executor_id, fact.code, fact.reason)
-
-    @_batch_facts.on(BatchCancelRequested)
-    def _cancel_requested(self, batch: Batch, seq: int, fact: BatchCancelRequested) -> None:
-        if fact.code == "insufficient_credits":  # the batch says why it stopped, as an administrator's cancel does
-            batch.request_cancel(seq, _at(fact), fact.requested_by_key_id, fact.code,
-                                 "The organisation's balance ran out: lines not yet run end insufficient_credits.")
-        else:
-            batch.request_cancel(seq, _at(fact), fact.requested_by_key_id, fact.by_admin, fact.by_admin_message)
-
-    @_batch_facts.on(BatchCancelled, BatchExpired)
-    def _ended(self, batch: Batch, seq: int, fact: BatchCancelled | BatchExpired) -> None:
-        batch.end(seq, _at(fact), "cancelled" if isinstance(fact, BatchCancelled) else "expired",
-                  fact.output_file_id, fact.error_file_id, fact.completed, fact.failed, fact.usage.model_dump())
 
     def _found_again(self, cls: type[A], kind: str, ident: str, seq: int, fact: Event) -> A | None:
         """The aggregate a creating fact names, when it exists already (an anomaly unless a redelivery)."""
@@ -409,16 +322,3 @@ _progress_rule = _facts.rule_for(BatchProgressed)
 def folded_types() -> tuple[type[Event], ...]:
     """The event types the fold has a rule for: every fact the ledger consumes."""
     return (*_facts.types(), *_batch_facts.types())
-
-
-def _at(fact: Event) -> int:
-    """When a fact happened, in the epoch seconds the aggregates keep."""
-    return fact.occurred_at // 1000
-
-
-def _ended_with_files(fact: BatchFailed) -> dict[str, Any] | None:
-    """What a batch failed at run time still delivered (None: it failed before any file was written)."""
-    if fact.completed is None or fact.failed is None:
-        return None
-    return {"output_file_id": fact.output_file_id, "error_file_id": fact.error_file_id, "completed": fact.completed,
-            "failed": fact.failed, "usage": fact.usage.model_dump() if fact.usage is not None else None}
