@@ -7,7 +7,7 @@ from contracts.subjects import LEDGER_LEADER_KEY, LEDGER_NAME
 from services.ledger.application import Ledger
 from services.ledger.archive import Archive
 from services.ledger.handlers import Folder, Sink, ledger_router, read_model_sink
-from services.ledger.reindex import index_live_batches, index_owners
+from services.ledger.reindex import index_live_batches, index_owners, index_stored_bytes
 from services.ledger.restore import archived_through, restore
 from services.ledger.retention import Policy, Retention
 from services.ledger.settings import LedgerSettings
@@ -90,11 +90,12 @@ class LedgerApp:
     async def _fold(self, router: ServiceRouter, bus: EventBus, ledger: Ledger, stop: asyncio.Event) -> None:
         read_model = await ReadModel.open(bus)
         checkpoint = await asyncio.to_thread(ledger.checkpoint)
-        checkpoint = await self._restore(read_model, ledger, read_model_sink(read_model), checkpoint)
-        await index_owners(bus, ledger, read_model_sink(read_model), checkpoint)
+        sink = read_model_sink(read_model)
+        checkpoint = await self._restore(read_model, ledger, sink, checkpoint)
+        await index_owners(bus, ledger, sink, checkpoint)
         await index_live_batches(ledger, read_model, checkpoint)
-        folder = self.folder = Folder(ledger, read_model_sink(read_model), checkpoint, self.settings.group_size,
-                                      self.settings.fold_pace_s)
+        await index_stored_bytes(ledger, read_model, checkpoint)
+        folder = self.folder = Folder(ledger, sink, checkpoint, self.settings.group_size, self.settings.fold_pace_s)
         head = await eventlog.head(bus)
         log.info("ledger resumes after sequence %d; stream head is %d", checkpoint, head)
         worker = asyncio.create_task(folder.run(stop))

@@ -24,10 +24,10 @@ R = TypeVar("R")
 RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 IDLE_POLL_S = 0.25
 BUSY_FACTS_PER_S = 250
-BUSY_WINDOW_S = 1.0
-"""The recent span over which that rate is measured."""
 """Facts folded in the last second from which the folder paces its groups: a burst of batches (hundreds of facts a
 second), not one client's batches one after another (a 1-line batch's life is ~12 facts in ~40 ms)."""
+BUSY_WINDOW_S = 1.0
+"""The recent span over which that rate is measured."""
 MATERIALISE_BEHIND = 4
 """Groups folded and not yet in the sink at most: then the fold waits for the sink."""
 

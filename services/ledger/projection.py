@@ -69,6 +69,11 @@ def stored(projection: Projection) -> BaseModel:
     return projection.record if isinstance(projection, KeyProjection) else projection
 
 
+MOMENTS = ("in_progress_at", "finalizing_at", "completed_at", "failed_at", "expired_at", "cancelling_at",
+           "cancelled_at")
+"""The batch's times the API shows (`validated_at` is the ledger's own)."""
+
+
 def batch_record(batch: Batch, owner_user_id: str | None = None) -> BatchRecord:
     errors = None
     if batch.error_total:
@@ -87,13 +92,7 @@ def batch_record(batch: Batch, owner_user_id: str | None = None) -> BatchRecord:
             "errors": errors,
             "output_file_id": batch.output_file_id,
             "error_file_id": batch.error_file_id,
-            "in_progress_at": times.get("in_progress_at"),
-            "finalizing_at": times.get("finalizing_at"),
-            "completed_at": times.get("completed_at"),
-            "failed_at": times.get("failed_at"),
-            "expired_at": times.get("expired_at"),
-            "cancelling_at": times.get("cancelling_at"),
-            "cancelled_at": times.get("cancelled_at"),
+            **{moment: times.get(moment) for moment in MOMENTS},
             "request_counts": {"total": batch.total, "completed": batch.completed, "failed": batch.failed},
             "metadata": batch.metadata,
             "model": batch.model,
@@ -146,17 +145,10 @@ def file_record(file: File, owner_user_id: str | None = None) -> FileRecord:
             "expires_at": getattr(file, "expires_at", None),
         }
     )
-    return FileRecord(
-        owner_key_id=file.owner_key_id,
-        owner_user_id=owner_user_id,
-        object_key=file.object_key,
-        sha256=file.sha256,
-        deleted=file.deleted,
-        # Files folded before uploads named a model have no such attribute.
-        model=getattr(file, "model", None),
-        demand=getattr(file, "demand", None),
-        file=obj,
-    )
+    # Files folded before uploads named a model have no such attribute.
+    return FileRecord(owner_key_id=file.owner_key_id, owner_user_id=owner_user_id, object_key=file.object_key,
+                      sha256=file.sha256, deleted=file.deleted, model=getattr(file, "model", None),
+                      demand=getattr(file, "demand", None), file=obj)
 
 
 def api_key_record(key: ApiKey) -> ApiKeyRecord:
