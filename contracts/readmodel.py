@@ -30,6 +30,16 @@ class LiveBatches(RootModel[dict[str, str]]):
     twin and in-use checks read these, not every batch the owner ever had."""
 
 
+class StoredFiles(RootModel[dict[str, tuple[int, int | None, str]]]):
+    """One part of an owner's files that are not deleted (those whose SHA-256 starts with the part's two hex digits),
+    each id with its bytes, expiry and SHA-256 (`owner_stored_part_key`): a same-upload check reads one part."""
+
+
+class StoredBytes(RootModel[dict[str, tuple[int, int | None]]]):
+    """An owner's stored bytes by part (`owner_stored_key`): each non-empty part's bytes and its earliest expiry, so
+    a quota check reads this alone (and a part only while a file in it is expired and not swept yet)."""
+
+
 class FileRecord(BaseModel):
     owner_key_id: str
     owner_user_id: str | None = None

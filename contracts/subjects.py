@@ -217,6 +217,17 @@ def owner_live_key(owner: str) -> str:
     return f"owner.{owner}.live"
 
 
+def owner_stored_key(owner: str) -> str:
+    """The owner's stored bytes, by part of their files (`StoredBytes`)."""
+    return f"owner.{owner}.stored"
+
+
+def owner_stored_part_key(owner: str, part: str) -> str:
+    """One part of the owner's files that are not deleted, by the first two hex digits of their SHA-256
+    (`StoredFiles`)."""
+    return f"owner.{owner}.stored.{part}"
+
+
 def input_object_key(file_id: str) -> str:
     return f"files/{file_id}"
 

@@ -1,6 +1,7 @@
 """Once, for a ledger that folded facts before ownership by user existed: fold again the facts that create keys, files
 and batches, so each key's user is known and every file and batch is re-projected under its owner. Once, for a read
-model made before owners' lists of live batches existed: write them from the batch records.
+model made before owners' lists of live batches (and their stored bytes) existed: write them from the batch (and
+file) records.
 
 Refolding a fact at or below the checkpoint changes no aggregate; it only adds what older code never made.
 """
@@ -29,6 +30,9 @@ GROUP = 1000
 LIVE_INDEX = f"{EVENTS_STREAM}:owner_live_index"
 """Tracking name, present once every owner's list of live batches is written (a store that starts empty writes the
 lists as it folds)."""
+STORED_INDEX = f"{EVENTS_STREAM}:owner_stored_index"
+"""Tracking name, present once every owner's stored bytes are written (a store that starts empty writes them as it
+folds)."""
 
 
 async def index_owners(bus: EventBus, ledger: Ledger, sink: Sink, checkpoint: int) -> int:
@@ -59,6 +63,19 @@ async def index_live_batches(ledger: Ledger, read_model: ReadModel, checkpoint: 
     if owners:
         log.info("listed the live batches of %d owners", owners)
     await asyncio.to_thread(ledger.tracking.insert_tracking, Tracking(application_name=LIVE_INDEX, notification_id=1))
+    return owners
+
+
+async def index_stored_bytes(ledger: Ledger, read_model: ReadModel, checkpoint: int) -> int:
+    """Write each owner's stored bytes from the file records folded up to `checkpoint`, unless done before (a read
+    model made before they were kept); how many owners have files."""
+    if await asyncio.to_thread(ledger.tracking.max_tracking_id, STORED_INDEX):
+        return 0
+    owners = await read_model.index_stored_bytes() if checkpoint else 0
+    if owners:
+        log.info("wrote the stored bytes of %d owners", owners)
+    await asyncio.to_thread(ledger.tracking.insert_tracking, Tracking(application_name=STORED_INDEX,
+                                                                      notification_id=1))
     return owners
 
 

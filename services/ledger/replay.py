@@ -24,6 +24,7 @@ from services.runtime.nats.bus import EventBus
 from services.runtime.nats.folds import running
 from services.runtime.nats.kv import latest_entries
 from services.runtime.nats.readmodel import ReadModel, live_lists, owner_copy
+from services.runtime.nats.stored_bytes import stored_records
 
 
 @dataclass
@@ -86,6 +87,7 @@ async def replay_into_scratch(bus: EventBus, group_size: int = 5000, archive: Ar
         ledger.close()
     batches = [record for record in replayed.records.values() if isinstance(record, BatchRecord)]
     replayed.records.update((owner_live_key(owner), ids) for owner, ids in live_lists(batches).items())
+    replayed.records.update(stored_records(r for r in replayed.records.values() if isinstance(r, FileRecord)))
     return replayed
 
 

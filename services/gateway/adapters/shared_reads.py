@@ -1,7 +1,7 @@
-"""One read for every request that needs the same thing at once: the uploads, list pages and quota checks of one
-owner that arrive together share a scan of the owner's index and its decoded records, instead of each decoding
-every record of the owner (a burst of 50 uploads held 50 copies of them: the gateway's memory grew with the
-owner's files times the requests in flight, and its allocator kept each new peak).
+"""One read for every request that needs the same thing at once: the list pages of one owner that arrive together
+share a scan of the owner's index and its decoded records, instead of each decoding every record of the owner (a
+burst of 50 held 50 copies of them: the gateway's memory grew with the owner's files times the requests in flight,
+and its allocator kept each new peak). Uploads read no index: the owner's stored bytes and files by digest.
 
 A request is answered only by a read that begins after it asked, so it sees everything acknowledged before it
 asked. While a read of a key runs, the requests that arrive meanwhile wait for the next read of that key, which

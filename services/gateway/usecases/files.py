@@ -2,6 +2,7 @@
 must be, the same upload again, the owner's storage quota, and a deletion that never takes the input of a live batch
 (also the sweeper's)."""
 
+import asyncio
 import logging
 import re
 import time
@@ -67,6 +68,14 @@ async def owner_files(d: Deps, owner: str) -> list[FileRecord]:
     return [r for r in await indexed_files(d, owner) if not r.deleted and not is_expired(r, now)]
 
 
+async def same_bytes(d: Deps, owner: str, sha256: str) -> list[FileRecord]:
+    """The owner's files with these bytes that still exist (not deleted, not expired), found by their digest."""
+    file_ids = await d.read_model.owner_file_ids_by_sha256(owner, sha256)
+    records = await asyncio.gather(*(d.read_model.get_file(file_id) for file_id in file_ids))
+    now = time.time()
+    return [r for r in records if r is not None and r.owner == owner and not r.deleted and not is_expired(r, now)]
+
+
 async def discard_object(d: Deps, object_key: str) -> None:
     """Remove what a refused upload stored; a store that is down keeps an object no fact names (harmless)."""
     try:
@@ -80,16 +89,12 @@ async def admit_bytes(d: Deps, owner: str, file_id: str, size: int) -> None:
     `storage_quota_exceeded`. The caller publishes the file next; anything it then fails to publish counts until
     the admission's grace ends."""
 
-    async def held(listed: frozenset[str]) -> Holdings:
-        indexed = await indexed_files(d, owner)  # a deleted file leaves the index: look listed ones up
-        # A listed file the index did not show may have been folded since the index was read: it is looked up by
-        # id, and counted if it still holds its bytes (else known, and gone).
-        found = [record for i in listed - {r.file.id for r in indexed}
-                 if (record := await d.read_model.get_file(i)) is not None]
-        now = time.time()
-        return Holdings({r.file.id: r.file.bytes for r in [*indexed, *found]
-                         if not r.deleted and not is_expired(r, now)},
-                        frozenset({r.file.id for r in [*indexed, *found]}))
+    async def held(listed: frozenset[str]) -> Holdings:  # the owner's stored bytes, not every file of theirs
+        # The records first, then the bytes: the read model counts a file's bytes before its record shows it (or
+        # shows it deleted), so a listed file it shows is counted once, by the bytes read after, never by neither.
+        shown = await asyncio.gather(*(d.read_model.get_file(file_id) for file_id in listed))
+        stored = await d.read_model.owner_stored_bytes(owner, time.time())
+        return Holdings({STORED_BYTES: stored}, frozenset(record.file.id for record in shown if record is not None))
 
     quota = d.settings.storage_quota_bytes
     used = await d.admission.take(STORED_BYTES, owner, file_id, size, quota, held)
@@ -128,8 +133,8 @@ async def create_file(d: Deps, caller: ApiKeyRecord, new: NewFile) -> tuple[File
     ttl_s = new.expires_after_s or d.settings.batch_file_ttl_s
     try:
         # Anything that differs from an earlier upload is a file object of its own, even with the same bytes.
-        same = next((r for r in await owner_files(d, owner) if r.sha256 == stored.sha256
-                     and r.file.purpose == new.purpose and r.file.filename == new.filename and r.model == new.model
+        same = next((r for r in await same_bytes(d, owner, stored.sha256) if r.file.purpose == new.purpose
+                     and r.file.filename == new.filename and r.model == new.model
                      and (r.file.expires_at or 0) - r.file.created_at == ttl_s), None)
         if same is not None:
             await discard_object(d, new.object_key)

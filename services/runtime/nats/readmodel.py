@@ -26,6 +26,7 @@ from contracts.readmodel import (
 from contracts.subjects import READ_MODEL_BUCKET, owner_index, owner_index_key, owner_live_key, read_model_key
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.kv import latest_entries, latest_values, open_bucket
+from services.runtime.nats.stored_bytes import StoredBytesWriter, part_of, stored_bytes, stored_part
 
 Record = TypeVar("Record", bound=BaseModel)
 
@@ -53,6 +54,7 @@ class ReadModel:
         self._live: dict[str, dict[str, str]] = {}
         """The writer's copy of each touched owner's live-batch list (as last put); owners with none are dropped."""
         self._live_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._stored = StoredBytesWriter(kv)
 
     @classmethod
     async def open(cls, bus: EventBus) -> "ReadModel":
@@ -138,6 +140,20 @@ class ReadModel:
         """The owner's files that are not deleted (expired ones included), from their index alone."""
         return [FileRecord.model_validate_json(v) for v in await latest_values(self.kv, owner_index(owner, "file"))]
 
+    async def owner_stored_bytes(self, owner: str, now: float) -> int:
+        """The bytes of the owner's files that are neither deleted nor expired (one read while none is expired)."""
+        return await stored_bytes(self.kv, owner, now)
+
+    async def owner_file_ids_by_sha256(self, owner: str, sha256: str) -> list[str]:
+        """The ids of the owner's files with these bytes that are not deleted (one read, however many files)."""
+        files = await stored_part(self.kv, owner, part_of(sha256))
+        return [file_id for file_id, (_, _, digest) in files.root.items() if digest == sha256]
+
+    async def index_stored_bytes(self) -> int:
+        """Write every owner's stored bytes from the file records (once, for a read model made before they were
+        kept); how many owners have files."""
+        return await self._stored.index(await self.list_files())
+
     async def get_organization(self, organization_id: str) -> OrganizationRecord | None:
         return await self._get(read_model_key("organization", organization_id), OrganizationRecord)
 
@@ -161,6 +177,8 @@ class ReadModel:
         value = record.model_dump_json().encode()
         if isinstance(record, BatchRecord):
             await self._mark_live(record, record.batch.status not in TERMINAL)
+        if isinstance(record, FileRecord):
+            await self._stored.enter(record)
         if isinstance(record, BatchRecord | FileRecord):
             copy_key, kept = owner_copy(record)
             await (self.kv.put(copy_key, value) if kept else self.kv.delete(copy_key))

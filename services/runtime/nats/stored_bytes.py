@@ -1,0 +1,124 @@
+"""Each owner's stored bytes, kept by the read model's writer beside the file records: the owner's files that are not
+deleted, in parts by the first two hex digits of their SHA-256 (`StoredFiles`), and the parts' bytes and earliest
+expiries (`StoredBytes`). A quota check reads the summary, a same-upload check one part: neither reads every file.
+
+Both are states, not counters: a record put again (a redelivery, a replay) changes nothing, and a file's part and the
+summary are written before its record shows the change, so a reader that sees the record sees the bytes counted."""
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Iterable
+
+import nats.js.errors
+from nats.js.kv import KeyValue
+from pydantic import BaseModel
+
+from contracts.readmodel import FileRecord, StoredBytes, StoredFiles
+from contracts.subjects import owner_stored_key, owner_stored_part_key
+
+
+def part_of(sha256: str) -> str:
+    return sha256[:2]
+
+
+def summary_of(files: StoredFiles) -> tuple[int, int | None]:
+    """A part's bytes and its earliest expiry (None: no file in it expires)."""
+    expiries = [expires_at for _, expires_at, _ in files.root.values() if expires_at is not None]
+    return sum(size for size, _, _ in files.root.values()), min(expiries, default=None)
+
+
+def stored_records(records: Iterable[FileRecord]) -> dict[str, BaseModel]:
+    """The parts and summaries that a read model of these file records holds (what the writer keeps, made at once:
+    replay and the first index)."""
+    parts: defaultdict[tuple[str, str], dict[str, tuple[int, int | None, str]]] = defaultdict(dict)
+    for record in records:
+        if not record.deleted:
+            parts[record.owner, part_of(record.sha256)][record.file.id] = _entry(record)
+    made: dict[str, BaseModel] = {}
+    summaries: defaultdict[str, dict[str, tuple[int, int | None]]] = defaultdict(dict)
+    for (owner, part), files in parts.items():
+        stored = made[owner_stored_part_key(owner, part)] = StoredFiles(dict(sorted(files.items())))
+        summaries[owner][part] = summary_of(stored)
+    made.update((owner_stored_key(owner), StoredBytes(dict(sorted(parts.items())))) for owner, parts in
+                summaries.items())
+    return made
+
+
+def _entry(record: FileRecord) -> tuple[int, int | None, str]:
+    return record.file.bytes, record.file.expires_at, record.sha256
+
+
+async def _read(kv: KeyValue, key: str) -> bytes | None:
+    try:
+        entry = await kv.get(key)
+    except nats.js.errors.KeyNotFoundError:
+        return None
+    return entry.value or None
+
+
+async def _write(kv: KeyValue, key: str, record: StoredFiles | StoredBytes) -> None:
+    await (kv.put(key, record.model_dump_json().encode()) if record.root else kv.delete(key))
+
+
+async def stored_bytes(kv: KeyValue, owner: str, now: float) -> int:
+    """The bytes of the owner's files that are neither deleted nor expired at `now`."""
+    raw = await _read(kv, owner_stored_key(owner))
+    parts = StoredBytes.model_validate_json(raw).root if raw else {}
+    total = sum(size for size, _ in parts.values())
+    for part in [part for part, (_, earliest) in parts.items() if earliest is not None and earliest <= now]:
+        files = await stored_part(kv, owner, part)  # an expired file the sweeper has not deleted yet
+        total -= sum(size for size, expires_at, _ in files.root.values()
+                     if expires_at is not None and expires_at <= now)
+    return max(total, 0)
+
+
+async def stored_part(kv: KeyValue, owner: str, part: str) -> StoredFiles:
+    raw = await _read(kv, owner_stored_part_key(owner, part))
+    return StoredFiles.model_validate_json(raw) if raw else StoredFiles({})
+
+
+class StoredBytesWriter:
+    """The writer's side: a file record's change entered in its owner's part and summary (one owner at a time)."""
+
+    def __init__(self, kv: KeyValue) -> None:
+        self.kv = kv
+        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+
+    async def enter(self, record: FileRecord) -> None:
+        """Enter the file (or, deleted, remove it) in its owner's stored bytes; nothing is written when they hold it
+        as it is already."""
+        owner, part = record.owner, part_of(record.sha256)
+        async with self._locks[owner]:
+            files = await stored_part(self.kv, owner, part)
+            entry = None if record.deleted else _entry(record)
+            if files.root.get(record.file.id) == entry:
+                return await self._summarise(owner, part, files)  # a put again after a failure between the two
+            changed = dict(files.root)
+            if entry is None:
+                changed.pop(record.file.id, None)
+            else:
+                changed[record.file.id] = entry
+            files = StoredFiles(dict(sorted(changed.items())))
+            await _write(self.kv, owner_stored_part_key(owner, part), files)
+            await self._summarise(owner, part, files)
+
+    async def _summarise(self, owner: str, part: str, files: StoredFiles) -> None:
+        raw = await _read(self.kv, owner_stored_key(owner))
+        parts = dict(StoredBytes.model_validate_json(raw).root) if raw else {}
+        summary = summary_of(files) if files.root else None
+        if parts.get(part) == summary:
+            return
+        if summary is None:
+            parts.pop(part, None)
+        else:
+            parts[part] = summary
+        await _write(self.kv, owner_stored_key(owner), StoredBytes(dict(sorted(parts.items()))))
+
+    async def index(self, records: Iterable[FileRecord]) -> int:
+        """Write every owner's stored bytes from their file records (once, for a read model made before they were
+        kept); how many owners have files."""
+        made = stored_records(records)
+        for key, record in made.items():
+            assert isinstance(record, StoredFiles | StoredBytes)
+            await _write(self.kv, key, record)
+        return sum(isinstance(record, StoredBytes) for record in made.values())
