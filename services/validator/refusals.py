@@ -1,11 +1,13 @@
 """What validation refused, line by line: the `RejectedLine` record of a refused line (every error it has), and
 the lines of the error file of a batch that failed validation, in OpenAI's batch error-line shape."""
 
+import hashlib
+
 import orjson
 from pydantic_core import to_json
 
 from contracts.api.output_line import OutputError, OutputLine
-from contracts.api.rejected_line import DUPLICATE_CUSTOM_ID, RejectedLine
+from contracts.api.rejected_line import DUPLICATE_CUSTOM_ID, REFUSED_STATUS, RejectedLine
 from contracts.ids import batch_request_id
 from services.validator.domain import FileValidation, LineResult
 
@@ -46,15 +48,30 @@ def not_run_output(batch_id: str, line: int, raw: bytes, message: str, checked: 
                       response=None, error=OutputError(code=BATCH_FAILED_VALIDATION, message=message))
 
 
+class LineIds:
+    """The hex digits of `batch_request_id(batch_id, name)` (and of the `req_` id beside it) for many names of one
+    batch, its own part hashed once."""
+
+    def __init__(self, batch_id: str) -> None:
+        self.named = hashlib.sha256(f"{batch_id}\x1f".encode())
+        if b"batch_req_" + self.digits("probe") != batch_request_id(batch_id, "probe").encode():
+            raise ValueError("a line's id is no longer derived as contracts.ids.batch_request_id derives it")
+
+    def digits(self, name: str) -> bytes:
+        digest = self.named.copy()
+        digest.update(name.encode())
+        return digest.hexdigest()[:24].encode()
+
+
 class NotRunLines:
     """The error-file lines of the lines of one failed batch that were not refused, as bytes: what `not_run_output`
-    and its `model_dump_json` give, from a template the model writes once (such lines differ only in their id and
-    custom_id, which the model's own JSON encoder writes)."""
+    and its `model_dump_json` give, from a template the model writes once (such lines differ only in their id, a
+    hash's hex digits, and their custom_id, which the model's own JSON encoder writes)."""
 
     HEAD = b'{"id":"","custom_id":""'
 
     def __init__(self, batch_id: str, message: str) -> None:
-        self.batch_id = batch_id
+        self.ids = LineIds(batch_id)
         sample = OutputLine(id="", custom_id="", response=None,
                             error=OutputError(code=BATCH_FAILED_VALIDATION, message=message)).model_dump_json().encode()
         if not sample.startswith(self.HEAD):
@@ -63,11 +80,33 @@ class NotRunLines:
 
     def line(self, line: int, custom_id: str | None, checked: bool) -> bytes:
         """The JSON of the line that `not_run_output` gives a line of this custom_id (without its newline)."""
-        ident = line_id(self.batch_id, line, custom_id if checked else None)
-        return b'{"id":' + to_json(ident) + b',"custom_id":' + to_json(custom_id) + self.tail
+        digits = self.ids.digits(custom_id if checked and custom_id is not None else f"line:{line}")
+        return b'{"id":"batch_req_' + digits + b'","custom_id":' + to_json(custom_id) + self.tail
 
     def of_raw(self, line: int, raw: bytes, checked: bool) -> bytes:
         return self.line(line, _custom_id(raw), checked)
+
+
+class RefusedLines:
+    """The error-file lines of one batch's refused lines, as bytes: what `RejectedLine.error_line` and its
+    `model_dump_json` give, each string written by the model's own JSON encoder into the shape the model writes
+    (checked against it on a sample with every field set, and one with none)."""
+
+    def __init__(self, batch_id: str) -> None:
+        self.ids = LineIds(batch_id)
+        for sample in (RejectedLine(line=7, custom_id="c\"é\n", code="invalid_body", param="body.x", message="m\t"),
+                       RejectedLine(line=1, custom_id=None, code=DUPLICATE_CUSTOM_ID, message="")):
+            if self.line(sample) != sample.error_line(batch_id).model_dump_json().encode():
+                raise ValueError("a refused line's error line is no longer written in the shape RefusedLines writes")
+
+    def line(self, rejected: RejectedLine) -> bytes:
+        """The JSON of `rejected.error_line(batch_id)` (without its newline)."""
+        digits, code, message = self.ids.digits(rejected.ident()), to_json(rejected.code), to_json(rejected.message)
+        return b"".join((b'{"id":"batch_req_', digits, b'","custom_id":', to_json(rejected.custom_id),
+                         b',"response":{"status_code":', str(REFUSED_STATUS).encode(), b',"request_id":"req_', digits,
+                         b'","body":{"error":{"message":', message, b',"type":"invalid_request_error","param":',
+                         to_json(rejected.param), b',"code":', code, b'}}},"error":{"code":', code, b',"message":',
+                         message, b'},"line":', str(rejected.line).encode(), b"}"))
 
 
 def _custom_id(raw: bytes) -> str | None:

@@ -1,11 +1,14 @@
 """What validation refused, as the records and error-file lines a user reads to fix a file."""
 
 import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from contracts.api.rejected_line import RejectedLine
 from contracts.ids import batch_request_id
 from services.validator.domain import LineResult
 from services.validator.issues import LineIssue
-from services.validator.refusals import BATCH_FAILED_VALIDATION, not_run_output, rejected_line
+from services.validator.refusals import BATCH_FAILED_VALIDATION, RefusedLines, not_run_output, rejected_line
 
 BATCH = "batch_r1"
 
@@ -47,3 +50,13 @@ def test_a_line_that_did_not_run_keeps_its_custom_id_and_says_why() -> None:
     assert not_run_output(BATCH, 10, b"{oops", "Too many.", checked=False).custom_id is None
     assert "line" not in orjson.loads(checked.model_dump_json()), "only a refused line names its input line"
     assert checked.response is None, "a line the batch stopped has no response, as OpenAI's have none"
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(1, 10**6), st.text(max_size=40) | st.none(), st.sampled_from(
+    ["invalid_json", "duplicate_custom_id", "context_too_long", "invalid_body"]) | st.text(max_size=20),
+       st.text(max_size=30) | st.none(), st.text(max_size=200), st.text(min_size=1, max_size=30))
+def test_a_refused_lines_error_line_is_written_as_the_model_writes_it(
+        line: int, custom_id: str | None, code: str, param: str | None, message: str, batch_id: str) -> None:
+    record = RejectedLine(line=line, custom_id=custom_id, code=code, param=param, message=message)
+    assert RefusedLines(batch_id).line(record) == record.error_line(batch_id).model_dump_json().encode()

@@ -16,7 +16,7 @@ from contracts.subjects import input_object_key
 from services.runtime.storage.objectstore import ObjectStore
 from services.validator.adapters.input_lines import lines_by_chunk
 from services.validator.domain import FileValidation
-from services.validator.refusals import NotRunLines, not_run_message
+from services.validator.refusals import NotRunLines, RefusedLines, not_run_message
 
 BATCH_LINES = 8192
 """Error lines written together from memory, off the event loop."""
@@ -30,19 +30,16 @@ def error_lines(store: ObjectStore, created: BatchCreated, validation: FileValid
     missing, unusable or repeated one refuses its line), so the file is written from memory; only a file with lines
     past the line limit (never checked) is read again, for their custom_ids."""
     batch_id = created.aggregate_id
-    not_run = NotRunLines(batch_id, not_run_message(validation))
+    not_run, refused_lines = NotRunLines(batch_id, not_run_message(validation)), RefusedLines(batch_id)
     custom_ids = {line: custom_id for custom_id, line in validation.first_line_of.items()}
     blank = set(validation.blank_lines)
     numbers = [n for n in range(1, validation.lines_seen + 1) if n not in blank]
-    if validation.limit_line is None and all(n in refused or n in custom_ids for n in numbers):
+    if validation.limit_line is None and not set(numbers).difference(refused, custom_ids):
         for start in range(0, len(numbers), BATCH_LINES):
-            out = bytearray()
-            for number in numbers[start:start + BATCH_LINES]:
-                rejected = refused.get(number)
-                out += rejected.error_line(batch_id).model_dump_json().encode() if rejected is not None else \
-                    not_run.line(number, custom_ids[number], checked=True)
-                out += b"\n"
-            yield bytes(out), len(numbers[start:start + BATCH_LINES])
+            batch = numbers[start:start + BATCH_LINES]
+            yield b"".join(refused_lines.line(rejected) + b"\n" if (rejected := refused.get(number)) is not None
+                           else not_run.line(number, custom_ids[number], checked=True) + b"\n"
+                           for number in batch), len(batch)
         return
     number = 0
     for lines in lines_by_chunk(store, created.input_object_key):
@@ -55,7 +52,7 @@ def error_lines(store: ObjectStore, created: BatchCreated, validation: FileValid
             count += 1
             rejected = refused.get(number)
             if rejected is not None:
-                out += rejected.error_line(batch_id).model_dump_json().encode()
+                out += refused_lines.line(rejected)
             elif validation.unchecked(number) or number not in custom_ids:
                 out += not_run.of_raw(number, raw, checked=not validation.unchecked(number))
             else:
