@@ -281,7 +281,7 @@ class ModelTokenizer:
         overhead = self.overhead_cache.get(roles)
         if overhead is None:
             overhead = self.chat_bound([{"role": role, "content": ""} for role in roles])
-        size = overhead + sum(map(_size, contents))
+        size = overhead + sum(map(len if json_ascii else _size, contents))  # an ASCII line's contents are ASCII
         if size <= room:
             return None
         rendered = self._spliced(roles, contents) if plain else None
