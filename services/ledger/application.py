@@ -18,7 +18,7 @@ from contracts.events.envelope import Event
 from contracts.subjects import EVENTS_STREAM
 from services.ledger.aggregates import CHAIN_ID, ApiKey, Executor, File, StreamChain, register_stable_topics
 from services.ledger.chain import Fact, Link, contiguous_runs, link_run
-from services.ledger.decoding import decode_fact
+from services.ledger.decoding import ProgressFact, decode_fact
 from services.ledger.domainmodel import Batch
 from services.ledger.folded import Folded, aggregate_id
 from services.ledger.membership import KeyOwner
@@ -94,10 +94,12 @@ class Ledger(Application[UUID]):
         try:
             chain = self._chain or self._load_chain()
             new = [fact for fact in facts if fact.sequence > chain.last_sequence]
-            apply = fold.apply
+            apply, progressed = fold.apply, fold.progressed
             for fact in facts:
                 decoded = decode_fact(fact)
-                if decoded is not None:
+                if type(decoded) is ProgressFact:  # most facts of a busy stream: their rule, without the lookup
+                    progressed(fact.sequence, decoded)
+                elif decoded is not None:
                     apply(fact.sequence, decoded)
             fold.flush()
             if new:

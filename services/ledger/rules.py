@@ -60,7 +60,7 @@ class FoldingRules:
 
     def apply(self, seq: int, fact: Event | ProgressFact) -> None:
         """Fold one fact by its rule; the aggregate it changed (or refused with an anomaly) joins `touched`."""
-        rule = _progress_rule if type(fact) is ProgressFact else _facts.rule_for(type(fact))
+        rule = _facts.rule_for(BatchProgressed if type(fact) is ProgressFact else type(fact))
         if rule is not None:
             aggregate = rule(self, seq, fact)
         elif isinstance(fact, Event) and fact.kind == "batch" and not isinstance(fact, NOT_FOLDED):
@@ -153,7 +153,7 @@ class FoldingRules:
         self.touched[account.id] = account
 
     @_facts.on(BatchProgressed)
-    def _progressed(self, seq: int, fact: ProgressFact) -> Folded | None:
+    def progressed(self, seq: int, fact: ProgressFact) -> Folded | None:
         """Merged into the batch's run of progress (applied before its next other fact, or at the group's end),
         unless the batch refuses it (an anomaly, or a fact folded before): then applied now, after that run. The
         batch joins `touched` when the group first names it."""
@@ -313,10 +313,6 @@ class FoldingRules:
         if found is None:
             log.warning("sequence %d: %s for unknown %s %s, skipped", seq, fact.type, kind, fact.aggregate_id)
         return found
-
-
-_progress_rule = _facts.rule_for(BatchProgressed)
-"""The rule of a fact decoded as a `ProgressFact` (every `BatchProgressed`), looked up once: most facts are one."""
 
 
 def folded_types() -> tuple[type[Event], ...]:
