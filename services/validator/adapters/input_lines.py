@@ -15,7 +15,10 @@ def lines_by_chunk(store: ObjectStore, key: str, chunk_bytes: int = READ_CHUNK) 
     try:
         pending = b""
         for chunk in response.stream(chunk_bytes):
-            *lines, pending = (pending + chunk).split(b"\n") if pending else chunk.split(b"\n")
+            lines = chunk.split(b"\n")
+            if pending:  # the line the last chunk began: only it is copied again, not the whole chunk
+                lines[0] = pending + lines[0]
+            pending = lines.pop()
             if lines:
                 yield [line.removesuffix(b"\r") for line in lines]
         if pending:
