@@ -62,16 +62,18 @@ class Admission:
         key = key_of(f"admit.{limit_name}", owner)
         try:
             for attempt in range(MAX_TRIES):
-                raw, revision = await self.store.get_raw(key)
+                # This gateway's own last write of the entry, while live: the write below proves it still is.
+                own = self.store.last_written(key) if attempt == 0 else None
+                raw, revision = own or await self.store.get_raw(key)
                 listed: dict[str, list[float]] = orjson.loads(raw) if raw else {}
                 held = await read(frozenset(listed))  # after the entry: items leave it once the read model shows them
                 now = time.time()
                 pending = {i: v for i, v in listed.items() if i not in held.known and now - v[1] < self.grace_s}
-                if item in pending or item in held.counted:
-                    return None
                 used = usage(pending, held)
-                if used + amount > limit:
-                    return used
+                if item in pending or item in held.counted or used + amount > limit:
+                    if own is not None:
+                        continue  # decided without a write, so from the entry as it is now: read it afresh
+                    return None if item in pending or item in held.counted else used
                 pending[item] = [amount, now]
                 try:
                     await self.store.put_raw(key, orjson.dumps(pending), ttl_of(self.grace_s), revision)

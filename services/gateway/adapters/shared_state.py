@@ -2,6 +2,9 @@
 numbers per key in a KV bucket, changed by compare-and-set, each write expiring on its own (per-message TTL), so
 the bucket only ever holds live windows.
 
+Each write is remembered while it is surely live (`last_written`): a caller may start a compare-and-set from it,
+which then proves no one wrote since (admission.py: an owner's next create through this gateway costs one write).
+
 Nothing here waits long: each read or write has `TIMEOUT_S`, and once the bucket failed to answer, callers are told
 at once (`SharedStateUnavailable`) for `RETRY_AFTER_S` before it is tried again. Callers then use their own counts.
 """
@@ -12,8 +15,9 @@ import logging
 import math
 import random
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 import nats.errors
@@ -33,6 +37,10 @@ MAX_TRIES = 64
 """Compare-and-set attempts for one change; past them (a key written by many at once) the change is given up."""
 MAX_TTL_S = 24 * 3600.0
 """No entry outlives this, whatever its window."""
+MAX_WRITTEN = 100_000
+"""Keys whose last write this gateway remembers; past this the least recently written go first."""
+EXPIRY_MARGIN_S = 1.0
+"""A write is remembered until this long before the broker would expire it."""
 
 Numbers = list[float]
 R = TypeVar("R")
@@ -67,6 +75,8 @@ class SharedState:
     timeout_s: float = TIMEOUT_S
     retry_after_s: float = RETRY_AFTER_S
     _down_until: float = 0.0
+    _written: OrderedDict[str, tuple[bytes, int, float]] = field(default_factory=OrderedDict, init=False)
+    """Per key, this gateway's last write: its bytes, its revision, and until when (monotonic) it is surely live."""
 
     async def read(self, key: str) -> Numbers | None:
         return (await self._get(key))[0]
@@ -99,6 +109,14 @@ class SharedState:
         value: Numbers | None = orjson.loads(raw) if raw else None
         return value, revision
 
+    def last_written(self, key: str) -> tuple[bytes, int] | None:
+        """This gateway's last write of the key and its revision, while surely live: the key's value then unless
+        another writer came since (which a compare-and-set naming this revision finds out)."""
+        written = self._written.get(key)
+        if written is None or time.monotonic() >= written[2]:
+            return None
+        return written[0], written[1]
+
     async def _publish(self, key: str, value: Sequence[float], ttl_s: float, revision: int | None) -> None:
         await self.put_raw(key, orjson.dumps([round(v, 3) for v in value]), ttl_s, revision)
 
@@ -119,15 +137,19 @@ class SharedState:
         `KeyWrongLastSequenceError`, and nothing is written)."""
         self._refuse_while_down()
         headers = None if revision is None else {str(api.Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value): str(revision)}
+        self._written.pop(key, None)
         try:
             async with asyncio.timeout(self.timeout_s):
-                await self.kv._js.publish(f"{self.kv._pre}{key}", data, headers=headers, msg_ttl=ttl_s)
+                ack = await self.kv._js.publish(f"{self.kv._pre}{key}", data, headers=headers, msg_ttl=ttl_s)
         except nats.js.errors.APIError as error:
             if error.err_code in (10071, 10164):  # wrong last sequence: another writer came first
                 raise nats.js.errors.KeyWrongLastSequenceError(description=error.description) from error
             raise self._unavailable(repr(error)) from error
         except (TimeoutError, nats.errors.Error, OSError) as error:
             raise self._unavailable(repr(error)) from error
+        self._written[key] = (data, ack.seq, time.monotonic() + ttl_s - EXPIRY_MARGIN_S)
+        while len(self._written) > MAX_WRITTEN:
+            self._written.popitem(last=False)
 
     def _refuse_while_down(self) -> None:
         if time.monotonic() < self._down_until:
