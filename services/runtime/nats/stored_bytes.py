@@ -6,8 +6,9 @@ Both are states, not counters: a record put again (a redelivery, a replay) chang
 summary are written before its record shows the change, so a reader that sees the record sees the bytes counted."""
 
 import asyncio
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Iterable
+from typing import TypeVar
 
 import nats.js.errors
 from nats.js.kv import KeyValue
@@ -15,6 +16,10 @@ from pydantic import BaseModel
 
 from contracts.readmodel import FileRecord, StoredBytes, StoredFiles
 from contracts.subjects import owner_stored_key, owner_stored_part_key
+
+MAX_HELD = 50_000
+"""Parts and summaries the writer keeps; past this the least recently used are read again when next changed."""
+Stored = TypeVar("Stored", StoredFiles, StoredBytes)
 
 
 def part_of(sha256: str) -> str:
@@ -78,18 +83,40 @@ async def stored_part(kv: KeyValue, owner: str, part: str) -> StoredFiles:
 
 
 class StoredBytesWriter:
-    """The writer's side: a file record's change entered in its owner's part and summary (one owner at a time)."""
+    """The writer's side: a file record's change entered in its owner's part and summary (one owner at a time). The
+    writer keeps what it last read or wrote of each (the read model has one writer): a change costs its writes."""
 
     def __init__(self, kv: KeyValue) -> None:
         self.kv = kv
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._held: OrderedDict[str, StoredFiles | StoredBytes] = OrderedDict()
+        """Parts and summaries as last read or written, the least recently used first."""
+
+    async def _current(self, key: str, model: type[Stored]) -> Stored:
+        held = self._held.get(key)
+        if not isinstance(held, model):
+            raw = await _read(self.kv, key)
+            held = model.model_validate_json(raw) if raw else model({})
+        self._keep(key, held)
+        return held
+
+    async def _put(self, key: str, record: StoredFiles | StoredBytes) -> None:
+        self._held.pop(key, None)  # a write that fails leaves nothing held: the next change reads the key again
+        await _write(self.kv, key, record)
+        self._keep(key, record)
+
+    def _keep(self, key: str, record: StoredFiles | StoredBytes) -> None:
+        self._held[key] = record
+        self._held.move_to_end(key)
+        while len(self._held) > MAX_HELD:
+            self._held.popitem(last=False)
 
     async def enter(self, record: FileRecord) -> None:
         """Enter the file (or, deleted, remove it) in its owner's stored bytes; nothing is written when they hold it
         as it is already."""
         owner, part = record.owner, part_of(record.sha256)
         async with self._locks[owner]:
-            files = await stored_part(self.kv, owner, part)
+            files = await self._current(owner_stored_part_key(owner, part), StoredFiles)
             entry = None if record.deleted else _entry(record)
             if files.root.get(record.file.id) == entry:
                 return await self._summarise(owner, part, files)  # a put again after a failure between the two
@@ -99,12 +126,11 @@ class StoredBytesWriter:
             else:
                 changed[record.file.id] = entry
             files = StoredFiles(dict(sorted(changed.items())))
-            await _write(self.kv, owner_stored_part_key(owner, part), files)
+            await self._put(owner_stored_part_key(owner, part), files)
             await self._summarise(owner, part, files)
 
     async def _summarise(self, owner: str, part: str, files: StoredFiles) -> None:
-        raw = await _read(self.kv, owner_stored_key(owner))
-        parts = dict(StoredBytes.model_validate_json(raw).root) if raw else {}
+        parts = dict((await self._current(owner_stored_key(owner), StoredBytes)).root)
         summary = summary_of(files) if files.root else None
         if parts.get(part) == summary:
             return
@@ -112,7 +138,7 @@ class StoredBytesWriter:
             parts.pop(part, None)
         else:
             parts[part] = summary
-        await _write(self.kv, owner_stored_key(owner), StoredBytes(dict(sorted(parts.items()))))
+        await self._put(owner_stored_key(owner), StoredBytes(dict(sorted(parts.items()))))
 
     async def index(self, records: Iterable[FileRecord]) -> int:
         """Write every owner's stored bytes from their file records (once, for a read model made before they were
@@ -120,5 +146,5 @@ class StoredBytesWriter:
         made = stored_records(records)
         for key, record in made.items():
             assert isinstance(record, StoredFiles | StoredBytes)
-            await _write(self.kv, key, record)
+            await self._put(key, record)
         return sum(isinstance(record, StoredBytes) for record in made.values())
