@@ -2,6 +2,7 @@
 one aggregate event per shard, with the same result as applying each (counts are cumulative per shard and never
 lowered; each chunk's tokens count once), whatever the group boundaries were."""
 
+from operator import attrgetter
 from typing import NamedTuple
 from uuid import UUID
 
@@ -67,8 +68,5 @@ class ProgressRuns:
             due = [each for shards in self._runs.values() for each in shards.values()]
             self._runs.clear()
         else:
-            shards = self._runs.pop(ident, None)
-            if not shards:
-                return []
-            due = list(shards.values())
-        return sorted(due, key=lambda pending: pending.sequence) if len(due) > 1 else due
+            due = list(self._runs.pop(ident, {}).values())
+        return sorted(due, key=attrgetter("sequence"))
