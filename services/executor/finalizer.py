@@ -1,21 +1,23 @@
-"""Assembling a batch's output and error files from every committed chunk, and announcing how it ended.
+"""The one way a batch ends (`Finalizer.finish`), whoever ends it: the attempt running its only shard, or a finalize
+command. Its output and error files are assembled from every committed chunk, then how it ended is announced.
 
 Deterministic in what is committed: redone, it writes the same files under the same ids and facts.
 """
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from contracts.commands import FinalizeBatch, RunBatch
-from contracts.events.batch import BatchCancelled, BatchCompleted, BatchExpired, BatchFailed
+from contracts.events.batch import BatchCancelled, BatchCompleted, BatchExpired, BatchFailed, BatchFinalizing
 from contracts.events.envelope import Event
 from contracts.ids import error_file_id, output_file_id
 from contracts.subjects import result_chunk_key
 from services.executor.adapters.desk import publish_in_order
 from services.executor.adapters.objects import ObjectAccess
 from services.executor.adapters.results import LOOK, ResultStore
-from services.executor.attempts import Outcome
+from services.executor.attempts import BatchLog, Outcome, counts_as_committed
 from services.executor.domain import (
     REFUSED_ATTEMPT,
     CommittedLine,
@@ -45,6 +47,25 @@ class Publish(Protocol):
         refused, nothing was written)."""
 
 
+@dataclass
+class Ender:
+    """Who ends a batch, and what it knows: the running attempt of the batch's only shard (its lease fences what
+    it states; it may hold every committed chunk), or a finalize command (nothing fenced, nothing held)."""
+
+    log: BatchLog
+    """The batch's log as the ender read it."""
+    read_log: Callable[[], Awaitable[BatchLog]]
+    """The log read to its end now: through the `finalizing` fact just stated, and any cancel before it."""
+    publish: Publish | None = None
+    """Fenced by the attempt's lease; None: unfenced (a finalize command)."""
+    attempt: int = 0
+    """Whose `finalizing` fact it states: the attempt's, or 0 (a finalize command's)."""
+    announced: set[str] = field(default_factory=set)
+    """Chunks it announced that its log may not show yet."""
+    in_hand: Sequence[tuple[str, Sequence[ResultLine]]] | None = None
+    """The chunks it read on resuming or committed itself (with the refused lines)."""
+
+
 class Finalizer:
     def __init__(self, bus: EventBus, store: ObjectAccess, results: ResultStore) -> None:
         self.bus = bus
@@ -54,6 +75,31 @@ class Finalizer:
     async def _publish_unfenced(self, *events: Event) -> bool:
         await publish_in_order(self.bus, events)
         return True
+
+    async def finish(self, batch: RunBatch | FinalizeBatch, asked: Outcome, ender: Ender,
+                     stating: Sequence[Event] = ()) -> bool:
+        """The one way a batch ends, whoever ends it. Completing, it states `finalizing` (after `stating`, what the
+        ender has left to say) and reads the log back: a cancel accepted before that fact decides, as the log's
+        order is the one authority. Then the files are written and the end is stated. False once the ender's lease
+        is gone."""
+        completing = asked == "completed"
+        if completing:
+            stating = [*stating, BatchFinalizing(aggregate_id=batch.batch_id, attempt=ender.attempt)]
+        publish = ender.publish or self._publish_unfenced
+        if stating and not await publish(*stating):
+            return False
+        batch_log = await ender.read_log() if completing else ender.log
+        outcome = batch_log.outcome(asked)
+        announced = batch_log.announced | ender.announced
+        in_hand = ender.in_hand
+        held = in_hand if in_hand is not None and announced <= {key for key, _ in in_hand} else None
+        if isinstance(batch, FinalizeBatch):
+            code = batch.code if outcome == batch.reason else batch_log.cancel_code  # a cancel came first
+            return await self.finalize(batch, outcome, counts_as_committed(announced), publish, code,
+                                       holds=batch_log.holds_line)
+        return await self.finalize(batch, outcome, counts_as_committed(announced), publish,
+                                   batch_log.cancel_code if outcome == "cancelled" else None,
+                                   all_lines_ran=completing, in_hand=held)
 
     async def finalize(self, command: RunBatch | FinalizeBatch, outcome: Outcome, counts: Callable[[str], bool],
                        publish: Publish | None = None, code: str | None = None, all_lines_ran: bool = False,

@@ -32,7 +32,7 @@ from contracts.subjects import (
 from services.executor.adapters.desk import FactRefused
 from services.executor.adapters.engines.shelf import EngineShelf
 from services.executor.adapters.watch import read_batch_log
-from services.executor.attempts import counts_as_committed
+from services.executor.finalizer import Ender
 from services.executor.runner import BatchRunner
 from services.runtime.nats.bus import ConsumerPolicy, EventBus, FenceMoved, PoisonMessage
 from services.runtime.nats.delivery import Durable, ServiceRouter
@@ -108,14 +108,9 @@ class Executor:
                 for running in self.runner.attempts_of(command.batch_id):  # every shard of it running here
                     running.request_stop("cancelled" if command.reason == "cancelled" else "expired")
             raise FinalizeDeferred(f"attempt {live} of batch {command.batch_id} may still run")
-        if command.reason == "completed":
-            await self.bus.publish(BatchFinalizing(aggregate_id=command.batch_id, attempt=0))
-            batch_log = await read_batch_log(self.bus, command.batch_id)  # a cancel before it decides
-        outcome = batch_log.outcome(command.reason)
-        code = command.code if outcome == command.reason else batch_log.cancel_code  # a cancel came first
         try:
-            await self.runner.finalizer.finalize(command, outcome, counts_as_committed(batch_log.announced),
-                                                 code=code, holds=batch_log.holds_line)
+            await self.runner.finalizer.finish(command, command.reason,
+                                               Ender(batch_log, lambda: read_batch_log(self.bus, command.batch_id)))
         except HOPELESS as error:
             raise PoisonMessage(f"{type(error).__name__}: {error}") from error
         self.runner.forget(command.batch_id)  # its input copy here is not needed any more

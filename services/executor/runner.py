@@ -19,7 +19,7 @@ from contextlib import aclosing
 
 from contracts.api.batch import BatchUsage
 from contracts.commands import RunBatch
-from contracts.events.batch import BatchFinalizing, BatchProgressed, BatchStarted, ShardFinished
+from contracts.events.batch import BatchProgressed, BatchStarted, ShardFinished
 from contracts.events.envelope import Event
 from contracts.ids import output_file_id
 from contracts.objects import AHEAD, WantedObject
@@ -32,7 +32,7 @@ from services.executor.adapters.objects import ObjectAccess
 from services.executor.adapters.results import ResultStore
 from services.executor.adapters.watch import LINGER_S, BatchWatch, WatchHub
 from services.executor.attempt_run import AttemptRun
-from services.executor.attempts import counts_as_committed
+from services.executor.attempts import BatchLog
 from services.executor.domain import (
     Chunk,
     ChunkCommitter,
@@ -43,7 +43,7 @@ from services.executor.domain import (
     parse_input_line,
     usage_of,
 )
-from services.executor.finalizer import Finalizer, Publish
+from services.executor.finalizer import Ender, Finalizer, Publish
 from services.executor.retry import LineRetry
 from services.executor.slots import SlotPool
 from services.runtime.nats.bus import EventBus, Fence, FenceMoved
@@ -52,6 +52,13 @@ log = logging.getLogger(__name__)
 
 FINALIZING_READ_S = 30.0
 """How long an attempt waits to read its own `finalizing` fact back (then it fails, and is delivered again)."""
+
+
+async def read_through_finalizing(watch: BatchWatch, batch_id: str) -> BatchLog:
+    """The batch's log read until it shows the `finalizing` fact just stated (and a cancel before it)."""
+    if not await watch.read_until(lambda batch_log: batch_log.finalizing, FINALIZING_READ_S):
+        raise TimeoutError(f"batch {batch_id}: its finalizing fact was not read back in {FINALIZING_READ_S}s")
+    return watch.log
 
 
 AttemptKey = tuple[str, int, int]
@@ -160,22 +167,9 @@ class BatchRunner:
                                                       shard=command.shard, executor_id=self.executor_id,
                                                       stopped=reason is not None))
             return
-        if unannounced and reason is not None and not await publish(*unannounced):
-            return
-        if reason is None:
-            if not await publish(*unannounced, BatchFinalizing(aggregate_id=batch_id, attempt=command.attempt)):
-                return
-            # A cancel accepted meanwhile is in the log before this fact: read that far, the log's order decides.
-            if not await watch.read_until(lambda batch_log: batch_log.finalizing, FINALIZING_READ_S):
-                raise TimeoutError(f"batch {batch_id}: its finalizing fact was not read back in {FINALIZING_READ_S}s")
-        outcome = watch.log.outcome(reason or "completed")
-        code = watch.log.cancel_code if outcome == "cancelled" else None
-        announced = watch.log.announced | self.announced.get(attempt_key(command), set())
-        counts = counts_as_committed(announced)
-        in_hand = self.in_hand.get(attempt_key(command))
-        held = None if in_hand is None or not announced <= {chunk_key for chunk_key, _ in in_hand} else in_hand
-        if await self.finalizer.finalize(command, outcome, counts, publish, code, all_lines_ran=reason is None,
-                                         in_hand=held):
+        ender = Ender(watch.log, lambda: read_through_finalizing(watch, batch_id), publish, command.attempt,
+                      self.announced.setdefault(attempt_key(command), set()), self.in_hand.get(attempt_key(command)))
+        if await self.finalizer.finish(command, reason or "completed", ender, stating=unannounced):
             watch.feed.ended_here = True
 
     def _fenced_publisher(self, command: RunBatch, watch: BatchWatch) -> Publish:
