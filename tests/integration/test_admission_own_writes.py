@@ -1,6 +1,6 @@
 """An owner's admission starts from this gateway's own last write of their entry, against a real broker: one write and
 no read while no other gateway wrote it; another gateway's admission in between is found and counted; a refusal is
-decided from a fresh read of the entry."""
+decided from a fresh read of the entry; an item this gateway saw the read model show is known without a lookup."""
 
 import time
 from collections.abc import AsyncIterator
@@ -76,3 +76,22 @@ async def test_a_refusal_is_decided_from_a_fresh_read_of_the_entry(
     assert await admission.take("test", owner, "next", 1, LIMIT, nothing_shown) is None  # not refused from its own
 
     assert first.reads == reads + 1
+
+
+async def test_items_this_gateway_saw_the_read_model_show_are_known_without_a_lookup(
+        two_gateways: tuple[CountedReads, CountedReads]) -> None:
+    store, _ = two_gateways
+    owner = f"user-shown-{time.time_ns()}"
+    admission = Admission(store)
+    looked_up: list[frozenset[str]] = []
+
+    async def read(listed: frozenset[str]) -> Holdings:
+        looked_up.append(listed)
+        return Holdings({}, frozenset())  # what the read model counts is not this test's concern
+
+    for item in ("a", "b"):
+        assert await admission.take("test", owner, item, 1, LIMIT, read) is None
+        admission.shown(item)  # its create read its record back
+
+    assert [await admission.take("test", owner, item, 1, LIMIT, read) for item in "cde"] == [None] * LIMIT
+    assert all(not listed & {"a", "b"} for listed in looked_up)

@@ -12,8 +12,9 @@ import asyncio
 import logging
 import random
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import nats.js.errors
 import orjson
@@ -42,6 +43,8 @@ ADMISSION_WAIT_S = 10.0
 slow, not gone."""
 Read = Callable[[frozenset[str]], Awaitable[Holdings]]
 """What the read model shows, given the items the entry lists (the read may look those up one by one)."""
+MAX_SHOWN = 100_000
+"""Items remembered as shown by the read model; past this the oldest are looked up again while an entry lists them."""
 
 
 def usage(pending: dict[str, list[float]], held: Holdings) -> int:
@@ -55,6 +58,15 @@ class Admission:
 
     store: SharedState
     grace_s: float = GRACE_S
+    _shown: OrderedDict[str, None] = field(default_factory=OrderedDict, init=False)
+    """Items this gateway has read from the read model since admitting them: known for good (a record, once shown,
+    stays; what the read model counts, read after, counts it or its end), so a take need not look them up."""
+
+    def shown(self, item: str) -> None:
+        """The read model showed `item` (a create read its record back)."""
+        self._shown[item] = None
+        while len(self._shown) > MAX_SHOWN:
+            self._shown.popitem(last=False)
 
     async def take(self, limit_name: str, owner: str, item: str, amount: int, limit: int, read: Read) -> int | None:
         """Admit `item` (of `amount`) unless the owner would then hold more than `limit`: None when admitted (or
@@ -66,9 +78,11 @@ class Admission:
                 own = self.store.last_written(key) if attempt == 0 else None
                 raw, revision = own or await self.store.get_raw(key)
                 listed: dict[str, list[float]] = orjson.loads(raw) if raw else {}
-                held = await read(frozenset(listed))  # after the entry: items leave it once the read model shows them
+                seen = frozenset(i for i in listed if i in self._shown)
+                held = await read(frozenset(listed) - seen)  # after the entry: items leave it once shown
                 now = time.time()
-                pending = {i: v for i, v in listed.items() if i not in held.known and now - v[1] < self.grace_s}
+                pending = {i: v for i, v in listed.items()
+                           if i not in held.known and i not in seen and now - v[1] < self.grace_s}
                 used = usage(pending, held)
                 if item in pending or item in held.counted or used + amount > limit:
                     if own is not None:

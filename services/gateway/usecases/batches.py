@@ -20,7 +20,7 @@ from contracts.subjects import batch_fact, file_fact
 from services.gateway.adapters.admission import Holdings
 from services.gateway.context import Deps
 from services.gateway.usecases import billing as billing_usecase
-from services.gateway.usecases.files import is_valid_id, owned_file
+from services.gateway.usecases.files import FOLD_S, is_valid_id, owned_file
 from services.gateway.usecases.oversight import Standing, cancel_entry, standing
 from services.gateway.usecases.refusals import ApiError, bad_request, not_found
 from services.runtime.nats.bus import Fence, FenceMoved
@@ -257,8 +257,9 @@ async def _read_back(d: Deps, owner: str, event: BatchCreated) -> Batch:
     owner's next list waits for it)."""
     batch_id = event.aggregate_id
     record = await d.read_model.wait_for(lambda: d.read_model.get_batch(batch_id), lambda r: True,
-                                         d.settings.read_your_writes_s)
+                                         d.settings.read_your_writes_s, first_after_s=FOLD_S)
     if record is not None:
+        d.admission.shown(batch_id)
         return record.batch
     d.own_writes.note(owner, "batch", batch_id)
     return Batch(id=batch_id, endpoint=event.endpoint, input_file_id=event.input_file_id,

@@ -30,6 +30,8 @@ ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,128}")
 """Every id we hand out; anything else (`../x`, `a%2Fb`, spaces) names nothing."""
 UPLOADABLE_PURPOSES = ("batch",)
 STORED_BYTES = "stored_bytes"
+FOLD_S = 0.01
+"""The least time the ledger takes to fold a fact just published: a read back looks for the first time then."""
 CLAIM_GRACE_S = 300
 """A `used` fact whose batch never appeared in the read model (its create died in between) stops holding the
 file this long after it was published."""
@@ -150,9 +152,11 @@ async def create_file(d: Deps, caller: ApiKeyRecord, new: NewFile) -> tuple[File
                        demand=stored.demand)
     await d.bus.publish(event)
     record = await d.read_model.wait_for(lambda: d.read_model.get_file(new.file_id), lambda r: True,
-                                         d.settings.read_your_writes_s)
+                                         d.settings.read_your_writes_s, first_after_s=FOLD_S)
     if record is None:
         d.own_writes.note(owner, "file", new.file_id)  # the owner's next list waits for it
+    else:
+        d.admission.shown(new.file_id)
     file = record.file if record else FileObject(id=new.file_id, bytes=event.bytes, created_at=event.created_at,
                                                  filename=new.filename, purpose="batch",
                                                  expires_at=event.expires_at)
