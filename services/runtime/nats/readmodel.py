@@ -172,8 +172,8 @@ class ReadModel:
     async def put(self, key: str, record: BaseModel) -> None:
         """The one write: a record at the key the ledger's projection names. A batch enters or leaves its owner's
         live list first (a limit counts it from the first moment; it leaves once ended, before its record says
-        so); a batch's or file's owner copy next (once the record is readable by id, the owner's checks and lists
-        see it too)."""
+        so), and a file enters or leaves its owner's stored bytes (stored_bytes.py); a batch's or file's owner copy
+        next (once the record is readable by id, the owner's checks and lists see it too)."""
         value = record.model_dump_json().encode()
         if isinstance(record, BatchRecord):
             await self._mark_live(record, record.batch.status not in TERMINAL)
