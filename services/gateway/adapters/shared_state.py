@@ -37,8 +37,8 @@ MAX_TRIES = 64
 """Compare-and-set attempts for one change; past them (a key written by many at once) the change is given up."""
 MAX_TTL_S = 24 * 3600.0
 """No entry outlives this, whatever its window."""
-MAX_WRITTEN = 100_000
-"""Keys whose last write this gateway remembers; past this the least recently written go first."""
+MAX_WRITTEN = 10_000
+"""Keys whose last write this gateway remembers; past this the least recently written go first (read again)."""
 EXPIRY_MARGIN_S = 1.0
 """A write is remembered until this long before the broker would expire it."""
 
