@@ -31,6 +31,8 @@ FAST = {"webhook_retry_delays_s": [0.3, 0.3], "webhook_poll_interval_s": 0.1, "w
         "webhook_allowed_cidrs": ["127.0.0.0/8"]}
 """Quick retries, and the local receivers allowed (a deployment's default allows public addresses only)."""
 WAIT_S = 20.0
+OLD_S = 100_000.0
+"""Age of the deliveries a prune must erase: older than any other test of this module made."""
 
 
 @dataclass
@@ -317,16 +319,18 @@ async def test_ended_deliveries_past_their_retention_are_erased_without_a_trace_
                                                   created_at=int(now - age_s), data=WebhookEventData(id="batch_x")),
                                attempts=attempts, created_at=now - age_s, event_sequence=1)
 
-    old_delivered, old_failed = delivery("delivered", 100, 100), delivery("failed", 100, 100)
-    recent, old_pending = delivery("delivered", 5, 5), delivery("pending", 100)
-    failed_lately = delivery("failed", 100, 5)  # made long ago, but its last attempt is recent
+    # "Old" is older than anything this session's other tests of the module made (a loaded machine runs them
+    # minutes apart): the prune counts every endpoint's deliveries.
+    old_delivered, old_failed = delivery("delivered", OLD_S, OLD_S), delivery("failed", OLD_S, OLD_S)
+    recent, old_pending = delivery("delivered", 5, 5), delivery("pending", OLD_S)
+    failed_lately = delivery("failed", OLD_S, 5)  # made long ago, but its last attempt is recent
     for made in (old_delivered, old_failed, recent, old_pending, failed_lately):
         await store.add_delivery(made)
 
-    assert await store.prune(ended_before=now - 50) == 2
+    assert await store.prune(ended_before=now - OLD_S / 2) == 2
     kept = {d.id for d in await store.list_deliveries(endpoint_id)}
     assert kept == {recent.id, old_pending.id, failed_lately.id}
     # Erased, not marked deleted: nothing of theirs is left in the bucket's stream.
     leftovers = await read_subject(store.kv._js, store.kv._stream, f"{store.kv._pre}delivery.{endpoint_id}.>")
     assert {message.subject.rsplit(".", 1)[1] for message in leftovers} == kept
-    assert await store.prune(ended_before=now - 50) == 0
+    assert await store.prune(ended_before=now - OLD_S / 2) == 0
