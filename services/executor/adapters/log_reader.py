@@ -60,6 +60,8 @@ class BatchLogReader:
         self.pages = pages
         self.batch_id = batch_id
         self.after = 0
+        self.at_end = False
+        """The last page said no more follow: the next is asked for only after a pause."""
         self.reading = asyncio.Lock()
         """One page at a time: a page and its fold happen before the next page is asked for."""
 
@@ -76,10 +78,11 @@ class BatchLogReader:
         yield reader, backlog
 
     async def next_events(self, timeout_s: float = 1.0) -> list[Sequenced]:
-        """The next facts in stream order (none: after a pause of at most `POLL_S`, an empty list)."""
-        facts, _ = await self._page()
-        if not facts:
+        """The next facts in stream order, after a pause of at most `POLL_S` when the log was read to its end (an
+        empty list: none came)."""
+        if self.at_end:
             await asyncio.sleep(min(timeout_s, POLL_S))
+        facts, _ = await self._page()
         return facts
 
     async def catch_up(self, fold: Fold) -> None:
@@ -89,11 +92,13 @@ class BatchLogReader:
             more = True
             while more:
                 facts, self.after, more = await self.pages(self.batch_id, self.after)
+                self.at_end = not more
                 fold(facts)
 
     async def _page(self) -> tuple[list[Sequenced], bool]:
         async with self.reading:
             facts, self.after, more = await self.pages(self.batch_id, self.after)
+            self.at_end = not more
         return facts, more
 
 
