@@ -18,10 +18,10 @@ from services.executor.adapters.desk import publish_in_order
 from services.executor.adapters.objects import ObjectAccess
 from services.executor.adapters.results import LOOK, ResultStore
 from services.executor.attempts import BatchLog, Outcome, counts_as_committed
+from services.executor.chunk_lines import ResultLine
 from services.executor.domain import (
     REFUSED_ATTEMPT,
     CommittedLine,
-    ResultLine,
     Resume,
     assemble,
     parse_input_line,

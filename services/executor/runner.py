@@ -33,16 +33,8 @@ from services.executor.adapters.results import ResultStore
 from services.executor.adapters.watch import LINGER_S, BatchWatch, WatchHub
 from services.executor.attempt_run import AttemptRun
 from services.executor.attempts import BatchLog
-from services.executor.domain import (
-    Chunk,
-    ChunkCommitter,
-    InputLine,
-    ResultLine,
-    Resume,
-    Tally,
-    parse_input_line,
-    usage_of,
-)
+from services.executor.chunk_lines import ResultLine
+from services.executor.domain import Chunk, ChunkCommitter, InputLine, Resume, Tally, parse_input_line, usage_of
 from services.executor.finalizer import Ender, Finalizer, Publish
 from services.executor.retry import LineRetry
 from services.executor.slots import SlotPool

@@ -24,7 +24,7 @@ from contracts.events.batch import BatchFailed, BatchFinalizing
 from services.executor.adapters.log_reader import read_batch_log
 from services.executor.adapters.results import ResultStore
 from services.executor.attempts import counts_as_committed
-from services.executor.domain import decode_chunk
+from services.executor.chunk_lines import decode_chunk
 from services.executor.finalizer import Finalizer
 from services.runtime.nats.bus import EventBus
 from services.runtime.process.tasks import cancel_and_join

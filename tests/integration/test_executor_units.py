@@ -31,7 +31,7 @@ from services.executor.adapters.engines.base import Engine
 from services.executor.adapters.engines.shelf import EngineShelf
 from services.executor.adapters.log_reader import BatchLogReader
 from services.executor.adapters.watch import WatchHub
-from services.executor.domain import decode_chunk
+from services.executor.chunk_lines import decode_chunk
 from services.executor.runner import BatchRunner
 from services.runtime.nats.bus import EventBus
 from services.runtime.storage.objectstore import ObjectStore

@@ -18,6 +18,7 @@ from contracts.events.batch import (
 from contracts.events.envelope import Event
 from contracts.ids import batch_request_id
 from services.executor.attempts import BatchLog
+from services.executor.chunk_lines import StoredLine, decode_chunk, encode_chunk, output_json, read_chunk
 from services.executor.domain import (
     ChunkCommitter,
     CommittedLine,
@@ -25,17 +26,12 @@ from services.executor.domain import (
     InvalidInputLine,
     InvariantBroken,
     Resume,
-    StoredLine,
     Tally,
     assemble,
     check_invariant,
     chunk_position,
-    decode_chunk,
-    encode_chunk,
     finished_line,
-    output_json,
     parse_input_line,
-    read_chunk,
     refused_line,
     result_line,
     unrun_line,

@@ -12,15 +12,8 @@ from contracts.api.rejected_line import RejectedLine
 from contracts.events.file import FileStored
 from contracts.subjects import input_object_key, rejections_key, result_chunk_key, results_prefix
 from services.executor.adapters.objects import ObjectAccess
-from services.executor.domain import (
-    REFUSED_ATTEMPT,
-    Chunk,
-    CommittedLine,
-    ResultLine,
-    encode_chunk,
-    read_chunk,
-    refused_line,
-)
+from services.executor.chunk_lines import ResultLine, encode_chunk, read_chunk
+from services.executor.domain import REFUSED_ATTEMPT, Chunk, CommittedLine, refused_line
 
 REFUSED_BATCHES = 64
 """Batches whose refused lines are kept in memory (read once per batch, not once per unit)."""
