@@ -17,7 +17,7 @@ from services.validator.adapters.prompt_tokenizer import PromptTokenizer
 from services.validator.adapters.tokenizer import GPT2_SPLIT, ModelTokenizer, TokenizerCache
 from services.validator.domain import FileValidation, LineResult
 from services.validator.file_check import WINDOW_LINES
-from tests.unit.test_validator_fast_paths import CATALOGUE, TOKENIZERS, WORDS, corpus, tokenizer
+from tests.unit.validator.test_validator_fast_paths import CATALOGUE, TOKENIZERS, WORDS, corpus, tokenizer
 
 
 def bound_of(model: ModelTokenizer) -> PairBound:

@@ -19,7 +19,7 @@ from contracts.ids import error_file_id, output_file_id
 from contracts.subjects import input_object_key, result_chunk_key
 from services.scheduler.book import Book
 from services.scheduler.entitlements import may_read, may_state, superseded
-from tests.unit.test_object_broker import assigned, created, fleet
+from tests.unit.scheduler.test_object_broker import assigned, created, fleet
 
 
 def progressed(batch: str, attempt: int, chunk: int = 0, key: str | None = None) -> BatchProgressed:

@@ -7,8 +7,8 @@ from services.scheduler.book import Book
 from services.scheduler.decisions import Wait
 from services.scheduler.fair_share import Weights
 from services.scheduler.standings import MOST_PER_PASS, standing_waits
-from tests.unit.test_scheduler_decisions import NOW, assign
-from tests.unit.test_scheduler_turns import fleet_book, queue
+from tests.unit.scheduler.test_scheduler_decisions import NOW, assign
+from tests.unit.scheduler.test_scheduler_turns import fleet_book, queue
 
 
 def told(book: Book, now_ms: int = NOW) -> dict[str, str]:

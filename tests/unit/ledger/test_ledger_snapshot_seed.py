@@ -10,7 +10,7 @@ from services.ledger.application import Ledger, persistence_env
 from services.ledger.domainmodel import Folded
 from services.ledger.projection import Projection, project, projection_key
 from services.ledger.snapshot import Refold, SnapshotLine, projections, seed
-from tests.unit.test_organizations import LAPTOP, LONE, PHONE, created, key, stored
+from tests.unit.ledger.test_organizations import LAPTOP, LONE, PHONE, created, key, stored
 
 
 def dumped(records: list[Projection]) -> dict[str, object]:

@@ -6,7 +6,7 @@ from contracts.events.executor import ExecutorLost, ExecutorRegistered
 from services.scheduler.book import Book
 from services.scheduler.decisions import Action, Assign, DeclareLost, FenceAttempt, Wait, decide
 from services.scheduler.domain import HEARTBEAT_FRESH_MS
-from tests.unit.test_scheduler_decisions import CATALOGUE, NOW, advert, assign, validated_book
+from tests.unit.scheduler.test_scheduler_decisions import CATALOGUE, NOW, advert, assign, validated_book
 
 LOST_AT = NOW + HEARTBEAT_FRESH_MS + 1
 BACK_AT = LOST_AT + 5_000

@@ -20,8 +20,8 @@ from services.scheduler.decisions import Action, DeclareLost, Finalize, decide
 from services.scheduler.domain import HEARTBEAT_FRESH_MS
 from services.scheduler.entitlements import may_read, may_state
 from services.scheduler.objects import authorize
-from tests.unit.test_scheduler_decisions import CATALOGUE, NOW, advert, assign, validated_book
-from tests.unit.test_scheduler_units import POLICY, apply_assignments, book_with
+from tests.unit.scheduler.test_scheduler_decisions import CATALOGUE, NOW, advert, assign, validated_book
+from tests.unit.scheduler.test_scheduler_units import POLICY, apply_assignments, book_with
 
 LATER = NOW + HEARTBEAT_FRESH_MS + 1
 

@@ -11,7 +11,7 @@ from pydantic_settings import BaseSettings
 
 from infra.process_env import SERVICE_NEEDS, Need
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DEPLOY = ROOT / "infra" / "deploy"
 SETTINGS_MODULES = ("services.runtime.process.settings", *(f"services.{name}.settings" for name in SERVICE_NEEDS))
 NAMED = re.compile(r"\b(SHESHNAG_[A-Z0-9_]*[A-Z0-9])(_\*|_…)?")

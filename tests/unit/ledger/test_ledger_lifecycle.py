@@ -21,7 +21,7 @@ from contracts.events.batch import (
 )
 from services.ledger.application import Ledger, persistence_env
 from services.ledger.projection import batch_record
-from tests.unit.test_ledger_domain import BATCH, T0, Stream, at, completed, created, ledger, started, validated
+from tests.unit.ledger.test_ledger_domain import BATCH, T0, Stream, at, completed, created, ledger, started, validated
 
 __all__ = ["ledger"]
 

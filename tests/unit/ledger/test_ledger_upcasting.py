@@ -7,7 +7,7 @@ from eventsourcing.persistence import StoredEvent
 
 from services.ledger.application import Ledger
 from services.ledger.domainmodel import TOPIC_MODULE, Batch
-from tests.unit.test_ledger_domain import BATCH, Stream, created, ledger, started, validated
+from tests.unit.ledger.test_ledger_domain import BATCH, Stream, created, ledger, started, validated
 
 __all__ = ["ledger"]
 

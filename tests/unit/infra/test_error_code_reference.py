@@ -7,7 +7,7 @@ from pathlib import Path
 from contracts.api.error_codes import ERROR_CODE_HELP
 from infra.error_code_reference import reference_markdown
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 
 
 def test_docs_error_codes_md_is_what_the_source_says() -> None:

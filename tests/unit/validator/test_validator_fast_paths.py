@@ -36,7 +36,7 @@ from services.validator.refusals import NotRunLines, not_run_output, rejected_li
 from services.validator.rules import check_line
 from services.validator.strict_sampling import sampling_key, strict_issues
 from services.validator.tool_rules import tool_issues
-from tests.unit.test_validator_each_rule import RULES, good
+from tests.unit.validator.test_validator_each_rule import RULES, good
 
 CATALOGUE: Catalogue = load_catalogue(None)
 STRICT = Catalogue(models=[m.model_copy(update={"strict_sampling": True}) for m in CATALOGUE.models])

@@ -6,7 +6,7 @@ from contracts.objects import ObjectOperation, ObjectRequest
 from contracts.subjects import input_object_key
 from services.scheduler.book import Book
 from services.scheduler.objects import authorize
-from tests.unit.test_object_broker import assigned, created
+from tests.unit.scheduler.test_object_broker import assigned, created
 
 WEIGHTS = "models/smollm2/0123456789ab/SmolLM2-135M-Instruct.Q4_1.gguf"
 

@@ -12,7 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-DEPLOY = Path(__file__).resolve().parents[2] / "infra" / "deploy"
+DEPLOY = Path(__file__).resolve().parents[3] / "infra" / "deploy"
 KUBERNETES_VERSION = "1.30.0"
 """The Kubernetes API version the manifests are checked against."""
 NOT_API_OBJECTS = frozenset({"Kustomization"})

@@ -16,7 +16,7 @@ from contracts.objects import ObjectOperation, ObjectRequest, chunk_attempt
 from contracts.subjects import input_object_key, rejections_key, result_chunk_key
 from services.scheduler.book import Book
 from services.scheduler.objects import authorize
-from tests.unit.test_nats_permissions import allowed
+from tests.unit.authz.test_nats_permissions import allowed
 
 
 def created(book: Book, batch: str, file_id: str) -> None:

@@ -6,7 +6,7 @@ from contracts.events.batch import BatchCompleted, BatchCreated, BatchValidated
 from contracts.events.executor import ExecutorAdvert
 from services.scheduler.book import Book
 from services.scheduler.decisions import Assign, Wait, decide
-from tests.unit.test_scheduler_decisions import CATALOGUE, NOW, advert, assign
+from tests.unit.scheduler.test_scheduler_decisions import CATALOGUE, NOW, advert, assign
 
 
 def queue(book: Book, batch: str, owner: str) -> None:

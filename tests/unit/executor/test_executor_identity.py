@@ -14,7 +14,7 @@ from services.runtime.nats.fleet import read_advert
 from services.scheduler.book import Book
 from services.scheduler.decisions import choose_finalizer
 from services.scheduler.registration import identity_refusal
-from tests.unit.test_object_broker import assigned, created
+from tests.unit.scheduler.test_object_broker import assigned, created
 
 NOW = int(time.time() * 1000)
 TEN_YEARS_MS = 10 * 365 * 24 * 3600 * 1000

@@ -14,7 +14,7 @@ import yaml
 
 from infra.embedded import venv_binary
 
-DEPLOY = Path(__file__).resolve().parents[2] / "infra" / "deploy"
+DEPLOY = Path(__file__).resolve().parents[3] / "infra" / "deploy"
 ROUTE = re.compile(r'"nats-route://route:[0-9a-f]+@([^"]+)"')
 
 

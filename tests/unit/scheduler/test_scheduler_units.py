@@ -24,7 +24,7 @@ from services.scheduler.decisions import (
     unit_layout,
 )
 from services.scheduler.domain import HEARTBEAT_FRESH_MS
-from tests.unit.test_scheduler_decisions import CATALOGUE, NOW, advert
+from tests.unit.scheduler.test_scheduler_decisions import CATALOGUE, NOW, advert
 
 POLICY = Policy(unit_min_lines=50, unit_max_lines=100, max_queued_lines=10_000)
 

@@ -17,7 +17,7 @@ from services.validator.domain import FileValidation, Limits
 from services.validator.file_check import WINDOW_LINES
 from services.validator.line_checks import check_lines
 from services.validator.plain_lines import plain_models
-from tests.unit.test_validator_fast_paths import CATALOGUE, STRICT, TOKENIZERS, WORDS, corpus, tokenizer
+from tests.unit.validator.test_validator_fast_paths import CATALOGUE, STRICT, TOKENIZERS, WORDS, corpus, tokenizer
 
 JSON_TEXT = st.lists(st.sampled_from([w for w in WORDS if w.isascii()]) | st.text(
     st.sampled_from(string.printable.replace("\\", "").replace("\x0b", "")), max_size=8), max_size=300).map(" ".join)

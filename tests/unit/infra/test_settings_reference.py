@@ -9,7 +9,7 @@ from infra.cli import parse_args
 from infra.settings_reference import SERVICE_SETTINGS, reference_markdown, settings_of
 from services.runtime.process.settings import ConnectionSettings
 
-DOC = Path(__file__).parents[2] / "docs" / "settings.md"
+DOC = Path(__file__).parents[3] / "docs" / "settings.md"
 
 
 def test_docs_settings_md_is_what_the_settings_classes_say() -> None:

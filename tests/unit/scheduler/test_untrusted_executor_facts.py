@@ -8,7 +8,7 @@ from contracts.events.batch import AttemptFailed, BatchCompleted, BatchProgresse
 from contracts.subjects import result_chunk_key
 from services.ledger.accounts import Account
 from services.scheduler.entitlements import may_state
-from tests.unit.test_object_broker import fleet
+from tests.unit.scheduler.test_object_broker import fleet
 
 CONTEXT = 2048
 

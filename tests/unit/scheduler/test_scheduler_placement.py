@@ -15,7 +15,7 @@ from services.scheduler.book import Book
 from services.scheduler.decisions import Assign, FenceAttempt, Wait, decide
 from services.scheduler.objects import authorize
 from services.scheduler.placement import PLACEMENT_WITHDRAWN, PLATFORMS_OWN, Runner, may_run
-from tests.unit.test_scheduler_decisions import CATALOGUE, NOW, advert
+from tests.unit.scheduler.test_scheduler_decisions import CATALOGUE, NOW, advert
 
 UNAPPROVED_ACME = Runner(organization="acme", scope="acme")
 APPROVED_ACME = Runner(organization="acme", scope="acme", approved_platform_wide=True)
