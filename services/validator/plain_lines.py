@@ -2,7 +2,7 @@
 model that serves chat, string messages and the usual sampling parameters in their ranges. Such a line breaks no
 rule, so its verdict is only its model and its prompt's size; any other line (or any doubt) goes through every
 rule (`rules.check_line`), which also words the errors of a bad one. Every rule this skips finds nothing on such a
-line; tests/unit/test_validator_fast_paths.py holds the two paths to the same verdicts."""
+line; tests/unit/validator/test_validator_fast_paths.py holds the two paths to the same verdicts."""
 
 import functools
 from collections.abc import Mapping

@@ -1,7 +1,7 @@
 """Who can put a request on the auth callout subject, against a real nats-server with the embedded config: only the
 server itself. The core user and executors are refused by the broker, so a worker key cannot be tried through
 the responder (which would answer without the gateway's brute-force limit); what does reach it unsigned is
-left unanswered (`tests/unit/test_auth_callout_requests.py`)."""
+left unanswered (`tests/unit/authz/test_auth_callout_requests.py`)."""
 
 import asyncio
 import time

@@ -30,7 +30,7 @@ from services.runtime.process.settings import ConnectionSettings
 from services.runtime.storage.objectstore import ObjectStore
 from tests.conftest import RunningNats, RunningS3
 from tests.integration.test_ledger_rebuild import BAD, GOOD, folded_through, history, running_ledger
-from tests.unit.test_ledger_billing import BATCH, chunk, created, grant, reserved, running, usage
+from tests.unit.ledger.test_ledger_billing import BATCH, chunk, created, grant, reserved, running, usage
 
 OPEN = "batch_open"
 """A billed batch still running when the history is archived: its facts must stay in the stream."""
