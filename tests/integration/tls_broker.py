@@ -1,4 +1,4 @@
-"""Brokers on a host that stands in for the network (127.0.0.2: not this host's, by `nats_tls.py`'s rule): a real
+"""Brokers on a host that stands in for the network (127.0.0.2: not this host's, by `nats/tls.py`'s rule): a real
 nats-server with the stack's authorization that requires TLS as `sheshnag up --listen` runs it, and an impostor
 that records what a client sends it before it would be authenticated."""
 

@@ -28,10 +28,10 @@ broker is gone, reconnects for ever, and a process must exit all the same."""
 
 
 class ServiceBroker(NatsBroker):
-    """faststream's NATS broker, connecting with our client: expired credentials mean reconnect (nats_client.py)."""
+    """faststream's NATS broker, connecting with our client: expired credentials mean reconnect (nats/client.py)."""
 
     tls_handshake_first = False
-    """TLS before the server's first word, for a broker on the network (nats_tls.py); faststream has no option."""
+    """TLS before the server's first word, for a broker on the network (nats/tls.py); faststream has no option."""
 
     async def close_within(self, within_s: float = CLOSE_S) -> None:
         """Stop consuming and close the connection, waiting `within_s` at most (then the process goes without)."""

@@ -117,7 +117,7 @@ class BrokerUnreachable(ConnectionError):
 
 
 async def open_connection(url: str, name: str, attempts: int = -1, **options: Any) -> Client:
-    """A client connected to `url` under the TLS rule of `nats_tls.py` (`InsecureBrokerUrl` before connecting).
+    """A client connected to `url` under the TLS rule of `nats/tls.py` (`InsecureBrokerUrl` before connecting).
     `attempts` -1: until it connects (a service waits for its broker); else `BrokerUnreachable` after that many
     tries per server (a tool exits saying why, never hangs)."""
     last: list[Exception] = []

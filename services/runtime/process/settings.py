@@ -66,7 +66,8 @@ class ConnectionSettings(FileBackedSettings):
     storage_paths: dict[str, Path] = {}
     """The volumes whose free space is watched, each by name and a path on it (JSON: `{"broker": "/var/lib/nats",
     "object_store": "/data/minio"}`); `sheshnag up` names its data dir's broker and object store folders. Empty:
-    the broker's JetStream account limits are watched instead, where the account has any (runtime/storage.py)."""
+    the broker's JetStream account limits are watched instead, where the account has any
+    (runtime/storage/volumes.py)."""
     storage_reserve_percent: float = Field(default=5.0, ge=0, le=50)
     """Free space kept in reserve on each watched volume, as a share of its size: below it new uploads and batches
     are refused (507 `insufficient_storage`) while running batches finish; below twice it the volume is at
@@ -86,7 +87,7 @@ class ConnectionSettings(FileBackedSettings):
     scrapes from elsewhere (a Kubernetes pod's metrics port, another host)."""
 
     def nats_transport(self, url: str | None = None) -> dict[str, Any]:
-        """The TLS options of a NATS connection to `url` (default `nats_url`), by the rule of `nats_tls.py`: a
+        """The TLS options of a NATS connection to `url` (default `nats_url`), by the rule of `nats/tls.py`: a
         broker on the network is tls://, verified, TLS first; raises `InsecureBrokerUrl` before connecting."""
         return tls_options(self.nats_url if url is None else url, self.nats_tls_ca,
                            private=frozenset(host.lower() for host in self.nats_private_hosts))
