@@ -20,12 +20,11 @@ from dataclasses import dataclass, field
 
 from contracts.api.output_line import CommittedLine
 from contracts.commands import FinalizeBatch
-from contracts.events.batch import BatchFailed, BatchFinalizing
+from contracts.events.batch import BatchFailed
 from services.executor.adapters.log_reader import read_batch_log
 from services.executor.adapters.results import ResultStore
-from services.executor.attempts import counts_as_committed
 from services.executor.chunk_lines import decode_chunk
-from services.executor.finalizer import Finalizer
+from services.executor.finalizer import Ender, Finalizer
 from services.runtime.nats.bus import EventBus
 from services.runtime.process.tasks import cancel_and_join
 from services.runtime.storage.objectstore import ObjectStore
@@ -131,15 +130,10 @@ class Closer:
         live = batch_log.live_attempt()
         if live is not None:
             raise StillRunning(f"attempt {live} may still run")
-        if command.reason == "completed":
-            await self.bus.publish(BatchFinalizing(aggregate_id=command.batch_id, attempt=0))
-            batch_log = await read_batch_log(self.bus, command.batch_id)  # a cancel before it decides
-        outcome = batch_log.outcome(command.reason)
-        code = command.code if outcome == command.reason else batch_log.cancel_code  # a cancel came first
         finalizer = Finalizer(self.bus, self.store, GuardedResults(self.store))
-        await finalizer.finalize(command, outcome, counts_as_committed(batch_log.announced), code=code,
-                                 holds=batch_log.holds_line)
-        log.info("batch %s (%s) finalized by the control plane", command.batch_id, outcome)
+        await finalizer.finish(command, command.reason,
+                               Ender(batch_log, lambda: read_batch_log(self.bus, command.batch_id)))
+        log.info("batch %s (asked: %s) finalized by the control plane", command.batch_id, command.reason)
 
     async def _fail(self, command: FinalizeBatch, error: Exception) -> bool:
         """State that the batch failed with the cause; False when even that could not be stored (tried again)."""
