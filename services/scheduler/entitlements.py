@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from contracts.api.file import RESULT_FILE_EXPIRES_AFTER_S
+from contracts.catalogue import SHA256_HEX
 from contracts.events.batch import (
     AttemptFailed,
     BatchEnded,
@@ -179,6 +180,8 @@ def _may_store(book: Book, executor_id: str, event: FileStored) -> str | None:
         return f"file {event.aggregate_id} belongs to the owner of {plan.batch_id}, not {event.owner_key_id}"
     if not finalizes(plan, executor_id):
         return f"executor {executor_id} does not finalize batch {plan.batch_id}"
+    if not SHA256_HEX.fullmatch(event.sha256):
+        return f"file {event.aggregate_id} states {event.sha256[:80]!r} as its SHA-256, not 64 hex digits"
     if not 0 <= (event.line_count or 0) <= plan.total_lines or event.bytes < 0:
         return f"file {event.aggregate_id} states {event.line_count} lines; {plan.batch_id} has {plan.total_lines}"
     lifetime = plan.output_expires_after_s or RESULT_FILE_EXPIRES_AFTER_S

@@ -5,6 +5,7 @@ model made before them, and made alike by a replay."""
 import time
 from pathlib import Path
 
+import pytest
 from eventsourcing.persistence import Tracking
 
 from contracts.events.file import FileDeleted, FileStored
@@ -14,7 +15,7 @@ from services.ledger.application import Ledger, persistence_env
 from services.ledger.projection import KeyProjection, project, projection_key
 from services.ledger.reindex import LIVE_INDEX, OWNER_INDEX
 from services.ledger.replay import diff_against_live
-from services.runtime.nats import eventlog
+from services.runtime.nats import eventlog, stored_bytes
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.readmodel import ReadModel
 from tests.conftest import RunningNats
@@ -105,5 +106,35 @@ async def test_a_read_model_made_before_stored_bytes_gets_them_at_the_ledgers_ne
             assert app.folder is not None and app.folder.folded == 0
             assert await read_model.owner_stored_bytes(ALICE, time.time()) == 10
             assert await read_model.owner_file_ids_by_sha256(LONE_OWNER, SAME) == ["file-c"]
+    finally:
+        await bus.close()
+
+
+async def test_a_digest_that_is_not_hex_and_a_full_part_never_stop_the_writer(
+        fresh_nats: RunningNats, monkeypatch: pytest.MonkeyPatch) -> None:
+    bus = await EventBus.connect(fresh_nats.url, "tests")
+    try:
+        read_model = await ReadModel.open(bus)
+        now = int(time.time())
+
+        def record(file_id: str, sha256: str) -> FileRecord:
+            return FileRecord.model_validate({
+                "owner_key_id": "k1", "owner_user_id": "alice", "object_key": f"files/{file_id}",
+                "sha256": sha256, "deleted": False, "file": {
+                    "id": file_id, "bytes": 10, "created_at": now - 10, "filename": "in.jsonl",
+                    "purpose": "batch", "status": "processed", "expires_at": None}})
+
+        for junk, file_id in [("", "f-empty"), ("a*", "f-star"), ("A.", "f-dot")]:
+            await read_model.put(f"file.{file_id}", record(file_id, junk))  # no key error reaches the writer
+        assert await read_model.owner_stored_bytes(ALICE, now) == 30
+
+        monkeypatch.setattr(stored_bytes, "MAX_PART_BYTES", 400)  # about three entries
+        for n in range(6):
+            await read_model.put(f"file.f{n}", record(f"f{n}", "ab" * 32))
+        kept = await read_model.owner_file_ids_by_sha256(ALICE, "ab" * 32)
+        assert kept and len(kept) < 6, "the part stops growing at its bound"
+        await read_model.put("file.f-other", record("f-other", "cd" * 32))
+        assert await read_model.owner_file_ids_by_sha256(ALICE, "cd" * 32) == ["f-other"], "other parts go on"
+        assert await read_model.get_file("f-other") is not None, "and so does every record"
     finally:
         await bus.close()

@@ -6,6 +6,8 @@ Both are states, not counters: a record put again (a redelivery, a replay) chang
 summary are written before its record shows the change, so a reader that sees the record sees the bytes counted."""
 
 import asyncio
+import logging
+import re
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable
 from typing import TypeVar
@@ -19,11 +21,20 @@ from contracts.subjects import owner_stored_key, owner_stored_part_key
 
 MAX_HELD = 50_000
 """Parts and summaries the writer keeps; past this the least recently used are read again when next changed."""
+MAX_PART_BYTES = 512 * 1024
+"""The largest part written (about 4,400 files of one owner whose digests begin alike): a part is one KV value, and
+a tenant chooses its files' digests; one past this is left as it was (logged), so no owner's files can stop the
+writer, whose every other record would wait behind the failed put."""
+UNSORTED_PART = "xx"
+"""The part of a digest that is not hex (never an upload's, which the gateway computes): a key stays a valid key."""
 Stored = TypeVar("Stored", StoredFiles, StoredBytes)
+log = logging.getLogger(__name__)
+_HEX_PAIR = re.compile(r"[0-9a-f]{2}")
 
 
 def part_of(sha256: str) -> str:
-    return sha256[:2]
+    """The part a digest's files are kept in: its first two hex digits."""
+    return sha256[:2] if _HEX_PAIR.match(sha256) else UNSORTED_PART
 
 
 def summary_of(files: StoredFiles) -> tuple[int, int | None]:
@@ -126,6 +137,10 @@ class StoredBytesWriter:
             else:
                 changed[record.file.id] = entry
             files = StoredFiles(dict(sorted(changed.items())))
+            if entry is not None and len(files.model_dump_json()) > MAX_PART_BYTES:
+                log.error("owner %s: part %s of their stored files is full; file %s is not counted in it",
+                          owner, part, record.file.id)
+                return None
             await self._put(owner_stored_part_key(owner, part), files)
             await self._summarise(owner, part, files)
 

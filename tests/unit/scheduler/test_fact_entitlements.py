@@ -75,6 +75,13 @@ def test_a_stolen_file_registration_is_refused_however_it_is_dressed() -> None:
     assert may_state(book, "bravo", output_file("b2")) is None, "bravo's own batch's file, as its owner's"
 
 
+@pytest.mark.parametrize("digest", ["", "a*", "A." + "0" * 62, "0" * 63, "G" * 64, "0" * 65])
+def test_a_result_file_whose_sha256_is_not_64_hex_digits_is_refused(digest: str) -> None:
+    """The digest becomes part of the owner's read-model keys: only the 64 hex digits a real one has pass."""
+    stated = output_file("b2").model_copy(update={"sha256": digest})
+    assert may_state(fleet(), "bravo", stated) is not None
+
+
 def test_a_progress_fact_must_name_its_own_attempts_chunk() -> None:
     book = fleet()
     assert may_state(book, "alpha", progressed("b1", 1, key=result_chunk_key("b2", 1, 0))) is not None
