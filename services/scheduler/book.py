@@ -174,6 +174,7 @@ class Book:
         if plan.phase == "validating":
             self.validated_count += 1
             plan.validated_order = self.validated_count
+            plan.validated_at_ms = event.occurred_at
             plan.phase = "validated"
             plan.queued_before = self.queued_lines.get(plan.owner, 0)
             self.queued_lines[plan.owner] = plan.queued_before + event.total_lines

@@ -255,15 +255,16 @@ def _servable(lanes: Iterable[Lane], fleet: FleetView, places: dict[str, int]) -
 
 
 def _waits(unserved: list[tuple[BatchPlan, CatalogueModel]], fleet: FleetView) -> list[Action]:
-    """Why a batch that got nothing and runs nothing waits, said once: no executor can take its model, or every
-    one that can is busy (the scheduler's standings then say where it stands in the queue)."""
+    """Why a batch that got nothing and runs nothing waits, said once: no executor can take its model. One that waits
+    only for a busy executor is told its place by the standings once it has waited a moment (most are placed before
+    then); here only when that replaces a reason that no longer holds."""
     actions: list[Action] = []
     for plan, model in unserved:
         if plan.running:
             continue
         reason = fleet.why_waiting(plan, model)
         if reason.startswith(QUEUED):
-            if plan.waiting_reason is None or not plan.waiting_reason.startswith(QUEUED):
+            if plan.waiting_reason is not None and not plan.waiting_reason.startswith(QUEUED):
                 actions.append(Wait(plan, reason))
         elif reason != plan.waiting_reason:
             actions.append(Wait(plan, reason))

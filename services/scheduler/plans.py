@@ -65,6 +65,8 @@ class BatchPlan:
     rejections_object_key: str | None = None
     validated_order: int = 0
     """Position among the batches validated so far (1 = first): FIFO within an owner."""
+    validated_at_ms: int = 0
+    """When it was first validated: a batch never told why it waits gets its first standing a moment after."""
     queued_before: int = 0
     """Lines of the owner's open validated batches when this one was validated: for the queued-lines limit."""
     layout: ShardLayout | None = None

@@ -16,6 +16,10 @@ REPUBLISH_EVERY_MS = 10_000
 """A batch's standing changes its text at most this often."""
 ETA_ONLY_EVERY_MS = 30_000
 """A change of the ETA alone waits longer: a rate near a bucket's edge would flip it back and forth."""
+FAR_PLACE_EVERY_MS = 30_000
+"""A new place far back in the queue ("about 300th") waits as long: it moves by a round step every few seconds
+under a burst, and its ETA says more than its place (10,000 queued batches must not each get a fact per step)."""
+QUEUED_KIND = "Queued"
 EXACT_PLACES = 10
 """Places up to this are told exactly; beyond, to one significant digit ("about 40th")."""
 
@@ -118,7 +122,7 @@ def queued_reason(position: int, model: str, eta_s: float | None) -> str:
     """A waiting batch's standing: "Queued: 3rd for smollm2-135m-instruct-q4_1, about 4 min." (`position` 1 = the
     next of its model to finish, `eta_s` seconds until it finishes, as `fair_share.standings` gives them)."""
     eta = eta_phrase(eta_s)
-    return f"Queued: {place_phrase(position)} for {model}" + (f", {eta}." if eta else ".")
+    return f"{QUEUED_KIND}: {place_phrase(position)} for {model}" + (f", {eta}." if eta else ".")
 
 
 def running_reason(done: int, total: int, eta_s: float | None, executors: int) -> str:
@@ -145,7 +149,8 @@ def should_republish(old_reason: str | None, new_reason: str, last_at_ms: int | 
 
     Never the same text twice. At once when the kind changes (queued ↔ running, or from any other reason such as
     "no executor serves the model", or the first standing). Otherwise a new place or progress waits until
-    `REPUBLISH_EVERY_MS` after the last, and a new ETA alone until `ETA_ONLY_EVERY_MS`."""
+    `REPUBLISH_EVERY_MS` after the last (a place far back until `FAR_PLACE_EVERY_MS`), and a new ETA alone until
+    `ETA_ONLY_EVERY_MS`."""
     if new_reason == old_reason:
         return False
     if old_reason is None or last_at_ms is None:
@@ -155,5 +160,10 @@ def should_republish(old_reason: str | None, new_reason: str, last_at_ms: int | 
         return True
     elapsed = now_ms - last_at_ms
     if old[1] != new[1]:
-        return elapsed >= REPUBLISH_EVERY_MS
+        return elapsed >= (FAR_PLACE_EVERY_MS if _far_back(new[1]) else REPUBLISH_EVERY_MS)
     return elapsed >= ETA_ONLY_EVERY_MS
+
+
+def _far_back(standing: str) -> bool:
+    """A queued place told to one significant digit (beyond `EXACT_PLACES`)."""
+    return standing.startswith(f"{QUEUED_KIND}: about ")

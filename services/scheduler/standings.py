@@ -1,7 +1,8 @@
 """Each open batch's standing, as the `Wait` to state for it: its place in its model's queue and when it should be
 done (queued), or how far along it is and when it should end (running), from the fleet's measured rate and the fair
-queue's order. Pure; the term asks every few seconds and states only what `should_republish` lets through, front of
-the queue first, a bounded number per pass (10,000 queued batches must not flood the log at once)."""
+queue's order (a batch placed within `FIRST_STANDING_AFTER_MS` of its validation is told nothing). Pure; the term
+asks every few seconds and states only what `should_republish` lets through, front of the queue first, a bounded
+number per pass (10,000 queued batches must not flood the log at once)."""
 
 from services.scheduler.book import BatchPlan, Book
 from services.scheduler.decisions import QUEUED, Wait
@@ -12,6 +13,9 @@ STANDINGS_EVERY_MS = 5_000
 """How often the standings are worked out."""
 MOST_PER_PASS = 200
 """Standings stated in one pass at most; the rest wait for the next."""
+FIRST_STANDING_AFTER_MS = 2_000
+"""A batch never told why it waits is told its place once it has waited this long since its validation: one
+placed before then (most are) states no wait at all."""
 
 
 def standing_waits(book: Book, weights: Weights, now_ms: int) -> list[Wait]:
@@ -32,11 +36,19 @@ def standing_waits(book: Book, weights: Weights, now_ms: int) -> list[Wait]:
         if plan.running:
             executors = len({run.executor_id for _, run in plan.running_shards()})
             reason = running_reason(plan.done_lines, plan.total_lines, standing.eta_s, executors)
-        elif plan.waiting_reason is not None and plan.waiting_reason.startswith(QUEUED):
+        elif _queued(plan, now_ms):
             reason = queued_reason(standing.position, plan.model, standing.eta_s)
         else:
-            continue  # waiting for a reason of its own (no executor serves the model), or not yet told it waits
+            continue  # waiting for a reason of its own (no executor serves the model), or only just validated
         if should_republish(plan.waiting_reason, reason, plan.waiting_at_ms, now_ms):
             waits.append((standing.position, Wait(plan, reason)))
     waits.sort(key=lambda item: item[0])
     return [wait for _, wait in waits[:MOST_PER_PASS]]
+
+
+def _queued(plan: BatchPlan, now_ms: int) -> bool:
+    """Waiting for a free place: told so already, or never told otherwise (decisions state every other reason at
+    once) and validated long enough ago that it is not merely about to be placed."""
+    if plan.waiting_reason is None:
+        return now_ms - plan.validated_at_ms >= FIRST_STANDING_AFTER_MS
+    return plan.waiting_reason.startswith(QUEUED)

@@ -2,7 +2,7 @@
 place goes to the owner with the fewest lines running, not to whoever queued the most first."""
 
 from contracts.api.batch import BatchUsage
-from contracts.events.batch import BatchCompleted, BatchCreated, BatchValidated
+from contracts.events.batch import BatchCompleted, BatchCreated, BatchValidated, BatchWaiting
 from contracts.events.executor import ExecutorAdvert
 from services.scheduler.book import Book
 from services.scheduler.decisions import Assign, Wait, decide
@@ -32,11 +32,21 @@ def test_an_executor_is_given_no_more_attempts_than_it_runs_at_once() -> None:
     assert assigned(book, [advert("e1", parallel=2)]) == ["b0", "b1"]
 
 
-def test_a_batch_that_finds_every_able_executor_full_waits_queued() -> None:
+def test_a_batch_that_finds_every_able_executor_full_is_left_to_the_standings_to_tell() -> None:
     book = fleet_book()
     queue(book, "running", "ann")
     assign(book, "e1", 1, "running")
     queue(book, "next", "bob")
+    actions = decide(book, [advert("e1", parallel=1)], CATALOGUE, NOW)
+    assert not [action for action in actions if isinstance(action, Wait)]
+
+
+def test_a_batch_whose_stated_reason_no_longer_holds_is_told_it_waits_queued_at_once() -> None:
+    book = fleet_book()
+    queue(book, "running", "ann")
+    assign(book, "e1", 1, "running")
+    queue(book, "next", "bob")
+    book.apply(BatchWaiting(aggregate_id="next", reason="No online executor serves m.", occurred_at=NOW - 1))
     actions = decide(book, [advert("e1", parallel=1)], CATALOGUE, NOW)
     waits = [action for action in actions if isinstance(action, Wait)]
     assert [w.plan.batch_id for w in waits] == ["next"] and "busy" in waits[0].reason

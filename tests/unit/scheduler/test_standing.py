@@ -6,6 +6,7 @@ import pytest
 from services.scheduler.fair_share import QueuedBatch, standings
 from services.scheduler.standing import (
     ETA_ONLY_EVERY_MS,
+    FAR_PLACE_EVERY_MS,
     REPUBLISH_EVERY_MS,
     RateMeter,
     eta_phrase,
@@ -166,3 +167,11 @@ def test_a_new_eta_alone_waits_longer_so_a_rate_at_a_buckets_edge_does_not_flip_
     assert not should_republish(old, new, T0, T0 + REPUBLISH_EVERY_MS)
     assert should_republish(old, new, T0, T0 + ETA_ONLY_EVERY_MS)
     assert not should_republish(queued_reason(3, MODEL, None), queued_reason(3, MODEL, 250), T0, T0 + 1000)
+
+
+def test_a_new_place_far_back_in_the_queue_waits_as_long_as_a_new_eta() -> None:
+    old, new = queued_reason(300, MODEL, 3000), queued_reason(200, MODEL, 3000)
+    assert old != new
+    assert not should_republish(old, new, T0, T0 + FAR_PLACE_EVERY_MS - 1)
+    assert should_republish(old, new, T0, T0 + FAR_PLACE_EVERY_MS)
+    assert should_republish(queued_reason(300, MODEL, 3000), queued_reason(9, MODEL, 3000), T0, T0 + REPUBLISH_EVERY_MS)

@@ -6,7 +6,7 @@ from contracts.events.batch import BatchProgressed, BatchWaiting
 from services.scheduler.book import Book
 from services.scheduler.decisions import Wait
 from services.scheduler.fair_share import Weights
-from services.scheduler.standings import MOST_PER_PASS, standing_waits
+from services.scheduler.standings import FIRST_STANDING_AFTER_MS, MOST_PER_PASS, standing_waits
 from tests.unit.scheduler.test_scheduler_decisions import NOW, assign
 from tests.unit.scheduler.test_scheduler_turns import fleet_book, queue
 
@@ -63,3 +63,20 @@ def test_one_pass_states_only_so_many_front_of_the_queue_first() -> None:
     reasons = told(book)
     assert len(reasons) == MOST_PER_PASS
     assert "b0" in reasons and f"b{MOST_PER_PASS + 4}" not in reasons
+
+
+def validated_at(book: Book, batch: str, owner: str, at_ms: int) -> None:
+    queue(book, batch, owner)
+    book.plans[batch].validated_at_ms = at_ms  # as if its `batch.validated` had been stored then
+
+
+def test_a_batch_never_told_why_it_waits_is_told_its_place_once_it_has_waited_a_moment() -> None:
+    book = fleet_book()
+    validated_at(book, "first", "ann", NOW - FIRST_STANDING_AFTER_MS)
+    assert told(book) == {"first": "Queued: 1st for m."}
+
+
+def test_a_batch_just_validated_is_told_nothing_for_it_is_likely_placed_at_once() -> None:
+    book = fleet_book()
+    validated_at(book, "fresh", "ann", NOW - FIRST_STANDING_AFTER_MS + 1)
+    assert told(book) == {}
