@@ -1,6 +1,7 @@
 """An owner's admission starts from this gateway's own last write of their entry, against a real broker: one write and
 no read while no other gateway wrote it; another gateway's admission in between is found and counted; a refusal is
-decided from a fresh read of the entry; an item this gateway saw the read model show is known without a lookup."""
+decided from a fresh read of the entry; an item this gateway saw the read model show is known without a lookup; the
+counts' writes (rate limits) evict nothing admission remembers."""
 
 import time
 from collections.abc import AsyncIterator
@@ -8,8 +9,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from contracts.subjects import LIMITS_BUCKET
+from services.gateway.adapters import shared_state
 from services.gateway.adapters.admission import Admission, Holdings
-from services.gateway.adapters.shared_state import SharedState
+from services.gateway.adapters.shared_state import SharedState, key_of
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.kv import open_bucket
 from services.runtime.process.settings import ConnectionSettings
@@ -95,3 +97,18 @@ async def test_items_this_gateway_saw_the_read_model_show_are_known_without_a_lo
 
     assert [await admission.take("test", owner, item, 1, LIMIT, read) for item in "cde"] == [None] * LIMIT
     assert all(not listed & {"a", "b"} for listed in looked_up)
+
+
+async def test_a_burst_of_rate_limit_writes_leaves_what_admission_remembers_intact(
+        two_gateways: tuple[CountedReads, CountedReads], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shared_state, "MAX_WRITTEN", 10)
+    store, _ = two_gateways
+    owner = f"user-burst-{time.time_ns()}"
+    admission = Admission(store)
+    assert await admission.take("test", owner, "a", 1, LIMIT, nothing_shown) is None
+
+    for n in range(50):  # control calls and failed authentications of many others, through this gateway
+        await store.put(key_of("calls", f"key-{n}-{time.time_ns()}"), [1.0], ttl_s=60.0)
+    assert await admission.take("test", owner, "b", 1, LIMIT, nothing_shown) is None
+
+    assert store.reads == 1  # the first admission only: its own last write was still remembered

@@ -2,8 +2,10 @@
 numbers per key in a KV bucket, changed by compare-and-set, each write expiring on its own (per-message TTL), so
 the bucket only ever holds live windows.
 
-Each write is remembered while it is surely live (`last_written`): a caller may start a compare-and-set from it,
-which then proves no one wrote since (admission.py: an owner's next create through this gateway costs one write).
+Each write of raw bytes (admission's entries) is remembered while it is surely live (`last_written`): a caller may
+start a compare-and-set from it, which then proves no one wrote since (admission.py: an owner's next create through
+this gateway costs one write). The counts' writes are not: a count is changed from a fresh read, never from memory,
+so a burst of them evicts nothing admission remembers.
 
 Nothing here waits long: each read or write has `TIMEOUT_S`, and once the bucket failed to answer, callers are told
 at once (`SharedStateUnavailable`) for `RETRY_AFTER_S` before it is tried again. Callers then use their own counts.
@@ -38,7 +40,7 @@ MAX_TRIES = 64
 MAX_TTL_S = 24 * 3600.0
 """No entry outlives this, whatever its window."""
 MAX_WRITTEN = 10_000
-"""Keys whose last write this gateway remembers; past this the least recently written go first (read again)."""
+"""Keys whose last raw write this gateway remembers; past this the least recently written go first (read again)."""
 EXPIRY_MARGIN_S = 1.0
 """A write is remembered until this long before the broker would expire it."""
 
@@ -76,7 +78,8 @@ class SharedState:
     retry_after_s: float = RETRY_AFTER_S
     _down_until: float = 0.0
     _written: OrderedDict[str, tuple[bytes, int, float]] = field(default_factory=OrderedDict, init=False)
-    """Per key, this gateway's last write: its bytes, its revision, and until when (monotonic) it is surely live."""
+    """Per key, this gateway's last raw write: its bytes, its revision, and until when (monotonic) it is surely
+    live."""
 
     async def read(self, key: str) -> Numbers | None:
         return (await self._get(key))[0]
@@ -110,7 +113,7 @@ class SharedState:
         return value, revision
 
     def last_written(self, key: str) -> tuple[bytes, int] | None:
-        """This gateway's last write of the key and its revision, while surely live: the key's value then unless
+        """This gateway's last raw write of the key and its revision, while surely live: the key's value then unless
         another writer came since (which a compare-and-set naming this revision finds out)."""
         written = self._written.get(key)
         if written is None or time.monotonic() >= written[2]:
@@ -118,7 +121,7 @@ class SharedState:
         return written[0], written[1]
 
     async def _publish(self, key: str, value: Sequence[float], ttl_s: float, revision: int | None) -> None:
-        await self.put_raw(key, orjson.dumps([round(v, 3) for v in value]), ttl_s, revision)
+        await self._write(key, orjson.dumps([round(v, 3) for v in value]), ttl_s, revision)
 
     async def get_raw(self, key: str) -> tuple[bytes | None, int]:
         """The key's bytes (None: no live entry) and the revision a compare-and-set names."""
@@ -133,11 +136,18 @@ class SharedState:
         return entry.value or None, entry.revision or 0
 
     async def put_raw(self, key: str, data: bytes, ttl_s: float, revision: int | None) -> None:
-        """Write `data`; with a `revision`, only while that is still the key's last (else
-        `KeyWrongLastSequenceError`, and nothing is written)."""
+        """Write `data`, remembered while surely live (`last_written`); with a `revision`, only while that is still
+        the key's last (else `KeyWrongLastSequenceError`, and nothing is written)."""
+        self._written.pop(key, None)
+        sequence = await self._write(key, data, ttl_s, revision)
+        self._written[key] = (data, sequence, time.monotonic() + ttl_s - EXPIRY_MARGIN_S)
+        while len(self._written) > MAX_WRITTEN:
+            self._written.popitem(last=False)
+
+    async def _write(self, key: str, data: bytes, ttl_s: float, revision: int | None) -> int:
+        """Write `data` (see `put_raw`); its sequence, the key's revision."""
         self._refuse_while_down()
         headers = None if revision is None else {str(api.Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value): str(revision)}
-        self._written.pop(key, None)
         try:
             async with asyncio.timeout(self.timeout_s):
                 ack = await self.kv._js.publish(f"{self.kv._pre}{key}", data, headers=headers, msg_ttl=ttl_s)
@@ -147,9 +157,7 @@ class SharedState:
             raise self._unavailable(repr(error)) from error
         except (TimeoutError, nats.errors.Error, OSError) as error:
             raise self._unavailable(repr(error)) from error
-        self._written[key] = (data, ack.seq, time.monotonic() + ttl_s - EXPIRY_MARGIN_S)
-        while len(self._written) > MAX_WRITTEN:
-            self._written.popitem(last=False)
+        return ack.seq
 
     def _refuse_while_down(self) -> None:
         if time.monotonic() < self._down_until:
