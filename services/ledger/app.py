@@ -12,7 +12,6 @@ from services.ledger.restore import archived_through, restore
 from services.ledger.retention import Policy, Retention
 from services.ledger.settings import LedgerSettings
 from services.runtime.nats import eventlog
-from services.runtime.nats.broker import open_bus, service_broker
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.delivery import ServiceRouter
 from services.runtime.nats.leader import LeaderLease
@@ -39,10 +38,10 @@ class LedgerApp:
         self._store: ObjectStore | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
-        broker = service_broker(self.settings.connection.nats_url, LEDGER_NAME)
+        bus = await EventBus.connect(self.settings.connection.nats_url, LEDGER_NAME)
+        broker = bus.broker
         router = ledger_router()
         broker.include_router(router)
-        bus = await open_bus(broker, LEDGER_NAME)
         lease, keeper = None, None
         try:
             folding = stop
@@ -95,7 +94,8 @@ class LedgerApp:
         await index_owners(bus, ledger, sink, checkpoint)
         await index_live_batches(ledger, read_model, checkpoint)
         await index_stored_bytes(ledger, read_model, checkpoint)
-        folder = self.folder = Folder(ledger, sink, checkpoint, self.settings.group_size, self.settings.fold_pace_s)
+        folder = self.folder = Folder(ledger, sink, checkpoint, self.settings.group_size, self.settings.fold_pace_s,
+                                      self.settings.fold_busy_facts_per_s)
         head = await eventlog.head(bus)
         log.info("ledger resumes after sequence %d; stream head is %d", checkpoint, head)
         worker = asyncio.create_task(folder.run(stop))

@@ -23,9 +23,6 @@ Sink = Callable[[list[Projection]], Awaitable[None]]
 R = TypeVar("R")
 RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 IDLE_POLL_S = 0.25
-BUSY_FACTS_PER_S = 250
-"""Facts folded in the last second from which the folder paces its groups: a burst of batches (hundreds of facts a
-second), not one client's batches one after another (a 1-line batch's life is ~12 facts in ~40 ms)."""
 BUSY_WINDOW_S = 1.0
 """The recent span over which that rate is measured."""
 MATERIALISE_BEHIND = 4
@@ -36,14 +33,15 @@ class Folder:
     """Takes facts from the ordered reader and folds them in groups, in stream order."""
 
     def __init__(self, ledger: Ledger, sink: Sink, start_after: int, group_size: int = 1000,
-                 pace_s: float = 0.0) -> None:
+                 pace_s: float = 0.0, busy_facts_per_s: float = 250.0) -> None:
         self.ledger = ledger
         self.sink = sink
         self.group_size = group_size
         self.pace_s = pace_s
-        """While busy (BUSY_FACTS_PER_S or more facts in the last second), a group starts at least this long after
+        """While busy (`busy_facts_per_s` or more facts in the last second), a group starts at least this long after
         the previous one: facts arriving meanwhile join it, so a batch's quick succession of facts is folded, saved
         and put into the read model once, not once per fact. A quiet log's facts are folded at once."""
+        self.busy_facts_per_s = busy_facts_per_s
         self._last_group_at = 0.0
         self._recent: deque[tuple[float, int]] = deque()
         """(when, how many facts) of the groups started in the last second."""
@@ -94,7 +92,7 @@ class Folder:
         now = loop.time()
         while self._recent and self._recent[0][0] < now - BUSY_WINDOW_S:
             self._recent.popleft()
-        busy = sum(count for _, count in self._recent) >= BUSY_FACTS_PER_S * BUSY_WINDOW_S
+        busy = sum(count for _, count in self._recent) >= self.busy_facts_per_s * BUSY_WINDOW_S
         catching_up = self.head_seen - self.folded_through > self.group_size  # a backlog folds as fast as it can
         wait = self._last_group_at + self.pace_s - now
         if busy and not catching_up and wait > 0:

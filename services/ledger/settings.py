@@ -34,10 +34,14 @@ class LedgerSettings(ServiceSettings):
     group_size: int = 5000
     """At most this many queued facts are folded and saved in one transaction (fewer when fewer wait)."""
     fold_pace_s: float = 0.05
-    """While the log is busy (250 facts a second or more), a fold group starts at least this long after the previous
-    one: facts arriving meanwhile are folded, saved and put into the read model together, so a batch's quick run of
-    facts costs one read-model write, not one per fact. The read model then lags the log by up to this much more; a
-    quiet log's facts are folded at once. 0: never paced."""
+    """While the log is busy (`fold_busy_facts_per_s` or more), a fold group starts at least this long after the
+    previous one: facts arriving meanwhile are folded, saved and put into the read model together, so a batch's quick
+    run of facts costs one read-model write, not one per fact. The read model then lags the log by up to this much
+    more; a quiet log's facts are folded at once. 0: never paced."""
+    fold_busy_facts_per_s: float = 250.0
+    """Facts folded in the last second from which the log counts as busy (and `fold_pace_s` applies): a burst of
+    batches (hundreds of facts a second), not one client's batches one after another (a 1-line batch's life is
+    ~12 facts in ~40 ms)."""
 
     retention: bool = False
     """Archive and trim the EVENTS stream (the folding ledger only): once every `segment_period_s` the facts folded

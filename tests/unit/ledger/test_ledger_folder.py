@@ -13,6 +13,7 @@ from services.ledger.application import Ledger, persistence_env
 from services.ledger.chain import Fact
 from services.ledger.handlers import Folder
 from services.ledger.projection import Projection
+from tests.factories import batch_created
 
 BATCH = "batch_folder1"
 
@@ -29,9 +30,7 @@ def fact(sequence: int, event: BatchCreated | BatchProgressed) -> Fact:
 
 
 def created(batch_id: str) -> BatchCreated:
-    return BatchCreated(aggregate_id=batch_id, owner_key_id="key_a", input_file_id="file-in",
-                        input_object_key="files/file-in", endpoint="/v1/chat/completions", completion_window="24h",
-                        created_at=1_700_000_000, expires_at=1_700_086_400)
+    return batch_created(batch_id, "key_a", "files/file-in", created_at=1_700_000_000, expires_at=1_700_086_400)
 
 
 async def test_records_folded_while_the_sink_is_busy_go_out_once_in_their_last_state(ledger: Ledger) -> None:
@@ -66,13 +65,12 @@ async def test_a_busy_log_folds_a_quick_succession_of_facts_together_and_puts_ea
         ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
     # Busy over a minute (however long the first group takes to fold on a loaded machine).
     monkeypatch.setattr(handlers, "BUSY_WINDOW_S", 60.0)
-    monkeypatch.setattr(handlers, "BUSY_FACTS_PER_S", 1)
     puts: list[list[Projection]] = []
 
     async def sink(projections: list[Projection]) -> None:
         puts.append(projections)
 
-    folder = Folder(ledger, sink, start_after=0, group_size=1000, pace_s=3.0)
+    folder = Folder(ledger, sink, start_after=0, group_size=1000, pace_s=3.0, busy_facts_per_s=1)
     stop = asyncio.Event()
     worker = asyncio.create_task(folder.run(stop))
     busy = [fact(n, created(f"batch_busy{n}")) for n in range(1, 301)]  # a busy minute's worth at once
