@@ -15,7 +15,8 @@ from services.gateway.usecases import billing
 from services.gateway.usecases.accounts import Accounts
 from services.gateway.usecases.refusals import ApiError, parse_fields
 from services.gateway.usecases.revocation import find_key, revoke_key
-from services.runtime.nats.bus import TOOL_ATTEMPTS, EventBus
+from services.runtime.nats.broker import TOOL_ATTEMPTS
+from services.runtime.nats.bus import EventBus
 from services.runtime.nats.readmodel import ReadModel
 from services.runtime.process.settings import ConnectionSettings
 from services.runtime.storage.catalogue import load_catalogue

@@ -36,7 +36,8 @@ from infra.private import PRIVATE_UMASK
 from infra.stack_state import find_stack
 from infra.supervisor import Stack
 from services.ledger.settings import LedgerSettings
-from services.runtime.nats.bus import TOOL_ATTEMPTS, open_connection
+from services.runtime.nats.broker import TOOL_ATTEMPTS
+from services.runtime.nats.bus import EventBus
 from services.runtime.nats.tls import InsecureBrokerUrl
 from services.runtime.process.settings import ConnectionSettings
 from services.runtime.storage.objectstore import ObjectStore
@@ -89,7 +90,8 @@ def _order(names: list[str]) -> list[str]:
 
 
 async def _connect(url: str) -> Client:
-    return await open_connection(url, "sheshnag-backup", TOOL_ATTEMPTS)
+    # No streams declared: a restore refuses a stream that is already there.
+    return (await EventBus.connect(url, "sheshnag-backup", attempts=TOOL_ATTEMPTS, declare=False)).nc
 
 
 def _empty(folder: Path) -> bool:

@@ -14,7 +14,8 @@ from pathlib import Path
 from infra.stack_state import StackState, read_state
 from services.gateway.settings import GatewaySettings
 from services.gateway.usecases.accounts import Accounts, create_key
-from services.runtime.nats.bus import TOOL_ATTEMPTS, EventBus
+from services.runtime.nats.broker import TOOL_ATTEMPTS
+from services.runtime.nats.bus import EventBus
 from services.runtime.nats.readmodel import ReadModel
 from services.runtime.process.settings import ConnectionSettings
 from services.runtime.storage.catalogue import load_catalogue

@@ -45,7 +45,8 @@ from infra.stack_state import StackState, find_stack, remove_state, write_state
 from infra.status import status as show_status
 from infra.supervisor import SERVICES, Stack, pick_port, url_host
 from infra.tls import fingerprint
-from services.runtime.nats.bus import BrokerUnreachable, EventBus
+from services.runtime.nats.broker import BrokerUnreachable
+from services.runtime.nats.bus import EventBus
 from services.runtime.nats.tls import InsecureBrokerUrl
 from services.runtime.process.config_file import CONFIG_FILE_VARIABLE, ConfigFileError
 from services.runtime.process.settings import ConnectionSettings

@@ -5,7 +5,8 @@ import json
 import time
 
 from services.gateway.usecases.overview import Overview, gather
-from services.runtime.nats.bus import TOOL_ATTEMPTS, EventBus
+from services.runtime.nats.broker import TOOL_ATTEMPTS
+from services.runtime.nats.bus import EventBus
 from services.runtime.nats.fleet import Fleet
 from services.runtime.nats.readmodel import ReadModel
 from services.runtime.process.settings import ConnectionSettings

@@ -12,7 +12,7 @@ from contracts.events.executor import GUEST_ATTEMPTS, ExecutorAdvert
 from services.executor.adapters.admission import keep_admitted
 from services.executor.adapters.advert import OwnAdvert
 from services.executor.adapters.artifacts import ArtifactResolver, default_cache_dir
-from services.executor.adapters.broker import executor_broker, join, stop_consuming
+from services.executor.adapters.broker import join, stop_consuming
 from services.executor.adapters.brokered_store import BrokeredObjectStore, http_pool
 from services.executor.adapters.engines.shelf import EngineShelf
 from services.executor.adapters.memory import device_memory, within_budget
@@ -24,9 +24,7 @@ from services.executor.heartbeat import Rejoin, heartbeat
 from services.executor.retry import LineRetry
 from services.executor.runner import BatchRunner
 from services.executor.settings import ExecutorSettings
-from services.runtime.nats.broker import ServiceBroker
 from services.runtime.nats.bus import EventBus
-from services.runtime.nats.delivery import ServiceRouter
 from services.runtime.process import metrics
 from services.runtime.process.tasks import cancel_and_join
 from services.runtime.storage.catalogue import load_catalogue
@@ -89,24 +87,21 @@ def rejoin_with(bus: EventBus, settings: ExecutorSettings) -> Rejoin | None:
 async def run_executor(settings: ExecutorSettings, stop: asyncio.Event) -> None:
     metrics.register("executor")
     engines = await open_shelf(settings)
-    broker = executor_broker(settings, stop)
-    router = executor_router(settings.executor_id, settings.ack_wait_s, settings.max_deliver,
-                             settings.parallel_attempts)
-    broker.include_router(router)
+    bus = None
     try:
-        bus = await join(broker, settings, stop)
+        bus = await join(settings, stop)
         if bus is not None:
-            await serve(settings, engines, broker, router, bus, stop)
+            await serve(settings, engines, bus, stop)
     finally:
         try:
             await engines.unload_all()  # first: an engine's own threads must end for the process to exit
         finally:
-            # A connection the broker keeps refusing (a revoked key) reconnects for ever: not waited for past this.
-            await broker.close_within(BROKER_STOP_S)
+            if bus is not None:
+                # A connection the broker keeps refusing (a revoked key) reconnects for ever: not waited for past this.
+                await bus.broker.close_within(BROKER_STOP_S)
 
 
-async def serve(settings: ExecutorSettings, engines: EngineShelf, broker: ServiceBroker, router: ServiceRouter,
-                bus: EventBus, stop: asyncio.Event) -> None:
+async def serve(settings: ExecutorSettings, engines: EngineShelf, bus: EventBus, stop: asyncio.Event) -> None:
     """Advertise, register, take commands until stopped (or the heartbeat fails); then withdraw the advert."""
     store = await object_access(settings, bus)
     engines.reach_objects(store)  # models whose weights are in the object store are fetched through it
@@ -122,6 +117,10 @@ async def serve(settings: ExecutorSettings, engines: EngineShelf, broker: Servic
                     "any batch; it only takes commands sent to it directly")
     retry = LineRetry(attempts=settings.line_attempts, base_delay_s=settings.line_retry_delay_s)
     runner = BatchRunner(bus, store, settings.executor_id, settings.chunk_lines, retry, settings.chunk_max_wait_s)
+    router = executor_router(settings.executor_id, settings.ack_wait_s, settings.max_deliver,
+                             settings.parallel_attempts)
+    broker = bus.broker
+    broker.include_router(router)
     broker.context.set_global(router.dependencies, Executor(bus, runner, engines, settings.executor_id))
     beating = asyncio.create_task(heartbeat(fleet, lambda: advert_of(settings, engines), settings.heartbeat_s,
                                             stop, rejoin_with(bus, settings)))

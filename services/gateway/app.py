@@ -37,7 +37,7 @@ from services.gateway.settings import GatewaySettings
 from services.gateway.webhooks.deliverer import WEBHOOK_STORE, webhook_deliverer
 from services.gateway.webhooks.intake import WEBHOOKS, WebhookIntake, webhook_router
 from services.gateway.webhooks.store import WebhookStore
-from services.runtime.nats.broker import open_bus, service_broker
+from services.runtime.nats.bus import EventBus
 from services.runtime.nats.fleet import Fleet
 from services.runtime.nats.kv import ensure_direct_reads, open_bucket
 from services.runtime.nats.readmodel import ReadModel
@@ -55,8 +55,8 @@ def create_app(settings: GatewaySettings) -> web.Application:
 
     async def connections(app: web.Application) -> AsyncIterator[None]:
         connection = settings.connection
-        broker = service_broker(connection.nats_url, "gateway")
-        bus = await open_bus(broker, "gateway")
+        bus = await EventBus.connect(connection.nats_url, "gateway")
+        broker = bus.broker
         store = ObjectStore.from_settings(connection)
         await store.ensure_bucket()
         await ensure_direct_reads(bus.js, EVENTS_STREAM)  # the errors view reads facts without a consumer

@@ -18,7 +18,8 @@ from services.ledger.restore import archived_through
 from services.ledger.settings import LedgerSettings
 from services.ledger.timeline import render_table, timeline
 from services.runtime.nats import eventlog
-from services.runtime.nats.bus import TOOL_ATTEMPTS, EventBus
+from services.runtime.nats.broker import TOOL_ATTEMPTS
+from services.runtime.nats.bus import EventBus
 from services.runtime.nats.readmodel import ReadModel
 from services.runtime.storage.objectstore import ObjectStore
 

@@ -8,7 +8,8 @@ import logging
 import nats.errors
 
 from services.authz.callout import open_admissions
-from services.runtime.nats.broker import CLOSE_S, open_bus, service_broker
+from services.runtime.nats.broker import CLOSE_S
+from services.runtime.nats.bus import EventBus
 from services.runtime.nats.leader import LeaderLease
 from services.runtime.process import metrics
 from services.runtime.storage.catalogue import load_catalogue
@@ -25,10 +26,10 @@ async def run_scheduler(settings: SchedulerSettings, stop: asyncio.Event) -> Non
     metrics.register("scheduler")
     leading(False)
     connection = settings.connection
-    broker = service_broker(connection.nats_url, "scheduler", stop=stop)
+    bus = await EventBus.connect(connection.nats_url, "scheduler", stop=stop)
+    broker = bus.broker
     router = scheduler_router(callout=bool(connection.nats_callout_seed))
     broker.include_router(router)
-    bus = await open_bus(broker, "scheduler")
     admissions = None
     try:
         admissions = await open_admissions(bus, connection)

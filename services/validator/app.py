@@ -3,7 +3,7 @@
 import asyncio
 import os
 
-from services.runtime.nats.broker import open_bus, service_broker
+from services.runtime.nats.bus import EventBus
 from services.runtime.process import metrics
 from services.runtime.storage.catalogue import load_catalogue
 from services.runtime.storage.objectstore import ObjectStore
@@ -17,10 +17,10 @@ from services.validator.settings import ValidatorSettings
 async def run_validator(settings: ValidatorSettings, stop: asyncio.Event) -> None:
     metrics.register("validator")
     connection = settings.connection
-    broker = service_broker(connection.nats_url, "validator", stop=stop)
+    bus = await EventBus.connect(connection.nats_url, "validator", stop=stop)
+    broker = bus.broker
     router = validator_router()
     broker.include_router(router)
-    bus = await open_bus(broker, "validator")
     pool: CheckPool | None = None
     try:
         store = ObjectStore.from_settings(connection)

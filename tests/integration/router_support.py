@@ -3,7 +3,6 @@
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from services.runtime.nats.broker import open_bus, service_broker
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.delivery import ServiceRouter
 
@@ -12,9 +11,9 @@ from services.runtime.nats.delivery import ServiceRouter
 async def serving(url: str, router: ServiceRouter, dependencies: object, name: str) -> AsyncIterator[EventBus]:
     """`router` on a started broker named `name`, with `dependencies` under the router's name for them, until the
     block ends; the bus over the broker's connection."""
-    broker = service_broker(url, name)
+    bus = await EventBus.connect(url, name)
+    broker = bus.broker
     broker.include_router(router)
-    bus = await open_bus(broker, name)
     broker.context.set_global(router.dependencies, dependencies)
     await broker.start()
     try:

@@ -11,7 +11,6 @@ from faststream import Context, Path
 from faststream.nats import NatsBroker
 from pydantic import BaseModel
 
-from services.runtime.nats.broker import open_bus, service_broker
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.delivery import Answer, ServiceRouter
 from tests.conftest import RunningNats
@@ -56,12 +55,12 @@ class Answering:
 
 @pytest.fixture
 async def answering(nats_server: RunningNats) -> AsyncIterator[Answering]:
-    broker = service_broker(nats_server.url, "tests-answers")
+    bus = await EventBus.connect(nats_server.url, "tests-answers")
+    broker = bus.broker
     router = ServiceRouter("tests", dependencies="clerk")
     router.answers(ASKED, ask, "Answer a question, while leading.")
     router.answers(ALWAYS, always, "Answer a question, always.")
     broker.include_router(router)
-    bus = await open_bus(broker, "tests-answers")
     broker.context.set_global("clerk", Clerk("the clerk"))
     await broker.start()
     try:

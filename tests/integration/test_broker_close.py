@@ -5,13 +5,12 @@ import asyncio
 import time
 
 from infra.embedded import stop_process
-from services.runtime.nats.broker import open_bus, service_broker
+from services.runtime.nats.bus import EventBus
 from tests.conftest import RunningNats
 
 
 async def test_closing_a_connection_whose_broker_is_gone_gives_up_within_its_bound(fresh_nats: RunningNats) -> None:
-    broker = service_broker(fresh_nats.url, "tests")
-    await open_bus(broker, "tests")
+    broker = (await EventBus.connect(fresh_nats.url, "tests")).broker
     await broker.start()
     stop_process(fresh_nats.process)
     await asyncio.sleep(1)  # reconnecting now

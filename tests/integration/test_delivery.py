@@ -13,7 +13,6 @@ import pytest
 from contracts.events.batch import BatchCreated
 from contracts.ids import new_batch_id
 from contracts.subjects import EVENTS_STREAM, batch_fact
-from services.runtime.nats.broker import open_bus, service_broker
 from services.runtime.nats.bus import ConsumerPolicy, EventBus, PoisonMessage
 from services.runtime.nats.delivery import Durable, ServiceRouter
 from services.runtime.process.settings import ConnectionSettings
@@ -61,9 +60,9 @@ async def subscribed(connection: ConnectionSettings, behaviour: Callable[[int], 
     router = ServiceRouter("tests", dependencies="probe")
     router.durable(Durable(BatchCreated, EVENTS_STREAM, f"tests-{batch_id}", batch_fact(batch_id, "created"), FAST),
                    handle, record_poison, "under test")
-    broker = service_broker(connection.nats_url, "tests")
+    bus = await EventBus.connect(connection.nats_url, "tests")
+    broker = bus.broker
     broker.include_router(router)
-    bus = await open_bus(broker, "tests")
     probe = Probe(behaviour)
     broker.context.set_global("probe", probe)
     await broker.start()

@@ -102,7 +102,7 @@ async def test_an_executor_renews_its_admission_before_it_expires_and_runs_batch
 async def test_a_connection_whose_admission_expired_is_let_back_in_and_its_consumer_goes_on(tmp_path: Path) -> None:
     """What a paused executor meets on resuming past its expiry: the server cuts it off; it reconnects."""
     async with admitting_broker(tmp_path, ttl_s=2.0) as running:
-        bus = await broker.connect(running.executor_settings("sleepy", WORKER_KEY), asyncio.Event())
+        bus = await broker.join(running.executor_settings("sleepy", WORKER_KEY), asyncio.Event())
         assert bus is not None
         errors: list[str] = []
 
@@ -147,7 +147,7 @@ async def test_a_connection_whose_admission_expired_is_let_back_in_and_its_consu
 async def test_while_no_scheduler_answers_the_callout_an_executor_keeps_its_admission_until_it_expires(
         tmp_path: Path) -> None:
     async with admitting_broker(tmp_path, ttl_s=5.0) as running:
-        bus = await broker.connect(running.executor_settings("patient", WORKER_KEY), asyncio.Event())
+        bus = await broker.join(running.executor_settings("patient", WORKER_KEY), asyncio.Event())
         assert bus is not None
         left = await expires_in(bus.nc)
         assert left is not None

@@ -17,7 +17,7 @@ import pytest
 from contracts.ids import hash_api_key
 from contracts.readmodel import ApiKeyRecord
 from infra.embedded import free_port, start_nats, stop_process
-from services.executor.adapters.broker import executor_broker, join
+from services.executor.adapters.broker import join
 from services.executor.adapters.refusals import EXIT_REFUSED, JoinRefused
 from services.executor.settings import ExecutorSettings
 from services.runtime.process.settings import ConnectionSettings
@@ -42,7 +42,7 @@ async def test_a_refused_key_is_said_once_per_try_with_waits_that_double_up_to_t
     async with admitting_broker(tmp_path) as running:
         settings = backing_off(running, REVOKED_KEY, join_retry_max_s=0.5)
         stop = asyncio.Event()
-        joining = asyncio.create_task(join(executor_broker(settings, stop), settings, stop))
+        joining = asyncio.create_task(join(settings, stop))
         await asyncio.sleep(3.0)
         stopped_at = time.monotonic()
         stop.set()
@@ -67,7 +67,7 @@ async def test_an_executor_gives_up_after_max_refusals_of_a_key_that_is_not_a_li
         settings = backing_off(running, key, join_retry_s=0.1, max_refusals=3)
         stop = asyncio.Event()
         with pytest.raises(JoinRefused, match="refused 3 times"):
-            await asyncio.wait_for(join(executor_broker(settings, stop), settings, stop), 10)
+            await asyncio.wait_for(join(settings, stop), 10)
     assert len([line for line in executor_lines(caplog) if "cannot join" in line]) == 3
 
 
@@ -86,7 +86,7 @@ async def test_a_broker_certificate_from_another_ca_is_said_once_per_try_as_a_tl
                                     executor_id="alpha", worker_key="wk-alpha", join_retry_s=1.0, max_refusals=2)
         stop = asyncio.Event()
         with pytest.raises(JoinRefused):
-            await asyncio.wait_for(join(executor_broker(settings, stop), settings, stop), 10)
+            await asyncio.wait_for(join(settings, stop), 10)
     finally:
         stop_process(process)
     said = executor_lines(caplog)

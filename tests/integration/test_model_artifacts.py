@@ -109,7 +109,7 @@ async def fleet(tmp_path_factory: pytest.TempPathFactory, connection: Connection
         ready.set()
         await running.core.nc.subscribe(OBJECT_REQUESTS,
                                         cb=ObjectBroker(signer, Book(admitted={"alpha"}), ready).on_request)
-        alpha = await broker.connect(running.executor_settings("alpha", WORKER_KEY), asyncio.Event())
+        alpha = await broker.join(running.executor_settings("alpha", WORKER_KEY), asyncio.Event())
         assert alpha is not None
         try:
             yield Fleet(running, alpha)
@@ -128,7 +128,7 @@ async def test_an_executor_without_s3_credentials_fetches_its_model_through_pres
 
 async def test_an_executor_not_admitted_to_the_fleet_is_refused_the_weights(
         fleet: Fleet, pushed: CatalogueModel, tmp_path: Path) -> None:
-    bravo = await broker.connect(fleet.auth.executor_settings("bravo", OTHER_WORKER_KEY), asyncio.Event())
+    bravo = await broker.join(fleet.auth.executor_settings("bravo", OTHER_WORKER_KEY), asyncio.Event())
     assert bravo is not None
     try:
         resolver = ArtifactResolver(tmp_path, BrokeredObjectStore(bravo.nc, "bravo", http_pool(), wait_s=5))

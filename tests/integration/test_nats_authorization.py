@@ -75,7 +75,7 @@ class Violations:
 async def alpha(broker_with_auth: AuthorizedBroker) -> AsyncIterator[tuple[EventBus, Violations]]:
     """Executor `alpha` connected with its worker key, its permission violations recorded."""
     stop = asyncio.Event()
-    bus = await broker.connect(broker_with_auth.executor_settings("alpha", WORKER_KEY), stop)
+    bus = await broker.join(broker_with_auth.executor_settings("alpha", WORKER_KEY), stop)
     assert bus is not None
     violations = Violations([])
     bus.nc._error_cb = violations.on_error
@@ -259,7 +259,7 @@ async def test_without_a_scheduler_answering_nobody_but_the_core_user_gets_in(tm
 async def test_a_revoked_worker_key_is_shut_out_when_its_permissions_expire(tmp_path: Path) -> None:
     async with admitting_broker(tmp_path, ttl_s=1.0) as running:
         stop = asyncio.Event()
-        bus = await broker.connect(running.executor_settings("delta", WORKER_KEY), stop)
+        bus = await broker.join(running.executor_settings("delta", WORKER_KEY), stop)
         assert bus is not None
         disconnected = asyncio.Event()
 

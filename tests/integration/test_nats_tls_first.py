@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from services.executor.adapters.broker import executor_broker
+from services.executor.adapters.broker import join
 from services.executor.settings import ExecutorSettings
-from services.runtime.nats.broker import service_broker
-from services.runtime.nats.bus import TOOL_ATTEMPTS, BrokerUnreachable, EventBus
+from services.runtime.nats.broker import TOOL_ATTEMPTS, BrokerUnreachable
+from services.runtime.nats.bus import EventBus
 from services.runtime.nats.tls import InsecureBrokerUrl
 from services.runtime.process.settings import ConnectionSettings
 from tests.certificates import write_tls_files
@@ -59,7 +59,7 @@ async def test_a_service_sends_an_impostor_a_client_hello_and_never_its_password
 async def test_an_executor_sends_an_impostor_a_client_hello_and_never_its_worker_key(impostor: Impostor) -> None:
     settings = ExecutorSettings(connection=ConnectionSettings(nats_url=f"tls://{impostor.url}"),
                                 executor_id="provider-host-1", worker_key=WORKER_KEY)
-    await keeps_trying(asyncio.ensure_future(executor_broker(settings).connect()))
+    await keeps_trying(asyncio.ensure_future(join(settings, asyncio.Event())))
     assert sent_nothing_but_a_client_hello(impostor, WORKER_KEY), bytes(impostor.received[:200])
 
 
@@ -68,10 +68,8 @@ async def test_a_nats_url_to_another_host_is_refused_before_any_connection(impos
     with pytest.raises(InsecureBrokerUrl, match="SHESHNAG_NATS_URL") as refused:
         await EventBus.connect(plain, "tests")
     with pytest.raises(InsecureBrokerUrl):
-        service_broker(plain, "tests")
-    with pytest.raises(InsecureBrokerUrl):
-        executor_broker(ExecutorSettings(connection=ConnectionSettings(nats_url=f"nats://{impostor.url}"),
-                                         executor_id="provider-host-1", worker_key=WORKER_KEY))
+        await join(ExecutorSettings(connection=ConnectionSettings(nats_url=f"nats://{impostor.url}"),
+                                    executor_id="provider-host-1", worker_key=WORKER_KEY), asyncio.Event())
     assert PASSWORD not in str(refused.value)
     assert impostor.connections == 0
 
@@ -83,13 +81,9 @@ async def test_services_reach_the_real_broker_tls_first_with_its_ca(
     try:
         assert bus.nc.options["tls_handshake_first"] and bus.nc.connected_url is not None
         assert (await bus.js.stream_info("EVENTS")).config.name == "EVENTS"
+        assert await bus.broker.connect() is bus.nc  # the routers' broker runs on the same TLS connection
     finally:
-        await bus.close()
-    broker = service_broker(tls_broker.core_url, "tests")
-    try:
-        assert (await broker.connect()).is_connected
-    finally:
-        await broker.stop()
+        await bus.broker.stop()
 
 
 async def test_a_tool_without_the_brokers_ca_gives_up_saying_the_certificate_was_not_verified(

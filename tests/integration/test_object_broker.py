@@ -85,7 +85,7 @@ async def brokered(tmp_path: Path, connection: ConnectionSettings) -> AsyncItera
     """A broker admitting executors by worker key, and executor alpha connected to it with its own."""
     async with admitting_broker(tmp_path) as running:
         signer = ObjectSigner.from_settings(connection, "", expiry_s=900)
-        alpha = await broker.connect(running.executor_settings("alpha", WORKER_KEY), asyncio.Event())
+        alpha = await broker.join(running.executor_settings("alpha", WORKER_KEY), asyncio.Event())
         assert alpha is not None
         try:
             yield Brokered(running, signer, alpha)
@@ -178,7 +178,7 @@ async def test_an_executor_cannot_ask_under_another_executors_name(brokered: Bro
     posing = BrokeredObjectStore(brokered.alpha.nc, "bravo", http_pool(), wait_s=1)
     with working_on(work.b2), pytest.raises(ObjectBrokerUnavailable):
         await posing.get_bytes(work.input2)
-    bravo = await broker.connect(brokered.auth.executor_settings("bravo", OTHER_WORKER_KEY), asyncio.Event())
+    bravo = await broker.join(brokered.auth.executor_settings("bravo", OTHER_WORKER_KEY), asyncio.Event())
     assert bravo is not None
     try:
         with working_on(work.b2):

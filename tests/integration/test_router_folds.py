@@ -16,7 +16,6 @@ from contracts.ids import new_batch_id
 from services.ledger.app import create_app
 from services.ledger.handlers import Folder
 from services.ledger.settings import LedgerSettings
-from services.runtime.nats.broker import open_bus, service_broker
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.delivery import ServiceRouter
 from services.runtime.nats.folds import LogFollower
@@ -60,11 +59,11 @@ SERVICE_WIDE = LogFollower("tests-all", (BatchReleased,), "Count releases.", tak
 @asynccontextmanager
 async def started(url: str, follower: LogFollower) -> AsyncIterator[tuple[NatsBroker, ServiceRouter, EventBus]]:
     """A broker running a router that declares `follower`."""
-    broker = service_broker(url, "tests-folds")
+    bus = await EventBus.connect(url, "tests-folds")
+    broker = bus.broker
     router = ServiceRouter("tests", dependencies="tests")
     router.follows(follower)
     broker.include_router(router)
-    bus = await open_bus(broker, "tests-folds")
     await broker.start()
     try:
         yield broker, router, bus

@@ -10,7 +10,6 @@ from nats.js.api import DeliverPolicy
 from contracts.commands import FinalizeBatch
 from contracts.events.batch import LineRejected
 from contracts.subjects import EVENTS_STREAM, WORK_STREAM, batch_events, executor_finalize_durable
-from services.runtime.nats.broker import open_bus, service_broker
 from services.runtime.nats.bus import ConsumerPolicy, EventBus
 from services.runtime.nats.delivery import Durable, ServiceRouter
 from services.runtime.process.logfmt import BATCH_ID
@@ -56,9 +55,8 @@ async def test_a_command_sent_twice_is_handled_once_with_its_batch_as_the_contex
     router = ServiceRouter("tests", dependencies="tests-context")
     router.durable(Durable(FinalizeBatch, WORK_STREAM, durable, command.subject, ConsumerPolicy()), handle, None,
                    "under test")
-    broker = service_broker(connection.nats_url, "tests")
+    broker = (await EventBus.connect(connection.nats_url, "tests")).broker
     broker.include_router(router)
-    await open_bus(broker, "tests")
     broker.context.set_global("tests-context", broker.context)
     await broker.start()
     try:

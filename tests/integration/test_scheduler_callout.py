@@ -8,7 +8,7 @@ from contracts.ids import hash_api_key
 from contracts.permissions import AUTH_CALLOUT_SUBJECT
 from contracts.readmodel import ApiKeyRecord
 from services.authz.callout import open_admissions
-from services.runtime.nats.broker import open_bus, service_broker
+from services.runtime.nats.bus import EventBus
 from services.runtime.nats.delivery import ServiceRouter
 from services.runtime.nats.readmodel import ReadModel
 from services.runtime.process.settings import ConnectionSettings
@@ -21,9 +21,9 @@ async def test_a_scheduler_not_leading_admits_a_live_worker_key_and_refuses_a_re
     with authorized_nats(tmp_path) as (port, auth):
         settings = ConnectionSettings(nats_url=auth.core_url(port), nats_callout_seed=auth.issuer_seed)
         router = scheduler_router(callout=True)
-        broker = service_broker(settings.nats_url, "tests-scheduler")
+        bus = await EventBus.connect(settings.nats_url, "tests-scheduler")
+        broker = bus.broker
         broker.include_router(router)
-        bus = await open_bus(broker, "tests-scheduler")
         read_model = await ReadModel.open(bus)
         for key, key_id, revoked in ((WORKER_KEY, "key_alpha", False), (REVOKED_KEY, "key_revoked", True)):
             await read_model.put_api_key(hash_api_key(key), ApiKeyRecord(key_id=key_id, role="worker", label=key_id,

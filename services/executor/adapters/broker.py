@@ -7,7 +7,6 @@ import contextlib
 import logging
 
 import nats.js.errors
-from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig
 from nats.js.client import DEFAULT_JS_SUB_PENDING_BYTES_LIMIT, DEFAULT_JS_SUB_PENDING_MSGS_LIMIT
@@ -16,8 +15,8 @@ from contracts.permissions import executor_inbox
 from services.executor.adapters.desk import DeskBus, FactDesk
 from services.executor.adapters.refusals import Refusals, explain, is_refusal, is_tls_failure
 from services.executor.settings import ExecutorSettings
-from services.runtime.nats.broker import ServiceBroker, service_broker
-from services.runtime.nats.bus import Credentials, EventBus
+from services.runtime.nats.broker import Credentials, ServiceBroker
+from services.runtime.nats.bus import EventBus
 
 log = logging.getLogger(__name__)
 
@@ -37,15 +36,6 @@ def credentials(settings: ExecutorSettings) -> Credentials | None:
 
 def connection_name(settings: ExecutorSettings) -> str:
     return f"executor-{settings.executor_id}"
-
-
-def executor_broker(settings: ExecutorSettings, stop: asyncio.Event | None = None) -> ServiceBroker:
-    """The executor's broker; nothing connects until `join`. A connection closed for good sets `stop`."""
-    broker = service_broker(settings.connection.nats_url, connection_name(settings), credentials(settings), stop)
-    # On stop, the batch in hand gets the executor's own grace to commit (faststream waits this long for running
-    # handlers, then cancels them: their commands are redelivered and resumed).
-    broker.config.broker_config.graceful_timeout = settings.stop_grace_s
-    return broker
 
 
 class _OwnDurables(JetStreamContext):
@@ -71,7 +61,7 @@ class _OwnDurables(JetStreamContext):
         try:
             # An existing durable keeps its position; the server updates what may change in place (an upgraded
             # executor's `max_ack_pending`, its ack wait, its deliveries), so the durable runs under this config.
-            await self._jsm.add_consumer(stream, config)
+            await self.add_consumer(stream, config)
         except nats.js.errors.BadRequestError as error:
             # A change the server does not make to an existing durable: it keeps its old config.
             log.warning("durable %s exists with another config (%s); binding to it", durable, error)
@@ -91,12 +81,6 @@ class ConnectionErrors:
         self.failure: Exception | None = None
         self.failed = asyncio.Event()
         self._said: dict[str, float] = {}
-
-    @classmethod
-    def watch(cls, broker: ServiceBroker) -> "ConnectionErrors":
-        errors = cls()
-        broker._connection_kwargs["error_cb"] = errors.on_error
-        return errors
 
     async def on_error(self, error: Exception) -> None:
         if not self.joined and (is_refusal(error) or is_tls_failure(error)):
@@ -120,10 +104,17 @@ class ConnectionErrors:
         self.failed.clear()
 
 
-async def _connect_once(broker: ServiceBroker, errors: ConnectionErrors, stop: asyncio.Event) -> Client | None:
-    """The broker's connection; None if refused (`errors.failure` says why) or stopped first."""
+async def _connect_once(settings: ExecutorSettings, errors: ConnectionErrors,
+                        stop: asyncio.Event) -> EventBus | None:
+    """The executor's bus; None if refused (`errors.failure` says why) or stopped first. Admitted by worker key, it
+    may not touch the event log: its facts and reads go through the desk. Nor may it look at a stream (its info
+    names other tenants and executors): the scheduler admitting it made them. A broker that asks nobody who they
+    are: this executor may come up first, so it makes sure the streams exist."""
     errors.next_try()
-    connecting = asyncio.create_task(broker.connect())
+    admitted = credentials(settings)
+    connecting = asyncio.create_task((EventBus if admitted is None else DeskBus).connect(
+        settings.connection.nats_url, connection_name(settings), credentials=admitted, declare=admitted is None,
+        stop=stop, on_error=errors.on_error, grace_s=settings.stop_grace_s))
     ended = [asyncio.create_task(errors.failed.wait()), asyncio.create_task(stop.wait())]
     try:
         await asyncio.wait([connecting, *ended], return_when=asyncio.FIRST_COMPLETED)
@@ -141,42 +132,27 @@ async def _connect_once(broker: ServiceBroker, errors: ConnectionErrors, stop: a
     return None
 
 
-async def join(broker: ServiceBroker, settings: ExecutorSettings, stop: asyncio.Event) -> EventBus | None:
-    """Connect `broker`; the bus over its connection, or None if stopped first. A refusal (or a certificate it does
-    not trust) is said once per try and tried again after a back-off (a scheduler that answers for the broker may
-    still be starting, the ledger not yet have folded a new worker key); `JoinRefused` after
-    `SHESHNAG_EXECUTOR_MAX_REFUSALS` of them in a row, when set."""
-    errors = ConnectionErrors.watch(broker)
+async def join(settings: ExecutorSettings, stop: asyncio.Event) -> EventBus | None:
+    """The executor's bus (its routers go on `bus.broker`), or None if stopped first. A refusal (or a certificate it
+    does not trust) is said once per try and tried again after a back-off (a scheduler that answers for the broker
+    may still be starting, the ledger not yet have folded a new worker key); `JoinRefused` after
+    `SHESHNAG_EXECUTOR_MAX_REFUSALS` of them in a row, when set. A connection closed for good sets `stop`."""
+    errors = ConnectionErrors()
     refusals = Refusals(settings.executor_id, settings.join_retry_s, settings.join_retry_max_s,
                         settings.max_refusals)
     while not stop.is_set():
-        connection = await _connect_once(broker, errors, stop)
-        if connection is not None:
+        bus = await _connect_once(settings, errors, stop)
+        if bus is not None:
             errors.joined = True
-            return await _bus_over(broker, connection, settings)
+            if isinstance(bus, DeskBus):
+                bus.desk = FactDesk(bus.nc, settings.executor_id, settings.object_broker_wait_s)
+            config = bus.broker.config.broker_config
+            # The broker's subscribers create their durables through this context (faststream reads it at start).
+            config.connection_state.connect(bus.nc, _OwnDurables(bus.nc, **config.js_options))
+            return bus
         if errors.failure is not None and not stop.is_set():
             await refusals.back_off(explain(errors.failure), stop)
     return None
-
-
-async def _bus_over(broker: ServiceBroker, connection: Client, settings: ExecutorSettings) -> EventBus:
-    config = broker.config.broker_config
-    # The broker's subscribers create their durables through this context (faststream reads it at start).
-    config.connection_state.connect(connection, _OwnDurables(connection, **config.js_options))
-    if credentials(settings) is None:
-        bus = EventBus(connection, connection_name(settings))
-        await bus.ensure_streams()  # a broker that asks nobody who they are: this executor may come up first
-        return bus
-    # Admitted by worker key, it may not touch the event log: its facts and reads go through the desk. Nor may it
-    # look at a stream (its info names other tenants and executors): the scheduler admitting it made them.
-    desk_bus = DeskBus(connection, connection_name(settings))
-    desk_bus.desk = FactDesk(connection, settings.executor_id, settings.object_broker_wait_s)
-    return desk_bus
-
-
-async def connect(settings: ExecutorSettings, stop: asyncio.Event) -> EventBus | None:
-    """The executor's connection with no subscribers of a broker's (tools, tests); `EventBus.close` ends it."""
-    return await join(executor_broker(settings), settings, stop)
 
 
 async def stop_consuming(broker: ServiceBroker) -> None:

@@ -1,14 +1,13 @@
 """The JetStream connection: stream declarations, deduplicated publishes, durable consumers."""
 
+import asyncio
 import contextlib
 import logging
 import re
-import ssl
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol, Self
+from dataclasses import dataclass
+from typing import Protocol, Self
 
-import nats
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
@@ -31,13 +30,10 @@ from contracts.subjects import (
     WORK_STREAM,
     WORK_SUBJECTS,
 )
-from services.runtime.nats.client import ReadmittingClient
+from services.runtime.nats.broker import GRACEFUL_STOP_S, Credentials, ErrorCallback, ServiceBroker
 from services.runtime.nats.placement import until_placed
 from services.runtime.process.settings import connection_settings
 from services.runtime.process.telemetry import inject_headers, tracer
-
-DRAIN_S = 5
-"""How long closing a connection waits for its subscriptions to drain (nats-py's default is 30 s)."""
 
 log = logging.getLogger(__name__)
 
@@ -108,52 +104,11 @@ def _last_sequence(description: str | None) -> int:
     return int(found[1]) if found else 0
 
 
-TOOL_ATTEMPTS = 3
-"""How often an operator tool tries the broker before it gives up and says why."""
-
-
-class BrokerUnreachable(ConnectionError):
-    """Every attempt to connect failed; the message says the last reason (refused, a certificate not verified…)."""
-
-
-async def open_connection(url: str, name: str, attempts: int = -1, **options: Any) -> Client:
-    """A client connected to `url` under the TLS rule of `nats/tls.py` (`InsecureBrokerUrl` before connecting).
-    `attempts` -1: until it connects (a service waits for its broker); else `BrokerUnreachable` after that many
-    tries per server (a tool exits saying why, never hangs)."""
-    last: list[Exception] = []
-
-    async def failed(error: Exception) -> None:
-        last[:] = [error]
-        log.debug("connecting %s to the broker: %r", name, error)
-        if isinstance(error, ssl.SSLCertVerificationError):  # no retry will make it verify: say so at once
-            raise BrokerUnreachable(f"the broker's TLS certificate was not verified ({error}): SHESHNAG_NATS_TLS_CA "
-                                    "must name the CA that signed it") from error
-
-    if attempts >= 0:
-        options["error_cb"] = failed
-    options["reconnect_time_wait"] = 0.5  # seconds (nats-py annotates it int)
-    nc = ReadmittingClient()
-    try:
-        await nc.connect(url, name=name, max_reconnect_attempts=attempts, drain_timeout=DRAIN_S, **options,
-                         **connection_settings().nats_transport(url))
-    except nats.errors.NoServersError as error:
-        reason = f"{last[0]!r}" if last else str(error)
-        raise BrokerUnreachable(f"could not connect to the broker ({reason})") from error
-    return nc
-
-
-@dataclass(frozen=True)
-class Credentials:
-    """Who a connection is, for a broker that authorizes each one (an executor: its id and worker key)."""
-
-    user: str
-    password: str = field(repr=False)
-    inbox_prefix: str = "_INBOX"
-    """Replies and pull deliveries arrive under this prefix: the only subjects the connection may subscribe to."""
-
-
 class EventBus:
     """One NATS connection per service process."""
+
+    broker: ServiceBroker
+    """The faststream broker that opened the connection (`connect`); a service's routers run on it."""
 
     def __init__(self, nc: Client, name: str = "", replicas: int | None = None) -> None:
         self.nc = nc
@@ -164,18 +119,19 @@ class EventBus:
         """Replicas of every stream and bucket this bus makes (`SHESHNAG_NATS_REPLICAS` unless given)."""
 
     @classmethod
-    async def connect(cls, url: str, name: str, credentials: Credentials | None = None,
-                      replicas: int | None = None, attempts: int = -1) -> Self:
-        """Connect (as `credentials`' user when given; else as the URL says, which may list a cluster's nodes with
-        commas; `attempts` as `open_connection`) and make sure the streams exist (with `replicas`, else
-        `SHESHNAG_NATS_REPLICAS`)."""
-        options: dict[str, Any] = {}
-        if credentials is not None:
-            options = {"user": credentials.user, "password": credentials.password,
-                       "inbox_prefix": credentials.inbox_prefix}
-        nc = await open_connection(url, name, attempts, **options)
-        bus = cls(nc, name, replicas)
-        await bus.ensure_streams()
+    async def connect(cls, url: str, name: str, *, credentials: Credentials | None = None, attempts: int = -1,
+                      replicas: int | None = None, declare: bool = True, stop: asyncio.Event | None = None,
+                      on_error: ErrorCallback | None = None, grace_s: float = GRACEFUL_STOP_S) -> Self:
+        """The one way to connect: `name`'s connection to `url` (which may list a cluster's nodes with commas), as
+        `credentials`' user when given, opened by a faststream broker (`bus.broker`: a service includes its routers
+        and starts it) as `ServiceBroker.to` says for `attempts` and `stop`. `on_error` is told each connection
+        error; on stop, running handlers get `grace_s`. With `declare`, makes sure the streams exist (with
+        `replicas`, else `SHESHNAG_NATS_REPLICAS`)."""
+        broker = ServiceBroker.to(url, name, credentials, attempts, stop, on_error, grace_s)
+        bus = cls(await broker.connect(), name, replicas)
+        bus.broker = broker
+        if declare:
+            await bus.ensure_streams()
         return bus
 
     async def close(self) -> None:
