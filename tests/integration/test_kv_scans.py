@@ -1,18 +1,57 @@
-"""Listing a KV bucket against the real broker: complete every time, and nothing left behind on the server."""
+"""Listing a KV bucket against the real broker: complete every time, and nothing left behind on the server; a value
+a limit counts read from a single-replica bucket by one direct get, as any other."""
 
 import asyncio
 import secrets
+from collections import Counter
 
+from nats.aio.msg import Msg
 from nats.js.kv import KeyValue
 
 from contracts.events.batch import LineRejected
-from contracts.subjects import EVENTS_STREAM, event_subject
+from contracts.subjects import EVENTS_STREAM, JS_API, direct_get, event_subject
 from services.runtime.nats.bus import EventBus
-from services.runtime.nats.kv import SCAN_PAGE, ensure_direct_reads, latest_entries, open_bucket, read_subject
+from services.runtime.nats.kv import (
+    SCAN_PAGE,
+    ensure_direct_reads,
+    latest_entries,
+    open_bucket,
+    read_subject,
+    read_value,
+)
 
 
 async def _bucket(bus: EventBus, scans: bool = True) -> KeyValue:
     return await open_bucket(bus, f"scan_{secrets.token_hex(4)}", scans=scans)
+
+
+async def api_requests(bus: EventBus, stream: str) -> Counter[str]:
+    """The requests about `stream` JetStream's API gets from now on, by kind: `direct` gets (any replica may answer),
+    `leader` gets, and stream `info`."""
+    asked: Counter[str] = Counter()
+
+    async def count(message: Msg) -> None:
+        asked["direct" if message.subject.startswith(direct_get(stream)) else
+              "leader" if ".STREAM.MSG.GET." in message.subject else "info"] += 1
+
+    for subject in (direct_get(stream), f"{direct_get(stream)}.>", f"{JS_API}.STREAM.MSG.GET.{stream}",
+                    f"{JS_API}.STREAM.INFO.{stream}"):
+        await bus.nc.subscribe(subject, cb=count)
+    await bus.nc.flush()
+    return asked
+
+
+async def test_a_value_on_a_single_replica_bucket_is_read_by_one_direct_get(bus: EventBus) -> None:
+    kv = await _bucket(bus)
+    await kv.put("owner.a.live", b"{}")
+    await kv.put("owner.b.live", b"{}")
+    await kv.delete("owner.b.live")
+    assert await read_value(kv, "owner.a.live") == b"{}"  # the bucket's replicas asked once, and kept a while
+    asked = await api_requests(bus, kv._stream)
+
+    assert [await read_value(kv, f"owner.{owner}.live") for owner in "aaabc"] == [b"{}"] * 3 + [None] * 2
+    await bus.nc.flush()
+    assert asked == {"direct": 5}
 
 
 async def test_a_scan_returns_every_live_key_across_many_pages_and_skips_deleted_ones(bus: EventBus) -> None:

@@ -1,6 +1,7 @@
 """Streams and KV buckets on a real 3-node JetStream cluster: made with the configured replicas, scaled up when found
-with fewer, read back with every acknowledged write in them, and, with no leader to ask, refused fast rather than
-answered by a replica that may lag; a single broker refuses replicas outright."""
+with fewer, read back with every acknowledged write in them (what a limit counts: from the stream's leader), and,
+with no leader to ask, refused fast rather than answered by a replica that may lag; a single broker refuses replicas
+outright."""
 
 import asyncio
 import secrets
@@ -11,13 +12,18 @@ from pathlib import Path
 import nats.js.errors
 import pytest
 
+from contracts.api.batch import Batch
 from contracts.events.batch import LineRejected
+from contracts.readmodel import BatchRecord
 from contracts.subjects import EVENTS_STREAM, WORK_STREAM, event_subject
 from infra.nats_cluster import NatsCluster
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.kv import latest_entries, open_bucket, read_page, read_subject
+from services.runtime.nats.readmodel import ReadModel
 from services.runtime.nats.replicas import LEADER_TIMEOUT_S, ScanFailed
 from tests.conftest import RunningNats
+from tests.integration.test_kv_scans import api_requests
+from tests.integration.test_ledger_stored_bytes import file_record
 
 NOT_CLUSTERED = 10074
 """JetStream's error code for replicas > 1 on a server that is not in a cluster."""
@@ -79,6 +85,24 @@ async def test_a_read_right_after_each_acknowledged_write_holds_it(bus: EventBus
         assert page[-1].seq == sequence
         assert (await read_subject(bus.js, EVENTS_STREAM, subject))[-1].seq == sequence
         assert len(await latest_entries(kv, "k.>")) == line
+
+
+async def test_what_the_owners_limits_count_is_read_from_the_leader_never_from_a_replica_that_may_lag(
+        bus: EventBus) -> None:
+    read_model = ReadModel(await open_bucket(bus, f"read_{secrets.token_hex(4)}", scans=True))
+    stream = read_model.kv._stream
+    batch = Batch(id="batch_1", endpoint="/v1/chat/completions", input_file_id="f1", completion_window="24h",
+                  status="validating", created_at=int(time.time()))
+    await read_model.put_batch(BatchRecord(owner_key_id="k1", owner_user_id="alice", batch=batch, last_sequence=1))
+    await read_model.put("file.f1", file_record("f1", size=100))
+    assert await read_model.owner_stored_bytes("user-alice", time.time()) == 100  # the replicas asked once
+    asked = await api_requests(bus, stream)
+
+    assert await read_model.owner_live_list("user-alice") == {"batch_1": "f1"}
+    assert await read_model.owner_stored_bytes("user-alice", time.time()) == 100
+    assert await read_model.owner_file_ids_by_sha256("user-alice", "ab" * 32) == ["f1"]
+    await bus.nc.flush()
+    assert asked == {"leader": 3}
 
 
 async def test_with_no_leader_a_coherent_read_is_refused_fast_and_a_heartbeat_read_still_answers(

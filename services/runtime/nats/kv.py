@@ -5,7 +5,8 @@ A scan is a series of batched direct gets on the bucket's stream (`$JS.API.DIREC
 server whatever happens to it, and it reads to the stream's end, so an answer is never cut short by a quiet spell.
 On a replicated stream any replica may answer a direct get, one that has not applied the latest writes among them
 (JetStream promises no read-after-write there): a read also asks the stream's leader for the last sequence on its
-subject, and counts an answer only once it reaches that far, so nothing acknowledged before it began is missed.
+subject, and counts an answer only once it reaches that far, so nothing acknowledged before it began is missed. A
+read of one key whose value a limit counts (`read_value`) asks that leader instead: one request either way.
 """
 
 import asyncio
@@ -21,7 +22,7 @@ from nats.js.kv import KeyValue
 from contracts.subjects import direct_get
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.placement import until_placed
-from services.runtime.nats.replicas import ScanFailed, leader_floor
+from services.runtime.nats.replicas import ScanFailed, leader_api, leader_floor, replicated
 
 SCAN_PAGE = 256
 """Messages asked for per direct get; the server ends each batch with an EOB status saying how many remain."""
@@ -87,6 +88,20 @@ async def latest_entries(kv: KeyValue, key_filter: str = ">", *, coherent: bool 
         if key not in latest or latest[key][0] < message.seq:
             latest[key] = (message.seq, None if deleted else message.data)
     return [(key, value) for key, (_, value) in sorted(latest.items()) if value]
+
+
+async def read_value(kv: KeyValue, key: str) -> bytes | None:
+    """The key's value (None: never written, deleted or expired) with every write acknowledged before the call in it:
+    a direct get on a single-replica bucket, the stream leader's own get on a replicated one (where any replica may
+    answer a direct get, one that lags among them)."""
+    reader = kv
+    if await replicated(kv._js, kv._stream):
+        reader = KeyValue(kv._name, kv._stream, kv._pre, leader_api(kv._js), direct=False)
+    try:
+        entry = await reader.get(key)
+    except nats.js.errors.KeyNotFoundError:
+        return None
+    return entry.value or None
 
 
 async def erase(kv: KeyValue, key: str) -> None:

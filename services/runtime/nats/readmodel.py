@@ -25,8 +25,9 @@ from contracts.readmodel import (
 )
 from contracts.subjects import READ_MODEL_BUCKET, owner_index, owner_index_key, owner_live_key, read_model_key
 from services.runtime.nats.bus import EventBus
-from services.runtime.nats.kv import latest_entries, latest_values, open_bucket
+from services.runtime.nats.kv import latest_entries, latest_values, open_bucket, read_value
 from services.runtime.nats.stored_bytes import StoredBytesWriter, part_of, stored_bytes, stored_part
+from services.runtime.process.keyed_locks import KeyedLocks
 
 Record = TypeVar("Record", bound=BaseModel)
 
@@ -53,7 +54,7 @@ class ReadModel:
         self.kv = kv
         self._live: dict[str, dict[str, str]] = {}
         """The writer's copy of each touched owner's live-batch list (as last put); owners with none are dropped."""
-        self._live_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._live_locks = KeyedLocks()
         self._stored = StoredBytesWriter(kv)
 
     @classmethod
@@ -114,24 +115,33 @@ class ReadModel:
         """Every batch of one owner (a user, or a key without one), from their index alone."""
         return [BatchRecord.model_validate_json(v) for v in await latest_values(self.kv, owner_index(owner, "batch"))]
 
+    async def owner_live_list(self, owner: str) -> dict[str, str]:
+        """Batch id → input file id of the owner's batches that have not ended (one read, however many they ever
+        had). A batch is listed before its record first shows it and leaves before its record shows it ended: a
+        batch whose record was read before this list is on it unless it ended. An owner with no list (no batch yet,
+        or a read model made before the lists that the ledger has not listed yet): from their index of batches."""
+        live = await self._live_list(owner)
+        if live is None:
+            live = {r.batch.id: r.batch.input_file_id for r in await self.owner_batches(owner)
+                    if r.batch.status not in TERMINAL}
+        return live
+
     async def owner_live_batch_ids(self, owner: str) -> frozenset[str]:
-        """The ids of the owner's batches that have not ended (one read, however many they ever had). A batch is
-        listed before its record first shows it and leaves before its record shows it ended: a batch whose record
-        was read before this list is on it unless it ended."""
-        return frozenset(await self._live_list(owner) or ())
+        """The ids of the owner's batches that have not ended (`owner_live_list`)."""
+        return frozenset(await self.owner_live_list(owner))
 
     async def _live_list(self, owner: str) -> dict[str, str] | None:
-        """Batch id → input file id of the owner's live batches; None: no list was ever written."""
-        try:
-            entry = await self.kv.get(owner_live_key(owner))
-        except nats.js.errors.KeyNotFoundError:
-            return None
-        return LiveBatches.model_validate_json(entry.value).root if entry.value else None
+        """The owner's live list as written (None: never written), with every write acknowledged before the read in it
+        (a limit counts it)."""
+        raw = await read_value(self.kv, owner_live_key(owner))
+        return LiveBatches.model_validate_json(raw).root if raw else None
 
-    async def owner_live_batches(self, owner: str, input_file_id: str | None = None) -> list[BatchRecord]:
+    async def owner_live_batches(self, owner: str, input_file_id: str | None = None,
+                                 live: dict[str, str] | None = None) -> list[BatchRecord]:
         """The records of the owner's batches that have not ended (those the read model shows yet); with
-        `input_file_id`, only those reading that file (the others are not read)."""
-        live = await self._live_list(owner) or {}
+        `input_file_id`, only those reading that file (the others are not read). `live`: the owner's live list as
+        the caller just read it (`owner_live_list`), not read again."""
+        live = await self.owner_live_list(owner) if live is None else live
         ids = sorted(batch_id for batch_id, file_id in live.items() if input_file_id in (None, file_id))
         records = await asyncio.gather(*(self.get_batch(batch_id) for batch_id in ids))
         return [record for record in records if record is not None and record.batch.status not in TERMINAL]
@@ -141,8 +151,14 @@ class ReadModel:
         return [FileRecord.model_validate_json(v) for v in await latest_values(self.kv, owner_index(owner, "file"))]
 
     async def owner_stored_bytes(self, owner: str, now: float) -> int:
-        """The bytes of the owner's files that are neither deleted nor expired (one read while none is expired)."""
-        return await stored_bytes(self.kv, owner, now)
+        """The bytes of the owner's files that are neither deleted nor expired (one read while none is expired). An
+        owner with no summary (no file yet, or a read model made before the summaries that the ledger has not
+        written yet): counted from their index of files."""
+        stored = await stored_bytes(self.kv, owner, now)
+        if stored is None:
+            stored = sum(r.file.bytes for r in await self.owner_files(owner)
+                         if r.file.expires_at is None or r.file.expires_at > now)
+        return stored
 
     async def owner_file_ids_by_sha256(self, owner: str, sha256: str) -> list[str]:
         """The ids of the owner's files with these bytes that are not deleted (one read, however many files)."""
@@ -195,7 +211,7 @@ class ReadModel:
         """Add or remove the batch in its owner's live list; written only when it changes (twice a batch's life,
         and once for an owner whose first batch the read model shows ended already)."""
         owner, batch_id = record.owner, record.batch.id
-        async with self._live_locks[owner]:
+        async with self._live_locks.hold(owner):
             listed = self._live.get(owner)
             if listed is None:
                 listed = await self._live_list(owner)
@@ -217,7 +233,7 @@ class ReadModel:
         existed); how many owners have batches."""
         lists = live_lists(await self.list_batches())
         for owner, ids in lists.items():
-            async with self._live_locks[owner]:
+            async with self._live_locks.hold(owner):
                 await self.kv.put(owner_live_key(owner), ids.model_dump_json().encode())
                 self._live[owner] = dict(ids.root)
         return len(lists)

@@ -27,11 +27,10 @@ class ScanFailed(nats.errors.Error):
 async def leader_floor(js: JetStreamContext, stream: str, subject: str) -> int:
     """The sequence a direct read of `subject` (a filter) must reach to miss nothing acknowledged before it began;
     0 on a single-replica stream and when `subject` holds nothing."""
-    leader = JetStreamContext(js._nc, prefix=JS_API, timeout=LEADER_TIMEOUT_S)
-    if not await _replicated(leader, js, stream):
+    if not await replicated(js, stream):
         return 0
     try:
-        return (await leader.get_last_msg(stream, subject)).seq or 0
+        return (await leader_api(js).get_last_msg(stream, subject)).seq or 0
     except nats.js.errors.NotFoundError:
         return 0
     except (nats.errors.Error, nats.js.errors.Error) as error:
@@ -42,13 +41,20 @@ _REPLICATED: "WeakKeyDictionary[JetStreamContext, dict[str, tuple[bool, float]]]
 """Per connection's JetStream context, per stream: whether it has more than one replica, and when that was asked."""
 
 
-async def _replicated(leader: JetStreamContext, js: JetStreamContext, stream: str) -> bool:
+def leader_api(js: JetStreamContext) -> JetStreamContext:
+    """`js`'s connection asking JetStream's API (a stream's leader, for a non-direct read) within `LEADER_TIMEOUT_S`."""
+    return JetStreamContext(js._nc, prefix=JS_API, timeout=LEADER_TIMEOUT_S)
+
+
+async def replicated(js: JetStreamContext, stream: str) -> bool:
+    """Whether `stream` has more than one replica (as asked at most `REPLICATION_RECHECK_S` ago): any of them may then
+    answer a direct get."""
     known = _REPLICATED.setdefault(js, {})
     now = time.monotonic()
     if stream in known and now - known[stream][1] <= REPLICATION_RECHECK_S:
         return known[stream][0]
     try:
-        replicas = (await leader.stream_info(stream)).config.num_replicas or 1
+        replicas = (await leader_api(js).stream_info(stream)).config.num_replicas or 1
     except (nats.errors.Error, nats.js.errors.Error) as error:
         if stream not in known:
             raise ScanFailed(f"{stream} did not say how many replicas it has: {error!r}") from error

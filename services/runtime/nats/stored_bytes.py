@@ -5,19 +5,19 @@ expiries (`StoredBytes`). A quota check reads the summary, a same-upload check o
 Both are states, not counters: a record put again (a redelivery, a replay) changes nothing, and a file's part and the
 summary are written before its record shows the change, so a reader that sees the record sees the bytes counted."""
 
-import asyncio
 import logging
 import re
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable
 from typing import TypeVar
 
-import nats.js.errors
 from nats.js.kv import KeyValue
 from pydantic import BaseModel
 
 from contracts.readmodel import FileRecord, StoredBytes, StoredFiles
 from contracts.subjects import owner_stored_key, owner_stored_part_key
+from services.runtime.nats.kv import read_value
+from services.runtime.process.keyed_locks import KeyedLocks
 
 MAX_HELD = 50_000
 """Parts and summaries the writer keeps; past this the least recently used are read again when next changed."""
@@ -64,22 +64,17 @@ def _entry(record: FileRecord) -> tuple[int, int | None, str]:
     return record.file.bytes, record.file.expires_at, record.sha256
 
 
-async def _read(kv: KeyValue, key: str) -> bytes | None:
-    try:
-        entry = await kv.get(key)
-    except nats.js.errors.KeyNotFoundError:
-        return None
-    return entry.value or None
-
-
 async def _write(kv: KeyValue, key: str, record: StoredFiles | StoredBytes) -> None:
     await (kv.put(key, record.model_dump_json().encode()) if record.root else kv.delete(key))
 
 
-async def stored_bytes(kv: KeyValue, owner: str, now: float) -> int:
-    """The bytes of the owner's files that are neither deleted nor expired at `now`."""
-    raw = await _read(kv, owner_stored_key(owner))
-    parts = StoredBytes.model_validate_json(raw).root if raw else {}
+async def stored_bytes(kv: KeyValue, owner: str, now: float) -> int | None:
+    """The bytes of the owner's files that are neither deleted nor expired at `now`; None: no summary (the owner has
+    no files, or the ledger has not written the stored bytes of a read model made before they were kept)."""
+    raw = await read_value(kv, owner_stored_key(owner))
+    if raw is None:
+        return None
+    parts = StoredBytes.model_validate_json(raw).root
     total = sum(size for size, _ in parts.values())
     for part in [part for part, (_, earliest) in parts.items() if earliest is not None and earliest <= now]:
         files = await stored_part(kv, owner, part)  # an expired file the sweeper has not deleted yet
@@ -89,7 +84,7 @@ async def stored_bytes(kv: KeyValue, owner: str, now: float) -> int:
 
 
 async def stored_part(kv: KeyValue, owner: str, part: str) -> StoredFiles:
-    raw = await _read(kv, owner_stored_part_key(owner, part))
+    raw = await read_value(kv, owner_stored_part_key(owner, part))
     return StoredFiles.model_validate_json(raw) if raw else StoredFiles({})
 
 
@@ -99,14 +94,14 @@ class StoredBytesWriter:
 
     def __init__(self, kv: KeyValue) -> None:
         self.kv = kv
-        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._locks = KeyedLocks()
         self._held: OrderedDict[str, StoredFiles | StoredBytes] = OrderedDict()
         """Parts and summaries as last read or written, the least recently used first."""
 
     async def _current(self, key: str, model: type[Stored]) -> Stored:
         held = self._held.get(key)
         if not isinstance(held, model):
-            raw = await _read(self.kv, key)
+            raw = await read_value(self.kv, key)
             held = model.model_validate_json(raw) if raw else model({})
         self._keep(key, held)
         return held
@@ -126,7 +121,7 @@ class StoredBytesWriter:
         """Enter the file (or, deleted, remove it) in its owner's stored bytes; nothing is written when they hold it
         as it is already."""
         owner, part = record.owner, part_of(record.sha256)
-        async with self._locks[owner]:
+        async with self._locks.hold(owner):
             files = await self._current(owner_stored_part_key(owner, part), StoredFiles)
             entry = None if record.deleted else _entry(record)
             if files.root.get(record.file.id) == entry:
