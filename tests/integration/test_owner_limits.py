@@ -62,6 +62,31 @@ async def test_30_concurrent_creates_over_5_keys_and_2_gateways_never_pass_the_a
     assert len((await listed.json())["data"]) == ACTIVE_LIMIT
 
 
+async def test_a_create_reads_the_owners_live_list_once_and_a_twin_at_the_limit_is_still_the_answer(
+        gateways: list[Gateway], monkeypatch: pytest.MonkeyPatch) -> None:
+    keys = await keys_of_one_user(gateways[0], 1)
+    uploaded = await gateways[0].upload(keys[0], jsonl("twin-at-limit"))
+    assert uploaded.status == 200, await uploaded.text()
+    bodies = [{"input_file_id": (await uploaded.json())["id"], "endpoint": "/v1/chat/completions",
+               "completion_window": "24h", "metadata": {"n": str(n)}} for n in range(ACTIVE_LIMIT)]
+    read_model, reads = gateways[0].client.app[DEPS].read_model, [0]
+    read_live_list = read_model._live_list
+
+    async def counted(owner: str) -> dict[str, str] | None:
+        reads[0] += 1
+        return await read_live_list(owner)
+
+    monkeypatch.setattr(read_model, "_live_list", counted)
+    created = [await gateways[0].client.post("/v1/batches", headers=keys[0], json=body) for body in bodies]
+    assert [answer.status for answer in created] == [200] * ACTIVE_LIMIT
+    assert reads[0] == ACTIVE_LIMIT  # its twin check and its limit share one read
+
+    again = await gateways[1].client.post("/v1/batches", headers=keys[0], json=bodies[0])  # a blind retry
+    assert again.status == 200, await again.text()
+    first = (await created[0].json())["id"]
+    assert (await again.json())["id"] == first and again.headers["X-Sheshnag-Deduplicated-From"] == first
+
+
 async def test_12_concurrent_uploads_over_2_gateways_never_store_past_the_quota(gateways: list[Gateway]) -> None:
     keys = await keys_of_one_user(gateways[0], 3)
 

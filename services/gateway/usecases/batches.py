@@ -121,9 +121,10 @@ async def create_from(d: Deps, caller: ApiKeyRecord, body: BatchCreateRequest,
     if idempotency_key and (earlier := await _earlier(d, batch_id, idempotency_key, asked)) is not None:
         return Created(earlier, batch_id)
     file = await _batch_input(d, caller, body.input_file_id)
-    if not idempotency_key and (twin := await _live_twin(d, caller.owner, asked)) is not None:
-        return Created(twin, twin.id)
-    terms = await _admitted(d, caller, batch_id, body, file)
+    try:
+        terms = await _admitted(d, caller, batch_id, body, file, None if idempotency_key else asked)
+    except _LiveTwin as twin:
+        return Created(twin.batch, twin.batch.id)
     event = _created_event(caller, batch_id, body, file, terms, window_s)
     await _publish_created(d, event, terms)
     if idempotency_key and await _created_parameters(d, batch_id) != asked:
@@ -149,10 +150,18 @@ async def _batch_input(d: Deps, caller: ApiKeyRecord, input_file_id: str) -> Fil
     return file
 
 
-async def _live_twin(d: Deps, owner: str, asked: CreateParameters) -> Batch | None:
-    """The very same create while the first still runs (a client's blind retry): the first is the answer. Any
-    parameter that differs makes it a batch of its own."""
-    for record in await d.read_model.owner_live_batches(owner, asked[0]):  # those reading the same file alone
+class _LiveTwin(Exception):
+    """The very same create while the first still runs (a client's blind retry): the first is the answer."""
+
+    def __init__(self, batch: Batch) -> None:
+        super().__init__(batch.id)
+        self.batch = batch
+
+
+async def _live_twin(d: Deps, owner: str, asked: CreateParameters, live: dict[str, str]) -> Batch | None:
+    """The owner's live batch (of their live list `live`) created with the very same parameters, if any: any
+    parameter that differs makes a create a batch of its own."""
+    for record in await d.read_model.owner_live_batches(owner, asked[0], live):  # those reading the same file alone
         twin = record.batch
         if (twin.input_file_id, twin.endpoint, twin.completion_window) == asked[:3] \
                 and await _created_parameters(d, twin.id) == asked:
@@ -160,11 +169,12 @@ async def _live_twin(d: Deps, owner: str, asked: CreateParameters) -> Batch | No
     return None
 
 
-async def _admitted(d: Deps, caller: ApiKeyRecord, batch_id: str, body: BatchCreateRequest,
-                    file: FileRecord) -> _Terms:
-    """Take one of the owner's active-batch places, claim the file and reserve the worst case when billed; a
-    refusal on the way frees the place again (nothing was published)."""
-    await _admit(d, caller.owner, batch_id)
+async def _admitted(d: Deps, caller: ApiKeyRecord, batch_id: str, body: BatchCreateRequest, file: FileRecord,
+                    twin_of: CreateParameters | None) -> _Terms:
+    """Take one of the owner's active-batch places (unless a live twin of `twin_of` is found: `_LiveTwin`), claim
+    the file and reserve the worst case when billed; a refusal on the way frees the place again (nothing was
+    published)."""
+    await _admit(d, caller.owner, batch_id, twin_of)
     try:
         user = await d.keys.user_of(caller)
         default_model = (body.metadata or {}).get("model") or file.model
@@ -181,15 +191,18 @@ async def _admitted(d: Deps, caller: ApiKeyRecord, batch_id: str, body: BatchCre
     return _Terms(user, default_model, account if billing is not None else None)
 
 
-async def _admit(d: Deps, owner: str, batch_id: str) -> None:
-    """Take one of the owner's active-batch places for `batch_id` (atomically across gateways), else 429."""
+async def _admit(d: Deps, owner: str, batch_id: str, twin_of: CreateParameters | None) -> None:
+    """Take one of the owner's active-batch places for `batch_id` (atomically across gateways), else 429; a live
+    twin of the create `twin_of` found in the owner's live list on the way is raised (`_LiveTwin`), nothing taken."""
 
     async def held(listed: frozenset[str]) -> Holdings:  # the owner's live list, not their whole history
         # The records first, then the list: an admitted batch the read model shows is on the list read after
         # (or ended), so it is counted once, by the list or as still pending, never by neither.
         shown = await asyncio.gather(*(d.read_model.get_batch(batch_id) for batch_id in listed))
-        live = await d.read_model.owner_live_batch_ids(owner)
-        return Holdings(dict.fromkeys(live, 1), live | {record.batch.id for record in shown if record is not None})
+        live = await d.read_model.owner_live_list(owner)  # the create's one read of it
+        if twin_of is not None and (twin := await _live_twin(d, owner, twin_of, live)) is not None:
+            raise _LiveTwin(twin)
+        return Holdings(dict.fromkeys(live, 1), frozenset(live).union(r.batch.id for r in shown if r is not None))
 
     limit = d.settings.max_active_batches
     used = await d.admission.take(ACTIVE_BATCHES, owner, batch_id, 1, limit, held)

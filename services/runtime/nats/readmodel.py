@@ -126,10 +126,6 @@ class ReadModel:
                     if r.batch.status not in TERMINAL}
         return live
 
-    async def owner_live_batch_ids(self, owner: str) -> frozenset[str]:
-        """The ids of the owner's batches that have not ended (`owner_live_list`)."""
-        return frozenset(await self.owner_live_list(owner))
-
     async def _live_list(self, owner: str) -> dict[str, str] | None:
         """The owner's live list as written (None: never written), with every write acknowledged before the read in it
         (a limit counts it)."""
