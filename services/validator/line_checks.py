@@ -8,7 +8,7 @@ from contracts.catalogue import Catalogue
 from services.validator.adapters.tokenizer import TokenizerCache
 from services.validator.body_rules import context_issue
 from services.validator.issues import LineIssue
-from services.validator.plain_lines import plain_models
+from services.validator.plain_lines import PlainChat
 from services.validator.rules import LineVerdict, check_line
 from services.validator.strict_sampling import SamplingKey
 
@@ -37,12 +37,12 @@ def check_lines(lines: list[bytes | None], spec: WindowSpec, catalogue: Catalogu
     context is one more issue of its line (whose model then pins nothing)."""
     verdicts: list[LineVerdict | None] = []
     line_model = spec.line_model
-    models = plain_models(catalogue)
+    plain = PlainChat(catalogue, tokenizers)
     for raw in lines:
         if raw is None:
             verdicts.append(None)
             continue
-        verdict = check_line(raw, spec.endpoint, catalogue, spec.max_line_bytes, tokenizers, line_model, True, models)
+        verdict = check_line(raw, spec.endpoint, catalogue, spec.max_line_bytes, tokenizers, line_model, plain)
         if line_model is None and spec.inherit_line_model and verdict.model is not None:
             line_model = verdict.model.id
         verdicts.append(verdict)

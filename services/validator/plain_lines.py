@@ -35,40 +35,43 @@ def plain_models(catalogue: Catalogue) -> PlainModels:
             and not model.strict_sampling and _honours_plain_body(model.engine, model.engine_version)}
 
 
-def plain_chat_line(line: dict[str, object], endpoint: str, catalogue: Catalogue,
-                    tokenizers: TokenizerCache | None, models: PlainModels | None = None,
-                    json_ascii: bool = False) -> tuple[str, CatalogueModel, ContextNeed | None] | None:
-    """(custom_id, model, what of its prompt must still be counted) of a plain chat line; None: check it fully.
-    `models`: `plain_models(catalogue)`, when the caller keeps it; `json_ascii`: the line is ASCII JSON without
-    `\\u` escapes (`ModelTokenizer.chat_over`)."""
-    if endpoint != CHAT or line.keys() != LINE_FIELDS or line["method"] != "POST" or line["url"] != CHAT:
-        return None
-    custom_id, body = line["custom_id"], line["body"]
-    if not isinstance(custom_id, str) or not 0 < len(custom_id) <= MAX_CUSTOM_ID_LENGTH \
-            or not isinstance(body, dict) or not body.keys() <= PLAIN_BODY:
-        return None
-    name = body.get("model")
-    model = (models if models is not None else plain_models(catalogue)).get(name) if isinstance(name, str) else None
-    messages = body.get("messages")
-    if model is None or not isinstance(messages, list) or not messages or not _plain_values(body):
-        return None
-    roles: list[str] = []
-    contents: list[str] = []
-    for message in messages:
-        if not isinstance(message, dict) or not message.keys() <= PLAIN_MESSAGE:
+class PlainChat:
+    """The plain-line check of one catalogue and its tokenizers, made once for many lines: the models a plain line
+    may name (`plain_models`)."""
+
+    def __init__(self, catalogue: Catalogue, tokenizers: TokenizerCache | None) -> None:
+        self.models, self.tokenizers = plain_models(catalogue), tokenizers
+
+    def check(self, line: object, json_ascii: bool = False) -> tuple[str, CatalogueModel, ContextNeed | None] | None:
+        """(custom_id, model, what of its prompt must still be counted) of a plain chat line; None: check it fully.
+        `json_ascii`: the line is ASCII JSON without `\\u` escapes (`ModelTokenizer.plain_chat_over`)."""
+        if type(line) is not dict or line.keys() != LINE_FIELDS or line["method"] != "POST" or line["url"] != CHAT:
             return None
-        role, content = message.get("role"), message.get("content")
-        if not isinstance(role, str) or role not in CHAT_ROLES or not isinstance(content, str):
+        custom_id, body = line["custom_id"], line["body"]
+        if type(custom_id) is not str or not 0 < len(custom_id) <= MAX_CUSTOM_ID_LENGTH \
+                or type(body) is not dict or not body.keys() <= PLAIN_BODY:
             return None
-        roles.append(role)
-        contents.append(content)
-    tokenizer = tokenizers.get(model) if tokenizers is not None else None
-    if tokenizer is None:
-        return custom_id, model, None
-    # What `context_need` finds of a chat body without chat_template_kwargs, its messages all objects.
-    wanted = wanted_tokens(body)
-    rendered = tokenizer.plain_chat_over(tuple(roles), contents, model.context_length - wanted, json_ascii)
-    return custom_id, model, None if rendered is None else ContextNeed(model, (rendered,), wanted, "body.messages")
+        name, messages = body.get("model"), body.get("messages")
+        model = self.models.get(name) if type(name) is str else None
+        if model is None or type(messages) is not list or not messages or not _plain_values(body):
+            return None
+        roles: list[str] = []
+        contents: list[str] = []
+        for message in messages:
+            if type(message) is not dict or message.keys() != PLAIN_MESSAGE:
+                return None
+            role, content = message["role"], message["content"]
+            if type(role) is not str or role not in CHAT_ROLES or type(content) is not str:
+                return None
+            roles.append(role)
+            contents.append(content)
+        tokenizer = self.tokenizers.get(model) if self.tokenizers is not None else None
+        if tokenizer is None:
+            return custom_id, model, None
+        # What `context_need` finds of a chat body without chat_template_kwargs, its messages all objects.
+        wanted = wanted_tokens(body)
+        rendered = tokenizer.plain_chat_over(tuple(roles), contents, model.context_length - wanted, json_ascii)
+        return custom_id, model, None if rendered is None else ContextNeed(model, (rendered,), wanted, "body.messages")
 
 
 def _plain_values(body: dict[str, object]) -> bool:

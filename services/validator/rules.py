@@ -10,7 +10,7 @@ from contracts.catalogue import Catalogue, CatalogueModel
 from services.validator.adapters.tokenizer import TokenizerCache
 from services.validator.body_rules import ContextNeed, check_body
 from services.validator.issues import LineIssue
-from services.validator.plain_lines import LINE_FIELDS, PlainModels, plain_chat_line
+from services.validator.plain_lines import CHAT, LINE_FIELDS, PlainChat
 from services.validator.strict_sampling import SamplingKey
 
 
@@ -30,10 +30,10 @@ class LineVerdict:
 
 def check_line(raw: bytes, endpoint: str, catalogue: Catalogue, max_line_bytes: int,
                tokenizers: TokenizerCache | None = None, line_model: str | None = None,
-               plain_first: bool = True, models: PlainModels | None = None) -> LineVerdict:
+               plain: PlainChat | None = None) -> LineVerdict:
     """One line on its own. `line_model`: the model a body without `model` runs on (None: it must name one).
-    `plain_first`: a plain chat line (`plain_lines.py`) is passed without running every rule on it; `models`:
-    `plain_models(catalogue)`, kept by a caller checking many lines."""
+    `plain`: a plain chat line (`plain_lines.py`) of a chat batch is passed by this check, without running every
+    rule on it."""
     if len(raw) > max_line_bytes:
         return LineVerdict([LineIssue("invalid_json_line", f"The line is {len(raw)} bytes; the limit is "
                                       f"{max_line_bytes}. Shorten the request or split it.")])
@@ -45,9 +45,8 @@ def check_line(raw: bytes, endpoint: str, catalogue: Catalogue, max_line_bytes: 
                                       "request split across lines.")])
     # A plain line nests four levels (line, body, messages, message): never too deep, so it is looked at first.
     # (A line without backslashes has no `\\u` escape: a cheap test, where searching for `\\u` itself is not.)
-    if plain_first and isinstance(line, dict) and (plain := plain_chat_line(
-            line, endpoint, catalogue, tokenizers, models, raw.isascii() and b"\\" not in raw)):
-        plain_id, model, context = plain
+    if plain is not None and endpoint == CHAT and (found := plain.check(line, raw.isascii() and b"\\" not in raw)):
+        plain_id, model, context = found
         return LineVerdict([], plain_id, model, 0, context)
     custom_id = line.get("custom_id") if isinstance(line, dict) else None
     usable_id = custom_id if isinstance(custom_id, str) and 0 < len(custom_id) <= MAX_CUSTOM_ID_LENGTH else None

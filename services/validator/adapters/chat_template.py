@@ -1,7 +1,60 @@
-"""What a chat template may act on in a message's content: the string constants it could find there (a content
-holding none is put into the prompt as the template's skeleton says, `tokenizer.ModelTokenizer._spliced`)."""
+"""What a chat template makes of messages' contents: the string constants it could find there, and the text it puts
+around contents it takes as they are (its skeleton), which a content holding no constant is spliced into."""
 
+from dataclasses import dataclass
+
+import jinja2
 import jinja2.nodes
+
+SENTINELS = (" \n\x02A{}\x03\t ", "\t\x02b{}\x03 \n")
+"""Stand-ins for message contents, two families: a template that renders each unchanged wherever it puts a content
+(no trim, no case change, no test of the text) has a skeleton the contents can be spliced into."""
+
+
+@dataclass(frozen=True)
+class Skeleton:
+    """The rendered prompt's text around each message's content, in order (`parts`), its UTF-8 size and the sum of
+    its bytes' pair-bound weights (`PairBound.spoilt`; 0 without a bound)."""
+
+    parts: tuple[str, ...]
+    size: int
+    spoilt: int
+
+    def splice(self, contents: list[str]) -> str:
+        spliced = [*self.parts, *contents]
+        spliced[::2], spliced[1::2] = self.parts, contents
+        return "".join(spliced)
+
+
+def skeleton_parts(template: jinja2.Template, roles: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The text around each content when `template` puts every content of messages of `roles` in unchanged, in order
+    (rendered with two families of stand-ins, which must leave the same text around them); None otherwise."""
+    found: list[list[str]] = []
+    for family in SENTINELS:
+        stand_ins = [family.format(index) for index in range(len(roles))]
+        messages = [{"role": role, "content": stand_in} for role, stand_in in zip(roles, stand_ins, strict=True)]
+        try:
+            rendered = str(template.render({"messages": messages, "add_generation_prompt": True}))
+        except jinja2.TemplateError:
+            return None
+        pieces: list[str] = []
+        for stand_in in stand_ins:
+            before, found_it, rendered = rendered.partition(stand_in)
+            if not found_it or stand_in in rendered:
+                return None
+            pieces.append(before)
+        found.append([*pieces, rendered])
+    return tuple(found[0]) if found[0] == found[1] else None
+
+
+def holds_any(text: str, constants_by_first: dict[str, tuple[str, ...]]) -> bool:
+    """`text` holds one of the constants (grouped by their first character: a text without it holds none of them)."""
+    for first, constants in constants_by_first.items():
+        if first in text:
+            for constant in constants:
+                if constant in text:
+                    return True
+    return False
 
 
 def template_constants(parsed: jinja2.nodes.Template) -> tuple[str, ...]:

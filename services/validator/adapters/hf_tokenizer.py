@@ -84,8 +84,8 @@ class HfTokenizer:
     def fits(self, text: str, room: int) -> bool:
         return self.count_fast(text) <= room
 
-    def chat_over(self, messages: list[dict[str, object]], room: int, kwargs: dict[str, object] | None = None,
-                  json_ascii: bool = False) -> str | None:
+    def chat_over(self, messages: list[dict[str, object]], room: int,
+                  kwargs: dict[str, object] | None = None) -> str | None:
         """None when the chat's prompt is at most `room` tokens; otherwise the rendered prompt."""
         if self.chat_bound(messages) <= room:
             return None

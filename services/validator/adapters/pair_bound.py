@@ -78,12 +78,19 @@ class PairBound:
         return cls(led, followers)
 
     def __call__(self, data: bytes) -> int:
+        return self.within(len(data), self.spoilt(data))
+
+    def spoilt(self, data: bytes) -> int:
+        """The sum of w over `data`'s bytes (which adds up over the parts of a text)."""
         weighed = data.translate(self.weights)
         if len(weighed) <= SUM_SPAN:
-            spoilt = (zlib.adler32(weighed) & 0xFFFF) - 1
-        else:
-            view = memoryview(weighed)
-            spoilt = sum((zlib.adler32(view[start:start + SUM_SPAN]) & 0xFFFF) - 1
-                         for start in range(0, len(view), SUM_SPAN))
-        links = len(data) - 1 - spoilt
-        return len(data) - (links + 2) // 3 if links > 0 else len(data)
+            return (zlib.adler32(weighed) & 0xFFFF) - 1
+        view = memoryview(weighed)
+        return sum((zlib.adler32(view[start:start + SUM_SPAN]) & 0xFFFF) - 1
+                   for start in range(0, len(view), SUM_SPAN))
+
+    @staticmethod
+    def within(size: int, spoilt: int) -> int:
+        """The bound of a text of `size` bytes whose w sum to `spoilt`."""
+        links = size - 1 - spoilt
+        return size - (links + 2) // 3 if links > 0 else size

@@ -21,7 +21,7 @@ import tiktoken
 from contracts.catalogue import CatalogueModel, hub_checkpoint
 from services.runtime.storage.catalogue import resolve_artifact
 from services.runtime.storage.hub import TOKENIZER_FILES, checkpoint_directory
-from services.validator.adapters.chat_template import template_constants
+from services.validator.adapters.chat_template import Skeleton, holds_any, skeleton_parts, template_constants
 from services.validator.adapters.gguf_metadata import read_metadata
 from services.validator.adapters.hf_tokenizer import HfTokenizer, is_checkpoint
 from services.validator.adapters.pair_bound import PairBound
@@ -54,13 +54,6 @@ PLAIN_MESSAGE = frozenset({"role", "content"})
 """A message of only these keys is rendered from the skeleton (a template may read any other key it has)."""
 PIECES_KEPT = 1 << 18
 """Distinct text pieces whose token counts one tokenizer remembers (then forgotten all at once, and learnt again)."""
-SENTINELS = (" \n\x02A{}\x03\t ", "\t\x02b{}\x03 \n")
-"""Stand-ins for message contents, two families: a template that renders each unchanged wherever it puts a content
-(no trim, no case change, no test of the text) has a skeleton the contents can be spliced into."""
-Skeleton = tuple[str, ...] | None
-"""The rendered prompt's text around each message's content, in order; None: the template must render each prompt."""
-
-
 HEAD_SLACK = 64
 """Characters a counted head takes beyond what its tokens must save (`fits`)."""
 COUNT_BITS = (1 << 32) - 1
@@ -103,7 +96,8 @@ class ModelTokenizer:
     cuts_at_spaces: bool = False
     """No special token holds whitespace, so a space after other text always starts a new piece (`fits`)."""
     overhead_cache: dict[tuple[str, ...], int] = field(default_factory=dict)
-    skeletons: dict[tuple[str, ...], Skeleton] = field(default_factory=dict)
+    skeletons: dict[tuple[str, ...], Skeleton | None] = field(default_factory=dict)
+    """Each sequence of roles' skeleton; None: the template must render each prompt of them."""
     first_pieces: dict[str, int] = field(default_factory=dict)
     spaced_pieces: dict[str, int] = field(default_factory=dict)
     constants_by_first: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -116,7 +110,7 @@ class ModelTokenizer:
     """A bound on a text's count from its bytes (None: none holds for this vocabulary), tried before counting."""
     json_ascii_encodable: bool = field(default=False, init=False)
     """The vocabulary holds every byte of `JSON_ASCII`: a content from an ASCII JSON line without `\\u` escapes is
-    encodable without looking at it (`chat_over`)."""
+    encodable without looking at it (`plain_chat_over`)."""
 
     def __post_init__(self) -> None:
         by_first: dict[str, list[str]] = {}
@@ -219,12 +213,11 @@ class ModelTokenizer:
             return True
         if not self._encodable(text):
             return False  # counted as its size (`count_text`), which is more than `room`
-        return self._fits(text, size, room)
+        return (self.pair_bound is not None and self.pair_bound(text.encode()) <= room) or self._head_fits(
+            text, size, room)
 
-    def _fits(self, text: str, size: int, room: int) -> bool:
-        """`fits` of an encodable text of `size` bytes, more than `room`: its bytes' bound, else its head counted."""
-        if self.pair_bound is not None and self.pair_bound(text.encode()) <= room:
-            return True
+    def _head_fits(self, text: str, size: int, room: int) -> bool:
+        """`fits` of an encodable text of `size` bytes, more than `room`, from its head counted."""
         counted = counted_bytes = start = 0
         while self.cuts_at_spaces:
             cut = text.find(" ", start + (counted + size - counted_bytes - room) * 5 // 4 + HEAD_SLACK)
@@ -242,37 +235,34 @@ class ModelTokenizer:
         """The prompt the engine builds from `messages` (and the line's `chat_template_kwargs`) with the model's chat
         template; spliced into the template's cached skeleton when it provably renders contents as they are."""
         contents = [_text_of(m.get("content")) for m in messages]
-        spliced = self._spliced(_roles(messages), contents) if _plain(messages, kwargs) else None
-        return spliced if spliced is not None else self._render(messages, contents, kwargs)
+        skeleton = self._skeleton_of(_roles(messages), "\x00".join(contents)) if _plain(messages, kwargs) else None
+        return skeleton.splice(contents) if skeleton is not None else self._render(messages, contents, kwargs)
 
-    def _spliced(self, roles: tuple[str, ...], contents: list[str]) -> str | None:
-        """The prompt of messages of only a role and a content (none holding a constant of the template) spliced
-        into its skeleton; None where the template must render it."""
-        if _holds_any("\x00".join(contents), self.constants_by_first):
+    def _skeleton_of(self, roles: tuple[str, ...], joined: str) -> Skeleton | None:
+        """The skeleton to splice messages of only a role and a content into (`joined`: the contents, joined with
+        `\\x00`); None where they hold a constant of the template, or it must render them."""
+        if holds_any(joined, self.constants_by_first):
             return None
-        skeleton = self.skeletons.get(roles, ())
-        if skeleton == ():
+        skeleton = self.skeletons.get(roles, self)
+        if skeleton is self:
             skeleton = self.skeletons[roles] = self._skeleton(roles)
-        if skeleton is None:
-            return None
-        spliced = [*skeleton, *contents]
-        spliced[::2], spliced[1::2] = skeleton, contents
-        return "".join(spliced)
+        return skeleton  # type: ignore[return-value]
 
-    def chat_over(self, messages: list[dict[str, object]], room: int, kwargs: dict[str, object] | None = None,
-                  json_ascii: bool = False) -> str | None:
+    def chat_over(self, messages: list[dict[str, object]], room: int,
+                  kwargs: dict[str, object] | None = None) -> str | None:
         """None when the chat's prompt is at most `room` tokens (`chat_bound`, then the rendered prompt's `fits`);
-        otherwise the rendered prompt, to count exactly. Each message's role and text is read once.
-
-        `json_ascii`: the contents come from an ASCII JSON line without `\\u` escapes, so they hold no byte the
-        vocabulary lacks when it lacks none of `JSON_ASCII` (a skeleton is encodable: see `_skeleton`); a spliced
-        prompt of such contents is not searched for one."""
+        otherwise the rendered prompt, to count exactly. Each message's role and text is read once."""
         contents = [_text_of(m.get("content")) for m in messages]
-        return self._over(messages, _plain(messages, kwargs), _roles(messages), contents, room, kwargs, json_ascii)
+        return self._over(messages, _plain(messages, kwargs), _roles(messages), contents, room, kwargs, False)
 
     def plain_chat_over(self, roles: tuple[str, ...], contents: list[str], room: int,
                         json_ascii: bool = False) -> str | None:
-        """`chat_over` of messages of only a string role and a string content each, given as those."""
+        """`chat_over` of messages of only a string role and a string content each, given as those.
+
+        `json_ascii`: the contents come from an ASCII JSON line without `\\u` escapes, so they hold no byte the
+        vocabulary lacks when it lacks none of `JSON_ASCII` (a skeleton is encodable: see `_skeleton`); a spliced
+        prompt of such contents is bounded from the skeleton's and the contents' own bytes, and spliced only when
+        that does not settle it."""
         return self._over(None, True, roles, contents, room, None, json_ascii)
 
     def _over(self, messages: list[dict[str, object]] | None, plain: bool, roles: tuple[str, ...],
@@ -281,16 +271,26 @@ class ModelTokenizer:
         overhead = self.overhead_cache.get(roles)
         if overhead is None:
             overhead = self.chat_bound([{"role": role, "content": ""} for role in roles])
-        size = overhead + sum(map(len if json_ascii else _size, contents))  # an ASCII line's contents are ASCII
-        if size <= room:
+        size = sum(map(len if json_ascii else _size, contents))  # an ASCII line's contents are ASCII
+        if overhead + size <= room:
             return None
-        rendered = self._spliced(roles, contents) if plain else None
-        if rendered is None:
+        joined = "\x00".join(contents) if plain else ""
+        skeleton = self._skeleton_of(roles, joined) if plain else None
+        if skeleton is None:
             if messages is None:
                 messages = [{"role": role, "content": content} for role, content in zip(roles, contents, strict=True)]
             rendered = self._render(messages, contents, kwargs)
-        elif json_ascii and self.json_ascii_encodable:  # the skeleton's bytes and the contents': `size` in all
-            return None if self._fits(rendered, size, room) else rendered
+        elif json_ascii and self.json_ascii_encodable:  # every byte is encodable, and the prompt's size is known
+            size += skeleton.size
+            bound = self.pair_bound
+            # The prompt's weights are the skeleton's and the contents' (joined, less the joins' own).
+            if bound is not None and bound.within(size, skeleton.spoilt + bound.spoilt(joined.encode()) - (
+                    len(contents) - 1) * bound.weights[0]) <= room:
+                return None
+            rendered = skeleton.splice(contents)
+            return None if self._head_fits(rendered, size, room) else rendered
+        else:
+            rendered = skeleton.splice(contents)
         return None if self.fits(rendered, room) else rendered
 
     def _render(self, messages: list[dict[str, object]], contents: list[str],
@@ -298,27 +298,15 @@ class ModelTokenizer:
         normalised = [{**m, "content": content} for m, content in zip(messages, contents, strict=True)]
         return str(self.template.render({**(kwargs or {}), "messages": normalised, "add_generation_prompt": True}))
 
-    def _skeleton(self, roles: tuple[str, ...]) -> Skeleton:
-        """The text around each content when the template puts every content in unchanged, in order (rendered with
-        two families of stand-ins, which must leave the same text around them); None otherwise."""
-        found: list[list[str]] = []
-        for family in SENTINELS:
-            stand_ins = [family.format(index) for index in range(len(roles))]
-            messages: list[dict[str, object]] = [{"role": role, "content": stand_in}
-                                                 for role, stand_in in zip(roles, stand_ins, strict=True)]
-            try:
-                rendered = self._render(messages, stand_ins, None)
-            except jinja2.TemplateError:
-                return None
-            pieces: list[str] = []
-            for stand_in in stand_ins:
-                before, found_it, rendered = rendered.partition(stand_in)
-                if not found_it or stand_in in rendered:
-                    return None
-                pieces.append(before)
-            found.append([*pieces, rendered])
-        # (A skeleton holding a byte the vocabulary lacks is rendered with each prompt, which is then looked at whole.)
-        return tuple(found[0]) if found[0] == found[1] and self._encodable("".join(found[0])) else None
+    def _skeleton(self, roles: tuple[str, ...]) -> Skeleton | None:
+        """`skeleton_parts` of the template and `roles`, unless a byte of it is not in the vocabulary: such a
+        skeleton is rendered with each prompt, which is then looked at whole."""
+        parts = skeleton_parts(self.template, roles)
+        text = "".join(parts) if parts is not None else ""
+        if parts is None or not self._encodable(text):
+            return None
+        data = text.encode()
+        return Skeleton(parts, len(data), self.pair_bound.spoilt(data) if self.pair_bound else 0)
 
     def count_chat(self, messages: list[dict[str, object]]) -> int:
         return self.count_text(self.render_chat(messages))
@@ -346,15 +334,6 @@ def _plain(messages: list[dict[str, object]], kwargs: dict[str, object] | None) 
 def _size(text: str) -> int:
     """Bytes of `text` in UTF-8 (an ASCII text's length, without encoding it)."""
     return len(text) if text.isascii() else len(text.encode())
-
-
-def _holds_any(text: str, constants_by_first: dict[str, tuple[str, ...]]) -> bool:
-    for first, constants in constants_by_first.items():
-        if first in text:
-            for constant in constants:
-                if constant in text:
-                    return True
-    return False
 
 
 def _text_of(content: object) -> str:

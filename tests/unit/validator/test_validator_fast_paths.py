@@ -31,7 +31,7 @@ from services.validator.body_rules import (
 from services.validator.domain import FileValidation, Limits, LineResult
 from services.validator.file_check import WINDOW_LINES, FileCheck, Findings
 from services.validator.issues import LineIssue
-from services.validator.plain_lines import plain_chat_line
+from services.validator.plain_lines import PlainChat
 from services.validator.refusals import NotRunLines, not_run_output, rejected_line
 from services.validator.rules import check_line
 from services.validator.strict_sampling import sampling_key, strict_issues
@@ -195,10 +195,11 @@ def test_any_body_gets_the_full_rules_verdict(body: dict[str, object], endpoint:
 def same_line_verdict(line: object, catalogue: Catalogue, line_model: str | None = None) -> bool:
     """Checked first as a plain line and checked by every rule, `line` gets one verdict; whether it was plain."""
     raw = orjson.dumps(line)
-    fast = check_line(raw, CHAT, catalogue, 1 << 20, TOKENIZERS, line_model)
-    full = check_line(raw, CHAT, catalogue, 1 << 20, TOKENIZERS, line_model, plain_first=False)
+    plain = PlainChat(catalogue, TOKENIZERS)
+    fast = check_line(raw, CHAT, catalogue, 1 << 20, TOKENIZERS, line_model, plain)
+    full = check_line(raw, CHAT, catalogue, 1 << 20, TOKENIZERS, line_model)
     assert fast == full
-    return isinstance(line, dict) and plain_chat_line(line, CHAT, catalogue, TOKENIZERS) is not None
+    return plain.check(line) is not None
 
 
 def test_a_typical_chat_line_is_plain_and_gets_the_full_rules_verdict() -> None:

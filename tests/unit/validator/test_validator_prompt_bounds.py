@@ -7,7 +7,7 @@ import string
 
 import jinja2.sandbox
 import orjson
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from contracts.api.request_line import MAX_NESTING_DEPTH
@@ -41,10 +41,32 @@ def test_a_chat_settled_in_one_pass_gets_the_answer_of_bound_render_and_fits(
     messages: list[dict[str, object]] = [{"role": role, "content": content} for role, content in turns]
     exact = model.count_text(model.render_chat(messages))
     roles, contents = tuple(role for role, _ in turns), [content for _, content in turns]
-    for room in (exact + near, exact // 2, model.chat_bound(messages) + near):
+    assert model.pair_bound is not None
+    bound = model.pair_bound(model.render_chat(messages).encode())
+    for room in (exact + near, exact // 2, model.chat_bound(messages) + near, bound + near, bound - 1, bound):
         expected = settled_the_long_way(model, messages, room)
-        assert model.chat_over(messages, room, None, json_ascii) == expected
+        assert model.chat_over(messages, room) == expected
         assert model.plain_chat_over(roles, contents, room, json_ascii) == expected
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.lists(st.tuples(ROLES, JSON_TEXT), min_size=1, max_size=3), st.integers(0, 3))
+def test_a_spliced_prompts_weights_are_its_skeletons_and_its_contents(turns: list[tuple[str, str]],
+                                                                       repeat: int) -> None:
+    """`plain_chat_over` bounds an ASCII line's prompt without splicing it: from the skeleton's weights and those of
+    the contents joined with `\\x00` (less the joins'), which must be the spliced prompt's own, however long."""
+    model = tokenizer()
+    bound = model.pair_bound
+    assert bound is not None
+    roles, contents = tuple(role for role, _ in turns), [content * (repeat * 9 + 1) for _, content in turns]
+    joined = "\x00".join(contents)
+    skeleton = model._skeleton_of(roles, joined)
+    assume(skeleton is not None)
+    assert skeleton is not None
+    prompt = skeleton.splice(contents).encode()
+    assert len(prompt) == skeleton.size + sum(map(len, contents))
+    joins = (len(contents) - 1) * bound.weights[0]
+    assert bound.spoilt(prompt) == skeleton.spoilt + bound.spoilt(joined.encode()) - joins
 
 
 @settings(max_examples=200, deadline=None)
@@ -71,7 +93,9 @@ def test_a_constant_the_template_only_compares_with_a_role_is_not_looked_for_in_
     model = tokenizer()
     assert "system" not in model.template_constants, "SmolLM2's template compares 'system' with the first role only"
     messages: list[dict[str, object]] = [{"role": "user", "content": "the system prompt"}]
-    assert model._spliced(("user",), ["the system prompt"]) == model._render(messages, ["the system prompt"], None)
+    skeleton = model._skeleton_of(("user",), "the system prompt")
+    assert skeleton is not None
+    assert skeleton.splice(["the system prompt"]) == model._render(messages, ["the system prompt"], None)
 
 
 def test_a_plain_line_never_nests_past_the_limit() -> None:
