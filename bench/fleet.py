@@ -49,8 +49,9 @@ from openai import OpenAI
 from openai.types import Batch
 
 from bench.throughput import warm_up
+from contracts.api.batch import Endpoint
 from contracts.catalogue import Catalogue, CatalogueModel
-from contracts.events.batch import BatchAssigned, BatchCreated, BatchValidated, BatchWaiting
+from contracts.events.batch import BatchAssigned, BatchValidated, BatchWaiting
 from contracts.events.executor import DeviceMemory, ExecutorAdvert
 from contracts.events.registry import decode_event
 from contracts.lifecycle import TERMINAL
@@ -66,10 +67,10 @@ from services.scheduler.fair_share import FairQueue, QueuedBatch
 from tests.e2e.conftest import ADMIN_KEY, RunningStack, start_stack, stop_stack
 from tests.e2e.load import core_nats_url
 from tests.e2e.test_fleet import api, executors, start_executor, wait_for
-from tests.factories import Line, chat_line, upload, upload_when_key_known, wait_until_done
+from tests.factories import Line, batch_created, chat_line, upload, upload_when_key_known, wait_until_done
 
 MODEL = "smollm2-135m-instruct-q4_1"
-CHAT = "/v1/chat/completions"
+CHAT: Endpoint = "/v1/chat/completions"
 POLL_S = 0.02
 """How often a timed batch is polled: reads are not rate-limited, and 20 ms is far below what is measured."""
 STACK_ENV = {"SHESHNAG_GATEWAY_CONTROL_CALLS_PER_S": "1000", "SHESHNAG_GATEWAY_CONTROL_CALL_BURST": "10000",
@@ -412,11 +413,9 @@ def synthetic_fleet(executors_n: int = 1000, batches_n: int = 10_000, owners: in
             devices=[DeviceMemory(name="cpu", total_bytes=8 << 30, free_bytes=8 << 30)]))
     for b in range(batches_n):
         batch_id, owner = f"batch_sim{b}", f"key-{b % owners}"
-        book.apply(BatchCreated(aggregate_id=batch_id, owner_key_id=owner, input_file_id="file-x",
-                                input_object_key="files/x", endpoint=CHAT, completion_window="24h",
-                                created_at=now // 1000, expires_at=now // 1000 + 86_400))
-        book.apply(BatchValidated(aggregate_id=batch_id, total_lines=100 + b % 900, model=model.id,
-                                  owner_key_id=owner, endpoint=CHAT, input_object_key="files/x"))
+        book.apply(batch_created(batch_id, owner, "files/x", created_at=now // 1000,
+                                 expires_at=now // 1000 + 86_400, endpoint=CHAT))
+        book.apply(BatchValidated(aggregate_id=batch_id, total_lines=100 + b % 900, model=model.id))
     return book, adverts, catalogue, now
 
 
@@ -456,7 +455,7 @@ def row_scheduler(bench: Bench) -> list[Row]:
     per_decision = [tick / max(count, 1) for tick, count in zip(filling, handed, strict=True)]
     book, adverts, catalogue, now = synthetic_fleet()
     queued = [QueuedBatch(plan.batch_id, plan.owner, None, plan.model or MODEL, plan.validated_order,
-                          plan.expires_at * 1000, plan.total_lines, plan.total_lines, unit_lines=64)
+                          plan.expires_at_ms, plan.total_lines, plan.total_lines, unit_lines=64)
               for plan in book.plans.values()]
     takes: list[float] = []
     for _ in range(5):

@@ -48,7 +48,6 @@ from contracts.archive import (
 )
 from contracts.events.batch import (
     BatchAssigned,
-    BatchCreated,
     BatchProgressed,
     BatchStarted,
     BatchValidated,
@@ -67,7 +66,7 @@ from services.runtime.nats.bus import EventBus
 from services.runtime.nats.readmodel import ReadModel
 from services.runtime.process.settings import ConnectionSettings
 from services.runtime.storage.objectstore import ObjectStore
-from tests.factories import batch_life
+from tests.factories import batch_created, batch_life
 
 ACTIVE = 10
 """Batches running at once: their facts interleave in the stream."""
@@ -88,11 +87,8 @@ def running(n: int, first_chunk: int, chunks: int) -> list[Event]:
     if first_chunk:
         return progress
     return [
-        BatchCreated(aggregate_id=batch_id, owner_key_id="key_bench", input_file_id=f"file-open-{n}",
-                     input_object_key=f"files/file-open-{n}", endpoint="/v1/chat/completions",
-                     completion_window="24h", created_at=1_700_000_000, expires_at=1_700_086_400),
-        BatchValidated(aggregate_id=batch_id, total_lines=8000, model="m", owner_key_id="key_bench",
-                       endpoint="/v1/chat/completions", input_object_key=f"files/file-open-{n}"),
+        batch_created(batch_id, "key_bench", f"files/file-open-{n}"),
+        BatchValidated(aggregate_id=batch_id, total_lines=8000, model="m"),
         BatchAssigned(aggregate_id=batch_id, executor_id="exec-1", attempt=1, lease_token="t"),
         BatchStarted(aggregate_id=batch_id, executor_id="exec-1", attempt=1, engine="llamacpp", engine_version="1"),
         *progress,

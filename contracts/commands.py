@@ -1,42 +1,58 @@
 """Commands sent to one executor on the WORK stream (not facts: they are consumed and gone)."""
 
+import json
+from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from contracts.api.batch import Endpoint
 from contracts.events.batch import CancelCode, FailureCode, ShardLayout
 from contracts.events.executor import ExecutorAdvert
 from contracts.lifecycle import EndReason
 from contracts.permissions import EXECUTOR_ID_PATTERN
 from contracts.subjects import finalize_command, run_command
+from contracts.terms import WithTerms
+
+COMMAND_PROTOCOL = 2
+"""The newest shape of commands (`ExecutorAdvert.protocol`): 2 carries the batch's terms nested (`terms`); 1, which
+every executor takes, states each term as a field of its own."""
 
 
-class RunBatch(BaseModel):
-    """Run every line of a validated batch that no earlier attempt committed."""
+class BatchCommand(WithTerms):
+    """A command about one batch, for one executor, carrying the batch's terms."""
 
-    model_config = ConfigDict(frozen=True)
+    flat_fields: ClassVar[tuple[str, ...]]
+    """The command's fields in protocol 1, in the order it wrote them."""
 
     batch_id: str
     executor_id: str
+
+    def wire(self, protocol: int) -> bytes:
+        """The command as an executor that speaks `protocol` takes it: its terms nested from protocol 2 on, else
+        flat, byte for byte as protocol 1 wrote it."""
+        if protocol >= 2:
+            return self.model_dump_json().encode()
+        fields = self.model_dump(mode="json")
+        fields |= fields.pop("terms")
+        return json.dumps({name: fields[name] for name in self.flat_fields}, ensure_ascii=False,
+                          separators=(",", ":")).encode()
+
+
+class RunBatch(BatchCommand):
+    """Run every line of a validated batch that no earlier attempt committed."""
+
+    flat_fields = ("batch_id", "executor_id", "attempt", "lease_token", "owner_key_id", "model", "endpoint",
+                   "input_object_key", "total_lines", "rejections_object_key", "shard", "layout",
+                   "output_expires_after_s", "created_at", "expires_at")
+
     attempt: int
     lease_token: str
-    owner_key_id: str
-    """Owner of the batch, and so of its output and error files."""
     model: str
-    endpoint: Endpoint
-    input_object_key: str
     total_lines: int
     rejections_object_key: str | None = None
     """Lines validation refused (allow_partial): never run, they go to the error file with their codes."""
     shard: int = 0
     layout: ShardLayout = ShardLayout()
     """The batch's split into shards; this attempt runs shard `shard` of it (one shard: the whole file)."""
-    output_expires_after_s: int | None = None
-    """Output and error files expire this long after the batch was created (`output_expires_after`)."""
-    created_at: int = 0
-    """When the batch was created (seconds since the epoch): the anchor of `output_expires_after`."""
-    expires_at: int | None = None
-    """When the batch expires (seconds since the epoch): no line starts after it."""
 
     @property
     def sharded(self) -> bool:
@@ -51,28 +67,21 @@ class RunBatch(BaseModel):
         return f"{self.batch_id}:run:{self.attempt}"
 
 
-class FinalizeBatch(BaseModel):
+class FinalizeBatch(BatchCommand):
     """Write the output and error files of a batch that ends without an attempt finalizing it: cancelled,
     expired, completed by several shards, or failed at run time (`failure_code`, `failure_message`: why).
 
     Lines committed by any attempt are kept; every other line goes to the error file with `code`.
-    Sent to the one executor the scheduler chose to finalize the batch (only it may read the batch's objects and
-    state its end).
+    Sent to the one executor the scheduler chose to finalize the batch (`executor_id`: only it may take this
+    command, read the batch's objects and state its end).
     """
 
-    model_config = ConfigDict(frozen=True)
+    flat_fields = ("batch_id", "executor_id", "reason", "owner_key_id", "input_object_key", "endpoint",
+                   "unrun_code", "output_expires_after_s", "created_at", "failure_code", "failure_message")
 
-    batch_id: str
-    executor_id: str
-    """The executor chosen to finalize the batch: the only one who may take this command."""
     reason: EndReason
-    owner_key_id: str
-    input_object_key: str
-    endpoint: Endpoint
     unrun_code: CancelCode | None = None
     """For a cancel: the code of lines never run, when not `batch_cancelled` (a revoked key)."""
-    output_expires_after_s: int | None = None
-    created_at: int = 0
     failure_code: FailureCode | None = None
     """For a failed batch: the cause's code (e.g. `attempts_exhausted`), carried into `batch.failed`."""
     failure_message: str | None = None

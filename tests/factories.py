@@ -1,17 +1,18 @@
 """A batch's life as the e2e tests and the benches tell it alike, through the OpenAI SDK: request lines, a JSONL
 upload, a batch waited to its end, and every input line counted in its output and error files; and as the log
-tells it (`batch_life`), for the ledger's tests and benches."""
+tells it (`batch_created`, `batch_life`), for the tests and benches of the services that fold it."""
 
 import io
 import json
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from openai import AuthenticationError, OpenAI
 from openai.types import Batch
 
-from contracts.api.batch import BatchUsage
+from contracts.api.batch import BatchUsage, Endpoint
 from contracts.events.batch import (
     BatchAssigned,
     BatchCompleted,
@@ -23,6 +24,7 @@ from contracts.events.batch import (
 )
 from contracts.events.envelope import Event
 from contracts.lifecycle import TERMINAL
+from contracts.terms import BatchTerms
 
 Line = dict[str, object]
 
@@ -113,6 +115,27 @@ def lost_and_duplicated(ids: Iterable[str], seen: Counter[str]) -> tuple[int, in
 # A batch's life as the log tells it (the ledger's tests and benches fold these facts, no stack around them).
 
 
+T0 = 1_700_000_000
+"""When the batches of these facts are created (seconds since the epoch)."""
+
+
+def batch_terms(owner_key_id: str = "key_test", input_object_key: str = "files/file-in", created_at: int = T0,
+                expires_at: int = T0 + 86_400, endpoint: Endpoint = "/v1/chat/completions",
+                output_expires_after_s: int | None = None) -> BatchTerms:
+    return BatchTerms(owner_key_id=owner_key_id, endpoint=endpoint, input_object_key=input_object_key,
+                      created_at=created_at, expires_at=expires_at, output_expires_after_s=output_expires_after_s)
+
+
+def batch_created(batch_id: str, owner_key_id: str = "key_test", input_object_key: str = "files/file-in", *,
+                  created_at: int = T0, expires_at: int = T0 + 86_400, endpoint: Endpoint = "/v1/chat/completions",
+                  output_expires_after_s: int | None = None, **fields: Any) -> BatchCreated:
+    """`batch.created` of a 24 h batch on the input file at `input_object_key` (its id, unless `input_file_id`
+    says); `fields`: any other of its fields."""
+    fields.setdefault("input_file_id", input_object_key.removeprefix("files/"))
+    return BatchCreated(aggregate_id=batch_id, completion_window="24h", terms=batch_terms(
+        owner_key_id, input_object_key, created_at, expires_at, endpoint, output_expires_after_s), **fields)
+
+
 def batch_life(batch_id: str, chunks: int, *, lines_per_chunk: int = 1, owner_key_id: str = "key_test",
                input_file_id: str = "file-in", output_file_id: str = "out", finalizing: bool = True,
                tokens_per_line: tuple[int, int] = (0, 0)) -> list[Event]:
@@ -122,11 +145,8 @@ def batch_life(batch_id: str, chunks: int, *, lines_per_chunk: int = 1, owner_ke
     total = chunks * lines_per_chunk
     input_tokens, output_tokens = tokens_per_line[0] * total, tokens_per_line[1] * total
     return [
-        BatchCreated(aggregate_id=batch_id, owner_key_id=owner_key_id, input_file_id=input_file_id,
-                     input_object_key=f"files/{input_file_id}", endpoint="/v1/chat/completions",
-                     completion_window="24h", created_at=1_700_000_000, expires_at=1_700_086_400),
-        BatchValidated(aggregate_id=batch_id, total_lines=total, model="m", owner_key_id=owner_key_id,
-                       endpoint="/v1/chat/completions", input_object_key=f"files/{input_file_id}"),
+        batch_created(batch_id, owner_key_id, f"files/{input_file_id}"),
+        BatchValidated(aggregate_id=batch_id, total_lines=total, model="m"),
         BatchAssigned(aggregate_id=batch_id, executor_id="exec-1", attempt=1, lease_token="t"),
         BatchStarted(aggregate_id=batch_id, executor_id="exec-1", attempt=1, engine="llamacpp", engine_version="1"),
         *(BatchProgressed(aggregate_id=batch_id, attempt=1, chunk=c, chunk_key=f"c{c}",

@@ -2,11 +2,12 @@
 
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from contracts.api.batch import BatchUsage, Endpoint, Placement
+from contracts.api.batch import BatchUsage, Placement
 from contracts.events.envelope import Event
 from contracts.events.executor import EngineName
+from contracts.terms import WithTerms
 
 CancelCode = Literal["batch_cancelled", "authorization_revoked", "insufficient_credits"]
 AdminCancelCode = Literal["cancelled_by_org_admin", "cancelled_by_platform_admin"]
@@ -47,26 +48,21 @@ class BatchEvent(Event):
     correlated_by: ClassVar = "aggregate_id"
 
 
-class BatchCreated(BatchEvent):
+class BatchCreated(WithTerms, BatchEvent):
+    """A batch's terms, said once; version 1 stated each term as a field of its own (lifted into `terms`)."""
+
     name: ClassVar = "created"
     type: Literal["batch.created"] = "batch.created"
-    owner_key_id: str
+    version: int = 2
     input_file_id: str
-    input_object_key: str
-    endpoint: Endpoint
     completion_window: str
     metadata: dict[str, str] | None = None
-    created_at: int
-    """Seconds since the epoch."""
-    expires_at: int
     allow_partial: bool = False
     """Run the valid lines and put refused ones in the error file, instead of failing the whole batch."""
     hold: bool = False
     """Validate only: once validated the batch waits for `batch.released` before anything runs."""
     allowed_models: list[str] | None = None
     """Catalogue ids the owner may use, from their key when the batch was created; None: every model."""
-    output_expires_after_s: int | None = None
-    """Output and error files expire this many seconds after `created_at`; None: the files' default."""
     owner_user_id: str | None = None
     """The user of the creating key (None: a key without a user owns it alone): whose share of the fleet it uses."""
     organization_id: str | None = None
@@ -79,6 +75,12 @@ class BatchCreated(BatchEvent):
     worst-case price; its usage is debited there as result chunks commit. None: the batch is not billed."""
     placement: Placement = "approved_providers"
     """Which executors may run it (`contracts.api.batch.Placement`); facts from before placement: approved ones."""
+
+    @model_validator(mode="after")
+    def _expires(self) -> "BatchCreated":
+        if self.terms.expires_at is None:
+            raise ValueError("a created batch's terms say when it expires")
+        return self
 
 
 class LineRejected(BatchEvent):
@@ -107,14 +109,15 @@ class ValidationProgressed(BatchEvent):
 
 
 class BatchValidated(BatchEvent):
+    """What validation found. Version 1 also restated three of the batch's terms (`owner_key_id`, `endpoint`,
+    `input_object_key`), which no reader took: they are `batch.created`'s, and ignored here."""
+
     name: ClassVar = "validated"
     type: Literal["batch.validated"] = "batch.validated"
+    version: int = 2
     total_lines: int
     model: str
     """The catalogue id every line resolved to; the batch is pinned to it."""
-    owner_key_id: str
-    endpoint: Endpoint
-    input_object_key: str
     rejected_lines: int = 0
     """With allow_partial: lines refused by validation; they go to the error file and never run."""
     rejections_object_key: str | None = None

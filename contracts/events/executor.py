@@ -14,6 +14,7 @@ MAX_ADVERTISED_MODELS = 256
 MAX_DEVICES = 64
 MAX_SLOTS = 4096
 MAX_PARALLEL_ATTEMPTS = 256
+MAX_PROTOCOL = 64
 Bytes = Field(ge=0, le=1 << 60)
 """Memory sizes: an exabyte is far beyond any device; more is nonsense an executor made up."""
 ModelId = Annotated[str, Field(min_length=1, max_length=256)]
@@ -52,6 +53,9 @@ class ExecutorAdvert(BaseModel):
     """Attempts it takes beyond `parallel_attempts`, each of an owner with nothing running anywhere (a newcomer's
     small batch starts at the next free engine slot instead of after the units in hand); 0: an executor from
     before it said."""
+    protocol: int = Field(default=1, ge=1, le=MAX_PROTOCOL)
+    """The newest shape of commands it takes (`contracts.commands.BatchCommand.wire`); the scheduler sends each
+    command in the newest shape both speak (1: an executor from before it said, which takes flat commands only)."""
 
 
 GUEST_ATTEMPTS = 2

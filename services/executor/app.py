@@ -8,6 +8,7 @@ from pathlib import Path
 
 import nats.errors
 
+from contracts.commands import COMMAND_PROTOCOL
 from contracts.events.executor import GUEST_ATTEMPTS, ExecutorAdvert
 from services.executor.adapters.admission import keep_admitted
 from services.executor.adapters.advert import OwnAdvert
@@ -42,7 +43,7 @@ def advert_of(settings: ExecutorSettings, shelf: EngineShelf) -> ExecutorAdvert:
         models=shelf.servable, loaded_models=sorted(shelf.loaded),
         devices=within_budget(device_memory(), settings.memory_budget_mb, shelf.loaded_bytes()),
         slots=sum(engine.slots for engine in shelf.loaded.values()), heartbeat_at=int(time.time() * 1000),
-        parallel_attempts=settings.parallel_attempts, guest_attempts=GUEST_ATTEMPTS,
+        parallel_attempts=settings.parallel_attempts, guest_attempts=GUEST_ATTEMPTS, protocol=COMMAND_PROTOCOL,
     )
 
 

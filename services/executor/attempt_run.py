@@ -93,13 +93,13 @@ class AttemptRun:
     async def _feed_lines(self) -> None:
         """The pending lines to the slot pool, a batch of `PLAN_LINES` planned together (by prompt prefix), each
         started in the task group as a slot frees up for this owner, until none is left or the batch stops."""
-        command, watch, owner = self.command, self.watch, self.command.owner_key_id
-        async with self.runner.inputs.hold(command.batch_id, command.input_object_key) as copy, \
+        command, watch, owner = self.command, self.watch, self.command.terms.owner_key_id
+        async with self.runner.inputs.hold(command.batch_id, command.terms.input_object_key) as copy, \
                 aclosing(self.runner.pending_lines(command, self.resume, copy, watch.stopping)) as pending, \
                 asyncio.TaskGroup() as group:
             while lines := [line async for line in _take(pending, PLAN_LINES)]:
                 keyed = self.engine.prompt_cache_per_slot
-                with self.slots.unit([prefix_key(command.endpoint, line.body, owner) if keyed else None
+                with self.slots.unit([prefix_key(command.terms.endpoint, line.body, owner) if keyed else None
                                       for line in lines]) as unit:
                     waiting_since = time.perf_counter()
                     while (started := await unit.next(owner, watch.stopping)) is not None:
@@ -119,7 +119,7 @@ class AttemptRun:
             with on_slot(slot.index):
                 self.in_engine.add(task)
                 try:
-                    reply = await traced_line(self.engine, command.model, command.endpoint, line.custom_id,
+                    reply = await traced_line(self.engine, command.model, command.terms.endpoint, line.custom_id,
                                               line.body, self.runner.retry, slot_wait_s, self.traced)
                 except asyncio.CancelledError:
                     if task in self.stopped and task.uncancel() == 0:

@@ -73,7 +73,7 @@ class BatchLog:
 
     @_rules.on(BatchCreated)
     def _created(self, event: BatchCreated, sequence: int) -> None:
-        self.expires_at = event.expires_at
+        self.expires_at = event.terms.expires_at
 
     @_rules.on(BatchCancelRequested)
     def _cancel_requested(self, event: BatchCancelRequested, sequence: int) -> None:

@@ -130,18 +130,18 @@ class Finalizer:
                           batch_id, len(unrun))
             lines.extend(unrun)
         files = assemble(lines)
-        expires_after_s = command.output_expires_after_s  # counted from each file's own creation
+        expires_after_s = command.terms.output_expires_after_s  # counted from each file's own creation
         output_id = error_id = None
         stored: list[Event] = []  # announced with the batch's end, in one submission
         if files.output_lines:
             output_id = output_file_id(batch_id)
             stored.append(await self.results.put_file(
-                batch_id, output_id, files.output, command.owner_key_id, f"{batch_id}_output.jsonl",
+                batch_id, output_id, files.output, command.terms.owner_key_id, f"{batch_id}_output.jsonl",
                 files.output_lines, expires_after_s))
         if files.error_lines:
             error_id = error_file_id(batch_id)
             stored.append(await self.results.put_file(
-                batch_id, error_id, files.errors, command.owner_key_id, f"{batch_id}_error.jsonl",
+                batch_id, error_id, files.errors, command.terms.owner_key_id, f"{batch_id}_error.jsonl",
                 files.error_lines, expires_after_s))
         terminal: Event
         if outcome == "failed":
@@ -167,7 +167,7 @@ class Finalizer:
         message = UNRUN_MESSAGES.get(code, "This request never ran.")
         unrun: list[CommittedLine] = []
         number = 0
-        async for raw in self.store.iter_lines(command.input_object_key):
+        async for raw in self.store.iter_lines(command.terms.input_object_key):
             number += 1
             if number in committed_lines:
                 continue

@@ -106,7 +106,7 @@ class BatchRunner:
             await running.wait()  # a second delivery of an attempt in hand runs after it (and redoes nothing)
         ended = self._ending[key] = asyncio.Event()
         try:
-            async with self.watches.watch(command.batch_id, command.attempt, command.expires_at) as watch:
+            async with self.watches.watch(command.batch_id, command.attempt, command.terms.expires_at) as watch:
                 self.running[key] = watch
                 try:
                     await self._attempt(command, engine, watch)
@@ -208,7 +208,7 @@ class BatchRunner:
         first, last = layout.first_line(shard), layout.last_line(shard) or command.total_lines
         chunks = -(-max(last - first + 1 - tally.completed - tally.failed, 0) // self.chunk_lines)
         wanted = [] if command.batch_id in self.inputs.copies else [
-            WantedObject(operation="get", key=command.input_object_key)]
+            WantedObject(operation="get", key=command.terms.input_object_key)]
         if not command.sharded:
             wanted.append(WantedObject(operation="put", key=input_object_key(output_file_id(command.batch_id))))
         wanted.extend(WantedObject(operation="put", key=result_chunk_key(command.batch_id, command.attempt, number))

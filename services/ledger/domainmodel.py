@@ -39,7 +39,7 @@ class Batch(Folded):
     @event("Created")
     def __init__(self, batch_id: str, sequence: int, owner_key_id: str, input_file_id: str, endpoint: str,
                  completion_window: str, metadata: dict[str, str] | None, created_at: int,
-                 expires_at: int, held: bool = False, billing_account: str | None = None,
+                 expires_at: int | None, held: bool = False, billing_account: str | None = None,
                  placement: str = "approved_providers") -> None:
         self.held, self.placement = held, placement  # stored Created events from before fold with the defaults
         self.billing_account = billing_account

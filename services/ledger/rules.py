@@ -177,9 +177,9 @@ class FoldingRules:
     @_facts.on(BatchCreated)
     def _batch_created(self, seq: int, fact: BatchCreated) -> Folded | None:
         return self._found_again(Batch, "batch", fact.aggregate_id, seq, fact) or Batch(
-            batch_id=fact.aggregate_id, sequence=seq, owner_key_id=fact.owner_key_id,
-            input_file_id=fact.input_file_id, endpoint=fact.endpoint, completion_window=fact.completion_window,
-            metadata=fact.metadata, created_at=fact.created_at, expires_at=fact.expires_at, held=fact.hold,
+            batch_id=fact.aggregate_id, sequence=seq, owner_key_id=fact.terms.owner_key_id,
+            input_file_id=fact.input_file_id, endpoint=fact.terms.endpoint, completion_window=fact.completion_window,
+            metadata=fact.metadata, created_at=fact.terms.created_at, expires_at=fact.terms.expires_at, held=fact.hold,
             billing_account=fact.billing_account, placement=fact.placement)
 
     @_facts.on(CreditsGranted)

@@ -86,7 +86,7 @@ def timeline(facts: Sequence[tuple[int, Event]]) -> list[Row]:
 
 @_describe.on(BatchCreated)
 def _created(row: Row, fact: BatchCreated, story: _Story) -> None:
-    row.actor, row.note = fact.owner_key_id, f"input {fact.input_file_id}, {fact.endpoint}"
+    row.actor, row.note = fact.terms.owner_key_id, f"input {fact.input_file_id}, {fact.terms.endpoint}"
 
 
 @_describe.on(LineRejected)

@@ -60,6 +60,8 @@ class Book:
     """Executors that registered with a worker key: the only ones given work."""
     incarnations: dict[str, int] = field(default_factory=dict)
     """Executor id → when its current process registered (ms); work assigned before that died with the old one."""
+    protocols: dict[str, int] = field(default_factory=dict)
+    """Executor id → the command protocol its current process advertised when it registered."""
     lost: dict[str, int] = field(default_factory=dict)
     """Executor id → its last heartbeat (ms) when it was declared lost; a later one means it is back."""
     owners: dict[str, "ExecutorOwner"] = field(default_factory=dict)
@@ -138,6 +140,8 @@ class Book:
             self.lost.pop(executor_id, None)
             self.admitted.add(executor_id)
             started = min(event.started_at, event.occurred_at)
+            if started >= self.incarnations.get(executor_id, 0):
+                self.protocols[executor_id] = event.advert.protocol
             self.incarnations[executor_id] = max(started, self.incarnations.get(executor_id, 0))
             provider_id = self.placements.provider_of(event)  # also for a fact from before it named one
             self.owners.setdefault(executor_id, ExecutorOwner(provider_id, event.worker_key_id))
@@ -155,9 +159,8 @@ class Book:
         if event.aggregate_id in self.plans:
             return
         self.plans[event.aggregate_id] = self.open[event.aggregate_id] = BatchPlan(
-            event.aggregate_id, event.owner_key_id, event.endpoint, event.input_object_key, event.expires_at,
-            created_at=event.created_at, output_expires_after_s=event.output_expires_after_s, held=event.hold,
-            owner_user_id=event.owner_user_id, organization_id=event.organization_id, placement=event.placement)
+            event.aggregate_id, event.terms, held=event.hold, owner_user_id=event.owner_user_id,
+            organization_id=event.organization_id, placement=event.placement)
 
     # Rules for a batch's plan, while it has not ended; every other fact leaves the plan as it is.
 

@@ -67,7 +67,7 @@ def _upkeep(plan: BatchPlan, book: Book, fleet: FleetView, alive: set[str], now_
     """What one open batch needs now, and its model when it has units to hand out."""
     if plan.cancel_requested_at_ms is not None:  # an accepted cancel ends `cancelled`, even past the window
         return _end_early(plan, fleet, alive, now_ms, "cancelled", "batch_cancelled", "The batch was cancelled."), None
-    if now_ms >= plan.expires_at * 1000:
+    if now_ms >= plan.expires_at_ms:
         return _end_early(plan, fleet, alive, now_ms, "expired", "batch_expired", "The completion window ended."), None
     actions: list[Action] = _fence_dead_attempts(plan, book, alive) if plan.running_units else []
     actions += _fence_misplaced_attempts(plan, fleet, actions) if plan.running_units else []
@@ -170,10 +170,10 @@ def _hand_out(wanting: list[tuple[BatchPlan, CatalogueModel]], book: Book, fleet
         pending, in_flight = plan.pending_lines() - retried, plan.in_flight_lines() + retried
         queued.append(QueuedBatch(plan.batch_id, plan.owner, plan.organization_id, lanes[plan.batch_id].key,
                                   plan.validated_order,
-                                  plan.expires_at * 1000, pending, pending + in_flight, in_flight,
+                                  plan.expires_at_ms, pending, pending + in_flight, in_flight,
                                   unit_lines=layout.span or plan.total_lines))
     queued += [QueuedBatch(plan.batch_id, plan.owner, plan.organization_id, plan.model or "", plan.validated_order,
-                           plan.expires_at * 1000, 0, in_flight, in_flight)
+                           plan.expires_at_ms, 0, in_flight, in_flight)
                for plan in book.running.values() if plan.batch_id not in units
                for in_flight in (plan.in_flight_lines(),)]  # they hand out nothing, but count in their owners' share
     # The queue keys batches by lane (a model, narrowed by placement where it must be); rates are the model's.

@@ -176,7 +176,7 @@ def _may_store(book: Book, executor_id: str, event: FileStored) -> str | None:
         return f"a batch's result file has purpose batch_output, not {event.purpose}"
     if event.object_key != input_object_key(event.aggregate_id):
         return f"file {event.aggregate_id} lies under its own key, not {event.object_key}"
-    if event.owner_key_id != plan.owner_key_id:
+    if event.owner_key_id != plan.terms.owner_key_id:
         return f"file {event.aggregate_id} belongs to the owner of {plan.batch_id}, not {event.owner_key_id}"
     if not finalizes(plan, executor_id):
         return f"executor {executor_id} does not finalize batch {plan.batch_id}"
@@ -184,7 +184,7 @@ def _may_store(book: Book, executor_id: str, event: FileStored) -> str | None:
         return f"file {event.aggregate_id} states {event.sha256[:80]!r} as its SHA-256, not 64 hex digits"
     if not 0 <= (event.line_count or 0) <= plan.total_lines or event.bytes < 0:
         return f"file {event.aggregate_id} states {event.line_count} lines; {plan.batch_id} has {plan.total_lines}"
-    lifetime = plan.output_expires_after_s or RESULT_FILE_EXPIRES_AFTER_S
+    lifetime = plan.terms.output_expires_after_s or RESULT_FILE_EXPIRES_AFTER_S
     if event.expires_at is not None and event.expires_at - event.created_at > lifetime:
         return f"file {event.aggregate_id} would be kept past the {lifetime} s its batch asked for"
     return None

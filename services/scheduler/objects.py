@@ -117,7 +117,7 @@ def model_refusal(book: Book, executor_id: str, request: ObjectRequest) -> str |
 
 def readable(plan: BatchPlan) -> set[str]:
     """The objects of a batch an executor reads besides its result chunks: the input and the rejected lines."""
-    keys = {plan.input_object_key, rejections_key(plan.batch_id)}
+    keys = {plan.terms.input_object_key, rejections_key(plan.batch_id)}
     if plan.rejections_object_key:
         keys.add(plan.rejections_object_key)
     return keys

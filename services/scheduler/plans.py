@@ -7,6 +7,7 @@ from typing import Literal
 from contracts.api.batch import Placement
 from contracts.events.batch import CancelCode, ShardLayout
 from contracts.ids import owner_id
+from contracts.terms import BatchTerms
 
 Phase = Literal["validating", "validated", "ended"]
 UNSTARTED_LOSSES_FORGIVEN = 6
@@ -52,13 +53,7 @@ class ShardRun:
 @dataclass
 class BatchPlan:
     batch_id: str
-    owner_key_id: str
-    endpoint: str
-    input_object_key: str
-    expires_at: int
-    """Seconds since the epoch."""
-    created_at: int = 0
-    output_expires_after_s: int | None = None
+    terms: BatchTerms
     phase: Phase = "validating"
     model: str | None = None
     total_lines: int = 0
@@ -100,7 +95,11 @@ class BatchPlan:
     @property
     def owner(self) -> str:
         """Whose share of the fleet the batch uses: its user, or its key alone."""
-        return owner_id(self.owner_user_id, self.owner_key_id)
+        return owner_id(self.owner_user_id, self.terms.owner_key_id)
+
+    @property
+    def expires_at_ms(self) -> int:
+        return (self.terms.expires_at or 0) * 1000  # `batch.created` always says it
 
     running_units: set[int] = field(default_factory=set)
     """Units with an attempt running now (an index of `shards`, kept by `reindex`)."""

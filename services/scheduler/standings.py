@@ -28,7 +28,7 @@ def standing_waits(book: Book, weights: Weights, now_ms: int) -> list[Wait]:
         plans[plan.batch_id] = plan
         remaining = max(plan.total_lines - plan.done_lines, 0)
         queued.append(QueuedBatch(plan.batch_id, plan.owner, plan.organization_id, plan.model, plan.validated_order,
-                                  plan.expires_at * 1000, pending_lines=0, remaining_lines=remaining))
+                                  plan.expires_at_ms, pending_lines=0, remaining_lines=remaining))
     waits: list[tuple[int, Wait]] = []
     for batch_id, standing in standings(queued, rates, weights).items():
         plan = plans[batch_id]

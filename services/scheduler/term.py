@@ -225,9 +225,7 @@ class Term:
         plan = action.plan
         command = FinalizeBatch(
             batch_id=plan.batch_id, executor_id=action.executor_id or CONTROL_PLANE, reason=action.reason,
-            owner_key_id=plan.owner_key_id, input_object_key=plan.input_object_key, endpoint=plan.endpoint,
-            unrun_code=plan.cancel_code if action.reason == "cancelled" else None,
-            output_expires_after_s=plan.output_expires_after_s, created_at=plan.created_at,
+            terms=plan.terms, unrun_code=plan.cancel_code if action.reason == "cancelled" else None,
             failure_code=action.failure_code, failure_message=action.failure_message)
         plan.finalizer = command.executor_id
         if action.executor_id is None:
@@ -236,7 +234,7 @@ class Term:
                     plan.finalizer = None  # decided again next tick
             self.closer.close(command, given_up)
         else:
-            await self.bus.send(command)
+            await self.send(command)
             log.info("batch %s (%s) sent to %s to finalize", plan.batch_id, action.reason, action.executor_id)
         note_action(action)
 
@@ -267,13 +265,15 @@ class Term:
 
     async def _send_run(self, plan: BatchPlan, executor_id: str, attempt: int, shard: int) -> None:
         assert plan.model is not None
-        await self.bus.send(RunBatch(
+        await self.send(RunBatch(
             batch_id=plan.batch_id, executor_id=executor_id, attempt=attempt,
-            lease_token=_lease_token(plan.batch_id, attempt), owner_key_id=plan.owner_key_id, model=plan.model,
-            endpoint=plan.endpoint, input_object_key=plan.input_object_key, total_lines=plan.total_lines,
-            rejections_object_key=plan.rejections_object_key, shard=shard, layout=plan.layout or ShardLayout(),
-            output_expires_after_s=plan.output_expires_after_s, created_at=plan.created_at,
-            expires_at=plan.expires_at))
+            lease_token=_lease_token(plan.batch_id, attempt), terms=plan.terms, model=plan.model,
+            total_lines=plan.total_lines, rejections_object_key=plan.rejections_object_key, shard=shard,
+            layout=plan.layout or ShardLayout()))
+
+    async def send(self, command: RunBatch | FinalizeBatch) -> None:
+        """In the newest shape the executor takes (flat, protocol 1, to one that never said)."""
+        await self.bus.send(command, self.book.protocols.get(command.executor_id, 1))
 
 
 def _lease_token(batch_id: str, attempt: int) -> str:

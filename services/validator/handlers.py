@@ -68,7 +68,7 @@ class Validator:
         # The owner's model access travels in the fact: a model they may not use is as unknown as an absent one.
         catalogue = self.catalogue.restricted_to(created.allowed_models)
         allowed = None if created.allowed_models is None else tuple(created.allowed_models)
-        run = _Run(self, created, FileValidation(created.endpoint, catalogue, self.limits, self.tokenizers,
+        run = _Run(self, created, FileValidation(created.terms.endpoint, catalogue, self.limits, self.tokenizers,
                                                  default_model=created.default_model,
                                                  revision=(created.metadata or {}).get("revision"),
                                                  allowed_models=allowed))
@@ -83,7 +83,7 @@ class Validator:
         def check_file() -> None:
             try:
                 FileCheck(run.validation, hand_over, stopped, self.pool).run(
-                    lines_by_chunk(self.store, created.input_object_key))
+                    lines_by_chunk(self.store, created.terms.input_object_key))
             finally:
                 hand_over(None)
 
@@ -166,8 +166,7 @@ class _Run:
                 await self.v.store.put_bytes(key, body)
             await self.v.bus.publish(BatchValidated(
                 **self._envelope(), total_lines=validation.total_lines, model=validation.model_id,
-                owner_key_id=created.owner_key_id, endpoint=created.endpoint,
-                input_object_key=created.input_object_key, rejected_lines=len(self.rejected),
+                rejected_lines=len(self.rejected),
                 rejections_object_key=key, error_count=validation.error_count,
                 counts_by_code=validation.counts_by_code))
             return

@@ -35,12 +35,9 @@ async def fact_desk(core: EventBus, admitted: set[str] | None = None) -> AsyncIt
 def hold(book: Book, command: RunBatch) -> None:
     """What the book knows once the scheduler assigned `command`'s attempt."""
     batch_id = command.batch_id
-    book.apply(BatchCreated(aggregate_id=batch_id, owner_key_id=command.owner_key_id, input_file_id="file-in",
-                            input_object_key=command.input_object_key, endpoint=command.endpoint,
-                            completion_window="24h", created_at=command.created_at, expires_at=10**10))
-    book.apply(BatchValidated(aggregate_id=batch_id, total_lines=command.total_lines, model=command.model,
-                              owner_key_id=command.owner_key_id, endpoint=command.endpoint,
-                              input_object_key=command.input_object_key))
+    book.apply(BatchCreated(aggregate_id=batch_id, terms=command.terms.model_copy(update={"expires_at": 10**10}),
+                            input_file_id="file-in", completion_window="24h"))
+    book.apply(BatchValidated(aggregate_id=batch_id, total_lines=command.total_lines, model=command.model))
     book.apply(BatchAssigned(aggregate_id=batch_id, executor_id=command.executor_id, attempt=command.attempt,
                              lease_token=command.lease_token, shard=command.shard, shards=command.layout.shards,
                              shard_span=command.layout.span))

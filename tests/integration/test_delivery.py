@@ -16,6 +16,7 @@ from contracts.subjects import EVENTS_STREAM, batch_fact
 from services.runtime.nats.bus import ConsumerPolicy, EventBus, PoisonMessage
 from services.runtime.nats.delivery import Durable, ServiceRouter
 from services.runtime.process.settings import ConnectionSettings
+from tests.factories import batch_created
 
 FAST = ConsumerPolicy(ack_wait_s=1.0, max_deliver=3, retry_delays_s=(0.1, 0.2))
 
@@ -47,9 +48,7 @@ async def record_poison(probe: Probe, created: BatchCreated, error: BaseExceptio
 
 
 def created(batch_id: str) -> BatchCreated:
-    return BatchCreated(aggregate_id=batch_id, owner_key_id="key_test", input_file_id="file_x",
-                        input_object_key="files/file_x", endpoint="/v1/chat/completions", completion_window="24h",
-                        created_at=0, expires_at=86400)
+    return batch_created(batch_id, "key_test", "files/file_x", created_at=0, expires_at=86400)
 
 
 @asynccontextmanager

@@ -46,8 +46,7 @@ def on_both(batch_id: str) -> Durable:
 
 
 def validated(batch_id: str) -> BatchValidated:
-    return BatchValidated(aggregate_id=batch_id, total_lines=1, model="m", owner_key_id="k", endpoint="/v1/embeddings",
-                          input_object_key="in")
+    return BatchValidated(aggregate_id=batch_id, total_lines=1, model="m")
 
 
 def cancelled(batch_id: str) -> BatchCancelled:

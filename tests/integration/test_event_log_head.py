@@ -8,13 +8,12 @@ from contracts.events.batch import BatchCreated
 from services.runtime.nats import eventlog
 from services.runtime.nats.bus import EventBus
 from tests.conftest import RunningNats
+from tests.factories import batch_created
 from tests.integration.test_ledger_rebuild import running_ledger
 
 
 def created(batch_id: str) -> BatchCreated:
-    return BatchCreated(aggregate_id=batch_id, owner_key_id="key_head", input_file_id=f"file-{batch_id}",
-                        input_object_key=f"files/file-{batch_id}", endpoint="/v1/chat/completions",
-                        completion_window="24h", created_at=1, expires_at=2)
+    return batch_created(batch_id, "key_head", f"files/file-{batch_id}", created_at=1, expires_at=2)
 
 
 async def test_a_ledger_catches_up_with_a_stream_whose_newest_facts_were_purged(

@@ -24,6 +24,7 @@ from contracts.events.file import FileStored
 from contracts.events.registry import AnyEvent
 from contracts.ids import error_file_id, output_file_id
 from contracts.subjects import EVENTS_STREAM, WORK_STREAM, event_subject, finalize_command, input_object_key
+from contracts.terms import BatchTerms
 from services.executor.adapters.log_reader import BatchLogReader
 from services.executor.app import run_executor
 from services.executor.domain import check_invariant
@@ -72,7 +73,7 @@ async def new_batch(store: ObjectStore, executor: ExecutorSettings, endpoint: st
     key = input_object_key(f"file-in-{batch_id}")
     await store.put_bytes(key, b"".join(json.dumps(line).encode() + b"\n" for line in lines))
     return RunBatch(batch_id=batch_id, executor_id=executor.executor_id, attempt=1, lease_token="lease-1",
-                    owner_key_id="key_owner", model=model, endpoint=endpoint, input_object_key=key,
+                    terms=BatchTerms(owner_key_id="key_owner", endpoint=endpoint, input_object_key=key), model=model,
                     total_lines=len(lines))
 
 
@@ -192,8 +193,7 @@ async def test_a_batch_that_never_ran_expires_with_every_line_batch_expired(
 ) -> None:
     command = await new_batch(object_store, executor, "/v1/chat/completions", CHAT, [chat(n) for n in range(3)])
     finalize = FinalizeBatch(batch_id=command.batch_id, executor_id=executor.executor_id, reason="expired",
-                             owner_key_id="key_owner", input_object_key=command.input_object_key,
-                             endpoint=command.endpoint)
+                             terms=command.terms)
     for _ in range(2):  # a redelivered or repeated command finalizes once
         await bus.js.publish(finalize_command(executor.executor_id), finalize.model_dump_json().encode(),
                              headers={"Nats-Msg-Id": f"{finalize.msg_id}:{secrets.token_hex(2)}"},
@@ -239,8 +239,8 @@ async def test_a_revoked_batch_that_never_ran_is_finalized_with_authorization_re
 ) -> None:
     command = await new_batch(object_store, executor, "/v1/chat/completions", CHAT, [chat(n) for n in range(3)])
     finalize = FinalizeBatch(batch_id=command.batch_id, executor_id=executor.executor_id, reason="cancelled",
-                             owner_key_id="key_owner", input_object_key=command.input_object_key,
-                             endpoint=command.endpoint, unrun_code="authorization_revoked")
+                             terms=command.terms,
+                             unrun_code="authorization_revoked")
     await bus.js.publish(finalize_command(executor.executor_id), finalize.model_dump_json().encode(),
                          headers={"Nats-Msg-Id": finalize.msg_id}, stream=WORK_STREAM)
 
@@ -269,10 +269,9 @@ async def test_shards_of_one_batch_run_separately_and_one_finalize_assembles_eve
     progress = [fact for fact in finished if isinstance(fact, BatchProgressed)]
     assert {fact.shard: fact.completed for fact in progress} == {0: 3, 1: 2}
 
-    await bus.send(FinalizeBatch(batch_id=whole.batch_id, executor_id=executor.executor_id,
-                                          reason="completed", owner_key_id="key_owner",
-                                          input_object_key=whole.input_object_key, endpoint=whole.endpoint,
-                                          created_at=1_800_000_000, output_expires_after_s=3600))
+    await bus.send(FinalizeBatch(batch_id=whole.batch_id, executor_id=executor.executor_id, reason="completed",
+                                 terms=whole.terms.model_copy(update={"created_at": 1_800_000_000,
+                                                                       "output_expires_after_s": 3600})))
     facts = await batch_facts(bus, whole.batch_id, ended)
     assert facts[-1].type == "batch.completed"
     output, errors = await files_of(object_store, whole.batch_id)
@@ -296,8 +295,7 @@ async def test_a_cancel_before_the_finalize_of_finished_shards_ends_the_batch_ca
     await bus.publish(BatchCancelRequested(aggregate_id=whole.batch_id, requested_by_key_id="key_owner"))
 
     await bus.send(FinalizeBatch(batch_id=whole.batch_id, executor_id=executor.executor_id, reason="completed",
-                                 owner_key_id="key_owner", input_object_key=whole.input_object_key,
-                                 endpoint=whole.endpoint))
+                                 terms=whole.terms))
 
     facts = await batch_facts(bus, whole.batch_id, ended)
     cancelled = facts[-1]

@@ -73,8 +73,7 @@ async def test_an_expiry_finalize_stops_every_shard_of_the_batch_running_on_the_
 
     await batch_facts(bus, whole.batch_id, both_started)
     await bus.send(FinalizeBatch(batch_id=whole.batch_id, executor_id=executor.executor_id, reason="expired",
-                                 owner_key_id="key_owner", input_object_key=whole.input_object_key,
-                                 endpoint=whole.endpoint))
+                                 terms=whole.terms))
     finished: dict[int, ShardFinished] = {}
 
     def both_finished(fact: AnyEvent) -> bool:

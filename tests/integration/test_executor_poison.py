@@ -24,6 +24,7 @@ from contracts.subjects import (
     run_command,
 )
 from contracts.subjects import finalize_command as finalize_subject
+from contracts.terms import BatchTerms
 from services.executor.adapters.results import ResultStore
 from services.executor.domain import Chunk, InputLine, check_invariant, result_line
 from services.executor.settings import ExecutorSettings
@@ -59,7 +60,7 @@ async def run_batch(store: ObjectStore, executor: ExecutorSettings, lines: list[
         await store.put_bytes(rejections_key(batch_id),
                               b"".join(refused.model_dump_json().encode() + b"\n" for refused in rejected))
     return RunBatch(batch_id=batch_id, executor_id=executor.executor_id, attempt=1, lease_token="lease-1",
-                    owner_key_id="key_owner", model=CHAT, endpoint=ENDPOINT, input_object_key=key,
+                    terms=BatchTerms(owner_key_id="key_owner", endpoint=ENDPOINT, input_object_key=key), model=CHAT,
                     total_lines=len(lines), rejections_object_key=rejections_key(batch_id) if rejected else None)
 
 
@@ -223,5 +224,4 @@ async def settled(bus: EventBus, durable: str) -> ConsumerInfo:
 def finalize_command(command: RunBatch, reason: Literal["cancelled", "expired", "failed"],
                      **failure: str) -> FinalizeBatch:
     return FinalizeBatch(batch_id=command.batch_id, executor_id=command.executor_id, reason=reason,
-                         owner_key_id=command.owner_key_id,
-                         input_object_key=command.input_object_key, endpoint=command.endpoint, **failure)
+                         terms=command.terms, **failure)

@@ -17,6 +17,7 @@ from contracts.commands import RunBatch
 from contracts.events.batch import BatchCompleted, BatchStarted
 from contracts.ids import batch_request_id, error_file_id, output_file_id
 from contracts.subjects import WORK_STREAM, batch_events, executor_durable, input_object_key
+from contracts.terms import BatchTerms
 from services.executor.adapters.results import ResultStore
 from services.executor.app import run_executor
 from services.executor.domain import Chunk, InputLine, result_line
@@ -86,8 +87,8 @@ async def new_batch(object_store: ObjectStore, executor: ExecutorSettings, model
     key = input_object_key(f"file-in-{batch_id}")
     await object_store.put_bytes(key, INPUT)
     return RunBatch(batch_id=batch_id, executor_id=executor.executor_id, attempt=1, lease_token="lease-1",
-                    owner_key_id="key_owner", model=model, endpoint="/v1/chat/completions",
-                    input_object_key=key, total_lines=4)
+                    terms=BatchTerms(owner_key_id="key_owner", endpoint="/v1/chat/completions", input_object_key=key),
+                    model=model, total_lines=4)
 
 
 async def events_until(bus: EventBus, subject: str, done: str, attempt: int | None = None) -> list[Event]:

@@ -26,6 +26,7 @@ from contracts.events.batch import (
 )
 from contracts.events.registry import AnyEvent
 from contracts.subjects import input_object_key, results_prefix
+from contracts.terms import BatchTerms
 from services.executor.adapters.desk import DeskBus, FactDesk
 from services.executor.adapters.engines.base import Engine
 from services.executor.adapters.engines.shelf import EngineShelf
@@ -90,9 +91,10 @@ async def units(bus: EventBus, store: ObjectStore, lines: list[dict[str, object]
             for n, body in enumerate(lines)]
     await store.put_bytes(key, b"".join(json.dumps(row).encode() + b"\n" for row in rows))
     layout = ShardLayout(shards=-(-len(lines) // span), span=span)
+    terms = BatchTerms(owner_key_id="key_owner", endpoint="/v1/chat/completions", input_object_key=key)
     commands = [RunBatch(batch_id=batch_id, executor_id=EXECUTOR, attempt=unit + 1, lease_token=f"lease-{unit + 1}",
-                         owner_key_id="key_owner", model=CHAT, endpoint="/v1/chat/completions", input_object_key=key,
-                         total_lines=len(lines), shard=unit, layout=layout) for unit in range(layout.shards)]
+                         terms=terms, model=CHAT, total_lines=len(lines), shard=unit, layout=layout)
+                for unit in range(layout.shards)]
     for command in commands:
         await bus.publish(BatchAssigned(aggregate_id=batch_id, executor_id=EXECUTOR, attempt=command.attempt,
                                         lease_token=command.lease_token, shard=command.shard, shards=layout.shards,
@@ -129,7 +131,7 @@ async def test_units_of_one_batch_download_its_input_once_read_its_log_once_and_
 
     facts = await batch_facts(bus, commands[0].batch_id, shards_finished(len(commands)))
     assert await committed_lines(object_store, facts) == Counter(range(1, 41)), "every line once"
-    assert reads.streamed == {commands[0].input_object_key: 1}, "the input was downloaded once, for every unit"
+    assert reads.streamed == {commands[0].terms.input_object_key: 1}, "the input was downloaded once, for every unit"
     assert runner.watches.opened == 1, "one read of the batch's log served every unit"
     assert reads.got == [], "a first run reads no chunk back"
 
@@ -138,7 +140,7 @@ async def test_units_of_one_batch_download_its_input_once_read_its_log_once_and_
     await runner.run(again, engine)
     own = {fact.chunk_key for fact in facts if isinstance(fact, BatchProgressed) and fact.shard == again.shard}
     assert set(reads.got) == own and len(reads.got) == len(own)
-    assert reads.streamed == {again.input_object_key: 1} and runner.watches.opened == 1, "both still in hand"
+    assert reads.streamed == {again.terms.input_object_key: 1} and runner.watches.opened == 1, "both still in hand"
     await runner.close()
 
 

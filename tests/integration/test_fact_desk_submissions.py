@@ -9,6 +9,7 @@ from contracts.commands import RunBatch
 from contracts.events.batch import AttemptFailed, BatchFinalizing, BatchProgressed
 from contracts.events.registry import AnyEvent
 from contracts.subjects import attempt_failures, input_object_key, result_chunk_key
+from contracts.terms import BatchTerms
 from services.executor.adapters.desk import FactDesk, FactRefused
 from services.runtime.nats.bus import EventBus, Fence, FenceMoved
 from tests.integration.desk_support import fact_desk, hold
@@ -19,8 +20,8 @@ EXECUTOR = "desk-exec"
 
 def assigned_run() -> RunBatch:
     return RunBatch(batch_id=f"batch_{secrets.token_hex(6)}", executor_id=EXECUTOR, attempt=1, lease_token="lease-1",
-                    owner_key_id="key_owner", model="m", endpoint="/v1/chat/completions",
-                    input_object_key=input_object_key("file-in"), total_lines=3)
+                    terms=BatchTerms(owner_key_id="key_owner", endpoint="/v1/chat/completions",
+                                     input_object_key=input_object_key("file-in")), model="m", total_lines=3)
 
 
 def progressed(run: RunBatch, attempt: int = 1) -> BatchProgressed:

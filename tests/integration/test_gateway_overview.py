@@ -11,13 +11,13 @@ from contracts.api.batch import BatchUsage
 from contracts.events.batch import (
     BatchAssigned,
     BatchCompleted,
-    BatchCreated,
     BatchFinalizing,
     BatchProgressed,
     BatchStarted,
     BatchValidated,
 )
 from contracts.events.envelope import Event
+from tests.factories import batch_created
 from tests.integration.gateway_support import Gateway
 from tests.integration.test_gateway_accounts import CHAT, admin_key, gateway
 from tests.integration.test_gateway_providers import eventually
@@ -43,11 +43,8 @@ def batch_facts(key_id: str, total: int, done: int | None, finished: bool = Fals
     then (`finished`) completed."""
     batch_id, now = f"batch_{secrets.token_hex(8)}", int(time.time())
     facts: list[Event] = [
-        BatchCreated(aggregate_id=batch_id, owner_key_id=key_id, input_file_id="file-x",
-                     input_object_key="files/file-x", endpoint="/v1/chat/completions", completion_window="24h",
-                     created_at=now, expires_at=now + 86400),
-        BatchValidated(aggregate_id=batch_id, total_lines=total, model=CHAT, owner_key_id=key_id,
-                       endpoint="/v1/chat/completions", input_object_key="files/file-x")]
+        batch_created(batch_id, key_id, "files/file-x", created_at=now, expires_at=now + 86400),
+        BatchValidated(aggregate_id=batch_id, total_lines=total, model=CHAT)]
     if done is not None:
         facts += [BatchAssigned(aggregate_id=batch_id, executor_id="exec-shares", attempt=1, lease_token="lease"),
                   BatchStarted(aggregate_id=batch_id, executor_id="exec-shares", attempt=1, engine="llamacpp",

@@ -9,7 +9,6 @@ from typing import Any
 
 from contracts.events.batch import (
     BatchAssigned,
-    BatchCreated,
     BatchFinalizing,
     BatchProgressed,
     BatchStarted,
@@ -17,6 +16,7 @@ from contracts.events.batch import (
 )
 from contracts.events.executor import DeviceMemory, ExecutorAdvert, ExecutorRegistered
 from services.runtime.nats.fleet import Fleet
+from tests.factories import batch_created
 from tests.integration.gateway_support import Gateway, jsonl
 from tests.integration.test_gateway_accounts import admin_key, bearer, gateway, user_with_key
 from tests.integration.test_gateway_oversight import member, organization
@@ -84,11 +84,9 @@ async def run_lines_on(gateway: Gateway, executor_id: str, worker_key_id: str, c
     batch_id = f"batch_{secrets.token_hex(8)}"
     for fact in [
         ExecutorRegistered(aggregate_id=executor_id, advert=advert, started_at=now_ms, worker_key_id=worker_key_id),
-        BatchCreated(aggregate_id=batch_id, owner_key_id="key_someone", input_file_id="file-x",
-                     input_object_key="files/file-x", endpoint="/v1/chat/completions", completion_window="24h",
-                     created_at=now_ms // 1000, expires_at=now_ms // 1000 + 86400),
-        BatchValidated(aggregate_id=batch_id, total_lines=completed + failed, model=CHAT, owner_key_id="key_someone",
-                       endpoint="/v1/chat/completions", input_object_key="files/file-x"),
+        batch_created(batch_id, "key_someone", "files/file-x", created_at=now_ms // 1000,
+                      expires_at=now_ms // 1000 + 86400),
+        BatchValidated(aggregate_id=batch_id, total_lines=completed + failed, model=CHAT),
         BatchAssigned(aggregate_id=batch_id, executor_id=executor_id, attempt=1, lease_token="lease"),
         BatchStarted(aggregate_id=batch_id, executor_id=executor_id, attempt=1, engine="llamacpp",
                      engine_version="test"),
@@ -165,10 +163,8 @@ async def test_admins_see_the_ledgers_anomalies_and_users_may_not(gateway: Gatew
     admin = await admin_key(gateway)
     user = await gateway.new_key()
     batch_id = f"batch_{secrets.token_hex(8)}"
-    await gateway.bus.publish(BatchCreated(
-        aggregate_id=batch_id, owner_key_id="key_someone", input_file_id="file-x", input_object_key="files/file-x",
-        endpoint="/v1/chat/completions", completion_window="24h", created_at=int(time.time()),
-        expires_at=int(time.time()) + 86400))
+    await gateway.bus.publish(batch_created(batch_id, "key_someone", "files/file-x", created_at=int(time.time()),
+                                            expires_at=int(time.time()) + 86400))
     await gateway.bus.publish(BatchFinalizing(aggregate_id=batch_id, attempt=1))  # never started: illegal
 
     page = await eventually(lambda: _json(gateway.client.get("/v1/admin/anomalies", headers=admin)),

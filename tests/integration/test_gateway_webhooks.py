@@ -90,8 +90,7 @@ async def new_batch(gateway: Gateway, headers: Headers) -> str:
 
 def validated(batch_id: str) -> BatchValidated:
     """The fact a validator states (no validator runs here: the test states it)."""
-    return BatchValidated(aggregate_id=batch_id, total_lines=2, model="smollm2", owner_key_id="k",
-                          endpoint="/v1/chat/completions", input_object_key="in")
+    return BatchValidated(aggregate_id=batch_id, total_lines=2, model="smollm2")
 
 
 def cancelled(batch_id: str) -> BatchCancelled:

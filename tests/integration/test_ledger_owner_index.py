@@ -21,6 +21,7 @@ from services.runtime.nats import eventlog
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.readmodel import ReadModel
 from tests.conftest import RunningNats
+from tests.factories import batch_created
 from tests.integration.test_ledger_rebuild import T0, folded_through, running_ledger, store_files
 
 LAPTOP, PHONE, LONE = "a1" * 32, "b2" * 32, "c3" * 32
@@ -33,9 +34,7 @@ def stored(file_id: str, key_sha: str) -> FileStored:
 
 
 def created(batch_id: str, key_sha: str, file_id: str) -> BatchCreated:
-    return BatchCreated(aggregate_id=batch_id, owner_key_id=key_id_for_hash(key_sha), input_file_id=file_id,
-                        input_object_key=f"files/{file_id}", endpoint="/v1/chat/completions",
-                        completion_window="24h", created_at=T0, expires_at=T0 + 86400)
+    return batch_created(batch_id, key_id_for_hash(key_sha), f"files/{file_id}", created_at=T0, expires_at=T0 + 86400)
 
 
 def history() -> list[Event]:

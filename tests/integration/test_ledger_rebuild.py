@@ -12,7 +12,6 @@ from contracts.api.batch import BatchUsage
 from contracts.events.batch import (
     BatchAssigned,
     BatchCompleted,
-    BatchCreated,
     BatchFinalizing,
     BatchProgressed,
     BatchStarted,
@@ -34,6 +33,7 @@ from services.runtime.nats.bus import EventBus
 from services.runtime.nats.readmodel import ReadModel
 from services.runtime.process.settings import ConnectionSettings
 from tests.conftest import RunningNats
+from tests.factories import batch_created
 
 GOOD, BAD = "batch_good", "batch_bad"
 KEY_SHA = "ab" * 32
@@ -54,9 +54,8 @@ def history() -> list[Event]:
             FileStored(aggregate_id=f"file-{batch_id}", owner_key_id="key_ab", filename=f"{batch_id}.jsonl",
                        purpose="batch", bytes=100, sha256="cd" * 32, object_key=f"files/file-{batch_id}",
                        created_at=T0),
-            BatchCreated(aggregate_id=batch_id, owner_key_id="key_ab", input_file_id=f"file-{batch_id}",
-                         input_object_key=f"files/file-{batch_id}", endpoint="/v1/chat/completions",
-                         completion_window="24h", created_at=T0, expires_at=T0 + 86400, occurred_at=next(at)),
+            batch_created(batch_id, "key_ab", f"files/file-{batch_id}", created_at=T0, expires_at=T0 + 86400,
+                          occurred_at=next(at)),
         ]
     facts += [LineRejected(aggregate_id=BAD, line=n, code="invalid_json", message="not JSON", occurred_at=next(at))
               for n in range(1, 131)]
@@ -65,8 +64,7 @@ def history() -> list[Event]:
                               counts_by_code={"invalid_json": 130}, occurred_at=next(at)),
         FileDeleted(aggregate_id=f"file-{BAD}", owner_key_id="key_ab"),
         ExecutorRegistered(aggregate_id="exec-1", advert=advert, started_at=T0),
-        BatchValidated(aggregate_id=GOOD, total_lines=4, model="m", owner_key_id="key_ab",
-                       endpoint="/v1/chat/completions", input_object_key=f"files/file-{GOOD}", occurred_at=next(at)),
+        BatchValidated(aggregate_id=GOOD, total_lines=4, model="m", occurred_at=next(at)),
         BatchWaiting(aggregate_id=GOOD, reason="Queued: 1st for m, under a minute.", occurred_at=next(at)),
         BatchAssigned(aggregate_id=GOOD, executor_id="exec-1", attempt=1, lease_token="t", occurred_at=next(at)),
         BatchStarted(aggregate_id=GOOD, executor_id="exec-1", attempt=1, engine="llamacpp", engine_version="1",

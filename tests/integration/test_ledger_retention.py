@@ -14,7 +14,7 @@ import pytest
 from pydantic import BaseModel
 
 from contracts.archive import ARCHIVED_THROUGH_KEY, segment_key
-from contracts.events.batch import BatchAssigned, BatchCompleted, BatchCreated, BatchStarted
+from contracts.events.batch import BatchAssigned, BatchCompleted, BatchStarted
 from contracts.events.envelope import Event
 from contracts.subjects import batch_events
 from services.ledger import operator
@@ -29,6 +29,7 @@ from services.runtime.nats.readmodel import ReadModel
 from services.runtime.process.settings import ConnectionSettings
 from services.runtime.storage.objectstore import ObjectStore
 from tests.conftest import RunningNats, RunningS3
+from tests.factories import batch_created
 from tests.integration.test_ledger_rebuild import BAD, GOOD, folded_through, history, running_ledger
 from tests.unit.ledger.test_ledger_billing import BATCH, chunk, created, grant, reserved, running, usage
 
@@ -58,9 +59,7 @@ def before() -> list[Event]:
 def after() -> list[Event]:
     """In the stream after the first archived point: the running batch goes on, credit and a new batch come."""
     return [chunk(1, 2, usage(10, 20), OPEN), grant("1", "g2"),
-            BatchCreated(aggregate_id="batch_late", owner_key_id="key_ab", input_file_id=f"file-{GOOD}",
-                         input_object_key=f"files/file-{GOOD}", endpoint="/v1/chat/completions",
-                         completion_window="24h", created_at=1, expires_at=2)]
+            batch_created("batch_late", "key_ab", f"files/file-{GOOD}", created_at=1, expires_at=2)]
 
 
 @dataclass

@@ -12,7 +12,7 @@ import pytest
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from contracts.events.batch import BatchAssigned, BatchCreated, BatchValidated
+from contracts.events.batch import BatchAssigned, BatchValidated
 from contracts.ids import output_file_id
 from contracts.objects import LIST_PAGE, WantedObject
 from contracts.subjects import OBJECT_REQUESTS, input_object_key, result_chunk_key
@@ -29,6 +29,7 @@ from services.runtime.process.settings import ConnectionSettings
 from services.runtime.storage.objectstore import ObjectStore
 from services.scheduler.book import Book
 from services.scheduler.objects import ObjectBroker, ObjectSigner
+from tests.factories import batch_created
 from tests.integration.authorized_broker import OTHER_WORKER_KEY, WORKER_KEY, AuthorizedBroker, admitting_broker
 
 
@@ -63,11 +64,8 @@ async def work(object_store: ObjectStore) -> Work:
     book = Book(admitted={"alpha", "bravo"})
     for batch, key, executor in ((b1, input1, "alpha"), (b2, input2, "bravo")):
         await object_store.put_bytes(key, f"{batch} line 1\n{batch} line 2\n".encode())
-        book.apply(BatchCreated(aggregate_id=batch, owner_key_id="k", input_file_id=key.removeprefix("files/"),
-                                input_object_key=key, endpoint="/v1/chat/completions", completion_window="24h",
-                                created_at=0, expires_at=10**10))
-        book.apply(BatchValidated(aggregate_id=batch, total_lines=2, model="m", owner_key_id="k",
-                                  endpoint="/v1/chat/completions", input_object_key=key))
+        book.apply(batch_created(batch, "k", key, created_at=0, expires_at=10**10))
+        book.apply(BatchValidated(aggregate_id=batch, total_lines=2, model="m"))
         book.apply(BatchAssigned(aggregate_id=batch, executor_id=executor, attempt=1, lease_token="t"))
     await object_store.put_bytes(stranger, b"someone else's data\n")
     return Work(b1, b2, input1, input2, stranger, book)

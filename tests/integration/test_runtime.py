@@ -10,6 +10,7 @@ from nats.js.api import DeliverPolicy
 from contracts.commands import FinalizeBatch
 from contracts.events.batch import LineRejected
 from contracts.subjects import EVENTS_STREAM, WORK_STREAM, batch_events, executor_finalize_durable
+from contracts.terms import BatchTerms
 from services.runtime.nats.bus import ConsumerPolicy, EventBus
 from services.runtime.nats.delivery import Durable, ServiceRouter
 from services.runtime.process.logfmt import BATCH_ID
@@ -39,8 +40,9 @@ async def test_a_command_sent_twice_is_handled_once_with_its_batch_as_the_contex
     executor's object requests are allowed for that batch alone)."""
     await bus.ensure_streams()
     executor_id = f"ctx-{uuid.uuid4().hex[:8]}"
-    command = FinalizeBatch(batch_id="batch_ctx1", executor_id=executor_id, reason="expired", owner_key_id="key_1",
-                            input_object_key="files/file_1", endpoint="/v1/chat/completions")
+    command = FinalizeBatch(batch_id="batch_ctx1", executor_id=executor_id, reason="expired",
+                            terms=BatchTerms(owner_key_id="key_1", endpoint="/v1/chat/completions",
+                                             input_object_key="files/file_1"))
     await bus.send(command)
     await bus.send(command)
     handled: list[tuple[str, str]] = []

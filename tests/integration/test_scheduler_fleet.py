@@ -4,6 +4,7 @@ Executors here are what the scheduler sees of them: adverts in the fleet bucket 
 """
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -12,7 +13,7 @@ import nats.errors
 from nats.js.api import DeliverPolicy
 
 from contracts.commands import RunBatch
-from contracts.events.batch import AttemptFailed, BatchAssigned, BatchCreated, BatchValidated
+from contracts.events.batch import AttemptFailed, BatchAssigned, BatchValidated
 from contracts.events.executor import DeviceMemory, ExecutorAdvert, ExecutorRegistered
 from contracts.events.registry import AnyEvent, decode_event
 from contracts.ids import new_batch_id
@@ -23,15 +24,16 @@ from services.runtime.process.settings import ConnectionSettings
 from services.scheduler.app import run_scheduler
 from services.scheduler.settings import SchedulerSettings
 from tests.conftest import RunningNats
+from tests.factories import batch_created
 from tests.support import batch_facts
 
 MODEL = "smollm2-135m-instruct-q4_1"
 
 
-def advert(executor_id: str) -> ExecutorAdvert:
+def advert(executor_id: str, protocol: int = 1) -> ExecutorAdvert:
     return ExecutorAdvert(executor_id=executor_id, engine="llamacpp", engine_version="t", models=[MODEL],
                           loaded_models=[MODEL], slots=8, heartbeat_at=int(time.time() * 1000), parallel_attempts=8,
-                          devices=[DeviceMemory(name="cpu", total_bytes=2**34, free_bytes=2**33)])
+                          devices=[DeviceMemory(name="cpu", total_bytes=2**34, free_bytes=2**33)], protocol=protocol)
 
 
 @asynccontextmanager
@@ -48,29 +50,27 @@ async def scheduler(url: str) -> AsyncIterator[asyncio.Task[None]]:
 
 async def validated_batch(bus: EventBus) -> str:
     batch_id = new_batch_id()
-    await bus.publish(BatchCreated(aggregate_id=batch_id, owner_key_id="k", input_file_id="f",
-                                   input_object_key="files/f", endpoint="/v1/chat/completions",
-                                   completion_window="24h", created_at=0, expires_at=int(time.time()) + 3600))
-    await bus.publish(BatchValidated(aggregate_id=batch_id, total_lines=2, model=MODEL, owner_key_id="k",
-                                     endpoint="/v1/chat/completions", input_object_key="files/f"))
+    await bus.publish(batch_created(batch_id, "k", "files/f", created_at=0, expires_at=int(time.time()) + 3600))
+    await bus.publish(BatchValidated(aggregate_id=batch_id, total_lines=2, model=MODEL))
     return batch_id
 
 
-async def heartbeats(fleet: Fleet, executor_id: str) -> None:
+async def heartbeats(fleet: Fleet, executor_id: str, protocol: int = 1) -> None:
     """As a live executor does: a fresh advert every second, until cancelled."""
     while True:
-        await fleet.advertise(advert(executor_id))
+        await fleet.advertise(advert(executor_id, protocol))
         await asyncio.sleep(1.0)
 
 
-async def admit(bus: EventBus, *executor_ids: str) -> None:
+async def admit(bus: EventBus, *executor_ids: str, protocol: int = 1) -> None:
     """As the registrar records an executor that proved a worker key."""
     for executor_id in executor_ids:
-        await bus.publish(ExecutorRegistered(aggregate_id=executor_id, advert=advert(executor_id),
+        await bus.publish(ExecutorRegistered(aggregate_id=executor_id, advert=advert(executor_id, protocol),
                                              started_at=int(time.time() * 1000), worker_key_id="key_test"))
 
 
-async def run_commands(bus: EventBus, executor_id: str, wait_s: float = 1.0) -> list[RunBatch]:
+async def sent_commands(bus: EventBus, executor_id: str, wait_s: float = 1.0) -> list[bytes]:
+    """The run commands sent to the executor, as they travel."""
     subscription = await bus.js.pull_subscribe(run_command(executor_id), durable=f"test-{executor_id}",
                                                stream=WORK_STREAM)
     try:
@@ -79,7 +79,33 @@ async def run_commands(bus: EventBus, executor_id: str, wait_s: float = 1.0) -> 
         return []
     for message in messages:
         await message.ack()
-    return [RunBatch.model_validate_json(m.data) for m in messages]
+    return [message.data for message in messages]
+
+
+async def run_commands(bus: EventBus, executor_id: str, wait_s: float = 1.0) -> list[RunBatch]:
+    return [RunBatch.model_validate_json(data) for data in await sent_commands(bus, executor_id, wait_s)]
+
+
+async def test_each_executor_gets_its_run_command_in_the_shape_it_advertised_it_takes(
+        fresh_nats: RunningNats) -> None:
+    bus = await EventBus.connect(fresh_nats.url, "test")
+    fleet = await Fleet.open(bus)
+    await admit(bus, "e-old")
+    await admit(bus, "e-new", protocol=2)
+    async with scheduler(fresh_nats.url):
+        sent: dict[str, bytes] = {}
+        for executor_id, protocol in (("e-old", 1), ("e-new", 2)):
+            beats = asyncio.create_task(heartbeats(fleet, executor_id, protocol))
+            batch_id = await validated_batch(bus)
+            await batch_facts(bus, batch_id, lambda e: isinstance(e, BatchAssigned), timeout_s=15)
+            [sent[executor_id]] = await sent_commands(bus, executor_id, wait_s=5.0)
+            beats.cancel()
+            await fleet.withdraw(executor_id)  # the next batch goes to the other one
+    old, new = json.loads(sent["e-old"]), json.loads(sent["e-new"])
+    assert "terms" not in old and old["owner_key_id"] == "k" and old["input_object_key"] == "files/f"
+    assert "owner_key_id" not in new and new["terms"]["owner_key_id"] == "k"
+    assert {RunBatch.model_validate(shape).terms.input_object_key for shape in (old, new)} == {"files/f"}
+    await bus.close()
 
 
 async def test_two_schedulers_assign_a_batch_once_and_the_standby_takes_over_a_lost_executor(

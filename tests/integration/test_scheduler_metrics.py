@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from contracts.events.batch import BatchCreated, BatchValidated
+from contracts.events.batch import BatchValidated
 from contracts.ids import new_batch_id
 from infra.embedded import free_port, stop_process
 from services.runtime.nats.bus import EventBus
 from tests.conftest import RunningNats
+from tests.factories import batch_created
 
 MODEL = "smollm2-135m-instruct-q4_1"
 OWNER_KEY = "key_owner_secret_id"
@@ -59,12 +60,9 @@ def schedulers(fresh_nats: RunningNats, tmp_path: Path) -> Iterator[list[int]]:
 
 async def validated_batch(bus: EventBus, hold: bool) -> None:
     batch_id = new_batch_id()
-    await bus.publish(BatchCreated(aggregate_id=batch_id, owner_key_id=OWNER_KEY, input_file_id="f",
-                                   input_object_key="files/f", endpoint="/v1/chat/completions",
-                                   completion_window="24h", created_at=0, expires_at=int(time.time()) + 3600,
-                                   hold=hold))
-    await bus.publish(BatchValidated(aggregate_id=batch_id, total_lines=2, model=MODEL, owner_key_id=OWNER_KEY,
-                                     endpoint="/v1/chat/completions", input_object_key="files/f"))
+    await bus.publish(batch_created(batch_id, OWNER_KEY, "files/f", created_at=0, expires_at=int(time.time()) + 3600,
+                                    hold=hold))
+    await bus.publish(BatchValidated(aggregate_id=batch_id, total_lines=2, model=MODEL))
 
 
 async def test_the_leader_and_the_standby_each_say_what_they_are_and_the_leader_shows_held_apart_from_queued(

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 import orjson
 import pytest
 
-from contracts.events.batch import BatchCreated, BatchValidationFailed, LineRejected, ValidationProgressed
+from contracts.events.batch import BatchValidationFailed, LineRejected, ValidationProgressed
 from contracts.events.registry import AnyEvent, decode_event
 from contracts.ids import new_batch_id, new_file_id
 from contracts.subjects import batch_events, input_object_key
@@ -21,6 +21,7 @@ from services.runtime.nats.bus import EventBus
 from services.runtime.process.settings import ConnectionSettings
 from services.runtime.storage.objectstore import ObjectStore
 from tests.conftest import RunningNats
+from tests.factories import batch_created
 from tests.support import batch_facts
 
 LINES = 60_000
@@ -76,9 +77,8 @@ async def test_a_validator_killed_mid_file_leaves_the_batch_to_the_next_one_with
     file_id, batch_id = new_file_id(), new_batch_id()
     await object_store.put_bytes(input_object_key(file_id), content())
     with validator_process(connection) as first:
-        await bus.publish(BatchCreated(aggregate_id=batch_id, owner_key_id="key_test", input_file_id=file_id,
-                                       input_object_key=input_object_key(file_id), endpoint="/v1/chat/completions",
-                                       completion_window="24h", created_at=0, expires_at=86400))
+        await bus.publish(batch_created(batch_id, "key_test", input_object_key(file_id), created_at=0,
+                                        expires_at=86400))
         await batch_facts(bus, batch_id, lambda fact: isinstance(fact, ValidationProgressed), timeout_s=60)
         first.send_signal(signal.SIGKILL)
         first.wait(10)

@@ -7,7 +7,7 @@ import orjson
 import pytest
 
 from contracts.api.output_line import OutputLine
-from contracts.events.batch import BatchCreated, BatchValidated, BatchValidationFailed, LineRejected
+from contracts.events.batch import BatchValidated, BatchValidationFailed, LineRejected
 from contracts.events.file import FileStored
 from contracts.events.registry import decode_event
 from contracts.ids import batch_request_id, error_file_id, new_batch_id, new_file_id
@@ -17,6 +17,7 @@ from services.runtime.process.settings import ConnectionSettings
 from services.runtime.storage.objectstore import ObjectStore
 from services.validator.app import run_validator
 from services.validator.settings import ValidatorSettings
+from tests.factories import batch_created
 from tests.support import batch_facts
 
 CHAT = "/v1/chat/completions"
@@ -45,10 +46,8 @@ async def validator(connection: ConnectionSettings) -> AsyncIterator[None]:
 async def submit(bus: EventBus, store: ObjectStore, content: bytes, allow_partial: bool = False) -> str:
     file_id, batch_id = new_file_id(), new_batch_id()
     await store.put_bytes(input_object_key(file_id), content)
-    await bus.publish(BatchCreated(aggregate_id=batch_id, owner_key_id="key_test", input_file_id=file_id,
-                                   input_object_key=input_object_key(file_id), endpoint=CHAT,
-                                   completion_window="24h", created_at=0, expires_at=86400,
-                                   allow_partial=allow_partial))
+    await bus.publish(batch_created(batch_id, "key_test", input_object_key(file_id), created_at=0, expires_at=86400,
+                                    allow_partial=allow_partial))
     return batch_id
 
 

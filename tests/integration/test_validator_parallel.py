@@ -13,7 +13,7 @@ import orjson
 import psutil
 import pytest
 
-from contracts.events.batch import BatchCreated, BatchValidated, BatchValidationFailed, LineRejected
+from contracts.events.batch import BatchValidated, BatchValidationFailed, LineRejected
 from contracts.ids import new_batch_id, new_file_id
 from contracts.subjects import input_object_key
 from services.runtime.nats.bus import EventBus
@@ -24,6 +24,7 @@ from services.validator.adapters.tokenizer import TokenizerCache
 from services.validator.domain import FileValidation, Limits
 from services.validator.file_check import WINDOW_LINES
 from services.validator.handlers import Validator
+from tests.factories import batch_created
 from tests.support import batch_facts
 
 CHAT = "/v1/chat/completions"
@@ -78,9 +79,8 @@ async def verdict_of(bus: EventBus, store: ObjectStore, pool: CheckPool, lines: 
     await store.put_bytes(input_object_key(file_id), b"\n".join(lines) + b"\n")
     validator = Validator(bus, store, load_catalogue(None), Limits(inherit_line_model=inherit),
                           max_published_per_code=100, tokenizers=TokenizerCache(), pool=pool)
-    await validator.validate(BatchCreated(aggregate_id=batch_id, owner_key_id="key_test", input_file_id=file_id,
-                                          input_object_key=input_object_key(file_id), endpoint=CHAT,
-                                          completion_window="24h", created_at=0, expires_at=86400))
+    await validator.validate(batch_created(batch_id, "key_test", input_object_key(file_id), created_at=0,
+                                           expires_at=86400))
     return await batch_facts(bus, batch_id, lambda e: isinstance(e, BatchValidated | BatchValidationFailed))
 
 

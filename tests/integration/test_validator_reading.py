@@ -7,7 +7,6 @@ import asyncio
 import orjson
 import pytest
 
-from contracts.events.batch import BatchCreated
 from contracts.ids import new_batch_id, new_file_id
 from contracts.subjects import input_object_key
 from services.runtime.storage.catalogue import load_catalogue
@@ -16,6 +15,7 @@ from services.validator.adapters.error_file import write_error_file
 from services.validator.adapters.input_lines import lines_by_chunk
 from services.validator.domain import FileValidation, Limits
 from services.validator.refusals import not_run_message, not_run_output, rejected_line
+from tests.factories import batch_created
 
 CHAT = "/v1/chat/completions"
 
@@ -49,10 +49,8 @@ async def test_the_error_file_holds_the_lines_built_one_by_one_from_the_input(ob
              request(None), request("x" * 600), request("good-2", temperature=9), request("past-1"),
              request("past-2"), b'{"custom_id": 5}']
     file_id, batch_id = new_file_id(), new_batch_id()
-    created = BatchCreated(aggregate_id=batch_id, owner_key_id="key_test", input_file_id=file_id,
-                           input_object_key=input_object_key(file_id), endpoint=CHAT, completion_window="24h",
-                           created_at=0, expires_at=86400)
-    await object_store.put_bytes(created.input_object_key, b"\n".join(lines))
+    created = batch_created(batch_id, "key_test", input_object_key(file_id), created_at=0, expires_at=86400)
+    await object_store.put_bytes(created.terms.input_object_key, b"\n".join(lines))
     validation = FileValidation(CHAT, load_catalogue(None), Limits(max_lines=max_lines))
     refused = {}
     for number, raw in enumerate(lines, start=1):

@@ -17,9 +17,10 @@ def public_event(event: BatchEvent) -> BatchStreamEvent | None:
     fields = EVENT_FIELDS.get(cast(BatchEventType, event.type))
     if fields is None:
         return None
+    values = {**dict(getattr(event, "terms", {})), **dict(event)}  # its terms are public as fields of its own
     return BatchStreamEvent.model_validate({"type": event.type, "batch_id": event.aggregate_id,
                                             "occurred_at": event.occurred_at,
-                                            **{name: getattr(event, name) for name in fields}})
+                                            **{name: values[name] for name in fields}})
 
 
 def sse_frame(sequence: int, data: bytes) -> bytes | None:

@@ -17,6 +17,7 @@ from contracts.ids import derived_id, new_batch_id
 from contracts.lifecycle import CANCELLABLE, RELEASABLE, TERMINAL
 from contracts.readmodel import ApiKeyRecord, BatchRecord, FileRecord, UserRecord
 from contracts.subjects import batch_fact, file_fact
+from contracts.terms import BatchTerms
 from services.gateway.adapters.admission import Holdings
 from services.gateway.context import Deps
 from services.gateway.usecases import billing as billing_usecase
@@ -80,8 +81,8 @@ def completion_window_seconds(window: object, min_window_s: int) -> int:
 
 
 def parameters_of(created: BatchCreated) -> CreateParameters:
-    return (created.input_file_id, created.endpoint, created.completion_window, created.metadata,
-            created.allow_partial, created.hold, created.output_expires_after_s, created.placement)
+    return (created.input_file_id, created.terms.endpoint, created.completion_window, created.metadata,
+            created.allow_partial, created.hold, created.terms.output_expires_after_s, created.placement)
 
 
 def asked_parameters(body: BatchCreateRequest) -> CreateParameters:
@@ -238,13 +239,14 @@ def _created_event(caller: ApiKeyRecord, batch_id: str, body: BatchCreateRequest
     now = int(time.time())
     user = terms.user
     return BatchCreated(
-        aggregate_id=batch_id, owner_key_id=caller.key_id, input_file_id=body.input_file_id,
-        input_object_key=file.object_key, endpoint=body.endpoint, completion_window=body.completion_window,
-        metadata=body.metadata, created_at=now, expires_at=now + window_s, allow_partial=body.allow_partial,
-        hold=body.hold, output_expires_after_s=body.output_expires_after.seconds if body.output_expires_after else None,
-        allowed_models=None if user is None else user.allowed_models, owner_user_id=caller.user_id,
-        organization_id=None if user is None else user.organization_id, default_model=terms.default_model,
-        billing_account=terms.billed_account, placement=body.placement)
+        aggregate_id=batch_id, terms=BatchTerms(
+            owner_key_id=caller.key_id, endpoint=body.endpoint, input_object_key=file.object_key, created_at=now,
+            expires_at=now + window_s,
+            output_expires_after_s=body.output_expires_after.seconds if body.output_expires_after else None),
+        input_file_id=body.input_file_id, completion_window=body.completion_window, metadata=body.metadata,
+        allow_partial=body.allow_partial, hold=body.hold, allowed_models=None if user is None else user.allowed_models,
+        owner_user_id=caller.user_id, organization_id=None if user is None else user.organization_id,
+        default_model=terms.default_model, billing_account=terms.billed_account, placement=body.placement)
 
 
 async def _publish_created(d: Deps, event: BatchCreated, terms: _Terms) -> None:
@@ -275,9 +277,9 @@ async def _read_back(d: Deps, owner: str, event: BatchCreated) -> Batch:
         d.admission.shown(batch_id)
         return record.batch
     d.own_writes.note(owner, "batch", batch_id)
-    return Batch(id=batch_id, endpoint=event.endpoint, input_file_id=event.input_file_id,
-                 completion_window=event.completion_window, status="validating", created_at=event.created_at,
-                 expires_at=event.expires_at, metadata=event.metadata, held=event.hold or None,
+    return Batch(id=batch_id, endpoint=event.terms.endpoint, input_file_id=event.input_file_id,
+                 completion_window=event.completion_window, status="validating", created_at=event.terms.created_at,
+                 expires_at=event.terms.expires_at, metadata=event.metadata, held=event.hold or None,
                  placement=event.placement)
 
 

@@ -22,6 +22,7 @@ from nats.js.api import (
     StreamInfo,
 )
 
+from contracts.commands import COMMAND_PROTOCOL
 from contracts.events.envelope import Event
 from contracts.subjects import (
     BATCH_HEADER,
@@ -55,7 +56,7 @@ class Command(Protocol):
     @property
     def batch_id(self) -> str: ...
 
-    def model_dump_json(self) -> str: ...
+    def wire(self, protocol: int) -> bytes: ...
 
 
 class PoisonMessage(Exception):
@@ -209,10 +210,11 @@ class EventBus:
             raise FenceMoved(fence, _last_sequence(error.description)) from error
         return ack.seq
 
-    async def send(self, command: Command) -> None:
-        """Send a command once (a retried send is dropped by the server); its header names its batch."""
+    async def send(self, command: Command, protocol: int = COMMAND_PROTOCOL) -> None:
+        """Send a command once (a retried send is dropped by the server) in the shape `protocol` says (the executor's,
+        `ExecutorAdvert.protocol`); its header names its batch."""
         headers = {"Nats-Msg-Id": command.msg_id, BATCH_HEADER: command.batch_id}
-        await self.js.publish(command.subject, command.model_dump_json().encode(), headers=inject_headers(headers),
+        await self.js.publish(command.subject, command.wire(protocol), headers=inject_headers(headers),
                               stream=WORK_STREAM)
 
     async def durable_subscription(

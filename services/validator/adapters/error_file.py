@@ -42,7 +42,7 @@ def error_lines(store: ObjectStore, created: BatchCreated, validation: FileValid
                            for number in batch), len(batch)
         return
     number = 0
-    for lines in lines_by_chunk(store, created.input_object_key):
+    for lines in lines_by_chunk(store, created.terms.input_object_key):
         out = bytearray()
         count = 0
         for raw in lines:
@@ -87,7 +87,7 @@ async def write_error_file(store: ObjectStore, created: BatchCreated, validation
         await asyncio.to_thread(chunks.close)
     created_at = int(time.time())
     return FileStored(aggregate_id=file_id, causation_id=created.event_id,
-                      owner_key_id=created.owner_key_id, filename=f"{batch_id}_error.jsonl", purpose="batch_output",
-                      bytes=size, sha256=digest.hexdigest(), object_key=key, created_at=created_at,
-                      line_count=lines, batch_id=batch_id,
-                      expires_at=created_at + (created.output_expires_after_s or RESULT_FILE_EXPIRES_AFTER_S))
+                      owner_key_id=created.terms.owner_key_id, filename=f"{batch_id}_error.jsonl",
+                      purpose="batch_output", bytes=size, sha256=digest.hexdigest(), object_key=key,
+                      created_at=created_at, line_count=lines, batch_id=batch_id,
+                      expires_at=created_at + (created.terms.output_expires_after_s or RESULT_FILE_EXPIRES_AFTER_S))

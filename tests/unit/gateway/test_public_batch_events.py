@@ -7,9 +7,11 @@ import pytest
 
 from contracts.api.batch import BatchUsage
 from contracts.api.batch_event import EVENT_FIELDS, BatchEventType, BatchStreamEvent
-from contracts.events.batch import BatchAssigned, BatchCompleted, BatchCreated, BatchEvent, BatchProgressed
+from contracts.events.batch import BatchAssigned, BatchCompleted, BatchEvent, BatchProgressed
 from contracts.events.registry import AnyEvent
+from contracts.terms import TERM_FIELDS, WithTerms
 from services.gateway.http.event_frames import public_event, sse_frame
+from tests.factories import batch_created
 
 INTERNAL_FIELDS = {"owner_key_id", "input_object_key", "allowed_models", "lease_token", "chunk_key",
                    "rejections_object_key", "requested_by_key_id", "released_by_key_id", "shard_span", "event_id",
@@ -26,7 +28,8 @@ def test_every_batch_fact_has_a_public_shape_made_of_fields_it_carries() -> None
     for cls in batch_fact_classes():
         event_type = cls.model_fields["type"].default
         assert event_type in types, f"{event_type} has no public shape"
-        assert set(EVENT_FIELDS[event_type]) <= set(cls.model_fields), event_type
+        carried = set(cls.model_fields) | (set(TERM_FIELDS) if issubclass(cls, WithTerms) else set())
+        assert set(EVENT_FIELDS[event_type]) <= carried, event_type
         assert set(EVENT_FIELDS[event_type]) <= set(BatchStreamEvent.model_fields), event_type
     assert set(EVENT_FIELDS) == types
 
@@ -36,9 +39,8 @@ def test_the_public_shape_has_no_internal_field() -> None:
 
 
 @pytest.mark.parametrize("fact", [
-    BatchCreated(aggregate_id="batch_1", owner_key_id="key_owner", input_file_id="file-1",
-                 input_object_key="files/file-1", endpoint="/v1/chat/completions", completion_window="24h",
-                 created_at=1, expires_at=2, allowed_models=["smollm2"], metadata={"project": "x"}),
+    batch_created("batch_1", "key_owner", "files/file-1", created_at=1, expires_at=2, allowed_models=["smollm2"],
+                  metadata={"project": "x"}),
     BatchAssigned(aggregate_id="batch_1", executor_id="gpu-7", attempt=2, lease_token="secret-lease", shards=2,
                   shard_span=100),
     BatchProgressed(aggregate_id="batch_1", attempt=2, chunk=3, chunk_key="results/batch_1/attempt-2/3.jsonl",

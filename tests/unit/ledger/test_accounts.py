@@ -9,6 +9,7 @@ from contracts.commands import FinalizeBatch
 from contracts.events.batch import BatchCancelRequested, BatchCreated
 from contracts.events.key import KeyCreated, KeyRevoked, UserCreated
 from contracts.readmodel import UserRecord
+from contracts.terms import BatchTerms
 from services.executor.attempts import BatchLog
 from services.ledger.aggregates import User
 from services.ledger.application import Ledger, persistence_env
@@ -16,6 +17,7 @@ from services.ledger.projection import api_key_record, user_record
 from services.runtime.storage.catalogue import load_catalogue
 from services.scheduler.book import Book
 from services.validator.domain import FileValidation
+from tests.factories import batch_created
 
 KEY = "ef" * 32
 T0 = 1_700_000_000
@@ -105,13 +107,12 @@ def test_a_revocation_cancel_marks_unrun_lines_authorization_revoked_even_after_
 
 def test_the_scheduler_finalizes_a_revoked_batch_with_the_revocation_code() -> None:
     book = Book()
-    book.apply(BatchCreated(aggregate_id="b1", owner_key_id="k", input_file_id="f", input_object_key="files/f",
-                            endpoint="/v1/chat/completions", completion_window="24h", created_at=T0,
-                            expires_at=T0 + 86400))
+    book.apply(batch_created("b1", "k", "files/f", created_at=T0, expires_at=T0 + 86400))
     book.apply(cancel("authorization_revoked"))
     assert book.plans["b1"].cancel_code == "authorization_revoked"
-    command = FinalizeBatch(batch_id="b1", executor_id="e1", reason="cancelled", owner_key_id="k",
-                            input_object_key="files/f", endpoint="/v1/chat/completions",
+    command = FinalizeBatch(batch_id="b1", executor_id="e1", reason="cancelled",
+                            terms=BatchTerms(owner_key_id="k", endpoint="/v1/chat/completions",
+                                             input_object_key="files/f"),
                             unrun_code=book.plans["b1"].cancel_code)
     assert command.code == "authorization_revoked"
     assert command.model_copy(update={"unrun_code": None}).code == "batch_cancelled"

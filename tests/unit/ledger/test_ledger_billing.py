@@ -24,6 +24,7 @@ from services.ledger.accounts import Account
 from services.ledger.application import Ledger, persistence_env
 from services.ledger.domainmodel import aggregate_id
 from services.ledger.projection import account_record, batch_record
+from tests.factories import batch_created
 
 ORG = "acme"
 BATCH = "batch_bill1"
@@ -74,14 +75,11 @@ def reserved(amount_micros: int, batch_id: str = BATCH) -> CreditsReserved:
 
 
 def created(batch_id: str = BATCH) -> BatchCreated:
-    return BatchCreated(aggregate_id=batch_id, owner_key_id="key_a", input_file_id="file-in",
-                        input_object_key="files/file-in", endpoint=ENDPOINT, completion_window="24h",
-                        created_at=0, expires_at=86400, billing_account=ORG)
+    return batch_created(batch_id, "key_a", "files/file-in", created_at=0, expires_at=86400, billing_account=ORG)
 
 
 def running(batch_id: str = BATCH) -> list[Event]:
-    return [BatchValidated(aggregate_id=batch_id, total_lines=4, model="smollm2", owner_key_id="key_a",
-                           endpoint=ENDPOINT, input_object_key="files/file-in"),
+    return [BatchValidated(aggregate_id=batch_id, total_lines=4, model="smollm2"),
             BatchStarted(aggregate_id=batch_id, executor_id="exec-1", attempt=1, engine="llamacpp",
                          engine_version="1")]
 

@@ -8,10 +8,11 @@ import pytest
 from pydantic import ValidationError
 
 from contracts.api.batch import BatchUsage, InputTokensDetails
-from contracts.events.batch import BatchCreated, BatchProgressed
+from contracts.events.batch import BatchProgressed
 from contracts.events.registry import decode_event
 from services.ledger.chain import Fact
 from services.ledger.decoding import ProgressFact, _plain_progress, decode_fact
+from tests.factories import batch_created
 
 SUBJECT = "evt.batch.batch_dec1.progressed"
 CHUNK_USAGE = BatchUsage(input_tokens=120, output_tokens=30, total_tokens=150,
@@ -72,9 +73,8 @@ def test_a_payload_the_shortcut_does_not_take_is_judged_by_its_contract(data: by
 
 
 def test_another_fact_naming_the_progress_type_in_its_data_is_still_its_own_contract() -> None:
-    created = BatchCreated(aggregate_id="batch_dec1", owner_key_id="key_a", input_file_id="file-in",
-                           input_object_key="files/file-in", endpoint="/v1/chat/completions", completion_window="24h",
-                           metadata={"note": '"type":"batch.progressed"'}, created_at=1, expires_at=2)
+    created = batch_created("batch_dec1", "key_a", "files/file-in", created_at=1, expires_at=2,
+                            metadata={"note": '"type":"batch.progressed"'})
     assert decode_fact(Fact(1, "evt.batch.batch_dec1.created", created.model_dump_json().encode())) == created
 
 

@@ -28,6 +28,7 @@ from contracts.readmodel import BatchRecord
 from services.ledger.application import Ledger, persistence_env
 from services.ledger.domainmodel import TOPIC_MODULE, Batch
 from services.ledger.projection import api_key_record, batch_record, file_record
+from tests.factories import batch_created
 
 BATCH = "batch_unit1"
 T0 = 1_700_000_000
@@ -68,10 +69,8 @@ def at(seconds: int) -> int:
 
 
 def created(batch_id: str = BATCH) -> BatchCreated:
-    return BatchCreated(aggregate_id=batch_id, owner_key_id="key_a", input_file_id="file-in",
-                        input_object_key="files/file-in", endpoint="/v1/chat/completions",
-                        completion_window="24h", metadata={"team": "nlp"}, created_at=T0,
-                        expires_at=T0 + 86400, occurred_at=at(0))
+    return batch_created(batch_id, "key_a", "files/file-in", created_at=T0, expires_at=T0 + 86400,
+                         metadata={"team": "nlp"}, occurred_at=at(0))
 
 
 def rejected(line: int, code: str = "invalid_json") -> LineRejected:
@@ -79,9 +78,7 @@ def rejected(line: int, code: str = "invalid_json") -> LineRejected:
 
 
 def validated(total: int = 10) -> BatchValidated:
-    return BatchValidated(aggregate_id=BATCH, total_lines=total, model="smollm2-135m-instruct-q4_1",
-                          owner_key_id="key_a", endpoint="/v1/chat/completions",
-                          input_object_key="files/file-in", occurred_at=at(2))
+    return BatchValidated(aggregate_id=BATCH, total_lines=total, model="smollm2-135m-instruct-q4_1", occurred_at=at(2))
 
 
 def started(attempt: int = 1) -> BatchStarted:
@@ -275,8 +272,7 @@ def test_an_allow_partial_batch_shows_the_validators_true_error_totals(ledger: L
     stream.fold(created(), *(rejected(n) for n in range(1, 101)), *(rejected(n, "unsupported_model")
                                                                       for n in range(101, 201)))
     stream.fold(BatchValidated(aggregate_id=BATCH, total_lines=6000, model="smollm2-135m-instruct-q4_1",
-                               owner_key_id="key_a", endpoint="/v1/chat/completions",
-                               input_object_key="files/file-in", rejected_lines=5200, error_count=5200,
+                               rejected_lines=5200, error_count=5200,
                                counts_by_code={"invalid_json": 5000, "unsupported_model": 200}, occurred_at=at(2)))
     errors = stream.record().batch.errors
     assert errors is not None and (errors.total, len(errors.data)) == (5200, 100)

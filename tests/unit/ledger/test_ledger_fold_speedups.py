@@ -9,6 +9,7 @@ from contracts.events.batch import BatchAssigned, BatchCreated, BatchProgressed,
 from contracts.events.envelope import Event
 from contracts.events.executor import ExecutorAdvert, ExecutorRegistered
 from services.ledger.application import Ledger, persistence_env
+from tests.factories import batch_created
 
 BATCH = "batch_speed1"
 
@@ -22,14 +23,11 @@ def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ledger]:
 
 
 def created(batch_id: str = BATCH) -> BatchCreated:
-    return BatchCreated(aggregate_id=batch_id, owner_key_id="key_a", input_file_id="file-in",
-                        input_object_key="files/file-in", endpoint="/v1/chat/completions", completion_window="24h",
-                        created_at=1_700_000_000, expires_at=1_700_086_400)
+    return batch_created(batch_id, "key_a", "files/file-in", created_at=1_700_000_000, expires_at=1_700_086_400)
 
 
 def running() -> list[Event]:
-    return [BatchValidated(aggregate_id=BATCH, total_lines=30, model="m", owner_key_id="key_a",
-                           endpoint="/v1/chat/completions", input_object_key="files/file-in"),
+    return [BatchValidated(aggregate_id=BATCH, total_lines=30, model="m"),
             BatchAssigned(aggregate_id=BATCH, executor_id="exec-1", attempt=1, lease_token="t"),
             BatchStarted(aggregate_id=BATCH, executor_id="exec-1", attempt=1, engine="llamacpp", engine_version="1")]
 

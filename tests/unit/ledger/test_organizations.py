@@ -19,6 +19,7 @@ from services.ledger.aggregates import User
 from services.ledger.application import Ledger, persistence_env
 from services.ledger.domainmodel import Folded
 from services.ledger.projection import project, user_record
+from tests.factories import batch_created
 
 T0 = 1_700_000_000
 LAPTOP, PHONE, LONE = "a1" * 32, "b2" * 32, "c3" * 32
@@ -41,9 +42,7 @@ def stored(file_id: str, key_sha: str) -> FileStored:
 
 
 def created(batch_id: str, key_sha: str) -> BatchCreated:
-    return BatchCreated(aggregate_id=batch_id, owner_key_id=key_id_for_hash(key_sha), input_file_id="f1",
-                        input_object_key="files/f1", endpoint="/v1/chat/completions", completion_window="24h",
-                        created_at=T0, expires_at=T0 + 86400)
+    return batch_created(batch_id, key_id_for_hash(key_sha), "files/f1", created_at=T0, expires_at=T0 + 86400)
 
 
 def projected(ledger: Ledger, aggregate: Folded | None) -> object:

@@ -15,6 +15,7 @@ from contracts.events.batch import (
 from contracts.ids import output_file_id
 from contracts.objects import ObjectRequest
 from contracts.subjects import input_object_key
+from contracts.terms import BatchTerms
 from services.scheduler.book import CONTROL_PLANE, Book
 from services.scheduler.decisions import Action, DeclareLost, Finalize, decide
 from services.scheduler.domain import HEARTBEAT_FRESH_MS
@@ -95,8 +96,9 @@ def test_a_finalizer_that_goes_silent_leaves_the_batch_to_the_control_plane() ->
 
 
 def test_a_resend_to_another_executor_is_a_different_message_for_the_broker() -> None:
-    command = FinalizeBatch(batch_id="b1", executor_id="e1", reason="expired", owner_key_id="k",
-                            input_object_key="files/f", endpoint="/v1/chat/completions")
+    command = FinalizeBatch(batch_id="b1", executor_id="e1", reason="expired",
+                            terms=BatchTerms(owner_key_id="k", endpoint="/v1/chat/completions",
+                                             input_object_key="files/f"))
     moved = command.model_copy(update={"executor_id": "e2"})
     assert command.msg_id != moved.msg_id
     assert command.msg_id == command.model_copy().msg_id, "a repeat to the same executor is deduplicated"

@@ -6,7 +6,6 @@ from contracts.events.batch import (
     AttemptFailed,
     BatchAssigned,
     BatchCompleted,
-    BatchCreated,
     BatchUsage,
     BatchValidated,
     ShardFinished,
@@ -16,15 +15,13 @@ from contracts.objects import ObjectOperation, ObjectRequest, chunk_attempt
 from contracts.subjects import input_object_key, rejections_key, result_chunk_key
 from services.scheduler.book import Book
 from services.scheduler.objects import authorize
+from tests.factories import batch_created
 from tests.unit.authz.test_nats_permissions import allowed
 
 
 def created(book: Book, batch: str, file_id: str) -> None:
-    book.apply(BatchCreated(aggregate_id=batch, owner_key_id="k", input_file_id=file_id,
-                            input_object_key=input_object_key(file_id), endpoint="/v1/chat/completions",
-                            completion_window="24h", created_at=0, expires_at=10**10))
-    book.apply(BatchValidated(aggregate_id=batch, total_lines=10, model="m", owner_key_id="k",
-                              endpoint="/v1/chat/completions", input_object_key=input_object_key(file_id),
+    book.apply(batch_created(batch, "k", input_object_key(file_id), created_at=0, expires_at=10**10))
+    book.apply(BatchValidated(aggregate_id=batch, total_lines=10, model="m",
                               rejections_object_key=rejections_key(batch)))
 
 

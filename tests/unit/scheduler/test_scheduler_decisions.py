@@ -7,7 +7,6 @@ from contracts.events.batch import (
     BatchAssigned,
     BatchCancelRequested,
     BatchCompleted,
-    BatchCreated,
     BatchValidated,
 )
 from contracts.events.executor import DeviceMemory, ExecutorAdvert, ExecutorRegistered
@@ -22,6 +21,7 @@ from services.scheduler.decisions import (
     decide,
 )
 from services.scheduler.domain import HEARTBEAT_FRESH_MS
+from tests.factories import batch_created
 
 NOW = 2_000_000_000_000
 MODEL = CatalogueModel(id="m", engine="llamacpp", artifact="/m.gguf", context_length=2048, memory_bytes=1000,
@@ -37,11 +37,8 @@ def advert(executor_id: str, free: int = 10_000, heartbeat_at: int = NOW, parall
 
 def validated_book(batch: str = "b1", expires_at: int = NOW // 1000 + 3600) -> Book:
     book = Book(admitted={"e1", "e2", "e3", "e4"}, known_executors=dict.fromkeys(("e1", "e2", "e3", "e4"), NOW))
-    book.apply(BatchCreated(aggregate_id=batch, owner_key_id="k", input_file_id="f", input_object_key="files/f",
-                            endpoint="/v1/chat/completions", completion_window="24h", created_at=0,
-                            expires_at=expires_at))
-    book.apply(BatchValidated(aggregate_id=batch, total_lines=3, model="m", owner_key_id="k",
-                              endpoint="/v1/chat/completions", input_object_key="files/f"))
+    book.apply(batch_created(batch, "k", "files/f", created_at=0, expires_at=expires_at))
+    book.apply(BatchValidated(aggregate_id=batch, total_lines=3, model="m"))
     return book
 
 

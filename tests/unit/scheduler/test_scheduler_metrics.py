@@ -7,10 +7,11 @@ from services.runtime.process import metrics
 from services.scheduler.book import BatchPlan, Book, ShardRun
 from services.scheduler.decisions import Assign, DeclareLost, FenceAttempt
 from services.scheduler.observe import export_book, leading, note_action, plan_state
+from tests.factories import batch_terms
 
 
 def plan(batch_id: str, phase: str = "validated", held: bool = False, running: bool = False) -> BatchPlan:
-    made = BatchPlan(batch_id, "key_owner", "/v1/chat/completions", "files/f", expires_at=0, held=held)
+    made = BatchPlan(batch_id, batch_terms("key_owner", "files/f", expires_at=0), held=held)
     made.phase = "validating" if phase == "validating" else "validated"
     if running:
         made.shards[0] = ShardRun(attempt=1, executor_id="exec-1")

@@ -1,11 +1,12 @@
 """An executor that pauses past its lease (SIGSTOP, a GC stall, a partition) and comes back: its old attempts
 stay fenced, it gets no work while it counts as lost, and once it heartbeats again it is live and keeps new work."""
 
-from contracts.events.batch import AttemptFailed, BatchAssigned, BatchCreated, BatchStarted, BatchValidated
+from contracts.events.batch import AttemptFailed, BatchAssigned, BatchStarted, BatchValidated
 from contracts.events.executor import ExecutorLost, ExecutorRegistered
 from services.scheduler.book import Book
 from services.scheduler.decisions import Action, Assign, DeclareLost, FenceAttempt, Wait, decide
 from services.scheduler.domain import HEARTBEAT_FRESH_MS
+from tests.factories import batch_created
 from tests.unit.scheduler.test_scheduler_decisions import CATALOGUE, NOW, advert, assign, validated_book
 
 LOST_AT = NOW + HEARTBEAT_FRESH_MS + 1
@@ -26,11 +27,8 @@ def act(book: Book, actions: list[Action], now_ms: int) -> None:
 
 
 def new_batch(book: Book, batch: str) -> None:
-    book.apply(BatchCreated(aggregate_id=batch, owner_key_id="k", input_file_id="f", input_object_key="files/f",
-                            endpoint="/v1/chat/completions", completion_window="24h", created_at=0,
-                            expires_at=NOW // 1000 + 3600))
-    book.apply(BatchValidated(aggregate_id=batch, total_lines=3, model="m", owner_key_id="k",
-                              endpoint="/v1/chat/completions", input_object_key="files/f"))
+    book.apply(batch_created(batch, "k", "files/f", created_at=0, expires_at=NOW // 1000 + 3600))
+    book.apply(BatchValidated(aggregate_id=batch, total_lines=3, model="m"))
 
 
 def paused_book() -> Book:

@@ -5,7 +5,7 @@ broker signs, accordingly."""
 import pytest
 
 from contracts.api.batch import Placement
-from contracts.events.batch import BatchAssigned, BatchCreated, BatchValidated
+from contracts.events.batch import BatchAssigned, BatchValidated
 from contracts.events.envelope import Event
 from contracts.events.executor import ExecutorRegistered
 from contracts.events.key import UserCreated
@@ -15,6 +15,7 @@ from services.scheduler.book import Book
 from services.scheduler.decisions import Assign, FenceAttempt, Wait, decide
 from services.scheduler.objects import authorize
 from services.scheduler.placement import PLACEMENT_WITHDRAWN, PLATFORMS_OWN, Runner, may_run
+from tests.factories import batch_created
 from tests.unit.scheduler.test_scheduler_decisions import CATALOGUE, NOW, advert
 
 UNAPPROVED_ACME = Runner(organization="acme", scope="acme")
@@ -60,12 +61,10 @@ def fleet_book(*facts: Event) -> Book:
 
 
 def batch(book: Book, batch_id: str, organization: str | None, placement: Placement = "approved_providers") -> None:
-    book.apply(BatchCreated(aggregate_id=batch_id, owner_key_id="k", input_file_id="f", input_object_key="files/f",
-                            endpoint="/v1/chat/completions", completion_window="24h", created_at=0,
-                            expires_at=NOW // 1000 + 3600, organization_id=organization,
-                            owner_user_id=f"u_{organization or 'dflt'}", placement=placement))
-    book.apply(BatchValidated(aggregate_id=batch_id, total_lines=3, model="m", owner_key_id="k",
-                              endpoint="/v1/chat/completions", input_object_key="files/f"))
+    book.apply(batch_created(batch_id, "k", "files/f", created_at=0, expires_at=NOW // 1000 + 3600,
+                             organization_id=organization, owner_user_id=f"u_{organization or 'dflt'}",
+                             placement=placement))
+    book.apply(BatchValidated(aggregate_id=batch_id, total_lines=3, model="m"))
 
 
 def placed(book: Book, *executors: str) -> dict[str, str]:
@@ -96,11 +95,9 @@ def test_the_default_organisations_provider_serves_only_the_default_organisation
 
 def test_in_the_default_organisation_an_unapproved_provider_serves_only_its_owners_batches() -> None:
     book = fleet_book(UserCreated(aggregate_id="u_other"))  # another user made without an organisation
-    book.apply(BatchCreated(aggregate_id="b_other", owner_key_id="k9", input_file_id="f", input_object_key="files/f",
-                            endpoint="/v1/chat/completions", completion_window="24h", created_at=0,
-                            expires_at=NOW // 1000 + 3600, owner_user_id="u_other"))
-    book.apply(BatchValidated(aggregate_id="b_other", total_lines=3, model="m", owner_key_id="k9",
-                              endpoint="/v1/chat/completions", input_object_key="files/f"))
+    book.apply(batch_created("b_other", "k9", "files/f", created_at=0, expires_at=NOW // 1000 + 3600,
+                             owner_user_id="u_other"))
+    book.apply(BatchValidated(aggregate_id="b_other", total_lines=3, model="m"))
     assert placed(book, "dflt-1") == {}, "the default organisation is everyone without one: no circle of trust"
     assert placed(book, "dflt-1", "ops-1") == {"b_other": "ops-1"}
 

@@ -2,19 +2,17 @@
 place goes to the owner with the fewest lines running, not to whoever queued the most first."""
 
 from contracts.api.batch import BatchUsage
-from contracts.events.batch import BatchCompleted, BatchCreated, BatchValidated, BatchWaiting
+from contracts.events.batch import BatchCompleted, BatchValidated, BatchWaiting
 from contracts.events.executor import ExecutorAdvert
 from services.scheduler.book import Book
 from services.scheduler.decisions import Assign, Wait, decide
+from tests.factories import batch_created
 from tests.unit.scheduler.test_scheduler_decisions import CATALOGUE, NOW, advert, assign
 
 
 def queue(book: Book, batch: str, owner: str) -> None:
-    book.apply(BatchCreated(aggregate_id=batch, owner_key_id=owner, input_file_id="f", input_object_key="files/f",
-                            endpoint="/v1/chat/completions", completion_window="24h", created_at=0,
-                            expires_at=NOW // 1000 + 3600))
-    book.apply(BatchValidated(aggregate_id=batch, total_lines=3, model="m", owner_key_id=owner,
-                              endpoint="/v1/chat/completions", input_object_key="files/f"))
+    book.apply(batch_created(batch, owner, "files/f", created_at=0, expires_at=NOW // 1000 + 3600))
+    book.apply(BatchValidated(aggregate_id=batch, total_lines=3, model="m"))
 
 
 def fleet_book() -> Book:

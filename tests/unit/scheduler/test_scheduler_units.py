@@ -8,7 +8,6 @@ from contracts.events.batch import (
     AttemptFailed,
     BatchAssigned,
     BatchCancelRequested,
-    BatchCreated,
     BatchValidated,
     ShardFinished,
     ShardLayout,
@@ -24,6 +23,7 @@ from services.scheduler.decisions import (
     unit_layout,
 )
 from services.scheduler.domain import HEARTBEAT_FRESH_MS
+from tests.factories import batch_created
 from tests.unit.scheduler.test_scheduler_decisions import CATALOGUE, NOW, advert
 
 POLICY = Policy(unit_min_lines=50, unit_max_lines=100, max_queued_lines=10_000)
@@ -32,11 +32,8 @@ POLICY = Policy(unit_min_lines=50, unit_max_lines=100, max_queued_lines=10_000)
 def book_with(batch: str, lines: int, owner: str = "k", book: Book | None = None) -> Book:
     book = book or Book(admitted={"e1", "e2", "e3", "e4"},
                         known_executors=dict.fromkeys(("e1", "e2", "e3", "e4"), NOW))
-    book.apply(BatchCreated(aggregate_id=batch, owner_key_id=owner, input_file_id="f", input_object_key="files/f",
-                            endpoint="/v1/chat/completions", completion_window="24h", created_at=0,
-                            expires_at=NOW // 1000 + 3600))
-    book.apply(BatchValidated(aggregate_id=batch, total_lines=lines, model="m", owner_key_id=owner,
-                              endpoint="/v1/chat/completions", input_object_key="files/f"))
+    book.apply(batch_created(batch, owner, "files/f", created_at=0, expires_at=NOW // 1000 + 3600))
+    book.apply(BatchValidated(aggregate_id=batch, total_lines=lines, model="m"))
     return book
 
 
