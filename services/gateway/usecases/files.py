@@ -165,10 +165,8 @@ async def create_file(d: Deps, caller: ApiKeyRecord, new: NewFile) -> tuple[File
 
 async def live_batch_using(d: Deps, owner: str, file_id: str) -> str | None:
     """The id of a batch of `owner` that reads `file_id` and has not ended, if there is one."""
-    for record in await d.read_model.owner_live_batches(owner, file_id):
-        if record.batch.input_file_id == file_id:
-            return record.batch.id
-    return None
+    using = await d.read_model.owner_live_batches(owner, file_id)  # those reading the file alone
+    return using[0].batch.id if using else None
 
 
 async def last_claim(d: Deps, file_id: str) -> tuple[int, str | None]:
