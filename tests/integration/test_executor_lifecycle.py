@@ -194,8 +194,8 @@ async def test_a_batch_that_never_ran_expires_with_every_line_batch_expired(
     command = await new_batch(object_store, executor, "/v1/chat/completions", CHAT, [chat(n) for n in range(3)])
     finalize = FinalizeBatch(batch_id=command.batch_id, executor_id=executor.executor_id, reason="expired",
                              terms=command.terms)
-    for _ in range(2):  # a redelivered or repeated command finalizes once
-        await bus.js.publish(finalize_command(executor.executor_id), finalize.model_dump_json().encode(),
+    for _ in range(2):  # a redelivered or repeated command finalizes once; flat, as a scheduler before terms sent it
+        await bus.js.publish(finalize_command(executor.executor_id), finalize.wire(1),
                              headers={"Nats-Msg-Id": f"{finalize.msg_id}:{secrets.token_hex(2)}"},
                              stream=WORK_STREAM)
 

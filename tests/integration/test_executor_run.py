@@ -124,6 +124,17 @@ async def command_acked(bus: EventBus, executor_id: str, commands: int) -> None:
     raise AssertionError("the executor did not finish the command")
 
 
+async def test_a_flat_run_command_of_a_scheduler_from_before_nested_terms_runs_the_same(
+    bus: EventBus, object_store: ObjectStore, executor: ExecutorSettings,
+) -> None:
+    command = await new_batch(object_store, executor)
+    await bus.send(command, protocol=1)
+    events = await events_until(bus, batch_events(command.batch_id), "batch.completed")
+    assert_chunked(events, lines=4, completed=3, failed=1, chunk_lines=2)
+    stored = await events_until(bus, f"evt.file.{output_file_id(command.batch_id)}.>", "file.stored")
+    assert stored[0]["owner_key_id"] == "key_owner"
+
+
 async def test_a_batch_runs_to_output_and_error_files_and_a_late_retry_of_it_does_nothing(
     bus: EventBus, object_store: ObjectStore, executor: ExecutorSettings,
 ) -> None:
