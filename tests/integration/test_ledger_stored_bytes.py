@@ -108,6 +108,7 @@ async def test_a_read_model_made_before_stored_bytes_gets_them_at_the_ledgers_ne
         for done in (OWNER_INDEX, LIVE_INDEX):
             ledger.tracking.insert_tracking(Tracking(application_name=done, notification_id=1))
         ledger.close()
+        # Records alone (no owners' copies): no summary, and no index to count instead; what follows is the ledger's.
         assert await read_model.owner_stored_bytes(ALICE, time.time()) == 0
 
         async with running_ledger(fresh_nats.url, db_path) as app:
