@@ -8,11 +8,14 @@ import pytest
 from pydantic import ValidationError
 
 from contracts.api.batch import BatchUsage, InputTokensDetails
-from contracts.events.batch import BatchProgressed
+from contracts.events.batch import BatchCreated, BatchProgressed, BatchValidated
+from contracts.events.envelope import Event
 from contracts.events.registry import decode_event
+from services.ledger.application import Ledger, persistence_env
 from services.ledger.chain import Fact
 from services.ledger.decoding import ProgressFact, _plain_progress, decode_fact
-from tests.factories import batch_created
+from services.ledger.projection import batch_record
+from tests.factories import batch_created, batch_life
 
 SUBJECT = "evt.batch.batch_dec1.progressed"
 CHUNK_USAGE = BatchUsage(input_tokens=120, output_tokens=30, total_tokens=150,
@@ -81,3 +84,28 @@ def test_another_fact_naming_the_progress_type_in_its_data_is_still_its_own_cont
 def test_a_payload_that_is_no_event_is_skipped() -> None:
     assert decode_fact(Fact(1, SUBJECT, b'{"type":"batch.progressed"}')) is None
     assert decode_fact(Fact(1, SUBJECT, b"not json")) is None
+
+
+def test_a_log_of_version_1_batch_facts_folds_to_the_same_batch_as_version_2() -> None:
+    """Facts stated before a batch's terms were nested (each term a field of `batch.created`, three restated in
+    `batch.validated`) still fold, to the very batch the same life stated today folds to."""
+    def first_shape(event: Event) -> dict[str, object]:
+        data = json.loads(event.model_dump_json())
+        if isinstance(event, BatchCreated):
+            data |= data.pop("terms") | {"version": 1}
+        elif isinstance(event, BatchValidated):
+            data |= {"version": 1, "owner_key_id": "key_test", "endpoint": "/v1/chat/completions",
+                     "input_object_key": "files/file-in"}
+        return data
+
+    life = batch_life("batch_dec2", 3, lines_per_chunk=2, tokens_per_line=(3, 4))
+    records = []
+    for shape in (first_shape, lambda event: json.loads(event.model_dump_json())):
+        ledger = Ledger(persistence_env(None))
+        ledger.fold_facts([Fact(n, event.subject, json.dumps(shape(event)).encode())
+                           for n, event in enumerate(life, 1)])
+        batch = ledger.batch("batch_dec2")
+        assert batch is not None
+        records.append(batch_record(batch))
+        ledger.close()
+    assert records[0] == records[1] and records[0].batch.status == "completed"
