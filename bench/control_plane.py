@@ -33,15 +33,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import aiohttp
-import nats
 import nats.aio.msg
-import nats.errors
-import nats.js.api
 
 from bench.cpu import cpu_seconds
 from contracts.lifecycle import TERMINAL
 from contracts.subjects import EVENTS_STREAM
 from infra.embedded import free_port
+from services.runtime.nats import eventlog
+from services.runtime.nats.broker import TOOL_ATTEMPTS
+from services.runtime.nats.bus import EventBus
 from tests.e2e.conftest import ADMIN_KEY, RunningStack, start_stack, stop_stack
 from tests.e2e.load import core_nats_url
 
@@ -125,42 +125,38 @@ async def new_owner(http: aiohttp.ClientSession, base: str, n: int) -> Client:
         return Client(http, base, str((await answer.json())["value"]))
 
 
+async def probe(stack: RunningStack) -> EventBus:
+    """This benchmark's own connection to the stack's broker, as an operator tool's (it declares nothing)."""
+    return await EventBus.connect(core_nats_url(stack), "bench-control-plane", attempts=TOOL_ATTEMPTS, declare=False)
+
+
 async def stream_state(stack: RunningStack) -> tuple[int, int, Counter[str]]:
     """The event stream's facts and bytes, and its facts by kind and name (`batch.progressed`, …)."""
-    connection = await nats.connect(core_nats_url(stack))
+    bus = await probe(stack)
     try:
-        info = await connection.jetstream().stream_info(EVENTS_STREAM, subjects_filter=">")
+        info = await bus.js.stream_info(EVENTS_STREAM, subjects_filter=">")
         by_name: Counter[str] = Counter()
         for subject, count in (info.state.subjects or {}).items():
             parts = subject.split(".")
             by_name[f"{parts[1]}.{parts[-1]}"] += count
         return info.state.messages, info.state.bytes, by_name
     finally:
-        await connection.close()
+        await bus.close()
 
 
 async def fact_times(stack: RunningStack, batch_id: str, input_file_id: str) -> list[tuple[str, float]]:
     """The facts of one batch and of its input file, in log order, each with its time in the stream (seconds)."""
-    connection = await nats.connect(core_nats_url(stack))
+    bus = await probe(stack)
     try:
-        stream = connection.jetstream()
         facts: list[tuple[int, str, float]] = []
         for subject in (f"evt.file.{input_file_id}.>", f"evt.batch.{batch_id}.>"):
-            reader = await stream.subscribe(subject, ordered_consumer=True,
-                                            deliver_policy=nats.js.api.DeliverPolicy.ALL)
-            pending = 1
-            while pending:
-                try:
-                    message = await reader.next_msg(timeout=1.0)
-                except nats.errors.TimeoutError:
-                    break
-                meta = message.metadata
-                facts.append((meta.sequence.stream, message.subject.split(".")[-1], meta.timestamp.timestamp()))
-                pending = meta.num_pending
-            await reader.unsubscribe()
+            async for fact in eventlog.read(bus, subject):
+                stored = eventlog.published_at(fact)
+                assert stored is not None  # a read's facts say when the stream stored them
+                facts.append((fact.sequence, fact.subject.split(".")[-1], stored.timestamp()))
         return [(name, at) for _, name, at in sorted(facts)]
     finally:
-        await connection.close()
+        await bus.close()
 
 
 def time_breakdown(lives: list[list[tuple[str, float]]], created: list[float]) -> str:
@@ -190,18 +186,18 @@ class BrokerTally:
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
-        self.connection: nats.NATS | None = None
+        self.bus: EventBus | None = None
 
     async def start(self, stack: RunningStack) -> None:
-        self.connection = await nats.connect(core_nats_url(stack))
+        self.bus = await probe(stack)
 
         async def count(message: nats.aio.msg.Msg) -> None:
             self.counts[subject_kind(message.subject)] += 1
-        await self.connection.subscribe(">", cb=count)
+        await self.bus.nc.subscribe(">", cb=count)
 
     async def stop(self) -> Counter[str]:
-        if self.connection is not None:
-            await self.connection.close()
+        if self.bus is not None:
+            await self.bus.close()
         return self.counts
 
 

@@ -28,7 +28,6 @@ from contracts.fact_desk import (
     LogRead,
 )
 from contracts.subjects import (
-    EVENTS_STREAM,
     attempt_failures,
     batch_events,
     event_name_of,
@@ -36,10 +35,11 @@ from contracts.subjects import (
     log_reads,
     requester_of,
 )
+from services.runtime.nats import eventlog
 from services.runtime.nats.bus import EventBus, Fence, FenceMoved
 from services.runtime.nats.delivery import Answer
 from services.runtime.nats.facts import last_fact
-from services.runtime.nats.kv import ScanFailed, read_page
+from services.runtime.nats.kv import ScanFailed
 from services.runtime.process.skip_log import SkipLog
 from services.scheduler.book import Book
 from services.scheduler.entitlements import clamped, may_read, may_state, superseded
@@ -110,16 +110,16 @@ class FactDesk:
             self.refusals.skipped(f"executor {executor_id}", f"a read of {request.batch_id}'s log: {refusal}")
             return LogPage(status="refused", reason=refusal)
         try:
-            messages, more = await read_page(self.bus.js, EVENTS_STREAM, batch_events(request.batch_id),
-                                             request.after, LOG_PAGE_FACTS, LOG_PAGE_BYTES)
+            page, more = await eventlog.page(self.bus, batch_events(request.batch_id), request.after,
+                                             LOG_PAGE_FACTS, LOG_PAGE_BYTES)
         except (ScanFailed, nats.errors.Error) as error:
             log.warning("reading %s's log for executor %s failed: %r", request.batch_id, executor_id, error)
             return LogPage(status="retry", reason="The event log did not answer.")
-        facts = [LoggedFact(sequence=message.seq, event=message.data.decode()) for message in messages
-                 if event_name_of(message.subject) in EXECUTION_FACTS]
+        facts = [LoggedFact(sequence=fact.sequence, event=fact.data.decode()) for fact in page
+                 if event_name_of(fact.subject) in EXECUTION_FACTS]
         # A page of only other facts (validation's) still moves the reader on: its last sequence goes last.
-        if messages and (not facts or facts[-1].sequence != messages[-1].seq):
-            facts.append(LoggedFact(sequence=messages[-1].seq, event=""))
+        if page and (not facts or facts[-1].sequence != page[-1].sequence):
+            facts.append(LoggedFact(sequence=page[-1].sequence, event=""))
         return LogPage(status="read", facts=facts, more=more)
 
     # Bare connections' callbacks (a test's desk, no broker); the scheduler answers through its router.

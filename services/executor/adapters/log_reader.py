@@ -14,11 +14,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pydantic import ValidationError
 
 from contracts.events.registry import decode_event
-from contracts.subjects import EVENTS_STREAM, batch_events
+from contracts.subjects import batch_events
 from services.executor.adapters.desk import DeskBus, Sequenced
 from services.executor.attempts import BatchLog
+from services.runtime.nats import eventlog
 from services.runtime.nats.bus import EventBus
-from services.runtime.nats.kv import read_page
 
 log = logging.getLogger(__name__)
 
@@ -38,16 +38,15 @@ def pages_of(bus: EventBus) -> Pages:
         return bus.desk.read
 
     async def direct(batch_id: str, after: int) -> tuple[list[Sequenced], int, bool]:
-        messages, more = await read_page(bus.js, EVENTS_STREAM, batch_events(batch_id), after, PAGE_FACTS,
-                                         PAGE_BYTES)
+        page, more = await eventlog.page(bus, batch_events(batch_id), after, PAGE_FACTS, PAGE_BYTES)
         facts: list[Sequenced] = []
-        for message in messages:
+        for fact in page:
             try:
-                facts.append((message.seq, decode_event(message.data)))
+                facts.append((fact.sequence, decode_event(fact.data)))
             except ValidationError:
                 # A fact of a newer kind than this executor knows says nothing about its attempts.
-                log.debug("skipping an undecodable fact at sequence %d", message.seq)
-        return facts, (messages[-1].seq if messages else after), more
+                log.debug("skipping an undecodable fact at sequence %d", fact.sequence)
+        return facts, (page[-1].sequence if page else after), more
 
     return direct
 

@@ -22,7 +22,7 @@ from services.runtime.nats.kv import read_page
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Fact", "follow", "following", "head", "published_at", "read"]
+__all__ = ["Fact", "follow", "following", "head", "page", "published_at", "read"]
 
 PAGE = 1000
 PAGE_BYTES = 8 << 20
@@ -65,14 +65,23 @@ async def read(bus: EventBus, subject: str = EVENTS_SUBJECTS, after: int = 0,
     if since is not None:
         after = max(after, await _sequence_before(bus, subject, since))
     while after < last:
-        page, more = await read_page(bus.js, EVENTS_STREAM, subject, after, PAGE, PAGE_BYTES)
-        for message in page:
-            if message.seq > last:
+        facts, more = await page(bus, subject, after)
+        for fact in facts:
+            if fact.sequence > last:
                 return
-            yield Fact(message.seq, message.subject, message.data, message.headers)
-        if not page or not more:
+            yield fact
+        if not facts or not more:
             return
-        after = page[-1].seq
+        after = facts[-1].sequence
+
+
+async def page(bus: EventBus, subject: str, after: int = 0, limit: int = PAGE,
+               max_bytes: int = PAGE_BYTES) -> tuple[list[Fact], bool]:
+    """One page of a stretch: up to `limit` facts (about `max_bytes`) on `subject` after `after`, in stream order,
+    and whether more follow (no more: the reader is caught up). What `read` pages through, and the page an
+    executor's batch log reads, directly or from the fact desk that serves it with this."""
+    messages, more = await read_page(bus.js, EVENTS_STREAM, subject, after, limit, max_bytes)
+    return [Fact(message.seq, message.subject, message.data, message.headers) for message in messages], more
 
 
 async def follow(bus: EventBus, subject: str | tuple[str, ...] = EVENTS_SUBJECTS, after: int = 0,
