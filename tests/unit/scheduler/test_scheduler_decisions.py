@@ -161,3 +161,19 @@ def test_a_held_batch_is_never_assigned_until_released() -> None:
     assert decide(book, [advert("e1")], CATALOGUE, NOW) == []
     book.apply(BatchReleased(aggregate_id="b1", released_by_key_id="k"))
     assert [type(a) for a in decide(book, [advert("e1")], CATALOGUE, NOW)] == [Assign]
+
+
+def test_the_book_knows_the_command_protocol_of_each_executors_current_process() -> None:
+    book = Book()
+
+    def registered(started_at: int, protocol: int) -> ExecutorRegistered:
+        return ExecutorRegistered(aggregate_id="e1", advert=advert("e1").model_copy(update={"protocol": protocol}),
+                                  started_at=started_at, worker_key_id="k", occurred_at=started_at)
+
+    book.apply(registered(NOW - 10_000, 1))
+    assert book.protocols == {"e1": 1}
+    book.apply(registered(NOW, 2))  # upgraded
+    book.apply(registered(NOW - 10_000, 1))  # the old process's fact, read again
+    assert book.protocols == {"e1": 2}
+    book.apply(registered(NOW + 1_000, 1))  # downgraded
+    assert book.protocols == {"e1": 1}
