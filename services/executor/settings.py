@@ -26,9 +26,10 @@ class ExecutorSettings(ServiceSettings):
     """Advertise at most this much memory (a share of a shared host or GPU); None: the device's own."""
     n_threads: int = 2
     """CPU threads the engine uses for prompt processing and generation."""
-    chunk_lines: int = 64
+    chunk_lines: int = 256
     """Finished lines per committed result chunk (and per progress event) at most; a slower engine commits smaller
-    chunks every `chunk_max_wait_s`. Each chunk costs an object write and a fact."""
+    chunks every `chunk_max_wait_s`. Each chunk costs an object write and a fact; a lost attempt runs its
+    uncommitted chunk again (at most this many lines, or `chunk_max_wait_s` of work)."""
     chunk_max_wait_s: float = 2.0
     """A chunk is committed with fewer lines once its first finished this long ago, whether or not another line
     finished since: `request_counts` and `usage` move within this long of any line finishing."""

@@ -16,7 +16,7 @@ class Policy:
     unit_min_lines: int = 32
     """A batch of at most this many lines is one unit (it finalizes itself: no extra round trip); larger ones are
     cut into units of at least this many lines."""
-    unit_max_lines: int = 256
+    unit_max_lines: int = 1024
     """Units are at most this many lines: the grain of sharing and of spreading over executors."""
     max_queued_lines: int = 1_000_000
     """Lines an owner may have in validated or running batches; a batch past it fails at once."""

@@ -17,11 +17,12 @@ class SchedulerSettings(ServiceSettings):
     """A leader that stops renewing is replaced after this long."""
     unit_min_lines: int = 32
     """A batch of at most this many lines runs as one unit; larger ones are cut into units of at least this many."""
-    unit_max_lines: int = 256
+    unit_max_lines: int = 1024
     """Units are at most this many lines: the grain of sharing the fleet and of spreading a batch over executors (a
     lost executor loses only its uncommitted chunk: a unit resumes after its committed ones). Each unit costs the
     control plane about as much as a small batch (its assignment, start, end and log reads), so smaller units cost
-    more per line; larger ones hold an executor's attempt places longer."""
+    more per line; larger ones hold an executor's attempt places longer (its engine slots are shared between owners
+    whatever the units, and a newcomer takes a guest place)."""
     user_weights: dict[str, float] = Field(default_factory=dict)
     """Fair-share weight per owner (`user-<id>`, or `key-<id>` for a key without a user), JSON; default 1 each."""
     organization_weights: dict[str, float] = Field(default_factory=dict)
