@@ -18,6 +18,7 @@ from contracts.subjects import EVENTS_STREAM, batch_fact
 from services.runtime.nats.bus import ConsumerPolicy, EventBus
 from services.runtime.nats.delivery import Durable, ServiceRouter
 from services.runtime.process.settings import ConnectionSettings
+from tests.integration.durables import durable_subscription
 from tests.integration.router_support import serving
 
 Either = Annotated[BatchValidated | BatchCancelled, Field(discriminator="type")]
@@ -83,7 +84,7 @@ async def test_the_consumer_made_before_is_bound_with_its_ack_floor_and_what_it_
     durable = on_both(batch_id)
     bus = await EventBus.connect(connection.nats_url, "tests-before")
     try:  # before the upgrade: the consumer made and taken from by hand, as the gateway's intake loop did
-        before = await bus.durable_subscription(EVENTS_STREAM, durable.name, durable.filter_subjects, POLICY)
+        before = await durable_subscription(bus, EVENTS_STREAM, durable.name, durable.filter_subjects, POLICY)
         await bus.publish(validated(batch_id))
         [message] = await before.fetch(1, timeout=WAIT_S)
         await message.ack_sync()

@@ -26,6 +26,7 @@ from services.scheduler.registration import Registrar
 from tests.conftest import RunningS3
 from tests.integration.authorized_broker import WORKER_KEY, AuthorizedBroker, admitting_broker
 from tests.integration.desk_support import fact_desk, hold
+from tests.integration.durables import durable_subscription
 from tests.integration.test_executor_run import TINY_CATALOGUE, new_batch
 from tests.support import batch_facts
 
@@ -112,8 +113,8 @@ async def test_a_connection_whose_admission_expired_is_let_back_in_and_its_consu
         bus.nc._error_cb = on_error
         received: list[tuple[bytes, int]] = []
 
-        subscription = await bus.durable_subscription(WORK_STREAM, executor_durable("sleepy"),
-                                                      [run_command("sleepy")], ConsumerPolicy(ack_wait_s=30))
+        subscription = await durable_subscription(bus, WORK_STREAM, executor_durable("sleepy"),
+                                                  [run_command("sleepy")], ConsumerPolicy(ack_wait_s=30))
         stop = asyncio.Event()
 
         async def consume() -> None:

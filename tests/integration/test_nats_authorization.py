@@ -44,6 +44,7 @@ from tests.integration.authorized_broker import (
     admitting_broker,
     authorized_nats,
 )
+from tests.integration.durables import durable_subscription
 
 DENIED_WITHIN_S = 1.0
 ADVERT = ExecutorAdvert(executor_id="alpha", engine="llamacpp", engine_version="1", models=[], loaded_models=[],
@@ -121,7 +122,7 @@ async def test_an_executor_with_a_live_worker_key_does_its_jobs_operations(
     await core.js.publish(finalize_command("alpha"), b"finalize", stream=WORK_STREAM)
     for durable, subject, data in ((executor_durable("alpha"), run_command("alpha"), b"run"),
                                    (executor_finalize_durable("alpha"), finalize_command("alpha"), b"finalize")):
-        subscription = await bus.durable_subscription(WORK_STREAM, durable, [subject], ConsumerPolicy())
+        subscription = await durable_subscription(bus, WORK_STREAM, durable, [subject], ConsumerPolicy())
         [message] = await subscription.fetch(1, timeout=5)
         assert message.data == data
         await message.ack_sync()
@@ -150,10 +151,10 @@ async def test_an_executor_cannot_take_another_executors_commands_or_heartbeat(
     core = broker_with_auth.core
     await core.js.publish(run_command("bravo"), b"for bravo", stream=WORK_STREAM)
     await core.js.publish(finalize_command("bravo"), b"bravo finalizes", stream=WORK_STREAM)
-    await core.durable_subscription(WORK_STREAM, executor_durable("bravo"), [run_command("bravo")],
-                                    ConsumerPolicy())
-    await core.durable_subscription(WORK_STREAM, executor_finalize_durable("bravo"), [finalize_command("bravo")],
-                                    ConsumerPolicy())
+    await durable_subscription(core, WORK_STREAM, executor_durable("bravo"), [run_command("bravo")],
+                               ConsumerPolicy())
+    await durable_subscription(core, WORK_STREAM, executor_finalize_durable("bravo"), [finalize_command("bravo")],
+                               ConsumerPolicy())
     stolen = [f"$JS.API.CONSUMER.MSG.NEXT.{WORK_STREAM}.{executor_durable('bravo')}",
               f"$JS.API.CONSUMER.MSG.NEXT.{WORK_STREAM}.{executor_finalize_durable('bravo')}",
               f"$JS.API.CONSUMER.CREATE.{WORK_STREAM}.{executor_durable('alpha')}.{run_command('bravo')}",

@@ -41,9 +41,9 @@ def connection_name(settings: ExecutorSettings) -> str:
 class _OwnDurables(JetStreamContext):
     """nats-py's `pull_subscribe` asks for a durable's info before creating it, which an executor may not do: its
     credentials allow only the create of its own two durables, on their own filters (the filter travels in the
-    API subject), then pulls and acks. So it creates (idempotent) and binds, as `EventBus.durable_subscription`;
-    its pulls are answered under the connection's own inbox prefix, the only one it may subscribe to (faststream
-    asks for nats-py's default `_INBOX.`)."""
+    API subject), then pulls and acks. So it creates (idempotent) and binds; its pulls are answered under the
+    connection's own inbox prefix, the only one it may subscribe to (faststream asks for nats-py's default
+    `_INBOX.`)."""
 
     async def pull_subscribe(
         self,

@@ -2,9 +2,9 @@
 
 import asyncio
 import contextlib
+import functools
 import logging
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, Self
 
@@ -13,9 +13,6 @@ import nats.js.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import (
-    AckPolicy,
-    ConsumerConfig,
-    DeliverPolicy,
     RetentionPolicy,
     StorageType,
     StreamConfig,
@@ -139,30 +136,13 @@ class EventBus:
         await self.nc.drain()
 
     async def ensure_streams(self) -> None:
-        await self._ensure_stream(
-            StreamConfig(
-                name=EVENTS_STREAM,
-                subjects=[EVENTS_SUBJECTS],
-                storage=StorageType.FILE,
-                retention=RetentionPolicy.LIMITS,
-                duplicate_window=DEDUP_WINDOW_S,
-                allow_direct=True,  # read without consumers: fact checks, the errors view, the fact desk
-                num_replicas=self.replicas,
-            )
-        )
-        await self._ensure_stream(
-            StreamConfig(
-                name=WORK_STREAM,
-                subjects=[WORK_SUBJECTS],
-                storage=StorageType.FILE,
-                retention=RetentionPolicy.WORK_QUEUE,
-                duplicate_window=DEDUP_WINDOW_S,
-                num_replicas=self.replicas,
-            )
-        )
-
-    async def _ensure_stream(self, config: StreamConfig) -> None:
-        await until_placed(f"stream {config.name}", lambda: self._declare_stream(config))
+        """EVENTS (kept by limits; read without consumers too: fact checks, the errors view, the fact desk) and
+        WORK (a work queue)."""
+        for name, subject, retention, direct in ((EVENTS_STREAM, EVENTS_SUBJECTS, RetentionPolicy.LIMITS, True),
+                                                 (WORK_STREAM, WORK_SUBJECTS, RetentionPolicy.WORK_QUEUE, None)):
+            config = StreamConfig(name=name, subjects=[subject], storage=StorageType.FILE, retention=retention,
+                                  duplicate_window=DEDUP_WINDOW_S, allow_direct=direct, num_replicas=self.replicas)
+            await until_placed(f"stream {name}", functools.partial(self._declare_stream, config))
 
     async def _declare_stream(self, config: StreamConfig) -> None:
         # Look before declaring: an executor's connection may read stream info but never declare a stream.
@@ -216,26 +196,3 @@ class EventBus:
         headers = {"Nats-Msg-Id": command.msg_id, BATCH_HEADER: command.batch_id}
         await self.js.publish(command.subject, command.wire(protocol), headers=inject_headers(headers),
                               stream=WORK_STREAM)
-
-    async def durable_subscription(
-        self, stream: str, durable: str, subjects: Sequence[str], policy: ConsumerPolicy
-    ) -> JetStreamContext.PullSubscription:
-        # Named, with a single filter: the filter then travels in the API subject, where authorization can pin it.
-        single = len(subjects) == 1
-        config = ConsumerConfig(
-            name=durable,
-            durable_name=durable,
-            filter_subject=subjects[0] if single else None,
-            filter_subjects=None if single else list(subjects),
-            ack_policy=AckPolicy.EXPLICIT,
-            deliver_policy=DeliverPolicy.ALL,
-            ack_wait=policy.ack_wait_s,
-            max_deliver=policy.max_deliver,
-            max_ack_pending=policy.max_ack_pending,
-        )
-        try:
-            await self.js.add_consumer(stream, config)
-        except nats.js.errors.BadRequestError as error:
-            # An existing durable keeps its position; its config is not changed under it.
-            log.warning("durable %s exists with another config (%s); binding to it", durable, error)
-        return await self.js.pull_subscribe_bind(durable=durable, stream=stream)

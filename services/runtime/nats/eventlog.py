@@ -39,7 +39,7 @@ async def head(bus: EventBus, subjects: tuple[str, ...] = ()) -> int:
     ended batches by subject, and on a quiet deployment the newest fact may be one of them), and a reader waiting
     to reach it would wait for ever."""
     if subjects:
-        return max([await _last_on(bus, subject) for subject in subjects])
+        return max([await last_sequence(bus.js, subject) or 0 for subject in subjects])
     state = (await bus.js.stream_info(EVENTS_STREAM)).state
     if not state.messages:
         return 0
@@ -51,10 +51,6 @@ async def head(bus: EventBus, subjects: tuple[str, ...] = ()) -> int:
         return (await bus.js.get_last_msg(EVENTS_STREAM, EVENTS_SUBJECTS)).seq or 0
     except nats.js.errors.NotFoundError:
         return 0
-
-
-async def _last_on(bus: EventBus, subject: str) -> int:
-    return await last_sequence(bus.js, subject) or 0
 
 
 async def read(bus: EventBus, subject: str = EVENTS_SUBJECTS, after: int = 0,
@@ -91,17 +87,14 @@ async def follow(bus: EventBus, subject: str | tuple[str, ...] = EVENTS_SUBJECTS
 
     With `idle`, a quiet second at the head yields an empty group too (a caller with checks of its own to make
     between facts: a live stream's heartbeat). Its consumer is made at the first group; `following` makes it first."""
-    reader = OrderedReader(bus, after, batch, subject)
-    try:
-        async for group in reader.groups(idle):
+    async with following(bus, subject, after, batch, idle) as groups:
+        async for group in groups:
             yield group
-    finally:
-        await reader.close()
 
 
 @contextlib.asynccontextmanager
-async def following(bus: EventBus, subject: str = EVENTS_SUBJECTS, after: int = 0, batch: int = 1000,
-                    idle: bool = False) -> AsyncIterator[AsyncIterator[list[Fact]]]:
+async def following(bus: EventBus, subject: str | tuple[str, ...] = EVENTS_SUBJECTS, after: int = 0,
+                    batch: int = 1000, idle: bool = False) -> AsyncIterator[AsyncIterator[list[Fact]]]:
     """`follow`, with its consumer made before the body runs (nothing published from now on can be missed) and
     released when the body ends, on every path."""
     reader = OrderedReader(bus, after, batch, subject)

@@ -1,0 +1,21 @@
+"""A durable pull consumer made and bound by hand, as a service's router (or an executor's) makes it: created first
+(an existing one keeps its position and config), then bound, never looked up."""
+
+import contextlib
+from collections.abc import Sequence
+
+import nats.js.errors
+from nats.js import JetStreamContext
+
+from services.runtime.nats.bus import ConsumerPolicy, EventBus
+from services.runtime.nats.delivery import Durable
+
+
+async def durable_subscription(bus: EventBus, stream: str, durable: str, subjects: Sequence[str],
+                               policy: ConsumerPolicy) -> JetStreamContext.PullSubscription:
+    single = len(subjects) == 1
+    config = Durable(None, stream, durable, subjects[0] if single else "", policy,
+                     () if single else tuple(subjects)).consumer_config()
+    with contextlib.suppress(nats.js.errors.BadRequestError):
+        await bus.js.add_consumer(stream, config)
+    return await bus.js.pull_subscribe_bind(durable=durable, stream=stream)
