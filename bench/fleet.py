@@ -44,7 +44,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import nats
 from openai import OpenAI
 from openai.types import Batch
 
@@ -55,11 +54,13 @@ from contracts.events.batch import BatchAssigned, BatchValidated, BatchWaiting
 from contracts.events.executor import DeviceMemory, ExecutorAdvert
 from contracts.events.registry import decode_event
 from contracts.lifecycle import TERMINAL
-from contracts.subjects import EVENTS_STREAM, batch_events
+from contracts.subjects import batch_events
 from infra.embedded import free_port
 from services.executor.adapters.engines.llamacpp import LlamaCppEngine
 from services.executor.settings import ExecutorSettings
-from services.runtime.nats.kv import read_page
+from services.runtime.nats import eventlog
+from services.runtime.nats.broker import TOOL_ATTEMPTS
+from services.runtime.nats.bus import EventBus
 from services.runtime.storage.catalogue import load_catalogue
 from services.scheduler.book import Book
 from services.scheduler.decisions import Action, Assign, Wait, decide
@@ -227,15 +228,14 @@ def completed_lines(batch: Batch) -> int:
 
 async def fact_times(stack: RunningStack, batch_id: str) -> dict[str, int]:
     """Each fact type of the batch → when it first occurred (ms since the epoch, the stating service's clock)."""
-    nc = await nats.connect(core_nats_url(stack))
-    try:
-        messages, _ = await read_page(nc.jetstream(), EVENTS_STREAM, batch_events(batch_id), 0, 1000, 4 << 20)
-    finally:
-        await nc.close()
+    bus = await EventBus.connect(core_nats_url(stack), "bench-fleet", attempts=TOOL_ATTEMPTS, declare=False)
     seen: dict[str, int] = {}
-    for message in messages:
-        event = decode_event(message.data)
-        seen.setdefault(event.type.removeprefix("batch."), event.occurred_at)
+    try:
+        async for fact in eventlog.read(bus, batch_events(batch_id)):
+            event = decode_event(fact.data)
+            seen.setdefault(event.type.removeprefix("batch."), event.occurred_at)
+    finally:
+        await bus.close()
     return seen
 
 
