@@ -71,9 +71,9 @@ class FileValidation:
     revision: str | None = None
     """The model revision the batch pins (`metadata.revision`): the catalogue must serve the model at it."""
     sampling: OneSampling = field(default_factory=OneSampling)
+    """A strict-sampling model's file samples one way (the first usable line's)."""
     allowed_models: tuple[str, ...] | None = None
     """The owner's model access, which `catalogue` is restricted to already: a worker process restricts its own."""
-    """A strict-sampling model's file samples one way (the first usable line's)."""
 
     def __post_init__(self) -> None:
         pinned = self.catalogue.resolve(self.default_model) if self.default_model is not None else None

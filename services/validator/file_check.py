@@ -67,12 +67,11 @@ class FileCheck:
         window: list[tuple[int, bytes]] = []
         number = 0
         for lines in chunks:
-            for raw in lines:
-                number += 1
-                window.append((number, raw))
-                if len(window) >= WINDOW_LINES:
-                    self.send(window)
-                    window = []
+            window += enumerate(lines, number + 1)
+            number += len(lines)
+            while len(window) >= WINDOW_LINES:
+                self.send(window[:WINDOW_LINES])
+                del window[:WINDOW_LINES]
         self.send(window)
         while self.in_flight:
             self.receive()
