@@ -11,14 +11,13 @@ from contracts.api.request_line import MAX_CUSTOM_ID_LENGTH, REQUIRED_LINE_FIELD
 from contracts.catalogue import Catalogue, CatalogueModel
 from contracts.engines import honoured_parameters
 from contracts.events.executor import EngineName
-from services.validator.adapters.tokenizer import TokenizerCache
+from services.validator.adapters.tokenizer import PLAIN_MESSAGE, TokenizerCache
 from services.validator.body_rules import CHAT_ROLES, ContextNeed, wanted_tokens
 
 CHAT = "/v1/chat/completions"
 LINE_FIELDS = frozenset(REQUIRED_LINE_FIELDS)
 PLAIN_BODY = frozenset({"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed"})
 """What a plain body may hold (each with a plain value: see `_plain_values`)."""
-PLAIN_MESSAGE = frozenset({"role", "content"})
 
 
 PlainModels = Mapping[str, CatalogueModel]
