@@ -13,7 +13,6 @@ import contextlib
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any
 
 import nats.errors
 from nats.aio.client import Client
@@ -24,8 +23,7 @@ from contracts.events.executor import ExecutorRegistered
 from contracts.events.key import KeyRevoked
 from contracts.events.registry import decode_event
 from contracts.subjects import EXECUTOR_REGISTERED, KEY_REVOKED, SERVER_DISCONNECTS, server_kick
-from services.runtime.nats.client import ReadmittingClient, server_list
-from services.runtime.process.settings import connection_settings
+from services.runtime.nats.bus import EventBus
 from services.scheduler.book import ExecutorOwner
 
 log = logging.getLogger(__name__)
@@ -96,11 +94,8 @@ class Disconnector:
     async def start(cls, facts: Client, system_url: str, admitted: AdmittedConnections) -> "Disconnector":
         """Follow `key.revoked` facts on `facts` (a services' connection) and closed connections on the system
         account; call `close()` to stop."""
-        system = ReadmittingClient()
-        options: dict[str, Any] = {"reconnect_time_wait": 0.5}  # seconds (nats-py annotates it int)
-        options |= connection_settings().nats_transport(system_url)  # TLS first to a broker on the network
-        await system.connect(server_list(system_url), name="sheshnag-authz-system", max_reconnect_attempts=-1,
-                             **options)
+        # The system account has no JetStream: nothing to declare there.
+        system = (await EventBus.connect(system_url, "sheshnag-authz-system", declare=False)).nc
         disconnector = cls(system, admitted)
         disconnector.subscriptions = [
             await facts.subscribe(KEY_REVOKED, cb=disconnector.on_revoked),
