@@ -1,8 +1,11 @@
-"""The one way to read EVENTS (or a filter of it) in stream order: `read` to the head, or `follow` it live.
+"""The one way to read EVENTS (or a filter of it) in stream order: `read` to the head, a `page` at a time, or
+`follow` it live.
 
 One rule for "caught up": the stream's last sequence, asked once when a read begins; a read ends there (facts
-published after it are the next read's). `read` uses batched direct gets, so it leaves no consumer behind and
-no quiet spell can cut it short; `follow` is the gap-detecting pull reader (follower.py), restarted on any gap.
+published after it are the next read's). A page that says no more follow is that rule for one page's reader
+(an executor's batch log, which under authorization may not ask the stream for its head). `read` and `page` use
+batched direct gets, so they leave no consumer behind and no quiet spell can cut them short; `follow` is the
+gap-detecting pull reader (follower.py), restarted on any gap.
 """
 
 import contextlib
