@@ -34,10 +34,6 @@ def credentials(settings: ExecutorSettings) -> Credentials | None:
     return Credentials(settings.executor_id, settings.worker_key, executor_inbox(settings.executor_id))
 
 
-def connection_name(settings: ExecutorSettings) -> str:
-    return f"executor-{settings.executor_id}"
-
-
 class _OwnDurables(JetStreamContext):
     """nats-py's `pull_subscribe` asks for a durable's info before creating it, which an executor may not do: its
     credentials allow only the create of its own two durables, on their own filters (the filter travels in the
@@ -113,8 +109,8 @@ async def _connect_once(settings: ExecutorSettings, errors: ConnectionErrors,
     errors.next_try()
     admitted = credentials(settings)
     connecting = asyncio.create_task((EventBus if admitted is None else DeskBus).connect(
-        settings.connection.nats_url, connection_name(settings), credentials=admitted, declare=admitted is None,
-        stop=stop, on_error=errors.on_error, grace_s=settings.stop_grace_s))
+        settings.connection.nats_url, f"executor-{settings.executor_id}", credentials=admitted,
+        declare=admitted is None, stop=stop, on_error=errors.on_error, grace_s=settings.stop_grace_s))
     ended = [asyncio.create_task(errors.failed.wait()), asyncio.create_task(stop.wait())]
     try:
         await asyncio.wait([connecting, *ended], return_when=asyncio.FIRST_COMPLETED)
