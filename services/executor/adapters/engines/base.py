@@ -1,5 +1,6 @@
 """The engine port: what the executor needs from any inference runtime (llama.cpp, TensorRT-LLM, ...)."""
 
+import importlib.metadata
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -10,6 +11,7 @@ from typing import ClassVar
 from contracts.catalogue import CatalogueModel
 from contracts.engines import honoured_parameters
 from contracts.events.executor import EngineName
+from services.executor.adapters.engines.responses import response_body
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,23 @@ def error_reply(status_code: int, message: str, code: str | None = None) -> Engi
     kind = "invalid_request_error" if status_code < 500 else "server_error"
     error = {"message": message, "type": kind, "param": None, "code": code}
     return EngineReply(status_code, {"error": error})
+
+
+def not_served(endpoint: str, model: CatalogueModel) -> EngineReply:
+    return error_reply(400, f"endpoint {endpoint} is not served by {model.id}", "invalid_url")
+
+
+def completed(endpoint: str, completion: dict[str, object], model: CatalogueModel) -> EngineReply:
+    """A successful chat or text completion, as the Response object it amounts to for a `/v1/responses` line."""
+    return EngineReply(200, response_body(completion, model.id) if endpoint == "/v1/responses" else completion)
+
+
+def installed(package: str) -> str:
+    """The installed release of an engine library, or "not-installed"."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not-installed"
 
 
 ENGINE_SLOT: ContextVar[int | None] = ContextVar("engine_slot", default=None)

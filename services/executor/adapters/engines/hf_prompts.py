@@ -1,8 +1,11 @@
-"""Prompts for engines that read Hugging Face checkpoints (TensorRT-LLM), built as `trtllm-serve` builds them: each
-message's content flattened to text (a list of text parts joined by newlines, `null` as empty), the model's own chat
-template rendered to text with the generation prompt, and that text later tokenized *without* special tokens (the
-template already wrote BOS and the role markers; adding them again gives Llama-3 and Mistral two BOS)."""
+"""Prompts and answers for engines that read Hugging Face checkpoints (TensorRT-LLM, transformers). Prompts are built
+as `trtllm-serve` builds them: each message's content flattened to text (a list of text parts joined by newlines,
+`null` as empty), the model's own chat template rendered to text with the generation prompt, and that text later
+tokenized *without* special tokens (the template already wrote BOS and the role markers; adding them again gives
+Llama-3 and Mistral two BOS)."""
 
+import secrets
+import time
 from typing import Any
 
 from services.executor.adapters.engines.responses import UnmappableRequest
@@ -40,8 +43,36 @@ def flat_messages(messages: object) -> list[dict[str, Any]]:
     return flat
 
 
-def chat_prompt(tokenizer: Any, messages: object, template_kwargs: dict[str, Any] | None = None) -> str:
-    """The chat template's text for these messages, ending with the assistant's turn (jinja2's `TemplateError` and
-    a template's own `raise_exception` propagate: the caller answers them as the line's 400)."""
-    return str(tokenizer.apply_chat_template(flat_messages(messages), tokenize=False, add_generation_prompt=True,
-                                             **(template_kwargs or {})))
+def prompt_text(tokenizer: Any, endpoint: str, request: dict[str, Any]) -> str:
+    """A completion's own prompt, or the chat template's text for the messages, ending with the assistant's turn
+    (jinja2's `TemplateError` and a template's own `raise_exception` propagate: the caller answers them as the line's
+    400). Only a completion's prompt is tokenized with special tokens."""
+    if endpoint == "/v1/completions":
+        prompt = request.get("prompt")
+        if not isinstance(prompt, str):
+            raise UnmappableRequest("prompt must be a string")
+        return prompt
+    kwargs = request.get("chat_template_kwargs")
+    messages = flat_messages(request.get("messages"))
+    return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                             **(kwargs if isinstance(kwargs, dict) else {})))
+
+
+def text_choice(index: int, reason: str, text: str, chat: bool) -> dict[str, Any]:
+    """One choice of a chat or text completion, with the key sets of the llama.cpp engine's answers
+    (bench/gpu_smoke.py compares them)."""
+    if chat:
+        return {"index": index, "finish_reason": reason, "message": {"role": "assistant", "content": text}}
+    return {"index": index, "finish_reason": reason, "text": text, "logprobs": None}
+
+
+def completion(chat: bool, model_id: str, choices: list[dict[str, Any]], prompt_tokens: int, generated: int,
+               cached: int, fingerprint: str) -> dict[str, Any]:
+    """The OpenAI chat or text completion these choices and token counts amount to, under a fresh id."""
+    return {
+        "id": f"{'chatcmpl-' if chat else 'cmpl-'}{secrets.token_hex(12)}",
+        "object": "chat.completion" if chat else "text_completion",
+        "created": int(time.time()), "model": model_id, "choices": choices, "system_fingerprint": fingerprint,
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": generated,
+                  "total_tokens": prompt_tokens + generated, "prompt_tokens_details": {"cached_tokens": cached}},
+    }

@@ -17,8 +17,16 @@ import xllamacpp
 
 from contracts.catalogue import CatalogueModel
 from contracts.events.executor import EngineName
-from services.executor.adapters.engines.base import ENGINE_SLOT, Engine, EngineReply, EngineUnavailable, error_reply
-from services.executor.adapters.engines.responses import UnmappableRequest, chat_request, response_body
+from services.executor.adapters.engines.base import (
+    ENGINE_SLOT,
+    Engine,
+    EngineReply,
+    EngineUnavailable,
+    completed,
+    error_reply,
+    not_served,
+)
+from services.executor.adapters.engines.responses import UnmappableRequest, chat_request
 from services.runtime.storage.catalogue import resolve_artifact
 
 log = logging.getLogger(__name__)
@@ -119,7 +127,7 @@ class LlamaCppEngine(Engine):
             raise EngineUnavailable("no model is loaded")
         call = self._handler(self._server, self.model, endpoint)
         if call is None:
-            return error_reply(400, f"endpoint {endpoint} is not served by {self.model.id}", "invalid_url")
+            return not_served(endpoint, self.model)
         request = {key: value for key, value in body.items() if key not in ("stream", "id_slot")}
         try:
             if endpoint == RESPONSES:
@@ -142,9 +150,7 @@ class LlamaCppEngine(Engine):
         except LINE_REJECTIONS as error:
             return error_reply(400, f"{self.model.id} on llama.cpp refused the request: {error}", "invalid_request")
         reply = self._reply(self.model.id, result)
-        if endpoint == RESPONSES and reply.ok:
-            return EngineReply(200, response_body(reply.body, self.model.id))
-        return reply
+        return completed(endpoint, reply.body, self.model) if reply.ok else reply
 
     @staticmethod
     def _handler(server: xllamacpp.Server, model: CatalogueModel,

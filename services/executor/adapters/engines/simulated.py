@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from contracts.catalogue import CatalogueModel
 from contracts.events.executor import EngineName
-from services.executor.adapters.engines.base import Engine, EngineReply, EngineUnavailable, error_reply
+from services.executor.adapters.engines.base import Engine, EngineReply, EngineUnavailable, completed, not_served
 
 DEFAULT_COMPLETION_TOKENS = 16
 REPLY_TEXT = "simulated"
@@ -49,7 +49,7 @@ class SimulatedEngine(Engine):
         if model is None:
             raise EngineUnavailable("no model is loaded")
         if endpoint not in model.endpoints:
-            return error_reply(400, f"endpoint {endpoint} is not served by {model.id}", "invalid_url")
+            return not_served(endpoint, model)
         usage_in, usage_out = prompt_tokens(body), completion_tokens(body)
         usage = {"prompt_tokens": usage_in, "completion_tokens": usage_out, "total_tokens": usage_in + usage_out}
         created = int(time.time())
@@ -65,8 +65,4 @@ class SimulatedEngine(Engine):
         chat = {"id": f"chatcmpl-sim-{created}", "object": "chat.completion", "created": created, "model": model.id,
                 "choices": [{"index": 0, "finish_reason": "length",
                              "message": {"role": "assistant", "content": REPLY_TEXT}}], "usage": usage}
-        if endpoint == "/v1/responses":
-            from services.executor.adapters.engines.responses import response_body
-
-            return EngineReply(200, response_body(chat, model.id))
-        return EngineReply(200, chat)
+        return completed(endpoint, chat, model)

@@ -21,19 +21,24 @@ TensorRT-LLM is imported only by `load()`, so this module (and its mapping) work
 import asyncio
 import gc
 import importlib
-import importlib.metadata
 import logging
 import os
-import secrets
-import time
 from typing import Any, ClassVar
 
 from contracts.catalogue import CatalogueModel
 from contracts.events.executor import EngineName
-from services.executor.adapters.engines.base import Engine, EngineReply, EngineUnavailable, error_reply
+from services.executor.adapters.engines.base import (
+    Engine,
+    EngineReply,
+    EngineUnavailable,
+    completed,
+    error_reply,
+    installed,
+    not_served,
+)
 from services.executor.adapters.engines.generation_rules import COMPLETIONS_DEFAULT_MAX_TOKENS
-from services.executor.adapters.engines.hf_prompts import chat_prompt
-from services.executor.adapters.engines.responses import UnmappableRequest, chat_request, response_body
+from services.executor.adapters.engines.hf_prompts import completion, prompt_text, text_choice
+from services.executor.adapters.engines.responses import UnmappableRequest, chat_request
 from services.runtime.storage.catalogue import resolve_artifact
 
 log = logging.getLogger(__name__)
@@ -133,25 +138,13 @@ def completion_body(output: Any, endpoint: str, model_id: str, tokenizer: Any = 
         reason = str(sequence.finish_reason)
         if reason not in FINISHED:
             raise LineCancelled(f"TensorRT-LLM ended the request {reason!r}")
-        choice: dict[str, Any] = {"index": index, "finish_reason": FINISHED[reason]}
-        if chat:  # the key sets of the llama.cpp engine's answers (bench/gpu_smoke.py compares them)
-            choice["message"] = {"role": "assistant", "content": sequence.text}
-        else:
-            choice["text"], choice["logprobs"] = sequence.text, None
+        choice = text_choice(index, FINISHED[reason], sequence.text, chat)
         if logprobs is not None:
             choice["logprobs"] = (chat_logprobs if chat else completion_logprobs)(sequence, tokenizer, logprobs)
         choices.append(choice)
-    prompt_tokens = len(output.prompt_token_ids or [])
     generated = sum(len(sequence.token_ids) for sequence in output.outputs)
-    cached = int(getattr(output, "cached_tokens", 0) or 0)
-    return {
-        "id": f"{'chatcmpl-' if chat else 'cmpl-'}{secrets.token_hex(12)}",
-        "object": "chat.completion" if chat else "text_completion",
-        "created": int(time.time()), "model": model_id, "choices": choices, "system_fingerprint": fingerprint,
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": generated,
-                  "total_tokens": prompt_tokens + generated,
-                  "prompt_tokens_details": {"cached_tokens": cached}},
-    }
+    return completion(chat, model_id, choices, len(output.prompt_token_ids or []), generated,
+                      int(getattr(output, "cached_tokens", 0) or 0), fingerprint)
 
 
 def refusal_of(error: Exception) -> EngineReply:
@@ -172,10 +165,7 @@ class TensorRtLlmEngine(Engine):
 
     @property
     def version(self) -> str:
-        try:
-            return importlib.metadata.version("tensorrt_llm")
-        except importlib.metadata.PackageNotFoundError:
-            return "not-installed"
+        return installed("tensorrt_llm")
 
     def load(self, model: CatalogueModel) -> None:
         try:
@@ -216,7 +206,7 @@ class TensorRtLlmEngine(Engine):
         if self._llm is None or self.model is None:
             raise EngineUnavailable("no model is loaded")
         if endpoint not in self.model.endpoints or endpoint == "/v1/embeddings":
-            return error_reply(400, f"endpoint {endpoint} is not served by {self.model.id}", "invalid_url")
+            return not_served(endpoint, self.model)
         prepared = self._prepared(endpoint, body)
         if isinstance(prepared, EngineReply):
             return prepared
@@ -228,19 +218,17 @@ class TensorRtLlmEngine(Engine):
         if isinstance(output, EngineReply):
             return output
         try:
-            completion = completion_body(output, endpoint, self.model.id, self._llm.tokenizer,
-                                         logprobs_wanted(request), f"trtllm-{self.version}")
+            answer = completion_body(output, endpoint, self.model.id, self._llm.tokenizer,
+                                     logprobs_wanted(request), f"trtllm-{self.version}")
         except LineCancelled as cancelled:
             return error_reply(503, str(cancelled), "engine_cancelled")
-        if endpoint == "/v1/responses":
-            return EngineReply(200, response_body(completion, self.model.id))
-        return EngineReply(200, completion)
+        return completed(endpoint, answer, self.model)
 
     def _prepared(self, endpoint: str, body: dict[str, object]) -> tuple[dict[str, Any], str, Any] | EngineReply:
         """The request as the engine takes it, its prompt and sampling; or the line's refusal."""
         try:
             request = chat_request(body) if endpoint == "/v1/responses" else dict(body)
-            prompt = self._prompt(endpoint, request)
+            prompt = prompt_text(self._llm.tokenizer, endpoint, request)
             params = self._trtllm.SamplingParams(**sampling_kwargs(request, endpoint))
         except UnmappableRequest as error:
             return error_reply(400, str(error), "invalid_request")
@@ -271,12 +259,3 @@ class TensorRtLlmEngine(Engine):
             if "shutting down" in str(error):
                 raise EngineUnavailable(f"TensorRT-LLM is shutting down: {error}") from error
             return error_reply(500, f"TensorRT-LLM failed the request: {error}", "engine_error")
-
-    def _prompt(self, endpoint: str, request: dict[str, Any]) -> str:
-        if endpoint == "/v1/completions":
-            prompt = request.get("prompt")
-            if not isinstance(prompt, str):
-                raise UnmappableRequest("prompt must be a string")
-            return prompt
-        kwargs = request.get("chat_template_kwargs")
-        return chat_prompt(self._llm.tokenizer, request.get("messages"), kwargs if isinstance(kwargs, dict) else None)

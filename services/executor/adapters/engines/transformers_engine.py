@@ -31,7 +31,6 @@ import queue
 import secrets
 import shutil
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -40,7 +39,15 @@ from contracts.catalogue import CatalogueModel
 from contracts.events.executor import EngineName
 from services.executor.adapters.artifacts import default_cache_dir
 from services.executor.adapters.engines import continuous_batching as batching
-from services.executor.adapters.engines.base import Engine, EngineReply, EngineUnavailable, error_reply
+from services.executor.adapters.engines.base import (
+    Engine,
+    EngineReply,
+    EngineUnavailable,
+    completed,
+    error_reply,
+    installed,
+    not_served,
+)
 from services.executor.adapters.engines.generation_rules import (
     MAX_SAMPLES,
     PromptTooLong,
@@ -51,8 +58,8 @@ from services.executor.adapters.engines.generation_rules import (
     sampling_of,
     token_list,
 )
-from services.executor.adapters.engines.hf_prompts import chat_prompt
-from services.executor.adapters.engines.responses import UnmappableRequest, chat_request, response_body
+from services.executor.adapters.engines.hf_prompts import completion, prompt_text, text_choice
+from services.executor.adapters.engines.responses import UnmappableRequest, chat_request
 
 log = logging.getLogger(__name__)
 
@@ -99,10 +106,7 @@ class TransformersEngine(Engine):
 
     @property
     def release(self) -> str:
-        try:
-            return importlib.metadata.version("transformers")
-        except importlib.metadata.PackageNotFoundError:
-            return "not-installed"
+        return installed("transformers")
 
     @property
     def fingerprint(self) -> str:
@@ -199,7 +203,7 @@ class TransformersEngine(Engine):
         if self._network is None or self.model is None:
             raise EngineUnavailable("no model is loaded")
         if endpoint not in self.model.endpoints or endpoint == "/v1/embeddings":
-            return error_reply(400, f"endpoint {endpoint} is not served by {self.model.id}", "invalid_url")
+            return not_served(endpoint, self.model)
         try:
             request = chat_request(body) if endpoint == "/v1/responses" else dict(body)
             job = self._job(endpoint, request)
@@ -213,10 +217,7 @@ class TransformersEngine(Engine):
             rows = await self._generate_job(job)
         except RuntimeError as error:  # CUDA out of memory, a kernel error: this line's try failed
             return error_reply(500, f"generation failed: {error}", "engine_error")
-        completion = self._completion(endpoint, job, rows)
-        if endpoint == "/v1/responses":
-            return EngineReply(200, response_body(completion, self.model.id))
-        return EngineReply(200, completion)
+        return completed(endpoint, self._completion(endpoint, job, rows), self.model)
 
     async def _generate_job(self, job: Job) -> list[tuple[list[int], bool]]:
         """Each sample's tokens and whether it ended (EOS), through the continuous batch where the line fits it."""
@@ -237,15 +238,8 @@ class TransformersEngine(Engine):
 
     def _job(self, endpoint: str, request: dict[str, Any]) -> Job:
         assert self.model is not None
-        if endpoint == "/v1/completions":
-            prompt = request.get("prompt")
-            if not isinstance(prompt, str):
-                raise UnmappableRequest("prompt must be a string")
-            ids = self._tokenizer(prompt, add_special_tokens=True)["input_ids"]
-        else:
-            kwargs = request.get("chat_template_kwargs")
-            text = chat_prompt(self._tokenizer, request.get("messages"), kwargs if isinstance(kwargs, dict) else None)
-            ids = self._tokenizer(text, add_special_tokens=False)["input_ids"]
+        prompt = prompt_text(self._tokenizer, endpoint, request)
+        ids = self._tokenizer(prompt, add_special_tokens=endpoint == "/v1/completions")["input_ids"]
         limit = max_new_tokens(request, endpoint, len(ids), self.model.context_length)
         if limit < 1 or len(ids) + limit > self.model.context_length:
             raise PromptTooLong(f"{len(ids)} prompt tokens and {limit} to generate exceed the context of "
@@ -269,20 +263,8 @@ class TransformersEngine(Engine):
             if stopped:
                 tokens = self._tokenizer(text, add_special_tokens=False)["input_ids"]
             generated += len(tokens)
-            reason = "stop" if ended or stopped else "length"
-            choice: dict[str, Any] = {"index": index, "finish_reason": reason}
-            if chat:  # the key sets of the llama.cpp engine's answers (bench/gpu_smoke.py compares them)
-                choice["message"] = {"role": "assistant", "content": text}
-            else:
-                choice["text"], choice["logprobs"] = text, None
-            choices.append(choice)
-        prompt_tokens = len(job.prompt_ids)
-        return {"id": f"{'chatcmpl-' if chat else 'cmpl-'}{secrets.token_hex(12)}",
-                "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
-                "model": self.model.id, "choices": choices, "system_fingerprint": self.fingerprint,
-                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": generated,
-                          "total_tokens": prompt_tokens + generated,
-                          "prompt_tokens_details": {"cached_tokens": 0}}}
+            choices.append(text_choice(index, "stop" if ended or stopped else "length", text, chat))
+        return completion(chat, self.model.id, choices, len(job.prompt_ids), generated, 0, self.fingerprint)
 
     # The engine's own thread from here on.
 
