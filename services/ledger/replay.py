@@ -23,7 +23,7 @@ from services.runtime.nats import eventlog
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.folds import running
 from services.runtime.nats.kv import latest_entries
-from services.runtime.nats.readmodel import ReadModel, live_lists, owner_copy
+from services.runtime.nats.readmodel import ReadModel, live_lists, owner_copy, owner_entry
 from services.runtime.nats.stored_bytes import stored_records
 
 
@@ -59,7 +59,7 @@ async def replay_into_scratch(bus: EventBus, group_size: int = 5000, archive: Ar
             if isinstance(projection, BatchRecord | FileRecord):
                 copy_key, kept = owner_copy(projection)
                 if kept:
-                    replayed.records[copy_key] = projection
+                    replayed.records[copy_key] = owner_entry(projection)
                 else:
                     replayed.records.pop(copy_key, None)
 

@@ -3,13 +3,14 @@ operator, any batch; a user who is an `admin` of an organisation, the batches of
 such a cancel adds to the batch's `errors.data` (`cancelled_by_org_admin` naming the person, or
 `cancelled_by_platform_admin`) is worked out here too; an owner's own cancel adds nothing."""
 
+import asyncio
 from typing import Literal
 
 from contracts.api.organization import DEFAULT_ORGANIZATION_ID
 from contracts.events.batch import AdminCancelCode
 from contracts.ids import owner_id, owner_user
-from contracts.readmodel import ApiKeyRecord, BatchRecord, UserRecord
-from services.runtime.nats.readmodel import ReadModel
+from contracts.readmodel import ApiKeyRecord, UserRecord
+from services.runtime.nats.readmodel import BatchIndexEntry, ReadModel
 
 Standing = Literal["owner", "org_admin", "platform_admin"]
 """Why the caller may act on a batch."""
@@ -46,11 +47,13 @@ async def standing(read_model: ReadModel, caller: ApiKeyRecord, owner: str) -> S
     return "org_admin" if member is not None and organization_of(member) == organization_of(admin) else None
 
 
-async def members_batches(read_model: ReadModel, admin: UserRecord) -> list[BatchRecord]:
-    """Every batch of every member of the organisation `admin` administers (theirs included)."""
+async def members_index(read_model: ReadModel, admin: UserRecord) -> dict[str, list[BatchIndexEntry]]:
+    """The index of batches of every member of the organisation `admin` administers (theirs included), by owner."""
     organization = organization_of(admin)
-    members = [user for user in await read_model.list_users() if organization_of(user) == organization]
-    return [record for user in members for record in await read_model.owner_batches(owner_id(user.user_id, ""))]
+    owners = [owner_id(user.user_id, "") for user in await read_model.list_users()
+              if organization_of(user) == organization]
+    return dict(zip(owners, await asyncio.gather(*(read_model.owner_batch_index(owner) for owner in owners)),
+                    strict=True))
 
 
 async def cancel_entry(read_model: ReadModel, caller: ApiKeyRecord,

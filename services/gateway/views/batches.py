@@ -7,17 +7,17 @@ from contracts.api.batch import Batch
 from contracts.api.batch_request import BatchCreateRequest
 from contracts.ids import owner_id
 from contracts.lifecycle import ALL_STATUSES
-from contracts.readmodel import BatchRecord
 from services.gateway.context import deps
 from services.gateway.http.answers import answer
 from services.gateway.http.auth import principal
 from services.gateway.http.bodies import read_body
 from services.gateway.http.errors import ApiError, bad_request
 from services.gateway.http.limits import charge_control_call
-from services.gateway.http.paging import page_after, parse_limit
+from services.gateway.http.paging import parse_limit
 from services.gateway.usecases import batches as usecase
+from services.gateway.usecases.batch_list import Listing, batch_page, indexed, scanned
 from services.gateway.usecases.batches import overseen_batch
-from services.gateway.usecases.oversight import administered_organization, members_batches, organization_of
+from services.gateway.usecases.oversight import administered_organization, members_index, organization_of
 
 MAX_JSON_BODY_BYTES = 1024 * 1024
 IDEMPOTENCY_KEY_CHARS = (16, 80)
@@ -45,10 +45,10 @@ async def list_batches(request: web.Request) -> web.Response:
     with `organization_id`, that organisation's), `?scope=all` every batch (an admin key)."""
     d, caller = deps(request), principal(request)
     await d.own_writes.settle(d.read_model, caller.owner, ("batch",), d.settings.own_writes_wait_s)
-    records = await _listed(request, request.query.get("scope", "own"))
-    mine = [r.batch for r in records if _matches(r.batch, request.query.get("status"), request.query.get("search"))]
-    mine.sort(key=lambda b: (b.created_at, b.id), reverse=True)
-    page = page_after(mine, [b.id for b in mine], request.query.get("after"), parse_limit(request))
+    listing = await _listed(request, request.query.get("scope", "own"))
+    status, search = request.query.get("status"), request.query.get("search")
+    keep = None if status is None and not search else lambda batch: _matches(batch, status, search)
+    page = await batch_page(listing, request.query.get("after"), parse_limit(request), keep)
     return web.json_response(page.model_dump(mode="json"))
 
 
@@ -75,26 +75,26 @@ async def retrieve_batch(request: web.Request) -> web.Response:
     return web.json_response(record.batch.model_dump(mode="json"))
 
 
-async def _listed(request: web.Request, scope: str) -> list[BatchRecord]:
+async def _listed(request: web.Request, scope: str) -> Listing:
     d, caller = deps(request), principal(request)
     if scope == "own":
-        return await d.read_model.owner_batches(caller.owner)
+        return indexed(d.read_model, {caller.owner: await d.read_model.owner_batch_index(caller.owner)})
     if scope not in ("organization", "all"):
         raise bad_request(f"scope must be 'own', 'organization' or 'all' (got {scope!r}).", "invalid_scope", "scope")
     if caller.role == "admin":
         everything = await d.read_model.list_batches()
         organization = request.query.get("organization_id")
         if scope == "all" or organization is None:
-            return everything
+            return scanned(everything)
         members = {owner_id(user.user_id, "") for user in await d.read_model.list_users()
                    if organization_of(user) == organization}
-        return [record for record in everything if record.owner in members]
+        return scanned([record for record in everything if record.owner in members])
     admin = await administered_organization(d.read_model, caller)
     if scope == "all" or admin is None:
         raise ApiError(403, "Only an administrator of your organisation sees its members' batches (scope="
                             "organization), and only an admin key every batch (scope=all).", "permission_error",
                        "insufficient_permissions", "scope")
-    return await members_batches(d.read_model, admin)
+    return indexed(d.read_model, await members_index(d.read_model, admin))
 
 
 async def cancel_batch(request: web.Request) -> web.Response:

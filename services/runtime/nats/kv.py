@@ -238,3 +238,48 @@ class _Page:
     end: "asyncio.Future[str]"
     """Set by the status reply that ends a page: `204` (more to read), `end` (204, nothing pending) or another."""
     last_seq: int = 0
+
+
+LAST_PER_REQUEST = 256
+"""Keys asked for per batched direct get of their last values (the server allows up to 1,024)."""
+
+
+async def read_last(kv: KeyValue, keys: list[str]) -> dict[str, bytes]:
+    """The current value of each of `keys` that has one (deleted and never-written keys are left out), by batched
+    direct gets of their last messages (`multi_last`): one request per `LAST_PER_REQUEST` keys, however many."""
+    chunks = [keys[start:start + LAST_PER_REQUEST] for start in range(0, len(keys), LAST_PER_REQUEST)]
+    found: dict[str, bytes] = {}
+    for messages in await asyncio.gather(*(_read_last(kv, chunk) for chunk in chunks)):
+        for message in messages:
+            deleted = KV_OPERATION in message.headers or MARKER_REASON in message.headers
+            if not deleted and message.data:
+                found[message.subject[len(kv._pre):]] = message.data
+    return found
+
+
+async def _read_last(kv: KeyValue, keys: list[str]) -> list[StoredMessage]:
+    nc = kv._js._nc
+    found: list[StoredMessage] = []
+    end: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    async def on_reply(message: Msg) -> None:
+        headers = {str(name): value for name, value in (message.headers or {}).items()}
+        status = headers.get("Status")
+        if status is None:
+            found.append(StoredMessage(int(headers["Nats-Sequence"]), headers["Nats-Subject"], headers, message.data))
+        elif not end.done():
+            end.set_result(status)
+
+    replies = await nc.subscribe(nc.new_inbox(), cb=on_reply)
+    try:
+        await nc.publish(direct_get(kv._stream), orjson.dumps(
+            {"multi_last": [f"{kv._pre}{key}" for key in keys], "batch": len(keys)}), reply=replies.subject)
+        try:
+            status = await asyncio.wait_for(end, PAGE_TIMEOUT_S)
+        except TimeoutError:
+            raise ScanFailed("the stream stopped answering a read of keys") from None
+    finally:
+        await replies.unsubscribe()
+    if status not in ("204", "404"):  # 404: none of the keys has a value
+        raise ScanFailed(f"the stream refused a read of keys (status {status})")
+    return found

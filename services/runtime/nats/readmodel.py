@@ -2,13 +2,13 @@
 
 import asyncio
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import nats.js.errors
 from nats.js.kv import KeyValue
-from pydantic import BaseModel
+from pydantic import BaseModel, model_validator
 
 from contracts.lifecycle import TERMINAL
 from contracts.readmodel import (
@@ -25,18 +25,44 @@ from contracts.readmodel import (
 )
 from contracts.subjects import READ_MODEL_BUCKET, owner_index, owner_index_key, owner_live_key, read_model_key
 from services.runtime.nats.bus import EventBus
-from services.runtime.nats.kv import latest_entries, latest_values, open_bucket, read_value
+from services.runtime.nats.kv import latest_entries, latest_values, open_bucket, read_last, read_value
 from services.runtime.nats.stored_bytes import StoredBytesWriter, part_of, stored_bytes, stored_part
 from services.runtime.process.keyed_locks import KeyedLocks
 
 Record = TypeVar("Record", bound=BaseModel)
+INDEXED_KEPT = 65_536
+"""Ended batches the writer remembers having filed in their owner's index (a live one's entry is known from the
+owner's live list): a later change to one it forgot files the same entry again, harmlessly."""
+
+
+class BatchIndexEntry(BaseModel):
+    """What an owner's index holds of one of their batches: only what never changes, so it is written once and a
+    list is ordered and paged from the index before the page's records are read by id."""
+
+    id: str
+    created_at: int
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_full_record(cls, data: Any) -> Any:
+        """A read model written before the index held entries keeps a whole `BatchRecord` there."""
+        if isinstance(data, dict) and isinstance(data.get("batch"), dict):
+            return {"id": data["batch"].get("id"), "created_at": data["batch"].get("created_at")}
+        return data
 
 
 def owner_copy(record: BatchRecord | FileRecord) -> tuple[str, bool]:
-    """Where the owner's copy of a record lives, and whether it is kept (a deleted file leaves the index)."""
+    """Where the owner's entry for a record lives, and whether it is kept (a deleted file leaves the index)."""
     if isinstance(record, BatchRecord):
         return owner_index_key(record.owner, "batch", record.batch.id), True
     return owner_index_key(record.owner, "file", record.file.id), not record.deleted
+
+
+def owner_entry(record: BatchRecord | FileRecord) -> BaseModel:
+    """What the owner's index keeps of a record: a batch's entry, a file's whole record (files change rarely)."""
+    if isinstance(record, BatchRecord):
+        return BatchIndexEntry(id=record.batch.id, created_at=record.batch.created_at)
+    return record
 
 
 def live_lists(records: list[BatchRecord]) -> dict[str, LiveBatches]:
@@ -55,6 +81,8 @@ class ReadModel:
         self._live: dict[str, dict[str, str]] = {}
         """The writer's copy of each touched owner's live-batch list (as last put); owners with none are dropped."""
         self._live_locks = KeyedLocks()
+        self._indexed: OrderedDict[str, None] = OrderedDict()
+        """The owner index keys of ended batches this writer filed (or found filed), the last `INDEXED_KEPT`."""
         self._stored = StoredBytesWriter(kv)
 
     @classmethod
@@ -111,9 +139,22 @@ class ReadModel:
     async def list_batches(self) -> list[BatchRecord]:
         return await self._scan("batch", BatchRecord)
 
+    async def get_batches(self, batch_ids: list[str]) -> dict[str, BatchRecord]:
+        """The records of those of `batch_ids` the read model shows, by id (batched reads, not one per batch)."""
+        found = await read_last(self.kv, [read_model_key("batch", batch_id) for batch_id in batch_ids])
+        return {key.removeprefix("batch."): BatchRecord.model_validate_json(value) for key, value in found.items()}
+
+    async def owner_batch_index(self, owner: str) -> list[BatchIndexEntry]:
+        """The owner's index of batches (id and creation time of each), in id order: one scan of small entries."""
+        values = await latest_values(self.kv, owner_index(owner, "batch"))
+        return [BatchIndexEntry.model_validate_json(value) for value in values]
+
     async def owner_batches(self, owner: str) -> list[BatchRecord]:
-        """Every batch of one owner (a user, or a key without one), from their index alone."""
-        return [BatchRecord.model_validate_json(v) for v in await latest_values(self.kv, owner_index(owner, "batch"))]
+        """Every batch of one owner (a user, or a key without one) in id order: their index, then its records (an
+        entry whose record is not readable yet is left out, as is a record another owner holds)."""
+        ids = [entry.id for entry in await self.owner_batch_index(owner)]
+        records = await self.get_batches(ids)
+        return [records[batch_id] for batch_id in ids if batch_id in records and records[batch_id].owner == owner]
 
     async def owner_live_list(self, owner: str) -> dict[str, str]:
         """Batch id → input file id of the owner's batches that have not ended (one read, however many they ever
@@ -182,19 +223,18 @@ class ReadModel:
         return await self._scan("file", FileRecord)
 
     async def put(self, key: str, record: BaseModel) -> None:
-        """The one write: a record at the key the ledger's projection names. A batch enters or leaves its owner's
-        live list first (a limit counts it from the first moment; it leaves once ended, before its record says
-        so), and a file enters or leaves its owner's stored bytes (stored_bytes.py); a batch's or file's owner copy
-        next (once the record is readable by id, the owner's checks and lists see it too)."""
-        value = record.model_dump_json().encode()
+        """The one write: a record at the key the ledger's projection names. A batch is filed in its owner's index
+        when first seen, then enters or leaves their live list (a limit counts it from the first moment; it leaves
+        once ended, before its record says so); a file enters or leaves its owner's stored bytes (stored_bytes.py)
+        and its owner's index. All before the record itself: once it is readable by id, the owner's checks and lists
+        see it too."""
         if isinstance(record, BatchRecord):
             await self._mark_live(record, record.batch.status not in TERMINAL)
         if isinstance(record, FileRecord):
             await self._stored.enter(record)
-        if isinstance(record, BatchRecord | FileRecord):
             copy_key, kept = owner_copy(record)
-            await (self.kv.put(copy_key, value) if kept else self.kv.delete(copy_key))
-        await self.kv.put(key, value)
+            await (self.kv.put(copy_key, record.model_dump_json().encode()) if kept else self.kv.delete(copy_key))
+        await self.kv.put(key, record.model_dump_json().encode())
 
     async def put_batch(self, record: BatchRecord) -> None:
         """(For tools and tests that write a record by hand: the ledger writes through `put`.)"""
@@ -204,13 +244,15 @@ class ReadModel:
         await self.put(read_model_key("apikey", key_sha256), record)
 
     async def _mark_live(self, record: BatchRecord, live: bool) -> None:
-        """Add or remove the batch in its owner's live list; written only when it changes (twice a batch's life,
-        and once for an owner whose first batch the read model shows ended already)."""
+        """File the batch in its owner's index unless it is there (on its live list, or remembered), then add or
+        remove it in their live list; each written only when it changes (the list twice a batch's life, and once
+        for an owner whose first batch the read model shows ended already)."""
         owner, batch_id = record.owner, record.batch.id
         async with self._live_locks.hold(owner):
             listed = self._live.get(owner)
             if listed is None:
                 listed = await self._live_list(owner)
+            await self._file(record, listed)
             ids = dict(listed or {})
             if live:
                 ids[batch_id] = record.batch.input_file_id
@@ -223,6 +265,19 @@ class ReadModel:
                 self._live[owner] = ids
             else:
                 self._live.pop(owner, None)
+
+    async def _file(self, record: BatchRecord, listed: dict[str, str] | None) -> None:
+        """The batch's entry in its owner's index, written unless known there: a batch on the live list was filed
+        before it was listed. Remembered once the batch ended (it leaves the list)."""
+        copy_key, _ = owner_copy(record)
+        if copy_key in self._indexed:
+            self._indexed.move_to_end(copy_key)
+        elif listed is None or record.batch.id not in listed:
+            await self.kv.put(copy_key, owner_entry(record).model_dump_json().encode())
+        if record.batch.status in TERMINAL:
+            self._indexed[copy_key] = None
+            if len(self._indexed) > INDEXED_KEPT:
+                self._indexed.popitem(last=False)
 
     async def index_live_batches(self) -> int:
         """Write every owner's live list from the batch records (once, for a read model made before the lists
