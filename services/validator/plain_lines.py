@@ -12,7 +12,7 @@ from contracts.catalogue import Catalogue, CatalogueModel
 from contracts.engines import honoured_parameters
 from contracts.events.executor import EngineName
 from services.validator.adapters.tokenizer import PLAIN_MESSAGE, TokenizerCache
-from services.validator.body_rules import CHAT_ROLES, ContextNeed, wanted_tokens
+from services.validator.body_rules import CHAT_ROLES, RANGES, ContextNeed, wanted_tokens
 
 CHAT = "/v1/chat/completions"
 LINE_FIELDS = frozenset(REQUIRED_LINE_FIELDS)
@@ -82,14 +82,11 @@ def _plain_values(body: dict[str, object]) -> bool:
                 return False
     if "seed" in body and type(body["seed"]) is not int:
         return False
-    if "temperature" in body:
-        value = body["temperature"]
-        if type(value) not in (int, float) or not 0 <= value <= 2:  # type: ignore[operator]
-            return False
-    if "top_p" in body:
-        value = body["top_p"]
-        if type(value) not in (int, float) or not 0 <= value <= 1:  # type: ignore[operator]
-            return False
+    for name in ("temperature", "top_p"):
+        if name in body:
+            value, (low, high) = body[name], RANGES[name]
+            if type(value) not in (int, float) or not low <= value <= high:  # type: ignore[operator]
+                return False
     return True
 
 

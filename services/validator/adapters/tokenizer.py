@@ -253,44 +253,48 @@ class ModelTokenizer:
         """None when the chat's prompt is at most `room` tokens (`chat_bound`, then the rendered prompt's `fits`);
         otherwise the rendered prompt, to count exactly. Each message's role and text is read once."""
         contents = [_text_of(m.get("content")) for m in messages]
-        return self._over(messages, _plain(messages, kwargs), _roles(messages), contents, room, kwargs, False)
+        return self._over(messages, _plain(messages, kwargs), _roles(messages), contents, room, kwargs)
 
     def plain_chat_over(self, roles: tuple[str, ...], contents: list[str], room: int,
                         json_ascii: bool = False) -> str | None:
         """`chat_over` of messages of only a string role and a string content each, given as those.
 
         `json_ascii`: the contents come from an ASCII JSON line without `\\u` escapes, so they hold no byte the
-        vocabulary lacks when it lacks none of `JSON_ASCII` (a skeleton is encodable: see `_skeleton`); a spliced
-        prompt of such contents is bounded from the skeleton's and the contents' own bytes, and spliced only when
-        that does not settle it."""
-        return self._over(None, True, roles, contents, room, None, json_ascii)
+        vocabulary lacks when it lacks none of `JSON_ASCII` (a skeleton is encodable: see `_skeleton`). The prompt
+        they splice into is then bounded from the skeleton's weights and the contents' own (`PairBound.spoilt` adds
+        up over a text's parts), and spliced only when that does not settle it."""
+        overhead, bound = self.overhead_cache.get(roles), self.pair_bound
+        if overhead is None or bound is None or not json_ascii or not self.json_ascii_encodable:
+            return self._over(None, True, roles, contents, room, None)
+        size = sum(map(len, contents))  # an ASCII line's contents are ASCII
+        if overhead + size <= room:
+            return None
+        joined = "\x00".join(contents)
+        skeleton = self._skeleton_of(roles, joined)
+        if skeleton is None:
+            return self._over(None, True, roles, contents, room, None)
+        size += skeleton.size
+        joins = (len(contents) - 1) * bound.weights[0]  # what the `\x00`s weigh
+        if bound.within(size, skeleton.spoilt + bound.spoilt(joined.encode()) - joins) <= room:
+            return None
+        rendered = skeleton.splice(contents)
+        return None if self._head_fits(rendered, size, room) else rendered
 
     def _over(self, messages: list[dict[str, object]] | None, plain: bool, roles: tuple[str, ...],
-              contents: list[str], room: int, kwargs: dict[str, object] | None, json_ascii: bool) -> str | None:
+              contents: list[str], room: int, kwargs: dict[str, object] | None) -> str | None:
         """`chat_over`; `plain`: `_plain(messages, kwargs)`; `messages` None: they are their roles and contents."""
         overhead = self.overhead_cache.get(roles)
         if overhead is None:
             overhead = self.chat_bound([{"role": role, "content": ""} for role in roles])
-        size = sum(map(len if json_ascii else _size, contents))  # an ASCII line's contents are ASCII
-        if overhead + size <= room:
+        if overhead + sum(map(_size, contents)) <= room:
             return None
-        joined = "\x00".join(contents) if plain else ""
-        skeleton = self._skeleton_of(roles, joined) if plain else None
-        if skeleton is None:
+        skeleton = self._skeleton_of(roles, "\x00".join(contents)) if plain else None
+        if skeleton is not None:
+            rendered = skeleton.splice(contents)
+        else:
             if messages is None:
                 messages = [{"role": role, "content": content} for role, content in zip(roles, contents, strict=True)]
             rendered = self._render(messages, contents, kwargs)
-        elif json_ascii and self.json_ascii_encodable:  # every byte is encodable, and the prompt's size is known
-            size += skeleton.size
-            bound = self.pair_bound
-            # The prompt's weights are the skeleton's and the contents' (joined, less the joins' own).
-            if bound is not None and bound.within(size, skeleton.spoilt + bound.spoilt(joined.encode()) - (
-                    len(contents) - 1) * bound.weights[0]) <= room:
-                return None
-            rendered = skeleton.splice(contents)
-            return None if self._head_fits(rendered, size, room) else rendered
-        else:
-            rendered = skeleton.splice(contents)
         return None if self.fits(rendered, room) else rendered
 
     def _render(self, messages: list[dict[str, object]], contents: list[str],
