@@ -107,30 +107,34 @@ class FileValidation:
     def plan(self, lines: list[tuple[int, bytes]]) -> "Window":
         """The file's bookkeeping of a window, in line order: lines counted, those past `max_lines` decided (the
         first refused for the file, the rest never checked), the others to check on their own (anywhere)."""
-        numbers: list[int] = []
-        to_check: list[bytes | None] = []
+        numbers = [line_no for line_no, _ in lines]
+        raws = [raw for _, raw in lines]
         decided: dict[int, LineVerdict] = {}
-        for line_no, raw in lines:
-            numbers.append(line_no)
-            self.lines_seen = line_no
-            if not raw.strip():
-                to_check.append(None)
-                self.blank_lines.append(line_no)
-                continue
-            self.total_lines += 1
-            if self.total_lines > self.limits.max_lines:
-                to_check.append(None)
-                if self.limit_line is None:
-                    self.limit_line = line_no
-                    issue = LineIssue("too_many_tasks", f"The file has more than {self.limits.max_lines} "
-                                      f"requests; split it into several batches (lines from {line_no} on were not "
-                                      "checked).")
-                    decided[line_no] = LineVerdict([self._file_issue(issue)])
-                continue
-            to_check.append(raw)
+        self.lines_seen = numbers[-1] if numbers else self.lines_seen
+        to_check: list[bytes | None]
+        if all(map(bytes.strip, raws)) and self.total_lines + len(raws) <= self.limits.max_lines:
+            to_check, self.total_lines = list(raws), self.total_lines + len(raws)  # requests all, as nearly always
+        else:
+            to_check = [self._admitted(line_no, raw, decided) for line_no, raw in lines]
         spec = WindowSpec(self.endpoint, self.allowed_models, self.limits.max_line_bytes, self._line_model(),
                           self.limits.inherit_line_model)
         return Window(numbers, to_check, decided, spec)
+
+    def _admitted(self, line_no: int, raw: bytes, decided: dict[int, LineVerdict]) -> bytes | None:
+        """`raw` to check, counted; None for a blank line (no request) or one past `max_lines` (the first of them
+        refused for the file, in `decided`)."""
+        if not raw.strip():
+            self.blank_lines.append(line_no)
+            return None
+        self.total_lines += 1
+        if self.total_lines <= self.limits.max_lines:
+            return raw
+        if self.limit_line is None:
+            self.limit_line = line_no
+            issue = LineIssue("too_many_tasks", f"The file has more than {self.limits.max_lines} requests; split it "
+                              f"into several batches (lines from {line_no} on were not checked).")
+            decided[line_no] = LineVerdict([self._file_issue(issue)])
+        return None
 
     def apply(self, window: "Window", verdicts: list[LineVerdict | None]) -> list[LineResult]:
         """The file-level rules over a window's checked lines, in line order."""
