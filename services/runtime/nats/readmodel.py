@@ -26,6 +26,7 @@ from contracts.readmodel import (
 from contracts.subjects import READ_MODEL_BUCKET, owner_index, owner_index_key, owner_live_key, read_model_key
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.kv import latest_entries, latest_values, open_bucket, read_last, read_value
+from services.runtime.nats.replicas import replicated
 from services.runtime.nats.stored_bytes import StoredBytesWriter, part_of, stored_bytes, stored_part
 from services.runtime.process.keyed_locks import KeyedLocks
 
@@ -140,8 +141,15 @@ class ReadModel:
         return await self._scan("batch", BatchRecord)
 
     async def get_batches(self, batch_ids: list[str]) -> dict[str, BatchRecord]:
-        """The records of those of `batch_ids` the read model shows, by id (batched reads, not one per batch)."""
-        found = await read_last(self.kv, [read_model_key("batch", batch_id) for batch_id in batch_ids])
+        """The records of those of `batch_ids` the read model shows, by id (batched reads, not one per batch). On a
+        replicated bucket one that the replica answering left out is asked of the leader: a batch filed in its
+        owner's index and then written, both before the call, is in the answer."""
+        keys = [read_model_key("batch", batch_id) for batch_id in batch_ids]
+        found = await read_last(self.kv, keys)
+        missing = [key for key in keys if key not in found]
+        if missing and await replicated(self.kv._js, self.kv._stream):
+            values = await asyncio.gather(*(read_value(self.kv, key) for key in missing))
+            found.update((key, value) for key, value in zip(missing, values, strict=True) if value)
         return {key.removeprefix("batch."): BatchRecord.model_validate_json(value) for key, value in found.items()}
 
     async def owner_batch_index(self, owner: str) -> list[BatchIndexEntry]:
