@@ -193,10 +193,6 @@ class Resume:
         next_chunk = 0 if last_chunk is None else last_chunk + 1
         return cls(committed, next_chunk, last_chunk, last_usage)
 
-    @property
-    def committed_lines(self) -> set[int]:
-        return set(self.committed)
-
     def tally(self, layout: ShardLayout | None = None, shard: int = 0) -> Tally:
         """Counts of the committed lines, of one shard's lines when a `layout` is given."""
         tally = Tally()

@@ -31,7 +31,7 @@ from contracts.subjects import (
 )
 from services.executor.adapters.desk import FactRefused
 from services.executor.adapters.engines.shelf import EngineShelf
-from services.executor.adapters.watch import read_batch_log
+from services.executor.adapters.log_reader import read_batch_log
 from services.executor.finalizer import Ender
 from services.executor.runner import BatchRunner
 from services.runtime.nats.bus import ConsumerPolicy, EventBus, FenceMoved, PoisonMessage

@@ -155,16 +155,6 @@ class SlotState(Protocol):
         """When it was last handed out (a counter): the least recently used goes first among equals."""
 
 
-@dataclass(frozen=True)
-class SlotView:
-    """A slot's state at one moment (what tests hand the choice)."""
-
-    index: int
-    resident: str | None
-    busy: bool
-    last_used: int
-
-
 def choose_start(candidates: Sequence[str | None], slots: Sequence[SlotState], need: Mapping[str, int],
                  patient: bool = True) -> tuple[int, str | None] | None:
     """Which of a unit's pending prefixes (`candidates`, in its preferred order) to start next and on which free slot;

@@ -30,7 +30,7 @@ from services.executor.adapters.engines.base import Engine
 from services.executor.adapters.input_cache import InputCache, InputCopy
 from services.executor.adapters.objects import ObjectAccess
 from services.executor.adapters.results import ResultStore
-from services.executor.adapters.watch import LINGER_S, BatchWatch, WatchHub
+from services.executor.adapters.watch import BatchWatch, WatchHub
 from services.executor.attempt_run import AttemptRun
 from services.executor.attempts import BatchLog
 from services.executor.chunk_lines import ResultLine
@@ -48,7 +48,7 @@ FINALIZING_READ_S = 30.0
 
 async def read_through_finalizing(watch: BatchWatch, batch_id: str) -> BatchLog:
     """The batch's log read until it shows the `finalizing` fact just stated (and a cancel before it)."""
-    if not await watch.read_until(lambda batch_log: batch_log.finalizing, FINALIZING_READ_S):
+    if not await watch.feed.read_until(lambda batch_log: batch_log.finalizing, FINALIZING_READ_S):
         raise TimeoutError(f"batch {batch_id}: its finalizing fact was not read back in {FINALIZING_READ_S}s")
     return watch.log
 
@@ -65,14 +65,13 @@ class BatchRunner:
     """Every step is idempotent: a redelivered command redoes nothing committed and republishes the same ids."""
 
     def __init__(self, bus: EventBus, store: ObjectAccess, executor_id: str, chunk_lines: int,
-                 retry: LineRetry | None = None, chunk_max_wait_s: float = float("inf"),
-                 inputs: InputCache | None = None, watch_linger_s: float = LINGER_S) -> None:
+                 retry: LineRetry | None = None, chunk_max_wait_s: float = float("inf")) -> None:
         self.bus = bus
         self.store = store
         self.results = ResultStore(store)
-        self.inputs = inputs or InputCache(store)
+        self.inputs = InputCache(store)
         """The local copies of the inputs of the batches with units here."""
-        self.watches = WatchHub(bus, watch_linger_s)
+        self.watches = WatchHub(bus)
         """One feed of each batch's log, shared by its attempts here."""
         self.finalizer = Finalizer(bus, store, self.results)
         self.executor_id = executor_id
@@ -177,7 +176,7 @@ class BatchRunner:
                     return True
                 except FenceMoved as moved:
                     # Another attempt failed since (maybe this one): read the log that far, then judge.
-                    if not await watch.caught_up_to(moved.last_sequence):
+                    if not await watch.feed.caught_up_to(moved.last_sequence):
                         raise
             return False
 
@@ -233,7 +232,7 @@ class BatchRunner:
     async def pending_lines(self, command: RunBatch, resume: Resume, copy: InputCopy,
                              stop: asyncio.Event) -> AsyncGenerator[InputLine, None]:
         """The shard's lines no attempt committed, read from the batch's local copy; none more once `stop` is set."""
-        done = resume.committed_lines  # includes lines validation refused, which may not even parse
+        done = resume.committed  # by line: includes lines validation refused, which may not even parse
         first, last = command.layout.first_line(command.shard), command.layout.last_line(command.shard)
         async with aclosing(copy.lines(first, last, stop)) as lines:
             async for number, raw in lines:

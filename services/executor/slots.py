@@ -62,7 +62,6 @@ class SlotPool:
         self._waiting: list[_Waiter] = []
         self._arrivals = itertools.count()
         self._uses = itertools.count()
-        self._last: dict[str, HeldSlot] = {}
         self._units: list[UnitPlan] = []
         """Units planned and not yet closed."""
         self._served: dict[str, int] = {}
@@ -110,7 +109,6 @@ class SlotPool:
                 self._waiting.remove(waiter)
                 self._grant()  # a waiter behind may take what this one was waiting for
             raise
-        self._last[owner] = HeldSlot(self, owner, grant[0])
         return grant
 
     def release(self, owner: str, index: int | None = None) -> None:
@@ -149,8 +147,7 @@ class SlotPool:
         waiter = self._enqueue(owner, unit)
         if waiter.granted.done():  # taken at once: no task waits for it (most lines, while slots are free)
             index, line = waiter.granted.result()
-            held = self._last[owner] = HeldSlot(self, owner, index)
-            return line, held
+            return line, HeldSlot(self, owner, index)
         acquiring = asyncio.ensure_future(self._granted(waiter))
         waiting = asyncio.ensure_future(stopping.wait())
         try:
@@ -164,14 +161,7 @@ class SlotPool:
             self._abandon(acquiring, owner, unit)
             return None
         index, line = acquiring.result()
-        held = self._last[owner] = HeldSlot(self, owner, index)
-        return line, held
-
-    def held_by(self, owner: str) -> "HeldSlot":
-        """The slot `owner` just took, to give back exactly once (`HeldSlot.give_back`), whichever path gets there
-        first: the line's own `finally`, or the done callback of a task cancelled before it ever ran (its
-        coroutine's `finally` never runs then)."""
-        return self._last[owner]
+        return line, HeldSlot(self, owner, index)
 
     def _abandon(self, acquiring: "asyncio.Future[Grant]", owner: str, unit: "UnitPlan | None") -> None:
         """Give up an acquire: a slot it got goes back; one still waiting is withdrawn (it releases what it is
@@ -382,7 +372,8 @@ class UnitPlan:
 
 
 class HeldSlot:
-    """A slot taken, with its engine index, to give back exactly once."""
+    """A slot taken, with its engine index, to give back exactly once, whichever path gets there first: the line's own
+    `finally`, or the done callback of a task cancelled before it ever ran (its coroutine's `finally` never runs)."""
 
     def __init__(self, pool: SlotPool, owner: str, index: int) -> None:
         self._pool: SlotPool | None = pool

@@ -123,15 +123,13 @@ class InputCopy:
 class InputCache:
     """The input copies of the batches with units on this executor, by batch."""
 
-    def __init__(self, store: ObjectAccess, budget_bytes: int = BUDGET_BYTES, idle_s: float = IDLE_S,
-                 directory: str | None = None, io_threads: int = IO_THREADS) -> None:
+    def __init__(self, store: ObjectAccess, budget_bytes: int = BUDGET_BYTES, idle_s: float = IDLE_S) -> None:
         self.store = store
         self.budget_bytes = budget_bytes
         self.idle_s = idle_s
-        self.directory = directory
         self.copies: dict[str, InputCopy] = {}
         self.used_bytes = 0
-        self.pool = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="input-copy")
+        self.pool = ThreadPoolExecutor(max_workers=IO_THREADS, thread_name_prefix="input-copy")
         self.downloads = 0
         """Downloads started (a measure: one per batch while its copy lives)."""
 
@@ -183,8 +181,7 @@ class InputCache:
         self._close_if_unused(copy)
 
     async def _start(self, batch_id: str, key: str) -> InputCopy:
-        file = await asyncio.get_running_loop().run_in_executor(
-            self.pool, lambda: tempfile.TemporaryFile(dir=self.directory))
+        file = await asyncio.get_running_loop().run_in_executor(self.pool, tempfile.TemporaryFile)
         raced = self.copies.get(batch_id)
         if raced is not None and raced.key == key and raced.error is None:
             file.close()  # another unit of the batch started the download while the file was made

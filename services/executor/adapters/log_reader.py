@@ -76,11 +76,11 @@ class BatchLogReader:
             backlog.extend(facts)
         yield reader, backlog
 
-    async def next_events(self, timeout_s: float = 1.0) -> list[Sequenced]:
-        """The next facts in stream order, after a pause of at most `POLL_S` when the log was read to its end (an
-        empty list: none came)."""
+    async def next_events(self) -> list[Sequenced]:
+        """The next facts in stream order, after a pause of `POLL_S` when the log was read to its end (an empty
+        list: none came)."""
         if self.at_end:
-            await asyncio.sleep(min(timeout_s, POLL_S))
+            await asyncio.sleep(POLL_S)
         facts, _ = await self._page()
         return facts
 

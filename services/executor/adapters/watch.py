@@ -16,11 +16,9 @@ from collections.abc import AsyncIterator, Callable
 import nats.errors
 
 from services.executor.adapters.desk import Sequenced
-from services.executor.adapters.log_reader import BatchLogReader, read_batch_log
+from services.executor.adapters.log_reader import BatchLogReader
 from services.executor.attempts import BatchLog, StopReason
 from services.runtime.nats.bus import EventBus
-
-__all__ = ["BatchFeed", "BatchLogReader", "BatchWatch", "WatchHub", "read_batch_log"]
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +55,7 @@ class BatchFeed:
 
     async def caught_up_to(self, sequence: int, within_s: float = 10.0) -> bool:
         """Wait until the log is folded up to `sequence`; False if it was not within `within_s`."""
-        deadline = time.monotonic() + within_s
-        while self.seen_sequence < sequence:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            await self.next_move(remaining)
-        return True
+        return await self.folded(lambda _: self.seen_sequence >= sequence, within_s)
 
     async def folded(self, holds: Callable[[BatchLog], bool], within_s: float = 10.0) -> bool:
         """Wait until the log folded so far `holds`; False if it did not within `within_s`."""
@@ -136,10 +128,6 @@ class BatchWatch:
         return self.feed.log
 
     @property
-    def seen_sequence(self) -> int:
-        return self.feed.seen_sequence
-
-    @property
     def fenced(self) -> bool:
         """This attempt may commit nothing more: its lease is gone or the batch already ended."""
         return not self.log.is_current(self.attempt) or self.log.ended is not None
@@ -151,15 +139,6 @@ class BatchWatch:
         """A FinalizeBatch for this batch reached this executor: the running attempt ends it."""
         self.requested = self.requested or reason
         self.update()
-
-    async def caught_up_to(self, sequence: int, within_s: float = 10.0) -> bool:
-        return await self.feed.caught_up_to(sequence, within_s)
-
-    async def folded(self, holds: Callable[[BatchLog], bool], within_s: float = 10.0) -> bool:
-        return await self.feed.folded(holds, within_s)
-
-    async def read_until(self, holds: Callable[[BatchLog], bool], within_s: float = 10.0) -> bool:
-        return await self.feed.read_until(holds, within_s)
 
     def update(self) -> None:
         if self.fenced or self.stop_reason() is not None:
@@ -217,8 +196,7 @@ class WatchHub:
                 # This feed cannot be brought up to date: a fresh one serves this attempt and those after it.
                 log.warning("batch %s: its feed could not be caught up (%r); opening another", batch_id, error)
                 held.feed.broken = True
-                if self.feeds.get(batch_id) is held:
-                    del self.feeds[batch_id]
+                self._forget(batch_id, held)
             except BaseException:
                 self._drop(batch_id, held, watch)
                 raise
@@ -253,20 +231,21 @@ class WatchHub:
             return
         if held.feed.broken or held.feed.ended_here or held.feed.log.ended is not None or held.done.is_set() \
                 or self.feeds.get(batch_id) is not held:
-            if self.feeds.get(batch_id) is held:
-                del self.feeds[batch_id]
+            self._forget(batch_id, held)
             held.done.set()
-            return
-        if held.linger is None:
+        elif held.linger is None:
             held.linger = asyncio.get_running_loop().call_later(self.linger_s, self._expire, batch_id, held)
 
     def _expire(self, batch_id: str, held: _Open) -> None:
         held.linger = None
-        if held.feed.watches:
-            return
+        if not held.feed.watches:
+            self._forget(batch_id, held)
+            held.done.set()
+
+    def _forget(self, batch_id: str, held: _Open) -> None:
+        """The hub no longer hands out this feed (a fresh one may serve the batch already)."""
         if self.feeds.get(batch_id) is held:
             del self.feeds[batch_id]
-        held.done.set()
 
     async def _keep(self, batch_id: str, held: _Open, expires_at: int | None) -> None:
         """Open the feed, follow it until it is done, close it; the hub forgets it first."""
@@ -284,8 +263,7 @@ class WatchHub:
                 held.ready.set_exception(error)
                 held.ready.exception()  # every joiner raises it; none may be left to retrieve it
         finally:
-            if self.feeds.get(batch_id) is held:
-                del self.feeds[batch_id]
+            self._forget(batch_id, held)
 
     async def close(self) -> None:
         """Close every feed now (the executor stops)."""

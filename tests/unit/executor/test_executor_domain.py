@@ -123,7 +123,7 @@ def test_resuming_skips_lines_any_attempt_committed() -> None:
         ("results/b/attempt-2/chunk-000000.jsonl", [ok(2, "b")]),
     ]
     resume = Resume.from_chunks(chunks, attempt=3)
-    assert set(resume.committed) == resume.committed_lines == {1, 2, 3}
+    assert set(resume.committed) == {1, 2, 3}
     assert (resume.next_chunk, resume.last_chunk) == (0, None)
     assert resume.tally() == Tally(completed=2, failed=1)
 
@@ -145,7 +145,7 @@ def test_a_refused_repeat_of_a_custom_id_does_not_stand_for_the_line_that_used_i
     # allow_partial with lines A, B, A, C: validation refused line 3; line 1 must still run.
     repeat = refused_line(BATCH, RejectedLine(line=3, custom_id="A", code="duplicate_custom_id", message="again"))
     resume = Resume.from_chunks([("results/b/attempt-0/chunk-000000.jsonl", [repeat])], attempt=1)
-    assert resume.committed_lines == {3}
+    assert set(resume.committed) == {3}
     files = assemble([ok(1, "A"), ok(2, "B"), repeat, ok(4, "C")])
     assert [json.loads(row)["custom_id"] for row in files.output.splitlines()] == ["A", "B", "C"]
     assert [json.loads(row)["custom_id"] for row in files.errors.splitlines()] == ["A"]

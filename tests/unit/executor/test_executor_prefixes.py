@@ -1,7 +1,9 @@
 """Prefix-aware running of a unit's lines: which lines share a long prompt prefix, the order that runs each prefix's
 lines one after another on a slot (lanes, interleaved), and the slot a line should start on."""
 
-from services.executor.prefixes import HEAD_CHARS, SlotView, choose_start, order_lines, prefix_key
+from dataclasses import dataclass
+
+from services.executor.prefixes import HEAD_CHARS, choose_start, order_lines, prefix_key
 
 CHAT = "/v1/chat/completions"
 SYSTEM = "You answer in one word. " * 40  # about 1,000 characters
@@ -86,6 +88,16 @@ def test_the_order_is_stable_and_prefixes_a_slot_holds_go_first() -> None:
     assert started(keys, 2, warm=("b",))[:1] == ["b"]
     assert order_lines([], 4).order == []
     assert order_lines([None, None, None], 2).order == [0, 1, 2]  # no keys: file order
+
+
+@dataclass(frozen=True)
+class SlotView:
+    """A slot's state at one moment, as the choice reads it (the pool hands it its own slots)."""
+
+    index: int
+    resident: str | None
+    busy: bool
+    last_used: int
 
 
 def slot(index: int, resident: str | None, busy: bool = False, last_used: int = 0) -> SlotView:
