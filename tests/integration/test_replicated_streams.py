@@ -87,6 +87,15 @@ async def test_a_read_right_after_each_acknowledged_write_holds_it(bus: EventBus
         assert len(await latest_entries(kv, "k.>")) == line
 
 
+async def test_an_owners_batches_read_right_after_each_acknowledged_write_hold_it(bus: EventBus) -> None:
+    read_model = ReadModel(await open_bucket(bus, f"read_{secrets.token_hex(4)}", scans=True))
+    for n in range(1, 21):
+        batch = Batch(id=f"batch_{n}", endpoint="/v1/chat/completions", input_file_id="f1", completion_window="24h",
+                      status="validating", created_at=int(time.time()))
+        await read_model.put_batch(BatchRecord(owner_key_id="k1", owner_user_id="alice", batch=batch, last_sequence=n))
+        assert len(await read_model.owner_batches("user-alice")) == n
+
+
 async def test_what_the_owners_limits_count_is_read_from_the_leader_never_from_a_replica_that_may_lag(
         bus: EventBus) -> None:
     read_model = ReadModel(await open_bucket(bus, f"read_{secrets.token_hex(4)}", scans=True))

@@ -1,4 +1,5 @@
-"""Reading streams without consumers, and KV buckets: open-or-create with direct reads on, every key's latest value.
+"""Reading streams without consumers, and KV buckets: open-or-create with direct reads on, every key's latest value, the
+last values of named keys.
 
 A scan is a series of batched direct gets on the bucket's stream (`$JS.API.DIRECT.GET.<stream>` with
 `next_by_subj` and `batch`): it creates no consumer and no watch, so a request that lists can leak nothing on the
@@ -202,10 +203,21 @@ async def read_page(js: JetStreamContext, stream: str, subject: str, after: int,
 
 async def _read_one_page(js: JetStreamContext, stream: str, subject: str, after: int, limit: int,
                          max_bytes: int) -> tuple[list[StoredMessage], bool]:
+    found, status, pending = await _direct_batch(js, stream, {
+        "seq": after + 1, "next_by_subj": subject, "batch": limit, "max_bytes": max_bytes}, "read")
+    if status == "404":
+        return [], False
+    if status != "204":
+        raise ScanFailed(f"the stream refused a read (status {status})")
+    return found, pending > 0
+
+
+async def _direct_batch(js: JetStreamContext, stream: str, request: dict[str, object],
+                        what: str) -> tuple[list[StoredMessage], str, int]:
+    """One batched direct get: the messages it answers, the status that ends them, and how many it says follow."""
     nc = js._nc
-    loop = asyncio.get_running_loop()
     found: list[StoredMessage] = []
-    end: asyncio.Future[tuple[str, int]] = loop.create_future()
+    end: asyncio.Future[tuple[str, int]] = asyncio.get_running_loop().create_future()
 
     async def on_reply(message: Msg) -> None:
         headers = {str(name): value for name, value in (message.headers or {}).items()}
@@ -217,20 +229,14 @@ async def _read_one_page(js: JetStreamContext, stream: str, subject: str, after:
 
     replies = await nc.subscribe(nc.new_inbox(), cb=on_reply)
     try:
-        await nc.publish(direct_get(stream), orjson.dumps(
-            {"seq": after + 1, "next_by_subj": subject, "batch": limit, "max_bytes": max_bytes}),
-            reply=replies.subject)
+        await nc.publish(direct_get(stream), orjson.dumps(request), reply=replies.subject)
         try:
             status, pending = await asyncio.wait_for(end, PAGE_TIMEOUT_S)
         except TimeoutError:
-            raise ScanFailed("the stream stopped answering a read") from None
+            raise ScanFailed(f"the stream stopped answering a {what}") from None
     finally:
         await replies.unsubscribe()
-    if status == "404":
-        return [], False
-    if status != "204":
-        raise ScanFailed(f"the stream refused a read (status {status})")
-    return found, pending > 0
+    return found, status, pending
 
 
 @dataclass
@@ -258,28 +264,8 @@ async def read_last(kv: KeyValue, keys: list[str]) -> dict[str, bytes]:
 
 
 async def _read_last(kv: KeyValue, keys: list[str]) -> list[StoredMessage]:
-    nc = kv._js._nc
-    found: list[StoredMessage] = []
-    end: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-
-    async def on_reply(message: Msg) -> None:
-        headers = {str(name): value for name, value in (message.headers or {}).items()}
-        status = headers.get("Status")
-        if status is None:
-            found.append(StoredMessage(int(headers["Nats-Sequence"]), headers["Nats-Subject"], headers, message.data))
-        elif not end.done():
-            end.set_result(status)
-
-    replies = await nc.subscribe(nc.new_inbox(), cb=on_reply)
-    try:
-        await nc.publish(direct_get(kv._stream), orjson.dumps(
-            {"multi_last": [f"{kv._pre}{key}" for key in keys], "batch": len(keys)}), reply=replies.subject)
-        try:
-            status = await asyncio.wait_for(end, PAGE_TIMEOUT_S)
-        except TimeoutError:
-            raise ScanFailed("the stream stopped answering a read of keys") from None
-    finally:
-        await replies.unsubscribe()
+    found, status, _ = await _direct_batch(kv._js, kv._stream, {
+        "multi_last": [f"{kv._pre}{key}" for key in keys], "batch": len(keys)}, "read of keys")
     if status not in ("204", "404"):  # 404: none of the keys has a value
         raise ScanFailed(f"the stream refused a read of keys (status {status})")
     return found
