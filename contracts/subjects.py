@@ -202,12 +202,13 @@ def read_model_key(kind: ReadModelKind, ident: str) -> str:
 
 
 def owner_index_key(owner: str, kind: Literal["batch", "file"], ident: str) -> str:
-    """A copy of an owner's record filed under the owner, so their checks and list pages read only their own."""
+    """Where a record is filed under its owner (a batch: its id and creation time; a file: a copy of its record), so
+    the owner's checks and list pages read only their own."""
     return f"owner.{owner}.{kind}.{ident}"
 
 
 def owner_index(owner: str, kind: Literal["batch", "file"]) -> str:
-    """Every record of `kind` filed under `owner`."""
+    """Every entry of `kind` filed under `owner`."""
     return f"owner.{owner}.{kind}.>"
 
 
