@@ -102,7 +102,7 @@ class Finalizer:
                                    all_lines_ran=completing, in_hand=held)
 
     async def finalize(self, command: RunBatch | FinalizeBatch, outcome: Outcome, counts: Callable[[str], bool],
-                       publish: Publish | None = None, code: str | None = None, all_lines_ran: bool = False,
+                       publish: Publish, code: str | None = None, all_lines_ran: bool = False,
                        holds: Callable[[str, int], bool] | None = None,
                        in_hand: Sequence[tuple[str, Sequence[ResultLine]]] | None = None) -> bool:
         """Write both files and publish the terminal fact; False once `publish` refuses (the lease is gone).
@@ -110,7 +110,6 @@ class Finalizer:
         The files hold the chunks that `counts` as committed, and of each only the lines it `holds` (chunk key,
         input line; default every line). Lines never run get `code` in the error file (default
         `batch_<outcome>`); unless `all_lines_ran`, the input is read again so none can go missing."""
-        publish = publish or self._publish_unfenced
         batch_id = command.batch_id
         chunks: Sequence[tuple[str, Sequence[ResultLine]]]
         if in_hand is not None:  # every chunk that counts, and the refused lines: nothing is read back

@@ -71,12 +71,12 @@ def tracing() -> bool:
 
 
 async def traced_line(engine: Engine, model: str, endpoint: str, custom_id: str, body: dict[str, object],
-                      retry: LineRetry, slot_wait_s: float, traced: bool | None = None) -> EngineReply:
+                      retry: LineRetry, slot_wait_s: float, traced: bool) -> EngineReply:
     """`run_line`, measured: the span is a child of the run command's handler span, so it joins the batch.
-    `traced`: whether `tracing()` (asked once per attempt by the runner; by default, here)."""
+    `traced`: whether `tracing()` (asked once per attempt, not per line)."""
     metrics.SLOT_WAIT.observe(slot_wait_s)
     measured = _metrics_of(model)
-    if not (tracing() if traced is None else traced):
+    if not traced:
         reply = await _measured(engine, endpoint, body, retry, measured)
         tokens = _completion_tokens(reply)
     else:

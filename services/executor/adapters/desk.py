@@ -8,7 +8,7 @@ applies the publish condition (fence) atomically with the write just as a direct
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TypeVar
 
 import nats.errors
@@ -31,6 +31,18 @@ DESK_WAIT_S = 60.0
 
 Sequenced = tuple[int, AnyEvent]
 Answer = TypeVar("Answer", FactReceipt, LogPage)
+
+
+def decoded_facts(raw: Iterable[tuple[int, bytes]]) -> list[Sequenced]:
+    """The facts of (stream sequence, bytes) pairs this executor knows: a fact of a newer kind than it knows says
+    nothing about its attempts, and is skipped."""
+    facts: list[Sequenced] = []
+    for sequence, data in raw:
+        try:
+            facts.append((sequence, decode_event(data)))
+        except ValidationError:
+            log.debug("skipping an undecodable fact at sequence %d", sequence)
+    return facts
 
 
 class FactRefused(PermissionError):
@@ -64,18 +76,8 @@ class FactDesk:
         """The batch's execution facts after sequence `after`: (facts, the last sequence read, whether more follow)."""
         page = await self._ask(self.reads, LogRead(batch_id=batch_id, after=after).model_dump_json(), LogPage,
                                f"the log of {batch_id}")
-        facts: list[Sequenced] = []
-        last = after
-        for fact in page.facts:
-            last = max(last, fact.sequence)
-            if not fact.event:
-                continue
-            try:
-                facts.append((fact.sequence, decode_event(fact.event.encode())))
-            except ValidationError:
-                # A fact of a newer kind than this executor knows says nothing about its attempts.
-                log.debug("skipping an undecodable fact at sequence %d", fact.sequence)
-        return facts, last, page.more
+        facts = decoded_facts((fact.sequence, fact.event.encode()) for fact in page.facts if fact.event)
+        return facts, max([after, *(fact.sequence for fact in page.facts)]), page.more
 
     async def _ask(self, subject: str, payload: str, answer_type: type[Answer], what: str) -> Answer:
         """The desk's answer; waits out a desk that cannot answer yet, raises on a refusal."""

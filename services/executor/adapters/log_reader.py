@@ -8,19 +8,13 @@ open: no consumer to release, on any path.
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from pydantic import ValidationError
-
-from contracts.events.registry import decode_event
 from contracts.subjects import batch_events
-from services.executor.adapters.desk import DeskBus, Sequenced
+from services.executor.adapters.desk import DeskBus, Sequenced, decoded_facts
 from services.executor.attempts import BatchLog
 from services.runtime.nats import eventlog
 from services.runtime.nats.bus import EventBus
-
-log = logging.getLogger(__name__)
 
 PAGE_FACTS = 256
 PAGE_BYTES = 4 << 20
@@ -39,13 +33,7 @@ def pages_of(bus: EventBus) -> Pages:
 
     async def direct(batch_id: str, after: int) -> tuple[list[Sequenced], int, bool]:
         page, more = await eventlog.page(bus, batch_events(batch_id), after, PAGE_FACTS, PAGE_BYTES)
-        facts: list[Sequenced] = []
-        for fact in page:
-            try:
-                facts.append((fact.sequence, decode_event(fact.data)))
-            except ValidationError:
-                # A fact of a newer kind than this executor knows says nothing about its attempts.
-                log.debug("skipping an undecodable fact at sequence %d", fact.sequence)
+        facts = decoded_facts((fact.sequence, fact.data) for fact in page)
         return facts, (page[-1].sequence if page else after), more
 
     return direct

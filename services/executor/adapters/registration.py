@@ -41,16 +41,14 @@ async def register_once(bus: EventBus, executor_id: str, worker_key: str,
 
 
 async def register(bus: EventBus, executor_id: str, worker_key: str, advert: ExecutorAdvert,
-                   stop: asyncio.Event, refusals: Refusals | None = None) -> str | None:
+                   stop: asyncio.Event, refusals: Refusals) -> str | None:
     """The worker key id once a scheduler admits this executor; None if stopped first. Retries while no
-    scheduler answers; a refusal is raised, or with `refusals` said and tried again after their back-off."""
+    scheduler answers; a refusal is said and tried again after the `refusals` back-off (`JoinRefused` past it)."""
     waited = False
     while not stop.is_set():
         try:
             answer = await register_once(bus, executor_id, worker_key, advert)
         except RegistrationRefused as refused:
-            if refusals is None:
-                raise
             await refusals.back_off(str(refused), stop)
             continue
         if answer is not None:
