@@ -52,6 +52,8 @@ FINALIZE_PENDING = 4096
 RUN_SPARE = 3
 """Run commands out at once beyond the attempts the executor runs together: a command a crashed predecessor held
 must not block the retry the scheduler sends after fencing it (redelivered, a fenced one is dismissed at once)."""
+STORAGE_UNAVAILABLE = "storage_unavailable"
+"""An attempt given up on a write fault (services/runtime/storage/write_failures.py): not counted against its unit."""
 
 
 class FinalizeDeferred(Exception):
@@ -84,9 +86,10 @@ class Executor:
     async def fail_the_attempt(self, command: RunBatch, error: BaseException) -> None:
         # The attempt failed, not the batch: the scheduler retries it elsewhere, up to its attempt limit.
         reason = f"attempt {command.attempt} on executor {self.executor_id} failed: {error}"
+        code = STORAGE_UNAVAILABLE if write_fault(error) is not None else "executor_error"
         try:
             await self.bus.publish(AttemptFailed(aggregate_id=command.batch_id, attempt=command.attempt,
-                                                 executor_id=self.executor_id, code=attempt_failure_code(error),
+                                                 executor_id=self.executor_id, code=code,
                                                  reason=reason[:REASON_LIMIT]))
         except (FenceMoved, FactRefused) as refused:
             # The scheduler fenced the attempt already (or refuses its facts): its failure is known; retrying the
@@ -130,39 +133,10 @@ class Executor:
                                            reason=cause[:REASON_LIMIT]))
 
 
-STORAGE_UNAVAILABLE = "storage_unavailable"
-"""An attempt given up on a write fault (services/runtime/storage/write_failures.py): not counted against its unit."""
-
-
-def attempt_failure_code(error: BaseException) -> str:
-    return STORAGE_UNAVAILABLE if write_fault(error) is not None else "executor_error"
-
-
-def run_durable(executor_id: str, ack_wait_s: float, max_deliver: int, parallel_attempts: int = 1) -> Durable:
-    """The executor's run commands; `max_deliver` deliveries of one before its attempt fails. Every command out is
-    handled at once (`run_workers`): one fetched that no worker took would lose its lease while it waits."""
-    return Durable(RunBatch, WORK_STREAM, executor_durable(executor_id), run_command(executor_id),
-                   ConsumerPolicy(ack_wait_s=ack_wait_s, max_deliver=max_deliver,
-                                  max_ack_pending=run_workers(parallel_attempts)))
-
-
 def run_workers(parallel_attempts: int) -> int:
     """Run commands handled at once: the attempts the scheduler may give the executor (its guest places too), and
     the spare places."""
     return max(parallel_attempts, 1) + GUEST_ATTEMPTS + RUN_SPARE
-
-
-def finalize_policy(ack_wait_s: float) -> ConsumerPolicy:
-    """An executor's finalize durable: a command that keeps failing is given up (its batch fails) after bounded
-    tries, and many may wait at once, so one user's batches cannot hold every place."""
-    return ConsumerPolicy(ack_wait_s=ack_wait_s, max_deliver=FINALIZE_DELIVERIES, max_ack_pending=FINALIZE_PENDING)
-
-
-def finalize_durable(executor_id: str, ack_wait_s: float) -> Durable:
-    """The finalize commands of the batches the scheduler chose this executor for; many may wait on a running
-    attempt at once."""
-    return Durable(FinalizeBatch, WORK_STREAM, executor_finalize_durable(executor_id), finalize_command(executor_id),
-                   finalize_policy(ack_wait_s))
 
 
 def executor_router(executor_id: str, ack_wait_s: float, max_deliver: int, parallel_attempts: int = 1) -> ServiceRouter:
@@ -170,13 +144,22 @@ def executor_router(executor_id: str, ack_wait_s: float, max_deliver: int, paral
     states (through the scheduler's fact desk when it joined with a worker key). A fresh router each call.
     `parallel_attempts`: the attempts it runs at once (each a run command in hand), sharing its engines' slots."""
     router = ServiceRouter("executor", dependencies="executor")
-    router.durable(run_durable(executor_id, ack_wait_s, max_deliver, parallel_attempts), Executor.run,
-                   Executor.fail_the_attempt,
+    workers = run_workers(parallel_attempts)
+    # `max_deliver` deliveries of a run command before its attempt fails. Every command out is handled at once: one
+    # fetched that no worker took would lose its lease while it waits.
+    runs = Durable(RunBatch, WORK_STREAM, executor_durable(executor_id), run_command(executor_id),
+                   ConsumerPolicy(ack_wait_s=ack_wait_s, max_deliver=max_deliver, max_ack_pending=workers))
+    # A finalize command that keeps failing is given up (its batch fails) after bounded tries, and many may wait (on a
+    # running attempt) at once, so one user's batches cannot hold every place.
+    finals = Durable(FinalizeBatch, WORK_STREAM, executor_finalize_durable(executor_id), finalize_command(executor_id),
+                     ConsumerPolicy(ack_wait_s=ack_wait_s, max_deliver=FINALIZE_DELIVERIES,
+                                    max_ack_pending=FINALIZE_PENDING))
+    router.durable(runs, Executor.run, Executor.fail_the_attempt,
                    "Run the batch (or its shard) on this executor's engine, committing result chunks under the "
                    "attempt's lease; a command that can never run fails the attempt (the scheduler retries it). "
                    "Several attempts run at once, sharing the engine's slots fairly between batch owners.",
-                   max_workers=run_workers(parallel_attempts))
-    router.durable(finalize_durable(executor_id, ack_wait_s), Executor.finalize, Executor.fail_the_batch,
+                   max_workers=workers)
+    router.durable(finals, Executor.finalize, Executor.fail_the_batch,
                    "Assemble the output and error files of a batch that runs nowhere (completed shards, a cancel, "
                    "an expiry, a failure) and end it; one that can never be assembled fails the batch.")
     router.emits(BatchStarted, BatchProgressed, ShardFinished, BatchFinalizing, FileStored, BatchCompleted,
