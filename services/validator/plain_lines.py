@@ -41,9 +41,8 @@ class PlainChat:
     def __init__(self, catalogue: Catalogue, tokenizers: TokenizerCache | None) -> None:
         self.models, self.tokenizers = plain_models(catalogue), tokenizers
 
-    def check(self, line: object, json_ascii: bool = False) -> tuple[str, CatalogueModel, ContextNeed | None] | None:
-        """(custom_id, model, what of its prompt must still be counted) of a plain chat line; None: check it fully.
-        `json_ascii`: the line is ASCII JSON without `\\u` escapes (`ModelTokenizer.plain_chat_over`)."""
+    def check(self, line: object) -> tuple[str, CatalogueModel, ContextNeed | None] | None:
+        """(custom_id, model, what of its prompt must still be counted) of a plain chat line; None: check it fully."""
         if type(line) is not dict or line.keys() != LINE_FIELDS or line["method"] != "POST" or line["url"] != CHAT:
             return None
         custom_id, body = line["custom_id"], line["body"]
@@ -69,7 +68,7 @@ class PlainChat:
             return custom_id, model, None
         # What `context_need` finds of a chat body without chat_template_kwargs, its messages all objects.
         wanted = wanted_tokens(body)
-        rendered = tokenizer.plain_chat_over(tuple(roles), contents, model.context_length - wanted, json_ascii)
+        rendered = tokenizer.plain_chat_over(tuple(roles), contents, model.context_length - wanted)
         return custom_id, model, None if rendered is None else ContextNeed(model, (rendered,), wanted, "body.messages")
 
 

@@ -44,8 +44,7 @@ def check_line(raw: bytes, endpoint: str, catalogue: Catalogue, max_line_bytes: 
                                       "one complete JSON object; check for trailing commas, unescaped quotes or a "
                                       "request split across lines.")])
     # A plain line nests four levels (line, body, messages, message): never too deep, so it is looked at first.
-    # (A line without backslashes has no `\\u` escape: a cheap test, where searching for `\\u` itself is not.)
-    if plain is not None and endpoint == CHAT and (found := plain.check(line, raw.isascii() and b"\\" not in raw)):
+    if plain is not None and endpoint == CHAT and (found := plain.check(line)):
         plain_id, model, context = found
         return LineVerdict([], plain_id, model, 0, context)
     custom_id = line.get("custom_id") if isinstance(line, dict) else None

@@ -92,8 +92,7 @@ class HfTokenizer:
         rendered = self.render_chat(messages, kwargs)
         return None if self.fits(rendered, room) else rendered
 
-    def plain_chat_over(self, roles: tuple[str, ...], contents: list[str], room: int,
-                        json_ascii: bool = False) -> str | None:
+    def plain_chat_over(self, roles: tuple[str, ...], contents: list[str], room: int) -> str | None:
         messages: list[dict[str, object]] = [{"role": role, "content": content}
                                              for role, content in zip(roles, contents, strict=True)]
         return self.chat_over(messages, room)

@@ -16,6 +16,8 @@ chosen for (`PairBound.of`). The choice only makes the bound tighter or looser, 
 LETTER_WEIGHTS[ord(" ")] = 200
 SUM_SPAN = 20_000
 """Bytes summed per Adler-32 (weights of at most 3 stay below its modulus, 65,521)."""
+NO_TOKEN = 0xFF
+"""What a byte the vocabulary has no token for weighs: a mark, not a weight (`PairBound.spoilt`)."""
 
 
 @dataclass(frozen=True)
@@ -44,12 +46,14 @@ class PairBound:
 
     leaders: frozenset[int]
     followers: frozenset[int]
+    missing: frozenset[int] = frozenset()
+    """The byte values no token of the vocabulary is (the encoder cannot take a text holding one)."""
     weights: bytes = field(init=False)
-    """w of each byte value."""
+    """w of each byte value (`NO_TOKEN` for a missing one)."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "weights", bytes((b not in self.followers) + (b not in self.leaders)
-                                                  + (b == APOSTROPHE) for b in range(256)))
+        object.__setattr__(self, "weights", bytes(NO_TOKEN if b in self.missing else (b not in self.followers)
+                                                  + (b not in self.leaders) + (b == APOSTROPHE) for b in range(256)))
 
     @classmethod
     def of(cls, ranks: Mapping[bytes, int], special: Collection[str]) -> "PairBound | None":
@@ -75,14 +79,20 @@ class PairBound:
         led = leaders(followers) - {token[-1] for token in edges}
         if not followers or not led:
             return None
-        return cls(led, followers)
+        missing = frozenset(byte for byte in range(256) if bytes([byte]) not in ranks)
+        return cls(led, followers, missing)
 
     def __call__(self, data: bytes) -> int:
-        return self.within(len(data), self.spoilt(data))
+        """The bound of the text `data` (its own size when the vocabulary lacks one of its bytes)."""
+        spoilt = self.spoilt(data)
+        return self.within(len(data), spoilt) if spoilt is not None else len(data)
 
-    def spoilt(self, data: bytes) -> int:
-        """The sum of w over `data`'s bytes (which adds up over the parts of a text)."""
+    def spoilt(self, data: bytes) -> int | None:
+        """The sum of w over `data`'s bytes (which adds up over the parts of a text); None when the vocabulary lacks
+        one of them (such a text is never given to the encoder, and has no bound but its size)."""
         weighed = data.translate(self.weights)
+        if NO_TOKEN in weighed:
+            return None
         if len(weighed) <= SUM_SPAN:
             return (zlib.adler32(weighed) & 0xFFFF) - 1
         view = memoryview(weighed)

@@ -60,8 +60,6 @@ COUNT_BITS = (1 << 32) - 1
 ENDS_IN_WHITESPACE = 1 << 32
 STARTS_WITH_WHITESPACE = 1 << 64
 """Flags a part's remembered value carries above its count: a space next to whitespace makes a run the split breaks."""
-JSON_ASCII = bytes(range(0x20, 0x80)) + b"\b\t\n\f\r"
-"""The bytes a string of an ASCII JSON line without `\\u` escapes can hold: JSON escapes every other control byte."""
 
 
 class _PieceCounts(dict[str, int]):
@@ -108,9 +106,6 @@ class ModelTokenizer:
     panics on a text holding one, so such a text is never given to it (`_encodable`)."""
     pair_bound: PairBound | None = None
     """A bound on a text's count from its bytes (None: none holds for this vocabulary), tried before counting."""
-    json_ascii_encodable: bool = field(default=False, init=False)
-    """The vocabulary holds every byte of `JSON_ASCII`: a content from an ASCII JSON line without `\\u` escapes is
-    encodable without looking at it (`plain_chat_over`)."""
 
     def __post_init__(self) -> None:
         by_first: dict[str, list[str]] = {}
@@ -119,7 +114,6 @@ class ModelTokenizer:
         object.__setattr__(self, "constants_by_first", {first: tuple(group) for first, group in by_first.items()})
         object.__setattr__(self, "first_pieces", _PieceCounts(self.encoding, ""))
         object.__setattr__(self, "spaced_pieces", _PieceCounts(self.encoding, " "))
-        object.__setattr__(self, "json_ascii_encodable", not set(JSON_ASCII) & set(self.missing_bytes))
 
     @classmethod
     def from_gguf(cls, path: Path) -> "ModelTokenizer":
@@ -235,12 +229,13 @@ class ModelTokenizer:
         """The prompt the engine builds from `messages` (and the line's `chat_template_kwargs`) with the model's chat
         template; spliced into the template's cached skeleton when it provably renders contents as they are."""
         contents = [_text_of(m.get("content")) for m in messages]
-        skeleton = self._skeleton_of(_roles(messages), "\x00".join(contents)) if _plain(messages, kwargs) else None
+        skeleton = self._skeleton_of(_roles(messages), "".join(contents)) if _plain(messages, kwargs) else None
         return skeleton.splice(contents) if skeleton is not None else self._render(messages, contents, kwargs)
 
     def _skeleton_of(self, roles: tuple[str, ...], joined: str) -> Skeleton | None:
-        """The skeleton to splice messages of only a role and a content into (`joined`: the contents, joined with
-        `\\x00`); None where they hold a constant of the template, or it must render them."""
+        """The skeleton to splice messages of only a role and a content into (`joined`: their contents, joined); None
+        where the contents hold a constant of the template (or two of them make one, which costs only a rendering),
+        or it must render them."""
         if holds_any(joined, self.constants_by_first):
             return None
         skeleton = self.skeletons.get(roles, self)
@@ -255,30 +250,27 @@ class ModelTokenizer:
         contents = [_text_of(m.get("content")) for m in messages]
         return self._over(messages, _plain(messages, kwargs), _roles(messages), contents, room, kwargs)
 
-    def plain_chat_over(self, roles: tuple[str, ...], contents: list[str], room: int,
-                        json_ascii: bool = False) -> str | None:
+    def plain_chat_over(self, roles: tuple[str, ...], contents: list[str], room: int) -> str | None:
         """`chat_over` of messages of only a string role and a string content each, given as those.
 
-        `json_ascii`: the contents come from an ASCII JSON line without `\\u` escapes, so they hold no byte the
-        vocabulary lacks when it lacks none of `JSON_ASCII` (a skeleton is encodable: see `_skeleton`). The prompt
-        they splice into is then bounded from the skeleton's weights and the contents' own (`PairBound.spoilt` adds
-        up over a text's parts), and spliced only when that does not settle it."""
+        Spliced into its skeleton, such a prompt is bounded from the skeleton's weights and the contents' own
+        (`PairBound.spoilt` adds up over a text's parts, and finds a byte the vocabulary lacks), and spliced only
+        when that does not settle it."""
         overhead, bound = self.overhead_cache.get(roles), self.pair_bound
-        if overhead is None or bound is None or not json_ascii or not self.json_ascii_encodable:
+        if overhead is None or bound is None:
             return self._over(None, True, roles, contents, room, None)
-        size = sum(map(len, contents))  # an ASCII line's contents are ASCII
-        if overhead + size <= room:
+        joined = "".join(contents)
+        data = joined.encode("utf-8", "surrogatepass")
+        if overhead + len(data) <= room:
             return None
-        joined = "\x00".join(contents)
         skeleton = self._skeleton_of(roles, joined)
         if skeleton is None:
             return self._over(None, True, roles, contents, room, None)
-        size += skeleton.size
-        joins = (len(contents) - 1) * bound.weights[0]  # what the `\x00`s weigh
-        if bound.within(size, skeleton.spoilt + bound.spoilt(joined.encode()) - joins) <= room:
+        size, spoilt = skeleton.size + len(data), bound.spoilt(data)  # spoilt None: a byte the vocabulary lacks
+        if size <= room or (spoilt is not None and bound.within(size, skeleton.spoilt + spoilt) <= room):
             return None
         rendered = skeleton.splice(contents)
-        return None if self._head_fits(rendered, size, room) else rendered
+        return None if spoilt is not None and self._head_fits(rendered, size, room) else rendered
 
     def _over(self, messages: list[dict[str, object]] | None, plain: bool, roles: tuple[str, ...],
               contents: list[str], room: int, kwargs: dict[str, object] | None) -> str | None:
@@ -288,7 +280,7 @@ class ModelTokenizer:
             overhead = self.chat_bound([{"role": role, "content": ""} for role in roles])
         if overhead + sum(map(_size, contents)) <= room:
             return None
-        skeleton = self._skeleton_of(roles, "\x00".join(contents)) if plain else None
+        skeleton = self._skeleton_of(roles, "".join(contents)) if plain else None
         if skeleton is not None:
             rendered = skeleton.splice(contents)
         else:
@@ -310,7 +302,7 @@ class ModelTokenizer:
         if parts is None or not self._encodable(text):
             return None
         data = text.encode()
-        return Skeleton(parts, len(data), self.pair_bound.spoilt(data) if self.pair_bound else 0)
+        return Skeleton(parts, len(data), (self.pair_bound.spoilt(data) or 0) if self.pair_bound else 0)
 
     def count_chat(self, messages: list[dict[str, object]]) -> int:
         return self.count_text(self.render_chat(messages))

@@ -1,27 +1,29 @@
 """The validator's cheaper ways to the same verdicts: a chat prompt's size settled in one pass over its messages
-(`chat_over`, trusting an ASCII JSON line's contents to be encodable), a plain line's model found in a table, and
-the file's rules passing a clean line with a few look-ups (`FileValidation.refused`)."""
+(`chat_over`; `plain_chat_over` bounding a spliced prompt from its parts' weights), a plain line's model found in a
+table, and the file's rules passing a clean line with a few look-ups (`FileValidation.refused`)."""
 
 import random
 import string
 
 import jinja2.sandbox
 import orjson
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from contracts.api.request_line import MAX_NESTING_DEPTH
 from services.validator.adapters.chat_template import template_constants
-from services.validator.adapters.tokenizer import JSON_ASCII, ModelTokenizer
+from services.validator.adapters.tokenizer import ModelTokenizer
 from services.validator.domain import FileValidation, Limits
 from services.validator.file_check import WINDOW_LINES
 from services.validator.line_checks import check_lines
 from services.validator.plain_lines import plain_models
 from tests.unit.validator.test_validator_fast_paths import CATALOGUE, STRICT, TOKENIZERS, WORDS, corpus, tokenizer
 
-JSON_TEXT = st.lists(st.sampled_from([w for w in WORDS if w.isascii()]) | st.text(
-    st.sampled_from(string.printable.replace("\\", "").replace("\x0b", "")), max_size=8), max_size=300).map(" ".join)
-"""Contents an ASCII JSON line without backslashes can hold (no escape: no control byte but raw DEL)."""
+JSON_TEXT = st.lists(st.sampled_from(WORDS) | st.text(st.sampled_from(string.printable), max_size=8)
+                     | st.sampled_from(["\x04", "\x13", "\U00040000", "\x00", "\x7f", "\u00a0"]),
+                     max_size=300).map(" ".join)
+"""Contents a line can hold: words, ASCII, non-ASCII, and bytes the vocabulary lacks (`\\u0004`, plane 4)."""
 ROLES = st.sampled_from(["system", "user", "assistant", "tool"])
 
 
@@ -34,9 +36,9 @@ def settled_the_long_way(model: ModelTokenizer, messages: list[dict[str, object]
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow], deadline=None)
-@given(st.lists(st.tuples(ROLES, JSON_TEXT), min_size=1, max_size=3), st.integers(-40, 40), st.booleans())
+@given(st.lists(st.tuples(ROLES, JSON_TEXT), min_size=1, max_size=3), st.integers(-40, 40))
 def test_a_chat_settled_in_one_pass_gets_the_answer_of_bound_render_and_fits(
-        turns: list[tuple[str, str]], near: int, json_ascii: bool) -> None:
+        turns: list[tuple[str, str]], near: int) -> None:
     model = tokenizer()
     messages: list[dict[str, object]] = [{"role": role, "content": content} for role, content in turns]
     exact = model.count_text(model.render_chat(messages))
@@ -46,27 +48,28 @@ def test_a_chat_settled_in_one_pass_gets_the_answer_of_bound_render_and_fits(
     for room in (exact + near, exact // 2, model.chat_bound(messages) + near, bound + near, bound - 1, bound):
         expected = settled_the_long_way(model, messages, room)
         assert model.chat_over(messages, room) == expected
-        assert model.plain_chat_over(roles, contents, room, json_ascii) == expected
+        assert model.plain_chat_over(roles, contents, room) == expected
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(st.lists(st.tuples(ROLES, JSON_TEXT), min_size=1, max_size=3), st.integers(0, 3))
 def test_a_spliced_prompts_weights_are_its_skeletons_and_its_contents(turns: list[tuple[str, str]],
                                                                        repeat: int) -> None:
-    """`plain_chat_over` bounds an ASCII line's prompt without splicing it: from the skeleton's weights and those of
-    the contents joined with `\\x00` (less the joins'), which must be the spliced prompt's own, however long."""
+    """`plain_chat_over` bounds a prompt without splicing it: from the skeleton's weights and those of the contents
+    joined, which must be the spliced prompt's own, however long; a byte the vocabulary lacks is found either way."""
     model = tokenizer()
     bound = model.pair_bound
     assert bound is not None
     roles, contents = tuple(role for role, _ in turns), [content * (repeat * 9 + 1) for _, content in turns]
-    joined = "\x00".join(contents)
+    joined = "".join(contents)
     skeleton = model._skeleton_of(roles, joined)
     assume(skeleton is not None)
     assert skeleton is not None
-    prompt = skeleton.splice(contents).encode()
-    assert len(prompt) == skeleton.size + sum(map(len, contents))
-    joins = (len(contents) - 1) * bound.weights[0]
-    assert bound.spoilt(prompt) == skeleton.spoilt + bound.spoilt(joined.encode()) - joins
+    prompt, data = skeleton.splice(contents).encode(), joined.encode()
+    assert len(prompt) == skeleton.size + len(data)
+    spoilt = bound.spoilt(data)
+    assert bound.spoilt(prompt) == (None if spoilt is None else skeleton.spoilt + spoilt)
+    assert (spoilt is None) is (not model._encodable(joined))
 
 
 @settings(max_examples=200, deadline=None)
@@ -79,10 +82,18 @@ def test_any_chat_settled_in_one_pass_gets_the_answer_of_bound_render_and_fits(
     assert model.chat_over(messages, room) == settled_the_long_way(model, messages, room)
 
 
-def test_an_ascii_json_lines_bytes_are_all_in_the_vocabulary() -> None:
+@pytest.mark.parametrize("odd", ["\u0004", "\u0013", "\U00040000"])
+def test_a_plain_prompt_holding_a_byte_the_vocabulary_lacks_is_left_to_be_counted(odd: str) -> None:
     model = tokenizer()
-    assert model.json_ascii_encodable and not set(JSON_ASCII) & set(model.missing_bytes)
-    assert set(model.missing_bytes) & set(range(0x20)), "the vocabulary lacks control bytes JSON must escape"
+    assert model.pair_bound is not None and set(odd.encode()) & set(model.missing_bytes)
+    contents = ["Be brief.", "word " * 600 + odd]
+    messages: list[dict[str, object]] = [{"role": "system", "content": contents[0]},
+                                         {"role": "user", "content": contents[1]}]
+    rendered = model.render_chat(messages)
+    room = len(rendered.encode()) - 1
+    assert model.pair_bound(rendered.replace(odd, "").encode()) < room, "without it, the bound would settle it"
+    assert model.plain_chat_over(("system", "user"), contents, room) == rendered
+    assert model.plain_chat_over(("system", "user"), contents, room + 1) is None, "no more bytes than room: it fits"
 
 
 def test_a_constant_the_template_only_compares_with_a_role_is_not_looked_for_in_contents() -> None:
