@@ -211,10 +211,7 @@ class TensorRtLlmEngine(Engine):
         if isinstance(prepared, EngineReply):
             return prepared
         request, prompt, params = prepared
-        pending = self._submitted(prompt, params)
-        if isinstance(pending, EngineReply):
-            return pending
-        output = await self._output(pending)
+        output = await self._output(prompt, params)
         if isinstance(output, EngineReply):
             return output
         try:
@@ -236,26 +233,26 @@ class TensorRtLlmEngine(Engine):
             return refusal_of(error)
         return request, prompt, params
 
-    def _submitted(self, prompt: str, params: Any) -> Any:
-        """The request handed to the engine (its pending result); or the line's refusal."""
+    async def _output(self, prompt: str, params: Any) -> Any:
+        """The engine's output for the request; or the line's refusal, or a 500 when the engine failed it."""
         try:
-            return self._llm.generate_async(prompt, params)
+            pending = self._llm.generate_async(prompt, params)
         except RuntimeError as error:
-            if "shutting down" in str(error):
-                raise EngineUnavailable(f"TensorRT-LLM is shutting down: {error}") from error
+            _unless_shutting_down(error)
             return refusal_of(error)  # RequestError (a RuntimeError) for a prompt over its limits
         except ValueError as error:
             return refusal_of(error)
-
-    @staticmethod
-    async def _output(pending: Any) -> Any:
-        """The engine's output for the request; or a 500 when the engine failed it."""
         try:
             return await pending
         except asyncio.CancelledError:
             pending.abort()  # the line's task was cancelled: stop its request on the GPU too
             raise
         except RuntimeError as error:
-            if "shutting down" in str(error):
-                raise EngineUnavailable(f"TensorRT-LLM is shutting down: {error}") from error
+            _unless_shutting_down(error)
             return error_reply(500, f"TensorRT-LLM failed the request: {error}", "engine_error")
+
+
+def _unless_shutting_down(error: RuntimeError) -> None:
+    """An engine shutting down fails the attempt (which reloads it), not the line."""
+    if "shutting down" in str(error):
+        raise EngineUnavailable(f"TensorRT-LLM is shutting down: {error}") from error

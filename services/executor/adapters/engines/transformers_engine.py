@@ -92,7 +92,8 @@ class TransformersEngine(Engine):
         self._transformers: Any = None
         self._network: Any = None
         self._tokenizer: Any = None
-        self._device = "cpu"
+        self.device = "cpu"
+        """Where the model runs: "cuda" or "cpu" (chosen at load)."""
         self._jobs: queue.Queue[Job | None] = queue.Queue()
         self._worker: threading.Thread | None = None
 
@@ -113,10 +114,6 @@ class TransformersEngine(Engine):
         """`system_fingerprint`: which engine and versions produced an answer."""
         return "transformers-" + self.version.replace(", ", "-").replace(" ", "-")
 
-    @property
-    def device(self) -> str:
-        return self._device
-
     def load(self, model: CatalogueModel) -> None:
         try:
             torch = importlib.import_module("torch")
@@ -124,29 +121,29 @@ class TransformersEngine(Engine):
         except ImportError as error:
             raise EngineUnavailable(f"PyTorch and transformers are not installed here, so {model.id} cannot load: "
                                     "pip install 'sheshnag[transformers]'") from error
-        self._device = "cuda" if torch.cuda.is_available() else "cpu"
-        if self._device == "cpu":
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        if self.device == "cpu":
             torch.set_num_threads(max(1, self.n_threads))
-        dtype = torch.bfloat16 if self._device == "cuda" else torch.float32
+        dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
         source = self._checkpoint(Path(model.artifact), transformers, dtype)
         try:
             self._tokenizer = transformers.AutoTokenizer.from_pretrained(str(source))
             network = transformers.AutoModelForCausalLM.from_pretrained(str(source), dtype=dtype)
         except (OSError, ValueError) as error:
             raise EngineUnavailable(f"transformers could not load {model.id} from {source}: {error}") from error
-        self._network = network.to(self._device).eval()
+        self._network = network.to(self.device).eval()
         if self._tokenizer.pad_token_id is None:
             self._tokenizer.pad_token = self._tokenizer.eos_token
         self._tokenizer.padding_side = "left"
         self._torch, self._transformers = torch, transformers
-        wanted = self._device == "cuda" if self.continuous_batching is None else self.continuous_batching
+        wanted = self.device == "cuda" if self.continuous_batching is None else self.continuous_batching
         if wanted and batching.available(transformers, self._network):
             self._batches = batching.ContinuousBatches(
                 transformers, self._network, model.slots, model.context_length, self._tokenizer.pad_token_id)
         self.model = model
         self._worker = threading.Thread(target=self._serve, name=f"transformers-{model.id}", daemon=True)
         self._worker.start()
-        log.info("loaded %s on %s (%s) with %s, %s", model.id, self._device, dtype, self.version,
+        log.info("loaded %s on %s (%s) with %s, %s", model.id, self.device, dtype, self.version,
                  "continuous batching" if self._batches is not None else "micro-batches")
 
     @property
@@ -196,7 +193,7 @@ class TransformersEngine(Engine):
         self._worker = None
         self._network = self._tokenizer = self.model = None
         gc.collect()
-        if self._torch is not None and self._device == "cuda":
+        if self._torch is not None and self.device == "cuda":
             self._torch.cuda.empty_cache()
 
     async def run(self, endpoint: str, body: dict[str, object]) -> EngineReply:
@@ -297,8 +294,8 @@ class TransformersEngine(Engine):
             rows = [job.prompt_ids for job in jobs for _ in range(job.samples)]
             width = max(len(row) for row in rows)
             pad = self._tokenizer.pad_token_id
-            input_ids = torch.tensor([[pad] * (width - len(row)) + row for row in rows], device=self._device)
-            mask = torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in rows], device=self._device)
+            input_ids = torch.tensor([[pad] * (width - len(row)) + row for row in rows], device=self.device)
+            mask = torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in rows], device=self.device)
             sampling = jobs[0].sampling
             settings: dict[str, Any] = {"max_new_tokens": max(job.limit for job in jobs), "pad_token_id": pad,
                                         "do_sample": not sampling.greedy,
