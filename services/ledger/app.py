@@ -94,7 +94,8 @@ class LedgerApp:
         await index_owners(bus, ledger, sink, checkpoint)
         await index_live_batches(ledger, read_model, checkpoint)
         await index_stored_bytes(ledger, read_model, checkpoint)
-        folder = self.folder = Folder(ledger, sink, checkpoint, self.settings.group_size, self.settings.fold_pace_s)
+        folder = self.folder = Folder(ledger, sink, checkpoint, self.settings.group_size, self.settings.fold_pace_s,
+                                      self.settings.fold_busy_facts_per_s)
         head = await eventlog.head(bus)
         log.info("ledger resumes after sequence %d; stream head is %d", checkpoint, head)
         worker = asyncio.create_task(folder.run(stop))
