@@ -2,7 +2,10 @@
 
 import asyncio
 import uuid
+from typing import Any
 
+import nats.js.errors
+import pytest
 from faststream import ContextRepo
 from faststream.nats.message import NatsMessage
 from nats.js.api import DeliverPolicy
@@ -11,6 +14,7 @@ from contracts.commands import FinalizeBatch
 from contracts.events.batch import LineRejected
 from contracts.subjects import EVENTS_STREAM, WORK_STREAM, batch_events, executor_finalize_durable
 from contracts.terms import BatchTerms
+from services.runtime.nats.broker import ServiceBroker
 from services.runtime.nats.bus import ConsumerPolicy, EventBus
 from services.runtime.nats.delivery import Durable, ServiceRouter
 from services.runtime.process.logfmt import BATCH_ID
@@ -110,3 +114,23 @@ async def test_a_fenced_publish_is_refused_once_a_newer_fact_is_on_the_fence_sub
     info = await bus.js.consumer_info(EVENTS_STREAM, (await bus.js.add_consumer(
         EVENTS_STREAM, filter_subject=batch_events(batch))).name)
     assert info.num_pending == 3
+
+
+async def test_a_connect_whose_streams_cannot_be_declared_leaves_no_connection_open(
+        connection: ConnectionSettings, monkeypatch: pytest.MonkeyPatch) -> None:
+    opened: list[ServiceBroker] = []
+    to = ServiceBroker.to
+
+    def recorded(*args: Any, **kwargs: Any) -> ServiceBroker:
+        opened.append(to(*args, **kwargs))
+        return opened[-1]
+
+    async def refused(self: EventBus) -> None:
+        raise nats.js.errors.ServiceUnavailableError()
+
+    monkeypatch.setattr(ServiceBroker, "to", recorded)
+    monkeypatch.setattr(EventBus, "ensure_streams", refused)
+    with pytest.raises(nats.js.errors.ServiceUnavailableError):
+        await EventBus.connect(connection.nats_url, "test-declare-refused", attempts=1)
+    assert len(opened) == 1
+    assert opened[0]._connection is None or opened[0]._connection.is_closed

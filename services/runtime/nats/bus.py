@@ -129,7 +129,11 @@ class EventBus:
         bus = cls(await broker.connect(), name, replicas)
         bus.broker = broker
         if declare:
-            await bus.ensure_streams()
+            try:
+                await bus.ensure_streams()
+            except BaseException:  # refused, broken off or cancelled: the connection goes with the call
+                await asyncio.shield(broker.close_within())
+                raise
         return bus
 
     async def close(self) -> None:
