@@ -238,10 +238,9 @@ class ModelTokenizer:
         or it must render them."""
         if holds_any(joined, self.constants_by_first):
             return None
-        skeleton = self.skeletons.get(roles, self)
-        if skeleton is self:
-            skeleton = self.skeletons[roles] = self._skeleton(roles)
-        return skeleton  # type: ignore[return-value]
+        if roles not in self.skeletons:
+            self.skeletons[roles] = self._skeleton(roles)
+        return self.skeletons[roles]
 
     def chat_over(self, messages: list[dict[str, object]], room: int,
                   kwargs: dict[str, object] | None = None) -> str | None:
