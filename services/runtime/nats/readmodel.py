@@ -236,13 +236,14 @@ class ReadModel:
         once ended, before its record says so); a file enters or leaves its owner's stored bytes (stored_bytes.py)
         and its owner's index. All before the record itself: once it is readable by id, the owner's checks and lists
         see it too."""
+        value = record.model_dump_json().encode()
         if isinstance(record, BatchRecord):
             await self._mark_live(record, record.batch.status not in TERMINAL)
         if isinstance(record, FileRecord):
             await self._stored.enter(record)
             copy_key, kept = owner_copy(record)
-            await (self.kv.put(copy_key, record.model_dump_json().encode()) if kept else self.kv.delete(copy_key))
-        await self.kv.put(key, record.model_dump_json().encode())
+            await (self.kv.put(copy_key, value) if kept else self.kv.delete(copy_key))
+        await self.kv.put(key, value)
 
     async def put_batch(self, record: BatchRecord) -> None:
         """(For tools and tests that write a record by hand: the ledger writes through `put`.)"""
