@@ -12,10 +12,12 @@ from contracts.events.batch import LineRejected
 from contracts.subjects import EVENTS_STREAM, JS_API, direct_get, event_subject
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.kv import (
+    LAST_PER_REQUEST,
     SCAN_PAGE,
     ensure_direct_reads,
     latest_entries,
     open_bucket,
+    read_last,
     read_subject,
     read_value,
 )
@@ -125,3 +127,21 @@ async def test_a_subject_of_the_event_log_is_read_whole_in_order_without_a_consu
 
     assert [LineRejected.model_validate_json(m.data).line for m in messages] == list(range(1, SCAN_PAGE + 40))
     assert (await bus.js.stream_info(EVENTS_STREAM)).state.consumer_count == consumers
+
+
+async def test_named_keys_are_read_by_one_direct_get_per_request_of_them_deleted_and_unknown_ones_left_out(
+        bus: EventBus) -> None:
+    kv = await _bucket(bus)
+    count = LAST_PER_REQUEST + 44
+    await asyncio.gather(*(kv.put(f"batch.b{i:04d}", f"{i}".encode()) for i in range(count)))
+    await kv.put("batch.b0010", b"rewritten")
+    await kv.delete("batch.b0003")
+    asked = await api_requests(bus, kv._stream)
+
+    found = await read_last(kv, [f"batch.b{i:04d}" for i in range(count + 5)])
+
+    await bus.nc.flush()
+    assert asked == {"direct": 2}
+    assert len(found) == count - 1 and "batch.b0003" not in found and "batch.b9999" not in found
+    assert found["batch.b0010"] == b"rewritten" and found[f"batch.b{count - 1:04d}"] == f"{count - 1}".encode()
+    assert await read_last(kv, ["batch.none"]) == {} and await read_last(kv, []) == {}
