@@ -1,5 +1,6 @@
 """Listing a KV bucket against the real broker: complete every time, and nothing left behind on the server; a value
-a limit counts read from a single-replica bucket by one direct get, as any other."""
+a limit counts read from a single-replica bucket by one direct get, as any other; named keys read a few hundred a
+request."""
 
 import asyncio
 import secrets
