@@ -134,3 +134,16 @@ async def test_a_connect_whose_streams_cannot_be_declared_leaves_no_connection_o
         await EventBus.connect(connection.nats_url, "test-declare-refused", attempts=1)
     assert len(opened) == 1
     assert opened[0]._connection is None or opened[0]._connection.is_closed
+
+
+async def test_a_command_sent_again_in_another_protocols_shape_is_another_message(bus: EventBus) -> None:
+    """An executor gone back to protocol 1 drops a nested command it cannot read; the command sent again flat must
+    reach it, not be dropped as a repeat of the nested one."""
+    await bus.ensure_streams()
+    command = FinalizeBatch(batch_id="batch_shapes1", executor_id=f"shape-{uuid.uuid4().hex[:8]}", reason="expired",
+                            terms=BatchTerms(owner_key_id="key_1", endpoint="/v1/chat/completions",
+                                             input_object_key="files/file_1"))
+    for protocol in (2, 2, 1, 1):
+        await bus.send(command, protocol)
+    stored = (await bus.js.stream_info(WORK_STREAM, subjects_filter=command.subject)).state.subjects or {}
+    assert stored == {command.subject: 2}

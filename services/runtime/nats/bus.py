@@ -196,7 +196,9 @@ class EventBus:
 
     async def send(self, command: Command, protocol: int = COMMAND_PROTOCOL) -> None:
         """Send a command once (a retried send is dropped by the server) in the shape `protocol` says (the executor's,
-        `ExecutorAdvert.protocol`); its header names its batch."""
-        headers = {"Nats-Msg-Id": command.msg_id, BATCH_HEADER: command.batch_id}
+        `ExecutorAdvert.protocol`); its header names its batch. Another shape is another message: the same command
+        sent again in protocol 1's to an executor that went back to it is not dropped as a repeat."""
+        msg_id = command.msg_id if protocol < 2 else f"{command.msg_id}:p{protocol}"
+        headers = {"Nats-Msg-Id": msg_id, BATCH_HEADER: command.batch_id}
         await self.js.publish(command.subject, command.wire(protocol), headers=inject_headers(headers),
                               stream=WORK_STREAM)

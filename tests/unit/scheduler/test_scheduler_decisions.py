@@ -177,3 +177,18 @@ def test_the_book_knows_the_command_protocol_of_each_executors_current_process()
     assert book.protocols == {"e1": 2}
     book.apply(registered(NOW + 1_000, 1))  # downgraded
     assert book.protocols == {"e1": 1}
+
+
+def test_an_executor_gone_back_to_an_older_protocol_is_no_longer_counted_on_to_finalize() -> None:
+    book = validated_book()
+
+    def registered(started_at: int, protocol: int) -> ExecutorRegistered:
+        return ExecutorRegistered(aggregate_id="e1", advert=advert("e1").model_copy(update={"protocol": protocol}),
+                                  started_at=started_at, worker_key_id="k", occurred_at=started_at)
+
+    book.apply(registered(NOW - 10_000, 2))
+    book.plans["b1"].finalizer = "e1"  # sent a finalize command in protocol 2's shape, which 1 cannot read
+    book.apply(registered(NOW - 5_000, 2))  # restarted, same protocol: the command waits for it on its durable
+    assert book.plans["b1"].finalizer == "e1"
+    book.apply(registered(NOW, 1))  # downgraded
+    assert book.plans["b1"].finalizer is None
