@@ -88,18 +88,16 @@ def order_lines(keys: Sequence[str | None], slots: int, warm: Collection[str] = 
         return UnitOrder(list(range(len(keys))), {})  # every line a lane of its own: file order
     groups: dict[str, list[int]] = {}
     singles: list[tuple[int, list[int]]] = []
-    first_seen: dict[str, int] = {}
     for index, key in enumerate(keys):
         if key is None:
             singles.append((index, [index]))
         else:
             groups.setdefault(key, []).append(index)
-            first_seen.setdefault(key, index)
     lanes = _lane_counts({key: len(members) for key, members in groups.items()}, len(singles), slots)
     lane_lists: list[tuple[tuple[int, int], deque[int]]] = []
     for key, members in groups.items():
         count = lanes[key]
-        rank = (0 if key in warm else 1, first_seen[key])
+        rank = (0 if key in warm else 1, members[0])  # members[0]: the key's first line
         lane_lists.extend((rank, deque(members[lane::count])) for lane in range(count))
     lane_lists.extend(((1, index), deque(members)) for index, members in singles)
     lane_lists.sort(key=lambda item: item[0])  # stable: a key's lanes stay together

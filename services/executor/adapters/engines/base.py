@@ -33,15 +33,6 @@ def error_reply(status_code: int, message: str, code: str | None = None) -> Engi
     return EngineReply(status_code, {"error": error})
 
 
-def not_served(endpoint: str, model: CatalogueModel) -> EngineReply:
-    return error_reply(400, f"endpoint {endpoint} is not served by {model.id}", "invalid_url")
-
-
-def completed(endpoint: str, completion: dict[str, object], model: CatalogueModel) -> EngineReply:
-    """A successful chat or text completion, as the Response object it amounts to for a `/v1/responses` line."""
-    return EngineReply(200, response_body(completion, model.id) if endpoint == "/v1/responses" else completion)
-
-
 def installed(package: str) -> str:
     """The installed release of an engine library, or "not-installed"."""
     try:
@@ -97,6 +88,16 @@ class Engine(ABC):
         """Request body parameters this runtime honours at its release (one table in contracts, shared with the
         validator, which goes by the release the model's catalogue entry pins)."""
         return honoured_parameters(self.name, self.release)
+
+    def not_served(self, endpoint: str) -> EngineReply:
+        """The line's 400 for an endpoint the loaded model does not serve."""
+        assert self.model is not None
+        return error_reply(400, f"endpoint {endpoint} is not served by {self.model.id}", "invalid_url")
+
+    def completed(self, endpoint: str, completion: dict[str, object]) -> EngineReply:
+        """A successful chat or text completion, as the Response object it amounts to for a `/v1/responses` line."""
+        assert self.model is not None
+        return EngineReply(200, response_body(completion, self.model.id) if endpoint == "/v1/responses" else completion)
 
     @abstractmethod
     def load(self, model: CatalogueModel) -> None:

@@ -17,15 +17,7 @@ import xllamacpp
 
 from contracts.catalogue import CatalogueModel
 from contracts.events.executor import EngineName
-from services.executor.adapters.engines.base import (
-    ENGINE_SLOT,
-    Engine,
-    EngineReply,
-    EngineUnavailable,
-    completed,
-    error_reply,
-    not_served,
-)
+from services.executor.adapters.engines.base import ENGINE_SLOT, Engine, EngineReply, EngineUnavailable, error_reply
 from services.executor.adapters.engines.responses import UnmappableRequest, chat_request
 from services.runtime.storage.catalogue import resolve_artifact
 
@@ -127,7 +119,7 @@ class LlamaCppEngine(Engine):
             raise EngineUnavailable("no model is loaded")
         call = self._handler(self._server, self.model, endpoint)
         if call is None:
-            return not_served(endpoint, self.model)
+            return self.not_served(endpoint)
         request = {key: value for key, value in body.items() if key not in ("stream", "id_slot")}
         try:
             if endpoint == RESPONSES:
@@ -150,7 +142,7 @@ class LlamaCppEngine(Engine):
         except LINE_REJECTIONS as error:
             return error_reply(400, f"{self.model.id} on llama.cpp refused the request: {error}", "invalid_request")
         reply = self._reply(self.model.id, result)
-        return completed(endpoint, reply.body, self.model) if reply.ok else reply
+        return self.completed(endpoint, reply.body) if reply.ok else reply
 
     @staticmethod
     def _handler(server: xllamacpp.Server, model: CatalogueModel,

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from contracts.catalogue import CatalogueModel
 from contracts.events.executor import EngineName
-from services.executor.adapters.engines.base import Engine, EngineReply, EngineUnavailable, completed, not_served
+from services.executor.adapters.engines.base import Engine, EngineReply, EngineUnavailable
 
 DEFAULT_COMPLETION_TOKENS = 16
 REPLY_TEXT = "simulated"
@@ -49,7 +49,7 @@ class SimulatedEngine(Engine):
         if model is None:
             raise EngineUnavailable("no model is loaded")
         if endpoint not in model.endpoints:
-            return not_served(endpoint, model)
+            return self.not_served(endpoint)
         usage_in, usage_out = prompt_tokens(body), completion_tokens(body)
         usage = {"prompt_tokens": usage_in, "completion_tokens": usage_out, "total_tokens": usage_in + usage_out}
         created = int(time.time())
@@ -65,4 +65,4 @@ class SimulatedEngine(Engine):
         chat = {"id": f"chatcmpl-sim-{created}", "object": "chat.completion", "created": created, "model": model.id,
                 "choices": [{"index": 0, "finish_reason": "length",
                              "message": {"role": "assistant", "content": REPLY_TEXT}}], "usage": usage}
-        return completed(endpoint, chat, model)
+        return self.completed(endpoint, chat)

@@ -27,15 +27,7 @@ from typing import Any, ClassVar
 
 from contracts.catalogue import CatalogueModel
 from contracts.events.executor import EngineName
-from services.executor.adapters.engines.base import (
-    Engine,
-    EngineReply,
-    EngineUnavailable,
-    completed,
-    error_reply,
-    installed,
-    not_served,
-)
+from services.executor.adapters.engines.base import Engine, EngineReply, EngineUnavailable, error_reply, installed
 from services.executor.adapters.engines.generation_rules import COMPLETIONS_DEFAULT_MAX_TOKENS
 from services.executor.adapters.engines.hf_prompts import completion, prompt_text, text_choice
 from services.executor.adapters.engines.responses import UnmappableRequest, chat_request
@@ -206,7 +198,7 @@ class TensorRtLlmEngine(Engine):
         if self._llm is None or self.model is None:
             raise EngineUnavailable("no model is loaded")
         if endpoint not in self.model.endpoints or endpoint == "/v1/embeddings":
-            return not_served(endpoint, self.model)
+            return self.not_served(endpoint)
         prepared = self._prepared(endpoint, body)
         if isinstance(prepared, EngineReply):
             return prepared
@@ -219,7 +211,7 @@ class TensorRtLlmEngine(Engine):
                                      logprobs_wanted(request), f"trtllm-{self.version}")
         except LineCancelled as cancelled:
             return error_reply(503, str(cancelled), "engine_cancelled")
-        return completed(endpoint, answer, self.model)
+        return self.completed(endpoint, answer)
 
     def _prepared(self, endpoint: str, body: dict[str, object]) -> tuple[dict[str, Any], str, Any] | EngineReply:
         """The request as the engine takes it, its prompt and sampling; or the line's refusal."""

@@ -39,15 +39,7 @@ from contracts.catalogue import CatalogueModel
 from contracts.events.executor import EngineName
 from services.executor.adapters.artifacts import default_cache_dir
 from services.executor.adapters.engines import continuous_batching as batching
-from services.executor.adapters.engines.base import (
-    Engine,
-    EngineReply,
-    EngineUnavailable,
-    completed,
-    error_reply,
-    installed,
-    not_served,
-)
+from services.executor.adapters.engines.base import Engine, EngineReply, EngineUnavailable, error_reply, installed
 from services.executor.adapters.engines.generation_rules import (
     MAX_SAMPLES,
     PromptTooLong,
@@ -200,7 +192,7 @@ class TransformersEngine(Engine):
         if self._network is None or self.model is None:
             raise EngineUnavailable("no model is loaded")
         if endpoint not in self.model.endpoints or endpoint == "/v1/embeddings":
-            return not_served(endpoint, self.model)
+            return self.not_served(endpoint)
         try:
             request = chat_request(body) if endpoint == "/v1/responses" else dict(body)
             job = self._job(endpoint, request)
@@ -214,7 +206,7 @@ class TransformersEngine(Engine):
             rows = await self._generate_job(job)
         except RuntimeError as error:  # CUDA out of memory, a kernel error: this line's try failed
             return error_reply(500, f"generation failed: {error}", "engine_error")
-        return completed(endpoint, self._completion(endpoint, job, rows), self.model)
+        return self.completed(endpoint, self._completion(endpoint, job, rows))
 
     async def _generate_job(self, job: Job) -> list[tuple[list[int], bool]]:
         """Each sample's tokens and whether it ended (EOS), through the continuous batch where the line fits it."""
