@@ -59,13 +59,15 @@ def parse_input_line(line: int, raw: bytes) -> InputLine | None:
 
 def result_line(batch_id: str, line: InputLine, status_code: int, body: dict[str, object]) -> CommittedLine:
     """The output (2xx) or error line (anything else) an engine reply makes of an input line."""
-    response = OutputResponse(
-        status_code=status_code,
-        request_id=derived_id("req_", batch_id, line.custom_id),
-        body=body,
-    )
+    response = OutputResponse(status_code=status_code, request_id=derived_id("req_", batch_id, line.custom_id),
+                              body=body)
+    return _committed(batch_id, line, response, None)
+
+
+def _committed(batch_id: str, line: InputLine, response: OutputResponse | None,
+               error: OutputError | None) -> CommittedLine:
     output = OutputLine(id=batch_request_id(batch_id, line.custom_id), custom_id=line.custom_id,
-                        response=response, error=None)
+                        response=response, error=error)
     return CommittedLine(line=line.line, custom_id=line.custom_id, output=output)
 
 
@@ -96,9 +98,7 @@ def refused_line(batch_id: str, refused: RejectedLine) -> CommittedLine:
 
 def unrun_line(batch_id: str, line: InputLine, code: str, message: str) -> CommittedLine:
     """The error line of an input line that never ran (the batch was cancelled or expired first)."""
-    output = OutputLine(id=batch_request_id(batch_id, line.custom_id), custom_id=line.custom_id,
-                        response=None, error=OutputError(code=code, message=message))
-    return CommittedLine(line=line.line, custom_id=line.custom_id, output=output)
+    return _committed(batch_id, line, None, OutputError(code=code, message=message))
 
 
 @dataclass

@@ -93,12 +93,6 @@ class BatchRunner:
         """The watches of the attempts (or shards) of `batch_id` running here now."""
         return [watch for key, watch in self.running.items() if key[0] == batch_id]
 
-    def slot_pool(self, engine: Engine) -> SlotPool:
-        pool = self.pools.get(engine)
-        if pool is None:
-            pool = self.pools[engine] = SlotPool(engine.slots)
-        return pool
-
     async def run(self, command: RunBatch, engine: Engine) -> None:
         key = attempt_key(command)
         while (running := self._ending.get(key)) is not None:
@@ -197,8 +191,8 @@ class BatchRunner:
         if isinstance(self.store, BrokeredObjectStore):
             await self.store.ask_ahead(command.batch_id, command.attempt, self._ahead(command, resume, tally))
         committer = ChunkCommitter(self.chunk_lines, resume.next_chunk, tally, self.chunk_max_wait_s)
-        return await AttemptRun(self, command, engine, watch, publish, resume, committer,
-                                self.slot_pool(engine)).run()
+        slots = self.pools.setdefault(engine, SlotPool(engine.slots))
+        return await AttemptRun(self, command, engine, watch, publish, resume, committer, slots).run()
 
     def _ahead(self, command: RunBatch, resume: Resume, tally: Tally) -> list[WantedObject]:
         """The objects the attempt's run gets and puts: its input (unless a copy is here), a chunk for each
