@@ -58,10 +58,7 @@ class BatchLogReader:
         """The reader and every fact the batch has so far, with its stream sequence."""
         reader = cls(pages_of(bus), batch_id)
         backlog: list[Sequenced] = []
-        more = True
-        while more:
-            facts, more = await reader._page()
-            backlog.extend(facts)
+        await reader.catch_up(backlog.extend)
         yield reader, backlog
 
     async def next_events(self) -> list[Sequenced]:
@@ -69,7 +66,9 @@ class BatchLogReader:
         list: none came)."""
         if self.at_end:
             await asyncio.sleep(POLL_S)
-        facts, _ = await self._page()
+        async with self.reading:
+            facts, self.after, more = await self.pages(self.batch_id, self.after)
+            self.at_end = not more
         return facts
 
     async def catch_up(self, fold: Fold) -> None:
@@ -81,12 +80,6 @@ class BatchLogReader:
                 facts, self.after, more = await self.pages(self.batch_id, self.after)
                 self.at_end = not more
                 fold(facts)
-
-    async def _page(self) -> tuple[list[Sequenced], bool]:
-        async with self.reading:
-            facts, self.after, more = await self.pages(self.batch_id, self.after)
-            self.at_end = not more
-        return facts, more
 
 
 async def read_batch_log(bus: EventBus, batch_id: str) -> BatchLog:

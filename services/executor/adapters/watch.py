@@ -64,7 +64,8 @@ class BatchFeed:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
-            await self.next_move(remaining)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.moved.wait(), remaining)
         return True
 
     async def read_until(self, holds: Callable[[BatchLog], bool], within_s: float = 10.0) -> bool:
@@ -74,10 +75,6 @@ class BatchFeed:
             with contextlib.suppress(nats.errors.Error, OSError, TimeoutError):
                 await asyncio.wait_for(self.catch_up(), within_s)
         return await self.folded(holds, within_s)
-
-    async def next_move(self, within_s: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.moved.wait(), within_s)
 
     async def catch_up(self) -> None:
         """Fold every fact the log holds now (a joining attempt sees at least what a fresh read would show)."""
