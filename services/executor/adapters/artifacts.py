@@ -20,7 +20,7 @@ import urllib3
 from minio.error import S3Error
 
 from contracts.catalogue import CatalogueModel, HubFile, ModelObject, hub_artifact, hub_checkpoint, object_artifact
-from services.executor.adapters.objects import ObjectAccess
+from services.executor.adapters.objects import ObjectAccess, close_stream
 from services.runtime.storage.catalogue import install_command, resolve_artifact
 from services.runtime.storage.hub import CheckpointUnavailable, checkpoint_directory
 from services.runtime.storage.objectstore import ObjectNotFound
@@ -148,9 +148,7 @@ class ArtifactResolver:
         except (S3Error, urllib3.exceptions.HTTPError, OSError) as error:
             raise ArtifactUnavailable(f"{model.artifact} ({model.id}) could not be fetched: {error}") from error
         finally:
-            close = getattr(chunks, "aclose", None)  # both stores' chunks are async generators: release the body
-            if close is not None:
-                await close()
+            await close_stream(chunks)
         return digest.hexdigest(), size
 
 

@@ -20,7 +20,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import IO, TypeVar
 
-from services.executor.adapters.objects import ObjectAccess
+from services.executor.adapters.objects import ObjectAccess, close_stream
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class InputCopy:
                     break
                 yield line, raw
         finally:
-            await _close(raw_lines)
+            await close_stream(raw_lines)
 
     def grew(self) -> None:
         self.grown.set()
@@ -211,7 +211,7 @@ class InputCache:
             log.warning("batch %s: downloading its input %s failed: %r", copy.batch_id, copy.key, error)
             copy.error = error
         finally:
-            await _close(chunks)
+            await close_stream(chunks)
             copy.grew()
 
     def _reserve(self, copy: InputCopy, size: int) -> bool:
@@ -251,9 +251,3 @@ async def _first_of(*events: asyncio.Event) -> None:
     finally:
         for waiter in waiters:
             waiter.cancel()
-
-
-async def _close(iterator: object) -> None:
-    close = getattr(iterator, "aclose", None)
-    if close is not None:
-        await close()

@@ -305,15 +305,10 @@ class TransformersEngine(Engine):
                     torch.manual_seed(sampling.seed)
                 output = self._network.generate(input_ids=input_ids, attention_mask=mask,
                                                 stopping_criteria=stopping, **settings)
-            new = output[:, width:].tolist()
+            new = iter(output[:, width:].tolist())  # each job's samples, in the order their rows were built
             eos = set(token_list(self._network.generation_config.eos_token_id))
-            row = 0
             for job in jobs:
-                found = []
-                for _ in range(job.samples):
-                    tokens, ended = own_tokens(new[row], job.limit, eos, job.ignore_eos)
-                    found.append((tokens, ended))
-                    row += 1
+                found = [own_tokens(next(new), job.limit, eos, job.ignore_eos) for _ in range(job.samples)]
                 job.loop.call_soon_threadsafe(_resolve, job.done, found)
         except Exception as error:
             log.exception("generation failed for %d lines", len(jobs))
