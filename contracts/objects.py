@@ -18,6 +18,12 @@ LIST_PAGE = 50
 AHEAD = 16
 """Objects asked for ahead in one request at most: their URLs stay well under 64 KiB."""
 
+MAX_CHUNK_BYTES = 64 * 1024 * 1024
+"""A result chunk past this is not read back (its lines would go to the error file as never run)."""
+CHUNK_BYTES = MAX_CHUNK_BYTES // 4
+"""An executor commits its pending lines as a chunk once their output lines pass this, whatever their number: far
+below `MAX_CHUNK_BYTES` with the chunk lines' own framing (long completions with log-probabilities are large)."""
+
 
 class WantedObject(BaseModel):
     """An object the executor will get or put soon, in the same batch's work (and attempt) as the request."""

@@ -12,6 +12,7 @@ from contracts.api.output_line import CommittedLine, OutputError, OutputLine, Ou
 from contracts.api.rejected_line import RejectedLine
 from contracts.events.batch import ShardLayout
 from contracts.ids import batch_request_id, derived_id
+from contracts.objects import CHUNK_BYTES
 from contracts.subjects import parse_result_chunk_key
 from services.executor.chunk_lines import (
     FAST,
@@ -127,24 +128,28 @@ class Chunk:
 class ChunkCommitter:
     """Groups finished lines into chunks of `chunk_lines`, numbered on from `next_chunk`; a chunk whose first line
     finished `max_wait_s` ago or more is committed however few it holds (with the next line, or by the runner's
-    clock, `due`), so an attempt whose lines finish slowly still commits, and shows progress, every few seconds."""
+    clock, `due`), so an attempt whose lines finish slowly still commits, and shows progress, every few seconds; and
+    one whose output lines pass `max_bytes` at once, so that no chunk grows past what is read back."""
 
     chunk_lines: int
     next_chunk: int
     tally: Tally
     max_wait_s: float = float("inf")
+    max_bytes: int = CHUNK_BYTES
     pending: list[ResultLine] = field(default_factory=list)
     pending_since: float = 0.0
+    pending_bytes: int = 0
 
     def add(self, line: ResultLine, now: float = 0.0) -> Chunk | None:
         if not self.pending:
             self.pending_since = now
         self.pending.append(line)
+        self.pending_bytes += len(output_json(line))
         return self.flush() if self.due(now) else None
 
     def due(self, now: float) -> bool:
         """Whether the pending lines are to be committed now: a whole chunk, or its first line waited long enough."""
-        return bool(self.pending) and (len(self.pending) >= self.chunk_lines
+        return bool(self.pending) and (len(self.pending) >= self.chunk_lines or self.pending_bytes >= self.max_bytes
                                        or now - self.pending_since >= self.max_wait_s)
 
     def flush(self) -> Chunk | None:
@@ -155,6 +160,7 @@ class ChunkCommitter:
         chunk = Chunk(self.next_chunk, tuple(self.pending), self.tally.completed, self.tally.failed)
         self.next_chunk += 1
         self.pending = []
+        self.pending_bytes = 0
         return chunk
 
 

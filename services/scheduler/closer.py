@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from contracts.api.output_line import CommittedLine
 from contracts.commands import FinalizeBatch
 from contracts.events.batch import BatchFailed
+from contracts.objects import MAX_CHUNK_BYTES
 from services.executor.adapters.log_reader import read_batch_log
 from services.executor.adapters.results import ResultStore
 from services.executor.chunk_lines import decode_chunk
@@ -34,8 +35,6 @@ log = logging.getLogger(__name__)
 MAX_TRIES = 8
 AT_ONCE = 2
 """Batches the control plane assembles at the same time: the leader's memory and event loop stay its own."""
-MAX_CHUNK_BYTES = 64 * 1024 * 1024
-"""A result chunk holds one chunk of lines (a few, each within a model's context): far below this."""
 FIRST_PAUSE_S = 1.0
 MAX_PAUSE_S = 30.0
 STOP_S = 10.0

@@ -17,6 +17,7 @@ from contracts.events.batch import (
 )
 from contracts.events.envelope import Event
 from contracts.ids import batch_request_id
+from contracts.objects import MAX_CHUNK_BYTES
 from services.executor.attempts import BatchLog
 from services.executor.chunk_lines import StoredLine, decode_chunk, encode_chunk, output_json, read_chunk
 from services.executor.domain import (
@@ -115,6 +116,19 @@ def test_a_chunk_whose_first_line_waited_long_enough_is_committed_short() -> Non
     short = committer.add(ok(3, "c"), now=12.0)
     assert short is not None and len(short.lines) == 3 and short.completed == 3
     assert committer.add(ok(4, "d"), now=12.5) is None  # the next chunk's wait starts with its own first line
+
+
+def test_lines_whose_outputs_pass_the_byte_bound_are_committed_at_once_however_few() -> None:
+    one_line = len(output_json(ok(1, "a")))
+    committer = ChunkCommitter(chunk_lines=256, next_chunk=0, tally=Tally(), max_bytes=2 * one_line)
+    assert committer.add(ok(1, "a")) is None
+    big = committer.add(ok(2, "b"))
+    assert big is not None and [line.line for line in big.lines] == [1, 2]
+    assert committer.add(ok(3, "c")) is None  # the count starts again with the next chunk
+
+
+def test_the_byte_bound_keeps_a_chunk_far_below_what_is_read_back() -> None:
+    assert ChunkCommitter(chunk_lines=1, next_chunk=0, tally=Tally()).max_bytes * 2 <= MAX_CHUNK_BYTES
 
 
 def test_resuming_skips_lines_any_attempt_committed() -> None:
