@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
+from typing import TypeVar
 
 import jinja2.meta
 import jinja2.nodes
@@ -54,6 +55,9 @@ PLAIN_MESSAGE = frozenset({"role", "content"})
 """A message of only these keys is rendered from the skeleton (a template may read any other key it has)."""
 PIECES_KEPT = 1 << 18
 """Distinct text pieces whose token counts one tokenizer remembers (then forgotten all at once, and learnt again)."""
+ROLE_SEQUENCES_KEPT = 4096
+"""Distinct sequences of roles whose skeleton and overhead one tokenizer remembers (then forgotten all at once): a
+tenant's lines can order roles a new way each, and the tokenizer outlives every batch."""
 HEAD_SLACK = 64
 """Characters a counted head takes beyond what its tokens must save (`fits`)."""
 COUNT_BITS = (1 << 32) - 1
@@ -238,9 +242,11 @@ class ModelTokenizer:
         or it must render them."""
         if holds_any(joined, self.constants_by_first):
             return None
-        if roles not in self.skeletons:
-            self.skeletons[roles] = self._skeleton(roles)
-        return self.skeletons[roles]
+        try:
+            return self.skeletons[roles]
+        except KeyError:  # (or forgotten by another thread's `_bounded` since)
+            skeleton = _bounded(self.skeletons)[roles] = self._skeleton(roles)
+            return skeleton
 
     def chat_over(self, messages: list[dict[str, object]], room: int,
                   kwargs: dict[str, object] | None = None) -> str | None:
@@ -313,8 +319,18 @@ class ModelTokenizer:
         overhead = self.overhead_cache.get(roles)
         if overhead is None:
             empty: list[dict[str, object]] = [{"role": role, "content": ""} for role in roles]
-            overhead = self.overhead_cache[roles] = len(self.render_chat(empty).encode())
+            overhead = _bounded(self.overhead_cache)[roles] = len(self.render_chat(empty).encode())
         return overhead + sum(_size(_text_of(m.get("content"))) for m in messages)
+
+
+V = TypeVar("V")
+
+
+def _bounded(cache: dict[tuple[str, ...], V]) -> dict[tuple[str, ...], V]:
+    """`cache`, emptied first if it holds `ROLE_SEQUENCES_KEPT` sequences already."""
+    if len(cache) >= ROLE_SEQUENCES_KEPT:
+        cache.clear()
+    return cache
 
 
 def _roles(messages: list[dict[str, object]]) -> tuple[str, ...]:

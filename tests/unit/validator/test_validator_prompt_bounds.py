@@ -2,6 +2,7 @@
 (`chat_over`; `plain_chat_over` bounding a spliced prompt from its parts' weights), a plain line's model found in a
 table, and the file's rules passing a clean line with a few look-ups (`FileValidation.refused`)."""
 
+import dataclasses
 import random
 import string
 
@@ -12,6 +13,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from contracts.api.request_line import MAX_NESTING_DEPTH
+from services.validator.adapters import tokenizer as tokenizer_module
 from services.validator.adapters.chat_template import template_constants
 from services.validator.adapters.tokenizer import ModelTokenizer
 from services.validator.domain import FileValidation, Limits
@@ -146,3 +148,16 @@ def test_a_files_rules_find_the_same_refused_lines_and_state_by_either_way() -> 
             expected = [result for result in applied.apply(plan_a, verdicts) if result.issues]
             assert refused.refused(plan_r, verdicts) == expected
         assert file_state(refused) == file_state(applied)
+
+
+def test_lines_ordering_roles_a_new_way_each_leave_the_tokenizer_remembering_a_bounded_number(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tenant's lines can order their messages' roles a new way each; the tokenizer outlives every batch."""
+    monkeypatch.setattr(tokenizer_module, "ROLE_SEQUENCES_KEPT", 8)
+    model = dataclasses.replace(tokenizer(), overhead_cache={}, skeletons={})
+    orders = [tuple(random.Random(n).choices(["system", "user", "assistant"], k=6)) for n in range(60)]
+    for roles in orders:
+        messages: list[dict[str, object]] = [{"role": role, "content": "hi"} for role in roles]
+        assert model.chat_over(messages, 10_000) is None
+        assert model.plain_chat_over(roles, ["hi"] * len(roles), 5) == model.chat_over(messages, 5)
+    assert len(model.skeletons) <= 8 and len(model.overhead_cache) <= 8
