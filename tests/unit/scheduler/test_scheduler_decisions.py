@@ -163,12 +163,14 @@ def test_a_held_batch_is_never_assigned_until_released() -> None:
     assert [type(a) for a in decide(book, [advert("e1")], CATALOGUE, NOW)] == [Assign]
 
 
+def registered(started_at: int, protocol: int) -> ExecutorRegistered:
+    """e1's registration by a process started at `started_at` that takes commands in `protocol`."""
+    return ExecutorRegistered(aggregate_id="e1", advert=advert("e1").model_copy(update={"protocol": protocol}),
+                              started_at=started_at, worker_key_id="k", occurred_at=started_at)
+
+
 def test_the_book_knows_the_command_protocol_of_each_executors_current_process() -> None:
     book = Book()
-
-    def registered(started_at: int, protocol: int) -> ExecutorRegistered:
-        return ExecutorRegistered(aggregate_id="e1", advert=advert("e1").model_copy(update={"protocol": protocol}),
-                                  started_at=started_at, worker_key_id="k", occurred_at=started_at)
 
     book.apply(registered(NOW - 10_000, 1))
     assert book.protocols == {"e1": 1}
@@ -181,10 +183,6 @@ def test_the_book_knows_the_command_protocol_of_each_executors_current_process()
 
 def test_an_executor_gone_back_to_an_older_protocol_is_no_longer_counted_on_to_finalize() -> None:
     book = validated_book()
-
-    def registered(started_at: int, protocol: int) -> ExecutorRegistered:
-        return ExecutorRegistered(aggregate_id="e1", advert=advert("e1").model_copy(update={"protocol": protocol}),
-                                  started_at=started_at, worker_key_id="k", occurred_at=started_at)
 
     book.apply(registered(NOW - 10_000, 2))
     book.plans["b1"].finalizer = "e1"  # sent a finalize command in protocol 2's shape, which 1 cannot read
