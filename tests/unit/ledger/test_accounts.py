@@ -1,9 +1,7 @@
 """Users and keys: how the ledger folds them, and how a key's model access and revocation reach the batch."""
 
-from collections.abc import Iterator
 
 import orjson
-import pytest
 
 from contracts.commands import FinalizeBatch
 from contracts.events.batch import BatchCancelRequested, BatchCreated
@@ -12,7 +10,7 @@ from contracts.readmodel import UserRecord
 from contracts.terms import BatchTerms
 from services.executor.attempts import BatchLog
 from services.ledger.aggregates import User
-from services.ledger.application import Ledger, persistence_env
+from services.ledger.application import Ledger
 from services.ledger.projection import api_key_record, user_record
 from services.runtime.storage.catalogue import load_catalogue
 from services.scheduler.book import Book
@@ -22,13 +20,6 @@ from tests.factories import batch_created
 KEY = "ef" * 32
 T0 = 1_700_000_000
 CHAT, EMBED = "smollm2-135m-instruct-q4_1", "smollm2-135m-embed"
-
-
-@pytest.fixture
-def ledger() -> Iterator[Ledger]:
-    app = Ledger(persistence_env(None))
-    yield app
-    app.close()
 
 
 def test_a_users_key_is_recorded_with_its_user_and_then_revoked(ledger: Ledger) -> None:

@@ -1,9 +1,6 @@
 """The ledger bills: grants, a batch's reservation, debits as its chunks commit (each once), the refund at its end."""
 
-from collections.abc import Iterator
 from decimal import Decimal
-
-import pytest
 
 from contracts.api.batch import BatchUsage, InputTokensDetails
 from contracts.billing import FileDemand, ModelPrice, micros_to_usd, parse_usd, worst_case_micros
@@ -31,13 +28,6 @@ BATCH = "batch_bill1"
 PRICE = ModelPrice(input_per_mtok_usd=Decimal("2"), cached_input_per_mtok_usd=Decimal("1"),
                    output_per_mtok_usd=Decimal("10"), batch_minimum_usd=Decimal("0.01"))
 ENDPOINT = "/v1/chat/completions"
-
-
-@pytest.fixture
-def ledger() -> Iterator[Ledger]:
-    app = Ledger(persistence_env(None))
-    yield app
-    app.close()
 
 
 class Stream:

@@ -1,6 +1,5 @@
 """The ledger's folding rules, in memory (POPO): statuses, error caps, idempotence, anomalies."""
 
-from collections.abc import Iterator
 
 import pytest
 from eventsourcing.application import project_aggregate
@@ -25,20 +24,13 @@ from contracts.events.executor import ExecutorAdvert, ExecutorLost, ExecutorRegi
 from contracts.events.file import FileDeleted, FileStored
 from contracts.events.key import KeyCreated
 from contracts.readmodel import BatchRecord
-from services.ledger.application import Ledger, persistence_env
+from services.ledger.application import Ledger
 from services.ledger.domainmodel import TOPIC_MODULE, Batch
 from services.ledger.projection import api_key_record, batch_record, file_record
 from tests.factories import batch_created
 
 BATCH = "batch_unit1"
 T0 = 1_700_000_000
-
-
-@pytest.fixture
-def ledger() -> Iterator[Ledger]:
-    app = Ledger(persistence_env(None))
-    yield app
-    app.close()
 
 
 class Stream:

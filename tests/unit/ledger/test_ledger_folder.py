@@ -2,27 +2,19 @@
 sink took it goes out once, in its last state; the checkpoint and `folded_through` follow the sink, never lead it."""
 
 import asyncio
-from collections.abc import Iterator
 
 import pytest
 
 from contracts.events.batch import BatchCreated, BatchProgressed
 from contracts.readmodel import BatchRecord
 from services.ledger import handlers
-from services.ledger.application import Ledger, persistence_env
+from services.ledger.application import Ledger
 from services.ledger.chain import Fact
 from services.ledger.handlers import Folder
 from services.ledger.projection import Projection
 from tests.factories import batch_created
 
 BATCH = "batch_folder1"
-
-
-@pytest.fixture
-def ledger() -> Iterator[Ledger]:
-    app = Ledger(persistence_env(None))
-    yield app
-    app.close()
 
 
 def fact(sequence: int, event: BatchCreated | BatchProgressed) -> Fact:

@@ -2,27 +2,18 @@
 ids were random keeps the id derived from its hash, so an existing data dir replays to the same ids."""
 
 import json
-from collections.abc import Iterator
 
 import orjson
-import pytest
 from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import StoredEvent
 
 from contracts.events.key import KeyCreated, KeyRevoked
 from contracts.ids import key_aggregate_id, key_id_for_hash, new_key_id
 from services.ledger.aggregates import ApiKey
-from services.ledger.application import Ledger, persistence_env
+from services.ledger.application import Ledger
 from services.ledger.projection import api_key_record
 
 DIGEST = "d4" * 32
-
-
-@pytest.fixture
-def ledger() -> Iterator[Ledger]:
-    app = Ledger(persistence_env(None))
-    yield app
-    app.close()
 
 
 def folded_key(ledger: Ledger, *facts: KeyCreated | KeyRevoked, first: int = 1) -> ApiKey:

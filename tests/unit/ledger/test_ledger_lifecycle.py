@@ -21,9 +21,7 @@ from contracts.events.batch import (
 )
 from services.ledger.application import Ledger, persistence_env
 from services.ledger.projection import batch_record
-from tests.unit.ledger.test_ledger_domain import BATCH, T0, Stream, at, completed, created, ledger, started, validated
-
-__all__ = ["ledger"]
+from tests.unit.ledger.test_ledger_domain import BATCH, T0, Stream, at, completed, created, started, validated
 
 USAGE = BatchUsage(input_tokens=50, input_tokens_details=InputTokensDetails(cached_tokens=8), output_tokens=10,
                    total_tokens=60)

@@ -7,9 +7,7 @@ from eventsourcing.persistence import StoredEvent
 
 from services.ledger.application import Ledger
 from services.ledger.domainmodel import TOPIC_MODULE, Batch
-from tests.unit.ledger.test_ledger_domain import BATCH, Stream, created, ledger, started, validated
-
-__all__ = ["ledger"]
+from tests.unit.ledger.test_ledger_domain import BATCH, Stream, created, started, validated
 
 
 def test_a_v1_progressed_event_in_the_store_is_upcast_with_its_attempt_unknown(ledger: Ledger) -> None:

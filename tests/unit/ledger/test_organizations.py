@@ -1,11 +1,9 @@
 """Organisations, and ownership by user: how the ledger folds them and what it projects for the gateway."""
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
-import pytest
 from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import StoredEvent
 
@@ -23,13 +21,6 @@ from tests.factories import batch_created
 
 T0 = 1_700_000_000
 LAPTOP, PHONE, LONE = "a1" * 32, "b2" * 32, "c3" * 32
-
-
-@pytest.fixture
-def ledger() -> Iterator[Ledger]:
-    app = Ledger(persistence_env(None))
-    yield app
-    app.close()
 
 
 def key(sha: str, user_id: str | None) -> KeyCreated:

@@ -15,10 +15,8 @@ from services.ledger.aggregates import ApiKey, Executor
 from services.ledger.application import Ledger, persistence_env
 from services.ledger.chain import Fact
 from services.ledger.projection import api_key_record, executor_record, new_anomalies, project, projection_key
-from tests.unit.ledger.test_ledger_domain import BATCH, T0, Stream, at, completed, created, ledger, started, validated
+from tests.unit.ledger.test_ledger_domain import BATCH, T0, Stream, at, completed, created, started, validated
 from tests.unit.ledger.test_ledger_lifecycle import USAGE
-
-__all__ = ["ledger"]
 
 KEY = "cd" * 32
 
