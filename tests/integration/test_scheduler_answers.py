@@ -3,6 +3,7 @@ request (an executor gets "no responders" at once, not a timeout); the scheduler
 and stops answering when it loses the lease."""
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -68,6 +69,18 @@ async def until(bus: EventBus, answering: bool, within_s: float = 10.0) -> None:
         await asyncio.sleep(0.2)
 
 
+async def settled(bus: EventBus, subject: str, within_s: float = 30.0) -> bytes:
+    """The fact desk's answer once its book has read the log: until then it answers `retry` (a new leader reads
+    the whole log before it judges a fact or a read), and an executor asks again, as this does."""
+    deadline = time.monotonic() + within_s
+    while True:
+        answer = await answered(bus, subject) or b""
+        if json.loads(answer or b"{}").get("status") != "retry":
+            return answer
+        assert time.monotonic() < deadline, f"the desk still catching up after {within_s}s"
+        await asyncio.sleep(0.2)
+
+
 @pytest.fixture
 async def bus(fresh_nats: RunningNats) -> AsyncIterator[EventBus]:
     bus = await EventBus.connect(fresh_nats.url, "tests")
@@ -92,9 +105,9 @@ async def test_a_standby_answers_nothing_and_the_scheduler_that_wins_the_lease_a
             "Malformed registration: Field required")
         grant = ObjectGrant.model_validate_json(await answered(bus, object_requests("exec-1")) or b"")
         assert not grant.granted and (grant.reason or "").startswith("Malformed object request: ")
-        receipt = FactReceipt.model_validate_json(await answered(bus, fact_submissions("exec-1")) or b"")
+        receipt = FactReceipt.model_validate_json(await settled(bus, fact_submissions("exec-1")))
         assert receipt.status == "refused" and (receipt.reason or "").startswith("Not a fact: ")
-        page = LogPage.model_validate_json(await answered(bus, log_reads("exec-1")) or b"")
+        page = LogPage.model_validate_json(await settled(bus, log_reads("exec-1")))
         assert page.status == "refused"  # exec-1 holds no batch b
 
         await other.kv.delete(SCHEDULER_LEADER_KEY)
