@@ -6,18 +6,14 @@ A reservation holds each batch's worst case, so a balance goes below zero only w
 batch publish the same fact id, which the stream deduplicates.
 """
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from contracts.events.batch import BatchCancelRequested
-from contracts.subjects import batch_fact
+from services.gateway.background.loops import every, running
 from services.gateway.context import DEPS, Deps
-from services.gateway.usecases.revocation import ENDED
-from services.runtime.nats.bus import Fence, FenceMoved
-from services.runtime.process.tasks import cancel_and_join
+from services.gateway.usecases.revocation import ENDED, stop_batch
 
 log = logging.getLogger(__name__)
 
@@ -35,14 +31,8 @@ async def stop_unpaid_batches(d: Deps) -> list[str]:
             record = await d.read_model.get_batch(batch_id)
             if record is None or record.batch.status in ENDED:
                 continue
-            try:  # as a user's cancel: only before it is finalizing (then it completes, its lines all ran)
-                await d.bus.publish(BatchCancelRequested(
-                    aggregate_id=batch_id, requested_by_key_id=SWEPT_BY, code="insufficient_credits",
-                    event_id=f"{batch_id}:cancel_requested:insufficient_credits"),
-                    fence=Fence(batch_fact(batch_id, "finalizing"), 0))
-            except FenceMoved:
-                continue
-            told.append(batch_id)
+            if await stop_batch(d.bus, batch_id, SWEPT_BY, "insufficient_credits"):
+                told.append(batch_id)
     if told:
         log.warning("stopped %d batches whose organisation's balance ran out: %s", len(told), ", ".join(told))
     return told
@@ -52,16 +42,5 @@ async def credit_sweeper(app: web.Application) -> AsyncIterator[None]:
     """A cleanup context: with billing on, sweeps every `credit_sweep_interval_s` while the gateway runs."""
     d = app[DEPS]
     interval = d.settings.credit_sweep_interval_s if d.settings.billing else 0
-
-    async def loop() -> None:
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await stop_unpaid_batches(d)
-            except Exception:
-                log.exception("credit sweep failed; trying again in %.0fs", interval)
-
-    task = asyncio.create_task(loop()) if interval > 0 else None
-    yield
-    if task is not None:
-        await cancel_and_join([task])
+    async with running(every(interval, lambda: stop_unpaid_batches(d), "credit sweep")):
+        yield

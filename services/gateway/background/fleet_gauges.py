@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from services.gateway.background.batch_census import BatchCensus
+from services.gateway.background.loops import every, running
 from services.gateway.context import DEPS, Deps
 from services.gateway.usecases.overview import Overview, consumer_lags, executor_view, export_gauges, tally
-from services.runtime.process.tasks import cancel_and_join
 
 log = logging.getLogger(__name__)
 
@@ -44,23 +44,12 @@ async def fleet_gauges(app: web.Application) -> AsyncIterator[None]:
     interval = d.settings.metrics_refresh_s
     census = app[BATCH_CENSUS] = BatchCensus()
 
-    async def refresh() -> None:
-        try:
-            await refresh_gauges(d, census)
-        except Exception:
-            log.exception("fleet gauges not refreshed; trying again in %.0fs", interval)
-
     async def loop() -> None:
         try:
             await asyncio.wait_for(census.ready.wait(), CENSUS_READY_S)
         except TimeoutError:
             log.warning("the batch census has not counted within %.0fs; the gauges show what it has", CENSUS_READY_S)
-        while True:
-            await refresh()
-            await asyncio.sleep(interval)
+        await every(interval, lambda: refresh_gauges(d, census), "fleet gauges refresh", at_once=True)
 
-    tasks = []
-    if interval > 0:
-        tasks = [asyncio.create_task(census.follow(d.read_model.kv)), asyncio.create_task(loop())]
-    yield
-    await cancel_and_join(tasks)
+    async with running(*([census.follow(d.read_model.kv), loop()] if interval > 0 else [])):
+        yield

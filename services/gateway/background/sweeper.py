@@ -8,7 +8,6 @@ decoded whole. So what a sweep holds is one page, not every file record ever sto
 model): decoding them all each minute made the gateway's memory peak, which its allocator keeps, grow with them.
 """
 
-import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -18,10 +17,10 @@ from pydantic import BaseModel
 
 from contracts.readmodel import FileRecord
 from contracts.subjects import read_model_key
+from services.gateway.background.loops import every, running
 from services.gateway.context import DEPS, Deps
 from services.gateway.usecases.files import delete_unless_in_use
 from services.runtime.nats.kv import KV_OPERATION, MARKER_REASON, read_page
-from services.runtime.process.tasks import cancel_and_join
 
 log = logging.getLogger(__name__)
 
@@ -76,17 +75,6 @@ async def sweep_expired_files(d: Deps, now: float | None = None) -> list[str]:
 
 async def file_sweeper(app: web.Application) -> AsyncIterator[None]:
     """A cleanup context: sweeps every `file_sweep_interval_s` while the gateway runs."""
-    interval = app[DEPS].settings.file_sweep_interval_s
-
-    async def loop() -> None:
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await sweep_expired_files(app[DEPS])
-            except Exception:
-                log.exception("file sweep failed; trying again in %.0fs", interval)
-
-    task = asyncio.create_task(loop()) if interval > 0 else None
-    yield
-    if task is not None:
-        await cancel_and_join([task])
+    async with running(every(app[DEPS].settings.file_sweep_interval_s, lambda: sweep_expired_files(app[DEPS]),
+                             "file sweep")):
+        yield

@@ -3,7 +3,7 @@
 Shared by the admin route and `sheshnag keys revoke`; publishing twice is harmless (deduplicated facts).
 """
 
-from contracts.events.batch import BatchCancelRequested
+from contracts.events.batch import BatchCancelRequested, CancelCode
 from contracts.events.key import KeyRevoked
 from contracts.ids import key_aggregate_id
 from contracts.lifecycle import TERMINAL
@@ -25,17 +25,20 @@ async def revoke_key(bus: EventBus, read_model: ReadModel, key_sha256: str, by_k
                                      key_sha256=key_sha256, revoked_by_key_id=by_key_id))
     live = [r.batch.id for r in await read_model.owner_live_batches(record.owner)  # its owner's live list alone
             if r.owner_key_id == record.key_id and r.batch.status not in ENDED]
-    told: list[str] = []
-    for batch_id in live:
-        try:  # as a user's cancel: only before it is finalizing (then it completes, its lines all ran)
-            await bus.publish(BatchCancelRequested(
-                aggregate_id=batch_id, requested_by_key_id=by_key_id or "operator",
-                code="authorization_revoked", event_id=f"{batch_id}:cancel_requested:authorization_revoked"),
-                fence=Fence(batch_fact(batch_id, "finalizing"), 0))
-        except FenceMoved:
-            continue
-        told.append(batch_id)
-    return told
+    return [batch_id for batch_id in live if await stop_batch(bus, batch_id, by_key_id or "operator",
+                                                              "authorization_revoked")]
+
+
+async def stop_batch(bus: EventBus, batch_id: str, by_key_id: str, code: CancelCode) -> bool:
+    """Tell a live batch to stop, its lines not yet run ending with `code`; as a user's cancel, only before it is
+    finalizing (then it completes, its lines all ran): whether it was told."""
+    try:
+        await bus.publish(BatchCancelRequested(aggregate_id=batch_id, requested_by_key_id=by_key_id, code=code,
+                                               event_id=f"{batch_id}:cancel_requested:{code}"),
+                          fence=Fence(batch_fact(batch_id, "finalizing"), 0))
+    except FenceMoved:
+        return False
+    return True
 
 
 async def find_key(read_model: ReadModel, key_id: str) -> tuple[str, str] | None:

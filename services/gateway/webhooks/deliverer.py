@@ -20,6 +20,7 @@ from aiohttp import web
 from yarl import URL
 
 from contracts.api.webhook import DeliveryAttempt, WebhookDelivery, WebhookEndpoint
+from services.gateway.background.loops import every, running
 from services.gateway.context import DEPS
 from services.gateway.settings import GatewaySettings
 from services.gateway.webhooks.domain import is_success, retry_delay
@@ -49,18 +50,12 @@ MAX_ANSWER_BYTES = 64 * 1024
 
 
 async def prune(settings: GatewaySettings, store: WebhookStore) -> None:
-    """Erase ended deliveries past their retention, at start and then every PRUNE_INTERVAL_S, until cancelled
-    (every gateway does; erasing one twice is harmless)."""
+    """Erase ended deliveries past their retention, if any (every gateway does; erasing one twice is harmless)."""
     if settings.webhook_retention_days <= 0:
         return
-    while True:
-        try:
-            erased = await store.prune(time.time() - settings.webhook_retention_days * 86400)
-            if erased:
-                log.info("erased %d webhook deliveries older than %g days", erased, settings.webhook_retention_days)
-        except Exception:
-            log.exception("erasing old webhook deliveries failed; again in %.0fs", PRUNE_INTERVAL_S)
-        await asyncio.sleep(PRUNE_INTERVAL_S)
+    erased = await store.prune(time.time() - settings.webhook_retention_days * 86400)
+    if erased:
+        log.info("erased %d webhook deliveries older than %g days", erased, settings.webhook_retention_days)
 
 
 class Attempts:
@@ -78,12 +73,8 @@ class Attempts:
 
     async def run(self) -> None:
         try:
-            while True:
-                try:
-                    await self.start_due()
-                except Exception:
-                    log.exception("looking for due webhook deliveries failed; again shortly")
-                await asyncio.sleep(self.settings.webhook_poll_interval_s)
+            await every(self.settings.webhook_poll_interval_s, self.start_due, "looking for due webhook deliveries",
+                        at_once=True)
         finally:
             await cancel_and_join(self.running)
 
@@ -208,9 +199,9 @@ async def webhook_deliverer(app: web.Application) -> AsyncIterator[None]:
     policy = AddressPolicy(parse_networks(settings.webhook_allowed_cidrs))
     session = delivery_session(policy)
     attempts = Attempts(settings, store, session, policy)
-    tasks = [asyncio.create_task(attempts.run()), asyncio.create_task(prune(settings, store))]
+    pruning = every(PRUNE_INTERVAL_S, lambda: prune(settings, store), "erasing old webhook deliveries", at_once=True)
     try:
-        yield
+        async with running(attempts.run(), pruning):
+            yield
     finally:
-        await cancel_and_join(tasks)
         await session.close()

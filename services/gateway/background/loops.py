@@ -1,0 +1,37 @@
+"""What every background loop of the gateway shares: a step run every so often until the gateway stops (a failed
+step is logged and run again at the next turn), and the loops' tasks ended with the cleanup context that began them."""
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Any
+
+from services.runtime.process.tasks import cancel_and_join
+
+log = logging.getLogger(__name__)
+
+
+async def every(interval_s: float, step: Callable[[], Awaitable[object]], what: str, *, at_once: bool = False) -> None:
+    """Run `step` every `interval_s` (the first after one interval; with `at_once`, at once) until cancelled; a step
+    that fails is logged as `what` and run again at the next turn. An interval of 0 (or less) runs it never."""
+    if interval_s <= 0:
+        return
+    if not at_once:
+        await asyncio.sleep(interval_s)
+    while True:
+        try:
+            await step()
+        except Exception:
+            log.exception("%s failed; trying again in %.0fs", what, interval_s)
+        await asyncio.sleep(interval_s)
+
+
+@contextlib.asynccontextmanager
+async def running(*loops: Coroutine[Any, Any, None]) -> AsyncIterator[None]:
+    """The loops run as tasks while the block runs; each is cancelled and joined when it ends."""
+    tasks = [asyncio.create_task(loop) for loop in loops]
+    try:
+        yield
+    finally:
+        await cancel_and_join(tasks)
