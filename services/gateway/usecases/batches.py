@@ -121,7 +121,7 @@ async def create_from(d: Deps, caller: ApiKeyRecord, body: BatchCreateRequest,
     batch_id = derived_id("batch_", caller.owner, idempotency_key) if idempotency_key else new_batch_id()
     if idempotency_key and (earlier := await _earlier(d, batch_id, idempotency_key, asked)) is not None:
         return Created(earlier, batch_id)
-    file = await _batch_input(d, caller, body.input_file_id)
+    file = await batch_input(d, caller, body.input_file_id)
     try:
         terms = await _admitted(d, caller, batch_id, body, file, None if idempotency_key else asked)
     except _LiveTwin as twin:
@@ -143,7 +143,8 @@ async def _earlier(d: Deps, batch_id: str, idempotency_key: str, asked: CreatePa
     return earlier.batch
 
 
-async def _batch_input(d: Deps, caller: ApiKeyRecord, input_file_id: str) -> FileRecord:
+async def batch_input(d: Deps, caller: ApiKeyRecord, input_file_id: str) -> FileRecord:
+    """The caller's file a batch (or a quote) reads, if its purpose is `batch`."""
     file = await owned_file(d, caller, input_file_id)
     if file.file.purpose != "batch":
         raise bad_request(f"File {input_file_id} has purpose {file.file.purpose!r}; a batch needs purpose 'batch'.",

@@ -5,6 +5,7 @@ from aiohttp import web
 from contracts.api.anomaly import Anomaly
 from contracts.api.page import ListPage
 from services.gateway.context import deps
+from services.gateway.http.answers import answer
 from services.gateway.http.auth import require_admin
 
 
@@ -14,5 +15,5 @@ async def list_anomalies(request: web.Request) -> web.Response:
     records = sorted(await deps(request).read_model.list_anomalies(), key=lambda r: r.sequence, reverse=True)
     data = [Anomaly(sequence=r.sequence, aggregate_type=r.aggregate_kind, aggregate_id=r.aggregate_id,
                     event_type=r.event_type, reason=r.reason, created_at=r.occurred_at) for r in records]
-    return web.json_response(ListPage[Anomaly](data=data).model_dump(mode="json"))
+    return answer(ListPage[Anomaly](data=data))
 

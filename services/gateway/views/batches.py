@@ -48,8 +48,7 @@ async def list_batches(request: web.Request) -> web.Response:
     listing = await _listed(request, request.query.get("scope", "own"))
     status, search = request.query.get("status"), request.query.get("search")
     keep = None if status is None and not search else lambda batch: _matches(batch, status, search)
-    page = await batch_page(listing, request.query.get("after"), parse_limit(request), keep)
-    return web.json_response(page.model_dump(mode="json"))
+    return answer(await batch_page(listing, request.query.get("after"), parse_limit(request), keep))
 
 
 def _matches(batch: Batch, status: str | None, search: str | None) -> bool:
@@ -72,7 +71,7 @@ def _matches(batch: Batch, status: str | None, search: str | None) -> bool:
 
 async def retrieve_batch(request: web.Request) -> web.Response:
     record, _ = await overseen_batch(deps(request), principal(request), request.match_info["batch_id"])
-    return web.json_response(record.batch.model_dump(mode="json"))
+    return answer(record.batch)
 
 
 async def _listed(request: web.Request, scope: str) -> Listing:

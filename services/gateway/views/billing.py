@@ -10,11 +10,12 @@ from contracts.api.organization import USER_ID_PATTERN
 from contracts.api.page import ListPage
 from contracts.billing import micros_to_usd, parse_usd
 from services.gateway.context import deps
+from services.gateway.http.answers import answer
 from services.gateway.http.auth import principal, require_admin
 from services.gateway.http.bodies import read_body
 from services.gateway.http.errors import ApiError, bad_request
 from services.gateway.usecases import billing
-from services.gateway.usecases.files import owned_file
+from services.gateway.usecases.batches import batch_input
 from services.gateway.usecases.oversight import administered_organization, organization_of
 
 MAX_JSON_BODY_BYTES = 64 * 1024
@@ -41,8 +42,7 @@ async def _account_id(request: web.Request) -> str:
 async def get_balance(request: web.Request) -> web.Response:
     d = deps(request)
     account_id = await _account_id(request)
-    answer = billing.balance(account_id, await d.read_model.get_account(account_id), d.settings.billing)
-    return web.json_response(answer.model_dump(mode="json"))
+    return answer(billing.balance(account_id, await d.read_model.get_account(account_id), d.settings.billing))
 
 
 async def list_accounts(request: web.Request) -> web.Response:
@@ -51,7 +51,7 @@ async def list_accounts(request: web.Request) -> web.Response:
     d = deps(request)
     records = sorted(await d.read_model.list_accounts(), key=lambda r: r.account_id)
     page = ListPage[BillingBalance](data=[billing.balance(r.account_id, r, d.settings.billing) for r in records])
-    return web.json_response(page.model_dump(mode="json"))
+    return answer(page)
 
 
 async def grant_credits(request: web.Request) -> web.Response:
@@ -64,18 +64,14 @@ async def grant_credits(request: web.Request) -> web.Response:
     d = deps(request)
     fact = await billing.grant(d.bus, d.read_model, body.organization_id, amount, body.note, key.key_id,
                                body.grant_id, d.settings.read_your_writes_s)
-    answer = Grant(id=fact.grant_id, organization_id=fact.aggregate_id, amount_usd=micros_to_usd(amount),
-                   note=fact.note)
-    return web.json_response(answer.model_dump(mode="json"))
+    return answer(Grant(id=fact.grant_id, organization_id=fact.aggregate_id, amount_usd=micros_to_usd(amount),
+                        note=fact.note))
 
 
 async def quote_batch(request: web.Request) -> web.Response:
     d = deps(request)
     body = await read_body(request, QuoteRequest, MAX_JSON_BODY_BYTES)
-    file = await owned_file(d, principal(request), body.input_file_id)
-    if file.file.purpose != "batch":
-        raise bad_request(f"File {body.input_file_id} has purpose {file.file.purpose!r}; a batch needs purpose "
-                          "'batch'.", "invalid_input_file", "input_file_id")
+    file = await batch_input(d, principal(request), body.input_file_id)
     default_model = (body.metadata or {}).get("model") or file.model
     model = billing.batch_model(d.catalogue, file, default_model)
     if model is None:
@@ -95,10 +91,9 @@ async def quote_batch(request: web.Request) -> web.Response:
         quoted = QuotePrice(min_usd="0.000000", estimate_usd="0.000000", max_usd="0.000000")
         worst, available = 0, None
     input_max, output_max, _ = billing.worst_case(model, model.price or billing.FREE, demand, endpoint)
-    answer = BatchQuote(
+    return answer(BatchQuote(
         input_file_id=file.file.id, model=model.id, endpoint=endpoint, billing_enabled=d.settings.billing,
         lines=demand.lines, input_tokens_max=input_max, output_tokens_max=output_max, price=quoted,
         available_usd=None if available is None else micros_to_usd(available),
         fits_balance=available is None or worst <= available,
-        queue=await billing.queue_estimate(d.read_model, model.id, demand.lines))
-    return web.json_response(answer.model_dump(mode="json"))
+        queue=await billing.queue_estimate(d.read_model, model.id, demand.lines)))

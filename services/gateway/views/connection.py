@@ -14,6 +14,7 @@ from aiohttp import web
 
 from contracts.api.provider import ProviderConnection
 from services.gateway.context import deps
+from services.gateway.http.answers import answer
 
 
 def without_credentials(urls: str) -> list[str]:
@@ -35,5 +36,4 @@ async def provider_connection(request: web.Request) -> web.Response:
     urls = without_credentials(settings.provider_nats_url or settings.connection.nats_url)
     pem = await asyncio.to_thread(_read_ca, settings.connection.nats_tls_ca)
     digest = hashlib.sha256(ssl.PEM_cert_to_DER_cert(pem)).hexdigest() if pem else None
-    answer = ProviderConnection(nats_urls=urls, tls_ca_pem=pem, tls_ca_sha256=digest)
-    return web.json_response(answer.model_dump(mode="json"))
+    return answer(ProviderConnection(nats_urls=urls, tls_ca_pem=pem, tls_ca_sha256=digest))

@@ -19,6 +19,7 @@ from contracts.events.registry import decode_event
 from contracts.lifecycle import TERMINAL
 from contracts.subjects import event_subject
 from services.gateway.context import deps
+from services.gateway.http.answers import answer
 from services.gateway.http.auth import principal
 from services.gateway.usecases.batches import owned_batch
 from services.gateway.usecases.retry import failure_code
@@ -93,4 +94,4 @@ async def batch_errors(request: web.Request) -> web.Response:
         if groups is not None:
             summary = summary.model_copy(update={"failed_lines": sum(g.count for g in groups),
                                                  "failed_by_code": groups})
-    return web.json_response(summary.model_dump(mode="json"))
+    return answer(summary)

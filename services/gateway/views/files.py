@@ -177,13 +177,12 @@ async def list_files(request: web.Request) -> web.Response:
     mine = [r.file for r in records if purpose is None or r.file.purpose == purpose]
     mine.sort(key=lambda f: (f.created_at, f.id), reverse=order == "desc")
     limit = parse_limit(request, MAX_FILES_LIMIT, MAX_FILES_LIMIT)
-    page = page_after(mine, [f.id for f in mine], request.query.get("after"), limit)
-    return web.json_response(page.model_dump(mode="json"))
+    return answer(page_after(mine, [f.id for f in mine], request.query.get("after"), limit))
 
 
 async def retrieve_file(request: web.Request) -> web.Response:
     record = await owned_file(deps(request), principal(request), request.match_info["file_id"])
-    return web.json_response(record.file.model_dump(mode="json"))
+    return answer(record.file)
 
 
 async def file_content(request: web.Request) -> web.StreamResponse:
@@ -222,5 +221,4 @@ async def delete_file(request: web.Request) -> web.Response:
     d = deps(request)
     record = await owned_file(d, principal(request), request.match_info["file_id"])
     await charge_control_call(request)
-    deleted = await usecase.delete_file(d, record)
-    return web.json_response(deleted.model_dump())
+    return answer(await usecase.delete_file(d, record))

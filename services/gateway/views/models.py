@@ -7,6 +7,7 @@ from contracts.api.organization import ModelAlias
 from contracts.api.page import ListPage
 from contracts.catalogue import CatalogueModel
 from services.gateway.context import deps
+from services.gateway.http.answers import answer
 from services.gateway.http.auth import principal
 from services.gateway.http.errors import not_found
 
@@ -24,13 +25,12 @@ async def usable_models(request: web.Request) -> list[CatalogueModel]:
 
 
 async def list_models(request: web.Request) -> web.Response:
-    page = ListPage[Model](data=[as_model(m) for m in await usable_models(request)])
-    return web.json_response(page.model_dump(mode="json"))
+    return answer(ListPage[Model](data=[as_model(m) for m in await usable_models(request)]))
 
 
 async def list_aliases(request: web.Request) -> web.Response:
     aliases = [ModelAlias(alias=alias, model=m.id) for m in await usable_models(request) for alias in m.aliases]
-    return web.json_response(ListPage[ModelAlias](data=aliases).model_dump(mode="json"))
+    return answer(ListPage[ModelAlias](data=aliases))
 
 
 async def retrieve_model(request: web.Request) -> web.Response:
@@ -38,4 +38,4 @@ async def retrieve_model(request: web.Request) -> web.Response:
     entry = deps(request).catalogue.resolve(name)
     if entry is None or entry not in await usable_models(request):
         raise not_found("model", name)
-    return web.json_response(as_model(entry).model_dump(mode="json"))
+    return answer(as_model(entry))

@@ -25,6 +25,7 @@ from contracts.readmodel import ApiKeyRecord
 from services.gateway.adapters.admission import Holdings
 from services.gateway.background.key_usage import KEY_USAGE, KeyUsage
 from services.gateway.context import deps
+from services.gateway.http.answers import answer
 from services.gateway.http.auth import principal, require_admin
 from services.gateway.http.bodies import read_body
 from services.gateway.http.errors import ApiError, not_found
@@ -45,8 +46,7 @@ def key_usage(request: web.Request) -> KeyUsage | None:
 
 async def create_user(request: web.Request) -> web.Response:
     require_admin(request)
-    user = await usecases.create_user(accounts(request), await read_body(request, CreateUser))
-    return web.json_response(user.model_dump(mode="json"))
+    return answer(await usecases.create_user(accounts(request), await read_body(request, CreateUser)))
 
 
 async def list_users(request: web.Request) -> web.Response:
@@ -56,13 +56,12 @@ async def list_users(request: web.Request) -> web.Response:
     shown = [user_object(u) for u in users]
     if (organization_id := request.query.get("organization_id")) is not None:
         shown = [u for u in shown if u.organization_id == organization_id]
-    return web.json_response(ListPage[User](data=shown).model_dump(mode="json"))
+    return answer(ListPage[User](data=shown))
 
 
 async def create_organization(request: web.Request) -> web.Response:
     require_admin(request)
-    created = await usecases.create_organization(accounts(request), await read_body(request, CreateOrganization))
-    return web.json_response(created.model_dump(mode="json"))
+    return answer(await usecases.create_organization(accounts(request), await read_body(request, CreateOrganization)))
 
 
 async def list_organizations(request: web.Request) -> web.Response:
@@ -70,26 +69,24 @@ async def list_organizations(request: web.Request) -> web.Response:
     require_admin(request)
     records = sorted(await deps(request).read_model.list_organizations(),
                      key=lambda o: (o.created_at, o.organization_id))
-    page = ListPage[Organization](data=[DEFAULT_ORGANIZATION, *map(organization_object, records)])
-    return web.json_response(page.model_dump(mode="json"))
+    return answer(ListPage[Organization](data=[DEFAULT_ORGANIZATION, *map(organization_object, records)]))
 
 
 async def retrieve_organization(request: web.Request) -> web.Response:
     require_admin(request)
     organization_id = request.match_info["organization_id"]
     if organization_id == DEFAULT_ORGANIZATION_ID:
-        return web.json_response(DEFAULT_ORGANIZATION.model_dump(mode="json"))
+        return answer(DEFAULT_ORGANIZATION)
     valid = re.fullmatch(USER_ID_PATTERN, organization_id) is not None  # `&` or `a.b` name no KV key
     record = await deps(request).read_model.get_organization(organization_id) if valid else None
     if record is None:
         raise not_found("organization", organization_id)
-    return web.json_response(organization_object(record).model_dump(mode="json"))
+    return answer(organization_object(record))
 
 
 async def key_answer(request: web.Request, raw: str, record: ApiKeyRecord) -> web.Response:
     """A key just created: its object, with the raw value this once."""
-    created = await usecases.created_key_object(raw, record, key_usage(request))
-    return web.json_response(created.model_dump(mode="json"))
+    return answer(await usecases.created_key_object(raw, record, key_usage(request)))
 
 
 def own_keys_user(request: web.Request) -> str:
@@ -142,8 +139,7 @@ async def _list(request: web.Request, workers: bool) -> web.Response:
         user_id = own_keys_user(request)
         records = [r for r in records if r.user_id == user_id and r.role == "user"]
     records.sort(key=lambda r: (r.created_at or 0, r.key_id))
-    page = ListPage[ApiKey](data=[await usecases.api_key_object(r, key_usage(request)) for r in records])
-    return web.json_response(page.model_dump(mode="json"))
+    return answer(ListPage[ApiKey](data=[await usecases.api_key_object(r, key_usage(request)) for r in records]))
 
 
 async def who_am_i(request: web.Request) -> web.Response:
@@ -152,7 +148,7 @@ async def who_am_i(request: web.Request) -> web.Response:
     me = Me(key_id=caller.key_id, role=caller.role, user_id=caller.user_id,
             organization_id=(user.organization_id if user else None) or DEFAULT_ORGANIZATION_ID,
             organization_role=user.role if user else None)
-    return web.json_response(me.model_dump(mode="json"))
+    return answer(me)
 
 
 async def list_keys(request: web.Request) -> web.Response:
@@ -175,7 +171,7 @@ async def _revoke(request: web.Request, workers: bool) -> web.Response:
             raise not_found("API key", key_id)  # another user's key is not there, as far as this user can tell
     cancelled = await revoke_key(d.bus, d.read_model, digest, caller.key_id)
     d.keys.forget(f"apikey.{digest}")  # this gateway refuses it at once; others on their watch
-    return web.json_response(DeletedApiKey(id=key_id, cancelled_batches=cancelled).model_dump(mode="json"))
+    return answer(DeletedApiKey(id=key_id, cancelled_batches=cancelled))
 
 
 async def revoke_api_key(request: web.Request) -> web.Response:

@@ -15,6 +15,7 @@ from contracts.events.provider import ProviderApprovalWithdrawn, ProviderApprove
 from contracts.readmodel import ApiKeyRecord, ExecutorRecord, ProviderRecord
 from services.gateway.background.key_usage import KEY_USAGE
 from services.gateway.context import deps
+from services.gateway.http.answers import answer
 from services.gateway.http.auth import principal
 from services.gateway.http.bodies import read_body
 from services.gateway.http.errors import ApiError, not_found
@@ -57,20 +58,19 @@ async def register_provider(request: web.Request) -> web.Response:
     if record is None:
         record = ProviderRecord(provider_id=provider_id, display_name=body.name, owner_key_id=me.key_id,
                                 owner_user_id=me.user_id, created_at=int(time.time()))
-    return web.json_response((await _provider_object(request, record)).model_dump(mode="json"))
+    return answer(await _provider_object(request, record))
 
 
 async def list_providers(request: web.Request) -> web.Response:
     me = principal(request)
     mine = [r for r in await deps(request).read_model.list_providers() if _owns(me, r)]
     mine.sort(key=lambda r: (r.created_at, r.provider_id))
-    page = ListPage[Provider](data=[await _provider_object(request, r) for r in mine])
-    return web.json_response(page.model_dump(mode="json"))
+    return answer(ListPage[Provider](data=[await _provider_object(request, r) for r in mine]))
 
 
 async def retrieve_provider(request: web.Request) -> web.Response:
     record = await _provider(request, request.match_info["provider_id"])
-    return web.json_response((await _provider_object(request, record)).model_dump(mode="json"))
+    return answer(await _provider_object(request, record))
 
 
 async def _approval_scope(request: web.Request) -> str | None:
@@ -114,7 +114,7 @@ async def _set_approval(request: web.Request, approved: bool) -> web.Response:
                                        d.settings.read_your_writes_s)
     if seen is None or not settled(seen):  # the ledger lags: answer with what the fact makes of it
         seen = _with_approval(record, scope, approved)
-    return web.json_response((await _provider_object(request, seen)).model_dump(mode="json"))
+    return answer(await _provider_object(request, seen))
 
 
 def _with_approval(record: ProviderRecord, scope: str | None, approved: bool) -> ProviderRecord:
@@ -147,8 +147,7 @@ async def create_provider_worker_key(request: web.Request) -> web.Response:
     body = await read_body(request, CreateWorkerKey)
     raw, record = await usecases.create_key(usecases.accounts_of(deps(request)), "worker", body.name or "worker key",
                                             None, provider.provider_id)
-    created = await usecases.created_key_object(raw, record, request.app.get(KEY_USAGE))
-    return web.json_response(created.model_dump(mode="json"))
+    return answer(await usecases.created_key_object(raw, record, request.app.get(KEY_USAGE)))
 
 
 async def list_provider_worker_keys(request: web.Request) -> web.Response:
@@ -156,8 +155,7 @@ async def list_provider_worker_keys(request: web.Request) -> web.Response:
     records = sorted((r for _, r in await _worker_keys(request, provider.provider_id)),
                      key=lambda r: (r.created_at or 0, r.key_id))
     usage = request.app.get(KEY_USAGE)
-    page = ListPage[ApiKey](data=[await usecases.api_key_object(r, usage) for r in records])
-    return web.json_response(page.model_dump(mode="json"))
+    return answer(ListPage[ApiKey](data=[await usecases.api_key_object(r, usage) for r in records]))
 
 
 async def revoke_provider_worker_key(request: web.Request) -> web.Response:
@@ -168,7 +166,7 @@ async def revoke_provider_worker_key(request: web.Request) -> web.Response:
         raise not_found("worker key", key_id)
     cancelled = await revoke_key(deps(request).bus, deps(request).read_model, found[0], principal(request).key_id)
     deps(request).keys.forget(f"apikey.{found[0]}")
-    return web.json_response(DeletedApiKey(id=key_id, cancelled_batches=cancelled).model_dump(mode="json"))
+    return answer(DeletedApiKey(id=key_id, cancelled_batches=cancelled))
 
 
 def _age_s(at_ms: int | None, now_ms: int) -> float | None:
@@ -217,4 +215,4 @@ async def list_executors(request: web.Request) -> web.Response:
         provider_id = key_providers.get(worker_key_id) if worker_key_id is not None else None
         if everyone or (provider_id is not None and provider_id in providers):
             shown.append(_executor(executor_id, record, adverts.get(executor_id), provider_id, now_ms))
-    return web.json_response(ListPage[ProviderExecutor](data=shown).model_dump(mode="json"))
+    return answer(ListPage[ProviderExecutor](data=shown))

@@ -19,6 +19,7 @@ from contracts.events.registry import decode_event
 from contracts.lifecycle import TERMINAL
 from contracts.subjects import event_subject
 from services.gateway.context import Deps, deps
+from services.gateway.http.answers import answer
 from services.gateway.http.auth import principal
 from services.gateway.http.errors import bad_request
 from services.gateway.usecases.batches import overseen_batch
@@ -92,7 +93,7 @@ async def batch_results(request: web.Request) -> web.Response:
         next_after = f"{start_sequence}.{skip}"  # nothing new yet: the same place
     page = ResultsPage(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None,
                        has_more=has_more, next_after=next_after, complete=ended and not has_more)
-    return web.json_response(page.model_dump(mode="json"))
+    return answer(page)
 
 
 async def _chunk(d: Deps, key: str) -> list[CommittedLine]:

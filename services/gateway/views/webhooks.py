@@ -24,6 +24,7 @@ from contracts.api.webhook import (
 from contracts.readmodel import ApiKeyRecord
 from services.gateway.adapters.admission import Holdings
 from services.gateway.context import deps
+from services.gateway.http.answers import answer
 from services.gateway.http.auth import principal
 from services.gateway.http.bodies import read_body
 from services.gateway.http.errors import ApiError, bad_request, not_found
@@ -143,7 +144,7 @@ async def create_webhook(request: web.Request) -> web.Response:
     except BaseException:
         await asyncio.shield(admission.release(WEBHOOKS, holder, endpoint.id))
         raise
-    return web.json_response(endpoint.model_dump(mode="json"))
+    return answer(endpoint)
 
 
 async def list_webhooks(request: web.Request) -> web.Response:
@@ -152,12 +153,12 @@ async def list_webhooks(request: web.Request) -> web.Response:
                if await _manages(request, caller, endpoint)]
     page = ListPage[WebhookEndpoint](data=visible, first_id=visible[0].id if visible else None,
                                      last_id=visible[-1].id if visible else None)
-    return web.json_response(page.model_dump(mode="json"))
+    return answer(page)
 
 
 async def retrieve_webhook(request: web.Request) -> web.Response:
     endpoint = await _managed_endpoint(request)
-    return web.json_response(endpoint.model_copy(update={"secret": None}).model_dump(mode="json"))
+    return answer(endpoint.model_copy(update={"secret": None}))
 
 
 async def update_webhook(request: web.Request) -> web.Response:
@@ -169,7 +170,7 @@ async def update_webhook(request: web.Request) -> web.Response:
         changes["url"] = await _checked_url(request, body.url)
     changed = endpoint.model_copy(update=changes)
     await _store(request).put_endpoint(changed)
-    return web.json_response(changed.model_copy(update={"secret": None}).model_dump(mode="json"))
+    return answer(changed.model_copy(update={"secret": None}))
 
 
 async def rotate_secret(request: web.Request) -> web.Response:
@@ -178,7 +179,7 @@ async def rotate_secret(request: web.Request) -> web.Response:
     await charge_control_call(request)
     changed = endpoint.model_copy(update={"secret": new_secret()})
     await _store(request).put_endpoint(changed)
-    return web.json_response(changed.model_dump(mode="json"))
+    return answer(changed)
 
 
 def webhooks_holder(endpoint: WebhookEndpoint) -> str:
@@ -193,7 +194,7 @@ async def delete_webhook(request: web.Request) -> web.Response:
     # Its place comes back at once (the store forgets a deleted endpoint, so the admission would count it until
     # its grace ends).
     await asyncio.shield(deps(request).admission.release(WEBHOOKS, webhooks_holder(endpoint), endpoint.id))
-    return web.json_response(DeletedWebhook(id=endpoint.id).model_dump(mode="json"))
+    return answer(DeletedWebhook(id=endpoint.id))
 
 
 async def list_deliveries(request: web.Request) -> web.Response:
@@ -212,7 +213,7 @@ async def list_deliveries(request: web.Request) -> web.Response:
     shown = found[:limit]
     page = ListPage[WebhookDelivery](data=shown, first_id=shown[0].id if shown else None,
                                      last_id=shown[-1].id if shown else None, has_more=len(found) > limit)
-    return web.json_response(page.model_dump(mode="json"))
+    return answer(page)
 
 
 async def redeliver(request: web.Request) -> web.Response:
@@ -230,4 +231,4 @@ async def redeliver(request: web.Request) -> web.Response:
         delivery = delivery.model_copy(update={"status": "pending", "next_attempt_at": now})
         await store.save_delivery(delivery)
         await store.add_delivery(delivery)
-    return web.json_response(delivery.model_dump(mode="json"))
+    return answer(delivery)
