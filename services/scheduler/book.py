@@ -85,9 +85,6 @@ class Book:
         """Whether the batch's placement lets `executor_id` run it (or read its objects)."""
         return self.placements.allows(executor_id, plan.placement, plan.organization_id, plan.owner)
 
-    def open_plans(self) -> list[BatchPlan]:
-        return list(self.open.values())
-
     def note_heartbeats(self, adverts: list[ExecutorAdvert]) -> None:
         """Remember each known executor's latest heartbeat: one scan of the bucket that misses an advert (a slow
         broker) must not make a live executor look lost. An executor declared lost that heartbeats again (it was

@@ -18,26 +18,13 @@ from services.scheduler.actions import QUEUED, Action, Assign, DeclareLost, Fenc
 from services.scheduler.book import CONTROL_PLANE, BatchPlan, Book
 from services.scheduler.domain import HEARTBEAT_FRESH_MS, free_bytes
 from services.scheduler.fair_share import FairQueue, QueuedBatch
-from services.scheduler.fleet_view import FleetView, Lane, unit_layout
+from services.scheduler.fleet_view import FleetView, Lane
 from services.scheduler.placement import PLACEMENT_WITHDRAWN
 
 MAX_ATTEMPTS = 3
 """Failed attempts of one unit that committed nothing, before the batch fails."""
 CANCEL_GRACE_MS = 30_000
 """How long a running attempt gets to wind down a cancel itself before it is fenced and finalized for it."""
-__all__ = [
-    "QUEUED",
-    "Action",
-    "Assign",
-    "DeclareLost",
-    "FenceAttempt",
-    "Finalize",
-    "Policy",
-    "Wait",
-    "choose_finalizer",
-    "decide",
-    "unit_layout",
-]
 DEFAULT_POLICY = Policy()
 def decide(book: Book, adverts: list[ExecutorAdvert], catalogue: Catalogue, now_ms: int,
            policy: Policy = DEFAULT_POLICY, rates: Mapping[str, float] | None = None) -> list[Action]:
@@ -54,7 +41,7 @@ def decide(book: Book, adverts: list[ExecutorAdvert], catalogue: Catalogue, now_
                              if executor_id not in alive]
     fleet = FleetView(live, catalogue, now_ms, book.placements)
     wanting: list[tuple[BatchPlan, CatalogueModel]] = []
-    for plan in book.open_plans():
+    for plan in book.open.values():
         upkeep, model = _upkeep(plan, book, fleet, alive, now_ms, policy)
         actions += upkeep
         if model is not None:

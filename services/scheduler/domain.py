@@ -1,4 +1,4 @@
-"""Choosing an executor for a batch: it must serve the model and have the memory; warm and best fit first."""
+"""Which executors can take a model: live, serving it, and with it loaded or the memory to load it."""
 
 from collections.abc import Iterable
 
@@ -14,28 +14,6 @@ def is_alive(advert: ExecutorAdvert, now_ms: int) -> bool:
 
 def free_bytes(advert: ExecutorAdvert) -> int:
     return max((device.free_bytes for device in advert.devices), default=0)
-
-
-def choose_executor(
-    model: CatalogueModel, adverts: Iterable[ExecutorAdvert], now_ms: int
-) -> ExecutorAdvert | None:
-    """The executor to run a batch of `model` on, or None when no live executor can.
-
-    An executor that already has the model loaded needs no more memory; otherwise the model must fit.
-    Among those, warm ones win, then the tightest fit (leaving big devices for big models).
-    """
-    candidates: list[tuple[bool, int, str, ExecutorAdvert]] = []
-    for advert in adverts:
-        if model.id not in advert.models or not is_alive(advert, now_ms):
-            continue
-        warm = model.id in advert.loaded_models
-        spare = free_bytes(advert) - (0 if warm else model.memory_bytes)
-        if spare < 0:
-            continue
-        candidates.append((not warm, spare, advert.executor_id, advert))
-    if not candidates:
-        return None
-    return min(candidates, key=lambda c: (c[0], c[1], c[2]))[3]
 
 
 def why_unassignable(model: CatalogueModel, adverts: Iterable[ExecutorAdvert], now_ms: int) -> str:

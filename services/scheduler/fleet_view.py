@@ -2,7 +2,9 @@
 an executor run it, and why a batch waits, each worked out once per tick (per model, or per executor and trust key)
 however many batches ask."""
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from contracts.catalogue import Catalogue, CatalogueModel
 from contracts.events.batch import ShardLayout
@@ -12,6 +14,8 @@ from services.scheduler.domain import eligible_executors, why_unassignable
 from services.scheduler.placement import Placements, trust_scope, why_not_placed
 from services.scheduler.plans import BatchPlan
 
+K = TypeVar("K")
+V = TypeVar("V")
 UNITS_PER_EXECUTOR = 4
 """A batch is cut into at least this many units per able executor (within the unit size bounds): enough that
 every executor gets some, one that joins later finds some left, and one that is lost loses little."""
@@ -52,49 +56,33 @@ class FleetView:
     _reasons: dict[tuple[str, str, str | None, str], str] = field(default_factory=dict)
 
     def model(self, name: str) -> CatalogueModel | None:
-        if name not in self._models:
-            self._models[name] = self.catalogue.resolve(name)
-        return self._models[name]
+        return _memo(self._models, name, lambda: self.catalogue.resolve(name))
 
     def layout(self, total_lines: int, model: CatalogueModel, policy: Policy) -> ShardLayout:
-        key = (total_lines, model.id)
-        if key not in self._layouts:
-            self._layouts[key] = unit_layout(total_lines, len(self.able(model)), policy)
-        return self._layouts[key]
+        return _memo(self._layouts, (total_lines, model.id),
+                     lambda: unit_layout(total_lines, len(self.able(model)), policy))
 
     def able(self, model: CatalogueModel) -> list[ExecutorAdvert]:
         """Live executors that serve `model` and have it loaded or the memory to load it."""
-        if model.id not in self._able:
-            self._able[model.id] = eligible_executors(model, self.live.values(), self.now_ms)
-        return self._able[model.id]
+        return _memo(self._able, model.id, lambda: eligible_executors(model, self.live.values(), self.now_ms))
 
     def allows(self, executor_id: str, plan: BatchPlan) -> bool:
         """Whether the batch's placement lets the executor run it (asked once per tick per executor and trust key:
         a thousand batches of one owner cost one look)."""
-        key = (executor_id, plan.placement, plan.organization_id, plan.owner)
-        allowed = self._allowed.get(key)
-        if allowed is None:
-            allowed = self._allowed[key] = self.placements.allows(executor_id, plan.placement, plan.organization_id,
-                                                                  plan.owner)
-        return allowed
+        return _memo(self._allowed, (executor_id, plan.placement, plan.organization_id, plan.owner),
+                     lambda: self.placements.allows(executor_id, plan.placement, plan.organization_id, plan.owner))
 
     def live_for(self, plan: BatchPlan) -> dict[str, ExecutorAdvert]:
         """The live executors the batch may run on (once per tick per trust key)."""
-        key = (plan.placement, plan.organization_id, plan.owner)
-        found = self._live_for.get(key)
-        if found is None:
-            found = self._live_for[key] = {executor_id: advert for executor_id, advert in self.live.items()
-                                           if self.allows(executor_id, plan)}
-        return found
+        return _memo(self._live_for, (plan.placement, plan.organization_id, plan.owner),
+                     lambda: {executor_id: advert for executor_id, advert in self.live.items()
+                              if self.allows(executor_id, plan)})
 
     def why_waiting(self, plan: BatchPlan, model: CatalogueModel) -> str:
         """Why a batch that got nothing waits: every executor that may serve it is busy, none can take its model,
         or none it may run on serves it (the same for every batch of one model and trust key: said once a tick)."""
-        key = (model.id, plan.placement, plan.organization_id, plan.owner)
-        reason = self._reasons.get(key)
-        if reason is None:
-            reason = self._reasons[key] = self._why_waiting(plan, model)
-        return reason
+        return _memo(self._reasons, (model.id, plan.placement, plan.organization_id, plan.owner),
+                     lambda: self._why_waiting(plan, model))
 
     def _why_waiting(self, plan: BatchPlan, model: CatalogueModel) -> str:
         if any(self.allows(advert.executor_id, plan) for advert in self.able(model)):
@@ -108,10 +96,14 @@ class FleetView:
     def lane(self, plan: BatchPlan, model: CatalogueModel) -> Lane:
         """The queue a batch's units wait in: batches of one lane may run on the same executors. One per model
         while every executor able to serve it runs any organisation's batches that allow approved providers."""
-        if plan.placement == "approved_providers":
-            if model.id not in self._selective:
-                self._selective[model.id] = any(not self.placements.runner(advert.executor_id).approved_platform_wide
-                                                for advert in self.able(model))
-            if not self._selective[model.id]:
-                return Lane(model.id, model, plan)
+        if plan.placement == "approved_providers" and not _memo(self._selective, model.id, lambda: any(
+                not self.placements.runner(advert.executor_id).approved_platform_wide for advert in self.able(model))):
+            return Lane(model.id, model, plan)
         return Lane(f"{model.id}|{plan.placement}|{trust_scope(plan.organization_id, plan.owner)}", model, plan)
+
+
+def _memo(cache: dict[K, V], key: K, make: Callable[[], V]) -> V:
+    """`cache[key]`, made once (per tick: a view lives for one)."""
+    if key not in cache:
+        cache[key] = make()
+    return cache[key]

@@ -22,7 +22,7 @@ def standing_waits(book: Book, weights: Weights, now_ms: int) -> list[Wait]:
     rates = book.rates.rates(now_ms)
     plans: dict[str, BatchPlan] = {}
     queued: list[QueuedBatch] = []
-    for plan in book.open_plans():
+    for plan in book.open.values():
         if plan.phase != "validated" or plan.model is None or plan.held or plan.cancel_requested_at_ms is not None:
             continue
         plans[plan.batch_id] = plan

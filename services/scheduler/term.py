@@ -159,22 +159,19 @@ class Term:
         """Facts of the log (the book's, in stream order) into the book; a fact after which there may be something
         to do now nudges the next tick."""
         for fact in facts:
-            self._on_fact(fact)
-
-    def _on_fact(self, fact: Fact) -> None:
-        subject = parse_event_subject(fact.subject)
-        if subject is None:
-            log.warning("sequence %d is on %s, not an event subject; skipped", fact.sequence, fact.subject)
-            return
-        if subject.kind == "batch":
-            remember_trace(self.traces, subject.aggregate_id, subject.name, fact.headers)
-        try:
-            self.book.apply(decode_event(fact.data))
-        except ValidationError:
-            log.warning("sequence %d is not an event this scheduler knows; skipped", fact.sequence)
-            return
-        if (subject.kind, subject.name) in NUDGES:
-            self.nudged.set()
+            subject = parse_event_subject(fact.subject)
+            if subject is None:
+                log.warning("sequence %d is on %s, not an event subject; skipped", fact.sequence, fact.subject)
+                continue
+            if subject.kind == "batch":
+                remember_trace(self.traces, subject.aggregate_id, subject.name, fact.headers)
+            try:
+                self.book.apply(decode_event(fact.data))
+            except ValidationError:
+                log.warning("sequence %d is not an event this scheduler knows; skipped", fact.sequence)
+                continue
+            if (subject.kind, subject.name) in NUDGES:
+                self.nudged.set()
 
     async def tick(self) -> None:
         adverts = await self.fleet.adverts()
@@ -196,10 +193,7 @@ class Term:
 
     async def act(self, action: Action) -> None:
         with action_span(self.traces, action):
-            await self._act(action)
-
-    async def _act(self, action: Action) -> None:
-        await ACTS[type(action)](self, action)
+            await ACTS[type(action)](self, action)
 
     async def _state(self, fact: AnyEvent) -> None:
         await self.bus.publish(fact)
@@ -243,11 +237,9 @@ class Term:
         two has the command sent again by the next one (`resend_runs`)."""
         plan = action.plan
         retry = action.shard in plan.retry_units
-        assigned = BatchAssigned(aggregate_id=plan.batch_id, executor_id=action.executor_id, attempt=action.attempt,
-                                 lease_token=_lease_token(plan.batch_id, action.attempt),
-                                 shard=action.shard, shards=action.layout.shards, shard_span=action.layout.span)
-        await self.bus.publish(assigned)
-        self.book.apply(assigned)
+        await self._state(BatchAssigned(aggregate_id=plan.batch_id, executor_id=action.executor_id,
+                                        attempt=action.attempt, lease_token=_lease_token(plan.batch_id, action.attempt),
+                                        shard=action.shard, shards=action.layout.shards, shard_span=action.layout.span))
         note_action(action, retry)
         await self._send_run(plan, action.executor_id, action.attempt, action.shard)
         log.info("batch %s unit %d/%d attempt %d assigned to %s", plan.batch_id, action.shard + 1,
@@ -256,9 +248,7 @@ class Term:
     async def resend_runs(self) -> None:
         """Once per term: the run command of every running attempt again (deduplicated by the broker, and an
         executor resumes an attempt idempotently), in case the last leader died before sending it."""
-        for plan in self.book.plans.values():
-            if plan.phase == "ended":
-                continue
+        for plan in self.book.open.values():
             for shard, run in plan.running_shards():
                 assert run.executor_id is not None
                 await self._send_run(plan, run.executor_id, run.attempt, shard)

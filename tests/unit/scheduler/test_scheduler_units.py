@@ -20,9 +20,9 @@ from services.scheduler.decisions import (
     Finalize,
     Policy,
     decide,
-    unit_layout,
 )
 from services.scheduler.domain import HEARTBEAT_FRESH_MS
+from services.scheduler.fleet_view import unit_layout
 from tests.factories import batch_created
 from tests.unit.scheduler.test_scheduler_decisions import CATALOGUE, NOW, advert
 
