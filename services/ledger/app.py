@@ -7,7 +7,7 @@ from contracts.subjects import LEDGER_LEADER_KEY, LEDGER_NAME
 from services.ledger.application import Ledger
 from services.ledger.archive import Archive
 from services.ledger.handlers import Folder, Sink, ledger_router, read_model_sink
-from services.ledger.reindex import index_live_batches, index_owners, index_stored_bytes
+from services.ledger.reindex import index_owners, index_read_model
 from services.ledger.restore import archived_through, restore
 from services.ledger.retention import Policy, Retention
 from services.ledger.settings import LedgerSettings
@@ -92,8 +92,7 @@ class LedgerApp:
         sink = read_model_sink(read_model)
         checkpoint = await self._restore(read_model, ledger, sink, checkpoint)
         await index_owners(bus, ledger, sink, checkpoint)
-        await index_live_batches(ledger, read_model, checkpoint)
-        await index_stored_bytes(ledger, read_model, checkpoint)
+        await index_read_model(ledger, read_model, checkpoint)
         folder = self.folder = Folder(ledger, sink, checkpoint, self.settings.group_size, self.settings.fold_pace_s,
                                       self.settings.fold_busy_facts_per_s)
         head = await eventlog.head(bus)

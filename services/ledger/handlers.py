@@ -63,8 +63,10 @@ class Folder:
         self._unmaterialised_since_ns = 0
         self._materialiser: asyncio.Task[None] | None = None
 
-    async def receive(self, facts: list[Fact]) -> None:
-        """Queues facts, so the reader pulls the next ones while a group folds; waits while the queue is full."""
+    async def receive(self, facts: list[Fact], head_seen: int = 0) -> None:
+        """Queues facts, so the reader pulls the next ones while a group folds; waits while the queue is full.
+        `head_seen`: the stream's last sequence as the reader saw it."""
+        self.head_seen = max(self.head_seen, head_seen)
         if facts:
             await self._queue.put(facts)
 
@@ -81,7 +83,7 @@ class Folder:
                 while len(self._held) < self.group_size and not self._queue.empty():
                     self._held = self._held + self._queue.get_nowait()
                 group, self._held = self._held[:self.group_size], self._held[self.group_size:]
-                self._started_group(len(group))
+                self._recent.append((self._last_group_at, len(group)))
                 await self._fold(group, stop)
         finally:
             await self._materialised()
@@ -98,9 +100,6 @@ class Folder:
         if busy and not catching_up and wait > 0:
             await asyncio.sleep(wait)
         self._last_group_at = loop.time()
-
-    def _started_group(self, facts: int) -> None:
-        self._recent.append((self._last_group_at, facts))
 
     async def wait_through(self, sequence: int) -> None:
         async with self._advanced:
@@ -185,18 +184,11 @@ FOLD = ("Fold every fact, in stream order from the ledger's checkpoint, into its
         "files, keys, users, organisations, providers, executors) and materialise the records the gateway reads.")
 
 
-async def into_folder(folder: Folder, facts: list[Fact], head_seen: int) -> None:
-    """Queue facts for the folder (the reader pulls the next ones while a group folds; it waits while the queue is
-    full)."""
-    folder.head_seen = max(folder.head_seen, head_seen)
-    await folder.receive(facts)
-
-
 async def after_checkpoint(folder: Folder) -> int:
     return folder.folded_through
 
 
-LEDGER_FOLD = LogFollower(LEDGER_NAME, folded_types(), FOLD, take=into_folder, start_after=after_checkpoint,
+LEDGER_FOLD = LogFollower(LEDGER_NAME, folded_types(), FOLD, take=Folder.receive, start_after=after_checkpoint,
                           every_fact=True, group_size=5000)
 """Every fact (the hash chain covers them all), from the folder's checkpoint, while the ledger folds."""
 

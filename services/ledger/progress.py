@@ -23,15 +23,6 @@ class Progress(NamedTuple):
     usage: tuple[int, int, int] = (0, 0, 0)
     chunks: tuple[str, ...] = ()
 
-    @classmethod
-    def of(cls, batch: Batch, sequence: int, fact: ProgressFact) -> "Progress":
-        """One fact's progress, its chunk's tokens unless the batch counted them already."""
-        tokens = fact.usage if fact.usage is not None and not batch.counted_chunk(fact.chunk_key) else None
-        if tokens is None:
-            return cls(batch, sequence, fact.attempt, fact.completed, fact.failed, fact.shard)
-        return cls(batch, sequence, fact.attempt, fact.completed, fact.failed, fact.shard,
-                   (tokens[0], tokens[1], tokens[2]), (fact.chunk_key,))
-
 
 class ProgressRuns:
     """Per batch and shard, the run of progress facts not applied yet, merged into one."""

@@ -51,11 +51,15 @@ def project(aggregate: Folded, user_of_key: UserOfKey) -> Projection | None:
     return None if projector is None else projector(aggregate, user_of_key)
 
 
+def records_of(aggregates: Iterable[Folded], user_of_key: UserOfKey) -> list[Projection]:
+    """The read-model records of those aggregates that have one."""
+    return [projection for projection in (project(a, user_of_key) for a in aggregates) if projection is not None]
+
+
 def folded_records(ledger: Ledger, facts: list[Fact]) -> list[Projection]:
     """Fold facts into the ledger: the records of the aggregates they touched, and the anomalies they noted."""
     touched = ledger.fold_facts(facts)
-    found = [projection for projection in (project(a, ledger.user_of_key) for a in touched) if projection is not None]
-    return [*found, *new_anomalies(touched, facts)]
+    return [*records_of(touched, ledger.user_of_key), *new_anomalies(touched, facts)]
 
 
 def projection_key(projection: Projection) -> str:

@@ -15,7 +15,7 @@ from contracts.subjects import BATCH_CREATED, EVENTS_STREAM, FILE_STORED, KEY_CR
 from services.ledger.application import Ledger
 from services.ledger.chain import Fact
 from services.ledger.handlers import Sink
-from services.ledger.projection import Projection, project
+from services.ledger.projection import Projection, records_of
 from services.runtime.nats import eventlog
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.readmodel import ReadModel
@@ -43,8 +43,7 @@ async def index_owners(bus: EventBus, ledger: Ledger, sink: Sink, checkpoint: in
     if checkpoint:
         log.info("indexing the owners of files and batches folded up to sequence %d", checkpoint)
         for subject in CREATING_SUBJECTS:
-            facts = [fact async for fact in eventlog.read(bus, subject)]
-            facts = [fact for fact in facts if fact.sequence <= checkpoint]
+            facts = [fact async for fact in eventlog.read(bus, subject) if fact.sequence <= checkpoint]
             for start in range(0, len(facts), GROUP):
                 group = facts[start:start + GROUP]
                 await sink(await asyncio.to_thread(_refold, ledger, group))
@@ -54,32 +53,19 @@ async def index_owners(bus: EventBus, ledger: Ledger, sink: Sink, checkpoint: in
     return refolded
 
 
-async def index_live_batches(ledger: Ledger, read_model: ReadModel, checkpoint: int) -> int:
-    """Write each owner's list of live batches from the batch records folded up to `checkpoint`, unless done before
-    (a read model made before the lists existed); how many owners have live batches."""
-    if await asyncio.to_thread(ledger.tracking.max_tracking_id, LIVE_INDEX):
-        return 0
-    owners = await read_model.index_live_batches() if checkpoint else 0
-    if owners:
-        log.info("listed the live batches of %d owners", owners)
-    await asyncio.to_thread(ledger.tracking.insert_tracking, Tracking(application_name=LIVE_INDEX, notification_id=1))
-    return owners
-
-
-async def index_stored_bytes(ledger: Ledger, read_model: ReadModel, checkpoint: int) -> int:
-    """Write each owner's stored bytes from the file records folded up to `checkpoint`, unless done before (a read
-    model made before they were kept); how many owners have files."""
-    if await asyncio.to_thread(ledger.tracking.max_tracking_id, STORED_INDEX):
-        return 0
-    owners = await read_model.index_stored_bytes() if checkpoint else 0
-    if owners:
-        log.info("wrote the stored bytes of %d owners", owners)
-    await asyncio.to_thread(ledger.tracking.insert_tracking, Tracking(application_name=STORED_INDEX,
-                                                                      notification_id=1))
-    return owners
+async def index_read_model(ledger: Ledger, read_model: ReadModel, checkpoint: int) -> None:
+    """Write each owner's list of live batches, then its stored bytes, from the batch and file records folded up to
+    `checkpoint`, each unless done before (a read model made before they were kept)."""
+    for name, index, done in ((LIVE_INDEX, read_model.index_live_batches, "listed the live batches"),
+                              (STORED_INDEX, read_model.index_stored_bytes, "wrote the stored bytes")):
+        if await asyncio.to_thread(ledger.tracking.max_tracking_id, name):
+            continue
+        owners = await index() if checkpoint else 0
+        if owners:
+            log.info("%s of %d owners", done, owners)
+        await asyncio.to_thread(ledger.tracking.insert_tracking, Tracking(application_name=name, notification_id=1))
 
 
 def _refold(ledger: Ledger, facts: list[Fact]) -> list[Projection]:
-    projections = (project(aggregate, ledger.user_of_key) for aggregate in ledger.fold_facts(facts))
-    return [projection for projection in projections if projection is not None]
+    return records_of(ledger.fold_facts(facts), ledger.user_of_key)
 

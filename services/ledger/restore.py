@@ -17,7 +17,7 @@ from services.ledger.archive import Archive, ArchivePoint
 from services.ledger.chain import Fact
 from services.ledger.handlers import Sink
 from services.ledger.projection import Projection, folded_records
-from services.ledger.snapshot import mark_materialised, projections, seed
+from services.ledger.snapshot import projections, seed
 from services.runtime.nats.readmodel import ReadModel
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ async def restore(ledger: Ledger, archive: Archive, point: ArchivePoint, sink: S
         if group:
             await _put(sink, await asyncio.to_thread(folded_records, ledger, group))
             restored.folded += len(group)
-    await asyncio.to_thread(mark_materialised, ledger, point.last_sequence)
+    await asyncio.to_thread(ledger.record_checkpoint, point.last_sequence)
     log.info("ledger restored to archived point %d (sequence %d): %d aggregates from its snapshot, %d archived facts "
              "folded", point.index, point.last_sequence, restored.seeded, restored.folded)
     return restored

@@ -152,7 +152,7 @@ class Retention:
             await asyncio.to_thread(refold.fold, group)
         if reader is None or reader.sha256 != sha256 or read_end != end or head != end.chain_after:
             raise ArchiveRefused(f"segment {header.index} does not read back as it was written")
-        chained_through, chain_head = await asyncio.to_thread(refold.chain_head)
+        chained_through, chain_head = await asyncio.to_thread(refold.ledger.chain_state)
         if last and (chained_through != last or chain_head != head):
             raise ArchiveRefused(f"segment {header.index} does not fold to its own chain")
         live = await asyncio.to_thread(self.ledger.chain_digest_at, last) if last else None
@@ -164,7 +164,7 @@ class Retention:
         purge, kept = [], []
         cutoff = self.clock() - self.policy.window_s
         for batch_id in candidates:
-            batch = refold.batch(batch_id)
+            batch = refold.ledger.batch(batch_id)
             if batch is None or (batch.status in TERMINAL and ended_at(batch) <= cutoff):
                 purge.append(batch_id)  # None: facts of no batch the ledger knows (refused); nothing reads them
             else:

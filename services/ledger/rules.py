@@ -89,7 +89,7 @@ class FoldingRules:
                 log.warning("sequence %d: no folding rule for %s; such facts leave the batch as it is", seq, fact.type)
             return None
         batch_rule(self, batch, seq, fact)
-        if getattr(batch, "billing_account", None) is not None and batch.status in TERMINAL:
+        if batch.status in TERMINAL:
             self._settle(batch, seq, fact)
         return batch
 
@@ -128,22 +128,24 @@ class FoldingRules:
         self.touched[account.id] = account
         return account
 
+    def _billing(self, batch: Batch) -> Account | None:
+        """The account that bills the batch; None when none does (or it was folded before billing)."""
+        account_id: str | None = getattr(batch, "billing_account", None)
+        account = None if account_id is None else self.get(Account, aggregate_id("account", account_id))
+        return account if account is not None and account.bills(batch.batch_id) else None
+
     def _debit(self, batch: Batch, seq: int, fact: ProgressFact) -> None:
         """A billed batch's result chunk committed: its usage is debited from the batch's account."""
-        billing_account: str | None = getattr(batch, "billing_account", None)  # None on batches folded before
-        if billing_account is None or fact.usage is None:
-            return
-        account = self.get(Account, aggregate_id("account", billing_account))
-        if account is not None and account.bills(batch.batch_id):
-            input_tokens, cached, output = fact.usage
-            account.debit(seq, batch.batch_id, fact.chunk_key, (input_tokens, cached, output), fact.occurred_at // 1000)
+        account = self._billing(batch)
+        if account is not None and fact.usage is not None:
+            account.debit(seq, batch.batch_id, fact.chunk_key, fact.usage, fact.occurred_at // 1000)
             self.touched[account.id] = account
 
     def _settle(self, batch: Batch, seq: int, fact: Event) -> None:
         """A billed batch ended: its account charges the rest of its usage (or the minimum) and refunds the rest
         of its reservation."""
-        account = self.get(Account, aggregate_id("account", batch.billing_account))
-        if account is None or not account.bills(batch.batch_id):
+        account = self._billing(batch)
+        if account is None:
             return
         final = batch.usage
         usage = None if not final else (final.get("input_tokens", 0),
@@ -169,7 +171,8 @@ class FoldingRules:
             self._runs.add(batch, seq, fact)
         else:
             self.flush(batch.id)
-            self._advance(Progress.of(batch, seq, fact))
+            self._runs.add(batch, seq, fact)
+            self.flush(batch.id)
         return None
 
     # Facts that create an aggregate, or change one other than a batch: each returns the aggregate it touched.

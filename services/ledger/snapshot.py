@@ -14,12 +14,11 @@ from eventsourcing.persistence import StoredEvent, Tracking
 
 from contracts.readmodel import AnomalyRecord
 from contracts.subjects import EVENTS_STREAM
-from services.ledger.application import MATERIALISED, Ledger, persistence_env
+from services.ledger.application import Ledger, persistence_env
 from services.ledger.chain import Fact
-from services.ledger.domainmodel import Batch
 from services.ledger.folded import Folded
 from services.ledger.membership import KeyOwner
-from services.ledger.projection import Projection, new_anomalies, project
+from services.ledger.projection import Projection, new_anomalies, records_of
 from services.ledger.reindex import OWNER_INDEX
 
 PAGE = 10_000
@@ -65,17 +64,7 @@ def projections(ledger: Ledger, seeded: Iterable[StoredEvent]) -> list[Projectio
         owner = aggregates.get(KeyOwner.create_id(key_id))
         return owner.user_id if isinstance(owner, KeyOwner) else None
 
-    found = []
-    for aggregate in aggregates.values():
-        if isinstance(aggregate, Folded):
-            projection = project(aggregate, user_of_key)
-            if projection is not None:
-                found.append(projection)
-    return found
-
-
-def mark_materialised(ledger: Ledger, point: int) -> None:
-    ledger.tracking.insert_tracking(Tracking(application_name=MATERIALISED, notification_id=point))
+    return records_of((aggregate for aggregate in aggregates.values() if isinstance(aggregate, Folded)), user_of_key)
 
 
 class Refold:
@@ -91,12 +80,6 @@ class Refold:
     def fold(self, facts: list[Fact]) -> None:
         touched = self.ledger.fold_facts(facts)
         self.anomalies += new_anomalies(touched, facts)
-
-    def chain_head(self) -> tuple[int, str]:
-        return self.ledger.chain_state()
-
-    def batch(self, batch_id: str) -> Batch | None:
-        return self.ledger.batch(batch_id)
 
     def snapshots(self) -> list[SnapshotLine]:
         """Every aggregate's snapshot: those the segment changed taken now, the others as the point before had them."""
