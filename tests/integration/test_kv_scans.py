@@ -7,7 +7,6 @@ import secrets
 from collections import Counter
 
 from nats.aio.msg import Msg
-from nats.js.kv import KeyValue
 
 from contracts.events.batch import LineRejected
 from contracts.subjects import EVENTS_STREAM, JS_API, direct_get, event_subject
@@ -15,6 +14,7 @@ from services.runtime.nats.bus import EventBus
 from services.runtime.nats.kv import (
     LAST_PER_REQUEST,
     SCAN_PAGE,
+    Bucket,
     ensure_direct_reads,
     latest_entries,
     open_bucket,
@@ -24,7 +24,7 @@ from services.runtime.nats.kv import (
 )
 
 
-async def _bucket(bus: EventBus, scans: bool = True) -> KeyValue:
+async def _bucket(bus: EventBus, scans: bool = True) -> Bucket:
     return await open_bucket(bus, f"scan_{secrets.token_hex(4)}", scans=scans)
 
 
@@ -50,7 +50,7 @@ async def test_a_value_on_a_single_replica_bucket_is_read_by_one_direct_get(bus:
     await kv.put("owner.b.live", b"{}")
     await kv.delete("owner.b.live")
     assert await read_value(kv, "owner.a.live") == b"{}"  # the bucket's replicas asked once, and kept a while
-    asked = await api_requests(bus, kv._stream)
+    asked = await api_requests(bus, kv.stream)
 
     assert [await read_value(kv, f"owner.{owner}.live") for owner in "aaabc"] == [b"{}"] * 3 + [None] * 2
     await bus.nc.flush()
@@ -81,7 +81,7 @@ async def test_a_thousand_scans_leave_no_consumer_and_no_subscription_behind(bus
     results = [len(await latest_entries(kv, "owner.a.>")) for _ in range(1000)]
 
     assert results == [1] * 1000
-    assert (await bus.js.stream_info(kv._stream)).state.consumer_count == 0
+    assert (await bus.js.stream_info(kv.stream)).state.consumer_count == 0
     assert len(bus.nc._subs) == subscriptions_before
 
 
@@ -108,12 +108,12 @@ async def test_scans_under_concurrent_writes_never_come_back_short(bus: EventBus
 async def test_a_bucket_made_before_direct_reads_is_switched_to_them_for_a_service_that_scans(bus: EventBus) -> None:
     name = f"scan_old_{secrets.token_hex(4)}"
     old = await bus.js.create_key_value(bucket=name, history=1)  # as earlier versions made them
-    assert not old._direct
+    assert not (await bus.js.stream_info(f"KV_{name}")).config.allow_direct
     await old.put("k", b"v")
 
     kv = await open_bucket(bus, name, scans=True)
 
-    assert kv._direct
+    assert kv.direct
     assert await latest_entries(kv) == [("k", b"v")]
 
 
@@ -137,7 +137,7 @@ async def test_named_keys_are_read_by_one_direct_get_per_request_of_them_deleted
     await asyncio.gather(*(kv.put(f"batch.b{i:04d}", f"{i}".encode()) for i in range(count)))
     await kv.put("batch.b0010", b"rewritten")
     await kv.delete("batch.b0003")
-    asked = await api_requests(bus, kv._stream)
+    asked = await api_requests(bus, kv.stream)
 
     found = await read_last(kv, [f"batch.b{i:04d}" for i in range(count + 5)])
 

@@ -55,7 +55,7 @@ def rejected(batch_id: str, line: int) -> LineRejected:
 async def test_every_stream_and_bucket_is_made_with_the_configured_replicas(bus: EventBus) -> None:
     kv = await open_bucket(bus, f"r3_{secrets.token_hex(4)}", 30.0, scans=True)
 
-    assert [await replicas(bus, stream) for stream in (EVENTS_STREAM, WORK_STREAM, kv._stream)] == [3, 3, 3]
+    assert [await replicas(bus, stream) for stream in (EVENTS_STREAM, WORK_STREAM, kv.stream)] == [3, 3, 3]
 
 
 async def test_a_stream_and_a_bucket_made_with_one_replica_are_scaled_up_and_never_down(cluster: NatsCluster) -> None:
@@ -68,7 +68,7 @@ async def test_a_stream_and_a_bucket_made_with_one_replica_are_scaled_up_and_nev
     kv = await open_bucket(clustered, bucket)
     await EventBus.connect(cluster.core_urls(), "tests", replicas=1)  # a process still configured for one
 
-    assert [await replicas(clustered, stream) for stream in (EVENTS_STREAM, WORK_STREAM, kv._stream)] == [3, 3, 3]
+    assert [await replicas(clustered, stream) for stream in (EVENTS_STREAM, WORK_STREAM, kv.stream)] == [3, 3, 3]
     await single.close()
     await clustered.close()
 
@@ -99,7 +99,7 @@ async def test_an_owners_batches_read_right_after_each_acknowledged_write_hold_i
 async def test_what_the_owners_limits_count_is_read_from_the_leader_never_from_a_replica_that_may_lag(
         bus: EventBus) -> None:
     read_model = ReadModel(await open_bucket(bus, f"read_{secrets.token_hex(4)}", scans=True))
-    stream = read_model.kv._stream
+    stream = read_model.kv.stream
     batch = Batch(id="batch_1", endpoint="/v1/chat/completions", input_file_id="f1", completion_window="24h",
                   status="validating", created_at=int(time.time()))
     await read_model.put_batch(BatchRecord(owner_key_id="k1", owner_user_id="alice", batch=batch, last_sequence=1))
@@ -118,7 +118,7 @@ async def test_with_no_leader_a_coherent_read_is_refused_fast_and_a_heartbeat_re
         cluster: NatsCluster, bus: EventBus) -> None:
     kv = await open_bucket(bus, f"lost_{secrets.token_hex(4)}", scans=True)
     await kv.put("executor.a", b"alive")
-    leader = (await bus.js.stream_info(kv._stream)).cluster.leader  # type: ignore[union-attr]
+    leader = (await bus.js.stream_info(kv.stream)).cluster.leader  # type: ignore[union-attr]
     survivor, *others = sorted((node.name for node in cluster.nodes), key=lambda name: name == leader)
     for name in others:  # its leader and one more: no quorum, so no leader
         cluster.kill(name)

@@ -25,6 +25,7 @@ from contracts.subjects import (
     BATCH_HEADER,
     EVENTS_STREAM,
     EVENTS_SUBJECTS,
+    JS_API,
     WORK_STREAM,
     WORK_SUBJECTS,
 )
@@ -102,6 +103,22 @@ def _last_sequence(description: str | None) -> int:
     return int(found[1]) if found else 0
 
 
+class JetStream(JetStreamContext):
+    """nats-py's JetStream context, keeping public the connection it asks through: the direct reads (kv.py) send
+    their batched requests on it themselves."""
+
+    def __init__(self, nc: Client, prefix: str = JS_API, timeout: float = PUBLISH_TIMEOUT_S) -> None:
+        super().__init__(nc, prefix=prefix, timeout=timeout)
+        self.nc = nc
+
+    @staticmethod
+    def of(js: JetStreamContext) -> "JetStream":
+        """`js`, which must be a bus's context (or one made from it): the reads that need its connection take any."""
+        if not isinstance(js, JetStream):
+            raise TypeError(f"{js!r} is not a bus's JetStream context")
+        return js
+
+
 class EventBus:
     """One NATS connection per service process."""
 
@@ -112,7 +129,7 @@ class EventBus:
         self.nc = nc
         self.tracer = tracer(name.split("-")[0] or "bus")
         """Handler spans are named after the service (`executor-gpu-7` → `sheshnag.executor`)."""
-        self.js: JetStreamContext = nc.jetstream(timeout=PUBLISH_TIMEOUT_S)
+        self.js = JetStream(nc)
         self.replicas = replicas if replicas is not None else connection_settings().nats_replicas
         """Replicas of every stream and bucket this bus makes (`SHESHNAG_NATS_REPLICAS` unless given)."""
 

@@ -17,11 +17,11 @@ import nats.errors
 import nats.js.errors
 import orjson
 from nats.aio.msg import Msg
-from nats.js.client import JetStreamContext
+from nats.js.client import KV_PRE_TEMPLATE, KV_STREAM_TEMPLATE, JetStreamContext
 from nats.js.kv import KeyValue
 
 from contracts.subjects import direct_get
-from services.runtime.nats.bus import EventBus
+from services.runtime.nats.bus import EventBus, JetStream
 from services.runtime.nats.placement import until_placed
 from services.runtime.nats.replicas import ScanFailed, leader_api, leader_floor, replicated
 
@@ -39,28 +39,49 @@ LAGGING_RETRY_S = 0.05
 replica may answer, or the same one caught up), for up to `PAGE_TIMEOUT_S` in all."""
 
 
-async def open_bucket(bus: EventBus, bucket: str, ttl_s: float | None = None, *, scans: bool = False) -> KeyValue:
+class Bucket(KeyValue):
+    """A KV bucket, with what a direct read of it needs kept public: the bus's JetStream context, the bucket's
+    stream and its keys' subject prefix (named as nats-py names them: `KV_<bucket>`, `$KV.<bucket>.<key>`)."""
+
+    def __init__(self, js: JetStream, name: str, direct: bool) -> None:
+        self.js = js
+        self.name = name
+        self.stream = KV_STREAM_TEMPLATE.format(bucket=name)
+        self.prefix = KV_PRE_TEMPLATE.format(bucket=name)
+        self.direct = direct
+        super().__init__(name, self.stream, self.prefix, js, direct)
+
+    @staticmethod
+    def of(kv: KeyValue) -> "Bucket":
+        """`kv`, which must be a bucket `open_bucket` opened: the reads here take any `KeyValue`."""
+        if not isinstance(kv, Bucket):
+            raise TypeError(f"{kv!r} was not opened by open_bucket")
+        return kv
+
+
+async def open_bucket(bus: EventBus, bucket: str, ttl_s: float | None = None, *, scans: bool = False) -> Bucket:
     """The bucket, created (with direct reads) when missing, once JetStream can place it (placement.py). `scans`:
     this caller lists the bucket, so a bucket made before direct reads existed is switched to them (only core
     services may, and do, ask for that)."""
     return await until_placed(f"bucket {bucket}", lambda: _open_bucket(bus, bucket, ttl_s, scans))
 
 
-async def _open_bucket(bus: EventBus, bucket: str, ttl_s: float | None, scans: bool) -> KeyValue:
+async def _open_bucket(bus: EventBus, bucket: str, ttl_s: float | None, scans: bool) -> Bucket:
+    stream = KV_STREAM_TEMPLATE.format(bucket=bucket)
     try:
-        kv = await bus.js.key_value(bucket)
-    except nats.js.errors.BucketNotFoundError:
+        info = await bus.js.stream_info(stream)
+    except nats.js.errors.NotFoundError:
         try:
-            return await bus.js.create_key_value(bucket=bucket, history=1, ttl=ttl_s, direct=True,
-                                                 replicas=bus.replicas)
+            await bus.js.create_key_value(bucket=bucket, history=1, ttl=ttl_s, direct=True, replicas=bus.replicas)
+            return Bucket(bus.js, bucket, direct=True)
         except nats.js.errors.BadRequestError:  # another process created it first
-            kv = await bus.js.key_value(bucket)
+            info = await bus.js.stream_info(stream)
     if bus.replicas > 1:
-        await bus.ensure_replicas(await bus.js.stream_info(kv._stream))
-    if scans and not kv._direct:
-        await ensure_direct_reads(bus.js, kv._stream)
-        kv = await bus.js.key_value(bucket)
-    return kv
+        await bus.ensure_replicas(info)
+    if scans and not info.config.allow_direct:
+        await ensure_direct_reads(bus.js, stream)
+        return Bucket(bus.js, bucket, direct=True)
+    return Bucket(bus.js, bucket, direct=bool(info.config.allow_direct))
 
 
 async def ensure_direct_reads(js: JetStreamContext, stream: str) -> None:
@@ -82,9 +103,10 @@ async def latest_entries(kv: KeyValue, key_filter: str = ">", *, coherent: bool 
     A key written while the scan runs is seen at its newest value: its new revision lies further on in the stream,
     and the newest revision of each key wins. `coherent=False`: whatever replica answers, also while the bucket
     elects a leader (for values where a moment-old one serves as well, heartbeats)."""
+    bucket = Bucket.of(kv)
     latest: dict[str, tuple[int, bytes | None]] = {}
-    for message in await read_subject(kv._js, kv._stream, f"{kv._pre}{key_filter}", coherent=coherent):
-        key = message.subject[len(kv._pre):]
+    for message in await read_subject(bucket.js, bucket.stream, f"{bucket.prefix}{key_filter}", coherent=coherent):
+        key = message.subject[len(bucket.prefix):]
         deleted = KV_OPERATION in message.headers or MARKER_REASON in message.headers
         if key not in latest or latest[key][0] < message.seq:
             latest[key] = (message.seq, None if deleted else message.data)
@@ -95,9 +117,10 @@ async def read_value(kv: KeyValue, key: str) -> bytes | None:
     """The key's value (None: never written, deleted or expired) with every write acknowledged before the call in it:
     a direct get on a single-replica bucket, the stream leader's own get on a replicated one (where any replica may
     answer a direct get, one that lags among them)."""
-    reader = kv
-    if await replicated(kv._js, kv._stream):
-        reader = KeyValue(kv._name, kv._stream, kv._pre, leader_api(kv._js), direct=False)
+    bucket = Bucket.of(kv)
+    reader: KeyValue = bucket
+    if await replicated(bucket.js, bucket.stream):
+        reader = KeyValue(bucket.name, bucket.stream, bucket.prefix, leader_api(bucket.js), direct=False)
     try:
         entry = await reader.get(key)
     except nats.js.errors.KeyNotFoundError:
@@ -108,7 +131,8 @@ async def read_value(kv: KeyValue, key: str) -> bytes | None:
 async def erase(kv: KeyValue, key: str) -> None:
     """Remove every revision of `key` from the bucket's stream, leaving no delete marker behind (a KV `purge` keeps
     one per key for ever): for records kept only for a while."""
-    await kv._js.purge_stream(kv._stream, subject=f"{kv._pre}{key}")
+    bucket = Bucket.of(kv)
+    await bucket.js.purge_stream(bucket.stream, subject=f"{bucket.prefix}{key}")
 
 
 @dataclass(frozen=True)
@@ -124,60 +148,32 @@ async def read_subject(js: JetStreamContext, stream: str, subject: str, *,
     """Every message of `stream` on `subject` (a filter), in stream order, read to the stream's end by batched
     direct gets: no consumer. The stream must allow direct gets. `coherent`: to the leader's last message on
     `subject` at least (see the module's docstring)."""
-    nc = js._nc
-    loop = asyncio.get_running_loop()
-    api_subject = direct_get(stream)
     found: list[StoredMessage] = []
-    page = _Page(loop.create_future())
     floor = await leader_floor(js, stream, subject) if coherent else 0
-    lagging_until: float | None = None
-
-    async def on_reply(message: Msg) -> None:  # replies of one page arrive in order, the status one last
-        headers = {str(name): value for name, value in (message.headers or {}).items()}
-        status = headers.get("Status")
-        if status is None:
-            seq = int(headers["Nats-Sequence"])
-            page.last_seq = max(page.last_seq, seq)
-            found.append(StoredMessage(seq, headers["Nats-Subject"], headers, message.data))
-        elif not page.end.done():
-            page.end.set_result(status if status != "204" or int(headers.get("Nats-Num-Pending", "0")) else "end")
-
-    replies = await nc.subscribe(nc.new_inbox(), cb=on_reply)
-    try:
-        start = 1
-        pages = 0
-        while True:
-            pages += 1
-            if pages > MAX_CHASE * (1 + len(found) // SCAN_PAGE):
-                raise ScanFailed(f"writes to {subject} outran a scan of them")
-            page.end, page.last_seq = loop.create_future(), 0
-            await nc.publish(api_subject, orjson.dumps({"seq": start, "next_by_subj": subject, "batch": SCAN_PAGE}),
-                             reply=replies.subject)
-            try:
-                status = await asyncio.wait_for(page.end, PAGE_TIMEOUT_S)
-            except TimeoutError:
-                raise ScanFailed("the stream stopped answering a scan") from None
-            if status in ("end", "404") or (status == "204" and not page.last_seq):
-                highest = found[-1].seq if found else 0
-                if highest >= floor:
-                    return found
-                # Short of the leader's last message: it went meanwhile (expired, deleted), or a replica behind the
-                # leader answered; then ask again from where it stopped.
-                floor = await leader_floor(js, stream, subject)
-                if highest >= floor:
-                    return found
-                lagging_until = lagging_until or loop.time() + PAGE_TIMEOUT_S
-                if loop.time() > lagging_until:
-                    raise ScanFailed(f"no replica of {stream} caught up to sequence {floor} for a scan")
-                pages -= 1
-                start = max(start, highest + 1)
-                await asyncio.sleep(LAGGING_RETRY_S)
-                continue
-            if status != "204":
-                raise ScanFailed(f"the stream refused a scan (status {status})")
-            start = page.last_seq + 1
-    finally:
-        await replies.unsubscribe()
+    deadline: float | None = None
+    start = 1
+    pages = 0
+    while True:
+        pages += 1
+        if pages > MAX_CHASE * (1 + len(found) // SCAN_PAGE):
+            raise ScanFailed(f"writes to {subject} outran a scan of them")
+        page, status, pending = await _direct_batch(js, stream, {
+            "seq": start, "next_by_subj": subject, "batch": SCAN_PAGE}, "scan")
+        found += page
+        if status == "204" and page and pending:
+            start = page[-1].seq + 1
+            continue
+        if status not in ("204", "404"):
+            raise ScanFailed(f"the stream refused a scan (status {status})")
+        highest = found[-1].seq if found else 0
+        if highest >= floor:
+            return found
+        deadline = deadline or asyncio.get_running_loop().time() + PAGE_TIMEOUT_S
+        floor = await _lagging(js, stream, subject, highest, deadline, "scan")
+        if highest >= floor:
+            return found
+        pages -= 1
+        start = max(start, highest + 1)
 
 
 async def read_page(js: JetStreamContext, stream: str, subject: str, after: int, limit: int,
@@ -192,13 +188,21 @@ async def read_page(js: JetStreamContext, stream: str, subject: str, after: int,
         reached = max(after, found[-1].seq if found else 0)
         if more or reached >= floor:
             return found, more
-        # Short of the leader's last message: it went meanwhile, or a replica behind the leader answered.
-        floor = await leader_floor(js, stream, subject)
+        floor = await _lagging(js, stream, subject, reached, deadline, "read")
         if reached >= floor:
             return found, more
+
+
+async def _lagging(js: JetStreamContext, stream: str, subject: str, reached: int, deadline: float, what: str) -> int:
+    """A read that reached `reached`, short of the leader's last message on `subject`: that message went meanwhile
+    (expired, deleted), or a replica behind the leader answered. The leader's last sequence now, after a pause to
+    ask again in when the read is still short of it (a `ScanFailed` past `deadline`)."""
+    floor = await leader_floor(js, stream, subject)
+    if reached < floor:
         if asyncio.get_running_loop().time() > deadline:
-            raise ScanFailed(f"no replica of {stream} caught up to sequence {floor} for a read")
+            raise ScanFailed(f"no replica of {stream} caught up to sequence {floor} for a {what}")
         await asyncio.sleep(LAGGING_RETRY_S)
+    return floor
 
 
 async def _read_one_page(js: JetStreamContext, stream: str, subject: str, after: int, limit: int,
@@ -215,7 +219,7 @@ async def _read_one_page(js: JetStreamContext, stream: str, subject: str, after:
 async def _direct_batch(js: JetStreamContext, stream: str, request: dict[str, object],
                         what: str) -> tuple[list[StoredMessage], str, int]:
     """One batched direct get: the messages it answers, the status that ends them, and how many it says follow."""
-    nc = js._nc
+    nc = JetStream.of(js).nc
     found: list[StoredMessage] = []
     end: asyncio.Future[tuple[str, int]] = asyncio.get_running_loop().create_future()
 
@@ -239,13 +243,6 @@ async def _direct_batch(js: JetStreamContext, stream: str, request: dict[str, ob
     return found, status, pending
 
 
-@dataclass
-class _Page:
-    end: "asyncio.Future[str]"
-    """Set by the status reply that ends a page: `204` (more to read), `end` (204, nothing pending) or another."""
-    last_seq: int = 0
-
-
 LAST_PER_REQUEST = 256
 """Keys asked for per batched direct get of their last values (the server allows up to 1,024)."""
 
@@ -253,19 +250,20 @@ LAST_PER_REQUEST = 256
 async def read_last(kv: KeyValue, keys: list[str]) -> dict[str, bytes]:
     """The current value of each of `keys` that has one (deleted and never-written keys are left out), by batched
     direct gets of their last messages (`multi_last`): one request per `LAST_PER_REQUEST` keys, however many."""
+    bucket = Bucket.of(kv)
     chunks = [keys[start:start + LAST_PER_REQUEST] for start in range(0, len(keys), LAST_PER_REQUEST)]
     found: dict[str, bytes] = {}
-    for messages in await asyncio.gather(*(_read_last(kv, chunk) for chunk in chunks)):
+    for messages in await asyncio.gather(*(_read_last(bucket, chunk) for chunk in chunks)):
         for message in messages:
             deleted = KV_OPERATION in message.headers or MARKER_REASON in message.headers
             if not deleted and message.data:
-                found[message.subject[len(kv._pre):]] = message.data
+                found[message.subject[len(bucket.prefix):]] = message.data
     return found
 
 
-async def _read_last(kv: KeyValue, keys: list[str]) -> list[StoredMessage]:
-    found, status, _ = await _direct_batch(kv._js, kv._stream, {
-        "multi_last": [f"{kv._pre}{key}" for key in keys], "batch": len(keys)}, "read of keys")
+async def _read_last(bucket: Bucket, keys: list[str]) -> list[StoredMessage]:
+    found, status, _ = await _direct_batch(bucket.js, bucket.stream, {
+        "multi_last": [f"{bucket.prefix}{key}" for key in keys], "batch": len(keys)}, "read of keys")
     if status not in ("204", "404"):  # 404: none of the keys has a value
         raise ScanFailed(f"the stream refused a read of keys (status {status})")
     return found

@@ -7,7 +7,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import nats.js.errors
-from nats.js.kv import KeyValue
 from pydantic import BaseModel, model_validator
 
 from contracts.lifecycle import TERMINAL
@@ -25,7 +24,7 @@ from contracts.readmodel import (
 )
 from contracts.subjects import READ_MODEL_BUCKET, owner_index, owner_index_key, owner_live_key, read_model_key
 from services.runtime.nats.bus import EventBus
-from services.runtime.nats.kv import latest_entries, latest_values, open_bucket, read_last, read_value
+from services.runtime.nats.kv import Bucket, latest_entries, latest_values, open_bucket, read_last, read_value
 from services.runtime.nats.replicas import replicated
 from services.runtime.nats.stored_bytes import StoredBytesWriter, part_of, stored_bytes, stored_part
 from services.runtime.process.keyed_locks import KeyedLocks
@@ -77,7 +76,7 @@ def live_lists(records: list[BatchRecord]) -> dict[str, LiveBatches]:
 
 
 class ReadModel:
-    def __init__(self, kv: KeyValue) -> None:
+    def __init__(self, kv: Bucket) -> None:
         self.kv = kv
         self._live: dict[str, dict[str, str]] = {}
         """The writer's copy of each touched owner's live-batch list (as last put); owners with none are dropped."""
@@ -147,7 +146,7 @@ class ReadModel:
         keys = [read_model_key("batch", batch_id) for batch_id in batch_ids]
         found = await read_last(self.kv, keys)
         missing = [key for key in keys if key not in found]
-        if missing and await replicated(self.kv._js, self.kv._stream):
+        if missing and await replicated(self.kv.js, self.kv.stream):
             values = await asyncio.gather(*(read_value(self.kv, key) for key in missing))
             found.update((key, value) for key, value in zip(missing, values, strict=True) if value)
         return {key.removeprefix("batch."): BatchRecord.model_validate_json(value) for key, value in found.items()}

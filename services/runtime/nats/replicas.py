@@ -10,7 +10,7 @@ import nats.errors
 import nats.js.errors
 from nats.js.client import JetStreamContext
 
-from contracts.subjects import JS_API
+from services.runtime.nats.bus import JetStream
 
 LEADER_TIMEOUT_S = 2.0
 """How long the leader may take to answer. A stream electing a leader answers nobody (its publishes fail too);
@@ -41,9 +41,9 @@ _REPLICATED: "WeakKeyDictionary[JetStreamContext, dict[str, tuple[bool, float]]]
 """Per connection's JetStream context, per stream: whether it has more than one replica, and when that was asked."""
 
 
-def leader_api(js: JetStreamContext) -> JetStreamContext:
+def leader_api(js: JetStreamContext) -> JetStream:
     """`js`'s connection asking JetStream's API (a stream's leader, for a non-direct read) within `LEADER_TIMEOUT_S`."""
-    return JetStreamContext(js._nc, prefix=JS_API, timeout=LEADER_TIMEOUT_S)
+    return JetStream(JetStream.of(js).nc, timeout=LEADER_TIMEOUT_S)
 
 
 async def replicated(js: JetStreamContext, stream: str) -> bool:
