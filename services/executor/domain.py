@@ -1,7 +1,6 @@
-"""Pure execution logic: result lines, resuming from committed chunks, chunk bookkeeping, files and usage,
-and the invariant every terminal batch keeps. How a committed line is written as bytes is chunk_lines.py's."""
+"""Pure execution logic: result lines, resuming from committed chunks, chunk bookkeeping, files and usage.
+How a committed line is written as bytes is chunk_lines.py's."""
 
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -245,26 +244,3 @@ def usage_of(lines: Iterable[ResultLine]) -> BatchUsage:
         prompt, completion, cached = prompt + tokens[0], completion + tokens[1], cached + tokens[2]
     return BatchUsage(input_tokens=prompt, output_tokens=completion, total_tokens=prompt + completion,
                       input_tokens_details=InputTokensDetails(cached_tokens=cached))
-
-
-class InvariantBroken(AssertionError):
-    """A terminal batch whose files do not account for every input line exactly once."""
-
-
-def check_invariant(total: int, completed: int, failed: int, output: bytes, errors: bytes) -> None:
-    """completed + failed = total = output lines + error lines, each line's id once across both files (custom_ids
-    may repeat: allow_partial runs the first line of a repeated custom_id and refuses the others)."""
-    ids = [orjson.loads(raw)["id"] for raw in [*output.splitlines(), *errors.splitlines()] if raw.strip()]
-    output_lines = sum(1 for raw in output.splitlines() if raw.strip())
-    problems = []
-    if completed + failed != total:
-        problems.append(f"completed {completed} + failed {failed} != total {total}")
-    if len(ids) != total:
-        problems.append(f"{len(ids)} file lines for {total} input lines")
-    if output_lines != completed:
-        problems.append(f"{output_lines} output lines but {completed} completed")
-    duplicates = sorted(ident for ident, seen in Counter(ids).items() if seen > 1)
-    if duplicates:
-        problems.append(f"ids more than once: {duplicates[:5]}")
-    if problems:
-        raise InvariantBroken("; ".join(problems))

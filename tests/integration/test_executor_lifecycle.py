@@ -27,12 +27,12 @@ from contracts.subjects import EVENTS_STREAM, WORK_STREAM, event_subject, finali
 from contracts.terms import BatchTerms
 from services.executor.adapters.log_reader import BatchLogReader
 from services.executor.app import run_executor
-from services.executor.domain import check_invariant
 from services.executor.settings import ExecutorSettings
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.fleet import Fleet
 from services.runtime.process.settings import ConnectionSettings
 from services.runtime.storage.objectstore import ObjectStore
+from tests.batch_invariant import check_invariant
 from tests.integration.test_executor_run import running_executor
 from tests.support import batch_facts
 

@@ -6,11 +6,11 @@ from pathlib import Path
 from contracts.commands import FinalizeBatch
 from contracts.events.batch import BatchProgressed, BatchStarted, ShardFinished
 from contracts.events.registry import AnyEvent
-from services.executor.domain import check_invariant
 from services.executor.settings import ExecutorSettings
 from services.runtime.nats.bus import EventBus
 from services.runtime.process.settings import ConnectionSettings
 from services.runtime.storage.objectstore import ObjectStore
+from tests.batch_invariant import check_invariant
 from tests.integration.test_executor_lifecycle import (
     CATALOGUE,
     CHAT,

@@ -26,10 +26,11 @@ from contracts.subjects import (
 from contracts.subjects import finalize_command as finalize_subject
 from contracts.terms import BatchTerms
 from services.executor.adapters.results import ResultStore
-from services.executor.domain import Chunk, InputLine, check_invariant, result_line
+from services.executor.domain import Chunk, InputLine, result_line
 from services.executor.settings import ExecutorSettings
 from services.runtime.nats.bus import EventBus
 from services.runtime.storage.objectstore import ObjectStore
+from tests.batch_invariant import check_invariant
 from tests.integration.test_executor_lifecycle import CHAT, chat, completed_fact, ended, executor, files_of
 from tests.support import batch_facts
 

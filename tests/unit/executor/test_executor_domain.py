@@ -25,11 +25,9 @@ from services.executor.domain import (
     CommittedLine,
     InputLine,
     InvalidInputLine,
-    InvariantBroken,
     Resume,
     Tally,
     assemble,
-    check_invariant,
     chunk_position,
     finished_line,
     parse_input_line,
@@ -38,6 +36,7 @@ from services.executor.domain import (
     unrun_line,
     usage_of,
 )
+from tests.batch_invariant import InvariantBroken, check_invariant
 
 BATCH = "batch_unit"
 E = TypeVar("E", bound=Event)
