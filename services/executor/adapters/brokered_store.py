@@ -11,20 +11,18 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
-import nats.errors
 import urllib3
 from nats.aio.client import Client
 
 from contracts.catalogue import MODEL_OBJECTS_PREFIX
 from contracts.objects import AHEAD, ObjectGrant, ObjectOperation, ObjectRequest, WantedObject, chunk_attempt
 from contracts.subjects import object_requests
+from services.executor.adapters.desk import ask_until_answered
 from services.runtime.process.logfmt import BATCH_ID
 from services.runtime.storage.objectstore import ObjectNotFound, https_pool, read_chunks, split_lines
 
 log = logging.getLogger(__name__)
 
-ANSWER_TIMEOUT_S = 5.0
-RETRY_EVERY_S = 0.5
 URL_MARGIN_S = 60.0
 """A URL from a listing is used only while it has this long left; else a fresh one is asked for."""
 
@@ -136,23 +134,16 @@ class BrokeredObjectStore:
 
     async def _ask(self, request: ObjectRequest) -> ObjectGrant:
         """The broker's grant; waits out a broker that cannot answer yet, raises on a refusal."""
-        deadline = time.monotonic() + self.wait_s
-        payload = request.model_dump_json().encode()
-        while True:
-            try:
-                reply = await self.nc.request(self.subject, payload, timeout=ANSWER_TIMEOUT_S)
-            except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
-                why = "no scheduler answers"
-            else:
-                grant = ObjectGrant.model_validate_json(reply.data)
-                if grant.granted:
-                    return grant
-                if not grant.retry:
-                    raise ObjectAccessRefused(f"{request.operation} {request.key}: {grant.reason}")
-                why = grant.reason or "the broker cannot judge yet"
-            if time.monotonic() > deadline:
-                raise ObjectBrokerUnavailable(f"{request.operation} {request.key}: {why} (waited {self.wait_s:.0f}s)")
-            await asyncio.sleep(RETRY_EVERY_S)
+        what = f"{request.operation} {request.key}"
+
+        def judged(data: bytes) -> tuple[ObjectGrant | None, str]:
+            grant = ObjectGrant.model_validate_json(data)
+            if not grant.granted and not grant.retry:
+                raise ObjectAccessRefused(f"{what}: {grant.reason}")
+            return (grant, "") if grant.granted else (None, grant.reason or "the broker cannot judge yet")
+
+        return await ask_until_answered(self.nc, self.subject, request.model_dump_json().encode(), judged,
+                                        self.wait_s, what, ObjectBrokerUnavailable)
 
     def _forget_expired(self) -> None:
         now = time.monotonic()

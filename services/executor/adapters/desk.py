@@ -8,7 +8,7 @@ applies the publish condition (fence) atomically with the write just as a direct
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 import nats.errors
@@ -31,6 +31,7 @@ DESK_WAIT_S = 60.0
 
 Sequenced = tuple[int, AnyEvent]
 Answer = TypeVar("Answer", FactReceipt, LogPage)
+Judged = TypeVar("Judged")
 
 
 def decoded_facts(raw: Iterable[tuple[int, bytes]]) -> list[Sequenced]:
@@ -81,24 +82,36 @@ class FactDesk:
 
     async def _ask(self, subject: str, payload: str, answer_type: type[Answer], what: str) -> Answer:
         """The desk's answer; waits out a desk that cannot answer yet, raises on a refusal."""
-        deadline = time.monotonic() + self.wait_s
-        while True:
-            try:
-                # The fact joins the trace the executor is in: the desk publishes it under this context.
-                reply = await self.nc.request(subject, payload.encode(), timeout=ANSWER_TIMEOUT_S,
-                                              headers=inject_headers({}))
-            except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
-                why = "no scheduler answers"
-            else:
-                answer = answer_type.model_validate_json(reply.data)
-                if answer.status == "refused":
-                    raise FactRefused(f"{what}: {answer.reason}")
-                if answer.status != "retry":
-                    return answer
-                why = answer.reason or "the desk cannot judge yet"
-            if time.monotonic() > deadline:
-                raise DeskUnavailable(f"{what}: {why} (waited {self.wait_s:.0f}s)")
-            await asyncio.sleep(RETRY_EVERY_S)
+
+        def judged(data: bytes) -> tuple[Answer | None, str]:
+            answer = answer_type.model_validate_json(data)
+            if answer.status == "refused":
+                raise FactRefused(f"{what}: {answer.reason}")
+            return (None, answer.reason or "the desk cannot judge yet") if answer.status == "retry" else (answer, "")
+
+        # The fact joins the trace the executor is in: the desk publishes it under this context.
+        return await ask_until_answered(self.nc, subject, payload.encode(), judged, self.wait_s, what,
+                                        DeskUnavailable, inject_headers({}))
+
+
+async def ask_until_answered(nc: Client, subject: str, payload: bytes,
+                             judged: Callable[[bytes], tuple[Judged | None, str]], wait_s: float, what: str,
+                             unavailable: type[ConnectionError], headers: dict[str, str] | None = None) -> Judged:
+    """The answer `judged` takes from a reply on `subject` (it raises on a refusal, else says why to ask again):
+    asked again every RETRY_EVERY_S while no scheduler answers or it cannot judge yet, `unavailable` past `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            reply = await nc.request(subject, payload, timeout=ANSWER_TIMEOUT_S, headers=headers)
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+            why = "no scheduler answers"
+        else:
+            answer, why = judged(reply.data)
+            if answer is not None:
+                return answer
+        if time.monotonic() > deadline:
+            raise unavailable(f"{what}: {why} (waited {wait_s:.0f}s)")
+        await asyncio.sleep(RETRY_EVERY_S)
 
 
 class DeskBus(EventBus):
