@@ -9,7 +9,6 @@ import importlib.metadata
 import logging
 import secrets
 import threading
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
@@ -40,6 +39,9 @@ executor, a service or a second engine on the host needs: measured on 2 cores, 3
 executors at once took 94 s spinning and 50 s sleeping (poll 0), and one executor alone 9.7 s vs 8.5 s."""
 EMBEDDINGS = "/v1/embeddings"
 RESPONSES = "/v1/responses"
+HANDLERS = {"/v1/chat/completions": "handle_chat_completions", "/v1/completions": "handle_completions",
+            RESPONSES: "handle_chat_completions", EMBEDDINGS: "handle_embeddings"}
+"""The server's call for each endpoint (a Responses request runs as the chat request it maps onto)."""
 
 
 SERVER_STOP_S = 30.0
@@ -117,9 +119,9 @@ class LlamaCppEngine(Engine):
     async def run(self, endpoint: str, body: dict[str, object]) -> EngineReply:
         if self._server is None or self._pool is None or self.model is None:
             raise EngineUnavailable("no model is loaded")
-        call = self._handler(self._server, self.model, endpoint)
-        if call is None:
+        if endpoint not in self.model.endpoints or endpoint not in HANDLERS:
             return self.not_served(endpoint)
+        call = getattr(self._server, HANDLERS[endpoint])
         request = {key: value for key, value in body.items() if key not in ("stream", "id_slot")}
         try:
             if endpoint == RESPONSES:
@@ -143,19 +145,6 @@ class LlamaCppEngine(Engine):
             return error_reply(400, f"{self.model.id} on llama.cpp refused the request: {error}", "invalid_request")
         reply = self._reply(self.model.id, result)
         return self.completed(endpoint, reply.body) if reply.ok else reply
-
-    @staticmethod
-    def _handler(server: xllamacpp.Server, model: CatalogueModel,
-                 endpoint: str) -> Callable[[dict[str, Any]], Any] | None:
-        if endpoint not in model.endpoints:
-            return None
-        handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
-            "/v1/chat/completions": server.handle_chat_completions,
-            "/v1/completions": server.handle_completions,
-            RESPONSES: server.handle_chat_completions,
-            EMBEDDINGS: server.handle_embeddings,
-        }
-        return handlers.get(endpoint)
 
     @staticmethod
     def _reply(model_id: str, result: dict[str, Any]) -> EngineReply:

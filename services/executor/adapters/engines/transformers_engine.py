@@ -31,6 +31,7 @@ import queue
 import secrets
 import shutil
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -276,7 +277,7 @@ class TransformersEngine(Engine):
                 live = [job for job in group if not job.cancelled.is_set()]
                 for job in group:
                     if job.cancelled.is_set():
-                        job.loop.call_soon_threadsafe(_cancel, job.done)
+                        job.loop.call_soon_threadsafe(_settle, job.done, job.done.cancel)
                 if live:
                     self._generate(live)
 
@@ -292,10 +293,9 @@ class TransformersEngine(Engine):
             settings: dict[str, Any] = {"max_new_tokens": max(job.limit for job in jobs), "pad_token_id": pad,
                                         "do_sample": not sampling.greedy,
                                         "repetition_penalty": sampling.repetition_penalty}
-            if not sampling.greedy:
-                settings.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
-            else:
-                settings.update(temperature=None, top_p=None, top_k=None)
+            greedy = sampling.greedy
+            settings.update(temperature=None if greedy else sampling.temperature,
+                            top_p=None if greedy else sampling.top_p, top_k=None if greedy else sampling.top_k)
             if jobs[0].ignore_eos:  # a group ignores EOS or not as one
                 settings["eos_token_id"] = None
             stopping = all_cancelled(self._transformers, jobs)
@@ -309,11 +309,12 @@ class TransformersEngine(Engine):
             eos = set(token_list(self._network.generation_config.eos_token_id))
             for job in jobs:
                 found = [own_tokens(next(new), job.limit, eos, job.ignore_eos) for _ in range(job.samples)]
-                job.loop.call_soon_threadsafe(_resolve, job.done, found)
+                job.loop.call_soon_threadsafe(_settle, job.done, job.done.set_result, found)
         except Exception as error:
             log.exception("generation failed for %d lines", len(jobs))
             for job in jobs:
-                job.loop.call_soon_threadsafe(_fail, job.done, RuntimeError(str(error)))
+                job.loop.call_soon_threadsafe(_settle, job.done, job.done.set_exception,
+                                                RuntimeError(str(error)))
 
 
 def all_cancelled(transformers: Any, jobs: list[Job]) -> Any:
@@ -336,16 +337,7 @@ def _groups(batch: list[Job]) -> list[list[Job]]:
     return list(groups.values())
 
 
-def _resolve(future: "asyncio.Future[Any]", value: Any) -> None:
+def _settle(future: "asyncio.Future[Any]", settle: Callable[..., object], *args: object) -> None:
+    """`settle(*args)` (the future's own result, exception or cancel), unless the future is done already."""
     if not future.done():
-        future.set_result(value)
-
-
-def _fail(future: "asyncio.Future[Any]", error: BaseException) -> None:
-    if not future.done():
-        future.set_exception(error)
-
-
-def _cancel(future: "asyncio.Future[Any]") -> None:
-    if not future.done():
-        future.cancel()
+        settle(*args)
