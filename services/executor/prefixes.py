@@ -14,7 +14,6 @@ import json
 from collections import deque
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from services.executor.adapters.engines.responses import UnmappableRequest, chat_request
 
@@ -135,22 +134,16 @@ def _interleave(lanes: list[deque[int]], slots: int) -> list[int]:
     return order
 
 
-class SlotState(Protocol):
-    """One engine slot as the choice sees it (the pool's own slots, read in place: no copy per choice)."""
+@dataclass(eq=False)
+class SlotState:
+    """One engine slot as the pool keeps it, and as the choice reads it (in place: no copy per choice)."""
 
-    @property
-    def index(self) -> int: ...
-
-    @property
-    def resident(self) -> str | None:
-        """Prefix key of the last line started on it (what its KV cache holds); None: nothing worth keeping."""
-
-    @property
-    def busy(self) -> bool: ...
-
-    @property
-    def last_used(self) -> int:
-        """When it was last handed out (a counter): the least recently used goes first among equals."""
+    index: int
+    resident: str | None = None
+    """Prefix key of the last line started on it (what its KV cache holds); None: nothing worth keeping."""
+    busy: bool = False
+    last_used: int = -1
+    """When it was last handed out (a counter): the least recently used goes first among equals."""
 
 
 def choose_start(candidates: Sequence[str | None], slots: Sequence[SlotState], need: Mapping[str, int],

@@ -18,19 +18,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
-from services.executor.prefixes import choose_start, order_lines
+from services.executor.prefixes import SlotState, choose_start, order_lines
 
 Grant = tuple[int, int | None]
 """(the slot's engine index, the unit's line started on it, or None for a slot taken without a unit)."""
-
-
-@dataclass(eq=False)
-class _Slot:
-    index: int
-    resident: str | None = None
-    """Prefix key of the last line started here: what the engine's KV cache of this slot holds."""
-    busy: bool = False
-    last_used: int = -1
 
 
 @dataclass(eq=False, slots=True)
@@ -52,7 +43,7 @@ class SlotPool:
         self.size = max(size, 1)
         self.held: Counter[str] = Counter()
         """Slots in use, by owner."""
-        self._slots = [_Slot(index) for index in range(self.size)]
+        self._slots = [SlotState(index) for index in range(self.size)]
         self._resident_slots = 0
         """Slots holding a prefix key: while none does, every choice is the least recently used free slot."""
         self._free_order: list[tuple[int, int]] = [(slot.last_used, slot.index) for slot in self._slots]

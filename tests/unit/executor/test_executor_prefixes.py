@@ -1,9 +1,8 @@
 """Prefix-aware running of a unit's lines: which lines share a long prompt prefix, the order that runs each prefix's
 lines one after another on a slot (lanes, interleaved), and the slot a line should start on."""
 
-from dataclasses import dataclass
 
-from services.executor.prefixes import HEAD_CHARS, choose_start, order_lines, prefix_key
+from services.executor.prefixes import HEAD_CHARS, SlotState, choose_start, order_lines, prefix_key
 
 CHAT = "/v1/chat/completions"
 SYSTEM = "You answer in one word. " * 40  # about 1,000 characters
@@ -90,18 +89,8 @@ def test_the_order_is_stable_and_prefixes_a_slot_holds_go_first() -> None:
     assert order_lines([None, None, None], 2).order == [0, 1, 2]  # no keys: file order
 
 
-@dataclass(frozen=True)
-class SlotView:
-    """A slot's state at one moment, as the choice reads it (the pool hands it its own slots)."""
-
-    index: int
-    resident: str | None
-    busy: bool
-    last_used: int
-
-
-def slot(index: int, resident: str | None, busy: bool = False, last_used: int = 0) -> SlotView:
-    return SlotView(index, resident, busy, last_used)
+def slot(index: int, resident: str | None, busy: bool = False, last_used: int = 0) -> SlotState:
+    return SlotState(index, resident, busy, last_used)
 
 
 def test_a_free_slot_holding_one_of_the_units_prefixes_starts_that_prefix_whatever_comes_first() -> None:
