@@ -147,19 +147,50 @@ class GzipReader:
         self.sha256 = digest.hexdigest()
 
 
+class SegmentReader:
+    """A segment's facts, in stream order; its header once its first line is read, its end and hash once it is read
+    to its end."""
+
+    def __init__(self, store: ObjectStore, index: int) -> None:
+        self._gzip = GzipReader(store, segment_key(index))
+        self.header: SegmentHeader | None = None
+        self.end: SegmentEnd | None = None
+
+    @property
+    def sha256(self) -> str:
+        return self._gzip.sha256
+
+    async def facts(self) -> AsyncIterator[Fact]:
+        async for line in self._gzip.lines():
+            if self.header is None:
+                self.header = SegmentHeader.model_validate_json(line)
+            elif line.startswith(b'{"facts"'):
+                self.end = SegmentEnd.model_validate_json(line)
+            elif line:
+                yield Fact(*parse_fact_line(line))
+
+
+async def groups(facts: AsyncIterator[Fact], size: int) -> AsyncIterator[list[Fact]]:
+    """Facts in lists of `size` (the last one shorter), to fold a list at a time."""
+    group: list[Fact] = []
+    async for fact in facts:
+        group.append(fact)
+        if len(group) >= size:
+            yield group
+            group = []
+    if group:
+        yield group
+
+
 class Archive:
     """The archive's objects in one store."""
 
     def __init__(self, store: ObjectStore) -> None:
         self.store = store
 
-    async def latest_index(self) -> int:
-        """The newest committed point (its snapshot exists); 0: nothing archived yet."""
-        keys = await self.store.list_keys(SNAPSHOTS_PREFIX)
-        return max((index_of(key) for key in keys), default=0)
-
     async def latest_point(self) -> ArchivePoint | None:
-        index = await self.latest_index()
+        """The newest committed point (its snapshot exists); None: nothing archived yet."""
+        index = max((index_of(key) for key in await self.store.list_keys(SNAPSHOTS_PREFIX)), default=0)
         return await self.point(index) if index else None
 
     async def point(self, index: int) -> ArchivePoint:
@@ -174,51 +205,36 @@ class Archive:
     def segment_writer(self, index: int) -> GzipWriter:
         return GzipWriter(self.store.writer(segment_key(index), "application/gzip"))
 
-    async def segment(self, index: int) -> AsyncIterator[tuple[SegmentHeader | SegmentEnd, GzipReader] | Fact]:
-        """A segment's header, its facts, then its end (each header and end with the reader, for its hash)."""
-        reader = GzipReader(self.store, segment_key(index))
-        first = True
-        async for line in reader.lines():
-            if first:
-                first = False
-                yield SegmentHeader.model_validate_json(line), reader
-            elif line.startswith(b'{"facts"'):
-                yield SegmentEnd.model_validate_json(line), reader
-            elif line:
-                yield Fact(*parse_fact_line(line))
+    def segment(self, index: int) -> "SegmentReader":
+        return SegmentReader(self.store, index)
 
     async def facts(self, upto: int, after: int = 0) -> AsyncIterator[Fact]:
         """Every archived fact after `after`, from the committed segments 1..`upto`, in stream order."""
         for index in range(1, upto + 1):
-            async for item in self.segment(index):
-                if isinstance(item, Fact) and item.sequence > after:
-                    yield item
+            async for fact in self.segment(index).facts():
+                if fact.sequence > after:
+                    yield fact
 
     async def verified_facts(self, point: ArchivePoint) -> AsyncIterator[Fact]:
-        """Every archived fact up to the point, each segment checked as it is read: it names the hash of the one
-        before it, begins where the chain stood, and chains to its recorded end; the last one hashes as the point
-        pinned it. Raises `ArchiveBroken` at the first that does not."""
+        """Every archived fact up to the point, each segment checked once read: it names the hash of the one before
+        it, begins where the chain stood, and chains to its recorded end; the last one hashes as the point pinned
+        it. Raises `ArchiveBroken` at the first that does not."""
         previous_sha256, head = "", ""
         for index in range(1, point.index + 1):
-            reader: GzipReader | None = None
-            ended = False
-            async for item in self.segment(index):
-                if isinstance(item, Fact):
-                    head = link(head, item)
-                    yield item
-                elif isinstance(item[0], SegmentHeader):
-                    reader = item[1]
-                    if item[0].index != index or item[0].previous_sha256 != previous_sha256:
-                        raise ArchiveBroken(index, "it does not name the hash of the segment before it")
-                    if item[0].chain_before != head:
-                        raise ArchiveBroken(index, "it does not begin where the chain stood")
-                elif item[0].chain_after != head:
-                    raise ArchiveBroken(index, "its facts do not chain to its recorded end")
-                else:
-                    ended = True
-            if reader is None or not ended:
+            segment, before = self.segment(index), head
+            async for fact in segment.facts():
+                head = link(head, fact)
+                yield fact
+            header, end = segment.header, segment.end
+            if header is not None and (header.index != index or header.previous_sha256 != previous_sha256):
+                raise ArchiveBroken(index, "it does not name the hash of the segment before it")
+            if header is not None and header.chain_before != before:
+                raise ArchiveBroken(index, "it does not begin where the chain stood")
+            if header is None or end is None:
                 raise ArchiveBroken(index, "it is cut short")
-            previous_sha256 = reader.sha256
+            if end.chain_after != head:
+                raise ArchiveBroken(index, "its facts do not chain to its recorded end")
+            previous_sha256 = segment.sha256
         if previous_sha256 != point.segment_sha256 or head != point.chain_head:
             raise ArchiveBroken(point.index, "it is not the segment its snapshot committed")
 
@@ -264,7 +280,3 @@ class Archive:
             for fact in facts:
                 await writer.write(fact_line(fact.sequence, fact.subject, fact.data))
             await writer.finish()
-
-
-def fact_bytes(fact: Fact) -> bytes:
-    return fact_line(fact.sequence, fact.subject, fact.data)

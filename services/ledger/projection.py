@@ -163,31 +163,19 @@ def api_key_record(key: ApiKey) -> ApiKeyRecord:
 
 
 def user_record(user: User) -> UserRecord:
-    return UserRecord(user_id=user.user_id, display_name=user.display_name, allowed_models=user.allowed_models,
-                      created_at=user.created_at, organization_id=user.organization_id,
-                      role=getattr(user, "role", "member"))
+    return UserRecord.model_validate(user, from_attributes=True)  # state from before `role` reads as its default
 
 
 def organization_record(organization: Organization) -> OrganizationRecord:
-    return OrganizationRecord(organization_id=organization.organization_id,
-                              display_name=organization.display_name, created_at=organization.created_at)
+    return OrganizationRecord.model_validate(organization, from_attributes=True)
 
 
 def provider_record(provider: Provider) -> ProviderRecord:
-    return ProviderRecord(provider_id=provider.provider_id, display_name=provider.display_name,
-                          owner_key_id=provider.owner_key_id, owner_user_id=provider.owner_user_id,
-                          created_at=provider.created_at,
-                          approved_platform_wide=getattr(provider, "approved_platform_wide", False),
-                          approved_organizations=list(getattr(provider, "approved_organizations", [])))
+    return ProviderRecord.model_validate(provider, from_attributes=True)
 
 
 def executor_record(executor: Executor) -> ExecutorRecord:
-    return ExecutorRecord.model_validate(
-        {"executor_id": executor.executor_id, "engine": executor.engine, "engine_version": executor.engine_version,
-         "models": executor.models, "worker_key_id": executor.worker_key_id, "status": executor.status,
-         "started_at": executor.started_at, "last_heartbeat_at": executor.last_heartbeat_at,
-         "lines_served": executor.lines_served}
-    )
+    return ExecutorRecord.model_validate(executor, from_attributes=True)
 
 
 def account_record(account: Account) -> AccountRecord:

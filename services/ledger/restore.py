@@ -13,8 +13,7 @@ import nats.js.errors
 
 from contracts.archive import ARCHIVED_THROUGH_KEY, ArchivedThrough
 from services.ledger.application import Ledger
-from services.ledger.archive import Archive, ArchivePoint
-from services.ledger.chain import Fact
+from services.ledger.archive import Archive, ArchivePoint, groups
 from services.ledger.handlers import Sink
 from services.ledger.projection import Projection, folded_records
 from services.ledger.snapshot import projections, seed
@@ -74,13 +73,7 @@ async def restore(ledger: Ledger, archive: Archive, point: ArchivePoint, sink: S
         await _put(sink, records)
         restored.seeded = len(snapshots)
     else:
-        group: list[Fact] = []
-        async for fact in archive.facts(point.index, after=checkpoint):
-            group.append(fact)
-            if len(group) >= group_size:
-                await _put(sink, await asyncio.to_thread(folded_records, ledger, group))
-                restored.folded, group = restored.folded + len(group), []
-        if group:
+        async for group in groups(archive.facts(point.index, after=checkpoint), group_size):
             await _put(sink, await asyncio.to_thread(folded_records, ledger, group))
             restored.folded += len(group)
     await asyncio.to_thread(ledger.record_checkpoint, point.last_sequence)

@@ -16,13 +16,13 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import cast
 
-from contracts.archive import ARCHIVED_THROUGH_KEY, ArchivedThrough
+from contracts.archive import ARCHIVED_THROUGH_KEY, ArchivedThrough, fact_line
 from contracts.lifecycle import TERMINAL
 from contracts.readmodel import AnomalyRecord
 from contracts.subjects import EVENTS_STREAM, batch_events, parse_event_subject
 from services.ledger.application import Ledger
-from services.ledger.archive import Archive, ArchivePoint, SegmentEnd, SegmentHeader, fact_bytes
-from services.ledger.chain import DIGEST_CHARS, Fact, link
+from services.ledger.archive import Archive, ArchivePoint, SegmentEnd, SegmentHeader, groups
+from services.ledger.chain import DIGEST_CHARS, Fact, link, link_run
 from services.ledger.domainmodel import Batch
 from services.ledger.snapshot import Refold, SnapshotLine
 from services.runtime.nats import eventlog
@@ -125,7 +125,7 @@ class Retention:
                 subject = parse_event_subject(fact.subject)
                 if subject is not None and subject.kind == "batch":
                     batches.add(subject.aggregate_id)
-                await writer.write(fact_bytes(fact))
+                await writer.write(fact_line(fact.sequence, fact.subject, fact.data))
             end = SegmentEnd(facts=facts, chain_after=head)
             await writer.write(end.model_dump_json().encode() + b"\n")
             return await writer.finish(), end, batches
@@ -133,24 +133,11 @@ class Retention:
     async def _refold_segment(self, header: SegmentHeader, sha256: str, end: SegmentEnd, refold: Refold) -> None:
         """Read the segment back and fold it onto the point before: it must hash and chain as written, and end
         where the live ledger's chain is at its last fact."""
-        group: list[Fact] = []
-        head, last, reader, read_end = header.chain_before, 0, None, None
-        async for item in self.archive.segment(header.index):
-            if isinstance(item, Fact):
-                head, last = link(head, item), item.sequence
-                group.append(item)
-                if len(group) >= GROUP:
-                    await asyncio.to_thread(refold.fold, group)
-                    group = []
-            elif isinstance(item[0], SegmentHeader):
-                if item[0] != header:
-                    raise ArchiveRefused(f"segment {header.index} reads back with another header")
-                reader = item[1]
-            else:
-                read_end = item[0]
-        if group:
+        segment, head, last = self.archive.segment(header.index), header.chain_before, 0
+        async for group in groups(segment.facts(), GROUP):
+            head, last = link_run(head, group)[1], group[-1].sequence
             await asyncio.to_thread(refold.fold, group)
-        if reader is None or reader.sha256 != sha256 or read_end != end or head != end.chain_after:
+        if segment.header != header or segment.sha256 != sha256 or segment.end != end or head != end.chain_after:
             raise ArchiveRefused(f"segment {header.index} does not read back as it was written")
         chained_through, chain_head = await asyncio.to_thread(refold.ledger.chain_state)
         if last and (chained_through != last or chain_head != head):
@@ -188,7 +175,6 @@ class Retention:
         purged = sum(await asyncio.gather(*(one(batch_id) for batch_id in point.purge)))
         self._purged = max(self._purged, point.index)
         return purged
-
 
 
 async def purge_batch(bus: EventBus, archive: Archive, batch_id: str, upto: int) -> bool:
