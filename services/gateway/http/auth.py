@@ -9,7 +9,7 @@ from contracts.readmodel import ApiKeyRecord
 from services.gateway.background.key_usage import KEY_USAGE
 from services.gateway.context import deps
 from services.gateway.http.auth_failures import count_failure, count_success, refuse_if_blocked, too_many
-from services.gateway.http.errors import ApiError
+from services.gateway.usecases.refusals import ApiError
 
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/", "/v1/provider/connection"})
 KEYED_PATHS = frozenset({"/metrics"})

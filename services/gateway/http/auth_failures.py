@@ -28,7 +28,7 @@ from typing import TypeVar
 from aiohttp import web
 
 from services.gateway.adapters.shared_state import SharedState, SharedStateUnavailable, key_of, ttl_of
-from services.gateway.http.errors import ApiError
+from services.gateway.usecases.refusals import ApiError
 
 MAX_ENTRIES = 100_000
 """Addresses, and (address, identity) pairs, tracked per table; the least recently touched go first."""

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from services.gateway.http.errors import ApiError
+from services.gateway.usecases.refusals import ApiError
 
 Result = TypeVar("Result")
 

@@ -9,9 +9,7 @@ from aiohttp.typedefs import Handler
 from contracts.api.batch import SUPPORTED_ENDPOINTS
 from contracts.api.error import ErrorResponse, ErrorType
 from services.gateway.http.request_ids import request_id
-from services.gateway.usecases.refusals import ApiError as ApiError
-from services.gateway.usecases.refusals import bad_request as bad_request
-from services.gateway.usecases.refusals import not_found as not_found
+from services.gateway.usecases.refusals import ApiError
 
 log = logging.getLogger(__name__)
 

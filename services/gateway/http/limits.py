@@ -10,7 +10,7 @@ from aiohttp import web
 
 from services.gateway.adapters.shared_state import MAX_TTL_S, SharedState, SharedStateUnavailable, key_of, ttl_of
 from services.gateway.http.auth import principal
-from services.gateway.http.errors import ApiError
+from services.gateway.usecases.refusals import ApiError
 
 
 def spend(bucket: Sequence[float] | None, now: float, rate_per_s: float, burst: int) -> tuple[list[float], float]:

@@ -7,7 +7,7 @@ from aiohttp import web
 from pydantic import BaseModel
 
 from contracts.api.page import ListPage
-from services.gateway.http.errors import bad_request
+from services.gateway.usecases.refusals import bad_request
 
 Item = TypeVar("Item", bound=BaseModel)
 MAX_LIMIT = 100

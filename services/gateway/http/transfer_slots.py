@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from services.gateway.http.errors import ApiError
+from services.gateway.usecases.refusals import ApiError
 
 
 def server_busy() -> ApiError:

@@ -163,12 +163,6 @@ async def create_file(d: Deps, caller: ApiKeyRecord, new: NewFile) -> tuple[File
     return file, None
 
 
-async def live_batch_using(d: Deps, owner: str, file_id: str) -> str | None:
-    """The id of a batch of `owner` that reads `file_id` and has not ended, if there is one."""
-    using = await d.read_model.owner_live_batches(owner, file_id)  # those reading the file alone
-    return using[0].batch.id if using else None
-
-
 async def last_claim(d: Deps, file_id: str) -> tuple[int, str | None]:
     """The sequence of the file's last `used` fact (0: none), and its batch if that may still be live: a create
     that the read model has not folded yet counts as live."""
@@ -202,9 +196,10 @@ async def delete_unless_in_use(d: Deps, record: FileRecord) -> str | None:
     A create racing this delete wins or loses whole: the deletion is fenced on the file's last `used` fact."""
     file_id = record.file.id
     claimed_at, claimed_by = await last_claim(d, file_id)
-    batch_id = claimed_by or await live_batch_using(d, record.owner, file_id)
-    if batch_id is not None:
-        return batch_id
+    if claimed_by is not None:
+        return claimed_by
+    if using := await d.read_model.owner_live_batches(record.owner, file_id):  # those reading the file alone
+        return using[0].batch.id
     try:
         await delete_stored_file(d, record, Fence(file_fact(file_id, "used"), claimed_at))
     except FenceMoved:

@@ -11,13 +11,13 @@ from services.gateway.context import deps
 from services.gateway.http.answers import answer
 from services.gateway.http.auth import principal
 from services.gateway.http.bodies import read_body
-from services.gateway.http.errors import ApiError, bad_request
 from services.gateway.http.limits import charge_control_call
 from services.gateway.http.paging import parse_limit
 from services.gateway.usecases import batches as usecase
 from services.gateway.usecases.batch_list import Listing, batch_page, indexed, scanned
 from services.gateway.usecases.batches import overseen_batch
 from services.gateway.usecases.oversight import administered_organization, members_index, organization_of
+from services.gateway.usecases.refusals import ApiError, bad_request
 
 MAX_JSON_BODY_BYTES = 1024 * 1024
 IDEMPOTENCY_KEY_CHARS = (16, 80)

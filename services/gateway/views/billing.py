@@ -13,10 +13,10 @@ from services.gateway.context import deps
 from services.gateway.http.answers import answer
 from services.gateway.http.auth import principal, require_admin
 from services.gateway.http.bodies import read_body
-from services.gateway.http.errors import ApiError, bad_request
 from services.gateway.usecases import billing
 from services.gateway.usecases.batches import batch_input
 from services.gateway.usecases.oversight import administered_organization, organization_of
+from services.gateway.usecases.refusals import ApiError, bad_request
 
 MAX_JSON_BODY_BYTES = 64 * 1024
 

@@ -20,9 +20,10 @@ from contracts.lifecycle import ENDING_FACT_NAMES, TERMINAL
 from contracts.subjects import batch_events, event_name_of, event_subject
 from services.gateway.context import deps
 from services.gateway.http.auth import principal, still_authorized
-from services.gateway.http.errors import bad_request, client_gone
+from services.gateway.http.errors import client_gone
 from services.gateway.http.event_frames import sse_frame
 from services.gateway.usecases.batches import owned_batch
+from services.gateway.usecases.refusals import bad_request
 from services.runtime.nats import eventlog
 from services.runtime.nats.eventlog import Fact
 from services.runtime.nats.facts import last_sequence

@@ -20,12 +20,12 @@ from services.gateway.http.answers import answer
 from services.gateway.http.auth import principal
 from services.gateway.http.body_pace import BodyPace, client_stalled
 from services.gateway.http.disposition import content_disposition
-from services.gateway.http.errors import ApiError, bad_request, not_found
 from services.gateway.http.limits import charge_control_call
 from services.gateway.http.paging import MAX_FILES_LIMIT, page_after, parse_limit
 from services.gateway.http.transfer_slots import DOWNLOAD_SLOTS, UPLOAD_SLOTS
 from services.gateway.usecases import files as usecase
 from services.gateway.usecases.files import discard_object, owned_file, owner_files
+from services.gateway.usecases.refusals import ApiError, bad_request, not_found
 from services.runtime.storage.objectstore import TRANSIENT, ObjectNotFound
 
 log = logging.getLogger(__name__)
@@ -112,15 +112,13 @@ async def _read_upload(request: web.Request, d: Deps, object_key: str) -> _Uploa
             pace = BodyPace(lambda: request.content.total_bytes, settings.client_idle_timeout_s,
                             settings.upload_min_bytes_per_s, settings.upload_min_rate_window_s)
             await upload.read(await request.multipart(), d, object_key, pace)
-    except (ValueError, AssertionError, LookupError, HttpProcessingError) as broken:
-        # aiohttp's multipart parser says "malformed" with these; nothing of the upload is kept.
-        if upload.stored is not None:
-            await discard_object(d, object_key)
-        raise bad_request(f"The multipart body could not be read ({type(broken).__name__}).",
-                          "invalid_multipart") from None
-    except BaseException:
+    except BaseException as broken:  # nothing of the upload is kept
         if upload.stored is not None:
             await asyncio.shield(discard_object(d, object_key))
+        if isinstance(broken, (ValueError, AssertionError, LookupError, HttpProcessingError)):
+            # aiohttp's multipart parser says "malformed" with these.
+            raise bad_request(f"The multipart body could not be read ({type(broken).__name__}).",
+                              "invalid_multipart") from None
         raise
     return upload
 

@@ -9,7 +9,7 @@ from contracts.catalogue import CatalogueModel
 from services.gateway.context import deps
 from services.gateway.http.answers import answer
 from services.gateway.http.auth import principal
-from services.gateway.http.errors import not_found
+from services.gateway.usecases.refusals import not_found
 
 
 def as_model(entry: CatalogueModel) -> Model:

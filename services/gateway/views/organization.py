@@ -28,9 +28,9 @@ from services.gateway.context import deps
 from services.gateway.http.answers import answer
 from services.gateway.http.auth import principal, require_admin
 from services.gateway.http.bodies import read_body
-from services.gateway.http.errors import ApiError, not_found
 from services.gateway.usecases import accounts as usecases
 from services.gateway.usecases.accounts import DEFAULT_ORGANIZATION, Accounts, organization_object, user_object
+from services.gateway.usecases.refusals import ApiError, not_found
 from services.gateway.usecases.revocation import find_key, revoke_key
 
 KEYS = "keys"

@@ -18,10 +18,10 @@ from services.gateway.context import deps
 from services.gateway.http.answers import answer
 from services.gateway.http.auth import principal
 from services.gateway.http.bodies import read_body
-from services.gateway.http.errors import ApiError, not_found
 from services.gateway.usecases import accounts as usecases
 from services.gateway.usecases.files import is_valid_id
 from services.gateway.usecases.oversight import administered_organization, organization_of
+from services.gateway.usecases.refusals import ApiError, not_found
 from services.gateway.usecases.revocation import revoke_key
 
 

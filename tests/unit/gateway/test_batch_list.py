@@ -5,8 +5,8 @@ import pytest
 
 from contracts.api.batch import Batch, BatchStatus
 from contracts.readmodel import BatchRecord
-from services.gateway.http.errors import ApiError
 from services.gateway.usecases.batch_list import Listing, batch_page
+from services.gateway.usecases.refusals import ApiError
 from services.runtime.nats.readmodel import BatchIndexEntry, owner_entry
 
 T0 = 1_700_000_000

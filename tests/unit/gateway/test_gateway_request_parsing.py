@@ -4,9 +4,9 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 
 from contracts.api.model import Model
-from services.gateway.http.errors import ApiError
 from services.gateway.http.paging import MAX_FILES_LIMIT, page_after, parse_limit
 from services.gateway.usecases.batches import completion_window_seconds
+from services.gateway.usecases.refusals import ApiError
 from services.gateway.views.events import MAX_SEQUENCE, resume_after
 
 HOUR = 3600

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from services.gateway.http.body_pace import BodyPace
-from services.gateway.http.errors import ApiError
 from services.gateway.http.transfer_slots import FairSlots, UploadsInFlight
+from services.gateway.usecases.refusals import ApiError
 
 
 async def hold_until(slots: FairSlots, owner: str, release: asyncio.Event, order: list[str]) -> None:
