@@ -48,7 +48,7 @@ def check_body(body: dict[str, object], endpoint: str, catalogue: Catalogue,
     if body.get("stream") not in (None, False):
         issues.append(LineIssue("stream_not_supported", "Batch requests cannot stream: remove body.stream or set "
                                 "it to false.", "body.stream"))
-    shape = list(_shape_issues(body, endpoint))
+    shape = list(_SHAPES[endpoint](body)) if endpoint in _SHAPES else []
     issues += shape
     strict = model is not None and model.strict_sampling
     if not RANGED.isdisjoint(body):
@@ -97,13 +97,6 @@ def _model_issues(body: dict[str, object], endpoint: str, catalogue: Catalogue,
     return [], model
 
 
-def _shape_issues(body: dict[str, object], endpoint: str) -> Iterator[LineIssue]:
-    """The request body's own shape for its endpoint (its messages, prompt or input)."""
-    shape = _SHAPES.get(endpoint)
-    if shape is not None:
-        yield from shape(body)
-
-
 def _chat_shape(body: dict[str, object]) -> Iterator[LineIssue]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -120,12 +113,11 @@ def _message_issues(index: int, message: object) -> Iterator[LineIssue]:
         # (a list or an object is no role either)
         yield LineIssue("invalid_body", f"body.messages[{index}] needs a role, one of "
                         f"{', '.join(sorted(CHAT_ROLES))}.", f"body.messages[{index}].role")
-    elif not isinstance(message.get("content"), str | list) and not (
-            role == "assistant" and message.get("content") is None):
+    elif isinstance(content := message.get("content"), list):
+        yield from _part_issues(content, f"body.messages[{index}].content")
+    elif not isinstance(content, str) and not (role == "assistant" and content is None):
         yield LineIssue("invalid_body", f"body.messages[{index}].content must be a string or a list of "
                         "content parts.", f"body.messages[{index}].content")
-    elif isinstance(message.get("content"), list):
-        yield from _part_issues(message.get("content"), f"body.messages[{index}].content")
 
 
 def _completion_shape(body: dict[str, object]) -> Iterator[LineIssue]:
@@ -155,13 +147,11 @@ def _response_shape(body: dict[str, object]) -> Iterator[LineIssue]:
 _SHAPES: dict[str, Callable[[dict[str, object]], Iterator[LineIssue]]] = {
     "/v1/chat/completions": _chat_shape, "/v1/completions": _completion_shape, "/v1/embeddings": _embedding_shape,
     "/v1/responses": _response_shape}
-"""Each endpoint's body shape rules."""
+"""Each endpoint's rules of the request body's own shape (its messages, prompt or input)."""
 
 
-def _part_issues(content: object, param: str) -> Iterator[LineIssue]:
+def _part_issues(content: list[object], param: str) -> Iterator[LineIssue]:
     """Each chat content part is an object of a known type; a text part carries its text."""
-    if not isinstance(content, list):
-        return
     for index, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
         if not isinstance(part, dict) or not isinstance(kind, str) or kind not in CONTENT_PART_MODALITY:

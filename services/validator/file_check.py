@@ -91,15 +91,12 @@ class FileCheck:
         window = validation.plan(lines)
         in_workers = sum(1 for _, verdicts in self.in_flight if isinstance(verdicts, Future))
         if pool is None or validation.awaits_line_model or in_workers >= queued:
-            self.in_flight.append((window, self.check_here(window)))
+            self.in_flight.append((window, check_lines(window.to_check, window.spec, validation.catalogue,
+                                                       validation.tokenizers)))
         else:
             self.in_flight.append((window, pool.submit(window.spec, window.to_check)))
-        while self.in_flight and _done(self.in_flight[0][1]):
+        while self.in_flight and (not isinstance(done := self.in_flight[0][1], Future) or done.done()):
             self.receive()
-
-    def check_here(self, window: Window) -> list[LineVerdict | None]:
-        validation = self.validation
-        return check_lines(window.to_check, window.spec, validation.catalogue, validation.tokenizers)
 
     def receive(self) -> None:
         """Apply the oldest window's verdicts (waiting for its worker) and hand on what it found."""
@@ -117,7 +114,3 @@ class FileCheck:
         validation = self.validation
         self.found(Findings(self.refused, validation.total_lines, validation.error_count))
         self.refused = []
-
-
-def _done(verdicts: "Future[list[WireVerdict | None]] | list[LineVerdict | None]") -> bool:
-    return not isinstance(verdicts, Future) or verdicts.done()

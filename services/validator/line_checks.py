@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from contracts.catalogue import Catalogue
 from services.validator.adapters.tokenizer import TokenizerCache
-from services.validator.body_rules import context_issue
+from services.validator.body_rules import ContextNeed, context_issue
 from services.validator.issues import LineIssue
 from services.validator.plain_lines import PlainChat
 from services.validator.rules import LineVerdict, check_line
@@ -50,38 +50,24 @@ def check_lines(lines: list[bytes | None], spec: WindowSpec, catalogue: Catalogu
 
 
 def _counted(verdicts: list[LineVerdict | None], tokenizers: TokenizerCache | None) -> list[LineVerdict | None]:
-    """The verdicts with their prompts counted: a prompt over the context becomes its line's issue."""
-    pending = [v for v in verdicts if v is not None and v.context is not None]
-    if not pending or tokenizers is None:
+    """The verdicts with their prompts counted, a model's in one batch: a prompt over the context becomes its line's
+    issue."""
+    by_model: dict[str, list[tuple[int, LineVerdict, ContextNeed]]] = {}
+    for index, verdict in enumerate(verdicts):
+        if verdict is not None and verdict.context is not None:
+            by_model.setdefault(verdict.context.model.id, []).append((index, verdict, verdict.context))
+    if not by_model or tokenizers is None:
         return verdicts
-    issues: dict[int, LineIssue | None] = {}
-    by_model: dict[str, list[LineVerdict]] = {}
-    for verdict in pending:
-        assert verdict.context is not None
-        by_model.setdefault(verdict.context.model.id, []).append(verdict)
-    for group in by_model.values():
-        need0 = group[0].context
-        assert need0 is not None
-        tokenizer = tokenizers.get(need0.model)
-        if tokenizer is None:
-            continue
-        texts = [text for v in group for text in v.context.prompts]  # type: ignore[union-attr]
-        counts = iter(tokenizer.count_many(texts))
-        for verdict in group:
-            assert verdict.context is not None
-            longest = max(next(counts) for _ in verdict.context.prompts)
-            issues[id(verdict)] = context_issue(verdict.context, longest)
-    return [_with_context(v, issues.get(id(v))) if v is not None else None for v in verdicts]
-
-
-def _with_context(verdict: LineVerdict, issue: LineIssue | None) -> LineVerdict:
-    if verdict.context is None:
-        return verdict
-    if issue is None:
-        return LineVerdict(verdict.issues, verdict.custom_id, verdict.model, verdict.embedding_inputs, None,
-                           verdict.sampling)
-    return LineVerdict([*verdict.issues, issue], verdict.custom_id, None, verdict.embedding_inputs, None,
-                       verdict.sampling)
+    counted = list(verdicts)
+    for needs in by_model.values():
+        tokenizer = tokenizers.get(needs[0][2].model)
+        texts = [text for *_, need in needs for text in need.prompts]
+        counts = iter(tokenizer.count_many(texts) if tokenizer is not None else [])
+        for index, v, need in needs:
+            issue = context_issue(need, max(next(counts) for _ in need.prompts)) if tokenizer is not None else None
+            counted[index] = LineVerdict(v.issues if issue is None else [*v.issues, issue], v.custom_id,
+                                         v.model if issue is None else None, v.embedding_inputs, None, v.sampling)
+    return counted
 
 
 def to_wire(verdict: LineVerdict | None) -> WireVerdict | None:

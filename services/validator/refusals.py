@@ -27,11 +27,6 @@ def rejected_line(result: LineResult) -> RejectedLine:
                         message=message)
 
 
-def line_id(batch_id: str, line: int, custom_id: str | None) -> str:
-    """A line's id in the files: by its custom_id, by its line when that is missing or was not its own."""
-    return batch_request_id(batch_id, custom_id if custom_id is not None else f"line:{line}")
-
-
 def not_run_message(validation: FileValidation) -> str:
     """What the error file says of a line that was not refused, in a batch that failed validation."""
     if validation.file_issues:
@@ -43,8 +38,9 @@ def not_run_message(validation: FileValidation) -> str:
 def not_run_output(batch_id: str, line: int, raw: bytes, message: str, checked: bool) -> OutputLine:
     """The error line of a line that was not refused but did not run, because the batch failed validation.
     A `checked` line has its own unique custom_id; an unchecked one (past the line limit) is named by its line."""
-    custom_id = _custom_id(raw)
-    return OutputLine(id=line_id(batch_id, line, custom_id if checked else None), custom_id=custom_id,
+    custom_id = _custom_id(raw)  # a line's id names its line when its custom_id is missing or not its own
+    named = custom_id if checked and custom_id is not None else f"line:{line}"
+    return OutputLine(id=batch_request_id(batch_id, named), custom_id=custom_id,
                       response=None, error=OutputError(code=BATCH_FAILED_VALIDATION, message=message))
 
 

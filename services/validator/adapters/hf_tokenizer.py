@@ -87,7 +87,7 @@ class HfTokenizer:
     def chat_over(self, messages: list[dict[str, object]], room: int,
                   kwargs: dict[str, object] | None = None) -> str | None:
         """None when the chat's prompt is at most `room` tokens; otherwise the rendered prompt."""
-        if self.chat_bound(messages) <= room:
+        if self.count_chat(messages) <= room:  # no cheaper bound holds for every tokenizer a checkpoint may have
             return None
         rendered = self.render_chat(messages, kwargs)
         return None if self.fits(rendered, room) else rendered
@@ -102,7 +102,3 @@ class HfTokenizer:
 
     def count_chat(self, messages: list[dict[str, object]]) -> int:
         return self.count_fast(self.render_chat(messages))
-
-    def chat_bound(self, messages: list[dict[str, object]]) -> int:
-        """The exact count: no cheaper bound holds for every tokenizer a checkpoint may have."""
-        return self.count_chat(messages)

@@ -15,13 +15,13 @@ from contracts.catalogue import Catalogue
 from services.runtime.storage.catalogue import load_catalogue
 from services.validator.adapters.tokenizer import ModelTokenizer, TokenizerCache
 from services.validator.body_rules import (
+    _SHAPES,
     BodyVerdict,
     _embedding_inputs,
     _modality_issues,
     _model_issues,
     _parameter_issues,
     _range_issues,
-    _shape_issues,
     _template_kwarg_issues,
     _token_id_issues,
     check_body,
@@ -104,7 +104,7 @@ def full_body_verdict(body: dict[str, object], endpoint: str, catalogue: Catalog
     if body.get("stream") not in (None, False):
         issues.append(LineIssue("stream_not_supported", "Batch requests cannot stream: remove body.stream or set "
                                 "it to false.", "body.stream"))
-    shape = list(_shape_issues(body, endpoint))
+    shape = list(_SHAPES[endpoint](body)) if endpoint in _SHAPES else []
     issues += shape
     strict = model is not None and model.strict_sampling
     issues += _range_issues(body, temperature_checked=strict)
