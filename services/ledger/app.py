@@ -120,13 +120,8 @@ class LedgerApp:
 
     async def _retain(self, retention: Retention, stop: asyncio.Event) -> None:
         """Retention rounds, from when the fold has caught up with the stream as it was at start."""
-        waits = [asyncio.create_task(self.caught_up.wait()), asyncio.create_task(stop.wait())]
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            await cancel_and_join(waits)
-        if not stop.is_set():
-            await retention.run(stop)
+        await self.caught_up.wait()  # (stopping cancels this task)
+        await retention.run(stop)
 
     async def _announce_caught_up(self, folder: Folder, head: int) -> None:
         await folder.wait_through(head)

@@ -3,6 +3,7 @@
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from hashlib import sha256
+from itertools import groupby
 
 from services.runtime.nats.follower import Fact
 
@@ -30,15 +31,10 @@ def link_run(previous: str, run: list[Fact]) -> tuple[list[str], str]:
 
 
 def contiguous_runs(facts: Iterable[Fact]) -> Iterator[list[Fact]]:
-    """Facts split where a sequence is missing, so each link covers consecutive sequences."""
-    run: list[Fact] = []
-    for fact in facts:
-        if run and fact.sequence != run[-1].sequence + 1:
-            yield run
-            run = []
-        run.append(fact)
-    if run:
-        yield run
+    """Facts split where a sequence is missing, so each link covers consecutive sequences (within a run, a fact's
+    sequence less its position is the same)."""
+    for _, run in groupby(enumerate(facts), key=lambda pair: pair[1].sequence - pair[0]):
+        yield [fact for _, fact in run]
 
 
 @dataclass(frozen=True)
