@@ -63,11 +63,8 @@ async def expired_files(d: Deps, now: float) -> AsyncIterator[FileRecord]:
 async def sweep_expired_files(d: Deps, now: float | None = None) -> list[str]:
     """Delete every expired file that no unfinished batch reads; the ids deleted."""
     now = time.time() if now is None else now
-    swept: list[str] = []
-    async for record in expired_files(d, now):
-        if await delete_unless_in_use(d, record) is None:
-            swept.append(record.file.id)
-        # else a batch still reads it: swept once the batch ends
+    # One a batch still reads is swept once the batch ends.
+    swept = [record.file.id async for record in expired_files(d, now) if await delete_unless_in_use(d, record) is None]
     if swept:
         log.info("swept %d expired files", len(swept))
     return swept

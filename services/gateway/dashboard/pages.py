@@ -15,11 +15,10 @@ PREFIX = "/dashboard"
 class Page:
     path: str
     template: str
+    """The page's template under templates/, and its script under static/."""
     title: str
     nav: str | None
     """The label in the navigation bar; None: not linked from it."""
-    script: str = ""
-    """The page's script under static/; empty: the template's name."""
 
 
 PAGES = [
@@ -61,7 +60,7 @@ def render(page: Page, request: web.Request) -> str:
             f'<p class="who" id="who" aria-live="polite"></p></header>'
             f'<main id="main" tabindex="-1"><h1>{escape(page.title)}</h1>{body}</main>'
             f'<script src="{PREFIX}/static/api.js"></script>'
-            f'<script src="{PREFIX}/static/{page.script or page.template}.js"></script></body></html>')
+            f'<script src="{PREFIX}/static/{page.template}.js"></script></body></html>')
 
 
 def _view(page: Page) -> Handler:

@@ -100,12 +100,9 @@ def running_view(record: BatchRecord, now: float) -> RunningBatch:
 
 
 async def consumer_lags(bus: EventBus) -> list[ConsumerLag]:
-    lags: list[ConsumerLag] = []
-    for stream in (EVENTS_STREAM, WORK_STREAM):
-        for info in await bus.js.consumers_info(stream):
-            lags.append(ConsumerLag(stream, info.name, bool(info.config.durable_name), info.num_pending or 0,
-                                    info.num_ack_pending or 0))
-    return lags
+    return [ConsumerLag(stream, info.name, bool(info.config.durable_name), info.num_pending or 0,
+                        info.num_ack_pending or 0)
+            for stream in (EVENTS_STREAM, WORK_STREAM) for info in await bus.js.consumers_info(stream)]
 
 
 def tally(view: Overview, record: BatchRecord, now: float) -> None:

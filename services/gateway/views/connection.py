@@ -19,12 +19,8 @@ from services.gateway.http.answers import answer
 
 def without_credentials(urls: str) -> list[str]:
     """Each of the comma-separated URLs with any `user:password@` taken out."""
-    bare = []
-    for url in (one.strip() for one in urls.split(",")):
-        if url:
-            parts = urlsplit(url)
-            bare.append(urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])))
-    return bare
+    parts = [urlsplit(url.strip()) for url in urls.split(",") if url.strip()]
+    return [urlunsplit(part._replace(netloc=part.netloc.rpartition("@")[2])) for part in parts]
 
 
 def _read_ca(path: Path | None) -> str | None:

@@ -26,7 +26,7 @@ async def test_every_page_is_html_with_a_landmark_navigation_and_its_script(clie
         assert response.status == 200, path
         html = await response.text()
         assert '<main id="main"' in html and '<nav aria-label="Dashboard">' in html
-        script = await client.get(f"{PREFIX}/static/{page.script or page.template}.js")
+        script = await client.get(f"{PREFIX}/static/{page.template}.js")
         assert script.status == 200, page.template
 
 
