@@ -1,16 +1,7 @@
 """One attempt's lines, run: the lines of its unit no attempt committed go through the engine's slot pool, each in a
-task of its own, and their results are committed chunk by chunk under the attempt's lease. What the closures of one
-long function once shared (the lease lost, the lines in the engine, the commit lock, the committer) are this
-object's fields; its steps are its methods:
-
-- `run` feeds the pending lines to the slot pool, a line per task in one task group, until every line ran, the
-  batch is stopped (a cancel, an expiry) or the lease is lost; then writes what is left, whose progress the
-  attempt's end announces (one desk submission for both);
-- `run_one` is one line: the engine's reply, the slot given back, the chunk it completes committed;
-- `commit_on_time` commits a chunk whose lines finished and then waited `chunk_max_wait_s` (progress moves on a
-  slow engine); it is stopped by `lines_done`, never cancelled: a chunk taken from the committer is always committed;
-- `stop_lines_on_cancel` stops the lines in the engine once the batch is cancelled or expired (no GPU time for
-  answers that would be thrown away; they end as never run).
+task of its own, and their results are committed chunk by chunk under the attempt's lease (`AttemptRun`). A chunk
+whose lines finished and then waited `chunk_max_wait_s` is committed anyway; once the batch is cancelled or expired,
+the lines in the engine are stopped (no GPU time for answers that would be thrown away; they end as never run).
 """
 
 import asyncio

@@ -14,6 +14,7 @@ import bisect
 import contextlib
 import logging
 import os
+import re
 import tempfile
 from array import array
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -32,6 +33,7 @@ IO_THREADS = 2
 BLOCK_LINES = 256
 BLOCK_BYTES = 1024 * 1024
 """Lines read from the copy at once, at most (a unit of 64 lines is one read)."""
+NEWLINE = re.compile(b"\n")
 Result = TypeVar("Result")
 
 
@@ -93,12 +95,7 @@ class InputCopy:
     def _write(self, offset: int, chunk: bytes) -> list[int]:
         """Write `chunk` at `offset`; the end offsets of the lines it completes."""
         os.pwrite(self.file.fileno(), chunk, offset)
-        ends = []
-        at = chunk.find(b"\n")
-        while at >= 0:
-            ends.append(offset + at + 1)
-            at = chunk.find(b"\n", at + 1)
-        return ends
+        return [offset + newline.end() for newline in NEWLINE.finditer(chunk)]
 
     async def _streamed(self, number: int, last: int | None) -> AsyncIterator[tuple[int, bytes]]:
         """The lines from `number` on, from the store (the copy holds fewer)."""

@@ -1,6 +1,7 @@
 """Joining the fleet: the executor proves itself to the leading scheduler with its worker key."""
 
 import asyncio
+import contextlib
 import logging
 
 import nats.errors
@@ -56,8 +57,6 @@ async def register(bus: EventBus, executor_id: str, worker_key: str, advert: Exe
         if not waited:
             log.info("waiting for a scheduler to register executor %s", executor_id)
             waited = True
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=RETRY_EVERY_S)
-        except TimeoutError:
-            pass
     return None
