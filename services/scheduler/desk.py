@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 import nats.errors
 import nats.js.errors
-from nats.aio.msg import Msg
 from pydantic import ValidationError
 
 from contracts.catalogue import Catalogue
@@ -33,7 +32,6 @@ from contracts.subjects import (
     event_name_of,
     fact_submissions,
     log_reads,
-    requester_of,
 )
 from services.runtime.nats import eventlog
 from services.runtime.nats.bus import EventBus, Fence, FenceMoved
@@ -121,13 +119,3 @@ class FactDesk:
         if page and (not facts or facts[-1].sequence != page[-1].sequence):
             facts.append(LoggedFact(sequence=page[-1].sequence, event=""))
         return LogPage(status="read", facts=facts, more=more)
-
-    # Bare connections' callbacks (a test's desk, no broker); the scheduler answers through its router.
-
-    async def on_submission(self, message: Msg) -> None:
-        executor_id = requester_of(message.subject)
-        await SUBMISSIONS.respond(message, lambda submission: self.submit(executor_id, submission))
-
-    async def on_read(self, message: Msg) -> None:
-        executor_id = requester_of(message.subject)
-        await READS.respond(message, lambda request: self.read(executor_id, request))

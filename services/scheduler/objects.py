@@ -14,7 +14,6 @@ from typing import Literal
 import urllib3
 from minio import Minio
 from minio.error import S3Error
-from nats.aio.msg import Msg
 
 from contracts.catalogue import MODEL_OBJECTS_PREFIX
 from contracts.ids import error_file_id, output_file_id
@@ -27,7 +26,7 @@ from contracts.objects import (
     WantedObject,
     chunk_attempt,
 )
-from contracts.subjects import input_object_key, object_requests, rejections_key, requester_of, results_prefix
+from contracts.subjects import input_object_key, object_requests, rejections_key, results_prefix
 from services.runtime.nats.delivery import Answer
 from services.runtime.process.settings import ConnectionSettings
 from services.runtime.process.skip_log import SkipLog
@@ -202,8 +201,3 @@ class ObjectBroker:
                  for wanted in request.ahead]
         return [GrantedObject(operation=wanted.operation, key=wanted.key, url=self._url(wanted))
                 for wanted, asked in alone if authorize(self.book, executor_id, asked) is None]
-
-    async def on_request(self, message: Msg) -> None:
-        """A bare connection's callback (a test's broker, no faststream); the scheduler answers through its router."""
-        executor_id = requester_of(message.subject)
-        await OBJECT_REQUESTS.respond(message, lambda request: self.answer(executor_id, request))

@@ -54,10 +54,6 @@ class Runner:
     approved_for: frozenset[str] = frozenset()
     """Organisations whose administrators approved the provider for their batches."""
 
-    @property
-    def platforms_own(self) -> bool:
-        return self.organization is None
-
 
 PLATFORMS_OWN = Runner(organization=None, approved_platform_wide=True)
 UNKNOWN_PROVIDER = Runner(organization="", approved_platform_wide=False)

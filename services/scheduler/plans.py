@@ -134,10 +134,6 @@ class BatchPlan:
         """Units that need an attempt: never assigned, or the last attempt failed or stopped without finishing."""
         return len(self.retry_units) + max(self.unit_count - 1 - self.touched, 0)
 
-    def pending_shards(self) -> list[int]:
-        """The units that need an attempt, retries first (lowest index first)."""
-        return [*sorted(self.retry_units), *range(self.touched + 1, self.unit_count)]
-
     def unit_lines(self, index: int) -> int:
         layout = self.layout or ShardLayout()
         last = layout.last_line(index)

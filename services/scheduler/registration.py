@@ -12,13 +12,11 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from nats.aio.msg import Msg
-
 from contracts.commands import ExecutorRegistration, RegistrationAnswer
 from contracts.events.executor import ExecutorRegistered
 from contracts.ids import hash_api_key
 from contracts.readmodel import ApiKeyRecord
-from contracts.subjects import FLEET_REGISTER, requester_of
+from contracts.subjects import FLEET_REGISTER
 from services.runtime.nats.bus import EventBus, Fence, FenceMoved
 from services.runtime.nats.delivery import Answer
 from services.runtime.nats.facts import last_fact
@@ -107,8 +105,3 @@ class Registrar:
             self.book.apply(registered)
         log.info("executor %s registered with worker key %s", executor_id, record.key_id)
         return RegistrationAnswer(accepted=True, worker_key_id=record.key_id)
-
-    async def on_request(self, message: Msg) -> None:
-        """A bare connection's callback (a test's registrar, no broker); the scheduler answers through its router."""
-        executor_id = requester_of(message.subject)
-        await REGISTRATIONS.respond(message, lambda request: self.answer(executor_id, request))

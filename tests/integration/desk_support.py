@@ -11,7 +11,8 @@ from contracts.subjects import EVENTS_STREAM, FACT_SUBMISSIONS, LOG_READS
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.kv import ensure_direct_reads
 from services.scheduler.book import Book
-from services.scheduler.desk import FactDesk
+from services.scheduler.desk import READS, SUBMISSIONS, FactDesk
+from tests.integration.router_support import bare
 
 
 @contextlib.asynccontextmanager
@@ -22,8 +23,8 @@ async def fact_desk(core: EventBus, admitted: set[str] | None = None) -> AsyncIt
     caught_up = asyncio.Event()
     caught_up.set()
     desk = FactDesk(core, book, caught_up)
-    subscriptions = [await core.nc.subscribe(FACT_SUBMISSIONS, cb=desk.on_submission),
-                     await core.nc.subscribe(LOG_READS, cb=desk.on_read)]
+    subscriptions = [await core.nc.subscribe(FACT_SUBMISSIONS, cb=bare(SUBMISSIONS, desk.submit)),
+                     await core.nc.subscribe(LOG_READS, cb=bare(READS, desk.read))]
     await core.nc.flush()
     try:
         yield book

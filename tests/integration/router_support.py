@@ -1,8 +1,13 @@
 """A service's router run as a service runs it, on a broker of its own against the real nats-server."""
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
+from nats.aio.msg import Msg
+from pydantic import BaseModel
+
+from contracts.subjects import requester_of
+from services.runtime.nats.answers import Answer, Request
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.delivery import ServiceRouter
 
@@ -20,3 +25,13 @@ async def serving(url: str, router: ServiceRouter, dependencies: object, name: s
         yield bus
     finally:
         await broker.stop()
+
+
+def bare(answer: Answer[Request],
+         judge: Callable[[str, Request], Awaitable[BaseModel]]) -> Callable[[Msg], Awaitable[None]]:
+    """A bare nats-py subscription's callback (one answerer, no broker): each request judged as asked by the
+    executor its subject names, as the scheduler's router would."""
+    async def respond(message: Msg) -> None:
+        requester = requester_of(message.subject)
+        await answer.respond(message, lambda request: judge(requester, request))
+    return respond

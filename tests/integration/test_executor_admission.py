@@ -22,11 +22,12 @@ from services.runtime.nats.bus import ConsumerPolicy
 from services.runtime.nats.fleet import Fleet
 from services.runtime.storage.objectstore import ObjectStore
 from services.scheduler.book import Book
-from services.scheduler.registration import Registrar
+from services.scheduler.registration import REGISTRATIONS, Registrar
 from tests.conftest import RunningS3
 from tests.integration.authorized_broker import WORKER_KEY, AuthorizedBroker, admitting_broker
 from tests.integration.desk_support import fact_desk, hold
 from tests.integration.durables import durable_subscription
+from tests.integration.router_support import bare
 from tests.integration.test_executor_run import TINY_CATALOGUE, new_batch
 from tests.support import batch_facts
 
@@ -39,7 +40,7 @@ async def executor_on(running: AuthorizedBroker, s3: RunningS3, tmp_path: Path) 
     """A real executor (the real model) joining the authorized broker with its worker key; the scheduler's own
     registrar answers its registration."""
     registrar = Registrar(running.core, running.read_model, Book())
-    registering = await running.core.nc.subscribe(FLEET_REGISTER, cb=registrar.on_request)
+    registering = await running.core.nc.subscribe(FLEET_REGISTER, cb=bare(REGISTRATIONS, registrar.answer))
     catalogue = tmp_path / "catalogue.toml"
     catalogue.write_text(TINY_CATALOGUE)
     settings = running.executor_settings("renewing", WORKER_KEY)

@@ -25,8 +25,10 @@ from services.runtime.nats.bus import EventBus
 from services.runtime.process.settings import ConnectionSettings
 from services.runtime.storage.objectstore import ObjectStore
 from services.scheduler.book import Book
+from services.scheduler.objects import OBJECT_REQUESTS as OBJECT_ANSWERS
 from services.scheduler.objects import ObjectBroker, ObjectSigner
 from tests.integration.authorized_broker import OTHER_WORKER_KEY, WORKER_KEY, AuthorizedBroker, admitting_broker
+from tests.integration.router_support import bare
 from tests.integration.test_object_broker import working_on
 
 CHAT = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 4, "seed": 1}
@@ -107,8 +109,8 @@ async def fleet(tmp_path_factory: pytest.TempPathFactory, connection: Connection
         signer = ObjectSigner.from_settings(connection, "", expiry_s=900)
         ready = asyncio.Event()
         ready.set()
-        await running.core.nc.subscribe(OBJECT_REQUESTS,
-                                        cb=ObjectBroker(signer, Book(admitted={"alpha"}), ready).on_request)
+        objects = ObjectBroker(signer, Book(admitted={"alpha"}), ready)
+        await running.core.nc.subscribe(OBJECT_REQUESTS, cb=bare(OBJECT_ANSWERS, objects.answer))
         alpha = await broker.join(running.executor_settings("alpha", WORKER_KEY), asyncio.Event())
         assert alpha is not None
         try:

@@ -28,9 +28,11 @@ from services.runtime.process.logfmt import BATCH_ID
 from services.runtime.process.settings import ConnectionSettings
 from services.runtime.storage.objectstore import ObjectStore
 from services.scheduler.book import Book
+from services.scheduler.objects import OBJECT_REQUESTS as OBJECT_ANSWERS
 from services.scheduler.objects import ObjectBroker, ObjectSigner
 from tests.factories import batch_created
 from tests.integration.authorized_broker import OTHER_WORKER_KEY, WORKER_KEY, AuthorizedBroker, admitting_broker
+from tests.integration.router_support import bare
 
 
 @dataclass
@@ -96,8 +98,8 @@ async def answering(brokered: Brokered, book: Book, caught_up: asyncio.Event | N
     ready = caught_up or asyncio.Event()
     if caught_up is None:
         ready.set()
-    return await brokered.auth.core.nc.subscribe(OBJECT_REQUESTS,
-                                                 cb=ObjectBroker(brokered.signer, book, ready).on_request)
+    objects = ObjectBroker(brokered.signer, book, ready)
+    return await brokered.auth.core.nc.subscribe(OBJECT_REQUESTS, cb=bare(OBJECT_ANSWERS, objects.answer))
 
 
 async def test_an_executor_reads_its_input_and_writes_lists_and_reads_its_chunks(

@@ -109,5 +109,5 @@ def test_a_registration_from_before_it_named_the_provider_is_the_keys_providers(
                           provider_id="prov_a"))
     book.apply(ExecutorRegistered(aggregate_id="gpu-1", advert=advert("gpu-1"), started_at=NOW,
                                   worker_key_id="key_old"))  # no provider_id: an older scheduler stated it
-    assert not book.placements.runner("gpu-1").platforms_own, "a provider's executor, not the platform's"
+    assert book.placements.runner("gpu-1").organization is not None, "a provider's executor, not the platform's"
     assert identity_refusal(book, "gpu-1", worker_key("key_new", "prov_a"), NOW + 60_000) is None
