@@ -5,6 +5,7 @@ import contextlib
 import json
 import sys
 from collections.abc import AsyncIterator
+from dataclasses import asdict
 from datetime import datetime
 from typing import TextIO
 
@@ -79,7 +80,7 @@ async def audit(settings: LedgerSettings, batch_id: str, as_json: bool, out: Tex
     rows = await asyncio.to_thread(timeline, facts)
     if as_json:
         for row in rows:
-            print(json.dumps(row.as_dict()), file=out)
+            print(json.dumps(asdict(row)), file=out)
     else:
         print(render_table(rows), file=out)
     return 0

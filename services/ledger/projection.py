@@ -189,15 +189,6 @@ def account_record(account: Account) -> AccountRecord:
     )
 
 
-def aggregate_ref(aggregate: Folded) -> tuple[AnomalyKind, str]:
-    """How operators name an aggregate: the kind of its facts and its public id (a key's id, never its hash)."""
-    try:
-        kind, ident = _PUBLIC_NAMES[type(aggregate)]
-    except KeyError:
-        raise TypeError(f"no public name for a {type(aggregate).__name__}") from None
-    return kind, ident(aggregate)
-
-
 def new_anomalies(touched: Iterable[Folded], facts: Sequence[Fact]) -> list[AnomalyRecord]:
     """The anomalies that folding `facts` noted, timed by the refused fact (so a replay writes the same)."""
     sequences = {fact.sequence: fact for fact in facts}
@@ -207,8 +198,8 @@ def new_anomalies(touched: Iterable[Folded], facts: Sequence[Fact]) -> list[Anom
             fact = sequences.get(anomaly["sequence"])
             if fact is None:
                 continue
-            kind, ident = aggregate_ref(aggregate)
-            records.append(AnomalyRecord(sequence=fact.sequence, aggregate_kind=kind, aggregate_id=ident,
+            kind, ident = _PUBLIC_NAMES[type(aggregate)]  # how operators name it: a key by its id, never its hash
+            records.append(AnomalyRecord(sequence=fact.sequence, aggregate_kind=kind, aggregate_id=ident(aggregate),
                                          event_type=f"{kind}.{anomaly['fact']}", reason=anomaly["reason"],
                                          occurred_at=decode_event(fact.data).occurred_at // 1000))
     return records

@@ -18,13 +18,12 @@ from typing import cast
 
 from contracts.archive import ARCHIVED_THROUGH_KEY, ArchivedThrough, fact_line
 from contracts.lifecycle import TERMINAL
-from contracts.readmodel import AnomalyRecord
 from contracts.subjects import EVENTS_STREAM, batch_events, parse_event_subject
 from services.ledger.application import Ledger
 from services.ledger.archive import Archive, ArchivePoint, SegmentEnd, SegmentHeader, groups
 from services.ledger.chain import DIGEST_CHARS, Fact, link, link_run
 from services.ledger.domainmodel import Batch
-from services.ledger.snapshot import Refold, SnapshotLine
+from services.ledger.snapshot import Refold
 from services.runtime.nats import eventlog
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.readmodel import ReadModel
@@ -88,10 +87,7 @@ class Retention:
                                last_sequence=point, previous_sha256=latest.segment_sha256 if latest else "",
                                chain_before=latest.chain_head if latest else "")
         written_sha256, end, batches = await self._write_segment(header)
-        previous: list[SnapshotLine] = []
-        anomalies: list[AnomalyRecord] = []
-        if latest is not None:
-            _, anomalies, previous = await self.archive.snapshot(latest.index)
+        _, anomalies, previous = await self.archive.snapshot(latest.index) if latest else (None, [], [])
         refold = await asyncio.to_thread(Refold, previous, after)
         try:
             await self._refold_segment(header, written_sha256, end, refold)

@@ -1,7 +1,7 @@
 """A batch's audit timeline: one row per fact of its log, with who acted, on which attempt, model and engine."""
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 
 from contracts.events.batch import (
@@ -24,8 +24,6 @@ from contracts.events.envelope import Event
 from services.ledger.application import Ledger, persistence_env
 from services.runtime.nats.foldrules import FoldRules
 
-COLUMNS = ("time", "sequence", "type", "actor", "attempt", "model", "engine", "counts", "note")
-
 
 @dataclass
 class Row:
@@ -40,9 +38,6 @@ class Row:
     counts: str | None
     note: str | None
     """What else an auditor needs: a reason, a line number, or the anomaly the ledger recorded."""
-
-    def as_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 @dataclass
@@ -151,7 +146,8 @@ def _failed(row: Row, fact: BatchFailed, story: _Story) -> None:
 
 
 def render_table(rows: list[Row]) -> str:
-    cells = [list(COLUMNS)] + [["" if v is None else str(v) for v in row.as_dict().values()] for row in rows]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
+    cells = [[column.name for column in fields(Row)]]
+    cells += [["" if v is None else str(v) for v in asdict(row).values()] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(cells[0]))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
                      for line in cells)
