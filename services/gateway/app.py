@@ -92,7 +92,7 @@ def create_app(settings: GatewaySettings) -> web.Application:
                                     settings.transfer_slot_wait_s)
     app[UPLOADS_IN_FLIGHT] = UploadsInFlight(settings.uploads_per_address)
     app.on_response_prepare.append(stamp_request_id)
-    app.cleanup_ctx.extend([connections, storage_watch, keys_kept_fresh(lambda key: app[DEPS].keys.forget(key)),
+    app.cleanup_ctx.extend([connections, storage_watch, keys_kept_fresh,
                             file_sweeper, credit_sweeper, fleet_gauges, webhook_deliverer])
     app.add_routes(ROUTES)
     add_dashboard(app)

@@ -14,9 +14,9 @@ from aiohttp import web
 from nats.js.kv import KeyValue
 
 from contracts.subjects import KEY_USAGE_BUCKET
+from services.gateway.background.loops import running
 from services.gateway.context import DEPS
 from services.runtime.nats.kv import open_bucket
-from services.runtime.process.tasks import cancel_and_join
 
 log = logging.getLogger(__name__)
 
@@ -76,15 +76,10 @@ async def forward_changes(kv: KeyValue, key_filter: str, changed: Callable[[str]
         await asyncio.sleep(1.0)  # the watch ended or failed: resume it, without spinning
 
 
-def keys_kept_fresh(forget: Callable[[str], None]) -> Callable[[web.Application], AsyncIterator[None]]:
+async def keys_kept_fresh(app: web.Application) -> AsyncIterator[None]:
     """A cleanup context (after the connections one): last-used times, and revocations seen within moments."""
-
-    async def context(app: web.Application) -> AsyncIterator[None]:
-        deps = app[DEPS]
-        app[KEY_USAGE] = KeyUsage(await open_bucket(deps.bus, KEY_USAGE_BUCKET))
-        watches = [asyncio.create_task(forward_changes(deps.read_model.kv, pattern, forget))
-                   for pattern in ("apikey.>", "user.>")]
+    deps = app[DEPS]
+    app[KEY_USAGE] = KeyUsage(await open_bucket(deps.bus, KEY_USAGE_BUCKET))
+    async with running(*(forward_changes(deps.read_model.kv, pattern, deps.keys.forget)
+                         for pattern in ("apikey.>", "user.>"))):
         yield
-        await cancel_and_join(watches)
-
-    return context

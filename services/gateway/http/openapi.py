@@ -4,6 +4,7 @@ generated from that table: each operation's schemas are its pydantic request and
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any, Literal
 
 from aiohttp import web
@@ -78,6 +79,7 @@ FILES_LIMIT = query("limit", {"type": "integer", "minimum": 1, "maximum": 10_000
 AFTER = query("after", {"type": "string"})
 ERRORS = {"400": "Invalid request", "401": "Missing or bad key", "404": "Not found (or not yours)",
           "409": "Conflict", "413": "Too large", "429": "Rate limited"}
+FORBIDDEN = {"admin": "Not an admin key", "self": "Not an admin key, and not for the key's own user"}
 
 
 class _Schemas:
@@ -121,11 +123,8 @@ class _Schemas:
         else:
             described["responses"] |= {status: self.json(ErrorResponse, "serialization", text)
                                        for status, text in ERRORS.items()}
-        if op.access == "admin":
-            described["responses"]["403"] = self.json(ErrorResponse, "serialization", "Not an admin key")
-        elif op.access == "self":
-            described["responses"]["403"] = self.json(ErrorResponse, "serialization",
-                                                      "Not an admin key, and not for the key's own user")
+        if op.access in FORBIDDEN:
+            described["responses"]["403"] = self.json(ErrorResponse, "serialization", FORBIDDEN[op.access])
         if op.body is not None:
             content = op.body if isinstance(op.body, dict) else {
                 "application/json": {"schema": self.refs[op.body, "validation"]}}
@@ -165,11 +164,9 @@ def build_openapi(table: Iterable[AbstractRouteDef]) -> JsonObject:
 
 def openapi_view(table: Sequence[AbstractRouteDef]) -> Handler:
     """`GET /openapi.json` for `table` (the document is built on the first request, then kept)."""
-    document: list[str] = []
+    document = cache(lambda: json.dumps(build_openapi(table)))
 
     async def openapi_json(request: web.Request) -> web.Response:
-        if not document:
-            document.append(json.dumps(build_openapi(table)))
-        return web.Response(text=document[0], content_type="application/json")
+        return web.Response(text=document(), content_type="application/json")
 
     return openapi_json

@@ -58,16 +58,12 @@ async def owned_file(d: Deps, caller: ApiKeyRecord, file_id: str) -> FileRecord:
     return record
 
 
-async def indexed_files(d: Deps, owner: str) -> list[FileRecord]:
-    """The owner's index of files (not deleted; expired ones included), read once for all the requests in flight
-    that ask for it together (shared_reads.py): the records are shared, so callers never change them."""
-    return await d.shared_reads.read(("files", owner), lambda: d.read_model.owner_files(owner))
-
-
 async def owner_files(d: Deps, owner: str) -> list[FileRecord]:
-    """The owner's files that still exist (not deleted, not expired), read from the owner's index alone."""
+    """The owner's files that still exist (not deleted, not expired), from the owner's index alone, read once for all
+    the requests in flight that ask for it together (shared_reads.py): the records are shared, so never changed."""
     now = time.time()
-    return [r for r in await indexed_files(d, owner) if not r.deleted and not is_expired(r, now)]
+    indexed = await d.shared_reads.read(("files", owner), lambda: d.read_model.owner_files(owner))
+    return [r for r in indexed if not r.deleted and not is_expired(r, now)]
 
 
 async def same_bytes(d: Deps, owner: str, sha256: str) -> list[FileRecord]:

@@ -7,7 +7,6 @@ and the broker admits an executor by its worker key alone, which the gateway nev
 import asyncio
 import hashlib
 import ssl
-from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from aiohttp import web
@@ -23,13 +22,10 @@ def without_credentials(urls: str) -> list[str]:
     return [urlunsplit(part._replace(netloc=part.netloc.rpartition("@")[2])) for part in parts]
 
 
-def _read_ca(path: Path | None) -> str | None:
-    return path.read_text() if path is not None else None
-
-
 async def provider_connection(request: web.Request) -> web.Response:
     settings = deps(request).settings
     urls = without_credentials(settings.provider_nats_url or settings.connection.nats_url)
-    pem = await asyncio.to_thread(_read_ca, settings.connection.nats_tls_ca)
+    ca = settings.connection.nats_tls_ca
+    pem = await asyncio.to_thread(ca.read_text) if ca is not None else None
     digest = hashlib.sha256(ssl.PEM_cert_to_DER_cert(pem)).hexdigest() if pem else None
     return answer(ProviderConnection(nats_urls=urls, tls_ca_pem=pem, tls_ca_sha256=digest))
