@@ -45,14 +45,6 @@ def persistence_env(db_path: Path | None) -> dict[str, str]:
     return {"PERSISTENCE_MODULE": SQLITE_FACTORY_TOPIC, "SQLITE_DBNAME": str(db_path)}
 
 
-def postgres_env(dbname: str, host: str, port: int, user: str, password: str, schema: str = "") -> dict[str, str]:
-    env = {"PERSISTENCE_MODULE": "eventsourcing.postgres", "POSTGRES_DBNAME": dbname, "POSTGRES_HOST": host,
-           "POSTGRES_PORT": str(port), "POSTGRES_USER": user, "POSTGRES_PASSWORD": password}
-    if schema:
-        env["POSTGRES_SCHEMA"] = schema
-    return env
-
-
 class Ledger(Application[UUID]):
     name = "ledger"
     is_snapshotting_enabled = True

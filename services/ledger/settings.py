@@ -4,7 +4,7 @@ from pathlib import Path
 
 from pydantic_settings import SettingsConfigDict
 
-from services.ledger.application import persistence_env, postgres_env
+from services.ledger.application import persistence_env
 from services.runtime.process.settings import ServiceSettings
 
 
@@ -58,7 +58,11 @@ class LedgerSettings(ServiceSettings):
 
     def store_env(self) -> dict[str, str]:
         """The eventsourcing persistence settings for this ledger's store."""
-        if self.postgres_dbname:
-            return postgres_env(self.postgres_dbname, self.postgres_host, self.postgres_port, self.postgres_user,
-                                self.postgres_password, self.postgres_schema)
-        return persistence_env(self.db_path)
+        if not self.postgres_dbname:
+            return persistence_env(self.db_path)
+        env = {"PERSISTENCE_MODULE": "eventsourcing.postgres", "POSTGRES_DBNAME": self.postgres_dbname,
+               "POSTGRES_HOST": self.postgres_host, "POSTGRES_PORT": str(self.postgres_port),
+               "POSTGRES_USER": self.postgres_user, "POSTGRES_PASSWORD": self.postgres_password}
+        if self.postgres_schema:
+            env["POSTGRES_SCHEMA"] = self.postgres_schema
+        return env
