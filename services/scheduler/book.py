@@ -220,7 +220,12 @@ class Book:
         if event.attempt == run.attempt:
             run.executor_id = None
         plan.reindex(plan.attempt_shard.get(event.attempt, 0))
-        self._note_unstarted_loss(plan, event)
+        started = run.started_at.get(event.attempt)
+        if event.code in (PLACEMENT_WITHDRAWN, STORAGE_UNAVAILABLE) or (
+                event.code == "executor_lost" and started is None) or (
+                event.code == "executor_restarted"
+                and (started is None or started >= self.incarnations.get(event.executor_id, 0))):
+            run.unstarted_losses.add(event.attempt)
 
     @_plan_rules.on(BatchProgressed)
     def _progressed(self, plan: BatchPlan, event: BatchProgressed) -> None:
@@ -256,16 +261,6 @@ class Book:
     @_plan_rules.on(BatchWaiting)
     def _waiting(self, plan: BatchPlan, event: BatchWaiting) -> None:
         plan.waiting_reason, plan.waiting_at_ms = event.reason, event.occurred_at
-
-    def _note_unstarted_loss(self, plan: BatchPlan, event: AttemptFailed) -> None:
-        run = plan.shard(plan.attempt_shard.get(event.attempt, 0))
-        started = run.started_at.get(event.attempt)
-        if (event.code == "executor_lost" and started is None) or event.code in (PLACEMENT_WITHDRAWN,
-                                                                                 STORAGE_UNAVAILABLE):
-            run.unstarted_losses.add(event.attempt)
-        elif event.code == "executor_restarted" and (
-                started is None or started >= self.incarnations.get(event.executor_id, 0)):
-            run.unstarted_losses.add(event.attempt)
 
 
 def book_facts() -> tuple[type[Event], ...]:

@@ -129,7 +129,10 @@ class FairQueue:
         chosen.in_flight_lines += lines
         self._user_in_flight[chosen.user] = self._user_in_flight.get(chosen.user, 0) + lines
         self._org_in_flight[chosen.org] = self._org_in_flight.get(chosen.org, 0) + lines
-        self._requeue(chosen)
+        # The chosen owner's keys grew: its entries are refreshed (other models' refresh when they come up; an
+        # urgent batch's owner may have none).
+        if (users := self._users.get((chosen.model, chosen.org))) is not None:
+            self._fresh_top_user(chosen.model, users)
         return chosen, lines
 
     def _next_urgent(self, models: Collection[str]) -> QueuedBatch | None:
@@ -182,13 +185,6 @@ class FairQueue:
                 return True
             heapq.heapreplace(users, fresh)
         return False
-
-    def _requeue(self, batch: QueuedBatch) -> None:
-        """The chosen owner's keys grew: refresh its entries (other models' entries refresh when they come up)."""
-        users = self._users.get((batch.model, batch.org))
-        if users is None:
-            return  # urgent and otherwise unqueued: nothing to refresh
-        self._fresh_top_user(batch.model, users)
 
     def _user_entry(self, model: str, user: str) -> tuple[float, int, str]:
         head = self._queues[(model, user)].head()

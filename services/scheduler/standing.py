@@ -31,11 +31,9 @@ class RateMeter:
     newest one seen are dropped as they come (a fact replayed from long ago at start-up adds nothing), and a
     rate counts only buckets inside the window before `now_ms`."""
 
-    def __init__(self, window_ms: int = WINDOW_MS, buckets: int = BUCKETS) -> None:
-        if window_ms <= 0 or buckets <= 0:
-            raise ValueError("window_ms and buckets must be positive")
-        self.window_ms = window_ms
-        self.bucket_ms = max(window_ms // buckets, 1)
+    bucket_ms = WINDOW_MS // BUCKETS
+
+    def __init__(self) -> None:
         self._lines: dict[str, dict[int, int]] = {}
         """Model → bucket index (at_ms // bucket_ms) → lines made durable in it."""
         self._newest: int | None = None
@@ -67,13 +65,13 @@ class RateMeter:
             if not counted:
                 continue
             first_ms = min(counted) * self.bucket_ms
-            span_ms = min(max(now_ms - first_ms, self.bucket_ms), self.window_ms)
+            span_ms = min(max(now_ms - first_ms, self.bucket_ms), WINDOW_MS)
             found[model] = sum(counted.values()) * 1000 / span_ms
         return found
 
     def _oldest_kept(self, index: int) -> int:
         """The first bucket index inside the window that ends in bucket `index`."""
-        return index - self.window_ms // self.bucket_ms + 1
+        return index - BUCKETS + 1
 
     def _prune(self, before: int) -> None:
         for model in list(self._lines):
@@ -160,10 +158,6 @@ def should_republish(old_reason: str | None, new_reason: str, last_at_ms: int | 
         return True
     elapsed = now_ms - last_at_ms
     if old[1] != new[1]:
-        return elapsed >= (FAR_PLACE_EVERY_MS if _far_back(new[1]) else REPUBLISH_EVERY_MS)
+        far_back = new[1].startswith(f"{QUEUED_KIND}: about ")  # a place beyond `EXACT_PLACES`
+        return elapsed >= (FAR_PLACE_EVERY_MS if far_back else REPUBLISH_EVERY_MS)
     return elapsed >= ETA_ONLY_EVERY_MS
-
-
-def _far_back(standing: str) -> bool:
-    """A queued place told to one significant digit (beyond `EXACT_PLACES`)."""
-    return standing.startswith(f"{QUEUED_KIND}: about ")

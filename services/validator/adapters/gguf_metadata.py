@@ -30,11 +30,6 @@ class _Head:
             raise GGUFFormatError("the file ends inside its metadata")
         return data
 
-    def scalar(self, kind: int) -> int | float | bool:
-        fmt = SCALARS[kind]
-        value: int | float | bool = struct.unpack(fmt, self.read(struct.calcsize(fmt)))[0]
-        return value
-
     def string(self) -> str:
         (size,) = struct.unpack("<Q", self.read(8))
         return self.read(size).decode("utf-8")
@@ -51,7 +46,8 @@ class _Head:
             return [self.value(item_kind) for _ in range(count)]
         if kind not in SCALARS:
             raise GGUFFormatError(f"unknown GGUF value type {kind}")
-        return self.scalar(kind)
+        scalar: Value = struct.unpack(SCALARS[kind], self.read(struct.calcsize(SCALARS[kind])))[0]
+        return scalar
 
 
 def read_metadata(path: Path) -> dict[str, Value]:

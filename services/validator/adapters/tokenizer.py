@@ -41,14 +41,8 @@ FALLBACK_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['
 def _byte_decoder() -> dict[str, int]:
     """GPT-2's printable stand-in characters for raw bytes, reversed."""
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    chars = list(printable)
-    extra = 0
-    for byte in range(256):
-        if byte not in printable:
-            printable.append(byte)
-            chars.append(256 + extra)
-            extra += 1
-    return {chr(char): byte for byte, char in zip(printable, chars, strict=True)}
+    others = [byte for byte in range(256) if byte not in printable]  # each stands as a character past 255
+    return {chr(byte): byte for byte in printable} | {chr(256 + n): byte for n, byte in enumerate(others)}
 
 
 PLAIN_MESSAGE = frozenset({"role", "content"})
