@@ -129,19 +129,14 @@ class Finalizer:
                           batch_id, len(unrun))
             lines.extend(unrun)
         files = assemble(lines)
-        expires_after_s = command.terms.output_expires_after_s  # counted from each file's own creation
-        output_id = error_id = None
-        stored: list[Event] = []  # announced with the batch's end, in one submission
-        if files.output_lines:
-            output_id = output_file_id(batch_id)
-            stored.append(await self.results.put_file(
-                batch_id, output_id, files.output, command.terms.owner_key_id, f"{batch_id}_output.jsonl",
-                files.output_lines, expires_after_s))
-        if files.error_lines:
-            error_id = error_file_id(batch_id)
-            stored.append(await self.results.put_file(
-                batch_id, error_id, files.errors, command.terms.owner_key_id, f"{batch_id}_error.jsonl",
-                files.error_lines, expires_after_s))
+        output_id = output_file_id(batch_id) if files.output_lines else None
+        error_id = error_file_id(batch_id) if files.error_lines else None
+        # Announced with the batch's end, in one submission; each expires counted from its own creation.
+        stored: list[Event] = [
+            await self.results.put_file(batch_id, file_id, data, command.terms.owner_key_id, f"{batch_id}_{kind}.jsonl",
+                                        count, command.terms.output_expires_after_s)
+            for kind, file_id, data, count in (("output", output_id, files.output, files.output_lines),
+                                               ("error", error_id, files.errors, files.error_lines)) if file_id]
         terminal: Event
         if outcome == "failed":
             # A failed batch still delivers what it committed; its fact names the cause.

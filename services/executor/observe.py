@@ -8,20 +8,13 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from prometheus_client import Counter, Gauge
 
 from services.executor.adapters.engines.base import Engine, EngineReply
+from services.executor.chunk_lines import body_tokens
 from services.executor.retry import LineRetry, run_line
 from services.executor.samples import run_samples
 from services.runtime.process import metrics
 from services.runtime.process.telemetry import tracer
 
 _tracer = tracer("executor")
-
-
-def _completion_tokens(reply: EngineReply) -> int:
-    usage = reply.body.get("usage")
-    if isinstance(usage, dict):
-        tokens = usage.get("completion_tokens", usage.get("output_tokens", 0))
-        return tokens if isinstance(tokens, int) else 0
-    return 0
 
 
 @dataclass(frozen=True)
@@ -78,7 +71,7 @@ async def traced_line(engine: Engine, model: str, endpoint: str, custom_id: str,
     measured = _metrics_of(model)
     if not traced:
         reply = await _measured(engine, endpoint, body, retry, measured)
-        tokens = _completion_tokens(reply)
+        tokens = body_tokens(reply.body)[1]
     else:
         started = time.perf_counter()
         with _tracer.start_as_current_span(
@@ -86,7 +79,7 @@ async def traced_line(engine: Engine, model: str, endpoint: str, custom_id: str,
                 attributes={"gen_ai.request.model": model, "gen_ai.system": engine.name,
                             "sheshnag.custom_id": custom_id, "sheshnag.slot_wait_s": round(slot_wait_s, 4)}) as span:
             reply = await _measured(engine, endpoint, body, retry, measured)
-            tokens = _completion_tokens(reply)
+            tokens = body_tokens(reply.body)[1]
             span.set_attribute("gen_ai.usage.output_tokens", tokens)
             span.set_attribute("http.response.status_code", reply.status_code)
             span.set_attribute("sheshnag.engine_s", round(time.perf_counter() - started, 4))
