@@ -26,7 +26,6 @@ from services.validator.adapters.chat_template import Skeleton, holds_any, skele
 from services.validator.adapters.gguf_metadata import read_metadata
 from services.validator.adapters.hf_tokenizer import HfTokenizer, is_checkpoint
 from services.validator.adapters.pair_bound import PairBound
-from services.validator.adapters.prompt_tokenizer import PromptTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -317,6 +316,8 @@ class ModelTokenizer:
         return overhead + sum(_size(_text_of(m.get("content"))) for m in messages)
 
 
+PromptTokenizer = ModelTokenizer | HfTokenizer
+"""What the validator's rules count with: a GGUF's tokenizer or a checkpoint's."""
 V = TypeVar("V")
 
 
@@ -357,7 +358,7 @@ class TokenizerCache:
         self._by_artifact: dict[str, PromptTokenizer | None] = {}
         self._lock = threading.Lock()
 
-    def get(self, model: CatalogueModel) -> "PromptTokenizer | None":
+    def get(self, model: CatalogueModel) -> PromptTokenizer | None:
         built = self._by_artifact.get(model.artifact, self)  # built already, as nearly always: no lock needed
         if built is not self:
             return built  # type: ignore[return-value]
@@ -367,7 +368,7 @@ class TokenizerCache:
             return self._by_artifact[model.artifact]
 
     @staticmethod
-    def _build(model: CatalogueModel) -> "PromptTokenizer | None":
+    def _build(model: CatalogueModel) -> PromptTokenizer | None:
         try:
             checkpoint = hub_checkpoint(model.artifact)
             if checkpoint is not None:  # its tokenizer files alone, from huggingface_hub's cache or the hub

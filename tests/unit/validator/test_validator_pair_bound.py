@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 
 from contracts.catalogue import CatalogueModel
 from services.validator.adapters.pair_bound import PairBound
-from services.validator.adapters.prompt_tokenizer import PromptTokenizer
-from services.validator.adapters.tokenizer import GPT2_SPLIT, ModelTokenizer, TokenizerCache
+from services.validator.adapters.tokenizer import GPT2_SPLIT, ModelTokenizer, PromptTokenizer, TokenizerCache
 from services.validator.domain import FileValidation, LineResult
 from services.validator.file_check import WINDOW_LINES
 from tests.unit.validator.test_validator_fast_paths import CATALOGUE, TOKENIZERS, WORDS, corpus, tokenizer
