@@ -93,6 +93,14 @@ class _Upload:
         return expires_after_seconds(self.fields.get("expires_after[anchor]"),
                                      self.fields.get("expires_after[seconds]"))
 
+    def new_file(self, file_id: str, object_key: str, model: str | None) -> usecase.NewFile:
+        """What the form asks for, checked: 400 without a file, for a purpose that may not be uploaded or a wrong
+        expiry."""
+        if self.stored is None:
+            raise bad_request("The 'file' field is missing.", "missing_file", "file")
+        return usecase.NewFile(file_id, object_key, self.stored, self.filename,
+                               usecase.uploadable(self.fields.get("purpose")), self.expires_after_s(), model)
+
 
 async def _within(idle_s: float, step: Awaitable[Result]) -> Result:
     """A read of the request body that the client must feed within `idle_s`, else 408."""
@@ -103,24 +111,26 @@ async def _within(idle_s: float, step: Awaitable[Result]) -> Result:
         raise client_stalled(idle_s) from None
 
 
-async def _read_upload(request: web.Request, d: Deps, object_key: str) -> _Upload:
-    upload = _Upload()
+async def _read_upload(request: web.Request, d: Deps, file_id: str, model: str | None) -> usecase.NewFile:
+    """The upload, stored, with its form checked; nothing is kept of one refused or broken."""
+    upload, object_key = _Upload(), input_object_key(file_id)
     settings = d.settings
     try:
-        async with request.app[UPLOAD_SLOTS].slot(principal(request).owner):
-            # The pace starts with the slot: time spent waiting for one is never the client's.
-            pace = BodyPace(lambda: request.content.total_bytes, settings.client_idle_timeout_s,
-                            settings.upload_min_bytes_per_s, settings.upload_min_rate_window_s)
-            await upload.read(await request.multipart(), d, object_key, pace)
-    except BaseException as broken:  # nothing of the upload is kept
-        if upload.stored is not None:
-            await asyncio.shield(discard_object(d, object_key))
-        if isinstance(broken, (ValueError, AssertionError, LookupError, HttpProcessingError)):
+        try:
+            async with request.app[UPLOAD_SLOTS].slot(principal(request).owner):
+                # The pace starts with the slot: time spent waiting for one is never the client's.
+                pace = BodyPace(lambda: request.content.total_bytes, settings.client_idle_timeout_s,
+                                settings.upload_min_bytes_per_s, settings.upload_min_rate_window_s)
+                await upload.read(await request.multipart(), d, object_key, pace)
+        except (ValueError, AssertionError, LookupError, HttpProcessingError) as broken:
             # aiohttp's multipart parser says "malformed" with these.
             raise bad_request(f"The multipart body could not be read ({type(broken).__name__}).",
                               "invalid_multipart") from None
+        return upload.new_file(file_id, object_key, model)
+    except BaseException:
+        if upload.stored is not None:
+            await asyncio.shield(discard_object(d, object_key))
         raise
-    return upload
 
 
 UPLOAD_MODEL_HEADER = "x-litellm-model"
@@ -145,21 +155,8 @@ async def create_file(request: web.Request) -> web.Response:
     model = upload_model(request)
     await charge_control_call(request)
     d = deps(request)
-    file_id = new_file_id()
-    object_key = input_object_key(file_id)
-    upload = await _read_upload(request, d, object_key)
-    stored = upload.stored
-    if stored is None:
-        raise bad_request("The 'file' field is missing.", "missing_file", "file")
-    try:
-        purpose = usecase.uploadable(upload.fields.get("purpose"))
-        expires_after_s = upload.expires_after_s()
-    except ApiError:
-        await discard_object(d, object_key)
-        raise
-    file, same_as = await usecase.create_file(d, principal(request), usecase.NewFile(
-        file_id, object_key, stored, upload.filename, purpose, expires_after_s, model))
-    return answer(file, same_as)
+    new = await _read_upload(request, d, new_file_id(), model)
+    return answer(*await usecase.create_file(d, principal(request), new))
 
 
 async def list_files(request: web.Request) -> web.Response:
