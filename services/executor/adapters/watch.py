@@ -43,6 +43,12 @@ class BatchFeed:
         (its follower may not have read that fact yet)."""
         self._reader: BatchLogReader | None = None
         self._closed = False
+        # The hub's hold on the feed: the task that keeps it followed, and when it may close.
+        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.done = asyncio.Event()
+        """Set to close the feed."""
+        self.task: asyncio.Task[None] | None = None
+        self.linger: asyncio.TimerHandle | None = None
 
     def fold(self, events: list[Sequenced]) -> None:
         for sequence, event in events:
@@ -149,18 +155,6 @@ class BatchWatch:
             self._timer.cancel()
 
 
-class _Open:
-    """A feed the hub holds: the task that keeps it followed, and when it may close."""
-
-    def __init__(self, feed: BatchFeed) -> None:
-        self.feed = feed
-        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.done = asyncio.Event()
-        """Set to close the feed."""
-        self.task: asyncio.Task[None] | None = None
-        self.linger: asyncio.TimerHandle | None = None
-
-
 class WatchHub:
     """The feeds of the batches this executor runs attempts of, one per batch: the first attempt of a batch opens
     its feed (concurrent first attempts open one), the others join it, and it closes `linger_s` after the last
@@ -169,7 +163,7 @@ class WatchHub:
     def __init__(self, bus: EventBus, linger_s: float = LINGER_S) -> None:
         self.bus = bus
         self.linger_s = linger_s
-        self.feeds: dict[str, _Open] = {}
+        self.feeds: dict[str, BatchFeed] = {}
         self.opened = 0
         """Feeds opened (a measure: one read of a batch's log from its first fact each)."""
 
@@ -178,95 +172,95 @@ class WatchHub:
         """`expires_at`: when the batch expires, from its run command (a log read through the fact desk does not
         show the batch's creation)."""
         while True:
-            held, opened_here = self._hold(batch_id, expires_at)
-            watch = BatchWatch(attempt, held.feed)
-            held.feed.watches.add(watch)  # from here on the feed stays open for this attempt
+            feed, opened_here = self._hold(batch_id, expires_at)
+            watch = BatchWatch(attempt, feed)
+            feed.watches.add(watch)  # from here on the feed stays open for this attempt
             try:
-                await asyncio.shield(held.ready)
+                await asyncio.shield(feed.ready)
                 if not opened_here:
-                    await held.feed.catch_up()
+                    await feed.catch_up()
                 break
             except (nats.errors.Error, OSError, TimeoutError) as error:
-                self._drop(batch_id, held, watch)
-                if opened_here or held.ready.exception() is not None:
+                self._drop(feed, watch)
+                if opened_here or feed.ready.exception() is not None:
                     raise
                 # This feed cannot be brought up to date: a fresh one serves this attempt and those after it.
                 log.warning("batch %s: its feed could not be caught up (%r); opening another", batch_id, error)
-                held.feed.broken = True
-                self._forget(batch_id, held)
+                feed.broken = True
+                self._forget(feed)
             except BaseException:
-                self._drop(batch_id, held, watch)
+                self._drop(feed, watch)
                 raise
-        if held.feed.log.expires_at is None:
-            held.feed.log.expires_at = expires_at
+        if feed.log.expires_at is None:
+            feed.log.expires_at = expires_at
         watch.update()
         try:
             yield watch
         finally:
-            self._drop(batch_id, held, watch)
+            self._drop(feed, watch)
 
-    def _hold(self, batch_id: str, expires_at: int | None) -> tuple[_Open, bool]:
+    def _hold(self, batch_id: str, expires_at: int | None) -> tuple[BatchFeed, bool]:
         """The batch's open feed, or one being opened now (True)."""
-        held = self.feeds.get(batch_id)
-        if held is not None:
-            if held.linger is not None:
-                held.linger.cancel()
-                held.linger = None
-            return held, False
-        held = self.feeds[batch_id] = _Open(BatchFeed(batch_id))
+        feed = self.feeds.get(batch_id)
+        if feed is not None:
+            if feed.linger is not None:
+                feed.linger.cancel()
+                feed.linger = None
+            return feed, False
+        feed = self.feeds[batch_id] = BatchFeed(batch_id)
         self.opened += 1
-        held.task = asyncio.create_task(self._keep(batch_id, held, expires_at))
-        return held, True
+        feed.task = asyncio.create_task(self._keep(feed, expires_at))
+        return feed, True
 
-    def _drop(self, batch_id: str, held: _Open, watch: BatchWatch) -> None:
+    def _drop(self, feed: BatchFeed, watch: BatchWatch) -> None:
         watch.close()
-        held.feed.watches.discard(watch)
-        self._leave(batch_id, held)
+        feed.watches.discard(watch)
+        self._leave(feed)
 
-    def _leave(self, batch_id: str, held: _Open) -> None:
-        if held.feed.watches:
+    def _leave(self, feed: BatchFeed) -> None:
+        if feed.watches:
             return
-        if held.feed.broken or held.feed.ended_here or held.feed.log.ended is not None or held.done.is_set() \
-                or self.feeds.get(batch_id) is not held:
-            self._forget(batch_id, held)
-            held.done.set()
-        elif held.linger is None:
-            held.linger = asyncio.get_running_loop().call_later(self.linger_s, self._expire, batch_id, held)
+        if feed.broken or feed.ended_here or feed.log.ended is not None or feed.done.is_set() \
+                or self.feeds.get(feed.batch_id) is not feed:
+            self._forget(feed)
+            feed.done.set()
+        elif feed.linger is None:
+            feed.linger = asyncio.get_running_loop().call_later(self.linger_s, self._expire, feed)
 
-    def _expire(self, batch_id: str, held: _Open) -> None:
-        held.linger = None
-        if not held.feed.watches:
-            self._forget(batch_id, held)
-            held.done.set()
+    def _expire(self, feed: BatchFeed) -> None:
+        feed.linger = None
+        if not feed.watches:
+            self._forget(feed)
+            feed.done.set()
 
-    def _forget(self, batch_id: str, held: _Open) -> None:
+    def _forget(self, feed: BatchFeed) -> None:
         """The hub no longer hands out this feed (a fresh one may serve the batch already)."""
-        if self.feeds.get(batch_id) is held:
-            del self.feeds[batch_id]
+        if self.feeds.get(feed.batch_id) is feed:
+            del self.feeds[feed.batch_id]
 
-    async def _keep(self, batch_id: str, held: _Open, expires_at: int | None) -> None:
+    async def _keep(self, feed: BatchFeed, expires_at: int | None) -> None:
         """Open the feed, follow it until it is done, close it; the hub forgets it first."""
         try:
-            async with held.feed.followed(self.bus, expires_at):
-                held.ready.set_result(None)
-                await held.done.wait()
+            async with feed.followed(self.bus, expires_at):
+                feed.ready.set_result(None)
+                await feed.done.wait()
         except asyncio.CancelledError:
-            held.ready.cancel()
+            feed.ready.cancel()
             raise
         except Exception as error:
-            if held.ready.done():
-                log.warning("batch %s: closing its feed failed: %r", batch_id, error)
+            if feed.ready.done():
+                log.warning("batch %s: closing its feed failed: %r", feed.batch_id, error)
             else:
-                held.ready.set_exception(error)
-                held.ready.exception()  # every joiner raises it; none may be left to retrieve it
+                feed.ready.set_exception(error)
+                feed.ready.exception()  # every joiner raises it; none may be left to retrieve it
         finally:
-            self._forget(batch_id, held)
+            self._forget(feed)
 
     async def close(self) -> None:
         """Close every feed now (the executor stops)."""
-        for held in list(self.feeds.values()):
-            held.done.set()
-        tasks = [held.task for held in self.feeds.values() if held.task is not None]
+        for feed in list(self.feeds.values()):
+            feed.done.set()
+        tasks = [feed.task for feed in self.feeds.values() if feed.task is not None]
         self.feeds.clear()
         if tasks:
             await asyncio.wait(tasks, timeout=5.0)
