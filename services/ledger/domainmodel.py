@@ -7,9 +7,7 @@ from uuid import UUID
 from eventsourcing.domain import Aggregate, event
 
 from contracts.lifecycle import CANCELLABLE, IN_FLIGHT, RELEASABLE, RUNNING, TERMINAL, UNFINISHED
-from services.ledger.folded import TOPIC_MODULE, Folded, aggregate_id
-
-__all__ = ["TOPIC_MODULE", "Batch", "Folded", "aggregate_id", "validation_reason"]
+from services.ledger.folded import Folded, aggregate_id
 
 STANDING_TOO_LATE = frozenset({"finalizing", "cancelling", *TERMINAL})
 """Statuses in which a standing (`batch.waiting`) arrives only from a view of before: it is dropped unremarked."""

@@ -19,7 +19,7 @@ from contracts.events.envelope import Event
 from contracts.readmodel import AccountRecord
 from services.ledger.accounts import Account
 from services.ledger.application import Ledger, persistence_env
-from services.ledger.domainmodel import aggregate_id
+from services.ledger.folded import aggregate_id
 from services.ledger.projection import account_record, batch_record
 from tests.factories import batch_created
 

@@ -25,7 +25,8 @@ from contracts.events.file import FileDeleted, FileStored
 from contracts.events.key import KeyCreated
 from contracts.readmodel import BatchRecord
 from services.ledger.application import Ledger
-from services.ledger.domainmodel import TOPIC_MODULE, Batch
+from services.ledger.domainmodel import Batch
+from services.ledger.folded import TOPIC_MODULE
 from services.ledger.projection import api_key_record, batch_record, file_record
 from tests.factories import batch_created
 

@@ -7,7 +7,7 @@ from contracts.events.key import UserCreated
 from contracts.ids import key_id_for_hash
 from contracts.readmodel import BatchRecord, FileRecord
 from services.ledger.application import Ledger, persistence_env
-from services.ledger.domainmodel import Folded
+from services.ledger.folded import Folded
 from services.ledger.projection import Projection, project, projection_key
 from services.ledger.snapshot import Refold, SnapshotLine, projections, seed
 from tests.unit.ledger.test_organizations import LAPTOP, LONE, PHONE, created, key, stored

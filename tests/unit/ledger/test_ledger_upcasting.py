@@ -6,7 +6,8 @@ from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import StoredEvent
 
 from services.ledger.application import Ledger
-from services.ledger.domainmodel import TOPIC_MODULE, Batch
+from services.ledger.domainmodel import Batch
+from services.ledger.folded import TOPIC_MODULE
 from tests.unit.ledger.test_ledger_domain import BATCH, Stream, created, started, validated
 
 

@@ -15,7 +15,7 @@ from contracts.ids import key_id_for_hash
 from contracts.readmodel import BatchRecord, FileRecord, OrganizationRecord
 from services.ledger.aggregates import User
 from services.ledger.application import Ledger, persistence_env
-from services.ledger.domainmodel import Folded
+from services.ledger.folded import Folded
 from services.ledger.projection import project, user_record
 from tests.factories import batch_created
 
