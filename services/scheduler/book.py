@@ -81,10 +81,6 @@ class Book:
     placements: Placements = field(default_factory=Placements)
     """Each executor's provider, and each provider's organisation and approvals: who may run whose batch."""
 
-    def may_run(self, executor_id: str, plan: BatchPlan) -> bool:
-        """Whether the batch's placement lets `executor_id` run it (or read its objects)."""
-        return self.placements.allows(executor_id, plan.placement, plan.organization_id, plan.owner)
-
     def note_heartbeats(self, adverts: list[ExecutorAdvert]) -> None:
         """Remember each known executor's latest heartbeat: one scan of the bucket that misses an advert (a slow
         broker) must not make a live executor look lost. An executor declared lost that heartbeats again (it was

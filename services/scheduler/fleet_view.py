@@ -70,7 +70,7 @@ class FleetView:
         """Whether the batch's placement lets the executor run it (asked once per tick per executor and trust key:
         a thousand batches of one owner cost one look)."""
         return _memo(self._allowed, (executor_id, plan.placement, plan.organization_id, plan.owner),
-                     lambda: self.placements.allows(executor_id, plan.placement, plan.organization_id, plan.owner))
+                     lambda: self.placements.allows(executor_id, plan))
 
     def live_for(self, plan: BatchPlan) -> dict[str, ExecutorAdvert]:
         """The live executors the batch may run on (once per tick per trust key)."""

@@ -56,7 +56,7 @@ def authorize(book: Book, executor_id: str, request: ObjectRequest) -> str | Non
     plan = book.plans.get(batch_id)
     if plan is None or plan.phase == "ended":
         return f"batch {batch_id} is not running or being finalized"
-    if not book.may_run(executor_id, plan):
+    if not book.placements.allows(executor_id, plan):
         return (f"executor {executor_id} may not run batch {batch_id}: its provider is not one the batch's "
                 f"placement ({plan.placement}) allows")
     held = {run.attempt for run in plan.shards.values() if run.executor_id == executor_id}

@@ -19,6 +19,7 @@ from contracts.events.key import KeyCreated, UserCreated
 from contracts.events.provider import ProviderApprovalWithdrawn, ProviderApproved, ProviderRegistered
 from contracts.ids import owner_id
 from services.runtime.nats.foldrules import FoldRules
+from services.scheduler.plans import BatchPlan
 
 PLACEMENT_FACTS: tuple[type[Event], ...] = (UserCreated, KeyCreated, ProviderRegistered, ProviderApproved,
                                             ProviderApprovalWithdrawn, ExecutorRegistered)
@@ -123,10 +124,10 @@ class Placements:
                       approved_platform_wide=provider.approved_platform_wide,
                       approved_for=frozenset(provider.approved_for))
 
-    def allows(self, executor_id: str, placement: Placement, organization_id: str | None, owner: str) -> bool:
-        """Whether `executor_id` may run a batch of `owner` in `organization_id` that asked for `placement`."""
-        return may_run(self.runner(executor_id), placement, organization_key(organization_id),
-                       trust_scope(organization_id, owner))
+    def allows(self, executor_id: str, plan: BatchPlan) -> bool:
+        """Whether the batch's placement lets `executor_id` run it (or read its objects)."""
+        return may_run(self.runner(executor_id), plan.placement, organization_key(plan.organization_id),
+                       trust_scope(plan.organization_id, plan.owner))
 
     @_rules.on(UserCreated)
     def _user(self, event: UserCreated) -> None:
