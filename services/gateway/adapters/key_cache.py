@@ -45,11 +45,6 @@ class KeyCache:
             self.users[record.user_id] = cached
         return cached[1]
 
-    async def allowed_models(self, record: ApiKeyRecord) -> list[str] | None:
-        """Catalogue ids the key's user may use; None: every model (also for keys without a user)."""
-        user = await self.user_of(record)
-        return None if user is None else user.allowed_models
-
     def forget(self, read_model_key: str) -> None:
         """The read model changed this key or user: look it up afresh next time."""
         kind, _, ident = read_model_key.partition(".")

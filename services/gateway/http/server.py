@@ -15,9 +15,9 @@ from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_server import Server
 
-from contracts.api.error import ErrorBody, ErrorResponse
-from services.gateway.http.errors import HTTP_ERROR_TYPES
+from services.gateway.http.errors import HTTP_ERROR_TYPES, error_response
 from services.gateway.http.request_ids import REQUEST_ID_HEADER, request_id
+from services.gateway.usecases.refusals import ApiError
 
 MAX_MESSAGE_CHARS = 300
 
@@ -37,9 +37,8 @@ class OpenAIErrorRequestHandler(RequestHandler):
             text = f"The server had an error processing the request ({ident})."
         else:
             text = f"{HTTPStatus(status).phrase}: {(message or 'the request could not be parsed')[:MAX_MESSAGE_CHARS]}"
-        body = ErrorResponse(error=ErrorBody(message=text, type=error_type, code=code))
-        headers = {REQUEST_ID_HEADER: ident, **({"x-should-retry": "false"} if status < 500 else {})}
-        response = web.json_response(body.model_dump(), status=status, headers=headers)
+        response = error_response(ApiError(status, text, error_type, code))
+        response.headers[REQUEST_ID_HEADER] = ident
         response.force_close()
         return response
 

@@ -19,7 +19,8 @@ def as_model(entry: CatalogueModel) -> Model:
 
 async def usable_models(request: web.Request) -> list[CatalogueModel]:
     """The catalogue entries the caller's user may use (every one unless their access is restricted)."""
-    allowed = await deps(request).keys.allowed_models(principal(request))
+    user = await deps(request).keys.user_of(principal(request))
+    allowed = None if user is None else user.allowed_models  # None: every model (also for a key without a user)
     models = deps(request).catalogue.models
     return list(models) if allowed is None else [m for m in models if m.id in allowed]
 
