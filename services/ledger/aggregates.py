@@ -11,7 +11,7 @@ from eventsourcing.utils import register_topic
 
 from contracts.ids import key_id_for_hash
 from services.ledger.domainmodel import Batch
-from services.ledger.folded import TOPIC_MODULE, Folded, aggregate_id
+from services.ledger.folded import TOPIC_MODULE, Folded, aggregate_id, upcast_defaults
 
 
 class File(Folded):
@@ -39,18 +39,9 @@ class File(Folded):
 
 class ApiKey(Folded):
     class_version = 4
-    """v2 added `user_id`, `created_at` and `revoked`; v3 `provider_id`; v4 `key_id` (before it, every key's id was
-    derived from its hash). Older snapshots are upcast."""
-
-    @staticmethod
-    def upcast_v1_v2(state: dict[str, Any]) -> None:
-        state.setdefault("user_id", None)
-        state.setdefault("created_at", 0)
-        state.setdefault("revoked", False)
-
-    @staticmethod
-    def upcast_v2_v3(state: dict[str, Any]) -> None:
-        state.setdefault("provider_id", None)
+    """Older snapshots are upcast; before v4, every key's id was derived from its hash."""
+    upcast_v1_v2 = upcast_defaults(user_id=None, created_at=0, revoked=False)
+    upcast_v2_v3 = upcast_defaults(provider_id=None)
 
     @staticmethod
     def upcast_v3_v4(state: dict[str, Any]) -> None:
@@ -82,15 +73,9 @@ class User(Folded):
     """A user: the keys acting for them share its model access, and what any of them creates."""
 
     class_version = 3
-    """v2 added `organization_id`, v3 `role`; older snapshots are upcast (the default organisation, a member)."""
-
-    @staticmethod
-    def upcast_v1_v2(state: dict[str, Any]) -> None:
-        state.setdefault("organization_id", None)
-
-    @staticmethod
-    def upcast_v2_v3(state: dict[str, Any]) -> None:
-        state.setdefault("role", "member")
+    """Older snapshots are upcast (the default organisation, a member)."""
+    upcast_v1_v2 = upcast_defaults(organization_id=None)
+    upcast_v2_v3 = upcast_defaults(role="member")
 
     @event("Created")
     def __init__(self, user_id: str, sequence: int, display_name: str, allowed_models: list[str] | None,
@@ -110,18 +95,9 @@ class Executor(Folded):
     its attempts made durable."""
 
     class_version = 3
-    """v2 added `worker_key_id`, `last_heartbeat_at` and `lines_served`, v3 `provider_id`; older snapshots are
-    upcast."""
-
-    @staticmethod
-    def upcast_v1_v2(state: dict[str, Any]) -> None:
-        state.setdefault("worker_key_id", None)
-        state.setdefault("last_heartbeat_at", None)
-        state.setdefault("lines_served", 0)
-
-    @staticmethod
-    def upcast_v2_v3(state: dict[str, Any]) -> None:
-        state.setdefault("provider_id", None)
+    """Older snapshots are upcast."""
+    upcast_v1_v2 = upcast_defaults(worker_key_id=None, last_heartbeat_at=None, lines_served=0)
+    upcast_v2_v3 = upcast_defaults(provider_id=None)
 
     @event("Registered")
     def __init__(self, executor_id: str, sequence: int, engine: str, engine_version: str, models: list[str],
@@ -170,12 +146,8 @@ class Provider(Folded):
     """A provider: who owns it (a user, or the one key that registered it); its worker keys name it."""
 
     class_version = 2
-    """v2 added its approvals (`approved_platform_wide`, `approved_organizations`); older snapshots are upcast."""
-
-    @staticmethod
-    def upcast_v1_v2(state: dict[str, Any]) -> None:
-        state.setdefault("approved_platform_wide", False)
-        state.setdefault("approved_organizations", [])
+    """Older snapshots are upcast (v2 added its approvals)."""
+    upcast_v1_v2 = upcast_defaults(approved_platform_wide=False, approved_organizations=[])
 
     @event("Registered")
     def __init__(self, provider_id: str, sequence: int, display_name: str, owner_key_id: str,

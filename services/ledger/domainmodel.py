@@ -7,7 +7,7 @@ from uuid import UUID
 from eventsourcing.domain import Aggregate, event
 
 from contracts.lifecycle import CANCELLABLE, IN_FLIGHT, RELEASABLE, RUNNING, TERMINAL, UNFINISHED
-from services.ledger.folded import Folded, aggregate_id
+from services.ledger.folded import Folded, aggregate_id, upcast_defaults
 
 STANDING_TOO_LATE = frozenset({"finalizing", "cancelling", *TERMINAL})
 """Statuses in which a standing (`batch.waiting`) arrives only from a view of before: it is dropped unremarked."""
@@ -27,12 +27,8 @@ def validation_reason(total_lines: int, error_count: int, rejected_lines: int | 
 
 class Batch(Folded):
     class_version = 2
-    """v2 added `attempt_failures` and `cancel_requested_by`; older snapshots are upcast."""
-
-    @staticmethod
-    def upcast_v1_v2(state: dict[str, Any]) -> None:
-        state.setdefault("attempt_failures", [])
-        state.setdefault("cancel_requested_by", None)
+    """Older snapshots are upcast."""
+    upcast_v1_v2 = upcast_defaults(attempt_failures=[], cancel_requested_by=None)
 
     @event("Created")
     def __init__(self, batch_id: str, sequence: int, owner_key_id: str, input_file_id: str, endpoint: str,
@@ -226,18 +222,9 @@ class Batch(Folded):
         shard: int
         usage: list[int]
         chunks: list[str]
-
-        @staticmethod
-        def upcast_v1_v2(state: dict[str, Any]) -> None:
-            state["attempt"] = 0
-
-        @staticmethod
-        def upcast_v2_v3(state: dict[str, Any]) -> None:
-            state["shard"] = 0
-
-        @staticmethod
-        def upcast_v3_v4(state: dict[str, Any]) -> None:
-            state["usage"], state["chunks"] = [0, 0, 0], []
+        upcast_v1_v2 = upcast_defaults(attempt=0)
+        upcast_v2_v3 = upcast_defaults(shard=0)
+        upcast_v3_v4 = upcast_defaults(usage=[0, 0, 0], chunks=[])
 
     @event(Progressed)
     def _progressed(self, sequence: int, attempt: int, completed: int, failed: int, shard: int, usage: list[int],

@@ -3,6 +3,7 @@ once; one that does not fit is kept as an anomaly), and the ids aggregates have 
 
 import logging
 from collections.abc import Collection
+from copy import deepcopy
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 from uuid import NAMESPACE_URL, UUID, uuid5
@@ -15,6 +16,17 @@ TOPIC_MODULE = "services.ledger.domainmodel"
 """Stored event topics name this module, where every aggregate once lived; keep it, or let `register_stable_topics`
 map it after a move."""
 _ID_NAMESPACE = uuid5(NAMESPACE_URL, "https://sheshnag.dev/ledger")
+
+
+def upcast_defaults(**added: Any) -> "staticmethod[[dict[str, Any]], None]":
+    """The upcaster of a class version that added these attributes: older state takes these defaults (a copy each)."""
+
+    def upcast(state: dict[str, Any]) -> None:
+        for name, default in added.items():
+            if name not in state:
+                state[name] = deepcopy(default)
+
+    return staticmethod(upcast)
 
 
 @lru_cache(maxsize=1 << 16)  # a fold names the same few aggregates fact after fact; uuid5 is a SHA-1 each time
