@@ -64,28 +64,16 @@ class Counts:
 
 
 @dataclass
-class BatchCensus:
-    counts: Counts = field(default_factory=Counts)
-    """What the gauges read: replaced whole once a (re)count has read every batch's current record."""
+class BatchCensus(Counts):
+    """The counts the gauges read: replaced whole once a (re)count has read every batch's current record."""
+
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once the watch has delivered every batch's current record."""
 
-    @property
-    def open(self) -> dict[str, BatchRecord]:
-        return self.counts.open
-
-    @property
-    def recently_ended(self) -> OrderedDict[str, str]:
-        return self.counts.recently_ended
-
-    def record(self, batch_id: str, record: BatchRecord | None) -> None:
-        self.counts.record(batch_id, record)
-
-    def reset(self) -> None:
-        self.counts = Counts()
-
-    def by_status(self) -> dict[str, int]:
-        return self.counts.by_status()
+    def reset(self, counts: Counts | None = None) -> None:
+        """Take `counts` (none: empty ones) in place of the current, all at once: never half a count."""
+        counts = counts or Counts()
+        self.open, self.ended, self.recently_ended = counts.open, counts.ended, counts.recently_ended
 
     async def follow(self, kv: KeyValue) -> None:
         """Keep the census as the read model changes. A (re)count is made on the side and replaces the counts once
@@ -99,7 +87,7 @@ class BatchCensus:
                 try:
                     async for entry in watcher:
                         if entry is None:  # the end of the current values
-                            self.counts = counting
+                            self.reset(counting)
                             self.ready.set()
                             continue
                         counting.record(entry.key.removeprefix(prefix), decode(entry.key, entry.value))
@@ -108,7 +96,7 @@ class BatchCensus:
                 finally:
                     with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
                         await watcher.stop()
-                if self.counts is counting:
+                if self.open is counting.open:
                     continue  # a recount: at once
             except (nats.errors.Error, nats.js.errors.Error) as error:
                 log.warning("the batch census's watch was interrupted, resuming: %r", error)
