@@ -91,7 +91,6 @@ class GzipWriter:
         self._zlib = zlib.compressobj(6, zlib.DEFLATED, GZIP)
         self._pending = bytearray()
         self._sha256 = hashlib.sha256()
-        self.bytes = 0
 
     async def __aenter__(self) -> "GzipWriter":
         return self
@@ -116,7 +115,6 @@ class GzipWriter:
     async def _send(self, data: bytes) -> None:
         if data:
             self._sha256.update(data)
-            self.bytes += len(data)
             await self.upload.write(data)
 
 
@@ -126,7 +124,6 @@ class GzipReader:
     def __init__(self, store: ObjectStore, key: str) -> None:
         self.store, self.key = store, key
         self.sha256 = ""
-        self.bytes = 0
 
     async def lines(self) -> AsyncGenerator[bytes, None]:
         unzip = zlib.decompressobj(GZIP)
@@ -135,7 +132,6 @@ class GzipReader:
         async with contextlib.aclosing(self.store.iter_chunks(self.key)) as chunks:
             async for chunk in chunks:
                 digest.update(chunk)
-                self.bytes += len(chunk)
                 *lines, pending = (pending + unzip.decompress(chunk)).split(b"\n")
                 for line in lines:
                     yield line

@@ -250,10 +250,8 @@ class Batch(Folded):
 
     @event("ShardFinished")
     def _shard_finished(self, sequence: int, attempt: int, shard: int, stopped: bool) -> None:
-        self.last_sequence = sequence
+        self.last_sequence = sequence  # (which shard, and whether it stopped, is the log's to say: no view reads it)
         self._close_attempt(attempt)
-        if not stopped:
-            self.finished_shards = sorted({*getattr(self, "finished_shards", []), shard})
 
     def finalize(self, sequence: int, at: int) -> None:
         if self.status == "cancelling":
