@@ -56,17 +56,16 @@ class GuardedResults(ResultStore):
             async for part in self.store.iter_chunks(key):
                 data += part
                 if len(data) > MAX_CHUNK_BYTES:
+                    log.warning("result chunk %s is over %d bytes: left out, its lines count as never run", key,
+                                MAX_CHUNK_BYTES)
                     break
-            if len(data) > MAX_CHUNK_BYTES:
-                log.warning("result chunk %s is over %d bytes: left out, its lines count as never run", key,
-                            MAX_CHUNK_BYTES)
-                continue
-            try:
-                # Off the leader's loop (a chunk may be tens of MB); at most `AT_ONCE` threads at a time.
-                read.append((key, await asyncio.to_thread(decode_chunk, bytes(data))))
-            except ValueError as error:  # pydantic's ValidationError is one
-                log.warning("result chunk %s does not decode (%s): left out, its lines count as never run", key,
-                            str(error)[:200])
+            else:
+                try:
+                    # Off the leader's loop (a chunk may be tens of MB); at most `AT_ONCE` threads at a time.
+                    read.append((key, await asyncio.to_thread(decode_chunk, bytes(data))))
+                except ValueError as error:  # pydantic's ValidationError is one
+                    log.warning("result chunk %s does not decode (%s): left out, its lines count as never run", key,
+                                str(error)[:200])
         return read
 
 
