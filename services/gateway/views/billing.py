@@ -50,8 +50,8 @@ async def list_accounts(request: web.Request) -> web.Response:
     require_admin(request)
     d = deps(request)
     records = sorted(await d.read_model.list_accounts(), key=lambda r: r.account_id)
-    page = ListPage[BillingBalance](data=[billing.balance(r.account_id, r, d.settings.billing) for r in records])
-    return answer(page)
+    return answer(ListPage[BillingBalance](data=[billing.balance(r.account_id, r, d.settings.billing)
+                                                 for r in records]))
 
 
 async def grant_credits(request: web.Request) -> web.Response:

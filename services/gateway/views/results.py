@@ -77,8 +77,7 @@ async def batch_results(request: web.Request) -> web.Response:
             continue
         succeeded = [line for line in await _chunk(d, event.chunk_key) if line.succeeded]
         first = skip if fact.sequence == start_sequence else 0
-        for index in range(first, len(succeeded)):
-            line = succeeded[index]
+        for index, line in enumerate(succeeded[first:], start=first):
             if line.line in seen_lines:
                 continue
             if len(data) == limit:
@@ -91,9 +90,8 @@ async def batch_results(request: web.Request) -> web.Response:
             break
     if next_after is None and start_sequence:
         next_after = f"{start_sequence}.{skip}"  # nothing new yet: the same place
-    page = ResultsPage(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None,
-                       has_more=has_more, next_after=next_after, complete=ended and not has_more)
-    return answer(page)
+    return answer(ResultsPage(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None,
+                              has_more=has_more, next_after=next_after, complete=ended and not has_more))
 
 
 async def _chunk(d: Deps, key: str) -> list[CommittedLine]:

@@ -151,9 +151,8 @@ async def list_webhooks(request: web.Request) -> web.Response:
     caller = principal(request)
     visible = [endpoint.model_copy(update={"secret": None}) for endpoint in await _store(request).list_endpoints()
                if await _manages(request, caller, endpoint)]
-    page = ListPage[WebhookEndpoint](data=visible, first_id=visible[0].id if visible else None,
-                                     last_id=visible[-1].id if visible else None)
-    return answer(page)
+    return answer(ListPage[WebhookEndpoint](data=visible, first_id=visible[0].id if visible else None,
+                                            last_id=visible[-1].id if visible else None))
 
 
 async def retrieve_webhook(request: web.Request) -> web.Response:
@@ -211,9 +210,8 @@ async def list_deliveries(request: web.Request) -> web.Response:
         raise bad_request(f"limit must be an integer from 1 to {MAX_DELIVERIES_LISTED}.", "invalid_limit", "limit")
     found = [d for d in await _store(request).list_deliveries(endpoint.id) if status is None or d.status == status]
     shown = found[:limit]
-    page = ListPage[WebhookDelivery](data=shown, first_id=shown[0].id if shown else None,
-                                     last_id=shown[-1].id if shown else None, has_more=len(found) > limit)
-    return answer(page)
+    return answer(ListPage[WebhookDelivery](data=shown, first_id=shown[0].id if shown else None,
+                                            last_id=shown[-1].id if shown else None, has_more=len(found) > limit))
 
 
 async def redeliver(request: web.Request) -> web.Response:
