@@ -83,10 +83,8 @@ class Account(Folded):
 
     def release(self, sequence: int, batch_id: str, at: int) -> None:
         """A reservation whose batch was never created: given back whole."""
-        entry = self.open.get(batch_id)
-        if self.has_folded(sequence) or entry is None:
-            return
-        self._closed(sequence=sequence, batch_id=batch_id, extra_micros=0, at=at, credit=True)
+        if not self.has_folded(sequence) and batch_id in self.open:
+            self._closed(sequence=sequence, batch_id=batch_id, extra_micros=0, at=at, credit=True)
 
     def saw_credit_fact(self, sequence: int) -> None:
         """A fact on the account's subject was folded, whatever it changed: the next reservation is fenced on it

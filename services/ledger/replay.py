@@ -65,14 +65,12 @@ async def replay_into_scratch(bus: EventBus, group_size: int = 5000, archive: Ar
 
     ledger = Ledger(persistence_env(None))
     started = time.perf_counter()
-    start_after, archived = 0, 0
+    archived = 0
     if archive is not None and point is not None:
         restored = await restore(ledger, archive, point, collect, 0, group_size, full)
-        start_after, archived, replayed.seeded = restored.point, restored.folded, restored.seeded
-        replayed.archived_through = restored.point
-        marker = ArchivedThrough(index=point.index, last_sequence=point.last_sequence)
-        replayed.records[ARCHIVED_THROUGH_KEY] = marker
-    folder = Folder(ledger, collect, start_after=start_after, group_size=group_size)
+        replayed.archived_through, archived, replayed.seeded = restored.point, restored.folded, restored.seeded
+        replayed.records[ARCHIVED_THROUGH_KEY] = ArchivedThrough(index=point.index, last_sequence=point.last_sequence)
+    folder = Folder(ledger, collect, start_after=replayed.archived_through, group_size=group_size)
     stop = asyncio.Event()
     worker = asyncio.create_task(folder.run(stop))
     try:
