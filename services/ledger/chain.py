@@ -21,11 +21,9 @@ def link(previous: str, fact: Fact) -> str:
 
 def link_run(previous: str, run: list[Fact]) -> tuple[list[str], str]:
     """`link` over consecutive facts: each one's digest, and the chain's hash after the last of them."""
-    digests = []
-    head = previous
+    digests, head = [], previous
     for fact in run:
-        body = b"%s\n%d\n%s\n" % (head.encode(), fact.sequence, fact.subject.encode())
-        head = sha256(body + fact.data).hexdigest()
+        head = link(head, fact)
         digests.append(head[:DIGEST_CHARS])
     return digests, head
 
