@@ -249,11 +249,8 @@ def _waits(unserved: list[tuple[BatchPlan, CatalogueModel]], fleet: FleetView) -
     for plan, model in unserved:
         if plan.running:
             continue
-        reason = fleet.why_waiting(plan, model)
-        if reason.startswith(QUEUED):
-            if plan.waiting_reason is not None and not plan.waiting_reason.startswith(QUEUED):
-                actions.append(Wait(plan, reason))
-        elif reason != plan.waiting_reason:
+        reason, stated = fleet.why_waiting(plan, model), plan.waiting_reason
+        if reason != stated and not (reason.startswith(QUEUED) and (stated is None or stated.startswith(QUEUED))):
             actions.append(Wait(plan, reason))
     return actions
 
@@ -261,24 +258,18 @@ def _waits(unserved: list[tuple[BatchPlan, CatalogueModel]], fleet: FleetView) -
 def _end_early(plan: BatchPlan, fleet: FleetView, alive: set[str], now_ms: int,
                reason: Literal["cancelled", "expired", "failed"], code: str, message: str) -> list[Action]:
     """Fence what runs (a cancel first gets a grace period to wind down itself), then finalize once."""
-    live = fleet.live_for(plan)
-    actions: list[Action] = []
-    winding_down = False
-    for _, run in plan.running_shards():
-        assert run.executor_id is not None
-        in_grace = (reason == "cancelled" and plan.cancel_requested_at_ms is not None
-                    and now_ms - plan.cancel_requested_at_ms < CANCEL_GRACE_MS and run.executor_id in live)
-        if in_grace:
-            winding_down = True
-        else:
-            actions.append(FenceAttempt(plan, run.attempt, run.executor_id, code, message))
-    if winding_down or plan.phase == "validating":
+    grace = (reason == "cancelled" and plan.cancel_requested_at_ms is not None
+             and now_ms - plan.cancel_requested_at_ms < CANCEL_GRACE_MS)
+    live = fleet.live_for(plan) if grace else {}
+    runs = [(run.attempt, run.executor_id) for _, run in plan.running_shards() if run.executor_id is not None]
+    actions: list[Action] = [FenceAttempt(plan, attempt, executor_id, code, message)
+                             for attempt, executor_id in runs if executor_id not in live]
+    if len(actions) < len(runs) or plan.phase == "validating":
         # A running attempt stops and finalizes the cancel itself (or, sharded, reports its shard stopped);
         # before the verdict the file is not known to be readable.
         return actions
-    if reason == "failed":
-        return [*actions, *_finalize(plan, fleet, alive, reason, code, message)]
-    return [*actions, *_finalize(plan, fleet, alive, reason)]
+    failure = (code, message) if reason == "failed" else (None, None)
+    return [*actions, *_finalize(plan, fleet, alive, reason, *failure)]
 
 
 def _finalize(plan: BatchPlan, fleet: FleetView, alive: set[str],

@@ -19,19 +19,14 @@ placed before then (most are) states no wait at all."""
 
 
 def standing_waits(book: Book, weights: Weights, now_ms: int) -> list[Wait]:
-    rates = book.rates.rates(now_ms)
-    plans: dict[str, BatchPlan] = {}
-    queued: list[QueuedBatch] = []
-    for plan in book.open.values():
-        if plan.phase != "validated" or plan.model is None or plan.held or plan.cancel_requested_at_ms is not None:
-            continue
-        plans[plan.batch_id] = plan
-        remaining = max(plan.total_lines - plan.done_lines, 0)
-        queued.append(QueuedBatch(plan.batch_id, plan.owner, plan.organization_id, plan.model, plan.validated_order,
-                                  plan.expires_at_ms, pending_lines=0, remaining_lines=remaining))
+    queued = [QueuedBatch(plan.batch_id, plan.owner, plan.organization_id, plan.model, plan.validated_order,
+                          plan.expires_at_ms, pending_lines=0,
+                          remaining_lines=max(plan.total_lines - plan.done_lines, 0))
+              for plan in book.open.values() if plan.phase == "validated" and plan.model is not None
+              and not plan.held and plan.cancel_requested_at_ms is None]
     waits: list[tuple[int, Wait]] = []
-    for batch_id, standing in standings(queued, rates, weights).items():
-        plan = plans[batch_id]
+    for batch_id, standing in standings(queued, book.rates.rates(now_ms), weights).items():
+        plan = book.open[batch_id]
         assert plan.model is not None
         if plan.running:
             executors = len({run.executor_id for _, run in plan.running_shards()})
