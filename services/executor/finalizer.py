@@ -13,14 +13,12 @@ from contracts.commands import FinalizeBatch, RunBatch
 from contracts.events.batch import BatchCancelled, BatchCompleted, BatchExpired, BatchFailed, BatchFinalizing
 from contracts.events.envelope import Event
 from contracts.ids import error_file_id, output_file_id
-from contracts.subjects import result_chunk_key
 from services.executor.adapters.desk import publish_in_order
 from services.executor.adapters.objects import ObjectAccess
 from services.executor.adapters.results import LOOK, ResultStore
 from services.executor.attempts import BatchLog, Outcome, counts_as_committed
 from services.executor.chunk_lines import ResultLine
 from services.executor.domain import (
-    REFUSED_ATTEMPT,
     CommittedLine,
     Resume,
     assemble,
@@ -91,35 +89,28 @@ class Finalizer:
         batch_log = await ender.read_log() if completing else ender.log
         outcome = batch_log.outcome(asked)
         announced = batch_log.announced | ender.announced
-        in_hand = ender.in_hand
-        held = in_hand if in_hand is not None and announced <= {key for key, _ in in_hand} else None
-        if isinstance(batch, FinalizeBatch):
-            code = batch.code if outcome == batch.reason else batch_log.cancel_code  # a cancel came first
-            return await self.finalize(batch, outcome, counts_as_committed(announced), publish, code,
-                                       holds=batch_log.holds_line)
-        return await self.finalize(batch, outcome, counts_as_committed(announced), publish,
-                                   batch_log.cancel_code if outcome == "cancelled" else None,
-                                   all_lines_ran=completing, in_hand=held)
-
-    async def finalize(self, command: RunBatch | FinalizeBatch, outcome: Outcome, counts: Callable[[str], bool],
-                       publish: Publish, code: str | None = None, all_lines_ran: bool = False,
-                       holds: Callable[[str, int], bool] | None = None,
-                       in_hand: Sequence[tuple[str, Sequence[ResultLine]]] | None = None) -> bool:
-        """Write both files and publish the terminal fact; False once `publish` refuses (the lease is gone).
-
-        The files hold the chunks that `counts` as committed, and of each only the lines it `holds` (chunk key,
-        input line; default every line). Lines never run get `code` in the error file (default
-        `batch_<outcome>`); unless `all_lines_ran`, the input is read again so none can go missing."""
-        batch_id = command.batch_id
+        counts = counts_as_committed(announced)
         chunks: Sequence[tuple[str, Sequence[ResultLine]]]
-        if in_hand is not None:  # every chunk that counts, and the refused lines: nothing is read back
-            refused = result_chunk_key(batch_id, REFUSED_ATTEMPT, 0)
-            chunks = [(key, lines) for key, lines in in_hand if key == refused or counts(key)]
+        if ender.in_hand is not None and announced <= {key for key, _ in ender.in_hand}:
+            chunks = [(key, lines) for key, lines in ender.in_hand if counts(key)]  # nothing is read back
         else:
-            rejections = command.rejections_object_key if isinstance(command, RunBatch) else LOOK
-            chunks = await self.results.committed(batch_id, counts, rejections)
-        if holds is not None:
-            chunks = [(key, [line for line in lines if holds(key, line.line)]) for key, lines in chunks]
+            rejections = batch.rejections_object_key if isinstance(batch, RunBatch) else LOOK
+            chunks = await self.results.committed(batch.batch_id, counts, rejections)
+        if isinstance(batch, RunBatch):
+            return await self.finalize(batch, outcome, chunks, publish,
+                                       batch_log.cancel_code if outcome == "cancelled" else None, completing)
+        # A finalize command's files hold, of each chunk, only the lines of the unit its attempt was assigned.
+        chunks = [(key, [line for line in lines if batch_log.holds_line(key, line.line)]) for key, lines in chunks]
+        code = batch.code if outcome == batch.reason else batch_log.cancel_code  # a cancel came first
+        return await self.finalize(batch, outcome, chunks, publish, code)
+
+    async def finalize(self, command: RunBatch | FinalizeBatch, outcome: Outcome,
+                       chunks: Sequence[tuple[str, Sequence[ResultLine]]], publish: Publish, code: str | None = None,
+                       all_lines_ran: bool = False) -> bool:
+        """Write both files of the committed `chunks` and publish the terminal fact; False once `publish` refuses
+        (the lease is gone). Lines never run get `code` in the error file (default `batch_<outcome>`); unless
+        `all_lines_ran`, the input is read again so none can go missing."""
+        batch_id = command.batch_id
         committed = Resume.from_chunks(chunks, attempt=0).committed
         lines: list[ResultLine] = list(committed.values())
         if not all_lines_ran:
