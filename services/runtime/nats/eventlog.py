@@ -95,18 +95,11 @@ async def follow(bus: EventBus, subject: str | tuple[str, ...] = EVENTS_SUBJECTS
             yield group
 
 
-@contextlib.asynccontextmanager
-async def following(bus: EventBus, subject: str | tuple[str, ...] = EVENTS_SUBJECTS, after: int = 0,
-                    batch: int = 1000, idle: bool = False) -> AsyncIterator[AsyncIterator[list[Fact]]]:
+def following(bus: EventBus, subject: str | tuple[str, ...] = EVENTS_SUBJECTS, after: int = 0, batch: int = 1000,
+              idle: bool = False) -> contextlib.AbstractAsyncContextManager[AsyncIterator[list[Fact]]]:
     """`follow`, with its consumer made before the body runs (nothing published from now on can be missed) and
     released when the body ends, on every path."""
-    reader = OrderedReader(bus, after, batch, subject)
-    try:
-        await reader.open()
-        async with contextlib.aclosing(reader.groups(idle)) as groups:
-            yield groups
-    finally:
-        await reader.close()
+    return OrderedReader(bus, after, batch, subject).reading(idle, consumer_first=True)
 
 
 def published_at(fact: Fact) -> datetime | None:

@@ -70,17 +70,14 @@ async def run_fold(follower: LogFollower, bus: EventBus, deps: Any) -> None:
     reached = head <= after
     if reached and follower.caught_up is not None:
         follower.caught_up(deps)
-    reader = OrderedReader(bus, after, follower.group_size, subjects if len(subjects) > 1 else subjects[0])
-
-    try:
-        async for facts in reader.groups():  # until cancelled
+    reader = OrderedReader(bus, after, follower.group_size, subjects)
+    async with reader.reading() as groups:
+        async for facts in groups:  # until cancelled
             await take(deps, facts, reader.head_seen)
             if not reached and facts[-1].sequence >= head:
                 reached = True
                 if follower.caught_up is not None:
                     follower.caught_up(deps)
-    finally:
-        await reader.close()
 
 
 @dataclass(frozen=True)

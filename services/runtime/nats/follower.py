@@ -9,7 +9,7 @@ after the last fact handed on.
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
 import nats.errors
@@ -111,10 +111,19 @@ class OrderedReader:
             self.read_through = facts[-1].sequence
         return facts
 
-    async def open(self) -> None:
-        """Make the consumer now (else the first `next_facts` does); the read starts after `read_through`."""
-        if self._subscription is None:
-            await self._open()
+    @contextlib.asynccontextmanager
+    async def reading(self, idle: bool = False, *,
+                      consumer_first: bool = False) -> AsyncIterator[AsyncIterator[list[Fact]]]:
+        """`groups`, with the consumer released when the block ends, on every path. `consumer_first`: it is made
+        before the block runs (nothing published from then on can be missed); else at the first group, where
+        trouble restarts the reader as any later trouble does."""
+        try:
+            if consumer_first:
+                await self._open()
+            async with contextlib.aclosing(self.groups(idle)) as groups:
+                yield groups
+        finally:
+            await self.close()
 
     async def close(self) -> None:
         subscription, self._subscription = self._subscription, None
