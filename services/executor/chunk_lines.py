@@ -72,15 +72,9 @@ def output_json(line: ResultLine) -> bytes:
 
 def line_json(line: ResultLine) -> bytes:
     """The chunk line of a committed line, as `CommittedLine.model_dump_json()` writes it."""
-    if isinstance(line, StoredLine):
-        return b'{"line":%d,"custom_id":%b,"output":%b}' % (line.line, orjson.dumps(line.custom_id), line.output_json)
-    if FAST:
-        try:
-            return orjson.dumps({"line": line.line, "custom_id": line.custom_id, "output": _output_dict(line.output)},
-                                option=PLAIN)
-        except TypeError:
-            pass
-    return line.model_dump_json().encode()
+    if not FAST and isinstance(line, CommittedLine):
+        return line.model_dump_json().encode()
+    return b'{"line":%d,"custom_id":%b,"output":%b}' % (line.line, orjson.dumps(line.custom_id), output_json(line))
 
 
 def encode_chunk(lines: Iterable[ResultLine]) -> bytes:
