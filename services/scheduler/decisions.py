@@ -56,8 +56,7 @@ def _upkeep(plan: BatchPlan, book: Book, fleet: FleetView, alive: set[str], now_
         return _end_early(plan, fleet, alive, now_ms, "cancelled", "batch_cancelled", "The batch was cancelled."), None
     if now_ms >= plan.expires_at_ms:
         return _end_early(plan, fleet, alive, now_ms, "expired", "batch_expired", "The completion window ended."), None
-    actions: list[Action] = _fence_dead_attempts(plan, book, alive) if plan.running_units else []
-    actions += _fence_misplaced_attempts(plan, fleet, actions) if plan.running_units else []
+    actions = _fences(plan, book, fleet, alive) if plan.running_units else []
     if plan.phase != "validated" or plan.model is None or plan.held:
         return actions, None
     if plan.all_finished:
@@ -83,26 +82,24 @@ def _upkeep(plan: BatchPlan, book: Book, fleet: FleetView, alive: set[str], now_
     return actions, (model if plan.pending_count() > 0 else None)
 
 
-def _fence_dead_attempts(plan: BatchPlan, book: Book, alive: set[str]) -> list[Action]:
-    actions: list[Action] = []
+def _fences(plan: BatchPlan, book: Book, fleet: FleetView, alive: set[str]) -> list[Action]:
+    """Running attempts whose lease ends: their executor lost or restarted since; then those on executors the batch
+    may no longer run on (their provider's approval was withdrawn)."""
+    dead: list[Action] = []
+    misplaced: list[Action] = []
     for _, run in plan.running_shards():
-        assert run.executor_id is not None
-        if run.executor_id not in alive:
-            actions.append(FenceAttempt(plan, run.attempt, run.executor_id, "executor_lost",
-                                        f"Executor {run.executor_id} stopped sending heartbeats."))
-        elif book.incarnations.get(run.executor_id, 0) > run.running_since_ms:
-            actions.append(FenceAttempt(plan, run.attempt, run.executor_id, "executor_restarted",
-                                        f"Executor {run.executor_id} restarted while running attempt {run.attempt}."))
-    return actions
-
-
-def _fence_misplaced_attempts(plan: BatchPlan, fleet: FleetView, fenced: list[Action]) -> list[Action]:
-    """Attempts on executors the batch may no longer run on (their provider's approval was withdrawn)."""
-    done = {action.attempt for action in fenced if isinstance(action, FenceAttempt)}
-    return [FenceAttempt(plan, run.attempt, run.executor_id, PLACEMENT_WITHDRAWN,
-                         f"Executor {run.executor_id}'s provider may no longer run this batch.")
-            for _, run in plan.running_shards()
-            if run.executor_id is not None and run.attempt not in done and not fleet.allows(run.executor_id, plan)]
+        executor_id = run.executor_id
+        assert executor_id is not None
+        if executor_id not in alive:
+            dead.append(FenceAttempt(plan, run.attempt, executor_id, "executor_lost",
+                                     f"Executor {executor_id} stopped sending heartbeats."))
+        elif book.incarnations.get(executor_id, 0) > run.running_since_ms:
+            dead.append(FenceAttempt(plan, run.attempt, executor_id, "executor_restarted",
+                                     f"Executor {executor_id} restarted while running attempt {run.attempt}."))
+        elif not fleet.allows(executor_id, plan):
+            misplaced.append(FenceAttempt(plan, run.attempt, executor_id, PLACEMENT_WITHDRAWN,
+                                          f"Executor {executor_id}'s provider may no longer run this batch."))
+    return dead + misplaced
 
 
 @dataclass
@@ -134,7 +131,7 @@ def _hand_out(wanting: list[tuple[BatchPlan, CatalogueModel]], book: Book, fleet
     places = {executor_id: advert.parallel_attempts - load[executor_id]
               for executor_id, advert in fleet.live.items() if advert.parallel_attempts > load[executor_id]}
     if not places and not any(load[e] < a.parallel_attempts + a.guest_attempts for e, a in fleet.live.items()):
-        return _waits([pair for pair in wanting if not pair[0].running], fleet)
+        return _waits(wanting, fleet)
     lanes = {plan.batch_id: fleet.lane(plan, model) for plan, model in wanting}
     by_key = {lane.key: lane for lane in lanes.values()}
     serves = _servable(by_key.values(), fleet, places)

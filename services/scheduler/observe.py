@@ -26,7 +26,7 @@ def plan_state(plan: BatchPlan) -> PlanState:
 
 def export_book(book: Book) -> None:
     """Set the batches gauge from the book (every state, 0 included: a drained queue reads 0, not absent)."""
-    counts = Counter(plan_state(plan) for plan in book.open.values() if plan.phase != "ended")
+    counts = Counter(plan_state(plan) for plan in book.open.values())
     for state in PLAN_STATES:
         metrics.SCHEDULER_BATCHES.labels(state).set(counts[state])
 
