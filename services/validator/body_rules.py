@@ -15,7 +15,7 @@ from contracts.engines import (
 from contracts.events.executor import EngineName
 from services.validator.adapters.tokenizer import TokenizerCache
 from services.validator.issues import LineIssue
-from services.validator.strict_sampling import SamplingKey, sampling_key, strict_issues
+from services.validator.strict_sampling import SamplingKey, is_integer, is_number, sampling_key, strict_issues
 from services.validator.tool_rules import TOOL_PARAMETERS, known_parameters, tool_issues
 
 CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -197,10 +197,6 @@ def _is_text_or_texts(value: object) -> bool:
     return isinstance(value, list) and bool(value) and all(isinstance(v, str) and v for v in value)
 
 
-def _number_in(value: object, low: float, high: float) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and low <= value <= high
-
-
 RANGES = {"temperature": (0, 2), "top_p": (0, 1), "presence_penalty": (-2, 2), "frequency_penalty": (-2, 2)}
 """OpenAI's ranges of the sampling parameters."""
 POSITIVE = (*TOKEN_LIMIT_FIELDS, "n")
@@ -214,17 +210,18 @@ def _range_issues(body: dict[str, object], temperature_checked: bool = False) ->
     for name, (low, high) in RANGES.items():
         if temperature_checked and name == "temperature":
             continue
-        if body.get(name) is not None and not _number_in(body[name], low, high):
+        value = body.get(name)
+        if value is not None and not (is_number(value) and low <= value <= high):
             yield LineIssue("invalid_body", f"{name} must be a number from {low} to {high}.", f"body.{name}")
     for name in POSITIVE:
         value = body.get(name)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        if value is not None and (not is_integer(value) or value < 1):
             yield LineIssue("invalid_body", f"{name} must be a positive integer.", f"body.{name}")
     n = body.get("n")
-    if isinstance(n, int) and not isinstance(n, bool) and n > MAX_SAMPLES:
+    if is_integer(n) and n > MAX_SAMPLES:
         yield LineIssue("invalid_body", f"n asks for {n} samples; a line takes 1 to {MAX_SAMPLES}.", "body.n")
     seed = body.get("seed")
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+    if seed is not None and not is_integer(seed):
         yield LineIssue("invalid_body", "seed must be an integer.", "body.seed")
     stop = body.get("stop")
     if stop is not None and not isinstance(stop, str) and not (

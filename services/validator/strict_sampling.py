@@ -25,11 +25,11 @@ SamplingKey = tuple[object, ...]
 """(temperature, top_p, top_k, min_p, max_tokens, seed, n), defaults filled in: what one file must share."""
 
 
-def _number(value: object) -> TypeGuard[int | float]:
+def is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _integer(value: object) -> TypeGuard[int]:
+def is_integer(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -45,7 +45,7 @@ def strict_issues(body: dict[str, object]) -> Iterator[LineIssue]:
     yield from _sampler_issues(body)
     yield from _limit_issues(body)
     seed = body.get("seed")
-    if seed is not None and (not _integer(seed) or not 0 <= seed <= MAX_SEED):
+    if seed is not None and (not is_integer(seed) or not 0 <= seed <= MAX_SEED):
         yield LineIssue("invalid_body", f"seed must be an integer from 0 to {MAX_SEED:,}.", "body.seed")
     for name, neutral in NEUTRAL.items():
         value = body.get(name)
@@ -60,17 +60,17 @@ def _sampler_issues(body: dict[str, object]) -> Iterator[LineIssue]:
     if temperature == 0:
         yield LineIssue("greedy_unavailable", "Greedy decoding (temperature 0) is not offered: sample with a "
                         f"temperature above 0 and up to {TEMPERATURE_MAX:g}.", "body.temperature")
-    elif temperature is not None and (not _number(temperature) or not 0 < temperature <= TEMPERATURE_MAX):
+    elif temperature is not None and (not is_number(temperature) or not 0 < temperature <= TEMPERATURE_MAX):
         yield LineIssue("invalid_body", f"temperature must be above 0 and up to {TEMPERATURE_MAX:g}.",
                         "body.temperature")
     top_p = body.get("top_p")
-    if top_p is not None and (not _number(top_p) or not 0 < top_p <= 1):
+    if top_p is not None and (not is_number(top_p) or not 0 < top_p <= 1):
         yield LineIssue("invalid_body", "top_p must be above 0 and up to 1.", "body.top_p")
     top_k = body.get("top_k")
-    if top_k is not None and (not _integer(top_k) or top_k < -1):
+    if top_k is not None and (not is_integer(top_k) or top_k < -1):
         yield LineIssue("invalid_body", "top_k must be 0 or -1 (no limit) or a positive integer.", "body.top_k")
     min_p = body.get("min_p")
-    if min_p is not None and (not _number(min_p) or not 0 <= min_p < 1):
+    if min_p is not None and (not is_number(min_p) or not 0 <= min_p < 1):
         yield LineIssue("invalid_body", "min_p must be from 0 up to, not including, 1.", "body.min_p")
 
 
@@ -78,7 +78,7 @@ def _limit_issues(body: dict[str, object]) -> Iterator[LineIssue]:
     """max_tokens and max_completion_tokens within range, and equal when both are given."""
     limits = {name: body[name] for name in ("max_tokens", "max_completion_tokens") if body.get(name) is not None}
     for name, value in limits.items():
-        if not _integer(value) or not MIN_MAX_TOKENS <= value <= MAX_MAX_TOKENS:
+        if not is_integer(value) or not MIN_MAX_TOKENS <= value <= MAX_MAX_TOKENS:
             yield LineIssue("invalid_max_tokens", f"{name} must be from {MIN_MAX_TOKENS} to {MAX_MAX_TOKENS:,}.",
                             f"body.{name}")
     if len(set(map(repr, limits.values()))) > 1:
