@@ -32,10 +32,6 @@ class Advertiser(Protocol):
     async def advertise(self, advert: ExecutorAdvert) -> None: ...
 
 
-def silent_too_long(last_beat_at: int | None, now_ms: int) -> bool:
-    return last_beat_at is not None and now_ms - last_beat_at > SILENCE_MS
-
-
 async def heartbeat(fleet: Advertiser, advert_now: Callable[[], ExecutorAdvert], every_s: float, stop: asyncio.Event,
                     rejoin: Rejoin | None = None) -> None:
     """Advertise every `every_s` until `stop` is set; after too long a silence, `rejoin` first."""
@@ -43,9 +39,9 @@ async def heartbeat(fleet: Advertiser, advert_now: Callable[[], ExecutorAdvert],
     owes_rejoin = False
     while not stop.is_set():
         advert = advert_now()
-        if rejoin is not None and not owes_rejoin and silent_too_long(last_beat_at, advert.heartbeat_at):
-            log.warning("no heartbeat sent for %.1f s (paused or cut off): registering again",
-                        (advert.heartbeat_at - (last_beat_at or 0)) / 1000)
+        silent_ms = advert.heartbeat_at - last_beat_at if last_beat_at is not None else 0
+        if rejoin is not None and not owes_rejoin and silent_ms > SILENCE_MS:
+            log.warning("no heartbeat sent for %.1f s (paused or cut off): registering again", silent_ms / 1000)
             owes_rejoin = True
         try:
             # Beating on before the scheduler has the new registration would let it assign work that the

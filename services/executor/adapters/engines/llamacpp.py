@@ -66,7 +66,6 @@ class LlamaCppEngine(Engine):
 
     def __init__(self, n_threads: int) -> None:
         self.n_threads = n_threads
-        self.model: CatalogueModel | None = None
         self._server: xllamacpp.Server | None = None
         self._pool: ThreadPoolExecutor | None = None
 

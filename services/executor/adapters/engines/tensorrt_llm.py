@@ -151,7 +151,6 @@ class TensorRtLlmEngine(Engine):
     name: ClassVar[EngineName] = "tensorrt_llm"
 
     def __init__(self) -> None:
-        self.model: CatalogueModel | None = None
         self._llm: Any = None
         self._trtllm: Any = None
 

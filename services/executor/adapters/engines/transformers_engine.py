@@ -80,7 +80,6 @@ class TransformersEngine(Engine):
         self.continuous_batching = continuous_batching
         self._batches: batching.ContinuousBatches | None = None
         self.cache_dir = cache_dir or default_cache_dir() / "hf-checkpoints"
-        self.model: CatalogueModel | None = None
         self._torch: Any = None
         self._transformers: Any = None
         self._network: Any = None
