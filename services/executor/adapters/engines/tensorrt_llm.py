@@ -198,10 +198,14 @@ class TensorRtLlmEngine(Engine):
             raise EngineUnavailable("no model is loaded")
         if endpoint not in self.model.endpoints or endpoint == "/v1/embeddings":
             return self.not_served(endpoint)
-        prepared = self._prepared(endpoint, body)
-        if isinstance(prepared, EngineReply):
-            return prepared
-        request, prompt, params = prepared
+        try:
+            request = chat_request(body) if endpoint == "/v1/responses" else dict(body)
+            prompt = prompt_text(self._llm.tokenizer, endpoint, request)
+            params = self._trtllm.SamplingParams(**sampling_kwargs(request, endpoint))
+        except UnmappableRequest as error:
+            return error_reply(400, str(error), "invalid_request")
+        except Exception as error:  # jinja2's TemplateError, SamplingParams' ValueError: the line's own fault
+            return refusal_of(error)
         output = await self._output(prompt, params)
         if isinstance(output, EngineReply):
             return output
@@ -211,18 +215,6 @@ class TensorRtLlmEngine(Engine):
         except LineCancelled as cancelled:
             return error_reply(503, str(cancelled), "engine_cancelled")
         return self.completed(endpoint, answer)
-
-    def _prepared(self, endpoint: str, body: dict[str, object]) -> tuple[dict[str, Any], str, Any] | EngineReply:
-        """The request as the engine takes it, its prompt and sampling; or the line's refusal."""
-        try:
-            request = chat_request(body) if endpoint == "/v1/responses" else dict(body)
-            prompt = prompt_text(self._llm.tokenizer, endpoint, request)
-            params = self._trtllm.SamplingParams(**sampling_kwargs(request, endpoint))
-        except UnmappableRequest as error:
-            return error_reply(400, str(error), "invalid_request")
-        except Exception as error:  # jinja2's TemplateError, SamplingParams' ValueError: the line's own fault
-            return refusal_of(error)
-        return request, prompt, params
 
     async def _output(self, prompt: str, params: Any) -> Any:
         """The engine's output for the request; or the line's refusal, or a 500 when the engine failed it."""
