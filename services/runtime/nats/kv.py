@@ -184,7 +184,11 @@ async def read_page(js: JetStreamContext, stream: str, subject: str, after: int,
     floor = await leader_floor(js, stream, subject)
     deadline = asyncio.get_running_loop().time() + PAGE_TIMEOUT_S
     while True:
-        found, more = await _read_one_page(js, stream, subject, after, limit, max_bytes)
+        found, status, pending = await _direct_batch(js, stream, {
+            "seq": after + 1, "next_by_subj": subject, "batch": limit, "max_bytes": max_bytes}, "read")
+        if status not in ("204", "404"):  # 404: nothing after `after`
+            raise ScanFailed(f"the stream refused a read (status {status})")
+        more = status == "204" and pending > 0
         reached = max(after, found[-1].seq if found else 0)
         if more or reached >= floor:
             return found, more
@@ -203,17 +207,6 @@ async def _lagging(js: JetStreamContext, stream: str, subject: str, reached: int
             raise ScanFailed(f"no replica of {stream} caught up to sequence {floor} for a {what}")
         await asyncio.sleep(LAGGING_RETRY_S)
     return floor
-
-
-async def _read_one_page(js: JetStreamContext, stream: str, subject: str, after: int, limit: int,
-                         max_bytes: int) -> tuple[list[StoredMessage], bool]:
-    found, status, pending = await _direct_batch(js, stream, {
-        "seq": after + 1, "next_by_subj": subject, "batch": limit, "max_bytes": max_bytes}, "read")
-    if status == "404":
-        return [], False
-    if status != "204":
-        raise ScanFailed(f"the stream refused a read (status {status})")
-    return found, pending > 0
 
 
 async def _direct_batch(js: JetStreamContext, stream: str, request: dict[str, object],

@@ -2,6 +2,7 @@
 unless renewed; the others stand by."""
 
 import asyncio
+import contextlib
 import logging
 import socket
 
@@ -45,10 +46,8 @@ class LeaderLease:
                     standing_by = True
             except (nats.errors.Error, OSError) as error:
                 log.warning("leader lease not reachable: %r", error)
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=self.ttl_s / 4)
-            except TimeoutError:
-                pass
         return False
 
     async def keep(self, stop: asyncio.Event) -> None:
@@ -66,7 +65,5 @@ class LeaderLease:
                 return
 
     async def release(self) -> None:
-        try:
+        with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError, nats.errors.Error, OSError):
             await self.kv.delete(self.role, last=self.revision)
-        except (nats.js.errors.KeyWrongLastSequenceError, nats.errors.Error, OSError):
-            pass

@@ -26,7 +26,7 @@ from contracts.subjects import READ_MODEL_BUCKET, owner_index, owner_index_key, 
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.kv import Bucket, latest_entries, latest_values, open_bucket, read_last, read_value
 from services.runtime.nats.replicas import replicated
-from services.runtime.nats.stored_bytes import StoredBytesWriter, part_of, stored_bytes, stored_part
+from services.runtime.nats.stored_bytes import StoredBytesWriter, part_of, stored_bytes, stored_part, with_entry
 from services.runtime.process.keyed_locks import KeyedLocks
 
 Record = TypeVar("Record", bound=BaseModel)
@@ -261,14 +261,9 @@ class ReadModel:
             if listed is None:
                 listed = await self._live_list(owner)
             await self._file(record, listed)
-            ids = dict(listed or {})
-            if live:
-                ids[batch_id] = record.batch.input_file_id
-            else:
-                ids.pop(batch_id, None)
+            ids = with_entry(listed or {}, batch_id, record.batch.input_file_id if live else None)
             if listed is None or ids != listed:
-                await self.kv.put(owner_live_key(owner), LiveBatches(dict(sorted(ids.items()))).model_dump_json()
-                                  .encode())
+                await self.kv.put(owner_live_key(owner), LiveBatches(ids).model_dump_json().encode())
             if ids:
                 self._live[owner] = ids
             else:

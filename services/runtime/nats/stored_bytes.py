@@ -8,7 +8,7 @@ summary are written before its record shows the change, so a reader that sees th
 import logging
 import re
 from collections import OrderedDict, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
 from nats.js.kv import KeyValue
@@ -28,6 +28,7 @@ writer, whose every other record would wait behind the failed put."""
 UNSORTED_PART = "xx"
 """The part of a digest that is not hex (never an upload's, which the gateway computes): a key stays a valid key."""
 Stored = TypeVar("Stored", StoredFiles, StoredBytes)
+Value = TypeVar("Value")
 log = logging.getLogger(__name__)
 _HEX_PAIR = re.compile(r"[0-9a-f]{2}")
 
@@ -58,6 +59,14 @@ def stored_records(records: Iterable[FileRecord]) -> dict[str, BaseModel]:
     made.update((owner_stored_key(owner), StoredBytes(dict(sorted(parts.items())))) for owner, parts in
                 summaries.items())
     return made
+
+
+def with_entry(entries: Mapping[str, Value], key: str, value: Value | None) -> dict[str, Value]:
+    """`entries` with `key` set to `value` (None: left out), in key order."""
+    changed = {name: held for name, held in entries.items() if name != key}
+    if value is not None:
+        changed[key] = value
+    return dict(sorted(changed.items()))
 
 
 def _entry(record: FileRecord) -> tuple[int, int | None, str]:
@@ -126,12 +135,7 @@ class StoredBytesWriter:
             entry = None if record.deleted else _entry(record)
             if files.root.get(record.file.id) == entry:
                 return await self._summarise(owner, part, files)  # a put again after a failure between the two
-            changed = dict(files.root)
-            if entry is None:
-                changed.pop(record.file.id, None)
-            else:
-                changed[record.file.id] = entry
-            files = StoredFiles(dict(sorted(changed.items())))
+            files = StoredFiles(with_entry(files.root, record.file.id, entry))
             if entry is not None and len(files.model_dump_json()) > MAX_PART_BYTES:
                 log.error("owner %s: part %s of their stored files is full; file %s is not counted in it",
                           owner, part, record.file.id)
@@ -140,15 +144,10 @@ class StoredBytesWriter:
             await self._summarise(owner, part, files)
 
     async def _summarise(self, owner: str, part: str, files: StoredFiles) -> None:
-        parts = dict((await self._current(owner_stored_key(owner), StoredBytes)).root)
+        parts = (await self._current(owner_stored_key(owner), StoredBytes)).root
         summary = summary_of(files) if files.root else None
-        if parts.get(part) == summary:
-            return
-        if summary is None:
-            parts.pop(part, None)
-        else:
-            parts[part] = summary
-        await self._put(owner_stored_key(owner), StoredBytes(dict(sorted(parts.items()))))
+        if parts.get(part) != summary:
+            await self._put(owner_stored_key(owner), StoredBytes(with_entry(parts, part, summary)))
 
     async def index(self, records: Iterable[FileRecord]) -> int:
         """Write every owner's stored bytes from their file records (once, for a read model made before they were

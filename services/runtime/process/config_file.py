@@ -44,10 +44,9 @@ def section_of(settings_cls: type[BaseSettings]) -> str:
 
 def _load(path: str) -> dict[str, Any]:
     try:
-        changed = os.stat(path).st_mtime_ns
+        return _parse(path, os.stat(path).st_mtime_ns)
     except FileNotFoundError as error:
         raise ConfigFileError(f"{CONFIG_FILE_VARIABLE} names {path}, which does not exist") from error
-    return _parse(path, changed)
 
 
 @cache
@@ -56,8 +55,6 @@ def _parse(path: str, changed: int) -> dict[str, Any]:
     try:
         with open(path, "rb") as file:
             return tomllib.load(file)
-    except FileNotFoundError as error:
-        raise ConfigFileError(f"{CONFIG_FILE_VARIABLE} names {path}, which does not exist") from error
     except tomllib.TOMLDecodeError as error:
         raise ConfigFileError(f"{path} is not TOML: {error}") from error
 
@@ -77,15 +74,12 @@ def file_settings(settings_cls: type[BaseSettings], path: str | None = None) -> 
     if unknown:
         raise ConfigFileError(f"[{section}] in {named} has no setting {', '.join(unknown)} (known: "
                               f"{', '.join(sorted(own))}); docs/settings.md lists them")
-    secrets = sorted(name for name in table if SECRET_NAME.search(name) or own_field(settings_cls, name).repr is False)
+    fields = settings_cls.model_fields
+    secrets = sorted(name for name in table if SECRET_NAME.search(name) or fields[name].repr is False)
     if secrets:
         raise ConfigFileError(f"[{section}] in {named} sets {', '.join(secrets)}: credentials stay in the environment "
                               f"(SHESHNAG_… variables), never in the settings file")
     return dict(table)
-
-
-def own_field(settings_cls: type[BaseSettings], name: str) -> FieldInfo:
-    return settings_cls.model_fields[name]
 
 
 class ConfigFileSource(PydanticBaseSettingsSource):

@@ -165,15 +165,13 @@ class StreamingUpload:
             await self._send_part()
 
     async def finish(self) -> None:
-        client, bucket = self.store.client, self.store.bucket
         if self.upload_id is None:
-            data = bytes(self.pending)
-            await self.store.run(functools.partial(client.put_object, bucket, self.key, io.BytesIO(data), len(data),
-                                                   self.content_type))
+            await self.store.put_bytes(self.key, bytes(self.pending), self.content_type)
             return
         if self.pending:
             await self._send_part()
-        await self.store.run(client._complete_multipart_upload, bucket, self.key, self.upload_id, self.parts)
+        await self.store.run(self.store.client._complete_multipart_upload, self.store.bucket, self.key,
+                             self.upload_id, self.parts)
 
     async def abort(self) -> None:
         """Drop what was sent (best effort: a store that is down keeps an incomplete upload, never an object)."""
