@@ -92,16 +92,14 @@ class BrokeredObjectStore:
 
     async def list_keys(self, prefix: str) -> list[str]:
         keys: list[str] = []
-        after = ""
-        while True:
+        after: str | None = ""
+        while after is not None:
             grant = await self._ask(ObjectRequest(operation="list", batch_id=batch_of(prefix), key=prefix,
                                                   start_after=after))
             expires_at = time.monotonic() + grant.expires_in_s
             for listed in grant.objects:
                 keys.append(listed.key)
                 self.granted["get", listed.key] = (listed.url, expires_at)
-            if grant.next_after is None:
-                break
             after = grant.next_after
         self._forget_expired()
         return sorted(keys)
