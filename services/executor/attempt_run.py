@@ -5,9 +5,9 @@ the lines in the engine are stopped (no GPU time for answers that would be throw
 """
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
-from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -86,7 +86,7 @@ class AttemptRun:
         started in the task group as a slot frees up for this owner, until none is left or the batch stops."""
         command, watch, owner = self.command, self.watch, self.command.terms.owner_key_id
         async with self.runner.inputs.hold(command.batch_id, command.terms.input_object_key) as copy, \
-                aclosing(self.runner.pending_lines(command, self.resume, copy, watch.stopping)) as pending, \
+                contextlib.aclosing(self.runner.pending_lines(command, self.resume, copy, watch.stopping)) as pending, \
                 asyncio.TaskGroup() as group:
             while lines := [line async for line in _take(pending, PLAN_LINES)]:
                 keyed = self.engine.prompt_cache_per_slot
@@ -149,11 +149,9 @@ class AttemptRun:
         Stopped by `lines_done`, never cancelled: a chunk taken from the committer is always committed."""
         every = min(self.runner.chunk_max_wait_s / 2, 1.0)
         while True:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.lines_done.wait(), every)
                 return
-            except TimeoutError:
-                pass
             async with self.commit_lock:
                 if self.committer.due(time.monotonic()):
                     await self.commit(self.committer.flush())
