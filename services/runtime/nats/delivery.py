@@ -185,7 +185,7 @@ class ServiceRouter(NatsRouter):
         broker.context.set_global(TERM, term)
         subscribers = self.term.subscribers
         try:
-            async with running(followers, bus, term) if bus is not None else _no_folds() as folds:
+            async with running(followers, bus, term) if bus is not None else contextlib.nullcontext(Folds(())) as folds:
                 for subscriber in subscribers:
                     await subscriber.start()
                 await (await broker.connect()).flush()  # the server routes requests here before the term acts
@@ -231,11 +231,6 @@ def _delivered_to(handler: Handler, contract: Any, dependencies: str) -> Callabl
     deliver.__name__ = deliver.__qualname__ = getattr(handler, "__name__", "deliver")
     deliver.__doc__ = handler.__doc__
     return deliver
-
-
-@contextlib.asynccontextmanager
-async def _no_folds() -> AsyncIterator[Folds]:
-    yield Folds(())
 
 
 class _Delivery(BaseMiddleware):

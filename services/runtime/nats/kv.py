@@ -107,9 +107,8 @@ async def latest_entries(kv: KeyValue, key_filter: str = ">", *, coherent: bool 
     latest: dict[str, tuple[int, bytes | None]] = {}
     for message in await read_subject(bucket.js, bucket.stream, f"{bucket.prefix}{key_filter}", coherent=coherent):
         key = message.subject[len(bucket.prefix):]
-        deleted = KV_OPERATION in message.headers or MARKER_REASON in message.headers
         if key not in latest or latest[key][0] < message.seq:
-            latest[key] = (message.seq, None if deleted else message.data)
+            latest[key] = (message.seq, message.value)
     return [(key, value) for key, (_, value) in sorted(latest.items()) if value]
 
 
@@ -141,6 +140,11 @@ class StoredMessage:
     subject: str
     headers: dict[str, str]
     data: bytes
+
+    @property
+    def value(self) -> bytes | None:
+        """The data as a KV value: None for a delete, purge or expiry marker."""
+        return None if KV_OPERATION in self.headers or MARKER_REASON in self.headers else self.data
 
 
 async def read_subject(js: JetStreamContext, stream: str, subject: str, *,
@@ -248,9 +252,8 @@ async def read_last(kv: KeyValue, keys: list[str]) -> dict[str, bytes]:
     found: dict[str, bytes] = {}
     for messages in await asyncio.gather(*(_read_last(bucket, chunk) for chunk in chunks)):
         for message in messages:
-            deleted = KV_OPERATION in message.headers or MARKER_REASON in message.headers
-            if not deleted and message.data:
-                found[message.subject[len(bucket.prefix):]] = message.data
+            if message.value:
+                found[message.subject[len(bucket.prefix):]] = message.value
     return found
 
 

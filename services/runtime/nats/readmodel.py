@@ -94,9 +94,7 @@ class ReadModel:
             entry = await self.kv.get(key)
         except nats.js.errors.KeyNotFoundError:
             return None
-        if entry.value is None:
-            return None
-        return model.model_validate_json(entry.value)
+        return None if entry.value is None else model.model_validate_json(entry.value)
 
     async def _scan(self, prefix: str, model: type[Record]) -> list[Record]:
         return [model.model_validate_json(value) for value in await latest_values(self.kv, f"{prefix}.>")]

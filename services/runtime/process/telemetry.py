@@ -51,8 +51,7 @@ def _otlp_exporter(protocol: str) -> SpanExporter | None:
             log.warning("OTEL_EXPORTER_OTLP_PROTOCOL=grpc, but opentelemetry-exporter-otlp-proto-grpc is not "
                         "installed: pip install opentelemetry-exporter-otlp-proto-grpc (no spans are exported)")
             return None
-        exporter: SpanExporter = GrpcExporter()
-        return exporter
+        return GrpcExporter()
     if protocol != "http/protobuf":
         log.warning("OTLP protocol %r is not supported (http/protobuf or grpc); no spans are exported", protocol)
         return None

@@ -56,11 +56,8 @@ class VolumeSpace:
 
     @classmethod
     def of(cls, name: str, path: str, total_bytes: int, free_bytes: int, reserve_bytes: int) -> "VolumeSpace":
-        level: VolumeLevel = "ok"
-        if free_bytes < reserve_bytes:
-            level = "refusing"
-        elif free_bytes < 2 * reserve_bytes:
-            level = "warning"
+        level: VolumeLevel = ("refusing" if free_bytes < reserve_bytes
+                              else "warning" if free_bytes < 2 * reserve_bytes else "ok")
         return cls(name, path, total_bytes, free_bytes, reserve_bytes, level)
 
     def describe(self) -> str:
