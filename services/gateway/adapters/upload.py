@@ -82,8 +82,6 @@ async def _to_store(step: Awaitable[None], store_s: float) -> None:
     try:
         async with asyncio.timeout(store_s):
             await step
-    except TimeoutError as error:
-        raise store_unavailable(error) from None
-    except (S3Error, *TRANSIENT) as error:
+    except (TimeoutError, S3Error, *TRANSIENT) as error:
         raise store_unavailable(error) from None
 

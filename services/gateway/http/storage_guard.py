@@ -5,7 +5,6 @@ write_failures.py).
 Reads, downloads and cancels are never refused early: they free space or need none.
 """
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -15,6 +14,7 @@ from aiohttp.typedefs import Handler
 
 from contracts.api.error_codes import BROKER_UNAVAILABLE, INSUFFICIENT_STORAGE
 from services.gateway.adapters.upload import store_unavailable
+from services.gateway.background.loops import running
 from services.gateway.context import DEPS
 from services.gateway.http.errors import error_response
 from services.gateway.usecases.refusals import ApiError
@@ -95,8 +95,5 @@ async def storage_watch(app: web.Application) -> AsyncIterator[None]:
     watch = app[STORAGE_WATCH] = StorageWatch(deps.settings.connection, deps.bus.js)
     with contextlib.suppress(OSError):
         await watch.refresh()
-    task = asyncio.create_task(watch.run())
-    yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    async with running(watch.run()):
+        yield

@@ -62,7 +62,6 @@ async def ended_by(js: JetStreamContext, batch_id: str, after: int) -> bool:
 
 async def terminal_sequence(js: JetStreamContext, batch_id: str) -> int | None:
     """Where the batch's terminal fact is in the stream; None while it runs, or once its log left the stream."""
-
     sequences = await asyncio.gather(*(last_sequence(js, event_subject("batch", batch_id, name))
                                        for name in sorted(ENDING_FACT_NAMES)))
     return min((seq for seq in sequences if seq is not None), default=None)
