@@ -108,8 +108,6 @@ class Attempts:
         succeeded: bool | None = None
         try:
             succeeded = await self._attempt(claim)
-        except asyncio.CancelledError:
-            raise
         except Exception:
             log.exception("webhook delivery %s: the attempt could not be recorded; its claim lapses and it is "
                           "tried again", claim.delivery_id)
