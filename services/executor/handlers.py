@@ -133,18 +133,13 @@ class Executor:
                                            reason=cause[:REASON_LIMIT]))
 
 
-def run_workers(parallel_attempts: int) -> int:
-    """Run commands handled at once: the attempts the scheduler may give the executor (its guest places too), and
-    the spare places."""
-    return max(parallel_attempts, 1) + GUEST_ATTEMPTS + RUN_SPARE
-
-
 def executor_router(executor_id: str, ack_wait_s: float, max_deliver: int, parallel_attempts: int = 1) -> ServiceRouter:
     """One executor's table: the commands it takes, by which handler, what a hopeless one becomes; the facts it
     states (through the scheduler's fact desk when it joined with a worker key). A fresh router each call.
     `parallel_attempts`: the attempts it runs at once (each a run command in hand), sharing its engines' slots."""
     router = ServiceRouter("executor", dependencies="executor")
-    workers = run_workers(parallel_attempts)
+    # Run commands handled at once: the attempts the scheduler may give it (its guest places too), and the spares.
+    workers = max(parallel_attempts, 1) + GUEST_ATTEMPTS + RUN_SPARE
     # `max_deliver` deliveries of a run command before its attempt fails. Every command out is handled at once: one
     # fetched that no worker took would lose its lease while it waits.
     runs = Durable(RunBatch, WORK_STREAM, executor_durable(executor_id), run_command(executor_id),

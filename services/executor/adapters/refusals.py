@@ -53,9 +53,6 @@ class Refusals:
         self.limit = limit
         self.count = 0
 
-    def next_wait_s(self) -> float:
-        return min(self.max_s, self.first_s * 2 ** max(0, self.count - 1))
-
     async def back_off(self, reason: str, stop: asyncio.Event) -> None:
         """Say why (one line), then wait before the next try, or until `stop`; `JoinRefused` past the limit."""
         self.count += 1
@@ -63,7 +60,7 @@ class Refusals:
             log.error("executor %s cannot join, refusal %d of %d: %s; giving up", self.executor_id, self.count,
                       self.limit, reason)
             raise JoinRefused(f"executor {self.executor_id} was refused {self.count} times: {reason}")
-        wait_s = self.next_wait_s()
+        wait_s = min(self.max_s, self.first_s * 2 ** (self.count - 1))
         log.warning("executor %s cannot join (refusal %d): %s; trying again in %gs", self.executor_id,
                     self.count, reason, wait_s)
         with contextlib.suppress(TimeoutError):
