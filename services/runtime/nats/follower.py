@@ -134,8 +134,8 @@ class OrderedReader:
             await self.bus.js.delete_consumer(EVENTS_STREAM, self.consumer)
 
     async def _open(self) -> None:
-        filters = {"filter_subject": self.subject} if isinstance(self.subject, str) else (
-            {"filter_subject": self.subject[0]} if len(self.subject) == 1 else {"filter_subjects": list(self.subject)})
+        subjects = (self.subject,) if isinstance(self.subject, str) else self.subject
+        filters = {"filter_subject": subjects[0]} if len(subjects) == 1 else {"filter_subjects": list(subjects)}
         config = ConsumerConfig(**filters, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
                                 opt_start_seq=self.read_through + 1, ack_policy=AckPolicy.NONE,
                                 inactive_threshold=INACTIVE_S, mem_storage=True, num_replicas=1)
@@ -157,13 +157,14 @@ class OrderedReader:
         self._wake.set()
         if self._failure is not None:
             return
-        status = message.headers.get(Header.STATUS) if message.headers else None
+        headers = message.headers or {}
+        status = headers.get(Header.STATUS)
         if status == REQUEST_TIMEOUT:
             # The request expired at the head of the stream; this many of it were never filled.
-            self._requested -= int(message.headers.get(PENDING_MESSAGES, "0") if message.headers else 0)
+            self._requested -= int(headers.get(PENDING_MESSAGES, "0"))
             return
         if status is not None:
-            description = message.headers.get(Header.DESCRIPTION, "") if message.headers else ""
+            description = headers.get(Header.DESCRIPTION, "")
             self._failure = ReaderInterrupted(f"consumer {self.consumer} answered {status} {description}")
             return
         metadata = message.metadata  # parsed from the reply subject on every access

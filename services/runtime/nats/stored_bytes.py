@@ -73,10 +73,6 @@ def _entry(record: FileRecord) -> tuple[int, int | None, str]:
     return record.file.bytes, record.file.expires_at, record.sha256
 
 
-async def _write(kv: KeyValue, key: str, record: StoredFiles | StoredBytes) -> None:
-    await (kv.put(key, record.model_dump_json().encode()) if record.root else kv.delete(key))
-
-
 async def stored_bytes(kv: KeyValue, owner: str, now: float) -> int | None:
     """The bytes of the owner's files that are neither deleted nor expired at `now`; None: no summary (the owner has
     no files, or the ledger has not written the stored bytes of a read model made before they were kept)."""
@@ -117,7 +113,7 @@ class StoredBytesWriter:
 
     async def _put(self, key: str, record: StoredFiles | StoredBytes) -> None:
         self._held.pop(key, None)  # a write that fails leaves nothing held: the next change reads the key again
-        await _write(self.kv, key, record)
+        await (self.kv.put(key, record.model_dump_json().encode()) if record.root else self.kv.delete(key))
         self._keep(key, record)
 
     def _keep(self, key: str, record: StoredFiles | StoredBytes) -> None:
