@@ -63,10 +63,8 @@ class Folder:
         self._unmaterialised_since_ns = 0
         self._materialiser: asyncio.Task[None] | None = None
 
-    async def receive(self, facts: list[Fact], head_seen: int = 0) -> None:
-        """Queues facts, so the reader pulls the next ones while a group folds; waits while the queue is full.
-        `head_seen`: the stream's last sequence as the reader saw it."""
-        self.head_seen = max(self.head_seen, head_seen)
+    async def receive(self, facts: list[Fact]) -> None:
+        """Queues facts, so the reader pulls the next ones while a group folds; waits while the queue is full."""
         if facts:
             await self._queue.put(facts)
 
@@ -184,11 +182,18 @@ FOLD = ("Fold every fact, in stream order from the ledger's checkpoint, into its
         "files, keys, users, organisations, providers, executors) and materialise the records the gateway reads.")
 
 
+async def into_folder(folder: Folder, facts: list[Fact], head_seen: int) -> None:
+    """Queue facts for the folder (the reader pulls the next ones while a group folds; it waits while the queue is
+    full)."""
+    folder.head_seen = max(folder.head_seen, head_seen)
+    await folder.receive(facts)
+
+
 async def after_checkpoint(folder: Folder) -> int:
     return folder.folded_through
 
 
-LEDGER_FOLD = LogFollower(LEDGER_NAME, folded_types(), FOLD, take=Folder.receive, start_after=after_checkpoint,
+LEDGER_FOLD = LogFollower(LEDGER_NAME, folded_types(), FOLD, take=into_folder, start_after=after_checkpoint,
                           every_fact=True, group_size=5000)
 """Every fact (the hash chain covers them all), from the folder's checkpoint, while the ledger folds."""
 
