@@ -31,7 +31,6 @@ from services.gateway.http.openapi import AFTER, FILES_LIMIT, LIMIT, Answer, ope
 from services.gateway.http.readiness import readyz
 from services.gateway.usecases.retry import RetryRequest
 from services.gateway.views import (
-    anomalies,
     asyncapi,
     batches,
     billing,
@@ -44,7 +43,6 @@ from services.gateway.views import (
     overview,
     provider,
     results,
-    retry,
     webhooks,
 )
 
@@ -131,7 +129,7 @@ ROUTES = [
           "complete once the batch ended and the last line was given (extension)", results.ResultsPage,
           params=(query("after", {"type": "string"}), query("limit", {"type": "integer", "minimum": 1,
                                                                         "maximum": results.MAX_LIMIT}))),
-    route("POST", "/v1/batches/{batch_id}/retry", retry.retry_batch, "retryBatch",
+    route("POST", "/v1/batches/{batch_id}/retry", batches.retry_batch, "retryBatch",
           "A new batch of the lines that failed in an ended one (run-time failures and lines never run; `codes` to "
           "choose), linked by metadata.retry_of (extension)", Batch, body=RetryRequest),
     route("POST", "/v1/batches/{batch_id}/release", batches.release_batch, "releaseBatch",
@@ -216,7 +214,7 @@ ROUTES = [
           "Executors that joined with a worker key of the caller's providers (admins: every executor): models, "
           "memory, health, lines served", ListPage[ProviderExecutor],
           params=(query("provider_id", {"type": "string"}),)),
-    route("GET", "/v1/admin/anomalies", anomalies.list_anomalies, "listAnomalies",
+    route("GET", "/v1/admin/anomalies", overview.list_anomalies, "listAnomalies",
           "Admin: facts the ledger refused (illegal transitions), newest first", ListPage[Anomaly], access="admin"),
 ]
 ROUTES.append(route("GET", "/openapi.json", openapi_view(ROUTES), "openapi", "This document", access="public"))

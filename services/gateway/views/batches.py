@@ -1,5 +1,5 @@
-"""`/v1/batches`: create (the body parsed by `BatchCreateRequest`), list, retrieve, cancel and release batches; the
-rules are the use cases' (`usecases.batches`)."""
+"""`/v1/batches`: create (the body parsed by `BatchCreateRequest`), list, retrieve, cancel, release and retry
+batches; the rules are the use cases' (`usecases.batches`, `usecases.retry`)."""
 
 from aiohttp import web
 
@@ -14,12 +14,14 @@ from services.gateway.http.bodies import read_body
 from services.gateway.http.limits import charge_control_call
 from services.gateway.http.paging import parse_limit
 from services.gateway.usecases import batches as usecase
+from services.gateway.usecases import retry
 from services.gateway.usecases.batch_list import Listing, batch_page, indexed, scanned
 from services.gateway.usecases.batches import overseen_batch
 from services.gateway.usecases.oversight import administered_organization, members_index, organization_of
 from services.gateway.usecases.refusals import ApiError, bad_request
 
 MAX_JSON_BODY_BYTES = 1024 * 1024
+MAX_RETRY_BODY_BYTES = 64 * 1024
 IDEMPOTENCY_KEY_CHARS = (16, 80)
 
 
@@ -110,3 +112,13 @@ async def release_batch(request: web.Request) -> web.Response:
     record = await usecase.owned_batch(d, caller, request.match_info["batch_id"])
     await charge_control_call(request)
     return answer(await usecase.release(d, caller, record))
+
+
+async def retry_batch(request: web.Request) -> web.Response:
+    """`POST /v1/batches/{id}/retry` (extension): a new batch of the lines that failed in an ended one, linked to it."""
+    await charge_control_call(request)
+    d, caller = deps(request), principal(request)
+    body = await read_body(request, retry.RetryRequest, MAX_RETRY_BODY_BYTES)
+    record = await usecase.owned_batch(d, caller, request.match_info["batch_id"])
+    created = await retry.retry(d, caller, record, body)
+    return answer(created.batch, created.same_as)

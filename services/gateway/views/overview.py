@@ -1,9 +1,13 @@
-"""`GET /v1/organization/overview` (admin, read-only): fleet, queue with why each batch waits, running batches, free
-space per volume."""
+"""The operator's read-only views (admin keys): `GET /v1/organization/overview` (fleet, queue with why each batch
+waits, running batches, free space per volume) and `GET /v1/admin/anomalies` (the facts the ledger refused, as it
+projected them)."""
 
 from aiohttp import web
 
+from contracts.api.anomaly import Anomaly
+from contracts.api.page import ListPage
 from services.gateway.context import deps
+from services.gateway.http.answers import answer
 from services.gateway.http.auth import require_admin
 from services.gateway.http.storage_guard import STORAGE_WATCH
 from services.gateway.usecases.overview import gather
@@ -16,3 +20,12 @@ async def system_overview(request: web.Request) -> web.Response:
     watch = request.app.get(STORAGE_WATCH)
     view.volumes = list(watch.volumes) if watch is not None else []
     return web.json_response(view.as_dict())
+
+
+async def list_anomalies(request: web.Request) -> web.Response:
+    """Admin: the facts the ledger refused, newest first."""
+    require_admin(request)
+    records = sorted(await deps(request).read_model.list_anomalies(), key=lambda r: r.sequence, reverse=True)
+    data = [Anomaly(sequence=r.sequence, aggregate_type=r.aggregate_kind, aggregate_id=r.aggregate_id,
+                    event_type=r.event_type, reason=r.reason, created_at=r.occurred_at) for r in records]
+    return answer(ListPage[Anomaly](data=data))
