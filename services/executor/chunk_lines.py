@@ -3,6 +3,7 @@ orjson where it writes exactly the bytes the pydantic models write (their fields
 types); a chunk line read back is kept as its bytes (`StoredLine`) and goes into the output or error file as it is;
 any other line takes the models' way."""
 
+import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -62,11 +63,9 @@ def output_json(line: ResultLine) -> bytes:
     """The line's output line as `OutputLine.model_dump_json()` writes it."""
     if isinstance(line, StoredLine):
         return line.output_json
-    if FAST:
-        try:
+    if FAST:  # orjson.JSONEncodeError (a TypeError): not of JSON's own types (or an integer past 64 bits)
+        with contextlib.suppress(TypeError):
             return orjson.dumps(_output_dict(line.output), option=PLAIN)
-        except TypeError:  # orjson.JSONEncodeError: not of JSON's own types (or an integer past 64 bits)
-            pass
     return line.output.model_dump_json().encode()
 
 

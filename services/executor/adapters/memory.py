@@ -7,6 +7,7 @@ as if it were the GPU's; an executor never ends because a reading failed. Memory
 absence is logged once per process, and a failing NVML once until it reads again.
 """
 
+import contextlib
 import importlib
 import logging
 import os
@@ -96,10 +97,8 @@ def gpu_memory() -> list[DeviceMemory]:
                                                "reading until it reads again", error)
         return list(_last_reading)
     finally:
-        try:
+        with contextlib.suppress(nvml.NVMLError):
             nvml.nvmlShutdown()
-        except nvml.NVMLError:
-            pass
 
 
 def device_memory() -> list[DeviceMemory]:
