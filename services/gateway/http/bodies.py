@@ -1,4 +1,5 @@
-"""Reading a JSON request body into its contract model: bounded in size, refused in OpenAI's shape."""
+"""JSON bodies: a request's read into its contract model (bounded in size, refused in OpenAI's shape), and a contract
+object as the answer, marked when it is an earlier object returned for an identical create."""
 
 from typing import TypeVar
 
@@ -8,6 +9,7 @@ from pydantic import BaseModel
 from services.gateway.usecases.refusals import ApiError, parse_body
 
 MAX_BODY_BYTES = 64 * 1024
+DEDUPLICATED_FROM = "X-Sheshnag-Deduplicated-From"
 Body = TypeVar("Body", bound=BaseModel)
 
 
@@ -23,3 +25,8 @@ async def read_body(request: web.Request, model: type[Body], max_bytes: int = MA
 
 def _too_large(max_bytes: int) -> ApiError:
     return ApiError(413, f"The request body is larger than {max_bytes} bytes.", code="request_too_large")
+
+
+def answer(created: BaseModel, same_as: str | None = None) -> web.Response:
+    """`created`; `same_as` says it is an earlier object returned for an identical create (a retry or a twin)."""
+    return web.json_response(created.model_dump(mode="json"), headers={DEDUPLICATED_FROM: same_as} if same_as else None)

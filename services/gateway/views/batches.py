@@ -8,9 +8,8 @@ from contracts.api.batch_request import BatchCreateRequest
 from contracts.ids import owner_id
 from contracts.lifecycle import ALL_STATUSES
 from services.gateway.context import deps
-from services.gateway.http.answers import answer
 from services.gateway.http.auth import principal
-from services.gateway.http.bodies import read_body
+from services.gateway.http.bodies import answer, read_body
 from services.gateway.http.limits import charge_control_call
 from services.gateway.http.paging import parse_limit
 from services.gateway.usecases import batches as usecase

@@ -10,9 +10,8 @@ from contracts.api.organization import USER_ID_PATTERN
 from contracts.api.page import ListPage
 from contracts.billing import micros_to_usd, parse_usd
 from services.gateway.context import deps
-from services.gateway.http.answers import answer
 from services.gateway.http.auth import principal, require_admin
-from services.gateway.http.bodies import read_body
+from services.gateway.http.bodies import answer, read_body
 from services.gateway.usecases import billing
 from services.gateway.usecases.batches import batch_input
 from services.gateway.usecases.oversight import administered_organization, organization_of

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from contracts.api.provider import ProviderConnection
 from services.gateway.context import deps
-from services.gateway.http.answers import answer
+from services.gateway.http.bodies import answer
 
 
 def without_credentials(urls: str) -> list[str]:

@@ -19,8 +19,8 @@ from contracts.events.registry import decode_event
 from contracts.lifecycle import TERMINAL
 from contracts.subjects import event_subject
 from services.gateway.context import deps
-from services.gateway.http.answers import answer
 from services.gateway.http.auth import principal
+from services.gateway.http.bodies import answer
 from services.gateway.usecases.batches import owned_batch
 from services.gateway.usecases.retry import failure_code
 from services.runtime.nats import eventlog

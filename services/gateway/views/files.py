@@ -16,8 +16,8 @@ from contracts.ids import new_file_id
 from contracts.subjects import input_object_key
 from services.gateway.adapters.upload import StoredUpload, store_unavailable, stream_part_to_store
 from services.gateway.context import Deps, deps
-from services.gateway.http.answers import answer
 from services.gateway.http.auth import principal
+from services.gateway.http.bodies import answer
 from services.gateway.http.body_pace import BodyPace, client_stalled
 from services.gateway.http.disposition import content_disposition
 from services.gateway.http.limits import charge_control_call

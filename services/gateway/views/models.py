@@ -7,8 +7,8 @@ from contracts.api.organization import ModelAlias
 from contracts.api.page import ListPage
 from contracts.catalogue import CatalogueModel
 from services.gateway.context import deps
-from services.gateway.http.answers import answer
 from services.gateway.http.auth import principal
+from services.gateway.http.bodies import answer
 from services.gateway.usecases.refusals import not_found
 
 

@@ -25,9 +25,8 @@ from contracts.readmodel import ApiKeyRecord
 from services.gateway.adapters.admission import Holdings
 from services.gateway.background.key_usage import KEY_USAGE, KeyUsage
 from services.gateway.context import deps
-from services.gateway.http.answers import answer
 from services.gateway.http.auth import principal, require_admin
-from services.gateway.http.bodies import read_body
+from services.gateway.http.bodies import answer, read_body
 from services.gateway.usecases import accounts as usecases
 from services.gateway.usecases.accounts import DEFAULT_ORGANIZATION, Accounts, organization_object, user_object
 from services.gateway.usecases.refusals import ApiError, not_found

@@ -7,8 +7,8 @@ from aiohttp import web
 from contracts.api.anomaly import Anomaly
 from contracts.api.page import ListPage
 from services.gateway.context import deps
-from services.gateway.http.answers import answer
 from services.gateway.http.auth import require_admin
+from services.gateway.http.bodies import answer
 from services.gateway.http.storage_guard import STORAGE_WATCH
 from services.gateway.usecases.overview import gather
 

@@ -15,9 +15,8 @@ from contracts.events.provider import ProviderApprovalWithdrawn, ProviderApprove
 from contracts.readmodel import ApiKeyRecord, ExecutorRecord, ProviderRecord
 from services.gateway.background.key_usage import KEY_USAGE
 from services.gateway.context import deps
-from services.gateway.http.answers import answer
 from services.gateway.http.auth import principal
-from services.gateway.http.bodies import read_body
+from services.gateway.http.bodies import answer, read_body
 from services.gateway.usecases import accounts as usecases
 from services.gateway.usecases.files import is_valid_id
 from services.gateway.usecases.oversight import administered_organization, organization_of

@@ -24,9 +24,8 @@ from contracts.api.webhook import (
 from contracts.readmodel import ApiKeyRecord
 from services.gateway.adapters.admission import Holdings
 from services.gateway.context import deps
-from services.gateway.http.answers import answer
 from services.gateway.http.auth import principal
-from services.gateway.http.bodies import read_body
+from services.gateway.http.bodies import answer, read_body
 from services.gateway.http.limits import charge_control_call
 from services.gateway.usecases.oversight import administered_organization, organization_of
 from services.gateway.usecases.refusals import ApiError, bad_request, not_found
