@@ -3,8 +3,7 @@
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable
-from typing import TypeVar, get_args
+from typing import get_args
 
 import orjson
 from aiohttp import BodyPartReader, MultipartReader, web
@@ -18,18 +17,17 @@ from services.gateway.adapters.upload import StoredUpload, store_unavailable, st
 from services.gateway.context import Deps, deps
 from services.gateway.http.auth import principal
 from services.gateway.http.bodies import answer
-from services.gateway.http.body_pace import BodyPace, client_stalled
+from services.gateway.http.body_pace import BodyPace
 from services.gateway.http.disposition import content_disposition
 from services.gateway.http.limits import charge_control_call
 from services.gateway.http.paging import MAX_FILES_LIMIT, page_after, parse_limit
 from services.gateway.http.transfer_slots import DOWNLOAD_SLOTS, UPLOAD_SLOTS
 from services.gateway.usecases import files as usecase
 from services.gateway.usecases.files import discard_object, owned_file, owner_files
-from services.gateway.usecases.refusals import ApiError, bad_request, not_found
+from services.gateway.usecases.refusals import bad_request, not_found
 from services.runtime.storage.objectstore import TRANSIENT, ObjectNotFound
 
 log = logging.getLogger(__name__)
-Result = TypeVar("Result")
 MIN_EXPIRES_AFTER_S, MAX_EXPIRES_AFTER_S = 3600, 30 * 24 * 3600
 FORM_FIELD_BYTES = 1024
 CONTENT_SHA256 = "X-Sheshnag-Content-SHA256"
@@ -100,15 +98,6 @@ class _Upload:
             raise bad_request("The 'file' field is missing.", "missing_file", "file")
         return usecase.NewFile(file_id, object_key, self.stored, self.filename,
                                usecase.uploadable(self.fields.get("purpose")), self.expires_after_s(), model)
-
-
-async def _within(idle_s: float, step: Awaitable[Result]) -> Result:
-    """A read of the request body that the client must feed within `idle_s`, else 408."""
-    try:
-        async with asyncio.timeout(idle_s):
-            return await step
-    except TimeoutError:
-        raise client_stalled(idle_s) from None
 
 
 async def _read_upload(request: web.Request, d: Deps, file_id: str, model: str | None) -> usecase.NewFile:
@@ -198,11 +187,13 @@ async def file_content(request: web.Request) -> web.StreamResponse:
                                                    CONTENT_SHA256: record.sha256})
             await response.prepare(request)
             idle_s = d.settings.client_idle_timeout_s
-            try:
-                await _within(idle_s, response.write(first))
+            try:  # the client takes each part within idle_s, else a TimeoutError (an OSError: one of TRANSIENT)
+                async with asyncio.timeout(idle_s):
+                    await response.write(first)
                 async for chunk in chunks:
-                    await _within(idle_s, response.write(chunk))
-            except (ApiError, S3Error, *TRANSIENT) as broken:
+                    async with asyncio.timeout(idle_s):
+                        await response.write(chunk)
+            except (S3Error, *TRANSIENT) as broken:
                 # The status is sent already: cut the connection so the client sees a short body, not a whole file.
                 log.info("download of %s ended early: %r", record.file.id, broken)
                 if request.transport is not None:
