@@ -20,12 +20,6 @@ def client_stalled(idle_s: float) -> ApiError:
                     "says) and try again.", code="request_timeout", param="file")
 
 
-def client_too_slow(sent: int, window_s: float, min_bytes_per_s: float) -> ApiError:
-    return ApiError(408, f"The upload sent {sent} bytes in {window_s:g}s, slower than the minimum of "
-                    f"{min_bytes_per_s:g} bytes a second; send the body faster and try again.",
-                    code="request_timeout", param="file")
-
-
 @dataclass
 class BodyPace:
     """Reads of one request's body, each awaited through `read`. `received` says how many bytes of the body have
@@ -65,4 +59,6 @@ class BodyPace:
         return self.received() - (self._window_start or 0)
 
     def _too_slow(self) -> ApiError:
-        return client_too_slow(self._sent(), self.window_s, self.min_bytes_per_s)
+        return ApiError(408, f"The upload sent {self._sent()} bytes in {self.window_s:g}s, slower than the minimum of "
+                        f"{self.min_bytes_per_s:g} bytes a second; send the body faster and try again.",
+                        code="request_timeout", param="file")

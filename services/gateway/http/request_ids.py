@@ -8,15 +8,11 @@ REQUEST_ID_HEADER = "x-request-id"
 REQUEST_ID = web.RequestKey("request_id", str)
 
 
-def new_request_id() -> str:
-    return f"req_{secrets.token_hex(16)}"
-
-
 def request_id(request: web.BaseRequest) -> str:
     """The request's id, made on first use."""
     ident = request.get(REQUEST_ID)
     if ident is None:
-        ident = request[REQUEST_ID] = new_request_id()
+        ident = request[REQUEST_ID] = f"req_{secrets.token_hex(16)}"
     return ident
 
 
