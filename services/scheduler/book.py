@@ -72,8 +72,6 @@ class Book:
     open: dict[str, BatchPlan] = field(default_factory=dict)
     """The batches that have not ended (an ended one's last attempt may still read as running: a batch that
     finalized itself states no unit finished)."""
-    running: dict[str, BatchPlan] = field(default_factory=dict)
-    """The open batches with a unit running now."""
     queued_lines: dict[str, int] = field(default_factory=dict)
     """Owner → lines of their open validated batches."""
     rates: RateMeter = field(default_factory=RateMeter)
@@ -115,10 +113,6 @@ class Book:
         rule = _plan_rules.rule_for(type(event))
         if rule is not None:
             rule(self, plan, event)
-            if plan.running_units and plan.phase != "ended":
-                self.running[plan.batch_id] = plan
-            else:
-                self.running.pop(plan.batch_id, None)
 
     # Rules for the fleet and for new batches: they need no plan.
 

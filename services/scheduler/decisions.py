@@ -127,7 +127,8 @@ def _hand_out(wanting: list[tuple[BatchPlan, CatalogueModel]], book: Book, fleet
     from the batch the fair queue names for the models that executor can take."""
     if not wanting:
         return []
-    load = Counter(run.executor_id for plan in book.running.values() for _, run in plan.running_shards())
+    running = [plan for plan in book.open.values() if plan.running_units]
+    load = Counter(run.executor_id for plan in running for _, run in plan.running_shards())
     places = {executor_id: advert.parallel_attempts - load[executor_id]
               for executor_id, advert in fleet.live.items() if advert.parallel_attempts > load[executor_id]}
     if not places and not any(load[e] < a.parallel_attempts + a.guest_attempts for e, a in fleet.live.items()):
@@ -158,7 +159,7 @@ def _hand_out(wanting: list[tuple[BatchPlan, CatalogueModel]], book: Book, fleet
                                   unit_lines=layout.span or plan.total_lines))
     queued += [QueuedBatch(plan.batch_id, plan.owner, plan.organization_id, plan.model or "", plan.validated_order,
                            plan.expires_at_ms, 0, in_flight, in_flight)
-               for plan in book.running.values() if plan.batch_id not in units
+               for plan in running if plan.batch_id not in units
                for in_flight in (plan.in_flight_lines(),)]  # they hand out nothing, but count in their owners' share
     # The queue keys batches by lane (a model, narrowed by placement where it must be); rates are the model's.
     lane_rates = {key: rates[lane.model.id] for key, lane in by_key.items() if lane.model.id in rates}
