@@ -132,12 +132,8 @@ class _Schemas:
         return described
 
 
-def undescribed(routes: Iterable[AbstractRouteDef]) -> list[RouteDef]:
-    """Rows written as plain `web.get(...)`: served, but the document can only guess at them."""
-    return [r for r in routes if isinstance(r, RouteDef)]
-
-
 def _guessed(row: RouteDef) -> Route:
+    """A row written as plain `web.get(...)`: served, but the document can only guess at it."""
     name = row.method.lower() + "".join(p.strip("{}").title() for p in row.path.split("/") if p).replace("_", "")
     access: Access = "key" if row.path.startswith("/v1/") else "public"
     return Route(row.method, row.path, row.handler, Operation(name, f"{row.method} {row.path}", access=access))
@@ -146,7 +142,7 @@ def _guessed(row: RouteDef) -> Route:
 def build_openapi(table: Iterable[AbstractRouteDef]) -> JsonObject:
     """The document of a route table: one operation per row (described rows first, then any guessed)."""
     rows = list(table)
-    routes = [r for r in rows if isinstance(r, Route)] + [_guessed(r) for r in undescribed(rows)]
+    routes = [r for r in rows if isinstance(r, Route)] + [_guessed(r) for r in rows if isinstance(r, RouteDef)]
     schemas = _Schemas(routes)
     paths: JsonObject = {}
     for row in routes:
