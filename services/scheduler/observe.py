@@ -1,15 +1,25 @@
 """The scheduler's metrics: whether it leads, the unfinished batches as its book sees them, and what it did
 (assignments, fenced attempts, executors lost, registrations answered). No label names a batch, key, user or
-executor: states, codes and outcomes only."""
+executor: states, codes and outcomes only. And its part in each batch's trace: its acts run as children of the
+batch's latest fact."""
 
 from collections import Counter
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Literal, get_args
 
+from opentelemetry.context import Context
+
 from contracts.commands import RegistrationAnswer
+from contracts.lifecycle import ENDING_FACT_NAMES
 from services.runtime.process import metrics
+from services.runtime.process.telemetry import attached, extract_context, tracer
 from services.scheduler.book import BatchPlan, Book
 from services.scheduler.decisions import Action, Assign, DeclareLost, FenceAttempt
 
+_tracer = tracer("scheduler")
+QUIET = frozenset({"line_rejected", "validation_progressed", "progressed"})
+"""High-volume facts: the context of the fact before them is as good, and cheaper to keep."""
 PlanState = Literal["validating", "queued", "held", "running"]
 PLAN_STATES: tuple[PlanState, ...] = get_args(PlanState)
 
@@ -52,3 +62,22 @@ def note_registration(answer: RegistrationAnswer) -> RegistrationAnswer:
     outcome = "admitted" if answer.accepted else "retry" if answer.retry else "refused"
     metrics.SCHEDULER_REGISTRATIONS.labels(outcome).inc()
     return answer
+
+
+def remember_trace(traces: dict[str, Context], batch_id: str, event_name: str,
+                   headers: Mapping[str, str] | None) -> None:
+    if event_name in ENDING_FACT_NAMES:
+        traces.pop(batch_id, None)
+    elif event_name not in QUIET and headers and "traceparent" in headers:
+        traces[batch_id] = extract_context(headers)
+
+
+@contextmanager
+def action_span(traces: dict[str, Context], action: Action) -> Iterator[None]:
+    if isinstance(action, DeclareLost):
+        parent, attributes = Context(), {"sheshnag.executor_id": action.executor_id}
+    else:
+        parent = traces.get(action.plan.batch_id, Context())
+        attributes = {"sheshnag.batch_id": action.plan.batch_id}
+    with attached(parent), _tracer.start_as_current_span(f"schedule {type(action).__name__}", attributes=attributes):
+        yield

@@ -54,10 +54,9 @@ from services.scheduler.decisions import (
 )
 from services.scheduler.desk import FactDesk
 from services.scheduler.objects import ObjectBroker, ObjectSigner
-from services.scheduler.observe import export_book, note_action
+from services.scheduler.observe import action_span, export_book, note_action, remember_trace
 from services.scheduler.registration import Registrar
 from services.scheduler.standings import STANDINGS_EVERY_MS, standing_waits
-from services.scheduler.tracing import action_span, remember_trace
 
 log = logging.getLogger(__name__)
 
