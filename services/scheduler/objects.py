@@ -75,7 +75,8 @@ def _read_refusal(plan: BatchPlan, request: ObjectRequest) -> str | None:
     """A holder reads the batch's input, rejections and result chunks, and lists the chunks or rejections."""
     key, batch_id, results = request.key, plan.batch_id, results_prefix(plan.batch_id)
     if request.operation == "get":
-        return None if key in readable(plan) or key.startswith(results) else f"{key} is not an object of {batch_id}"
+        readable = (plan.terms.input_object_key, rejections_key(batch_id), plan.rejections_object_key or None)
+        return None if key in readable or key.startswith(results) else f"{key} is not an object of {batch_id}"
     return None if key.startswith(results) or key == rejections_key(batch_id) else (
         f"{key} is not a prefix of {batch_id}'s result chunks")
 
@@ -112,14 +113,6 @@ def model_refusal(book: Book, executor_id: str, request: ObjectRequest) -> str |
     if executor_id in book.lost:
         return f"executor {executor_id} was declared lost; it reads model objects again once it heartbeats"
     return None
-
-
-def readable(plan: BatchPlan) -> set[str]:
-    """The objects of a batch an executor reads besides its result chunks: the input and the rejected lines."""
-    keys = {plan.terms.input_object_key, rejections_key(plan.batch_id)}
-    if plan.rejections_object_key:
-        keys.add(plan.rejections_object_key)
-    return keys
 
 
 def _plain(key: str) -> bool:
