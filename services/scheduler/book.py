@@ -129,19 +129,16 @@ class Book:
             started = min(event.started_at, event.occurred_at)
             if started >= self.incarnations.get(executor_id, 0):
                 if event.advert.protocol < self.protocols.get(executor_id, event.advert.protocol):
-                    self._forget_finalizer(executor_id)
+                    # Gone back to an older command protocol, it cannot read a finalize command sent in the newer
+                    # one (it drops it): the batches it was to finalize are given a finalizer again.
+                    for plan in self.open.values():
+                        if plan.finalizer == executor_id:
+                            plan.finalizer = None
                 self.protocols[executor_id] = event.advert.protocol
             self.incarnations[executor_id] = max(started, self.incarnations.get(executor_id, 0))
             provider_id = self.placements.provider_of(event)  # also for a fact from before it named one
             self.owners.setdefault(executor_id, ExecutorOwner(provider_id, event.worker_key_id))
             self.key_holders[event.worker_key_id] = executor_id
-
-    def _forget_finalizer(self, executor_id: str) -> None:
-        """An executor gone back to an older command protocol cannot read a finalize command sent in the newer one
-        (it drops it): the batches it was to finalize are given a finalizer again, in its protocol or elsewhere."""
-        for plan in self.open.values():
-            if plan.finalizer == executor_id:
-                plan.finalizer = None
 
     @_fleet_rules.on(ExecutorLost)
     def _lost(self, event: ExecutorLost) -> None:

@@ -156,10 +156,8 @@ def clamped(event: StatedFact, now_ms: int) -> StatedFact:
     update: dict[str, object] = {}
     if event.occurred_at > now_ms:
         update["occurred_at"] = now_ms
-    if isinstance(event, FileStored):
-        created_at = min(event.created_at, now_ms // 1000)
-        if created_at != event.created_at:
-            update["created_at"] = created_at
+    if isinstance(event, FileStored) and event.created_at > now_ms // 1000:
+        update["created_at"] = now_ms // 1000
     return event.model_copy(update=update) if update else event
 
 
