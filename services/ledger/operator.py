@@ -26,6 +26,16 @@ from services.runtime.storage.objectstore import ObjectStore
 
 
 @contextlib.asynccontextmanager
+async def tool_bus(settings: LedgerSettings, name: str) -> AsyncIterator[EventBus]:
+    """A connection for one tool's run, closed at its end."""
+    bus = await EventBus.connect(settings.connection.nats_url, name, attempts=TOOL_ATTEMPTS)
+    try:
+        yield bus
+    finally:
+        await bus.close()
+
+
+@contextlib.asynccontextmanager
 async def archive_if_trimmed(settings: LedgerSettings, read_model: ReadModel) -> AsyncIterator[Archive | None]:
     """The archive, when the stream was trimmed (the read model says so); None when it holds every fact."""
     if await archived_through(read_model) is None:
@@ -42,14 +52,11 @@ async def replay(settings: LedgerSettings, out: TextIO = sys.stdout, full: bool 
     """Rebuild every aggregate into a scratch store and diff it against the live read model: from sequence 1, or
     once the stream is trimmed from the archive's newest snapshot (`full`: from all its segments) and the stream
     after it."""
-    bus = await EventBus.connect(settings.connection.nats_url, "ledger-replay", attempts=TOOL_ATTEMPTS)
-    try:
+    async with tool_bus(settings, "ledger-replay") as bus:
         read_model = await ReadModel.open(bus)
         async with archive_if_trimmed(settings, read_model) as archive:
             replayed = await replay_into_scratch(bus, settings.group_size, archive, full)
         differences = await diff_against_live(bus, read_model, replayed)
-    finally:
-        await bus.close()
     start = "sequence 1"
     if replayed.archived_through:
         start = (f"archived point {replayed.archived_through} ("
@@ -65,15 +72,12 @@ async def replay(settings: LedgerSettings, out: TextIO = sys.stdout, full: bool 
 
 async def audit(settings: LedgerSettings, batch_id: str, as_json: bool, out: TextIO = sys.stdout) -> int:
     """A batch's full timeline from the log, as a table or JSONL."""
-    bus = await EventBus.connect(settings.connection.nats_url, "ledger-audit", attempts=TOOL_ATTEMPTS)
-    try:
+    async with tool_bus(settings, "ledger-audit") as bus:
         logged = {fact.sequence: fact async for fact in eventlog.read(bus, batch_events(batch_id))}
         async with archive_if_trimmed(settings, await ReadModel.open(bus)) as archive:
             if archive is not None:  # an archived batch's log, and any fact about it stored since
                 logged = {fact.sequence: fact for fact in await archive.batch_log(batch_id)} | logged
         facts = [(sequence, decode_event(logged[sequence].data)) for sequence in sorted(logged)]
-    finally:
-        await bus.close()
     if not facts:
         print(f"no events for batch {batch_id}", file=sys.stderr)
         return 1
@@ -94,9 +98,8 @@ async def verify(settings: LedgerSettings, out: TextIO = sys.stdout) -> int:
         links = await asyncio.to_thread(ledger.chain_links)
     finally:
         await asyncio.to_thread(ledger.close)
-    bus = await EventBus.connect(settings.connection.nats_url, "ledger-verify", attempts=TOOL_ATTEMPTS)
     check = ChainCheck(links)
-    try:
+    async with tool_bus(settings, "ledger-verify") as bus:
         async with archive_if_trimmed(settings, await ReadModel.open(bus)) as archive:
             point = await archive.latest_point() if archive is not None else None
             if not links and point is None:
@@ -108,8 +111,6 @@ async def verify(settings: LedgerSettings, out: TextIO = sys.stdout) -> int:
             except ArchiveBroken as broken:
                 print(f"archive breaks at {broken}", file=out)
                 return 1
-    finally:
-        await bus.close()
     checked, found = check.result()
     if found is None:
         through = links[-1].first_sequence + len(links[-1].digests) - 1 if links else point and point.last_sequence
@@ -134,8 +135,7 @@ async def _log(bus: EventBus, archive: Archive | None, point: ArchivePoint | Non
 async def export(settings: LedgerSettings, since: datetime | None, until: datetime | None,
                  out: TextIO = sys.stdout) -> int:
     """The events published in [since, until] as JSONL: sequence, subject, published time and the event."""
-    bus = await EventBus.connect(settings.connection.nats_url, "ledger-export", attempts=TOOL_ATTEMPTS)
-    try:
+    async with tool_bus(settings, "ledger-export") as bus:
         async for fact in eventlog.read(bus, since=since):
             published = eventlog.published_at(fact)
             if until is not None and published is not None and published > until:
@@ -143,6 +143,4 @@ async def export(settings: LedgerSettings, since: datetime | None, until: dateti
             print(json.dumps({"sequence": fact.sequence, "subject": fact.subject,
                               "published_at": published and published.isoformat(), "event": json.loads(fact.data)}),
                   file=out)
-    finally:
-        await bus.close()
     return 0
