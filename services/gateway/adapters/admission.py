@@ -47,10 +47,6 @@ MAX_SHOWN = 100_000
 """Items remembered as shown by the read model; past this the oldest are looked up again while an entry lists them."""
 
 
-def usage(pending: dict[str, list[float]], held: Holdings) -> int:
-    return sum(held.counted.values()) + sum(int(amount) for amount, _ in pending.values())
-
-
 @dataclass
 class Admission:
     """Takes and releases items against an owner's limits in the shared bucket; while the bucket cannot be reached
@@ -83,7 +79,7 @@ class Admission:
                 now = time.time()
                 pending = {i: v for i, v in listed.items()
                            if i not in held.known and i not in seen and now - v[1] < self.grace_s}
-                used = usage(pending, held)
+                used = sum(held.counted.values()) + sum(int(amount) for amount, _ in pending.values())
                 if item in pending or item in held.counted or used + amount > limit:
                     if own is not None:
                         continue  # decided without a write, so from the entry as it is now: read it afresh
