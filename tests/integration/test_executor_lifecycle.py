@@ -25,7 +25,7 @@ from contracts.events.registry import AnyEvent
 from contracts.ids import error_file_id, output_file_id
 from contracts.subjects import EVENTS_STREAM, WORK_STREAM, event_subject, finalize_command, input_object_key
 from contracts.terms import BatchTerms
-from services.executor.adapters.log_reader import BatchLogReader
+from services.executor.adapters.log_reader import read_log
 from services.executor.app import run_executor
 from services.executor.settings import ExecutorSettings
 from services.runtime.nats.bus import EventBus
@@ -102,8 +102,7 @@ async def files_of(store: ObjectStore, batch_id: str) -> tuple[bytes, bytes]:
 
 
 async def all_facts(bus: EventBus, batch_id: str) -> list[AnyEvent]:
-    async with BatchLogReader.open(bus, batch_id) as (_, backlog):
-        return [fact for _, fact in backlog]
+    return [fact for _, fact in await read_log(bus, batch_id)]
 
 
 def completed_fact(facts: list[AnyEvent]) -> BatchCompleted:

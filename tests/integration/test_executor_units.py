@@ -30,7 +30,7 @@ from contracts.terms import BatchTerms
 from services.executor.adapters.desk import DeskBus, FactDesk
 from services.executor.adapters.engines.base import Engine
 from services.executor.adapters.engines.shelf import EngineShelf
-from services.executor.adapters.log_reader import BatchLogReader
+from services.executor.adapters.log_reader import read_log
 from services.executor.adapters.watch import WatchHub
 from services.executor.chunk_lines import decode_chunk
 from services.executor.runner import BatchRunner
@@ -170,8 +170,7 @@ async def test_one_unit_fenced_stops_alone_while_its_siblings_on_the_same_feed_f
 
 
 async def _sequences(bus: EventBus, batch_id: str) -> list[tuple[int, AnyEvent]]:
-    async with BatchLogReader.open(bus, batch_id) as (_, backlog):
-        return backlog
+    return await read_log(bus, batch_id)
 
 
 @contextlib.asynccontextmanager

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable
 import nats.errors
 
 from services.executor.adapters.desk import Sequenced
-from services.executor.adapters.log_reader import BatchLogReader
+from services.executor.adapters.log_reader import pages_of, pages_to_end
 from services.executor.attempts import BatchLog, StopReason
 from services.runtime.nats.bus import EventBus
 
@@ -24,13 +24,23 @@ log = logging.getLogger(__name__)
 
 LINGER_S = 10.0
 """How long a feed stays open after the last attempt of its batch here ended."""
+POLL_S = 0.5
+"""How often a followed batch's log is read again while nothing new came."""
 
 
 class BatchFeed:
     """One batch's log as read so far; every attempt of the batch here folds nothing itself, it reads this."""
 
-    def __init__(self, batch_id: str) -> None:
+    def __init__(self, batch_id: str, bus: EventBus) -> None:
         self.batch_id = batch_id
+        self.bus = bus
+        self.pages = pages_of(bus)
+        self.after = 0
+        """The last stream sequence read: the next page starts after it."""
+        self.at_end = False
+        """The last page said no more follow: the follower asks for the next only after `POLL_S`."""
+        self.reading = asyncio.Lock()
+        """One page at a time: a page is folded before the next is asked for, so the log is folded in order."""
         self.log = BatchLog()
         self.seen_sequence = 0
         self.moved = asyncio.Event()
@@ -41,7 +51,6 @@ class BatchFeed:
         self.ended_here = False
         """An attempt here published the batch's terminal fact: no unit of it comes again, the feed closes at once
         (its follower may not have read that fact yet)."""
-        self._reader: BatchLogReader | None = None
         self._closed = False
         # The hub's hold on the feed: the task that keeps it followed, and when it may close.
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -83,32 +92,39 @@ class BatchFeed:
         return await self.folded(holds, within_s)
 
     async def catch_up(self) -> None:
-        """Fold every fact the log holds now (a joining attempt sees at least what a fresh read would show)."""
-        assert self._reader is not None, "a feed is caught up only while it is followed"
-        await self._reader.catch_up(self.fold)
+        """Fold every fact the log holds now, page by page (a joining attempt sees at least what a fresh read
+        would show)."""
+        async with self.reading:
+            async for facts, after, more in pages_to_end(self.pages, self.batch_id, self.after):
+                self.after, self.at_end = after, not more
+                self.fold(facts)
 
     @contextlib.asynccontextmanager
-    async def followed(self, bus: EventBus, expires_at: int | None) -> AsyncIterator["BatchFeed"]:
+    async def followed(self, expires_at: int | None) -> AsyncIterator["BatchFeed"]:
         """Read the log to its end, then follow it until the block ends."""
         self.log.expires_at = expires_at
-        async with BatchLogReader.open(bus, self.batch_id) as (reader, backlog):
-            self._reader = reader
-            self.fold(backlog)
-            following = asyncio.create_task(self._follow(reader, bus))
-            try:
-                yield self
-            finally:
-                self._closed = True
-                following.cancel()
-                # A fetch may swallow the cancellation (asyncio.wait_for in 3.11); the flag ends the loop.
-                await asyncio.wait({following}, timeout=2.0)
+        await self.catch_up()
+        following = asyncio.create_task(self._follow())
+        try:
+            yield self
+        finally:
+            self._closed = True
+            following.cancel()
+            # A fetch may swallow the cancellation (asyncio.wait_for in 3.11); the flag ends the loop.
+            await asyncio.wait({following}, timeout=2.0)
 
-    async def _follow(self, reader: BatchLogReader, bus: EventBus) -> None:
+    async def _follow(self) -> None:
+        """The next page, again and again, after a pause of `POLL_S` while the log was read to its end."""
         while not self._closed:
             try:
-                self.fold(await reader.next_events())
+                if self.at_end:
+                    await asyncio.sleep(POLL_S)
+                async with self.reading:
+                    facts, self.after, more = await self.pages(self.batch_id, self.after)
+                    self.at_end = not more
+                    self.fold(facts)
             except (nats.errors.Error, OSError) as error:
-                if bus.nc.is_closed:
+                if self.bus.nc.is_closed:
                     return  # the executor is stopping: nothing more comes
                 # The broker may be reconnecting; the next page resumes where this one stopped.
                 log.warning("batch %s: following its log was interrupted: %r", self.batch_id, error)
@@ -207,7 +223,7 @@ class WatchHub:
                 feed.linger.cancel()
                 feed.linger = None
             return feed, False
-        feed = self.feeds[batch_id] = BatchFeed(batch_id)
+        feed = self.feeds[batch_id] = BatchFeed(batch_id, self.bus)
         self.opened += 1
         feed.task = asyncio.create_task(self._keep(feed, expires_at))
         return feed, True
@@ -241,7 +257,7 @@ class WatchHub:
     async def _keep(self, feed: BatchFeed, expires_at: int | None) -> None:
         """Open the feed, follow it until it is done, close it; the hub forgets it first."""
         try:
-            async with feed.followed(self.bus, expires_at):
+            async with feed.followed(expires_at):
                 feed.ready.set_result(None)
                 await feed.done.wait()
         except asyncio.CancelledError:
