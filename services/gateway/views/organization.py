@@ -23,7 +23,7 @@ from contracts.api.page import ListPage
 from contracts.ids import new_key_id
 from contracts.readmodel import ApiKeyRecord
 from services.gateway.adapters.admission import Holdings
-from services.gateway.background.key_usage import KEY_USAGE, KeyUsage
+from services.gateway.background.key_usage import KEY_USAGE
 from services.gateway.context import deps
 from services.gateway.http.auth import principal, require_admin
 from services.gateway.http.bodies import answer, read_body
@@ -37,10 +37,6 @@ KEYS = "keys"
 
 def accounts(request: web.Request) -> Accounts:
     return usecases.accounts_of(deps(request))
-
-
-def key_usage(request: web.Request) -> KeyUsage | None:
-    return request.app.get(KEY_USAGE)
 
 
 async def create_user(request: web.Request) -> web.Response:
@@ -85,7 +81,7 @@ async def retrieve_organization(request: web.Request) -> web.Response:
 
 async def key_answer(request: web.Request, raw: str, record: ApiKeyRecord) -> web.Response:
     """A key just created: its object, with the raw value this once."""
-    return answer(await usecases.created_key_object(raw, record, key_usage(request)))
+    return answer(await usecases.created_key_object(raw, record, request.app.get(KEY_USAGE)))
 
 
 def own_keys_user(request: web.Request) -> str:
@@ -138,7 +134,8 @@ async def _list(request: web.Request, workers: bool) -> web.Response:
         user_id = own_keys_user(request)
         records = [r for r in records if r.user_id == user_id and r.role == "user"]
     records.sort(key=lambda r: (r.created_at or 0, r.key_id))
-    return answer(ListPage[ApiKey](data=[await usecases.api_key_object(r, key_usage(request)) for r in records]))
+    usage = request.app.get(KEY_USAGE)
+    return answer(ListPage[ApiKey](data=[await usecases.api_key_object(r, usage) for r in records]))
 
 
 async def who_am_i(request: web.Request) -> web.Response:
