@@ -155,16 +155,6 @@ def executor_advert(executor_id: str) -> str:
     return f"$KV.{EXECUTORS_BUCKET}.{executor_id}"
 
 
-def requester_of(subject: str) -> str:
-    """The executor that sent a request to `fleet_registrations`, `object_requests`, `fact_submissions` or
-    `log_reads`: the subject's last token (only that executor may publish there)."""
-    service, _, executor_id = subject.removeprefix("svc.").partition(".")
-    if not subject.startswith("svc.") or service not in ("register", "objects", "facts", "log") or not executor_id \
-            or "." in executor_id:
-        raise ValueError(f"{subject!r} is not an executor's request subject")
-    return executor_id
-
-
 BATCH_HEADER = "Sheshnag-Batch-Id"
 """The header every command carries naming its batch (a command's subject names only its executor)."""
 

@@ -12,21 +12,13 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from infra.private import write_private
 from services.authz.keyring import SYSTEM_ACCOUNT, SYSTEM_USER, CalloutKeys
 from services.authz.nkey_jwt import new_account_seed
 
 CORE_USER = "core"
 SECRETS_FILE = "nats-auth.json"
 CONFIG_FILE = "nats-server.conf"
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Created 0600 before anything is written into it, and swapped in whole."""
-    staging = path.with_suffix(path.suffix + ".tmp")
-    staging.unlink(missing_ok=True)
-    staging.touch(mode=0o600)
-    staging.write_text(text)
-    staging.replace(path)
 
 
 @dataclass(frozen=True)
@@ -41,7 +33,8 @@ class NatsAuth:
             data = json.loads(path.read_text())
             return cls(data["core_password"], data["issuer_seed"])
         auth = cls(secrets.token_hex(24), new_account_seed())
-        _write_private(path, json.dumps({"core_password": auth.core_password, "issuer_seed": auth.issuer_seed}))
+        secrets_json = json.dumps({"core_password": auth.core_password, "issuer_seed": auth.issuer_seed})
+        write_private(path, secrets_json.encode())
         return auth
 
     def core_url(self, port: int) -> str:
@@ -79,6 +72,6 @@ authorization {{
         """The config file `nats-server -c` reads; flags on its command line (port, store) add to it. `tls`: the
         client port's `tls` block (`nats_config.client_tls`), for a broker that requires TLS."""
         path = data_dir / CONFIG_FILE
-        _write_private(path, f"# Written by sheshnag at each start from {SECRETS_FILE}; edits are lost.\n"
-                             + tls + self.authorization())
+        write_private(path, (f"# Written by sheshnag at each start from {SECRETS_FILE}; edits are lost.\n"
+                             + tls + self.authorization()).encode())
         return path

@@ -1,13 +1,16 @@
-"""Helpers tests share: reading a batch's facts back from the real EVENTS stream."""
+"""Helpers tests share: reading a batch's facts back from the real EVENTS stream, and writing read model records
+by hand where the ledger's projection would."""
 
 import asyncio
 from collections.abc import Callable
 from contextlib import aclosing
 
 from contracts.events.registry import AnyEvent, decode_event
-from contracts.subjects import batch_events
+from contracts.readmodel import ApiKeyRecord, BatchRecord
+from contracts.subjects import batch_events, read_model_key
 from services.runtime.nats import eventlog
 from services.runtime.nats.bus import EventBus
+from services.runtime.nats.readmodel import ReadModel
 
 
 async def batch_facts(bus: EventBus, batch_id: str, until: Callable[[AnyEvent], bool],
@@ -21,3 +24,11 @@ async def batch_facts(bus: EventBus, batch_id: str, until: Callable[[AnyEvent], 
                 if until(facts[-1]):
                     return facts
     raise AssertionError("the log ended")  # follow never ends
+
+
+async def put_batch(read_model: ReadModel, record: BatchRecord) -> None:
+    await read_model.put(read_model_key("batch", record.batch.id), record)
+
+
+async def put_api_key(read_model: ReadModel, key_sha256: str, record: ApiKeyRecord) -> None:
+    await read_model.put(read_model_key("apikey", key_sha256), record)

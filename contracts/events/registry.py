@@ -73,7 +73,3 @@ _adapter: TypeAdapter[AnyEvent] = TypeAdapter(AnyEvent)
 
 def decode_event(data: bytes) -> AnyEvent:
     return _adapter.validate_json(data)
-
-
-def encode_event(event: AnyEvent) -> bytes:
-    return event.model_dump_json().encode()

@@ -9,7 +9,6 @@ The answer, sealed back to the server, is a user JWT signed by the issuer nkey t
 A scheduler answers as a raw answer of its router (`CALLOUT`, on `ExecutorAuthority.on_request`), leader or standby.
 """
 
-import contextlib
 import logging
 import re
 import time
@@ -17,7 +16,6 @@ from dataclasses import dataclass, field
 
 import nats.errors
 from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 
 from contracts.events.executor import ExecutorRegistered
 from contracts.ids import hash_api_key
@@ -161,13 +159,8 @@ class Admissions:
 
     authority: ExecutorAuthority
     disconnector: Disconnector
-    responder: Subscription | None = None
-    """Its subscription when it answers on a bare connection (`admit_executors`), not as a router's `CALLOUT`."""
 
     async def close(self) -> None:
-        if self.responder is not None:
-            with contextlib.suppress(nats.errors.ConnectionClosedError, nats.errors.BadSubscriptionError):
-                await self.responder.unsubscribe()
         await self.disconnector.close()
 
 
@@ -181,13 +174,3 @@ async def open_admissions(bus: EventBus, settings: ConnectionSettings) -> Admiss
     await Fleet.open(bus)  # executors may heartbeat into the bucket but not declare it
     return Admissions(authority, await Disconnector.start(bus.nc, keys.system_url(settings.nats_url),
                                                           authority.admitted))
-
-
-async def admit_executors(bus: EventBus, settings: ConnectionSettings) -> Admissions | None:
-    """`open_admissions`, answering `CALLOUT` on a bare nats-py subscription: a fleet without a scheduler's broker
-    (the tests' authorized brokers)."""
-    admissions = await open_admissions(bus, settings)
-    if admissions is not None:
-        admissions.responder = await bus.nc.subscribe(CALLOUT.subject, queue=CALLOUT.queue,
-                                                      cb=admissions.authority.on_request)
-    return admissions

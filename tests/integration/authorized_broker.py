@@ -6,17 +6,41 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import nats.errors
+from nats.aio.subscription import Subscription
+
 from contracts.ids import hash_api_key
 from contracts.readmodel import ApiKeyRecord
 from infra.embedded import free_port, start_nats, stop_process
 from infra.nats_auth import NatsAuth
-from services.authz.callout import Admissions, admit_executors
+from services.authz.callout import CALLOUT, Admissions, open_admissions
 from services.executor.settings import ExecutorSettings
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.readmodel import ReadModel
 from services.runtime.process.settings import ConnectionSettings
+from tests.support import put_api_key
 
 WORKER_KEY, OTHER_WORKER_KEY, REVOKED_KEY, USER_KEY = "wk-alpha", "wk-bravo", "wk-revoked", "gk-user"
+
+
+@dataclass
+class BareAdmissions:
+    """`open_admissions` answering `CALLOUT` on a bare nats-py subscription: a fleet without a scheduler's broker."""
+
+    admissions: Admissions
+    responder: Subscription
+
+    async def close(self) -> None:
+        with contextlib.suppress(nats.errors.ConnectionClosedError, nats.errors.BadSubscriptionError):
+            await self.responder.unsubscribe()
+        await self.admissions.close()
+
+
+async def admit_executors(bus: EventBus, settings: ConnectionSettings) -> BareAdmissions:
+    admissions = await open_admissions(bus, settings)
+    assert admissions is not None
+    responder = await bus.nc.subscribe(CALLOUT.subject, queue=CALLOUT.queue, cb=admissions.authority.on_request)
+    return BareAdmissions(admissions, responder)
 
 
 @dataclass
@@ -26,13 +50,11 @@ class AuthorizedBroker:
     core: EventBus
     read_model: ReadModel
     settings: ConnectionSettings
-    callout: Admissions
+    callout: BareAdmissions
     """The responder admitting executors: close it to play a fleet with no scheduler up."""
 
     async def answer_callout_again(self) -> None:
-        callout = await admit_executors(self.core, self.settings)
-        assert callout is not None
-        self.callout = callout
+        self.callout = await admit_executors(self.core, self.settings)
 
     @property
     def url(self) -> str:
@@ -64,12 +86,11 @@ async def admitting_broker(data_dir: Path, ttl_s: float = 3600.0) -> AsyncIterat
                                            (OTHER_WORKER_KEY, "key_bravo", "worker", False),
                                            (REVOKED_KEY, "key_revoked", "worker", True),
                                            (USER_KEY, "key_user", "user", False)):
-            await read_model.put_api_key(hash_api_key(key), ApiKeyRecord(key_id=key_id, role=role, label=key_id,
-                                                                         revoked=revoked))
+            await put_api_key(read_model, hash_api_key(key), ApiKeyRecord(key_id=key_id, role=role, label=key_id,
+                                                                          revoked=revoked))
         settings = ConnectionSettings(nats_url=auth.core_url(port), nats_callout_seed=auth.issuer_seed,
                                       nats_executor_ttl_s=ttl_s)
         callout = await admit_executors(core, settings)
-        assert callout is not None
         running = AuthorizedBroker(port, auth, core, read_model, settings, callout)
         try:
             yield running

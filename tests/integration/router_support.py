@@ -1,15 +1,16 @@
 """A service's router run as a service runs it, on a broker of its own against the real nats-server."""
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 
+import nats.errors
 from nats.aio.msg import Msg
 from pydantic import BaseModel
 
-from contracts.subjects import requester_of
-from services.runtime.nats.answers import Answer, Request
+from services.runtime.nats.answers import Answer, Refused, Request
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.delivery import ServiceRouter
+from services.runtime.process.telemetry import attached, extract_context
 
 
 @asynccontextmanager
@@ -33,5 +34,21 @@ def bare(answer: Answer[Request],
     executor its subject names, as the scheduler's router would."""
     async def respond(message: Msg) -> None:
         requester = requester_of(message.subject)
-        await answer.respond(message, lambda request: judge(requester, request))
+        try:
+            with attached(extract_context(message.headers)):
+                reply = await judge(requester, answer.decode(message.data))
+        except Refused as refused:
+            reply = refused.reply
+        with suppress(nats.errors.Error):  # the asker is gone, or the connection is reconnecting: it asks again
+            await message.respond(reply.model_dump_json().encode())
     return respond
+
+
+def requester_of(subject: str) -> str:
+    """The executor that sent a request to `fleet_registrations`, `object_requests`, `fact_submissions` or
+    `log_reads`: the subject's last token (only that executor may publish there)."""
+    service, _, executor_id = subject.removeprefix("svc.").partition(".")
+    if not subject.startswith("svc.") or service not in ("register", "objects", "facts", "log") or not executor_id \
+            or "." in executor_id:
+        raise ValueError(f"{subject!r} is not an executor's request subject")
+    return executor_id

@@ -23,6 +23,7 @@ from services.executor.settings import ExecutorSettings
 from services.runtime.process.settings import ConnectionSettings
 from tests.certificates import write_tls_files
 from tests.integration.authorized_broker import REVOKED_KEY, USER_KEY, AuthorizedBroker, admitting_broker
+from tests.support import put_api_key
 
 ADMIN_KEY = "gk-admin"
 WAIT = re.compile(r"trying again in ([\d.]+)s")
@@ -62,7 +63,7 @@ async def test_a_refused_key_is_said_once_per_try_with_waits_that_double_up_to_t
 async def test_an_executor_gives_up_after_max_refusals_of_a_key_that_is_not_a_live_worker_key(
         tmp_path: Path, caplog: pytest.LogCaptureFixture, key: str) -> None:
     async with admitting_broker(tmp_path) as running:
-        await running.read_model.put_api_key(hash_api_key(ADMIN_KEY), ApiKeyRecord(
+        await put_api_key(running.read_model, hash_api_key(ADMIN_KEY), ApiKeyRecord(
             key_id="key_admin", role="admin", label="admin"))
         settings = backing_off(running, key, join_retry_s=0.1, max_refusals=3)
         stop = asyncio.Event()

@@ -18,6 +18,7 @@ from contracts.ids import hash_api_key
 from contracts.readmodel import ApiKeyRecord
 from services.gateway.usecases.revocation import revoke_key
 from tests.integration.authorized_broker import AuthorizedBroker, admitting_broker
+from tests.support import put_api_key
 
 CLOSED_WITHIN_S = 3.0
 """A revoke to its connections closed (the JWT they were admitted with lasts an hour)."""
@@ -46,7 +47,7 @@ class Executor:
 
 async def worker_key(running: AuthorizedBroker) -> str:
     key = f"wk-{secrets.token_urlsafe(16)}"
-    await running.read_model.put_api_key(hash_api_key(key), ApiKeyRecord(
+    await put_api_key(running.read_model, hash_api_key(key), ApiKeyRecord(
         key_id=f"key_{secrets.token_hex(4)}", role="worker", label="a provider's", revoked=False))
     return key
 

@@ -20,6 +20,7 @@ from services.runtime.nats.readmodel import ReadModel
 from services.runtime.process.settings import ConnectionSettings
 from tests.integration.gateway_support import Gateway, running_gateway
 from tests.integration.test_gateway_tenancy import admin_key, read_model
+from tests.support import put_batch
 
 STATUSES: tuple[Status, ...] = ("validated", "in_progress", "completed")
 LABEL = re.compile(r'(\w+)="([^"]*)"')
@@ -40,8 +41,8 @@ async def write_batches(gateway: Gateway, tag: str, first: int, count: int) -> l
         batch = Batch(id=f"batch_{tag}{i}", endpoint="/v1/chat/completions", input_file_id=f"file-{tag}{i}",
                       completion_window="24h", status=STATUSES[i % len(STATUSES)], created_at=1_700_000_000,
                       model="tiny-model")
-        await read_model(gateway).put_batch(BatchRecord(owner_key_id=f"key_{tag}", owner_user_id=f"user-{tag}",
-                                                        batch=batch, last_sequence=1))
+        await put_batch(read_model(gateway), BatchRecord(owner_key_id=f"key_{tag}", owner_user_id=f"user-{tag}",
+                                                         batch=batch, last_sequence=1))
         ids.append(batch.id)
     return ids
 

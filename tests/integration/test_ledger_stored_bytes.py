@@ -23,6 +23,7 @@ from services.runtime.nats.readmodel import ReadModel, owner_copy
 from tests.conftest import RunningNats
 from tests.integration.test_ledger_owner_index import ALICE, LAPTOP, LONE_OWNER, PHONE, history
 from tests.integration.test_ledger_rebuild import folded_through, running_ledger
+from tests.support import put_batch
 
 SAME = "cd" * 32
 """The digest every file of `history` has (10 bytes each)."""
@@ -155,7 +156,7 @@ async def test_files_and_batches_of_one_owner_put_at_once_all_count_and_no_owner
             status="validating", created_at=int(time.time()))) for n in range(40)]
 
         await asyncio.gather(*(read_model.put(f"file.f{n}", file_record(f"f{n}", user=f"u{n % 4}"))
-                               for n in range(40)), *(read_model.put_batch(batch) for batch in batches))
+                               for n in range(40)), *(put_batch(read_model, batch) for batch in batches))
 
         for user in range(4):  # each owner's writes one at a time: none lost
             owner = f"user-u{user}"

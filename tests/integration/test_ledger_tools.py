@@ -17,6 +17,7 @@ from services.runtime.nats.bus import EventBus
 from services.runtime.nats.readmodel import ReadModel
 from tests.conftest import RunningNats
 from tests.integration.test_ledger_rebuild import GOOD, history, running_ledger, sqlite_settings
+from tests.support import put_batch
 
 TAMPERED = 40
 
@@ -81,7 +82,7 @@ async def test_replay_matches_the_live_read_model_and_reports_a_corrupted_record
     read_model = await ReadModel.open(bus)
     record = await read_model.get_batch(GOOD)
     assert record is not None
-    await read_model.put_batch(record.model_copy(update={"last_sequence": 1}))
+    await put_batch(read_model, record.model_copy(update={"last_sequence": 1}))
     await bus.close()
     out = io.StringIO()
     assert await operator.replay(settings, out) == 1

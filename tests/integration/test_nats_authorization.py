@@ -45,6 +45,7 @@ from tests.integration.authorized_broker import (
     authorized_nats,
 )
 from tests.integration.durables import durable_subscription
+from tests.support import put_api_key
 
 DENIED_WITHIN_S = 1.0
 ADVERT = ExecutorAdvert(executor_id="alpha", engine="llamacpp", engine_version="1", models=[], loaded_models=[],
@@ -268,7 +269,7 @@ async def test_a_revoked_worker_key_is_shut_out_when_its_permissions_expire(tmp_
             disconnected.set()
 
         bus.nc._disconnected_cb = on_disconnect
-        await running.read_model.put_api_key(hash_api_key(WORKER_KEY), ApiKeyRecord(
+        await put_api_key(running.read_model, hash_api_key(WORKER_KEY), ApiKeyRecord(
             key_id="key_alpha", role="worker", label="revoked now", revoked=True))
         await asyncio.wait_for(disconnected.wait(), 10)
         await asyncio.sleep(1.5)  # reconnect attempts meanwhile are refused

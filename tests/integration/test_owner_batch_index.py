@@ -9,6 +9,7 @@ from services.gateway.usecases.batch_list import batch_page, indexed
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.readmodel import BatchIndexEntry, ReadModel, owner_copy
 from tests.conftest import RunningNats
+from tests.support import put_batch
 
 T0 = 1_700_000_000
 OWNER = "key-alone"
@@ -30,14 +31,14 @@ async def test_a_batch_is_filed_in_its_owners_index_once_however_often_its_recor
     try:
         writer = await ReadModel.open(bus)
         index_key, _ = owner_copy(record("batch_a", "validating"))
-        await writer.put_batch(record("batch_a", "validating"))
+        await put_batch(writer, record("batch_a", "validating"))
         filed = await revision(writer, index_key)
         for status in ("in_progress", "finalizing", "completed", "completed"):
-            await writer.put_batch(record("batch_a", status))
+            await put_batch(writer, record("batch_a", status))
         restarted = await ReadModel.open(bus)  # a new writer knows a live batch is filed from the live list
-        await restarted.put_batch(record("batch_b", "validating", T0 + 1))
+        await put_batch(restarted, record("batch_b", "validating", T0 + 1))
         filed_b = await revision(restarted, owner_index_key(OWNER, "batch", "batch_b"))
-        await ReadModel(restarted.kv).put_batch(record("batch_b", "in_progress", T0 + 1))
+        await put_batch(ReadModel(restarted.kv), record("batch_b", "in_progress", T0 + 1))
 
         assert await revision(writer, index_key) == filed
         assert await revision(restarted, owner_index_key(OWNER, "batch", "batch_b")) == filed_b
@@ -73,8 +74,8 @@ async def test_an_entry_whose_record_is_not_there_yet_or_is_another_owners_is_le
     bus = await EventBus.connect(fresh_nats.url, "tests")
     try:
         read_model = await ReadModel.open(bus)
-        await read_model.put_batch(record("batch_mine", "completed"))
-        await read_model.put_batch(record("batch_theirs", "completed", owner_key_id="other"))
+        await put_batch(read_model, record("batch_mine", "completed"))
+        await put_batch(read_model, record("batch_theirs", "completed", owner_key_id="other"))
         for batch_id in ("batch_coming", "batch_theirs"):
             entry = BatchIndexEntry(id=batch_id, created_at=T0 + 5)
             await read_model.kv.put(owner_index_key(OWNER, "batch", batch_id), entry.model_dump_json().encode())

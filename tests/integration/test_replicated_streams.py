@@ -24,6 +24,7 @@ from services.runtime.nats.replicas import LEADER_TIMEOUT_S, ScanFailed
 from tests.conftest import RunningNats
 from tests.integration.test_kv_scans import api_requests
 from tests.integration.test_ledger_stored_bytes import file_record
+from tests.support import put_batch
 
 NOT_CLUSTERED = 10074
 """JetStream's error code for replicas > 1 on a server that is not in a cluster."""
@@ -92,7 +93,7 @@ async def test_an_owners_batches_read_right_after_each_acknowledged_write_hold_i
     for n in range(1, 21):
         batch = Batch(id=f"batch_{n}", endpoint="/v1/chat/completions", input_file_id="f1", completion_window="24h",
                       status="validating", created_at=int(time.time()))
-        await read_model.put_batch(BatchRecord(owner_key_id="k1", owner_user_id="alice", batch=batch, last_sequence=n))
+        await put_batch(read_model, BatchRecord(owner_key_id="k1", owner_user_id="alice", batch=batch, last_sequence=n))
         assert len(await read_model.owner_batches("user-alice")) == n
 
 
@@ -102,7 +103,7 @@ async def test_what_the_owners_limits_count_is_read_from_the_leader_never_from_a
     stream = read_model.kv.stream
     batch = Batch(id="batch_1", endpoint="/v1/chat/completions", input_file_id="f1", completion_window="24h",
                   status="validating", created_at=int(time.time()))
-    await read_model.put_batch(BatchRecord(owner_key_id="k1", owner_user_id="alice", batch=batch, last_sequence=1))
+    await put_batch(read_model, BatchRecord(owner_key_id="k1", owner_user_id="alice", batch=batch, last_sequence=1))
     await read_model.put("file.f1", file_record("f1", size=100))
     assert await read_model.owner_stored_bytes("user-alice", time.time()) == 100  # the replicas asked once
     asked = await api_requests(bus, stream)

@@ -15,6 +15,7 @@ from services.runtime.process.settings import ConnectionSettings
 from services.scheduler.handlers import scheduler_router
 from tests.integration.authorized_broker import REVOKED_KEY, WORKER_KEY, authorized_nats
 from tests.integration.test_nats_authorization import refused
+from tests.support import put_api_key
 
 
 async def test_a_scheduler_not_leading_admits_a_live_worker_key_and_refuses_a_revoked_one(tmp_path: Path) -> None:
@@ -26,8 +27,8 @@ async def test_a_scheduler_not_leading_admits_a_live_worker_key_and_refuses_a_re
         broker.include_router(router)
         read_model = await ReadModel.open(bus)
         for key, key_id, revoked in ((WORKER_KEY, "key_alpha", False), (REVOKED_KEY, "key_revoked", True)):
-            await read_model.put_api_key(hash_api_key(key), ApiKeyRecord(key_id=key_id, role="worker", label=key_id,
-                                                                         revoked=revoked))
+            await put_api_key(read_model, hash_api_key(key), ApiKeyRecord(key_id=key_id, role="worker", label=key_id,
+                                                                          revoked=revoked))
         admissions = await open_admissions(bus, settings)
         assert admissions is not None
         broker.context.set_global(router.dependencies, admissions.authority)

@@ -8,7 +8,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-import nats.errors
 from faststream import BaseMiddleware, ContextRepo
 from faststream.message import StreamMessage
 from nats.aio.msg import Msg
@@ -16,7 +15,7 @@ from opentelemetry.trace import SpanKind, Tracer
 from pydantic import BaseModel, ValidationError
 
 from services.runtime.process.skip_log import SkipLog
-from services.runtime.process.telemetry import attached, extract_context
+from services.runtime.process.telemetry import extract_context
 
 log = logging.getLogger(__name__)
 _MALFORMED = SkipLog(log, "refused")
@@ -52,19 +51,6 @@ class Answer(Generic[Request]):
             return self.request.model_validate_json(data)
         except ValidationError as error:
             raise Refused(self.refuse(error.errors()[0]["msg"])) from error
-
-    async def respond(self, message: Msg, handle: Callable[[Request], Awaitable[BaseModel]]) -> None:
-        """Answer one request taken on a bare nats-py subscription (a test's single answerer, no broker), decoded and
-        refused as the router does; `handle` runs in the requester's trace."""
-        try:
-            with attached(extract_context(message.headers)):
-                reply = await handle(self.decode(message.data))
-        except Refused as refused:
-            reply = refused.reply
-        try:
-            await message.respond(reply.model_dump_json().encode())
-        except nats.errors.Error as error:  # the asker is gone, or the connection is reconnecting: it asks again
-            log.debug("could not answer on %s: %r", message.subject, error)
 
 
 @dataclass(frozen=True)

@@ -242,13 +242,6 @@ class ReadModel:
             await (self.kv.put(copy_key, value) if kept else self.kv.delete(copy_key))
         await self.kv.put(key, value)
 
-    async def put_batch(self, record: BatchRecord) -> None:
-        """(For tools and tests that write a record by hand: the ledger writes through `put`.)"""
-        await self.put(read_model_key("batch", record.batch.id), record)
-
-    async def put_api_key(self, key_sha256: str, record: ApiKeyRecord) -> None:
-        await self.put(read_model_key("apikey", key_sha256), record)
-
     async def _mark_live(self, record: BatchRecord, live: bool) -> None:
         """File the batch in its owner's index unless it is there (on its live list, or remembered), then add or
         remove it in their live list; each written only when it changes (the list twice a batch's life, and once

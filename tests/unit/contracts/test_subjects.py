@@ -17,10 +17,10 @@ from contracts.subjects import (
     log_reads,
     object_requests,
     parse_event_subject,
-    requester_of,
     run_command,
     subject_pattern,
 )
+from tests.integration.router_support import requester_of
 
 
 @pytest.mark.parametrize("kind", get_args(AggregateKind))
