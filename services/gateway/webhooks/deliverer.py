@@ -182,12 +182,6 @@ def _refused(failure: BaseException) -> bool:
     return any(isinstance(cause, RefusedAddress) for cause in causes)
 
 
-def delivery_session(policy: AddressPolicy) -> aiohttp.ClientSession:
-    """The session every attempt is made with: host names resolve only to allowed addresses, no proxy from the
-    environment, no redirect followed (each POST says so)."""
-    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(resolver=PolicyResolver(policy)), trust_env=False)
-
-
 async def webhook_deliverer(app: web.Application) -> AsyncIterator[None]:
     """A cleanup context: with `webhooks` on, the attempts and pruning loops on the store."""
     settings, store = app[DEPS].settings, app[WEBHOOK_STORE]
@@ -195,7 +189,9 @@ async def webhook_deliverer(app: web.Application) -> AsyncIterator[None]:
         yield
         return
     policy = AddressPolicy(parse_networks(settings.webhook_allowed_cidrs))
-    session = delivery_session(policy)
+    # Every attempt's session: host names resolve only to allowed addresses, no proxy from the environment, no
+    # redirect followed (each POST says so).
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(resolver=PolicyResolver(policy)), trust_env=False)
     attempts = Attempts(settings, store, session, policy)
     pruning = every(PRUNE_INTERVAL_S, lambda: prune(settings, store), "erasing old webhook deliveries", at_once=True)
     try:
