@@ -58,18 +58,13 @@ def identity_refusal(book: Book, executor_id: str, record: ApiKeyRecord, now_ms:
     return None
 
 
-def _set(event: asyncio.Event) -> asyncio.Event:
-    event.set()
-    return event
-
-
 @dataclass
 class Registrar:
     bus: EventBus
     read_model: ReadModel
     book: Book
-    caught_up: asyncio.Event = field(default_factory=lambda: _set(asyncio.Event()))
-    """Set once the book has read the whole log (a registrar without a reader has nothing to read)."""
+    caught_up: asyncio.Event
+    """Set once the book has read the whole log."""
     _one_at_a_time: asyncio.Lock = field(default_factory=asyncio.Lock)
     refusals: SkipLog = field(default_factory=lambda: SkipLog(log, "refused"))
 

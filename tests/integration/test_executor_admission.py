@@ -39,7 +39,9 @@ TTL_S = 6.0
 async def executor_on(running: AuthorizedBroker, s3: RunningS3, tmp_path: Path) -> AsyncIterator[ExecutorSettings]:
     """A real executor (the real model) joining the authorized broker with its worker key; the scheduler's own
     registrar answers its registration."""
-    registrar = Registrar(running.core, running.read_model, Book())
+    caught_up = asyncio.Event()
+    caught_up.set()  # a registrar without a book's reader has nothing to read
+    registrar = Registrar(running.core, running.read_model, Book(), caught_up)
     registering = await running.core.nc.subscribe(FLEET_REGISTER, cb=bare(REGISTRATIONS, registrar.answer))
     catalogue = tmp_path / "catalogue.toml"
     catalogue.write_text(TINY_CATALOGUE)
