@@ -142,11 +142,8 @@ class ObjectSigner:
     def url(self, method: Literal["GET", "PUT"], key: str) -> str:
         return self.presigner.get_presigned_url(method, self.store.bucket, key, timedelta(seconds=self.expiry_s))
 
-    async def page(self, prefix: str, start_after: str) -> tuple[list[str], bool]:
-        """Up to LIST_PAGE keys under `prefix` after `start_after`, and whether more follow."""
-        return await asyncio.to_thread(self._page, prefix, start_after)
-
-    def _page(self, prefix: str, start_after: str) -> tuple[list[str], bool]:
+    def page(self, prefix: str, start_after: str) -> tuple[list[str], bool]:
+        """Up to LIST_PAGE keys under `prefix` after `start_after`, and whether more follow (blocking)."""
         listed = self.store.client.list_objects(self.store.bucket, prefix=prefix, recursive=True,
                                                 start_after=start_after or None)
         keys = [obj.object_name for obj in itertools.islice(listed, LIST_PAGE + 1) if obj.object_name]
@@ -175,7 +172,7 @@ class ObjectBroker:
             return ObjectGrant(granted=True, url=self._url(request), expires_in_s=expires,
                                ahead=self._ahead(executor_id, request))
         try:
-            keys, truncated = await self.signer.page(request.key, request.start_after)
+            keys, truncated = await asyncio.to_thread(self.signer.page, request.key, request.start_after)
         except (S3Error, urllib3.exceptions.HTTPError, OSError) as error:
             log.warning("listing %s for executor %s failed: %r", request.key, executor_id, error)
             return ObjectGrant(granted=False, retry=True, reason="The object store did not answer.")
