@@ -35,22 +35,17 @@ STORED_INDEX = f"{EVENTS_STREAM}:owner_stored_index"
 folds)."""
 
 
-async def index_owners(bus: EventBus, ledger: Ledger, sink: Sink, checkpoint: int) -> int:
-    """Index the owners of everything folded up to `checkpoint`, unless done before; the facts refolded."""
+async def index_owners(bus: EventBus, ledger: Ledger, sink: Sink, checkpoint: int) -> None:
+    """Index the owners of everything folded up to `checkpoint`, unless done before."""
     if await asyncio.to_thread(ledger.tracking.max_tracking_id, OWNER_INDEX):
-        return 0
-    refolded = 0
+        return
     if checkpoint:
         log.info("indexing the owners of files and batches folded up to sequence %d", checkpoint)
         for subject in CREATING_SUBJECTS:
             facts = [fact async for fact in eventlog.read(bus, subject) if fact.sequence <= checkpoint]
             for start in range(0, len(facts), GROUP):
-                group = facts[start:start + GROUP]
-                await sink(await asyncio.to_thread(_refold, ledger, group))
-                refolded += len(group)
-    await asyncio.to_thread(ledger.tracking.insert_tracking, Tracking(application_name=OWNER_INDEX,
-                                                                      notification_id=1))
-    return refolded
+                await sink(await asyncio.to_thread(_refold, ledger, facts[start:start + GROUP]))
+    await asyncio.to_thread(ledger.tracking.insert_tracking, Tracking(application_name=OWNER_INDEX, notification_id=1))
 
 
 async def index_read_model(ledger: Ledger, read_model: ReadModel, checkpoint: int) -> None:
