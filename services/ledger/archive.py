@@ -246,13 +246,12 @@ class Archive:
                 await writer.write(orjson.dumps(snapshot) + b"\n")
             await writer.finish()
 
-    async def prune_snapshots(self, keep_from: int) -> int:
+    async def prune_snapshots(self, keep_from: int) -> None:
         """Remove the snapshots before index `keep_from` (replays start from the newest; `--full` and verify need
         only the segments and the newest snapshot's header)."""
         old = [key for key in await self.store.list_keys(SNAPSHOTS_PREFIX) if index_of(key) < keep_from]
         for key in old:
             await self.store.remove(key)
-        return len(old)
 
     async def snapshot(self, index: int) -> tuple[ArchivePoint, list[AnomalyRecord], list[dict[str, Any]]]:
         reader = GzipReader(self.store, snapshot_key(index))

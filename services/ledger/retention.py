@@ -154,9 +154,9 @@ class Retention:
                 kept.append(batch_id)
         return purge, kept
 
-    async def purge(self, point: ArchivePoint) -> int:
+    async def purge(self, point: ArchivePoint) -> None:
         """Each batch of the point's purge list: its facts up to the point into its archived log, then out of the
-        stream. Idempotent; returns how many batches still had facts to purge.
+        stream. Idempotent.
 
         The read model says first that the stream is trimmed, so a ledger started on an empty store restores the
         point from the archive rather than fold what is left of the stream."""
@@ -164,13 +164,12 @@ class Retention:
                                                                         last_sequence=point.last_sequence))
         gate = asyncio.Semaphore(PURGES_AT_ONCE)
 
-        async def one(batch_id: str) -> bool:
+        async def one(batch_id: str) -> None:
             async with gate:
-                return await purge_batch(self.bus, self.archive, batch_id, point.last_sequence)
+                await purge_batch(self.bus, self.archive, batch_id, point.last_sequence)
 
-        purged = sum(await asyncio.gather(*(one(batch_id) for batch_id in point.purge)))
+        await asyncio.gather(*(one(batch_id) for batch_id in point.purge))
         self._purged = max(self._purged, point.index)
-        return purged
 
 
 async def purge_batch(bus: EventBus, archive: Archive, batch_id: str, upto: int) -> bool:
