@@ -57,29 +57,20 @@ class RateMeter:
 
         The time divided by is the window, or less when the model's first bucket in it is younger (a fleet
         that began running a model 10 s ago is measured over those 10 s, at least one bucket's)."""
-        start = self._oldest_kept(now_ms // self.bucket_ms)
-        self._prune(start)  # `now_ms` only grows: what is before this window never counts again
-        found: dict[str, float] = {}
-        for model, buckets in self._lines.items():
-            counted = {index: lines for index, lines in buckets.items() if index >= start}
-            if not counted:
-                continue
-            first_ms = min(counted) * self.bucket_ms
-            span_ms = min(max(now_ms - first_ms, self.bucket_ms), WINDOW_MS)
-            found[model] = sum(counted.values()) * 1000 / span_ms
-        return found
+        # `now_ms` only grows: what is before this window never counts again, and what is left is the window's.
+        self._prune(self._oldest_kept(now_ms // self.bucket_ms))
+        return {model: sum(buckets.values()) * 1000
+                / min(max(now_ms - min(buckets) * self.bucket_ms, self.bucket_ms), WINDOW_MS)
+                for model, buckets in self._lines.items()}
 
     def _oldest_kept(self, index: int) -> int:
         """The first bucket index inside the window that ends in bucket `index`."""
         return index - BUCKETS + 1
 
     def _prune(self, before: int) -> None:
-        for model in list(self._lines):
-            buckets = self._lines[model]
-            for index in [index for index in buckets if index < before]:
-                del buckets[index]
-            if not buckets:
-                del self._lines[model]
+        """Forget the buckets before `before`, and the models left with none."""
+        self._lines = {model: kept for model, buckets in self._lines.items()
+                       if (kept := {index: lines for index, lines in buckets.items() if index >= before})}
 
 
 def ordinal(n: int) -> str:
