@@ -11,7 +11,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from contracts.api.rejected_line import RejectedLine
 from services.validator.adapters.check_pool import CheckPool
@@ -55,12 +55,10 @@ class FileCheck:
     """Called (in this thread) after each window with what it found."""
     stopped: threading.Event
     pool: CheckPool | None = None
-
-    def __post_init__(self) -> None:
-        self.in_flight: deque[Sent] = deque()
-        self.refused: list[tuple[LineResult, RejectedLine]] = []
-        """Refused lines not handed on yet."""
-        self.handed_at = -HAND_OVER_EVERY_S
+    in_flight: deque[Sent] = field(default_factory=deque, init=False)
+    refused: list[tuple[LineResult, RejectedLine]] = field(default_factory=list, init=False)
+    """Refused lines not handed on yet."""
+    handed_at: float = field(default=-HAND_OVER_EVERY_S, init=False)
 
     def run(self, chunks: Iterable[list[bytes]]) -> None:
         """Check every line of `chunks` (the file's lines, in order), in windows of `WINDOW_LINES`."""
