@@ -330,6 +330,6 @@ async def test_ended_deliveries_past_their_retention_are_erased_without_a_trace_
     kept = {d.id for d in await store.list_deliveries(endpoint_id)}
     assert kept == {recent.id, old_pending.id, failed_lately.id}
     # Erased, not marked deleted: nothing of theirs is left in the bucket's stream.
-    leftovers = await read_subject(store.kv._js, store.kv._stream, f"{store.kv._pre}delivery.{endpoint_id}.>")
+    leftovers = await read_subject(store.kv.js, store.kv.stream, f"{store.kv.prefix}delivery.{endpoint_id}.>")
     assert {message.subject.rsplit(".", 1)[1] for message in leftovers} == kept
     assert await store.prune(ended_before=now - OLD_S / 2) == 0

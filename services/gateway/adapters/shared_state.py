@@ -26,7 +26,8 @@ import nats.errors
 import nats.js.errors
 import orjson
 from nats.js import api
-from nats.js.kv import KeyValue
+
+from services.runtime.nats.kv import Bucket
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ def ttl_of(seconds: float) -> float:
 class SharedState:
     """The bucket as the limits use it: read a key, put one, change one by compare-and-set."""
 
-    kv: KeyValue
+    kv: Bucket
     timeout_s: float = TIMEOUT_S
     retry_after_s: float = RETRY_AFTER_S
     _down_until: float = 0.0
@@ -150,7 +151,7 @@ class SharedState:
         headers = None if revision is None else {str(api.Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value): str(revision)}
         try:
             async with asyncio.timeout(self.timeout_s):
-                ack = await self.kv._js.publish(f"{self.kv._pre}{key}", data, headers=headers, msg_ttl=ttl_s)
+                ack = await self.kv.js.publish(f"{self.kv.prefix}{key}", data, headers=headers, msg_ttl=ttl_s)
         except nats.js.errors.APIError as error:
             if error.err_code in (10071, 10164):  # wrong last sequence: another writer came first
                 raise nats.js.errors.KeyWrongLastSequenceError(description=error.description) from error

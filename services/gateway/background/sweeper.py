@@ -47,7 +47,7 @@ async def expired_files(d: Deps, now: float) -> AsyncIterator[FileRecord]:
     kv = d.read_model.kv
     after = 0
     while True:
-        page, more = await read_page(kv._js, kv._stream, f"{kv._pre}{read_model_key('file', '>')}", after,
+        page, more = await read_page(kv.js, kv.stream, f"{kv.prefix}{read_model_key('file', '>')}", after,
                                      SWEEP_PAGE, SWEEP_PAGE_BYTES)
         for message in page:
             if not message.data or KV_OPERATION in message.headers or MARKER_REASON in message.headers:

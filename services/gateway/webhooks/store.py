@@ -10,17 +10,18 @@ watch is opened, so nothing is left behind whatever happens to a request.
 
 import time
 from dataclasses import dataclass
+from typing import TypeVar
 
 import nats.js.errors
-from nats.js.kv import KeyValue
 from pydantic import BaseModel
 
 from contracts.api.webhook import WebhookDelivery, WebhookEndpoint
-from services.runtime.nats.kv import erase, latest_entries
+from services.runtime.nats.kv import Bucket, erase, latest_entries
 
 ENDPOINT = "endpoint"
 DELIVERY = "delivery"
 DUE = "due"
+Stored = TypeVar("Stored", bound=BaseModel)
 
 
 class Due(BaseModel):
@@ -37,17 +38,13 @@ class Claim:
 
 @dataclass
 class WebhookStore:
-    kv: KeyValue
+    kv: Bucket
 
     async def put_endpoint(self, endpoint: WebhookEndpoint) -> None:
         await self.kv.put(f"{ENDPOINT}.{endpoint.id}", endpoint.model_dump_json().encode())
 
     async def get_endpoint(self, endpoint_id: str) -> WebhookEndpoint | None:
-        try:
-            entry = await self.kv.get(f"{ENDPOINT}.{endpoint_id}")
-        except nats.js.errors.KeyNotFoundError:
-            return None
-        return WebhookEndpoint.model_validate_json(entry.value) if entry.value else None
+        return await self._get(f"{ENDPOINT}.{endpoint_id}", WebhookEndpoint)
 
     async def list_endpoints(self) -> list[WebhookEndpoint]:
         entries = await latest_entries(self.kv, f"{ENDPOINT}.*")
@@ -75,11 +72,14 @@ class WebhookStore:
             pass  # due already
 
     async def get_delivery(self, endpoint_id: str, delivery_id: str) -> WebhookDelivery | None:
+        return await self._get(self._delivery_key(endpoint_id, delivery_id), WebhookDelivery)
+
+    async def _get(self, key: str, model: type[Stored]) -> Stored | None:
         try:
-            entry = await self.kv.get(self._delivery_key(endpoint_id, delivery_id))
+            entry = await self.kv.get(key)
         except nats.js.errors.KeyNotFoundError:
             return None
-        return WebhookDelivery.model_validate_json(entry.value) if entry.value else None
+        return model.model_validate_json(entry.value) if entry.value else None
 
     async def save_delivery(self, delivery: WebhookDelivery) -> None:
         await self.kv.put(self._delivery_key(delivery.endpoint_id, delivery.id), delivery.model_dump_json().encode())
