@@ -23,15 +23,21 @@ from services.runtime.storage.catalogue import load_catalogue
 
 
 @asynccontextmanager
-async def accounts(client_name: str) -> AsyncIterator[Accounts]:
-    """The account use cases' ports, against SHESHNAG_NATS_URL: the same rules as the admin routes."""
-    connection = ConnectionSettings()
-    bus = await EventBus.connect(connection.nats_url, client_name, attempts=TOOL_ATTEMPTS)
+async def connected(client_name: str) -> AsyncIterator[tuple[EventBus, ReadModel]]:
+    """A bus to the broker SHESHNAG_NATS_URL names and the read model on it, until the block ends."""
+    bus = await EventBus.connect(ConnectionSettings().nats_url, client_name, attempts=TOOL_ATTEMPTS)
     try:
-        yield Accounts(bus, await ReadModel.open(bus), load_catalogue(connection.catalogue_path),
-                       GatewaySettings().read_your_writes_s)
+        yield bus, await ReadModel.open(bus)
     finally:
         await bus.close()
+
+
+@asynccontextmanager
+async def accounts(client_name: str) -> AsyncIterator[Accounts]:
+    """The account use cases' ports, against SHESHNAG_NATS_URL: the same rules as the admin routes."""
+    async with connected(client_name) as (bus, read_model):
+        yield Accounts(bus, read_model, load_catalogue(ConnectionSettings().catalogue_path),
+                       GatewaySettings().read_your_writes_s)
 
 
 def refused(error: ApiError) -> NoReturn:
@@ -53,16 +59,12 @@ async def create_key(role: KeyRole, label: str, user_id: str | None) -> None:
 
 
 async def revoke_key_by_id(key_id: str) -> int:
-    bus = await EventBus.connect(ConnectionSettings().nats_url, "sheshnag-keys", attempts=TOOL_ATTEMPTS)
-    try:
-        read_model = await ReadModel.open(bus)
+    async with connected("sheshnag-keys") as (bus, read_model):
         found = await find_key(read_model, key_id)
         if found is None:
             print(f"no key {key_id}", file=sys.stderr)
             return 1
         stopped = await revoke_key(bus, read_model, found[0], None)
-    finally:
-        await bus.close()
     print(f"revoked {key_id}; batches stopped: {', '.join(stopped) or 'none'}")
     return 0
 
@@ -92,9 +94,7 @@ async def create_organization(organization_id: str, name: str) -> None:
 
 async def list_records(kind: str) -> None:
     """`keys list` and `users list`: one line each, as the admin routes show them (never a key's value)."""
-    bus = await EventBus.connect(ConnectionSettings().nats_url, f"sheshnag-{kind}", attempts=TOOL_ATTEMPTS)
-    try:
-        read_model = await ReadModel.open(bus)
+    async with connected(f"sheshnag-{kind}") as (_, read_model):
         if kind == "keys":
             for _, key in sorted(await read_model.list_api_keys(), key=lambda item: item[1].created_at or 0):
                 state = "revoked" if key.revoked else "active"
@@ -104,8 +104,6 @@ async def list_records(kind: str) -> None:
                 models = ",".join(user.allowed_models) if user.allowed_models is not None else "*"
                 print(f"{user.user_id}\t{user.organization_id or 'default'}\t{user.role}\t{models}\t"
                       f"{user.display_name}")
-    finally:
-        await bus.close()
 
 
 async def every_organization(read_model: ReadModel) -> list[str]:
@@ -120,9 +118,7 @@ async def every_organization(read_model: ReadModel) -> list[str]:
 async def credits_tool(tool: str, organization_id: str | None, amount: str | None, note: str) -> int:
     """`credits grant ORG AMOUNT` states the grant (and waits for the ledger to show it); `credits show` prints
     balances as `GET /v1/billing/balance` answers them."""
-    bus = await EventBus.connect(ConnectionSettings().nats_url, "sheshnag-credits", attempts=TOOL_ATTEMPTS)
-    try:
-        read_model = await ReadModel.open(bus)
+    async with connected("sheshnag-credits") as (bus, read_model):
         if tool == "grant":
             assert organization_id is not None
             micros = parse_usd(amount)
@@ -140,6 +136,4 @@ async def credits_tool(tool: str, organization_id: str | None, amount: str | Non
             print(f"{account_id}: balance {shown.balance_usd} USD, reserved {shown.reserved_usd}, available "
                   f"{shown.available_usd} ({shown.open_batches} open batches; granted {shown.granted_usd}, debited "
                   f"{shown.debited_usd})")
-    finally:
-        await bus.close()
     return 0

@@ -220,9 +220,9 @@ def running_settings(data_dir: Path) -> tuple[ConnectionSettings, LedgerSettings
 
 def add_backup_arguments(backup: argparse.ArgumentParser) -> None:
     backup.add_argument("dir", type=Path, help="a new or empty folder")
-    _add_embedded_arguments(backup, "the running `sheshnag up` stack's data dir (its ports and credentials are read "
-                                    "from it); else SHESHNAG_NATS_URL, SHESHNAG_S3_* and SHESHNAG_LEDGER_* say where "
-                                    "the deployment is")
+    backup.add_argument("--data-dir", type=Path, default=None, help="the running `sheshnag up` stack's data dir (its "
+                        "ports and credentials are read from it); else SHESHNAG_NATS_URL, SHESHNAG_S3_* and "
+                        "SHESHNAG_LEDGER_* say where the deployment is")
     backup.add_argument("--nats-port", type=int, default=None, help="with --data-dir: the broker's port (default: "
                         "the running stack's)")
     backup.add_argument("--s3-port", type=int, default=None, help="with --data-dir: the object store's port "
@@ -231,13 +231,9 @@ def add_backup_arguments(backup: argparse.ArgumentParser) -> None:
 
 def add_restore_arguments(restore_: argparse.ArgumentParser) -> None:
     restore_.add_argument("dir", type=Path, help="a folder `sheshnag backup` wrote")
-    _add_embedded_arguments(restore_, "a new data dir to restore into (then `sheshnag up --data-dir` it); else "
-                                      "into the empty broker, object store and ledger store SHESHNAG_* name, "
-                                      "with no service running")
-
-
-def _add_embedded_arguments(parser: argparse.ArgumentParser, helptext: str) -> None:
-    parser.add_argument("--data-dir", type=Path, default=None, help=helptext)
+    restore_.add_argument("--data-dir", type=Path, default=None, help="a new data dir to restore into (then "
+                          "`sheshnag up --data-dir` it); else into the empty broker, object store and ledger store "
+                          "SHESHNAG_* name, with no service running")
 
 
 def backup_tool(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra.private import PRIVATE_UMASK
+from infra.private import PRIVATE_UMASK, write_private
 from infra.seaweed_security import write_security
 
 log = logging.getLogger(__name__)
@@ -91,8 +91,7 @@ class S3Credentials:
             data = json.loads(path.read_text())
             return cls(data["access_key"], data["secret_key"])
         creds = cls(f"AK{secrets.token_hex(8).upper()}", secrets.token_urlsafe(30))
-        path.write_text(json.dumps({"access_key": creds.access_key, "secret_key": creds.secret_key}))
-        path.chmod(0o600)
+        write_private(path, json.dumps({"access_key": creds.access_key, "secret_key": creds.secret_key}).encode())
         return creds
 
 
@@ -129,12 +128,11 @@ def seaweed_command(data_dir: Path, s3_port: int, creds: S3Credentials,
     store.mkdir(mode=0o700, parents=True, exist_ok=True)
     write_security(store)
     identities = data_dir / "s3-identities.json"
-    identities.write_text(json.dumps({"identities": [{
+    write_private(identities, json.dumps({"identities": [{
         "name": "sheshnag",
         "credentials": [{"accessKey": creds.access_key, "secretKey": creds.secret_key}],
         "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-    }]}))
-    identities.chmod(0o600)
+    }]}).encode())
     chosen: set[int] = {s3_port, *taken}
     ports = []
     for flag in WEED_PORT_FLAGS:

@@ -36,9 +36,7 @@ class StackState:
     def alive(self) -> bool:
         try:
             os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:  # someone else's process has the pid: not ours, which is gone
+        except (ProcessLookupError, PermissionError):  # PermissionError: someone else's process has the pid
             return False
         return True
 

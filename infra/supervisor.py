@@ -1,6 +1,7 @@
 """The embedded default: broker, object store and the five services as supervised OS processes."""
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -160,8 +161,9 @@ class Stack:
 
     @property
     def serves_network(self) -> bool:
-        """Whether gateway and object store serve an address other than loopback: then over HTTPS alone."""
-        return not is_loopback(self.listen)
+        """Whether gateway and object store serve an address other than 127.0.0.1, localhost or ::1 (127.0.0.2, what
+        tests stand in for a network address with, included): then over HTTPS alone, and the broker behind TLS."""
+        return not is_local_host(self.listen)
 
     def gateway_url(self) -> str:
         scheme = "https" if self.serves_network else "http"
@@ -276,10 +278,8 @@ class Stack:
                 child.check()
             await self.watch_broker()
             tighten_volume_info(self.data_dir / "s3")
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=0.5)
-            except TimeoutError:
-                pass
         if self.broker_watch is not None:
             await self.broker_watch.close()
 
@@ -317,12 +317,6 @@ def metrics_env(env: dict[str, str], index: int) -> dict[str, str]:
     """`SHESHNAG_METRICS_PORT=P` for `up` gives each service its own: P for the first, P+1 for the next, …"""
     base = int(env.get("SHESHNAG_METRICS_PORT") or 0)
     return {**env, "SHESHNAG_METRICS_PORT": str(base + index)} if base else env
-
-
-def is_loopback(host: str) -> bool:
-    """Whether `host` keeps the stack to this host: 127.0.0.1, localhost, ::1. Any other, 127.0.0.2 included (what
-    tests stand in for a network address with), puts the broker behind TLS; clients hold it to the same rule."""
-    return is_local_host(host)
 
 
 def url_host(host: str) -> str:
