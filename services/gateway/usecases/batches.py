@@ -22,7 +22,7 @@ from services.gateway.adapters.admission import Holdings
 from services.gateway.context import Deps
 from services.gateway.usecases import billing as billing_usecase
 from services.gateway.usecases.files import FOLD_S, is_valid_id, owned_file
-from services.gateway.usecases.oversight import Standing, cancel_entry, standing
+from services.gateway.usecases.oversight import Standing, cancel_entry, organization_of, standing
 from services.gateway.usecases.refusals import ApiError, bad_request, not_found
 from services.runtime.nats.bus import Fence, FenceMoved
 from services.runtime.nats.facts import last_fact
@@ -182,7 +182,7 @@ async def _admitted(d: Deps, caller: ApiKeyRecord, batch_id: str, body: BatchCre
         default_model = (body.metadata or {}).get("model") or file.model
         billing = _billing_plan(d, file, default_model, body.endpoint, body.metadata) if d.settings.billing else None
         await _claim_file(d, body.input_file_id, batch_id)
-        account = billing_usecase.account_of(user)
+        account = organization_of(user)
         if billing is not None:
             model, price, amount = billing
             await billing_usecase.reserve(d.bus, d.read_model, account, batch_id, amount, price, model.id,

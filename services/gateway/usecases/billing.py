@@ -13,12 +13,11 @@ from collections.abc import Callable
 from decimal import Decimal
 
 from contracts.api.billing import BalanceMovement, BillingBalance, QueueEstimate, QuotePrice
-from contracts.api.organization import DEFAULT_ORGANIZATION_ID
 from contracts.billing import FileDemand, ModelPrice, micros_to_usd, parse_usd, worst_case_micros
 from contracts.catalogue import Catalogue, CatalogueModel
 from contracts.events.account import CreditsGranted, CreditsReleased, CreditsReserved
 from contracts.lifecycle import TERMINAL
-from contracts.readmodel import AccountRecord, FileRecord, UserRecord
+from contracts.readmodel import AccountRecord, FileRecord
 from contracts.subjects import account_facts
 from services.gateway.usecases.refusals import ApiError
 from services.runtime.nats.bus import EventBus, Fence, FenceMoved
@@ -29,11 +28,6 @@ FREE = ModelPrice(input_per_mtok_usd=Decimal(0), output_per_mtok_usd=Decimal(0))
 RATE_WINDOW_S = 3600
 """The window the fleet's rate for a model is measured over, for a quote's ETA."""
 MAX_PRICE_KEY = "max_price_usd"
-
-
-def account_of(user: UserRecord | None) -> str:
-    """The account a caller's batches are billed to: their organisation's (a key without a user: the default's)."""
-    return (user.organization_id if user is not None else None) or DEFAULT_ORGANIZATION_ID
 
 
 def pricing_unavailable(message: str) -> ApiError:

@@ -16,8 +16,10 @@ Standing = Literal["owner", "org_admin", "platform_admin"]
 """Why the caller may act on a batch."""
 
 
-def organization_of(user: UserRecord) -> str:
-    return user.organization_id or DEFAULT_ORGANIZATION_ID
+def organization_of(user: UserRecord | None) -> str:
+    """The user's organisation; a key without a user (or a user in none) is the default's. It is also the account
+    a user's batches are billed to."""
+    return (user.organization_id if user is not None else None) or DEFAULT_ORGANIZATION_ID
 
 
 async def administered_organization(read_model: ReadModel, caller: ApiKeyRecord) -> UserRecord | None:
@@ -64,6 +66,6 @@ async def cancel_entry(read_model: ReadModel, caller: ApiKeyRecord,
     if by == "org_admin":
         admin = await administered_organization(read_model, caller)
         name = (admin.display_name or admin.user_id) if admin is not None else caller.label
-        organization = organization_of(admin) if admin is not None else DEFAULT_ORGANIZATION_ID
-        return "cancelled_by_org_admin", f"Cancelled by {name}, an administrator of organization {organization}."
+        return ("cancelled_by_org_admin",
+                f"Cancelled by {name}, an administrator of organization {organization_of(admin)}.")
     return None

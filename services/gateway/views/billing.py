@@ -24,7 +24,7 @@ async def _account_id(request: web.Request) -> str:
     """The caller's organisation's account; `?organization_id=` another's, for an admin key (or an organisation's
     administrator naming their own)."""
     user = await deps(request).keys.user_of(principal(request))
-    own = billing.account_of(user)
+    own = organization_of(user)
     asked = request.query.get("organization_id")
     if asked is not None and not re.fullmatch(USER_ID_PATTERN, asked):
         raise bad_request(f"organization_id must be 1-64 letters, digits, '_' or '-' (got {asked[:64]!r}).",
@@ -84,7 +84,7 @@ async def quote_batch(request: web.Request) -> web.Response:
         quoted = billing.quote_price(model, price, demand, endpoint)
         worst = billing.worst_case(model, price, demand, endpoint)[2]
         billing.max_price(body.metadata)  # a malformed ceiling is refused here as the create would refuse it
-        record = await d.read_model.get_account(billing.account_of(user))
+        record = await d.read_model.get_account(organization_of(user))
         available: int | None = record.available_micros if record is not None else 0
     else:
         quoted = QuotePrice(min_usd="0.000000", estimate_usd="0.000000", max_usd="0.000000")

@@ -29,6 +29,7 @@ from services.gateway.http.auth import principal, require_admin
 from services.gateway.http.bodies import answer, read_body
 from services.gateway.usecases import accounts as usecases
 from services.gateway.usecases.accounts import DEFAULT_ORGANIZATION, Accounts, organization_object, user_object
+from services.gateway.usecases.oversight import organization_of
 from services.gateway.usecases.refusals import ApiError, not_found
 from services.gateway.usecases.revocation import find_key, revoke_key
 
@@ -133,16 +134,21 @@ async def _list(request: web.Request, workers: bool) -> web.Response:
     if principal(request).role != "admin":
         user_id = own_keys_user(request)
         records = [r for r in records if r.user_id == user_id and r.role == "user"]
-    records.sort(key=lambda r: (r.created_at or 0, r.key_id))
+    return await keys_page(request, records)
+
+
+async def keys_page(request: web.Request, records: list[ApiKeyRecord]) -> web.Response:
+    """The keys, oldest first, without values."""
     usage = request.app.get(KEY_USAGE)
-    return answer(ListPage[ApiKey](data=[await usecases.api_key_object(r, usage) for r in records]))
+    ordered = sorted(records, key=lambda r: (r.created_at or 0, r.key_id))
+    return answer(ListPage[ApiKey](data=[await usecases.api_key_object(r, usage) for r in ordered]))
 
 
 async def who_am_i(request: web.Request) -> web.Response:
     caller = principal(request)
     user = await deps(request).keys.user_of(caller)
     me = Me(key_id=caller.key_id, role=caller.role, user_id=caller.user_id,
-            organization_id=(user.organization_id if user else None) or DEFAULT_ORGANIZATION_ID,
+            organization_id=organization_of(user),
             organization_role=user.role if user else None)
     return answer(me)
 
@@ -165,7 +171,13 @@ async def _revoke(request: web.Request, workers: bool) -> web.Response:
         record = await d.read_model.get_api_key(digest)
         if record is None or record.role != "user" or record.user_id != own_user:
             raise not_found("API key", key_id)  # another user's key is not there, as far as this user can tell
-    cancelled = await revoke_key(d.bus, d.read_model, digest, caller.key_id)
+    return await revoked(request, digest, key_id)
+
+
+async def revoked(request: web.Request, digest: str, key_id: str) -> web.Response:
+    """Revoke the key (`key_id`, `digest`) for the caller: its live batches stop."""
+    d = deps(request)
+    cancelled = await revoke_key(d.bus, d.read_model, digest, principal(request).key_id)
     d.keys.forget(f"apikey.{digest}")  # this gateway refuses it at once; others on their watch
     return answer(DeletedApiKey(id=key_id, cancelled_batches=cancelled))
 

@@ -7,13 +7,12 @@ import time
 
 from aiohttp import web
 
-from contracts.api.organization import DEFAULT_ORGANIZATION_ID, ApiKey, CreateWorkerKey, DeletedApiKey
+from contracts.api.organization import DEFAULT_ORGANIZATION_ID, CreateWorkerKey
 from contracts.api.page import ListPage
 from contracts.api.provider import ApproveProvider, ExecutorMemory, Provider, ProviderExecutor, RegisterProvider
 from contracts.events.executor import ExecutorAdvert
 from contracts.events.provider import ProviderApprovalWithdrawn, ProviderApproved, ProviderRegistered
 from contracts.readmodel import ApiKeyRecord, ExecutorRecord, ProviderRecord
-from services.gateway.background.key_usage import KEY_USAGE
 from services.gateway.context import deps
 from services.gateway.http.auth import principal
 from services.gateway.http.bodies import answer, read_body
@@ -21,7 +20,7 @@ from services.gateway.usecases import accounts as usecases
 from services.gateway.usecases.files import is_valid_id
 from services.gateway.usecases.oversight import administered_organization, organization_of
 from services.gateway.usecases.refusals import ApiError, not_found
-from services.gateway.usecases.revocation import revoke_key
+from services.gateway.views.organization import key_answer, keys_page, revoked
 
 
 def _owns(me: ApiKeyRecord, provider: ProviderRecord) -> bool:
@@ -32,7 +31,7 @@ async def _provider_object(request: web.Request, record: ProviderRecord) -> Prov
     owner = await deps(request).read_model.get_user(record.owner_user_id) if record.owner_user_id else None
     return Provider(id=record.provider_id, name=record.display_name, owner_user_id=record.owner_user_id,
                     created_at=record.created_at,
-                    organization_id=organization_of(owner) if owner is not None else DEFAULT_ORGANIZATION_ID,
+                    organization_id=organization_of(owner),
                     status="approved" if record.approved_platform_wide else "unapproved",
                     approved_organizations=record.approved_organizations)
 
@@ -146,15 +145,12 @@ async def create_provider_worker_key(request: web.Request) -> web.Response:
     body = await read_body(request, CreateWorkerKey)
     raw, record = await usecases.create_key(usecases.accounts_of(deps(request)), "worker", body.name or "worker key",
                                             None, provider.provider_id)
-    return answer(await usecases.created_key_object(raw, record, request.app.get(KEY_USAGE)))
+    return await key_answer(request, raw, record)
 
 
 async def list_provider_worker_keys(request: web.Request) -> web.Response:
     provider = await _provider(request, request.match_info["provider_id"])
-    records = sorted((r for _, r in await _worker_keys(request, provider.provider_id)),
-                     key=lambda r: (r.created_at or 0, r.key_id))
-    usage = request.app.get(KEY_USAGE)
-    return answer(ListPage[ApiKey](data=[await usecases.api_key_object(r, usage) for r in records]))
+    return await keys_page(request, [r for _, r in await _worker_keys(request, provider.provider_id)])
 
 
 async def revoke_provider_worker_key(request: web.Request) -> web.Response:
@@ -163,9 +159,7 @@ async def revoke_provider_worker_key(request: web.Request) -> web.Response:
     found = [digest for digest, r in await _worker_keys(request, provider.provider_id) if r.key_id == key_id]
     if not found:
         raise not_found("worker key", key_id)
-    cancelled = await revoke_key(deps(request).bus, deps(request).read_model, found[0], principal(request).key_id)
-    deps(request).keys.forget(f"apikey.{found[0]}")
-    return answer(DeletedApiKey(id=key_id, cancelled_batches=cancelled))
+    return await revoked(request, found[0], key_id)
 
 
 def _age_s(at_ms: int | None, now_ms: int) -> float | None:

@@ -11,7 +11,7 @@ import time
 from aiohttp import web
 from yarl import URL
 
-from contracts.api.organization import DEFAULT_ORGANIZATION_ID, USER_ID_PATTERN
+from contracts.api.organization import USER_ID_PATTERN
 from contracts.api.page import ListPage
 from contracts.api.webhook import (
     WEBHOOK_EVENT_TYPES,
@@ -47,10 +47,7 @@ def _store(request: web.Request) -> WebhookStore:
 
 
 async def _organization_of_caller(request: web.Request, caller: ApiKeyRecord) -> str:
-    if caller.user_id is None:
-        return DEFAULT_ORGANIZATION_ID
-    user = await deps(request).read_model.get_user(caller.user_id)
-    return organization_of(user) if user is not None else DEFAULT_ORGANIZATION_ID
+    return organization_of(await deps(request).read_model.get_user(caller.user_id) if caller.user_id else None)
 
 
 async def _manages(request: web.Request, caller: ApiKeyRecord, endpoint: WebhookEndpoint) -> bool:
