@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -75,7 +76,7 @@ class BrokerWatch:
     """When (monotonic) each restart of this watch's was done; the last one's recovery time is logged."""
     _nc: Client | None = None
 
-    async def check(self, broker: Restartable, wait_ready: "WaitReady") -> None:
+    async def check(self, broker: Restartable, wait_ready: Callable[[], None]) -> None:
         """Note a fault, and restart the broker once its volume has room again."""
         free, reserve = await asyncio.to_thread(self._space)
         if free is not None and free < reserve:
@@ -160,10 +161,6 @@ class BrokerWatch:
             with contextlib.suppress(nats.errors.Error, OSError):
                 await self._nc.close()
             self._nc = None
-
-
-class WaitReady(Protocol):
-    def __call__(self) -> None: ...
 
 
 def jetstream_limits(store: Path) -> str:

@@ -339,17 +339,12 @@ def _up(args: argparse.Namespace) -> None:
 def _keys(args: argparse.Namespace) -> None:
     if args.tool == "revoke":
         sys.exit(asyncio.run(revoke_key_by_id(args.key_id)))
-    if args.tool == "list":
-        asyncio.run(list_records("keys"))
-        return
-    asyncio.run(create_key(args.role, args.label, args.user))
+    asyncio.run(list_records("keys") if args.tool == "list" else create_key(args.role, args.label, args.user))
 
 
 def _users(args: argparse.Namespace) -> None:
-    if args.tool == "list":
-        asyncio.run(list_records("users"))
-        return
-    asyncio.run(create_user(args.user_id, args.name, args.models, args.organization, args.role))
+    asyncio.run(list_records("users") if args.tool == "list"
+                else create_user(args.user_id, args.name, args.models, args.organization, args.role))
 
 
 def _credits(args: argparse.Namespace) -> None:
