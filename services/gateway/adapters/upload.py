@@ -30,6 +30,27 @@ class StoredUpload:
     demand: FileDemand
 
 
+class Tally:
+    """What a file's bytes come to as they stream by: SHA-256, size, lines and worst case."""
+
+    def __init__(self) -> None:
+        self.digest, self.demand = hashlib.sha256(), DemandCounter()
+        self.size = self.newlines = 0
+        self.last = b""
+
+    def feed(self, chunk: bytes) -> None:
+        self.digest.update(chunk)
+        self.demand.feed(chunk)
+        self.size += len(chunk)
+        self.newlines += chunk.count(b"\n")
+        self.last = chunk[-1:]
+
+    def stored(self) -> StoredUpload:
+        lines = self.newlines + (1 if self.last not in (b"", b"\n") else 0)
+        return StoredUpload(bytes=self.size, sha256=self.digest.hexdigest(), line_count=lines,
+                            demand=self.demand.finish())
+
+
 def check_jsonl_start(head: bytes) -> None:
     """Fail fast on files that are plainly not JSONL, before the validator ever sees them."""
     stripped = head.lstrip(b"\xef\xbb\xbf \t\r\n")
@@ -48,34 +69,23 @@ async def stream_part_to_store(part: BodyPartReader, store: ObjectStore, key: st
     """Copy the file part into the store under `key`. `pace`: how long the client's next bytes may take;
     `store_s`: longest wait for the store to take one part."""
     writer = store.writer(key, "application/jsonl")
-    digest = hashlib.sha256()
-    demand = DemandCounter()
-    size = newlines = 0
-    last = b""
+    tally = Tally()
     head = b""
     try:
-        while True:
-            chunk = await pace.read(part.read_chunk(CHUNK))
-            if not chunk:
-                break
-            size += len(chunk)
-            if size > max_bytes:
+        while chunk := await pace.read(part.read_chunk(CHUNK)):
+            tally.feed(chunk)
+            if tally.size > max_bytes:
                 raise ApiError(413, f"The file is larger than the {max_bytes} byte limit.",
                                code="file_too_large", param="file")
             if len(head) < SNIFF_BYTES:
                 head += chunk[: SNIFF_BYTES - len(head)]
                 check_jsonl_start(head)
-            digest.update(chunk)
-            demand.feed(chunk)
-            newlines += chunk.count(b"\n")
-            last = chunk[-1:]
             await _to_store(writer.write(chunk), store_s)
         await _to_store(writer.finish(), store_s)
     except BaseException:
         await asyncio.shield(writer.abort())  # a refused, broken or abandoned upload leaves no object behind
         raise
-    lines = newlines + (1 if last not in (b"", b"\n") else 0)
-    return StoredUpload(bytes=size, sha256=digest.hexdigest(), line_count=lines, demand=demand.finish())
+    return tally.stored()
 
 
 async def _to_store(step: Awaitable[None], store_s: float) -> None:

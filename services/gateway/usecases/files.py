@@ -82,25 +82,6 @@ async def discard_object(d: Deps, object_key: str) -> None:
         log.warning("could not remove refused upload %s: %r", object_key, error)
 
 
-async def admit_bytes(d: Deps, owner: str, file_id: str, size: int) -> None:
-    """Take `size` bytes of the owner's storage quota for `file_id` (atomically across gateways), else 400
-    `storage_quota_exceeded`. The caller publishes the file next; anything it then fails to publish counts until
-    the admission's grace ends."""
-
-    async def held(listed: frozenset[str]) -> Holdings:  # the owner's stored bytes, not every file of theirs
-        # The records first, then the bytes: the read model counts a file's bytes before its record shows it (or
-        # shows it deleted), so a listed file it shows is counted once, by the bytes read after, never by neither.
-        shown = await asyncio.gather(*(d.read_model.get_file(file_id) for file_id in listed))
-        stored = await d.read_model.owner_stored_bytes(owner, time.time())
-        return Holdings({STORED_BYTES: stored}, frozenset(record.file.id for record in shown if record is not None))
-
-    quota = d.settings.storage_quota_bytes
-    used = await d.admission.take(STORED_BYTES, owner, file_id, size, quota, held)
-    if used is not None:
-        raise bad_request(f"Storing {size} more bytes would exceed your storage quota of {quota} bytes ({used} in "
-                          "use); delete files first.", "storage_quota_exceeded", "file")
-
-
 def uploadable(purpose: str | None) -> str:
     """The purpose an upload names, if files of it may be uploaded; else 400."""
     if purpose not in UPLOADABLE_PURPOSES:
@@ -127,26 +108,16 @@ class NewFile:
 async def create_file(d: Deps, caller: ApiKeyRecord, new: NewFile) -> tuple[FileObject, str | None]:
     """State the stored upload as the caller's file: the file, and the id of the earlier file it is the same as (a
     retry: same bytes, name, purpose, expiry and model), if any. A refused upload's object is removed."""
-    owner, stored = caller.owner, new.stored
+    owner = caller.owner
     ttl_s = new.expires_after_s or d.settings.batch_file_ttl_s
-    try:
-        # Anything that differs from an earlier upload is a file object of its own, even with the same bytes.
-        same = next((r for r in await same_bytes(d, owner, stored.sha256) if r.file.purpose == new.purpose
-                     and r.file.filename == new.filename and r.model == new.model
-                     and (r.file.expires_at or 0) - r.file.created_at == ttl_s), None)
-        if same is not None:
-            await discard_object(d, new.object_key)
-            return same.file, same.file.id
-        await admit_bytes(d, owner, new.file_id, stored.bytes)
-    except ApiError:
+    # Anything that differs from an earlier upload is a file object of its own, even with the same bytes.
+    same = next((r for r in await same_bytes(d, owner, new.stored.sha256) if r.file.purpose == new.purpose
+                 and r.file.filename == new.filename and r.model == new.model
+                 and (r.file.expires_at or 0) - r.file.created_at == ttl_s), None)
+    if same is not None:
         await discard_object(d, new.object_key)
-        raise
-    now = int(time.time())
-    event = FileStored(aggregate_id=new.file_id, owner_key_id=caller.key_id, filename=new.filename,
-                       purpose="batch", bytes=stored.bytes, sha256=stored.sha256, object_key=new.object_key,
-                       created_at=now, line_count=stored.line_count, expires_at=now + ttl_s, model=new.model,
-                       demand=stored.demand)
-    await d.bus.publish(event)
+        return same.file, same.file.id
+    event = await state_file(d, caller, new, ttl_s)
     record = await d.read_model.wait_for(lambda: d.read_model.get_file(new.file_id), lambda r: True,
                                          d.settings.read_your_writes_s, first_after_s=FOLD_S)
     if record is None:
@@ -157,6 +128,36 @@ async def create_file(d: Deps, caller: ApiKeyRecord, new: NewFile) -> tuple[File
                                                  filename=new.filename, purpose="batch",
                                                  expires_at=event.expires_at)
     return file, None
+
+
+async def state_file(d: Deps, caller: ApiKeyRecord, new: NewFile, ttl_s: int) -> FileStored:
+    """State the stored object as the caller's file for `ttl_s`, once its bytes are taken from the owner's storage
+    quota (atomically across gateways; else 400 `storage_quota_exceeded`, and the object is removed). One then not
+    published counts until the admission's grace ends."""
+    owner, file_id = caller.owner, new.file_id
+
+    async def held(listed: frozenset[str]) -> Holdings:  # the owner's stored bytes, not every file of theirs
+        # The records first, then the bytes: the read model counts a file's bytes before its record shows it (or
+        # shows it deleted), so a listed file it shows is counted once, by the bytes read after, never by neither.
+        shown = await asyncio.gather(*(d.read_model.get_file(file_id) for file_id in listed))
+        stored = await d.read_model.owner_stored_bytes(owner, time.time())
+        return Holdings({STORED_BYTES: stored}, frozenset(record.file.id for record in shown if record is not None))
+
+    quota, size = d.settings.storage_quota_bytes, new.stored.bytes
+    try:
+        if (used := await d.admission.take(STORED_BYTES, owner, file_id, size, quota, held)) is not None:
+            raise bad_request(f"Storing {size} more bytes would exceed your storage quota of {quota} bytes ({used} "
+                              "in use); delete files first.", "storage_quota_exceeded", "file")
+    except ApiError:  # refused, or the admission could not answer
+        await discard_object(d, new.object_key)
+        raise
+    now, stored = int(time.time()), new.stored
+    event = FileStored(aggregate_id=file_id, owner_key_id=caller.key_id, filename=new.filename,
+                       purpose="batch", bytes=stored.bytes, sha256=stored.sha256, object_key=new.object_key,
+                       created_at=now, line_count=stored.line_count, expires_at=now + ttl_s, model=new.model,
+                       demand=stored.demand)
+    await d.bus.publish(event)
+    return event
 
 
 async def last_claim(d: Deps, file_id: str) -> tuple[int, str | None]:

@@ -7,8 +7,6 @@ at run time or never ran are retried; a line validation refused would be refused
 only when `codes` names its code. The same retry asked again returns the same batch (its id is derived).
 """
 
-import hashlib
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,15 +14,14 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.api.batch_request import MAX_METADATA_PAIRS, BatchCreateRequest
-from contracts.events.file import FileStored
 from contracts.ids import derived_id
 from contracts.lifecycle import TERMINAL
 from contracts.readmodel import ApiKeyRecord, BatchRecord
 from contracts.subjects import input_object_key
-from services.gateway.adapters.demand import DemandCounter
+from services.gateway.adapters.upload import Tally
 from services.gateway.context import Deps
 from services.gateway.usecases.batches import Created, create_from
-from services.gateway.usecases.files import admit_bytes
+from services.gateway.usecases.files import NewFile, state_file
 from services.gateway.usecases.refusals import ApiError, parse_fields
 
 RETRY_OF = "retry_of"
@@ -129,8 +126,7 @@ async def copy_lines(d: Deps, caller: ApiKeyRecord, source_key: str, file_id: st
     """Copy the wanted input lines into the new file's object and state it; the lines copied."""
     object_key = input_object_key(file_id)
     writer = d.store.writer(object_key, "application/jsonl")
-    digest, demand = hashlib.sha256(), DemandCounter()
-    size = lines = number = 0
+    tally, number = Tally(), 0
     try:
         async for raw in d.store.iter_lines(source_key):
             number += 1
@@ -142,25 +138,16 @@ async def copy_lines(d: Deps, caller: ApiKeyRecord, source_key: str, file_id: st
                 custom_id = None
             if wanted.selects(number, custom_id):
                 data = raw + b"\n"
-                digest.update(data)
-                demand.feed(data)
-                size, lines = size + len(data), lines + 1
+                tally.feed(data)
                 await writer.write(data)
         await writer.finish()
     except BaseException:
         await writer.abort()
         raise
-    if lines == 0:
+    if tally.newlines == 0:
         await d.store.remove(object_key)
         return 0
-    try:
-        await admit_bytes(d, caller.owner, file_id, size)  # a retry's copy is stored like an upload
-    except ApiError:
-        await d.store.remove(object_key)
-        raise
-    now = int(time.time())
-    await d.bus.publish(FileStored(aggregate_id=file_id, owner_key_id=caller.key_id, filename=f"{file_id}.jsonl",
-                                   purpose="batch", bytes=size, sha256=digest.hexdigest(), object_key=object_key,
-                                   created_at=now, line_count=lines, expires_at=now + d.settings.batch_file_ttl_s,
-                                   model=model, demand=demand.finish()))
-    return lines
+    # A retry's copy is stored like an upload.
+    await state_file(d, caller, NewFile(file_id, object_key, tally.stored(), f"{file_id}.jsonl", "batch", None, model),
+                     d.settings.batch_file_ttl_s)
+    return tally.newlines
