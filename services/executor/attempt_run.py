@@ -1,29 +1,50 @@
-"""One attempt's lines, run: the lines of its unit no attempt committed go through the engine's slot pool, each in a
-task of its own, and their results are committed chunk by chunk under the attempt's lease (`AttemptRun`). A chunk
-whose lines finished and then waited `chunk_max_wait_s` is committed anyway; once the batch is cancelled or expired,
-the lines in the engine are stopped (no GPU time for answers that would be thrown away; they end as never run).
+"""One attempt, run (`AttemptRun`): what it states goes out under its lease, and the lines of its unit no attempt
+committed go through the engine's slot pool, each in a task of its own, their results committed chunk by chunk. A
+chunk whose lines finished and then waited `chunk_max_wait_s` is committed anyway; once the batch is cancelled or
+expired, the lines in the engine are stopped (no GPU time for answers that would be thrown away; they end as never
+run). What it committed that its log may not show yet is kept for its batch's end.
 """
 
 import asyncio
 import contextlib
+import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from contracts.api.batch import BatchUsage
 from contracts.commands import RunBatch
 from contracts.events.batch import BatchProgressed
 from contracts.events.envelope import Event
+from contracts.ids import output_file_id
+from contracts.objects import AHEAD, WantedObject
+from contracts.subjects import attempt_failures, input_object_key, result_chunk_key
+from services.executor.adapters.brokered_store import BrokeredObjectStore
+from services.executor.adapters.desk import publish_in_order
 from services.executor.adapters.engines.base import Engine, on_slot
+from services.executor.adapters.input_cache import InputCopy
 from services.executor.adapters.watch import BatchWatch
-from services.executor.domain import Chunk, ChunkCommitter, InputLine, Resume, finished_line
-from services.executor.finalizer import Publish
+from services.executor.chunk_lines import ResultLine
+from services.executor.domain import (
+    Chunk,
+    ChunkCommitter,
+    InputLine,
+    Resume,
+    Tally,
+    finished_line,
+    parse_input_line,
+    usage_of,
+)
 from services.executor.observe import traced_line, tracing
 from services.executor.prefixes import prefix_key
 from services.executor.slots import HeldSlot, SlotPool
+from services.runtime.nats.bus import Fence, FenceMoved
 
 if TYPE_CHECKING:
     from services.executor.runner import BatchRunner
+
+log = logging.getLogger(__name__)
 
 PLAN_LINES = 64
 """Lines planned together by prefix (a unit's, at most this many at a time)."""
@@ -40,14 +61,20 @@ async def _take(lines: AsyncIterator[InputLine], count: int) -> AsyncIterator[In
 
 @dataclass
 class AttemptRun:
+    """One attempt running here (a delivery of its run command)."""
+
     runner: "BatchRunner"
     command: RunBatch
     engine: Engine
     watch: BatchWatch
-    publish: Publish
-    resume: Resume
-    committer: ChunkCommitter
-    slots: SlotPool
+    announced: set[str] = field(default_factory=set)
+    """Chunk keys it announced (its watch may not have read them back yet)."""
+    in_hand: list[tuple[str, Sequence[ResultLine]]] | None = None
+    """Unsharded, the chunks of its lines it read on resuming or committed itself: holding every announced chunk of
+    its batch, it finalizes without reading them back."""
+    resume: Resume = field(init=False)
+    committer: ChunkCommitter = field(init=False)
+    slots: SlotPool = field(init=False)
     lease_lost: bool = False
     """Set once a commit was refused: the attempt's lease is gone, nothing more is committed."""
     commit_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -59,10 +86,37 @@ class AttemptRun:
     lines_done: asyncio.Event = field(default_factory=asyncio.Event)
     traced: bool = field(default_factory=tracing)
 
-    async def run(self) -> list[Event] | None:
-        """Run every pending line: the progress of the last chunk, written but left for the attempt's end to
-        announce; None once the lease is lost."""
-        clock = asyncio.create_task(self.commit_on_time()) if self.runner.chunk_max_wait_s < float("inf") else None
+    async def publish(self, *events: Event) -> bool:
+        """Publish in order while this attempt holds its lease; False (nothing more written) once it does not."""
+        fence_subject = attempt_failures(self.command.batch_id)
+        while not self.watch.fenced:
+            try:
+                await publish_in_order(self.runner.bus, events, Fence(fence_subject, self.watch.log.fence_sequence))
+                self.announced.update(event.chunk_key for event in events if isinstance(event, BatchProgressed))
+                return True
+            except FenceMoved as moved:
+                # Another attempt failed since (maybe this one): read the log that far, then judge.
+                if not await self.watch.feed.caught_up_to(moved.last_sequence):
+                    raise
+        return False
+
+    async def run(self, first_run: bool = False) -> list[Event] | None:
+        """Run every line of the attempt's shard no attempt committed: the progress of its last chunk, written but
+        left for the attempt's end to announce; None once the lease is lost."""
+        command, runner = self.command, self.runner
+        self.resume = resume = await self._resume(first_run)
+        tally = resume.tally(command.layout, command.shard)
+        if resume.last_chunk is not None and not await self.publish(self._progressed(
+                resume.last_chunk, tally.completed, tally.failed, resume.last_chunk_usage)):
+            # An earlier delivery may have committed this chunk and stopped before announcing it.
+            return None
+        log.info("batch %s attempt %d (shard %d of %d): %d of its lines already committed",
+                 command.batch_id, command.attempt, command.shard + 1, command.layout.shards, len(resume.committed))
+        if isinstance(runner.store, BrokeredObjectStore):
+            await runner.store.ask_ahead(command.batch_id, command.attempt, self._ahead(tally))
+        self.committer = ChunkCommitter(runner.chunk_lines, resume.next_chunk, tally, runner.chunk_max_wait_s)
+        self.slots = runner.pools.setdefault(self.engine, SlotPool(self.engine.slots))
+        clock = asyncio.create_task(self.commit_on_time()) if runner.chunk_max_wait_s < float("inf") else None
         stopper = asyncio.create_task(self.stop_lines_on_cancel())
         try:
             await self._feed_lines()
@@ -81,12 +135,43 @@ class AttemptRun:
             return None
         return [last] if last is not None else []
 
+    def _ahead(self, tally: Tally) -> list[WantedObject]:
+        """The objects the attempt's run gets and puts: its input (unless a copy is here), a chunk for each
+        `chunk_lines` of its unit's lines not committed, and the output file of an unsharded batch."""
+        command, next_chunk = self.command, self.resume.next_chunk
+        layout, shard = command.layout, command.shard
+        first, last = layout.first_line(shard), layout.last_line(shard) or command.total_lines
+        chunks = -(-max(last - first + 1 - tally.completed - tally.failed, 0) // self.runner.chunk_lines)
+        wanted = [] if command.batch_id in self.runner.inputs.copies else [
+            WantedObject(operation="get", key=command.terms.input_object_key)]
+        if not command.sharded:
+            wanted.append(WantedObject(operation="put", key=input_object_key(output_file_id(command.batch_id))))
+        wanted.extend(WantedObject(operation="put", key=result_chunk_key(command.batch_id, command.attempt, number))
+                      for number in range(next_chunk, next_chunk + min(chunks, AHEAD)))
+        return wanted
+
+    async def _resume(self, first_run: bool) -> Resume:
+        """What is committed of the attempt's own lines: the chunks the log announced for its shard, those this
+        attempt wrote (the last may be unannounced; none on its first run), and the lines of it that validation
+        refused (none read when the command says there are none)."""
+        command, results = self.command, self.runner.results
+        layout, shard = command.layout, command.shard
+        keys = self.watch.log.unit_chunks(shard, layout)
+        if not first_run:
+            keys.update(await results.attempt_chunk_keys(command.batch_id, command.attempt))
+        chunks = list(await results.chunks(keys))
+        chunks.extend(await results.refused(command.batch_id, lambda line: layout.shard_of(line) == shard,
+                                            command.rejections_object_key))
+        if not command.sharded:  # a unit of a sharded batch never finalizes it: nothing to keep
+            self.in_hand = list(chunks)
+        return Resume.from_chunks(chunks, command.attempt)
+
     async def _feed_lines(self) -> None:
         """The pending lines to the slot pool, a batch of `PLAN_LINES` planned together (by prompt prefix), each
         started in the task group as a slot frees up for this owner, until none is left or the batch stops."""
         command, watch, owner = self.command, self.watch, self.command.terms.owner_key_id
         async with self.runner.inputs.hold(command.batch_id, command.terms.input_object_key) as copy, \
-                contextlib.aclosing(self.runner.pending_lines(command, self.resume, copy, watch.stopping)) as pending, \
+                contextlib.aclosing(self._pending_lines(copy, watch.stopping)) as pending, \
                 asyncio.TaskGroup() as group:
             while lines := [line async for line in _take(pending, PLAN_LINES)]:
                 keyed = self.engine.prompt_cache_per_slot
@@ -132,13 +217,29 @@ class AttemptRun:
             self._lose_lease()
 
     async def write(self, chunk: Chunk | None) -> BatchProgressed | None:
-        """The chunk written; the fact that announces it (None: nothing to write, or the lease is lost)."""
+        """Results are durable in the object store before a fact says they are; they count only once it does, and
+        a fenced attempt's fact is refused. The chunk written; the fact that announces it (None: nothing to write, or
+        the lease is lost)."""
         if chunk is None or self.lease_lost:
             return None
-        progressed = await self.runner.commit(self.command, chunk)
-        if progressed is None:
+        command = self.command
+        try:
+            key = await self.runner.results.put_chunk(command.batch_id, command.attempt, chunk)
+        except PermissionError as refused:
+            # A brokered store is refused the write once the attempt's lease is gone: the same fence, earlier.
+            log.warning("batch %s attempt %d: chunk %d refused (%s); the lease is lost", command.batch_id,
+                        command.attempt, chunk.number, refused)
             self._lose_lease()
-        return progressed
+            return None
+        if self.in_hand is not None:
+            self.in_hand.append((key, list(chunk.lines)))
+        return self._progressed(chunk.number, chunk.completed, chunk.failed, usage_of(chunk.lines))
+
+    def _progressed(self, chunk: int, completed: int, failed: int, usage: BatchUsage | None) -> BatchProgressed:
+        command = self.command
+        return BatchProgressed(aggregate_id=command.batch_id, attempt=command.attempt, chunk=chunk,
+                               chunk_key=result_chunk_key(command.batch_id, command.attempt, chunk),
+                               completed=completed, failed=failed, shard=command.shard, usage=usage)
 
     def _lose_lease(self) -> None:
         self.lease_lost = True
@@ -162,3 +263,15 @@ class AttemptRun:
             for task in list(self.in_engine):
                 self.stopped.add(task)
                 task.cancel()
+
+    async def _pending_lines(self, copy: InputCopy, stop: asyncio.Event) -> AsyncGenerator[InputLine, None]:
+        """The shard's lines no attempt committed, read from the batch's local copy; none more once `stop` is set."""
+        done = self.resume.committed  # by line: includes lines validation refused, which may not even parse
+        layout, shard = self.command.layout, self.command.shard
+        async with contextlib.aclosing(copy.lines(layout.first_line(shard), layout.last_line(shard), stop)) as lines:
+            async for number, raw in lines:
+                if number in done:
+                    continue
+                line = parse_input_line(number, raw)
+                if line is not None:
+                    yield line
