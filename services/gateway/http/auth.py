@@ -29,13 +29,15 @@ async def still_authorized(request: web.Request) -> bool:
                                                                 principal(request).key_id)
 
 
-def require_admin(request: web.Request, refusal: str = "Only an admin key may manage users and keys.",
-                  ) -> ApiKeyRecord:
-    record = principal(request)
-    if record.role != "admin":
-        raise ApiError(403, refusal, "permission_error",
-                       "insufficient_permissions")
-    return record
+def admin_only(handler: Handler, refusal: str) -> Handler:
+    """`handler` for admin keys; any other is refused with 403 `refusal`."""
+
+    async def checked(request: web.Request) -> web.StreamResponse:
+        if principal(request).role != "admin":
+            raise ApiError(403, refusal, "permission_error", "insufficient_permissions")
+        return await handler(request)
+
+    return checked
 
 
 def _refusal(record: ApiKeyRecord | None) -> str | None:

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from contracts.api.error import ErrorResponse
+from services.gateway.http.auth import admin_only
 
 JsonObject = dict[str, Any]
 Access = Literal["public", "key", "self", "admin"]
@@ -44,6 +45,8 @@ class Operation:
     params: tuple[JsonObject, ...] = ()
     """Query and header parameters; path parameters come from the path."""
     access: Access = "key"
+    refusal: str = "Only an admin key may manage users and keys."
+    """With `access="admin"`, what any other key is told (403)."""
     unavailable: str | None = None
     """When set, the operation also answers 503 (described so), with the 200's media and schema."""
 
@@ -63,7 +66,10 @@ class Route(AbstractRouteDef):
 
 def route(method: str, path: str, handler: Handler, operation_id: str, summary: str,
           ok: type[BaseModel] | Answer | None = None, **more: Any) -> Route:
-    return Route(method, path, handler, Operation(operation_id, summary, ok, **more))
+    """A row; with `access="admin"` its handler answers admin keys only, every other one 403."""
+    operation = Operation(operation_id, summary, ok, **more)
+    return Route(method, path, admin_only(handler, operation.refusal) if operation.access == "admin" else handler,
+                 operation)
 
 
 def path_id(name: str) -> JsonObject:
