@@ -18,7 +18,7 @@ from services.gateway.dashboard.pages import add_dashboard
 from services.gateway.http.auth import auth_middleware
 from services.gateway.http.auth_failures import AUTH_FAILURES, FailedAuthentications, SharedFailedAuthentications
 from services.gateway.http.errors import error_middleware
-from services.gateway.http.limits import CONTROL_LIMITER, ControlCallLimiter, SharedControlCallLimiter
+from services.gateway.http.limits import CONTROL_LIMITER, ControlCallLimiter
 from services.gateway.http.observe import observe_middleware
 from services.gateway.http.readiness import READINESS, Readiness
 from services.gateway.http.refusal_pacing import REFUSAL_PACER, RefusalPacer, pacing_middleware
@@ -68,8 +68,7 @@ def create_app(settings: GatewaySettings) -> web.Application:
                                           retry_after_s=0.0))
         app[DEPS] = Deps(settings, bus, store, read_model, load_catalogue(connection.catalogue_path),
                          await Fleet.open(bus), admission, keys)
-        app[CONTROL_LIMITER] = SharedControlCallLimiter(
-            shared, ControlCallLimiter(settings.control_calls_per_s, settings.control_call_burst))
+        app[CONTROL_LIMITER] = ControlCallLimiter(shared, settings.control_calls_per_s, settings.control_call_burst)
         if settings.auth_failure_limit > 0:
             app[AUTH_FAILURES] = SharedFailedAuthentications(
                 shared, FailedAuthentications(settings.auth_failure_limit, settings.auth_failure_window_s))

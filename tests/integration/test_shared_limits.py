@@ -12,7 +12,7 @@ import pytest
 from contracts.subjects import LIMITS_BUCKET
 from services.gateway.adapters.shared_state import SharedState, key_of
 from services.gateway.http.auth_failures import FailedAuthentications, SharedFailedAuthentications
-from services.gateway.http.limits import ControlCallLimiter, SharedControlCallLimiter
+from services.gateway.http.limits import ControlCallLimiter
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.kv import open_bucket
 from services.runtime.process.settings import ConnectionSettings
@@ -45,7 +45,7 @@ async def test_failures_recorded_at_once_through_two_connections_each_count_once
 
 async def test_control_calls_racing_through_two_connections_spend_the_burst_exactly(
         two_buses: tuple[EventBus, EventBus]) -> None:
-    limiters = [SharedControlCallLimiter(await shared(bus), ControlCallLimiter(rate_per_s=0.001, burst=25))
+    limiters = [ControlCallLimiter(await shared(bus), rate_per_s=0.001, burst=25)
                 for bus in two_buses]
     key_id = f"key_race_{time.time_ns()}"
 
@@ -70,7 +70,7 @@ async def test_with_its_broker_stalled_a_gateway_answers_from_its_own_counts_the
         fresh_nats: RunningNats) -> None:
     bus = await EventBus.connect(fresh_nats.url, "tests-limits-stalled")
     state = await shared(bus, timeout_s=0.3, retry_after_s=1.0)
-    limiter = SharedControlCallLimiter(state, ControlCallLimiter(rate_per_s=0.001, burst=3))
+    limiter = ControlCallLimiter(state, rate_per_s=0.001, burst=3)
     assert await limiter.wait_s("key_a") == 0.0
     os.kill(fresh_nats.process.pid, signal.SIGSTOP)
     try:

@@ -27,33 +27,21 @@ def spend(bucket: Sequence[float] | None, now: float, rate_per_s: float, burst: 
 
 @dataclass
 class ControlCallLimiter:
-    """Creates, cancels and deletes spend a token each; reads and batch lines never do. One gateway's own
-    buckets: the shared ones' stand-in while those cannot be reached."""
+    """Creates, cancels and deletes spend a token each; reads and batch lines never do. The buckets are shared by
+    every gateway on the broker (a read and a compare-and-set a call; a refused call writes nothing), each entry
+    expiring once it would be full again. This gateway's own `buckets` answer while the shared ones cannot be
+    reached (logged)."""
 
+    store: SharedState
     rate_per_s: float
     burst: int
     buckets: dict[str, list[float]] = field(default_factory=dict)
 
-    def wait_s(self, key_id: str, now: float | None = None) -> float:
+    async def wait_s(self, key_id: str, now: float | None = None) -> float:
         """Spend one token for `key_id`; 0 when allowed, else how long until a token is there."""
         now = time.time() if now is None else now
-        self.buckets[key_id], wait = spend(self.buckets.get(key_id), now, self.rate_per_s, self.burst)
-        return wait
-
-
-@dataclass
-class SharedControlCallLimiter:
-    """The same buckets shared by every gateway on the broker (a read and a compare-and-set a call; a refused call
-    writes nothing); each entry expires once it would be full again. This gateway's own buckets answer while the
-    shared ones cannot be reached (logged)."""
-
-    store: SharedState
-    local: ControlCallLimiter
-
-    async def wait_s(self, key_id: str, now: float | None = None) -> float:
-        now = time.time() if now is None else now
-        own = self.local.wait_s(key_id, now)
-        rate, burst = self.local.rate_per_s, self.local.burst
+        rate, burst = self.rate_per_s, self.burst
+        self.buckets[key_id], own = spend(self.buckets.get(key_id), now, rate, burst)
 
         def spent(bucket: list[float] | None) -> tuple[list[float] | None, float]:
             after, wait = spend(bucket, now, rate, burst)
@@ -67,7 +55,7 @@ class SharedControlCallLimiter:
             return own
 
 
-CONTROL_LIMITER = web.AppKey("control_limiter", SharedControlCallLimiter)
+CONTROL_LIMITER = web.AppKey("control_limiter", ControlCallLimiter)
 
 
 async def charge_control_call(request: web.Request) -> None:
