@@ -13,7 +13,7 @@ from contracts.events.executor import GUEST_ATTEMPTS, ExecutorAdvert
 from services.executor.adapters.admission import keep_admitted
 from services.executor.adapters.advert import OwnAdvert
 from services.executor.adapters.artifacts import ArtifactResolver, default_cache_dir
-from services.executor.adapters.broker import join, stop_consuming
+from services.executor.adapters.broker import join
 from services.executor.adapters.brokered_store import BrokeredObjectStore, http_pool
 from services.executor.adapters.engines.shelf import EngineShelf
 from services.executor.adapters.memory import device_memory, within_budget
@@ -132,8 +132,9 @@ async def serve(settings: ExecutorSettings, engines: EngineShelf, bus: EventBus,
         await asyncio.wait({stopping, beating}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         stop.set()
-        # The attempts in hand get `stop_grace_s`, together, to commit; what is left is redelivered and resumed.
-        await stop_consuming(broker)
+        # No more commands: the attempts in hand get `stop_grace_s`, together, to commit (then they are cancelled,
+        # unacked: redelivered and resumed). The connection stays open, for what is left to say.
+        await asyncio.gather(*(subscriber.stop() for subscriber in broker.subscribers))
         await cancel_and_join([beating, renewing])
         outcomes = await asyncio.gather(beating, renewing, stopping, return_exceptions=True)
         await runner.close()  # the batches' shared log feeds and the input copies' IO threads

@@ -15,7 +15,7 @@ from contracts.permissions import executor_inbox
 from services.executor.adapters.desk import DeskBus, FactDesk
 from services.executor.adapters.refusals import Refusals, explain, is_refusal, is_tls_failure
 from services.executor.settings import ExecutorSettings
-from services.runtime.nats.broker import Credentials, ServiceBroker
+from services.runtime.nats.broker import Credentials
 from services.runtime.nats.bus import EventBus
 
 log = logging.getLogger(__name__)
@@ -149,9 +149,3 @@ async def join(settings: ExecutorSettings, stop: asyncio.Event) -> EventBus | No
         if errors.failure is not None and not stop.is_set():
             await refusals.back_off(explain(errors.failure), stop)
     return None
-
-
-async def stop_consuming(broker: ServiceBroker) -> None:
-    """Take no more commands; the handlers still running get the broker's graceful timeout, together, to finish
-    (then they are cancelled, unacked: redelivered). The connection stays open, for what is left to say."""
-    await asyncio.gather(*(subscriber.stop() for subscriber in broker.subscribers))

@@ -231,9 +231,6 @@ class WatchHub:
     def _drop(self, feed: BatchFeed, watch: BatchWatch) -> None:
         watch.close()
         feed.watches.discard(watch)
-        self._leave(feed)
-
-    def _leave(self, feed: BatchFeed) -> None:
         if feed.watches:
             return
         if feed.broken or feed.ended_here or feed.log.ended is not None or feed.done.is_set() \
