@@ -11,14 +11,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from infra.account_tools import accounts
 from infra.stack_state import StackState, read_state
-from services.gateway.settings import GatewaySettings
-from services.gateway.usecases.accounts import Accounts, create_key
-from services.runtime.nats.broker import TOOL_ATTEMPTS
-from services.runtime.nats.bus import EventBus
-from services.runtime.nats.readmodel import ReadModel
-from services.runtime.process.settings import ConnectionSettings
-from services.runtime.storage.catalogue import load_catalogue
+from services.gateway.usecases.accounts import create_key
 
 CLI_KEY_FILE = "cli-api-key"
 CLI_KEY_LABEL = "sheshnag batch (data dir)"
@@ -53,14 +48,8 @@ def local_stack(data_dir: Path) -> LocalStack:
 
 async def _make_key(stack: LocalStack) -> str:
     os.environ.update(stack.state.tool_env(stack.data_dir))
-    connection = ConnectionSettings()
-    bus = await EventBus.connect(connection.nats_url, "sheshnag-batch", attempts=TOOL_ATTEMPTS)
-    try:
-        ports = Accounts(bus, await ReadModel.open(bus), load_catalogue(connection.catalogue_path),
-                         GatewaySettings().read_your_writes_s)
+    async with accounts("sheshnag-batch") as ports:
         raw, _ = await create_key(ports, "admin", CLI_KEY_LABEL)
-    finally:
-        await bus.close()
     return raw
 
 

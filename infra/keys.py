@@ -9,6 +9,7 @@ from pathlib import Path
 
 from contracts.events.key import KeyCreated, KeyRole
 from contracts.ids import hash_api_key, new_api_key
+from infra.private import write_private
 from services.runtime.nats.bus import EventBus
 
 KEY_ID_SECRET = "key-id-secret"
@@ -29,8 +30,7 @@ def bootstrap_key_id(data_dir: Path, key_sha256: str) -> str:
     key ids): an HMAC of the key's hash under a secret that never leaves the data dir."""
     path = data_dir / KEY_ID_SECRET
     if not path.exists():
-        path.touch(mode=0o600)
-        path.write_text(secrets.token_hex(32))
+        write_private(path, secrets.token_hex(32).encode())
     secret = path.read_text().strip().encode()
     return f"key_{hmac.new(secret, key_sha256.encode(), hashlib.sha256).hexdigest()[:16]}"
 
@@ -68,8 +68,7 @@ def local_worker_key(data_dir: Path) -> BootstrapKey:
     """The embedded executor's worker key: kept in the data dir (mode 0600) so the executor can present it."""
     path = data_dir / "worker-key"
     if not path.exists():
-        path.write_text(new_api_key(worker=True))
-        path.chmod(0o600)
+        write_private(path, new_api_key(worker=True).encode())
     plaintext = path.read_text().strip()
     digest = hash_api_key(plaintext)
     return BootstrapKey(plaintext, digest, bootstrap_key_id(data_dir, digest))
