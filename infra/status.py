@@ -4,11 +4,9 @@ consumer lag, free space per volume."""
 import json
 import time
 
+from infra.account_tools import connected
 from services.gateway.usecases.overview import Overview, gather
-from services.runtime.nats.broker import TOOL_ATTEMPTS
-from services.runtime.nats.bus import EventBus
 from services.runtime.nats.fleet import Fleet
-from services.runtime.nats.readmodel import ReadModel
 from services.runtime.process.settings import ConnectionSettings
 from services.runtime.storage.volumes import measure
 
@@ -16,12 +14,9 @@ BAR_WIDTH = 24
 
 
 async def status(as_json: bool) -> None:
-    bus = await EventBus.connect(ConnectionSettings().nats_url, "sheshnag-status", attempts=TOOL_ATTEMPTS)
-    try:
-        view = await gather(bus, await ReadModel.open(bus), await Fleet.open(bus))
+    async with connected("sheshnag-status") as (bus, read_model):
+        view = await gather(bus, read_model, await Fleet.open(bus))
         view.volumes = await measure(ConnectionSettings(), bus.js)
-    finally:
-        await bus.close()
     print(json.dumps(view.as_dict(), indent=2) if as_json else render(view))
 
 
