@@ -11,7 +11,7 @@ lines and few rivals gets several lanes (slots) at once.
 
 import hashlib
 import json
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -160,9 +160,7 @@ def choose_start(candidates: Sequence[str | None], slots: Sequence[SlotState], n
     keys = list(dict.fromkeys(candidates))
     if not free or not keys:
         return None
-    holding: dict[str | None, int] = {}
-    for slot in slots:
-        holding[slot.resident] = holding.get(slot.resident, 0) + 1
+    holding = Counter(slot.resident for slot in slots)
 
     def surplus(slot: SlotState) -> float:
         if slot.resident is None:
@@ -178,8 +176,8 @@ def choose_start(candidates: Sequence[str | None], slots: Sequence[SlotState], n
             return max(warm, key=lambda slot: slot.last_used).index, key
     spare = [slot for slot in free if surplus(slot) > 0]
     for key in keys:
-        if spare and (key is None or holding.get(key, 0) < need.get(key, len(slots))):
+        if spare and (key is None or holding[key] < need.get(key, len(slots))):
             return cheapest(spare), key
-    if patient and any(key is not None and key in need and holding.get(key, 0) > 0 for key in keys):
+    if patient and any(key is not None and key in need and holding[key] > 0 for key in keys):
         return None
     return cheapest(free), keys[0]
