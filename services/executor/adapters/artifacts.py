@@ -29,7 +29,6 @@ log = logging.getLogger(__name__)
 
 VERIFIED_DIR = "sha256"
 PARTIAL_DIR = "partial"
-HASH_BLOCK = 1024 * 1024
 STALE_PARTIAL_S = 3600.0
 """A partial download untouched this long was left by a process that died: it is removed. (A live download writes
 every few milliseconds; executors sharing a cache directory each download into a file of their own.)"""
@@ -173,11 +172,8 @@ def hub_download(artifact: str, hub_file: HubFile, cache_dir: Path | None) -> Pa
 
 
 def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as file:
-        while block := file.read(HASH_BLOCK):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(file, "sha256").hexdigest()
 
 
 def _append(handle: IO[bytes], digest: "hashlib._Hash", chunk: bytes) -> None:
