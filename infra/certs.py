@@ -10,7 +10,7 @@ import os
 import signal
 from pathlib import Path
 
-from infra.stack_state import STATE_FILE, read_state
+from infra.stack_state import read_state
 from infra.tls import ensure_server_tls, fingerprint, rotate_server_tls, server_names
 
 
@@ -46,7 +46,7 @@ def certs_tool(args: argparse.Namespace) -> int:
     tls = rotate_server_tls(data_dir, args.names)
     print(f"new certificate {tls.cert} for {', '.join(server_names(tls.cert))}; CA {tls.ca} "
           f"(sha256 {fingerprint(tls.ca_pem())}, unchanged)")
-    state = read_state(data_dir) if (data_dir / STATE_FILE).exists() else None
+    state = read_state(data_dir)
     if state is None or not state.alive():
         print("no stack runs from this data dir: its next `sheshnag up` serves the new certificate")
         return 0

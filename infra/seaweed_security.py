@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from infra.private import write_private
+from infra.tls import key_pem
 
 SECURITY_FILE = "security.toml"
 TLS_DIR = "tls"
@@ -25,11 +26,6 @@ JWT_SECTIONS = ("jwt.signing", "jwt.signing.read", "jwt.filer_signing", "jwt.fil
 """Volume writes and reads need a JWT the master signs; the filer's HTTP side, one the S3 server signs."""
 CERT_DAYS = 3650
 """Long: the CA is the stack's own and is remade at each start, so nothing ever needs to renew it."""
-
-
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
 
 
 def _certificate(subject: str, key: ec.EllipticCurvePrivateKey, issuer: x509.Name,
@@ -64,7 +60,7 @@ def write_tls(directory: Path) -> tuple[Path, Path, Path]:
     paths = directory / "ca.crt", directory / "store.crt", directory / "store.key"
     write_private(paths[0], ca_cert.public_bytes(serialization.Encoding.PEM))
     write_private(paths[1], cert.public_bytes(serialization.Encoding.PEM))
-    write_private(paths[2], _pem_key(key))
+    write_private(paths[2], key_pem(key))
     return paths
 
 

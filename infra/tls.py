@@ -56,7 +56,7 @@ def _new_key() -> ec.EllipticCurvePrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+def key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                              serialization.NoEncryption())
 
@@ -89,7 +89,7 @@ def _load_or_create_ca(folder: Path, now: datetime) -> tuple[x509.Certificate, e
                            critical=True)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
             .sign(key, hashes.SHA256()))
-    write_private(key_path, _key_pem(key))
+    write_private(key_path, key_pem(key))
     write_private(cert_path, _cert_pem(cert))
     return cert, key
 
@@ -159,6 +159,6 @@ def _issue(tls: ServerTls, ca: x509.Certificate, ca_key: ec.EllipticCurvePrivate
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
             .sign(ca_key, hashes.SHA256()))
     # Each swapped in whole; a server that reloads between the two fails to pair them and keeps its old pair.
-    write_private(tls.key, _key_pem(key))
+    write_private(tls.key, key_pem(key))
     write_private(tls.cert, _cert_pem(cert))
     return tls
