@@ -8,7 +8,7 @@ from contracts.ids import hash_api_key
 from contracts.readmodel import ApiKeyRecord
 from services.gateway.background.key_usage import KEY_USAGE
 from services.gateway.context import deps
-from services.gateway.http.auth_failures import count_failure, count_success, refuse_if_blocked, too_many
+from services.gateway.http.auth_failures import AUTH_FAILURES, too_many
 from services.gateway.usecases.refusals import ApiError
 
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/", "/v1/provider/connection"})
@@ -61,18 +61,20 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     if scheme.lower() != "bearer" or not token:
         raise ApiError(401, "You didn't provide an API key. Send it as 'Authorization: Bearer gk-…'.",
                        "authentication_error", "missing_api_key")
-    await refuse_if_blocked(request, token)
+    failures, address = request.app.get(AUTH_FAILURES), request.remote or "unknown"
+    if failures is not None and (wait := await failures.refusal_s(address, token)) > 0:
+        raise too_many(wait)  # this address may not try this key now
     # Keys are ASCII; any other byte (aiohttp hands them on as surrogates) names no key.
     record = await deps(request).keys.lookup(token) if token.isascii() else None
     refusal = _refusal(record)
     if refusal is not None:
         # Only unknown keys are guesses: a client still sending its revoked key must not trip its address's budget.
-        wait = await count_failure(request, token) if record is None else 0.0
-        if wait > 0:
+        if record is None and failures is not None and (wait := await failures.record_failure(address, token)) > 0:
             raise too_many(wait)
         raise ApiError(401, refusal, "authentication_error", "invalid_api_key")
     assert record is not None
-    await count_success(request, token)
+    if failures is not None:
+        await failures.record_success(address, token)
     request[REQUEST_PRINCIPAL] = record
     request[REQUEST_KEY_DIGEST] = hash_api_key(token)
     usage = request.app.get(KEY_USAGE)

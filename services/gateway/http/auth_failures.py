@@ -214,31 +214,7 @@ class SharedFailedAuthentications:
 AUTH_FAILURES = web.AppKey("auth_failures", SharedFailedAuthentications)
 
 
-def client_address(request: web.Request) -> str:
-    return request.remote or "unknown"
-
-
 def too_many(wait_s: float) -> ApiError:
     retry_after = max(1, math.ceil(wait_s))
     return ApiError(429, f"Too many failed authentications from this address; retry in {retry_after}s.",
                     "rate_limit_error", "too_many_failed_authentications", retry_after_s=retry_after)
-
-
-async def refuse_if_blocked(request: web.Request, key: str) -> None:
-    """Before the lookup: 429 for a key this address may not try now."""
-    failures = request.app.get(AUTH_FAILURES)
-    wait = 0.0 if failures is None else await failures.refusal_s(client_address(request), key)
-    if wait > 0:
-        raise too_many(wait)
-
-
-async def count_failure(request: web.Request, key: str) -> float:
-    """After a failed lookup: how long the address should wait (0: answer 401 as usual)."""
-    failures = request.app.get(AUTH_FAILURES)
-    return 0.0 if failures is None else await failures.record_failure(client_address(request), key)
-
-
-async def count_success(request: web.Request, key: str) -> None:
-    failures = request.app.get(AUTH_FAILURES)
-    if failures is not None:
-        await failures.record_success(client_address(request), key)
