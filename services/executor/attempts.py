@@ -25,7 +25,6 @@ from services.executor.domain import REFUSED_ATTEMPT, chunk_position
 from services.runtime.nats.foldrules import FoldRules
 
 StopReason = Literal["cancelled", "expired"]
-Outcome = EndReason
 _rules = FoldRules[None]()
 
 
@@ -154,7 +153,7 @@ class BatchLog:
         live = {attempt for attempt in self.attempts - self.failed - self.finished if self.is_current(attempt)}
         return max(live) if live else None
 
-    def outcome(self, asked: Outcome) -> Outcome:
+    def outcome(self, asked: EndReason) -> EndReason:
         """How a batch a finalizer was asked to end `asked` ends, by the order of its log (the one authority): a
         cancel in it (one is written only before the first `finalizing` fact) ends the batch `cancelled`, with every
         line that ran in the output file, whatever the finalizer was asked (its window may have ended, or its

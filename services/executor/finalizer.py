@@ -13,10 +13,11 @@ from contracts.commands import FinalizeBatch, RunBatch
 from contracts.events.batch import BatchCancelled, BatchCompleted, BatchExpired, BatchFailed, BatchFinalizing
 from contracts.events.envelope import Event
 from contracts.ids import error_file_id, output_file_id
+from contracts.lifecycle import EndReason
 from services.executor.adapters.desk import publish_in_order
 from services.executor.adapters.objects import ObjectAccess
 from services.executor.adapters.results import LOOK, ResultStore
-from services.executor.attempts import BatchLog, Outcome, counts_as_committed
+from services.executor.attempts import BatchLog, counts_as_committed
 from services.executor.chunk_lines import ResultLine
 from services.executor.domain import (
     CommittedLine,
@@ -74,7 +75,7 @@ class Finalizer:
         await publish_in_order(self.bus, events)
         return True
 
-    async def finish(self, batch: RunBatch | FinalizeBatch, asked: Outcome, ender: Ender,
+    async def finish(self, batch: RunBatch | FinalizeBatch, asked: EndReason, ender: Ender,
                      stating: Sequence[Event] = ()) -> bool:
         """The one way a batch ends, whoever ends it. Completing, it states `finalizing` (after `stating`, what the
         ender has left to say) and reads the log back: a cancel accepted before that fact decides, as the log's
@@ -104,7 +105,7 @@ class Finalizer:
         code = batch.code if outcome == batch.reason else batch_log.cancel_code  # a cancel came first
         return await self.finalize(batch, outcome, chunks, publish, code)
 
-    async def finalize(self, command: RunBatch | FinalizeBatch, outcome: Outcome,
+    async def finalize(self, command: RunBatch | FinalizeBatch, outcome: EndReason,
                        chunks: Sequence[tuple[str, Sequence[ResultLine]]], publish: Publish, code: str | None = None,
                        all_lines_ran: bool = False) -> bool:
         """Write both files of the committed `chunks` and publish the terminal fact; False once `publish` refuses
