@@ -46,10 +46,6 @@ def _store(request: web.Request) -> WebhookStore:
     return request.app[WEBHOOK_STORE]
 
 
-async def _organization_of_caller(request: web.Request, caller: ApiKeyRecord) -> str:
-    return organization_of(await deps(request).read_model.get_user(caller.user_id) if caller.user_id else None)
-
-
 async def _manages(request: web.Request, caller: ApiKeyRecord, endpoint: WebhookEndpoint) -> bool:
     if caller.role == "admin" or endpoint.owner == caller.owner:
         return True
@@ -98,7 +94,7 @@ async def _scope_organization(request: web.Request, caller: ApiKeyRecord, body: 
             raise bad_request("organization_id must be 1-64 letters, digits, '_' or '-'.", "invalid_id",
                               "organization_id")
         return body.organization_id
-    own = await _organization_of_caller(request, caller)
+    own = organization_of(await deps(request).read_model.get_user(caller.user_id) if caller.user_id else None)
     if body.scope == "user" or caller.role == "admin":
         if body.organization_id is not None and body.organization_id != own:
             raise bad_request("organization_id is for scope=organization by an admin key.", "invalid_request",
