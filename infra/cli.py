@@ -31,6 +31,7 @@ from infra.batch_cli import add_arguments as add_batch_arguments
 from infra.batch_cli import batch_tool
 from infra.certs import add_arguments as add_certs_arguments
 from infra.certs import certs_tool
+from infra.embedded import free_port
 from infra.keys import choose_admin_key, local_worker_key, register_key, remember
 from infra.models_push import add_arguments as add_models_arguments
 from infra.models_push import models_tool
@@ -43,7 +44,7 @@ from infra.provider_join import join_deployment
 from infra.settings_reference import SERVICE_SETTINGS, help_epilog
 from infra.stack_state import StackState, find_stack, remove_state, write_state
 from infra.status import status as show_status
-from infra.supervisor import SERVICES, Stack, pick_port, url_host
+from infra.supervisor import SERVICES, Stack, url_host
 from infra.tls import fingerprint
 from services.runtime.nats.broker import BrokerUnreachable
 from services.runtime.nats.bus import EventBus
@@ -229,8 +230,9 @@ async def up(args: argparse.Namespace) -> None:
     loop.add_signal_handler(signal.SIGHUP, lambda: None)
     if args.config is not None:
         use_config_file(args.config)
-    stack = Stack(args.data_dir.expanduser().resolve(), args.port, pick_port(args.nats_port), pick_port(args.s3_port),
-                  args.nats_url, args.listen, webhooks_to_loopback=args.webhooks_to_loopback)
+    stack = Stack(args.data_dir.expanduser().resolve(), args.port, args.nats_port or free_port(),
+                  args.s3_port or free_port(), args.nats_url, args.listen,
+                  webhooks_to_loopback=args.webhooks_to_loopback)
     try:
         await asyncio.to_thread(install_missing_models)
         await asyncio.to_thread(stack.start_infra)

@@ -322,7 +322,3 @@ def metrics_env(env: dict[str, str], index: int) -> dict[str, str]:
 def url_host(host: str) -> str:
     """`host` as it goes into a URL or a host:port (an IPv6 address in brackets)."""
     return f"[{host}]" if ":" in host else host
-
-
-def pick_port(requested: int | None) -> int:
-    return requested if requested else free_port()
