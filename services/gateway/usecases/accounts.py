@@ -70,11 +70,6 @@ async def api_key_object(record: ApiKeyRecord, usage: LastUse | None) -> ApiKey:
                   last_used_at=None if last_ms is None else last_ms // 1000, revoked=record.revoked)
 
 
-async def created_key_object(raw: str, record: ApiKeyRecord, usage: LastUse | None) -> ApiKey:
-    """A key just created: its object, with the raw value this once."""
-    return (await api_key_object(record, usage)).model_copy(update={"value": raw})
-
-
 def _catalogue_ids(accounts: Accounts, names: list[str] | None) -> list[str] | None:
     """The catalogue ids the names (ids or aliases) stand for; null stays null: every model."""
     if names is None:

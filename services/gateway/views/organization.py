@@ -77,7 +77,7 @@ async def retrieve_organization(request: web.Request) -> web.Response:
 
 async def key_answer(request: web.Request, raw: str, record: ApiKeyRecord) -> web.Response:
     """A key just created: its object, with the raw value this once."""
-    return answer(await usecases.created_key_object(raw, record, request.app.get(KEY_USAGE)))
+    return answer((await usecases.api_key_object(record, request.app.get(KEY_USAGE))).model_copy(update={"value": raw}))
 
 
 def own_keys_user(request: web.Request) -> str:
