@@ -1,15 +1,17 @@
 """Helpers tests share: reading a batch's facts back from the real EVENTS stream, and writing read model records
-by hand where the ledger's projection would."""
+and executors' adverts by hand where the ledger's projection and the executors would."""
 
 import asyncio
 from collections.abc import Callable
 from contextlib import aclosing
 
+from contracts.events.executor import ExecutorAdvert
 from contracts.events.registry import AnyEvent, decode_event
 from contracts.readmodel import ApiKeyRecord, BatchRecord
 from contracts.subjects import batch_events, read_model_key
 from services.runtime.nats import eventlog
 from services.runtime.nats.bus import EventBus
+from services.runtime.nats.fleet import Fleet
 from services.runtime.nats.readmodel import ReadModel
 
 
@@ -32,3 +34,12 @@ async def put_batch(read_model: ReadModel, record: BatchRecord) -> None:
 
 async def put_api_key(read_model: ReadModel, key_sha256: str, record: ApiKeyRecord) -> None:
     await read_model.put(read_model_key("apikey", key_sha256), record)
+
+
+async def advertise(fleet: Fleet, advert: ExecutorAdvert) -> None:
+    """Write an advert as its executor would (a test standing in for the executor)."""
+    await fleet.kv.put(advert.executor_id, advert.model_dump_json().encode())
+
+
+async def withdraw(fleet: Fleet, executor_id: str) -> None:
+    await fleet.kv.delete(executor_id)

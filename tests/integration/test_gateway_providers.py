@@ -20,6 +20,7 @@ from tests.factories import batch_created
 from tests.integration.gateway_support import Gateway, jsonl
 from tests.integration.test_gateway_accounts import admin_key, bearer, gateway, user_with_key
 from tests.integration.test_gateway_oversight import member, organization
+from tests.support import advertise
 
 __all__ = ["gateway"]
 
@@ -80,7 +81,7 @@ async def run_lines_on(gateway: Gateway, executor_id: str, worker_key_id: str, c
                             loaded_models=[CHAT], devices=[DeviceMemory(name="cpu", total_bytes=8 << 30,
                                                                         free_bytes=6 << 30)],
                             slots=2, heartbeat_at=now_ms)
-    await (await Fleet.open(gateway.bus)).advertise(advert)
+    await advertise(await Fleet.open(gateway.bus), advert)
     batch_id = f"batch_{secrets.token_hex(8)}"
     for fact in [
         ExecutorRegistered(aggregate_id=executor_id, advert=advert, started_at=now_ms, worker_key_id=worker_key_id),

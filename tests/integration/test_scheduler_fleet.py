@@ -25,7 +25,7 @@ from services.scheduler.app import run_scheduler
 from services.scheduler.settings import SchedulerSettings
 from tests.conftest import RunningNats
 from tests.factories import batch_created
-from tests.support import batch_facts
+from tests.support import advertise, batch_facts, withdraw
 
 MODEL = "smollm2-135m-instruct-q4_1"
 
@@ -58,7 +58,7 @@ async def validated_batch(bus: EventBus) -> str:
 async def heartbeats(fleet: Fleet, executor_id: str, protocol: int = 1) -> None:
     """As a live executor does: a fresh advert every second, until cancelled."""
     while True:
-        await fleet.advertise(advert(executor_id, protocol))
+        await advertise(fleet, advert(executor_id, protocol))
         await asyncio.sleep(1.0)
 
 
@@ -100,7 +100,7 @@ async def test_each_executor_gets_its_run_command_in_the_shape_it_advertised_it_
             await batch_facts(bus, batch_id, lambda e: isinstance(e, BatchAssigned), timeout_s=15)
             [sent[executor_id]] = await sent_commands(bus, executor_id, wait_s=5.0)
             beats.cancel()
-            await fleet.withdraw(executor_id)  # the next batch goes to the other one
+            await withdraw(fleet, executor_id)  # the next batch goes to the other one
     old, new = json.loads(sent["e-old"]), json.loads(sent["e-new"])
     assert "terms" not in old and old["owner_key_id"] == "k" and old["input_object_key"] == "files/f"
     assert "owner_key_id" not in new and new["terms"]["owner_key_id"] == "k"
@@ -122,7 +122,7 @@ async def test_two_schedulers_assign_a_batch_once_and_the_standby_takes_over_a_l
         assert [(c.batch_id, c.attempt) for c in commands] == [(batch_id, 1)]
 
         e1_beats.cancel()
-        await fleet.withdraw("e1")  # e1 stops heartbeating: lost once its last heartbeat is 15 s old
+        await withdraw(fleet, "e1")  # e1 stops heartbeating: lost once its last heartbeat is 15 s old
         e2_beats = asyncio.create_task(heartbeats(fleet, "e2"))
         facts = await batch_facts(bus, batch_id, lambda e: isinstance(e, BatchAssigned) and e.attempt == 2,
                                   timeout_s=40)
@@ -158,7 +158,7 @@ async def test_an_executor_declared_lost_that_heartbeats_again_is_given_new_work
         first = await validated_batch(bus)
         await batch_facts(bus, first, lambda e: isinstance(e, BatchAssigned), timeout_s=15)
         beating.cancel()  # paused (SIGSTOP, a GC stall): no heartbeat past its lease
-        await fleet.withdraw("e5")
+        await withdraw(fleet, "e5")
         await batch_facts(bus, first, lambda e: isinstance(e, AttemptFailed), timeout_s=40)
 
         beating = asyncio.create_task(heartbeats(fleet, "e5"))  # resumed
@@ -181,7 +181,7 @@ async def test_a_standby_scheduler_leads_when_the_leader_stops(fresh_nats: Runni
         await asyncio.sleep(0.5)  # first wins the lease
         async with scheduler(fresh_nats.url):
             first.cancel()  # the leader stops
-            await fleet.advertise(advert("e3"))
+            await advertise(fleet, advert("e3"))
             batch_id = await validated_batch(bus)
             facts = await batch_facts(bus, batch_id, lambda e: isinstance(e, BatchAssigned), timeout_s=15)
             assert [f.executor_id for f in facts if isinstance(f, BatchAssigned)] == ["e3"]
@@ -229,8 +229,8 @@ async def test_executors_join_only_with_a_live_worker_key_and_user_or_revoked_ke
         assert not revoked.accepted and "revoked" in (revoked.reason or "")
 
         fleet = await Fleet.open(bus)
-        await fleet.advertise(advert("e-new"))
-        await fleet.advertise(advert("e-unregistered"))
+        await advertise(fleet, advert("e-new"))
+        await advertise(fleet, advert("e-unregistered"))
         batch_id = await validated_batch(bus)
         facts = await batch_facts(bus, batch_id, lambda e: isinstance(e, BatchAssigned), timeout_s=15)
         assert [f.executor_id for f in facts if isinstance(f, BatchAssigned)] == ["e-new"]

@@ -38,13 +38,6 @@ class Fleet:
         """The core services' view (executors write their own advert alone: `services/executor/adapters/advert.py`)."""
         return cls(await open_bucket(bus, EXECUTORS_BUCKET, ADVERT_TTL_S))
 
-    async def advertise(self, advert: ExecutorAdvert) -> None:
-        """Write an advert as its executor would (tests and benchmarks standing in for executors)."""
-        await self.kv.put(advert.executor_id, advert.model_dump_json().encode())
-
-    async def withdraw(self, executor_id: str) -> None:
-        await self.kv.delete(executor_id)
-
     async def adverts(self) -> list[ExecutorAdvert]:
         """Every live executor's advert that parses; the others are skipped."""
         # Heartbeats: a replica's moment-old advert serves as well, also while the bucket elects a leader.
