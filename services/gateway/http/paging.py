@@ -15,12 +15,21 @@ MAX_FILES_LIMIT = 10_000
 """`GET /v1/files` pages up to 10,000 files, and returns that many by default, as OpenAI's does."""
 
 
+def ascii_int(raw: str | None, most_digits: int) -> int | None:
+    """`raw` as a whole number when it is at most `most_digits` ASCII digits, else None (`str.isdigit` alone lets
+    through digits `int` refuses, such as `²`)."""
+    if raw is None or not (raw.isascii() and raw.isdigit() and len(raw) <= most_digits):
+        return None
+    return int(raw)
+
+
 def parse_limit(request: web.Request, default: int = 20, maximum: int = MAX_LIMIT) -> int:
     raw = request.query.get("limit", str(default))
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= 9 and 1 <= int(raw) <= maximum):
+    limit = ascii_int(raw, 9)
+    if limit is None or not 1 <= limit <= maximum:
         raise bad_request(f"limit must be an integer between 1 and {maximum}, not {raw[:20]!r}.", "invalid_limit",
                           "limit")
-    return int(raw)
+    return limit
 
 
 def page_after(items: Sequence[Item], ids: Sequence[str], after: str | None, limit: int) -> ListPage[Item]:

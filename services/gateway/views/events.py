@@ -22,6 +22,7 @@ from services.gateway.context import deps
 from services.gateway.http.auth import principal, still_authorized
 from services.gateway.http.errors import client_gone
 from services.gateway.http.event_frames import sse_frame
+from services.gateway.http.paging import ascii_int
 from services.gateway.usecases.batches import owned_batch
 from services.gateway.usecases.refusals import bad_request
 from services.runtime.nats import eventlog
@@ -46,10 +47,11 @@ REVOKED_FRAME = b'event: error\ndata: {"error": {"message": "This API key was re
 
 def resume_after(request: web.Request) -> int:
     raw = (request.headers.get("Last-Event-ID") or request.query.get("last_event_id") or "0").strip()
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= 20) or int(raw) > MAX_SEQUENCE:
+    sequence = ascii_int(raw, 20)
+    if sequence is None or sequence > MAX_SEQUENCE:
         raise bad_request("Last-Event-ID must be the integer id of an event already received.",
                           "invalid_last_event_id", "Last-Event-ID")
-    return int(raw)
+    return sequence
 
 
 async def ended_by(js: JetStreamContext, batch_id: str, after: int) -> bool:

@@ -20,7 +20,7 @@ from services.gateway.http.bodies import answer
 from services.gateway.http.body_pace import BodyPace
 from services.gateway.http.disposition import content_disposition
 from services.gateway.http.limits import charge_control_call
-from services.gateway.http.paging import MAX_FILES_LIMIT, page_after, parse_limit
+from services.gateway.http.paging import MAX_FILES_LIMIT, ascii_int, page_after, parse_limit
 from services.gateway.http.transfer_slots import DOWNLOAD_SLOTS, UPLOAD_SLOTS
 from services.gateway.usecases import files as usecase
 from services.gateway.usecases.files import discard_object, owned_file, owner_files
@@ -37,12 +37,12 @@ def expires_after_seconds(anchor: str | None, seconds: str | None) -> int | None
     """The SDK's `expires_after={"anchor": "created_at", "seconds": N}`, sent as two form fields."""
     if anchor is None and seconds is None:
         return None
-    if anchor != "created_at" or seconds is None or not seconds.isdigit() \
-            or not MIN_EXPIRES_AFTER_S <= int(seconds) <= MAX_EXPIRES_AFTER_S:
+    amount = ascii_int(seconds, 12)
+    if anchor != "created_at" or amount is None or not MIN_EXPIRES_AFTER_S <= amount <= MAX_EXPIRES_AFTER_S:
         raise bad_request(f"expires_after must be {{'anchor': 'created_at', 'seconds': N}} with N between "
                           f"{MIN_EXPIRES_AFTER_S} and {MAX_EXPIRES_AFTER_S}.", "invalid_expires_after",
                           "expires_after")
-    return int(seconds)
+    return amount
 
 
 async def form_field(part: BodyPartReader) -> str:

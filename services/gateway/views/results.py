@@ -21,6 +21,7 @@ from contracts.subjects import event_subject
 from services.gateway.context import Deps, deps
 from services.gateway.http.auth import principal
 from services.gateway.http.bodies import answer
+from services.gateway.http.paging import ascii_int
 from services.gateway.usecases.batches import overseen_batch
 from services.gateway.usecases.refusals import bad_request
 from services.runtime.nats import eventlog
@@ -47,17 +48,19 @@ def _cursor(raw: str | None) -> tuple[int, int]:
     if raw is None:
         return 0, 0
     sequence, dot, index = raw.partition(".")
-    if not (dot and sequence.isdigit() and index.isdigit() and len(raw) <= 40):
+    at, skipped = ascii_int(sequence, 20), ascii_int(index, 19)
+    if not dot or at is None or skipped is None:
         raise bad_request("after must be the next_after of an earlier page of results.", "invalid_after", "after")
-    return int(sequence), int(index)
+    return at, skipped
 
 
 def _limit(raw: str | None) -> int:
     if raw is None:
         return DEFAULT_LIMIT
-    if not (raw.isdigit() and 1 <= int(raw) <= MAX_LIMIT):
+    limit = ascii_int(raw, 9)
+    if limit is None or not 1 <= limit <= MAX_LIMIT:
         raise bad_request(f"limit must be an integer from 1 to {MAX_LIMIT}.", "invalid_limit", "limit")
-    return int(raw)
+    return limit
 
 
 async def batch_results(request: web.Request) -> web.Response:
