@@ -6,3 +6,5 @@ MAX_NESTING_DEPTH = 64
 """Arrays and objects nested in one line, the line itself counted. Every later stage must re-serialise a body:
 orjson dumps at most 254 levels, the stdlib `json` about 1,000, llama.cpp's grammar builder recurses per level."""
 
+MAX_SAMPLES = 64
+"""The most completions one line may ask for (`n`): validation refuses more, and every later stage relies on it."""

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from contracts.api.file import RESULT_FILE_EXPIRES_AFTER_S
+from contracts.api.request_line import MAX_SAMPLES
 from contracts.catalogue import SHA256_HEX
 from contracts.events.batch import (
     AttemptFailed,
@@ -34,8 +35,6 @@ FinalizerFact = BatchEnded | BatchFailed
 StatedFact = TypeVar("StatedFact", bound=Event)
 ContextLength = Callable[[str], int | None] | None
 """A model's context length by catalogue id (None: not in the catalogue)."""
-MAX_SAMPLES = 64
-"""The most completions a line may ask for (`n`): what validation accepts."""
 
 
 def finalizes(plan: BatchPlan, executor_id: str) -> bool:

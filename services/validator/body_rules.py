@@ -4,6 +4,7 @@ import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from contracts.api.request_line import MAX_SAMPLES
 from contracts.catalogue import Catalogue, CatalogueModel
 from contracts.engines import (
     CONTENT_PART_MODALITY,
@@ -21,8 +22,6 @@ from services.validator.tool_rules import TOOL_PARAMETERS, known_parameters, too
 CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 MAX_EMBEDDING_INPUTS_PER_LINE = 2048
 MAX_STOP_SEQUENCES = 4
-MAX_SAMPLES = 64
-"""`n`: samples of one line, returned as the choices of its output line."""
 ENGINE_TEMPLATE_VARIABLES = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
 """What the engine itself gives the chat template: not the line's to set through chat_template_kwargs."""
 TOKEN_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")

@@ -8,11 +8,11 @@ from typing import Any
 
 import orjson
 
+from contracts.api.request_line import MAX_SAMPLES
 from contracts.billing import FileDemand
 
 OUTPUT_LIMITS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 """The request fields that bound a line's output, in the order a line's own is read."""
-MAX_SAMPLES = 64
 
 
 class DemandCounter:

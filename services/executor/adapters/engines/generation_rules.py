@@ -7,7 +7,6 @@ from typing import Any
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 """OpenAI's `/v1/completions` default; chat and responses run to the context, as OpenAI's and trtllm-serve's do."""
-MAX_SAMPLES = 64
 
 
 @dataclass(frozen=True)

@@ -36,13 +36,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from contracts.api.request_line import MAX_SAMPLES
 from contracts.catalogue import CatalogueModel
 from contracts.events.executor import EngineName
 from services.executor.adapters.artifacts import default_cache_dir
 from services.executor.adapters.engines import continuous_batching as batching
 from services.executor.adapters.engines.base import Engine, EngineReply, EngineUnavailable, error_reply, installed
 from services.executor.adapters.engines.generation_rules import (
-    MAX_SAMPLES,
     PromptTooLong,
     Sampling,
     cut_at_stop,
