@@ -17,6 +17,7 @@ from services.ledger.archive import Archive, ArchivePoint, groups
 from services.ledger.handlers import Sink
 from services.ledger.projection import Projection, folded_records
 from services.ledger.snapshot import projections, seed
+from services.runtime.nats.broker import BROKER_HICCUPS
 from services.runtime.nats.readmodel import ReadModel
 
 log = logging.getLogger(__name__)
@@ -35,9 +36,6 @@ class Restored:
     """Archived facts folded."""
 
 
-BROKER_HICCUPS = (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError,
-                  nats.js.errors.ServiceUnavailableError, asyncio.TimeoutError)
-"""What a read meets while a clustered broker elects a bucket's leader (a ledger starting then waits it out)."""
 HICCUP_PATIENCE_S = 60.0
 
 

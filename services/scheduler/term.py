@@ -9,8 +9,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import nats.errors
-import nats.js.errors
 from opentelemetry.context import Context
 from pydantic import ValidationError
 
@@ -32,6 +30,7 @@ from contracts.events.registry import AnyEvent, decode_event
 from contracts.ids import derived_id
 from contracts.lifecycle import ENDING_FACTS
 from contracts.subjects import EVENTS_STREAM, parse_event_subject
+from services.runtime.nats.broker import BROKER_HICCUPS
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.fleet import Fleet
 from services.runtime.nats.folds import Folds
@@ -61,9 +60,6 @@ from services.scheduler.standings import STANDINGS_EVERY_MS, standing_waits
 log = logging.getLogger(__name__)
 
 READER_STOP_S = 10.0
-BROKER_HICCUPS = (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError,
-                  nats.js.errors.ServiceUnavailableError, asyncio.TimeoutError)
-"""What a tick meets while the broker cannot answer for a moment; the term goes on."""
 _NUDGING: tuple[type[Event], ...] = (BatchValidated, BatchReleased, BatchCancelRequested, AttemptFailed,
                                      ShardFinished, ExecutorRegistered, *ENDING_FACTS)
 NUDGES = frozenset((fact.kind, fact.name) for fact in _NUDGING)

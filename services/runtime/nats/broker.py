@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import nats.errors
+import nats.js.errors
 from faststream.nats import NatsBroker
 from faststream.security import BaseSecurity, SASLPlaintext
 from nats.aio.client import Client
@@ -34,6 +35,10 @@ CLOSE_S = GRACEFUL_STOP_S + DRAIN_S + 5.0
 broker is gone, reconnects for ever, and a process must exit all the same."""
 TOOL_ATTEMPTS = 3
 """How often an operator tool tries the broker before it gives up and says why."""
+BROKER_HICCUPS = (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError,
+                  nats.js.errors.ServiceUnavailableError, asyncio.TimeoutError)
+"""What a request meets while the broker cannot answer for a moment (a clustered broker electing a stream's or
+bucket's leader): worth waiting out, not a fault."""
 
 
 class BrokerUnreachable(ConnectionError):
