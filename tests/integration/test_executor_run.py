@@ -72,7 +72,9 @@ async def running_executor(connection: ConnectionSettings, tmp_path: Path,
     running = asyncio.create_task(run_executor(settings, stop))
     yield settings
     stop.set()
-    await asyncio.wait_for(running, 30)  # unloading a model mid-generation takes a while on two loaded cores
+    # Unloading waits for the lines llama.cpp is generating: it cannot stop one (a cancelled line runs on to its
+    # slot's 256-token context), which on two loaded cores takes about 40 s.
+    await asyncio.wait_for(running, 90)
 
 
 @pytest.fixture
