@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import aiohttp
 import nats.aio.msg
 
-from bench.cpu import cpu_seconds
+from bench.cpu import cpu_seconds, reference_cpu_ms
 from contracts.lifecycle import TERMINAL
 from contracts.subjects import EVENTS_STREAM
 from infra.embedded import free_port
@@ -292,6 +292,11 @@ async def creates_after_history(stack: RunningStack, http: aiohttp.ClientSession
     return rows
 
 
+def all_ms(row: Measured) -> float:
+    """CPU ms of every process together, per line (the large batch) or per batch (the small ones)."""
+    return sum(row.cpu.values()) / (row.lines if row.batches == 1 else row.batches) * 1000
+
+
 def table(rows: list[Measured]) -> str:
     names = [*SERVICES, *SERVERS]
     out = ["| workload | lines/s | batches/s | " + " | ".join(names) + " | all | facts | fact bytes |",
@@ -321,6 +326,7 @@ async def run(args: argparse.Namespace, data_dir: Path, catalogue: Path) -> None
         "SHESHNAG_GATEWAY_CONTROL_CALLS_PER_S": "100000", "SHESHNAG_GATEWAY_CONTROL_CALL_BURST": "100000",
         "SHESHNAG_GATEWAY_MAX_ACTIVE_BATCHES": "100000", **dict(setting.split("=", 1) for setting in args.env)})
     base = f"http://127.0.0.1:{port}"
+    reference = [reference_cpu_ms()]
     rows = []
     history_rows: list[str] = []
     singles: list[float] = []
@@ -354,9 +360,15 @@ async def run(args: argparse.Namespace, data_dir: Path, catalogue: Path) -> None
                                      lambda: asyncio.sleep(args.idle), args.profile)
     finally:
         stop_stack(stack)
+    reference.append(reference_cpu_ms())
     print("\nCPU of each process, ms per line (the large batch) or per batch (the small ones); facts and bytes "
           "appended to the EVENTS stream per line or per batch\n")
     print(table(rows))
+    speed = statistics.mean(reference)
+    print(f"\nHost speed: a fixed pure-Python workload took {reference[0]:.0f} / {reference[1]:.0f} CPU-ms (before / "
+          "after the workloads); the same code costs up to three times as much CPU on a crowded host, so compare runs "
+          "made at different times by `all` in units of it: " + ", ".join(
+              f"{row.name} {all_ms(row) / speed:.4f}" for row in rows))
     for row in rows:
         per = row.lines if row.batches == 1 else row.batches
         print(f"\nfacts per {'line' if row.batches == 1 else 'batch'}, {row.name}: " + ", ".join(
