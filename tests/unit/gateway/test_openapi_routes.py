@@ -3,6 +3,7 @@ and response models, and the document is a valid OpenAPI 3.1 document."""
 
 import json
 
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 from aiohttp.web_routedef import RouteDef
@@ -10,11 +11,15 @@ from openapi_spec_validator import validate
 
 from contracts.api.batch_request import BatchCreateRequest
 from contracts.api.organization import CreateUser, User
+from contracts.events.key import KeyRole
+from contracts.readmodel import ApiKeyRecord
 from services.gateway.app import create_app
 from services.gateway.dashboard.pages import PREFIX as DASHBOARD
+from services.gateway.http.auth import REQUEST_PRINCIPAL
 from services.gateway.http.openapi import JsonObject, Route, build_openapi, route
 from services.gateway.http.routes import ROUTES, healthz
 from services.gateway.settings import GatewaySettings
+from services.gateway.usecases.refusals import ApiError
 
 DOCUMENT = build_openapi(ROUTES)
 
@@ -100,3 +105,37 @@ def test_a_row_written_as_a_plain_aiohttp_route_still_appears_with_a_unique_id()
     guessed = paths["/v1/things/{thing_id}"]["get"]
     assert guessed["operationId"] == "getV1ThingsThingId" and "security" not in guessed
     assert paths["/things"]["get"]["security"] == []
+
+
+MANAGE = "Only an admin key may manage users and keys."
+ADMIN_ONLY = {
+    ("GET", "/metrics"): "Only an admin key may read the metrics.",
+    ("GET", "/v1/billing/accounts"): MANAGE,
+    ("POST", "/v1/billing/grants"): MANAGE,
+    ("POST", "/v1/organization/users"): MANAGE,
+    ("GET", "/v1/organization/users"): MANAGE,
+    ("POST", "/v1/organization/organizations"): MANAGE,
+    ("GET", "/v1/organization/organizations"): MANAGE,
+    ("GET", "/v1/organization/organizations/{organization_id}"): MANAGE,
+    ("GET", "/v1/organization/overview"): MANAGE,
+    ("POST", "/v1/provider/worker_keys"): MANAGE,
+    ("GET", "/v1/provider/worker_keys"): MANAGE,
+    ("DELETE", "/v1/provider/worker_keys/{key_id}"): MANAGE,
+    ("GET", "/v1/admin/anomalies"): MANAGE,
+}
+"""Every admin-only route, with what any other key is told."""
+
+
+@pytest.mark.parametrize("role", ["user", "worker"])
+async def test_an_admin_route_refuses_every_other_key_before_its_view(role: KeyRole) -> None:
+    rows = {(r.method, r.path): r for r in ROUTES if isinstance(r, Route) and r.operation.access == "admin"}
+    assert sorted(rows) == sorted(ADMIN_ONLY)
+    for (method, path), refusal in ADMIN_ONLY.items():
+        request = make_mocked_request(method, path)  # no app: a view that ran would fail otherwise
+        request[REQUEST_PRINCIPAL] = ApiKeyRecord(key_id="k", role=role, label="not an admin", user_id="u")
+        view = rows[method, path].handler
+        assert not isinstance(view, type)
+        with pytest.raises(ApiError) as refused:
+            await view(request)
+        assert (refused.value.status, refused.value.body.message, refused.value.body.code) == (
+            403, refusal, "insufficient_permissions"), path
