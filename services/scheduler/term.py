@@ -243,7 +243,7 @@ class Term:
     async def resend_runs(self) -> None:
         """Once per term: the run command of every running attempt again (deduplicated by the broker, and an
         executor resumes an attempt idempotently), in case the last leader died before sending it."""
-        for plan in self.book.open.values():
+        for plan in list(self.book.open.values()):  # the fold goes on while each command is sent
             for shard, run in plan.running_shards():
                 assert run.executor_id is not None
                 await self._send_run(plan, run.executor_id, run.attempt, shard)

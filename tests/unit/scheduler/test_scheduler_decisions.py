@@ -1,5 +1,8 @@
 """The scheduler's decisions: assign, wait with a reason, retry elsewhere, fail after 3, cancel, expire."""
 
+from types import SimpleNamespace
+from typing import cast
+
 from contracts.api.batch import BatchUsage
 from contracts.catalogue import Catalogue, CatalogueModel
 from contracts.events.batch import (
@@ -21,6 +24,8 @@ from services.scheduler.decisions import (
     decide,
 )
 from services.scheduler.domain import HEARTBEAT_FRESH_MS
+from services.scheduler.plans import BatchPlan
+from services.scheduler.term import Term
 from tests.factories import batch_created
 
 NOW = 2_000_000_000_000
@@ -190,3 +195,22 @@ def test_an_executor_gone_back_to_an_older_protocol_is_no_longer_counted_on_to_f
     assert book.plans["b1"].finalizer == "e1"
     book.apply(registered(NOW, 1))  # downgraded
     assert book.plans["b1"].finalizer is None
+
+
+async def test_a_new_leader_resends_every_run_though_the_fold_ends_and_opens_batches_between_sends() -> None:
+    book = validated_book("b1")
+    book.apply(batch_created("b2", "k", "files/f", created_at=0, expires_at=NOW // 1000 + 3600))
+    book.apply(BatchValidated(aggregate_id="b2", total_lines=3, model="m"))
+    assign(book, "e1", 1, "b1")
+    assign(book, "e2", 1, "b2")
+    sent: list[tuple[str, str]] = []
+
+    async def send_run(plan: BatchPlan, executor_id: str, attempt: int, shard: int) -> None:
+        sent.append((plan.batch_id, executor_id))
+        if len(sent) == 1:  # the log goes on being folded while a command is sent
+            book.apply(BatchCompleted(aggregate_id="b2", output_file_id="file-b2", error_file_id=None, completed=3,
+                                      failed=0, usage=BatchUsage()))
+            book.apply(batch_created("b3", "k", "files/f", created_at=0, expires_at=NOW // 1000 + 3600))
+
+    await Term.resend_runs(cast(Term, SimpleNamespace(book=book, _send_run=send_run)))
+    assert sent == [("b1", "e1"), ("b2", "e2")]
