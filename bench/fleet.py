@@ -309,12 +309,12 @@ def row_small_batches(bench: Bench) -> Row:
     started = time.time()
     ids = [create(client, file_id).id for file_id in files]
     ended = [wait_until_done(client, batch_id, 1800, SETTLED_POLL_S)[0] for batch_id in ids]
-    # The end is the last `batch.completed` fact's time, not when a poll saw it: polling every 20 ms would take the
-    # 2 cores the engine needs (about 5 CPU-seconds of the client's and the gateway's over this row).
-    stack_s = max(asyncio.run(fact_times(stack, batch_id))["completed"] for batch_id in ids) / 1000 - started
     statuses = {batch.status for batch in ended}
     if statuses != {"completed"}:
         raise RuntimeError(f"small batches ended {statuses}")
+    # The end is the last `batch.completed` fact's time, not when a poll saw it: polling every 20 ms would take the
+    # 2 cores the engine needs (about 5 CPU-seconds of the client's and the gateway's over this row).
+    stack_s = max(asyncio.run(fact_times(stack, batch_id))["completed"] for batch_id in ids) / 1000 - started
     stack_tokens = sum(json.loads(text)["response"]["body"]["usage"]["completion_tokens"] for batch in ended
                        for text in client.files.content(batch.output_file_id or "").text.splitlines())
     return Row(f"{count} batches x 3 lines (max_tokens 32, ignore_eos): raw engine wall ÷ stack wall",
