@@ -305,7 +305,7 @@ def table(rows: list[Measured]) -> str:
         per, unit = (row.lines, "ms/line") if row.batches == 1 else (row.batches, "ms/batch")
         cells = [f"{row.cpu[name] / per * 1000:.3f}" for name in names]
         out.append(f"| {row.name} ({unit}) | {row.lines / row.wall_s:.0f} | {row.batches / row.wall_s:.2f} | "
-                   + " | ".join(cells) + f" | {sum(row.cpu.values()) / per * 1000:.3f} | "
+                   + " | ".join(cells) + f" | {all_ms(row):.3f} | "
                    f"{row.facts / per:.2f} | {row.fact_bytes / per:.0f} |")
     return "\n".join(out)
 
