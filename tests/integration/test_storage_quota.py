@@ -12,7 +12,10 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
+from contracts.ids import derived_id, owner_id
+from contracts.subjects import input_object_key
 from infra.embedded import free_port, start_nats, stop_process
+from services.gateway.context import DEPS
 from services.runtime.process.settings import ConnectionSettings
 from services.runtime.process.tasks import cancel_and_join
 from services.scheduler.app import run_scheduler
@@ -124,4 +127,10 @@ async def test_eight_concurrent_retries_with_different_codes_never_store_past_th
     refusals = [(await a.json())["error"]["code"] for a in answers if a.status == 400]
     assert refusals == ["storage_quota_exceeded"] * 7
     assert await stored_bytes(gateways[1], key) == before + len(FILE) <= QUOTA
+    me = await (await gateways[0].client.get("/v1/me", headers=key)).json()
+    owner = owner_id(me["user_id"], me["key_id"])
+    copies = [derived_id("file-", owner, f"retry:{batch['id']}:batch_cancelled,code_{n}") for n in range(8)]
+    store = gateways[0].client.app[DEPS].store
+    assert [bool(await store.list_keys(input_object_key(c))) for c in copies].count(True) == 1, \
+        "a refused copy's object is removed"
 
