@@ -116,8 +116,8 @@ class GatewaySettings(ServiceSettings):
     webhook_retry_delays_s: list[float] = [5, 300, 1800, 7200, 18000, 36000, 36000, 36000, 36000, 36000, 36000]
     """The wait before each retry of a failed delivery (Standard Webhooks' schedule, stretched to about 70 hours as
     OpenAI's); one attempt more than there are delays, then the delivery is `failed`."""
-    webhook_poll_interval_s: float = 1.0
-    """How often a gateway looks for deliveries that are due."""
+    webhook_poll_interval_s: float = Field(default=1.0, gt=0)
+    """How often a gateway looks for deliveries that are due; more than 0 (`webhooks` false turns delivery off)."""
     webhook_concurrency: int = 16
     """Delivery attempts one gateway makes at once, shared fairly: due deliveries are taken round-robin across
     owners, within the two limits below."""

@@ -39,6 +39,15 @@ def test_the_allowed_cidrs_are_a_comma_list_and_a_bad_one_stops_the_gateway(monk
         GatewaySettings()
 
 
+def test_a_webhook_poll_interval_of_zero_stops_the_gateway_instead_of_never_delivering(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHESHNAG_GATEWAY_WEBHOOK_POLL_INTERVAL_S", "0")
+    with pytest.raises(ValueError, match="webhook_poll_interval_s"):
+        GatewaySettings()
+    monkeypatch.setenv("SHESHNAG_GATEWAY_WEBHOOK_POLL_INTERVAL_S", "0.1")
+    assert GatewaySettings().webhook_poll_interval_s == 0.1
+
+
 def test_up_allows_loopback_to_webhooks_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SHESHNAG_GATEWAY_WEBHOOK_ALLOWED_CIDRS", raising=False)
     name = "SHESHNAG_GATEWAY_WEBHOOK_ALLOWED_CIDRS"
