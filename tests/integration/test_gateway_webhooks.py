@@ -250,6 +250,11 @@ async def test_endpoints_are_checked_changed_rotated_and_deleted(gateway: Gatewa
         if code:
             assert error["code"] == code
     endpoint = await register(gateway, alice, receiver.url)
+    # A limit is 1 to 100 in ASCII digits, as in every list.
+    for limit in ("0", "101", "+5", " 7", "1_0", "\u0663", "\u00b2"):
+        refused = await gateway.client.get(f"/v1/webhooks/{endpoint['id']}/deliveries", headers=alice,
+                                           params={"limit": limit})
+        assert refused.status == 400 and (await refused.json())["error"]["code"] == "invalid_limit", limit
     listed = (await (await gateway.client.get("/v1/webhooks", headers=alice)).json())["data"]
     assert listed[0]["secret"] is None and len(listed[0]["events"]) == 5
     changed = await gateway.client.post(f"/v1/webhooks/{endpoint['id']}", headers=alice,
