@@ -70,11 +70,13 @@ async def running_executor(connection: ConnectionSettings, tmp_path: Path,
     )
     stop = asyncio.Event()
     running = asyncio.create_task(run_executor(settings, stop))
-    yield settings
-    stop.set()
-    # Unloading waits for the lines llama.cpp is generating: it cannot stop one (a cancelled line runs on to its
-    # slot's 256-token context), which on two loaded cores takes about 40 s.
-    await asyncio.wait_for(running, 90)
+    try:
+        yield settings
+    finally:  # a failed test stops its executor too
+        stop.set()
+        # Unloading waits for the lines llama.cpp is generating: it cannot stop one (a cancelled line runs on to its
+        # slot's 256-token context), which on two loaded cores takes about 40 s.
+        await asyncio.wait_for(running, 90)
 
 
 @pytest.fixture
