@@ -11,6 +11,7 @@ import contextlib
 import importlib
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
 from contracts.events.executor import DeviceMemory
@@ -28,10 +29,18 @@ def _tell_once(what: str, level: int, message: str, *args: object) -> None:
         log.log(level, message, *args)
 
 
-def host_memory() -> DeviceMemory:
+def host_memory(meminfo: Path = Path("/proc/meminfo")) -> DeviceMemory:
+    """The host's memory; free is what a new allocation can have: the kernel's MemAvailable, which counts the page
+    cache it drops on demand, not MemFree, which a busy host's cache shrinks to almost nothing (MemFree only where
+    the kernel does not say MemAvailable)."""
     page = os.sysconf("SC_PAGE_SIZE")
-    return DeviceMemory(name="cpu", total_bytes=os.sysconf("SC_PHYS_PAGES") * page,
-                        free_bytes=os.sysconf("SC_AVPHYS_PAGES") * page)
+    free = os.sysconf("SC_AVPHYS_PAGES") * page
+    with contextlib.suppress(OSError, ValueError):
+        for line in meminfo.read_text().splitlines():
+            name, _, amount = line.partition(":")
+            if name == "MemAvailable":
+                free = int(amount.split()[0]) * 1024  # kB
+    return DeviceMemory(name="cpu", total_bytes=os.sysconf("SC_PHYS_PAGES") * page, free_bytes=free)
 
 
 def _nvml() -> Any | None:

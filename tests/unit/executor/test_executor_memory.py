@@ -4,6 +4,7 @@ a failing NVML never ends it nor passes the host's memory off as the GPU's."""
 
 import logging
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -127,3 +128,19 @@ def test_a_failing_nvml_warns_once_until_it_reads_again(nvml: FakeNvml, caplog: 
         nvml.fail = True
         memory.device_memory()
     assert [record.levelno for record in nvml_records(caplog)] == [logging.WARNING, logging.INFO, logging.WARNING]
+
+
+def test_a_cpu_hosts_free_memory_counts_the_page_cache_the_kernel_gives_back(tmp_path: Path) -> None:
+    """MemAvailable, not MemFree: on a busy host the cache leaves almost nothing free, and every executor would
+    advertise the same few MiB (a tie that placed a small model on the largest executor)."""
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24000000 kB\nMemFree:           51200 kB\nMemAvailable:   20000000 kB\n")
+    assert memory.host_memory(meminfo).free_bytes == 20_000_000 * 1024
+
+
+def test_a_kernel_without_memavailable_falls_back_to_free_pages(tmp_path: Path) -> None:
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24000000 kB\nMemFree:           51200 kB\n")
+    host = memory.host_memory(meminfo)
+    assert 0 < host.free_bytes <= host.total_bytes
+    assert memory.host_memory(tmp_path / "absent").free_bytes > 0
