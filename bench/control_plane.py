@@ -4,7 +4,9 @@ object store spend around each line and each batch.
 
 Per workload it prints the lines/s and batches/s coordinated, the CPU seconds (from /proc: steady on a noisy machine
 where wall time is not) of each process per line and per batch, the facts and bytes appended to the event stream per
-line and per batch; then the p50 of a 1-line batch's create → completed on the idle stack.
+line and per batch, the S3 requests (the object store's own count, by method), the broker messages each process sent
+and received (the broker's `/connz`) and every message by subject kind; then the p50 of a 1-line batch's create →
+completed on the idle stack.
 
 Workloads: one large batch (`--lines`, the issue's 20,000), and `--batches` batches of 3 lines from `--owners`
 owners (the issue's 2,000 from 50).
@@ -20,11 +22,13 @@ import argparse
 import asyncio
 import json
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -39,6 +43,8 @@ from bench.cpu import cpu_seconds, reference_cpu_ms
 from contracts.lifecycle import TERMINAL
 from contracts.subjects import EVENTS_STREAM
 from infra.embedded import free_port
+from infra.supervisor import SERVICES as STARTED_SERVICES
+from infra.supervisor import server_metrics
 from services.runtime.nats import eventlog
 from services.runtime.nats.broker import TOOL_ATTEMPTS
 from services.runtime.nats.bus import EventBus
@@ -212,6 +218,9 @@ class Measured:
     fact_bytes: int
     by_name: Counter[str]
     messages: Counter[str]
+    s3_requests: Counter[str]
+    connections: dict[str, tuple[int, int]]
+    """Messages each process sent and received through the broker (its connections', by the broker's count)."""
 
 
 def start_profiles(stack: RunningStack, folder: Path | None, workload: str) -> list[subprocess.Popen[bytes]]:
@@ -233,9 +242,60 @@ def stop_profiles(samplers: list[subprocess.Popen[bytes]]) -> None:
         sampler.wait(timeout=60)
 
 
-async def measure(stack: RunningStack, name: str, batches: int, total_lines: int,
+METRICS_PORTS = len(STARTED_SERVICES) + 2
+"""The stack's metrics ports from the base (`infra.supervisor.server_metrics`): the services', S3's, the broker's."""
+
+
+def metrics_base() -> int:
+    """A base port with every metrics port of the stack free from it."""
+    while not _all_free(range(base := free_port(), base + METRICS_PORTS)):
+        pass
+    return base
+
+
+def _all_free(ports: range) -> bool:
+    for port in ports:
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+    return True
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return str(answer.read().decode())
+
+
+def s3_requests(base: int) -> Counter[str]:
+    """SeaweedFS's S3 requests so far, by method (`SeaweedFS_s3_request_total{type=…}`)."""
+    counts: Counter[str] = Counter()
+    for line in scrape(f"http://127.0.0.1:{server_metrics({'SHESHNAG_METRICS_PORT': str(base)}).s3_port}/metrics"
+                       ).splitlines():
+        if line.startswith("SeaweedFS_s3_request_total{"):
+            labels, _, value = line.rpartition(" ")
+            kind = labels.split('type="', 1)[1].split('"', 1)[0]
+            counts[kind] += int(float(value))
+    return counts
+
+
+def connection_messages(base: int) -> dict[str, tuple[int, int]]:
+    """Messages each named client has sent and received so far (the broker's `/connz`), summed over a process's
+    connections: `executor-local-0`, `scheduler`, …"""
+    port = server_metrics({"SHESHNAG_METRICS_PORT": str(base)}).broker_port
+    totals: dict[str, tuple[int, int]] = {}
+    for connection in json.loads(scrape(f"http://127.0.0.1:{port}/connz?limit=4096"))["connections"]:
+        name = connection.get("name") or "unnamed"
+        sent, received = totals.get(name, (0, 0))
+        totals[name] = (sent + connection["in_msgs"], received + connection["out_msgs"])
+    return totals
+
+
+async def measure(stack: RunningStack, metrics: int, name: str, batches: int, total_lines: int,
                   work: Callable[[], Awaitable[None]], profile: Path | None = None) -> Measured:
     processes = pids(stack)
+    s3_before, connections_before = s3_requests(metrics), connection_messages(metrics)
     facts0, bytes0, names0 = await stream_state(stack)
     cpu0 = {process: cpu_seconds(pid) for process, pid in processes.items()}
     tally = BrokerTally()
@@ -250,8 +310,11 @@ async def measure(stack: RunningStack, name: str, batches: int, total_lines: int
     messages = await tally.stop()
     cpu = {process: cpu_seconds(pid) - cpu0[process] for process, pid in processes.items()}
     facts1, bytes1, names1 = await stream_state(stack)
+    connections = {process: (sent - connections_before.get(process, (0, 0))[0],
+                             received - connections_before.get(process, (0, 0))[1])
+                   for process, (sent, received) in connection_messages(metrics).items()}
     return Measured(name, batches, total_lines, wall, cpu, facts1 - facts0, bytes1 - bytes0, names1 - names0,
-                    messages)
+                    messages, s3_requests(metrics) - s3_before, connections)
 
 
 async def one_large_batch(owner: Client, count: int) -> None:
@@ -272,7 +335,7 @@ HISTORY_CREATES = 30
 """Creates measured per owner in the history workload."""
 
 
-async def creates_after_history(stack: RunningStack, http: aiohttp.ClientSession, base: str,
+async def creates_after_history(stack: RunningStack, metrics: int, http: aiohttp.ClientSession, base: str,
                                 history: int) -> list[str]:
     """An owner with `history` ended batches and a new owner each create HISTORY_CREATES more, one after another:
     the gateway's (and ledger's) CPU per create of each, which should not grow with the owner's history."""
@@ -285,7 +348,7 @@ async def creates_after_history(stack: RunningStack, http: aiohttp.ClientSession
         async def creates(owner: Client = owner, label: str = label) -> None:
             ids = [await owner.batch(f"{label[:3]}{n}", 1) for n in range(HISTORY_CREATES)]
             await asyncio.gather(*(owner.ended(batch_id, poll_s=0.5) for batch_id in ids))
-        row = await measure(stack, label, HISTORY_CREATES, HISTORY_CREATES, creates)
+        row = await measure(stack, metrics, label, HISTORY_CREATES, HISTORY_CREATES, creates)
         rows.append(f"| {label} | {HISTORY_CREATES} | {row.cpu['gateway'] / HISTORY_CREATES * 1000:.2f} | "
                     f"{row.cpu['ledger'] / HISTORY_CREATES * 1000:.2f} | "
                     f"{sum(row.cpu.values()) / HISTORY_CREATES * 1000:.2f} |")
@@ -320,8 +383,8 @@ def write_catalogue(folder: Path) -> Path:
 
 
 async def run(args: argparse.Namespace, data_dir: Path, catalogue: Path) -> None:
-    port = free_port()
-    stack = start_stack(data_dir, port, {
+    port, metrics = free_port(), metrics_base()
+    stack = start_stack(data_dir, port, {"SHESHNAG_METRICS_PORT": str(metrics),
         "SHESHNAG_CATALOGUE_PATH": str(catalogue), "SHESHNAG_EXECUTOR_ENGINE": "simulated",
         "SHESHNAG_GATEWAY_CONTROL_CALLS_PER_S": "100000", "SHESHNAG_GATEWAY_CONTROL_CALL_BURST": "100000",
         "SHESHNAG_GATEWAY_MAX_ACTIVE_BATCHES": "100000", **dict(setting.split("=", 1) for setting in args.env)})
@@ -345,18 +408,18 @@ async def run(args: argparse.Namespace, data_dir: Path, catalogue: Path) -> None
                 lives.append(await fact_times(stack, batch_id, file_id))
                 creates.append(created)
             if args.lines:
-                rows.append(await measure(stack, f"1 batch x {args.lines} lines", 1, args.lines,
+                rows.append(await measure(stack, metrics, f"1 batch x {args.lines} lines", 1, args.lines,
                                           lambda: one_large_batch(owners[0], args.lines), args.profile))
             per_owner = args.batches // args.owners
             if per_owner:
-                rows.append(await measure(stack, f"{per_owner * args.owners} batches x 3 lines, {args.owners} owners",
-                                          per_owner * args.owners, per_owner * args.owners * 3,
+                small = f"{per_owner * args.owners} batches x 3 lines, {args.owners} owners"
+                rows.append(await measure(stack, metrics, small, per_owner * args.owners, per_owner * args.owners * 3,
                                           lambda: many_small_batches(owners, args.batches), args.profile))
             if args.history:
-                history_rows = await creates_after_history(stack, http, base, args.history)
+                history_rows = await creates_after_history(stack, metrics, http, base, args.history)
             if args.idle:
                 await asyncio.sleep(LINGER_S)  # what the workloads left (feeds lingering, retries) winds down
-                idle = await measure(stack, f"idle stack, {args.idle:.0f} s", 0, 0,
+                idle = await measure(stack, metrics, f"idle stack, {args.idle:.0f} s", 0, 0,
                                      lambda: asyncio.sleep(args.idle), args.profile)
     finally:
         stop_stack(stack)
@@ -373,6 +436,12 @@ async def run(args: argparse.Namespace, data_dir: Path, catalogue: Path) -> None
         per = row.lines if row.batches == 1 else row.batches
         print(f"\nfacts per {'line' if row.batches == 1 else 'batch'}, {row.name}: " + ", ".join(
             f"{name} {count / per:.3f}" for name, count in row.by_name.most_common()))
+        unit = "line" if row.batches == 1 else "batch"
+        print(f"S3 requests per {unit} ({sum(row.s3_requests.values()) / per:.2f} in all), {row.name}: " + ", ".join(
+            f"{kind} {count / per:.2f}" for kind, count in row.s3_requests.most_common()))
+        print(f"broker messages per {unit} sent / received by each process, {row.name}: " + ", ".join(
+            f"{process} {sent / per:.1f} / {received / per:.1f}" for process, (sent, received) in sorted(
+                row.connections.items(), key=lambda item: -sum(item[1])) if sent or received))
         print(f"broker messages per {'line' if row.batches == 1 else 'batch'} ({sum(row.messages.values()) / per:.2f}"
               f" in all), {row.name}: " + ", ".join(f"{name} {count / per:.2f}"
                                                     for name, count in row.messages.most_common(25)))

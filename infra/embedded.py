@@ -95,6 +95,23 @@ class S3Credentials:
         return creds
 
 
+@dataclass(frozen=True)
+class ServerMetrics:
+    """Where the embedded servers serve their own metrics (`infra.supervisor.server_metrics`); 0: not served."""
+
+    host: str = "127.0.0.1"
+    s3_port: int = 0
+    """SeaweedFS's Prometheus `/metrics` (`SeaweedFS_s3_request_total{type}`, …)."""
+    broker_port: int = 0
+    """nats-server's monitoring endpoint (`/varz`, `/connz`, `/jsz`)."""
+
+    def broker_config(self) -> str:
+        """The broker's config line for its monitoring endpoint (in the config: `-a` would bind it to the client
+        address, which may be a public one)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f'http: "{host}:{self.broker_port}"\n' if self.broker_port else ""
+
+
 def launch(command: list[str], log_file: Path, cwd: Path | None = None) -> subprocess.Popen[bytes]:
     """Start a server in its own session (a Ctrl-C reaches only the supervisor), logging to `log_file`."""
     with log_file.open("ab") as out:
@@ -118,12 +135,13 @@ def storage_paths(data_dir: Path, own_broker: bool = True) -> str:
     return json.dumps({**paths, "object_store": str(data_dir / "s3")})
 
 
-def seaweed_command(data_dir: Path, s3_port: int, creds: S3Credentials,
-                    taken: frozenset[int] = frozenset(), host: str = "127.0.0.1") -> list[str]:
+def seaweed_command(data_dir: Path, s3_port: int, creds: S3Credentials, taken: frozenset[int] = frozenset(),
+                    host: str = "127.0.0.1", metrics: ServerMetrics = ServerMetrics()) -> list[str]:
     """`taken`: ports already promised to other servers of the stack (the gateway's, the broker's), which
     SeaweedFS's inner servers must not take before those bind (a gateway once found its port held by weed).
     Run it in `data_dir/s3`: SeaweedFS reads the `security.toml` written there. `host`: the address S3 (and its
-    inner servers, which demand the certificate) bind, and the one presigned URLs name."""
+    inner servers, which demand the certificate) bind, and the one presigned URLs name. `metrics`: where its
+    Prometheus metrics are served, if anywhere."""
     store = data_dir / "s3"
     store.mkdir(mode=0o700, parents=True, exist_ok=True)
     write_security(store)
@@ -133,7 +151,7 @@ def seaweed_command(data_dir: Path, s3_port: int, creds: S3Credentials,
         "credentials": [{"accessKey": creds.access_key, "secretKey": creds.secret_key}],
         "actions": ["Admin", "Read", "Write", "List", "Tagging"],
     }]}).encode())
-    chosen: set[int] = {s3_port, *taken}
+    chosen: set[int] = {s3_port, *taken, *(port for port in (metrics.s3_port, metrics.broker_port) if port)}
     ports = []
     for flag in WEED_PORT_FLAGS:
         port = _inner_port(chosen)
@@ -144,7 +162,8 @@ def seaweed_command(data_dir: Path, s3_port: int, creds: S3Credentials,
     ports += [f"-admin.port={admin}", f"-admin.port.grpc={admin + GRPC_OFFSET}"]
     return [venv_binary("weed"), *WEED_LOGGING, "mini", f"-dir={store}", f"-ip={host}", f"-ip.bind={host}",
             f"-s3.port={s3_port}", *ports, *WEED_CLOSED, "-master.telemetry=false", f"-s3.config={identities}",
-            *local_socket_flags(store)]
+            *local_socket_flags(store),
+            *([f"-metricsIp={metrics.host}", f"-metricsPort={metrics.s3_port}"] if metrics.s3_port else [])]
 
 
 def local_socket_flags(store: Path) -> list[str]:

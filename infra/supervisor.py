@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +17,7 @@ from infra.embedded import (
     NATS_READY_S,
     S3_READY_S,
     S3Credentials,
+    ServerMetrics,
     free_port,
     nats_command,
     seaweed_command,
@@ -229,7 +230,9 @@ class Stack:
         if self.tls and self.uses_tls:
             # The name in the config too: else a reload (SIGHUP, certs rotate) is refused as changing the name.
             tls = f'server_name: "sheshnag-{self.nats_port}"\n' + client_tls(str(self.tls.cert), str(self.tls.key))
-        nats_config = self.nats_auth.write_server_config(self.data_dir, tls + jetstream_limits(self.data_dir))
+        metrics = server_metrics(os.environ)
+        nats_config = self.nats_auth.write_server_config(self.data_dir, tls + jetstream_limits(self.data_dir)
+                                                         + metrics.broker_config())
         # Neither server needs a secret from the environment: each reads its own from 0600 files.
         infra_env = server_env(os.environ)
         servers = []
@@ -244,7 +247,7 @@ class Stack:
         promised = frozenset({self.gateway_port, self.nats_port})
         if self.tls is None:
             def s3_command() -> list[str]:
-                return seaweed_command(self.data_dir, self.s3_port, self.credentials, promised, self.listen)
+                return seaweed_command(self.data_dir, self.s3_port, self.credentials, promised, self.listen, metrics)
             servers.append((Supervised("s3", [], infra_env, self.logs / "s3.log", cwd=self.data_dir / "s3",
                                        make_command=s3_command), self.s3_port, S3_READY_S, self.listen))
         else:
@@ -252,7 +255,7 @@ class Stack:
             inner = self.s3_inner_port = free_port(promised)
 
             def s3_command() -> list[str]:
-                return seaweed_command(self.data_dir, inner, self.credentials, promised | {inner})
+                return seaweed_command(self.data_dir, inner, self.credentials, promised | {inner}, metrics=metrics)
             relay = [sys.executable, "-m", "infra.tls_relay", self.listen, str(self.s3_port),
                      str(self.s3_inner_port), str(self.tls.cert), str(self.tls.key)]
             servers += [(Supervised("s3", [], infra_env, self.logs / "s3.log", cwd=self.data_dir / "s3",
@@ -317,6 +320,17 @@ def metrics_env(env: dict[str, str], index: int) -> dict[str, str]:
     """`SHESHNAG_METRICS_PORT=P` for `up` gives each service its own: P for the first, P+1 for the next, …"""
     base = int(env.get("SHESHNAG_METRICS_PORT") or 0)
     return {**env, "SHESHNAG_METRICS_PORT": str(base + index)} if base else env
+
+
+def server_metrics(env: Mapping[str, str]) -> ServerMetrics:
+    """Where the embedded servers' own metrics are served, after the services' ports (`metrics_env`): S3's
+    Prometheus metrics at P+5 and the broker's monitoring endpoint (`/varz`, `/connz`, `/jsz`) at P+6, bound to
+    `SHESHNAG_METRICS_ADDRESS` like the services' (neither asks for credentials); none without a base port."""
+    base = int(env.get("SHESHNAG_METRICS_PORT") or 0)
+    if not base:
+        return ServerMetrics()
+    host = env.get("SHESHNAG_METRICS_ADDRESS") or "127.0.0.1"
+    return ServerMetrics(host, base + len(SERVICES), base + len(SERVICES) + 1)
 
 
 def url_host(host: str) -> str:
