@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import json
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,7 +41,7 @@ import nats.aio.msg
 from bench.cpu import cpu_seconds, reference_cpu_ms
 from contracts.lifecycle import TERMINAL
 from contracts.subjects import EVENTS_STREAM
-from infra.embedded import free_port
+from infra.embedded import bindable, free_port
 from infra.supervisor import SERVICES as STARTED_SERVICES
 from infra.supervisor import server_metrics
 from services.runtime.nats import eventlog
@@ -248,19 +247,10 @@ METRICS_PORTS = len(STARTED_SERVICES) + 2
 
 def metrics_base() -> int:
     """A base port with every metrics port of the stack free from it."""
-    while not _all_free(range(base := free_port(), base + METRICS_PORTS)):
-        pass
-    return base
-
-
-def _all_free(ports: range) -> bool:
-    for port in ports:
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                return False
-    return True
+    while True:
+        base = free_port()
+        if all(bindable(port) for port in range(base, base + METRICS_PORTS)):
+            return base
 
 
 def scrape(url: str) -> str:

@@ -207,11 +207,11 @@ def _inner_port(chosen: set[int], with_grpc_twin: bool = False) -> int:
     while True:
         port = free_port(frozenset(chosen | {p - GRPC_OFFSET for p in chosen} | {p + GRPC_OFFSET for p in chosen}))
         twin = port + GRPC_OFFSET
-        if not with_grpc_twin or (twin <= 65535 and twin not in chosen and _bindable(twin)):
+        if not with_grpc_twin or (twin <= 65535 and twin not in chosen and bindable(twin)):
             return port
 
 
-def _bindable(port: int) -> bool:
+def bindable(port: int) -> bool:
     with socket.socket() as sock:
         try:
             sock.bind(("127.0.0.1", port))
