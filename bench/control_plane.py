@@ -41,12 +41,13 @@ import nats.aio.msg
 from bench.cpu import cpu_seconds, reference_cpu_ms
 from contracts.lifecycle import TERMINAL
 from contracts.subjects import EVENTS_STREAM
-from infra.embedded import bindable, free_port
+from infra.embedded import ServerMetrics, bindable, free_port
 from infra.supervisor import SERVICES as STARTED_SERVICES
 from infra.supervisor import server_metrics
 from services.runtime.nats import eventlog
 from services.runtime.nats.broker import TOOL_ATTEMPTS
 from services.runtime.nats.bus import EventBus
+from services.runtime.process.settings import ConnectionSettings
 from tests.e2e.conftest import ADMIN_KEY, RunningStack, start_stack, stop_stack
 from tests.e2e.load import core_nats_url
 
@@ -258,11 +259,10 @@ def scrape(url: str) -> str:
         return str(answer.read().decode())
 
 
-def s3_requests(base: int) -> Counter[str]:
+def s3_requests(metrics: ServerMetrics) -> Counter[str]:
     """SeaweedFS's S3 requests so far, by method (`SeaweedFS_s3_request_total{type=…}`)."""
     counts: Counter[str] = Counter()
-    for line in scrape(f"http://127.0.0.1:{server_metrics({'SHESHNAG_METRICS_PORT': str(base)}).s3_port}/metrics"
-                       ).splitlines():
+    for line in scrape(f"http://127.0.0.1:{metrics.s3_port}/metrics").splitlines():
         if line.startswith("SeaweedFS_s3_request_total{"):
             labels, _, value = line.rpartition(" ")
             kind = labels.split('type="', 1)[1].split('"', 1)[0]
@@ -270,19 +270,18 @@ def s3_requests(base: int) -> Counter[str]:
     return counts
 
 
-def connection_messages(base: int) -> dict[str, tuple[int, int]]:
+def connection_messages(metrics: ServerMetrics) -> dict[str, tuple[int, int]]:
     """Messages each named client has sent and received so far (the broker's `/connz`), summed over a process's
     connections: `executor-local-0`, `scheduler`, …"""
-    port = server_metrics({"SHESHNAG_METRICS_PORT": str(base)}).broker_port
     totals: dict[str, tuple[int, int]] = {}
-    for connection in json.loads(scrape(f"http://127.0.0.1:{port}/connz?limit=4096"))["connections"]:
+    for connection in json.loads(scrape(f"http://127.0.0.1:{metrics.broker_port}/connz?limit=4096"))["connections"]:
         name = connection.get("name") or "unnamed"
         sent, received = totals.get(name, (0, 0))
         totals[name] = (sent + connection["in_msgs"], received + connection["out_msgs"])
     return totals
 
 
-async def measure(stack: RunningStack, metrics: int, name: str, batches: int, total_lines: int,
+async def measure(stack: RunningStack, metrics: ServerMetrics, name: str, batches: int, total_lines: int,
                   work: Callable[[], Awaitable[None]], profile: Path | None = None) -> Measured:
     processes = pids(stack)
     s3_before, connections_before = s3_requests(metrics), connection_messages(metrics)
@@ -325,7 +324,7 @@ HISTORY_CREATES = 30
 """Creates measured per owner in the history workload."""
 
 
-async def creates_after_history(stack: RunningStack, metrics: int, http: aiohttp.ClientSession, base: str,
+async def creates_after_history(stack: RunningStack, metrics: ServerMetrics, http: aiohttp.ClientSession, base: str,
                                 history: int) -> list[str]:
     """An owner with `history` ended batches and a new owner each create HISTORY_CREATES more, one after another:
     the gateway's (and ledger's) CPU per create of each, which should not grow with the owner's history."""
@@ -373,8 +372,9 @@ def write_catalogue(folder: Path) -> Path:
 
 
 async def run(args: argparse.Namespace, data_dir: Path, catalogue: Path) -> None:
-    port, metrics = free_port(), metrics_base()
-    stack = start_stack(data_dir, port, {"SHESHNAG_METRICS_PORT": str(metrics),
+    port, metrics_port = free_port(), metrics_base()
+    metrics = server_metrics(ConnectionSettings(metrics_port=metrics_port, metrics_address="127.0.0.1"))
+    stack = start_stack(data_dir, port, {"SHESHNAG_METRICS_PORT": str(metrics_port),
         "SHESHNAG_CATALOGUE_PATH": str(catalogue), "SHESHNAG_EXECUTOR_ENGINE": "simulated",
         "SHESHNAG_GATEWAY_CONTROL_CALLS_PER_S": "100000", "SHESHNAG_GATEWAY_CONTROL_CALL_BURST": "100000",
         "SHESHNAG_GATEWAY_MAX_ACTIVE_BATCHES": "100000", **dict(setting.split("=", 1) for setting in args.env)})

@@ -31,7 +31,7 @@ from infra.batch_cli import add_arguments as add_batch_arguments
 from infra.batch_cli import batch_tool
 from infra.certs import add_arguments as add_certs_arguments
 from infra.certs import certs_tool
-from infra.embedded import free_port
+from infra.embedded import free_port, url_host
 from infra.keys import choose_admin_key, local_worker_key, register_key, remember
 from infra.models_push import add_arguments as add_models_arguments
 from infra.models_push import models_tool
@@ -44,7 +44,7 @@ from infra.provider_join import join_deployment
 from infra.settings_reference import SERVICE_SETTINGS, help_epilog
 from infra.stack_state import StackState, find_stack, remove_state, write_state
 from infra.status import status as show_status
-from infra.supervisor import SERVICES, Stack, url_host
+from infra.supervisor import SERVICES, Stack
 from infra.tls import fingerprint
 from services.runtime.nats.broker import BrokerUnreachable
 from services.runtime.nats.bus import EventBus

@@ -108,8 +108,12 @@ class ServerMetrics:
     def broker_config(self) -> str:
         """The broker's config line for its monitoring endpoint (in the config: `-a` would bind it to the client
         address, which may be a public one)."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f'http: "{host}:{self.broker_port}"\n' if self.broker_port else ""
+        return f'http: "{url_host(self.host)}:{self.broker_port}"\n' if self.broker_port else ""
+
+
+def url_host(host: str) -> str:
+    """`host` as it goes into a URL or a host:port (an IPv6 address in brackets)."""
+    return f"[{host}]" if ":" in host else host
 
 
 def launch(command: list[str], log_file: Path, cwd: Path | None = None) -> subprocess.Popen[bytes]:

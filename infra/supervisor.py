@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +24,7 @@ from infra.embedded import (
     stop_process,
     storage_paths,
     tighten_volume_info,
+    url_host,
     wait_for_port,
 )
 from infra.nats_auth import NatsAuth
@@ -230,7 +231,8 @@ class Stack:
         if self.tls and self.uses_tls:
             # The name in the config too: else a reload (SIGHUP, certs rotate) is refused as changing the name.
             tls = f'server_name: "sheshnag-{self.nats_port}"\n' + client_tls(str(self.tls.cert), str(self.tls.key))
-        metrics = server_metrics(os.environ)
+        connection = ConnectionSettings()
+        metrics = server_metrics(connection)
         nats_config = self.nats_auth.write_server_config(self.data_dir, tls + jetstream_limits(self.data_dir)
                                                          + metrics.broker_config())
         # Neither server needs a secret from the environment: each reads its own from 0600 files.
@@ -240,10 +242,9 @@ class Stack:
             command = nats_command(self.data_dir, self.nats_port, nats_config, self.listen)
             servers.append((Supervised("nats-server", command, infra_env, self.logs / "nats.log"), self.nats_port,
                             NATS_READY_S, self.listen))
-            storage = ConnectionSettings()
             self.broker_watch = BrokerWatch(self.data_dir / "nats", self.logs / "nats.log",
                                             None if self.uses_tls else self.core_nats_url(),
-                                            storage.storage_reserve_percent, storage.storage_reserve_max_bytes)
+                                            connection.storage_reserve_percent, connection.storage_reserve_max_bytes)
         promised = frozenset({self.gateway_port, self.nats_port})
         if self.tls is None:
             def s3_command() -> list[str]:
@@ -322,17 +323,13 @@ def metrics_env(env: dict[str, str], index: int) -> dict[str, str]:
     return {**env, "SHESHNAG_METRICS_PORT": str(base + index)} if base else env
 
 
-def server_metrics(env: Mapping[str, str]) -> ServerMetrics:
+def server_metrics(connection: ConnectionSettings) -> ServerMetrics:
     """Where the embedded servers' own metrics are served, after the services' ports (`metrics_env`): S3's
     Prometheus metrics at P+5 and the broker's monitoring endpoint (`/varz`, `/connz`, `/jsz`) at P+6, bound to
-    `SHESHNAG_METRICS_ADDRESS` like the services' (neither asks for credentials); none without a base port."""
-    base = int(env.get("SHESHNAG_METRICS_PORT") or 0)
+    the metrics address like the services' (neither asks for credentials); none without a base port."""
+    base = connection.metrics_port
     if not base:
         return ServerMetrics()
-    host = env.get("SHESHNAG_METRICS_ADDRESS") or "127.0.0.1"
-    return ServerMetrics(host, base + len(SERVICES), base + len(SERVICES) + 1)
+    return ServerMetrics(connection.metrics_address, base + len(SERVICES), base + len(SERVICES) + 1)
 
 
-def url_host(host: str) -> str:
-    """`host` as it goes into a URL or a host:port (an IPv6 address in brackets)."""
-    return f"[{host}]" if ":" in host else host

@@ -22,12 +22,13 @@ from infra.embedded import (
 )
 from infra.nats_auth import NatsAuth
 from infra.supervisor import SERVICES, server_metrics
+from services.runtime.process.settings import ConnectionSettings
 
 
 def test_the_servers_ports_follow_the_services_on_the_metrics_address() -> None:
-    metrics = server_metrics({"SHESHNAG_METRICS_PORT": "9464", "SHESHNAG_METRICS_ADDRESS": "10.0.0.5"})
+    metrics = server_metrics(ConnectionSettings(metrics_port=9464, metrics_address="10.0.0.5"))
     assert metrics == ServerMetrics("10.0.0.5", 9464 + len(SERVICES), 9464 + len(SERVICES) + 1)
-    assert server_metrics({}) == ServerMetrics()
+    assert server_metrics(ConnectionSettings(metrics_port=0)) == ServerMetrics()
     assert ServerMetrics().broker_config() == ""
     assert ServerMetrics("::1", 0, 9470).broker_config() == 'http: "[::1]:9470"\n'
 
