@@ -34,7 +34,9 @@ class ResultStore:
         validation refused (allow_partial), as a chunk of attempt 0: they are settled before any attempt starts."""
         keys = [key for key in await self.store.list_keys(results_prefix(batch_id))
                 if key.endswith(".jsonl") and counts(key)]
-        return [*await self.chunks(keys), *await self.refused(batch_id, lambda _: True, rejections)]
+        chunks = await self.chunks(keys)
+        refused = await self._read_refused(batch_id, rejections)  # read here, never through the cache of units'
+        return [*chunks, *([(result_chunk_key(batch_id, REFUSED_ATTEMPT, 0), refused)] if refused else [])]
 
     async def chunks(self, keys: Iterable[str]) -> Sequence[tuple[str, Sequence[ResultLine]]]:
         """The result chunks under `keys`, read at once."""

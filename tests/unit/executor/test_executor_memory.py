@@ -138,9 +138,12 @@ def test_a_cpu_hosts_free_memory_counts_the_page_cache_the_kernel_gives_back(tmp
     assert memory.host_memory(meminfo).free_bytes == 20_000_000 * 1024
 
 
-def test_a_kernel_without_memavailable_falls_back_to_free_pages(tmp_path: Path) -> None:
+def test_a_kernel_without_memavailable_falls_back_to_free_pages(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    pages = {"SC_PAGE_SIZE": 4096, "SC_AVPHYS_PAGES": 777, "SC_PHYS_PAGES": 6_000_000}
+    monkeypatch.setattr(memory.os, "sysconf", pages.__getitem__)
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal:       24000000 kB\nMemFree:           51200 kB\n")
-    host = memory.host_memory(meminfo)
-    assert 0 < host.free_bytes <= host.total_bytes
-    assert memory.host_memory(tmp_path / "absent").free_bytes > 0
+    assert memory.host_memory(meminfo).free_bytes == 777 * 4096
+    assert memory.host_memory(tmp_path / "absent").free_bytes == 777 * 4096
+    assert memory.host_memory(meminfo).total_bytes == 6_000_000 * 4096
