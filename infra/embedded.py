@@ -100,15 +100,17 @@ class ServerMetrics:
     """Where the embedded servers serve their own metrics (`infra.supervisor.server_metrics`); 0: not served."""
 
     host: str = "127.0.0.1"
+    """Where S3's metrics bind (the metrics address: counters only)."""
     s3_port: int = 0
     """SeaweedFS's Prometheus `/metrics` (`SeaweedFS_s3_request_total{type}`, …)."""
     broker_port: int = 0
-    """nats-server's monitoring endpoint (`/varz`, `/connz`, `/jsz`)."""
+    """nats-server's monitoring endpoint (`/varz`, `/connz`, `/jsz`), on loopback whatever the metrics address:
+    it names every client, its address and subscriptions, and every stream and consumer, to anyone who asks."""
 
     def broker_config(self) -> str:
         """The broker's config line for its monitoring endpoint (in the config: `-a` would bind it to the client
         address, which may be a public one)."""
-        return f'http: "{url_host(self.host)}:{self.broker_port}"\n' if self.broker_port else ""
+        return f'http: "127.0.0.1:{self.broker_port}"\n' if self.broker_port else ""
 
 
 def url_host(host: str) -> str:

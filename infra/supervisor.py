@@ -269,8 +269,9 @@ class Stack:
 
     def start_services(self) -> None:
         secrets, settings = self.secrets(), self.settings_env()
+        base = ConnectionSettings().metrics_port
         for index, name in enumerate(SERVICES):
-            env = {**metrics_env(service_env(name, os.environ, secrets, settings), index),
+            env = {**metrics_env(service_env(name, os.environ, secrets, settings), base, index),
                    SUPERVISOR_PID: str(os.getpid())}  # a service stops once this process is gone
             child = Supervised(name, [sys.executable, "-m", f"services.{name}"], env, self.logs / f"{name}.log")
             child.start()
@@ -317,16 +318,16 @@ class Stack:
             child.stop()
 
 
-def metrics_env(env: dict[str, str], index: int) -> dict[str, str]:
-    """`SHESHNAG_METRICS_PORT=P` for `up` gives each service its own: P for the first, P+1 for the next, …"""
-    base = int(env.get("SHESHNAG_METRICS_PORT") or 0)
+def metrics_env(env: dict[str, str], base: int, index: int) -> dict[str, str]:
+    """A metrics base port P (`SHESHNAG_METRICS_PORT`, from the environment or the settings file) gives each service
+    of `up` its own: P for the first, P+1 for the next, …"""
     return {**env, "SHESHNAG_METRICS_PORT": str(base + index)} if base else env
 
 
 def server_metrics(connection: ConnectionSettings) -> ServerMetrics:
     """Where the embedded servers' own metrics are served, after the services' ports (`metrics_env`): S3's
-    Prometheus metrics at P+5 and the broker's monitoring endpoint (`/varz`, `/connz`, `/jsz`) at P+6, bound to
-    the metrics address like the services' (neither asks for credentials); none without a base port."""
+    Prometheus metrics at P+5, bound to the metrics address like the services', and the broker's monitoring
+    endpoint (`/varz`, `/connz`, `/jsz`) at P+6 on loopback only; none without a base port."""
     base = connection.metrics_port
     if not base:
         return ServerMetrics()

@@ -20,7 +20,7 @@ from contracts.subjects import read_model_key
 from services.gateway.background.loops import every, running
 from services.gateway.context import DEPS, Deps
 from services.gateway.usecases.files import delete_unless_in_use
-from services.runtime.nats.kv import KV_OPERATION, MARKER_REASON, read_page
+from services.runtime.nats.kv import read_page
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ async def expired_files(d: Deps, now: float) -> AsyncIterator[FileRecord]:
         page, more = await read_page(kv.js, kv.stream, f"{kv.prefix}{read_model_key('file', '>')}", after,
                                      SWEEP_PAGE, SWEEP_PAGE_BYTES)
         for message in page:
-            if not message.data or KV_OPERATION in message.headers or MARKER_REASON in message.headers:
+            if not message.value:
                 continue
             seen = _Sweepable.model_validate_json(message.data)
             if not seen.deleted and seen.file.expires_at is not None and seen.file.expires_at <= now:
