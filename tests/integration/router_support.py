@@ -11,6 +11,7 @@ from services.runtime.nats.answers import Answer, Refused, Request
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.delivery import ServiceRouter
 from services.runtime.process.telemetry import attached, extract_context
+from tests.request_subjects import requester_of
 
 
 @asynccontextmanager
@@ -33,7 +34,7 @@ def bare(answer: Answer[Request],
     """A bare nats-py subscription's callback (one answerer, no broker): each request judged as asked by the
     executor its subject names, as the scheduler's router would."""
     async def respond(message: Msg) -> None:
-        requester = requester_of(message.subject)
+        requester = requester_of(answer, message.subject)
         try:
             with attached(extract_context(message.headers)):
                 reply = await judge(requester, answer.decode(message.data))
@@ -42,13 +43,3 @@ def bare(answer: Answer[Request],
         with suppress(nats.errors.Error):  # the asker is gone, or the connection is reconnecting: it asks again
             await message.respond(reply.model_dump_json().encode())
     return respond
-
-
-def requester_of(subject: str) -> str:
-    """The executor that sent a request to `fleet_registrations`, `object_requests`, `fact_submissions` or
-    `log_reads`: the subject's last token (only that executor may publish there)."""
-    service, _, executor_id = subject.removeprefix("svc.").partition(".")
-    if not subject.startswith("svc.") or service not in ("register", "objects", "facts", "log") or not executor_id \
-            or "." in executor_id:
-        raise ValueError(f"{subject!r} is not an executor's request subject")
-    return executor_id

@@ -1,6 +1,5 @@
 """Subjects are spelled and read only by `contracts.subjects`: what each parser takes apart, and what it refuses."""
 
-from collections.abc import Callable
 from typing import get_args
 
 import pytest
@@ -11,16 +10,12 @@ from contracts.subjects import (
     consumer_next,
     event_name_of,
     event_subject,
-    fact_submissions,
     finalize_command,
-    fleet_registrations,
-    log_reads,
     object_requests,
     parse_event_subject,
     run_command,
     subject_pattern,
 )
-from tests.integration.router_support import requester_of
 
 
 @pytest.mark.parametrize("kind", get_args(AggregateKind))
@@ -45,18 +40,6 @@ def test_a_span_name_keeps_the_subject_but_not_the_id_it_names() -> None:
     assert subject_pattern(event_subject("batch", "batch_1", "validated")) == "evt.batch.*.validated"
     assert subject_pattern(finalize_command("gpu-1")) == "cmd.executor.*.finalize"
     assert subject_pattern("svc.fleet.register") == "svc.fleet.register"
-
-
-@pytest.mark.parametrize("spell", [fleet_registrations, object_requests, fact_submissions, log_reads])
-def test_an_executors_request_subject_names_the_executor_that_asks(spell: Callable[[str], str]) -> None:
-    assert requester_of(spell("gpu_7-b")) == "gpu_7-b"
-
-
-@pytest.mark.parametrize("subject", ["svc.fleet.register", "svc.objects.", "svc.objects.a.b", run_command("gpu-1"),
-                                     "objects.gpu-1", "svc.log"])
-def test_no_other_subject_names_an_asking_executor(subject: str) -> None:
-    with pytest.raises(ValueError, match="request subject"):
-        requester_of(subject)
 
 
 def test_a_pull_consumers_next_messages_are_asked_on_its_api_subject() -> None:
