@@ -17,24 +17,31 @@ OUTPUT_LIMITS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 
 class DemandCounter:
     def __init__(self) -> None:
-        self._partial = b""
+        self._partial: list[bytes] = []
+        """The unfinished line's pieces: joined once, when its newline comes (a line spread over many chunks is
+        neither copied nor searched again with each one)."""
         self._lines = self._bytes = self._samples = self._output = self._open = 0
         self._model: str | None = None
 
     def feed(self, chunk: bytes) -> None:
-        data = self._partial + chunk if self._partial else chunk
         start = 0
-        while (end := data.find(b"\n", start)) != -1:
-            self._line(data[start:end])
+        while (end := chunk.find(b"\n", start)) != -1:
+            self._line(self._joined(chunk[start:end]))
             start = end + 1
-        self._partial = data[start:]
+        if start < len(chunk):
+            self._partial.append(chunk[start:])
 
     def finish(self) -> FileDemand:
         if self._partial:
-            self._line(self._partial)
-            self._partial = b""
+            self._line(self._joined(b""))
         return FileDemand(lines=self._lines, prompt_bytes=self._bytes, samples=self._samples,
                           output_tokens=self._output, open_samples=self._open, model=self._model)
+
+    def _joined(self, end: bytes) -> bytes:
+        if not self._partial:
+            return end
+        line, self._partial = b"".join((*self._partial, end)), []
+        return line
 
     def _line(self, raw: bytes) -> None:
         if not raw.strip():
