@@ -29,9 +29,18 @@ async def every(interval_s: float, step: Callable[[], Awaitable[object]], what: 
 
 @contextlib.asynccontextmanager
 async def running(*loops: Coroutine[Any, Any, None]) -> AsyncIterator[None]:
-    """The loops run as tasks while the block runs; each is cancelled and joined when it ends."""
-    tasks = [asyncio.create_task(loop) for loop in loops]
+    """The loops run as tasks while the block runs; each is cancelled and joined when it ends. A loop that ends by
+    itself with an error (a watch whose broker call raised past its own handling) is logged when it does: never a
+    gateway that silently stopped sweeping or seeing revocations."""
+    tasks = [asyncio.create_task(loop, name=getattr(loop, "__qualname__", None)) for loop in loops]
+    for task in tasks:
+        task.add_done_callback(_log_failure)
     try:
         yield
     finally:
         await cancel_and_join(tasks)
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and (error := task.exception()) is not None:
+        log.error("background loop %s stopped: %r", task.get_name(), error, exc_info=error)

@@ -47,6 +47,33 @@ async def test_without_at_once_the_first_step_waits_one_interval() -> None:
     assert not ran.is_set()
 
 
+async def test_without_at_once_the_step_runs_once_an_interval_has_passed() -> None:
+    ran = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    async def step() -> None:
+        ran.set()
+
+    started = loop.time()
+    async with running(every(0.05, step, "soon")):
+        await asyncio.wait_for(ran.wait(), 5.0)
+    assert loop.time() - started >= 0.05
+
+
+async def test_a_loop_that_dies_of_an_error_is_logged_as_it_dies(caplog: pytest.LogCaptureFixture) -> None:
+    died = asyncio.Event()
+
+    async def watch() -> None:
+        died.set()
+        raise ConnectionError("the watch's broker went away")
+
+    async with running(watch()):
+        await asyncio.wait_for(died.wait(), 5.0)
+        for _ in range(10):
+            await asyncio.sleep(0)  # the task's done callback runs on a later turn
+        assert "background loop" in caplog.text and "the watch's broker went away" in caplog.text
+
+
 async def test_a_cancel_during_a_step_ends_the_loop() -> None:
     entered = asyncio.Event()
 
