@@ -7,20 +7,12 @@ from aiohttp import web
 from pydantic import BaseModel
 
 from contracts.api.page import ListPage
-from services.gateway.usecases.refusals import bad_request
+from services.gateway.usecases.refusals import ascii_int, bad_request
 
 Item = TypeVar("Item", bound=BaseModel)
 MAX_LIMIT = 100
 MAX_FILES_LIMIT = 10_000
 """`GET /v1/files` pages up to 10,000 files, and returns that many by default, as OpenAI's does."""
-
-
-def ascii_int(raw: str | None, most_digits: int) -> int | None:
-    """`raw` as a whole number when it is at most `most_digits` ASCII digits, else None (`str.isdigit` alone lets
-    through digits `int` refuses, such as `²`)."""
-    if raw is None or not (raw.isascii() and raw.isdigit() and len(raw) <= most_digits):
-        return None
-    return int(raw)
 
 
 def parse_limit(request: web.Request, default: int = 20, maximum: int = MAX_LIMIT) -> int:

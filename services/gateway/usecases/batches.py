@@ -23,7 +23,7 @@ from services.gateway.context import Deps
 from services.gateway.usecases import billing as billing_usecase
 from services.gateway.usecases.files import FOLD_S, is_valid_id, owned_file
 from services.gateway.usecases.oversight import Standing, cancel_entry, organization_of, standing
-from services.gateway.usecases.refusals import ApiError, bad_request, not_found
+from services.gateway.usecases.refusals import ApiError, ascii_int, bad_request, not_found
 from services.runtime.nats.bus import Fence, FenceMoved
 from services.runtime.nats.facts import last_fact
 
@@ -71,9 +71,8 @@ def completion_window_seconds(window: object, min_window_s: int) -> int:
     """`24h` (OpenAI's) up to `168h`: how long the batch may take before it expires. `m` and `s` units exist for
     deployments that lower the minimum (tests of expiry)."""
     units = {"h": 3600, "m": 60, "s": 1}
-    amount = window[:-1] if isinstance(window, str) and window[-1:] in units else ""
-    ascii_digits = amount.isascii() and amount.isdigit() and len(amount) < 10
-    seconds = int(amount) * units[str(window)[-1]] if ascii_digits else 0
+    amount = ascii_int(window[:-1], 9) if isinstance(window, str) and window[-1:] in units else None
+    seconds = amount * units[str(window)[-1]] if amount is not None else 0
     if not min_window_s <= seconds <= MAX_WINDOW_S:
         raise bad_request(f"completion_window must be between '{min_window_s // 3600}h' and '168h' (got {window!r}).",
                           "invalid_completion_window", "completion_window")

@@ -1,5 +1,6 @@
 """The one refusal every entrypoint reports in OpenAI's shape (HTTP: its status and body; CLI: its message), and
-request bodies parsed by their contract models into it."""
+request bodies parsed by their contract models into it; a number a client writes as text read one way everywhere
+(`ascii_int`)."""
 
 from typing import TypeVar
 
@@ -81,3 +82,11 @@ def _missing(model: type[BaseModel], field: str) -> ApiError:
 def _generic(first: ErrorDetails) -> ApiError:
     param = ".".join(str(part) for part in first["loc"]) or None
     return bad_request(f"Invalid request: {first['msg']}.", "invalid_request", param)
+
+
+def ascii_int(raw: str | None, most_digits: int) -> int | None:
+    """`raw` as a whole number when it is at most `most_digits` ASCII digits, else None (`str.isdigit` alone lets
+    through digits `int` refuses, such as `²`)."""
+    if raw is None or not (raw.isascii() and raw.isdigit() and len(raw) <= most_digits):
+        return None
+    return int(raw)

@@ -22,9 +22,8 @@ from services.gateway.context import deps
 from services.gateway.http.auth import principal, still_authorized
 from services.gateway.http.errors import client_gone
 from services.gateway.http.event_frames import sse_frame
-from services.gateway.http.paging import ascii_int
 from services.gateway.usecases.batches import owned_batch
-from services.gateway.usecases.refusals import bad_request
+from services.gateway.usecases.refusals import ascii_int, bad_request
 from services.runtime.nats import eventlog
 from services.runtime.nats.eventlog import Fact
 from services.runtime.nats.facts import last_sequence

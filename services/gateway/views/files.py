@@ -20,11 +20,11 @@ from services.gateway.http.bodies import answer
 from services.gateway.http.body_pace import BodyPace
 from services.gateway.http.disposition import content_disposition
 from services.gateway.http.limits import charge_control_call
-from services.gateway.http.paging import MAX_FILES_LIMIT, ascii_int, page_after, parse_limit
+from services.gateway.http.paging import MAX_FILES_LIMIT, page_after, parse_limit
 from services.gateway.http.transfer_slots import DOWNLOAD_SLOTS, UPLOAD_SLOTS
 from services.gateway.usecases import files as usecase
 from services.gateway.usecases.files import discard_object, owned_file, owner_files
-from services.gateway.usecases.refusals import bad_request, not_found
+from services.gateway.usecases.refusals import ascii_int, bad_request, not_found
 from services.runtime.storage.objectstore import TRANSIENT, ObjectNotFound
 
 log = logging.getLogger(__name__)

@@ -21,9 +21,8 @@ from contracts.subjects import event_subject
 from services.gateway.context import Deps, deps
 from services.gateway.http.auth import principal
 from services.gateway.http.bodies import answer
-from services.gateway.http.paging import ascii_int
 from services.gateway.usecases.batches import overseen_batch
-from services.gateway.usecases.refusals import bad_request
+from services.gateway.usecases.refusals import ascii_int, bad_request
 from services.runtime.nats import eventlog
 from services.runtime.storage.objectstore import ObjectNotFound
 

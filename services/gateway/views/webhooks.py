@@ -27,9 +27,8 @@ from services.gateway.context import deps
 from services.gateway.http.auth import principal
 from services.gateway.http.bodies import answer, read_body
 from services.gateway.http.limits import charge_control_call
-from services.gateway.http.paging import ascii_int
 from services.gateway.usecases.oversight import administered_organization, organization_of
-from services.gateway.usecases.refusals import ApiError, bad_request, not_found
+from services.gateway.usecases.refusals import ApiError, ascii_int, bad_request, not_found
 from services.gateway.webhooks.deliverer import WEBHOOK_STORE
 from services.gateway.webhooks.signing import new_secret
 from services.gateway.webhooks.store import WebhookStore

@@ -3,8 +3,7 @@ superscript, another script's digits, thousands of digits) is a 400 naming its p
 
 import pytest
 
-from services.gateway.http.paging import ascii_int
-from services.gateway.usecases.refusals import ApiError
+from services.gateway.usecases.refusals import ApiError, ascii_int
 from services.gateway.views.files import expires_after_seconds
 from services.gateway.views.results import _cursor, _limit
 
