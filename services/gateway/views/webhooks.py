@@ -94,7 +94,7 @@ async def _scope_organization(request: web.Request, caller: ApiKeyRecord, body: 
             raise bad_request("organization_id must be 1-64 letters, digits, '_' or '-'.", "invalid_id",
                               "organization_id")
         return body.organization_id
-    own = organization_of(await deps(request).read_model.get_user(caller.user_id) if caller.user_id else None)
+    own = organization_of(await deps(request).keys.user_of(caller))
     if body.scope == "user" or caller.role == "admin":
         if body.organization_id is not None and body.organization_id != own:
             raise bad_request("organization_id is for scope=organization by an admin key.", "invalid_request",
