@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import hashlib
 import zlib
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -156,10 +156,13 @@ class SegmentReader:
     def sha256(self) -> str:
         return self._gzip.sha256
 
-    async def facts(self) -> AsyncIterator[Fact]:
+    async def facts(self, judge: Callable[[SegmentHeader], None] | None = None) -> AsyncIterator[Fact]:
+        """The segment's facts; `judge` sees its header first, before any fact is handed on (and may raise)."""
         async for line in self._gzip.lines():
             if self.header is None:
                 self.header = SegmentHeader.model_validate_json(line)
+                if judge is not None:
+                    judge(self.header)
             elif line.startswith(b'{"facts"'):
                 self.end = SegmentEnd.model_validate_json(line)
             elif line:
@@ -217,16 +220,20 @@ class Archive:
         it. Raises `ArchiveBroken` at the first that does not."""
         previous_sha256, head = "", ""
         for index in range(1, point.index + 1):
-            segment, before = self.segment(index), head
-            async for fact in segment.facts():
+            segment = self.segment(index)
+
+            def judge(header: SegmentHeader, index: int = index, previous: str = previous_sha256,
+                      before: str = head) -> None:
+                if header.index != index or header.previous_sha256 != previous:
+                    raise ArchiveBroken(index, "it does not name the hash of the segment before it")
+                if header.chain_before != before:
+                    raise ArchiveBroken(index, "it does not begin where the chain stood")
+
+            async for fact in segment.facts(judge):
                 head = link(head, fact)
                 yield fact
-            header, end = segment.header, segment.end
-            if header is not None and (header.index != index or header.previous_sha256 != previous_sha256):
-                raise ArchiveBroken(index, "it does not name the hash of the segment before it")
-            if header is not None and header.chain_before != before:
-                raise ArchiveBroken(index, "it does not begin where the chain stood")
-            if header is None or end is None:
+            end = segment.end
+            if segment.header is None or end is None:
                 raise ArchiveBroken(index, "it is cut short")
             if end.chain_after != head:
                 raise ArchiveBroken(index, "its facts do not chain to its recorded end")

@@ -130,7 +130,12 @@ class Retention:
         """Read the segment back and fold it onto the point before: it must hash and chain as written, and end
         where the live ledger's chain is at its last fact."""
         segment, head, last = self.archive.segment(header.index), header.chain_before, 0
-        async for group in groups(segment.facts(), GROUP):
+
+        def judge(read: SegmentHeader) -> None:
+            if read != header:
+                raise ArchiveRefused(f"segment {header.index} reads back with another header")
+
+        async for group in groups(segment.facts(judge), GROUP):
             head, last = link_run(head, group)[1], group[-1].sequence
             await asyncio.to_thread(refold.fold, group)
         if segment.header != header or segment.sha256 != sha256 or segment.end != end or head != end.chain_after:

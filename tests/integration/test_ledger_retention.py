@@ -19,7 +19,7 @@ from contracts.events.envelope import Event
 from contracts.subjects import batch_events
 from services.ledger import operator
 from services.ledger.app import LedgerApp
-from services.ledger.archive import Archive, ArchivePoint, GzipReader, SegmentHeader
+from services.ledger.archive import Archive, ArchiveBroken, ArchivePoint, GzipReader, SegmentHeader
 from services.ledger.replay import diff_against_live, replay_into_scratch
 from services.ledger.retention import Policy, Retention
 from services.ledger.settings import LedgerSettings
@@ -258,3 +258,22 @@ async def test_verify_reports_an_archived_segment_changed_after_it_was_committed
     out = io.StringIO()
     assert await operator.verify(stack.settings, out) == 1
     assert "archive breaks at segment 1" in out.getvalue()
+
+
+async def test_a_segment_whose_header_breaks_the_chain_hands_out_no_fact(stack: Stack) -> None:
+    await stack.retention().archive_through(len(before()), None)
+    point = await stack.archive.latest_point()
+    assert point is not None
+    reader = GzipReader(stack.archive.store, segment_key(1))
+    lines = [line async for line in reader.lines() if line]
+    header = SegmentHeader.model_validate_json(lines[0])
+    writer = stack.archive.segment_writer(1)
+    for line in [header.model_copy(update={"chain_before": "f" * 64}).model_dump_json().encode(), *lines[1:]]:
+        await writer.write(line + b"\n")
+    await writer.finish()
+
+    handed: list[object] = []
+    with pytest.raises(ArchiveBroken, match="begin where the chain stood"):
+        async for fact in stack.archive.verified_facts(point):
+            handed.append(fact)
+    assert handed == []
