@@ -13,7 +13,7 @@ from services.gateway.usecases.refusals import ApiError
 
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/", "/v1/provider/connection"})
 KEYED_PATHS = frozenset({"/metrics"})
-"""Paths outside `/v1/` that still need a key (the handler says which)."""
+"""Paths outside `/v1/` that still need a key (the route table's `access` says which)."""
 REQUEST_PRINCIPAL = web.RequestKey("principal", ApiKeyRecord)
 REQUEST_KEY_DIGEST = web.RequestKey("key_digest", str)
 """The SHA-256 of the key the request presented: a long-lived response checks it is still not revoked."""

@@ -2,6 +2,7 @@
 worker keys; the rules are the use cases' (`usecases.accounts`), shared with the CLI. A user key manages its own
 user's keys through the same key routes (create, list, revoke), and no other."""
 
+import asyncio
 import re
 
 from aiohttp import web
@@ -34,6 +35,8 @@ from services.gateway.usecases.refusals import ApiError, not_found
 from services.gateway.usecases.revocation import find_key, revoke_key
 
 KEYS = "keys"
+USAGE_READS_AT_ONCE = 64
+"""Keys whose last use is read at once while a list of keys is answered (a read each, not one after another)."""
 
 
 def accounts(request: web.Request) -> Accounts:
@@ -136,7 +139,11 @@ async def keys_page(request: web.Request, records: list[ApiKeyRecord]) -> web.Re
     """The keys, oldest first, without values."""
     usage = request.app.get(KEY_USAGE)
     ordered = sorted(records, key=lambda r: (r.created_at or 0, r.key_id))
-    return answer(ListPage[ApiKey](data=[await usecases.api_key_object(r, usage) for r in ordered]))
+    keys: list[ApiKey] = []
+    for start in range(0, len(ordered), USAGE_READS_AT_ONCE):
+        part = ordered[start:start + USAGE_READS_AT_ONCE]
+        keys += await asyncio.gather(*(usecases.api_key_object(record, usage) for record in part))
+    return answer(ListPage[ApiKey](data=keys))
 
 
 async def who_am_i(request: web.Request) -> web.Response:

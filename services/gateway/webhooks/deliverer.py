@@ -50,9 +50,7 @@ MAX_ANSWER_BYTES = 64 * 1024
 
 
 async def prune(settings: GatewaySettings, store: WebhookStore) -> None:
-    """Erase ended deliveries past their retention, if any (every gateway does; erasing one twice is harmless)."""
-    if settings.webhook_retention_days <= 0:
-        return
+    """Erase ended deliveries past their retention (every gateway does; erasing one twice is harmless)."""
     erased = await store.prune(time.time() - settings.webhook_retention_days * 86400)
     if erased:
         log.info("erased %d webhook deliveries older than %g days", erased, settings.webhook_retention_days)
@@ -193,7 +191,9 @@ async def webhook_deliverer(app: web.Application) -> AsyncIterator[None]:
     # redirect followed (each POST says so).
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(resolver=PolicyResolver(policy)), trust_env=False)
     attempts = Attempts(settings, store, session, policy)
-    pruning = every(PRUNE_INTERVAL_S, lambda: prune(settings, store), "erasing old webhook deliveries", at_once=True)
+    # Kept for ever (a retention of 0 days): the pruning loop never runs.
+    pruning = every(PRUNE_INTERVAL_S if settings.webhook_retention_days > 0 else 0, lambda: prune(settings, store),
+                    "erasing old webhook deliveries", at_once=True)
     try:
         async with running(attempts.run(), pruning):
             yield
