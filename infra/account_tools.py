@@ -15,8 +15,7 @@ from services.gateway.usecases import billing
 from services.gateway.usecases.accounts import Accounts
 from services.gateway.usecases.refusals import ApiError, parse_fields
 from services.gateway.usecases.revocation import find_key, revoke_key
-from services.runtime.nats.broker import TOOL_ATTEMPTS
-from services.runtime.nats.bus import EventBus
+from services.runtime.nats.bus import EventBus, tool_bus
 from services.runtime.nats.readmodel import ReadModel
 from services.runtime.process.settings import ConnectionSettings
 from services.runtime.storage.catalogue import load_catalogue
@@ -25,11 +24,8 @@ from services.runtime.storage.catalogue import load_catalogue
 @asynccontextmanager
 async def connected(client_name: str) -> AsyncIterator[tuple[EventBus, ReadModel]]:
     """A bus to the broker SHESHNAG_NATS_URL names and the read model on it, until the block ends."""
-    bus = await EventBus.connect(ConnectionSettings().nats_url, client_name, attempts=TOOL_ATTEMPTS)
-    try:
+    async with tool_bus(ConnectionSettings().nats_url, client_name) as bus:
         yield bus, await ReadModel.open(bus)
-    finally:
-        await bus.close()
 
 
 @asynccontextmanager

@@ -19,20 +19,9 @@ from services.ledger.restore import archived_through
 from services.ledger.settings import LedgerSettings
 from services.ledger.timeline import render_table, timeline
 from services.runtime.nats import eventlog
-from services.runtime.nats.broker import TOOL_ATTEMPTS
-from services.runtime.nats.bus import EventBus
+from services.runtime.nats.bus import EventBus, tool_bus
 from services.runtime.nats.readmodel import ReadModel
 from services.runtime.storage.objectstore import ObjectStore
-
-
-@contextlib.asynccontextmanager
-async def tool_bus(settings: LedgerSettings, name: str) -> AsyncIterator[EventBus]:
-    """A connection for one tool's run, closed at its end."""
-    bus = await EventBus.connect(settings.connection.nats_url, name, attempts=TOOL_ATTEMPTS)
-    try:
-        yield bus
-    finally:
-        await bus.close()
 
 
 @contextlib.asynccontextmanager
@@ -52,7 +41,7 @@ async def replay(settings: LedgerSettings, out: TextIO = sys.stdout, full: bool 
     """Rebuild every aggregate into a scratch store and diff it against the live read model: from sequence 1, or
     once the stream is trimmed from the archive's newest snapshot (`full`: from all its segments) and the stream
     after it."""
-    async with tool_bus(settings, "ledger-replay") as bus:
+    async with tool_bus(settings.connection.nats_url, "ledger-replay") as bus:
         read_model = await ReadModel.open(bus)
         async with archive_if_trimmed(settings, read_model) as archive:
             replayed = await replay_into_scratch(bus, settings.group_size, archive, full)
@@ -72,7 +61,7 @@ async def replay(settings: LedgerSettings, out: TextIO = sys.stdout, full: bool 
 
 async def audit(settings: LedgerSettings, batch_id: str, as_json: bool, out: TextIO = sys.stdout) -> int:
     """A batch's full timeline from the log, as a table or JSONL."""
-    async with tool_bus(settings, "ledger-audit") as bus:
+    async with tool_bus(settings.connection.nats_url, "ledger-audit") as bus:
         logged = {fact.sequence: fact async for fact in eventlog.read(bus, batch_events(batch_id))}
         async with archive_if_trimmed(settings, await ReadModel.open(bus)) as archive:
             if archive is not None:  # an archived batch's log, and any fact about it stored since
@@ -99,7 +88,7 @@ async def verify(settings: LedgerSettings, out: TextIO = sys.stdout) -> int:
     finally:
         await asyncio.to_thread(ledger.close)
     check = ChainCheck(links)
-    async with tool_bus(settings, "ledger-verify") as bus:
+    async with tool_bus(settings.connection.nats_url, "ledger-verify") as bus:
         async with archive_if_trimmed(settings, await ReadModel.open(bus)) as archive:
             point = await archive.latest_point() if archive is not None else None
             if not links and point is None:
@@ -135,7 +124,7 @@ async def _log(bus: EventBus, archive: Archive | None, point: ArchivePoint | Non
 async def export(settings: LedgerSettings, since: datetime | None, until: datetime | None,
                  out: TextIO = sys.stdout) -> int:
     """The events published in [since, until] as JSONL: sequence, subject, published time and the event."""
-    async with tool_bus(settings, "ledger-export") as bus:
+    async with tool_bus(settings.connection.nats_url, "ledger-export") as bus:
         async for fact in eventlog.read(bus, since=since):
             published = eventlog.published_at(fact)
             if until is not None and published is not None and published > until:

@@ -5,6 +5,7 @@ import contextlib
 import functools
 import logging
 import re
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol, Self
 
@@ -29,7 +30,7 @@ from contracts.subjects import (
     WORK_STREAM,
     WORK_SUBJECTS,
 )
-from services.runtime.nats.broker import GRACEFUL_STOP_S, Credentials, ErrorCallback, ServiceBroker
+from services.runtime.nats.broker import GRACEFUL_STOP_S, TOOL_ATTEMPTS, Credentials, ErrorCallback, ServiceBroker
 from services.runtime.nats.placement import until_placed
 from services.runtime.process.settings import connection_settings
 from services.runtime.process.telemetry import inject_headers, tracer
@@ -219,3 +220,14 @@ class EventBus:
         headers = {"Nats-Msg-Id": msg_id, BATCH_HEADER: command.batch_id}
         await self.js.publish(command.subject, command.wire(protocol), headers=inject_headers(headers),
                               stream=WORK_STREAM)
+
+
+@contextlib.asynccontextmanager
+async def tool_bus(url: str, name: str) -> AsyncIterator[EventBus]:
+    """An operator tool's connection for one run (a few tries to connect: `TOOL_ATTEMPTS`), closed however the run
+    ends."""
+    bus = await EventBus.connect(url, name, attempts=TOOL_ATTEMPTS)
+    try:
+        yield bus
+    finally:
+        await bus.close()
