@@ -112,13 +112,6 @@ class JetStream(JetStreamContext):
         super().__init__(nc, prefix=prefix, timeout=timeout)
         self.nc = nc
 
-    @staticmethod
-    def of(js: JetStreamContext) -> "JetStream":
-        """`js`, which must be a bus's context (or one made from it): the reads that need its connection take any."""
-        if not isinstance(js, JetStream):
-            raise TypeError(f"{js!r} is not a bus's JetStream context")
-        return js
-
 
 class EventBus:
     """One NATS connection per service process."""

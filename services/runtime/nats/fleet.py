@@ -8,13 +8,12 @@ once a minute per key), never trusted and never fatal; a heartbeat time from the
 import logging
 import time
 
-from nats.js.kv import KeyValue
 from pydantic import ValidationError
 
 from contracts.events.executor import ExecutorAdvert
 from contracts.subjects import EXECUTORS_BUCKET
 from services.runtime.nats.bus import EventBus
-from services.runtime.nats.kv import latest_entries, open_bucket
+from services.runtime.nats.kv import Bucket, latest_entries, open_bucket
 from services.runtime.process.skip_log import SkipLog
 
 log = logging.getLogger(__name__)
@@ -29,7 +28,7 @@ def read_advert(key: str, value: bytes, now_ms: int) -> ExecutorAdvert:
 
 
 class Fleet:
-    def __init__(self, kv: KeyValue) -> None:
+    def __init__(self, kv: Bucket) -> None:
         self.kv = kv
         self.skips = SkipLog(log)
 

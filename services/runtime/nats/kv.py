@@ -18,7 +18,7 @@ import nats.js.errors
 import orjson
 from nats.aio.msg import Msg
 from nats.js.client import KV_PRE_TEMPLATE, KV_STREAM_TEMPLATE, JetStreamContext
-from nats.js.kv import KeyValue
+from nats.js.kv import KV_MARKER_REASON, KV_OP, KeyValue
 
 from contracts.subjects import direct_get
 from services.runtime.nats.bus import EventBus, JetStream
@@ -32,8 +32,10 @@ PAGE_TIMEOUT_S = 10.0
 MAX_CHASE = 16
 """A scan reads to the stream's end so that no key is missed; if writes to the keys it lists outrun it for this
 many times the pages it first saw, it fails rather than chase them forever (or answer short)."""
-KV_OPERATION = "KV-Operation"
-MARKER_REASON = "Nats-Marker-Reason"
+KV_OPERATION = KV_OP
+"""The header a delete or purge marker carries (nats-py's name for it)."""
+MARKER_REASON = KV_MARKER_REASON
+"""The header of a marker the server writes itself (a key's TTL ran out)."""
 LAGGING_RETRY_S = 0.05
 """A replica's answer that stops short of the leader's last sequence is asked again after this long (another
 replica may answer, or the same one caught up), for up to `PAGE_TIMEOUT_S` in all."""
@@ -50,13 +52,6 @@ class Bucket(KeyValue):
         self.prefix = KV_PRE_TEMPLATE.format(bucket=name)
         self.direct = direct
         super().__init__(name, self.stream, self.prefix, js, direct)
-
-    @staticmethod
-    def of(kv: KeyValue) -> "Bucket":
-        """`kv`, which must be a bucket `open_bucket` opened: the reads here take any `KeyValue`."""
-        if not isinstance(kv, Bucket):
-            raise TypeError(f"{kv!r} was not opened by open_bucket")
-        return kv
 
 
 async def open_bucket(bus: EventBus, bucket: str, ttl_s: float | None = None, *, scans: bool = False) -> Bucket:
@@ -92,18 +87,17 @@ async def ensure_direct_reads(js: JetStreamContext, stream: str) -> None:
         await js.update_stream(info.config)
 
 
-async def latest_values(kv: KeyValue, key_filter: str = ">", *, coherent: bool = True) -> list[bytes]:
+async def latest_values(kv: Bucket, key_filter: str = ">", *, coherent: bool = True) -> list[bytes]:
     """The current value of every live key matching `key_filter` (deleted keys are skipped), in key order."""
     return [value for _, value in await latest_entries(kv, key_filter, coherent=coherent)]
 
 
-async def latest_entries(kv: KeyValue, key_filter: str = ">", *, coherent: bool = True) -> list[tuple[str, bytes]]:
+async def latest_entries(bucket: Bucket, key_filter: str = ">", *, coherent: bool = True) -> list[tuple[str, bytes]]:
     """Every live key matching `key_filter` with its current value (deleted and expired keys are skipped).
 
     A key written while the scan runs is seen at its newest value: its new revision lies further on in the stream,
     and the newest revision of each key wins. `coherent=False`: whatever replica answers, also while the bucket
     elects a leader (for values where a moment-old one serves as well, heartbeats)."""
-    bucket = Bucket.of(kv)
     latest: dict[str, tuple[int, bytes | None]] = {}
     for message in await read_subject(bucket.js, bucket.stream, f"{bucket.prefix}{key_filter}", coherent=coherent):
         key = message.subject[len(bucket.prefix):]
@@ -112,11 +106,10 @@ async def latest_entries(kv: KeyValue, key_filter: str = ">", *, coherent: bool 
     return [(key, value) for key, (_, value) in sorted(latest.items()) if value]
 
 
-async def read_value(kv: KeyValue, key: str) -> bytes | None:
+async def read_value(bucket: Bucket, key: str) -> bytes | None:
     """The key's value (None: never written, deleted or expired) with every write acknowledged before the call in it:
     a direct get on a single-replica bucket, the stream leader's own get on a replicated one (where any replica may
     answer a direct get, one that lags among them)."""
-    bucket = Bucket.of(kv)
     reader: KeyValue = bucket
     if await replicated(bucket.js, bucket.stream):
         reader = KeyValue(bucket.name, bucket.stream, bucket.prefix, leader_api(bucket.js), direct=False)
@@ -127,10 +120,9 @@ async def read_value(kv: KeyValue, key: str) -> bytes | None:
     return entry.value or None
 
 
-async def erase(kv: KeyValue, key: str) -> None:
+async def erase(bucket: Bucket, key: str) -> None:
     """Remove every revision of `key` from the bucket's stream, leaving no delete marker behind (a KV `purge` keeps
     one per key for ever): for records kept only for a while."""
-    bucket = Bucket.of(kv)
     await bucket.js.purge_stream(bucket.stream, subject=f"{bucket.prefix}{key}")
 
 
@@ -147,7 +139,7 @@ class StoredMessage:
         return None if KV_OPERATION in self.headers or MARKER_REASON in self.headers else self.data
 
 
-async def read_subject(js: JetStreamContext, stream: str, subject: str, *,
+async def read_subject(js: JetStream, stream: str, subject: str, *,
                        coherent: bool = True) -> list[StoredMessage]:
     """Every message of `stream` on `subject` (a filter), in stream order, read to the stream's end by batched
     direct gets: no consumer. The stream must allow direct gets. `coherent`: to the leader's last message on
@@ -180,7 +172,7 @@ async def read_subject(js: JetStreamContext, stream: str, subject: str, *,
         start = max(start, highest + 1)
 
 
-async def read_page(js: JetStreamContext, stream: str, subject: str, after: int, limit: int,
+async def read_page(js: JetStream, stream: str, subject: str, after: int, limit: int,
                     max_bytes: int) -> tuple[list[StoredMessage], bool]:
     """Up to `limit` messages (and about `max_bytes`) of `stream` on `subject` with a sequence above `after`, in
     stream order, by one batched direct get (again while a lagging replica answers); and whether more follow. No
@@ -201,7 +193,7 @@ async def read_page(js: JetStreamContext, stream: str, subject: str, after: int,
             return found, more
 
 
-async def _lagging(js: JetStreamContext, stream: str, subject: str, reached: int, deadline: float, what: str) -> int:
+async def _lagging(js: JetStream, stream: str, subject: str, reached: int, deadline: float, what: str) -> int:
     """A read that reached `reached`, short of the leader's last message on `subject`: that message went meanwhile
     (expired, deleted), or a replica behind the leader answered. The leader's last sequence now, after a pause to
     ask again in when the read is still short of it (a `ScanFailed` past `deadline`)."""
@@ -213,10 +205,10 @@ async def _lagging(js: JetStreamContext, stream: str, subject: str, reached: int
     return floor
 
 
-async def _direct_batch(js: JetStreamContext, stream: str, request: dict[str, object],
+async def _direct_batch(js: JetStream, stream: str, request: dict[str, object],
                         what: str) -> tuple[list[StoredMessage], str, int]:
     """One batched direct get: the messages it answers, the status that ends them, and how many it says follow."""
-    nc = JetStream.of(js).nc
+    nc = js.nc
     found: list[StoredMessage] = []
     end: asyncio.Future[tuple[str, int]] = asyncio.get_running_loop().create_future()
 
@@ -244,10 +236,9 @@ LAST_PER_REQUEST = 256
 """Keys asked for per batched direct get of their last values (the server allows up to 1,024)."""
 
 
-async def read_last(kv: KeyValue, keys: list[str]) -> dict[str, bytes]:
+async def read_last(bucket: Bucket, keys: list[str]) -> dict[str, bytes]:
     """The current value of each of `keys` that has one (deleted and never-written keys are left out), by batched
     direct gets of their last messages (`multi_last`): one request per `LAST_PER_REQUEST` keys, however many."""
-    bucket = Bucket.of(kv)
     chunks = [keys[start:start + LAST_PER_REQUEST] for start in range(0, len(keys), LAST_PER_REQUEST)]
     found: dict[str, bytes] = {}
     for messages in await asyncio.gather(*(_read_last(bucket, chunk) for chunk in chunks)):

@@ -8,7 +8,6 @@ from weakref import WeakKeyDictionary
 
 import nats.errors
 import nats.js.errors
-from nats.js.client import JetStreamContext
 
 from services.runtime.nats.bus import JetStream
 
@@ -24,7 +23,7 @@ class ScanFailed(nats.errors.Error):
     """The server refused or broke off a scan: the caller gets an error, never a partial list."""
 
 
-async def leader_floor(js: JetStreamContext, stream: str, subject: str) -> int:
+async def leader_floor(js: JetStream, stream: str, subject: str) -> int:
     """The sequence a direct read of `subject` (a filter) must reach to miss nothing acknowledged before it began;
     0 on a single-replica stream and when `subject` holds nothing."""
     if not await replicated(js, stream):
@@ -37,16 +36,16 @@ async def leader_floor(js: JetStreamContext, stream: str, subject: str) -> int:
         raise ScanFailed(f"the leader of {stream} did not answer a read: {error!r}") from error
 
 
-_REPLICATED: "WeakKeyDictionary[JetStreamContext, dict[str, tuple[bool, float]]]" = WeakKeyDictionary()
+_REPLICATED: "WeakKeyDictionary[JetStream, dict[str, tuple[bool, float]]]" = WeakKeyDictionary()
 """Per connection's JetStream context, per stream: whether it has more than one replica, and when that was asked."""
 
 
-def leader_api(js: JetStreamContext) -> JetStream:
+def leader_api(js: JetStream) -> JetStream:
     """`js`'s connection asking JetStream's API (a stream's leader, for a non-direct read) within `LEADER_TIMEOUT_S`."""
-    return JetStream(JetStream.of(js).nc, timeout=LEADER_TIMEOUT_S)
+    return JetStream(js.nc, timeout=LEADER_TIMEOUT_S)
 
 
-async def replicated(js: JetStreamContext, stream: str) -> bool:
+async def replicated(js: JetStream, stream: str) -> bool:
     """Whether `stream` has more than one replica (as asked at most `REPLICATION_RECHECK_S` ago): any of them may then
     answer a direct get."""
     known = _REPLICATED.setdefault(js, {})

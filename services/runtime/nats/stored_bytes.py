@@ -11,12 +11,11 @@ from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
-from nats.js.kv import KeyValue
 from pydantic import BaseModel
 
 from contracts.readmodel import FileRecord, StoredBytes, StoredFiles
 from contracts.subjects import owner_stored_key, owner_stored_part_key
-from services.runtime.nats.kv import read_value
+from services.runtime.nats.kv import Bucket, read_value
 from services.runtime.process.keyed_locks import KeyedLocks
 
 MAX_HELD = 50_000
@@ -73,7 +72,7 @@ def _entry(record: FileRecord) -> tuple[int, int | None, str]:
     return record.file.bytes, record.file.expires_at, record.sha256
 
 
-async def stored_bytes(kv: KeyValue, owner: str, now: float) -> int | None:
+async def stored_bytes(kv: Bucket, owner: str, now: float) -> int | None:
     """The bytes of the owner's files that are neither deleted nor expired at `now`; None: no summary (the owner has
     no files, or the ledger has not written the stored bytes of a read model made before they were kept)."""
     raw = await read_value(kv, owner_stored_key(owner))
@@ -88,7 +87,7 @@ async def stored_bytes(kv: KeyValue, owner: str, now: float) -> int | None:
     return max(total, 0)
 
 
-async def stored_part(kv: KeyValue, owner: str, part: str) -> StoredFiles:
+async def stored_part(kv: Bucket, owner: str, part: str) -> StoredFiles:
     raw = await read_value(kv, owner_stored_part_key(owner, part))
     return StoredFiles.model_validate_json(raw) if raw else StoredFiles({})
 
@@ -97,7 +96,7 @@ class StoredBytesWriter:
     """The writer's side: a file record's change entered in its owner's part and summary (one owner at a time). The
     writer keeps what it last read or wrote of each (the read model has one writer): a change costs its writes."""
 
-    def __init__(self, kv: KeyValue) -> None:
+    def __init__(self, kv: Bucket) -> None:
         self.kv = kv
         self._locks = KeyedLocks()
         self._held: OrderedDict[str, StoredFiles | StoredBytes] = OrderedDict()
