@@ -1,5 +1,6 @@
 """The llama.cpp engine with the real xllamacpp runtime and the real SmolLM2 GGUF, kept tiny."""
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
@@ -241,3 +242,89 @@ async def test_template_kwargs_and_token_id_prompts_reach_the_engine(engine: Lla
     assert thinking_off.ok
     ids = await engine.run("/v1/completions", {"prompt": [504, 3458, 282], "max_tokens": 3})
     assert ids.ok and ids.body["usage"]["prompt_tokens"] == 3  # type: ignore[index]
+
+
+UNSTREAMED_ALIKE = {
+    "chat": ("/v1/chat/completions", {**chat("Say hello in three words."), "max_tokens": 12}),
+    "chat with logprobs": ("/v1/chat/completions", {**chat("Say hi."), "logprobs": True, "top_logprobs": 2}),
+    "chat cut by a stop": ("/v1/chat/completions", {**chat("Count: 1, 2, 3,"), "max_tokens": 16, "stop": [","]}),
+    "chat in json mode": ("/v1/chat/completions", {**chat("Give a JSON object."), "response_format": {
+        "type": "json_object"}}),
+    "completion": ("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 8, "seed": 1}),
+    "completion with logprobs": ("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 4, "logprobs": 2}),
+}
+
+
+def without_run_facts(body: dict[str, object]) -> dict[str, object]:
+    """A reply without what differs from run to run: its id, its time, and how much of the prompt was cached."""
+    usage = dict(body["usage"])  # type: ignore[call-overload]
+    usage.pop("prompt_tokens_details", None)
+    return {**{key: value for key, value in body.items() if key not in ("id", "created", "timings")}, "usage": usage}
+
+
+@pytest.mark.parametrize(("endpoint", "body"), UNSTREAMED_ALIKE.values(), ids=UNSTREAMED_ALIKE.keys())
+async def test_a_line_runs_streamed_so_it_can_stop_yet_its_reply_is_llama_cpps_unstreamed_answer(
+        engine: LlamaCppEngine, endpoint: str, body: dict[str, object]) -> None:
+    body = {**body, "temperature": 0}
+    server = engine._server
+    assert server is not None
+    call = server.handle_chat_completions if endpoint == "/v1/chat/completions" else server.handle_completions
+    with on_slot(0):
+        reply = await engine.run(endpoint, body)
+    unstreamed = engine._reply(MODEL_ID, call({**body, "id_slot": 0}))
+    assert reply.status_code == unstreamed.status_code == 200
+    assert list(reply.body) == list(unstreamed.body)  # the same fields, in llama.cpp's order
+    assert without_run_facts(reply.body) == without_run_facts(unstreamed.body)
+
+
+async def test_a_completions_line_of_several_prompts_states_the_usage_of_them_all(engine: LlamaCppEngine) -> None:
+    both = await engine.run("/v1/completions", {"prompt": ["Once upon a time", "The sky is"], "max_tokens": 3,
+                                                "temperature": 0})
+    first = await engine.run("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 3, "temperature": 0})
+    second = await engine.run("/v1/completions", {"prompt": "The sky is", "max_tokens": 3, "temperature": 0})
+    choices = both.body["choices"]
+    assert isinstance(choices, list) and [choice["index"] for choice in choices] == [0, 1]
+    assert [choice["text"] for choice in choices] == [one.body["choices"][0]["text"]  # type: ignore[index]
+                                                      for one in (first, second)]
+    usage = both.body["usage"]
+    assert isinstance(usage, dict)
+    for count in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        assert usage[count] == first.body["usage"][count] + second.body["usage"][count]  # type: ignore[index]
+
+
+def decodes(engine: LlamaCppEngine) -> int:
+    """llama.cpp's count of decode steps so far (every prompt batch and every generated token of every slot)."""
+    assert engine._server is not None
+    metrics = str(engine._server.handle_metrics())
+    return int(float(next(line.split()[-1] for line in metrics.splitlines()
+                          if line.startswith("llamacpp:n_decode_total"))))
+
+
+@pytest.fixture(scope="module")
+def one_slot_engine() -> Iterator[LlamaCppEngine]:
+    model = load_catalogue(None).resolve(MODEL_ID)
+    assert model is not None
+    engine = LlamaCppEngine(n_threads=2)
+    engine.load(model.model_copy(update={"slots": 1, "context_length": 2048}))
+    yield engine
+    engine.unload()
+
+
+async def test_a_cancelled_line_stops_in_the_engine_and_frees_its_slot_for_the_next(
+        one_slot_engine: LlamaCppEngine) -> None:
+    engine = one_slot_engine
+    before = decodes(engine)
+    long = asyncio.create_task(engine.run("/v1/chat/completions", {
+        **chat("Tell a long story."), "max_tokens": 1500, "ignore_eos": True}))
+    for _ in range(12_000):  # until it generates (a loaded machine may take long to even start)
+        if decodes(engine) > before + 2 or long.done():
+            break
+        await asyncio.sleep(0.01)
+    assert not long.done()
+    long.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await long
+    short = await engine.run("/v1/chat/completions", chat("Say hi."))  # the one slot: after the long line ends
+    assert short.ok
+    # Run to its end, the long line alone would take 1,500 steps before the short line could start.
+    assert decodes(engine) - before < 750

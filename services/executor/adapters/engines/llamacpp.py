@@ -1,7 +1,8 @@
 """The llama.cpp engine through xllamacpp: GGUF models, continuous batching over `slots` sequences;
 chat, completions, responses (mapped onto chat) and, for a model whose endpoints say so, embeddings.
 
-xllamacpp calls block but release the GIL, so they run in a thread pool with one worker per slot.
+xllamacpp calls block but release the GIL, so they run in a thread pool with one worker per slot. Completions run
+streamed (put back together by `streamed_reply`), so a line whose task is cancelled stops at its next token.
 """
 
 import asyncio
@@ -18,6 +19,7 @@ from contracts.catalogue import CatalogueModel
 from contracts.events.executor import EngineName
 from services.executor.adapters.engines.base import ENGINE_SLOT, Engine, EngineReply, EngineUnavailable, error_reply
 from services.executor.adapters.engines.responses import UnmappableRequest, chat_request
+from services.executor.adapters.engines.streamed_reply import STREAM_OPTIONS, StreamedReply
 from services.runtime.storage.catalogue import resolve_artifact
 
 log = logging.getLogger(__name__)
@@ -121,7 +123,7 @@ class LlamaCppEngine(Engine):
         if endpoint not in self.model.endpoints or endpoint not in HANDLERS:
             return self.not_served(endpoint)
         call = getattr(self._server, HANDLERS[endpoint])
-        request = {key: value for key, value in body.items() if key not in ("stream", "id_slot")}
+        request = {key: value for key, value in body.items() if key not in ("stream", "stream_options", "id_slot")}
         try:
             if endpoint == RESPONSES:
                 request = chat_request(request)
@@ -134,14 +136,31 @@ class LlamaCppEngine(Engine):
             # llama.cpp runs the request on that slot, after the one it runs now: the slot's cached prompt serves
             # the prefix a line started there before shares with this one.
             request["id_slot"] = slot
+        if endpoint != EMBEDDINGS:
+            request.update(stream=True, stream_options=STREAM_OPTIONS)
+        streamed = StreamedReply(chat=endpoint != "/v1/completions")
+        stop = threading.Event()
+
+        def on_chunk(chunk: object) -> bool:
+            streamed.take(chunk)
+            return stop.is_set()  # True ends the stream: llama.cpp cancels the request and frees its slot
+
+        def run_streamed() -> dict[str, Any]:
+            if endpoint == EMBEDDINGS:
+                return dict(call(request))
+            call(request, on_chunk)
+            return streamed.reply()
+
         try:
-            running = asyncio.get_running_loop().run_in_executor(self._pool, call, request)
+            running = asyncio.get_running_loop().run_in_executor(self._pool, run_streamed)
         except RuntimeError as error:  # the pool is shut down: the model is being unloaded
             raise EngineUnavailable(f"{self.model.id} is unloading") from error
         try:
             result = await running
         except LINE_REJECTIONS as error:
             return error_reply(400, f"{self.model.id} on llama.cpp refused the request: {error}", "invalid_request")
+        finally:
+            stop.set()  # a line cancelled (its batch's cancel or expiry) stops at its next token, freeing the slot
         reply = self._reply(self.model.id, result)
         return self.completed(endpoint, reply.body) if reply.ok else reply
 
