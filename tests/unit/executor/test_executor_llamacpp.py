@@ -246,12 +246,19 @@ async def test_template_kwargs_and_token_id_prompts_reach_the_engine(engine: Lla
 
 UNSTREAMED_ALIKE = {
     "chat": ("/v1/chat/completions", {**chat("Say hello in three words."), "max_tokens": 12}),
-    "chat with logprobs": ("/v1/chat/completions", {**chat("Say hi."), "logprobs": True, "top_logprobs": 2}),
+    "chat ending on its own": ("/v1/chat/completions", {**chat("Say hi."), "max_tokens": 40}),
+    "chat with logprobs, ending on its own": ("/v1/chat/completions", {
+        **chat("Say hi."), "max_tokens": 40, "logprobs": True, "top_logprobs": 2}),
+    "chat with logprobs cut by a stop": ("/v1/chat/completions", {
+        **chat("Count: 1, 2, 3,"), "max_tokens": 16, "stop": [","], "logprobs": True, "top_logprobs": 1}),
     "chat cut by a stop": ("/v1/chat/completions", {**chat("Count: 1, 2, 3,"), "max_tokens": 16, "stop": [","]}),
     "chat in json mode": ("/v1/chat/completions", {**chat("Give a JSON object."), "response_format": {
         "type": "json_object"}}),
     "completion": ("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 8, "seed": 1}),
     "completion with logprobs": ("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 4, "logprobs": 2}),
+    "completion cut by a stop": ("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 8, "stop": [","]}),
+    "completion with logprobs cut by a stop": ("/v1/completions", {
+        "prompt": "Once upon a time", "max_tokens": 8, "stop": [","], "logprobs": 1}),
 }
 
 
@@ -263,7 +270,7 @@ def without_run_facts(body: dict[str, object]) -> dict[str, object]:
 
 
 @pytest.mark.parametrize(("endpoint", "body"), UNSTREAMED_ALIKE.values(), ids=UNSTREAMED_ALIKE.keys())
-async def test_a_line_runs_streamed_so_it_can_stop_yet_its_reply_is_llama_cpps_unstreamed_answer(
+async def test_a_line_runs_streamed_where_it_can_stop_yet_its_reply_is_llama_cpps_unstreamed_answer(
         engine: LlamaCppEngine, endpoint: str, body: dict[str, object]) -> None:
     body = {**body, "temperature": 0}
     server = engine._server

@@ -1,9 +1,11 @@
 """llama.cpp's chunks put back together as its unstreamed answer: the shapes the small real model never produces
-(tool calls, reasoning, an error in the stream, a stream cut short)."""
+(reasoning, an error in the stream, a stream cut short), and which requests stream at all."""
 
 from typing import Any
 
-from services.executor.adapters.engines.streamed_reply import StreamedReply
+import pytest
+
+from services.executor.adapters.engines.streamed_reply import StreamedReply, prompts_of, streamable
 
 
 def chunk(delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> dict[str, Any]:
@@ -14,30 +16,23 @@ def chunk(delta: dict[str, Any], finish_reason: str | None = None, **extra: Any)
 USAGE = {"completion_tokens": 9, "prompt_tokens": 20, "total_tokens": 29, "prompt_tokens_details": {"cached_tokens": 4}}
 
 
-def folded(*chunks: object, chat: bool = True) -> dict[str, Any]:
-    streamed = StreamedReply(chat=chat)
+def folded(*chunks: object, chat: bool = True, expected_choices: int = 1) -> dict[str, Any]:
+    streamed = StreamedReply(chat=chat, expected_choices=expected_choices)
     for each in chunks:
         streamed.take(each)
     return streamed.reply()
 
 
-def test_tool_calls_are_assembled_from_their_deltas_with_whole_ids_and_names_and_growing_arguments() -> None:
+def test_reasoning_and_content_are_assembled_from_their_deltas_in_llama_cpps_order() -> None:
     reply = folded(
         chunk({"role": "assistant", "content": None}),
-        chunk({"reasoning_content": "The user wants "}), chunk({"reasoning_content": "weather."}),
-        chunk({"tool_calls": [{"index": 0, "id": "call_a", "type": "function",
-                               "function": {"name": "get_weather", "arguments": "{\"ci"}}]}),
-        chunk({"tool_calls": [{"index": 0, "function": {"arguments": "ty\": \"Paris\"}"}}]}),
-        chunk({"tool_calls": [{"index": 1, "id": "call_b", "type": "function",
-                               "function": {"name": "get_time", "arguments": "{}"}}]}),
-        chunk({}, "tool_calls"),
+        chunk({"reasoning_content": "The user wants "}), chunk({"reasoning_content": "a greeting."}),
+        chunk({"content": "Hel"}), chunk({"content": "lo."}), chunk({}, "stop"),
         {**chunk({}), "choices": [], "usage": USAGE, "timings": {"cache_n": 4}},
     )
-    assert reply["choices"] == [{"finish_reason": "tool_calls", "index": 0, "message": {
-        "role": "assistant", "content": "", "reasoning_content": "The user wants weather.", "tool_calls": [
-            {"type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"},
-             "id": "call_a"},
-            {"type": "function", "function": {"name": "get_time", "arguments": "{}"}, "id": "call_b"}]}}]
+    assert reply["choices"] == [{"finish_reason": "stop", "index": 0, "message": {
+        "role": "assistant", "reasoning_content": "The user wants a greeting.", "content": "Hello."}}]
+    assert list(reply["choices"][0]["message"]) == ["role", "reasoning_content", "content"]
     assert reply["object"] == "chat.completion" and reply["usage"] == USAGE and reply["id"] == "chatcmpl-1"
     assert reply["timings"] == {"cache_n": 4}
 
@@ -55,14 +50,39 @@ def test_a_stream_that_ends_before_its_finish_and_usage_is_a_server_error_not_a_
     assert folded(None)["type"] == "server_error"
 
 
-def test_a_completions_stream_keeps_each_prompts_choice_and_adds_up_their_usage() -> None:
-    def text(index: int, piece: str, finish_reason: str | None = None, **extra: Any) -> dict[str, Any]:
-        return {"choices": [{"text": piece, "index": index, "logprobs": None, "finish_reason": finish_reason}],
-                "created": 7, "model": "-", "system_fingerprint": "b1", "object": "text_completion", "id": "c", **extra}
+def text(index: int, piece: str, finish_reason: str | None = None, **extra: Any) -> dict[str, Any]:
+    return {"choices": [{"text": piece, "index": index, "logprobs": None, "finish_reason": finish_reason}],
+            "created": 7, "model": "-", "system_fingerprint": "b1", "object": "text_completion", "id": "c", **extra}
 
+
+def test_a_completions_stream_keeps_each_prompts_choice_and_adds_up_their_usage() -> None:
     reply = folded(None, text(1, " blue"), text(0, ", a"), text(1, "", "length", usage=USAGE),
-                   text(0, "", "stop", usage={**USAGE, "prompt_tokens_details": {"cached_tokens": 1}}), chat=False)
+                   text(0, "", "stop", usage={**USAGE, "prompt_tokens_details": {"cached_tokens": 1}}), chat=False,
+                   expected_choices=2)
     assert reply["choices"] == [{"text": ", a", "index": 0, "logprobs": None, "finish_reason": "stop"},
                                 {"text": " blue", "index": 1, "logprobs": None, "finish_reason": "length"}]
     assert reply["usage"] == {"completion_tokens": 18, "prompt_tokens": 40, "total_tokens": 58,
                               "prompt_tokens_details": {"cached_tokens": 5}}
+
+
+def test_a_stream_cut_after_one_of_two_prompts_finished_is_a_server_error() -> None:
+    one = folded(text(0, ", a"), text(0, "", "stop", usage=USAGE), chat=False, expected_choices=2)
+    assert one["type"] == "server_error"
+
+
+@pytest.mark.parametrize(("request_body", "streams"), [
+    ({"messages": [], "max_tokens": 4}, True),
+    ({"messages": [], "logprobs": False, "top_logprobs": 0, "tools": []}, True),
+    ({"messages": [], "logprobs": True}, False),
+    ({"messages": [], "top_logprobs": 2}, False),
+    ({"prompt": "a", "logprobs": 1}, False),
+    ({"prompt": "a", "n_probs": 3}, False),
+    ({"messages": [], "tools": [{"type": "function", "function": {"name": "f"}}]}, False),
+])
+def test_only_requests_whose_answer_a_stream_rebuilds_are_streamed(request_body: dict[str, Any],
+                                                                   streams: bool) -> None:
+    assert streamable(request_body) is streams
+
+
+def test_a_completions_request_answers_once_per_prompt() -> None:
+    assert [prompts_of({"prompt": p}) for p in ("a", ["a", "b"], [1, 2, 3], [[1, 2], [3]], [])] == [1, 2, 1, 2, 1]

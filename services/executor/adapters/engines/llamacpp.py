@@ -2,7 +2,8 @@
 chat, completions, responses (mapped onto chat) and, for a model whose endpoints say so, embeddings.
 
 xllamacpp calls block but release the GIL, so they run in a thread pool with one worker per slot. Completions run
-streamed (put back together by `streamed_reply`), so a line whose task is cancelled stops at its next token.
+streamed where their answer can be put back together (`streamed_reply`), so a line whose task is cancelled stops at
+its next token.
 """
 
 import asyncio
@@ -19,7 +20,7 @@ from contracts.catalogue import CatalogueModel
 from contracts.events.executor import EngineName
 from services.executor.adapters.engines.base import ENGINE_SLOT, Engine, EngineReply, EngineUnavailable, error_reply
 from services.executor.adapters.engines.responses import UnmappableRequest, chat_request
-from services.executor.adapters.engines.streamed_reply import STREAM_OPTIONS, StreamedReply
+from services.executor.adapters.engines.streamed_reply import STREAM_OPTIONS, StreamedReply, prompts_of, streamable
 from services.runtime.storage.catalogue import resolve_artifact
 
 log = logging.getLogger(__name__)
@@ -136,23 +137,36 @@ class LlamaCppEngine(Engine):
             # llama.cpp runs the request on that slot, after the one it runs now: the slot's cached prompt serves
             # the prefix a line started there before shares with this one.
             request["id_slot"] = slot
-        if endpoint != EMBEDDINGS:
-            request.update(stream=True, stream_options=STREAM_OPTIONS)
-        streamed = StreamedReply(chat=endpoint != "/v1/completions")
+        streaming = endpoint != EMBEDDINGS and streamable(request)
+        chat = endpoint != "/v1/completions"
+        streamed = StreamedReply(chat=chat, expected_choices=1 if chat else prompts_of(request))
         stop = threading.Event()
+        failures: list[BaseException] = []
 
         def on_chunk(chunk: object) -> bool:
-            streamed.take(chunk)
+            try:
+                streamed.take(chunk)
+            except Exception as error:  # ours, not the line's (xllamacpp would swallow it and end the stream)
+                failures.append(error)
+                return True
             return stop.is_set()  # True ends the stream: llama.cpp cancels the request and frees its slot
 
-        def run_streamed() -> dict[str, Any]:
-            if endpoint == EMBEDDINGS:
+        def answer() -> dict[str, Any]:
+            if not streaming:
                 return dict(call(request))
-            call(request, on_chunk)
+            try:
+                call({**request, "stream": True, "stream_options": STREAM_OPTIONS}, on_chunk)
+            except LINE_REJECTIONS as error:
+                if not streamed.seen:
+                    raise  # refused before it started, as the unstreamed call refuses it: the line's fault
+                failures.append(error)  # llama.cpp's partial parse of a stream failing, not the request
+            if failures and not stop.is_set():
+                log.warning("streaming a %s line failed (%s); running it unstreamed", endpoint, failures[0])
+                return dict(call(request))
             return streamed.reply()
 
         try:
-            running = asyncio.get_running_loop().run_in_executor(self._pool, run_streamed)
+            running = asyncio.get_running_loop().run_in_executor(self._pool, answer)
         except RuntimeError as error:  # the pool is shut down: the model is being unloaded
             raise EngineUnavailable(f"{self.model.id} is unloading") from error
         try:

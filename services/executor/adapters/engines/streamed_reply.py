@@ -1,40 +1,40 @@
-"""llama.cpp's streamed answer to one request, put back together as the answer it gives unstreamed.
+"""llama.cpp's streamed answer to one request, put back together as the answer it gives unstreamed, and which
+requests are streamed at all.
 
-The llama.cpp adapter asks for every completion streamed, only so that it can stop one: xllamacpp's unstreamed call
-cannot be interrupted (the request it builds carries a `should_stop` that never says stop), while a stream ends, and
-llama.cpp frees the slot, as soon as the chunk callback says so. What the line gets is the unstreamed shape, field
-for field (tests/unit/executor/test_executor_llamacpp.py compares the two on the real model), except that a
-completions line of several prompts states the usage of all of them, where llama.cpp's unstreamed answer states its
-first prompt's only.
+The llama.cpp adapter streams a completion only so that it can stop it: xllamacpp's unstreamed call cannot be
+interrupted (the request it builds carries a `should_stop` that never says stop), while a stream ends, and llama.cpp
+frees the slot, as soon as the chunk callback says so. What the line gets is the unstreamed shape, field for field
+(tests/unit/executor/test_executor_llamacpp.py compares the two on the real model), except that a completions line
+of several prompts states the usage of all of them, where llama.cpp's unstreamed answer states its first prompt's.
+A stream cannot rebuild every answer: a chat stream gives a token's log probabilities only with a token that changed
+the parsed message (none for the end-of-sequence token or a held-back stop word), and tool calls are parsed again
+after every token (the streamed message's `content` and failures differ). Such requests run unstreamed, and are
+stopped only when they end.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 STREAM_OPTIONS = {"include_usage": True}
 """A chat stream states its usage (and timings) in a last chunk only when asked; a completions stream always does."""
 USAGE_COUNTS = ("completion_tokens", "prompt_tokens", "total_tokens")
+UNSTREAMED_WHEN = ("logprobs", "top_logprobs", "n_probs", "tools", "functions")
+"""A request naming any of these with a value that asks something runs unstreamed (see above)."""
 
 
-@dataclass
-class ToolCall:
-    id: str = ""
-    name: str = ""
-    arguments: str = ""
+def streamable(request: Mapping[str, object]) -> bool:
+    """Whether the request's answer can be rebuilt from its stream: it asks for no log probabilities and offers no
+    tools (a falsy value, such as `logprobs: false` or `tools: []`, asks nothing)."""
+    return not any(request.get(name) for name in UNSTREAMED_WHEN)
 
-    def take(self, delta: dict[str, Any]) -> None:
-        """A tool call's delta names its id and name whole (once they change) and adds to its arguments."""
-        self.id = delta.get("id") or self.id
-        function = delta.get("function")
-        if isinstance(function, dict):
-            self.name = function.get("name") or self.name
-            self.arguments += function.get("arguments") or ""
 
-    def as_json(self) -> dict[str, Any]:
-        call: dict[str, Any] = {"type": "function", "function": {"name": self.name, "arguments": self.arguments}}
-        if self.id:
-            call["id"] = self.id
-        return call
+def prompts_of(request: Mapping[str, object]) -> int:
+    """How many choices a completions request answers with: one per prompt of a list of texts or of token lists."""
+    prompt = request.get("prompt")
+    if isinstance(prompt, list) and prompt and all(isinstance(item, (str, list)) for item in prompt):
+        return len(prompt)
+    return 1
 
 
 @dataclass
@@ -44,39 +44,26 @@ class Choice:
     index: int
     text: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
-    tool_calls: dict[int, ToolCall] = field(default_factory=dict)
-    logprobs: list[Any] | None = None
     finish_reason: str | None = None
 
     def take(self, chunk_choice: dict[str, Any], chat: bool) -> None:
         self.finish_reason = chunk_choice.get("finish_reason") or self.finish_reason
-        logprobs = chunk_choice.get("logprobs")
-        if isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list):
-            self.logprobs = [*(self.logprobs or []), *logprobs["content"]]
         if not chat:
             self.text.append(chunk_choice.get("text") or "")
             return
         delta = chunk_choice.get("delta") or {}
         self.text.append(delta.get("content") or "")
         self.reasoning.append(delta.get("reasoning_content") or "")
-        for call in delta.get("tool_calls") or ():
-            self.tool_calls.setdefault(int(call.get("index", 0)), ToolCall()).take(call)
 
     def as_json(self, chat: bool) -> dict[str, Any]:
         text = "".join(self.text)
         if not chat:
-            return {"text": text, "index": self.index,
-                    "logprobs": None if self.logprobs is None else {"content": self.logprobs},
-                    "finish_reason": self.finish_reason}
-        message: dict[str, Any] = {"role": "assistant", "content": text}
+            return {"text": text, "index": self.index, "logprobs": None, "finish_reason": self.finish_reason}
+        message: dict[str, Any] = {"role": "assistant"}
         if any(self.reasoning):
             message["reasoning_content"] = "".join(self.reasoning)
-        if self.tool_calls:
-            message["tool_calls"] = [self.tool_calls[index].as_json() for index in sorted(self.tool_calls)]
-        choice = {"finish_reason": self.finish_reason, "index": self.index, "message": message}
-        if self.logprobs is not None:
-            choice["logprobs"] = {"content": self.logprobs}
-        return choice
+        message["content"] = text
+        return {"finish_reason": self.finish_reason, "index": self.index, "message": message}
 
 
 @dataclass
@@ -84,6 +71,7 @@ class StreamedReply:
     """The chunks of one request's stream, folded as they come (on the engine's thread): `take` each, then `reply`."""
 
     chat: bool
+    expected_choices: int = 1
     choices: dict[int, Choice] = field(default_factory=dict)
     last: dict[str, Any] = field(default_factory=dict)
     """The last chunk seen: its id, created, model and fingerprint are the reply's."""
@@ -92,8 +80,11 @@ class StreamedReply:
     timings: Any = None
     error: dict[str, Any] | None = None
     """An error llama.cpp answered instead of (or in the middle of) the stream: the reply is that error."""
+    seen: int = 0
+    """Chunks taken (an exception after the first is the stream's, not the request's)."""
 
     def take(self, chunk: object) -> None:
+        self.seen += 1
         if not isinstance(chunk, dict):
             return  # xllamacpp hands on an empty event as None
         if "error" in chunk or chunk.get("type") == "server_error":
@@ -108,10 +99,12 @@ class StreamedReply:
             self.choices.setdefault(index, Choice(index)).take(choice, self.chat)
 
     def reply(self) -> dict[str, Any]:
-        """The unstreamed answer these chunks amount to (llama.cpp's own field order), or the error it gave."""
+        """The unstreamed answer these chunks amount to (llama.cpp's own field order), or the error it gave; a
+        stream cut short (every choice not finished, or a usage missing) is a server error, never a short answer."""
         if self.error is not None:
             return self.error
-        if not self.choices or not self.usages or any(c.finish_reason is None for c in self.choices.values()):
+        finished = [choice for choice in self.choices.values() if choice.finish_reason is not None]
+        if len(finished) != self.expected_choices or len(self.choices) != self.expected_choices or not self.usages:
             return {"type": "server_error", "message": "llama.cpp's stream ended before the request finished"}
         reply = {"choices": [self.choices[index].as_json(self.chat) for index in sorted(self.choices)],
                  "created": self.last.get("created"), "model": self.last.get("model"),
