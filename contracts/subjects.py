@@ -22,6 +22,10 @@ FACT_SUBMISSIONS = "svc.facts.*"
 """Request/reply: executors hand the leading scheduler the facts they state (it stores those they may state)."""
 LOG_READS = "svc.log.*"
 """Request/reply: executors read the execution facts of the batches they hold from the leading scheduler."""
+LEDGER_FOLDED = "svc.ledger.folded"
+"""Core publish, no stream: after each group it puts into the read model, the folding ledger says the EVENTS sequence
+the read model now holds every fact through (ASCII digits). A gateway reading back its own write waits for it
+instead of polling; a notice lost or forged costs only a poll (the read model itself is always what is read)."""
 SCHEDULER_LEADER_KEY = "scheduler"
 LEDGER_LEADER_KEY = "ledger"
 

@@ -7,6 +7,7 @@ from aiohttp import web
 
 from contracts.subjects import EVENTS_STREAM, LIMITS_BUCKET, WEBHOOKS_BUCKET
 from services.gateway.adapters.admission import ADMISSION_WAIT_S, Admission
+from services.gateway.adapters.fold_notices import FOLDS, fold_notice_router
 from services.gateway.adapters.key_cache import KeyCache
 from services.gateway.adapters.shared_state import SharedState
 from services.gateway.background.credit_sweeper import credit_sweeper
@@ -73,6 +74,8 @@ def create_app(settings: GatewaySettings) -> web.Application:
             app[AUTH_FAILURES] = SharedFailedAuthentications(
                 shared, FailedAuthentications(settings.auth_failure_limit, settings.auth_failure_window_s))
         app[WEBHOOK_STORE] = webhooks = WebhookStore(await open_bucket(bus, WEBHOOKS_BUCKET, scans=True))
+        broker.include_router(fold_notice_router())
+        broker.context.set_global(FOLDS, app[DEPS].folds)
         if settings.webhooks:  # every gateway takes the facts webhooks are sent for (each fact one of them)
             broker.include_router(webhook_router())
             broker.context.set_global(WEBHOOKS, WebhookIntake(webhooks, read_model))

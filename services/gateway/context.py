@@ -7,6 +7,7 @@ from aiohttp import web
 
 from contracts.catalogue import Catalogue
 from services.gateway.adapters.admission import Admission
+from services.gateway.adapters.fold_notices import FoldNotices
 from services.gateway.adapters.key_cache import KeyCache
 from services.gateway.adapters.own_writes import OwnWrites
 from services.gateway.adapters.shared_reads import SharedReads
@@ -30,6 +31,8 @@ class Deps:
     keys: KeyCache
     """Key records and their users, cached a short while."""
     own_writes: OwnWrites = field(default_factory=OwnWrites)
+    folds: FoldNotices = field(default_factory=FoldNotices)
+    """How far the read model holds the log: what a read-back of this gateway's own write waits for."""
     shared_reads: SharedReads = field(default_factory=SharedReads)
     """Reads of an owner's index shared by the requests in flight that need them (shared_reads.py)."""
 

@@ -6,7 +6,7 @@ import logging
 from contracts.subjects import LEDGER_LEADER_KEY, LEDGER_NAME
 from services.ledger.application import Ledger
 from services.ledger.archive import Archive
-from services.ledger.handlers import Folder, Sink, ledger_router, read_model_sink
+from services.ledger.handlers import Folder, Sink, announce_folds, ledger_router, read_model_sink
 from services.ledger.reindex import index_owners, index_read_model
 from services.ledger.restore import archived_through, restore
 from services.ledger.retention import Policy, Retention
@@ -99,6 +99,7 @@ class LedgerApp:
         log.info("ledger resumes after sequence %d; stream head is %d", checkpoint, head)
         worker = asyncio.create_task(folder.run(stop))
         announcer = asyncio.create_task(self._announce_caught_up(folder, head))
+        notices = asyncio.create_task(announce_folds(bus, folder))
         keeper = None
         if self.settings.retention:
             self.retention = Retention(bus, read_model, self._archive(), ledger,
@@ -115,7 +116,7 @@ class LedgerApp:
                     stop.set()
                     raise folds.failure() or RuntimeError("the ledger's fold ended")
         finally:
-            await cancel_and_join([announcer, *([keeper] if keeper else [])])
+            await cancel_and_join([announcer, notices, *([keeper] if keeper else [])])
             await worker
 
     async def _retain(self, retention: Retention, stop: asyncio.Event) -> None:

@@ -1,5 +1,5 @@
-"""Stream messages → the ledger in groups, off the event loop → projections into a sink → checkpoint; and the
-ledger's table (`ledger_router`): the fold of the log it runs."""
+"""Stream messages → the ledger in groups, off the event loop → projections into a sink → checkpoint → a notice of
+how far (`announce_folds`); and the ledger's table (`ledger_router`): the fold of the log it runs."""
 
 import asyncio
 import logging
@@ -8,12 +8,15 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from contracts.subjects import LEDGER_NAME
+import nats.errors
+
+from contracts.subjects import LEDGER_FOLDED, LEDGER_NAME
 from services.ledger.application import Ledger
 from services.ledger.chain import Fact
 from services.ledger.observe import record_fold
 from services.ledger.projection import Projection, folded_records, projection_key, stored
 from services.ledger.rules import folded_types
+from services.runtime.nats.bus import EventBus
 from services.runtime.nats.delivery import LogFollower, ServiceRouter
 from services.runtime.nats.readmodel import ReadModel
 
@@ -169,6 +172,20 @@ class Folder:
                     return None
                 await asyncio.sleep(RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)])
                 attempt += 1
+
+
+async def announce_folds(bus: EventBus, folder: Folder) -> None:
+    """Say on `LEDGER_FOLDED` how far the read model holds the log, once per group the folder put into it (once for
+    the last, when several went in meanwhile), until cancelled. A notice the connection cannot send is skipped:
+    gateways waiting for it poll instead."""
+    said = folder.folded_through
+    while True:
+        await folder.wait_through(said + 1)
+        said = folder.folded_through
+        try:
+            await bus.nc.publish(LEDGER_FOLDED, str(said).encode())
+        except nats.errors.Error as error:
+            log.debug("fold notice through %d not sent: %s", said, error)
 
 
 def read_model_sink(read_model: ReadModel) -> Sink:

@@ -21,7 +21,7 @@ from contracts.terms import BatchTerms
 from services.gateway.adapters.admission import Holdings
 from services.gateway.context import Deps
 from services.gateway.usecases import billing as billing_usecase
-from services.gateway.usecases.files import FOLD_S, is_valid_id, owned_file
+from services.gateway.usecases.files import is_valid_id, owned_file
 from services.gateway.usecases.oversight import Standing, cancel_entry, organization_of, standing
 from services.gateway.usecases.refusals import ApiError, ascii_int, bad_request, not_found
 from services.runtime.nats.bus import Fence, FenceMoved
@@ -126,10 +126,10 @@ async def create_from(d: Deps, caller: ApiKeyRecord, body: BatchCreateRequest,
     except _LiveTwin as twin:
         return Created(twin.batch, twin.batch.id)
     event = _created_event(caller, batch_id, body, file, terms, window_s)
-    await _publish_created(d, event, terms)
+    sequence = await _publish_created(d, event, terms)
     if idempotency_key and await _created_parameters(d, batch_id) != asked:
         raise _idempotency_conflict(idempotency_key, batch_id)  # a concurrent request with this key won
-    return Created(await _read_back(d, caller.owner, event))
+    return Created(await _read_back(d, caller.owner, event, sequence))
 
 
 async def _earlier(d: Deps, batch_id: str, idempotency_key: str, asked: CreateParameters) -> Batch | None:
@@ -249,9 +249,10 @@ def _created_event(caller: ApiKeyRecord, batch_id: str, body: BatchCreateRequest
         default_model=terms.default_model, billing_account=terms.billed_account, placement=body.placement)
 
 
-async def _publish_created(d: Deps, event: BatchCreated, terms: _Terms) -> None:
+async def _publish_created(d: Deps, event: BatchCreated, terms: _Terms) -> int:
+    """Its stream sequence."""
     try:
-        await d.bus.publish(event)
+        return await d.bus.publish(event)
     except BaseException:
         if terms.billed_account is not None:  # the batch may not exist: its reservation must not hold credit for ever
             await asyncio.shield(_release_quietly(d, terms.billed_account, event.aggregate_id))
@@ -267,12 +268,11 @@ async def _release_quietly(d: Deps, account: str, batch_id: str) -> None:
         log.exception("could not release the reservation of batch %s", batch_id)
 
 
-async def _read_back(d: Deps, owner: str, event: BatchCreated) -> Batch:
+async def _read_back(d: Deps, owner: str, event: BatchCreated, sequence: int) -> Batch:
     """The batch as the read model shows it once folded; if that takes too long, as the create made it (and the
     owner's next list waits for it)."""
     batch_id = event.aggregate_id
-    record = await d.read_model.wait_for(lambda: d.read_model.get_batch(batch_id), lambda r: True,
-                                         d.settings.read_your_writes_s, first_after_s=FOLD_S)
+    record = await d.folds.read_back(lambda: d.read_model.get_batch(batch_id), sequence, d.settings.read_your_writes_s)
     if record is not None:
         d.admission.shown(batch_id)
         return record.batch

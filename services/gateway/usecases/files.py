@@ -30,8 +30,6 @@ ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,128}")
 """Every id we hand out; anything else (`../x`, `a%2Fb`, spaces) names nothing."""
 UPLOADABLE_PURPOSES = ("batch",)
 STORED_BYTES = "stored_bytes"
-FOLD_S = 0.01
-"""The least time the ledger takes to fold a fact just published: a read back looks for the first time then."""
 CLAIM_GRACE_S = 300
 """A `used` fact whose batch never appeared in the read model (its create died in between) stops holding the
 file this long after it was published."""
@@ -117,9 +115,9 @@ async def create_file(d: Deps, caller: ApiKeyRecord, new: NewFile) -> tuple[File
     if same is not None:
         await discard_object(d, new.object_key)
         return same.file, same.file.id
-    event = await state_file(d, caller, new, ttl_s)
-    record = await d.read_model.wait_for(lambda: d.read_model.get_file(new.file_id), lambda r: True,
-                                         d.settings.read_your_writes_s, first_after_s=FOLD_S)
+    event, sequence = await state_file(d, caller, new, ttl_s)
+    record = await d.folds.read_back(lambda: d.read_model.get_file(new.file_id), sequence,
+                                     d.settings.read_your_writes_s)
     if record is None:
         d.own_writes.note(owner, "file", new.file_id)  # the owner's next list waits for it
     else:
@@ -130,7 +128,7 @@ async def create_file(d: Deps, caller: ApiKeyRecord, new: NewFile) -> tuple[File
     return file, None
 
 
-async def state_file(d: Deps, caller: ApiKeyRecord, new: NewFile, ttl_s: int) -> FileStored:
+async def state_file(d: Deps, caller: ApiKeyRecord, new: NewFile, ttl_s: int) -> tuple[FileStored, int]:
     """State the stored object as the caller's file for `ttl_s`, once its bytes are taken from the owner's storage
     quota (atomically across gateways; else 400 `storage_quota_exceeded`, and the object is removed). One then not
     published counts until the admission's grace ends."""
@@ -156,8 +154,7 @@ async def state_file(d: Deps, caller: ApiKeyRecord, new: NewFile, ttl_s: int) ->
                        purpose="batch", bytes=stored.bytes, sha256=stored.sha256, object_key=new.object_key,
                        created_at=now, line_count=stored.line_count, expires_at=now + ttl_s, model=new.model,
                        demand=stored.demand)
-    await d.bus.publish(event)
-    return event
+    return event, await d.bus.publish(event)
 
 
 async def last_claim(d: Deps, file_id: str) -> tuple[int, str | None]:

@@ -288,13 +288,10 @@ class ReadModel:
         fetch: Callable[[], Awaitable[Record | None]],
         ready: Callable[[Record], bool],
         timeout_s: float,
-        first_after_s: float = 0.0,
     ) -> Record | None:
-        """Poll until the ledger has folded a fact we just published (read-your-writes for creates); the first look
-        `first_after_s` after the call (a fact is never folded within its publish's round trip)."""
+        """Poll until the ledger has folded a fact we just published (read-your-writes); a gateway's creates wait for
+        the ledger's notice instead (services/gateway/adapters/fold_notices.py)."""
         deadline = time.monotonic() + timeout_s
-        if first_after_s > 0:
-            await asyncio.sleep(first_after_s)
         delay = 0.01
         while True:
             record = await fetch()
