@@ -97,14 +97,15 @@ class LedgerApp:
                                       self.settings.fold_busy_facts_per_s)
         head = await eventlog.head(bus)
         log.info("ledger resumes after sequence %d; stream head is %d", checkpoint, head)
+        retention = None
+        if self.settings.retention:
+            retention = self.retention = Retention(bus, read_model, self._archive(), ledger, Policy(
+                self.settings.retention_window_s, self.settings.segment_period_s))
+        # Nothing that can fail between these tasks' start and the `try` that ends them.
         worker = asyncio.create_task(folder.run(stop))
         announcer = asyncio.create_task(self._announce_caught_up(folder, head))
         notices = asyncio.create_task(announce_folds(bus, folder))
-        keeper = None
-        if self.settings.retention:
-            self.retention = Retention(bus, read_model, self._archive(), ledger,
-                                       Policy(self.settings.retention_window_s, self.settings.segment_period_s))
-            keeper = asyncio.create_task(self._retain(self.retention, stop))
+        keeper = asyncio.create_task(self._retain(retention, stop)) if retention is not None else None
         try:
             async with router.folding(bus, folder) as folds:  # the reader (cancelled at the end, on every path)
                 stopped = asyncio.create_task(stop.wait())

@@ -8,8 +8,6 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import nats.errors
-
 from contracts.subjects import LEDGER_FOLDED, LEDGER_NAME
 from services.ledger.application import Ledger
 from services.ledger.chain import Fact
@@ -184,7 +182,7 @@ async def announce_folds(bus: EventBus, folder: Folder) -> None:
         said = folder.folded_through
         try:
             await bus.nc.publish(LEDGER_FOLDED, str(said).encode())
-        except nats.errors.Error as error:
+        except Exception as error:  # a notice is a hint: the announcing goes on whatever one send met
             log.debug("fold notice through %d not sent: %s", said, error)
 
 

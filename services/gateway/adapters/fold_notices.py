@@ -1,11 +1,17 @@
 """How far the read model holds the log, as the folding ledger says after each group (`LEDGER_FOLDED`), and the
 read-back of this gateway's own write that waits for it: one read once the write is folded, not a poll every few
-milliseconds until it is (the ledger, busy, folds in groups 50 ms apart). A notice lost, late or forged costs only
-time: the read model itself is what is read, and without notices a read-back still reads every `NOTICE_WAIT_S`."""
+milliseconds until it is (the ledger, busy, folds in groups 50 ms apart).
+
+A notice is a hint, never the answer: the read model itself is what is read. Lost, late or forged, a notice costs
+only time. Until a first notice is heard (a ledger that sends none) a read-back polls as before; without a notice
+for `NOTICE_WAIT_S` it reads anyway; told but not shown (a forged or reset sequence, a lagging replica) it reads
+again, backing off."""
 
 import asyncio
+import heapq
+import itertools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -16,40 +22,54 @@ from services.runtime.nats.answers import RawAnswer
 from services.runtime.nats.delivery import ServiceRouter
 
 NOTICE_WAIT_S = 0.25
-"""The longest a read-back waits for a notice before it reads anyway (notices lost, or a ledger that sends none)."""
-TOLD_POLL_S = 0.05
-"""Between reads while a notice says the write is folded and the read model does not show its record yet."""
+"""The longest a read-back waits for a notice before it reads anyway."""
+FIRST_POLL_S = 0.01
+LAST_POLL_S = 0.2
+"""Reads without a notice to go by are this far apart at first, doubling up to `LAST_POLL_S`."""
 MOST_DIGITS = 20
+PRUNE_AT = 1024
+"""Waiters listed (finished ones included) past which the finished are dropped: never more than those waiting."""
 FOLDS = "fold_notices"
 """The `FoldNotices` in the broker's context."""
-NOTICES = RawAnswer(LEDGER_FOLDED, queue="")
-"""Every gateway takes every notice (no queue group); nothing is answered."""
+NOTICES = RawAnswer(LEDGER_FOLDED, queue="", traced=False)
+"""Every gateway takes every notice (no queue group), a few a second each: no span per notice."""
 Record = TypeVar("Record")
 
 
 @dataclass
 class FoldNotices:
     through: int = 0
-    """The highest EVENTS sequence a notice said the read model holds every fact through."""
-    _told: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set (and replaced) when `through` grows: wakes every read-back waiting."""
+    """The EVENTS sequence the last notice said the read model holds every fact through (the latest wins: a stream
+    made anew starts again from 1)."""
+    heard: bool = False
+    _waiting: list[tuple[int, int, asyncio.Future[None]]] = field(default_factory=list)
+    """(sequence, tie, waiter): a heap, so a notice wakes only the read-backs it answers."""
+    _tie: Iterator[int] = field(default_factory=itertools.count)
 
     def take(self, data: bytes) -> None:
-        if not (data.isdigit() and len(data) <= MOST_DIGITS) or int(data) <= self.through:
+        if len(data) > MOST_DIGITS or not data.isdigit():
             return
-        self.through = int(data)
-        told, self._told = self._told, asyncio.Event()
-        told.set()
+        self.through, self.heard = int(data), True
+        while self._waiting and self._waiting[0][0] <= self.through:
+            _, _, waiter = heapq.heappop(self._waiting)
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def on_notice(self, message: Msg) -> None:
         self.take(message.data)
 
     async def folded(self, sequence: int, within_s: float) -> bool:
         """Whether a notice says `sequence` is folded, waiting up to `within_s` for one that does."""
+        if self.through >= sequence:
+            return True
+        if len(self._waiting) >= PRUNE_AT:
+            self._waiting = [entry for entry in self._waiting if not entry[2].done()]
+            heapq.heapify(self._waiting)
+        waiter = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiting, (sequence, next(self._tie), waiter))
         try:
             async with asyncio.timeout(within_s):
-                while self.through < sequence:
-                    await self._told.wait()
+                await waiter
         except TimeoutError:
             return False
         return True
@@ -59,13 +79,19 @@ class FoldNotices:
         """What `fetch` reads once the fact at `sequence` (this gateway's own write) is folded; None when the read
         model does not show it within `within_s` (the ledger is behind or down)."""
         deadline = time.monotonic() + within_s
+        pause = FIRST_POLL_S
         while True:
-            told = await self.folded(sequence, max(0.0, min(NOTICE_WAIT_S, deadline - time.monotonic())))
+            left = max(0.0, deadline - time.monotonic())
+            told = self.heard and await self.folded(sequence, min(NOTICE_WAIT_S, left))
+            if not self.heard:
+                await asyncio.sleep(min(pause, left))
             record = await fetch()
             if record is not None or time.monotonic() >= deadline:
                 return record
             if told:
-                await asyncio.sleep(TOLD_POLL_S)
+                await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            if told or not self.heard:
+                pause = min(pause * 2, LAST_POLL_S)
 
 
 def fold_notice_router() -> ServiceRouter:

@@ -58,10 +58,12 @@ class RawAnswer:
     """A core request/reply subscription for requests of no contract (the auth callout's sealed JWTs): each goes, as
     its nats-py message, to a method of the service's dependencies (`ExecutorAuthority.on_request`), which replies
     to it itself or leaves it unanswered (a forged request: the asker then gives up). Subscribed whenever the broker
-    runs, in `queue` (one of the service's processes takes each, leader or standby); not in the AsyncAPI document."""
+    runs, in `queue` (one of the service's processes takes each, leader or standby; "": every process takes every
+    message); not in the AsyncAPI document. `traced`: each handled in a span of its own (not for frequent notices)."""
 
     subject: str
     queue: str
+    traced: bool = True
 
 
 RawHandler = Callable[[Any, Msg], Awaitable[None]]
@@ -81,11 +83,14 @@ class Answering(BaseMiddleware):
     """One request, from its arrival to its answer: handled in a span continuing the requester's trace (what the
     handler publishes joins it); a request that is not its contract answered with its refusal."""
 
-    def __init__(self, msg: Any, /, *, context: ContextRepo, tracer: Tracer) -> None:
+    def __init__(self, msg: Any, /, *, context: ContextRepo, tracer: Tracer | None) -> None:
         super().__init__(msg, context=context)
         self.tracer = tracer
+        """None: no span (an untraced raw answer's notices)."""
 
     async def consume_scope(self, call_next: Callable[[Any], Awaitable[Any]], msg: StreamMessage[Any]) -> Any:
+        if self.tracer is None:
+            return await call_next(msg)
         subscriber = self.context.get_local("handler_")
         pattern = getattr(subscriber, "subject", "")  # span names stay few: the declared subject, ids in attributes
         with self.tracer.start_as_current_span(

@@ -122,6 +122,8 @@ class ServiceRouter(NatsRouter):
         """Every answer declared, leader-only or not (for the AsyncAPI document)."""
         self.answering: set[object] = set()
         """The subscribers of this router's answers (each request through `Answering`, not `_Delivery`)."""
+        self.untraced: set[object] = set()
+        """Those of them handled without a span (`RawAnswer.traced`)."""
         self.term = NatsRouter(middlewares=[self._answering])
         """The leader-only answers: never included before the broker starts (see `leading`)."""
         super().__init__(middlewares=[self._delivery])
@@ -165,6 +167,8 @@ class ServiceRouter(NatsRouter):
                                          description=description, include_in_schema=False)
             raw = Annotated[Msg, Context("message.raw_message")]  # no contract: the request as nats-py received it
             subscriber(_delivered_to(typing.cast(RawHandler, handler), raw, self.dependencies))
+            if not answer.traced:
+                self.untraced.add(subscriber)
         else:
             router = self.term if answer.leader_only else self
             subscriber = router.subscriber(answer.subject, decoder=decoder(answer), title=title,
@@ -208,7 +212,8 @@ class ServiceRouter(NatsRouter):
         return _Delivery(msg, context=context, router=self)
 
     def _answering(self, msg: Any, /, *, context: ContextRepo) -> Answering:
-        return Answering(msg, context=context, tracer=self.tracer)
+        untraced = context.get_local("handler_") in self.untraced
+        return Answering(msg, context=context, tracer=None if untraced else self.tracer)
 
 
 def _delivered_to(handler: Handler, contract: Any, dependencies: str) -> Callable[..., Awaitable[None]]:

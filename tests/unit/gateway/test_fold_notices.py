@@ -1,13 +1,13 @@
 """A read-back of the gateway's own write waits for the ledger's notice that the write is folded, then reads once;
-without notices (lost, or a ledger that sends none) it still reads, every NOTICE_WAIT_S; a notice is only a hint."""
+a notice is only a hint: without notices a read-back still reads, and a notice the read model does not bear out
+(forged, or a stream made anew) costs reads backing off, never a wrong answer."""
 
 import asyncio
-import time
 
 import pytest
 
 from services.gateway.adapters import fold_notices
-from services.gateway.adapters.fold_notices import FoldNotices
+from services.gateway.adapters.fold_notices import PRUNE_AT, FoldNotices
 
 
 class Reads:
@@ -22,43 +22,62 @@ class Reads:
         return "record" if self.shown_from and self.count >= self.shown_from else None
 
 
-def test_only_a_higher_sequence_in_ascii_digits_moves_the_notices_on() -> None:
+def test_a_notice_is_a_sequence_in_at_most_20_ascii_digits_and_the_latest_wins() -> None:
     notices = FoldNotices()
-    for data in (b"12", b"7", b"", b"x9", b"\xd9\xa3", b"1" * 21, b"-5", "²".encode()):
+    for data in (b"", b"x9", b"\xd9\xa3", b"1" * 21, b"-5", "²".encode()):
         notices.take(data)
-    assert notices.through == 12
+    assert (notices.through, notices.heard) == (0, False)
+    notices.take(b"12")
+    notices.take(b"7")  # a stream made anew counts from 1 again: believed, it costs only a read
+    assert (notices.through, notices.heard) == (7, True)
 
 
 async def test_a_read_back_reads_once_when_the_notice_says_its_write_is_folded(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fold_notices, "NOTICE_WAIT_S", 30.0)
-    notices, reads = FoldNotices(), Reads()
-    reading = asyncio.create_task(notices.read_back(reads, 40, within_s=30))
+    notices, reads = FoldNotices(heard=True), Reads()
+    reading = asyncio.create_task(notices.read_back(reads, 40, within_s=60))
     await asyncio.sleep(0.05)
-    assert reads.count == 0  # nothing read before the ledger says so
     notices.take(b"39")
-    await asyncio.sleep(0)
-    assert not reading.done()
+    await asyncio.sleep(0.05)
+    assert reads.count == 0 and not reading.done()  # nothing read before the ledger says so
     notices.take(b"41")
     assert await reading == "record" and reads.count == 1
 
 
 async def test_a_write_already_folded_is_read_at_once() -> None:
-    notices, reads = FoldNotices(through=100), Reads()
+    notices, reads = FoldNotices(through=100, heard=True), Reads()
     assert await notices.read_back(reads, 100, within_s=30) == "record" and reads.count == 1
 
 
-async def test_without_notices_a_read_back_still_reads_every_notice_wait(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fold_notices, "NOTICE_WAIT_S", 0.01)
+async def test_before_any_notice_is_heard_a_read_back_polls_as_without_notices() -> None:
     reads = Reads(shown_from=3)
     assert await FoldNotices().read_back(reads, 5, within_s=30) == "record" and reads.count == 3
 
 
-async def test_a_notice_ahead_of_the_read_model_falls_back_to_reading_again_until_the_deadline(
+async def test_once_notices_were_heard_a_read_back_still_reads_every_notice_wait_without_one(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fold_notices, "TOLD_POLL_S", 0.01)
-    notices, reads = FoldNotices(through=10), Reads(shown_from=0)  # told, yet never shown (a forged notice)
-    started = time.monotonic()
-    assert await notices.read_back(reads, 5, within_s=0.2) is None
-    assert 2 <= reads.count <= 0.2 / 0.01 + 1  # paced, not a busy loop
-    assert time.monotonic() - started >= 0.2
+    monkeypatch.setattr(fold_notices, "NOTICE_WAIT_S", 0.01)
+    reads = Reads(shown_from=3)
+    assert await FoldNotices(heard=True).read_back(reads, 5, within_s=30) == "record" and reads.count == 3
+
+
+async def test_a_notice_the_read_model_does_not_bear_out_costs_reads_backing_off_until_the_deadline() -> None:
+    notices, reads = FoldNotices(through=10**12, heard=True), Reads(shown_from=0)  # told, never shown (forged)
+    assert await notices.read_back(reads, 5, within_s=0.5) is None
+    assert 2 <= reads.count <= 8  # 10, 20, 40, 80, 160 ms apart: not a read every few milliseconds
+
+
+async def test_a_notice_wakes_only_the_read_backs_it_answers_and_finished_waits_are_dropped() -> None:
+    notices = FoldNotices(heard=True)
+    early, late = (asyncio.create_task(notices.folded(sequence, 30)) for sequence in (10, 50))
+    await asyncio.sleep(0.01)
+    notices.take(b"20")
+    assert await early is True
+    await asyncio.sleep(0.01)
+    assert not late.done()
+    for _ in range(3 * PRUNE_AT):
+        assert await notices.folded(99, 0) is False
+    assert len(notices._waiting) <= PRUNE_AT + 1
+    notices.take(b"60")
+    assert await late is True
