@@ -72,9 +72,9 @@ class AttemptRun:
     in_hand: list[tuple[str, Sequence[ResultLine]]] | None = None
     """Unsharded, the chunks of its lines it read on resuming or committed itself: holding every announced chunk of
     its batch, it finalizes without reading them back."""
-    resume: Resume = field(init=False)
-    committer: ChunkCommitter = field(init=False)
-    slots: SlotPool = field(init=False)
+    resume: Resume = field(init=False, repr=False)
+    committer: ChunkCommitter = field(init=False, repr=False)
+    slots: SlotPool = field(init=False, repr=False)
     lease_lost: bool = False
     """Set once a commit was refused: the attempt's lease is gone, nothing more is committed."""
     commit_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
