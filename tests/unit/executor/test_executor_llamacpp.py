@@ -284,15 +284,18 @@ async def test_a_line_runs_streamed_where_it_can_stop_yet_its_reply_is_llama_cpp
     assert without_run_facts(reply.body) == without_run_facts(unstreamed.body)
 
 
-async def test_a_completions_line_of_several_prompts_states_the_usage_of_them_all(engine: LlamaCppEngine) -> None:
-    both = await engine.run("/v1/completions", {"prompt": ["Once upon a time", "The sky is"], "max_tokens": 3,
-                                                "temperature": 0})
-    first = await engine.run("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 3, "temperature": 0})
-    second = await engine.run("/v1/completions", {"prompt": "The sky is", "max_tokens": 3, "temperature": 0})
+@pytest.mark.parametrize("asked", [{}, {"logprobs": 1}], ids=["streamed", "with logprobs, unstreamed"])
+async def test_a_completions_line_of_several_prompts_states_the_usage_of_them_all(
+        engine: LlamaCppEngine, asked: dict[str, object]) -> None:
+    body = {"max_tokens": 3, "temperature": 0, **asked}
+    both = await engine.run("/v1/completions", {"prompt": ["Once upon a time", "The sky is"], **body})
+    first = await engine.run("/v1/completions", {"prompt": "Once upon a time", **body})
+    second = await engine.run("/v1/completions", {"prompt": "The sky is", **body})
     choices = both.body["choices"]
     assert isinstance(choices, list) and [choice["index"] for choice in choices] == [0, 1]
     assert [choice["text"] for choice in choices] == [one.body["choices"][0]["text"]  # type: ignore[index]
                                                       for one in (first, second)]
+    assert [choice["logprobs"] is None for choice in choices] == ["logprobs" not in asked] * 2
     usage = both.body["usage"]
     assert isinstance(usage, dict)
     for count in ("prompt_tokens", "completion_tokens", "total_tokens"):

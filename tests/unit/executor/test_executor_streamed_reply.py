@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from services.executor.adapters.engines.streamed_reply import StreamedReply, prompts_of, streamable
+from services.executor.adapters.engines.streamed_reply import StreamedReply, one_answer, prompts_of, streamable
 
 
 def chunk(delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> dict[str, Any]:
@@ -86,3 +86,15 @@ def test_only_requests_whose_answer_a_stream_rebuilds_are_streamed(request_body:
 
 def test_a_completions_request_answers_once_per_prompt() -> None:
     assert [prompts_of({"prompt": p}) for p in ("a", ["a", "b"], [1, 2, 3], [[1, 2], [3]], [])] == [1, 2, 1, 2, 1]
+
+
+def test_the_answers_to_a_lines_prompts_asked_one_by_one_are_one_answer_or_its_first_error() -> None:
+    def answer(piece: str, completion_tokens: int) -> dict[str, Any]:
+        return {"choices": [{"text": piece, "index": 0, "logprobs": {"content": []}, "finish_reason": "length"}],
+                "object": "text_completion", "id": "c", "usage": {**USAGE, "completion_tokens": completion_tokens}}
+
+    merged = one_answer([answer(", a", 2), answer(" blue", 3)])
+    assert [(c["index"], c["text"]) for c in merged["choices"]] == [(0, ", a"), (1, " blue")]
+    assert merged["usage"]["completion_tokens"] == 5 and merged["usage"]["prompt_tokens"] == 40
+    error = {"error": {"code": 400, "message": "too long", "type": "exceed_context_size_error"}}
+    assert one_answer([answer(", a", 2), error]) == error

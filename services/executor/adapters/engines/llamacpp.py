@@ -11,6 +11,7 @@ import importlib.metadata
 import logging
 import secrets
 import threading
+import typing
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
@@ -20,7 +21,13 @@ from contracts.catalogue import CatalogueModel
 from contracts.events.executor import EngineName
 from services.executor.adapters.engines.base import ENGINE_SLOT, Engine, EngineReply, EngineUnavailable, error_reply
 from services.executor.adapters.engines.responses import UnmappableRequest, chat_request
-from services.executor.adapters.engines.streamed_reply import STREAM_OPTIONS, StreamedReply, prompts_of, streamable
+from services.executor.adapters.engines.streamed_reply import (
+    STREAM_OPTIONS,
+    StreamedReply,
+    one_answer,
+    prompts_of,
+    streamable,
+)
 from services.runtime.storage.catalogue import resolve_artifact
 
 log = logging.getLogger(__name__)
@@ -152,6 +159,9 @@ class LlamaCppEngine(Engine):
             return stop.is_set()  # True ends the stream: llama.cpp cancels the request and frees its slot
 
         def answer() -> dict[str, Any]:
+            if not streaming and not chat and prompts_of(request) > 1:
+                prompts = typing.cast(list[object], request["prompt"])
+                return one_answer([dict(call({**request, "prompt": prompt})) for prompt in prompts])
             if not streaming:
                 return dict(call(request))
             try:

@@ -9,7 +9,8 @@ of several prompts states the usage of all of them, where llama.cpp's unstreamed
 A stream cannot rebuild every answer: a chat stream gives a token's log probabilities only with a token that changed
 the parsed message (none for the end-of-sequence token or a held-back stop word), and tool calls are parsed again
 after every token (the streamed message's `content` and failures differ). Such requests run unstreamed, and are
-stopped only when they end.
+stopped only when they end; an unstreamed completions line of several prompts asks for each prompt on its own
+(`one_answer`), so that its usage too counts every prompt.
 """
 
 from collections.abc import Mapping
@@ -35,6 +36,26 @@ def prompts_of(request: Mapping[str, object]) -> int:
     if isinstance(prompt, list) and prompt and all(isinstance(item, (str, list)) for item in prompt):
         return len(prompt)
     return 1
+
+
+def summed_usage(usages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The usage of several prompts' answers as one (llama.cpp's own answer to several prompts states the first's)."""
+    if len(usages) == 1:
+        return usages[0]
+    usage: dict[str, Any] = {name: sum(int(u.get(name) or 0) for u in usages) for name in USAGE_COUNTS}
+    usage["prompt_tokens_details"] = {"cached_tokens": sum(
+        int((u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0) for u in usages)}
+    return usage
+
+
+def one_answer(answers: list[dict[str, Any]]) -> dict[str, Any]:
+    """The unstreamed answers to a completions line's prompts, asked one by one, as the one answer to the line: each
+    prompt's choice under its index, and the usage of them all (or the first error, as the line's)."""
+    for answer in answers:
+        if "error" in answer or answer.get("type") == "server_error" or not isinstance(answer.get("usage"), dict):
+            return answer
+    choices = [{**answer["choices"][0], "index": index} for index, answer in enumerate(answers)]
+    return {**answers[-1], "choices": choices, "usage": summed_usage([answer["usage"] for answer in answers])}
 
 
 @dataclass
@@ -109,16 +130,9 @@ class StreamedReply:
         reply = {"choices": [self.choices[index].as_json(self.chat) for index in sorted(self.choices)],
                  "created": self.last.get("created"), "model": self.last.get("model"),
                  "system_fingerprint": self.last.get("system_fingerprint"),
-                 "object": "chat.completion" if self.chat else "text_completion", "usage": self._usage(),
+                 "object": "chat.completion" if self.chat else "text_completion", "usage": summed_usage(self.usages),
                  "id": self.last.get("id")}
         if self.timings is not None:
             reply["timings"] = self.timings
         return reply
 
-    def _usage(self) -> dict[str, Any]:
-        if len(self.usages) == 1:
-            return self.usages[0]
-        usage: dict[str, Any] = {name: sum(int(u.get(name) or 0) for u in self.usages) for name in USAGE_COUNTS}
-        usage["prompt_tokens_details"] = {"cached_tokens": sum(
-            int((u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0) for u in self.usages)}
-        return usage
