@@ -75,7 +75,8 @@ class FileDemand(BaseModel):
     prompt_bytes: int = 0
     """Bytes of those lines: a byte-level tokenizer makes at most one token of each."""
     samples: int = 0
-    """Samples asked for over those lines (each line's `n`, 1 without one)."""
+    """Samples asked for over those lines (each line's `n`, 1 without one, times the prompts of a completions line:
+    each prompt is answered apart)."""
     output_tokens: int = 0
     """Sum of `max_tokens` (or `max_completion_tokens`, `max_output_tokens`) times `n` over lines that set one."""
     open_samples: int = 0

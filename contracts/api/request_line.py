@@ -8,3 +8,11 @@ orjson dumps at most 254 levels, the stdlib `json` about 1,000, llama.cpp's gram
 
 MAX_SAMPLES = 64
 """The most completions one line may ask for (`n`): validation refuses more, and every later stage relies on it."""
+
+
+def completion_prompts(prompt: object) -> int:
+    """How many prompts a completions body's `prompt` holds: one answer (choice) each. A list of texts or of token
+    lists holds one per item; a text or one list of token ids is one prompt."""
+    if isinstance(prompt, list) and prompt and all(isinstance(item, (str, list)) for item in prompt):
+        return len(prompt)
+    return 1

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from contracts.api.request_line import MAX_SAMPLES
+from contracts.api.request_line import MAX_SAMPLES, completion_prompts
 from contracts.billing import FileDemand
 
 OUTPUT_LIMITS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
@@ -53,7 +53,7 @@ class DemandCounter:
         body = line.get("body") if isinstance(line, dict) else None
         if not isinstance(body, dict):
             return
-        samples = _samples(body.get("n"))
+        samples = _samples(body.get("n")) * completion_prompts(body.get("prompt"))  # each prompt answers apart
         self._lines += 1
         self._bytes += len(raw)
         self._samples += samples

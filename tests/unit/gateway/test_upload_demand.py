@@ -32,3 +32,11 @@ def test_a_line_spread_over_many_chunks_is_counted_once_when_it_ends() -> None:
     line = b'{"body": {"model": "m", "max_tokens": 5, "messages": [{"content": "' + b"a" * 100_000 + b'"}]}}'
     demand = demand_of([line[i:i + 1000] for i in range(0, len(line), 1000)] + [b"\n"])
     assert (demand.lines, demand.prompt_bytes, demand.output_tokens) == (1, len(line), 5)
+
+
+def test_each_prompt_of_a_completions_line_is_a_sample_of_its_own() -> None:
+    line = orjson.dumps({"custom_id": "p", "body": {"model": "m", "prompt": ["a", "b", "c"], "max_tokens": 5, "n": 2}})
+    demand = demand_of([line + b"\n"])
+    assert (demand.samples, demand.output_tokens) == (6, 30)
+    ids = demand_of([orjson.dumps({"body": {"model": "m", "prompt": [1, 2, 3], "max_tokens": 5}}) + b"\n"])
+    assert (ids.samples, ids.output_tokens) == (1, 5)  # one prompt given as token ids

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from contracts.api.request_line import completion_prompts
+
 STREAM_OPTIONS = {"include_usage": True}
 """A chat stream states its usage (and timings) in a last chunk only when asked; a completions stream always does."""
 USAGE_COUNTS = ("completion_tokens", "prompt_tokens", "total_tokens")
@@ -31,11 +33,8 @@ def streamable(request: Mapping[str, object]) -> bool:
 
 
 def prompts_of(request: Mapping[str, object]) -> int:
-    """How many choices a completions request answers with: one per prompt of a list of texts or of token lists."""
-    prompt = request.get("prompt")
-    if isinstance(prompt, list) and prompt and all(isinstance(item, (str, list)) for item in prompt):
-        return len(prompt)
-    return 1
+    """How many choices a completions request answers with."""
+    return completion_prompts(request.get("prompt"))
 
 
 def summed_usage(usages: list[dict[str, Any]]) -> dict[str, Any]:
