@@ -12,6 +12,7 @@ import logging
 import secrets
 import threading
 import typing
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
@@ -48,8 +49,9 @@ ENGINE_THREAD_POLL = 0
 executor, a service or a second engine on the host needs: measured on 2 cores, 32 lines x 32 tokens on two
 executors at once took 94 s spinning and 50 s sleeping (poll 0), and one executor alone 9.7 s vs 8.5 s."""
 EMBEDDINGS = "/v1/embeddings"
+COMPLETIONS = "/v1/completions"
 RESPONSES = "/v1/responses"
-HANDLERS = {"/v1/chat/completions": "handle_chat_completions", "/v1/completions": "handle_completions",
+HANDLERS = {"/v1/chat/completions": "handle_chat_completions", COMPLETIONS: "handle_completions",
             RESPONSES: "handle_chat_completions", EMBEDDINGS: "handle_embeddings"}
 """The server's call for each endpoint (a Responses request runs as the chat request it maps onto)."""
 
@@ -130,53 +132,13 @@ class LlamaCppEngine(Engine):
             raise EngineUnavailable("no model is loaded")
         if endpoint not in self.model.endpoints or endpoint not in HANDLERS:
             return self.not_served(endpoint)
-        call = getattr(self._server, HANDLERS[endpoint])
-        request = {key: value for key, value in body.items() if key not in ("stream", "stream_options", "id_slot")}
         try:
-            if endpoint == RESPONSES:
-                request = chat_request(request)
+            request = self._request(endpoint, body)
         except UnmappableRequest as error:
             return error_reply(400, str(error), "invalid_request")
-        if request.get("top_logprobs") == 0 and request.get("logprobs") is not True:
-            del request["top_logprobs"]  # neutral, so the validator accepts it; llama.cpp refuses it without logprobs
-        slot = ENGINE_SLOT.get()
-        if slot is not None and 0 <= slot < self.model.slots and endpoint != EMBEDDINGS:
-            # llama.cpp runs the request on that slot, after the one it runs now: the slot's cached prompt serves
-            # the prefix a line started there before shares with this one.
-            request["id_slot"] = slot
-        streaming = endpoint != EMBEDDINGS and streamable(request)
-        chat = endpoint != "/v1/completions"
-        streamed = StreamedReply(chat=chat, expected_choices=1 if chat else prompts_of(request))
-        stop = threading.Event()
-        failures: list[BaseException] = []
-
-        def on_chunk(chunk: object) -> bool:
-            try:
-                streamed.take(chunk)
-            except Exception as error:  # ours, not the line's (xllamacpp would swallow it and end the stream)
-                failures.append(error)
-                return True
-            return stop.is_set()  # True ends the stream: llama.cpp cancels the request and frees its slot
-
-        def answer() -> dict[str, Any]:
-            if not streaming and not chat and prompts_of(request) > 1:
-                prompts = typing.cast(list[object], request["prompt"])
-                return one_answer([dict(call({**request, "prompt": prompt})) for prompt in prompts])
-            if not streaming:
-                return dict(call(request))
-            try:
-                call({**request, "stream": True, "stream_options": STREAM_OPTIONS}, on_chunk)
-            except LINE_REJECTIONS as error:
-                if not streamed.seen:
-                    raise  # refused before it started, as the unstreamed call refuses it: the line's fault
-                failures.append(error)  # llama.cpp's partial parse of a stream failing, not the request
-            if failures and not stop.is_set():
-                log.warning("streaming a %s line failed (%s); running it unstreamed", endpoint, failures[0])
-                return dict(call(request))
-            return streamed.reply()
-
+        line = LineCall(getattr(self._server, HANDLERS[endpoint]), request, endpoint)
         try:
-            running = asyncio.get_running_loop().run_in_executor(self._pool, answer)
+            running = asyncio.get_running_loop().run_in_executor(self._pool, line.answer)
         except RuntimeError as error:  # the pool is shut down: the model is being unloaded
             raise EngineUnavailable(f"{self.model.id} is unloading") from error
         try:
@@ -184,9 +146,25 @@ class LlamaCppEngine(Engine):
         except LINE_REJECTIONS as error:
             return error_reply(400, f"{self.model.id} on llama.cpp refused the request: {error}", "invalid_request")
         finally:
-            stop.set()  # a line cancelled (its batch's cancel or expiry) stops at its next token, freeing the slot
+            line.stop.set()  # a line cancelled (its batch's cancel or expiry) stops at its next token, freeing the slot
         reply = self._reply(self.model.id, result)
         return self.completed(endpoint, reply.body) if reply.ok else reply
+
+    def _request(self, endpoint: str, body: dict[str, object]) -> dict[str, Any]:
+        """The line's body as llama.cpp takes it (a Responses request as the chat request it maps onto), on the
+        engine slot the executor handed the line."""
+        assert self.model is not None
+        request = {key: value for key, value in body.items() if key not in ("stream", "stream_options", "id_slot")}
+        if endpoint == RESPONSES:
+            request = chat_request(request)
+        if request.get("top_logprobs") == 0 and request.get("logprobs") is not True:
+            del request["top_logprobs"]  # neutral, so the validator accepts it; llama.cpp refuses it without logprobs
+        slot = ENGINE_SLOT.get()
+        if slot is not None and 0 <= slot < self.model.slots and endpoint != EMBEDDINGS:
+            # llama.cpp runs the request on that slot, after the one it runs now: the slot's cached prompt serves
+            # the prefix a line started there before shares with this one.
+            request["id_slot"] = slot
+        return request
 
     @staticmethod
     def _reply(model_id: str, result: dict[str, Any]) -> EngineReply:
@@ -204,6 +182,48 @@ class LlamaCppEngine(Engine):
             usage["prompt_tokens_details"] = _prompt_details(usage.get("prompt_tokens_details"), timings)
         result["model"] = model_id
         return EngineReply(200, result)
+
+
+class LineCall:
+    """One line's call of llama.cpp, made on a pool thread (`answer`): streamed where the stream rebuilds the answer,
+    so that setting `stop` ends it at its next token (llama.cpp then cancels the request and frees its slot)."""
+
+    def __init__(self, call: Callable[..., Any], request: dict[str, Any], endpoint: str) -> None:
+        self.call = call
+        self.request = request
+        self.endpoint = endpoint
+        self.chat = endpoint != COMPLETIONS
+        self.streamed = StreamedReply(chat=self.chat, expected_choices=1 if self.chat else prompts_of(request))
+        self.stop = threading.Event()
+        self.failures: list[BaseException] = []
+
+    def answer(self) -> dict[str, Any]:
+        if self.endpoint == EMBEDDINGS or not streamable(self.request):
+            return self._unstreamed()
+        try:
+            self.call({**self.request, "stream": True, "stream_options": STREAM_OPTIONS}, self._on_chunk)
+        except LINE_REJECTIONS as error:
+            if not self.streamed.seen:
+                raise  # refused before it started, as the unstreamed call refuses it: the line's fault
+            self.failures.append(error)  # llama.cpp's partial parse of a stream failing, not the request
+        if self.failures and not self.stop.is_set():
+            log.warning("streaming a %s line failed (%s); running it unstreamed", self.endpoint, self.failures[0])
+            return self._unstreamed()
+        return self.streamed.reply()
+
+    def _on_chunk(self, chunk: object) -> bool:
+        try:
+            self.streamed.take(chunk)
+        except Exception as error:  # ours, not the line's (xllamacpp would swallow it and end the stream)
+            self.failures.append(error)
+            return True
+        return self.stop.is_set()  # True ends the stream
+
+    def _unstreamed(self) -> dict[str, Any]:
+        if not self.chat and prompts_of(self.request) > 1:
+            prompts = typing.cast(list[object], self.request["prompt"])
+            return one_answer([dict(self.call({**self.request, "prompt": prompt})) for prompt in prompts])
+        return dict(self.call(self.request))
 
 
 def _prompt_details(reported: object, timings: object) -> dict[str, Any]:
