@@ -74,10 +74,11 @@ class FoldNotices:
             return False
         return True
 
-    async def read_back(self, fetch: Callable[[], Awaitable[Record | None]], sequence: int,
-                        within_s: float) -> Record | None:
-        """What `fetch` reads once the fact at `sequence` (this gateway's own write) is folded; None when the read
-        model does not show it within `within_s` (the ledger is behind or down)."""
+    async def read_back(self, fetch: Callable[[], Awaitable[Record | None]], sequence: int, within_s: float,
+                        ready: Callable[[Record], bool] = lambda _: True) -> Record | None:
+        """What `fetch` reads once the fact at `sequence` (this gateway's own write) is folded and the record is
+        `ready` (shows the write); if the read model does not show it within `within_s` (the ledger is behind or
+        down), what it showed last (None: nothing)."""
         deadline = time.monotonic() + within_s
         pause = FIRST_POLL_S
         while True:
@@ -86,7 +87,7 @@ class FoldNotices:
             if not self.heard:
                 await asyncio.sleep(min(pause, left))
             record = await fetch()
-            if record is not None or time.monotonic() >= deadline:
+            if (record is not None and ready(record)) or time.monotonic() >= deadline:
                 return record
             if told:
                 await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))

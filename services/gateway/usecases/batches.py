@@ -303,11 +303,11 @@ async def cancel(d: Deps, caller: ApiKeyRecord, record: BatchRecord, by: Standin
     asked = BatchCancelRequested(aggregate_id=batch.id, requested_by_key_id=caller.key_id,
                                  by_admin=entry[0] if entry else None, by_admin_message=entry[1] if entry else None)
     try:
-        await d.bus.publish(asked, fence=Fence(batch_fact(batch.id, "finalizing"), 0))
+        sequence = await d.bus.publish(asked, fence=Fence(batch_fact(batch.id, "finalizing"), 0))
     except FenceMoved:  # the read model may not show `finalizing` yet; the log does
         raise _not_cancellable(batch.id, "finalizing") from None
-    updated = await d.read_model.wait_for(lambda: d.read_model.get_batch(batch.id), _cancel_folded,
-                                          d.settings.read_your_writes_s)
+    updated = await d.folds.read_back(lambda: d.read_model.get_batch(batch.id), sequence,
+                                      d.settings.read_your_writes_s, _cancel_folded)
     if updated is None or not _cancel_folded(updated):
         # The ledger is behind; the cancel is in the log ahead of any finalizing fact, so it holds.
         return batch.model_copy(update={"status": "cancelling", "cancelling_at": asked.occurred_at // 1000})
@@ -330,7 +330,7 @@ async def release(d: Deps, caller: ApiKeyRecord, record: BatchRecord) -> Batch:
                           "batch_not_held")
     if batch.status not in RELEASABLE:
         raise bad_request(f"Batch {batch.id} is {batch.status} and cannot be released.", "batch_not_releasable")
-    await d.bus.publish(BatchReleased(aggregate_id=batch.id, released_by_key_id=caller.key_id))
-    updated = await d.read_model.wait_for(lambda: d.read_model.get_batch(batch.id), lambda r: not r.batch.held,
-                                          d.settings.read_your_writes_s)
-    return updated.batch if updated else batch.model_copy(update={"held": None})
+    sequence = await d.bus.publish(BatchReleased(aggregate_id=batch.id, released_by_key_id=caller.key_id))
+    updated = await d.folds.read_back(lambda: d.read_model.get_batch(batch.id), sequence,
+                                      d.settings.read_your_writes_s, lambda r: not r.batch.held)
+    return updated.batch if updated and not updated.batch.held else batch.model_copy(update={"held": None})

@@ -177,9 +177,10 @@ async def delete_stored_file(d: Deps, record: FileRecord, fence: Fence | None = 
     """Publish the deletion (deduplicated by its fact id, so a repeat is harmless), then free the bytes.
     With a `fence`, only while it holds (else `FenceMoved`, and nothing is deleted)."""
     file_id = record.file.id
-    await d.bus.publish(FileDeletedEvent(aggregate_id=file_id, owner_key_id=record.owner_key_id), fence=fence)
-    folded = await d.read_model.wait_for(lambda: d.read_model.get_file(file_id), lambda r: r.deleted,
-                                         d.settings.read_your_writes_s)
+    sequence = await d.bus.publish(FileDeletedEvent(aggregate_id=file_id, owner_key_id=record.owner_key_id),
+                                   fence=fence)
+    folded = await d.folds.read_back(lambda: d.read_model.get_file(file_id), sequence, d.settings.read_your_writes_s,
+                                     lambda r: r.deleted)
     if folded is None or not folded.deleted:
         d.own_writes.note(record.owner, "file_deleted", file_id)  # the owner's next list waits for it
     await d.store.remove(record.object_key)

@@ -81,3 +81,16 @@ async def test_a_notice_wakes_only_the_read_backs_it_answers_and_finished_waits_
     assert len(notices._waiting) <= PRUNE_AT + 1
     notices.take(b"60")
     assert await late is True
+
+
+async def test_a_read_back_of_a_change_to_an_existing_record_waits_until_the_record_shows_it() -> None:
+    shown = iter(["held", "held", "released"])
+
+    async def record() -> str:
+        return next(shown)
+
+    notices = FoldNotices(through=10**6, heard=True)  # told at once: the reads pace themselves
+    assert await notices.read_back(record, 5, within_s=30, ready=lambda r: r == "released") == "released"
+    late = FoldNotices(heard=True)
+    assert await late.read_back(lambda: asyncio.sleep(0, "held"), 5, within_s=0.05,
+                                ready=lambda r: r == "released") == "held"  # the last shown, at the deadline
