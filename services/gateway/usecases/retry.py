@@ -104,12 +104,11 @@ async def retry(d: Deps, caller: ApiKeyRecord, record: BatchRecord, body: RetryR
     key = f"retry:{batch.id}:{','.join(codes) if codes is not None else '*'}"
     file_id = derived_id("file-", caller.owner, key)
     if await d.read_model.get_file(file_id) is None:
-        lines = await copy_lines(d, caller, input_file.object_key, file_id, wanted, input_file.model)
+        lines, sequence = await copy_lines(d, caller, input_file.object_key, file_id, wanted, input_file.model)
         if lines == 0:
             raise ApiError(409, f"No line of batch {batch.id} failed with {', '.join(codes or []) or 'a run-time code'}"
                            "; nothing to retry.", "conflict_error", "nothing_to_retry")
-        await d.read_model.wait_for(lambda: d.read_model.get_file(file_id), lambda r: True,
-                                    d.settings.read_your_writes_s)
+        await d.folds.read_back(lambda: d.read_model.get_file(file_id), sequence, d.settings.read_your_writes_s)
     metadata = {**(batch.metadata or {}), **(body.metadata or {}), RETRY_OF: batch.id}
     if len(metadata) > MAX_METADATA_PAIRS:
         raise ApiError(400, f"The retry's metadata would have {len(metadata)} pairs (with {RETRY_OF}); the limit is "
@@ -122,8 +121,9 @@ async def retry(d: Deps, caller: ApiKeyRecord, record: BatchRecord, body: RetryR
 
 
 async def copy_lines(d: Deps, caller: ApiKeyRecord, source_key: str, file_id: str, wanted: FailedLines,
-                     model: str | None) -> int:
-    """Copy the wanted input lines into the new file's object and state it; the lines copied."""
+                     model: str | None) -> tuple[int, int]:
+    """Copy the wanted input lines into the new file's object and state it: the lines copied, and the sequence of
+    the file's `stored` fact (0 when no line was copied, and no file stated)."""
     object_key = input_object_key(file_id)
     writer = d.store.writer(object_key, "application/jsonl")
     tally, number = Tally(), 0
@@ -146,8 +146,8 @@ async def copy_lines(d: Deps, caller: ApiKeyRecord, source_key: str, file_id: st
         raise
     if tally.newlines == 0:
         await d.store.remove(object_key)
-        return 0
+        return 0, 0
     # A retry's copy is stored like an upload.
-    await state_file(d, caller, NewFile(file_id, object_key, tally.stored(), f"{file_id}.jsonl", "batch", None, model),
-                     d.settings.batch_file_ttl_s)
-    return tally.newlines
+    _, sequence = await state_file(d, caller, NewFile(file_id, object_key, tally.stored(), f"{file_id}.jsonl", "batch",
+                                                      None, model), d.settings.batch_file_ttl_s)
+    return tally.newlines, sequence
