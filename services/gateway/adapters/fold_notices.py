@@ -28,7 +28,8 @@ LAST_POLL_S = 0.2
 """Reads without a notice to go by are this far apart at first, doubling up to `LAST_POLL_S`."""
 MOST_DIGITS = 20
 PRUNE_AT = 1024
-"""Waiters listed (finished ones included) past which the finished are dropped: never more than those waiting."""
+"""Waiters listed (finished ones included) past which the finished are dropped; the next pruning waits until the
+list has doubled again, so many read-backs waiting at once never cost a pass over the list each."""
 FOLDS = "fold_notices"
 """The `FoldNotices` in the broker's context."""
 NOTICES = RawAnswer(LEDGER_FOLDED, queue="", traced=False)
@@ -45,6 +46,7 @@ class FoldNotices:
     _waiting: list[tuple[int, int, asyncio.Future[None]]] = field(default_factory=list)
     """(sequence, tie, waiter): a heap, so a notice wakes only the read-backs it answers."""
     _tie: Iterator[int] = field(default_factory=itertools.count)
+    _prune_at: int = PRUNE_AT
 
     def take(self, data: bytes) -> None:
         if len(data) > MOST_DIGITS or not data.isdigit():
@@ -62,9 +64,10 @@ class FoldNotices:
         """Whether a notice says `sequence` is folded, waiting up to `within_s` for one that does."""
         if self.through >= sequence:
             return True
-        if len(self._waiting) >= PRUNE_AT:
+        if len(self._waiting) >= self._prune_at:
             self._waiting = [entry for entry in self._waiting if not entry[2].done()]
             heapq.heapify(self._waiting)
+            self._prune_at = max(PRUNE_AT, 2 * len(self._waiting))
         waiter = asyncio.get_running_loop().create_future()
         heapq.heappush(self._waiting, (sequence, next(self._tie), waiter))
         try:
