@@ -5,7 +5,9 @@ from typing import Any
 
 import pytest
 
-from services.executor.adapters.engines.streamed_reply import StreamedReply, one_answer, prompts_of, streamable
+from contracts.api.request_line import completion_prompts
+from services.executor.adapters.engines.llamacpp import LineCall
+from services.executor.adapters.engines.streamed_reply import StreamedReply, one_answer, streamable
 
 
 def chunk(delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> dict[str, Any]:
@@ -85,7 +87,7 @@ def test_only_requests_whose_answer_a_stream_rebuilds_are_streamed(request_body:
 
 
 def test_a_completions_request_answers_once_per_prompt() -> None:
-    assert [prompts_of({"prompt": p}) for p in ("a", ["a", "b"], [1, 2, 3], [[1, 2], [3]], [])] == [1, 2, 1, 2, 1]
+    assert [completion_prompts(p) for p in ("a", ["a", "b"], [1, 2, 3], [[1, 2], [3]], [])] == [1, 2, 1, 2, 1]
 
 
 def test_the_answers_to_a_lines_prompts_asked_one_by_one_are_one_answer_or_its_first_error() -> None:
@@ -98,3 +100,16 @@ def test_the_answers_to_a_lines_prompts_asked_one_by_one_are_one_answer_or_its_f
     assert merged["usage"]["completion_tokens"] == 5 and merged["usage"]["prompt_tokens"] == 40
     error = {"error": {"code": 400, "message": "too long", "type": "exceed_context_size_error"}}
     assert one_answer([answer(", a", 2), error]) == error
+
+
+def test_a_cancelled_unstreamed_line_of_several_prompts_runs_no_further_prompt() -> None:
+    asked: list[object] = []
+
+    def call(request: dict[str, Any]) -> dict[str, Any]:
+        asked.append(request["prompt"])
+        line.stop.set()  # its task is cancelled while the first prompt runs
+        return {"choices": [{"text": "x", "index": 0, "logprobs": None, "finish_reason": "length"}], "usage": USAGE}
+
+    line = LineCall(call, {"prompt": ["a", "b", "c"], "logprobs": 1, "max_tokens": 2}, "/v1/completions")
+    assert line.answer()["type"] == "server_error"  # dropped anyway: nobody waits for a cancelled line
+    assert asked == ["a"]

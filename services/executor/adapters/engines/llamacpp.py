@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import xllamacpp
 
+from contracts.api.request_line import completion_prompts
 from contracts.catalogue import CatalogueModel
 from contracts.events.executor import EngineName
 from services.executor.adapters.engines.base import ENGINE_SLOT, Engine, EngineReply, EngineUnavailable, error_reply
@@ -26,7 +27,6 @@ from services.executor.adapters.engines.streamed_reply import (
     STREAM_OPTIONS,
     StreamedReply,
     one_answer,
-    prompts_of,
     streamable,
 )
 from services.runtime.storage.catalogue import resolve_artifact
@@ -193,7 +193,9 @@ class LineCall:
         self.request = request
         self.endpoint = endpoint
         self.chat = endpoint != COMPLETIONS
-        self.streamed = StreamedReply(chat=self.chat, expected_choices=1 if self.chat else prompts_of(request))
+        self.prompts = 1 if self.chat else completion_prompts(request.get("prompt"))
+        """The choices the answer holds: one per prompt of a completions line."""
+        self.streamed = StreamedReply(chat=self.chat, expected_choices=self.prompts)
         self.stop = threading.Event()
         self.failures: list[BaseException] = []
 
@@ -220,10 +222,14 @@ class LineCall:
         return self.stop.is_set()  # True ends the stream
 
     def _unstreamed(self) -> dict[str, Any]:
-        if not self.chat and prompts_of(self.request) > 1:
-            prompts = typing.cast(list[object], self.request["prompt"])
-            return one_answer([dict(self.call({**self.request, "prompt": prompt})) for prompt in prompts])
-        return dict(self.call(self.request))
+        if self.prompts == 1:
+            return dict(self.call(self.request))
+        answers = []
+        for prompt in typing.cast(list[object], self.request["prompt"]):
+            if self.stop.is_set():  # cancelled: the line's answer is dropped, its other prompts need not run
+                return {"type": "server_error", "message": "the line was stopped"}
+            answers.append(dict(self.call({**self.request, "prompt": prompt})))
+        return one_answer(answers)
 
 
 def _prompt_details(reported: object, timings: object) -> dict[str, Any]:

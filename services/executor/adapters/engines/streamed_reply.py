@@ -17,8 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from contracts.api.request_line import completion_prompts
-
 STREAM_OPTIONS = {"include_usage": True}
 """A chat stream states its usage (and timings) in a last chunk only when asked; a completions stream always does."""
 USAGE_COUNTS = ("completion_tokens", "prompt_tokens", "total_tokens")
@@ -30,11 +28,6 @@ def streamable(request: Mapping[str, object]) -> bool:
     """Whether the request's answer can be rebuilt from its stream: it asks for no log probabilities and offers no
     tools (a falsy value, such as `logprobs: false` or `tools: []`, asks nothing)."""
     return not any(request.get(name) for name in UNSTREAMED_WHEN)
-
-
-def prompts_of(request: Mapping[str, object]) -> int:
-    """How many choices a completions request answers with."""
-    return completion_prompts(request.get("prompt"))
 
 
 def summed_usage(usages: list[dict[str, Any]]) -> dict[str, Any]:
