@@ -49,6 +49,26 @@ def dump_asyncio_tasks(fd: int) -> Callable[[int, FrameType | None], None]:
     return dump
 
 
+RERUN_TAIL_LINES = 60
+FIRST_TRIES_FAILED: list[str] = []
+"""In the process that reports (xdist's controller): why each rerun test failed its first try."""
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """A test that failed and is run once more (`--reruns`): why its first try failed is kept for the summary (the
+    plugin's own report names the test only, so a flaky test's cause was lost)."""
+    if report.outcome == "rerun" and report.longrepr is not None:
+        tail = "\n".join(report.longreprtext.splitlines()[-RERUN_TAIL_LINES:])
+        FIRST_TRIES_FAILED.append(f"{report.nodeid} ({report.when}):\n{tail}")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    for failure in FIRST_TRIES_FAILED:
+        terminalreporter.write_sep("-", "first try failed, then rerun")
+        terminalreporter.write_line(failure)
+
+
+
 EXIT_WATCHDOG_FD = pytest.StashKey[int]()
 EXIT_WITHIN_S = 120.0
 
