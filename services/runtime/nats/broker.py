@@ -20,7 +20,7 @@ from faststream.security import BaseSecurity, SASLPlaintext
 from nats.aio.client import Client
 
 from services.runtime.nats.client import ReadmittingClient
-from services.runtime.process.settings import connection_settings
+from services.runtime.process.settings import ConnectionSettings
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class ServiceBroker(NatsBroker):
                     stop.set()
 
             options["closed_cb"] = closed
-        transport = connection_settings().nats_transport(url)  # refuses a network broker that is not tls://
+        transport = ConnectionSettings().nats_transport(url)  # refuses a network broker that is not tls://
         tls = transport.get("tls")
         if credentials is not None:
             options |= {"security": SASLPlaintext(username=credentials.user, password=credentials.password,

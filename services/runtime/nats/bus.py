@@ -32,7 +32,7 @@ from contracts.subjects import (
 )
 from services.runtime.nats.broker import GRACEFUL_STOP_S, TOOL_ATTEMPTS, Credentials, ErrorCallback, ServiceBroker
 from services.runtime.nats.placement import until_placed
-from services.runtime.process.settings import connection_settings
+from services.runtime.process.settings import ConnectionSettings
 from services.runtime.process.telemetry import inject_headers, tracer
 
 log = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ class EventBus:
         self.tracer = tracer(name.split("-")[0] or "bus")
         """Handler spans are named after the service (`executor-gpu-7` → `sheshnag.executor`)."""
         self.js = JetStream(nc)
-        self.replicas = replicas if replicas is not None else connection_settings().nats_replicas
+        self.replicas = replicas if replicas is not None else ConnectionSettings().nats_replicas
         """Replicas of every stream and bucket this bus makes (`SHESHNAG_NATS_REPLICAS` unless given)."""
 
     @classmethod

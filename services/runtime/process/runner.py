@@ -28,8 +28,7 @@ def configure_logging(service: str, level: str) -> None:
 
 
 def configure_observability(service: str, level: str, metrics: tuple[str, int] | None = None) -> None:
-    """Logs, tracing (by `OTEL_*`) and this process's `/metrics` server at `metrics` (the service settings'
-    `metrics_endpoint()`; else `SHESHNAG_METRICS_ADDRESS` and `SHESHNAG_METRICS_PORT`)."""
+    """Logs, tracing (by `OTEL_*`) and `/metrics` at `metrics` (else the connection settings' address and port)."""
     configure_logging(service, level)
     configure_tracing(service)
     if metrics is None:
@@ -95,9 +94,8 @@ async def _stop_when_orphaned(stop: asyncio.Event, stop_now: Callable[[], None])
 
 def run_service(name: str, log_level: str, main: Callable[[asyncio.Event], Awaitable[None]], *,
                 native_stderr: bool = False, metrics: tuple[str, int] | None = None) -> None:
-    """What every service's `__main__` does: configure logging, then run until signalled. `native_stderr`: what
-    native libraries write to stderr becomes log records too (the executor's engines). `metrics`: where its
-    `/metrics` is served (`ServiceSettings.metrics_endpoint()`)."""
+    """What every service's `__main__` does: configure logging, then run until signalled. `native_stderr`: native
+    libraries' stderr becomes log records too (the executor's engines)."""
     if native_stderr:
         capture_native_stderr()
     configure_observability(name, log_level, metrics)

@@ -93,16 +93,12 @@ class ConnectionSettings(FileBackedSettings):
                            private=frozenset(host.lower() for host in self.nats_private_hosts))
 
 
-def connection_settings() -> ConnectionSettings:
-    return ConnectionSettings()
-
-
 class ServiceSettings(FileBackedSettings):
     """Base for each service's own settings; subclasses set their own env prefix."""
 
     model_config = SettingsConfigDict(extra="ignore")
 
-    connection: ConnectionSettings = Field(default_factory=connection_settings)
+    connection: ConnectionSettings = Field(default_factory=ConnectionSettings)
     metrics_port: int | None = None
     """This service's own Prometheus `/metrics` port, over the shared `SHESHNAG_METRICS_PORT`: services sharing a
     host each bind their own; 0: not served."""

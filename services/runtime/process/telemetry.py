@@ -5,6 +5,7 @@ over OTLP/HTTP, `console` prints them; otherwise only the context is carried, so
 services that do export. Each service's spans come from the tracer named `sheshnag.<service>`.
 """
 
+import importlib
 import logging
 import os
 from collections.abc import Iterator, Mapping
@@ -44,30 +45,23 @@ def otlp_protocol() -> str:
 
 
 def _otlp_exporter(protocol: str) -> SpanExporter | None:
-    if protocol == "grpc":
-        try:
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
-        except ImportError:
-            log.warning("OTEL_EXPORTER_OTLP_PROTOCOL=grpc, but opentelemetry-exporter-otlp-proto-grpc is not "
-                        "installed: pip install opentelemetry-exporter-otlp-proto-grpc (no spans are exported)")
-            return None
-        return GrpcExporter()
-    if protocol != "http/protobuf":
+    transport = {"grpc": "grpc", "http/protobuf": "http"}.get(protocol)
+    if transport is None:
         log.warning("OTLP protocol %r is not supported (http/protobuf or grpc); no spans are exported", protocol)
         return None
     try:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        module = importlib.import_module(f"opentelemetry.exporter.otlp.proto.{transport}.trace_exporter")
     except ImportError:
-        log.warning("OTLP export asked for, but opentelemetry-exporter-otlp-proto-http is not installed")
+        log.warning("OTLP export over %s asked for, but opentelemetry-exporter-otlp-proto-%s is not installed (pip "
+                    "install it); no spans are exported", protocol, transport)
         return None
-    return OTLPSpanExporter()
+    exporter: SpanExporter = module.OTLPSpanExporter()
+    return exporter
 
 
 def configure_tracing(service: str, processor: SpanProcessor | None = None) -> bool:
     """Install the SDK's provider when an exporter is configured (or `processor` is given); True if installed.
-
-    Without one, the API's no-op provider stays: incoming context is still passed on unchanged.
-    """
+    Without one, the API's no-op provider stays: incoming context is still passed on unchanged."""
     exporter = _exporter_from_env()
     if exporter is None and processor is None:
         return False
