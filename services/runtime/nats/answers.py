@@ -52,6 +52,10 @@ class Answer(Generic[Request]):
         except ValidationError as error:
             raise Refused(self.refuse(error.errors()[0]["msg"])) from error
 
+    async def decoder(self, message: StreamMessage[Any]) -> BaseModel:
+        """faststream's decoder for the answer's requests: the request model itself, or `Refused`."""
+        return self.decode(message.body)
+
 
 @dataclass(frozen=True)
 class RawAnswer:
@@ -68,15 +72,6 @@ class RawAnswer:
 
 RawHandler = Callable[[Any, Msg], Awaitable[None]]
 """A raw answer's handler: (the service's dependencies, the request as nats-py received it)."""
-
-
-def decoder(answer: Answer[Any]) -> Callable[[StreamMessage[Any]], Awaitable[BaseModel]]:
-    """faststream's decoder for `answer`'s requests: the request model itself, or `Refused`."""
-
-    async def decode(message: StreamMessage[Any]) -> BaseModel:
-        return answer.decode(message.body)
-
-    return decode
 
 
 class Answering(BaseMiddleware):

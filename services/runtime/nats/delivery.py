@@ -1,21 +1,12 @@
-"""A service's table (`ServiceRouter`): durable subscriptions declared on faststream and the one delivery policy
-every one of them runs under; core request/reply answers (answers.py); folds of the log (folds.py); and the
-leadership terms some of them are given in.
+"""A service's table (`ServiceRouter`): durable subscriptions on faststream under one delivery policy, core
+request/reply answers (answers.py), folds of the log (folds.py), and the leadership terms some of them run in.
 
-A durable's handler is a method of the service's dependencies taking its contract model (decoded by faststream,
-never a raw message; and the fact's stream sequence if it has a third parameter), registered as it is
-(`Executor.run`); the policy around it acks only then, keeps a long handler's lease (in-progress), retries a failure
-later with backoff (never a hot loop), and on the last delivery, or at once when it cannot ever succeed
-(`PoisonMessage`), hands the fact to the subscription's poison handler, then terminates the message. A payload
-that is not its contract is logged and terminated by the router itself.
-
-An answer's handler takes its request model and returns the reply model, which faststream sends back; a request
-that is not its contract gets the answer's refusal, and one whose handler fails gets no answer (it asks again). A raw
-answer's handler takes the request as nats-py received it and replies to it itself, or not at all (the auth callout).
-Leader-only answers and folds live on the router's term, which the broker's start leaves alone: `leading()` runs
-the folds and subscribes the answers for one term and stops them when it ends (faststream subscribes a core
-subscriber in `start()` and forgets the subscription in `stop()`, so a later term starts the same ones afresh).
-Between terms nothing is subscribed: a request then fails at once with "no responders".
+A durable's handler is a method of the service's dependencies taking its decoded contract model; the policy acks only
+when it returns, keeps a long handler's lease, retries a failure with backoff, and on the last delivery (or at once on
+`PoisonMessage`) hands the fact to the poison handler, then terminates it. A payload that is not its contract is
+logged and terminated. Leader-only answers and folds run per term (`leading()`): faststream subscribes a core
+subscriber in `start()` and forgets it in `stop()`, so each term starts them afresh; between terms a request gets
+"no responders".
 """
 
 import asyncio
@@ -38,12 +29,12 @@ from faststream.nats import JStream, NatsBroker, NatsRouter, PullSub
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy as JetStreamAck
 from nats.js.api import ConsumerConfig, DeliverPolicy
-from opentelemetry.trace import Span, SpanKind, Tracer
+from opentelemetry.trace import Span, SpanKind
 from pydantic import BaseModel, TypeAdapter
 
 from contracts.events.envelope import Event
 from contracts.subjects import BATCH_HEADER, event_subject, parse_event_subject, subject_pattern
-from services.runtime.nats.answers import Answer, Answering, RawAnswer, RawHandler, Refused, decoder
+from services.runtime.nats.answers import Answer, Answering, RawAnswer, RawHandler, Refused
 from services.runtime.nats.bus import ConsumerPolicy, EventBus, PoisonMessage
 from services.runtime.nats.folds import Folds, LogFollower, running
 from services.runtime.process import metrics
@@ -171,7 +162,7 @@ class ServiceRouter(NatsRouter):
                 self.untraced.add(subscriber)
         else:
             router = self.term if answer.leader_only else self
-            subscriber = router.subscriber(answer.subject, decoder=decoder(answer), title=title,
+            subscriber = router.subscriber(answer.subject, decoder=answer.decoder, title=title,
                                            description=description)
             subscriber(handler)
             self.answered.append(answer)
@@ -261,8 +252,14 @@ class _Delivery(BaseMiddleware):
         metrics.CONSUMER_PENDING.labels(metadata.consumer or "").set(metadata.num_pending or 0)
         batch_id = batch_of(message)
         self.batch_token = BATCH_ID.set(batch_id)
-        # The handler continues the trace of whoever published the message; what it publishes joins it too.
-        self.span = _handler_span(self.router.tracer, message, self.declared.durable)
+        # The handler continues the publisher's trace (what it publishes joins it). Span names stay few (the
+        # subscription's filter: `handle evt.batch.*.created`), ids go in attributes.
+        self.span = self.router.tracer.start_as_current_span(
+            f"handle {subject_pattern(self.declared.durable.subject or message.subject)}",
+            context=extract_context(message.headers), kind=SpanKind.CONSUMER,
+            attributes={"messaging.destination.name": message.subject,
+                        "messaging.consumer.group.name": metadata.consumer or "",
+                        "messaging.message.delivery_count": metadata.num_delivered or 0})
         span = self.span.__enter__()
         if batch_id:
             span.set_attribute("sheshnag.batch_id", batch_id)
@@ -340,17 +337,6 @@ class _Delivery(BaseMiddleware):
             log.exception("the poison handler of %s failed; the message is retried", self.declared.durable.name)
             return False
         return True
-
-
-def _handler_span(tracer: Tracer, message: Msg, durable: Durable) -> AbstractContextManager[Span]:
-    """Named after the subscription's filter (`handle evt.batch.*.created`): span names stay few, ids go in
-    attributes."""
-    metadata = message.metadata
-    return tracer.start_as_current_span(
-        f"handle {subject_pattern(durable.subject or message.subject)}", context=extract_context(message.headers),
-        kind=SpanKind.CONSUMER, attributes={"messaging.destination.name": message.subject,
-                                            "messaging.consumer.group.name": metadata.consumer or "",
-                                            "messaging.message.delivery_count": metadata.num_delivered or 0})
 
 
 def batch_of(message: Msg) -> str:

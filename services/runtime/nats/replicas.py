@@ -1,7 +1,6 @@
-"""What a direct read of a replicated stream must reach: the last sequence on its subject as the stream's leader has
-it. JetStream lets any replica answer a direct get, one that has not applied the latest writes among them; a
-stream-leader get (`STREAM.MSG.GET`) is coherent with every acknowledged publish. A single-replica stream needs no
-floor: its one server answers both."""
+"""What a direct read of a replicated stream must reach: the leader's last sequence on its subject. Any replica may
+answer a direct get, a lagging one among them; a stream-leader get (`STREAM.MSG.GET`) is coherent with every
+acknowledged publish. A single-replica stream needs no floor."""
 
 import time
 from weakref import WeakKeyDictionary

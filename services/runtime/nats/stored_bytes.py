@@ -1,9 +1,7 @@
-"""Each owner's stored bytes, kept by the read model's writer beside the file records: the owner's files that are not
-deleted, in parts by the first two hex digits of their SHA-256 (`StoredFiles`), and the parts' bytes and earliest
-expiries (`StoredBytes`). A quota check reads the summary, a same-upload check one part: neither reads every file.
-
-Both are states, not counters: a record put again (a redelivery, a replay) changes nothing, and a file's part and the
-summary are written before its record shows the change, so a reader that sees the record sees the bytes counted."""
+"""Each owner's stored bytes, kept by the read model's writer beside the file records: the owner's undeleted files in
+parts by the first two hex digits of their SHA-256 (`StoredFiles`), and each part's bytes and earliest expiry
+(`StoredBytes`). Both are states, not counters (a record put again changes nothing), written before the record shows
+the change, so a reader that sees the record sees the bytes counted."""
 
 import logging
 import re

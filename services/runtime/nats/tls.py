@@ -1,15 +1,11 @@
 """The one rule every process opens a NATS connection by: no password or worker key goes to a peer that has not
 proved it is the broker.
 
-A broker on this host (every URL's host is 127.0.0.1, ::1 or localhost: the embedded stack, the test suite) is
-reached as nats-py does by default: `nats://`, TLS where the server asks for it. Any other host is over the network,
-where whoever answers first may be an impostor, and nats-py upgrades to TLS only when the server asks, after the
-server spoke. So a network broker's URL must be `tls://`, its certificate is verified (against
-`SHESHNAG_NATS_TLS_CA`, else the system's CAs), and the TLS handshake comes first, before the server's INFO and the
-client's CONNECT (the server's `tls { handshake_first }`): a server that does not complete it gets a ClientHello and
-nothing else. Other loopback addresses (127.0.0.2, …) count as the network, as for `sheshnag up --listen`: the
-tests stand in for a remote host with them. An operator may declare hosts of a private network the deployment
-owns (`SHESHNAG_NATS_PRIVATE_HOSTS`: a compose network's `nats`) to be held to the loopback rule instead.
+A broker on this host (127.0.0.1, ::1, localhost), or on a private host the operator declared
+(`SHESHNAG_NATS_PRIVATE_HOSTS`), is reached as nats-py does by default: `nats://`, TLS where the server asks. Any
+other host (other loopback addresses included: the tests' stand-in for a remote host) may be an impostor, and nats-py
+upgrades to TLS only after the server spoke: its URL must be `tls://`, verified (`SHESHNAG_NATS_TLS_CA`, else the
+system's CAs), with the handshake first (the server's `tls { handshake_first }`).
 """
 
 import ssl

@@ -1,9 +1,6 @@
-"""The S3 object store (MinIO in production, SeaweedFS locally), reached through the `minio` client.
-
-minio is blocking, so every call runs in the store's own bounded thread pool, never the loop's default one, and
-each call has its data in hand: no thread ever waits for another thread of the pool (an upload is sent part by
-part as its bytes arrive, not through a pipe that a second thread must fill).
-"""
+"""The S3 object store (MinIO in production, SeaweedFS locally) through the blocking `minio` client: every call runs
+in the store's own bounded pool with its data in hand, so no thread waits for another (an upload goes part by part
+as its bytes arrive, never through a pipe a second thread must fill)."""
 
 import asyncio
 import contextlib

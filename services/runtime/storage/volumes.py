@@ -1,11 +1,7 @@
 """The free space of the volumes the stack's state lives on, held against a reserve: what the gateway refuses new
-uploads and batches by, and what `sheshnag status`, the operator overview and the `sheshnag_storage_*` gauges show.
-
-Where the volumes are: `SHESHNAG_STORAGE_PATHS` (name → a path on the volume; `sheshnag up` names its data dir's
-broker and object store folders), measured with statvfs off the event loop; else, in a deployment that names none,
-the broker's JetStream account (`$JS.API.INFO`: storage used against the account's `max_storage`) where it has a
-limit. A deployment with neither watches nothing and refuses nothing early (a full disk is still answered 507).
-"""
+uploads and batches by, and what `sheshnag status`, the overview and the `sheshnag_storage_*` gauges show. Measured at
+`SHESHNAG_STORAGE_PATHS` (statvfs, off the loop), else from the broker's JetStream account limit; with neither,
+nothing is watched (a full disk is still answered 507)."""
 
 import asyncio
 import contextlib
