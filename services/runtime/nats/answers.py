@@ -59,11 +59,9 @@ class Answer(Generic[Request]):
 
 @dataclass(frozen=True)
 class RawAnswer:
-    """A core request/reply subscription for requests of no contract (the auth callout's sealed JWTs): each goes, as
-    its nats-py message, to a method of the service's dependencies (`ExecutorAuthority.on_request`), which replies
-    to it itself or leaves it unanswered (a forged request: the asker then gives up). Subscribed whenever the broker
-    runs, in `queue` (one of the service's processes takes each, leader or standby; "": every process takes every
-    message); not in the AsyncAPI document. `traced`: each handled in a span of its own (not for frequent notices)."""
+    """A core request/reply subscription for requests of no contract (the auth callout's sealed JWTs), each handed as
+    its nats-py message to a handler that replies itself or not at all (a forged request). Subscribed whenever the
+    broker runs, in `queue` ("": every process takes each). `traced`: a span each (not for frequent notices)."""
 
     subject: str
     queue: str

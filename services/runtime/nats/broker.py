@@ -27,14 +27,12 @@ DRAIN_S = 5
 GRACEFUL_STOP_S = 5.0
 """On stop, a handler still running gets this long to finish (and ack) before it is cancelled and redelivered."""
 CLOSE_S = GRACEFUL_STOP_S + DRAIN_S + 5.0
-"""The most a service's stop waits for its broker connection to close: one the broker keeps refusing, or whose
-broker is gone, reconnects for ever, and a process must exit all the same."""
+"""The most a stop waits for the connection to close (one whose broker is gone reconnects for ever)."""
 TOOL_ATTEMPTS = 3
 """How often an operator tool tries the broker before it gives up and says why."""
 BROKER_HICCUPS = (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError,
                   nats.js.errors.ServiceUnavailableError, asyncio.TimeoutError)
-"""What a request meets while the broker cannot answer for a moment (a clustered broker electing a stream's or
-bucket's leader): worth waiting out, not a fault."""
+"""What a request meets while the broker cannot answer for a moment (a cluster electing a leader): not a fault."""
 
 
 class BrokerUnreachable(ConnectionError):

@@ -31,8 +31,7 @@ DEDUP_WINDOW_S = 3600.0
 
 
 class Command(Protocol):
-    """What the bus needs of a command to send it (`contracts.commands`): where it goes, the id that dedups it, and
-    the batch it is about."""
+    """What the bus needs of a command (`contracts.commands`) to send it."""
 
     @property
     def subject(self) -> str: ...
@@ -134,8 +133,7 @@ class EventBus:
         await self.nc.drain()
 
     async def ensure_streams(self) -> None:
-        """EVENTS (kept by limits; read without consumers too: fact checks, the errors view, the fact desk) and
-        WORK (a work queue)."""
+        """EVENTS (kept by limits, direct reads on) and WORK (a work queue)."""
         for name, subject, retention, direct in ((EVENTS_STREAM, EVENTS_SUBJECTS, RetentionPolicy.LIMITS, True),
                                                  (WORK_STREAM, WORK_SUBJECTS, RetentionPolicy.WORK_QUEUE, None)):
             config = StreamConfig(name=name, subjects=[subject], storage=StorageType.FILE, retention=retention,
@@ -182,9 +180,8 @@ class EventBus:
         return ack.seq
 
     async def send(self, command: Command, protocol: int = COMMAND_PROTOCOL) -> None:
-        """Send a command once (a retried send is dropped by the server) in the shape `protocol` says (the executor's,
-        `ExecutorAdvert.protocol`); its header names its batch. Another shape is another message: the same command
-        sent again in protocol 1's to an executor that went back to it is not dropped as a repeat."""
+        """Send a command once (a retried send is dropped by the server) in the shape of the executor's `protocol`,
+        its header naming its batch. Another shape is another message id: a resend after a protocol change is sent."""
         msg_id = command.msg_id if protocol < 2 else f"{command.msg_id}:p{protocol}"
         headers = {"Nats-Msg-Id": msg_id, BATCH_HEADER: command.batch_id}
         await self.js.publish(command.subject, command.wire(protocol), headers=inject_headers(headers),

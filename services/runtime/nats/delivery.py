@@ -48,11 +48,9 @@ __all__ = ["TERM", "Answer", "Durable", "Handler", "LogFollower", "PoisonHandler
            "ServiceRouter", "batch_of", "fact_filter", "keep_in_progress"]
 
 Handler = Callable[[Any, Any], Awaitable[None]] | Callable[[Any, Any, int], Awaitable[None]]
-"""A durable's handler: (the service's dependencies, the fact or command decoded as its contract[, its sequence in
-the stream]); a method of the dependencies' class registered as it is (`Executor.run`), with no shim around it."""
+"""A durable's handler: (the service's dependencies, the decoded fact or command[, its stream sequence])."""
 PoisonHandler = Callable[[Any, Any, BaseException], Awaitable[None]]
-"""(the service's dependencies, the fact given up on, decoded, the error): `Executor.fail_the_attempt`. A payload
-that is not its contract never reaches it: the router logs it and drops it."""
+"""(the service's dependencies, the decoded fact given up on, the error): `Executor.fail_the_attempt`."""
 
 ONE_AT_A_TIME = PullSub(batch_size=1, timeout=1.0)
 """Fetch one message at a time: with one worker (the default) it is handled before the next is fetched; with
@@ -110,11 +108,10 @@ class ServiceRouter(NatsRouter):
         self.declared: dict[str, _Declared] = {}
         self.followers: list[LogFollower] = []
         self.answered: list[Answer[Any]] = []
-        """Every answer declared, leader-only or not (for the AsyncAPI document)."""
+        """Every answer declared (for the AsyncAPI document)."""
         self.answering: set[object] = set()
-        """The subscribers of this router's answers (each request through `Answering`, not `_Delivery`)."""
+        """The subscribers of answers (each request through `Answering`); `untraced`: those without a span."""
         self.untraced: set[object] = set()
-        """Those of them handled without a span (`RawAnswer.traced`)."""
         self.term = NatsRouter(middlewares=[self._answering])
         """The leader-only answers: never included before the broker starts (see `leading`)."""
         super().__init__(middlewares=[self._delivery])
@@ -122,9 +119,8 @@ class ServiceRouter(NatsRouter):
     def durable(self, durable: Durable, handler: Handler, on_poison: PoisonHandler | None, description: str,
                 max_workers: int = 1) -> None:
         """`handler` takes `durable`'s facts; `on_poison` records one given up on (None: it is only logged).
-        `max_workers` > 1: that many messages are handled at once, each under its own delivery policy (faststream's
-        concurrent pull subscriber). A message fetched waits for a free worker without its lease kept, so the
-        durable's `max_ack_pending` may not exceed `max_workers`: none is then fetched that no worker takes."""
+        `max_workers` > 1: that many handled at once. A fetched message waits for a free worker with no lease kept,
+        so `max_ack_pending` may not exceed `max_workers`."""
         if max_workers > 1 and durable.policy.max_ack_pending > max_workers:
             raise ValueError(f"{durable.name}: {durable.policy.max_ack_pending} messages out for {max_workers} "
                              "workers would leave some fetched unattended, their ack wait running")
@@ -137,8 +133,8 @@ class ServiceRouter(NatsRouter):
         )(_delivered_to(handler, durable.contract, self.dependencies))
 
     def follows(self, follower: LogFollower) -> None:
-        """Declare a fold of the log, which this router runs: a leader-only one for each term (`leading`), any other
-        while the service runs (`folding`). One without a handler is run by the service itself."""
+        """Declare a fold of the log, run for each term (leader-only: `leading`) or while the service runs
+        (`folding`); one without a handler is run by the service itself."""
         self.followers.append(follower)
 
     @contextlib.asynccontextmanager
@@ -150,8 +146,7 @@ class ServiceRouter(NatsRouter):
     def answers(self, answer: Answer[Any] | RawAnswer, handler: Callable[..., Awaitable[BaseModel]] | RawHandler,
                 description: str) -> None:
         """`handler` takes `answer`'s request (and `Path()`/`Context()` parameters) and returns the reply; a
-        leader-only one takes its term's dependencies as the `Context()` parameter named `term` (`TERM`). A raw
-        answer's handler is a method of the service's dependencies taking the nats-py message (`RawHandler`)."""
+        leader-only one takes its term's dependencies as `Context(TERM)`. A raw answer's: see `RawHandler`."""
         title = f"{self.service}:{answer.subject}"
         if isinstance(answer, RawAnswer):
             subscriber = self.subscriber(answer.subject, queue=answer.queue, no_reply=True, title=title,
@@ -170,9 +165,8 @@ class ServiceRouter(NatsRouter):
 
     @contextlib.asynccontextmanager
     async def leading(self, broker: NatsBroker, term: object, bus: EventBus | None = None) -> AsyncIterator[Folds]:
-        """One leadership term: the leader-only folds run and the leader-only answers are subscribed, on `term`'s
-        dependencies, until the block ends; then unsubscribed (a request being answered is finished first, for the
-        broker's graceful timeout) and the folds stopped. `bus`: what the folds read the log through."""
+        """One leadership term: the leader-only folds run and answers are subscribed, on `term`'s dependencies, until
+        the block ends (a request being answered is finished first). `bus`: what the folds read the log through."""
         followers = [follower for follower in self.followers if follower.take and follower.leader_only]
         if followers and bus is None:
             raise ValueError(f"{self.service}: a term's folds need the bus to read the log through")
@@ -208,9 +202,8 @@ class ServiceRouter(NatsRouter):
 
 
 def _delivered_to(handler: Handler, contract: Any, dependencies: str) -> Callable[..., Awaitable[None]]:
-    """faststream's subscriber function for `handler`: the message decoded as `contract` (or as nats-py received it,
-    for a raw answer), and the dependencies taken from the broker's context by their name (one function made here,
-    not a shim per handler); the fact's stream sequence too for a handler of three parameters."""
+    """faststream's subscriber function for `handler`: the message decoded as `contract`, the dependencies from the
+    broker's context by name, and for a handler of three parameters the fact's stream sequence."""
     call: Any = handler  # of two parameters or three, told apart here once
 
     async def unplaced(message: Any, deps: Any) -> None:

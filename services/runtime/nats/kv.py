@@ -23,13 +23,11 @@ SCAN_PAGE = 256
 PAGE_TIMEOUT_S = 10.0
 """How long one page of replies may take to arrive before the scan fails (instead of answering short)."""
 MAX_CHASE = 16
-"""A scan reads to the stream's end so that no key is missed; if writes to the keys it lists outrun it for this
-many times the pages it first saw, it fails rather than chase them forever (or answer short)."""
+"""A scan whose keys' writes outrun it for this many times the pages it first saw fails rather than chase for ever."""
 KV_OPERATION = KV_OP
 """The header a delete or purge marker carries (nats-py's name for it)."""
 LAGGING_RETRY_S = 0.05
-"""A replica's answer that stops short of the leader's last sequence is asked again after this long (another
-replica may answer, or the same one caught up), for up to `PAGE_TIMEOUT_S` in all."""
+"""A lagging replica's short answer is asked again after this long, for up to `PAGE_TIMEOUT_S` in all."""
 
 
 class Bucket(KeyValue):

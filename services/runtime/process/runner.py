@@ -11,7 +11,6 @@ from collections.abc import Awaitable, Callable
 from services.runtime.process.logfmt import JsonFormatter, TraceFields
 from services.runtime.process.metrics import serve_metrics
 from services.runtime.process.native_stderr import capture as capture_native_stderr
-from services.runtime.process.settings import ConnectionSettings
 from services.runtime.process.telemetry import configure_tracing
 
 
@@ -27,13 +26,10 @@ def configure_logging(service: str, level: str) -> None:
     logging.getLogger("nats").setLevel(logging.WARNING)
 
 
-def configure_observability(service: str, level: str, metrics: tuple[str, int] | None = None) -> None:
-    """Logs, tracing (by `OTEL_*`) and `/metrics` at `metrics` (else the connection settings' address and port)."""
+def configure_observability(service: str, level: str, metrics: tuple[str, int]) -> None:
+    """Logs, tracing (by `OTEL_*`) and `/metrics` at `metrics` (`ServiceSettings.metrics_endpoint()`)."""
     configure_logging(service, level)
     configure_tracing(service)
-    if metrics is None:
-        connection = ConnectionSettings()
-        metrics = connection.metrics_address, connection.metrics_port
     serve_metrics(metrics[1], metrics[0])
 
 
@@ -93,7 +89,7 @@ async def _stop_when_orphaned(stop: asyncio.Event, stop_now: Callable[[], None])
 
 
 def run_service(name: str, log_level: str, main: Callable[[asyncio.Event], Awaitable[None]], *,
-                native_stderr: bool = False, metrics: tuple[str, int] | None = None) -> None:
+                metrics: tuple[str, int], native_stderr: bool = False) -> None:
     """What every service's `__main__` does: configure logging, then run until signalled. `native_stderr`: native
     libraries' stderr becomes log records too (the executor's engines)."""
     if native_stderr:
