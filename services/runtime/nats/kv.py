@@ -1,12 +1,15 @@
 """KV buckets (open-or-create with direct reads on, every key's latest value, named keys' last values) and reading
 streams without consumers: batched direct gets (`next_by_subj`, `batch`) leave nothing on the server and read to the
 stream's end, never cut short by a quiet spell. On a replicated stream a lagging replica may answer a direct get, so a
-read counts only once it reaches the leader's last sequence on its subject (`replicas.py`); `read_value` asks the
-leader itself."""
+read counts only once it reaches the leader's last sequence on its subject (`leader_floor`: a stream-leader get is
+coherent with every acknowledged publish); `read_value` asks the leader itself."""
 
 import asyncio
+import time
 from dataclasses import dataclass
+from weakref import WeakKeyDictionary
 
+import nats.errors
 import nats.js.errors
 import orjson
 from nats.aio.msg import Msg
@@ -16,7 +19,6 @@ from nats.js.kv import KV_MARKER_REASON, KV_OP, KeyValue
 from contracts.subjects import direct_get
 from services.runtime.nats.bus import EventBus, JetStream
 from services.runtime.nats.placement import until_placed
-from services.runtime.nats.replicas import ScanFailed, leader_api, leader_floor, replicated
 
 SCAN_PAGE = 256
 """Messages asked for per direct get; the server ends each batch with an EOB status saying how many remain."""
@@ -28,6 +30,55 @@ KV_OPERATION = KV_OP
 """The header a delete or purge marker carries (nats-py's name for it)."""
 LAGGING_RETRY_S = 0.05
 """A lagging replica's short answer is asked again after this long, for up to `PAGE_TIMEOUT_S` in all."""
+LEADER_TIMEOUT_S = 2.0
+"""How long the leader may take to answer. A stream electing a leader answers nobody (its publishes fail too);
+reads then fail fast (`ScanFailed`, as for a scan that cannot finish) rather than answer from a replica that may
+lag."""
+REPLICATION_RECHECK_S = 30.0
+"""How long a stream's replica count is taken as known: a stream scaled up meanwhile is read as replicated after."""
+
+
+class ScanFailed(nats.errors.Error):
+    """The server refused or broke off a scan: the caller gets an error, never a partial list."""
+
+
+async def leader_floor(js: JetStream, stream: str, subject: str) -> int:
+    """The sequence a direct read of `subject` (a filter) must reach to miss nothing acknowledged before it began;
+    0 on a single-replica stream and when `subject` holds nothing."""
+    if not await replicated(js, stream):
+        return 0
+    try:
+        return (await leader_api(js).get_last_msg(stream, subject)).seq or 0
+    except nats.js.errors.NotFoundError:
+        return 0
+    except (nats.errors.Error, nats.js.errors.Error) as error:
+        raise ScanFailed(f"the leader of {stream} did not answer a read: {error!r}") from error
+
+
+_REPLICATED: "WeakKeyDictionary[JetStream, dict[str, tuple[bool, float]]]" = WeakKeyDictionary()
+"""Per connection's JetStream context, per stream: whether it has more than one replica, and when that was asked."""
+
+
+def leader_api(js: JetStream) -> JetStream:
+    """`js`'s connection asking JetStream's API (a stream's leader, for a non-direct read) within `LEADER_TIMEOUT_S`."""
+    return JetStream(js.nc, timeout=LEADER_TIMEOUT_S)
+
+
+async def replicated(js: JetStream, stream: str) -> bool:
+    """Whether `stream` has more than one replica (as asked at most `REPLICATION_RECHECK_S` ago): any of them may then
+    answer a direct get."""
+    known = _REPLICATED.setdefault(js, {})
+    now = time.monotonic()
+    if stream in known and now - known[stream][1] <= REPLICATION_RECHECK_S:
+        return known[stream][0]
+    try:
+        replicas = (await leader_api(js).stream_info(stream)).config.num_replicas or 1
+    except (nats.errors.Error, nats.js.errors.Error) as error:
+        if stream not in known:
+            raise ScanFailed(f"{stream} did not say how many replicas it has: {error!r}") from error
+        return known[stream][0]  # asked again while the stream elects a leader: as it was
+    known[stream] = replicas > 1, now
+    return replicas > 1
 
 
 class Bucket(KeyValue):
@@ -59,12 +110,10 @@ async def _open_bucket(bus: EventBus, bucket: str, ttl_s: float | None, scans: b
             return Bucket(bus.js, bucket, direct=True)
         except nats.js.errors.BadRequestError:  # another process created it first
             info = await bus.js.stream_info(stream)
-    if bus.replicas > 1:
-        await bus.ensure_replicas(info)
+    await bus.ensure_replicas(info)  # a no-op at one replica
     if scans and not info.config.allow_direct:
         await ensure_direct_reads(bus.js, stream)
-        return Bucket(bus.js, bucket, direct=True)
-    return Bucket(bus.js, bucket, direct=bool(info.config.allow_direct))
+    return Bucket(bus.js, bucket, direct=scans or bool(info.config.allow_direct))
 
 
 async def ensure_direct_reads(js: JetStreamContext, stream: str) -> None:

@@ -24,8 +24,15 @@ from contracts.readmodel import (
 )
 from contracts.subjects import READ_MODEL_BUCKET, owner_index, owner_index_key, owner_live_key, read_model_key
 from services.runtime.nats.bus import EventBus
-from services.runtime.nats.kv import Bucket, latest_entries, latest_values, open_bucket, read_last, read_value
-from services.runtime.nats.replicas import replicated
+from services.runtime.nats.kv import (
+    Bucket,
+    latest_entries,
+    latest_values,
+    open_bucket,
+    read_last,
+    read_value,
+    replicated,
+)
 from services.runtime.nats.stored_bytes import StoredBytesWriter, part_of, stored_bytes, stored_part, with_entry
 from services.runtime.process.keyed_locks import KeyedLocks
 
