@@ -9,8 +9,6 @@ from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
-from pydantic import BaseModel
-
 from contracts.readmodel import FileRecord, StoredBytes, StoredFiles
 from contracts.subjects import owner_stored_key, owner_stored_part_key
 from services.runtime.nats.kv import Bucket, read_value
@@ -19,9 +17,8 @@ from services.runtime.process.keyed_locks import KeyedLocks
 MAX_HELD = 50_000
 """Parts and summaries the writer keeps; past this the least recently used are read again when next changed."""
 MAX_PART_BYTES = 512 * 1024
-"""The largest part written (about 4,400 files of one owner whose digests begin alike): a part is one KV value, and
-a tenant chooses its files' digests; one past this is left as it was (logged), so no owner's files can stop the
-writer, whose every other record would wait behind the failed put."""
+"""The largest part written (about 4,400 files): a part is one KV value and a tenant chooses its files' digests, so a
+part past this is left as it was (logged) rather than fail a put that every other record would wait behind."""
 UNSORTED_PART = "xx"
 """The part of a digest that is not hex (never an upload's, which the gateway computes): a key stays a valid key."""
 Stored = TypeVar("Stored", StoredFiles, StoredBytes)
@@ -41,14 +38,14 @@ def summary_of(files: StoredFiles) -> tuple[int, int | None]:
     return sum(size for size, _, _ in files.root.values()), min(expiries, default=None)
 
 
-def stored_records(records: Iterable[FileRecord]) -> dict[str, BaseModel]:
+def stored_records(records: Iterable[FileRecord]) -> dict[str, StoredFiles | StoredBytes]:
     """The parts and summaries that a read model of these file records holds (what the writer keeps, made at once:
     replay and the first index)."""
     parts: defaultdict[tuple[str, str], dict[str, tuple[int, int | None, str]]] = defaultdict(dict)
     for record in records:
         if not record.deleted:
             parts[record.owner, part_of(record.sha256)][record.file.id] = _entry(record)
-    made: dict[str, BaseModel] = {}
+    made: dict[str, StoredFiles | StoredBytes] = {}
     summaries: defaultdict[str, dict[str, tuple[int, int | None]]] = defaultdict(dict)
     for (owner, part), files in parts.items():
         stored = made[owner_stored_part_key(owner, part)] = StoredFiles(dict(sorted(files.items())))
@@ -147,6 +144,5 @@ class StoredBytesWriter:
         kept); how many owners have files."""
         made = stored_records(records)
         for key, record in made.items():
-            assert isinstance(record, StoredFiles | StoredBytes)
             await self._put(key, record)
         return sum(isinstance(record, StoredBytes) for record in made.values())

@@ -41,11 +41,6 @@ def is_local(servers: str | list[str], private: frozenset[str] = frozenset()) ->
                for host in (_split(url)[1] for url in server_list(servers)))
 
 
-def tls_context(ca: Path | None) -> ssl.SSLContext:
-    """Verifies the server's certificate and name: against `ca`, else the system's CAs."""
-    return ssl.create_default_context(cafile=str(ca)) if ca else ssl.create_default_context()
-
-
 def require_tls(servers: str | list[str], setting: str = "SHESHNAG_NATS_URL",
                 private: frozenset[str] = frozenset()) -> None:
     """Raises `InsecureBrokerUrl` (naming `setting`, never the URL: it may hold a password) when `servers` are on
@@ -67,5 +62,6 @@ def tls_options(servers: str | list[str], ca: Path | None, setting: str = "SHESH
     connects. `private`: hosts held to the loopback rule (`SHESHNAG_NATS_PRIVATE_HOSTS`)."""
     require_tls(servers, setting, private)
     if is_local(servers, private):
-        return {"tls": tls_context(ca)} if ca else {}
-    return {"tls": tls_context(ca), "tls_handshake_first": True}
+        return {"tls": ssl.create_default_context(cafile=ca)} if ca else {}
+    # Verifies the server's certificate and name: against `ca` alone where given, else the system's CAs.
+    return {"tls": ssl.create_default_context(cafile=ca), "tls_handshake_first": True}
