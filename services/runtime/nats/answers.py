@@ -1,6 +1,5 @@
-"""Core request/reply answers (`Answer`): requests of one contract, each answered by its handler's returned model,
-and the middleware that runs each in the requester's trace and answers a malformed one with its refusal; and raw
-ones (`RawAnswer`), for requests of no contract whose handler replies itself, or not at all."""
+"""Core request/reply answers: of one contract (`Answer`), or of none (`RawAnswer`); and the middleware that runs each
+request in the requester's trace and answers a malformed one with its refusal."""
 
 import logging
 import typing

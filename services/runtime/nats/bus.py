@@ -90,8 +90,7 @@ def _last_sequence(description: str | None) -> int:
 
 
 class JetStream(JetStreamContext):
-    """nats-py's JetStream context, keeping public the connection it asks through: the direct reads (kv.py) send
-    their batched requests on it themselves."""
+    """nats-py's JetStream context with its connection public: kv.py's direct reads send their batched gets on it."""
 
     def __init__(self, nc: Client, prefix: str = JS_API, timeout: float = PUBLISH_TIMEOUT_S) -> None:
         super().__init__(nc, prefix=prefix, timeout=timeout)

@@ -61,9 +61,8 @@ async def read(bus: EventBus, subject: str = EVENTS_SUBJECTS, after: int = 0,
 
 async def page(bus: EventBus, subject: str, after: int = 0, limit: int = PAGE,
                max_bytes: int = PAGE_BYTES) -> tuple[list[Fact], bool]:
-    """One page of a stretch: up to `limit` facts (about `max_bytes`) on `subject` after `after`, in stream order,
-    and whether more follow (no more: the reader is caught up). What `read` pages through, and the page an
-    executor's batch log reads, directly or from the fact desk that serves it with this."""
+    """Up to `limit` facts (about `max_bytes`) on `subject` after `after`, in stream order, and whether more follow
+    (none: caught up). What `read` pages through, and what an executor's batch log reads (or the fact desk for it)."""
     messages, more = await read_page(bus.js, EVENTS_STREAM, subject, after, limit, max_bytes)
     return [Fact(message.seq, message.subject, message.data, message.headers) for message in messages], more
 
@@ -80,8 +79,7 @@ async def follow(bus: EventBus, subject: str | tuple[str, ...] = EVENTS_SUBJECTS
 
 def following(bus: EventBus, subject: str | tuple[str, ...] = EVENTS_SUBJECTS, after: int = 0, batch: int = 1000,
               idle: bool = False) -> contextlib.AbstractAsyncContextManager[AsyncIterator[list[Fact]]]:
-    """`follow`, with its consumer made before the body runs (nothing published from now on can be missed) and
-    released when the body ends, on every path."""
+    """`follow`, its consumer made before the body runs (nothing published from now on is missed), released after."""
     return OrderedReader(bus, after, batch, subject).reading(idle, consumer_first=True)
 
 

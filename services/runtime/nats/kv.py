@@ -31,9 +31,8 @@ KV_OPERATION = KV_OP
 LAGGING_RETRY_S = 0.05
 """A lagging replica's short answer is asked again after this long, for up to `PAGE_TIMEOUT_S` in all."""
 LEADER_TIMEOUT_S = 2.0
-"""How long the leader may take to answer. A stream electing a leader answers nobody (its publishes fail too);
-reads then fail fast (`ScanFailed`, as for a scan that cannot finish) rather than answer from a replica that may
-lag."""
+"""How long the leader may take to answer: a stream electing one answers nobody, and reads then fail fast
+(`ScanFailed`) rather than answer from a replica that may lag."""
 REPLICATION_RECHECK_S = 30.0
 """How long a stream's replica count is taken as known: a stream scaled up meanwhile is read as replicated after."""
 
@@ -65,8 +64,7 @@ def leader_api(js: JetStream) -> JetStream:
 
 
 async def replicated(js: JetStream, stream: str) -> bool:
-    """Whether `stream` has more than one replica (as asked at most `REPLICATION_RECHECK_S` ago): any of them may then
-    answer a direct get."""
+    """Whether `stream` has more than one replica (as asked at most `REPLICATION_RECHECK_S` ago)."""
     known = _REPLICATED.setdefault(js, {})
     now = time.monotonic()
     if stream in known and now - known[stream][1] <= REPLICATION_RECHECK_S:

@@ -8,8 +8,6 @@ from typing import Any
 from faststream._internal.constants import EMPTY
 from faststream._internal.context import Context as _FaststreamContext
 
-__all__ = ["Context", "Path"]
-
 
 class _ResolvedInPlace(_FaststreamContext):
     # fast_depends awaits a coroutine resolver (`run_async`) where it hands a plain one to a worker thread.

@@ -34,8 +34,7 @@ def configure_observability(service: str, level: str, metrics: tuple[str, int]) 
 
 
 SUPERVISOR_PID = "SHESHNAG_SUPERVISOR_PID"
-"""Set by `sheshnag up` for the services it starts: the pid of their supervisor. A service whose supervisor is gone
-(killed outright, so it never stopped its children) stops cleanly instead of running on unsupervised."""
+"""Set by `sheshnag up` for the services it starts: their supervisor's pid (see `_stop_when_orphaned`)."""
 SUPERVISOR_CHECK_S = 1.0
 STOP_GRACE_S = 90.0
 """How long a clean stop may take (requests in flight end by their own timeouts well within it) before the
@@ -75,8 +74,9 @@ def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> Non
 
 
 async def _stop_when_orphaned(stop: asyncio.Event, stop_now: Callable[[], None]) -> None:
-    """Started by its supervisor (`SUPERVISOR_PID` names this process's parent): once the parent is no longer it,
-    stop as on SIGTERM. A process started by anything else (the variable inherited from elsewhere) is left alone."""
+    """Started by its supervisor (`SUPERVISOR_PID` names this process's parent): once the supervisor is gone (killed
+    outright, never stopping its children), stop as on SIGTERM rather than run on unsupervised. A process started by
+    anything else (the variable inherited from elsewhere) is left alone."""
     supervisor = os.environ.get(SUPERVISOR_PID, "")
     if not supervisor.isdigit() or os.getppid() != int(supervisor):
         return

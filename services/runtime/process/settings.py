@@ -87,8 +87,8 @@ class ConnectionSettings(FileBackedSettings):
     scrapes from elsewhere (a Kubernetes pod's metrics port, another host)."""
 
     def nats_transport(self, url: str | None = None) -> dict[str, Any]:
-        """The TLS options of a NATS connection to `url` (default `nats_url`), by the rule of `nats/tls.py`: a
-        broker on the network is tls://, verified, TLS first; raises `InsecureBrokerUrl` before connecting."""
+        """The TLS options of a NATS connection to `url` (default `nats_url`) by the rule of `nats/tls.py` (which
+        raises `InsecureBrokerUrl` before anything connects)."""
         return tls_options(self.nats_url if url is None else url, self.nats_tls_ca,
                            private=frozenset(host.lower() for host in self.nats_private_hosts))
 

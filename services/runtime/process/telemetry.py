@@ -1,9 +1,6 @@
-"""Tracing for every service: the tracer provider chosen by `OTEL_*` variables, and W3C context in NATS headers.
-
-Nothing is exported unless asked: `OTEL_TRACES_EXPORTER=otlp` (or an `OTEL_EXPORTER_OTLP_*ENDPOINT`) sends spans
-over OTLP/HTTP, `console` prints them; otherwise only the context is carried, so traces still join across
-services that do export. Each service's spans come from the tracer named `sheshnag.<service>`.
-"""
+"""Tracing for every service: the tracer `sheshnag.<service>`, W3C context in NATS headers, and the provider chosen by
+`OTEL_*` variables: `OTEL_TRACES_EXPORTER=otlp` (or an OTLP endpoint) exports over OTLP, `console` prints; else
+nothing is exported, but context is still carried, so traces join across the services that do export."""
 
 import importlib
 import logging

@@ -81,9 +81,8 @@ FAULT_RETRY_S = (1.0, 2.0, 5.0)
 
 async def through_write_faults(work: Callable[[], Awaitable[Result]], what: str,
                                patience_s: float = FAULT_PATIENCE_S) -> Result:
-    """`work()` (idempotent), done again after a pause each time it fails on a write fault, for up to `patience_s`:
-    a full disk or a broker restarting is not the work's fault, and must not spend its deliveries or attempts.
-    Any other failure, and a fault past the patience, is raised."""
+    """`work()` (idempotent), redone after a pause while it fails on a write fault, for up to `patience_s` (a full
+    disk is not the work's fault: it must not spend its deliveries or attempts); any other failure is raised."""
     waited = 0.0
     tries = 0
     while True:
