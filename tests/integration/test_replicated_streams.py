@@ -18,9 +18,8 @@ from contracts.readmodel import BatchRecord
 from contracts.subjects import EVENTS_STREAM, WORK_STREAM, event_subject
 from infra.nats_cluster import NatsCluster
 from services.runtime.nats.bus import EventBus
-from services.runtime.nats.kv import latest_entries, open_bucket, read_page, read_subject
+from services.runtime.nats.kv import LEADER_TIMEOUT_S, ScanFailed, latest_entries, open_bucket, read_page, read_subject
 from services.runtime.nats.readmodel import ReadModel
-from services.runtime.nats.replicas import LEADER_TIMEOUT_S, ScanFailed
 from tests.conftest import RunningNats
 from tests.integration.test_kv_scans import api_requests
 from tests.integration.test_ledger_stored_bytes import file_record

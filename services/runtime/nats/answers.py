@@ -1,6 +1,5 @@
-"""Core request/reply answers (`Answer`): requests of one contract, each answered by its handler's returned model,
-and the middleware that runs each in the requester's trace and answers a malformed one with its refusal; and raw
-ones (`RawAnswer`), for requests of no contract whose handler replies itself, or not at all."""
+"""Core request/reply answers: of one contract (`Answer`), or of none (`RawAnswer`); and the middleware that runs each
+request in the requester's trace and answers a malformed one with its refusal."""
 
 import logging
 import typing
@@ -52,14 +51,16 @@ class Answer(Generic[Request]):
         except ValidationError as error:
             raise Refused(self.refuse(error.errors()[0]["msg"])) from error
 
+    async def decoder(self, message: StreamMessage[Any]) -> BaseModel:
+        """faststream's decoder for the answer's requests: the request model itself, or `Refused`."""
+        return self.decode(message.body)
+
 
 @dataclass(frozen=True)
 class RawAnswer:
-    """A core request/reply subscription for requests of no contract (the auth callout's sealed JWTs): each goes, as
-    its nats-py message, to a method of the service's dependencies (`ExecutorAuthority.on_request`), which replies
-    to it itself or leaves it unanswered (a forged request: the asker then gives up). Subscribed whenever the broker
-    runs, in `queue` (one of the service's processes takes each, leader or standby; "": every process takes every
-    message); not in the AsyncAPI document. `traced`: each handled in a span of its own (not for frequent notices)."""
+    """A core request/reply subscription for requests of no contract (the auth callout's sealed JWTs), each handed as
+    its nats-py message to a handler that replies itself or not at all (a forged request). Subscribed whenever the
+    broker runs, in `queue` ("": every process takes each). `traced`: a span each (not for frequent notices)."""
 
     subject: str
     queue: str
@@ -68,15 +69,6 @@ class RawAnswer:
 
 RawHandler = Callable[[Any, Msg], Awaitable[None]]
 """A raw answer's handler: (the service's dependencies, the request as nats-py received it)."""
-
-
-def decoder(answer: Answer[Any]) -> Callable[[StreamMessage[Any]], Awaitable[BaseModel]]:
-    """faststream's decoder for `answer`'s requests: the request model itself, or `Refused`."""
-
-    async def decode(message: StreamMessage[Any]) -> BaseModel:
-        return answer.decode(message.body)
-
-    return decode
 
 
 class Answering(BaseMiddleware):

@@ -1,10 +1,6 @@
-"""A process's one NATS connection: faststream's broker opens it (`EventBus.connect` is the only caller), and our
-`EventBus` is built over it.
-
-faststream declares and runs the subscribers; the JetStream primitives it has no form for (deduplicated and fenced
-publishes with `Nats-Expected-Last-Subject-Sequence`, KV buckets, the gap-detecting ordered reader, the auth
-callout) stay nats-py calls, made through the broker's own connection via `EventBus`, never a second one.
-"""
+"""A process's one NATS connection: faststream's broker opens it (only through `EventBus.connect`) and runs the
+subscribers; what faststream has no form for (fenced, deduplicated publishes, KV buckets, the ordered reader, the auth
+callout) are nats-py calls on that same connection via `EventBus`, never a second one."""
 
 import asyncio
 import logging
@@ -20,7 +16,7 @@ from faststream.security import BaseSecurity, SASLPlaintext
 from nats.aio.client import Client
 
 from services.runtime.nats.client import ReadmittingClient
-from services.runtime.process.settings import connection_settings
+from services.runtime.process.settings import ConnectionSettings
 
 log = logging.getLogger(__name__)
 
@@ -31,14 +27,12 @@ DRAIN_S = 5
 GRACEFUL_STOP_S = 5.0
 """On stop, a handler still running gets this long to finish (and ack) before it is cancelled and redelivered."""
 CLOSE_S = GRACEFUL_STOP_S + DRAIN_S + 5.0
-"""The most a service's stop waits for its broker connection to close: one the broker keeps refusing, or whose
-broker is gone, reconnects for ever, and a process must exit all the same."""
+"""The most a stop waits for the connection to close (one whose broker is gone reconnects for ever)."""
 TOOL_ATTEMPTS = 3
 """How often an operator tool tries the broker before it gives up and says why."""
 BROKER_HICCUPS = (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError,
                   nats.js.errors.ServiceUnavailableError, asyncio.TimeoutError)
-"""What a request meets while the broker cannot answer for a moment (a clustered broker electing a stream's or
-bucket's leader): worth waiting out, not a fault."""
+"""What a request meets while the broker cannot answer for a moment (a cluster electing a leader): not a fault."""
 
 
 class BrokerUnreachable(ConnectionError):
@@ -69,11 +63,9 @@ class ServiceBroker(NatsBroker):
     def to(cls, url: str, name: str, credentials: Credentials | None, attempts: int, stop: asyncio.Event | None,
            on_error: ErrorCallback | None, grace_s: float) -> "ServiceBroker":
         """A broker for `url`, not connected yet, under the TLS rule of `nats/tls.py` (`InsecureBrokerUrl` here).
-        `attempts` -1: it connects whenever it can (a service waits for its broker); else `BrokerUnreachable` after
-        that many tries per server (a tool exits saying why, never hangs). A connection nats-py closes for good
-        (it retries forever, so only on an error it never retries, or at the end) sets `stop`: faststream's consume
-        loops would otherwise spin on it, and a stopped service exits for its supervisor to start afresh."""
-        # seconds (annotated int); a drain at the end waits for the broker at most DRAIN_S, not nats-py's 30 s
+        `attempts` -1: it connects whenever it can (a service); else `BrokerUnreachable` after that many tries per
+        server (a tool exits saying why). A connection closed for good sets `stop`: faststream's consume loops would
+        spin on it, and a stopped service exits for its supervisor to start afresh."""
         options: dict[str, Any] = {"reconnect_time_wait": 0.5, "drain_timeout": DRAIN_S}
         if stop is not None:
             async def closed() -> None:
@@ -82,7 +74,7 @@ class ServiceBroker(NatsBroker):
                     stop.set()
 
             options["closed_cb"] = closed
-        transport = connection_settings().nats_transport(url)  # refuses a network broker that is not tls://
+        transport = ConnectionSettings().nats_transport(url)  # refuses a network broker that is not tls://
         tls = transport.get("tls")
         if credentials is not None:
             options |= {"security": SASLPlaintext(username=credentials.user, password=credentials.password,

@@ -13,26 +13,14 @@ import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.api import (
-    RetentionPolicy,
-    StorageType,
-    StreamConfig,
-    StreamInfo,
-)
+from nats.js.api import RetentionPolicy, StorageType, StreamConfig, StreamInfo
 
 from contracts.commands import COMMAND_PROTOCOL
 from contracts.events.envelope import Event
-from contracts.subjects import (
-    BATCH_HEADER,
-    EVENTS_STREAM,
-    EVENTS_SUBJECTS,
-    JS_API,
-    WORK_STREAM,
-    WORK_SUBJECTS,
-)
+from contracts.subjects import BATCH_HEADER, EVENTS_STREAM, EVENTS_SUBJECTS, JS_API, WORK_STREAM, WORK_SUBJECTS
 from services.runtime.nats.broker import GRACEFUL_STOP_S, TOOL_ATTEMPTS, Credentials, ErrorCallback, ServiceBroker
 from services.runtime.nats.placement import until_placed
-from services.runtime.process.settings import connection_settings
+from services.runtime.process.settings import ConnectionSettings
 from services.runtime.process.telemetry import inject_headers, tracer
 
 log = logging.getLogger(__name__)
@@ -43,8 +31,7 @@ DEDUP_WINDOW_S = 3600.0
 
 
 class Command(Protocol):
-    """What the bus needs of a command to send it (`contracts.commands`): where it goes, the id that dedups it, and
-    the batch it is about."""
+    """What the bus needs of a command (`contracts.commands`) to send it."""
 
     @property
     def subject(self) -> str: ...
@@ -69,9 +56,7 @@ WRONG_LAST_SEQUENCE = 10071
 @dataclass(frozen=True)
 class Fence:
     """A publish condition: the last fact on `subject` (a filter) is still the one at `sequence` (0: none yet).
-
-    JetStream checks it atomically with the write, so a writer whose lease was revoked by a newer fact on
-    `subject` cannot get a fact into the log any more."""
+    JetStream checks it atomically with the write: a writer whose lease a newer fact revoked writes nothing more."""
 
     subject: str
     sequence: int
@@ -105,8 +90,7 @@ def _last_sequence(description: str | None) -> int:
 
 
 class JetStream(JetStreamContext):
-    """nats-py's JetStream context, keeping public the connection it asks through: the direct reads (kv.py) send
-    their batched requests on it themselves."""
+    """nats-py's JetStream context with its connection public: kv.py's direct reads send their batched gets on it."""
 
     def __init__(self, nc: Client, prefix: str = JS_API, timeout: float = PUBLISH_TIMEOUT_S) -> None:
         super().__init__(nc, prefix=prefix, timeout=timeout)
@@ -124,18 +108,15 @@ class EventBus:
         self.tracer = tracer(name.split("-")[0] or "bus")
         """Handler spans are named after the service (`executor-gpu-7` → `sheshnag.executor`)."""
         self.js = JetStream(nc)
-        self.replicas = replicas if replicas is not None else connection_settings().nats_replicas
+        self.replicas = replicas if replicas is not None else ConnectionSettings().nats_replicas
         """Replicas of every stream and bucket this bus makes (`SHESHNAG_NATS_REPLICAS` unless given)."""
 
     @classmethod
     async def connect(cls, url: str, name: str, *, credentials: Credentials | None = None, attempts: int = -1,
                       replicas: int | None = None, declare: bool = True, stop: asyncio.Event | None = None,
                       on_error: ErrorCallback | None = None, grace_s: float = GRACEFUL_STOP_S) -> Self:
-        """The one way to connect: `name`'s connection to `url` (which may list a cluster's nodes with commas), as
-        `credentials`' user when given, opened by a faststream broker (`bus.broker`: a service includes its routers
-        and starts it) as `ServiceBroker.to` says for `attempts` and `stop`. `on_error` is told each connection
-        error; on stop, running handlers get `grace_s`. With `declare`, makes sure the streams exist (with
-        `replicas`, else `SHESHNAG_NATS_REPLICAS`)."""
+        """The one way to connect: opened by a faststream broker (`bus.broker`: a service includes its routers and
+        starts it) as `ServiceBroker.to` says; with `declare`, makes sure the streams exist."""
         broker = ServiceBroker.to(url, name, credentials, attempts, stop, on_error, grace_s)
         bus = cls(await broker.connect(), name, replicas)
         bus.broker = broker
@@ -151,8 +132,7 @@ class EventBus:
         await self.nc.drain()
 
     async def ensure_streams(self) -> None:
-        """EVENTS (kept by limits; read without consumers too: fact checks, the errors view, the fact desk) and
-        WORK (a work queue)."""
+        """EVENTS (kept by limits, direct reads on) and WORK (a work queue)."""
         for name, subject, retention, direct in ((EVENTS_STREAM, EVENTS_SUBJECTS, RetentionPolicy.LIMITS, True),
                                                  (WORK_STREAM, WORK_SUBJECTS, RetentionPolicy.WORK_QUEUE, None)):
             config = StreamConfig(name=name, subjects=[subject], storage=StorageType.FILE, retention=retention,
@@ -171,10 +151,8 @@ class EventBus:
             await self.ensure_replicas(await self.js.stream_info(config.name or ""))
 
     async def ensure_replicas(self, info: StreamInfo) -> None:
-        """A stream (or KV bucket's stream) with fewer replicas than `replicas` is scaled up: JetStream copies it
-        to the new peers (its publishes may fail for the moment it elects a leader among them). Never scaled down
-        (an operator's choice). A broker that refuses (one server, or a connection without the right) leaves it as
-        it is, with a warning: the deployment runs, less durable than configured."""
+        """Scale a stream (or a bucket's) with fewer replicas than `replicas` up, never down (an operator's choice). A
+        broker that refuses leaves it as it is, with a warning: the deployment runs, less durable than configured."""
         have = info.config.num_replicas or 1
         if have >= self.replicas:
             return
@@ -188,17 +166,12 @@ class EventBus:
             log.info("stream %s scaled from %d to %d replicas", info.config.name, have, self.replicas)
 
     async def publish(self, event: Event, fence: Fence | None = None) -> int:
-        """Publish a fact once: a retried publish of the same event_id is dropped by the server.
-
-        With a `fence`, only while it holds (else `FenceMoved`, and nothing is written)."""
+        """Publish a fact once (a retried publish of the same event_id is dropped by the server); with a `fence`,
+        only while it holds (else `FenceMoved`, and nothing is written)."""
         headers = {"Nats-Msg-Id": event.event_id, **(fence.headers() if fence else {})}
         try:
-            ack = await self.js.publish(
-                event.subject,
-                event.model_dump_json().encode(),
-                headers=inject_headers(headers),
-                stream=EVENTS_STREAM,
-            )
+            ack = await self.js.publish(event.subject, event.model_dump_json().encode(),
+                                        headers=inject_headers(headers), stream=EVENTS_STREAM)
         except nats.js.errors.APIError as error:
             if fence is None or error.err_code != WRONG_LAST_SEQUENCE:
                 raise
@@ -206,9 +179,8 @@ class EventBus:
         return ack.seq
 
     async def send(self, command: Command, protocol: int = COMMAND_PROTOCOL) -> None:
-        """Send a command once (a retried send is dropped by the server) in the shape `protocol` says (the executor's,
-        `ExecutorAdvert.protocol`); its header names its batch. Another shape is another message: the same command
-        sent again in protocol 1's to an executor that went back to it is not dropped as a repeat."""
+        """Send a command once (a retried send is dropped by the server) in the shape of the executor's `protocol`,
+        its header naming its batch. Another shape is another message id: a resend after a protocol change is sent."""
         msg_id = command.msg_id if protocol < 2 else f"{command.msg_id}:p{protocol}"
         headers = {"Nats-Msg-Id": msg_id, BATCH_HEADER: command.batch_id}
         await self.js.publish(command.subject, command.wire(protocol), headers=inject_headers(headers),
@@ -217,8 +189,7 @@ class EventBus:
 
 @contextlib.asynccontextmanager
 async def tool_bus(url: str, name: str) -> AsyncIterator[EventBus]:
-    """An operator tool's connection for one run (a few tries to connect: `TOOL_ATTEMPTS`), closed however the run
-    ends."""
+    """An operator tool's connection for one run (`TOOL_ATTEMPTS` tries to connect), closed however it ends."""
     bus = await EventBus.connect(url, name, attempts=TOOL_ATTEMPTS)
     try:
         yield bus

@@ -1,16 +1,10 @@
-"""The NATS client every service connects with: nats-py's, except that expired credentials mean reconnect.
+"""The NATS client every service connects with: nats-py's, with three fixes.
 
-When a connection's admission expires (an executor's user JWT from the auth callout, `SHESHNAG_NATS_EXECUTOR_TTL_S`)
-the server sends `-ERR 'User Authentication Expired'` and hangs up. nats-py closes the connection for good on
-that error (nats-io/nats.py#1019), so the executor's consumers ended and the process died. Reconnecting, as the Go
-client does, asks the callout again: a live worker key is admitted afresh, a revoked one is refused (and the
-client keeps retrying, shut out).
-
-A URL may list a cluster's nodes with commas (`SHESHNAG_NATS_URL`); nats-py takes a list, so it is split here.
-
-A TLS handshake that fails (a certificate not verified) left nats-py waiting forever for the dead socket to close:
-asyncio's `start_tls` had given the socket to its SSL protocol, so the stream nats-py waits on never hears of the
-close. That wait is bounded here, so the client tries again (a service) or gives up and says why (a tool).
+An expired admission (`-ERR 'User Authentication Expired'`, an executor's JWT past `SHESHNAG_NATS_EXECUTOR_TTL_S`)
+means reconnect, as in the Go client, not close for good (nats-io/nats.py#1019): the auth callout then admits a live
+worker key afresh and shuts out a revoked one. A URL may list a cluster's nodes with commas. A failed TLS handshake
+left nats-py waiting forever on the dead socket (asyncio's `start_tls` keeps the close from its stream): that wait is
+bounded, so the client retries (a service) or gives up saying why (a tool).
 """
 
 import asyncio

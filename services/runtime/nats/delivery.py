@@ -1,21 +1,12 @@
-"""A service's table (`ServiceRouter`): durable subscriptions declared on faststream and the one delivery policy
-every one of them runs under; core request/reply answers (answers.py); folds of the log (folds.py); and the
-leadership terms some of them are given in.
+"""A service's table (`ServiceRouter`): durable subscriptions on faststream under one delivery policy, core
+request/reply answers (answers.py), folds of the log (folds.py), and the leadership terms some of them run in.
 
-A durable's handler is a method of the service's dependencies taking its contract model (decoded by faststream,
-never a raw message; and the fact's stream sequence if it has a third parameter), registered as it is
-(`Executor.run`); the policy around it acks only then, keeps a long handler's lease (in-progress), retries a failure
-later with backoff (never a hot loop), and on the last delivery, or at once when it cannot ever succeed
-(`PoisonMessage`), hands the fact to the subscription's poison handler, then terminates the message. A payload
-that is not its contract is logged and terminated by the router itself.
-
-An answer's handler takes its request model and returns the reply model, which faststream sends back; a request
-that is not its contract gets the answer's refusal, and one whose handler fails gets no answer (it asks again). A raw
-answer's handler takes the request as nats-py received it and replies to it itself, or not at all (the auth callout).
-Leader-only answers and folds live on the router's term, which the broker's start leaves alone: `leading()` runs
-the folds and subscribes the answers for one term and stops them when it ends (faststream subscribes a core
-subscriber in `start()` and forgets the subscription in `stop()`, so a later term starts the same ones afresh).
-Between terms nothing is subscribed: a request then fails at once with "no responders".
+A durable's handler is a method of the service's dependencies taking its decoded contract model; the policy acks only
+when it returns, keeps a long handler's lease, retries a failure with backoff, and on the last delivery (or at once on
+`PoisonMessage`) hands the fact to the poison handler, then terminates it. A payload that is not its contract is
+logged and terminated. Leader-only answers and folds run per term (`leading()`): faststream subscribes a core
+subscriber in `start()` and forgets it in `stop()`, so each term starts them afresh; between terms a request gets
+"no responders".
 """
 
 import asyncio
@@ -38,12 +29,12 @@ from faststream.nats import JStream, NatsBroker, NatsRouter, PullSub
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy as JetStreamAck
 from nats.js.api import ConsumerConfig, DeliverPolicy
-from opentelemetry.trace import Span, SpanKind, Tracer
+from opentelemetry.trace import Span, SpanKind
 from pydantic import BaseModel, TypeAdapter
 
 from contracts.events.envelope import Event
 from contracts.subjects import BATCH_HEADER, event_subject, parse_event_subject, subject_pattern
-from services.runtime.nats.answers import Answer, Answering, RawAnswer, RawHandler, Refused, decoder
+from services.runtime.nats.answers import Answer, Answering, RawAnswer, RawHandler, Refused
 from services.runtime.nats.bus import ConsumerPolicy, EventBus, PoisonMessage
 from services.runtime.nats.folds import Folds, LogFollower, running
 from services.runtime.process import metrics
@@ -57,11 +48,9 @@ __all__ = ["TERM", "Answer", "Durable", "Handler", "LogFollower", "PoisonHandler
            "ServiceRouter", "batch_of", "fact_filter", "keep_in_progress"]
 
 Handler = Callable[[Any, Any], Awaitable[None]] | Callable[[Any, Any, int], Awaitable[None]]
-"""A durable's handler: (the service's dependencies, the fact or command decoded as its contract[, its sequence in
-the stream]); a method of the dependencies' class registered as it is (`Executor.run`), with no shim around it."""
+"""A durable's handler: (the service's dependencies, the decoded fact or command[, its stream sequence])."""
 PoisonHandler = Callable[[Any, Any, BaseException], Awaitable[None]]
-"""(the service's dependencies, the fact given up on, decoded, the error): `Executor.fail_the_attempt`. A payload
-that is not its contract never reaches it: the router logs it and drops it."""
+"""(the service's dependencies, the decoded fact given up on, the error): `Executor.fail_the_attempt`."""
 
 ONE_AT_A_TIME = PullSub(batch_size=1, timeout=1.0)
 """Fetch one message at a time: with one worker (the default) it is handled before the next is fetched; with
@@ -119,11 +108,10 @@ class ServiceRouter(NatsRouter):
         self.declared: dict[str, _Declared] = {}
         self.followers: list[LogFollower] = []
         self.answered: list[Answer[Any]] = []
-        """Every answer declared, leader-only or not (for the AsyncAPI document)."""
+        """Every answer declared (for the AsyncAPI document)."""
         self.answering: set[object] = set()
-        """The subscribers of this router's answers (each request through `Answering`, not `_Delivery`)."""
+        """The subscribers of answers (each request through `Answering`); `untraced`: those without a span."""
         self.untraced: set[object] = set()
-        """Those of them handled without a span (`RawAnswer.traced`)."""
         self.term = NatsRouter(middlewares=[self._answering])
         """The leader-only answers: never included before the broker starts (see `leading`)."""
         super().__init__(middlewares=[self._delivery])
@@ -131,9 +119,8 @@ class ServiceRouter(NatsRouter):
     def durable(self, durable: Durable, handler: Handler, on_poison: PoisonHandler | None, description: str,
                 max_workers: int = 1) -> None:
         """`handler` takes `durable`'s facts; `on_poison` records one given up on (None: it is only logged).
-        `max_workers` > 1: that many messages are handled at once, each under its own delivery policy (faststream's
-        concurrent pull subscriber). A message fetched waits for a free worker without its lease kept, so the
-        durable's `max_ack_pending` may not exceed `max_workers`: none is then fetched that no worker takes."""
+        `max_workers` > 1: that many handled at once. A fetched message waits for a free worker with no lease kept,
+        so `max_ack_pending` may not exceed `max_workers`."""
         if max_workers > 1 and durable.policy.max_ack_pending > max_workers:
             raise ValueError(f"{durable.name}: {durable.policy.max_ack_pending} messages out for {max_workers} "
                              "workers would leave some fetched unattended, their ack wait running")
@@ -146,8 +133,8 @@ class ServiceRouter(NatsRouter):
         )(_delivered_to(handler, durable.contract, self.dependencies))
 
     def follows(self, follower: LogFollower) -> None:
-        """Declare a fold of the log, which this router runs: a leader-only one for each term (`leading`), any other
-        while the service runs (`folding`). One without a handler is run by the service itself."""
+        """Declare a fold of the log, run for each term (leader-only: `leading`) or while the service runs
+        (`folding`); one without a handler is run by the service itself."""
         self.followers.append(follower)
 
     @contextlib.asynccontextmanager
@@ -159,8 +146,7 @@ class ServiceRouter(NatsRouter):
     def answers(self, answer: Answer[Any] | RawAnswer, handler: Callable[..., Awaitable[BaseModel]] | RawHandler,
                 description: str) -> None:
         """`handler` takes `answer`'s request (and `Path()`/`Context()` parameters) and returns the reply; a
-        leader-only one takes its term's dependencies as the `Context()` parameter named `term` (`TERM`). A raw
-        answer's handler is a method of the service's dependencies taking the nats-py message (`RawHandler`)."""
+        leader-only one takes its term's dependencies as `Context(TERM)`. A raw answer's: see `RawHandler`."""
         title = f"{self.service}:{answer.subject}"
         if isinstance(answer, RawAnswer):
             subscriber = self.subscriber(answer.subject, queue=answer.queue, no_reply=True, title=title,
@@ -171,7 +157,7 @@ class ServiceRouter(NatsRouter):
                 self.untraced.add(subscriber)
         else:
             router = self.term if answer.leader_only else self
-            subscriber = router.subscriber(answer.subject, decoder=decoder(answer), title=title,
+            subscriber = router.subscriber(answer.subject, decoder=answer.decoder, title=title,
                                            description=description)
             subscriber(handler)
             self.answered.append(answer)
@@ -179,9 +165,8 @@ class ServiceRouter(NatsRouter):
 
     @contextlib.asynccontextmanager
     async def leading(self, broker: NatsBroker, term: object, bus: EventBus | None = None) -> AsyncIterator[Folds]:
-        """One leadership term: the leader-only folds run and the leader-only answers are subscribed, on `term`'s
-        dependencies, until the block ends; then unsubscribed (a request being answered is finished first, for the
-        broker's graceful timeout) and the folds stopped. `bus`: what the folds read the log through."""
+        """One leadership term: the leader-only folds run and answers are subscribed, on `term`'s dependencies, until
+        the block ends (a request being answered is finished first). `bus`: what the folds read the log through."""
         followers = [follower for follower in self.followers if follower.take and follower.leader_only]
         if followers and bus is None:
             raise ValueError(f"{self.service}: a term's folds need the bus to read the log through")
@@ -217,9 +202,8 @@ class ServiceRouter(NatsRouter):
 
 
 def _delivered_to(handler: Handler, contract: Any, dependencies: str) -> Callable[..., Awaitable[None]]:
-    """faststream's subscriber function for `handler`: the message decoded as `contract` (or as nats-py received it,
-    for a raw answer), and the dependencies taken from the broker's context by their name (one function made here,
-    not a shim per handler); the fact's stream sequence too for a handler of three parameters."""
+    """faststream's subscriber function for `handler`: the message decoded as `contract`, the dependencies from the
+    broker's context by name, and for a handler of three parameters the fact's stream sequence."""
     call: Any = handler  # of two parameters or three, told apart here once
 
     async def unplaced(message: Any, deps: Any) -> None:
@@ -261,8 +245,14 @@ class _Delivery(BaseMiddleware):
         metrics.CONSUMER_PENDING.labels(metadata.consumer or "").set(metadata.num_pending or 0)
         batch_id = batch_of(message)
         self.batch_token = BATCH_ID.set(batch_id)
-        # The handler continues the trace of whoever published the message; what it publishes joins it too.
-        self.span = _handler_span(self.router.tracer, message, self.declared.durable)
+        # The handler continues the publisher's trace (what it publishes joins it). Span names stay few (the
+        # subscription's filter: `handle evt.batch.*.created`), ids go in attributes.
+        self.span = self.router.tracer.start_as_current_span(
+            f"handle {subject_pattern(self.declared.durable.subject or message.subject)}",
+            context=extract_context(message.headers), kind=SpanKind.CONSUMER,
+            attributes={"messaging.destination.name": message.subject,
+                        "messaging.consumer.group.name": metadata.consumer or "",
+                        "messaging.message.delivery_count": metadata.num_delivered or 0})
         span = self.span.__enter__()
         if batch_id:
             span.set_attribute("sheshnag.batch_id", batch_id)
@@ -340,17 +330,6 @@ class _Delivery(BaseMiddleware):
             log.exception("the poison handler of %s failed; the message is retried", self.declared.durable.name)
             return False
         return True
-
-
-def _handler_span(tracer: Tracer, message: Msg, durable: Durable) -> AbstractContextManager[Span]:
-    """Named after the subscription's filter (`handle evt.batch.*.created`): span names stay few, ids go in
-    attributes."""
-    metadata = message.metadata
-    return tracer.start_as_current_span(
-        f"handle {subject_pattern(durable.subject or message.subject)}", context=extract_context(message.headers),
-        kind=SpanKind.CONSUMER, attributes={"messaging.destination.name": message.subject,
-                                            "messaging.consumer.group.name": metadata.consumer or "",
-                                            "messaging.message.delivery_count": metadata.num_delivered or 0})
 
 
 def batch_of(message: Msg) -> str:

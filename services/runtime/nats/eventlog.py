@@ -1,19 +1,12 @@
 """The one way to read EVENTS (or a filter of it) in stream order: `read` to the head, a `page` at a time, or
-`follow` it live.
-
-One rule for "caught up": the stream's last sequence, asked once when a read begins; a read ends there (facts
-published after it are the next read's). A page that says no more follow is that rule for one page's reader
-(an executor's batch log, which under authorization may not ask the stream for its head). `read` and `page` use
-batched direct gets, so they leave no consumer behind and no quiet spell can cut them short; `follow` is the
-gap-detecting pull reader (follower.py), restarted on any gap.
-"""
+`follow` it live. "Caught up" means the stream's last sequence as asked when a read begins (for a `page`: no more
+follow, for a reader that may not ask for the head). `read` and `page` use batched direct gets (no consumer left
+behind, no quiet spell cuts them short); `follow` is the gap-detecting pull reader (follower.py)."""
 
 import contextlib
-import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import datetime
 
-import nats.errors
 import nats.js.errors
 import orjson
 
@@ -22,8 +15,6 @@ from services.runtime.nats.bus import EventBus
 from services.runtime.nats.facts import last_sequence
 from services.runtime.nats.follower import Fact, OrderedReader
 from services.runtime.nats.kv import read_page
-
-log = logging.getLogger(__name__)
 
 __all__ = ["Fact", "follow", "following", "head", "page", "published_at", "read"]
 
@@ -35,12 +26,9 @@ START_TIMEOUT_S = 10.0
 
 
 async def head(bus: EventBus, subjects: tuple[str, ...] = ()) -> int:
-    """The sequence of the stream's last fact now (0 while it holds none): a read begun now ends there. With
-    `subjects` (a fold's filters), the last fact on any of them: a reader of those alone ends there.
-
-    Not merely the stream's `last_seq`: that stays where it was when the newest facts were purged (retention trims
-    ended batches by subject, and on a quiet deployment the newest fact may be one of them), and a reader waiting
-    to reach it would wait for ever."""
+    """The sequence of the stream's last fact now (0 while it holds none; with `subjects`, a fold's filters: the last
+    on any of them): a read begun now ends there. Not merely `last_seq`, which stays put when the newest facts are
+    purged (retention trims ended batches by subject): a reader waiting to reach it would wait for ever."""
     if subjects:
         return max([await last_sequence(bus.js, subject) or 0 for subject in subjects])
     state = (await bus.js.stream_info(EVENTS_STREAM)).state
@@ -50,10 +38,7 @@ async def head(bus: EventBus, subjects: tuple[str, ...] = ()) -> int:
         return state.last_seq  # no gap anywhere: the last sequence is a fact
     with contextlib.suppress(nats.js.errors.NotFoundError):
         return (await bus.js.get_msg(EVENTS_STREAM, state.last_seq)).seq or state.last_seq
-    try:
-        return (await bus.js.get_last_msg(EVENTS_STREAM, EVENTS_SUBJECTS)).seq or 0
-    except nats.js.errors.NotFoundError:
-        return 0
+    return await last_sequence(bus.js, EVENTS_SUBJECTS) or 0
 
 
 async def read(bus: EventBus, subject: str = EVENTS_SUBJECTS, after: int = 0,
@@ -76,9 +61,8 @@ async def read(bus: EventBus, subject: str = EVENTS_SUBJECTS, after: int = 0,
 
 async def page(bus: EventBus, subject: str, after: int = 0, limit: int = PAGE,
                max_bytes: int = PAGE_BYTES) -> tuple[list[Fact], bool]:
-    """One page of a stretch: up to `limit` facts (about `max_bytes`) on `subject` after `after`, in stream order,
-    and whether more follow (no more: the reader is caught up). What `read` pages through, and the page an
-    executor's batch log reads, directly or from the fact desk that serves it with this."""
+    """Up to `limit` facts (about `max_bytes`) on `subject` after `after`, in stream order, and whether more follow
+    (none: caught up). What `read` pages through, and what an executor's batch log reads (or the fact desk for it)."""
     messages, more = await read_page(bus.js, EVENTS_STREAM, subject, after, limit, max_bytes)
     return [Fact(message.seq, message.subject, message.data, message.headers) for message in messages], more
 
@@ -86,10 +70,8 @@ async def page(bus: EventBus, subject: str, after: int = 0, limit: int = PAGE,
 async def follow(bus: EventBus, subject: str | tuple[str, ...] = EVENTS_SUBJECTS, after: int = 0,
                  batch: int = 1000, idle: bool = False) -> AsyncGenerator[list[Fact], None]:
     """The facts on `subject` (or on any of several) after `after`, then each as it is published, in groups as they
-    arrive; forever.
-
-    With `idle`, a quiet second at the head yields an empty group too (a caller with checks of its own to make
-    between facts: a live stream's heartbeat). Its consumer is made at the first group; `following` makes it first."""
+    arrive; forever. With `idle`, a quiet second at the head yields an empty group too (a live stream's heartbeat).
+    Its consumer is made at the first group; `following` makes it first."""
     async with following(bus, subject, after, batch, idle) as groups:
         async for group in groups:
             yield group
@@ -97,8 +79,7 @@ async def follow(bus: EventBus, subject: str | tuple[str, ...] = EVENTS_SUBJECTS
 
 def following(bus: EventBus, subject: str | tuple[str, ...] = EVENTS_SUBJECTS, after: int = 0, batch: int = 1000,
               idle: bool = False) -> contextlib.AbstractAsyncContextManager[AsyncIterator[list[Fact]]]:
-    """`follow`, with its consumer made before the body runs (nothing published from now on can be missed) and
-    released when the body ends, on every path."""
+    """`follow`, its consumer made before the body runs (nothing published from now on is missed), released after."""
     return OrderedReader(bus, after, batch, subject).reading(idle, consumer_first=True)
 
 

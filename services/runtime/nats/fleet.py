@@ -1,9 +1,6 @@
-"""The fleet view: executors' adverts in a KV bucket whose entries expire when heartbeats stop.
-
-Each executor writes its own key alone (its NATS permissions), so an advert is the key's: whatever id its body
-names, the key decides whose it is. A value that does not parse, or parses to nonsense, is skipped (logged at most
-once a minute per key), never trusted and never fatal; a heartbeat time from the future reads as now.
-"""
+"""The fleet view: executors' adverts in a KV bucket whose entries expire when heartbeats stop. Each executor writes
+only its own key, so the key, not the body, says whose an advert is; a value that does not parse, or parses to
+nonsense, is skipped (logged at most once a minute per key); a heartbeat time from the future reads as now."""
 
 import logging
 import time

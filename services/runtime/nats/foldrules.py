@@ -1,7 +1,5 @@
-"""A fold written as a table of rules: one small function per event type, registered with `@rules.on(Type)`.
-
-The ledger, the scheduler's book, the executor's attempt log and the timeline all fold this way.
-"""
+"""A fold written as a table of rules: one small function per event type, registered with `@rules.on(Type)` (the
+ledger, the scheduler's book, the executor's attempt log and the timeline all fold this way)."""
 
 from collections.abc import Callable
 from typing import Generic, TypeVar
@@ -10,10 +8,8 @@ R = TypeVar("R")
 
 
 class FoldRules(Generic[R]):
-    """Event type → the function that folds it; a type without a rule of its own takes its nearest base's.
-
-    Lookups are by exact type and cached, so a long fold pays one dictionary lookup per event, not a ladder.
-    """
+    """Event type → the function that folds it; a type without a rule of its own takes its nearest base's. Lookups
+    are by exact type and cached: a long fold pays one dictionary lookup per event, not a ladder."""
 
     def __init__(self) -> None:
         self._rules: dict[type, Callable[..., R]] = {}

@@ -1,8 +1,6 @@
-"""Folds of the log declared on a service's router (`ServiceRouter.follows`) and run by it: each reads the EVENTS
-stream in order, from a sequence of its own, through the gap-detecting ordered reader (follower.py), and hands its
-facts to its handler in groups. faststream has no form for a gap-detecting ordered read, so the router runs these
-itself: while the service runs, or, leader-only, for one leadership term.
-"""
+"""Folds of the log declared on a service's router (`ServiceRouter.follows`) and run by it, while the service runs or,
+leader-only, for one term: each reads EVENTS in order from a sequence of its own through the gap-detecting ordered
+reader (follower.py, which faststream has no form for) and hands its facts to its handler in groups."""
 
 import asyncio
 import contextlib

@@ -1,9 +1,6 @@
-"""Reading EVENTS in stream order with an ephemeral pull consumer: nothing arrives faster than it is taken.
-
-A push consumer with a callback drops messages once its pending limit fills (nats-py's ordered consumer then
-never notices the gap), so a large backlog would skip facts and stall the fold. Here the reader asks for at
-most two batches ahead, so the client never holds more than that, and any gap or silence restarts the consumer
-after the last fact handed on.
+"""Reading EVENTS in stream order with an ephemeral pull consumer: nothing arrives faster than it is taken. (A push
+consumer drops messages once its pending limit fills, and nats-py's ordered consumer never notices the gap.) The
+reader asks for at most two batches ahead, and any gap or silence restarts the consumer after the last fact handed on.
 """
 
 import asyncio
@@ -74,9 +71,8 @@ class OrderedReader:
         self._last_stream = start_after
 
     async def groups(self, idle: bool = False) -> AsyncGenerator[list[Fact], None]:
-        """The facts in groups as they arrive, for ever; any broker trouble restarts the consumer where the last
-        group ended. With `idle`, a quiet spell at the head (or a restart) yields an empty group too. The one
-        restart loop of every follower of the log; the caller closes the reader."""
+        """The facts in groups as they arrive, for ever (the one restart loop of every follower of the log): any trouble
+        restarts the consumer where the last group ended. `idle`: a quiet spell or a restart yields an empty group."""
         while True:
             try:
                 facts = await self.next_facts()
@@ -114,9 +110,8 @@ class OrderedReader:
     @contextlib.asynccontextmanager
     async def reading(self, idle: bool = False, *,
                       consumer_first: bool = False) -> AsyncIterator[AsyncIterator[list[Fact]]]:
-        """`groups`, with the consumer released when the block ends, on every path. `consumer_first`: it is made
-        before the block runs (nothing published from then on can be missed); else at the first group, where
-        trouble restarts the reader as any later trouble does."""
+        """`groups`, with the consumer released when the block ends. `consumer_first`: it is made before the block
+        runs (nothing published from then on can be missed); else at the first group."""
         try:
             if consumer_first:
                 await self._open()

@@ -1,17 +1,13 @@
-"""Reading streams without consumers, and KV buckets: open-or-create with direct reads on, every key's latest value, the
-last values of named keys.
-
-A scan is a series of batched direct gets on the bucket's stream (`$JS.API.DIRECT.GET.<stream>` with
-`next_by_subj` and `batch`): it creates no consumer and no watch, so a request that lists can leak nothing on the
-server whatever happens to it, and it reads to the stream's end, so an answer is never cut short by a quiet spell.
-On a replicated stream any replica may answer a direct get, one that has not applied the latest writes among them
-(JetStream promises no read-after-write there): a read also asks the stream's leader for the last sequence on its
-subject, and counts an answer only once it reaches that far, so nothing acknowledged before it began is missed. A
-read of one key whose value a limit counts (`read_value`) asks that leader instead: one request either way.
-"""
+"""KV buckets (open-or-create with direct reads on, every key's latest value, named keys' last values) and reading
+streams without consumers: batched direct gets (`next_by_subj`, `batch`) leave nothing on the server and read to the
+stream's end, never cut short by a quiet spell. On a replicated stream a lagging replica may answer a direct get, so a
+read counts only once it reaches the leader's last sequence on its subject (`leader_floor`: a stream-leader get is
+coherent with every acknowledged publish); `read_value` asks the leader itself."""
 
 import asyncio
+import time
 from dataclasses import dataclass
+from weakref import WeakKeyDictionary
 
 import nats.errors
 import nats.js.errors
@@ -23,22 +19,64 @@ from nats.js.kv import KV_MARKER_REASON, KV_OP, KeyValue
 from contracts.subjects import direct_get
 from services.runtime.nats.bus import EventBus, JetStream
 from services.runtime.nats.placement import until_placed
-from services.runtime.nats.replicas import ScanFailed, leader_api, leader_floor, replicated
 
 SCAN_PAGE = 256
 """Messages asked for per direct get; the server ends each batch with an EOB status saying how many remain."""
 PAGE_TIMEOUT_S = 10.0
 """How long one page of replies may take to arrive before the scan fails (instead of answering short)."""
 MAX_CHASE = 16
-"""A scan reads to the stream's end so that no key is missed; if writes to the keys it lists outrun it for this
-many times the pages it first saw, it fails rather than chase them forever (or answer short)."""
+"""A scan whose keys' writes outrun it for this many times the pages it first saw fails rather than chase for ever."""
 KV_OPERATION = KV_OP
 """The header a delete or purge marker carries (nats-py's name for it)."""
-MARKER_REASON = KV_MARKER_REASON
-"""The header of a marker the server writes itself (a key's TTL ran out)."""
 LAGGING_RETRY_S = 0.05
-"""A replica's answer that stops short of the leader's last sequence is asked again after this long (another
-replica may answer, or the same one caught up), for up to `PAGE_TIMEOUT_S` in all."""
+"""A lagging replica's short answer is asked again after this long, for up to `PAGE_TIMEOUT_S` in all."""
+LEADER_TIMEOUT_S = 2.0
+"""How long the leader may take to answer: a stream electing one answers nobody, and reads then fail fast
+(`ScanFailed`) rather than answer from a replica that may lag."""
+REPLICATION_RECHECK_S = 30.0
+"""How long a stream's replica count is taken as known: a stream scaled up meanwhile is read as replicated after."""
+
+
+class ScanFailed(nats.errors.Error):
+    """The server refused or broke off a scan: the caller gets an error, never a partial list."""
+
+
+async def leader_floor(js: JetStream, stream: str, subject: str) -> int:
+    """The sequence a direct read of `subject` (a filter) must reach to miss nothing acknowledged before it began;
+    0 on a single-replica stream and when `subject` holds nothing."""
+    if not await replicated(js, stream):
+        return 0
+    try:
+        return (await leader_api(js).get_last_msg(stream, subject)).seq or 0
+    except nats.js.errors.NotFoundError:
+        return 0
+    except (nats.errors.Error, nats.js.errors.Error) as error:
+        raise ScanFailed(f"the leader of {stream} did not answer a read: {error!r}") from error
+
+
+_REPLICATED: "WeakKeyDictionary[JetStream, dict[str, tuple[bool, float]]]" = WeakKeyDictionary()
+"""Per connection's JetStream context, per stream: whether it has more than one replica, and when that was asked."""
+
+
+def leader_api(js: JetStream) -> JetStream:
+    """`js`'s connection asking JetStream's API (a stream's leader, for a non-direct read) within `LEADER_TIMEOUT_S`."""
+    return JetStream(js.nc, timeout=LEADER_TIMEOUT_S)
+
+
+async def replicated(js: JetStream, stream: str) -> bool:
+    """Whether `stream` has more than one replica (as asked at most `REPLICATION_RECHECK_S` ago)."""
+    known = _REPLICATED.setdefault(js, {})
+    now = time.monotonic()
+    if stream in known and now - known[stream][1] <= REPLICATION_RECHECK_S:
+        return known[stream][0]
+    try:
+        replicas = (await leader_api(js).stream_info(stream)).config.num_replicas or 1
+    except (nats.errors.Error, nats.js.errors.Error) as error:
+        if stream not in known:
+            raise ScanFailed(f"{stream} did not say how many replicas it has: {error!r}") from error
+        return known[stream][0]  # asked again while the stream elects a leader: as it was
+    known[stream] = replicas > 1, now
+    return replicas > 1
 
 
 class Bucket(KeyValue):
@@ -56,8 +94,7 @@ class Bucket(KeyValue):
 
 async def open_bucket(bus: EventBus, bucket: str, ttl_s: float | None = None, *, scans: bool = False) -> Bucket:
     """The bucket, created (with direct reads) when missing, once JetStream can place it (placement.py). `scans`:
-    this caller lists the bucket, so a bucket made before direct reads existed is switched to them (only core
-    services may, and do, ask for that)."""
+    a bucket made before direct reads is switched to them (core services only)."""
     return await until_placed(f"bucket {bucket}", lambda: _open_bucket(bus, bucket, ttl_s, scans))
 
 
@@ -71,12 +108,10 @@ async def _open_bucket(bus: EventBus, bucket: str, ttl_s: float | None, scans: b
             return Bucket(bus.js, bucket, direct=True)
         except nats.js.errors.BadRequestError:  # another process created it first
             info = await bus.js.stream_info(stream)
-    if bus.replicas > 1:
-        await bus.ensure_replicas(info)
+    await bus.ensure_replicas(info)  # a no-op at one replica
     if scans and not info.config.allow_direct:
         await ensure_direct_reads(bus.js, stream)
-        return Bucket(bus.js, bucket, direct=True)
-    return Bucket(bus.js, bucket, direct=bool(info.config.allow_direct))
+    return Bucket(bus.js, bucket, direct=scans or bool(info.config.allow_direct))
 
 
 async def ensure_direct_reads(js: JetStreamContext, stream: str) -> None:
@@ -93,11 +128,8 @@ async def latest_values(kv: Bucket, key_filter: str = ">", *, coherent: bool = T
 
 
 async def latest_entries(bucket: Bucket, key_filter: str = ">", *, coherent: bool = True) -> list[tuple[str, bytes]]:
-    """Every live key matching `key_filter` with its current value (deleted and expired keys are skipped).
-
-    A key written while the scan runs is seen at its newest value: its new revision lies further on in the stream,
-    and the newest revision of each key wins. `coherent=False`: whatever replica answers, also while the bucket
-    elects a leader (for values where a moment-old one serves as well, heartbeats)."""
+    """Every live key matching `key_filter` with its current value (a key written during the scan: its newest).
+    `coherent=False`: whatever replica answers, even mid-election (where a moment-old value serves: heartbeats)."""
     latest: dict[str, tuple[int, bytes | None]] = {}
     for message in await read_subject(bucket.js, bucket.stream, f"{bucket.prefix}{key_filter}", coherent=coherent):
         key = message.subject[len(bucket.prefix):]
@@ -108,8 +140,7 @@ async def latest_entries(bucket: Bucket, key_filter: str = ">", *, coherent: boo
 
 async def read_value(bucket: Bucket, key: str) -> bytes | None:
     """The key's value (None: never written, deleted or expired) with every write acknowledged before the call in it:
-    a direct get on a single-replica bucket, the stream leader's own get on a replicated one (where any replica may
-    answer a direct get, one that lags among them)."""
+    on a replicated bucket the stream leader's own get, not a direct one a lagging replica may answer."""
     reader: KeyValue = bucket
     if await replicated(bucket.js, bucket.stream):
         reader = KeyValue(bucket.name, bucket.stream, bucket.prefix, leader_api(bucket.js), direct=False)
@@ -135,15 +166,14 @@ class StoredMessage:
 
     @property
     def value(self) -> bytes | None:
-        """The data as a KV value: None for a delete, purge or expiry marker."""
-        return None if KV_OPERATION in self.headers or MARKER_REASON in self.headers else self.data
+        """The data as a KV value: None for a delete, purge or expiry marker (one the server writes: a TTL ran out)."""
+        return None if KV_OPERATION in self.headers or KV_MARKER_REASON in self.headers else self.data
 
 
 async def read_subject(js: JetStream, stream: str, subject: str, *,
                        coherent: bool = True) -> list[StoredMessage]:
-    """Every message of `stream` on `subject` (a filter), in stream order, read to the stream's end by batched
-    direct gets: no consumer. The stream must allow direct gets. `coherent`: to the leader's last message on
-    `subject` at least (see the module's docstring)."""
+    """Every message of `stream` (which must allow direct gets) on `subject`, in stream order, to the stream's end.
+    `coherent`: to the leader's last message on `subject` at least (see the module's docstring)."""
     found: list[StoredMessage] = []
     floor = await leader_floor(js, stream, subject) if coherent else 0
     deadline: float | None = None
@@ -174,9 +204,8 @@ async def read_subject(js: JetStream, stream: str, subject: str, *,
 
 async def read_page(js: JetStream, stream: str, subject: str, after: int, limit: int,
                     max_bytes: int) -> tuple[list[StoredMessage], bool]:
-    """Up to `limit` messages (and about `max_bytes`) of `stream` on `subject` with a sequence above `after`, in
-    stream order, by one batched direct get (again while a lagging replica answers); and whether more follow. No
-    consumer."""
+    """Up to `limit` messages (about `max_bytes`) of `stream` on `subject` after `after`, in stream order, by one
+    batched direct get (again while a lagging replica answers); and whether more follow."""
     floor = await leader_floor(js, stream, subject)
     deadline = asyncio.get_running_loop().time() + PAGE_TIMEOUT_S
     while True:
@@ -194,9 +223,8 @@ async def read_page(js: JetStream, stream: str, subject: str, after: int, limit:
 
 
 async def _lagging(js: JetStream, stream: str, subject: str, reached: int, deadline: float, what: str) -> int:
-    """A read that reached `reached`, short of the leader's last message on `subject`: that message went meanwhile
-    (expired, deleted), or a replica behind the leader answered. The leader's last sequence now, after a pause to
-    ask again in when the read is still short of it (a `ScanFailed` past `deadline`)."""
+    """The leader's last sequence on `subject` now, for a read that stopped short at `reached` (the message went,
+    or a lagging replica answered); after a pause if still short of it (a `ScanFailed` past `deadline`)."""
     floor = await leader_floor(js, stream, subject)
     if reached < floor:
         if asyncio.get_running_loop().time() > deadline:
@@ -237,8 +265,8 @@ LAST_PER_REQUEST = 256
 
 
 async def read_last(bucket: Bucket, keys: list[str]) -> dict[str, bytes]:
-    """The current value of each of `keys` that has one (deleted and never-written keys are left out), by batched
-    direct gets of their last messages (`multi_last`): one request per `LAST_PER_REQUEST` keys, however many."""
+    """The current value of each of `keys` that has one, by batched direct gets of their last messages
+    (`multi_last`): one request per `LAST_PER_REQUEST` keys."""
     chunks = [keys[start:start + LAST_PER_REQUEST] for start in range(0, len(keys), LAST_PER_REQUEST)]
     found: dict[str, bytes] = {}
     for messages in await asyncio.gather(*(_read_last(bucket, chunk) for chunk in chunks)):

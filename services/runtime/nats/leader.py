@@ -53,11 +53,9 @@ class LeaderLease:
     async def keep(self, stop: asyncio.Event) -> None:
         """Renew the lease until `stop` is set; returns early when the lease is lost."""
         while not stop.is_set():
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=self.ttl_s / 3)
                 break
-            except TimeoutError:
-                pass
             try:
                 self.revision = await self.kv.update(self.role, self.holder.encode(), last=self.revision)
             except (nats.js.errors.KeyWrongLastSequenceError, nats.errors.Error, OSError) as error:

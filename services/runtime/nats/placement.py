@@ -23,8 +23,7 @@ SAY_EVERY_S = 30.0
 """While it waits, a service says so again this often."""
 NOT_YET = (nats.js.errors.ServiceUnavailableError, nats.errors.NoRespondersError, nats.errors.TimeoutError,
            nats.errors.ConnectionReconnectingError)
-"""What a cluster that cannot place a stream yet answers (10023 insufficient resources and 10008 unavailable are
-503s), or a broker without JetStream yet."""
+"""What a cluster that cannot place a stream yet answers (10023 and 10008 are 503s), or a broker without JetStream."""
 
 
 async def until_placed(what: str, make: Callable[[], Awaitable[Placed]]) -> Placed:

@@ -24,8 +24,15 @@ from contracts.readmodel import (
 )
 from contracts.subjects import READ_MODEL_BUCKET, owner_index, owner_index_key, owner_live_key, read_model_key
 from services.runtime.nats.bus import EventBus
-from services.runtime.nats.kv import Bucket, latest_entries, latest_values, open_bucket, read_last, read_value
-from services.runtime.nats.replicas import replicated
+from services.runtime.nats.kv import (
+    Bucket,
+    latest_entries,
+    latest_values,
+    open_bucket,
+    read_last,
+    read_value,
+    replicated,
+)
 from services.runtime.nats.stored_bytes import StoredBytesWriter, part_of, stored_bytes, stored_part, with_entry
 from services.runtime.process.keyed_locks import KeyedLocks
 
@@ -138,9 +145,8 @@ class ReadModel:
         return await self._scan("batch", BatchRecord)
 
     async def get_batches(self, batch_ids: list[str]) -> dict[str, BatchRecord]:
-        """The records of those of `batch_ids` the read model shows, by id (batched reads, not one per batch). On a
-        replicated bucket one that the replica answering left out is asked of the leader: a batch filed in its
-        owner's index and then written, both before the call, is in the answer."""
+        """The records of those of `batch_ids` the read model shows, by id, in batched reads. On a replicated bucket
+        one the answering replica left out is asked of the leader: a batch written before the call is in the answer."""
         keys = [read_model_key("batch", batch_id) for batch_id in batch_ids]
         found = await read_last(self.kv, keys)
         missing = [key for key in keys if key not in found]
@@ -162,10 +168,9 @@ class ReadModel:
         return [records[batch_id] for batch_id in ids if batch_id in records and records[batch_id].owner == owner]
 
     async def owner_live_list(self, owner: str) -> dict[str, str]:
-        """Batch id → input file id of the owner's batches that have not ended (one read, however many they ever
-        had). A batch is listed before its record first shows it and leaves before its record shows it ended: a
-        batch whose record was read before this list is on it unless it ended. An owner with no list (no batch yet,
-        or a read model made before the lists that the ledger has not listed yet): from their index of batches."""
+        """Batch id → input file id of the owner's batches that have not ended, in one read. A batch is listed before
+        its record shows it and leaves before its record shows it ended. An owner with no list yet (no batch, or a
+        read model made before the lists): from their index of batches."""
         live = await self._live_list(owner)
         if live is None:
             live = {r.batch.id: r.batch.input_file_id for r in await self.owner_batches(owner)
@@ -173,16 +178,14 @@ class ReadModel:
         return live
 
     async def _live_list(self, owner: str) -> dict[str, str] | None:
-        """The owner's live list as written (None: never written), with every write acknowledged before the read in it
-        (a limit counts it)."""
+        """The owner's live list as written (None: never), every write acknowledged before the read in it."""
         raw = await read_value(self.kv, owner_live_key(owner))
         return LiveBatches.model_validate_json(raw).root if raw else None
 
     async def owner_live_batches(self, owner: str, input_file_id: str | None = None,
                                  live: dict[str, str] | None = None) -> list[BatchRecord]:
         """The records of the owner's batches that have not ended (those the read model shows yet); with
-        `input_file_id`, only those reading that file (the others are not read). `live`: the owner's live list as
-        the caller just read it (`owner_live_list`), not read again."""
+        `input_file_id`, only those reading that file. `live`: the owner's live list if the caller just read it."""
         live = await self.owner_live_list(owner) if live is None else live
         ids = sorted(batch_id for batch_id, file_id in live.items() if input_file_id in (None, file_id))
         records = await asyncio.gather(*(self.get_batch(batch_id) for batch_id in ids))
@@ -193,9 +196,8 @@ class ReadModel:
         return [FileRecord.model_validate_json(v) for v in await latest_values(self.kv, owner_index(owner, "file"))]
 
     async def owner_stored_bytes(self, owner: str, now: float) -> int:
-        """The bytes of the owner's files that are neither deleted nor expired (one read while none is expired). An
-        owner with no summary (no file yet, or a read model made before the summaries that the ledger has not
-        written yet): counted from their index of files."""
+        """The bytes of the owner's files that are neither deleted nor expired (one read while none is expired); with
+        no summary yet (no file, or a read model made before them), counted from their index of files."""
         stored = await stored_bytes(self.kv, owner, now)
         if stored is None:
             stored = sum(r.file.bytes for r in await self.owner_files(owner)
@@ -208,8 +210,7 @@ class ReadModel:
         return [file_id for file_id, (_, _, digest) in files.root.items() if digest == sha256]
 
     async def index_stored_bytes(self) -> int:
-        """Write every owner's stored bytes from the file records (once, for a read model made before they were
-        kept); how many owners have files."""
+        """Write every owner's stored bytes (once, for a read model made before them); how many owners have files."""
         return await self._stored.index(await self.list_files())
 
     async def get_organization(self, organization_id: str) -> OrganizationRecord | None:
@@ -228,11 +229,9 @@ class ReadModel:
         return await self._scan("file", FileRecord)
 
     async def put(self, key: str, record: BaseModel) -> None:
-        """The one write: a record at the key the ledger's projection names. A batch is filed in its owner's index
-        when first seen, then enters or leaves their live list (a limit counts it from the first moment; it leaves
-        once ended, before its record says so); a file enters or leaves its owner's stored bytes (stored_bytes.py)
-        and its owner's index. All before the record itself: once it is readable by id, the owner's checks and lists
-        see it too."""
+        """The one write: a record at the key the ledger's projection names. A batch is first filed in its owner's
+        index and live list, a file in its owner's stored bytes and index: once the record is readable by id, the
+        owner's checks and lists see it too."""
         value = record.model_dump_json().encode()
         if isinstance(record, BatchRecord):
             await self._mark_live(record, record.batch.status not in TERMINAL)
@@ -243,9 +242,8 @@ class ReadModel:
         await self.kv.put(key, value)
 
     async def _mark_live(self, record: BatchRecord, live: bool) -> None:
-        """File the batch in its owner's index unless it is there (on its live list, or remembered), then add or
-        remove it in their live list; each written only when it changes (the list twice a batch's life, and once
-        for an owner whose first batch the read model shows ended already)."""
+        """File the batch in its owner's index unless it is there, then add or remove it in their live list; each
+        written only when it changes (the list twice in a batch's life)."""
         owner, batch_id = record.owner, record.batch.id
         async with self._live_locks.hold(owner):
             listed = self._live.get(owner)
@@ -261,8 +259,8 @@ class ReadModel:
                 self._live.pop(owner, None)
 
     async def _file(self, record: BatchRecord, listed: dict[str, str] | None) -> None:
-        """The batch's entry in its owner's index, written unless known there: a batch on the live list was filed
-        before it was listed. Remembered once the batch ended (it leaves the list)."""
+        """The batch's entry in its owner's index, written unless known there (on the live list, or remembered once
+        the batch ended)."""
         copy_key, _ = owner_copy(record)
         if copy_key in self._indexed:
             self._indexed.move_to_end(copy_key)
@@ -274,8 +272,7 @@ class ReadModel:
                 self._indexed.popitem(last=False)
 
     async def index_live_batches(self) -> int:
-        """Write every owner's live list from the batch records (once, for a read model made before the lists
-        existed); how many owners have batches."""
+        """Write every owner's live list (once, for a read model made before them); how many owners have batches."""
         lists = live_lists(await self.list_batches())
         for owner, ids in lists.items():
             async with self._live_locks.hold(owner):
@@ -283,21 +280,15 @@ class ReadModel:
                 self._live[owner] = dict(ids.root)
         return len(lists)
 
-    async def wait_for(
-        self,
-        fetch: Callable[[], Awaitable[Record | None]],
-        ready: Callable[[Record], bool],
-        timeout_s: float,
-    ) -> Record | None:
+    async def wait_for(self, fetch: Callable[[], Awaitable[Record | None]], ready: Callable[[Record], bool],
+                       timeout_s: float) -> Record | None:
         """Poll until the ledger has folded a fact we just published (read-your-writes); a gateway's creates wait for
         the ledger's notice instead (services/gateway/adapters/fold_notices.py)."""
         deadline = time.monotonic() + timeout_s
         delay = 0.01
         while True:
             record = await fetch()
-            if record is not None and ready(record):
-                return record
-            if time.monotonic() > deadline:
+            if (record is not None and ready(record)) or time.monotonic() > deadline:
                 return record
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.2)

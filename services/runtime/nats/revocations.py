@@ -15,13 +15,10 @@ MAX_REMEMBERED = 100_000
 
 
 async def revoked(bus: EventBus, key_sha256: str, key_id: str, *, direct: bool = False) -> bool:
-    """True once a `key.revoked` fact for this key (its `key_id` as its read model record gives it; a key with no
-    record is refused anyway) is in EVENTS.
-
-    By default a stream-leader read (`STREAM.MSG.GET`): the revoke's publish was acknowledged by that leader, so no
-    reader after it can miss the fact. `direct` (a direct get, cheaper and outside the JetStream API queue) only on
-    a single-replica stream, where the one server that acknowledged the fact answers; a replica might not have it
-    yet. A broker that does not answer raises: callers refuse rather than admit a key they could not check."""
+    """True once a `key.revoked` fact for this key (`key_id` as its read model record gives it) is in EVENTS. By
+    default a stream-leader read, which no acknowledged revoke can miss; `direct` (cheaper, outside the JetStream API
+    queue) only on a single-replica stream, where a lagging replica cannot answer. A broker that does not answer
+    raises: callers refuse rather than admit a key they could not check."""
     found = await last_fact(bus, key_fact(key_aggregate_id(key_id, key_sha256), "revoked"), direct=direct)
     # The subject names the key by its id (or, for an old key, 128 bits of its digest); the fact names the key.
     return found is not None and isinstance(found[1], KeyRevoked) and found[1].key_sha256 == key_sha256

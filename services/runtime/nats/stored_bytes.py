@@ -1,17 +1,13 @@
-"""Each owner's stored bytes, kept by the read model's writer beside the file records: the owner's files that are not
-deleted, in parts by the first two hex digits of their SHA-256 (`StoredFiles`), and the parts' bytes and earliest
-expiries (`StoredBytes`). A quota check reads the summary, a same-upload check one part: neither reads every file.
-
-Both are states, not counters: a record put again (a redelivery, a replay) changes nothing, and a file's part and the
-summary are written before its record shows the change, so a reader that sees the record sees the bytes counted."""
+"""Each owner's stored bytes, kept by the read model's writer beside the file records: the owner's undeleted files in
+parts by the first two hex digits of their SHA-256 (`StoredFiles`), and each part's bytes and earliest expiry
+(`StoredBytes`). Both are states, not counters (a record put again changes nothing), written before the record shows
+the change, so a reader that sees the record sees the bytes counted."""
 
 import logging
 import re
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
-
-from pydantic import BaseModel
 
 from contracts.readmodel import FileRecord, StoredBytes, StoredFiles
 from contracts.subjects import owner_stored_key, owner_stored_part_key
@@ -21,9 +17,8 @@ from services.runtime.process.keyed_locks import KeyedLocks
 MAX_HELD = 50_000
 """Parts and summaries the writer keeps; past this the least recently used are read again when next changed."""
 MAX_PART_BYTES = 512 * 1024
-"""The largest part written (about 4,400 files of one owner whose digests begin alike): a part is one KV value, and
-a tenant chooses its files' digests; one past this is left as it was (logged), so no owner's files can stop the
-writer, whose every other record would wait behind the failed put."""
+"""The largest part written (about 4,400 files): a part is one KV value and a tenant chooses its files' digests, so a
+part past this is left as it was (logged) rather than fail a put that every other record would wait behind."""
 UNSORTED_PART = "xx"
 """The part of a digest that is not hex (never an upload's, which the gateway computes): a key stays a valid key."""
 Stored = TypeVar("Stored", StoredFiles, StoredBytes)
@@ -43,14 +38,14 @@ def summary_of(files: StoredFiles) -> tuple[int, int | None]:
     return sum(size for size, _, _ in files.root.values()), min(expiries, default=None)
 
 
-def stored_records(records: Iterable[FileRecord]) -> dict[str, BaseModel]:
+def stored_records(records: Iterable[FileRecord]) -> dict[str, StoredFiles | StoredBytes]:
     """The parts and summaries that a read model of these file records holds (what the writer keeps, made at once:
     replay and the first index)."""
     parts: defaultdict[tuple[str, str], dict[str, tuple[int, int | None, str]]] = defaultdict(dict)
     for record in records:
         if not record.deleted:
             parts[record.owner, part_of(record.sha256)][record.file.id] = _entry(record)
-    made: dict[str, BaseModel] = {}
+    made: dict[str, StoredFiles | StoredBytes] = {}
     summaries: defaultdict[str, dict[str, tuple[int, int | None]]] = defaultdict(dict)
     for (owner, part), files in parts.items():
         stored = made[owner_stored_part_key(owner, part)] = StoredFiles(dict(sorted(files.items())))
@@ -149,6 +144,5 @@ class StoredBytesWriter:
         kept); how many owners have files."""
         made = stored_records(records)
         for key, record in made.items():
-            assert isinstance(record, StoredFiles | StoredBytes)
             await self._put(key, record)
         return sum(isinstance(record, StoredBytes) for record in made.values())

@@ -1,15 +1,11 @@
 """The one rule every process opens a NATS connection by: no password or worker key goes to a peer that has not
 proved it is the broker.
 
-A broker on this host (every URL's host is 127.0.0.1, ::1 or localhost: the embedded stack, the test suite) is
-reached as nats-py does by default: `nats://`, TLS where the server asks for it. Any other host is over the network,
-where whoever answers first may be an impostor, and nats-py upgrades to TLS only when the server asks, after the
-server spoke. So a network broker's URL must be `tls://`, its certificate is verified (against
-`SHESHNAG_NATS_TLS_CA`, else the system's CAs), and the TLS handshake comes first, before the server's INFO and the
-client's CONNECT (the server's `tls { handshake_first }`): a server that does not complete it gets a ClientHello and
-nothing else. Other loopback addresses (127.0.0.2, …) count as the network, as for `sheshnag up --listen`: the
-tests stand in for a remote host with them. An operator may declare hosts of a private network the deployment
-owns (`SHESHNAG_NATS_PRIVATE_HOSTS`: a compose network's `nats`) to be held to the loopback rule instead.
+A broker on this host (127.0.0.1, ::1, localhost), or on a private host the operator declared
+(`SHESHNAG_NATS_PRIVATE_HOSTS`), is reached as nats-py does by default: `nats://`, TLS where the server asks. Any
+other host (other loopback addresses included: the tests' stand-in for a remote host) may be an impostor, and nats-py
+upgrades to TLS only after the server spoke: its URL must be `tls://`, verified (`SHESHNAG_NATS_TLS_CA`, else the
+system's CAs), with the handshake first (the server's `tls { handshake_first }`).
 """
 
 import ssl
@@ -45,11 +41,6 @@ def is_local(servers: str | list[str], private: frozenset[str] = frozenset()) ->
                for host in (_split(url)[1] for url in server_list(servers)))
 
 
-def tls_context(ca: Path | None) -> ssl.SSLContext:
-    """Verifies the server's certificate and name: against `ca`, else the system's CAs."""
-    return ssl.create_default_context(cafile=str(ca)) if ca else ssl.create_default_context()
-
-
 def require_tls(servers: str | list[str], setting: str = "SHESHNAG_NATS_URL",
                 private: frozenset[str] = frozenset()) -> None:
     """Raises `InsecureBrokerUrl` (naming `setting`, never the URL: it may hold a password) when `servers` are on
@@ -71,5 +62,6 @@ def tls_options(servers: str | list[str], ca: Path | None, setting: str = "SHESH
     connects. `private`: hosts held to the loopback rule (`SHESHNAG_NATS_PRIVATE_HOSTS`)."""
     require_tls(servers, setting, private)
     if is_local(servers, private):
-        return {"tls": tls_context(ca)} if ca else {}
-    return {"tls": tls_context(ca), "tls_handshake_first": True}
+        return {"tls": ssl.create_default_context(cafile=ca)} if ca else {}
+    # Verifies the server's certificate and name: against `ca` alone where given, else the system's CAs.
+    return {"tls": ssl.create_default_context(cafile=ca), "tls_handshake_first": True}

@@ -1,18 +1,7 @@
-"""The optional settings file: a TOML file named by `SHESHNAG_CONFIG_FILE` (`sheshnag up --config FILE` sets it for
-every process it starts), one table per settings class, keys named as the fields (the variable less its prefix,
-lower case):
-
-    [connection]          # SHESHNAG_*: every service
-    s3_bucket = "batches"
-    [gateway]             # SHESHNAG_GATEWAY_*
-    max_active_batches = 500
-    [executor]
-    n_threads = 8
-
-An environment variable wins over the file, and the file over the default. A key no setting has is refused at
-start (a typo never passes silently), as is a file that is missing or not TOML, and a secret (keys, passwords,
-seeds): every process of a stack reads the file, and `sheshnag up` hands each process only the secrets its own job
-needs, so secrets stay in the environment.
+"""The optional settings file: a TOML file named by `SHESHNAG_CONFIG_FILE` (`sheshnag up --config FILE`), one table
+per settings class (`[connection]`, `[gateway]`, …), keys named as the fields. The environment wins over the file, the
+file over the default. An unknown key, a missing or non-TOML file, and a secret are refused at start: every process of
+a stack reads the file, so secrets stay in the environment (`sheshnag up` hands each process only its own).
 """
 
 import os
@@ -42,16 +31,9 @@ def section_of(settings_cls: type[BaseSettings]) -> str:
     return prefix.removeprefix(PREFIX).rstrip("_").lower() or "connection"
 
 
-def _load(path: str) -> dict[str, Any]:
-    try:
-        return _parse(path, os.stat(path).st_mtime_ns)
-    except FileNotFoundError as error:
-        raise ConfigFileError(f"{CONFIG_FILE_VARIABLE} names {path}, which does not exist") from error
-
-
 @cache
 def _parse(path: str, changed: int) -> dict[str, Any]:
-    """Read once per version of the file (each settings class asks for its table)."""
+    """Read once per version of the file (`changed`: its mtime; each settings class asks for its table)."""
     try:
         with open(path, "rb") as file:
             return tomllib.load(file)
@@ -59,22 +41,26 @@ def _parse(path: str, changed: int) -> dict[str, Any]:
         raise ConfigFileError(f"{path} is not TOML: {error}") from error
 
 
-def file_settings(settings_cls: type[BaseSettings], path: str | None = None) -> dict[str, Any]:
+def file_settings(settings_cls: type[BaseSettings]) -> dict[str, Any]:
     """The values the file gives `settings_cls` (none without a file, or without its table)."""
-    named = path or os.environ.get(CONFIG_FILE_VARIABLE)
+    named = os.environ.get(CONFIG_FILE_VARIABLE)
     if not named:
         return {}
     section = section_of(settings_cls)
-    table = _load(str(Path(named).expanduser())).get(section, {})
+    path = str(Path(named).expanduser())
+    try:
+        table = _parse(path, os.stat(path).st_mtime_ns).get(section, {})
+    except FileNotFoundError as error:
+        raise ConfigFileError(f"{CONFIG_FILE_VARIABLE} names {path}, which does not exist") from error
     if not isinstance(table, dict):
         raise ConfigFileError(f"[{section}] in {named} must be a table")
-    own = {name for name, field in settings_cls.model_fields.items()
+    fields = settings_cls.model_fields
+    own = {name for name, field in fields.items()
            if not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseSettings))}
     unknown = sorted(set(table) - own)
     if unknown:
         raise ConfigFileError(f"[{section}] in {named} has no setting {', '.join(unknown)} (known: "
                               f"{', '.join(sorted(own))}); docs/settings.md lists them")
-    fields = settings_cls.model_fields
     secrets = sorted(name for name in table if SECRET_NAME.search(name) or fields[name].repr is False)
     if secrets:
         raise ConfigFileError(f"[{section}] in {named} sets {', '.join(secrets)}: credentials stay in the environment "

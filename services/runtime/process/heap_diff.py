@@ -1,11 +1,6 @@
-"""Finding what a long-running service keeps: with `SHESHNAG_TRACEMALLOC=1` the process traces its allocations,
-and each SIGUSR2 logs where memory grew since the previous SIGUSR2 (the first logs the largest holders).
-
-Send it at two quiet points (before and after a wave of load, once the load has drained): what grew between them
-and stays is a leak, by file and line. Each report also gives the process's RSS beside the memory Python objects
-hold (traced): an RSS that grows while the traced memory does not is the allocator keeping a peak, not objects
-kept. Tracing costs memory and time, so it is off unless asked for.
-"""
+"""Finding leaks: with `SHESHNAG_TRACEMALLOC=1` (tracing costs memory and time) each SIGUSR2 logs where memory grew
+since the previous one, by file and line (the first: the largest holders). Send it at two quiet points around a wave
+of load. RSS that grows while traced memory does not is the allocator keeping a peak, not objects kept."""
 
 import asyncio
 import linecache

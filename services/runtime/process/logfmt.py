@@ -35,10 +35,8 @@ class JsonFormatter(logging.Formatter):
             "time": iso_utc(record.created), "level": record.levelname, "service": self.service,
             "logger": record.name, "message": record.getMessage(),
         }
-        for field in ("batch_id", "trace_id", "span_id"):
-            value = getattr(record, field, "")
-            if value:
-                entry[field] = value
+        ids = {name: getattr(record, name, "") for name in ("batch_id", "trace_id", "span_id")}
+        entry |= {name: value for name, value in ids.items() if value}
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)

@@ -1,17 +1,12 @@
-"""Every Prometheus metric Sheshnag exposes, each family registered only in the processes that own it, and the
-per-service `/metrics` server.
-
-Each process counts what it does (requests, lines validated, assignments, lines run, tokens, folds) and exports only
-its own families (`register(service)` at its composition root): a validator never exports the executor's counters
-at 0.
-Fleet-wide gauges (batches per status, the validated queue, consumer lag, live executors) are the gateway's,
-recomputed from NATS on a timer, never by a scrape (`services/gateway/background/fleet_gauges.py`). Every service serves
-`/metrics` without a key on its own `SHESHNAG_<SERVICE>_METRICS_PORT`, else `SHESHNAG_METRICS_PORT`, when set, at
-`SHESHNAG_METRICS_ADDRESS` (`sheshnag up` gives each its own port from that base, in SERVICES order); the gateway's
-HTTP port serves it to admin keys only.
+"""Every Prometheus metric Sheshnag exposes, each family registered only in the processes that own it
+(`register(service)` at its composition root: a validator never exports the executor's counters at 0), and the
+per-service `/metrics` server (`SHESHNAG_<SERVICE>_METRICS_PORT`, else `SHESHNAG_METRICS_PORT`, at
+`SHESHNAG_METRICS_ADDRESS`; the gateway's HTTP port serves it to admin keys only). Fleet-wide gauges are the
+gateway's, recomputed from NATS on a timer, never by a scrape (`services/gateway/background/fleet_gauges.py`).
 """
 
 import logging
+from functools import partial
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
@@ -19,79 +14,70 @@ from prometheus_client.metrics import MetricWrapperBase
 
 log = logging.getLogger(__name__)
 
-OWNED = None
-"""Each family is made outside the default registry (`registry=OWNED`); `register` adds it where it is owned."""
+# Each family is made outside the default registry: `register` adds it where it is owned.
+_counter = partial(Counter, registry=None)
+_gauge = partial(Gauge, registry=None)
+_histogram = partial(Histogram, registry=None)
 
-HTTP_REQUESTS = Counter("sheshnag_http_requests", "HTTP requests served by the gateway.",
-                        ["method", "route", "status"], registry=OWNED)
-HTTP_LATENCY = Histogram("sheshnag_http_request_duration_seconds", "Gateway request latency.", ["method", "route"],
-                         registry=OWNED)
+HTTP_REQUESTS = _counter("sheshnag_http_requests", "HTTP requests served by the gateway.",
+                         ["method", "route", "status"])
+HTTP_LATENCY = _histogram("sheshnag_http_request_duration_seconds", "Gateway request latency.", ["method", "route"])
 
-VALIDATED_LINES = Counter("sheshnag_validator_lines", "Input lines checked by the validator.", ["outcome"],
-                          registry=OWNED)
+VALIDATED_LINES = _counter("sheshnag_validator_lines", "Input lines checked by the validator.", ["outcome"])
 
-SLOTS_BUSY = Gauge("sheshnag_executor_slots_busy", "Engine slots running a line now.", ["model"], registry=OWNED)
-SLOT_WAIT = Histogram("sheshnag_executor_slot_wait_seconds", "Time a line waited for a free engine slot.",
-                      registry=OWNED)
-EXECUTED_LINES = Counter("sheshnag_executor_lines", "Lines run by the executor, by HTTP status class.",
-                         ["model", "outcome"], registry=OWNED)
-COMPLETION_TOKENS = Counter("sheshnag_executor_completion_tokens", "Completion tokens generated.", ["model"],
-                            registry=OWNED)
-ENGINE_ERRORS = Counter("sheshnag_executor_engine_errors", "Engine calls that raised or answered 5xx.", ["model"],
-                        registry=OWNED)
+SLOTS_BUSY = _gauge("sheshnag_executor_slots_busy", "Engine slots running a line now.", ["model"])
+SLOT_WAIT = _histogram("sheshnag_executor_slot_wait_seconds", "Time a line waited for a free engine slot.")
+EXECUTED_LINES = _counter("sheshnag_executor_lines", "Lines run by the executor, by HTTP status class.",
+                          ["model", "outcome"])
+COMPLETION_TOKENS = _counter("sheshnag_executor_completion_tokens", "Completion tokens generated.", ["model"])
+ENGINE_ERRORS = _counter("sheshnag_executor_engine_errors", "Engine calls that raised or answered 5xx.", ["model"])
 
-SCHEDULER_LEADER = Gauge("sheshnag_scheduler_leader", "1 while this scheduler leads, 0 while it stands by.",
-                         registry=OWNED)
-SCHEDULER_BATCHES = Gauge("sheshnag_scheduler_batches",
-                          "Unfinished batches as the leading scheduler's book sees them, by state (validating, "
-                          "queued, held, running); a standby exports none.", ["state"], registry=OWNED)
-SCHEDULER_ASSIGNMENTS = Counter("sheshnag_scheduler_assignments",
-                                "Units of batches assigned to an executor: a unit's first attempt, or a retry.",
-                                ["kind"], registry=OWNED)
-SCHEDULER_FENCED = Counter("sheshnag_scheduler_attempts_fenced",
-                           "Attempts whose lease the scheduler revoked, by code (executor_lost: its lease expired "
-                           "with its executor's heartbeats; executor_restarted, placement_withdrawn, the batch's "
-                           "end).", ["code"], registry=OWNED)
-SCHEDULER_EXECUTORS_LOST = Counter("sheshnag_scheduler_executors_lost",
-                                   "Executors declared lost after their heartbeats stopped.", registry=OWNED)
-SCHEDULER_REGISTRATIONS = Counter("sheshnag_scheduler_registrations",
-                                  "Executor registrations answered, by outcome (admitted, refused, retry).",
-                                  ["outcome"], registry=OWNED)
+SCHEDULER_LEADER = _gauge("sheshnag_scheduler_leader", "1 while this scheduler leads, 0 while it stands by.")
+SCHEDULER_BATCHES = _gauge("sheshnag_scheduler_batches",
+                           "Unfinished batches as the leading scheduler's book sees them, by state (validating, "
+                           "queued, held, running); a standby exports none.", ["state"])
+SCHEDULER_ASSIGNMENTS = _counter("sheshnag_scheduler_assignments",
+                                 "Units of batches assigned to an executor: a unit's first attempt, or a retry.",
+                                 ["kind"])
+SCHEDULER_FENCED = _counter("sheshnag_scheduler_attempts_fenced",
+                            "Attempts whose lease the scheduler revoked, by code (executor_lost: its lease expired "
+                            "with its executor's heartbeats; executor_restarted, placement_withdrawn, the batch's "
+                            "end).", ["code"])
+SCHEDULER_EXECUTORS_LOST = _counter("sheshnag_scheduler_executors_lost",
+                                    "Executors declared lost after their heartbeats stopped.")
+SCHEDULER_REGISTRATIONS = _counter("sheshnag_scheduler_registrations",
+                                   "Executor registrations answered, by outcome (admitted, refused, retry).",
+                                   ["outcome"])
 
-CONSUMER_PENDING = Gauge("sheshnag_consumer_pending_messages",
-                         "Messages not yet delivered to a durable consumer, as seen by its own process.",
-                         ["durable"], registry=OWNED)
-FOLDED_EVENTS = Counter("sheshnag_ledger_folded_events", "Events folded by the ledger.", registry=OWNED)
-FOLD_LAG = Gauge("sheshnag_ledger_fold_lag_events", "Stream sequence seen by the ledger minus sequence folded.",
-                 registry=OWNED)
+CONSUMER_PENDING = _gauge("sheshnag_consumer_pending_messages",
+                          "Messages not yet delivered to a durable consumer, as seen by its own process.", ["durable"])
+FOLDED_EVENTS = _counter("sheshnag_ledger_folded_events", "Events folded by the ledger.")
+FOLD_LAG = _gauge("sheshnag_ledger_fold_lag_events", "Stream sequence seen by the ledger minus sequence folded.")
 
-BATCHES = Gauge("sheshnag_batches", "Batches in the read model, by status.", ["status"], registry=OWNED)
-QUEUE_DEPTH = Gauge("sheshnag_queue_depth_batches",
-                    "Validated batches waiting for an executor, by model (held batches are not).", ["model"],
-                    registry=OWNED)
-QUEUE_AGE = Gauge("sheshnag_queue_oldest_age_seconds",
-                  "Age of the oldest validated batch waiting for an executor, by model (held batches are not).",
-                  ["model"], registry=OWNED)
-HELD = Gauge("sheshnag_held_batches", "Validated batches held by their owner (hold: true) until released, by model.",
-             ["model"], registry=OWNED)
-CONSUMER_LAG = Gauge("sheshnag_jetstream_consumer_lag_messages",
-                     "Messages a durable consumer has yet to receive (num_pending).", ["stream", "durable"],
-                     registry=OWNED)
-CONSUMER_UNACKED = Gauge("sheshnag_jetstream_consumer_ack_pending_messages",
-                         "Messages delivered to a durable consumer and not yet acknowledged.", ["stream", "durable"],
-                         registry=OWNED)
-EXECUTORS = Gauge("sheshnag_executors", "Live executors (fresh adverts in the fleet bucket).", registry=OWNED)
-STORAGE_FREE = Gauge("sheshnag_storage_free_bytes", "Free space on a watched volume (broker, object store).",
-                     ["volume"], registry=OWNED)
-STORAGE_TOTAL = Gauge("sheshnag_storage_total_bytes", "Size of a watched volume.", ["volume"], registry=OWNED)
-STORAGE_RESERVE = Gauge("sheshnag_storage_reserve_bytes",
-                        "Free space a watched volume keeps in reserve: below it new uploads and batches get 507.",
-                        ["volume"], registry=OWNED)
-STORAGE_LEVEL = Gauge("sheshnag_storage_level",
-                      "A watched volume's level: 0 ok, 1 warning (under twice its reserve), 2 refusing new work "
-                      "(under its reserve).", ["volume"], registry=OWNED)
-WEBHOOK_ATTEMPTS = Counter("sheshnag_webhook_attempts", "Webhook delivery attempts made by this gateway.",
-                           ["outcome"], registry=OWNED)
+BATCHES = _gauge("sheshnag_batches", "Batches in the read model, by status.", ["status"])
+QUEUE_DEPTH = _gauge("sheshnag_queue_depth_batches",
+                     "Validated batches waiting for an executor, by model (held batches are not).", ["model"])
+QUEUE_AGE = _gauge("sheshnag_queue_oldest_age_seconds",
+                   "Age of the oldest validated batch waiting for an executor, by model (held batches are not).",
+                   ["model"])
+HELD = _gauge("sheshnag_held_batches", "Validated batches held by their owner (hold: true) until released, by model.",
+              ["model"])
+CONSUMER_LAG = _gauge("sheshnag_jetstream_consumer_lag_messages",
+                      "Messages a durable consumer has yet to receive (num_pending).", ["stream", "durable"])
+CONSUMER_UNACKED = _gauge("sheshnag_jetstream_consumer_ack_pending_messages",
+                          "Messages delivered to a durable consumer and not yet acknowledged.", ["stream", "durable"])
+EXECUTORS = _gauge("sheshnag_executors", "Live executors (fresh adverts in the fleet bucket).")
+STORAGE_FREE = _gauge("sheshnag_storage_free_bytes", "Free space on a watched volume (broker, object store).",
+                      ["volume"])
+STORAGE_TOTAL = _gauge("sheshnag_storage_total_bytes", "Size of a watched volume.", ["volume"])
+STORAGE_RESERVE = _gauge("sheshnag_storage_reserve_bytes",
+                         "Free space a watched volume keeps in reserve: below it new uploads and batches get 507.",
+                         ["volume"])
+STORAGE_LEVEL = _gauge("sheshnag_storage_level",
+                       "A watched volume's level: 0 ok, 1 warning (under twice its reserve), 2 refusing new work "
+                       "(under its reserve).", ["volume"])
+WEBHOOK_ATTEMPTS = _counter("sheshnag_webhook_attempts", "Webhook delivery attempts made by this gateway.",
+                            ["outcome"])
 
 
 FAMILIES: dict[str, tuple[MetricWrapperBase, ...]] = {

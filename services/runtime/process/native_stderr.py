@@ -1,13 +1,7 @@
-"""Native libraries' stderr (llama.cpp's server and loader, CUDA, BLAS) as structured log records.
-
-A native library writes to file descriptor 2 directly, past Python's logging: its lines would interleave with the
-JSON log lines as plain text. `capture()` moves the process's own `sys.stderr` (where the log handler writes) to a
-copy of the original descriptor, points descriptor 2 at a pipe, and a daemon thread turns each line read from it
-into a record of the `native` logger (llama.cpp's `I`/`W`/`E`/`D` level letter becomes the record's level). The
-thread never stops reading, whatever a line holds: a full pipe would block the engine's next write. The
-interpreter's own fatal-error dump (`faulthandler`) is pointed at the original descriptor, so a crash still
-leaves its traceback even though the thread dies with the process.
-"""
+"""Native libraries' stderr (llama.cpp, CUDA, BLAS write to descriptor 2, past logging) as records of the `native`
+logger: descriptor 2 becomes a pipe a daemon thread reads, which never stops reading (a full pipe would block the
+engine's next write); `sys.stderr` and `faulthandler` keep the original descriptor, so a crash still leaves its
+traceback."""
 
 import faulthandler
 import logging

@@ -1,18 +1,12 @@
-"""faststream's `Context()` and `Path()` handler parameters, resolved on the event loop.
-
-fast_depends runs a parameter's resolver in a worker thread unless it is a coroutine function, and faststream's
-are plain functions: each `Context()` or `Path()` parameter cost every message a hop to a thread and back (the GIL
-handed over twice, a task group opened). These resolve in place: the lookup is a dictionary read. Every handler
-declares its parameters with these.
-"""
+"""faststream's `Context()` and `Path()` handler parameters, resolved on the event loop: fast_depends runs a plain
+(non-coroutine) resolver in a worker thread, as faststream's are, costing every message a thread hop (the GIL handed
+over twice, a task group opened) for a dictionary read. Every handler declares its parameters with these."""
 
 from collections.abc import Callable
 from typing import Any
 
 from faststream._internal.constants import EMPTY
 from faststream._internal.context import Context as _FaststreamContext
-
-__all__ = ["Context", "Path"]
 
 
 class _ResolvedInPlace(_FaststreamContext):

@@ -11,7 +11,6 @@ from collections.abc import Awaitable, Callable
 from services.runtime.process.logfmt import JsonFormatter, TraceFields
 from services.runtime.process.metrics import serve_metrics
 from services.runtime.process.native_stderr import capture as capture_native_stderr
-from services.runtime.process.settings import ConnectionSettings
 from services.runtime.process.telemetry import configure_tracing
 
 
@@ -27,20 +26,15 @@ def configure_logging(service: str, level: str) -> None:
     logging.getLogger("nats").setLevel(logging.WARNING)
 
 
-def configure_observability(service: str, level: str, metrics: tuple[str, int] | None = None) -> None:
-    """Logs, tracing (by `OTEL_*`) and this process's `/metrics` server at `metrics` (the service settings'
-    `metrics_endpoint()`; else `SHESHNAG_METRICS_ADDRESS` and `SHESHNAG_METRICS_PORT`)."""
+def configure_observability(service: str, level: str, metrics: tuple[str, int]) -> None:
+    """Logs, tracing (by `OTEL_*`) and `/metrics` at `metrics` (`ServiceSettings.metrics_endpoint()`)."""
     configure_logging(service, level)
     configure_tracing(service)
-    if metrics is None:
-        connection = ConnectionSettings()
-        metrics = connection.metrics_address, connection.metrics_port
     serve_metrics(metrics[1], metrics[0])
 
 
 SUPERVISOR_PID = "SHESHNAG_SUPERVISOR_PID"
-"""Set by `sheshnag up` for the services it starts: the pid of their supervisor. A service whose supervisor is gone
-(killed outright, so it never stopped its children) stops cleanly instead of running on unsupervised."""
+"""Set by `sheshnag up` for the services it starts: their supervisor's pid (see `_stop_when_orphaned`)."""
 SUPERVISOR_CHECK_S = 1.0
 STOP_GRACE_S = 90.0
 """How long a clean stop may take (requests in flight end by their own timeouts well within it) before the
@@ -80,8 +74,9 @@ def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> Non
 
 
 async def _stop_when_orphaned(stop: asyncio.Event, stop_now: Callable[[], None]) -> None:
-    """Started by its supervisor (`SUPERVISOR_PID` names this process's parent): once the parent is no longer it,
-    stop as on SIGTERM. A process started by anything else (the variable inherited from elsewhere) is left alone."""
+    """Started by its supervisor (`SUPERVISOR_PID` names this process's parent): once the supervisor is gone (killed
+    outright, never stopping its children), stop as on SIGTERM rather than run on unsupervised. A process started by
+    anything else (the variable inherited from elsewhere) is left alone."""
     supervisor = os.environ.get(SUPERVISOR_PID, "")
     if not supervisor.isdigit() or os.getppid() != int(supervisor):
         return
@@ -94,10 +89,9 @@ async def _stop_when_orphaned(stop: asyncio.Event, stop_now: Callable[[], None])
 
 
 def run_service(name: str, log_level: str, main: Callable[[asyncio.Event], Awaitable[None]], *,
-                native_stderr: bool = False, metrics: tuple[str, int] | None = None) -> None:
-    """What every service's `__main__` does: configure logging, then run until signalled. `native_stderr`: what
-    native libraries write to stderr becomes log records too (the executor's engines). `metrics`: where its
-    `/metrics` is served (`ServiceSettings.metrics_endpoint()`)."""
+                metrics: tuple[str, int], native_stderr: bool = False) -> None:
+    """What every service's `__main__` does: configure logging, then run until signalled. `native_stderr`: native
+    libraries' stderr becomes log records too (the executor's engines)."""
     if native_stderr:
         capture_native_stderr()
     configure_observability(name, log_level, metrics)

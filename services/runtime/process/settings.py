@@ -87,14 +87,10 @@ class ConnectionSettings(FileBackedSettings):
     scrapes from elsewhere (a Kubernetes pod's metrics port, another host)."""
 
     def nats_transport(self, url: str | None = None) -> dict[str, Any]:
-        """The TLS options of a NATS connection to `url` (default `nats_url`), by the rule of `nats/tls.py`: a
-        broker on the network is tls://, verified, TLS first; raises `InsecureBrokerUrl` before connecting."""
+        """The TLS options of a NATS connection to `url` (default `nats_url`) by the rule of `nats/tls.py` (which
+        raises `InsecureBrokerUrl` before anything connects)."""
         return tls_options(self.nats_url if url is None else url, self.nats_tls_ca,
                            private=frozenset(host.lower() for host in self.nats_private_hosts))
-
-
-def connection_settings() -> ConnectionSettings:
-    return ConnectionSettings()
 
 
 class ServiceSettings(FileBackedSettings):
@@ -102,7 +98,7 @@ class ServiceSettings(FileBackedSettings):
 
     model_config = SettingsConfigDict(extra="ignore")
 
-    connection: ConnectionSettings = Field(default_factory=connection_settings)
+    connection: ConnectionSettings = Field(default_factory=ConnectionSettings)
     metrics_port: int | None = None
     """This service's own Prometheus `/metrics` port, over the shared `SHESHNAG_METRICS_PORT`: services sharing a
     host each bind their own; 0: not served."""

@@ -1,10 +1,8 @@
-"""Tracing for every service: the tracer provider chosen by `OTEL_*` variables, and W3C context in NATS headers.
+"""Tracing for every service: the tracer `sheshnag.<service>`, W3C context in NATS headers, and the provider chosen by
+`OTEL_*` variables: `OTEL_TRACES_EXPORTER=otlp` (or an OTLP endpoint) exports over OTLP, `console` prints; else
+nothing is exported, but context is still carried, so traces join across the services that do export."""
 
-Nothing is exported unless asked: `OTEL_TRACES_EXPORTER=otlp` (or an `OTEL_EXPORTER_OTLP_*ENDPOINT`) sends spans
-over OTLP/HTTP, `console` prints them; otherwise only the context is carried, so traces still join across
-services that do export. Each service's spans come from the tracer named `sheshnag.<service>`.
-"""
-
+import importlib
 import logging
 import os
 from collections.abc import Iterator, Mapping
@@ -44,30 +42,23 @@ def otlp_protocol() -> str:
 
 
 def _otlp_exporter(protocol: str) -> SpanExporter | None:
-    if protocol == "grpc":
-        try:
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
-        except ImportError:
-            log.warning("OTEL_EXPORTER_OTLP_PROTOCOL=grpc, but opentelemetry-exporter-otlp-proto-grpc is not "
-                        "installed: pip install opentelemetry-exporter-otlp-proto-grpc (no spans are exported)")
-            return None
-        return GrpcExporter()
-    if protocol != "http/protobuf":
+    transport = {"grpc": "grpc", "http/protobuf": "http"}.get(protocol)
+    if transport is None:
         log.warning("OTLP protocol %r is not supported (http/protobuf or grpc); no spans are exported", protocol)
         return None
     try:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        module = importlib.import_module(f"opentelemetry.exporter.otlp.proto.{transport}.trace_exporter")
     except ImportError:
-        log.warning("OTLP export asked for, but opentelemetry-exporter-otlp-proto-http is not installed")
+        log.warning("OTLP export over %s asked for, but opentelemetry-exporter-otlp-proto-%s is not installed (pip "
+                    "install it); no spans are exported", protocol, transport)
         return None
-    return OTLPSpanExporter()
+    exporter: SpanExporter = module.OTLPSpanExporter()
+    return exporter
 
 
 def configure_tracing(service: str, processor: SpanProcessor | None = None) -> bool:
     """Install the SDK's provider when an exporter is configured (or `processor` is given); True if installed.
-
-    Without one, the API's no-op provider stays: incoming context is still passed on unchanged.
-    """
+    Without one, the API's no-op provider stays: incoming context is still passed on unchanged."""
     exporter = _exporter_from_env()
     if exporter is None and processor is None:
         return False

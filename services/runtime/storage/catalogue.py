@@ -10,11 +10,8 @@ DEFAULT_CATALOGUE = "catalogue.toml"
 
 
 def load_catalogue(path: Path | None) -> Catalogue:
-    if path is None:
-        text = importlib.resources.files("infra").joinpath(DEFAULT_CATALOGUE).read_text()
-    else:
-        text = path.read_text()
-    return Catalogue.from_toml(text)
+    source = importlib.resources.files("infra").joinpath(DEFAULT_CATALOGUE) if path is None else path
+    return Catalogue.from_toml(source.read_text())
 
 
 def install_command(model: CatalogueModel) -> str:

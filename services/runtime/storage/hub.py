@@ -21,8 +21,7 @@ class CheckpointUnavailable(OSError):
 
 def checkpoint_directory(checkpoint: HubCheckpoint, cache_dir: Path | None = None,
                          only: list[str] | None = None) -> Path:
-    """The checkpoint's snapshot directory, with `only` these files where given (else what engines load of it);
-    blocking."""
+    """The checkpoint's snapshot directory, with `only` these files (else what engines load of it); blocking."""
     try:
         return Path(snapshot_download(checkpoint.repo, revision=checkpoint.revision, cache_dir=cache_dir,
                                       allow_patterns=only or CHECKPOINT_FILES))

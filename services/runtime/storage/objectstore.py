@@ -1,9 +1,6 @@
-"""The S3 object store (MinIO in production, SeaweedFS locally), reached through the `minio` client.
-
-minio is blocking, so every call runs in the store's own bounded thread pool, never the loop's default one, and
-each call has its data in hand: no thread ever waits for another thread of the pool (an upload is sent part by
-part as its bytes arrive, not through a pipe that a second thread must fill).
-"""
+"""The S3 object store (MinIO in production, SeaweedFS locally) through the blocking `minio` client: every call runs
+in the store's own bounded pool with its data in hand, so no thread waits for another (an upload goes part by part
+as its bytes arrive, never through a pipe a second thread must fill)."""
 
 import asyncio
 import contextlib
@@ -70,13 +67,8 @@ class ObjectStore:
             settings.s3_tls_ca, num_pools=4, maxsize=16, timeout=urllib3.Timeout(connect=5, read=60),
             retries=urllib3.Retry(total=3, backoff_factor=0.2, status_forcelist=(500, 502, 503, 504)),
         )
-        client = Minio(
-            settings.s3_endpoint,
-            access_key=settings.s3_access_key,
-            secret_key=settings.s3_secret_key,
-            secure=settings.s3_secure,
-            http_client=http,
-        )
+        client = Minio(settings.s3_endpoint, access_key=settings.s3_access_key, secret_key=settings.s3_secret_key,
+                       secure=settings.s3_secure, http_client=http)
         return cls(client, settings.s3_bucket)
 
     async def ensure_bucket(self, within_s: float = 30.0) -> None:
@@ -90,7 +82,7 @@ class ObjectStore:
                 if not self.client.bucket_exists(self.bucket):
                     self.client.make_bucket(self.bucket)
                 return
-            except (S3Error, urllib3.exceptions.HTTPError, OSError) as error:
+            except (S3Error, *TRANSIENT) as error:
                 if isinstance(error, S3Error) and error.code == "BucketAlreadyOwnedByYou":
                     return
                 if time.monotonic() > deadline:
@@ -103,8 +95,7 @@ class ObjectStore:
         return StreamingUpload(self, key, content_type)
 
     async def put_bytes(self, key: str, data: bytes, content_type: str = "application/jsonl") -> None:
-        await self.run(functools.partial(self.client.put_object, self.bucket, key, io.BytesIO(data), len(data),
-                                         content_type))
+        await self.run(self.client.put_object, self.bucket, key, io.BytesIO(data), len(data), content_type)
 
     async def get_bytes(self, key: str) -> bytes:
         return await self.run(self._get_bytes, key)

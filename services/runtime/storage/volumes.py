@@ -1,11 +1,7 @@
 """The free space of the volumes the stack's state lives on, held against a reserve: what the gateway refuses new
-uploads and batches by, and what `sheshnag status`, the operator overview and the `sheshnag_storage_*` gauges show.
-
-Where the volumes are: `SHESHNAG_STORAGE_PATHS` (name → a path on the volume; `sheshnag up` names its data dir's
-broker and object store folders), measured with statvfs off the event loop; else, in a deployment that names none,
-the broker's JetStream account (`$JS.API.INFO`: storage used against the account's `max_storage`) where it has a
-limit. A deployment with neither watches nothing and refuses nothing early (a full disk is still answered 507).
-"""
+uploads and batches by, and what `sheshnag status`, the overview and the `sheshnag_storage_*` gauges show. Measured at
+`SHESHNAG_STORAGE_PATHS` (statvfs, off the loop), else from the broker's JetStream account limit; with neither,
+nothing is watched (a full disk is still answered 507)."""
 
 import asyncio
 import contextlib
@@ -107,8 +103,7 @@ async def measure(settings: ConnectionSettings, js: JetStreamContext | None = No
 
 
 class StorageWatch:
-    """The latest measure of the watched volumes, refreshed in the background (`run`); a request reads it without
-    any I/O."""
+    """The latest measure of the watched volumes, refreshed in the background (`run`): a request reads it, no I/O."""
 
     def __init__(self, settings: ConnectionSettings, js: JetStreamContext | None = None,
                  every_s: float = CHECK_EVERY_S) -> None:
@@ -124,8 +119,11 @@ class StorageWatch:
             if volume.level != was:
                 log.warning("storage: %s volume is %s (%s free, reserve %s)", volume.name, volume.level,
                             _mib(volume.free_bytes), _mib(volume.reserve_bytes))
+            metrics.STORAGE_FREE.labels(volume.name).set(volume.free_bytes)
+            metrics.STORAGE_TOTAL.labels(volume.name).set(volume.total_bytes)
+            metrics.STORAGE_RESERVE.labels(volume.name).set(volume.reserve_bytes)
+            metrics.STORAGE_LEVEL.labels(volume.name).set(LEVEL_NUMBER[volume.level])
         self.volumes = volumes
-        export_gauges(volumes)
         return volumes
 
     def short(self) -> VolumeSpace | None:
@@ -138,11 +136,3 @@ class StorageWatch:
             with contextlib.suppress(OSError):
                 await self.refresh()
             await asyncio.sleep(self.every_s)
-
-
-def export_gauges(volumes: tuple[VolumeSpace, ...] | list[VolumeSpace]) -> None:
-    for volume in volumes:
-        metrics.STORAGE_FREE.labels(volume.name).set(volume.free_bytes)
-        metrics.STORAGE_TOTAL.labels(volume.name).set(volume.total_bytes)
-        metrics.STORAGE_RESERVE.labels(volume.name).set(volume.reserve_bytes)
-        metrics.STORAGE_LEVEL.labels(volume.name).set(LEVEL_NUMBER[volume.level])

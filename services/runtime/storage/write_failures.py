@@ -1,13 +1,8 @@
-"""What a failed write means: a full disk (the broker's, the object store's, a local file's), a broker that is not
-taking writes (JetStream disabled, a stream stuck on a write error, no answer), or an object store that is not
-answering; told apart from every other failure, so the gateway answers 507/503 with the reason and workers wait for
-space instead of giving up on their work.
-
-Measured on this stack: JetStream over its own storage limit answers 503 with err_code 10023 "insufficient
-resources" at once; on a disk full under it a publish gets no answer (the client times out) and the stream stays
-stuck after space returns until the server restarts (infra/broker_watch.py); SeaweedFS answers 500 ("No writable
-volumes") until minio's retries give up.
-"""
+"""What a failed write means: a full disk (the broker's, the object store's, a local file's), a broker not taking
+writes, or an object store not answering; told apart from other failures, so the gateway answers 507/503 and workers
+wait for space instead of giving up. Measured: JetStream over its limit answers 503 err_code 10023 at once; on a full
+disk a publish times out and the stream stays stuck until the server restarts (infra/broker_watch.py); SeaweedFS
+answers 500 "No writable volumes" until minio's retries give up."""
 
 import asyncio
 import errno
@@ -86,9 +81,8 @@ FAULT_RETRY_S = (1.0, 2.0, 5.0)
 
 async def through_write_faults(work: Callable[[], Awaitable[Result]], what: str,
                                patience_s: float = FAULT_PATIENCE_S) -> Result:
-    """`work()` (idempotent), done again after a pause each time it fails on a write fault, for up to `patience_s`:
-    a full disk or a broker restarting is not the work's fault, and must not spend its deliveries or attempts.
-    Any other failure, and a fault past the patience, is raised."""
+    """`work()` (idempotent), redone after a pause while it fails on a write fault, for up to `patience_s` (a full
+    disk is not the work's fault: it must not spend its deliveries or attempts); any other failure is raised."""
     waited = 0.0
     tries = 0
     while True:
