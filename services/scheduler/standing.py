@@ -1,10 +1,6 @@
-"""Where a batch stands, told to its owner: the fleet's measured rate per model, and the `status_reason` texts.
-
-Pure: the scheduler notes progress facts into a `RateMeter`, feeds its rates to `fair_share.standings`, phrases
-each batch's standing with `queued_reason` / `running_reason`, and states it only when `should_republish` says so.
-The texts are coarse on purpose (exact place only near the front, ETA in buckets) so that they change seldom:
-10,000 queued batches must not each get a new fact whenever one of them finishes.
-"""
+"""Where a batch stands, told to its owner: the fleet's measured rate per model (`RateMeter`) and the `status_reason`
+texts. Pure. The texts are coarse on purpose (exact place only near the front, ETA in buckets) and restated only when
+`should_republish` says so: 10,000 queued batches must not each get a new fact whenever one of them finishes."""
 
 import math
 
@@ -17,19 +13,16 @@ REPUBLISH_EVERY_MS = 10_000
 ETA_ONLY_EVERY_MS = 30_000
 """A change of the ETA alone waits longer: a rate near a bucket's edge would flip it back and forth."""
 FAR_PLACE_EVERY_MS = 30_000
-"""A new place far back in the queue ("about 300th") waits as long: it moves by a round step every few seconds
-under a burst, and its ETA says more than its place (10,000 queued batches must not each get a fact per step)."""
+"""A new place far back ("about 300th") waits as long: under a burst it moves a round step every few seconds, and
+its ETA says more than its place."""
 QUEUED_KIND = "Queued"
 EXACT_PLACES = 10
 """Places up to this are told exactly; beyond, to one significant digit ("about 40th")."""
 
 
 class RateMeter:
-    """Lines per second the fleet runs each model at, over a sliding window, from progress facts.
-
-    Facts are kept in fixed buckets, so memory is O(models * buckets). Facts older than the window before the
-    newest one seen are dropped as they come (a fact replayed from long ago at start-up adds nothing), and a
-    rate counts only buckets inside the window before `now_ms`."""
+    """Lines per second the fleet runs each model at, over a sliding window of fixed buckets (O(models * buckets)),
+    from progress facts; one older than the window before the newest seen (replayed at start-up) adds nothing."""
 
     bucket_ms = WINDOW_MS // BUCKETS
 
@@ -53,10 +46,8 @@ class RateMeter:
         buckets[index] = buckets.get(index, 0) + lines
 
     def rates(self, now_ms: int) -> dict[str, float]:
-        """Lines per second per model over the window before `now_ms`; a model with none in it is absent.
-
-        The time divided by is the window, or less when the model's first bucket in it is younger (a fleet
-        that began running a model 10 s ago is measured over those 10 s, at least one bucket's)."""
+        """Lines per second per model over the window before `now_ms` (a model with none is absent), measured since
+        the model's first bucket in it when that is younger (a model started 10 s ago: over those 10 s)."""
         # `now_ms` only grows: what is before this window never counts again, and what is left is the window's.
         self._prune(self._oldest_kept(now_ms // self.bucket_ms))
         return {model: sum(buckets.values()) * 1000
@@ -134,12 +125,9 @@ def _parts(reason: str) -> tuple[str, str, str] | None:
 
 
 def should_republish(old_reason: str | None, new_reason: str, last_at_ms: int | None, now_ms: int) -> bool:
-    """Whether to state `new_reason` for a batch whose last stated reason was `old_reason` at `last_at_ms`.
-
-    Never the same text twice. At once when the kind changes (queued ↔ running, or from any other reason such as
-    "no executor serves the model", or the first standing). Otherwise a new place or progress waits until
-    `REPUBLISH_EVERY_MS` after the last (a place far back until `FAR_PLACE_EVERY_MS`), and a new ETA alone until
-    `ETA_ONLY_EVERY_MS`."""
+    """Whether to state `new_reason` for a batch whose last stated reason was `old_reason` at `last_at_ms`: never
+    the same text twice; at once when the kind changes (or for the first standing); else a new place or progress
+    after `REPUBLISH_EVERY_MS` (far back: `FAR_PLACE_EVERY_MS`), a new ETA alone after `ETA_ONLY_EVERY_MS`."""
     if new_reason == old_reason:
         return False
     if old_reason is None or last_at_ms is None:
