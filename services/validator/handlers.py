@@ -1,8 +1,4 @@
-"""Thin handlers: a created batch in; line errors, progress and one verdict out.
-
-The table (`validator_router`, at the end): `validate` takes each `batch.created` fact on the `validator` durable;
-a file that can never be validated fails its batch (`fail_the_batch`); the facts it publishes are declared there too.
-"""
+"""Thin handlers: a created batch in; line errors, progress and one verdict out (the table: `validator_router`)."""
 
 import asyncio
 import logging
@@ -54,8 +50,8 @@ class Validator:
     """Worker processes that check windows beside this one; None: every window is checked here."""
 
     async def take(self, created: BatchCreated) -> None:
-        """Validate the batch's file; a full disk or a restarting broker is waited out, spending none of the
-        fact's deliveries (which would fail the batch): validation is idempotent, so it is simply done again."""
+        """Validate the batch's file; a full disk or a restarting broker is waited out without spending the fact's
+        deliveries (which would fail the batch): validation is idempotent."""
         await through_write_faults(lambda: self.validate(created), f"validating batch {created.aggregate_id}")
 
     async def fail_the_batch(self, created: BatchCreated, error: BaseException) -> None:
@@ -138,9 +134,8 @@ class _Run:
                 "correlation_id": self.created.aggregate_id}
 
     def line_rejected(self, line: int | None, custom_id: str | None, issue: LineIssue) -> LineRejected | None:
-        """The fact of an error, if it is to be published: every error is counted; the first ones of each code are
-        published in full, as soon as they are found. (Capping per code keeps the file's first errors overall too,
-        and examples of every code.)"""
+        """The fact of an error if it is among the first `max_published_per_code` of its code (the rest are only
+        counted): that keeps the file's first errors and examples of every code."""
         published = self.published_by_code.get(issue.code, 0)
         if published >= self.v.max_published_per_code:
             return None
@@ -180,11 +175,9 @@ class _Run:
 
 
 async def publish_in_order(bus: EventBus, events: list[LineRejected]) -> None:
-    """Publish facts that the stream must hold in this order, their acks awaited together rather than one by one.
-
-    Each publish puts its message on the connection before the next one starts (tasks start in the order they are
-    made, and a publish waits only for its ack), except the connection's very first request, which opens its reply
-    subscription first: the first fact goes alone."""
+    """Publish facts in this order, their acks awaited together: each publish puts its message on the connection
+    before the next task starts, except the connection's very first request (it opens its reply subscription
+    first), so the first fact goes alone."""
     if not events:
         return
     await bus.publish(events[0])

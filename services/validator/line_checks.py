@@ -50,8 +50,7 @@ def check_lines(lines: list[bytes | None], spec: WindowSpec, catalogue: Catalogu
 
 
 def _counted(verdicts: list[LineVerdict | None], tokenizers: TokenizerCache | None) -> list[LineVerdict | None]:
-    """The verdicts with their prompts counted, a model's in one batch: a prompt over the context becomes its line's
-    issue."""
+    """The verdicts with their prompts counted, a model's in one batch."""
     by_model: dict[str, list[tuple[int, LineVerdict, ContextNeed]]] = {}
     for index, verdict in enumerate(verdicts):
         if verdict is not None and verdict.context is not None:

@@ -1,7 +1,6 @@
-"""Strict sampling, a per-catalogue-model option (`strict_sampling = true`; off by default), for deployments whose users
-know Reliquary's rules: every line of a file samples the same way (`mixed_sampling` otherwise, failing the file),
-sampling values stay in Reliquary's ranges, and parameters that would change the draw are accepted only at their
-neutral value (`<param>_unavailable`). Pure: the rules a line's body and a file's lines are held to."""
+"""Strict sampling, a catalogue model's option (off by default) for users of Reliquary's rules: a file samples one
+way (else `mixed_sampling` fails it), values stay in Reliquary's ranges, and parameters that would change the draw
+are accepted only at their neutral value (`<param>_unavailable`). Pure."""
 
 from collections.abc import Iterator
 from dataclasses import dataclass
