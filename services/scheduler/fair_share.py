@@ -7,8 +7,7 @@ organisation is one of their own), and the user's batch validated first. Shares 
 owner alone gets all the capacity, two owners half each; each `take` counts its unit at once, so one tick stays fair.
 
 Built once per tick (O(batches)); a `take` costs O(log owners) per model served (lazily refreshed heaps), never a
-scan of every batch: a tick with a thousand executors and ten thousand queued batches stays in milliseconds.
-"""
+scan of every batch: a tick with a thousand executors and ten thousand queued batches stays in milliseconds."""
 
 import bisect
 import heapq
@@ -20,6 +19,8 @@ URGENCY_SAFETY = 2.0
 NO_RATE = 1e-9
 SOLO = "user:"
 """The organisation of a user who has none."""
+Entry = tuple[float, int, str]
+"""A heap entry: (lines in flight per weight, the head batch's validated order, user or organisation)."""
 
 
 @dataclass
@@ -74,10 +75,10 @@ class FairQueue:
         self._org_in_flight: dict[str, int] = {}
         self._queues: dict[tuple[str, str], _UserQueue] = {}
         """(model, user) → the user's batches of that model, FIFO."""
-        self._users: dict[tuple[str, str], list[tuple[float, int, str]]] = {}
-        """(model, organisation) → a heap of its users: (lines in flight per weight, head's order, user)."""
-        self._orgs: dict[str, list[tuple[float, int, str]]] = {}
-        """Model → a heap of (lines in flight per weight, first head's order, organisation); an entry whose key grew
+        self._users: dict[tuple[str, str], list[Entry]] = {}
+        """(model, organisation) → a heap of its users' entries."""
+        self._orgs: dict[str, list[Entry]] = {}
+        """Model → a heap of organisations' entries (their users' earliest head order); an entry whose key grew
         since it was pushed is pushed again when it comes up."""
         self._urgent: dict[str, list[QueuedBatch]] = {}
         """Model → urgent batches, earliest deadline first."""
@@ -139,7 +140,7 @@ class FairQueue:
         return best
 
     def _next_fair(self, models: Collection[str]) -> QueuedBatch | None:
-        best: tuple[float, int, str] | None = None
+        best: Entry | None = None
         best_model = ""
         for model in models:
             top = self._top_org(model)
@@ -150,7 +151,7 @@ class FairQueue:
         user = self._users[(best_model, best[2])][0][2]
         return self._queues[(best_model, user)].head()
 
-    def _top_org(self, model: str) -> tuple[float, int, str] | None:
+    def _top_org(self, model: str) -> Entry | None:
         """The model's organisation furthest below its share that has lines to hand out (its heap entry fresh)."""
         heap = self._orgs.get(model)
         while heap:
@@ -165,7 +166,7 @@ class FairQueue:
             heapq.heapreplace(heap, fresh)
         return None
 
-    def _fresh_top_user(self, model: str, users: list[tuple[float, int, str]]) -> bool:
+    def _fresh_top_user(self, model: str, users: list[Entry]) -> bool:
         """Bring the organisation's best user with lines to hand out to the top of its heap; False: none has."""
         while users:
             entry = users[0]
@@ -178,12 +179,12 @@ class FairQueue:
             heapq.heapreplace(users, fresh)
         return False
 
-    def _user_entry(self, model: str, user: str) -> tuple[float, int, str]:
+    def _user_entry(self, model: str, user: str) -> Entry:
         head = self._queues[(model, user)].head()
         return (self._user_in_flight.get(user, 0) / self.weights.of_user(user),
                 head.validated_order if head is not None else 0, user)
 
-    def _org_entry(self, model: str, org: str) -> tuple[float, int, str]:
+    def _org_entry(self, model: str, org: str) -> Entry:
         users = self._users[(model, org)]
         first = min((head.validated_order for _, _, user in users
                      if (head := self._queues[(model, user)].head()) is not None), default=0)

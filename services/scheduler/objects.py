@@ -150,7 +150,6 @@ class ObjectBroker:
     book: Book
     caught_up: asyncio.Event
     refusals: SkipLog = field(default_factory=lambda: SkipLog(log, "refused"))
-    """What executors were refused, logged at most once a minute per executor."""
 
     async def answer(self, executor_id: str, request: ObjectRequest) -> ObjectGrant:
         if not self.caught_up.is_set():
