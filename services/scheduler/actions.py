@@ -10,8 +10,6 @@ from services.scheduler.fair_share import Weights
 
 @dataclass(frozen=True)
 class Policy:
-    """The operator's knobs the decisions follow."""
-
     unit_min_lines: int = 32
     """A batch of at most this many lines is one unit (it finalizes itself); larger ones, units of at least this."""
     unit_max_lines: int = 1024

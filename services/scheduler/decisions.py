@@ -81,8 +81,7 @@ def _upkeep(plan: BatchPlan, book: Book, fleet: FleetView, alive: set[str], now_
 
 
 def _fences(plan: BatchPlan, book: Book, fleet: FleetView, alive: set[str]) -> list[Action]:
-    """Running attempts whose lease ends: their executor lost or restarted since; then those on executors the batch
-    may no longer run on (their provider's approval was withdrawn)."""
+    """Running attempts whose lease ends: executor lost or restarted; then those the batch may no longer run on."""
     dead: list[Action] = []
     misplaced: list[Action] = []
     for _, run in plan.running_shards():
@@ -187,8 +186,7 @@ def _hand_out(wanting: list[tuple[BatchPlan, CatalogueModel]], book: Book, fleet
 
 def _retry_on(plan: BatchPlan, unit: int, lane: str, serves: dict[str, set[str]],
               places: dict[str, int]) -> str | None:
-    """Where a unit whose attempt failed runs again: an executor that has not tried it if one has a free place
-    (the one that failed it may be why), the one with the most free places first."""
+    """Where a failed unit runs again: preferably an executor that has not tried it, with the most free places."""
     free = [executor_id for executor_id, left in places.items() if left > 0 and lane in serves[executor_id]]
     tried = plan.shard(unit).tried_executors
     fresh = [executor_id for executor_id in free if executor_id not in tried]

@@ -153,8 +153,7 @@ def clamped(event: StatedFact, now_ms: int) -> StatedFact:
 
 
 def _may_store(book: Book, executor_id: str, event: FileStored) -> str | None:
-    """Only the output and error file of a batch it finalizes, as its owner's, of at most its lines, expiring no
-    later than the batch asked."""
+    """Only the output and error file of a batch it finalizes, as its owner's, within its lines and lifetime."""
     batch_id = event.batch_id
     plan = book.plans.get(batch_id) if batch_id else None
     if plan is None:

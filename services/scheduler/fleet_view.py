@@ -75,8 +75,7 @@ class FleetView:
                               if self.allows(executor_id, plan)})
 
     def why_waiting(self, plan: BatchPlan, model: CatalogueModel) -> str:
-        """Why a batch that got nothing waits: the allowed executors are busy, none can take its model, or none it
-        may run on serves it (once a tick per model and trust key)."""
+        """Why a batch that got nothing waits (worked out once a tick per model and trust key)."""
         return _memo(self._reasons, (model.id, plan.placement, plan.organization_id, plan.owner),
                      lambda: self._why_waiting(plan, model))
 

@@ -35,13 +35,9 @@ async def fold_into_book(term: Term, facts: list[Fact], head_seen: int) -> None:
     term.fold(facts)
 
 
-def book_caught_up(term: Term) -> None:
-    term.caught_up.set()
-
-
 BOOK = LogFollower("scheduler", book_facts(), "Each leader's book: every batch's plan and the fleet, folded from "
                                               "the whole log at the start of its term, then live.",
-                   take=fold_into_book, caught_up=book_caught_up, leader_only=True)
+                   take=fold_into_book, caught_up=lambda term: term.caught_up.set(), leader_only=True)
 
 
 async def register(request: ExecutorRegistration, connected_as: Annotated[str, Path()],

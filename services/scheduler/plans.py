@@ -28,8 +28,7 @@ class ShardRun:
     started_at: dict[int, int] = field(default_factory=dict)
     """Attempt → when it started (ms, the executor's clock, as its registrations)."""
     unstarted_losses: set[int] = field(default_factory=set)
-    """Attempts fenced because their executor was lost or restarted before they started there: they say nothing
-    about this shard."""
+    """Attempts fenced with their executor before they started there: they say nothing about this shard."""
     tried_executors: set[str] = field(default_factory=set)
     finished: bool = False
     """Every line of the shard is committed."""

@@ -80,8 +80,7 @@ def place_phrase(position: int) -> str:
 
 
 def eta_phrase(eta_s: float | None) -> str | None:
-    """"under a minute", "about N min" (1 to 10), "about 15/20/30/45 min", "about N h", "about N days"; None when
-    there is no estimate (no measured rate)."""
+    """"under a minute", "about N min" (1-10, then 15/20/30/45), "about N h", "about N days"; None: no estimate."""
     if eta_s is None or not math.isfinite(eta_s) or eta_s < 0:
         return None
     minutes = eta_s / 60

@@ -106,8 +106,7 @@ class Term:
         return cls(bus, await Fleet.open(bus), catalogue, await ReadModel.open(bus), signer, policy)
 
     async def lead(self, lease: LeaderLease, tick_s: float, stop: asyncio.Event, folds: Folds) -> None:
-        """Decisions every tick once the book (folded from the whole log by `folds`, the router's) has caught up,
-        until stopped, the lease is lost or the fold fails."""
+        """Decisions every tick once the book (`folds`) caught up, until stopped, the lease lost or the fold failed."""
         keeper = asyncio.create_task(lease.keep(stop))
         resent = False
         try:
@@ -232,8 +231,7 @@ class Term:
                  action.layout.shards, action.attempt, action.executor_id)
 
     async def resend_runs(self) -> None:
-        """Once per term: every running attempt's run command again (deduplicated, resumed idempotently), in case
-        the last leader died before sending it."""
+        """Once per term: every running attempt's run command again, in case the last leader died before sending it."""
         for plan in list(self.book.open.values()):  # the fold goes on while each command is sent
             for shard, run in plan.running_shards():
                 assert run.executor_id is not None

@@ -150,7 +150,6 @@ _SHAPES: dict[str, Callable[[dict[str, object]], Iterator[LineIssue]]] = {
 
 
 def _part_issues(content: list[object], param: str) -> Iterator[LineIssue]:
-    """Each chat content part is an object of a known type; a text part carries its text."""
     for index, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
         if not isinstance(part, dict) or not isinstance(kind, str) or kind not in CONTENT_PART_MODALITY:
@@ -263,8 +262,7 @@ def _token_id_issues(ids: list[int], body: dict[str, object], model: CatalogueMo
         yield LineIssue("invalid_body", f"Token id {ids[outside]} is outside {model.id}'s vocabulary of {vocabulary} "
                         "tokens.", f"body.prompt[{outside}]")
         return
-    wanted = wanted_tokens(body)
-    issue = context_issue(ContextNeed(model, (), wanted, "body.prompt"), len(ids))
+    issue = context_issue(ContextNeed(model, (), wanted_tokens(body), "body.prompt"), len(ids))
     if issue is not None:
         yield issue
 
@@ -307,7 +305,6 @@ class ContextNeed:
     prompts: tuple[str, ...]
     """The texts the engine tokenizes; the longest must fit."""
     wanted: int
-    """Tokens the request asks to generate."""
     param: str | None
 
 

@@ -97,13 +97,11 @@ class FileValidation:
 
     @property
     def awaits_line_model(self) -> bool:
-        """Lines without a model take the first one a line names, and none has yet: windows go in order until one
-        does."""
+        """Lines without a model take the first one a line names, and none has yet: windows go in order until then."""
         return self.limits.inherit_line_model and self._line_model() is None
 
     def plan(self, lines: list[tuple[int, bytes]]) -> "Window":
-        """The file's bookkeeping of a window: lines counted, those past `max_lines` decided, the others to check on
-        their own (anywhere)."""
+        """The file's bookkeeping of a window: lines counted, those past `max_lines` decided, the others to check."""
         numbers = [line_no for line_no, _ in lines]
         raws = [raw for _, raw in lines]
         decided: dict[int, LineVerdict] = {}

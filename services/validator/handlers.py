@@ -55,7 +55,6 @@ class Validator:
         await through_write_faults(lambda: self.validate(created), f"validating batch {created.aggregate_id}")
 
     async def fail_the_batch(self, created: BatchCreated, error: BaseException) -> None:
-        """A batch whose file could never be validated fails, with the cause."""
         await self.bus.publish(BatchFailed(aggregate_id=created.aggregate_id, code="validation_error",
                                            reason=f"The input file could not be validated: {error}",
                                            causation_id=created.event_id))
@@ -117,7 +116,6 @@ class _Run:
         self.last_progress_lines = 0
 
     async def take(self, found: Findings) -> None:
-        """Refused lines, reported in line order, then progress when it is due."""
         events: list[LineRejected] = []
         for result, record in found.refused:
             self.rejected[result.line] = record
@@ -192,8 +190,7 @@ CREATED = Durable(BatchCreated, EVENTS_STREAM, VALIDATOR_DURABLE, BATCH_CREATED,
 
 
 def validator_router() -> ServiceRouter:
-    """The validator's table: what it consumes, by which handler, what a hopeless fact becomes; what it emits.
-    (A fresh router each call: faststream lets a router belong to one broker only.)"""
+    """The validator's table (a fresh router each call: faststream lets a router belong to one broker only)."""
     router = ServiceRouter("validator", dependencies="validator")
     router.durable(CREATED, Validator.take, Validator.fail_the_batch,
                    "Check every line of the batch's input file; publish its line errors, then one verdict.")

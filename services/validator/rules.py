@@ -31,8 +31,7 @@ class LineVerdict:
 def check_line(raw: bytes, endpoint: str, catalogue: Catalogue, max_line_bytes: int,
                tokenizers: TokenizerCache | None = None, line_model: str | None = None,
                plain: PlainChat | None = None) -> LineVerdict:
-    """One line on its own. `line_model`: the model of a body without `model` (None: it must name one). `plain`:
-    passes a plain chat line (`plain_lines.py`) without running every rule."""
+    """One line on its own. `line_model`: the model of a body without one. `plain`: passes a plain chat line."""
     if len(raw) > max_line_bytes:
         return LineVerdict([LineIssue("invalid_json_line", f"The line is {len(raw)} bytes; the limit is "
                                       f"{max_line_bytes}. Shorten the request or split it.")])

@@ -40,7 +40,6 @@ def sampling_key(body: dict[str, object]) -> SamplingKey:
 
 
 def strict_issues(body: dict[str, object]) -> Iterator[LineIssue]:
-    """What a strict model refuses in one line's body."""
     yield from _sampler_issues(body)
     yield from _limit_issues(body)
     seed = body.get("seed")
@@ -54,7 +53,6 @@ def strict_issues(body: dict[str, object]) -> Iterator[LineIssue]:
 
 
 def _sampler_issues(body: dict[str, object]) -> Iterator[LineIssue]:
-    """temperature, top_p, top_k and min_p within the strict sampler's ranges."""
     temperature = body.get("temperature")
     if temperature == 0:
         yield LineIssue("greedy_unavailable", "Greedy decoding (temperature 0) is not offered: sample with a "
@@ -74,7 +72,6 @@ def _sampler_issues(body: dict[str, object]) -> Iterator[LineIssue]:
 
 
 def _limit_issues(body: dict[str, object]) -> Iterator[LineIssue]:
-    """max_tokens and max_completion_tokens within range, and equal when both are given."""
     limits = {name: body[name] for name in ("max_tokens", "max_completion_tokens") if body.get(name) is not None}
     for name, value in limits.items():
         if not is_integer(value) or not MIN_MAX_TOKENS <= value <= MAX_MAX_TOKENS:

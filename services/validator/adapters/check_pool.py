@@ -86,8 +86,7 @@ class CheckPool:
 
     def verdicts(self, sent: "Future[list[WireVerdict | None]]", spec: WindowSpec, lines: list[bytes | None],
                  catalogue: Catalogue, tokenizers: TokenizerCache | None) -> list[LineVerdict | None]:
-        """A sent window's verdicts, once its worker has them (blocking); checked in this thread when the pool
-        broke, and the workers start again for the next window."""
+        """A sent window's verdicts (blocking); checked in this thread if the pool broke (it starts again next)."""
         try:
             wires = sent.result()
         except BrokenProcessPool:

@@ -61,8 +61,8 @@ def error_lines(store: ObjectStore, created: BatchCreated, validation: FileValid
 
 async def write_error_file(store: ObjectStore, created: BatchCreated, validation: FileValidation,
                            refused: dict[int, RejectedLine]) -> FileStored | None:
-    """Write the error file of a failed batch and return its `file.stored` fact; None for a file of no lines.
-    Deterministic in the input: written again, it has the same id and bytes."""
+    """Write a failed batch's error file (deterministic: the same id and bytes again) and return its `file.stored`
+    fact; None for a file of no lines."""
     if validation.total_lines == 0:
         return None
     batch_id = created.aggregate_id
