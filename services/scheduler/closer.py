@@ -1,11 +1,7 @@
-"""The control plane's own finalizer: the leading scheduler ends a batch no executor holding its lease can end (one
-that never ran, ran on several executors, or lost its executor), writing its files from the committed chunks with
-its own S3 access as an executor's `Finalizer` would (redone, the same files and facts).
-
-One task per batch (at most `AT_ONCE` at work), stopped with the term; a failed try is retried after a growing pause,
-and after `MAX_TRIES` the batch fails with the cause. Result chunks are executors' writing, so untrusted: read one at a
-time within `MAX_CHUNK_BYTES`; one too big or undecodable is left out (its lines go to the error file as never run).
-"""
+"""The control plane's own finalizer: the leading scheduler ends a batch no executor holding its lease can end, with
+its own S3 access, as an executor's `Finalizer` would (redone, the same files and facts); one task per batch, retried
+after growing pauses, failing the batch after `MAX_TRIES`. Result chunks are untrusted: read one at a time within
+`MAX_CHUNK_BYTES`; one too big or undecodable is left out (its lines go to the error file as never run)."""
 
 import asyncio
 import logging

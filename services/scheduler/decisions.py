@@ -1,8 +1,6 @@
-"""What the scheduler should do now, given its book of batches and the live fleet: a pure function.
-
-A batch is cut into units of lines (`unit_layout`), each leased to one executor as an attempt; an executor holds up
-to `parallel_attempts` units at once. Every tick fills the free places round-robin over the executors, each from the
-batch the fair queue names."""
+"""What the scheduler should do now, given its book of batches and the live fleet: a pure function. A batch is cut
+into units (`unit_layout`), each leased to one executor as an attempt; every tick fills the executors' free places
+(`parallel_attempts` each) round-robin, each from the batch the fair queue names."""
 
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping

@@ -1,9 +1,6 @@
-"""Who may state which fact, and read which batch's log: the fact desk's judgement, on the leader's book alone.
-
-An attempt's facts come from its assignee; a batch's end and files from its finalizer (the one running its only
-shard, or the one last sent the finalize command). A fact naming another owner or object is refused, never
-corrected. Whether the attempt still holds its lease is fenced by the conditional publish on `attempt_failed`.
-"""
+"""Who may state which fact, and read which batch's log: the fact desk's judgement, on the leader's book alone. An
+attempt's facts come from its assignee; a batch's end and files from its finalizer. A fact naming another owner or
+object is refused, never corrected; whether the attempt still holds its lease is fenced by the conditional publish."""
 
 from collections.abc import Callable
 from typing import TypeVar

@@ -1,13 +1,7 @@
-"""Who gets the next unit of work: fair share between owners, FIFO within an owner, urgency near a deadline.
-
-A pure queue over the batches with lines to hand out, among the models an executor serves: an **urgent** batch first
-(one that at its model's measured rate would miss its window unless served now), earliest deadline first; else the
-organisation, then within it the user, with the fewest lines in flight per unit of weight (a user without an
-organisation is one of their own), and the user's batch validated first. Shares follow the lines in flight now, so an
-owner alone gets all the capacity, two owners half each; each `take` counts its unit at once, so one tick stays fair.
-
-Built once per tick (O(batches)); a `take` costs O(log owners) per model served (lazily refreshed heaps), never a
-scan of every batch: a tick with a thousand executors and ten thousand queued batches stays in milliseconds."""
+"""Who gets the next unit of work: an urgent batch (one that at its model's measured rate would miss its window)
+first, earliest deadline first; else fair share of the lines in flight between organisations, then their users (by
+weight), FIFO within a user. Built once per tick; a `take` counts its unit at once and costs O(log owners) per model
+served (lazily refreshed heaps): a tick with a thousand executors and ten thousand queued batches stays in ms."""
 
 import bisect
 import heapq
@@ -215,11 +209,9 @@ class Standing:
 
 def standings(batches: Iterable[QueuedBatch], rates: Mapping[str, float],
               weights: Weights = Weights()) -> dict[str, Standing]:
-    """Each batch's place and finish time if the fleet keeps its measured rate per model and shares it fairly.
-
-    Fair sharing is processor sharing: each owner with lines left runs at the rate times its share of the active
-    weight. In virtual time an owner of weight w finishes its first c lines at c / w; real time integrates the active
-    weight over the rate."""
+    """Each batch's place and finish time if the fleet keeps its measured rate per model and shares it fairly: each
+    owner with lines left runs at the rate times its share of the active weight (processor sharing). In virtual time
+    an owner of weight w finishes its first c lines at c / w; real time integrates the active weight over the rate."""
     by_model: dict[str, list[QueuedBatch]] = {}
     for batch in batches:
         if batch.remaining_lines > 0:

@@ -1,10 +1,7 @@
-"""Who may run whose batch: executors' providers, providers' organisations and approvals, folded from the log, and
-the rule (`may_run`) the scheduler assigns by and the object broker signs URLs by.
-
-An executor of an operator's worker key (no provider) is the platform's own: it runs every batch that allows approved
-providers, none limited to an organisation's own. A provider's organisation is its owner's. The default organisation
-(every user made without one) is no circle of trust: there an unapproved provider runs only its owner's batches, and
-`own_organization` means the owner's own providers (`trust_scope`)."""
+"""Who may run whose batch (`may_run`, by which the scheduler assigns and the object broker signs): executors'
+providers, their organisations and approvals, folded from the log. An operator's executor (no provider) is the
+platform's own: it runs every batch that allows approved providers. The default organisation is no circle of trust:
+there an unapproved provider runs only its owner's batches, and `own_organization` means the owner's (`trust_scope`)."""
 
 from dataclasses import dataclass, field
 

@@ -39,8 +39,8 @@ class RateMeter:
         index = at_ms // self.bucket_ms
         if self._newest is None or index > self._newest:
             self._newest = index
-            self._prune(self._oldest_kept(index))
-        elif index < self._oldest_kept(self._newest):
+            self._prune(index - BUCKETS + 1)
+        elif index < self._newest - BUCKETS + 1:
             return
         buckets = self._lines.setdefault(model, {})
         buckets[index] = buckets.get(index, 0) + lines
@@ -49,17 +49,13 @@ class RateMeter:
         """Lines per second per model over the window before `now_ms` (a model with none is absent), measured since
         the model's first bucket in it when that is younger (a model started 10 s ago: over those 10 s)."""
         # `now_ms` only grows: what is before this window never counts again, and what is left is the window's.
-        self._prune(self._oldest_kept(now_ms // self.bucket_ms))
+        self._prune(now_ms // self.bucket_ms - BUCKETS + 1)
         return {model: sum(buckets.values()) * 1000
                 / min(max(now_ms - min(buckets) * self.bucket_ms, self.bucket_ms), WINDOW_MS)
                 for model, buckets in self._lines.items()}
 
-    def _oldest_kept(self, index: int) -> int:
-        """The first bucket index inside the window that ends in bucket `index`."""
-        return index - BUCKETS + 1
-
     def _prune(self, before: int) -> None:
-        """Forget the buckets before `before`, and the models left with none."""
+        """Forget the buckets before `before` (the window's first kept), and the models left with none."""
         self._lines = {model: kept for model, buckets in self._lines.items()
                        if (kept := {index: lines for index, lines in buckets.items() if index >= before})}
 

@@ -90,9 +90,8 @@ def _structure_issues(line: dict[str, object], endpoint: str) -> Iterator[LineIs
 
 
 def nesting_depth(value: object, limit: int) -> int:
-    """How deep arrays and objects nest in `value` (a scalar: 0), counted no further than `limit` + 1.
-
-    Iterative: a line orjson parses (up to 1,024 levels) would overflow Python's recursion limit."""
+    """How deep arrays and objects nest in `value` (a scalar: 0), counted no further than `limit` + 1. Iterative: a
+    line orjson parses (up to 1,024 levels) would overflow Python's recursion limit."""
     deepest = 0
     stack: list[tuple[object, int]] = [(value, 1)]
     while stack:
