@@ -21,15 +21,14 @@ from contracts.lifecycle import ENDING_FACTS
 from services.runtime.nats.foldrules import FoldRules
 from services.scheduler.domain import HEARTBEAT_FRESH_MS
 from services.scheduler.placement import PLACEMENT_FACTS, PLACEMENT_WITHDRAWN, Placements
-from services.scheduler.plans import BatchPlan, Phase, ShardRun
+from services.scheduler.plans import BatchPlan, ShardRun
 from services.scheduler.standing import RateMeter
 
 CONTROL_PLANE = "(control plane)"
 """`BatchPlan.finalizer` when the leading scheduler finalizes itself (no executor id holds a space or parenthesis)."""
 STORAGE_UNAVAILABLE = "storage_unavailable"
 """An attempt given up on a write fault (full disk, restarting broker): forgiven like a loss before start."""
-__all__ = ["CONTROL_PLANE", "STORAGE_UNAVAILABLE", "BatchPlan", "Book", "ExecutorOwner", "Phase", "ShardRun",
-           "book_facts"]
+__all__ = ["CONTROL_PLANE", "STORAGE_UNAVAILABLE", "BatchPlan", "Book", "ExecutorOwner", "ShardRun", "book_facts"]
 _fleet_rules = FoldRules[None]()
 _plan_rules = FoldRules[None]()
 

@@ -182,8 +182,7 @@ def _hand_out(wanting: list[tuple[BatchPlan, CatalogueModel]], book: Book, fleet
     return actions + _waits([(plan, model) for plan, model in wanting if plan.batch_id not in given], fleet)
 
 
-def _retry_on(plan: BatchPlan, unit: int, lane: str, serves: dict[str, set[str]],
-              places: dict[str, int]) -> str | None:
+def _retry_on(plan: BatchPlan, unit: int, lane: str, serves: dict[str, set[str]], places: dict[str, int]) -> str | None:
     """Where a failed unit runs again: preferably an executor that has not tried it, with the most free places."""
     free = [executor_id for executor_id, left in places.items() if left > 0 and lane in serves[executor_id]]
     tried = plan.shard(unit).tried_executors

@@ -23,13 +23,7 @@ from contracts.fact_desk import (
     LogPage,
     LogRead,
 )
-from contracts.subjects import (
-    attempt_failures,
-    batch_events,
-    event_name_of,
-    fact_submissions,
-    log_reads,
-)
+from contracts.subjects import attempt_failures, batch_events, event_name_of, fact_submissions, log_reads
 from services.runtime.nats import eventlog
 from services.runtime.nats.bus import EventBus, Fence, FenceMoved
 from services.runtime.nats.delivery import Answer

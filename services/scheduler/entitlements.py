@@ -127,8 +127,7 @@ def _attempt_refusal(plan: BatchPlan, executor_id: str, event: AttemptFact | Bat
     return None
 
 
-def _finalizer_refusal(plan: BatchPlan, executor_id: str,
-                       event: BatchFinalizing | FinalizerFact) -> str | None:
+def _finalizer_refusal(plan: BatchPlan, executor_id: str, event: BatchFinalizing | FinalizerFact) -> str | None:
     if not finalizes(plan, executor_id):
         return f"executor {executor_id} does not finalize batch {plan.batch_id}"
     if isinstance(event, BatchEnded | BatchFailed):

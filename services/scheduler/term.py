@@ -40,16 +40,7 @@ from services.runtime.nats.readmodel import ReadModel
 from services.runtime.process.tasks import cancel_and_join
 from services.scheduler.book import CONTROL_PLANE, BatchPlan, Book
 from services.scheduler.closer import Closer
-from services.scheduler.decisions import (
-    Action,
-    Assign,
-    DeclareLost,
-    FenceAttempt,
-    Finalize,
-    Policy,
-    Wait,
-    decide,
-)
+from services.scheduler.decisions import Action, Assign, DeclareLost, FenceAttempt, Finalize, Policy, Wait, decide
 from services.scheduler.desk import FactDesk
 from services.scheduler.objects import ObjectBroker, ObjectSigner
 from services.scheduler.observe import action_span, export_book, note_action, remember_trace
@@ -168,8 +159,7 @@ class Term:
         for executor_id in set(self.book.known_executors) - {advert.executor_id for advert in adverts}:
             log.info("no advert of executor %s in the executors bucket (last heartbeat %d ms ago)", executor_id,
                      now_ms - self.book.known_executors[executor_id])
-        for action in decide(self.book, adverts, self.catalogue, now_ms, self.policy,
-                             self.book.rates.rates(now_ms)):
+        for action in decide(self.book, adverts, self.catalogue, now_ms, self.policy, self.book.rates.rates(now_ms)):
             await self.act(action)
         if now_ms - self.exported_at_ms >= EXPORT_EVERY_MS:
             self.exported_at_ms = now_ms  # O(open batches): once a second, not every nudged tick

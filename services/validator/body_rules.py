@@ -85,8 +85,7 @@ def _model_issues(body: dict[str, object], endpoint: str, catalogue: Catalogue,
         known = ", ".join(m.id for m in catalogue.models)
         named = "" if "model" in body else " (the batch's model, named for lines without body.model)"
         return [LineIssue("unsupported_model", f"Model {name!r}{named} is not served here or not open to your "
-                          f"key. Available to you: {known or 'none'}.",
-                          "body.model")], None
+                          f"key. Available to you: {known or 'none'}.", "body.model")], None
     if not model.batchable:
         return [LineIssue("model_not_batchable", f"Model {model.id} cannot run in batches; pick another from "
                           "GET /v1/models.", "body.model")], None
@@ -139,8 +138,7 @@ def _embedding_shape(body: dict[str, object]) -> Iterator[LineIssue]:
 def _response_shape(body: dict[str, object]) -> Iterator[LineIssue]:
     value = body.get("input")
     if not (isinstance(value, str) and value) and not (isinstance(value, list) and value):
-        yield LineIssue("invalid_body", "body.input must be a non-empty string or list of input items.",
-                        "body.input")
+        yield LineIssue("invalid_body", "body.input must be a non-empty string or list of input items.", "body.input")
 
 
 _SHAPES: dict[str, Callable[[dict[str, object]], Iterator[LineIssue]]] = {

@@ -159,8 +159,7 @@ class _Run:
                 await self.v.store.put_bytes(key, body)
             await self.v.bus.publish(BatchValidated(
                 **self._envelope(), total_lines=validation.total_lines, model=validation.model_id,
-                rejected_lines=len(self.rejected),
-                rejections_object_key=key, error_count=validation.error_count,
+                rejected_lines=len(self.rejected), rejections_object_key=key, error_count=validation.error_count,
                 counts_by_code=validation.counts_by_code))
             return
         stored = await write_error_file(self.v.store, created, validation, self.rejected)

@@ -58,7 +58,6 @@ def check_line(raw: bytes, endpoint: str, catalogue: Catalogue, max_line_bytes: 
     body = line.get("body")
     if not isinstance(body, dict):
         return LineVerdict(issues, usable_id)
-    # A line refused already never has its prompt counted: its verdict drops what counting would find.
     verdict = check_body(body, endpoint, catalogue, tokenizers, line_model, count_context=not issues)
     all_issues = issues + verdict.issues
     return LineVerdict(all_issues, usable_id, verdict.model if not all_issues else None, verdict.embedding_inputs,

@@ -270,8 +270,7 @@ class ModelTokenizer:
             rendered = self._render(messages, contents, kwargs)
         return None if self.fits(rendered, room) else rendered
 
-    def _render(self, messages: list[dict[str, object]], contents: list[str],
-                kwargs: dict[str, object] | None) -> str:
+    def _render(self, messages: list[dict[str, object]], contents: list[str], kwargs: dict[str, object] | None) -> str:
         normalised = [{**m, "content": content} for m, content in zip(messages, contents, strict=True)]
         return str(self.template.render({**(kwargs or {}), "messages": normalised, "add_generation_prompt": True}))
 
