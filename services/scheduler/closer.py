@@ -103,8 +103,6 @@ class Closer:
         except StillRunning as running:
             self.waits[batch_id] = self.waits.get(batch_id, 0) + 1
             log.info("batch %s: %s; finalizing it later", batch_id, running)
-        except asyncio.CancelledError:
-            raise
         except Exception as error:  # any failure: tried again, then the batch fails with it
             tries = self.tries[batch_id] = self.tries.get(batch_id, 0) + 1
             if tries >= MAX_TRIES:
