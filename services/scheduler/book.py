@@ -27,7 +27,7 @@ from services.scheduler.standing import RateMeter
 CONTROL_PLANE = "(control plane)"
 """`BatchPlan.finalizer` when the leading scheduler finalizes itself (no executor id holds a space or parenthesis)."""
 STORAGE_UNAVAILABLE = "storage_unavailable"
-"""An attempt given up on a write fault (full disk, restarting broker): forgiven like a loss before start."""
+"""An attempt given up on a write fault (full disk, restarting broker): it says nothing of the unit, so is forgiven."""
 __all__ = ["CONTROL_PLANE", "STORAGE_UNAVAILABLE", "BatchPlan", "Book", "ExecutorOwner", "ShardRun", "book_facts"]
 _fleet_rules = FoldRules[None]()
 _plan_rules = FoldRules[None]()

@@ -1,7 +1,7 @@
 """The control plane's own finalizer: the leading scheduler ends a batch no executor holding its lease can end, with
 its own S3 access, as an executor's `Finalizer` would (redone, the same files and facts); one task per batch, retried
 after growing pauses, failing the batch after `MAX_TRIES`. Result chunks are untrusted: read one at a time within
-`MAX_CHUNK_BYTES`; one too big or undecodable is left out (its lines go to the error file as never run)."""
+`MAX_CHUNK_BYTES`; one too big or undecodable is left out (its lines count as never run), never failing the batch."""
 
 import asyncio
 import logging

@@ -183,7 +183,8 @@ def _hand_out(wanting: list[tuple[BatchPlan, CatalogueModel]], book: Book, fleet
 
 
 def _retry_on(plan: BatchPlan, unit: int, lane: str, serves: dict[str, set[str]], places: dict[str, int]) -> str | None:
-    """Where a failed unit runs again: preferably an executor that has not tried it, with the most free places."""
+    """Where a failed unit runs again: an executor that has not tried it if one is free (the one that failed it may be
+    why), the one with the most free places first."""
     free = [executor_id for executor_id, left in places.items() if left > 0 and lane in serves[executor_id]]
     tried = plan.shard(unit).tried_executors
     fresh = [executor_id for executor_id in free if executor_id not in tried]

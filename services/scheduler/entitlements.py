@@ -1,6 +1,7 @@
 """Who may state which fact, and read which batch's log: the fact desk's judgement, on the leader's book alone. An
-attempt's facts come from its assignee; a batch's end and files from its finalizer. A fact naming another owner or
-object is refused, never corrected; whether the attempt still holds its lease is fenced by the conditional publish."""
+attempt's facts come from its assignee; a batch's end and files from its finalizer (the one running its only shard,
+or the one last sent the finalize command). A fact naming another owner or object is refused, never corrected;
+whether the attempt still holds its lease is fenced by the conditional publish."""
 
 from collections.abc import Callable
 from typing import TypeVar
@@ -139,7 +140,7 @@ def _finalizer_refusal(plan: BatchPlan, executor_id: str, event: BatchFinalizing
 
 
 def clamped(event: StatedFact, now_ms: int) -> StatedFact:
-    """The fact as the desk stores it: no time the executor stated is later than the scheduler's clock."""
+    """The fact as the desk stores it: its `occurred_at` (a file's `created_at` too) never past the desk's clock."""
     update: dict[str, object] = {}
     if event.occurred_at > now_ms:
         update["occurred_at"] = now_ms

@@ -1,7 +1,8 @@
 """Who may run whose batch (`may_run`, by which the scheduler assigns and the object broker signs): executors'
-providers, their organisations and approvals, folded from the log. An operator's executor (no provider) is the
-platform's own: it runs every batch that allows approved providers. The default organisation is no circle of trust:
-there an unapproved provider runs only its owner's batches, and `own_organization` means the owner's (`trust_scope`)."""
+providers, their organisations (their owners') and approvals, folded from the log. An operator's executor (no
+provider) is the platform's own: it runs every batch allowing approved providers, none limited to an organisation's
+own. The default organisation is no circle of trust: there an unapproved provider runs only its owner's batches, and
+`own_organization` means the owner's own providers (`trust_scope`)."""
 
 from dataclasses import dataclass, field
 
@@ -19,7 +20,7 @@ PLACEMENT_FACTS: tuple[type[Event], ...] = (UserCreated, KeyCreated, ProviderReg
                                             ProviderApprovalWithdrawn, ExecutorRegistered)
 """The facts the placement view folds (executor registrations are the fleet's too)."""
 PLACEMENT_WITHDRAWN = "placement_withdrawn"
-"""An attempt fenced because its executor may no longer run the batch: forgiven like a loss before the start."""
+"""An attempt fenced because its executor may no longer run the batch: it says nothing of the lines, so is forgiven."""
 _rules = FoldRules[None]()
 
 

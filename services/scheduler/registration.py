@@ -1,6 +1,7 @@
 """Admitting executors with a live worker key, on their own subject (only a connection admitted as that id publishes
-there). An id is its first registrant's (`ExecutorOwner`); a key serves one live executor at a time. Judged one at a
-time on the leader's caught-up book, so no registration comes between a check and the fact it admits."""
+there). An id is its first registrant's (`ExecutorOwner`); a key serves one live executor at a time; stated times are
+clamped to the scheduler's clock. Judged one at a time on the leader's caught-up book, so no registration comes
+between a check and the fact it admits."""
 
 import asyncio
 import logging
