@@ -13,8 +13,7 @@ REPUBLISH_EVERY_MS = 10_000
 ETA_ONLY_EVERY_MS = 30_000
 """A change of the ETA alone waits longer: a rate near a bucket's edge would flip it back and forth."""
 FAR_PLACE_EVERY_MS = 30_000
-"""A new place far back ("about 300th") waits as long: under a burst it moves a round step every few seconds, and
-its ETA says more than its place."""
+"""A far-back place ("about 300th") waits as long: under a burst it moves a step every few s; its ETA says more."""
 QUEUED_KIND = "Queued"
 EXACT_PLACES = 10
 """Places up to this are told exactly; beyond, to one significant digit ("about 40th")."""

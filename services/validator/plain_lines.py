@@ -19,8 +19,7 @@ PLAIN_BODY = frozenset({"model", "messages", "max_tokens", "max_completion_token
 
 
 PlainModels = Mapping[str, CatalogueModel]
-"""Each name (id or alias, as `Catalogue.resolve` reads it) of a model serving chat in batches, without strict
-sampling, on an engine honouring a plain body."""
+"""Each name (id or alias) of a model serving chat in batches, without strict sampling, on an engine honouring it."""
 
 
 def plain_models(catalogue: Catalogue) -> PlainModels:

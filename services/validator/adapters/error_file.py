@@ -61,8 +61,7 @@ def error_lines(store: ObjectStore, created: BatchCreated, validation: FileValid
 
 async def write_error_file(store: ObjectStore, created: BatchCreated, validation: FileValidation,
                            refused: dict[int, RejectedLine]) -> FileStored | None:
-    """Write a failed batch's error file (deterministic: the same id and bytes again) and return its `file.stored`
-    fact; None for a file of no lines."""
+    """Write a failed batch's error file (deterministic in the input) and return its `file.stored`; None if empty."""
     if validation.total_lines == 0:
         return None
     batch_id = created.aggregate_id
