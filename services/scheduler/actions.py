@@ -1,5 +1,4 @@
-"""What the scheduler decides to do (`Action`s, which the term carries out) and the operator's knobs the decisions
-follow (`Policy`)."""
+"""What the scheduler decides to do (`Action`s, which the term carries out) and the knobs it follows (`Policy`)."""
 
 from dataclasses import dataclass, field
 
@@ -11,17 +10,13 @@ from services.scheduler.fair_share import Weights
 
 @dataclass(frozen=True)
 class Policy:
-    """The operator's knobs the decisions follow."""
-
     unit_min_lines: int = 32
-    """A batch of at most this many lines is one unit (it finalizes itself: no extra round trip); larger ones are
-    cut into units of at least this many lines."""
+    """A batch of at most this many lines is one unit (it finalizes itself); larger ones, units of at least this."""
     unit_max_lines: int = 1024
-    """Units are at most this many lines: the grain of sharing and of spreading over executors."""
+    """Units are at most this many lines (the grain of sharing and of spreading over executors)."""
     max_queued_lines: int = 1_000_000
     """Lines an owner may have in validated or running batches; a batch past it fails at once."""
     weights: Weights = field(default_factory=Weights)
-    """Fair-share weights of users and organisations (default 1 each)."""
 
 
 @dataclass(frozen=True)
@@ -58,8 +53,7 @@ class DeclareLost:
 
 @dataclass(frozen=True)
 class Finalize:
-    """The batch's files are assembled and its end stated by `executor_id` alone; None: by the control plane
-    itself (the leading scheduler)."""
+    """The batch's files are assembled and its end stated by `executor_id` alone (None: the control plane)."""
 
     plan: BatchPlan
     executor_id: str | None

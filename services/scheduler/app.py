@@ -1,6 +1,5 @@
-"""Composition root of the scheduler: settings → dependencies → the scheduler's router on a broker (the auth callout
-answered by every scheduler); each term it wins the leader lease, it leads (the router's leader-only answers on that
-term's book) until stopped."""
+"""Composition root of the scheduler: settings → dependencies → the scheduler's router on a broker; each time it
+wins the leader lease, it leads a term (the router's leader-only answers on that term's book) until stopped."""
 
 import asyncio
 import logging

@@ -21,32 +21,27 @@ from contracts.lifecycle import ENDING_FACTS
 from services.runtime.nats.foldrules import FoldRules
 from services.scheduler.domain import HEARTBEAT_FRESH_MS
 from services.scheduler.placement import PLACEMENT_FACTS, PLACEMENT_WITHDRAWN, Placements
-from services.scheduler.plans import BatchPlan, Phase, ShardRun
+from services.scheduler.plans import BatchPlan, ShardRun
 from services.scheduler.standing import RateMeter
 
 CONTROL_PLANE = "(control plane)"
-"""`BatchPlan.finalizer` when the leading scheduler finalizes the batch itself: never an executor id (no executor
-id holds a space or a parenthesis)."""
+"""`BatchPlan.finalizer` when the leading scheduler finalizes itself (no executor id holds a space or parenthesis)."""
 STORAGE_UNAVAILABLE = "storage_unavailable"
-"""An attempt its executor gave up on a write fault (a full disk, a restarting broker): forgiven like a loss before
-start, since it says nothing about the unit."""
-__all__ = ["CONTROL_PLANE", "STORAGE_UNAVAILABLE", "BatchPlan", "Book", "ExecutorOwner", "Phase", "ShardRun",
-           "book_facts"]
+"""An attempt given up on a write fault (full disk, restarting broker): it says nothing of the unit, so is forgiven."""
+__all__ = ["CONTROL_PLANE", "STORAGE_UNAVAILABLE", "BatchPlan", "Book", "ExecutorOwner", "ShardRun", "book_facts"]
 _fleet_rules = FoldRules[None]()
 _plan_rules = FoldRules[None]()
 
 
 @dataclass(frozen=True)
 class ExecutorOwner:
-    """Whose an executor id is: the provider of the worker key that first registered it, or, for an operator's
-    worker key (no provider), that key alone."""
+    """Whose an executor id is: its first worker key's provider, or that key alone (an operator's, no provider)."""
 
     provider_id: str | None
     worker_key_id: str
 
     def admits(self, provider_id: str | None, worker_key_id: str) -> bool:
-        """Whether a worker key of `provider_id` may act as this executor: one of the same provider, or the very key
-        that registered it."""
+        """Whether a worker key of `provider_id` may act as this executor: the same provider's, or the same key."""
         return worker_key_id == self.worker_key_id or (self.provider_id is not None
                                                         and provider_id == self.provider_id)
 
@@ -80,10 +75,8 @@ class Book:
     """Each executor's provider, and each provider's organisation and approvals: who may run whose batch."""
 
     def note_heartbeats(self, adverts: list[ExecutorAdvert]) -> None:
-        """Remember each known executor's latest heartbeat: one scan of the bucket that misses an advert (a slow
-        broker) must not make a live executor look lost. An executor declared lost that heartbeats again (it was
-        paused, or cut off) is live again: what it ran before was fenced when it was declared lost. Only a beat
-        from after it could be declared lost counts (one sent just before the pause may land just after it)."""
+        """Remember each known executor's latest heartbeat (a scan that misses an advert must not make it look lost).
+        One declared lost is live again on a beat from after it could be declared lost (what it ran was fenced)."""
         for advert in adverts:
             lost_at = self.lost.get(advert.executor_id)
             if lost_at is not None and advert.heartbeat_at > lost_at + HEARTBEAT_FRESH_MS:
@@ -92,8 +85,7 @@ class Book:
         self.known_executors = self.last_heard(adverts)
 
     def last_heard(self, adverts: list[ExecutorAdvert]) -> dict[str, int]:
-        """Each executor in the fleet (registered, not declared lost) → its latest heartbeat, known or advertised.
-        The one measure of liveness: work goes only to executors heard from lately, and is fenced once not."""
+        """Each executor in the fleet (registered, not lost) → its latest heartbeat: the one measure of liveness."""
         heard = dict(self.known_executors)
         for advert in adverts:
             if advert.executor_id in heard:
@@ -120,8 +112,7 @@ class Book:
     def _registered(self, event: ExecutorRegistered) -> None:
         if event.worker_key_id is not None:
             executor_id = event.aggregate_id
-            # Times an executor stated are never later than the scheduler's own clock when it registered it (a
-            # fact from before registrations were clamped is clamped as it is read).
+            # Stated times never pass the scheduler's clock at registration (older facts are clamped as read).
             heard = min(event.advert.heartbeat_at, event.occurred_at)
             self.known_executors[executor_id] = max(heard, self.known_executors.get(executor_id, 0))
             self.lost.pop(executor_id, None)
@@ -129,8 +120,7 @@ class Book:
             started = min(event.started_at, event.occurred_at)
             if started >= self.incarnations.get(executor_id, 0):
                 if event.advert.protocol < self.protocols.get(executor_id, event.advert.protocol):
-                    # Gone back to an older command protocol, it cannot read a finalize command sent in the newer
-                    # one (it drops it): the batches it was to finalize are given a finalizer again.
+                    # Back on an older command protocol, it drops a finalize sent in the newer: choose again.
                     for plan in self.open.values():
                         if plan.finalizer == executor_id:
                             plan.finalizer = None

@@ -1,17 +1,7 @@
-"""The control plane's own finalizer: a batch that no executor holding its lease can end is ended by the leading
-scheduler itself.
-
-That is every batch that never ran (cancelled while held or queued, expired in the queue), one whose units ran on
-several executors, and one whose executor is gone. It writes the output and error files from the committed chunks
-(and every other line with the batch's code) with the scheduler's own S3 access and states the end straight into
-the log, as an executor's finalize would (the same `Finalizer`: redone, it writes the same files and facts). One
-task per batch (at most `AT_ONCE` at work), all stopped with the term; a failed try is tried again after a growing
-pause, and a batch whose files cannot be written after `MAX_TRIES` fails with the cause.
-
-Result chunks are written by executors, so they are read as untrusted: one at a time, each at most
-`MAX_CHUNK_BYTES`, and one that is too big or does not decode is left out (its lines go to the error file as never
-run), never loaded whole into the leader's memory and never the reason a batch fails.
-"""
+"""The control plane's own finalizer: the leading scheduler ends a batch no executor holding its lease can end, with
+its own S3 access, as an executor's `Finalizer` would (redone, the same files and facts); one task per batch, retried
+after growing pauses, failing the batch after `MAX_TRIES`. Result chunks are untrusted: read one at a time within
+`MAX_CHUNK_BYTES`; one too big or undecodable is left out (its lines count as never run), never failing the batch."""
 
 import asyncio
 import logging
@@ -85,8 +75,8 @@ class Closer:
     at_once: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(AT_ONCE))
 
     def close(self, command: FinalizeBatch, given_up: Callable[[], None]) -> None:
-        """Finalize `command`'s batch in the background (once at a time per batch); `given_up` is called when a
-        try ends without the batch's end stated, so the scheduler decides again (and may call this again)."""
+        """Finalize `command`'s batch in the background (one try at a time per batch); `given_up` is called when a
+        try ends without the batch's end stated, so the scheduler decides again."""
         running = self.tasks.get(command.batch_id)
         if running is not None and not running.done():
             return
@@ -113,8 +103,6 @@ class Closer:
         except StillRunning as running:
             self.waits[batch_id] = self.waits.get(batch_id, 0) + 1
             log.info("batch %s: %s; finalizing it later", batch_id, running)
-        except asyncio.CancelledError:
-            raise
         except Exception as error:  # any failure: tried again, then the batch fails with it
             tries = self.tries[batch_id] = self.tries.get(batch_id, 0) + 1
             if tries >= MAX_TRIES:

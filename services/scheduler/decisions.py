@@ -1,9 +1,6 @@
-"""What the scheduler should do now, given its book of batches and the live fleet: a pure function.
-
-A batch is cut into units of consecutive lines (`unit_layout`), each leased to one executor as an attempt; an
-executor holds up to its advertised `parallel_attempts` units at once, of any batches. Every tick fills the free
-places round-robin over the executors, each from the batch the fair queue names (urgent first, then the owner
-furthest below its share, FIFO within an owner)."""
+"""What the scheduler should do now, given its book of batches and the live fleet: a pure function. A batch is cut
+into units (`unit_layout`), each leased to one executor as an attempt; every tick fills the executors' free places
+(`parallel_attempts` each) round-robin, each from the batch the fair queue names."""
 
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
@@ -32,9 +29,8 @@ def decide(book: Book, adverts: list[ExecutorAdvert], catalogue: Catalogue, now_
     in fair-share order. `rates`: the fleet's measured lines per second per model (for urgency near a deadline)."""
     heard = book.last_heard(adverts)
     alive = {executor_id for executor_id, last_seen in heard.items() if now_ms - last_seen <= HEARTBEAT_FRESH_MS}
-    # Work goes only where it may be committed: to admitted executors alive by the very measure that fences their
-    # attempts (one declared lost gets no work until it heartbeats again). Lost once no heartbeat came for a while
-    # (a just-registered executor may not have advertised yet, and one scan of the bucket may miss an advert).
+    # Work goes only to admitted executors alive by the very measure that fences their attempts (one declared lost
+    # gets none until it heartbeats again); lost by `last_heard` (one scan of the bucket may miss an advert).
     live = {advert.executor_id: advert for advert in adverts
             if advert.executor_id in book.admitted and advert.executor_id in alive}
     actions: list[Action] = [DeclareLost(executor_id, last_seen) for executor_id, last_seen in heard.items()
@@ -83,8 +79,7 @@ def _upkeep(plan: BatchPlan, book: Book, fleet: FleetView, alive: set[str], now_
 
 
 def _fences(plan: BatchPlan, book: Book, fleet: FleetView, alive: set[str]) -> list[Action]:
-    """Running attempts whose lease ends: their executor lost or restarted since; then those on executors the batch
-    may no longer run on (their provider's approval was withdrawn)."""
+    """Running attempts whose lease ends: executor lost or restarted; then those the batch may no longer run on."""
     dead: list[Action] = []
     misplaced: list[Action] = []
     for _, run in plan.running_shards():
@@ -122,9 +117,8 @@ class _Units:
 
 def _hand_out(wanting: list[tuple[BatchPlan, CatalogueModel]], book: Book, fleet: FleetView, now_ms: int,
               policy: Policy, rates: Mapping[str, float]) -> list[Action]:
-    """Fill every live executor's free places with units: first the units whose last attempt failed (re-leased at
-    once, elsewhere when possible), then round-robin over the executors (a batch spreads over them), each unit
-    from the batch the fair queue names for the models that executor can take."""
+    """Fill every live executor's free places: first units whose last attempt failed (elsewhere when possible), then
+    round-robin over the executors, each unit from the batch the fair queue names for the models it can take."""
     if not wanting:
         return []
     running = [plan for plan in book.open.values() if plan.running_units]
@@ -154,8 +148,7 @@ def _hand_out(wanting: list[tuple[BatchPlan, CatalogueModel]], book: Book, fleet
             retried += plan.unit_lines(unit)
         pending, in_flight = plan.pending_lines() - retried, plan.in_flight_lines() + retried
         queued.append(QueuedBatch(plan.batch_id, plan.owner, plan.organization_id, lanes[plan.batch_id].key,
-                                  plan.validated_order,
-                                  plan.expires_at_ms, pending, pending + in_flight, in_flight,
+                                  plan.validated_order, plan.expires_at_ms, pending, pending + in_flight, in_flight,
                                   unit_lines=layout.span or plan.total_lines))
     queued += [QueuedBatch(plan.batch_id, plan.owner, plan.organization_id, plan.model or "", plan.validated_order,
                            plan.expires_at_ms, 0, in_flight, in_flight)
@@ -189,10 +182,9 @@ def _hand_out(wanting: list[tuple[BatchPlan, CatalogueModel]], book: Book, fleet
     return actions + _waits([(plan, model) for plan, model in wanting if plan.batch_id not in given], fleet)
 
 
-def _retry_on(plan: BatchPlan, unit: int, lane: str, serves: dict[str, set[str]],
-              places: dict[str, int]) -> str | None:
-    """Where a unit whose attempt failed runs again: an executor that has not tried it if one has a free place
-    (the one that failed it may be why), the one with the most free places first."""
+def _retry_on(plan: BatchPlan, unit: int, lane: str, serves: dict[str, set[str]], places: dict[str, int]) -> str | None:
+    """Where a failed unit runs again: an executor that has not tried it if one is free (the one that failed it may be
+    why), the one with the most free places first."""
     free = [executor_id for executor_id, left in places.items() if left > 0 and lane in serves[executor_id]]
     tried = plan.shard(unit).tried_executors
     fresh = [executor_id for executor_id in free if executor_id not in tried]
@@ -201,9 +193,8 @@ def _retry_on(plan: BatchPlan, unit: int, lane: str, serves: dict[str, set[str]]
 
 def _guests(queue: FairQueue, units: dict[str, "_Units"], fleet: FleetView, load: Counter[str | None],
             given: list[Action], policy: Policy, lanes: dict[str, Lane]) -> list[Action]:
-    """Units for users with nothing in flight, on executors whose own places are all taken, in their guest places:
-    a newcomer's small batch starts at the next free engine slot (shared fairly there), not after the units in
-    hand."""
+    """Units for users with nothing in flight, in the guest places of executors whose own are all taken: a
+    newcomer's small batch starts at the next free engine slot, not after the units in hand."""
     held = load + Counter(action.executor_id for action in given if isinstance(action, Assign))
     guests = {executor_id: advert.parallel_attempts + advert.guest_attempts - held[executor_id]
               for executor_id, advert in fleet.live.items()
@@ -225,9 +216,8 @@ def _guests(queue: FairQueue, units: dict[str, "_Units"], fleet: FleetView, load
 
 
 def _servable(lanes: Iterable[Lane], fleet: FleetView, places: dict[str, int]) -> dict[str, set[str]]:
-    """Executor id → the queued lanes it may take a unit of now: of models it has loaded, or, when no executor
-    with that model loaded (and allowed there) has a free place, of ones it has the memory to load; only lanes whose
-    batches' placement allows it."""
+    """Executor id → the queued lanes (whose placement allows it) it may take a unit of now: of models it has
+    loaded, or, when no allowed executor with that model loaded has a free place, that it can load."""
     serves: dict[str, set[str]] = {executor_id: set() for executor_id in places}
     for lane in lanes:
         model = lane.model
@@ -240,9 +230,8 @@ def _servable(lanes: Iterable[Lane], fleet: FleetView, places: dict[str, int]) -
 
 
 def _waits(unserved: list[tuple[BatchPlan, CatalogueModel]], fleet: FleetView) -> list[Action]:
-    """Why a batch that got nothing and runs nothing waits, said once: no executor can take its model. One that waits
-    only for a busy executor is told its place by the standings once it has waited a moment (most are placed before
-    then); here only when that replaces a reason that no longer holds."""
+    """Why a batch that got nothing and runs nothing waits, said once. One only waiting for a busy executor is told
+    its place by the standings; here only when that replaces a reason that no longer holds."""
     actions: list[Action] = []
     for plan, model in unserved:
         if plan.running:
@@ -270,22 +259,19 @@ def _end_early(plan: BatchPlan, fleet: FleetView, alive: set[str], now_ms: int,
     return [*actions, *_finalize(plan, fleet, alive, reason, *failure)]
 
 
-def _finalize(plan: BatchPlan, fleet: FleetView, alive: set[str],
-              reason: EndReason, failure_code: str | None = None,
-              failure_message: str | None = None) -> list[Action]:
-    """Finalize once: by the executor that holds the batch's lease when one does and is live, else by the control
-    plane; again once the executor chosen is no longer heard from (it may have died with the command), or the
-    control plane's finalize failed (it forgets it chose itself)."""
+def _finalize(plan: BatchPlan, fleet: FleetView, alive: set[str], reason: EndReason,
+              failure_code: str | None = None, failure_message: str | None = None) -> list[Action]:
+    """Finalize once (`choose_finalizer`); again once the executor chosen is no longer heard from (it may have died
+    with the command), or the control plane's finalize failed (it forgets it chose itself)."""
     if plan.finalizer == CONTROL_PLANE or (plan.finalizer is not None and plan.finalizer in alive):
         return []
     return [Finalize(plan, choose_finalizer(plan, fleet.live_for(plan)), reason, failure_code, failure_message)]
 
 
 def choose_finalizer(plan: BatchPlan, live: dict[str, ExecutorAdvert]) -> str | None:
-    """The executor that holds the current lease of every unit of the batch (the latest attempt of each unit is
-    its), when it is live: it ran all of it and holds its data. None otherwise (the batch never ran, its units ran
-    on several executors, or the one that ran it is gone): the control plane finalizes it, so no executor ever ends
-    a batch it did not run, nor writes lines another executor ran."""
+    """The live executor holding the latest attempt of every unit of the batch (it ran all of it). None otherwise
+    (never ran, ran on several executors, or its executor is gone): the control plane finalizes it, so no executor
+    ends a batch it did not run, nor writes lines another executor ran."""
     if plan.layout is None:
         return None
     holders = {plan.assignees.get(run.attempt) if run.attempt not in run.failed_attempts else None

@@ -1,9 +1,6 @@
-"""The fact desk: executors' only way into the event log. It stores the facts they may state and shows them the
-execution facts of the batches they hold, judged on the leading scheduler's book (see `entitlements`).
-
-Requests arrive on subjects only the asking executor may publish to (`fact_submissions`, `log_reads`), so the
-subject says who asks. Only the leader answers, and only once its book has read the whole log.
-"""
+"""The fact desk: executors' only way into the event log. It stores the facts they may state and shows them their
+batches' execution facts, judged on the leader's caught-up book (`entitlements`). Requests arrive on subjects only the
+asking executor may publish to (`fact_submissions`, `log_reads`), so the subject says who asks."""
 
 import asyncio
 import logging
@@ -26,13 +23,7 @@ from contracts.fact_desk import (
     LogPage,
     LogRead,
 )
-from contracts.subjects import (
-    attempt_failures,
-    batch_events,
-    event_name_of,
-    fact_submissions,
-    log_reads,
-)
+from contracts.subjects import attempt_failures, batch_events, event_name_of, fact_submissions, log_reads
 from services.runtime.nats import eventlog
 from services.runtime.nats.bus import EventBus, Fence, FenceMoved
 from services.runtime.nats.delivery import Answer
@@ -59,15 +50,13 @@ class FactDesk:
     catalogue: Catalogue | None = None
     """Models' context lengths, which bound the tokens a line's result can state (None: unbounded)."""
     refusals: SkipLog = field(default_factory=lambda: SkipLog(log, "refused"))
-    """What executors were refused, logged at most once a minute per executor."""
 
     def context_length(self, model: str) -> int | None:
         found = self.catalogue.resolve(model) if self.catalogue is not None else None
         return found.context_length if found is not None else None
 
     async def submit(self, executor_id: str, submission: FactSubmission) -> FactReceipt:
-        """Each fact of the submission judged and stored in turn, as if it came alone; the first one not stored
-        answers for the submission."""
+        """Each fact judged and stored in turn, as if alone; the first one not stored answers for the submission."""
         if not self.caught_up.is_set():
             return FactReceipt(status="retry", reason=CATCHING_UP)
         fence = Fence(submission.fence.subject, submission.fence.sequence) if submission.fence else None

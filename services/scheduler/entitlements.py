@@ -1,13 +1,7 @@
-"""Who may state which fact, and read which batch's log: the fact desk's judgement, on the leader's book alone.
-
-A fact is stored only from the party entitled to state it. An attempt's facts come from the executor the attempt
-was assigned to; a batch's end (and its output and error files) from the executor that finalizes it: the one
-running its only shard, or the one the scheduler chose and sent the finalize command to (no other: a command
-another executor holds from before does not count). A file's owner is the batch's owner and its object is the
-file's own, whatever the fact says: a fact that says otherwise is refused, never corrected. Whether the attempt
-still holds its lease is not judged here: the conditional publish on the batch's `attempt_failed` facts fences
-that, atomically with the write.
-"""
+"""Who may state which fact, and read which batch's log: the fact desk's judgement, on the leader's book alone. An
+attempt's facts come from its assignee; a batch's end and files from its finalizer (the one running its only shard,
+or the one last sent the finalize command). A fact naming another owner or object is refused, never corrected;
+whether the attempt still holds its lease is fenced by the conditional publish."""
 
 from collections.abc import Callable
 from typing import TypeVar
@@ -43,15 +37,14 @@ def finalizes(plan: BatchPlan, executor_id: str) -> bool:
         return True
     one_shard = plan.layout is None or plan.layout.shards == 1
     latest = plan.shards.get(0)
-    # Its own single unit, while its lease holds: once fenced, the batch is the control plane's to end (a fact sent
-    # without the fence must not slip past it).
+    # Its own single unit, while its lease holds: once fenced, the control plane ends it (a fact without the fence
+    # must not slip past it).
     return one_shard and latest is not None and latest.attempt not in latest.failed_attempts \
         and plan.assignees.get(latest.attempt) == executor_id
 
 
 def may_read(book: Book, executor_id: str, batch_id: str) -> str | None:
-    """None when `executor_id` may read the batch's execution facts: it was assigned an attempt of it, or it may
-    finalize it; else why not."""
+    """None when `executor_id` (an assignee or the finalizer) may read the batch's execution facts; else why not."""
     plan = book.plans.get(batch_id)
     if plan is None:
         return f"batch {batch_id} is unknown"
@@ -61,8 +54,8 @@ def may_read(book: Book, executor_id: str, batch_id: str) -> str | None:
 
 
 def superseded(book: Book, event: Event) -> bool:
-    """An attempt's fact after the attempt was fenced (failed, or a later attempt of its shard assigned): such a
-    fact is never stored, fence or no fence (a stale executor is told the fence moved)."""
+    """An attempt's fact after it was fenced (failed, or its shard leased again): never stored, fence or no fence
+    (a stale executor is told the fence moved)."""
     attempt = getattr(event, "attempt", 0)
     plan = book.plans.get(event.aggregate_id) if event.kind == "batch" and attempt else None
     if plan is None:
@@ -72,8 +65,7 @@ def superseded(book: Book, event: Event) -> bool:
 
 
 def may_state(book: Book, executor_id: str, event: Event, context_length: ContextLength = None) -> str | None:
-    """None when `executor_id` may state `event`; else why not (the fact is then refused). `context_length`
-    gives a model's context (None: unknown), which bounds the tokens a line can use."""
+    """None when `executor_id` may state `event`; else why not. `context_length` bounds the tokens a line can use."""
     if isinstance(event, FileStored):
         return _may_store(book, executor_id, event)
     plan = book.plans.get(event.aggregate_id) if event.kind == "batch" else None
@@ -90,9 +82,8 @@ def may_state(book: Book, executor_id: str, event: Event, context_length: Contex
 
 
 def _count_refusal(plan: BatchPlan, event: Event, context: int | None) -> str | None:
-    """Counts and usage checked against what was assigned: a unit's cumulative counts never exceed its lines, a
-    batch's end never its input lines, and the tokens of the lines a fact adds never what those lines can use
-    (prompt and each of up to `MAX_SAMPLES` completions within the model's context)."""
+    """Counts never past the unit's (or batch's) lines, and tokens never past what the new lines can use (prompt
+    and up to `MAX_SAMPLES` completions within the model's context)."""
     if isinstance(event, BatchProgressed):
         if event.chunk_key in plan.announced:
             return None  # a repeat (a retried submission, a redelivered attempt): the log and the ledger dedup it
@@ -137,8 +128,7 @@ def _attempt_refusal(plan: BatchPlan, executor_id: str, event: AttemptFact | Bat
     return None
 
 
-def _finalizer_refusal(plan: BatchPlan, executor_id: str,
-                       event: BatchFinalizing | FinalizerFact) -> str | None:
+def _finalizer_refusal(plan: BatchPlan, executor_id: str, event: BatchFinalizing | FinalizerFact) -> str | None:
     if not finalizes(plan, executor_id):
         return f"executor {executor_id} does not finalize batch {plan.batch_id}"
     if isinstance(event, BatchEnded | BatchFailed):
@@ -150,8 +140,7 @@ def _finalizer_refusal(plan: BatchPlan, executor_id: str,
 
 
 def clamped(event: StatedFact, now_ms: int) -> StatedFact:
-    """The fact as the desk stores it: a time the executor stated is never later than the scheduler's clock, and a
-    result file never outlives what its batch asked for."""
+    """The fact as the desk stores it: its `occurred_at` (a file's `created_at` too) never past the desk's clock."""
     update: dict[str, object] = {}
     if event.occurred_at > now_ms:
         update["occurred_at"] = now_ms
@@ -161,8 +150,7 @@ def clamped(event: StatedFact, now_ms: int) -> StatedFact:
 
 
 def _may_store(book: Book, executor_id: str, event: FileStored) -> str | None:
-    """An executor registers only the output and error file of a batch it finalizes, as that batch's owner's, of
-    at most the batch's lines, expiring no later than the batch asked (default 30 days)."""
+    """Only the output and error file of a batch it finalizes, as its owner's, within its lines and lifetime."""
     batch_id = event.batch_id
     plan = book.plans.get(batch_id) if batch_id else None
     if plan is None:

@@ -1,20 +1,7 @@
-"""Who gets the next unit of work: fair share between owners, FIFO within an owner, urgency near a deadline.
-
-A pure queue over the batches that have lines to hand out. Owners are two levels deep: organisations, then their
-users (a user without an organisation is an organisation of one). The next unit for an executor goes, among the
-batches of the models it serves:
-1. to an **urgent** batch first — one that, at the rate the fleet runs its model, would not finish inside its
-   completion window unless served now — earliest deadline first;
-2. else to the organisation furthest below its fair share — the fewest lines in flight per unit of weight —, within
-   it to the user furthest below theirs, and within the user to the batch validated first.
-Usage is the lines each owner has in flight now (leased and not yet committed), so shares follow the capacity in
-use at every moment: an owner alone gets all of it, two owners half each, whatever they queued. Each `take` counts
-the unit it hands out at once, so the decisions of one tick stay fair among themselves.
-
-Built once per tick from the book (O(batches)); a `take` costs O(log owners) per model the taker serves (heaps of
-organisations and of their users, refreshed lazily), never a scan of every batch, so a tick with a thousand executors
-and ten thousand queued batches stays in milliseconds.
-"""
+"""Who gets the next unit of work: an urgent batch (one that at its model's measured rate would miss its window)
+first, earliest deadline first; else fair share of the lines in flight between organisations, then their users (by
+weight), FIFO within a user. Built once per tick; a `take` counts its unit at once and costs O(log owners) per model
+served (lazily refreshed heaps): a tick with a thousand executors and ten thousand queued batches stays in ms."""
 
 import bisect
 import heapq
@@ -26,6 +13,8 @@ URGENCY_SAFETY = 2.0
 NO_RATE = 1e-9
 SOLO = "user:"
 """The organisation of a user who has none."""
+Entry = tuple[float, int, str]
+"""A heap entry: (lines in flight per weight, the head batch's validated order, user or organisation)."""
 
 
 @dataclass
@@ -40,9 +29,9 @@ class QueuedBatch:
     """Its place among validated batches (1 = first): FIFO within an owner."""
     expires_at_ms: int
     pending_lines: int
-    """Lines neither committed nor in flight: what units can still be made of."""
+    """Lines neither committed nor in flight."""
     remaining_lines: int
-    """Lines not committed (pending and in flight): what must still run before the deadline."""
+    """Lines not committed (pending and in flight)."""
     in_flight_lines: int = 0
     unit_lines: int = 0
     """The size of the batch's units (its layout's span); 0: whatever the taker asks for."""
@@ -80,11 +69,11 @@ class FairQueue:
         self._org_in_flight: dict[str, int] = {}
         self._queues: dict[tuple[str, str], _UserQueue] = {}
         """(model, user) → the user's batches of that model, FIFO."""
-        self._users: dict[tuple[str, str], list[tuple[float, int, str]]] = {}
-        """(model, organisation) → a heap of its users: (lines in flight per weight, head's order, user)."""
-        self._orgs: dict[str, list[tuple[float, int, str]]] = {}
-        """Model → a heap of organisations: (lines in flight per weight, first head's order, organisation).
-        Entries are refreshed lazily: a key that grew since it was pushed is pushed again when it comes up."""
+        self._users: dict[tuple[str, str], list[Entry]] = {}
+        """(model, organisation) → a heap of its users' entries."""
+        self._orgs: dict[str, list[Entry]] = {}
+        """Model → a heap of organisations' entries (their users' earliest head order); an entry whose key grew
+        since it was pushed is pushed again when it comes up."""
         self._urgent: dict[str, list[QueuedBatch]] = {}
         """Model → urgent batches, earliest deadline first."""
         members: dict[tuple[str, str], set[str]] = {}
@@ -117,10 +106,9 @@ class FairQueue:
 
     def take(self, models: Collection[str], max_lines: int,
              newcomers_only: bool = False) -> tuple[QueuedBatch, int] | None:
-        """The batch the next unit (of at most `max_lines` lines, and of the batch's own `unit_lines` if it has
-        one) comes from, for an executor serving `models`, and the unit's size; None when none of those models has
-        lines to hand out. The unit is counted in flight. `newcomers_only`: only for a user with nothing in
-        flight (a guest place), else None."""
+        """The batch the next unit for an executor serving `models` comes from and the unit's size (at most
+        `max_lines`, and the batch's `unit_lines` if set), counted in flight; None when nothing is left for those
+        models. `newcomers_only`: only for a user with nothing in flight (a guest place), else None."""
         chosen = self._next_fair(models) if newcomers_only else self._next_urgent(models) or self._next_fair(models)
         if chosen is None or (newcomers_only and self._user_in_flight.get(chosen.user, 0) > 0):
             return None
@@ -129,8 +117,7 @@ class FairQueue:
         chosen.in_flight_lines += lines
         self._user_in_flight[chosen.user] = self._user_in_flight.get(chosen.user, 0) + lines
         self._org_in_flight[chosen.org] = self._org_in_flight.get(chosen.org, 0) + lines
-        # The chosen owner's keys grew: its entries are refreshed (other models' refresh when they come up; an
-        # urgent batch's owner may have none).
+        # The chosen owner's keys grew: its entries are refreshed (other models' when they come up).
         if (users := self._users.get((chosen.model, chosen.org))) is not None:
             self._fresh_top_user(chosen.model, users)
         return chosen, lines
@@ -147,7 +134,7 @@ class FairQueue:
         return best
 
     def _next_fair(self, models: Collection[str]) -> QueuedBatch | None:
-        best: tuple[float, int, str] | None = None
+        best: Entry | None = None
         best_model = ""
         for model in models:
             top = self._top_org(model)
@@ -158,7 +145,7 @@ class FairQueue:
         user = self._users[(best_model, best[2])][0][2]
         return self._queues[(best_model, user)].head()
 
-    def _top_org(self, model: str) -> tuple[float, int, str] | None:
+    def _top_org(self, model: str) -> Entry | None:
         """The model's organisation furthest below its share that has lines to hand out (its heap entry fresh)."""
         heap = self._orgs.get(model)
         while heap:
@@ -173,7 +160,7 @@ class FairQueue:
             heapq.heapreplace(heap, fresh)
         return None
 
-    def _fresh_top_user(self, model: str, users: list[tuple[float, int, str]]) -> bool:
+    def _fresh_top_user(self, model: str, users: list[Entry]) -> bool:
         """Bring the organisation's best user with lines to hand out to the top of its heap; False: none has."""
         while users:
             entry = users[0]
@@ -186,12 +173,12 @@ class FairQueue:
             heapq.heapreplace(users, fresh)
         return False
 
-    def _user_entry(self, model: str, user: str) -> tuple[float, int, str]:
+    def _user_entry(self, model: str, user: str) -> Entry:
         head = self._queues[(model, user)].head()
         return (self._user_in_flight.get(user, 0) / self.weights.of_user(user),
                 head.validated_order if head is not None else 0, user)
 
-    def _org_entry(self, model: str, org: str) -> tuple[float, int, str]:
+    def _org_entry(self, model: str, org: str) -> Entry:
         users = self._users[(model, org)]
         first = min((head.validated_order for _, _, user in users
                      if (head := self._queues[(model, user)].head()) is not None), default=0)
@@ -222,11 +209,9 @@ class Standing:
 
 def standings(batches: Iterable[QueuedBatch], rates: Mapping[str, float],
               weights: Weights = Weights()) -> dict[str, Standing]:
-    """Each batch's place and finish time if the fleet keeps its measured rate per model and shares it fairly.
-
-    The fair queue is processor sharing between owners: at any moment every owner with lines left runs at the
-    model's rate times its weight over the weights of the owners still running. In virtual time an owner of weight
-    w finishes its first c lines at c / w; real time is the integral of the active weight over the rate."""
+    """Each batch's place and finish time if the fleet keeps its measured rate per model and shares it fairly: each
+    owner with lines left runs at the rate times its share of the active weight (processor sharing). In virtual time
+    an owner of weight w finishes its first c lines at c / w; real time integrates the active weight over the rate."""
     by_model: dict[str, list[QueuedBatch]] = {}
     for batch in batches:
         if batch.remaining_lines > 0:

@@ -1,6 +1,5 @@
-"""The live fleet as one scheduler tick sees it: which executors can take a model, whether a batch's placement lets
-an executor run it, and why a batch waits, each worked out once per tick (per model, or per executor and trust key)
-however many batches ask."""
+"""The live fleet as one scheduler tick sees it: who can take a model, whom a batch's placement allows, and why a
+batch waits, each worked out once per tick (per model, or per executor and trust key) however many batches ask."""
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,8 +16,7 @@ from services.scheduler.plans import BatchPlan
 K = TypeVar("K")
 V = TypeVar("V")
 UNITS_PER_EXECUTOR = 4
-"""A batch is cut into at least this many units per able executor (within the unit size bounds): enough that
-every executor gets some, one that joins later finds some left, and one that is lost loses little."""
+"""Units per able executor at least (within the size bounds): each gets some, a latecomer too, and a loss is small."""
 
 
 def unit_layout(total_lines: int, able_executors: int, policy: Policy) -> ShardLayout:
@@ -63,12 +61,10 @@ class FleetView:
                      lambda: unit_layout(total_lines, len(self.able(model)), policy))
 
     def able(self, model: CatalogueModel) -> list[ExecutorAdvert]:
-        """Live executors that serve `model` and have it loaded or the memory to load it."""
         return _memo(self._able, model.id, lambda: eligible_executors(model, self.live.values(), self.now_ms))
 
     def allows(self, executor_id: str, plan: BatchPlan) -> bool:
-        """Whether the batch's placement lets the executor run it (asked once per tick per executor and trust key:
-        a thousand batches of one owner cost one look)."""
+        """Whether the batch's placement lets the executor run it (once per tick per executor and trust key)."""
         return _memo(self._allowed, (executor_id, plan.placement, plan.organization_id, plan.owner),
                      lambda: self.placements.allows(executor_id, plan))
 
@@ -79,8 +75,7 @@ class FleetView:
                               if self.allows(executor_id, plan)})
 
     def why_waiting(self, plan: BatchPlan, model: CatalogueModel) -> str:
-        """Why a batch that got nothing waits: every executor that may serve it is busy, none can take its model,
-        or none it may run on serves it (the same for every batch of one model and trust key: said once a tick)."""
+        """Why a batch that got nothing waits (worked out once a tick per model and trust key)."""
         return _memo(self._reasons, (model.id, plan.placement, plan.organization_id, plan.owner),
                      lambda: self._why_waiting(plan, model))
 

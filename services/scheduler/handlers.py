@@ -1,10 +1,6 @@
-"""Thin handlers: executors' requests in, the leading scheduler's answers out, judged on its term's book.
-
-The table (`scheduler_router`, at the end): the book's fold of the whole log, and four answers only a leader gives
-(subscribed for its term alone: a standby's executors get "no responders" at once) — registrations, object URLs,
-facts submitted to the desk and the desk's log reads; and the auth callout, which every scheduler answers. The facts
-the scheduler itself publishes are declared there too.
-"""
+"""Thin handlers: executors' requests in, the leading scheduler's answers out, judged on its term's book. The table
+(`scheduler_router`): the book's fold, four answers subscribed for a leader's term alone (a standby's executors get
+"no responders" at once), the auth callout every scheduler answers, and the facts the scheduler publishes."""
 
 from typing import Annotated
 
@@ -39,13 +35,9 @@ async def fold_into_book(term: Term, facts: list[Fact], head_seen: int) -> None:
     term.fold(facts)
 
 
-def book_caught_up(term: Term) -> None:
-    term.caught_up.set()
-
-
 BOOK = LogFollower("scheduler", book_facts(), "Each leader's book: every batch's plan and the fleet, folded from "
                                               "the whole log at the start of its term, then live.",
-                   take=fold_into_book, caught_up=book_caught_up, leader_only=True)
+                   take=fold_into_book, caught_up=lambda term: term.caught_up.set(), leader_only=True)
 
 
 async def register(request: ExecutorRegistration, connected_as: Annotated[str, Path()],
@@ -69,8 +61,7 @@ async def show_log(request: LogRead, executor_id: Annotated[str, Path()],
 
 
 def scheduler_router(callout: bool = True) -> ServiceRouter:
-    """The scheduler's table: what it folds, what it answers (and only while it leads), what it emits; with
-    `callout`, the broker's auth callout, on the `ExecutorAuthority` its dependencies are.
+    """The scheduler's table; with `callout`, the broker's auth callout on the `ExecutorAuthority` dependencies.
     (A fresh router each call: faststream lets a router belong to one broker only.)"""
     router = ServiceRouter("scheduler", dependencies="authority")
     router.follows(BOOK)

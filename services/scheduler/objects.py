@@ -1,8 +1,5 @@
-"""The object broker: presigned URLs for executors, who hold no S3 credentials, to their own work's objects only.
-
-The leading scheduler answers; its book says which executor runs which attempt and which batch is being finalized,
-and which executors are in the fleet (they read the model weights kept in the store).
-"""
+"""The object broker: presigned URLs for executors, who hold no S3 credentials, to their own work's objects only,
+judged on the leading scheduler's book (who runs which attempt, finalizes which batch, is in the fleet)."""
 
 import asyncio
 import itertools
@@ -44,12 +41,9 @@ OBJECT_REQUESTS = Answer(object_requests("{executor_id}"), ObjectRequest,
 def authorize(book: Book, executor_id: str, request: ObjectRequest) -> str | None:
     """None when `executor_id` may do `request`; else why not.
 
-    An executor may touch a batch's objects while it holds a live attempt of it, or while it is the one the
-    scheduler sent the batch's finalize command to (to it alone, on its own durable).
-    It reads the input file, the rejections and the result chunks; it writes its own attempt's chunks, and the
-    output and error files when it finalizes. Nothing else: no other batch's objects, no other file; but for the
-    model weights under `models/`, which every executor of the fleet reads (`model_refusal`). Never an executor the
-    batch's placement does not allow (`services.scheduler.placement`), whatever attempt it holds."""
+    While it holds a live attempt of a batch, or was sent its finalize command, an executor the batch's placement
+    allows reads its input, rejections and result chunks, and writes its own attempt's chunks (and the output and
+    error files when it finalizes). Nothing else, but the model weights every executor of the fleet reads."""
     if request.key.startswith(MODEL_OBJECTS_PREFIX):
         return model_refusal(book, executor_id, request)
     batch_id = request.batch_id
@@ -102,9 +96,8 @@ def _write_refusal(plan: BatchPlan, executor_id: str, request: ObjectRequest, he
 
 
 def model_refusal(book: Book, executor_id: str, request: ObjectRequest) -> str | None:
-    """Model weights are read, whatever batch the request names (none, for a model loaded before any work), by an
-    executor admitted with a worker key and not declared lost since; nobody lists or writes them through the
-    broker (operators upload them with their own credentials: `sheshnag models push`)."""
+    """Model weights are read (whatever batch is named) by an executor admitted and not declared lost since; nobody
+    lists or writes them here (operators upload them with their own credentials: `sheshnag models push`)."""
     key = request.key
     if request.operation != "get" or not _plain(key) or key.endswith("/"):
         return f"{key} is a model object: executors only read one, by its key"
@@ -116,8 +109,7 @@ def model_refusal(book: Book, executor_id: str, request: ObjectRequest) -> str |
 
 
 def _plain(key: str) -> bool:
-    """No `.` or `..` segment, nor an empty one but last (a prefix's): a server that cleans paths must not
-    resolve it to another object."""
+    """No `.`, `..` or (but last) empty segment: a server that cleans paths must not resolve it to another object."""
     *parents, last = key.split("/")
     return "\\" not in key and last not in (".", "..") and all(part not in ("", ".", "..") for part in parents)
 
@@ -158,7 +150,6 @@ class ObjectBroker:
     book: Book
     caught_up: asyncio.Event
     refusals: SkipLog = field(default_factory=lambda: SkipLog(log, "refused"))
-    """What executors were refused, logged at most once a minute per executor."""
 
     async def answer(self, executor_id: str, request: ObjectRequest) -> ObjectGrant:
         if not self.caught_up.is_set():

@@ -1,7 +1,5 @@
-"""The scheduler's metrics: whether it leads, the unfinished batches as its book sees them, and what it did
-(assignments, fenced attempts, executors lost, registrations answered). No label names a batch, key, user or
-executor: states, codes and outcomes only. And its part in each batch's trace: its acts run as children of the
-batch's latest fact."""
+"""The scheduler's metrics (whether it leads, its book's unfinished batches, what it did; labels are states, codes
+and outcomes, never a batch, key, user or executor) and its acts' spans, children of each batch's latest fact."""
 
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -25,8 +23,7 @@ PLAN_STATES: tuple[PlanState, ...] = get_args(PlanState)
 
 
 def plan_state(plan: BatchPlan) -> PlanState:
-    """Where an unfinished batch stands for the scheduler: still being validated, waiting for an executor, held by
-    its owner until released, or with a unit running now."""
+    """Where an unfinished batch stands for the scheduler."""
     if plan.phase == "validating":
         return "validating"
     if plan.running:

@@ -1,13 +1,8 @@
-"""Who may run whose batch: each executor's provider, that provider's organisation and approvals, folded from the
-log, and the rule (`may_run`) the scheduler assigns by and the object broker signs URLs by.
-
-An executor that joined with an operator's or admin's worker key (no provider) is the platform's own: it runs every
-batch that allows approved providers, and none limited to an organisation's own providers. A provider's
-organisation is its owner's (the default one for a provider registered by a key without a user).
-
-The default organisation is where every user made without one lands, so it is no circle of trust: there, an
-unapproved provider runs only its own owner's batches, and `own_organization` means the owner's own providers
-(`trust_scope`)."""
+"""Who may run whose batch (`may_run`, by which the scheduler assigns and the object broker signs): executors'
+providers, their organisations (their owners') and approvals, folded from the log. An operator's executor (no
+provider) is the platform's own: it runs every batch allowing approved providers, none limited to an organisation's
+own. The default organisation is no circle of trust: there an unapproved provider runs only its owner's batches, and
+`own_organization` means the owner's own providers (`trust_scope`)."""
 
 from dataclasses import dataclass, field
 
@@ -25,8 +20,7 @@ PLACEMENT_FACTS: tuple[type[Event], ...] = (UserCreated, KeyCreated, ProviderReg
                                             ProviderApprovalWithdrawn, ExecutorRegistered)
 """The facts the placement view folds (executor registrations are the fleet's too)."""
 PLACEMENT_WITHDRAWN = "placement_withdrawn"
-"""The code of an attempt fenced because its executor may no longer run the batch (an approval withdrawn): like a
-loss before the start, it says nothing about the batch's lines, so it is forgiven as one."""
+"""An attempt fenced because its executor may no longer run the batch: it says nothing of the lines, so is forgiven."""
 _rules = FoldRules[None]()
 
 
@@ -36,8 +30,7 @@ def organization_key(organization_id: str | None) -> str:
 
 
 def trust_scope(organization_id: str | None, owner: str) -> str:
-    """Whose providers a batch of `owner` trusts without an approval: its organisation's; in the default
-    organisation (shared by every user made without one), its owner's alone."""
+    """Whose providers a batch of `owner` trusts unapproved: its organisation's; in the default one, its owner's."""
     organization = organization_key(organization_id)
     return f"{organization}/{owner}" if organization == DEFAULT_ORGANIZATION_ID else organization
 
@@ -49,8 +42,7 @@ class Runner:
     organization: str | None
     """The provider's organisation (public id); None: the platform's own executor (no provider)."""
     scope: str | None = None
-    """The provider's `trust_scope`: the batches it runs unapproved (its organisation's, or in the default
-    organisation its owner's); None: the platform's own executor."""
+    """The provider's `trust_scope`: the batches it runs unapproved; None: the platform's own executor."""
     approved_platform_wide: bool = False
     approved_for: frozenset[str] = frozenset()
     """Organisations whose administrators approved the provider for their batches."""
@@ -62,8 +54,7 @@ UNKNOWN_PROVIDER = Runner(organization="", approved_platform_wide=False)
 
 
 def may_run(runner: Runner, placement: Placement, organization: str, scope: str) -> bool:
-    """Whether an executor of `runner` may run a batch of `organization` (public id) and `trust_scope` `scope` that
-    asked for `placement`."""
+    """Whether an executor of `runner` may run a batch of `organization` and `trust_scope` `scope` with `placement`."""
     if placement == "own_organization":
         return runner.scope is not None and runner.scope == scope
     return runner.approved_platform_wide or organization in runner.approved_for or (
@@ -109,8 +100,7 @@ class Placements:
             rule(self, event)
 
     def runner(self, executor_id: str) -> Runner:
-        """Whose the executor is; one never registered is taken for the platform's own (it gets no work anyway:
-        only admitted executors do)."""
+        """Whose the executor is; one never registered is taken for the platform's own (it gets no work anyway)."""
         provider_id = self.executors.get(executor_id)
         if provider_id is None:
             return PLATFORMS_OWN

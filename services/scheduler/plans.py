@@ -1,5 +1,4 @@
-"""A batch's plan as the scheduler keeps it: its terms, its units (shards) and their attempts, and where it
-stands."""
+"""A batch's plan as the scheduler keeps it: its terms, its units (shards) and their attempts, and where it stands."""
 
 from dataclasses import dataclass, field
 from typing import Literal
@@ -29,9 +28,7 @@ class ShardRun:
     started_at: dict[int, int] = field(default_factory=dict)
     """Attempt → when it started (ms, the executor's clock, as its registrations)."""
     unstarted_losses: set[int] = field(default_factory=set)
-    """Attempts fenced because their executor was lost, or restarted, before they started in the process that
-    went (queued behind another batch there, or picked up only by the new process): they say nothing about this
-    shard."""
+    """Attempts fenced with their executor before they started there: they say nothing about this shard."""
     tried_executors: set[str] = field(default_factory=set)
     finished: bool = False
     """Every line of the shard is committed."""
@@ -42,9 +39,8 @@ class ShardRun:
 
     @property
     def strikes(self) -> int:
-        """Failed attempts that committed nothing: the ones that count against the attempt limit (an attempt
-        that moved the shard forward before its executor died is not a sign the shard cannot run, nor is one
-        that never started, up to a few: a shard that never even gets to start must still fail some day)."""
+        """Failed attempts that count against the limit: those that committed nothing, and never-started ones past a
+        few (a shard that never even gets to start must still fail some day)."""
         fruitless = self.failed_attempts - self.progressed_attempts
         unstarted = fruitless & self.unstarted_losses
         return len(fruitless - unstarted) + max(0, len(unstarted) - UNSTARTED_LOSSES_FORGIVEN)
@@ -61,9 +57,9 @@ class BatchPlan:
     validated_order: int = 0
     """Position among the batches validated so far (1 = first): FIFO within an owner."""
     validated_at_ms: int = 0
-    """When it was first validated: a batch never told why it waits gets its first standing a moment after."""
+    """When it was first validated (its first standing comes a moment after)."""
     queued_before: int = 0
-    """Lines of the owner's open validated batches when this one was validated: for the queued-lines limit."""
+    """Lines of the owner's open validated batches when this one was validated (for the queued-lines limit)."""
     layout: ShardLayout | None = None
     """Fixed by the first assignment; None before."""
     shards: dict[int, ShardRun] = field(default_factory=dict)
@@ -83,8 +79,8 @@ class BatchPlan:
     cancel_requested_at_ms: int | None = None
     cancel_code: CancelCode = "batch_cancelled"
     finalizer: str | None = None
-    """The executor this scheduler sent the batch's finalize command to (not in the log: a new leader sends it
-    again); only it may read the batch's objects and state its end."""
+    """Who this scheduler sent the finalize command to (not in the log: a new leader sends it again); only it may
+    read the batch's objects and state its end."""
     held: bool = False
     """Created with `hold`: never assigned until released."""
     owner_user_id: str | None = None
@@ -104,7 +100,7 @@ class BatchPlan:
     running_units: set[int] = field(default_factory=set)
     """Units with an attempt running now (an index of `shards`, kept by `reindex`)."""
     retry_units: set[int] = field(default_factory=set)
-    """Units that were tried and need another attempt (the last one failed, or stopped without finishing)."""
+    """Units tried whose last attempt failed or stopped without finishing."""
     finished_units: set[int] = field(default_factory=set)
     touched: int = -1
     """The highest unit index assigned so far: units are handed out in order, so every later one is fresh."""
@@ -131,7 +127,7 @@ class BatchPlan:
         return [(index, self.shards[index]) for index in sorted(self.running_units)]
 
     def pending_count(self) -> int:
-        """Units that need an attempt: never assigned, or the last attempt failed or stopped without finishing."""
+        """Units that need an attempt: never assigned, or to retry."""
         return len(self.retry_units) + max(self.unit_count - 1 - self.touched, 0)
 
     def unit_lines(self, index: int) -> int:

@@ -1,11 +1,7 @@
-"""Admitting executors to the fleet: a worker key is required; user and admin keys are refused.
-
-An executor registers on its own subject (`fleet_registrations`, only a connection admitted as that id may publish
-there), naming the same id in its body. An executor id belongs to whoever first registered it (`ExecutorOwner`):
-another provider's key is refused under it. A worker key serves one live executor at a time. The times an
-executor states are clamped to the scheduler's clock. Registrations are judged one at a time, on the leader's book
-once it has read the whole log, so a check and the fact it admits cannot be separated by another registration.
-"""
+"""Admitting executors with a live worker key, on their own subject (only a connection admitted as that id publishes
+there). An id is its first registrant's (`ExecutorOwner`); a key serves one live executor at a time; stated times are
+clamped to the scheduler's clock. Judged one at a time on the leader's caught-up book, so no registration comes
+between a check and the fact it admits."""
 
 import asyncio
 import logging
@@ -33,8 +29,7 @@ REGISTRATIONS = Answer(FLEET_REGISTER.replace("*", "{connected_as}"), ExecutorRe
 
 
 def worker_key_refusal(record: ApiKeyRecord | None) -> str | None:
-    """Why a key may not join the fleet (unknown, revoked, not a worker key); None for a live worker key.
-    Registration and the broker's admission of an executor's connection ask the same."""
+    """Why a key may not join the fleet (also asked when the broker admits an executor's connection); None: it may."""
     if record is None:
         return "Unknown worker key."
     if record.revoked:
@@ -45,8 +40,7 @@ def worker_key_refusal(record: ApiKeyRecord | None) -> str | None:
 
 
 def identity_refusal(book: Book, executor_id: str, record: ApiKeyRecord, now_ms: int) -> str | None:
-    """Why this worker key may not act as `executor_id` now (the id is another provider's, or the key already
-    serves another live executor); None when it may."""
+    """Why this worker key may not act as `executor_id` now; None when it may."""
     owner = book.owners.get(executor_id)
     if owner is not None and not owner.admits(record.provider_id, record.key_id):
         return f"Executor id {executor_id} belongs to another provider; choose another id."

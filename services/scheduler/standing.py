@@ -1,10 +1,6 @@
-"""Where a batch stands, told to its owner: the fleet's measured rate per model, and the `status_reason` texts.
-
-Pure: the scheduler notes progress facts into a `RateMeter`, feeds its rates to `fair_share.standings`, phrases
-each batch's standing with `queued_reason` / `running_reason`, and states it only when `should_republish` says so.
-The texts are coarse on purpose (exact place only near the front, ETA in buckets) so that they change seldom:
-10,000 queued batches must not each get a new fact whenever one of them finishes.
-"""
+"""Where a batch stands, told to its owner: the fleet's measured rate per model (`RateMeter`) and the `status_reason`
+texts. Pure. The texts are coarse on purpose (exact place only near the front, ETA in buckets) and restated only when
+`should_republish` says so: 10,000 queued batches must not each get a new fact whenever one of them finishes."""
 
 import math
 
@@ -17,19 +13,15 @@ REPUBLISH_EVERY_MS = 10_000
 ETA_ONLY_EVERY_MS = 30_000
 """A change of the ETA alone waits longer: a rate near a bucket's edge would flip it back and forth."""
 FAR_PLACE_EVERY_MS = 30_000
-"""A new place far back in the queue ("about 300th") waits as long: it moves by a round step every few seconds
-under a burst, and its ETA says more than its place (10,000 queued batches must not each get a fact per step)."""
+"""A far-back place ("about 300th") waits as long: under a burst it moves a step every few s; its ETA says more."""
 QUEUED_KIND = "Queued"
 EXACT_PLACES = 10
 """Places up to this are told exactly; beyond, to one significant digit ("about 40th")."""
 
 
 class RateMeter:
-    """Lines per second the fleet runs each model at, over a sliding window, from progress facts.
-
-    Facts are kept in fixed buckets, so memory is O(models * buckets). Facts older than the window before the
-    newest one seen are dropped as they come (a fact replayed from long ago at start-up adds nothing), and a
-    rate counts only buckets inside the window before `now_ms`."""
+    """Lines per second the fleet runs each model at, over a sliding window of fixed buckets (O(models * buckets)),
+    from progress facts; one older than the window before the newest seen (replayed at start-up) adds nothing."""
 
     bucket_ms = WINDOW_MS // BUCKETS
 
@@ -46,29 +38,23 @@ class RateMeter:
         index = at_ms // self.bucket_ms
         if self._newest is None or index > self._newest:
             self._newest = index
-            self._prune(self._oldest_kept(index))
-        elif index < self._oldest_kept(self._newest):
+            self._prune(index - BUCKETS + 1)
+        elif index < self._newest - BUCKETS + 1:
             return
         buckets = self._lines.setdefault(model, {})
         buckets[index] = buckets.get(index, 0) + lines
 
     def rates(self, now_ms: int) -> dict[str, float]:
-        """Lines per second per model over the window before `now_ms`; a model with none in it is absent.
-
-        The time divided by is the window, or less when the model's first bucket in it is younger (a fleet
-        that began running a model 10 s ago is measured over those 10 s, at least one bucket's)."""
+        """Lines per second per model over the window before `now_ms` (a model with none is absent), measured since
+        the model's first bucket in it when that is younger (a model started 10 s ago: over those 10 s)."""
         # `now_ms` only grows: what is before this window never counts again, and what is left is the window's.
-        self._prune(self._oldest_kept(now_ms // self.bucket_ms))
+        self._prune(now_ms // self.bucket_ms - BUCKETS + 1)
         return {model: sum(buckets.values()) * 1000
                 / min(max(now_ms - min(buckets) * self.bucket_ms, self.bucket_ms), WINDOW_MS)
                 for model, buckets in self._lines.items()}
 
-    def _oldest_kept(self, index: int) -> int:
-        """The first bucket index inside the window that ends in bucket `index`."""
-        return index - BUCKETS + 1
-
     def _prune(self, before: int) -> None:
-        """Forget the buckets before `before`, and the models left with none."""
+        """Forget the buckets before `before` (the window's first kept), and the models left with none."""
         self._lines = {model: kept for model, buckets in self._lines.items()
                        if (kept := {index: lines for index, lines in buckets.items() if index >= before})}
 
@@ -89,8 +75,7 @@ def place_phrase(position: int) -> str:
 
 
 def eta_phrase(eta_s: float | None) -> str | None:
-    """"under a minute", "about N min" (1 to 10), "about 15/20/30/45 min", "about N h", "about N days"; None when
-    there is no estimate (no measured rate)."""
+    """"under a minute", "about N min" (1-10, then 15/20/30/45), "about N h", "about N days"; None: no estimate."""
     if eta_s is None or not math.isfinite(eta_s) or eta_s < 0:
         return None
     minutes = eta_s / 60
@@ -134,12 +119,9 @@ def _parts(reason: str) -> tuple[str, str, str] | None:
 
 
 def should_republish(old_reason: str | None, new_reason: str, last_at_ms: int | None, now_ms: int) -> bool:
-    """Whether to state `new_reason` for a batch whose last stated reason was `old_reason` at `last_at_ms`.
-
-    Never the same text twice. At once when the kind changes (queued ↔ running, or from any other reason such as
-    "no executor serves the model", or the first standing). Otherwise a new place or progress waits until
-    `REPUBLISH_EVERY_MS` after the last (a place far back until `FAR_PLACE_EVERY_MS`), and a new ETA alone until
-    `ETA_ONLY_EVERY_MS`."""
+    """Whether to state `new_reason` for a batch whose last stated reason was `old_reason` at `last_at_ms`: never
+    the same text twice; at once when the kind changes (or for the first standing); else a new place or progress
+    after `REPUBLISH_EVERY_MS` (far back: `FAR_PLACE_EVERY_MS`), a new ETA alone after `ETA_ONLY_EVERY_MS`."""
     if new_reason == old_reason:
         return False
     if old_reason is None or last_at_ms is None:

@@ -1,8 +1,6 @@
-"""Each open batch's standing, as the `Wait` to state for it: its place in its model's queue and when it should be
-done (queued), or how far along it is and when it should end (running), from the fleet's measured rate and the fair
-queue's order (a batch placed within `FIRST_STANDING_AFTER_MS` of its validation is told nothing). Pure; the term
-asks every few seconds and states only what `should_republish` lets through, front of the queue first, a bounded
-number per pass (10,000 queued batches must not flood the log at once)."""
+"""Each open batch's standing as the `Wait` to state for it: its place and ETA (queued) or progress and ETA
+(running), from the measured rates and the fair queue's order. Pure; the term asks every few seconds and states what
+`should_republish` lets through, front of the queue first, at most `MOST_PER_PASS` (the log must not be flooded)."""
 
 from services.scheduler.book import BatchPlan, Book
 from services.scheduler.decisions import QUEUED, Wait
@@ -14,8 +12,7 @@ STANDINGS_EVERY_MS = 5_000
 MOST_PER_PASS = 200
 """Standings stated in one pass at most; the rest wait for the next."""
 FIRST_STANDING_AFTER_MS = 2_000
-"""A batch never told why it waits is told its place once it has waited this long since its validation: one
-placed before then (most are) states no wait at all."""
+"""A batch never told why it waits is told its place only this long after its validation (most are placed before)."""
 
 
 def standing_waits(book: Book, weights: Weights, now_ms: int) -> list[Wait]:
@@ -42,8 +39,8 @@ def standing_waits(book: Book, weights: Weights, now_ms: int) -> list[Wait]:
 
 
 def _queued(plan: BatchPlan, now_ms: int) -> bool:
-    """Waiting for a free place: told so already, or never told otherwise (decisions state every other reason at
-    once) and validated long enough ago that it is not merely about to be placed."""
+    """Waiting for a free place: told so already, or never told otherwise (decisions state other reasons at once)
+    and validated long enough ago not to be merely about to be placed."""
     if plan.waiting_reason is None:
         return now_ms - plan.validated_at_ms >= FIRST_STANDING_AFTER_MS
     return plan.waiting_reason.startswith(QUEUED)

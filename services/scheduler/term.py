@@ -1,6 +1,5 @@
 """One leadership term of the scheduler: the book folded from the whole log, decisions acted on every tick, and the
-answerers (registration, object URLs, the fact desk) judging on that term's book. Every act is an idempotent publish.
-"""
+answerers (registration, object URLs, the fact desk) judging on that term's book. Every act is an idempotent publish."""
 
 import asyncio
 import logging
@@ -41,16 +40,7 @@ from services.runtime.nats.readmodel import ReadModel
 from services.runtime.process.tasks import cancel_and_join
 from services.scheduler.book import CONTROL_PLANE, BatchPlan, Book
 from services.scheduler.closer import Closer
-from services.scheduler.decisions import (
-    Action,
-    Assign,
-    DeclareLost,
-    FenceAttempt,
-    Finalize,
-    Policy,
-    Wait,
-    decide,
-)
+from services.scheduler.decisions import Action, Assign, DeclareLost, FenceAttempt, Finalize, Policy, Wait, decide
 from services.scheduler.desk import FactDesk
 from services.scheduler.objects import ObjectBroker, ObjectSigner
 from services.scheduler.observe import action_span, export_book, note_action, remember_trace
@@ -63,8 +53,7 @@ READER_STOP_S = 10.0
 _NUDGING: tuple[type[Event], ...] = (BatchValidated, BatchReleased, BatchCancelRequested, AttemptFailed,
                                      ShardFinished, ExecutorRegistered, *ENDING_FACTS)
 NUDGES = frozenset((fact.kind, fact.name) for fact in _NUDGING)
-"""Facts after which there may be something to do at once (work to hand out, an executor's place freed, a batch to
-end): the next tick comes as soon as one is folded, not at the end of the tick interval."""
+"""Facts after which there may be something to do at once: the next tick comes as soon as one is folded."""
 EXPORT_EVERY_MS = 1_000
 """How often a tick sets the batches gauge (scraped every few seconds at most)."""
 MIN_TICK_GAP_S = 0.02
@@ -90,13 +79,11 @@ class Term:
     exported_at_ms: int = 0
     """When the batches gauge was last set."""
     registrar: Registrar = field(init=False)
-    """Only the leader admits executors, so the fleet it assigns to is the one it knows."""
+    """Only the leader, whose book knows the fleet and who runs what, admits executors, signs object URLs, stores
+    executors' facts and ends the batches no executor can end."""
     objects: ObjectBroker = field(init=False)
-    """Only the leader's book knows who runs what (once caught up), so only the leader signs object URLs."""
     desk: FactDesk = field(init=False)
-    """Only the leader's book says who holds which attempt, so only the leader stores and shows executors' facts."""
     closer: Closer = field(init=False)
-    """The batches no executor holding their lease can end are ended by the leader itself."""
 
     def __post_init__(self) -> None:
         self.registrar = Registrar(self.bus, self.read_model, self.book, self.caught_up)
@@ -110,8 +97,7 @@ class Term:
         return cls(bus, await Fleet.open(bus), catalogue, await ReadModel.open(bus), signer, policy)
 
     async def lead(self, lease: LeaderLease, tick_s: float, stop: asyncio.Event, folds: Folds) -> None:
-        """Decisions every tick once the book (folded from the whole log by `folds`, the router's) has caught up,
-        until stopped, the lease is lost or the fold fails."""
+        """Decisions every tick once the book (`folds`) caught up, until stopped, the lease lost or the fold failed."""
         keeper = asyncio.create_task(lease.keep(stop))
         resent = False
         try:
@@ -124,8 +110,7 @@ class Term:
                             resent = True
                         await self.tick()
                     except BROKER_HICCUPS as hiccup:
-                        # A stream electing a leader (a node of the cluster lost) answers nothing for seconds: every
-                        # act is an idempotent publish, so the next tick does what this one could not.
+                        # A stream electing a leader answers nothing for seconds: acts are idempotent publishes.
                         log.warning("a tick could not finish (%s: %s); trying again next tick",
                                     type(hiccup).__name__, hiccup)
                         resent = False  # an assignment stated but its command not sent: send every run again
@@ -151,8 +136,7 @@ class Term:
                 waiter.cancel()
 
     def fold(self, facts: list[Fact]) -> None:
-        """Facts of the log (the book's, in stream order) into the book; a fact after which there may be something
-        to do now nudges the next tick."""
+        """Facts of the log into the book, in stream order; a fact in `NUDGES` nudges the next tick."""
         for fact in facts:
             subject = parse_event_subject(fact.subject)
             if subject is None:
@@ -175,8 +159,7 @@ class Term:
         for executor_id in set(self.book.known_executors) - {advert.executor_id for advert in adverts}:
             log.info("no advert of executor %s in the executors bucket (last heartbeat %d ms ago)", executor_id,
                      now_ms - self.book.known_executors[executor_id])
-        for action in decide(self.book, adverts, self.catalogue, now_ms, self.policy,
-                             self.book.rates.rates(now_ms)):
+        for action in decide(self.book, adverts, self.catalogue, now_ms, self.policy, self.book.rates.rates(now_ms)):
             await self.act(action)
         if now_ms - self.exported_at_ms >= EXPORT_EVERY_MS:
             self.exported_at_ms = now_ms  # O(open batches): once a second, not every nudged tick
@@ -197,7 +180,6 @@ class Term:
     async def _wait(self, action: Wait) -> None:
         await self._state(BatchWaiting(aggregate_id=action.plan.batch_id, reason=action.reason,
                                        as_of=int(time.time() * 1000)))
-        note_action(action)
 
     async def _fence(self, action: FenceAttempt) -> None:
         await self._state(AttemptFailed(aggregate_id=action.plan.batch_id, attempt=action.attempt,
@@ -225,11 +207,9 @@ class Term:
         else:
             await self.send(command)
             log.info("batch %s (%s) sent to %s to finalize", plan.batch_id, action.reason, action.executor_id)
-        note_action(action)
 
     async def _assign(self, action: Assign) -> None:
-        """The fact first, then the command: the log reads in causal order, and a leader that dies between the
-        two has the command sent again by the next one (`resend_runs`)."""
+        """The fact first, then the command: a leader that dies between them has the next one resend it."""
         plan = action.plan
         retry = action.shard in plan.retry_units
         await self._state(BatchAssigned(aggregate_id=plan.batch_id, executor_id=action.executor_id,
@@ -241,8 +221,7 @@ class Term:
                  action.layout.shards, action.attempt, action.executor_id)
 
     async def resend_runs(self) -> None:
-        """Once per term: the run command of every running attempt again (deduplicated by the broker, and an
-        executor resumes an attempt idempotently), in case the last leader died before sending it."""
+        """Once per term: every running attempt's run command again, in case the last leader died before sending it."""
         for plan in list(self.book.open.values()):  # the fold goes on while each command is sent
             for shard, run in plan.running_shards():
                 assert run.executor_id is not None

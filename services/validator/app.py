@@ -28,22 +28,16 @@ async def run_validator(settings: ValidatorSettings, stop: asyncio.Event) -> Non
         catalogue = load_catalogue(connection.catalogue_path)
         processes = settings.worker_processes(os.cpu_count())
         pool = CheckPool(catalogue, processes, settings.count_tokens) if processes else None
-        validator = Validator(
-            bus=bus,
-            store=store,
-            catalogue=catalogue,
-            limits=Limits(max_lines=settings.max_lines, max_embedding_inputs=settings.max_embedding_inputs,
-                          max_line_bytes=settings.max_line_bytes, inherit_line_model=settings.inherit_line_model),
-            max_published_per_code=settings.max_published_per_code,
-            tokenizers=TokenizerCache() if settings.count_tokens else None,
-            pool=pool,
-        )
+        limits = Limits(max_lines=settings.max_lines, max_embedding_inputs=settings.max_embedding_inputs,
+                        max_line_bytes=settings.max_line_bytes, inherit_line_model=settings.inherit_line_model)
+        tokenizers = TokenizerCache() if settings.count_tokens else None
+        validator = Validator(bus, store, catalogue, limits, settings.max_published_per_code, tokenizers, pool)
         if pool is not None:
             await asyncio.to_thread(pool.warm_up)
-        if validator.tokenizers is not None:
+        if tokenizers is not None:
             # Build every model's tokenizer before the first batch, not inside its validation.
-            for model in validator.catalogue.models:
-                await asyncio.to_thread(validator.tokenizers.get, model)
+            for model in catalogue.models:
+                await asyncio.to_thread(tokenizers.get, model)
         broker.context.set_global(router.dependencies, validator)
         await broker.start()
         await stop.wait()

@@ -85,8 +85,7 @@ def _model_issues(body: dict[str, object], endpoint: str, catalogue: Catalogue,
         known = ", ".join(m.id for m in catalogue.models)
         named = "" if "model" in body else " (the batch's model, named for lines without body.model)"
         return [LineIssue("unsupported_model", f"Model {name!r}{named} is not served here or not open to your "
-                          f"key. Available to you: {known or 'none'}.",
-                          "body.model")], None
+                          f"key. Available to you: {known or 'none'}.", "body.model")], None
     if not model.batchable:
         return [LineIssue("model_not_batchable", f"Model {model.id} cannot run in batches; pick another from "
                           "GET /v1/models.", "body.model")], None
@@ -139,8 +138,7 @@ def _embedding_shape(body: dict[str, object]) -> Iterator[LineIssue]:
 def _response_shape(body: dict[str, object]) -> Iterator[LineIssue]:
     value = body.get("input")
     if not (isinstance(value, str) and value) and not (isinstance(value, list) and value):
-        yield LineIssue("invalid_body", "body.input must be a non-empty string or list of input items.",
-                        "body.input")
+        yield LineIssue("invalid_body", "body.input must be a non-empty string or list of input items.", "body.input")
 
 
 _SHAPES: dict[str, Callable[[dict[str, object]], Iterator[LineIssue]]] = {
@@ -150,7 +148,6 @@ _SHAPES: dict[str, Callable[[dict[str, object]], Iterator[LineIssue]]] = {
 
 
 def _part_issues(content: list[object], param: str) -> Iterator[LineIssue]:
-    """Each chat content part is an object of a known type; a text part carries its text."""
     for index, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
         if not isinstance(part, dict) or not isinstance(kind, str) or kind not in CONTENT_PART_MODALITY:
@@ -263,8 +260,7 @@ def _token_id_issues(ids: list[int], body: dict[str, object], model: CatalogueMo
         yield LineIssue("invalid_body", f"Token id {ids[outside]} is outside {model.id}'s vocabulary of {vocabulary} "
                         "tokens.", f"body.prompt[{outside}]")
         return
-    wanted = wanted_tokens(body)
-    issue = context_issue(ContextNeed(model, (), wanted, "body.prompt"), len(ids))
+    issue = context_issue(ContextNeed(model, (), wanted_tokens(body), "body.prompt"), len(ids))
     if issue is not None:
         yield issue
 
@@ -307,7 +303,6 @@ class ContextNeed:
     prompts: tuple[str, ...]
     """The texts the engine tokenizes; the longest must fit."""
     wanted: int
-    """Tokens the request asks to generate."""
     param: str | None
 
 

@@ -16,8 +16,7 @@ class Limits:
     max_embedding_inputs: int = 50_000
     max_line_bytes: int = 1024 * 1024
     inherit_line_model: bool = False
-    """A line without `body.model` runs on the model an earlier line named (Reliquary's files). Off, OpenAI's
-    rule: each line names its model, unless the batch names one for all (`metadata.model`, or the upload's)."""
+    """A line without `body.model` runs on the model an earlier line named (Reliquary's files; off: OpenAI's rule)."""
 
 
 @dataclass(frozen=True)
@@ -56,24 +55,23 @@ class FileValidation:
     embedding_inputs: int = 0
     first_line_of: dict[str, int] = field(default_factory=dict)
     limit_line: int | None = None
-    """The first line past `max_lines`: it is refused with `too_many_tasks`, the lines after it are not read."""
+    """The first line past `max_lines`: refused with `too_many_tasks`; the lines after it are not read."""
     embedding_limit_line: int | None = None
-    """The line whose embedding inputs went past `max_embedding_inputs`: the one refused for it."""
+    """The line whose embedding inputs went past `max_embedding_inputs` (refused for it)."""
     lines_seen: int = 0
     """The last line planned (blank ones and those past `max_lines` too)."""
     blank_lines: list[int] = field(default_factory=list)
-    """The blank lines planned: they are no requests, and have no line in the error file."""
+    """The blank lines planned (no requests, no line in the error file)."""
     file_issues: dict[str, LineIssue] = field(default_factory=dict)
-    """The file-level errors found, one per code (`empty_file`, `too_many_tasks`): each is reported once, and
-    fails the batch even with allow_partial."""
+    """File-level errors, one per code: each is reported once, and fails the batch even with allow_partial."""
     default_model: str | None = None
-    """The model the batch names for lines that name none (`BatchCreated.default_model`); every line runs on it."""
+    """The model the batch names for every line (`BatchCreated.default_model`)."""
     revision: str | None = None
-    """The model revision the batch pins (`metadata.revision`): the catalogue must serve the model at it."""
+    """The model revision the batch pins (`metadata.revision`), which the catalogue must serve."""
     sampling: OneSampling = field(default_factory=OneSampling)
-    """A strict-sampling model's file samples one way (the first usable line's)."""
+    """A strict-sampling model's file samples one way."""
     allowed_models: tuple[str, ...] | None = None
-    """The owner's model access, which `catalogue` is restricted to already: a worker process restricts its own."""
+    """The owner's model access (`catalogue` is restricted to it already; a worker process restricts its own)."""
 
     def __post_init__(self) -> None:
         pinned = self.catalogue.resolve(self.default_model) if self.default_model is not None else None
@@ -93,20 +91,17 @@ class FileValidation:
         return self.check_window([(line_no, raw)])[0]
 
     def check_window(self, lines: list[tuple[int, bytes]]) -> list[LineResult]:
-        """Check consecutive lines here: each on its own, then the prompts that need it counted in one batch,
-        then the file-level rules in line order."""
+        """Check consecutive lines here: each on its own, then the file-level rules in line order."""
         window = self.plan(lines)
         return self.apply(window, check_lines(window.to_check, window.spec, self.catalogue, self.tokenizers))
 
     @property
     def awaits_line_model(self) -> bool:
-        """Lines without a model take the first one a line names, and none has yet: windows are checked in order
-        until one does (a window checked beside an earlier one would not know it)."""
+        """Lines without a model take the first one a line names, and none has yet: windows go in order until then."""
         return self.limits.inherit_line_model and self._line_model() is None
 
     def plan(self, lines: list[tuple[int, bytes]]) -> "Window":
-        """The file's bookkeeping of a window, in line order: lines counted, those past `max_lines` decided (the
-        first refused for the file, the rest never checked), the others to check on their own (anywhere)."""
+        """The file's bookkeeping of a window: lines counted, those past `max_lines` decided, the others to check."""
         numbers = [line_no for line_no, _ in lines]
         raws = [raw for _, raw in lines]
         decided: dict[int, LineVerdict] = {}
@@ -121,8 +116,7 @@ class FileValidation:
         return Window(numbers, to_check, decided, spec)
 
     def _admitted(self, line_no: int, raw: bytes, decided: dict[int, LineVerdict]) -> bytes | None:
-        """`raw` to check, counted; None for a blank line (no request) or one past `max_lines` (the first of them
-        refused for the file, in `decided`)."""
+        """`raw` to check, counted; None for a blank line or one past `max_lines` (the first refused in `decided`)."""
         if not raw.strip():
             self.blank_lines.append(line_no)
             return None
@@ -142,8 +136,8 @@ class FileValidation:
                 for line_no, verdict in zip(window.numbers, verdicts, strict=True)]
 
     def refused(self, window: "Window", verdicts: list[LineVerdict | None]) -> list[LineResult]:
-        """`apply`'s results of the lines it refuses (the same rules, in line order): a line that its own rules and
-        the file's pass (a new custom_id, the file's model, nothing else to count) is passed by a few look-ups."""
+        """`apply`'s results with issues: a line that plainly passes (no issue, a new custom_id, the file's model,
+        nothing to count) is passed by a few look-ups."""
         found: list[LineResult] = []
         first_line_of, decided = self.first_line_of, window.decided
         for line_no, verdict in zip(window.numbers, verdicts, strict=True):
@@ -215,7 +209,7 @@ class FileValidation:
 
     @property
     def partial_run_possible(self) -> bool:
-        """With allow_partial the valid lines may run: there are some, of one model, and the file is acceptable."""
+        """With allow_partial the valid lines may run: some, of one model, in an acceptable file."""
         return self.model_id is not None and self.runnable_lines > 0 and not self.file_issues
 
     def unchecked(self, line_no: int) -> bool:

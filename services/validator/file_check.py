@@ -1,10 +1,6 @@
-"""Checking a whole file in one thread: its lines read, each window planned, checked (here, or in the worker
-processes beside this one) and put through the file's rules, in line order; what each window found is handed on
-as soon as it is known.
-
-One thread reads and checks, so neither waits on the other nor on the event loop (which only publishes what is
-found): on one core, a thread handing work to another through the loop waits for the interpreter lock at every
-hand-over."""
+"""Checking a whole file in one thread: lines read, each window planned, checked (here or in worker processes) and
+put through the file's rules in line order, its findings handed on as soon as known. One thread reads and checks:
+on one core, a thread handing work to another through the event loop waits for the interpreter lock each time."""
 
 import threading
 import time
@@ -23,11 +19,9 @@ from services.validator.rules import LineVerdict
 WINDOW_LINES = 256
 """Lines checked together; their prompts are counted in one tokenizer batch."""
 HAND_OVER_EVERY_S = 0.1
-"""What windows found is handed on at most this often (the first window's at once): each hand-over wakes the event
-loop, which then takes the interpreter lock from this thread."""
+"""Findings are handed on at most this often (the first at once): each hand-over wakes the event loop."""
 WORKER_QUEUE = 2
-"""Windows each worker process holds (one checked, one waiting): this thread, which also reads the file and applies
-the file's rules, checks a window itself only when every worker has its queue full."""
+"""Windows each worker holds (one checked, one waiting): this thread checks one itself only when all are full."""
 
 
 class Stopped(Exception):
@@ -39,7 +33,7 @@ class Findings:
     """What one window added: its refused lines (with their issues), and the file's counts after it."""
 
     refused: list[tuple[LineResult, RejectedLine]]
-    """Each refused line's result and its record (built here, off the event loop)."""
+    """Each refused line's result and record (built here, off the event loop)."""
     lines_read: int
     errors_found: int
 

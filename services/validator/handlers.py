@@ -1,8 +1,4 @@
-"""Thin handlers: a created batch in; line errors, progress and one verdict out.
-
-The table (`validator_router`, at the end): `validate` takes each `batch.created` fact on the `validator` durable;
-a file that can never be validated fails its batch (`fail_the_batch`); the facts it publishes are declared there too.
-"""
+"""Thin handlers: a created batch in; line errors, progress and one verdict out (the table: `validator_router`)."""
 
 import asyncio
 import logging
@@ -54,12 +50,11 @@ class Validator:
     """Worker processes that check windows beside this one; None: every window is checked here."""
 
     async def take(self, created: BatchCreated) -> None:
-        """Validate the batch's file; a full disk or a restarting broker is waited out, spending none of the
-        fact's deliveries (which would fail the batch): validation is idempotent, so it is simply done again."""
+        """Validate the batch's file; a full disk or a restarting broker is waited out without spending the fact's
+        deliveries (which would fail the batch): validation is idempotent."""
         await through_write_faults(lambda: self.validate(created), f"validating batch {created.aggregate_id}")
 
     async def fail_the_batch(self, created: BatchCreated, error: BaseException) -> None:
-        """A batch whose file could never be validated fails, with the cause."""
         await self.bus.publish(BatchFailed(aggregate_id=created.aggregate_id, code="validation_error",
                                            reason=f"The input file could not be validated: {error}",
                                            causation_id=created.event_id))
@@ -121,7 +116,6 @@ class _Run:
         self.last_progress_lines = 0
 
     async def take(self, found: Findings) -> None:
-        """Refused lines, reported in line order, then progress when it is due."""
         events: list[LineRejected] = []
         for result, record in found.refused:
             self.rejected[result.line] = record
@@ -138,9 +132,8 @@ class _Run:
                 "correlation_id": self.created.aggregate_id}
 
     def line_rejected(self, line: int | None, custom_id: str | None, issue: LineIssue) -> LineRejected | None:
-        """The fact of an error, if it is to be published: every error is counted; the first ones of each code are
-        published in full, as soon as they are found. (Capping per code keeps the file's first errors overall too,
-        and examples of every code.)"""
+        """The fact of an error if it is among the first `max_published_per_code` of its code (the rest are only
+        counted): that keeps the file's first errors and examples of every code."""
         published = self.published_by_code.get(issue.code, 0)
         if published >= self.v.max_published_per_code:
             return None
@@ -166,8 +159,7 @@ class _Run:
                 await self.v.store.put_bytes(key, body)
             await self.v.bus.publish(BatchValidated(
                 **self._envelope(), total_lines=validation.total_lines, model=validation.model_id,
-                rejected_lines=len(self.rejected),
-                rejections_object_key=key, error_count=validation.error_count,
+                rejected_lines=len(self.rejected), rejections_object_key=key, error_count=validation.error_count,
                 counts_by_code=validation.counts_by_code))
             return
         stored = await write_error_file(self.v.store, created, validation, self.rejected)
@@ -180,11 +172,9 @@ class _Run:
 
 
 async def publish_in_order(bus: EventBus, events: list[LineRejected]) -> None:
-    """Publish facts that the stream must hold in this order, their acks awaited together rather than one by one.
-
-    Each publish puts its message on the connection before the next one starts (tasks start in the order they are
-    made, and a publish waits only for its ack), except the connection's very first request, which opens its reply
-    subscription first: the first fact goes alone."""
+    """Publish facts in this order, their acks awaited together: each publish puts its message on the connection
+    before the next task starts, except the connection's very first request (it opens its reply subscription
+    first), so the first fact goes alone."""
     if not events:
         return
     await bus.publish(events[0])
@@ -199,8 +189,7 @@ CREATED = Durable(BatchCreated, EVENTS_STREAM, VALIDATOR_DURABLE, BATCH_CREATED,
 
 
 def validator_router() -> ServiceRouter:
-    """The validator's table: what it consumes, by which handler, what a hopeless fact becomes; what it emits.
-    (A fresh router each call: faststream lets a router belong to one broker only.)"""
+    """The validator's table (a fresh router each call: faststream lets a router belong to one broker only)."""
     router = ServiceRouter("validator", dependencies="validator")
     router.durable(CREATED, Validator.take, Validator.fail_the_batch,
                    "Check every line of the batch's input file; publish its line errors, then one verdict.")

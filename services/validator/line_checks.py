@@ -33,8 +33,7 @@ WireVerdict = tuple[tuple[tuple[str, str, str | None], ...], str | None, str | N
 
 def check_lines(lines: list[bytes | None], spec: WindowSpec, catalogue: Catalogue,
                 tokenizers: TokenizerCache | None) -> list[LineVerdict | None]:
-    """Each line's verdict (None for a line not to check), its prompt counted exactly where needed: a prompt over the
-    context is one more issue of its line (whose model then pins nothing)."""
+    """Each line's verdict (None: not to check); a prompt over the context is one more issue of its line."""
     verdicts: list[LineVerdict | None] = []
     line_model = spec.line_model
     plain = PlainChat(catalogue, tokenizers)
@@ -50,8 +49,7 @@ def check_lines(lines: list[bytes | None], spec: WindowSpec, catalogue: Catalogu
 
 
 def _counted(verdicts: list[LineVerdict | None], tokenizers: TokenizerCache | None) -> list[LineVerdict | None]:
-    """The verdicts with their prompts counted, a model's in one batch: a prompt over the context becomes its line's
-    issue."""
+    """The verdicts with their prompts counted, a model's in one batch."""
     by_model: dict[str, list[tuple[int, LineVerdict, ContextNeed]]] = {}
     for index, verdict in enumerate(verdicts):
         if verdict is not None and verdict.context is not None:

@@ -1,8 +1,6 @@
-"""The common well-formed chat line, recognised with a few plain checks: the four fields, a usable custom_id, a
-model that serves chat, string messages and the usual sampling parameters in their ranges. Such a line breaks no
-rule, so its verdict is only its model and its prompt's size; any other line (or any doubt) goes through every
-rule (`rules.check_line`), which also words the errors of a bad one. Every rule this skips finds nothing on such a
-line; tests/unit/validator/test_validator_fast_paths.py holds the two paths to the same verdicts."""
+"""The common well-formed chat line (the four fields, a usable custom_id, a chat model, string messages, the usual
+sampling parameters in range), recognised by a few plain checks: it breaks no rule, so its verdict is its model and
+prompt size; any doubt goes through every rule (`rules.check_line`). test_validator_fast_paths holds both equal."""
 
 import functools
 from collections.abc import Mapping
@@ -21,8 +19,7 @@ PLAIN_BODY = frozenset({"model", "messages", "max_tokens", "max_completion_token
 
 
 PlainModels = Mapping[str, CatalogueModel]
-"""The names a plain line may give its model (ids and aliases, as `Catalogue.resolve` reads them), each with the
-model it names: those serving chat in batches without strict sampling, whose engine honours a plain body."""
+"""Each name (id or alias) of a model serving chat in batches, without strict sampling, on an engine honouring it."""
 
 
 def plain_models(catalogue: Catalogue) -> PlainModels:
@@ -35,8 +32,7 @@ def plain_models(catalogue: Catalogue) -> PlainModels:
 
 
 class PlainChat:
-    """The plain-line check of one catalogue and its tokenizers, made once for many lines: the models a plain line
-    may name (`plain_models`)."""
+    """The plain-line check of one catalogue and its tokenizers, made once for many lines."""
 
     def __init__(self, catalogue: Catalogue, tokenizers: TokenizerCache | None) -> None:
         self.models, self.tokenizers = plain_models(catalogue), tokenizers

@@ -16,9 +16,8 @@ BATCH_FAILED_VALIDATION = "batch_failed_validation"
 
 
 def rejected_line(result: LineResult) -> RejectedLine:
-    """A refused line as one record: its first error's code and field, and a message naming every error.
-
-    A repeated custom_id comes first: the line's id in the files then says the custom_id is not its own."""
+    """A refused line as one record: its first error's code and field (a repeated custom_id first: the line's id
+    then says the custom_id is not its own), and a message naming every error."""
     issues = sorted(result.issues, key=lambda issue: issue.code != DUPLICATE_CUSTOM_ID)
     first, *others = issues
     message = first.message if not others else " ".join(
@@ -36,8 +35,8 @@ def not_run_message(validation: FileValidation) -> str:
 
 
 def not_run_output(batch_id: str, line: int, raw: bytes, message: str, checked: bool) -> OutputLine:
-    """The error line of a line that was not refused but did not run, because the batch failed validation.
-    A `checked` line has its own unique custom_id; an unchecked one (past the line limit) is named by its line."""
+    """The error line of an unrefused line of a batch that failed validation. A `checked` line has its own unique
+    custom_id; an unchecked one (past the line limit) is named by its line."""
     custom_id = _custom_id(raw)  # a line's id names its line when its custom_id is missing or not its own
     named = custom_id if checked and custom_id is not None else f"line:{line}"
     return OutputLine(id=batch_request_id(batch_id, named), custom_id=custom_id,
@@ -60,9 +59,8 @@ class LineIds:
 
 
 class NotRunLines:
-    """The error-file lines of the lines of one failed batch that were not refused, as bytes: what `not_run_output`
-    and its `model_dump_json` give, from a template the model writes once (such lines differ only in their id, a
-    hash's hex digits, and their custom_id, which the model's own JSON encoder writes)."""
+    """`not_run_output(...).model_dump_json()` of one failed batch's lines, from a template the model writes once
+    (they differ only in their id's hex digits and their custom_id, which the model's own JSON encoder writes)."""
 
     HEAD = b'{"id":"","custom_id":""'
 
@@ -84,9 +82,8 @@ class NotRunLines:
 
 
 class RefusedLines:
-    """The error-file lines of one batch's refused lines, as bytes: what `RejectedLine.error_line` and its
-    `model_dump_json` give, each string written by the model's own JSON encoder into the shape the model writes
-    (checked against it on a sample with every field set, and one with none)."""
+    """`RejectedLine.error_line(...).model_dump_json()` of one batch's refused lines, each string written by the
+    model's own JSON encoder into the model's shape (checked on a sample with every field set, and one with none)."""
 
     def __init__(self, batch_id: str) -> None:
         self.ids = LineIds(batch_id)

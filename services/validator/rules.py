@@ -31,9 +31,7 @@ class LineVerdict:
 def check_line(raw: bytes, endpoint: str, catalogue: Catalogue, max_line_bytes: int,
                tokenizers: TokenizerCache | None = None, line_model: str | None = None,
                plain: PlainChat | None = None) -> LineVerdict:
-    """One line on its own. `line_model`: the model a body without `model` runs on (None: it must name one).
-    `plain`: a plain chat line (`plain_lines.py`) of a chat batch is passed by this check, without running every
-    rule on it."""
+    """One line on its own. `line_model`: the model of a body without one. `plain`: passes a plain chat line."""
     if len(raw) > max_line_bytes:
         return LineVerdict([LineIssue("invalid_json_line", f"The line is {len(raw)} bytes; the limit is "
                                       f"{max_line_bytes}. Shorten the request or split it.")])
@@ -60,7 +58,6 @@ def check_line(raw: bytes, endpoint: str, catalogue: Catalogue, max_line_bytes: 
     body = line.get("body")
     if not isinstance(body, dict):
         return LineVerdict(issues, usable_id)
-    # A line refused already never has its prompt counted: its verdict drops what counting would find.
     verdict = check_body(body, endpoint, catalogue, tokenizers, line_model, count_context=not issues)
     all_issues = issues + verdict.issues
     return LineVerdict(all_issues, usable_id, verdict.model if not all_issues else None, verdict.embedding_inputs,
@@ -92,9 +89,8 @@ def _structure_issues(line: dict[str, object], endpoint: str) -> Iterator[LineIs
 
 
 def nesting_depth(value: object, limit: int) -> int:
-    """How deep arrays and objects nest in `value` (a scalar: 0), counted no further than `limit` + 1.
-
-    Iterative: a line orjson parses (up to 1,024 levels) would overflow Python's recursion limit."""
+    """How deep arrays and objects nest in `value` (a scalar: 0), counted no further than `limit` + 1. Iterative: a
+    line orjson parses (up to 1,024 levels) would overflow Python's recursion limit."""
     deepest = 0
     stack: list[tuple[object, int]] = [(value, 1)]
     while stack:

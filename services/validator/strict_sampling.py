@@ -1,7 +1,6 @@
-"""Strict sampling, a per-catalogue-model option (`strict_sampling = true`; off by default), for deployments whose users
-know Reliquary's rules: every line of a file samples the same way (`mixed_sampling` otherwise, failing the file),
-sampling values stay in Reliquary's ranges, and parameters that would change the draw are accepted only at their
-neutral value (`<param>_unavailable`). Pure: the rules a line's body and a file's lines are held to."""
+"""Strict sampling, a catalogue model's option (off by default) for users of Reliquary's rules: a file samples one
+way (else `mixed_sampling` fails it), values stay in Reliquary's ranges, and parameters that would change the draw
+are accepted only at their neutral value (`<param>_unavailable`). Pure."""
 
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,7 +40,6 @@ def sampling_key(body: dict[str, object]) -> SamplingKey:
 
 
 def strict_issues(body: dict[str, object]) -> Iterator[LineIssue]:
-    """What a strict model refuses in one line's body."""
     yield from _sampler_issues(body)
     yield from _limit_issues(body)
     seed = body.get("seed")
@@ -55,7 +53,6 @@ def strict_issues(body: dict[str, object]) -> Iterator[LineIssue]:
 
 
 def _sampler_issues(body: dict[str, object]) -> Iterator[LineIssue]:
-    """temperature, top_p, top_k and min_p within the strict sampler's ranges."""
     temperature = body.get("temperature")
     if temperature == 0:
         yield LineIssue("greedy_unavailable", "Greedy decoding (temperature 0) is not offered: sample with a "
@@ -75,7 +72,6 @@ def _sampler_issues(body: dict[str, object]) -> Iterator[LineIssue]:
 
 
 def _limit_issues(body: dict[str, object]) -> Iterator[LineIssue]:
-    """max_tokens and max_completion_tokens within range, and equal when both are given."""
     limits = {name: body[name] for name in ("max_tokens", "max_completion_tokens") if body.get(name) is not None}
     for name, value in limits.items():
         if not is_integer(value) or not MIN_MAX_TOKENS <= value <= MAX_MAX_TOKENS:

@@ -40,7 +40,6 @@ def tool_issues(body: dict[str, object], endpoint: str, model: CatalogueModel,
 
 
 def _why_not(endpoint: str, model: CatalogueModel, tokenizers: TokenizerCache | None) -> str | None:
-    """Why `model` cannot call tools on `endpoint`; None when it can."""
     if endpoint not in TOOL_ENDPOINTS:
         return f"Tools run on {', '.join(sorted(TOOL_ENDPOINTS))} only: {endpoint} here answers with text"
     if "tools" not in honoured_parameters(model.engine, model.engine_version):

@@ -1,11 +1,6 @@
-"""Worker processes that check windows of lines on their own (`line_checks.check_lines`), so one file is checked
-on several cores while this process reads the next window and applies the file-level rules in order.
-
-Each worker holds the catalogue and its own tokenizers (built when it starts); a window goes out as its bytes and
-comes back as small verdicts. A worker that dies breaks the pool: the window is checked here instead, and a new pool
-is started for the next one. Windows are sent and collected from the thread that checks the file
-(`file_check.py`), never from the event loop.
-"""
+"""Worker processes that check windows of lines (`line_checks.check_lines`), each with the catalogue and its own
+tokenizers: a window goes out as bytes and comes back as small verdicts, sent and collected by the file's checking
+thread (never the event loop). A dead worker breaks the pool: its window is checked here, and a new pool starts."""
 
 import logging
 import multiprocessing
@@ -91,8 +86,7 @@ class CheckPool:
 
     def verdicts(self, sent: "Future[list[WireVerdict | None]]", spec: WindowSpec, lines: list[bytes | None],
                  catalogue: Catalogue, tokenizers: TokenizerCache | None) -> list[LineVerdict | None]:
-        """A sent window's verdicts, once its worker has them (blocking); checked in this thread when the pool
-        broke, and the workers start again for the next window."""
+        """A sent window's verdicts (blocking); checked in this thread if the pool broke (it starts again next)."""
         try:
             wires = sent.result()
         except BrokenProcessPool:

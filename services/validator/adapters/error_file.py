@@ -24,11 +24,9 @@ BATCH_LINES = 8192
 
 def error_lines(store: ObjectStore, created: BatchCreated, validation: FileValidation,
                 refused: dict[int, RejectedLine]) -> Generator[tuple[bytes, int], None, None]:
-    """The error file's lines, a batch at a time (blocking): (their bytes, how many).
-
-    A line that was checked and not refused has a custom_id of its own, the one validation recorded for it (a
-    missing, unusable or repeated one refuses its line), so the file is written from memory; only a file with lines
-    past the line limit (never checked) is read again, for their custom_ids."""
+    """The error file's lines, a batch at a time (blocking): (their bytes, how many). A checked unrefused line's
+    custom_id is the one validation recorded, so the file is written from memory; only one with lines past the line
+    limit (never checked) is read again, for their custom_ids."""
     batch_id = created.aggregate_id
     not_run, refused_lines = NotRunLines(batch_id, not_run_message(validation)), RefusedLines(batch_id)
     custom_ids = {line: custom_id for custom_id, line in validation.first_line_of.items()}
@@ -63,8 +61,7 @@ def error_lines(store: ObjectStore, created: BatchCreated, validation: FileValid
 
 async def write_error_file(store: ObjectStore, created: BatchCreated, validation: FileValidation,
                            refused: dict[int, RejectedLine]) -> FileStored | None:
-    """Write the error file of a failed batch and return its `file.stored` fact; None for a file of no lines.
-    Deterministic in the input: written again, it has the same id and bytes."""
+    """Write a failed batch's error file (deterministic in the input) and return its `file.stored`; None if empty."""
     if validation.total_lines == 0:
         return None
     batch_id = created.aggregate_id

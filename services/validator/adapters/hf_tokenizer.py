@@ -1,7 +1,6 @@
-"""Counting prompt tokens of a model served from a Hugging Face checkpoint directory (TensorRT-LLM, transformers):
-its `tokenizer.json` (the `tokenizers` library, no weights) and the chat template of its `tokenizer_config.json`
-(or `chat_template.jinja`), rendered as the engines render it (`services/executor/adapters/engines/hf_prompts.py`:
-text parts joined by newlines) and counted without special tokens (the template writes them)."""
+"""Counting prompt tokens of a model served from a Hugging Face checkpoint directory: its `tokenizer.json` and chat
+template, rendered as the engines do (`hf_prompts.py`: text parts joined by newlines) and counted without special
+tokens (the template writes them)."""
 
 import json
 from dataclasses import dataclass

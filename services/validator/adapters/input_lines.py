@@ -1,8 +1,5 @@
 """The lines of an input file, read from the object store in the calling thread (blocking), a chunk's worth at a
-time: the thread that checks a file reads it too, so neither waits on the other or on the event loop.
-
-Lines as `ObjectStore.iter_lines` gives them: split at `\\n`, a trailing `\\r` removed, the last line even without
-an ending (and not at all when the file ends with one)."""
+time, as `ObjectStore.iter_lines` gives them: split at `\\n`, a trailing `\\r` removed, an unended last line kept."""
 
 from collections.abc import Iterator
 

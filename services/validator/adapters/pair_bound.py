@@ -38,11 +38,9 @@ class PairBound:
        before a letter opens that letter's piece (the whitespace alternatives never end right before a letter), and
        only a contraction (`'s`, `'ll`...) ends a piece before a letter: at most one break per apostrophe. A special
        token never starts with a follower nor ends with a leader, so none ends between the two.
-       Such positions number at least bytes - #(bytes not in F) - #(bytes not in L) - 1 (each byte not in L spoils
-       the one position after it, byte 0 has none before it), so
-       links >= bytes - 1 - sum over bytes of w, where w = [not in F] + [not in L] + [apostrophe].
-
-    The sum of w is one `bytes.translate` into weights and an Adler-32 (whose low half is 1 + the bytes' sum)."""
+       Each byte not in L spoils the position after it, and byte 0 has none before it, so links >= bytes - 1 - the
+       sum over bytes of w = [not in F] + [not in L] + [apostrophe]: one `bytes.translate` and an Adler-32 (whose
+       low half is 1 + the bytes' sum)."""
 
     leaders: frozenset[int]
     followers: frozenset[int]

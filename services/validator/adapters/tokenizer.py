@@ -1,10 +1,6 @@
-"""Counting prompt tokens with the model's own tokenizer and chat template, read from its GGUF file (a checkpoint
-directory's are read by `hf_tokenizer.py`).
-
-The vocabulary and chat template inside the GGUF rebuild the exact byte-level BPE tokenizer the engine uses (as a
-tiktoken encoding: token ids follow merge order, so they are the merge ranks), so the validator counts what
-llama.cpp will count, without loading the weights.
-"""
+"""Counting prompt tokens with the model's own tokenizer and chat template, read from its GGUF file (a checkpoint's
+are read by `hf_tokenizer.py`): its vocabulary rebuilds the engine's exact byte-level BPE as a tiktoken encoding (ids
+follow merge order, so they are the ranks): the validator counts what llama.cpp will, without loading the weights."""
 
 import logging
 import threading
@@ -49,8 +45,8 @@ PLAIN_MESSAGE = frozenset({"role", "content"})
 PIECES_KEPT = 1 << 18
 """Distinct text pieces whose token counts one tokenizer remembers (then forgotten all at once, and learnt again)."""
 ROLE_SEQUENCES_KEPT = 4096
-"""Distinct sequences of roles whose skeleton and overhead one tokenizer remembers (then forgotten all at once): a
-tenant's lines can order roles a new way each, and the tokenizer outlives every batch."""
+"""Role sequences whose skeleton and overhead one tokenizer remembers (then all forgotten): a tenant's lines can
+order roles a new way each, and the tokenizer outlives every batch."""
 HEAD_SLACK = 64
 """Characters a counted head takes beyond what its tokens must save (`fits`)."""
 COUNT_BITS = (1 << 32) - 1
@@ -86,8 +82,7 @@ class ModelTokenizer:
     template_variables: frozenset[str]
     """The variables the chat template reads (what `chat_template_kwargs` may set)."""
     template_constants: tuple[str, ...] = ()
-    """The template's string constants (two characters or more): a content holding one may change what the
-    template does, so such a prompt is rendered by the template itself."""
+    """The template's string constants: a content holding one may change what it does, so such a prompt is rendered."""
     cuts_at_spaces: bool = False
     """No special token holds whitespace, so a space after other text always starts a new piece (`fits`)."""
     overhead_cache: dict[tuple[str, ...], int] = field(default_factory=dict)
@@ -96,11 +91,9 @@ class ModelTokenizer:
     first_pieces: dict[str, int] = field(default_factory=dict)
     spaced_pieces: dict[str, int] = field(default_factory=dict)
     constants_by_first: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    """`template_constants` by their first character: a text without it holds none of them (a one-character
-    search is far cheaper than a search for a string)."""
+    """`template_constants` by first character (a one-character search is far cheaper than a string's)."""
     missing_bytes: bytes = b""
-    """Bytes no token of the vocabulary is (SmolLM2's lacks some control bytes and UTF-8 lead bytes): the encoder
-    panics on a text holding one, so such a text is never given to it (`_encodable`)."""
+    """Bytes no token is (SmolLM2 lacks some control and UTF-8 lead bytes): the encoder panics on them."""
     pair_bound: PairBound | None = None
     """A bound on a text's count from its bytes (None: none holds for this vocabulary), tried before counting."""
 
@@ -153,9 +146,8 @@ class ModelTokenizer:
         return [len(ids) for ids in self.encoding.encode_batch(texts, allowed_special="all")]
 
     def _encodable(self, text: str) -> bool:
-        """Whether every byte of `text` is a token of the vocabulary. A text holding one that is not (a hostile
-        line's control byte, say) is counted as its UTF-8 size: no token covers less than a byte, so that bounds
-        what the engine counts, and such a line is judged on a bound rather than crash the validator."""
+        """Whether every byte of `text` is a token. One that is not (a hostile control byte) is counted as its UTF-8
+        size: no token covers less than a byte, so the line is judged on a bound rather than crash the validator."""
         missing = self.missing_bytes
         if not missing:
             return True
@@ -165,11 +157,9 @@ class ModelTokenizer:
     def count_fast(self, text: str) -> int:
         """`count_text`, from remembered counts of the text's parts when no whitespace run of it holds a space.
 
-        GPT-2's pre-tokenizer starts a new piece at every space followed by something else than whitespace
-        (` ?\\p{L}+` and its siblings take the space; no alternative ends on it), and BPE never merges across
-        pieces, so such a text's count is the sum of the counts of its parts split before each space. Each distinct
-        part is counted once; a text with a run like `"  "` or `" \\n"` (seen from its parts' flags) is counted
-        whole."""
+        GPT-2's pre-tokenizer starts a piece at every space followed by non-whitespace, and BPE never merges across
+        pieces, so it is the sum of its parts' counts (split before each space); a text with a run like `"  "` or
+        `" \\n"` (seen from its parts' flags) is counted whole."""
         if not self._encodable(text):
             return _size(text)  # what `count_text` counts such a text
         return self._count_parts(text)
@@ -191,14 +181,11 @@ class ModelTokenizer:
         return total & COUNT_BITS
 
     def fits(self, text: str, room: int) -> bool:
-        """Whether `text` is at most `room` tokens (`count_fast(text) <= room`), counting no more of it than that
-        takes.
+        """Whether `text` is at most `room` tokens, counting no more of it than that takes.
 
-        A token covers one byte at least, so a text of no more bytes than `room` fits. Past that, the text is cut
-        at a space that follows something else than whitespace: the pre-tokenizer starts a new piece there however
-        much text follows (no piece runs from such a character into a space, and no special token holds one), so
-        the counts of the parts between such cuts add up to the whole count, and the head's count plus the tail's
-        bytes bound it. The head grows, a part at a time, until the bound settles it or the text is counted."""
+        A token covers a byte at least, so a text of at most `room` bytes fits. Past that, it is cut at spaces after
+        non-whitespace (a new piece starts there, and no special token holds a space): the parts' counts add up, so
+        the head's count plus the tail's bytes bound the whole. The head grows until the bound settles it."""
         size = _size(text)
         if size <= room:
             return True
@@ -230,9 +217,8 @@ class ModelTokenizer:
         return skeleton.splice(contents) if skeleton is not None else self._render(messages, contents, kwargs)
 
     def _skeleton_of(self, roles: tuple[str, ...], joined: str) -> Skeleton | None:
-        """The skeleton to splice messages of only a role and a content into (`joined`: their contents, joined); None
-        where the contents hold a constant of the template (or two of them make one, which costs only a rendering),
-        or it must render them."""
+        """The skeleton to splice contents (`joined`) of messages of `roles` into; None where they hold a constant of
+        the template (or two make one, which costs only a rendering), or it must render them."""
         if holds_any(joined, self.constants_by_first):
             return None
         try:
@@ -249,11 +235,8 @@ class ModelTokenizer:
         return self._over(messages, _plain(messages, kwargs), _roles(messages), contents, room, kwargs)
 
     def plain_chat_over(self, roles: tuple[str, ...], contents: list[str], room: int) -> str | None:
-        """`chat_over` of messages of only a string role and a string content each, given as those.
-
-        Spliced into its skeleton, such a prompt is bounded from the skeleton's weights and the contents' own
-        (`PairBound.spoilt` adds up over a text's parts, and finds a byte the vocabulary lacks), and spliced only
-        when that does not settle it."""
+        """`chat_over` of messages of a string role and content each, given as those: bounded from the skeleton's
+        pair-bound weights and the contents' own (`PairBound.spoilt` adds up over parts), spliced only if unsettled."""
         overhead, bound = self.overhead_cache.get(roles), self.pair_bound
         if overhead is None or bound is None:
             return self._over(None, True, roles, contents, room, None)
@@ -287,8 +270,7 @@ class ModelTokenizer:
             rendered = self._render(messages, contents, kwargs)
         return None if self.fits(rendered, room) else rendered
 
-    def _render(self, messages: list[dict[str, object]], contents: list[str],
-                kwargs: dict[str, object] | None) -> str:
+    def _render(self, messages: list[dict[str, object]], contents: list[str], kwargs: dict[str, object] | None) -> str:
         normalised = [{**m, "content": content} for m, content in zip(messages, contents, strict=True)]
         return str(self.template.render({**(kwargs or {}), "messages": normalised, "add_generation_prompt": True}))
 
