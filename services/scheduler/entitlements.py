@@ -140,12 +140,15 @@ def _finalizer_refusal(plan: BatchPlan, executor_id: str, event: BatchFinalizing
 
 
 def clamped(event: StatedFact, now_ms: int) -> StatedFact:
-    """The fact as the desk stores it: its `occurred_at` (a file's `created_at` too) never past the desk's clock."""
+    """The fact as the desk stores it: its `occurred_at` (a file's `created_at` too) never past the desk's clock; a
+    file pulled back keeps its lifetime, so it never expires later than that lifetime from now."""
     update: dict[str, object] = {}
     if event.occurred_at > now_ms:
         update["occurred_at"] = now_ms
     if isinstance(event, FileStored) and event.created_at > now_ms // 1000:
         update["created_at"] = now_ms // 1000
+        if event.expires_at is not None:
+            update["expires_at"] = event.expires_at - (event.created_at - now_ms // 1000)
     return event.model_copy(update=update) if update else event
 
 
@@ -170,6 +173,6 @@ def _may_store(book: Book, executor_id: str, event: FileStored) -> str | None:
     if not 0 <= (event.line_count or 0) <= plan.total_lines or event.bytes < 0:
         return f"file {event.aggregate_id} states {event.line_count} lines; {plan.batch_id} has {plan.total_lines}"
     lifetime = plan.terms.output_expires_after_s or RESULT_FILE_EXPIRES_AFTER_S
-    if event.expires_at is not None and event.expires_at - event.created_at > lifetime:
-        return f"file {event.aggregate_id} would be kept past the {lifetime} s its batch asked for"
+    if event.expires_at is None or event.expires_at - event.created_at != lifetime:
+        return f"file {event.aggregate_id} must expire the {lifetime} s after it is stored that its batch asked for"
     return None

@@ -2,6 +2,7 @@
 
 import pytest
 
+from contracts.api.file import RESULT_FILE_EXPIRES_AFTER_S
 from contracts.events.batch import (
     AttemptFailed,
     BatchCompleted,
@@ -18,7 +19,7 @@ from contracts.events.key import KeyRevoked
 from contracts.ids import error_file_id, output_file_id
 from contracts.subjects import input_object_key, result_chunk_key
 from services.scheduler.book import Book
-from services.scheduler.entitlements import may_read, may_state, superseded
+from services.scheduler.entitlements import clamped, may_read, may_state, superseded
 from tests.unit.scheduler.test_object_broker import assigned, created, fleet
 
 
@@ -32,7 +33,7 @@ def output_file(batch: str, owner: str = "k", file_id: str | None = None, key: s
     file_id = file_id or output_file_id(batch)
     return FileStored(aggregate_id=file_id, owner_key_id=owner, filename="out.jsonl", purpose="batch_output",
                       bytes=1, sha256="0" * 64, object_key=key or input_object_key(file_id), created_at=0,
-                      batch_id=named_batch or batch)
+                      expires_at=RESULT_FILE_EXPIRES_AFTER_S, batch_id=named_batch or batch)
 
 
 def completed(batch: str) -> BatchCompleted:
@@ -80,6 +81,26 @@ def test_a_result_file_whose_sha256_is_not_64_hex_digits_is_refused(digest: str)
     """The digest becomes part of the owner's read-model keys: only the 64 hex digits a real one has pass."""
     stated = output_file("b2").model_copy(update={"sha256": digest})
     assert may_state(fleet(), "bravo", stated) is not None
+
+
+@pytest.mark.parametrize("expires_at", [None, RESULT_FILE_EXPIRES_AFTER_S + 1, RESULT_FILE_EXPIRES_AFTER_S - 1, 0])
+def test_a_result_file_expires_when_its_batch_asked_never_later_sooner_or_never(expires_at: int | None) -> None:
+    """The batch's terms say how long its results are kept, not the executor: a file kept for ever costs its owner
+    storage, one expiring at once loses the owner's results."""
+    stated = output_file("b2").model_copy(update={"expires_at": expires_at})
+    assert may_state(fleet(), "bravo", stated) is not None
+
+
+def test_a_result_file_stated_in_the_future_is_stored_as_of_now_with_its_lifetime_from_now() -> None:
+    """A `created_at` far ahead with `expires_at` the lifetime after it passes the check, but the desk pulls the
+    date back to its own clock: the expiry comes back with it, so the file is not kept past its lifetime."""
+    now_s = 1_000_000
+    ahead = output_file("b2").model_copy(update={"created_at": now_s + 10**8,
+                                                 "expires_at": now_s + 10**8 + RESULT_FILE_EXPIRES_AFTER_S})
+    assert may_state(fleet(), "bravo", ahead) is None
+    stored = clamped(ahead, now_s * 1000)
+    assert isinstance(stored, FileStored)
+    assert (stored.created_at, stored.expires_at) == (now_s, now_s + RESULT_FILE_EXPIRES_AFTER_S)
 
 
 def test_a_progress_fact_must_name_its_own_attempts_chunk() -> None:
