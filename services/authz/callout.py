@@ -1,12 +1,8 @@
 """The auth callout: nats-server asks who each connecting client is; a live worker key makes it an executor.
 
-The client connects with its executor id as user and its worker key as password. The server seals each request
-to our curve key and signs it with its own nkey (`request.py` checks both; anything else is left unanswered).
-The answer, sealed back to the server, is a user JWT signed by the issuer nkey the server trusts, granting
-`executor_permissions(executor_id)` until `ttl_s`; a key revoked meanwhile gets its connections closed at once
-(`disconnect.py`), and is refused when they come back. Refusals carry a reason the server logs.
-
-A scheduler answers as a raw answer of its router (`CALLOUT`, on `ExecutorAuthority.on_request`), leader or standby.
+The client connects as its executor id, its worker key as password (`request.py` checks the sealed, signed request).
+The answer is a user JWT signed by the issuer nkey, granting `executor_permissions(executor_id)` until `ttl_s`; a key
+revoked meanwhile has its connections closed (`disconnect.py`). Refusals carry a reason the server logs.
 """
 
 import logging
@@ -43,7 +39,8 @@ GLOBAL_ACCOUNT = "$G"
 RESPONDERS = "sheshnag-authz"
 """Queue group: with several schedulers, one of them answers each connection."""
 CALLOUT = RawAnswer(AUTH_CALLOUT_SUBJECT, RESPONDERS)
-"""Requests are sealed JWTs with no contract to decode, and answers sealed bytes; a forged one goes unanswered."""
+"""Answered by a scheduler's router, leader or standby: requests are sealed JWTs with no contract to decode, answers
+sealed bytes; a forged request goes unanswered."""
 NO_LIMIT = -1
 
 
@@ -76,8 +73,7 @@ class ExecutorAuthority:
             self.admitted.claim(user, connection, record.provider_id, record.key_id)
         await self._check_owner(user, record)
         executor = await self.read_model.get_executor(user)
-        if executor is not None and executor.status == "online" and executor.worker_key_id not in (None,
-                                                                                                  record.key_id):
+        if executor is not None and executor.status == "online" and executor.worker_key_id not in (None, record.key_id):
             raise Refused(f"executor {user} is online under another worker key")
         return user
 

@@ -1,12 +1,7 @@
-"""Disconnecting executors whose worker key is revoked, or that act under an executor id another provider registered,
-within moments rather than when their admission expires: the responder remembers which connections each key got in
-through and which id each acts as; when the key's `key.revoked` fact is stored, or the id's `executor.registered`
-names an owner that does not admit the connection's key, it has the server close them (the system account's KICK).
-The client reconnects, meets the callout again, and the callout refuses it (it reads the log itself).
-
-Not a declaration of the scheduler's router: it watches on a system account connection of its own (no broker holds
-it), and its three subscriptions live exactly as long as the admissions whose memory they keep (`open_admissions`).
-"""
+"""Closing an executor's connections within moments, not when their admission expires: once its key's `key.revoked`
+is stored, or its id's `executor.registered` names an owner that does not admit its key, the server closes them (the
+system account's KICK); the client reconnects and the callout refuses it. Not on the scheduler's router: a system
+account connection of its own, subscribed exactly as long as the admissions whose memory it keeps."""
 
 import asyncio
 import contextlib
@@ -44,8 +39,7 @@ class Connection:
 
 @dataclass
 class AdmittedConnections:
-    """The connections each key (by SHA-256) was admitted on, and each executor id with whose key, until they
-    close."""
+    """The connections each key (by SHA-256) was admitted on, and each executor id with whose key, until they close."""
 
     by_key: dict[str, set[Connection]] = field(default_factory=dict)
     by_executor: dict[str, dict[Connection, tuple[str | None, str]]] = field(default_factory=dict)
@@ -77,9 +71,6 @@ class AdmittedConnections:
             self.discard(connection)
         return found
 
-    def take(self, key_sha256: str) -> set[Connection]:
-        return self.by_key.pop(key_sha256, set())
-
 
 @dataclass
 class Disconnector:
@@ -110,7 +101,7 @@ class Disconnector:
         fact = decode_event(message.data)
         if not isinstance(fact, KeyRevoked):
             return
-        for connection in self.admitted.take(fact.key_sha256):
+        for connection in self.admitted.by_key.pop(fact.key_sha256, set()):
             self._kick_later(connection)
 
     async def on_registered(self, message: Msg) -> None:

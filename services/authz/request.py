@@ -1,10 +1,6 @@
-"""One auth callout request, opened and checked before anything in it is believed: sealed to our curve key, signed
-by the server it names, addressed to our issuer, not expired. Anything else is unanswered (`ForgedRequest`).
-
-The protocol is nats-server's `server/auth_callout.go`: the request is a JWT signed by the server's own nkey (its
-id, `N…`), sealed with the server's curve key (named in the `Nats-Server-Xkey` header and in the signed claims),
-and the answer goes back sealed to that key.
-"""
+"""One auth callout request (nats-server's `server/auth_callout.go`), believed only once shown sealed to our curve key
+with the curve key the server signed, signed by the server it names (its id, `N…`), addressed to our issuer and not
+expired; anything else goes unanswered (`ForgedRequest`). The answer goes back sealed to the server's curve key."""
 
 import time
 from collections.abc import Mapping
