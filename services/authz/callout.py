@@ -161,8 +161,7 @@ class Admissions:
 
 
 async def open_admissions(bus: EventBus, settings: ConnectionSettings) -> Admissions | None:
-    """The authority that answers the broker's auth callout on `bus`'s connection (the service broker's own), and
-    its disconnector, until closed; None without the issuer seed."""
+    """The callout's authority on `bus`'s connection and its disconnector, until closed; None without a seed."""
     if not settings.nats_callout_seed:
         return None
     keys = CalloutKeys(settings.nats_callout_seed)

@@ -83,8 +83,8 @@ class Disconnector:
 
     @classmethod
     async def start(cls, facts: Client, system_url: str, admitted: AdmittedConnections) -> "Disconnector":
-        """Follow `key.revoked` facts on `facts` (a services' connection) and closed connections on the system
-        account; call `close()` to stop."""
+        """Follow `key.revoked` and `executor.registered` on `facts` and disconnections on the system account, until
+        `close()`."""
         # The system account has no JetStream: nothing to declare there.
         system = (await EventBus.connect(system_url, "sheshnag-authz-system", declare=False)).nc
         disconnector = cls(system, admitted)

@@ -47,8 +47,7 @@ class CurveKey:
 
     @classmethod
     def derived(cls, secret: bytes, purpose: bytes) -> "CurveKey":
-        """A curve key made from a secret we already keep (domain-separated by `purpose`), so it needs no
-        storage or distribution of its own."""
+        """A curve key derived from a secret we already keep (domain-separated by `purpose`): none more to store."""
         return cls(PrivateKey(hashlib.sha256(purpose + b"\0" + secret).digest()))
 
     @property

@@ -34,7 +34,6 @@ class LedgerApp:
         self.settings = settings
         self.caught_up = asyncio.Event()
         self.folder: Folder | None = None
-        self.retention: Retention | None = None
         self._store: ObjectStore | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -76,8 +75,7 @@ class LedgerApp:
         return Archive(self._store)
 
     async def _restore(self, read_model: ReadModel, ledger: Ledger, sink: Sink, checkpoint: int) -> int:
-        """The checkpoint to read the stream after: the archived point, when the stream was trimmed past this
-        store's checkpoint (its facts up to there are folded from the archive first)."""
+        """Where to read the stream after: the archived point (restored first) if the stream was trimmed past here."""
         marker = await archived_through(read_model)
         if marker is None or checkpoint >= marker.last_sequence:
             return checkpoint
@@ -99,7 +97,7 @@ class LedgerApp:
         log.info("ledger resumes after sequence %d; stream head is %d", checkpoint, head)
         retention = None
         if self.settings.retention:
-            retention = self.retention = Retention(bus, read_model, self._archive(), ledger, Policy(
+            retention = Retention(bus, read_model, self._archive(), ledger, Policy(
                 self.settings.retention_window_s, self.settings.segment_period_s))
         # Nothing that can fail between these tasks' start and the `try` that ends them.
         worker = asyncio.create_task(folder.run(stop))

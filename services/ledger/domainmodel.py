@@ -236,8 +236,7 @@ class Batch(Folded):
             before = getattr(self, "running_usage", [0, 0, 0])
             self.running_usage = [a + b for a, b in zip(before, usage, strict=True)]
         self.last_sequence = sequence
-        counts: dict[str, list[int]] = dict(getattr(self, "shard_counts", None) or {"0": [self.completed,
-                                                                                       self.failed]})
+        counts: dict[str, list[int]] = dict(getattr(self, "shard_counts", None) or {"0": [self.completed, self.failed]})
         done, failures = counts.get(str(shard), [0, 0])
         counts[str(shard)] = [max(done, completed), max(failures, failed)]
         self.shard_counts = counts

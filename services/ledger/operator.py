@@ -80,8 +80,7 @@ async def audit(settings: LedgerSettings, batch_id: str, as_json: bool, out: Tex
 
 
 async def verify(settings: LedgerSettings, out: TextIO = sys.stdout) -> int:
-    """Recompute the hash chain from the log (the archive's segments, then the stream after them, once it is
-    trimmed) and compare it with the ledger's checkpointed links."""
+    """Recompute the hash chain from the log (archived segments first, once trimmed) and compare it with the links."""
     ledger = await asyncio.to_thread(Ledger, settings.store_env())
     try:
         links = await asyncio.to_thread(ledger.chain_links)
@@ -106,8 +105,7 @@ async def verify(settings: LedgerSettings, out: TextIO = sys.stdout) -> int:
         archived = f" (sequences up to {point.last_sequence} from {point.index} archived segments)" if point else ""
         print(f"verified {checked} events through sequence {through}{archived}; chain head {check.head}", file=out)
         return 0
-    print(f"chain breaks at sequence {found.sequence}: {found.reason} ({checked} events verified before it)",
-          file=out)
+    print(f"chain breaks at sequence {found.sequence}: {found.reason} ({checked} events verified before it)", file=out)
     return 1
 
 
