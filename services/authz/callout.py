@@ -1,9 +1,6 @@
-"""The auth callout: nats-server asks who each connecting client is; a live worker key makes it an executor.
-
-The client connects as its executor id, its worker key as password (`request.py` checks the sealed, signed request).
-The answer is a user JWT signed by the issuer nkey, granting `executor_permissions(executor_id)` until `ttl_s`; a key
-revoked meanwhile has its connections closed (`disconnect.py`). Refusals carry a reason the server logs.
-"""
+"""The auth callout: nats-server asks who each connecting client is (executor id as user, worker key as password); a
+live worker key gets a user JWT granting `executor_permissions(executor_id)` until `ttl_s`, and has its connections
+closed once revoked (`disconnect.py`). Refusals carry a reason the server logs."""
 
 import logging
 import re

@@ -1,7 +1,6 @@
-"""Closing an executor's connections within moments, not when their admission expires: once its key's `key.revoked`
-is stored, or its id's `executor.registered` names an owner that does not admit its key, the server closes them (the
-system account's KICK); the client reconnects and the callout refuses it. Not on the scheduler's router: a system
-account connection of its own, subscribed exactly as long as the admissions whose memory it keeps."""
+"""Closing an executor's connections within moments (the system account's KICK), not when their admission expires:
+once its key is revoked, or its id's registered owner does not admit its key; the callout refuses it when it returns.
+Not on the scheduler's router: a system account connection of its own, open as long as the admissions it serves."""
 
 import asyncio
 import contextlib

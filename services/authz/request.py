@@ -38,8 +38,7 @@ class AuthRequest:
     password: str = field(repr=False)
 
 
-def opened(sealed: bytes, headers: Mapping[str, str] | None, keys: CalloutKeys, now: float | None = None
-           ) -> AuthRequest:
+def opened(sealed: bytes, headers: Mapping[str, str] | None, keys: CalloutKeys) -> AuthRequest:
     """The request in one message on the callout subject, once it is shown to be the server's."""
     server_xkey = (headers or {}).get(SERVER_XKEY_HEADER, "")
     if not server_xkey:
@@ -61,7 +60,7 @@ def opened(sealed: bytes, headers: Mapping[str, str] | None, keys: CalloutKeys, 
         "sealed with a key other than the one the server signed": server.get("xkey") != server_xkey,
         "addressed to another issuer": claims.get("sub") != keys.issuer,
         "not an authorization request": (claims.get("aud"), request.get("type")) != (REQUEST_AUDIENCE, REQUEST_TYPE),
-        "expired": not isinstance(exp, int) or exp + CLOCK_LEEWAY_S < (time.time() if now is None else now),
+        "expired": not isinstance(exp, int) or exp + CLOCK_LEEWAY_S < time.time(),
         "no user nkey or client id": not request.get("user_nkey") or not isinstance(client.get("id"), int),
     }
     for problem, found in problems.items():

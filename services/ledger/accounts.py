@@ -26,9 +26,7 @@ class Account(Folded):
     @event("Opened")
     def __init__(self, account_id: str, sequence: int) -> None:
         self.account_id, self.last_sequence, self.anomalies = account_id, sequence, []
-        self.balance_micros = 0
-        self.granted_micros = 0
-        self.debited_micros = 0
+        self.balance_micros = self.granted_micros = self.debited_micros = 0
         self.open: dict[str, dict[str, Any]] = {}
         """Batch id → its reservation: `held`, `charged` (micro-USD), `price`, `usage` [input, cached, output],
         `chunks` (result chunk keys debited), `endpoint`, `model`."""

@@ -1,7 +1,6 @@
-"""The ledger's archive in the object store, streamed through gzip in bounded memory: one hash-chained segment of the
-log per period, the snapshot that commits each one, and the logs of batches purged from the stream. Each segment names
-the SHA-256 of the one before, and the newest's is pinned by its snapshot, so none can change unseen; a segment
-without its snapshot (a round that crashed) is not committed, and the next round writes it again."""
+"""The ledger's archive in the object store, gzipped in bounded memory: a hash-chained segment of the log per period,
+the snapshot that commits it (pinning its hash: no segment changes unseen; one without its snapshot is written again),
+and the logs of batches purged from the stream."""
 
 import asyncio
 import contextlib
@@ -76,7 +75,6 @@ class ArchiveBroken(Exception):
 
     def __init__(self, index: int, reason: str) -> None:
         super().__init__(f"segment {index}: {reason}")
-        self.index, self.reason = index, reason
 
 
 class GzipWriter:

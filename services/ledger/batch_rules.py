@@ -52,8 +52,7 @@ def _validation_failed(fold: "FoldingRules", batch: Batch, seq: int, fact: Batch
 @_batch_facts.on(BatchAssigned)
 def _assigned(fold: "FoldingRules", batch: Batch, seq: int, fact: BatchAssigned) -> None:
     executor = fold.get(Executor, aggregate_id("executor", fact.executor_id))
-    batch.assign(seq, fact.executor_id, fact.attempt, fact.shard,
-                 getattr(executor, "provider_id", None) if executor is not None else None)
+    batch.assign(seq, fact.executor_id, fact.attempt, fact.shard, getattr(executor, "provider_id", None))
 
 
 @_batch_facts.on(ShardFinished)

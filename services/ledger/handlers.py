@@ -25,7 +25,7 @@ R = TypeVar("R")
 RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 IDLE_POLL_S = 0.25
 BUSY_WINDOW_S = 1.0
-"""The recent span over which that rate is measured."""
+"""The recent span over which `busy_facts_per_s` is measured."""
 MATERIALISE_BEHIND = 4
 """Groups folded and not yet in the sink at most: then the fold waits for the sink."""
 

@@ -38,9 +38,7 @@ async def archive_if_trimmed(settings: LedgerSettings, read_model: ReadModel) ->
 
 
 async def replay(settings: LedgerSettings, out: TextIO = sys.stdout, full: bool = False) -> int:
-    """Rebuild every aggregate into a scratch store and diff it against the live read model: from sequence 1, or
-    once the stream is trimmed from the archive's newest snapshot (`full`: from all its segments) and the stream
-    after it."""
+    """Rebuild every aggregate into a scratch store (`replay_into_scratch`) and diff it against the live read model."""
     async with tool_bus(settings.connection.nats_url, "ledger-replay") as bus:
         read_model = await ReadModel.open(bus)
         async with archive_if_trimmed(settings, read_model) as archive:

@@ -1,9 +1,6 @@
-"""The ledger's retention (leader only): once a period, the facts folded since the last archived point are archived
-as one segment, committed by a snapshot of the ledger's state, and batches ended longer than the window ago leave the
-EVENTS stream (their logs kept in the archive). A round: write the segment → read it back, refold it onto the last
-snapshot → write the snapshot (the commit) → purge. A crash before the commit leaves a segment the next round writes
-again; after it, the purge is redone (it is idempotent). Only committed facts of ended batches ever leave the stream.
-"""
+"""The ledger's retention (leader only): once a period, archive the facts folded since the last point as a segment,
+checked and committed by a snapshot of the ledger's state, then purge the batches ended longer than the window ago.
+No fact leaves before its segment is committed (a crash before that has it written again); purges are idempotent."""
 
 import asyncio
 import contextlib

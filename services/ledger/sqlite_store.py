@@ -1,9 +1,6 @@
-"""The ledger's SQLite store: eventsourcing's own, with each file connection at `synchronous=NORMAL` (WAL mode).
-
-`FULL` waits ~5 ms for the disk at every commit, twice per fold group; `NORMAL` syncs at WAL checkpoints only. A power
-loss may then take back the last commits (the database stays consistent), and nothing is lost: the store derives
-from the EVENTS stream, and the ledger folds again from the checkpoint saved with the effects, as after any crash.
-"""
+"""The ledger's SQLite store: eventsourcing's own, each file connection at `synchronous=NORMAL` (WAL mode), not `FULL`'s
+~5 ms disk wait per commit. A power loss may take back the last commits (the database stays consistent): the ledger
+folds them again from the EVENTS stream, from the checkpoint saved with its effects, as after any crash."""
 
 from eventsourcing.persistence import Environment
 from eventsourcing.sqlite import SQLiteConnection, SQLiteConnectionPool, SQLiteFactory
