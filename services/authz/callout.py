@@ -53,7 +53,7 @@ class ExecutorAuthority:
     ttl_s: float = 3600.0
     admitted: AdmittedConnections = field(default_factory=AdmittedConnections)
 
-    async def admit(self, user: str, password: str, connection: Connection | None = None) -> str:
+    async def admit(self, user: str, password: str, connection: Connection) -> str:
         """The executor id a connection may act as, or Refused. `connection` is remembered as acting under that id
         before its owner is read, so a registration of the id by another provider stored meanwhile closes it."""
         if not re.fullmatch(EXECUTOR_ID_PATTERN, user):
@@ -66,8 +66,7 @@ class ExecutorAuthority:
         # The read model may lag a revoke the log already holds.
         if await revoked(self.bus, key_sha256, record.key_id):
             raise Refused(f"executor {user}: Worker key {record.key_id} was revoked.")
-        if connection is not None:
-            self.admitted.claim(user, connection, record.provider_id, record.key_id)
+        self.admitted.claim(user, connection, record.provider_id, record.key_id)
         await self._check_owner(user, record)
         executor = await self.read_model.get_executor(user)
         if executor is not None and executor.status == "online" and executor.worker_key_id not in (None, record.key_id):

@@ -104,8 +104,7 @@ class Disconnector:
             self._kick_later(connection)
 
     async def on_registered(self, message: Msg) -> None:
-        """An id was registered: a connection admitted under it before (while it was nobody's) with a key its owner
-        does not admit is closed, and the callout refuses it when it comes back."""
+        """Close the connections admitted under a newly registered id with a key its owner does not admit."""
         try:
             fact = decode_event(message.data)
         except ValueError:

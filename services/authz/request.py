@@ -16,8 +16,7 @@ SERVER_XKEY_HEADER = "Nats-Server-Xkey"
 REQUEST_AUDIENCE = "nats-authorization-request"
 REQUEST_TYPE = "authorization_request"
 CLOCK_LEEWAY_S = 60
-"""How far past its `exp` (now + the server's auth timeout) a request is still read: a broker on another host may
-run a little ahead or behind us."""
+"""Seconds past its `exp` (now + the server's auth timeout) a request is still read: the broker's clock may differ."""
 
 
 class ForgedRequest(ValueError):

@@ -158,8 +158,7 @@ class Provider(Folded):
         return aggregate_id("provider", provider_id)
 
     def approve(self, sequence: int, organization_id: str | None, approved: bool) -> None:
-        """An approval (`approved`) or its withdrawal, for the platform (`organization_id` None) or one
-        organisation. Applied once per fact; a repeat of the state it is in changes nothing."""
+        """An approval or its withdrawal, for the platform (`organization_id` None) or one organisation; idempotent."""
         if not self.has_folded(sequence):
             self._approval_set(sequence=sequence, organization_id=organization_id, approved=approved)
 
