@@ -92,7 +92,6 @@ class Executor(Folded):
     """An executor's registrations (one per start) and losses, for audits of who ran what, and the lines it served."""
 
     class_version = 3
-    """Older snapshots are upcast."""
     upcast_v1_v2 = upcast_defaults(worker_key_id=None, last_heartbeat_at=None, lines_served=0)
     upcast_v2_v3 = upcast_defaults(provider_id=None)
 

@@ -27,7 +27,6 @@ def validation_reason(total_lines: int, error_count: int, rejected_lines: int | 
 
 class Batch(Folded):
     class_version = 2
-    """Older snapshots are upcast."""
     upcast_v1_v2 = upcast_defaults(attempt_failures=[], cancel_requested_by=None)
 
     @event("Created")
