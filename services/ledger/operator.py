@@ -44,10 +44,8 @@ async def replay(settings: LedgerSettings, out: TextIO = sys.stdout, full: bool 
         async with archive_if_trimmed(settings, read_model) as archive:
             replayed = await replay_into_scratch(bus, settings.group_size, archive, full)
         differences = await diff_against_live(bus, read_model, replayed)
-    start = "sequence 1"
-    if replayed.archived_through:
-        start = (f"archived point {replayed.archived_through} ("
-                 + ("its segments" if full else f"{replayed.seeded} aggregates from its snapshot") + ")")
+    source = "its segments" if full else f"{replayed.seeded} aggregates from its snapshot"
+    start = f"archived point {replayed.archived_through} ({source})" if replayed.archived_through else "sequence 1"
     print(f"replayed {replayed.events} events from {start} into {len(replayed.records)} records in "
           f"{replayed.seconds:.2f}s ({replayed.rate:,.0f} events/s); chain head {replayed.chain_head[:16] or '-'}",
           file=out)
