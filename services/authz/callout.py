@@ -1,13 +1,6 @@
-"""The auth callout: nats-server asks who each connecting client is; a live worker key makes it an executor.
-
-The client connects with its executor id as user and its worker key as password. The server seals each request
-to our curve key and signs it with its own nkey (`request.py` checks both; anything else is left unanswered).
-The answer, sealed back to the server, is a user JWT signed by the issuer nkey the server trusts, granting
-`executor_permissions(executor_id)` until `ttl_s`; a key revoked meanwhile gets its connections closed at once
-(`disconnect.py`), and is refused when they come back. Refusals carry a reason the server logs.
-
-A scheduler answers as a raw answer of its router (`CALLOUT`, on `ExecutorAuthority.on_request`), leader or standby.
-"""
+"""The auth callout: nats-server asks who each connecting client is (executor id as user, worker key as password); a
+live worker key gets a user JWT granting `executor_permissions(executor_id)` until `ttl_s`, and has its connections
+closed once revoked (`disconnect.py`). Refusals carry a reason the server logs."""
 
 import logging
 import re
@@ -43,7 +36,8 @@ GLOBAL_ACCOUNT = "$G"
 RESPONDERS = "sheshnag-authz"
 """Queue group: with several schedulers, one of them answers each connection."""
 CALLOUT = RawAnswer(AUTH_CALLOUT_SUBJECT, RESPONDERS)
-"""Requests are sealed JWTs with no contract to decode, and answers sealed bytes; a forged one goes unanswered."""
+"""Answered by a scheduler's router, leader or standby: requests are sealed JWTs with no contract to decode, answers
+sealed bytes; a forged request goes unanswered."""
 NO_LIMIT = -1
 
 
@@ -59,7 +53,7 @@ class ExecutorAuthority:
     ttl_s: float = 3600.0
     admitted: AdmittedConnections = field(default_factory=AdmittedConnections)
 
-    async def admit(self, user: str, password: str, connection: Connection | None = None) -> str:
+    async def admit(self, user: str, password: str, connection: Connection) -> str:
         """The executor id a connection may act as, or Refused. `connection` is remembered as acting under that id
         before its owner is read, so a registration of the id by another provider stored meanwhile closes it."""
         if not re.fullmatch(EXECUTOR_ID_PATTERN, user):
@@ -72,12 +66,10 @@ class ExecutorAuthority:
         # The read model may lag a revoke the log already holds.
         if await revoked(self.bus, key_sha256, record.key_id):
             raise Refused(f"executor {user}: Worker key {record.key_id} was revoked.")
-        if connection is not None:
-            self.admitted.claim(user, connection, record.provider_id, record.key_id)
+        self.admitted.claim(user, connection, record.provider_id, record.key_id)
         await self._check_owner(user, record)
         executor = await self.read_model.get_executor(user)
-        if executor is not None and executor.status == "online" and executor.worker_key_id not in (None,
-                                                                                                  record.key_id):
+        if executor is not None and executor.status == "online" and executor.worker_key_id not in (None, record.key_id):
             raise Refused(f"executor {user} is online under another worker key")
         return user
 
@@ -165,8 +157,7 @@ class Admissions:
 
 
 async def open_admissions(bus: EventBus, settings: ConnectionSettings) -> Admissions | None:
-    """The authority that answers the broker's auth callout on `bus`'s connection (the service broker's own), and
-    its disconnector, until closed; None without the issuer seed."""
+    """The callout's authority on `bus`'s connection and its disconnector, until closed; None without a seed."""
     if not settings.nats_callout_seed:
         return None
     keys = CalloutKeys(settings.nats_callout_seed)

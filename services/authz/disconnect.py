@@ -1,12 +1,6 @@
-"""Disconnecting executors whose worker key is revoked, or that act under an executor id another provider registered,
-within moments rather than when their admission expires: the responder remembers which connections each key got in
-through and which id each acts as; when the key's `key.revoked` fact is stored, or the id's `executor.registered`
-names an owner that does not admit the connection's key, it has the server close them (the system account's KICK).
-The client reconnects, meets the callout again, and the callout refuses it (it reads the log itself).
-
-Not a declaration of the scheduler's router: it watches on a system account connection of its own (no broker holds
-it), and its three subscriptions live exactly as long as the admissions whose memory they keep (`open_admissions`).
-"""
+"""Closing an executor's connections within moments (the system account's KICK), not when their admission expires:
+once its key is revoked, or its id's registered owner does not admit its key; the callout refuses it when it returns.
+Not on the scheduler's router: a system account connection of its own, open as long as the admissions it serves."""
 
 import asyncio
 import contextlib
@@ -44,8 +38,7 @@ class Connection:
 
 @dataclass
 class AdmittedConnections:
-    """The connections each key (by SHA-256) was admitted on, and each executor id with whose key, until they
-    close."""
+    """The connections each key (by SHA-256) was admitted on, and each executor id with whose key, until they close."""
 
     by_key: dict[str, set[Connection]] = field(default_factory=dict)
     by_executor: dict[str, dict[Connection, tuple[str | None, str]]] = field(default_factory=dict)
@@ -77,9 +70,6 @@ class AdmittedConnections:
             self.discard(connection)
         return found
 
-    def take(self, key_sha256: str) -> set[Connection]:
-        return self.by_key.pop(key_sha256, set())
-
 
 @dataclass
 class Disconnector:
@@ -92,8 +82,8 @@ class Disconnector:
 
     @classmethod
     async def start(cls, facts: Client, system_url: str, admitted: AdmittedConnections) -> "Disconnector":
-        """Follow `key.revoked` facts on `facts` (a services' connection) and closed connections on the system
-        account; call `close()` to stop."""
+        """Follow `key.revoked` and `executor.registered` on `facts` and disconnections on the system account, until
+        `close()`."""
         # The system account has no JetStream: nothing to declare there.
         system = (await EventBus.connect(system_url, "sheshnag-authz-system", declare=False)).nc
         disconnector = cls(system, admitted)
@@ -110,12 +100,11 @@ class Disconnector:
         fact = decode_event(message.data)
         if not isinstance(fact, KeyRevoked):
             return
-        for connection in self.admitted.take(fact.key_sha256):
+        for connection in self.admitted.by_key.pop(fact.key_sha256, set()):
             self._kick_later(connection)
 
     async def on_registered(self, message: Msg) -> None:
-        """An id was registered: a connection admitted under it before (while it was nobody's) with a key its owner
-        does not admit is closed, and the callout refuses it when it comes back."""
+        """Close the connections admitted under a newly registered id with a key its owner does not admit."""
         try:
             fact = decode_event(message.data)
         except ValueError:

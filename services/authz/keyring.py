@@ -1,9 +1,6 @@
-"""The auth callout's keys, all from its one secret, the issuer seed: the account nkey that signs answers, the curve
-key the server seals requests to, and the system account user that disconnects executors whose key is revoked.
-
-Deriving them (domain-separated SHA-256 of the seed) keeps the secret a single value: the broker config and the
-scheduler, which both hold the seed already, agree on them without a second secret to store or pass around.
-"""
+"""The auth callout's keys, all derived from its one secret, the issuer seed: the account nkey that signs answers, the
+curve key the server seals requests to, and the system user that kicks revoked executors. Derived (domain-separated
+SHA-256), so the broker config and the scheduler, which hold the seed already, need no second secret."""
 
 import hashlib
 from dataclasses import dataclass, field

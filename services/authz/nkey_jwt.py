@@ -1,8 +1,6 @@
-"""NATS JWTs (`alg: ed25519-nkey`) as nats-server reads them: encode with an issuer nkey, verify and decode.
-
-The formats are nats-io/jwt v2's (ADR-26 for auth callout): base64url JSON header and claims, and an ed25519
-signature of `header.claims` by the issuer's nkey; `jti` is the base32 SHA-512/256 of the generic claims.
-"""
+"""NATS JWTs (`alg: ed25519-nkey`) in nats-io/jwt v2's format (ADR-26 for auth callout): base64url JSON header and
+claims, an ed25519 signature of `header.claims` by the issuer's nkey, `jti` the base32 SHA-512/256 of the generic
+claims. Encoded with an issuer nkey, verified and decoded."""
 
 import base64
 import hashlib

@@ -1,10 +1,6 @@
-"""One auth callout request, opened and checked before anything in it is believed: sealed to our curve key, signed
-by the server it names, addressed to our issuer, not expired. Anything else is unanswered (`ForgedRequest`).
-
-The protocol is nats-server's `server/auth_callout.go`: the request is a JWT signed by the server's own nkey (its
-id, `N…`), sealed with the server's curve key (named in the `Nats-Server-Xkey` header and in the signed claims),
-and the answer goes back sealed to that key.
-"""
+"""One auth callout request (nats-server's `server/auth_callout.go`), believed only once shown sealed to our curve key
+with the curve key the server signed, signed by the server it names (its id, `N…`), addressed to our issuer and not
+expired; anything else goes unanswered (`ForgedRequest`). The answer goes back sealed to the server's curve key."""
 
 import time
 from collections.abc import Mapping
@@ -20,8 +16,7 @@ SERVER_XKEY_HEADER = "Nats-Server-Xkey"
 REQUEST_AUDIENCE = "nats-authorization-request"
 REQUEST_TYPE = "authorization_request"
 CLOCK_LEEWAY_S = 60
-"""How far past its `exp` (now + the server's auth timeout) a request is still read: a broker on another host may
-run a little ahead or behind us."""
+"""Seconds past its `exp` (now + the server's auth timeout) a request is still read: the broker's clock may differ."""
 
 
 class ForgedRequest(ValueError):
@@ -42,8 +37,7 @@ class AuthRequest:
     password: str = field(repr=False)
 
 
-def opened(sealed: bytes, headers: Mapping[str, str] | None, keys: CalloutKeys, now: float | None = None
-           ) -> AuthRequest:
+def opened(sealed: bytes, headers: Mapping[str, str] | None, keys: CalloutKeys) -> AuthRequest:
     """The request in one message on the callout subject, once it is shown to be the server's."""
     server_xkey = (headers or {}).get(SERVER_XKEY_HEADER, "")
     if not server_xkey:
@@ -65,7 +59,7 @@ def opened(sealed: bytes, headers: Mapping[str, str] | None, keys: CalloutKeys, 
         "sealed with a key other than the one the server signed": server.get("xkey") != server_xkey,
         "addressed to another issuer": claims.get("sub") != keys.issuer,
         "not an authorization request": (claims.get("aud"), request.get("type")) != (REQUEST_AUDIENCE, REQUEST_TYPE),
-        "expired": not isinstance(exp, int) or exp + CLOCK_LEEWAY_S < (time.time() if now is None else now),
+        "expired": not isinstance(exp, int) or exp + CLOCK_LEEWAY_S < time.time(),
         "no user nkey or client id": not request.get("user_nkey") or not isinstance(client.get("id"), int),
     }
     for problem, found in problems.items():

@@ -1,9 +1,6 @@
-"""Curve (x25519) nkeys and their `xkv1` sealed boxes, as nats-io/nkeys makes them: how nats-server encrypts each
-auth callout request to us (`auth_callout { xkey }`) and how we encrypt the answer back to the server.
-
-A sealed message is `xkv1` + a random 24-byte nonce + NaCl's `crypto_box` of the plaintext; public keys are
-base32 of the curve prefix byte, the 32-byte key and a CRC-16, like every nkey (they start with `X`).
-"""
+"""Curve (x25519) nkeys and nats-io/nkeys' sealed boxes (`xkv1` + a random 24-byte nonce + NaCl's `crypto_box`): how
+nats-server seals each auth callout request to us (`auth_callout { xkey }`), and we the answer back. Public keys are
+base32 of the curve prefix byte, the 32-byte key and a CRC-16, like every nkey (they start with `X`)."""
 
 import base64
 import hashlib
@@ -50,8 +47,7 @@ class CurveKey:
 
     @classmethod
     def derived(cls, secret: bytes, purpose: bytes) -> "CurveKey":
-        """A curve key made from a secret we already keep (domain-separated by `purpose`), so it needs no
-        storage or distribution of its own."""
+        """A curve key derived from a secret we already keep (domain-separated by `purpose`): none more to store."""
         return cls(PrivateKey(hashlib.sha256(purpose + b"\0" + secret).digest()))
 
     @property
@@ -59,9 +55,8 @@ class CurveKey:
         return encode_public(PREFIX_BYTE_CURVE, bytes(self.private.public_key))
 
     def seal(self, message: bytes, recipient: str) -> bytes:
-        box = self._box(recipient)
         nonce = random(NONCE_BYTES)
-        return VERSION + nonce + box.encrypt(message, nonce).ciphertext
+        return VERSION + nonce + self._box(recipient).encrypt(message, nonce).ciphertext
 
     def open(self, sealed: bytes, sender: str) -> bytes:
         if not sealed.startswith(VERSION) or len(sealed) <= len(VERSION) + NONCE_BYTES:

@@ -1,10 +1,6 @@
-"""An organisation's account: credit granted, batches' reservations, the debits of their usage and the refunds.
-
-Money is whole micro-USD. The balance is what was granted less what was debited; a reservation holds part of it
-for a batch until the batch ends; available is the balance less what reservations still hold. Debits come from
-the batch facts that carry usage, each result chunk once (by its key) and each fact once (by its sequence), so a
-replay, a redelivery or a ledger killed mid-batch debits exactly what the live fold did.
-"""
+"""An organisation's account in whole micro-USD: credit granted, batches' reservations (held until the batch ends), the
+debits of their usage and the refunds. Each result chunk is debited once (by its key) and each fact once (by its
+sequence), so a replay, a redelivery or a ledger killed mid-batch debits exactly what the live fold did."""
 
 from decimal import Decimal
 from typing import Any
@@ -30,9 +26,7 @@ class Account(Folded):
     @event("Opened")
     def __init__(self, account_id: str, sequence: int) -> None:
         self.account_id, self.last_sequence, self.anomalies = account_id, sequence, []
-        self.balance_micros = 0
-        self.granted_micros = 0
-        self.debited_micros = 0
+        self.balance_micros = self.granted_micros = self.debited_micros = 0
         self.open: dict[str, dict[str, Any]] = {}
         """Batch id → its reservation: `held`, `charged` (micro-USD), `price`, `usage` [input, cached, output],
         `chunks` (result chunk keys debited), `endpoint`, `model`."""
@@ -97,9 +91,6 @@ class Account(Folded):
         self.credit_sequence = max(self.credit_sequence, sequence)
         self.last_sequence = max(self.last_sequence, sequence)
 
-    def bills(self, batch_id: str) -> bool:
-        return batch_id in self.open
-
     def debit(self, sequence: int, batch_id: str, chunk_key: str, usage: tuple[int, int, int], at: int) -> None:
         """A result chunk of the batch committed with this usage (input, cached, output tokens)."""
         entry = self.open.get(batch_id)
@@ -121,13 +112,11 @@ class Account(Folded):
         entry["chunks"] = [*entry["chunks"], chunk_key]
         self.balance_micros -= amount_micros
         self.debited_micros += amount_micros
-        self.last_event = _movement("debit", amount_micros, sequence, at, batch_id,
-                                    batch_endpoint(entry["endpoint"]))
+        self.last_event = _movement("debit", amount_micros, sequence, at, batch_id, batch_endpoint(entry["endpoint"]))
 
     def settle(self, sequence: int, batch_id: str, ran: bool, at: int) -> None:
-        """The batch ended: charge the batch minimum beyond what was debited once any line ran, and give back
-        the rest of the reservation. Only the usage of committed chunks is charged (each checked as it was
-        committed), never a total the end states, and never more than the reservation."""
+        """The batch ended: charge the batch minimum once any line ran, and give back the rest of the reservation.
+        Only committed chunks' usage is charged, never a total the end states, nor more than the reservation."""
         entry = self.open.get(batch_id)
         if self.has_folded(sequence) or entry is None:
             return
@@ -135,8 +124,7 @@ class Account(Folded):
         if ran:
             final = max(final, _price(entry).minimum_micros)
         final = min(final, max(entry["held"], entry["charged"]))
-        self._closed(sequence=sequence, batch_id=batch_id, extra_micros=final - entry["charged"], at=at,
-                     credit=False)
+        self._closed(sequence=sequence, batch_id=batch_id, extra_micros=final - entry["charged"], at=at, credit=False)
 
     @event("Closed")
     def _closed(self, sequence: int, batch_id: str, extra_micros: int, at: int, credit: bool) -> None:

@@ -1,7 +1,5 @@
-"""The ledger's smaller aggregates: File, ApiKey, User, Executor, Provider, and the EVENTS stream's hash chain.
-
-File and ApiKey moved here from `domainmodel`; `register_stable_topics` keeps their stored topics resolving.
-"""
+"""The ledger's smaller aggregates: File, ApiKey, User, Executor, Provider, and the EVENTS stream's hash chain (moved
+here from `domainmodel`: `register_stable_topics` keeps their stored topics resolving)."""
 
 from typing import Any
 from uuid import UUID
@@ -91,11 +89,9 @@ class User(Folded):
 
 
 class Executor(Folded):
-    """An executor's registrations (one per process start) and losses, for audits of who ran what, and the lines
-    its attempts made durable."""
+    """An executor's registrations (one per start) and losses, for audits of who ran what, and the lines it served."""
 
     class_version = 3
-    """Older snapshots are upcast."""
     upcast_v1_v2 = upcast_defaults(worker_key_id=None, last_heartbeat_at=None, lines_served=0)
     upcast_v2_v3 = upcast_defaults(provider_id=None)
 
@@ -116,9 +112,7 @@ class Executor(Folded):
     def register_again(self, sequence: int, engine: str, engine_version: str, models: list[str],
                        started_at: int, worker_key_id: str | None = None, provider_id: str | None = None) -> None:
         if not self.has_folded(sequence):
-            self._registered_again(sequence=sequence, engine=engine, engine_version=engine_version,
-                                   models=models, started_at=started_at, worker_key_id=worker_key_id,
-                                   provider_id=provider_id)
+            self._registered_again(sequence, engine, engine_version, models, started_at, worker_key_id, provider_id)
 
     @event("RegisteredAgain")
     def _registered_again(self, sequence: int, engine: str, engine_version: str, models: list[str],
@@ -163,8 +157,7 @@ class Provider(Folded):
         return aggregate_id("provider", provider_id)
 
     def approve(self, sequence: int, organization_id: str | None, approved: bool) -> None:
-        """An approval (`approved`) or its withdrawal, for the platform (`organization_id` None) or one
-        organisation. Applied once per fact; a repeat of the state it is in changes nothing."""
+        """An approval or its withdrawal, for the platform (`organization_id` None) or one organisation; idempotent."""
         if not self.has_folded(sequence):
             self._approval_set(sequence=sequence, organization_id=organization_id, approved=approved)
 

@@ -34,7 +34,6 @@ class LedgerApp:
         self.settings = settings
         self.caught_up = asyncio.Event()
         self.folder: Folder | None = None
-        self.retention: Retention | None = None
         self._store: ObjectStore | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -76,8 +75,7 @@ class LedgerApp:
         return Archive(self._store)
 
     async def _restore(self, read_model: ReadModel, ledger: Ledger, sink: Sink, checkpoint: int) -> int:
-        """The checkpoint to read the stream after: the archived point, when the stream was trimmed past this
-        store's checkpoint (its facts up to there are folded from the archive first)."""
+        """Where to read the stream after: the archived point (restored first) if the stream was trimmed past here."""
         marker = await archived_through(read_model)
         if marker is None or checkpoint >= marker.last_sequence:
             return checkpoint
@@ -97,15 +95,14 @@ class LedgerApp:
                                       self.settings.fold_busy_facts_per_s)
         head = await eventlog.head(bus)
         log.info("ledger resumes after sequence %d; stream head is %d", checkpoint, head)
-        retention = None
-        if self.settings.retention:
-            retention = self.retention = Retention(bus, read_model, self._archive(), ledger, Policy(
-                self.settings.retention_window_s, self.settings.segment_period_s))
+        retention = Retention(bus, read_model, self._archive(), ledger, Policy(
+            self.settings.retention_window_s, self.settings.segment_period_s)) if self.settings.retention else None
         # Nothing that can fail between these tasks' start and the `try` that ends them.
         worker = asyncio.create_task(folder.run(stop))
-        announcer = asyncio.create_task(self._announce_caught_up(folder, head))
-        notices = asyncio.create_task(announce_folds(bus, folder))
-        keeper = asyncio.create_task(self._retain(retention, stop)) if retention is not None else None
+        helpers = [asyncio.create_task(self._announce_caught_up(folder, head)),
+                   asyncio.create_task(announce_folds(bus, folder))]
+        if retention is not None:
+            helpers.append(asyncio.create_task(self._retain(retention, stop)))
         try:
             async with router.folding(bus, folder) as folds:  # the reader (cancelled at the end, on every path)
                 stopped = asyncio.create_task(stop.wait())
@@ -117,7 +114,7 @@ class LedgerApp:
                     stop.set()
                     raise folds.failure() or RuntimeError("the ledger's fold ended")
         finally:
-            await cancel_and_join([announcer, notices, *([keeper] if keeper else [])])
+            await cancel_and_join(helpers)
             await worker
 
     async def _retain(self, retention: Retention, stop: asyncio.Event) -> None:

@@ -1,7 +1,5 @@
 """The ledger application: folds groups of stream facts into aggregates, keeps the checkpoint, answers queries.
-
-Synchronous like the eventsourcing library under it; callers on an event loop use `asyncio.to_thread`.
-"""
+Synchronous like the eventsourcing library under it; callers on an event loop use `asyncio.to_thread`."""
 
 import logging
 from collections import OrderedDict
@@ -38,8 +36,7 @@ MATERIALISED = f"{EVENTS_STREAM}:read_model"
 
 
 def persistence_env(db_path: Path | None) -> dict[str, str]:
-    """SQLite when a file is named (synced at WAL checkpoints, not at every commit: `sqlite_store`), else in memory
-    (POPO)."""
+    """SQLite when a file is named (synced at WAL checkpoints only: `sqlite_store`), else in memory (POPO)."""
     if db_path is None:
         return {"PERSISTENCE_MODULE": "eventsourcing.popo"}
     return {"PERSISTENCE_MODULE": SQLITE_FACTORY_TOPIC, "SQLITE_DBNAME": str(db_path)}
@@ -77,11 +74,8 @@ class Ledger(Application[UUID]):
         return self.fold_facts([Fact(seq, event.subject, event.model_dump_json().encode()) for seq, event in facts])
 
     def fold_facts(self, facts: Sequence[Fact]) -> list[Folded]:
-        """Apply facts in stream order; save state, hash chain and checkpoint in one transaction.
-
-        Return every aggregate they touched. A fact at or below the checkpoint changes nothing, but its
-        aggregate is still returned: a crash may have come between saving it and materialising it.
-        """
+        """Apply facts in stream order; save state, hash chain and checkpoint in one transaction. Returns every
+        aggregate touched, even by a fact at or below the checkpoint (a crash may have come before materialising)."""
         fold = FoldingRules(self._get)
         try:
             chain = self._chain or self._load_chain()
@@ -94,8 +88,10 @@ class Ledger(Application[UUID]):
                 elif decoded is not None:
                     apply(fact.sequence, decoded)
             fold.flush()
-            if new:
-                self._extend(chain, new)
+            head = chain.head
+            for run in contiguous_runs(new):
+                digests, head = link_run(head, run)
+                chain.link(first_sequence=run[0].sequence, digests=digests, head=head)
             touched = fold.touched
             pending: list[Aggregate] = [*touched.values(), chain]
             tracking = Tracking(application_name=EVENTS_STREAM, notification_id=new[-1].sequence) if new else None
@@ -116,12 +112,6 @@ class Ledger(Application[UUID]):
             self._cache.popitem(last=False)
         return list(touched.values())
 
-    def _extend(self, chain: StreamChain, facts: list[Fact]) -> None:
-        head = chain.head
-        for run in contiguous_runs(facts):
-            digests, head = link_run(head, run)
-            chain.link(first_sequence=run[0].sequence, digests=digests, head=head)
-
     def _load_chain(self) -> StreamChain:
         try:
             found: Aggregate = self.repository.get(CHAIN_ID)
@@ -133,8 +123,7 @@ class Ledger(Application[UUID]):
     def _snapshot(self, due: set[UUID], touched: dict[UUID, Folded]) -> None:
         # From the state in hand: the library's own snapshotting would refold the aggregate from the store.
         assert self.snapshots is not None
-        snapshots: list[Snapshot] = [touched[ident].Snapshot.take(touched[ident])
-                                       for ident in due if ident in touched]
+        snapshots: list[Snapshot] = [touched[ident].Snapshot.take(touched[ident]) for ident in due if ident in touched]
         if CHAIN_ID in due and self._chain is not None:
             snapshots.append(StreamChain.Snapshot.take(self._chain))
         if snapshots:  # an empty put is still a transaction (a commit per group, in SQLite)

@@ -1,10 +1,6 @@
-"""The ledger's archive in the object store: one hash-chained segment of the log per period, the snapshot that
-commits each one, and the logs of batches purged from the stream. Everything streams through gzip in bounded memory.
-
-A segment names the SHA-256 of the segment before it; the newest one's hash is pinned by its snapshot, so the
-segments and their facts cannot change unseen. A segment without its snapshot is not committed (a round that
-crashed): the next round writes it again.
-"""
+"""The ledger's archive in the object store, gzipped in bounded memory: a hash-chained segment of the log per period,
+the snapshot that commits it (pinning its hash: no segment changes unseen; one without its snapshot is written again),
+and the logs of batches purged from the stream."""
 
 import asyncio
 import contextlib
@@ -79,7 +75,6 @@ class ArchiveBroken(Exception):
 
     def __init__(self, index: int, reason: str) -> None:
         super().__init__(f"segment {index}: {reason}")
-        self.index, self.reason = index, reason
 
 
 class GzipWriter:
@@ -143,22 +138,17 @@ class GzipReader:
         self.sha256 = digest.hexdigest()
 
 
-class SegmentReader:
-    """A segment's facts, in stream order; its header once its first line is read, its end and hash once it is read
-    to its end."""
+class SegmentReader(GzipReader):
+    """A segment's facts in stream order; its header once its first line is read, its end and hash once all is."""
 
     def __init__(self, store: ObjectStore, index: int) -> None:
-        self._gzip = GzipReader(store, segment_key(index))
+        super().__init__(store, segment_key(index))
         self.header: SegmentHeader | None = None
         self.end: SegmentEnd | None = None
 
-    @property
-    def sha256(self) -> str:
-        return self._gzip.sha256
-
     async def facts(self, judge: Callable[[SegmentHeader], None] | None = None) -> AsyncIterator[Fact]:
         """The segment's facts; `judge` sees its header first, before any fact is handed on (and may raise)."""
-        async for line in self._gzip.lines():
+        async for line in self.lines():
             if self.header is None:
                 self.header = SegmentHeader.model_validate_json(line)
                 if judge is not None:
@@ -215,9 +205,8 @@ class Archive:
                     yield fact
 
     async def verified_facts(self, point: ArchivePoint) -> AsyncIterator[Fact]:
-        """Every archived fact up to the point, each segment checked once read: it names the hash of the one before
-        it, begins where the chain stood, and chains to its recorded end; the last one hashes as the point pinned
-        it. Raises `ArchiveBroken` at the first that does not."""
+        """Every archived fact up to the point, each segment checked once read (`ArchiveBroken` at the first that is
+        not as the one before, the chain and the point say)."""
         previous_sha256, head = "", ""
         for index in range(1, point.index + 1):
             segment = self.segment(index)

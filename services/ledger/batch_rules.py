@@ -1,7 +1,7 @@
 """How each fact about a batch the ledger knows changes it: one rule per fact, calling the batch's command (after the
 batch's pending progress is applied); the batch keeps any anomaly itself."""
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from contracts.events.batch import (
     AttemptFailed,
@@ -52,8 +52,7 @@ def _validation_failed(fold: "FoldingRules", batch: Batch, seq: int, fact: Batch
 @_batch_facts.on(BatchAssigned)
 def _assigned(fold: "FoldingRules", batch: Batch, seq: int, fact: BatchAssigned) -> None:
     executor = fold.get(Executor, aggregate_id("executor", fact.executor_id))
-    batch.assign(seq, fact.executor_id, fact.attempt, fact.shard,
-                 getattr(executor, "provider_id", None) if executor is not None else None)
+    batch.assign(seq, fact.executor_id, fact.attempt, fact.shard, getattr(executor, "provider_id", None))
 
 
 @_batch_facts.on(ShardFinished)
@@ -79,7 +78,12 @@ def _completed(fold: "FoldingRules", batch: Batch, seq: int, fact: BatchComplete
 
 @_batch_facts.on(BatchFailed)
 def _failed(fold: "FoldingRules", batch: Batch, seq: int, fact: BatchFailed) -> None:
-    batch.fail(seq, at_seconds(fact), fact.code, fact.reason, _ended_with_files(fact))
+    ended = None  # what a batch failed at run time still delivered (None: it failed before any file was written)
+    if fact.completed is not None and fact.failed is not None:
+        ended = {"output_file_id": fact.output_file_id, "error_file_id": fact.error_file_id,
+                 "completed": fact.completed, "failed": fact.failed,
+                 "usage": fact.usage.model_dump() if fact.usage is not None else None}
+    batch.fail(seq, at_seconds(fact), fact.code, fact.reason, ended)
 
 
 @_batch_facts.on(BatchWaiting)
@@ -115,11 +119,3 @@ def _ended(fold: "FoldingRules", batch: Batch, seq: int, fact: BatchCancelled | 
 def at_seconds(fact: Event) -> int:
     """When a fact happened, in the epoch seconds the aggregates keep."""
     return fact.occurred_at // 1000
-
-
-def _ended_with_files(fact: BatchFailed) -> dict[str, Any] | None:
-    """What a batch failed at run time still delivered (None: it failed before any file was written)."""
-    if fact.completed is None or fact.failed is None:
-        return None
-    return {"output_file_id": fact.output_file_id, "error_file_id": fact.error_file_id, "completed": fact.completed,
-            "failed": fact.failed, "usage": fact.usage.model_dump() if fact.usage is not None else None}

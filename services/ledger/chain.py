@@ -51,11 +51,9 @@ class Break:
 
 
 class ChainCheck:
-    """Recompute the chain over a log fed fact by fact, and compare it with the checkpointed links.
-
-    Facts before the first linked sequence (an archived history the ledger's store was seeded past) are chained
-    but not compared: the archive's own hashes vouch for them.
-    """
+    """Recompute the chain over a log fed fact by fact, and compare it with the checkpointed links. Facts before the
+    first linked sequence (an archived history the store was seeded past) are chained, not compared: the archive's
+    own hashes vouch for them."""
 
     def __init__(self, links: Iterable[Link]) -> None:
         self.expected: dict[int, str] = {}
@@ -106,10 +104,7 @@ class ChainCheck:
 
 
 def first_break(links: Iterable[Link], log: Iterable[Fact]) -> tuple[int, Break | None]:
-    """Recompute the chain over `log` and compare it with the checkpointed links.
-
-    Returns how many events were checked and the first sequence where the log differs, if any.
-    """
+    """`ChainCheck` over a whole log: how many events were checked and the first break, if any."""
     check = ChainCheck(links)
     for fact in log:
         if check.done:

@@ -1,9 +1,6 @@
 """Stream facts decoded for the fold, each once: a progress fact (most of a busy stream) as a small `ProgressFact`,
-read straight from its JSON when it is plainly well formed; any other fact, or a doubtful one, by its contract.
-
-The shortcut accepts only payloads its contract would accept with the same values (exact JSON types, nothing
-coerced); anything else goes to pydantic, which decides as it always did.
-"""
+read straight from its JSON when plainly well formed (as its contract would accept it, nothing coerced); any other
+fact, or a doubtful one, by its contract."""
 
 import logging
 import re
@@ -38,7 +35,6 @@ _PLAIN_PROGRESS: re.Pattern[bytes] | None = re.compile(
 ) if tuple(BatchProgressed.model_fields) == _FIELDS else None
 """A progress fact exactly as `model_dump_json` writes one, every field of its contract's JSON type: pydantic would
 accept it with the same values (nothing here is coerced). None when the contract's fields change (no shortcut)."""
-_PROGRESS_TYPE = "batch.progressed"
 
 
 class ChunkUsage(NamedTuple):
@@ -64,7 +60,7 @@ class ProgressFact(NamedTuple):
 
     @property
     def type(self) -> str:
-        return _PROGRESS_TYPE
+        return "batch.progressed"
 
     @classmethod
     def of(cls, event: BatchProgressed) -> "ProgressFact":
@@ -84,8 +80,7 @@ def decode_fact(fact: Fact) -> Event | ProgressFact | None:
     try:
         event = decode_event(fact.data)
     except ValidationError as error:
-        log.warning("sequence %d: not an event the ledger knows, skipped: %s", fact.sequence,
-                    error.errors()[0]["msg"])
+        log.warning("sequence %d: not an event the ledger knows, skipped: %s", fact.sequence, error.errors()[0]["msg"])
         return None
     return ProgressFact.of(event) if isinstance(event, BatchProgressed) else event
 

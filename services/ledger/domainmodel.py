@@ -27,7 +27,6 @@ def validation_reason(total_lines: int, error_count: int, rejected_lines: int | 
 
 class Batch(Folded):
     class_version = 2
-    """Older snapshots are upcast."""
     upcast_v1_v2 = upcast_defaults(attempt_failures=[], cancel_requested_by=None)
 
     @event("Created")
@@ -81,8 +80,7 @@ class Batch(Folded):
     @event("Validated")
     def _validated(self, sequence: int, at: int, model: str, total_lines: int, error_count: int | None = None,
                    counts_by_code: dict[str, int] | None = None) -> None:
-        # Stored Validated events from before the totals fold with the defaults: the published errors' counts.
-        # Cancelled while validating, the batch stays `cancelling`: the verdict only counts its lines.
+        # Older events fold with the defaults (no totals); cancelled while validating, the batch stays `cancelling`.
         status = "validated" if self.status == "validating" else self.status
         self.last_sequence, self.status, self.model, self.total = sequence, status, model, total_lines
         self.times["validated_at"] = at
@@ -109,8 +107,7 @@ class Batch(Folded):
     def _validation_failed(self, sequence: int, at: int, total_lines: int, error_count: int,
                            counts_by_code: dict[str, int], rejected_lines: int | None = None,
                            reason: str | None = None, error_file_id: str | None = None) -> None:
-        # Stored ValidationFailed events from before the last three fields fold with the defaults.
-        # Cancelled while validating: the cancel came first and decides, the verdict's error file holds every line.
+        # Older events fold with the defaults; cancelled while validating, the cancel came first and decides.
         ended = "cancelled" if self.status == "cancelling" else "failed"
         self.last_sequence, self.status, self.total = sequence, ended, total_lines
         self._take_totals(error_count, counts_by_code)
@@ -229,15 +226,14 @@ class Batch(Folded):
     @event(Progressed)
     def _progressed(self, sequence: int, attempt: int, completed: int, failed: int, shard: int, usage: list[int],
                     chunks: list[str]) -> None:
-        # Counts are cumulative per shard; a late chunk of an older attempt never lowers them. Usage adds up the
-        # chunks' own tokens, each chunk once: the batch's usage advances as its results commit.
+        # Counts are cumulative per shard (a late chunk of an older attempt never lowers them); usage adds each chunk's
+        # tokens once, as the batch's results commit.
         if chunks:
             self.usage_chunks = [*getattr(self, "usage_chunks", []), *chunks]
             before = getattr(self, "running_usage", [0, 0, 0])
             self.running_usage = [a + b for a, b in zip(before, usage, strict=True)]
         self.last_sequence = sequence
-        counts: dict[str, list[int]] = dict(getattr(self, "shard_counts", None) or {"0": [self.completed,
-                                                                                       self.failed]})
+        counts: dict[str, list[int]] = dict(getattr(self, "shard_counts", None) or {"0": [self.completed, self.failed]})
         done, failures = counts.get(str(shard), [0, 0])
         counts[str(shard)] = [max(done, completed), max(failures, failed)]
         self.shard_counts = counts
@@ -329,8 +325,7 @@ class Batch(Folded):
         self.attempt_failures.append({"sequence": sequence, "attempt": attempt, "executor_id": executor_id,
                                       "code": code, "reason": reason})
         if code not in BATCH_ENDS:
-            # A run-time failure shows in the batch's own errors, not only in its event stream (InferNode's users
-            # read them there); the lines it had not committed run again in a later attempt.
+            # A run-time failure shows in the batch's own errors too (InferNode's users read them there).
             self._note_error(code, f"Attempt {attempt} on executor {executor_id} ended: {reason}")
         if self._close_attempt(attempt) and self.status in RUNNING:
             # Back in the queue (no shard runs) until the scheduler assigns a later attempt.

@@ -25,7 +25,7 @@ R = TypeVar("R")
 RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 IDLE_POLL_S = 0.25
 BUSY_WINDOW_S = 1.0
-"""The recent span over which that rate is measured."""
+"""The recent span over which `busy_facts_per_s` is measured."""
 MATERIALISE_BEHIND = 4
 """Groups folded and not yet in the sink at most: then the fold waits for the sink."""
 
@@ -39,9 +39,7 @@ class Folder:
         self.sink = sink
         self.group_size = group_size
         self.pace_s = pace_s
-        """While busy (`busy_facts_per_s` or more facts in the last second), a group starts at least this long after
-        the previous one: facts arriving meanwhile join it, so a batch's quick succession of facts is folded, saved
-        and put into the read model once, not once per fact. A quiet log's facts are folded at once."""
+        """While busy, a group starts at least this long after the previous one (`LedgerSettings.fold_pace_s`)."""
         self.busy_facts_per_s = busy_facts_per_s
         self._last_group_at = 0.0
         self._recent: deque[tuple[float, int]] = deque()
@@ -155,10 +153,8 @@ class Folder:
     @staticmethod
     async def _retried(doing: str, facts: list[Fact], stop: asyncio.Event,
                        step: Callable[[], Awaitable[R]]) -> R | None:
-        """`step`, until it succeeds; None when `stop` is set after a failure (the group is done again next start).
-
-        A fact is never skipped for a failure of ours: retrying is safe, since folding and materialising are
-        idempotent."""
+        """`step`, until it succeeds (folding and materialising are idempotent: a fact is never skipped for a failure
+        of ours); None when `stop` is set after a failure (the group is done again next start)."""
         attempt = 0
         while True:
             try:
@@ -173,9 +169,8 @@ class Folder:
 
 
 async def announce_folds(bus: EventBus, folder: Folder) -> None:
-    """Say on `LEDGER_FOLDED` how far the read model holds the log, once per group the folder put into it (once for
-    the last, when several went in meanwhile), until cancelled. A notice the connection cannot send is skipped:
-    gateways waiting for it poll instead."""
+    """Say on `LEDGER_FOLDED` how far the read model holds the log, once per group put into it (or per several),
+    until cancelled. A notice the connection cannot send is skipped: gateways waiting for it poll instead."""
     said = folder.folded_through
     while True:
         await folder.wait_through(said + 1)
@@ -198,8 +193,6 @@ FOLD = ("Fold every fact, in stream order from the ledger's checkpoint, into its
 
 
 async def into_folder(folder: Folder, facts: list[Fact], head_seen: int) -> None:
-    """Queue facts for the folder (the reader pulls the next ones while a group folds; it waits while the queue is
-    full)."""
     folder.head_seen = max(folder.head_seen, head_seen)
     await folder.receive(facts)
 
@@ -214,8 +207,7 @@ LEDGER_FOLD = LogFollower(LEDGER_NAME, folded_types(), FOLD, take=into_folder, s
 
 
 def ledger_router() -> ServiceRouter:
-    """The ledger's table: the fold of the log it runs, and nothing it emits.
-    (A fresh router each call: faststream lets a router belong to one broker only.)"""
+    """The ledger's table: the fold of the log it runs (fresh each call: a faststream router has one broker only)."""
     router = ServiceRouter(LEDGER_NAME, dependencies=LEDGER_NAME)
     router.follows(LEDGER_FOLD)
     return router

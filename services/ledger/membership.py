@@ -21,8 +21,7 @@ class Organization(Folded):
 
 
 class KeyOwner(Folded):
-    """The user a key acts for, by the key's `key_…` id: facts name keys by that id, and what a key creates
-    belongs to its user. Only keys with a user have one."""
+    """The user a key acts for, by the key's `key_…` id (the name facts give it); only keys with a user have one."""
 
     @event("Created")
     def __init__(self, key_id: str, sequence: int, user_id: str) -> None:

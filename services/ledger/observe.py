@@ -8,10 +8,7 @@ _tracer = tracer("ledger")
 
 
 def record_fold(facts: list[Fact], started_ns: int, ended_ns: int, head_seen: int) -> None:
-    """One `ledger fold` span per trace in the group, as a child of the last fact of that trace it folded.
-
-    A group mixes many batches; a span per trace (not per fact) keeps the cost bounded by the group.
-    """
+    """One `ledger fold` span per trace in the group (not per fact: a bounded cost), child of its last fact folded."""
     last_of_trace: dict[str, Fact] = {}
     counts: dict[str, int] = {}
     for fact in facts:

@@ -38,18 +38,14 @@ async def archive_if_trimmed(settings: LedgerSettings, read_model: ReadModel) ->
 
 
 async def replay(settings: LedgerSettings, out: TextIO = sys.stdout, full: bool = False) -> int:
-    """Rebuild every aggregate into a scratch store and diff it against the live read model: from sequence 1, or
-    once the stream is trimmed from the archive's newest snapshot (`full`: from all its segments) and the stream
-    after it."""
+    """Rebuild every aggregate into a scratch store (`replay_into_scratch`) and diff it against the live read model."""
     async with tool_bus(settings.connection.nats_url, "ledger-replay") as bus:
         read_model = await ReadModel.open(bus)
         async with archive_if_trimmed(settings, read_model) as archive:
             replayed = await replay_into_scratch(bus, settings.group_size, archive, full)
         differences = await diff_against_live(bus, read_model, replayed)
-    start = "sequence 1"
-    if replayed.archived_through:
-        start = (f"archived point {replayed.archived_through} ("
-                 + ("its segments" if full else f"{replayed.seeded} aggregates from its snapshot") + ")")
+    source = "its segments" if full else f"{replayed.seeded} aggregates from its snapshot"
+    start = f"archived point {replayed.archived_through} ({source})" if replayed.archived_through else "sequence 1"
     print(f"replayed {replayed.events} events from {start} into {len(replayed.records)} records in "
           f"{replayed.seconds:.2f}s ({replayed.rate:,.0f} events/s); chain head {replayed.chain_head[:16] or '-'}",
           file=out)
@@ -80,8 +76,7 @@ async def audit(settings: LedgerSettings, batch_id: str, as_json: bool, out: Tex
 
 
 async def verify(settings: LedgerSettings, out: TextIO = sys.stdout) -> int:
-    """Recompute the hash chain from the log (the archive's segments, then the stream after them, once it is
-    trimmed) and compare it with the ledger's checkpointed links."""
+    """Recompute the hash chain from the log (archived segments first, once trimmed) and compare it with the links."""
     ledger = await asyncio.to_thread(Ledger, settings.store_env())
     try:
         links = await asyncio.to_thread(ledger.chain_links)
@@ -106,8 +101,7 @@ async def verify(settings: LedgerSettings, out: TextIO = sys.stdout) -> int:
         archived = f" (sequences up to {point.last_sequence} from {point.index} archived segments)" if point else ""
         print(f"verified {checked} events through sequence {through}{archived}; chain head {check.head}", file=out)
         return 0
-    print(f"chain breaks at sequence {found.sequence}: {found.reason} ({checked} events verified before it)",
-          file=out)
+    print(f"chain breaks at sequence {found.sequence}: {found.reason} ({checked} events verified before it)", file=out)
     return 1
 
 

@@ -31,8 +31,7 @@ class ProgressRuns:
         self._runs: dict[UUID, dict[int, Progress]] = {}
 
     def add(self, batch: Batch, sequence: int, fact: ProgressFact) -> None:
-        """Merge a fact the batch would apply into its shard's run (counts are cumulative per shard, so only one
-        shard's facts merge)."""
+        """Merge a fact the batch would apply into its shard's run (counts are cumulative per shard)."""
         shards = self._runs.get(batch.id)
         if shards is None:
             shards = self._runs[batch.id] = {}
@@ -53,8 +52,7 @@ class ProgressRuns:
         shards[shard] = Progress(batch, sequence, attempt, completed, failed, shard, usage, chunks)
 
     def take(self, ident: UUID | None = None) -> list[Progress]:
-        """One batch's runs (due before its next other fact), or every batch's (at a group's end), in stream
-        order; they are no longer pending."""
+        """Take one batch's runs (due before its next other fact), or every batch's (at a group's end), in order."""
         if ident is None:
             due = [each for shards in self._runs.values() for each in shards.values()]
             self._runs.clear()

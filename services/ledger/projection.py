@@ -166,14 +166,6 @@ def user_record(user: User) -> UserRecord:
     return UserRecord.model_validate(user, from_attributes=True)  # state from before `role` reads as its default
 
 
-def organization_record(organization: Organization) -> OrganizationRecord:
-    return OrganizationRecord.model_validate(organization, from_attributes=True)
-
-
-def provider_record(provider: Provider) -> ProviderRecord:
-    return ProviderRecord.model_validate(provider, from_attributes=True)
-
-
 def executor_record(executor: Executor) -> ExecutorRecord:
     return ExecutorRecord.model_validate(executor, from_attributes=True)
 
@@ -208,10 +200,10 @@ def new_anomalies(touched: Iterable[Folded], facts: Sequence[Fact]) -> list[Anom
 _PROJECTORS: dict[type[Folded], Callable[[Any, UserOfKey], Projection]] = {
     Batch: lambda batch, user_of_key: batch_record(batch, user_of_key(batch.owner_key_id)),
     File: lambda file, user_of_key: file_record(file, user_of_key(file.owner_key_id)),
-    Organization: lambda organization, _: organization_record(organization),
+    Organization: lambda organization, _: OrganizationRecord.model_validate(organization, from_attributes=True),
     ApiKey: lambda key, _: KeyProjection(key.key_sha256, api_key_record(key)),
     User: lambda user, _: user_record(user),
-    Provider: lambda provider, _: provider_record(provider),
+    Provider: lambda provider, _: ProviderRecord.model_validate(provider, from_attributes=True),
     Executor: lambda executor, _: executor_record(executor),
     Account: lambda account, _: account_record(account),
 }

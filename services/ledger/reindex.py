@@ -1,10 +1,6 @@
-"""Once, for a ledger that folded facts before ownership by user existed: fold again the facts that create keys, files
-and batches, so each key's user is known and every file and batch is re-projected under its owner. Once, for a read
-model made before owners' lists of live batches (and their stored bytes) existed: write them from the batch (and
-file) records.
-
-Refolding a fact at or below the checkpoint changes no aggregate; it only adds what older code never made.
-"""
+"""Indexes older ledgers lack, each made once: fold again the facts that create keys, files and batches, so every file
+and batch is re-projected under its key's user (a refold at or below the checkpoint changes no aggregate, it only adds
+what older code never made); and write owners' lists of live batches and their stored bytes from the records."""
 
 import asyncio
 import logging
@@ -23,16 +19,12 @@ from services.runtime.nats.readmodel import ReadModel
 log = logging.getLogger(__name__)
 
 OWNER_INDEX = f"{EVENTS_STREAM}:owner_index"
-"""Tracking name, present once the owners are indexed (a store that starts empty is indexed as it folds)."""
+LIVE_INDEX = f"{EVENTS_STREAM}:owner_live_index"
+STORED_INDEX = f"{EVENTS_STREAM}:owner_stored_index"
+"""Tracking names, each present once its index is made (a store that starts empty makes them as it folds)."""
 CREATING_SUBJECTS = (KEY_CREATED, FILE_STORED, BATCH_CREATED)
 """Keys first: a file's or batch's owner is its key's user."""
 GROUP = 1000
-LIVE_INDEX = f"{EVENTS_STREAM}:owner_live_index"
-"""Tracking name, present once every owner's list of live batches is written (a store that starts empty writes the
-lists as it folds)."""
-STORED_INDEX = f"{EVENTS_STREAM}:owner_stored_index"
-"""Tracking name, present once every owner's stored bytes are written (a store that starts empty writes them as it
-folds)."""
 
 
 async def index_owners(bus: EventBus, ledger: Ledger, sink: Sink, checkpoint: int) -> None:
@@ -49,8 +41,7 @@ async def index_owners(bus: EventBus, ledger: Ledger, sink: Sink, checkpoint: in
 
 
 async def index_read_model(ledger: Ledger, read_model: ReadModel, checkpoint: int) -> None:
-    """Write each owner's list of live batches, then its stored bytes, from the batch and file records folded up to
-    `checkpoint`, each unless done before (a read model made before they were kept)."""
+    """Write owners' lists of live batches, then their stored bytes, from the records up to `checkpoint`, each once."""
     for name, index, done in ((LIVE_INDEX, read_model.index_live_batches, "listed the live batches"),
                               (STORED_INDEX, read_model.index_stored_bytes, "wrote the stored bytes")):
         if await asyncio.to_thread(ledger.tracking.max_tracking_id, name):

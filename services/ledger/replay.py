@@ -1,8 +1,5 @@
 """Operator check: refold the whole history into a scratch (in-memory) ledger and diff it against the live read model.
-
-Once the stream is trimmed, the history is the archive's newest snapshot (or, `full`, every archived segment) and
-the stream after its point. Nothing is published and nothing is written but the scratch store, dropped afterwards.
-"""
+Nothing is published, and nothing written but the scratch store."""
 
 import asyncio
 import time
@@ -90,10 +87,8 @@ async def replay_into_scratch(bus: EventBus, group_size: int = 5000, archive: Ar
 
 
 async def diff_against_live(bus: EventBus, read_model: ReadModel, replayed: Replayed | None = None) -> list[str]:
-    """Keys whose live record differs from a fresh replay; empty when the live read model is right.
-
-    Facts published while the check runs can make the live side newer: rerun before trusting a difference.
-    """
+    """Keys whose live record differs from a fresh replay; empty when the live read model is right. Facts published
+    while the check runs can make the live side newer: rerun before trusting a difference."""
     replayed = replayed or await replay_into_scratch(bus)
     differences: list[str] = []
     for key, expected in replayed.records.items():

@@ -1,7 +1,5 @@
 """A ledger whose store is behind the archive catches up from it before it reads the stream: an empty store is
-seeded from the newest snapshot, any other folds the archived facts it lacks (or, `full`, every archived fact).
-Either way its state, read model and hash chain are then those of the archived point, and the stream goes on after.
-"""
+seeded from the newest snapshot, any other folds the archived facts it lacks (or, `full`, every archived fact)."""
 
 import asyncio
 import logging
@@ -39,10 +37,8 @@ class Restored:
 HICCUP_PATIENCE_S = 60.0
 
 
-async def archived_through(read_model: ReadModel,
-                           patience_s: float = HICCUP_PATIENCE_S) -> ArchivedThrough | None:
-    """The newest archived point as the read model says it (None: the stream was never trimmed). A broker that
-    cannot answer for a moment is asked again, for up to `patience_s`."""
+async def archived_through(read_model: ReadModel, patience_s: float = HICCUP_PATIENCE_S) -> ArchivedThrough | None:
+    """The newest archived point per the read model (None: never trimmed); a hiccup is retried for `patience_s`."""
     deadline, delay = time.monotonic() + patience_s, 0.2
     while True:
         try:

@@ -1,12 +1,6 @@
-"""The ledger's retention: once a period, the facts folded since the last archived point go to the object store as
-one hash-chained segment, a snapshot of the ledger's whole state at its last fact commits it, and the batches that
-ended longer than the retention window ago leave the EVENTS stream (each one's log kept in the archive).
-
-Leader only. Each round is write segment → read it back and refold it onto the last snapshot (which checks it) →
-write the snapshot (the commit) → purge. A crash before the commit leaves an uncommitted segment the next round
-writes again; after it, the purge is done again (it is idempotent). No fact leaves the stream before the segment
-holding it is committed, and only facts of ended batches ever leave.
-"""
+"""The ledger's retention (leader only): once a period, archive the facts folded since the last point as a segment,
+checked and committed by a snapshot of the ledger's state, then purge the batches ended longer than the window ago.
+No fact leaves before its segment is committed (a crash before that has it written again); purges are idempotent."""
 
 import asyncio
 import contextlib
@@ -68,8 +62,7 @@ class Retention:
                 await asyncio.wait_for(stop.wait(), timeout=max(1.0, min(CHECK_S, self.policy.period_s)))
 
     async def round(self) -> ArchivePoint | None:
-        """Finish the last round's purge; archive through the ledger's checkpoint when a period has passed since
-        (at once when nothing is archived yet)."""
+        """Finish the last round's purge; archive through the checkpoint once a period has passed (at once at first)."""
         latest = await self.archive.latest_point()
         if latest is not None and latest.index > self._purged:
             await self.purge(latest)
@@ -78,8 +71,7 @@ class Retention:
         return await self.archive_through(await asyncio.to_thread(self.ledger.checkpoint), latest)
 
     async def archive_through(self, point: int, latest: ArchivePoint | None) -> ArchivePoint | None:
-        """One round: segment of the facts after `latest` up to `point` (folded and materialised), checked, committed
-        by a snapshot, then purged."""
+        """One round: the facts after `latest` up to `point` as a segment, checked, committed by a snapshot, purged."""
         after = latest.last_sequence if latest else 0
         if point <= after:
             return None
@@ -161,10 +153,8 @@ class Retention:
 
     async def purge(self, point: ArchivePoint) -> None:
         """Each batch of the point's purge list: its facts up to the point into its archived log, then out of the
-        stream. Idempotent.
-
-        The read model says first that the stream is trimmed, so a ledger started on an empty store restores the
-        point from the archive rather than fold what is left of the stream."""
+        stream (idempotent). The read model says first that the stream is trimmed, so a ledger started on an empty
+        store restores the point rather than fold what is left of the stream."""
         await self.read_model.put(ARCHIVED_THROUGH_KEY, ArchivedThrough(index=point.index,
                                                                         last_sequence=point.last_sequence))
         gate = asyncio.Semaphore(PURGES_AT_ONCE)

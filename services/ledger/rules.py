@@ -72,8 +72,7 @@ class FoldingRules:
             self.touched[aggregate.id] = aggregate
 
     def flush(self, ident: UUID | None = None) -> None:
-        """Apply a batch's pending progress, due before its next other fact; without `ident`, every batch's (at the
-        group's end)."""
+        """Apply a batch's pending progress (due before its next other fact); without `ident`, every batch's."""
         for progress in self._runs.take(ident):
             self._advance(progress)
 
@@ -132,7 +131,7 @@ class FoldingRules:
         """The account that bills the batch; None when none does (or it was folded before billing)."""
         account_id: str | None = getattr(batch, "billing_account", None)
         account = None if account_id is None else self.get(Account, aggregate_id("account", account_id))
-        return account if account is not None and account.bills(batch.batch_id) else None
+        return account if account is not None and batch.batch_id in account.open else None
 
     def _debit(self, batch: Batch, seq: int, fact: ProgressFact) -> None:
         """A billed batch's result chunk committed: its usage is debited from the batch's account."""
@@ -142,16 +141,14 @@ class FoldingRules:
             self.touched[account.id] = account
 
     def _settle(self, batch: Batch, seq: int, fact: Event) -> None:
-        """A billed batch ended: its account charges the rest of its usage (or the minimum) and refunds the rest
-        of its reservation."""
+        """A billed batch ended: its account charges the rest of its usage (or the minimum), refunds the rest."""
         account = self._billing(batch)
         if account is None:
             return
-        final = batch.usage
-        usage = None if not final else (final.get("input_tokens", 0),
-                                        (final.get("input_tokens_details") or {}).get("cached_tokens", 0),
-                                        final.get("output_tokens", 0))
-        account.settle(seq, batch.batch_id, ran=batch.completed > 0 or bool(usage and any(usage)), at=at_seconds(fact))
+        final = batch.usage or {}
+        tokens = (final.get("input_tokens"), (final.get("input_tokens_details") or {}).get("cached_tokens"),
+                  final.get("output_tokens"))
+        account.settle(seq, batch.batch_id, ran=batch.completed > 0 or any(tokens), at=at_seconds(fact))
         self.touched[account.id] = account
 
     @_facts.on(BatchProgressed)
@@ -258,9 +255,9 @@ class FoldingRules:
 
     @_facts.on(OrganizationCreated)
     def _organization_created(self, seq: int, fact: OrganizationCreated) -> Folded | None:
-        return self._found_again(Organization, "organization", fact.aggregate_id, seq, fact) or \
-            Organization(organization_id=fact.aggregate_id, sequence=seq, display_name=fact.display_name,
-                         created_at=at_seconds(fact))
+        return self._found_again(Organization, "organization", fact.aggregate_id, seq, fact) or Organization(
+            organization_id=fact.aggregate_id, sequence=seq, display_name=fact.display_name,
+            created_at=at_seconds(fact))
 
     @_facts.on(ProviderRegistered)
     def _provider_registered(self, seq: int, fact: ProviderRegistered) -> Folded | None:

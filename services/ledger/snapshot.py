@@ -1,8 +1,5 @@
 """The whole ledger's state at an archived point, as eventsourcing snapshots: taken after refolding a segment onto
-the point before it, and seeded into a ledger (live or scratch) that then folds only the facts after it.
-
-Synchronous like the library; callers on an event loop use `asyncio.to_thread`.
-"""
+the point before it, and seeded into a ledger that then folds only the facts after it. Synchronous, like the library."""
 
 import base64
 from collections.abc import Iterable, Sequence
@@ -37,9 +34,8 @@ def from_line(line: SnapshotLine) -> StoredEvent:
 
 
 def seed(ledger: Ledger, snapshots: Sequence[SnapshotLine], point: int) -> list[StoredEvent]:
-    """Make an empty ledger's state that of the point: every aggregate from its snapshot, the fold's checkpoint
-    at `point` (the read model's is the caller's to record once the records are in its sink). Returns the
-    snapshots as stored."""
+    """Make an empty ledger's state that of the point, its fold's checkpoint too (the read model's is the caller's to
+    record once the records are in its sink); the snapshots as stored."""
     assert ledger.snapshots is not None
     stored = [from_line(line) for line in snapshots]
     if stored:
@@ -51,9 +47,8 @@ def seed(ledger: Ledger, snapshots: Sequence[SnapshotLine], point: int) -> list[
 
 
 def projections(ledger: Ledger, seeded: Iterable[StoredEvent]) -> list[Projection]:
-    """The read-model record of every aggregate a seed put in `ledger`, each rebuilt from its snapshot alone: a
-    seeded store holds nothing else, so this is what the repository would give, without a store read (and the
-    library's per-event protocol check) for each aggregate, and each batch's owner from the snapshots in hand."""
+    """The read-model record of every aggregate a seed put in `ledger`, each from its snapshot alone (a seeded store
+    holds nothing else), without a store read per aggregate, and each batch's owner from the snapshots in hand."""
     aggregates: dict[UUID | str, object] = {}
     for stored in seeded:
         snapshot = ledger.mapper.to_domain_event(stored)

@@ -1,11 +1,6 @@
-"""The ledger's SQLite store: eventsourcing's own, with each file connection at `synchronous=NORMAL` (WAL mode).
-
-The default (`FULL`) syncs the disk at every commit: about 5 ms of waiting and 0.1 ms of CPU per fold group, twice
-per group (its effects, then the read-model checkpoint). In WAL mode `NORMAL` syncs at WAL checkpoints only; the
-database stays consistent through a power loss, which may take back the last commits. Nothing is lost with them:
-the store is derived from the EVENTS stream, and a ledger folds again from the checkpoint its store kept (saved in
-the same transaction as the effects it covers), as it does after any crash.
-"""
+"""The ledger's SQLite store: eventsourcing's own, each file connection at `synchronous=NORMAL` (WAL mode), not `FULL`'s
+~5 ms disk wait per commit. A power loss may take back the last commits (the database stays consistent): the ledger
+folds them again from the EVENTS stream, from the checkpoint saved with its effects, as after any crash."""
 
 from eventsourcing.persistence import Environment
 from eventsourcing.sqlite import SQLiteConnection, SQLiteConnectionPool, SQLiteFactory
@@ -18,8 +13,7 @@ class RelaxedSyncPool(SQLiteConnectionPool):
     def _create_connection(self) -> SQLiteConnection:
         connection = super()._create_connection()
         if not self.is_sqlite_memory_mode:
-            cursor = connection.cursor()
-            cursor.execute("PRAGMA synchronous=NORMAL;")
+            connection.cursor().execute("PRAGMA synchronous=NORMAL;")
         return connection
 
 

@@ -102,15 +102,11 @@ def _validation_failed(row: Row, fact: BatchValidationFailed, story: _Story) -> 
         f" refused={fact.rejected_lines}" if fact.rejected_lines is not None else "")
 
 
-@_describe.on(BatchAssigned)
-def _assigned(row: Row, fact: BatchAssigned, story: _Story) -> None:
+@_describe.on(BatchAssigned, BatchStarted)
+def _ran(row: Row, fact: BatchAssigned | BatchStarted, story: _Story) -> None:
     row.actor = fact.executor_id
-
-
-@_describe.on(BatchStarted)
-def _started(row: Row, fact: BatchStarted, story: _Story) -> None:
-    row.actor = fact.executor_id
-    story.engines[fact.attempt] = f"{fact.engine} {fact.engine_version}"
+    if isinstance(fact, BatchStarted):
+        story.engines[fact.attempt] = f"{fact.engine} {fact.engine_version}"
 
 
 @_describe.on(BatchProgressed)
@@ -118,9 +114,11 @@ def _progressed(row: Row, fact: BatchProgressed, story: _Story) -> None:
     row.counts = f"completed={fact.completed} failed={fact.failed}"
 
 
-@_describe.on(AttemptFailed)
-def _attempt_failed(row: Row, fact: AttemptFailed, story: _Story) -> None:
-    row.actor, row.note = fact.executor_id, f"{fact.code}: {fact.reason}"
+@_describe.on(AttemptFailed, BatchFailed)
+def _failed(row: Row, fact: AttemptFailed | BatchFailed, story: _Story) -> None:
+    row.note = f"{fact.code}: {fact.reason}"
+    if isinstance(fact, AttemptFailed):
+        row.actor = fact.executor_id
 
 
 @_describe.on(BatchWaiting)
@@ -138,11 +136,6 @@ def _ended(row: Row, fact: BatchCompleted | BatchCancelled | BatchExpired, story
     usage = fact.usage
     row.counts = (f"completed={fact.completed} failed={fact.failed} tokens in={usage.input_tokens} "
                   f"cached={usage.input_tokens_details.cached_tokens} out={usage.output_tokens}")
-
-
-@_describe.on(BatchFailed)
-def _failed(row: Row, fact: BatchFailed, story: _Story) -> None:
-    row.note = f"{fact.code}: {fact.reason}"
 
 
 def render_table(rows: list[Row]) -> str:
