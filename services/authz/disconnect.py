@@ -97,7 +97,10 @@ class Disconnector:
         return disconnector
 
     async def on_revoked(self, message: Msg) -> None:
-        fact = decode_event(message.data)
+        try:
+            fact = decode_event(message.data)
+        except ValueError:
+            return
         if not isinstance(fact, KeyRevoked):
             return
         for connection in self.admitted.by_key.pop(fact.key_sha256, set()):

@@ -1,0 +1,45 @@
+"""The disconnector's intake of facts: whatever bytes arrive on its subjects, it never raises, and only a real fact
+of a key's revocation or an executor's registration closes connections."""
+
+from typing import Any, cast
+
+import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from contracts.events.key import KeyRevoked
+from contracts.subjects import EXECUTOR_REGISTERED, KEY_REVOKED
+from services.authz.disconnect import AdmittedConnections, Connection, Disconnector
+
+KEY = "a" * 64
+CONNECTION = Connection("server-1", 7)
+
+
+def disconnector() -> tuple[Disconnector, list[Connection]]:
+    admitted = AdmittedConnections()
+    admitted.add(KEY, CONNECTION)
+    admitted.claim("executor-1", CONNECTION, None, "key_a")
+    kicked: list[Connection] = []
+    made = Disconnector(cast(Client, None), admitted)
+    made._kick_later = kicked.append  # type: ignore[method-assign,assignment]
+    return made, kicked
+
+
+def message(subject: str, data: bytes) -> Msg:
+    return Msg(cast(Any, None), subject=subject, data=data)
+
+
+@pytest.mark.parametrize("data", [b"", b"not json", b"[]", b'{"type": "key.revoked"}', b"\xff" * 10])
+async def test_bytes_that_are_no_fact_close_nothing_and_raise_nothing(data: bytes) -> None:
+    made, kicked = disconnector()
+    await made.on_revoked(message(KEY_REVOKED, data))
+    await made.on_registered(message(EXECUTOR_REGISTERED, data))
+    assert kicked == []
+    assert made.admitted.by_key == {KEY: {CONNECTION}}
+
+
+async def test_a_revoked_keys_connections_are_closed() -> None:
+    made, kicked = disconnector()
+    revoked = KeyRevoked(aggregate_id="key-a", key_sha256=KEY)
+    await made.on_revoked(message(KEY_REVOKED, revoked.model_dump_json().encode()))
+    assert kicked == [CONNECTION]
