@@ -1,12 +1,7 @@
-"""Admission: an owner's limits (batches not ended, bytes stored, keys) decided atomically across every gateway on
-the broker. Per owner and limit, one entry in the limits bucket lists what gateways admitted that the read model may
-not show yet; a take reads that entry, then the read model, and writes the entry back by compare-and-set, so two
-gateways can never both take the last unit.
-
-An item stays in the entry until the read model knows it (then the read model counts it, or it ended) or, if it
-never appears (a gateway died between admitting and publishing), until `GRACE_S` has passed: a crash over-counts for
-a while, never under-counts.
-"""
+"""Admission: an owner's limits (batches not ended, bytes stored, keys) decided atomically across gateways. One entry
+per owner and limit in the limits bucket lists what was admitted that the read model may not show yet; a take reads it,
+then the read model, and writes it back by compare-and-set, so two gateways never both take the last unit. An item
+leaves the entry once the read model knows it, or after `GRACE_S` (a crash over-counts a while, never under-counts)."""
 
 import asyncio
 import logging

@@ -1,8 +1,5 @@
-"""An upload's worst case, counted as its bytes stream by: what a billed batch on the file can cost at most.
-
-Lines are split across chunk boundaries and each parsed once (orjson); a line that is not a JSON object is left
-to the validator (it never runs, so it costs nothing). Nothing but the running sums and one partial line is kept.
-"""
+"""An upload's worst case (what a billed batch on it can cost at most), counted as its bytes stream by: each line parsed
+once, a line that is not a JSON object left to the validator; only the running sums and one partial line are kept."""
 
 from typing import Any
 

@@ -1,11 +1,6 @@
-"""How far the read model holds the log, as the folding ledger says after each group (`LEDGER_FOLDED`), and the
-read-back of this gateway's own write that waits for it: one read once the write is folded, not a poll every few
-milliseconds until it is (the ledger, busy, folds in groups 50 ms apart).
-
-A notice is a hint, never the answer: the read model itself is what is read. Lost, late or forged, a notice costs
-only time. Until a first notice is heard (a ledger that sends none) a read-back polls as before; without a notice
-for `NOTICE_WAIT_S` it reads anyway; told but not shown (a forged or reset sequence, a lagging replica) it reads
-again, backing off."""
+"""How far the read model holds the log, as the ledger's notices say (`LEDGER_FOLDED`), and the read-back of this
+gateway's own write that waits for them instead of polling. A notice is only a hint: the read model is what is read;
+without notices a read-back polls, and told but not shown (forged, reset, lagging) it reads again, backing off."""
 
 import asyncio
 import heapq

@@ -1,9 +1,5 @@
-"""Read-your-writes for lists: the creates and deletes this gateway answered before the read model showed them.
-
-A create answers once the ledger folded it, or after `read_your_writes_s` with what it published. A list that the
-same owner asks for next must still show that batch or file (and not show a file it deleted), so the list first
-waits for the ledger to fold those writes, and only then reads the owner's index.
-"""
+"""Read-your-writes for lists: the creates and deletes this gateway answered before the read model showed them, which
+the owner's next list waits for the ledger to fold before it reads the owner's index."""
 
 import time
 from dataclasses import dataclass, field

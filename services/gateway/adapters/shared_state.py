@@ -1,15 +1,7 @@
-"""Counts every gateway on one broker shares (control-call buckets, failed authentications): one short list of
-numbers per key in a KV bucket, changed by compare-and-set, each write expiring on its own (per-message TTL), so
-the bucket only ever holds live windows.
-
-Each write of raw bytes (admission's entries) is remembered while it is surely live (`last_written`): a caller may
-start a compare-and-set from it, which then proves no one wrote since (admission.py: an owner's next create through
-this gateway costs one write). The counts' writes are not: a count is changed from a fresh read, never from memory,
-so a burst of them evicts nothing admission remembers.
-
-Nothing here waits long: each read or write has `TIMEOUT_S`, and once the bucket failed to answer, callers are told
-at once (`SharedStateUnavailable`) for `RETRY_AFTER_S` before it is tried again. Callers then use their own counts.
-"""
+"""Counts every gateway on one broker shares (control-call buckets, failed authentications): a short list of numbers
+per key in a KV bucket, changed by compare-and-set, each write expiring on its own (per-message TTL). Raw writes
+(admission's) are remembered while surely live, so a compare-and-set may start from memory; counts never are. Each
+call has `TIMEOUT_S`; after a failure callers get `SharedStateUnavailable` at once for `RETRY_AFTER_S`."""
 
 import asyncio
 import hashlib

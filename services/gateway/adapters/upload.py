@@ -1,8 +1,5 @@
-"""Streaming an upload into the object store: no whole-file buffering, SHA-256 and size on the way.
-
-Bytes go from the request to S3 part by part on the store's own threads; a client that stops sending and a store
-that stops answering each end the upload with a clean error, and nothing of a refused upload is kept.
-"""
+"""Streaming an upload into the object store part by part (no whole-file buffering), SHA-256 and size on the way; a
+stalled client or store ends it with a clean error, and nothing of a refused upload is kept."""
 
 import asyncio
 import hashlib

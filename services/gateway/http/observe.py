@@ -1,11 +1,6 @@
-"""The gateway's tracing and metrics: a span and a count per request, and `/metrics` for Prometheus (admin keys
-only; the unauthenticated operator address is `SHESHNAG_METRICS_PORT`).
-
-A write (`POST /v1/batches`, a cancel, an upload) continues the caller's trace (`traceparent`): the batch's trace
-starts there and follows it through every service. A read (GET/HEAD: a batch, a list, an SSE stream, a file's
-content) is a trace of its own, linked to the caller's span: a client polling a batch every second from inside
-its trace does not bury the batch's spans under its polls.
-"""
+"""The gateway's tracing and metrics: a span and a count per request, and `/metrics` for Prometheus (admin keys). A
+write continues the caller's trace (`traceparent`), so a batch's trace starts there; a read is a trace of its own,
+linked to the caller's span, so a client polling from inside its trace does not bury the batch's spans."""
 
 import time
 

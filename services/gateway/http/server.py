@@ -1,9 +1,6 @@
-"""Serving the gateway app: aiohttp's own answers to requests it cannot parse (request line, header or URL too
-long, bad bytes) are OpenAI-shaped JSON with a request id, like every other error, instead of plain text.
-
-aiohttp 3.14 builds those in `RequestHandler.handle_error`, before any middleware runs; the protocol is made by
-`Server.__call__`, and `AppRunner._make_server` makes the server, so those are the hooks we override.
-"""
+"""Serving the gateway app: aiohttp's own answers to requests it cannot parse are OpenAI-shaped JSON with a request id.
+aiohttp 3.14 builds them in `RequestHandler.handle_error` before any middleware runs; the protocol comes from
+`Server.__call__`, made by `AppRunner._make_server`: those are the hooks overridden."""
 
 import asyncio
 import ssl

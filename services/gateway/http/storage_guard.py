@@ -1,9 +1,6 @@
-"""The gateway's half of running out of space: new uploads and batches are refused (507 `insufficient_storage`)
-while a watched volume is under its reserve, and a write the broker or object store could not take is answered
-507/503 with the reason, at once, instead of a 500 (services/runtime/storage/volumes.py and
-write_failures.py).
-Reads, downloads and cancels are never refused early: they free space or need none.
-"""
+"""Running out of space: uploads and batches are refused (507 `insufficient_storage`) while a watched volume is under
+its reserve, and a write the broker or store could not take is answered 507/503 at once, not 500. Reads, downloads
+and cancels are never refused early: they free space or need none."""
 
 import contextlib
 import logging
@@ -68,14 +65,12 @@ def render(refusal: ApiError) -> web.Response:
 @web.middleware
 async def storage_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     watch = request.app.get(STORAGE_WATCH)
-    short = watch.short() if watch is not None else None
-    if short is not None and is_guarded(request):
+    if watch is not None and (short := watch.short()) is not None and is_guarded(request):
         return render(insufficient_storage(short))
     try:
         return await handler(request)
     except ApiError as error:
-        short = watch.short() if watch is not None else None
-        if error.body.code == "object_store_unavailable" and short is not None:
+        if error.body.code == "object_store_unavailable" and watch is not None and (short := watch.short()):
             return render(insufficient_storage(short))
         raise
     except web.HTTPException:

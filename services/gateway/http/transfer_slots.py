@@ -1,10 +1,6 @@
-"""Transfer slots per gateway, shared fairly: a pool of uploads (or downloads) at once, at most a few of them one
-owner's, the waiting ones served owner by owner in turn; and a cap on the uploads one client address has in flight,
-counted before its key is even looked at.
-
-In memory, per gateway process: a slot is a share of this process's streams to the object store, nothing to share
-across gateways. Every count comes back on every path (an answer, an error, a client gone, a cancelled handler).
-"""
+"""Transfer slots per gateway process (in memory), shared fairly: uploads (or downloads) at once, a few per owner,
+waiters served owner by owner; and a cap on one address's uploads in flight, counted before its key is looked at.
+Every count comes back on every path (an answer, an error, a client gone, a cancelled handler)."""
 
 import asyncio
 import contextlib

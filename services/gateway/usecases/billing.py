@@ -1,10 +1,6 @@
-"""Billing at the gateway: a batch's worst-case price, its reservation (fenced so two creates never spend the same
-credit), the balance and a quote. The ledger keeps the accounts; this only reads them and states facts.
-
-A reservation is published on the condition that the account's last credit fact is still the one the read model
-showed (JetStream checks it atomically with the write); when another came first, the ledger's view of it is
-awaited and the check made again.
-"""
+"""Billing at the gateway: a batch's worst-case price, its reservation, the balance and a quote; the ledger keeps the
+accounts. A reservation is fenced on the account's last credit fact the read model showed (JetStream checks it with
+the write), so two creates never spend the same credit; when another came first, the check is made again."""
 
 import asyncio
 import time

@@ -1,7 +1,5 @@
-"""Who besides its owner may see and cancel a batch (InferNode's administrators): an admin key, the platform's
-operator, any batch; a user who is an `admin` of an organisation, the batches of that organisation's members. What
-such a cancel adds to the batch's `errors.data` (`cancelled_by_org_admin` naming the person, or
-`cancelled_by_platform_admin`) is worked out here too; an owner's own cancel adds nothing."""
+"""Who besides its owner may see and cancel a batch: an admin key any; an organisation's `admin` user its members'.
+Also what such a cancel adds to `errors.data` (`cancelled_by_org_admin`, `cancelled_by_platform_admin`)."""
 
 import asyncio
 from typing import Literal

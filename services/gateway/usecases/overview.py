@@ -1,9 +1,6 @@
-"""One look at the whole system from NATS: fleet, queue, held batches, running batches, each owner's share and
-consumer lag. A validated batch created with `hold: true` waits for its owner's release, not for the fleet: it is
-held, never queued (nor counted in the queue's depth or oldest age).
-
-Used by the gateway's fleet-wide gauges (refreshed on a timer, never by a scrape) and by `sheshnag status`.
-"""
+"""One look at the whole system from NATS: fleet, queue, held and running batches, each owner's share, consumer lag
+(a batch held with `hold: true` waits for its owner, never counted as queued). Used by the fleet-wide gauges and by
+`sheshnag status`."""
 
 import time
 from dataclasses import asdict, dataclass, field

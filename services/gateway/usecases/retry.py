@@ -1,11 +1,6 @@
-"""A retry: a new batch of the lines that failed in an ended one, linked to it.
-
-The failed lines are read from the batch's error file (streamed), the matching input lines copied from its input
-file into a new input file of the caller's (streamed, with its SHA-256 and worst case counted on the way), and the
-batch created as `POST /v1/batches` would (`metadata.retry_of` names the original). By default the lines that failed
-at run time or never ran are retried; a line validation refused would be refused again unchanged, so it is retried
-only when `codes` names its code. The same retry asked again returns the same batch (its id is derived).
-"""
+"""A retry: a new batch of the lines that failed in an ended one (`metadata.retry_of` names it). The failed lines'
+inputs are streamed into a new file and the batch created as `POST /v1/batches` would. By default lines that failed
+at run time or never ran; a refused line only when `codes` names its code. Asked again, the same batch (derived id)."""
 
 from dataclasses import dataclass, field
 from typing import Any

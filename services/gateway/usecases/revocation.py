@@ -1,12 +1,11 @@
-"""Revoking a key: the fact, then a cancel with `authorization_revoked` for each batch of the key not ended yet.
-
-Shared by the admin route and `sheshnag keys revoke`; publishing twice is harmless (deduplicated facts).
-"""
+"""Revoking a key: the fact, then a cancel with `authorization_revoked` for each of its batches not ended yet (shared by
+the admin route and `sheshnag keys revoke`; publishing twice is harmless)."""
 
 from contracts.events.batch import BatchCancelRequested, CancelCode
 from contracts.events.key import KeyRevoked
 from contracts.ids import key_aggregate_id
 from contracts.lifecycle import TERMINAL
+from contracts.readmodel import ApiKeyRecord
 from contracts.subjects import batch_fact
 from services.runtime.nats.bus import EventBus, Fence, FenceMoved
 from services.runtime.nats.readmodel import ReadModel
@@ -41,9 +40,6 @@ async def stop_batch(bus: EventBus, batch_id: str, by_key_id: str, code: CancelC
     return True
 
 
-async def find_key(read_model: ReadModel, key_id: str) -> tuple[str, str] | None:
-    """The SHA-256 and role of the key with this public id."""
-    for digest, record in await read_model.list_api_keys():
-        if record.key_id == key_id:
-            return digest, record.role
-    return None
+async def find_key(read_model: ReadModel, key_id: str) -> tuple[str, ApiKeyRecord] | None:
+    """The SHA-256 and record of the key with this public id."""
+    return next(((digest, r) for digest, r in await read_model.list_api_keys() if r.key_id == key_id), None)

@@ -1,11 +1,6 @@
-"""Each owner's share of the fleet, for the operator: lines committed in the last minutes, per user (and its
-organisation), from the batch records the ledger materialises.
-
-A record holds a batch's counts and the times it began and stopped running, not when each line was committed,
-so the lines of a batch are spread evenly over its run, and a share counts the part of that run inside the
-window. Exact for batches that ran entirely inside it; a batch that ran long before the window at another pace
-is credited its average pace.
-"""
+"""Each owner's share of the fleet for the operator: lines committed in the last minutes, per user. A record holds a
+batch's counts and run span, not when each line committed, so its lines are spread evenly over its run and a share
+counts the part of that run inside the window."""
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass

@@ -1,11 +1,6 @@
-"""`GET /v1/batches/{id}/errors` (extension): the batch's errors grouped by code, with a fix for each.
-
-True counts come from the batch; line numbers and examples from the batch's `line_rejected` facts in the log
-(the validator publishes the first errors of every code, so each group has examples). Once the batch has ended, its
-error file's lines are counted by code and why (refused, ran and failed, never ran): the same number as
-`request_counts.failed`, so a dashboard's status line and error panel agree. An error file never changes, so its
-count is kept (a bounded number of them) rather than read again.
-"""
+"""`GET /v1/batches/{id}/errors` (extension): the batch's errors grouped by code, with a fix for each. Counts from the
+batch, examples from its `line_rejected` facts; once ended, its error file's lines counted by code and stage (the
+same number as `request_counts.failed`), kept for a bounded number of files (an error file never changes)."""
 
 from collections import Counter, OrderedDict
 

@@ -1,7 +1,6 @@
-"""`GET /v1/batches/{id}/events`: the batch's facts as Server-Sent Events in their public shape, resumable by
-sequence; the stream ends with the batch, and its consumer goes as soon as the client does. The facts come from
-the one log reader (`eventlog.follow`), in stream order with no gap, however large the batch's backlog; those of a
-batch the ledger archived and purged from the stream come from its archived log in the object store."""
+"""`GET /v1/batches/{id}/events`: the batch's facts as Server-Sent Events in their public shape, resumable by sequence,
+ending with the batch; read in order with no gap by the one log reader (`eventlog.follow`), or from the archived
+log of a batch purged from the stream."""
 
 import asyncio
 import contextlib
@@ -51,14 +50,6 @@ def resume_after(request: web.Request) -> int:
         raise bad_request("Last-Event-ID must be the integer id of an event already received.",
                           "invalid_last_event_id", "Last-Event-ID")
     return sequence
-
-
-async def ended_by(js: JetStreamContext, batch_id: str, after: int) -> bool:
-    """Whether the batch's terminal fact is at or before sequence `after` (the client has seen the end)."""
-    if after == 0:
-        return False
-    ended_at = await terminal_sequence(js, batch_id)
-    return ended_at is not None and ended_at <= after
 
 
 async def terminal_sequence(js: JetStreamContext, batch_id: str) -> int | None:
@@ -117,8 +108,12 @@ async def _follow(request: web.Request, response: web.StreamResponse, facts: Asy
                 await response.write(b": heartbeat\n\n")
             continue
         idle_s = 0.0
-        if await _write_group(response, group):
-            return
+        for fact in group:
+            frame = sse_frame(fact.sequence, fact.data)
+            if frame is not None:
+                await response.write(frame)
+            if event_name_of(fact.subject) in ENDING_FACT_NAMES:
+                return  # the stream ends with the batch's ending fact
 
 
 async def _key_still_good(request: web.Request, response: web.StreamResponse) -> bool:
@@ -134,17 +129,6 @@ async def _key_still_good(request: web.Request, response: web.StreamResponse) ->
     return authorized
 
 
-async def _write_group(response: web.StreamResponse, group: list[Fact]) -> bool:
-    """Send the facts' frames; True once the batch's ending fact is sent (the stream ends with it)."""
-    for fact in group:
-        frame = sse_frame(fact.sequence, fact.data)
-        if frame is not None:
-            await response.write(frame)
-        if event_name_of(fact.subject) in ENDING_FACT_NAMES:
-            return True
-    return False
-
-
 async def stream_batch_events(request: web.Request) -> web.StreamResponse:
     batch_id = request.match_info["batch_id"]
     record = await owned_batch(deps(request), principal(request), batch_id)
@@ -152,7 +136,8 @@ async def stream_batch_events(request: web.Request) -> web.StreamResponse:
     js = deps(request).bus.js
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                            "X-Accel-Buffering": "no"})
-    if await ended_by(js, batch_id, after):
+    ended_at = await terminal_sequence(js, batch_id) if after else None
+    if ended_at is not None and ended_at <= after:  # the client has seen the end
         await response.prepare(request)
         await response.write(b": connected\n\n")
         return response

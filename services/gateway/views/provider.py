@@ -4,6 +4,7 @@ organisation, an organisation's administrator for their own)."""
 
 import secrets
 import time
+from functools import partial
 
 from aiohttp import web
 
@@ -45,8 +46,7 @@ async def _provider(request: web.Request, provider_id: str) -> ProviderRecord:
 
 
 async def register_provider(request: web.Request) -> web.Response:
-    me = principal(request)
-    d = deps(request)
+    d, me = deps(request), principal(request)
     body = await read_body(request, RegisterProvider)
     provider_id = f"prov_{secrets.token_hex(8)}"
     await d.bus.publish(ProviderRegistered(aggregate_id=provider_id, display_name=body.name,
@@ -93,6 +93,8 @@ async def _approval_scope(request: web.Request) -> str | None:
 
 
 async def _set_approval(request: web.Request, approved: bool) -> web.Response:
+    """Approve (or withdraw) a provider in the caller's scope: 403 for anyone who approves in none, 404 for no such
+    provider. What its executors run of batches no longer allowed to them is fenced, and runs elsewhere."""
     d, me = deps(request), principal(request)
     scope = await _approval_scope(request)
     provider_id = request.match_info["provider_id"]
@@ -122,17 +124,8 @@ def _with_approval(record: ProviderRecord, scope: str | None, approved: bool) ->
     return record.model_copy(update={"approved_organizations": sorted([*others, scope] if approved else others)})
 
 
-async def approve_provider(request: web.Request) -> web.Response:
-    """A platform admin approves a provider for every organisation (or, naming one, for that one); an
-    organisation's administrator for their own organisation's batches. 403 for anyone else, 404 for no such
-    provider."""
-    return await _set_approval(request, approved=True)
-
-
-async def unapprove_provider(request: web.Request) -> web.Response:
-    """Withdraw the approval the caller may give (same scopes as approving); what the provider's executors run of
-    batches no longer allowed to them is fenced and runs elsewhere."""
-    return await _set_approval(request, approved=False)
+approve_provider = partial(_set_approval, approved=True)
+unapprove_provider = partial(_set_approval, approved=False)
 
 
 async def _worker_keys(request: web.Request, provider_id: str) -> list[tuple[str, ApiKeyRecord]]:
@@ -186,11 +179,9 @@ def _executor(executor_id: str, record: ExecutorRecord | None, advert: ExecutorA
 
 
 async def list_executors(request: web.Request) -> web.Response:
-    """Executors that joined with a worker key of a provider the caller manages (admins: every executor).
-
+    """Executors that joined with a worker key of a provider the caller manages (admins: every executor);
     `?provider_id=` narrows the list to one provider (404 when it is not the caller's)."""
-    me = principal(request)
-    d = deps(request)
+    d, me = deps(request), principal(request)
     wanted = request.query.get("provider_id")
     if wanted is not None:
         providers = {(await _provider(request, wanted)).provider_id}

@@ -1,11 +1,6 @@
-"""`GET /v1/batches/{id}/results?after=…&limit=…`: the output lines a batch has committed so far, while it runs
-(Doubleword offers this; OpenAI does not), paged in the order their chunks were announced.
-
-A chunk counts once a `batch.progressed` fact announced it (the fact desk stores those of live attempts only), so
-these are exactly the lines the output file will hold, read from the result chunks in the object store. `after` is
-the `next_after` of the page before (opaque: the announcing fact's sequence and a position in its chunk);
-`complete` says the batch has ended and this page reached its last line.
-"""
+"""`GET /v1/batches/{id}/results` (extension): the output lines a batch has committed so far, paged in the order their
+chunks were announced by `batch.progressed` facts (exactly the output file's lines). `after` is the previous page's
+opaque `next_after`; `complete` says the batch ended and this page reached its last line."""
 
 from typing import Literal
 

@@ -1,7 +1,5 @@
-"""`/v1/webhooks/…`: register, list, change, rotate and delete webhook endpoints, read their deliveries with every
-attempt, and send a delivery again. A user manages their own endpoints (`scope=user`: their batches); an
-administrator of an organisation also its `scope=organization` ones (every member's batches), an admin key any.
-The signing secret is shown when an endpoint is created or its secret rotated, never again."""
+"""`/v1/webhooks/…`: webhook endpoints and their deliveries. A user manages their own (`scope=user`), an organisation's
+administrator also its `scope=organization` ones, an admin key any; the secret is shown at create and rotate only."""
 
 import asyncio
 import re

@@ -1,14 +1,7 @@
-"""The gateway's webhook deliverer, a cleanup context sending the deliveries the intake (`intake.py`) records:
-every `webhook_poll_interval_s`, the deliveries due are claimed (`WebhookStore.claim`) and POSTed, signed, at most
-`webhook_concurrency` at once, taken fairly (`fairness.py`: round-robin across owners, limits per owner and per
-endpoint, a breaker per endpoint), each only to an address the policy allows (`targets.py`); a 2xx ends one
-`delivered`, anything else (no answer within `webhook_timeout_s`, a redirect, an error status, a refused address)
-is tried again after the next of `webhook_retry_delays_s`, and past the last one it ends `failed`. Every attempt is
-recorded on the delivery.
-
-Every task is released when the gateway stops; an attempt cut short by the stop is claimed again by whichever
-gateway runs next, with the same `webhook-id`.
-"""
+"""The webhook deliverer: every `webhook_poll_interval_s` the due deliveries are claimed and POSTed, signed, taken
+fairly (`fairness.py`) and only to allowed addresses (`targets.py`); a 2xx ends one `delivered`, anything else is
+retried after the next of `webhook_retry_delays_s`, then `failed`. An attempt cut short by a stop is claimed again by
+the next gateway, with the same `webhook-id`."""
 
 import asyncio
 import logging

@@ -1,12 +1,6 @@
-"""The webhooks bucket: endpoints (`endpoint.<id>`), every delivery with its attempts
-(`delivery.<endpoint_id>.<msg_id>`), and the deliveries due (`due.<msg_id>`: when the next attempt may start).
-Deliveries that ended are erased after the retention the settings give (`prune`).
-
-Any gateway may attempt a due delivery: it claims it first by compare-and-set on its `due` entry (moving it a lease
-into the future), so two never attempt it at once; a gateway that dies mid-attempt leaves the claim to lapse and
-another attempts again, with the same `webhook-id`. Lists read with direct gets (`latest_entries`): no consumer or
-watch is opened, so nothing is left behind whatever happens to a request.
-"""
+"""The webhooks bucket: endpoints, deliveries with their attempts, and the deliveries due. A gateway claims a due one
+by compare-and-set (moving it a lease ahead), so two never attempt it at once; one that dies leaves the claim to
+lapse. Lists use direct gets, leaving no consumer behind; ended deliveries are pruned after their retention."""
 
 import time
 from dataclasses import dataclass
