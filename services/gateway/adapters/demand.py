@@ -15,8 +15,7 @@ OUTPUT_LIMITS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 class DemandCounter:
     def __init__(self) -> None:
         self._partial: list[bytes] = []
-        """The unfinished line's pieces: joined once, when its newline comes (a line spread over many chunks is
-        neither copied nor searched again with each one)."""
+        """The unfinished line's pieces, joined once its newline comes (never copied nor searched again per chunk)."""
         self._lines = self._bytes = self._samples = self._output = self._open = 0
         self._model: str | None = None
 

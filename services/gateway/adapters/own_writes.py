@@ -9,8 +9,7 @@ from services.runtime.nats.readmodel import ReadModel
 
 Write = Literal["batch", "file", "file_deleted"]
 KEEP_S = 600.0
-"""A write the ledger has not shown after this long is no longer waited for (the ledger is down: lists say so by
-being slow once, not forever)."""
+"""A write not shown after this long is no longer waited for (a ledger down slows lists once, not forever)."""
 MAX_PER_OWNER = 1000
 
 

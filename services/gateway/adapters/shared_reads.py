@@ -21,8 +21,8 @@ class SharedReads:
     """Every read running or waiting to begin, whatever its key."""
 
     async def read(self, key: Hashable, read: Callable[[], Awaitable[Result]]) -> Result:
-        """`read()`'s answer, from a read of `key` that begins after this call (shared with the other callers that
-        join it before it begins). The callers of one key must mean the same read by it."""
+        """`read()`'s answer from a read of `key` begun after this call (shared by all callers of one key, who must
+        mean the same read by it)."""
         task = self.waiting.get(key)
         if task is None:
             task = asyncio.get_running_loop().create_task(self._after(key, self.latest.get(key), read))

@@ -63,8 +63,7 @@ def store_unavailable(error: BaseException) -> ApiError:
 
 async def stream_part_to_store(part: BodyPartReader, store: ObjectStore, key: str, max_bytes: int,
                                pace: BodyPace, store_s: float) -> StoredUpload:
-    """Copy the file part into the store under `key`. `pace`: how long the client's next bytes may take;
-    `store_s`: longest wait for the store to take one part."""
+    """Copy the file part into the store under `key`, the client paced, the store given `store_s` for each part."""
     writer = store.writer(key, "application/jsonl")
     tally = Tally()
     head = b""

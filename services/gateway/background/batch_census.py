@@ -70,9 +70,8 @@ class BatchCensus(Counts):
         self.open, self.ended, self.recently_ended = counts.open, counts.ended, counts.recently_ended
 
     async def follow(self, kv: KeyValue) -> None:
-        """Keep the census as the read model changes. A (re)count is made on the side and replaces the counts once
-        complete, so the gauges never show a half count; the watch starts over every `RECOUNT_S` (a record
-        rewritten long after its batch ended is then counted once again, not twice) and after a broken watch."""
+        """Keep the census as the read model changes, counting again on the side every `RECOUNT_S` (a record
+        rewritten long after its batch ended then counts once, not twice) and after a broken watch."""
         prefix = read_model_key("batch", "")
         while True:
             try:

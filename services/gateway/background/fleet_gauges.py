@@ -34,8 +34,7 @@ async def refresh_gauges(d: Deps, census: BatchCensus) -> None:
 
 
 async def fleet_gauges(app: web.Application) -> AsyncIterator[None]:
-    """A cleanup context: follows the census, refreshes once it has counted, then every `metrics_refresh_s` (0:
-    never, and no census is kept)."""
+    """A cleanup context: the census, and the gauges refreshed every `metrics_refresh_s` (0: neither)."""
     d = app[DEPS]
     interval = d.settings.metrics_refresh_s
     census = app[BATCH_CENSUS] = BatchCensus()

@@ -35,9 +35,8 @@ class _Sweepable(BaseModel):
 
 
 async def expired_files(d: Deps, now: float) -> AsyncIterator[FileRecord]:
-    """Every file record that is expired and not deleted, read page by page (in the bucket's order). A record
-    rewritten while the sweep runs moves to the bucket's end and is read there: none is missed, some may come twice
-    (a deletion is idempotent)."""
+    """Every expired file record not deleted, page by page: one rewritten meanwhile moves to the bucket's end and
+    comes there (none missed; twice is harmless)."""
     kv = d.read_model.kv
     after = 0
     while True:

@@ -47,8 +47,7 @@ def identity(address: str, key: str) -> str:
 
 
 def recent(times: Sequence[float], now: float, window_s: float, limit: int) -> list[float]:
-    """The latest `limit` of `times` that are still within the window ending at `now`, oldest first. Gateways
-    that keep fewer, or another limit, read the same list alike."""
+    """The latest `limit` of `times` still within the window ending at `now`, oldest first."""
     kept = sorted(t for t in times if t > now - window_s)
     return kept[-limit:] if limit > 0 else []
 
@@ -86,9 +85,8 @@ def _touch(table: OrderedDict[str, V], key: str, value: V) -> None:
 
 @dataclass
 class FailedAuthentications:
-    """One gateway's own tables: a sliding window of failures per address (`limit` within `window_s`), one per
-    (address, identity) of guessable keys, and the identities that succeeded at each address. Successes neither
-    count nor forgive. The shared tables' stand-in while those cannot be reached."""
+    """One gateway's own tables (the shared ones' stand-in): failures per address and per (address, identity) of
+    guessable keys, and identities that succeeded per address. Successes neither count nor forgive."""
 
     limit: int
     window_s: float
@@ -133,9 +131,8 @@ class FailedAuthentications:
 
 @dataclass
 class SharedFailedAuthentications:
-    """The same rules over tables every gateway on the broker shares (so a guesser's budget is one, whichever
-    gateway it reaches): a generated key costs no shared read, a guessable one one read, a failure one change.
-    Every event is also kept in this gateway's own tables, which answer while the shared ones cannot (logged)."""
+    """The same rules over tables every gateway shares (one budget per guesser, whichever gateway it reaches), each
+    event also kept in `local`, which answers while the shared ones cannot (logged)."""
 
     store: SharedState
     local: FailedAuthentications

@@ -19,8 +19,7 @@ def client_stalled(idle_s: float) -> ApiError:
 
 @dataclass
 class BodyPace:
-    """Reads of one request's body, each awaited through `read`. `received` says how many bytes of the body have
-    arrived so far (aiohttp's `request.content.total_bytes`)."""
+    """Reads of one request's body, each awaited through `read`; `received`: bytes of it arrived so far."""
 
     received: Callable[[], int]
     idle_s: float

@@ -62,8 +62,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
 
 
 def http_error_response(request: web.Request, http_error: web.HTTPException) -> web.Response:
-    """An error aiohttp raised (mostly its router's: no such route, or not with this method) in OpenAI's shape, a
-    405 with its `Allow` header."""
+    """An error aiohttp raised (mostly its router's) in OpenAI's shape, a 405 with its `Allow` header."""
     error_type, code = HTTP_ERROR_TYPES.get(http_error.status, ("invalid_request_error", "bad_request"))
     message = f"{http_error.reason}: {request.method} {request.path}"
     if isinstance(http_error, web.HTTPMethodNotAllowed):

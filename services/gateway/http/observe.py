@@ -27,8 +27,7 @@ def _route(request: web.Request) -> str:
 
 
 def parent_and_links(request: web.Request) -> tuple[Context, list[Link]]:
-    """Where the request's span hangs: a write under the caller's span (`traceparent`); a read at the root of a
-    trace of its own, linked to the caller's span when there is one."""
+    """Where the request's span hangs: a write under the caller's span; a read in a trace of its own, linked."""
     caller = extract_context(request.headers)
     if request.method not in READS:
         return caller, []
@@ -38,8 +37,7 @@ def parent_and_links(request: web.Request) -> tuple[Context, list[Link]]:
 
 @web.middleware
 async def observe_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Starts the request's trace, or continues the caller's (`traceparent`) for a write; counts and times it by
-    route and status."""
+    """Traces the request, and counts and times it by route and status."""
     route = _route(request)
     started = time.perf_counter()
     status = 500
@@ -62,6 +60,5 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
 
 
 async def metrics_view(request: web.Request) -> web.Response:
-    """Prometheus text format: this process's counters and the fleet-wide gauges as last refreshed
-    (`fleet_gauges.py`); no read of NATS, whatever the number of batches."""
+    """This process's counters and the fleet-wide gauges as last refreshed: no read of NATS."""
     return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -25,8 +25,7 @@ def parse_limit(request: web.Request, default: int = 20, maximum: int = MAX_LIMI
 
 
 def page_after(items: Sequence[Item], ids: Sequence[str], after: str | None, limit: int) -> ListPage[Item]:
-    """`items` already in list order; `ids[i]` is the id of `items[i]`. An `after` that is not one of `ids` is a
-    400, never a silent restart at the first page."""
+    """`items` in list order, `ids` theirs; an `after` not in `ids` is a 400, never a silent restart."""
     if after is not None and after not in ids:
         raise bad_request(f"after must be the id of an object in this list; {after[:128]!r} is not.", "invalid_after",
                           "after")

@@ -56,8 +56,7 @@ class GatewayRunner(web.AppRunner):
 
 async def serve(app: web.Application, host: str, port: int, stop: asyncio.Event,
                 ssl_context: ssl.SSLContext | None = None, **runner_args: Any) -> None:
-    """Serve `app` on host:port (HTTPS with `ssl_context`) until `stop` is set, then shut it down cleanly (its
-    cleanup contexts run)."""
+    """Serve `app` on host:port (HTTPS with `ssl_context`) until `stop` is set, then clean it up."""
     runner = GatewayRunner(app, **runner_args)
     await runner.setup()
     try:

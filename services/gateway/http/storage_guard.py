@@ -40,8 +40,7 @@ def broker_unavailable(error: BaseException) -> ApiError:
 
 
 def refusal_for(error: BaseException, short: VolumeSpace | None) -> ApiError | None:
-    """The answer to a request that failed with `error` while `short` (if any) is under its reserve; None when the
-    failure is not the broker's or the object store's (a real 500)."""
+    """The answer to a write that failed with `error` while `short` is under its reserve; None: a real 500."""
     fault = write_fault(error)
     if fault is None:
         return None

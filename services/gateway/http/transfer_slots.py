@@ -21,10 +21,9 @@ def server_busy() -> ApiError:
 
 @dataclass
 class FairSlots:
-    """At most `slots` transfers at once, at most `per_owner` of them one owner's. A transfer that cannot have a
-    slot waits in its owner's line (first come, first served within it) up to `wait_s`, then gets 503; a freed slot
-    goes to the next owner in turn whose own slots are under `per_owner`, so one owner's waiting transfers, however
-    many, never go before another's."""
+    """At most `slots` transfers at once, `per_owner` of them one owner's. One without a slot waits in its owner's
+    line up to `wait_s` (then 503); a freed slot goes to the next owner in turn under `per_owner`, so one owner's
+    waiting transfers never go before another's."""
 
     slots: int
     per_owner: int
@@ -105,8 +104,7 @@ class FairSlots:
 
 @dataclass
 class UploadsInFlight:
-    """At most `per_address` uploads of one client address in flight at once (0: no cap), counted from before
-    authentication: keys or no keys, one address cannot open uploads without bound. Past it, 429."""
+    """At most `per_address` uploads of one address in flight (0: no cap), counted before authentication; then 429."""
 
     per_address: int
     counts: dict[str, int] = field(default_factory=dict)

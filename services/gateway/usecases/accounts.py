@@ -32,8 +32,8 @@ DEFAULT_ORGANIZATION = Organization(id=DEFAULT_ORGANIZATION_ID, name="Default or
 
 @dataclass(frozen=True)
 class Accounts:
-    """What the account use cases need: the log they publish to, the read model they check and read their writes
-    back from (for up to `read_your_writes_s`), and the catalogue users are limited to."""
+    """What the account use cases need: the log, the read model (writes read back for `read_your_writes_s`), the
+    catalogue."""
 
     bus: EventBus
     read_model: ReadModel
@@ -117,8 +117,7 @@ async def create_organization(accounts: Accounts, body: CreateOrganization) -> O
 
 async def create_key(accounts: Accounts, role: KeyRole, label: str, user_id: str | None = None,
                      provider_id: str | None = None, key_id: str | None = None) -> tuple[str, ApiKeyRecord]:
-    """A new key (`key_id`, else a new id) and its record; the raw value is returned here only (the log keeps its
-    SHA-256)."""
+    """A new key (`key_id`, else a new id) and its record; the raw value is here only (the log keeps its SHA-256)."""
     raw = new_api_key(worker=role == "worker")
     digest, key_id = hash_api_key(raw), key_id or new_key_id()
     await accounts.bus.publish(KeyCreated(aggregate_id=key_id, key_id=key_id, key_sha256=digest, role=role,

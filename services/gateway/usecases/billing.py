@@ -31,8 +31,8 @@ def pricing_unavailable(message: str) -> ApiError:
 
 
 def batch_model(catalogue: Catalogue, file: FileRecord, default_model: str | None) -> CatalogueModel | None:
-    """The model a batch on `file` runs on, as far as the upload tells: the model named for lines without one,
-    else the first one a line names. None when none is known (validation will say why)."""
+    """The model a batch on `file` runs on, as the upload tells: the one named for lines without one, else the
+    first a line names (None: unknown)."""
     demand = file.demand
     named = default_model or (demand.model if demand is not None else None)
     return catalogue.resolve(named) if named else None
@@ -155,8 +155,8 @@ def quote_price(model: CatalogueModel, price: ModelPrice, demand: FileDemand, en
 
 
 async def queue_estimate(read_model: ReadModel, model_id: str, lines: int, now: float | None = None) -> QueueEstimate:
-    """Lines of the model still to run, the fleet's rate for it over the last hour, and when `lines` more would
-    be done at that rate (the fair queue shares the fleet, so a newcomer's wait is at most this)."""
+    """Lines of the model still to run, the fleet's rate for it over the last hour, and when `lines` more would be
+    done at that rate (a newcomer's wait at most, the fair queue sharing the fleet)."""
     now = time.time() if now is None else now
     ahead = done = 0
     first_start: float | None = None

@@ -15,8 +15,7 @@ Standing = Literal["owner", "org_admin", "platform_admin"]
 
 
 def organization_of(user: UserRecord | None) -> str:
-    """The user's organisation; a key without a user (or a user in none) is the default's. It is also the account
-    a user's batches are billed to."""
+    """The user's organisation (also their billing account); no user, or none, is the default's."""
     return (user.organization_id if user is not None else None) or DEFAULT_ORGANIZATION_ID
 
 

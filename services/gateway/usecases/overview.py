@@ -72,8 +72,7 @@ class Overview:
     consumers: list[ConsumerLag] = field(default_factory=list)
     stream_last_seq: int = 0
     volumes: list[VolumeSpace] = field(default_factory=list)
-    """Free space of each watched volume (broker, object store) against its reserve, with its level
-    (services/runtime/storage/volumes.py)."""
+    """Free space of each watched volume against its reserve, with its level."""
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -114,8 +113,7 @@ def tally(view: Overview, record: BatchRecord, now: float) -> None:
 
 
 async def gather(bus: EventBus, read_model: ReadModel, fleet: Fleet, owners: bool = True) -> Overview:
-    """The whole look: every batch record is read (and every user, for `owners`); never per scrape (see
-    `services/gateway/background/fleet_gauges.py`)."""
+    """The whole look: every batch record is read (and every user, for `owners`), so never per scrape."""
     now = time.time()
     view = Overview(at=now)
     view.executors = [executor_view(advert, now) for advert in await fleet.adverts()]

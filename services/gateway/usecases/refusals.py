@@ -85,8 +85,7 @@ def _generic(first: ErrorDetails) -> ApiError:
 
 
 def ascii_int(raw: str | None, most_digits: int) -> int | None:
-    """`raw` as a whole number when it is at most `most_digits` ASCII digits, else None (`str.isdigit` alone lets
-    through digits `int` refuses, such as `²`)."""
+    """`raw` as a number if it is at most `most_digits` ASCII digits (`isdigit` alone lets `²` through), else None."""
     if raw is None or not (raw.isascii() and raw.isdigit() and len(raw) <= most_digits):
         return None
     return int(raw)

@@ -80,8 +80,7 @@ async def failed_lines(d: Deps, error_object_key: str, codes: set[str] | None) -
 
 
 async def retry(d: Deps, caller: ApiKeyRecord, record: BatchRecord, body: RetryRequest) -> Created:
-    """Create the retry of the caller's ended batch (409 while it runs, or when nothing failed or its input is
-    gone); the same retry asked again is the same batch."""
+    """Create the retry of the caller's ended batch (409 while it runs, when nothing failed or its input is gone)."""
     batch = record.batch
     if batch.status not in TERMINAL:
         raise ApiError(409, f"Batch {batch.id} is {batch.status}; retry it once it has ended.", "conflict_error",
@@ -117,8 +116,7 @@ async def retry(d: Deps, caller: ApiKeyRecord, record: BatchRecord, body: RetryR
 
 async def copy_lines(d: Deps, caller: ApiKeyRecord, source_key: str, file_id: str, wanted: FailedLines,
                      model: str | None) -> tuple[int, int]:
-    """Copy the wanted input lines into the new file's object and state it: the lines copied, and the sequence of
-    the file's `stored` fact (0 when no line was copied, and no file stated)."""
+    """Copy the wanted input lines into a new file and state it: lines copied, and its `stored` fact's sequence."""
     object_key = input_object_key(file_id)
     writer = d.store.writer(object_key, "application/jsonl")
     tally, number = Tally(), 0

@@ -29,8 +29,7 @@ async def revoke_key(bus: EventBus, read_model: ReadModel, key_sha256: str, by_k
 
 
 async def stop_batch(bus: EventBus, batch_id: str, by_key_id: str, code: CancelCode) -> bool:
-    """Tell a live batch to stop, its lines not yet run ending with `code`; as a user's cancel, only before it is
-    finalizing (then it completes, its lines all ran): whether it was told."""
+    """Whether a live batch was told to stop, its lines not run ending with `code` (only before it is finalizing)."""
     try:
         await bus.publish(BatchCancelRequested(aggregate_id=batch_id, requested_by_key_id=by_key_id, code=code,
                                                event_id=f"{batch_id}:cancel_requested:{code}"),

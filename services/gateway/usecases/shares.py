@@ -66,9 +66,8 @@ class _Tally:
 
 def owner_shares(records: Iterable[BatchRecord], organizations: Mapping[str, str | None], now: float,
                  window_s: float = SHARE_WINDOW_S) -> list[OwnerShare]:
-    """Every owner with a batch queued, running or that ran in the window, the largest share first.
-
-    `organizations`: each user's organisation (None: the default); a user missing from it is in the default."""
+    """Every owner with a batch queued, running or that ran in the window, the largest share first; `organizations`
+    gives each user's (None, or missing: the default)."""
     tallies: dict[str, _Tally] = {}
     for record in records:
         batch = record.batch

@@ -42,8 +42,8 @@ async def create_batch(request: web.Request) -> web.Response:
 
 
 async def list_batches(request: web.Request) -> web.Response:
-    """The caller's batches; `?scope=organization` an organisation administrator's members' batches (an admin key:
-    with `organization_id`, that organisation's), `?scope=all` every batch (an admin key)."""
+    """The caller's batches; `scope=organization` an organisation's members' (its administrator, or an admin key
+    naming `organization_id`), `scope=all` every batch (an admin key)."""
     d, caller = deps(request), principal(request)
     await d.own_writes.settle(d.read_model, caller.owner, ("batch",), d.settings.own_writes_wait_s)
     listing = await _listed(request, request.query.get("scope", "own"))

@@ -21,8 +21,7 @@ MAX_JSON_BODY_BYTES = 64 * 1024
 
 
 async def _account_id(request: web.Request) -> str:
-    """The caller's organisation's account; `?organization_id=` another's, for an admin key (or an organisation's
-    administrator naming their own)."""
+    """The caller's organisation's account, or `?organization_id=`'s for an admin key (or its own administrator)."""
     user = await deps(request).keys.user_of(principal(request))
     own = organization_of(user)
     asked = request.query.get("organization_id")

@@ -60,8 +60,7 @@ async def terminal_sequence(js: JetStreamContext, batch_id: str) -> int | None:
 
 
 async def archived_frames(store: ObjectStore, batch_id: str, after: int) -> AsyncGenerator[bytes, None]:
-    """The frames of an archived batch's facts after `after`, read from its archived log as it streams in; raises
-    `ObjectNotFound` (before any frame) when the batch has no archived log."""
+    """The frames of an archived batch's facts after `after`, streamed from its log (`ObjectNotFound`: no log)."""
     unzip, pending = zlib.decompressobj(31), b""
     async with contextlib.aclosing(store.iter_chunks(archived_batch_log_key(batch_id))) as chunks:
         async for chunk in chunks:

@@ -92,8 +92,7 @@ class _Upload:
                                      self.fields.get("expires_after[seconds]"))
 
     def new_file(self, file_id: str, object_key: str, model: str | None) -> usecase.NewFile:
-        """What the form asks for, checked: 400 without a file, for a purpose that may not be uploaded or a wrong
-        expiry."""
+        """What the form asks for, checked (400 without a file, for a wrong purpose or expiry)."""
         if self.stored is None:
             raise bad_request("The 'file' field is missing.", "missing_file", "file")
         return usecase.NewFile(file_id, object_key, self.stored, self.filename,

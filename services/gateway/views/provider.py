@@ -72,8 +72,8 @@ async def retrieve_provider(request: web.Request) -> web.Response:
 
 
 async def _approval_scope(request: web.Request) -> str | None:
-    """The scope the caller approves in (None: the whole platform), from the optional body: a platform admin any
-    (none named: the platform), an organisation's administrator their own organisation only; anyone else none."""
+    """The scope the caller approves in (None: the whole platform): a platform admin any, an organisation's
+    administrator their own only, anyone else none (403)."""
     me = principal(request)
     body = await read_body(request, ApproveProvider)
     if me.role == "admin":

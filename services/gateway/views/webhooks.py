@@ -16,7 +16,6 @@ from contracts.api.webhook import (
     CreateWebhook,
     DeletedWebhook,
     UpdateWebhook,
-    WebhookDelivery,
     WebhookEndpoint,
 )
 from contracts.readmodel import ApiKeyRecord
@@ -25,6 +24,7 @@ from services.gateway.context import deps
 from services.gateway.http.auth import principal
 from services.gateway.http.bodies import answer, read_body
 from services.gateway.http.limits import charge_control_call
+from services.gateway.http.paging import page_after
 from services.gateway.usecases.oversight import administered_organization, organization_of
 from services.gateway.usecases.refusals import ApiError, ascii_int, bad_request, not_found
 from services.gateway.webhooks.deliverer import WEBHOOK_STORE
@@ -37,7 +37,7 @@ WEBHOOKS = "webhooks"
 MAX_DELIVERIES_LISTED = 100
 ID_PATTERN = r"(wh|msg)_[0-9a-f]{24}"
 RESOLVE_TIMEOUT_S = 5.0
-"""How long registering an endpoint waits for its host name to resolve; a name that does not is refused."""
+"""How long registering an endpoint waits for its host name to resolve (one that does not may still register)."""
 
 
 def _store(request: web.Request) -> WebhookStore:
@@ -65,8 +65,7 @@ async def _managed_endpoint(request: web.Request) -> WebhookEndpoint:
 
 
 async def _checked_url(request: web.Request, url: str) -> str:
-    """`url` if webhooks may be sent there: an absolute http(s) URL whose host is, or resolves to, an address the
-    policy allows (checked again at every attempt: DNS may change)."""
+    """`url` if it is absolute http(s) to an address the policy allows (checked again at every attempt)."""
     try:
         parsed = URL(url)
     except ValueError as error:
@@ -85,8 +84,7 @@ async def _checked_url(request: web.Request, url: str) -> str:
 
 
 async def _scope_organization(request: web.Request, caller: ApiKeyRecord, body: CreateWebhook) -> str:
-    """The organisation an endpoint belongs to; for `scope=organization` only its administrator (or an admin key)
-    may register one."""
+    """The organisation an endpoint belongs to (`scope=organization`: its administrator's, or an admin key's)."""
     if body.organization_id is not None and body.scope == "organization" and caller.role == "admin":
         if not re.fullmatch(USER_ID_PATTERN, body.organization_id):
             raise bad_request("organization_id must be 1-64 letters, digits, '_' or '-'.", "invalid_id",
@@ -196,14 +194,11 @@ async def list_deliveries(request: web.Request) -> web.Response:
     if not 1 <= limit <= MAX_DELIVERIES_LISTED:
         raise bad_request(f"limit must be an integer from 1 to {MAX_DELIVERIES_LISTED}.", "invalid_limit", "limit")
     found = [d for d in await _store(request).list_deliveries(endpoint.id) if status is None or d.status == status]
-    shown = found[:limit]
-    return answer(ListPage[WebhookDelivery](data=shown, first_id=shown[0].id if shown else None,
-                                            last_id=shown[-1].id if shown else None, has_more=len(found) > limit))
+    return answer(page_after(found, [d.id for d in found], None, limit))
 
 
 async def redeliver(request: web.Request) -> web.Response:
-    """Send a delivery again now (a failed one, after the endpoint was fixed): it is pending again, with the same
-    `webhook-id`, and its earlier attempts kept."""
+    """Send a delivery again now: pending again, with the same `webhook-id` and its earlier attempts kept."""
     endpoint = await _managed_endpoint(request)
     await charge_control_call(request)
     store = _store(request)
@@ -212,8 +207,7 @@ async def redeliver(request: web.Request) -> web.Response:
     if delivery is None:
         raise not_found("webhook delivery", delivery_id[:100])
     if delivery.status != "pending":
-        now = time.time()
-        delivery = delivery.model_copy(update={"status": "pending", "next_attempt_at": now})
+        delivery = delivery.model_copy(update={"status": "pending", "next_attempt_at": time.time()})
         await store.save_delivery(delivery)
         await store.add_delivery(delivery)
     return answer(delivery)

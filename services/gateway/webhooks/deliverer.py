@@ -70,8 +70,7 @@ class Attempts:
             await cancel_and_join(self.running)
 
     async def start_due(self) -> int:
-        """Claim and start the deliveries due now, up to the free concurrency, round-robin across owners and within
-        each owner's and endpoint's limits (an endpoint whose breaker is open is left due); how many were started."""
+        """Claim and start the deliveries due now, fairly, up to the free concurrency; how many were started."""
         free = self.settings.webhook_concurrency - len(self.running)
         if free <= 0:
             return 0
@@ -140,8 +139,8 @@ class Attempts:
         await self.store.finish(claim)
 
     async def post(self, endpoint: WebhookEndpoint, delivery: WebhookDelivery) -> DeliveryAttempt:
-        """One signed POST, only to an address the policy allows (the session's resolver drops the others; a literal
-        address is checked here); its outcome (`error` None only for a 2xx)."""
+        """One signed POST, only to an allowed address (a literal one checked here, names by the session's
+        resolver); its outcome (`error` None only for a 2xx)."""
         body = delivery.event.model_dump_json().encode()
         started = time.time()
         headers = signed_headers(endpoint.secret or "", delivery.id, int(started), body)

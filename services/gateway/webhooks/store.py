@@ -119,8 +119,7 @@ class WebhookStore:
         await erase(self.kv, f"{DUE}.{claim.delivery_id}")
 
     async def prune(self, ended_before: float) -> int:
-        """Erase the deliveries that ended (their last attempt) before `ended_before` (seconds since the epoch), with
-        their attempts; how many. A pending one stays whatever its age (it is still being tried)."""
+        """Erase the deliveries that ended before `ended_before` (never a pending one); how many."""
         erased = 0
         for key, value in await latest_entries(self.kv, f"{DELIVERY}.*.*"):
             delivery = WebhookDelivery.model_validate_json(value)
