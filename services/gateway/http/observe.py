@@ -20,12 +20,6 @@ READS = frozenset({"GET", "HEAD", "OPTIONS"})
 """Methods whose requests never join the caller's trace as children (linked to it instead)."""
 
 
-def _route(request: web.Request) -> str:
-    """The route's pattern (`/v1/batches/{batch_id}`), never the raw path: labels stay few."""
-    resource = request.match_info.route.resource
-    return resource.canonical if resource is not None else "unmatched"
-
-
 def parent_and_links(request: web.Request) -> tuple[Context, list[Link]]:
     """Where the request's span hangs: a write under the caller's span; a read in a trace of its own, linked."""
     caller = extract_context(request.headers)
@@ -38,7 +32,8 @@ def parent_and_links(request: web.Request) -> tuple[Context, list[Link]]:
 @web.middleware
 async def observe_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Traces the request, and counts and times it by route and status."""
-    route = _route(request)
+    resource = request.match_info.route.resource
+    route = resource.canonical if resource is not None else "unmatched"  # never the raw path: labels stay few
     started = time.perf_counter()
     status = 500
     batch_token = BATCH_ID.set(request.match_info.get("batch_id", ""))

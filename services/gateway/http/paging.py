@@ -24,6 +24,14 @@ def parse_limit(request: web.Request, default: int = 20, maximum: int = MAX_LIMI
     return limit
 
 
+def limit_of(raw: str | None, default: int, maximum: int) -> int:
+    """An extension list's `?limit=`: `default` when absent, else 1 to `maximum`."""
+    limit = default if raw is None else ascii_int(raw, 9)
+    if limit is None or not 1 <= limit <= maximum:
+        raise bad_request(f"limit must be an integer from 1 to {maximum}.", "invalid_limit", "limit")
+    return limit
+
+
 def page_after(items: Sequence[Item], ids: Sequence[str], after: str | None, limit: int) -> ListPage[Item]:
     """`items` in list order, `ids` theirs; an `after` not in `ids` is a 400, never a silent restart."""
     if after is not None and after not in ids:

@@ -112,15 +112,14 @@ def tally(view: Overview, record: BatchRecord, now: float) -> None:
         view.running.append(running_view(record, now))
 
 
-async def gather(bus: EventBus, read_model: ReadModel, fleet: Fleet, owners: bool = True) -> Overview:
-    """The whole look: every batch record is read (and every user, for `owners`), so never per scrape."""
+async def gather(bus: EventBus, read_model: ReadModel, fleet: Fleet) -> Overview:
+    """The whole look: every batch record and every user is read, so never per scrape."""
     now = time.time()
     view = Overview(at=now)
     view.executors = [executor_view(advert, now) for advert in await fleet.adverts()]
     records = await read_model.list_batches()
-    if owners:
-        organizations = {user.user_id: user.organization_id for user in await read_model.list_users()}
-        view.owners = owner_shares(records, organizations, now)
+    organizations = {user.user_id: user.organization_id for user in await read_model.list_users()}
+    view.owners = owner_shares(records, organizations, now)
     for record in records:
         tally(view, record, now)
     view.consumers = await consumer_lags(bus)

@@ -32,22 +32,14 @@ class OwnerShare:
     """`recent_lines` over every owner's: its share of what the fleet did in the window (0 to 1)."""
 
 
-def run_span(batch: Batch, now: float) -> tuple[float, float] | None:
-    """When the batch began and stopped running its lines (now, while it runs); None: it never began."""
-    if batch.in_progress_at is None:
-        return None
-    ends = [batch.finalizing_at, batch.completed_at, batch.failed_at, batch.expired_at, batch.cancelled_at]
-    end = min((at for at in ends if at is not None), default=None)
-    return batch.in_progress_at, max(float(end if end is not None else now), batch.in_progress_at)
-
-
 def recent_lines(batch: Batch, now: float, window_s: float = SHARE_WINDOW_S) -> float:
-    """Lines of `batch` committed in the `window_s` before `now`, spread evenly over its run."""
-    span = run_span(batch, now)
+    """Lines of `batch` committed in the `window_s` before `now`, spread evenly over its run (until now, while it
+    runs)."""
     done = batch.request_counts.completed + batch.request_counts.failed
-    if span is None or done <= 0:
+    if (start := batch.in_progress_at) is None or done <= 0:
         return 0.0
-    start, end = span
+    ends = [batch.finalizing_at, batch.completed_at, batch.failed_at, batch.expired_at, batch.cancelled_at]
+    end = max(float(min((at for at in ends if at is not None), default=now)), start)
     window_start = now - window_s
     if end <= start:  # began and stopped within the same second
         return float(done) if window_start <= end <= now else 0.0

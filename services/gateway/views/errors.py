@@ -80,10 +80,8 @@ async def failed_by_code(request: web.Request, error_file_id: str) -> list[Faile
 
 
 async def batch_errors(request: web.Request) -> web.Response:
-    record = await owned_batch(deps(request), principal(request), request.match_info["batch_id"])
-    rejected = await rejected_lines(deps(request).bus, record.batch.id)
-    summary = summarise(record.batch, rejected)
-    batch = record.batch
+    batch = (await owned_batch(deps(request), principal(request), request.match_info["batch_id"])).batch
+    summary = summarise(batch, await rejected_lines(deps(request).bus, batch.id))
     if batch.status in TERMINAL and batch.error_file_id:
         groups = await failed_by_code(request, batch.error_file_id)
         if groups is not None:

@@ -24,9 +24,9 @@ from services.gateway.context import deps
 from services.gateway.http.auth import principal
 from services.gateway.http.bodies import answer, read_body
 from services.gateway.http.limits import charge_control_call
-from services.gateway.http.paging import page_after
+from services.gateway.http.paging import limit_of, page_after
 from services.gateway.usecases.oversight import administered_organization, organization_of
-from services.gateway.usecases.refusals import ApiError, ascii_int, bad_request, not_found
+from services.gateway.usecases.refusals import ApiError, bad_request, not_found
 from services.gateway.webhooks.deliverer import WEBHOOK_STORE
 from services.gateway.webhooks.signing import new_secret
 from services.gateway.webhooks.store import WebhookStore
@@ -190,9 +190,7 @@ async def list_deliveries(request: web.Request) -> web.Response:
     status = request.query.get("status")
     if status is not None and status not in ("pending", "delivered", "failed"):
         raise bad_request("status must be pending, delivered or failed.", "invalid_request", "status")
-    limit = ascii_int(request.query.get("limit", "20"), 9) or 0
-    if not 1 <= limit <= MAX_DELIVERIES_LISTED:
-        raise bad_request(f"limit must be an integer from 1 to {MAX_DELIVERIES_LISTED}.", "invalid_limit", "limit")
+    limit = limit_of(request.query.get("limit"), 20, MAX_DELIVERIES_LISTED)
     found = [d for d in await _store(request).list_deliveries(endpoint.id) if status is None or d.status == status]
     return answer(page_after(found, [d.id for d in found], None, limit))
 

@@ -89,18 +89,13 @@ class PolicyResolver(AbstractResolver):
         await self.inner.close()
 
 
-def _loopback_name(host: str) -> bool:
-    """`localhost` and its subdomains, with or without the root's dot: loopback whatever DNS says (RFC 6761)."""
-    name = host.rstrip(".").lower()
-    return name == "localhost" or name.endswith(".localhost")
-
-
 async def refusal(host: str, port: int, policy: AddressPolicy, timeout_s: float) -> str | None:
     """Why a webhook may not be registered for `host` (None: it may): a refused literal address, a `localhost` name,
     or a name resolving only to refused addresses. One that does not resolve in time may: each attempt resolves it."""
     if literal_address(host):
         return None if policy.allows(host) else f"{host} is not an address webhooks may be sent to"
-    if _loopback_name(host) and not policy.allows("127.0.0.1"):
+    name = host.rstrip(".").lower()  # `localhost` and its subdomains are loopback whatever DNS says (RFC 6761)
+    if (name == "localhost" or name.endswith(".localhost")) and not policy.allows("127.0.0.1"):
         return f"{host} names this host's loopback"
     resolver = PolicyResolver(policy)
     try:
