@@ -58,8 +58,7 @@ class Admission:
             self._shown.popitem(last=False)
 
     async def take(self, limit_name: str, owner: str, item: str, amount: int, limit: int, read: Read) -> int | None:
-        """Admit `item` (of `amount`) unless the owner would then hold more than `limit`: None when admitted (now or
-        before), else what the owner holds."""
+        """Admit `item` (of `amount`) within `limit`: None when admitted (now or before), else what the owner holds."""
         key = key_of(f"admit.{limit_name}", owner)
         try:
             for attempt in range(MAX_TRIES):

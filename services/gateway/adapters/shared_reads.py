@@ -21,8 +21,7 @@ class SharedReads:
     """Every read running or waiting to begin, whatever its key."""
 
     async def read(self, key: Hashable, read: Callable[[], Awaitable[Result]]) -> Result:
-        """`read()`'s answer from a read of `key` begun after this call (shared by all callers of one key, who must
-        mean the same read by it)."""
+        """`read()`'s answer from a read of `key` begun after this call, shared by the callers of one key."""
         task = self.waiting.get(key)
         if task is None:
             task = asyncio.get_running_loop().create_task(self._after(key, self.latest.get(key), read))

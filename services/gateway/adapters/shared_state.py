@@ -99,8 +99,7 @@ class SharedState:
             log.warning("shared limits unavailable (%s); %s uses this gateway's own counts for now", error, what)
 
     def last_written(self, key: str) -> tuple[bytes, int] | None:
-        """This gateway's last raw write of the key and its revision, while surely live (a compare-and-set naming
-        the revision finds out whether another writer came since)."""
+        """This gateway's last raw write of the key and its revision, while surely live."""
         written = self._written.get(key)
         if written is None or time.monotonic() >= written[2]:
             return None
@@ -122,8 +121,7 @@ class SharedState:
         return entry.value or None, entry.revision or 0
 
     async def put_raw(self, key: str, data: bytes, ttl_s: float, revision: int | None) -> None:
-        """Write `data`, remembered while surely live; with a `revision`, only while it is still the key's last (else
-        `KeyWrongLastSequenceError`)."""
+        """Write `data` (with a `revision`, only while it is still the key's last), remembered while surely live."""
         self._written.pop(key, None)
         sequence = await self._write(key, data, ttl_s, revision)
         self._written[key] = (data, sequence, time.monotonic() + ttl_s - EXPIRY_MARGIN_S)

@@ -13,8 +13,7 @@ log = logging.getLogger(__name__)
 
 
 async def every(interval_s: float, step: Callable[[], Awaitable[object]], what: str, *, at_once: bool = False) -> None:
-    """Run `step` every `interval_s` (0: never) until cancelled, the first at once with `at_once`; a failed step is
-    logged as `what`."""
+    """Run `step` every `interval_s` (0: never; the first at once with `at_once`), logging one that fails as `what`."""
     if interval_s <= 0:
         return
     if not at_once:

@@ -35,8 +35,7 @@ class _Sweepable(BaseModel):
 
 
 async def expired_files(d: Deps, now: float) -> AsyncIterator[FileRecord]:
-    """Every expired file record not deleted, page by page: one rewritten meanwhile moves to the bucket's end and
-    comes there (none missed; twice is harmless)."""
+    """Every expired file record not deleted, page by page (one rewritten meanwhile comes at the end: none missed)."""
     kv = d.read_model.kv
     after = 0
     while True:

@@ -26,9 +26,8 @@ def spend(bucket: Sequence[float] | None, now: float, rate_per_s: float, burst: 
 
 @dataclass
 class ControlCallLimiter:
-    """Creates, cancels and deletes spend a token each; reads and lines never do. The buckets are shared by every
-    gateway (a refused call writes nothing), each entry expiring once it would be full again; this gateway's own
-    `buckets` answer while the shared ones cannot be reached."""
+    """Creates, cancels and deletes spend a token each (reads and lines never do) from buckets every gateway shares,
+    each expiring once it would be full again; this gateway's own `buckets` answer while those cannot be reached."""
 
     store: SharedState
     rate_per_s: float

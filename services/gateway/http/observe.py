@@ -31,7 +31,6 @@ def parent_and_links(request: web.Request) -> tuple[Context, list[Link]]:
 
 @web.middleware
 async def observe_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Traces the request, and counts and times it by route and status."""
     resource = request.match_info.route.resource
     route = resource.canonical if resource is not None else "unmatched"  # never the raw path: labels stay few
     started = time.perf_counter()

@@ -21,9 +21,8 @@ def server_busy() -> ApiError:
 
 @dataclass
 class FairSlots:
-    """At most `slots` transfers at once, `per_owner` of them one owner's. One without a slot waits in its owner's
-    line up to `wait_s` (then 503); a freed slot goes to the next owner in turn under `per_owner`, so one owner's
-    waiting transfers never go before another's."""
+    """At most `slots` transfers at once, `per_owner` of them one owner's; one without a slot waits in its owner's
+    line up to `wait_s` (then 503), freed slots going to owners in turn: none waits behind another's line."""
 
     slots: int
     per_owner: int

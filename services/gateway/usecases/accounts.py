@@ -32,8 +32,7 @@ DEFAULT_ORGANIZATION = Organization(id=DEFAULT_ORGANIZATION_ID, name="Default or
 
 @dataclass(frozen=True)
 class Accounts:
-    """What the account use cases need: the log, the read model (writes read back for `read_your_writes_s`), the
-    catalogue."""
+    """What the account use cases need: the log, the read model (writes read back within a while), the catalogue."""
 
     bus: EventBus
     read_model: ReadModel
@@ -42,7 +41,6 @@ class Accounts:
 
 
 def accounts_of(d: "Deps") -> Accounts:
-    """The gateway's: what its views pass the account use cases."""
     return Accounts(d.bus, d.read_model, d.catalogue, d.settings.read_your_writes_s)
 
 

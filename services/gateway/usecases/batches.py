@@ -11,6 +11,7 @@ from contracts.api.batch import Batch
 from contracts.api.batch_request import BatchCreateRequest
 from contracts.billing import ModelPrice
 from contracts.catalogue import CatalogueModel
+from contracts.events.account import CreditsReleased
 from contracts.events.batch import BatchCancelRequested, BatchCreated, BatchReleased
 from contracts.events.file import FileUsed
 from contracts.ids import derived_id, new_batch_id
@@ -160,8 +161,7 @@ async def _live_twin(d: Deps, owner: str, asked: CreateParameters, live: dict[st
 
 async def _admitted(d: Deps, caller: ApiKeyRecord, batch_id: str, body: BatchCreateRequest, file: FileRecord,
                     twin_of: CreateParameters | None) -> _Terms:
-    """Take one of the owner's active-batch places, claim the file and reserve the worst case when billed; a
-    refusal on the way frees the place again (nothing was published)."""
+    """Take an active-batch place, claim the file, reserve the worst case when billed; a refusal frees the place."""
     await _admit(d, caller.owner, batch_id, twin_of)
     try:
         user = await d.keys.user_of(caller)
@@ -242,7 +242,8 @@ async def _release_quietly(d: Deps, account: str, batch_id: str) -> None:
     if await d.read_model.get_batch(batch_id) is not None:
         return  # it was created after all: its end settles the reservation
     try:
-        await billing_usecase.release(d.bus, account, batch_id, "the batch's creation failed")
+        await d.bus.publish(CreditsReleased(aggregate_id=account, batch_id=batch_id,
+                                            reason="the batch's creation failed"))
     except Exception:  # the broker is unreachable: the reservation stays until an operator releases it
         log.exception("could not release the reservation of batch %s", batch_id)
 
@@ -298,7 +299,6 @@ def _cancel_folded(record: BatchRecord) -> bool:
 
 
 async def release(d: Deps, caller: ApiKeyRecord, record: BatchRecord) -> Batch:
-    """Run a batch created with `hold` once it is validated."""
     batch = record.batch
     if not batch.held:
         raise bad_request(f"Batch {batch.id} is not held; only a batch created with hold=true waits for release.",

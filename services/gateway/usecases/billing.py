@@ -11,7 +11,7 @@ from decimal import Decimal
 from contracts.api.billing import BalanceMovement, BillingBalance, QueueEstimate, QuotePrice
 from contracts.billing import FileDemand, ModelPrice, micros_to_usd, parse_usd, worst_case_micros
 from contracts.catalogue import Catalogue, CatalogueModel
-from contracts.events.account import CreditsGranted, CreditsReleased, CreditsReserved
+from contracts.events.account import CreditsGranted, CreditsReserved
 from contracts.lifecycle import TERMINAL
 from contracts.readmodel import AccountRecord, FileRecord
 from contracts.subjects import account_facts
@@ -31,8 +31,7 @@ def pricing_unavailable(message: str) -> ApiError:
 
 
 def batch_model(catalogue: Catalogue, file: FileRecord, default_model: str | None) -> CatalogueModel | None:
-    """The model a batch on `file` runs on, as the upload tells: the one named for lines without one, else the
-    first a line names (None: unknown)."""
+    """The model a batch on `file` runs on: the one named for lines without one, else the first a line names."""
     demand = file.demand
     named = default_model or (demand.model if demand is not None else None)
     return catalogue.resolve(named) if named else None
@@ -116,10 +115,6 @@ async def reserve(bus: EventBus, read_model: ReadModel, account_id: str, batch_i
 
 def _folded_past(sequence: int) -> Callable[[AccountRecord], bool]:
     return lambda record: record.credit_sequence >= sequence
-
-
-async def release(bus: EventBus, account_id: str, batch_id: str, reason: str) -> None:
-    await bus.publish(CreditsReleased(aggregate_id=account_id, batch_id=batch_id, reason=reason))
 
 
 async def grant(bus: EventBus, read_model: ReadModel, account_id: str, amount_micros: int, note: str,

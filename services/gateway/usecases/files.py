@@ -81,8 +81,8 @@ async def discard_object(d: Deps, object_key: str) -> None:
 def uploadable(purpose: str | None) -> str:
     """The purpose an upload names, if files of it may be uploaded; else 400."""
     if purpose not in UPLOADABLE_PURPOSES:
-        allowed = ", ".join(UPLOADABLE_PURPOSES)
-        raise bad_request(f"purpose must be one of: {allowed} (got {purpose!r}).", "invalid_purpose", "purpose")
+        raise bad_request(f"purpose must be one of: {', '.join(UPLOADABLE_PURPOSES)} (got {purpose!r}).",
+                          "invalid_purpose", "purpose")
     return purpose
 
 
@@ -126,8 +126,7 @@ async def create_file(d: Deps, caller: ApiKeyRecord, new: NewFile) -> tuple[File
 
 
 async def state_file(d: Deps, caller: ApiKeyRecord, new: NewFile, ttl_s: int) -> tuple[FileStored, int]:
-    """State the stored object as the caller's file for `ttl_s`, once its bytes are taken from the owner's quota
-    (atomically across gateways; else 400 `storage_quota_exceeded`, and the object is removed)."""
+    """State the stored object as the caller's file for `ttl_s`, its bytes taken from the owner's quota (else 400)."""
     owner, file_id = caller.owner, new.file_id
 
     async def held(listed: frozenset[str]) -> Holdings:  # the owner's stored bytes, not every file of theirs

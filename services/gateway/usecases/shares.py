@@ -33,8 +33,7 @@ class OwnerShare:
 
 
 def recent_lines(batch: Batch, now: float, window_s: float = SHARE_WINDOW_S) -> float:
-    """Lines of `batch` committed in the `window_s` before `now`, spread evenly over its run (until now, while it
-    runs)."""
+    """Lines of `batch` committed in the `window_s` before `now`, spread evenly over its run (until now, if running)."""
     done = batch.request_counts.completed + batch.request_counts.failed
     if (start := batch.in_progress_at) is None or done <= 0:
         return 0.0

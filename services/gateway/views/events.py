@@ -146,10 +146,8 @@ async def stream_batch_events(request: web.Request) -> web.StreamResponse:
     # Read after the check: a terminal fact stored meanwhile comes after `after`, so the stream still ends. The
     # reader's consumer exists before the client hears "connected", and goes with the stream on every path.
     async with eventlog.following(deps(request).bus, batch_events(batch_id), after, FACTS_PER_READ, idle=True) as facts:
-        try:
+        with contextlib.suppress(ConnectionResetError):  # the client went away; it can resume with Last-Event-ID
             await response.prepare(request)
             await response.write(b": connected\n\n")
             await _follow(request, response, facts)
-        except ConnectionResetError:
-            pass  # the client went away; it can resume with Last-Event-ID
     return response

@@ -138,7 +138,6 @@ async def _list(request: web.Request, workers: bool) -> web.Response:
 
 
 async def keys_page(request: web.Request, records: list[ApiKeyRecord]) -> web.Response:
-    """The keys, oldest first, without values."""
     usage = request.app.get(KEY_USAGE)
     ordered = sorted(records, key=lambda r: (r.created_at or 0, r.key_id))
     keys: list[ApiKey] = []

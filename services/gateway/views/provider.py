@@ -72,8 +72,7 @@ async def retrieve_provider(request: web.Request) -> web.Response:
 
 
 async def _approval_scope(request: web.Request) -> str | None:
-    """The scope the caller approves in (None: the whole platform): a platform admin any, an organisation's
-    administrator their own only, anyone else none (403)."""
+    """The scope the caller approves in (None: the platform): an admin any, an organisation's administrator its own."""
     me = principal(request)
     body = await read_body(request, ApproveProvider)
     if me.role == "admin":

@@ -139,8 +139,7 @@ class Attempts:
         await self.store.finish(claim)
 
     async def post(self, endpoint: WebhookEndpoint, delivery: WebhookDelivery) -> DeliveryAttempt:
-        """One signed POST, only to an allowed address (a literal one checked here, names by the session's
-        resolver); its outcome (`error` None only for a 2xx)."""
+        """One signed POST, only to an allowed address (names checked by the session's resolver); its outcome."""
         body = delivery.event.model_dump_json().encode()
         started = time.time()
         headers = signed_headers(endpoint.secret or "", delivery.id, int(started), body)

@@ -2,6 +2,7 @@
 by compare-and-set (moving it a lease ahead), so two never attempt it at once; one that dies leaves the claim to
 lapse. Lists use direct gets, leaving no consumer behind; ended deliveries are pruned after their retention."""
 
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import TypeVar
@@ -60,10 +61,8 @@ class WebhookStore:
             if recorded is None or recorded.status != "pending":
                 return
         due = Due(endpoint_id=delivery.endpoint_id, not_before=delivery.next_attempt_at or time.time())
-        try:
+        with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError):  # due already
             await self.kv.create(f"{DUE}.{delivery.id}", due.model_dump_json().encode())
-        except nats.js.errors.KeyWrongLastSequenceError:
-            pass  # due already
 
     async def get_delivery(self, endpoint_id: str, delivery_id: str) -> WebhookDelivery | None:
         return await self._get(self._delivery_key(endpoint_id, delivery_id), WebhookDelivery)
