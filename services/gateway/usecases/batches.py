@@ -116,7 +116,12 @@ async def create_from(d: Deps, caller: ApiKeyRecord, body: BatchCreateRequest,
     except _LiveTwin as twin:
         return Created(twin.batch, twin.batch.id)
     event = _created_event(caller, batch_id, body, file, terms, window_s, output_expires_after_s)
-    sequence = await _publish_created(d, event, terms)
+    try:
+        sequence = await d.bus.publish(event)
+    except BaseException:
+        if terms.billed_account is not None:  # the batch may not exist: its reservation must not hold credit for ever
+            await asyncio.shield(_release_quietly(d, terms.billed_account, batch_id))
+        raise
     if idempotency_key and await _created_parameters(d, batch_id) != asked:
         raise _idempotency_conflict(idempotency_key, batch_id)  # a concurrent request with this key won
     return Created(await _read_back(d, caller.owner, event, sequence))
@@ -227,15 +232,6 @@ def _created_event(caller: ApiKeyRecord, batch_id: str, body: BatchCreateRequest
         allow_partial=body.allow_partial, hold=body.hold, allowed_models=None if user is None else user.allowed_models,
         owner_user_id=caller.user_id, organization_id=None if user is None else user.organization_id,
         default_model=terms.default_model, billing_account=terms.billed_account, placement=body.placement)
-
-
-async def _publish_created(d: Deps, event: BatchCreated, terms: _Terms) -> int:
-    try:
-        return await d.bus.publish(event)
-    except BaseException:
-        if terms.billed_account is not None:  # the batch may not exist: its reservation must not hold credit for ever
-            await asyncio.shield(_release_quietly(d, terms.billed_account, event.aggregate_id))
-        raise
 
 
 async def _release_quietly(d: Deps, account: str, batch_id: str) -> None:

@@ -10,7 +10,6 @@ from aiohttp import web
 from yarl import URL
 
 from contracts.api.organization import USER_ID_PATTERN
-from contracts.api.page import ListPage
 from contracts.api.webhook import (
     WEBHOOK_EVENT_TYPES,
     CreateWebhook,
@@ -118,9 +117,7 @@ async def create_webhook(request: web.Request) -> web.Response:
 
     async def held(_: frozenset[str]) -> Holdings:
         existing = await store.list_endpoints()
-        return Holdings({e.id: 1 for e in existing if e.scope == body.scope
-                         and (e.owner == caller.owner if body.scope == "user" else e.organization_id == organization)},
-                        frozenset(e.id for e in existing))
+        return Holdings({e.id: 1 for e in existing if webhooks_holder(e) == holder}, frozenset(e.id for e in existing))
 
     limit = deps(request).settings.max_webhooks_per_owner
     admission = deps(request).admission
@@ -139,8 +136,7 @@ async def list_webhooks(request: web.Request) -> web.Response:
     caller = principal(request)
     visible = [endpoint.model_copy(update={"secret": None}) for endpoint in await _store(request).list_endpoints()
                if await _manages(request, caller, endpoint)]
-    return answer(ListPage[WebhookEndpoint](data=visible, first_id=visible[0].id if visible else None,
-                                            last_id=visible[-1].id if visible else None))
+    return answer(page_after(visible, [endpoint.id for endpoint in visible], None, len(visible)))
 
 
 async def retrieve_webhook(request: web.Request) -> web.Response:

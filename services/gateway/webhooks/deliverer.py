@@ -180,13 +180,10 @@ async def webhook_deliverer(app: web.Application) -> AsyncIterator[None]:
     policy = AddressPolicy(parse_networks(settings.webhook_allowed_cidrs))
     # Every attempt's session: host names resolve only to allowed addresses, no proxy from the environment, no
     # redirect followed (each POST says so).
-    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(resolver=PolicyResolver(policy)), trust_env=False)
-    attempts = Attempts(settings, store, session, policy)
-    # Kept for ever (a retention of 0 days): the pruning loop never runs.
-    pruning = every(PRUNE_INTERVAL_S if settings.webhook_retention_days > 0 else 0, lambda: prune(settings, store),
-                    "erasing old webhook deliveries", at_once=True)
-    try:
-        async with running(attempts.run(), pruning):
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(resolver=PolicyResolver(policy)),
+                                     trust_env=False) as session:
+        # Kept for ever (a retention of 0 days): the pruning loop never runs.
+        pruning = every(PRUNE_INTERVAL_S if settings.webhook_retention_days > 0 else 0, lambda: prune(settings, store),
+                        "erasing old webhook deliveries", at_once=True)
+        async with running(Attempts(settings, store, session, policy).run(), pruning):
             yield
-    finally:
-        await session.close()
