@@ -38,11 +38,6 @@ def page_after(items: Sequence[Item], ids: Sequence[str], after: str | None, lim
         raise bad_request(f"after must be the id of an object in this list; {after[:128]!r} is not.", "invalid_after",
                           "after")
     start = ids.index(after) + 1 if after is not None else 0
-    chosen = list(items[start:start + limit])
     chosen_ids = list(ids[start:start + limit])
-    return ListPage[Item](
-        data=chosen,
-        first_id=chosen_ids[0] if chosen_ids else None,
-        last_id=chosen_ids[-1] if chosen_ids else None,
-        has_more=start + limit < len(items),
-    )
+    return ListPage[Item](data=list(items[start:start + limit]), first_id=chosen_ids[0] if chosen_ids else None,
+                          last_id=chosen_ids[-1] if chosen_ids else None, has_more=start + limit < len(items))

@@ -120,8 +120,7 @@ async def create_file(d: Deps, caller: ApiKeyRecord, new: NewFile) -> tuple[File
     else:
         d.admission.shown(new.file_id)
     file = record.file if record else FileObject(id=new.file_id, bytes=event.bytes, created_at=event.created_at,
-                                                 filename=new.filename, purpose="batch",
-                                                 expires_at=event.expires_at)
+                                                 filename=new.filename, purpose="batch", expires_at=event.expires_at)
     return file, None
 
 

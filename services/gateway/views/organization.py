@@ -173,10 +173,10 @@ async def revoked(request: web.Request, digest: str, key_id: str) -> web.Respons
     return answer(DeletedApiKey(id=key_id, cancelled_batches=cancelled))
 
 
-async def create_worker_key(request: web.Request) -> web.Response:
+async def create_worker_key(request: web.Request, provider_id: str | None = None) -> web.Response:
     body = await read_body(request, CreateWorkerKey)
     return await key_answer(request, *await usecases.create_key(accounts(request), "worker", body.name or "worker key",
-                                                                None))
+                                                                None, provider_id))
 
 
 list_keys = partial(_list, workers=False)

@@ -8,7 +8,7 @@ from functools import partial
 
 from aiohttp import web
 
-from contracts.api.organization import DEFAULT_ORGANIZATION_ID, CreateWorkerKey
+from contracts.api.organization import DEFAULT_ORGANIZATION_ID
 from contracts.api.page import ListPage
 from contracts.api.provider import ApproveProvider, ExecutorMemory, Provider, ProviderExecutor, RegisterProvider
 from contracts.events.executor import ExecutorAdvert
@@ -17,11 +17,10 @@ from contracts.readmodel import ApiKeyRecord, ExecutorRecord, ProviderRecord
 from services.gateway.context import deps
 from services.gateway.http.auth import principal
 from services.gateway.http.bodies import answer, read_body
-from services.gateway.usecases import accounts as usecases
 from services.gateway.usecases.files import is_valid_id
 from services.gateway.usecases.oversight import administered_organization, organization_of
 from services.gateway.usecases.refusals import ApiError, not_found
-from services.gateway.views.organization import key_answer, keys_page, revoked
+from services.gateway.views.organization import create_worker_key, keys_page, revoked
 
 
 def _owns(me: ApiKeyRecord, provider: ProviderRecord) -> bool:
@@ -31,8 +30,7 @@ def _owns(me: ApiKeyRecord, provider: ProviderRecord) -> bool:
 async def _provider_object(request: web.Request, record: ProviderRecord) -> Provider:
     owner = await deps(request).read_model.get_user(record.owner_user_id) if record.owner_user_id else None
     return Provider(id=record.provider_id, name=record.display_name, owner_user_id=record.owner_user_id,
-                    created_at=record.created_at,
-                    organization_id=organization_of(owner),
+                    created_at=record.created_at, organization_id=organization_of(owner),
                     status="approved" if record.approved_platform_wide else "unapproved",
                     approved_organizations=record.approved_organizations)
 
@@ -61,8 +59,8 @@ async def register_provider(request: web.Request) -> web.Response:
 
 async def list_providers(request: web.Request) -> web.Response:
     me = principal(request)
-    mine = [r for r in await deps(request).read_model.list_providers() if _owns(me, r)]
-    mine.sort(key=lambda r: (r.created_at, r.provider_id))
+    mine = sorted((r for r in await deps(request).read_model.list_providers() if _owns(me, r)),
+                  key=lambda r: (r.created_at, r.provider_id))
     return answer(ListPage[Provider](data=[await _provider_object(request, r) for r in mine]))
 
 
@@ -134,10 +132,7 @@ async def _worker_keys(request: web.Request, provider_id: str) -> list[tuple[str
 
 async def create_provider_worker_key(request: web.Request) -> web.Response:
     provider = await _provider(request, request.match_info["provider_id"])
-    body = await read_body(request, CreateWorkerKey)
-    raw, record = await usecases.create_key(usecases.accounts_of(deps(request)), "worker", body.name or "worker key",
-                                            None, provider.provider_id)
-    return await key_answer(request, raw, record)
+    return await create_worker_key(request, provider.provider_id)
 
 
 async def list_provider_worker_keys(request: web.Request) -> web.Response:
