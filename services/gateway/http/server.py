@@ -25,15 +25,13 @@ class OpenAIErrorRequestHandler(RequestHandler):
         ident = request_id(request)
         if status >= 500:
             self.log_exception("error handling request from %s (%s)", request.remote, ident, exc_info=exc)
+            text = f"The server had an error processing the request ({ident})."
         else:
             self.logger.info("refused an unparsable request from %s (%s): %s", request.remote, ident, message)
+            text = f"{HTTPStatus(status).phrase}: {(message or 'the request could not be parsed')[:MAX_MESSAGE_CHARS]}"
         if request.writer.output_size > 0:
             raise ConnectionError("Response is sent already, cannot send another response with the error message")
         error_type, code = HTTP_ERROR_TYPES.get(status, ("invalid_request_error", "bad_request"))
-        if status >= 500:
-            text = f"The server had an error processing the request ({ident})."
-        else:
-            text = f"{HTTPStatus(status).phrase}: {(message or 'the request could not be parsed')[:MAX_MESSAGE_CHARS]}"
         response = error_response(ApiError(status, text, error_type, code))
         response.headers[REQUEST_ID_HEADER] = ident
         response.force_close()
