@@ -4,7 +4,7 @@ create` follow (the catalogue check, the 409 for an id taken, the 404 for an org
 import secrets
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from contracts.api.organization import (
     DEFAULT_ORGANIZATION_ID,
@@ -24,9 +24,6 @@ from services.gateway.usecases.refusals import ApiError, bad_request, not_found
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.readmodel import ReadModel
 
-if TYPE_CHECKING:
-    from services.gateway.context import Deps
-
 DEFAULT_ORGANIZATION = Organization(id=DEFAULT_ORGANIZATION_ID, name="Default organization", created_at=0)
 
 
@@ -38,10 +35,6 @@ class Accounts:
     read_model: ReadModel
     catalogue: Catalogue
     read_your_writes_s: float
-
-
-def accounts_of(d: "Deps") -> Accounts:
-    return Accounts(d.bus, d.read_model, d.catalogue, d.settings.read_your_writes_s)
 
 
 class LastUse(Protocol):

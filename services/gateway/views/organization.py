@@ -41,7 +41,8 @@ USAGE_READS_AT_ONCE = 64
 
 
 def accounts(request: web.Request) -> Accounts:
-    return usecases.accounts_of(deps(request))
+    d = deps(request)
+    return Accounts(d.bus, d.read_model, d.catalogue, d.settings.read_your_writes_s)
 
 
 async def create_user(request: web.Request) -> web.Response:
