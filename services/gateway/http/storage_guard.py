@@ -78,8 +78,7 @@ async def storage_middleware(request: web.Request, handler: Handler) -> web.Stre
         refusal = refusal_for(error, watch.short() if watch is not None else None)
         if refusal is None:
             raise
-        log.warning("%s %s answered %d %s: %r", request.method, request.path, refusal.status, refusal.body.code,
-                    error)
+        log.warning("%s %s answered %d %s: %r", request.method, request.path, refusal.status, refusal.body.code, error)
         return render(refusal)
 
 

@@ -100,8 +100,7 @@ class _Terms:
     billed_account: str | None
 
 
-async def create_from(d: Deps, caller: ApiKeyRecord, body: BatchCreateRequest,
-                      idempotency_key: str | None) -> Created:
+async def create_from(d: Deps, caller: ApiKeyRecord, body: BatchCreateRequest, idempotency_key: str | None) -> Created:
     """Create the batch `body` asks for (the create route's, and a retry's)."""
     window_s = completion_window_seconds(body.completion_window, d.settings.min_completion_window_s)
     output_expires_after_s = body.output_expires_after.seconds if body.output_expires_after else None

@@ -55,8 +55,7 @@ async def members_index(read_model: ReadModel, admin: UserRecord) -> dict[str, l
                     strict=True))
 
 
-async def cancel_entry(read_model: ReadModel, caller: ApiKeyRecord,
-                       by: Standing) -> tuple[AdminCancelCode, str] | None:
+async def cancel_entry(read_model: ReadModel, caller: ApiKeyRecord, by: Standing) -> tuple[AdminCancelCode, str] | None:
     """The `errors.data` entry (code, message) a cancel by `caller` adds; None for the owner's own."""
     if by == "platform_admin":
         return "cancelled_by_platform_admin", "Cancelled by an administrator of the platform."

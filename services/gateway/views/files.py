@@ -40,8 +40,7 @@ def expires_after_seconds(anchor: str | None, seconds: str | None) -> int | None
     amount = ascii_int(seconds, 12)
     if anchor != "created_at" or amount is None or not MIN_EXPIRES_AFTER_S <= amount <= MAX_EXPIRES_AFTER_S:
         raise bad_request(f"expires_after must be {{'anchor': 'created_at', 'seconds': N}} with N between "
-                          f"{MIN_EXPIRES_AFTER_S} and {MAX_EXPIRES_AFTER_S}.", "invalid_expires_after",
-                          "expires_after")
+                          f"{MIN_EXPIRES_AFTER_S} and {MAX_EXPIRES_AFTER_S}.", "invalid_expires_after", "expires_after")
     return amount
 
 
