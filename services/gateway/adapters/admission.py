@@ -1,12 +1,7 @@
-"""Admission: an owner's limits (batches not ended, bytes stored, keys) decided atomically across every gateway on
-the broker. Per owner and limit, one entry in the limits bucket lists what gateways admitted that the read model may
-not show yet; a take reads that entry, then the read model, and writes the entry back by compare-and-set, so two
-gateways can never both take the last unit.
-
-An item stays in the entry until the read model knows it (then the read model counts it, or it ended) or, if it
-never appears (a gateway died between admitting and publishing), until `GRACE_S` has passed: a crash over-counts for
-a while, never under-counts.
-"""
+"""Admission: an owner's limits (batches not ended, bytes stored, keys) decided atomically across gateways. One entry
+per owner and limit in the limits bucket lists what was admitted that the read model may not show yet; a take reads it,
+then the read model, and writes it back by compare-and-set, so two gateways never both take the last unit. An item
+leaves the entry once the read model knows it, or after `GRACE_S` (a crash over-counts a while, never under-counts)."""
 
 import asyncio
 import logging
@@ -39,24 +34,22 @@ class Holdings:
 
 
 ADMISSION_WAIT_S = 10.0
-"""How long one read or write of an owner's entry may take before the request is refused (503): a loaded broker is
-slow, not gone."""
+"""How long one read or write of an owner's entry may take before a 503: a loaded broker is slow, not gone."""
 Read = Callable[[frozenset[str]], Awaitable[Holdings]]
-"""What the read model shows, given the items the entry lists (the read may look those up one by one)."""
+"""What the read model shows, given the items the entry lists."""
 MAX_SHOWN = 100_000
-"""Items remembered as shown by the read model; past this the oldest are looked up again while an entry lists them."""
+"""Items remembered as shown by the read model (past this the oldest are looked up again)."""
 
 
 @dataclass
 class Admission:
-    """Takes and releases items against an owner's limits in the shared bucket; while the bucket cannot be reached
-    (or one owner's entry is changed by others every time) a take is refused with 503: never decided alone."""
+    """Takes and releases items against an owner's limits in the shared bucket; a take the bucket cannot decide
+    (unreachable, or the entry changed by others every time) is refused with 503, never decided alone."""
 
     store: SharedState
     grace_s: float = GRACE_S
     _shown: OrderedDict[str, None] = field(default_factory=OrderedDict, init=False)
-    """Items this gateway has read from the read model since admitting them: known for good (a record, once shown,
-    stays; what the read model counts, read after, counts it or its end), so a take need not look them up."""
+    """Items read back from the read model since admitted: known for good (a record shown stays), never looked up."""
 
     def shown(self, item: str) -> None:
         """The read model showed `item` (a create read its record back)."""
@@ -65,8 +58,7 @@ class Admission:
             self._shown.popitem(last=False)
 
     async def take(self, limit_name: str, owner: str, item: str, amount: int, limit: int, read: Read) -> int | None:
-        """Admit `item` (of `amount`) unless the owner would then hold more than `limit`: None when admitted (or
-        admitted already), else what the owner holds now."""
+        """Admit `item` (of `amount`) within `limit`: None when admitted (now or before), else what the owner holds."""
         key = key_of(f"admit.{limit_name}", owner)
         try:
             for attempt in range(MAX_TRIES):

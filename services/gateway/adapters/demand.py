@@ -1,8 +1,5 @@
-"""An upload's worst case, counted as its bytes stream by: what a billed batch on the file can cost at most.
-
-Lines are split across chunk boundaries and each parsed once (orjson); a line that is not a JSON object is left
-to the validator (it never runs, so it costs nothing). Nothing but the running sums and one partial line is kept.
-"""
+"""An upload's worst case (what a billed batch on it can cost at most), counted as its bytes stream by: each line parsed
+once, a line that is not a JSON object left to the validator; only the running sums and one partial line are kept."""
 
 from typing import Any
 
@@ -18,8 +15,7 @@ OUTPUT_LIMITS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 class DemandCounter:
     def __init__(self) -> None:
         self._partial: list[bytes] = []
-        """The unfinished line's pieces: joined once, when its newline comes (a line spread over many chunks is
-        neither copied nor searched again with each one)."""
+        """The unfinished line's pieces, joined once its newline comes (never copied nor searched again per chunk)."""
         self._lines = self._bytes = self._samples = self._output = self._open = 0
         self._model: str | None = None
 

@@ -1,11 +1,6 @@
-"""How far the read model holds the log, as the folding ledger says after each group (`LEDGER_FOLDED`), and the
-read-back of this gateway's own write that waits for it: one read once the write is folded, not a poll every few
-milliseconds until it is (the ledger, busy, folds in groups 50 ms apart).
-
-A notice is a hint, never the answer: the read model itself is what is read. Lost, late or forged, a notice costs
-only time. Until a first notice is heard (a ledger that sends none) a read-back polls as before; without a notice
-for `NOTICE_WAIT_S` it reads anyway; told but not shown (a forged or reset sequence, a lagging replica) it reads
-again, backing off."""
+"""How far the read model holds the log, as the ledger's notices say (`LEDGER_FOLDED`), and the read-back of this
+gateway's own write that waits for them instead of polling. A notice is only a hint: the read model is what is read;
+without notices a read-back polls, and told but not shown (forged, reset, lagging) it reads again, backing off."""
 
 import asyncio
 import heapq
@@ -28,8 +23,7 @@ LAST_POLL_S = 0.2
 """Reads without a notice to go by are this far apart at first, doubling up to `LAST_POLL_S`."""
 MOST_DIGITS = 20
 PRUNE_AT = 1024
-"""Waiters listed (finished ones included) past which the finished are dropped; the next pruning waits until the
-list has doubled again, so many read-backs waiting at once never cost a pass over the list each."""
+"""Waiters listed past which the finished are dropped (then again only once the list doubled: no pass per waiter)."""
 FOLDS = "fold_notices"
 """The `FoldNotices` in the broker's context."""
 NOTICES = RawAnswer(LEDGER_FOLDED, queue="", traced=False)
@@ -40,8 +34,7 @@ Record = TypeVar("Record")
 @dataclass
 class FoldNotices:
     through: int = 0
-    """The EVENTS sequence the last notice said the read model holds every fact through (the latest wins: a stream
-    made anew starts again from 1)."""
+    """The EVENTS sequence the read model holds every fact through, as the last notice said (a new stream restarts)."""
     heard: bool = False
     _waiting: list[tuple[int, int, asyncio.Future[None]]] = field(default_factory=list)
     """(sequence, tie, waiter): a heap, so a notice wakes only the read-backs it answers."""
@@ -79,9 +72,8 @@ class FoldNotices:
 
     async def read_back(self, fetch: Callable[[], Awaitable[Record | None]], sequence: int, within_s: float,
                         ready: Callable[[Record], bool] = lambda _: True) -> Record | None:
-        """What `fetch` reads once the fact at `sequence` (this gateway's own write) is folded and the record is
-        `ready` (shows the write); if the read model does not show it within `within_s` (the ledger is behind or
-        down), what it showed last (None: nothing)."""
+        """What `fetch` reads once this gateway's own write at `sequence` is folded and the record `ready`; past
+        `within_s` (the ledger behind or down), what it showed last (None: nothing)."""
         deadline = time.monotonic() + within_s
         pause = FIRST_POLL_S
         while True:

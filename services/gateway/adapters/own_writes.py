@@ -1,9 +1,5 @@
-"""Read-your-writes for lists: the creates and deletes this gateway answered before the read model showed them.
-
-A create answers once the ledger folded it, or after `read_your_writes_s` with what it published. A list that the
-same owner asks for next must still show that batch or file (and not show a file it deleted), so the list first
-waits for the ledger to fold those writes, and only then reads the owner's index.
-"""
+"""Read-your-writes for lists: the creates and deletes this gateway answered before the read model showed them, which
+the owner's next list waits for the ledger to fold before it reads the owner's index."""
 
 import time
 from dataclasses import dataclass, field
@@ -13,8 +9,7 @@ from services.runtime.nats.readmodel import ReadModel
 
 Write = Literal["batch", "file", "file_deleted"]
 KEEP_S = 600.0
-"""A write the ledger has not shown after this long is no longer waited for (the ledger is down: lists say so by
-being slow once, not forever)."""
+"""A write not shown after this long is no longer waited for (a ledger down slows lists once, not forever)."""
 MAX_PER_OWNER = 1000
 
 

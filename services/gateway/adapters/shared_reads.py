@@ -1,14 +1,7 @@
-"""One read for every request that needs the same thing at once: the list pages of one owner that arrive together
-share a scan of the owner's index and its decoded records, instead of each decoding every record of the owner (a
-burst of 50 held 50 copies of them: the gateway's memory grew with the owner's files times the requests in flight,
-and its allocator kept each new peak). Uploads read no index: the owner's stored bytes and files by digest.
-
-A request is answered only by a read that begins after it asked, so it sees everything acknowledged before it
-asked. While a read of a key runs, the requests that arrive meanwhile wait for the next read of that key, which
-all of them share; so at most two reads of one key exist at once (one running, one waiting to start). Nothing is
-kept once a read's requests have their answer: this is not a cache, and its maps are empty whenever no request is
-in flight.
-"""
+"""One read for every request that needs the same thing at once (an owner's index and its decoded records), so a burst
+of list pages holds one copy, not one per request. A request is answered only by a read that began after it asked
+(it sees everything acknowledged before); requests arriving mid-read share the next one, so at most two reads of a
+key exist at once. Not a cache: nothing is kept once a read's requests have their answer."""
 
 import asyncio
 from collections.abc import Awaitable, Callable, Hashable
@@ -28,8 +21,7 @@ class SharedReads:
     """Every read running or waiting to begin, whatever its key."""
 
     async def read(self, key: Hashable, read: Callable[[], Awaitable[Result]]) -> Result:
-        """`read()`'s answer, from a read of `key` that begins after this call (shared with the other callers that
-        join it before it begins). The callers of one key must mean the same read by it."""
+        """`read()`'s answer from a read of `key` begun after this call, shared by the callers of one key."""
         task = self.waiting.get(key)
         if task is None:
             task = asyncio.get_running_loop().create_task(self._after(key, self.latest.get(key), read))

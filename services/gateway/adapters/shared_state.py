@@ -1,15 +1,7 @@
-"""Counts every gateway on one broker shares (control-call buckets, failed authentications): one short list of
-numbers per key in a KV bucket, changed by compare-and-set, each write expiring on its own (per-message TTL), so
-the bucket only ever holds live windows.
-
-Each write of raw bytes (admission's entries) is remembered while it is surely live (`last_written`): a caller may
-start a compare-and-set from it, which then proves no one wrote since (admission.py: an owner's next create through
-this gateway costs one write). The counts' writes are not: a count is changed from a fresh read, never from memory,
-so a burst of them evicts nothing admission remembers.
-
-Nothing here waits long: each read or write has `TIMEOUT_S`, and once the bucket failed to answer, callers are told
-at once (`SharedStateUnavailable`) for `RETRY_AFTER_S` before it is tried again. Callers then use their own counts.
-"""
+"""Counts every gateway on one broker shares (control-call buckets, failed authentications): a short list of numbers
+per key in a KV bucket, changed by compare-and-set, each write expiring on its own (per-message TTL). Raw writes
+(admission's) are remembered while surely live, so a compare-and-set may start from memory; counts never are. Each
+call has `TIMEOUT_S`; after a failure callers get `SharedStateUnavailable` at once for `RETRY_AFTER_S`."""
 
 import asyncio
 import hashlib
@@ -32,8 +24,7 @@ from services.runtime.nats.kv import Bucket
 log = logging.getLogger(__name__)
 
 TIMEOUT_S = 2.0
-"""The longest one read or write may take before this gateway answers from its own counts (a busy broker can take
-a second; a gone one costs one request this long per `RETRY_AFTER_S`)."""
+"""The longest one read or write may take (a busy broker can take a second) before own counts answer."""
 RETRY_AFTER_S = 5.0
 """How long after a failure the bucket is left alone (a request pays no timeout meanwhile)."""
 MAX_TRIES = 64
@@ -61,8 +52,8 @@ class SharedStateUnavailable(Exception):
 
 
 def key_of(kind: str, name: str, *settings: object) -> str:
-    """A KV key for any name (an address may hold ':' or '%', which keys may not), apart for each `settings` (a
-    limit and its window): gateways configured alike share a count, others (a test's, mid-rollout) keep apart."""
+    """A KV key for any name (an address may hold ':' or '%'), apart for each `settings` (a limit and its window):
+    gateways configured alike share a count, others (mid-rollout) keep apart."""
     return f"{kind}.{hashlib.sha256(repr((name, *settings)).encode()).hexdigest()[:40]}"
 
 
@@ -79,21 +70,20 @@ class SharedState:
     retry_after_s: float = RETRY_AFTER_S
     _down_until: float = 0.0
     _written: OrderedDict[str, tuple[bytes, int, float]] = field(default_factory=OrderedDict, init=False)
-    """Per key, this gateway's last raw write: its bytes, its revision, and until when (monotonic) it is surely
-    live."""
+    """Per key, this gateway's last raw write: bytes, revision, and until when (monotonic) it is surely live."""
 
     async def read(self, key: str) -> Numbers | None:
-        return (await self._get(key))[0]
+        raw, _ = await self.get_raw(key)
+        return orjson.loads(raw) if raw else None
 
     async def put(self, key: str, value: Sequence[float], ttl_s: float) -> None:
         await self._publish(key, value, ttl_s, None)
 
     async def change(self, key: str, step: Step[R], ttl_s: float) -> R:
-        """Apply `step` to the key's current value and write the result unless another writer came first; then
-        again from theirs. Every writer's change counts once."""
+        """Apply `step` to the key's value by compare-and-set, retried on a race: every writer's change counts once."""
         for attempt in range(MAX_TRIES):
-            current, revision = await self._get(key)
-            value, answer = step(current)
+            raw, revision = await self.get_raw(key)
+            value, answer = step(orjson.loads(raw) if raw else None)
             if value is None:
                 return answer
             try:
@@ -108,14 +98,8 @@ class SharedState:
         if error.first:
             log.warning("shared limits unavailable (%s); %s uses this gateway's own counts for now", error, what)
 
-    async def _get(self, key: str) -> tuple[Numbers | None, int]:
-        raw, revision = await self.get_raw(key)
-        value: Numbers | None = orjson.loads(raw) if raw else None
-        return value, revision
-
     def last_written(self, key: str) -> tuple[bytes, int] | None:
-        """This gateway's last raw write of the key and its revision, while surely live: the key's value then unless
-        another writer came since (which a compare-and-set naming this revision finds out)."""
+        """This gateway's last raw write of the key and its revision, while surely live."""
         written = self._written.get(key)
         if written is None or time.monotonic() >= written[2]:
             return None
@@ -137,8 +121,7 @@ class SharedState:
         return entry.value or None, entry.revision or 0
 
     async def put_raw(self, key: str, data: bytes, ttl_s: float, revision: int | None) -> None:
-        """Write `data`, remembered while surely live (`last_written`); with a `revision`, only while that is still
-        the key's last (else `KeyWrongLastSequenceError`, and nothing is written)."""
+        """Write `data` (with a `revision`, only while it is still the key's last), remembered while surely live."""
         self._written.pop(key, None)
         sequence = await self._write(key, data, ttl_s, revision)
         self._written[key] = (data, sequence, time.monotonic() + ttl_s - EXPIRY_MARGIN_S)

@@ -1,8 +1,5 @@
-"""Streaming an upload into the object store: no whole-file buffering, SHA-256 and size on the way.
-
-Bytes go from the request to S3 part by part on the store's own threads; a client that stops sending and a store
-that stops answering each end the upload with a clean error, and nothing of a refused upload is kept.
-"""
+"""Streaming an upload into the object store part by part (no whole-file buffering), SHA-256 and size on the way; a
+stalled client or store ends it with a clean error, and nothing of a refused upload is kept."""
 
 import asyncio
 import hashlib
@@ -51,14 +48,6 @@ class Tally:
                             demand=self.demand.finish())
 
 
-def check_jsonl_start(head: bytes) -> None:
-    """Fail fast on files that are plainly not JSONL, before the validator ever sees them."""
-    stripped = head.lstrip(b"\xef\xbb\xbf \t\r\n")
-    if stripped and not stripped.startswith(b"{"):
-        raise bad_request("The file is not JSONL: each line must be one JSON object starting with '{'.",
-                          "invalid_file_format", "file")
-
-
 def store_unavailable(error: BaseException) -> ApiError:
     return ApiError(503, f"The object store is unavailable ({type(error).__name__}); nothing was stored. Try again "
                     "shortly.", "server_error", "object_store_unavailable", retry_after_s=5)
@@ -66,8 +55,7 @@ def store_unavailable(error: BaseException) -> ApiError:
 
 async def stream_part_to_store(part: BodyPartReader, store: ObjectStore, key: str, max_bytes: int,
                                pace: BodyPace, store_s: float) -> StoredUpload:
-    """Copy the file part into the store under `key`. `pace`: how long the client's next bytes may take;
-    `store_s`: longest wait for the store to take one part."""
+    """Copy the file part into the store under `key`, the client paced, the store given `store_s` for each part."""
     writer = store.writer(key, "application/jsonl")
     tally = Tally()
     head = b""
@@ -77,9 +65,11 @@ async def stream_part_to_store(part: BodyPartReader, store: ObjectStore, key: st
             if tally.size > max_bytes:
                 raise ApiError(413, f"The file is larger than the {max_bytes} byte limit.",
                                code="file_too_large", param="file")
-            if len(head) < SNIFF_BYTES:
+            if len(head) < SNIFF_BYTES:  # fail fast on a file plainly not JSONL, before the validator sees it
                 head += chunk[: SNIFF_BYTES - len(head)]
-                check_jsonl_start(head)
+                if (stripped := head.lstrip(b"\xef\xbb\xbf \t\r\n")) and not stripped.startswith(b"{"):
+                    raise bad_request("The file is not JSONL: each line must be one JSON object starting with '{'.",
+                                      "invalid_file_format", "file")
             await _to_store(writer.write(chunk), store_s)
         await _to_store(writer.finish(), store_s)
     except BaseException:

@@ -1,12 +1,6 @@
-"""The batch census behind the fleet-wide gauges: batches per status, kept up to date as the ledger writes batch
-records (one watch on the read model's batch keys), so refreshing the gauges reads only open work.
-
-The watch first delivers every batch's latest record (the census is counted once, when the gateway starts or the
-watch resumes, and every hour), then each record as the ledger writes it: a batch is counted under its new status
-and no longer under its old. Only unfinished batches' records are kept; ended ones are counts (plus a bounded memory
-of the latest ended ids, so a rewrite of an ended record is not counted twice). A count is made on the side and
-replaces the last one once complete.
-"""
+"""The batch census behind the fleet-wide gauges: batches per status, kept by one watch on the read model's batch
+records, so a refresh reads only open work. Ended batches are counts (plus a bounded memory of ended ids, so a rewrite
+is not counted twice); each (re)count, at start, after a broken watch and hourly, replaces the last once complete."""
 
 import asyncio
 import contextlib
@@ -76,9 +70,8 @@ class BatchCensus(Counts):
         self.open, self.ended, self.recently_ended = counts.open, counts.ended, counts.recently_ended
 
     async def follow(self, kv: KeyValue) -> None:
-        """Keep the census as the read model changes. A (re)count is made on the side and replaces the counts once
-        complete, so the gauges never show a half count; the watch starts over every `RECOUNT_S` (a record
-        rewritten long after its batch ended is then counted once again, not twice) and after a broken watch."""
+        """Keep the census as the read model changes, counting again on the side every `RECOUNT_S` (a record
+        rewritten long after its batch ended then counts once, not twice) and after a broken watch."""
         prefix = read_model_key("batch", "")
         while True:
             try:

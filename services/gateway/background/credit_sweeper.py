@@ -1,10 +1,6 @@
-"""Credit run out mid-batch: every few seconds, each billed batch of an account whose balance is below zero is told
-to stop, its lines not yet run ending `insufficient_credits` in its error file (InferNode's behaviour).
-
-A reservation holds each batch's worst case, so a balance goes below zero only when an operator takes credit back
-(a negative grant) or usage outran its bound; what already ran stays delivered and charged. Gateways racing on one
-batch publish the same fact id, which the stream deduplicates.
-"""
+"""Credit run out mid-batch: every few seconds, each billed batch of an account below zero is told to stop, its lines
+not yet run ending `insufficient_credits` (a negative grant, or usage past its bound; what ran stays charged).
+Gateways racing on one batch publish the same fact id, which the stream deduplicates."""
 
 import logging
 from collections.abc import AsyncIterator

@@ -1,10 +1,6 @@
-"""The fleet-wide gauges (batches per status, the queue, held and running batches, consumer lag, live executors).
-
-Batches per status come from the batch census (`batch_census.py`), kept as the ledger writes batch records; a
-refresh, every `metrics_refresh_s`, walks only the unfinished batches the census holds (the queue's ages move with
-the clock), the executors' adverts and the consumers. A scrape of `/metrics` only renders what the last refresh set:
-it reads nothing from NATS. Neither grows with the batches that ended.
-"""
+"""The fleet-wide gauges (batches per status, queue, held and running batches, consumer lag, live executors), set
+every `metrics_refresh_s` from the batch census's open batches, the adverts and the consumers; a scrape of `/metrics`
+reads nothing from NATS, and neither grows with the batches that ended."""
 
 import asyncio
 import logging
@@ -38,8 +34,7 @@ async def refresh_gauges(d: Deps, census: BatchCensus) -> None:
 
 
 async def fleet_gauges(app: web.Application) -> AsyncIterator[None]:
-    """A cleanup context: follows the census, refreshes once it has counted, then every `metrics_refresh_s` (0:
-    never, and no census is kept)."""
+    """A cleanup context: the census, and the gauges refreshed every `metrics_refresh_s` (0: neither)."""
     d = app[DEPS]
     interval = d.settings.metrics_refresh_s
     census = app[BATCH_CENSUS] = BatchCensus()

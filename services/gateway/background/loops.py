@@ -13,8 +13,7 @@ log = logging.getLogger(__name__)
 
 
 async def every(interval_s: float, step: Callable[[], Awaitable[object]], what: str, *, at_once: bool = False) -> None:
-    """Run `step` every `interval_s` (the first after one interval; with `at_once`, at once) until cancelled; a step
-    that fails is logged as `what` and run again at the next turn. An interval of 0 (or less) runs it never."""
+    """Run `step` every `interval_s` (0: never; the first at once with `at_once`), logging one that fails as `what`."""
     if interval_s <= 0:
         return
     if not at_once:
@@ -29,9 +28,8 @@ async def every(interval_s: float, step: Callable[[], Awaitable[object]], what: 
 
 @contextlib.asynccontextmanager
 async def running(*loops: Coroutine[Any, Any, None]) -> AsyncIterator[None]:
-    """The loops run as tasks while the block runs; each is cancelled and joined when it ends. A loop that ends by
-    itself with an error (a watch whose broker call raised past its own handling) is logged when it does: never a
-    gateway that silently stopped sweeping or seeing revocations."""
+    """The loops run as tasks while the block runs, then are cancelled and joined. A loop that dies is logged at
+    once: never a gateway that silently stopped sweeping or seeing revocations."""
     tasks = [asyncio.create_task(loop, name=getattr(loop, "__qualname__", None)) for loop in loops]
     for task in tasks:
         task.add_done_callback(_log_failure)

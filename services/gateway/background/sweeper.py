@@ -1,12 +1,6 @@
-"""The expired-file sweeper: every gateway deletes files past their `expires_at`, idempotently.
-
-Expired files are already invisible to the API (views check `expires_at`); sweeping publishes the `file.deleted`
-fact and frees the bytes. Gateways racing on one file publish the same fact id, which the stream deduplicates.
-
-A sweep reads the file records a page at a time and looks at each for its expiry alone; only an expired one is
-decoded whole. So what a sweep holds is one page, not every file record ever stored (deleted ones stay in the read
-model): decoding them all each minute made the gateway's memory peak, which its allocator keeps, grow with them.
-"""
+"""The expired-file sweeper: every gateway deletes files past their `expires_at`, idempotently (racing gateways
+publish the same fact id). A sweep holds one page of file records at a time and decodes whole only expired ones:
+decoding every record ever stored each minute made the gateway's memory peak grow with them."""
 
 import logging
 import time
@@ -41,9 +35,7 @@ class _Sweepable(BaseModel):
 
 
 async def expired_files(d: Deps, now: float) -> AsyncIterator[FileRecord]:
-    """Every file record that is expired and not deleted, read page by page (in the bucket's order). A record
-    rewritten while the sweep runs moves to the bucket's end and is read there: none is missed, some may come twice
-    (a deletion is idempotent)."""
+    """Every expired file record not deleted, page by page (one rewritten meanwhile comes at the end: none missed)."""
     kv = d.read_model.kv
     after = 0
     while True:

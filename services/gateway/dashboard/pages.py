@@ -1,12 +1,11 @@
 """Server-rendered dashboard pages under `/dashboard`; every datum is fetched by the page's script from /v1."""
 
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from html import escape
 from importlib import resources
 
 from aiohttp import web
-from aiohttp.typedefs import Handler
 
 PREFIX = "/dashboard"
 
@@ -63,11 +62,8 @@ def render(page: Page, request: web.Request) -> str:
             f'<script src="{PREFIX}/static/{page.template}.js"></script></body></html>')
 
 
-def _view(page: Page) -> Handler:
-    async def view(request: web.Request) -> web.StreamResponse:
-        return web.Response(text=render(page, request), content_type="text/html",
-                            headers={"Cache-Control": "no-store"})
-    return view
+async def _view(page: Page, request: web.Request) -> web.StreamResponse:
+    return web.Response(text=render(page, request), content_type="text/html", headers={"Cache-Control": "no-store"})
 
 
 async def _redirect(request: web.Request) -> web.Response:
@@ -78,5 +74,5 @@ def add_dashboard(app: web.Application) -> None:
     """The pages and their static files; all public, since the key lives in the browser's session."""
     app.router.add_get(PREFIX, _redirect)
     for page in PAGES:
-        app.router.add_get(f"{PREFIX}{page.path or '/'}", _view(page))
+        app.router.add_get(f"{PREFIX}{page.path or '/'}", partial(_view, page))
     app.router.add_static(f"{PREFIX}/static", str(resources.files(__package__) / "static"))

@@ -25,8 +25,7 @@ def principal(request: web.Request) -> ApiKeyRecord:
 
 async def still_authorized(request: web.Request) -> bool:
     """Whether the key this request was admitted with has not been revoked since (from the log itself)."""
-    return not await deps(request).keys.revocations.revoked(request[REQUEST_KEY_DIGEST],
-                                                                principal(request).key_id)
+    return not await deps(request).keys.revocations.revoked(request[REQUEST_KEY_DIGEST], principal(request).key_id)
 
 
 def admin_only(handler: Handler, refusal: str) -> Handler:

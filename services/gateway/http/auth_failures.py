@@ -1,18 +1,10 @@
 """Brute force on keys: failed authentications per client address, refusing guesses without refusing right keys.
 
-A key made by `new_api_key` (`gk-`/`wk-` and 256 random bits) cannot be guessed online, so it is always looked up:
-one address's wrong keys never refuse another's right key. Past the address's budget its wrong ones get 429, not
-401, telling a client to slow down; that such a guesser still sees a right key succeed gives it nothing to search.
-
-Any other key (a chosen `SHESHNAG_ADMIN_KEY`; every guess at one) could be guessed, and while its address is over
-budget, answering its guesses would be that guesser's oracle. So then only a key whose identity (its first half)
-succeeded from this address before is looked up, and each identity gets just `IDENTITY_LIMIT` wrong tries a window;
-the rest get 429 unlooked. A weak key in use keeps working behind a proxy that guesses; what a guesser can learn
-is whether a first half is in use there, and then the second half at `IDENTITY_LIMIT` a window. A weak key first
-used from an address while it is over budget waits for the window to pass.
-
-The tables are shared by every gateway on the broker (`shared_state`, entries expiring with their windows); each
-gateway also keeps its own (bounded, LRU), which answer for it while the shared ones cannot be reached.
+A generated key (`new_api_key`: 256 random bits) cannot be guessed online, so it is always looked up; past its
+address's budget wrong ones get 429, not 401. Any other key (a chosen `SHESHNAG_ADMIN_KEY`) could be guessed, so while
+its address is over budget only an identity (its first half) that succeeded there before is looked up, with
+`IDENTITY_LIMIT` wrong tries a window: the answers are no guesser's oracle (a weak key new to that address waits).
+The tables are shared by every gateway (`shared_state`); each also keeps its own (bounded, LRU) as a fallback.
 """
 
 import asyncio
@@ -55,8 +47,7 @@ def identity(address: str, key: str) -> str:
 
 
 def recent(times: Sequence[float], now: float, window_s: float, limit: int) -> list[float]:
-    """The latest `limit` of `times` that are still within the window ending at `now`, oldest first. Gateways
-    that keep fewer, or another limit, read the same list alike."""
+    """The latest `limit` of `times` still within the window ending at `now`, oldest first."""
     kept = sorted(t for t in times if t > now - window_s)
     return kept[-limit:] if limit > 0 else []
 
@@ -94,9 +85,8 @@ def _touch(table: OrderedDict[str, V], key: str, value: V) -> None:
 
 @dataclass
 class FailedAuthentications:
-    """One gateway's own tables: a sliding window of failures per address (`limit` within `window_s`), one per
-    (address, identity) of guessable keys, and the identities that succeeded at each address. Successes neither
-    count nor forgive. The shared tables' stand-in while those cannot be reached."""
+    """One gateway's own tables (the shared ones' stand-in): failures per address and per (address, identity) of
+    guessable keys, and identities that succeeded per address. Successes neither count nor forgive."""
 
     limit: int
     window_s: float
@@ -141,9 +131,8 @@ class FailedAuthentications:
 
 @dataclass
 class SharedFailedAuthentications:
-    """The same rules over tables every gateway on the broker shares (so a guesser's budget is one, whichever
-    gateway it reaches): a generated key costs no shared read, a guessable one one read, a failure one change.
-    Every event is also kept in this gateway's own tables, which answer while the shared ones cannot (logged)."""
+    """The same rules over tables every gateway shares (one budget per guesser, whichever gateway it reaches), each
+    event also kept in `local`, which answers while the shared ones cannot (logged)."""
 
     store: SharedState
     local: FailedAuthentications

@@ -1,9 +1,6 @@
-"""How fast a client must send an upload's body while it holds a slot: something within the idle timeout of each
-wait, and at least a minimum rate over each window of waiting, else 408 in OpenAI's shape and the slot is free.
-
-Only the time spent waiting for the client counts: while the object store takes a part, a fast client's bytes
-wait in the buffer and the clock stands still, so a slow store is never blamed on the client.
-"""
+"""How fast a client must send an upload's body while it holds a slot: something within the idle timeout, and at least
+a minimum rate over each window, else 408 and the slot is free. Only time waiting for the client counts: while the
+object store takes a part the clock stands still, so a slow store is never blamed on the client."""
 
 import asyncio
 from collections.abc import Awaitable, Callable
@@ -22,8 +19,7 @@ def client_stalled(idle_s: float) -> ApiError:
 
 @dataclass
 class BodyPace:
-    """Reads of one request's body, each awaited through `read`. `received` says how many bytes of the body have
-    arrived so far (aiohttp's `request.content.total_bytes`)."""
+    """Reads of one request's body, each awaited through `read`; `received`: bytes of it arrived so far."""
 
     received: Callable[[], int]
     idle_s: float

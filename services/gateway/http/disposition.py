@@ -12,8 +12,7 @@ FALLBACK_NAME = "download"
 
 
 def content_disposition(filename: str) -> str:
-    """`attachment; filename="…"` (every unsafe character an underscore), plus `filename*=UTF-8''…` when that
-    fallback is not the name itself."""
+    """`attachment; filename="…"` (unsafe characters as `_`), plus `filename*=UTF-8''…` when that is not the name."""
     fallback = UNSAFE_IN_QUOTES.sub("_", filename).strip() or FALLBACK_NAME
     header = f'attachment; filename="{fallback}"'
     if filename and fallback != filename:

@@ -62,8 +62,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
 
 
 def http_error_response(request: web.Request, http_error: web.HTTPException) -> web.Response:
-    """An error aiohttp raised (mostly its router's: no such route, or not with this method) in OpenAI's shape, a
-    405 with its `Allow` header."""
+    """An error aiohttp raised (mostly its router's) in OpenAI's shape, a 405 with its `Allow` header."""
     error_type, code = HTTP_ERROR_TYPES.get(http_error.status, ("invalid_request_error", "bad_request"))
     message = f"{http_error.reason}: {request.method} {request.path}"
     if isinstance(http_error, web.HTTPMethodNotAllowed):
@@ -79,9 +78,10 @@ def http_error_response(request: web.Request, http_error: web.HTTPException) -> 
 
 def unknown_route_message(request: web.Request) -> str:
     """What a request to a /v1 path no route has is told: what this deployment serves instead."""
-    served = _served_paths(request.app)
+    served = {path for resource in request.app.router.resources()  # by their first two segments: /v1/files, …
+              if (path := "/".join(resource.canonical.split("/")[:3])).startswith(API_PREFIX)}
     batch_api = [path for path in BATCH_API_PATHS if path in served]
-    others = sorted(set(served) - set(batch_api))
+    others = sorted(served - set(batch_api))
     serves = (f"This deployment serves the Batch API: {', '.join(batch_api)}"
               + (f", and beside it {', '.join(others)}" if others else "") + "; /openapi.json lists every route.")
     if request.path in SUPPORTED_ENDPOINTS:
@@ -89,12 +89,6 @@ def unknown_route_message(request: web.Request) -> str:
                 f"Upload a JSONL file of requests with \"url\": \"{request.path}\" to /v1/files (purpose \"batch\"), "
                 f"then create a batch with endpoint \"{request.path}\" on /v1/batches. {serves}")
     return f"There is no route {request.method} {request.path}. {serves}"
-
-
-def _served_paths(app: web.Application) -> list[str]:
-    """The /v1 resources the router serves, by their first two segments (/v1/files, /v1/batches, …)."""
-    paths = {"/".join(resource.canonical.split("/")[:3]) for resource in app.router.resources()}
-    return [path for path in paths if path.startswith(API_PREFIX)]
 
 
 def internal_error(request: web.Request) -> web.Response:

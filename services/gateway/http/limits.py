@@ -14,9 +14,8 @@ from services.gateway.usecases.refusals import ApiError
 
 
 def spend(bucket: Sequence[float] | None, now: float, rate_per_s: float, burst: int) -> tuple[list[float], float]:
-    """A token bucket `[tokens, updated]` (None: full) after one call at `now`, and 0 when the call may go, else
-    how long until a token is there (the bucket then is only refilled). A clock behind the last writer's adds
-    nothing, and never moves `updated` back."""
+    """A token bucket `[tokens, updated]` (None: full) after one call at `now`, and 0 when it may go, else how long
+    until a token is there. A clock behind the last writer's adds nothing, and never moves `updated` back."""
     tokens, updated = (bucket[0], bucket[1]) if bucket else (float(burst), now)
     tokens = min(float(burst), tokens + max(0.0, now - updated) * rate_per_s)
     updated = max(updated, now)
@@ -27,10 +26,8 @@ def spend(bucket: Sequence[float] | None, now: float, rate_per_s: float, burst: 
 
 @dataclass
 class ControlCallLimiter:
-    """Creates, cancels and deletes spend a token each; reads and batch lines never do. The buckets are shared by
-    every gateway on the broker (a read and a compare-and-set a call; a refused call writes nothing), each entry
-    expiring once it would be full again. This gateway's own `buckets` answer while the shared ones cannot be
-    reached (logged)."""
+    """Creates, cancels and deletes spend a token each (reads and lines never do) from buckets every gateway shares,
+    each expiring once it would be full again; this gateway's own `buckets` answer while those cannot be reached."""
 
     store: SharedState
     rate_per_s: float

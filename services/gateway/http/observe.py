@@ -1,11 +1,6 @@
-"""The gateway's tracing and metrics: a span and a count per request, and `/metrics` for Prometheus (admin keys
-only; the unauthenticated operator address is `SHESHNAG_METRICS_PORT`).
-
-A write (`POST /v1/batches`, a cancel, an upload) continues the caller's trace (`traceparent`): the batch's trace
-starts there and follows it through every service. A read (GET/HEAD: a batch, a list, an SSE stream, a file's
-content) is a trace of its own, linked to the caller's span: a client polling a batch every second from inside
-its trace does not bury the batch's spans under its polls.
-"""
+"""The gateway's tracing and metrics: a span and a count per request, and `/metrics` for Prometheus (admin keys). A
+write continues the caller's trace (`traceparent`), so a batch's trace starts there; a read is a trace of its own,
+linked to the caller's span, so a client polling from inside its trace does not bury the batch's spans."""
 
 import time
 
@@ -25,15 +20,8 @@ READS = frozenset({"GET", "HEAD", "OPTIONS"})
 """Methods whose requests never join the caller's trace as children (linked to it instead)."""
 
 
-def _route(request: web.Request) -> str:
-    """The route's pattern (`/v1/batches/{batch_id}`), never the raw path: labels stay few."""
-    resource = request.match_info.route.resource
-    return resource.canonical if resource is not None else "unmatched"
-
-
 def parent_and_links(request: web.Request) -> tuple[Context, list[Link]]:
-    """Where the request's span hangs: a write under the caller's span (`traceparent`); a read at the root of a
-    trace of its own, linked to the caller's span when there is one."""
+    """Where the request's span hangs: a write under the caller's span; a read in a trace of its own, linked."""
     caller = extract_context(request.headers)
     if request.method not in READS:
         return caller, []
@@ -43,9 +31,8 @@ def parent_and_links(request: web.Request) -> tuple[Context, list[Link]]:
 
 @web.middleware
 async def observe_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Starts the request's trace, or continues the caller's (`traceparent`) for a write; counts and times it by
-    route and status."""
-    route = _route(request)
+    resource = request.match_info.route.resource
+    route = resource.canonical if resource is not None else "unmatched"  # never the raw path: labels stay few
     started = time.perf_counter()
     status = 500
     batch_token = BATCH_ID.set(request.match_info.get("batch_id", ""))
@@ -67,6 +54,5 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
 
 
 async def metrics_view(request: web.Request) -> web.Response:
-    """Prometheus text format: this process's counters and the fleet-wide gauges as last refreshed
-    (`fleet_gauges.py`); no read of NATS, whatever the number of batches."""
+    """This process's counters and the fleet-wide gauges as last refreshed: no read of NATS."""
     return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -72,10 +72,6 @@ def route(method: str, path: str, handler: Handler, operation_id: str, summary: 
                  operation)
 
 
-def path_id(name: str) -> JsonObject:
-    return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-
-
 def query(name: str, schema: JsonObject) -> JsonObject:
     return {"name": name, "in": "query", "required": False, "schema": schema}
 
@@ -119,7 +115,8 @@ class _Schemas:
 
     def operation(self, route: Route) -> JsonObject:
         op = route.operation
-        params = [path_id(part[1:-1]) for part in route.path.split("/") if part.startswith("{")]
+        params = [{"name": part[1:-1], "in": "path", "required": True, "schema": {"type": "string"}}
+                  for part in route.path.split("/") if part.startswith("{")]
         described: JsonObject = {"operationId": op.operation_id, "summary": op.summary,
                                  "parameters": params + list(op.params), "responses": {"200": self.answer(op.ok)}}
         if op.unavailable is not None:

@@ -24,18 +24,20 @@ def parse_limit(request: web.Request, default: int = 20, maximum: int = MAX_LIMI
     return limit
 
 
+def limit_of(raw: str | None, default: int, maximum: int) -> int:
+    """An extension list's `?limit=`: `default` when absent, else 1 to `maximum`."""
+    limit = default if raw is None else ascii_int(raw, 9)
+    if limit is None or not 1 <= limit <= maximum:
+        raise bad_request(f"limit must be an integer from 1 to {maximum}.", "invalid_limit", "limit")
+    return limit
+
+
 def page_after(items: Sequence[Item], ids: Sequence[str], after: str | None, limit: int) -> ListPage[Item]:
-    """`items` already in list order; `ids[i]` is the id of `items[i]`. An `after` that is not one of `ids` is a
-    400, never a silent restart at the first page."""
+    """`items` in list order, `ids` theirs; an `after` not in `ids` is a 400, never a silent restart."""
     if after is not None and after not in ids:
         raise bad_request(f"after must be the id of an object in this list; {after[:128]!r} is not.", "invalid_after",
                           "after")
     start = ids.index(after) + 1 if after is not None else 0
-    chosen = list(items[start:start + limit])
     chosen_ids = list(ids[start:start + limit])
-    return ListPage[Item](
-        data=chosen,
-        first_id=chosen_ids[0] if chosen_ids else None,
-        last_id=chosen_ids[-1] if chosen_ids else None,
-        has_more=start + limit < len(items),
-    )
+    return ListPage[Item](data=list(items[start:start + limit]), first_id=chosen_ids[0] if chosen_ids else None,
+                          last_id=chosen_ids[-1] if chosen_ids else None, has_more=start + limit < len(items))

@@ -58,8 +58,7 @@ class Readiness:
 
     async def object_store(self) -> Check:
         if self._s3_probe is None or self._s3_probe.done():
-            self._s3_probe = asyncio.get_running_loop().run_in_executor(self.pool, self.s3.bucket_exists,
-                                                                        self.bucket)
+            self._s3_probe = asyncio.get_running_loop().run_in_executor(self.pool, self.s3.bucket_exists, self.bucket)
         try:
             exists = await asyncio.wait_for(asyncio.shield(self._s3_probe), PROBE_TIMEOUT_S)
         except TimeoutError:

@@ -1,12 +1,6 @@
-"""Refusal pacing: a client that gets many refusals (401, 403, 429) in a short while gets its next ones answered
-late, so a client looping on refused requests (a scanner, a scraper without a key) spends its own time waiting
-instead of the gateway's event loop answering it thousands of times a second, and other tenants' requests keep
-their latency. Answers that succeed, and other errors, are never delayed.
-
-Who is paced: an authenticated caller by its owner (tenants behind one proxy address do not share a budget), an
-unauthenticated one by its address (an IPv6 address by its /64, which one host holds whole). Per gateway process,
-in memory (a load guard, not a limit: nothing to share): two numbers per client, at most `MAX_CLIENTS` clients.
-"""
+"""Refusal pacing: a client past a budget of refusals (401, 403, 429) gets its next ones answered late, so one looping
+on them waits instead of taking the event loop from other tenants. Paced by owner once authenticated, else by
+address (IPv6 by /64); per process, in memory, at most `MAX_CLIENTS` clients (a load guard, nothing to share)."""
 
 import asyncio
 import ipaddress

@@ -9,7 +9,6 @@ REQUEST_ID = web.RequestKey("request_id", str)
 
 
 def request_id(request: web.BaseRequest) -> str:
-    """The request's id, made on first use."""
     ident = request.get(REQUEST_ID)
     if ident is None:
         ident = request[REQUEST_ID] = f"req_{secrets.token_hex(16)}"

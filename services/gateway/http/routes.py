@@ -85,8 +85,7 @@ ROUTES = [
     route("GET", "/readyz", readyz, "readyz", "Readiness: the broker and the object store answer", READY,
           access="public", unavailable="Not ready: the broker or the object store does not answer"),
     route("GET", "/metrics", metrics_view, "metrics", "Prometheus metrics (admin keys; the fleet-wide gauges as "
-          "last refreshed)", METRICS, access="admin",
-          refusal="Only an admin key may read the metrics."),
+          "last refreshed)", METRICS, access="admin", refusal="Only an admin key may read the metrics."),
     route("GET", "/asyncapi.json", asyncapi.asyncapi_json, "asyncapi", "The event catalogue: every fact, its schema, "
           "who emits and consumes it", Answer("AsyncAPI 3.0", "application/json", {"type": "object"}), access="public"),
     route("GET", "/v1/models", models.list_models, "listModels", "The catalogue", ListPage[Model]),

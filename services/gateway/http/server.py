@@ -1,9 +1,6 @@
-"""Serving the gateway app: aiohttp's own answers to requests it cannot parse (request line, header or URL too
-long, bad bytes) are OpenAI-shaped JSON with a request id, like every other error, instead of plain text.
-
-aiohttp 3.14 builds those in `RequestHandler.handle_error`, before any middleware runs; the protocol is made by
-`Server.__call__`, and `AppRunner._make_server` makes the server, so those are the hooks we override.
-"""
+"""Serving the gateway app: aiohttp's own answers to requests it cannot parse are OpenAI-shaped JSON with a request id.
+aiohttp 3.14 builds them in `RequestHandler.handle_error` before any middleware runs; the protocol comes from
+`Server.__call__`, made by `AppRunner._make_server`: those are the hooks overridden."""
 
 import asyncio
 import ssl
@@ -28,15 +25,13 @@ class OpenAIErrorRequestHandler(RequestHandler):
         ident = request_id(request)
         if status >= 500:
             self.log_exception("error handling request from %s (%s)", request.remote, ident, exc_info=exc)
+            text = f"The server had an error processing the request ({ident})."
         else:
             self.logger.info("refused an unparsable request from %s (%s): %s", request.remote, ident, message)
+            text = f"{HTTPStatus(status).phrase}: {(message or 'the request could not be parsed')[:MAX_MESSAGE_CHARS]}"
         if request.writer.output_size > 0:
             raise ConnectionError("Response is sent already, cannot send another response with the error message")
         error_type, code = HTTP_ERROR_TYPES.get(status, ("invalid_request_error", "bad_request"))
-        if status >= 500:
-            text = f"The server had an error processing the request ({ident})."
-        else:
-            text = f"{HTTPStatus(status).phrase}: {(message or 'the request could not be parsed')[:MAX_MESSAGE_CHARS]}"
         response = error_response(ApiError(status, text, error_type, code))
         response.headers[REQUEST_ID_HEADER] = ident
         response.force_close()
@@ -59,8 +54,7 @@ class GatewayRunner(web.AppRunner):
 
 async def serve(app: web.Application, host: str, port: int, stop: asyncio.Event,
                 ssl_context: ssl.SSLContext | None = None, **runner_args: Any) -> None:
-    """Serve `app` on host:port (HTTPS with `ssl_context`) until `stop` is set, then shut it down cleanly (its
-    cleanup contexts run)."""
+    """Serve `app` on host:port (HTTPS with `ssl_context`) until `stop` is set, then clean it up."""
     runner = GatewayRunner(app, **runner_args)
     await runner.setup()
     try:

@@ -1,9 +1,6 @@
-"""The gateway's half of running out of space: new uploads and batches are refused (507 `insufficient_storage`)
-while a watched volume is under its reserve, and a write the broker or object store could not take is answered
-507/503 with the reason, at once, instead of a 500 (services/runtime/storage/volumes.py and
-write_failures.py).
-Reads, downloads and cancels are never refused early: they free space or need none.
-"""
+"""Running out of space: uploads and batches are refused (507 `insufficient_storage`) while a watched volume is under
+its reserve, and a write the broker or store could not take is answered 507/503 at once, not 500. Reads, downloads
+and cancels are never refused early: they free space or need none."""
 
 import contextlib
 import logging
@@ -43,8 +40,7 @@ def broker_unavailable(error: BaseException) -> ApiError:
 
 
 def refusal_for(error: BaseException, short: VolumeSpace | None) -> ApiError | None:
-    """The answer to a request that failed with `error` while `short` (if any) is under its reserve; None when the
-    failure is not the broker's or the object store's (a real 500)."""
+    """The answer to a write that failed with `error` while `short` is under its reserve; None: a real 500."""
     fault = write_fault(error)
     if fault is None:
         return None
@@ -68,14 +64,12 @@ def render(refusal: ApiError) -> web.Response:
 @web.middleware
 async def storage_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     watch = request.app.get(STORAGE_WATCH)
-    short = watch.short() if watch is not None else None
-    if short is not None and is_guarded(request):
+    if watch is not None and (short := watch.short()) is not None and is_guarded(request):
         return render(insufficient_storage(short))
     try:
         return await handler(request)
     except ApiError as error:
-        short = watch.short() if watch is not None else None
-        if error.body.code == "object_store_unavailable" and short is not None:
+        if error.body.code == "object_store_unavailable" and watch is not None and (short := watch.short()):
             return render(insufficient_storage(short))
         raise
     except web.HTTPException:
@@ -84,8 +78,7 @@ async def storage_middleware(request: web.Request, handler: Handler) -> web.Stre
         refusal = refusal_for(error, watch.short() if watch is not None else None)
         if refusal is None:
             raise
-        log.warning("%s %s answered %d %s: %r", request.method, request.path, refusal.status, refusal.body.code,
-                    error)
+        log.warning("%s %s answered %d %s: %r", request.method, request.path, refusal.status, refusal.body.code, error)
         return render(refusal)
 
 

@@ -1,10 +1,6 @@
-"""Transfer slots per gateway, shared fairly: a pool of uploads (or downloads) at once, at most a few of them one
-owner's, the waiting ones served owner by owner in turn; and a cap on the uploads one client address has in flight,
-counted before its key is even looked at.
-
-In memory, per gateway process: a slot is a share of this process's streams to the object store, nothing to share
-across gateways. Every count comes back on every path (an answer, an error, a client gone, a cancelled handler).
-"""
+"""Transfer slots per gateway process (in memory), shared fairly: uploads (or downloads) at once, a few per owner,
+waiters served owner by owner; and a cap on one address's uploads in flight, counted before its key is looked at.
+Every count comes back on every path (an answer, an error, a client gone, a cancelled handler)."""
 
 import asyncio
 import contextlib
@@ -25,10 +21,8 @@ def server_busy() -> ApiError:
 
 @dataclass
 class FairSlots:
-    """At most `slots` transfers at once, at most `per_owner` of them one owner's. A transfer that cannot have a
-    slot waits in its owner's line (first come, first served within it) up to `wait_s`, then gets 503; a freed slot
-    goes to the next owner in turn whose own slots are under `per_owner`, so one owner's waiting transfers, however
-    many, never go before another's."""
+    """At most `slots` transfers at once, `per_owner` of them one owner's; one without a slot waits in its owner's
+    line up to `wait_s` (then 503), freed slots going to owners in turn: none waits behind another's line."""
 
     slots: int
     per_owner: int
@@ -109,8 +103,7 @@ class FairSlots:
 
 @dataclass
 class UploadsInFlight:
-    """At most `per_address` uploads of one client address in flight at once (0: no cap), counted from before
-    authentication: keys or no keys, one address cannot open uploads without bound. Past it, 429."""
+    """At most `per_address` uploads of one address in flight (0: no cap), counted before authentication; then 429."""
 
     per_address: int
     counts: dict[str, int] = field(default_factory=dict)

@@ -4,7 +4,7 @@ create` follow (the catalogue check, the 409 for an id taken, the 404 for an org
 import secrets
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from contracts.api.organization import (
     DEFAULT_ORGANIZATION_ID,
@@ -24,26 +24,17 @@ from services.gateway.usecases.refusals import ApiError, bad_request, not_found
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.readmodel import ReadModel
 
-if TYPE_CHECKING:
-    from services.gateway.context import Deps
-
 DEFAULT_ORGANIZATION = Organization(id=DEFAULT_ORGANIZATION_ID, name="Default organization", created_at=0)
 
 
 @dataclass(frozen=True)
 class Accounts:
-    """What the account use cases need: the log they publish to, the read model they check and read their writes
-    back from (for up to `read_your_writes_s`), and the catalogue users are limited to."""
+    """What the account use cases need: the log, the read model (writes read back within a while), the catalogue."""
 
     bus: EventBus
     read_model: ReadModel
     catalogue: Catalogue
     read_your_writes_s: float
-
-
-def accounts_of(d: "Deps") -> Accounts:
-    """The gateway's: what its views pass the account use cases."""
-    return Accounts(d.bus, d.read_model, d.catalogue, d.settings.read_your_writes_s)
 
 
 class LastUse(Protocol):
@@ -117,8 +108,7 @@ async def create_organization(accounts: Accounts, body: CreateOrganization) -> O
 
 async def create_key(accounts: Accounts, role: KeyRole, label: str, user_id: str | None = None,
                      provider_id: str | None = None, key_id: str | None = None) -> tuple[str, ApiKeyRecord]:
-    """A new key (`key_id`, else a new id) and its record; the raw value is returned here only (the log keeps its
-    SHA-256)."""
+    """A new key (`key_id`, else a new id) and its record; the raw value is here only (the log keeps its SHA-256)."""
     raw = new_api_key(worker=role == "worker")
     digest, key_id = hash_api_key(raw), key_id or new_key_id()
     await accounts.bus.publish(KeyCreated(aggregate_id=key_id, key_id=key_id, key_sha256=digest, role=role,

@@ -44,8 +44,7 @@ def scanned(records: list[BatchRecord]) -> Listing:
 
 async def batch_page(listing: Listing, after: str | None, limit: int,
                      keep: Callable[[Batch], bool] | None = None) -> ListPage[Batch]:
-    """OpenAI's list page of the batches `keep` keeps (all: None), newest first (then by id): the `limit` after
-    `after` (an id in this list, else a 400), and whether more follow."""
+    """OpenAI's list page of the batches `keep` keeps (None: all), newest first, the `limit` after `after`."""
     entries = sorted(listing.entries, key=lambda entry: (entry.created_at, entry.id), reverse=True)
     ids = [entry.id for entry in entries]
     at = 0 if after is None else ids.index(after) if after in ids else len(entries)

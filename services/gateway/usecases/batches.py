@@ -11,6 +11,7 @@ from contracts.api.batch import Batch
 from contracts.api.batch_request import BatchCreateRequest
 from contracts.billing import ModelPrice
 from contracts.catalogue import CatalogueModel
+from contracts.events.account import CreditsReleased
 from contracts.events.batch import BatchCancelRequested, BatchCreated, BatchReleased
 from contracts.events.file import FileUsed
 from contracts.ids import derived_id, new_batch_id
@@ -33,8 +34,7 @@ MAX_WINDOW_S = 168 * 3600
 ACTIVE_BATCHES = "active_batches"
 
 CreateParameters = tuple[str, str, str, dict[str, str] | None, bool, bool, int | None, str]
-"""Everything a create asks for: file, endpoint, window, metadata, allow_partial, hold, output_expires_after,
-placement."""
+"""File, endpoint, window, metadata, allow_partial, hold, output_expires_after, placement."""
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,7 @@ async def owned_batch(d: Deps, caller: ApiKeyRecord, batch_id: str) -> BatchReco
 
 async def overseen_batch(d: Deps, caller: ApiKeyRecord, batch_id: str,
                          overseers: bool = True) -> tuple[BatchRecord, Standing]:
-    """The batch, if the caller owns it or (with `overseers`) administers its owner: the platform's admin, or an
-    administrator of the owner's organisation. Anyone else is told it does not exist."""
+    """The batch, if the caller owns it or (with `overseers`) administers its owner; anyone else gets 404."""
     record = await d.read_model.get_batch(batch_id) if is_valid_id(batch_id) else None
     if record is None and d.own_writes.awaits(caller.owner, "batch", batch_id):  # created here a moment ago
         await d.own_writes.settle(d.read_model, caller.owner, ("batch",), d.settings.own_writes_wait_s)
@@ -68,8 +67,7 @@ async def overseen_batch(d: Deps, caller: ApiKeyRecord, batch_id: str,
 
 
 def completion_window_seconds(window: object, min_window_s: int) -> int:
-    """`24h` (OpenAI's) up to `168h`: how long the batch may take before it expires. `m` and `s` units exist for
-    deployments that lower the minimum (tests of expiry)."""
+    """`24h` (OpenAI's) up to `168h`; `m` and `s` units are for deployments that lower the minimum (expiry tests)."""
     units = {"h": 3600, "m": 60, "s": 1}
     amount = ascii_int(window[:-1], 9) if isinstance(window, str) and window[-1:] in units else None
     seconds = amount * units[str(window)[-1]] if amount is not None else 0
@@ -79,21 +77,13 @@ def completion_window_seconds(window: object, min_window_s: int) -> int:
     return seconds
 
 
-def parameters_of(created: BatchCreated) -> CreateParameters:
-    return (created.input_file_id, created.terms.endpoint, created.completion_window, created.metadata,
-            created.allow_partial, created.hold, created.terms.output_expires_after_s, created.placement)
-
-
-def asked_parameters(body: BatchCreateRequest) -> CreateParameters:
-    output_expires_after_s = body.output_expires_after.seconds if body.output_expires_after else None
-    return (body.input_file_id, body.endpoint, body.completion_window, body.metadata, body.allow_partial,
-            body.hold, output_expires_after_s, body.placement)
-
-
 async def _created_parameters(d: Deps, batch_id: str) -> CreateParameters | None:
     """What the batch was created with, read from its own `created` fact (the read model does not keep it all)."""
     found = await last_fact(d.bus, batch_fact(batch_id, "created"))
-    return parameters_of(found[1]) if found is not None and isinstance(found[1], BatchCreated) else None
+    if found is None or not isinstance(created := found[1], BatchCreated):
+        return None
+    return (created.input_file_id, created.terms.endpoint, created.completion_window, created.metadata,
+            created.allow_partial, created.hold, created.terms.output_expires_after_s, created.placement)
 
 
 def _idempotency_conflict(key: str, batch_id: str) -> ApiError:
@@ -103,20 +93,19 @@ def _idempotency_conflict(key: str, batch_id: str) -> ApiError:
 
 @dataclass(frozen=True)
 class _Terms:
-    """What an admitted create settled before publishing: the caller's user, the batch's default model, and the
-    account its reservation was taken from (None: not billed)."""
+    """What an admitted create settled: the caller's user, the default model, the account billed (None: not)."""
 
     user: UserRecord | None
     default_model: str | None
     billed_account: str | None
 
 
-async def create_from(d: Deps, caller: ApiKeyRecord, body: BatchCreateRequest,
-                      idempotency_key: str | None) -> Created:
-    """Create the batch `body` asks for (the create route's, and a retry's): idempotent by key, deduplicated
-    against a live twin, billed when the deployment bills."""
+async def create_from(d: Deps, caller: ApiKeyRecord, body: BatchCreateRequest, idempotency_key: str | None) -> Created:
+    """Create the batch `body` asks for (the create route's, and a retry's)."""
     window_s = completion_window_seconds(body.completion_window, d.settings.min_completion_window_s)
-    asked = asked_parameters(body)
+    output_expires_after_s = body.output_expires_after.seconds if body.output_expires_after else None
+    asked: CreateParameters = (body.input_file_id, body.endpoint, body.completion_window, body.metadata,
+                               body.allow_partial, body.hold, output_expires_after_s, body.placement)
     batch_id = derived_id("batch_", caller.owner, idempotency_key) if idempotency_key else new_batch_id()
     if idempotency_key and (earlier := await _earlier(d, batch_id, idempotency_key, asked)) is not None:
         return Created(earlier, batch_id)
@@ -125,8 +114,13 @@ async def create_from(d: Deps, caller: ApiKeyRecord, body: BatchCreateRequest,
         terms = await _admitted(d, caller, batch_id, body, file, None if idempotency_key else asked)
     except _LiveTwin as twin:
         return Created(twin.batch, twin.batch.id)
-    event = _created_event(caller, batch_id, body, file, terms, window_s)
-    sequence = await _publish_created(d, event, terms)
+    event = _created_event(caller, batch_id, body, file, terms, window_s, output_expires_after_s)
+    try:
+        sequence = await d.bus.publish(event)
+    except BaseException:
+        if terms.billed_account is not None:  # the batch may not exist: its reservation must not hold credit for ever
+            await asyncio.shield(_release_quietly(d, terms.billed_account, batch_id))
+        raise
     if idempotency_key and await _created_parameters(d, batch_id) != asked:
         raise _idempotency_conflict(idempotency_key, batch_id)  # a concurrent request with this key won
     return Created(await _read_back(d, caller.owner, event, sequence))
@@ -160,8 +154,7 @@ class _LiveTwin(Exception):
 
 
 async def _live_twin(d: Deps, owner: str, asked: CreateParameters, live: dict[str, str]) -> Batch | None:
-    """The owner's live batch (of their live list `live`) created with the very same parameters, if any: any
-    parameter that differs makes a create a batch of its own."""
+    """The owner's live batch (of `live`) created with the very same parameters, if any."""
     for record in await d.read_model.owner_live_batches(owner, asked[0], live):  # those reading the same file alone
         twin = record.batch
         if (twin.input_file_id, twin.endpoint, twin.completion_window) == asked[:3] \
@@ -172,15 +165,17 @@ async def _live_twin(d: Deps, owner: str, asked: CreateParameters, live: dict[st
 
 async def _admitted(d: Deps, caller: ApiKeyRecord, batch_id: str, body: BatchCreateRequest, file: FileRecord,
                     twin_of: CreateParameters | None) -> _Terms:
-    """Take one of the owner's active-batch places (unless a live twin of `twin_of` is found: `_LiveTwin`), claim
-    the file and reserve the worst case when billed; a refusal on the way frees the place again (nothing was
-    published)."""
+    """Take an active-batch place, claim the file, reserve the worst case when billed; a refusal frees the place."""
     await _admit(d, caller.owner, batch_id, twin_of)
     try:
         user = await d.keys.user_of(caller)
         default_model = (body.metadata or {}).get("model") or file.model
         billing = _billing_plan(d, file, default_model, body.endpoint, body.metadata) if d.settings.billing else None
-        await _claim_file(d, body.input_file_id, batch_id)
+        try:  # unless the file was deleted meanwhile
+            await d.bus.publish(FileUsed(aggregate_id=body.input_file_id, batch_id=batch_id),
+                                fence=Fence(file_fact(body.input_file_id, "deleted"), 0))
+        except FenceMoved:
+            raise not_found("file", body.input_file_id) from None
         account = organization_of(user)
         if billing is not None:
             model, price, amount = billing
@@ -193,8 +188,8 @@ async def _admitted(d: Deps, caller: ApiKeyRecord, batch_id: str, body: BatchCre
 
 
 async def _admit(d: Deps, owner: str, batch_id: str, twin_of: CreateParameters | None) -> None:
-    """Take one of the owner's active-batch places for `batch_id` (atomically across gateways), else 429; a live
-    twin of the create `twin_of` found in the owner's live list on the way is raised (`_LiveTwin`), nothing taken."""
+    """Take one of the owner's active-batch places (atomically across gateways), else 429; a live twin of the
+    create `twin_of` found on the way is raised (`_LiveTwin`), nothing taken."""
 
     async def held(listed: frozenset[str]) -> Holdings:  # the owner's live list, not their whole history
         # The records first, then the list: an admitted batch the read model shows is on the list read after
@@ -214,8 +209,7 @@ async def _admit(d: Deps, owner: str, batch_id: str, twin_of: CreateParameters |
 
 def _billing_plan(d: Deps, file: FileRecord, default_model: str | None, endpoint: str,
                   metadata: dict[str, str] | None) -> tuple[CatalogueModel, ModelPrice, int] | None:
-    """The model, price and worst case a billed create reserves; None when the upload names no model the catalogue
-    knows (validation then fails the batch, and nothing runs)."""
+    """The model, price and worst case a billed create reserves; None: no model known (validation fails it)."""
     model = billing_usecase.batch_model(d.catalogue, file, default_model)
     if model is None:
         return None
@@ -225,52 +219,32 @@ def _billing_plan(d: Deps, file: FileRecord, default_model: str | None, endpoint
     return model, price, worst
 
 
-async def _claim_file(d: Deps, file_id: str, batch_id: str) -> None:
-    """Record that a batch is being created on the file, unless the file was deleted meanwhile (then 404)."""
-    try:
-        await d.bus.publish(FileUsed(aggregate_id=file_id, batch_id=batch_id),
-                            fence=Fence(file_fact(file_id, "deleted"), 0))
-    except FenceMoved:
-        raise not_found("file", file_id) from None
-
-
 def _created_event(caller: ApiKeyRecord, batch_id: str, body: BatchCreateRequest, file: FileRecord, terms: _Terms,
-                   window_s: int) -> BatchCreated:
+                   window_s: int, output_expires_after_s: int | None) -> BatchCreated:
     now = int(time.time())
     user = terms.user
     return BatchCreated(
         aggregate_id=batch_id, terms=BatchTerms(
             owner_key_id=caller.key_id, endpoint=body.endpoint, input_object_key=file.object_key, created_at=now,
-            expires_at=now + window_s,
-            output_expires_after_s=body.output_expires_after.seconds if body.output_expires_after else None),
+            expires_at=now + window_s, output_expires_after_s=output_expires_after_s),
         input_file_id=body.input_file_id, completion_window=body.completion_window, metadata=body.metadata,
         allow_partial=body.allow_partial, hold=body.hold, allowed_models=None if user is None else user.allowed_models,
         owner_user_id=caller.user_id, organization_id=None if user is None else user.organization_id,
         default_model=terms.default_model, billing_account=terms.billed_account, placement=body.placement)
 
 
-async def _publish_created(d: Deps, event: BatchCreated, terms: _Terms) -> int:
-    """Its stream sequence."""
-    try:
-        return await d.bus.publish(event)
-    except BaseException:
-        if terms.billed_account is not None:  # the batch may not exist: its reservation must not hold credit for ever
-            await asyncio.shield(_release_quietly(d, terms.billed_account, event.aggregate_id))
-        raise
-
-
 async def _release_quietly(d: Deps, account: str, batch_id: str) -> None:
     if await d.read_model.get_batch(batch_id) is not None:
         return  # it was created after all: its end settles the reservation
     try:
-        await billing_usecase.release(d.bus, account, batch_id, "the batch's creation failed")
+        await d.bus.publish(CreditsReleased(aggregate_id=account, batch_id=batch_id,
+                                            reason="the batch's creation failed"))
     except Exception:  # the broker is unreachable: the reservation stays until an operator releases it
         log.exception("could not release the reservation of batch %s", batch_id)
 
 
 async def _read_back(d: Deps, owner: str, event: BatchCreated, sequence: int) -> Batch:
-    """The batch as the read model shows it once folded; if that takes too long, as the create made it (and the
-    owner's next list waits for it)."""
+    """The batch as the read model shows it once folded, else as the create made it (the owner's next list waits)."""
     batch_id = event.aggregate_id
     record = await d.folds.read_back(lambda: d.read_model.get_batch(batch_id), sequence, d.settings.read_your_writes_s)
     if record is not None:
@@ -288,17 +262,14 @@ def _not_cancellable(batch_id: str, status: str) -> ApiError:
 
 
 async def cancel(d: Deps, caller: ApiKeyRecord, record: BatchRecord, by: Standing) -> Batch:
-    """Cancel: the answer to an accepted cancel is always `cancelling` (or later) with `cancelling_at` set; a batch
-    past the point of no return (finalizing, or ended) is 400 `batch_not_cancellable`.
-
-    The batch's log decides, not this read: the cancel is written only while no `finalizing` fact is in it (a
-    fence checked with the write), and every finalizer reads the log back after its own `finalizing` fact, so a
-    cancel that got in ends the batch `cancelled` (`BatchLog.outcome`)."""
+    """An accepted cancel answers `cancelling` (or later) with `cancelling_at` set; past finalizing, 400. The log
+    decides, not this read: the cancel is fenced on no `finalizing` fact, and every finalizer reads the log back after
+    its own, so a cancel that got in ends the batch `cancelled` (`BatchLog.outcome`)."""
     batch = record.batch
-    if batch.status not in CANCELLABLE and batch.status != "cancelling":
-        raise _not_cancellable(batch.id, batch.status)
     if batch.status == "cancelling":
         return batch
+    if batch.status not in CANCELLABLE:
+        raise _not_cancellable(batch.id, batch.status)
     entry = await cancel_entry(d.read_model, caller, by)
     asked = BatchCancelRequested(aggregate_id=batch.id, requested_by_key_id=caller.key_id,
                                  by_admin=entry[0] if entry else None, by_admin_message=entry[1] if entry else None)
@@ -323,7 +294,6 @@ def _cancel_folded(record: BatchRecord) -> bool:
 
 
 async def release(d: Deps, caller: ApiKeyRecord, record: BatchRecord) -> Batch:
-    """Run a batch created with `hold` once it is validated."""
     batch = record.batch
     if not batch.held:
         raise bad_request(f"Batch {batch.id} is not held; only a batch created with hold=true waits for release.",

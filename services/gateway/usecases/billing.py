@@ -1,10 +1,6 @@
-"""Billing at the gateway: a batch's worst-case price, its reservation (fenced so two creates never spend the same
-credit), the balance and a quote. The ledger keeps the accounts; this only reads them and states facts.
-
-A reservation is published on the condition that the account's last credit fact is still the one the read model
-showed (JetStream checks it atomically with the write); when another came first, the ledger's view of it is
-awaited and the check made again.
-"""
+"""Billing at the gateway: a batch's worst-case price, its reservation, the balance and a quote; the ledger keeps the
+accounts. A reservation is fenced on the account's last credit fact the read model showed (JetStream checks it with
+the write), so two creates never spend the same credit; when another came first, the check is made again."""
 
 import asyncio
 import time
@@ -15,7 +11,7 @@ from decimal import Decimal
 from contracts.api.billing import BalanceMovement, BillingBalance, QueueEstimate, QuotePrice
 from contracts.billing import FileDemand, ModelPrice, micros_to_usd, parse_usd, worst_case_micros
 from contracts.catalogue import Catalogue, CatalogueModel
-from contracts.events.account import CreditsGranted, CreditsReleased, CreditsReserved
+from contracts.events.account import CreditsGranted, CreditsReserved
 from contracts.lifecycle import TERMINAL
 from contracts.readmodel import AccountRecord, FileRecord
 from contracts.subjects import account_facts
@@ -35,8 +31,7 @@ def pricing_unavailable(message: str) -> ApiError:
 
 
 def batch_model(catalogue: Catalogue, file: FileRecord, default_model: str | None) -> CatalogueModel | None:
-    """The model a batch on `file` runs on, as far as the upload tells: the model named for lines without one,
-    else the first one a line names. None when none is known (validation will say why)."""
+    """The model a batch on `file` runs on: the one named for lines without one, else the first a line names."""
     demand = file.demand
     named = default_model or (demand.model if demand is not None else None)
     return catalogue.resolve(named) if named else None
@@ -122,10 +117,6 @@ def _folded_past(sequence: int) -> Callable[[AccountRecord], bool]:
     return lambda record: record.credit_sequence >= sequence
 
 
-async def release(bus: EventBus, account_id: str, batch_id: str, reason: str) -> None:
-    await bus.publish(CreditsReleased(aggregate_id=account_id, batch_id=batch_id, reason=reason))
-
-
 async def grant(bus: EventBus, read_model: ReadModel, account_id: str, amount_micros: int, note: str,
                 granted_by: str, grant_id: str | None = None, wait_s: float = 5.0) -> CreditsGranted:
     """State the grant, and wait (at most `wait_s`) until the ledger shows it."""
@@ -159,8 +150,8 @@ def quote_price(model: CatalogueModel, price: ModelPrice, demand: FileDemand, en
 
 
 async def queue_estimate(read_model: ReadModel, model_id: str, lines: int, now: float | None = None) -> QueueEstimate:
-    """Lines of the model still to run, the fleet's rate for it over the last hour, and when `lines` more would
-    be done at that rate (the fair queue shares the fleet, so a newcomer's wait is at most this)."""
+    """Lines of the model still to run, the fleet's rate for it over the last hour, and when `lines` more would be
+    done at that rate (a newcomer's wait at most, the fair queue sharing the fleet)."""
     now = time.time() if now is None else now
     ahead = done = 0
     first_start: float | None = None

@@ -31,8 +31,7 @@ ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,128}")
 UPLOADABLE_PURPOSES = ("batch",)
 STORED_BYTES = "stored_bytes"
 CLAIM_GRACE_S = 300
-"""A `used` fact whose batch never appeared in the read model (its create died in between) stops holding the
-file this long after it was published."""
+"""How long a `used` fact whose batch never appeared (its create died) holds the file."""
 
 
 def is_valid_id(ident: str) -> bool:
@@ -57,15 +56,14 @@ async def owned_file(d: Deps, caller: ApiKeyRecord, file_id: str) -> FileRecord:
 
 
 async def owner_files(d: Deps, owner: str) -> list[FileRecord]:
-    """The owner's files that still exist (not deleted, not expired), from the owner's index alone, read once for all
-    the requests in flight that ask for it together (shared_reads.py): the records are shared, so never changed."""
+    """The owner's files that still exist, from one index read shared by the requests in flight (never changed)."""
     now = time.time()
     indexed = await d.shared_reads.read(("files", owner), lambda: d.read_model.owner_files(owner))
     return [r for r in indexed if not r.deleted and not is_expired(r, now)]
 
 
 async def same_bytes(d: Deps, owner: str, sha256: str) -> list[FileRecord]:
-    """The owner's files with these bytes that still exist (not deleted, not expired), found by their digest."""
+    """The owner's files with these bytes that still exist, found by their digest."""
     file_ids = await d.read_model.owner_file_ids_by_sha256(owner, sha256)
     records = await asyncio.gather(*(d.read_model.get_file(file_id) for file_id in file_ids))
     now = time.time()
@@ -83,8 +81,8 @@ async def discard_object(d: Deps, object_key: str) -> None:
 def uploadable(purpose: str | None) -> str:
     """The purpose an upload names, if files of it may be uploaded; else 400."""
     if purpose not in UPLOADABLE_PURPOSES:
-        allowed = ", ".join(UPLOADABLE_PURPOSES)
-        raise bad_request(f"purpose must be one of: {allowed} (got {purpose!r}).", "invalid_purpose", "purpose")
+        raise bad_request(f"purpose must be one of: {', '.join(UPLOADABLE_PURPOSES)} (got {purpose!r}).",
+                          "invalid_purpose", "purpose")
     return purpose
 
 
@@ -104,8 +102,7 @@ class NewFile:
 
 
 async def create_file(d: Deps, caller: ApiKeyRecord, new: NewFile) -> tuple[FileObject, str | None]:
-    """State the stored upload as the caller's file: the file, and the id of the earlier file it is the same as (a
-    retry: same bytes, name, purpose, expiry and model), if any. A refused upload's object is removed."""
+    """State the stored upload as the caller's file: the file, and the earlier file's id when it is the same."""
     owner = caller.owner
     ttl_s = new.expires_after_s or d.settings.batch_file_ttl_s
     # Anything that differs from an earlier upload is a file object of its own, even with the same bytes.
@@ -123,15 +120,12 @@ async def create_file(d: Deps, caller: ApiKeyRecord, new: NewFile) -> tuple[File
     else:
         d.admission.shown(new.file_id)
     file = record.file if record else FileObject(id=new.file_id, bytes=event.bytes, created_at=event.created_at,
-                                                 filename=new.filename, purpose="batch",
-                                                 expires_at=event.expires_at)
+                                                 filename=new.filename, purpose="batch", expires_at=event.expires_at)
     return file, None
 
 
 async def state_file(d: Deps, caller: ApiKeyRecord, new: NewFile, ttl_s: int) -> tuple[FileStored, int]:
-    """State the stored object as the caller's file for `ttl_s`, once its bytes are taken from the owner's storage
-    quota (atomically across gateways; else 400 `storage_quota_exceeded`, and the object is removed). One then not
-    published counts until the admission's grace ends."""
+    """State the stored object as the caller's file for `ttl_s`, its bytes taken from the owner's quota (else 400)."""
     owner, file_id = caller.owner, new.file_id
 
     async def held(listed: frozenset[str]) -> Holdings:  # the owner's stored bytes, not every file of theirs
@@ -158,8 +152,7 @@ async def state_file(d: Deps, caller: ApiKeyRecord, new: NewFile, ttl_s: int) ->
 
 
 async def last_claim(d: Deps, file_id: str) -> tuple[int, str | None]:
-    """The sequence of the file's last `used` fact (0: none), and its batch if that may still be live: a create
-    that the read model has not folded yet counts as live."""
+    """The sequence of the file's last `used` fact (0: none), and its batch if that may still be live."""
     found = await last_fact(d.bus, file_fact(file_id, "used"))
     if found is None:
         return 0, None
@@ -173,22 +166,9 @@ async def last_claim(d: Deps, file_id: str) -> tuple[int, str | None]:
     return sequence, None if record.batch.status in TERMINAL else used.batch_id
 
 
-async def delete_stored_file(d: Deps, record: FileRecord, fence: Fence | None = None) -> None:
-    """Publish the deletion (deduplicated by its fact id, so a repeat is harmless), then free the bytes.
-    With a `fence`, only while it holds (else `FenceMoved`, and nothing is deleted)."""
-    file_id = record.file.id
-    sequence = await d.bus.publish(FileDeletedEvent(aggregate_id=file_id, owner_key_id=record.owner_key_id),
-                                   fence=fence)
-    folded = await d.folds.read_back(lambda: d.read_model.get_file(file_id), sequence, d.settings.read_your_writes_s,
-                                     lambda r: r.deleted)
-    if folded is None or not folded.deleted:
-        d.own_writes.note(record.owner, "file_deleted", file_id)  # the owner's next list waits for it
-    await d.store.remove(record.object_key)
-
-
 async def delete_unless_in_use(d: Deps, record: FileRecord) -> str | None:
-    """Delete the file unless a batch that has not ended reads it: then that batch's id, and nothing is deleted.
-    A create racing this delete wins or loses whole: the deletion is fenced on the file's last `used` fact."""
+    """Delete the file (a repeat is harmless: deduplicated fact id) unless a batch that has not ended reads it: then
+    that batch's id. A racing create wins or loses whole: the deletion is fenced on the file's last `used` fact."""
     file_id = record.file.id
     claimed_at, claimed_by = await last_claim(d, file_id)
     if claimed_by is not None:
@@ -196,9 +176,15 @@ async def delete_unless_in_use(d: Deps, record: FileRecord) -> str | None:
     if using := await d.read_model.owner_live_batches(record.owner, file_id):  # those reading the file alone
         return using[0].batch.id
     try:
-        await delete_stored_file(d, record, Fence(file_fact(file_id, "used"), claimed_at))
+        sequence = await d.bus.publish(FileDeletedEvent(aggregate_id=file_id, owner_key_id=record.owner_key_id),
+                                       fence=Fence(file_fact(file_id, "used"), claimed_at))
     except FenceMoved:
         return (await last_claim(d, file_id))[1] or "being created"
+    folded = await d.folds.read_back(lambda: d.read_model.get_file(file_id), sequence, d.settings.read_your_writes_s,
+                                     lambda r: r.deleted)
+    if folded is None or not folded.deleted:
+        d.own_writes.note(record.owner, "file_deleted", file_id)  # the owner's next list waits for it
+    await d.store.remove(record.object_key)
     return None
 
 

@@ -1,7 +1,5 @@
-"""Who besides its owner may see and cancel a batch (InferNode's administrators): an admin key, the platform's
-operator, any batch; a user who is an `admin` of an organisation, the batches of that organisation's members. What
-such a cancel adds to the batch's `errors.data` (`cancelled_by_org_admin` naming the person, or
-`cancelled_by_platform_admin`) is worked out here too; an owner's own cancel adds nothing."""
+"""Who besides its owner may see and cancel a batch: an admin key any; an organisation's `admin` user its members'.
+Also what such a cancel adds to `errors.data` (`cancelled_by_org_admin`, `cancelled_by_platform_admin`)."""
 
 import asyncio
 from typing import Literal
@@ -17,8 +15,7 @@ Standing = Literal["owner", "org_admin", "platform_admin"]
 
 
 def organization_of(user: UserRecord | None) -> str:
-    """The user's organisation; a key without a user (or a user in none) is the default's. It is also the account
-    a user's batches are billed to."""
+    """The user's organisation (also their billing account); no user, or none, is the default's."""
     return (user.organization_id if user is not None else None) or DEFAULT_ORGANIZATION_ID
 
 
@@ -58,8 +55,7 @@ async def members_index(read_model: ReadModel, admin: UserRecord) -> dict[str, l
                     strict=True))
 
 
-async def cancel_entry(read_model: ReadModel, caller: ApiKeyRecord,
-                       by: Standing) -> tuple[AdminCancelCode, str] | None:
+async def cancel_entry(read_model: ReadModel, caller: ApiKeyRecord, by: Standing) -> tuple[AdminCancelCode, str] | None:
     """The `errors.data` entry (code, message) a cancel by `caller` adds; None for the owner's own."""
     if by == "platform_admin":
         return "cancelled_by_platform_admin", "Cancelled by an administrator of the platform."

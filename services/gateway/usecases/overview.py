@@ -1,9 +1,6 @@
-"""One look at the whole system from NATS: fleet, queue, held batches, running batches, each owner's share and
-consumer lag. A validated batch created with `hold: true` waits for its owner's release, not for the fleet: it is
-held, never queued (nor counted in the queue's depth or oldest age).
-
-Used by the gateway's fleet-wide gauges (refreshed on a timer, never by a scrape) and by `sheshnag status`.
-"""
+"""One look at the whole system from NATS: fleet, queue, held and running batches, each owner's share, consumer lag
+(a batch held with `hold: true` waits for its owner, never counted as queued). Used by the fleet-wide gauges and by
+`sheshnag status`."""
 
 import time
 from dataclasses import asdict, dataclass, field
@@ -75,8 +72,7 @@ class Overview:
     consumers: list[ConsumerLag] = field(default_factory=list)
     stream_last_seq: int = 0
     volumes: list[VolumeSpace] = field(default_factory=list)
-    """Free space of each watched volume (broker, object store) against its reserve, with its level
-    (services/runtime/storage/volumes.py)."""
+    """Free space of each watched volume against its reserve, with its level."""
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -116,16 +112,14 @@ def tally(view: Overview, record: BatchRecord, now: float) -> None:
         view.running.append(running_view(record, now))
 
 
-async def gather(bus: EventBus, read_model: ReadModel, fleet: Fleet, owners: bool = True) -> Overview:
-    """The whole look: every batch record is read (and every user, for `owners`); never per scrape (see
-    `services/gateway/background/fleet_gauges.py`)."""
+async def gather(bus: EventBus, read_model: ReadModel, fleet: Fleet) -> Overview:
+    """The whole look: every batch record and every user is read, so never per scrape."""
     now = time.time()
     view = Overview(at=now)
     view.executors = [executor_view(advert, now) for advert in await fleet.adverts()]
     records = await read_model.list_batches()
-    if owners:
-        organizations = {user.user_id: user.organization_id for user in await read_model.list_users()}
-        view.owners = owner_shares(records, organizations, now)
+    organizations = {user.user_id: user.organization_id for user in await read_model.list_users()}
+    view.owners = owner_shares(records, organizations, now)
     for record in records:
         tally(view, record, now)
     view.consumers = await consumer_lags(bus)

@@ -5,7 +5,6 @@ request bodies parsed by their contract models into it; a number a client writes
 from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
-from pydantic_core import ErrorDetails
 
 from contracts.api.error import ErrorBody, ErrorType
 from contracts.api.field_errors import GIVEN_CHARS, REFUSED, Refusal
@@ -63,30 +62,21 @@ def refusal_of(model: type[BaseModel], error: ValidationError) -> ApiError:
             return _missing(model, str(field))
     if first.get("ctx", {}).get(REFUSED):
         return bad_request(first["msg"], first["type"], field)
-    return _generic(first)
-
-
-def _refusal(model: type[BaseModel], field: str | None) -> Refusal | None:
-    info = model.model_fields.get(field or "")
-    return next((m for m in info.metadata if isinstance(m, Refusal)), None) if info is not None else None
+    param = ".".join(str(part) for part in first["loc"]) or None
+    return bad_request(f"Invalid request: {first['msg']}.", "invalid_request", param)
 
 
 def _missing(model: type[BaseModel], field: str) -> ApiError:
-    refusal = _refusal(model, field)
+    info = model.model_fields.get(field)
+    refusal = next((m for m in info.metadata if isinstance(m, Refusal)), None) if info is not None else None
     if refusal is None:
         return bad_request(f"Missing required parameter: {field!r}.", "missing_required_parameter", field)
     described = refusal.describe(None)
     return bad_request(described.message(), described.type, field)
 
 
-def _generic(first: ErrorDetails) -> ApiError:
-    param = ".".join(str(part) for part in first["loc"]) or None
-    return bad_request(f"Invalid request: {first['msg']}.", "invalid_request", param)
-
-
 def ascii_int(raw: str | None, most_digits: int) -> int | None:
-    """`raw` as a whole number when it is at most `most_digits` ASCII digits, else None (`str.isdigit` alone lets
-    through digits `int` refuses, such as `²`)."""
+    """`raw` as a number if it is at most `most_digits` ASCII digits (`isdigit` alone lets `²` through), else None."""
     if raw is None or not (raw.isascii() and raw.isdigit() and len(raw) <= most_digits):
         return None
     return int(raw)

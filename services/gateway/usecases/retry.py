@@ -1,11 +1,6 @@
-"""A retry: a new batch of the lines that failed in an ended one, linked to it.
-
-The failed lines are read from the batch's error file (streamed), the matching input lines copied from its input
-file into a new input file of the caller's (streamed, with its SHA-256 and worst case counted on the way), and the
-batch created as `POST /v1/batches` would (`metadata.retry_of` names the original). By default the lines that failed
-at run time or never ran are retried; a line validation refused would be refused again unchanged, so it is retried
-only when `codes` names its code. The same retry asked again returns the same batch (its id is derived).
-"""
+"""A retry: a new batch of the lines that failed in an ended one (`metadata.retry_of` names it). The failed lines'
+inputs are streamed into a new file and the batch created as `POST /v1/batches` would. By default lines that failed
+at run time or never ran; a refused line only when `codes` names its code. Asked again, the same batch (derived id)."""
 
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,8 +80,7 @@ async def failed_lines(d: Deps, error_object_key: str, codes: set[str] | None) -
 
 
 async def retry(d: Deps, caller: ApiKeyRecord, record: BatchRecord, body: RetryRequest) -> Created:
-    """Create the retry of the caller's ended batch (409 while it runs, or when nothing failed or its input is
-    gone); the same retry asked again is the same batch."""
+    """Create the retry of the caller's ended batch (409 while it runs, when nothing failed or its input is gone)."""
     batch = record.batch
     if batch.status not in TERMINAL:
         raise ApiError(409, f"Batch {batch.id} is {batch.status}; retry it once it has ended.", "conflict_error",
@@ -122,8 +116,7 @@ async def retry(d: Deps, caller: ApiKeyRecord, record: BatchRecord, body: RetryR
 
 async def copy_lines(d: Deps, caller: ApiKeyRecord, source_key: str, file_id: str, wanted: FailedLines,
                      model: str | None) -> tuple[int, int]:
-    """Copy the wanted input lines into the new file's object and state it: the lines copied, and the sequence of
-    the file's `stored` fact (0 when no line was copied, and no file stated)."""
+    """Copy the wanted input lines into a new file and state it: lines copied, and its `stored` fact's sequence."""
     object_key = input_object_key(file_id)
     writer = d.store.writer(object_key, "application/jsonl")
     tally, number = Tally(), 0

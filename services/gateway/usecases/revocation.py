@@ -1,12 +1,11 @@
-"""Revoking a key: the fact, then a cancel with `authorization_revoked` for each batch of the key not ended yet.
-
-Shared by the admin route and `sheshnag keys revoke`; publishing twice is harmless (deduplicated facts).
-"""
+"""Revoking a key: the fact, then a cancel with `authorization_revoked` for each of its batches not ended yet (shared by
+the admin route and `sheshnag keys revoke`; publishing twice is harmless)."""
 
 from contracts.events.batch import BatchCancelRequested, CancelCode
 from contracts.events.key import KeyRevoked
 from contracts.ids import key_aggregate_id
 from contracts.lifecycle import TERMINAL
+from contracts.readmodel import ApiKeyRecord
 from contracts.subjects import batch_fact
 from services.runtime.nats.bus import EventBus, Fence, FenceMoved
 from services.runtime.nats.readmodel import ReadModel
@@ -30,8 +29,7 @@ async def revoke_key(bus: EventBus, read_model: ReadModel, key_sha256: str, by_k
 
 
 async def stop_batch(bus: EventBus, batch_id: str, by_key_id: str, code: CancelCode) -> bool:
-    """Tell a live batch to stop, its lines not yet run ending with `code`; as a user's cancel, only before it is
-    finalizing (then it completes, its lines all ran): whether it was told."""
+    """Whether a live batch was told to stop, its lines not run ending with `code` (only before it is finalizing)."""
     try:
         await bus.publish(BatchCancelRequested(aggregate_id=batch_id, requested_by_key_id=by_key_id, code=code,
                                                event_id=f"{batch_id}:cancel_requested:{code}"),
@@ -41,9 +39,6 @@ async def stop_batch(bus: EventBus, batch_id: str, by_key_id: str, code: CancelC
     return True
 
 
-async def find_key(read_model: ReadModel, key_id: str) -> tuple[str, str] | None:
-    """The SHA-256 and role of the key with this public id."""
-    for digest, record in await read_model.list_api_keys():
-        if record.key_id == key_id:
-            return digest, record.role
-    return None
+async def find_key(read_model: ReadModel, key_id: str) -> tuple[str, ApiKeyRecord] | None:
+    """The SHA-256 and record of the key with this public id."""
+    return next(((digest, r) for digest, r in await read_model.list_api_keys() if r.key_id == key_id), None)

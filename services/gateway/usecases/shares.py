@@ -1,11 +1,6 @@
-"""Each owner's share of the fleet, for the operator: lines committed in the last minutes, per user (and its
-organisation), from the batch records the ledger materialises.
-
-A record holds a batch's counts and the times it began and stopped running, not when each line was committed,
-so the lines of a batch are spread evenly over its run, and a share counts the part of that run inside the
-window. Exact for batches that ran entirely inside it; a batch that ran long before the window at another pace
-is credited its average pace.
-"""
+"""Each owner's share of the fleet for the operator: lines committed in the last minutes, per user. A record holds a
+batch's counts and run span, not when each line committed, so its lines are spread evenly over its run and a share
+counts the part of that run inside the window."""
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -37,22 +32,13 @@ class OwnerShare:
     """`recent_lines` over every owner's: its share of what the fleet did in the window (0 to 1)."""
 
 
-def run_span(batch: Batch, now: float) -> tuple[float, float] | None:
-    """When the batch began and stopped running its lines (now, while it runs); None: it never began."""
-    if batch.in_progress_at is None:
-        return None
-    ends = [batch.finalizing_at, batch.completed_at, batch.failed_at, batch.expired_at, batch.cancelled_at]
-    end = min((at for at in ends if at is not None), default=None)
-    return batch.in_progress_at, max(float(end if end is not None else now), batch.in_progress_at)
-
-
 def recent_lines(batch: Batch, now: float, window_s: float = SHARE_WINDOW_S) -> float:
-    """Lines of `batch` committed in the `window_s` before `now`, spread evenly over its run."""
-    span = run_span(batch, now)
+    """Lines of `batch` committed in the `window_s` before `now`, spread evenly over its run (until now, if running)."""
     done = batch.request_counts.completed + batch.request_counts.failed
-    if span is None or done <= 0:
+    if (start := batch.in_progress_at) is None or done <= 0:
         return 0.0
-    start, end = span
+    ends = [batch.finalizing_at, batch.completed_at, batch.failed_at, batch.expired_at, batch.cancelled_at]
+    end = max(float(min((at for at in ends if at is not None), default=now)), start)
     window_start = now - window_s
     if end <= start:  # began and stopped within the same second
         return float(done) if window_start <= end <= now else 0.0
@@ -71,9 +57,8 @@ class _Tally:
 
 def owner_shares(records: Iterable[BatchRecord], organizations: Mapping[str, str | None], now: float,
                  window_s: float = SHARE_WINDOW_S) -> list[OwnerShare]:
-    """Every owner with a batch queued, running or that ran in the window, the largest share first.
-
-    `organizations`: each user's organisation (None: the default); a user missing from it is in the default."""
+    """Every owner with a batch queued, running or that ran in the window, the largest share first; `organizations`
+    gives each user's (None, or missing: the default)."""
     tallies: dict[str, _Tally] = {}
     for record in records:
         batch = record.batch

@@ -20,7 +20,6 @@ from services.gateway.usecases.oversight import administered_organization, membe
 from services.gateway.usecases.refusals import ApiError, bad_request
 
 MAX_JSON_BODY_BYTES = 1024 * 1024
-MAX_RETRY_BODY_BYTES = 64 * 1024
 IDEMPOTENCY_KEY_CHARS = (16, 80)
 
 
@@ -42,8 +41,8 @@ async def create_batch(request: web.Request) -> web.Response:
 
 
 async def list_batches(request: web.Request) -> web.Response:
-    """The caller's batches; `?scope=organization` an organisation administrator's members' batches (an admin key:
-    with `organization_id`, that organisation's), `?scope=all` every batch (an admin key)."""
+    """The caller's batches; `scope=organization` an organisation's members' (its administrator, or an admin key
+    naming `organization_id`), `scope=all` every batch (an admin key)."""
     d, caller = deps(request), principal(request)
     await d.own_writes.settle(d.read_model, caller.owner, ("batch",), d.settings.own_writes_wait_s)
     listing = await _listed(request, request.query.get("scope", "own"))
@@ -53,8 +52,7 @@ async def list_batches(request: web.Request) -> web.Response:
 
 
 def _matches(batch: Batch, status: str | None, search: str | None) -> bool:
-    """`?status=` one status (extension); `?search=` text found in the batch's id or in a metadata key or value
-    (`key=value` matches that pair), case-insensitive."""
+    """`?status=` one status; `?search=` text in the id or a metadata key or value (`key=value`: that pair)."""
     if status is not None and status not in ALL_STATUSES:
         raise bad_request(f"status must be one of {', '.join(sorted(ALL_STATUSES))} (got {status[:40]!r}).",
                           "invalid_status", "status")
@@ -117,7 +115,7 @@ async def retry_batch(request: web.Request) -> web.Response:
     """`POST /v1/batches/{id}/retry` (extension): a new batch of the lines that failed in an ended one, linked to it."""
     await charge_control_call(request)
     d, caller = deps(request), principal(request)
-    body = await read_body(request, retry.RetryRequest, MAX_RETRY_BODY_BYTES)
+    body = await read_body(request, retry.RetryRequest)
     record = await usecase.owned_batch(d, caller, request.match_info["batch_id"])
     created = await retry.retry(d, caller, record, body)
     return answer(created.batch, created.same_as)

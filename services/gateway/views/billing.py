@@ -5,7 +5,7 @@ import re
 
 from aiohttp import web
 
-from contracts.api.billing import BatchQuote, BillingBalance, Grant, GrantCredits, QuotePrice, QuoteRequest
+from contracts.api.billing import BatchQuote, BillingBalance, Grant, GrantCredits, QuoteRequest
 from contracts.api.organization import USER_ID_PATTERN
 from contracts.api.page import ListPage
 from contracts.billing import micros_to_usd, parse_usd
@@ -17,12 +17,9 @@ from services.gateway.usecases.batches import batch_input
 from services.gateway.usecases.oversight import administered_organization, organization_of
 from services.gateway.usecases.refusals import ApiError, bad_request
 
-MAX_JSON_BODY_BYTES = 64 * 1024
-
 
 async def _account_id(request: web.Request) -> str:
-    """The caller's organisation's account; `?organization_id=` another's, for an admin key (or an organisation's
-    administrator naming their own)."""
+    """The caller's organisation's account, or `?organization_id=`'s for an admin key (or its own administrator)."""
     user = await deps(request).keys.user_of(principal(request))
     own = organization_of(user)
     asked = request.query.get("organization_id")
@@ -54,7 +51,7 @@ async def list_accounts(request: web.Request) -> web.Response:
 
 async def grant_credits(request: web.Request) -> web.Response:
     key = principal(request)
-    body = await read_body(request, GrantCredits, MAX_JSON_BODY_BYTES)
+    body = await read_body(request, GrantCredits)
     amount = parse_usd(body.amount_usd)
     if amount is None or amount == 0:
         raise bad_request(f"amount_usd must be a non-zero amount of USD (got {body.amount_usd!r}).", "invalid_amount",
@@ -68,7 +65,7 @@ async def grant_credits(request: web.Request) -> web.Response:
 
 async def quote_batch(request: web.Request) -> web.Response:
     d = deps(request)
-    body = await read_body(request, QuoteRequest, MAX_JSON_BODY_BYTES)
+    body = await read_body(request, QuoteRequest)
     file = await batch_input(d, principal(request), body.input_file_id)
     default_model = (body.metadata or {}).get("model") or file.model
     model = billing.batch_model(d.catalogue, file, default_model)
@@ -77,21 +74,17 @@ async def quote_batch(request: web.Request) -> web.Response:
                           "(x-litellm-model or ?model=) or in metadata.model.", "model_not_found", "model")
     endpoint = body.endpoint or model.endpoints[0]
     demand = billing.demand_of(file)
-    user = await deps(request).keys.user_of(principal(request))
+    price = billing.price_of(model) if d.settings.billing else billing.FREE  # the token bounds never depend on it
+    input_max, output_max, worst = billing.worst_case(model, price, demand, endpoint)
+    available: int | None = None
     if d.settings.billing:
-        price = billing.price_of(model)
-        quoted = billing.quote_price(model, price, demand, endpoint)
-        worst = billing.worst_case(model, price, demand, endpoint)[2]
         billing.max_price(body.metadata)  # a malformed ceiling is refused here as the create would refuse it
-        record = await d.read_model.get_account(organization_of(user))
-        available: int | None = record.available_micros if record is not None else 0
-    else:
-        quoted = QuotePrice(min_usd="0.000000", estimate_usd="0.000000", max_usd="0.000000")
-        worst, available = 0, None
-    input_max, output_max, _ = billing.worst_case(model, model.price or billing.FREE, demand, endpoint)
+        record = await d.read_model.get_account(organization_of(await d.keys.user_of(principal(request))))
+        available = record.available_micros if record is not None else 0
     return answer(BatchQuote(
         input_file_id=file.file.id, model=model.id, endpoint=endpoint, billing_enabled=d.settings.billing,
-        lines=demand.lines, input_tokens_max=input_max, output_tokens_max=output_max, price=quoted,
+        lines=demand.lines, input_tokens_max=input_max, output_tokens_max=output_max,
+        price=billing.quote_price(model, price, demand, endpoint),
         available_usd=None if available is None else micros_to_usd(available),
         fits_balance=available is None or worst <= available,
         queue=await billing.queue_estimate(d.read_model, model.id, demand.lines)))

@@ -1,8 +1,5 @@
-"""`GET /v1/provider/connection`: where a provider host's executor finds the broker, and the CA to verify it by.
-
-Public: the broker's address and its CA certificate are no secrets (every TLS client is shown the certificate),
-and the broker admits an executor by its worker key alone, which the gateway never accepts (`auth.py`).
-"""
+"""`GET /v1/provider/connection`: where a provider host's executor finds the broker, and the CA to verify it by. Public:
+neither is a secret, and the broker admits an executor by its worker key, which the gateway never accepts."""
 
 import asyncio
 import hashlib

@@ -1,11 +1,6 @@
-"""`GET /v1/batches/{id}/errors` (extension): the batch's errors grouped by code, with a fix for each.
-
-True counts come from the batch; line numbers and examples from the batch's `line_rejected` facts in the log
-(the validator publishes the first errors of every code, so each group has examples). Once the batch has ended, its
-error file's lines are counted by code and why (refused, ran and failed, never ran): the same number as
-`request_counts.failed`, so a dashboard's status line and error panel agree. An error file never changes, so its
-count is kept (a bounded number of them) rather than read again.
-"""
+"""`GET /v1/batches/{id}/errors` (extension): the batch's errors grouped by code, with a fix for each. Counts from the
+batch, examples from its `line_rejected` facts; once ended, its error file's lines counted by code and stage (the
+same number as `request_counts.failed`), kept for a bounded number of files (an error file never changes)."""
 
 from collections import Counter, OrderedDict
 
@@ -85,10 +80,8 @@ async def failed_by_code(request: web.Request, error_file_id: str) -> list[Faile
 
 
 async def batch_errors(request: web.Request) -> web.Response:
-    record = await owned_batch(deps(request), principal(request), request.match_info["batch_id"])
-    rejected = await rejected_lines(deps(request).bus, record.batch.id)
-    summary = summarise(record.batch, rejected)
-    batch = record.batch
+    batch = (await owned_batch(deps(request), principal(request), request.match_info["batch_id"])).batch
+    summary = summarise(batch, await rejected_lines(deps(request).bus, batch.id))
     if batch.status in TERMINAL and batch.error_file_id:
         groups = await failed_by_code(request, batch.error_file_id)
         if groups is not None:

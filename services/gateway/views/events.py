@@ -1,7 +1,6 @@
-"""`GET /v1/batches/{id}/events`: the batch's facts as Server-Sent Events in their public shape, resumable by
-sequence; the stream ends with the batch, and its consumer goes as soon as the client does. The facts come from
-the one log reader (`eventlog.follow`), in stream order with no gap, however large the batch's backlog; those of a
-batch the ledger archived and purged from the stream come from its archived log in the object store."""
+"""`GET /v1/batches/{id}/events`: the batch's facts as Server-Sent Events in their public shape, resumable by sequence,
+ending with the batch; read in order with no gap by the one log reader (`eventlog.follow`), or from the archived
+log of a batch purged from the stream."""
 
 import asyncio
 import contextlib
@@ -53,14 +52,6 @@ def resume_after(request: web.Request) -> int:
     return sequence
 
 
-async def ended_by(js: JetStreamContext, batch_id: str, after: int) -> bool:
-    """Whether the batch's terminal fact is at or before sequence `after` (the client has seen the end)."""
-    if after == 0:
-        return False
-    ended_at = await terminal_sequence(js, batch_id)
-    return ended_at is not None and ended_at <= after
-
-
 async def terminal_sequence(js: JetStreamContext, batch_id: str) -> int | None:
     """Where the batch's terminal fact is in the stream; None while it runs, or once its log left the stream."""
     sequences = await asyncio.gather(*(last_sequence(js, event_subject("batch", batch_id, name))
@@ -69,8 +60,7 @@ async def terminal_sequence(js: JetStreamContext, batch_id: str) -> int | None:
 
 
 async def archived_frames(store: ObjectStore, batch_id: str, after: int) -> AsyncGenerator[bytes, None]:
-    """The frames of an archived batch's facts after `after`, read from its archived log as it streams in; raises
-    `ObjectNotFound` (before any frame) when the batch has no archived log."""
+    """The frames of an archived batch's facts after `after`, streamed from its log (`ObjectNotFound`: no log)."""
     unzip, pending = zlib.decompressobj(31), b""
     async with contextlib.aclosing(store.iter_chunks(archived_batch_log_key(batch_id))) as chunks:
         async for chunk in chunks:
@@ -117,8 +107,12 @@ async def _follow(request: web.Request, response: web.StreamResponse, facts: Asy
                 await response.write(b": heartbeat\n\n")
             continue
         idle_s = 0.0
-        if await _write_group(response, group):
-            return
+        for fact in group:
+            frame = sse_frame(fact.sequence, fact.data)
+            if frame is not None:
+                await response.write(frame)
+            if event_name_of(fact.subject) in ENDING_FACT_NAMES:
+                return  # the stream ends with the batch's ending fact
 
 
 async def _key_still_good(request: web.Request, response: web.StreamResponse) -> bool:
@@ -134,17 +128,6 @@ async def _key_still_good(request: web.Request, response: web.StreamResponse) ->
     return authorized
 
 
-async def _write_group(response: web.StreamResponse, group: list[Fact]) -> bool:
-    """Send the facts' frames; True once the batch's ending fact is sent (the stream ends with it)."""
-    for fact in group:
-        frame = sse_frame(fact.sequence, fact.data)
-        if frame is not None:
-            await response.write(frame)
-        if event_name_of(fact.subject) in ENDING_FACT_NAMES:
-            return True
-    return False
-
-
 async def stream_batch_events(request: web.Request) -> web.StreamResponse:
     batch_id = request.match_info["batch_id"]
     record = await owned_batch(deps(request), principal(request), batch_id)
@@ -152,7 +135,8 @@ async def stream_batch_events(request: web.Request) -> web.StreamResponse:
     js = deps(request).bus.js
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                            "X-Accel-Buffering": "no"})
-    if await ended_by(js, batch_id, after):
+    ended_at = await terminal_sequence(js, batch_id) if after else None
+    if ended_at is not None and ended_at <= after:  # the client has seen the end
         await response.prepare(request)
         await response.write(b": connected\n\n")
         return response
@@ -162,10 +146,8 @@ async def stream_batch_events(request: web.Request) -> web.StreamResponse:
     # Read after the check: a terminal fact stored meanwhile comes after `after`, so the stream still ends. The
     # reader's consumer exists before the client hears "connected", and goes with the stream on every path.
     async with eventlog.following(deps(request).bus, batch_events(batch_id), after, FACTS_PER_READ, idle=True) as facts:
-        try:
+        with contextlib.suppress(ConnectionResetError):  # the client went away; it can resume with Last-Event-ID
             await response.prepare(request)
             await response.write(b": connected\n\n")
             await _follow(request, response, facts)
-        except ConnectionResetError:
-            pass  # the client went away; it can resume with Last-Event-ID
     return response

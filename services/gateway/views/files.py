@@ -40,8 +40,7 @@ def expires_after_seconds(anchor: str | None, seconds: str | None) -> int | None
     amount = ascii_int(seconds, 12)
     if anchor != "created_at" or amount is None or not MIN_EXPIRES_AFTER_S <= amount <= MAX_EXPIRES_AFTER_S:
         raise bad_request(f"expires_after must be {{'anchor': 'created_at', 'seconds': N}} with N between "
-                          f"{MIN_EXPIRES_AFTER_S} and {MAX_EXPIRES_AFTER_S}.", "invalid_expires_after",
-                          "expires_after")
+                          f"{MIN_EXPIRES_AFTER_S} and {MAX_EXPIRES_AFTER_S}.", "invalid_expires_after", "expires_after")
     return amount
 
 
@@ -54,16 +53,6 @@ async def form_field(part: BodyPartReader) -> str:
         return value.decode().strip()
     except UnicodeDecodeError:
         raise bad_request(f"Form field '{part.name}' is not UTF-8.", "invalid_form_field", part.name) from None
-
-
-def expires_after_json(raw: str) -> tuple[str | None, str | None]:
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        value = None
-    if not isinstance(value, dict):
-        raise bad_request("expires_after must be a JSON object.", "invalid_expires_after", "expires_after")
-    return str(value.get("anchor")), str(value.get("seconds"))
 
 
 class _Upload:
@@ -86,14 +75,19 @@ class _Upload:
                 self.fields[part.name] = await pace.read(form_field(part))
 
     def expires_after_s(self) -> int | None:
-        if "expires_after" in self.fields:
-            return expires_after_seconds(*expires_after_json(self.fields["expires_after"]))
-        return expires_after_seconds(self.fields.get("expires_after[anchor]"),
-                                     self.fields.get("expires_after[seconds]"))
+        if "expires_after" not in self.fields:
+            return expires_after_seconds(self.fields.get("expires_after[anchor]"),
+                                         self.fields.get("expires_after[seconds]"))
+        try:
+            value = orjson.loads(self.fields["expires_after"])
+        except orjson.JSONDecodeError:
+            value = None
+        if not isinstance(value, dict):
+            raise bad_request("expires_after must be a JSON object.", "invalid_expires_after", "expires_after")
+        return expires_after_seconds(str(value.get("anchor")), str(value.get("seconds")))
 
     def new_file(self, file_id: str, object_key: str, model: str | None) -> usecase.NewFile:
-        """What the form asks for, checked: 400 without a file, for a purpose that may not be uploaded or a wrong
-        expiry."""
+        """What the form asks for, checked (400 without a file, for a wrong purpose or expiry)."""
         if self.stored is None:
             raise bad_request("The 'file' field is missing.", "missing_file", "file")
         return usecase.NewFile(file_id, object_key, self.stored, self.filename,

@@ -4,6 +4,7 @@ user's keys through the same key routes (create, list, revoke), and no other."""
 
 import asyncio
 import re
+from functools import partial
 
 from aiohttp import web
 
@@ -40,7 +41,8 @@ USAGE_READS_AT_ONCE = 64
 
 
 def accounts(request: web.Request) -> Accounts:
-    return usecases.accounts_of(deps(request))
+    d = deps(request)
+    return Accounts(d.bus, d.read_model, d.catalogue, d.settings.read_your_writes_s)
 
 
 async def create_user(request: web.Request) -> web.Response:
@@ -128,6 +130,7 @@ async def _admit_key(request: web.Request, user_id: str, key_id: str) -> None:
 
 
 async def _list(request: web.Request, workers: bool) -> web.Response:
+    """An admin sees every key of the kind; a user their own keys."""
     records = [r for _, r in await deps(request).read_model.list_api_keys() if (r.role == "worker") == workers]
     if principal(request).role != "admin":
         user_id = own_keys_user(request)
@@ -136,7 +139,6 @@ async def _list(request: web.Request, workers: bool) -> web.Response:
 
 
 async def keys_page(request: web.Request, records: list[ApiKeyRecord]) -> web.Response:
-    """The keys, oldest first, without values."""
     usage = request.app.get(KEY_USAGE)
     ordered = sorted(records, key=lambda r: (r.created_at or 0, r.key_id))
     keys: list[ApiKey] = []
@@ -149,31 +151,19 @@ async def keys_page(request: web.Request, records: list[ApiKeyRecord]) -> web.Re
 async def who_am_i(request: web.Request) -> web.Response:
     caller = principal(request)
     user = await deps(request).keys.user_of(caller)
-    me = Me(key_id=caller.key_id, role=caller.role, user_id=caller.user_id,
-            organization_id=organization_of(user),
-            organization_role=user.role if user else None)
-    return answer(me)
-
-
-async def list_keys(request: web.Request) -> web.Response:
-    """An admin sees every user and admin key; a user sees their own keys."""
-    return await _list(request, workers=False)
+    return answer(Me(key_id=caller.key_id, role=caller.role, user_id=caller.user_id,
+                     organization_id=organization_of(user), organization_role=user.role if user else None))
 
 
 async def _revoke(request: web.Request, workers: bool) -> web.Response:
-    caller = principal(request)
-    own_user = own_keys_user(request) if caller.role != "admin" else None
-    d = deps(request)
+    own_user = own_keys_user(request) if principal(request).role != "admin" else None
     key_id = request.match_info["key_id"]
-    found = await find_key(d.read_model, key_id)
-    if found is None or (found[1] == "worker") != workers:
+    found = await find_key(deps(request).read_model, key_id)
+    # Another user's key is not there, as far as a user can tell.
+    if found is None or (found[1].role == "worker") != workers or (
+            own_user is not None and (found[1].role != "user" or found[1].user_id != own_user)):
         raise not_found("API key", key_id)
-    digest = found[0]
-    if own_user is not None:
-        record = await d.read_model.get_api_key(digest)
-        if record is None or record.role != "user" or record.user_id != own_user:
-            raise not_found("API key", key_id)  # another user's key is not there, as far as this user can tell
-    return await revoked(request, digest, key_id)
+    return await revoked(request, found[0], key_id)
 
 
 async def revoked(request: web.Request, digest: str, key_id: str) -> web.Response:
@@ -184,19 +174,13 @@ async def revoked(request: web.Request, digest: str, key_id: str) -> web.Respons
     return answer(DeletedApiKey(id=key_id, cancelled_batches=cancelled))
 
 
-async def revoke_api_key(request: web.Request) -> web.Response:
-    return await _revoke(request, workers=False)
-
-
-async def create_worker_key(request: web.Request) -> web.Response:
+async def create_worker_key(request: web.Request, provider_id: str | None = None) -> web.Response:
     body = await read_body(request, CreateWorkerKey)
     return await key_answer(request, *await usecases.create_key(accounts(request), "worker", body.name or "worker key",
-                                                                None))
+                                                                None, provider_id))
 
 
-async def list_worker_keys(request: web.Request) -> web.Response:
-    return await _list(request, workers=True)
-
-
-async def revoke_worker_key(request: web.Request) -> web.Response:
-    return await _revoke(request, workers=True)
+list_keys = partial(_list, workers=False)
+list_worker_keys = partial(_list, workers=True)
+revoke_api_key = partial(_revoke, workers=False)
+revoke_worker_key = partial(_revoke, workers=True)

@@ -21,7 +21,6 @@ async def system_overview(request: web.Request) -> web.Response:
 
 
 async def list_anomalies(request: web.Request) -> web.Response:
-    """Admin: the facts the ledger refused, newest first."""
     records = sorted(await deps(request).read_model.list_anomalies(), key=lambda r: r.sequence, reverse=True)
     data = [Anomaly(sequence=r.sequence, aggregate_type=r.aggregate_kind, aggregate_id=r.aggregate_id,
                     event_type=r.event_type, reason=r.reason, created_at=r.occurred_at) for r in records]

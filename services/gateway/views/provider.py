@@ -4,10 +4,11 @@ organisation, an organisation's administrator for their own)."""
 
 import secrets
 import time
+from functools import partial
 
 from aiohttp import web
 
-from contracts.api.organization import DEFAULT_ORGANIZATION_ID, CreateWorkerKey
+from contracts.api.organization import DEFAULT_ORGANIZATION_ID
 from contracts.api.page import ListPage
 from contracts.api.provider import ApproveProvider, ExecutorMemory, Provider, ProviderExecutor, RegisterProvider
 from contracts.events.executor import ExecutorAdvert
@@ -16,11 +17,10 @@ from contracts.readmodel import ApiKeyRecord, ExecutorRecord, ProviderRecord
 from services.gateway.context import deps
 from services.gateway.http.auth import principal
 from services.gateway.http.bodies import answer, read_body
-from services.gateway.usecases import accounts as usecases
 from services.gateway.usecases.files import is_valid_id
 from services.gateway.usecases.oversight import administered_organization, organization_of
 from services.gateway.usecases.refusals import ApiError, not_found
-from services.gateway.views.organization import key_answer, keys_page, revoked
+from services.gateway.views.organization import create_worker_key, keys_page, revoked
 
 
 def _owns(me: ApiKeyRecord, provider: ProviderRecord) -> bool:
@@ -30,8 +30,7 @@ def _owns(me: ApiKeyRecord, provider: ProviderRecord) -> bool:
 async def _provider_object(request: web.Request, record: ProviderRecord) -> Provider:
     owner = await deps(request).read_model.get_user(record.owner_user_id) if record.owner_user_id else None
     return Provider(id=record.provider_id, name=record.display_name, owner_user_id=record.owner_user_id,
-                    created_at=record.created_at,
-                    organization_id=organization_of(owner),
+                    created_at=record.created_at, organization_id=organization_of(owner),
                     status="approved" if record.approved_platform_wide else "unapproved",
                     approved_organizations=record.approved_organizations)
 
@@ -45,8 +44,7 @@ async def _provider(request: web.Request, provider_id: str) -> ProviderRecord:
 
 
 async def register_provider(request: web.Request) -> web.Response:
-    me = principal(request)
-    d = deps(request)
+    d, me = deps(request), principal(request)
     body = await read_body(request, RegisterProvider)
     provider_id = f"prov_{secrets.token_hex(8)}"
     await d.bus.publish(ProviderRegistered(aggregate_id=provider_id, display_name=body.name,
@@ -61,8 +59,8 @@ async def register_provider(request: web.Request) -> web.Response:
 
 async def list_providers(request: web.Request) -> web.Response:
     me = principal(request)
-    mine = [r for r in await deps(request).read_model.list_providers() if _owns(me, r)]
-    mine.sort(key=lambda r: (r.created_at, r.provider_id))
+    mine = sorted((r for r in await deps(request).read_model.list_providers() if _owns(me, r)),
+                  key=lambda r: (r.created_at, r.provider_id))
     return answer(ListPage[Provider](data=[await _provider_object(request, r) for r in mine]))
 
 
@@ -72,8 +70,7 @@ async def retrieve_provider(request: web.Request) -> web.Response:
 
 
 async def _approval_scope(request: web.Request) -> str | None:
-    """The scope the caller approves in (None: the whole platform), from the optional body: a platform admin any
-    (none named: the platform), an organisation's administrator their own organisation only; anyone else none."""
+    """The scope the caller approves in (None: the platform): an admin any, an organisation's administrator its own."""
     me = principal(request)
     body = await read_body(request, ApproveProvider)
     if me.role == "admin":
@@ -93,6 +90,8 @@ async def _approval_scope(request: web.Request) -> str | None:
 
 
 async def _set_approval(request: web.Request, approved: bool) -> web.Response:
+    """Approve (or withdraw) a provider in the caller's scope: 403 for anyone who approves in none, 404 for no such
+    provider. What its executors run of batches no longer allowed to them is fenced, and runs elsewhere."""
     d, me = deps(request), principal(request)
     scope = await _approval_scope(request)
     provider_id = request.match_info["provider_id"]
@@ -122,17 +121,8 @@ def _with_approval(record: ProviderRecord, scope: str | None, approved: bool) ->
     return record.model_copy(update={"approved_organizations": sorted([*others, scope] if approved else others)})
 
 
-async def approve_provider(request: web.Request) -> web.Response:
-    """A platform admin approves a provider for every organisation (or, naming one, for that one); an
-    organisation's administrator for their own organisation's batches. 403 for anyone else, 404 for no such
-    provider."""
-    return await _set_approval(request, approved=True)
-
-
-async def unapprove_provider(request: web.Request) -> web.Response:
-    """Withdraw the approval the caller may give (same scopes as approving); what the provider's executors run of
-    batches no longer allowed to them is fenced and runs elsewhere."""
-    return await _set_approval(request, approved=False)
+approve_provider = partial(_set_approval, approved=True)
+unapprove_provider = partial(_set_approval, approved=False)
 
 
 async def _worker_keys(request: web.Request, provider_id: str) -> list[tuple[str, ApiKeyRecord]]:
@@ -142,10 +132,7 @@ async def _worker_keys(request: web.Request, provider_id: str) -> list[tuple[str
 
 async def create_provider_worker_key(request: web.Request) -> web.Response:
     provider = await _provider(request, request.match_info["provider_id"])
-    body = await read_body(request, CreateWorkerKey)
-    raw, record = await usecases.create_key(usecases.accounts_of(deps(request)), "worker", body.name or "worker key",
-                                            None, provider.provider_id)
-    return await key_answer(request, raw, record)
+    return await create_worker_key(request, provider.provider_id)
 
 
 async def list_provider_worker_keys(request: web.Request) -> web.Response:
@@ -186,11 +173,9 @@ def _executor(executor_id: str, record: ExecutorRecord | None, advert: ExecutorA
 
 
 async def list_executors(request: web.Request) -> web.Response:
-    """Executors that joined with a worker key of a provider the caller manages (admins: every executor).
-
+    """Executors that joined with a worker key of a provider the caller manages (admins: every executor);
     `?provider_id=` narrows the list to one provider (404 when it is not the caller's)."""
-    me = principal(request)
-    d = deps(request)
+    d, me = deps(request), principal(request)
     wanted = request.query.get("provider_id")
     if wanted is not None:
         providers = {(await _provider(request, wanted)).provider_id}

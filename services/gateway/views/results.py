@@ -1,11 +1,6 @@
-"""`GET /v1/batches/{id}/results?after=…&limit=…`: the output lines a batch has committed so far, while it runs
-(Doubleword offers this; OpenAI does not), paged in the order their chunks were announced.
-
-A chunk counts once a `batch.progressed` fact announced it (the fact desk stores those of live attempts only), so
-these are exactly the lines the output file will hold, read from the result chunks in the object store. `after` is
-the `next_after` of the page before (opaque: the announcing fact's sequence and a position in its chunk);
-`complete` says the batch has ended and this page reached its last line.
-"""
+"""`GET /v1/batches/{id}/results` (extension): the output lines a batch has committed so far, paged in the order their
+chunks were announced by `batch.progressed` facts (exactly the output file's lines). `after` is the previous page's
+opaque `next_after`; `complete` says the batch ended and this page reached its last line."""
 
 from typing import Literal
 
@@ -21,6 +16,7 @@ from contracts.subjects import event_subject
 from services.gateway.context import Deps, deps
 from services.gateway.http.auth import principal
 from services.gateway.http.bodies import answer
+from services.gateway.http.paging import limit_of
 from services.gateway.usecases.batches import overseen_batch
 from services.gateway.usecases.refusals import ascii_int, bad_request
 from services.runtime.nats import eventlog
@@ -53,21 +49,12 @@ def _cursor(raw: str | None) -> tuple[int, int]:
     return at, skipped
 
 
-def _limit(raw: str | None) -> int:
-    if raw is None:
-        return DEFAULT_LIMIT
-    limit = ascii_int(raw, 9)
-    if limit is None or not 1 <= limit <= MAX_LIMIT:
-        raise bad_request(f"limit must be an integer from 1 to {MAX_LIMIT}.", "invalid_limit", "limit")
-    return limit
-
-
 async def batch_results(request: web.Request) -> web.Response:
     d = deps(request)
     record, _ = await overseen_batch(d, principal(request), request.match_info["batch_id"])
     ended = record.batch.status in TERMINAL
     start_sequence, skip = _cursor(request.query.get("after"))
-    limit = _limit(request.query.get("limit"))
+    limit = limit_of(request.query.get("limit"), DEFAULT_LIMIT, MAX_LIMIT)
     data: list[OutputLine] = []
     seen_lines: set[int] = set()
     next_after: str | None = None

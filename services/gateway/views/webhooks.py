@@ -1,7 +1,5 @@
-"""`/v1/webhooks/…`: register, list, change, rotate and delete webhook endpoints, read their deliveries with every
-attempt, and send a delivery again. A user manages their own endpoints (`scope=user`: their batches); an
-administrator of an organisation also its `scope=organization` ones (every member's batches), an admin key any.
-The signing secret is shown when an endpoint is created or its secret rotated, never again."""
+"""`/v1/webhooks/…`: webhook endpoints and their deliveries. A user manages their own (`scope=user`), an organisation's
+administrator also its `scope=organization` ones, an admin key any; the secret is shown at create and rotate only."""
 
 import asyncio
 import re
@@ -12,13 +10,11 @@ from aiohttp import web
 from yarl import URL
 
 from contracts.api.organization import USER_ID_PATTERN
-from contracts.api.page import ListPage
 from contracts.api.webhook import (
     WEBHOOK_EVENT_TYPES,
     CreateWebhook,
     DeletedWebhook,
     UpdateWebhook,
-    WebhookDelivery,
     WebhookEndpoint,
 )
 from contracts.readmodel import ApiKeyRecord
@@ -27,8 +23,9 @@ from services.gateway.context import deps
 from services.gateway.http.auth import principal
 from services.gateway.http.bodies import answer, read_body
 from services.gateway.http.limits import charge_control_call
+from services.gateway.http.paging import limit_of, page_after
 from services.gateway.usecases.oversight import administered_organization, organization_of
-from services.gateway.usecases.refusals import ApiError, ascii_int, bad_request, not_found
+from services.gateway.usecases.refusals import ApiError, bad_request, not_found
 from services.gateway.webhooks.deliverer import WEBHOOK_STORE
 from services.gateway.webhooks.signing import new_secret
 from services.gateway.webhooks.store import WebhookStore
@@ -39,7 +36,7 @@ WEBHOOKS = "webhooks"
 MAX_DELIVERIES_LISTED = 100
 ID_PATTERN = r"(wh|msg)_[0-9a-f]{24}"
 RESOLVE_TIMEOUT_S = 5.0
-"""How long registering an endpoint waits for its host name to resolve; a name that does not is refused."""
+"""How long registering an endpoint waits for its host name to resolve (one that does not may still register)."""
 
 
 def _store(request: web.Request) -> WebhookStore:
@@ -67,8 +64,7 @@ async def _managed_endpoint(request: web.Request) -> WebhookEndpoint:
 
 
 async def _checked_url(request: web.Request, url: str) -> str:
-    """`url` if webhooks may be sent there: an absolute http(s) URL whose host is, or resolves to, an address the
-    policy allows (checked again at every attempt: DNS may change)."""
+    """`url` if it is absolute http(s) to an address the policy allows (checked again at every attempt)."""
     try:
         parsed = URL(url)
     except ValueError as error:
@@ -87,8 +83,7 @@ async def _checked_url(request: web.Request, url: str) -> str:
 
 
 async def _scope_organization(request: web.Request, caller: ApiKeyRecord, body: CreateWebhook) -> str:
-    """The organisation an endpoint belongs to; for `scope=organization` only its administrator (or an admin key)
-    may register one."""
+    """The organisation an endpoint belongs to (`scope=organization`: its administrator's, or an admin key's)."""
     if body.organization_id is not None and body.scope == "organization" and caller.role == "admin":
         if not re.fullmatch(USER_ID_PATTERN, body.organization_id):
             raise bad_request("organization_id must be 1-64 letters, digits, '_' or '-'.", "invalid_id",
@@ -122,9 +117,7 @@ async def create_webhook(request: web.Request) -> web.Response:
 
     async def held(_: frozenset[str]) -> Holdings:
         existing = await store.list_endpoints()
-        return Holdings({e.id: 1 for e in existing if e.scope == body.scope
-                         and (e.owner == caller.owner if body.scope == "user" else e.organization_id == organization)},
-                        frozenset(e.id for e in existing))
+        return Holdings({e.id: 1 for e in existing if webhooks_holder(e) == holder}, frozenset(e.id for e in existing))
 
     limit = deps(request).settings.max_webhooks_per_owner
     admission = deps(request).admission
@@ -143,8 +136,7 @@ async def list_webhooks(request: web.Request) -> web.Response:
     caller = principal(request)
     visible = [endpoint.model_copy(update={"secret": None}) for endpoint in await _store(request).list_endpoints()
                if await _manages(request, caller, endpoint)]
-    return answer(ListPage[WebhookEndpoint](data=visible, first_id=visible[0].id if visible else None,
-                                            last_id=visible[-1].id if visible else None))
+    return answer(page_after(visible, [endpoint.id for endpoint in visible], None, len(visible)))
 
 
 async def retrieve_webhook(request: web.Request) -> web.Response:
@@ -194,18 +186,13 @@ async def list_deliveries(request: web.Request) -> web.Response:
     status = request.query.get("status")
     if status is not None and status not in ("pending", "delivered", "failed"):
         raise bad_request("status must be pending, delivered or failed.", "invalid_request", "status")
-    limit = ascii_int(request.query.get("limit", "20"), 9) or 0
-    if not 1 <= limit <= MAX_DELIVERIES_LISTED:
-        raise bad_request(f"limit must be an integer from 1 to {MAX_DELIVERIES_LISTED}.", "invalid_limit", "limit")
+    limit = limit_of(request.query.get("limit"), 20, MAX_DELIVERIES_LISTED)
     found = [d for d in await _store(request).list_deliveries(endpoint.id) if status is None or d.status == status]
-    shown = found[:limit]
-    return answer(ListPage[WebhookDelivery](data=shown, first_id=shown[0].id if shown else None,
-                                            last_id=shown[-1].id if shown else None, has_more=len(found) > limit))
+    return answer(page_after(found, [d.id for d in found], None, limit))
 
 
 async def redeliver(request: web.Request) -> web.Response:
-    """Send a delivery again now (a failed one, after the endpoint was fixed): it is pending again, with the same
-    `webhook-id`, and its earlier attempts kept."""
+    """Send a delivery again now: pending again, with the same `webhook-id` and its earlier attempts kept."""
     endpoint = await _managed_endpoint(request)
     await charge_control_call(request)
     store = _store(request)
@@ -214,8 +201,7 @@ async def redeliver(request: web.Request) -> web.Response:
     if delivery is None:
         raise not_found("webhook delivery", delivery_id[:100])
     if delivery.status != "pending":
-        now = time.time()
-        delivery = delivery.model_copy(update={"status": "pending", "next_attempt_at": now})
+        delivery = delivery.model_copy(update={"status": "pending", "next_attempt_at": time.time()})
         await store.save_delivery(delivery)
         await store.add_delivery(delivery)
     return answer(delivery)

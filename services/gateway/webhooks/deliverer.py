@@ -1,14 +1,7 @@
-"""The gateway's webhook deliverer, a cleanup context sending the deliveries the intake (`intake.py`) records:
-every `webhook_poll_interval_s`, the deliveries due are claimed (`WebhookStore.claim`) and POSTed, signed, at most
-`webhook_concurrency` at once, taken fairly (`fairness.py`: round-robin across owners, limits per owner and per
-endpoint, a breaker per endpoint), each only to an address the policy allows (`targets.py`); a 2xx ends one
-`delivered`, anything else (no answer within `webhook_timeout_s`, a redirect, an error status, a refused address)
-is tried again after the next of `webhook_retry_delays_s`, and past the last one it ends `failed`. Every attempt is
-recorded on the delivery.
-
-Every task is released when the gateway stops; an attempt cut short by the stop is claimed again by whichever
-gateway runs next, with the same `webhook-id`.
-"""
+"""The webhook deliverer: every `webhook_poll_interval_s` the due deliveries are claimed and POSTed, signed, taken
+fairly (`fairness.py`) and only to allowed addresses (`targets.py`); a 2xx ends one `delivered`, anything else is
+retried after the next of `webhook_retry_delays_s`, then `failed`. An attempt cut short by a stop is claimed again by
+the next gateway, with the same `webhook-id`."""
 
 import asyncio
 import logging
@@ -77,8 +70,7 @@ class Attempts:
             await cancel_and_join(self.running)
 
     async def start_due(self) -> int:
-        """Claim and start the deliveries due now, up to the free concurrency, round-robin across owners and within
-        each owner's and endpoint's limits (an endpoint whose breaker is open is left due); how many were started."""
+        """Claim and start the deliveries due now, fairly, up to the free concurrency; how many were started."""
         free = self.settings.webhook_concurrency - len(self.running)
         if free <= 0:
             return 0
@@ -147,8 +139,7 @@ class Attempts:
         await self.store.finish(claim)
 
     async def post(self, endpoint: WebhookEndpoint, delivery: WebhookDelivery) -> DeliveryAttempt:
-        """One signed POST, only to an address the policy allows (the session's resolver drops the others; a literal
-        address is checked here); its outcome (`error` None only for a 2xx)."""
+        """One signed POST, only to an allowed address (names checked by the session's resolver); its outcome."""
         body = delivery.event.model_dump_json().encode()
         started = time.time()
         headers = signed_headers(endpoint.secret or "", delivery.id, int(started), body)
@@ -189,13 +180,10 @@ async def webhook_deliverer(app: web.Application) -> AsyncIterator[None]:
     policy = AddressPolicy(parse_networks(settings.webhook_allowed_cidrs))
     # Every attempt's session: host names resolve only to allowed addresses, no proxy from the environment, no
     # redirect followed (each POST says so).
-    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(resolver=PolicyResolver(policy)), trust_env=False)
-    attempts = Attempts(settings, store, session, policy)
-    # Kept for ever (a retention of 0 days): the pruning loop never runs.
-    pruning = every(PRUNE_INTERVAL_S if settings.webhook_retention_days > 0 else 0, lambda: prune(settings, store),
-                    "erasing old webhook deliveries", at_once=True)
-    try:
-        async with running(attempts.run(), pruning):
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(resolver=PolicyResolver(policy)),
+                                     trust_env=False) as session:
+        # Kept for ever (a retention of 0 days): the pruning loop never runs.
+        pruning = every(PRUNE_INTERVAL_S if settings.webhook_retention_days > 0 else 0, lambda: prune(settings, store),
+                        "erasing old webhook deliveries", at_once=True)
+        async with running(Attempts(settings, store, session, policy).run(), pruning):
             yield
-    finally:
-        await session.close()

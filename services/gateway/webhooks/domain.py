@@ -22,8 +22,7 @@ SENT_FACTS: dict[type[Event], WebhookEventType] = {
     BatchCancelled: "batch.cancelled",
     BatchValidated: "batch.validated",
 }
-"""Every batch fact a webhook is sent for, and the event type it is sent as (a batch validation refused is OpenAI's
-`batch.failed`)."""
+"""Every batch fact a webhook is sent for, and its event type (a refused validation is OpenAI's `batch.failed`)."""
 
 
 def webhook_event(fact_event_id: str, event_type: WebhookEventType, batch_id: str, occurred_at_ms: int) -> WebhookEvent:
@@ -39,10 +38,8 @@ def delivery_id(endpoint_id: str, event_id: str) -> str:
 
 def receives(endpoint: WebhookEndpoint, event_type: WebhookEventType, batch_owner: str,
              batch_organization: str | None, occurred_at_ms: int) -> bool:
-    """Whether `endpoint` is sent this event of a batch owned by `batch_owner` (a member of `batch_organization`).
-
-    Only facts from the endpoint's registration on: a deployment's first deliverer, or one catching up, does not
-    send an endpoint the history before it existed."""
+    """Whether `endpoint` is sent this event of a batch owned by `batch_owner` (of `batch_organization`): only facts
+    from its registration on, so a deliverer catching up never sends it the history before it existed."""
     if not endpoint.enabled or event_type not in endpoint.events or occurred_at_ms < endpoint.created_at * 1000:
         return False
     if endpoint.scope == "user":

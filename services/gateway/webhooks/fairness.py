@@ -11,8 +11,8 @@ from services.gateway.webhooks.store import Claim
 
 
 def round_robin(due: list[Claim], owner_of: Mapping[str, str]) -> list[Claim]:
-    """`due` (oldest first) interleaved across owners: each owner's oldest, then each one's second, … — owners in
-    the order of their oldest. An endpoint no longer listed is its own owner (its delivery just ends)."""
+    """`due` (oldest first) interleaved across owners in the order of their oldest; an unlisted endpoint is its own
+    owner."""
     by_owner: dict[str, list[Claim]] = {}
     for claim in due:
         by_owner.setdefault(owner_of.get(claim.endpoint_id, claim.endpoint_id), []).append(claim)
@@ -44,8 +44,8 @@ class Fairness:
         return breaker is not None and breaker.failures >= self.breaker_failures
 
     def may_start(self, endpoint_id: str, owner: str, now: float) -> bool:
-        """Whether an attempt to `endpoint_id` of `owner` may start now: the owner and the endpoint have a free
-        slot, and the endpoint's breaker is closed, or half-open with no probe running (one probe at a time)."""
+        """Whether an attempt may start now: owner and endpoint have a free slot, and the breaker is closed, or
+        half-open with no probe running."""
         if self.by_owner[owner] >= self.owner_limit or self.by_endpoint[endpoint_id] >= self.endpoint_limit:
             return False
         if not self.is_open(endpoint_id):

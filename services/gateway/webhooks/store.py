@@ -1,13 +1,8 @@
-"""The webhooks bucket: endpoints (`endpoint.<id>`), every delivery with its attempts
-(`delivery.<endpoint_id>.<msg_id>`), and the deliveries due (`due.<msg_id>`: when the next attempt may start).
-Deliveries that ended are erased after the retention the settings give (`prune`).
+"""The webhooks bucket: endpoints, deliveries with their attempts, and the deliveries due. A gateway claims a due one
+by compare-and-set (moving it a lease ahead), so two never attempt it at once; one that dies leaves the claim to
+lapse. Lists use direct gets, leaving no consumer behind; ended deliveries are pruned after their retention."""
 
-Any gateway may attempt a due delivery: it claims it first by compare-and-set on its `due` entry (moving it a lease
-into the future), so two never attempt it at once; a gateway that dies mid-attempt leaves the claim to lapse and
-another attempts again, with the same `webhook-id`. Lists read with direct gets (`latest_entries`): no consumer or
-watch is opened, so nothing is left behind whatever happens to a request.
-"""
-
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import TypeVar
@@ -66,10 +61,8 @@ class WebhookStore:
             if recorded is None or recorded.status != "pending":
                 return
         due = Due(endpoint_id=delivery.endpoint_id, not_before=delivery.next_attempt_at or time.time())
-        try:
+        with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError):  # due already
             await self.kv.create(f"{DUE}.{delivery.id}", due.model_dump_json().encode())
-        except nats.js.errors.KeyWrongLastSequenceError:
-            pass  # due already
 
     async def get_delivery(self, endpoint_id: str, delivery_id: str) -> WebhookDelivery | None:
         return await self._get(self._delivery_key(endpoint_id, delivery_id), WebhookDelivery)
@@ -125,8 +118,7 @@ class WebhookStore:
         await erase(self.kv, f"{DUE}.{claim.delivery_id}")
 
     async def prune(self, ended_before: float) -> int:
-        """Erase the deliveries that ended (their last attempt) before `ended_before` (seconds since the epoch), with
-        their attempts; how many. A pending one stays whatever its age (it is still being tried)."""
+        """Erase the deliveries that ended before `ended_before` (never a pending one); how many."""
         erased = 0
         for key, value in await latest_entries(self.kv, f"{DELIVERY}.*.*"):
             delivery = WebhookDelivery.model_validate_json(value)

@@ -70,8 +70,8 @@ def literal_address(host: str) -> bool:
 
 
 class PolicyResolver(AbstractResolver):
-    """The system's resolver, less every answer the policy refuses; none left is `RefusedAddress`. Given to the
-    deliveries' connector, it is the only way a host name becomes an address to connect to."""
+    """The system's resolver less the answers the policy refuses (none left: `RefusedAddress`): the deliveries'
+    only way from a host name to an address."""
 
     def __init__(self, policy: AddressPolicy, inner: AbstractResolver | None = None) -> None:
         self.policy = policy
@@ -89,19 +89,13 @@ class PolicyResolver(AbstractResolver):
         await self.inner.close()
 
 
-def _loopback_name(host: str) -> bool:
-    """`localhost` and its subdomains, with or without the root's dot: loopback whatever DNS says (RFC 6761)."""
-    name = host.rstrip(".").lower()
-    return name == "localhost" or name.endswith(".localhost")
-
-
 async def refusal(host: str, port: int, policy: AddressPolicy, timeout_s: float) -> str | None:
-    """Why a webhook may not be registered for `host` (None: it may): a literal address the policy refuses, a
-    `localhost` name, or a name that resolves only to refused addresses. A name that does not resolve (yet, or
-    within `timeout_s`) may be registered: every attempt resolves it again, and connects only where allowed."""
+    """Why a webhook may not be registered for `host` (None: it may): a refused literal address, a `localhost` name,
+    or a name resolving only to refused addresses. One that does not resolve in time may: each attempt resolves it."""
     if literal_address(host):
         return None if policy.allows(host) else f"{host} is not an address webhooks may be sent to"
-    if _loopback_name(host) and not policy.allows("127.0.0.1"):
+    name = host.rstrip(".").lower()  # `localhost` and its subdomains are loopback whatever DNS says (RFC 6761)
+    if (name == "localhost" or name.endswith(".localhost")) and not policy.allows("127.0.0.1"):
         return f"{host} names this host's loopback"
     resolver = PolicyResolver(policy)
     try:

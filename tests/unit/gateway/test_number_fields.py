@@ -3,9 +3,10 @@ superscript, another script's digits, thousands of digits) is a 400 naming its p
 
 import pytest
 
+from services.gateway.http.paging import limit_of
 from services.gateway.usecases.refusals import ApiError, ascii_int
 from services.gateway.views.files import expires_after_seconds
-from services.gateway.views.results import _cursor, _limit
+from services.gateway.views.results import DEFAULT_LIMIT, MAX_LIMIT, _cursor
 
 UNREADABLE = ["²", "1²", "٣", "一", "", "-1", "1.5", " 7", "9" * 5000]
 
@@ -36,7 +37,7 @@ def test_an_upload_expiry_in_range_is_its_seconds() -> None:
 @pytest.mark.parametrize("raw", UNREADABLE)
 def test_a_results_limit_or_cursor_that_is_not_a_number_is_a_bad_request(raw: str) -> None:
     with pytest.raises(ApiError) as limit:
-        _limit(raw)
+        limit_of(raw, DEFAULT_LIMIT, MAX_LIMIT)
     with pytest.raises(ApiError) as cursor:
         _cursor(f"{raw}.0")
     with pytest.raises(ApiError) as cursor_index:
@@ -48,4 +49,4 @@ def test_a_results_limit_or_cursor_that_is_not_a_number_is_a_bad_request(raw: st
 def test_a_results_cursor_reads_its_sequence_and_lines() -> None:
     assert _cursor("42.7") == (42, 7)
     assert _cursor(None) == (0, 0)
-    assert _limit("1000") == 1000
+    assert limit_of("1000", DEFAULT_LIMIT, MAX_LIMIT) == 1000
