@@ -155,11 +155,8 @@ class BatchLog:
 
     def outcome(self, asked: EndReason) -> EndReason:
         """How a batch a finalizer was asked to end `asked` ends, by the order of its log (the one authority): a
-        cancel in it (one is written only before the first `finalizing` fact) ends the batch `cancelled`, with every
-        line that ran in the output file, whatever the finalizer was asked (its window may have ended, or its
-        attempts run out, after the cancel was accepted). Without one, a `finalizing` fact means every line ran: the
-        batch completes, even if an expiry was asked after it (its finalizer died before ending it, and the window
-        passed meanwhile). Failures, and expiries before any finalizing, end as asked."""
+        cancel (only ever written before `finalizing`) ends it `cancelled`, whatever was asked; else a `finalizing`
+        fact means every line ran, so it completes even if an expiry came after. Failures end as asked."""
         if self.cancel_requested:
             return "cancelled"
         if self.finalizing and asked in ("completed", "cancelled", "expired"):

@@ -38,10 +38,6 @@ class StoredLine:
     tokens: tuple[int, int, int]
     """(prompt, completion, cached prompt) tokens of a successful line's body; zeros for any other."""
 
-    @property
-    def key(self) -> int:
-        return self.line
-
 
 ResultLine = CommittedLine | StoredLine
 """A committed line as this executor holds it: made here (or refused, or never run), or read back from a chunk."""

@@ -194,7 +194,7 @@ class Resume:
                 last_chunk, last_usage = number, usage_of(lines)
             for line in lines:
                 # The earliest commit of a line wins, so every attempt assembles the same files.
-                committed.setdefault(line.key, line)
+                committed.setdefault(line.line, line)
         next_chunk = 0 if last_chunk is None else last_chunk + 1
         return cls(committed, next_chunk, last_chunk, last_usage)
 

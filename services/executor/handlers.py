@@ -1,10 +1,6 @@
 """Thin handlers: a RunBatch command in, a batch run, its facts out; a hopeless command fails the attempt.
 A FinalizeBatch command ends a batch that runs nowhere; one that cannot succeed fails the batch with its cause.
-
-The table (`executor_router`, at the end), one per executor id (its durables and filters carry the id): `run` takes
-each `RunBatch` on the executor's run durable, a hopeless one fails its attempt (`fail_the_attempt`); `finalize`
-takes each `FinalizeBatch` on its finalize durable, a hopeless one fails its batch (`fail_the_batch`).
-"""
+The table is `executor_router`, one per executor id (its durables and filters carry the id)."""
 
 import logging
 
@@ -135,8 +131,7 @@ class Executor:
 
 def executor_router(executor_id: str, ack_wait_s: float, max_deliver: int, parallel_attempts: int = 1) -> ServiceRouter:
     """One executor's table: the commands it takes, by which handler, what a hopeless one becomes; the facts it
-    states (through the scheduler's fact desk when it joined with a worker key). A fresh router each call.
-    `parallel_attempts`: the attempts it runs at once (each a run command in hand), sharing its engines' slots."""
+    states. `parallel_attempts`: the attempts it runs at once, sharing its engines' slots."""
     router = ServiceRouter("executor", dependencies="executor")
     # Run commands handled at once: the attempts the scheduler may give it (its guest places too), and the spares.
     workers = max(parallel_attempts, 1) + GUEST_ATTEMPTS + RUN_SPARE

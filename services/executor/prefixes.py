@@ -1,12 +1,9 @@
-"""Prefix-aware running of a unit's lines (issue 15, point 4): a line's prefix key, the order that runs lines sharing
-a long prompt prefix in lanes, and which line to start on which free engine slot, so an engine that keeps each slot's
-last prompt (llama.cpp) serves the shared part from that slot's KV cache. Pure: no I/O, no engine, no clock.
+"""Prefix-aware running of a unit's lines: a line's prefix key, the order that runs lines sharing a long prompt
+prefix in lanes, and which line to start on which free slot, so an engine that keeps each slot's last prompt
+(llama.cpp) serves the shared part from cache. Pure: no I/O, no engine, no clock.
 
-Why lanes and not merely adjacent lines: lines start concurrently, one per free slot. Four same-prefix lines
-started together land on four slots and all four compute the prefix; only a line that starts on a slot after a
-same-prefix line finished there finds it cached. So a prefix's lines run one after another on the same slot (a lane),
-and a freed slot starts the next line of the prefix it holds, whatever the unit's order says next. A prefix with many
-lines and few rivals gets several lanes (slots) at once.
+Lanes, not merely adjacent lines: same-prefix lines started together land on different slots and each computes the
+prefix, so a prefix's lines run one after another on one slot (a lane); a prefix with many lines may get several.
 """
 
 import hashlib
@@ -26,12 +23,9 @@ a prefix of about 256 tokens at least."""
 
 
 def prefix_key(endpoint: str, body: Mapping[str, object], scope: str = "") -> str | None:
-    """The key of the long prompt prefix the line shares with others, or None when it has none worth grouping.
-
-    OpenAI's `prompt_cache_key`, where the line gives one, is that key. Otherwise the key is a digest of the stem
-    every prompt of the same shape repeats: for chat (and Responses, mapped onto chat) the tools and every message but
-    the last, when that is long; else the first HEAD_CHARS characters of a longer prompt. `scope` (the batch owner)
-    keeps one owner's lines from being grouped with another's."""
+    """The key of the long prompt prefix the line shares with others, or None when it has none worth grouping:
+    its `prompt_cache_key`, else a digest of the stem (chat: the tools and every message but the last, when long;
+    else a long prompt's first HEAD_CHARS). `scope` (the batch owner) keeps owners' lines apart."""
     explicit = body.get("prompt_cache_key")
     if isinstance(explicit, str) and explicit:
         return _digest(scope, "prompt_cache_key", explicit)
@@ -148,14 +142,10 @@ class SlotState:
 
 def choose_start(candidates: Sequence[str | None], slots: Sequence[SlotState], need: Mapping[str, int],
                  patient: bool = True) -> tuple[int, str | None] | None:
-    """Which of a unit's pending prefixes (`candidates`, in its preferred order) to start next and on which free slot;
-    None to wait for a busy slot that holds one of them.
-
-    `need[key]`: how many slots a planned key can still use (its lanes, at most its lines not yet started); a key
-    not in it is planned by no unit and gets no slot kept for it. In turn: a free slot holding a candidate's prefix;
-    a spare slot (holding nothing, or a key with more slots than it needs) for a candidate holding fewer slots than
-    it needs; wait, while a busy slot holds a candidate's prefix and the owner is `patient` (not below its fair
-    share); else the free slot whose loss costs least, for the first candidate, so a unit always gets going."""
+    """Which of a unit's pending prefixes (`candidates`, preferred first) to start next and on which free slot; None
+    to wait. `need[key]`: the slots a planned key can still use. In turn: a free slot holding a candidate's prefix; a
+    spare slot (holding nothing, or a key with more slots than it needs) for a candidate short of slots; wait, while a
+    busy slot holds a candidate's prefix and the owner is `patient`; else the free slot whose loss costs least."""
     free = [slot for slot in slots if not slot.busy]
     keys = list(dict.fromkeys(candidates))
     if not free or not keys:

@@ -1,13 +1,8 @@
 """One engine's slots, shared by every attempt running on it and fair between batch owners: a freed slot goes to
-the waiting owner holding the fewest, among equals the one that started the fewest lines here (an owner arriving
-starts level with the least served holder), then first come first served; an attempt alone may take them all. A unit
-asks for one slot at a time, so a slot freed while an owner's unit is between two asks is kept for it when that owner
-stands first: slots freed together go to owners in turn, not to whoever has the most units waiting.
-
-Slots are numbered as the engine numbers them. A unit's lines planned by prefix (`SlotPool.unit`,
-services/executor/prefixes.py) wait as one: a free slot starts whichever of its lines that slot already holds the
-prompt prefix of (among owners holding as many, units it holds one warm for go first), so the engine's per-slot prompt
-cache serves the shared part; while a unit is open, the prefixes of its lines not yet started keep their slots.
+the waiting owner holding the fewest, then the one that started the fewest lines here, then first come. A slot freed
+while an owner's unit is between two asks is kept for it when that owner stands first, so slots freed together go to
+owners in turn. A unit's lines planned by prefix (services/executor/prefixes.py) wait as one: a free slot starts
+whichever of them it holds the prompt prefix of, so the engine's per-slot prompt cache serves the shared part.
 """
 
 import asyncio
@@ -56,10 +51,8 @@ class SlotPool:
         self._units: list[UnitPlan] = []
         """Units planned and not yet closed."""
         self._served: dict[str, int] = {}
-        """Lines each owner present started here (slots granted): among owners holding as many, the next slot goes to
-        the one served least, so owners with lines waiting start as many lines each, however many units each has. An
-        owner that comes (back) starts level with the least served holder, not from nothing; its entry goes once it
-        holds and wants none."""
+        """Lines each owner present started here: ties in slots held go to the least served, however many units each
+        has. An owner that comes (back) starts level with the least served holder."""
 
     @property
     def free(self) -> int:
@@ -181,10 +174,8 @@ class SlotPool:
         return {key: min(lanes[key], to_come[key]) for key in lanes}
 
     def _returning(self, ready: list[_Waiter]) -> set[str]:
-        """Owners of open units with lines still to start and no waiter now: a unit asks for one slot at a time, so
-        one just granted a slot asks again a moment later. Slots freed together (an engine's slots finish lines of
-        equal length in the same step) would otherwise all go to owners with several units waiting. An owner with a
-        waiter ready is left out: it stands no better than its waiter, so no slot would be kept for it anyway."""
+        """Owners of open units with lines still to start and no waiter now (a unit asks again a moment after a grant):
+        slots freed together would otherwise all go to owners with several units waiting."""
         asking = {waiter.owner for waiter in ready}
         return {unit.owner for unit in self._units
                 if unit.owner is not None and unit.owner not in asking and unit.has_lines_to_start}
@@ -237,11 +228,9 @@ class SlotPool:
 
     def _choose(self, ready: list[_Waiter], standing: Callable[[str], tuple[int, int]]
                 ) -> tuple[_Waiter, tuple[int, str | None]] | None:
-        """The waiter to hand a free slot now, and which slot with which of its prefixes; None: all wait.
-
-        Fewest slots held first; among equals, the owner that started fewest lines (not the waiter that came first:
-        the owner that just gave a slot back would win every tie, and an owner with one unit against owners with
-        several would stay below its share), then one a free slot holds a prefix of warm, then the earliest waiter."""
+        """The waiter to hand a free slot now, and which slot with which of its prefixes; None: all wait. Fewest slots
+        held first, then fewest lines started (not first come: the owner that just gave a slot back would win every
+        tie), then one a free slot holds a prefix of warm, then the earliest waiter."""
         if not self._resident_slots:
             # No slot holds a prefix (none is warm): whatever the candidates, the first waiter starts its first one on
             # the least recently used free slot (what `choose_start` picks then, without reading every slot).

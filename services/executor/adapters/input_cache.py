@@ -1,12 +1,9 @@
 """Each batch's input file, downloaded once per executor while units of the batch run here, with the end offset of
-every line: a unit reads its own lines by offset instead of the object from its first line (which cost every unit
-the batch's size).
+every line, so a unit reads its own lines by offset instead of the object from its start.
 
-The copy is an unnamed temporary file (gone with the process however it ends), filled as the object streams in, so
-the first units start before the download ends. Concurrent first units of a batch share one download. A copy is
-dropped once no unit of its batch has held it for `idle_s`, when asked (`forget`), or to make room under the disk
-budget; an object larger than the budget left streams the rest of its lines from the store for each unit, as
-before. File IO runs in the cache's own two threads, never the loop's shared pool.
+The copy is an unnamed temporary file (gone with the process), read while it fills. A copy is dropped once unheld for
+`idle_s`, when asked (`forget`), or to make room under the disk budget; past the budget a unit streams the rest of its
+lines from the store. File IO runs in the cache's own threads, never the loop's shared pool.
 """
 
 import asyncio

@@ -1,10 +1,8 @@
 """The memory an executor advertises: NVIDIA GPUs through NVML (`nvidia-ml-py`) when it is there, else the host's.
 
-Only the GPUs this process may use are advertised: `CUDA_VISIBLE_DEVICES` (indices or `GPU-…` UUIDs, as CUDA reads
-it) chooses and numbers them as CUDA does, so `cuda:0` is the first visible one. NVML failing after a good reading
-(a device reset, a call this driver lacks) repeats that last reading, logged, rather than advertise the host's RAM
-as if it were the GPU's; an executor never ends because a reading failed. Memory is read at every heartbeat: NVML's
-absence is logged once per process, and a failing NVML once until it reads again.
+Only the GPUs `CUDA_VISIBLE_DEVICES` lets this process use are advertised, numbered as CUDA numbers them. NVML failing
+after a good reading repeats that reading (rather than advertise the host's RAM as the GPU's); read at every
+heartbeat, so NVML's absence or failure is logged once, not at every beat.
 """
 
 import contextlib
@@ -30,9 +28,8 @@ def _tell_once(what: str, level: int, message: str, *args: object) -> None:
 
 
 def host_memory(meminfo: Path = Path("/proc/meminfo")) -> DeviceMemory:
-    """The host's memory; free is what a new allocation can have: the kernel's MemAvailable, which counts the page
-    cache it drops on demand, not MemFree, which a busy host's cache shrinks to almost nothing (MemFree only where
-    the kernel does not say MemAvailable)."""
+    """The host's memory; free is the kernel's MemAvailable (counting the page cache it drops on demand), not MemFree,
+    which a busy host's cache shrinks to almost nothing (MemFree only where there is no MemAvailable)."""
     page = os.sysconf("SC_PAGE_SIZE")
     free = os.sysconf("SC_AVPHYS_PAGES") * page
     with contextlib.suppress(OSError, ValueError):

@@ -1,10 +1,6 @@
 """Following a batch's event log live: one feed per batch with attempts on this executor, read once and shared by
-every one of them, and each attempt's own watch over it (its fence, its stop).
-
-A unit of a batch is one attempt; many units of one batch run here at once and one after another, so each reading
-the whole log again would cost every unit the batch's size. The feed reads the log from the first fact when the
-batch's first attempt arrives, follows it, and stays open `linger_s` after its last attempt left (the next unit
-of the batch is likely on its way). An attempt joining an open feed first brings it up to the log's end.
+all of them (each unit reading the whole log would cost every unit the batch's size), and each attempt's own watch
+over it (its fence, its stop). A feed stays open `linger_s` after its last attempt left: the next unit is likely near.
 """
 
 import asyncio

@@ -1,12 +1,9 @@
 """transformers' continuous batching for the transformers engine: each line is a request of the library's
-`ContinuousBatchingManager`, which joins it to the running batch at the next token and lets it leave when it ends,
-so a short line never waits for a long one.
+`ContinuousBatchingManager`, joining the running batch at the next token and leaving when it ends.
 
-Each request carries its own token limit, EOS (none for `ignore_eos`) and sampling: temperature, top_k and top_p are
-per-request processors (`per_request_processors`), greedy is top_k 1. What those processors cannot carry (a seed,
-a repetition penalty) runs in the engine's micro-batches instead (`eligible`). The KV cache is sized from the
-catalogue (slots x context), not from free device memory. The library runs the batch on a thread of its own; a
-line's result comes back on the event loop through a handler the manager calls there.
+Each request carries its own token limit, EOS and sampling (per-request processors; greedy is top_k 1); a seed or a
+repetition penalty runs in the engine's micro-batches instead (`eligible`). The KV cache is sized from the catalogue
+(slots x context). The manager runs on its own thread and hands each result back to the event loop.
 """
 
 import asyncio

@@ -34,20 +34,16 @@ from services.runtime.storage.catalogue import resolve_artifact
 log = logging.getLogger(__name__)
 
 LINE_REJECTIONS = (ValueError, TypeError, RuntimeError)
-"""How xllamacpp refuses one request, the line's fault and not the engine's: ValueError (a malformed request),
-TypeError (orjson cannot serialise the body: too deep), RuntimeError (llama.cpp's own
-std::exception while parsing messages, tools or content it cannot read, e.g. an image without an mmproj).
-A crashed engine shows as EngineUnavailable before the call, never from it."""
+"""How xllamacpp refuses one request, the line's fault: ValueError (malformed), TypeError (orjson cannot serialise the
+body), RuntimeError (llama.cpp's std::exception on messages, tools or content it cannot read, e.g. an image without an
+mmproj). A crashed engine shows as EngineUnavailable before the call, never from it."""
 PROMPT_CACHE_RAM_MIB = 64
-"""llama.cpp's server keeps prompts it has seen in a host-memory cache of up to 8 GiB by default, so an executor's
-memory grew by hundreds of MB per thousand distinct lines until it reached that (measured: 0.6 to 1.7 GB within
-1,600 lines). Each slot still keeps its own last prompt's KV cache, which is what lines sharing a prefix reuse:
-the executor sends them to one slot (`id_slot`) one after another (services/executor/prefixes.py). A cached entry of
-a 1,000-token SmolLM2 prompt takes 22 MiB, so this holds two or three."""
+"""llama.cpp's host-memory prompt cache defaults to 8 GiB, so an executor grew by hundreds of MB per thousand distinct
+lines (measured: 0.6 to 1.7 GB within 1,600 lines). Lines sharing a prefix reuse their slot's own KV cache instead
+(`id_slot`, prefixes.py); a 1,000-token SmolLM2 prompt takes 22 MiB, so this holds two or three."""
 ENGINE_THREAD_POLL = 0
-"""llama.cpp's compute threads spin between graph steps by default (poll 50), which burns the cores another
-executor, a service or a second engine on the host needs: measured on 2 cores, 32 lines x 32 tokens on two
-executors at once took 94 s spinning and 50 s sleeping (poll 0), and one executor alone 9.7 s vs 8.5 s."""
+"""llama.cpp's compute threads spin between graph steps by default (poll 50), burning cores others on the host need:
+on 2 cores, two executors took 94 s spinning vs 50 s with poll 0 (one executor alone: 9.7 s vs 8.5 s)."""
 EMBEDDINGS = "/v1/embeddings"
 COMPLETIONS = "/v1/completions"
 RESPONSES = "/v1/responses"
@@ -57,10 +53,8 @@ HANDLERS = {"/v1/chat/completions": "handle_chat_completions", COMPLETIONS: "han
 
 
 SERVER_STOP_S = 30.0
-"""How long unloading waits for llama.cpp's server to stop, on a daemon thread. Its destructor joins the server's
-loop thread holding the GIL (Cython's dealloc), so a loop that never ends freezes every thread of the process: gdb on
-a frozen test worker showed the loop waiting for tasks after its stop was lost, which `load` now rules out (see
-there). Past this the unloading thread goes on, if it can."""
+"""How long unloading waits for llama.cpp's server to stop, on a daemon thread: its destructor joins the server's loop
+thread holding the GIL, so a loop that never ends (a lost stop, which `load` rules out) would freeze the process."""
 
 
 def _release(holder: list[xllamacpp.Server]) -> None:
@@ -87,9 +81,8 @@ class LlamaCppEngine(Engine):
 
     def load(self, model: CatalogueModel) -> None:
         server = xllamacpp.Server(self.params_for(model))
-        # A metrics task is answered by the server's loop: once it is, the loop runs. Stopping a server whose loop has
-        # not started yet loses the stop (llama.cpp's loop sets itself running when it starts), and its destructor
-        # then waits for ever (caught in a full test run: a load then an unload at once).
+        # Once a metrics task is answered the server's loop runs: stopping a loop not started yet loses the stop, and
+        # the destructor then waits for ever.
         server.handle_metrics()
         self._server = server
         self._pool = ThreadPoolExecutor(max_workers=model.slots, thread_name_prefix=f"llamacpp-{model.id}")

@@ -1,16 +1,12 @@
 """llama.cpp's streamed answer to one request, put back together as the answer it gives unstreamed, and which
 requests are streamed at all.
 
-The llama.cpp adapter streams a completion only so that it can stop it: xllamacpp's unstreamed call cannot be
-interrupted (the request it builds carries a `should_stop` that never says stop), while a stream ends, and llama.cpp
-frees the slot, as soon as the chunk callback says so. What the line gets is the unstreamed shape, field for field
-(tests/unit/executor/test_executor_llamacpp.py compares the two on the real model), except that a completions line
-of several prompts states the usage of all of them, where llama.cpp's unstreamed answer states its first prompt's.
-A stream cannot rebuild every answer: a chat stream gives a token's log probabilities only with a token that changed
-the parsed message (none for the end-of-sequence token or a held-back stop word), and tool calls are parsed again
-after every token (the streamed message's `content` and failures differ). Such requests run unstreamed, and are
-stopped only when they end; an unstreamed completions line of several prompts asks for each prompt on its own
-(`one_answer`), so that its usage too counts every prompt.
+The adapter streams only so that it can stop a line: xllamacpp's unstreamed call cannot be interrupted, while a stream
+ends (and frees the slot) as soon as the chunk callback says so. The line gets the unstreamed shape field for field
+(test_executor_llamacpp.py compares them), except that a completions line of several prompts states all their usage.
+Log probabilities and tool calls cannot be rebuilt from a stream (a chat stream omits some tokens' logprobs and
+re-parses tools after every token): such requests run unstreamed, a completions line of several prompts one prompt at
+a time (`one_answer`), so that its usage too counts every prompt.
 """
 
 from collections.abc import Mapping

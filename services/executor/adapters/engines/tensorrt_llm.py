@@ -1,19 +1,14 @@
 """The TensorRT-LLM engine through its `LLM` API (`generate_async`), for NVIDIA GPUs, behaving as `trtllm-serve`
 and our llama.cpp engine do:
 
-- **Defaults** are OpenAI's (and `trtllm-serve`'s): temperature 1 and top_p 1 when a line names neither (TensorRT-LLM
-  alone decodes greedily), chat and responses run to the context unless they set a limit (completions: OpenAI's 16),
-  and `n` > 1 is allowed at any temperature.
-- **Prompts** are the model's chat template rendered to text and tokenized without special tokens
-  (`hf_prompts.py`), content parts flattened as `trtllm-serve` does.
-- **One bad line is that line's error**: a prompt over the engine's limits, a template that refuses the messages or
-  a request TensorRT-LLM refuses answer 400 for the line; a request the engine fails answers 500 (retried by the
-  executor); only an engine that is shutting down fails the attempt (`EngineUnavailable`), which reloads it.
-- **Output** carries `cached_tokens` (block reuse is on), the logprobs asked for, a fresh id per completion; a line
-  TensorRT-LLM cancelled or timed out is a 503, never a successful `stop`.
-- **Cancelled lines stop on the GPU**: a line whose task is cancelled aborts its request.
-- **Memory**: the KV cache is sized from the catalogue (slots x context tokens) instead of TensorRT-LLM's default of
-  90 % of free GPU memory, so a second model and the scheduler's placement see what is really left.
+- **Defaults** are OpenAI's: temperature 1 and top_p 1 when a line names neither (TensorRT-LLM alone decodes
+  greedily), chat runs to the context (completions: 16 tokens), `n` > 1 at any temperature.
+- **Prompts** as `hf_prompts.py` builds them.
+- **One bad line is that line's error**: a refused or too long request is the line's 400, a failed one its 500
+  (retried); only an engine shutting down fails the attempt (`EngineUnavailable`), which reloads it. A line
+  TensorRT-LLM cancelled or timed out is a 503, never a successful `stop`; a cancelled line's task aborts its request.
+- **Memory**: the KV cache is sized from the catalogue (slots x context) instead of 90 % of free GPU memory, so a
+  second model and the scheduler's placement see what is really left.
 
 TensorRT-LLM is imported only by `load()`, so this module (and its mapping) works anywhere.
 """

@@ -1,23 +1,13 @@
-"""The `transformers` engine: PyTorch and Hugging Face checkpoints, on a GPU where CUDA is (a fallback for GPU hosts
-without TensorRT-LLM, and the GPU path this project can check) and on the CPU otherwise.
+"""The `transformers` engine: PyTorch and Hugging Face checkpoints, on a GPU where CUDA is, else on the CPU.
 
-- **Artifacts**: a checkpoint directory, or a GGUF file (dequantized once by transformers, then kept as a checkpoint
-  under the model cache so later loads take seconds).
-- **Prompts** as `trtllm-serve` and the TensorRT-LLM engine build them (`hf_prompts.py`): the chat template's text,
-  tokenized without special tokens. Usage counts exactly those tokens.
-- **Batches**: on a GPU, transformers' continuous batching (`continuous_batching.py`) where the installed version
-  has it with per-request sampling: each line joins the running batch at the next token with its own limit,
-  temperature, top_k and top_p. Lines it cannot carry (a seed, a repetition penalty), and every line on the CPU
-  unless asked (`continuous_batching=True`: its first batch costs seconds of set-up there), run as micro-batches:
-  lines waiting when the engine's worker is free are generated together (left-padded), up to the model's slots,
-  grouped by how they sample. Either way each line keeps its own limit, stop strings and finish reason.
-- **Defaults** are OpenAI's: temperature 1 and top_p 1 (temperature 0: greedy), chat runs to the context, completions
-  stop at 16 tokens; `n` samples run as rows of one batch.
-- **Cancellation**: a line whose task is cancelled is dropped if it has not started; a batch whose lines are all
-  cancelled stops at its next token.
-- **Memory**: unloading frees the weights and CUDA's cached blocks.
-
-The generation runs on the engine's own thread, never the event loop's or a shared pool's.
+- **Artifacts**: a checkpoint directory, or a GGUF file (dequantized once, then kept as a checkpoint in the cache).
+- **Prompts** as the TensorRT-LLM engine builds them (`hf_prompts.py`); usage counts exactly those tokens.
+- **Batches**: on a GPU, transformers' continuous batching (`continuous_batching.py`) where the installed version has
+  it. Lines it cannot carry (a seed, a repetition penalty), and every line on the CPU unless asked (its set-up costs
+  seconds there), run as micro-batches: lines waiting when the engine's own thread is free are generated together
+  (left-padded), up to the model's slots, grouped by how they sample. Each line keeps its own limit, stops and finish.
+- **Defaults** are OpenAI's (temperature 1, top_p 1; completions stop at 16 tokens); `n` samples are rows of a batch.
+- **Cancellation**: a line not started is dropped; a batch whose lines are all cancelled stops at its next token.
 """
 
 import asyncio
@@ -74,8 +64,7 @@ class TransformersEngine(Engine):
 
     def __init__(self, n_threads: int = 2, cache_dir: Path | None = None,
                  continuous_batching: bool | None = None) -> None:
-        """`continuous_batching`: None, on CUDA where transformers has it; True or False, wherever it has it, or
-        never."""
+        """`continuous_batching`: None, on CUDA where transformers has it; True: wherever it has it; False: never."""
         self.n_threads = n_threads
         self.continuous_batching = continuous_batching
         self._batches: batching.ContinuousBatches | None = None
@@ -140,7 +129,7 @@ class TransformersEngine(Engine):
 
     @property
     def continuous(self) -> bool:
-        """Whether lines run through transformers' continuous batching (those it can carry)."""
+        """Whether lines run through transformers' continuous batching (bench/gpu_smoke.py reports it)."""
         return self._batches is not None
 
     def in_flight(self) -> int:
