@@ -1,7 +1,6 @@
-"""Committed lines as chunk and file bytes: a committed line's chunk line and output line, written and read by
-orjson where it writes exactly the bytes the pydantic models write (their fields, in their order, of JSON's own
-types); a chunk line read back is kept as its bytes (`StoredLine`) and goes into the output or error file as it is;
-any other line takes the models' way."""
+"""Committed lines as chunk and file bytes, written and read by orjson where it writes exactly the bytes the pydantic
+models write; a chunk line read back is kept as its bytes (`StoredLine`) and goes into the files as it is. Any other
+line takes the models' way."""
 
 import contextlib
 from collections.abc import Iterable
@@ -26,9 +25,8 @@ FAST = (list(CommittedLine.model_fields) == _LINE_KEYS and list(OutputLine.model
 
 @dataclass(slots=True)
 class StoredLine:
-    """A committed line kept as the bytes the models write of it (made here, or read back from a chunk): what
-    resuming and the files need, and its output line's bytes, which go into the output or error file unchanged.
-    Never changed once made (not frozen, which costs microseconds a line to build)."""
+    """A committed line kept as the bytes the models write of it (made here, or read back from a chunk). Never
+    changed once made (not frozen, which costs microseconds a line)."""
 
     line: int
     custom_id: str | None
@@ -81,8 +79,7 @@ def decode_chunk(data: bytes) -> list[CommittedLine]:
 
 
 def read_chunk(data: bytes) -> list[ResultLine]:
-    """A chunk's lines: each one written as the models write it kept as its bytes, any other decoded by the models
-    (which refuse what is not a committed line, as `decode_chunk` does)."""
+    """A chunk's lines: those written as the models write them kept as bytes, any other decoded by the models."""
     return [_stored(raw) or CommittedLine.model_validate_json(raw) for raw in data.splitlines() if raw.strip()]
 
 

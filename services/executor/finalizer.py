@@ -1,8 +1,6 @@
 """The one way a batch ends (`Finalizer.finish`), whoever ends it: the attempt running its only shard, or a finalize
-command. Its output and error files are assembled from every committed chunk, then how it ended is announced.
-
-Deterministic in what is committed: redone, it writes the same files under the same ids and facts.
-"""
+command. Its files are assembled from every committed chunk, then its end is announced; redone, it writes the same
+files under the same ids and facts."""
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -48,8 +46,8 @@ class Publish(Protocol):
 
 @dataclass
 class Ender:
-    """Who ends a batch, and what it knows: the running attempt of the batch's only shard (its lease fences what
-    it states; it may hold every committed chunk), or a finalize command (nothing fenced, nothing held)."""
+    """Who ends a batch: the running attempt of its only shard (fenced by its lease; it may hold every committed
+    chunk), or a finalize command (nothing fenced, nothing held)."""
 
     log: BatchLog
     """The batch's log as the ender read it."""
@@ -77,10 +75,8 @@ class Finalizer:
 
     async def finish(self, batch: RunBatch | FinalizeBatch, asked: EndReason, ender: Ender,
                      stating: Sequence[Event] = ()) -> bool:
-        """The one way a batch ends, whoever ends it. Completing, it states `finalizing` (after `stating`, what the
-        ender has left to say) and reads the log back: a cancel accepted before that fact decides, as the log's
-        order is the one authority. Then the files are written and the end is stated. False once the ender's lease
-        is gone."""
+        """Completing, state `finalizing` (after `stating`) and read the log back: a cancel accepted before that fact
+        decides. Then write the files and state the end. False once the ender's lease is gone."""
         completing = asked == "completed"
         if completing:
             stating = [*stating, BatchFinalizing(aggregate_id=batch.batch_id, attempt=ender.attempt)]
@@ -108,9 +104,8 @@ class Finalizer:
     async def finalize(self, command: RunBatch | FinalizeBatch, outcome: EndReason,
                        chunks: Sequence[tuple[str, Sequence[ResultLine]]], publish: Publish, code: str | None = None,
                        all_lines_ran: bool = False) -> bool:
-        """Write both files of the committed `chunks` and publish the terminal fact; False once `publish` refuses
-        (the lease is gone). Lines never run get `code` in the error file (default `batch_<outcome>`); unless
-        `all_lines_ran`, the input is read again so none can go missing."""
+        """Write both files of the committed `chunks` and publish the terminal fact; False once `publish` refuses.
+        Lines never run get `code` (default `batch_<outcome>`); unless `all_lines_ran`, the input is read for them."""
         batch_id = command.batch_id
         committed = Resume.from_chunks(chunks, attempt=0).committed
         lines: list[ResultLine] = list(committed.values())

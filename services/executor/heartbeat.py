@@ -1,10 +1,6 @@
-"""The executor's heartbeat: its advert in the TTL'd executors bucket, refreshed well inside the TTL.
-
-After a silence longer than an advert lives (the process was paused, or cut off from the broker) the scheduler
-has, or soon will have, declared it lost and fenced what it ran: it registers again before beating on, which
-starts a new fencing epoch (work assigned before it is fenced, work assigned after it is its to commit) and
-tells the log it is online again.
-"""
+"""The executor's heartbeat: its advert in the TTL'd executors bucket, refreshed well inside the TTL. After a silence
+longer than an advert lives (paused, cut off) the scheduler has declared it lost and fenced its work: it registers
+again before beating on, starting a new fencing epoch."""
 
 import asyncio
 import contextlib

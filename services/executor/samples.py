@@ -1,9 +1,6 @@
-"""A line's `n` samples (chat and completions): run as `n` requests of one sample each, on the line's slot one after
-another (the prompt stays cached there), and answered as one reply whose choices are the samples in order.
-
-Sample 0 uses the line's own `seed` (so it is the answer the line gives with `n` = 1) and sample i a seed derived from
-that seed and i, so the same file gives the same samples on every run and every executor. A line without a seed gets
-the engine's own random draw for each sample. Usage counts the prompt once and every sample's completion tokens.
+"""A line's `n` samples (chat and completions): `n` requests of one sample each, one after another on the line's slot
+(its prompt stays cached), answered as one reply. Sample 0 uses the line's `seed` (the answer with `n` = 1), sample i a
+seed derived from it and i, so every run gives the same samples. Usage counts the prompt once.
 """
 
 import hashlib

@@ -27,12 +27,10 @@ class ExecutorSettings(ServiceSettings):
     n_threads: int = 2
     """CPU threads the engine uses for prompt processing and generation."""
     chunk_lines: int = 256
-    """Finished lines per committed result chunk (and per progress event) at most; a slower engine commits smaller
-    chunks every `chunk_max_wait_s`. Each chunk costs an object write and a fact; a lost attempt runs its
-    uncommitted chunk again (at most this many lines, or `chunk_max_wait_s` of work)."""
+    """Finished lines per committed result chunk (and progress event) at most: each costs an object write and a fact;
+    a lost attempt runs its uncommitted chunk again."""
     chunk_max_wait_s: float = 2.0
-    """A chunk is committed with fewer lines once its first finished this long ago, whether or not another line
-    finished since: `request_counts` and `usage` move within this long of any line finishing."""
+    """A chunk is committed with fewer lines once its first finished this long ago, so progress keeps moving."""
     line_attempts: int = 3
     """Tries of one line when the engine answers 5xx (transient); a 4xx answer is final at once."""
     line_retry_delay_s: float = 0.5
@@ -47,20 +45,17 @@ class ExecutorSettings(ServiceSettings):
     max_deliver: int = 5
     """Deliveries of one run command before the batch is failed."""
     stop_grace_s: float = 5.0
-    """How long a stopping executor lets the attempts in hand commit (together) before abandoning them to a
-    redelivery."""
+    """How long a stopping executor lets the attempts in hand commit before leaving them to a redelivery."""
     model_cache_dir: str = ""
     """Where model weights fetched from the object store or Hugging Face are kept (verified by their SHA-256);
     empty: `$XDG_CACHE_HOME/sheshnag/models`."""
     join_retry_s: float = Field(default=1.0, gt=0)
-    """After a refusal to join (NATS refused the worker key, the broker's certificate is not trusted, the scheduler
-    refused the registration) the executor says why and tries again this long after; the wait doubles with each
-    refusal in a row, up to `join_retry_max_s`."""
+    """After a refusal to join (worker key, broker certificate, registration) the executor says why and tries again this
+    long after; the wait doubles with each refusal in a row, up to `join_retry_max_s`."""
     join_retry_max_s: float = Field(default=60.0, gt=0)
     """The longest wait between two tries to join."""
     max_refusals: int = Field(default=0, ge=0)
-    """Give up after this many refusals in a row and exit with status 78 (scripts; 1: try once); 0: keep trying,
-    backing off."""
+    """Give up after this many refusals in a row and exit with status 78 (1: try once); 0: keep trying, backing off."""
     object_broker_wait_s: float = 60.0
     """Without S3 credentials (`SHESHNAG_S3_ACCESS_KEY` unset) objects are reached through presigned URLs the
     leading scheduler hands out: how long to wait for one while no scheduler can answer (a leader change)."""

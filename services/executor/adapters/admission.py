@@ -1,9 +1,6 @@
-"""Keeping the executor admitted to the broker: its credentials (the auth callout's user JWT) expire, so it asks
-the server how long they have left and reconnects a while before, when the callout admits it afresh.
-
-Renewing early, at a quiet moment, keeps the server from cutting the connection mid-request; should it expire
-anyway (the process was paused past it), the client reconnects on the server's error (`ReadmittingClient`).
-"""
+"""Keeping the executor admitted to the broker: its auth callout's user JWT expires, so it asks the server how long is
+left and reconnects (admitted afresh) a while before, at a quiet moment rather than mid-request; should it expire
+anyway (a pause), the client reconnects on the server's error (`ReadmittingClient`)."""
 
 import asyncio
 import contextlib
@@ -39,8 +36,8 @@ def renew_in(expires_in_s: float) -> float:
 
 
 def expiry_of(user_info: bytes) -> float | None:
-    """Seconds the connection's admission has left, from the server's answer on `USER_INFO_SUBJECT`; None: never
-    expires. (`expires` is a Go duration, in nanoseconds, left out for connections that do not expire.)"""
+    """Seconds the connection's admission has left, from the server's `USER_INFO_SUBJECT` answer (`expires`, a Go
+    duration in nanoseconds); None: never expires."""
     expires = json.loads(user_info).get("data", {}).get("expires")
     return expires / 1e9 if expires else None
 
@@ -74,8 +71,8 @@ async def _quiet(error: Exception) -> None:
 
 
 async def renew(nc: Client) -> None:
-    """Reconnect (so the server admits the connection again) once no request waits for its reply, or after a
-    while; what is published meanwhile is held and sent on the new connection, subscriptions are replayed."""
+    """Reconnect (admitted again) once no request waits for its reply, or after a while; what is published meanwhile
+    goes out on the new connection."""
     await _until(lambda: not nc._resp_map, QUIET_WAIT_S)  # nats-py's requests awaiting a reply
     await nc.force_reconnect()
     await _until(lambda: nc.is_connected or nc.is_closed, RECONNECT_WAIT_S)

@@ -1,9 +1,7 @@
 """Catalogue artifacts as local files an engine loads: a package resource or a path as it is; a model object of the
-deployment's store downloaded once into a local cache and checked against its pinned SHA-256; a Hugging Face file or
-whole checkpoint through huggingface_hub's own cache, which answers offline for a revision it holds.
-
-A download streams to a temporary file beside the cache, hashing on the way, and is renamed into place only once its
-hash matches: the cache holds verified files only, named by their SHA-256, so a file found there is used as it is.
+deployment's store downloaded once into a local cache, checked against its pinned SHA-256; a Hugging Face file or
+checkpoint through huggingface_hub's own cache. A download is renamed into place only once its hash matches, so the
+cache (named by SHA-256) holds verified files only.
 """
 
 import asyncio
@@ -30,13 +28,11 @@ log = logging.getLogger(__name__)
 VERIFIED_DIR = "sha256"
 PARTIAL_DIR = "partial"
 STALE_PARTIAL_S = 3600.0
-"""A partial download untouched this long was left by a process that died: it is removed. (A live download writes
-every few milliseconds; executors sharing a cache directory each download into a file of their own.)"""
+"""A partial download untouched this long was left by a process that died: it is removed."""
 
 
 class ArtifactUnavailable(RuntimeError):
-    """The artifact cannot be had as a local file: no object access yet, no such object, a refusal, a hub that
-    neither answers nor has it cached."""
+    """The artifact cannot be had as a local file (no object access yet, no such object, a refusal, no hub)."""
 
 
 class ArtifactMismatch(ArtifactUnavailable):
@@ -49,8 +45,7 @@ def default_cache_dir() -> Path:
 
 
 class ArtifactResolver:
-    """`objects` is the executor's object access (direct or brokered), once it has one; until then a model object
-    cannot be fetched, though one already in the cache is found."""
+    """`objects`: the executor's object access, once it has one; until then only cached model objects are found."""
 
     def __init__(self, cache_dir: Path, objects: ObjectAccess | None = None,
                  hub_cache_dir: Path | None = None) -> None:
@@ -97,8 +92,7 @@ class ArtifactResolver:
         return self.cached_path(model.sha256, model_object.key).is_file()
 
     def cached_path(self, sha256: str, key: str) -> Path:
-        """Where a verified object lives: named by its hash (models sharing weights share the file), keeping the
-        object's own file name for engines and people that go by it."""
+        """Where a verified object lives: under its hash (shared by models sharing weights), with its own file name."""
         return self.cache_dir / VERIFIED_DIR / sha256 / PurePosixPath(key).name
 
     async def _cached_object(self, model: CatalogueModel, model_object: ModelObject) -> Path:
@@ -199,8 +193,8 @@ def _discard(handle: IO[bytes], partial: Path) -> None:
 
 
 def _open_partial(partial_dir: Path, prefix: str) -> IO[bytes]:
-    """A new file to download into, beside the cache (one filesystem, so the rename is atomic), after removing
-    the partial downloads of the same object that dead processes left."""
+    """A new file to download into, beside the cache (so the rename is atomic), after removing the same object's
+    partial downloads that dead processes left."""
     partial_dir.mkdir(parents=True, exist_ok=True)
     now = time.time()
     for stale in partial_dir.glob(f"{prefix}*"):

@@ -1,9 +1,6 @@
-"""The executor's way into the event log under NATS authorization: the leading scheduler's fact desk stores the
-facts it states and shows it the execution facts of the batches it holds (it may not touch EVENTS itself).
-
-`DeskBus` is the executor's bus then: the same `publish` as every service's, each fact handed to the desk, which
-applies the publish condition (fence) atomically with the write just as a direct publish would.
-"""
+"""The executor's way into the event log under NATS authorization (it may not touch EVENTS): the leading
+scheduler's fact desk stores its facts, applying the fence atomically with the write, and shows it its batches' facts.
+`DeskBus` is the executor's bus then."""
 
 import asyncio
 import logging
@@ -35,8 +32,7 @@ Judged = TypeVar("Judged")
 
 
 def decoded_facts(raw: Iterable[tuple[int, bytes]]) -> list[Sequenced]:
-    """The facts of (stream sequence, bytes) pairs this executor knows: a fact of a newer kind than it knows says
-    nothing about its attempts, and is skipped."""
+    """The facts of (stream sequence, bytes) pairs; a fact of a kind newer than this executor knows is skipped."""
     facts: list[Sequenced] = []
     for sequence, data in raw:
         try:
@@ -97,8 +93,8 @@ class FactDesk:
 async def ask_until_answered(nc: Client, subject: str, payload: bytes,
                              judged: Callable[[bytes], tuple[Judged | None, str]], wait_s: float, what: str,
                              unavailable: type[ConnectionError], headers: dict[str, str] | None = None) -> Judged:
-    """The answer `judged` takes from a reply on `subject` (it raises on a refusal, else says why to ask again):
-    asked again every RETRY_EVERY_S while no scheduler answers or it cannot judge yet, `unavailable` past `wait_s`."""
+    """The answer `judged` takes from a reply on `subject` (it raises on a refusal, else says why to ask again),
+    asked every RETRY_EVERY_S while none comes; `unavailable` past `wait_s`."""
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -124,8 +120,8 @@ class DeskBus(EventBus):
 
 
 async def publish_in_order(bus: EventBus, events: Sequence[Event], fence: Fence | None = None) -> int:
-    """Publish `events` in order, each under `fence` (one desk request for all of them, under authorization);
-    the last one's sequence. FenceMoved at the first the fence refuses: those before it stay published."""
+    """Publish `events` in order under `fence` (one desk request under authorization): the last one's sequence.
+    FenceMoved at the first the fence refuses: those before it stay published."""
     if isinstance(bus, DeskBus) and len(events) <= FACTS_PER_SUBMISSION:
         return await bus.desk.submit(*events, fence=fence)
     sequence = 0
