@@ -53,8 +53,7 @@ _provider: list[trace.TracerProvider] = []
 
 
 def tracing() -> bool:
-    """Whether a tracer provider was installed (without one every span is a no-op: none is made, the line's context
-    stays its handler's, as a no-op span would leave it)."""
+    """Whether a tracer provider was installed (without one no span is made: each would be a no-op)."""
     if not _provider:
         provider = trace.get_tracer_provider()
         if isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
@@ -65,8 +64,8 @@ def tracing() -> bool:
 
 async def traced_line(engine: Engine, model: str, endpoint: str, custom_id: str, body: dict[str, object],
                       retry: LineRetry, slot_wait_s: float, traced: bool) -> EngineReply:
-    """`run_line`, measured: the span is a child of the run command's handler span, so it joins the batch.
-    `traced`: whether `tracing()` (asked once per attempt, not per line)."""
+    """`run_line`, measured, in a child span of the run command's handler span. `traced`: `tracing()`, asked once per
+    attempt."""
     metrics.SLOT_WAIT.observe(slot_wait_s)
     measured = _metrics_of(model)
     if not traced:

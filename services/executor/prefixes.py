@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from services.executor.adapters.engines.responses import UnmappableRequest, chat_request
 
 MIN_STEM_CHARS = 512
-"""A shared stem (tools, system prompt, few-shot turns) shorter than this (about 128 tokens) is not worth keeping lines
-together for: its prefill costs little next to a slot left idle."""
+"""A shared stem (tools, system prompt, few-shot turns) shorter than this (about 128 tokens) costs less to prefill
+than a slot left idle."""
 HEAD_CHARS = 1024
-"""Without a long stem, lines whose prompts are longer than this and begin with the same this many characters share
-a prefix of about 256 tokens at least."""
+"""Without a long stem, prompts longer than this sharing their first this many characters share ~256 tokens."""
 
 
 def prefix_key(endpoint: str, body: Mapping[str, object], scope: str = "") -> str | None:
@@ -65,17 +64,15 @@ def _shared_text(endpoint: str, body: Mapping[str, object]) -> str | None:
 
 @dataclass(frozen=True)
 class UnitOrder:
-    """How to start a unit's lines: `order` lists their indices in starting order; `lanes` says how many slots each
-    prefix key is meant to hold at once."""
+    """How to start a unit's lines: their indices in starting order, and the slots (lanes) each prefix key gets."""
 
     order: list[int]
     lanes: dict[str, int]
 
 
 def order_lines(keys: Sequence[str | None], slots: int, warm: Collection[str] = ()) -> UnitOrder:
-    """The order to start lines whose prefix keys are `keys` (a unit's pending lines, in file order) on `slots`
-    slots. Stable: lines of one key keep their file order, keys come in order of first appearance, but keys `warm`
-    (already held by a slot) come first. A line without a key is a lane of its own."""
+    """The order to start lines whose prefix keys are `keys` (in file order) on `slots` slots. Stable: keys in order
+    of first appearance, `warm` ones (held by a slot) first. A line without a key is a lane of its own."""
     slots = max(slots, 1)
     if all(key is None for key in keys):
         return UnitOrder(list(range(len(keys))), {})  # every line a lane of its own: file order
@@ -130,7 +127,7 @@ def _interleave(lanes: list[deque[int]], slots: int) -> list[int]:
 
 @dataclass(eq=False)
 class SlotState:
-    """One engine slot as the pool keeps it, and as the choice reads it (in place: no copy per choice)."""
+    """One engine slot as the pool keeps it and the choice reads it."""
 
     index: int
     resident: str | None = None

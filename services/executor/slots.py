@@ -42,8 +42,7 @@ class SlotPool:
         self._resident_slots = 0
         """Slots holding a prefix key: while none does, every choice is the least recently used free slot."""
         self._free_order: list[tuple[int, int]] = [(slot.last_used, slot.index) for slot in self._slots]
-        """A heap of (last used, index) of the free slots (entries of slots taken since are skipped when met): the
-        least recently used free slot at once, however many slots the engine has."""
+        """A heap of (last used, index) of the free slots (entries of slots taken since are skipped when met)."""
         self._held_slots: dict[str, list[int]] = {}
         self._waiting: list[_Waiter] = []
         self._arrivals = itertools.count()
@@ -68,8 +67,7 @@ class SlotPool:
         return {slot.resident for slot in self._slots if slot.resident is not None}
 
     def unit(self, keys: Sequence[str | None]) -> "UnitPlan":
-        """Plan a unit's lines (their prefix keys, in file order): until the plan is closed, `UnitPlan.next` starts
-        them, and the pool keeps in mind the prefixes still to come."""
+        """Plan a unit's lines (their prefix keys, in file order), started by `UnitPlan.next` until it is closed."""
         return UnitPlan(self, keys)
 
     async def acquire(self, owner: str, unit: "UnitPlan | None" = None) -> Grant:
@@ -148,8 +146,7 @@ class SlotPool:
         return line, HeldSlot(self, owner, index)
 
     def _abandon(self, acquiring: "asyncio.Future[Grant]", owner: str, unit: "UnitPlan | None") -> None:
-        """Give up an acquire: a slot it got goes back; one still waiting is withdrawn (it releases what it is
-        granted meanwhile)."""
+        """Give up an acquire: a slot it got goes back; one still waiting is withdrawn."""
         if not acquiring.done():
             acquiring.cancel()
         elif not acquiring.cancelled() and acquiring.exception() is None:
@@ -271,9 +268,8 @@ class SlotPool:
 
 
 class UnitPlan:
-    """A unit's lines as the pool starts them: `next` waits for a free slot and the line to start on it, by
-    preference in `order` (indices into the unit's lines), but first one whose prefix a free slot holds. Open until
-    closed (a `with` block): the prefixes of its lines not yet started count as still to come."""
+    """A unit's lines as the pool starts them: `next` waits for a free slot and the line to start on it (in `order`,
+    but first one whose prefix a free slot holds). Until closed, its lines not yet started count as still to come."""
 
     def __init__(self, pool: SlotPool, keys: Sequence[str | None]) -> None:
         self._pool = pool

@@ -61,8 +61,8 @@ class InputCopy:
         self.download: asyncio.Task[None] | None = None
 
     async def lines(self, first: int, last: int | None, stop: asyncio.Event) -> AsyncGenerator[tuple[int, bytes], None]:
-        """Lines `first` to `last` (None: to the end) with their numbers, without line endings, as they arrive;
-        ends early once `stop` is set. Numbered as `split_lines` numbers the object (blank lines count)."""
+        """Lines `first` to `last` (None: to the end) with their numbers (blank lines count), without line endings, as
+        they arrive; ends early once `stop` is set."""
         number = first
         while last is None or number <= last:
             while len(self.ends) < number and not self.complete:
@@ -162,8 +162,8 @@ class InputCache:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
     async def io(self, copy: InputCopy, call: Callable[..., Result], *args: object) -> Result:
-        """`call` in the cache's threads; counted until the thread is done with the file, even if the caller is
-        cancelled meanwhile, so the file is never closed under a read or write."""
+        """`call` in the cache's threads, counted until done even if the caller is cancelled: the file is never
+        closed under a read or write."""
         loop = asyncio.get_running_loop()
         copy.in_flight += 1
         future: Future[Result] = self.pool.submit(call, *args)

@@ -43,10 +43,9 @@ class BatchFeed:
         """Set (and replaced) whenever new facts were folded."""
         self.watches: set[BatchWatch] = set()
         self.broken = False
-        """It could not be brought up to date: no attempt joins it any more (a fresh one is opened)."""
+        """It could not be brought up to date: a fresh one serves the attempts that come next."""
         self.ended_here = False
-        """An attempt here published the batch's terminal fact: no unit of it comes again, the feed closes at once
-        (its follower may not have read that fact yet)."""
+        """An attempt here published the batch's terminal fact: the feed closes at once (it may not have read it)."""
         self._closed = False
         # The hub's hold on the feed: the task that keeps it followed, and when it may close.
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -80,16 +79,15 @@ class BatchFeed:
         return True
 
     async def read_until(self, holds: Callable[[BatchLog], bool], within_s: float = 10.0) -> bool:
-        """`folded`, but the log is read to its end at once first: a fact this executor just published is seen
-        without waiting for the follower's next page (a feed through the fact desk pages every `POLL_S`)."""
+        """`folded`, after reading the log to its end at once: a fact just published is seen without waiting for the
+        follower's next page."""
         if not holds(self.log):
             with contextlib.suppress(nats.errors.Error, OSError, TimeoutError):
                 await asyncio.wait_for(self.catch_up(), within_s)
         return await self.folded(holds, within_s)
 
     async def catch_up(self) -> None:
-        """Fold every fact the log holds now, page by page (a joining attempt sees at least what a fresh read
-        would show)."""
+        """Fold every fact the log holds now, page by page."""
         async with self.reading:
             async for facts, after, more in pages_to_end(self.pages, self.batch_id, self.after):
                 self.after, self.at_end = after, not more
@@ -128,8 +126,8 @@ class BatchFeed:
 
 
 class BatchWatch:
-    """One running attempt's view of its batch's feed: `stopping` is set on cancel, expiry, its lost lease or the
-    batch's end. Its fence is its own: another attempt of the batch failing does not fence it."""
+    """One running attempt's view of its batch's feed: `stopping` is set on cancel, expiry, its own lost lease or the
+    batch's end."""
 
     def __init__(self, attempt: int, feed: BatchFeed) -> None:
         self.attempt = attempt
@@ -168,9 +166,8 @@ class BatchWatch:
 
 
 class WatchHub:
-    """The feeds of the batches this executor runs attempts of, one per batch: the first attempt of a batch opens
-    its feed (concurrent first attempts open one), the others join it, and it closes `linger_s` after the last
-    one left."""
+    """One feed per batch with attempts here: the first attempt opens it, the others join, and it closes `linger_s`
+    after the last one left."""
 
     def __init__(self, bus: EventBus, linger_s: float = LINGER_S) -> None:
         self.bus = bus
@@ -181,8 +178,7 @@ class WatchHub:
 
     @contextlib.asynccontextmanager
     async def watch(self, batch_id: str, attempt: int, expires_at: int | None = None) -> AsyncIterator[BatchWatch]:
-        """`expires_at`: when the batch expires, from its run command (a log read through the fact desk does not
-        show the batch's creation)."""
+        """`expires_at`: from the run command (a log read through the fact desk does not show the batch's creation)."""
         while True:
             feed, opened_here = self._hold(batch_id, expires_at)
             watch = BatchWatch(attempt, feed)
