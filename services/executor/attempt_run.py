@@ -162,8 +162,7 @@ class AttemptRun:
         return Resume.from_chunks(chunks, command.attempt)
 
     async def _feed_lines(self) -> None:
-        """The pending lines to the slot pool, `PLAN_LINES` planned together by prompt prefix, each started as a slot
-        frees up for this owner, until none is left or the batch stops."""
+        """Pending lines to the slot pool, `PLAN_LINES` planned together by prefix, until none is left or it stops."""
         command, watch, owner = self.command, self.watch, self.command.terms.owner_key_id
         async with self.runner.inputs.hold(command.batch_id, command.terms.input_object_key) as copy, \
                 contextlib.aclosing(self._pending_lines(copy, watch.stopping)) as pending, \
@@ -212,8 +211,7 @@ class AttemptRun:
             self._lose_lease()
 
     async def write(self, chunk: Chunk | None) -> BatchProgressed | None:
-        """Write the chunk (durable before a fact announces it): the fact to publish; None for nothing to write or a
-        lost lease."""
+        """Write the chunk (durable before a fact announces it): that fact; None: nothing to write, or a lost lease."""
         if chunk is None or self.lease_lost:
             return None
         command = self.command

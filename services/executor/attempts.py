@@ -128,8 +128,7 @@ class BatchLog:
         return attempt not in self.failed and self._latest.get(self.shard_of.get(attempt, 0), 0) <= attempt
 
     def holds_line(self, chunk_key: str, line: int) -> bool:
-        """Whether a line found in this chunk may count: a line validation refused, or one of the unit the chunk's
-        attempt was assigned."""
+        """Whether a line found in this chunk counts: refused by validation, or of the unit its attempt was assigned."""
         attempt = chunk_position(chunk_key)[0]
         if attempt == REFUSED_ATTEMPT:
             return True

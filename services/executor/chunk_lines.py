@@ -12,8 +12,7 @@ import orjson
 from contracts.api.output_line import CommittedLine, OutputError, OutputLine, OutputResponse
 
 PLAIN = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
-"""orjson on JSON's own types only: anything else (a datetime, a numpy number, a subclass) raises, and the model
-writes it instead."""
+"""orjson on JSON's own types only: anything else (a datetime, a subclass) raises, and the model writes it instead."""
 _LINE_KEYS = ["line", "custom_id", "output"]
 _OUTPUT_KEYS = ["id", "custom_id", "response", "error"]
 _RESPONSE_KEYS = ["status_code", "request_id", "body"]

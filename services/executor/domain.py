@@ -71,8 +71,7 @@ def _committed(batch_id: str, line: InputLine, response: OutputResponse | None,
 
 
 def finished_line(batch_id: str, line: InputLine, status_code: int, body: dict[str, object]) -> "ResultLine":
-    """`result_line` as the runner keeps it: its output line written once by orjson where that writes the models'
-    bytes; else the model itself."""
+    """`result_line` as the runner keeps it: written once by orjson where that writes the models' bytes."""
     if FAST and type(status_code) is int and type(line.custom_id) is str and type(body) is dict:
         output = {"id": batch_request_id(batch_id, line.custom_id), "custom_id": line.custom_id,
                   "response": {"status_code": status_code, "request_id": derived_id("req_", batch_id, line.custom_id),

@@ -40,8 +40,7 @@ UNRUN_MESSAGES = {
 
 class Publish(Protocol):
     async def __call__(self, *events: Event) -> bool:
-        """Publishes the facts in order unless the publisher's lease is gone (then False: from the first the lease
-        refused, nothing was written)."""
+        """Publishes the facts in order; False once the publisher's lease is gone (from the refused one on)."""
 
 
 @dataclass

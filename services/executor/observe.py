@@ -48,24 +48,14 @@ def _metrics_of(model: str) -> _ModelMetrics:
     return found
 
 
-_provider: list[trace.TracerProvider] = []
-"""The tracer provider installed, once one is (it is installed once per process, never removed)."""
-
-
 def tracing() -> bool:
     """Whether a tracer provider was installed (without one no span is made: each would be a no-op)."""
-    if not _provider:
-        provider = trace.get_tracer_provider()
-        if isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
-            return False
-        _provider.append(provider)
-    return True
+    return not isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
 
 
 async def traced_line(engine: Engine, model: str, endpoint: str, custom_id: str, body: dict[str, object],
                       retry: LineRetry, slot_wait_s: float, traced: bool) -> EngineReply:
-    """`run_line`, measured, in a child span of the run command's handler span. `traced`: `tracing()`, asked once per
-    attempt."""
+    """`run_line`, measured, in a child span of the run command's. `traced`: `tracing()`, asked once per attempt."""
     metrics.SLOT_WAIT.observe(slot_wait_s)
     measured = _metrics_of(model)
     if not traced:

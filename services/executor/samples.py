@@ -22,17 +22,10 @@ def sample_seed(seed: int | None, index: int) -> int | None:
     return int.from_bytes(digest[:8], "big") % (MAX_SEED + 1)
 
 
-def sample_count(endpoint: str, body: dict[str, object]) -> int:
-    n = body.get("n")
-    if endpoint not in SAMPLED_ENDPOINTS or not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        return 1
-    return n
-
-
 def sample_bodies(endpoint: str, body: dict[str, object]) -> list[dict[str, object]]:
     """The request of each sample (the body itself when the line asks for one)."""
-    count = sample_count(endpoint, body)
-    if count == 1:
+    count = body.get("n")
+    if endpoint not in SAMPLED_ENDPOINTS or not isinstance(count, int) or isinstance(count, bool) or count <= 1:
         return [body]
     seed = body.get("seed")
     line_seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
@@ -65,8 +58,6 @@ def merged(replies: list[EngineReply]) -> EngineReply:
 async def run_samples(endpoint: str, body: dict[str, object],
                       run_one: Callable[[dict[str, object]], Awaitable[EngineReply]]) -> EngineReply:
     """Every sample of the line, one after another (a failed one ends it: the line fails as a whole)."""
-    if sample_count(endpoint, body) == 1:
-        return await run_one(body)  # one sample (most lines): its reply is the line's
     replies: list[EngineReply] = []
     for sample in sample_bodies(endpoint, body):
         replies.append(await run_one(sample))

@@ -47,8 +47,7 @@ class ExecutorSettings(ServiceSettings):
     stop_grace_s: float = 5.0
     """How long a stopping executor lets the attempts in hand commit before leaving them to a redelivery."""
     model_cache_dir: str = ""
-    """Where model weights fetched from the object store or Hugging Face are kept (verified by their SHA-256);
-    empty: `$XDG_CACHE_HOME/sheshnag/models`."""
+    """Where fetched model weights are kept (verified); empty: `$XDG_CACHE_HOME/sheshnag/models`."""
     join_retry_s: float = Field(default=1.0, gt=0)
     """After a refusal to join (worker key, broker certificate, registration) the executor says why and tries again this
     long after; the wait doubles with each refusal in a row, up to `join_retry_max_s`."""
@@ -57,8 +56,7 @@ class ExecutorSettings(ServiceSettings):
     max_refusals: int = Field(default=0, ge=0)
     """Give up after this many refusals in a row and exit with status 78 (1: try once); 0: keep trying, backing off."""
     object_broker_wait_s: float = 60.0
-    """Without S3 credentials (`SHESHNAG_S3_ACCESS_KEY` unset) objects are reached through presigned URLs the
-    leading scheduler hands out: how long to wait for one while no scheduler can answer (a leader change)."""
+    """Without S3 credentials, how long to wait for a presigned URL (or a fact) while no scheduler answers."""
 
     def served_models(self, catalogue: Catalogue) -> list[CatalogueModel]:
         if not self.models:

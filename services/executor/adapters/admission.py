@@ -36,8 +36,7 @@ def renew_in(expires_in_s: float) -> float:
 
 
 def expiry_of(user_info: bytes) -> float | None:
-    """Seconds the connection's admission has left, from the server's `USER_INFO_SUBJECT` answer (`expires`, a Go
-    duration in nanoseconds); None: never expires."""
+    """Seconds the admission has left, from `USER_INFO_SUBJECT`'s `expires` (nanoseconds); None: never expires."""
     expires = json.loads(user_info).get("data", {}).get("expires")
     return expires / 1e9 if expires else None
 
@@ -48,8 +47,8 @@ async def expires_in(nc: Client) -> float | None:
 
 
 async def would_be_admitted(nc: Client) -> bool:
-    """Whether the broker admits this connection's credentials now, asked on a connection of its own: while no
-    scheduler answers the callout, renewing would only cut the executor off before it has to be."""
+    """Whether the broker admits these credentials now, on a probe connection (renewing while no scheduler answers
+    the callout would cut the executor off early)."""
     url = nc.connected_url
     if url is None:
         return False
@@ -71,8 +70,7 @@ async def _quiet(error: Exception) -> None:
 
 
 async def renew(nc: Client) -> None:
-    """Reconnect (admitted again) once no request waits for its reply, or after a while; what is published meanwhile
-    goes out on the new connection."""
+    """Reconnect (admitted again) once no request waits for its reply (its reply would die), or after a while."""
     await _until(lambda: not nc._resp_map, QUIET_WAIT_S)  # nats-py's requests awaiting a reply
     await nc.force_reconnect()
     await _until(lambda: nc.is_connected or nc.is_closed, RECONNECT_WAIT_S)

@@ -193,8 +193,7 @@ def _discard(handle: IO[bytes], partial: Path) -> None:
 
 
 def _open_partial(partial_dir: Path, prefix: str) -> IO[bytes]:
-    """A new file to download into, beside the cache (so the rename is atomic), after removing the same object's
-    partial downloads that dead processes left."""
+    """A new file to download into, beside the cache (so the rename is atomic), dead processes' partial files gone."""
     partial_dir.mkdir(parents=True, exist_ok=True)
     now = time.time()
     for stale in partial_dir.glob(f"{prefix}*"):

@@ -97,8 +97,8 @@ class ConnectionErrors:
 
 async def _connect_once(settings: ExecutorSettings, errors: ConnectionErrors,
                         stop: asyncio.Event) -> EventBus | None:
-    """The executor's bus; None if refused (`errors.failure` says why) or stopped first. Admitted by worker key it
-    goes through the desk and declares no stream (the scheduler did); without one it may come up first, so it does."""
+    """The executor's bus; None if refused (`errors.failure` says why) or stopped first. Without a worker key it may
+    come up first, so it declares the streams (an admitted one may not: its scheduler did)."""
     errors.next_try()
     admitted = credentials(settings)
     connecting = asyncio.create_task((EventBus if admitted is None else DeskBus).connect(

@@ -100,8 +100,7 @@ class BrokeredObjectStore:
         return sorted(keys)
 
     async def ask_ahead(self, batch_id: str, attempt: int, wanted: Sequence[WantedObject]) -> None:
-        """Ask in one request for the URLs of the objects an attempt will get or put soon; one refused here is asked
-        for again (and refused) when used."""
+        """Ask in one request for the URLs of the objects an attempt gets or puts soon (refusals wait for the use)."""
         if not wanted:
             return
         first, *rest = wanted

@@ -58,8 +58,7 @@ class FactDesk:
         self.wait_s = wait_s
 
     async def submit(self, event: Event, *then: Event, fence: Fence | None = None) -> int:
-        """Store `event`, then each of `then`, in one request: the last one's stream sequence once all are stored;
-        FenceMoved when the condition no longer holds (the facts before it stay stored)."""
+        """Store `event`, then each of `then`, in one request: the last one's stream sequence; FenceMoved as it says."""
         submission = FactSubmission(event=event.model_dump_json(), then=[fact.model_dump_json() for fact in then],
                                     fence=FenceCondition(subject=fence.subject, sequence=fence.sequence)
                                     if fence else None)
@@ -93,8 +92,7 @@ class FactDesk:
 async def ask_until_answered(nc: Client, subject: str, payload: bytes,
                              judged: Callable[[bytes], tuple[Judged | None, str]], wait_s: float, what: str,
                              unavailable: type[ConnectionError], headers: dict[str, str] | None = None) -> Judged:
-    """The answer `judged` takes from a reply on `subject` (it raises on a refusal, else says why to ask again),
-    asked every RETRY_EVERY_S while none comes; `unavailable` past `wait_s`."""
+    """The answer `judged` takes from a reply on `subject`, asked every RETRY_EVERY_S; `unavailable` past `wait_s`."""
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -121,7 +119,7 @@ class DeskBus(EventBus):
 
 async def publish_in_order(bus: EventBus, events: Sequence[Event], fence: Fence | None = None) -> int:
     """Publish `events` in order under `fence` (one desk request under authorization): the last one's sequence.
-    FenceMoved at the first the fence refuses: those before it stay published."""
+    FenceMoved at the first the fence refuses."""
     if isinstance(bus, DeskBus) and len(events) <= FACTS_PER_SUBMISSION:
         return await bus.desk.submit(*events, fence=fence)
     sequence = 0

@@ -162,8 +162,7 @@ class InputCache:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
     async def io(self, copy: InputCopy, call: Callable[..., Result], *args: object) -> Result:
-        """`call` in the cache's threads, counted until done even if the caller is cancelled: the file is never
-        closed under a read or write."""
+        """`call` in the cache's threads, counted until done even if cancelled: the file is never closed under it."""
         loop = asyncio.get_running_loop()
         copy.in_flight += 1
         future: Future[Result] = self.pool.submit(call, *args)

@@ -113,8 +113,7 @@ def device_memory() -> list[DeviceMemory]:
 
 
 def within_budget(devices: list[DeviceMemory], budget_mb: int | None, loaded_bytes: int) -> list[DeviceMemory]:
-    """The devices as advertised under an operator's memory budget: no more than the budget in total, less what
-    the loaded models already take."""
+    """The devices as advertised under a memory budget: at most the budget, less what the loaded models take."""
     if budget_mb is None:
         return devices
     budget = budget_mb * 1024 * 1024

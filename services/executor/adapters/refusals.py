@@ -37,8 +37,7 @@ def explain(error: BaseException) -> str:
 
 
 class Refusals:
-    """Counts refusals in a row and spaces the tries: `first_s`, doubled each time, at most `max_s`; after `limit`
-    refusals (0: none) `JoinRefused`."""
+    """Refusals in a row, tries spaced `first_s` doubling up to `max_s`; `JoinRefused` after `limit` (0: never)."""
 
     def __init__(self, executor_id: str, first_s: float, max_s: float, limit: int = 0) -> None:
         self.executor_id = executor_id

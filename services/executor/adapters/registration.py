@@ -42,8 +42,7 @@ async def register_once(bus: EventBus, executor_id: str, worker_key: str,
 
 async def register(bus: EventBus, executor_id: str, worker_key: str, advert: ExecutorAdvert,
                    stop: asyncio.Event, refusals: Refusals) -> str | None:
-    """The worker key id once a scheduler admits this executor; None if stopped first. A refusal is tried again after
-    the `refusals` back-off."""
+    """The worker key id once a scheduler admits this executor (refusals back off); None if stopped first."""
     waited = False
     while not stop.is_set():
         try:

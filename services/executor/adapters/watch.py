@@ -79,8 +79,7 @@ class BatchFeed:
         return True
 
     async def read_until(self, holds: Callable[[BatchLog], bool], within_s: float = 10.0) -> bool:
-        """`folded`, after reading the log to its end at once: a fact just published is seen without waiting for the
-        follower's next page."""
+        """`folded`, after reading to the log's end at once (a fact just published is seen without the follower)."""
         if not holds(self.log):
             with contextlib.suppress(nats.errors.Error, OSError, TimeoutError):
                 await asyncio.wait_for(self.catch_up(), within_s)
@@ -126,8 +125,7 @@ class BatchFeed:
 
 
 class BatchWatch:
-    """One running attempt's view of its batch's feed: `stopping` is set on cancel, expiry, its own lost lease or the
-    batch's end."""
+    """An attempt's view of its feed: `stopping` is set on cancel, expiry, its lost lease or the batch's end."""
 
     def __init__(self, attempt: int, feed: BatchFeed) -> None:
         self.attempt = attempt
@@ -166,8 +164,7 @@ class BatchWatch:
 
 
 class WatchHub:
-    """One feed per batch with attempts here: the first attempt opens it, the others join, and it closes `linger_s`
-    after the last one left."""
+    """One feed per batch with attempts here: the first opens it, others join; it closes `linger_s` after the last."""
 
     def __init__(self, bus: EventBus, linger_s: float = LINGER_S) -> None:
         self.bus = bus

@@ -70,7 +70,6 @@ class Engine(ABC):
     def version(self) -> str: ...
 
     model: CatalogueModel | None = None
-    """The loaded model, once `load` succeeded."""
 
     @property
     def slots(self) -> int:

@@ -42,8 +42,7 @@ def flat_messages(messages: object) -> list[dict[str, Any]]:
 
 
 def prompt_text(tokenizer: Any, endpoint: str, request: dict[str, Any]) -> str:
-    """A completion's own prompt, or the chat template's text for the messages, ending with the assistant's turn
-    (a template's errors propagate: the caller answers them as the line's 400)."""
+    """A completion's prompt, or the chat template's text ending with the assistant's turn (its errors propagate)."""
     if endpoint == "/v1/completions":
         prompt = request.get("prompt")
         if not isinstance(prompt, str):

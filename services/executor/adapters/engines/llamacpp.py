@@ -144,8 +144,7 @@ class LlamaCppEngine(Engine):
         return self.completed(endpoint, reply.body) if reply.ok else reply
 
     def _request(self, endpoint: str, body: dict[str, object]) -> dict[str, Any]:
-        """The line's body as llama.cpp takes it (a Responses request as the chat request it maps onto), on the
-        engine slot the executor handed the line."""
+        """The line's body as llama.cpp takes it (Responses mapped onto chat), on the slot the line was handed."""
         assert self.model is not None
         request = {key: value for key, value in body.items() if key not in ("stream", "stream_options", "id_slot")}
         if endpoint == RESPONSES:
@@ -178,8 +177,7 @@ class LlamaCppEngine(Engine):
 
 
 class LineCall:
-    """One line's call of llama.cpp, made on a pool thread (`answer`): streamed where the stream rebuilds the answer,
-    so that setting `stop` ends it at its next token (llama.cpp then cancels the request and frees its slot)."""
+    """One line's call of llama.cpp on a pool thread (`answer`), streamed where it can be so that `stop` ends it."""
 
     def __init__(self, call: Callable[..., Any], request: dict[str, Any], endpoint: str) -> None:
         self.call = call
@@ -226,8 +224,7 @@ class LineCall:
 
 
 def _prompt_details(reported: object, timings: object) -> dict[str, Any]:
-    """OpenAI's `prompt_tokens_details` with `cached_tokens`: the prompt tokens llama.cpp took from the slot's cache
-    instead of computing them, as it reports them (its usage block, else its timings' `cache_n`)."""
+    """OpenAI's `prompt_tokens_details` with the `cached_tokens` llama.cpp reports (else its timings' `cache_n`)."""
     details = dict(reported) if isinstance(reported, dict) else {}
     if not isinstance(details.get("cached_tokens"), int):
         cache_n = timings.get("cache_n") if isinstance(timings, dict) else None

@@ -1,12 +1,9 @@
 """llama.cpp's streamed answer to one request, put back together as the answer it gives unstreamed, and which
 requests are streamed at all.
 
-The adapter streams only so that it can stop a line: xllamacpp's unstreamed call cannot be interrupted, while a stream
-ends (and frees the slot) as soon as the chunk callback says so. The line gets the unstreamed shape field for field
-(test_executor_llamacpp.py compares them), except that a completions line of several prompts states all their usage.
-Log probabilities and tool calls cannot be rebuilt from a stream (a chat stream omits some tokens' logprobs and
-re-parses tools after every token): such requests run unstreamed, a completions line of several prompts one prompt at
-a time (`one_answer`), so that its usage too counts every prompt.
+The adapter streams only so that it can stop a line (xllamacpp's unstreamed call cannot be interrupted); the line gets
+the unstreamed shape field for field, except that a line of several prompts states all their usage. Logprobs and tool
+calls cannot be rebuilt from a stream: such requests run unstreamed, several prompts one at a time (`one_answer`).
 """
 
 from collections.abc import Mapping
@@ -21,8 +18,7 @@ UNSTREAMED_WHEN = ("logprobs", "top_logprobs", "n_probs", "tools", "functions")
 
 
 def streamable(request: Mapping[str, object]) -> bool:
-    """Whether the request's answer can be rebuilt from its stream: it asks for no log probabilities and offers no
-    tools (a falsy value, such as `logprobs: false` or `tools: []`, asks nothing)."""
+    """Whether the answer can be rebuilt from its stream: no logprobs, no tools asked (`tools: []` asks nothing)."""
     return not any(request.get(name) for name in UNSTREAMED_WHEN)
 
 
@@ -37,8 +33,7 @@ def summed_usage(usages: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def one_answer(answers: list[dict[str, Any]]) -> dict[str, Any]:
-    """The unstreamed answers to a completions line's prompts, asked one by one, as the one answer to the line: each
-    prompt's choice under its index, and the usage of them all (or the first error, as the line's)."""
+    """Several prompts' answers as one: each choice under its index, all their usage (or the first error)."""
     for answer in answers:
         if "error" in answer or answer.get("type") == "server_error" or not isinstance(answer.get("usage"), dict):
             return answer
@@ -108,8 +103,7 @@ class StreamedReply:
             self.choices.setdefault(index, Choice(index)).take(choice, self.chat)
 
     def reply(self) -> dict[str, Any]:
-        """The unstreamed answer these chunks amount to (llama.cpp's own field order), or the error it gave; a
-        stream cut short (every choice not finished, or a usage missing) is a server error, never a short answer."""
+        """The unstreamed answer these chunks amount to, or the error given; a stream cut short is a server error."""
         if self.error is not None:
             return self.error
         finished = [choice for choice in self.choices.values() if choice.finish_reason is not None]

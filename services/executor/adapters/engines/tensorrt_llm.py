@@ -1,16 +1,7 @@
-"""The TensorRT-LLM engine through its `LLM` API (`generate_async`), for NVIDIA GPUs, behaving as `trtllm-serve`
-and our llama.cpp engine do:
-
-- **Defaults** are OpenAI's: temperature 1 and top_p 1 when a line names neither (TensorRT-LLM alone decodes
-  greedily), chat runs to the context (completions: 16 tokens), `n` > 1 at any temperature.
-- **Prompts** as `hf_prompts.py` builds them.
-- **One bad line is that line's error**: a refused or too long request is the line's 400, a failed one its 500
-  (retried); only an engine shutting down fails the attempt (`EngineUnavailable`), which reloads it. A line
-  TensorRT-LLM cancelled or timed out is a 503, never a successful `stop`; a cancelled line's task aborts its request.
-- **Memory**: the KV cache is sized from the catalogue (slots x context) instead of 90 % of free GPU memory, so a
-  second model and the scheduler's placement see what is really left.
-
-TensorRT-LLM is imported only by `load()`, so this module (and its mapping) works anywhere.
+"""The TensorRT-LLM engine through its `LLM` API (`generate_async`), for NVIDIA GPUs, behaving as `trtllm-serve` does:
+OpenAI's defaults, prompts as `hf_prompts.py` builds them, a refused or too long line its own 400, a failed one its 500,
+and only an engine shutting down failing the attempt. The KV cache is sized from the catalogue (slots x context), not
+90 % of free GPU memory, so placement sees what is left. TensorRT-LLM is imported only by `load()`.
 """
 
 import asyncio
@@ -32,9 +23,8 @@ log = logging.getLogger(__name__)
 
 DIRECT = ("temperature", "top_p", "top_k", "seed", "ignore_eos", "n", "best_of",
           "presence_penalty", "frequency_penalty", "repetition_penalty", "min_p")
-"""OpenAI body parameters that `SamplingParams` takes under the same name and meaning. The penalties and min_p reach
-a line only where the model's catalogue entry pins a release whose sampler honours them (`contracts/engines.py`),
-and the executor serves that model only on such a release (`shelf.servable_at_release`)."""
+"""OpenAI body parameters `SamplingParams` takes as they are (the penalties and min_p reach a line only on a release
+that honours them: `contracts/engines.py`, `shelf.servable_at_release`)."""
 DEFAULT_SAMPLING = {"temperature": 1.0, "top_p": 1.0}
 """What `trtllm-serve` fills in for a request that names neither (TensorRT-LLM alone would decode greedily)."""
 FINISHED = {"stop": "stop", "length": "length"}
@@ -75,8 +65,7 @@ def _token_text(tokenizer: Any, token_id: int) -> str:
 
 
 def _positions(sequence: Any) -> list[tuple[int, float, list[tuple[int, float]]]]:
-    """(chosen token, its logprob, the alternatives best first) per generated token; TensorRT-LLM gives either a
-    dict of `Logprob`s per position (the PyTorch backend) or a plain float per position."""
+    """(chosen token, its logprob, the alternatives best first) per token, from a dict of `Logprob`s or a float."""
     found = []
     for index, entry in enumerate(sequence.logprobs or []):
         chosen = sequence.token_ids[index] if index < len(sequence.token_ids) else -1

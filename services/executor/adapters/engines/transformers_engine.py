@@ -1,13 +1,9 @@
-"""The `transformers` engine: PyTorch and Hugging Face checkpoints, on a GPU where CUDA is, else on the CPU.
+"""The `transformers` engine: PyTorch and Hugging Face checkpoints (or a GGUF, dequantized once into the cache), on a
+GPU where CUDA is, else on the CPU, with OpenAI's defaults and prompts as `hf_prompts.py` builds them.
 
-- **Artifacts**: a checkpoint directory, or a GGUF file (dequantized once, then kept as a checkpoint in the cache).
-- **Prompts** as the TensorRT-LLM engine builds them (`hf_prompts.py`); usage counts exactly those tokens.
-- **Batches**: on a GPU, transformers' continuous batching (`continuous_batching.py`) where the installed version has
-  it. Lines it cannot carry (a seed, a repetition penalty), and every line on the CPU unless asked (its set-up costs
-  seconds there), run as micro-batches: lines waiting when the engine's own thread is free are generated together
-  (left-padded), up to the model's slots, grouped by how they sample. Each line keeps its own limit, stops and finish.
-- **Defaults** are OpenAI's (temperature 1, top_p 1; completions stop at 16 tokens); `n` samples are rows of a batch.
-- **Cancellation**: a line not started is dropped; a batch whose lines are all cancelled stops at its next token.
+On a GPU lines run in transformers' continuous batching (`continuous_batching.py`). Lines it cannot carry (a seed, a
+repetition penalty), and every line on the CPU unless asked, run as micro-batches on the engine's own thread: lines
+waiting are generated together (left-padded), grouped by how they sample; a batch whose lines are all cancelled stops.
 """
 
 import asyncio
