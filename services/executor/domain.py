@@ -13,14 +13,7 @@ from contracts.events.batch import ShardLayout
 from contracts.ids import batch_request_id, derived_id
 from contracts.objects import CHUNK_BYTES
 from contracts.subjects import parse_result_chunk_key
-from services.executor.chunk_lines import (
-    FAST,
-    PLAIN,
-    ResultLine,
-    StoredLine,
-    body_tokens,
-    output_json,
-)
+from services.executor.chunk_lines import FAST, PLAIN, ResultLine, StoredLine, body_tokens, output_json
 
 REFUSED_ATTEMPT = 0
 """Lines refused by validation are filed as a chunk of this attempt, before any real one."""

@@ -17,14 +17,7 @@ from services.executor.adapters.objects import ObjectAccess
 from services.executor.adapters.results import LOOK, ResultStore
 from services.executor.attempts import BatchLog, counts_as_committed
 from services.executor.chunk_lines import ResultLine
-from services.executor.domain import (
-    CommittedLine,
-    Resume,
-    assemble,
-    parse_input_line,
-    unrun_line,
-    usage_of,
-)
+from services.executor.domain import CommittedLine, Resume, assemble, parse_input_line, unrun_line, usage_of
 from services.runtime.nats.bus import EventBus
 
 log = logging.getLogger(__name__)

@@ -18,13 +18,7 @@ from contracts.events.batch import (
 )
 from contracts.events.executor import GUEST_ATTEMPTS
 from contracts.events.file import FileStored
-from contracts.subjects import (
-    WORK_STREAM,
-    executor_durable,
-    executor_finalize_durable,
-    finalize_command,
-    run_command,
-)
+from contracts.subjects import WORK_STREAM, executor_durable, executor_finalize_durable, finalize_command, run_command
 from services.executor.adapters.desk import FactRefused
 from services.executor.adapters.engines.shelf import EngineShelf
 from services.executor.adapters.log_reader import read_batch_log
@@ -88,8 +82,7 @@ class Executor:
                                                  executor_id=self.executor_id, code=code,
                                                  reason=reason[:REASON_LIMIT]))
         except (FenceMoved, FactRefused) as refused:
-            # The scheduler fenced the attempt already (or refuses its facts): its failure is known; retrying the
-            # record would meet the same answer for ever.
+            # Fenced already (or its facts refused): its failure is known, and a retry would meet the same answer.
             log.info("attempt %d of batch %s not recorded as failed (%r): it is fenced already", command.attempt,
                      command.batch_id, refused)
 

@@ -40,8 +40,7 @@ async def heartbeat(fleet: Advertiser, advert_now: Callable[[], ExecutorAdvert],
             log.warning("no heartbeat sent for %.1f s (paused or cut off): registering again", silent_ms / 1000)
             owes_rejoin = True
         try:
-            # Beating on before the scheduler has the new registration would let it assign work that the
-            # registration then fences.
+            # Beating before the new registration lands would let the scheduler assign work the registration fences.
             if owes_rejoin and rejoin is not None:
                 owes_rejoin = not await rejoin(advert)
             if not owes_rejoin:

@@ -16,8 +16,8 @@ class ExecutorSettings(ServiceSettings):
     worker_key: str = ""
     """The worker key (`wk-…`) an operator or provider created; without one the scheduler assigns nothing."""
     engine: EngineName = "llamacpp"
-    """The inference engine: `llamacpp` (CPU, the embedded default), `tensorrt_llm` (NVIDIA GPUs), `transformers`
-    (PyTorch, GPU or CPU), or `simulated` (answers at once, computes nothing: bench/control_plane.py only)."""
+    """The inference engine: `llamacpp` (CPU, the default), `tensorrt_llm` (NVIDIA GPUs), `transformers` (PyTorch,
+    GPU or CPU), or `simulated` (computes nothing: bench/control_plane.py only)."""
     models: list[str] = Field(default_factory=list)
     """Catalogue ids (or aliases) to serve; empty means every catalogue model of `engine`."""
     preload_models: list[str] | None = None
@@ -36,8 +36,7 @@ class ExecutorSettings(ServiceSettings):
     line_retry_delay_s: float = 0.5
     """Backoff before a line's second try, doubled before each further one."""
     parallel_attempts: int = Field(default=8, ge=1)
-    """Attempts (of different batches, or shards of one) it runs at once, all through one pool of each engine's
-    slots shared fairly between batch owners; advertised, and the scheduler assigns it no more."""
+    """Attempts it runs at once, sharing each engine's slots fairly between batch owners (advertised: no more come)."""
     heartbeat_s: float = 3.0
     """How often the executor says it is alive, with its models and free memory."""
     ack_wait_s: float = 30.0
@@ -49,8 +48,7 @@ class ExecutorSettings(ServiceSettings):
     model_cache_dir: str = ""
     """Where fetched model weights are kept (verified); empty: `$XDG_CACHE_HOME/sheshnag/models`."""
     join_retry_s: float = Field(default=1.0, gt=0)
-    """After a refusal to join (worker key, broker certificate, registration) the executor says why and tries again this
-    long after; the wait doubles with each refusal in a row, up to `join_retry_max_s`."""
+    """Wait after a refusal to join (worker key, certificate, registration), doubled per refusal up to the max."""
     join_retry_max_s: float = Field(default=60.0, gt=0)
     """The longest wait between two tries to join."""
     max_refusals: int = Field(default=0, ge=0)

@@ -229,8 +229,8 @@ class SlotPool:
         held first, then fewest lines started (not first come: the owner that just gave a slot back would win every
         tie), then one a free slot holds a prefix of warm, then the earliest waiter."""
         if not self._resident_slots:
-            # No slot holds a prefix (none is warm): whatever the candidates, the first waiter starts its first one on
-            # the least recently used free slot (what `choose_start` picks then, without reading every slot).
+            # No slot is warm: the first waiter starts its first candidate on the least recently used free slot (as
+            # `choose_start` would, without reading every slot).
             first = min(ready, key=lambda waiter: (*standing(waiter.owner), waiter.arrival))
             return first, (self._least_recently_used(), first.candidates()[0])
         warm = {slot.resident for slot in self._slots if not slot.busy and slot.resident is not None}

@@ -90,8 +90,7 @@ async def keep_admitted(nc: Client, stop: asyncio.Event) -> None:
         try:
             left = await expires_in(nc)
         except (nats.errors.Error, OSError, ValueError) as error:
-            # Reconnecting, or a broker that does not let this connection ask: ask again soon (the client still
-            # reconnects when the server says the admission expired).
+            # Reconnecting, or not allowed to ask: ask again soon (an expired admission still reconnects).
             if failures % FAILURES_PER_WARNING == 0:
                 log.warning("cannot learn when this connection's admission to the broker expires: %r", error)
             failures += 1

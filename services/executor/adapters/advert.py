@@ -21,7 +21,6 @@ BUCKET_WAIT_S = 60.0
 class OwnAdvert:
     def __init__(self, js: JetStreamContext, executor_id: str) -> None:
         self.js = js
-        self.executor_id = executor_id
         self.subject = executor_advert(executor_id)
 
     @classmethod

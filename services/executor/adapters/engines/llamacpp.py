@@ -23,12 +23,7 @@ from contracts.catalogue import CatalogueModel
 from contracts.events.executor import EngineName
 from services.executor.adapters.engines.base import ENGINE_SLOT, Engine, EngineReply, EngineUnavailable, error_reply
 from services.executor.adapters.engines.responses import UnmappableRequest, chat_request
-from services.executor.adapters.engines.streamed_reply import (
-    STREAM_OPTIONS,
-    StreamedReply,
-    one_answer,
-    streamable,
-)
+from services.executor.adapters.engines.streamed_reply import STREAM_OPTIONS, StreamedReply, one_answer, streamable
 from services.runtime.storage.catalogue import resolve_artifact
 
 log = logging.getLogger(__name__)
@@ -55,15 +50,6 @@ HANDLERS = {"/v1/chat/completions": "handle_chat_completions", COMPLETIONS: "han
 SERVER_STOP_S = 30.0
 """How long unloading waits for llama.cpp's server to stop, on a daemon thread: its destructor joins the server's loop
 thread holding the GIL, so a loop that never ends (a lost stop, which `load` rules out) would freeze the process."""
-
-
-def _release(holder: list[xllamacpp.Server]) -> None:
-    """Drop the last reference to the server `holder` holds on a daemon thread, waiting at most SERVER_STOP_S."""
-    stopper = threading.Thread(target=holder.clear, name="llamacpp-stop", daemon=True)
-    stopper.start()
-    stopper.join(SERVER_STOP_S)
-    if stopper.is_alive():
-        log.error("llama.cpp's server did not stop within %.0f s; left to stop on its own", SERVER_STOP_S)
 
 
 class LlamaCppEngine(Engine):
@@ -117,7 +103,11 @@ class LlamaCppEngine(Engine):
             self._pool.shutdown(wait=True, cancel_futures=True)
         if self._server is not None:
             holder, self._server = [self._server], None  # the list holds the only reference: dropped on its thread
-            _release(holder)
+            stopper = threading.Thread(target=holder.clear, name="llamacpp-stop", daemon=True)
+            stopper.start()
+            stopper.join(SERVER_STOP_S)
+            if stopper.is_alive():
+                log.error("llama.cpp's server did not stop within %.0f s; left to stop on its own", SERVER_STOP_S)
         self._pool = self.model = None
 
     async def run(self, endpoint: str, body: dict[str, object]) -> EngineReply:
@@ -153,8 +143,7 @@ class LlamaCppEngine(Engine):
             del request["top_logprobs"]  # neutral, so the validator accepts it; llama.cpp refuses it without logprobs
         slot = ENGINE_SLOT.get()
         if slot is not None and 0 <= slot < self.model.slots and endpoint != EMBEDDINGS:
-            # llama.cpp runs the request on that slot, after the one it runs now: the slot's cached prompt serves
-            # the prefix a line started there before shares with this one.
+            # Queued on that slot, whose cached prompt serves the prefix this line shares with the one before it.
             request["id_slot"] = slot
         return request
 
