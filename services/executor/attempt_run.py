@@ -98,8 +98,7 @@ class AttemptRun:
         return False
 
     async def run(self, first_run: bool = False) -> list[Event] | None:
-        """Run the shard's uncommitted lines: the progress fact of its last chunk, left for the attempt's end to
-        announce; None once the lease is lost."""
+        """Run the shard's uncommitted lines: its last chunk's progress fact, for the end to state; None: lease lost."""
         command, runner = self.command, self.runner
         self.resume = resume = await self._resume(first_run)
         tally = resume.tally(command.layout, command.shard)

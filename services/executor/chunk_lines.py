@@ -24,8 +24,7 @@ FAST = (list(CommittedLine.model_fields) == _LINE_KEYS and list(OutputLine.model
 
 @dataclass(slots=True)
 class StoredLine:
-    """A committed line kept as the bytes the models write of it (made here, or read back from a chunk). Never
-    changed once made (not frozen, which costs microseconds a line)."""
+    """A committed line kept as the bytes the models write of it (never changed; not frozen: that costs time)."""
 
     line: int
     custom_id: str | None

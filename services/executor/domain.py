@@ -115,9 +115,8 @@ class Chunk:
 
 @dataclass
 class ChunkCommitter:
-    """Groups finished lines into chunks of `chunk_lines`, numbered on from `next_chunk`; a chunk is committed sooner
-    once its first line finished `max_wait_s` ago (`due`), so slow lines still show progress, or once its output
-    passes `max_bytes`, so that no chunk grows past what is read back."""
+    """Groups finished lines into chunks of `chunk_lines`, numbered on from `next_chunk`; sooner once the first waited
+    `max_wait_s` (slow lines still show progress), or past `max_bytes` (no chunk grows past what is read back)."""
 
     chunk_lines: int
     next_chunk: int

@@ -33,8 +33,7 @@ log = logging.getLogger(__name__)
 
 REASON_LIMIT = 1000
 HOPELESS = (ValueError, TypeError, RecursionError, ObjectNotFound)
-"""Failures that a retry would meet again (an input line or result chunk that does not parse, an input file
-deleted under the batch): given up at once. Others (the broker, the object store) are retried with backoff."""
+"""Failures a retry would meet again (an unparsable line or chunk, a deleted input): given up at once."""
 FINALIZE_FAILED = "finalize_failed"
 FINALIZE_DELIVERIES = 30
 """Tries of one finalize command (backoff up to 10 s between them: about 4 minutes) before its batch fails."""
@@ -123,8 +122,7 @@ class Executor:
 
 
 def executor_router(executor_id: str, ack_wait_s: float, max_deliver: int, parallel_attempts: int = 1) -> ServiceRouter:
-    """One executor's table: the commands it takes, by which handler, what a hopeless one becomes; the facts it
-    states. `parallel_attempts`: the attempts it runs at once, sharing its engines' slots."""
+    """One executor's table: the commands it takes, by which handler, what a hopeless one becomes; its facts."""
     router = ServiceRouter("executor", dependencies="executor")
     # Run commands handled at once: the attempts the scheduler may give it (its guest places too), and the spares.
     workers = max(parallel_attempts, 1) + GUEST_ATTEMPTS + RUN_SPARE

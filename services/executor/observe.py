@@ -60,7 +60,6 @@ async def traced_line(engine: Engine, model: str, endpoint: str, custom_id: str,
     measured = _metrics_of(model)
     if not traced:
         reply = await _measured(engine, endpoint, body, retry, measured)
-        tokens = body_tokens(reply.body)[1]
     else:
         started = time.perf_counter()
         with _tracer.start_as_current_span(
@@ -68,14 +67,13 @@ async def traced_line(engine: Engine, model: str, endpoint: str, custom_id: str,
                 attributes={"gen_ai.request.model": model, "gen_ai.system": engine.name,
                             "sheshnag.custom_id": custom_id, "sheshnag.slot_wait_s": round(slot_wait_s, 4)}) as span:
             reply = await _measured(engine, endpoint, body, retry, measured)
-            tokens = body_tokens(reply.body)[1]
-            span.set_attribute("gen_ai.usage.output_tokens", tokens)
+            span.set_attribute("gen_ai.usage.output_tokens", body_tokens(reply.body)[1])
             span.set_attribute("http.response.status_code", reply.status_code)
             span.set_attribute("sheshnag.engine_s", round(time.perf_counter() - started, 4))
             if reply.status_code >= 500:
                 span.set_status(Status(StatusCode.ERROR))
     measured.executed(reply.status_code).inc()
-    measured.tokens.inc(tokens)
+    measured.tokens.inc(body_tokens(reply.body)[1])
     return reply
 
 

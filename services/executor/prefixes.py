@@ -22,9 +22,8 @@ HEAD_CHARS = 1024
 
 
 def prefix_key(endpoint: str, body: Mapping[str, object], scope: str = "") -> str | None:
-    """The key of the long prompt prefix the line shares with others, or None when it has none worth grouping:
-    its `prompt_cache_key`, else a digest of the stem (chat: the tools and every message but the last, when long;
-    else a long prompt's first HEAD_CHARS). `scope` (the batch owner) keeps owners' lines apart."""
+    """The key of the long prompt prefix the line shares, if any: its `prompt_cache_key`, else a digest of its stem
+    (chat: the tools and every message but the last; else a long prompt's start), scoped to the batch owner."""
     explicit = body.get("prompt_cache_key")
     if isinstance(explicit, str) and explicit:
         return _digest(scope, "prompt_cache_key", explicit)
@@ -71,8 +70,7 @@ class UnitOrder:
 
 
 def order_lines(keys: Sequence[str | None], slots: int, warm: Collection[str] = ()) -> UnitOrder:
-    """The order to start lines whose prefix keys are `keys` (in file order) on `slots` slots. Stable: keys in order
-    of first appearance, `warm` ones (held by a slot) first. A line without a key is a lane of its own."""
+    """The order to start lines of prefix `keys` on `slots` slots: stable, `warm` keys first, a keyless line alone."""
     slots = max(slots, 1)
     if all(key is None for key in keys):
         return UnitOrder(list(range(len(keys))), {})  # every line a lane of its own: file order

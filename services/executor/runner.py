@@ -67,7 +67,6 @@ class BatchRunner:
         self._ending: dict[AttemptKey, asyncio.Event] = {}
 
     def attempts_of(self, batch_id: str) -> list[BatchWatch]:
-        """The watches of the attempts (or shards) of `batch_id` running here now."""
         return [watch for key, watch in self.running.items() if key[0] == batch_id]
 
     async def run(self, command: RunBatch, engine: Engine) -> None:

@@ -15,7 +15,6 @@ MAX_SEED = 0xFFFFFFFE
 
 
 def sample_seed(seed: int | None, index: int) -> int | None:
-    """The seed of sample `index` of a line whose seed is `seed`."""
     if seed is None or index == 0:
         return seed
     digest = hashlib.sha256(f"sheshnag-sample:{seed}:{index}".encode()).digest()

@@ -50,8 +50,7 @@ class SlotPool:
         self._units: list[UnitPlan] = []
         """Units planned and not yet closed."""
         self._served: dict[str, int] = {}
-        """Lines each owner present started here: ties in slots held go to the least served, however many units each
-        has. An owner that comes (back) starts level with the least served holder."""
+        """Lines each owner present started here (a newcomer starts level with the least served holder)."""
 
     @property
     def free(self) -> int:
@@ -81,17 +80,15 @@ class SlotPool:
         return waiter
 
     async def _granted(self, waiter: _Waiter) -> Grant:
-        owner, unit = waiter.owner, waiter.unit
         try:
-            grant = await waiter.granted
+            return await waiter.granted
         except asyncio.CancelledError:
-            if waiter.granted.done() and not waiter.granted.cancelled():
-                self._undo(owner, unit, waiter.granted.result())  # granted as it was cancelled: it goes to the next
+            if waiter.granted.done() and not waiter.granted.cancelled():  # granted as it was cancelled: undone
+                self._undo(waiter.owner, waiter.unit, waiter.granted.result())
             elif waiter in self._waiting:
                 self._waiting.remove(waiter)
                 self._grant()  # a waiter behind may take what this one was waiting for
             raise
-        return grant
 
     def release(self, owner: str, index: int | None = None) -> None:
         """Give back `owner`'s slot `index` (by default the earliest it still holds)."""
@@ -293,8 +290,7 @@ class UnitPlan:
         return self._open and bool(self._pending)
 
     async def next(self, owner: str, stopping: asyncio.Event) -> "tuple[int, HeldSlot] | None":
-        """(the line to start, its slot), once a slot is free for one; None (holding none) once every line started,
-        the plan is closed or `stopping` is set. One call at a time."""
+        """(the line to start, its slot); None (holding none) once all started, the plan closed or `stopping` set."""
         if not self._pending or not self._open:
             return None
         if self._asking:

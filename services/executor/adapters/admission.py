@@ -31,7 +31,6 @@ RECONNECT_WAIT_S = 30.0
 
 
 def renew_in(expires_in_s: float) -> float:
-    """Seconds from now to renew an admission that expires in `expires_in_s`."""
     return max(0.0, expires_in_s - min(RENEW_MARGIN_S, expires_in_s * RENEW_SHARE))
 
 
@@ -84,7 +83,6 @@ async def _until(condition: Callable[[], bool], within_s: float, every_s: float 
 
 
 async def keep_admitted(nc: Client, stop: asyncio.Event) -> None:
-    """Renew the connection's admission before it expires, until `stop` is set."""
     failures = 0
     while not stop.is_set():
         try:

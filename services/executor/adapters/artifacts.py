@@ -116,7 +116,8 @@ class ArtifactResolver:
             await asyncio.to_thread(_seal, handle)
             if actual != model.sha256:
                 raise ArtifactMismatch(mismatch(model, model.sha256, actual, size))
-            await asyncio.to_thread(_install, partial, target)
+            await asyncio.to_thread(target.parent.mkdir, parents=True, exist_ok=True)
+            await asyncio.to_thread(os.replace, partial, target)
         except BaseException:
             _discard(handle, partial)  # inline, not in a thread: a cancelled download leaves no partial file
             raise
@@ -180,11 +181,6 @@ def _seal(handle: IO[bytes]) -> None:
     handle.flush()
     os.fsync(handle.fileno())
     handle.close()
-
-
-def _install(partial: Path, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(partial, target)
 
 
 def _discard(handle: IO[bytes], partial: Path) -> None:

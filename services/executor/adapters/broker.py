@@ -35,9 +35,8 @@ def credentials(settings: ExecutorSettings) -> Credentials | None:
 
 
 class _OwnDurables(JetStreamContext):
-    """nats-py's `pull_subscribe` asks for a durable's info first, which an executor may not: it may only create its
-    own two durables, then pull and ack. So it creates (idempotent) and binds, its pulls answered under the
-    connection's own inbox prefix, the only one it may subscribe to (faststream asks for `_INBOX.`)."""
+    """nats-py's `pull_subscribe` asks for a durable's info first, which an executor may not: it creates its own
+    durable (idempotent) and binds, pulls answered under its own inbox prefix, not faststream's `_INBOX.`."""
 
     async def pull_subscribe(
         self,
@@ -122,9 +121,8 @@ async def _connect_once(settings: ExecutorSettings, errors: ConnectionErrors,
 
 
 async def join(settings: ExecutorSettings, stop: asyncio.Event) -> EventBus | None:
-    """The executor's bus, or None if stopped first. A refusal is said and tried again after a back-off (the scheduler
-    answering for the broker may still be starting); `JoinRefused` past `max_refusals` in a row, when set. A
-    connection closed for good sets `stop`."""
+    """The executor's bus, or None if stopped first. A refusal is said and tried again after a back-off (the callout's
+    scheduler may be starting), `JoinRefused` past `max_refusals`. A connection closed for good sets `stop`."""
     errors = ConnectionErrors()
     refusals = Refusals(settings.executor_id, settings.join_retry_s, settings.join_retry_max_s,
                         settings.max_refusals)

@@ -125,7 +125,6 @@ class BrokeredObjectStore:
         return grant.url
 
     async def _ask(self, request: ObjectRequest) -> ObjectGrant:
-        """The broker's grant; waits out a broker that cannot answer yet, raises on a refusal."""
         what = f"{request.operation} {request.key}"
 
         def judged(data: bytes) -> tuple[ObjectGrant | None, str]:

@@ -76,8 +76,6 @@ class FactDesk:
         return facts, max([after, *(fact.sequence for fact in page.facts)]), page.more
 
     async def _ask(self, subject: str, payload: str, answer_type: type[Answer], what: str) -> Answer:
-        """The desk's answer; waits out a desk that cannot answer yet, raises on a refusal."""
-
         def judged(data: bytes) -> tuple[Answer | None, str]:
             answer = answer_type.model_validate_json(data)
             if answer.status == "refused":
@@ -118,8 +116,7 @@ class DeskBus(EventBus):
 
 
 async def publish_in_order(bus: EventBus, events: Sequence[Event], fence: Fence | None = None) -> int:
-    """Publish `events` in order under `fence` (one desk request under authorization): the last one's sequence.
-    FenceMoved at the first the fence refuses."""
+    """Publish `events` in order under `fence` (one desk request under authorization): the last one's sequence."""
     if isinstance(bus, DeskBus) and len(events) <= FACTS_PER_SUBMISSION:
         return await bus.desk.submit(*events, fence=fence)
     sequence = 0

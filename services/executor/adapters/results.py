@@ -37,7 +37,6 @@ class ResultStore:
         return [*chunks, *([(result_chunk_key(batch_id, REFUSED_ATTEMPT, 0), refused)] if refused else [])]
 
     async def chunks(self, keys: Iterable[str]) -> Sequence[tuple[str, Sequence[ResultLine]]]:
-        """The result chunks under `keys`, read at once."""
         keys = sorted(keys)
         blobs = await asyncio.gather(*(self.store.get_bytes(key) for key in keys))
         return [(key, read_chunk(blob)) for key, blob in zip(keys, blobs, strict=True)]

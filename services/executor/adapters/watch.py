@@ -86,7 +86,6 @@ class BatchFeed:
         return await self.folded(holds, within_s)
 
     async def catch_up(self) -> None:
-        """Fold every fact the log holds now, page by page."""
         async with self.reading:
             async for facts, after, more in pages_to_end(self.pages, self.batch_id, self.after):
                 self.after, self.at_end = after, not more
@@ -259,7 +258,6 @@ class WatchHub:
             self._forget(feed)
 
     async def close(self) -> None:
-        """Close every feed now (the executor stops)."""
         for feed in list(self.feeds.values()):
             feed.done.set()
         tasks = [feed.task for feed in self.feeds.values() if feed.task is not None]

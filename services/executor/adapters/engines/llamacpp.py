@@ -29,9 +29,8 @@ from services.runtime.storage.catalogue import resolve_artifact
 log = logging.getLogger(__name__)
 
 LINE_REJECTIONS = (ValueError, TypeError, RuntimeError)
-"""How xllamacpp refuses one request, the line's fault: ValueError (malformed), TypeError (orjson cannot serialise the
-body), RuntimeError (llama.cpp's std::exception on messages, tools or content it cannot read, e.g. an image without an
-mmproj). A crashed engine shows as EngineUnavailable before the call, never from it."""
+"""How xllamacpp refuses a line, the line's fault: malformed, unserialisable, or content llama.cpp cannot read (its
+std::exception). A crashed engine shows as EngineUnavailable before the call, never from it."""
 PROMPT_CACHE_RAM_MIB = 64
 """llama.cpp's host-memory prompt cache defaults to 8 GiB, so an executor grew by hundreds of MB per thousand distinct
 lines (measured: 0.6 to 1.7 GB within 1,600 lines). Lines sharing a prefix reuse their slot's own KV cache instead

@@ -50,7 +50,6 @@ class Job:
     sampling: Sampling
     stops: list[str]
     ignore_eos: bool
-    loop: asyncio.AbstractEventLoop
     done: asyncio.Future[list[tuple[list[int], bool]]]
     cancelled: threading.Event = field(default_factory=threading.Event)
 
@@ -223,9 +222,8 @@ class TransformersEngine(Engine):
             raise UnmappableRequest(f"n must be from 1 to {MAX_SAMPLES}")
         stop = request.get("stop")
         stops = [stop] if isinstance(stop, str) else [str(s) for s in stop] if isinstance(stop, list) else []
-        loop = asyncio.get_running_loop()
-        return Job(list(ids), samples, limit, sampling_of(request), stops, bool(request.get("ignore_eos")), loop,
-                   loop.create_future())
+        return Job(list(ids), samples, limit, sampling_of(request), stops, bool(request.get("ignore_eos")),
+                   asyncio.get_running_loop().create_future())
 
     def _completion(self, endpoint: str, job: Job, rows: list[tuple[list[int], bool]]) -> dict[str, Any]:
         assert self.model is not None
@@ -261,7 +259,7 @@ class TransformersEngine(Engine):
                 live = [job for job in group if not job.cancelled.is_set()]
                 for job in group:
                     if job.cancelled.is_set():
-                        job.loop.call_soon_threadsafe(_settle, job.done, job.done.cancel)
+                        job.done.get_loop().call_soon_threadsafe(_settle, job.done, job.done.cancel)
                 if live:
                     self._generate(live)
 
@@ -293,12 +291,12 @@ class TransformersEngine(Engine):
             eos = set(token_list(self._network.generation_config.eos_token_id))
             for job in jobs:
                 found = [own_tokens(next(new), job.limit, eos, job.ignore_eos) for _ in range(job.samples)]
-                job.loop.call_soon_threadsafe(_settle, job.done, job.done.set_result, found)
+                job.done.get_loop().call_soon_threadsafe(_settle, job.done, job.done.set_result, found)
         except Exception as error:
             log.exception("generation failed for %d lines", len(jobs))
             for job in jobs:
-                job.loop.call_soon_threadsafe(_settle, job.done, job.done.set_exception,
-                                                RuntimeError(str(error)))
+                job.done.get_loop().call_soon_threadsafe(_settle, job.done, job.done.set_exception,
+                                                         RuntimeError(str(error)))
 
 
 def all_cancelled(transformers: Any, jobs: list[Job]) -> Any:
