@@ -1,7 +1,6 @@
 """One attempt, run (`AttemptRun`): what it states goes out under its lease; its unit's uncommitted lines go through
-the engine's slot pool, each in a task of its own, committed chunk by chunk. On cancel or expiry the lines in the
-engine are stopped (no GPU time for answers that would be thrown away; they end as never run).
-"""
+the engine's slot pool, committed chunk by chunk. On cancel or expiry the lines in the engine are stopped (no GPU
+time for answers that would be thrown away; they end as never run)."""
 
 import asyncio
 import contextlib

@@ -1,7 +1,5 @@
-"""What a batch's own event log says about its attempts: which one is current, whether it must stop and why.
-
-A pure fold over the batch's facts; the running attempt and the finalizer read the same log the same way.
-"""
+"""What a batch's own event log says about its attempts: which one is current, whether it must stop and why. A pure
+fold over the batch's facts; the running attempt and the finalizer read the same log the same way."""
 
 from collections.abc import Callable
 from dataclasses import dataclass, field

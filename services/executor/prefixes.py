@@ -1,10 +1,6 @@
-"""Prefix-aware running of a unit's lines: a line's prefix key, the order that runs lines sharing a long prompt
-prefix in lanes, and which line to start on which free slot, so an engine that keeps each slot's last prompt
-(llama.cpp) serves the shared part from cache. Pure: no I/O, no engine, no clock.
-
-Lanes, not merely adjacent lines: same-prefix lines started together land on different slots and each computes the
-prefix, so a prefix's lines run one after another on one slot (a lane); a prefix with many lines may get several.
-"""
+"""Prefix-aware running of a unit's lines, so an engine keeping each slot's last prompt (llama.cpp) serves a shared
+prefix from cache: same-prefix lines run one after another on one slot (a lane: started together, each would compute
+the prefix), and a free slot starts a line of the prefix it holds. Pure: no I/O, no engine, no clock."""
 
 import hashlib
 import json

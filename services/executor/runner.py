@@ -1,11 +1,6 @@
-"""Running one attempt at a batch (or at one shard, a unit, of it): skip committed lines, run the rest, commit
-chunks, then finalize the batch (one shard) or report the shard finished (several).
-
-On cancel or expiry no new line starts and the batch is finalized with the unrun lines as errors. Every fact is
-conditional on the batch's last `attempt_failed` being one it has seen (a JetStream fence), so a revoked lease
-commits nothing more even before the attempt notices. The units of a batch here share one read of its log
-(`WatchHub`) and one local copy of its input (`InputCache`).
-"""
+"""Running one attempt at a batch (or at one shard, a unit, of it): skip committed lines, run the rest, commit chunks,
+then finalize the batch or report the shard finished. Every fact is fenced on the batch's last `attempt_failed`, so a
+revoked lease commits nothing more even before the attempt notices."""
 
 import asyncio
 import logging

@@ -1,7 +1,6 @@
 """A line's `n` samples (chat and completions): `n` requests of one sample each, one after another on the line's slot
 (its prompt stays cached), answered as one reply. Sample 0 uses the line's `seed` (the answer with `n` = 1), sample i a
-seed derived from it and i, so every run gives the same samples. Usage counts the prompt once.
-"""
+seed derived from it and i, so every run gives the same samples. Usage counts the prompt once."""
 
 import hashlib
 from collections.abc import Awaitable, Callable

@@ -1,9 +1,6 @@
-"""One engine's slots, shared by every attempt running on it and fair between batch owners: a freed slot goes to
-the waiting owner holding the fewest, then the one that started the fewest lines here, then first come. A slot freed
-while an owner's unit is between two asks is kept for it when that owner stands first, so slots freed together go to
-owners in turn. A unit's lines planned by prefix (services/executor/prefixes.py) wait as one: a free slot starts
-whichever of them it holds the prompt prefix of, so the engine's per-slot prompt cache serves the shared part.
-"""
+"""One engine's slots, shared fairly between batch owners: a freed slot goes to the waiting owner holding the fewest,
+then the one that started fewest lines, then first come (kept a moment for an owner's unit between two asks). A free
+slot starts a line whose prompt prefix it holds (prefixes.py), so the per-slot prompt cache serves the shared part."""
 
 import asyncio
 import heapq

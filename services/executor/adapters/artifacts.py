@@ -1,8 +1,6 @@
-"""Catalogue artifacts as local files an engine loads: a package resource or a path as it is; a model object of the
-deployment's store downloaded once into a local cache, checked against its pinned SHA-256; a Hugging Face file or
-checkpoint through huggingface_hub's own cache. A download is renamed into place only once its hash matches, so the
-cache (named by SHA-256) holds verified files only.
-"""
+"""Catalogue artifacts as local files an engine loads: a package resource or path as it is; a model object downloaded
+once into a cache named by SHA-256, renamed into place only once its hash matches (so the cache holds verified files);
+a Hugging Face file or checkpoint through huggingface_hub's own cache."""
 
 import asyncio
 import contextlib

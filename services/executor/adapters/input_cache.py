@@ -1,10 +1,6 @@
-"""Each batch's input file, downloaded once per executor while units of the batch run here, with the end offset of
-every line, so a unit reads its own lines by offset instead of the object from its start.
-
-The copy is an unnamed temporary file (gone with the process), read while it fills. A copy is dropped once unheld for
-`idle_s`, when asked (`forget`), or to make room under the disk budget; past the budget a unit streams the rest of its
-lines from the store. File IO runs in the cache's own threads, never the loop's shared pool.
-"""
+"""Each batch's input, downloaded once per executor into an unnamed temporary file with every line's end offset, so a
+unit reads its own lines by offset while the copy fills. Copies go when idle, forgotten or over the disk budget (past
+it a unit streams the rest from the store); file IO runs in the cache's own threads."""
 
 import asyncio
 import bisect

@@ -1,9 +1,6 @@
-"""The memory an executor advertises: NVIDIA GPUs through NVML (`nvidia-ml-py`) when it is there, else the host's.
-
-Only the GPUs `CUDA_VISIBLE_DEVICES` lets this process use are advertised, numbered as CUDA numbers them. NVML failing
-after a good reading repeats that reading (rather than advertise the host's RAM as the GPU's); read at every
-heartbeat, so NVML's absence or failure is logged once, not at every beat.
-"""
+"""The memory an executor advertises: the GPUs `CUDA_VISIBLE_DEVICES` lets it use, through NVML, else the host's. A
+failing NVML repeats its last good reading (never the host's RAM as the GPU's); read at every heartbeat, its absence or
+failure is logged once."""
 
 import contextlib
 import importlib

@@ -1,7 +1,5 @@
-"""Following a batch's event log live: one feed per batch with attempts on this executor, read once and shared by
-all of them (each unit reading the whole log would cost every unit the batch's size), and each attempt's own watch
-over it (its fence, its stop). A feed stays open `linger_s` after its last attempt left: the next unit is likely near.
-"""
+"""Following a batch's event log live: one feed per batch with attempts here, read once and shared (a read per unit
+would cost every unit the batch's size), open `linger_s` after its last attempt left; each attempt's watch over it."""
 
 import asyncio
 import contextlib

@@ -1,10 +1,6 @@
-"""transformers' continuous batching for the transformers engine: each line is a request of the library's
-`ContinuousBatchingManager`, joining the running batch at the next token and leaving when it ends.
-
-Each request carries its own token limit, EOS and sampling (per-request processors; greedy is top_k 1); a seed or a
-repetition penalty runs in the engine's micro-batches instead (`eligible`). The KV cache is sized from the catalogue
-(slots x context). The manager runs on its own thread and hands each result back to the event loop.
-"""
+"""transformers' continuous batching for the transformers engine: each line a request of `ContinuousBatchingManager`
+(joining the running batch at the next token) with its own limit, EOS and sampling; a seed or a repetition penalty
+runs in the engine's micro-batches instead (`eligible`). The KV cache is sized from the catalogue (slots x context)."""
 
 import asyncio
 import contextlib

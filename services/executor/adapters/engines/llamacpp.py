@@ -1,10 +1,6 @@
-"""The llama.cpp engine through xllamacpp: GGUF models, continuous batching over `slots` sequences;
-chat, completions, responses (mapped onto chat) and, for a model whose endpoints say so, embeddings.
-
-xllamacpp calls block but release the GIL, so they run in a thread pool with one worker per slot. Completions run
-streamed where their answer can be put back together (`streamed_reply`), so a line whose task is cancelled stops at
-its next token.
-"""
+"""The llama.cpp engine through xllamacpp: GGUF models, continuous batching over `slots` sequences; chat, completions,
+responses (mapped onto chat) and embeddings. Calls block but release the GIL: they run in a pool of one thread per slot,
+streamed where the answer can be rebuilt (`streamed_reply`), so a cancelled line stops at its next token."""
 
 import asyncio
 import importlib.metadata

@@ -1,7 +1,6 @@
 """The `simulated` engine: answers each line at once with a fixed body, computing nothing, to drive the control plane
 at its own limit (`bench/control_plane.py`); only a catalogue entry naming it uses it. Usage is derived from the request
-(four characters a prompt token; `max_tokens`, else 16, completion tokens) so billing sees realistic figures.
-"""
+(four characters a prompt token; `max_tokens`, else 16, completion tokens) so billing sees realistic figures."""
 
 import time
 from typing import ClassVar

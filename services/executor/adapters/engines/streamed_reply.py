@@ -1,10 +1,6 @@
-"""llama.cpp's streamed answer to one request, put back together as the answer it gives unstreamed, and which
-requests are streamed at all.
-
-The adapter streams only so that it can stop a line (xllamacpp's unstreamed call cannot be interrupted); the line gets
-the unstreamed shape field for field, except that a line of several prompts states all their usage. Logprobs and tool
-calls cannot be rebuilt from a stream: such requests run unstreamed, several prompts one at a time (`one_answer`).
-"""
+"""llama.cpp's streamed answer to one request rebuilt as its unstreamed answer (streaming only lets a line be stopped),
+and which requests are streamed: logprobs and tool calls cannot be rebuilt, so those run unstreamed, several prompts one
+at a time (`one_answer`) so that usage counts every prompt."""
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field

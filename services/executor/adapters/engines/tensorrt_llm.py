@@ -1,8 +1,6 @@
-"""The TensorRT-LLM engine through its `LLM` API (`generate_async`), for NVIDIA GPUs, behaving as `trtllm-serve` does:
-OpenAI's defaults, prompts as `hf_prompts.py` builds them, a refused or too long line its own 400, a failed one its 500,
-and only an engine shutting down failing the attempt. The KV cache is sized from the catalogue (slots x context), not
-90 % of free GPU memory, so placement sees what is left. TensorRT-LLM is imported only by `load()`.
-"""
+"""The TensorRT-LLM engine (`LLM.generate_async`) for NVIDIA GPUs, behaving as `trtllm-serve` does: OpenAI's defaults,
+`hf_prompts.py` prompts, a line's own 400 or 500, its KV cache sized from the catalogue (slots x context) rather than
+90 % of free GPU memory. TensorRT-LLM is imported only by `load()`, so the mapping works anywhere."""
 
 import asyncio
 import gc

@@ -1,10 +1,6 @@
-"""The `transformers` engine: PyTorch and Hugging Face checkpoints (or a GGUF, dequantized once into the cache), on a
-GPU where CUDA is, else on the CPU, with OpenAI's defaults and prompts as `hf_prompts.py` builds them.
-
-On a GPU lines run in transformers' continuous batching (`continuous_batching.py`). Lines it cannot carry (a seed, a
-repetition penalty), and every line on the CPU unless asked, run as micro-batches on the engine's own thread: lines
-waiting are generated together (left-padded), grouped by how they sample; a batch whose lines are all cancelled stops.
-"""
+"""The `transformers` engine: Hugging Face checkpoints (or a GGUF, dequantized once) on CUDA or the CPU. On a GPU lines
+join transformers' continuous batching; the rest (a seed, a repetition penalty, the CPU unless asked) run as
+micro-batches on the engine's own thread, lines sampling alike generated together (left-padded)."""
 
 import asyncio
 import contextlib
