@@ -236,8 +236,7 @@ class AttemptRun:
         self.watch.stopping.set()
 
     async def commit_on_time(self) -> None:
-        """Commit lines that waited `chunk_max_wait_s`. Stopped by `lines_done`, never cancelled: a chunk taken from
-        the committer is always committed."""
+        """Commit lines waiting `chunk_max_wait_s`; ended by `lines_done`, never cancelled: a taken chunk commits."""
         every = min(self.runner.chunk_max_wait_s / 2, 1.0)
         while True:
             with contextlib.suppress(TimeoutError):

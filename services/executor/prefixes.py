@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from services.executor.adapters.engines.responses import UnmappableRequest, chat_request
 
 MIN_STEM_CHARS = 512
-"""A shared stem (tools, system prompt, few-shot turns) shorter than this (about 128 tokens) costs less to prefill
-than a slot left idle."""
+"""A shared stem (tools, system prompt, few-shot turns) shorter than this (~128 tokens) is cheaper than an idle slot."""
 HEAD_CHARS = 1024
 """Without a long stem, prompts longer than this sharing their first this many characters share ~256 tokens."""
 

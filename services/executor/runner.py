@@ -110,8 +110,7 @@ class BatchRunner:
                 return
             last = await attempt.run(first_run)
             if last is None:
-                log.warning("batch %s attempt %d fenced off; its last results are dropped", batch_id,
-                            command.attempt)
+                log.warning("batch %s attempt %d fenced off; its last results are dropped", batch_id, command.attempt)
                 return
             unannounced = last
         reason = watch.stop_reason()

@@ -27,8 +27,7 @@ class ExecutorSettings(ServiceSettings):
     n_threads: int = 2
     """CPU threads the engine uses for prompt processing and generation."""
     chunk_lines: int = 256
-    """Finished lines per committed result chunk (and progress event) at most: each costs an object write and a fact;
-    a lost attempt runs its uncommitted chunk again."""
+    """Finished lines per committed chunk (an object write and a fact) at most; a lost attempt reruns its last one."""
     chunk_max_wait_s: float = 2.0
     """A chunk is committed with fewer lines once its first finished this long ago, so progress keeps moving."""
     line_attempts: int = 3

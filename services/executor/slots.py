@@ -219,9 +219,8 @@ class SlotPool:
 
     def _choose(self, ready: list[_Waiter], standing: Callable[[str], tuple[int, int]]
                 ) -> tuple[_Waiter, tuple[int, str | None]] | None:
-        """The waiter to hand a free slot now, and which slot with which of its prefixes; None: all wait. Fewest slots
-        held first, then fewest lines started (not first come: the owner that just gave a slot back would win every
-        tie), then one a free slot holds a prefix of warm, then the earliest waiter."""
+        """The waiter to hand a free slot now, with which slot and prefix; None: all wait. Fewest slots held first, then
+        fewest lines started (first come would favour the owner that just gave one back), then warm, then earliest."""
         if not self._resident_slots:
             # No slot is warm: the first waiter starts its first candidate on the least recently used free slot (as
             # `choose_start` would, without reading every slot).
