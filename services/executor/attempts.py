@@ -134,8 +134,7 @@ class BatchLog:
         return layout is not None and layout.shard_of(line) == self.shard_of.get(attempt) and line >= 1
 
     def unit_chunks(self, shard: int, layout: ShardLayout) -> set[str]:
-        """The announced chunks that may hold lines of shard `shard` of `layout`: its own attempts', and those of
-        attempts of another or unknown layout (their lines are told apart when read)."""
+        """Announced chunks that may hold lines of `shard` of `layout`: its own, any of another or unknown layout."""
         keys: set[str] = set()
         for attempt, chunks in self.chunks_of.items():
             if self.layout_of.get(attempt) != layout or self.announced_shard.get(attempt) == shard:

@@ -38,8 +38,7 @@ class Publish(Protocol):
 
 @dataclass
 class Ender:
-    """Who ends a batch: the running attempt of its only shard (fenced by its lease; it may hold every committed
-    chunk), or a finalize command (nothing fenced, nothing held)."""
+    """Who ends a batch: its only shard's running attempt (fenced, holding its chunks) or a finalize command."""
 
     log: BatchLog
     """The batch's log as the ender read it."""

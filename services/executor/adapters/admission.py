@@ -46,8 +46,7 @@ async def expires_in(nc: Client) -> float | None:
 
 
 async def would_be_admitted(nc: Client) -> bool:
-    """Whether the broker admits these credentials now, on a probe connection (renewing while no scheduler answers
-    the callout would cut the executor off early)."""
+    """Whether the broker admits these credentials now, on a probe (renewing while it would not cuts us off early)."""
     url = nc.connected_url
     if url is None:
         return False

@@ -57,8 +57,7 @@ class InputCopy:
         self.download: asyncio.Task[None] | None = None
 
     async def lines(self, first: int, last: int | None, stop: asyncio.Event) -> AsyncGenerator[tuple[int, bytes], None]:
-        """Lines `first` to `last` (None: to the end) with their numbers (blank lines count), without line endings, as
-        they arrive; ends early once `stop` is set."""
+        """Lines `first` to `last` (None: the end), numbered (blanks count), unterminated, as they come, till `stop`."""
         number = first
         while last is None or number <= last:
             while len(self.ends) < number and not self.complete:
