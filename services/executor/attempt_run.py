@@ -145,8 +145,7 @@ class AttemptRun:
         return wanted
 
     async def _resume(self, first_run: bool) -> Resume:
-        """What is committed of the attempt's own lines: the chunks announced for its shard, those this attempt wrote
-        (the last may be unannounced; none on its first run), and its lines validation refused."""
+        """Its committed lines: chunks announced for its shard, its own (none on a first run), refused lines."""
         command, results = self.command, self.runner.results
         layout, shard = command.layout, command.shard
         keys = self.watch.log.unit_chunks(shard, layout)

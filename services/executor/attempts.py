@@ -149,9 +149,8 @@ class BatchLog:
         return max(live) if live else None
 
     def outcome(self, asked: EndReason) -> EndReason:
-        """How a batch a finalizer was asked to end `asked` ends, by the order of its log (the one authority): a
-        cancel (only ever written before `finalizing`) ends it `cancelled`, whatever was asked; else a `finalizing`
-        fact means every line ran, so it completes even if an expiry came after. Failures end as asked."""
+        """How a batch asked to end `asked` ends, by its log: a cancel (only written before `finalizing`) ends it
+        `cancelled`; else `finalizing` means every line ran, so it completes even if asked to expire after."""
         if self.cancel_requested:
             return "cancelled"
         if self.finalizing and asked in ("completed", "cancelled", "expired"):

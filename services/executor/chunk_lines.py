@@ -1,6 +1,5 @@
-"""Committed lines as chunk and file bytes, written and read by orjson where it writes exactly the bytes the pydantic
-models write; a chunk line read back is kept as its bytes (`StoredLine`) and goes into the files as it is. Any other
-line takes the models' way."""
+"""Committed lines as chunk and file bytes, written and read by orjson where it writes exactly the models' bytes (a
+chunk line read back is kept as its bytes, `StoredLine`, and goes into the files as it is); else the models' way."""
 
 import contextlib
 from collections.abc import Iterable

@@ -1,6 +1,5 @@
-"""The one way a batch ends (`Finalizer.finish`), whoever ends it: the attempt running its only shard, or a finalize
-command. Its files are assembled from every committed chunk, then its end is announced; redone, it writes the same
-files under the same ids and facts."""
+"""The one way a batch ends (`Finalizer.finish`), by its only shard's attempt or a finalize command: files assembled
+from every committed chunk, then the end announced; redone, it writes the same files under the same ids and facts."""
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence

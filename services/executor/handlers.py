@@ -1,6 +1,5 @@
-"""Thin handlers: a RunBatch command in, a batch run, its facts out; a hopeless command fails the attempt.
-A FinalizeBatch command ends a batch that runs nowhere; one that cannot succeed fails the batch with its cause.
-The table is `executor_router`, one per executor id (its durables and filters carry the id)."""
+"""Thin handlers (`executor_router`): a RunBatch command in, a batch run, its facts out, a hopeless one failing the
+attempt; a FinalizeBatch ends a batch that runs nowhere, one that cannot succeed failing the batch with its cause."""
 
 import logging
 

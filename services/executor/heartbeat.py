@@ -1,6 +1,5 @@
-"""The executor's heartbeat: its advert in the TTL'd executors bucket, refreshed well inside the TTL. After a silence
-longer than an advert lives (paused, cut off) the scheduler has declared it lost and fenced its work: it registers
-again before beating on, starting a new fencing epoch."""
+"""The executor's heartbeat: its advert in the TTL'd executors bucket, refreshed well inside the TTL. After a longer
+silence (paused, cut off) its work was fenced: it registers again, a new fencing epoch, before beating on."""
 
 import asyncio
 import contextlib

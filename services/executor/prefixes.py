@@ -132,10 +132,9 @@ class SlotState:
 
 def choose_start(candidates: Sequence[str | None], slots: Sequence[SlotState], need: Mapping[str, int],
                  patient: bool = True) -> tuple[int, str | None] | None:
-    """Which of a unit's pending prefixes (`candidates`, preferred first) to start next and on which free slot; None
-    to wait. `need[key]`: the slots a planned key can still use. In turn: a free slot holding a candidate's prefix; a
-    spare slot (holding nothing, or a key with more slots than it needs) for a candidate short of slots; wait, while a
-    busy slot holds a candidate's prefix and the owner is `patient`; else the free slot whose loss costs least."""
+    """Which pending prefix (`candidates`, preferred first) to start on which free slot; None: wait. In turn: a free
+    slot holding a candidate's prefix; a spare slot for a candidate short of its `need`; wait, while a busy slot holds
+    a candidate's prefix and the owner is `patient`; else the free slot whose loss costs least."""
     free = [slot for slot in slots if not slot.busy]
     keys = list(dict.fromkeys(candidates))
     if not free or not keys:

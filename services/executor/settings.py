@@ -16,8 +16,8 @@ class ExecutorSettings(ServiceSettings):
     worker_key: str = ""
     """The worker key (`wk-…`) an operator or provider created; without one the scheduler assigns nothing."""
     engine: EngineName = "llamacpp"
-    """The inference engine: `llamacpp` (CPU, the default), `tensorrt_llm` (NVIDIA GPUs), `transformers` (PyTorch,
-    GPU or CPU), or `simulated` (computes nothing: bench/control_plane.py only)."""
+    """The inference engine: `llamacpp` (CPU, the embedded default), `tensorrt_llm` (NVIDIA GPUs), `transformers`
+    (PyTorch, GPU or CPU), or `simulated` (answers at once, computes nothing: bench/control_plane.py only)."""
     models: list[str] = Field(default_factory=list)
     """Catalogue ids (or aliases) to serve; empty means every catalogue model of `engine`."""
     preload_models: list[str] | None = None
@@ -27,15 +27,19 @@ class ExecutorSettings(ServiceSettings):
     n_threads: int = 2
     """CPU threads the engine uses for prompt processing and generation."""
     chunk_lines: int = 256
-    """Finished lines per committed chunk (an object write and a fact) at most; a lost attempt reruns its last one."""
+    """Finished lines per committed result chunk (and per progress event) at most; a slower engine commits smaller
+    chunks every `chunk_max_wait_s`. Each chunk costs an object write and a fact; a lost attempt runs its
+    uncommitted chunk again (at most this many lines, or `chunk_max_wait_s` of work)."""
     chunk_max_wait_s: float = 2.0
-    """A chunk is committed with fewer lines once its first finished this long ago, so progress keeps moving."""
+    """A chunk is committed with fewer lines once its first finished this long ago, whether or not another line
+    finished since: `request_counts` and `usage` move within this long of any line finishing."""
     line_attempts: int = 3
     """Tries of one line when the engine answers 5xx (transient); a 4xx answer is final at once."""
     line_retry_delay_s: float = 0.5
     """Backoff before a line's second try, doubled before each further one."""
     parallel_attempts: int = Field(default=8, ge=1)
-    """Attempts it runs at once, sharing each engine's slots fairly between batch owners (advertised: no more come)."""
+    """Attempts (of different batches, or shards of one) it runs at once, all through one pool of each engine's
+    slots shared fairly between batch owners; advertised, and the scheduler assigns it no more."""
     heartbeat_s: float = 3.0
     """How often the executor says it is alive, with its models and free memory."""
     ack_wait_s: float = 30.0
@@ -43,17 +47,23 @@ class ExecutorSettings(ServiceSettings):
     max_deliver: int = 5
     """Deliveries of one run command before the batch is failed."""
     stop_grace_s: float = 5.0
-    """How long a stopping executor lets the attempts in hand commit before leaving them to a redelivery."""
+    """How long a stopping executor lets the attempts in hand commit (together) before abandoning them to a
+    redelivery."""
     model_cache_dir: str = ""
-    """Where fetched model weights are kept (verified); empty: `$XDG_CACHE_HOME/sheshnag/models`."""
+    """Where model weights fetched from the object store or Hugging Face are kept (verified by their SHA-256);
+    empty: `$XDG_CACHE_HOME/sheshnag/models`."""
     join_retry_s: float = Field(default=1.0, gt=0)
-    """Wait after a refusal to join (worker key, certificate, registration), doubled per refusal up to the max."""
+    """After a refusal to join (NATS refused the worker key, the broker's certificate is not trusted, the scheduler
+    refused the registration) the executor says why and tries again this long after; the wait doubles with each
+    refusal in a row, up to `join_retry_max_s`."""
     join_retry_max_s: float = Field(default=60.0, gt=0)
     """The longest wait between two tries to join."""
     max_refusals: int = Field(default=0, ge=0)
-    """Give up after this many refusals in a row and exit with status 78 (1: try once); 0: keep trying, backing off."""
+    """Give up after this many refusals in a row and exit with status 78 (scripts; 1: try once); 0: keep trying,
+    backing off."""
     object_broker_wait_s: float = 60.0
-    """Without S3 credentials, how long to wait for a presigned URL (or a fact) while no scheduler answers."""
+    """Without S3 credentials (`SHESHNAG_S3_ACCESS_KEY` unset) objects are reached through presigned URLs the
+    leading scheduler hands out: how long to wait for one while no scheduler can answer (a leader change)."""
 
     def served_models(self, catalogue: Catalogue) -> list[CatalogueModel]:
         if not self.models:

@@ -28,8 +28,7 @@ class _Waiter:
 
 
 class SlotPool:
-    """`size` slots; `acquire(owner)` waits for one, `release(owner)` gives it back. Cancellation-safe: a waiter
-    cancelled before or as its slot is granted holds none."""
+    """`size` slots, held by owner. Cancellation-safe: a waiter cancelled as its slot is granted holds none."""
 
     def __init__(self, size: int) -> None:
         self.size = max(size, 1)
@@ -261,8 +260,7 @@ class SlotPool:
 
 
 class UnitPlan:
-    """A unit's lines as the pool starts them: `next` waits for a free slot and the line to start on it (in `order`,
-    but first one whose prefix a free slot holds). Until closed, its lines not yet started count as still to come."""
+    """A unit's lines as the pool starts them: first those whose prefix a free slot holds; open until closed."""
 
     def __init__(self, pool: SlotPool, keys: Sequence[str | None]) -> None:
         self._pool = pool

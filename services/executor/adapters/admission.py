@@ -1,6 +1,5 @@
-"""Keeping the executor admitted to the broker: its auth callout's user JWT expires, so it asks the server how long is
-left and reconnects (admitted afresh) a while before, at a quiet moment rather than mid-request; should it expire
-anyway (a pause), the client reconnects on the server's error (`ReadmittingClient`)."""
+"""Keeping the executor admitted to the broker: its auth callout JWT expires, so it reconnects (admitted afresh) a while
+before, at a quiet moment; one that expires anyway (a pause) reconnects on the server's error (`ReadmittingClient`)."""
 
 import asyncio
 import contextlib

@@ -1,6 +1,5 @@
-"""The executor's way into the event log under NATS authorization (it may not touch EVENTS): the leading
-scheduler's fact desk stores its facts, applying the fence atomically with the write, and shows it its batches' facts.
-`DeskBus` is the executor's bus then."""
+"""The executor's way into the event log under NATS authorization (it may not touch EVENTS): the leading scheduler's
+fact desk stores its facts, fenced atomically with the write, and shows it its batches' facts (`DeskBus`)."""
 
 import asyncio
 import logging

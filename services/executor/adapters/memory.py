@@ -25,8 +25,7 @@ def _tell_once(what: str, level: int, message: str, *args: object) -> None:
 
 
 def host_memory(meminfo: Path = Path("/proc/meminfo")) -> DeviceMemory:
-    """The host's memory; free is the kernel's MemAvailable (counting the page cache it drops on demand), not MemFree,
-    which a busy host's cache shrinks to almost nothing (MemFree only where there is no MemAvailable)."""
+    """The host's memory; free is MemAvailable (counting droppable page cache), not MemFree (near 0 on a busy host)."""
     page = os.sysconf("SC_PAGE_SIZE")
     free = os.sysconf("SC_AVPHYS_PAGES") * page
     with contextlib.suppress(OSError, ValueError):
