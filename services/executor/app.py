@@ -61,8 +61,7 @@ async def open_shelf(settings: ExecutorSettings) -> EngineShelf:
 
 
 async def object_access(settings: ExecutorSettings, bus: EventBus) -> ObjectAccess:
-    """Direct S3 where the deployment trusts the executor with credentials; else presigned URLs for its own work
-    only, from the leading scheduler (a provider's executor gets no credentials)."""
+    """Direct S3 where the executor has credentials; else presigned URLs for its own work, from the scheduler."""
     connection = settings.connection
     if not connection.s3_access_key:
         log.info("no S3 credentials: objects through presigned URLs from the scheduler")
@@ -77,10 +76,9 @@ def rejoin_with(bus: EventBus, settings: ExecutorSettings) -> Rejoin | None:
     """How this executor registers again after a silence; None without a worker key (it never registered)."""
     if not settings.worker_key:
         return None
-    worker_key = settings.worker_key
 
     async def rejoin(advert: ExecutorAdvert) -> bool:
-        return await register_once(bus, settings.executor_id, worker_key, advert) is not None
+        return await register_once(bus, settings.executor_id, settings.worker_key, advert) is not None
 
     return rejoin
 

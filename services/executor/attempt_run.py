@@ -1,9 +1,6 @@
-"""One attempt, run (`AttemptRun`): what it states goes out under its lease, and the lines of its unit no attempt
-committed go through the engine's slot pool, each in a task of its own, their results committed chunk by chunk. A
-chunk whose lines finished and then waited `chunk_max_wait_s` is committed anyway; once the batch is cancelled or
-expired, the lines in the engine are stopped (no GPU time for answers that would be thrown away; they end as never
-run). What it committed that its log may not show yet is kept for its batch's end.
-"""
+"""One attempt, run (`AttemptRun`): what it states goes out under its lease; its unit's uncommitted lines go through
+the engine's slot pool, committed chunk by chunk. On cancel or expiry the lines in the engine are stopped (no GPU
+time for answers that would be thrown away; they end as never run)."""
 
 import asyncio
 import contextlib
@@ -70,8 +67,7 @@ class AttemptRun:
     announced: set[str] = field(default_factory=set)
     """Chunk keys it announced (its watch may not have read them back yet)."""
     in_hand: list[tuple[str, Sequence[ResultLine]]] | None = None
-    """Unsharded, the chunks of its lines it read on resuming or committed itself: holding every announced chunk of
-    its batch, it finalizes without reading them back."""
+    """Unsharded, the chunks it read on resuming or committed: it finalizes without reading them back."""
     resume: Resume = field(init=False, repr=False)
     committer: ChunkCommitter = field(init=False, repr=False)
     slots: SlotPool = field(init=False, repr=False)
@@ -101,8 +97,7 @@ class AttemptRun:
         return False
 
     async def run(self, first_run: bool = False) -> list[Event] | None:
-        """Run every line of the attempt's shard no attempt committed: the progress of its last chunk, written but
-        left for the attempt's end to announce; None once the lease is lost."""
+        """Run the shard's uncommitted lines: its last chunk's progress fact, for the end to state; None: lease lost."""
         command, runner = self.command, self.runner
         self.resume = resume = await self._resume(first_run)
         tally = resume.tally(command.layout, command.shard)
@@ -136,8 +131,7 @@ class AttemptRun:
         return [last] if last is not None else []
 
     def _ahead(self, tally: Tally) -> list[WantedObject]:
-        """The objects the attempt's run gets and puts: its input (unless a copy is here), a chunk for each
-        `chunk_lines` of its unit's lines not committed, and the output file of an unsharded batch."""
+        """The objects the run gets and puts: its input (unless copied here), its chunks and (unsharded) the output."""
         command, next_chunk = self.command, self.resume.next_chunk
         layout, shard = command.layout, command.shard
         first, last = layout.first_line(shard), layout.last_line(shard) or command.total_lines
@@ -151,9 +145,7 @@ class AttemptRun:
         return wanted
 
     async def _resume(self, first_run: bool) -> Resume:
-        """What is committed of the attempt's own lines: the chunks the log announced for its shard, those this
-        attempt wrote (the last may be unannounced; none on its first run), and the lines of it that validation
-        refused (none read when the command says there are none)."""
+        """Its committed lines: chunks announced for its shard, its own (none on a first run), refused lines."""
         command, results = self.command, self.runner.results
         layout, shard = command.layout, command.shard
         keys = self.watch.log.unit_chunks(shard, layout)
@@ -167,8 +159,7 @@ class AttemptRun:
         return Resume.from_chunks(chunks, command.attempt)
 
     async def _feed_lines(self) -> None:
-        """The pending lines to the slot pool, a batch of `PLAN_LINES` planned together (by prompt prefix), each
-        started in the task group as a slot frees up for this owner, until none is left or the batch stops."""
+        """Pending lines to the slot pool, `PLAN_LINES` planned together by prefix, until none is left or it stops."""
         command, watch, owner = self.command, self.watch, self.command.terms.owner_key_id
         async with self.runner.inputs.hold(command.batch_id, command.terms.input_object_key) as copy, \
                 contextlib.aclosing(self._pending_lines(copy, watch.stopping)) as pending, \
@@ -217,9 +208,7 @@ class AttemptRun:
             self._lose_lease()
 
     async def write(self, chunk: Chunk | None) -> BatchProgressed | None:
-        """Results are durable in the object store before a fact says they are; they count only once it does, and
-        a fenced attempt's fact is refused. The chunk written; the fact that announces it (None: nothing to write, or
-        the lease is lost)."""
+        """Write the chunk (durable before a fact announces it): that fact; None: nothing to write, or a lost lease."""
         if chunk is None or self.lease_lost:
             return None
         command = self.command
@@ -246,8 +235,7 @@ class AttemptRun:
         self.watch.stopping.set()
 
     async def commit_on_time(self) -> None:
-        """Lines finished and then nothing for `chunk_max_wait_s`: committed anyway (progress keeps moving).
-        Stopped by `lines_done`, never cancelled: a chunk taken from the committer is always committed."""
+        """Commit lines waiting `chunk_max_wait_s`; ended by `lines_done`, never cancelled: a taken chunk commits."""
         every = min(self.runner.chunk_max_wait_s / 2, 1.0)
         while True:
             with contextlib.suppress(TimeoutError):

@@ -1,7 +1,5 @@
-"""What a batch's own event log says about its attempts: which one is current, whether it must stop and why.
-
-A pure fold over the batch's facts; the running attempt and the finalizer read the same log the same way.
-"""
+"""What a batch's own event log says about its attempts: which one is current, whether it must stop and why. A pure
+fold over the batch's facts; the running attempt and the finalizer read the same log the same way."""
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,8 +31,7 @@ class BatchLog:
     expires_at: int | None = None
     """Seconds since the epoch, from the batch's creation."""
     cancel_requested: bool = False
-    """A cancel came before the batch's first `finalizing` fact: the batch ends `cancelled` (one after it is too
-    late and changes nothing; the gateway's fence refuses it anyway)."""
+    """A cancel came before the batch's first `finalizing` fact (one after it changes nothing): it ends `cancelled`."""
     finalizing: bool = False
     """A `finalizing` fact is in the log: every line ran, and the batch is past the point of no return."""
     cancel_code: CancelCode = "batch_cancelled"
@@ -61,7 +58,7 @@ class BatchLog:
     announced_shard: dict[int, int] = field(default_factory=dict)
     """Attempt → the shard its progress facts name."""
     _latest: dict[int, int] | None = field(default=None, repr=False, compare=False)
-    """Shard → its latest attempt; worked out again after an attempt joins (asked far more often than changed)."""
+    """Shard → its latest attempt; worked out again after an attempt joins."""
 
     def fold(self, event: AnyEvent, sequence: int = 0) -> None:
         rule = _rules.rule_for(type(event))
@@ -129,8 +126,7 @@ class BatchLog:
         return attempt not in self.failed and self._latest.get(self.shard_of.get(attempt, 0), 0) <= attempt
 
     def holds_line(self, chunk_key: str, line: int) -> bool:
-        """Whether a line found in this chunk may count: the lines validation refused, or a line of the unit the
-        chunk's attempt was assigned (an attempt writes no other unit's results, whatever its chunk says)."""
+        """Whether a line found in this chunk counts: refused by validation, or of the unit its attempt was assigned."""
         attempt = chunk_position(chunk_key)[0]
         if attempt == REFUSED_ATTEMPT:
             return True
@@ -138,8 +134,7 @@ class BatchLog:
         return layout is not None and layout.shard_of(line) == self.shard_of.get(attempt) and line >= 1
 
     def unit_chunks(self, shard: int, layout: ShardLayout) -> set[str]:
-        """The announced chunks that may hold lines of shard `shard` of `layout`: those of its own attempts, and
-        every one of an attempt whose layout was another or is unknown (its lines are told apart when read)."""
+        """Announced chunks that may hold lines of `shard` of `layout`: its own, any of another or unknown layout."""
         keys: set[str] = set()
         for attempt, chunks in self.chunks_of.items():
             if self.layout_of.get(attempt) != layout or self.announced_shard.get(attempt) == shard:
@@ -154,12 +149,8 @@ class BatchLog:
         return max(live) if live else None
 
     def outcome(self, asked: EndReason) -> EndReason:
-        """How a batch a finalizer was asked to end `asked` ends, by the order of its log (the one authority): a
-        cancel in it (one is written only before the first `finalizing` fact) ends the batch `cancelled`, with every
-        line that ran in the output file, whatever the finalizer was asked (its window may have ended, or its
-        attempts run out, after the cancel was accepted). Without one, a `finalizing` fact means every line ran: the
-        batch completes, even if an expiry was asked after it (its finalizer died before ending it, and the window
-        passed meanwhile). Failures, and expiries before any finalizing, end as asked."""
+        """How a batch asked to end `asked` ends, by its log: a cancel (only written before `finalizing`) ends it
+        `cancelled`; else `finalizing` means every line ran, so it completes even if asked to expire after."""
         if self.cancel_requested:
             return "cancelled"
         if self.finalizing and asked in ("completed", "cancelled", "expired"):

@@ -1,7 +1,5 @@
-"""Committed lines as chunk and file bytes: a committed line's chunk line and output line, written and read by
-orjson where it writes exactly the bytes the pydantic models write (their fields, in their order, of JSON's own
-types); a chunk line read back is kept as its bytes (`StoredLine`) and goes into the output or error file as it is;
-any other line takes the models' way."""
+"""Committed lines as chunk and file bytes, written and read by orjson where it writes exactly the models' bytes (a
+chunk line read back is kept as its bytes, `StoredLine`, and goes into the files as it is); else the models' way."""
 
 import contextlib
 from collections.abc import Iterable
@@ -13,8 +11,7 @@ import orjson
 from contracts.api.output_line import CommittedLine, OutputError, OutputLine, OutputResponse
 
 PLAIN = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
-"""orjson on JSON's own types only: anything else (a datetime, a numpy number, a subclass) raises, and the model
-writes it instead."""
+"""orjson on JSON's own types only: anything else (a datetime, a subclass) raises, and the model writes it instead."""
 _LINE_KEYS = ["line", "custom_id", "output"]
 _OUTPUT_KEYS = ["id", "custom_id", "response", "error"]
 _RESPONSE_KEYS = ["status_code", "request_id", "body"]
@@ -26,9 +23,7 @@ FAST = (list(CommittedLine.model_fields) == _LINE_KEYS and list(OutputLine.model
 
 @dataclass(slots=True)
 class StoredLine:
-    """A committed line kept as the bytes the models write of it (made here, or read back from a chunk): what
-    resuming and the files need, and its output line's bytes, which go into the output or error file unchanged.
-    Never changed once made (not frozen, which costs microseconds a line to build)."""
+    """A committed line kept as the bytes the models write of it (never changed; not frozen: that costs time)."""
 
     line: int
     custom_id: str | None
@@ -37,10 +32,6 @@ class StoredLine:
     """`OutputLine.model_dump_json()` of its output line, byte for byte."""
     tokens: tuple[int, int, int]
     """(prompt, completion, cached prompt) tokens of a successful line's body; zeros for any other."""
-
-    @property
-    def key(self) -> int:
-        return self.line
 
 
 ResultLine = CommittedLine | StoredLine
@@ -85,8 +76,7 @@ def decode_chunk(data: bytes) -> list[CommittedLine]:
 
 
 def read_chunk(data: bytes) -> list[ResultLine]:
-    """A chunk's lines: each one written as the models write it kept as its bytes, any other decoded by the models
-    (which refuse what is not a committed line, as `decode_chunk` does)."""
+    """A chunk's lines: those written as the models write them kept as bytes, any other decoded by the models."""
     return [_stored(raw) or CommittedLine.model_validate_json(raw) for raw in data.splitlines() if raw.strip()]
 
 

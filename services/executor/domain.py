@@ -13,14 +13,7 @@ from contracts.events.batch import ShardLayout
 from contracts.ids import batch_request_id, derived_id
 from contracts.objects import CHUNK_BYTES
 from contracts.subjects import parse_result_chunk_key
-from services.executor.chunk_lines import (
-    FAST,
-    PLAIN,
-    ResultLine,
-    StoredLine,
-    body_tokens,
-    output_json,
-)
+from services.executor.chunk_lines import FAST, PLAIN, ResultLine, StoredLine, body_tokens, output_json
 
 REFUSED_ATTEMPT = 0
 """Lines refused by validation are filed as a chunk of this attempt, before any real one."""
@@ -32,8 +25,7 @@ class InvalidInputLine(ValueError):
 
 @dataclass(slots=True)
 class InputLine:
-    """One request of the input file (made once per line and never changed: not frozen, which costs microseconds a
-    line to build)."""
+    """One request of the input file (never changed; not frozen, which costs microseconds a line)."""
 
     line: int
     """1-based line of the input file."""
@@ -72,8 +64,7 @@ def _committed(batch_id: str, line: InputLine, response: OutputResponse | None,
 
 
 def finished_line(batch_id: str, line: InputLine, status_code: int, body: dict[str, object]) -> "ResultLine":
-    """`result_line` as the runner keeps it: its output line written once, by orjson, where that writes the models'
-    bytes (of JSON's own types); else (a body the models refuse included) the model itself."""
+    """`result_line` as the runner keeps it: written once by orjson where that writes the models' bytes."""
     if FAST and type(status_code) is int and type(line.custom_id) is str and type(body) is dict:
         output = {"id": batch_request_id(batch_id, line.custom_id), "custom_id": line.custom_id,
                   "response": {"status_code": status_code, "request_id": derived_id("req_", batch_id, line.custom_id),
@@ -91,8 +82,7 @@ def finished_line(batch_id: str, line: InputLine, status_code: int, body: dict[s
 
 
 def refused_line(batch_id: str, refused: RejectedLine) -> CommittedLine:
-    """The error line of an input line validation refused (allow_partial): it never runs. A repeated custom_id
-    is named by its line, so its id differs from the line that used the custom_id first."""
+    """The error line of an input line validation refused (allow_partial): it never runs."""
     return CommittedLine(line=refused.line, custom_id=refused.custom_id, output=refused.error_line(batch_id))
 
 
@@ -125,10 +115,8 @@ class Chunk:
 
 @dataclass
 class ChunkCommitter:
-    """Groups finished lines into chunks of `chunk_lines`, numbered on from `next_chunk`; a chunk whose first line
-    finished `max_wait_s` ago or more is committed however few it holds (with the next line, or by the runner's
-    clock, `due`), so an attempt whose lines finish slowly still commits, and shows progress, every few seconds; and
-    one whose output lines pass `max_bytes` at once, so that no chunk grows past what is read back."""
+    """Groups finished lines into chunks of `chunk_lines`, numbered on from `next_chunk`; sooner once the first waited
+    `max_wait_s` (slow lines still show progress), or past `max_bytes` (no chunk grows past what is read back)."""
 
     chunk_lines: int
     next_chunk: int
@@ -194,7 +182,7 @@ class Resume:
                 last_chunk, last_usage = number, usage_of(lines)
             for line in lines:
                 # The earliest commit of a line wins, so every attempt assembles the same files.
-                committed.setdefault(line.key, line)
+                committed.setdefault(line.line, line)
         next_chunk = 0 if last_chunk is None else last_chunk + 1
         return cls(committed, next_chunk, last_chunk, last_usage)
 
@@ -229,8 +217,7 @@ def assemble(lines: Iterable[ResultLine]) -> ResultFiles:
 
 
 def usage_of(lines: Iterable[ResultLine]) -> BatchUsage:
-    """Token usage summed over the successful lines' bodies: chat and completions, embeddings (prompt tokens
-    only) and responses (input/output tokens)."""
+    """Token usage summed over the successful lines' bodies."""
     prompt = completion = cached = 0
     for line in lines:
         if not line.succeeded:

@@ -1,8 +1,5 @@
-"""The one way a batch ends (`Finalizer.finish`), whoever ends it: the attempt running its only shard, or a finalize
-command. Its output and error files are assembled from every committed chunk, then how it ended is announced.
-
-Deterministic in what is committed: redone, it writes the same files under the same ids and facts.
-"""
+"""The one way a batch ends (`Finalizer.finish`), by its only shard's attempt or a finalize command: files assembled
+from every committed chunk, then the end announced; redone, it writes the same files under the same ids and facts."""
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -19,14 +16,7 @@ from services.executor.adapters.objects import ObjectAccess
 from services.executor.adapters.results import LOOK, ResultStore
 from services.executor.attempts import BatchLog, counts_as_committed
 from services.executor.chunk_lines import ResultLine
-from services.executor.domain import (
-    CommittedLine,
-    Resume,
-    assemble,
-    parse_input_line,
-    unrun_line,
-    usage_of,
-)
+from services.executor.domain import CommittedLine, Resume, assemble, parse_input_line, unrun_line, usage_of
 from services.runtime.nats.bus import EventBus
 
 log = logging.getLogger(__name__)
@@ -42,14 +32,12 @@ UNRUN_MESSAGES = {
 
 class Publish(Protocol):
     async def __call__(self, *events: Event) -> bool:
-        """Publishes the facts in order unless the publisher's lease is gone (then False: from the first the lease
-        refused, nothing was written)."""
+        """Publishes the facts in order; False once the publisher's lease is gone (from the refused one on)."""
 
 
 @dataclass
 class Ender:
-    """Who ends a batch, and what it knows: the running attempt of the batch's only shard (its lease fences what
-    it states; it may hold every committed chunk), or a finalize command (nothing fenced, nothing held)."""
+    """Who ends a batch: its only shard's running attempt (fenced, holding its chunks) or a finalize command."""
 
     log: BatchLog
     """The batch's log as the ender read it."""
@@ -77,10 +65,8 @@ class Finalizer:
 
     async def finish(self, batch: RunBatch | FinalizeBatch, asked: EndReason, ender: Ender,
                      stating: Sequence[Event] = ()) -> bool:
-        """The one way a batch ends, whoever ends it. Completing, it states `finalizing` (after `stating`, what the
-        ender has left to say) and reads the log back: a cancel accepted before that fact decides, as the log's
-        order is the one authority. Then the files are written and the end is stated. False once the ender's lease
-        is gone."""
+        """Completing, state `finalizing` (after `stating`) and read the log back: a cancel accepted before that fact
+        decides. Then write the files and state the end. False once the ender's lease is gone."""
         completing = asked == "completed"
         if completing:
             stating = [*stating, BatchFinalizing(aggregate_id=batch.batch_id, attempt=ender.attempt)]
@@ -108,9 +94,8 @@ class Finalizer:
     async def finalize(self, command: RunBatch | FinalizeBatch, outcome: EndReason,
                        chunks: Sequence[tuple[str, Sequence[ResultLine]]], publish: Publish, code: str | None = None,
                        all_lines_ran: bool = False) -> bool:
-        """Write both files of the committed `chunks` and publish the terminal fact; False once `publish` refuses
-        (the lease is gone). Lines never run get `code` in the error file (default `batch_<outcome>`); unless
-        `all_lines_ran`, the input is read again so none can go missing."""
+        """Write both files of the committed `chunks` and publish the terminal fact; False once `publish` refuses.
+        Lines never run get `code` (default `batch_<outcome>`); unless `all_lines_ran`, the input is read for them."""
         batch_id = command.batch_id
         committed = Resume.from_chunks(chunks, attempt=0).committed
         lines: list[ResultLine] = list(committed.values())

@@ -1,10 +1,5 @@
-"""Thin handlers: a RunBatch command in, a batch run, its facts out; a hopeless command fails the attempt.
-A FinalizeBatch command ends a batch that runs nowhere; one that cannot succeed fails the batch with its cause.
-
-The table (`executor_router`, at the end), one per executor id (its durables and filters carry the id): `run` takes
-each `RunBatch` on the executor's run durable, a hopeless one fails its attempt (`fail_the_attempt`); `finalize`
-takes each `FinalizeBatch` on its finalize durable, a hopeless one fails its batch (`fail_the_batch`).
-"""
+"""Thin handlers (`executor_router`): a RunBatch command in, a batch run, its facts out, a hopeless one failing the
+attempt; a FinalizeBatch ends a batch that runs nowhere, one that cannot succeed failing the batch with its cause."""
 
 import logging
 
@@ -22,13 +17,7 @@ from contracts.events.batch import (
 )
 from contracts.events.executor import GUEST_ATTEMPTS
 from contracts.events.file import FileStored
-from contracts.subjects import (
-    WORK_STREAM,
-    executor_durable,
-    executor_finalize_durable,
-    finalize_command,
-    run_command,
-)
+from contracts.subjects import WORK_STREAM, executor_durable, executor_finalize_durable, finalize_command, run_command
 from services.executor.adapters.desk import FactRefused
 from services.executor.adapters.engines.shelf import EngineShelf
 from services.executor.adapters.log_reader import read_batch_log
@@ -43,8 +32,7 @@ log = logging.getLogger(__name__)
 
 REASON_LIMIT = 1000
 HOPELESS = (ValueError, TypeError, RecursionError, ObjectNotFound)
-"""Failures that a retry would meet again (an input line or result chunk that does not parse, an input file
-deleted under the batch): given up at once. Others (the broker, the object store) are retried with backoff."""
+"""Failures a retry would meet again (an unparsable line or chunk, a deleted input): given up at once."""
 FINALIZE_FAILED = "finalize_failed"
 FINALIZE_DELIVERIES = 30
 """Tries of one finalize command (backoff up to 10 s between them: about 4 minutes) before its batch fails."""
@@ -92,8 +80,7 @@ class Executor:
                                                  executor_id=self.executor_id, code=code,
                                                  reason=reason[:REASON_LIMIT]))
         except (FenceMoved, FactRefused) as refused:
-            # The scheduler fenced the attempt already (or refuses its facts): its failure is known; retrying the
-            # record would meet the same answer for ever.
+            # Fenced already (or its facts refused): its failure is known, and a retry would meet the same answer.
             log.info("attempt %d of batch %s not recorded as failed (%r): it is fenced already", command.attempt,
                      command.batch_id, refused)
 
@@ -134,9 +121,7 @@ class Executor:
 
 
 def executor_router(executor_id: str, ack_wait_s: float, max_deliver: int, parallel_attempts: int = 1) -> ServiceRouter:
-    """One executor's table: the commands it takes, by which handler, what a hopeless one becomes; the facts it
-    states (through the scheduler's fact desk when it joined with a worker key). A fresh router each call.
-    `parallel_attempts`: the attempts it runs at once (each a run command in hand), sharing its engines' slots."""
+    """One executor's table: the commands it takes, by which handler, what a hopeless one becomes; its facts."""
     router = ServiceRouter("executor", dependencies="executor")
     # Run commands handled at once: the attempts the scheduler may give it (its guest places too), and the spares.
     workers = max(parallel_attempts, 1) + GUEST_ATTEMPTS + RUN_SPARE

@@ -1,10 +1,5 @@
-"""The executor's heartbeat: its advert in the TTL'd executors bucket, refreshed well inside the TTL.
-
-After a silence longer than an advert lives (the process was paused, or cut off from the broker) the scheduler
-has, or soon will have, declared it lost and fenced what it ran: it registers again before beating on, which
-starts a new fencing epoch (work assigned before it is fenced, work assigned after it is its to commit) and
-tells the log it is online again.
-"""
+"""The executor's heartbeat: its advert in the TTL'd executors bucket, refreshed well inside the TTL. After a longer
+silence (paused, cut off) its work was fenced: it registers again, a new fencing epoch, before beating on."""
 
 import asyncio
 import contextlib
@@ -44,8 +39,7 @@ async def heartbeat(fleet: Advertiser, advert_now: Callable[[], ExecutorAdvert],
             log.warning("no heartbeat sent for %.1f s (paused or cut off): registering again", silent_ms / 1000)
             owes_rejoin = True
         try:
-            # Beating on before the scheduler has the new registration would let it assign work that the
-            # registration then fences.
+            # Beating before the new registration lands would let the scheduler assign work the registration fences.
             if owes_rejoin and rejoin is not None:
                 owes_rejoin = not await rejoin(advert)
             if not owes_rejoin:

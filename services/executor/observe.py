@@ -48,30 +48,18 @@ def _metrics_of(model: str) -> _ModelMetrics:
     return found
 
 
-_provider: list[trace.TracerProvider] = []
-"""The tracer provider installed, once one is (it is installed once per process, never removed)."""
-
-
 def tracing() -> bool:
-    """Whether a tracer provider was installed (without one every span is a no-op: none is made, the line's context
-    stays its handler's, as a no-op span would leave it)."""
-    if not _provider:
-        provider = trace.get_tracer_provider()
-        if isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
-            return False
-        _provider.append(provider)
-    return True
+    """Whether a tracer provider was installed (without one no span is made: each would be a no-op)."""
+    return not isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
 
 
 async def traced_line(engine: Engine, model: str, endpoint: str, custom_id: str, body: dict[str, object],
                       retry: LineRetry, slot_wait_s: float, traced: bool) -> EngineReply:
-    """`run_line`, measured: the span is a child of the run command's handler span, so it joins the batch.
-    `traced`: whether `tracing()` (asked once per attempt, not per line)."""
+    """`run_line`, measured, in a child span of the run command's. `traced`: `tracing()`, asked once per attempt."""
     metrics.SLOT_WAIT.observe(slot_wait_s)
     measured = _metrics_of(model)
     if not traced:
         reply = await _measured(engine, endpoint, body, retry, measured)
-        tokens = body_tokens(reply.body)[1]
     else:
         started = time.perf_counter()
         with _tracer.start_as_current_span(
@@ -79,14 +67,13 @@ async def traced_line(engine: Engine, model: str, endpoint: str, custom_id: str,
                 attributes={"gen_ai.request.model": model, "gen_ai.system": engine.name,
                             "sheshnag.custom_id": custom_id, "sheshnag.slot_wait_s": round(slot_wait_s, 4)}) as span:
             reply = await _measured(engine, endpoint, body, retry, measured)
-            tokens = body_tokens(reply.body)[1]
-            span.set_attribute("gen_ai.usage.output_tokens", tokens)
+            span.set_attribute("gen_ai.usage.output_tokens", body_tokens(reply.body)[1])
             span.set_attribute("http.response.status_code", reply.status_code)
             span.set_attribute("sheshnag.engine_s", round(time.perf_counter() - started, 4))
             if reply.status_code >= 500:
                 span.set_status(Status(StatusCode.ERROR))
     measured.executed(reply.status_code).inc()
-    measured.tokens.inc(tokens)
+    measured.tokens.inc(body_tokens(reply.body)[1])
     return reply
 
 

@@ -1,13 +1,6 @@
-"""Prefix-aware running of a unit's lines (issue 15, point 4): a line's prefix key, the order that runs lines sharing
-a long prompt prefix in lanes, and which line to start on which free engine slot, so an engine that keeps each slot's
-last prompt (llama.cpp) serves the shared part from that slot's KV cache. Pure: no I/O, no engine, no clock.
-
-Why lanes and not merely adjacent lines: lines start concurrently, one per free slot. Four same-prefix lines
-started together land on four slots and all four compute the prefix; only a line that starts on a slot after a
-same-prefix line finished there finds it cached. So a prefix's lines run one after another on the same slot (a lane),
-and a freed slot starts the next line of the prefix it holds, whatever the unit's order says next. A prefix with many
-lines and few rivals gets several lanes (slots) at once.
-"""
+"""Prefix-aware running of a unit's lines, so an engine keeping each slot's last prompt (llama.cpp) serves a shared
+prefix from cache: same-prefix lines run one after another on one slot (a lane: started together, each would compute
+the prefix), and a free slot starts a line of the prefix it holds. Pure: no I/O, no engine, no clock."""
 
 import hashlib
 import json
@@ -18,20 +11,14 @@ from dataclasses import dataclass
 from services.executor.adapters.engines.responses import UnmappableRequest, chat_request
 
 MIN_STEM_CHARS = 512
-"""A shared stem (tools, system prompt, few-shot turns) shorter than this (about 128 tokens) is not worth keeping lines
-together for: its prefill costs little next to a slot left idle."""
+"""A shared stem (tools, system prompt, few-shot turns) shorter than this (~128 tokens) is cheaper than an idle slot."""
 HEAD_CHARS = 1024
-"""Without a long stem, lines whose prompts are longer than this and begin with the same this many characters share
-a prefix of about 256 tokens at least."""
+"""Without a long stem, prompts longer than this sharing their first this many characters share ~256 tokens."""
 
 
 def prefix_key(endpoint: str, body: Mapping[str, object], scope: str = "") -> str | None:
-    """The key of the long prompt prefix the line shares with others, or None when it has none worth grouping.
-
-    OpenAI's `prompt_cache_key`, where the line gives one, is that key. Otherwise the key is a digest of the stem
-    every prompt of the same shape repeats: for chat (and Responses, mapped onto chat) the tools and every message but
-    the last, when that is long; else the first HEAD_CHARS characters of a longer prompt. `scope` (the batch owner)
-    keeps one owner's lines from being grouped with another's."""
+    """The key of the long prompt prefix the line shares, if any: its `prompt_cache_key`, else a digest of its stem
+    (chat: the tools and every message but the last; else a long prompt's start), scoped to the batch owner."""
     explicit = body.get("prompt_cache_key")
     if isinstance(explicit, str) and explicit:
         return _digest(scope, "prompt_cache_key", explicit)
@@ -71,17 +58,14 @@ def _shared_text(endpoint: str, body: Mapping[str, object]) -> str | None:
 
 @dataclass(frozen=True)
 class UnitOrder:
-    """How to start a unit's lines: `order` lists their indices in starting order; `lanes` says how many slots each
-    prefix key is meant to hold at once."""
+    """How to start a unit's lines: their indices in starting order, and the slots (lanes) each prefix key gets."""
 
     order: list[int]
     lanes: dict[str, int]
 
 
 def order_lines(keys: Sequence[str | None], slots: int, warm: Collection[str] = ()) -> UnitOrder:
-    """The order to start lines whose prefix keys are `keys` (a unit's pending lines, in file order) on `slots`
-    slots. Stable: lines of one key keep their file order, keys come in order of first appearance, but keys `warm`
-    (already held by a slot) come first. A line without a key is a lane of its own."""
+    """The order to start lines of prefix `keys` on `slots` slots: stable, `warm` keys first, a keyless line alone."""
     slots = max(slots, 1)
     if all(key is None for key in keys):
         return UnitOrder(list(range(len(keys))), {})  # every line a lane of its own: file order
@@ -136,7 +120,7 @@ def _interleave(lanes: list[deque[int]], slots: int) -> list[int]:
 
 @dataclass(eq=False)
 class SlotState:
-    """One engine slot as the pool keeps it, and as the choice reads it (in place: no copy per choice)."""
+    """One engine slot as the pool keeps it and the choice reads it."""
 
     index: int
     resident: str | None = None
@@ -148,14 +132,9 @@ class SlotState:
 
 def choose_start(candidates: Sequence[str | None], slots: Sequence[SlotState], need: Mapping[str, int],
                  patient: bool = True) -> tuple[int, str | None] | None:
-    """Which of a unit's pending prefixes (`candidates`, in its preferred order) to start next and on which free slot;
-    None to wait for a busy slot that holds one of them.
-
-    `need[key]`: how many slots a planned key can still use (its lanes, at most its lines not yet started); a key
-    not in it is planned by no unit and gets no slot kept for it. In turn: a free slot holding a candidate's prefix;
-    a spare slot (holding nothing, or a key with more slots than it needs) for a candidate holding fewer slots than
-    it needs; wait, while a busy slot holds a candidate's prefix and the owner is `patient` (not below its fair
-    share); else the free slot whose loss costs least, for the first candidate, so a unit always gets going."""
+    """Which pending prefix (`candidates`, preferred first) to start on which free slot; None: wait. In turn: a free
+    slot holding a candidate's prefix; a spare slot for a candidate short of its `need`; wait, while a busy slot holds
+    a candidate's prefix and the owner is `patient`; else the free slot whose loss costs least."""
     free = [slot for slot in slots if not slot.busy]
     keys = list(dict.fromkeys(candidates))
     if not free or not keys:

@@ -1,7 +1,5 @@
-"""Running one line with bounded retries: a 5xx reply is retried with backoff, a 4xx reply is final at once.
-
-An engine that raises on one line (instead of replying 4xx, as its port says) fails that line, not the attempt;
-only `EngineUnavailable` (no model, a crashed runtime) stops the attempt."""
+"""Running one line with bounded retries: a 5xx reply is retried with backoff, a 4xx reply is final at once. An engine
+raising on one line fails that line; only `EngineUnavailable` (no model, a crashed runtime) stops the attempt."""
 
 import asyncio
 import logging

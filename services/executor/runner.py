@@ -1,15 +1,6 @@
-"""Running one attempt at a batch (or at one shard, a unit, of it): skip committed lines, run the rest
-concurrently, commit chunks, then finalize the batch (one shard) or report the shard finished (several).
-
-While it runs it watches the batch's log: on cancel or expiry no new line starts and the batch is finalized
-with the lines never run as errors. Every fact it publishes is conditional on the batch's last `attempt_failed`
-being one it has seen (a JetStream fence): once its lease is revoked it cannot commit anything more, even if it
-has not noticed yet (a pause, a partition).
-
-A unit costs its own lines, not its batch's: the units of a batch running here share one read of the batch's log
-(`WatchHub`) and one local copy of its input (`InputCache`), and a unit reads back only the chunks of its own
-lines when it resumes.
-"""
+"""Running one attempt at a batch (or at one shard, a unit, of it): skip committed lines, run the rest, commit chunks,
+then finalize the batch or report the shard finished. Every fact is fenced on the batch's last `attempt_failed`, so a
+revoked lease commits nothing more even before the attempt notices."""
 
 import asyncio
 import logging
@@ -47,10 +38,6 @@ AttemptKey = tuple[str, int, int]
 """(batch id, attempt, shard): one attempt this executor runs; several may run at once, even of one batch."""
 
 
-def attempt_key(command: RunBatch) -> AttemptKey:
-    return command.batch_id, command.attempt, command.shard
-
-
 class BatchRunner:
     """Every step is idempotent: a redelivered command redoes nothing committed and republishes the same ids."""
 
@@ -75,11 +62,10 @@ class BatchRunner:
         self._ending: dict[AttemptKey, asyncio.Event] = {}
 
     def attempts_of(self, batch_id: str) -> list[BatchWatch]:
-        """The watches of the attempts (or shards) of `batch_id` running here now."""
         return [watch for key, watch in self.running.items() if key[0] == batch_id]
 
     async def run(self, command: RunBatch, engine: Engine) -> None:
-        key = attempt_key(command)
+        key = (command.batch_id, command.attempt, command.shard)
         while (running := self._ending.get(key)) is not None:
             await running.wait()  # a second delivery of an attempt in hand runs after it (and redoes nothing)
         ended = self._ending[key] = asyncio.Event()
@@ -124,8 +110,7 @@ class BatchRunner:
                 return
             last = await attempt.run(first_run)
             if last is None:
-                log.warning("batch %s attempt %d fenced off; its last results are dropped", batch_id,
-                            command.attempt)
+                log.warning("batch %s attempt %d fenced off; its last results are dropped", batch_id, command.attempt)
                 return
             unannounced = last
         reason = watch.stop_reason()

@@ -1,10 +1,6 @@
-"""A line's `n` samples (chat and completions): run as `n` requests of one sample each, on the line's slot one after
-another (the prompt stays cached there), and answered as one reply whose choices are the samples in order.
-
-Sample 0 uses the line's own `seed` (so it is the answer the line gives with `n` = 1) and sample i a seed derived from
-that seed and i, so the same file gives the same samples on every run and every executor. A line without a seed gets
-the engine's own random draw for each sample. Usage counts the prompt once and every sample's completion tokens.
-"""
+"""A line's `n` samples (chat and completions): `n` requests of one sample each, one after another on the line's slot
+(its prompt stays cached), answered as one reply. Sample 0 uses the line's `seed` (the answer with `n` = 1), sample i a
+seed derived from it and i, so every run gives the same samples. Usage counts the prompt once."""
 
 import hashlib
 from collections.abc import Awaitable, Callable
@@ -18,24 +14,16 @@ MAX_SEED = 0xFFFFFFFE
 
 
 def sample_seed(seed: int | None, index: int) -> int | None:
-    """The seed of sample `index` of a line whose seed is `seed`."""
     if seed is None or index == 0:
         return seed
     digest = hashlib.sha256(f"sheshnag-sample:{seed}:{index}".encode()).digest()
     return int.from_bytes(digest[:8], "big") % (MAX_SEED + 1)
 
 
-def sample_count(endpoint: str, body: dict[str, object]) -> int:
-    n = body.get("n")
-    if endpoint not in SAMPLED_ENDPOINTS or not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        return 1
-    return n
-
-
 def sample_bodies(endpoint: str, body: dict[str, object]) -> list[dict[str, object]]:
     """The request of each sample (the body itself when the line asks for one)."""
-    count = sample_count(endpoint, body)
-    if count == 1:
+    count = body.get("n")
+    if endpoint not in SAMPLED_ENDPOINTS or not isinstance(count, int) or isinstance(count, bool) or count <= 1:
         return [body]
     seed = body.get("seed")
     line_seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
@@ -68,8 +56,6 @@ def merged(replies: list[EngineReply]) -> EngineReply:
 async def run_samples(endpoint: str, body: dict[str, object],
                       run_one: Callable[[dict[str, object]], Awaitable[EngineReply]]) -> EngineReply:
     """Every sample of the line, one after another (a failed one ends it: the line fails as a whole)."""
-    if sample_count(endpoint, body) == 1:
-        return await run_one(body)  # one sample (most lines): its reply is the line's
     replies: list[EngineReply] = []
     for sample in sample_bodies(endpoint, body):
         replies.append(await run_one(sample))

@@ -1,14 +1,6 @@
-"""One engine's slots, shared by every attempt running on it and fair between batch owners: a freed slot goes to
-the waiting owner holding the fewest, among equals the one that started the fewest lines here (an owner arriving
-starts level with the least served holder), then first come first served; an attempt alone may take them all. A unit
-asks for one slot at a time, so a slot freed while an owner's unit is between two asks is kept for it when that owner
-stands first: slots freed together go to owners in turn, not to whoever has the most units waiting.
-
-Slots are numbered as the engine numbers them. A unit's lines planned by prefix (`SlotPool.unit`,
-services/executor/prefixes.py) wait as one: a free slot starts whichever of its lines that slot already holds the
-prompt prefix of (among owners holding as many, units it holds one warm for go first), so the engine's per-slot prompt
-cache serves the shared part; while a unit is open, the prefixes of its lines not yet started keep their slots.
-"""
+"""One engine's slots, shared fairly between batch owners: a freed slot goes to the waiting owner holding the fewest,
+then the one that started fewest lines, then first come (kept a moment for an owner's unit between two asks). A free
+slot starts a line whose prompt prefix it holds (prefixes.py), so the per-slot prompt cache serves the shared part."""
 
 import asyncio
 import heapq
@@ -36,8 +28,7 @@ class _Waiter:
 
 
 class SlotPool:
-    """`size` slots; `acquire(owner)` waits for one, `release(owner)` gives it back. Cancellation-safe: a waiter
-    cancelled before or as its slot is granted holds none."""
+    """`size` slots, held by owner. Cancellation-safe: a waiter cancelled as its slot is granted holds none."""
 
     def __init__(self, size: int) -> None:
         self.size = max(size, 1)
@@ -47,8 +38,7 @@ class SlotPool:
         self._resident_slots = 0
         """Slots holding a prefix key: while none does, every choice is the least recently used free slot."""
         self._free_order: list[tuple[int, int]] = [(slot.last_used, slot.index) for slot in self._slots]
-        """A heap of (last used, index) of the free slots (entries of slots taken since are skipped when met): the
-        least recently used free slot at once, however many slots the engine has."""
+        """A heap of (last used, index) of the free slots (entries of slots taken since are skipped when met)."""
         self._held_slots: dict[str, list[int]] = {}
         self._waiting: list[_Waiter] = []
         self._arrivals = itertools.count()
@@ -56,10 +46,7 @@ class SlotPool:
         self._units: list[UnitPlan] = []
         """Units planned and not yet closed."""
         self._served: dict[str, int] = {}
-        """Lines each owner present started here (slots granted): among owners holding as many, the next slot goes to
-        the one served least, so owners with lines waiting start as many lines each, however many units each has. An
-        owner that comes (back) starts level with the least served holder, not from nothing; its entry goes once it
-        holds and wants none."""
+        """Lines each owner present started here (a newcomer starts level with the least served holder)."""
 
     @property
     def free(self) -> int:
@@ -75,8 +62,7 @@ class SlotPool:
         return {slot.resident for slot in self._slots if slot.resident is not None}
 
     def unit(self, keys: Sequence[str | None]) -> "UnitPlan":
-        """Plan a unit's lines (their prefix keys, in file order): until the plan is closed, `UnitPlan.next` starts
-        them, and the pool keeps in mind the prefixes still to come."""
+        """Plan a unit's lines (their prefix keys, in file order), started by `UnitPlan.next` until it is closed."""
         return UnitPlan(self, keys)
 
     async def acquire(self, owner: str, unit: "UnitPlan | None" = None) -> Grant:
@@ -90,17 +76,15 @@ class SlotPool:
         return waiter
 
     async def _granted(self, waiter: _Waiter) -> Grant:
-        owner, unit = waiter.owner, waiter.unit
         try:
-            grant = await waiter.granted
+            return await waiter.granted
         except asyncio.CancelledError:
-            if waiter.granted.done() and not waiter.granted.cancelled():
-                self._undo(owner, unit, waiter.granted.result())  # granted as it was cancelled: it goes to the next
+            if waiter.granted.done() and not waiter.granted.cancelled():  # granted as it was cancelled: undone
+                self._undo(waiter.owner, waiter.unit, waiter.granted.result())
             elif waiter in self._waiting:
                 self._waiting.remove(waiter)
                 self._grant()  # a waiter behind may take what this one was waiting for
             raise
-        return grant
 
     def release(self, owner: str, index: int | None = None) -> None:
         """Give back `owner`'s slot `index` (by default the earliest it still holds)."""
@@ -155,8 +139,7 @@ class SlotPool:
         return line, HeldSlot(self, owner, index)
 
     def _abandon(self, acquiring: "asyncio.Future[Grant]", owner: str, unit: "UnitPlan | None") -> None:
-        """Give up an acquire: a slot it got goes back; one still waiting is withdrawn (it releases what it is
-        granted meanwhile)."""
+        """Give up an acquire: a slot it got goes back; one still waiting is withdrawn."""
         if not acquiring.done():
             acquiring.cancel()
         elif not acquiring.cancelled() and acquiring.exception() is None:
@@ -181,10 +164,8 @@ class SlotPool:
         return {key: min(lanes[key], to_come[key]) for key in lanes}
 
     def _returning(self, ready: list[_Waiter]) -> set[str]:
-        """Owners of open units with lines still to start and no waiter now: a unit asks for one slot at a time, so
-        one just granted a slot asks again a moment later. Slots freed together (an engine's slots finish lines of
-        equal length in the same step) would otherwise all go to owners with several units waiting. An owner with a
-        waiter ready is left out: it stands no better than its waiter, so no slot would be kept for it anyway."""
+        """Owners of open units with lines still to start and no waiter now (a unit asks again a moment after a grant):
+        slots freed together would otherwise all go to owners with several units waiting."""
         asking = {waiter.owner for waiter in ready}
         return {unit.owner for unit in self._units
                 if unit.owner is not None and unit.owner not in asking and unit.has_lines_to_start}
@@ -237,14 +218,11 @@ class SlotPool:
 
     def _choose(self, ready: list[_Waiter], standing: Callable[[str], tuple[int, int]]
                 ) -> tuple[_Waiter, tuple[int, str | None]] | None:
-        """The waiter to hand a free slot now, and which slot with which of its prefixes; None: all wait.
-
-        Fewest slots held first; among equals, the owner that started fewest lines (not the waiter that came first:
-        the owner that just gave a slot back would win every tie, and an owner with one unit against owners with
-        several would stay below its share), then one a free slot holds a prefix of warm, then the earliest waiter."""
+        """The waiter to hand a free slot now, with which slot and prefix; None: all wait. Fewest slots held first, then
+        fewest lines started (first come would favour the owner that just gave one back), then warm, then earliest."""
         if not self._resident_slots:
-            # No slot holds a prefix (none is warm): whatever the candidates, the first waiter starts its first one on
-            # the least recently used free slot (what `choose_start` picks then, without reading every slot).
+            # No slot is warm: the first waiter starts its first candidate on the least recently used free slot (as
+            # `choose_start` would, without reading every slot).
             first = min(ready, key=lambda waiter: (*standing(waiter.owner), waiter.arrival))
             return first, (self._least_recently_used(), first.candidates()[0])
         warm = {slot.resident for slot in self._slots if not slot.busy and slot.resident is not None}
@@ -282,9 +260,7 @@ class SlotPool:
 
 
 class UnitPlan:
-    """A unit's lines as the pool starts them: `next` waits for a free slot and the line to start on it, by
-    preference in `order` (indices into the unit's lines), but first one whose prefix a free slot holds. Open until
-    closed (a `with` block): the prefixes of its lines not yet started count as still to come."""
+    """A unit's lines as the pool starts them: first those whose prefix a free slot holds; open until closed."""
 
     def __init__(self, pool: SlotPool, keys: Sequence[str | None]) -> None:
         self._pool = pool
@@ -308,8 +284,7 @@ class UnitPlan:
         return self._open and bool(self._pending)
 
     async def next(self, owner: str, stopping: asyncio.Event) -> "tuple[int, HeldSlot] | None":
-        """(the line to start, its slot), once a slot is free for one; None (holding none) once every line started,
-        the plan is closed or `stopping` is set. One call at a time."""
+        """(the line to start, its slot); None (holding none) once all started, the plan closed or `stopping` set."""
         if not self._pending or not self._open:
             return None
         if self._asking:

@@ -1,9 +1,5 @@
-"""Keeping the executor admitted to the broker: its credentials (the auth callout's user JWT) expire, so it asks
-the server how long they have left and reconnects a while before, when the callout admits it afresh.
-
-Renewing early, at a quiet moment, keeps the server from cutting the connection mid-request; should it expire
-anyway (the process was paused past it), the client reconnects on the server's error (`ReadmittingClient`).
-"""
+"""Keeping the executor admitted to the broker: its auth callout JWT expires, so it reconnects (admitted afresh) a while
+before, at a quiet moment; one that expires anyway (a pause) reconnects on the server's error (`ReadmittingClient`)."""
 
 import asyncio
 import contextlib
@@ -34,13 +30,11 @@ RECONNECT_WAIT_S = 30.0
 
 
 def renew_in(expires_in_s: float) -> float:
-    """Seconds from now to renew an admission that expires in `expires_in_s`."""
     return max(0.0, expires_in_s - min(RENEW_MARGIN_S, expires_in_s * RENEW_SHARE))
 
 
 def expiry_of(user_info: bytes) -> float | None:
-    """Seconds the connection's admission has left, from the server's answer on `USER_INFO_SUBJECT`; None: never
-    expires. (`expires` is a Go duration, in nanoseconds, left out for connections that do not expire.)"""
+    """Seconds the admission has left, from `USER_INFO_SUBJECT`'s `expires` (nanoseconds); None: never expires."""
     expires = json.loads(user_info).get("data", {}).get("expires")
     return expires / 1e9 if expires else None
 
@@ -51,8 +45,7 @@ async def expires_in(nc: Client) -> float | None:
 
 
 async def would_be_admitted(nc: Client) -> bool:
-    """Whether the broker admits this connection's credentials now, asked on a connection of its own: while no
-    scheduler answers the callout, renewing would only cut the executor off before it has to be."""
+    """Whether the broker admits these credentials now, on a probe (renewing while it would not cuts us off early)."""
     url = nc.connected_url
     if url is None:
         return False
@@ -74,8 +67,7 @@ async def _quiet(error: Exception) -> None:
 
 
 async def renew(nc: Client) -> None:
-    """Reconnect (so the server admits the connection again) once no request waits for its reply, or after a
-    while; what is published meanwhile is held and sent on the new connection, subscriptions are replayed."""
+    """Reconnect (admitted again) once no request waits for its reply (its reply would die), or after a while."""
     await _until(lambda: not nc._resp_map, QUIET_WAIT_S)  # nats-py's requests awaiting a reply
     await nc.force_reconnect()
     await _until(lambda: nc.is_connected or nc.is_closed, RECONNECT_WAIT_S)
@@ -89,14 +81,12 @@ async def _until(condition: Callable[[], bool], within_s: float, every_s: float 
 
 
 async def keep_admitted(nc: Client, stop: asyncio.Event) -> None:
-    """Renew the connection's admission before it expires, until `stop` is set."""
     failures = 0
     while not stop.is_set():
         try:
             left = await expires_in(nc)
         except (nats.errors.Error, OSError, ValueError) as error:
-            # Reconnecting, or a broker that does not let this connection ask: ask again soon (the client still
-            # reconnects when the server says the admission expired).
+            # Reconnecting, or not allowed to ask: ask again soon (an expired admission still reconnects).
             if failures % FAILURES_PER_WARNING == 0:
                 log.warning("cannot learn when this connection's admission to the broker expires: %r", error)
             failures += 1

@@ -1,6 +1,5 @@
-"""The executor's own advert in the executors bucket, written as what a KV put and delete are: plain JetStream
-publishes to its key's subject. Writing so needs no look at the bucket's stream, whose info would name every other
-executor (an executor admitted by worker key may not read it)."""
+"""The executor's own advert in the executors bucket, written as plain JetStream publishes to its key's subject (what
+a KV put and delete are): so it needs no look at the bucket's stream, whose info names every other executor."""
 
 import asyncio
 import time
@@ -22,20 +21,17 @@ BUCKET_WAIT_S = 60.0
 class OwnAdvert:
     def __init__(self, js: JetStreamContext, executor_id: str) -> None:
         self.js = js
-        self.executor_id = executor_id
         self.subject = executor_advert(executor_id)
 
     @classmethod
     async def open(cls, bus: EventBus, executor_id: str, *, declare: bool) -> "OwnAdvert":
-        """`declare`: make the bucket when missing (on a broker that asks nobody who they are, this executor may
-        come up first); an admitted executor may not, and finds it made by the scheduler admitting it."""
+        """`declare`: make the bucket when missing (an executor admitted by worker key may not; its scheduler did)."""
         if declare:
             await open_bucket(bus, EXECUTORS_BUCKET, ADVERT_TTL_S)
         return cls(bus.js, executor_id)
 
     async def advertise(self, advert: ExecutorAdvert) -> None:
-        """Publish the advert; while the bucket does not exist yet (the scheduler that admits executors makes it, and
-        on a broker without authentication this executor may come up first) ask again for a while."""
+        """Publish the advert, asking again for a while as long as the bucket does not exist yet."""
         deadline = time.monotonic() + BUCKET_WAIT_S
         while True:
             try:

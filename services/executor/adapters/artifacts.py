@@ -1,10 +1,6 @@
-"""Catalogue artifacts as local files an engine loads: a package resource or a path as it is; a model object of the
-deployment's store downloaded once into a local cache and checked against its pinned SHA-256; a Hugging Face file or
-whole checkpoint through huggingface_hub's own cache, which answers offline for a revision it holds.
-
-A download streams to a temporary file beside the cache, hashing on the way, and is renamed into place only once its
-hash matches: the cache holds verified files only, named by their SHA-256, so a file found there is used as it is.
-"""
+"""Catalogue artifacts as local files an engine loads: a package resource or path as it is; a model object downloaded
+once into a cache named by SHA-256, renamed into place only once its hash matches (so the cache holds verified files);
+a Hugging Face file or checkpoint through huggingface_hub's own cache."""
 
 import asyncio
 import contextlib
@@ -30,13 +26,11 @@ log = logging.getLogger(__name__)
 VERIFIED_DIR = "sha256"
 PARTIAL_DIR = "partial"
 STALE_PARTIAL_S = 3600.0
-"""A partial download untouched this long was left by a process that died: it is removed. (A live download writes
-every few milliseconds; executors sharing a cache directory each download into a file of their own.)"""
+"""A partial download untouched this long was left by a process that died: it is removed."""
 
 
 class ArtifactUnavailable(RuntimeError):
-    """The artifact cannot be had as a local file: no object access yet, no such object, a refusal, a hub that
-    neither answers nor has it cached."""
+    """The artifact cannot be had as a local file (no object access yet, no such object, a refusal, no hub)."""
 
 
 class ArtifactMismatch(ArtifactUnavailable):
@@ -49,8 +43,7 @@ def default_cache_dir() -> Path:
 
 
 class ArtifactResolver:
-    """`objects` is the executor's object access (direct or brokered), once it has one; until then a model object
-    cannot be fetched, though one already in the cache is found."""
+    """`objects`: the executor's object access, once it has one; until then only cached model objects are found."""
 
     def __init__(self, cache_dir: Path, objects: ObjectAccess | None = None,
                  hub_cache_dir: Path | None = None) -> None:
@@ -97,8 +90,7 @@ class ArtifactResolver:
         return self.cached_path(model.sha256, model_object.key).is_file()
 
     def cached_path(self, sha256: str, key: str) -> Path:
-        """Where a verified object lives: named by its hash (models sharing weights share the file), keeping the
-        object's own file name for engines and people that go by it."""
+        """Where a verified object lives: under its hash (shared by models sharing weights), with its own file name."""
         return self.cache_dir / VERIFIED_DIR / sha256 / PurePosixPath(key).name
 
     async def _cached_object(self, model: CatalogueModel, model_object: ModelObject) -> Path:
@@ -122,7 +114,8 @@ class ArtifactResolver:
             await asyncio.to_thread(_seal, handle)
             if actual != model.sha256:
                 raise ArtifactMismatch(mismatch(model, model.sha256, actual, size))
-            await asyncio.to_thread(_install, partial, target)
+            await asyncio.to_thread(target.parent.mkdir, parents=True, exist_ok=True)
+            await asyncio.to_thread(os.replace, partial, target)
         except BaseException:
             _discard(handle, partial)  # inline, not in a thread: a cancelled download leaves no partial file
             raise
@@ -188,19 +181,13 @@ def _seal(handle: IO[bytes]) -> None:
     handle.close()
 
 
-def _install(partial: Path, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(partial, target)
-
-
 def _discard(handle: IO[bytes], partial: Path) -> None:
     handle.close()
     partial.unlink(missing_ok=True)
 
 
 def _open_partial(partial_dir: Path, prefix: str) -> IO[bytes]:
-    """A new file to download into, beside the cache (one filesystem, so the rename is atomic), after removing
-    the partial downloads of the same object that dead processes left."""
+    """A new file to download into, beside the cache (so the rename is atomic), dead processes' partial files gone."""
     partial_dir.mkdir(parents=True, exist_ok=True)
     now = time.time()
     for stale in partial_dir.glob(f"{prefix}*"):

@@ -1,10 +1,10 @@
-"""The executor's NATS connection: faststream's broker, as its executor id with its worker key, which the broker's
-auth callout turns into the permissions of `contracts/permissions.py` (its facts then go through the scheduler's
-fact desk). The bus is built over the broker's own connection: one connection per process."""
+"""The executor's NATS connection: faststream's broker, as its executor id with its worker key (the auth callout grants
+`contracts/permissions.py`'s permissions); the bus is built over the broker's own connection."""
 
 import asyncio
 import contextlib
 import logging
+import ssl
 
 import nats.js.errors
 from nats.js import JetStreamContext
@@ -13,7 +13,7 @@ from nats.js.client import DEFAULT_JS_SUB_PENDING_BYTES_LIMIT, DEFAULT_JS_SUB_PE
 
 from contracts.permissions import executor_inbox
 from services.executor.adapters.desk import DeskBus, FactDesk
-from services.executor.adapters.refusals import Refusals, explain, is_refusal, is_tls_failure
+from services.executor.adapters.refusals import Refusals, explain, is_refusal
 from services.executor.settings import ExecutorSettings
 from services.runtime.nats.broker import Credentials
 from services.runtime.nats.bus import EventBus
@@ -35,11 +35,8 @@ def credentials(settings: ExecutorSettings) -> Credentials | None:
 
 
 class _OwnDurables(JetStreamContext):
-    """nats-py's `pull_subscribe` asks for a durable's info before creating it, which an executor may not do: its
-    credentials allow only the create of its own two durables, on their own filters (the filter travels in the
-    API subject), then pulls and acks. So it creates (idempotent) and binds; its pulls are answered under the
-    connection's own inbox prefix, the only one it may subscribe to (faststream asks for nats-py's default
-    `_INBOX.`)."""
+    """nats-py's `pull_subscribe` asks for a durable's info first, which an executor may not: it creates its own
+    durable (idempotent) and binds, pulls answered under its own inbox prefix, not faststream's `_INBOX.`."""
 
     async def pull_subscribe(
         self,
@@ -66,11 +63,8 @@ class _OwnDurables(JetStreamContext):
 
 
 class ConnectionErrors:
-    """What the connection's errors say (faststream's own callback logged each with a traceback, every retry).
-
-    While the executor joins, a refusal or an untrusted certificate ends the try (nats-py would try again at once,
-    for ever, and nobody would hear why); an unreachable broker is waited for, said once. Once joined, each
-    distinct error is logged at most once a minute."""
+    """What the connection's errors say: while joining, a refusal or an untrusted certificate ends the try (nats-py
+    would retry at once, for ever, unheard); otherwise each distinct error is logged at most once a minute."""
 
     def __init__(self) -> None:
         self.joined = False
@@ -79,7 +73,7 @@ class ConnectionErrors:
         self._said: dict[str, float] = {}
 
     async def on_error(self, error: Exception) -> None:
-        if not self.joined and (is_refusal(error) or is_tls_failure(error)):
+        if not self.joined and (is_refusal(error) or isinstance(error, ssl.SSLError)):
             self.failure = error
             self.failed.set()
             return
@@ -102,10 +96,8 @@ class ConnectionErrors:
 
 async def _connect_once(settings: ExecutorSettings, errors: ConnectionErrors,
                         stop: asyncio.Event) -> EventBus | None:
-    """The executor's bus; None if refused (`errors.failure` says why) or stopped first. Admitted by worker key, it
-    may not touch the event log: its facts and reads go through the desk. Nor may it look at a stream (its info
-    names other tenants and executors): the scheduler admitting it made them. A broker that asks nobody who they
-    are: this executor may come up first, so it makes sure the streams exist."""
+    """The executor's bus; None if refused (`errors.failure` says why) or stopped first. Without a worker key it may
+    come up first, so it declares the streams (an admitted one may not: its scheduler did)."""
     errors.next_try()
     admitted = credentials(settings)
     connecting = asyncio.create_task((EventBus if admitted is None else DeskBus).connect(
@@ -129,10 +121,8 @@ async def _connect_once(settings: ExecutorSettings, errors: ConnectionErrors,
 
 
 async def join(settings: ExecutorSettings, stop: asyncio.Event) -> EventBus | None:
-    """The executor's bus (its routers go on `bus.broker`), or None if stopped first. A refusal (or a certificate it
-    does not trust) is said once per try and tried again after a back-off (a scheduler that answers for the broker
-    may still be starting, the ledger not yet have folded a new worker key); `JoinRefused` after
-    `SHESHNAG_EXECUTOR_MAX_REFUSALS` of them in a row, when set. A connection closed for good sets `stop`."""
+    """The executor's bus, or None if stopped first. A refusal is said and tried again after a back-off (the callout's
+    scheduler may be starting), `JoinRefused` past `max_refusals`. A connection closed for good sets `stop`."""
     errors = ConnectionErrors()
     refusals = Refusals(settings.executor_id, settings.join_retry_s, settings.join_retry_max_s,
                         settings.max_refusals)

@@ -1,8 +1,5 @@
-"""Objects reached through presigned URLs from the object broker (the leading scheduler): the executor holds no
-S3 credentials. Its own request subject tells the broker who asks; the batch is the one of the command in hand.
-
-urllib3 is blocking, so every transfer runs in a worker thread; reads stream in bounded chunks.
-"""
+"""Objects reached through presigned URLs from the object broker (the leading scheduler), for an executor without S3
+credentials. urllib3 is blocking, so every transfer runs in a worker thread; reads stream in bounded chunks."""
 
 import asyncio
 import contextlib
@@ -48,8 +45,7 @@ def http_pool(ca: Path | None = None) -> urllib3.PoolManager:
 
 
 def batch_of(key: str) -> str:
-    """The batch a key belongs to: named in it (result chunks, rejections), else the batch of the command in hand
-    (the consumer sets it for every command it handles); none for model weights."""
+    """The batch a key belongs to: named in it (result chunks, rejections), else the command in hand's."""
     if key.startswith(MODEL_OBJECTS_PREFIX):
         return ""  # model weights belong to no batch: every executor of the fleet may read them
     kind, _, rest = key.partition("/")
@@ -68,8 +64,7 @@ class BrokeredObjectStore:
         self.http = http
         self.wait_s = wait_s
         self.granted: dict[tuple[ObjectOperation, str], tuple[str, float]] = {}
-        """(get or put, key) → (URL, monotonic expiry), from listings and asked ahead, each for one use: reading
-        what was just listed, or what the work in hand asked for at its start, asks nothing."""
+        """(get or put, key) → (URL, monotonic expiry), from listings and asked ahead, each for one use."""
 
     async def get_bytes(self, key: str) -> bytes:
         url = await self._url("get", key)
@@ -105,8 +100,7 @@ class BrokeredObjectStore:
         return sorted(keys)
 
     async def ask_ahead(self, batch_id: str, attempt: int, wanted: Sequence[WantedObject]) -> None:
-        """Ask in one request for the URLs of the objects a batch's work (its attempt `attempt`) will get or put
-        soon. The broker judges each as if asked alone; one it refuses is asked for again, and refused, when used."""
+        """Ask in one request for the URLs of the objects an attempt gets or puts soon (refusals wait for the use)."""
         if not wanted:
             return
         first, *rest = wanted
@@ -131,7 +125,6 @@ class BrokeredObjectStore:
         return grant.url
 
     async def _ask(self, request: ObjectRequest) -> ObjectGrant:
-        """The broker's grant; waits out a broker that cannot answer yet, raises on a refusal."""
         what = f"{request.operation} {request.key}"
 
         def judged(data: bytes) -> tuple[ObjectGrant | None, str]:

@@ -1,9 +1,5 @@
-"""The executor's way into the event log under NATS authorization: the leading scheduler's fact desk stores the
-facts it states and shows it the execution facts of the batches it holds (it may not touch EVENTS itself).
-
-`DeskBus` is the executor's bus then: the same `publish` as every service's, each fact handed to the desk, which
-applies the publish condition (fence) atomically with the write just as a direct publish would.
-"""
+"""The executor's way into the event log under NATS authorization (it may not touch EVENTS): the leading scheduler's
+fact desk stores its facts, fenced atomically with the write, and shows it its batches' facts (`DeskBus`)."""
 
 import asyncio
 import logging
@@ -35,8 +31,7 @@ Judged = TypeVar("Judged")
 
 
 def decoded_facts(raw: Iterable[tuple[int, bytes]]) -> list[Sequenced]:
-    """The facts of (stream sequence, bytes) pairs this executor knows: a fact of a newer kind than it knows says
-    nothing about its attempts, and is skipped."""
+    """The facts of (stream sequence, bytes) pairs; a fact of a kind newer than this executor knows is skipped."""
     facts: list[Sequenced] = []
     for sequence, data in raw:
         try:
@@ -62,8 +57,7 @@ class FactDesk:
         self.wait_s = wait_s
 
     async def submit(self, event: Event, *then: Event, fence: Fence | None = None) -> int:
-        """Store `event`, then each of `then`, in one request: the last one's stream sequence once all are stored;
-        FenceMoved when the condition no longer holds (the facts before it stay stored)."""
+        """Store `event`, then each of `then`, in one request: the last one's stream sequence; FenceMoved as it says."""
         submission = FactSubmission(event=event.model_dump_json(), then=[fact.model_dump_json() for fact in then],
                                     fence=FenceCondition(subject=fence.subject, sequence=fence.sequence)
                                     if fence else None)
@@ -81,8 +75,6 @@ class FactDesk:
         return facts, max([after, *(fact.sequence for fact in page.facts)]), page.more
 
     async def _ask(self, subject: str, payload: str, answer_type: type[Answer], what: str) -> Answer:
-        """The desk's answer; waits out a desk that cannot answer yet, raises on a refusal."""
-
         def judged(data: bytes) -> tuple[Answer | None, str]:
             answer = answer_type.model_validate_json(data)
             if answer.status == "refused":
@@ -97,8 +89,7 @@ class FactDesk:
 async def ask_until_answered(nc: Client, subject: str, payload: bytes,
                              judged: Callable[[bytes], tuple[Judged | None, str]], wait_s: float, what: str,
                              unavailable: type[ConnectionError], headers: dict[str, str] | None = None) -> Judged:
-    """The answer `judged` takes from a reply on `subject` (it raises on a refusal, else says why to ask again):
-    asked again every RETRY_EVERY_S while no scheduler answers or it cannot judge yet, `unavailable` past `wait_s`."""
+    """The answer `judged` takes from a reply on `subject`, asked every RETRY_EVERY_S; `unavailable` past `wait_s`."""
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -124,8 +115,7 @@ class DeskBus(EventBus):
 
 
 async def publish_in_order(bus: EventBus, events: Sequence[Event], fence: Fence | None = None) -> int:
-    """Publish `events` in order, each under `fence` (one desk request for all of them, under authorization);
-    the last one's sequence. FenceMoved at the first the fence refuses: those before it stay published."""
+    """Publish `events` in order under `fence` (one desk request under authorization): the last one's sequence."""
     if isinstance(bus, DeskBus) and len(events) <= FACTS_PER_SUBMISSION:
         return await bus.desk.submit(*events, fence=fence)
     sequence = 0

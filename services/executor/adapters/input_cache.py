@@ -1,13 +1,6 @@
-"""Each batch's input file, downloaded once per executor while units of the batch run here, with the end offset of
-every line: a unit reads its own lines by offset instead of the object from its first line (which cost every unit
-the batch's size).
-
-The copy is an unnamed temporary file (gone with the process however it ends), filled as the object streams in, so
-the first units start before the download ends. Concurrent first units of a batch share one download. A copy is
-dropped once no unit of its batch has held it for `idle_s`, when asked (`forget`), or to make room under the disk
-budget; an object larger than the budget left streams the rest of its lines from the store for each unit, as
-before. File IO runs in the cache's own two threads, never the loop's shared pool.
-"""
+"""Each batch's input, downloaded once per executor into an unnamed temporary file with every line's end offset, so a
+unit reads its own lines by offset while the copy fills. Copies go when idle, forgotten or over the disk budget (past
+it a unit streams the rest from the store); file IO runs in the cache's own threads."""
 
 import asyncio
 import bisect
@@ -64,8 +57,7 @@ class InputCopy:
         self.download: asyncio.Task[None] | None = None
 
     async def lines(self, first: int, last: int | None, stop: asyncio.Event) -> AsyncGenerator[tuple[int, bytes], None]:
-        """Lines `first` to `last` (None: to the end) with their numbers, without line endings, as they arrive;
-        ends early once `stop` is set. Numbered as `split_lines` numbers the object (blank lines count)."""
+        """Lines `first` to `last` (None: the end), numbered (blanks count), unterminated, as they come, till `stop`."""
         number = first
         while last is None or number <= last:
             while len(self.ends) < number and not self.complete:
@@ -165,8 +157,7 @@ class InputCache:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
     async def io(self, copy: InputCopy, call: Callable[..., Result], *args: object) -> Result:
-        """`call` in the cache's threads; counted until the thread is done with the file, even if the caller is
-        cancelled meanwhile, so the file is never closed under a read or write."""
+        """`call` in the cache's threads, counted until done even if cancelled: the file is never closed under it."""
         loop = asyncio.get_running_loop()
         copy.in_flight += 1
         future: Future[Result] = self.pool.submit(call, *args)

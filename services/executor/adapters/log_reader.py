@@ -1,10 +1,5 @@
-"""Reading a batch's event log in stream order, page by page: once (the finalizer), or followed live by the batch's
-feed (watch.py).
-
-Two sources of pages: EVENTS itself, by batched direct gets, for a connection that may read the stream; or the fact
-desk, for an executor under NATS authorization, which may not. "Caught up" has one rule: a page that says no more
-follow. A read holds nothing open: no consumer to release, on any path.
-"""
+"""Reading a batch's event log in stream order, page by page, once (the finalizer) or followed (watch.py): from EVENTS
+by direct gets, or through the fact desk for an executor under NATS authorization. A read holds no consumer open."""
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 

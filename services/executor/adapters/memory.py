@@ -1,11 +1,6 @@
-"""The memory an executor advertises: NVIDIA GPUs through NVML (`nvidia-ml-py`) when it is there, else the host's.
-
-Only the GPUs this process may use are advertised: `CUDA_VISIBLE_DEVICES` (indices or `GPU-…` UUIDs, as CUDA reads
-it) chooses and numbers them as CUDA does, so `cuda:0` is the first visible one. NVML failing after a good reading
-(a device reset, a call this driver lacks) repeats that last reading, logged, rather than advertise the host's RAM
-as if it were the GPU's; an executor never ends because a reading failed. Memory is read at every heartbeat: NVML's
-absence is logged once per process, and a failing NVML once until it reads again.
-"""
+"""The memory an executor advertises: the GPUs `CUDA_VISIBLE_DEVICES` lets it use, through NVML, else the host's. A
+failing NVML repeats its last good reading (never the host's RAM as the GPU's); read at every heartbeat, its absence or
+failure is logged once."""
 
 import contextlib
 import importlib
@@ -30,9 +25,7 @@ def _tell_once(what: str, level: int, message: str, *args: object) -> None:
 
 
 def host_memory(meminfo: Path = Path("/proc/meminfo")) -> DeviceMemory:
-    """The host's memory; free is what a new allocation can have: the kernel's MemAvailable, which counts the page
-    cache it drops on demand, not MemFree, which a busy host's cache shrinks to almost nothing (MemFree only where
-    the kernel does not say MemAvailable)."""
+    """The host's memory; free is MemAvailable (counting droppable page cache), not MemFree (near 0 on a busy host)."""
     page = os.sysconf("SC_PAGE_SIZE")
     free = os.sysconf("SC_AVPHYS_PAGES") * page
     with contextlib.suppress(OSError, ValueError):
@@ -116,8 +109,7 @@ def device_memory() -> list[DeviceMemory]:
 
 
 def within_budget(devices: list[DeviceMemory], budget_mb: int | None, loaded_bytes: int) -> list[DeviceMemory]:
-    """The devices as advertised under an operator's memory budget: no more than the budget in total, less what
-    the loaded models already take."""
+    """The devices as advertised under a memory budget: at most the budget, less what the loaded models take."""
     if budget_mb is None:
         return devices
     budget = budget_mb * 1024 * 1024

@@ -1,6 +1,5 @@
-"""Why an executor cannot join, said once per try, and how long it waits before the next: a refused worker key, a
-broker certificate it does not trust, a registration the scheduler refused. Retries back off exponentially up to a
-cap; after `max_refusals` of them (when set) the executor gives up, for a script or a supervisor to see."""
+"""Why an executor cannot join (a refused worker key, an untrusted broker certificate, a refused registration), said
+once per try, and the exponential back-off before the next; past `max_refusals` (when set) it gives up."""
 
 import asyncio
 import contextlib
@@ -12,8 +11,7 @@ import nats.errors
 log = logging.getLogger(__name__)
 
 EXIT_REFUSED = 78
-"""The executor's exit status once it gives up (sysexits' EX_CONFIG: its key or its CA must change, not its luck;
-the systemd unit does not restart on it)."""
+"""The exit status once it gives up (EX_CONFIG: its key or CA must change; the systemd unit does not restart on it)."""
 
 
 class JoinRefused(RuntimeError):
@@ -25,13 +23,9 @@ def is_refusal(error: BaseException) -> bool:
     return isinstance(error, nats.errors.AuthorizationError) or "authorization violation" in str(error).lower()
 
 
-def is_tls_failure(error: BaseException) -> bool:
-    return isinstance(error, ssl.SSLError)
-
-
 def explain(error: BaseException) -> str:
     """What an operator reads: the cause, and what to check."""
-    if is_tls_failure(error):
+    if isinstance(error, ssl.SSLError):
         return (f"the TLS handshake with NATS failed ({error}): the broker's certificate is not signed by the CA "
                 "this executor trusts (SHESHNAG_NATS_TLS_CA, else the system's CAs) or does not name the host in "
                 "SHESHNAG_NATS_URL")
@@ -43,8 +37,7 @@ def explain(error: BaseException) -> str:
 
 
 class Refusals:
-    """Counts one executor's refusals in a row and spaces its tries: `first_s`, doubled each time, at most
-    `max_s`; after `limit` refusals (0: none) `JoinRefused`."""
+    """Refusals in a row, tries spaced `first_s` doubling up to `max_s`; `JoinRefused` after `limit` (0: never)."""
 
     def __init__(self, executor_id: str, first_s: float, max_s: float, limit: int = 0) -> None:
         self.executor_id = executor_id

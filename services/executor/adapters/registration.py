@@ -24,8 +24,7 @@ class RegistrationRefused(RuntimeError):
 
 async def register_once(bus: EventBus, executor_id: str, worker_key: str,
                         advert: ExecutorAdvert) -> RegistrationAnswer | None:
-    """A scheduler's acceptance of this executor; None when none answered (none leads yet, or a standby is taking
-    over); RegistrationRefused when one refused."""
+    """A scheduler's acceptance of this executor; None when none answered; RegistrationRefused when one refused."""
     request = ExecutorRegistration(executor_id=executor_id, worker_key=worker_key, advert=advert)
     try:
         reply = await bus.nc.request(fleet_registrations(executor_id), request.model_dump_json().encode(),
@@ -43,8 +42,7 @@ async def register_once(bus: EventBus, executor_id: str, worker_key: str,
 
 async def register(bus: EventBus, executor_id: str, worker_key: str, advert: ExecutorAdvert,
                    stop: asyncio.Event, refusals: Refusals) -> str | None:
-    """The worker key id once a scheduler admits this executor; None if stopped first. Retries while no
-    scheduler answers; a refusal is said and tried again after the `refusals` back-off (`JoinRefused` past it)."""
+    """The worker key id once a scheduler admits this executor (refusals back off); None if stopped first."""
     waited = False
     while not stop.is_set():
         try:

@@ -1,5 +1,5 @@
-"""Result chunks and assembled files in the object store: a batch's committed chunks (the finalizer), a unit's
-own (a unit resumes from the chunks of its lines only), the lines validation refused."""
+"""Result chunks and assembled files in the object store: a batch's committed chunks, a unit's own, the lines
+validation refused."""
 
 import asyncio
 import hashlib
@@ -19,8 +19,7 @@ REFUSED_BATCHES = 64
 """Batches whose refused lines are kept in memory (read once per batch, not once per unit)."""
 LOOK = "look"
 Rejections = str | None
-"""What is known of a batch's refused lines: their object's key (a run command names it), None (the command says
-there are none: nothing is read), or `LOOK` (not known: the object store is asked)."""
+"""A batch's refused lines: their object's key (from a run command), None (none), or `LOOK` (ask the store)."""
 
 
 class ResultStore:
@@ -30,8 +29,7 @@ class ResultStore:
 
     async def committed(self, batch_id: str, counts: Callable[[str], bool],
                         rejections: Rejections = LOOK) -> Sequence[tuple[str, Sequence[ResultLine]]]:
-        """Every result chunk of the batch that `counts` (a chunk counts once a fact announced it), plus the lines
-        validation refused (allow_partial), as a chunk of attempt 0: they are settled before any attempt starts."""
+        """Every result chunk of the batch that `counts`, plus the lines validation refused as a chunk of attempt 0."""
         keys = [key for key in await self.store.list_keys(results_prefix(batch_id))
                 if key.endswith(".jsonl") and counts(key)]
         chunks = await self.chunks(keys)
@@ -39,7 +37,6 @@ class ResultStore:
         return [*chunks, *([(result_chunk_key(batch_id, REFUSED_ATTEMPT, 0), refused)] if refused else [])]
 
     async def chunks(self, keys: Iterable[str]) -> Sequence[tuple[str, Sequence[ResultLine]]]:
-        """The result chunks under `keys`, read at once."""
         keys = sorted(keys)
         blobs = await asyncio.gather(*(self.store.get_bytes(key) for key in keys))
         return [(key, read_chunk(blob)) for key, blob in zip(keys, blobs, strict=True)]
@@ -51,8 +48,7 @@ class ResultStore:
 
     async def refused(self, batch_id: str, keep: Callable[[int], bool],
                       rejections: Rejections = LOOK) -> list[tuple[str, list[CommittedLine]]]:
-        """The lines validation refused that `keep` (by input line), as a chunk of attempt 0; read once per batch
-        (they are settled before any attempt starts), then from memory."""
+        """The lines validation refused that `keep` (by input line), as a chunk of attempt 0; read once per batch."""
         if rejections is None:
             return []
         read = self._refused.get(batch_id)
@@ -82,8 +78,7 @@ class ResultStore:
 
     async def put_file(self, batch_id: str, file_id: str, data: bytes, owner_key_id: str, filename: str,
                        line_count: int, expires_after_s: int | None = None) -> FileStored:
-        """Write a result file and return the fact that announces it; it expires `expires_after_s` (default 30
-        days) after it is written, as OpenAI's `output_expires_after` counts from the file's creation."""
+        """Write a result file and return the fact that announces it, expiring `expires_after_s` after its creation."""
         key = input_object_key(file_id)
         await self.store.put_bytes(key, data)
         created_at = int(time.time())

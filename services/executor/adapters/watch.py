@@ -1,11 +1,5 @@
-"""Following a batch's event log live: one feed per batch with attempts on this executor, read once and shared by
-every one of them, and each attempt's own watch over it (its fence, its stop).
-
-A unit of a batch is one attempt; many units of one batch run here at once and one after another, so each reading
-the whole log again would cost every unit the batch's size. The feed reads the log from the first fact when the
-batch's first attempt arrives, follows it, and stays open `linger_s` after its last attempt left (the next unit
-of the batch is likely on its way). An attempt joining an open feed first brings it up to the log's end.
-"""
+"""Following a batch's event log live: one feed per batch with attempts here, read once and shared (a read per unit
+would cost every unit the batch's size), open `linger_s` after its last attempt left; each attempt's watch over it."""
 
 import asyncio
 import contextlib
@@ -47,10 +41,9 @@ class BatchFeed:
         """Set (and replaced) whenever new facts were folded."""
         self.watches: set[BatchWatch] = set()
         self.broken = False
-        """It could not be brought up to date: no attempt joins it any more (a fresh one is opened)."""
+        """It could not be brought up to date: a fresh one serves the attempts that come next."""
         self.ended_here = False
-        """An attempt here published the batch's terminal fact: no unit of it comes again, the feed closes at once
-        (its follower may not have read that fact yet)."""
+        """An attempt here published the batch's terminal fact: the feed closes at once (it may not have read it)."""
         self._closed = False
         # The hub's hold on the feed: the task that keeps it followed, and when it may close.
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -84,16 +77,13 @@ class BatchFeed:
         return True
 
     async def read_until(self, holds: Callable[[BatchLog], bool], within_s: float = 10.0) -> bool:
-        """`folded`, but the log is read to its end at once first: a fact this executor just published is seen
-        without waiting for the follower's next page (a feed through the fact desk pages every `POLL_S`)."""
+        """`folded`, after reading to the log's end at once (a fact just published is seen without the follower)."""
         if not holds(self.log):
             with contextlib.suppress(nats.errors.Error, OSError, TimeoutError):
                 await asyncio.wait_for(self.catch_up(), within_s)
         return await self.folded(holds, within_s)
 
     async def catch_up(self) -> None:
-        """Fold every fact the log holds now, page by page (a joining attempt sees at least what a fresh read
-        would show)."""
         async with self.reading:
             async for facts, after, more in pages_to_end(self.pages, self.batch_id, self.after):
                 self.after, self.at_end = after, not more
@@ -132,8 +122,7 @@ class BatchFeed:
 
 
 class BatchWatch:
-    """One running attempt's view of its batch's feed: `stopping` is set on cancel, expiry, its lost lease or the
-    batch's end. Its fence is its own: another attempt of the batch failing does not fence it."""
+    """An attempt's view of its feed: `stopping` is set on cancel, expiry, its lost lease or the batch's end."""
 
     def __init__(self, attempt: int, feed: BatchFeed) -> None:
         self.attempt = attempt
@@ -172,9 +161,7 @@ class BatchWatch:
 
 
 class WatchHub:
-    """The feeds of the batches this executor runs attempts of, one per batch: the first attempt of a batch opens
-    its feed (concurrent first attempts open one), the others join it, and it closes `linger_s` after the last
-    one left."""
+    """One feed per batch with attempts here: the first opens it, others join; it closes `linger_s` after the last."""
 
     def __init__(self, bus: EventBus, linger_s: float = LINGER_S) -> None:
         self.bus = bus
@@ -185,8 +172,7 @@ class WatchHub:
 
     @contextlib.asynccontextmanager
     async def watch(self, batch_id: str, attempt: int, expires_at: int | None = None) -> AsyncIterator[BatchWatch]:
-        """`expires_at`: when the batch expires, from its run command (a log read through the fact desk does not
-        show the batch's creation)."""
+        """`expires_at`: from the run command (a log read through the fact desk does not show the batch's creation)."""
         while True:
             feed, opened_here = self._hold(batch_id, expires_at)
             watch = BatchWatch(attempt, feed)
@@ -270,7 +256,6 @@ class WatchHub:
             self._forget(feed)
 
     async def close(self) -> None:
-        """Close every feed now (the executor stops)."""
         for feed in list(self.feeds.values()):
             feed.done.set()
         tasks = [feed.task for feed in self.feeds.values() if feed.task is not None]

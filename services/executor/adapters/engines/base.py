@@ -16,8 +16,7 @@ from services.executor.adapters.engines.responses import response_body
 
 @dataclass(frozen=True)
 class EngineReply:
-    """An endpoint's answer to one request line: 2xx with the response body, or an error status with
-    an OpenAI-shaped `{"error": {...}}` body."""
+    """An endpoint's answer to one request line: 2xx with its body, or an error with an OpenAI-shaped error body."""
 
     status_code: int
     body: dict[str, object]
@@ -64,15 +63,13 @@ class Engine(ABC):
 
     name: ClassVar[EngineName]
     prompt_cache_per_slot: ClassVar[bool] = False
-    """Each slot keeps the KV cache of the last prompt it ran, so a line finds a shared prefix cached only on the slot
-    a line with that prefix ran on: the executor sends lines sharing a prefix to one slot (ENGINE_SLOT)."""
+    """Each slot keeps its last prompt's KV cache: lines sharing a prefix go to one slot (ENGINE_SLOT)."""
 
     @property
     @abstractmethod
     def version(self) -> str: ...
 
     model: CatalogueModel | None = None
-    """The loaded model, once `load` succeeded."""
 
     @property
     def slots(self) -> int:
@@ -85,8 +82,7 @@ class Engine(ABC):
         return self.version
 
     def capabilities(self) -> frozenset[str]:
-        """Request body parameters this runtime honours at its release (one table in contracts, shared with the
-        validator, which goes by the release the model's catalogue entry pins)."""
+        """Request body parameters this runtime honours at its release (contracts' table, shared with the validator)."""
         return honoured_parameters(self.name, self.release)
 
     def not_served(self, endpoint: str) -> EngineReply:

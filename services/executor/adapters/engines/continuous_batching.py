@@ -1,13 +1,6 @@
-"""transformers' continuous batching for the transformers engine: each line is a request of the library's
-`ContinuousBatchingManager`, which joins it to the running batch at the next token and lets it leave when it ends,
-so a short line never waits for a long one.
-
-Each request carries its own token limit, EOS (none for `ignore_eos`) and sampling: temperature, top_k and top_p are
-per-request processors (`per_request_processors`), greedy is top_k 1. What those processors cannot carry (a seed,
-a repetition penalty) runs in the engine's micro-batches instead (`eligible`). The KV cache is sized from the
-catalogue (slots x context), not from free device memory. The library runs the batch on a thread of its own; a
-line's result comes back on the event loop through a handler the manager calls there.
-"""
+"""transformers' continuous batching for the transformers engine: each line a request of `ContinuousBatchingManager`
+(joining the running batch at the next token) with its own limit, EOS and sampling; a seed or a repetition penalty
+runs in the engine's micro-batches instead (`eligible`). The KV cache is sized from the catalogue (slots x context)."""
 
 import asyncio
 import contextlib
@@ -24,13 +17,12 @@ log = logging.getLogger(__name__)
 PAGE_TOKENS = 256
 """Tokens per KV cache block (the library's default page size)."""
 PER_REQUEST_DEFAULTS = {"temperature": 0.5, "top_k": 50, "top_p": 0.5}
-"""The manager's own defaults. Each must differ from the neutral value so that the library builds its processor at
-all; every request then sets all three, so these never apply."""
+"""Never applied (every request sets all three), but each must be non-neutral for the library to build its processor."""
 
 
 def available(transformers: Any, network: Any = None) -> bool:
-    """Whether the installed transformers has continuous batching with per-request sampling, and the model's
-    attention is one its paged form keeps usable for micro-batches beside it (an eager-only model is not)."""
+    """Whether transformers has continuous batching with per-request sampling, and the model's attention keeps
+    micro-batches usable beside it (an eager-only one does not)."""
     config = getattr(transformers, "ContinuousBatchingConfig", None)
     if config is None or not dataclasses.is_dataclass(config) or not any(
             f.name == "per_request_processors" for f in dataclasses.fields(config)):
@@ -99,14 +91,12 @@ class ContinuousBatches:
         return [list(output.generated_tokens) for output in outputs]
 
     def in_flight(self) -> int:
-        """Requests whose result is still awaited (every line's handler goes once it ends, is cancelled or fails),
-        and results nobody awaits any more."""
+        """Requests whose result is still awaited, and results nobody awaits any more."""
         router = getattr(self.manager, "output_router", None)
         return len(router.result_handlers) + router.output_queue.qsize() if router is not None else 0
 
     def _drop_orphans(self) -> None:
-        """Results without a handler (a line cancelled in the step it ended in) go to the library's shared queue,
-        which nothing here reads: they are dropped, so it never grows."""
+        """Drop the results without a handler (a line cancelled as it ended) from the library's shared queue."""
         router = getattr(self.manager, "output_router", None)
         if router is None:
             return
@@ -124,14 +114,12 @@ class ContinuousBatches:
 
     @property
     def running(self) -> bool:
-        """False once the library's loop has stopped (a fatal error in a step ends it): lines then run as
-        micro-batches."""
+        """False once the library's loop has stopped (a fatal error ends it): lines then run as micro-batches."""
         return bool(self.manager.is_running())
 
     def paused(self) -> AbstractContextManager[None]:
-        """The model to the calling thread alone: the manager's loop parks at its next step (keeping its requests and
-        cache) until the block ends. A micro-batch runs so: it shares the model, and a seed needs torch's random
-        state to itself."""
+        """The model to the calling thread alone (a micro-batch, whose seed needs torch's random state to itself): the
+        manager's loop parks at its next step, keeping its requests and cache, until the block ends."""
         if not self.running:
             return contextlib.nullcontext()
         return cast(AbstractContextManager[None], self.manager.pause())

@@ -1,6 +1,5 @@
-"""What a line asks of generation, read from its body the way OpenAI does, for the engines that sample here
-(transformers; TensorRT-LLM takes its default limit): how it samples, how many tokens it may make, where a stop
-string cuts its text, and which of a batch row's tokens are its own."""
+"""What a line asks of generation, read from its body as OpenAI does, for the engines that sample here
+(transformers): how it samples, how many tokens it may make, where a stop cuts it, which row tokens are its own."""
 
 from dataclasses import dataclass
 from typing import Any
@@ -56,8 +55,7 @@ def token_list(value: object) -> list[int]:
 
 
 def own_tokens(tokens: list[int], limit: int, eos: set[int], ignore_eos: bool) -> tuple[list[int], bool]:
-    """A row's own tokens: up to its first end of sequence (excluded; a row that ended early is padded after it),
-    within its own limit; and whether it ended."""
+    """A row's own tokens: up to its first EOS (excluded; padding may follow), within its limit; whether it ended."""
     mine = tokens[:limit]
     if not ignore_eos:
         for index, token in enumerate(mine):

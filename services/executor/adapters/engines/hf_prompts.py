@@ -1,8 +1,6 @@
-"""Prompts and answers for engines that read Hugging Face checkpoints (TensorRT-LLM, transformers). Prompts are built
-as `trtllm-serve` builds them: each message's content flattened to text (a list of text parts joined by newlines,
-`null` as empty), the model's own chat template rendered to text with the generation prompt, and that text later
-tokenized *without* special tokens (the template already wrote BOS and the role markers; adding them again gives
-Llama-3 and Mistral two BOS)."""
+"""Prompts and answers for engines that read Hugging Face checkpoints (TensorRT-LLM, transformers), built as
+`trtllm-serve` builds them: content flattened to text, the model's chat template rendered to text, and that text
+tokenized *without* special tokens (the template wrote BOS already; adding it again gives Llama-3 two)."""
 
 import secrets
 import time
@@ -44,9 +42,7 @@ def flat_messages(messages: object) -> list[dict[str, Any]]:
 
 
 def prompt_text(tokenizer: Any, endpoint: str, request: dict[str, Any]) -> str:
-    """A completion's own prompt, or the chat template's text for the messages, ending with the assistant's turn
-    (jinja2's `TemplateError` and a template's own `raise_exception` propagate: the caller answers them as the line's
-    400). Only a completion's prompt is tokenized with special tokens."""
+    """A completion's prompt, or the chat template's text ending with the assistant's turn (its errors propagate)."""
     if endpoint == "/v1/completions":
         prompt = request.get("prompt")
         if not isinstance(prompt, str):
@@ -59,8 +55,7 @@ def prompt_text(tokenizer: Any, endpoint: str, request: dict[str, Any]) -> str:
 
 
 def text_choice(index: int, reason: str, text: str, chat: bool) -> dict[str, Any]:
-    """One choice of a chat or text completion, with the key sets of the llama.cpp engine's answers
-    (bench/gpu_smoke.py compares them)."""
+    """One choice of a chat or text completion, keyed as the llama.cpp engine's (bench/gpu_smoke.py compares them)."""
     if chat:
         return {"index": index, "finish_reason": reason, "message": {"role": "assistant", "content": text}}
     return {"index": index, "finish_reason": reason, "text": text, "logprobs": None}

@@ -1,10 +1,6 @@
-"""The llama.cpp engine through xllamacpp: GGUF models, continuous batching over `slots` sequences;
-chat, completions, responses (mapped onto chat) and, for a model whose endpoints say so, embeddings.
-
-xllamacpp calls block but release the GIL, so they run in a thread pool with one worker per slot. Completions run
-streamed where their answer can be put back together (`streamed_reply`), so a line whose task is cancelled stops at
-its next token.
-"""
+"""The llama.cpp engine through xllamacpp: GGUF models, continuous batching over `slots` sequences; chat, completions,
+responses (mapped onto chat) and embeddings. Calls block but release the GIL: they run in a pool of one thread per slot,
+streamed where the answer can be rebuilt (`streamed_reply`), so a cancelled line stops at its next token."""
 
 import asyncio
 import importlib.metadata
@@ -23,31 +19,21 @@ from contracts.catalogue import CatalogueModel
 from contracts.events.executor import EngineName
 from services.executor.adapters.engines.base import ENGINE_SLOT, Engine, EngineReply, EngineUnavailable, error_reply
 from services.executor.adapters.engines.responses import UnmappableRequest, chat_request
-from services.executor.adapters.engines.streamed_reply import (
-    STREAM_OPTIONS,
-    StreamedReply,
-    one_answer,
-    streamable,
-)
+from services.executor.adapters.engines.streamed_reply import STREAM_OPTIONS, StreamedReply, one_answer, streamable
 from services.runtime.storage.catalogue import resolve_artifact
 
 log = logging.getLogger(__name__)
 
 LINE_REJECTIONS = (ValueError, TypeError, RuntimeError)
-"""How xllamacpp refuses one request, the line's fault and not the engine's: ValueError (a malformed request),
-TypeError (orjson cannot serialise the body: too deep), RuntimeError (llama.cpp's own
-std::exception while parsing messages, tools or content it cannot read, e.g. an image without an mmproj).
-A crashed engine shows as EngineUnavailable before the call, never from it."""
+"""How xllamacpp refuses a line, the line's fault: malformed, unserialisable, or content llama.cpp cannot read (its
+std::exception). A crashed engine shows as EngineUnavailable before the call, never from it."""
 PROMPT_CACHE_RAM_MIB = 64
-"""llama.cpp's server keeps prompts it has seen in a host-memory cache of up to 8 GiB by default, so an executor's
-memory grew by hundreds of MB per thousand distinct lines until it reached that (measured: 0.6 to 1.7 GB within
-1,600 lines). Each slot still keeps its own last prompt's KV cache, which is what lines sharing a prefix reuse:
-the executor sends them to one slot (`id_slot`) one after another (services/executor/prefixes.py). A cached entry of
-a 1,000-token SmolLM2 prompt takes 22 MiB, so this holds two or three."""
+"""llama.cpp's host-memory prompt cache defaults to 8 GiB, so an executor grew by hundreds of MB per thousand distinct
+lines (measured: 0.6 to 1.7 GB within 1,600 lines). Lines sharing a prefix reuse their slot's own KV cache instead
+(`id_slot`, prefixes.py); a 1,000-token SmolLM2 prompt takes 22 MiB, so this holds two or three."""
 ENGINE_THREAD_POLL = 0
-"""llama.cpp's compute threads spin between graph steps by default (poll 50), which burns the cores another
-executor, a service or a second engine on the host needs: measured on 2 cores, 32 lines x 32 tokens on two
-executors at once took 94 s spinning and 50 s sleeping (poll 0), and one executor alone 9.7 s vs 8.5 s."""
+"""llama.cpp's compute threads spin between graph steps by default (poll 50), burning cores others on the host need:
+on 2 cores, two executors took 94 s spinning vs 50 s with poll 0 (one executor alone: 9.7 s vs 8.5 s)."""
 EMBEDDINGS = "/v1/embeddings"
 COMPLETIONS = "/v1/completions"
 RESPONSES = "/v1/responses"
@@ -57,19 +43,8 @@ HANDLERS = {"/v1/chat/completions": "handle_chat_completions", COMPLETIONS: "han
 
 
 SERVER_STOP_S = 30.0
-"""How long unloading waits for llama.cpp's server to stop, on a daemon thread. Its destructor joins the server's
-loop thread holding the GIL (Cython's dealloc), so a loop that never ends freezes every thread of the process: gdb on
-a frozen test worker showed the loop waiting for tasks after its stop was lost, which `load` now rules out (see
-there). Past this the unloading thread goes on, if it can."""
-
-
-def _release(holder: list[xllamacpp.Server]) -> None:
-    """Drop the last reference to the server `holder` holds on a daemon thread, waiting at most SERVER_STOP_S."""
-    stopper = threading.Thread(target=holder.clear, name="llamacpp-stop", daemon=True)
-    stopper.start()
-    stopper.join(SERVER_STOP_S)
-    if stopper.is_alive():
-        log.error("llama.cpp's server did not stop within %.0f s; left to stop on its own", SERVER_STOP_S)
+"""How long unloading waits for llama.cpp's server to stop, on a daemon thread: its destructor joins the server's loop
+thread holding the GIL, so a loop that never ends (a lost stop, which `load` rules out) would freeze the process."""
 
 
 class LlamaCppEngine(Engine):
@@ -87,9 +62,8 @@ class LlamaCppEngine(Engine):
 
     def load(self, model: CatalogueModel) -> None:
         server = xllamacpp.Server(self.params_for(model))
-        # A metrics task is answered by the server's loop: once it is, the loop runs. Stopping a server whose loop has
-        # not started yet loses the stop (llama.cpp's loop sets itself running when it starts), and its destructor
-        # then waits for ever (caught in a full test run: a load then an unload at once).
+        # Once a metrics task is answered the server's loop runs: stopping a loop not started yet loses the stop, and
+        # the destructor then waits for ever.
         server.handle_metrics()
         self._server = server
         self._pool = ThreadPoolExecutor(max_workers=model.slots, thread_name_prefix=f"llamacpp-{model.id}")
@@ -124,7 +98,11 @@ class LlamaCppEngine(Engine):
             self._pool.shutdown(wait=True, cancel_futures=True)
         if self._server is not None:
             holder, self._server = [self._server], None  # the list holds the only reference: dropped on its thread
-            _release(holder)
+            stopper = threading.Thread(target=holder.clear, name="llamacpp-stop", daemon=True)
+            stopper.start()
+            stopper.join(SERVER_STOP_S)
+            if stopper.is_alive():
+                log.error("llama.cpp's server did not stop within %.0f s; left to stop on its own", SERVER_STOP_S)
         self._pool = self.model = None
 
     async def run(self, endpoint: str, body: dict[str, object]) -> EngineReply:
@@ -151,8 +129,7 @@ class LlamaCppEngine(Engine):
         return self.completed(endpoint, reply.body) if reply.ok else reply
 
     def _request(self, endpoint: str, body: dict[str, object]) -> dict[str, Any]:
-        """The line's body as llama.cpp takes it (a Responses request as the chat request it maps onto), on the
-        engine slot the executor handed the line."""
+        """The line's body as llama.cpp takes it (Responses mapped onto chat), on the slot the line was handed."""
         assert self.model is not None
         request = {key: value for key, value in body.items() if key not in ("stream", "stream_options", "id_slot")}
         if endpoint == RESPONSES:
@@ -161,8 +138,7 @@ class LlamaCppEngine(Engine):
             del request["top_logprobs"]  # neutral, so the validator accepts it; llama.cpp refuses it without logprobs
         slot = ENGINE_SLOT.get()
         if slot is not None and 0 <= slot < self.model.slots and endpoint != EMBEDDINGS:
-            # llama.cpp runs the request on that slot, after the one it runs now: the slot's cached prompt serves
-            # the prefix a line started there before shares with this one.
+            # Queued on that slot, whose cached prompt serves the prefix this line shares with the one before it.
             request["id_slot"] = slot
         return request
 
@@ -185,8 +161,7 @@ class LlamaCppEngine(Engine):
 
 
 class LineCall:
-    """One line's call of llama.cpp, made on a pool thread (`answer`): streamed where the stream rebuilds the answer,
-    so that setting `stop` ends it at its next token (llama.cpp then cancels the request and frees its slot)."""
+    """One line's call of llama.cpp on a pool thread (`answer`), streamed where it can be so that `stop` ends it."""
 
     def __init__(self, call: Callable[..., Any], request: dict[str, Any], endpoint: str) -> None:
         self.call = call
@@ -233,8 +208,7 @@ class LineCall:
 
 
 def _prompt_details(reported: object, timings: object) -> dict[str, Any]:
-    """OpenAI's `prompt_tokens_details` with `cached_tokens`: the prompt tokens llama.cpp took from the slot's cache
-    instead of computing them, as it reports them (its usage block, else its timings' `cache_n`)."""
+    """OpenAI's `prompt_tokens_details` with the `cached_tokens` llama.cpp reports (else its timings' `cache_n`)."""
     details = dict(reported) if isinstance(reported, dict) else {}
     if not isinstance(details.get("cached_tokens"), int):
         cache_n = timings.get("cache_n") if isinstance(timings, dict) else None

@@ -1,9 +1,6 @@
-"""The engines an executor serves: the first model is loaded at start, the others on first use.
-
-A small host need not hold every catalogue model at once; the advert tells servable from loaded, so the
-scheduler prefers executors that already have a batch's model warm. Each model's artifact is made a local file
-first (services/executor/adapters/artifacts.py): fetched from the object store or the hub, and verified.
-"""
+"""The engines an executor serves: the first model is loaded at start, the others on first use (the advert tells
+servable from loaded, so the scheduler prefers executors with a batch's model warm). Each artifact is made a
+verified local file first (artifacts.py)."""
 
 import asyncio
 import logging
@@ -20,9 +17,8 @@ log = logging.getLogger(__name__)
 
 
 def servable_at_release(release: str, models: list[CatalogueModel]) -> dict[str, CatalogueModel]:
-    """The models whose catalogue entry this engine release satisfies (`engine_version`): one pinning a later
-    release is left out (the validator admits parameters for it that this release would ignore), with a warning;
-    ValueError when none is left."""
+    """The models whose `engine_version` this engine release satisfies: one pinning a later release is left out (the
+    validator admits parameters this release would ignore), with a warning; ValueError when none is left."""
     servable = {}
     for model in models:
         if model.engine_version is None or release_at_least(release, model.engine_version):
@@ -73,8 +69,7 @@ class EngineShelf:
         self.artifacts.objects = objects
 
     async def preload(self, model_ids: list[str]) -> None:
-        """Load these models now; one whose weights are in the object store, while the store is not reached yet,
-        loads on first use instead (a brokered executor is granted them once it has registered)."""
+        """Load these models now; one whose weights are in the object store not reached yet loads on first use."""
         for model_id in model_ids:
             model = self.models.get(model_id)
             if model is not None and not self.artifacts.at_hand(model):

@@ -1,10 +1,6 @@
-"""The `simulated` engine: answers each line at once with a fixed body and usage, computing nothing. It exists to
-drive the control plane (gateway, validator, scheduler, ledger, executor, broker, store) at its own limit on a small
-machine (`bench/control_plane.py`); a catalogue entry must name it, so it is never anyone's default.
-
-Usage is derived from the request (about four characters a prompt token; `max_tokens`, else 16, completion tokens),
-so billing and usage paths see realistic figures. The artifact is any existing file (nothing is read from it).
-"""
+"""The `simulated` engine: answers each line at once with a fixed body, computing nothing, to drive the control plane
+at its own limit (`bench/control_plane.py`); only a catalogue entry naming it uses it. Usage is derived from the request
+(four characters a prompt token; `max_tokens`, else 16, completion tokens) so billing sees realistic figures."""
 
 import time
 from typing import ClassVar

@@ -1,17 +1,6 @@
-"""llama.cpp's streamed answer to one request, put back together as the answer it gives unstreamed, and which
-requests are streamed at all.
-
-The llama.cpp adapter streams a completion only so that it can stop it: xllamacpp's unstreamed call cannot be
-interrupted (the request it builds carries a `should_stop` that never says stop), while a stream ends, and llama.cpp
-frees the slot, as soon as the chunk callback says so. What the line gets is the unstreamed shape, field for field
-(tests/unit/executor/test_executor_llamacpp.py compares the two on the real model), except that a completions line
-of several prompts states the usage of all of them, where llama.cpp's unstreamed answer states its first prompt's.
-A stream cannot rebuild every answer: a chat stream gives a token's log probabilities only with a token that changed
-the parsed message (none for the end-of-sequence token or a held-back stop word), and tool calls are parsed again
-after every token (the streamed message's `content` and failures differ). Such requests run unstreamed, and are
-stopped only when they end; an unstreamed completions line of several prompts asks for each prompt on its own
-(`one_answer`), so that its usage too counts every prompt.
-"""
+"""llama.cpp's streamed answer to one request rebuilt as its unstreamed answer (streaming only lets a line be stopped),
+and which requests are streamed: logprobs and tool calls cannot be rebuilt, so those run unstreamed, several prompts one
+at a time (`one_answer`) so that usage counts every prompt."""
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,8 +14,7 @@ UNSTREAMED_WHEN = ("logprobs", "top_logprobs", "n_probs", "tools", "functions")
 
 
 def streamable(request: Mapping[str, object]) -> bool:
-    """Whether the request's answer can be rebuilt from its stream: it asks for no log probabilities and offers no
-    tools (a falsy value, such as `logprobs: false` or `tools: []`, asks nothing)."""
+    """Whether the answer can be rebuilt from its stream: no logprobs, no tools asked (`tools: []` asks nothing)."""
     return not any(request.get(name) for name in UNSTREAMED_WHEN)
 
 
@@ -41,8 +29,7 @@ def summed_usage(usages: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def one_answer(answers: list[dict[str, Any]]) -> dict[str, Any]:
-    """The unstreamed answers to a completions line's prompts, asked one by one, as the one answer to the line: each
-    prompt's choice under its index, and the usage of them all (or the first error, as the line's)."""
+    """Several prompts' answers as one: each choice under its index, all their usage (or the first error)."""
     for answer in answers:
         if "error" in answer or answer.get("type") == "server_error" or not isinstance(answer.get("usage"), dict):
             return answer
@@ -112,8 +99,7 @@ class StreamedReply:
             self.choices.setdefault(index, Choice(index)).take(choice, self.chat)
 
     def reply(self) -> dict[str, Any]:
-        """The unstreamed answer these chunks amount to (llama.cpp's own field order), or the error it gave; a
-        stream cut short (every choice not finished, or a usage missing) is a server error, never a short answer."""
+        """The unstreamed answer these chunks amount to, or the error given; a stream cut short is a server error."""
         if self.error is not None:
             return self.error
         finished = [choice for choice in self.choices.values() if choice.finish_reason is not None]

@@ -1,22 +1,6 @@
-"""The TensorRT-LLM engine through its `LLM` API (`generate_async`), for NVIDIA GPUs, behaving as `trtllm-serve`
-and our llama.cpp engine do:
-
-- **Defaults** are OpenAI's (and `trtllm-serve`'s): temperature 1 and top_p 1 when a line names neither (TensorRT-LLM
-  alone decodes greedily), chat and responses run to the context unless they set a limit (completions: OpenAI's 16),
-  and `n` > 1 is allowed at any temperature.
-- **Prompts** are the model's chat template rendered to text and tokenized without special tokens
-  (`hf_prompts.py`), content parts flattened as `trtllm-serve` does.
-- **One bad line is that line's error**: a prompt over the engine's limits, a template that refuses the messages or
-  a request TensorRT-LLM refuses answer 400 for the line; a request the engine fails answers 500 (retried by the
-  executor); only an engine that is shutting down fails the attempt (`EngineUnavailable`), which reloads it.
-- **Output** carries `cached_tokens` (block reuse is on), the logprobs asked for, a fresh id per completion; a line
-  TensorRT-LLM cancelled or timed out is a 503, never a successful `stop`.
-- **Cancelled lines stop on the GPU**: a line whose task is cancelled aborts its request.
-- **Memory**: the KV cache is sized from the catalogue (slots x context tokens) instead of TensorRT-LLM's default of
-  90 % of free GPU memory, so a second model and the scheduler's placement see what is really left.
-
-TensorRT-LLM is imported only by `load()`, so this module (and its mapping) works anywhere.
-"""
+"""The TensorRT-LLM engine (`LLM.generate_async`) for NVIDIA GPUs, behaving as `trtllm-serve` does: OpenAI's defaults,
+`hf_prompts.py` prompts, a line's own 400 or 500, its KV cache sized from the catalogue (slots x context) rather than
+90 % of free GPU memory. TensorRT-LLM is imported only by `load()`, so the mapping works anywhere."""
 
 import asyncio
 import gc
@@ -37,9 +21,8 @@ log = logging.getLogger(__name__)
 
 DIRECT = ("temperature", "top_p", "top_k", "seed", "ignore_eos", "n", "best_of",
           "presence_penalty", "frequency_penalty", "repetition_penalty", "min_p")
-"""OpenAI body parameters that `SamplingParams` takes under the same name and meaning. The penalties and min_p reach
-a line only where the model's catalogue entry pins a release whose sampler honours them (`contracts/engines.py`),
-and the executor serves that model only on such a release (`shelf.servable_at_release`)."""
+"""OpenAI body parameters `SamplingParams` takes as they are (the penalties and min_p reach a line only on a release
+that honours them: `contracts/engines.py`, `shelf.servable_at_release`)."""
 DEFAULT_SAMPLING = {"temperature": 1.0, "top_p": 1.0}
 """What `trtllm-serve` fills in for a request that names neither (TensorRT-LLM alone would decode greedily)."""
 FINISHED = {"stop": "stop", "length": "length"}
@@ -80,8 +63,7 @@ def _token_text(tokenizer: Any, token_id: int) -> str:
 
 
 def _positions(sequence: Any) -> list[tuple[int, float, list[tuple[int, float]]]]:
-    """(chosen token, its logprob, the alternatives best first) per generated token; TensorRT-LLM gives either a
-    dict of `Logprob`s per position (the PyTorch backend) or a plain float per position."""
+    """(chosen token, its logprob, the alternatives best first) per token, from a dict of `Logprob`s or a float."""
     found = []
     for index, entry in enumerate(sequence.logprobs or []):
         chosen = sequence.token_ids[index] if index < len(sequence.token_ids) else -1

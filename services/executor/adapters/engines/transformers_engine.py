@@ -1,24 +1,6 @@
-"""The `transformers` engine: PyTorch and Hugging Face checkpoints, on a GPU where CUDA is (a fallback for GPU hosts
-without TensorRT-LLM, and the GPU path this project can check) and on the CPU otherwise.
-
-- **Artifacts**: a checkpoint directory, or a GGUF file (dequantized once by transformers, then kept as a checkpoint
-  under the model cache so later loads take seconds).
-- **Prompts** as `trtllm-serve` and the TensorRT-LLM engine build them (`hf_prompts.py`): the chat template's text,
-  tokenized without special tokens. Usage counts exactly those tokens.
-- **Batches**: on a GPU, transformers' continuous batching (`continuous_batching.py`) where the installed version
-  has it with per-request sampling: each line joins the running batch at the next token with its own limit,
-  temperature, top_k and top_p. Lines it cannot carry (a seed, a repetition penalty), and every line on the CPU
-  unless asked (`continuous_batching=True`: its first batch costs seconds of set-up there), run as micro-batches:
-  lines waiting when the engine's worker is free are generated together (left-padded), up to the model's slots,
-  grouped by how they sample. Either way each line keeps its own limit, stop strings and finish reason.
-- **Defaults** are OpenAI's: temperature 1 and top_p 1 (temperature 0: greedy), chat runs to the context, completions
-  stop at 16 tokens; `n` samples run as rows of one batch.
-- **Cancellation**: a line whose task is cancelled is dropped if it has not started; a batch whose lines are all
-  cancelled stops at its next token.
-- **Memory**: unloading frees the weights and CUDA's cached blocks.
-
-The generation runs on the engine's own thread, never the event loop's or a shared pool's.
-"""
+"""The `transformers` engine: Hugging Face checkpoints (or a GGUF, dequantized once) on CUDA or the CPU. On a GPU lines
+join transformers' continuous batching; the rest (a seed, a repetition penalty, the CPU unless asked) run as
+micro-batches on the engine's own thread, lines sampling alike generated together (left-padded)."""
 
 import asyncio
 import contextlib
@@ -64,7 +46,6 @@ class Job:
     sampling: Sampling
     stops: list[str]
     ignore_eos: bool
-    loop: asyncio.AbstractEventLoop
     done: asyncio.Future[list[tuple[list[int], bool]]]
     cancelled: threading.Event = field(default_factory=threading.Event)
 
@@ -74,8 +55,7 @@ class TransformersEngine(Engine):
 
     def __init__(self, n_threads: int = 2, cache_dir: Path | None = None,
                  continuous_batching: bool | None = None) -> None:
-        """`continuous_batching`: None, on CUDA where transformers has it; True or False, wherever it has it, or
-        never."""
+        """`continuous_batching`: None, on CUDA where transformers has it; True: wherever it has it; False: never."""
         self.n_threads = n_threads
         self.continuous_batching = continuous_batching
         self._batches: batching.ContinuousBatches | None = None
@@ -140,7 +120,7 @@ class TransformersEngine(Engine):
 
     @property
     def continuous(self) -> bool:
-        """Whether lines run through transformers' continuous batching (those it can carry)."""
+        """Whether lines run through transformers' continuous batching (bench/gpu_smoke.py reports it)."""
         return self._batches is not None
 
     def in_flight(self) -> int:
@@ -238,9 +218,8 @@ class TransformersEngine(Engine):
             raise UnmappableRequest(f"n must be from 1 to {MAX_SAMPLES}")
         stop = request.get("stop")
         stops = [stop] if isinstance(stop, str) else [str(s) for s in stop] if isinstance(stop, list) else []
-        loop = asyncio.get_running_loop()
-        return Job(list(ids), samples, limit, sampling_of(request), stops, bool(request.get("ignore_eos")), loop,
-                   loop.create_future())
+        return Job(list(ids), samples, limit, sampling_of(request), stops, bool(request.get("ignore_eos")),
+                   asyncio.get_running_loop().create_future())
 
     def _completion(self, endpoint: str, job: Job, rows: list[tuple[list[int], bool]]) -> dict[str, Any]:
         assert self.model is not None
@@ -276,7 +255,7 @@ class TransformersEngine(Engine):
                 live = [job for job in group if not job.cancelled.is_set()]
                 for job in group:
                     if job.cancelled.is_set():
-                        job.loop.call_soon_threadsafe(_settle, job.done, job.done.cancel)
+                        job.done.get_loop().call_soon_threadsafe(_settle, job.done, job.done.cancel)
                 if live:
                     self._generate(live)
 
@@ -308,12 +287,12 @@ class TransformersEngine(Engine):
             eos = set(token_list(self._network.generation_config.eos_token_id))
             for job in jobs:
                 found = [own_tokens(next(new), job.limit, eos, job.ignore_eos) for _ in range(job.samples)]
-                job.loop.call_soon_threadsafe(_settle, job.done, job.done.set_result, found)
+                job.done.get_loop().call_soon_threadsafe(_settle, job.done, job.done.set_result, found)
         except Exception as error:
             log.exception("generation failed for %d lines", len(jobs))
             for job in jobs:
-                job.loop.call_soon_threadsafe(_settle, job.done, job.done.set_exception,
-                                                RuntimeError(str(error)))
+                job.done.get_loop().call_soon_threadsafe(_settle, job.done, job.done.set_exception,
+                                                         RuntimeError(str(error)))
 
 
 def all_cancelled(transformers: Any, jobs: list[Job]) -> Any:
