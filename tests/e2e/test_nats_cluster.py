@@ -56,8 +56,9 @@ def caught_up(clustered: ClusteredStack, node: str, within_s: float = 60) -> Non
 
 
 def patient_client(clustered: ClusteredStack) -> OpenAI:
-    """A client that retries through a broker's leader election."""
-    return OpenAI(base_url=clustered.stack.base_url, api_key=clustered.stack.client().api_key, max_retries=5,
+    """A client that retries through a broker's leader election (and a gateway's reconnect to another node): its
+    503s ask for a retry after 1 s, so five retries waited about six seconds, less than a loaded machine's election."""
+    return OpenAI(base_url=clustered.stack.base_url, api_key=clustered.stack.client().api_key, max_retries=15,
                   timeout=60)
 
 

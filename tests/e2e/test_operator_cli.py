@@ -6,6 +6,7 @@ away ends a command quietly."""
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from infra.stack_state import read_state
 from tests.e2e.conftest import RunningStack
 
 pytestmark = pytest.mark.e2e
+EXECUTOR_UP_WITHIN_S = 120.0
 
 
 def sheshnag(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -27,9 +29,14 @@ def test_the_tools_act_on_the_stack_their_data_dir_names(stack: RunningStack) ->
     assert state is not None and state.alive() and state.gateway_url.endswith(f":{stack.port}")
     data_dir = str(stack.data_dir)
 
-    shown = sheshnag("status", "--data-dir", data_dir)
-    assert shown.returncode == 0, shown.stderr
-    assert "local-0" in shown.stdout  # the stack's own executor, from its heartbeat
+    deadline = time.monotonic() + EXECUTOR_UP_WITHIN_S
+    while True:  # the stack is up once its gateway is; its executor's first heartbeat follows its model's load
+        shown = sheshnag("status", "--data-dir", data_dir)
+        assert shown.returncode == 0, shown.stderr
+        if "local-0" in shown.stdout or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert "local-0" in shown.stdout, shown.stdout  # the stack's own executor, from its heartbeat
 
     made = sheshnag("users", "create", "cli-operator", "--name", "Cli Operator", "--data-dir", data_dir)
     assert made.returncode == 0 and made.stdout.strip() == "cli-operator", made.stderr

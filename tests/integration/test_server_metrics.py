@@ -49,6 +49,7 @@ def test_the_broker_serves_its_monitoring_endpoint_on_loopback_only(tmp_path: Pa
     process = launch(nats_command(tmp_path, port, config, host="0.0.0.0"), tmp_path / "nats.log")
     try:
         wait_for_port(metrics.broker_port, process, 15, "nats-server monitoring")
+        wait_for_port(port, process, 15, "nats-server clients")  # opened after the monitoring port (JetStream first)
         assert json.loads(read(f"http://127.0.0.1:{metrics.broker_port}/varz"))["port"] == port
         # The client port is on every address (127.0.0.2 reaches a 0.0.0.0 bind too); the monitoring one is not.
         with socket.create_connection(("127.0.0.2", port), timeout=5):
