@@ -12,6 +12,7 @@ from services.gateway.adapters.key_cache import KeyCache
 from services.gateway.adapters.own_writes import OwnWrites
 from services.gateway.adapters.shared_reads import SharedReads
 from services.gateway.settings import GatewaySettings
+from services.gateway.usecases.accounts import Accounts
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.fleet import Fleet
 from services.runtime.nats.readmodel import ReadModel
@@ -42,3 +43,9 @@ DEPS = web.AppKey("deps", Deps)
 
 def deps(request: web.Request) -> Deps:
     return request.app[DEPS]
+
+
+def accounts(request: web.Request) -> Accounts:
+    """What the account use cases need, from the gateway's dependencies."""
+    d = deps(request)
+    return Accounts(d.bus, d.read_model, d.catalogue, d.settings.read_your_writes_s)

@@ -7,7 +7,9 @@ from typing import Literal
 from contracts.api.organization import DEFAULT_ORGANIZATION_ID
 from contracts.events.batch import AdminCancelCode
 from contracts.ids import owner_id, owner_user
-from contracts.readmodel import ApiKeyRecord, UserRecord
+from contracts.readmodel import ApiKeyRecord, ProviderRecord, UserRecord
+from services.gateway.usecases.files import is_valid_id
+from services.gateway.usecases.refusals import not_found
 from services.runtime.nats.readmodel import BatchIndexEntry, ReadModel
 
 Standing = Literal["owner", "org_admin", "platform_admin"]
@@ -65,3 +67,16 @@ async def cancel_entry(read_model: ReadModel, caller: ApiKeyRecord, by: Standing
         return ("cancelled_by_org_admin",
                 f"Cancelled by {name}, an administrator of organization {organization_of(admin)}.")
     return None
+
+
+def owns(caller: ApiKeyRecord, provider: ProviderRecord) -> bool:
+    """Whether the caller manages the provider: its owner, or an admin key."""
+    return caller.role == "admin" or caller.owner == provider.owner
+
+
+async def managed_provider(read_model: ReadModel, caller: ApiKeyRecord, provider_id: str) -> ProviderRecord:
+    """The provider, when the caller may manage it; 404 otherwise, so others' providers are not even confirmed."""
+    record = await read_model.get_provider(provider_id) if is_valid_id(provider_id) else None
+    if record is None or not owns(caller, record):
+        raise not_found("provider", provider_id)
+    return record

@@ -1,4 +1,4 @@
-"""Provider portal: a signed-in user registers a provider, manages its worker keys and sees its executors with the
+"""Provider portal: a signed-in user registers a provider (its worker keys: `keys.py`) and sees its executors with the
 lines they served; admins see every provider and executor, and approve providers (a platform admin for every
 organisation, an organisation's administrator for their own)."""
 
@@ -13,18 +13,13 @@ from contracts.api.page import ListPage
 from contracts.api.provider import ApproveProvider, ExecutorMemory, Provider, ProviderExecutor, RegisterProvider
 from contracts.events.executor import ExecutorAdvert
 from contracts.events.provider import ProviderApprovalWithdrawn, ProviderApproved, ProviderRegistered
-from contracts.readmodel import ApiKeyRecord, ExecutorRecord, ProviderRecord
+from contracts.readmodel import ExecutorRecord, ProviderRecord
 from services.gateway.context import deps
 from services.gateway.http.auth import principal
 from services.gateway.http.bodies import answer, read_body
 from services.gateway.usecases.files import is_valid_id
-from services.gateway.usecases.oversight import administered_organization, organization_of
+from services.gateway.usecases.oversight import administered_organization, managed_provider, organization_of, owns
 from services.gateway.usecases.refusals import ApiError, not_found
-from services.gateway.views.organization import create_worker_key, keys_page, revoked
-
-
-def _owns(me: ApiKeyRecord, provider: ProviderRecord) -> bool:
-    return me.role == "admin" or me.owner == provider.owner
 
 
 async def _provider_object(request: web.Request, record: ProviderRecord) -> Provider:
@@ -33,14 +28,6 @@ async def _provider_object(request: web.Request, record: ProviderRecord) -> Prov
                     created_at=record.created_at, organization_id=organization_of(owner),
                     status="approved" if record.approved_platform_wide else "unapproved",
                     approved_organizations=record.approved_organizations)
-
-
-async def _provider(request: web.Request, provider_id: str) -> ProviderRecord:
-    """The provider, when the caller may manage it; 404 otherwise, so others' providers are not even confirmed."""
-    record = await deps(request).read_model.get_provider(provider_id) if is_valid_id(provider_id) else None
-    if record is None or not _owns(principal(request), record):
-        raise not_found("provider", provider_id)
-    return record
 
 
 async def register_provider(request: web.Request) -> web.Response:
@@ -59,13 +46,13 @@ async def register_provider(request: web.Request) -> web.Response:
 
 async def list_providers(request: web.Request) -> web.Response:
     me = principal(request)
-    mine = sorted((r for r in await deps(request).read_model.list_providers() if _owns(me, r)),
+    mine = sorted((r for r in await deps(request).read_model.list_providers() if owns(me, r)),
                   key=lambda r: (r.created_at, r.provider_id))
     return answer(ListPage[Provider](data=[await _provider_object(request, r) for r in mine]))
 
 
 async def retrieve_provider(request: web.Request) -> web.Response:
-    record = await _provider(request, request.match_info["provider_id"])
+    record = await managed_provider(deps(request).read_model, principal(request), request.match_info["provider_id"])
     return answer(await _provider_object(request, record))
 
 
@@ -125,30 +112,6 @@ approve_provider = partial(_set_approval, approved=True)
 unapprove_provider = partial(_set_approval, approved=False)
 
 
-async def _worker_keys(request: web.Request, provider_id: str) -> list[tuple[str, ApiKeyRecord]]:
-    return [(digest, r) for digest, r in await deps(request).read_model.list_api_keys()
-            if r.role == "worker" and r.provider_id == provider_id]
-
-
-async def create_provider_worker_key(request: web.Request) -> web.Response:
-    provider = await _provider(request, request.match_info["provider_id"])
-    return await create_worker_key(request, provider.provider_id)
-
-
-async def list_provider_worker_keys(request: web.Request) -> web.Response:
-    provider = await _provider(request, request.match_info["provider_id"])
-    return await keys_page(request, [r for _, r in await _worker_keys(request, provider.provider_id)])
-
-
-async def revoke_provider_worker_key(request: web.Request) -> web.Response:
-    provider = await _provider(request, request.match_info["provider_id"])
-    key_id = request.match_info["key_id"]
-    found = [digest for digest, r in await _worker_keys(request, provider.provider_id) if r.key_id == key_id]
-    if not found:
-        raise not_found("worker key", key_id)
-    return await revoked(request, found[0], key_id)
-
-
 def _age_s(at_ms: int | None, now_ms: int) -> float | None:
     return None if at_ms is None else round(max(now_ms - at_ms, 0) / 1000, 1)
 
@@ -178,9 +141,9 @@ async def list_executors(request: web.Request) -> web.Response:
     d, me = deps(request), principal(request)
     wanted = request.query.get("provider_id")
     if wanted is not None:
-        providers = {(await _provider(request, wanted)).provider_id}
+        providers = {(await managed_provider(d.read_model, me, wanted)).provider_id}
     else:
-        providers = {r.provider_id for r in await d.read_model.list_providers() if _owns(me, r)}
+        providers = {r.provider_id for r in await d.read_model.list_providers() if owns(me, r)}
     key_providers = {r.key_id: r.provider_id for _, r in await d.read_model.list_api_keys() if r.role == "worker"}
     records = {r.executor_id: r for r in await d.read_model.list_executors()}
     adverts = {a.executor_id: a for a in await d.fleet.adverts()}
