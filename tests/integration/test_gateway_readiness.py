@@ -71,3 +71,15 @@ async def test_readyz_says_which_of_broker_and_object_store_is_unreachable_while
     finally:
         if restarted is not None:
             stop_process(restarted)
+
+
+async def test_a_key_the_gateway_cannot_check_while_the_broker_is_down_is_refused_with_a_clear_503(
+        fresh_nats: RunningNats, connection: ConnectionSettings) -> None:
+    """The key's record and its revocation are read from the broker: unread, the request is refused (never admitted
+    unchecked) with a 503 the client retries, in OpenAI's shape, not a 500."""
+    async with gateway_alone(connection.model_copy(update={"nats_url": fresh_nats.url})) as gateway:
+        stop_process(fresh_nats.process)
+        answer = await gateway.get("/v1/batches", headers={"Authorization": "Bearer gk-a-key-it-cannot-look-up"})
+        error = (await answer.json())["error"]
+        assert (answer.status, error["code"], error["type"]) == (503, "broker_unavailable", "server_error"), error
+        assert set(error) == {"message", "type", "param", "code"} and answer.headers["Retry-After"] == "1"

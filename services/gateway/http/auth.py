@@ -4,12 +4,14 @@ counts once its fact is in the log, read model or not); guessing from an address
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from contracts.api.error_codes import BROKER_UNAVAILABLE
 from contracts.ids import hash_api_key
 from contracts.readmodel import ApiKeyRecord
 from services.gateway.background.key_usage import KEY_USAGE
 from services.gateway.context import deps
 from services.gateway.http.auth_failures import AUTH_FAILURES, too_many
 from services.gateway.usecases.refusals import ApiError
+from services.runtime.storage.write_failures import write_fault
 
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/", "/v1/provider/connection"})
 KEYED_PATHS = frozenset({"/metrics"})
@@ -60,6 +62,26 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     if scheme.lower() != "bearer" or not token:
         raise ApiError(401, "You didn't provide an API key. Send it as 'Authorization: Bearer gk-…'.",
                        "authentication_error", "missing_api_key")
+    try:
+        record = await _admitted(request, token)
+    except (ApiError, web.HTTPException):
+        raise
+    except Exception as error:
+        if write_fault(error) != "broker_unavailable":
+            raise
+        # Refused, never admitted unchecked; a clear 503 (not a 500) the client retries, as for a write.
+        raise ApiError(503, f"The API key could not be checked: the broker did not answer ({type(error).__name__}). "
+                       "Try again shortly.", "server_error", BROKER_UNAVAILABLE, retry_after_s=1) from error
+    request[REQUEST_PRINCIPAL] = record
+    request[REQUEST_KEY_DIGEST] = hash_api_key(token)
+    usage = request.app.get(KEY_USAGE)
+    if usage is not None:
+        usage.touch(record.key_id)
+    return await handler(request)
+
+
+async def _admitted(request: web.Request, token: str) -> ApiKeyRecord:
+    """The record of the key the request presents, once it may call the user API; else the refusal (401, 429)."""
     failures, address = request.app.get(AUTH_FAILURES), request.remote or "unknown"
     if failures is not None and (wait := await failures.refusal_s(address, token)) > 0:
         raise too_many(wait)  # this address may not try this key now
@@ -74,9 +96,4 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     assert record is not None
     if failures is not None:
         await failures.record_success(address, token)
-    request[REQUEST_PRINCIPAL] = record
-    request[REQUEST_KEY_DIGEST] = hash_api_key(token)
-    usage = request.app.get(KEY_USAGE)
-    if usage is not None:
-        usage.touch(record.key_id)
-    return await handler(request)
+    return record
