@@ -109,8 +109,9 @@ class Deployment:
             await nc.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    """Made afresh for each try (a rerun gets a whole deployment, not the one the failed try left)."""
     postgres, schema = postgres_schema()
     layout = Layout.plan(tmp_path_factory.mktemp("multi-host"))
     s3_dir = layout.root / "s3"

@@ -42,8 +42,9 @@ process exits anyway: a service always stops on SIGTERM."""
 
 
 def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
-    """Run `main(stop)`; the first SIGINT/SIGTERM sets `stop` so it can finish cleanly, a second one (or a clean stop
-    that takes longer than `STOP_GRACE_S`) ends the process at once."""
+    """Run `main(stop)`; the first SIGINT/SIGTERM sets `stop` so it can finish cleanly, a second one ends the process
+    at once. However `stop` is set (a signal, or the service itself: its broker connection closed for good), a clean
+    stop that takes longer than `STOP_GRACE_S` ends the process too, so its supervisor starts it afresh."""
 
     def exit_now(why: str) -> None:
         logging.getLogger(__name__).warning("exiting without a clean stop: %s", why)
@@ -53,22 +54,29 @@ def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> Non
     async def runner() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        signals = 0
 
         def signalled() -> None:
-            if stop.is_set():
+            nonlocal signals
+            signals += 1
+            if signals > 1:
                 exit_now("signalled again while stopping")
             stop.set()
+
+        async def exit_if_stop_hangs() -> None:
+            await stop.wait()
             deadline = threading.Timer(STOP_GRACE_S, exit_now, (f"the clean stop took over {STOP_GRACE_S:.0f}s",))
             deadline.daemon = True  # a clean stop that ends in time does not wait for it
             deadline.start()
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, signalled)
-        watch = asyncio.create_task(_stop_when_orphaned(stop, signalled))
+        watches = [asyncio.create_task(_stop_when_orphaned(stop, signalled)), asyncio.create_task(exit_if_stop_hangs())]
         try:
             await main(stop)
         finally:
-            watch.cancel()
+            for watch in watches:
+                watch.cancel()
 
     asyncio.run(runner())
 

@@ -1,4 +1,5 @@
-"""A service process always stops on SIGTERM: cleanly when it can, at once when signalled again."""
+"""A service process always stops on SIGTERM: cleanly when it can, at once when signalled again; a stop it begins
+itself (its broker connection closed for good) ends it too, within the clean stop's bound."""
 
 import signal
 import subprocess
@@ -26,3 +27,23 @@ def test_a_service_whose_clean_stop_hangs_exits_on_a_second_sigterm() -> None:
     assert process.poll() is None  # still stopping cleanly
     process.send_signal(signal.SIGTERM)
     assert process.wait(10) == 1
+
+
+STOPS_ITSELF = """
+import asyncio
+from services.runtime.process import runner
+
+runner.STOP_GRACE_S = 1.0
+
+async def main(stop):
+    stop.set()  # as the broker's closed callback does
+    await asyncio.Event().wait()  # and the clean stop never ends
+
+runner.run_until_signalled(main)
+"""
+
+
+def test_a_service_that_stops_itself_and_hangs_exits_once_its_clean_stop_is_overdue() -> None:
+    """No signal comes: the supervisor restarts only a process that exits."""
+    process = subprocess.run([sys.executable, "-c", STOPS_ITSELF], capture_output=True, timeout=60)
+    assert process.returncode == 1, process.stderr[-2000:]
