@@ -25,6 +25,7 @@ from services.executor.heartbeat import Rejoin, heartbeat
 from services.executor.retry import LineRetry
 from services.executor.runner import BatchRunner
 from services.executor.settings import ExecutorSettings
+from services.runtime.nats.broker import stop_subscriber
 from services.runtime.nats.bus import EventBus
 from services.runtime.process import metrics
 from services.runtime.process.tasks import cancel_and_join
@@ -132,7 +133,7 @@ async def serve(settings: ExecutorSettings, engines: EngineShelf, bus: EventBus,
         stop.set()
         # No more commands: the attempts in hand get `stop_grace_s`, together, to commit (then they are cancelled,
         # unacked: redelivered and resumed). The connection stays open, for what is left to say.
-        await asyncio.gather(*(subscriber.stop() for subscriber in broker.subscribers))
+        await asyncio.gather(*(stop_subscriber(subscriber) for subscriber in broker.subscribers))
         await cancel_and_join([beating, renewing])
         outcomes = await asyncio.gather(beating, renewing, stopping, return_exceptions=True)
         await runner.close()  # the batches' shared log feeds and the input copies' IO threads

@@ -35,6 +35,21 @@ BROKER_HICCUPS = (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.
 """What a request meets while the broker cannot answer for a moment (a cluster electing a leader): not a fault."""
 
 
+async def stop_subscriber(subscriber: Any) -> None:
+    """faststream's `stop` (a handler in hand gets the grace), also on a connection closed for good: there its
+    unsubscribe raises `ConnectionClosedError` before faststream cancels the consume tasks, so the handlers ran on
+    past the grace and the caller's own clean-up was skipped. The closed connection dropped the subscription already."""
+    try:
+        await subscriber.stop()
+    except nats.errors.Error:
+        tasks = list(getattr(subscriber, "tasks", ()))
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        subscriber.tasks = []
+        subscriber.subscription = None
+
+
 class BrokerUnreachable(ConnectionError):
     """Every attempt to connect failed; the message says the last reason (refused, a certificate not verified…)."""
 

@@ -27,6 +27,8 @@ def server_list(servers: str | list[str]) -> list[str]:
 
 CLOSE_WAIT_S = 1.0
 """The longest a closed socket is waited on."""
+CLOSED_PAUSE_S = 0.5
+"""How long a publish on a connection closed for good waits before it raises (see `ReadmittingClient.publish`)."""
 
 
 class _Transport(TcpTransport):
@@ -49,6 +51,17 @@ class ReadmittingClient(Client):
             self._transport = _Transport()
         await self._transport.connect(s.uri, buffer_size=DEFAULT_BUFFER_SIZE,
                                       connect_timeout=self.options["connect_timeout"])
+
+    async def publish(self, subject: str, payload: bytes = b"", reply: str = "",
+                      headers: dict[str, str] | None = None) -> None:
+        """nats-py's, except that on a connection closed for good it suspends before raising: faststream's pull
+        consume loop suppresses `ConnectionClosedError` and fetches again at once, and nats-py's fetch raises it from
+        this publish without ever yielding, so that loop would hold the event loop for ever (the service's stop
+        never runs: a closed executor hung instead of exiting)."""
+        if self.is_closed:
+            await asyncio.sleep(CLOSED_PAUSE_S)
+            raise nats.errors.ConnectionClosedError
+        await super().publish(subject, payload, reply, headers)
 
     async def _process_err(self, err_msg: str) -> None:
         if AUTHENTICATION_EXPIRED not in err_msg or not self.options["allow_reconnect"]:

@@ -36,6 +36,7 @@ def configure_observability(service: str, level: str, metrics: tuple[str, int]) 
 SUPERVISOR_PID = "SHESHNAG_SUPERVISOR_PID"
 """Set by `sheshnag up` for the services it starts: their supervisor's pid (see `_stop_when_orphaned`)."""
 SUPERVISOR_CHECK_S = 1.0
+STOP_POLL_S = 0.5
 STOP_GRACE_S = 90.0
 """How long a clean stop may take (requests in flight end by their own timeouts well within it) before the
 process exits anyway: a service always stops on SIGTERM."""
@@ -55,6 +56,7 @@ def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> Non
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         signals = 0
+        finished = threading.Event()
 
         def signalled() -> None:
             nonlocal signals
@@ -63,20 +65,24 @@ def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> Non
                 exit_now("signalled again while stopping")
             stop.set()
 
-        async def exit_if_stop_hangs() -> None:
-            await stop.wait()
-            deadline = threading.Timer(STOP_GRACE_S, exit_now, (f"the clean stop took over {STOP_GRACE_S:.0f}s",))
-            deadline.daemon = True  # a clean stop that ends in time does not wait for it
-            deadline.start()
+        def exit_if_stop_hangs() -> None:
+            """A thread, not a task: a stop whose event loop is held (a task that never yields) ends all the same."""
+            while not stop.is_set():
+                if finished.wait(STOP_POLL_S):
+                    return
+            if not finished.wait(STOP_GRACE_S):
+                exit_now(f"the clean stop took over {STOP_GRACE_S:.0f}s")
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, signalled)
-        watches = [asyncio.create_task(_stop_when_orphaned(stop, signalled)), asyncio.create_task(exit_if_stop_hangs())]
+        # A daemon thread: a clean stop that ends in time does not wait for it.
+        threading.Thread(target=exit_if_stop_hangs, name="stop-deadline", daemon=True).start()
+        watch = asyncio.create_task(_stop_when_orphaned(stop, signalled))
         try:
             await main(stop)
         finally:
-            for watch in watches:
-                watch.cancel()
+            finished.set()
+            watch.cancel()
 
     asyncio.run(runner())
 

@@ -30,14 +30,14 @@ def test_a_service_whose_clean_stop_hangs_exits_on_a_second_sigterm() -> None:
 
 
 STOPS_ITSELF = """
-import asyncio
 from services.runtime.process import runner
 
 runner.STOP_GRACE_S = 1.0
 
 async def main(stop):
     stop.set()  # as the broker's closed callback does
-    await asyncio.Event().wait()  # and the clean stop never ends
+    while True:  # and the clean stop never ends: a task holding the event loop, never yielding
+        pass
 
 runner.run_until_signalled(main)
 """
@@ -47,3 +47,23 @@ def test_a_service_that_stops_itself_and_hangs_exits_once_its_clean_stop_is_over
     """No signal comes: the supervisor restarts only a process that exits."""
     process = subprocess.run([sys.executable, "-c", STOPS_ITSELF], capture_output=True, timeout=60)
     assert process.returncode == 1, process.stderr[-2000:]
+
+
+STOPS_CLEANLY_THEN_LIVES_ON = """
+import time
+from services.runtime.process import runner
+
+runner.STOP_GRACE_S = 1.0
+
+async def main(stop):
+    stop.set()
+
+runner.run_until_signalled(main)
+time.sleep(3)  # past the grace: a clean stop's deadline is gone with it
+print("alive", flush=True)
+"""
+
+
+def test_a_clean_stop_leaves_no_deadline_behind() -> None:
+    process = subprocess.run([sys.executable, "-c", STOPS_CLEANLY_THEN_LIVES_ON], capture_output=True, timeout=60)
+    assert (process.returncode, process.stdout) == (0, b"alive\n"), process.stderr[-2000:]
