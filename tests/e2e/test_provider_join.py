@@ -77,6 +77,16 @@ def healthy(deployment: Deployment) -> bool:
         return False
 
 
+def admits_its_admin(deployment: Deployment) -> bool:
+    """The stack's admin key works: it is folded into the read model after the gateway is up, a while later on a
+    loaded machine (until then the key is unknown: 401)."""
+    try:
+        return httpx2.get(deployment.gateway + "/v1/me", headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=5,
+                          verify=deployment.verify()).status_code == 200
+    except httpx2.HTTPError:
+        return False
+
+
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     data_dir = tmp_path_factory.mktemp("listen") / "data"
@@ -94,6 +104,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     try:
         wait_for(lambda: process.poll() is not None or healthy(running), 120, "the stack did not come up")
         assert process.poll() is None, (data_dir.parent / "up.out").read_text()
+        wait_for(lambda: admits_its_admin(running), 120, "the stack's admin key was never admitted")
         yield running
     finally:
         stop(process, signal.SIGINT, 60)
