@@ -2,6 +2,7 @@
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import importlib.metadata
 import logging
@@ -207,6 +208,22 @@ async def wait_for_gateway(port: int, within_s: float = 120.0, host: str = "127.
     raise TimeoutError(f"the gateway did not answer on port {port} within {within_s}s")
 
 
+async def wait_for_admission(port: int, key: str, within_s: float = 60.0, host: str = "127.0.0.1",
+                             ca: Path | None = None) -> None:
+    """Until the gateway admits `key` (a new key is unknown, 401, until the ledger folds it): a script that calls as
+    soon as `up` announces the key is not refused. Past `within_s`, a warning; the stack is announced all the same."""
+    deadline = asyncio.get_running_loop().time() + within_s
+    scheme, verify = ("https", ssl.create_default_context(cafile=ca)) if ca else ("http", True)
+    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {key}"}) as session:
+        while asyncio.get_running_loop().time() < deadline:
+            with contextlib.suppress(aiohttp.ClientError):
+                async with session.get(f"{scheme}://{url_host(host)}:{port}/v1/me", ssl=verify) as response:
+                    if response.status == 200:
+                        return
+            await asyncio.sleep(0.2)
+    log.warning("the gateway did not admit the admin key within %.0fs (is the ledger running?)", within_s)
+
+
 def use_config_file(path: Path) -> None:
     """Every process `up` starts reads `path`; a file that would fail a service's start fails `up` first, saying
     why."""
@@ -249,8 +266,10 @@ async def up(args: argparse.Namespace) -> None:
         stack.start_services()
         supervising = asyncio.create_task(stack.supervise(stop))
         own_certificate = "SHESHNAG_GATEWAY_TLS_CERT" in os.environ
-        await wait_for_gateway(stack.gateway_port, host=stack.listen,
-                               ca=stack.tls.ca if stack.tls and not own_certificate else None)
+        ca = stack.tls.ca if stack.tls and not own_certificate else None
+        await wait_for_gateway(stack.gateway_port, host=stack.listen, ca=ca)
+        if key.plaintext:
+            await wait_for_admission(stack.gateway_port, key.plaintext, host=stack.listen, ca=ca)
         loop.add_signal_handler(signal.SIGHUP, stack.reload_certificates)
         env = stack.settings_env()
         write_state(stack.data_dir, StackState(
