@@ -211,17 +211,27 @@ async def wait_for_gateway(port: int, within_s: float = 120.0, host: str = "127.
 async def wait_for_admission(port: int, key: str, within_s: float = 60.0, host: str = "127.0.0.1",
                              ca: Path | None = None) -> None:
     """Until the gateway admits `key` (a new key is unknown, 401, until the ledger folds it): a script that calls as
-    soon as `up` announces the key is not refused. Past `within_s`, a warning; the stack is announced all the same."""
-    deadline = asyncio.get_running_loop().time() + within_s
+    soon as `up` announces the key is not refused. Asked ever more slowly (each 401 counts against this address's
+    budget of failed keys); a 429, or `within_s` gone: a warning, and the stack is announced all the same."""
+    loop = asyncio.get_running_loop()
+    deadline, pause = loop.time() + within_s, ADMISSION_FIRST_POLL_S
     scheme, verify = ("https", ssl.create_default_context(cafile=ca)) if ca else ("http", True)
-    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {key}"}) as session:
-        while asyncio.get_running_loop().time() < deadline:
-            with contextlib.suppress(aiohttp.ClientError):
+    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {key}"},
+                                     timeout=aiohttp.ClientTimeout(total=ADMISSION_ASK_S)) as session:
+        while loop.time() < deadline:
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
                 async with session.get(f"{scheme}://{url_host(host)}:{port}/v1/me", ssl=verify) as response:
                     if response.status == 200:
                         return
-            await asyncio.sleep(0.2)
+                    if response.status == 429:
+                        break
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, ADMISSION_LAST_POLL_S)
     log.warning("the gateway did not admit the admin key within %.0fs (is the ledger running?)", within_s)
+
+
+ADMISSION_FIRST_POLL_S, ADMISSION_LAST_POLL_S, ADMISSION_ASK_S = 0.2, 2.0, 5.0
+"""At most ~35 asks in a minute: well inside the gateway's budget of failed keys per address (100 a minute)."""
 
 
 def use_config_file(path: Path) -> None:

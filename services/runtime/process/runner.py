@@ -56,7 +56,6 @@ def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> Non
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         signals = 0
-        finished = threading.Event()
 
         def signalled() -> None:
             nonlocal signals
@@ -81,10 +80,13 @@ def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> Non
         try:
             await main(stop)
         finally:
-            finished.set()
             watch.cancel()
 
-    asyncio.run(runner())
+    finished = threading.Event()
+    try:
+        asyncio.run(runner())  # its own clean-up (tasks left, the default executor's threads) within the deadline too
+    finally:
+        finished.set()
 
 
 async def _stop_when_orphaned(stop: asyncio.Event, stop_now: Callable[[], None]) -> None:
