@@ -191,19 +191,23 @@ def run_ledger_tool(args: argparse.Namespace) -> int:
             return asyncio.run(operator.export(settings, since, until))
 
 
+def gateway_address(port: int, host: str, ca: Path | None) -> tuple[str, ssl.SSLContext | bool]:
+    """The gateway's base URL and how its certificate is verified (`ca`: it serves HTTPS with one from this CA)."""
+    if ca is None:
+        return f"http://{url_host(host)}:{port}", True
+    return f"https://{url_host(host)}:{port}", ssl.create_default_context(cafile=ca)
+
+
 async def wait_for_gateway(port: int, within_s: float = 120.0, host: str = "127.0.0.1",
                            ca: Path | None = None) -> None:
-    """`ca`: the gateway serves HTTPS with a certificate from this CA."""
     deadline = asyncio.get_running_loop().time() + within_s
-    scheme, verify = ("https", ssl.create_default_context(cafile=ca)) if ca else ("http", True)
-    async with aiohttp.ClientSession() as session:
+    base, verify = gateway_address(port, host, ca)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=GATEWAY_ASK_S)) as session:
         while asyncio.get_running_loop().time() < deadline:
-            try:
-                async with session.get(f"{scheme}://{url_host(host)}:{port}/healthz", ssl=verify) as response:
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                async with session.get(f"{base}/healthz", ssl=verify) as response:
                     if response.status == 200:
                         return
-            except aiohttp.ClientError:
-                pass
             await asyncio.sleep(0.2)
     raise TimeoutError(f"the gateway did not answer on port {port} within {within_s}s")
 
@@ -215,12 +219,12 @@ async def wait_for_admission(port: int, key: str, within_s: float = 60.0, host: 
     budget of failed keys); a 429, or `within_s` gone: a warning, and the stack is announced all the same."""
     loop = asyncio.get_running_loop()
     deadline, pause = loop.time() + within_s, ADMISSION_FIRST_POLL_S
-    scheme, verify = ("https", ssl.create_default_context(cafile=ca)) if ca else ("http", True)
+    base, verify = gateway_address(port, host, ca)
     async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {key}"},
-                                     timeout=aiohttp.ClientTimeout(total=ADMISSION_ASK_S)) as session:
+                                     timeout=aiohttp.ClientTimeout(total=GATEWAY_ASK_S)) as session:
         while loop.time() < deadline:
             with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                async with session.get(f"{scheme}://{url_host(host)}:{port}/v1/me", ssl=verify) as response:
+                async with session.get(f"{base}/v1/me", ssl=verify) as response:
                     if response.status == 200:
                         return
                     if response.status == 429:
@@ -230,8 +234,10 @@ async def wait_for_admission(port: int, key: str, within_s: float = 60.0, host: 
     log.warning("the gateway did not admit the admin key within %.0fs (is the ledger running?)", within_s)
 
 
-ADMISSION_FIRST_POLL_S, ADMISSION_LAST_POLL_S, ADMISSION_ASK_S = 0.2, 2.0, 5.0
+ADMISSION_FIRST_POLL_S, ADMISSION_LAST_POLL_S = 0.2, 2.0
 """At most ~35 asks in a minute: well inside the gateway's budget of failed keys per address (100 a minute)."""
+GATEWAY_ASK_S = 5.0
+"""The longest one ask of a starting gateway may take (one that hangs is asked again, within the wait)."""
 
 
 def use_config_file(path: Path) -> None:
