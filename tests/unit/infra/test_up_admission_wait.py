@@ -29,7 +29,7 @@ async def test_an_unknown_key_is_asked_about_ever_more_slowly() -> None:
     finally:
         await server.close()
     assert set(asked) == {"Bearer gk-new"}
-    assert 2 <= len(asked) <= 6  # 0.2, 0.4, 0.8, 1.6 s apart: not 15 asks at a steady 0.2 s
+    assert 1 <= len(asked) <= 6  # 0.2, 0.4, 0.8, 1.6 s apart at most (a slow machine asks less): never 15 asks
 
 
 @pytest.mark.parametrize("status", [200, 429], ids=["admitted", "too many failed keys"])
