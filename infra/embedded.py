@@ -9,6 +9,7 @@ import contextlib
 import json
 import logging
 import os
+import random
 import secrets
 import shutil
 import socket
@@ -45,13 +46,39 @@ object by path; S3 reaches both over gRPC), the Iceberg and Lance catalogues, We
 
 
 def free_port(avoid: frozenset[int] = frozenset()) -> int:
-    """A port nobody listens on now, other than those in `avoid` (ports chosen for others, not bound yet)."""
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port not in avoid:
+    """A port nobody listens on now, other than those in `avoid` (ports chosen for others, not bound yet). Drawn
+    below the kernel's ephemeral range: a port from that range may be taken, before its server binds it, by any
+    process's next outgoing connection (a stack's own clients, under load, once took its S3 or broker port)."""
+    below = ephemeral_ports()[0]
+    for _ in range(PORT_DRAWS):
+        port = _DRAW.randrange(PORT_FLOOR, below) if below > PORT_FLOOR + 1000 else _kernel_port()
+        if port not in avoid and bindable(port):
             return port
+    while (port := _kernel_port()) in avoid:
+        pass
+    return port
+
+
+PORT_FLOOR = 15000
+"""Ports below this are left to well-known services; a free one is drawn between this and the ephemeral range."""
+PORT_DRAWS = 50
+_DRAW = random.SystemRandom()
+"""Not the module's generator: a test runner may seed that alike in parallel workers, which would draw alike."""
+
+
+def ephemeral_ports() -> tuple[int, int]:
+    """The range the kernel hands outgoing connections their local port from."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def _kernel_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def venv_binary(name: str) -> str:

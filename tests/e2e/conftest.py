@@ -69,7 +69,7 @@ def start_stack(data_dir: Path, port: int, extra_env: dict[str, str] | None = No
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"sheshnag up exited with {process.returncode}")
+            raise RuntimeError(f"sheshnag up exited with {process.returncode}:\n{last_lines(out.name)}")
         try:
             # Up once it has announced itself: the gateway answers, and the state file the tools read is written.
             if httpx2.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200 \
@@ -79,7 +79,12 @@ def start_stack(data_dir: Path, port: int, extra_env: dict[str, str] | None = No
             pass
         time.sleep(0.3)
     process.kill()
-    raise TimeoutError("the stack did not come up within 120s")
+    raise TimeoutError(f"the stack did not come up within 120s:\n{last_lines(out.name)}")
+
+
+def last_lines(path: str, count: int = 40) -> str:
+    """What `up` said last (why it exited, or where it waits)."""
+    return "\n".join(Path(path).read_text(errors="replace").splitlines()[-count:])
 
 
 def assert_replay_equals_live(stack: RunningStack) -> None:

@@ -1,13 +1,37 @@
-"""The embedded S3 server's inner ports never take a port promised to another server of the stack."""
+"""A chosen port is one no outgoing connection can take before its server binds it, and the embedded S3 server's
+inner ports never take a port promised to another server of the stack."""
 
+import socket
 from pathlib import Path
+from types import SimpleNamespace
 
-from infra.embedded import S3Credentials, free_port, seaweed_command
+import pytest
+
+from infra import embedded
+from infra.embedded import PORT_FLOOR, S3Credentials, ephemeral_ports, free_port, seaweed_command
 
 
 def test_free_port_skips_the_ports_it_is_told_to_avoid() -> None:
     first = free_port()
     assert all(free_port(frozenset({first})) != first for _ in range(50))
+
+
+def test_a_free_port_is_drawn_below_the_range_outgoing_connections_take_theirs_from() -> None:
+    low, _ = ephemeral_ports()
+    drawn = {free_port() for _ in range(20)}
+    assert all(PORT_FLOOR <= port < low for port in drawn)
+    assert len(drawn) > 1, "drawn, not the same port each time (parallel test workers must not pick alike)"
+
+
+def test_a_drawn_port_somebody_listens_on_is_passed_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", free_port()))
+        listener.listen()
+        held = listener.getsockname()[1]
+        other = free_port(frozenset({held}))
+        draws = iter([held, other])
+        monkeypatch.setattr(embedded, "_DRAW", SimpleNamespace(randrange=lambda *_: next(draws)))
+        assert free_port() == other
 
 
 def test_seaweeds_inner_ports_and_their_grpc_twins_avoid_the_gateway_and_broker_ports(tmp_path: Path) -> None:
