@@ -62,8 +62,9 @@ class ExecutorSettings(ServiceSettings):
     """Give up after this many refusals in a row and exit with status 78 (scripts; 1: try once); 0: keep trying,
     backing off."""
     object_broker_wait_s: float = 60.0
-    """Without S3 credentials (`SHESHNAG_S3_ACCESS_KEY` unset) objects are reached through presigned URLs the
-    leading scheduler hands out: how long to wait for one while no scheduler can answer (a leader change)."""
+    """How long to wait for the leading scheduler's answer while none can answer (a leader change): for the facts an
+    executor under authorization (a worker key) sends through the scheduler's fact desk, and, without S3 credentials
+    (`SHESHNAG_S3_ACCESS_KEY` unset), for the presigned URLs its objects are reached through."""
 
     def served_models(self, catalogue: Catalogue) -> list[CatalogueModel]:
         if not self.models:

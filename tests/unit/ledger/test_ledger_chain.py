@@ -42,6 +42,13 @@ def test_a_truncated_log_breaks_where_it_ends() -> None:
     assert found is not None and (checked, found.sequence) == (8, 9)
 
 
+def test_events_deleted_up_to_the_checkpoint_are_missing_not_a_log_that_ends() -> None:
+    log = log_of(10)
+    later = Fact(12, "evt.batch.b0.progressed", b'{"n": 12}')  # one the ledger has not folded yet
+    checked, found = first_break(links_for(log), [*log[:8], later])
+    assert found is not None and (checked, found.sequence) == (8, 9) and "missing" in found.reason
+
+
 def test_an_event_moved_to_another_subject_breaks_the_chain() -> None:
     log = log_of(4)
     moved = [*log[:3], Fact(4, "evt.batch.other.progressed", log[3].data)]

@@ -33,3 +33,9 @@ def test_a_service_process_exports_its_own_families_and_no_other(service: str) -
     assert not exported & others
     if service != "gateway":
         assert "sheshnag_executors " not in scraped
+
+
+@pytest.mark.parametrize("service", sorted(FAMILIES))
+def test_every_service_exports_the_pending_count_its_durable_consumers_set(service: str) -> None:
+    # Each service runs a durable through services/runtime/nats/delivery.py (the gateway: its webhook intake).
+    assert "sheshnag_consumer_pending_messages" in family_names(service)
