@@ -24,6 +24,10 @@ def spend(bucket: Sequence[float] | None, now: float, rate_per_s: float, burst: 
     return [tokens, updated], (1.0 - tokens) / rate_per_s if rate_per_s > 0 else math.inf
 
 
+OWN_BUCKETS_KEPT = 10_000
+"""Own buckets kept before the full ones are forgotten: memory bounded by the owners active in one refill time."""
+
+
 @dataclass
 class ControlCallLimiter:
     """Creates, cancels and deletes spend a token each (reads and lines never do) from buckets every gateway shares,
@@ -33,12 +37,16 @@ class ControlCallLimiter:
     rate_per_s: float
     burst: int
     buckets: dict[str, list[float]] = field(default_factory=dict)
+    forget_at: int = OWN_BUCKETS_KEPT
+    """Past this many own buckets, the full ones are forgotten (a full bucket is one never spent)."""
 
     async def wait_s(self, key_id: str, now: float | None = None) -> float:
         """Spend one token for `key_id`; 0 when allowed, else how long until a token is there."""
         now = time.time() if now is None else now
         rate, burst = self.rate_per_s, self.burst
         self.buckets[key_id], own = spend(self.buckets.get(key_id), now, rate, burst)
+        if len(self.buckets) > self.forget_at:
+            self.forget_full(now)
 
         def spent(bucket: list[float] | None) -> tuple[list[float] | None, float]:
             after, wait = spend(bucket, now, rate, burst)
@@ -50,6 +58,15 @@ class ControlCallLimiter:
         except SharedStateUnavailable as error:
             self.store.fell_back("the control-call limit", error)
             return own
+
+
+    def forget_full(self, now: float) -> None:
+        """Drop every own bucket that has filled again; the next bound is twice what is left (amortized: a busy
+        gateway does not scan on every call)."""
+        refill = self.rate_per_s
+        self.buckets = {owner: bucket for owner, bucket in self.buckets.items()
+                        if bucket[0] + max(0.0, now - bucket[1]) * refill < self.burst}
+        self.forget_at = max(OWN_BUCKETS_KEPT, 2 * len(self.buckets))
 
 
 CONTROL_LIMITER = web.AppKey("control_limiter", ControlCallLimiter)

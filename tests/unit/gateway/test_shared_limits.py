@@ -2,10 +2,11 @@
 wrote them, in whatever order, whatever its clock says."""
 
 import math
+from typing import Never
 
-from services.gateway.adapters.shared_state import MAX_TTL_S, key_of, ttl_of
+from services.gateway.adapters.shared_state import MAX_TTL_S, SharedState, SharedStateUnavailable, key_of, ttl_of
 from services.gateway.http.auth_failures import IDENTITY_LIMIT, TRUST_S, recent, refusal, wait_of, with_failure
-from services.gateway.http.limits import spend
+from services.gateway.http.limits import ControlCallLimiter, spend
 
 
 def test_failures_written_out_of_order_by_two_gateways_are_read_oldest_first() -> None:
@@ -71,3 +72,26 @@ def test_keys_are_valid_for_any_address_apart_per_settings_and_entries_live_a_se
     assert key_of("auth", "10.0.0.1", 100, 60.0) == key_of("auth", "10.0.0.1", 100, 60.0)
     assert key_of("auth", "10.0.0.1", 100, 60.0) != key_of("auth", "10.0.0.1", 4, 60.0)
     assert ttl_of(0.2) == 2.0 and ttl_of(60.0) == 61.0 and ttl_of(1e9) == MAX_TTL_S
+
+
+async def test_a_gateways_own_buckets_keep_the_spent_ones_and_forget_those_full_again() -> None:
+    limiter = ControlCallLimiter(Unreachable(), rate_per_s=1.0, burst=2, forget_at=3)
+    for owner, at in (("a", 0.0), ("b", 0.0), ("c", 9.5)):
+        assert await limiter.wait_s(owner, now=at) == 0.0
+    assert set(limiter.buckets) == {"a", "b", "c"}
+    assert await limiter.wait_s("d", now=10.0) == 0.0  # a and b filled again by then; c has not
+    assert set(limiter.buckets) == {"c", "d"}
+    assert await limiter.wait_s("d", now=10.0) == 0.0 and await limiter.wait_s("d", now=10.0) > 0
+
+
+class Unreachable(SharedState):
+    """Shared counts whose broker never answers: the limiter decides from its own buckets."""
+
+    def __init__(self) -> None:
+        pass
+
+    async def change(self, key: str, step: object, ttl_s: float) -> Never:
+        raise SharedStateUnavailable("stalled", first=False)
+
+    def fell_back(self, what: str, error: SharedStateUnavailable) -> None:
+        pass
