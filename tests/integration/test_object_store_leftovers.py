@@ -17,7 +17,9 @@ def test_a_stopped_object_store_leaves_no_socket_or_log_file_in_tmp(tmp_path: Pa
         deadline = time.monotonic() + 60  # the inner servers come up one after another after S3 listens
         while not all(path.exists() for path in seaweed_leftovers(command)) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert seaweed_leftovers(command) and all(path.exists() for path in seaweed_leftovers(command))
+        missing = [path for path in seaweed_leftovers(command) if not path.exists()]
+        said = (tmp_path / "weed.log").read_text(errors="replace").splitlines()[-30:]
+        assert seaweed_leftovers(command) and not missing, f"never made: {missing}; its log ends:\n" + "\n".join(said)
     finally:
         stop_process(process)
 
