@@ -11,9 +11,10 @@ import signal
 import ssl
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from pydantic import ValidationError
@@ -32,7 +33,7 @@ from infra.batch_cli import add_arguments as add_batch_arguments
 from infra.batch_cli import batch_tool
 from infra.certs import add_arguments as add_certs_arguments
 from infra.certs import certs_tool
-from infra.embedded import free_port, url_host
+from infra.embedded import bindable, free_port, url_host
 from infra.keys import choose_admin_key, local_worker_key, register_key, remember
 from infra.models_push import add_arguments as add_models_arguments
 from infra.models_push import models_tool
@@ -240,6 +241,32 @@ GATEWAY_ASK_S = 5.0
 """The longest one ask of a starting gateway may take (one that hangs is asked again, within the wait)."""
 
 
+def refuse_taken_ports(args: argparse.Namespace) -> None:
+    """A port `up` is told to use that another program holds is said at once, before anything starts (else its
+    server would restart on it until the wait for the stack gives up)."""
+    named = (("--port", args.port, "the gateway"), ("--s3-port", args.s3_port, "the object store"),
+             ("--nats-port", None if args.nats_url else args.nats_port, "the broker"))
+    for option, port, server in named:
+        if port and not bindable(port, args.listen):
+            raise SystemExit(f"sheshnag up: port {port} on {args.listen} (for {server}) is in use by another program, "
+                             f"perhaps another `sheshnag up`; choose another with {option}")
+
+
+async def until_stopped(waiting: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:
+    """Run a start-up wait until it ends (True) or `stop` is set meanwhile (False: a Ctrl-C ends `up` at once)."""
+    wait, stopped = asyncio.create_task(waiting), asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({wait, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (wait, stopped):
+            task.cancel()
+        await asyncio.gather(wait, stopped, return_exceptions=True)
+    if wait.cancelled():
+        return False
+    wait.result()  # its error, if it failed
+    return True
+
+
 def use_config_file(path: Path) -> None:
     """Every process `up` starts reads `path`; a file that would fail a service's start fails `up` first, saying
     why."""
@@ -263,6 +290,7 @@ async def up(args: argparse.Namespace) -> None:
     loop.add_signal_handler(signal.SIGHUP, lambda: None)
     if args.config is not None:
         use_config_file(args.config)
+    refuse_taken_ports(args)
     stack = Stack(args.data_dir.expanduser().resolve(), args.port, args.nats_port or free_port(),
                   args.s3_port or free_port(), args.nats_url, args.listen,
                   webhooks_to_loopback=args.webhooks_to_loopback)
@@ -283,17 +311,17 @@ async def up(args: argparse.Namespace) -> None:
         supervising = asyncio.create_task(stack.supervise(stop))
         own_certificate = "SHESHNAG_GATEWAY_TLS_CERT" in os.environ
         ca = stack.tls.ca if stack.tls and not own_certificate else None
-        await wait_for_gateway(stack.gateway_port, host=stack.listen, ca=ca)
-        if key.plaintext:
-            await wait_for_admission(stack.gateway_port, key.plaintext, host=stack.listen, ca=ca)
-        loop.add_signal_handler(signal.SIGHUP, stack.reload_certificates)
-        env = stack.settings_env()
-        write_state(stack.data_dir, StackState(
-            pid=os.getpid(), gateway_url=stack.gateway_url(),
-            nats_url=stack.nats_url(), s3_endpoint=env["SHESHNAG_S3_ENDPOINT"],
-            ledger_db_path=env["SHESHNAG_LEDGER_DB_PATH"], nats_tls_ca=env.get("SHESHNAG_NATS_TLS_CA")))
-        announce(stack, key.plaintext)
-        await supervising
+        if await until_stopped(wait_for_gateway(stack.gateway_port, host=stack.listen, ca=ca), stop) and (
+                not key.plaintext or await until_stopped(
+                    wait_for_admission(stack.gateway_port, key.plaintext, host=stack.listen, ca=ca), stop)):
+            loop.add_signal_handler(signal.SIGHUP, stack.reload_certificates)
+            env = stack.settings_env()
+            write_state(stack.data_dir, StackState(
+                pid=os.getpid(), gateway_url=stack.gateway_url(),
+                nats_url=stack.nats_url(), s3_endpoint=env["SHESHNAG_S3_ENDPOINT"],
+                ledger_db_path=env["SHESHNAG_LEDGER_DB_PATH"], nats_tls_ca=env.get("SHESHNAG_NATS_TLS_CA")))
+            announce(stack, key.plaintext)
+        await supervising  # at once when stopped during the start
     finally:
         remove_state(stack.data_dir, os.getpid())
         log.info("stopping")

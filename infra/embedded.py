@@ -244,10 +244,17 @@ def _inner_port(chosen: set[int], with_grpc_twin: bool = False) -> int:
             return port
 
 
-def bindable(port: int) -> bool:
-    with socket.socket() as sock:
+def bindable(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a server could listen on `host`:`port` now (a name `host` that does not resolve: not here to say)."""
+    try:
+        family, kind, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                         flags=socket.AI_PASSIVE)[0]
+    except OSError:
+        return True
+    with socket.socket(family, kind) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: a closing connection is no holder
         try:
-            sock.bind(("127.0.0.1", port))
+            sock.bind(address)
         except OSError:
             return False
     return True
