@@ -8,9 +8,12 @@ import sys
 import threading
 from collections.abc import Awaitable, Callable
 
+import uvloop
+
 from services.runtime.process.logfmt import JsonFormatter, TraceFields
 from services.runtime.process.metrics import serve_metrics
 from services.runtime.process.native_stderr import capture as capture_native_stderr
+from services.runtime.process.settings import ConnectionSettings
 from services.runtime.process.telemetry import configure_tracing
 
 
@@ -84,9 +87,16 @@ def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> Non
 
     finished = threading.Event()
     try:
-        asyncio.run(runner())  # its own clean-up (tasks left, the default executor's threads) within the deadline too
+        # Its own clean-up (tasks left, the default executor's threads) within the deadline too.
+        with asyncio.Runner(loop_factory=event_loop_factory()) as loop_runner:
+            loop_runner.run(runner())
     finally:
         finished.set()
+
+
+def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The loop `ConnectionSettings.event_loop` names (None: Python's own)."""
+    return uvloop.new_event_loop if ConnectionSettings().event_loop == "uvloop" else None
 
 
 async def _stop_when_orphaned(stop: asyncio.Event, stop_now: Callable[[], None]) -> None:

@@ -2,7 +2,7 @@
 settings class reads from (environment, then the optional settings file)."""
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -28,6 +28,8 @@ class ConnectionSettings(FileBackedSettings):
 
     model_config = SettingsConfigDict(env_prefix="SHESHNAG_", extra="ignore")
 
+    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
+    """Each service's event loop: uvloop (libuv's; less CPU per message and request) or Python's own."""
     nats_url: str = "nats://127.0.0.1:4222"
     """Where the broker is; for a broker that authorizes connections, with the core user's credentials in it
     (`nats://core:<password>@host:port`). Executors connect with their own (executor id and worker key). A
