@@ -12,7 +12,7 @@ from contracts.subjects import LEDGER_FOLDED, LEDGER_NAME
 from services.ledger.application import Ledger
 from services.ledger.chain import Fact
 from services.ledger.observe import record_fold
-from services.ledger.projection import Projection, folded_records, projection_key, stored
+from services.ledger.projection import Projection, folded_records, in_write_order, projection_key, stored
 from services.ledger.rules import folded_types
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.delivery import LogFollower, ServiceRouter
@@ -183,7 +183,8 @@ async def announce_folds(bus: EventBus, folder: Folder) -> None:
 
 def read_model_sink(read_model: ReadModel) -> Sink:
     async def sink(projections: list[Projection]) -> None:
-        await asyncio.gather(*(read_model.put(projection_key(each), stored(each)) for each in projections))
+        for records in in_write_order(projections):
+            await asyncio.gather(*(read_model.put(projection_key(each), stored(each)) for each in records))
 
     return sink
 

@@ -62,6 +62,18 @@ def folded_records(ledger: Ledger, facts: list[Fact]) -> list[Projection]:
     return [*records_of(touched, ledger.user_of_key), *new_anomalies(touched, facts)]
 
 
+NAMED_BY_OTHERS = (OrganizationRecord, UserRecord, ProviderRecord, FileRecord)
+"""Records that others name (a key its user, an executor its provider, a batch its output and error files)."""
+
+
+def in_write_order(projections: Sequence[Projection]) -> list[list[Projection]]:
+    """One fold's records as the read model must take them, each list after the one before it: those others name
+    first, so no reader finds a batch whose output file it cannot open yet, or a key without its user."""
+    named: list[Projection] = [each for each in projections if isinstance(each, NAMED_BY_OTHERS)]
+    naming: list[Projection] = [each for each in projections if not isinstance(each, NAMED_BY_OTHERS)]
+    return [records for records in (named, naming) if records]
+
+
 def projection_key(projection: Projection) -> str:
     """Where the projection lives in the read model, as its record names it."""
     kind, ident = _KEYS[type(projection)]
