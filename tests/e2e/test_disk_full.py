@@ -194,7 +194,8 @@ def test_a_full_disk_is_refused_early_and_clearly_and_the_stack_recovers_by_itse
         client.phase = "after"
         for batch_id, ids in ((running, running_ids), (doomed, doomed_ids), recovered):
             batch = client.wait_ended(batch_id, 120)
-            assert batch_id == doomed or batch["status"] == "completed", batch
+            why = {name: batch.get(name) for name in ("id", "status", "status_reason", "errors", "request_counts")}
+            assert batch_id == doomed or batch["status"] == "completed", why
             assert lost_and_duplicated(ids, client.lines_of(batch)) == (0, 0), batch
     finally:
         with contextlib.suppress(FileNotFoundError):
