@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +104,26 @@ async def no_task_outlives_the_session(pytestconfig: pytest.Config) -> AsyncIter
         if not task.done():
             task.print_stack(limit=12, file=out)
     os.write(pytestconfig.stash[EXIT_WATCHDOG_FD], f"tasks that would not end:\n{out.getvalue()}".encode())
+
+
+def pause(pid: int, within_s: float = 10.0) -> None:
+    """SIGSTOP `pid`, returning once every thread of it has stopped: on a busy machine a process goes on for a
+    moment after the signal (a stalled broker that answers one more request is no stalled broker)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        states = [_thread_state(stat) for stat in Path(f"/proc/{pid}/task").glob("*/stat")]
+        if states and all(state in "Tt" for state in states):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} did not stop within {within_s}s of SIGSTOP")
+
+
+def _thread_state(stat: Path) -> str:
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0]  # the field after the command, which may hold spaces
+    except (OSError, IndexError):
+        return "T"  # a thread that has gone runs no more
 
 
 @dataclass(frozen=True)

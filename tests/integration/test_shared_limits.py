@@ -16,7 +16,7 @@ from services.gateway.http.limits import ControlCallLimiter
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.kv import open_bucket
 from services.runtime.process.settings import ConnectionSettings
-from tests.conftest import RunningNats
+from tests.conftest import RunningNats, pause
 
 
 async def shared(bus: EventBus, **options: float) -> SharedState:
@@ -73,7 +73,7 @@ async def test_with_its_broker_stalled_a_gateway_answers_from_its_own_counts_the
     state = await shared(bus, timeout_s=1.0, retry_after_s=4.0)
     limiter = ControlCallLimiter(state, rate_per_s=0.001, burst=3)
     assert await limiter.wait_s("key_a") == 0.0
-    os.kill(fresh_nats.process.pid, signal.SIGSTOP)
+    pause(fresh_nats.process.pid)
     try:
         started = time.monotonic()
         first = await limiter.wait_s("key_a")
