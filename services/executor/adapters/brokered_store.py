@@ -17,6 +17,7 @@ from contracts.subjects import object_requests
 from services.executor.adapters.desk import ask_until_answered
 from services.runtime.process.logfmt import BATCH_ID
 from services.runtime.storage.objectstore import ObjectNotFound, https_pool, read_chunks, split_lines
+from services.runtime.storage.write_failures import SAID_CHARS, ObjectStoreAnswered
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +33,8 @@ class ObjectBrokerUnavailable(ConnectionError):
     """No scheduler answered (or could judge) within the wait: none leads, or a new leader is catching up."""
 
 
-class ObjectTransferFailed(OSError):
-    """The object store answered a presigned request with an error."""
+class ObjectTransferFailed(ObjectStoreAnswered):
+    """The object store answered a presigned request with an error (a full or failing one is waited out)."""
 
 
 def http_pool(ca: Path | None = None) -> urllib3.PoolManager:
@@ -144,10 +145,11 @@ class BrokeredObjectStore:
     def _open(self, url: str, key: str) -> urllib3.BaseHTTPResponse:
         response = self.http.request("GET", url, preload_content=False)
         if response.status != 200:
+            said = response.read(SAID_CHARS).decode(errors="replace")
             _release(response)
             if response.status == 404:
                 raise ObjectNotFound(key)
-            raise ObjectTransferFailed(f"GET {key}: HTTP {response.status}")
+            raise ObjectTransferFailed(f"GET {key}", response.status, said)
         return response
 
     def _read_all(self, url: str, key: str) -> bytes:
@@ -160,7 +162,7 @@ class BrokeredObjectStore:
     def _put(self, url: str, key: str, data: bytes, content_type: str) -> None:
         response = self.http.request("PUT", url, body=data, headers={"Content-Type": content_type})
         if response.status != 200:
-            raise ObjectTransferFailed(f"PUT {key}: HTTP {response.status}")
+            raise ObjectTransferFailed(f"PUT {key}", response.status, response.data.decode(errors="replace"))
 
 
 def _release(response: urllib3.BaseHTTPResponse) -> None:

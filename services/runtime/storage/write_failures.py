@@ -33,6 +33,18 @@ BROKER_DOWN = (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.err
 CHAIN_DEPTH = 6
 
 
+class ObjectStoreAnswered(OSError):
+    """The object store's error answer to a request made without its client (a presigned URL): its status and the
+    start of what it said, which tell a full or failing store (a fault to wait out) from a refusal."""
+
+    def __init__(self, what: str, status: int, said: str = "") -> None:
+        super().__init__(f"{what}: HTTP {status}" + (f" ({said[:SAID_CHARS]})" if said else ""))
+        self.status, self.said = status, said
+
+
+SAID_CHARS = 300
+
+
 def write_fault(error: BaseException) -> WriteFault | None:
     """The fault `error` (or an error it was raised from) is, or None for any other failure."""
     seen: BaseException | None = error
@@ -58,6 +70,10 @@ def _fault_of(error: BaseException) -> WriteFault | None:
     if isinstance(error, urllib3.exceptions.HTTPError):
         # minio retries a 500 until urllib3 gives up: SeaweedFS's full disk comes through here, its words lost.
         return "storage_full" if _says_full(str(error)) else "object_store_unavailable"
+    if isinstance(error, ObjectStoreAnswered):
+        if error.status == 507 or _says_full(error.said):
+            return "storage_full"
+        return "object_store_unavailable" if error.status >= 500 else None
     if isinstance(error, sqlite3.OperationalError):
         return "storage_full" if _says_full(str(error)) else None
     if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):

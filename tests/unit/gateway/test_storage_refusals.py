@@ -24,7 +24,7 @@ from services.runtime.storage.volumes import (
     measure_paths,
     reserve_for,
 )
-from services.runtime.storage.write_failures import through_write_faults, write_fault
+from services.runtime.storage.write_failures import ObjectStoreAnswered, through_write_faults, write_fault
 
 MIB, GIB = 2**20, 2**30
 
@@ -70,6 +70,11 @@ def test_paths_are_measured_and_one_that_cannot_be_is_left_out(tmp_path: Path) -
     (urllib3.exceptions.MaxRetryError(None, "/sheshnag/x", "too many 500 error responses"),  # type: ignore[arg-type]
      "object_store_unavailable"),
     (OSError(errno.ENOSPC, "No space left on device"), "storage_full"),
+    # An executor's presigned PUT, answered by a full SeaweedFS, a failing one, and one refusing the request.
+    (ObjectStoreAnswered("PUT k", 500, "<Error><Message>No writable volumes</Message></Error>"), "storage_full"),
+    (ObjectStoreAnswered("PUT k", 507), "storage_full"),
+    (ObjectStoreAnswered("PUT k", 503, "<Error><Code>ServiceUnavailable</Code></Error>"), "object_store_unavailable"),
+    (ObjectStoreAnswered("PUT k", 403, "<Error><Code>AccessDenied</Code></Error>"), None),
     (sqlite3.OperationalError("database or disk is full"), "storage_full"),
     (ValueError("a line that does not parse"), None),
     (nats.js.errors.BadRequestError(code=400, err_code=10058, description="stream name already in use"), None),
