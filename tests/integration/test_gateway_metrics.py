@@ -48,7 +48,8 @@ async def write_batches(gateway: Gateway, tag: str, first: int, count: int) -> l
 
 
 class ReadCounter:
-    """Counts the records the read model reads (scans' records and single gets), by wrapping its module's reads."""
+    """Counts the batch records the read model reads (scans' records and single gets), by wrapping its module's
+    reads: a key looked up again meanwhile (its cache entry aged out on a slow machine) is no batch record."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.records = 0
@@ -59,14 +60,16 @@ class ReadCounter:
     def _counting(self, scan: Callable[..., Awaitable[list[Any]]]) -> Callable[..., Awaitable[list[Any]]]:
         async def counted(*args: Any, **kwargs: Any) -> list[Any]:
             found = await scan(*args, **kwargs)
-            self.records += len(found)
+            if "batch" in str(kwargs.get("key_filter", args[1] if len(args) > 1 else ">")):
+                self.records += len(found)
             return found
         return counted
 
     def _counting_get(self, get: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-        async def counted(*args: Any, **kwargs: Any) -> Any:
-            self.records += 1
-            return await get(*args, **kwargs)
+        async def counted(read_model: ReadModel, key: str, model: type[Any]) -> Any:
+            if model is BatchRecord:
+                self.records += 1
+            return await get(read_model, key, model)
         return counted
 
 
