@@ -71,9 +71,7 @@ def _fault_of(error: BaseException) -> WriteFault | None:
         # minio retries a 500 until urllib3 gives up: SeaweedFS's full disk comes through here, its words lost.
         return "storage_full" if _says_full(str(error)) else "object_store_unavailable"
     if isinstance(error, ObjectStoreAnswered):
-        if error.status == 507 or _says_full(error.said):
-            return "storage_full"
-        return "object_store_unavailable" if error.status >= 500 else None
+        return _answered_fault(error)
     if isinstance(error, sqlite3.OperationalError):
         return "storage_full" if _says_full(str(error)) else None
     if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -81,6 +79,12 @@ def _fault_of(error: BaseException) -> WriteFault | None:
     if isinstance(error, BROKER_DOWN):
         return "broker_unavailable"
     return None
+
+
+def _answered_fault(answer: ObjectStoreAnswered) -> WriteFault | None:
+    if answer.status == 507 or _says_full(answer.said):
+        return "storage_full"
+    return "object_store_unavailable" if answer.status >= 500 else None
 
 
 def _says_full(text: str | None) -> bool:
