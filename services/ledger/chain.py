@@ -82,8 +82,7 @@ class ChainCheck:
             if self.seen in self.expected:
                 self.found = Break(self.seen, "the event is missing from the log")
                 return
-        if fact.sequence > self.last:  # past the checkpoint: the gap before it held nothing the ledger chained
-            self.seen = self.last
+        if fact.sequence > self.last:  # past the checkpoint: the gap up to it held nothing the ledger chained
             return
         self.seen = fact.sequence
         if fact.sequence not in self.expected:

@@ -26,7 +26,6 @@ async def test_closing_a_connection_whose_broker_is_gone_gives_up_within_its_bou
     assert time.monotonic() - started < 30.0  # it returns (bounded), where an unbounded close waits for ever
 
 
-
 class _Command(BaseModel):
     n: int
 

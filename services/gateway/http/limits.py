@@ -59,7 +59,6 @@ class ControlCallLimiter:
             self.store.fell_back("the control-call limit", error)
             return own
 
-
     def forget_full(self, now: float) -> None:
         """Drop every own bucket that has filled again; the next bound is twice what is left (amortized: a busy
         gateway does not scan on every call)."""

@@ -20,10 +20,6 @@ from services.gateway.usecases import accounts as usecases
 from services.gateway.usecases.accounts import DEFAULT_ORGANIZATION, organization_object, user_object
 from services.gateway.usecases.refusals import not_found
 
-KEYS = "keys"
-USAGE_READS_AT_ONCE = 64
-"""Keys whose last use is read at once while a list of keys is answered (a read each, not one after another)."""
-
 
 async def create_user(request: web.Request) -> web.Response:
     return answer(await usecases.create_user(accounts(request), await read_body(request, CreateUser)))

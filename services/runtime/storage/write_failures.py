@@ -39,7 +39,7 @@ class ObjectStoreAnswered(OSError):
 
     def __init__(self, what: str, status: int, said: str = "") -> None:
         super().__init__(f"{what}: HTTP {status}" + (f" ({said[:SAID_CHARS]})" if said else ""))
-        self.status, self.said = status, said
+        self.status, self.said = status, said[:SAID_CHARS]
 
 
 SAID_CHARS = 300

@@ -18,6 +18,8 @@ def test_free_port_skips_the_ports_it_is_told_to_avoid() -> None:
 
 def test_a_free_port_is_drawn_below_the_range_outgoing_connections_take_theirs_from() -> None:
     low, _ = ephemeral_ports()
+    if low <= PORT_FLOOR + 1000:
+        pytest.skip(f"this host's ephemeral range starts at {low}: no room below it, the kernel chooses")
     drawn = {free_port() for _ in range(20)}
     assert all(PORT_FLOOR <= port < low for port in drawn)
     assert len(drawn) > 1, "drawn, not the same port each time (parallel test workers must not pick alike)"
