@@ -224,14 +224,15 @@ class Measured:
 
 
 def start_profiles(stack: RunningStack, folder: Path | None, workload: str) -> list[subprocess.Popen[bytes]]:
-    """One py-spy sampler per service (raw collapsed stacks), stopped by `stop_profiles`."""
+    """One py-spy sampler per service (raw collapsed stacks of the thread holding the GIL: where its Python CPU
+    goes, not where it waits), stopped by `stop_profiles`."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if folder is None:
         return []
     folder.mkdir(parents=True, exist_ok=True)
     tag = "".join(c if c.isalnum() else "-" for c in workload)
     return [subprocess.Popen([spy, "record", "--pid", str(stack.service_pid(name)), "--format", "raw", "--rate",
-                              "200", "--nonblocking", "-o", str(folder / f"{tag}-{name}.collapsed")],
+                              "200", "--nonblocking", "--gil", "-o", str(folder / f"{tag}-{name}.collapsed")],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for name in SERVICES]
 
 
