@@ -92,7 +92,7 @@ class LedgerApp:
         await index_owners(bus, ledger, sink, checkpoint)
         await index_read_model(ledger, read_model, checkpoint)
         folder = self.folder = Folder(ledger, sink, checkpoint, self.settings.group_size, self.settings.fold_pace_s,
-                                      self.settings.fold_busy_facts_per_s)
+                                      self.settings.fold_busy_facts_per_s, self.settings.fold_gather_s)
         head = await eventlog.head(bus)
         log.info("ledger resumes after sequence %d; stream head is %d", checkpoint, head)
         retention = Retention(bus, read_model, self._archive(), ledger, Policy(

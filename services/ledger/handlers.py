@@ -34,13 +34,15 @@ class Folder:
     """Takes facts from the ordered reader and folds them in groups, in stream order."""
 
     def __init__(self, ledger: Ledger, sink: Sink, start_after: int, group_size: int = 1000,
-                 pace_s: float = 0.0, busy_facts_per_s: float = 250.0) -> None:
+                 pace_s: float = 0.0, busy_facts_per_s: float = 250.0, gather_s: float = 0.0) -> None:
         self.ledger = ledger
         self.sink = sink
         self.group_size = group_size
         self.pace_s = pace_s
         """While busy, a group starts at least this long after the previous one (`LedgerSettings.fold_pace_s`)."""
         self.busy_facts_per_s = busy_facts_per_s
+        self.gather_s = gather_s
+        """A live group waits this long for more facts when none is queued (`LedgerSettings.fold_gather_s`)."""
         self._last_group_at = 0.0
         self._recent: deque[tuple[float, int]] = deque()
         """(when, how many facts) of the groups started in the last second."""
@@ -86,16 +88,18 @@ class Folder:
             await self._materialised()
 
     async def _paced(self) -> None:
-        """While busy with live facts, wait out what is left of `pace_s` since the previous group started."""
+        """While live, let more facts join the group: `gather_s` when no other delivery is queued yet, and while busy
+        what is left of `pace_s` since the previous group started. A backlog folds as fast as it can."""
         loop = asyncio.get_running_loop()
         now = loop.time()
         while self._recent and self._recent[0][0] < now - BUSY_WINDOW_S:
             self._recent.popleft()
         busy = sum(count for _, count in self._recent) >= self.busy_facts_per_s * BUSY_WINDOW_S
-        catching_up = self.head_seen - self.folded_through > self.group_size  # a backlog folds as fast as it can
-        wait = self._last_group_at + self.pace_s - now
-        if busy and not catching_up and wait > 0:
-            await asyncio.sleep(wait)
+        if self.head_seen - self.folded_through <= self.group_size:
+            wait = max(self._last_group_at + self.pace_s - now if busy else 0.0,
+                       self.gather_s if self._queue.empty() else 0.0)
+            if wait > 0:
+                await asyncio.sleep(wait)
         self._last_group_at = loop.time()
 
     async def wait_through(self, sequence: int) -> None:

@@ -91,3 +91,38 @@ async def test_a_quiet_log_folds_each_fact_at_once_whatever_the_pace(ledger: Led
         await asyncio.wait_for(folder.wait_through(sequence), 10)  # far less than the 30 s pace
     stop.set()
     await worker
+
+
+async def test_a_quiet_log_gathers_a_quick_run_of_facts_into_one_fold_and_one_put(ledger: Ledger) -> None:
+    puts: list[list[Projection]] = []
+
+    async def sink(projections: list[Projection]) -> None:
+        puts.append(projections)
+
+    folder = Folder(ledger, sink, start_after=0, group_size=1000, gather_s=1.0)
+    stop = asyncio.Event()
+    worker = asyncio.create_task(folder.run(stop))
+    await folder.receive([fact(1, created(BATCH))])  # alone: the fold waits for more, as a create's facts come
+    await asyncio.sleep(0.05)  # taken (else both would be queued, and folded together anyway)
+    await folder.receive([fact(2, created("batch_folder2")), fact(3, created(BATCH))])
+    await asyncio.wait_for(folder.wait_through(3), 10)
+    stop.set()
+    await worker
+    assert len(puts) == 1  # one fold, one put: not one per delivery
+    records = [p for p in puts[0] if isinstance(p, BatchRecord)]
+    assert sorted(p.batch.id for p in records) == [BATCH, "batch_folder2"]
+    assert next(p for p in records if p.batch.id == BATCH).last_sequence == 3
+
+
+async def test_a_backlog_is_folded_without_waiting_to_gather(ledger: Ledger) -> None:
+    async def sink(projections: list[Projection]) -> None:
+        pass
+
+    folder = Folder(ledger, sink, start_after=0, group_size=10, gather_s=30.0)
+    folder.head_seen = 1_000  # the stream holds far more than a group past the checkpoint
+    stop = asyncio.Event()
+    worker = asyncio.create_task(folder.run(stop))
+    await folder.receive([fact(1, created(BATCH))])
+    await asyncio.wait_for(folder.wait_through(1), 10)  # far less than the 30 s gather
+    stop.set()
+    await worker
