@@ -16,16 +16,24 @@ ENDED = TERMINAL | {"cancelling"}
 
 async def revoke_key(bus: EventBus, read_model: ReadModel, key_sha256: str, by_key_id: str | None) -> list[str]:
     """Revoke the key and stop its live batches; return the ids of the batches told to stop."""
+    return (await revoke(bus, read_model, key_sha256, by_key_id))[1]
+
+
+async def revoke(bus: EventBus, read_model: ReadModel, key_sha256: str,
+                 by_key_id: str | None) -> tuple[int | None, list[str]]:
+    """`revoke_key`, with the stream sequence of the revocation stated now (None: the key was revoked already), for
+    a caller that reads its own write back."""
     record = await read_model.get_api_key(key_sha256)
     if record is None:
         raise LookupError(key_sha256)
+    sequence = None
     if not record.revoked:
-        await bus.publish(KeyRevoked(aggregate_id=key_aggregate_id(record.key_id, key_sha256),
-                                     key_sha256=key_sha256, revoked_by_key_id=by_key_id))
+        sequence = await bus.publish(KeyRevoked(aggregate_id=key_aggregate_id(record.key_id, key_sha256),
+                                                key_sha256=key_sha256, revoked_by_key_id=by_key_id))
     live = [r.batch.id for r in await read_model.owner_live_batches(record.owner)  # its owner's live list alone
             if r.owner_key_id == record.key_id and r.batch.status not in ENDED]
-    return [batch_id for batch_id in live if await stop_batch(bus, batch_id, by_key_id or "operator",
-                                                              "authorization_revoked")]
+    return sequence, [batch_id for batch_id in live if await stop_batch(bus, batch_id, by_key_id or "operator",
+                                                                        "authorization_revoked")]
 
 
 async def stop_batch(bus: EventBus, batch_id: str, by_key_id: str, code: CancelCode) -> bool:

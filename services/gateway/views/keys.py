@@ -18,7 +18,7 @@ from services.gateway.http.bodies import answer, read_body
 from services.gateway.usecases import accounts as usecases
 from services.gateway.usecases.oversight import managed_provider, organization_of
 from services.gateway.usecases.refusals import ApiError, not_found
-from services.gateway.usecases.revocation import find_key, revoke_key
+from services.gateway.usecases.revocation import find_key, revoke
 
 KEYS = "keys"
 USAGE_READS_AT_ONCE = 64
@@ -112,10 +112,14 @@ async def _revoke(request: web.Request, workers: bool) -> web.Response:
 
 
 async def revoked(request: web.Request, digest: str, key_id: str) -> web.Response:
-    """Revoke the key (`key_id`, `digest`) for the caller: its live batches stop."""
+    """Revoke the key (`key_id`, `digest`) for the caller: its live batches stop. Answered once the read model
+    shows it revoked (or after `read_your_writes_s`), so the caller's next list does."""
     d = deps(request)
-    cancelled = await revoke_key(d.bus, d.read_model, digest, principal(request).key_id)
+    sequence, cancelled = await revoke(d.bus, d.read_model, digest, principal(request).key_id)
     d.keys.forget(f"apikey.{digest}")  # this gateway refuses it at once; others on their watch
+    if sequence is not None:
+        await d.folds.read_back(lambda: d.read_model.get_api_key(digest), sequence, d.settings.read_your_writes_s,
+                                lambda record: record.revoked)
     return answer(DeletedApiKey(id=key_id, cancelled_batches=cancelled))
 
 
