@@ -4,6 +4,7 @@ import asyncio
 import faulthandler
 import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -51,6 +52,8 @@ def dump_asyncio_tasks(fd: int) -> Callable[[int, FrameType | None], None]:
 
 
 RERUN_TAIL_LINES = 60
+OWN_FRAME = re.compile(r"^(?:tests|services|infra|contracts|bench)/[\w/.]+\.py:\d+: ")
+"""A frame's location line in pytest's long report, in this project's code (`tests/e2e/test_x.py:127: in f`)."""
 FIRST_TRIES_FAILED: list[str] = []
 """In the process that reports (xdist's controller): why each rerun test failed its first try."""
 
@@ -59,8 +62,12 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """A test that failed and is run once more (`--reruns`): why its first try failed is kept for the summary (the
     plugin's own report names the test only, so a flaky test's cause was lost)."""
     if report.outcome == "rerun" and report.longrepr is not None:
-        tail = "\n".join(report.longreprtext.splitlines()[-RERUN_TAIL_LINES:])
-        FIRST_TRIES_FAILED.append(f"{report.nodeid} ({report.when}):\n{tail}")
+        lines = report.longreprtext.splitlines()
+        # The frames of our own code, outermost first: the tail alone is often a library's frame (the SDK's raise).
+        ours = [line for line in lines if OWN_FRAME.match(line)]
+        tail = "\n".join(lines[-RERUN_TAIL_LINES:])
+        where = "".join(f"  at {line}\n" for line in ours)
+        FIRST_TRIES_FAILED.append(f"{report.nodeid} ({report.when}):\n{where}{tail}")
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
