@@ -31,6 +31,8 @@ BROKER_DOWN = (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.err
                nats.errors.ConnectionReconnectingError, nats.errors.StaleConnectionError,
                nats.errors.NoServersError, nats.errors.OutboundBufferLimitError)
 CHAIN_DEPTH = 6
+SAID_CHARS = 300
+"""How much of an object store's error answer is kept (its code and message come first)."""
 
 
 class ObjectStoreAnswered(OSError):
@@ -38,11 +40,9 @@ class ObjectStoreAnswered(OSError):
     start of what it said, which tell a full or failing store (a fault to wait out) from a refusal."""
 
     def __init__(self, what: str, status: int, said: str = "") -> None:
-        super().__init__(f"{what}: HTTP {status}" + (f" ({said[:SAID_CHARS]})" if said else ""))
-        self.status, self.said = status, said[:SAID_CHARS]
-
-
-SAID_CHARS = 300
+        said = said[:SAID_CHARS]
+        super().__init__(f"{what}: HTTP {status}" + (f" ({said})" if said else ""))
+        self.status, self.said = status, said
 
 
 def write_fault(error: BaseException) -> WriteFault | None:
