@@ -19,6 +19,7 @@ from services.runtime.nats.kv import (
     latest_entries,
     open_bucket,
     read_last,
+    read_latest,
     read_subject,
     read_value,
 )
@@ -55,6 +56,17 @@ async def test_a_value_on_a_single_replica_bucket_is_read_by_one_direct_get(bus:
     assert [await read_value(kv, f"owner.{owner}.live") for owner in "aaabc"] == [b"{}"] * 3 + [None] * 2
     await bus.nc.flush()
     assert asked == {"direct": 5}
+
+
+async def test_a_key_is_read_by_one_direct_get_on_a_single_replica_bucket_found_or_not(bus: EventBus) -> None:
+    kv = await _bucket(bus)
+    await kv.put("file.f1", b"{}")
+    assert await read_latest(kv, "file.f0") is None  # the bucket's replicas asked once, and kept a while
+    asked = await api_requests(bus, kv.stream)
+
+    assert [await read_latest(kv, key) for key in ("file.f1", "file.f2")] == [b"{}", None]
+    await bus.nc.flush()
+    assert asked == {"direct": 2}
 
 
 async def test_a_scan_returns_every_live_key_across_many_pages_and_skips_deleted_ones(bus: EventBus) -> None:

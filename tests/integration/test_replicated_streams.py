@@ -1,7 +1,7 @@
 """Streams and KV buckets on a real 3-node JetStream cluster: made with the configured replicas, scaled up when found
-with fewer, read back with every acknowledged write in them (what a limit counts: from the stream's leader), and,
-with no leader to ask, refused fast rather than answered by a replica that may lag; a single broker refuses replicas
-outright."""
+with fewer, read back with every acknowledged write in them (what a limit counts: from the stream's leader; a record
+a replica does not show: from the leader too, before it is called missing), and, with no leader to ask, refused fast
+rather than answered by a replica that may lag; a single broker refuses replicas outright."""
 
 import asyncio
 import secrets
@@ -112,6 +112,21 @@ async def test_what_the_owners_limits_count_is_read_from_the_leader_never_from_a
     assert await read_model.owner_file_ids_by_sha256("user-alice", "ab" * 32) == ["f1"]
     await bus.nc.flush()
     assert asked == {"leader": 3}
+
+
+async def test_a_record_no_replica_shows_is_asked_of_the_leader_before_it_is_called_missing(bus: EventBus) -> None:
+    """A direct get may be answered by a replica a commit behind, or catching up after a restart: its miss is not
+    the last word (a user would get a 404 for a file that exists). What it finds is taken as it is."""
+    read_model = ReadModel(await open_bucket(bus, f"read_{secrets.token_hex(4)}", scans=True))
+    await read_model.put("file.f1", file_record("f1", size=100))
+    assert await read_model.get_file("f0") is None  # the replicas asked once, and kept a while
+    asked = await api_requests(bus, read_model.kv.stream)
+
+    found, missing = await read_model.get_file("f1"), await read_model.get_file("f2")
+
+    await bus.nc.flush()
+    assert (found.file.id if found else None, missing) == ("f1", None)
+    assert asked == {"direct": 2, "leader": 1}
 
 
 async def test_with_no_leader_a_coherent_read_is_refused_fast_and_a_heartbeat_read_still_answers(

@@ -11,7 +11,7 @@ import nats.js.errors
 from pydantic import BaseModel
 
 from contracts.api.webhook import WebhookDelivery, WebhookEndpoint
-from services.runtime.nats.kv import Bucket, erase, latest_entries
+from services.runtime.nats.kv import Bucket, erase, latest_entries, read_latest
 
 ENDPOINT = "endpoint"
 DELIVERY = "delivery"
@@ -68,11 +68,8 @@ class WebhookStore:
         return await self._get(self._delivery_key(endpoint_id, delivery_id), WebhookDelivery)
 
     async def _get(self, key: str, model: type[Stored]) -> Stored | None:
-        try:
-            entry = await self.kv.get(key)
-        except nats.js.errors.KeyNotFoundError:
-            return None
-        return model.model_validate_json(entry.value) if entry.value else None
+        raw = await read_latest(self.kv, key)
+        return None if raw is None else model.model_validate_json(raw)
 
     async def save_delivery(self, delivery: WebhookDelivery) -> None:
         await self.kv.put(self._delivery_key(delivery.endpoint_id, delivery.id), delivery.model_dump_json().encode())

@@ -2,7 +2,8 @@
 streams without consumers: batched direct gets (`next_by_subj`, `batch`) leave nothing on the server and read to the
 stream's end, never cut short by a quiet spell. On a replicated stream a lagging replica may answer a direct get, so a
 read counts only once it reaches the leader's last sequence on its subject (`leader_floor`: a stream-leader get is
-coherent with every acknowledged publish); `read_value` asks the leader itself."""
+coherent with every acknowledged publish); `read_value` asks the leader itself, and `read_latest` asks it when a
+direct get finds nothing."""
 
 import asyncio
 import time
@@ -149,6 +150,20 @@ async def read_value(bucket: Bucket, key: str) -> bytes | None:
     except nats.js.errors.KeyNotFoundError:
         return None
     return entry.value or None
+
+
+async def read_latest(bucket: Bucket, key: str) -> bytes | None:
+    """The key's value (None: never written, deleted or expired) by a direct get, which any replica may answer. A
+    miss on a replicated bucket is asked again of the stream's leader (`read_value`): a replica lagging by a commit,
+    or catching up after a restart, does not hold every acknowledged write yet, and what exists is never reported
+    missing. A value it answers may be a revision behind the leader's."""
+    try:
+        entry = await bucket.get(key)
+    except nats.js.errors.KeyNotFoundError:
+        entry = None
+    if entry is not None and entry.value:
+        return entry.value
+    return await read_value(bucket, key) if await replicated(bucket.js, bucket.stream) else None
 
 
 async def erase(bucket: Bucket, key: str) -> None:

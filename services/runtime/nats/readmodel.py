@@ -6,7 +6,6 @@ from collections import OrderedDict, defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-import nats.js.errors
 from pydantic import BaseModel, model_validator
 
 from contracts.lifecycle import TERMINAL
@@ -30,6 +29,7 @@ from services.runtime.nats.kv import (
     latest_values,
     open_bucket,
     read_last,
+    read_latest,
     read_value,
     replicated,
 )
@@ -97,11 +97,8 @@ class ReadModel:
         return cls(await open_bucket(bus, READ_MODEL_BUCKET, scans=True))
 
     async def _get(self, key: str, model: type[Record]) -> Record | None:
-        try:
-            entry = await self.kv.get(key)
-        except nats.js.errors.KeyNotFoundError:
-            return None
-        return None if entry.value is None else model.model_validate_json(entry.value)
+        raw = await read_latest(self.kv, key)
+        return None if raw is None else model.model_validate_json(raw)
 
     async def _scan(self, prefix: str, model: type[Record]) -> list[Record]:
         return [model.model_validate_json(value) for value in await latest_values(self.kv, f"{prefix}.>")]
