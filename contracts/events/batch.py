@@ -277,6 +277,8 @@ class AttemptFailed(BatchEvent):
 
 class BatchCancelRequested(BatchEvent):
     name: ClassVar = "cancel_requested"
+    dedup_fields: ClassVar = ("code",)
+    """One per code: the owner's cancel and a revocation's stop are two facts."""
     type: Literal["batch.cancel_requested"] = "batch.cancel_requested"
     requested_by_key_id: str
     code: CancelCode = "batch_cancelled"

@@ -13,14 +13,16 @@ def now_ms() -> int:
 
 
 class Event(BaseModel):
-    """Base of all events. `event_id` is the `Nats-Msg-Id`: the same fact always gets the same id."""
+    """Base of all events. `event_id` is the `Nats-Msg-Id`: the same fact always gets the same id, and facts of
+    different kinds never share one (a user and an organisation both named `acme` are two facts, not one deduplicated
+    away)."""
 
     model_config = ConfigDict(frozen=True)
 
     kind: ClassVar[AggregateKind]
     name: ClassVar[str]
     dedup_fields: ClassVar[tuple[str, ...]] = ()
-    """Payload fields that, with the aggregate id and type, make one occurrence of this fact unique."""
+    """Payload fields that, with the kind, aggregate id and name, make one occurrence of this fact unique."""
     correlated_by: ClassVar[str | None] = None
     """The field naming the batch this fact belongs to, its `correlation_id` unless one is given."""
 
@@ -46,7 +48,7 @@ class Event(BaseModel):
                 # Without an aggregate id the fact is invalid: pydantic says so (a ValidationError every reader
                 # skips), rather than a KeyError here that would wedge a reader on one malformed message.
                 parts = [str(data.get(field, "")) for field in cls.dedup_fields]
-                data["event_id"] = ":".join([data["aggregate_id"], cls.name, *parts])
+                data["event_id"] = ":".join([cls.kind, data["aggregate_id"], cls.name, *parts])
         return data
 
     @property

@@ -87,6 +87,22 @@ async def test_an_admin_creates_lists_and_retrieves_organizations(gateway: Gatew
         assert missing.status == 404 and (await missing.json())["error"]["type"] == "not_found_error", missing_id
 
 
+async def test_an_organization_and_a_user_of_one_name_are_both_created(gateway: Gateway) -> None:
+    """Neither create is taken for a repeat of the other (their facts' ids name their kinds) and answered 200 for a
+    record that never appears."""
+    admin = await admin_key(gateway)
+    name = f"acme-{secrets.token_hex(3)}"
+    organization = await gateway.client.post("/v1/organization/organizations", json={"id": name}, headers=admin)
+    user = await gateway.client.post("/v1/organization/users", json={"id": name, "organization_id": name},
+                                     headers=admin)
+    assert (organization.status, user.status) == (200, 200), await user.text()
+
+    shown = await gateway.client.get(f"/v1/organization/organizations/{name}", headers=admin)
+    users = (await (await gateway.client.get("/v1/organization/users", headers=admin)).json())["data"]
+    assert shown.status == 200
+    assert [u["organization_id"] for u in users if u["id"] == name] == [name]
+
+
 async def test_a_user_key_may_not_manage_organizations(gateway: Gateway) -> None:
     _, (key, _) = await user_with_keys(gateway, await admin_key(gateway))
     for method, path in [("POST", "/v1/organization/organizations"), ("GET", "/v1/organization/organizations"),

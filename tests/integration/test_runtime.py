@@ -12,6 +12,8 @@ from nats.js.api import DeliverPolicy
 
 from contracts.commands import FinalizeBatch
 from contracts.events.batch import LineRejected
+from contracts.events.key import UserCreated
+from contracts.events.organization import OrganizationCreated
 from contracts.subjects import EVENTS_STREAM, WORK_STREAM, batch_events, executor_finalize_durable
 from contracts.terms import BatchTerms
 from services.runtime.nats.broker import ServiceBroker
@@ -36,6 +38,16 @@ async def test_the_same_fact_published_twice_is_stored_once(bus: EventBus) -> No
     assert message.metadata.num_pending == 0
     await sub.unsubscribe()
     assert received == [first]
+
+
+async def test_facts_of_two_kinds_with_one_aggregate_id_and_name_are_two_facts(bus: EventBus) -> None:
+    aggregate_id = f"acme-{uuid.uuid4().hex[:8]}"  # an id an admin chooses for both a user and an organisation
+
+    user = await bus.publish(UserCreated(aggregate_id=aggregate_id, organization_id=aggregate_id))
+    organization = await bus.publish(OrganizationCreated(aggregate_id=aggregate_id))
+
+    assert user != organization
+    assert organization == await bus.publish(OrganizationCreated(aggregate_id=aggregate_id))  # a repeat is one fact
 
 
 async def test_a_command_sent_twice_is_handled_once_with_its_batch_as_the_context(

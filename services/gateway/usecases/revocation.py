@@ -39,8 +39,7 @@ async def revoke(bus: EventBus, read_model: ReadModel, key_sha256: str,
 async def stop_batch(bus: EventBus, batch_id: str, by_key_id: str, code: CancelCode) -> bool:
     """Whether a live batch was told to stop, its lines not run ending with `code` (only before it is finalizing)."""
     try:
-        await bus.publish(BatchCancelRequested(aggregate_id=batch_id, requested_by_key_id=by_key_id, code=code,
-                                               event_id=f"{batch_id}:cancel_requested:{code}"),
+        await bus.publish(BatchCancelRequested(aggregate_id=batch_id, requested_by_key_id=by_key_id, code=code),
                           fence=Fence(batch_fact(batch_id, "finalizing"), 0))
     except FenceMoved:
         return False
