@@ -20,6 +20,14 @@ class ExpiresAfter(BaseModel):
     """How long after creation the file expires."""
 
 
+DEFAULT_WINDOWS = [{"pattern": r"^0*(2[4-9]|[3-9][0-9]|1[0-5][0-9]|16[0-8])h$"},
+                   {"pattern": r"^0*(14[4-9][0-9]|1[5-9][0-9]{2}|[2-9][0-9]{3}|100[0-7][0-9]|10080)m$"},
+                   {"pattern": r"^0*(86[4-9][0-9]{2}|8[7-9][0-9]{3}|9[0-9]{4}|[1-5][0-9]{5}|60[0-3][0-9]{3}|"
+                               r"604[0-7][0-9]{2}|604800)s$"}]
+"""The windows a deployment on its defaults takes, 24 to 168 hours, as the document states them (in hours, minutes
+or seconds); one that lowers the minimum takes shorter ones too."""
+
+
 class BatchCreateRequest(BaseModel):
     # OpenAI refuses a parameter it does not know rather than ignore it (`unknown_parameter`); so do we.
     model_config = ConfigDict(extra="forbid")
@@ -29,7 +37,8 @@ class BatchCreateRequest(BaseModel):
     """A file uploaded with purpose `batch`."""
     endpoint: Annotated[Endpoint, refused_as(
         "unsupported_endpoint", f"endpoint {{given}} is not supported; use one of {', '.join(SUPPORTED_ENDPOINTS)}.")]
-    completion_window: Annotated[str, Field(pattern=r"^[0-9]{1,9}[hms]$", examples=["24h"]), refused_as(
+    completion_window: Annotated[str, Field(pattern=r"^[0-9]{1,9}[hms]$", examples=["24h"],
+                                            json_schema_extra={"anyOf": DEFAULT_WINDOWS}), refused_as(
         "invalid_completion_window", "completion_window must be a number of hours such as '24h' (got {given}).")]
     """`24h` up to `168h` (`m` and `s` units exist for deployments that lower the minimum, in tests of expiry)."""
     metadata: Annotated[dict[MetadataKey, MetadataValue] | None, Field(max_length=MAX_METADATA_PAIRS), refused_as(

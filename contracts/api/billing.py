@@ -44,7 +44,8 @@ class GrantCredits(BaseModel):
 
     organization_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"), refused_as(
         "invalid_id", "organization_id is 1-64 letters, digits, '_' or '-' (got {given}).")]
-    amount_usd: Annotated[str, Field(pattern=r"^-?[0-9]{1,12}(\.[0-9]{1,6})?$"), refused_as(
+    amount_usd: Annotated[str, Field(pattern=r"^-?[0-9]{1,12}(\.[0-9]{1,6})?$",
+                                     json_schema_extra={"not": {"pattern": r"^-?0+(\.0+)?$"}}), refused_as(
         "invalid_amount", "amount_usd is a decimal string of USD with at most six decimals, e.g. \"25\" or \"0.50\" "
         "(got {given}).")]
     note: str = Field(default="", max_length=512)

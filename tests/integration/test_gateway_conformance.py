@@ -57,7 +57,8 @@ async def test_an_inference_endpoint_is_answered_with_how_to_send_it_as_a_batch(
 
 @pytest.mark.parametrize(("method", "path", "allowed"), [("POST", "/v1/models", "GET, HEAD"),
                                                          ("DELETE", "/v1/batches", "GET, HEAD, POST"),
-                                                         ("PUT", "/v1/files/file-1", "DELETE, GET, HEAD")])
+                                                         ("PUT", "/v1/files/file-1", "DELETE, GET, HEAD"),
+                                                         ("GET", "/v1/batches/quote", "POST")])  # not a batch id
 async def test_a_known_path_with_a_wrong_method_is_an_openai_shaped_405_with_allow(
         gateway: Gateway, method: str, path: str, allowed: str) -> None:
     answer = await gateway.client.request(method, path, headers=await gateway.new_key())

@@ -2,6 +2,7 @@
 generated from that table: each operation's schemas are its pydantic request and response models."""
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -78,7 +79,8 @@ def query(name: str, schema: JsonObject) -> JsonObject:
 
 LIMIT = query("limit", {"type": "integer", "minimum": 1, "maximum": 100})
 FILES_LIMIT = query("limit", {"type": "integer", "minimum": 1, "maximum": 10_000, "default": 10_000})
-AFTER = query("after", {"type": "string"})
+AFTER = query("after", {"type": "string", "minLength": 1})
+"""The last id of the previous page (an empty one is refused: it is the id of nothing, not the first page)."""
 ERRORS = {"400": "Invalid request", "401": "Missing or bad key", "404": "Not found (or not yours)",
           "409": "Conflict", "413": "Too large", "429": "Rate limited"}
 FORBIDDEN = {"admin": "Not an admin key", "self": "Not an admin key, and not for the key's own user"}
@@ -116,7 +118,7 @@ class _Schemas:
     def operation(self, route: Route) -> JsonObject:
         op = route.operation
         params = [{"name": part[1:-1], "in": "path", "required": True, "schema": {"type": "string"}}
-                  for part in route.path.split("/") if part.startswith("{")]
+                  for part in documented_path(route.path).split("/") if part.startswith("{")]
         described: JsonObject = {"operationId": op.operation_id, "summary": op.summary,
                                  "parameters": params + list(op.params), "responses": {"200": self.answer(op.ok)}}
         if op.unavailable is not None:
@@ -131,8 +133,23 @@ class _Schemas:
         if op.body is not None:
             content = op.body if isinstance(op.body, dict) else {
                 "application/json": {"schema": self.refs[op.body, "validation"]}}
-            described["requestBody"] = {"required": True, "content": content}
+            described["requestBody"] = {"required": body_required(op.body), "content": content}
         return described
+
+
+_PARAMETER_WITH_PATTERN = re.compile(r"\{([_a-zA-Z][_a-zA-Z0-9]*):[^{}]*(?:\{[^{}]*\}[^{}]*)*\}")
+
+
+def documented_path(path: str) -> str:
+    """`path` as the document names it: a parameter's pattern (`{batch_id:(?!quote$)[^/]+}`, which keeps a fixed
+    path such as `/v1/batches/quote` from also matching the parameter) left out."""
+    return _PARAMETER_WITH_PATTERN.sub(r"{\1}", path)
+
+
+def body_required(body: type[BaseModel] | JsonObject) -> bool:
+    """Whether a request must send a body: a JSON body whose every field has a default may be left out (it is read as
+    `{}`); the multipart upload may not."""
+    return isinstance(body, dict) or any(field.is_required() for field in body.model_fields.values())
 
 
 def _guessed(row: RouteDef) -> Route:
@@ -149,7 +166,7 @@ def build_openapi(table: Iterable[AbstractRouteDef]) -> JsonObject:
     schemas = _Schemas(routes)
     paths: JsonObject = {}
     for row in routes:
-        paths.setdefault(row.path, {})[row.method.lower()] = schemas.operation(row)
+        paths.setdefault(documented_path(row.path), {})[row.method.lower()] = schemas.operation(row)
     return {
         "openapi": "3.1.0",
         "info": {"title": "Sheshnag", "version": "1", "description": "OpenAI-compatible Batch API."},

@@ -12,6 +12,7 @@ from contracts.api.error_codes import BatchErrorSummary
 from contracts.api.file import FileDeleted, FileObject
 from contracts.api.model import Model
 from contracts.api.organization import (
+    USER_ID_PATTERN,
     ApiKey,
     CreateKey,
     CreateOrganization,
@@ -109,7 +110,7 @@ ROUTES = [
           "token bounds and the queue's ETA; nothing is reserved (extension)", BatchQuote, body=QuoteRequest),
     route("GET", "/v1/billing/balance", billing.get_balance, "getBillingBalance",
           "The caller's organisation's credit and its last movement (an admin key: any, with organization_id)",
-          BillingBalance, params=(query("organization_id", {"type": "string"}),)),
+          BillingBalance, params=(query("organization_id", {"type": "string", "pattern": USER_ID_PATTERN}),)),
     route("GET", "/v1/billing/accounts", billing.list_accounts, "listBillingAccounts",
           "Every organisation's credit (operators)", ListPage[BillingBalance], access="admin"),
     route("POST", "/v1/billing/grants", billing.grant_credits, "grantCredits",
@@ -120,7 +121,7 @@ ROUTES = [
           params=(AFTER, LIMIT, query("scope", {"type": "string", "enum": ["own", "organization", "all"]}),
                   query("organization_id", {"type": "string"}), query("status", {"type": "string"}),
                   query("search", {"type": "string", "maxLength": 512}))),
-    route("GET", "/v1/batches/{batch_id}", batches.retrieve_batch, "retrieveBatch",
+    route("GET", "/v1/batches/{batch_id:(?!quote$)[^/]+}", batches.retrieve_batch, "retrieveBatch",
           "One batch (its owner's, or an administrator's of the owner's organisation or of the platform)", Batch),
     route("POST", "/v1/batches/{batch_id}/cancel", batches.cancel_batch, "cancelBatch",
           "Cancel a batch; an administrator's cancel of a member's batch adds cancelled_by_org_admin or "
@@ -128,8 +129,8 @@ ROUTES = [
     route("GET", "/v1/batches/{batch_id}/results", results.batch_results, "batchResults",
           "The output lines committed so far, while the batch runs, paged (after = the last page's next_after); "
           "complete once the batch ended and the last line was given (extension)", results.ResultsPage,
-          params=(query("after", {"type": "string"}), query("limit", {"type": "integer", "minimum": 1,
-                                                                        "maximum": results.MAX_LIMIT}))),
+          params=(query("after", {"type": "string", "pattern": results.CURSOR_PATTERN}),
+                  query("limit", {"type": "integer", "minimum": 1, "maximum": results.MAX_LIMIT}))),
     route("POST", "/v1/batches/{batch_id}/retry", batches.retry_batch, "retryBatch",
           "A new batch of the lines that failed in an ended one (run-time failures and lines never run; `codes` to "
           "choose), linked by metadata.retry_of (extension)", Batch, body=RetryRequest),

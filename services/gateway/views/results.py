@@ -23,6 +23,8 @@ from services.runtime.nats import eventlog
 from services.runtime.storage.objectstore import ObjectNotFound
 
 DEFAULT_LIMIT, MAX_LIMIT = 100, 1000
+CURSOR_PATTERN = r"^[0-9]{1,20}\.[0-9]{1,19}$"
+"""A page's `next_after`: the sequence of a chunk's fact, a dot, the lines of that chunk already given."""
 
 
 class ResultsPage(BaseModel):

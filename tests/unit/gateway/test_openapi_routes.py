@@ -2,6 +2,7 @@
 and response models, and the document is a valid OpenAPI 3.1 document."""
 
 import json
+import re
 
 import pytest
 from aiohttp import web
@@ -19,6 +20,7 @@ from services.gateway.http.auth import REQUEST_PRINCIPAL
 from services.gateway.http.openapi import JsonObject, Route, build_openapi, route
 from services.gateway.http.routes import ROUTES, healthz
 from services.gateway.settings import GatewaySettings
+from services.gateway.usecases.batches import completion_window_seconds
 from services.gateway.usecases.refusals import ApiError
 
 DOCUMENT = build_openapi(ROUTES)
@@ -69,6 +71,41 @@ def test_a_request_body_and_an_answer_are_their_contract_models() -> None:
         CreateUser.model_fields)
     assert set(component(user["responses"]["200"]["content"]["application/json"]["schema"])["properties"]) == set(
         User.model_fields)
+
+
+def test_a_body_every_field_of_which_has_a_default_may_be_left_out_and_others_may_not() -> None:
+    paths = DOCUMENT["paths"]
+    optional = [paths["/v1/organization/keys"]["post"], paths["/v1/organization/organizations"]["post"],
+                paths["/v1/provider/providers/{provider_id}/approve"]["post"]]
+    assert [operation["requestBody"]["required"] for operation in optional] == [False] * 3
+    assert paths["/v1/batches"]["post"]["requestBody"]["required"] is True
+    assert paths["/v1/files"]["post"]["requestBody"]["required"] is True  # the upload
+
+
+def test_the_documented_completion_windows_are_exactly_those_a_default_deployment_takes() -> None:
+    body = component(DOCUMENT["paths"]["/v1/batches"]["post"]["requestBody"]["content"]["application/json"]["schema"])
+    window = body["properties"]["completion_window"]
+    seconds = [*range(0, 700_000, 997), *range(86_300, 86_500), *range(604_700, 604_900)]
+    for value in [f"{n}h" for n in range(200)] + [f"{n}m" for n in range(11_000)] + [f"{n}s" for n in seconds] + [
+            "024h", "0000000024h", "168h ", "1d"]:
+        documented = re.fullmatch(window["pattern"], value) is not None and any(
+            re.fullmatch(choice["pattern"], value) for choice in window["anyOf"])
+        try:
+            taken = completion_window_seconds(value, 24 * 3600) > 0
+        except ApiError:
+            taken = False
+        assert documented == taken, value
+
+
+def test_a_grant_of_zero_and_an_empty_cursor_are_documented_as_refused() -> None:
+    grant = component(DOCUMENT["paths"]["/v1/billing/grants"]["post"]["requestBody"]["content"]["application/json"][
+        "schema"])["properties"]["amount_usd"]
+    zero = re.compile(grant["not"]["pattern"])
+    assert [bool(zero.fullmatch(amount)) for amount in ("0", "-0.000", "00.0", "0.01", "-5", "10")] == [
+        True, True, True, False, False, False]
+    for path in ("/v1/batches", "/v1/files"):
+        after = next(p for p in DOCUMENT["paths"][path]["get"]["parameters"] if p["name"] == "after")
+        assert after["schema"]["minLength"] == 1
 
 
 def test_admin_routes_say_a_user_key_gets_403() -> None:
