@@ -47,9 +47,9 @@ async def test_the_same_idempotency_key_with_another_body_is_a_conflict(gateway:
     assert other.headers["x-should-retry"] == "false"
 
 
-@pytest.mark.parametrize("idempotency_key", ["short", "k" * 81])
-async def test_idempotency_keys_outside_16_to_80_characters_are_refused(gateway: Gateway, idempotency_key: str
-                                                                        ) -> None:
+@pytest.mark.parametrize("idempotency_key", ["short", "k" * 81, "clé-de-réessai-0123"])
+async def test_idempotency_keys_outside_16_to_80_printable_ascii_characters_are_refused(
+        gateway: Gateway, idempotency_key: str) -> None:
     key = await gateway.new_key()
     response = await gateway.client.post("/v1/batches", json=body("file-x"),
                                          headers={**key, "Idempotency-Key": idempotency_key})

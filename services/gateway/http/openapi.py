@@ -159,6 +159,23 @@ def _guessed(row: RouteDef) -> Route:
     return Route(row.method, row.path, row.handler, Operation(name, f"{row.method} {row.path}", access=access))
 
 
+def _links_of(created: Route, routes: Sequence[Route]) -> JsonObject:
+    """A create's links (`POST /v1/files` answering an `id`) to each operation on what it made (`/v1/files/{file_id}`
+    and below), the id its path parameter: how a client, or a fuzzer, goes from making a thing to using it."""
+    ok = created.operation.ok
+    if created.method != "POST" or "{" in created.path or not (isinstance(ok, type) and "id" in ok.model_fields):
+        return {}
+    links: JsonObject = {}
+    for row in routes:
+        path = documented_path(row.path)
+        streams = isinstance(row.operation.ok, Answer) and row.operation.ok.media_type == "text/event-stream"
+        if path.startswith(f"{created.path}/{{") and not streams:  # a stream lasts as long as its batch
+            parameter = path[len(created.path) + 2:].split("}", 1)[0]
+            links[row.operation.operation_id] = {"operationId": row.operation.operation_id,
+                                                 "parameters": {parameter: "$response.body#/id"}}
+    return links
+
+
 def build_openapi(table: Iterable[AbstractRouteDef]) -> JsonObject:
     """The document of a route table: one operation per row (described rows first, then any guessed)."""
     rows = list(table)
@@ -167,6 +184,9 @@ def build_openapi(table: Iterable[AbstractRouteDef]) -> JsonObject:
     paths: JsonObject = {}
     for row in routes:
         paths.setdefault(documented_path(row.path), {})[row.method.lower()] = schemas.operation(row)
+    for row in routes:
+        if links := _links_of(row, routes):
+            paths[row.path]["post"]["responses"]["200"]["links"] = links
     return {
         "openapi": "3.1.0",
         "info": {"title": "Sheshnag", "version": "1", "description": "OpenAI-compatible Batch API."},

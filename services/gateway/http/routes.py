@@ -63,7 +63,8 @@ UPLOAD_MODEL = ({"name": files.UPLOAD_MODEL_HEADER, "in": "header", "required": 
                  "description": "The model of the file's lines that name none (LiteLLM's header)",
                  "schema": UPLOAD_MODEL_NAME}, query("model", UPLOAD_MODEL_NAME))
 IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False,
-                   "schema": {"type": "string", "minLength": 16, "maxLength": 80}}
+                   "schema": {"type": "string", "pattern": r"^[!-~][ -~]{14,78}[!-~]$"}}
+"""16 to 80 printable ASCII characters (a header's own spaces at either end are not part of its value)."""
 EVENTS = Answer("The batch's facts as Server-Sent Events: `id:` is the stream sequence, `event:` the type, `data:` "
                 "one BatchStreamEvent (schema in components); resume with Last-Event-ID; the stream ends after the "
                 "batch's terminal event", "text/event-stream", event_data=BatchStreamEvent)

@@ -26,8 +26,8 @@ IDEMPOTENCY_KEY_CHARS = (16, 80)
 def _idempotency_key(request: web.Request) -> str | None:
     key = request.headers.get("Idempotency-Key")
     low, high = IDEMPOTENCY_KEY_CHARS
-    if key is not None and not (low <= len(key) <= high and key.isprintable()):
-        raise bad_request(f"Idempotency-Key must be {low} to {high} printable characters.",
+    if key is not None and not (low <= len(key) <= high and key.isascii() and key.isprintable()):
+        raise bad_request(f"Idempotency-Key must be {low} to {high} printable ASCII characters.",
                           "invalid_idempotency_key", "Idempotency-Key")
     return key
 

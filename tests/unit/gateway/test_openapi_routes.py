@@ -108,6 +108,16 @@ def test_a_grant_of_zero_and_an_empty_cursor_are_documented_as_refused() -> None
         assert after["schema"]["minLength"] == 1
 
 
+def test_a_create_links_to_the_operations_on_what_it_made_by_the_id_it_answers() -> None:
+    links = DOCUMENT["paths"]["/v1/files"]["post"]["responses"]["200"]["links"]
+    assert set(links) == {"retrieveFile", "downloadFile", "deleteFile"}
+    assert links["retrieveFile"] == {"operationId": "retrieveFile", "parameters": {"file_id": "$response.body#/id"}}
+    batch_links = DOCUMENT["paths"]["/v1/batches"]["post"]["responses"]["200"]["links"]
+    assert {"retrieveBatch", "cancelBatch"} <= set(batch_links)
+    assert "batchEvents" not in batch_links  # a stream that lasts as long as the batch is no step to take blindly
+    assert "links" not in DOCUMENT["paths"]["/v1/batches/quote"]["post"]["responses"]["200"]  # it makes nothing
+
+
 def test_admin_routes_say_a_user_key_gets_403() -> None:
     paths = DOCUMENT["paths"]
     for path in ("/v1/organization/organizations", "/v1/organization/users", "/v1/organization/keys"):
