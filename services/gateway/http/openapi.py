@@ -81,7 +81,8 @@ LIMIT = query("limit", {"type": "integer", "minimum": 1, "maximum": 100})
 FILES_LIMIT = query("limit", {"type": "integer", "minimum": 1, "maximum": 10_000, "default": 10_000})
 AFTER = query("after", {"type": "string", "minLength": 1})
 """The last id of the previous page (an empty one is refused: it is the id of nothing, not the first page)."""
-ERRORS = {"400": "Invalid request", "401": "Missing or bad key", "404": "Not found (or not yours)",
+ERRORS = {"400": "Invalid request", "401": "Missing or bad key", "403": "Not allowed for this key (a worker key, or a "
+          "scope, organisation or provider the caller does not administer)", "404": "Not found (or not yours)",
           "409": "Conflict", "413": "Too large", "429": "Rate limited"}
 FORBIDDEN = {"admin": "Not an admin key", "self": "Not an admin key, and not for the key's own user"}
 

@@ -130,7 +130,7 @@ def test_public_routes_need_no_key_and_others_say_what_a_refusal_looks_like() ->
     health = DOCUMENT["paths"]["/healthz"]["get"]
     assert health["security"] == [] and set(health["responses"]) == {"200"}
     listed = DOCUMENT["paths"]["/v1/batches"]["get"]
-    assert "security" not in listed and {"400", "401", "404", "429"} <= set(listed["responses"])
+    assert "security" not in listed and {"400", "401", "403", "404", "429"} <= set(listed["responses"])
     assert [p["name"] for p in DOCUMENT["paths"]["/v1/batches/{batch_id}"]["get"]["parameters"]] == ["batch_id"]
 
 
