@@ -16,12 +16,14 @@ from contracts.events.file import FileStored, FileUsed
 from contracts.lifecycle import TERMINAL
 from contracts.readmodel import ApiKeyRecord, FileRecord
 from contracts.subjects import file_fact
-from services.gateway.adapters.admission import Holdings
+from services.gateway.adapters.admission import Holdings, Read
 from services.gateway.adapters.upload import StoredUpload
 from services.gateway.context import Deps
 from services.gateway.usecases.refusals import ApiError, bad_request, not_found
 from services.runtime.nats.bus import Fence, FenceMoved
 from services.runtime.nats.facts import last_fact
+from services.runtime.nats.readmodel import ReadModel
+from services.runtime.nats.stored_bytes import part_of
 from services.runtime.storage.objectstore import TRANSIENT
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,12 @@ UPLOADABLE_PURPOSES = ("batch",)
 STORED_BYTES = "stored_bytes"
 CLAIM_GRACE_S = 300
 """How long a `used` fact whose batch never appeared (its create died) holds the file."""
+
+
+def quota_item(file_id: str, sha256: str) -> str:
+    """An upload's entry among its owner's storage reservations: its id, and the part of the owner's stored bytes
+    that will count it (so a reservation is told from a counted file by one read)."""
+    return f"{file_id}@{part_of(sha256)}"
 
 
 def is_valid_id(ident: str) -> bool:
@@ -118,26 +126,45 @@ async def create_file(d: Deps, caller: ApiKeyRecord, new: NewFile) -> tuple[File
     if record is None:
         d.own_writes.note(owner, "file", new.file_id)  # the owner's next list waits for it
     else:
-        d.admission.shown(new.file_id)
+        d.admission.shown(quota_item(new.file_id, new.stored.sha256))
     file = record.file if record else FileObject(id=new.file_id, bytes=event.bytes, created_at=event.created_at,
                                                  filename=new.filename, purpose="batch", expires_at=event.expires_at)
     return file, None
+
+
+def stored_holdings(read_model: ReadModel, owner: str) -> Read:
+    """What the owner's storage reservations are read against: the owner's stored bytes (not every file of theirs).
+    A listed upload is counted once: in the bytes when its part of them holds it, else as still pending."""
+
+    async def held(listed: frozenset[str]) -> Holdings:
+        reserved = {item: item.partition("@")[::2] for item in listed}  # item: (file id, part)
+        bare = [item for item, (_, part) in reserved.items() if not part]
+        # An older gateway's reservation names no part: its record is read first, then the bytes (a file's bytes are
+        # counted before its record shows it, so one it shows is in the bytes read after).
+        bare_shown = await asyncio.gather(*(read_model.get_file(item) for item in bare))
+        parts = {part for _, part in reserved.values() if part}
+        stored, counted = await read_model.owner_stored_files(owner, parts, time.time())
+        in_bytes = {item for item, (file_id, part) in reserved.items() if part and file_id in counted[part]}
+        others = [item for item, (_, part) in reserved.items() if part and item not in in_bytes]
+        # Read after the bytes: a deleted file is gone from them, and no longer pending; one stored meanwhile is not
+        # in the bytes read before, so it is still counted as pending.
+        records = await asyncio.gather(*(read_model.get_file(reserved[item][0]) for item in others))
+        known = in_bytes | {item for item, record in zip(others, records, strict=True) if record and record.deleted}
+        known |= {item for item, record in zip(bare, bare_shown, strict=True) if record is not None}
+        return Holdings({STORED_BYTES: stored}, frozenset(known))
+
+    return held
 
 
 async def state_file(d: Deps, caller: ApiKeyRecord, new: NewFile, ttl_s: int) -> tuple[FileStored, int]:
     """State the stored object as the caller's file for `ttl_s`, its bytes taken from the owner's quota (else 400)."""
     owner, file_id = caller.owner, new.file_id
 
-    async def held(listed: frozenset[str]) -> Holdings:  # the owner's stored bytes, not every file of theirs
-        # The records first, then the bytes: the read model counts a file's bytes before its record shows it (or
-        # shows it deleted), so a listed file it shows is counted once, by the bytes read after, never by neither.
-        shown = await asyncio.gather(*(d.read_model.get_file(file_id) for file_id in listed))
-        stored = await d.read_model.owner_stored_bytes(owner, time.time())
-        return Holdings({STORED_BYTES: stored}, frozenset(record.file.id for record in shown if record is not None))
-
     quota, size = d.settings.storage_quota_bytes, new.stored.bytes
     try:
-        if (used := await d.admission.take(STORED_BYTES, owner, file_id, size, quota, held)) is not None:
+        item = quota_item(file_id, new.stored.sha256)
+        if (used := await d.admission.take(STORED_BYTES, owner, item, size, quota,
+                                           stored_holdings(d.read_model, owner))) is not None:
             raise bad_request(f"Storing {size} more bytes would exceed your storage quota of {quota} bytes ({used} "
                               "in use); delete files first.", "storage_quota_exceeded", "file")
     except ApiError:  # refused, or the admission could not answer

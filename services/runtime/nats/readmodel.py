@@ -3,7 +3,7 @@
 import asyncio
 import time
 from collections import OrderedDict, defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, model_validator
@@ -33,7 +33,13 @@ from services.runtime.nats.kv import (
     read_value,
     replicated,
 )
-from services.runtime.nats.stored_bytes import StoredBytesWriter, part_of, stored_bytes, stored_part, with_entry
+from services.runtime.nats.stored_bytes import (
+    StoredBytesWriter,
+    part_of,
+    stored_bytes_counting,
+    stored_part,
+    with_entry,
+)
 from services.runtime.process.keyed_locks import KeyedLocks
 
 Record = TypeVar("Record", bound=BaseModel)
@@ -195,11 +201,18 @@ class ReadModel:
     async def owner_stored_bytes(self, owner: str, now: float) -> int:
         """The bytes of the owner's files that are neither deleted nor expired (one read while none is expired); with
         no summary yet (no file, or a read model made before them), counted from their index of files."""
-        stored = await stored_bytes(self.kv, owner, now)
-        if stored is None:
-            stored = sum(r.file.bytes for r in await self.owner_files(owner)
-                         if r.file.expires_at is None or r.file.expires_at > now)
-        return stored
+        return (await self.owner_stored_files(owner, (), now))[0]
+
+    async def owner_stored_files(self, owner: str, parts: Collection[str], now: float
+                                 ) -> tuple[int, dict[str, frozenset[str]]]:
+        """`owner_stored_bytes`, and the files it counts of each of `parts` (their SHA-256's first two hex digits):
+        a file of one of them is in the total exactly when it is in its set (`stored_bytes_counting`)."""
+        found = await stored_bytes_counting(self.kv, owner, parts, now)
+        if found is not None:
+            return found
+        counted = [r for r in await self.owner_files(owner) if r.file.expires_at is None or r.file.expires_at > now]
+        return sum(r.file.bytes for r in counted), {
+            part: frozenset(r.file.id for r in counted if part_of(r.sha256) == part) for part in parts}
 
     async def owner_file_ids_by_sha256(self, owner: str, sha256: str) -> list[str]:
         """The ids of the owner's files with these bytes that are not deleted (one read, however many files)."""

@@ -3,10 +3,11 @@ parts by the first two hex digits of their SHA-256 (`StoredFiles`), and each par
 (`StoredBytes`). Both are states, not counters (a record put again changes nothing), written before the record shows
 the change, so a reader that sees the record sees the bytes counted."""
 
+import asyncio
 import logging
 import re
 from collections import OrderedDict, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import TypeVar
 
 from contracts.readmodel import FileRecord, StoredBytes, StoredFiles
@@ -67,19 +68,25 @@ def _entry(record: FileRecord) -> tuple[int, int | None, str]:
     return record.file.bytes, record.file.expires_at, record.sha256
 
 
-async def stored_bytes(kv: Bucket, owner: str, now: float) -> int | None:
-    """The bytes of the owner's files that are neither deleted nor expired at `now`; None: no summary (the owner has
-    no files, or the ledger has not written the stored bytes of a read model made before they were kept)."""
+async def stored_bytes_counting(kv: Bucket, owner: str, parts: Collection[str], now: float
+                                ) -> tuple[int, dict[str, frozenset[str]]] | None:
+    """The bytes of the owner's files that are neither deleted nor expired at `now`, and the files counted in it of
+    each of `parts`: those parts (and any with an expired file) are read after the summary and counted from
+    themselves, so a file of one is in the total exactly when it is in its set (the summary, written after a part,
+    may not hold a change the part already shows). None: no summary (the owner has no files, or the ledger has not
+    written the stored bytes of a read model made before they were kept)."""
     raw = await read_value(kv, owner_stored_key(owner))
     if raw is None:
         return None
-    parts = StoredBytes.model_validate_json(raw).root
-    total = sum(size for size, _ in parts.values())
-    for part in [part for part, (_, earliest) in parts.items() if earliest is not None and earliest <= now]:
-        files = await stored_part(kv, owner, part)  # an expired file the sweeper has not deleted yet
-        total -= sum(size for size, expires_at, _ in files.root.values()
-                     if expires_at is not None and expires_at <= now)
-    return max(total, 0)
+    summary = StoredBytes.model_validate_json(raw).root
+    read = sorted(set(parts) | {part for part, (_, earliest) in summary.items()
+                                if earliest is not None and earliest <= now})  # expired files are not counted
+    files = dict(zip(read, await asyncio.gather(*(stored_part(kv, owner, part) for part in read)), strict=True))
+    counted = {part: frozenset(file_id for file_id, (_, expires_at, _) in files[part].root.items()
+                               if expires_at is None or expires_at > now) for part in read}
+    total = sum(size for part, (size, _) in summary.items() if part not in files)
+    total += sum(files[part].root[file_id][0] for part in read for file_id in counted[part])
+    return total, {part: counted[part] for part in parts}
 
 
 async def stored_part(kv: Bucket, owner: str, part: str) -> StoredFiles:
