@@ -103,6 +103,24 @@ async def test_an_organization_and_a_user_of_one_name_are_both_created(gateway: 
     assert [u["organization_id"] for u in users if u["id"] == name] == [name]
 
 
+@pytest.mark.parametrize("path", ["/v1/organization/organizations", "/v1/organization/users"])
+async def test_creates_of_one_id_racing_make_one_and_the_others_are_told_it_exists(gateway: Gateway,
+                                                                                     path: str) -> None:
+    admin = await admin_key(gateway)
+    chosen = f"race-{secrets.token_hex(3)}"
+
+    answers = await asyncio.gather(*(gateway.client.post(path, json={"id": chosen, "name": f"name {n}"},
+                                                         headers=admin) for n in range(8)))
+
+    statuses = sorted(answer.status for answer in answers)
+    assert statuses == [200] + [409] * 7, statuses
+    [winner] = [await answer.json() for answer in answers if answer.status == 200]
+    codes = {(await answer.json())["error"]["code"] for answer in answers if answer.status == 409}
+    assert codes <= {"organization_exists", "user_exists"} and len(codes) == 1
+    listed = (await (await gateway.client.get(path, headers=admin)).json())["data"]
+    assert [item["name"] for item in listed if item["id"] == chosen] == [winner["name"]]
+
+
 async def test_a_user_key_may_not_manage_organizations(gateway: Gateway) -> None:
     _, (key, _) = await user_with_keys(gateway, await admin_key(gateway))
     for method, path in [("POST", "/v1/organization/organizations"), ("GET", "/v1/organization/organizations"),

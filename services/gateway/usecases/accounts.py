@@ -21,7 +21,7 @@ from contracts.events.organization import OrganizationCreated
 from contracts.ids import hash_api_key, new_api_key, new_key_id
 from contracts.readmodel import ApiKeyRecord, OrganizationRecord, UserRecord
 from services.gateway.usecases.refusals import ApiError, bad_request, not_found
-from services.runtime.nats.bus import EventBus
+from services.runtime.nats.bus import EventBus, Fence, FenceMoved
 from services.runtime.nats.readmodel import ReadModel
 
 DEFAULT_ORGANIZATION = Organization(id=DEFAULT_ORGANIZATION_ID, name="Default organization", created_at=0)
@@ -83,8 +83,10 @@ async def create_user(accounts: Accounts, body: CreateUser) -> User:
     organization_id = None if body.organization_id == DEFAULT_ORGANIZATION_ID else body.organization_id
     if organization_id is not None and await accounts.read_model.get_organization(organization_id) is None:
         raise not_found("organization", organization_id)
-    await accounts.bus.publish(UserCreated(aggregate_id=user_id, display_name=body.name, allowed_models=allowed,
-                                           organization_id=organization_id, role=body.role))
+    created = UserCreated(aggregate_id=user_id, display_name=body.name, allowed_models=allowed,
+                          organization_id=organization_id, role=body.role, event_id=UserCreated.requested_once(user_id))
+    await _create_once(accounts.bus, created, ApiError(409, f"User {user_id} exists already.", "conflict_error",
+                                                       "user_exists", "id"))
     record = await accounts.read_model.wait_for(lambda: accounts.read_model.get_user(user_id), lambda r: True,
                                                 accounts.read_your_writes_s)
     if record is None:
@@ -98,12 +100,24 @@ async def create_organization(accounts: Accounts, body: CreateOrganization) -> O
     if organization_id == DEFAULT_ORGANIZATION_ID or await accounts.read_model.get_organization(organization_id):
         raise ApiError(409, f"Organization {organization_id} exists already.", "conflict_error",
                        "organization_exists", "id")
-    await accounts.bus.publish(OrganizationCreated(aggregate_id=organization_id, display_name=body.name))
+    await _create_once(accounts.bus, OrganizationCreated(
+        aggregate_id=organization_id, display_name=body.name,
+        event_id=OrganizationCreated.requested_once(organization_id)), ApiError(
+        409, f"Organization {organization_id} exists already.", "conflict_error", "organization_exists", "id"))
     record = await accounts.read_model.wait_for(lambda: accounts.read_model.get_organization(organization_id),
                                                 lambda r: True, accounts.read_your_writes_s)
     if record is None:
         return Organization(id=organization_id, name=body.name, created_at=int(time.time()))
     return organization_object(record)
+
+
+async def _create_once(bus: EventBus, created: UserCreated | OrganizationCreated, exists: ApiError) -> None:
+    """Publish the creation unless its subject holds one already (then `exists`): the read model's check before is
+    only the quick answer, and two creates of one id racing past it make one fact, the other a 409."""
+    try:
+        await bus.publish(created, fence=Fence(created.subject, 0))
+    except FenceMoved:
+        raise exists from None
 
 
 async def create_key(accounts: Accounts, role: KeyRole, label: str, user_id: str | None = None,
