@@ -50,7 +50,8 @@ class GrantCredits(BaseModel):
         "(got {given}).")]
     note: str = Field(default="", max_length=512)
     grant_id: ChosenId = None
-    """Makes a retried grant a no-op; omitted: each call grants anew."""
+    """Makes a retried grant a no-op, however much later (another amount or note under it: 409); omitted: each call
+    grants anew."""
 
 
 class Grant(BaseModel):

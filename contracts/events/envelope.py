@@ -1,6 +1,5 @@
 """The envelope every event carries, and the deterministic id that dedups its publish."""
 
-import secrets
 import time
 from typing import Any, ClassVar
 
@@ -51,13 +50,6 @@ class Event(BaseModel):
                 parts = [str(data.get(field, "")) for field in cls.dedup_fields]
                 data["event_id"] = ":".join([cls.kind, data["aggregate_id"], cls.name, *parts])
         return data
-
-    @classmethod
-    def requested_once(cls, aggregate_id: str) -> str:
-        """An `event_id` for a fact one request states (a create of a chosen id): a retry of that request's publish is
-        still one fact, another request's is another, so its publish fenced on the subject holding no fact fails
-        rather than be taken for a repeat of the first."""
-        return f"{cls.kind}:{aggregate_id}:{cls.name}:{secrets.token_hex(8)}"
 
     @property
     def subject(self) -> str:

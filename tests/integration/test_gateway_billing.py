@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from contracts.billing import parse_usd
+from contracts.events.account import CreditsGranted
 from services.runtime.process.settings import ConnectionSettings
 from tests.integration.gateway_support import Gateway, jsonl, running_gateway
 from tests.integration.test_gateway_accounts import Headers, admin_key
@@ -159,3 +160,34 @@ async def test_an_organisation_with_no_movement_yet_has_an_empty_balance(billed:
     shown = await balance(billed, admin, org)
     assert shown == {**shown, "organization_id": org, "balance_usd": "0.000000", "last_event": None,
                      "billing_enabled": True}
+
+
+async def test_a_grant_id_names_one_grant_however_long_after_it_is_sent_again(billed: Gateway) -> None:
+    """The broker's dedup spans two minutes: a grant of the same id sent later (a billing script rerun) is the
+    first again, never a second credit; one of another amount under that id is a 409."""
+    admin = await admin_key(billed)
+    organization_id = await organization(billed, admin)
+    earlier = CreditsGranted(aggregate_id=organization_id, grant_id="topup-2026-12", amount_micros=micros("5"),
+                             note="December", granted_by="k1")
+    await billed.bus.publish(earlier.model_copy(update={"event_id": "published-hours-ago"}))  # past the dedup window
+    body = {"organization_id": organization_id, "amount_usd": "5", "note": "December", "grant_id": "topup-2026-12"}
+
+    again = await billed.client.post("/v1/billing/grants", headers=admin, json=body)
+    other = await billed.client.post("/v1/billing/grants", headers=admin, json={**body, "amount_usd": "50"})
+
+    assert again.status == 200 and (await again.json())["id"] == "topup-2026-12"
+    assert other.status == 409 and (await other.json())["error"]["code"] == "idempotency_conflict"
+    assert micros((await balance(billed, admin, organization_id))["granted_usd"]) == micros("5")
+
+
+async def test_grants_of_one_new_id_racing_credit_once(billed: Gateway) -> None:
+    admin = await admin_key(billed)
+    organization_id = await organization(billed, admin)
+    body = {"organization_id": organization_id, "note": "race", "grant_id": f"race-{secrets.token_hex(4)}"}
+
+    answers = await asyncio.gather(*(billed.client.post("/v1/billing/grants", headers=admin,
+                                                        json={**body, "amount_usd": str(n + 1)}) for n in range(6)))
+
+    assert sorted(answer.status for answer in answers) == [200] + [409] * 5
+    [won] = [await answer.json() for answer in answers if answer.status == 200]
+    assert (await balance(billed, admin, organization_id))["granted_usd"] == won["amount_usd"]

@@ -84,7 +84,7 @@ async def create_user(accounts: Accounts, body: CreateUser) -> User:
     if organization_id is not None and await accounts.read_model.get_organization(organization_id) is None:
         raise not_found("organization", organization_id)
     created = UserCreated(aggregate_id=user_id, display_name=body.name, allowed_models=allowed,
-                          organization_id=organization_id, role=body.role, event_id=UserCreated.requested_once(user_id))
+                          organization_id=organization_id, role=body.role)
     await _create_once(accounts.bus, created, ApiError(409, f"User {user_id} exists already.", "conflict_error",
                                                        "user_exists", "id"))
     record = await accounts.read_model.wait_for(lambda: accounts.read_model.get_user(user_id), lambda r: True,
@@ -100,10 +100,9 @@ async def create_organization(accounts: Accounts, body: CreateOrganization) -> O
     if organization_id == DEFAULT_ORGANIZATION_ID or await accounts.read_model.get_organization(organization_id):
         raise ApiError(409, f"Organization {organization_id} exists already.", "conflict_error",
                        "organization_exists", "id")
-    await _create_once(accounts.bus, OrganizationCreated(
-        aggregate_id=organization_id, display_name=body.name,
-        event_id=OrganizationCreated.requested_once(organization_id)), ApiError(
-        409, f"Organization {organization_id} exists already.", "conflict_error", "organization_exists", "id"))
+    await _create_once(accounts.bus, OrganizationCreated(aggregate_id=organization_id, display_name=body.name),
+                       ApiError(409, f"Organization {organization_id} exists already.", "conflict_error",
+                                "organization_exists", "id"))
     record = await accounts.read_model.wait_for(lambda: accounts.read_model.get_organization(organization_id),
                                                 lambda r: True, accounts.read_your_writes_s)
     if record is None:
@@ -113,7 +112,8 @@ async def create_organization(accounts: Accounts, body: CreateOrganization) -> O
 
 async def _create_once(bus: EventBus, created: UserCreated | OrganizationCreated, exists: ApiError) -> None:
     """Publish the creation unless its subject holds one already (then `exists`): the read model's check before is
-    only the quick answer, and two creates of one id racing past it make one fact, the other a 409."""
+    only the quick answer, and two creates of one id racing past it make one fact, the other a 409 (the broker checks
+    the fence before its dedup, so the second is refused, not taken for a repeat of the first)."""
     try:
         await bus.publish(created, fence=Fence(created.subject, 0))
     except FenceMoved:

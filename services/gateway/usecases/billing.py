@@ -3,19 +3,24 @@ accounts. A reservation is fenced on the account's last credit fact the read mod
 the write), so two creates never spend the same credit; when another came first, the check is made again."""
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Callable
 from decimal import Decimal
 
+from pydantic import ValidationError
+
 from contracts.api.billing import BalanceMovement, BillingBalance, QueueEstimate, QuotePrice
 from contracts.billing import FileDemand, ModelPrice, micros_to_usd, parse_usd, worst_case_micros
 from contracts.catalogue import Catalogue, CatalogueModel
 from contracts.events.account import CreditsGranted, CreditsReserved
+from contracts.events.registry import decode_event
 from contracts.lifecycle import TERMINAL
 from contracts.readmodel import AccountRecord, FileRecord
 from contracts.subjects import account_facts
 from services.gateway.usecases.refusals import ApiError
+from services.runtime.nats import eventlog
 from services.runtime.nats.bus import EventBus, Fence, FenceMoved
 from services.runtime.nats.readmodel import ReadModel
 
@@ -119,12 +124,44 @@ def _folded_past(sequence: int) -> Callable[[AccountRecord], bool]:
 
 async def grant(bus: EventBus, read_model: ReadModel, account_id: str, amount_micros: int, note: str,
                 granted_by: str, grant_id: str | None = None, wait_s: float = 5.0) -> CreditsGranted:
-    """State the grant, and wait (at most `wait_s`) until the ledger shows it."""
+    """State the grant, and wait (at most `wait_s`) until the ledger shows it. A `grant_id` the account's log holds
+    already is that grant, however long ago it was made (the broker's dedup spans two minutes only): the same amount
+    and note answer it again, anything else is a 409. The publish is fenced on the account's last grant, so two
+    grants of one id racing make one."""
     fact = CreditsGranted(aggregate_id=account_id, grant_id=grant_id or f"grant_{uuid.uuid4().hex[:24]}",
                           amount_micros=amount_micros, note=note, granted_by=granted_by)
-    sequence = await bus.publish(fact)
+    deadline = time.monotonic() + wait_s
+    while True:
+        earlier, last = await _earlier_grant(bus, fact) if grant_id is not None else (None, 0)
+        if earlier is not None:
+            stated, sequence = earlier
+            if (stated.amount_micros, stated.note) != (amount_micros, note):
+                raise ApiError(409, f"grant_id {grant_id} names an earlier grant of another amount or note; use a new "
+                               "grant_id for a new grant.", "conflict_error", "idempotency_conflict", "grant_id")
+            fact = stated
+            break
+        try:
+            sequence = await bus.publish(fact, fence=Fence(fact.subject, last) if grant_id is not None else None)
+            break
+        except FenceMoved:  # another grant to the account came first: look again
+            if time.monotonic() > deadline:
+                raise ApiError(503, "Too many grants are being made to this account at once; try again shortly.",
+                               "server_error", "account_busy", retry_after_s=1) from None
     await read_model.wait_for(lambda: read_model.get_account(account_id), _folded_past(sequence), wait_s)
     return fact
+
+
+async def _earlier_grant(bus: EventBus, fact: CreditsGranted) -> tuple[tuple[CreditsGranted, int] | None, int]:
+    """The account's grant of `fact.grant_id` in the log and its sequence, if any; and its last grant's sequence (0:
+    none), which the publish of a new one is fenced on."""
+    found, last = None, 0
+    async for stored in eventlog.read(bus, fact.subject):
+        last = stored.sequence
+        with contextlib.suppress(ValidationError):  # a fact this release cannot read is no grant of this id
+            earlier = decode_event(stored.data)
+            if isinstance(earlier, CreditsGranted) and earlier.grant_id == fact.grant_id:
+                found = earlier, stored.sequence
+    return found, last
 
 
 def balance(account_id: str, record: AccountRecord | None, enabled: bool) -> BillingBalance:
