@@ -48,11 +48,14 @@ def wait_for_status(client: OpenAI, batch_id: str, wanted: frozenset[str], timeo
 
 
 def caught_up(clustered: ClusteredStack, node: str, within_s: float = 60) -> None:
-    """Until every node, `node` back among them, holds EVENTS up to date."""
+    """Until every node, `node` back among them, holds every stream and bucket up to date (the next test then starts
+    on a whole cluster, not on one whose buckets are still catching up)."""
     deadline = time.monotonic() + within_s
-    while clustered.current_peers(EVENTS_STREAM) != {each.name for each in clustered.cluster.nodes}:
-        assert time.monotonic() < deadline, f"{node} did not catch up with {EVENTS_STREAM} within {within_s}s"
-        time.sleep(0.2)
+    every_node = {each.name for each in clustered.cluster.nodes}
+    for stream in STREAMS:
+        while clustered.current_peers(stream) != every_node:
+            assert time.monotonic() < deadline, f"{node} did not catch up with {stream} within {within_s}s"
+            time.sleep(0.2)
 
 
 def patient_client(clustered: ClusteredStack) -> OpenAI:
