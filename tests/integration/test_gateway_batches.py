@@ -5,6 +5,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from contracts.ids import derived_id
+from contracts.subjects import EVENTS_STREAM, batch_fact, read_model_key
+from services.runtime.nats.facts import last_fact
+from services.runtime.nats.kv import read_subject
+from services.runtime.nats.readmodel import ReadModel
 from services.runtime.process.settings import ConnectionSettings
 from tests.integration.gateway_support import Gateway, jsonl, running_gateway
 
@@ -55,6 +60,32 @@ async def test_idempotency_keys_outside_16_to_80_printable_ascii_characters_are_
                                          headers={**key, "Idempotency-Key": idempotency_key})
     assert response.status == 400
     assert (await response.json())["error"]["code"] == "invalid_idempotency_key"
+
+
+async def test_a_key_retried_past_the_brokers_dedup_while_the_ledger_lags_states_its_batch_once(
+        gateway: Gateway) -> None:
+    """The batch of an Idempotency-Key is found in the log, not only in the read model: a retry minutes later, with
+    the read model not showing the batch, is answered with it rather than state it again."""
+    key = await gateway.new_key()
+    file_id = await new_file(gateway, key, "late")
+    first = await (await gateway.client.post("/v1/batches", json=body(file_id), headers=key)).json()
+    read_model = await ReadModel.open(gateway.bus)
+    record = await read_model.get_batch(first["id"])
+    assert record is not None
+    late_key = "retried-much-later-0123"
+    batch_id = derived_id("batch_", record.owner, late_key)
+    stated = await last_fact(gateway.bus, batch_fact(first["id"], "created"))
+    assert stated is not None
+    # The key's create as published minutes ago (an id of its own: past the dedup window), its record not shown.
+    await gateway.bus.publish(stated[1].model_copy(update={"aggregate_id": batch_id, "event_id": "minutes-ago"}))
+    # Folded (and nothing follows it: no validator runs here), then not shown, as by a ledger that lags.
+    assert await read_model.wait_for(lambda: read_model.get_batch(batch_id), lambda _: True, 10) is not None
+    await read_model.kv.delete(read_model_key("batch", batch_id))
+
+    again = await gateway.client.post("/v1/batches", json=body(file_id), headers={**key, "Idempotency-Key": late_key})
+
+    assert again.status == 200 and (await again.json())["id"] == batch_id
+    assert len(await read_subject(gateway.bus.js, EVENTS_STREAM, batch_fact(batch_id, "created"))) == 1
 
 
 async def test_creating_the_same_batch_while_the_first_is_alive_returns_the_first(gateway: Gateway) -> None:

@@ -82,6 +82,10 @@ async def _created_parameters(d: Deps, batch_id: str) -> CreateParameters | None
     found = await last_fact(d.bus, batch_fact(batch_id, "created"))
     if found is None or not isinstance(created := found[1], BatchCreated):
         return None
+    return _parameters_of(created)
+
+
+def _parameters_of(created: BatchCreated) -> CreateParameters:
     return (created.input_file_id, created.terms.endpoint, created.completion_window, created.metadata,
             created.allow_partial, created.hold, created.terms.output_expires_after_s, created.placement)
 
@@ -127,13 +131,16 @@ async def create_from(d: Deps, caller: ApiKeyRecord, body: BatchCreateRequest, i
 
 
 async def _earlier(d: Deps, batch_id: str, idempotency_key: str, asked: CreateParameters) -> Batch | None:
-    """The batch this key created already, if it asked for the same (else 409); None when there is none."""
-    earlier = await d.read_model.get_batch(batch_id)
-    if earlier is None:
+    """The batch this key created already, if it asked for the same (else 409); None when there is none. Its
+    `created` fact decides, not the read model: a retry later than the broker's two-minute dedup, while the ledger
+    lags, would otherwise state the batch a second time."""
+    found = await last_fact(d.bus, batch_fact(batch_id, "created"))
+    if found is None or not isinstance(created := found[1], BatchCreated):
         return None
-    if await _created_parameters(d, batch_id) != asked:
+    if _parameters_of(created) != asked:
         raise _idempotency_conflict(idempotency_key, batch_id)
-    return earlier.batch
+    earlier = await d.read_model.get_batch(batch_id)
+    return earlier.batch if earlier is not None else _as_created(created)
 
 
 async def batch_input(d: Deps, caller: ApiKeyRecord, input_file_id: str) -> FileRecord:
@@ -251,7 +258,12 @@ async def _read_back(d: Deps, owner: str, event: BatchCreated, sequence: int) ->
         d.admission.shown(batch_id)
         return record.batch
     d.own_writes.note(owner, "batch", batch_id)
-    return Batch(id=batch_id, endpoint=event.terms.endpoint, input_file_id=event.input_file_id,
+    return _as_created(event)
+
+
+def _as_created(event: BatchCreated) -> Batch:
+    """The batch as its `created` fact states it (what the read model shows once the ledger folds it)."""
+    return Batch(id=event.aggregate_id, endpoint=event.terms.endpoint, input_file_id=event.input_file_id,
                  completion_window=event.completion_window, status="validating", created_at=event.terms.created_at,
                  expires_at=event.terms.expires_at, metadata=event.metadata, held=event.hold or None,
                  placement=event.placement)
