@@ -17,6 +17,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -210,17 +211,38 @@ def local_socket_flags(store: Path) -> list[str]:
 
 
 def seaweed_leftovers(command: list[str]) -> list[Path]:
-    """The gRPC sockets SeaweedFS always makes in /tmp (no flag moves them), named by the ports in `command`;
-    each is its owner's alone (0700), and removed once its server has stopped."""
+    """The sockets SeaweedFS makes in /tmp, named by the ports in `command`: the gRPC ones always (no flag moves them),
+    the filer's and S3's local ones where the data dir's path was too long to hold them. Each is its owner's alone
+    (0700), and removed once its server has stopped."""
     flags = dict(arg[1:].split("=", 1) for arg in command if arg.startswith("-") and "=" in arg)
-    return [Path(f"/tmp/seaweedfs-{role}-grpc-{flags[flag]}.sock")
+    grpc = [Path(f"/tmp/seaweedfs-{role}-grpc-{flags[flag]}.sock")
             for role, flag in (("master", "master.port.grpc"), ("volume", "volume.port.grpc"),
                                ("filer", "filer.port.grpc"), ("s3", "s3.port.grpc"), ("admin", "admin.port.grpc"))
             if flag in flags]
+    local = [Path(f"/tmp/seaweedfs-{role}-{flags[f'{role}.port']}.sock") for role in ("filer", "s3")
+             if f"{role}.port" in flags and f"{role}.localSocket" not in flags]  # its data dir's path was too long
+    return grpc + local
 
 
-def remove_seaweed_leftovers(command: list[str]) -> None:
-    for path in seaweed_leftovers(command):
+def held_seaweed_sockets(pid: int) -> list[Path]:
+    """The sockets in /tmp a running SeaweedFS holds, read from /proc: where another process took one of its gRPC ports
+    first, SeaweedFS listens on the next one and names that socket by it, not by the port in its command."""
+    inodes = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[len("socket:["):-1])
+    with contextlib.suppress(OSError):
+        table = Path("/proc/net/unix").read_text().splitlines()[1:]
+        return sorted({Path(fields[7]) for fields in map(str.split, table)
+                       if len(fields) > 7 and fields[6] in inodes and fields[7].startswith("/tmp/seaweedfs-")})
+    return []
+
+
+def remove_seaweed_leftovers(command: list[str], held: Iterable[Path] = ()) -> None:
+    for path in {*seaweed_leftovers(command), *held}:
         path.unlink(missing_ok=True)
 
 
@@ -290,6 +312,8 @@ def start_seaweed(data_dir: Path, s3_port: int, creds: S3Credentials, log_file: 
 
 def stop_process(process: subprocess.Popen[bytes], within_s: float = 10.0) -> None:
     """Stop a server (SIGTERM, then SIGKILL after `within_s`); once SeaweedFS has stopped, its sockets in /tmp go."""
+    is_seaweed = isinstance(process.args, list) and bool(process.args) and Path(str(process.args[0])).name == "weed"
+    held = held_seaweed_sockets(process.pid) if is_seaweed and process.poll() is None else []
     if process.poll() is None:
         process.terminate()
         try:
@@ -297,5 +321,5 @@ def stop_process(process: subprocess.Popen[bytes], within_s: float = 10.0) -> No
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-    if isinstance(process.args, list) and process.args and Path(str(process.args[0])).name == "weed":
-        remove_seaweed_leftovers([str(arg) for arg in process.args])
+    if is_seaweed:
+        remove_seaweed_leftovers([str(arg) for arg in process.args], held)  # type: ignore[union-attr]
