@@ -7,7 +7,7 @@ the files and end of a batch it finalizes); a log read returns only the facts th
 needs, never its creation (owner, input object, metadata) or its validation.
 """
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -38,6 +38,12 @@ class FenceCondition(BaseModel):
     sequence: int
 
 
+MAX_STATED_FACT_CHARS = 16_384
+"""The most an executor's fact may hold as JSON: the largest it states (an end with its usage, a result file's
+announcement, a failure's reason of up to 1,000 characters) is a few kB; the log keeps every fact for good."""
+StatedFact = Annotated[str, Field(max_length=MAX_STATED_FACT_CHARS)]
+
+
 class FactSubmission(BaseModel):
     """Facts an executor asks to be stored, in order, as JSON of their contract events: `event`, then each of
     `then`. Each is judged and stored as if it came alone, under the same fence; the first that is not stored
@@ -45,9 +51,9 @@ class FactSubmission(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    event: str
+    event: StatedFact
     fence: FenceCondition | None = None
-    then: list[str] = Field(default=[], max_length=FACTS_PER_SUBMISSION - 1)
+    then: list[StatedFact] = Field(default=[], max_length=FACTS_PER_SUBMISSION - 1)
 
 
 ReceiptStatus = Literal["stored", "fence_moved", "refused", "retry"]

@@ -2,6 +2,7 @@
 
 import hashlib
 import secrets
+from typing import Literal
 
 
 def new_file_id() -> str:
@@ -24,6 +25,14 @@ def output_file_id(batch_id: str) -> str:
 
 def error_file_id(batch_id: str) -> str:
     return derived_id("file-", batch_id, "error")
+
+
+ResultFileKind = Literal["output", "error"]
+
+
+def result_file_name(batch_id: str, kind: ResultFileKind) -> str:
+    """The name a batch's output or error file is listed under."""
+    return f"{batch_id}_{kind}.jsonl"
 
 
 def batch_request_id(batch_id: str, custom_id: str) -> str:

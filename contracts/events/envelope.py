@@ -1,7 +1,7 @@
 """The envelope every event carries, and the deterministic id that dedups its publish."""
 
 import time
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -50,6 +50,12 @@ class Event(BaseModel):
                 parts = [str(data.get(field, "")) for field in cls.dedup_fields]
                 data["event_id"] = ":".join([cls.kind, data["aggregate_id"], cls.name, *parts])
         return data
+
+    def with_derived_identity(self) -> Self:
+        """This fact under the identity its content gives it (its `event_id`, its batch as correlation, no causation):
+        how a fact from an untrusted party is stored, which must not choose the id the broker dedups by (an executor
+        could otherwise take the id of a cancel or a revocation still to come, and have it dropped as a repeat)."""
+        return type(self).model_validate(self.model_dump(exclude={"event_id", "correlation_id", "causation_id"}))
 
     @property
     def subject(self) -> str:

@@ -9,7 +9,7 @@ from typing import Protocol
 from contracts.commands import FinalizeBatch, RunBatch
 from contracts.events.batch import BatchCancelled, BatchCompleted, BatchExpired, BatchFailed, BatchFinalizing
 from contracts.events.envelope import Event
-from contracts.ids import error_file_id, output_file_id
+from contracts.ids import ResultFileKind, error_file_id, output_file_id, result_file_name
 from contracts.lifecycle import EndReason
 from services.executor.adapters.desk import publish_in_order
 from services.executor.adapters.objects import ObjectAccess
@@ -109,11 +109,13 @@ class Finalizer:
         output_id = output_file_id(batch_id) if files.output_lines else None
         error_id = error_file_id(batch_id) if files.error_lines else None
         # Announced with the batch's end, in one submission; each expires counted from its own creation.
+        kinds: tuple[tuple[ResultFileKind, str | None, bytes, int], ...] = (
+            ("output", output_id, files.output, files.output_lines),
+            ("error", error_id, files.errors, files.error_lines))
         stored: list[Event] = [
-            await self.results.put_file(batch_id, file_id, data, command.terms.owner_key_id, f"{batch_id}_{kind}.jsonl",
-                                        count, command.terms.output_expires_after_s)
-            for kind, file_id, data, count in (("output", output_id, files.output, files.output_lines),
-                                               ("error", error_id, files.errors, files.error_lines)) if file_id]
+            await self.results.put_file(batch_id, file_id, data, command.terms.owner_key_id,
+                                        result_file_name(batch_id, kind), count, command.terms.output_expires_after_s)
+            for kind, file_id, data, count in kinds if file_id]
         terminal: Event
         if outcome == "failed":
             # A failed batch still delivers what it committed; its fact names the cause.

@@ -21,7 +21,7 @@ from contracts.lifecycle import ENDING_FACTS
 from services.runtime.nats.foldrules import FoldRules
 from services.scheduler.domain import HEARTBEAT_FRESH_MS
 from services.scheduler.placement import PLACEMENT_FACTS, PLACEMENT_WITHDRAWN, Placements
-from services.scheduler.plans import BatchPlan, ShardRun
+from services.scheduler.plans import BatchPlan, ShardRun, progress_statement
 from services.scheduler.standing import RateMeter
 
 CONTROL_PLANE = "(control plane)"
@@ -208,7 +208,9 @@ class Book:
     def _progressed(self, plan: BatchPlan, event: BatchProgressed) -> None:
         unit = plan.attempt_shard.get(event.attempt, event.shard)
         plan.shard(unit).progressed_attempts.add(event.attempt)
-        plan.announced.add(event.chunk_key)
+        if event.chunk_key in plan.announced:
+            return  # a repeat states no new lines
+        plan.announced[event.chunk_key] = progress_statement(event)
         gained = event.completed + event.failed - plan.unit_done.get(unit, 0)  # counts are cumulative per unit
         if gained > 0:
             plan.unit_done[unit] = event.completed + event.failed
@@ -218,11 +220,12 @@ class Book:
 
     @_plan_rules.on(ShardFinished)
     def _shard_finished(self, plan: BatchPlan, event: ShardFinished) -> None:
-        run = plan.shard(event.shard)
+        shard = plan.attempt_shard.get(event.attempt, event.shard)  # the attempt's own, whatever the fact says
+        run = plan.shard(shard)
         if event.attempt == run.attempt and event.attempt not in run.failed_attempts:
             run.executor_id = None
             run.finished = run.finished or not event.stopped
-        plan.reindex(event.shard)
+        plan.reindex(shard)
 
     @_plan_rules.on(BatchCancelRequested)
     def _cancel_requested(self, plan: BatchPlan, event: BatchCancelRequested) -> None:

@@ -9,9 +9,11 @@ from dataclasses import dataclass, field
 
 import nats.errors
 import nats.js.errors
+from minio.error import S3Error
 from pydantic import ValidationError
 
 from contracts.catalogue import Catalogue
+from contracts.events.file import FileStored
 from contracts.events.registry import decode_event
 from contracts.fact_desk import (
     EXECUTION_FACTS,
@@ -30,6 +32,7 @@ from services.runtime.nats.delivery import Answer
 from services.runtime.nats.facts import last_fact
 from services.runtime.nats.kv import ScanFailed
 from services.runtime.process.skip_log import SkipLog
+from services.runtime.storage.objectstore import TRANSIENT, ObjectNotFound, ObjectStore
 from services.scheduler.book import Book
 from services.scheduler.entitlements import clamped, may_read, may_state, superseded
 
@@ -49,6 +52,8 @@ class FactDesk:
     caught_up: asyncio.Event
     catalogue: Catalogue | None = None
     """Models' context lengths, which bound the tokens a line's result can state (None: unbounded)."""
+    store: ObjectStore | None = None
+    """Where result files lie, whose stated size is checked against the object's own (None: not checked)."""
     refusals: SkipLog = field(default_factory=lambda: SkipLog(log, "refused"))
 
     def context_length(self, model: str) -> int | None:
@@ -69,13 +74,17 @@ class FactDesk:
 
     async def _store(self, executor_id: str, fact: str, fence: Fence | None) -> FactReceipt:
         try:
-            event = decode_event(fact.encode())
+            event = decode_event(fact.encode()).with_derived_identity()
         except ValidationError as error:
             return FactReceipt(status="refused", reason=f"Not a fact: {error.errors()[0]['msg']}")
         refusal = may_state(self.book, executor_id, event, self.context_length)
         if refusal is not None:
             self.refusals.skipped(f"executor {executor_id}", f"{event.type} of {event.aggregate_id}: {refusal}")
             return FactReceipt(status="refused", reason=refusal)
+        if isinstance(event, FileStored) and self.store is not None:
+            receipt = await self._size_refusal(executor_id, event)
+            if receipt is not None:
+                return receipt
         event = clamped(event, int(time.time() * 1000))
         if superseded(self.book, event):
             last = await last_fact(self.bus, attempt_failures(event.aggregate_id))
@@ -88,6 +97,22 @@ class FactDesk:
             log.warning("storing executor %s's %s failed: %r", executor_id, event.type, error)
             return FactReceipt(status="retry", reason="The event log did not take the fact.")
         return FactReceipt(status="stored", sequence=sequence)
+
+    async def _size_refusal(self, executor_id: str, event: FileStored) -> FactReceipt | None:
+        """A result file's stated size must be its object's: it counts against its owner's storage quota."""
+        assert self.store is not None
+        try:
+            size = await self.store.size_of(event.object_key)
+        except ObjectNotFound:
+            size = None
+        except (S3Error, *TRANSIENT) as error:  # the object store's outage: the executor asks again
+            log.warning("the size of %s for executor %s was not read: %r", event.object_key, executor_id, error)
+            return FactReceipt(status="retry", reason="The object store did not answer.")
+        if size == event.bytes:
+            return None
+        refusal = f"file {event.aggregate_id} states {event.bytes} bytes; its object holds {size}"
+        self.refusals.skipped(f"executor {executor_id}", refusal)
+        return FactReceipt(status="refused", reason=refusal)
 
     async def read(self, executor_id: str, request: LogRead) -> LogPage:
         if not self.caught_up.is_set():

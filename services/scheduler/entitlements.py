@@ -20,9 +20,10 @@ from contracts.events.batch import (
 )
 from contracts.events.envelope import Event
 from contracts.events.file import FileStored
-from contracts.ids import error_file_id, output_file_id
+from contracts.ids import error_file_id, output_file_id, result_file_name
 from contracts.subjects import input_object_key, parse_result_chunk_key
 from services.scheduler.book import BatchPlan, Book
+from services.scheduler.plans import progress_statement
 
 AttemptFact = BatchStarted | BatchProgressed | ShardFinished | AttemptFailed
 FinalizerFact = BatchEnded | BatchFailed
@@ -85,8 +86,10 @@ def _count_refusal(plan: BatchPlan, event: Event, context: int | None) -> str | 
     """Counts never past the unit's (or batch's) lines, and tokens never past what the new lines can use (prompt
     and up to `MAX_SAMPLES` completions within the model's context)."""
     if isinstance(event, BatchProgressed):
-        if event.chunk_key in plan.announced:
-            return None  # a repeat (a retried submission, a redelivered attempt): the log and the ledger dedup it
+        announced = plan.announced.get(event.chunk_key)
+        if announced is not None:  # a repeat (a retried submission): the log and the ledger dedup it
+            return None if announced == progress_statement(event) else (
+                f"{event.chunk_key} was announced already, stating other counts or tokens")
         unit = plan.attempt_shard.get(event.attempt, event.shard)
         limit = plan.unit_lines(unit) if plan.layout is not None else plan.total_lines
         counted = event.completed + event.failed
@@ -121,6 +124,9 @@ def _attempt_refusal(plan: BatchPlan, executor_id: str, event: AttemptFact | Bat
     named = getattr(event, "executor_id", executor_id)
     if named != executor_id:
         return f"{event.type} names executor {named}, but executor {executor_id} states it"
+    shard = plan.attempt_shard.get(event.attempt, 0)
+    if isinstance(event, BatchProgressed | ShardFinished) and event.shard != shard:
+        return f"attempt {event.attempt} of {plan.batch_id} runs unit {shard}, not {event.shard}"
     if isinstance(event, BatchProgressed):
         chunk = parse_result_chunk_key(event.chunk_key)
         if chunk != (plan.batch_id, event.attempt, event.chunk):
@@ -162,6 +168,9 @@ def _may_store(book: Book, executor_id: str, event: FileStored) -> str | None:
         return f"file {event.aggregate_id} is not the output or error file of {plan.batch_id}"
     if event.purpose != "batch_output":
         return f"a batch's result file has purpose batch_output, not {event.purpose}"
+    name = result_file_name(plan.batch_id, "output" if event.aggregate_id == output_file_id(plan.batch_id) else "error")
+    if event.filename != name:
+        return f"file {event.aggregate_id} is named {name}, not {event.filename[:80]!r}"
     if event.object_key != input_object_key(event.aggregate_id):
         return f"file {event.aggregate_id} lies under its own key, not {event.object_key}"
     if event.owner_key_id != plan.terms.owner_key_id:

@@ -4,11 +4,18 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from contracts.api.batch import Placement
-from contracts.events.batch import CancelCode, ShardLayout
+from contracts.events.batch import BatchProgressed, CancelCode, ShardLayout
 from contracts.ids import owner_id
 from contracts.terms import BatchTerms
 
 Phase = Literal["validating", "validated", "ended"]
+ProgressStatement = tuple[int, int, int, int, int, str | None]
+"""What a progress fact states of its chunk: attempt, chunk, shard, completed, failed and usage."""
+
+
+def progress_statement(event: BatchProgressed) -> ProgressStatement:
+    return (event.attempt, event.chunk, event.shard, event.completed, event.failed,
+            event.usage.model_dump_json() if event.usage is not None else None)
 UNSTARTED_LOSSES_FORGIVEN = 6
 """Attempts of a shard lost with their executor before they started that do not count against the limit."""
 
@@ -73,8 +80,9 @@ class BatchPlan:
     waiting_at_ms: int | None = None
     unit_done: dict[int, int] = field(default_factory=dict)
     """Unit → its lines committed so far (progress counts are cumulative per unit)."""
-    announced: set[str] = field(default_factory=set)
-    """Result chunk keys a stored progress fact announced (a fact stating one again is a repeat, never new lines)."""
+    announced: dict[str, ProgressStatement] = field(default_factory=dict)
+    """Result chunk key → what the first stored progress fact announcing it stated: a fact stating it again is a
+    repeat only if it states the same (never new lines), and refused otherwise."""
     done_lines: int = 0
     cancel_requested_at_ms: int | None = None
     cancel_code: CancelCode = "batch_cancelled"

@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 REGISTRATIONS = Answer(FLEET_REGISTER.replace("*", "{connected_as}"), ExecutorRegistration,
                        lambda why: RegistrationAnswer(accepted=False, reason=f"Malformed registration: {why}"))
 """The subject's parameter is the id the connection was admitted as (not `executor_id`: that is the body's claim)."""
+REGISTRATION_INTERVAL_MS = 2000
+"""An executor id registers at most once in this long: each registration is a fact of up to its advert's size in the
+log kept for good, so a connection registering in a loop is told to retry, not stored each time (an executor
+registers once per start, and retries every second)."""
 
 
 def worker_key_refusal(record: ApiKeyRecord | None) -> str | None:
@@ -75,6 +79,9 @@ class Registrar:
             return RegistrationAnswer(accepted=False, reason=refusal)
         async with self._one_at_a_time:
             now_ms = int(time.time() * 1000)
+            if now_ms - self.book.incarnations.get(executor_id, 0) < REGISTRATION_INTERVAL_MS:
+                return RegistrationAnswer(accepted=False, retry=True, reason=(
+                    f"Executor {executor_id} registered less than {REGISTRATION_INTERVAL_MS // 1000} s ago."))
             refusal = identity_refusal(self.book, executor_id, record, now_ms)
             if refusal is not None:
                 self.refusals.skipped(f"executor {executor_id}", f"its registration with worker key "

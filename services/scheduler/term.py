@@ -88,7 +88,7 @@ class Term:
     def __post_init__(self) -> None:
         self.registrar = Registrar(self.bus, self.read_model, self.book, self.caught_up)
         self.objects = ObjectBroker(self.signer, self.book, self.caught_up)
-        self.desk = FactDesk(self.bus, self.book, self.caught_up, self.catalogue)
+        self.desk = FactDesk(self.bus, self.book, self.caught_up, self.catalogue, self.signer.store)
         self.closer = Closer(self.bus, self.signer.store)
 
     @classmethod

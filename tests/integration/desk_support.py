@@ -10,19 +10,21 @@ from contracts.events.batch import BatchAssigned, BatchCreated, BatchValidated
 from contracts.subjects import EVENTS_STREAM, FACT_SUBMISSIONS, LOG_READS
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.kv import ensure_direct_reads
+from services.runtime.storage.objectstore import ObjectStore
 from services.scheduler.book import Book
 from services.scheduler.desk import READS, SUBMISSIONS, FactDesk
 from tests.integration.router_support import bare
 
 
 @contextlib.asynccontextmanager
-async def fact_desk(core: EventBus, admitted: set[str] | None = None) -> AsyncIterator[Book]:
+async def fact_desk(core: EventBus, admitted: set[str] | None = None,
+                    store: ObjectStore | None = None) -> AsyncIterator[Book]:
     """The desk answering on `core` until the block ends; the book it judges on (caught up from the start)."""
     await ensure_direct_reads(core.js, EVENTS_STREAM)
     book = Book(admitted=admitted or set())
     caught_up = asyncio.Event()
     caught_up.set()
-    desk = FactDesk(core, book, caught_up)
+    desk = FactDesk(core, book, caught_up, store=store)
     subscriptions = [await core.nc.subscribe(FACT_SUBMISSIONS, cb=bare(SUBMISSIONS, desk.submit)),
                      await core.nc.subscribe(LOG_READS, cb=bare(READS, desk.read))]
     await core.nc.flush()

@@ -119,7 +119,8 @@ class Hostile:
                 subject=rng.choice([attempt_failures(rng.choice(targets.batch_ids)), "evt.>", "", self.text()]),
                 sequence=self.number())
             event = self.model(rng.choice(events)).decode(errors="replace")
-            return FactSubmission(event=event, fence=fence).model_dump_json().encode()
+            # Unvalidated: a fact of any length (the desk refuses one over `MAX_STATED_FACT_CHARS`).
+            return FactSubmission.model_construct(event=event, fence=fence, then=[]).model_dump_json().encode()
         if kind == "consumer_create":
             config = {"durable_name": self.text(), "filter_subject": rng.choice(["cmd.>", ">", "evt.>", self.text()]),
                       "ack_policy": rng.choice(["explicit", "none", "all", "bogus"]), "max_deliver": self.number(),

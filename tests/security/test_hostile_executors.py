@@ -1,7 +1,7 @@
 """Attacks (issue 27) of a self-registered provider's executor on the fleet itself: take over another provider's
 executor id, register under an id it was not admitted as, state times from the future, hold several ids with one key,
-write garbage or another executor's id into its advert, and end a batch it never ran. Each must fail while the
-victims' batches run on, every line once."""
+write garbage or another executor's id into its advert, register in a loop, and end a batch it never ran. Each must
+fail while the victims' batches run on, every line once."""
 
 import asyncio
 import io
@@ -148,6 +148,11 @@ async def test_a_provider_cannot_take_over_fake_or_multiply_executor_ids_nor_sto
         answer = await register(evil, own_id, worker_key, advert(own_id, heartbeat_at=int(time.time() * 1000)
                                                                  + TEN_YEARS_MS))
         assert answer.accepted, answer.reason
+        # 9. Registering again and again: told to retry, not each stored (a registration is a fact kept for good).
+        again = ExecutorRegistration(executor_id=own_id, worker_key=worker_key, advert=advert(own_id))
+        answers = [RegistrationAnswer.model_validate_json((await evil.request(
+            fleet_registrations(own_id), again.model_dump_json().encode(), timeout=5)).data) for _ in range(5)]
+        assert sum(answer.accepted for answer in answers) <= 1 and any(answer.retry for answer in answers), answers
         # 8. The same key under a second id while the first is live: admitted by the broker (unregistered ids are
         # nobody's yet), but its registration is refused.
         second = await join_as_executor(stack, second_id, worker_key, errors)

@@ -127,6 +127,18 @@ class ObjectStore:
         """Each line of an object, without its line ending (the last line may lack one)."""
         return split_lines(self.iter_chunks(key))
 
+    async def size_of(self, key: str) -> int:
+        """The object's size in bytes; ObjectNotFound when there is none."""
+        return await self.run(self._size_of, key)
+
+    def _size_of(self, key: str) -> int:
+        try:
+            return int(self.client.stat_object(self.bucket, key).size or 0)
+        except S3Error as error:
+            if error.code in ("NoSuchKey", "NoSuchObject"):
+                raise ObjectNotFound(key) from error
+            raise
+
     async def list_keys(self, prefix: str) -> list[str]:
         return await self.run(self._list_keys, prefix)
 

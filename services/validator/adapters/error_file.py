@@ -11,7 +11,7 @@ from contracts.api.file import RESULT_FILE_EXPIRES_AFTER_S
 from contracts.api.rejected_line import RejectedLine
 from contracts.events.batch import BatchCreated
 from contracts.events.file import FileStored
-from contracts.ids import error_file_id
+from contracts.ids import error_file_id, result_file_name
 from contracts.subjects import input_object_key
 from services.runtime.storage.objectstore import ObjectStore
 from services.validator.adapters.input_lines import lines_by_chunk
@@ -84,7 +84,7 @@ async def write_error_file(store: ObjectStore, created: BatchCreated, validation
         await asyncio.to_thread(chunks.close)
     created_at = int(time.time())
     return FileStored(aggregate_id=file_id, causation_id=created.event_id,
-                      owner_key_id=created.terms.owner_key_id, filename=f"{batch_id}_error.jsonl",
+                      owner_key_id=created.terms.owner_key_id, filename=result_file_name(batch_id, "error"),
                       purpose="batch_output", bytes=size, sha256=digest.hexdigest(), object_key=key,
                       created_at=created_at, line_count=lines, batch_id=batch_id,
                       expires_at=created_at + (created.terms.output_expires_after_s or RESULT_FILE_EXPIRES_AFTER_S))

@@ -16,7 +16,7 @@ from contracts.events.batch import (
 from contracts.events.envelope import Event
 from contracts.events.file import FileStored
 from contracts.events.key import KeyRevoked
-from contracts.ids import error_file_id, output_file_id
+from contracts.ids import error_file_id, output_file_id, result_file_name
 from contracts.subjects import input_object_key, result_chunk_key
 from services.scheduler.book import Book
 from services.scheduler.entitlements import clamped, may_read, may_state, superseded
@@ -31,7 +31,8 @@ def progressed(batch: str, attempt: int, chunk: int = 0, key: str | None = None)
 def output_file(batch: str, owner: str = "k", file_id: str | None = None, key: str | None = None,
                 named_batch: str | None = None) -> FileStored:
     file_id = file_id or output_file_id(batch)
-    return FileStored(aggregate_id=file_id, owner_key_id=owner, filename="out.jsonl", purpose="batch_output",
+    name = result_file_name(batch, "error" if file_id == error_file_id(batch) else "output")
+    return FileStored(aggregate_id=file_id, owner_key_id=owner, filename=name, purpose="batch_output",
                       bytes=1, sha256="0" * 64, object_key=key or input_object_key(file_id), created_at=0,
                       expires_at=RESULT_FILE_EXPIRES_AFTER_S, batch_id=named_batch or batch)
 

@@ -4,11 +4,12 @@ lines can use, nothing negative; and an account is never debited past a batch's 
 from decimal import Decimal
 
 from contracts.billing import ModelPrice
-from contracts.events.batch import AttemptFailed, BatchCompleted, BatchProgressed, BatchUsage
+from contracts.events.batch import AttemptFailed, BatchCompleted, BatchProgressed, BatchUsage, ShardFinished
 from contracts.subjects import result_chunk_key
 from services.ledger.accounts import Account
+from services.scheduler.book import Book
 from services.scheduler.entitlements import may_state
-from tests.unit.scheduler.test_object_broker import fleet
+from tests.unit.scheduler.test_object_broker import assigned, created, fleet
 
 CONTEXT = 2048
 
@@ -95,3 +96,37 @@ def test_a_progress_fact_stated_again_is_a_repeat_not_a_refusal() -> None:
     assert may_state(book, "alpha", first, context_length) is None, "a retried submission of a stored fact"
     next_chunk = progress(2, chunk=1, input_tokens=200, output_tokens=100)
     assert may_state(book, "alpha", next_chunk, context_length) is not None, "a new chunk adding no lines"
+
+
+def test_a_chunk_stated_again_with_other_counts_or_tokens_is_refused_so_a_unit_is_never_inflated() -> None:
+    book = fleet()
+    first = progress(2, input_tokens=200, output_tokens=100)
+    book.apply(first)
+    inflated = progress(10**15, failed=-5, input_tokens=10**15, output_tokens=10**15)
+    assert may_state(book, "alpha", inflated, context_length) is not None
+    assert may_state(book, "alpha", progress(2, input_tokens=201, output_tokens=100), context_length) is not None
+    book.apply(inflated)  # were one in the log (an older desk's), the book keeps what the chunk stated first
+    assert may_state(book, "alpha", first, context_length) is None
+    assert book.plans["b1"].unit_done == {0: 2}
+
+
+def split_batch() -> Book:
+    """b1 in two units of 5 lines: unit 0 on alpha (attempt 1), unit 1 on bravo (attempt 2)."""
+    book = Book(admitted={"alpha", "bravo"})
+    created(book, "b1", "file-in1")
+    assigned(book, "b1", "alpha", 1, shard=0, shards=2)
+    assigned(book, "b1", "bravo", 2, shard=1, shards=2)
+    return book
+
+
+def test_an_attempts_progress_or_end_naming_another_unit_is_refused() -> None:
+    book = split_batch()
+    other_unit = progress(5).model_copy(update={"shard": 1})
+    assert may_state(book, "alpha", other_unit, context_length) is not None
+    assert may_state(book, "alpha", progress(5), context_length) is None
+    far_unit = ShardFinished(aggregate_id="b1", executor_id="alpha", attempt=1, shard=10**6)
+    assert may_state(book, "alpha", far_unit, context_length) is not None
+    own_unit = ShardFinished(aggregate_id="b1", executor_id="alpha", attempt=1, shard=0)
+    assert may_state(book, "alpha", own_unit, context_length) is None
+    book.apply(far_unit)  # were one in the log, it ends the attempt's own unit, not one that does not exist
+    assert set(book.plans["b1"].shards) == {0, 1} and book.plans["b1"].shards[0].finished
