@@ -10,7 +10,7 @@ from contracts.readmodel import ApiKeyRecord
 from services.gateway.background.key_usage import KEY_USAGE
 from services.gateway.context import deps
 from services.gateway.http.auth_failures import AUTH_FAILURES, too_many
-from services.gateway.usecases.refusals import ApiError
+from services.gateway.usecases.refusals import REVOKED_KEY, ApiError
 from services.runtime.storage.write_failures import write_fault
 
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/", "/v1/provider/connection"})
@@ -46,7 +46,7 @@ def _refusal(record: ApiKeyRecord | None) -> str | None:
     if record is None:
         return "Incorrect API key provided."
     if record.revoked:
-        return "This API key was revoked; ask an administrator for a new one."
+        return REVOKED_KEY
     if record.role == "worker":
         return "Worker keys are for executors and cannot call the user API."
     return None

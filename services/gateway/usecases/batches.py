@@ -14,17 +14,17 @@ from contracts.catalogue import CatalogueModel
 from contracts.events.account import CreditsReleased
 from contracts.events.batch import BatchCancelRequested, BatchCreated, BatchReleased
 from contracts.events.file import FileUsed
-from contracts.ids import derived_id, new_batch_id
+from contracts.ids import derived_id, key_aggregate_id, new_batch_id
 from contracts.lifecycle import CANCELLABLE, RELEASABLE, TERMINAL
 from contracts.readmodel import ApiKeyRecord, BatchRecord, FileRecord, UserRecord
-from contracts.subjects import batch_fact, file_fact
+from contracts.subjects import batch_fact, file_fact, key_fact
 from contracts.terms import BatchTerms
 from services.gateway.adapters.admission import Holdings
 from services.gateway.context import Deps
 from services.gateway.usecases import billing as billing_usecase
 from services.gateway.usecases.files import is_valid_id, owned_file
 from services.gateway.usecases.oversight import Standing, cancel_entry, organization_of, standing
-from services.gateway.usecases.refusals import ApiError, ascii_int, bad_request, not_found
+from services.gateway.usecases.refusals import ApiError, ascii_int, bad_request, not_found, revoked_key
 from services.runtime.nats.bus import Fence, FenceMoved
 from services.runtime.nats.facts import last_fact
 
@@ -104,8 +104,11 @@ class _Terms:
     billed_account: str | None
 
 
-async def create_from(d: Deps, caller: ApiKeyRecord, body: BatchCreateRequest, idempotency_key: str | None) -> Created:
-    """Create the batch `body` asks for (the create route's, and a retry's)."""
+async def create_from(d: Deps, caller: ApiKeyRecord, key_digest: str, body: BatchCreateRequest,
+                      idempotency_key: str | None) -> Created:
+    """Create the batch `body` asks for (the create route's, and a retry's), as the key of SHA-256 `key_digest`. The
+    batch is stated only while that key is not revoked (a fence on its revocation), so a create racing a revocation
+    either comes first, and the revocation stops it, or is refused."""
     window_s = completion_window_seconds(body.completion_window, d.settings.min_completion_window_s)
     output_expires_after_s = body.output_expires_after.seconds if body.output_expires_after else None
     asked: CreateParameters = (body.input_file_id, body.endpoint, body.completion_window, body.metadata,
@@ -120,7 +123,12 @@ async def create_from(d: Deps, caller: ApiKeyRecord, body: BatchCreateRequest, i
         return Created(twin.batch, twin.batch.id)
     event = _created_event(caller, batch_id, body, file, terms, window_s, output_expires_after_s)
     try:
-        sequence = await d.bus.publish(event)
+        sequence = await d.bus.publish(event, fence=Fence(key_fact(key_aggregate_id(caller.key_id, key_digest),
+                                                                   "revoked"), 0))
+    except FenceMoved:
+        if terms.billed_account is not None:
+            await asyncio.shield(_release_quietly(d, terms.billed_account, batch_id))
+        raise revoked_key() from None
     except BaseException:
         if terms.billed_account is not None:  # the batch may not exist: its reservation must not hold credit for ever
             await asyncio.shield(_release_quietly(d, terms.billed_account, batch_id))

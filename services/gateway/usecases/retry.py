@@ -79,7 +79,7 @@ async def failed_lines(d: Deps, error_object_key: str, codes: set[str] | None) -
     return found
 
 
-async def retry(d: Deps, caller: ApiKeyRecord, record: BatchRecord, body: RetryRequest) -> Created:
+async def retry(d: Deps, caller: ApiKeyRecord, key_digest: str, record: BatchRecord, body: RetryRequest) -> Created:
     """Create the retry of the caller's ended batch (409 while it runs, when nothing failed or its input is gone)."""
     batch = record.batch
     if batch.status not in TERMINAL:
@@ -111,7 +111,7 @@ async def retry(d: Deps, caller: ApiKeyRecord, record: BatchRecord, body: RetryR
         "input_file_id": file_id, "endpoint": batch.endpoint,
         "completion_window": body.completion_window or batch.completion_window, "metadata": metadata,
         "allow_partial": body.allow_partial, "placement": batch.placement or "approved_providers"})
-    return await create_from(d, caller, create, key)
+    return await create_from(d, caller, key_digest, create, key)
 
 
 async def copy_lines(d: Deps, caller: ApiKeyRecord, source_key: str, file_id: str, wanted: FailedLines,

@@ -8,7 +8,7 @@ from contracts.api.batch_request import BatchCreateRequest
 from contracts.ids import owner_id
 from contracts.lifecycle import ALL_STATUSES
 from services.gateway.context import deps
-from services.gateway.http.auth import principal
+from services.gateway.http.auth import REQUEST_KEY_DIGEST, principal
 from services.gateway.http.bodies import answer, read_body
 from services.gateway.http.limits import charge_control_call
 from services.gateway.http.paging import parse_limit
@@ -36,7 +36,8 @@ async def create_batch(request: web.Request) -> web.Response:
     await charge_control_call(request)
     idempotency_key = _idempotency_key(request)
     body = await read_body(request, BatchCreateRequest, MAX_JSON_BODY_BYTES)
-    created = await usecase.create_from(deps(request), principal(request), body, idempotency_key)
+    created = await usecase.create_from(deps(request), principal(request), request[REQUEST_KEY_DIGEST], body,
+                                        idempotency_key)
     return answer(created.batch, created.same_as)
 
 
@@ -117,5 +118,5 @@ async def retry_batch(request: web.Request) -> web.Response:
     d, caller = deps(request), principal(request)
     body = await read_body(request, retry.RetryRequest)
     record = await usecase.owned_batch(d, caller, request.match_info["batch_id"])
-    created = await retry.retry(d, caller, record, body)
+    created = await retry.retry(d, caller, request[REQUEST_KEY_DIGEST], record, body)
     return answer(created.batch, created.same_as)

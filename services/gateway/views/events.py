@@ -14,6 +14,7 @@ import nats.js.errors
 from aiohttp import web
 from nats.js import JetStreamContext
 
+from contracts.api.error import ErrorResponse
 from contracts.archive import archived_batch_log_key, parse_fact_line
 from contracts.lifecycle import ENDING_FACT_NAMES, TERMINAL
 from contracts.subjects import batch_events, event_name_of, event_subject
@@ -22,7 +23,7 @@ from services.gateway.http.auth import principal, still_authorized
 from services.gateway.http.errors import client_gone
 from services.gateway.http.event_frames import sse_frame
 from services.gateway.usecases.batches import owned_batch
-from services.gateway.usecases.refusals import ascii_int, bad_request
+from services.gateway.usecases.refusals import ascii_int, bad_request, revoked_key
 from services.runtime.nats import eventlog
 from services.runtime.nats.eventlog import Fact
 from services.runtime.nats.facts import last_sequence
@@ -38,8 +39,7 @@ POLL_S = 1.0
 FACTS_PER_READ = 256
 MAX_SEQUENCE = 2**63 - 1
 """Stream sequences are 64-bit; a resume point past this names no event."""
-REVOKED_FRAME = b'event: error\ndata: {"error": {"message": "This API key was revoked; ask an administrator for ' \
-    b'a new one.", "type": "authentication_error", "param": null, "code": "invalid_api_key"}}\n\n'
+REVOKED_FRAME = b"event: error\ndata: %s\n\n" % ErrorResponse(error=revoked_key().body).model_dump_json().encode()
 """The last frame of a stream whose key was revoked while it ran (in OpenAI's error shape); the stream then ends."""
 
 

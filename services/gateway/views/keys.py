@@ -113,13 +113,15 @@ async def _revoke(request: web.Request, workers: bool) -> web.Response:
 
 async def revoked(request: web.Request, digest: str, key_id: str) -> web.Response:
     """Revoke the key (`key_id`, `digest`) for the caller: its live batches stop. Answered once the read model
-    shows it revoked (or after `read_your_writes_s`), so the caller's next list does."""
+    holds the revocation (or after `read_your_writes_s`), so the caller's next list shows it."""
     d = deps(request)
-    sequence, cancelled = await revoke(d.bus, d.read_model, digest, principal(request).key_id)
-    d.keys.forget(f"apikey.{digest}")  # this gateway refuses it at once; others on their watch
-    if sequence is not None:
+
+    async def folded(sequence: int) -> None:
         await d.folds.read_back(lambda: d.read_model.get_api_key(digest), sequence, d.settings.read_your_writes_s,
                                 lambda record: record.revoked)
+
+    _, cancelled = await revoke(d.bus, d.read_model, digest, principal(request).key_id, folded)
+    d.keys.forget(f"apikey.{digest}")  # this gateway refuses it at once; others on their watch
     return answer(DeletedApiKey(id=key_id, cancelled_batches=cancelled))
 
 
