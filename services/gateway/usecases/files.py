@@ -117,7 +117,8 @@ async def create_file(d: Deps, caller: ApiKeyRecord, new: NewFile) -> tuple[File
     same = next((r for r in await same_bytes(d, owner, new.stored.sha256) if r.file.purpose == new.purpose
                  and r.file.filename == new.filename and r.model == new.model
                  and (r.file.expires_at or 0) - r.file.created_at == ttl_s), None)
-    if same is not None:
+    # The log decides whether it still exists: a delete the read model does not show yet removed its bytes.
+    if same is not None and await last_fact(d.bus, file_fact(same.file.id, "deleted")) is None:
         await discard_object(d, new.object_key)
         return same.file, same.file.id
     event, sequence = await state_file(d, caller, new, ttl_s)
