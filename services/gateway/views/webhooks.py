@@ -151,8 +151,9 @@ async def update_webhook(request: web.Request) -> web.Response:
     changes = body.model_dump(exclude_none=True)
     if body.url is not None:
         changes["url"] = await _checked_url(request, body.url)
-    changed = endpoint.model_copy(update=changes)
-    await _store(request).put_endpoint(changed)
+    changed = await _store(request).change_endpoint(endpoint.id, lambda now: now.model_copy(update=changes))
+    if changed is None:  # deleted meanwhile
+        raise not_found("webhook endpoint", endpoint.id)
     return answer(changed.model_copy(update={"secret": None}))
 
 
@@ -160,8 +161,10 @@ async def rotate_secret(request: web.Request) -> web.Response:
     """A new signing secret, in force for every attempt from now on (the old one is forgotten)."""
     endpoint = await _managed_endpoint(request)
     await charge_control_call(request)
-    changed = endpoint.model_copy(update={"secret": new_secret()})
-    await _store(request).put_endpoint(changed)
+    secret = new_secret()
+    changed = await _store(request).change_endpoint(endpoint.id, lambda now: now.model_copy(update={"secret": secret}))
+    if changed is None:  # deleted meanwhile
+        raise not_found("webhook endpoint", endpoint.id)
     return answer(changed)
 
 

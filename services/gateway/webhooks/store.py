@@ -4,6 +4,7 @@ lapse. Lists use direct gets, leaving no consumer behind; ended deliveries are p
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -11,7 +12,7 @@ import nats.js.errors
 from pydantic import BaseModel
 
 from contracts.api.webhook import WebhookDelivery, WebhookEndpoint
-from services.runtime.nats.kv import Bucket, erase, latest_entries, read_latest
+from services.runtime.nats.kv import Bucket, erase, latest_entries, read_entry, read_latest
 
 ENDPOINT = "endpoint"
 DELIVERY = "delivery"
@@ -45,6 +46,23 @@ class WebhookStore:
         entries = await latest_entries(self.kv, f"{ENDPOINT}.*")
         found = [WebhookEndpoint.model_validate_json(value) for _, value in entries]
         return sorted(found, key=lambda endpoint: (endpoint.created_at, endpoint.id))
+
+    async def change_endpoint(self, endpoint_id: str,
+                              change: Callable[[WebhookEndpoint], WebhookEndpoint]) -> WebhookEndpoint | None:
+        """The endpoint as `change` makes it of what is stored now, written by compare-and-set (a change made
+        meanwhile is read and changed again, never overwritten); None once it is deleted (a change never brings it
+        back)."""
+        key = f"{ENDPOINT}.{endpoint_id}"
+        while True:
+            entry = await read_entry(self.kv, key)
+            if entry is None or entry.value is None:
+                return None
+            changed = change(WebhookEndpoint.model_validate_json(entry.value))
+            try:
+                await self.kv.update(key, changed.model_dump_json().encode(), last=entry.revision)
+            except nats.js.errors.KeyWrongLastSequenceError:
+                continue
+            return changed
 
     async def delete_endpoint(self, endpoint_id: str) -> None:
         """The endpoint goes; its deliveries stay readable, and those still due end `failed` when next taken."""

@@ -142,6 +142,12 @@ async def latest_entries(bucket: Bucket, key_filter: str = ">", *, coherent: boo
 async def read_value(bucket: Bucket, key: str) -> bytes | None:
     """The key's value (None: never written, deleted or expired) with every write acknowledged before the call in it:
     on a replicated bucket the stream leader's own get, not a direct one a lagging replica may answer."""
+    entry = await read_entry(bucket, key)
+    return entry.value if entry is not None else None
+
+
+async def read_entry(bucket: Bucket, key: str) -> KeyValue.Entry | None:
+    """`read_value`'s entry, with its revision (for a compare-and-set); None: never written, deleted or expired."""
     reader: KeyValue = bucket
     if await replicated(bucket.js, bucket.stream):
         reader = KeyValue(bucket.name, bucket.stream, bucket.prefix, leader_api(bucket.js), direct=False)
@@ -149,7 +155,7 @@ async def read_value(bucket: Bucket, key: str) -> bytes | None:
         entry = await reader.get(key)
     except nats.js.errors.KeyNotFoundError:
         return None
-    return entry.value or None
+    return entry if entry.value else None
 
 
 async def read_latest(bucket: Bucket, key: str) -> bytes | None:
