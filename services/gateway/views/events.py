@@ -84,10 +84,22 @@ async def _archived(request: web.Request, response: web.StreamResponse, batch_id
         await response.write(b": connected\n\n")
         with contextlib.suppress(ConnectionResetError):  # the client went away; it can resume with Last-Event-ID
             if first is not None:
-                await response.write(first)
+                await _sent(request, response, first)
             async for frame in frames:
-                await response.write(frame)
+                await _sent(request, response, frame)
     return True
+
+
+async def _sent(request: web.Request, response: web.StreamResponse, data: bytes) -> None:
+    """Send `data`; a client that takes none of it within `client_idle_timeout_s` (it stopped reading, its buffers
+    full) is cut off, its stream ending as if it went away (ConnectionResetError): it resumes with Last-Event-ID."""
+    try:
+        async with asyncio.timeout(deps(request).settings.client_idle_timeout_s):
+            await response.write(data)
+    except TimeoutError:
+        if request.transport is not None:
+            request.transport.close()
+        raise ConnectionResetError("the client took no event for too long") from None
 
 
 async def _follow(request: web.Request, response: web.StreamResponse, facts: AsyncIterator[list[Fact]]) -> None:
@@ -104,13 +116,13 @@ async def _follow(request: web.Request, response: web.StreamResponse, facts: Asy
             idle_s += POLL_S
             if idle_s >= HEARTBEAT_S:
                 idle_s = 0.0
-                await response.write(b": heartbeat\n\n")
+                await _sent(request, response, b": heartbeat\n\n")
             continue
         idle_s = 0.0
         for fact in group:
             frame = sse_frame(fact.sequence, fact.data)
             if frame is not None:
-                await response.write(frame)
+                await _sent(request, response, frame)
             if event_name_of(fact.subject) in ENDING_FACT_NAMES:
                 return  # the stream ends with the batch's ending fact
 
@@ -124,7 +136,7 @@ async def _key_still_good(request: web.Request, response: web.StreamResponse) ->
         log.warning("could not check an event stream's key (%r); ending the stream", error)
         return False
     if not authorized:
-        await response.write(REVOKED_FRAME)
+        await _sent(request, response, REVOKED_FRAME)
     return authorized
 
 
@@ -148,6 +160,6 @@ async def stream_batch_events(request: web.Request) -> web.StreamResponse:
     async with eventlog.following(deps(request).bus, batch_events(batch_id), after, FACTS_PER_READ, idle=True) as facts:
         with contextlib.suppress(ConnectionResetError):  # the client went away; it can resume with Last-Event-ID
             await response.prepare(request)
-            await response.write(b": connected\n\n")
+            await _sent(request, response, b": connected\n\n")
             await _follow(request, response, facts)
     return response
