@@ -28,9 +28,11 @@ from services.gateway.http.routes import ROUTES
 from services.gateway.http.storage_guard import storage_middleware, storage_watch
 from services.gateway.http.transfer_slots import (
     DOWNLOAD_SLOTS,
+    OPEN_STREAMS,
     UPLOAD_SLOTS,
     UPLOADS_IN_FLIGHT,
     FairSlots,
+    OpenStreams,
     UploadsInFlight,
     upload_address_middleware,
 )
@@ -93,6 +95,7 @@ def create_app(settings: GatewaySettings) -> web.Application:
     app[DOWNLOAD_SLOTS] = FairSlots(settings.download_slots, settings.download_slots_per_owner,
                                     settings.transfer_slot_wait_s)
     app[UPLOADS_IN_FLIGHT] = UploadsInFlight(settings.uploads_per_address)
+    app[OPEN_STREAMS] = OpenStreams(settings.event_streams_per_owner)
     app.on_response_prepare.append(stamp_request_id)
     app.cleanup_ctx.extend([connections, storage_watch, keys_kept_fresh,
                             file_sweeper, credit_sweeper, fleet_gauges, webhook_deliverer])

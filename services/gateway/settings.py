@@ -102,10 +102,13 @@ class GatewaySettings(ServiceSettings):
     """File downloads one gateway streams at once; more wait for a slot, served owner by owner in turn."""
     download_slots_per_owner: int = Field(default=16, ge=1)
     """Download slots one owner may hold at once on one gateway; their further downloads wait in their own line."""
+    event_streams_per_owner: int = Field(default=256, ge=1)
+    """Event streams (`/v1/batches/{id}/events`) one owner may hold open at once on one gateway; more get 429."""
     transfer_slot_wait_s: float = 30.0
     """How long an upload or download waits for a slot before it gets 503 `server_busy` with Retry-After."""
     client_idle_timeout_s: float = 30.0
-    """How long an upload may send nothing (or a download take nothing) before it ends with 408."""
+    """How long an upload may send nothing (or a download take nothing) before it ends with 408; an event stream whose
+    client takes nothing for this long is closed."""
     object_store_timeout_s: float = 120.0
     """How long one part of an upload may take the object store before the upload ends with 503."""
     webhooks: bool = True

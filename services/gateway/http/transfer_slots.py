@@ -1,11 +1,12 @@
 """Transfer slots per gateway process (in memory), shared fairly: uploads (or downloads) at once, a few per owner,
-waiters served owner by owner; and a cap on one address's uploads in flight, counted before its key is looked at.
+waiters served owner by owner; a cap on one address's uploads in flight, counted before its key is looked at; and one
+on an owner's event streams open at once.
 Every count comes back on every path (an answer, an error, a client gone, a cancelled handler)."""
 
 import asyncio
 import contextlib
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -122,9 +123,32 @@ class UploadsInFlight:
                 del self.counts[address]
 
 
+@dataclass
+class OpenStreams:
+    """Event streams open at once on this gateway, by owner: each holds a consumer on the broker, so one past
+    `per_owner` is refused (429) rather than let one tenant's thousands weigh on everyone's broker."""
+
+    per_owner: int
+    held: dict[str, int] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def opened(self, owner: str) -> Iterator[None]:
+        if self.held.get(owner, 0) >= self.per_owner:
+            raise ApiError(429, f"At most {self.per_owner} event streams may be open at once on one gateway; close "
+                           "one first.", "rate_limit_error", "too_many_streams", retry_after_s=5)
+        self.held[owner] = self.held.get(owner, 0) + 1
+        try:
+            yield
+        finally:
+            self.held[owner] -= 1
+            if not self.held[owner]:
+                del self.held[owner]
+
+
 UPLOAD_SLOTS = web.AppKey("upload_slots", FairSlots)
 DOWNLOAD_SLOTS = web.AppKey("download_slots", FairSlots)
 UPLOADS_IN_FLIGHT = web.AppKey("uploads_in_flight", UploadsInFlight)
+OPEN_STREAMS = web.AppKey("open_streams", OpenStreams)
 UPLOAD_PATH = "/v1/files"
 
 

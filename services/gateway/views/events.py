@@ -17,11 +17,13 @@ from nats.js import JetStreamContext
 from contracts.api.error import ErrorResponse
 from contracts.archive import archived_batch_log_key, parse_fact_line
 from contracts.lifecycle import ENDING_FACT_NAMES, TERMINAL
+from contracts.readmodel import BatchRecord
 from contracts.subjects import batch_events, event_name_of, event_subject
 from services.gateway.context import deps
 from services.gateway.http.auth import principal, still_authorized
 from services.gateway.http.errors import client_gone
 from services.gateway.http.event_frames import sse_frame
+from services.gateway.http.transfer_slots import OPEN_STREAMS
 from services.gateway.usecases.batches import owned_batch
 from services.gateway.usecases.refusals import ascii_int, bad_request, revoked_key
 from services.runtime.nats import eventlog
@@ -143,6 +145,12 @@ async def _key_still_good(request: web.Request, response: web.StreamResponse) ->
 async def stream_batch_events(request: web.Request) -> web.StreamResponse:
     batch_id = request.match_info["batch_id"]
     record = await owned_batch(deps(request), principal(request), batch_id)
+    with request.app[OPEN_STREAMS].opened(principal(request).owner):
+        return await _stream(request, record)
+
+
+async def _stream(request: web.Request, record: BatchRecord) -> web.StreamResponse:
+    batch_id = record.batch.id
     after = resume_after(request)
     js = deps(request).bus.js
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
