@@ -44,6 +44,11 @@ class KeyRevoked(Event):
     revoked_by_key_id: str | None = None
     """The key that revoked it (an admin's, or a provider owner's for their worker key); None: an operator's CLI."""
 
+    @property
+    def key_id(self) -> str:
+        """The public id of the key revoked (from its aggregate id; the hash's for a key made before random ids)."""
+        return key_id_for_hash(self.key_sha256) if self.aggregate_id == self.key_sha256[:32] else self.aggregate_id
+
 
 class UserCreated(Event):
     kind: ClassVar = "user"

@@ -63,6 +63,14 @@ class Finalize:
     failure_message: str | None = None
 
 
-Action = Assign | Wait | FenceAttempt | DeclareLost | Finalize
+@dataclass(frozen=True)
+class StopRevoked:
+    """The batch's key was revoked: it is cancelled with `authorization_revoked` (whatever the revocation's own
+    listing of the key's batches saw of a read model lagging behind the log)."""
+
+    plan: BatchPlan
+
+
+Action = Assign | Wait | FenceAttempt | DeclareLost | Finalize | StopRevoked
 QUEUED = "Queued:"
 """How every reason of a batch waiting only for a free place begins (the standings refine it)."""

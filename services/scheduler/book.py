@@ -16,6 +16,7 @@ from contracts.events.batch import (
 )
 from contracts.events.envelope import Event
 from contracts.events.executor import ExecutorAdvert, ExecutorLost, ExecutorRegistered
+from contracts.events.key import KeyRevoked
 from contracts.events.registry import AnyEvent
 from contracts.lifecycle import ENDING_FACTS
 from services.runtime.nats.foldrules import FoldRules
@@ -63,6 +64,8 @@ class Book:
     """Executor id → who registered it first: the only provider (or operator key) it is ever admitted for."""
     key_holders: dict[str, str] = field(default_factory=dict)
     """Worker key id → the executor it last registered (one key serves one live executor at a time)."""
+    revoked_keys: set[str] = field(default_factory=set)
+    """Ids of revoked keys: a batch of one is stopped and given no more work."""
     validated_count: int = 0
     open: dict[str, BatchPlan] = field(default_factory=dict)
     """The batches that have not ended (an ended one's last attempt may still read as running: a batch that
@@ -144,6 +147,10 @@ class Book:
         self.plans[event.aggregate_id] = self.open[event.aggregate_id] = BatchPlan(
             event.aggregate_id, event.terms, held=event.hold, owner_user_id=event.owner_user_id,
             organization_id=event.organization_id, placement=event.placement)
+
+    @_fleet_rules.on(KeyRevoked)
+    def _key_revoked(self, event: KeyRevoked) -> None:
+        self.revoked_keys.add(event.key_id)
 
     # Rules for a batch's plan, while it has not ended; every other fact leaves the plan as it is.
 

@@ -11,7 +11,17 @@ from contracts.catalogue import Catalogue, CatalogueModel
 from contracts.events.batch import ShardLayout
 from contracts.events.executor import ExecutorAdvert
 from contracts.lifecycle import EndReason
-from services.scheduler.actions import QUEUED, Action, Assign, DeclareLost, FenceAttempt, Finalize, Policy, Wait
+from services.scheduler.actions import (
+    QUEUED,
+    Action,
+    Assign,
+    DeclareLost,
+    FenceAttempt,
+    Finalize,
+    Policy,
+    StopRevoked,
+    Wait,
+)
 from services.scheduler.book import CONTROL_PLANE, BatchPlan, Book
 from services.scheduler.domain import HEARTBEAT_FRESH_MS, free_bytes
 from services.scheduler.fair_share import FairQueue, QueuedBatch
@@ -50,6 +60,8 @@ def _upkeep(plan: BatchPlan, book: Book, fleet: FleetView, alive: set[str], now_
     """What one open batch needs now, and its model when it has units to hand out."""
     if plan.cancel_requested_at_ms is not None:  # an accepted cancel ends `cancelled`, even past the window
         return _end_early(plan, fleet, alive, now_ms, "cancelled", "batch_cancelled", "The batch was cancelled."), None
+    if plan.terms.owner_key_id in book.revoked_keys:  # its cancel is stated, then ends it as any cancel does
+        return [StopRevoked(plan)], None
     if now_ms >= plan.expires_at_ms:
         return _end_early(plan, fleet, alive, now_ms, "expired", "batch_expired", "The completion window ended."), None
     actions = _fences(plan, book, fleet, alive) if plan.running_units else []

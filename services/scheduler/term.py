@@ -28,9 +28,9 @@ from contracts.events.executor import ExecutorLost, ExecutorRegistered
 from contracts.events.registry import AnyEvent, decode_event
 from contracts.ids import derived_id
 from contracts.lifecycle import ENDING_FACTS
-from contracts.subjects import EVENTS_STREAM, parse_event_subject
+from contracts.subjects import EVENTS_STREAM, batch_fact, parse_event_subject
 from services.runtime.nats.broker import BROKER_HICCUPS
-from services.runtime.nats.bus import EventBus
+from services.runtime.nats.bus import EventBus, Fence, FenceMoved
 from services.runtime.nats.fleet import Fleet
 from services.runtime.nats.folds import Folds
 from services.runtime.nats.follower import Fact
@@ -40,7 +40,17 @@ from services.runtime.nats.readmodel import ReadModel
 from services.runtime.process.tasks import cancel_and_join
 from services.scheduler.book import CONTROL_PLANE, BatchPlan, Book
 from services.scheduler.closer import Closer
-from services.scheduler.decisions import Action, Assign, DeclareLost, FenceAttempt, Finalize, Policy, Wait, decide
+from services.scheduler.decisions import (
+    Action,
+    Assign,
+    DeclareLost,
+    FenceAttempt,
+    Finalize,
+    Policy,
+    StopRevoked,
+    Wait,
+    decide,
+)
 from services.scheduler.desk import FactDesk
 from services.scheduler.objects import ObjectBroker, ObjectSigner
 from services.scheduler.observe import action_span, export_book, note_action, remember_trace
@@ -208,6 +218,16 @@ class Term:
             await self.send(command)
             log.info("batch %s (%s) sent to %s to finalize", plan.batch_id, action.reason, action.executor_id)
 
+    async def _stop_revoked(self, action: StopRevoked) -> None:
+        stop = BatchCancelRequested(aggregate_id=action.plan.batch_id, requested_by_key_id=REVOCATION,
+                                    code="authorization_revoked")
+        try:
+            await self.bus.publish(stop, fence=Fence(batch_fact(stop.aggregate_id, "finalizing"), 0))
+        except FenceMoved:
+            return  # finalizing already: it ends as it is
+        self.book.apply(stop)
+        log.info("batch %s stopped: its key %s was revoked", stop.aggregate_id, action.plan.terms.owner_key_id)
+
     async def _assign(self, action: Assign) -> None:
         """The fact first, then the command: a leader that dies between them has the next one resend it."""
         plan = action.plan
@@ -240,11 +260,15 @@ class Term:
         await self.bus.send(command, self.book.protocols.get(command.executor_id, 1))
 
 
+REVOCATION = "revocation"
+"""The `requested_by_key_id` of a cancel the scheduler states for a revoked key's batch."""
+
+
 def _lease_token(batch_id: str, attempt: int) -> str:
     return derived_id("lease_", batch_id, str(attempt))
 
 
 ACTS: dict[type, Callable[[Term, Any], Awaitable[None]]] = {
     Assign: Term._assign, Wait: Term._wait, FenceAttempt: Term._fence, DeclareLost: Term._declare_lost,
-    Finalize: Term._finalize}
+    Finalize: Term._finalize, StopRevoked: Term._stop_revoked}
 """How the term carries out each action `decide` returns."""

@@ -7,6 +7,7 @@ import pytest
 from contracts.events.batch import BatchCancelled, BatchCompleted, BatchEnded, BatchEvent, ValidationProgressed
 from contracts.events.envelope import Event
 from contracts.events.file import FileUsed
+from contracts.events.key import KeyRevoked
 from contracts.events.registry import AnyEvent
 from services.executor.attempts import _rules as attempt_rules
 from services.ledger.rules import _batch_facts, _facts
@@ -57,5 +58,7 @@ def test_ledger_rules_for_batch_facts_never_create_a_batch() -> None:
 
 
 @pytest.mark.parametrize("rules", [_fleet_rules, _plan_rules, attempt_rules], ids=["fleet", "plan", "attempts"])
-def test_the_scheduler_and_the_executor_ignore_file_and_key_facts(rules: FoldRules[None]) -> None:
-    assert not any(t in rules for t in EVERY_EVENT if t.kind in ("file", "key", "user", "organization"))
+def test_the_scheduler_and_the_executor_ignore_file_and_key_facts_but_a_revocation(rules: FoldRules[None]) -> None:
+    """A revoked key's batches are stopped by the scheduler's book (whatever the revocation's listing saw)."""
+    folded = {t for t in EVERY_EVENT if t in rules and t.kind in ("file", "key", "user", "organization")}
+    assert folded == ({KeyRevoked} if rules is _fleet_rules else set())

@@ -13,6 +13,7 @@ from contracts.events.batch import (
     BatchValidated,
 )
 from contracts.events.executor import DeviceMemory, ExecutorAdvert, ExecutorRegistered
+from contracts.events.key import KeyRevoked
 from services.scheduler.book import CONTROL_PLANE, Book
 from services.scheduler.decisions import (
     CANCEL_GRACE_MS,
@@ -20,6 +21,7 @@ from services.scheduler.decisions import (
     DeclareLost,
     FenceAttempt,
     Finalize,
+    StopRevoked,
     Wait,
     decide,
 )
@@ -214,3 +216,14 @@ async def test_a_new_leader_resends_every_run_though_the_fold_ends_and_opens_bat
 
     await Term.resend_runs(cast(Term, SimpleNamespace(book=book, _send_run=send_run)))  # no "changed size" error
     assert ("b1", "e1") in sent  # the open batch's run (whether the one that ended meanwhile is sent is no matter)
+
+
+def test_a_batch_of_a_revoked_key_is_stopped_and_given_no_work_then_ends_as_a_cancel() -> None:
+    """Whatever the revocation's own listing of the key's batches saw (the read model may lag the log)."""
+    book = validated_book()
+    book.apply(KeyRevoked(aggregate_id="k", key_sha256="ab" * 32))
+    actions = decide(book, [advert("e1")], CATALOGUE, NOW)
+    assert [type(action) for action in actions] == [StopRevoked]
+    book.apply(BatchCancelRequested(aggregate_id="b1", requested_by_key_id="revocation", code="authorization_revoked"))
+    ending = decide(book, [advert("e1")], CATALOGUE, NOW)
+    assert [type(action) for action in ending] == [Finalize] and book.plans["b1"].cancel_code == "authorization_revoked"
