@@ -21,9 +21,14 @@ from contracts.objects import (
     ObjectRequest,
     SignedObject,
     WantedObject,
-    chunk_attempt,
 )
-from contracts.subjects import input_object_key, object_requests, rejections_key, results_prefix
+from contracts.subjects import (
+    input_object_key,
+    object_requests,
+    parse_result_chunk_key,
+    rejections_key,
+    results_prefix,
+)
 from services.runtime.nats.delivery import Answer
 from services.runtime.process.settings import ConnectionSettings
 from services.runtime.process.skip_log import SkipLog
@@ -80,12 +85,15 @@ def _write_refusal(plan: BatchPlan, executor_id: str, request: ObjectRequest, he
     """A holder writes its own attempt's chunks; the output and error files, when it finalizes (or holds the one
     unit of an unsharded batch)."""
     key, batch_id = request.key, plan.batch_id
-    chunk = chunk_attempt(key)
+    chunk = parse_result_chunk_key(key)
     if chunk is not None:
-        if chunk != (batch_id, request.attempt):
+        if chunk[:2] != (batch_id, request.attempt):
             return f"{key} is not a chunk of attempt {request.attempt} of {batch_id}"
         if request.attempt not in held:
             return f"attempt {request.attempt} of {batch_id} is not executor {executor_id}'s live attempt"
+        lines = plan.unit_lines(plan.attempt_shard.get(request.attempt, 0))
+        if chunk[2] >= lines:  # each chunk commits at least one of the unit's lines
+            return f"attempt {request.attempt} of {batch_id} runs {lines} lines: it has no chunk {chunk[2]}"
         return None
     if key in (input_object_key(output_file_id(batch_id)), input_object_key(error_file_id(batch_id))):
         one_shard = plan.layout is None or plan.layout.shards == 1

@@ -147,3 +147,15 @@ def test_only_the_executor_itself_may_ask_on_its_object_subject() -> None:
     assert allowed("svc.objects.alpha", "alpha")
     assert not allowed("svc.objects.bravo", "alpha")
     assert not allowed("svc.objects.*", "alpha")
+
+
+def test_an_attempt_writes_no_more_chunks_than_its_unit_has_lines() -> None:
+    """Each chunk commits at least one line: URLs for more would let an executor fill the object store."""
+    book = fleet()  # b1: 10 lines, one unit, attempt 1 on alpha
+    assert ask(book, "alpha", "put", "b1", result_chunk_key("b1", 1, 9), attempt=1) is None
+    assert ask(book, "alpha", "put", "b1", result_chunk_key("b1", 1, 10), attempt=1) is not None
+    assert ask(book, "alpha", "put", "b1", result_chunk_key("b1", 1, 10**9), attempt=1) is not None
+    created(book, "b3", "file-in3")
+    assigned(book, "b3", "bravo", 1, shard=1, shards=2)  # b3's second unit: 5 of its 10 lines
+    assert ask(book, "bravo", "put", "b3", result_chunk_key("b3", 1, 4), attempt=1) is None
+    assert ask(book, "bravo", "put", "b3", result_chunk_key("b3", 1, 5), attempt=1) is not None
