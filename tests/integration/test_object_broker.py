@@ -67,7 +67,8 @@ async def work(object_store: ObjectStore) -> Work:
     for batch, key, executor in ((b1, input1, "alpha"), (b2, input2, "bravo")):
         await object_store.put_bytes(key, f"{batch} line 1\n{batch} line 2\n".encode())
         book.apply(batch_created(batch, "k", key, created_at=0, expires_at=10**10))
-        book.apply(BatchValidated(aggregate_id=batch, total_lines=2, model="m"))
+        # Lines enough for more than a listing page of chunks (an attempt has no more chunks than lines).
+        book.apply(BatchValidated(aggregate_id=batch, total_lines=2 * LIST_PAGE, model="m"))
         book.apply(BatchAssigned(aggregate_id=batch, executor_id=executor, attempt=1, lease_token="t"))
     await object_store.put_bytes(stranger, b"someone else's data\n")
     return Work(b1, b2, input1, input2, stranger, book)
