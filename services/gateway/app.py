@@ -31,9 +31,10 @@ from services.gateway.http.transfer_slots import (
     OPEN_STREAMS,
     UPLOAD_SLOTS,
     UPLOADS_IN_FLIGHT,
+    AtOnce,
     FairSlots,
-    OpenStreams,
-    UploadsInFlight,
+    too_many_streams,
+    too_many_uploads,
     upload_address_middleware,
 )
 from services.gateway.settings import GatewaySettings
@@ -94,8 +95,8 @@ def create_app(settings: GatewaySettings) -> web.Application:
                                   settings.transfer_slot_wait_s)
     app[DOWNLOAD_SLOTS] = FairSlots(settings.download_slots, settings.download_slots_per_owner,
                                     settings.transfer_slot_wait_s)
-    app[UPLOADS_IN_FLIGHT] = UploadsInFlight(settings.uploads_per_address)
-    app[OPEN_STREAMS] = OpenStreams(settings.event_streams_per_owner)
+    app[UPLOADS_IN_FLIGHT] = AtOnce(settings.uploads_per_address, too_many_uploads)
+    app[OPEN_STREAMS] = AtOnce(settings.event_streams_per_owner, too_many_streams)
     app.on_response_prepare.append(stamp_request_id)
     app.cleanup_ctx.extend([connections, storage_watch, keys_kept_fresh,
                             file_sweeper, credit_sweeper, fleet_gauges, webhook_deliverer])

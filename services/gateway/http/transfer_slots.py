@@ -6,7 +6,7 @@ Every count comes back on every path (an answer, an error, a client gone, a canc
 import asyncio
 import contextlib
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -103,52 +103,43 @@ class FairSlots:
 
 
 @dataclass
-class UploadsInFlight:
-    """At most `per_address` uploads of one address in flight (0: no cap), counted before authentication; then 429."""
+class AtOnce:
+    """At most `cap` requests of one key (an address's uploads, an owner's event streams) at once on this gateway
+    (0: no cap); one past it gets `refusal(cap)`, a 429. Each count comes back when its request ends."""
 
-    per_address: int
+    cap: int
+    refusal: Callable[[int], ApiError]
     counts: dict[str, int] = field(default_factory=dict)
 
-    @contextlib.asynccontextmanager
-    async def admitted(self, address: str) -> AsyncIterator[None]:
-        if self.per_address > 0 and self.counts.get(address, 0) >= self.per_address:
-            raise ApiError(429, f"Too many uploads from this address at once (at most {self.per_address}); finish "
-                           "some first.", "rate_limit_error", "too_many_uploads", retry_after_s=5)
-        self.counts[address] = self.counts.get(address, 0) + 1
-        try:
-            yield
-        finally:
-            self.counts[address] -= 1
-            if not self.counts[address]:
-                del self.counts[address]
-
-
-@dataclass
-class OpenStreams:
-    """Event streams open at once on this gateway, by owner: each holds a consumer on the broker, so one past
-    `per_owner` is refused (429) rather than let one tenant's thousands weigh on everyone's broker."""
-
-    per_owner: int
-    held: dict[str, int] = field(default_factory=dict)
-
     @contextlib.contextmanager
-    def opened(self, owner: str) -> Iterator[None]:
-        if self.held.get(owner, 0) >= self.per_owner:
-            raise ApiError(429, f"At most {self.per_owner} event streams may be open at once on one gateway; close "
-                           "one first.", "rate_limit_error", "too_many_streams", retry_after_s=5)
-        self.held[owner] = self.held.get(owner, 0) + 1
+    def holding(self, key: str) -> Iterator[None]:
+        if self.cap > 0 and self.counts.get(key, 0) >= self.cap:
+            raise self.refusal(self.cap)
+        self.counts[key] = self.counts.get(key, 0) + 1
         try:
             yield
         finally:
-            self.held[owner] -= 1
-            if not self.held[owner]:
-                del self.held[owner]
+            self.counts[key] -= 1
+            if not self.counts[key]:
+                del self.counts[key]
+
+
+def too_many_uploads(cap: int) -> ApiError:
+    """An address's uploads in flight, counted before its key is looked at."""
+    return ApiError(429, f"Too many uploads from this address at once (at most {cap}); finish some first.",
+                    "rate_limit_error", "too_many_uploads", retry_after_s=5)
+
+
+def too_many_streams(cap: int) -> ApiError:
+    """An owner's event streams: each holds a consumer on the broker every tenant shares."""
+    return ApiError(429, f"At most {cap} event streams may be open at once on one gateway; close one first.",
+                    "rate_limit_error", "too_many_streams", retry_after_s=5)
 
 
 UPLOAD_SLOTS = web.AppKey("upload_slots", FairSlots)
 DOWNLOAD_SLOTS = web.AppKey("download_slots", FairSlots)
-UPLOADS_IN_FLIGHT = web.AppKey("uploads_in_flight", UploadsInFlight)
-OPEN_STREAMS = web.AppKey("open_streams", OpenStreams)
+UPLOADS_IN_FLIGHT = web.AppKey("uploads_in_flight", AtOnce)
+OPEN_STREAMS = web.AppKey("open_streams", AtOnce)
 UPLOAD_PATH = "/v1/files"
 
 
@@ -157,5 +148,5 @@ async def upload_address_middleware(request: web.Request, handler: Handler) -> w
     """Counts an upload against its address before the auth middleware looks at its key."""
     if request.method != "POST" or request.path != UPLOAD_PATH:
         return await handler(request)
-    async with request.app[UPLOADS_IN_FLIGHT].admitted(request.remote or "unknown"):
+    with request.app[UPLOADS_IN_FLIGHT].holding(request.remote or "unknown"):
         return await handler(request)

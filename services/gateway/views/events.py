@@ -145,7 +145,7 @@ async def _key_still_good(request: web.Request, response: web.StreamResponse) ->
 async def stream_batch_events(request: web.Request) -> web.StreamResponse:
     batch_id = request.match_info["batch_id"]
     record = await owned_batch(deps(request), principal(request), batch_id)
-    with request.app[OPEN_STREAMS].opened(principal(request).owner):
+    with request.app[OPEN_STREAMS].holding(principal(request).owner):
         return await _stream(request, record)
 
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from services.gateway.http.body_pace import BodyPace
-from services.gateway.http.transfer_slots import FairSlots, UploadsInFlight
+from services.gateway.http.transfer_slots import AtOnce, FairSlots, too_many_uploads
 from services.gateway.usecases.refusals import ApiError
 
 
@@ -87,12 +87,11 @@ async def test_a_cancelled_wait_gives_back_the_slot_that_came_as_it_was_cancelle
 
 
 async def test_an_address_past_its_uploads_in_flight_gets_429_and_its_count_comes_back() -> None:
-    in_flight = UploadsInFlight(per_address=2)
-    async with in_flight.admitted("10.0.0.1"), in_flight.admitted("10.0.0.1"):
-        with pytest.raises(ApiError) as refused:
-            async with in_flight.admitted("10.0.0.1"):
-                pass
-        async with in_flight.admitted("10.0.0.2"):
+    in_flight = AtOnce(2, too_many_uploads)
+    with in_flight.holding("10.0.0.1"), in_flight.holding("10.0.0.1"):
+        with pytest.raises(ApiError) as refused, in_flight.holding("10.0.0.1"):
+            pass
+        with in_flight.holding("10.0.0.2"):
             pass
     assert (refused.value.status, refused.value.body.code) == (429, "too_many_uploads")
     assert in_flight.counts == {}
