@@ -38,19 +38,10 @@ from services.runtime.nats.kv import ensure_direct_reads
 from services.runtime.nats.leader import LeaderLease
 from services.runtime.nats.readmodel import ReadModel
 from services.runtime.process.tasks import cancel_and_join
+from services.scheduler.actions import Action, Assign, DeclareLost, FenceAttempt, Finalize, Policy, StopRevoked, Wait
 from services.scheduler.book import CONTROL_PLANE, BatchPlan, Book
 from services.scheduler.closer import Closer
-from services.scheduler.decisions import (
-    Action,
-    Assign,
-    DeclareLost,
-    FenceAttempt,
-    Finalize,
-    Policy,
-    StopRevoked,
-    Wait,
-    decide,
-)
+from services.scheduler.decisions import decide
 from services.scheduler.desk import FactDesk
 from services.scheduler.objects import ObjectBroker, ObjectSigner
 from services.scheduler.observe import action_span, export_book, note_action, remember_trace
