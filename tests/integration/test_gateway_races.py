@@ -7,8 +7,11 @@ from collections.abc import AsyncIterator
 import pytest
 
 from contracts.api.batch import BatchUsage
-from contracts.events.batch import BatchExpired, BatchFinalizing
+from contracts.events.batch import BatchExpired, BatchFinalizing, BatchReleased
+from contracts.events.envelope import Event
 from contracts.subjects import READ_MODEL_BUCKET
+from services.gateway.context import DEPS
+from services.runtime.nats.bus import Fence
 from services.runtime.process.settings import ConnectionSettings
 from tests.integration.gateway_support import Gateway, jsonl, running_gateway
 
@@ -196,3 +199,26 @@ async def test_a_list_shows_the_callers_own_creates_and_deletes_even_when_they_a
             assert (await hasty.client.delete(f"/v1/files/{spare}", headers=key)).status == 200
             files = [f["id"] for f in (await (await hasty.client.get("/v1/files", headers=key)).json())["data"]]
             assert file_id in files and spare not in files
+
+
+async def test_a_release_that_a_batchs_end_overtook_is_refused_not_answered_as_released(gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    file_id = await upload(gateway, key, "released-late")
+    batch = await (await gateway.client.post("/v1/batches", json=body(file_id, hold=True), headers=key)).json()
+    bus = gateway.client.app[DEPS].bus
+    publish = bus.publish
+
+    async def ended_first(event: Event, fence: Fence | None = None) -> int:
+        if isinstance(event, BatchReleased):  # the release's check saw it held and live; it expires meanwhile
+            await publish(BatchExpired(aggregate_id=batch["id"], correlation_id=batch["id"], output_file_id=None,
+                                       error_file_id=None, completed=0, failed=0, usage=BatchUsage()))
+        return await publish(event, fence)
+
+    bus.publish = ended_first
+    try:
+        release = await gateway.client.post(f"/v1/batches/{batch['id']}/release", headers=key)
+    finally:
+        bus.publish = publish
+
+    assert release.status == 400, await release.text()
+    assert (await release.json())["error"]["code"] == "batch_not_releasable"
