@@ -7,6 +7,7 @@ from contracts.events.batch import (
     BatchAssigned,
     BatchCancelRequested,
     BatchCreated,
+    BatchFinalizing,
     BatchProgressed,
     BatchReleased,
     BatchStarted,
@@ -233,6 +234,10 @@ class Book:
             run.executor_id = None
             run.finished = run.finished or not event.stopped
         plan.reindex(shard)
+
+    @_plan_rules.on(BatchFinalizing)
+    def _finalizing(self, plan: BatchPlan, event: BatchFinalizing) -> None:
+        plan.finalizing = True
 
     @_plan_rules.on(BatchCancelRequested)
     def _cancel_requested(self, plan: BatchPlan, event: BatchCancelRequested) -> None:

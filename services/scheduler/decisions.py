@@ -60,7 +60,7 @@ def _upkeep(plan: BatchPlan, book: Book, fleet: FleetView, alive: set[str], now_
     """What one open batch needs now, and its model when it has units to hand out."""
     if plan.cancel_requested_at_ms is not None:  # an accepted cancel ends `cancelled`, even past the window
         return _end_early(plan, fleet, alive, now_ms, "cancelled", "batch_cancelled", "The batch was cancelled."), None
-    if plan.terms.owner_key_id in book.revoked_keys:  # its cancel is stated, then ends it as any cancel does
+    if plan.terms.owner_key_id in book.revoked_keys and not plan.finalizing:  # the cancel ends it as any cancel does
         return [StopRevoked(plan)], None
     if now_ms >= plan.expires_at_ms:
         return _end_early(plan, fleet, alive, now_ms, "expired", "batch_expired", "The completion window ended."), None

@@ -9,6 +9,7 @@ from contracts.events.batch import (
     AttemptFailed,
     BatchAssigned,
     BatchCancelled,
+    BatchCancelRequested,
     BatchCompleted,
     BatchExpired,
     BatchFailed,
@@ -74,6 +75,7 @@ def scheduler_router(callout: bool = True) -> ServiceRouter:
                    "Store a fact the asking executor may state (its attempt's, or its finalized batch's end).")
     router.answers(READS, show_log, "A page of the execution facts of a batch the asking executor holds.")
     router.emits(ExecutorRegistered, BatchAssigned, BatchWaiting, AttemptFailed, ExecutorLost,
+                 BatchCancelRequested,  # a revoked key's batch (`StopRevoked`)
                  # the control plane's own finalize (`closer`): the files of a batch no executor can end, and its end
                  BatchFinalizing, FileStored, BatchCompleted, BatchCancelled, BatchExpired, BatchFailed)
     return router

@@ -86,6 +86,8 @@ class BatchPlan:
     done_lines: int = 0
     cancel_requested_at_ms: int | None = None
     cancel_code: CancelCode = "batch_cancelled"
+    finalizing: bool = False
+    """A `finalizing` fact is in the log: its files are being written, and a cancel can no longer be asked."""
     finalizer: str | None = None
     """Who this scheduler sent the finalize command to (not in the log: a new leader sends it again); only it may
     read the batch's objects and state its end."""

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from contracts.api.batch import BatchUsage
-from contracts.events.batch import BatchExpired, BatchFinalizing, BatchReleased
+from contracts.events.batch import BatchCancelRequested, BatchExpired, BatchFinalizing, BatchReleased
 from contracts.events.envelope import Event
 from contracts.subjects import READ_MODEL_BUCKET
 from services.gateway.context import DEPS
@@ -222,3 +222,26 @@ async def test_a_release_that_a_batchs_end_overtook_is_refused_not_answered_as_r
 
     assert release.status == 400, await release.text()
     assert (await release.json())["error"]["code"] == "batch_not_releasable"
+
+
+async def test_a_release_after_a_cancel_reached_the_log_is_taken_as_the_ledger_takes_it(gateway: Gateway) -> None:
+    """A cancelling batch still takes a release (it ends cancelled all the same): the answer says it was released."""
+    key = await gateway.new_key()
+    file_id = await upload(gateway, key, "released-cancelling")
+    batch = await (await gateway.client.post("/v1/batches", json=body(file_id, hold=True), headers=key)).json()
+    bus = gateway.client.app[DEPS].bus
+    publish = bus.publish
+
+    async def cancelled_first(event: Event, fence: Fence | None = None) -> int:
+        if isinstance(event, BatchReleased):
+            await publish(BatchCancelRequested(aggregate_id=batch["id"], requested_by_key_id="key_owner"))
+        return await publish(event, fence)
+
+    bus.publish = cancelled_first
+    try:
+        release = await gateway.client.post(f"/v1/batches/{batch['id']}/release", headers=key)
+    finally:
+        bus.publish = publish
+
+    assert release.status == 200, await release.text()
+    assert (await release.json())["held"] is None

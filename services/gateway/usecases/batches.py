@@ -322,9 +322,10 @@ async def release(d: Deps, caller: ApiKeyRecord, record: BatchRecord) -> Batch:
         raise bad_request(f"Batch {batch.id} is {batch.status} and cannot be released.", "batch_not_releasable")
     sequence = await d.bus.publish(BatchReleased(aggregate_id=batch.id, released_by_key_id=caller.key_id))
     updated = await d.folds.read_back(lambda: d.read_model.get_batch(batch.id), sequence, d.settings.read_your_writes_s,
-                                      lambda r: not r.batch.held or r.batch.status not in RELEASABLE)
-    if updated is not None and updated.batch.held and updated.batch.status not in RELEASABLE:
-        # It ended (or a cancel came) between the check and the release, which the ledger then refused.
+                                      lambda r: not r.batch.held or r.batch.status in TERMINAL)
+    if updated is not None and updated.batch.held and updated.batch.status in TERMINAL:
+        # It ended between the check and the release, which the ledger then refused (a cancel's `cancelling` takes
+        # the release still).
         raise bad_request(f"Batch {batch.id} is {updated.batch.status} and cannot be released.",
                           "batch_not_releasable")
     return updated.batch if updated and not updated.batch.held else batch.model_copy(update={"held": None})

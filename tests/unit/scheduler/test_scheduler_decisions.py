@@ -10,6 +10,7 @@ from contracts.events.batch import (
     BatchAssigned,
     BatchCancelRequested,
     BatchCompleted,
+    BatchFinalizing,
     BatchValidated,
 )
 from contracts.events.executor import DeviceMemory, ExecutorAdvert, ExecutorRegistered
@@ -227,3 +228,16 @@ def test_a_batch_of_a_revoked_key_is_stopped_and_given_no_work_then_ends_as_a_ca
     book.apply(BatchCancelRequested(aggregate_id="b1", requested_by_key_id="revocation", code="authorization_revoked"))
     ending = decide(book, [advert("e1")], CATALOGUE, NOW)
     assert [type(action) for action in ending] == [Finalize] and book.plans["b1"].cancel_code == "authorization_revoked"
+
+
+def test_a_finalizing_batch_of_a_revoked_key_is_left_to_end_as_it_is() -> None:
+    """A cancel can no longer be asked once its files are being written: the batch is not stopped (a refused cancel
+    every tick), and a lost attempt is fenced as any other."""
+    book = validated_book()
+    assign(book, "e1", 1)
+    book.apply(BatchFinalizing(aggregate_id="b1", attempt=1))
+    book.apply(KeyRevoked(aggregate_id="k", key_sha256="ab" * 32))
+    lost = NOW + HEARTBEAT_FRESH_MS + 1
+    actions = decide(book, [advert("e1", heartbeat_at=NOW)], CATALOGUE, lost)
+    assert StopRevoked not in [type(action) for action in actions]
+    assert FenceAttempt in [type(action) for action in actions]
