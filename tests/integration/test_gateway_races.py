@@ -2,9 +2,10 @@
 nothing behind, a create and a delete of one file never both win, and only an identical create is a twin."""
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
+from aiohttp import ClientResponse
 
 from contracts.api.batch import BatchUsage
 from contracts.events.batch import BatchCancelRequested, BatchExpired, BatchFinalizing, BatchReleased
@@ -201,24 +202,30 @@ async def test_a_list_shows_the_callers_own_creates_and_deletes_even_when_they_a
             assert file_id in files and spare not in files
 
 
-async def test_a_release_that_a_batchs_end_overtook_is_refused_not_answered_as_released(gateway: Gateway) -> None:
+async def release_after(gateway: Gateway, tag: str, first: Callable[[str], Event]) -> ClientResponse:
+    """Release a held batch of a new owner, `first(batch id)` reaching the log between the release's check and its
+    fact."""
     key = await gateway.new_key()
-    file_id = await upload(gateway, key, "released-late")
+    file_id = await upload(gateway, key, tag)
     batch = await (await gateway.client.post("/v1/batches", json=body(file_id, hold=True), headers=key)).json()
     bus = gateway.client.app[DEPS].bus
     publish = bus.publish
 
-    async def ended_first(event: Event, fence: Fence | None = None) -> int:
-        if isinstance(event, BatchReleased):  # the release's check saw it held and live; it expires meanwhile
-            await publish(BatchExpired(aggregate_id=batch["id"], correlation_id=batch["id"], output_file_id=None,
-                                       error_file_id=None, completed=0, failed=0, usage=BatchUsage()))
+    async def overtaken(event: Event, fence: Fence | None = None) -> int:
+        if isinstance(event, BatchReleased):
+            await publish(first(batch["id"]))
         return await publish(event, fence)
 
-    bus.publish = ended_first
+    bus.publish = overtaken
     try:
-        release = await gateway.client.post(f"/v1/batches/{batch['id']}/release", headers=key)
+        return await gateway.client.post(f"/v1/batches/{batch['id']}/release", headers=key)
     finally:
         bus.publish = publish
+
+
+async def test_a_release_that_a_batchs_end_overtook_is_refused_not_answered_as_released(gateway: Gateway) -> None:
+    release = await release_after(gateway, "released-late", lambda batch_id: BatchExpired(
+        aggregate_id=batch_id, output_file_id=None, error_file_id=None, completed=0, failed=0, usage=BatchUsage()))
 
     assert release.status == 400, await release.text()
     assert (await release.json())["error"]["code"] == "batch_not_releasable"
@@ -226,22 +233,8 @@ async def test_a_release_that_a_batchs_end_overtook_is_refused_not_answered_as_r
 
 async def test_a_release_after_a_cancel_reached_the_log_is_taken_as_the_ledger_takes_it(gateway: Gateway) -> None:
     """A cancelling batch still takes a release (it ends cancelled all the same): the answer says it was released."""
-    key = await gateway.new_key()
-    file_id = await upload(gateway, key, "released-cancelling")
-    batch = await (await gateway.client.post("/v1/batches", json=body(file_id, hold=True), headers=key)).json()
-    bus = gateway.client.app[DEPS].bus
-    publish = bus.publish
-
-    async def cancelled_first(event: Event, fence: Fence | None = None) -> int:
-        if isinstance(event, BatchReleased):
-            await publish(BatchCancelRequested(aggregate_id=batch["id"], requested_by_key_id="key_owner"))
-        return await publish(event, fence)
-
-    bus.publish = cancelled_first
-    try:
-        release = await gateway.client.post(f"/v1/batches/{batch['id']}/release", headers=key)
-    finally:
-        bus.publish = publish
+    release = await release_after(gateway, "released-cancelling", lambda batch_id: BatchCancelRequested(
+        aggregate_id=batch_id, requested_by_key_id="key_owner"))
 
     assert release.status == 200, await release.text()
     assert (await release.json())["held"] is None
