@@ -73,6 +73,7 @@ class Client:
     """Every answer the test got, by phase, with the slowest of each."""
 
     def __init__(self, stack: RunningStack) -> None:
+        self.stack = stack
         self.http = httpx2.Client(base_url=f"http://127.0.0.1:{stack.port}", headers=HEADERS, timeout=30)
         self.seen: dict[str, Counter[str]] = {}
         self.slowest: dict[str, float] = {}
@@ -120,7 +121,10 @@ class Client:
             if batch["status"] in ("completed", "failed", "cancelled", "expired"):
                 return batch
             time.sleep(0.5)
-        raise AssertionError(f"batch {batch_id} did not end within {timeout_s}s: {self.batch(batch_id)}")
+        # The stack's logs are on the tmpfs, gone once the test ends: what the scheduler and executor said goes along.
+        said = {name: "\n".join(self.stack.log(name).splitlines()[-40:]) for name in ("scheduler", "executor")}
+        raise AssertionError(f"batch {batch_id} did not end within {timeout_s}s: {self.batch(batch_id)}\n"
+                             + "\n".join(f"--- {name}.log ends:\n{tail}" for name, tail in said.items()))
 
     def lines_of(self, batch: dict[str, object]) -> Counter[str]:
         seen: Counter[str] = Counter()
