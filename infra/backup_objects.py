@@ -10,6 +10,8 @@ from minio import Minio
 from minio.error import S3Error
 from pydantic import BaseModel
 
+from services.runtime.storage.objectstore import MISSING_OBJECT_CODES
+
 READY_S = 30.0
 """A store just started may refuse calls for a moment."""
 
@@ -63,7 +65,7 @@ def back_up_objects(client: Minio, root: Path) -> list[BackedUpObject]:
             try:
                 stat = client.fget_object(bucket, key, str(path))
             except S3Error as error:
-                if error.code in ("NoSuchKey", "NoSuchObject"):
+                if error.code in MISSING_OBJECT_CODES:
                     continue
                 raise
             copied.append(BackedUpObject(bucket=bucket, key=key, bytes=path.stat().st_size, sha256=sha256_of(path),

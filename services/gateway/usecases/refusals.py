@@ -22,12 +22,12 @@ class ApiError(Exception):
         """Set on rate limits: the SDK may retry after this many seconds."""
 
 
+REVOKED_KEY = "This API key was revoked; ask an administrator for a new one."
+
+
 def revoked_key() -> ApiError:
     """The refusal of a key revoked (at its request's admission, or while the request ran)."""
     return ApiError(401, REVOKED_KEY, "authentication_error", "invalid_api_key")
-
-
-REVOKED_KEY = "This API key was revoked; ask an administrator for a new one."
 
 
 def not_found(what: str, ident: str) -> ApiError:

@@ -35,6 +35,10 @@ class ObjectNotFound(Exception):
     pass
 
 
+MISSING_OBJECT_CODES = ("NoSuchKey", "NoSuchObject")
+"""The S3 error codes of an object that is not there."""
+
+
 TRANSIENT = (urllib3.exceptions.HTTPError, OSError)
 """What a dead, slow or restarting S3 server raises through minio (after urllib3's own retries)."""
 
@@ -109,12 +113,8 @@ class ObjectStore:
             response.release_conn()
 
     def _open(self, key: str) -> urllib3.BaseHTTPResponse:
-        try:
+        with _missing_as_not_found(key):
             return self.client.get_object(self.bucket, key)
-        except S3Error as error:
-            if error.code in ("NoSuchKey", "NoSuchObject"):
-                raise ObjectNotFound(key) from error
-            raise
 
     async def iter_chunks(self, key: str) -> AsyncGenerator[bytes, None]:
         """Stream an object in bounded chunks without holding it whole in memory."""
@@ -132,12 +132,8 @@ class ObjectStore:
         return await self.run(self._size_of, key)
 
     def _size_of(self, key: str) -> int:
-        try:
+        with _missing_as_not_found(key):
             return int(self.client.stat_object(self.bucket, key).size or 0)
-        except S3Error as error:
-            if error.code in ("NoSuchKey", "NoSuchObject"):
-                raise ObjectNotFound(key) from error
-            raise
 
     async def list_keys(self, prefix: str) -> list[str]:
         return await self.run(self._list_keys, prefix)
@@ -148,6 +144,17 @@ class ObjectStore:
 
     async def remove(self, key: str) -> None:
         await self.run(self.client.remove_object, self.bucket, key)
+
+
+@contextlib.contextmanager
+def _missing_as_not_found(key: str) -> Iterator[None]:
+    """S3's answer that `key` is not there, as ObjectNotFound; every other error as it is."""
+    try:
+        yield
+    except S3Error as error:
+        if error.code in MISSING_OBJECT_CODES:
+            raise ObjectNotFound(key) from error
+        raise
 
 
 class StreamingUpload:
