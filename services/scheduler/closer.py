@@ -88,6 +88,11 @@ class Closer:
                 del self.tasks[command.batch_id]
         task.add_done_callback(forget)
 
+    def forget(self, batch_id: str) -> None:
+        """The batch ended (whoever ended it): its pauses are forgotten, so the book of them holds open batches only."""
+        self.tries.pop(batch_id, None)
+        self.waits.pop(batch_id, None)
+
     async def _try(self, command: FinalizeBatch, given_up: Callable[[], None]) -> None:
         batch_id = command.batch_id
         finished = False

@@ -146,10 +146,13 @@ class Term:
             if subject.kind == "batch":
                 remember_trace(self.traces, subject.aggregate_id, subject.name, fact.headers)
             try:
-                self.book.apply(decode_event(fact.data))
+                event = decode_event(fact.data)
             except ValidationError:
                 log.warning("sequence %d is not an event this scheduler knows; skipped", fact.sequence)
                 continue
+            self.book.apply(event)
+            if isinstance(event, ENDING_FACTS):
+                self.closer.forget(event.aggregate_id)
             if (subject.kind, subject.name) in NUDGES:
                 self.nudged.set()
 

@@ -209,6 +209,7 @@ def test_a_full_disk_is_refused_early_and_clearly_and_the_stack_recovers_by_itse
         logs = "".join(path.read_text(errors="replace") for path in (data_dir / "logs").glob("*.log"))
         record["given_up"] = logs.count("giving up on")
         record["waited_out"] = logs.count("; done again in")
+        record["facts_refused"] = [line[:400] for line in logs.splitlines() if "refused from executor" in line][:10]
         with contextlib.suppress(OSError):
             record["broker_restarts"] = (small_disk / f"up-{stack.port}.out").read_text(errors="replace") \
                 .count("restarting nats-server")

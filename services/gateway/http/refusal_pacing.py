@@ -90,6 +90,6 @@ async def pacing_middleware(request: web.Request, handler: Handler) -> web.Strea
         await pacer.pace(client_of(request.remote or "unknown", caller.owner if caller else None), response)
     except Dropped:
         if request.transport is not None:
-            request.transport.close()  # past its cap of refusals waiting: no answer at all
+            request.transport.abort()  # past its cap of refusals waiting: no answer at all
         return web.Response(status=CLIENT_CLOSED_REQUEST)
     return response

@@ -100,7 +100,7 @@ async def _sent(request: web.Request, response: web.StreamResponse, data: bytes)
             await response.write(data)
     except TimeoutError:
         if request.transport is not None:
-            request.transport.close()
+            request.transport.abort()  # close() would wait for buffers a stalled client never drains
         raise ConnectionResetError("the client took no event for too long") from None
 
 

@@ -191,7 +191,7 @@ async def file_content(request: web.Request) -> web.StreamResponse:
                 # The status is sent already: cut the connection so the client sees a short body, not a whole file.
                 log.info("download of %s ended early: %r", record.file.id, broken)
                 if request.transport is not None:
-                    request.transport.close()
+                    request.transport.abort()  # close() would wait for buffers a stalled client never drains
                 return response
             await response.write_eof()
     return response
