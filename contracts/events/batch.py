@@ -1,8 +1,8 @@
 """Facts in a batch's life, from creation through validation and execution to its end."""
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from contracts.api.batch import BatchUsage, Placement
 from contracts.events.envelope import Event
@@ -83,6 +83,21 @@ class BatchCreated(WithTerms, BatchEvent):
         return self
 
 
+ISSUE_MESSAGE_CHARS = 1024
+"""A rejected line's message is cut to this (it may quote the tenant's own values, which run to the line's size)."""
+ISSUE_PARAM_CHARS = 128
+"""A rejected line's `param` is cut to this (it may name a tenant's own key)."""
+
+
+def clipped(text: str, limit: int) -> str:
+    """`text`, cut to `limit` characters (the last of them an ellipsis) when longer."""
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _clipped(limit: int) -> AfterValidator:
+    return AfterValidator(lambda text: text if text is None else clipped(text, limit))
+
+
 class LineRejected(BatchEvent):
     """One bad line of the input file, published as soon as the validator finds it."""
 
@@ -92,8 +107,9 @@ class LineRejected(BatchEvent):
     line: int | None
     code: str
     """A validation code: one `ERROR_CODE_HELP` explains, or `<parameter>_unavailable`."""
-    param: str | None = None
-    message: str
+    param: Annotated[str | None, _clipped(ISSUE_PARAM_CHARS)] = None
+    message: Annotated[str, _clipped(ISSUE_MESSAGE_CHARS)]
+    """Clipped wherever it is made or read: a batch keeps up to 100 of them in its record, which must stay small."""
     custom_id: str | None = None
     """The line's custom_id when it had a usable one."""
 

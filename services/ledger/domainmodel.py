@@ -6,6 +6,7 @@ from uuid import UUID
 
 from eventsourcing.domain import Aggregate, event
 
+from contracts.events.batch import ISSUE_MESSAGE_CHARS, ISSUE_PARAM_CHARS, clipped
 from contracts.lifecycle import CANCELLABLE, IN_FLIGHT, RELEASABLE, RUNNING, TERMINAL, UNFINISHED
 from services.ledger.folded import Folded, aggregate_id, upcast_defaults
 
@@ -349,8 +350,9 @@ class Batch(Folded):
 
     def _note_error(self, code: str, message: str, line: int | None = None, param: str | None = None) -> None:
         """An entry of the batch's `errors`: about one line, or (no line) the whole batch."""
-        if len(self.errors) < ERRORS_KEPT:
-            self.errors.append({"code": code, "line": line, "message": message, "param": param})
+        if len(self.errors) < ERRORS_KEPT:  # each clipped as a rejected line's is: the record must stay small
+            self.errors.append({"code": code, "line": line, "message": clipped(message, ISSUE_MESSAGE_CHARS),
+                                "param": None if param is None else clipped(param, ISSUE_PARAM_CHARS)})
         self.error_total += 1
         self.counts_by_code[code] = self.counts_by_code.get(code, 0) + 1
 

@@ -8,6 +8,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from nats.errors import MaxPayloadError
+
 from contracts.subjects import LEDGER_FOLDED, LEDGER_NAME
 from services.ledger.application import Ledger
 from services.ledger.chain import Fact
@@ -186,9 +188,19 @@ async def announce_folds(bus: EventBus, folder: Folder) -> None:
 
 
 def read_model_sink(read_model: ReadModel) -> Sink:
+    async def put(projection: Projection) -> None:
+        key = projection_key(projection)
+        try:
+            await read_model.put(key, stored(projection))
+        except MaxPayloadError:
+            # Never taken, however often tried: retrying would hold every later fact of every tenant back. The
+            # record stays as it was last written (the facts are all in the log; a replay shows them).
+            log.error("the read model's record %s is larger than the broker takes: left as last written (an anomaly)",
+                      key)
+
     async def sink(projections: list[Projection]) -> None:
         for records in in_write_order(projections):
-            await asyncio.gather(*(read_model.put(projection_key(each), stored(each)) for each in records))
+            await asyncio.gather(*(put(each) for each in records))
 
     return sink
 

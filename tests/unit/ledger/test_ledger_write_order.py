@@ -5,6 +5,7 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any, TypeVar
 
+from nats.errors import MaxPayloadError
 from pydantic import BaseModel
 
 from contracts.readmodel import BatchRecord, FileRecord, UserRecord
@@ -55,3 +56,18 @@ async def test_a_fold_of_only_batches_is_stored_all_at_once() -> None:
     read_model = SlowReadModel()
     await read_model_sink(read_model)([batch("batch_a", "f1"), batch("batch_b", "f2")])  # type: ignore[arg-type]
     assert read_model.said[:2] == ["start batch.batch_a", "start batch.batch_b"]
+
+
+class BoundedReadModel(SlowReadModel):
+    """The broker's limit on a message: a record past it is never taken, however often it is put."""
+
+    async def put(self, key: str, value: BaseModel) -> None:
+        if key == "batch.batch_huge":
+            raise MaxPayloadError
+        await super().put(key, value)
+
+
+async def test_a_record_too_large_for_the_broker_is_left_out_and_the_others_are_stored() -> None:
+    read_model = BoundedReadModel()
+    await read_model_sink(read_model)([batch("batch_huge", "f1"), batch("batch_b", "f2")])  # type: ignore[arg-type]
+    assert "stored batch.batch_b" in read_model.said  # and the fold goes on: no error, so no retry for ever
