@@ -142,12 +142,22 @@ class GatewaySettings(ServiceSettings):
     none: an endpoint resolving only to a loopback, private, link-local, unique-local, multicast or metadata address
     is refused at registration, and a delivery whose host resolves to one then fails without connecting.
     `sheshnag up --webhooks-to-loopback` allows loopback."""
+    webhook_nameservers: Annotated[list[str], NoDecode] = []
+    """Name servers webhook hosts are resolved with, comma-separated `IP` or `IP:port` (by default the system's, from
+    resolv.conf). Point them at a public resolver to keep tenants' host names off the operator's own DNS."""
     webhook_retention_days: float = 30.0
     """How long a delivery that has ended (delivered, or failed for good) stays listed with its attempts; then it is
     erased. 0: kept for ever."""
     webhook_require_https: bool = False
     """Refuse endpoint URLs that are not `https://` (OpenAI's rule); off, `http://` is allowed too (local
     receivers)."""
+
+    @field_validator("webhook_nameservers", mode="before")
+    @classmethod
+    def _nameserver_list(cls, value: object) -> object:
+        servers = value.split(",") if isinstance(value, str) else value
+        return [str(server).strip() for server in servers if str(server).strip()] if isinstance(servers, list) \
+            else servers
 
     @field_validator("webhook_allowed_cidrs", mode="before")
     @classmethod

@@ -75,7 +75,7 @@ async def _checked_url(request: web.Request, url: str) -> str:
         raise bad_request(f"url must be an absolute {' or '.join(s + '://' for s in allowed)} URL (got {url[:200]!r}).",
                           "invalid_url", "url")
     policy = AddressPolicy(parse_networks(settings.webhook_allowed_cidrs))
-    why = await refusal(parsed.host, parsed.port, policy, RESOLVE_TIMEOUT_S)
+    why = await refusal(parsed.host, parsed.port, policy, RESOLVE_TIMEOUT_S, settings.webhook_nameservers)
     if why is not None:
         raise bad_request(f"url is refused: {why[:300]} (webhooks go to public addresses only, unless the operator "
                           "allows more).", "invalid_webhook_url", "url")

@@ -180,8 +180,8 @@ async def webhook_deliverer(app: web.Application) -> AsyncIterator[None]:
     policy = AddressPolicy(parse_networks(settings.webhook_allowed_cidrs))
     # Every attempt's session: host names resolve only to allowed addresses, no proxy from the environment, no
     # redirect followed (each POST says so).
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(resolver=PolicyResolver(policy)),
-                                     trust_env=False) as session:
+    resolver = PolicyResolver(policy, nameservers=settings.webhook_nameservers)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(resolver=resolver), trust_env=False) as session:
         # Kept for ever (a retention of 0 days): the pruning loop never runs.
         pruning = every(PRUNE_INTERVAL_S if settings.webhook_retention_days > 0 else 0, lambda: prune(settings, store),
                         "erasing old webhook deliveries", at_once=True)

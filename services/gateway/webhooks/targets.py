@@ -1,14 +1,17 @@
 """Where webhooks may go: the address policy (public addresses only, plus the CIDRs the operator allows) and the
 resolver that enforces it where the connection is made, so a delivery can only ever connect to an allowed address
-(no check-then-connect gap: the addresses checked are the addresses connected to)."""
+(no check-then-connect gap: the addresses checked are the addresses connected to). Names are resolved by c-ares
+(`aiodns`), which holds no thread: a tenant's host whose name server never answers costs a pending query, cancelled at
+its timeout, never one of the threads every other blocking call of the gateway shares."""
 
 import asyncio
 import ipaddress
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.resolver import DefaultResolver
+from aiohttp.resolver import AsyncResolver
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -24,6 +27,19 @@ class RefusedAddress(OSError):
 def parse_networks(cidrs: list[str]) -> tuple[Network, ...]:
     """The operator's allowed CIDRs (`127.0.0.0/8`, `::1/128`, a bare address); ValueError names a bad one."""
     return tuple(ipaddress.ip_network(cidr.strip(), strict=False) for cidr in cidrs if cidr.strip())
+
+
+def numeric_address(host: str) -> Address | None:
+    """The address `host` spells, in any form the C library reads as one (`0x7f000001`, `127.1`, octal, IPv6 with
+    a zone), or None for a name."""
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        pass
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(host)) if host[:1].isdigit() else None
+    except OSError:
+        return None
 
 
 def _embedded(address: Address) -> list[Address]:
@@ -48,11 +64,8 @@ class AddressPolicy:
 
     def allows(self, host: str) -> bool:
         """Whether `host`, an IP address as text, may be connected to; False for anything that is not one."""
-        try:
-            address = ipaddress.ip_address(host.split("%", 1)[0])
-        except ValueError:
-            return False
-        return all(self._allows(inner) for inner in _embedded(address))
+        address = numeric_address(host)
+        return address is not None and all(self._allows(inner) for inner in _embedded(address))
 
     def _allows(self, address: Address) -> bool:
         if any(address in network for network in self.allowed):
@@ -62,20 +75,17 @@ class AddressPolicy:
 
 def literal_address(host: str) -> bool:
     """Whether a URL's host is an IP address itself (checked as it is: no resolver sees it)."""
-    try:
-        ipaddress.ip_address(host.split("%", 1)[0])
-    except ValueError:
-        return False
-    return True
+    return numeric_address(host) is not None
 
 
 class PolicyResolver(AbstractResolver):
-    """The system's resolver less the answers the policy refuses (none left: `RefusedAddress`): the deliveries'
-    only way from a host name to an address."""
+    """A resolver less the answers the policy refuses (none left: `RefusedAddress`): the deliveries' only way from a
+    host name to an address. By default c-ares, asking `nameservers` (none: the system's, from resolv.conf)."""
 
-    def __init__(self, policy: AddressPolicy, inner: AbstractResolver | None = None) -> None:
+    def __init__(self, policy: AddressPolicy, inner: AbstractResolver | None = None,
+                 nameservers: Sequence[str] = ()) -> None:
         self.policy = policy
-        self.inner = inner or DefaultResolver()
+        self.inner = inner or (AsyncResolver(nameservers=list(nameservers)) if nameservers else AsyncResolver())
 
     async def resolve(self, host: str, port: int = 0,
                       family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
@@ -89,7 +99,8 @@ class PolicyResolver(AbstractResolver):
         await self.inner.close()
 
 
-async def refusal(host: str, port: int, policy: AddressPolicy, timeout_s: float) -> str | None:
+async def refusal(host: str, port: int, policy: AddressPolicy, timeout_s: float,
+                  nameservers: Sequence[str] = ()) -> str | None:
     """Why a webhook may not be registered for `host` (None: it may): a refused literal address, a `localhost` name,
     or a name resolving only to refused addresses. One that does not resolve in time may: each attempt resolves it."""
     if literal_address(host):
@@ -97,7 +108,7 @@ async def refusal(host: str, port: int, policy: AddressPolicy, timeout_s: float)
     name = host.rstrip(".").lower()  # `localhost` and its subdomains are loopback whatever DNS says (RFC 6761)
     if (name == "localhost" or name.endswith(".localhost")) and not policy.allows("127.0.0.1"):
         return f"{host} names this host's loopback"
-    resolver = PolicyResolver(policy)
+    resolver = PolicyResolver(policy, nameservers=nameservers)
     try:
         await asyncio.wait_for(resolver.resolve(host, port, socket.AF_UNSPEC), timeout_s)
     except RefusedAddress:
