@@ -39,7 +39,7 @@ async def gateway(connection: ConnectionSettings, silent_name_server: socket.soc
 
 def queried_names(server: socket.socket) -> set[str]:
     """The names asked of `server` so far (each query's first question, labels joined)."""
-    names = set()
+    names: set[str] = set()
     while True:
         try:
             query = server.recv(4096)
