@@ -4,6 +4,9 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+MAX_MODEL_NAME = 256
+"""The longest model id or alias a request may name: no catalogue model's is longer."""
+
 
 class Model(BaseModel):
     id: str

@@ -2,6 +2,9 @@
 
 REQUIRED_LINE_FIELDS: tuple[str, ...] = ("custom_id", "method", "url", "body")
 MAX_CUSTOM_ID_LENGTH = 512
+MAX_LINE_BYTES = 1024 * 1024
+"""The longest line validation accepts by default (`invalid_json_line` past it; a deployment may only lower it):
+the gateway counts no worst case for a longer line, which never runs."""
 MAX_NESTING_DEPTH = 64
 """Arrays and objects nested in one line, the line itself counted. Every later stage must re-serialise a body:
 orjson dumps at most 254 levels, the stdlib `json` about 1,000, llama.cpp's grammar builder recurses per level."""

@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass, field
 
+from contracts.api.request_line import MAX_LINE_BYTES
 from contracts.catalogue import Catalogue
 from services.validator.adapters.tokenizer import TokenizerCache
 from services.validator.issues import LineIssue
@@ -14,7 +15,7 @@ from services.validator.strict_sampling import OneSampling
 class Limits:
     max_lines: int = 50_000
     max_embedding_inputs: int = 50_000
-    max_line_bytes: int = 1024 * 1024
+    max_line_bytes: int = MAX_LINE_BYTES
     inherit_line_model: bool = False
     """A line without `body.model` runs on the model an earlier line named (Reliquary's files; off: OpenAI's rule)."""
 

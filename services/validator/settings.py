@@ -1,7 +1,9 @@
 """Validator settings (`SHESHNAG_VALIDATOR_*`)."""
 
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from contracts.api.request_line import MAX_LINE_BYTES
 from services.runtime.process.settings import ServiceSettings
 
 
@@ -12,8 +14,9 @@ class ValidatorSettings(ServiceSettings):
     """Requests one file may hold (`too_many_tasks` past it)."""
     max_embedding_inputs: int = 50_000
     """Embedding inputs one file may hold, all lines together (`too_many_tasks` past it)."""
-    max_line_bytes: int = 1024 * 1024
-    """The longest line, in bytes (`invalid_json_line` past it)."""
+    max_line_bytes: int = Field(default=MAX_LINE_BYTES, ge=1, le=MAX_LINE_BYTES)
+    """The longest line, in bytes (`invalid_json_line` past it). At most the default: the gateway counts no worst
+    case for a longer line."""
     inherit_line_model: bool = False
     """A line without body.model runs on the model an earlier line named (Reliquary's files). Off (OpenAI's rule):
     each line names its model unless the batch names one for all (metadata.model, or the upload's x-litellm-model

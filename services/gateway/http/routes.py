@@ -10,7 +10,7 @@ from contracts.api.batch_request import BatchCreateRequest
 from contracts.api.billing import BatchQuote, BillingBalance, Grant, GrantCredits, QuoteRequest
 from contracts.api.error_codes import BatchErrorSummary
 from contracts.api.file import FileDeleted, FileObject
-from contracts.api.model import Model
+from contracts.api.model import MAX_MODEL_NAME, Model
 from contracts.api.organization import (
     USER_ID_PATTERN,
     ApiKey,
@@ -58,7 +58,7 @@ UPLOAD = {"multipart/form-data": {"schema": {
     "type": "object", "required": ["purpose", "file"],
     "properties": {"purpose": {"type": "string", "enum": ["batch"]},
                    "file": {"type": "string", "format": "binary"}}}}}
-UPLOAD_MODEL_NAME = {"type": "string", "minLength": 1, "maxLength": files.MAX_MODEL_NAME}
+UPLOAD_MODEL_NAME = {"type": "string", "minLength": 1, "maxLength": MAX_MODEL_NAME}
 UPLOAD_MODEL = ({"name": files.UPLOAD_MODEL_HEADER, "in": "header", "required": False,
                  "description": "The model of the file's lines that name none (LiteLLM's header)",
                  "schema": UPLOAD_MODEL_NAME}, query("model", UPLOAD_MODEL_NAME))

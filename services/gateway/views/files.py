@@ -11,6 +11,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from minio.error import S3Error
 
 from contracts.api.file import FilePurpose
+from contracts.api.model import MAX_MODEL_NAME
 from contracts.ids import new_file_id
 from contracts.subjects import input_object_key
 from services.gateway.adapters.upload import StoredUpload, store_unavailable, stream_part_to_store
@@ -117,7 +118,6 @@ async def _read_upload(request: web.Request, d: Deps, file_id: str, model: str |
 
 
 UPLOAD_MODEL_HEADER = "x-litellm-model"
-MAX_MODEL_NAME = 256
 
 
 def upload_model(request: web.Request) -> str | None:

@@ -1,11 +1,15 @@
 """An upload's worst case is counted as its bytes stream by, however the stream is cut into chunks."""
 
 import random
+import tracemalloc
 
 import orjson
 
+from contracts.api.model import MAX_MODEL_NAME
+from contracts.api.request_line import MAX_LINE_BYTES
 from contracts.billing import FileDemand
 from services.gateway.adapters.demand import DemandCounter
+from services.gateway.adapters.upload import CHUNK
 
 
 def demand_of(chunks: list[bytes]) -> FileDemand:
@@ -40,3 +44,38 @@ def test_each_prompt_of_a_completions_line_is_a_sample_of_its_own() -> None:
     assert (demand.samples, demand.output_tokens) == (6, 30)
     ids = demand_of([orjson.dumps({"body": {"model": "m", "prompt": [1, 2, 3], "max_tokens": 5}}) + b"\n"])
     assert (ids.samples, ids.output_tokens) == (1, 5)  # one prompt given as token ids
+
+
+def test_a_line_too_long_to_run_is_not_counted_and_the_lines_after_it_are() -> None:
+    good = orjson.dumps({"custom_id": "g", "body": {"model": "m", "max_tokens": 5}})
+    too_long = orjson.dumps({"custom_id": "t", "body": {"model": "m", "max_tokens": 7, "messages": [
+        {"content": "a" * MAX_LINE_BYTES}]}})
+    for cut in (CHUNK, len(too_long) + 10):
+        data = too_long + b"\n" + good + b"\n" + too_long  # the last one unended
+        demand = demand_of([data[i:i + cut] for i in range(0, len(data), cut)])
+        assert (demand.lines, demand.prompt_bytes, demand.output_tokens) == (1, len(good), 5)
+    at_the_limit = good[:-2] + b',"pad":"' + b"p" * (MAX_LINE_BYTES - len(good) - 9) + b'"}}'
+    assert len(at_the_limit) == MAX_LINE_BYTES and demand_of([at_the_limit]).lines == 1
+
+
+def test_an_unended_line_of_many_megabytes_holds_at_most_the_longest_line_in_memory() -> None:
+    chunk = b"[" * CHUNK
+    counter = DemandCounter()
+    tracemalloc.start()
+    try:
+        for _ in range(40):  # 10 MiB of one line, never parsed nor joined
+            counter.feed(chunk)
+        demand = counter.finish()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert demand.lines == 0
+    assert peak < 2 * MAX_LINE_BYTES
+
+
+def test_a_model_name_longer_than_any_models_id_is_not_kept() -> None:
+    named = orjson.dumps({"custom_id": "a", "body": {"model": "m" * (MAX_MODEL_NAME + 1), "max_tokens": 1}})
+    after = orjson.dumps({"custom_id": "b", "body": {"model": "smollm2", "max_tokens": 1}})
+    demand = demand_of([named + b"\n" + after + b"\n"])
+    assert (demand.lines, demand.model) == (2, None), "the first model a line names, which is no model"
+    assert demand_of([after + b"\n" + named]).model == "smollm2"

@@ -5,12 +5,14 @@ from collections.abc import Callable
 
 import orjson
 import pytest
+from pydantic import ValidationError
 
-from contracts.api.request_line import MAX_NESTING_DEPTH
+from contracts.api.request_line import MAX_LINE_BYTES, MAX_NESTING_DEPTH
 from contracts.catalogue import Catalogue
 from services.runtime.storage.catalogue import load_catalogue
 from services.validator.adapters.tokenizer import TokenizerCache
 from services.validator.domain import FileValidation, Limits
+from services.validator.settings import ValidatorSettings
 
 CHAT = "/v1/chat/completions"
 Line = dict[str, object]
@@ -132,6 +134,13 @@ def test_a_responses_image_input_is_multimodal_unavailable(catalogue: Catalogue)
 def test_a_line_too_long_is_invalid_json_line(catalogue: Catalogue) -> None:
     validation = FileValidation(CHAT, catalogue, Limits(max_line_bytes=100))
     assert [i.code for i in validation.feed(1, orjson.dumps(good()))] == ["invalid_json_line"]
+
+
+def test_a_deployment_may_lower_the_line_limit_but_not_raise_it_past_the_lines_the_gateway_prices() -> None:
+    assert ValidatorSettings(max_line_bytes=100).max_line_bytes == 100
+    assert ValidatorSettings().max_line_bytes == Limits().max_line_bytes == MAX_LINE_BYTES
+    with pytest.raises(ValidationError):
+        ValidatorSettings(max_line_bytes=MAX_LINE_BYTES + 1)
 
 
 def test_a_second_model_is_a_model_mismatch(catalogue: Catalogue) -> None:
