@@ -78,7 +78,8 @@ class Validator:
         def check_file() -> None:
             try:
                 FileCheck(run.validation, hand_over, stopped, self.pool).run(
-                    lines_by_chunk(self.store, created.terms.input_object_key))
+                    lines_by_chunk(self.store, created.terms.input_object_key,
+                                   run.validation.limits.max_line_bytes))
             finally:
                 hand_over(None)
 

@@ -33,8 +33,9 @@ def check_line(raw: bytes, endpoint: str, catalogue: Catalogue, max_line_bytes: 
                plain: PlainChat | None = None) -> LineVerdict:
     """One line on its own. `line_model`: the model of a body without one. `plain`: passes a plain chat line."""
     if len(raw) > max_line_bytes:
-        return LineVerdict([LineIssue("invalid_json_line", f"The line is {len(raw)} bytes; the limit is "
-                                      f"{max_line_bytes}. Shorten the request or split it.")])
+        # Not its size: a line read in pieces comes as a stand-in once past the limit (adapters/input_lines.py).
+        return LineVerdict([LineIssue("invalid_json_line", f"The line is longer than the limit of {max_line_bytes} "
+                                      "bytes. Shorten the request or split it.")])
     try:
         line = orjson.loads(raw)
     except orjson.JSONDecodeError as error:

@@ -7,6 +7,7 @@ import asyncio
 import orjson
 import pytest
 
+from contracts.api.request_line import MAX_LINE_BYTES
 from contracts.ids import new_batch_id, new_file_id
 from contracts.subjects import input_object_key
 from services.runtime.storage.catalogue import load_catalogue
@@ -26,7 +27,7 @@ def request(custom_id: object, **body: object) -> bytes:
 
 
 async def read_in_a_thread(store: ObjectStore, key: str, chunk_bytes: int) -> list[bytes]:
-    return await asyncio.to_thread(lambda: [line for lines in lines_by_chunk(store, key, chunk_bytes)
+    return await asyncio.to_thread(lambda: [line for lines in lines_by_chunk(store, key, MAX_LINE_BYTES, chunk_bytes)
                                             for line in lines])
 
 
@@ -40,6 +41,14 @@ async def test_lines_read_a_chunk_at_a_time_are_the_stores_lines(object_store: O
         assert await read_in_a_thread(object_store, key, chunk_bytes) == expected
     await object_store.put_bytes(key, content + b"\n")
     assert await read_in_a_thread(object_store, key, 5) == expected, "a final line ending ends the last line"
+
+
+async def test_a_line_past_the_limit_is_read_as_a_stand_in_of_its_first_bytes(object_store: ObjectStore) -> None:
+    key = input_object_key(new_file_id())
+    await object_store.put_bytes(key, request("a") + b"\n" + b"{" * 5000 + b"\n" + request("b"))
+    lines = await asyncio.to_thread(lambda: [line for lines in lines_by_chunk(object_store, key, 200, 64)
+                                             for line in lines])
+    assert lines == [request("a"), b"{" * 202, request("b")]
 
 
 @pytest.mark.parametrize("max_lines", [8, 50_000], ids=["lines-past-the-limit-read-again", "written-from-memory"])

@@ -40,7 +40,7 @@ def error_lines(store: ObjectStore, created: BatchCreated, validation: FileValid
                            for number in batch), len(batch)
         return
     number = 0
-    for lines in lines_by_chunk(store, created.terms.input_object_key):
+    for lines in lines_by_chunk(store, created.terms.input_object_key, validation.limits.max_line_bytes):
         out = bytearray()
         count = 0
         for raw in lines:
