@@ -17,6 +17,8 @@ FilePurpose = Literal[
 FileStatus = Literal["uploaded", "processed", "error"]
 RESULT_FILE_EXPIRES_AFTER_S = 30 * 24 * 3600
 """A batch's output and error files expire this long after they are written, unless `output_expires_after` says."""
+MAX_FILENAME = 255
+"""The longest name an upload may give its file, in characters (what most file systems allow a file's name)."""
 
 
 class FileObject(BaseModel):

@@ -4,15 +4,26 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
+import orjson
 import pytest
 
+from contracts.api.file import MAX_FILENAME
+from contracts.api.model import MAX_MODEL_NAME
 from services.gateway.background.sweeper import sweep_expired_files
 from services.gateway.context import DEPS
 from services.runtime.process.settings import ConnectionSettings
-from tests.integration.gateway_support import Gateway, jsonl, running_gateway, sha256
+from tests.integration.gateway_support import Gateway, jsonl, raw_exchange, running_gateway, sha256
 
 QUOTA = 64 * 1024
 THIRTY_DAYS = 30 * 24 * 3600
+BOUNDARY = "b0undary"
+
+
+def multipart_upload(filename: bytes, content: bytes) -> bytes:
+    """A form as a client might send it whose file part's name is any bytes (aiohttp's own client writes UTF-8)."""
+    return (f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n--{BOUNDARY}\r\n"
+            ).encode() + b'Content-Disposition: form-data; name="file"; filename="' + filename + \
+        b'"\r\nContent-Type: application/octet-stream\r\n\r\n' + content + f"\r\n--{BOUNDARY}--\r\n".encode()
 
 
 @pytest.fixture(scope="module")
@@ -176,3 +187,41 @@ async def test_the_model_named_at_upload_is_kept_with_the_file_and_makes_another
                                          headers={**key, "Content-Type": "multipart/form-data; boundary=b"})
     assert by_query.status == 400
     assert (await by_query.json())["error"]["code"] == "invalid_model"
+
+
+async def test_a_file_name_that_is_not_utf8_or_too_long_is_refused_before_anything_is_stored(gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    form = {**key, "Content-Type": f"multipart/form-data; boundary={BOUNDARY}"}
+    for name in (b"\xff\xfe.jsonl", b"n" * (MAX_FILENAME + 1)):
+        refused = await gateway.client.post("/v1/files", data=multipart_upload(name, jsonl("named")), headers=form)
+        assert refused.status == 400
+        assert (await refused.json())["error"] | {"message": ""} == {
+            "message": "", "type": "invalid_request_error", "param": "file", "code": "invalid_filename"}
+    assert (await (await gateway.client.get("/v1/files", headers=key)).json())["data"] == []
+    longest = "\u00e9" * MAX_FILENAME
+    stored = await gateway.client.post("/v1/files", data=multipart_upload(longest.encode(), jsonl("named")),
+                                       headers=form)
+    assert stored.status == 200 and (await stored.json())["filename"] == longest
+
+
+async def test_a_model_header_that_is_not_utf8_is_refused(gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    body = multipart_upload(b"in.jsonl", jsonl("model-header"))
+    answer = await raw_exchange(gateway, (
+        f"POST /v1/files HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary={BOUNDARY}\r\n"
+        f"Authorization: {key['Authorization']}\r\nContent-Length: {len(body)}\r\n").encode()
+        + b"X-LiteLLM-Model: smollm2\xff\r\n\r\n" + body)
+    assert answer.status == 400
+    assert orjson.loads(answer.body)["error"]["code"] == "invalid_model"
+
+
+async def test_a_model_name_in_a_line_longer_than_any_models_id_is_not_kept_with_the_upload(gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    line = orjson.dumps({"custom_id": "a", "method": "POST", "url": "/v1/chat/completions",
+                         "body": {"model": "m" * (MAX_MODEL_NAME + 1), "messages": []}})
+    stored = await gateway.upload(key, line + b"\n")
+    assert stored.status == 200
+    assert gateway.client.app is not None
+    record = await gateway.client.app[DEPS].read_model.get_file((await stored.json())["id"])
+    assert record is not None and record.demand is not None
+    assert (record.demand.lines, record.demand.model) == (1, None)

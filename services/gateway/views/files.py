@@ -10,7 +10,7 @@ from aiohttp import BodyPartReader, MultipartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
 from minio.error import S3Error
 
-from contracts.api.file import FilePurpose
+from contracts.api.file import MAX_FILENAME, FilePurpose
 from contracts.api.model import MAX_MODEL_NAME
 from contracts.ids import new_file_id
 from contracts.subjects import input_object_key
@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 MIN_EXPIRES_AFTER_S, MAX_EXPIRES_AFTER_S = 3600, 30 * 24 * 3600
 FORM_FIELD_BYTES = 1024
 CONTENT_SHA256 = "X-Sheshnag-Content-SHA256"
+DEFAULT_FILENAME = "upload.jsonl"
 
 
 def expires_after_seconds(anchor: str | None, seconds: str | None) -> int | None:
@@ -56,20 +57,40 @@ async def form_field(part: BodyPartReader) -> str:
         raise bad_request(f"Form field '{part.name}' is not UTF-8.", "invalid_form_field", part.name) from None
 
 
+def is_utf8(text: str) -> bool:
+    """Whether `text` is text UTF-8 can write: aiohttp hands on bytes that are not UTF-8 as lone surrogates, which
+    no fact can hold."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def upload_filename(given: str | None) -> str:
+    """The name the file part gives (`upload.jsonl` without one): UTF-8 of at most `MAX_FILENAME` characters."""
+    if not given:
+        return DEFAULT_FILENAME
+    if len(given) > MAX_FILENAME or not is_utf8(given):
+        raise bad_request(f"The file's name must be UTF-8 text of at most {MAX_FILENAME} characters.",
+                          "invalid_filename", "file")
+    return given
+
+
 class _Upload:
     """The parts of one multipart upload, read in one pass; the file part goes straight to the store."""
 
     def __init__(self) -> None:
         self.fields: dict[str, str] = {}
         self.stored: StoredUpload | None = None
-        self.filename = "upload.jsonl"
+        self.filename = DEFAULT_FILENAME
 
     async def read(self, reader: MultipartReader, d: Deps, object_key: str, pace: BodyPace) -> None:
         while (part := await pace.read(reader.next())) is not None:
             if not isinstance(part, BodyPartReader):
                 raise bad_request("Nested multipart bodies are not accepted.", "invalid_multipart")
             if part.name == "file" and self.stored is None:
-                self.filename = part.filename or self.filename
+                self.filename = upload_filename(part.filename)  # refused before anything is stored
                 self.stored = await stream_part_to_store(part, d.store, object_key, d.settings.max_upload_bytes,
                                                          pace, d.settings.object_store_timeout_s)
             elif part.name in ("purpose", "expires_after", "expires_after[anchor]", "expires_after[seconds]"):
@@ -125,9 +146,9 @@ def upload_model(request: web.Request) -> str | None:
     name = request.headers.get(UPLOAD_MODEL_HEADER) or request.query.get("model")
     if name is None:
         return None
-    if not name.strip() or len(name) > MAX_MODEL_NAME:
-        raise bad_request(f"The model named at upload must be a model id of at most {MAX_MODEL_NAME} characters "
-                          "(see GET /v1/models).", "invalid_model", UPLOAD_MODEL_HEADER)
+    if not name.strip() or len(name) > MAX_MODEL_NAME or not is_utf8(name):
+        raise bad_request(f"The model named at upload must be a model id (UTF-8) of at most {MAX_MODEL_NAME} "
+                          "characters (see GET /v1/models).", "invalid_model", UPLOAD_MODEL_HEADER)
     return name.strip()
 
 
