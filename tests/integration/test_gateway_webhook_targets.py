@@ -63,6 +63,24 @@ async def test_every_private_or_local_target_is_refused_at_registration(
     assert len((await (await gateway.client.get("/v1/webhooks", headers=alice)).json())["data"]) == 2
 
 
+NOT_URLS_OF_A_HOST = ["https://xn--/", "https://a..b/", f"https://{'a' * 64}.example/", "https://exa\u0000mple.com/x",
+                      "https://ho\toks.example/", "https://hooks.example/\u0085"]
+"""A host no resolver can look up (a punycode label that decodes to nothing, an empty or 64-character label), and
+control characters anywhere (yarl drops a tab: the URL checked would not be the URL kept)."""
+
+
+async def test_a_url_that_names_no_host_or_holds_control_characters_is_invalid_url(gateway: Gateway) -> None:
+    alice = await gateway.new_key()
+    for url in NOT_URLS_OF_A_HOST:
+        answer = await gateway.client.post("/v1/webhooks", headers=alice, json={"url": url})
+        assert answer.status == 400, (url, await answer.text())
+        error = (await answer.json())["error"]
+        assert (error["type"], error["code"], error["param"]) == ("invalid_request_error", "invalid_url", "url"), url
+    endpoint = await register(gateway, alice, PUBLIC)
+    moved = await gateway.client.post(f"/v1/webhooks/{endpoint['id']}", headers=alice, json={"url": "https://xn--/"})
+    assert moved.status == 400 and (await moved.json())["error"]["code"] == "invalid_url"
+
+
 async def test_a_delivery_to_a_host_that_now_resolves_to_loopback_fails_as_refused_and_never_connects(
         gateway: Gateway) -> None:
     connections: list[Any] = []

@@ -29,7 +29,7 @@ from services.gateway.usecases.refusals import ApiError, bad_request, not_found
 from services.gateway.webhooks.deliverer import WEBHOOK_STORE
 from services.gateway.webhooks.signing import new_secret
 from services.gateway.webhooks.store import WebhookStore
-from services.gateway.webhooks.targets import AddressPolicy, parse_networks, refusal
+from services.gateway.webhooks.targets import AddressPolicy, literal_address, parse_networks, refusal
 
 WEBHOOKS = "webhooks"
 """The admission limit of endpoints per owner (`max_webhooks_per_owner`)."""
@@ -37,6 +37,9 @@ MAX_DELIVERIES_LISTED = 100
 ID_PATTERN = r"(wh|msg)_[0-9a-f]{24}"
 RESOLVE_TIMEOUT_S = 5.0
 """How long registering an endpoint waits for its host name to resolve (one that does not may still register)."""
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+"""Never in a URL as it is (yarl drops some, such as a tab, so the URL checked would not be the URL kept)."""
+MAX_HOST_NAME, MAX_LABEL = 253, 63
 
 
 def _store(request: web.Request) -> WebhookStore:
@@ -63,19 +66,35 @@ async def _managed_endpoint(request: web.Request) -> WebhookEndpoint:
     return endpoint
 
 
+def _host_name(host: str) -> bool:
+    """Whether a URL's host as yarl encodes it (ASCII) is an IP address or a name DNS can hold: labels of 1 to 63
+    characters, 253 in all (the resolver refuses any other before it looks)."""
+    if literal_address(host):
+        return True
+    name = host.removesuffix(".")
+    return 0 < len(name) <= MAX_HOST_NAME and all(0 < len(label) <= MAX_LABEL for label in name.split("."))
+
+
 async def _checked_url(request: web.Request, url: str) -> str:
     """`url` if it is absolute http(s) to an address the policy allows (checked again at every attempt)."""
+    if CONTROL_CHARACTERS.search(url):
+        raise bad_request("url holds control characters.", "invalid_url", "url")
     try:
         parsed = URL(url)
+        decoded = parsed.host  # yarl decodes an IDNA host only when asked: its UnicodeError is a ValueError
     except ValueError as error:
         raise bad_request(f"url is not a URL: {error}", "invalid_url", "url") from error
     settings = deps(request).settings
     allowed = ("https",) if settings.webhook_require_https else ("https", "http")
-    if parsed.scheme not in allowed or not parsed.host or parsed.port is None:
+    host, port = parsed.raw_host, parsed.port
+    if parsed.scheme not in allowed or not decoded or not host or port is None:
         raise bad_request(f"url must be an absolute {' or '.join(s + '://' for s in allowed)} URL (got {url[:200]!r}).",
                           "invalid_url", "url")
+    if not _host_name(host):
+        raise bad_request(f"url's host is not a host name (got {host[:200]!r}).", "invalid_url", "url")
     policy = AddressPolicy(parse_networks(settings.webhook_allowed_cidrs))
-    why = await refusal(parsed.host, parsed.port, policy, RESOLVE_TIMEOUT_S, settings.webhook_nameservers)
+    # The name a delivery connects to (aiohttp resolves the encoded host), so the one checked here.
+    why = await refusal(host, port, policy, RESOLVE_TIMEOUT_S, settings.webhook_nameservers)
     if why is not None:
         raise bad_request(f"url is refused: {why[:300]} (webhooks go to public addresses only, unless the operator "
                           "allows more).", "invalid_webhook_url", "url")

@@ -113,6 +113,8 @@ async def refusal(host: str, port: int, policy: AddressPolicy, timeout_s: float,
         await asyncio.wait_for(resolver.resolve(host, port, socket.AF_UNSPEC), timeout_s)
     except RefusedAddress:
         return f"{host} resolves only to addresses webhooks may not be sent to"
+    except ValueError:  # no lookup can be made (the IDNA codec's UnicodeError: an empty or over-long label)
+        return f"{host} is not a host name that can be resolved"
     except (OSError, TimeoutError):
         return None
     finally:

@@ -8,7 +8,7 @@ import pytest
 
 from infra.supervisor import Stack
 from services.gateway.settings import GatewaySettings
-from services.gateway.webhooks.targets import AddressPolicy, parse_networks
+from services.gateway.webhooks.targets import AddressPolicy, parse_networks, refusal
 
 REFUSED = ["127.0.0.1", "127.1.2.3", "0.0.0.0", "::1", "::", "10.1.2.3", "172.16.0.1", "192.168.1.1",
            "169.254.169.254", "100.100.100.200", "fd00::1", "fe80::1%eth0", "224.0.0.1", "ff02::1",
@@ -23,6 +23,12 @@ def test_no_private_local_multicast_or_metadata_address_is_allowed_by_default(ad
 @pytest.mark.parametrize("address", ["1.1.1.1", "8.8.8.8", "2606:4700::1111", "2002:808:808::1"])
 def test_public_addresses_are_allowed(address: str) -> None:
     assert AddressPolicy().allows(address)
+
+
+async def test_a_name_no_resolver_can_look_up_is_refused_without_an_error() -> None:
+    # Every resolver's IDNA encoding refuses it before any lookup (the threaded one also "a..b", aiodns not).
+    why = await refusal("b\udcff.example", 443, AddressPolicy(), 5.0)
+    assert why is not None and "not a host name" in why
 
 
 def test_an_allowed_cidr_opens_only_itself() -> None:
