@@ -48,7 +48,7 @@ class DemandCounter:
             return
         self._partial.append(piece)
         self._held += len(piece)
-        if self._held > MAX_LINE_BYTES:
+        if self._held > MAX_LINE_BYTES + 1:  # one more: a line's `\r` is not its own (the validator drops it)
             self._partial, self._held, self._too_long = [], 0, True
 
     def _ended(self, end: bytes) -> None:
@@ -59,7 +59,7 @@ class DemandCounter:
             self._partial, self._held, self._too_long = [], 0, False
             if too_long:
                 return
-        if len(end) <= MAX_LINE_BYTES:
+        if len(end) - end.endswith(b"\r") <= MAX_LINE_BYTES:
             self._line(end)
 
     def _line(self, raw: bytes) -> None:

@@ -56,6 +56,8 @@ def test_a_line_too_long_to_run_is_not_counted_and_the_lines_after_it_are() -> N
         assert (demand.lines, demand.prompt_bytes, demand.output_tokens) == (1, len(good), 5)
     at_the_limit = good[:-2] + b',"pad":"' + b"p" * (MAX_LINE_BYTES - len(good) - 9) + b'"}}'
     assert len(at_the_limit) == MAX_LINE_BYTES and demand_of([at_the_limit]).lines == 1
+    ended = at_the_limit + b"\r\n"
+    assert demand_of([ended[i:i + CHUNK] for i in range(0, len(ended), CHUNK)]).lines == 1, "its \\r is not its own"
 
 
 def test_an_unended_line_of_many_megabytes_holds_at_most_the_longest_line_in_memory() -> None:
