@@ -9,6 +9,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.api.batch_request import MAX_METADATA_PAIRS, BatchCreateRequest
+from contracts.api.request_line import MAX_LINE_BYTES
 from contracts.ids import derived_id
 from contracts.lifecycle import TERMINAL
 from contracts.readmodel import ApiKeyRecord, BatchRecord
@@ -125,8 +126,8 @@ async def copy_lines(d: Deps, caller: ApiKeyRecord, source_key: str, file_id: st
             number += 1
             if not raw.strip():
                 continue
-            try:
-                custom_id = orjson.loads(raw).get("custom_id")
+            try:  # a line too long to have run is not parsed (on the event loop): it is chosen by number alone
+                custom_id = orjson.loads(raw).get("custom_id") if len(raw) <= MAX_LINE_BYTES else None
             except (orjson.JSONDecodeError, AttributeError):
                 custom_id = None
             if wanted.selects(number, custom_id):

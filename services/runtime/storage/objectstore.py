@@ -215,12 +215,18 @@ async def read_chunks(response: urllib3.BaseHTTPResponse,
 
 
 async def split_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """The lines of a stream of chunks, without their line endings (the last line may lack one)."""
-    pending = b""
+    """The lines of a stream of chunks, without their line endings (the last line may lack one). A line spanning
+    chunks is gathered in pieces and joined once: a long line costs its length, never a copy per chunk."""
+    pieces: list[bytes] = []
     async for chunk in chunks:
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
+        start = 0
+        while (end := chunk.find(b"\n", start)) != -1:
+            line = chunk[start:end]
+            if pieces:
+                line, pieces = b"".join((*pieces, line)), []
             yield line.removesuffix(b"\r")
-    if pending:
-        yield pending.removesuffix(b"\r")
+            start = end + 1
+        if start < len(chunk):
+            pieces.append(chunk[start:])
+    if pieces:
+        yield b"".join(pieces).removesuffix(b"\r")
