@@ -1,6 +1,6 @@
 """Records the ledger materialises for the gateway to read: the API object plus private fields."""
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, Field, RootModel
 
@@ -169,6 +169,7 @@ class ExecutorRecord(BaseModel):
 
 
 AnomalyKind = Literal["batch", "file", "key", "user", "executor", "provider", "organization", "account"]
+ANOMALY_KINDS: frozenset[str] = frozenset(get_args(AnomalyKind))
 
 
 class AnomalyRecord(BaseModel):

@@ -18,6 +18,7 @@ from services.ledger.aggregates import CHAIN_ID, ApiKey, Executor, File, StreamC
 from services.ledger.chain import Fact, Link, contiguous_runs, link_run
 from services.ledger.decoding import ProgressFact, decode_fact
 from services.ledger.domainmodel import Batch
+from services.ledger.faults import FoldFault, Quarantine, blamed
 from services.ledger.folded import Folded, aggregate_id
 from services.ledger.membership import KeyOwner
 from services.ledger.rules import FoldingRules
@@ -58,6 +59,8 @@ class Ledger(Application[UUID]):
         """Ids the store has no aggregate for, as last looked up: facts naming one again cost no query.
         An id leaves once a fold creates its aggregate (until then, the group's `touched` holds it)."""
         self._chain: StreamChain | None = None
+        self.quarantine = Quarantine()
+        """Facts no rule could fold (each twice), set aside: see `services/ledger/faults.py`."""
 
     def construct_recorder(self) -> ProcessRecorder:
         return self.factory.process_recorder()
@@ -75,18 +78,38 @@ class Ledger(Application[UUID]):
 
     def fold_facts(self, facts: Sequence[Fact]) -> list[Folded]:
         """Apply facts in stream order; save state, hash chain and checkpoint in one transaction. Returns every
-        aggregate touched, even by a fact at or below the checkpoint (a crash may have come before materialising)."""
+        aggregate touched, even by a fact at or below the checkpoint (a crash may have come before materialising).
+        A fact whose rule raises twice from the stored state is set aside (`quarantine`), and the group folds
+        without it."""
+        while True:
+            try:
+                return self._fold_once(facts)
+            except FoldFault as fault:
+                self.quarantine.judge(fault)
+
+    def _fold_once(self, facts: Sequence[Fact]) -> list[Folded]:
         fold = FoldingRules(self._get)
+        quarantine = self.quarantine
         try:
             chain = self._chain or self._load_chain()
             new = [fact for fact in facts if fact.sequence > chain.last_sequence]
             apply, progressed = fold.apply, fold.progressed
-            for fact in facts:
-                decoded = decode_fact(fact)
-                if type(decoded) is ProgressFact:  # most facts of a busy stream: their rule, without the lookup
-                    progressed(fact.sequence, decoded)
-                elif decoded is not None:
-                    apply(fact.sequence, decoded)
+            sequence = 0
+            try:
+                for fact in facts:
+                    sequence = fact.sequence
+                    if quarantine.reasons and sequence in quarantine:
+                        continue  # linked in the chain below, as every fact is; folded by no rule
+                    decoded = decode_fact(fact)
+                    if type(decoded) is ProgressFact:  # most facts of a busy stream: their rule, without the lookup
+                        progressed(sequence, decoded)
+                    elif decoded is not None:
+                        apply(sequence, decoded)
+            except Exception as error:
+                fault = blamed(sequence, error)
+                if fault is error:
+                    raise
+                raise fault from error
             fold.flush()
             head = chain.head
             for run in contiguous_runs(new):

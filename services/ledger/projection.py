@@ -12,6 +12,7 @@ from contracts.api.batch import Batch as BatchObject
 from contracts.api.file import FileObject
 from contracts.events.registry import decode_event
 from contracts.readmodel import (
+    ANOMALY_KINDS,
     AccountRecord,
     AnomalyKind,
     AnomalyRecord,
@@ -29,6 +30,7 @@ from services.ledger.aggregates import ApiKey, Executor, File, Provider, User
 from services.ledger.application import Ledger
 from services.ledger.chain import Fact
 from services.ledger.domainmodel import Batch
+from services.ledger.faults import Quarantine
 from services.ledger.folded import Folded
 from services.ledger.membership import Organization
 
@@ -59,7 +61,23 @@ def records_of(aggregates: Iterable[Folded], user_of_key: UserOfKey) -> list[Pro
 def folded_records(ledger: Ledger, facts: list[Fact]) -> list[Projection]:
     """Fold facts into the ledger: the records of the aggregates they touched, and the anomalies they noted."""
     touched = ledger.fold_facts(facts)
-    return [*records_of(touched, ledger.user_of_key), *new_anomalies(touched, facts)]
+    return [*records_of(touched, ledger.user_of_key), *new_anomalies(touched, facts),
+            *set_aside(ledger.quarantine, facts)]
+
+
+def set_aside(quarantine: Quarantine, facts: Sequence[Fact]) -> list[AnomalyRecord]:
+    """The anomalies of the facts among `facts` that no rule could fold, named by the aggregate each names."""
+    records = []
+    for fact in facts:
+        reason = quarantine.reasons.get(fact.sequence) if quarantine.reasons else None
+        if reason is None:
+            continue
+        event = decode_event(fact.data)
+        if event.kind in ANOMALY_KINDS:
+            records.append(AnomalyRecord.model_validate({
+                "sequence": fact.sequence, "aggregate_kind": event.kind, "aggregate_id": event.aggregate_id,
+                "event_type": event.type, "reason": reason, "occurred_at": event.occurred_at // 1000}))
+    return records
 
 
 NAMED_BY_OTHERS = (OrganizationRecord, UserRecord, ProviderRecord, FileRecord)

@@ -21,6 +21,7 @@ from services.ledger.aggregates import ApiKey, Executor, File, Provider, User
 from services.ledger.batch_rules import _batch_facts, at_seconds
 from services.ledger.decoding import ProgressFact
 from services.ledger.domainmodel import Batch
+from services.ledger.faults import blamed_on
 from services.ledger.folded import Folded, aggregate_id
 from services.ledger.membership import KeyOwner, Organization
 from services.ledger.progress import Progress, ProgressRuns
@@ -74,7 +75,8 @@ class FoldingRules:
     def flush(self, ident: UUID | None = None) -> None:
         """Apply a batch's pending progress (due before its next other fact); without `ident`, every batch's."""
         for progress in self._runs.take(ident):
-            self._advance(progress)
+            with blamed_on(progress.sequence):  # a fault of a run of progress is its last fact's
+                self._advance(progress)
 
     def _batch_fact(self, seq: int, fact: Event) -> Batch | None:
         batch = self._existing(Batch, "batch", seq, fact)
