@@ -37,6 +37,7 @@ from services.runtime.nats.follower import Fact
 from services.runtime.nats.kv import ensure_direct_reads
 from services.runtime.nats.leader import LeaderLease
 from services.runtime.nats.readmodel import ReadModel
+from services.runtime.process.skip_log import SkipLog
 from services.runtime.process.tasks import cancel_and_join
 from services.scheduler.actions import Action, Assign, DeclareLost, FenceAttempt, Finalize, Policy, StopRevoked, Wait
 from services.scheduler.book import CONTROL_PLANE, BatchPlan, Book
@@ -73,6 +74,8 @@ class Term:
     caught_up: asyncio.Event = field(default_factory=asyncio.Event)
     nudged: asyncio.Event = field(default_factory=asyncio.Event)
     """Set when a fact folded since the last tick may call for an act now (`NUDGES`)."""
+    unfolded: SkipLog = field(default_factory=lambda: SkipLog(log, "left out"))
+    """Facts whose rule raised, said at most once a minute per sequence (a fact is folded again each term)."""
     traces: dict[str, Context] = field(default_factory=dict)
     """Each open batch's latest trace context, so what the scheduler does for it joins the batch's trace."""
     standings_at_ms: int = 0
@@ -150,7 +153,13 @@ class Term:
             except ValidationError:
                 log.warning("sequence %d is not an event this scheduler knows; skipped", fact.sequence)
                 continue
-            self.book.apply(event)
+            try:
+                self.book.apply(event)
+            except Exception as error:  # a fact no rule foresaw: it leaves its batch as it was, never the book
+                self.unfolded.skipped(f"sequence {fact.sequence}", f"{event.type} of {event.aggregate_id} could not "
+                                      f"be folded into the book ({error!r}); left out")
+                log.debug("folding sequence %d failed", fact.sequence, exc_info=True)
+                continue
             if isinstance(event, ENDING_FACTS):
                 self.closer.forget(event.aggregate_id)
             if (subject.kind, subject.name) in NUDGES:
