@@ -10,7 +10,7 @@ from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.domain import Aggregate, Snapshot
-from eventsourcing.persistence import ProcessRecorder, Tracking
+from eventsourcing.persistence import ProcessRecorder, Tracking, Transcoder
 
 from contracts.events.envelope import Event
 from contracts.subjects import EVENTS_STREAM
@@ -23,6 +23,7 @@ from services.ledger.folded import Folded, aggregate_id
 from services.ledger.membership import KeyOwner
 from services.ledger.rules import FoldingRules
 from services.ledger.sqlite_store import FACTORY_TOPIC as SQLITE_FACTORY_TOPIC
+from services.ledger.transcoding import LedgerTranscoder
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,11 @@ class Ledger(Application[UUID]):
         self._chain: StreamChain | None = None
         self.quarantine = Quarantine()
         """Facts no rule could fold (each twice), set aside: see `services/ledger/faults.py`."""
+
+    def construct_transcoder(self) -> Transcoder:
+        transcoder = LedgerTranscoder()  # a tenant's dict is read back as the dict it was: see its module
+        self.register_transcodings(transcoder)
+        return transcoder
 
     def construct_recorder(self) -> ProcessRecorder:
         return self.factory.process_recorder()
