@@ -1,5 +1,6 @@
 """The scheduler's view of every unfinished batch, its shards and the known fleet, folded from the event log."""
 
+from collections import deque
 from dataclasses import dataclass, field
 
 from contracts.events.batch import (
@@ -30,6 +31,10 @@ CONTROL_PLANE = "(control plane)"
 """`BatchPlan.finalizer` when the leading scheduler finalizes itself (no executor id holds a space or parenthesis)."""
 STORAGE_UNAVAILABLE = "storage_unavailable"
 """An attempt given up on a write fault (full disk, restarting broker): it says nothing of the unit, so is forgiven."""
+ENDED_PLANS_KEPT_MS = 3_600_000
+"""An ended batch's plan is kept this long after its end, in the log's time: its executors' late facts and reads are
+judged by it; then it is forgotten, so a leader's book holds its open batches and the last hour's ends, not every
+batch the log ever had."""
 __all__ = ["CONTROL_PLANE", "STORAGE_UNAVAILABLE", "BatchPlan", "Book", "ExecutorOwner", "ShardRun", "book_facts"]
 _fleet_rules = FoldRules[None]()
 _plan_rules = FoldRules[None]()
@@ -77,6 +82,12 @@ class Book:
     """Lines per second the fleet ran each model at lately, from progress facts."""
     placements: Placements = field(default_factory=Placements)
     """Each executor's provider, and each provider's organisation and approvals: who may run whose batch."""
+    ended: deque[tuple[int, str]] = field(default_factory=deque)
+    """(when, batch id) of the ended plans still kept, in the order they ended."""
+    log_time_ms: int = 0
+    """The latest `occurred_at` folded: the log's own clock, the same on every replay."""
+    forgotten_through_ms: int = 0
+    """The latest end of a forgotten plan: a create stated before it is a repeat of a forgotten batch's."""
 
     def note_heartbeats(self, adverts: list[ExecutorAdvert]) -> None:
         """Remember each known executor's latest heartbeat (a scan that misses an advert must not make it look lost).
@@ -97,6 +108,8 @@ class Book:
         return heard
 
     def apply(self, event: AnyEvent) -> None:
+        if event.occurred_at > self.log_time_ms:
+            self.log_time_ms = event.occurred_at
         if isinstance(event, PLACEMENT_FACTS):
             self.placements.apply(event)
         rule = _fleet_rules.rule_for(type(event))
@@ -143,8 +156,8 @@ class Book:
 
     @_fleet_rules.on(BatchCreated)
     def _created(self, event: BatchCreated) -> None:
-        if event.aggregate_id in self.plans:
-            return
+        if event.aggregate_id in self.plans or event.occurred_at <= self.forgotten_through_ms:
+            return  # a repeat: of a batch known, or of one that ended long enough ago to be forgotten
         self.plans[event.aggregate_id] = self.open[event.aggregate_id] = BatchPlan(
             event.aggregate_id, event.terms, held=event.hold, owner_user_id=event.owner_user_id,
             organization_id=event.organization_id, placement=event.placement)
@@ -158,10 +171,24 @@ class Book:
     @_plan_rules.on(*ENDING_FACTS)
     def _ended(self, plan: BatchPlan, event: AnyEvent) -> None:
         if plan.phase == "validated":
-            self.queued_lines[plan.owner] -= plan.total_lines
+            left = self.queued_lines.get(plan.owner, 0) - plan.total_lines
+            if left:
+                self.queued_lines[plan.owner] = left
+            else:  # an owner with nothing queued is not kept
+                self.queued_lines.pop(plan.owner, None)
         plan.phase = "ended"
         self.open.pop(plan.batch_id, None)
         plan.announced.clear()  # read only while it runs
+        ended_at = max(event.occurred_at, self.log_time_ms)
+        self.ended.append((ended_at, plan.batch_id))
+        self._forget_ended(ended_at - ENDED_PLANS_KEPT_MS)
+
+    def _forget_ended(self, before_ms: int) -> None:
+        """Forget the plans that ended before `before_ms`, oldest first."""
+        while self.ended and self.ended[0][0] < before_ms:
+            ended_at, batch_id = self.ended.popleft()
+            self.plans.pop(batch_id, None)
+            self.forgotten_through_ms = max(self.forgotten_through_ms, ended_at)
 
     @_plan_rules.on(BatchValidated)
     def _validated(self, plan: BatchPlan, event: BatchValidated) -> None:
@@ -173,7 +200,7 @@ class Book:
             plan.queued_before = self.queued_lines.get(plan.owner, 0)
             self.queued_lines[plan.owner] = plan.queued_before + event.total_lines
         else:
-            self.queued_lines[plan.owner] += event.total_lines - plan.total_lines
+            self.queued_lines[plan.owner] = self.queued_lines.get(plan.owner, 0) + event.total_lines - plan.total_lines
         plan.model, plan.total_lines = event.model, event.total_lines
         plan.rejections_object_key = event.rejections_object_key
 

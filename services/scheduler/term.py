@@ -146,8 +146,6 @@ class Term:
             if subject is None:
                 log.warning("sequence %d is on %s, not an event subject; skipped", fact.sequence, fact.subject)
                 continue
-            if subject.kind == "batch":
-                remember_trace(self.traces, subject.aggregate_id, subject.name, fact.headers)
             try:
                 event = decode_event(fact.data)
             except ValidationError:
@@ -160,6 +158,11 @@ class Term:
                                       f"be folded into the book ({error!r}); left out")
                 log.debug("folding sequence %d failed", fact.sequence, exc_info=True)
                 continue
+            if subject.kind == "batch":  # a trace is kept for an open batch only, whatever comes after its end
+                if subject.aggregate_id in self.book.open:
+                    remember_trace(self.traces, subject.aggregate_id, subject.name, fact.headers)
+                else:
+                    self.traces.pop(subject.aggregate_id, None)
             if isinstance(event, ENDING_FACTS):
                 self.closer.forget(event.aggregate_id)
             if (subject.kind, subject.name) in NUDGES:

@@ -11,18 +11,29 @@ Write = Literal["batch", "file", "file_deleted"]
 KEEP_S = 600.0
 """A write not shown after this long is no longer waited for (a ledger down slows lists once, not forever)."""
 MAX_PER_OWNER = 1000
+SWEEP_EVERY = 1000
+"""Notes between sweeps of every owner's writes older than `KEEP_S` (owners who never list leave nothing behind)."""
 
 
 @dataclass
 class OwnWrites:
     pending: dict[str, dict[tuple[Write, str], float]] = field(default_factory=dict)
-    """owner → (what, id) → when it was noted."""
+    """owner → (what, id) → when it was noted, oldest first."""
+    notes: int = 0
 
     def note(self, owner: str, what: Write, ident: str) -> None:
+        now = time.monotonic()
         writes = self.pending.setdefault(owner, {})
+        writes.pop((what, ident), None)
+        _drop_stale(writes, now)
         if len(writes) >= MAX_PER_OWNER:
             writes.pop(next(iter(writes)))
-        writes[(what, ident)] = time.monotonic()
+        writes[(what, ident)] = now
+        self.notes += 1
+        if self.notes % SWEEP_EVERY == 0:
+            for other in list(self.pending):
+                if not _drop_stale(self.pending[other], now):
+                    del self.pending[other]
 
     def awaits(self, owner: str, what: Write, ident: str) -> bool:
         """Whether this owner's `what` of `ident` was answered before the read model showed it."""
@@ -52,3 +63,12 @@ async def _shown(read_model: ReadModel, what: Write, ident: str, within_s: float
                                        within_s)
     return record is not None and (record.deleted or not deleting)
 
+
+def _drop_stale(writes: dict[tuple[Write, str], float], now: float) -> int:
+    """Drop the writes noted more than `KEEP_S` ago (the oldest come first): how many are left."""
+    while writes:
+        oldest = next(iter(writes))
+        if now - writes[oldest] <= KEEP_S:
+            break
+        del writes[oldest]
+    return len(writes)

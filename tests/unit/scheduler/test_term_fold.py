@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 
 from contracts.commands import FinalizeBatch
+from contracts.events.registry import AnyEvent, decode_event
 from contracts.subjects import batch_fact
 from services.runtime.nats.follower import Fact
+from services.scheduler.book import ENDED_PLANS_KEPT_MS, Book
 from services.scheduler.closer import StillRunning
 from services.scheduler.plans import BatchPlan
 from services.scheduler.term import Term
@@ -69,3 +71,31 @@ def test_a_fact_whose_rule_raises_is_left_out_and_the_book_folds_on(monkeypatch:
 
     assert term.book.plans["batch_healthy"].phase == "ended"
     assert term.book.plans["batch_poisoned"].phase == "ended", "its later facts fold as they come"
+
+
+def lived(batch_id: str, at_ms: int) -> list[AnyEvent]:
+    """A batch's whole life, each fact stated at `at_ms`."""
+    return [decode_event(event.model_copy(update={"occurred_at": at_ms}).model_dump_json().encode())
+            for event in batch_life(batch_id, chunks=1)]
+
+
+def test_an_ended_plan_is_forgotten_an_hour_after_its_end_and_a_repeat_of_its_create_brings_none_back() -> None:
+    book = Book()
+    start = 1_800_000_000_000
+    for event in lived("batch_old", start):
+        book.apply(event)
+    assert "batch_old" in book.plans and book.open == {} and book.queued_lines == {}
+
+    for event in lived("batch_soon_after", start + ENDED_PLANS_KEPT_MS // 2):
+        book.apply(event)
+    assert "batch_old" in book.plans, "late facts and reads of its executors are still judged by it"
+
+    for event in lived("batch_much_later", start + ENDED_PLANS_KEPT_MS + 1):
+        book.apply(event)
+    assert set(book.plans) == {"batch_soon_after", "batch_much_later"}
+
+    book.apply(lived("batch_old", start)[0])  # its create, stated again (a late retry)
+    assert "batch_old" not in book.plans and "batch_old" not in book.open
+    fresh = lived("batch_new", start + ENDED_PLANS_KEPT_MS + 2)[0]
+    book.apply(fresh)
+    assert "batch_new" in book.open
