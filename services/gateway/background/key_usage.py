@@ -5,6 +5,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -26,8 +27,9 @@ WRITE_EVERY_S = 60.0
 @dataclass
 class KeyUsage:
     kv: KeyValue
-    written: dict[str, float] = field(default_factory=dict)
-    """Per key id, when this gateway last wrote its time (monotonic)."""
+    written: OrderedDict[str, float] = field(default_factory=OrderedDict)
+    """Per key id written in the last `WRITE_EVERY_S`, when this gateway wrote its time (monotonic), oldest first:
+    older entries are dropped as new ones come (keys used once are not kept for ever)."""
     _pending: set["asyncio.Task[None]"] = field(default_factory=set)
 
     def touch(self, key_id: str) -> None:
@@ -36,7 +38,10 @@ class KeyUsage:
         last = self.written.get(key_id)
         if last is not None and now - last < WRITE_EVERY_S:
             return
+        while self.written and now - next(iter(self.written.values())) >= WRITE_EVERY_S:
+            self.written.popitem(last=False)
         self.written[key_id] = now
+        self.written.move_to_end(key_id)
         task = asyncio.create_task(self._write(key_id, int(time.time() * 1000)))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)

@@ -27,6 +27,13 @@ class Breaker:
     open_until: float = 0.0
     probing: bool = False
     """Half-open: the one attempt that decides whether it closes is running."""
+    failed_at: float = 0.0
+    """When its last attempt failed."""
+
+
+BREAKER_FORGOTTEN_S = 3600.0
+"""A breaker whose endpoint has had no attempt fail for this long (nor more than its cooldown) is forgotten: its
+endpoint was deleted, or has nothing due; the next failures open it again."""
 
 
 @dataclass
@@ -73,7 +80,17 @@ class Fairness:
         if succeeded:
             self.breakers.pop(endpoint_id, None)
             return
-        breaker = self.breakers.setdefault(endpoint_id, Breaker())
+        breaker = self.breakers.get(endpoint_id)
+        if breaker is None:
+            self._forget_stale_breakers(now)
+            breaker = self.breakers[endpoint_id] = Breaker()
         breaker.failures += 1
+        breaker.failed_at = now
         if breaker.failures >= self.breaker_failures:
             breaker.open_until = now + self.cooldown_s
+
+    def _forget_stale_breakers(self, now: float) -> None:
+        stale_s = max(BREAKER_FORGOTTEN_S, self.cooldown_s * 2)
+        for endpoint_id in [endpoint_id for endpoint_id, breaker in self.breakers.items()
+                            if not breaker.probing and now - breaker.failed_at > stale_s]:
+            del self.breakers[endpoint_id]
