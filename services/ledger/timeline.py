@@ -53,6 +53,14 @@ _describe = FoldRules[None]()
 """How each fact fills in its row (and the story); facts without a rule show only the envelope's columns."""
 
 
+def _when(occurred_at_ms: int) -> str:
+    """A fact's time as ISO 8601; one no calendar holds (a time stated before the desk bounded them) as its ms."""
+    try:
+        return datetime.fromtimestamp(occurred_at_ms / 1000, UTC).isoformat(timespec="milliseconds")
+    except (OverflowError, ValueError, OSError):
+        return f"{occurred_at_ms} ms"
+
+
 def timeline(facts: Sequence[tuple[int, Event]]) -> list[Row]:
     """Rows for a batch's facts in stream order; anomalies come from folding them into a scratch ledger."""
     scratch = Ledger(persistence_env(None))
@@ -65,7 +73,7 @@ def timeline(facts: Sequence[tuple[int, Event]]) -> list[Row]:
     rows: list[Row] = []
     story = _Story()
     for sequence, fact in facts:
-        row = Row(time=datetime.fromtimestamp(fact.occurred_at / 1000, UTC).isoformat(timespec="milliseconds"),
+        row = Row(time=_when(fact.occurred_at),
                   sequence=sequence, type=fact.type, actor=None, attempt=getattr(fact, "attempt", None),
                   model=story.model, engine=None, counts=None, note=None)
         rule = _describe.rule_for(type(fact))

@@ -34,7 +34,7 @@ from services.runtime.nats.kv import ScanFailed
 from services.runtime.process.skip_log import SkipLog
 from services.runtime.storage.objectstore import TRANSIENT, ObjectNotFound, ObjectStore
 from services.scheduler.book import Book
-from services.scheduler.entitlements import clamped, may_read, may_state, superseded
+from services.scheduler.entitlements import batch_created_ms, clamped, may_read, may_state, superseded
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class FactDesk:
             receipt = await self._size_refusal(executor_id, event)
             if receipt is not None:
                 return receipt
-        event = clamped(event, int(time.time() * 1000))
+        event = clamped(event, int(time.time() * 1000), batch_created_ms(self.book, event))
         if superseded(self.book, event):
             last = await last_fact(self.bus, attempt_failures(event.aggregate_id))
             return FactReceipt(status="fence_moved", sequence=last[0] if last else 0)

@@ -3,6 +3,7 @@ attempt's facts come from its assignee; a batch's end and files from its finaliz
 or the one last sent the finalize command). A fact naming another owner or object is refused, never corrected;
 whether the attempt still holds its lease is fenced by the conditional publish."""
 
+import re
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -65,6 +66,11 @@ def superseded(book: Book, event: Event) -> bool:
     return run is not None and (attempt in run.failed_attempts or run.attempt > attempt)
 
 
+STATED_CODE = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9]+)*")
+"""How every failure code is spelt (`engine_error`, `storage_unavailable`): never an arbitrary key of a batch's
+counts by code."""
+
+
 def may_state(book: Book, executor_id: str, event: Event, context_length: ContextLength = None) -> str | None:
     """None when `executor_id` may state `event`; else why not. `context_length` bounds the tokens a line can use."""
     if isinstance(event, FileStored):
@@ -72,6 +78,9 @@ def may_state(book: Book, executor_id: str, event: Event, context_length: Contex
     plan = book.plans.get(event.aggregate_id) if event.kind == "batch" else None
     if plan is None:
         return f"{event.type} of {event.aggregate_id}: not a fact of a batch this scheduler knows"
+    if isinstance(event, AttemptFailed | BatchFailed) and not (len(event.code) <= 64
+                                                               and STATED_CODE.fullmatch(event.code)):
+        return f"{event.type} states the code {event.code[:80]!r}: codes are lower-case words joined by '_'"
     context = context_length(plan.model) if context_length is not None and plan.model else None
     if isinstance(event, AttemptFact):
         return _attempt_refusal(plan, executor_id, event) or _count_refusal(plan, event, context)
@@ -145,17 +154,27 @@ def _finalizer_refusal(plan: BatchPlan, executor_id: str, event: BatchFinalizing
     return None
 
 
-def clamped(event: StatedFact, now_ms: int) -> StatedFact:
-    """The fact as the desk stores it: its `occurred_at` (a file's `created_at` too) never past the desk's clock; a
-    file pulled back keeps its lifetime, so it never expires later than that lifetime from now."""
+def clamped(event: StatedFact, now_ms: int, since_ms: int = 0) -> StatedFact:
+    """The fact as the desk stores it: its `occurred_at` (a file's `created_at` too) never past the desk's clock nor
+    before `since_ms` (its batch's creation); a file's time moved keeps its lifetime, so it never expires later than
+    that lifetime from now, nor sooner than that lifetime after its batch was created."""
     update: dict[str, object] = {}
-    if event.occurred_at > now_ms:
-        update["occurred_at"] = now_ms
-    if isinstance(event, FileStored) and event.created_at > now_ms // 1000:
-        update["created_at"] = now_ms // 1000
-        if event.expires_at is not None:
-            update["expires_at"] = event.expires_at - (event.created_at - now_ms // 1000)
+    if not since_ms <= event.occurred_at <= now_ms:
+        update["occurred_at"] = min(max(event.occurred_at, since_ms), now_ms)
+    if isinstance(event, FileStored):
+        created = min(max(event.created_at, since_ms // 1000), now_ms // 1000)
+        if created != event.created_at:
+            update["created_at"] = created
+            if event.expires_at is not None:
+                update["expires_at"] = event.expires_at + (created - event.created_at)
     return event.model_copy(update=update) if update else event
+
+
+def batch_created_ms(book: Book, event: StatedFact) -> int:
+    """When the batch `event` is of was created (ms), as its terms say; 0 when the book does not know it."""
+    batch_id = event.batch_id if isinstance(event, FileStored) else event.aggregate_id
+    plan = book.plans.get(batch_id) if batch_id else None
+    return plan.terms.created_at * 1000 if plan is not None else 0
 
 
 def _may_store(book: Book, executor_id: str, event: FileStored) -> str | None:

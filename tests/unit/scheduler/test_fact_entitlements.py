@@ -104,6 +104,30 @@ def test_a_result_file_stated_in_the_future_is_stored_as_of_now_with_its_lifetim
     assert (stored.created_at, stored.expires_at) == (now_s, now_s + RESULT_FILE_EXPIRES_AFTER_S)
 
 
+def test_times_stated_before_the_batch_was_created_are_stored_as_of_its_creation() -> None:
+    """An executor's fact dated before its batch existed (an audit timeline read it as a date in year -10^16) is
+    stored as of the creation; a result file so dated keeps its lifetime from then, never expiring at once."""
+    created_s, now_s = 1_000_000, 2_000_000
+    early = output_file("b2").model_copy(update={"created_at": -(2**40), "occurred_at": -(2**80),
+                                                 "expires_at": -(2**40) + RESULT_FILE_EXPIRES_AFTER_S})
+    stored = clamped(early, now_s * 1000, created_s * 1000)
+    assert isinstance(stored, FileStored)
+    assert (stored.occurred_at, stored.created_at, stored.expires_at) == (
+        created_s * 1000, created_s, created_s + RESULT_FILE_EXPIRES_AFTER_S)
+    started = clamped(BatchStarted(aggregate_id="b1", executor_id="alpha", attempt=1, engine="llamacpp",
+                                   engine_version="1", occurred_at=5), now_s * 1000, created_s * 1000)
+    assert started.occurred_at == created_s * 1000
+
+
+@pytest.mark.parametrize("code", ["_type_", "_data_", "Engine Error", "engine_error\n", "x" * 65, ""])
+def test_failure_codes_are_words_never_arbitrary_keys(code: str) -> None:
+    """A code becomes a key of the batch's counts by code: `_type_` and `_data_` there made its stored state read
+    back as a custom type of the ledger's store."""
+    failed = AttemptFailed(aggregate_id="b1", attempt=1, executor_id="alpha", code=code, reason="r")
+    assert may_state(fleet(), "alpha", failed) is not None
+    assert may_state(fleet(), "alpha", failed.model_copy(update={"code": "engine_error"})) is None
+
+
 def test_a_progress_fact_must_name_its_own_attempts_chunk() -> None:
     book = fleet()
     assert may_state(book, "alpha", progressed("b1", 1, key=result_chunk_key("b2", 1, 0))) is not None
