@@ -66,6 +66,8 @@ def superseded(book: Book, event: Event) -> bool:
     return run is not None and (attempt in run.failed_attempts or run.attempt > attempt)
 
 
+MAX_STATED_TOKENS = 2**53
+"""No fact states more tokens than this (a JSON number every reader takes exactly), whatever the model."""
 STATED_CODE = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9]+)*")
 """How every failure code is spelt (`engine_error`, `storage_unavailable`): never an arbitrary key of a batch's
 counts by code."""
@@ -116,6 +118,11 @@ def _count_refusal(plan: BatchPlan, event: Event, context: int | None) -> str | 
     if min(getattr(event, "completed", 0) or 0, getattr(event, "failed", 0) or 0) < 0 or (usage is not None and min(
             usage.input_tokens, usage.output_tokens, usage.input_tokens_details.cached_tokens) < 0):
         return f"{event.type} states a negative count"
+    if usage is not None and (usage.total_tokens != usage.input_tokens + usage.output_tokens
+                              or not 0 <= usage.output_tokens_details.reasoning_tokens <= usage.output_tokens
+                              or usage.total_tokens > MAX_STATED_TOKENS):
+        return (f"{event.type} states tokens that do not add up: {usage.input_tokens} + {usage.output_tokens} is "
+                f"not {usage.total_tokens}, or reasoning is not within the completion, or past {MAX_STATED_TOKENS}")
     if usage is None or context is None:
         return None
     lines = max(new_lines, 0) if isinstance(event, BatchProgressed) else limit
