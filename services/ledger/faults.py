@@ -55,6 +55,11 @@ class Quarantine:
     def __contains__(self, sequence: int) -> bool:
         return sequence in self.reasons
 
+    def forget_through(self, sequence: int) -> None:
+        """The facts through `sequence` are folded for good: their reasons are no longer needed."""
+        for set_aside in [each for each in self.reasons if each <= sequence]:
+            del self.reasons[set_aside]
+
     def judge(self, fault: FoldFault) -> None:
         """A first fault of a fact is tried again (from the stored state); a second sets it aside."""
         if fault.sequence != self._suspect:

@@ -61,8 +61,11 @@ def records_of(aggregates: Iterable[Folded], user_of_key: UserOfKey) -> list[Pro
 def folded_records(ledger: Ledger, facts: list[Fact]) -> list[Projection]:
     """Fold facts into the ledger: the records of the aggregates they touched, and the anomalies they noted."""
     touched = ledger.fold_facts(facts)
-    return [*records_of(touched, ledger.user_of_key), *new_anomalies(touched, facts),
-            *set_aside(ledger.quarantine, facts)]
+    records = [*records_of(touched, ledger.user_of_key), *new_anomalies(touched, facts),
+               *set_aside(ledger.quarantine, facts)]
+    if facts and ledger.quarantine.reasons:
+        ledger.quarantine.forget_through(facts[-1].sequence)  # folded: none of them is folded again
+    return records
 
 
 def set_aside(quarantine: Quarantine, facts: Sequence[Fact]) -> list[AnomalyRecord]:

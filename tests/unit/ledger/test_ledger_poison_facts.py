@@ -59,6 +59,7 @@ def test_a_fact_that_raises_twice_is_set_aside_and_the_rest_fold(
     assert "KeyError" in set_aside[0].reason
     assert statuses(records)[POISONED] == "validating", "its later facts do not fit it: anomalies of their own"
     assert ledger.tracking.max_tracking_id("EVENTS") == facts[-1].sequence, "the group is checkpointed whole"
+    assert ledger.quarantine.reasons == {}, "nothing is kept of it once its group is folded"
 
     later = folded_records(ledger, facts_of("batch_later", first=facts[-1].sequence + 1))
     assert statuses(later) == {"batch_later": "completed"}
