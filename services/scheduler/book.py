@@ -1,7 +1,8 @@
 """The scheduler's view of every unfinished batch, its shards and the known fleet, folded from the event log."""
 
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from contracts.events.batch import (
     AttemptFailed,
@@ -35,6 +36,9 @@ ENDED_PLANS_KEPT_MS = 3_600_000
 """An ended batch's plan is kept this long after its end, in the log's time: its executors' late facts and reads are
 judged by it; then it is forgotten, so a leader's book holds its open batches and the last hour's ends, not every
 batch the log ever had."""
+FORGOTTEN_IDS_KEPT_MS = 7 * 24 * 3_600_000
+"""A forgotten batch's id is kept this long past its expiry (the log's time, which may run ahead of a gateway's
+clock): a create of it stated again then would expire at once anyway."""
 __all__ = ["CONTROL_PLANE", "STORAGE_UNAVAILABLE", "BatchPlan", "Book", "ExecutorOwner", "ShardRun", "book_facts"]
 _fleet_rules = FoldRules[None]()
 _plan_rules = FoldRules[None]()
@@ -51,6 +55,13 @@ class ExecutorOwner:
         """Whether a worker key of `provider_id` may act as this executor: the same provider's, or the same key."""
         return worker_key_id == self.worker_key_id or (self.provider_id is not None
                                                         and provider_id == self.provider_id)
+
+
+class Forgotten(NamedTuple):
+    """What is kept of a forgotten plan: when its batch expires, and the executors it had (they may read its end)."""
+
+    expires_at_ms: int
+    executors: frozenset[str]
 
 
 @dataclass
@@ -86,8 +97,10 @@ class Book:
     """(when, batch id) of the ended plans still kept, in the order they ended."""
     log_time_ms: int = 0
     """The latest `occurred_at` folded: the log's own clock, the same on every replay."""
-    forgotten_through_ms: int = 0
-    """The latest end of a forgotten plan: a create stated before it is a repeat of a forgotten batch's."""
+    forgotten: OrderedDict[str, Forgotten] = field(default_factory=OrderedDict)
+    """The forgotten plans, by batch id: a create of one again is a repeat, never a new batch, and the executors it
+    had may still read how it ended. Kept until well past its expiry (no create of it could run any more), whatever
+    the clocks of its producers."""
 
     def note_heartbeats(self, adverts: list[ExecutorAdvert]) -> None:
         """Remember each known executor's latest heartbeat (a scan that misses an advert must not make it look lost).
@@ -156,7 +169,7 @@ class Book:
 
     @_fleet_rules.on(BatchCreated)
     def _created(self, event: BatchCreated) -> None:
-        if event.aggregate_id in self.plans or event.occurred_at <= self.forgotten_through_ms:
+        if event.aggregate_id in self.plans or event.aggregate_id in self.forgotten:
             return  # a repeat: of a batch known, or of one that ended long enough ago to be forgotten
         self.plans[event.aggregate_id] = self.open[event.aggregate_id] = BatchPlan(
             event.aggregate_id, event.terms, held=event.hold, owner_user_id=event.owner_user_id,
@@ -184,11 +197,19 @@ class Book:
         self._forget_ended(ended_at - ENDED_PLANS_KEPT_MS)
 
     def _forget_ended(self, before_ms: int) -> None:
-        """Forget the plans that ended before `before_ms`, oldest first."""
+        """Forget the plans that ended before `before_ms`, oldest first, keeping their ids until they expired long
+        ago (then also those)."""
         while self.ended and self.ended[0][0] < before_ms:
-            ended_at, batch_id = self.ended.popleft()
-            self.plans.pop(batch_id, None)
-            self.forgotten_through_ms = max(self.forgotten_through_ms, ended_at)
+            _, batch_id = self.ended.popleft()
+            plan = self.plans.pop(batch_id, None)
+            if plan is not None:
+                executors = {*plan.assignees.values(), *([plan.finalizer] if plan.finalizer else [])}
+                self.forgotten[batch_id] = Forgotten((plan.terms.expires_at or 0) * 1000, frozenset(executors))
+        while self.forgotten:
+            batch_id, forgotten = next(iter(self.forgotten.items()))
+            if forgotten.expires_at_ms >= before_ms - FORGOTTEN_IDS_KEPT_MS:
+                break
+            del self.forgotten[batch_id]
 
     @_plan_rules.on(BatchValidated)
     def _validated(self, plan: BatchPlan, event: BatchValidated) -> None:

@@ -49,7 +49,8 @@ def may_read(book: Book, executor_id: str, batch_id: str) -> str | None:
     """None when `executor_id` (an assignee or the finalizer) may read the batch's execution facts; else why not."""
     plan = book.plans.get(batch_id)
     if plan is None:
-        return f"batch {batch_id} is unknown"
+        forgotten = book.forgotten.get(batch_id)  # ended long ago: what it had may still read how
+        return None if forgotten is not None and executor_id in forgotten.executors else f"batch {batch_id} is unknown"
     if executor_id in plan.assignees.values() or finalizes(plan, executor_id):
         return None
     return f"executor {executor_id} was assigned no attempt of batch {batch_id} and does not finalize it"

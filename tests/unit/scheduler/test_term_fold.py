@@ -13,11 +13,12 @@ from contracts.commands import FinalizeBatch
 from contracts.events.registry import AnyEvent, decode_event
 from contracts.subjects import batch_fact
 from services.runtime.nats.follower import Fact
-from services.scheduler.book import ENDED_PLANS_KEPT_MS, Book
+from services.scheduler.book import ENDED_PLANS_KEPT_MS, FORGOTTEN_IDS_KEPT_MS, Book
 from services.scheduler.closer import StillRunning
+from services.scheduler.entitlements import may_read
 from services.scheduler.plans import BatchPlan
 from services.scheduler.term import Term
-from tests.factories import batch_life, batch_terms
+from tests.factories import T0, batch_life, batch_terms
 
 BATCHES = 40
 
@@ -81,7 +82,7 @@ def lived(batch_id: str, at_ms: int) -> list[AnyEvent]:
 
 def test_an_ended_plan_is_forgotten_an_hour_after_its_end_and_a_repeat_of_its_create_brings_none_back() -> None:
     book = Book()
-    start = 1_800_000_000_000
+    start = T0 * 1000  # the batches expire a day after
     for event in lived("batch_old", start):
         book.apply(event)
     assert "batch_old" in book.plans and book.open == {} and book.queued_lines == {}
@@ -93,9 +94,17 @@ def test_an_ended_plan_is_forgotten_an_hour_after_its_end_and_a_repeat_of_its_cr
     for event in lived("batch_much_later", start + ENDED_PLANS_KEPT_MS + 1):
         book.apply(event)
     assert set(book.plans) == {"batch_soon_after", "batch_much_later"}
+    assert may_read(book, "exec-1", "batch_old") is None, "the executor it had may still read how it ended"
+    assert may_read(book, "exec-2", "batch_old") is not None
 
     book.apply(lived("batch_old", start)[0])  # its create, stated again (a late retry)
     assert "batch_old" not in book.plans and "batch_old" not in book.open
-    fresh = lived("batch_new", start + ENDED_PLANS_KEPT_MS + 2)[0]
-    book.apply(fresh)
-    assert "batch_new" in book.open
+    behind = lived("batch_new", start - 2 * ENDED_PLANS_KEPT_MS)[0]  # from a gateway whose clock is hours behind
+    book.apply(behind)
+    assert "batch_new" in book.open, "a new batch is taken whatever its gateway's clock says"
+
+    assert "batch_old" in book.forgotten
+    far = start + 86_400_000 + FORGOTTEN_IDS_KEPT_MS + 2 * ENDED_PLANS_KEPT_MS
+    for event in lived("batch_far_later", far):
+        book.apply(event)
+    assert "batch_old" not in book.forgotten, "its id too is dropped once no create of it could run any more"
