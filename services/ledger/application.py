@@ -89,13 +89,16 @@ class Ledger(Application[UUID]):
         without it."""
         while True:
             try:
-                return self._fold_once(facts)
+                touched = self._fold_once(facts)
             except FoldFault as fault:
                 self.quarantine.judge(fault)
+                continue
+            self.quarantine.folded()
+            return touched
 
     def _fold_once(self, facts: Sequence[Fact]) -> list[Folded]:
-        fold = FoldingRules(self._get)
         quarantine = self.quarantine
+        fold = FoldingRules(self._get, merge=not quarantine.unmerged)
         try:
             chain = self._chain or self._load_chain()
             new = [fact for fact in facts if fact.sequence > chain.last_sequence]

@@ -50,8 +50,10 @@ class FoldingRules:
     it touched (saved together at its end), its batches by public id as progress facts named them, and their runs of
     progress not applied yet."""
 
-    def __init__(self, lookup: Lookup) -> None:
+    def __init__(self, lookup: Lookup, merge: bool = True) -> None:
         self._lookup = lookup
+        self._merge = merge
+        """Whether a batch's progress facts merge into runs (False: each is applied alone, as it comes)."""
         self.touched: dict[UUID, Folded] = {}
         self._named: dict[str, Batch] = {}
         self._runs = ProgressRuns()
@@ -75,7 +77,7 @@ class FoldingRules:
     def flush(self, ident: UUID | None = None) -> None:
         """Apply a batch's pending progress (due before its next other fact); without `ident`, every batch's."""
         for progress in self._runs.take(ident):
-            with blamed_on(progress.sequence):  # a fault of a run of progress is its last fact's
+            with blamed_on(progress.sequence, in_run=self._merge):  # of a merged run: its last fact's, for now
                 self._advance(progress)
 
     def _batch_fact(self, seq: int, fact: Event) -> Batch | None:
@@ -168,6 +170,8 @@ class FoldingRules:
             self._debit(batch, seq, fact)
         if batch.may_progress(seq):
             self._runs.add(batch, seq, fact)
+            if not self._merge:
+                self.flush(batch.id)
         else:
             self.flush(batch.id)
             self._runs.add(batch, seq, fact)

@@ -15,7 +15,7 @@ from services.ledger.application import Ledger, persistence_env
 from services.ledger.chain import Fact
 from services.ledger.folded import Folded
 from services.ledger.membership import KeyOwner
-from services.ledger.projection import Projection, new_anomalies, records_of
+from services.ledger.projection import Projection, new_anomalies, records_of, set_aside
 from services.ledger.reindex import OWNER_INDEX
 
 PAGE = 10_000
@@ -74,7 +74,7 @@ class Refold:
 
     def fold(self, facts: list[Fact]) -> None:
         touched = self.ledger.fold_facts(facts)
-        self.anomalies += new_anomalies(touched, facts)
+        self.anomalies += [*new_anomalies(touched, facts), *set_aside(self.ledger.quarantine, facts)]
 
     def snapshots(self) -> list[SnapshotLine]:
         """Every aggregate's snapshot: those the segment changed taken now, the others as the point before had them."""

@@ -8,6 +8,8 @@ from collections.abc import Iterator, Sequence
 import pytest
 from eventsourcing.persistence import OperationalError
 
+from contracts.api.batch import BatchUsage
+from contracts.events.batch import BatchProgressed
 from contracts.events.envelope import Event
 from contracts.readmodel import AnomalyRecord, BatchRecord
 from services.ledger.application import Ledger
@@ -74,3 +76,31 @@ def test_a_failure_of_the_store_is_never_set_aside(ledger: Ledger, monkeypatch: 
         with pytest.raises(OperationalError):
             folded_records(ledger, facts_of("batch_waiting"))
     assert ledger.quarantine.reasons == {}
+
+
+def test_a_fault_in_a_run_of_progress_sets_aside_the_one_fact_that_caused_it(
+        ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Progress facts are merged into runs; a fault applying a run names only its last fact, so the group is folded
+    again fact by fact and only the fact at fault is set aside, however the facts were grouped."""
+    progress = Batch.progress
+
+    def poisoned(batch: Batch, sequence: int, *args: object) -> None:
+        chunks = args[-1]
+        if isinstance(chunks, tuple) and "c1" in chunks:  # the run's chunks (a merged run holds several)
+            raise ValueError("a chunk no rule foresaw")
+        progress(batch, sequence, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Batch, "progress", poisoned)
+    usage = BatchUsage(input_tokens=3, output_tokens=2, total_tokens=5)
+    events: list[Event] = [event.model_copy(update={"usage": usage}) if isinstance(event, BatchProgressed) else event
+                           for event in batch_life("batch_run", chunks=4)]
+    facts = [Fact(sequence, event.subject, event.model_dump_json().encode())
+             for sequence, event in enumerate(events, 1)]
+    records = folded_records(ledger, facts)
+
+    set_aside = [record.event_type for record in records
+                 if isinstance(record, AnomalyRecord) and "could not be folded" in record.reason]
+    c1 = next(fact.sequence for fact in facts if b'"chunk_key":"c1"' in fact.data)
+    assert [record.sequence for record in records if isinstance(record, AnomalyRecord)
+            and "could not be folded" in record.reason] == [c1] and set_aside == ["batch.progressed"]
+    assert statuses(records) == {"batch_run": "completed"}
