@@ -67,8 +67,9 @@ def superseded(book: Book, event: Event) -> bool:
     return run is not None and (attempt in run.failed_attempts or run.attempt > attempt)
 
 
-MAX_STATED_TOKENS = 2**53
-"""No fact states more tokens than this (a JSON number every reader takes exactly), whatever the model."""
+UNKNOWN_CONTEXT = 2**24
+"""The context a line is taken to have when the catalogue names none for its model: 16M tokens, past any model's,
+so a batch's sums stay far within what every reader (an orjson writer: 64 bits) takes."""
 STATED_CODE = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9]+)*")
 """How every failure code is spelt (`engine_error`, `storage_unavailable`): never an arbitrary key of a batch's
 counts by code."""
@@ -121,11 +122,12 @@ def _count_refusal(plan: BatchPlan, event: Event, context: int | None) -> str | 
         return f"{event.type} states a negative count"
     if usage is not None and (usage.total_tokens != usage.input_tokens + usage.output_tokens
                               or not 0 <= usage.output_tokens_details.reasoning_tokens <= usage.output_tokens
-                              or usage.total_tokens > MAX_STATED_TOKENS):
+                              or usage.input_tokens_details.cached_tokens > usage.input_tokens):
         return (f"{event.type} states tokens that do not add up: {usage.input_tokens} + {usage.output_tokens} is "
-                f"not {usage.total_tokens}, or reasoning is not within the completion, or past {MAX_STATED_TOKENS}")
-    if usage is None or context is None:
+                f"not {usage.total_tokens}, or reasoning or cached tokens are not within what they are part of")
+    if usage is None:
         return None
+    context = context or UNKNOWN_CONTEXT  # a model the catalogue does not bound: its lines are bounded still
     lines = max(new_lines, 0) if isinstance(event, BatchProgressed) else limit
     if usage.input_tokens > lines * context or usage.output_tokens > lines * MAX_SAMPLES * context \
             or usage.input_tokens_details.cached_tokens > usage.input_tokens:

@@ -3,7 +3,7 @@ lines can use, nothing negative; and an account is never debited past a batch's 
 
 from decimal import Decimal
 
-from contracts.api.batch import OutputTokensDetails
+from contracts.api.batch import InputTokensDetails, OutputTokensDetails
 from contracts.billing import ModelPrice
 from contracts.events.batch import AttemptFailed, BatchCompleted, BatchProgressed, BatchUsage, ShardFinished
 from contracts.subjects import result_chunk_key
@@ -43,14 +43,17 @@ def test_negative_counts_or_tokens_are_refused() -> None:
 
 
 def test_tokens_that_do_not_add_up_are_refused_whatever_the_model() -> None:
-    """A total that is not prompt plus completion, reasoning past the completion, or a count past 2^53 (which an
-    orjson writer cannot write), even for a model the catalogue does not bound (no context length known)."""
+    """A total that is not prompt plus completion, reasoning past the completion, cached past the prompt, or more
+    than a 16M-token context per line (a batch's sums an orjson writer could not write), even for a model the
+    catalogue does not bound (no context length known)."""
     fine = progress(1, input_tokens=10, output_tokens=5)
     assert may_state(fleet(), "alpha", fine, context_length) is None
     for usage in (fine.usage.model_copy(update={"total_tokens": 2**70}),  # type: ignore[union-attr]
                   fine.usage.model_copy(update={"total_tokens": 16}),  # type: ignore[union-attr]
                   fine.usage.model_copy(update={  # type: ignore[union-attr]
-                      "output_tokens_details": OutputTokensDetails(reasoning_tokens=6)})):
+                      "output_tokens_details": OutputTokensDetails(reasoning_tokens=6)}),
+                  fine.usage.model_copy(update={  # type: ignore[union-attr]
+                      "input_tokens_details": InputTokensDetails(cached_tokens=2**70)})):
         assert may_state(fleet(), "alpha", fine.model_copy(update={"usage": usage})) is not None
     huge = progress(1, input_tokens=2**60, output_tokens=2**60)
     assert may_state(fleet(), "alpha", huge) is not None
