@@ -73,6 +73,9 @@ class Closer:
     waits: dict[str, int] = field(default_factory=dict)
     """Batch id → tries that found an attempt still running (they pause, but never fail the batch)."""
     at_once: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(AT_ONCE))
+    is_open: Callable[[str], bool] = lambda batch_id: True
+    """Whether the batch has not ended (as the scheduler's book knows): a try that ends after the batch did leaves
+    no pause behind."""
 
     def close(self, command: FinalizeBatch, given_up: Callable[[], None]) -> None:
         """Finalize `command`'s batch in the background (one try at a time per batch); `given_up` is called when a
@@ -106,9 +109,13 @@ class Closer:
             self.tries.pop(batch_id, None)
             self.waits.pop(batch_id, None)
         except StillRunning as running:
-            self.waits[batch_id] = self.waits.get(batch_id, 0) + 1
+            if self.is_open(batch_id):
+                self.waits[batch_id] = self.waits.get(batch_id, 0) + 1
             log.info("batch %s: %s; finalizing it later", batch_id, running)
         except Exception as error:  # any failure: tried again, then the batch fails with it
+            if not self.is_open(batch_id):  # ended meanwhile, by another: nothing to try again
+                log.info("finalizing batch %s failed (%r), but it has ended", batch_id, error)
+                return
             tries = self.tries[batch_id] = self.tries.get(batch_id, 0) + 1
             if tries >= MAX_TRIES:
                 finished = await self._fail(command, error)

@@ -93,7 +93,7 @@ class Term:
         self.registrar = Registrar(self.bus, self.read_model, self.book, self.caught_up)
         self.objects = ObjectBroker(self.signer, self.book, self.caught_up)
         self.desk = FactDesk(self.bus, self.book, self.caught_up, self.catalogue, self.signer.store)
-        self.closer = Closer(self.bus, self.signer.store)
+        self.closer = Closer(self.bus, self.signer.store, is_open=lambda batch_id: batch_id in self.book.open)
 
     @classmethod
     async def open(cls, bus: EventBus, catalogue: Catalogue, signer: ObjectSigner, policy: Policy) -> "Term":

@@ -51,7 +51,7 @@ class OwnWrites:
             if time.monotonic() - noted > KEEP_S or await _shown(read_model, what, ident,
                                                                   max(0.0, deadline - time.monotonic())):
                 writes.pop((what, ident), None)
-        if not writes:
+        if not writes and self.pending.get(owner) is writes:  # (a sweep may have dropped it, and a note made anew)
             self.pending.pop(owner, None)
 
 

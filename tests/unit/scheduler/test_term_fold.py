@@ -4,12 +4,14 @@ forgotten once the batch ends, whoever ended it (most often the executor it wait
 not grow with every batch it ever deferred. A fact whose rule raises is left out, never the end of the term."""
 
 import asyncio
+from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from contracts.commands import FinalizeBatch
+from contracts.events.envelope import Event
 from contracts.events.registry import AnyEvent, decode_event
 from contracts.subjects import batch_fact
 from services.runtime.nats.follower import Fact
@@ -21,6 +23,11 @@ from services.scheduler.term import Term
 from tests.factories import T0, batch_life, batch_terms
 
 BATCHES = 40
+
+
+def facts_of(events: Sequence[Event], first: int = 1) -> list[Fact]:
+    return [Fact(sequence, batch_fact(event.aggregate_id, event.name), event.model_dump_json().encode())
+            for sequence, event in enumerate(events, first)]
 
 
 def term_with_closer() -> Term:
@@ -41,16 +48,33 @@ async def test_pauses_of_batches_that_ended_elsewhere_are_forgotten(monkeypatch:
 
     monkeypatch.setattr(term.closer, "finalize", finalize)
     ids = [f"batch_{number}" for number in range(BATCHES)]
+    lives = [batch_life(batch_id, chunks=1) for batch_id in ids]
+    term.fold(facts_of([event for life in lives for event in life[:-1]]))
     for batch_id in ids:
         term.closer.close(FinalizeBatch(batch_id=batch_id, executor_id="control-plane", reason="completed",
                                         terms=batch_terms()), lambda: None)
     await asyncio.gather(*term.closer.tasks.values())
     assert len(term.closer.waits) + len(term.closer.tries) == BATCHES
 
-    facts = [event for batch_id in ids for event in batch_life(batch_id, chunks=1)]
-    term.fold([Fact(sequence, batch_fact(event.aggregate_id, event.name), event.model_dump_json().encode())
-               for sequence, event in enumerate(facts, 1)])
+    term.fold(facts_of([life[-1] for life in lives], first=10_000))  # each ends by its executor
 
+    assert term.closer.waits == {} and term.closer.tries == {}
+
+
+async def test_a_try_that_fails_after_its_batch_ended_elsewhere_leaves_no_pause(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    term = term_with_closer()
+    life = batch_life("batch_racing", chunks=1)
+    term.fold(facts_of(life[:-1]))
+
+    async def ended_meanwhile(command: FinalizeBatch) -> None:
+        term.fold(facts_of(life[-1:], first=len(life)))  # its executor's end is folded while this try runs
+        raise RuntimeError("the object store blinked")
+
+    monkeypatch.setattr(term.closer, "finalize", ended_meanwhile)
+    term.closer.close(FinalizeBatch(batch_id="batch_racing", executor_id="control-plane", reason="completed",
+                                    terms=batch_terms()), lambda: None)
+    await asyncio.gather(*term.closer.tasks.values())
     assert term.closer.waits == {} and term.closer.tries == {}
 
 
