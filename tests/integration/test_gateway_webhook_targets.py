@@ -64,9 +64,11 @@ async def test_every_private_or_local_target_is_refused_at_registration(
 
 
 NOT_URLS_OF_A_HOST = ["https://xn--/", "https://a..b/", f"https://{'a' * 64}.example/", "https://exa\u0000mple.com/x",
-                      "https://ho\toks.example/", "https://hooks.example/\u0085"]
-"""A host no resolver can look up (a punycode label that decodes to nothing, an empty or 64-character label), and
-control characters anywhere (yarl drops a tab: the URL checked would not be the URL kept)."""
+                      "https://ho\toks.example/", "https://hooks.example/\u0085", "https://0x08080808/",
+                      "https://8.8.2056/"]
+"""A host no resolver can look up (a punycode label that decodes to nothing, an empty or 64-character label), a
+public address spelt as only the C library reads it (a delivery would look it up as a name), and control characters
+anywhere (yarl drops a tab: the URL checked would not be the URL kept)."""
 
 
 async def test_a_url_that_names_no_host_or_holds_control_characters_is_invalid_url(gateway: Gateway) -> None:

@@ -29,7 +29,14 @@ from services.gateway.usecases.refusals import ApiError, bad_request, not_found
 from services.gateway.webhooks.deliverer import WEBHOOK_STORE
 from services.gateway.webhooks.signing import new_secret
 from services.gateway.webhooks.store import WebhookStore
-from services.gateway.webhooks.targets import AddressPolicy, literal_address, parse_networks, refusal
+from services.gateway.webhooks.targets import (
+    AddressPolicy,
+    literal_address,
+    numeric_address,
+    parse_networks,
+    refusal,
+    standard_address,
+)
 
 WEBHOOKS = "webhooks"
 """The admission limit of endpoints per owner (`max_webhooks_per_owner`)."""
@@ -98,6 +105,9 @@ async def _checked_url(request: web.Request, url: str) -> str:
     if why is not None:
         raise bad_request(f"url is refused: {why[:300]} (webhooks go to public addresses only, unless the operator "
                           "allows more).", "invalid_webhook_url", "url")
+    if literal_address(host) and not standard_address(host):
+        raise bad_request(f"url's host {host[:100]!r} spells an address the C library reads, not as addresses are "
+                          f"written (write it as {numeric_address(host)}).", "invalid_url", "url")
     return url
 
 

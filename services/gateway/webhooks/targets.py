@@ -42,6 +42,16 @@ def numeric_address(host: str) -> Address | None:
         return None
 
 
+def standard_address(host: str) -> bool:
+    """Whether `host` is an address written as addresses are (`8.8.8.8`, `::1`), which a connection takes as it is:
+    not a spelling only the C library reads (`0x08080808`, `8.8.2056`), which would be looked up as a name."""
+    try:
+        ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False
+    return True
+
+
 def _embedded(address: Address) -> list[Address]:
     """What connecting to `address` reaches: an IPv4-mapped one is its IPv4 address; a 6to4 or NAT64 one is itself
     and the IPv4 address it carries (each must be allowed)."""
