@@ -15,6 +15,7 @@ from contracts.engines import (
 )
 from contracts.events.executor import EngineName
 from services.validator.adapters.tokenizer import TokenizerCache
+from services.validator.engine_cost_rules import COSTED, engine_cost_issues
 from services.validator.issues import LineIssue
 from services.validator.strict_sampling import SamplingKey, is_integer, is_number, sampling_key, strict_issues
 from services.validator.tool_rules import TOOL_PARAMETERS, known_parameters, tool_issues
@@ -52,6 +53,8 @@ def check_body(body: dict[str, object], endpoint: str, catalogue: Catalogue,
     strict = model is not None and model.strict_sampling
     if not RANGED.isdisjoint(body):
         issues += _range_issues(body, temperature_checked=strict)
+    if not COSTED.isdisjoint(body):
+        issues += engine_cost_issues(body, endpoint)
     need = None
     if strict:
         issues += strict_issues(body)

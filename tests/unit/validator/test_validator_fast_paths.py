@@ -29,6 +29,7 @@ from services.validator.body_rules import (
     is_token_ids,
 )
 from services.validator.domain import FileValidation, Limits, LineResult
+from services.validator.engine_cost_rules import engine_cost_issues
 from services.validator.file_check import WINDOW_LINES, FileCheck, Findings
 from services.validator.issues import LineIssue
 from services.validator.plain_lines import PlainChat
@@ -108,6 +109,7 @@ def full_body_verdict(body: dict[str, object], endpoint: str, catalogue: Catalog
     issues += shape
     strict = model is not None and model.strict_sampling
     issues += _range_issues(body, temperature_checked=strict)
+    issues += engine_cost_issues(body, endpoint)
     need = None
     if strict:
         issues += strict_issues(body)
