@@ -1,28 +1,33 @@
 """Bounds on what one line may ask an engine to compute beyond its tokens, where an unbounded value would stall or
 kill the engine every tenant's lines share. llama.cpp turns a JSON schema (structured output, tool parameters) into
 a grammar checked on the one thread that drives every slot: a repeated group in a `pattern` (`(a?){1999}`) cost it
-minutes per token, thousands of `enum` values minutes before the first, thousands of properties minutes on a
-slot's thread. Asked for the top log-probabilities past OpenAI's limits, it returns the whole vocabulary for every
-token (110 MB of memory per token). The limits are OpenAI's where it states them, else far above any real schema's
-needs (each refusal says which)."""
+minutes per token, 6,000 `enum` values 67 s before the first token, 3,000 properties of one object 102 s on a slot's
+thread. Asked for the top log-probabilities past OpenAI's limits, it returns the whole vocabulary for every token
+(110 MB of memory per token). The log-probability limits are OpenAI's; the schema limits are this service's, below
+OpenAI's (each refusal says both), and count only what is compiled: the schemas, walked by their keywords."""
 
-import re
 from collections.abc import Iterator
 
 import orjson
 
 from services.validator.issues import LineIssue
 
-SCHEMA_KEYS = ("response_format", "text", "tools", "json_schema")
-"""Where a line's JSON schemas are: structured output (chat, completions, responses) and tool parameters."""
-MAX_SCHEMA_BYTES = 16_384
-MAX_ENUM_VALUES = 256
-MAX_PROPERTIES = 128
+SCHEMA_KEYS = ("response_format", "text", "tools")
+"""Where a line's JSON schemas are: structured output (chat and completions, responses) and tool parameters."""
+MAX_SCHEMA_BYTES = 32_768
+MAX_ENUM_VALUES = 500
+"""Per schema (OpenAI allows 1,000 in all)."""
+MAX_OBJECT_PROPERTIES = 128
+"""Per object of a schema: an object's optional properties cost the grammar about their cube."""
+MAX_PROPERTIES = 1_000
+"""Per schema (OpenAI allows 5,000)."""
 MAX_PATTERN_CHARS = 256
 MAX_PATTERN_QUANTIFIERS = 16
-REPEATED_GROUP = re.compile(r"\)(?:[*+]|\{\d)")
-"""A group repeated (`(…)*`, `(…)+`, `(…){n}`): its matches can be split in many ways, each a path of the grammar."""
-QUANTIFIER = re.compile(r"(?<!\\)(?:[*+?]|\{\d)")
+SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
+SUBSCHEMAS = ("items", "additionalProperties", "propertyNames", "not", "if", "then", "else", "contains",
+              "unevaluatedItems", "unevaluatedProperties", "additionalItems")
+WHY = "the engine compiles a schema into a grammar that every slot of it waits on"
 TOP_PROBABILITIES = {"top_logprobs": 20, "n_probs": 20}
 """OpenAI's limit on `top_logprobs` (and llama.cpp's `n_probs`, the same thing)."""
 COMPLETION_LOGPROBS = 5
@@ -32,18 +37,21 @@ COSTED = frozenset({*SCHEMA_KEYS, *TOP_PROBABILITIES, "logprobs"})
 
 
 def engine_cost_issues(body: dict[str, object], endpoint: str) -> Iterator[LineIssue]:
-    for key in SCHEMA_KEYS:
-        value = body.get(key)
-        if isinstance(value, dict | list):
-            yield from _schema_issues(key, value)
+    for key, schema in _schemas(body):
+        yield from _schema_issues(f"body.{key}", schema)
     for name, limit in TOP_PROBABILITIES.items():
         value = body.get(name)
         if value is not None and not _within(value, limit):
             yield LineIssue("invalid_body", f"{name} must be an integer from 0 to {limit}.", f"body.{name}")
     logprobs = body.get("logprobs")
-    if endpoint == "/v1/completions" and logprobs is not None and not isinstance(logprobs, bool) \
-            and not _within(logprobs, COMPLETION_LOGPROBS):
-        yield LineIssue("invalid_body", f"logprobs must be an integer from 0 to {COMPLETION_LOGPROBS}.",
+    if logprobs is None or isinstance(logprobs, bool):
+        return
+    if endpoint == "/v1/completions":
+        if not _within(logprobs, COMPLETION_LOGPROBS):
+            yield LineIssue("invalid_body", f"logprobs must be an integer from 0 to {COMPLETION_LOGPROBS}.",
+                            "body.logprobs")
+    elif endpoint == "/v1/chat/completions":
+        yield LineIssue("invalid_body", "logprobs must be true or false (top_logprobs says how many).",
                         "body.logprobs")
 
 
@@ -51,37 +59,75 @@ def _within(value: object, limit: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= limit
 
 
-def _schema_issues(key: str, value: dict[str, object] | list[object]) -> Iterator[LineIssue]:
-    param = f"body.{key}"
-    size = len(orjson.dumps(value))
+def _schemas(body: dict[str, object]) -> Iterator[tuple[str, object]]:
+    """(where, schema) of each JSON schema the body asks the engine to follow."""
+    response_format = body.get("response_format")
+    if isinstance(response_format, dict):
+        named = response_format.get("json_schema")
+        if isinstance(named, dict) and "schema" in named:
+            yield "response_format", named["schema"]
+        if "schema" in response_format:  # llama.cpp's own spelling
+            yield "response_format", response_format["schema"]
+    text = body.get("text")
+    text_format = text.get("format") if isinstance(text, dict) else None
+    if isinstance(text_format, dict) and "schema" in text_format:
+        yield "text", text_format["schema"]
+    tools = body.get("tools")
+    for tool in tools if isinstance(tools, list) else ():
+        function = tool.get("function") if isinstance(tool, dict) else None
+        holder = function if isinstance(function, dict) else tool
+        if isinstance(holder, dict) and "parameters" in holder:
+            yield "tools", holder["parameters"]
+
+
+def _schema_issues(param: str, schema: object) -> Iterator[LineIssue]:
+    size = len(orjson.dumps(schema))
     if size > MAX_SCHEMA_BYTES:
-        yield LineIssue("invalid_body", f"body.{key} is {size} bytes of JSON; a line's schemas may take at most "
-                        f"{MAX_SCHEMA_BYTES} (the engine compiles them into a grammar every slot waits on).", param)
+        yield LineIssue("invalid_body", f"A schema in {param} is {size} bytes of JSON; this service takes at most "
+                        f"{MAX_SCHEMA_BYTES} per schema ({WHY}).", param)
         return
-    enum_values = properties = 0
-    stack: list[object] = [value]
+    enum_values = properties = widest = 0
+    stack = [schema]
     while stack:
         item = stack.pop()
-        if isinstance(item, list):
-            stack.extend(item)
-            continue
         if not isinstance(item, dict):
             continue
         enum = item.get("enum")
         if isinstance(enum, list):
             enum_values += len(enum)
+        for pattern in _patterns(item):
+            yield from _pattern_issues(pattern, param)
         named = item.get("properties")
         if isinstance(named, dict):
             properties += len(named)
-        for pattern in _patterns(item):
-            yield from _pattern_issues(pattern, param)
-        stack.extend(item.values())
+            widest = max(widest, len(named))
+        stack.extend(_subschemas(item))
     if enum_values > MAX_ENUM_VALUES:
-        yield LineIssue("invalid_body", f"body.{key} lists {enum_values} enum values; a line's schemas may list at "
-                        f"most {MAX_ENUM_VALUES}.", param)
-    if properties > MAX_PROPERTIES:
-        yield LineIssue("invalid_body", f"body.{key} names {properties} properties; a line's schemas may name at "
-                        f"most {MAX_PROPERTIES}.", param)
+        yield LineIssue("invalid_body", f"A schema in {param} lists {enum_values} enum values; this service takes "
+                        f"at most {MAX_ENUM_VALUES} per schema (OpenAI 1,000; {WHY}).", param)
+    if widest > MAX_OBJECT_PROPERTIES or properties > MAX_PROPERTIES:
+        yield LineIssue("invalid_body", f"A schema in {param} names {properties} properties, {widest} in one object; "
+                        f"this service takes at most {MAX_OBJECT_PROPERTIES} per object and {MAX_PROPERTIES} per "
+                        f"schema (OpenAI 5,000; {WHY}).", param)
+
+
+def _subschemas(schema: dict[object, object]) -> Iterator[object]:
+    """The schemas inside `schema`, by its keywords (never its data: `default`, `const`, `examples`)."""
+    for keyword in SUBSCHEMA_LISTS:
+        listed = schema.get(keyword)
+        if isinstance(listed, list):
+            yield from listed
+    for keyword in SUBSCHEMA_MAPS:
+        mapped = schema.get(keyword)
+        if isinstance(mapped, dict):
+            yield from mapped.values()
+    for keyword in SUBSCHEMAS:
+        if keyword in schema:
+            inner = schema[keyword]
+            if isinstance(inner, list):  # `items` as a list (an older draft's tuple form)
+                yield from inner
+            else:
+                yield inner
 
 
 def _patterns(schema: dict[object, object]) -> Iterator[str]:
@@ -93,14 +139,57 @@ def _patterns(schema: dict[object, object]) -> Iterator[str]:
         yield from (name for name in by_pattern if isinstance(name, str))
 
 
+def pattern_shape(pattern: str) -> tuple[int, bool]:
+    """(quantifiers, whether a group is repeated) of a regular expression: escapes and character classes read as
+    the single characters they match; `?` opening a group's options (`(?:`) and one making a quantifier lazy are not
+    quantifiers; a group is repeated when its `)` is followed by `*`, `+` or `{n`."""
+    quantifiers, repeated, at, depth = 0, False, 0, 0
+    closed_group = False
+    while at < len(pattern):
+        char = pattern[at]
+        follows_group, closed_group = closed_group, False
+        if char == "\\":
+            at += 2
+            continue
+        if char == "[":
+            at = _class_end(pattern, at + 1)
+            continue
+        if char == "(":
+            depth += 1
+            at += 2 if pattern.startswith("?", at + 1) else 1
+            continue
+        if char == ")" and depth:
+            depth -= 1
+            closed_group = True
+        elif char in "*+" or (char == "{" and pattern[at + 1:at + 2].isdigit()):
+            quantifiers += 1
+            repeated = repeated or follows_group
+        elif char == "?" and at and pattern[at - 1] not in "*+?}":
+            quantifiers += 1
+        at += 1
+    return quantifiers, repeated
+
+
+def _class_end(pattern: str, at: int) -> int:
+    """Where the character class opened just before `at` ends (past its `]`; a `]` first is a member)."""
+    if pattern.startswith("^", at):
+        at += 1
+    if pattern.startswith("]", at):
+        at += 1
+    while at < len(pattern) and pattern[at] != "]":
+        at += 2 if pattern[at] == "\\" else 1
+    return at + 1
+
+
 def _pattern_issues(pattern: str, param: str) -> Iterator[LineIssue]:
+    quantifiers, repeated = pattern_shape(pattern)
     if len(pattern) > MAX_PATTERN_CHARS:
-        yield LineIssue("invalid_body", f"A schema pattern of {len(pattern)} characters: at most "
-                        f"{MAX_PATTERN_CHARS}.", param)
-    elif REPEATED_GROUP.search(pattern):
-        yield LineIssue("invalid_body", f"The schema pattern {pattern[:80]!r} repeats a group ((…)*, (…)+ or "
-                        "(…){n}), which the engine cannot follow in bounded time; repeat single characters or "
-                        "classes instead.", param)
-    elif len(QUANTIFIER.findall(pattern)) > MAX_PATTERN_QUANTIFIERS:
-        yield LineIssue("invalid_body", f"The schema pattern {pattern[:80]!r} has more than "
-                        f"{MAX_PATTERN_QUANTIFIERS} quantifiers.", param)
+        yield LineIssue("invalid_body", f"A schema pattern of {len(pattern)} characters in {param}: this service "
+                        f"takes at most {MAX_PATTERN_CHARS} ({WHY}).", param)
+    elif repeated:
+        yield LineIssue("invalid_body", f"The schema pattern {pattern[:80]!r} repeats a group ((…)*, (…)+ or (…){{n}}),"
+                        f" which the engine cannot follow in bounded time; repeat single characters or classes "
+                        "instead ((…)? is fine).", param)
+    elif quantifiers > MAX_PATTERN_QUANTIFIERS:
+        yield LineIssue("invalid_body", f"The schema pattern {pattern[:80]!r} has {quantifiers} quantifiers; this "
+                        f"service takes at most {MAX_PATTERN_QUANTIFIERS} ({WHY}).", param)

@@ -35,11 +35,12 @@ COSTLY = [
     chat(response_format=schema_format({"type": "string", "pattern": "^(ab|a)+$"})),
     chat(response_format=schema_format({"type": "string", "pattern": "a?" * 17})),
     chat(response_format=schema_format({"type": "string", "pattern": "a" * 257})),
-    chat(response_format=schema_format({"enum": [f"v{n}" for n in range(257)]})),
+    chat(response_format=schema_format({"type": "string", "pattern": "a\\\\*" * 17})),
+    chat(response_format=schema_format({"enum": [f"v{n}" for n in range(501)]})),
     chat(response_format=schema_format({"type": "object",
                                         "properties": {f"p{n}": {"type": "integer"} for n in range(129)}})),
     chat(response_format=schema_format({"type": "object", "patternProperties": {"^(x)*$": {"type": "string"}}})),
-    chat(response_format=schema_format({"description": "x" * 20_000})),
+    chat(response_format=schema_format({"description": "x" * 40_000})),
     chat(tools=[{"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "properties": {"code": {"type": "string", "pattern": "^([0-9]?){500}$"}}}}}]),
 ]
@@ -64,9 +65,20 @@ def test_ordinary_schemas_pass(catalogue: Catalogue, tokenizers: TokenizerCache)
     schema = {"type": "object", "properties": {
         "phone": {"type": "string", "pattern": r"^(\+\d{1,3})?\d{10}$"},
         "zip": {"type": "string", "pattern": r"^\d{5}(-\d{4})?$"},
-        "colour": {"enum": ["red", "green", "blue"]},
+        "expression": {"type": "string", "pattern": r"^[0-9()*+\-/ .]+$"},
+        "symbols": {"type": "string", "pattern": r"^[+*?][+*?][+*?][+*?][+*?][+*?]$"},
+        "options": {"type": "string", "pattern": r"(?:a)(?=b)(?!c)\)+"},
+        "country": {"enum": [f"C{n}" for n in range(249)], "default": {"enum": list(range(300))}},
+        "currency": {"enum": [f"K{n}" for n in range(30)]},
         **{f"field{n}": {"type": "integer"} for n in range(40)}}, "required": ["phone"]}
     assert issues(chat(response_format=schema_format(schema)), catalogue, tokenizers) == []
+
+
+def test_many_tools_with_long_descriptions_pass(catalogue: Catalogue, tokenizers: TokenizerCache) -> None:
+    """Each tool's parameters are a schema of their own; descriptions are prompt, not grammar."""
+    tools = [{"type": "function", "function": {"name": f"tool_{n}", "description": "d" * 2_000, "parameters": {
+        "type": "object", "properties": {f"arg{a}": {"type": "string"} for a in range(7)}}}} for n in range(20)]
+    assert ("invalid_body", "body.tools") not in issues(chat(tools=tools), catalogue, tokenizers)
 
 
 @pytest.mark.parametrize(("url", "body", "accepted"), [
@@ -75,6 +87,7 @@ def test_ordinary_schemas_pass(catalogue: Catalogue, tokenizers: TokenizerCache)
     (CHAT, {"logprobs": True, "top_logprobs": 100_000}, False),
     (CHAT, {"n_probs": 20}, True),
     (CHAT, {"n_probs": 49_152}, False),
+    (CHAT, {"logprobs": 5}, False),
     (COMPLETIONS, {"logprobs": 5}, True),
     (COMPLETIONS, {"logprobs": 100_000}, False),
 ])
