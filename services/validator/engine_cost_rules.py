@@ -6,7 +6,7 @@ thread. Asked for the top log-probabilities past OpenAI's limits, it returns the
 (110 MB of memory per token). The log-probability limits are OpenAI's; the schema limits are this service's, below
 OpenAI's (each refusal says both), and count only what is compiled: the schemas, walked by their keywords."""
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import orjson
 
@@ -16,11 +16,11 @@ SCHEMA_KEYS = ("response_format", "text", "tools")
 """Where a line's JSON schemas are: structured output (chat and completions, responses) and tool parameters."""
 MAX_SCHEMA_BYTES = 32_768
 MAX_ENUM_VALUES = 500
-"""Per schema (OpenAI allows 1,000 in all)."""
+"""In all of a line's schemas (OpenAI allows 1,000)."""
 MAX_OBJECT_PROPERTIES = 128
 """Per object of a schema: an object's optional properties cost the grammar about their cube."""
 MAX_PROPERTIES = 1_000
-"""Per schema (OpenAI allows 5,000)."""
+"""In all of a line's schemas (OpenAI allows 5,000)."""
 MAX_PATTERN_CHARS = 256
 MAX_PATTERN_QUANTIFIERS = 16
 SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
@@ -37,8 +37,16 @@ COSTED = frozenset({*SCHEMA_KEYS, *TOP_PROBABILITIES, "logprobs"})
 
 
 def engine_cost_issues(body: dict[str, object], endpoint: str) -> Iterator[LineIssue]:
+    enum_values = properties = 0
     for key, schema in _schemas(body):
-        yield from _schema_issues(f"body.{key}", schema)
+        sizes = yield from _schema_issues(f"body.{key}", schema)
+        enum_values, properties = enum_values + sizes[0], properties + sizes[1]
+    if enum_values > MAX_ENUM_VALUES:
+        yield LineIssue("invalid_body", f"The line's schemas list {enum_values} enum values; this service takes at "
+                        f"most {MAX_ENUM_VALUES} in a line (OpenAI 1,000; {WHY}).", f"body.{_first_key(body)}")
+    if properties > MAX_PROPERTIES:
+        yield LineIssue("invalid_body", f"The line's schemas name {properties} properties; this service takes at "
+                        f"most {MAX_PROPERTIES} in a line (OpenAI 5,000; {WHY}).", f"body.{_first_key(body)}")
     for name, limit in TOP_PROBABILITIES.items():
         value = body.get(name)
         if value is not None and not _within(value, limit):
@@ -80,12 +88,17 @@ def _schemas(body: dict[str, object]) -> Iterator[tuple[str, object]]:
             yield "tools", holder["parameters"]
 
 
-def _schema_issues(param: str, schema: object) -> Iterator[LineIssue]:
+def _first_key(body: dict[str, object]) -> str:
+    return next(key for key in SCHEMA_KEYS if key in body)
+
+
+def _schema_issues(param: str, schema: object) -> Generator[LineIssue, None, tuple[int, int]]:
+    """The issues of one schema; returns its enum values and properties, counted for the line."""
     size = len(orjson.dumps(schema))
     if size > MAX_SCHEMA_BYTES:
         yield LineIssue("invalid_body", f"A schema in {param} is {size} bytes of JSON; this service takes at most "
                         f"{MAX_SCHEMA_BYTES} per schema ({WHY}).", param)
-        return
+        return 0, 0
     enum_values = properties = widest = 0
     stack = [schema]
     while stack:
@@ -102,13 +115,10 @@ def _schema_issues(param: str, schema: object) -> Iterator[LineIssue]:
             properties += len(named)
             widest = max(widest, len(named))
         stack.extend(_subschemas(item))
-    if enum_values > MAX_ENUM_VALUES:
-        yield LineIssue("invalid_body", f"A schema in {param} lists {enum_values} enum values; this service takes "
-                        f"at most {MAX_ENUM_VALUES} per schema (OpenAI 1,000; {WHY}).", param)
-    if widest > MAX_OBJECT_PROPERTIES or properties > MAX_PROPERTIES:
-        yield LineIssue("invalid_body", f"A schema in {param} names {properties} properties, {widest} in one object; "
-                        f"this service takes at most {MAX_OBJECT_PROPERTIES} per object and {MAX_PROPERTIES} per "
-                        f"schema (OpenAI 5,000; {WHY}).", param)
+    if widest > MAX_OBJECT_PROPERTIES:
+        yield LineIssue("invalid_body", f"An object of a schema in {param} names {widest} properties; this service "
+                        f"takes at most {MAX_OBJECT_PROPERTIES} per object ({WHY}).", param)
+    return enum_values, properties
 
 
 def _subschemas(schema: dict[object, object]) -> Iterator[object]:

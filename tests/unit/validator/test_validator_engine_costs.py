@@ -43,6 +43,8 @@ COSTLY = [
     chat(response_format=schema_format({"description": "x" * 40_000})),
     chat(tools=[{"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "properties": {"code": {"type": "string", "pattern": "^([0-9]?){500}$"}}}}}]),
+    chat(tools=[{"type": "function", "function": {"name": f"f{n}", "parameters": {  # each within, all past
+        "type": "object", "properties": {"pick": {"enum": [f"v{v}" for v in range(100)]}}}}} for n in range(6)]),
 ]
 
 
