@@ -56,8 +56,16 @@ ERROR_CODE_HELP: Final = MappingProxyType({
     "model_mismatch": _h("Lines use different models", "Use one model for the whole file (aliases count as their "
                          "model); split the file per model."),
     "stream_not_supported": _h("Streaming requested", "Remove body.stream or set it to false."),
-    "invalid_body": _h("Request body is not valid", "Fix the field named in param: its type or range is wrong "
-                       "for this endpoint."),
+    "invalid_body": _h("Request body is not valid",
+                       "Fix the field named in param: its type or range is wrong for this endpoint. This includes "
+                       "what a line may ask the engine to compute beyond its tokens: `top_logprobs` and `n_probs` "
+                       "0 to 20, a completion's `logprobs` 0 to 5 (OpenAI's limits), and each JSON schema "
+                       "(`response_format`, `text.format`, each tool's `parameters`) of at most 32 KB, 128 "
+                       "properties per object, and in all of a line's schemas at most 500 enum values (OpenAI: "
+                       "1,000) and 1,000 properties (OpenAI: 5,000), with patterns of at most 256 characters and "
+                       "16 quantifiers that repeat no group (`(…)*`, `(…)+`, `(…){n}`; `(…)?` is fine; so "
+                       "`^([\\w-]+\\.)+[a-z]{2,}$` is refused, `^[\\w.-]+\\.[a-z]{2,}$` is not): the engine "
+                       "compiles a schema into a grammar every slot waits on."),
     "multimodal_unavailable": _h("Images, audio or files not supported by this model's engine",
                                  "Send text content parts only, or pick a model whose engine reads that input."),
     TOOLS_UNAVAILABLE: _h("Tools offered to a model that cannot call them", "Remove body.tools and tool_choice (an "
