@@ -192,9 +192,8 @@ class Book:
         plan.phase = "ended"
         self.open.pop(plan.batch_id, None)
         plan.announced.clear()  # read only while it runs
-        ended_at = max(event.occurred_at, self.log_time_ms)
-        self.ended.append((ended_at, plan.batch_id))
-        self._forget_ended(ended_at - ENDED_PLANS_KEPT_MS)
+        self.ended.append((self.log_time_ms, plan.batch_id))  # (`apply` took this fact's time in already)
+        self._forget_ended(self.log_time_ms - ENDED_PLANS_KEPT_MS)
 
     def _forget_ended(self, before_ms: int) -> None:
         """Forget the plans that ended before `before_ms`, oldest first, keeping their ids until they expired long

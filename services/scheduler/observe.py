@@ -9,7 +9,6 @@ from typing import Literal, get_args
 from opentelemetry.context import Context
 
 from contracts.commands import RegistrationAnswer
-from contracts.lifecycle import ENDING_FACT_NAMES
 from services.runtime.process import metrics
 from services.runtime.process.telemetry import attached, extract_context, tracer
 from services.scheduler.book import BatchPlan, Book
@@ -63,9 +62,8 @@ def note_registration(answer: RegistrationAnswer) -> RegistrationAnswer:
 
 def remember_trace(traces: dict[str, Context], batch_id: str, event_name: str,
                    headers: Mapping[str, str] | None) -> None:
-    if event_name in ENDING_FACT_NAMES:
-        traces.pop(batch_id, None)
-    elif event_name not in QUIET and headers and "traceparent" in headers:
+    """An open batch's latest trace context (the term forgets the trace of a batch that is not open)."""
+    if event_name not in QUIET and headers and "traceparent" in headers:
         traces[batch_id] = extract_context(headers)
 
 
