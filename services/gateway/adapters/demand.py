@@ -1,7 +1,6 @@
 """An upload's worst case (what a billed batch on it can cost at most), counted as its bytes stream by: each line parsed
-once, a line that is not a JSON object left to the validator, a line longer than any that runs never parsed nor kept
-(its bytes are dropped up to its newline); only the running sums and one partial line of at most `MAX_LINE_BYTES`
-are kept."""
+once, a line that is not a JSON object left to the validator, a line longer than any that runs never parsed (nor kept
+past its first `MAX_LINE_BYTES`); only the running sums and one partial line are kept."""
 
 from typing import Any
 
@@ -10,6 +9,7 @@ import orjson
 from contracts.api.model import MAX_MODEL_NAME
 from contracts.api.request_line import MAX_LINE_BYTES, MAX_SAMPLES, completion_prompts
 from contracts.billing import FileDemand
+from services.runtime.storage.lines import LineSplitter
 
 OUTPUT_LIMITS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 """The request fields that bound a line's output, in the order a line's own is read."""
@@ -17,53 +17,26 @@ OUTPUT_LIMITS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 
 class DemandCounter:
     def __init__(self) -> None:
-        self._partial: list[bytes] = []
-        """The unfinished line's pieces, joined once its newline comes (never copied nor searched again per chunk)."""
-        self._held = 0
-        """Bytes in `_partial`."""
-        self._too_long = False
-        """The unfinished line is past `MAX_LINE_BYTES`: validation refuses it, so it never runs and costs nothing."""
+        self._lines_of = LineSplitter(MAX_LINE_BYTES)
+        """A line past `MAX_LINE_BYTES` comes as a stand-in still past it: validation refuses it, so it never runs and
+        costs nothing."""
         self._lines = self._bytes = self._samples = self._output = self._open = 0
         self._model: str | None = None
         self._named = False
         """A line named a model (kept in `_model` only if it could be a model's id)."""
 
     def feed(self, chunk: bytes) -> None:
-        start = 0
-        while (end := chunk.find(b"\n", start)) != -1:
-            self._ended(chunk[start:end])
-            start = end + 1
-        if start < len(chunk):
-            self._begun(chunk[start:])
+        for line in self._lines_of.feed(chunk):
+            self._line(line)
 
     def finish(self) -> FileDemand:
-        if self._partial or self._too_long:
-            self._ended(b"")
+        for line in self._lines_of.finish():
+            self._line(line)
         return FileDemand(lines=self._lines, prompt_bytes=self._bytes, samples=self._samples,
                           output_tokens=self._output, open_samples=self._open, model=self._model)
 
-    def _begun(self, piece: bytes) -> None:
-        """Keep a piece of the unfinished line, until the line is too long to run."""
-        if self._too_long:
-            return
-        self._partial.append(piece)
-        self._held += len(piece)
-        if self._held > MAX_LINE_BYTES + 1:  # one more: a line's `\r` is not its own (the validator drops it)
-            self._partial, self._held, self._too_long = [], 0, True
-
-    def _ended(self, end: bytes) -> None:
-        """The line that ends with `end` (the last piece before its newline) is complete."""
-        if self._partial or self._too_long:
-            self._begun(end)
-            end, too_long = b"".join(self._partial), self._too_long
-            self._partial, self._held, self._too_long = [], 0, False
-            if too_long:
-                return
-        if len(end) - end.endswith(b"\r") <= MAX_LINE_BYTES:
-            self._line(end)
-
     def _line(self, raw: bytes) -> None:
-        if not raw.strip():
+        if len(raw) > MAX_LINE_BYTES or not raw.strip():
             return
         try:
             line = orjson.loads(raw)

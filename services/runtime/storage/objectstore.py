@@ -20,6 +20,7 @@ from minio.datatypes import Part
 from minio.error import S3Error
 
 from services.runtime.process.settings import ConnectionSettings
+from services.runtime.storage.lines import LineSplitter
 
 log = logging.getLogger(__name__)
 
@@ -215,18 +216,10 @@ async def read_chunks(response: urllib3.BaseHTTPResponse,
 
 
 async def split_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """The lines of a stream of chunks, without their line endings (the last line may lack one). A line spanning
-    chunks is gathered in pieces and joined once: a long line costs its length, never a copy per chunk."""
-    pieces: list[bytes] = []
+    """The lines of a stream of chunks, without their line endings (the last line may lack one): `LineSplitter`'s."""
+    splitter = LineSplitter()
     async for chunk in chunks:
-        start = 0
-        while (end := chunk.find(b"\n", start)) != -1:
-            line = chunk[start:end]
-            if pieces:
-                line, pieces = b"".join((*pieces, line)), []
-            yield line.removesuffix(b"\r")
-            start = end + 1
-        if start < len(chunk):
-            pieces.append(chunk[start:])
-    if pieces:
-        yield b"".join(pieces).removesuffix(b"\r")
+        for line in splitter.feed(chunk):
+            yield line
+    for line in splitter.finish():
+        yield line
