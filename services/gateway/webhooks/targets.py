@@ -29,27 +29,30 @@ def parse_networks(cidrs: list[str]) -> tuple[Network, ...]:
     return tuple(ipaddress.ip_network(cidr.strip(), strict=False) for cidr in cidrs if cidr.strip())
 
 
-def numeric_address(host: str) -> Address | None:
-    """The address `host` spells, in any form the C library reads as one (`0x7f000001`, `127.1`, octal, IPv6 with
-    a zone), or None for a name."""
+def _written_address(host: str) -> Address | None:
+    """The address `host` is, written as addresses are (`8.8.8.8`, `::1`, IPv6 with a zone); None for anything else."""
     try:
         return ipaddress.ip_address(host.split("%", 1)[0])
     except ValueError:
-        pass
+        return None
+
+
+def numeric_address(host: str) -> Address | None:
+    """The address `host` spells, in any form the C library reads as one (also `0x7f000001`, `127.1`, octal), or
+    None for a name."""
+    written = _written_address(host)
+    if written is not None or not host[:1].isdigit():
+        return written
     try:
-        return ipaddress.IPv4Address(socket.inet_aton(host)) if host[:1].isdigit() else None
+        return ipaddress.IPv4Address(socket.inet_aton(host))
     except OSError:
         return None
 
 
 def standard_address(host: str) -> bool:
-    """Whether `host` is an address written as addresses are (`8.8.8.8`, `::1`), which a connection takes as it is:
-    not a spelling only the C library reads (`0x08080808`, `8.8.2056`), which would be looked up as a name."""
-    try:
-        ipaddress.ip_address(host.split("%", 1)[0])
-    except ValueError:
-        return False
-    return True
+    """Whether `host` is an address written as addresses are, which a connection takes as it is: not a spelling only
+    the C library reads (`0x08080808`, `8.8.2056`), which would be looked up as a name."""
+    return _written_address(host) is not None
 
 
 def _embedded(address: Address) -> list[Address]:
