@@ -57,6 +57,11 @@ class GatewaySettings(ServiceSettings):
     """Batches one owner (a user, or a key without one) may have that have not ended yet."""
     max_keys_per_user: int = 100
     """Keys one user may have that are not revoked (429 `too_many_keys` past it), however they are created."""
+    max_providers_per_user: int = 20
+    """Providers one user (or a key of no user) may register (429 `too_many_providers` past it, however many gateways
+    are asked at once): each is kept in the log and the read model for good."""
+    max_worker_keys_per_provider: int = 100
+    """Worker keys one provider may have that are not revoked (429 `too_many_keys` past it): one per executor host."""
     max_webhooks_per_owner: int = 20
     """Webhook endpoints one owner (a user; an organisation, for its organisation-wide ones) may register (400
     `too_many_webhooks` past it, however many gateways are asked at once)."""

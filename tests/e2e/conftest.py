@@ -56,20 +56,43 @@ E2E_UPLOAD_LIMIT = 2 * 1024 * 1024
 """Small, so the e2e tests can cross it cheaply."""
 
 
+PORT_TAKEN = ("address already in use", "Port allocation failed")
+"""What a server of the stack logs when a port drawn for it was taken before it bound (by another test worker's
+stack, which draws from the same range): that start is abandoned, and the stack started again on new ports."""
+STARTS = 3
+
+
+class PortTaken(Exception):
+    pass
+
+
 def start_stack(data_dir: Path, port: int, extra_env: dict[str, str] | None = None,
                 up_args: Sequence[str] = ()) -> RunningStack:
     """`up_args`: more of `sheshnag up`'s options (e.g. `--nats-url` for a broker the test runs itself)."""
+    for start in range(STARTS):
+        try:
+            return _start_stack(data_dir, port if start == 0 else free_port(), extra_env, up_args)
+        except PortTaken as taken:
+            said = str(taken)
+    raise TimeoutError(f"every one of {STARTS} starts found a port taken:\n{said}")
+
+
+def _start_stack(data_dir: Path, port: int, extra_env: dict[str, str] | None, up_args: Sequence[str]) -> RunningStack:
     env = dict(os.environ, SHESHNAG_ADMIN_KEY=ADMIN_KEY, **(extra_env or {}))
     out = (data_dir.parent / f"up-{port}.out").open("ab")
     s3_port = free_port(frozenset({port}))
     nats_port = free_port(frozenset({port, s3_port}))
     command = [sys.executable, "-m", "infra.cli", "up", "--data-dir", str(data_dir), "--port", str(port),
                "--s3-port", str(s3_port), "--nats-port", str(nats_port), *up_args]
+    logged_before = log_sizes(data_dir)
     process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"sheshnag up exited with {process.returncode}:\n{last_lines(out.name)}")
+            said = last_lines(out.name)
+            if "is in use by another program" in said:  # `up` found a port taken before starting anything
+                raise PortTaken(said)
+            raise RuntimeError(f"sheshnag up exited with {process.returncode}:\n{said}")
         try:
             # Up once it has announced itself: the gateway answers, and the state file the tools read is written.
             if httpx2.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200 \
@@ -77,9 +100,28 @@ def start_stack(data_dir: Path, port: int, extra_env: dict[str, str] | None = No
                 return RunningStack(data_dir, port, process, s3_port, nats_port)
         except httpx2.HTTPError:
             pass
+        if port_taken(data_dir, out.name, logged_before):
+            stop_stack(RunningStack(data_dir, port, process, s3_port, nats_port))
+            raise PortTaken(last_lines(out.name))
         time.sleep(0.3)
     process.kill()
     raise TimeoutError(f"the stack did not come up within 120s:\n{last_lines(out.name)}")
+
+
+def log_sizes(data_dir: Path) -> dict[Path, int]:
+    return {log: log.stat().st_size for log in (data_dir / "logs").glob("*.log")}
+
+
+def port_taken(data_dir: Path, up_said: str, logged_before: dict[Path, int]) -> bool:
+    """Whether a server of the stack crashed, in this start, because its port was taken."""
+    if "crashed with exit code" not in Path(up_said).read_text(errors="replace"):
+        return False
+    for log in (data_dir / "logs").glob("*.log"):
+        with log.open("rb") as said:
+            said.seek(logged_before.get(log, 0))
+            if any(sign in said.read().decode(errors="replace") for sign in PORT_TAKEN):
+                return True
+    return False
 
 
 def last_lines(path: str, count: int = 40) -> str:

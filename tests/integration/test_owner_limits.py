@@ -17,7 +17,7 @@ from services.runtime.process.settings import ConnectionSettings
 from tests.integration.gateway_pair import Headers, gateway_process, key_of_role, running_gateways
 from tests.integration.gateway_support import WAIT_S, Gateway, jsonl
 
-ACTIVE_LIMIT, BURST, MAX_KEYS, MAX_WEBHOOKS = 5, 60, 8, 4
+ACTIVE_LIMIT, BURST, MAX_KEYS, MAX_WEBHOOKS, MAX_PROVIDERS, MAX_WORKER_KEYS = 5, 60, 8, 4, 3, 4
 LINES = 440  # about 66 KB a file
 FILE_BYTES = len(jsonl(*(f"{0:02}-{i:04}" for i in range(LINES))))
 QUOTA = 6 * FILE_BYTES + FILE_BYTES // 2
@@ -27,7 +27,9 @@ QUOTA = 6 * FILE_BYTES + FILE_BYTES // 2
 async def gateways(connection: ConnectionSettings) -> AsyncIterator[list[Gateway]]:
     async with running_gateways(connection, max_active_batches=ACTIVE_LIMIT, storage_quota_bytes=QUOTA,
                                 control_call_burst=BURST, control_calls_per_s=0.001,
-                                max_keys_per_user=MAX_KEYS, max_webhooks_per_owner=MAX_WEBHOOKS) as pair:
+                                max_keys_per_user=MAX_KEYS, max_webhooks_per_owner=MAX_WEBHOOKS,
+                                max_providers_per_user=MAX_PROVIDERS,
+                                max_worker_keys_per_provider=MAX_WORKER_KEYS) as pair:
         yield pair
 
 
@@ -150,6 +152,42 @@ async def test_30_concurrent_webhook_registrations_over_3_keys_and_2_gateways_ne
     assert {(await a.json())["error"]["code"] for a in answers if a.status == 400} == {"too_many_webhooks"}
     listed = await gateways[1].client.get("/v1/webhooks", headers=keys[2])
     assert len((await listed.json())["data"]) == MAX_WEBHOOKS
+
+
+async def test_20_concurrent_provider_registrations_of_one_user_over_2_gateways_never_pass_the_limit(
+        gateways: list[Gateway]) -> None:
+    keys = await keys_of_one_user(gateways[0], 2)
+
+    answers = await asyncio.gather(*(gateways[n % 2].client.post("/v1/provider/providers", headers=keys[n % 2], json={
+        "name": f"rack {n}"}) for n in range(20)))
+
+    statuses = sorted(a.status for a in answers)
+    assert statuses == [200] * MAX_PROVIDERS + [429] * (20 - MAX_PROVIDERS), statuses
+    assert {(await a.json())["error"]["code"] for a in answers if a.status == 429} == {"too_many_providers"}
+    listed = await gateways[1].client.get("/v1/provider/providers", headers=keys[1])
+    assert len((await listed.json())["data"]) == MAX_PROVIDERS
+    [other] = await keys_of_one_user(gateways[0], 1)  # the limit is each user's own
+    assert (await gateways[1].client.post("/v1/provider/providers", headers=other, json={"name": "x"})).status == 200
+
+
+async def test_a_providers_worker_keys_stop_at_the_limit_and_a_revoked_one_gives_its_place_back(
+        gateways: list[Gateway]) -> None:
+    [key] = await keys_of_one_user(gateways[0], 1)
+    registered = await gateways[0].client.post("/v1/provider/providers", headers=key, json={"name": "keys"})
+    assert registered.status == 200, await registered.text()
+    path = f"/v1/provider/providers/{(await registered.json())['id']}/worker_keys"
+
+    answers = await asyncio.gather(*(gateways[n % 2].client.post(path, headers=key, json={"name": f"host {n}"})
+                                     for n in range(20)))
+
+    statuses = sorted(a.status for a in answers)
+    assert statuses == [200] * MAX_WORKER_KEYS + [429] * (20 - MAX_WORKER_KEYS), statuses
+    assert {(await a.json())["error"]["code"] for a in answers if a.status == 429} == {"too_many_keys"}
+    made = [(await a.json())["id"] for a in answers if a.status == 200]
+    assert (await gateways[1].client.delete(f"{path}/{made[0]}", headers=key)).status == 200
+    again = await gateways[1].client.post(path, headers=key, json={"name": "replacement"})
+    assert again.status == 200, await again.text()
+    assert (await gateways[0].client.post(path, headers=key, json={"name": "one more"})).status == 429
 
 
 @pytest.fixture(scope="module")

@@ -143,8 +143,22 @@ async def _worker_keys(request: web.Request, provider_id: str) -> list[tuple[str
 
 
 async def create_provider_worker_key(request: web.Request) -> web.Response:
-    provider = await managed_provider(deps(request).read_model, principal(request), request.match_info["provider_id"])
-    return await create_worker_key(request, provider.provider_id)
+    d = deps(request)
+    provider = await managed_provider(d.read_model, principal(request), request.match_info["provider_id"])
+    body = await read_body(request, CreateWorkerKey)
+    key_id = new_key_id()
+
+    async def held(_: frozenset[str]) -> Holdings:  # revoked keys stay in the read model
+        keys = [r for _, r in await _worker_keys(request, provider.provider_id)]
+        return Holdings({r.key_id: 1 for r in keys if not r.revoked}, frozenset(r.key_id for r in keys))
+
+    limit = d.settings.max_worker_keys_per_provider
+    used = await d.admission.take(KEYS, provider.provider_id, key_id, 1, limit, held)
+    if used is not None:
+        raise ApiError(429, f"Provider {provider.provider_id} already has {used} worker keys that are not revoked (the "
+                       f"limit is {limit}); revoke some first.", "rate_limit_error", "too_many_keys")
+    return await key_answer(request, *await usecases.create_key(accounts(request), "worker", body.name or "worker key",
+                                                                None, provider.provider_id, key_id))
 
 
 async def list_provider_worker_keys(request: web.Request) -> web.Response:

@@ -14,6 +14,7 @@ from contracts.api.provider import ApproveProvider, ExecutorMemory, Provider, Pr
 from contracts.events.executor import ExecutorAdvert
 from contracts.events.provider import ProviderApprovalWithdrawn, ProviderApproved, ProviderRegistered
 from contracts.readmodel import ExecutorRecord, ProviderRecord
+from services.gateway.adapters.admission import Holdings
 from services.gateway.context import deps
 from services.gateway.http.auth import principal
 from services.gateway.http.bodies import answer, read_body
@@ -30,12 +31,35 @@ async def _provider_object(request: web.Request, record: ProviderRecord) -> Prov
                     approved_organizations=record.approved_organizations)
 
 
+PROVIDERS = "providers"
+
+
+async def _admit_provider(request: web.Request, provider_id: str) -> None:
+    """Take one of the caller's provider places for `provider_id` (atomically across gateways), else 429."""
+    d, me = deps(request), principal(request)
+
+    async def held(_: frozenset[str]) -> Holdings:  # a provider is never deleted: each counts for good
+        mine = frozenset(r.provider_id for r in await d.read_model.list_providers() if r.owner == me.owner)
+        return Holdings(dict.fromkeys(mine, 1), mine)
+
+    limit = d.settings.max_providers_per_user
+    used = await d.admission.take(PROVIDERS, me.owner, provider_id, 1, limit, held)
+    if used is not None:
+        raise ApiError(429, f"You already registered {used} providers (the limit is {limit}); add worker keys to one "
+                       "of them for more executor hosts.", "rate_limit_error", "too_many_providers")
+
+
 async def register_provider(request: web.Request) -> web.Response:
     d, me = deps(request), principal(request)
     body = await read_body(request, RegisterProvider)
     provider_id = f"prov_{secrets.token_hex(8)}"
-    await d.bus.publish(ProviderRegistered(aggregate_id=provider_id, display_name=body.name,
-                                           owner_key_id=me.key_id, owner_user_id=me.user_id))
+    await _admit_provider(request, provider_id)
+    try:
+        await d.bus.publish(ProviderRegistered(aggregate_id=provider_id, display_name=body.name,
+                                               owner_key_id=me.key_id, owner_user_id=me.user_id))
+    except BaseException:
+        await d.admission.release(PROVIDERS, me.owner, provider_id)
+        raise
     record = await d.read_model.wait_for(lambda: d.read_model.get_provider(provider_id), lambda r: True,
                                          d.settings.read_your_writes_s)
     if record is None:
