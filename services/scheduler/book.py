@@ -39,6 +39,11 @@ batch the log ever had."""
 FORGOTTEN_IDS_KEPT_MS = 7 * 24 * 3_600_000
 """A forgotten batch's id is kept this long past its expiry (the log's time, which may run ahead of a gateway's
 clock): a create of it stated again then would expire at once anyway."""
+NEW_EXECUTOR_IDS_WINDOW_MS = 24 * 3_600_000
+NEW_EXECUTOR_IDS_PER_WINDOW = 100
+"""New executor ids one provider (or one worker key of no provider) may bring in any 24 h of log time: an id is kept
+for good (in the book, the read model and the log), so one that comes with a new id on every start (or a key used
+to mint ids) is told to reuse one; an executor keeps its id across restarts (`SHESHNAG_EXECUTOR_EXECUTOR_ID`)."""
 __all__ = ["CONTROL_PLANE", "STORAGE_UNAVAILABLE", "BatchPlan", "Book", "ExecutorOwner", "ShardRun", "book_facts"]
 _fleet_rules = FoldRules[None]()
 _plan_rules = FoldRules[None]()
@@ -50,6 +55,11 @@ class ExecutorOwner:
 
     provider_id: str | None
     worker_key_id: str
+
+    @property
+    def label(self) -> str:
+        """Whom its new ids count against: its provider, else its key."""
+        return self.provider_id if self.provider_id is not None else f"key {self.worker_key_id}"
 
     def admits(self, provider_id: str | None, worker_key_id: str) -> bool:
         """Whether a worker key of `provider_id` may act as this executor: the same provider's, or the same key."""
@@ -81,6 +91,9 @@ class Book:
     """Executor id → who registered it first: the only provider (or operator key) it is ever admitted for."""
     key_holders: dict[str, str] = field(default_factory=dict)
     """Worker key id → the executor it last registered (one key serves one live executor at a time)."""
+    new_ids: dict[str, deque[int]] = field(default_factory=dict)
+    """Owner label → when (log time) each of its executor ids first registered, over the last
+    `NEW_EXECUTOR_IDS_WINDOW_MS` (older ones are dropped as new ones come)."""
     revoked_keys: set[str] = field(default_factory=set)
     """Ids of revoked keys: a batch of one is stopped and given no more work."""
     validated_count: int = 0
@@ -157,8 +170,17 @@ class Book:
                 self.protocols[executor_id] = event.advert.protocol
             self.incarnations[executor_id] = max(started, self.incarnations.get(executor_id, 0))
             provider_id = self.placements.provider_of(event)  # also for a fact from before it named one
-            self.owners.setdefault(executor_id, ExecutorOwner(provider_id, event.worker_key_id))
+            if executor_id not in self.owners:
+                owner = self.owners[executor_id] = ExecutorOwner(provider_id, event.worker_key_id)
+                self.new_ids_of(owner.label, event.occurred_at).append(event.occurred_at)
             self.key_holders[event.worker_key_id] = executor_id
+
+    def new_ids_of(self, label: str, now_ms: int) -> deque[int]:
+        """When the owner's executor ids that are new within the window first registered (as of `now_ms`)."""
+        times = self.new_ids.setdefault(label, deque())
+        while times and times[0] <= now_ms - NEW_EXECUTOR_IDS_WINDOW_MS:
+            times.popleft()
+        return times
 
     @_fleet_rules.on(ExecutorLost)
     def _lost(self, event: ExecutorLost) -> None:

@@ -18,7 +18,7 @@ from services.runtime.nats.delivery import Answer
 from services.runtime.nats.facts import last_fact
 from services.runtime.nats.readmodel import ReadModel
 from services.runtime.process.skip_log import SkipLog
-from services.scheduler.book import Book
+from services.scheduler.book import NEW_EXECUTOR_IDS_PER_WINDOW, NEW_EXECUTOR_IDS_WINDOW_MS, Book, ExecutorOwner
 from services.scheduler.domain import HEARTBEAT_FRESH_MS
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,13 @@ def identity_refusal(book: Book, executor_id: str, record: ApiKeyRecord, now_ms:
     owner = book.owners.get(executor_id)
     if owner is not None and not owner.admits(record.provider_id, record.key_id):
         return f"Executor id {executor_id} belongs to another provider; choose another id."
+    if owner is None:
+        if len(book.new_ids_of(ExecutorOwner(record.provider_id, record.key_id).label, now_ms)) \
+                >= NEW_EXECUTOR_IDS_PER_WINDOW:
+            whose = f"Provider {record.provider_id}" if record.provider_id else f"Worker key {record.key_id}"
+            return (f"{whose} brought {NEW_EXECUTOR_IDS_PER_WINDOW} new executor ids in the last "
+                    f"{NEW_EXECUTOR_IDS_WINDOW_MS // 3_600_000} h (each is kept for good); start this executor under "
+                    "an id it had before (SHESHNAG_EXECUTOR_EXECUTOR_ID).")
     holder = book.key_holders.get(record.key_id)
     if holder is not None and holder != executor_id and holder not in book.lost \
             and now_ms - book.known_executors.get(holder, 0) < HEARTBEAT_FRESH_MS:

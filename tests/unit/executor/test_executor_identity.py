@@ -11,7 +11,7 @@ from contracts.events.executor import ExecutorAdvert, ExecutorRegistered
 from contracts.events.key import KeyCreated
 from contracts.readmodel import ApiKeyRecord
 from services.runtime.nats.fleet import read_advert
-from services.scheduler.book import Book
+from services.scheduler.book import NEW_EXECUTOR_IDS_PER_WINDOW, NEW_EXECUTOR_IDS_WINDOW_MS, Book
 from services.scheduler.decisions import choose_finalizer
 from services.scheduler.registration import identity_refusal
 from tests.unit.scheduler.test_object_broker import assigned, created
@@ -111,3 +111,32 @@ def test_a_registration_from_before_it_named_the_provider_is_the_keys_providers(
                                   worker_key_id="key_old"))  # no provider_id: an older scheduler stated it
     assert book.placements.runner("gpu-1").organization is not None, "a provider's executor, not the platform's"
     assert identity_refusal(book, "gpu-1", worker_key("key_new", "prov_a"), NOW + 60_000) is None
+
+
+def test_a_provider_brings_at_most_100_new_executor_ids_a_day_and_its_known_ids_stay_welcome() -> None:
+    book, day_ms = Book(), NEW_EXECUTOR_IDS_WINDOW_MS
+    keys = [worker_key(f"k{n}", "prov_churn") for n in range(NEW_EXECUTOR_IDS_PER_WINDOW)]
+    for n, key in enumerate(keys):  # a key per host, each id new
+        assert identity_refusal(book, f"gpu-{n}", key, NOW) is None
+        registered(book, f"gpu-{n}", key)
+    spare = worker_key("k-spare", "prov_churn")
+
+    refusal = identity_refusal(book, "gpu-new", spare, NOW)
+
+    assert refusal is not None and "prov_churn" in refusal and "100 new executor ids" in refusal
+    book.lost["gpu-0"] = NOW
+    assert identity_refusal(book, "gpu-0", spare, NOW) is None, "an id it had before is still its own"
+    assert identity_refusal(book, "gpu-new", worker_key("k-other", "prov_other"), NOW) is None, "each provider's own"
+    assert identity_refusal(book, "gpu-new", spare, NOW + day_ms + 60_000) is None, "a day later it may bring new ones"
+
+
+def test_a_key_of_no_provider_counts_its_new_executor_ids_on_its_own() -> None:
+    book, key = Book(), worker_key("k-op", None)
+    for n in range(NEW_EXECUTOR_IDS_PER_WINDOW):
+        book.apply(ExecutorRegistered(aggregate_id=f"op-{n}", advert=advert(f"op-{n}"), started_at=NOW,
+                                      worker_key_id=key.key_id, provider_id=None, occurred_at=NOW))
+        book.lost[f"op-{n}"] = NOW
+
+    assert identity_refusal(book, "op-new", key, NOW) is not None
+    assert identity_refusal(book, "op-new", worker_key("k-op-2", None), NOW) is None
+    assert len(book.new_ids_of("key k-op", NOW + NEW_EXECUTOR_IDS_WINDOW_MS)) == 0, "forgotten once out of the window"
