@@ -90,8 +90,9 @@ def account_facts(account_id: str) -> str:
     return f"evt.account.{account_id}.>"
 
 
-def file_fact(file_id: str, event_name: Literal["used", "deleted"]) -> str:
-    """Where a file's `used` (a batch was created on it) or `deleted` facts go: create and delete fence each other."""
+def file_fact(file_id: str, event_name: Literal["used", "deleted", "stored"]) -> str:
+    """Where a file's `used` (a batch was created on it) or `deleted` facts go: create and delete fence each other;
+    its `stored` fact states its object as the file."""
     return event_subject("file", file_id, event_name)
 
 

@@ -13,6 +13,7 @@ from services.gateway.adapters.shared_state import SharedState
 from services.gateway.background.credit_sweeper import credit_sweeper
 from services.gateway.background.fleet_gauges import fleet_gauges
 from services.gateway.background.key_usage import keys_kept_fresh
+from services.gateway.background.orphans import orphan_sweeper
 from services.gateway.background.sweeper import file_sweeper
 from services.gateway.context import DEPS, Deps
 from services.gateway.dashboard.pages import add_dashboard
@@ -99,7 +100,7 @@ def create_app(settings: GatewaySettings) -> web.Application:
     app[OPEN_STREAMS] = AtOnce(settings.event_streams_per_owner, too_many_streams)
     app.on_response_prepare.append(stamp_request_id)
     app.cleanup_ctx.extend([connections, storage_watch, keys_kept_fresh,
-                            file_sweeper, credit_sweeper, fleet_gauges, webhook_deliverer])
+                            file_sweeper, orphan_sweeper, credit_sweeper, fleet_gauges, webhook_deliverer])
     app.add_routes(ROUTES)
     add_dashboard(app)
     return app

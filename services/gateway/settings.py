@@ -53,6 +53,9 @@ class GatewaySettings(ServiceSettings):
     ones); a scrape only reads the last figures. 0: never (those gauges stay empty, and no census is kept)."""
     file_sweep_interval_s: float = 60.0
     """How often expired files are deleted; 0 turns the sweeper off."""
+    orphan_sweep_interval_s: float = 86400.0
+    """How often the object store's file objects are listed and those the log holds no file for (never stated, or
+    deleted while their removal failed), older than the longest completion window and a day, removed; 0: never."""
     max_active_batches: int = 100
     """Batches one owner (a user, or a key without one) may have that have not ended yet."""
     max_keys_per_user: int = 100

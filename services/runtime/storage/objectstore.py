@@ -143,6 +143,20 @@ class ObjectStore:
         objects: Iterator = self.client.list_objects(self.bucket, prefix=prefix, recursive=True)
         return sorted(obj.object_name for obj in objects if obj.object_name)
 
+    async def list_page(self, prefix: str, after: str, limit: int) -> list[tuple[str, float]]:
+        """Up to `limit` objects under `prefix` after the key `after` ("": from the first), in key order: each key and
+        when it was last written (seconds since the epoch). One call holds one page, however many objects there are."""
+        return await self.run(self._list_page, prefix, after, limit)
+
+    def _list_page(self, prefix: str, after: str, limit: int) -> list[tuple[str, float]]:
+        page: list[tuple[str, float]] = []
+        for obj in self.client.list_objects(self.bucket, prefix=prefix, recursive=True, start_after=after or None):
+            if obj.object_name:
+                page.append((obj.object_name, obj.last_modified.timestamp() if obj.last_modified else 0.0))
+                if len(page) >= limit:
+                    break
+        return page
+
     async def remove(self, key: str) -> None:
         await self.run(self.client.remove_object, self.bucket, key)
 
