@@ -132,6 +132,20 @@ async def test_an_identical_create_while_the_first_lives_returns_the_first_and_s
     assert again.headers["X-Sheshnag-Deduplicated-From"] == first["id"]
 
 
+async def test_an_identical_create_after_a_cancel_is_a_new_batch_cancel_and_resubmit(gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    file_id = await upload(gateway, key, "resubmitted")
+    first = await (await gateway.client.post("/v1/batches", json=body(file_id, hold=True), headers=key)).json()
+    assert (await gateway.client.post(f"/v1/batches/{first['id']}/cancel", headers=key)).status == 200
+
+    again = await gateway.client.post("/v1/batches", json=body(file_id, hold=True), headers=key)
+
+    assert again.status == 200, await again.text()
+    resubmitted = await again.json()
+    assert resubmitted["id"] != first["id"] and resubmitted["status"] not in ("cancelling", "cancelled")
+    assert "X-Sheshnag-Deduplicated-From" not in again.headers
+
+
 async def test_identical_bytes_under_another_filename_keep_a_file_object_of_their_own(gateway: Gateway) -> None:
     key = await gateway.new_key()
     first = await upload(gateway, key, "bytes", filename="a.jsonl")

@@ -169,11 +169,13 @@ class _LiveTwin(Exception):
 
 
 async def _live_twin(d: Deps, owner: str, asked: CreateParameters, live: dict[str, str]) -> Batch | None:
-    """The owner's live batch (of `live`) created with the very same parameters, if any."""
+    """The owner's live batch (of `live`) created with the very same parameters, if any. One being cancelled is no
+    twin: a create after a cancel is a resubmission (its `cancel_requested` fact decides, the read model may lag)."""
     for record in await d.read_model.owner_live_batches(owner, asked[0], live):  # those reading the same file alone
         twin = record.batch
-        if (twin.input_file_id, twin.endpoint, twin.completion_window) == asked[:3] \
-                and await _created_parameters(d, twin.id) == asked:
+        if (twin.input_file_id, twin.endpoint, twin.completion_window) == asked[:3] and twin.status in CANCELLABLE \
+                and await _created_parameters(d, twin.id) == asked \
+                and await last_fact(d.bus, batch_fact(twin.id, BatchCancelRequested.name)) is None:
             return twin
     return None
 
