@@ -165,6 +165,30 @@ async def test_files_list_pages_by_cursor_in_either_order(gateway: Gateway) -> N
     assert (await (await gateway.client.get("/v1/files?purpose=batch_output", headers=key)).json())["data"] == []
 
 
+@pytest.mark.parametrize("order", ["asc", "desc"])
+async def test_a_cleanup_loop_that_deletes_what_it_lists_pages_on_past_its_deleted_cursor(gateway: Gateway,
+                                                                                         order: str) -> None:
+    key = await gateway.new_key()
+    uploaded = {(await (await gateway.upload(key, jsonl(f"clean-{order}-{i}"))).json())["id"] for i in range(5)}
+    seen: list[str] = []
+    after = ""
+    while True:
+        page = await gateway.client.get(f"/v1/files?limit=2&order={order}{after}", headers=key)
+        assert page.status == 200, await page.text()
+        listed = await page.json()
+        for file in listed["data"]:
+            seen.append(file["id"])
+            assert (await gateway.client.delete(f"/v1/files/{file['id']}", headers=key)).status == 200
+        if not listed["has_more"]:
+            break
+        after = f"&after={listed['last_id']}"
+
+    assert sorted(seen) == sorted(uploaded)
+    assert (await (await gateway.client.get("/v1/files", headers=key)).json())["data"] == []
+    other = await gateway.client.get(f"/v1/files?after={seen[0]}", headers=await gateway.new_key())
+    assert other.status == 400, "another owner's file is no cursor"
+
+
 @pytest.mark.parametrize("query", ["limit=0", "limit=10001", "limit=ten", "order=sideways", "purpose=nonsense"])
 async def test_bad_list_parameters_are_400s(gateway: Gateway, query: str) -> None:
     key = await gateway.new_key()

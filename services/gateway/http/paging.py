@@ -32,12 +32,14 @@ def limit_of(raw: str | None, default: int, maximum: int) -> int:
     return limit
 
 
-def page_after(items: Sequence[Item], ids: Sequence[str], after: str | None, limit: int) -> ListPage[Item]:
-    """`items` in list order, `ids` theirs; an `after` not in `ids` is a 400, never a silent restart."""
-    if after is not None and after not in ids:
+def page_after(items: Sequence[Item], ids: Sequence[str], after: str | None, limit: int,
+               gone_at: int | None = None) -> ListPage[Item]:
+    """`items` in list order, `ids` theirs. An `after` no longer in `ids` (deleted since the last page) pages on from
+    where it stood: `gone_at`, the index of the first item past it; one that never was is a 400, never a restart."""
+    if after is not None and after not in ids and gone_at is None:
         raise bad_request(f"after must be the id of an object in this list; {after[:128]!r} is not.", "invalid_after",
                           "after")
-    start = ids.index(after) + 1 if after is not None else 0
+    start = (ids.index(after) + 1 if after in ids else gone_at or 0) if after is not None else 0
     chosen_ids = list(ids[start:start + limit])
     return ListPage[Item](data=list(items[start:start + limit]), first_id=chosen_ids[0] if chosen_ids else None,
                           last_id=chosen_ids[-1] if chosen_ids else None, has_more=start + limit < len(items))

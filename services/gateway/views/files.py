@@ -10,7 +10,7 @@ from aiohttp import BodyPartReader, MultipartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
 from minio.error import S3Error
 
-from contracts.api.file import MAX_FILENAME, FilePurpose
+from contracts.api.file import MAX_FILENAME, FileObject, FilePurpose
 from contracts.api.model import MAX_MODEL_NAME
 from contracts.ids import new_file_id
 from contracts.subjects import input_object_key
@@ -24,7 +24,7 @@ from services.gateway.http.limits import charge_control_call
 from services.gateway.http.paging import MAX_FILES_LIMIT, page_after, parse_limit
 from services.gateway.http.transfer_slots import DOWNLOAD_SLOTS, UPLOAD_SLOTS
 from services.gateway.usecases import files as usecase
-from services.gateway.usecases.files import discard_object, owned_file, owner_files
+from services.gateway.usecases.files import discard_object, is_valid_id, owned_file, owner_files
 from services.gateway.usecases.refusals import ascii_int, bad_request, not_found
 from services.runtime.storage.objectstore import TRANSIENT, ObjectNotFound
 
@@ -176,7 +176,20 @@ async def list_files(request: web.Request) -> web.Response:
     mine = [r.file for r in records if purpose is None or r.file.purpose == purpose]
     mine.sort(key=lambda f: (f.created_at, f.id), reverse=order == "desc")
     limit = parse_limit(request, MAX_FILES_LIMIT, MAX_FILES_LIMIT)
-    return answer(page_after(mine, [f.id for f in mine], request.query.get("after"), limit))
+    ids, after = [f.id for f in mine], request.query.get("after")
+    gone_at = await _where_it_stood(d, owner, after, mine, order == "desc") if after and after not in ids else None
+    return answer(page_after(mine, ids, after, limit, gone_at))
+
+
+async def _where_it_stood(d: Deps, owner: str, file_id: str, listed: list[FileObject], descending: bool) -> int | None:
+    """The index in `listed` of the first file past the owner's file `file_id` (deleted, or of another purpose: the
+    cursor a client pages on from while deleting what it lists); None when the owner never had it."""
+    record = await d.read_model.get_file(file_id) if is_valid_id(file_id) else None
+    if record is None or record.owner != owner:
+        return None
+    cursor = (record.file.created_at, record.file.id)
+    return next((n for n, f in enumerate(listed) if ((f.created_at, f.id) < cursor) == descending
+                 and (f.created_at, f.id) != cursor), len(listed))
 
 
 async def retrieve_file(request: web.Request) -> web.Response:
