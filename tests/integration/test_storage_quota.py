@@ -134,3 +134,32 @@ async def test_eight_concurrent_retries_with_different_codes_never_store_past_th
     assert [bool(await store.list_keys(input_object_key(c))) for c in copies].count(True) == 1, \
         "a refused copy's object is removed"
 
+
+
+async def test_the_same_retry_asked_twice_at_once_makes_one_batch_whose_input_stays(gateways: list[Gateway]) -> None:
+    """Both requests copy the same lines; the quota has room for one copy. The one stated is the retry of both, and
+    the other request removes only its own copy (it once removed the shared object the retry batch reads)."""
+    for round_ in range(4):
+        key = await gateways[0].new_key()
+        batch = await cancelled_batch(gateways[0], key)
+
+        async def retry(n: int, batch_id: object = batch["id"], key: Headers = key,
+                        lag_s: float = 0.005 * (round_ + 1)) -> aiohttp.ClientResponse:
+            await asyncio.sleep(lag_s * n)
+            return await gateways[n].client.post(f"/v1/batches/{batch_id}/retry", headers=key,
+                                                 json={"codes": ["batch_cancelled"]})
+
+        answers = await asyncio.gather(retry(0), retry(1))
+
+        assert [a.status for a in answers] == [200, 200], [await a.text() for a in answers]
+        [made] = {(await a.json())["id"] for a in answers}
+        for _ in range(int(WAIT_S * 10)):
+            retried = await (await gateways[0].client.get(f"/v1/batches/{made}", headers=key)).json()
+            if retried["status"] != "validating":
+                break
+            await asyncio.sleep(0.1)
+        assert retried["status"] != "failed", retried
+        content = await gateways[1].client.get(f"/v1/files/{retried['input_file_id']}/content", headers=key)
+        assert content.status == 200 and (await content.read()).count(b"\n") == LINES
+        store = gateways[0].client.app[DEPS].store
+        assert len(await store.list_keys(input_object_key(retried["input_file_id"]))) == 1, "the other copy is gone"

@@ -13,7 +13,7 @@ from contracts.subjects import file_fact, input_object_key
 from services.gateway.background.loops import every, running
 from services.gateway.context import DEPS, Deps
 from services.gateway.usecases.batches import MAX_WINDOW_S
-from services.gateway.usecases.files import is_valid_id
+from services.gateway.usecases.files import is_valid_id, stated_file
 from services.runtime.nats.facts import last_fact
 
 log = logging.getLogger(__name__)
@@ -24,25 +24,27 @@ LIST_PAGE = 1000
 """Objects listed (and held) at once."""
 
 
-async def is_orphaned(d: Deps, file_id: str) -> bool:
-    """Whether the log holds no file for this object: none was stated, or it was deleted."""
+async def is_orphaned(d: Deps, file_id: str, object_key: str) -> bool:
+    """Whether the log holds no file for this object: none was stated (or another object was, as with a retry's copy
+    made twice at once), or the file was deleted."""
     if await last_fact(d.bus, file_fact(file_id, "deleted")) is not None:
         return True
-    return await last_fact(d.bus, file_fact(file_id, "stored")) is None
+    stated = await stated_file(d, file_id)
+    return stated is None or stated[1].object_key != object_key
 
 
 async def sweep_orphaned_objects(d: Deps, now: float | None = None) -> list[str]:
-    """Remove every file object older than `ORPHAN_AGE_S` that the log holds no file for; the file ids removed."""
+    """Remove every file object older than `ORPHAN_AGE_S` that the log holds no file for; the keys removed."""
     now = time.time() if now is None else now
     prefix, after, removed = input_object_key(""), "", []
     while True:
         page = await d.store.list_page(prefix, after, LIST_PAGE)
         for key, written_at in page:
-            file_id = key[len(prefix):]
+            file_id = key[len(prefix):].split(".", 1)[0]  # `<file id>` or `<file id>.<request's own>`
             # A name no file id has is not ours to judge (nor a subject to read).
-            if now - written_at >= ORPHAN_AGE_S and is_valid_id(file_id) and await is_orphaned(d, file_id):
+            if now - written_at >= ORPHAN_AGE_S and is_valid_id(file_id) and await is_orphaned(d, file_id, key):
                 await d.store.remove(key)
-                removed.append(file_id)
+                removed.append(key)
         if len(page) < LIST_PAGE:
             break
         after = page[-1][0]

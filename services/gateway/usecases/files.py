@@ -157,8 +157,11 @@ def stored_holdings(read_model: ReadModel, owner: str) -> Read:
     return held
 
 
-async def state_file(d: Deps, caller: ApiKeyRecord, new: NewFile, ttl_s: int) -> tuple[FileStored, int]:
-    """State the stored object as the caller's file for `ttl_s`, its bytes taken from the owner's quota (else 400)."""
+async def state_file(d: Deps, caller: ApiKeyRecord, new: NewFile, ttl_s: int, once: bool = False,
+                     ) -> tuple[FileStored, int]:
+    """State the stored object as the caller's file for `ttl_s`, its bytes taken from the owner's quota (else 400).
+    `once`: the file id is derived (a retry's copy), so a concurrent request may state it first: then that one holds,
+    this object is removed, and the fact and sequence returned are the first's."""
     owner, file_id = caller.owner, new.file_id
 
     quota, size = d.settings.storage_quota_bytes, new.stored.bytes
@@ -176,7 +179,27 @@ async def state_file(d: Deps, caller: ApiKeyRecord, new: NewFile, ttl_s: int) ->
                        purpose="batch", bytes=stored.bytes, sha256=stored.sha256, object_key=new.object_key,
                        created_at=now, line_count=stored.line_count, expires_at=now + ttl_s, model=new.model,
                        demand=stored.demand)
-    return event, await d.bus.publish(event)
+    if not once:
+        return event, await d.bus.publish(event)
+    try:  # within the broker's dedup window a second publish is taken as a repeat of the first, fence or not
+        await d.bus.publish(event, fence=Fence(file_fact(file_id, "stored"), 0))
+    except FenceMoved:
+        pass
+    if (first := await stated_file(d, file_id)) is None:
+        raise FileNotStated(file_id)
+    if first[1].object_key != new.object_key:
+        await discard_object(d, new.object_key)  # this request's own copy: the first one's is the file
+    return first[1], first[0]
+
+
+class FileNotStated(RuntimeError):
+    """A `stored` fact the broker took (or refused as a repeat) is not in the log: it was purged meanwhile."""
+
+
+async def stated_file(d: Deps, file_id: str) -> tuple[int, FileStored] | None:
+    """The file's `stored` fact and its sequence, from the log; None if it was never stated."""
+    found = await last_fact(d.bus, file_fact(file_id, "stored"))
+    return (found[0], found[1]) if found is not None and isinstance(found[1], FileStored) else None
 
 
 async def last_claim(d: Deps, file_id: str) -> tuple[int, str | None]:

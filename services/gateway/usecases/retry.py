@@ -2,6 +2,7 @@
 inputs are streamed into a new file and the batch created as `POST /v1/batches` would. By default lines that failed
 at run time or never ran; a refused line only when `codes` names its code. Asked again, the same batch (derived id)."""
 
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,7 @@ from contracts.subjects import input_object_key
 from services.gateway.adapters.upload import Tally
 from services.gateway.context import Deps
 from services.gateway.usecases.batches import Created, create_from
-from services.gateway.usecases.files import NewFile, state_file
+from services.gateway.usecases.files import NewFile, state_file, stated_file
 from services.gateway.usecases.refusals import ApiError, parse_fields
 
 RETRY_OF = "retry_of"
@@ -99,7 +100,14 @@ async def retry(d: Deps, caller: ApiKeyRecord, key_digest: str, record: BatchRec
     key = f"retry:{batch.id}:{','.join(codes) if codes is not None else '*'}"
     file_id = derived_id("file-", caller.owner, key)
     if await d.read_model.get_file(file_id) is None:
-        lines, sequence = await copy_lines(d, caller, input_file.object_key, file_id, wanted, input_file.model)
+        try:
+            lines, sequence = await copy_lines(d, caller, input_file.object_key, file_id, wanted, input_file.model)
+        except ApiError:
+            # The same retry asked at once elsewhere stated the copy first (its bytes then counted against the quota
+            # this request's copy was refused by): that copy is this retry's too.
+            if (first := await stated_file(d, file_id)) is None:
+                raise
+            lines, sequence = first[1].line_count or 1, first[0]
         if lines == 0:
             raise ApiError(409, f"No line of batch {batch.id} failed with {', '.join(codes or []) or 'a run-time code'}"
                            "; nothing to retry.", "conflict_error", "nothing_to_retry")
@@ -117,8 +125,10 @@ async def retry(d: Deps, caller: ApiKeyRecord, key_digest: str, record: BatchRec
 
 async def copy_lines(d: Deps, caller: ApiKeyRecord, source_key: str, file_id: str, wanted: FailedLines,
                      model: str | None) -> tuple[int, int]:
-    """Copy the wanted input lines into a new file and state it: lines copied, and its `stored` fact's sequence."""
-    object_key = input_object_key(file_id)
+    """Copy the wanted input lines into a new file and state it: lines copied, and its `stored` fact's sequence. The
+    copy is written under an object key of this request's own (`<file id>.<random>`): the same retry asked at once
+    elsewhere copies beside it, never over it, and whichever is not stated is removed by its own request alone."""
+    object_key = input_object_key(f"{file_id}.{secrets.token_hex(8)}")
     writer = d.store.writer(object_key, "application/jsonl")
     tally, number = Tally(), 0
     try:
@@ -143,5 +153,5 @@ async def copy_lines(d: Deps, caller: ApiKeyRecord, source_key: str, file_id: st
         return 0, 0
     # A retry's copy is stored like an upload.
     _, sequence = await state_file(d, caller, NewFile(file_id, object_key, tally.stored(), f"{file_id}.jsonl", "batch",
-                                                      None, model), d.settings.batch_file_ttl_s)
+                                                      None, model), d.settings.batch_file_ttl_s, once=True)
     return tally.newlines, sequence
