@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from minio.error import S3Error
 
 from contracts.api.file import FileDeleted, FileObject
+from contracts.events.batch import BatchCreated
 from contracts.events.file import FileDeleted as FileDeletedEvent
 from contracts.events.file import FileStored, FileUsed
 from contracts.lifecycle import TERMINAL
 from contracts.readmodel import ApiKeyRecord, FileRecord
-from contracts.subjects import file_fact
+from contracts.subjects import batch_fact, file_fact
 from services.gateway.adapters.admission import Holdings, Read
 from services.gateway.adapters.upload import StoredUpload
 from services.gateway.context import Deps
@@ -212,8 +213,15 @@ async def last_claim(d: Deps, file_id: str) -> tuple[int, str | None]:
         return sequence, None
     record = await d.read_model.get_batch(used.batch_id)
     if record is None:
+        # A create that lost its Idempotency-Key to one on another file claimed this file for a batch that reads
+        # the other: its `created` fact says which file the batch reads.
+        created = await last_fact(d.bus, batch_fact(used.batch_id, BatchCreated.name))
+        if created is not None and isinstance(created[1], BatchCreated) and created[1].input_file_id != file_id:
+            return sequence, None
         fresh = time.time() - used.occurred_at / 1000 < CLAIM_GRACE_S
         return sequence, used.batch_id if fresh else None
+    if record.batch.input_file_id != file_id:
+        return sequence, None
     return sequence, None if record.batch.status in TERMINAL else used.batch_id
 
 

@@ -1,0 +1,40 @@
+"""Creates racing over two gateways with one Idempotency-Key but different input files: one wins, the other is 409
+`idempotency_conflict`, and the loser claims nothing: its own file can be deleted at once (it was once held
+`file_in_use` by the winner's batch, which never reads it, until that batch ended)."""
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator
+
+import pytest
+
+from services.runtime.process.settings import ConnectionSettings
+from tests.integration.gateway_pair import running_gateways
+from tests.integration.gateway_support import Gateway, jsonl
+
+
+@pytest.fixture(scope="module")
+async def gateways(connection: ConnectionSettings) -> AsyncIterator[list[Gateway]]:
+    async with running_gateways(connection, control_call_burst=1000) as pair:
+        yield pair
+
+
+async def test_the_loser_of_an_idempotency_conflict_leaves_its_file_free_to_delete(gateways: list[Gateway]) -> None:
+    key = await gateways[0].new_key()
+    for round_ in range(5):
+        files = [(await (await gateways[0].upload(key, jsonl(f"idem-{round_}-{n}"))).json())["id"] for n in (0, 1)]
+        headers = {**key, "Idempotency-Key": f"idem-{secrets.token_hex(12)}"}
+
+        answers = await asyncio.gather(*(gateway.client.post("/v1/batches", headers=headers, json={
+            "input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h", "hold": True})
+            for gateway, file_id in zip(gateways, files, strict=True)))
+
+        statuses = [a.status for a in answers]
+        if sorted(statuses) != [200, 409]:  # one after the other: the second was refused before it claimed
+            assert statuses.count(200) == 1, [await a.text() for a in answers]
+        winner = files[statuses.index(200)]
+        loser = files[1 - statuses.index(200)]
+        deleted = await gateways[1].client.delete(f"/v1/files/{loser}", headers=key)
+        assert deleted.status == 200, await deleted.text()
+        in_use = await gateways[0].client.delete(f"/v1/files/{winner}", headers=key)
+        assert in_use.status == 409 and (await in_use.json())["error"]["code"] == "file_in_use"
