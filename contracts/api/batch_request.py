@@ -33,10 +33,11 @@ class BatchCreateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     input_file_id: Annotated[str, Field(min_length=1), refused_as(
-        "missing_required_parameter", "input_file_id is required: upload a file with purpose 'batch' first.")]
+        "missing_required_parameter", "input_file_id must be the id of a file uploaded with purpose 'batch' (got "
+                                      "{given}).")]
     """A file uploaded with purpose `batch`."""
     endpoint: Annotated[Endpoint, refused_as(
-        "unsupported_endpoint", f"endpoint {{given}} is not supported; use one of {', '.join(SUPPORTED_ENDPOINTS)}.")]
+        "unsupported_endpoint", f"endpoint must be one of {', '.join(SUPPORTED_ENDPOINTS)} (got {{given}}).")]
     completion_window: Annotated[str, Field(pattern=r"^[0-9]{1,9}[hms]$", examples=["24h"],
                                             json_schema_extra={"anyOf": DEFAULT_WINDOWS}), refused_as(
         "invalid_completion_window", "completion_window must be a number of hours such as '24h' (got {given}).")]

@@ -163,6 +163,7 @@ async def test_files_list_pages_by_cursor_in_either_order(gateway: Gateway) -> N
     newest = await (await gateway.client.get("/v1/files?limit=1", headers=key)).json()
     assert newest["data"][0]["id"] == ids[2]
     assert (await (await gateway.client.get("/v1/files?purpose=batch_output", headers=key)).json())["data"] == []
+    assert (await (await gateway.client.get("/v1/files?purpose=evals", headers=key)).json())["data"] == []
 
 
 @pytest.mark.parametrize("order", ["asc", "desc"])

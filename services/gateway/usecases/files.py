@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from minio.error import S3Error
 
+from contracts.api.field_errors import GIVEN_CHARS
 from contracts.api.file import FileDeleted, FileObject
 from contracts.events.batch import BatchCreated
 from contracts.events.file import FileDeleted as FileDeletedEvent
@@ -90,7 +91,8 @@ async def discard_object(d: Deps, object_key: str) -> None:
 def uploadable(purpose: str | None) -> str:
     """The purpose an upload names, if files of it may be uploaded; else 400."""
     if purpose not in UPLOADABLE_PURPOSES:
-        raise bad_request(f"purpose must be one of: {', '.join(UPLOADABLE_PURPOSES)} (got {purpose!r}).",
+        raise bad_request(f"purpose must be one of: {', '.join(UPLOADABLE_PURPOSES)} (got "
+                          f"{'nothing' if purpose is None else repr(purpose[:GIVEN_CHARS])}).",
                           "invalid_purpose", "purpose")
     return purpose
 

@@ -79,8 +79,18 @@ def _missing(model: type[BaseModel], field: str) -> ApiError:
     refusal = next((m for m in info.metadata if isinstance(m, Refusal)), None) if info is not None else None
     if refusal is None:
         return bad_request(f"Missing required parameter: {field!r}.", "missing_required_parameter", field)
-    described = refusal.describe(None)
+    described = refusal.describe(MISSING)
     return bad_request(described.message(), described.type, field)
+
+
+class _Missing:
+    """What a refusal's message quotes for a parameter not sent (its `repr`), rather than `None`."""
+
+    def __repr__(self) -> str:
+        return "nothing"
+
+
+MISSING = _Missing()
 
 
 def ascii_int(raw: str | None, most_digits: int) -> int | None:

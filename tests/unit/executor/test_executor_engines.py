@@ -3,10 +3,14 @@ line retries, and the capabilities every engine declares from the one shared tab
 
 
 import pytest
+from openai.types import Completion
+from openai.types.chat import ChatCompletion
+from openai.types.responses import Response
 
 from contracts.catalogue import CatalogueModel
 from contracts.engines import honoured_parameters
 from services.executor.adapters.engines.base import Engine, EngineReply, EngineUnavailable, error_reply
+from services.executor.adapters.engines.reply_shape import openai_shaped
 from services.executor.adapters.engines.responses import UnmappableRequest, chat_request, response_body
 from services.executor.adapters.engines.tensorrt_llm import TensorRtLlmEngine, sampling_kwargs
 from services.executor.retry import LineRetry, run_line
@@ -45,9 +49,39 @@ def test_a_chat_completion_becomes_a_response_object_with_input_and_output_token
     body = response_body(completion, "m")
     assert body["object"] == "response" and body["status"] == "completed" and body["model"] == "m"
     assert body["id"].startswith("resp_") and body["created_at"] == 7
-    assert body["output"][0]["content"] == [{"type": "output_text", "text": "Hi!", "annotations": []}]
+    assert body["output"][0]["content"] == [{"type": "output_text", "text": "Hi!", "annotations": [], "logprobs": []}]
     assert body["usage"]["input_tokens"] == 5 and body["usage"]["output_tokens"] == 2
     assert body["usage"]["total_tokens"] == 7
+
+
+def test_a_response_body_validates_as_the_sdks_response_and_states_the_lines_settings() -> None:
+    completion = {"id": "chatcmpl-1", "created": 7, "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "Hi!"}}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}}
+    line = {"model": "m", "input": "Hello", "instructions": "Be brief.", "temperature": 0.2,
+            "max_output_tokens": 9, "metadata": {"run": "1"}}
+
+    body = response_body(completion, "m", line)
+
+    parsed = Response.model_validate(body)
+    assert parsed.output_text == "Hi!" and parsed.instructions == "Be brief." and parsed.temperature == 0.2
+    assert parsed.max_output_tokens == 9 and parsed.metadata == {"run": "1"} and parsed.tools == []
+    assert body["error"] is None and body["top_p"] == 1.0
+
+
+def test_chat_and_text_completions_come_in_openais_exact_shape() -> None:
+    message: dict[str, object] = {"role": "assistant", "content": "Hi!"}
+    chat = {"id": "chatcmpl-1", "object": "chat.completion", "created": 7, "model": "m", "choices": [
+        {"index": 0, "finish_reason": "stop", "message": message}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}}
+    text = {**chat, "object": "text_completion", "choices": [{"index": 0, "finish_reason": "stop", "text": "Hi!"}]}
+
+    shaped_chat, shaped_text = openai_shaped("/v1/chat/completions", chat), openai_shaped("/v1/completions", text)
+
+    assert shaped_chat["choices"][0]["logprobs"] is None and shaped_chat["choices"][0]["message"]["refusal"] is None
+    assert shaped_chat["id"] == "chatcmpl-1" and ChatCompletion.model_validate(shaped_chat).choices[0].message.content
+    assert shaped_text["id"] == "cmpl-1" and Completion.model_validate(shaped_text).choices[0].text == "Hi!"
+    assert "refusal" not in message, "the engine's own reply is not changed"
 
 
 def test_a_response_cut_at_max_output_tokens_is_incomplete() -> None:

@@ -8,6 +8,7 @@ import pytest
 from contracts.api.request_line import MAX_NESTING_DEPTH
 from services.executor.adapters.engines.base import EngineReply, on_slot
 from services.executor.adapters.engines.llamacpp import PROMPT_CACHE_RAM_MIB, LlamaCppEngine
+from services.executor.adapters.engines.reply_shape import openai_shaped
 from services.executor.retry import LineRetry, run_line
 from services.executor.samples import run_samples
 from services.runtime.storage.catalogue import load_catalogue
@@ -280,8 +281,9 @@ async def test_a_line_runs_streamed_where_it_can_stop_yet_its_reply_is_llama_cpp
         reply = await engine.run(endpoint, body)
     unstreamed = engine._reply(MODEL_ID, call({**body, "id_slot": 0}))
     assert reply.status_code == unstreamed.status_code == 200
-    assert list(reply.body) == list(unstreamed.body)  # the same fields, in llama.cpp's order
-    assert without_run_facts(reply.body) == without_run_facts(unstreamed.body)
+    shaped = openai_shaped(endpoint, unstreamed.body)  # both in OpenAI's shape (fields it requires filled)
+    assert list(reply.body) == list(shaped)  # the same fields, in llama.cpp's order
+    assert without_run_facts(reply.body) == without_run_facts(shaped)
 
 
 @pytest.mark.parametrize("asked", [{}, {"logprobs": 1}], ids=["streamed", "with logprobs, unstreamed"])

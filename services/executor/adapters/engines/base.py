@@ -11,6 +11,7 @@ from typing import ClassVar
 from contracts.catalogue import CatalogueModel
 from contracts.engines import honoured_parameters
 from contracts.events.executor import EngineName
+from services.executor.adapters.engines.reply_shape import openai_shaped
 from services.executor.adapters.engines.responses import response_body
 
 
@@ -90,10 +91,13 @@ class Engine(ABC):
         assert self.model is not None
         return error_reply(400, f"endpoint {endpoint} is not served by {self.model.id}", "invalid_url")
 
-    def completed(self, endpoint: str, completion: dict[str, object]) -> EngineReply:
-        """A successful chat or text completion, as the Response object it amounts to for a `/v1/responses` line."""
+    def completed(self, endpoint: str, completion: dict[str, object], request: dict[str, object]) -> EngineReply:
+        """A successful chat or text completion in OpenAI's shape, or the Response object it amounts to for a
+        `/v1/responses` line (`request`: the line's body, whose settings a Response states)."""
         assert self.model is not None
-        return EngineReply(200, response_body(completion, self.model.id) if endpoint == "/v1/responses" else completion)
+        if endpoint == "/v1/responses":
+            return EngineReply(200, response_body(completion, self.model.id, request))
+        return EngineReply(200, openai_shaped(endpoint, completion))
 
     @abstractmethod
     def load(self, model: CatalogueModel) -> None:

@@ -126,7 +126,7 @@ class LlamaCppEngine(Engine):
         finally:
             line.stop.set()  # a line cancelled (its batch's cancel or expiry) stops at its next token, freeing the slot
         reply = self._reply(self.model.id, result)
-        return self.completed(endpoint, reply.body) if reply.ok else reply
+        return self.completed(endpoint, reply.body, body) if reply.ok else reply
 
     def _request(self, endpoint: str, body: dict[str, object]) -> dict[str, Any]:
         """The line's body as llama.cpp takes it (Responses mapped onto chat), on the slot the line was handed."""

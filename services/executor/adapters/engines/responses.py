@@ -60,8 +60,10 @@ def chat_request(body: dict[str, Any]) -> dict[str, Any]:
     return request
 
 
-def response_body(completion: dict[str, Any], model: str) -> dict[str, Any]:
-    """The OpenAI Response object a chat completion amounts to."""
+def response_body(completion: dict[str, Any], model: str, request: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The OpenAI Response object a chat completion amounts to, stating the settings `request` (the line) ran with
+    as OpenAI's does (every field its schema requires: no tools ran, none were called)."""
+    asked = request or {}
     choice = (completion.get("choices") or [{}])[0]
     text = (choice.get("message") or {}).get("content") or ""
     usage = completion.get("usage") or {}
@@ -76,13 +78,24 @@ def response_body(completion: dict[str, Any], model: str) -> dict[str, Any]:
         "status": "incomplete" if truncated else "completed",
         "incomplete_details": {"reason": "max_output_tokens"} if truncated else None,
         "model": model,
+        "error": None,
+        "instructions": asked.get("instructions") if isinstance(asked.get("instructions"), str) else None,
+        "metadata": asked.get("metadata") if isinstance(asked.get("metadata"), dict) else {},
+        "max_output_tokens": asked.get("max_output_tokens"),
+        "temperature": asked.get("temperature", 1.0),
+        "top_p": asked.get("top_p", 1.0),
+        "parallel_tool_calls": asked.get("parallel_tool_calls", True) is not False,
+        "tool_choice": "auto",
+        "tools": [],
+        "text": asked.get("text") if isinstance(asked.get("text"), dict) else {"format": {"type": "text"}},
         "output": [{
             "type": "message", "id": derived_id("msg_", source_id), "role": "assistant",
             "status": "incomplete" if truncated else "completed",
-            "content": [{"type": "output_text", "text": text, "annotations": []}],
+            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
         }],
         "usage": {
-            "input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached},
+            "input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
             "output_tokens": generated, "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": prompt + generated,
         },

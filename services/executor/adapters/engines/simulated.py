@@ -61,4 +61,4 @@ class SimulatedEngine(Engine):
         chat = {"id": f"chatcmpl-sim-{created}", "object": "chat.completion", "created": created, "model": model.id,
                 "choices": [{"index": 0, "finish_reason": "length",
                              "message": {"role": "assistant", "content": REPLY_TEXT}}], "usage": usage}
-        return self.completed(endpoint, chat)
+        return self.completed(endpoint, chat, body)

@@ -196,7 +196,7 @@ class TensorRtLlmEngine(Engine):
                                      logprobs_wanted(request), f"trtllm-{self.version}")
         except LineCancelled as cancelled:
             return error_reply(503, str(cancelled), "engine_cancelled")
-        return self.completed(endpoint, answer)
+        return self.completed(endpoint, answer, body)
 
     async def _output(self, prompt: str, params: Any) -> Any:
         """The engine's output for the request; or the line's refusal, or a 500 when the engine failed it."""

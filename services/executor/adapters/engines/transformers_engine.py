@@ -186,7 +186,7 @@ class TransformersEngine(Engine):
             rows = await self._generate_job(job)
         except RuntimeError as error:  # CUDA out of memory, a kernel error: this line's try failed
             return error_reply(500, f"generation failed: {error}", "engine_error")
-        return self.completed(endpoint, self._completion(endpoint, job, rows))
+        return self.completed(endpoint, self._completion(endpoint, job, rows), body)
 
     async def _generate_job(self, job: Job) -> list[tuple[list[int], bool]]:
         """Each sample's tokens and whether it ended (EOS), through the continuous batch where the line fits it."""
