@@ -1,9 +1,12 @@
 """The lines of a stream of chunks (`LineSplitter`), as every reader of an input file splits them: at `\\n`, a
-trailing `\\r` removed, an unended last line kept. A line spanning chunks is gathered in pieces and joined once, so a
+trailing `\\r` removed, an unended last line kept, a UTF-8 byte-order mark before the first line dropped (editors on
+Windows write one; it is no part of the JSON). A line spanning chunks is gathered in pieces and joined once, so a
 long line costs its length, never a copy per chunk; given a limit, only the beginning of a line past it is kept, as a
 stand-in still over the limit (blank only if the line is), the rest skipped up to its newline."""
 
 import sys
+
+BYTE_ORDER_MARK = b"\xef\xbb\xbf"
 
 
 class LineSplitter:
@@ -14,6 +17,8 @@ class LineSplitter:
         self._held = 0
         self._dropped_content = False
         """Bytes past the cap held more than whitespace."""
+        self._first = True
+        """No line was given yet: the next may begin with a byte-order mark."""
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """The lines `chunk` completes (the line an earlier chunk began first)."""
@@ -25,11 +30,18 @@ class LineSplitter:
         if self._held:
             lines[0] = self._end(lines[0])
         self._begin(rest)
+        if self._first:
+            lines[0], self._first = lines[0].removeprefix(BYTE_ORDER_MARK), False
         return [line.removesuffix(b"\r") for line in lines]
 
     def finish(self) -> list[bytes]:
         """The unended last line, if there is one."""
-        return [self._end(b"").removesuffix(b"\r")] if self._held else []
+        if not self._held:
+            return []
+        last = self._end(b"").removesuffix(b"\r")
+        if self._first:
+            last, self._first = last.removeprefix(BYTE_ORDER_MARK), False
+        return [last]
 
     def _begin(self, piece: bytes) -> None:
         self._pieces, self._held, self._dropped_content = [], 0, False

@@ -31,3 +31,10 @@ async def test_a_last_line_with_its_ending_leaves_no_empty_line_after_it() -> No
 async def test_a_line_of_many_chunks_comes_whole() -> None:
     long_line = b"y" * (1 << 20)
     assert [len(line) async for line in split_lines(chunked(long_line + b"\nz", [4096]))] == [1 << 20, 1]
+
+
+@pytest.mark.parametrize("sizes", [[1], [2], [4], [len(TEXT) + 3]])
+async def test_a_byte_order_mark_before_the_first_line_is_dropped_and_one_later_is_kept(sizes: list[int]) -> None:
+    marked = b"\xef\xbb\xbf" + TEXT + b"\n\xef\xbb\xbf{}"
+    assert [line async for line in split_lines(chunked(marked, sizes))] == [*EXPECTED, b"\xef\xbb\xbf{}"]
+    assert [line async for line in split_lines(chunked(b"\xef\xbb\xbf{}", sizes))] == [b"{}"], "an unended only line"
