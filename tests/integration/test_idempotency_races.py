@@ -1,6 +1,8 @@
-"""Creates racing over two gateways with one Idempotency-Key but different input files: one wins, the other is 409
-`idempotency_conflict`, and the loser claims nothing: its own file can be deleted at once (it was once held
-`file_in_use` by the winner's batch, which never reads it, until that batch ended)."""
+"""Creates racing over two gateways. The very same create without an Idempotency-Key, sent to both at once, makes
+one batch (each used to make its own: the twin check saw only batches the read model showed). With one
+Idempotency-Key but different input files one wins, the other is 409 `idempotency_conflict`, and the loser claims
+nothing: its own file can be deleted at once (it was once held `file_in_use` by the winner's batch, which never reads
+it, until that batch ended)."""
 
 import asyncio
 import secrets
@@ -17,6 +19,25 @@ from tests.integration.gateway_support import Gateway, jsonl
 async def gateways(connection: ConnectionSettings) -> AsyncIterator[list[Gateway]]:
     async with running_gateways(connection, control_call_burst=1000) as pair:
         yield pair
+
+
+async def test_the_very_same_create_sent_to_two_gateways_at_once_makes_one_batch(gateways: list[Gateway]) -> None:
+    key = await gateways[0].new_key()
+    for round_ in range(6):
+        uploaded = await gateways[0].upload(key, jsonl(f"twin-{round_}-a", f"twin-{round_}-b"))
+        assert uploaded.status == 200, await uploaded.text()
+        body = {"input_file_id": (await uploaded.json())["id"], "endpoint": "/v1/chat/completions",
+                "completion_window": "24h", "hold": True}
+
+        answers = await asyncio.gather(*(g.client.post("/v1/batches", json=body, headers=key) for g in gateways))
+
+        assert [a.status for a in answers] == [200, 200], [await a.text() for a in answers]
+        ids = [(await a.json())["id"] for a in answers]
+        assert ids[0] == ids[1]
+        said = [a.headers.get("X-Sheshnag-Deduplicated-From") for a in answers]
+        assert sorted(said, key=str) == sorted([None, ids[0]], key=str), "the twin says whose batch it is"
+        listed = await (await gateways[round_ % 2].client.get("/v1/batches?limit=100", headers=key)).json()
+        assert [b["id"] for b in listed["data"]].count(ids[0]) == 1 and len(listed["data"]) == round_ + 1
 
 
 async def test_the_loser_of_an_idempotency_conflict_leaves_its_file_free_to_delete(gateways: list[Gateway]) -> None:

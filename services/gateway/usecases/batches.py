@@ -25,6 +25,7 @@ from services.gateway.usecases import billing as billing_usecase
 from services.gateway.usecases.files import is_valid_id, owned_file
 from services.gateway.usecases.oversight import Standing, cancel_entry, organization_of, standing
 from services.gateway.usecases.refusals import ApiError, ascii_int, bad_request, not_found, revoked_key
+from services.gateway.usecases.twin_claims import claim_or_twin, withdraw
 from services.runtime.nats.bus import Fence, FenceMoved
 from services.runtime.nats.facts import last_fact
 
@@ -117,10 +118,18 @@ async def create_from(d: Deps, caller: ApiKeyRecord, key_digest: str, body: Batc
     if idempotency_key and (earlier := await _earlier(d, batch_id, idempotency_key, asked)) is not None:
         return Created(earlier, batch_id)
     file = await batch_input(d, caller, body.input_file_id)
+    claim = None if idempotency_key else await claim_or_twin(d, caller.owner, asked, batch_id)
+    if isinstance(claim, BatchCreated):  # the same create, sent at once, was stated first
+        stated = await d.read_model.get_batch(claim.aggregate_id)
+        return Created(stated.batch if stated is not None else _as_created(claim), claim.aggregate_id)
     try:
         terms = await _admitted(d, caller, batch_id, body, file, None if idempotency_key else asked)
-    except _LiveTwin as twin:
-        return Created(twin.batch, twin.batch.id)
+    except BaseException as refused:
+        if claim is not None:  # not stated: a twin later must not wait for it
+            await asyncio.shield(withdraw(d, claim))
+        if isinstance(refused, _LiveTwin):
+            return Created(refused.batch, refused.batch.id)
+        raise
     event = _created_event(caller, batch_id, body, file, terms, window_s, output_expires_after_s)
     try:
         sequence = await d.bus.publish(event, fence=Fence(key_fact(key_aggregate_id(caller.key_id, key_digest),
@@ -132,6 +141,8 @@ async def create_from(d: Deps, caller: ApiKeyRecord, key_digest: str, body: Batc
     except BaseException:
         if terms.billed_account is not None:  # the batch may not exist: its reservation must not hold credit for ever
             await asyncio.shield(_release_quietly(d, terms.billed_account, batch_id))
+        if claim is not None:
+            await asyncio.shield(withdraw(d, claim))
         raise
     if idempotency_key and await _created_parameters(d, batch_id) != asked:
         raise _idempotency_conflict(idempotency_key, batch_id)  # a concurrent request with this key won
