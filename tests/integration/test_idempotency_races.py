@@ -1,8 +1,8 @@
 """Creates racing over two gateways. The very same create without an Idempotency-Key, sent to both at once, makes
 one batch (each used to make its own: the twin check saw only batches the read model showed). With one
-Idempotency-Key but different input files one wins, the other is 409 `idempotency_conflict`, and the loser claims
-nothing: its own file can be deleted at once (it was once held `file_in_use` by the winner's batch, which never reads
-it, until that batch ended)."""
+Idempotency-Key but different input files one wins, the other is 409 `idempotency_conflict`, and the loser's claim on
+its own file lapses as a claim whose batch never appeared does (it was once held `file_in_use` by the winner's batch,
+which never reads it, until that batch ended)."""
 
 import asyncio
 import secrets
@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from services.gateway.usecases import files as file_usecases
 from services.runtime.process.settings import ConnectionSettings
 from tests.integration.gateway_pair import running_gateways
 from tests.integration.gateway_support import Gateway, jsonl
@@ -40,7 +41,10 @@ async def test_the_very_same_create_sent_to_two_gateways_at_once_makes_one_batch
         assert [b["id"] for b in listed["data"]].count(ids[0]) == 1 and len(listed["data"]) == round_ + 1
 
 
-async def test_the_loser_of_an_idempotency_conflict_leaves_its_file_free_to_delete(gateways: list[Gateway]) -> None:
+async def test_the_loser_of_an_idempotency_conflict_holds_its_file_only_a_while(gateways: list[Gateway],
+                                                                                 monkeypatch: pytest.MonkeyPatch,
+                                                                                 ) -> None:
+    monkeypatch.setattr(file_usecases, "CLAIM_GRACE_S", 0.5)  # as one whose batch never came, not till the other ends
     key = await gateways[0].new_key()
     for round_ in range(5):
         files = [(await (await gateways[0].upload(key, jsonl(f"idem-{round_}-{n}"))).json())["id"] for n in (0, 1)]
@@ -55,6 +59,7 @@ async def test_the_loser_of_an_idempotency_conflict_leaves_its_file_free_to_dele
             assert statuses.count(200) == 1, [await a.text() for a in answers]
         winner = files[statuses.index(200)]
         loser = files[1 - statuses.index(200)]
+        await asyncio.sleep(0.6)
         deleted = await gateways[1].client.delete(f"/v1/files/{loser}", headers=key)
         assert deleted.status == 200, await deleted.text()
         in_use = await gateways[0].client.delete(f"/v1/files/{winner}", headers=key)

@@ -15,6 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import IO, TypeVar
 
 from services.executor.adapters.objects import ObjectAccess, close_stream
+from services.runtime.storage.lines import without_mark
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ class InputCopy:
             upto = min(upto, number + BLOCK_LINES - 1, max(within, number))
             data = await self.cache.io(self, self._read, start, self.ends[upto - 1] - start)
             for piece in data.split(b"\n")[:upto - number + 1]:
-                yield number, piece.removesuffix(b"\r")
+                yield number, without_mark(number, piece.removesuffix(b"\r"))
                 number += 1
 
     def _read(self, start: int, length: int) -> bytes:

@@ -121,6 +121,8 @@ async def create_from(d: Deps, caller: ApiKeyRecord, key_digest: str, body: Batc
     claim = None if idempotency_key else await claim_or_twin(d, caller.owner, asked, batch_id)
     if isinstance(claim, BatchCreated):  # the same create, sent at once, was stated first
         stated = await d.read_model.get_batch(claim.aggregate_id)
+        if stated is None:
+            d.own_writes.note(caller.owner, "batch", claim.aggregate_id)  # the owner's next read waits for it
         return Created(stated.batch if stated is not None else _as_created(claim), claim.aggregate_id)
     try:
         terms = await _admitted(d, caller, batch_id, body, file, None if idempotency_key else asked)
@@ -137,6 +139,8 @@ async def create_from(d: Deps, caller: ApiKeyRecord, key_digest: str, body: Batc
     except FenceMoved:
         if terms.billed_account is not None:
             await asyncio.shield(_release_quietly(d, terms.billed_account, batch_id))
+        if claim is not None:
+            await asyncio.shield(withdraw(d, claim))
         raise revoked_key() from None
     except BaseException:
         if terms.billed_account is not None:  # the batch may not exist: its reservation must not hold credit for ever

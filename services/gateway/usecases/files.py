@@ -12,12 +12,11 @@ from minio.error import S3Error
 
 from contracts.api.field_errors import GIVEN_CHARS
 from contracts.api.file import FileDeleted, FileObject
-from contracts.events.batch import BatchCreated
 from contracts.events.file import FileDeleted as FileDeletedEvent
 from contracts.events.file import FileStored, FileUsed
 from contracts.lifecycle import TERMINAL
 from contracts.readmodel import ApiKeyRecord, FileRecord
-from contracts.subjects import batch_fact, file_fact
+from contracts.subjects import file_fact
 from services.gateway.adapters.admission import Holdings, Read
 from services.gateway.adapters.upload import StoredUpload
 from services.gateway.context import Deps
@@ -188,15 +187,13 @@ async def state_file(d: Deps, caller: ApiKeyRecord, new: NewFile, ttl_s: int, on
         await d.bus.publish(event, fence=Fence(file_fact(file_id, "stored"), 0))
     except FenceMoved:
         pass
-    if (first := await stated_file(d, file_id)) is None:
-        raise FileNotStated(file_id)
+    if (first := await stated_file(d, file_id)) is None:  # taken (or refused as a repeat), yet not readable now
+        await discard_object(d, new.object_key)
+        raise ApiError(503, "The file's record could not be read back from the log; retry shortly.", "server_error",
+                       "broker_unavailable", retry_after_s=1)
     if first[1].object_key != new.object_key:
         await discard_object(d, new.object_key)  # this request's own copy: the first one's is the file
     return first[1], first[0]
-
-
-class FileNotStated(RuntimeError):
-    """A `stored` fact the broker took (or refused as a repeat) is not in the log: it was purged meanwhile."""
 
 
 async def stated_file(d: Deps, file_id: str) -> tuple[int, FileStored] | None:
@@ -213,17 +210,15 @@ async def last_claim(d: Deps, file_id: str) -> tuple[int, str | None]:
     sequence, used = found
     if not isinstance(used, FileUsed):
         return sequence, None
+    fresh = time.time() - used.occurred_at / 1000 < CLAIM_GRACE_S
     record = await d.read_model.get_batch(used.batch_id)
     if record is None:
-        # A create that lost its Idempotency-Key to one on another file claimed this file for a batch that reads
-        # the other: its `created` fact says which file the batch reads.
-        created = await last_fact(d.bus, batch_fact(used.batch_id, BatchCreated.name))
-        if created is not None and isinstance(created[1], BatchCreated) and created[1].input_file_id != file_id:
-            return sequence, None
-        fresh = time.time() - used.occurred_at / 1000 < CLAIM_GRACE_S
         return sequence, used.batch_id if fresh else None
     if record.batch.input_file_id != file_id:
-        return sequence, None
+        # A create that lost its Idempotency-Key to one on another file: its claim holds only a while, as one whose
+        # batch never appeared (not till that other batch ends); meanwhile it covers an earlier create on this file
+        # that the read model may not show yet.
+        return sequence, used.batch_id if fresh else None
     return sequence, None if record.batch.status in TERMINAL else used.batch_id
 
 

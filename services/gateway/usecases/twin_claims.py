@@ -20,7 +20,10 @@ from services.gateway.context import Deps
 from services.runtime.nats.facts import last_fact
 
 CLAIM_TTL_S = 60.0
+"""How long a claim stands unless withdrawn: a twin waits at most this long on a create whose gateway died."""
 POLL_S = 0.05
+CLAIM_CHECK_S = 0.2
+"""How often a waiting twin reads the claim again (withdrawn: it waits no more)."""
 
 
 @dataclass(frozen=True)
@@ -44,8 +47,13 @@ async def claim_or_twin(d: Deps, owner: str, asked: tuple[object, ...], batch_id
     try:
         for _ in range(MAX_TRIES):
             raw, revision = await store.get_raw(key)
-            if raw and (twin := await _live_twin_created(d, raw.decode())) is not None:
-                return twin
+            if raw:
+                claimer = raw.decode()
+                if (twin := await _live_twin_created(d, key, claimer)) is not None:
+                    return twin
+                raw, revision = await store.get_raw(key)  # as it is now: withdrawn, lapsed, or another's
+                if raw and raw.decode() != claimer:
+                    continue  # another create claimed it meanwhile: wait for that one
             try:
                 await store.put_raw(key, batch_id.encode(), ttl_of(CLAIM_TTL_S), revision)
             except nats.js.errors.KeyWrongLastSequenceError:
@@ -65,13 +73,20 @@ async def withdraw(d: Deps, claim: Claim) -> None:
         pass  # taken over, or it lapses with its time to live
 
 
-async def _live_twin_created(d: Deps, batch_id: str) -> BatchCreated | None:
-    """The `created` fact of the claiming batch, waited for a while; None when it never came (its create was refused
-    or died) or the batch has ended or is being cancelled since (a new create is then a new batch)."""
-    deadline = time.monotonic() + d.settings.read_your_writes_s
+async def _live_twin_created(d: Deps, key: str, batch_id: str) -> BatchCreated | None:
+    """The `created` fact of the batch that claimed `key`, waited for while its claim stands; None when the claim is
+    withdrawn (its create was refused), lapses (its gateway died) or is taken over without the batch stated, or when
+    the batch has ended or is being cancelled since (a new create is then a new batch)."""
+    claim_read_at = time.monotonic()
     while (found := await last_fact(d.bus, batch_fact(batch_id, BatchCreated.name))) is None:
-        if time.monotonic() >= deadline:
-            return None
+        if time.monotonic() - claim_read_at >= CLAIM_CHECK_S:
+            raw, _ = await d.admission.store.get_raw(key)
+            claim_read_at = time.monotonic()
+            if raw is None or raw.decode() != batch_id:
+                found = await last_fact(d.bus, batch_fact(batch_id, BatchCreated.name))  # stated, then let go?
+                if found is None:
+                    return None
+                break
         await asyncio.sleep(POLL_S)
     if not isinstance(created := found[1], BatchCreated):
         return None

@@ -9,6 +9,12 @@ import sys
 BYTE_ORDER_MARK = b"\xef\xbb\xbf"
 
 
+
+def without_mark(number: int, line: bytes) -> bytes:
+    """Line `number` of a file as `LineSplitter` gives it, for a reader that splits a file itself (by offsets)."""
+    return line.removeprefix(BYTE_ORDER_MARK) if number == 1 else line
+
+
 class LineSplitter:
     def __init__(self, max_line_bytes: int | None = None) -> None:
         self._cap = max_line_bytes + 2 if max_line_bytes is not None else sys.maxsize
@@ -17,11 +23,15 @@ class LineSplitter:
         self._held = 0
         self._dropped_content = False
         """Bytes past the cap held more than whitespace."""
-        self._first = True
-        """No line was given yet: the next may begin with a byte-order mark."""
+        self._head: bytes | None = b""
+        """The stream's first bytes while they may still be a byte-order mark; None once past it."""
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """The lines `chunk` completes (the line an earlier chunk began first)."""
+        if self._head is not None:  # before anything counts towards the first line's length
+            chunk = self._past_mark(chunk)
+            if not chunk:
+                return []
         lines = chunk.split(b"\n")
         rest = lines.pop()
         if not lines:
@@ -30,18 +40,24 @@ class LineSplitter:
         if self._held:
             lines[0] = self._end(lines[0])
         self._begin(rest)
-        if self._first:
-            lines[0], self._first = lines[0].removeprefix(BYTE_ORDER_MARK), False
         return [line.removesuffix(b"\r") for line in lines]
 
     def finish(self) -> list[bytes]:
         """The unended last line, if there is one."""
-        if not self._held:
-            return []
-        last = self._end(b"").removesuffix(b"\r")
-        if self._first:
-            last, self._first = last.removeprefix(BYTE_ORDER_MARK), False
-        return [last]
+        if self._head:  # a stream of one or two bytes that began like a mark: they were the line
+            self._add(self._head)
+        self._head = None
+        return [self._end(b"").removesuffix(b"\r")] if self._held else []
+
+    def _past_mark(self, chunk: bytes) -> bytes:
+        """`chunk` without the byte-order mark the stream began with (held back while it may still be one)."""
+        assert self._head is not None
+        head = self._head + chunk
+        if len(head) < len(BYTE_ORDER_MARK) and BYTE_ORDER_MARK.startswith(head):
+            self._head = head
+            return b""
+        self._head = None
+        return head.removeprefix(BYTE_ORDER_MARK)
 
     def _begin(self, piece: bytes) -> None:
         self._pieces, self._held, self._dropped_content = [], 0, False

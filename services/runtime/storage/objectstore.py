@@ -152,7 +152,9 @@ class ObjectStore:
         page: list[tuple[str, float]] = []
         for obj in self.client.list_objects(self.bucket, prefix=prefix, recursive=True, start_after=after or None):
             if obj.object_name:
-                page.append((obj.object_name, obj.last_modified.timestamp() if obj.last_modified else 0.0))
+                # A store that states no time: written now, as far as anyone may tell (never taken for old).
+                written = obj.last_modified.timestamp() if obj.last_modified else time.time()
+                page.append((obj.object_name, written))
                 if len(page) >= limit:
                     break
         return page

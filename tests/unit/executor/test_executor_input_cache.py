@@ -190,3 +190,16 @@ async def test_a_copy_forgotten_mid_download_stops_downloading_and_frees_its_dis
             break
         await asyncio.sleep(0.01)
     assert copy.download.cancelled() and copy.file.closed and cache.used_bytes == 0
+
+
+async def test_a_byte_order_mark_before_line_one_is_read_as_the_validator_reads_it() -> None:
+    line = b'{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": {}}'
+    data = b"\xef\xbb\xbf" + line + b"\n" + line.replace(b'"a"', b'"b"') + b"\n"
+    async with InputCache(SlowStore(data, chunk=64)).hold("batch_a", KEY) as copy:
+        read = [raw async for _, raw in copy.lines(1, None, asyncio.Event())]
+    assert read == [line, line.replace(b'"a"', b'"b"')]
+    assert read == [raw async for raw in split_lines(one_chunk(data))]
+
+
+async def one_chunk(data: bytes) -> AsyncIterator[bytes]:
+    yield data

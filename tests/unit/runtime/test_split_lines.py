@@ -5,6 +5,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
+from services.runtime.storage.lines import LineSplitter
 from services.runtime.storage.objectstore import split_lines
 
 TEXT = b'{"a": 1}\r\n\n{"b": 2}\n' + b"x" * 1000 + b"\r\n\r\n" + b'{"last": true}'
@@ -38,3 +39,12 @@ async def test_a_byte_order_mark_before_the_first_line_is_dropped_and_one_later_
     marked = b"\xef\xbb\xbf" + TEXT + b"\n\xef\xbb\xbf{}"
     assert [line async for line in split_lines(chunked(marked, sizes))] == [*EXPECTED, b"\xef\xbb\xbf{}"]
     assert [line async for line in split_lines(chunked(b"\xef\xbb\xbf{}", sizes))] == [b"{}"], "an unended only line"
+
+
+def test_a_byte_order_mark_does_not_count_towards_the_first_lines_length_cap() -> None:
+    cap = 100
+    over = b'{"custom_id": "x", "body": {}}' + b" " * (3 * cap) + b"\n"
+    for data in (over, b"\xef\xbb\xbf" + over):
+        splitter = LineSplitter(cap)
+        lines = [line for at in range(0, len(data), 7) for line in splitter.feed(data[at:at + 7])] + splitter.finish()
+        assert len(lines[0]) > cap, "a line past the cap is still past it, with a mark or without"
