@@ -19,7 +19,7 @@ import httpx2
 import pytest
 
 from infra.embedded import free_port
-from tests.e2e.conftest import ADMIN_KEY, RunningStack, start_stack, stop_stack
+from tests.e2e.conftest import ADMIN_KEY, RunningStack, last_lines, start_stack, stop_stack
 from tests.factories import chat_line, jsonl, lost_and_duplicated
 
 DISK_MIB = 128
@@ -126,7 +126,8 @@ class Client:
                 deadline, progress = time.monotonic() + timeout_s, (batch["status"], batch["request_counts"])
             time.sleep(0.5)
         # The stack's logs are on the tmpfs, gone once the test ends: what the scheduler and executor said goes along.
-        said = {name: "\n".join(self.stack.log(name).splitlines()[-40:]) for name in ("scheduler", "executor")}
+        said = {name: "\n".join(self.stack.log(name).splitlines()[-40:]) for name in ("scheduler", "executor", "s3")}
+        said["sheshnag up"] = last_lines(str(self.stack.data_dir.parent / f"up-{self.stack.port}.out"))
         raise AssertionError(f"batch {batch_id} made no progress in {timeout_s}s: {self.batch(batch_id)}\n"
                              + "\n".join(f"--- {name}.log ends:\n{tail}" for name, tail in said.items()))
 
