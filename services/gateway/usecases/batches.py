@@ -276,14 +276,17 @@ async def _release_quietly(d: Deps, account: str, batch_id: str) -> None:
 
 
 async def _read_back(d: Deps, owner: str, event: BatchCreated, sequence: int) -> Batch:
-    """The batch as the read model shows it once folded, else as the create made it (the owner's next list waits)."""
+    """The batch as the create made it, `validating` (as OpenAI's create answers, even where validation already went
+    on), once the read model shows it (else the owner's next list waits for it)."""
     batch_id = event.aggregate_id
     record = await d.folds.read_back(lambda: d.read_model.get_batch(batch_id), sequence, d.settings.read_your_writes_s)
-    if record is not None:
-        d.admission.shown(batch_id)
+    if record is None:
+        d.own_writes.note(owner, "batch", batch_id)
+        return _as_created(event)
+    d.admission.shown(batch_id)
+    if record.batch.status == "validating":
         return record.batch
-    d.own_writes.note(owner, "batch", batch_id)
-    return _as_created(event)
+    return _as_created(event).model_copy(update={"model": record.batch.model})
 
 
 def _as_created(event: BatchCreated) -> Batch:
