@@ -68,6 +68,11 @@ def test_the_broker_and_object_store_get_the_operators_environment_without_any_s
     assert not {"SHESHNAG_ADMIN_KEY", "SHESHNAG_S3_SECRET_KEY", "SHESHNAG_NATS_CALLOUT_SEED"} & env.keys()
 
 
+def test_the_go_servers_get_a_soft_memory_limit_unless_the_operator_sets_one() -> None:
+    assert server_env(OPERATOR)["GOMEMLIMIT"] == "768MiB"
+    assert server_env({**OPERATOR, "GOMEMLIMIT": "4GiB"})["GOMEMLIMIT"] == "4GiB"
+
+
 def test_the_rest_of_the_operators_environment_passes_through() -> None:
     for service in SERVICE_NEEDS:
         assert env_of(service)["PATH"] == "/usr/bin" and env_of(service)["HOME"] == "/home/op"
