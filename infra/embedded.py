@@ -50,9 +50,9 @@ def free_port(avoid: frozenset[int] = frozenset()) -> int:
     """A port nobody listens on now, other than those in `avoid` (ports chosen for others, not bound yet). Drawn
     below the kernel's ephemeral range: a port from that range may be taken, before its server binds it, by any
     process's next outgoing connection (a stack's own clients, under load, once took its S3 or broker port)."""
-    below = ephemeral_ports()[0]
+    low, high = drawn_ports()
     for _ in range(PORT_DRAWS):
-        port = _DRAW.randrange(PORT_FLOOR, below) if below > PORT_FLOOR + 1000 else _kernel_port()
+        port = _DRAW.randrange(low, high) if high > low + 1000 else _kernel_port()
         if port not in avoid and bindable(port):
             return port
     while (port := _kernel_port()) in avoid:
@@ -65,6 +65,21 @@ PORT_FLOOR = 15000
 PORT_DRAWS = 50
 _DRAW = random.SystemRandom()
 """Not the module's generator: a test runner may seed that alike in parallel workers, which would draw alike."""
+
+
+PORT_RANGE_ENV = "SHESHNAG_PORT_RANGE"
+"""`LOW-HIGH`: the ports drawn from (default: from `PORT_FLOOR` up to the ephemeral range). Set for processes that
+run beside others drawing at the same time (the test suite's workers, each its own slice): a port one drew and has
+not bound yet, or a crashed server's port while it restarts, is then never another's draw."""
+
+
+def drawn_ports() -> tuple[int, int]:
+    """The range `free_port` draws from: `PORT_RANGE_ENV`'s, when it names one within the default, else the default."""
+    low, high = PORT_FLOOR, ephemeral_ports()[0]
+    low_said, _, high_said = os.environ.get(PORT_RANGE_ENV, "").partition("-")
+    if low_said.isdigit() and high_said.isdigit() and low <= int(low_said) < int(high_said) <= high:
+        return int(low_said), int(high_said)
+    return low, high
 
 
 def ephemeral_ports() -> tuple[int, int]:

@@ -16,7 +16,15 @@ from types import FrameType
 
 import pytest
 
-from infra.embedded import S3Credentials, free_port, start_nats, start_seaweed, stop_process
+from infra.embedded import (
+    PORT_RANGE_ENV,
+    S3Credentials,
+    drawn_ports,
+    free_port,
+    start_nats,
+    start_seaweed,
+    stop_process,
+)
 from services.runtime.nats.bus import EventBus
 from services.runtime.process.settings import ConnectionSettings
 from services.runtime.storage.objectstore import ObjectStore
@@ -27,8 +35,22 @@ def pytest_configure(config: pytest.Config) -> None:
     with several executors at once, and llama.cpp's threads waiting on a descheduled sibling made a two-thread
     engine slower than a one-thread one whenever the cores were shared (an operator's setting, unchanged here)."""
     os.environ.setdefault("SHESHNAG_EXECUTOR_N_THREADS", "1")
+    own_port_slice()
     config.stash[EXIT_WATCHDOG_FD] = os.dup(sys.__stderr__.fileno() if sys.__stderr__ else 2)
     signal.signal(signal.SIGUSR1, dump_asyncio_tasks(config.stash[EXIT_WATCHDOG_FD]))
+
+
+def own_port_slice() -> None:
+    """Each xdist worker draws its servers' ports from a slice of its own (inherited by every `sheshnag up` it
+    starts): a stack's crashed S3 restarting on its port, or a port drawn and not bound yet, was once taken by
+    another worker's stack, which then crashed in a loop ("bind: address already in use")."""
+    worker, workers = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not (worker.startswith("gw") and worker[2:].isdigit() and workers.isdigit()) or int(workers) < 2:
+        return
+    low, high = drawn_ports()
+    width = (high - low) // int(workers)
+    start = low + int(worker[2:]) * width
+    os.environ[PORT_RANGE_ENV] = f"{start}-{start + width}"
 
 
 def dump_asyncio_tasks(fd: int) -> Callable[[int, FrameType | None], None]:
