@@ -8,7 +8,15 @@ from types import SimpleNamespace
 import pytest
 
 from infra import embedded
-from infra.embedded import PORT_FLOOR, S3Credentials, ephemeral_ports, free_port, seaweed_command
+from infra.embedded import (
+    PORT_FLOOR,
+    PORT_RANGE_ENV,
+    S3Credentials,
+    drawn_ports,
+    ephemeral_ports,
+    free_port,
+    seaweed_command,
+)
 
 
 def test_free_port_skips_the_ports_it_is_told_to_avoid() -> None:
@@ -23,6 +31,19 @@ def test_a_free_port_is_drawn_below_the_range_outgoing_connections_take_theirs_f
     drawn = {free_port() for _ in range(20)}
     assert all(PORT_FLOOR <= port < low for port in drawn)
     assert len(drawn) > 1, "drawn, not the same port each time (parallel test workers must not pick alike)"
+
+
+@pytest.mark.parametrize(("said", "own"), [("20000-21500", True), ("1000-2000", False), ("x-y", False),
+                                           ("21500-20000", False), ("", False)])
+def test_a_process_told_its_slice_of_ports_draws_from_it_alone(monkeypatch: pytest.MonkeyPatch, said: str,
+                                                               own: bool) -> None:
+    low, _ = ephemeral_ports()
+    if low <= 21500:
+        pytest.skip(f"this host's ephemeral range starts at {low}")
+    monkeypatch.setenv(PORT_RANGE_ENV, said)
+    drawn = {free_port() for _ in range(20)}
+    assert all(20000 <= port < 21500 for port in drawn) == own or (not own and len(drawn) > 1)
+    assert drawn_ports() == ((20000, 21500) if own else (PORT_FLOOR, low)), "a slice out of the default is ignored"
 
 
 def test_a_drawn_port_somebody_listens_on_is_passed_over(monkeypatch: pytest.MonkeyPatch) -> None:
