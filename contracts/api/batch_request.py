@@ -15,6 +15,8 @@ MetadataValue = Annotated[str, StringConstraints(max_length=512)]
 
 
 class ExpiresAfter(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     anchor: Literal["created_at"]
     seconds: Annotated[int, Strict(), Field(ge=MIN_EXPIRES_AFTER_S, le=MAX_EXPIRES_AFTER_S)]
     """How long after creation the file expires."""

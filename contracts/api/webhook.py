@@ -4,7 +4,7 @@ and every delivery with its attempts. Payloads are OpenAI's webhook event object
 
 from typing import Annotated, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, Strict
 
 WebhookEventType = Literal["batch.completed", "batch.failed", "batch.expired", "batch.cancelled", "batch.validated"]
 WEBHOOK_EVENT_TYPES: tuple[WebhookEventType, ...] = get_args(WebhookEventType)
@@ -35,7 +35,8 @@ class UpdateWebhook(BaseModel):
 
     url: WebhookUrl | None = None
     events: list[WebhookEventType] | None = Field(default=None, min_length=1, max_length=len(WEBHOOK_EVENT_TYPES))
-    enabled: bool | None = None
+    enabled: Annotated[bool, Strict()] | None = None
+    """true or false (JSON booleans only: `0`, `"off"` are refused)."""
     description: str | None = Field(default=None, max_length=512)
 
 

@@ -154,3 +154,11 @@ async def test_a_client_that_drops_mid_upload_is_logged_as_gone_not_as_an_error(
         await asyncio.sleep(0.05)
     assert any("client went away" in r.getMessage() for r in caplog.records)
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+@pytest.mark.parametrize(("query", "code"), [("status=bogus", "invalid_status"),
+                                             ("search=" + "x" * 513, "invalid_search")])
+async def test_a_batches_filter_out_of_its_documented_values_is_a_400_even_on_an_empty_list(
+        gateway: Gateway, query: str, code: str) -> None:
+    answer = await gateway.client.get(f"/v1/batches?{query}", headers=await gateway.new_key())
+    assert answer.status == 400 and (await answer.json())["error"]["code"] == code

@@ -222,3 +222,20 @@ async def test_a_batch_is_created_with_its_placement_and_a_bad_one_is_refused(ga
     shown = await eventually(lambda: _json(gateway.client.get(f"/v1/batches/{default['id']}", headers=headers)),
                              lambda b: b.get("placement") is not None)
     assert shown["placement"] == "approved_providers"
+
+
+async def test_an_admin_approves_and_credits_only_organisations_that_exist(gateway: Gateway) -> None:
+    admin, owner, _ = await admin_owner_and_other(gateway)
+    org = await organization(gateway, admin)
+    approve = f"/v1/provider/providers/{(await register(gateway, owner, 'typo'))['id']}/approve"
+
+    for unknown, status in (("no-such-org", {404}), ("a.b c*>", {400, 404})):  # a malformed id may be a 400
+        refused = await gateway.client.post(approve, json={"organization_id": unknown}, headers=admin)
+        assert refused.status in status, await refused.text()
+        credited = await gateway.client.post("/v1/billing/grants", json={"organization_id": unknown,
+                                                                        "amount_usd": "1"}, headers=admin)
+        assert credited.status in status, await credited.text()
+
+    approved = await _json(gateway.client.post(approve, json={"organization_id": org}, headers=admin))
+    assert approved["approved_organizations"] == [org]
+    assert (await gateway.client.post(approve, json={"organization_id": "default"}, headers=admin)).status == 200

@@ -50,6 +50,8 @@ class Operation:
     """With `access="admin"`, what any other key is told (403)."""
     unavailable: str | None = None
     """When set, the operation also answers 503 (described so), with the 200's media and schema."""
+    errors: tuple[tuple[str, str], ...] = ()
+    """Statuses this operation alone answers besides the common ones, each with its description."""
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,11 @@ AFTER = query("after", {"type": "string", "minLength": 1})
 """The last id of the previous page (an empty one is refused: it is the id of nothing, not the first page)."""
 ERRORS = {"400": "Invalid request", "401": "Missing or bad key", "403": "Not allowed for this key (a worker key, or a "
           "scope, organisation or provider the caller does not administer)", "404": "Not found (or not yours)",
-          "409": "Conflict", "413": "Too large", "429": "Rate limited"}
+          "409": "Conflict", "413": "Too large", "429": "Rate limited",
+          "503": "The broker, the object store or the read model is slow or down, or a limit could not be decided now; "
+                 "retry after Retry-After"}
+WRITE_ERRORS = {"507": "A volume of the deployment is short of space (insufficient_storage); retry after Retry-After"}
+"""What a request that stores something may also be answered, besides `ERRORS`."""
 FORBIDDEN = {"admin": "Not an admin key", "self": "Not an admin key, and not for the key's own user"}
 
 
@@ -122,13 +128,14 @@ class _Schemas:
                   for part in documented_path(route.path).split("/") if part.startswith("{")]
         described: JsonObject = {"operationId": op.operation_id, "summary": op.summary,
                                  "parameters": params + list(op.params), "responses": {"200": self.answer(op.ok)}}
-        if op.unavailable is not None:
-            described["responses"]["503"] = {**self.answer(op.ok), "description": op.unavailable}
         if op.access == "public":
             described["security"] = []
         else:
+            more = WRITE_ERRORS if route.method in ("POST", "PUT", "PATCH") else {}
             described["responses"] |= {status: self.json(ErrorResponse, "serialization", text)
-                                       for status, text in ERRORS.items()}
+                                       for status, text in {**ERRORS, **more, **dict(op.errors)}.items()}
+        if op.unavailable is not None:
+            described["responses"]["503"] = {**self.answer(op.ok), "description": op.unavailable}
         if op.access in FORBIDDEN:
             described["responses"]["403"] = self.json(ErrorResponse, "serialization", FORBIDDEN[op.access])
         if op.body is not None:

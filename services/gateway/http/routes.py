@@ -27,6 +27,7 @@ from contracts.api.organization import (
 from contracts.api.page import ListPage
 from contracts.api.provider import ApproveProvider, Provider, ProviderConnection, ProviderExecutor, RegisterProvider
 from contracts.api.webhook import CreateWebhook, DeletedWebhook, UpdateWebhook, WebhookDelivery, WebhookEndpoint
+from contracts.lifecycle import ALL_STATUSES
 from services.gateway.http.observe import metrics_view
 from services.gateway.http.openapi import AFTER, FILES_LIMIT, LIMIT, Answer, openapi_view, query, route
 from services.gateway.http.readiness import readyz
@@ -83,6 +84,10 @@ OVERVIEW = Answer("Executors, batches per status, the queue, running batches, co
                   {"type": "object"})
 WORKER_KEYS = "/v1/provider/providers/{provider_id}/worker_keys"
 
+NOT_PAID = ("402", "The organisation's credit does not cover the batch's worst case (insufficient_balance), or a "
+                   "price is above its metadata.max_price_usd (price_above_max): deployments that bill")
+SLOW_UPLOAD = ("408", "The upload's body came too slowly (request_timeout)")
+
 ROUTES = [
     route("GET", "/healthz", healthz, "healthz", "Liveness", access="public"),
     route("GET", "/readyz", readyz, "readyz", "Readiness: the broker and the object store answer", READY,
@@ -96,16 +101,16 @@ ROUTES = [
           "Aliases of the models the key may use", ListPage[ModelAlias]),
     route("GET", "/v1/models/{model_id}", models.retrieve_model, "retrieveModel", "One model or alias", Model),
     route("POST", "/v1/files", files.create_file, "createFile", "Upload a JSONL file (deduplicated by content)",
-          FileObject, body=UPLOAD, params=UPLOAD_MODEL),
+          FileObject, body=UPLOAD, params=UPLOAD_MODEL, errors=(SLOW_UPLOAD,)),
     route("GET", "/v1/files", files.list_files, "listFiles", "The caller's files (any key of the same user)",
           ListPage[FileObject], params=(AFTER, FILES_LIMIT, query("order", {"type": "string", "enum": ["asc", "desc"]}),
-                                        query("purpose", {"type": "string"}))),
+                                        query("purpose", {"type": "string", "enum": files.LISTED_PURPOSES}))),
     route("GET", "/v1/files/{file_id}", files.retrieve_file, "retrieveFile", "One file", FileObject),
     route("GET", "/v1/files/{file_id}/content", files.file_content, "downloadFile", "The file's content", CONTENT),
     route("DELETE", "/v1/files/{file_id}", files.delete_file, "deleteFile",
           "Delete a file (409 while a live batch reads it)", FileDeleted),
     route("POST", "/v1/batches", batches.create_batch, "createBatch", "Create a batch", Batch,
-          body=BatchCreateRequest, params=(IDEMPOTENCY_KEY,)),
+          body=BatchCreateRequest, params=(IDEMPOTENCY_KEY,), errors=(NOT_PAID,)),
     route("POST", "/v1/batches/quote", billing.quote_batch, "quoteBatch",
           "What a batch on an uploaded file would cost (min, estimate, worst case: what a create reserves), its "
           "token bounds and the queue's ETA; nothing is reserved (extension)", BatchQuote, body=QuoteRequest),
@@ -120,8 +125,9 @@ ROUTES = [
           "The caller's batches, newest first; an organisation's administrator its members' (scope=organization), "
           "an admin key every batch (scope=all)", ListPage[Batch],
           params=(AFTER, LIMIT, query("scope", {"type": "string", "enum": ["own", "organization", "all"]}),
-                  query("organization_id", {"type": "string"}), query("status", {"type": "string"}),
-                  query("search", {"type": "string", "maxLength": 512}))),
+                  query("organization_id", {"type": "string"}),
+                  query("status", {"type": "string", "enum": sorted(ALL_STATUSES)}),
+                  query("search", {"type": "string", "maxLength": batches.MAX_SEARCH}))),
     route("GET", "/v1/batches/{batch_id:(?!quote$)[^/]+}", batches.retrieve_batch, "retrieveBatch",
           "One batch (its owner's, or an administrator's of the owner's organisation or of the platform)", Batch),
     route("POST", "/v1/batches/{batch_id}/cancel", batches.cancel_batch, "cancelBatch",
@@ -134,7 +140,7 @@ ROUTES = [
                   query("limit", {"type": "integer", "minimum": 1, "maximum": results.MAX_LIMIT}))),
     route("POST", "/v1/batches/{batch_id}/retry", batches.retry_batch, "retryBatch",
           "A new batch of the lines that failed in an ended one (run-time failures and lines never run; `codes` to "
-          "choose), linked by metadata.retry_of (extension)", Batch, body=RetryRequest),
+          "choose), linked by metadata.retry_of (extension)", Batch, body=RetryRequest, errors=(NOT_PAID,)),
     route("POST", "/v1/batches/{batch_id}/release", batches.release_batch, "releaseBatch",
           "Run a batch created with hold (extension)", Batch),
     route("GET", "/v1/batches/{batch_id}/events", events.stream_batch_events, "batchEvents",

@@ -2,9 +2,10 @@
 Also what such a cancel adds to `errors.data` (`cancelled_by_org_admin`, `cancelled_by_platform_admin`)."""
 
 import asyncio
+import re
 from typing import Literal
 
-from contracts.api.organization import DEFAULT_ORGANIZATION_ID
+from contracts.api.organization import DEFAULT_ORGANIZATION_ID, USER_ID_PATTERN
 from contracts.events.batch import AdminCancelCode
 from contracts.ids import owner_id, owner_user
 from contracts.readmodel import ApiKeyRecord, ProviderRecord, UserRecord
@@ -80,3 +81,14 @@ async def managed_provider(read_model: ReadModel, caller: ApiKeyRecord, provider
     if record is None or not owns(caller, record):
         raise not_found("provider", provider_id)
     return record
+
+
+async def existing_organization(read_model: ReadModel, organization_id: str) -> str:
+    """`organization_id`, if it names an organisation (the default one included); 404 otherwise (an operator's typo
+    must not approve for, or credit, an organisation nobody can belong to)."""
+    if organization_id == DEFAULT_ORGANIZATION_ID:
+        return organization_id
+    valid = re.fullmatch(USER_ID_PATTERN, organization_id) is not None  # `&` or `a.b` name no KV key
+    if not valid or await read_model.get_organization(organization_id) is None:
+        raise not_found("organization", organization_id)
+    return organization_id

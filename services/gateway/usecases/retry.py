@@ -4,10 +4,10 @@ at run time or never ran; a refused line only when `codes` names its code. Asked
 
 import secrets
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, Strict
 
 from contracts.api.batch_request import MAX_METADATA_PAIRS, BatchCreateRequest
 from contracts.api.request_line import MAX_LINE_BYTES
@@ -34,7 +34,7 @@ class RetryRequest(BaseModel):
     """Omitted: the original batch's."""
     metadata: dict[str, str] | None = None
     """Added to the original's metadata (with `retry_of`)."""
-    allow_partial: bool = False
+    allow_partial: Annotated[bool, Strict()] = False
 
 
 @dataclass

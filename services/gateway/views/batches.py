@@ -48,15 +48,21 @@ async def list_batches(request: web.Request) -> web.Response:
     await d.own_writes.settle(d.read_model, caller.owner, ("batch",), d.settings.own_writes_wait_s)
     listing = await _listed(request, request.query.get("scope", "own"))
     status, search = request.query.get("status"), request.query.get("search")
+    if status is not None and status not in ALL_STATUSES:  # said once, whatever the list holds
+        raise bad_request(f"status must be one of {', '.join(sorted(ALL_STATUSES))} (got {status[:40]!r}).",
+                          "invalid_status", "status")
+    if search is not None and len(search) > MAX_SEARCH:
+        raise bad_request(f"search must be at most {MAX_SEARCH} characters.", "invalid_search", "search")
     keep = None if status is None and not search else lambda batch: _matches(batch, status, search)
     return answer(await batch_page(listing, request.query.get("after"), parse_limit(request), keep))
 
 
+MAX_SEARCH = 512
+"""The longest `?search=` text (a metadata value is at most 512 characters)."""
+
+
 def _matches(batch: Batch, status: str | None, search: str | None) -> bool:
     """`?status=` one status; `?search=` text in the id or a metadata key or value (`key=value`: that pair)."""
-    if status is not None and status not in ALL_STATUSES:
-        raise bad_request(f"status must be one of {', '.join(sorted(ALL_STATUSES))} (got {status[:40]!r}).",
-                          "invalid_status", "status")
     if status is not None and batch.status != status:
         return False
     if not search:

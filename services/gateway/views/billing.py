@@ -14,7 +14,7 @@ from services.gateway.http.auth import principal
 from services.gateway.http.bodies import answer, read_body
 from services.gateway.usecases import billing
 from services.gateway.usecases.batches import batch_input
-from services.gateway.usecases.oversight import administered_organization, organization_of
+from services.gateway.usecases.oversight import administered_organization, existing_organization, organization_of
 from services.gateway.usecases.refusals import ApiError, bad_request
 
 
@@ -57,6 +57,7 @@ async def grant_credits(request: web.Request) -> web.Response:
         raise bad_request(f"amount_usd must be a non-zero amount of USD (got {body.amount_usd!r}).", "invalid_amount",
                           "amount_usd")
     d = deps(request)
+    await existing_organization(d.read_model, body.organization_id)
     fact = await billing.grant(d.bus, d.read_model, body.organization_id, amount, body.note, key.key_id,
                                body.grant_id, d.settings.read_your_writes_s)
     return answer(Grant(id=fact.grant_id, organization_id=fact.aggregate_id, amount_usd=micros_to_usd(amount),

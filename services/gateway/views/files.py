@@ -165,11 +165,12 @@ async def create_file(request: web.Request) -> web.Response:
 
 LISTED_ONLY_PURPOSES = ("evals",)
 """Purposes OpenAI's file list takes that no file here has: listing them finds none, as it would."""
+LISTED_PURPOSES = sorted((*get_args(FilePurpose), *LISTED_ONLY_PURPOSES))
 
 
 async def list_files(request: web.Request) -> web.Response:
     purpose = request.query.get("purpose")
-    if purpose is not None and purpose not in (*get_args(FilePurpose), *LISTED_ONLY_PURPOSES):
+    if purpose is not None and purpose not in LISTED_PURPOSES:
         raise bad_request(f"Unknown purpose {purpose!r}.", "invalid_purpose", "purpose")
     order = request.query.get("order", "desc")
     if order not in ("asc", "desc"):

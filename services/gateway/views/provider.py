@@ -19,7 +19,13 @@ from services.gateway.context import deps
 from services.gateway.http.auth import principal
 from services.gateway.http.bodies import answer, read_body
 from services.gateway.usecases.files import is_valid_id
-from services.gateway.usecases.oversight import administered_organization, managed_provider, organization_of, owns
+from services.gateway.usecases.oversight import (
+    administered_organization,
+    existing_organization,
+    managed_provider,
+    organization_of,
+    owns,
+)
 from services.gateway.usecases.refusals import ApiError, not_found
 
 
@@ -81,7 +87,9 @@ async def _approval_scope(request: web.Request) -> str | None:
     me = principal(request)
     body = await read_body(request, ApproveProvider)
     if me.role == "admin":
-        return body.organization_id
+        if body.organization_id is None:
+            return None
+        return await existing_organization(deps(request).read_model, body.organization_id)
     admin = await administered_organization(deps(request).read_model, me)
     if admin is None:
         raise ApiError(403, "Only a platform admin, or an administrator of an organisation (for that organisation), "

@@ -186,3 +186,18 @@ async def test_an_admin_route_refuses_every_other_key_before_its_view(role: KeyR
             await view(request)
         assert (refused.value.status, refused.value.body.message, refused.value.body.code) == (
             403, refusal, "insufficient_permissions"), path
+
+
+def test_every_status_the_gateway_answers_is_in_the_document() -> None:
+    paths = DOCUMENT["paths"]
+    assert {"402", "503", "507"} <= set(paths["/v1/batches"]["post"]["responses"]), "billing, broker, full disk"
+    assert {"402", "507"} <= set(paths["/v1/batches/{batch_id}/retry"]["post"]["responses"])
+    assert {"408", "503", "507"} <= set(paths["/v1/files"]["post"]["responses"]), "an upload that came too slowly"
+    assert "503" in paths["/v1/batches"]["get"]["responses"] and "507" not in paths["/v1/batches"]["get"]["responses"]
+
+
+def test_a_query_parameter_with_fixed_values_says_them() -> None:
+    batches = {p["name"]: p["schema"] for p in DOCUMENT["paths"]["/v1/batches"]["get"]["parameters"]}
+    files = {p["name"]: p["schema"] for p in DOCUMENT["paths"]["/v1/files"]["get"]["parameters"]}
+    assert "validated" in batches["status"]["enum"] and batches["search"]["maxLength"] == 512
+    assert {"batch", "batch_output", "evals"} <= set(files["purpose"]["enum"])

@@ -3,10 +3,13 @@ contract declares, whether the request came over HTTP (JSON) or from the CLI (ar
 
 import orjson
 import pytest
+from pydantic import BaseModel
 
 from contracts.api.batch_request import BatchCreateRequest
 from contracts.api.organization import CreateOrganization, CreateUser
+from contracts.api.webhook import UpdateWebhook
 from services.gateway.usecases.refusals import ApiError, parse_body, parse_fields
+from services.gateway.usecases.retry import RetryRequest
 
 GOOD = {"input_file_id": "file-abc", "endpoint": "/v1/chat/completions", "completion_window": "24h"}
 
@@ -85,3 +88,17 @@ def test_an_admin_body_refuses_a_bad_id_the_same_way_over_http_and_from_the_cli(
 
 def test_an_empty_admin_body_is_an_empty_object() -> None:
     assert parse_body(CreateOrganization, b"") == CreateOrganization()
+
+
+@pytest.mark.parametrize(("model", "field"), [(UpdateWebhook, "enabled"), (RetryRequest, "allow_partial")])
+@pytest.mark.parametrize("value", [0, 1, "true", "yes", "off"])
+def test_a_boolean_field_takes_a_json_boolean_only(model: type[BaseModel], field: str, value: object) -> None:
+    with pytest.raises(ApiError) as refused:
+        parse_body(model, orjson.dumps({field: value}))
+    assert refused.value.status == 400 and refused.value.body.param == field
+    assert getattr(parse_body(model, orjson.dumps({field: True})), field) is True
+
+
+def test_output_expires_after_refuses_a_parameter_it_does_not_know() -> None:
+    body = {**GOOD, "output_expires_after": {"anchor": "created_at", "seconds": 4000, "x": 1}}
+    assert refusal(orjson.dumps(body)) == (400, "invalid_output_expires_after", "output_expires_after")
