@@ -25,7 +25,7 @@ from services.gateway.usecases import billing as billing_usecase
 from services.gateway.usecases.files import is_valid_id, owned_file
 from services.gateway.usecases.oversight import Standing, cancel_entry, organization_of, standing
 from services.gateway.usecases.refusals import ApiError, ascii_int, bad_request, not_found, revoked_key
-from services.gateway.usecases.twin_claims import claim_or_twin, withdraw
+from services.gateway.usecases.twin_claims import Claim, claim_or_twin, withdraw
 from services.runtime.nats.bus import Fence, FenceMoved
 from services.runtime.nats.facts import last_fact
 
@@ -120,10 +120,7 @@ async def create_from(d: Deps, caller: ApiKeyRecord, key_digest: str, body: Batc
     file = await batch_input(d, caller, body.input_file_id)
     claim = None if idempotency_key else await claim_or_twin(d, caller.owner, asked, batch_id)
     if isinstance(claim, BatchCreated):  # the same create, sent at once, was stated first
-        stated = await d.read_model.get_batch(claim.aggregate_id)
-        if stated is None:
-            d.own_writes.note(caller.owner, "batch", claim.aggregate_id)  # the owner's next read waits for it
-        return Created(stated.batch if stated is not None else _as_created(claim), claim.aggregate_id)
+        return await _twin_in_flight(d, caller.owner, claim)
     try:
         terms = await _admitted(d, caller, batch_id, body, file, None if idempotency_key else asked)
     except BaseException as refused:
@@ -133,24 +130,35 @@ async def create_from(d: Deps, caller: ApiKeyRecord, key_digest: str, body: Batc
             return Created(refused.batch, refused.batch.id)
         raise
     event = _created_event(caller, batch_id, body, file, terms, window_s, output_expires_after_s)
-    try:
-        sequence = await d.bus.publish(event, fence=Fence(key_fact(key_aggregate_id(caller.key_id, key_digest),
-                                                                   "revoked"), 0))
-    except FenceMoved:
-        if terms.billed_account is not None:
-            await asyncio.shield(_release_quietly(d, terms.billed_account, batch_id))
-        if claim is not None:
-            await asyncio.shield(withdraw(d, claim))
-        raise revoked_key() from None
-    except BaseException:
-        if terms.billed_account is not None:  # the batch may not exist: its reservation must not hold credit for ever
-            await asyncio.shield(_release_quietly(d, terms.billed_account, batch_id))
-        if claim is not None:
-            await asyncio.shield(withdraw(d, claim))
-        raise
+    sequence = await _stated(d, event, Fence(key_fact(key_aggregate_id(caller.key_id, key_digest), "revoked"), 0),
+                             terms, claim)
     if idempotency_key and await _created_parameters(d, batch_id) != asked:
         raise _idempotency_conflict(idempotency_key, batch_id)  # a concurrent request with this key won
     return Created(await _read_back(d, caller.owner, event, sequence))
+
+
+async def _twin_in_flight(d: Deps, owner: str, twin: BatchCreated) -> Created:
+    """The answer to a create whose twin, sent at once, was stated first: that batch."""
+    stated = await d.read_model.get_batch(twin.aggregate_id)
+    if stated is None:
+        d.own_writes.note(owner, "batch", twin.aggregate_id)  # the owner's next read waits for it
+    return Created(stated.batch if stated is not None else _as_created(twin), twin.aggregate_id)
+
+
+async def _stated(d: Deps, event: BatchCreated, unrevoked: Fence, terms: _Terms, claim: Claim | None) -> int:
+    """Publish the batch's `created` fact while its key is not revoked (`unrevoked`); its sequence. Failing, what the
+    create holds is given back: the batch may not exist, so its reservation must not hold credit for ever, nor its
+    claim make a twin wait."""
+    try:
+        return await d.bus.publish(event, fence=unrevoked)
+    except BaseException as failed:
+        if terms.billed_account is not None:
+            await asyncio.shield(_release_quietly(d, terms.billed_account, event.aggregate_id))
+        if claim is not None:
+            await asyncio.shield(withdraw(d, claim))
+        if isinstance(failed, FenceMoved):
+            raise revoked_key() from None
+        raise
 
 
 async def _earlier(d: Deps, batch_id: str, idempotency_key: str, asked: CreateParameters) -> Batch | None:
