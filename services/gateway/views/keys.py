@@ -2,6 +2,7 @@
 user key manages its own user's keys through the same routes, and no other. Rules: `usecases.accounts`."""
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from functools import partial
 
 from aiohttp import web
@@ -63,15 +64,27 @@ async def _admit_key(request: web.Request, user_id: str, key_id: str) -> None:
     """Take one of the user's key places for `key_id` (atomically across gateways), else 429."""
     d = deps(request)
 
-    async def held(_: frozenset[str]) -> Holdings:  # revoked keys stay in the read model
-        mine = [r for _, r in await d.read_model.list_api_keys() if r.user_id == user_id]
-        return Holdings({r.key_id: 1 for r in mine if not r.revoked}, frozenset(r.key_id for r in mine))
+    async def mine() -> list[ApiKeyRecord]:
+        return [r for _, r in await d.read_model.list_api_keys() if r.user_id == user_id]
 
-    limit = d.settings.max_keys_per_user
-    used = await d.admission.take(KEYS, f"user-{user_id}", key_id, 1, limit, held)
+    await _take_key_place(request, f"user-{user_id}", key_id, mine, d.settings.max_keys_per_user,
+                          f"User {user_id}", "keys")
+
+
+async def _take_key_place(request: web.Request, owner: str, key_id: str,
+                          keys: Callable[[], Awaitable[list[ApiKeyRecord]]], limit: int, whose: str, what: str,
+                          ) -> None:
+    """Take one of `owner`'s places for `key_id` among its keys not revoked (`keys`: all of them, revoked ones stay
+    in the read model), atomically across gateways; else 429 `too_many_keys` (`whose` `what`: the message's words)."""
+
+    async def held(_: frozenset[str]) -> Holdings:
+        records = await keys()
+        return Holdings({r.key_id: 1 for r in records if not r.revoked}, frozenset(r.key_id for r in records))
+
+    used = await deps(request).admission.take(KEYS, owner, key_id, 1, limit, held)
     if used is not None:
-        raise ApiError(429, f"User {user_id} already has {used} keys that are not revoked (the limit is {limit}); "
-                       "revoke some first.", "rate_limit_error", "too_many_keys")
+        raise ApiError(429, f"{whose} already has {used} {what} that are not revoked (the limit is {limit}); revoke "
+                       "some first.", "rate_limit_error", "too_many_keys")
 
 
 async def _list(request: web.Request, workers: bool) -> web.Response:
@@ -148,15 +161,11 @@ async def create_provider_worker_key(request: web.Request) -> web.Response:
     body = await read_body(request, CreateWorkerKey)
     key_id = new_key_id()
 
-    async def held(_: frozenset[str]) -> Holdings:  # revoked keys stay in the read model
-        keys = [r for _, r in await _worker_keys(request, provider.provider_id)]
-        return Holdings({r.key_id: 1 for r in keys if not r.revoked}, frozenset(r.key_id for r in keys))
+    async def providers_keys() -> list[ApiKeyRecord]:
+        return [r for _, r in await _worker_keys(request, provider.provider_id)]
 
-    limit = d.settings.max_worker_keys_per_provider
-    used = await d.admission.take(KEYS, provider.provider_id, key_id, 1, limit, held)
-    if used is not None:
-        raise ApiError(429, f"Provider {provider.provider_id} already has {used} worker keys that are not revoked (the "
-                       f"limit is {limit}); revoke some first.", "rate_limit_error", "too_many_keys")
+    await _take_key_place(request, provider.provider_id, key_id, providers_keys,
+                          d.settings.max_worker_keys_per_provider, f"Provider {provider.provider_id}", "worker keys")
     return await key_answer(request, *await usecases.create_key(accounts(request), "worker", body.name or "worker key",
                                                                 None, provider.provider_id, key_id))
 
