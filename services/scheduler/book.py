@@ -172,15 +172,18 @@ class Book:
             provider_id = self.placements.provider_of(event)  # also for a fact from before it named one
             if executor_id not in self.owners:
                 owner = self.owners[executor_id] = ExecutorOwner(provider_id, event.worker_key_id)
-                self.new_ids_of(owner.label, event.occurred_at).append(event.occurred_at)
+                times = self.new_ids.setdefault(owner.label, deque())
+                times.append(event.occurred_at)
+                self.new_ids_of(owner.label, event.occurred_at)  # the older ones go
             self.key_holders[event.worker_key_id] = executor_id
 
-    def new_ids_of(self, label: str, now_ms: int) -> deque[int]:
-        """When the owner's executor ids that are new within the window first registered (as of `now_ms`)."""
-        times = self.new_ids.setdefault(label, deque())
+    def new_ids_of(self, label: str, now_ms: int) -> int:
+        """How many of the owner's executor ids first registered within the window (as of `now_ms`); asking keeps
+        nothing for an owner that brought none."""
+        times = self.new_ids.get(label)
         while times and times[0] <= now_ms - NEW_EXECUTOR_IDS_WINDOW_MS:
             times.popleft()
-        return times
+        return len(times) if times else 0
 
     @_fleet_rules.on(ExecutorLost)
     def _lost(self, event: ExecutorLost) -> None:

@@ -49,7 +49,7 @@ def identity_refusal(book: Book, executor_id: str, record: ApiKeyRecord, now_ms:
     if owner is not None and not owner.admits(record.provider_id, record.key_id):
         return f"Executor id {executor_id} belongs to another provider; choose another id."
     if owner is None:
-        if len(book.new_ids_of(ExecutorOwner(record.provider_id, record.key_id).label, now_ms)) \
+        if book.new_ids_of(ExecutorOwner(record.provider_id, record.key_id).label, now_ms) \
                 >= NEW_EXECUTOR_IDS_PER_WINDOW:
             whose = f"Provider {record.provider_id}" if record.provider_id else f"Worker key {record.key_id}"
             return (f"{whose} brought {NEW_EXECUTOR_IDS_PER_WINDOW} new executor ids in the last "

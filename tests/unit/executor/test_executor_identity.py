@@ -139,4 +139,5 @@ def test_a_key_of_no_provider_counts_its_new_executor_ids_on_its_own() -> None:
 
     assert identity_refusal(book, "op-new", key, NOW) is not None
     assert identity_refusal(book, "op-new", worker_key("k-op-2", None), NOW) is None
-    assert len(book.new_ids_of("key k-op", NOW + NEW_EXECUTOR_IDS_WINDOW_MS)) == 0, "forgotten once out of the window"
+    assert book.new_ids_of("key k-op", NOW + NEW_EXECUTOR_IDS_WINDOW_MS) == 0, "forgotten once out of the window"
+    assert book.new_ids_of("key never-seen", NOW) == 0 and "key never-seen" not in book.new_ids
