@@ -17,14 +17,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 import nats
 import nats.errors
 import orjson
 from nats.aio.client import Client
 
-from services.runtime.storage.volumes import reserve_for
+from infra.volume_space import Restartable, RestartBackoff, space_of
 
 log = logging.getLogger("sheshnag.up")
 
@@ -34,24 +33,10 @@ FAULT_WORDS = (b"no space left on device", b"critical write error", b"disabling 
                b"jetstream out of resources")
 SPACE_WORDS = ("no space left on device", "out of resources")
 """Fault lines that say the disk was full: evidence enough that a restart once space returns is the cure."""
-RESTART_BACKOFF_S = 30.0
-"""The least time between two restarts of this watch's; doubled for each further one within `BACKOFF_MEMORY_S`."""
-BACKOFF_MEMORY_S = 600.0
 PROBE_EVERY_S = 2.0
 PROBE_TIMEOUT_S = 1.0
 LOG_READ_BYTES = 1 << 20
 JETSTREAM_OFF = "jetstream not enabled"
-
-
-class Restartable(Protocol):
-    """The supervised broker process (infra/supervisor.py's `Supervised`)."""
-
-    name: str
-    restarts: int
-
-    def stop(self) -> None: ...
-
-    def start(self) -> None: ...
 
 
 @dataclass
@@ -72,8 +57,7 @@ class BrokerWatch:
     operator's, and restarting it again and again would make the outage worse."""
     log_offset: int = field(default=-1)
     probed_at: float = 0.0
-    restarts: list[float] = field(default_factory=list)
-    """When (monotonic) each restart of this watch's was done; the last one's recovery time is logged."""
+    backoff: RestartBackoff = field(default_factory=RestartBackoff)
     _nc: Client | None = None
 
     async def check(self, broker: Restartable, wait_ready: Callable[[], None]) -> None:
@@ -90,24 +74,19 @@ class BrokerWatch:
             self.probed_at = time.monotonic()
             if await self._jetstream_off():
                 self._note("JetStream is not enabled")
-        if self.fault is None or not self.space_short or free is None or free < reserve or self._backing_off():
+        if self.fault is None or not self.space_short or free is None or free < reserve or self.backoff.waiting():
             return
         log.warning("restarting %s: %s (%.1fs ago); its volume has %.1f MiB free again", broker.name, self.fault,
                     time.monotonic() - self.fault_at, free / 2**20)
         # Cleared first: a broker slow to come back (rebuilding its indexes) is waited for, never restarted again
         # by this fault; the supervisor restarts one that dies, with its own backoff.
         self.fault, self.space_short, self.log_offset = None, False, -1
-        self.restarts.append(time.monotonic())
+        self.backoff.note()
         await self.close()
         await asyncio.to_thread(broker.stop)
         broker.start()
         broker.restarts += 1
         await asyncio.to_thread(wait_ready)
-
-    def _backing_off(self) -> bool:
-        now = time.monotonic()
-        recent = [at for at in self.restarts if now - at < BACKOFF_MEMORY_S]
-        return bool(recent) and now - recent[-1] < RESTART_BACKOFF_S * 2 ** min(len(recent) - 1, 4)
 
     def _note(self, why: str) -> None:
         if self.fault is None:
@@ -115,12 +94,7 @@ class BrokerWatch:
             self.fault, self.fault_at = why, time.monotonic()
 
     def _space(self) -> tuple[int | None, int]:
-        try:
-            stat = os.statvfs(self.store)
-        except OSError:
-            return None, 0
-        total = stat.f_blocks * stat.f_frsize
-        return stat.f_bavail * stat.f_frsize, reserve_for(total, self.reserve_percent, self.reserve_max_bytes)
+        return space_of(self.store, self.reserve_percent, self.reserve_max_bytes)
 
     def _log_faults(self) -> list[str]:
         """Fault lines the broker logged since the last look (from the end, at the first look)."""

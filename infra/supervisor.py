@@ -29,6 +29,7 @@ from infra.embedded import (
 )
 from infra.nats_auth import NatsAuth
 from infra.nats_config import client_tls, core_url
+from infra.object_store_watch import ObjectStoreWatch, probe_client
 from infra.private import PRIVATE_UMASK, make_private
 from infra.process_env import StackSecrets, server_env, service_env
 from infra.tls import ServerTls, ensure_server_tls
@@ -54,6 +55,7 @@ class Supervised:
     process: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
     restarts: int = 0
+    pid_written: bool = False
     next_start_at: float = 0.0
     delay_s: float = 1.0
     make_command: Callable[[], list[str]] | None = None
@@ -68,24 +70,41 @@ class Supervised:
             self.process = subprocess.Popen(self.command, env=self.env, stdout=out, stderr=subprocess.STDOUT,
                                             cwd=self.cwd, start_new_session=True, umask=PRIVATE_UMASK)
         self.started_at = time.monotonic()
+        self.pid_written = False
+        self.write_pid()
+
+    def write_pid(self) -> None:
+        """The running process's pid, for tools and tests; on a full disk it is written once there is room again
+        (the process runs meanwhile: a supervisor that stopped for want of a pid file would stop the whole stack)."""
+        if self.process is None or self.pid_written:
+            return
         # Atomic: a reader never sees the file empty or half written.
         staging = self.pid_file.with_suffix(".pid.tmp")
-        staging.write_text(str(self.process.pid))
-        staging.replace(self.pid_file)
+        try:
+            staging.write_text(str(self.process.pid))
+            staging.replace(self.pid_file)
+        except OSError as error:
+            with contextlib.suppress(OSError):
+                staging.unlink()
+            log.warning("%s's pid file not written (%s); tried again next tick", self.name, error)
+            return
+        self.pid_written = True
 
     @property
     def pid_file(self) -> Path:
         return self.log_file.with_suffix(".pid")
 
     def check(self) -> None:
-        """Restart a crashed process with exponential backoff, logging the crash."""
+        """Restart a crashed process with exponential backoff, logging the crash. A start that fails (no room for
+        its log, no process to be had) is tried again after the same backoff: the supervisor itself never stops."""
         now = time.monotonic()
         if self.process is None:
             if now >= self.next_start_at:
-                self.start()
+                self._try_start(now)
             return
         code = self.process.poll()
         if code is None:
+            self.write_pid()
             return
         ran_for = now - self.started_at
         self.delay_s = 1.0 if ran_for > STABLE_AFTER_S else min(self.delay_s * 2, MAX_RESTART_DELAY_S)
@@ -95,20 +114,31 @@ class Supervised:
         self.process = None
         self.next_start_at = now + self.delay_s
 
-    def stop(self) -> None:
+    def _try_start(self, now: float) -> None:
+        try:
+            self.start()
+        except OSError as error:
+            self.process = None
+            self.delay_s = min(self.delay_s * 2, MAX_RESTART_DELAY_S)
+            self.next_start_at = now + self.delay_s
+            log.error("%s could not be started (%s); tried again in %.0fs", self.name, error, self.delay_s)
+
+    def stop(self, within_s: float = 10.0) -> None:
         if self.process is not None:
-            stop_process(self.process)
+            stop_process(self.process, within_s)
 
 
 START_TRIES = 3
 """Starts of a server whose command is built afresh each time (SeaweedFS) before its start-up failure is final."""
 
 
-def start_until_listening(child: Supervised, port: int, ready_s: float, host: str) -> None:
-    """Start `child` and wait for it to listen; one that exits during start-up and builds its command afresh (an
-    inner port another process took meanwhile: "Port allocation failed") is started again, up to START_TRIES."""
+def start_until_listening(child: Supervised, port: int, ready_s: float, host: str, started: bool = False) -> None:
+    """Start `child` (`started`: it was just started) and wait for it to listen; one that exits during start-up and
+    builds its command afresh (an inner port another process took meanwhile: "Port allocation failed") is started
+    again, up to START_TRIES."""
     for attempt in range(1, START_TRIES + 1):
-        child.start()
+        if not started or attempt > 1:
+            child.start()
         assert child.process is not None
         try:
             wait_for_port(port, child.process, ready_s, child.name, host)
@@ -151,6 +181,9 @@ class Stack:
     """Broker and object store first, then the services; stopped in reverse order."""
     broker_watch: BrokerWatch | None = None
     """The stack's own broker, restarted once space returns after its disk filled (infra/broker_watch.py)."""
+    object_store_watch: ObjectStoreWatch | None = None
+    """The stack's own object store, restarted when it goes on refusing writes after space returned
+    (infra/object_store_watch.py)."""
 
     @property
     def logs(self) -> Path:
@@ -187,14 +220,17 @@ class Stack:
                             s3_access_key=self.credentials.access_key, s3_secret_key=self.credentials.secret_key,
                             callout_seed=self.nats_auth.issuer_seed, worker_key=self.worker_key)
 
+    def s3_endpoint(self) -> str:
+        """Where the services (and `up`'s own probe) reach S3: behind TLS, SeaweedFS's own port on loopback."""
+        return f"127.0.0.1:{self.s3_inner_port}" if self.s3_inner_port else f"{url_host(self.listen)}:{self.s3_port}"
+
     def settings_env(self) -> dict[str, str]:
         """The stack's wiring every service gets; none of it is secret."""
         tls = {"SHESHNAG_NATS_TLS_CA": str(self.tls.ca)} if self.tls and self.uses_tls else {}
         return {
             **tls,
             **self.https_env(),
-            "SHESHNAG_S3_ENDPOINT": (f"127.0.0.1:{self.s3_inner_port}" if self.s3_inner_port
-                                     else f"{url_host(self.listen)}:{self.s3_port}"),
+            "SHESHNAG_S3_ENDPOINT": self.s3_endpoint(),
             "SHESHNAG_GATEWAY_HOST": self.listen,
             "SHESHNAG_GATEWAY_PORT": str(self.gateway_port),
             "SHESHNAG_GATEWAY_PROVIDER_NATS_URL": self.nats_url(),
@@ -266,6 +302,10 @@ class Stack:
         for child, port, ready_s, host in servers:
             start_until_listening(child, port, ready_s, host)
             self.children.append(child)
+        self.object_store_watch = ObjectStoreWatch(
+            self.data_dir / "s3",
+            probe_client(self.s3_endpoint(), self.credentials.access_key, self.credentials.secret_key),
+            connection.s3_bucket, connection.storage_reserve_percent, connection.storage_reserve_max_bytes)
 
     def start_services(self) -> None:
         secrets, settings = self.secrets(), self.settings_env()
@@ -282,14 +322,20 @@ class Stack:
             for child in self.children:
                 child.check()
             await self.watch_broker()
-            tighten_volume_info(self.data_dir / "s3")
+            await self.watch_object_store()
+            try:
+                tighten_volume_info(self.data_dir / "s3")
+            except OSError as error:  # a volume info file SeaweedFS is replacing: the next tick sees it
+                log.warning("volume info files not tightened: %s", error)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=0.5)
         if self.broker_watch is not None:
             await self.broker_watch.close()
+        if self.object_store_watch is not None:
+            self.object_store_watch.close()
 
     async def watch_broker(self) -> None:
-        broker = next((child for child in self.children if child.name == "nats-server"), None)
+        broker = self._child("nats-server")
         if self.broker_watch is None or broker is None or broker.process is None:
             return
 
@@ -301,6 +347,23 @@ class Stack:
             await self.broker_watch.check(broker, ready)
         except (OSError, RuntimeError, TimeoutError) as error:
             log.error("the broker's watch failed: %r; it looks again next tick", error)
+
+    async def watch_object_store(self) -> None:
+        s3 = self._child("s3")
+        if self.object_store_watch is None or s3 is None or s3.process is None:
+            return
+        port, host = (self.s3_inner_port, "127.0.0.1") if self.s3_inner_port else (self.s3_port, self.listen)
+
+        def ready() -> None:
+            start_until_listening(s3, port, S3_READY_S, host, started=True)
+
+        try:
+            await self.object_store_watch.check(s3, ready)
+        except (OSError, RuntimeError, TimeoutError) as error:
+            log.error("the object store's watch failed: %r; it looks again next tick", error)
+
+    def _child(self, name: str) -> Supervised | None:
+        return next((child for child in self.children if child.name == name), None)
 
     def reload_certificates(self) -> None:
         """Have every server of the stack that serves its certificate load it again (after `certs rotate`): the

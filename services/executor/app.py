@@ -106,8 +106,9 @@ async def serve(settings: ExecutorSettings, engines: EngineShelf, bus: EventBus,
     store = await object_access(settings, bus)
     engines.reach_objects(store)  # models whose weights are in the object store are fetched through it
     fleet = await OwnAdvert.open(bus, settings.executor_id, declare=not settings.worker_key)
-    advert = advert_of(settings, engines)
-    await fleet.advertise(advert)
+    advert = await fleet.advertise_first(lambda: advert_of(settings, engines), stop)
+    if advert is None:
+        return
     if settings.worker_key:
         refusals = Refusals(settings.executor_id, settings.join_retry_s, settings.join_retry_max_s,
                             settings.max_refusals)

@@ -1,7 +1,8 @@
 """A full disk, on a filesystem of the stack's own (a tmpfs): new uploads and batches are refused with 507
 `insufficient_storage` once free space is under the reserve, while reads and cancels go on and the running batch
 keeps running; filled to the last byte, every answer is still clear (507/503, never a 500); once space returns the
-stack serves again by itself (its broker restarted by `up`), and every line of every accepted batch is in its
+stack serves again by itself (its broker restarted by `up`, its object store too if it goes on refusing writes),
+and every line of every accepted batch is in its
 output or error file exactly once. The time to recover is printed and written to `disk-full-recovery.json`.
 
 Skipped where the machine cannot mount a tmpfs (not root, or a container without the right)."""
@@ -217,8 +218,9 @@ def test_a_full_disk_is_refused_early_and_clearly_and_the_stack_recovers_by_itse
         record["waited_out"] = logs.count("; done again in")
         record["facts_refused"] = [line[:400] for line in logs.splitlines() if "refused from executor" in line][:10]
         with contextlib.suppress(OSError):
-            record["broker_restarts"] = (small_disk / f"up-{stack.port}.out").read_text(errors="replace") \
-                .count("restarting nats-server")
+            said_by_up = (small_disk / f"up-{stack.port}.out").read_text(errors="replace")
+            record["broker_restarts"] = said_by_up.count("restarting nats-server")
+            record["object_store_restarts"] = said_by_up.count("restarting s3")
         print(json.dumps(record, indent=2))
         with contextlib.suppress(OSError):
             Path(os.environ.get(RESULTS_ENV) or small_disk.parent / "disk-full-recovery.json").write_text(

@@ -1,12 +1,16 @@
-"""The executor stays in the fleet: it renews its broker admission before it expires, and after a silence longer
-than its advert lives (a pause) it registers again before it heartbeats on."""
+"""The executor stays in the fleet: its first advert waits out a broker that cannot write, it renews its broker
+admission before it expires, and after a silence longer than its advert lives (a pause) it registers again before
+it heartbeats on."""
 
 import asyncio
 
+import nats.errors
 import pytest
 
+import services.executor.adapters.advert as advert_module
 from contracts.events.executor import ExecutorAdvert
 from services.executor.adapters.admission import expiry_of, renew_in
+from services.executor.adapters.advert import OwnAdvert
 from services.executor.heartbeat import SILENCE_MS, heartbeat
 
 START = 2_000_000_000_000
@@ -74,3 +78,41 @@ async def test_no_heartbeat_is_sent_until_a_scheduler_answers_the_new_registrati
     assert await beats([0, after, after + 3_000, after + 6_000], [False, True]) == [
         "beat@0", f"rejoin@{after}:no answer", f"rejoin@{after + 3_000}:ok", f"beat@{after + 3_000}",
         f"beat@{after + 6_000}"]
+
+
+class StuckBroker:
+    """A JetStream context whose publishes time out `stuck_for` times (a broker that cannot write), then are taken."""
+
+    def __init__(self, stuck_for: int) -> None:
+        self.stuck_for = stuck_for
+        self.taken: list[bytes] = []
+
+    async def publish(self, subject: str, payload: bytes = b"", **_: object) -> None:
+        if self.stuck_for > 0:
+            self.stuck_for -= 1
+            raise nats.errors.TimeoutError
+        self.taken.append(payload)
+
+
+async def test_the_first_advert_waits_out_a_broker_that_cannot_write_and_is_made_afresh_for_each_try(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(advert_module, "FIRST_ADVERT_RETRY_S", 0.0)
+    broker = StuckBroker(stuck_for=3)
+    made = iter(range(10))
+    own = OwnAdvert(broker, "e1")  # type: ignore[arg-type]
+
+    taken = await own.advertise_first(lambda: advert_at(START + next(made)), asyncio.Event())
+
+    assert taken is not None and taken.heartbeat_at == START + 3
+    assert [ExecutorAdvert.model_validate_json(p).heartbeat_at for p in broker.taken] == [START + 3]
+
+
+async def test_an_executor_stopped_before_its_first_advert_was_taken_advertises_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(advert_module, "FIRST_ADVERT_RETRY_S", 0.01)
+    broker = StuckBroker(stuck_for=1_000_000)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().call_later(0.1, stop.set)
+
+    assert await OwnAdvert(broker, "e1").advertise_first(lambda: advert_at(START), stop) is None  # type: ignore[arg-type]
+    assert broker.taken == []

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from infra import broker_watch
+from infra import volume_space
 from infra.broker_watch import BrokerWatch
 
 
@@ -17,7 +17,7 @@ class FakeBroker:
     restarts: int = 0
     stops: int = 0
 
-    def stop(self) -> None:
+    def stop(self, within_s: float = 10.0) -> None:
         self.stops += 1
 
     def start(self) -> None:
@@ -85,6 +85,6 @@ async def test_restarts_for_faults_in_quick_succession_back_off(tmp_path: Path,
         await made.check(broker, lambda: None)
 
     assert broker.stops == 1  # the second fault waits out the backoff
-    monkeypatch.setattr(broker_watch, "RESTART_BACKOFF_S", 0.0)
+    monkeypatch.setattr(volume_space, "RESTART_BACKOFF_S", 0.0)
     await made.check(broker, lambda: None)
     assert broker.stops == 2

@@ -1,0 +1,51 @@
+"""The supervisor of `sheshnag up` never stops for want of disk: a process whose pid file cannot be written runs on
+(the file is written once there is room), and a restart that cannot even open its log is tried again after the
+usual backoff. (Found on a full disk: a service's restart could not write its pid file, and the supervisor's own
+crash then stopped the whole stack.)"""
+
+import sys
+import time
+from pathlib import Path
+
+from infra.supervisor import Supervised
+
+SLEEPS = [sys.executable, "-c", "import time; time.sleep(60)"]
+
+
+def test_a_process_whose_pid_file_cannot_be_written_runs_and_the_file_is_written_once_it_can_be(
+        tmp_path: Path) -> None:
+    child = Supervised("gateway", SLEEPS, None, tmp_path / "gateway.log")
+    blocker = tmp_path / "gateway.pid.tmp"
+    blocker.mkdir()  # the staging file cannot be written, as on a full disk
+    try:
+        child.start()
+        assert child.process is not None and child.process.poll() is None
+        assert not child.pid_file.exists()
+
+        child.check()
+        assert not child.pid_file.exists() and child.restarts == 0
+
+        blocker.rmdir()  # room again
+        child.check()
+        assert child.pid_file.read_text() == str(child.process.pid)
+    finally:
+        child.stop()
+
+
+def test_a_restart_that_cannot_open_its_log_is_tried_again_after_a_backoff(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    child = Supervised("executor", SLEEPS, None, logs / "executor.log")
+    try:
+        child.check()  # no process yet: the start fails (its log's folder is missing), and does not raise
+        assert child.process is None and child.next_start_at > time.monotonic()
+
+        logs.mkdir()
+        child.check()
+        assert child.process is None, "started again before its backoff"
+
+        child.next_start_at = time.monotonic()
+        child.check()
+        assert child.process is not None and child.process.poll() is None
+        assert child.pid_file.read_text() == str(child.process.pid)
+    finally:
+        child.stop()
