@@ -338,3 +338,38 @@ async def test_ended_deliveries_past_their_retention_are_erased_without_a_trace_
     leftovers = await read_subject(store.kv.js, store.kv.stream, f"{store.kv.prefix}delivery.{endpoint_id}.>")
     assert {message.subject.rsplit(".", 1)[1] for message in leftovers} == kept
     assert await store.prune(ended_before=now - OLD_S / 2) == 0
+
+
+
+async def test_an_attempt_recorded_while_a_redelivery_is_asked_is_kept_by_both(
+        gateway: Gateway, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two writers of one delivery (a user asking for it again, the deliverer recording an attempt between that
+    request's read and its write) each change what is stored now: neither overwrites the other's change."""
+    store = WebhookStore(await open_bucket(gateway.bus, WEBHOOKS_BUCKET, scans=True))
+    endpoint_id, now = f"wh_{secrets.token_hex(12)}", time.time()
+    failed = WebhookDelivery(id=f"msg_{secrets.token_hex(12)}", endpoint_id=endpoint_id, status="failed",
+                             event=WebhookEvent(id=f"evt_{secrets.token_hex(8)}", type="batch.completed",
+                                                created_at=int(now), data=WebhookEventData(id="batch_x")),
+                             attempts=[DeliveryAttempt(attempted_at=now, status_code=500, duration_ms=3)],
+                             created_at=now, event_sequence=1)
+    await store.add_delivery(failed)
+    late_attempt = DeliveryAttempt(attempted_at=now + 1, status_code=200, duration_ms=4)
+    write = store.kv.update
+    interleaved: list[str] = []
+
+    async def another_writer_first(key: str, value: bytes, last: int) -> int:
+        if not interleaved:
+            interleaved.append(key)
+            await store.change_delivery(endpoint_id, failed.id, lambda stored: stored.model_copy(update={
+                "attempts": [*stored.attempts, late_attempt], "status": "delivered"}))
+        return await write(key, value, last=last)
+
+    monkeypatch.setattr(store.kv, "update", another_writer_first)
+    again = await store.change_delivery(endpoint_id, failed.id, lambda stored: None if stored.status == "pending"
+                                        else stored.model_copy(update={"status": "pending"}))
+
+    assert interleaved, "the other writer never came between the read and the write"
+    assert again is not None and again.status == "pending"
+    assert [a.status_code for a in again.attempts] == [500, 200], "the attempt recorded meanwhile was overwritten"
+    assert await store.get_delivery(endpoint_id, failed.id) == again
+    assert await store.change_delivery(endpoint_id, "msg_" + "0" * 24, lambda stored: stored) is None

@@ -15,6 +15,7 @@ from contracts.api.webhook import (
     CreateWebhook,
     DeletedWebhook,
     UpdateWebhook,
+    WebhookDelivery,
     WebhookEndpoint,
 )
 from contracts.readmodel import ApiKeyRecord
@@ -233,7 +234,11 @@ async def redeliver(request: web.Request) -> web.Response:
     if delivery is None:
         raise not_found("webhook delivery", delivery_id[:100])
     if delivery.status != "pending":
-        delivery = delivery.model_copy(update={"status": "pending", "next_attempt_at": time.time()})
-        await store.save_delivery(delivery)
+        def pending_again(stored: WebhookDelivery) -> WebhookDelivery | None:
+            if stored.status == "pending":
+                return None  # made pending meanwhile (a redelivery asked at the same time)
+            return stored.model_copy(update={"status": "pending", "next_attempt_at": time.time()})
+
+        delivery = await store.change_delivery(endpoint.id, delivery_id, pending_again) or delivery
         await store.add_delivery(delivery)
     return answer(delivery)

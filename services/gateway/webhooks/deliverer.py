@@ -128,15 +128,20 @@ class Attempts:
             await self._end(claim, delivery, attempt, "failed")
             return False
         due = time.time() + delay
-        await self.store.save_delivery(delivery.model_copy(update={
-            "attempts": [*delivery.attempts, attempt], "next_attempt_at": due}))
+        await self._record(delivery, attempt, {"next_attempt_at": due})
         await self.store.reschedule(claim, due)
         return False
 
     async def _end(self, claim: Claim, delivery: WebhookDelivery, attempt: DeliveryAttempt, status: str) -> None:
-        await self.store.save_delivery(delivery.model_copy(update={
-            "attempts": [*delivery.attempts, attempt], "status": status, "next_attempt_at": None}))
+        await self._record(delivery, attempt, {"status": status, "next_attempt_at": None})
         await self.store.finish(claim)
+
+    async def _record(self, delivery: WebhookDelivery, attempt: DeliveryAttempt, update: dict[str, object]) -> None:
+        """The attempt added to the delivery as stored now (compare-and-set), with `update`."""
+        def recorded(stored: WebhookDelivery) -> WebhookDelivery:
+            return stored.model_copy(update={"attempts": [*stored.attempts, attempt], **update})
+
+        await self.store.change_delivery(delivery.endpoint_id, delivery.id, recorded)
 
     async def post(self, endpoint: WebhookEndpoint, delivery: WebhookDelivery) -> DeliveryAttempt:
         """One signed POST, only to an allowed address (names checked by the session's resolver); its outcome."""

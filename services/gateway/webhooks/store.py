@@ -49,15 +49,27 @@ class WebhookStore:
 
     async def change_endpoint(self, endpoint_id: str,
                               change: Callable[[WebhookEndpoint], WebhookEndpoint]) -> WebhookEndpoint | None:
-        """The endpoint as `change` makes it of what is stored now, written by compare-and-set (a change made
-        meanwhile is read and changed again, never overwritten); None once it is deleted (a change never brings it
-        back)."""
-        key = f"{ENDPOINT}.{endpoint_id}"
+        """The endpoint as `change` makes it of what is stored now; None once it is deleted (a change never brings
+        it back)."""
+        return await self._change(f"{ENDPOINT}.{endpoint_id}", WebhookEndpoint, change)
+
+    async def change_delivery(self, endpoint_id: str, delivery_id: str,
+                              change: Callable[[WebhookDelivery], WebhookDelivery | None]) -> WebhookDelivery | None:
+        """The delivery as `change` makes it of what is stored now (`change` answering None: left as it is); None
+        when there is none. An attempt recorded meanwhile, or a redelivery asked at the same time, is read and
+        changed again, never overwritten."""
+        return await self._change(self._delivery_key(endpoint_id, delivery_id), WebhookDelivery, change)
+
+    async def _change(self, key: str, model: type[Stored], change: Callable[[Stored], Stored | None]) -> Stored | None:
+        """Compare-and-set: `change` applied to what is stored now, written only over that revision."""
         while True:
             entry = await read_entry(self.kv, key)
             if entry is None or entry.value is None:
                 return None
-            changed = change(WebhookEndpoint.model_validate_json(entry.value))
+            current = model.model_validate_json(entry.value)
+            changed = change(current)
+            if changed is None:
+                return current
             try:
                 await self.kv.update(key, changed.model_dump_json().encode(), last=entry.revision)
             except nats.js.errors.KeyWrongLastSequenceError:
@@ -88,9 +100,6 @@ class WebhookStore:
     async def _get(self, key: str, model: type[Stored]) -> Stored | None:
         raw = await read_latest(self.kv, key)
         return None if raw is None else model.model_validate_json(raw)
-
-    async def save_delivery(self, delivery: WebhookDelivery) -> None:
-        await self.kv.put(self._delivery_key(delivery.endpoint_id, delivery.id), delivery.model_dump_json().encode())
 
     async def list_deliveries(self, endpoint_id: str) -> list[WebhookDelivery]:
         """The endpoint's deliveries, newest first."""
