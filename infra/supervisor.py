@@ -318,21 +318,29 @@ class Stack:
             self.children.append(child)
 
     async def supervise(self, stop: asyncio.Event) -> None:
+        """Every half second: restart what crashed, run the watches. A tick that fails is logged and the next one
+        runs: the supervisor stopping would stop every server of the stack."""
         while not stop.is_set():
-            for child in self.children:
-                child.check()
-            await self.watch_broker()
-            await self.watch_object_store()
             try:
-                tighten_volume_info(self.data_dir / "s3")
-            except OSError as error:  # a volume info file SeaweedFS is replacing: the next tick sees it
-                log.warning("volume info files not tightened: %s", error)
+                await self._tick()
+            except Exception:
+                log.exception("a supervisor tick failed; the next one runs in 0.5 s")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=0.5)
         if self.broker_watch is not None:
             await self.broker_watch.close()
         if self.object_store_watch is not None:
             self.object_store_watch.close()
+
+    async def _tick(self) -> None:
+        for child in self.children:
+            child.check()
+        await self.watch_broker()
+        await self.watch_object_store()
+        try:
+            tighten_volume_info(self.data_dir / "s3")
+        except OSError as error:  # a volume info file SeaweedFS is replacing: the next tick sees it
+            log.warning("volume info files not tightened: %s", error)
 
     async def watch_broker(self) -> None:
         broker = self._child("nats-server")

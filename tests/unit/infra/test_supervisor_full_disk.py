@@ -1,13 +1,16 @@
 """The supervisor of `sheshnag up` never stops for want of disk: a process whose pid file cannot be written runs on
 (the file is written once there is room), and a restart that cannot even open its log is tried again after the
-usual backoff. (Found on a full disk: a service's restart could not write its pid file, and the supervisor's own
-crash then stopped the whole stack.)"""
+usual backoff; a tick that fails for any other reason is logged and the next one runs. (Found on a full disk: a
+service's restart could not write its pid file, and the supervisor's own crash then stopped the whole stack.)"""
 
+import asyncio
 import sys
 import time
 from pathlib import Path
 
-from infra.supervisor import Supervised
+import pytest
+
+from infra.supervisor import Stack, Supervised
 
 SLEEPS = [sys.executable, "-c", "import time; time.sleep(60)"]
 
@@ -49,3 +52,22 @@ def test_a_restart_that_cannot_open_its_log_is_tried_again_after_a_backoff(tmp_p
         assert child.pid_file.read_text() == str(child.process.pid)
     finally:
         child.stop()
+
+
+async def test_a_supervisor_tick_that_fails_is_logged_and_the_next_one_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    stack = Stack(tmp_path, gateway_port=0, nats_port=0, s3_port=0)
+    stop = asyncio.Event()
+    ticks: list[int] = []
+
+    async def tick() -> None:
+        ticks.append(1)
+        if len(ticks) == 1:
+            raise ValueError("a bug in one tick")
+        stop.set()
+
+    monkeypatch.setattr(stack, "_tick", tick)
+    await asyncio.wait_for(stack.supervise(stop), 10)
+
+    assert len(ticks) == 2
+    assert "a supervisor tick failed" in caplog.text
