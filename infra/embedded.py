@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infra.private import PRIVATE_UMASK, write_private
-from infra.seaweed_security import write_security
+from infra.seaweed_security import SECURITY_FILE, write_security
 
 log = logging.getLogger(__name__)
 
@@ -193,9 +193,8 @@ def seaweed_command(data_dir: Path, s3_port: int, creds: S3Credentials, taken: f
     Prometheus metrics are served, if anywhere."""
     store = data_dir / "s3"
     store.mkdir(mode=0o700, parents=True, exist_ok=True)
-    write_security(store)
     identities = data_dir / "s3-identities.json"
-    write_private(identities, json.dumps({"identities": [{
+    _write_config(store, identities, json.dumps({"identities": [{
         "name": "sheshnag",
         "credentials": [{"accessKey": creds.access_key, "secretKey": creds.secret_key}],
         "actions": ["Admin", "Read", "Write", "List", "Tagging"],
@@ -213,6 +212,20 @@ def seaweed_command(data_dir: Path, s3_port: int, creds: S3Credentials, taken: f
             f"-s3.port={s3_port}", *ports, *WEED_CLOSED, "-master.telemetry=false", f"-s3.config={identities}",
             *local_socket_flags(store),
             *([f"-metricsIp={metrics.host}", f"-metricsPort={metrics.s3_port}"] if metrics.s3_port else [])]
+
+
+def _write_config(store: Path, identities: Path, content: bytes) -> None:
+    """SeaweedFS's security file and keys (new at each start) and its identities (written when they change). On a
+    full disk a restart goes on with the last start's files rather than staying down until there is room: the
+    supervisor restarts a SeaweedFS killed while the disk is full."""
+    try:
+        write_security(store)
+        if not identities.exists() or identities.read_bytes() != content:
+            write_private(identities, content)
+    except OSError as error:
+        if not (identities.exists() and (store / SECURITY_FILE).exists()):
+            raise
+        log.warning("SeaweedFS starts with its last start's keys and identities: writing them failed (%s)", error)
 
 
 def local_socket_flags(store: Path) -> list[str]:

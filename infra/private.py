@@ -21,11 +21,26 @@ def make_private(data_dir: Path) -> None:
 
 def write_private(path: Path, data: bytes) -> None:
     """Created 0600 before anything is written into it, and swapped in whole."""
-    staging = path.with_suffix(path.suffix + ".tmp")
-    staging.unlink(missing_ok=True)
-    staging.touch(mode=0o600)
-    staging.write_bytes(data)
-    staging.replace(path)
+    write_private_together({path: data})
+
+
+def write_private_together(files: dict[Path, bytes]) -> None:
+    """Each file as `write_private` writes it, and all of them or none: every one is staged before any is swapped
+    in (a disk that fills midway leaves the files as they were, a key never beside another start's certificate)."""
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for path, data in files.items():
+            staging = path.with_suffix(path.suffix + ".tmp")
+            staging.unlink(missing_ok=True)
+            staged.append((staging, path))
+            staging.touch(mode=0o600)
+            staging.write_bytes(data)
+    except OSError:
+        for staging, _ in staged:
+            staging.unlink(missing_ok=True)
+        raise
+    for staging, path in staged:
+        staging.replace(path)
 
 
 def _chmod(path: Path, mode: int) -> None:

@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from infra.private import write_private
+from infra.private import write_private_together
 from infra.tls import key_pem
 
 SECURITY_FILE = "security.toml"
@@ -48,20 +48,17 @@ def _certificate(subject: str, key: ec.EllipticCurvePrivateKey, issuer: x509.Nam
     return builder.sign(issuer_key, hashes.SHA256())
 
 
-def write_tls(directory: Path) -> tuple[Path, Path, Path]:
+def tls_files(directory: Path) -> dict[Path, bytes]:
     """A fresh CA (its key is never written: nobody can sign another certificate) and the one certificate it
-    signs. Returns the CA certificate, the certificate and its key."""
-    directory.mkdir(mode=0o700, exist_ok=True)
+    signs: the CA certificate, the certificate and its key, by the paths they go to."""
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sheshnag object store CA")])
     ca_cert = _certificate("sheshnag object store CA", ca_key, ca_name, ca_key, ca=True)
     key = ec.generate_private_key(ec.SECP256R1())
     cert = _certificate("sheshnag-object-store", key, ca_name, ca_key, ca=False)
-    paths = directory / "ca.crt", directory / "store.crt", directory / "store.key"
-    write_private(paths[0], ca_cert.public_bytes(serialization.Encoding.PEM))
-    write_private(paths[1], cert.public_bytes(serialization.Encoding.PEM))
-    write_private(paths[2], key_pem(key))
-    return paths
+    return {directory / "ca.crt": ca_cert.public_bytes(serialization.Encoding.PEM),
+            directory / "store.crt": cert.public_bytes(serialization.Encoding.PEM),
+            directory / "store.key": key_pem(key)}
 
 
 def security_toml(ca: Path, cert: Path, key: Path, jwt_keys: dict[str, str]) -> str:
@@ -80,8 +77,11 @@ def security_toml(ca: Path, cert: Path, key: Path, jwt_keys: dict[str, str]) -> 
 
 def write_security(workdir: Path) -> Path:
     """Keys and certificates are remade at each start: JWTs live 10 s and the certificate is only ever shown
-    to the store itself, so nothing outlives the process that needs it."""
-    ca, cert, key = write_tls(workdir / TLS_DIR)
+    to the store itself, so nothing outlives the process that needs it. All are written or none."""
+    (workdir / TLS_DIR).mkdir(mode=0o700, exist_ok=True)
+    tls = tls_files(workdir / TLS_DIR)
+    ca, cert, key = tls
     path = workdir / SECURITY_FILE
-    write_private(path, security_toml(ca, cert, key, {s: secrets.token_urlsafe(32) for s in JWT_SECTIONS}).encode())
+    toml = security_toml(ca, cert, key, {s: secrets.token_urlsafe(32) for s in JWT_SECTIONS}).encode()
+    write_private_together({**tls, path: toml})
     return path
