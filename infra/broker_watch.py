@@ -119,7 +119,8 @@ class BrokerWatch:
             if self._nc is None or not self._nc.is_connected:
                 await self.close()
                 self._nc = await nats.connect(self.url, name="sheshnag-up-watch", connect_timeout=PROBE_TIMEOUT_S,
-                                              max_reconnect_attempts=0, allow_reconnect=False)
+                                              max_reconnect_attempts=0, allow_reconnect=False,
+                                              error_cb=_connection_lost)
             reply = await self._nc.request("$JS.API.INFO", b"", timeout=PROBE_TIMEOUT_S)
         except nats.errors.NoRespondersError:
             return True  # nothing answers the JetStream API: it is off
@@ -135,6 +136,12 @@ class BrokerWatch:
             with contextlib.suppress(nats.errors.Error, OSError):
                 await self._nc.close()
             self._nc = None
+
+
+async def _connection_lost(error: Exception) -> None:
+    """The probe's connection broke (the broker restarting): said in a line, not as nats-py's traceback; the next
+    probe connects again."""
+    log.info("the broker watch's connection: %r", error)
 
 
 def jetstream_limits(store: Path) -> str:
