@@ -220,6 +220,11 @@ class AttemptRun:
                         command.attempt, chunk.number, refused)
             self._lose_lease()
             return None
+        except BaseException as error:
+            # Whoever made the chunk (a line's task, or the clock, whose failure nobody awaits) ends the attempt
+            # at its next chunk at the latest: no later chunk states counts that include these lines.
+            self.committer.unwritten = error
+            raise
         if self.in_hand is not None:
             self.in_hand.append((key, list(chunk.lines)))
         return self._progressed(chunk.number, chunk.completed, chunk.failed, usage_of(chunk.lines))

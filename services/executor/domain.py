@@ -126,6 +126,9 @@ class ChunkCommitter:
     pending: list[ResultLine] = field(default_factory=list)
     pending_since: float = 0.0
     pending_bytes: int = 0
+    unwritten: BaseException | None = None
+    """Why a chunk it made was not written: its counts are in the tally, so no later chunk may be made (each would
+    state lines no chunk holds); the attempt ends and is run again from what was written."""
 
     def add(self, line: ResultLine, now: float = 0.0) -> Chunk | None:
         if not self.pending:
@@ -140,6 +143,8 @@ class ChunkCommitter:
                                        or now - self.pending_since >= self.max_wait_s)
 
     def flush(self) -> Chunk | None:
+        if self.unwritten is not None:
+            raise self.unwritten  # what the write met: a write fault is waited out, and the attempt run again
         if not self.pending:
             return None
         for line in self.pending:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import urllib3
 from nats.js.api import DeliverPolicy
 
 from contracts.api.file import RESULT_FILE_EXPIRES_AFTER_S
@@ -65,8 +66,8 @@ async def running_executor(connection: ConnectionSettings, tmp_path: Path,
     catalogue.write_text(catalogue_text)
     settings = ExecutorSettings(
         connection=connection.model_copy(update={"catalogue_path": catalogue}),
-        executor_id=f"itest-{secrets.token_hex(4)}", chunk_lines=2, heartbeat_s=0.5, stop_grace_s=1.0,
-        **overrides,
+        executor_id=f"itest-{secrets.token_hex(4)}", heartbeat_s=0.5, stop_grace_s=1.0,
+        **{"chunk_lines": 2, **overrides},
     )
     stop = asyncio.Event()
     running = asyncio.create_task(run_executor(settings, stop))
@@ -205,6 +206,43 @@ async def test_a_command_for_a_model_the_executor_does_not_serve_fails_the_attem
     events = await events_until(bus, batch_events(command.batch_id), "batch.attempt_failed", command.attempt)
     assert events[-1]["code"] == "executor_error" and "no-such-model" in events[-1]["reason"]
     assert events[-1]["attempt"] == command.attempt
+
+
+
+async def test_a_chunk_the_clock_could_not_write_is_run_again_and_no_later_chunk_counts_its_lines(
+    bus: EventBus, object_store: ObjectStore, connection: ConnectionSettings, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Chunks made by the clock (a line waited its `chunk_max_wait_s`) are written by a task nobody awaits: one
+    whose write failed (the object store down, its disk full) used to be dropped while its lines stayed counted, so
+    the next chunk announced counts no chunk held, and those lines ended "never ran". Now the attempt ends at its
+    next chunk and runs again from what was written."""
+    write = ResultStore.put_chunk
+    failed: list[int] = []
+
+    async def first_write_fails(self: ResultStore, batch_id: str, attempt: int, chunk: Chunk) -> str:
+        if not failed:
+            failed.append(chunk.number)
+            raise urllib3.exceptions.NewConnectionError(None, "the object store is restarting")  # type: ignore[arg-type]
+        return await write(self, batch_id, attempt, chunk)
+
+    monkeypatch.setattr(ResultStore, "put_chunk", first_write_fails)
+    async with running_executor(connection, tmp_path, TINY_CATALOGUE, chunk_lines=100,
+                                chunk_max_wait_s=0.05) as executor:
+        command = await new_batch(object_store, executor)
+        await bus.send(command)
+        events = await events_until(bus, batch_events(command.batch_id), "batch.completed")
+
+    assert failed, "no chunk write failed"
+    progress = [(e["chunk"], e["completed"], e["failed"]) for e in events if e["type"] == "batch.progressed"]
+    written = [json.loads(row) for key in sorted(await object_store.list_keys(f"results/{command.batch_id}/"))
+               for row in (await object_store.get_bytes(key)).splitlines()]
+    assert progress[-1][1:] == (3, 1) and len(written) == 4, (progress, written)
+    output = await object_store.get_bytes(input_object_key(output_file_id(command.batch_id)))
+    errors = await object_store.get_bytes(input_object_key(error_file_id(command.batch_id)))
+    rows = [json.loads(row) for row in output.splitlines() + errors.splitlines()]
+    assert sorted(row["custom_id"] for row in rows) == ["color", "count", "greet", "too-long"], "every line once"
+    assert all(row.get("error", {}) is None or row["error"]["code"] != "line_not_run" for row in rows), rows
 
 
 async def test_a_redelivered_command_resumes_after_the_chunks_its_crashed_delivery_committed(

@@ -108,6 +108,17 @@ def test_chunks_are_cut_every_chunk_lines_with_cumulative_counts() -> None:
     assert committer.flush() is None
 
 
+def test_no_chunk_follows_one_that_was_not_written() -> None:
+    """Its lines are in the tally: a later chunk would state counts no chunk holds."""
+    committer = ChunkCommitter(chunk_lines=1, next_chunk=0, tally=Tally())
+    assert committer.add(ok(1, "a")) is not None
+    committer.unwritten = OSError("the object store is restarting")
+    with pytest.raises(OSError, match="restarting"):
+        committer.add(ok(2, "b"))
+    with pytest.raises(OSError, match="restarting"):
+        committer.flush()
+
+
 def test_a_chunk_whose_first_line_waited_long_enough_is_committed_short() -> None:
     committer = ChunkCommitter(chunk_lines=16, next_chunk=0, tally=Tally(), max_wait_s=2.0)
     assert committer.add(ok(1, "a"), now=10.0) is None
