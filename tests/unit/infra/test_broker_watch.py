@@ -2,26 +2,13 @@
 never for a broker that stopped writing for another reason, never again while a restarted one is slow to come
 back, and never more often than its backoff allows."""
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from infra import volume_space
 from infra.broker_watch import BrokerWatch
-
-
-@dataclass
-class FakeBroker:
-    name: str = "nats-server"
-    restarts: int = 0
-    stops: int = 0
-
-    def stop(self, within_s: float = 10.0) -> None:
-        self.stops += 1
-
-    def start(self) -> None:
-        pass
+from tests.unit.infra.fake_server import FakeServer
 
 
 def watch(tmp_path: Path, space: list[tuple[int, int]]) -> BrokerWatch:
@@ -34,7 +21,7 @@ def watch(tmp_path: Path, space: list[tuple[int, int]]) -> BrokerWatch:
 
 async def test_a_full_disk_is_noted_and_the_broker_restarted_once_space_returns(tmp_path: Path) -> None:
     space = [(0, 10_000_000)]
-    made, broker = watch(tmp_path, space), FakeBroker()
+    made, broker = watch(tmp_path, space), FakeServer("nats-server")
     await made.check(broker, lambda: None)
     assert made.fault is not None and broker.stops == 0
 
@@ -47,7 +34,7 @@ async def test_a_full_disk_is_noted_and_the_broker_restarted_once_space_returns(
 
 async def test_a_broker_slow_to_come_back_is_not_restarted_again(tmp_path: Path) -> None:
     space = [(0, 10_000_000)]
-    made, broker = watch(tmp_path, space), FakeBroker()
+    made, broker = watch(tmp_path, space), FakeServer("nats-server")
     await made.check(broker, lambda: None)
     space[0] = (50_000_000, 10_000_000)
 
@@ -64,7 +51,7 @@ async def test_a_broker_slow_to_come_back_is_not_restarted_again(tmp_path: Path)
 
 async def test_a_write_fault_without_a_full_disk_is_left_to_the_operator(tmp_path: Path) -> None:
     space = [(50_000_000, 10_000_000)]
-    made, broker = watch(tmp_path, space), FakeBroker()
+    made, broker = watch(tmp_path, space), FakeServer("nats-server")
     await made.check(broker, lambda: None)  # the first look starts at the log's end
     made.log_file.write_bytes(b"[ERR] JetStream critical write error: input/output error\n")
 
@@ -77,7 +64,7 @@ async def test_a_write_fault_without_a_full_disk_is_left_to_the_operator(tmp_pat
 async def test_restarts_for_faults_in_quick_succession_back_off(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     space = [(0, 10_000_000)]
-    made, broker = watch(tmp_path, space), FakeBroker()
+    made, broker = watch(tmp_path, space), FakeServer("nats-server")
     for _ in range(3):
         space[0] = (0, 10_000_000)
         await made.check(broker, lambda: None)

@@ -3,29 +3,16 @@ on refusing writes once space is back: never a store whose volume never ran shor
 itself, never one that does not answer at all (the supervisor restarts a dead process), and never more often than
 its backoff allows."""
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from infra import object_store_watch, volume_space
 from infra.object_store_watch import ObjectStoreWatch, Probe
+from tests.unit.infra.fake_server import FakeServer
 
 FULL = (0, 10_000_000)
 ROOMY = (50_000_000, 10_000_000)
-
-
-@dataclass
-class FakeStore:
-    name: str = "s3"
-    restarts: int = 0
-    stops: int = 0
-
-    def stop(self, within_s: float = 10.0) -> None:
-        self.stops += 1
-
-    def start(self) -> None:
-        pass
 
 
 class Watched:
@@ -35,7 +22,7 @@ class Watched:
         self.space = FULL
         self.answer: Probe = "refused"
         self.probes = 0
-        self.store = FakeStore()
+        self.store = FakeServer("s3")
         self.watch = ObjectStoreWatch(tmp_path, client=None, bucket="sheshnag")
         monkeypatch.setattr(object_store_watch, "space_of", lambda *_: self.space)
         monkeypatch.setattr(object_store_watch, "PROBE_EVERY_S", 0.0)
