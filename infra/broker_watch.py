@@ -24,11 +24,10 @@ import orjson
 from nats.aio.client import Client
 
 from infra.volume_space import Restartable, RestartBackoff, space_of
+from services.runtime.storage.volumes import FULL_BYTES
 
 log = logging.getLogger("sheshnag.up")
 
-FULL_BYTES = 1024 * 1024
-"""Free space under which the broker's writes are taken to have failed (its log may not have room to say so)."""
 FAULT_WORDS = (b"no space left on device", b"critical write error", b"disabling jetstream",
                b"jetstream out of resources")
 SPACE_WORDS = ("no space left on device", "out of resources")

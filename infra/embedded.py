@@ -23,6 +23,7 @@ from pathlib import Path
 
 from infra.private import PRIVATE_UMASK, write_private
 from infra.seaweed_security import SECURITY_FILE, write_security
+from services.runtime.storage.volumes import BROKER_VOLUME
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +181,7 @@ def nats_command(data_dir: Path, port: int, config: Path | None = None, host: st
 def storage_paths(data_dir: Path, own_broker: bool = True) -> str:
     """`SHESHNAG_STORAGE_PATHS` for a stack in `data_dir`: the volumes its broker's and object store's data live on
     (the broker's only when the stack runs it), whose free space is held against the reserve."""
-    paths = {"broker": str(data_dir / "nats")} if own_broker else {}
+    paths = {BROKER_VOLUME: str(data_dir / "nats")} if own_broker else {}
     return json.dumps({**paths, "object_store": str(data_dir / "s3")})
 
 

@@ -1,6 +1,7 @@
 """Running out of space: uploads and batches are refused (507 `insufficient_storage`) while a watched volume is under
 its reserve, and a write the broker or store could not take is answered 507/503 at once, not 500. Reads, downloads
-and cancels are never refused early: they free space or need none."""
+and cancels are not refused early: they free space or need little; only once the broker's volume is full (under
+1 MiB, where no publish is even answered) is every write answered 507 at once rather than after its timeout."""
 
 import contextlib
 import logging
@@ -23,6 +24,8 @@ log = logging.getLogger(__name__)
 STORAGE_WATCH = web.AppKey("storage_watch", StorageWatch)
 GUARDED = frozenset({("POST", "/v1/files"), ("POST", "/v1/batches"), ("POST", "/v1/batches/{batch_id}/retry")})
 """The requests that add data: refused while a volume is under its reserve."""
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+READS_BY_POST = frozenset({("POST", "/v1/batches/quote")})
 FULL_RETRY_AFTER_S = 30
 BROKER_RETRY_AFTER_S = 5
 
@@ -49,6 +52,13 @@ def refusal_for(error: BaseException, short: VolumeSpace | None) -> ApiError | N
     return broker_unavailable(error) if fault == "broker_unavailable" else store_unavailable(error)
 
 
+def is_write(request: web.Request) -> bool:
+    """Whether the request states something (each such writes to the broker): all but reads and a quote."""
+    route = request.match_info.route
+    return request.method in WRITE_METHODS and not (
+        route.resource is not None and (request.method, route.resource.canonical) in READS_BY_POST)
+
+
 def is_guarded(request: web.Request) -> bool:
     route = request.match_info.route
     return route.resource is not None and (request.method, route.resource.canonical) in GUARDED
@@ -66,6 +76,8 @@ async def storage_middleware(request: web.Request, handler: Handler) -> web.Stre
     watch = request.app.get(STORAGE_WATCH)
     if watch is not None and (short := watch.short()) is not None and is_guarded(request):
         return render(insufficient_storage(short))
+    if watch is not None and is_write(request) and (full := watch.broker_full()) is not None:
+        return render(insufficient_storage(full))
     try:
         return await handler(request)
     except ApiError as error:

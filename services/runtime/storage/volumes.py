@@ -21,6 +21,10 @@ from services.runtime.process.settings import ConnectionSettings
 
 log = logging.getLogger(__name__)
 
+BROKER_VOLUME = "broker"
+FULL_BYTES = 1024 * 1024
+"""Free space under which the broker's writes are taken to have failed (its log may not have room to say so)."""
+
 VolumeLevel = Literal["ok", "warning", "refusing"]
 """`warning`: free space under twice the reserve; `refusing`: under the reserve (new uploads and batches get 507)."""
 LEVEL_NUMBER: Mapping[VolumeLevel, int] = {"ok": 0, "warning": 1, "refusing": 2}
@@ -90,7 +94,7 @@ async def measure_account(js: JetStreamContext, percent: float, max_bytes: int) 
     limit = info.limits.max_storage or 0
     if limit <= 0:
         return []
-    return [VolumeSpace.of("broker", ACCOUNT, limit, max(limit - info.storage, 0),
+    return [VolumeSpace.of(BROKER_VOLUME, ACCOUNT, limit, max(limit - info.storage, 0),
                            reserve_for(limit, percent, max_bytes))]
 
 
@@ -129,6 +133,12 @@ class StorageWatch:
     def short(self) -> VolumeSpace | None:
         """The first volume under its reserve, if any: new work is refused while there is one."""
         return next((volume for volume in self.volumes if volume.level == "refusing"), None)
+
+    def broker_full(self) -> VolumeSpace | None:
+        """The broker's volume once (nearly) nothing is left on it: no write of any kind is taken then (on a full
+        disk a publish is not even answered, only timed out), so none is tried."""
+        return next((volume for volume in self.volumes
+                     if volume.name == BROKER_VOLUME and volume.free_bytes < FULL_BYTES), None)
 
     async def run(self) -> None:
         """Refresh every `every_s` until cancelled."""

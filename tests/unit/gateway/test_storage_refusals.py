@@ -178,3 +178,31 @@ async def test_a_write_the_broker_did_not_take_is_answered_503_not_500() -> None
         assert (await response.json())["error"]["code"] == "broker_unavailable"
     finally:
         await client.close()
+
+
+async def test_once_the_brokers_volume_is_full_every_write_is_507_at_once_and_reads_and_quotes_go_on() -> None:
+    """On a full disk a publish is not even answered: a cancel waited out its 10 s timeout for the same 507."""
+    app = web.Application(middlewares=[error_middleware, storage_middleware])
+    watch = StorageWatch(ConnectionSettings())
+    watch.volumes = (VolumeSpace.of("broker", "/data/nats", 100 << 20, 512 << 10, 5 << 20),)
+    app[STORAGE_WATCH] = watch
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    app.router.add_get("/v1/files", handler)
+    app.router.add_post("/v1/batches/quote", handler)
+    app.router.add_post("/v1/batches/{batch_id}/cancel", handler)
+    app.router.add_delete("/v1/files/{file_id}", handler)
+    client = TestClient(TestServer(app))
+    await client.start_server()
+    try:
+        for refused in (await client.post("/v1/batches/batch_1/cancel"), await client.delete("/v1/files/file-1")):
+            assert refused.status == 507 and (await refused.json())["error"]["code"] == "insufficient_storage"
+        assert (await client.get("/v1/files")).status == 200
+        assert (await client.post("/v1/batches/quote")).status == 200
+
+        watch.volumes = (VolumeSpace.of("broker", "/data/nats", 100 << 20, 2 << 20, 5 << 20),)  # short, not full
+        assert (await client.post("/v1/batches/batch_1/cancel")).status == 200
+    finally:
+        await client.close()
