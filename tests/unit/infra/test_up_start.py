@@ -16,7 +16,7 @@ from infra.embedded import free_port
 @pytest.mark.parametrize("option", ["--port", "--s3-port", "--nats-port"])
 def test_a_port_another_program_holds_is_refused_at_once_and_nothing_starts(tmp_path: Path, option: str) -> None:
     with socket.socket() as holder:
-        holder.bind(("127.0.0.1", free_port()))
+        holder.bind(("127.0.0.1", 0))  # a port the system gives: one drawn free may be taken before the bind
         holder.listen()
         held = holder.getsockname()[1]
         ports = {"--port": free_port(), "--s3-port": free_port(), "--nats-port": free_port(), option: held}
