@@ -19,6 +19,7 @@ from services.ledger.rules import folded_types
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.delivery import LogFollower, ServiceRouter
 from services.runtime.nats.readmodel import ReadModel
+from services.runtime.storage.write_failures import write_fault
 
 log = logging.getLogger(__name__)
 
@@ -165,9 +166,14 @@ class Folder:
         while True:
             try:
                 return await step()
-            except Exception:
-                log.exception("%s sequences %d..%d failed (attempt %d)", doing, facts[0].sequence, facts[-1].sequence,
-                              attempt + 1)
+            except Exception as error:
+                fault = write_fault(error)
+                if fault is None:
+                    log.exception("%s sequences %d..%d failed (attempt %d)", doing, facts[0].sequence,
+                                  facts[-1].sequence, attempt + 1)
+                else:  # a full disk or a broker restarting: said in a line, waited out
+                    log.warning("%s sequences %d..%d waits (%s, attempt %d): %r", doing, facts[0].sequence,
+                                facts[-1].sequence, fault, attempt + 1, error)
                 if stop.is_set():
                     return None
                 await asyncio.sleep(RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)])

@@ -2,6 +2,7 @@
 sink took it goes out once, in its last state; the checkpoint and `folded_through` follow the sink, never lead it."""
 
 import asyncio
+import sqlite3
 
 import pytest
 
@@ -126,3 +127,19 @@ async def test_a_backlog_is_folded_without_waiting_to_gather(ledger: Ledger) -> 
     await asyncio.wait_for(folder.wait_through(1), 10)  # far less than the 30 s gather
     stop.set()
     await worker
+
+
+async def test_a_step_that_meets_a_full_disk_is_retried_with_a_line_said_and_any_other_failure_with_its_traceback(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(handlers, "RETRY_DELAYS_S", (0.0,))
+    failures = [sqlite3.OperationalError("database or disk is full"), KeyError("a bug")]
+
+    async def step() -> str:
+        if failures:
+            raise failures.pop(0)
+        return "folded"
+
+    assert await Folder._retried("folding", [fact(7, created(BATCH))], asyncio.Event(), step) == "folded"
+    waited, failed = [r for r in caplog.records if r.name == handlers.__name__]
+    assert waited.levelname == "WARNING" and "storage_full" in waited.getMessage() and waited.exc_info is None
+    assert failed.levelname == "ERROR" and failed.exc_info is not None
