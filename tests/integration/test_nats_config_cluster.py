@@ -68,7 +68,12 @@ async def test_the_generated_cluster_keeps_three_replicas_for_the_core_user_over
                         break
                     except (nats.errors.Error, TimeoutError):
                         await asyncio.sleep(0.5)
-            ack = await js.publish("probe.one", b"kept three times")
+                while True:  # and then the new stream's own leader: until it has one, nothing answers a publish
+                    try:
+                        ack = await js.publish("probe.one", b"kept three times", headers={"Nats-Msg-Id": "one"})
+                        break
+                    except (nats.errors.Error, TimeoutError):
+                        await asyncio.sleep(0.5)
             info = await js.stream_info("PROBE")
             assert ack.seq == 1
             assert info.config.num_replicas == NODES
