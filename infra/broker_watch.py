@@ -83,7 +83,7 @@ class BrokerWatch:
         self.backoff.note()
         await self.close()
         await asyncio.to_thread(broker.stop)
-        broker.start()
+        await asyncio.to_thread(broker.start)  # a start builds its command and files: off the loop
         broker.restarts += 1
         await asyncio.to_thread(wait_ready)
 

@@ -93,7 +93,7 @@ class ObjectStoreWatch:
         self.backoff.note()
         self.back_at = time.monotonic()  # the restarted store gets its own time to write again
         await asyncio.to_thread(s3.stop, STOP_WITHIN_S)
-        s3.start()
+        await asyncio.to_thread(s3.start)  # a start builds its command and files: off the loop
         s3.restarts += 1
         await asyncio.to_thread(wait_ready)
 

@@ -1,13 +1,12 @@
 """What the watches of `sheshnag up` share (infra/broker_watch.py, infra/object_store_watch.py): a volume's free space
 against its reserve, the server they restart, and how often they may."""
 
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from services.runtime.storage.volumes import reserve_for
+from services.runtime.storage.volumes import space_of as volume_space
 
 RESTART_BACKOFF_S = 30.0
 """The least time between two restarts of one watch's; doubled for each further one within `BACKOFF_MEMORY_S`."""
@@ -29,20 +28,20 @@ class Restartable(Protocol):
 def space_of(path: Path, reserve_percent: float, reserve_max_bytes: int) -> tuple[int | None, int]:
     """Free bytes on `path`'s volume (None: not to be read) and the reserve kept on it."""
     try:
-        stat = os.statvfs(path)
+        _, free, reserve = volume_space(path, reserve_percent, reserve_max_bytes)
     except OSError:
         return None, 0
-    total = stat.f_blocks * stat.f_frsize
-    return stat.f_bavail * stat.f_frsize, reserve_for(total, reserve_percent, reserve_max_bytes)
+    return free, reserve
 
 
 @dataclass
 class RestartBackoff:
     restarts: list[float] = field(default_factory=list)
-    """When (monotonic) each restart was done."""
+    """When (monotonic) each restart within `BACKOFF_MEMORY_S` was done."""
 
     def note(self) -> None:
-        self.restarts.append(time.monotonic())
+        now = time.monotonic()
+        self.restarts = [at for at in self.restarts if now - at < BACKOFF_MEMORY_S] + [now]  # a stack runs for years
 
     def waiting(self) -> bool:
         """Whether the last restart is too recent for another one."""

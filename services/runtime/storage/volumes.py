@@ -69,18 +69,24 @@ def _mib(size: int) -> str:
     return f"{size / 2**20:.1f} MiB"
 
 
+def space_of(path: Path, percent: float, max_bytes: int) -> tuple[int, int, int]:
+    """Blocking (statvfs): the total and free bytes of `path`'s volume and the reserve kept on it; OSError when it
+    cannot be measured."""
+    stat = os.statvfs(path)
+    total = stat.f_blocks * stat.f_frsize
+    return total, stat.f_bavail * stat.f_frsize, reserve_for(total, percent, max_bytes)
+
+
 def measure_paths(paths: Mapping[str, Path], percent: float, max_bytes: int) -> list[VolumeSpace]:
     """Blocking (statvfs): run it off the event loop. A path that cannot be measured is left out, with a warning."""
     volumes = []
     for name, path in paths.items():
         try:
-            stat = os.statvfs(path)
+            total, free, reserve = space_of(path, percent, max_bytes)
         except OSError as error:
             log.warning("cannot measure the %s volume at %s: %r", name, path, error)
             continue
-        total = stat.f_blocks * stat.f_frsize
-        volumes.append(VolumeSpace.of(name, str(path), total, stat.f_bavail * stat.f_frsize,
-                                      reserve_for(total, percent, max_bytes)))
+        volumes.append(VolumeSpace.of(name, str(path), total, free, reserve))
     return volumes
 
 

@@ -3,6 +3,7 @@ on refusing writes once space is back: never a store whose volume never ran shor
 itself, never one that does not answer at all (the supervisor restarts a dead process), and never more often than
 its backoff allows."""
 
+import time
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,9 @@ async def test_restarts_of_a_store_that_stays_stuck_back_off(watched: Watched,
     await watched.tick(ROOMY)
     assert watched.store.stops == 2
 
+
+
+def test_the_backoff_remembers_only_the_restarts_that_still_count() -> None:
+    backoff = volume_space.RestartBackoff(restarts=[time.monotonic() - volume_space.BACKOFF_MEMORY_S - 1])
+    backoff.note()
+    assert len(backoff.restarts) == 1 and backoff.waiting()
