@@ -223,7 +223,8 @@ class AttemptRun:
         except BaseException as error:
             # Whoever made the chunk (a line's task, or the clock, whose failure nobody awaits) ends the attempt
             # at its next chunk at the latest: no later chunk states counts that include these lines.
-            self.committer.unwritten = error
+            self.committer.unwritten = error if isinstance(error, Exception) else RuntimeError(
+                f"chunk {chunk.number}'s write was stopped ({type(error).__name__})")
             raise
         if self.in_hand is not None:
             self.in_hand.append((key, list(chunk.lines)))

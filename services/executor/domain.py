@@ -126,7 +126,7 @@ class ChunkCommitter:
     pending: list[ResultLine] = field(default_factory=list)
     pending_since: float = 0.0
     pending_bytes: int = 0
-    unwritten: BaseException | None = None
+    unwritten: Exception | None = None
     """Why a chunk it made was not written: its counts are in the tally, so no later chunk may be made (each would
     state lines no chunk holds); the attempt ends and is run again from what was written."""
 
