@@ -239,6 +239,9 @@ async def redeliver(request: web.Request) -> web.Response:
                 return None  # made pending meanwhile (a redelivery asked at the same time)
             return stored.model_copy(update={"status": "pending", "next_attempt_at": time.time()})
 
-        delivery = await store.change_delivery(endpoint.id, delivery_id, pending_again) or delivery
+        changed = await store.change_delivery(endpoint.id, delivery_id, pending_again)
+        if changed is None:  # erased meanwhile (ended past its retention): not made again
+            raise not_found("webhook delivery", delivery_id[:100])
+        delivery = changed
         await store.add_delivery(delivery)
     return answer(delivery)
