@@ -13,6 +13,7 @@ from services.gateway.adapters.shared_state import SharedState
 from services.gateway.background.credit_sweeper import credit_sweeper
 from services.gateway.background.fleet_gauges import fleet_gauges
 from services.gateway.background.key_usage import keys_kept_fresh
+from services.gateway.background.loops import running
 from services.gateway.background.orphans import orphan_sweeper
 from services.gateway.background.sweeper import file_sweeper
 from services.gateway.context import DEPS, Deps
@@ -39,7 +40,8 @@ from services.gateway.http.transfer_slots import (
     upload_address_middleware,
 )
 from services.gateway.settings import GatewaySettings
-from services.gateway.webhooks.deliverer import WEBHOOK_STORE, webhook_deliverer
+from services.gateway.webhooks.deliverer import WEBHOOK_DIRECTORY, WEBHOOK_STORE, webhook_deliverer
+from services.gateway.webhooks.directory import EndpointDirectory
 from services.gateway.webhooks.intake import WEBHOOKS, WebhookIntake, webhook_router
 from services.gateway.webhooks.store import WebhookStore
 from services.runtime.nats.bus import EventBus
@@ -78,13 +80,15 @@ def create_app(settings: GatewaySettings) -> web.Application:
             app[AUTH_FAILURES] = SharedFailedAuthentications(
                 shared, FailedAuthentications(settings.auth_failure_limit, settings.auth_failure_window_s))
         app[WEBHOOK_STORE] = webhooks = WebhookStore(await open_bucket(bus, WEBHOOKS_BUCKET, scans=True))
+        app[WEBHOOK_DIRECTORY] = directory = EndpointDirectory()
         broker.include_router(fold_notice_router())
         broker.context.set_global(FOLDS, app[DEPS].folds)
         if settings.webhooks:  # every gateway takes the facts webhooks are sent for (each fact one of them)
             broker.include_router(webhook_router())
-            broker.context.set_global(WEBHOOKS, WebhookIntake(webhooks, read_model))
-        await broker.start()
-        yield
+            broker.context.set_global(WEBHOOKS, WebhookIntake(webhooks, directory, read_model))
+        async with running(*([directory.follow(webhooks.kv)] if settings.webhooks else [])):
+            await broker.start()
+            yield
         app[READINESS].close()
         store.close()
         await broker.close_within()

@@ -373,3 +373,32 @@ async def test_an_attempt_recorded_while_a_redelivery_is_asked_is_kept_by_both(
     assert [a.status_code for a in again.attempts] == [500, 200], "the attempt recorded meanwhile was overwritten"
     assert await store.get_delivery(endpoint_id, failed.id) == again
     assert await store.change_delivery(endpoint_id, "msg_" + "0" * 24, lambda stored: stored) is None
+
+
+async def test_a_batch_fact_reads_no_other_tenants_endpoints(gateway: Gateway, receiver: Receiver) -> None:
+    """The intake looks a fact's receivers up by its owner and organisation: however many endpoints other tenants
+    registered, none of them is read (nor the endpoint keys listed) for a fact that is not theirs."""
+    store = WebhookStore(await open_bucket(gateway.bus, WEBHOOKS_BUCKET))
+    for _ in range(3):
+        other = await gateway.new_key()
+        for _ in range(20):  # as many as an owner may have
+            await register(gateway, other, receiver.url + "?who=other", events=["batch.validated"])
+    alice = await gateway.new_key()
+    own = await register(gateway, alice, receiver.url + "?who=alice", events=["batch.validated"])
+    batch_id = await new_batch(gateway, alice)
+    listings: list[bytes] = []
+
+    async def seen(message: Any) -> None:
+        if b"endpoint." in message.data:
+            listings.append(message.data)
+    watching = await gateway.bus.nc.subscribe(f"$JS.API.DIRECT.GET.{store.kv.stream}.>", cb=seen)
+    plain = await gateway.bus.nc.subscribe(f"$JS.API.DIRECT.GET.{store.kv.stream}", cb=seen)
+    try:
+        await publish(gateway, validated(batch_id))
+        await until(lambda: len(receiver.bodies_for(batch_id)) == 1, "alice's webhook")
+        await asyncio.sleep(0.5)
+    finally:
+        await watching.unsubscribe()
+        await plain.unsubscribe()
+    assert len(await deliveries(gateway, alice, own["id"])) == 1
+    assert listings == []

@@ -16,6 +16,7 @@ from contracts.api.webhook import DeliveryAttempt, WebhookDelivery, WebhookEndpo
 from services.gateway.background.loops import every, running
 from services.gateway.context import DEPS
 from services.gateway.settings import GatewaySettings
+from services.gateway.webhooks.directory import EndpointDirectory
 from services.gateway.webhooks.domain import is_success, retry_delay
 from services.gateway.webhooks.fairness import Fairness, round_robin
 from services.gateway.webhooks.signing import signed_headers
@@ -34,6 +35,7 @@ from services.runtime.process.tasks import cancel_and_join
 log = logging.getLogger(__name__)
 
 WEBHOOK_STORE = web.AppKey("webhook_store", WebhookStore)
+WEBHOOK_DIRECTORY = web.AppKey("webhook_directory", EndpointDirectory)
 CLAIM_MARGIN_S = 30.0
 """A claim outlasts the attempt's timeout by this much (recording it), after which another gateway may take it."""
 PRUNE_INTERVAL_S = 3600.0
@@ -52,10 +54,11 @@ async def prune(settings: GatewaySettings, store: WebhookStore) -> None:
 class Attempts:
     """The attempts loop of one gateway, with its tasks (each released when it ends or the gateway stops)."""
 
-    def __init__(self, settings: GatewaySettings, store: WebhookStore, session: aiohttp.ClientSession,
-                 policy: AddressPolicy) -> None:
+    def __init__(self, settings: GatewaySettings, store: WebhookStore, directory: EndpointDirectory,
+                 session: aiohttp.ClientSession, policy: AddressPolicy) -> None:
         self.settings = settings
         self.store = store
+        self.directory = directory
         self.session = session
         self.policy = policy
         self.fairness = Fairness(settings.webhook_owner_concurrency, settings.webhook_endpoint_concurrency,
@@ -78,12 +81,13 @@ class Attempts:
         due = await self.store.due_now(now)
         if not due:
             return 0
-        owner_of = {endpoint.id: endpoint.owner for endpoint in await self.store.list_endpoints()}
+        owner_of = {claim.endpoint_id: self.directory.owner_of(claim.endpoint_id) or claim.endpoint_id
+                    for claim in due}
         lease = self.settings.webhook_timeout_s + CLAIM_MARGIN_S
         for claim in round_robin(due, owner_of):
             if started >= free:
                 break
-            owner = owner_of.get(claim.endpoint_id, claim.endpoint_id)
+            owner = owner_of[claim.endpoint_id]
             if not self.fairness.may_start(claim.endpoint_id, owner, now):
                 continue
             if await self.store.claim(claim, lease, now):
@@ -178,7 +182,7 @@ def _refused(failure: BaseException) -> bool:
 
 async def webhook_deliverer(app: web.Application) -> AsyncIterator[None]:
     """A cleanup context: with `webhooks` on, the attempts and pruning loops on the store."""
-    settings, store = app[DEPS].settings, app[WEBHOOK_STORE]
+    settings, store, directory = app[DEPS].settings, app[WEBHOOK_STORE], app[WEBHOOK_DIRECTORY]
     if not settings.webhooks:
         yield
         return
@@ -190,5 +194,5 @@ async def webhook_deliverer(app: web.Application) -> AsyncIterator[None]:
         # Kept for ever (a retention of 0 days): the pruning loop never runs.
         pruning = every(PRUNE_INTERVAL_S if settings.webhook_retention_days > 0 else 0, lambda: prune(settings, store),
                         "erasing old webhook deliveries", at_once=True)
-        async with running(Attempts(settings, store, session, policy).run(), pruning):
+        async with running(Attempts(settings, store, directory, session, policy).run(), pruning):
             yield

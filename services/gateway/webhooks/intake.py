@@ -13,7 +13,8 @@ from contracts.api.webhook import WebhookDelivery
 from contracts.events.envelope import Event
 from contracts.subjects import EVENTS_STREAM, WEBHOOKS_DURABLE
 from services.gateway.usecases.oversight import organization_of, owning_user
-from services.gateway.webhooks.domain import SENT_FACTS, delivery_id, receives, webhook_event
+from services.gateway.webhooks.directory import EndpointDirectory
+from services.gateway.webhooks.domain import SENT_FACTS, delivery_id, webhook_event
 from services.gateway.webhooks.store import WebhookStore
 from services.runtime.nats.bus import ConsumerPolicy
 from services.runtime.nats.delivery import Durable, ServiceRouter, fact_filter
@@ -39,17 +40,18 @@ class BatchNotYetKnown(Exception):
 
 @dataclass(frozen=True)
 class WebhookIntake:
-    """What the intake records deliveries in, and reads each fact's batch from."""
+    """What the intake records deliveries in, looks endpoints up in, and reads each fact's batch from."""
 
     store: WebhookStore
+    directory: EndpointDirectory
     read_model: ReadModel
 
     async def take(self, fact: Event, sequence: int) -> None:
-        """Record the deliveries of `fact`, at `sequence` in the log."""
+        """Record the deliveries of `fact`, at `sequence` in the log: to its batch owner's and organisation's
+        endpoints only (looked up, never every tenant's listed)."""
         event_type = SENT_FACTS[type(fact)]
-        candidates = [endpoint for endpoint in await self.store.list_endpoints()
-                      if endpoint.enabled and event_type in endpoint.events]
-        if not candidates:
+        endpoints = await self.directory.current()
+        if not endpoints.wanted.get(event_type):
             return
         record = await self.read_model.get_batch(fact.aggregate_id)
         if record is None:
@@ -57,8 +59,7 @@ class WebhookIntake:
         member = await owning_user(self.read_model, record.owner)
         organization = organization_of(member) if member is not None else None
         event = webhook_event(fact.event_id, event_type, fact.aggregate_id, fact.occurred_at)
-        receivers = [endpoint for endpoint in candidates
-                     if receives(endpoint, event_type, record.owner, organization, fact.occurred_at)]
+        receivers = endpoints.receivers(event_type, record.owner, organization, fact.occurred_at)
         now = time.time()
         for endpoint in receivers:
             await self.store.add_delivery(WebhookDelivery(
