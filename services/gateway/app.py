@@ -86,7 +86,7 @@ def create_app(settings: GatewaySettings) -> web.Application:
         if settings.webhooks:  # every gateway takes the facts webhooks are sent for (each fact one of them)
             broker.include_router(webhook_router())
             broker.context.set_global(WEBHOOKS, WebhookIntake(webhooks, directory, read_model))
-        async with running(*([directory.follow(webhooks.kv)] if settings.webhooks else [])):
+        async with running(directory.follow(webhooks.kv)):  # lists and limits read it, delivering or not
             await broker.start()
             yield
         app[READINESS].close()

@@ -27,7 +27,8 @@ from services.gateway.http.limits import charge_control_call
 from services.gateway.http.paging import limit_of, page_after
 from services.gateway.usecases.oversight import administered_organization, organization_of
 from services.gateway.usecases.refusals import ApiError, bad_request, not_found
-from services.gateway.webhooks.deliverer import WEBHOOK_STORE
+from services.gateway.webhooks.deliverer import WEBHOOK_DIRECTORY, WEBHOOK_STORE
+from services.gateway.webhooks.directory import DirectoryNotReady, Endpoints
 from services.gateway.webhooks.signing import new_secret
 from services.gateway.webhooks.store import WebhookStore
 from services.gateway.webhooks.targets import (
@@ -38,6 +39,7 @@ from services.gateway.webhooks.targets import (
     refusal,
     standard_address,
 )
+from services.runtime.nats.kv import ScanFailed
 
 WEBHOOKS = "webhooks"
 """The admission limit of endpoints per owner (`max_webhooks_per_owner`)."""
@@ -52,6 +54,25 @@ MAX_HOST_NAME, MAX_LABEL = 253, 63
 
 def _store(request: web.Request) -> WebhookStore:
     return request.app[WEBHOOK_STORE]
+
+
+async def _endpoints(request: web.Request) -> Endpoints:
+    """Every endpoint as routed now, with each endpoint write acknowledged before this request in it."""
+    try:
+        return await request.app[WEBHOOK_DIRECTORY].current(_store(request).kv)
+    except (DirectoryNotReady, ScanFailed) as error:
+        raise ApiError(503, "The webhook endpoints could not be read just now; retry shortly.", "server_error",
+                       "server_busy", retry_after_s=1) from error
+
+
+async def _visible(request: web.Request, caller: ApiKeyRecord) -> list[WebhookEndpoint]:
+    """The endpoints the caller manages (`_manages`), read only by their ids: never every tenant's endpoints."""
+    store = _store(request)
+    if caller.role == "admin":
+        return await store.list_endpoints()
+    admin = await administered_organization(deps(request).read_model, caller)
+    organization = organization_of(admin) if admin is not None else None
+    return await store.get_endpoints((await _endpoints(request)).managed_by(caller.owner, organization))
 
 
 async def _manages(request: web.Request, caller: ApiKeyRecord, endpoint: WebhookEndpoint) -> bool:
@@ -145,9 +166,9 @@ async def create_webhook(request: web.Request) -> web.Response:
         created_at=int(time.time()), secret=new_secret())
     holder = webhooks_holder(endpoint)
 
-    async def held(_: frozenset[str]) -> Holdings:
-        existing = await store.list_endpoints()
-        return Holdings({e.id: 1 for e in existing if webhooks_holder(e) == holder}, frozenset(e.id for e in existing))
+    async def held(listed: frozenset[str]) -> Holdings:
+        endpoints = await _endpoints(request)
+        return Holdings(dict.fromkeys(endpoints.counted_with(endpoint), 1), frozenset(listed & endpoints.by_id.keys()))
 
     limit = deps(request).settings.max_webhooks_per_owner
     admission = deps(request).admission
@@ -164,8 +185,7 @@ async def create_webhook(request: web.Request) -> web.Response:
 
 async def list_webhooks(request: web.Request) -> web.Response:
     caller = principal(request)
-    visible = [endpoint.model_copy(update={"secret": None}) for endpoint in await _store(request).list_endpoints()
-               if await _manages(request, caller, endpoint)]
+    visible = [endpoint.model_copy(update={"secret": None}) for endpoint in await _visible(request, caller)]
     return answer(page_after(visible, [endpoint.id for endpoint in visible], None, len(visible)))
 
 

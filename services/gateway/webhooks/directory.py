@@ -1,6 +1,8 @@
 """The webhook endpoints each gateway keeps in memory, by a watch on the bucket's endpoint keys and indexed by who
-receives what: a batch fact looks up only its owner's and organisation's endpoints, never every tenant's. What is kept
-is what routing needs (no URL, no secret); an attempt reads its endpoint from the bucket as it is then."""
+receives and who manages what: a batch fact or a caller's list looks up only its owner's and organisation's
+endpoints, never every tenant's. A lookup is exact: it first asks the bucket for its newest endpoint write and waits
+until the watch has applied it. What is kept is what routing needs (no URL, no secret); an attempt or a list reads
+its endpoints from the bucket as they are then."""
 
 import asyncio
 import contextlib
@@ -16,6 +18,7 @@ from nats.js.kv import KeyValue
 from contracts.api.webhook import WebhookEndpoint, WebhookEventType
 from services.gateway.webhooks.domain import receives
 from services.gateway.webhooks.store import ENDPOINT
+from services.runtime.nats.kv import Bucket, newest_sequence
 
 log = logging.getLogger(__name__)
 
@@ -35,21 +38,25 @@ class Endpoints:
 
     by_id: dict[str, WebhookEndpoint] = field(default_factory=dict)
     of_owner: defaultdict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
-    """A user-scoped endpoint under its owner."""
+    """Every endpoint under the owner who registered it (whatever its scope)."""
     of_organization: defaultdict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     """An organisation-wide endpoint under its organisation."""
     wanted: defaultdict[WebhookEventType, int] = field(default_factory=lambda: defaultdict(int))
     """Enabled endpoints per event type: a fact no endpoint wants costs no read at all."""
+    applied: int = 0
+    """The newest stream sequence of an endpoint write these hold."""
 
-    def put(self, endpoint_id: str, endpoint: WebhookEndpoint | None) -> None:
-        """The endpoint as written now (None: deleted)."""
+    def put(self, endpoint_id: str, endpoint: WebhookEndpoint | None, sequence: int = 0) -> None:
+        """The endpoint as written at `sequence` (None: deleted)."""
+        self.applied = max(self.applied, sequence)
         self._drop(endpoint_id)
         if endpoint is None:
             return
         endpoint = endpoint.model_copy(update={"url": "", "description": "", "secret": None})  # routing only
         self.by_id[endpoint_id] = endpoint
-        index, holder = self._holder(endpoint)
-        index[holder].add(endpoint_id)
+        self.of_owner[endpoint.owner].add(endpoint_id)
+        if endpoint.scope == "organization":
+            self.of_organization[endpoint.organization_id].add(endpoint_id)
         if endpoint.enabled:
             for event_type in set(endpoint.events):
                 self.wanted[event_type] += 1
@@ -58,27 +65,33 @@ class Endpoints:
         old = self.by_id.pop(endpoint_id, None)
         if old is None:
             return
-        index, holder = self._holder(old)
-        ids = index[holder]
-        ids.discard(endpoint_id)
-        if not ids:
-            del index[holder]
+        _unindex(self.of_owner, old.owner, endpoint_id)
+        if old.scope == "organization":
+            _unindex(self.of_organization, old.organization_id, endpoint_id)
         if old.enabled:
             for event_type in set(old.events):
                 self.wanted[event_type] -= 1
 
-    def _holder(self, endpoint: WebhookEndpoint) -> tuple[defaultdict[str, set[str]], str]:
-        if endpoint.scope == "user":
-            return self.of_owner, endpoint.owner
-        return self.of_organization, endpoint.organization_id
+    def counted_with(self, endpoint: WebhookEndpoint) -> set[str]:
+        """The ids of the endpoints counted against the same limit as `endpoint` (its owner's user-scoped ones, or
+        its organisation's organisation-wide ones)."""
+        if endpoint.scope == "organization":
+            return set(self.of_organization.get(endpoint.organization_id, ()))
+        return {endpoint_id for endpoint_id in self.of_owner.get(endpoint.owner, ())
+                if self.by_id[endpoint_id].scope == "user"}
+
+    def managed_by(self, owner: str, organization: str | None) -> list[str]:
+        """The ids of the endpoints `owner` registered and, for an organisation's administrator, its
+        organisation-wide ones, in id order."""
+        ids = set(self.of_owner.get(owner, ()))
+        if organization is not None:
+            ids |= self.of_organization.get(organization, set())
+        return sorted(ids)
 
     def receivers(self, event_type: WebhookEventType, owner: str, organization: str | None,
                   occurred_at_ms: int) -> list[WebhookEndpoint]:
         """The endpoints sent this event of a batch of `owner` (of `organization`), in id order."""
-        ids = set(self.of_owner.get(owner, ()))
-        if organization is not None:
-            ids |= self.of_organization.get(organization, set())
-        found = [self.by_id[endpoint_id] for endpoint_id in sorted(ids)]
+        found = [self.by_id[endpoint_id] for endpoint_id in self.managed_by(owner, organization)]
         return [endpoint for endpoint in found if receives(endpoint, event_type, owner, organization, occurred_at_ms)]
 
 
@@ -91,11 +104,24 @@ class EndpointDirectory:
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     """Set while the watch holds every endpoint written so far."""
 
-    async def current(self, wait_s: float = READY_WAIT_S) -> Endpoints:
-        """The endpoints, once the watch holds them all; `DirectoryNotReady` after `wait_s` without."""
-        if not self.ready.is_set():
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    """Notified as the watch applies writes."""
+
+    async def current(self, bucket: Bucket, wait_s: float = READY_WAIT_S) -> Endpoints:
+        """The endpoints with every endpoint write acknowledged before the call; `DirectoryNotReady` when the watch
+        has not applied them within `wait_s`."""
+        newest = await newest_sequence(bucket.js, bucket.stream, f"{bucket.prefix}{ENDPOINT}.*")
+        return await self.holding(newest, wait_s)
+
+    async def holding(self, newest: int, wait_s: float = READY_WAIT_S) -> Endpoints:
+        """The endpoints once the watch holds every current one and has applied the write at `newest`."""
+        def holds() -> bool:
+            return self.ready.is_set() and self.endpoints.applied >= newest
+
+        if not holds():
             try:
-                await asyncio.wait_for(self.ready.wait(), wait_s)
+                async with self.changed:
+                    await asyncio.wait_for(self.changed.wait_for(holds), wait_s)
             except TimeoutError:
                 raise DirectoryNotReady(f"the webhook endpoints were not read within {wait_s:g}s") from None
         return self.endpoints
@@ -116,8 +142,11 @@ class EndpointDirectory:
                         if entry is None:  # the end of the current values
                             self.endpoints = reading
                             self.ready.set()
-                            continue
-                        reading.put(entry.key.removeprefix(prefix), decode(entry.key, entry.value))
+                        else:
+                            reading.put(entry.key.removeprefix(prefix), decode(entry.key, entry.value),
+                                        entry.revision or 0)
+                        async with self.changed:
+                            self.changed.notify_all()
                 finally:
                     self.ready.clear()
                     with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
@@ -125,6 +154,14 @@ class EndpointDirectory:
             except (nats.errors.Error, nats.js.errors.Error) as error:
                 log.warning("the webhook endpoints' watch was interrupted, resuming: %r", error)
             await asyncio.sleep(RESUME_AFTER_S)
+
+
+def _unindex(index: defaultdict[str, set[str]], holder: str, endpoint_id: str) -> None:
+    ids = index.get(holder)
+    if ids is not None:
+        ids.discard(endpoint_id)
+        if not ids:
+            del index[holder]
 
 
 def decode(key: str, value: bytes | None) -> WebhookEndpoint | None:

@@ -12,7 +12,7 @@ import nats.js.errors
 from pydantic import BaseModel
 
 from contracts.api.webhook import WebhookDelivery, WebhookEndpoint
-from services.runtime.nats.kv import Bucket, erase, latest_entries, read_entry, read_latest
+from services.runtime.nats.kv import Bucket, erase, latest_entries, read_entry, read_last, read_latest
 
 ENDPOINT = "endpoint"
 DELIVERY = "delivery"
@@ -45,6 +45,12 @@ class WebhookStore:
     async def list_endpoints(self) -> list[WebhookEndpoint]:
         entries = await latest_entries(self.kv, f"{ENDPOINT}.*")
         found = [WebhookEndpoint.model_validate_json(value) for _, value in entries]
+        return sorted(found, key=lambda endpoint: (endpoint.created_at, endpoint.id))
+
+    async def get_endpoints(self, endpoint_ids: list[str]) -> list[WebhookEndpoint]:
+        """The endpoints of `endpoint_ids` that exist, in the order `list_endpoints` gives."""
+        values = await read_last(self.kv, [f"{ENDPOINT}.{endpoint_id}" for endpoint_id in endpoint_ids])
+        found = [WebhookEndpoint.model_validate_json(value) for value in values.values()]
         return sorted(found, key=lambda endpoint: (endpoint.created_at, endpoint.id))
 
     async def change_endpoint(self, endpoint_id: str,

@@ -55,6 +55,24 @@ async def leader_floor(js: JetStream, stream: str, subject: str) -> int:
         raise ScanFailed(f"the leader of {stream} did not answer a read: {error!r}") from error
 
 
+async def newest_sequence(js: JetStream, stream: str, subject: str) -> int:
+    """The sequence of the newest message on `subject` (a filter) in `stream`, as of a read begun now: asked of the
+    leader on a replicated stream, else by a direct get; 0 when `subject` holds nothing."""
+    if await replicated(js, stream):
+        return await leader_floor(js, stream, subject)
+    try:
+        answer = await js.nc.request(direct_get(stream), orjson.dumps({"last_by_subj": subject}),
+                                     timeout=LEADER_TIMEOUT_S)
+    except (nats.errors.Error, nats.js.errors.Error) as error:
+        raise ScanFailed(f"{stream} did not answer a read: {error!r}") from error
+    headers = answer.headers or {}
+    if headers.get("Status") == "404":
+        return 0
+    if "Nats-Sequence" not in headers:
+        raise ScanFailed(f"{stream} refused a read (status {headers.get('Status')})")
+    return int(headers["Nats-Sequence"])
+
+
 _REPLICATED: "WeakKeyDictionary[JetStream, dict[str, tuple[bool, float]]]" = WeakKeyDictionary()
 """Per connection's JetStream context, per stream: whether it has more than one replica, and when that was asked."""
 

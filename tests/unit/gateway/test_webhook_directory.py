@@ -71,18 +71,39 @@ def test_what_is_kept_holds_no_secret_and_no_address() -> None:
     assert kept.secret is None and kept.url == ""
 
 
-async def test_a_lookup_before_every_endpoint_was_read_is_refused_then_answered_once_it_was() -> None:
+def test_a_limit_counts_the_endpoints_of_one_holder_and_a_list_those_the_caller_manages() -> None:
+    endpoints = Endpoints()
+    endpoints.put("wh_own", endpoint("wh_own"))
+    endpoints.put("wh_own_org", endpoint("wh_own_org", scope="organization"))
+    endpoints.put("wh_boss_org", endpoint("wh_boss_org", "user-boss", scope="organization"))
+    endpoints.put("wh_bob", endpoint("wh_bob", "user-bob"))
+
+    assert endpoints.counted_with(endpoint("wh_new")) == {"wh_own"}
+    assert endpoints.counted_with(endpoint("wh_new", "user-carol", scope="organization")) == {
+        "wh_own_org", "wh_boss_org"}
+    assert endpoints.managed_by("user-alice", None) == ["wh_own", "wh_own_org"]
+    assert endpoints.managed_by("user-alice", "org_a") == ["wh_boss_org", "wh_own", "wh_own_org"]
+    assert endpoints.managed_by("user-stranger", None) == []
+
+
+async def test_a_lookup_waits_until_every_endpoint_and_the_newest_write_were_read() -> None:
     directory = EndpointDirectory()
     with pytest.raises(DirectoryNotReady):
-        await directory.current(wait_s=0.05)
+        await directory.holding(0, wait_s=0.05)
 
-    async def read_all() -> None:
+    async def watched(sequence: int, ready: bool) -> None:
         await asyncio.sleep(0.05)
-        directory.endpoints.put("wh_1", endpoint("wh_1"))
-        directory.ready.set()
+        directory.endpoints.put(f"wh_{sequence}", endpoint(f"wh_{sequence}"), sequence)
+        if ready:
+            directory.ready.set()
+        async with directory.changed:
+            directory.changed.notify_all()
 
-    task = asyncio.create_task(read_all())
-    found = await directory.current(wait_s=5.0)
+    await watched(3, ready=True)
+    with pytest.raises(DirectoryNotReady):  # the write at 4 (acknowledged to someone) is not applied yet
+        await directory.holding(4, wait_s=0.1)
+    task = asyncio.create_task(watched(4, ready=True))
+    found = await directory.holding(4, wait_s=5.0)
     await task
-    assert list(found.by_id) == ["wh_1"]
-    assert directory.owner_of("wh_1") == "user-alice" and directory.owner_of("wh_gone") is None
+    assert sorted(found.by_id) == ["wh_3", "wh_4"] and found.applied == 4
+    assert directory.owner_of("wh_3") == "user-alice" and directory.owner_of("wh_gone") is None
