@@ -50,7 +50,7 @@ class GatewaySettings(ServiceSettings):
     metrics_refresh_s: float = 15.0
     """How often the fleet-wide gauges of `/metrics` (batches per status, the queue, consumer lag, executors) are
     set from the batch census (kept as batch records change; a refresh reads only unfinished batches, never ended
-    ones); a scrape only reads the last figures. 0: never (those gauges stay empty, and no census is kept)."""
+    ones); a scrape only reads the last figures. 0: never (those gauges stay empty; the census is kept for quotes)."""
     file_sweep_interval_s: float = 60.0
     """How often expired files are deleted; 0 turns the sweeper off."""
     orphan_sweep_interval_s: float = 86400.0

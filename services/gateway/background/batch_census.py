@@ -1,12 +1,14 @@
-"""The batch census behind the fleet-wide gauges: batches per status, kept by one watch on the read model's batch
-records, so a refresh reads only open work. Ended batches are counts (plus a bounded memory of ended ids, so a rewrite
-is not counted twice); each (re)count, at start, after a broken watch and hourly, replaces the last once complete."""
+"""The batch census behind the fleet-wide gauges and the quotes' queue estimate: batches per status, the lines still
+to run per model and the lines each model ran in the last hour, kept by one watch on the read model's batch records,
+so neither a refresh nor a quote reads any record. Ended batches are counts (plus a bounded memory of ended ids, so a
+rewrite is not counted twice); each (re)count, at start, after a broken watch and hourly, replaces the last once
+complete."""
 
 import asyncio
 import contextlib
 import logging
 import time
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 
 import nats.errors
@@ -25,6 +27,18 @@ RECENTLY_ENDED = 100_000
 RESUME_AFTER_S = 1.0
 RECOUNT_S = 3600.0
 """How often the census counts every batch again from the read model (bounding what a late rewrite miscounts)."""
+RATE_WINDOW_S = 3600.0
+"""The window of ended batches a model's rate is measured over."""
+
+
+def remaining_lines(record: BatchRecord) -> int:
+    counts = record.batch.request_counts
+    return max(counts.total - counts.completed - counts.failed, 0)
+
+
+def ended_at(record: BatchRecord) -> int | None:
+    batch = record.batch
+    return batch.completed_at or batch.cancelled_at or batch.expired_at or batch.failed_at
 
 
 @dataclass
@@ -34,12 +48,20 @@ class Counts:
     ended: Counter[str] = field(default_factory=Counter)
     """Ended batches, by status."""
     recently_ended: OrderedDict[str, str] = field(default_factory=OrderedDict)
+    ahead: Counter[str] = field(default_factory=Counter)
+    """Lines still to run of the unfinished batches, per model."""
+    ran: dict[str, deque[tuple[float, float, int]]] = field(default_factory=dict)
+    """Per model, the batches that ended within `RATE_WINDOW_S` (as seen ending): when each ended, when it started
+    running and the lines it ran, in the order they were seen."""
 
-    def record(self, batch_id: str, record: BatchRecord | None) -> None:
+    def record(self, batch_id: str, record: BatchRecord | None, now: float | None = None) -> None:
         """Count the latest record of a batch (None: its record was deleted)."""
-        if batch_id in self.recently_ended:
+        was_ended = batch_id in self.recently_ended
+        if was_ended:
             self.ended[self.recently_ended.pop(batch_id)] -= 1
-        self.open.pop(batch_id, None)
+        left = self.open.pop(batch_id, None)
+        if left is not None:
+            self.ahead[left.batch.model or ""] -= remaining_lines(left)
         if record is None:
             return
         status = record.batch.status
@@ -48,8 +70,30 @@ class Counts:
             self.recently_ended[batch_id] = status
             if len(self.recently_ended) > RECENTLY_ENDED:
                 self.recently_ended.popitem(last=False)  # rewritten much later: counted once more, until a recount
+            if not was_ended:
+                self._ran(record, time.time() if now is None else now)
         else:
             self.open[batch_id] = record
+            self.ahead[record.batch.model or ""] += remaining_lines(record)
+
+    def _ran(self, record: BatchRecord, now: float) -> None:
+        batch, end = record.batch, ended_at(record)
+        if batch.in_progress_at is None or end is None or now - end > RATE_WINDOW_S:
+            return
+        counts = batch.request_counts
+        self.ran.setdefault(batch.model or "", deque()).append(
+            (float(end), float(batch.in_progress_at), counts.completed + counts.failed))
+
+    def queue(self, model: str, now: float) -> tuple[int, float | None]:
+        """The model's lines still to run, and its rate (lines per second) over the last `RATE_WINDOW_S` (None: it
+        ran nothing in it)."""
+        ran = self.ran.get(model, deque())
+        while ran and now - ran[0][0] > RATE_WINDOW_S:
+            ran.popleft()
+        done = sum(lines for end, _, lines in ran if now - end <= RATE_WINDOW_S)
+        starts = [max(start, now - RATE_WINDOW_S) for end, start, _ in ran if now - end <= RATE_WINDOW_S]
+        rate = done / max(now - min(starts), 1.0) if starts and done else None
+        return max(self.ahead.get(model, 0), 0), rate
 
     def by_status(self) -> dict[str, int]:
         counts: Counter[str] = Counter(record.batch.status for record in self.open.values())

@@ -34,7 +34,8 @@ async def refresh_gauges(d: Deps, census: BatchCensus) -> None:
 
 
 async def fleet_gauges(app: web.Application) -> AsyncIterator[None]:
-    """A cleanup context: the census, and the gauges refreshed every `metrics_refresh_s` (0: neither)."""
+    """A cleanup context: the census (quotes read it too), and the gauges refreshed every `metrics_refresh_s` (0:
+    never)."""
     d = app[DEPS]
     interval = d.settings.metrics_refresh_s
     census = app[BATCH_CENSUS] = BatchCensus()
@@ -46,5 +47,5 @@ async def fleet_gauges(app: web.Application) -> AsyncIterator[None]:
             log.warning("the batch census has not counted within %.0fs; the gauges show what it has", CENSUS_READY_S)
         await every(interval, lambda: refresh_gauges(d, census), "fleet gauges refresh", at_once=True)
 
-    async with running(*([census.follow(d.read_model.kv), loop()] if interval > 0 else [])):
+    async with running(census.follow(d.read_model.kv), *([loop()] if interval > 0 else [])):
         yield

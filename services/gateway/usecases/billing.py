@@ -16,7 +16,6 @@ from contracts.billing import FileDemand, ModelPrice, micros_to_usd, parse_usd, 
 from contracts.catalogue import Catalogue, CatalogueModel
 from contracts.events.account import CreditsGranted, CreditsReserved
 from contracts.events.registry import decode_event
-from contracts.lifecycle import TERMINAL
 from contracts.readmodel import AccountRecord, FileRecord
 from contracts.subjects import account_facts
 from services.gateway.usecases.refusals import ApiError
@@ -26,7 +25,6 @@ from services.runtime.nats.readmodel import ReadModel
 
 FREE = ModelPrice(input_per_mtok_usd=Decimal(0), output_per_mtok_usd=Decimal(0))
 """What tokens cost on a deployment that does not bill."""
-RATE_WINDOW_S = 3600
 """The window the fleet's rate for a model is measured over, for a quote's ETA."""
 MAX_PRICE_KEY = "max_price_usd"
 
@@ -186,24 +184,8 @@ def quote_price(model: CatalogueModel, price: ModelPrice, demand: FileDemand, en
                       max_usd=micros_to_usd(worst if demand.lines else 0))
 
 
-async def queue_estimate(read_model: ReadModel, model_id: str, lines: int, now: float | None = None) -> QueueEstimate:
-    """Lines of the model still to run, the fleet's rate for it over the last hour, and when `lines` more would be
-    done at that rate (a newcomer's wait at most, the fair queue sharing the fleet)."""
-    now = time.time() if now is None else now
-    ahead = done = 0
-    first_start: float | None = None
-    for record in await read_model.list_batches():
-        batch = record.batch
-        if batch.model != model_id:
-            continue
-        counts = batch.request_counts
-        if batch.status not in TERMINAL:
-            ahead += max(counts.total - counts.completed - counts.failed, 0)
-        ended_at = batch.completed_at or batch.cancelled_at or batch.expired_at or batch.failed_at
-        if batch.in_progress_at is not None and ended_at is not None and now - ended_at <= RATE_WINDOW_S:
-            done += counts.completed + counts.failed
-            start = max(batch.in_progress_at, now - RATE_WINDOW_S)
-            first_start = start if first_start is None else min(first_start, start)
-    rate = done / max(now - first_start, 1.0) if first_start is not None and done else None
+def queue_estimate(ahead: int, rate: float | None, lines: int) -> QueueEstimate:
+    """Lines of the model still to run (`ahead`), the fleet's rate for it over the last hour, and when `lines` more
+    would be done at that rate (a newcomer's wait at most, the fair queue sharing the fleet)."""
     eta = int((ahead + lines) / rate) + 1 if rate else None
     return QueueEstimate(lines_ahead=ahead, lines_per_s=None if rate is None else round(rate, 3), eta_s=eta)

@@ -93,3 +93,31 @@ async def test_a_count_replaces_the_last_only_once_complete_then_follows_each_ch
     following.cancel()
     await asyncio.gather(following, return_exceptions=True)
     assert watch.stopped
+
+
+def running_record(batch_id: str, status: Status, model: str, total: int, done: int, *, started: int | None = None,
+                   ended: int | None = None) -> BatchRecord:
+    batch = Batch(id=batch_id, endpoint="/v1/chat/completions", input_file_id="file-1", completion_window="24h",
+                  status=status, created_at=1_700_000_000, model=model, in_progress_at=started,
+                  completed_at=ended, request_counts={"total": total, "completed": done, "failed": 0})
+    return BatchRecord(owner_key_id="key_1", batch=batch, last_sequence=1)
+
+
+def test_a_quotes_queue_is_the_models_lines_still_to_run_and_the_lines_it_ran_in_the_last_hour() -> None:
+    now = 1_700_010_000.0
+    census = BatchCensus()
+    census.record("batch_a", running_record("batch_a", "validated", "m", 100, 0), now)
+    census.record("batch_b", running_record("batch_b", "in_progress", "m", 50, 20, started=int(now) - 100), now)
+    census.record("batch_other", running_record("batch_other", "validated", "other", 7, 0), now)
+    assert census.queue("m", now) == (130, None)
+
+    census.record("batch_b", running_record("batch_b", "completed", "m", 50, 50, started=int(now) - 100,
+                                            ended=int(now)), now)
+    census.record("batch_b", running_record("batch_b", "completed", "m", 50, 50, started=int(now) - 100,
+                                            ended=int(now)), now)  # the ended record written again
+    assert census.queue("m", now) == (100, 0.5)  # 50 lines in the 100 s since it started
+    assert census.queue("other", now) == (7, None)
+
+    assert census.queue("m", now + 3601) == (100, None)  # the hour has passed
+    census.record("batch_a", None, now)
+    assert census.queue("m", now) == (0, None)
