@@ -375,10 +375,12 @@ async def test_an_attempt_recorded_while_a_redelivery_is_asked_is_kept_by_both(
     assert await store.change_delivery(endpoint_id, "msg_" + "0" * 24, lambda stored: stored) is None
 
 
-async def test_a_batch_fact_reads_no_other_tenants_endpoints(gateway: Gateway, receiver: Receiver) -> None:
-    """The intake looks a fact's receivers up by its owner and organisation: however many endpoints other tenants
-    registered, the endpoint keys are never listed for a fact that is not theirs (one read of the newest endpoint
-    write, whoever's, keeps the lookup exact)."""
+async def test_no_fact_list_or_poll_reads_every_tenants_endpoints_or_deliveries(
+        gateway: Gateway, receiver: Receiver) -> None:
+    """The intake looks a fact's receivers up by its owner and organisation, a list and a create the caller's own
+    endpoints, and a poll for due deliveries its gateway's queue: however many endpoints and deliveries other tenants
+    have, neither the endpoint keys nor the due entries are ever listed (one read of the newest endpoint write,
+    whoever's, keeps a lookup exact)."""
     store = WebhookStore(await open_bucket(gateway.bus, WEBHOOKS_BUCKET))
     for _ in range(3):
         other = await gateway.new_key()
@@ -390,7 +392,7 @@ async def test_a_batch_fact_reads_no_other_tenants_endpoints(gateway: Gateway, r
     listings: list[bytes] = []
 
     async def seen(message: Any) -> None:
-        if b"next_by_subj" in message.data and b"endpoint." in message.data:
+        if b"next_by_subj" in message.data and (b"endpoint." in message.data or b"due." in message.data):
             listings.append(message.data)
     watching = await gateway.bus.nc.subscribe(f"$JS.API.DIRECT.GET.{store.kv.stream}.>", cb=seen)
     plain = await gateway.bus.nc.subscribe(f"$JS.API.DIRECT.GET.{store.kv.stream}", cb=seen)

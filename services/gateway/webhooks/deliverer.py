@@ -18,7 +18,8 @@ from services.gateway.context import DEPS
 from services.gateway.settings import GatewaySettings
 from services.gateway.webhooks.directory import EndpointDirectory
 from services.gateway.webhooks.domain import is_success, retry_delay
-from services.gateway.webhooks.fairness import Fairness, round_robin
+from services.gateway.webhooks.due_queue import DueQueue
+from services.gateway.webhooks.fairness import Fairness
 from services.gateway.webhooks.signing import signed_headers
 from services.gateway.webhooks.store import Claim, WebhookStore
 from services.gateway.webhooks.targets import (
@@ -54,11 +55,11 @@ async def prune(settings: GatewaySettings, store: WebhookStore) -> None:
 class Attempts:
     """The attempts loop of one gateway, with its tasks (each released when it ends or the gateway stops)."""
 
-    def __init__(self, settings: GatewaySettings, store: WebhookStore, directory: EndpointDirectory,
+    def __init__(self, settings: GatewaySettings, store: WebhookStore, due: DueQueue,
                  session: aiohttp.ClientSession, policy: AddressPolicy) -> None:
         self.settings = settings
         self.store = store
-        self.directory = directory
+        self.due = due
         self.session = session
         self.policy = policy
         self.fairness = Fairness(settings.webhook_owner_concurrency, settings.webhook_endpoint_concurrency,
@@ -75,22 +76,19 @@ class Attempts:
     async def start_due(self) -> int:
         """Claim and start the deliveries due now, fairly, up to the free concurrency; how many were started."""
         free = self.settings.webhook_concurrency - len(self.running)
-        if free <= 0:
+        if free <= 0 or not self.due.ready.is_set():
             return 0
         now, started = time.time(), 0
-        due = await self.store.due_now(now)
-        if not due:
-            return 0
-        owner_of = {claim.endpoint_id: self.directory.owner_of(claim.endpoint_id) or claim.endpoint_id
-                    for claim in due}
         lease = self.settings.webhook_timeout_s + CLAIM_MARGIN_S
-        for claim in round_robin(due, owner_of):
+        for claim, owner in self.due.offered(now):
             if started >= free:
                 break
-            owner = owner_of[claim.endpoint_id]
             if not self.fairness.may_start(claim.endpoint_id, owner, now):
                 continue
-            if await self.store.claim(claim, lease, now):
+            taken = await self.store.claim(claim, lease, now)
+            if taken is None:  # ended by another gateway (its entry erased, which a watch does not see)
+                self.due.forget(claim.delivery_id)
+            elif taken:
                 self.fairness.started(claim.endpoint_id, owner)
                 task = asyncio.create_task(self.attempt(claim, owner))
                 self.running.add(task)
@@ -112,7 +110,7 @@ class Attempts:
         """One attempt, recorded; whether the endpoint took it (None: none was made)."""
         delivery = await self.store.get_delivery(claim.endpoint_id, claim.delivery_id)
         if delivery is None or delivery.status != "pending":
-            await self.store.finish(claim)
+            await self._finish(claim)
             return None
         endpoint = await self.store.get_endpoint(claim.endpoint_id)
         if endpoint is None or not endpoint.enabled:
@@ -138,7 +136,11 @@ class Attempts:
 
     async def _end(self, claim: Claim, delivery: WebhookDelivery, attempt: DeliveryAttempt, status: str) -> None:
         await self._record(delivery, attempt, {"status": status, "next_attempt_at": None})
+        await self._finish(claim)
+
+    async def _finish(self, claim: Claim) -> None:
         await self.store.finish(claim)
+        self.due.forget(claim.delivery_id)  # its entry is erased: no watch says so
 
     async def _record(self, delivery: WebhookDelivery, attempt: DeliveryAttempt, update: dict[str, object]) -> None:
         """The attempt added to the delivery as stored now (compare-and-set), with `update`."""
@@ -183,6 +185,7 @@ def _refused(failure: BaseException) -> bool:
 async def webhook_deliverer(app: web.Application) -> AsyncIterator[None]:
     """A cleanup context: with `webhooks` on, the attempts and pruning loops on the store."""
     settings, store, directory = app[DEPS].settings, app[WEBHOOK_STORE], app[WEBHOOK_DIRECTORY]
+    due = DueQueue(owner_of=lambda endpoint_id: directory.owner_of(endpoint_id) or endpoint_id)
     if not settings.webhooks:
         yield
         return
@@ -194,5 +197,6 @@ async def webhook_deliverer(app: web.Application) -> AsyncIterator[None]:
         # Kept for ever (a retention of 0 days): the pruning loop never runs.
         pruning = every(PRUNE_INTERVAL_S if settings.webhook_retention_days > 0 else 0, lambda: prune(settings, store),
                         "erasing old webhook deliveries", at_once=True)
-        async with running(Attempts(settings, store, directory, session, policy).run(), pruning):
+        async with running(due.follow(store.kv, directory.ready), Attempts(settings, store, due, session, policy).run(),
+                           pruning):
             yield

@@ -3,21 +3,7 @@ owner's oldest first), how many attempts it runs at once per owner and per endpo
 endpoint that defers the deliveries of one that keeps failing. All of it is one gateway's, in its memory."""
 
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from itertools import chain, zip_longest
-
-from services.gateway.webhooks.store import Claim
-
-
-def round_robin(due: list[Claim], owner_of: Mapping[str, str]) -> list[Claim]:
-    """`due` (oldest first) interleaved across owners in the order of their oldest; an unlisted endpoint is its own
-    owner."""
-    by_owner: dict[str, list[Claim]] = {}
-    for claim in due:
-        by_owner.setdefault(owner_of.get(claim.endpoint_id, claim.endpoint_id), []).append(claim)
-    rounds = zip_longest(*by_owner.values())
-    return [claim for claim in chain.from_iterable(rounds) if claim is not None]
 
 
 @dataclass

@@ -12,12 +12,30 @@ import nats.js.errors
 from pydantic import BaseModel
 
 from contracts.api.webhook import WebhookDelivery, WebhookEndpoint
-from services.runtime.nats.kv import Bucket, erase, latest_entries, read_entry, read_last, read_latest
+from services.runtime.nats.kv import Bucket, erase, latest_entries, read_entry, read_last, read_latest, read_page
 
 ENDPOINT = "endpoint"
 DELIVERY = "delivery"
 DUE = "due"
 Stored = TypeVar("Stored", bound=BaseModel)
+
+
+PRUNE_PAGE = 500
+"""Deliveries a prune reads (and holds) at once."""
+PRUNE_PAGE_BYTES = 4 << 20
+
+
+class _AttemptTime(BaseModel):
+    attempted_at: float
+
+
+class _Prunable(BaseModel):
+    """What a prune reads of a delivery (the rest of it is skipped while decoding)."""
+
+    id: str
+    status: str
+    created_at: float
+    attempts: list[_AttemptTime] = []
 
 
 class Due(BaseModel):
@@ -113,23 +131,17 @@ class WebhookStore:
                  for _, value in await latest_entries(self.kv, f"{DELIVERY}.{endpoint_id}.*")]
         return sorted(found, key=lambda delivery: (delivery.created_at, delivery.id), reverse=True)
 
-    async def due_now(self, now: float) -> list[Claim]:
-        """Deliveries whose next attempt may start (unclaimed, or their claim lapsed), oldest first."""
-        due: list[tuple[float, Claim]] = []
-        for key, value in await latest_entries(self.kv, f"{DUE}.*"):
-            entry = Due.model_validate_json(value)
-            if entry.not_before <= now:
-                due.append((entry.not_before, Claim(key.removeprefix(f"{DUE}."), entry.endpoint_id)))
-        return [claim for _, claim in sorted(due, key=lambda pair: pair[0])]
-
-    async def claim(self, claim: Claim, lease_s: float, now: float) -> bool:
-        """Take a due delivery for `lease_s`; False: another gateway took it (or it is no longer due)."""
+    async def claim(self, claim: Claim, lease_s: float, now: float) -> bool | None:
+        """Take a due delivery for `lease_s`; False: another gateway took it (or it is no longer due); None: it has
+        no due entry any more (it ended)."""
         key = f"{DUE}.{claim.delivery_id}"
         try:
             entry = await self.kv.get(key)
         except nats.js.errors.KeyNotFoundError:
-            return False
-        if not entry.value or Due.model_validate_json(entry.value).not_before > now:
+            return None
+        if not entry.value:
+            return None
+        if Due.model_validate_json(entry.value).not_before > now:
             return False
         leased = Due(endpoint_id=claim.endpoint_id, not_before=now + lease_s)
         try:
@@ -148,16 +160,24 @@ class WebhookStore:
         await erase(self.kv, f"{DUE}.{claim.delivery_id}")
 
     async def prune(self, ended_before: float) -> int:
-        """Erase the deliveries that ended before `ended_before` (never a pending one); how many."""
-        erased = 0
-        for key, value in await latest_entries(self.kv, f"{DELIVERY}.*.*"):
-            delivery = WebhookDelivery.model_validate_json(value)
-            ended_at = delivery.attempts[-1].attempted_at if delivery.attempts else delivery.created_at
-            if delivery.status != "pending" and ended_at < ended_before:
-                await erase(self.kv, key)
-                await erase(self.kv, f"{DUE}.{delivery.id}")  # a marker an older version's purge left
-                erased += 1
-        return erased
+        """Erase the deliveries that ended before `ended_before` (never a pending one); how many. Deliveries are read
+        a page at a time, and only what decides is decoded: never every tenant's deliveries held at once."""
+        erased, after = 0, 0
+        while True:
+            page, more = await read_page(self.kv.js, self.kv.stream, f"{self.kv.prefix}{DELIVERY}.*.*", after,
+                                         PRUNE_PAGE, PRUNE_PAGE_BYTES)
+            for message in page:
+                if not message.value:
+                    continue
+                seen = _Prunable.model_validate_json(message.data)
+                ended_at = seen.attempts[-1].attempted_at if seen.attempts else seen.created_at
+                if seen.status != "pending" and ended_at < ended_before:
+                    await erase(self.kv, message.subject[len(self.kv.prefix):])
+                    await erase(self.kv, f"{DUE}.{seen.id}")  # a marker an older version's purge left
+                    erased += 1
+            if not page or not more:
+                return erased
+            after = page[-1].seq
 
     @staticmethod
     def _delivery_key(endpoint_id: str, delivery_id: str) -> str:

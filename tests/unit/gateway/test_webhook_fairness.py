@@ -1,18 +1,11 @@
-"""Fair webhook delivery, without I/O: round-robin across owners, limits per owner and per endpoint, and a breaker
+"""Fair webhook delivery, without I/O: limits per owner and per endpoint, and a breaker
 per endpoint that defers its deliveries after consecutive failures and lets one probe through after a cooldown."""
 
-from services.gateway.webhooks.fairness import Fairness, round_robin
-from services.gateway.webhooks.store import Claim
+from services.gateway.webhooks.fairness import Fairness
 
 
 def fairness() -> Fairness:
     return Fairness(owner_limit=2, endpoint_limit=1, breaker_failures=3, cooldown_s=10.0)
-
-
-def test_due_deliveries_are_taken_round_robin_across_owners_each_owners_oldest_first() -> None:
-    due = [Claim("m1", "a1"), Claim("m2", "a2"), Claim("m3", "a1"), Claim("m4", "b1"), Claim("m5", "a2")]
-    ordered = round_robin(due, {"a1": "alice", "a2": "alice", "b1": "bob"})
-    assert [claim.delivery_id for claim in ordered] == ["m1", "m4", "m2", "m3", "m5"]
 
 
 def test_an_owner_and_an_endpoint_get_no_more_than_their_limits_at_once() -> None:
