@@ -75,6 +75,26 @@ class ApiKeyRecord(BaseModel):
         """Who owns the files and batches this key creates: its user, or the key itself."""
         return owner_id(self.user_id, self.key_id)
 
+    @property
+    def holders(self) -> list[str]:
+        """Whose keys this one counts among (each a KV-key token): its user's (`user-…`), its provider's
+        (`provider-…`); none for a key of neither (an admin's or an operator's own)."""
+        return ([owner_id(self.user_id, self.key_id)] if self.user_id is not None else []) + (
+            [provider_holder(self.provider_id)] if self.provider_id is not None else [])
+
+
+def provider_holder(provider_id: str) -> str:
+    """The holder a provider's worker keys are filed under."""
+    return f"provider-{provider_id}"
+
+
+class KeyDigest(RootModel[str]):
+    """The SHA-256 of a key, filed under its public id (`key_id_key`)."""
+
+
+class KeysIndexed(RootModel[bool]):
+    """The mark that every key is filed under its holders and its id (`KEYS_INDEXED_KEY`)."""
+
 
 class UserRecord(BaseModel):
     user_id: str

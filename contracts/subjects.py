@@ -207,6 +207,27 @@ def owner_index(owner: str, kind: Literal["batch", "file"]) -> str:
     return f"owner.{owner}.{kind}.>"
 
 
+def key_holder_index_key(holder: str, digest: str) -> str:
+    """Where an API key's record is filed under who holds it (`ApiKeyRecord.holders`: its user, its provider), so
+    their key lists, limits and revocations read only their own keys."""
+    return f"keys.{holder}.{digest}"
+
+
+def key_holder_index(holder: str) -> str:
+    """Every key record filed under `holder`."""
+    return f"keys.{holder}.>"
+
+
+def key_id_key(key_id: str) -> str:
+    """The SHA-256 (the record's key) of the API key with this public id: a key is found by its id in one read."""
+    return f"keyid.{key_id}"
+
+
+KEYS_INDEXED_KEY = "indexed.keys"
+"""Present once every key record is filed under its holders and its id (a read model made before those indexes is
+given them by the ledger once): until then a key is found by reading them all."""
+
+
 def owner_live_key(owner: str) -> str:
     """The ids of the owner's batches that have not ended (a JSON list): their live batches, read without their
     history (an owner's index keeps every batch they ever had)."""

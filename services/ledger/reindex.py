@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 OWNER_INDEX = f"{EVENTS_STREAM}:owner_index"
 LIVE_INDEX = f"{EVENTS_STREAM}:owner_live_index"
 STORED_INDEX = f"{EVENTS_STREAM}:owner_stored_index"
+KEY_INDEX = f"{EVENTS_STREAM}:key_index"
 """Tracking names, each present once its index is made (a store that starts empty makes them as it folds)."""
 CREATING_SUBJECTS = (KEY_CREATED, FILE_STORED, BATCH_CREATED)
 """Keys first: a file's or batch's owner is its key's user."""
@@ -41,14 +42,16 @@ async def index_owners(bus: EventBus, ledger: Ledger, sink: Sink, checkpoint: in
 
 
 async def index_read_model(ledger: Ledger, read_model: ReadModel, checkpoint: int) -> None:
-    """Write owners' lists of live batches, then their stored bytes, from the records up to `checkpoint`, each once."""
-    for name, index, done in ((LIVE_INDEX, read_model.index_live_batches, "listed the live batches"),
-                              (STORED_INDEX, read_model.index_stored_bytes, "wrote the stored bytes")):
+    """Write owners' lists of live batches, then their stored bytes, from the records up to `checkpoint`, then file
+    the keys under their holders and ids (said done even when there are none yet), each once."""
+    for name, index, done in ((LIVE_INDEX, read_model.index_live_batches, "listed the live batches of %d owners"),
+                              (STORED_INDEX, read_model.index_stored_bytes, "wrote the stored bytes of %d owners"),
+                              (KEY_INDEX, read_model.index_api_keys, "filed %d keys under their holders and ids")):
         if await asyncio.to_thread(ledger.tracking.max_tracking_id, name):
             continue
-        owners = await index() if checkpoint else 0
-        if owners:
-            log.info("%s of %d owners", done, owners)
+        count = await index() if checkpoint or name == KEY_INDEX else 0
+        if count:
+            log.info(done, count)
         await asyncio.to_thread(ledger.tracking.insert_tracking, Tracking(application_name=name, notification_id=1))
 
 

@@ -59,5 +59,5 @@ async def stop_batch(bus: EventBus, batch_id: str, by_key_id: str, code: CancelC
 
 
 async def find_key(read_model: ReadModel, key_id: str) -> tuple[str, ApiKeyRecord] | None:
-    """The SHA-256 and record of the key with this public id."""
-    return next(((digest, r) for digest, r in await read_model.list_api_keys() if r.key_id == key_id), None)
+    """The SHA-256 and record of the key with this public id (read by its id, never every key)."""
+    return await read_model.find_api_key(key_id)

@@ -9,8 +9,8 @@ from aiohttp import web
 
 from contracts.api.organization import ApiKey, CreateKey, CreateWorkerKey, DeletedApiKey, Me
 from contracts.api.page import ListPage
-from contracts.ids import new_key_id
-from contracts.readmodel import ApiKeyRecord
+from contracts.ids import new_key_id, owner_id
+from contracts.readmodel import ApiKeyRecord, provider_holder
 from services.gateway.adapters.admission import Holdings
 from services.gateway.background.key_usage import KEY_USAGE
 from services.gateway.context import accounts, deps
@@ -65,7 +65,7 @@ async def _admit_key(request: web.Request, user_id: str, key_id: str) -> None:
     d = deps(request)
 
     async def mine() -> list[ApiKeyRecord]:
-        return [r for _, r in await d.read_model.list_api_keys() if r.user_id == user_id]
+        return [r for _, r in await d.read_model.held_api_keys(owner_id(user_id, key_id)) if r.user_id == user_id]
 
     await _take_key_place(request, f"user-{user_id}", key_id, mine, d.settings.max_keys_per_user,
                           f"User {user_id}", "keys")
@@ -88,11 +88,14 @@ async def _take_key_place(request: web.Request, owner: str, key_id: str,
 
 
 async def _list(request: web.Request, workers: bool) -> web.Response:
-    """An admin sees every key of the kind; a user their own keys."""
-    records = [r for _, r in await deps(request).read_model.list_api_keys() if (r.role == "worker") == workers]
-    if principal(request).role != "admin":
+    """An admin sees every key of the kind; a user their own keys (read from their own, never every key)."""
+    read_model = deps(request).read_model
+    if principal(request).role == "admin":
+        records = [r for _, r in await read_model.list_api_keys() if (r.role == "worker") == workers]
+    else:
         user_id = own_keys_user(request)
-        records = [r for r in records if r.user_id == user_id and r.role == "user"]
+        records = [r for _, r in await read_model.held_api_keys(owner_id(user_id, principal(request).key_id))
+                   if r.user_id == user_id and r.role == "user" and not workers]
     return await keys_page(request, records)
 
 
@@ -151,7 +154,7 @@ revoke_worker_key = partial(_revoke, workers=True)
 
 
 async def _worker_keys(request: web.Request, provider_id: str) -> list[tuple[str, ApiKeyRecord]]:
-    return [(digest, r) for digest, r in await deps(request).read_model.list_api_keys()
+    return [(digest, r) for digest, r in await deps(request).read_model.held_api_keys(provider_holder(provider_id))
             if r.role == "worker" and r.provider_id == provider_id]
 
 

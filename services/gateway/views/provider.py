@@ -13,7 +13,7 @@ from contracts.api.page import ListPage
 from contracts.api.provider import ApproveProvider, ExecutorMemory, Provider, ProviderExecutor, RegisterProvider
 from contracts.events.executor import ExecutorAdvert
 from contracts.events.provider import ProviderApprovalWithdrawn, ProviderApproved, ProviderRegistered
-from contracts.readmodel import ExecutorRecord, ProviderRecord
+from contracts.readmodel import ExecutorRecord, ProviderRecord, provider_holder
 from services.gateway.adapters.admission import Holdings
 from services.gateway.context import deps
 from services.gateway.http.auth import principal
@@ -172,10 +172,13 @@ async def list_executors(request: web.Request) -> web.Response:
         providers = {(await managed_provider(d.read_model, me, wanted)).provider_id}
     else:
         providers = {r.provider_id for r in await d.read_model.list_providers() if owns(me, r)}
-    key_providers = {r.key_id: r.provider_id for _, r in await d.read_model.list_api_keys() if r.role == "worker"}
+    everyone = me.role == "admin" and wanted is None
+    workers = await d.read_model.list_api_keys() if everyone else [  # the caller's providers' keys, never every key
+        held for provider_id in sorted(providers) for held in await d.read_model.held_api_keys(
+            provider_holder(provider_id))]
+    key_providers = {r.key_id: r.provider_id for _, r in workers if r.role == "worker"}
     records = {r.executor_id: r for r in await d.read_model.list_executors()}
     adverts = {a.executor_id: a for a in await d.fleet.adverts()}
-    everyone = me.role == "admin" and wanted is None
     now_ms = int(time.time() * 1000)
     shown = []
     for executor_id in sorted(records.keys() | adverts.keys()):

@@ -1,6 +1,7 @@
 """The read model: OpenAI-shaped records in a KV bucket, written by the ledger and read by the gateway."""
 
 import asyncio
+import re
 import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Awaitable, Callable, Collection
@@ -16,12 +17,24 @@ from contracts.readmodel import (
     BatchRecord,
     ExecutorRecord,
     FileRecord,
+    KeyDigest,
+    KeysIndexed,
     LiveBatches,
     OrganizationRecord,
     ProviderRecord,
     UserRecord,
 )
-from contracts.subjects import READ_MODEL_BUCKET, owner_index, owner_index_key, owner_live_key, read_model_key
+from contracts.subjects import (
+    KEYS_INDEXED_KEY,
+    READ_MODEL_BUCKET,
+    key_holder_index,
+    key_holder_index_key,
+    key_id_key,
+    owner_index,
+    owner_index_key,
+    owner_live_key,
+    read_model_key,
+)
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.kv import (
     Bucket,
@@ -43,6 +56,8 @@ from services.runtime.nats.stored_bytes import (
 from services.runtime.process.keyed_locks import KeyedLocks
 
 Record = TypeVar("Record", bound=BaseModel)
+KV_TOKEN = re.compile(r"[A-Za-z0-9_-]+")
+"""What a KV key's token may be (anything else is never filed under it)."""
 INDEXED_KEPT = 65_536
 """Ended batches the writer remembers having filed in their owner's index (a live one's entry is known from the
 owner's live list): a later change to one it forgot files the same entry again, harmlessly."""
@@ -78,6 +93,16 @@ def owner_entry(record: BatchRecord | FileRecord) -> BaseModel:
     return record
 
 
+def key_index_entries(digest: str, record: ApiKeyRecord) -> dict[str, BaseModel]:
+    """What a key is filed as beside its record: the record under each of its holders, its SHA-256 under its id
+    (a token a KV key cannot hold is filed under nothing)."""
+    entries: dict[str, BaseModel] = {key_holder_index_key(holder, digest): record for holder in record.holders
+                                     if KV_TOKEN.fullmatch(holder)}
+    if KV_TOKEN.fullmatch(record.key_id):
+        entries[key_id_key(record.key_id)] = KeyDigest(digest)
+    return entries
+
+
 def live_lists(records: list[BatchRecord]) -> dict[str, LiveBatches]:
     """Each owner's list of live batches as `records` show them (an owner whose batches all ended: an empty list)."""
     live: defaultdict[str, dict[str, str]] = defaultdict(dict)
@@ -97,6 +122,7 @@ class ReadModel:
         self._indexed: OrderedDict[str, None] = OrderedDict()
         """The owner index keys of ended batches this writer filed (or found filed), the last `INDEXED_KEPT`."""
         self._stored = StoredBytesWriter(kv)
+        self._keys_indexed = False
 
     @classmethod
     async def open(cls, bus: EventBus) -> "ReadModel":
@@ -128,6 +154,43 @@ class ReadModel:
         """Every key with its SHA-256 (the read-model key), for admins; raw values are never stored."""
         return [(entry_key.removeprefix("apikey."), ApiKeyRecord.model_validate_json(value))
                 for entry_key, value in await latest_entries(self.kv, "apikey.>")]
+
+    async def held_api_keys(self, holder: str) -> list[tuple[str, ApiKeyRecord]]:
+        """The keys filed under `holder` (`ApiKeyRecord.holders`), revoked ones too, each with its SHA-256; a read
+        model whose keys are not indexed yet is read whole."""
+        if not await self.keys_indexed():
+            return [(digest, record) for digest, record in await self.list_api_keys() if holder in record.holders]
+        return [(entry_key.rsplit(".", 1)[1], ApiKeyRecord.model_validate_json(value))
+                for entry_key, value in await latest_entries(self.kv, key_holder_index(holder))]
+
+    async def find_api_key(self, key_id: str) -> tuple[str, ApiKeyRecord] | None:
+        """The SHA-256 and record of the key with this public id."""
+        filed = await read_latest(self.kv, key_id_key(key_id))
+        if filed is None:
+            if await self.keys_indexed():
+                return None
+            return next(((d, r) for d, r in await self.list_api_keys() if r.key_id == key_id), None)
+        digest = KeyDigest.model_validate_json(filed).root
+        record = await self.get_api_key(digest)
+        return None if record is None else (digest, record)
+
+    async def keys_indexed(self) -> bool:
+        """Whether every key is filed under its holders and its id (`KEYS_INDEXED_KEY`; once so, always)."""
+        if not self._keys_indexed:
+            self._keys_indexed = await read_latest(self.kv, KEYS_INDEXED_KEY) is not None
+        return self._keys_indexed
+
+    async def index_api_keys(self) -> int:
+        """File every key under its holders and its id, then say so (`KEYS_INDEXED_KEY`); how many keys."""
+        keys = await self.list_api_keys()
+        for digest, record in keys:
+            await self._file_key(digest, record)
+        await self.kv.put(KEYS_INDEXED_KEY, KeysIndexed(True).model_dump_json().encode())
+        return len(keys)
+
+    async def _file_key(self, digest: str, record: ApiKeyRecord) -> None:
+        for entry_key, entry in key_index_entries(digest, record).items():
+            await self.kv.put(entry_key, entry.model_dump_json().encode())
 
     async def get_executor(self, executor_id: str) -> ExecutorRecord | None:
         return await self._get(read_model_key("executor", executor_id), ExecutorRecord)
@@ -249,6 +312,8 @@ class ReadModel:
             await self._stored.enter(record)
             copy_key, kept = owner_copy(record)
             await (self.kv.put(copy_key, value) if kept else self.kv.delete(copy_key))
+        if isinstance(record, ApiKeyRecord):
+            await self._file_key(key.removeprefix(read_model_key("apikey", "")), record)
         await self.kv.put(key, value)
 
     async def _mark_live(self, record: BatchRecord, live: bool) -> None:

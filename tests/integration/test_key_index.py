@@ -1,0 +1,133 @@
+"""API keys filed under their holders and their ids, against a real gateway, ledger and broker: a user's key list,
+key limit and revocation read only that user's keys (never every tenant's keys listed), a provider's worker keys
+likewise, and a read model made before the index is given it by the ledger at its next start, a replay agreeing."""
+
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contracts.events.key import KeyCreated, UserCreated
+from contracts.readmodel import provider_holder
+from contracts.subjects import READ_MODEL_BUCKET
+from services.ledger import app as ledger_app
+from services.ledger.replay import diff_against_live
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.readmodel import ReadModel
+from services.runtime.process.settings import ConnectionSettings
+from tests.conftest import RunningNats
+from tests.integration.gateway_support import Gateway, running_gateway
+from tests.integration.test_gateway_accounts import admin_key, bearer, user_with_key
+from tests.integration.test_gateway_oversight import member, organization
+from tests.integration.test_gateway_providers import provider_with_worker_key
+from tests.integration.test_ledger_rebuild import folded_through, running_ledger
+
+
+@pytest.fixture(scope="module")
+async def gateway(connection: ConnectionSettings) -> AsyncIterator[Gateway]:
+    async with running_gateway(connection) as running:
+        yield running
+
+
+async def key_listings_during(gateway: Gateway, steps: Any) -> list[bytes]:
+    """The reads that list every API key (`apikey.>`) made while `steps` run."""
+    listings: list[bytes] = []
+
+    async def seen(message: Any) -> None:
+        if b"next_by_subj" in message.data and b"apikey." in message.data:
+            listings.append(message.data)
+    stream = f"KV_{READ_MODEL_BUCKET}"
+    subscriptions = [await gateway.bus.nc.subscribe(subject, cb=seen)
+                     for subject in (f"$JS.API.DIRECT.GET.{stream}", f"$JS.API.DIRECT.GET.{stream}.>")]
+    try:
+        await steps()
+    finally:
+        for subscription in subscriptions:
+            await subscription.unsubscribe()
+    return listings
+
+
+async def test_a_users_keys_are_made_listed_and_revoked_without_reading_every_tenants_keys(
+        gateway: Gateway) -> None:
+    admin = await admin_key(gateway)
+    org = await organization(gateway, admin)
+    user_id, alice = await member(gateway, admin, org, "alice")
+    for _ in range(5):  # other tenants' keys
+        await gateway.new_key()
+    made: dict[str, Any] = {}
+
+    async def steps() -> None:
+        answer = await gateway.client.post("/v1/organization/keys", headers=alice, json={"name": "second"})
+        assert answer.status == 200, await answer.text()
+        made.update(await answer.json())
+        listed = await gateway.client.get("/v1/organization/keys", headers=alice)
+        made["listed"] = [key["id"] for key in (await listed.json())["data"]]
+        gone = await gateway.client.delete(f"/v1/organization/keys/{made['id']}", headers=alice)
+        assert gone.status == 200, await gone.text()
+        again = await gateway.client.delete(f"/v1/organization/keys/key_{secrets.token_hex(8)}", headers=alice)
+        assert again.status == 404
+
+    assert await key_listings_during(gateway, steps) == []
+    assert made["id"] in made["listed"] and len(made["listed"]) == 2  # the member's first key and this one
+    assert made["user_id"] == user_id
+
+
+async def test_a_providers_worker_keys_are_made_listed_and_revoked_without_reading_every_tenants_keys(
+        gateway: Gateway) -> None:
+    admin = await admin_key(gateway)
+    _, key = await user_with_key(gateway, admin)
+    owner = bearer(key["value"])
+    for _ in range(5):  # other tenants' keys
+        await gateway.new_key()
+    seen: dict[str, Any] = {}
+
+    async def steps() -> None:
+        keys_path, worker = await provider_with_worker_key(gateway, owner, "rack")
+        listed = await (await gateway.client.get(keys_path, headers=owner)).json()
+        seen["listed"] = [k["id"] for k in listed["data"]]
+        seen["worker"] = worker["id"]
+        executors = await gateway.client.get("/v1/provider/executors", headers=owner)
+        assert executors.status == 200, await executors.text()
+        revoked = await gateway.client.delete(f"{keys_path}/{worker['id']}", headers=owner)
+        assert revoked.status == 200, await revoked.text()
+
+    assert await key_listings_during(gateway, steps) == []
+    assert seen["listed"] == [seen["worker"]]
+
+
+async def test_a_read_model_made_before_the_key_index_is_given_it_at_the_ledgers_next_start(
+        fresh_nats: RunningNats, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bus = await EventBus.connect(fresh_nats.url, "tests")
+    digest = secrets.token_hex(32)
+    try:
+        await bus.publish(UserCreated(aggregate_id="alice"))
+        await bus.publish(KeyCreated(aggregate_id=digest[:32], key_sha256=digest, role="user", label="laptop",
+                                     user_id="alice"))
+        db_path = tmp_path / "ledger.sqlite"
+
+        async def files_nothing(*args: Any) -> None:
+            return None
+
+        with monkeypatch.context() as older:  # as a ledger made before the key index folded
+            older.setattr(ReadModel, "_file_key", files_nothing)
+            older.setattr(ledger_app, "index_read_model", files_nothing)
+            async with running_ledger(fresh_nats.url, db_path) as app:
+                await folded_through(app, 2)
+        read_model = await ReadModel.open(bus)
+        record = await read_model.get_api_key(digest)
+        assert record is not None and not await read_model.keys_indexed()
+        assert [d for d, _ in await read_model.held_api_keys("user-alice")] == [digest]  # read whole meanwhile
+        assert await read_model.find_api_key(record.key_id) == (digest, record)
+
+        async with running_ledger(fresh_nats.url, db_path):
+            read_model = await ReadModel.open(bus)
+            assert await read_model.keys_indexed()
+            assert [d for d, _ in await read_model.held_api_keys("user-alice")] == [digest]
+            assert await read_model.held_api_keys(provider_holder("prov_none")) == []
+            assert await read_model.find_api_key(record.key_id) == (digest, record)
+            assert await read_model.find_api_key("key_unknown") is None
+            assert await diff_against_live(bus, read_model) == []
+    finally:
+        await bus.close()
