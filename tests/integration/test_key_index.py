@@ -131,3 +131,17 @@ async def test_a_read_model_made_before_the_key_index_is_given_it_at_the_ledgers
             assert await diff_against_live(bus, read_model) == []
     finally:
         await bus.close()
+
+
+async def test_a_tenant_makes_and_revokes_its_own_keys_at_a_control_calls_pace(connection: ConnectionSettings) -> None:
+    async with running_gateway(connection, control_call_burst=2, control_calls_per_s=0.01) as paced:
+        admin = await admin_key(paced)
+        org = await organization(paced, admin)
+        _, alice = await member(paced, admin, org, "alice")
+        answers = [await paced.client.post("/v1/organization/keys", headers=alice, json={}) for _ in range(3)]
+        assert [answer.status for answer in answers] == [200, 200, 429]
+        assert (await answers[2].json())["error"]["code"] == "rate_limit_exceeded"
+        made = await answers[0].json()
+        assert (await paced.client.delete(f"/v1/organization/keys/{made['id']}", headers=alice)).status == 429
+        for _ in range(3):  # an admin's key management is not paced
+            assert (await paced.client.post("/v1/organization/keys", headers=admin, json={})).status == 200

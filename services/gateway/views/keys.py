@@ -16,6 +16,7 @@ from services.gateway.background.key_usage import KEY_USAGE
 from services.gateway.context import accounts, deps
 from services.gateway.http.auth import principal
 from services.gateway.http.bodies import answer, read_body
+from services.gateway.http.limits import charge_control_call
 from services.gateway.usecases import accounts as usecases
 from services.gateway.usecases.oversight import managed_provider, organization_of
 from services.gateway.usecases.refusals import ApiError, not_found
@@ -52,6 +53,7 @@ async def create_key(request: web.Request) -> web.Response:
             raise ApiError(403, "A user creates keys for themselves only; leave user_id out or name your own.",
                            "permission_error", "insufficient_permissions", "user_id")
         body = body.model_copy(update={"user_id": user_id})
+        await charge_control_call(request)  # a user's own keys: made and revoked at a control call's pace
     key_id = new_key_id()
     if body.user_id is not None:
         if await deps(request).read_model.get_user(body.user_id) is None:
@@ -118,6 +120,8 @@ async def who_am_i(request: web.Request) -> web.Response:
 
 async def _revoke(request: web.Request, workers: bool) -> web.Response:
     own_user = own_keys_user(request) if principal(request).role != "admin" else None
+    if own_user is not None:
+        await charge_control_call(request)
     key_id = request.match_info["key_id"]
     found = await find_key(deps(request).read_model, key_id)
     # Another user's key is not there, as far as a user can tell.
@@ -153,6 +157,12 @@ revoke_api_key = partial(_revoke, workers=False)
 revoke_worker_key = partial(_revoke, workers=True)
 
 
+async def _charge_unless_admin(request: web.Request) -> None:
+    """A tenant's keys are made and revoked at a control call's pace (an admin's are not counted)."""
+    if principal(request).role != "admin":
+        await charge_control_call(request)
+
+
 async def _worker_keys(request: web.Request, provider_id: str) -> list[tuple[str, ApiKeyRecord]]:
     return [(digest, r) for digest, r in await deps(request).read_model.held_api_keys(provider_holder(provider_id))
             if r.role == "worker" and r.provider_id == provider_id]
@@ -162,6 +172,7 @@ async def create_provider_worker_key(request: web.Request) -> web.Response:
     d = deps(request)
     provider = await managed_provider(d.read_model, principal(request), request.match_info["provider_id"])
     body = await read_body(request, CreateWorkerKey)
+    await _charge_unless_admin(request)
     key_id = new_key_id()
 
     async def providers_keys() -> list[ApiKeyRecord]:
@@ -181,6 +192,7 @@ async def list_provider_worker_keys(request: web.Request) -> web.Response:
 async def revoke_provider_worker_key(request: web.Request) -> web.Response:
     provider = await managed_provider(deps(request).read_model, principal(request), request.match_info["provider_id"])
     key_id = request.match_info["key_id"]
+    await _charge_unless_admin(request)
     found = [digest for digest, r in await _worker_keys(request, provider.provider_id) if r.key_id == key_id]
     if not found:
         raise not_found("worker key", key_id)
