@@ -4,10 +4,10 @@ Measured with SeaweedFS 4.48 (`weed mini`) on a full tmpfs: its volume server ma
 ("Volume 1 becomes unwritable"), and every write is answered 500 "No writable volumes and no free volumes left ...
 Not enough data nodes found!" until it looks at the disk again; once space returned that took 40 s on a quiet machine
 and over two minutes on a loaded one. A restart clears it at once. So once the store's volume has been under its
-reserve, this watch writes a small probe object every few seconds after space is back; if the store still answers
-with a refusal `STUCK_AFTER_S` after space returned, it is restarted on the same port and data. A store that does not
-answer at all is the supervisor's (it restarts a dead process); the watch never restarts one that writes. Nothing is
-lost: a write the store refused was answered as failed to its writer, who retries it.
+reserve, this watch writes a probe object (as large as a result chunk) every few seconds after space is back; if the
+store still answers with a refusal `STUCK_AFTER_S` after space returned, it is restarted on the same port and data.
+A store that does not answer at all is the supervisor's (it restarts a dead process); the watch never restarts one
+that writes. Nothing is lost: a write the store refused was answered as failed to its writer, who retries it.
 """
 
 import asyncio
@@ -32,7 +32,10 @@ PROBE_EVERY_S = 2.0
 STUCK_AFTER_S = 15.0
 """How long the store may go on refusing writes after its volume is back above its reserve before it is restarted."""
 PROBE_KEY = "health/object-store-watch"
-"""Outside `files/` (what the orphan sweep and quotas read): one small object, rewritten by each probe."""
+"""Outside `files/` (what the orphan sweep and quotas read): one object, rewritten by each probe."""
+PROBE_BYTES = 64 * 1024
+"""As large as a result chunk: SeaweedFS takes an object of a few bytes without a writable volume (a CI run saw a
+2-byte probe and small uploads taken while every 32 KiB chunk was refused "No writable volumes" for minutes)."""
 PROBE_TIMEOUT_S = 5.0
 STOP_WITHIN_S = 3.0
 """SeaweedFS stops in about 2 s, but after a full disk its filer hung for the whole 10 s grace: it is killed sooner
@@ -105,7 +108,7 @@ class ObjectStoreWatch:
     def _write_probe(self) -> Probe:
         assert self.client is not None
         try:
-            self.client.put_object(self.bucket, PROBE_KEY, io.BytesIO(b"ok"), 2)
+            self.client.put_object(self.bucket, PROBE_KEY, io.BytesIO(bytes(PROBE_BYTES)), PROBE_BYTES)
         except MinioException as error:  # answered: S3's error, or an answer that is not S3's (a bare 5xx)
             log.info("the object store refused the probe: %s", str(error)[:300])
             return "refused"
