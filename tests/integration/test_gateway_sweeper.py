@@ -1,5 +1,6 @@
-"""The expired-file sweeper reads the file records a page at a time and decodes whole only the expired ones: what a
-sweep holds is one page, not every file record ever stored. Against a real gateway, ledger, broker and store."""
+"""The expired-file sweeper finds expired files from the owners' stored-bytes summaries and reads only their records,
+never every file record ever stored; its daily sweep through every record reads them a page at a time and decodes
+whole only the expired ones. Against a real gateway, ledger, broker and store."""
 
 import sys
 import time
@@ -31,9 +32,12 @@ async def upload(gateway: Gateway, key: dict[str, str], tag: str, **fields: str)
     return str((await answer.json())["id"])
 
 
-async def test_a_sweep_in_small_pages_deletes_every_expired_file_once_and_keeps_the_others(
-        gateway: Gateway, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("every_record", [False, True], ids=["from the summaries", "every record in small pages"])
+async def test_a_sweep_deletes_every_expired_file_once_and_keeps_the_others(
+        gateway: Gateway, monkeypatch: pytest.MonkeyPatch, every_record: bool) -> None:
     monkeypatch.setattr(sweeper, "SWEEP_PAGE", 2)
+    if not every_record:
+        monkeypatch.setattr(sweeper, "read_page", None)  # the summaries' sweep pages through no file records
     key = await gateway.new_key()
     short = [await upload(gateway, key, f"short-{i}", **{"expires_after[anchor]": "created_at",
                                                           "expires_after[seconds]": str(AN_HOUR)}) for i in range(5)]
@@ -41,18 +45,19 @@ async def test_a_sweep_in_small_pages_deletes_every_expired_file_once_and_keeps_
     deps = gateway.client.app[DEPS]
     later = time.time() + AN_HOUR + 1
 
-    swept = await sweep_expired_files(deps, now=later)
+    swept = await sweep_expired_files(deps, now=later, every_record=every_record)
 
     assert set(short) <= set(swept) and not set(kept) & set(swept)
-    assert not set(short) & set(await sweep_expired_files(deps, now=later))
+    assert not set(short) & set(await sweep_expired_files(deps, now=later, every_record=every_record))
     for file_id in short:
         assert (await gateway.client.get(f"/v1/files/{file_id}", headers=key)).status == 404
     for file_id in kept:
         assert (await gateway.client.get(f"/v1/files/{file_id}", headers=key)).status == 200
 
 
+@pytest.mark.parametrize("every_record", [False, True], ids=["from the summaries", "every record"])
 async def test_a_sweep_decodes_whole_only_the_records_of_expired_files(
-        gateway: Gateway, monkeypatch: pytest.MonkeyPatch) -> None:
+        gateway: Gateway, monkeypatch: pytest.MonkeyPatch, every_record: bool) -> None:
     key = await gateway.new_key()
     for i in range(3):
         await upload(gateway, key, f"not-expired-{i}")
@@ -76,7 +81,7 @@ async def test_a_sweep_decodes_whole_only_the_records_of_expired_files(
         return decode(data, **kwargs)
 
     monkeypatch.setattr(FileRecord, "model_validate_json", classmethod(counted))
-    await sweep_expired_files(deps, now=later)
+    await sweep_expired_files(deps, now=later, every_record=every_record)
 
     assert len(records) > len(expired) >= 1
     assert decoded_by_the_sweep[0] == len(expired)
