@@ -5,26 +5,19 @@ rewrite is not counted twice); each (re)count, at start, after a broken watch an
 complete."""
 
 import asyncio
-import contextlib
-import logging
 import time
 from collections import Counter, OrderedDict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
-import nats.errors
-import nats.js.errors
-import pydantic
 from nats.js.kv import KeyValue
 
 from contracts.lifecycle import TERMINAL
 from contracts.readmodel import BatchRecord
 from contracts.subjects import read_model_key
-
-log = logging.getLogger(__name__)
+from services.runtime.nats.kv_watch import decoded, keep
 
 RECENTLY_ENDED = 100_000
 """Ended batch ids remembered, so a record written again after its batch ended is not counted twice."""
-RESUME_AFTER_S = 1.0
 RECOUNT_S = 3600.0
 """How often the census counts every batch again from the read model (bounding what a late rewrite miscounts)."""
 RATE_WINDOW_S = 3600.0
@@ -103,48 +96,42 @@ class Counts:
 
 @dataclass
 class BatchCensus(Counts):
-    """The counts the gauges read: replaced whole once a (re)count has read every batch's current record."""
+    """The counts the gauges and quotes read: replaced whole once a (re)count has read every batch's current record
+    (a `Keeper` of the read model's batch records)."""
 
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once the watch has delivered every batch's current record."""
+    counting: Counts | None = None
+    """A (re)count under way, until it has read every current record."""
+    counted_at: float = 0.0
+    """When (monotonic) the last (re)count began."""
 
     def reset(self, counts: Counts | None = None) -> None:
         """Take `counts` (none: empty ones) in place of the current, all at once: never half a count."""
         counts = counts or Counts()
-        self.open, self.ended, self.recently_ended = counts.open, counts.ended, counts.recently_ended
+        for each in fields(Counts):
+            setattr(self, each.name, getattr(counts, each.name))
+
+    def restart(self) -> None:
+        self.counting, self.counted_at = Counts(), time.monotonic()
+
+    def put(self, key: str, value: bytes | None, revision: int) -> None:
+        (self.counting or self).record(key.removeprefix(read_model_key("batch", "")),
+                                       decoded(BatchRecord, key, value, "a batch record"))
+
+    def current(self) -> None:
+        self.reset(self.counting)
+        self.counting = None
+        self.ready.set()
+
+    def lost(self) -> None:
+        self.counting = None  # the counts stay as they were until a watch has counted again
+
+    def recount_due(self) -> bool:
+        """Counting again on the side every `RECOUNT_S`: a record rewritten long after its batch ended then counts
+        once, not twice."""
+        return self.counting is None and self.ready.is_set() and time.monotonic() - self.counted_at > RECOUNT_S
 
     async def follow(self, kv: KeyValue) -> None:
-        """Keep the census as the read model changes, counting again on the side every `RECOUNT_S` (a record
-        rewritten long after its batch ended then counts once, not twice) and after a broken watch."""
-        prefix = read_model_key("batch", "")
-        while True:
-            try:
-                watcher = await kv.watch(read_model_key("batch", "*"))
-                counting, started = Counts(), time.monotonic()
-                try:
-                    async for entry in watcher:
-                        if entry is None:  # the end of the current values
-                            self.reset(counting)
-                            self.ready.set()
-                            continue
-                        counting.record(entry.key.removeprefix(prefix), decode(entry.key, entry.value))
-                        if self.ready.is_set() and time.monotonic() - started > RECOUNT_S:
-                            break
-                finally:
-                    with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
-                        await watcher.stop()
-                if self.open is counting.open:
-                    continue  # a recount: at once
-            except (nats.errors.Error, nats.js.errors.Error) as error:
-                log.warning("the batch census's watch was interrupted, resuming: %r", error)
-            await asyncio.sleep(RESUME_AFTER_S)
-
-
-def decode(key: str, value: bytes | None) -> BatchRecord | None:
-    if not value:
-        return None
-    try:
-        return BatchRecord.model_validate_json(value)
-    except pydantic.ValidationError:
-        log.warning("a batch record at %s does not decode; not counted", key)
-        return None
+        """Keep the census as the read model changes, counting again after a broken watch and every `RECOUNT_S`."""
+        await keep(kv, read_model_key("batch", "*"), self, "the batch census", ended=self.recount_due)

@@ -59,7 +59,7 @@ def _store(request: web.Request) -> WebhookStore:
 async def _endpoints(request: web.Request) -> Endpoints:
     """Every endpoint as routed now, with each endpoint write acknowledged before this request in it."""
     try:
-        return await request.app[WEBHOOK_DIRECTORY].current(_store(request).kv)
+        return await request.app[WEBHOOK_DIRECTORY].current_endpoints(_store(request).kv)
     except (DirectoryNotReady, ScanFailed) as error:
         raise ApiError(503, "The webhook endpoints could not be read just now; retry shortly.", "server_error",
                        "server_busy", retry_after_s=1) from error

@@ -5,25 +5,17 @@ until the watch has applied it. What is kept is what routing needs (no URL, no s
 its endpoints from the bucket as they are then."""
 
 import asyncio
-import contextlib
-import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-import nats.errors
-import nats.js.errors
-import pydantic
 from nats.js.kv import KeyValue
 
 from contracts.api.webhook import WebhookEndpoint, WebhookEventType
 from services.gateway.webhooks.domain import receives
 from services.gateway.webhooks.store import ENDPOINT
 from services.runtime.nats.kv import Bucket, newest_sequence
+from services.runtime.nats.kv_watch import decoded, keep
 
-log = logging.getLogger(__name__)
-
-RESUME_AFTER_S = 1.0
-"""The pause before a broken watch is made again."""
 READY_WAIT_S = 10.0
 """How long a lookup waits for the directory to hold every endpoint (at start, after a broken watch)."""
 
@@ -97,17 +89,18 @@ class Endpoints:
 
 @dataclass
 class EndpointDirectory:
-    """The endpoints as the bucket holds them, kept by `follow`; each (re)watch rebuilds them on the side and
-    replaces them whole once it has read every current one."""
+    """The endpoints as the bucket holds them (a `Keeper` of its endpoint keys); each (re)watch rebuilds them on the
+    side and replaces them whole once it has read every current one."""
 
     endpoints: Endpoints = field(default_factory=Endpoints)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     """Set while the watch holds every endpoint written so far."""
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set as the watch applies writes (a waiter clears it before it looks)."""
+    reading: Endpoints = field(default_factory=Endpoints)
+    """What the watch has shown so far (`endpoints` itself once it has shown every current one)."""
 
-    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
-    """Notified as the watch applies writes."""
-
-    async def current(self, bucket: Bucket, wait_s: float = READY_WAIT_S) -> Endpoints:
+    async def current_endpoints(self, bucket: Bucket, wait_s: float = READY_WAIT_S) -> Endpoints:
         """The endpoints with every endpoint write acknowledged before the call; `DirectoryNotReady` when the watch
         has not applied them within `wait_s`."""
         newest = await newest_sequence(bucket.js, bucket.stream, f"{bucket.prefix}{ENDPOINT}.*")
@@ -115,45 +108,40 @@ class EndpointDirectory:
 
     async def holding(self, newest: int, wait_s: float = READY_WAIT_S) -> Endpoints:
         """The endpoints once the watch holds every current one and has applied the write at `newest`."""
-        def holds() -> bool:
-            return self.ready.is_set() and self.endpoints.applied >= newest
-
-        if not holds():
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        while True:
+            self.changed.clear()
+            if self.ready.is_set() and self.endpoints.applied >= newest:
+                return self.endpoints
             try:
-                async with self.changed:
-                    await asyncio.wait_for(self.changed.wait_for(holds), wait_s)
+                await asyncio.wait_for(self.changed.wait(), max(deadline - loop.time(), 0))
             except TimeoutError:
                 raise DirectoryNotReady(f"the webhook endpoints were not read within {wait_s:g}s") from None
-        return self.endpoints
 
     def owner_of(self, endpoint_id: str) -> str | None:
         endpoint = self.endpoints.by_id.get(endpoint_id)
         return None if endpoint is None else endpoint.owner
 
+    def restart(self) -> None:
+        self.reading = Endpoints()
+
+    def put(self, key: str, value: bytes | None, revision: int) -> None:
+        self.reading.put(key.removeprefix(f"{ENDPOINT}."), decoded(WebhookEndpoint, key, value, "a webhook endpoint"),
+                         revision)
+        self.changed.set()
+
+    def current(self) -> None:
+        self.endpoints = self.reading
+        self.ready.set()
+        self.changed.set()
+
+    def lost(self) -> None:
+        self.ready.clear()
+
     async def follow(self, kv: KeyValue) -> None:
         """Keep the endpoints as the bucket changes, until cancelled; a broken watch is made again."""
-        prefix = f"{ENDPOINT}."
-        while True:
-            try:
-                watcher = await kv.watch(f"{ENDPOINT}.*")
-                reading = Endpoints()
-                try:
-                    async for entry in watcher:
-                        if entry is None:  # the end of the current values
-                            self.endpoints = reading
-                            self.ready.set()
-                        else:
-                            reading.put(entry.key.removeprefix(prefix), decode(entry.key, entry.value),
-                                        entry.revision or 0)
-                        async with self.changed:
-                            self.changed.notify_all()
-                finally:
-                    self.ready.clear()
-                    with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
-                        await watcher.stop()
-            except (nats.errors.Error, nats.js.errors.Error) as error:
-                log.warning("the webhook endpoints' watch was interrupted, resuming: %r", error)
-            await asyncio.sleep(RESUME_AFTER_S)
+        await keep(kv, f"{ENDPOINT}.*", self, "the webhook endpoints")
 
 
 def _unindex(index: defaultdict[str, set[str]], holder: str, endpoint_id: str) -> None:
@@ -162,13 +150,3 @@ def _unindex(index: defaultdict[str, set[str]], holder: str, endpoint_id: str) -
         ids.discard(endpoint_id)
         if not ids:
             del index[holder]
-
-
-def decode(key: str, value: bytes | None) -> WebhookEndpoint | None:
-    if not value:
-        return None
-    try:
-        return WebhookEndpoint.model_validate_json(value)
-    except pydantic.ValidationError:
-        log.warning("the webhook endpoint at %s does not decode; it receives nothing", key)
-        return None

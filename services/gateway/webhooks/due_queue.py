@@ -5,23 +5,16 @@ bucket (compare-and-set): what the queue offers may have been taken or finished 
 erased entry leaves no trace a watch sees, so the queue forgets one when a claim finds it gone)."""
 
 import asyncio
-import contextlib
 import heapq
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import chain, zip_longest
 
-import nats.errors
-import nats.js.errors
-import pydantic
 from nats.js.kv import KeyValue
 
 from services.gateway.webhooks.store import DUE, Claim, Due
+from services.runtime.nats.kv_watch import decoded, keep
 
-log = logging.getLogger(__name__)
-
-RESUME_AFTER_S = 1.0
 LOOKED_AT_PER_OWNER = 32
 """Due deliveries of one owner a poll looks at, at most (oldest first): an owner with a backlog behind a broken
 endpoint costs every poll this much, never its whole backlog."""
@@ -41,7 +34,7 @@ class DueQueue:
     """Owner → entries of theirs."""
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def put(self, delivery_id: str, due: Due | None) -> None:
+    def set(self, delivery_id: str, due: Due | None) -> None:
         """The delivery's due entry as written now (None: gone)."""
         self.forget(delivery_id)
         if due is None:
@@ -88,37 +81,22 @@ class DueQueue:
         rounds = zip_longest(*(offers for _, offers in fronts))
         return [offer for offer in chain.from_iterable(rounds) if offer is not None]
 
+    def restart(self) -> None:
+        self.entries.clear()  # the watch shows every current entry again
+        self.heaps.clear()
+        self.live.clear()
+
+    def put(self, key: str, value: bytes | None, revision: int) -> None:
+        self.set(key.removeprefix(f"{DUE}."), decoded(Due, key, value, "a due webhook delivery"))
+
+    def current(self) -> None:
+        self.ready.set()
+
+    def lost(self) -> None:
+        self.ready.clear()
+
     async def follow(self, kv: KeyValue, ready_first: asyncio.Event) -> None:
         """Keep the queue as the bucket's due entries change, until cancelled (once `ready_first` is set: the
         owners are known); a broken watch is made again, the queue rebuilt from what it shows."""
         await ready_first.wait()
-        prefix = f"{DUE}."
-        while True:
-            try:
-                watcher = await kv.watch(f"{DUE}.*")
-                try:
-                    async for entry in watcher:
-                        if entry is None:  # the end of the current values
-                            self.ready.set()
-                            continue
-                        self.put(entry.key.removeprefix(prefix), _decode(entry.key, entry.value))
-                finally:
-                    self.ready.clear()
-                    with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
-                        await watcher.stop()
-            except (nats.errors.Error, nats.js.errors.Error) as error:
-                log.warning("the due webhook deliveries' watch was interrupted, resuming: %r", error)
-            await asyncio.sleep(RESUME_AFTER_S)
-            self.entries.clear()  # the next watch shows every current entry again
-            self.heaps.clear()
-            self.live.clear()
-
-
-def _decode(key: str, value: bytes | None) -> Due | None:
-    if not value:
-        return None
-    try:
-        return Due.model_validate_json(value)
-    except pydantic.ValidationError:
-        log.warning("the due entry at %s does not decode; it is not attempted", key)
-        return None
+        await keep(kv, f"{DUE}.*", self, "the due webhook deliveries")

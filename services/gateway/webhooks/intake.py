@@ -50,7 +50,7 @@ class WebhookIntake:
         """Record the deliveries of `fact`, at `sequence` in the log: to its batch owner's and organisation's
         endpoints only (looked up, never every tenant's listed)."""
         event_type = SENT_FACTS[type(fact)]
-        endpoints = await self.directory.current(self.store.kv)
+        endpoints = await self.directory.current_endpoints(self.store.kv)
         if not endpoints.wanted.get(event_type):
             return
         record = await self.read_model.get_batch(fact.aggregate_id)

@@ -44,9 +44,11 @@ def test_a_deleted_record_is_no_longer_counted_and_a_reset_forgets_everything() 
 
 
 class Entry:
-    def __init__(self, batch_id: str, status: Status | None) -> None:
+    def __init__(self, batch_id: str, status: Status | None, shown: BatchRecord | None = None) -> None:
         self.key = f"batch.{batch_id}"
-        self.value = record(batch_id, status).model_dump_json().encode() if status else b""
+        shown = shown or (record(batch_id, status) if status else None)
+        self.value = shown.model_dump_json().encode() if shown else b""
+        self.revision = 1
 
 
 class Watch:
@@ -121,3 +123,23 @@ def test_a_quotes_queue_is_the_models_lines_still_to_run_and_the_lines_it_ran_in
     assert census.queue("m", now + 3601) == (100, None)  # the hour has passed
     census.record("batch_a", None, now)
     assert census.queue("m", now) == (0, None)
+
+
+async def test_a_quotes_queue_follows_the_watch_across_a_count() -> None:
+    census = BatchCensus()
+    watch = Watch([Entry("batch_a", None, running_record("batch_a", "validated", "m", 10, 0))])
+
+    class Bucket:
+        async def watch(self, _: str) -> Watch:
+            return watch
+
+    following = asyncio.create_task(census.follow(Bucket()))  # type: ignore[arg-type]
+    watch.queue.put_nowait(None)
+    await asyncio.sleep(0.05)
+    assert census.queue("m", 1_700_010_000.0) == (10, None)
+
+    watch.queue.put_nowait(Entry("batch_b", None, running_record("batch_b", "in_progress", "m", 5, 1)))
+    await asyncio.sleep(0.05)
+    assert census.queue("m", 1_700_010_000.0) == (14, None)
+    following.cancel()
+    await asyncio.gather(following, return_exceptions=True)

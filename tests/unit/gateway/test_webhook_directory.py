@@ -91,19 +91,31 @@ async def test_a_lookup_waits_until_every_endpoint_and_the_newest_write_were_rea
     with pytest.raises(DirectoryNotReady):
         await directory.holding(0, wait_s=0.05)
 
-    async def watched(sequence: int, ready: bool) -> None:
-        await asyncio.sleep(0.05)
-        directory.endpoints.put(f"wh_{sequence}", endpoint(f"wh_{sequence}"), sequence)
-        if ready:
-            directory.ready.set()
-        async with directory.changed:
-            directory.changed.notify_all()
+    def watched(sequence: int) -> None:
+        directory.put(f"endpoint.wh_{sequence}", endpoint(f"wh_{sequence}").model_dump_json().encode(), sequence)
 
-    await watched(3, ready=True)
+    directory.restart()
+    watched(3)
+    with pytest.raises(DirectoryNotReady):  # the watch has not shown every current endpoint yet
+        await directory.holding(3, wait_s=0.05)
+    directory.current()
     with pytest.raises(DirectoryNotReady):  # the write at 4 (acknowledged to someone) is not applied yet
         await directory.holding(4, wait_s=0.1)
-    task = asyncio.create_task(watched(4, ready=True))
+
+    async def later() -> None:
+        await asyncio.sleep(0.05)
+        watched(4)
+
+    task = asyncio.create_task(later())
     found = await directory.holding(4, wait_s=5.0)
     await task
     assert sorted(found.by_id) == ["wh_3", "wh_4"] and found.applied == 4
     assert directory.owner_of("wh_3") == "user-alice" and directory.owner_of("wh_gone") is None
+
+    directory.lost()  # a broken watch: lookups wait for the next one
+    with pytest.raises(DirectoryNotReady):
+        await directory.holding(0, wait_s=0.05)
+    directory.restart()
+    directory.put("endpoint.wh_3", None, 5)
+    directory.current()
+    assert (await directory.holding(5)).by_id == {}

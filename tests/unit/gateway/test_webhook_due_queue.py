@@ -21,7 +21,7 @@ def test_due_deliveries_are_offered_round_robin_across_owners_each_owners_oldest
     due = queue()
     for delivery_id, endpoint_id, at in (("m1", "a1", 1.0), ("m2", "a2", 2.0), ("m3", "a1", 3.0), ("m4", "b1", 4.0),
                                          ("m5", "a2", 5.0)):
-        due.put(delivery_id, Due(endpoint_id=endpoint_id, not_before=at))
+        due.set(delivery_id, Due(endpoint_id=endpoint_id, not_before=at))
 
     assert offered_ids(due, 10.0) == ["m1", "m4", "m2", "m3", "m5"]
     assert [owner for _, owner in due.offered(10.0)] == ["alice", "bob", "alice", "alice", "alice"]
@@ -30,25 +30,25 @@ def test_due_deliveries_are_offered_round_robin_across_owners_each_owners_oldest
 
 def test_a_delivery_is_offered_only_once_due_and_as_last_written() -> None:
     due = queue()
-    due.put("m1", Due(endpoint_id="a1", not_before=5.0))
+    due.set("m1", Due(endpoint_id="a1", not_before=5.0))
     assert offered_ids(due, 4.0) == []
     assert offered_ids(due, 5.0) == ["m1"]
 
-    due.put("m1", Due(endpoint_id="a1", not_before=50.0))  # claimed: moved a lease ahead
+    due.set("m1", Due(endpoint_id="a1", not_before=50.0))  # claimed: moved a lease ahead
     assert offered_ids(due, 10.0) == []
     assert offered_ids(due, 50.0) == ["m1"]
 
     due.forget("m1")  # ended
     assert offered_ids(due, 100.0) == [] and due.entries == {} and due.heaps == {}
-    due.put("m1", None)
+    due.set("m1", None)
     assert due.entries == {}
 
 
 def test_an_owners_backlog_costs_a_poll_a_few_of_its_deliveries_and_never_holds_back_anothers() -> None:
     due = queue()
     for n in range(1000):
-        due.put(f"old-{n}", Due(endpoint_id="a1", not_before=float(n)))
-    due.put("bobs", Due(endpoint_id="b1", not_before=5000.0))
+        due.set(f"old-{n}", Due(endpoint_id="a1", not_before=float(n)))
+    due.set("bobs", Due(endpoint_id="b1", not_before=5000.0))
 
     offered = offered_ids(due, 6000.0)
     assert len(offered) == LOOKED_AT_PER_OWNER + 1
@@ -58,6 +58,6 @@ def test_an_owners_backlog_costs_a_poll_a_few_of_its_deliveries_and_never_holds_
 def test_rewritten_entries_leave_no_heap_growing_without_bound() -> None:
     due = queue()
     for n in range(10 * SLACK):
-        due.put("m1", Due(endpoint_id="a1", not_before=float(n)))
+        due.set("m1", Due(endpoint_id="a1", not_before=float(n)))
     assert len(due.heaps["alice"]) <= 2 + SLACK
     assert offered_ids(due, 10.0 * SLACK) == ["m1"]
