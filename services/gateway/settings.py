@@ -69,9 +69,9 @@ class GatewaySettings(ServiceSettings):
     """Webhook endpoints one owner (a user; an organisation, for its organisation-wide ones) may register (400
     `too_many_webhooks` past it, however many gateways are asked at once)."""
     control_calls_per_s: float = 10.0
-    """Sustained rate of control calls (create, cancel, delete; also a tenant's creates and revocations of its own
-    keys and worker keys, never an admin's) per owner (a user, all their keys together, or a key of no user); reads
-    and lines never count."""
+    """Sustained rate of control calls (create, cancel, delete; also a tenant's creates of its own keys and worker
+    keys, never an admin's, and never a revocation) per owner (a user, all their keys together, or a key of no
+    user); reads and lines never count."""
     control_call_burst: int = 50
     """Control calls an owner may make at once before the sustained rate applies."""
     auth_failure_limit: int = 100

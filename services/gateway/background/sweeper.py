@@ -5,7 +5,9 @@ only the parts holding an expired file are read, then only those files' records,
 every record (one page held at a time, only expired ones decoded whole): a file the summaries miss (a part too full
 to list it) is still swept."""
 
+import asyncio
 import logging
+import random
 import time
 from collections.abc import AsyncIterator
 
@@ -24,6 +26,7 @@ log = logging.getLogger(__name__)
 
 FULL_SWEEP_S = 86400.0
 """How often a gateway's sweep reads every file record (the backstop of the summaries)."""
+FIRST_FULL_SWEEP_S = 3600.0
 SWEEP_PAGE = 500
 """File records read (and held) at once by a sweep."""
 SWEEP_PAGE_BYTES = 4 << 20
@@ -89,8 +92,16 @@ async def sweep_expired_files(d: Deps, now: float | None = None, *, every_record
 async def file_sweeper(app: web.Application) -> AsyncIterator[None]:
     """A cleanup context: sweeps every `file_sweep_interval_s` while the gateway runs, and through every file record
     once a day."""
-    interval = app[DEPS].settings.file_sweep_interval_s
-    async with running(every(interval, lambda: sweep_expired_files(app[DEPS]), "file sweep"),
-                       every(FULL_SWEEP_S if interval > 0 else 0,
-                             lambda: sweep_expired_files(app[DEPS], every_record=True), "full file sweep")):
+    d = app[DEPS]
+    interval = d.settings.file_sweep_interval_s
+    async with running(every(interval, lambda: sweep_expired_files(d), "file sweep"),
+                       *([full_sweeps(d)] if interval > 0 else [])):
         yield
+
+
+async def full_sweeps(d: Deps) -> None:
+    """The sweeps through every file record: the first at a random moment within `FIRST_FULL_SWEEP_S` of the start
+    (a gateway restarted more often than daily still runs one; gateways started together spread theirs), then
+    every `FULL_SWEEP_S`."""
+    await asyncio.sleep(random.uniform(0, FIRST_FULL_SWEEP_S))
+    await every(FULL_SWEEP_S, lambda: sweep_expired_files(d, every_record=True), "full file sweep", at_once=True)

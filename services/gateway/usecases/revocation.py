@@ -58,6 +58,11 @@ async def stop_batch(bus: EventBus, batch_id: str, by_key_id: str, code: CancelC
     return True
 
 
-async def find_key(read_model: ReadModel, key_id: str) -> tuple[str, ApiKeyRecord] | None:
-    """The SHA-256 and record of the key with this public id (read by its id, never every key)."""
-    return await read_model.find_api_key(key_id)
+async def find_key(read_model: ReadModel, key_id: str, *, everywhere: bool = False
+                   ) -> tuple[str, ApiKeyRecord] | None:
+    """The SHA-256 and record of the key with this public id, read by its id; `everywhere` (an admin's revocation):
+    one not filed under its id (a ledger of an older version folded it) is looked for among every key."""
+    found = await read_model.find_api_key(key_id)
+    if found is None and everywhere:
+        found = next(((digest, r) for digest, r in await read_model.list_api_keys() if r.key_id == key_id), None)
+    return found

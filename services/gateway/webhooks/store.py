@@ -9,10 +9,20 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import nats.js.errors
+from nats.js.kv import KeyValue
 from pydantic import BaseModel
 
 from contracts.api.webhook import WebhookDelivery, WebhookEndpoint
-from services.runtime.nats.kv import Bucket, erase, latest_entries, read_entry, read_last, read_latest, read_page
+from services.runtime.nats.kv import (
+    Bucket,
+    erase,
+    latest_entries,
+    read_entry,
+    read_last,
+    read_latest,
+    read_page,
+    read_value,
+)
 
 ENDPOINT = "endpoint"
 DELIVERY = "delivery"
@@ -66,8 +76,13 @@ class WebhookStore:
         return sorted(found, key=lambda endpoint: (endpoint.created_at, endpoint.id))
 
     async def get_endpoints(self, endpoint_ids: list[str]) -> list[WebhookEndpoint]:
-        """The endpoints of `endpoint_ids` that exist, in the order `list_endpoints` gives."""
-        values = await read_last(self.kv, [f"{ENDPOINT}.{endpoint_id}" for endpoint_id in endpoint_ids])
+        """The endpoints of `endpoint_ids` that exist, in the order `list_endpoints` gives (one a lagging replica did
+        not show is asked of the leader)."""
+        keys = [f"{ENDPOINT}.{endpoint_id}" for endpoint_id in endpoint_ids]
+        values = await read_last(self.kv, keys)
+        for key in keys:
+            if key not in values and (value := await read_value(self.kv, key)) is not None:
+                values[key] = value
         found = [WebhookEndpoint.model_validate_json(value) for value in values.values()]
         return sorted(found, key=lambda endpoint: (endpoint.created_at, endpoint.id))
 
@@ -136,11 +151,13 @@ class WebhookStore:
         no due entry any more (it ended)."""
         key = f"{DUE}.{claim.delivery_id}"
         try:
-            entry = await self.kv.get(key)
+            entry: KeyValue.Entry | None = await self.kv.get(key)
         except nats.js.errors.KeyNotFoundError:
-            return None
-        if not entry.value:
-            return None
+            entry = None
+        if entry is None or not entry.value:  # a replica lagging may not hold it yet: gone only if the leader says so
+            entry = await read_entry(self.kv, key)
+            if entry is None or not entry.value:
+                return None
         if Due.model_validate_json(entry.value).not_before > now:
             return False
         leased = Due(endpoint_id=claim.endpoint_id, not_before=now + lease_s)
