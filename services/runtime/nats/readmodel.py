@@ -164,8 +164,8 @@ class ReadModel:
                 for entry_key, value in await latest_entries(self.kv, key_holder_index(holder))]
 
     async def find_api_key(self, key_id: str) -> tuple[str, ApiKeyRecord] | None:
-        """The SHA-256 and record of the key with this public id."""
-        filed = await read_latest(self.kv, key_id_key(key_id))
+        """The SHA-256 and record of the key with this public id (None for an id no key could have)."""
+        filed = await read_latest(self.kv, key_id_key(key_id)) if KV_TOKEN.fullmatch(key_id) else None
         if filed is None:
             if await self.keys_indexed():
                 return None
