@@ -92,8 +92,8 @@ class KeyDigest(RootModel[str]):
     """The SHA-256 of a key, filed under its public id (`key_id_key`)."""
 
 
-class KeysIndexed(RootModel[bool]):
-    """The mark that every key is filed under its holders and its id (`KEYS_INDEXED_KEY`)."""
+class HoldersIndexed(RootModel[bool]):
+    """The mark that every key, provider and executor is filed under its holders (`HOLDERS_INDEXED_KEY`)."""
 
 
 class UserRecord(BaseModel):
@@ -179,6 +179,8 @@ class ExecutorRecord(BaseModel):
     models: list[str]
     """Catalogue ids it could serve when it last registered."""
     worker_key_id: str | None = None
+    provider_id: str | None = None
+    """The provider whose worker key it last joined with (None: an admin's or operator's worker key)."""
     status: Literal["online", "lost"]
     started_at: int
     """Milliseconds since the epoch: when its process last started."""

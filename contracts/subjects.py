@@ -223,9 +223,29 @@ def key_id_key(key_id: str) -> str:
     return f"keyid.{key_id}"
 
 
-KEYS_INDEXED_KEY = "indexed.keys"
-"""Present once every key record is filed under its holders and its id (a read model made before those indexes is
-given them by the ledger once): until then a key is found by reading them all."""
+def owner_providers_key(owner: str, provider_id: str) -> str:
+    """Where a provider's record is filed under its owner, so their list and limit read only their providers."""
+    return f"providers.{owner}.{provider_id}"
+
+
+def owner_providers(owner: str) -> str:
+    """Every provider filed under `owner`."""
+    return f"providers.{owner}.>"
+
+
+def provider_executors_key(provider_id: str, executor_id: str) -> str:
+    """Where an executor's record is filed under the provider whose worker key it joined with."""
+    return f"executors.{provider_id}.{executor_id}"
+
+
+def provider_executors(provider_id: str) -> str:
+    """Every executor filed under `provider_id`."""
+    return f"executors.{provider_id}.>"
+
+
+HOLDERS_INDEXED_KEY = "indexed.holders"
+"""Present once every key, provider and executor record is filed under its holders (a read model made before those
+indexes is given them by the ledger once): until then they are found by reading them all."""
 
 
 def owner_live_key(owner: str) -> str:

@@ -1,6 +1,7 @@
 """Indexes older ledgers lack, each made once: fold again the facts that create keys, files and batches, so every file
 and batch is re-projected under its key's user (a refold at or below the checkpoint changes no aggregate, it only adds
-what older code never made); and write owners' lists of live batches and their stored bytes from the records."""
+what older code never made); write owners' lists of live batches and their stored bytes from the records; and file
+keys, providers and executors under their holders."""
 
 import asyncio
 import logging
@@ -11,7 +12,7 @@ from contracts.subjects import BATCH_CREATED, EVENTS_STREAM, FILE_STORED, KEY_CR
 from services.ledger.application import Ledger
 from services.ledger.chain import Fact
 from services.ledger.handlers import Sink
-from services.ledger.projection import Projection, records_of
+from services.ledger.projection import Projection, executor_record, records_of
 from services.runtime.nats import eventlog
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.readmodel import ReadModel
@@ -21,7 +22,7 @@ log = logging.getLogger(__name__)
 OWNER_INDEX = f"{EVENTS_STREAM}:owner_index"
 LIVE_INDEX = f"{EVENTS_STREAM}:owner_live_index"
 STORED_INDEX = f"{EVENTS_STREAM}:owner_stored_index"
-KEY_INDEX = f"{EVENTS_STREAM}:key_index"
+HOLDER_INDEX = f"{EVENTS_STREAM}:holder_index"
 """Tracking names, each present once its index is made (a store that starts empty makes them as it folds)."""
 CREATING_SUBJECTS = (KEY_CREATED, FILE_STORED, BATCH_CREATED)
 """Keys first: a file's or batch's owner is its key's user."""
@@ -42,17 +43,35 @@ async def index_owners(bus: EventBus, ledger: Ledger, sink: Sink, checkpoint: in
 
 
 async def index_read_model(ledger: Ledger, read_model: ReadModel, checkpoint: int) -> None:
-    """Write owners' lists of live batches, then their stored bytes, from the records up to `checkpoint`, then file
-    the keys under their holders and ids (said done even when there are none yet), each once."""
+    """Write owners' lists of live batches, then their stored bytes, from the records up to `checkpoint`, each once."""
     for name, index, done in ((LIVE_INDEX, read_model.index_live_batches, "listed the live batches of %d owners"),
-                              (STORED_INDEX, read_model.index_stored_bytes, "wrote the stored bytes of %d owners"),
-                              (KEY_INDEX, read_model.index_api_keys, "filed %d keys under their holders and ids")):
+                              (STORED_INDEX, read_model.index_stored_bytes, "wrote the stored bytes of %d owners")):
         if await asyncio.to_thread(ledger.tracking.max_tracking_id, name):
             continue
-        count = await index() if checkpoint or name == KEY_INDEX else 0
+        count = await index() if checkpoint else 0
         if count:
             log.info(done, count)
         await asyncio.to_thread(ledger.tracking.insert_tracking, Tracking(application_name=name, notification_id=1))
+
+
+async def index_holders(ledger: Ledger, read_model: ReadModel, sink: Sink) -> None:
+    """File every key, provider and executor under its holders, once (said done even when there are none yet): the
+    executors' records are written again from the ledger (older records do not name their provider)."""
+    if await asyncio.to_thread(ledger.tracking.max_tracking_id, HOLDER_INDEX):
+        return
+    ids = [record.executor_id for record in await read_model.list_executors()]
+    records = await asyncio.to_thread(_executors_again, ledger, ids)
+    for start in range(0, len(records), GROUP):
+        await sink(records[start:start + GROUP])
+    count = await read_model.index_holders()
+    if count or records:
+        log.info("filed %d keys and providers and %d executors under their holders", count, len(records))
+    await asyncio.to_thread(ledger.tracking.insert_tracking, Tracking(application_name=HOLDER_INDEX,
+                                                                      notification_id=1))
+
+
+def _executors_again(ledger: Ledger, executor_ids: list[str]) -> list[Projection]:
+    return [executor_record(executor) for executor in map(ledger.executor, executor_ids) if executor is not None]
 
 
 def _refold(ledger: Ledger, facts: list[Fact]) -> list[Projection]:

@@ -9,18 +9,18 @@ import nats.js.errors
 from pydantic import BaseModel
 
 from contracts.archive import ARCHIVED_THROUGH_KEY, ArchivedThrough
-from contracts.readmodel import BatchRecord, FileRecord, KeysIndexed
-from contracts.subjects import KEYS_INDEXED_KEY, owner_live_key
+from contracts.readmodel import ApiKeyRecord, BatchRecord, ExecutorRecord, FileRecord, HoldersIndexed
+from contracts.subjects import HOLDERS_INDEXED_KEY, owner_live_key
 from services.ledger.application import Ledger, persistence_env
 from services.ledger.archive import Archive
 from services.ledger.handlers import LEDGER_FOLD, Folder
-from services.ledger.projection import KeyProjection, Projection, projection_key, stored
+from services.ledger.projection import Projection, projection_key, stored
 from services.ledger.restore import restore
 from services.runtime.nats import eventlog
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.folds import running
 from services.runtime.nats.kv import latest_entries
-from services.runtime.nats.readmodel import ReadModel, key_index_entries, live_lists, owner_copy, owner_entry
+from services.runtime.nats.readmodel import ReadModel, holder_entries, live_lists, owner_copy, owner_entry
 from services.runtime.nats.stored_bytes import stored_records
 
 
@@ -59,8 +59,8 @@ async def replay_into_scratch(bus: EventBus, group_size: int = 5000, archive: Ar
                     replayed.records[copy_key] = owner_entry(projection)
                 else:
                     replayed.records.pop(copy_key, None)
-            if isinstance(projection, KeyProjection):
-                replayed.records.update(key_index_entries(projection.key_sha256, projection.record))
+            if not isinstance(projection, ExecutorRecord):  # filed once the keys are known (below)
+                replayed.records.update(holder_entries(projection_key(projection), stored(projection)))
 
     ledger = Ledger(persistence_env(None))
     started = time.perf_counter()
@@ -85,7 +85,11 @@ async def replay_into_scratch(bus: EventBus, group_size: int = 5000, archive: Ar
     batches = [record for record in replayed.records.values() if isinstance(record, BatchRecord)]
     replayed.records.update((owner_live_key(owner), ids) for owner, ids in live_lists(batches).items())
     replayed.records.update(stored_records(r for r in replayed.records.values() if isinstance(r, FileRecord)))
-    replayed.records[KEYS_INDEXED_KEY] = KeysIndexed(True)
+    key_providers = {r.key_id: r.provider_id for r in replayed.records.values() if isinstance(r, ApiKeyRecord)}
+    for key, record in [(key, r) for key, r in replayed.records.items() if isinstance(r, ExecutorRecord)]:
+        provider_of_key = key_providers.get(record.worker_key_id) if record.worker_key_id is not None else None
+        replayed.records.update(holder_entries(key, record, provider_of_key))
+    replayed.records[HOLDERS_INDEXED_KEY] = HoldersIndexed(True)
     return replayed
 
 

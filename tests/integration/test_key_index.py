@@ -112,19 +112,19 @@ async def test_a_read_model_made_before_the_key_index_is_given_it_at_the_ledgers
             return None
 
         with monkeypatch.context() as older:  # as a ledger made before the key index folded
-            older.setattr(ReadModel, "_file_key", files_nothing)
-            older.setattr(ledger_app, "index_read_model", files_nothing)
+            older.setattr(ReadModel, "_file_under_holders", files_nothing)
+            older.setattr(ledger_app, "index_holders", files_nothing)
             async with running_ledger(fresh_nats.url, db_path) as app:
                 await folded_through(app, 2)
         read_model = await ReadModel.open(bus)
         record = await read_model.get_api_key(digest)
-        assert record is not None and not await read_model.keys_indexed()
+        assert record is not None and not await read_model.holders_indexed()
         assert [d for d, _ in await read_model.held_api_keys("user-alice")] == [digest]  # read whole meanwhile
         assert await read_model.find_api_key(record.key_id) == (digest, record)
 
         async with running_ledger(fresh_nats.url, db_path) as app:
             read_model = await ReadModel.open(bus)
-            assert await read_model.keys_indexed()
+            assert await read_model.holders_indexed()
             assert [d for d, _ in await read_model.held_api_keys("user-alice")] == [digest]
             assert await read_model.held_api_keys(provider_holder("prov_none")) == []
             assert await read_model.find_api_key(record.key_id) == (digest, record)
@@ -135,7 +135,7 @@ async def test_a_read_model_made_before_the_key_index_is_given_it_at_the_ledgers
             # id: an admin's revocation still finds it.
             stray = secrets.token_hex(32)
             with monkeypatch.context() as older:
-                older.setattr(ReadModel, "_file_key", files_nothing)
+                older.setattr(ReadModel, "_file_under_holders", files_nothing)
                 await bus.publish(KeyCreated(aggregate_id=stray[:32], key_sha256=stray, role="user", label="stray",
                                              user_id="alice"))
                 await folded_through(app, 3)

@@ -18,6 +18,7 @@ from contracts.subjects import KEY_USAGE_BUCKET
 from services.gateway.background.loops import running
 from services.gateway.context import DEPS
 from services.runtime.nats.kv import open_bucket
+from services.runtime.nats.kv_watch import WATCH_INACTIVE_S
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ async def forward_changes(kv: KeyValue, key_filter: str, changed: Callable[[str]
     """Call `changed` with every read-model key matching `key_filter` that is written from now on."""
     while True:
         try:
-            watcher = await kv.watch(key_filter)
+            watcher = await kv.watch(key_filter, inactive_threshold=WATCH_INACTIVE_S)
             try:
                 async for entry in watcher:
                     if entry is not None:  # None marks the end of the current values

@@ -27,6 +27,7 @@ from services.gateway.usecases.oversight import (
     owns,
 )
 from services.gateway.usecases.refusals import ApiError, not_found
+from services.runtime.nats.readmodel import ReadModel
 
 
 async def _provider_object(request: web.Request, record: ProviderRecord) -> Provider:
@@ -45,7 +46,7 @@ async def _admit_provider(request: web.Request, provider_id: str) -> None:
     d, me = deps(request), principal(request)
 
     async def held(_: frozenset[str]) -> Holdings:  # a provider is never deleted: each counts for good
-        mine = frozenset(r.provider_id for r in await d.read_model.list_providers() if r.owner == me.owner)
+        mine = frozenset(r.provider_id for r in await d.read_model.owner_providers(me.owner))
         return Holdings(dict.fromkeys(mine, 1), mine)
 
     limit = d.settings.max_providers_per_user
@@ -72,8 +73,9 @@ async def register_provider(request: web.Request) -> web.Response:
 
 async def list_providers(request: web.Request) -> web.Response:
     me = principal(request)
-    mine = sorted((r for r in await deps(request).read_model.list_providers() if owns(me, r)),
-                  key=lambda r: (r.created_at, r.provider_id))
+    read_model = deps(request).read_model
+    listed = await read_model.list_providers() if me.role == "admin" else await read_model.owner_providers(me.owner)
+    mine = sorted((r for r in listed if owns(me, r)), key=lambda r: (r.created_at, r.provider_id))
     return answer(ListPage[Provider](data=[await _provider_object(request, r) for r in mine]))
 
 
@@ -165,26 +167,43 @@ def _executor(executor_id: str, record: ExecutorRecord | None, advert: ExecutorA
 
 async def list_executors(request: web.Request) -> web.Response:
     """Executors that joined with a worker key of a provider the caller manages (admins: every executor);
-    `?provider_id=` narrows the list to one provider (404 when it is not the caller's)."""
+    `?provider_id=` narrows the list to one provider (404 when it is not the caller's). A caller's list reads only
+    their providers' executors, never every executor."""
     d, me = deps(request), principal(request)
     wanted = request.query.get("provider_id")
+    everyone = me.role == "admin" and wanted is None
     if wanted is not None:
         providers = {(await managed_provider(d.read_model, me, wanted)).provider_id}
+    elif me.role == "admin":
+        providers = set()
     else:
-        providers = {r.provider_id for r in await d.read_model.list_providers() if owns(me, r)}
-    everyone = me.role == "admin" and wanted is None
-    workers = await d.read_model.list_api_keys() if everyone else [  # the caller's providers' keys, never every key
-        held for provider_id in sorted(providers) for held in await d.read_model.held_api_keys(
-            provider_holder(provider_id))]
-    key_providers = {r.key_id: r.provider_id for _, r in workers if r.role == "worker"}
-    records = {r.executor_id: r for r in await d.read_model.list_executors()}
-    adverts = {a.executor_id: a for a in await d.fleet.adverts()}
+        providers = {r.provider_id for r in await d.read_model.owner_providers(me.owner)}
+    filed = None if everyone else {p: await d.read_model.provider_executors(p) for p in sorted(providers)}
+    if filed is not None and None not in filed.values():
+        records = {r.executor_id: r for found in filed.values() if found is not None for r in found}
+        owner_of: dict[str, str | None] = {r.executor_id: provider_id for provider_id, found in filed.items()
+                                           if found is not None for r in found}
+    else:  # every executor (an admin's whole list, or a read model whose executors are not filed yet)
+        records, owner_of = await _every_executor(d.read_model, everyone, providers)
+    adverts = {a.executor_id: a for a in await d.fleet.adverts() if everyone or a.executor_id in records}
     now_ms = int(time.time() * 1000)
     shown = []
     for executor_id in sorted(records.keys() | adverts.keys()):
-        record = records.get(executor_id)
-        worker_key_id = record.worker_key_id if record is not None else None
-        provider_id = key_providers.get(worker_key_id) if worker_key_id is not None else None
+        provider_id = owner_of.get(executor_id)
         if everyone or (provider_id is not None and provider_id in providers):
-            shown.append(_executor(executor_id, record, adverts.get(executor_id), provider_id, now_ms))
+            shown.append(_executor(executor_id, records.get(executor_id), adverts.get(executor_id), provider_id,
+                                   now_ms))
     return answer(ListPage[ProviderExecutor](data=shown))
+
+
+async def _every_executor(read_model: ReadModel, everyone: bool, providers: set[str]
+                          ) -> tuple[dict[str, ExecutorRecord], dict[str, str | None]]:
+    """Every executor record, and each one's provider by its worker key (every key's for `everyone`, else only the
+    keys of `providers`)."""
+    workers = await read_model.list_api_keys() if everyone else [
+        held for provider_id in sorted(providers) for held in await read_model.held_api_keys(
+            provider_holder(provider_id))]
+    key_providers = {r.key_id: r.provider_id for _, r in workers if r.role == "worker"}
+    records = {r.executor_id: r for r in await read_model.list_executors()}
+    return records, {executor_id: key_providers.get(record.worker_key_id) if record.worker_key_id else None
+                     for executor_id, record in records.items()}

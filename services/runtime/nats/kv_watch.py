@@ -17,6 +17,9 @@ log = logging.getLogger(__name__)
 
 RESUME_AFTER_S = 1.0
 """The pause before a broken or ended watch is made again."""
+WATCH_INACTIVE_S = 60.0
+"""How long the broker keeps a watch's consumer once nobody listens (a process killed leaves it behind; nats-py's
+default would keep it 5 minutes, so a service restarting in a loop would pile them up)."""
 Model = TypeVar("Model", bound=pydantic.BaseModel)
 
 
@@ -40,7 +43,7 @@ async def keep(kv: KeyValue, keys: str, keeper: Keeper, what: str,
     again) once `ended` says so after a change."""
     while True:
         try:
-            watcher = await kv.watch(keys)
+            watcher = await kv.watch(keys, inactive_threshold=WATCH_INACTIVE_S)
             keeper.restart()
             try:
                 async for entry in watcher:

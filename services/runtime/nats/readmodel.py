@@ -17,15 +17,15 @@ from contracts.readmodel import (
     BatchRecord,
     ExecutorRecord,
     FileRecord,
+    HoldersIndexed,
     KeyDigest,
-    KeysIndexed,
     LiveBatches,
     OrganizationRecord,
     ProviderRecord,
     UserRecord,
 )
 from contracts.subjects import (
-    KEYS_INDEXED_KEY,
+    HOLDERS_INDEXED_KEY,
     READ_MODEL_BUCKET,
     key_holder_index,
     key_holder_index_key,
@@ -33,6 +33,10 @@ from contracts.subjects import (
     owner_index,
     owner_index_key,
     owner_live_key,
+    owner_providers,
+    owner_providers_key,
+    provider_executors,
+    provider_executors_key,
     read_model_key,
 )
 from services.runtime.nats.bus import EventBus
@@ -58,6 +62,8 @@ from services.runtime.process.keyed_locks import KeyedLocks
 Record = TypeVar("Record", bound=BaseModel)
 KV_TOKEN = re.compile(r"[A-Za-z0-9_-]+")
 """What a KV key's token may be (anything else is never filed under it)."""
+KEY_PROVIDERS_KEPT = 65_536
+"""Worker keys whose provider the writer remembers (past this the oldest are looked up again)."""
 INDEXED_KEPT = 65_536
 """Ended batches the writer remembers having filed in their owner's index (a live one's entry is known from the
 owner's live list): a later change to one it forgot files the same entry again, harmlessly."""
@@ -93,13 +99,25 @@ def owner_entry(record: BatchRecord | FileRecord) -> BaseModel:
     return record
 
 
-def key_index_entries(digest: str, record: ApiKeyRecord) -> dict[str, BaseModel]:
-    """What a key is filed as beside its record: the record under each of its holders, its SHA-256 under its id
-    (a token a KV key cannot hold is filed under nothing)."""
-    entries: dict[str, BaseModel] = {key_holder_index_key(holder, digest): record for holder in record.holders
-                                     if KV_TOKEN.fullmatch(holder)}
-    if KV_TOKEN.fullmatch(record.key_id):
-        entries[key_id_key(record.key_id)] = KeyDigest(digest)
+def holder_entries(key: str, record: BaseModel, provider_of_key: str | None = None) -> dict[str, BaseModel]:
+    """What a record at `key` is filed as under who holds it: a key's record under each of its holders and its
+    SHA-256 under its id, a provider's under its owner, an executor's under its provider (the one its registration
+    named, else `provider_of_key`: its worker key's, for a registration made before they named it). A token a KV key
+    cannot hold is filed under nothing."""
+    entries: dict[str, BaseModel] = {}
+    if isinstance(record, ApiKeyRecord):
+        digest = key.removeprefix(read_model_key("apikey", ""))
+        entries.update((key_holder_index_key(holder, digest), record) for holder in record.holders
+                       if KV_TOKEN.fullmatch(holder))
+        if KV_TOKEN.fullmatch(record.key_id):
+            entries[key_id_key(record.key_id)] = KeyDigest(digest)
+    elif isinstance(record, ProviderRecord):
+        if KV_TOKEN.fullmatch(record.owner) and KV_TOKEN.fullmatch(record.provider_id):
+            entries[owner_providers_key(record.owner, record.provider_id)] = record
+    elif isinstance(record, ExecutorRecord):
+        provider_id = record.provider_id or provider_of_key
+        if provider_id is not None and KV_TOKEN.fullmatch(provider_id) and KV_TOKEN.fullmatch(record.executor_id):
+            entries[provider_executors_key(provider_id, record.executor_id)] = record
     return entries
 
 
@@ -122,7 +140,8 @@ class ReadModel:
         self._indexed: OrderedDict[str, None] = OrderedDict()
         """The owner index keys of ended batches this writer filed (or found filed), the last `INDEXED_KEPT`."""
         self._stored = StoredBytesWriter(kv)
-        self._keys_indexed = False
+        self._holders_indexed = False
+        self._key_providers: OrderedDict[str, str | None] = OrderedDict()
 
     @classmethod
     async def open(cls, bus: EventBus) -> "ReadModel":
@@ -158,7 +177,7 @@ class ReadModel:
     async def held_api_keys(self, holder: str) -> list[tuple[str, ApiKeyRecord]]:
         """The keys filed under `holder` (`ApiKeyRecord.holders`), revoked ones too, each with its SHA-256; a read
         model whose keys are not indexed yet is read whole."""
-        if not await self.keys_indexed():
+        if not await self.holders_indexed():
             return [(digest, record) for digest, record in await self.list_api_keys() if holder in record.holders]
         return [(entry_key.rsplit(".", 1)[1], ApiKeyRecord.model_validate_json(value))
                 for entry_key, value in await latest_entries(self.kv, key_holder_index(holder))]
@@ -167,29 +186,60 @@ class ReadModel:
         """The SHA-256 and record of the key with this public id (None for an id no key could have)."""
         filed = await read_latest(self.kv, key_id_key(key_id)) if KV_TOKEN.fullmatch(key_id) else None
         if filed is None:
-            if await self.keys_indexed():
+            if await self.holders_indexed():
                 return None
             return next(((d, r) for d, r in await self.list_api_keys() if r.key_id == key_id), None)
         digest = KeyDigest.model_validate_json(filed).root
         record = await self.get_api_key(digest)
         return None if record is None else (digest, record)
 
-    async def keys_indexed(self) -> bool:
-        """Whether every key is filed under its holders and its id (`KEYS_INDEXED_KEY`; once so, always)."""
-        if not self._keys_indexed:
-            self._keys_indexed = await read_latest(self.kv, KEYS_INDEXED_KEY) is not None
-        return self._keys_indexed
+    async def owner_providers(self, owner: str) -> list[ProviderRecord]:
+        """The providers filed under `owner` (a read model not indexed yet is read whole)."""
+        if not await self.holders_indexed():
+            return [record for record in await self.list_providers() if record.owner == owner]
+        return [ProviderRecord.model_validate_json(value)
+                for value in await latest_values(self.kv, owner_providers(owner))] if KV_TOKEN.fullmatch(owner) else []
 
-    async def index_api_keys(self) -> int:
-        """File every key under its holders and its id, then say so (`KEYS_INDEXED_KEY`); how many keys."""
-        keys = await self.list_api_keys()
-        for digest, record in keys:
-            await self._file_key(digest, record)
-        await self.kv.put(KEYS_INDEXED_KEY, KeysIndexed(True).model_dump_json().encode())
-        return len(keys)
+    async def provider_executors(self, provider_id: str) -> list[ExecutorRecord] | None:
+        """The executors filed under the provider; None: a read model not indexed yet (they are not filed)."""
+        if not await self.holders_indexed():
+            return None
+        return [ExecutorRecord.model_validate_json(value)
+                for value in await latest_values(self.kv, provider_executors(provider_id))]
 
-    async def _file_key(self, digest: str, record: ApiKeyRecord) -> None:
-        for entry_key, entry in key_index_entries(digest, record).items():
+    async def _provider_of_key(self, key_id: str) -> str | None:
+        """The provider of a worker key (which never changes; the key is in the read model before any executor
+        joins with it), remembered."""
+        if key_id not in self._key_providers:
+            found = await self.find_api_key(key_id)
+            self._key_providers[key_id] = None if found is None else found[1].provider_id
+            if len(self._key_providers) > KEY_PROVIDERS_KEPT:
+                self._key_providers.popitem(last=False)
+        return self._key_providers[key_id]
+
+    async def holders_indexed(self) -> bool:
+        """Whether every key, provider and executor is filed under its holders (`HOLDERS_INDEXED_KEY`; once so,
+        always)."""
+        if not self._holders_indexed:
+            self._holders_indexed = await read_latest(self.kv, HOLDERS_INDEXED_KEY) is not None
+        return self._holders_indexed
+
+    async def index_holders(self) -> int:
+        """File every key and provider under its holders (executors are filed as the ledger folds them again),
+        then say so (`HOLDERS_INDEXED_KEY`); how many records."""
+        records: list[tuple[str, BaseModel]] = [(read_model_key("apikey", digest), record)
+                                                for digest, record in await self.list_api_keys()]
+        records += [(read_model_key("provider", record.provider_id), record) for record in await self.list_providers()]
+        for key, record in records:
+            await self._file_under_holders(key, record)
+        await self.kv.put(HOLDERS_INDEXED_KEY, HoldersIndexed(True).model_dump_json().encode())
+        return len(records)
+
+    async def _file_under_holders(self, key: str, record: BaseModel) -> None:
+        provider_of_key = None
+        if isinstance(record, ExecutorRecord) and record.provider_id is None and record.worker_key_id is not None:
+            provider_of_key = await self._provider_of_key(record.worker_key_id)
+        for entry_key, entry in holder_entries(key, record, provider_of_key).items():
             await self.kv.put(entry_key, entry.model_dump_json().encode())
 
     async def get_executor(self, executor_id: str) -> ExecutorRecord | None:
@@ -312,8 +362,7 @@ class ReadModel:
             await self._stored.enter(record)
             copy_key, kept = owner_copy(record)
             await (self.kv.put(copy_key, value) if kept else self.kv.delete(copy_key))
-        if isinstance(record, ApiKeyRecord):
-            await self._file_key(key.removeprefix(read_model_key("apikey", "")), record)
+        await self._file_under_holders(key, record)
         await self.kv.put(key, value)
 
     async def _mark_live(self, record: BatchRecord, live: bool) -> None:
