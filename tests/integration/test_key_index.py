@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
+from contracts.events.executor import DeviceMemory, ExecutorAdvert, ExecutorRegistered
 from contracts.events.key import KeyCreated, UserCreated
+from contracts.events.provider import ProviderRegistered
 from contracts.readmodel import provider_holder
 from contracts.subjects import READ_MODEL_BUCKET
 from services.gateway.usecases.revocation import find_key
@@ -26,18 +28,28 @@ from tests.integration.test_gateway_providers import provider_with_worker_key
 from tests.integration.test_ledger_rebuild import folded_through, running_ledger
 
 
+def advert(executor_id: str) -> ExecutorAdvert:
+    return ExecutorAdvert(executor_id=executor_id, engine="llamacpp", engine_version="t", models=["m"],
+                          loaded_models=[], slots=1, heartbeat_at=1,
+                          devices=[DeviceMemory(name="cpu", total_bytes=1 << 30, free_bytes=1 << 29)])
+
+
 @pytest.fixture(scope="module")
 async def gateway(connection: ConnectionSettings) -> AsyncIterator[Gateway]:
     async with running_gateway(connection) as running:
         yield running
 
 
+EVERY = (b".apikey.>", b".provider.>", b".executor.>")
+"""The listings of every key, provider and executor record."""
+
+
 async def key_listings_during(gateway: Gateway, steps: Any) -> list[bytes]:
-    """The reads that list every API key (`apikey.>`) made while `steps` run."""
+    """The reads that list every API key, provider or executor made while `steps` run."""
     listings: list[bytes] = []
 
     async def seen(message: Any) -> None:
-        if b"next_by_subj" in message.data and b"apikey." in message.data:
+        if b"next_by_subj" in message.data and any(kind in message.data for kind in EVERY):
             listings.append(message.data)
     stream = f"KV_{READ_MODEL_BUCKET}"
     subscriptions = [await gateway.bus.nc.subscribe(subject, cb=seen)
@@ -89,8 +101,11 @@ async def test_a_providers_worker_keys_are_made_listed_and_revoked_without_readi
         listed = await (await gateway.client.get(keys_path, headers=owner)).json()
         seen["listed"] = [k["id"] for k in listed["data"]]
         seen["worker"] = worker["id"]
-        executors = await gateway.client.get("/v1/provider/executors", headers=owner)
-        assert executors.status == 200, await executors.text()
+        for path in ("/v1/provider/executors", "/v1/provider/providers"):
+            answer = await gateway.client.get(path, headers=owner)
+            assert answer.status == 200, await answer.text()
+        assert (await gateway.client.post("/v1/provider/providers", json={"name": "second"},
+                                          headers=owner)).status == 200
         revoked = await gateway.client.delete(f"{keys_path}/{worker['id']}", headers=owner)
         assert revoked.status == 200, await revoked.text()
 
@@ -98,14 +113,18 @@ async def test_a_providers_worker_keys_are_made_listed_and_revoked_without_readi
     assert seen["listed"] == [seen["worker"]]
 
 
-async def test_a_read_model_made_before_the_key_index_is_given_it_at_the_ledgers_next_start(
+async def test_a_read_model_made_before_the_holder_indexes_is_given_them_at_the_ledgers_next_start(
         fresh_nats: RunningNats, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     bus = await EventBus.connect(fresh_nats.url, "tests")
-    digest = secrets.token_hex(32)
+    digest, worker = secrets.token_hex(32), secrets.token_hex(32)
     try:
         await bus.publish(UserCreated(aggregate_id="alice"))
         await bus.publish(KeyCreated(aggregate_id=digest[:32], key_sha256=digest, role="user", label="laptop",
                                      user_id="alice"))
+        await bus.publish(ProviderRegistered(aggregate_id="prov_alice", display_name="rack", owner_key_id="key_a",
+                                             owner_user_id="alice"))
+        await bus.publish(KeyCreated(aggregate_id=worker[:32], key_sha256=worker, role="worker", label="rack",
+                                     provider_id="prov_alice"))
         db_path = tmp_path / "ledger.sqlite"
 
         async def files_nothing(*args: Any) -> None:
@@ -115,7 +134,14 @@ async def test_a_read_model_made_before_the_key_index_is_given_it_at_the_ledgers
             older.setattr(ReadModel, "_file_under_holders", files_nothing)
             older.setattr(ledger_app, "index_holders", files_nothing)
             async with running_ledger(fresh_nats.url, db_path) as app:
-                await folded_through(app, 2)
+                await folded_through(app, 4)
+                read_model = await ReadModel.open(bus)
+                found = await read_model.get_api_key(worker)
+                assert found is not None
+                # An executor registered as registrations were made before they named their provider.
+                await bus.publish(ExecutorRegistered(aggregate_id="exec-1", advert=advert("exec-1"), started_at=1,
+                                                     worker_key_id=found.key_id))
+                await folded_through(app, 5)
         read_model = await ReadModel.open(bus)
         record = await read_model.get_api_key(digest)
         assert record is not None and not await read_model.holders_indexed()
@@ -129,6 +155,9 @@ async def test_a_read_model_made_before_the_key_index_is_given_it_at_the_ledgers
             assert await read_model.held_api_keys(provider_holder("prov_none")) == []
             assert await read_model.find_api_key(record.key_id) == (digest, record)
             assert await read_model.find_api_key("key_unknown") is None
+            assert [p.provider_id for p in await read_model.owner_providers("user-alice")] == ["prov_alice"]
+            executors = await read_model.provider_executors("prov_alice")
+            assert executors is not None and [e.executor_id for e in executors] == ["exec-1"]
             assert await diff_against_live(bus, read_model) == []
 
             # A key an older ledger (a standby, mid-upgrade) folded after the index was made is not filed under its
@@ -138,7 +167,7 @@ async def test_a_read_model_made_before_the_key_index_is_given_it_at_the_ledgers
                 older.setattr(ReadModel, "_file_under_holders", files_nothing)
                 await bus.publish(KeyCreated(aggregate_id=stray[:32], key_sha256=stray, role="user", label="stray",
                                              user_id="alice"))
-                await folded_through(app, 3)
+                await folded_through(app, 6)
             stray_record = await read_model.get_api_key(stray)
             assert stray_record is not None
             assert await find_key(read_model, stray_record.key_id) is None
