@@ -3,6 +3,7 @@ handler, backoff retries, a long handler keeps its lease, a hopeless fact goes t
 
 import asyncio
 import errno
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -13,7 +14,7 @@ import pytest
 from contracts.events.batch import BatchCreated
 from contracts.ids import new_batch_id
 from contracts.subjects import EVENTS_STREAM, batch_fact
-from services.runtime.nats.bus import ConsumerPolicy, EventBus, PoisonMessage
+from services.runtime.nats.bus import ConsumerPolicy, EventBus, NotYet, PoisonMessage
 from services.runtime.nats.delivery import Durable, ServiceRouter
 from services.runtime.process.settings import ConnectionSettings
 from tests.factories import batch_created
@@ -98,6 +99,21 @@ async def test_a_failing_handler_is_retried_with_backoff_until_it_succeeds(conne
     assert probe.deliveries == [batch_id] * 3 and probe.poisoned == []
     gaps = [later - earlier for earlier, later in zip(probe.delivered_at, probe.delivered_at[1:], strict=False)]
     assert all(delay <= gap < FAST.ack_wait_s for delay, gap in zip(FAST.retry_delays_s, gaps, strict=True))
+
+
+async def test_a_handler_waiting_for_something_on_its_way_is_retried_and_said_at_info(
+        connection: ConnectionSettings, caplog: pytest.LogCaptureFixture) -> None:
+    async def not_yet_once(delivery: int) -> None:
+        if delivery < 2:
+            raise NotYet("the ledger has not folded the batch yet")
+
+    caplog.set_level(logging.INFO, logger="services.runtime.nats.delivery")
+    async with subscribed(connection, not_yet_once) as (probe, bus, batch_id):
+        await bus.publish(created(batch_id))
+        await settle()
+    assert probe.deliveries == [batch_id] * 2 and probe.poisoned == []
+    said = [record for record in caplog.records if "handler failed" in record.getMessage()]
+    assert [record.levelno for record in said] == [logging.INFO]
 
 
 async def test_a_handler_failing_on_its_last_delivery_hands_the_decoded_fact_to_the_poison_handler(

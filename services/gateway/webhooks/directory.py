@@ -13,6 +13,7 @@ from nats.js.kv import KeyValue
 from contracts.api.webhook import WebhookEndpoint, WebhookEventType
 from services.gateway.webhooks.domain import receives
 from services.gateway.webhooks.store import ENDPOINT
+from services.runtime.nats.bus import NotYet
 from services.runtime.nats.kv import Bucket, newest_sequence
 from services.runtime.nats.kv_watch import decoded, keep
 
@@ -20,7 +21,7 @@ READY_WAIT_S = 10.0
 """How long a lookup waits for the directory to hold every endpoint (at start, after a broken watch)."""
 
 
-class DirectoryNotReady(Exception):
+class DirectoryNotReady(NotYet):
     """The directory has not read every endpoint yet (a gateway starting, or its watch resuming): ask again later."""
 
 

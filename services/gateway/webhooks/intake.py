@@ -16,7 +16,7 @@ from services.gateway.usecases.oversight import organization_of, owning_user
 from services.gateway.webhooks.directory import EndpointDirectory
 from services.gateway.webhooks.domain import SENT_FACTS, delivery_id, webhook_event
 from services.gateway.webhooks.store import WebhookStore
-from services.runtime.nats.bus import ConsumerPolicy
+from services.runtime.nats.bus import ConsumerPolicy, NotYet
 from services.runtime.nats.delivery import Durable, ServiceRouter, fact_filter
 from services.runtime.nats.readmodel import ReadModel
 
@@ -34,7 +34,7 @@ WEBHOOKS = "webhooks"
 """The name of the intake (`WebhookIntake`) in the broker's context."""
 
 
-class BatchNotYetKnown(Exception):
+class BatchNotYetKnown(NotYet):
     """The read model does not show the fact's batch yet (the ledger is behind): take the fact again later."""
 
 

@@ -49,6 +49,14 @@ class PoisonMessage(Exception):
     """A message that can never be handled; it is recorded and terminated, never retried."""
 
 
+class NotYet(Exception):
+    """A message that must wait for something on its way (the ledger folding its batch): retried like any failure,
+    said at INFO while it has waited only `EXPECTED_WAITS` deliveries."""
+
+
+EXPECTED_WAITS = 3
+
+
 WRONG_LAST_SEQUENCE = 10071
 """JetStream's error code when a conditional publish's expected last sequence no longer holds."""
 

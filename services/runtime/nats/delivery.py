@@ -35,7 +35,7 @@ from pydantic import BaseModel, TypeAdapter
 from contracts.events.envelope import Event
 from contracts.subjects import BATCH_HEADER, event_subject, parse_event_subject, subject_pattern
 from services.runtime.nats.answers import Answer, Answering, RawAnswer, RawHandler, Refused
-from services.runtime.nats.bus import ConsumerPolicy, EventBus, PoisonMessage
+from services.runtime.nats.bus import EXPECTED_WAITS, ConsumerPolicy, EventBus, NotYet, PoisonMessage
 from services.runtime.nats.folds import Folds, LogFollower, running
 from services.runtime.process import metrics
 from services.runtime.process.logfmt import BATCH_ID
@@ -301,8 +301,9 @@ class _Delivery(BaseMiddleware):
                 await message.term()
                 return
         delay = policy.retry_delays_s[min(deliveries - 1, len(policy.retry_delays_s) - 1)]
-        log.warning("handler failed on %s (delivery %d), retry in %.1fs: %r", message.subject, deliveries, delay,
-                    error)
+        level = logging.INFO if isinstance(error, NotYet) and deliveries <= EXPECTED_WAITS else logging.WARNING
+        log.log(level, "handler failed on %s (delivery %d), retry in %.1fs: %r", message.subject, deliveries, delay,
+                error)
         await message.nak(delay=delay)
 
     def _decoded(self) -> BaseModel | None:
