@@ -76,7 +76,7 @@ async def test_a_count_replaces_the_last_only_once_complete_then_follows_each_ch
     watch = Watch([Entry("batch_a", "completed"), Entry("batch_b", "in_progress")])
 
     class Bucket:
-        async def watch(self, _: str) -> Watch:
+        async def watch(self, _: str, **options: object) -> Watch:
             return watch
 
     following = asyncio.create_task(census.follow(Bucket()))  # type: ignore[arg-type]
@@ -130,7 +130,7 @@ async def test_a_quotes_queue_follows_the_watch_across_a_count() -> None:
     watch = Watch([Entry("batch_a", None, running_record("batch_a", "validated", "m", 10, 0))])
 
     class Bucket:
-        async def watch(self, _: str) -> Watch:
+        async def watch(self, _: str, **options: object) -> Watch:
             return watch
 
     following = asyncio.create_task(census.follow(Bucket()))  # type: ignore[arg-type]
