@@ -102,7 +102,7 @@ def weed_shell(stack: RunningStack, commands: str, cwd: Path, within_s: float = 
     master = f"127.0.0.1:{ports['master.port']}.{ports['master.port.grpc']}"
     filer = f"127.0.0.1:{ports['filer.port']}.{ports['filer.port.grpc']}"
     try:
-        done = subprocess.run([venv_binary("weed"), "shell", f"-master={master}", f"-filer={filer}"],
+        done = subprocess.run([venv_binary("weed"), "-logtostderr", "shell", f"-master={master}", f"-filer={filer}"],
                               input=commands + "\nexit\n", capture_output=True, text=True, cwd=cwd,
                               timeout=within_s)
     except subprocess.TimeoutExpired as timed_out:

@@ -153,8 +153,10 @@ def test_every_folder_of_the_data_dir_is_0700_and_every_file_0600(
 
 def test_the_object_store_keeps_its_logs_and_local_sockets_in_the_data_dir(secure_stack: RunningStack) -> None:
     pid = stack_pids(secure_stack)["s3"]
-    assert [name for name in os.listdir(tempfile.gettempdir()) if name.startswith("weed.")
-            and name.endswith(f".{pid}")] == []
+    started = psutil.Process(pid).create_time()
+    logs = [path for path in Path(tempfile.gettempdir()).glob(f"weed.*.{pid}")]
+    # A file of an earlier process that had the same pid (pids wrap) is not this store's.
+    assert [path.name for path in logs if path.lstat().st_mtime >= started - 1] == []
     elsewhere = {path for path in unix_sockets(pid) if secure_stack.data_dir not in path.parents}
     # Only the gRPC sockets SeaweedFS names itself are in /tmp (no flag moves them); each is removed at its stop.
     assert elsewhere <= set(seaweed_leftovers(psutil.Process(pid).cmdline())), elsewhere
