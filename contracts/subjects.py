@@ -207,40 +207,24 @@ def owner_index(owner: str, kind: Literal["batch", "file"]) -> str:
     return f"owner.{owner}.{kind}.>"
 
 
-def key_holder_index_key(holder: str, digest: str) -> str:
-    """Where an API key's record is filed under who holds it (`ApiKeyRecord.holders`: its user, its provider), so
-    their key lists, limits and revocations read only their own keys."""
-    return f"keys.{holder}.{digest}"
+HolderIndex = Literal["keys", "providers", "executors"]
+"""Records filed under who holds them, so the holder's lists, limits and revocations read only theirs: API keys under
+their user and their provider (`ApiKeyRecord.holders`), providers under their owner, executors under their provider."""
 
 
-def key_holder_index(holder: str) -> str:
-    """Every key record filed under `holder`."""
-    return f"keys.{holder}.>"
+def filed_key(index: HolderIndex, holder: str, ident: str) -> str:
+    """Where a record (`ident`: a key's SHA-256, a provider's or an executor's id) is filed under `holder`."""
+    return f"{index}.{holder}.{ident}"
+
+
+def filed_under(index: HolderIndex, holder: str) -> str:
+    """Every record of `index` filed under `holder`."""
+    return f"{index}.{holder}.>"
 
 
 def key_id_key(key_id: str) -> str:
     """The SHA-256 (the record's key) of the API key with this public id: a key is found by its id in one read."""
     return f"keyid.{key_id}"
-
-
-def owner_providers_key(owner: str, provider_id: str) -> str:
-    """Where a provider's record is filed under its owner, so their list and limit read only their providers."""
-    return f"providers.{owner}.{provider_id}"
-
-
-def owner_providers(owner: str) -> str:
-    """Every provider filed under `owner`."""
-    return f"providers.{owner}.>"
-
-
-def provider_executors_key(provider_id: str, executor_id: str) -> str:
-    """Where an executor's record is filed under the provider whose worker key it joined with."""
-    return f"executors.{provider_id}.{executor_id}"
-
-
-def provider_executors(provider_id: str) -> str:
-    """Every executor filed under `provider_id`."""
-    return f"executors.{provider_id}.>"
 
 
 HOLDERS_INDEXED_KEY = "indexed.holders"

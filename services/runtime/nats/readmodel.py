@@ -27,16 +27,12 @@ from contracts.readmodel import (
 from contracts.subjects import (
     HOLDERS_INDEXED_KEY,
     READ_MODEL_BUCKET,
-    key_holder_index,
-    key_holder_index_key,
+    filed_key,
+    filed_under,
     key_id_key,
     owner_index,
     owner_index_key,
     owner_live_key,
-    owner_providers,
-    owner_providers_key,
-    provider_executors,
-    provider_executors_key,
     read_model_key,
 )
 from services.runtime.nats.bus import EventBus
@@ -107,17 +103,17 @@ def holder_entries(key: str, record: BaseModel, provider_of_key: str | None = No
     entries: dict[str, BaseModel] = {}
     if isinstance(record, ApiKeyRecord):
         digest = key.removeprefix(read_model_key("apikey", ""))
-        entries.update((key_holder_index_key(holder, digest), record) for holder in record.holders
+        entries.update((filed_key("keys", holder, digest), record) for holder in record.holders
                        if KV_TOKEN.fullmatch(holder))
         if KV_TOKEN.fullmatch(record.key_id):
             entries[key_id_key(record.key_id)] = KeyDigest(digest)
     elif isinstance(record, ProviderRecord):
         if KV_TOKEN.fullmatch(record.owner) and KV_TOKEN.fullmatch(record.provider_id):
-            entries[owner_providers_key(record.owner, record.provider_id)] = record
+            entries[filed_key("providers", record.owner, record.provider_id)] = record
     elif isinstance(record, ExecutorRecord):
         provider_id = record.provider_id or provider_of_key
         if provider_id is not None and KV_TOKEN.fullmatch(provider_id) and KV_TOKEN.fullmatch(record.executor_id):
-            entries[provider_executors_key(provider_id, record.executor_id)] = record
+            entries[filed_key("executors", provider_id, record.executor_id)] = record
     return entries
 
 
@@ -180,7 +176,7 @@ class ReadModel:
         if not await self.holders_indexed():
             return [(digest, record) for digest, record in await self.list_api_keys() if holder in record.holders]
         return [(entry_key.rsplit(".", 1)[1], ApiKeyRecord.model_validate_json(value))
-                for entry_key, value in await latest_entries(self.kv, key_holder_index(holder))]
+                for entry_key, value in await latest_entries(self.kv, filed_under("keys", holder))]
 
     async def find_api_key(self, key_id: str) -> tuple[str, ApiKeyRecord] | None:
         """The SHA-256 and record of the key with this public id (None for an id no key could have)."""
@@ -197,15 +193,17 @@ class ReadModel:
         """The providers filed under `owner` (a read model not indexed yet is read whole)."""
         if not await self.holders_indexed():
             return [record for record in await self.list_providers() if record.owner == owner]
+        if not KV_TOKEN.fullmatch(owner):
+            return []
         return [ProviderRecord.model_validate_json(value)
-                for value in await latest_values(self.kv, owner_providers(owner))] if KV_TOKEN.fullmatch(owner) else []
+                for value in await latest_values(self.kv, filed_under("providers", owner))]
 
     async def provider_executors(self, provider_id: str) -> list[ExecutorRecord] | None:
         """The executors filed under the provider; None: a read model not indexed yet (they are not filed)."""
         if not await self.holders_indexed():
             return None
         return [ExecutorRecord.model_validate_json(value)
-                for value in await latest_values(self.kv, provider_executors(provider_id))]
+                for value in await latest_values(self.kv, filed_under("executors", provider_id))]
 
     async def _provider_of_key(self, key_id: str) -> str | None:
         """The provider of a worker key (which never changes; the key is in the read model before any executor
