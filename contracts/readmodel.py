@@ -92,6 +92,11 @@ class KeyDigest(RootModel[str]):
     """The SHA-256 of a key, filed under its public id (`key_id_key`)."""
 
 
+class Filed(RootModel[str]):
+    """A record's id filed under its holder, where the record itself is read by its id (one that changes often, an
+    executor's, is filed once rather than copied at each change)."""
+
+
 class HoldersIndexed(RootModel[bool]):
     """The mark that every key, provider and executor is filed under its holders (`HOLDERS_INDEXED_KEY`)."""
 

@@ -59,11 +59,12 @@ async def index_holders(ledger: Ledger, read_model: ReadModel, sink: Sink) -> No
     executors' records are written again from the ledger (older records do not name their provider)."""
     if await asyncio.to_thread(ledger.tracking.max_tracking_id, HOLDER_INDEX):
         return
+    count = await read_model.index_holders()  # keys first: an executor is filed under its worker key's provider
     ids = [record.executor_id for record in await read_model.list_executors()]
     records = await asyncio.to_thread(_executors_again, ledger, ids)
     for start in range(0, len(records), GROUP):
         await sink(records[start:start + GROUP])
-    count = await read_model.index_holders()
+    await read_model.mark_holders_indexed()
     if count or records:
         log.info("filed %d keys and providers and %d executors under their holders", count, len(records))
     await asyncio.to_thread(ledger.tracking.insert_tracking, Tracking(application_name=HOLDER_INDEX,

@@ -12,7 +12,7 @@ import pytest
 from contracts.events.executor import DeviceMemory, ExecutorAdvert, ExecutorRegistered
 from contracts.events.key import KeyCreated, UserCreated
 from contracts.events.provider import ProviderRegistered
-from contracts.readmodel import provider_holder
+from contracts.readmodel import ExecutorRecord, provider_holder
 from contracts.subjects import READ_MODEL_BUCKET
 from services.gateway.usecases.revocation import find_key
 from services.ledger import app as ledger_app
@@ -190,3 +190,27 @@ async def test_a_tenant_makes_its_own_keys_at_a_control_calls_pace_and_revokes_t
         assert (await paced.client.delete(f"/v1/organization/keys/{made['id']}", headers=alice)).status == 200
         for _ in range(3):  # an admin's key management is not paced
             assert (await paced.client.post("/v1/organization/keys", headers=admin, json={})).status == 200
+
+
+async def test_an_executor_is_filed_under_its_provider_once_however_often_its_record_changes(
+        fresh_nats: RunningNats) -> None:
+    bus = await EventBus.connect(fresh_nats.url, "tests")
+    try:
+        read_model = await ReadModel.open(bus)
+        await read_model.mark_holders_indexed()
+        filings: list[str] = []
+
+        async def seen(message: Any) -> None:
+            filings.append(message.subject)
+        watching = await bus.nc.subscribe(f"$KV.{READ_MODEL_BUCKET}.executors.>", cb=seen)
+        for served in range(5):  # each chunk an attempt commits changes the record
+            await read_model.put("executor.exec-1", ExecutorRecord(
+                executor_id="exec-1", engine="llamacpp", engine_version="t", models=["m"], provider_id="prov_a",
+                status="online", started_at=1, lines_served=served))
+        await bus.nc.flush()
+        await watching.unsubscribe()
+        assert filings == [f"$KV.{READ_MODEL_BUCKET}.executors.prov_a.exec-1"]
+        [found] = await read_model.provider_executors("prov_a") or []
+        assert found.lines_served == 4
+    finally:
+        await bus.close()

@@ -16,6 +16,7 @@ from contracts.readmodel import (
     ApiKeyRecord,
     BatchRecord,
     ExecutorRecord,
+    Filed,
     FileRecord,
     HoldersIndexed,
     KeyDigest,
@@ -113,7 +114,7 @@ def holder_entries(key: str, record: BaseModel, provider_of_key: str | None = No
     elif isinstance(record, ExecutorRecord):
         provider_id = record.provider_id or provider_of_key
         if provider_id is not None and KV_TOKEN.fullmatch(provider_id) and KV_TOKEN.fullmatch(record.executor_id):
-            entries[filed_key("executors", provider_id, record.executor_id)] = record
+            entries[filed_key("executors", provider_id, record.executor_id)] = Filed(record.executor_id)
     return entries
 
 
@@ -138,6 +139,8 @@ class ReadModel:
         self._stored = StoredBytesWriter(kv)
         self._holders_indexed = False
         self._key_providers: OrderedDict[str, str | None] = OrderedDict()
+        self._filed: OrderedDict[str, None] = OrderedDict()
+        """The entries of records filed by id this writer wrote (the last `INDEXED_KEPT`)."""
 
     @classmethod
     async def open(cls, bus: EventBus) -> "ReadModel":
@@ -199,11 +202,13 @@ class ReadModel:
                 for value in await latest_values(self.kv, filed_under("providers", owner))]
 
     async def provider_executors(self, provider_id: str) -> list[ExecutorRecord] | None:
-        """The executors filed under the provider; None: a read model not indexed yet (they are not filed)."""
+        """The executors filed under the provider, their records read by id; None: a read model not indexed yet."""
         if not await self.holders_indexed():
             return None
-        return [ExecutorRecord.model_validate_json(value)
-                for value in await latest_values(self.kv, filed_under("executors", provider_id))]
+        ids = [Filed.model_validate_json(value).root
+               for value in await latest_values(self.kv, filed_under("executors", provider_id))]
+        records = await read_last(self.kv, [read_model_key("executor", executor_id) for executor_id in ids])
+        return [ExecutorRecord.model_validate_json(value) for value in records.values()]
 
     async def _provider_of_key(self, key_id: str) -> str | None:
         """The provider of a worker key (which never changes; the key is in the read model before any executor
@@ -223,22 +228,32 @@ class ReadModel:
         return self._holders_indexed
 
     async def index_holders(self) -> int:
-        """File every key and provider under its holders (executors are filed as the ledger folds them again),
-        then say so (`HOLDERS_INDEXED_KEY`); how many records."""
+        """File every key and provider under its holders (executors are filed as the ledger writes them again);
+        how many records."""
         records: list[tuple[str, BaseModel]] = [(read_model_key("apikey", digest), record)
                                                 for digest, record in await self.list_api_keys()]
         records += [(read_model_key("provider", record.provider_id), record) for record in await self.list_providers()]
         for key, record in records:
             await self._file_under_holders(key, record)
-        await self.kv.put(HOLDERS_INDEXED_KEY, HoldersIndexed(True).model_dump_json().encode())
         return len(records)
+
+    async def mark_holders_indexed(self) -> None:
+        """Say that every key, provider and executor is filed (`HOLDERS_INDEXED_KEY`)."""
+        await self.kv.put(HOLDERS_INDEXED_KEY, HoldersIndexed(True).model_dump_json().encode())
 
     async def _file_under_holders(self, key: str, record: BaseModel) -> None:
         provider_of_key = None
         if isinstance(record, ExecutorRecord) and record.provider_id is None and record.worker_key_id is not None:
             provider_of_key = await self._provider_of_key(record.worker_key_id)
         for entry_key, entry in holder_entries(key, record, provider_of_key).items():
+            once = isinstance(entry, Filed)  # the same at every change of the record: written once a lifetime
+            if once and entry_key in self._filed:
+                continue
             await self.kv.put(entry_key, entry.model_dump_json().encode())
+            if once:
+                self._filed[entry_key] = None
+                if len(self._filed) > INDEXED_KEPT:
+                    self._filed.popitem(last=False)
 
     async def get_executor(self, executor_id: str) -> ExecutorRecord | None:
         return await self._get(read_model_key("executor", executor_id), ExecutorRecord)
