@@ -79,8 +79,13 @@ class ApiKeyRecord(BaseModel):
     def holders(self) -> list[str]:
         """Whose keys this one counts among (each a KV-key token): its user's (`user-…`), its provider's
         (`provider-…`); none for a key of neither (an admin's or an operator's own)."""
-        return ([owner_id(self.user_id, self.key_id)] if self.user_id is not None else []) + (
+        return ([user_holder(self.user_id)] if self.user_id is not None else []) + (
             [provider_holder(self.provider_id)] if self.provider_id is not None else [])
+
+
+def user_holder(user_id: str) -> str:
+    """The holder a user's keys are filed under (their `owner_id`)."""
+    return owner_id(user_id, "")
 
 
 def provider_holder(provider_id: str) -> str:

@@ -9,8 +9,8 @@ from aiohttp import web
 
 from contracts.api.organization import ApiKey, CreateKey, CreateWorkerKey, DeletedApiKey, Me
 from contracts.api.page import ListPage
-from contracts.ids import new_key_id, owner_id
-from contracts.readmodel import ApiKeyRecord, provider_holder
+from contracts.ids import new_key_id
+from contracts.readmodel import ApiKeyRecord, provider_holder, user_holder
 from services.gateway.adapters.admission import Holdings
 from services.gateway.background.key_usage import KEY_USAGE
 from services.gateway.context import accounts, deps
@@ -67,7 +67,7 @@ async def _admit_key(request: web.Request, user_id: str, key_id: str) -> None:
     d = deps(request)
 
     async def mine() -> list[ApiKeyRecord]:
-        return [r for _, r in await d.read_model.held_api_keys(owner_id(user_id, key_id)) if r.user_id == user_id]
+        return [r for _, r in await d.read_model.held_api_keys(user_holder(user_id)) if r.user_id == user_id]
 
     await _take_key_place(request, f"user-{user_id}", key_id, mine, d.settings.max_keys_per_user,
                           f"User {user_id}", "keys")
@@ -96,7 +96,7 @@ async def _list(request: web.Request, workers: bool) -> web.Response:
         records = [r for _, r in await read_model.list_api_keys() if (r.role == "worker") == workers]
     else:
         user_id = own_keys_user(request)
-        records = [r for _, r in await read_model.held_api_keys(owner_id(user_id, principal(request).key_id))
+        records = [r for _, r in await read_model.held_api_keys(user_holder(user_id))
                    if r.user_id == user_id and r.role == "user" and not workers]
     return await keys_page(request, records)
 

@@ -185,10 +185,10 @@ def _refused(failure: BaseException) -> bool:
 async def webhook_deliverer(app: web.Application) -> AsyncIterator[None]:
     """A cleanup context: with `webhooks` on, the attempts and pruning loops on the store."""
     settings, store, directory = app[DEPS].settings, app[WEBHOOK_STORE], app[WEBHOOK_DIRECTORY]
-    due = DueQueue(owner_of=lambda endpoint_id: directory.owner_of(endpoint_id) or endpoint_id)
     if not settings.webhooks:
         yield
         return
+    due = DueQueue(owner_of=lambda endpoint_id: directory.owner_of(endpoint_id) or endpoint_id)
     policy = AddressPolicy(parse_networks(settings.webhook_allowed_cidrs))
     # Every attempt's session: host names resolve only to allowed addresses, no proxy from the environment, no
     # redirect followed (each POST says so).

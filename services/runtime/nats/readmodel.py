@@ -178,6 +178,8 @@ class ReadModel:
         model whose keys are not indexed yet is read whole."""
         if not await self.holders_indexed():
             return [(digest, record) for digest, record in await self.list_api_keys() if holder in record.holders]
+        if not KV_TOKEN.fullmatch(holder):
+            return []  # never filed under such a holder
         return [(entry_key.rsplit(".", 1)[1], ApiKeyRecord.model_validate_json(value))
                 for entry_key, value in await latest_entries(self.kv, filed_under("keys", holder))]
 
@@ -205,6 +207,8 @@ class ReadModel:
         """The executors filed under the provider, their records read by id; None: a read model not indexed yet."""
         if not await self.holders_indexed():
             return None
+        if not KV_TOKEN.fullmatch(provider_id):
+            return []
         ids = [Filed.model_validate_json(value).root
                for value in await latest_values(self.kv, filed_under("executors", provider_id))]
         records = await read_last(self.kv, [read_model_key("executor", executor_id) for executor_id in ids])
