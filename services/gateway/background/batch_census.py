@@ -24,6 +24,38 @@ RATE_WINDOW_S = 3600.0
 """The window of ended batches a model's rate is measured over."""
 
 
+@dataclass
+class RateWindow:
+    """One model's batches that ended within `RATE_WINDOW_S`, in the order they were seen ending, with the lines they
+    ran summed and their earliest start kept as they come and go: a quote costs the same whatever the fleet ran."""
+
+    ran: deque[tuple[int, float, float, int]] = field(default_factory=deque)
+    """(arrival, ended, started, lines) of each batch."""
+    earliest: deque[tuple[int, float]] = field(default_factory=deque)
+    """(arrival, started) with starts increasing: the first is the window's earliest start."""
+    done: int = 0
+    arrivals: int = 0
+
+    def add(self, ended: float, started: float, lines: int) -> None:
+        self.arrivals += 1
+        self.ran.append((self.arrivals, ended, started, lines))
+        self.done += lines
+        while self.earliest and self.earliest[-1][1] >= started:
+            self.earliest.pop()
+        self.earliest.append((self.arrivals, started))
+
+    def rate(self, now: float) -> float | None:
+        """Lines per second over the window (None: nothing ran in it)."""
+        while self.ran and now - self.ran[0][1] > RATE_WINDOW_S:
+            arrival, _, _, lines = self.ran.popleft()
+            self.done -= lines
+            if self.earliest and self.earliest[0][0] == arrival:
+                self.earliest.popleft()
+        if not self.ran or not self.done:
+            return None
+        return self.done / max(now - max(self.earliest[0][1], now - RATE_WINDOW_S), 1.0)
+
+
 def remaining_lines(record: BatchRecord) -> int:
     counts = record.batch.request_counts
     return max(counts.total - counts.completed - counts.failed, 0)
@@ -43,9 +75,8 @@ class Counts:
     recently_ended: OrderedDict[str, str] = field(default_factory=OrderedDict)
     ahead: Counter[str] = field(default_factory=Counter)
     """Lines still to run of the unfinished batches, per model."""
-    ran: dict[str, deque[tuple[float, float, int]]] = field(default_factory=dict)
-    """Per model, the batches that ended within `RATE_WINDOW_S` (as seen ending): when each ended, when it started
-    running and the lines it ran, in the order they were seen."""
+    ran: dict[str, RateWindow] = field(default_factory=dict)
+    """Per model, the batches that ended within `RATE_WINDOW_S`."""
 
     def record(self, batch_id: str, record: BatchRecord | None, now: float | None = None) -> None:
         """Count the latest record of a batch (None: its record was deleted)."""
@@ -74,18 +105,14 @@ class Counts:
         if batch.in_progress_at is None or end is None or now - end > RATE_WINDOW_S:
             return
         counts = batch.request_counts
-        self.ran.setdefault(batch.model or "", deque()).append(
-            (float(end), float(batch.in_progress_at), counts.completed + counts.failed))
+        self.ran.setdefault(batch.model or "", RateWindow()).add(
+            float(end), float(batch.in_progress_at), counts.completed + counts.failed)
 
     def queue(self, model: str, now: float) -> tuple[int, float | None]:
         """The model's lines still to run, and its rate (lines per second) over the last `RATE_WINDOW_S` (None: it
         ran nothing in it)."""
-        ran = self.ran.get(model, deque())
-        while ran and now - ran[0][0] > RATE_WINDOW_S:
-            ran.popleft()
-        done = sum(lines for end, _, lines in ran if now - end <= RATE_WINDOW_S)
-        starts = [max(start, now - RATE_WINDOW_S) for end, start, _ in ran if now - end <= RATE_WINDOW_S]
-        rate = done / max(now - min(starts), 1.0) if starts and done else None
+        window = self.ran.get(model)
+        rate = window.rate(now) if window is not None else None
         return max(self.ahead.get(model, 0), 0), rate
 
     def by_status(self) -> dict[str, int]:

@@ -2,10 +2,12 @@
 
 import asyncio
 
+import pytest
+
 from contracts.api.batch import Batch
 from contracts.api.batch import BatchStatus as Status
 from contracts.readmodel import BatchRecord
-from services.gateway.background.batch_census import BatchCensus
+from services.gateway.background.batch_census import BatchCensus, RateWindow
 
 
 def record(batch_id: str, status: Status) -> BatchRecord:
@@ -143,3 +145,14 @@ async def test_a_quotes_queue_follows_the_watch_across_a_count() -> None:
     assert census.queue("m", 1_700_010_000.0) == (14, None)
     following.cancel()
     await asyncio.gather(following, return_exceptions=True)
+
+
+def test_a_models_rate_is_its_lines_over_the_window_since_its_earliest_start_as_batches_leave_it() -> None:
+    window = RateWindow()
+    for ended, started, lines in ((1000.0, 900.0, 10), (2000.0, 100.0, 20), (3000.0, 2500.0, 30)):
+        window.add(ended, started, lines)
+
+    assert window.rate(3000.0) == pytest.approx(60 / 2900)
+    assert window.rate(4700.0) == pytest.approx(50 / 3600)  # the first left; the second started before the window
+    assert window.rate(5700.0) == pytest.approx(30 / 3200)  # only the last is left: from its start
+    assert window.rate(7000.0) is None and window.done == 0 and not window.earliest
