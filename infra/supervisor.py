@@ -143,12 +143,23 @@ def start_until_listening(child: Supervised, port: int, ready_s: float, host: st
         try:
             wait_for_port(port, child.process, ready_s, child.name, host)
             return
-        except RuntimeError:
+        except RuntimeError as error:
             if child.make_command is None or attempt == START_TRIES:
-                raise
+                raise RuntimeError(f"{error}; the end of its log ({child.log_file}):\n{log_tail(child.log_file)}") \
+                    from error
             log.warning("%s exited during start-up (try %d of %d; log: %s); starting it again on fresh ports",
                         child.name, attempt, START_TRIES, child.log_file)
             child.stop()
+
+
+def log_tail(path: Path, lines: int = 20) -> str:
+    """The last `lines` of a server's log, for the error that says it would not start ("" where it is unreadable)."""
+    try:
+        with path.open("rb") as log_file:
+            log_file.seek(max(0, log_file.seek(0, 2) - 16_384))
+            return b"\n".join(log_file.read().splitlines()[-lines:]).decode(errors="replace")
+    except OSError:
+        return ""
 
 
 WEBHOOK_CIDRS = "SHESHNAG_GATEWAY_WEBHOOK_ALLOWED_CIDRS"

@@ -48,3 +48,11 @@ def test_a_server_that_keeps_exiting_fails_after_its_tries_and_one_with_a_fixed_
     with pytest.raises(RuntimeError, match="during start-up"):
         start_until_listening(Supervised("nats-server", EXITS_AT_ONCE, None, tmp_path / "nats.log"), free_port(), 30,
                               "127.0.0.1")
+
+
+def test_a_server_that_would_not_start_is_reported_with_the_end_of_its_log(tmp_path: Path) -> None:
+    says_why = [sys.executable, "-c", "import sys; print('early line');"
+                " print('Port allocation failed', file=sys.stderr); raise SystemExit(255)"]
+    with pytest.raises(RuntimeError, match=r"(?s)exited with code 255.*Port allocation failed"):
+        start_until_listening(Supervised("s3", [], None, tmp_path / "s3.log", make_command=lambda: says_why),
+                              free_port(), 30, "127.0.0.1")
