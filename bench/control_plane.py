@@ -435,7 +435,8 @@ async def run(args: argparse.Namespace, data_dir: Path, catalogue: Path) -> None
                 row.connections.items(), key=lambda item: -sum(item[1])) if sent or received))
         print(f"broker messages per {'line' if row.batches == 1 else 'batch'} ({sum(row.messages.values()) / per:.2f}"
               f" in all), {row.name}: " + ", ".join(f"{name} {count / per:.2f}"
-                                                    for name, count in row.messages.most_common(25)))
+                                                    for name, count in row.messages.most_common()
+                                                    if count / per >= 0.1))
     if len(singles) >= 2:
         print(f"\n1-line batch, create -> completed on an idle stack: p50 {statistics.median(singles):.0f} ms, "
               f"p90 {statistics.quantiles(singles, n=10)[8]:.0f} ms ({len(singles)} batches; polled every 20 ms)")
