@@ -81,6 +81,9 @@ ENGINE_PARAMETERS: Final = MappingProxyType({
         "messages", "prompt", "input", "instructions", "max_tokens", "max_completion_tokens", "max_output_tokens",
         "temperature", "top_p", "seed", "stop", "presence_penalty", "frequency_penalty", "logit_bias", "logprobs",
         "top_logprobs", "response_format", "tools", "tool_choice", "text", "encoding_format",
+        # A Responses line's `include`: the output text's log probabilities; the other items name what a text model
+        # without tools never makes (tool outputs, images, reasoning), so there is nothing for them to include.
+        "include",
         # llama.cpp's own sampling extensions, accepted beside OpenAI's.
         "top_k", "min_p", "repeat_penalty", "ignore_eos", "n_probs", "typical_p", "mirostat",
         # `n`: the executor runs a line's samples one by one with derived seeds (services/executor/samples.py);

@@ -138,10 +138,22 @@ def _embedding_shape(body: dict[str, object]) -> Iterator[LineIssue]:
                         f"{MAX_EMBEDDING_INPUTS_PER_LINE} per request.", "body.input")
 
 
+RESPONSE_INCLUDES = frozenset({
+    "code_interpreter_call.outputs", "computer_call_output.output.image_url", "file_search_call.results",
+    "message.input_image.image_url", "message.output_text.logprobs", "reasoning.encrypted_content",
+    "web_search_call.action.sources", "web_search_call.results"})
+"""What a Responses request may name in `include` (OpenAI's `IncludeEnum`)."""
+
+
 def _response_shape(body: dict[str, object]) -> Iterator[LineIssue]:
     value = body.get("input")
     if not (isinstance(value, str) and value) and not (isinstance(value, list) and value):
         yield LineIssue("invalid_body", "body.input must be a non-empty string or list of input items.", "body.input")
+    include = body.get("include")
+    if include is not None and not (isinstance(include, list) and all(
+            isinstance(item, str) and item in RESPONSE_INCLUDES for item in include)):
+        yield LineIssue("invalid_body", "body.include must be a list of: " + ", ".join(sorted(RESPONSE_INCLUDES))
+                        + ".", "body.include")
 
 
 _SHAPES: dict[str, Callable[[dict[str, object]], Iterator[LineIssue]]] = {

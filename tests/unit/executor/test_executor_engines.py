@@ -84,6 +84,33 @@ def test_chat_and_text_completions_come_in_openais_exact_shape() -> None:
     assert "refusal" not in message, "the engine's own reply is not changed"
 
 
+def test_a_responses_request_for_log_probabilities_asks_chat_for_them_as_chat_spells_it() -> None:
+    by_count = chat_request({"input": "Hi", "top_logprobs": 2})
+    by_include = chat_request({"input": "Hi", "include": ["message.output_text.logprobs"]})
+    neither = chat_request({"input": "Hi", "top_logprobs": 0, "include": []})
+
+    assert (by_count["logprobs"], by_count["top_logprobs"]) == (True, 2)  # llama.cpp refuses top_logprobs alone
+    assert (by_include["logprobs"], by_include["top_logprobs"]) == (True, 0)
+    assert "logprobs" not in neither and "top_logprobs" not in neither
+
+
+def test_a_chat_choices_log_probabilities_become_the_output_texts() -> None:
+    hello = {"id": 19556, "token": "Hello", "bytes": [72, 101, 108, 108, 111], "logprob": -1.2}
+    welcome = {"id": 9085, "token": "Welcome", "bytes": [87, 101], "logprob": -2.7}
+    completion = {"id": "chatcmpl-1", "created": 7, "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "Hello"},
+         "logprobs": {"content": [{**hello, "top_logprobs": [hello, welcome]}]}}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}}
+
+    body = response_body(completion, "m", {"input": "Hi", "top_logprobs": 2})
+
+    logprobs = Response.model_validate(body).output[0].content[0].logprobs  # type: ignore[union-attr,index]
+    assert logprobs is not None
+    assert [(each.token, each.logprob, each.bytes) for each in logprobs] == [("Hello", -1.2, hello["bytes"])]
+    assert [(top.token, top.logprob) for top in logprobs[0].top_logprobs] == [("Hello", -1.2), ("Welcome", -2.7)]
+    assert body["top_logprobs"] == 2
+
+
 def test_a_response_cut_at_max_output_tokens_is_incomplete() -> None:
     completion = {"choices": [{"finish_reason": "length", "message": {"content": "Hi"}}], "usage": {}}
     body = response_body(completion, "m")

@@ -132,6 +132,20 @@ async def test_a_line_of_neutral_values_the_validator_accepts_runs_on_the_engine
     assert reply.status_code == 200, reply.body
 
 
+@pytest.mark.parametrize("asked", [{"top_logprobs": 2},
+                                   {"include": ["message.output_text.logprobs"], "top_logprobs": 2}])
+async def test_a_responses_line_asking_for_log_probabilities_gets_them_for_each_output_token(
+        engine: LlamaCppEngine, asked: dict[str, object]) -> None:
+    reply = await engine.run("/v1/responses", {"input": "Say hi.", "max_output_tokens": 3, "seed": 1, **asked})
+
+    assert reply.status_code == 200, reply.body
+    usage, output = reply.body["usage"], reply.body["output"]
+    assert isinstance(usage, dict) and isinstance(output, list)
+    logprobs = output[0]["content"][0]["logprobs"]
+    assert len(logprobs) == usage["output_tokens"] and all(len(each["top_logprobs"]) == 2 for each in logprobs)
+    assert "".join(each["token"] for each in logprobs) == output[0]["content"][0]["text"]
+
+
 def test_the_engine_declares_what_it_honours(engine: LlamaCppEngine) -> None:
     assert {"max_tokens", "temperature", "seed"} <= engine.capabilities()
     assert engine.slots == 2 and engine.version

@@ -101,3 +101,12 @@ def test_a_boolean_is_not_taken_for_a_neutral_number_nor_a_number_for_false() ->
     model = model_on("transformers", COMPLETIONS)
     assert issues(model, COMPLETIONS, echo=0) == [("echo_unavailable", "body.echo")]
     assert issues(model, COMPLETIONS, best_of=True) == [("best_of_unavailable", "body.best_of")]
+
+
+def test_a_responses_line_may_include_its_log_probabilities_where_the_engine_states_them() -> None:
+    llamacpp, transformers = model_on("llamacpp", RESPONSES), model_on("transformers", RESPONSES)
+    asked = ["message.output_text.logprobs"]
+    assert issues(llamacpp, RESPONSES, include=asked, top_logprobs=3) == []
+    assert issues(transformers, RESPONSES, include=asked) == [("include_unavailable", "body.include")]
+    assert issues(llamacpp, RESPONSES, include=["message.output_text.logprob"]) == [("invalid_body", "body.include")]
+    assert issues(llamacpp, RESPONSES, include="message.output_text.logprobs") == [("invalid_body", "body.include")]

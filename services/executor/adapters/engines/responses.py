@@ -5,8 +5,10 @@ from typing import Any
 
 from contracts.ids import derived_id
 
-SAMPLING = ("temperature", "top_p", "seed", "top_logprobs", "stop")
+SAMPLING = ("temperature", "top_p", "seed", "stop")
 """Parameters that mean the same in both APIs."""
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+"""The `include` item that asks for the output text's log probabilities."""
 
 
 class UnmappableRequest(ValueError):
@@ -51,6 +53,9 @@ def chat_request(body: dict[str, Any]) -> dict[str, Any]:
     for key in SAMPLING:
         if body.get(key) is not None:
             request[key] = body[key]
+    if wants_logprobs(body):  # chat states them only when asked (`top_logprobs` alone is refused there)
+        request["logprobs"] = True
+        request["top_logprobs"] = body.get("top_logprobs") or 0
     text_format = body.get("text", {}).get("format") if isinstance(body.get("text"), dict) else None
     if isinstance(text_format, dict) and text_format.get("type") == "json_object":
         request["response_format"] = {"type": "json_object"}
@@ -58,6 +63,31 @@ def chat_request(body: dict[str, Any]) -> dict[str, Any]:
         schema = {key: value for key, value in text_format.items() if key != "type"}
         request["response_format"] = {"type": "json_schema", "json_schema": schema}
     return request
+
+
+def wants_logprobs(body: dict[str, Any]) -> bool:
+    """Whether a Responses request asks for the output's log probabilities: by `include`, or by asking for the
+    `top_logprobs` most likely tokens at each position."""
+    include = body.get("include")
+    top = body.get("top_logprobs")
+    return (isinstance(include, list) and LOGPROBS_INCLUDE in include) or (
+        isinstance(top, int) and not isinstance(top, bool) and top > 0)
+
+
+def _logprobs_of(choice: dict[str, Any]) -> list[dict[str, Any]]:
+    """A chat choice's token log probabilities as a Response's output text states them."""
+    stated = choice.get("logprobs")
+    content = stated.get("content") if isinstance(stated, dict) else None
+    if not isinstance(content, list):
+        return []
+
+    def token(entry: dict[str, Any]) -> dict[str, Any]:
+        return {"token": entry.get("token", ""), "logprob": entry.get("logprob", 0.0),
+                "bytes": entry.get("bytes") or []}
+
+    return [{**token(entry), "top_logprobs": [token(top) for top in entry.get("top_logprobs") or []
+                                              if isinstance(top, dict)]}
+            for entry in content if isinstance(entry, dict)]
 
 
 def response_body(completion: dict[str, Any], model: str, request: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -84,6 +114,7 @@ def response_body(completion: dict[str, Any], model: str, request: dict[str, Any
         "max_output_tokens": asked.get("max_output_tokens"),
         "temperature": asked.get("temperature", 1.0),
         "top_p": asked.get("top_p", 1.0),
+        "top_logprobs": asked.get("top_logprobs") or 0,
         "parallel_tool_calls": asked.get("parallel_tool_calls", True) is not False,
         "tool_choice": "auto",
         "tools": [],
@@ -91,7 +122,7 @@ def response_body(completion: dict[str, Any], model: str, request: dict[str, Any
         "output": [{
             "type": "message", "id": derived_id("msg_", source_id), "role": "assistant",
             "status": "incomplete" if truncated else "completed",
-            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
+            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": _logprobs_of(choice)}],
         }],
         "usage": {
             "input_tokens": prompt,
