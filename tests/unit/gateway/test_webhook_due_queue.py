@@ -3,7 +3,7 @@
 poll, so an owner with a backlog behind a broken endpoint never holds back another's deliveries nor costs a poll its
 whole backlog."""
 
-from services.gateway.webhooks.due_queue import LOOKED_AT_PER_OWNER, SLACK, DueQueue
+from services.gateway.webhooks.due_queue import LOOKED_AT_PER_ENDPOINT, LOOKED_AT_PER_OWNER, SLACK, DueQueue
 from services.gateway.webhooks.store import Due
 
 OWNERS = {"a1": "alice", "a2": "alice", "b1": "bob"}
@@ -51,7 +51,7 @@ def test_an_owners_backlog_costs_a_poll_a_few_of_its_deliveries_and_never_holds_
     due.set("bobs", Due(endpoint_id="b1", not_before=5000.0))
 
     offered = offered_ids(due, 6000.0)
-    assert len(offered) == LOOKED_AT_PER_OWNER + 1
+    assert len(offered) == LOOKED_AT_PER_ENDPOINT + 1
     assert offered[:2] == ["old-0", "bobs"]
 
 
@@ -59,5 +59,18 @@ def test_rewritten_entries_leave_no_heap_growing_without_bound() -> None:
     due = queue()
     for n in range(10 * SLACK):
         due.set("m1", Due(endpoint_id="a1", not_before=float(n)))
-    assert len(due.heaps["alice"]) <= 2 + SLACK
+    assert len(due.heaps["alice"]["a1"]) <= 2 + SLACK
     assert offered_ids(due, 10.0 * SLACK) == ["m1"]
+
+
+def test_an_owners_backlog_at_one_endpoint_never_holds_back_its_other_endpoints() -> None:
+    """A broken endpoint's backlog (its breaker open, only one probe a cooldown) must not keep the same owner's other
+    endpoints (an organisation-wide one, say) from being offered anything at all."""
+    due = queue()
+    for n in range(10 * LOOKED_AT_PER_OWNER):
+        due.set(f"broken-{n}", Due(endpoint_id="a1", not_before=float(n)))
+    due.set("healthy", Due(endpoint_id="a2", not_before=5000.0))
+
+    offered = offered_ids(due, 6000.0)
+    assert "healthy" in offered
+    assert len(offered) <= 2 * LOOKED_AT_PER_OWNER
