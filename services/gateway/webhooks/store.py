@@ -22,6 +22,7 @@ from services.runtime.nats.kv import (
     read_latest,
     read_page,
     read_value,
+    replicated,
 )
 
 ENDPOINT = "endpoint"
@@ -76,10 +77,10 @@ class WebhookStore:
         return sorted(found, key=lambda endpoint: (endpoint.created_at, endpoint.id))
 
     async def get_endpoints(self, endpoint_ids: list[str]) -> list[WebhookEndpoint]:
-        """The endpoints of `endpoint_ids` that exist, in the order `list_endpoints` gives (one a lagging replica did
-        not show is asked of the leader)."""
+        """The endpoints of `endpoint_ids` that exist, in the order `list_endpoints` gives, as written last: on a
+        replicated bucket each is asked of the leader (a lagging replica may hold one a revision behind, or not yet)."""
         keys = [f"{ENDPOINT}.{endpoint_id}" for endpoint_id in endpoint_ids]
-        values = await read_last(self.kv, keys)
+        values = {} if await replicated(self.kv.js, self.kv.stream) else await read_last(self.kv, keys)
         for key in keys:
             if key not in values and (value := await read_value(self.kv, key)) is not None:
                 values[key] = value
