@@ -19,7 +19,11 @@ from contracts.api.webhook import DeliveryAttempt, DeliveryStatus, WebhookDelive
 from contracts.events.batch import BatchCancelled, BatchValidated, BatchValidationFailed
 from contracts.events.envelope import Event
 from contracts.subjects import WEBHOOKS_BUCKET
-from services.gateway.webhooks.store import WebhookStore
+from services.gateway.settings import GatewaySettings
+from services.gateway.webhooks import store as webhook_store
+from services.gateway.webhooks.deliverer import Attempts
+from services.gateway.webhooks.due_queue import DueQueue
+from services.gateway.webhooks.store import Claim, WebhookStore
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.kv import open_bucket, read_subject
 from services.runtime.process.settings import ConnectionSettings
@@ -373,6 +377,80 @@ async def test_an_attempt_recorded_while_a_redelivery_is_asked_is_kept_by_both(
     assert [a.status_code for a in again.attempts] == [500, 200], "the attempt recorded meanwhile was overwritten"
     assert await store.get_delivery(endpoint_id, failed.id) == again
     assert await store.change_delivery(endpoint_id, "msg_" + "0" * 24, lambda stored: stored) is None
+
+
+def pending_delivery(endpoint_id: str, status: DeliveryStatus = "pending", at: float | None = None) -> WebhookDelivery:
+    now = time.time() if at is None else at
+    return WebhookDelivery(id=f"msg_{secrets.token_hex(12)}", endpoint_id=endpoint_id, status=status,
+                           event=WebhookEvent(id=f"evt_{secrets.token_hex(8)}", type="batch.completed",
+                                              created_at=int(now), data=WebhookEventData(id="batch_x")),
+                           attempts=[DeliveryAttempt(attempted_at=now, status_code=500, duration_ms=3)]
+                           if status != "pending" else [], created_at=now, event_sequence=1)
+
+
+async def redelivered(store: WebhookStore, delivery: WebhookDelivery) -> None:
+    """What `POST …/deliveries/{id}/redeliver` does: pending again, then made due (unless it is due already)."""
+    again = await store.change_delivery(delivery.endpoint_id, delivery.id, lambda stored: stored.model_copy(
+        update={"status": "pending", "next_attempt_at": time.time()}))
+    assert again is not None
+    await store.add_delivery(again)
+
+
+async def attempted_again(store: WebhookStore, delivery: WebhookDelivery, within_s: float = 60) -> bool:
+    """Whether the gateway's deliverer attempts the delivery again (its endpoint does not exist: the attempt says so
+    and ends it `failed`), which it does only while the delivery is due."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        stored = await store.get_delivery(delivery.endpoint_id, delivery.id)
+        if stored is not None and any(attempt.error == "the endpoint was deleted" for attempt in stored.attempts):
+            return True
+        await asyncio.sleep(0.2)
+    return False
+
+
+async def test_a_redelivery_asked_while_an_attempt_ends_is_still_delivered(
+        gateway: Gateway, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The attempt records `delivered`, a user asks for the delivery again (it is not pending: made pending, but its
+    due entry is still there, so none is made), then the attempt erases the due entry: the delivery must stay due."""
+    store = WebhookStore(await open_bucket(gateway.bus, WEBHOOKS_BUCKET, scans=True))
+    delivery = pending_delivery(f"wh_{secrets.token_hex(12)}")
+    await store.add_delivery(delivery)
+    claim = Claim(delivery.id, delivery.endpoint_id)
+    assert await store.claim(claim, 60, time.time()) is True
+    finish = store.finish
+
+    async def redelivery_first(claimed: Claim) -> None:
+        await redelivered(store, delivery)
+        await finish(claimed)
+
+    monkeypatch.setattr(store, "finish", redelivery_first)
+    attempts = Attempts(GatewaySettings.model_construct(), store, DueQueue(lambda endpoint_id: endpoint_id),
+                        None, None)  # type: ignore[arg-type]  # no attempt is made: only its end
+    await attempts._end(claim, delivery, DeliveryAttempt(attempted_at=time.time(), status_code=200, duration_ms=3),
+                        "delivered")
+
+    assert await attempted_again(store, delivery), "the redelivered delivery was left pending and never due"
+
+
+async def test_a_delivery_redelivered_while_the_prune_erases_it_is_kept_and_due(
+        gateway: Gateway, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = WebhookStore(await open_bucket(gateway.bus, WEBHOOKS_BUCKET, scans=True))
+    ended = pending_delivery(f"wh_{secrets.token_hex(12)}", "failed", at=time.time() - OLD_S)
+    await store.add_delivery(ended)
+    erase_now = webhook_store.erase
+    interleaved: list[str] = []
+
+    async def redelivery_between_read_and_erase(bucket: Any, key: str, through: int | None = None) -> None:
+        if key.startswith("delivery.") and ended.id in key and not interleaved:
+            interleaved.append(key)
+            await redelivered(store, ended)
+        await erase_now(bucket, key, **({} if through is None else {"through": through}))
+
+    monkeypatch.setattr(webhook_store, "erase", redelivery_between_read_and_erase)
+    await store.prune(ended_before=time.time() - OLD_S / 2)
+
+    assert interleaved, "the prune never reached the delivery"
+    assert await attempted_again(store, ended), "the redelivered delivery was erased"
 
 
 async def test_no_fact_list_or_poll_reads_every_tenants_endpoints_or_deliveries(

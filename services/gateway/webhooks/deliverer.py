@@ -141,6 +141,7 @@ class Attempts:
     async def _finish(self, claim: Claim) -> None:
         await self.store.finish(claim)
         self.due.forget(claim.delivery_id)  # its entry is erased: no watch says so
+        await self.store.due_if_pending(claim)  # a redelivery asked meanwhile (the watch brings its entry back)
 
     async def _record(self, delivery: WebhookDelivery, attempt: DeliveryAttempt, update: dict[str, object]) -> None:
         """The attempt added to the delivery as stored now (compare-and-set), with `update`."""

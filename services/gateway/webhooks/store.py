@@ -177,6 +177,15 @@ class WebhookStore:
         leave a marker per delivery for ever, which every poll reads)."""
         await erase(self.kv, f"{DUE}.{claim.delivery_id}")
 
+    async def due_if_pending(self, claim: Claim) -> None:
+        """After `finish`: the delivery made due again if it is pending now. A redelivery asked while the attempt
+        ended found the due entry still there, so it made none, and `finish` then erased it."""
+        delivery = await self.get_delivery(claim.endpoint_id, claim.delivery_id)
+        if delivery is not None and delivery.status == "pending":
+            due = Due(endpoint_id=claim.endpoint_id, not_before=delivery.next_attempt_at or time.time())
+            with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError):  # made due meanwhile
+                await self.kv.create(f"{DUE}.{claim.delivery_id}", due.model_dump_json().encode())
+
     async def prune(self, ended_before: float) -> int:
         """Erase the deliveries that ended before `ended_before` (never a pending one); how many. Deliveries are read
         a page at a time, and only what decides is decoded: never every tenant's deliveries held at once."""
@@ -190,8 +199,11 @@ class WebhookStore:
                 seen = _Prunable.model_validate_json(message.data)
                 ended_at = seen.attempts[-1].attempted_at if seen.attempts else seen.created_at
                 if seen.status != "pending" and ended_at < ended_before:
-                    await erase(self.kv, message.subject[len(self.kv.prefix):])
+                    key = message.subject[len(self.kv.prefix):]
+                    # Only the revision read: one a redelivery made pending meanwhile stays, and is due again.
+                    await erase(self.kv, key, through=message.seq)
                     await erase(self.kv, f"{DUE}.{seen.id}")  # a marker an older version's purge left
+                    await self.due_if_pending(Claim(seen.id, key.split(".")[1]))
                     erased += 1
             if not page or not more:
                 return erased

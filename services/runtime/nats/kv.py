@@ -190,10 +190,12 @@ async def read_latest(bucket: Bucket, key: str) -> bytes | None:
     return await read_value(bucket, key) if await replicated(bucket.js, bucket.stream) else None
 
 
-async def erase(bucket: Bucket, key: str) -> None:
+async def erase(bucket: Bucket, key: str, through: int | None = None) -> None:
     """Remove every revision of `key` from the bucket's stream, leaving no delete marker behind (a KV `purge` keeps
-    one per key for ever): for records kept only for a while."""
-    await bucket.js.purge_stream(bucket.stream, subject=f"{bucket.prefix}{key}")
+    one per key for ever): for records kept only for a while. `through`: only the revisions up to that one (the one
+    the caller read), so a newer write made meanwhile stays."""
+    await bucket.js.purge_stream(bucket.stream, subject=f"{bucket.prefix}{key}",
+                                 seq=None if through is None else through + 1)
 
 
 @dataclass(frozen=True)
