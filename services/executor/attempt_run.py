@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from contracts.api.batch import BatchUsage
 from contracts.commands import RunBatch
-from contracts.events.batch import BatchProgressed
+from contracts.events.batch import BatchProgressed, BatchStarted
 from contracts.events.envelope import Event
 from contracts.ids import output_file_id
 from contracts.objects import AHEAD, WantedObject
@@ -64,6 +64,10 @@ class AttemptRun:
     command: RunBatch
     engine: Engine
     watch: BatchWatch
+    start: BatchStarted
+    """Stated once its first line has an engine slot (or before it states anything else): an attempt waiting for
+    the slots of others is not started, so the loss of its executor is not held against its lines."""
+    started: bool = False
     announced: set[str] = field(default_factory=set)
     """Chunk keys it announced (its watch may not have read them back yet)."""
     in_hand: list[tuple[str, Sequence[ResultLine]]] | None = None
@@ -96,13 +100,19 @@ class AttemptRun:
                     raise
         return False
 
+    async def begin(self) -> bool:
+        """State `started` unless stated already; False once the attempt's lease is gone."""
+        if not self.started:
+            self.started = await self.publish(self.start)
+        return self.started
+
     async def run(self, first_run: bool = False) -> list[Event] | None:
         """Run the shard's uncommitted lines: its last chunk's progress fact, for the end to state; None: lease lost."""
         command, runner = self.command, self.runner
         self.resume = resume = await self._resume(first_run)
         tally = resume.tally(command.layout, command.shard)
-        if resume.last_chunk is not None and not await self.publish(self._progressed(
-                resume.last_chunk, tally.completed, tally.failed, resume.last_chunk_usage)):
+        if resume.last_chunk is not None and not (await self.begin() and await self.publish(self._progressed(
+                resume.last_chunk, tally.completed, tally.failed, resume.last_chunk_usage))):
             # An earlier delivery may have committed this chunk and stopped before announcing it.
             return None
         log.info("batch %s attempt %d (shard %d of %d): %d of its lines already committed",
@@ -127,6 +137,8 @@ class AttemptRun:
         async with self.commit_lock:
             last = await self.write(self.committer.flush())
         if self.lease_lost or self.watch.fenced:
+            return None
+        if self.watch.stop_reason() is None and not await self.begin():  # it had no line to run: started all the same
             return None
         return [last] if last is not None else []
 
@@ -171,6 +183,10 @@ class AttemptRun:
                     waiting_since = time.perf_counter()
                     while (started := await unit.next(owner, watch.stopping)) is not None:
                         index, slot = started
+                        if not await self.begin():  # its first line has a slot: the attempt runs from now on
+                            slot.give_back()
+                            self._lose_lease()
+                            break
                         # A task the group cancels before it starts (a sibling failed) never runs its `finally`.
                         group.create_task(self.run_one(lines[index], time.perf_counter() - waiting_since, slot)
                                           ).add_done_callback(slot.give_back)

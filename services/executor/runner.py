@@ -97,17 +97,14 @@ class BatchRunner:
         if watch.fenced:
             log.warning("batch %s attempt %d is no longer current; nothing to do", batch_id, command.attempt)
             return
-        attempt = AttemptRun(self, command, engine, watch)
+        attempt = AttemptRun(self, command, engine, watch, BatchStarted(
+            aggregate_id=batch_id, executor_id=self.executor_id, attempt=command.attempt, engine=engine.name,
+            engine_version=engine.version))
         # A delivery publishes `started` before it writes any chunk: with none in the log (read to its end when
         # the watch opened) no earlier delivery of this attempt wrote one, and resuming lists nothing.
         first_run = command.attempt not in watch.log.started
         unannounced: list[Event] = []  # the last chunk's progress: it goes out with the attempt's end
         if watch.stop_reason() is None:
-            if not await attempt.publish(BatchStarted(
-                aggregate_id=batch_id, executor_id=self.executor_id,
-                attempt=command.attempt, engine=engine.name, engine_version=engine.version,
-            )):
-                return
             last = await attempt.run(first_run)
             if last is None:
                 log.warning("batch %s attempt %d fenced off; its last results are dropped", batch_id, command.attempt)

@@ -24,8 +24,8 @@ from contracts.events.batch import (
     ShardFinished,
     ShardLayout,
 )
-from contracts.events.registry import AnyEvent
-from contracts.subjects import input_object_key, results_prefix
+from contracts.events.registry import AnyEvent, decode_event
+from contracts.subjects import batch_events, input_object_key, results_prefix
 from contracts.terms import BatchTerms
 from services.executor.adapters.desk import DeskBus, FactDesk
 from services.executor.adapters.engines.base import Engine
@@ -34,6 +34,8 @@ from services.executor.adapters.log_reader import read_log
 from services.executor.adapters.watch import WatchHub
 from services.executor.chunk_lines import decode_chunk
 from services.executor.runner import BatchRunner
+from services.executor.slots import SlotPool
+from services.runtime.nats import eventlog
 from services.runtime.nats.bus import EventBus
 from services.runtime.storage.objectstore import ObjectStore
 from tests.integration.desk_support import fact_desk, hold
@@ -219,6 +221,38 @@ async def test_a_feed_closes_at_once_when_its_batch_ended_no_unit_of_it_comes_ag
         async with hub.watch(first.batch_id, first.attempt) as again:
             assert again.feed is not one.feed and hub.opened == 2, "a late delivery reads the log afresh"
         await hub.close()
+
+
+async def test_a_unit_waiting_for_the_engines_slots_is_started_only_once_its_first_line_has_one(
+    bus: EventBus, object_store: ObjectStore, engine: Engine,
+) -> None:
+    """An executor runs several attempts at once on its slots: one waiting for the slots of others has run nothing,
+    so it is not `started` (the scheduler holds only a started attempt's lost executor against its lines)."""
+    commands = await units(bus, object_store, [chat(n, max_tokens=1) for n in range(4)], span=2)
+    runner = BatchRunner(bus, object_store, EXECUTOR, chunk_lines=2)
+    pool = runner.pools.setdefault(engine, SlotPool(engine.slots))
+    never = asyncio.Event()
+    others = [await pool.take("another owner", never) for _ in range(engine.slots)]  # every slot busy elsewhere
+    running = [asyncio.create_task(runner.run(command, engine)) for command in commands]
+    for _ in range(1200):  # until each attempt has its first line in the queue
+        if pool.waiting >= len(commands):
+            break
+        await asyncio.sleep(0.05)
+
+    await asyncio.sleep(1)  # time for what an attempt states on taking its command (it states nothing now)
+    stated = [decode_event(fact.data).type async for fact in eventlog.read(bus, batch_events(commands[0].batch_id))]
+    assert "batch.started" not in stated, "started while waiting for a slot"
+
+    for slot in others:
+        assert slot is not None
+        slot.give_back()
+    await asyncio.wait_for(asyncio.gather(*running), 120)
+    facts = await batch_facts(bus, commands[0].batch_id, shards_finished(len(commands)))
+    for command in commands:
+        own = [type(fact) for fact in facts if getattr(fact, "attempt", None) == command.attempt
+               and not isinstance(fact, BatchAssigned)]
+        assert own[0] is BatchStarted and own.count(BatchStarted) == 1, own
+    await runner.close()
 
 
 async def test_a_first_delivery_of_a_one_unit_batch_lists_nothing_and_finalizes_from_the_chunks_it_holds(
