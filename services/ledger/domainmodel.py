@@ -167,6 +167,8 @@ class Batch(Folded):
         return getattr(self, "attempt_executors", {}).get(str(attempt)) or self.executor_id
 
     def start(self, sequence: int, at: int, executor_id: str, attempt: int, engine: str, engine_version: str) -> None:
+        if self.status == "cancelling" and "validated_at" in self.times:
+            return  # its executor began the attempt before it read the cancel: a race it cannot avoid, no anomaly
         if self.refuses(sequence, "started", self.status, ("validated", "in_progress")):
             return
         if self._superseded(attempt) or any(failure["attempt"] == attempt for failure in self.attempt_failures):

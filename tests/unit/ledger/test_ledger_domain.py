@@ -160,6 +160,16 @@ def test_started_after_completed_is_an_anomaly_and_the_batch_stays_completed(led
     assert anomaly["sequence"] == stream.seq and "started" in anomaly["reason"]
 
 
+def test_an_attempt_started_before_its_executor_read_the_cancel_is_no_anomaly(ledger: Ledger) -> None:
+    stream = Stream(ledger)
+    stream.fold(created(), validated(), BatchAssigned(aggregate_id=BATCH, executor_id="exec-1", attempt=1,
+                                                      lease_token="t", occurred_at=at(3)),
+                BatchCancelRequested(aggregate_id=BATCH, requested_by_key_id="key_a", occurred_at=at(4)),
+                started())
+    assert stream.record().batch.status == "cancelling"
+    assert ledger.anomalies(BATCH) == []
+
+
 def test_a_batch_fails_with_its_reason_from_any_unfinished_status(ledger: Ledger) -> None:
     stream = Stream(ledger)
     stream.fold(created(), validated(), started())
