@@ -38,8 +38,9 @@ FINALIZE_DELIVERIES = 30
 """Tries of one finalize command (backoff up to 10 s between them: about 4 minutes) before its batch fails."""
 FINALIZE_PENDING = 4096
 RUN_SPARE = 3
-"""Run commands out at once beyond the attempts the executor runs together: a command a crashed predecessor held
-must not block the retry the scheduler sends after fencing it (redelivered, a fenced one is dismissed at once)."""
+"""Run commands out at once beyond twice the attempts the executor runs together (its own, and as many a crashed
+predecessor may still hold until their ack wait ends): those must not block the retries the scheduler sends after
+fencing them (redelivered, a fenced one is dismissed at once)."""
 STORAGE_UNAVAILABLE = "storage_unavailable"
 """An attempt given up on a write fault (services/runtime/storage/write_failures.py): not counted against its unit."""
 
@@ -123,8 +124,9 @@ class Executor:
 def executor_router(executor_id: str, ack_wait_s: float, max_deliver: int, parallel_attempts: int = 1) -> ServiceRouter:
     """One executor's table: the commands it takes, by which handler, what a hopeless one becomes; its facts."""
     router = ServiceRouter("executor", dependencies="executor")
-    # Run commands handled at once: the attempts the scheduler may give it (its guest places too), and the spares.
-    workers = max(parallel_attempts, 1) + GUEST_ATTEMPTS + RUN_SPARE
+    # Run commands handled at once: the attempts the scheduler may give it (its guest places too), as many again for
+    # the commands a killed predecessor held (pending until their ack wait ends), and the spares.
+    workers = 2 * (max(parallel_attempts, 1) + GUEST_ATTEMPTS) + RUN_SPARE
     # `max_deliver` deliveries of a run command before its attempt fails. Every command out is handled at once: one
     # fetched that no worker took would lose its lease while it waits.
     runs = Durable(RunBatch, WORK_STREAM, executor_durable(executor_id), run_command(executor_id),

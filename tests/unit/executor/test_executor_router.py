@@ -30,7 +30,7 @@ def test_each_executor_consumes_its_run_and_finalize_durables_on_its_own_subject
     assert (finalize.stream, finalize.subject, finalize.contract) == (WORK_STREAM, finalize_command("gpu-7"),
                                                                       FinalizeBatch)
     assert (run.policy.ack_wait_s, run.policy.max_deliver, run.policy.max_ack_pending) == (
-        12.0, 3, 1 + GUEST_ATTEMPTS + RUN_SPARE)
+        12.0, 3, 2 * (1 + GUEST_ATTEMPTS) + RUN_SPARE)
     assert (finalize.policy.ack_wait_s, finalize.policy.max_deliver) == (12.0, FINALIZE_DELIVERIES)
 
 
@@ -39,10 +39,10 @@ def test_an_executor_running_attempts_at_once_handles_every_run_command_it_has_o
     held), and a worker for each: a command fetched never waits unattended while its ack wait runs."""
     router = executor_router("gpu-7", ack_wait_s=30.0, max_deliver=5, parallel_attempts=8)
     run = router.declared[executor_durable("gpu-7")].durable
-    assert run.policy.max_ack_pending == run.consumer_config().max_ack_pending == 8 + GUEST_ATTEMPTS + RUN_SPARE
+    assert run.policy.max_ack_pending == run.consumer_config().max_ack_pending == 2 * (8 + GUEST_ATTEMPTS) + RUN_SPARE
     workers = {getattr(subscriber, "max_workers", 1) for subscriber in router.subscribers
                if getattr(getattr(subscriber, "config", None), "durable_name", None) == run.name}
-    assert workers == {8 + GUEST_ATTEMPTS + RUN_SPARE}
+    assert workers == {2 * (8 + GUEST_ATTEMPTS) + RUN_SPARE}
 
 
 @pytest.mark.parametrize("executor_id", ["alpha", "gpu-7", "a_b"])
