@@ -184,6 +184,9 @@ class BatchAssigned(BatchEvent):
 
 
 class BatchStarted(BatchEvent):
+    """An attempt's first line has an engine slot (an attempt waiting for the slots of others has run nothing): stated
+    once per attempt, before anything else it states."""
+
     name: ClassVar = "started"
     dedup_fields: ClassVar = ("attempt",)
     type: Literal["batch.started"] = "batch.started"
