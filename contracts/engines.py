@@ -45,6 +45,14 @@ SEED_PARAMETERS: Final = MappingProxyType({
 """Parameters beyond OpenAI's that the batch services we are compared with document (Reliquary's sampling
 extensions): known here, so accepted at a neutral value on any engine, `<param>_unavailable` otherwise."""
 
+RESPONSE_INCLUDES: Final = frozenset({
+    "code_interpreter_call.outputs", "computer_call_output.output.image_url", "file_search_call.results",
+    "message.input_image.image_url", "message.output_text.logprobs", "reasoning.encrypted_content",
+    "web_search_call.action.sources", "web_search_call.results"})
+"""What a Responses request may name in `include` (OpenAI's `IncludeEnum`)."""
+LOGPROBS_INCLUDE: Final = "message.output_text.logprobs"
+"""The `include` item that asks for the output text's log probabilities (the one an engine computes)."""
+
 NEUTRAL_VALUES: Final = MappingProxyType({
     # One sample, and nothing returned beside it: no log probabilities, no echoed prompt, no suffix.
     "n": (1,), "best_of": (1,), "logprobs": (False,), "top_logprobs": (0,), "echo": (False,), "suffix": ("",),

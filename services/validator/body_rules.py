@@ -8,6 +8,7 @@ from contracts.api.request_line import MAX_SAMPLES
 from contracts.catalogue import Catalogue, CatalogueModel
 from contracts.engines import (
     CONTENT_PART_MODALITY,
+    RESPONSE_INCLUDES,
     first_release_honouring,
     honoured_parameters,
     is_neutral,
@@ -136,13 +137,6 @@ def _embedding_shape(body: dict[str, object]) -> Iterator[LineIssue]:
     elif isinstance(value, list) and len(value) > MAX_EMBEDDING_INPUTS_PER_LINE:
         yield LineIssue("invalid_body", f"body.input has {len(value)} items; at most "
                         f"{MAX_EMBEDDING_INPUTS_PER_LINE} per request.", "body.input")
-
-
-RESPONSE_INCLUDES = frozenset({
-    "code_interpreter_call.outputs", "computer_call_output.output.image_url", "file_search_call.results",
-    "message.input_image.image_url", "message.output_text.logprobs", "reasoning.encrypted_content",
-    "web_search_call.action.sources", "web_search_call.results"})
-"""What a Responses request may name in `include` (OpenAI's `IncludeEnum`)."""
 
 
 def _response_shape(body: dict[str, object]) -> Iterator[LineIssue]:

@@ -3,12 +3,11 @@ as a Response object. Pure mapping, shared by every engine."""
 
 from typing import Any
 
+from contracts.engines import LOGPROBS_INCLUDE
 from contracts.ids import derived_id
 
 SAMPLING = ("temperature", "top_p", "seed", "stop")
 """Parameters that mean the same in both APIs."""
-LOGPROBS_INCLUDE = "message.output_text.logprobs"
-"""The `include` item that asks for the output text's log probabilities."""
 
 
 class UnmappableRequest(ValueError):
