@@ -130,6 +130,10 @@ class WebhookStore:
             recorded = await self.get_delivery(delivery.endpoint_id, delivery.id)
             if recorded is None or recorded.status != "pending":
                 return
+        await self._make_due(delivery)
+
+    async def _make_due(self, delivery: WebhookDelivery) -> None:
+        """A due entry for the delivery at its next attempt, unless it has one."""
         due = Due(endpoint_id=delivery.endpoint_id, not_before=delivery.next_attempt_at or time.time())
         with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError):  # due already
             await self.kv.create(f"{DUE}.{delivery.id}", due.model_dump_json().encode())
@@ -182,9 +186,7 @@ class WebhookStore:
         ended found the due entry still there, so it made none, and `finish` then erased it."""
         delivery = await self.get_delivery(claim.endpoint_id, claim.delivery_id)
         if delivery is not None and delivery.status == "pending":
-            due = Due(endpoint_id=claim.endpoint_id, not_before=delivery.next_attempt_at or time.time())
-            with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError):  # made due meanwhile
-                await self.kv.create(f"{DUE}.{claim.delivery_id}", due.model_dump_json().encode())
+            await self._make_due(delivery)
 
     async def prune(self, ended_before: float) -> int:
         """Erase the deliveries that ended before `ended_before` (never a pending one); how many. Deliveries are read
