@@ -239,7 +239,7 @@ async def test_a_unit_waiting_for_the_engines_slots_is_started_only_once_its_fir
             break
         await asyncio.sleep(0.05)
 
-    await asyncio.sleep(1)  # time for what an attempt states on taking its command (it states nothing now)
+    # An attempt's command was taken (and anything stated on taking it acknowledged) before its first line queued.
     stated = [decode_event(fact.data).type async for fact in eventlog.read(bus, batch_events(commands[0].batch_id))]
     assert "batch.started" not in stated, "started while waiting for a slot"
 
