@@ -18,9 +18,16 @@ def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
+def own_address() -> str:
+    """A loopback address of this test's own: the limiter counts per address, and the other attack tests on the
+    shared stack present wrong keys from 127.0.0.1 before or after this one."""
+    return f"127.{secrets.randbelow(250) + 2}.{secrets.randbelow(256)}.{secrets.randbelow(254) + 1}"
+
+
 def test_two_hundred_wrong_keys_from_one_address_lock_out_no_right_key_and_are_refused(
         secure_stack: RunningStack) -> None:
-    with httpx2.Client(base_url=secure_stack.base_url, timeout=30) as http:
+    with httpx2.Client(base_url=secure_stack.base_url, timeout=30,
+                       transport=httpx2.HTTPTransport(local_address=own_address())) as http:
         user_id = f"u-{secrets.token_hex(4)}"
         assert http.post("/organization/users", json={"id": user_id}, headers=bearer(ADMIN_KEY)).status_code == 200
         made = http.post("/organization/keys", json={"user_id": user_id}, headers=bearer(ADMIN_KEY))
