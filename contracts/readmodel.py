@@ -6,6 +6,7 @@ from pydantic import BaseModel, Field, RootModel
 
 from contracts.api.batch import Batch
 from contracts.api.file import FileObject
+from contracts.api.organization import DEFAULT_ORGANIZATION_ID
 from contracts.billing import FileDemand
 from contracts.events.executor import EngineName
 from contracts.events.key import KeyRole, MemberRole
@@ -103,7 +104,8 @@ class Filed(RootModel[str]):
 
 
 class HoldersIndexed(RootModel[bool]):
-    """The mark that every key, provider and executor is filed under its holders (`HOLDERS_INDEXED_KEY`)."""
+    """The mark that every key, provider and executor is filed under its holders (`HOLDERS_INDEXED_KEY`), or every
+    user under its organisation (`MEMBERS_INDEXED_KEY`)."""
 
 
 class UserRecord(BaseModel):
@@ -116,6 +118,11 @@ class UserRecord(BaseModel):
     """None: the default organisation."""
     role: MemberRole = "member"
     """`admin`: an administrator of the organisation (lists and cancels its members' batches)."""
+
+    @property
+    def organization(self) -> str:
+        """The organisation the user belongs to (also their billing account): none named is the default's."""
+        return self.organization_id or DEFAULT_ORGANIZATION_ID
 
 
 class OrganizationRecord(BaseModel):

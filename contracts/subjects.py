@@ -207,9 +207,10 @@ def owner_index(owner: str, kind: Literal["batch", "file"]) -> str:
     return f"owner.{owner}.{kind}.>"
 
 
-HolderIndex = Literal["keys", "providers", "executors"]
+HolderIndex = Literal["keys", "providers", "executors", "members"]
 """Records filed under who holds them, so the holder's lists, limits and revocations read only theirs: API keys under
-their user and their provider (`ApiKeyRecord.holders`), providers under their owner, executors under their provider."""
+their user and their provider (`ApiKeyRecord.holders`), providers under their owner, executors under their provider,
+users under their organisation."""
 
 
 def filed_key(index: HolderIndex, holder: str, ident: str) -> str:
@@ -230,6 +231,11 @@ def key_id_key(key_id: str) -> str:
 HOLDERS_INDEXED_KEY = "indexed.holders"
 """Present once every key, provider and executor record is filed under its holders (a read model made before those
 indexes is given them by the ledger once): until then they are found by reading them all."""
+
+
+MEMBERS_INDEXED_KEY = "indexed.members"
+"""Present once every user record is filed under its organisation (`members`): until then an organisation's members
+are found by reading every user."""
 
 
 def owner_live_key(owner: str) -> str:

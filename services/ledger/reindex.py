@@ -1,14 +1,21 @@
 """Indexes older ledgers lack, each made once: fold again the facts that create keys, files and batches, so every file
 and batch is re-projected under its key's user (a refold at or below the checkpoint changes no aggregate, it only adds
-what older code never made); write owners' lists of live batches and their stored bytes from the records; and file
-keys, providers and executors under their holders."""
+what older code never made); write owners' lists of live batches and their stored bytes from the records; file
+keys, providers and executors under their holders, and users under their organisations."""
 
 import asyncio
 import logging
 
 from eventsourcing.persistence import Tracking
 
-from contracts.subjects import BATCH_CREATED, EVENTS_STREAM, FILE_STORED, KEY_CREATED
+from contracts.subjects import (
+    BATCH_CREATED,
+    EVENTS_STREAM,
+    FILE_STORED,
+    HOLDERS_INDEXED_KEY,
+    KEY_CREATED,
+    MEMBERS_INDEXED_KEY,
+)
 from services.ledger.application import Ledger
 from services.ledger.chain import Fact
 from services.ledger.handlers import Sink
@@ -23,6 +30,7 @@ OWNER_INDEX = f"{EVENTS_STREAM}:owner_index"
 LIVE_INDEX = f"{EVENTS_STREAM}:owner_live_index"
 STORED_INDEX = f"{EVENTS_STREAM}:owner_stored_index"
 HOLDER_INDEX = f"{EVENTS_STREAM}:holder_index"
+MEMBER_INDEX = f"{EVENTS_STREAM}:member_index"
 """Tracking names, each present once its index is made (a store that starts empty makes them as it folds)."""
 CREATING_SUBJECTS = (KEY_CREATED, FILE_STORED, BATCH_CREATED)
 """Keys first: a file's or batch's owner is its key's user."""
@@ -64,10 +72,22 @@ async def index_holders(ledger: Ledger, read_model: ReadModel, sink: Sink) -> No
     records = await asyncio.to_thread(_executors_again, ledger, ids)
     for start in range(0, len(records), GROUP):
         await sink(records[start:start + GROUP])
-    await read_model.mark_holders_indexed()
+    await read_model.mark_indexed(HOLDERS_INDEXED_KEY)
     if count or records:
         log.info("filed %d keys and providers and %d executors under their holders", count, len(records))
     await asyncio.to_thread(ledger.tracking.insert_tracking, Tracking(application_name=HOLDER_INDEX,
+                                                                      notification_id=1))
+
+
+async def index_members(ledger: Ledger, read_model: ReadModel) -> None:
+    """File every user under its organisation, once (said done even when there are none yet)."""
+    if await asyncio.to_thread(ledger.tracking.max_tracking_id, MEMBER_INDEX):
+        return
+    count = await read_model.index_members()
+    await read_model.mark_indexed(MEMBERS_INDEXED_KEY)
+    if count:
+        log.info("filed %d users under their organisations", count)
+    await asyncio.to_thread(ledger.tracking.insert_tracking, Tracking(application_name=MEMBER_INDEX,
                                                                       notification_id=1))
 
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from contracts.archive import ARCHIVED_THROUGH_KEY, ArchivedThrough
 from contracts.readmodel import ApiKeyRecord, BatchRecord, ExecutorRecord, FileRecord, HoldersIndexed
-from contracts.subjects import HOLDERS_INDEXED_KEY, owner_live_key
+from contracts.subjects import HOLDERS_INDEXED_KEY, MEMBERS_INDEXED_KEY, owner_live_key
 from services.ledger.application import Ledger, persistence_env
 from services.ledger.archive import Archive
 from services.ledger.handlers import LEDGER_FOLD, Folder
@@ -89,7 +89,7 @@ async def replay_into_scratch(bus: EventBus, group_size: int = 5000, archive: Ar
     for key, record in [(key, r) for key, r in replayed.records.items() if isinstance(r, ExecutorRecord)]:
         provider_of_key = key_providers.get(record.worker_key_id) if record.worker_key_id is not None else None
         replayed.records.update(holder_entries(key, record, provider_of_key))
-    replayed.records[HOLDERS_INDEXED_KEY] = HoldersIndexed(True)
+    replayed.records[HOLDERS_INDEXED_KEY] = replayed.records[MEMBERS_INDEXED_KEY] = HoldersIndexed(True)
     return replayed
 
 

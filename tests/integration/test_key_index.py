@@ -13,7 +13,7 @@ from contracts.events.executor import DeviceMemory, ExecutorAdvert, ExecutorRegi
 from contracts.events.key import KeyCreated, UserCreated
 from contracts.events.provider import ProviderRegistered
 from contracts.readmodel import ExecutorRecord, provider_holder
-from contracts.subjects import READ_MODEL_BUCKET
+from contracts.subjects import HOLDERS_INDEXED_KEY, READ_MODEL_BUCKET
 from services.gateway.usecases.revocation import find_key
 from services.ledger import app as ledger_app
 from services.ledger.replay import diff_against_live
@@ -23,7 +23,7 @@ from services.runtime.process.settings import ConnectionSettings
 from tests.conftest import RunningNats
 from tests.integration.gateway_support import Gateway, running_gateway
 from tests.integration.test_gateway_accounts import admin_key, bearer, user_with_key
-from tests.integration.test_gateway_oversight import member, organization
+from tests.integration.test_gateway_oversight import member, new_batch, organization
 from tests.integration.test_gateway_providers import provider_with_worker_key
 from tests.integration.test_ledger_rebuild import folded_through, running_ledger
 
@@ -44,12 +44,12 @@ EVERY = (b".apikey.>", b".provider.>", b".executor.>")
 """The listings of every key, provider and executor record."""
 
 
-async def key_listings_during(gateway: Gateway, steps: Any) -> list[bytes]:
-    """The reads that list every API key, provider or executor made while `steps` run."""
+async def key_listings_during(gateway: Gateway, steps: Any, every: tuple[bytes, ...] = EVERY) -> list[bytes]:
+    """The reads that list every API key, provider or executor (or what `every` names) made while `steps` run."""
     listings: list[bytes] = []
 
     async def seen(message: Any) -> None:
-        if b"next_by_subj" in message.data and any(kind in message.data for kind in EVERY):
+        if b"next_by_subj" in message.data and any(kind in message.data for kind in every):
             listings.append(message.data)
     stream = f"KV_{READ_MODEL_BUCKET}"
     subscriptions = [await gateway.bus.nc.subscribe(subject, cb=seen)
@@ -113,6 +113,32 @@ async def test_a_providers_worker_keys_are_made_listed_and_revoked_without_readi
     assert seen["listed"] == [seen["worker"]]
 
 
+async def test_an_organisations_members_and_their_batches_are_listed_without_reading_every_user(
+        gateway: Gateway) -> None:
+    admin = await admin_key(gateway)
+    org, elsewhere = await organization(gateway, admin), await organization(gateway, admin)
+    _, carla = await member(gateway, admin, org, "carla", role="admin")
+    dan_id, dan = await member(gateway, admin, org, "dan")
+    _, erin = await member(gateway, admin, elsewhere, "erin")
+    dans, erins = await new_batch(gateway, dan), await new_batch(gateway, erin)
+    seen: dict[str, Any] = {}
+
+    async def steps() -> None:
+        for name, path, headers in (
+                ("by_org_admin", "/v1/batches?scope=organization&limit=100", carla),
+                ("by_admin", f"/v1/batches?scope=organization&organization_id={org}&limit=100", admin),
+                ("members", f"/v1/organization/users?organization_id={org}", admin)):
+            answer = await gateway.client.get(path, headers=headers)
+            assert answer.status == 200, await answer.text()
+            seen[name] = [item["id"] for item in (await answer.json())["data"]]
+
+    listings = await key_listings_during(gateway, steps, (b".user.>",))
+    assert listings == []
+    assert dans["id"] in seen["by_org_admin"] and erins["id"] not in seen["by_org_admin"]
+    assert dans["id"] in seen["by_admin"] and erins["id"] not in seen["by_admin"]
+    assert dan_id in seen["members"] and len(seen["members"]) == 2  # carla and dan
+
+
 async def test_a_read_model_made_before_the_holder_indexes_is_given_them_at_the_ledgers_next_start(
         fresh_nats: RunningNats, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     bus = await EventBus.connect(fresh_nats.url, "tests")
@@ -133,6 +159,7 @@ async def test_a_read_model_made_before_the_holder_indexes_is_given_them_at_the_
         with monkeypatch.context() as older:  # as a ledger made before the key index folded
             older.setattr(ReadModel, "_file_under_holders", files_nothing)
             older.setattr(ledger_app, "index_holders", files_nothing)
+            older.setattr(ledger_app, "index_members", files_nothing)
             async with running_ledger(fresh_nats.url, db_path) as app:
                 await folded_through(app, 4)
                 read_model = await ReadModel.open(bus)
@@ -147,6 +174,7 @@ async def test_a_read_model_made_before_the_holder_indexes_is_given_them_at_the_
         assert record is not None and not await read_model.holders_indexed()
         assert [d for d, _ in await read_model.held_api_keys("user-alice")] == [digest]  # read whole meanwhile
         assert await read_model.find_api_key(record.key_id) == (digest, record)
+        assert [u.user_id for u in await read_model.organization_members("default")] == ["alice"]
 
         async with running_ledger(fresh_nats.url, db_path) as app:
             read_model = await ReadModel.open(bus)
@@ -158,6 +186,8 @@ async def test_a_read_model_made_before_the_holder_indexes_is_given_them_at_the_
             assert [p.provider_id for p in await read_model.owner_providers("user-alice")] == ["prov_alice"]
             executors = await read_model.provider_executors("prov_alice")
             assert executors is not None and [e.executor_id for e in executors] == ["exec-1"]
+            assert [u.user_id for u in await read_model.organization_members("default")] == ["alice"]
+            assert await read_model.organization_members("org-none") == []
             assert await diff_against_live(bus, read_model) == []
 
             # A key an older ledger (a standby, mid-upgrade) folded after the index was made is not filed under its
@@ -197,7 +227,7 @@ async def test_an_executor_is_filed_under_its_provider_once_however_often_its_re
     bus = await EventBus.connect(fresh_nats.url, "tests")
     try:
         read_model = await ReadModel.open(bus)
-        await read_model.mark_holders_indexed()
+        await read_model.mark_indexed(HOLDERS_INDEXED_KEY)
         filings: list[str] = []
 
         async def seen(message: Any) -> None:

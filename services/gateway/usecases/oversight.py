@@ -19,7 +19,7 @@ Standing = Literal["owner", "org_admin", "platform_admin"]
 
 def organization_of(user: UserRecord | None) -> str:
     """The user's organisation (also their billing account); no user, or none, is the default's."""
-    return (user.organization_id if user is not None else None) or DEFAULT_ORGANIZATION_ID
+    return user.organization if user is not None else DEFAULT_ORGANIZATION_ID
 
 
 async def administered_organization(read_model: ReadModel, caller: ApiKeyRecord) -> UserRecord | None:
@@ -51,9 +51,7 @@ async def standing(read_model: ReadModel, caller: ApiKeyRecord, owner: str) -> S
 
 async def members_index(read_model: ReadModel, admin: UserRecord) -> dict[str, list[BatchIndexEntry]]:
     """The index of batches of every member of the organisation `admin` administers (theirs included), by owner."""
-    organization = organization_of(admin)
-    owners = [owner_id(user.user_id, "") for user in await read_model.list_users()
-              if organization_of(user) == organization]
+    owners = [owner_id(user.user_id, "") for user in await read_model.organization_members(admin.organization)]
     return dict(zip(owners, await asyncio.gather(*(read_model.owner_batch_index(owner) for owner in owners)),
                     strict=True))
 

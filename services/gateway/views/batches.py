@@ -16,7 +16,7 @@ from services.gateway.usecases import batches as usecase
 from services.gateway.usecases import retry
 from services.gateway.usecases.batch_list import Listing, batch_page, indexed, scanned
 from services.gateway.usecases.batches import overseen_batch
-from services.gateway.usecases.oversight import administered_organization, members_index, organization_of
+from services.gateway.usecases.oversight import administered_organization, members_index
 from services.gateway.usecases.refusals import ApiError, bad_request
 
 MAX_JSON_BODY_BYTES = 1024 * 1024
@@ -91,8 +91,7 @@ async def _listed(request: web.Request, scope: str) -> Listing:
         organization = request.query.get("organization_id")
         if scope == "all" or organization is None:
             return scanned(everything)
-        members = {owner_id(user.user_id, "") for user in await d.read_model.list_users()
-                   if organization_of(user) == organization}
+        members = {owner_id(user.user_id, "") for user in await d.read_model.organization_members(organization)}
         return scanned([record for record in everything if record.owner in members])
     admin = await administered_organization(d.read_model, caller)
     if scope == "all" or admin is None:

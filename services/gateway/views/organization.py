@@ -27,11 +27,9 @@ async def create_user(request: web.Request) -> web.Response:
 
 async def list_users(request: web.Request) -> web.Response:
     """Every user, or with `?organization_id=` the members of one organisation."""
-    users = sorted(await deps(request).read_model.list_users(), key=lambda u: (u.created_at, u.user_id))
-    shown = [user_object(u) for u in users]
-    if (organization_id := request.query.get("organization_id")) is not None:
-        shown = [u for u in shown if u.organization_id == organization_id]
-    return answer(ListPage[User](data=shown))
+    read_model, organization = deps(request).read_model, request.query.get("organization_id")
+    users = await (read_model.list_users() if organization is None else read_model.organization_members(organization))
+    return answer(ListPage[User](data=[user_object(u) for u in sorted(users, key=lambda u: (u.created_at, u.user_id))]))
 
 
 async def create_organization(request: web.Request) -> web.Response:

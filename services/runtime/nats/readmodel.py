@@ -27,6 +27,7 @@ from contracts.readmodel import (
 )
 from contracts.subjects import (
     HOLDERS_INDEXED_KEY,
+    MEMBERS_INDEXED_KEY,
     READ_MODEL_BUCKET,
     filed_key,
     filed_under,
@@ -99,8 +100,8 @@ def owner_entry(record: BatchRecord | FileRecord) -> BaseModel:
 def holder_entries(key: str, record: BaseModel, provider_of_key: str | None = None) -> dict[str, BaseModel]:
     """What a record at `key` is filed as under who holds it: a key's record under each of its holders and its
     SHA-256 under its id, a provider's under its owner, an executor's under its provider (the one its registration
-    named, else `provider_of_key`: its worker key's, for a registration made before they named it). A token a KV key
-    cannot hold is filed under nothing."""
+    named, else `provider_of_key`: its worker key's, for a registration made before they named it), a user's under
+    its organisation. A token a KV key cannot hold is filed under nothing."""
     entries: dict[str, BaseModel] = {}
     if isinstance(record, ApiKeyRecord):
         digest = key.removeprefix(read_model_key("apikey", ""))
@@ -115,6 +116,9 @@ def holder_entries(key: str, record: BaseModel, provider_of_key: str | None = No
         provider_id = record.provider_id or provider_of_key
         if provider_id is not None and KV_TOKEN.fullmatch(provider_id) and KV_TOKEN.fullmatch(record.executor_id):
             entries[filed_key("executors", provider_id, record.executor_id)] = Filed(record.executor_id)
+    elif isinstance(record, UserRecord):
+        if KV_TOKEN.fullmatch(record.organization) and KV_TOKEN.fullmatch(record.user_id):
+            entries[filed_key("members", record.organization, record.user_id)] = record
     return entries
 
 
@@ -137,7 +141,8 @@ class ReadModel:
         self._indexed: OrderedDict[str, None] = OrderedDict()
         """The owner index keys of ended batches this writer filed (or found filed), the last `INDEXED_KEPT`."""
         self._stored = StoredBytesWriter(kv)
-        self._holders_indexed = False
+        self._marked: set[str] = set()
+        """The index marks (`HOLDERS_INDEXED_KEY`, `MEMBERS_INDEXED_KEY`) found present: once there, always."""
         self._key_providers: OrderedDict[str, str | None] = OrderedDict()
         self._filed: OrderedDict[str, None] = OrderedDict()
         """The entries of records filed by id this writer wrote (the last `INDEXED_KEPT`)."""
@@ -167,6 +172,15 @@ class ReadModel:
 
     async def list_users(self) -> list[UserRecord]:
         return await self._scan("user", UserRecord)
+
+    async def organization_members(self, organization: str) -> list[UserRecord]:
+        """The users of `organization` (`UserRecord.organization`): those filed under it, once every user is."""
+        if not await self._is_marked(MEMBERS_INDEXED_KEY):
+            return [user for user in await self.list_users() if user.organization == organization]
+        if not KV_TOKEN.fullmatch(organization):
+            return []  # never filed under such an organisation
+        return [UserRecord.model_validate_json(value)
+                for value in await latest_values(self.kv, filed_under("members", organization))]
 
     async def list_api_keys(self) -> list[tuple[str, ApiKeyRecord]]:
         """Every key with its SHA-256 (the read-model key), for admins; raw values are never stored."""
@@ -225,11 +239,13 @@ class ReadModel:
         return self._key_providers[key_id]
 
     async def holders_indexed(self) -> bool:
-        """Whether every key, provider and executor is filed under its holders (`HOLDERS_INDEXED_KEY`; once so,
-        always)."""
-        if not self._holders_indexed:
-            self._holders_indexed = await read_latest(self.kv, HOLDERS_INDEXED_KEY) is not None
-        return self._holders_indexed
+        """Whether every key, provider and executor is filed under its holders (`HOLDERS_INDEXED_KEY`)."""
+        return await self._is_marked(HOLDERS_INDEXED_KEY)
+
+    async def _is_marked(self, mark: str) -> bool:
+        if mark not in self._marked and await read_latest(self.kv, mark) is not None:
+            self._marked.add(mark)
+        return mark in self._marked
 
     async def index_holders(self) -> int:
         """File every key and provider under its holders (executors are filed as the ledger writes them again);
@@ -241,9 +257,17 @@ class ReadModel:
             await self._file_under_holders(key, record)
         return len(records)
 
-    async def mark_holders_indexed(self) -> None:
-        """Say that every key, provider and executor is filed (`HOLDERS_INDEXED_KEY`)."""
-        await self.kv.put(HOLDERS_INDEXED_KEY, HoldersIndexed(True).model_dump_json().encode())
+    async def index_members(self) -> int:
+        """File every user under its organisation; how many users."""
+        users = await self.list_users()
+        for user in users:
+            await self._file_under_holders(read_model_key("user", user.user_id), user)
+        return len(users)
+
+    async def mark_indexed(self, mark: str) -> None:
+        """Say that an index is made (`HOLDERS_INDEXED_KEY`: every key, provider and executor is filed;
+        `MEMBERS_INDEXED_KEY`: every user)."""
+        await self.kv.put(mark, HoldersIndexed(True).model_dump_json().encode())
 
     async def _file_under_holders(self, key: str, record: BaseModel) -> None:
         provider_of_key = None
