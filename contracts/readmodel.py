@@ -104,8 +104,9 @@ class Filed(RootModel[str]):
 
 
 class HoldersIndexed(RootModel[bool]):
-    """The mark that every key, provider and executor is filed under its holders (`HOLDERS_INDEXED_KEY`), or every
-    user under its organisation (`MEMBERS_INDEXED_KEY`)."""
+    """The mark that an index is made: every key, provider and executor filed under its holders
+    (`HOLDERS_INDEXED_KEY`), every user under its organisation (`MEMBERS_INDEXED_KEY`), every overdrawn account
+    (`OVERDRAWN_INDEXED_KEY`)."""
 
 
 class UserRecord(BaseModel):
@@ -167,6 +168,11 @@ class AccountRecord(BaseModel):
     @property
     def available_micros(self) -> int:
         return self.balance_micros - self.reserved_micros
+
+    @property
+    def overdrawn(self) -> bool:
+        """Below zero with billed batches still open: the credit sweep stops them."""
+        return self.balance_micros < 0 and bool(self.open_batch_ids)
 
 
 class ProviderRecord(BaseModel):

@@ -233,6 +233,15 @@ HOLDERS_INDEXED_KEY = "indexed.holders"
 indexes is given them by the ledger once): until then they are found by reading them all."""
 
 
+def overdrawn_key(account_id: str) -> str:
+    """Present while the account's balance is below zero with billed batches open (`AccountRecord.overdrawn`): the
+    credit sweep reads these, not every account."""
+    return f"overdrawn.{account_id}"
+
+
+OVERDRAWN = "overdrawn.>"
+OVERDRAWN_INDEXED_KEY = "indexed.overdrawn"
+"""Present once every overdrawn account is filed (`overdrawn_key`): until then the sweep reads every account."""
 MEMBERS_INDEXED_KEY = "indexed.members"
 """Present once every user record is filed under its organisation (`members`): until then an organisation's members
 are found by reading every user."""

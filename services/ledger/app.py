@@ -7,7 +7,7 @@ from contracts.subjects import LEDGER_LEADER_KEY, LEDGER_NAME
 from services.ledger.application import Ledger
 from services.ledger.archive import Archive
 from services.ledger.handlers import Folder, Sink, announce_folds, ledger_router, read_model_sink
-from services.ledger.reindex import index_holders, index_members, index_owners, index_read_model
+from services.ledger.reindex import index_holders, index_members_and_overdrawn, index_owners, index_read_model
 from services.ledger.restore import archived_through, restore
 from services.ledger.retention import Policy, Retention
 from services.ledger.settings import LedgerSettings
@@ -92,7 +92,7 @@ class LedgerApp:
         await index_owners(bus, ledger, sink, checkpoint)
         await index_read_model(ledger, read_model, checkpoint)
         await index_holders(ledger, read_model, sink)
-        await index_members(ledger, read_model)
+        await index_members_and_overdrawn(ledger, read_model)
         folder = self.folder = Folder(ledger, sink, checkpoint, self.settings.group_size, self.settings.fold_pace_s,
                                       self.settings.fold_busy_facts_per_s, self.settings.fold_gather_s)
         head = await eventlog.head(bus)

@@ -1,7 +1,7 @@
 """Indexes older ledgers lack, each made once: fold again the facts that create keys, files and batches, so every file
 and batch is re-projected under its key's user (a refold at or below the checkpoint changes no aggregate, it only adds
 what older code never made); write owners' lists of live batches and their stored bytes from the records; file
-keys, providers and executors under their holders, and users under their organisations."""
+keys, providers and executors under their holders, users under their organisations, and the overdrawn accounts."""
 
 import asyncio
 import logging
@@ -15,6 +15,7 @@ from contracts.subjects import (
     HOLDERS_INDEXED_KEY,
     KEY_CREATED,
     MEMBERS_INDEXED_KEY,
+    OVERDRAWN_INDEXED_KEY,
 )
 from services.ledger.application import Ledger
 from services.ledger.chain import Fact
@@ -31,6 +32,7 @@ LIVE_INDEX = f"{EVENTS_STREAM}:owner_live_index"
 STORED_INDEX = f"{EVENTS_STREAM}:owner_stored_index"
 HOLDER_INDEX = f"{EVENTS_STREAM}:holder_index"
 MEMBER_INDEX = f"{EVENTS_STREAM}:member_index"
+OVERDRAWN_INDEX = f"{EVENTS_STREAM}:overdrawn_index"
 """Tracking names, each present once its index is made (a store that starts empty makes them as it folds)."""
 CREATING_SUBJECTS = (KEY_CREATED, FILE_STORED, BATCH_CREATED)
 """Keys first: a file's or batch's owner is its key's user."""
@@ -79,16 +81,19 @@ async def index_holders(ledger: Ledger, read_model: ReadModel, sink: Sink) -> No
                                                                       notification_id=1))
 
 
-async def index_members(ledger: Ledger, read_model: ReadModel) -> None:
-    """File every user under its organisation, once (said done even when there are none yet)."""
-    if await asyncio.to_thread(ledger.tracking.max_tracking_id, MEMBER_INDEX):
-        return
-    count = await read_model.index_members()
-    await read_model.mark_indexed(MEMBERS_INDEXED_KEY)
-    if count:
-        log.info("filed %d users under their organisations", count)
-    await asyncio.to_thread(ledger.tracking.insert_tracking, Tracking(application_name=MEMBER_INDEX,
-                                                                      notification_id=1))
+async def index_members_and_overdrawn(ledger: Ledger, read_model: ReadModel) -> None:
+    """File every user under its organisation, and every overdrawn account, each once (said done even when there
+    are none yet)."""
+    for name, index, mark, done in (
+            (MEMBER_INDEX, read_model.index_members, MEMBERS_INDEXED_KEY, "filed %d users under their organisations"),
+            (OVERDRAWN_INDEX, read_model.index_overdrawn, OVERDRAWN_INDEXED_KEY, "read %d accounts for overdrafts")):
+        if await asyncio.to_thread(ledger.tracking.max_tracking_id, name):
+            continue
+        count = await index()
+        await read_model.mark_indexed(mark)
+        if count:
+            log.info(done, count)
+        await asyncio.to_thread(ledger.tracking.insert_tracking, Tracking(application_name=name, notification_id=1))
 
 
 def _executors_again(ledger: Ledger, executor_ids: list[str]) -> list[Projection]:

@@ -9,8 +9,22 @@ import nats.js.errors
 from pydantic import BaseModel
 
 from contracts.archive import ARCHIVED_THROUGH_KEY, ArchivedThrough
-from contracts.readmodel import ApiKeyRecord, BatchRecord, ExecutorRecord, FileRecord, HoldersIndexed
-from contracts.subjects import HOLDERS_INDEXED_KEY, MEMBERS_INDEXED_KEY, owner_live_key
+from contracts.readmodel import (
+    AccountRecord,
+    ApiKeyRecord,
+    BatchRecord,
+    ExecutorRecord,
+    Filed,
+    FileRecord,
+    HoldersIndexed,
+)
+from contracts.subjects import (
+    HOLDERS_INDEXED_KEY,
+    MEMBERS_INDEXED_KEY,
+    OVERDRAWN_INDEXED_KEY,
+    overdrawn_key,
+    owner_live_key,
+)
 from services.ledger.application import Ledger, persistence_env
 from services.ledger.archive import Archive
 from services.ledger.handlers import LEDGER_FOLD, Folder
@@ -59,6 +73,11 @@ async def replay_into_scratch(bus: EventBus, group_size: int = 5000, archive: Ar
                     replayed.records[copy_key] = owner_entry(projection)
                 else:
                     replayed.records.pop(copy_key, None)
+            if isinstance(projection, AccountRecord):
+                if projection.overdrawn:
+                    replayed.records[overdrawn_key(projection.account_id)] = Filed(projection.account_id)
+                else:
+                    replayed.records.pop(overdrawn_key(projection.account_id), None)
             if not isinstance(projection, ExecutorRecord):  # filed once the keys are known (below)
                 replayed.records.update(holder_entries(projection_key(projection), stored(projection)))
 
@@ -89,7 +108,8 @@ async def replay_into_scratch(bus: EventBus, group_size: int = 5000, archive: Ar
     for key, record in [(key, r) for key, r in replayed.records.items() if isinstance(r, ExecutorRecord)]:
         provider_of_key = key_providers.get(record.worker_key_id) if record.worker_key_id is not None else None
         replayed.records.update(holder_entries(key, record, provider_of_key))
-    replayed.records[HOLDERS_INDEXED_KEY] = replayed.records[MEMBERS_INDEXED_KEY] = HoldersIndexed(True)
+    for mark in (HOLDERS_INDEXED_KEY, MEMBERS_INDEXED_KEY, OVERDRAWN_INDEXED_KEY):
+        replayed.records[mark] = HoldersIndexed(True)
     return replayed
 
 

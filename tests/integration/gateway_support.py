@@ -15,6 +15,7 @@ from aiohttp.web_runner import BaseRunner
 
 from contracts.events.key import KeyCreated
 from contracts.ids import hash_api_key
+from contracts.subjects import READ_MODEL_BUCKET
 from services.gateway.app import create_app as create_gateway
 from services.gateway.http.server import GatewayRunner
 from services.gateway.settings import GatewaySettings
@@ -118,3 +119,25 @@ async def raw_exchange(gateway: Gateway, request: bytes, timeout_s: float = 10.0
         return RawResponse(int(status_line.split()[1]), headers, body)
     finally:
         writer.close()
+
+
+EVERY = (b".apikey.>", b".provider.>", b".executor.>")
+"""The listings of every key, provider and executor record."""
+
+
+async def key_listings_during(gateway: Gateway, steps: Any, every: tuple[bytes, ...] = EVERY) -> list[bytes]:
+    """The reads that list every API key, provider or executor (or what `every` names) made while `steps` run."""
+    listings: list[bytes] = []
+
+    async def seen(message: Any) -> None:
+        if b"next_by_subj" in message.data and any(kind in message.data for kind in every):
+            listings.append(message.data)
+    stream = f"KV_{READ_MODEL_BUCKET}"
+    subscriptions = [await gateway.bus.nc.subscribe(subject, cb=seen)
+                     for subject in (f"$JS.API.DIRECT.GET.{stream}", f"$JS.API.DIRECT.GET.{stream}.>")]
+    try:
+        await steps()
+    finally:
+        for subscription in subscriptions:
+            await subscription.unsubscribe()
+    return listings

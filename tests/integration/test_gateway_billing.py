@@ -12,8 +12,10 @@ import pytest
 
 from contracts.billing import parse_usd
 from contracts.events.account import CreditsGranted
+from services.gateway.background.credit_sweeper import stop_unpaid_batches
+from services.gateway.context import DEPS
 from services.runtime.process.settings import ConnectionSettings
-from tests.integration.gateway_support import Gateway, jsonl, running_gateway
+from tests.integration.gateway_support import Gateway, jsonl, key_listings_during, running_gateway
 from tests.integration.test_gateway_accounts import Headers, admin_key
 from tests.integration.test_gateway_oversight import member, organization
 
@@ -191,3 +193,43 @@ async def test_grants_of_one_new_id_racing_credit_once(billed: Gateway) -> None:
     assert sorted(answer.status for answer in answers) == [200] + [409] * 5
     [won] = [await answer.json() for answer in answers if answer.status == 200]
     assert (await balance(billed, admin, organization_id))["granted_usd"] == won["amount_usd"]
+
+
+async def overdrawn_once_folded(gateway: Gateway, admin: Headers, organization_id: str) -> None:
+    for _ in range(400):
+        if micros((await balance(gateway, admin, organization_id))["balance_usd"]) < 0:
+            return
+        await asyncio.sleep(0.025)
+    raise TimeoutError("the ledger never folded the negative grant")
+
+
+async def test_the_credit_sweep_stops_only_overdrawn_organisations_batches_and_reads_only_their_accounts(
+        billed: Gateway) -> None:
+    admin = await admin_key(billed)
+    poor, rich = await organization(billed, admin), await organization(billed, admin)
+    created: dict[str, str] = {}
+    for org, name in ((poor, "pia"), (rich, "ron")):
+        _, headers = await member(billed, admin, org, name)
+        file_id = await upload(billed, headers, f"{name}-a", f"{name}-b")
+        worst = micros((await quote(billed, headers, file_id))["price"]["max_usd"])
+        await grant(billed, admin, org, f"{2 * worst / 1_000_000:.6f}")
+        answer = await billed.client.post("/v1/batches", headers=headers, json={"input_file_id": file_id, **CHAT_BATCH})
+        assert answer.status == 200, await answer.text()
+        created[org] = (await answer.json())["id"]
+    await grant(billed, admin, poor, "-1000")
+    await overdrawn_once_folded(billed, admin, poor)
+    deps = billed.client.app[DEPS]
+    told: list[str] = []
+
+    async def sweep() -> None:
+        told.extend(await stop_unpaid_batches(deps))
+
+    assert await key_listings_during(billed, sweep, (b".account.>",)) == []
+    assert created[poor] in told and created[rich] not in told
+
+    await grant(billed, admin, poor, "2000")  # back above zero: no longer filed as overdrawn
+    for _ in range(400):
+        if micros((await balance(billed, admin, poor))["balance_usd"]) >= 0:
+            break
+        await asyncio.sleep(0.025)
+    assert poor not in [account.account_id for account in await deps.read_model.overdrawn_accounts()]

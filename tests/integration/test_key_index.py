@@ -4,24 +4,28 @@ likewise, and a read model made before the index is given it by the ledger at it
 
 import secrets
 from collections.abc import AsyncIterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from contracts.billing import ModelPrice
+from contracts.events.account import CreditsGranted, CreditsReserved
 from contracts.events.executor import DeviceMemory, ExecutorAdvert, ExecutorRegistered
 from contracts.events.key import KeyCreated, UserCreated
 from contracts.events.provider import ProviderRegistered
 from contracts.readmodel import ExecutorRecord, provider_holder
-from contracts.subjects import HOLDERS_INDEXED_KEY, READ_MODEL_BUCKET
+from contracts.subjects import HOLDERS_INDEXED_KEY, OVERDRAWN_INDEXED_KEY, READ_MODEL_BUCKET, overdrawn_key
 from services.gateway.usecases.revocation import find_key
 from services.ledger import app as ledger_app
 from services.ledger.replay import diff_against_live
 from services.runtime.nats.bus import EventBus
+from services.runtime.nats.kv import read_latest
 from services.runtime.nats.readmodel import ReadModel
 from services.runtime.process.settings import ConnectionSettings
 from tests.conftest import RunningNats
-from tests.integration.gateway_support import Gateway, running_gateway
+from tests.integration.gateway_support import Gateway, key_listings_during, running_gateway
 from tests.integration.test_gateway_accounts import admin_key, bearer, user_with_key
 from tests.integration.test_gateway_oversight import member, new_batch, organization
 from tests.integration.test_gateway_providers import provider_with_worker_key
@@ -38,28 +42,6 @@ def advert(executor_id: str) -> ExecutorAdvert:
 async def gateway(connection: ConnectionSettings) -> AsyncIterator[Gateway]:
     async with running_gateway(connection) as running:
         yield running
-
-
-EVERY = (b".apikey.>", b".provider.>", b".executor.>")
-"""The listings of every key, provider and executor record."""
-
-
-async def key_listings_during(gateway: Gateway, steps: Any, every: tuple[bytes, ...] = EVERY) -> list[bytes]:
-    """The reads that list every API key, provider or executor (or what `every` names) made while `steps` run."""
-    listings: list[bytes] = []
-
-    async def seen(message: Any) -> None:
-        if b"next_by_subj" in message.data and any(kind in message.data for kind in every):
-            listings.append(message.data)
-    stream = f"KV_{READ_MODEL_BUCKET}"
-    subscriptions = [await gateway.bus.nc.subscribe(subject, cb=seen)
-                     for subject in (f"$JS.API.DIRECT.GET.{stream}", f"$JS.API.DIRECT.GET.{stream}.>")]
-    try:
-        await steps()
-    finally:
-        for subscription in subscriptions:
-            await subscription.unsubscribe()
-    return listings
 
 
 async def test_a_users_keys_are_made_listed_and_revoked_without_reading_every_tenants_keys(
@@ -151,6 +133,10 @@ async def test_a_read_model_made_before_the_holder_indexes_is_given_them_at_the_
                                              owner_user_id="alice"))
         await bus.publish(KeyCreated(aggregate_id=worker[:32], key_sha256=worker, role="worker", label="rack",
                                      provider_id="prov_alice"))
+        price = ModelPrice(input_per_mtok_usd=Decimal(1), output_per_mtok_usd=Decimal(1))
+        await bus.publish(CreditsReserved(aggregate_id="org-poor", batch_id="batch_poor", amount_micros=5, model="m",
+                                          endpoint="/v1/chat/completions", price=price))
+        await bus.publish(CreditsGranted(aggregate_id="org-poor", grant_id="g1", amount_micros=-10))
         db_path = tmp_path / "ledger.sqlite"
 
         async def files_nothing(*args: Any) -> None:
@@ -158,23 +144,26 @@ async def test_a_read_model_made_before_the_holder_indexes_is_given_them_at_the_
 
         with monkeypatch.context() as older:  # as a ledger made before the key index folded
             older.setattr(ReadModel, "_file_under_holders", files_nothing)
+            older.setattr(ReadModel, "_file_overdrawn", files_nothing)
             older.setattr(ledger_app, "index_holders", files_nothing)
-            older.setattr(ledger_app, "index_members", files_nothing)
+            older.setattr(ledger_app, "index_members_and_overdrawn", files_nothing)
             async with running_ledger(fresh_nats.url, db_path) as app:
-                await folded_through(app, 4)
+                await folded_through(app, 6)
                 read_model = await ReadModel.open(bus)
                 found = await read_model.get_api_key(worker)
                 assert found is not None
                 # An executor registered as registrations were made before they named their provider.
                 await bus.publish(ExecutorRegistered(aggregate_id="exec-1", advert=advert("exec-1"), started_at=1,
                                                      worker_key_id=found.key_id))
-                await folded_through(app, 5)
+                await folded_through(app, 7)
         read_model = await ReadModel.open(bus)
         record = await read_model.get_api_key(digest)
         assert record is not None and not await read_model.holders_indexed()
         assert [d for d, _ in await read_model.held_api_keys("user-alice")] == [digest]  # read whole meanwhile
         assert await read_model.find_api_key(record.key_id) == (digest, record)
         assert [u.user_id for u in await read_model.organization_members("default")] == ["alice"]
+        assert [a.account_id for a in await read_model.overdrawn_accounts()] == ["org-poor"]  # every account read
+        assert await read_latest(read_model.kv, overdrawn_key("org-poor")) is None
 
         async with running_ledger(fresh_nats.url, db_path) as app:
             read_model = await ReadModel.open(bus)
@@ -188,6 +177,8 @@ async def test_a_read_model_made_before_the_holder_indexes_is_given_them_at_the_
             assert executors is not None and [e.executor_id for e in executors] == ["exec-1"]
             assert [u.user_id for u in await read_model.organization_members("default")] == ["alice"]
             assert await read_model.organization_members("org-none") == []
+            assert [a.account_id for a in await read_model.overdrawn_accounts()] == ["org-poor"]
+            assert await read_model._is_marked(OVERDRAWN_INDEXED_KEY)
             assert await diff_against_live(bus, read_model) == []
 
             # A key an older ledger (a standby, mid-upgrade) folded after the index was made is not filed under its
@@ -197,7 +188,7 @@ async def test_a_read_model_made_before_the_holder_indexes_is_given_them_at_the_
                 older.setattr(ReadModel, "_file_under_holders", files_nothing)
                 await bus.publish(KeyCreated(aggregate_id=stray[:32], key_sha256=stray, role="user", label="stray",
                                              user_id="alice"))
-                await folded_through(app, 6)
+                await folded_through(app, 8)
             stray_record = await read_model.get_api_key(stray)
             assert stray_record is not None
             assert await find_key(read_model, stray_record.key_id) is None

@@ -20,9 +20,7 @@ SWEPT_BY = "billing"
 async def stop_unpaid_batches(d: Deps) -> list[str]:
     """Tell every live billed batch of an overdrawn account to stop; the ids told."""
     told: list[str] = []
-    for account in await d.read_model.list_accounts():
-        if account.balance_micros >= 0:
-            continue
+    for account in await d.read_model.overdrawn_accounts():
         for batch_id in account.open_batch_ids:
             record = await d.read_model.get_batch(batch_id)
             if record is None or record.batch.status in ENDED:

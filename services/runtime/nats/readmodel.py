@@ -28,10 +28,13 @@ from contracts.readmodel import (
 from contracts.subjects import (
     HOLDERS_INDEXED_KEY,
     MEMBERS_INDEXED_KEY,
+    OVERDRAWN,
+    OVERDRAWN_INDEXED_KEY,
     READ_MODEL_BUCKET,
     filed_key,
     filed_under,
     key_id_key,
+    overdrawn_key,
     owner_index,
     owner_index_key,
     owner_live_key,
@@ -146,6 +149,9 @@ class ReadModel:
         self._key_providers: OrderedDict[str, str | None] = OrderedDict()
         self._filed: OrderedDict[str, None] = OrderedDict()
         """The entries of records filed by id this writer wrote (the last `INDEXED_KEPT`)."""
+        self._overdrawn: OrderedDict[str, bool] = OrderedDict()
+        """Whether each account's `overdrawn_key` is there as this writer last put or erased it (the last
+        `INDEXED_KEPT`): an account not known is put or erased at its next write."""
 
     @classmethod
     async def open(cls, bus: EventBus) -> "ReadModel":
@@ -266,7 +272,7 @@ class ReadModel:
 
     async def mark_indexed(self, mark: str) -> None:
         """Say that an index is made (`HOLDERS_INDEXED_KEY`: every key, provider and executor is filed;
-        `MEMBERS_INDEXED_KEY`: every user)."""
+        `MEMBERS_INDEXED_KEY`: every user; `OVERDRAWN_INDEXED_KEY`: every overdrawn account)."""
         await self.kv.put(mark, HoldersIndexed(True).model_dump_json().encode())
 
     async def _file_under_holders(self, key: str, record: BaseModel) -> None:
@@ -389,6 +395,36 @@ class ReadModel:
     async def list_accounts(self) -> list[AccountRecord]:
         return await self._scan("account", AccountRecord)
 
+    async def overdrawn_accounts(self) -> list[AccountRecord]:
+        """The accounts below zero with billed batches open: those filed as overdrawn, once every account is."""
+        if not await self._is_marked(OVERDRAWN_INDEXED_KEY):
+            return [account for account in await self.list_accounts() if account.overdrawn]
+        ids = [Filed.model_validate_json(value).root for value in await latest_values(self.kv, OVERDRAWN)]
+        accounts = await asyncio.gather(*(self.get_account(account_id) for account_id in ids))
+        return [account for account in accounts if account is not None and account.overdrawn]
+
+    async def index_overdrawn(self) -> int:
+        """File every overdrawn account; how many accounts were read."""
+        accounts = await self.list_accounts()
+        for account in accounts:
+            await self._file_overdrawn(account)
+        return len(accounts)
+
+    async def _file_overdrawn(self, account: AccountRecord) -> None:
+        if not KV_TOKEN.fullmatch(account.account_id):
+            return  # never filed
+        if self._overdrawn.get(account.account_id) == account.overdrawn:
+            self._overdrawn.move_to_end(account.account_id)
+            return
+        key = overdrawn_key(account.account_id)
+        if account.overdrawn:
+            await self.kv.put(key, Filed(account.account_id).model_dump_json().encode())
+        else:
+            await self.kv.delete(key)
+        self._overdrawn[account.account_id] = account.overdrawn
+        if len(self._overdrawn) > INDEXED_KEPT:
+            self._overdrawn.popitem(last=False)
+
     async def list_files(self) -> list[FileRecord]:
         return await self._scan("file", FileRecord)
 
@@ -403,6 +439,8 @@ class ReadModel:
             await self._stored.enter(record)
             copy_key, kept = owner_copy(record)
             await (self.kv.put(copy_key, value) if kept else self.kv.delete(copy_key))
+        if isinstance(record, AccountRecord):
+            await self._file_overdrawn(record)
         await self._file_under_holders(key, record)
         await self.kv.put(key, value)
 
