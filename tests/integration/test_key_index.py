@@ -95,7 +95,7 @@ async def test_a_providers_worker_keys_are_made_listed_and_revoked_without_readi
     assert seen["listed"] == [seen["worker"]]
 
 
-async def test_an_organisations_members_and_their_batches_are_listed_without_reading_every_user(
+async def test_an_organisations_members_and_their_batches_are_listed_without_reading_every_user_or_batch(
         gateway: Gateway) -> None:
     admin = await admin_key(gateway)
     org, elsewhere = await organization(gateway, admin), await organization(gateway, admin)
@@ -109,13 +109,15 @@ async def test_an_organisations_members_and_their_batches_are_listed_without_rea
         for name, path, headers in (
                 ("by_org_admin", "/v1/batches?scope=organization&limit=100", carla),
                 ("by_admin", f"/v1/batches?scope=organization&organization_id={org}&limit=100", admin),
-                ("members", f"/v1/organization/users?organization_id={org}", admin)):
+                ("members", f"/v1/organization/users?organization_id={org}", admin),
+                ("everything", "/v1/batches?scope=all&limit=100", admin)):
             answer = await gateway.client.get(path, headers=headers)
             assert answer.status == 200, await answer.text()
             seen[name] = [item["id"] for item in (await answer.json())["data"]]
 
-    listings = await key_listings_during(gateway, steps, (b".user.>",))
+    listings = await key_listings_during(gateway, steps, (b".user.>", f"{READ_MODEL_BUCKET}.batch.>".encode()))
     assert listings == []
+    assert dans["id"] in seen["everything"] and erins["id"] in seen["everything"]
     assert dans["id"] in seen["by_org_admin"] and erins["id"] not in seen["by_org_admin"]
     assert dans["id"] in seen["by_admin"] and erins["id"] not in seen["by_admin"]
     assert dan_id in seen["members"] and len(seen["members"]) == 2  # carla and dan

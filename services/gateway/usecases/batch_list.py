@@ -32,16 +32,6 @@ def indexed(read_model: ReadModel, indexes: dict[str, list[BatchIndexEntry]]) ->
     return Listing([entry for entries in indexes.values() for entry in entries], records)
 
 
-def scanned(records: list[BatchRecord]) -> Listing:
-    """Batches whose records were read already (an admin's lists, from every record)."""
-    by_id = {record.batch.id: record for record in records}
-
-    async def known(chunk: list[BatchIndexEntry]) -> list[BatchRecord]:
-        return [by_id[entry.id] for entry in chunk]
-
-    return Listing([BatchIndexEntry(id=r.batch.id, created_at=r.batch.created_at) for r in records], known)
-
-
 async def batch_page(listing: Listing, after: str | None, limit: int,
                      keep: Callable[[Batch], bool] | None = None) -> ListPage[Batch]:
     """OpenAI's list page of the batches `keep` keeps (None: all), newest first, the `limit` after `after`."""

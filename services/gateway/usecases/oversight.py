@@ -49,9 +49,9 @@ async def standing(read_model: ReadModel, caller: ApiKeyRecord, owner: str) -> S
     return "org_admin" if member is not None and organization_of(member) == organization_of(admin) else None
 
 
-async def members_index(read_model: ReadModel, admin: UserRecord) -> dict[str, list[BatchIndexEntry]]:
-    """The index of batches of every member of the organisation `admin` administers (theirs included), by owner."""
-    owners = [owner_id(user.user_id, "") for user in await read_model.organization_members(admin.organization)]
+async def members_index(read_model: ReadModel, organization: str) -> dict[str, list[BatchIndexEntry]]:
+    """The index of batches of every member of `organization`, by owner."""
+    owners = [owner_id(user.user_id, "") for user in await read_model.organization_members(organization)]
     return dict(zip(owners, await asyncio.gather(*(read_model.owner_batch_index(owner) for owner in owners)),
                     strict=True))
 

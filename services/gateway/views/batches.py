@@ -5,7 +5,6 @@ from aiohttp import web
 
 from contracts.api.batch import Batch
 from contracts.api.batch_request import BatchCreateRequest
-from contracts.ids import owner_id
 from contracts.lifecycle import ALL_STATUSES
 from services.gateway.context import deps
 from services.gateway.http.auth import REQUEST_KEY_DIGEST, principal
@@ -14,7 +13,7 @@ from services.gateway.http.limits import charge_control_call
 from services.gateway.http.paging import parse_limit
 from services.gateway.usecases import batches as usecase
 from services.gateway.usecases import retry
-from services.gateway.usecases.batch_list import Listing, batch_page, indexed, scanned
+from services.gateway.usecases.batch_list import Listing, batch_page, indexed
 from services.gateway.usecases.batches import overseen_batch
 from services.gateway.usecases.oversight import administered_organization, members_index
 from services.gateway.usecases.refusals import ApiError, bad_request
@@ -87,18 +86,16 @@ async def _listed(request: web.Request, scope: str) -> Listing:
     if scope not in ("organization", "all"):
         raise bad_request(f"scope must be 'own', 'organization' or 'all' (got {scope!r}).", "invalid_scope", "scope")
     if caller.role == "admin":
-        everything = await d.read_model.list_batches()
         organization = request.query.get("organization_id")
         if scope == "all" or organization is None:
-            return scanned(everything)
-        members = {owner_id(user.user_id, "") for user in await d.read_model.organization_members(organization)}
-        return scanned([record for record in everything if record.owner in members])
+            return indexed(d.read_model, await d.read_model.every_batch_index())
+        return indexed(d.read_model, await members_index(d.read_model, organization))
     admin = await administered_organization(d.read_model, caller)
     if scope == "all" or admin is None:
         raise ApiError(403, "Only an administrator of your organisation sees its members' batches (scope="
                             "organization), and only an admin key every batch (scope=all).", "permission_error",
                        "insufficient_permissions", "scope")
-    return indexed(d.read_model, await members_index(d.read_model, admin))
+    return indexed(d.read_model, await members_index(d.read_model, admin.organization))
 
 
 async def cancel_batch(request: web.Request) -> web.Response:

@@ -323,6 +323,13 @@ class ReadModel:
         values = await latest_values(self.kv, owner_index(owner, "batch"))
         return [BatchIndexEntry.model_validate_json(value) for value in values]
 
+    async def every_batch_index(self) -> dict[str, list[BatchIndexEntry]]:
+        """Every owner's index of batches, by owner: one scan of the small entries, none of the records."""
+        indexes: defaultdict[str, list[BatchIndexEntry]] = defaultdict(list)
+        for key, value in await latest_entries(self.kv, owner_index("*", "batch")):
+            indexes[key.split(".")[1]].append(BatchIndexEntry.model_validate_json(value))
+        return dict(indexes)
+
     async def owner_batches(self, owner: str) -> list[BatchRecord]:
         """Every batch of one owner (a user, or a key without one) in id order: their index, then its records (an
         entry whose record is not readable yet is left out, as is a record another owner holds)."""
