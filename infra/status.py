@@ -1,10 +1,12 @@
 """`sheshnag status`: the fleet, the queue and why it waits, held batches, running batches with progress and ETA,
 consumer lag, free space per volume."""
 
+import asyncio
 import json
 import time
 
 from infra.account_tools import connected
+from services.gateway.background.batch_census import BatchCensus
 from services.gateway.usecases.overview import Overview, gather
 from services.runtime.nats.fleet import Fleet
 from services.runtime.process.settings import ConnectionSettings
@@ -15,7 +17,14 @@ BAR_WIDTH = 24
 
 async def status(as_json: bool) -> None:
     async with connected("sheshnag-status") as (bus, read_model):
-        view = await gather(bus, read_model, await Fleet.open(bus))
+        census = BatchCensus()
+        counting = asyncio.create_task(census.follow(read_model.kv))  # every batch's current record, once
+        try:
+            await census.ready.wait()
+        finally:
+            counting.cancel()
+            await asyncio.gather(counting, return_exceptions=True)
+        view = await gather(bus, read_model, await Fleet.open(bus), census)
         view.volumes = await measure(ConnectionSettings(), bus.js)
     print(json.dumps(view.as_dict(), indent=2) if as_json else render(view))
 

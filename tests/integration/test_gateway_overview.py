@@ -17,8 +17,9 @@ from contracts.events.batch import (
     BatchValidated,
 )
 from contracts.events.envelope import Event
+from contracts.subjects import READ_MODEL_BUCKET
 from tests.factories import batch_created
-from tests.integration.gateway_support import Gateway
+from tests.integration.gateway_support import Gateway, key_listings_during
 from tests.integration.test_gateway_accounts import CHAT, admin_key, gateway
 from tests.integration.test_gateway_providers import eventually
 
@@ -90,3 +91,23 @@ async def test_an_admin_sees_each_owners_share_of_the_lines_the_fleet_committed_
     assert rows[mine[0]]["share"] > rows[mine[1]]["share"] > rows[mine[2]]["share"] == 0
     assert abs(sum(row["share"] for row in rows.values()) - 1) < 0.01
     assert rows[mine[0]]["share"] == pytest.approx(rows[mine[1]]["share"] * 3, rel=1e-3)
+
+
+async def test_the_overview_reads_no_batch_record_and_no_listing_of_users(gateway: Gateway) -> None:
+    admin = await admin_key(gateway)
+    _, key = await user_key_in(gateway, admin, None)
+    for fact in [*batch_facts(key, 7, 3), *batch_facts(key, 2, 2, finished=True)]:
+        await gateway.bus.publish(fact)
+
+    async def looked() -> dict[str, Any]:
+        return dict(await (await gateway.client.get("/v1/organization/overview", headers=admin)).json())
+
+    await eventually(looked, lambda view: any(row["lines_left"] == 4 and row["recent_lines"] == 5
+                                              for row in view["owners"]))
+    views: list[dict[str, Any]] = []
+
+    async def look() -> None:
+        views.append(await looked())
+
+    listings = await key_listings_during(gateway, look, (f"{READ_MODEL_BUCKET}.batch.>".encode(), b".user.>"))
+    assert listings == [] and views[0]["batches_by_status"].get("completed", 0) >= 1

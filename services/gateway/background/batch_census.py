@@ -14,6 +14,7 @@ from nats.js.kv import KeyValue
 from contracts.lifecycle import TERMINAL
 from contracts.readmodel import BatchRecord
 from contracts.subjects import read_model_key
+from services.gateway.usecases.shares import SHARE_WINDOW_S, RunSpan
 from services.runtime.nats.kv_watch import decoded, keep
 
 RECENTLY_ENDED = 100_000
@@ -77,6 +78,8 @@ class Counts:
     """Lines still to run of the unfinished batches, per model."""
     ran: dict[str, RateWindow] = field(default_factory=dict)
     """Per model, the batches that ended within `RATE_WINDOW_S`."""
+    ended_runs: deque[RunSpan] = field(default_factory=deque)
+    """The runs of the batches that ended within `SHARE_WINDOW_S`, in the order seen ending (the owners' shares)."""
 
     def record(self, batch_id: str, record: BatchRecord | None, now: float | None = None) -> None:
         """Count the latest record of a batch (None: its record was deleted)."""
@@ -96,6 +99,7 @@ class Counts:
                 self.recently_ended.popitem(last=False)  # rewritten much later: counted once more, until a recount
             if not was_ended:
                 self._ran(record, time.time() if now is None else now)
+                self._ended_run(RunSpan.of(record), time.time() if now is None else now)
         else:
             self.open[batch_id] = record
             self.ahead[record.batch.model or ""] += remaining_lines(record)
@@ -107,6 +111,17 @@ class Counts:
         counts = batch.request_counts
         self.ran.setdefault(batch.model or "", RateWindow()).add(
             float(end), float(batch.in_progress_at), counts.completed + counts.failed)
+
+    def _ended_run(self, span: RunSpan, now: float) -> None:
+        if span.start is not None and span.done > 0 and (span.end or 0) >= now - SHARE_WINDOW_S:
+            self.ended_runs.append(span)
+        self.runs_ended_within(now)
+
+    def runs_ended_within(self, now: float, window_s: float = SHARE_WINDOW_S) -> list[RunSpan]:
+        """The runs of batches that ended in the `window_s` before `now` (those seen ending earlier are dropped)."""
+        while self.ended_runs and (self.ended_runs[0].end or 0) < now - SHARE_WINDOW_S:
+            self.ended_runs.popleft()
+        return [span for span in self.ended_runs if (span.end or 0) >= now - window_s]
 
     def queue(self, model: str, now: float) -> tuple[int, float | None]:
         """The model's lines still to run, and its rate (lines per second) over the last `RATE_WINDOW_S` (None: it

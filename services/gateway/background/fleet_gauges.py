@@ -3,6 +3,7 @@ every `metrics_refresh_s` from the batch census's open batches, the adverts and 
 reads nothing from NATS, and neither grows with the batches that ended."""
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -19,6 +20,17 @@ log = logging.getLogger(__name__)
 BATCH_CENSUS = web.AppKey("batch_census", BatchCensus)
 CENSUS_READY_S = 30.0
 """How long the first refresh waits for the census's first count (then it sets what it has)."""
+CENSUS_WAIT_S = 2.0
+"""How long a request (a quote, the operator's overview) waits for a starting gateway's census to have counted every
+batch (then it says what it has)."""
+
+
+async def counted_census(app: web.Application) -> BatchCensus:
+    """The gateway's batch census, once it has counted every batch (or `CENSUS_WAIT_S` passed)."""
+    census = app[BATCH_CENSUS]
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(census.ready.wait(), CENSUS_WAIT_S)
+    return census
 
 
 async def refresh_gauges(d: Deps, census: BatchCensus) -> None:

@@ -2,6 +2,7 @@
 (a batch held with `hold: true` waits for its owner, never counted as queued). Used by the fleet-wide gauges and by
 `sheshnag status`."""
 
+import asyncio
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -9,6 +10,7 @@ from contracts.events.executor import EngineName, ExecutorAdvert
 from contracts.lifecycle import IN_FLIGHT
 from contracts.readmodel import BatchRecord
 from contracts.subjects import EVENTS_STREAM, WORK_STREAM
+from services.gateway.background.batch_census import Counts
 from services.gateway.usecases.shares import SHARE_WINDOW_S, OwnerShare, owner_shares
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.fleet import Fleet
@@ -112,16 +114,20 @@ def tally(view: Overview, record: BatchRecord, now: float) -> None:
         view.running.append(running_view(record, now))
 
 
-async def gather(bus: EventBus, read_model: ReadModel, fleet: Fleet) -> Overview:
-    """The whole look: every batch record and every user is read, so never per scrape."""
+async def gather(bus: EventBus, read_model: ReadModel, fleet: Fleet, census: Counts) -> Overview:
+    """The whole look, from the batch census (its unfinished batches, its counts and the runs that ended in the share
+    window): no batch record is read, and of the users only those with a share."""
     now = time.time()
     view = Overview(at=now)
     view.executors = [executor_view(advert, now) for advert in await fleet.adverts()]
-    records = await read_model.list_batches()
-    organizations = {user.user_id: user.organization_id for user in await read_model.list_users()}
-    view.owners = owner_shares(records, organizations, now)
+    records, ended = list(census.open.values()), census.runs_ended_within(now)
+    user_ids = {record.owner_user_id for record in records} | {span.user_id for span in ended}
+    users = await asyncio.gather(*(read_model.get_user(user_id) for user_id in user_ids if user_id is not None))
+    organizations = {user.user_id: user.organization_id for user in users if user is not None}
+    view.owners = owner_shares(records, organizations, now, ended=ended)
     for record in records:
         tally(view, record, now)
+    view.batches_by_status = census.by_status()
     view.consumers = await consumer_lags(bus)
     view.stream_last_seq = (await bus.js.stream_info(EVENTS_STREAM)).state.last_seq
     return view

@@ -32,18 +32,41 @@ class OwnerShare:
     """`recent_lines` over every owner's: its share of what the fleet did in the window (0 to 1)."""
 
 
+@dataclass(frozen=True)
+class RunSpan:
+    """What a share needs of a batch's run: whose it is, when it ran and how many lines it committed."""
+
+    owner: str
+    user_id: str | None
+    start: float | None
+    """When its first line ran (None: none did)."""
+    end: float | None
+    """When it stopped running (None: it still runs)."""
+    done: int
+
+    @classmethod
+    def of(cls, record: BatchRecord) -> "RunSpan":
+        batch = record.batch
+        ends = [batch.finalizing_at, batch.completed_at, batch.failed_at, batch.expired_at, batch.cancelled_at]
+        return cls(record.owner, record.owner_user_id, batch.in_progress_at,
+                   min((at for at in ends if at is not None), default=None),
+                   batch.request_counts.completed + batch.request_counts.failed)
+
+    def lines_within(self, now: float, window_s: float = SHARE_WINDOW_S) -> float:
+        """Lines committed in the `window_s` before `now`, spread evenly over the run (until now, if running)."""
+        if self.start is None or self.done <= 0:
+            return 0.0
+        end = max(float(self.end if self.end is not None else now), self.start)
+        window_start = now - window_s
+        if end <= self.start:  # began and stopped within the same second
+            return float(self.done) if window_start <= end <= now else 0.0
+        overlap = min(end, now) - max(self.start, window_start)
+        return self.done * max(overlap, 0.0) / (end - self.start)
+
+
 def recent_lines(batch: Batch, now: float, window_s: float = SHARE_WINDOW_S) -> float:
     """Lines of `batch` committed in the `window_s` before `now`, spread evenly over its run (until now, if running)."""
-    done = batch.request_counts.completed + batch.request_counts.failed
-    if (start := batch.in_progress_at) is None or done <= 0:
-        return 0.0
-    ends = [batch.finalizing_at, batch.completed_at, batch.failed_at, batch.expired_at, batch.cancelled_at]
-    end = max(float(min((at for at in ends if at is not None), default=now)), start)
-    window_start = now - window_s
-    if end <= start:  # began and stopped within the same second
-        return float(done) if window_start <= end <= now else 0.0
-    overlap = min(end, now) - max(start, window_start)
-    return done * max(overlap, 0.0) / (end - start)
+    return RunSpan.of(BatchRecord(owner_key_id="", batch=batch, last_sequence=0)).lines_within(now, window_s)
 
 
 @dataclass
@@ -56,14 +79,15 @@ class _Tally:
 
 
 def owner_shares(records: Iterable[BatchRecord], organizations: Mapping[str, str | None], now: float,
-                 window_s: float = SHARE_WINDOW_S) -> list[OwnerShare]:
-    """Every owner with a batch queued, running or that ran in the window, the largest share first; `organizations`
-    gives each user's (None, or missing: the default)."""
+                 window_s: float = SHARE_WINDOW_S, ended: Iterable[RunSpan] = ()) -> list[OwnerShare]:
+    """Every owner with a batch queued, running or that ran in the window, the largest share first, from `records`
+    and the runs of batches that `ended` (besides any in `records`); `organizations` gives each user's (None, or
+    missing: the default)."""
     tallies: dict[str, _Tally] = {}
     for record in records:
         batch = record.batch
         queued, running = batch.status == "validated", batch.status in IN_FLIGHT
-        lines = recent_lines(batch, now, window_s) if running or batch.status in TERMINAL else 0.0
+        lines = RunSpan.of(record).lines_within(now, window_s) if running or batch.status in TERMINAL else 0.0
         if not (queued or running or lines > 0):
             continue
         tally = tallies.setdefault(record.owner, _Tally(record.owner_user_id))
@@ -73,6 +97,9 @@ def owner_shares(records: Iterable[BatchRecord], organizations: Mapping[str, str
             counts = batch.request_counts
             tally.left += max(counts.total - counts.completed - counts.failed, 0)
         tally.recent += lines
+    for span in ended:
+        if (lines := span.lines_within(now, window_s)) > 0:
+            tallies.setdefault(span.owner, _Tally(span.user_id)).recent += lines
     total = sum(tally.recent for tally in tallies.values())
     shares = [OwnerShare(owner, tally.user_id,
                          organizations.get(tally.user_id) if tally.user_id is not None else None,

@@ -1,8 +1,6 @@
 """`/v1/billing/…` and `POST /v1/batches/quote`: an organisation's balance (InferNode's `GET /v1/billing/balance`),
 operators' grants and the accounts list, and what a batch on a file would cost without reserving anything."""
 
-import asyncio
-import contextlib
 import re
 import time
 
@@ -12,7 +10,7 @@ from contracts.api.billing import BatchQuote, BillingBalance, Grant, GrantCredit
 from contracts.api.organization import USER_ID_PATTERN
 from contracts.api.page import ListPage
 from contracts.billing import micros_to_usd, parse_usd
-from services.gateway.background.fleet_gauges import BATCH_CENSUS
+from services.gateway.background.fleet_gauges import counted_census
 from services.gateway.context import deps
 from services.gateway.http.auth import principal
 from services.gateway.http.bodies import answer, read_body
@@ -95,13 +93,7 @@ async def quote_batch(request: web.Request) -> web.Response:
         queue=await _queue(request, model.id, demand.lines)))
 
 
-CENSUS_WAIT_S = 2.0
-"""How long a quote waits for a starting gateway's census to have counted every batch (then it says what it has)."""
-
-
 async def _queue(request: web.Request, model_id: str, lines: int) -> QueueEstimate:
     """The queue a batch of `lines` would join, from the gateway's batch census: no batch record is read."""
-    census = request.app[BATCH_CENSUS]
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(census.ready.wait(), CENSUS_WAIT_S)
+    census = await counted_census(request.app)
     return billing.queue_estimate(*census.queue(model_id, time.time()), lines)

@@ -6,6 +6,7 @@ from aiohttp import web
 
 from contracts.api.anomaly import Anomaly
 from contracts.api.page import ListPage
+from services.gateway.background.fleet_gauges import counted_census
 from services.gateway.context import deps
 from services.gateway.http.bodies import answer
 from services.gateway.http.storage_guard import STORAGE_WATCH
@@ -14,7 +15,7 @@ from services.gateway.usecases.overview import gather
 
 async def system_overview(request: web.Request) -> web.Response:
     context = deps(request)
-    view = await gather(context.bus, context.read_model, context.fleet)
+    view = await gather(context.bus, context.read_model, context.fleet, await counted_census(request.app))
     watch = request.app.get(STORAGE_WATCH)
     view.volumes = list(watch.volumes) if watch is not None else []
     return web.json_response(view.as_dict())
