@@ -3,10 +3,12 @@ consumer lag, free space per volume."""
 
 import asyncio
 import json
+import sys
 import time
 
 from infra.account_tools import connected
 from services.gateway.background.batch_census import BatchCensus
+from services.gateway.background.fleet_gauges import CENSUS_READY_S
 from services.gateway.usecases.overview import Overview, gather
 from services.runtime.nats.fleet import Fleet
 from services.runtime.process.settings import ConnectionSettings
@@ -20,7 +22,10 @@ async def status(as_json: bool) -> None:
         census = BatchCensus()
         counting = asyncio.create_task(census.follow(read_model.kv))  # every batch's current record, once
         try:
-            await census.ready.wait()
+            await asyncio.wait_for(census.ready.wait(), CENSUS_READY_S)
+        except TimeoutError:
+            print(f"(the batches were not all counted within {CENSUS_READY_S:.0f} s: what was counted is shown)",
+                  file=sys.stderr)
         finally:
             counting.cancel()
             await asyncio.gather(counting, return_exceptions=True)
