@@ -103,13 +103,18 @@ class RawResponse:
     body: bytes
 
 
-async def raw_exchange(gateway: Gateway, request: bytes, timeout_s: float = 10.0) -> RawResponse:
-    """Send bytes no HTTP client would (bad request lines, non-UTF-8 headers); read the answer to the end."""
+async def raw_exchange(gateway: Gateway, request: bytes, timeout_s: float = 10.0, *later: bytes,
+                       pause_s: float = 0.3) -> RawResponse:
+    """Send bytes no HTTP client would (bad request lines, non-UTF-8 headers), and each of `later` after a pause (as
+    a slow network's segments arrive); read the answer to the end."""
     server = gateway.client.server
     reader, writer = await asyncio.open_connection(server.host, server.port)
     try:
-        writer.write(request)
-        await writer.drain()
+        for part in (request, *later):
+            if part is not request:
+                await asyncio.sleep(pause_s)
+            writer.write(part)
+            await writer.drain()
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout_s)
         status_line, *header_lines = head.decode("latin-1").split("\r\n")
         headers = {name.strip().lower(): value.strip()

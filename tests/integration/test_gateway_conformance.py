@@ -77,6 +77,32 @@ async def test_an_authorization_header_with_a_non_utf8_byte_is_a_401(gateway: Ga
     assert answer.headers["content-type"].startswith("application/json")
 
 
+async def test_a_json_body_that_arrives_in_several_segments_is_read_whole(gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    body = json.dumps({"url": "https://example.com/hook", "description": "d" * 500}).encode()
+    head = (f"POST /v1/webhooks HTTP/1.1\r\nHost: x\r\nAuthorization: {key['Authorization']}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    answer = await raw_exchange(gateway, head + body[:20], 10.0, body[20:300], body[300:])
+    assert answer.status == 200, answer.body
+    assert json.loads(answer.body)["url"] == "https://example.com/hook"
+
+
+async def test_a_form_field_that_arrives_in_several_segments_is_read_whole(gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    boundary = "segmented-boundary"
+    form = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n"
+            f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"in.jsonl\"\r\n"
+            f"Content-Type: application/octet-stream\r\n\r\n").encode() + jsonl("segmented") + \
+        f"\r\n--{boundary}--\r\n".encode()
+    head = (f"POST /v1/files HTTP/1.1\r\nHost: x\r\nAuthorization: {key['Authorization']}\r\n"
+            f"Content-Type: multipart/form-data; boundary={boundary}\r\nContent-Length: {len(form)}\r\n"
+            f"Connection: close\r\n\r\n").encode()
+    cut = form.index(b"batch") + 2  # "ba" | "tch"
+    answer = await raw_exchange(gateway, head + form[:cut], 10.0, form[cut:])
+    assert answer.status == 200, answer.body
+    assert json.loads(answer.body)["purpose"] == "batch"
+
+
 @pytest.mark.parametrize("request_bytes", [
     b"GET /v1/files HTTP/1.1\r\nHost: x\r\nX-Long: " + b"a" * 9000 + b"\r\n\r\n",
     b"GET /v1/" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",

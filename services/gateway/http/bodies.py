@@ -1,6 +1,7 @@
 """JSON bodies: a request's read into its contract model (bounded in size, refused in OpenAI's shape), and a contract
 object as the answer, marked when it is an earlier object returned for an identical create."""
 
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from aiohttp import web
@@ -9,6 +10,7 @@ from pydantic import BaseModel
 from services.gateway.usecases.refusals import ApiError, parse_body
 
 MAX_BODY_BYTES = 64 * 1024
+READ_BYTES = 8192
 DEDUPLICATED_FROM = "X-Sheshnag-Deduplicated-From"
 Body = TypeVar("Body", bound=BaseModel)
 
@@ -17,10 +19,24 @@ async def read_body(request: web.Request, model: type[Body], max_bytes: int = MA
     """The body as `model`: 413 past `max_bytes`, else the 400 the model's first refused field names."""
     if (request.content_length or 0) > max_bytes:
         raise _too_large(max_bytes)
-    raw = await request.content.read(max_bytes + 1)
-    if len(raw) > max_bytes:
+    raw = await read_capped(request.content.read, max_bytes)
+    if raw is None:
         raise _too_large(max_bytes)
     return parse_body(model, raw)
+
+
+async def read_capped(read: Callable[[int], Awaitable[bytes]], max_bytes: int) -> bytes | None:
+    """Everything `read` gives to its end (each read hands on only what has arrived: a body that comes in several
+    segments takes several reads); None once past `max_bytes` (read `READ_BYTES` at a time: a multipart part's reader
+    takes no less than its boundary's length)."""
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await read(READ_BYTES):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > max_bytes:
+            return None
+    return b"".join(chunks)
 
 
 def _too_large(max_bytes: int) -> ApiError:

@@ -17,7 +17,7 @@ from contracts.subjects import input_object_key
 from services.gateway.adapters.upload import StoredUpload, store_unavailable, stream_part_to_store
 from services.gateway.context import Deps, deps
 from services.gateway.http.auth import principal
-from services.gateway.http.bodies import answer
+from services.gateway.http.bodies import answer, read_capped
 from services.gateway.http.body_pace import BodyPace
 from services.gateway.http.disposition import content_disposition
 from services.gateway.http.limits import charge_control_call
@@ -47,8 +47,8 @@ def expires_after_seconds(anchor: str | None, seconds: str | None) -> int | None
 
 
 async def form_field(part: BodyPartReader) -> str:
-    value = await part.read_chunk(FORM_FIELD_BYTES + 1)
-    if len(value) > FORM_FIELD_BYTES or await part.read_chunk(1):
+    value = await read_capped(part.read_chunk, FORM_FIELD_BYTES)
+    if value is None:
         raise bad_request(f"Form field '{part.name}' is longer than {FORM_FIELD_BYTES} bytes.",
                           "invalid_form_field", part.name)
     try:
