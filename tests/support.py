@@ -2,6 +2,7 @@
 and executors' adverts by hand where the ledger's projection and the executors would."""
 
 import asyncio
+import os
 from collections.abc import Callable
 from contextlib import aclosing
 
@@ -43,3 +44,11 @@ async def advertise(fleet: Fleet, advert: ExecutorAdvert) -> None:
 
 async def withdraw(fleet: Fleet, executor_id: str) -> None:
     await fleet.kv.delete(executor_id)
+
+
+def engine_threads() -> str:
+    """The threads every llama.cpp engine of the suite computes on (tests/conftest.py sets one), for an engine built
+    in a test and an executor started with a host's bare environment (a host's own setting, like its metrics port).
+    The default two, on two cores shared with three other test workers, spin waiting on a descheduled sibling: a
+    40-token line took over a minute, and the spinning slowed every other worker."""
+    return os.environ.get("SHESHNAG_EXECUTOR_N_THREADS", "1")

@@ -13,6 +13,7 @@ from services.executor.retry import LineRetry, run_line
 from services.executor.samples import run_samples
 from services.runtime.storage.catalogue import load_catalogue
 from services.validator.adapters.tokenizer import TokenizerCache
+from tests.support import engine_threads
 
 MODEL_ID = "smollm2-135m-instruct-q4_1"
 SLOT_CONTEXT = 256
@@ -22,7 +23,7 @@ SLOT_CONTEXT = 256
 def engine() -> Iterator[LlamaCppEngine]:
     model = load_catalogue(None).resolve(MODEL_ID)
     assert model is not None
-    engine = LlamaCppEngine(n_threads=2)
+    engine = LlamaCppEngine(n_threads=int(engine_threads()))
     engine.load(model.model_copy(update={"slots": 2, "context_length": SLOT_CONTEXT}))
     yield engine
     engine.unload()
@@ -330,7 +331,7 @@ def decodes(engine: LlamaCppEngine) -> int:
 def one_slot_engine() -> Iterator[LlamaCppEngine]:
     model = load_catalogue(None).resolve(MODEL_ID)
     assert model is not None
-    engine = LlamaCppEngine(n_threads=2)
+    engine = LlamaCppEngine(n_threads=int(engine_threads()))
     engine.load(model.model_copy(update={"slots": 1, "context_length": 2048}))
     yield engine
     engine.unload()
