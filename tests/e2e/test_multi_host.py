@@ -25,6 +25,7 @@ from services.runtime.nats.tls import tls_options
 from tests.deployment.backends import PostgresBackend, local_postgres
 from tests.e2e.multi_host import HOSTS, SHESHNAG, Layout, host_env, read_env_file, until, write_env_file
 from tests.factories import TERMINAL, chat_line, custom_ids_seen, lost_and_duplicated, upload_when_key_known
+from tests.support import engine_threads
 
 pytestmark = pytest.mark.e2e
 
@@ -159,7 +160,8 @@ def join(deployment: Deployment, worker_key: str) -> None:
     home.mkdir()
     pin = fingerprint((deployment.layout.tls / "ca.pem").read_text())
     env = {**host_env(), "HOME": str(home), "SHESHNAG_METRICS_PORT": "0", "SHESHNAG_EXECUTOR_CHUNK_LINES": "1",
-           "SHESHNAG_EXECUTOR_MODELS": '["smollm2"]', "SHESHNAG_EXECUTOR_WORKER_KEY": worker_key}
+           "SHESHNAG_EXECUTOR_MODELS": '["smollm2"]', "SHESHNAG_EXECUTOR_WORKER_KEY": worker_key,
+           "SHESHNAG_EXECUTOR_N_THREADS": engine_threads()}
     deployment.layout.start("executor", [SHESHNAG, "executor", "--deployment", deployment.gateway(CONTROL_PLANE[0]),
                                          "--ca-sha256", pin, "--data-dir", str(home / "sheshnag"),
                                          "--executor-id", "gpu-1"], env)

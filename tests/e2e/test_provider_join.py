@@ -29,6 +29,7 @@ from tests.e2e.capture import Capture, can_capture
 from tests.e2e.conftest import ADMIN_KEY
 from tests.e2e.test_batch_lifecycle import accounted
 from tests.factories import chat_line, upload_when_key_known, wait_until_done
+from tests.support import engine_threads
 
 pytestmark = pytest.mark.e2e
 
@@ -131,7 +132,7 @@ def provider_host(deployment: Deployment, worker_key: dict,
     """The executor, from the one documented command, with nothing of the control plane's environment."""
     home = tmp_path_factory.mktemp("provider-host")
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "PYTHONUNBUFFERED": "1", "SHESHNAG_METRICS_PORT": "0",
-           "SHESHNAG_EXECUTOR_CHUNK_LINES": "1",
+           "SHESHNAG_EXECUTOR_CHUNK_LINES": "1", "SHESHNAG_EXECUTOR_N_THREADS": engine_threads(),
            # The lines in hand when the module ends need not finish: the stop is the fixture's, not under test here.
            "SHESHNAG_EXECUTOR_STOP_GRACE_S": "3"}
     log = (home / "executor.log").open("ab")
