@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -160,7 +161,10 @@ class Layout:
         return exited
 
     def stop(self) -> None:
-        # Services first (they finish what they hold), brokers last.
-        for name in sorted(self.processes, key=lambda name: name.startswith("nats-")):
-            stop_process(self.processes.pop(name), within_s=20)
+        # Services first (they finish what they hold), brokers last; a group's processes stop together (eleven
+        # shutdowns one after another were most of the teardown).
+        for brokers in (False, True):
+            group = [self.processes.pop(name) for name in list(self.processes) if name.startswith("nats-") is brokers]
+            with ThreadPoolExecutor(max_workers=max(len(group), 1)) as stopping:
+                list(stopping.map(lambda process: stop_process(process, within_s=20), group))
         shutil.rmtree(self.root / "executor-host" / "sheshnag", ignore_errors=True)
