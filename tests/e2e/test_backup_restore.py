@@ -33,11 +33,12 @@ def test_a_restored_data_dir_holds_every_batch_and_file_with_the_same_bytes_and_
     live = start_stack(tmp_path / "data", free_port())
     try:
         client = live.client()
-        for name in ("first", "second"):
-            lines = [chat_line(f"{name}-{i}", f"Say {i}.", max_tokens=8) for i in range(2)]
-            created = client.batches.create(input_file_id=upload_when_key_known(client, lines),
-                                            endpoint="/v1/chat/completions", completion_window="24h")
-            assert wait_until_done(client, created.id, timeout_s=180)[0].status == "completed"
+        created = [client.batches.create(
+            input_file_id=upload_when_key_known(client, [chat_line(f"{name}-{i}", f"Say {i}.", max_tokens=8)
+                                                         for i in range(2)]),
+            endpoint="/v1/chat/completions", completion_window="24h") for name in ("first", "second")]
+        for batch in created:  # both run at once: the second no longer waits for the first to end
+            assert wait_until_done(client, batch.id, timeout_s=180)[0].status == "completed"
         client.files.create(file=jsonl([chat_line("kept", "hi")], name="kept.jsonl"), purpose="batch")
         before = contents(client)
         backed_up = sheshnag("backup", str(tmp_path / "backup"), "--data-dir", str(live.data_dir),
