@@ -5,6 +5,7 @@ import logging
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
+from aiohttp.web_protocol import RequestPayloadError
 
 from contracts.api.batch import SUPPORTED_ENDPOINTS
 from contracts.api.error import ErrorResponse, ErrorType
@@ -51,6 +52,13 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if http_error.status < 400:
             raise
         return http_error_response(request, http_error)
+    except RequestPayloadError as unreadable:
+        # aiohttp could not decode the body as sent (a Content-Encoding that is not what it says, a broken chunked
+        # body): the client's error, never a 500.
+        cause = unreadable.__cause__
+        said = getattr(cause, "message", None) or "its encoding is broken"
+        return error_response(ApiError(400, f"The request body could not be read: {said}."[:300],
+                                       "invalid_request_error", "bad_request"))
     except ConnectionResetError:
         if not client_gone(request):
             return internal_error(request)
