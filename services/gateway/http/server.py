@@ -17,6 +17,10 @@ from services.gateway.http.request_ids import REQUEST_ID_HEADER, request_id
 from services.gateway.usecases.refusals import ApiError
 
 MAX_MESSAGE_CHARS = 300
+IDLE_CONNECTION_S = 75.0
+"""How long a connection may hold no request in progress (none sent yet, headers never finished, or idle between
+requests) before it is closed: aiohttp's own default (3,630 s) would let silent sockets pile up for an hour each.
+Event streams, uploads and downloads in progress are requests, so this never cuts them."""
 
 
 class OpenAIErrorRequestHandler(RequestHandler):
@@ -55,7 +59,7 @@ class GatewayRunner(web.AppRunner):
 async def serve(app: web.Application, host: str, port: int, stop: asyncio.Event,
                 ssl_context: ssl.SSLContext | None = None, **runner_args: Any) -> None:
     """Serve `app` on host:port (HTTPS with `ssl_context`) until `stop` is set, then clean it up."""
-    runner = GatewayRunner(app, **runner_args)
+    runner = GatewayRunner(app, **{"keepalive_timeout": IDLE_CONNECTION_S, **runner_args})
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port, ssl_context=ssl_context).start()
