@@ -1,6 +1,7 @@
 """JSON bodies: a request's read into its contract model (bounded in size, refused in OpenAI's shape), and a contract
 object as the answer, marked when it is an earlier object returned for an identical create."""
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -11,15 +12,21 @@ from services.gateway.usecases.refusals import ApiError, parse_body
 
 MAX_BODY_BYTES = 64 * 1024
 READ_BYTES = 8192
+BODY_IDLE_S = 30.0
+"""How long a JSON body may send nothing before the request ends with 408 (an upload's is `client_idle_timeout_s`):
+the body is read to its end, so one that stops arriving would otherwise hold its request for as long as the
+connection lives."""
 DEDUPLICATED_FROM = "X-Sheshnag-Deduplicated-From"
 Body = TypeVar("Body", bound=BaseModel)
 
 
-async def read_body(request: web.Request, model: type[Body], max_bytes: int = MAX_BODY_BYTES) -> Body:
-    """The body as `model`: 413 past `max_bytes`, else the 400 the model's first refused field names."""
+async def read_body(request: web.Request, model: type[Body], max_bytes: int = MAX_BODY_BYTES,
+                    idle_s: float = BODY_IDLE_S) -> Body:
+    """The body as `model`: 413 past `max_bytes`, 408 when it sends nothing for `idle_s`, else the 400 the model's
+    first refused field names."""
     if (request.content_length or 0) > max_bytes:
         raise _too_large(max_bytes)
-    raw = await read_capped(request.content.read, max_bytes)
+    raw = await read_capped(_within(request.content.read, idle_s), max_bytes)
     if raw is None:
         raise _too_large(max_bytes)
     return parse_body(model, raw)
@@ -37,6 +44,19 @@ async def read_capped(read: Callable[[int], Awaitable[bytes]], max_bytes: int) -
         if size > max_bytes:
             return None
     return b"".join(chunks)
+
+
+def _within(read: Callable[[int], Awaitable[bytes]], idle_s: float) -> Callable[[int], Awaitable[bytes]]:
+    """`read`, each call given `idle_s` for something to arrive, else 408."""
+    async def read_within(size: int) -> bytes:
+        try:
+            async with asyncio.timeout(idle_s):
+                return await read(size)
+        except TimeoutError:
+            raise ApiError(408, f"The request body sent nothing for {idle_s:.0f}s; send the whole body (as its "
+                           "Content-Length says) and try again.", code="request_timeout") from None
+
+    return read_within
 
 
 def _too_large(max_bytes: int) -> ApiError:
