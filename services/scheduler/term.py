@@ -238,9 +238,15 @@ class Term:
         """The fact first, then the command: a leader that dies between them has the next one resend it."""
         plan = action.plan
         retry = action.shard in plan.retry_units
-        await self._state(BatchAssigned(aggregate_id=plan.batch_id, executor_id=action.executor_id,
-                                        attempt=action.attempt, lease_token=_lease_token(plan.batch_id, action.attempt),
-                                        shard=action.shard, shards=action.layout.shards, shard_span=action.layout.span))
+        assigned = BatchAssigned(aggregate_id=plan.batch_id, executor_id=action.executor_id, attempt=action.attempt,
+                                 lease_token=_lease_token(plan.batch_id, action.attempt), shard=action.shard,
+                                 shards=action.layout.shards, shard_span=action.layout.span)
+        try:  # never after a cancel the book has not folded yet: the ledger would refuse it as an anomaly
+            await self.bus.publish(assigned, fence=Fence(batch_fact(plan.batch_id, "cancel_requested"), 0))
+        except FenceMoved:
+            log.info("batch %s unit %d not assigned: its cancel came first", plan.batch_id, action.shard + 1)
+            return
+        self.book.apply(assigned)
         note_action(action, retry)
         await self._send_run(plan, action.executor_id, action.attempt, action.shard)
         log.info("batch %s unit %d/%d attempt %d assigned to %s", plan.batch_id, action.shard + 1,
