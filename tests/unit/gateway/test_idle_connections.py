@@ -22,11 +22,15 @@ async def _closed_within(port: int, sent: bytes, within_s: float) -> bool:
         writer.close()
 
 
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
 @pytest.mark.parametrize("sent", [b"", b"GET /healthz HTTP/1.1\r\nHost: x\r\n"])
 async def test_a_silent_or_unfinished_connection_is_closed(monkeypatch: pytest.MonkeyPatch, sent: bytes) -> None:
     monkeypatch.setattr(server, "IDLE_CONNECTION_S", 0.5)
     app = web.Application()
-    app.router.add_get("/healthz", lambda request: web.json_response({"status": "ok"}))  # type: ignore[arg-type,return-value]
+    app.router.add_get("/healthz", healthz)
     stop, port = asyncio.Event(), free_port()
     serving = asyncio.create_task(server.serve(app, "127.0.0.1", port, stop))
     try:
