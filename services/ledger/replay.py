@@ -10,11 +10,9 @@ from pydantic import BaseModel
 
 from contracts.archive import ARCHIVED_THROUGH_KEY, ArchivedThrough
 from contracts.readmodel import (
-    AccountRecord,
     ApiKeyRecord,
     BatchRecord,
     ExecutorRecord,
-    Filed,
     FileRecord,
     HoldersIndexed,
 )
@@ -22,7 +20,6 @@ from contracts.subjects import (
     HOLDERS_INDEXED_KEY,
     MEMBERS_INDEXED_KEY,
     OVERDRAWN_INDEXED_KEY,
-    overdrawn_key,
     owner_live_key,
 )
 from services.ledger.application import Ledger, persistence_env
@@ -34,7 +31,7 @@ from services.runtime.nats import eventlog
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.folds import running
 from services.runtime.nats.kv import latest_entries
-from services.runtime.nats.readmodel import ReadModel, holder_entries, live_lists, owner_copy, owner_entry
+from services.runtime.nats.readmodel import ReadModel, holder_entries, live_lists, side_entries
 from services.runtime.nats.stored_bytes import stored_records
 
 
@@ -67,17 +64,11 @@ async def replay_into_scratch(bus: EventBus, group_size: int = 5000, archive: Ar
     async def collect(projections: list[Projection]) -> None:
         for projection in projections:
             replayed.records[projection_key(projection)] = stored(projection)
-            if isinstance(projection, BatchRecord | FileRecord):
-                copy_key, kept = owner_copy(projection)
-                if kept:
-                    replayed.records[copy_key] = owner_entry(projection)
+            for key, entry in side_entries(stored(projection)).items():
+                if entry is None:
+                    replayed.records.pop(key, None)
                 else:
-                    replayed.records.pop(copy_key, None)
-            if isinstance(projection, AccountRecord):
-                if projection.overdrawn:
-                    replayed.records[overdrawn_key(projection.account_id)] = Filed(projection.account_id)
-                else:
-                    replayed.records.pop(overdrawn_key(projection.account_id), None)
+                    replayed.records[key] = entry
             if not isinstance(projection, ExecutorRecord):  # filed once the keys are known (below)
                 replayed.records.update(holder_entries(projection_key(projection), stored(projection)))
 

@@ -100,6 +100,17 @@ def owner_entry(record: BatchRecord | FileRecord) -> BaseModel:
     return record
 
 
+def side_entries(record: BaseModel) -> dict[str, BaseModel | None]:
+    """The entries that come and go with a record (None: erased): a batch's or file's owner copy, an account's mark
+    of being overdrawn."""
+    if isinstance(record, BatchRecord | FileRecord):
+        copy_key, kept = owner_copy(record)
+        return {copy_key: owner_entry(record) if kept else None}
+    if isinstance(record, AccountRecord) and KV_TOKEN.fullmatch(record.account_id):
+        return {overdrawn_key(record.account_id): Filed(record.account_id) if record.overdrawn else None}
+    return {}
+
+
 def holder_entries(key: str, record: BaseModel, provider_of_key: str | None = None) -> dict[str, BaseModel]:
     """What a record at `key` is filed as under who holds it: a key's record under each of its holders and its
     SHA-256 under its id, a provider's under its owner, an executor's under its provider (the one its registration
