@@ -4,13 +4,15 @@ Measured with SeaweedFS 4.48 (`weed mini`) on a full tmpfs: its volume server ma
 ("Volume 1 becomes unwritable"), and every write is answered 500 "No writable volumes and no free volumes left ...
 Not enough data nodes found!" until it looks at the disk again; once space returned that took 40 s on a quiet machine
 and over two minutes on a loaded one. A restart clears it at once. So once the store's volume has been under its
-reserve, this watch writes a probe object (as large as a result chunk) every few seconds after space is back; if the
-store still answers with a refusal `STUCK_AFTER_S` after space returned, it is restarted on the same port and data.
+reserve, this watch writes a probe (an object as large as a result chunk into a directory of each of the filer's
+partitions) every few seconds after space is back; if the store still answers with a refusal `STUCK_AFTER_S` after
+space returned, it is restarted on the same port and data.
 A store that does not answer at all is the supervisor's (it restarts a dead process); the watch never restarts one
 that writes. Nothing is lost: a write the store refused was answered as failed to its writer, who retries it.
 """
 
 import asyncio
+import hashlib
 import io
 import logging
 import time
@@ -31,8 +33,13 @@ log = logging.getLogger("sheshnag.up")
 PROBE_EVERY_S = 2.0
 STUCK_AFTER_S = 15.0
 """How long the store may go on refusing writes after its volume is back above its reserve before it is restarted."""
-PROBE_KEY = "health/object-store-watch"
-"""Outside `files/` (what the orphan sweep and quotas read): one object, rewritten by each probe."""
+PROBE_PREFIX = "health/object-store-probes"
+"""Outside `files/` (what the orphan sweep and quotas read): the probe's objects, each rewritten by each probe."""
+FILER_PARTITIONS = 8
+"""SeaweedFS's filer keeps its entries in 8 LevelDB stores, a directory's in the one the last byte of its path's MD5
+names, modulo 8 (`weed/filer/leveldb2`). A store whose write met the full disk went on refusing every write to its
+directories after space returned while the others wrote (a CI run: result chunks refused 100 s after a one-object probe
+was taken), so the probe writes an object into a directory of each."""
 PROBE_BYTES = 64 * 1024
 """As large as a result chunk: SeaweedFS takes an object of a few bytes without a writable volume (a CI run saw a
 2-byte probe and small uploads taken while every 32 KiB chunk was refused "No writable volumes" for minutes)."""
@@ -42,6 +49,18 @@ STOP_WITHIN_S = 3.0
 (what it wrote before is in the kernel's hands)."""
 
 Probe = Literal["written", "refused", "unreachable"]
+
+
+def probe_keys(bucket: str) -> list[str]:
+    """One object key in a directory of each of the filer's partitions (`FILER_PARTITIONS`)."""
+    chosen: dict[int, str] = {}
+    number = 0
+    while len(chosen) < FILER_PARTITIONS:
+        directory = f"{PROBE_PREFIX}/{number}"
+        digest = hashlib.md5(f"/buckets/{bucket}/{directory}".encode(), usedforsecurity=False).digest()
+        chosen.setdefault(digest[-1] % FILER_PARTITIONS, f"{directory}/probe")
+        number += 1
+    return [chosen[partition] for partition in sorted(chosen)]
 
 
 def probe_client(endpoint: str, access_key: str, secret_key: str, secure: bool = False) -> Minio:
@@ -108,7 +127,8 @@ class ObjectStoreWatch:
     def _write_probe(self) -> Probe:
         assert self.client is not None
         try:
-            self.client.put_object(self.bucket, PROBE_KEY, io.BytesIO(bytes(PROBE_BYTES)), PROBE_BYTES)
+            for key in probe_keys(self.bucket):
+                self.client.put_object(self.bucket, key, io.BytesIO(bytes(PROBE_BYTES)), PROBE_BYTES)
         except MinioException as error:  # answered: S3's error, or an answer that is not S3's (a bare 5xx)
             log.info("the object store refused the probe: %s", str(error)[:300])
             return "refused"
