@@ -98,11 +98,10 @@ async def test_a_providers_worker_keys_are_made_listed_and_revoked_without_readi
 async def test_an_organisations_members_and_their_batches_are_listed_without_reading_every_user_or_batch(
         gateway: Gateway) -> None:
     admin = await admin_key(gateway)
-    org, elsewhere = await organization(gateway, admin), await organization(gateway, admin)
-    _, carla = await member(gateway, admin, org, "carla", role="admin")
-    dan_id, dan = await member(gateway, admin, org, "dan")
-    _, erin = await member(gateway, admin, elsewhere, "erin")
-    dans, erins = await new_batch(gateway, dan), await new_batch(gateway, erin)
+    org, elsewhere = [await organization(gateway, admin) for _ in range(2)]
+    (_, carla), (dan_id, dan), (_, erin) = [await member(gateway, admin, where, name, role) for where, name, role in (
+        (org, "carla", "admin"), (org, "dan", "member"), (elsewhere, "erin", "member"))]
+    dans, erins = [await new_batch(gateway, headers) for headers in (dan, erin)]
     seen: dict[str, Any] = {}
 
     async def steps() -> None:
