@@ -115,12 +115,16 @@ class Counts:
     def _ended_run(self, span: RunSpan, now: float) -> None:
         if span.start is not None and span.done > 0 and (span.end or 0) >= now - SHARE_WINDOW_S:
             self.ended_runs.append(span)
-        self.runs_ended_within(now)
+        self._drop_ended_runs(now)  # never a copy of the window per batch: that was quadratic in the ends per window
+
+    def _drop_ended_runs(self, now: float) -> None:
+        """Forget the runs at the front that ended before the share window."""
+        while self.ended_runs and (self.ended_runs[0].end or 0) < now - SHARE_WINDOW_S:
+            self.ended_runs.popleft()
 
     def runs_ended_within(self, now: float, window_s: float = SHARE_WINDOW_S) -> list[RunSpan]:
         """The runs of batches that ended in the `window_s` before `now` (those seen ending earlier are dropped)."""
-        while self.ended_runs and (self.ended_runs[0].end or 0) < now - SHARE_WINDOW_S:
-            self.ended_runs.popleft()
+        self._drop_ended_runs(now)
         return [span for span in self.ended_runs if (span.end or 0) >= now - window_s]
 
     def queue(self, model: str, now: float) -> tuple[int, float | None]:

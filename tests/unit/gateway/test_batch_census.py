@@ -156,3 +156,21 @@ def test_a_models_rate_is_its_lines_over_the_window_since_its_earliest_start_as_
     assert window.rate(4700.0) == pytest.approx(50 / 3600)  # the first left; the second started before the window
     assert window.rate(5700.0) == pytest.approx(30 / 3200)  # only the last is left: from its start
     assert window.rate(7000.0) is None and window.done == 0 and not window.earliest
+
+
+def test_counting_an_ended_batch_copies_no_window_of_ended_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each ended batch only drops the runs that left the share window: copying the window at each end made a count
+    quadratic in the batches that ended within it (20,000 ends in 5 minutes: 8.4 s of the gateway's loop, not 0.2 s)."""
+    now = 1_700_010_000.0
+    census = BatchCensus()
+
+    def copied(*args: object, **kwargs: object) -> list[object]:
+        raise AssertionError("the window was copied while counting")
+
+    monkeypatch.setattr(BatchCensus, "runs_ended_within", copied)
+    for i in range(3):
+        census.record(f"batch_{i}", running_record(f"batch_{i}", "completed", "m", 5, 5, started=int(now) - 100,
+                                                   ended=int(now) - 10 + i), now)
+    monkeypatch.undo()
+    assert len(census.runs_ended_within(now)) == 3
+    assert census.runs_ended_within(now + 400) == [] and not census.ended_runs  # past the window: dropped
