@@ -437,7 +437,9 @@ class ReadModel:
         key = overdrawn_key(account.account_id)
         if account.overdrawn:
             await self.kv.put(key, Filed(account.account_id).model_dump_json().encode())
-        else:
+        elif account.account_id in self._overdrawn or await read_latest(self.kv, key) is not None:
+            # Erased only when there: a delete leaves a marker the sweep's scan of `overdrawn.>` reads for ever, so
+            # erasing blindly (each account's first write after every start) made that scan read every account.
             await self.kv.delete(key)
         self._overdrawn[account.account_id] = account.overdrawn
         if len(self._overdrawn) > INDEXED_KEPT:
