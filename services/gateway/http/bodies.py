@@ -16,6 +16,9 @@ BODY_IDLE_S = 30.0
 """How long a JSON body may send nothing before the request ends with 408 (an upload's is `client_idle_timeout_s`):
 the body is read to its end, so one that stops arriving would otherwise hold its request for as long as the
 connection lives."""
+BODY_WITHIN_S = 60.0
+"""How long a whole JSON body (at most `MAX_BODY_BYTES`) may take: a body that trickles a byte within each `idle_s`
+would otherwise hold its request for days."""
 DEDUPLICATED_FROM = "X-Sheshnag-Deduplicated-From"
 Body = TypeVar("Body", bound=BaseModel)
 
@@ -26,7 +29,12 @@ async def read_body(request: web.Request, model: type[Body], max_bytes: int = MA
     first refused field names."""
     if (request.content_length or 0) > max_bytes:
         raise _too_large(max_bytes)
-    raw = await read_capped(_within(request.content.read, idle_s), max_bytes)
+    try:
+        async with asyncio.timeout(BODY_WITHIN_S):
+            raw = await read_capped(_within(request.content.read, idle_s), max_bytes)
+    except TimeoutError:
+        raise ApiError(408, f"The request body took longer than {BODY_WITHIN_S:.0f}s; send it whole and try again.",
+                       code="request_timeout") from None
     if raw is None:
         raise _too_large(max_bytes)
     return parse_body(model, raw)

@@ -4,6 +4,7 @@ the connection lives (the body is read to its end, however many segments it come
 import asyncio
 
 import orjson
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from pydantic import BaseModel
@@ -39,5 +40,35 @@ async def test_a_json_body_that_stops_arriving_ends_with_408() -> None:
         writer.close()
         assert status_line.split()[1] == b"408"
         assert error["code"] == "request_timeout"
+    finally:
+        await server.close()
+
+
+
+async def test_a_json_body_that_trickles_a_byte_within_each_idle_timeout_ends_with_408(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bodies, "BODY_WITHIN_S", 1.5, raising=False)
+    app = web.Application(middlewares=[error_middleware])
+    app.router.add_post("/json", _json)
+    server = TestServer(app)
+    await server.start_server()
+    try:
+        reader, writer = await asyncio.open_connection(server.host, server.port)
+        writer.write(b"POST /json HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n")
+        await writer.drain()
+
+        async def trickle() -> None:
+            for _ in range(30):  # a byte every 0.3 s: never idle for 0.5 s, done after 9 s
+                writer.write(b" ")
+                await writer.drain()
+                await asyncio.sleep(0.3)
+
+        trickling = asyncio.create_task(trickle())
+        try:
+            status_line = await asyncio.wait_for(reader.readline(), 5)
+        finally:
+            trickling.cancel()
+        writer.close()
+        assert status_line.split()[1] == b"408"
     finally:
         await server.close()
