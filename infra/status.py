@@ -6,8 +6,10 @@ import json
 import sys
 import time
 
+from nats.js.kv import KeyValue
+
 from infra.account_tools import connected
-from services.gateway.background.batch_census import BatchCensus
+from services.gateway.background.batch_census import BatchCensus, Counts
 from services.gateway.background.fleet_gauges import CENSUS_READY_S
 from services.gateway.usecases.overview import Overview, gather
 from services.runtime.nats.fleet import Fleet
@@ -17,18 +19,27 @@ from services.runtime.storage.volumes import measure
 BAR_WIDTH = 24
 
 
+async def counted_once(kv: KeyValue, wait_s: float = CENSUS_READY_S) -> Counts:
+    """Every batch's current record counted once; after `wait_s`, what was counted so far (a first count is kept
+    aside until complete, and dropped when its watch stops, so it is taken before)."""
+    census = BatchCensus()
+    counting = asyncio.create_task(census.follow(kv))
+    partial: Counts | None = None
+    try:
+        await asyncio.wait_for(census.ready.wait(), wait_s)
+    except TimeoutError:
+        partial = census.counting
+        print(f"(the batches were not all counted within {wait_s:.0f} s: what was counted is shown)",
+              file=sys.stderr)
+    finally:
+        counting.cancel()
+        await asyncio.gather(counting, return_exceptions=True)
+    return census if census.ready.is_set() or partial is None else partial
+
+
 async def status(as_json: bool) -> None:
     async with connected("sheshnag-status") as (bus, read_model):
-        census = BatchCensus()
-        counting = asyncio.create_task(census.follow(read_model.kv))  # every batch's current record, once
-        try:
-            await asyncio.wait_for(census.ready.wait(), CENSUS_READY_S)
-        except TimeoutError:
-            print(f"(the batches were not all counted within {CENSUS_READY_S:.0f} s: what was counted is shown)",
-                  file=sys.stderr)
-        finally:
-            counting.cancel()
-            await asyncio.gather(counting, return_exceptions=True)
+        census = await counted_once(read_model.kv)
         view = await gather(bus, read_model, await Fleet.open(bus), census)
         view.volumes = await measure(ConnectionSettings(), bus.js)
     print(json.dumps(view.as_dict(), indent=2) if as_json else render(view))
