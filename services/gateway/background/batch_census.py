@@ -162,8 +162,15 @@ class BatchCensus(Counts):
         self.counting, self.counted_at = Counts(), time.monotonic()
 
     def put(self, key: str, value: bytes | None, revision: int) -> None:
-        (self.counting or self).record(key.removeprefix(read_model_key("batch", "")),
-                                       decoded(BatchRecord, key, value, "a batch record"))
+        """A record counts in the count under way and in the current one (which a recount would otherwise leave as it
+        was until it completes: the overview's queue and progress would stand still for its length)."""
+        batch_id, record = key.removeprefix(read_model_key("batch", "")), decoded(BatchRecord, key, value,
+                                                                                   "a batch record")
+        if self.counting is not None:
+            self.counting.record(batch_id, record)
+            if not self.ready.is_set():
+                return  # the first count: nothing current yet
+        self.record(batch_id, record)
 
     def current(self) -> None:
         self.reset(self.counting)

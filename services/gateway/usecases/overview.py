@@ -74,6 +74,8 @@ class Overview:
     consumers: list[ConsumerLag] = field(default_factory=list)
     stream_last_seq: int = 0
     volumes: list[VolumeSpace] = field(default_factory=list)
+    counted: bool = True
+    """Whether every batch was counted (False: a gateway still making its first count shows what it has so far)."""
     """Free space of each watched volume against its reserve, with its level."""
 
     def as_dict(self) -> dict[str, object]:

@@ -15,7 +15,9 @@ from services.gateway.usecases.overview import gather
 
 async def system_overview(request: web.Request) -> web.Response:
     context = deps(request)
-    view = await gather(context.bus, context.read_model, context.fleet, await counted_census(request.app))
+    census = await counted_census(request.app)
+    view = await gather(context.bus, context.read_model, context.fleet, census)
+    view.counted = census.ready.is_set()
     watch = request.app.get(STORAGE_WATCH)
     view.volumes = list(watch.volumes) if watch is not None else []
     return web.json_response(view.as_dict())

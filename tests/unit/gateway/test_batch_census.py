@@ -7,6 +7,7 @@ import pytest
 from contracts.api.batch import Batch
 from contracts.api.batch import BatchStatus as Status
 from contracts.readmodel import BatchRecord
+from contracts.subjects import read_model_key
 from services.gateway.background.batch_census import BatchCensus, RateWindow
 
 
@@ -174,3 +175,15 @@ def test_counting_an_ended_batch_copies_no_window_of_ended_runs(monkeypatch: pyt
     monkeypatch.undo()
     assert len(census.runs_ended_within(now)) == 3
     assert census.runs_ended_within(now + 400) == [] and not census.ended_runs  # past the window: dropped
+
+
+def test_a_change_during_a_recount_shows_at_once_and_the_recount_still_replaces_the_counts() -> None:
+    census = BatchCensus()
+    census.restart()
+    census.put(read_model_key("batch", "batch_r"), record("batch_r", "in_progress").model_dump_json().encode(), 1)
+    census.current()
+    census.restart()  # the hourly recount begins
+    census.put(read_model_key("batch", "batch_r"), record("batch_r", "cancelled").model_dump_json().encode(), 2)
+    assert census.by_status() == {"cancelled": 1}  # not frozen until the recount completes
+    census.current()
+    assert census.by_status() == {"cancelled": 1}
