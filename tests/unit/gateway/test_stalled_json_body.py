@@ -2,6 +2,8 @@
 the connection lives (the body is read to its end, however many segments it comes in)."""
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 import orjson
 import pytest
@@ -22,13 +24,21 @@ async def _json(request: web.Request) -> web.Response:
     return web.json_response({"ok": True})
 
 
-async def test_a_json_body_that_stops_arriving_ends_with_408() -> None:
+@contextlib.asynccontextmanager
+async def connected() -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    """A connection to a server whose one route reads a JSON body."""
     app = web.Application(middlewares=[error_middleware])
     app.router.add_post("/json", _json)
     server = TestServer(app)
     await server.start_server()
     try:
-        reader, writer = await asyncio.open_connection(server.host, server.port)
+        yield await asyncio.open_connection(server.host, server.port)
+    finally:
+        await server.close()
+
+
+async def test_a_json_body_that_stops_arriving_ends_with_408() -> None:
+    async with connected() as (reader, writer):
         writer.write(b"POST /json HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
                      b'{"url": ')
         await writer.drain()
@@ -40,20 +50,12 @@ async def test_a_json_body_that_stops_arriving_ends_with_408() -> None:
         writer.close()
         assert status_line.split()[1] == b"408"
         assert error["code"] == "request_timeout"
-    finally:
-        await server.close()
-
 
 
 async def test_a_json_body_that_trickles_a_byte_within_each_idle_timeout_ends_with_408(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bodies, "BODY_WITHIN_S", 1.5, raising=False)
-    app = web.Application(middlewares=[error_middleware])
-    app.router.add_post("/json", _json)
-    server = TestServer(app)
-    await server.start_server()
-    try:
-        reader, writer = await asyncio.open_connection(server.host, server.port)
+    async with connected() as (reader, writer):
         writer.write(b"POST /json HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n")
         await writer.drain()
 
@@ -70,5 +72,3 @@ async def test_a_json_body_that_trickles_a_byte_within_each_idle_timeout_ends_wi
             trickling.cancel()
         writer.close()
         assert status_line.split()[1] == b"408"
-    finally:
-        await server.close()
