@@ -1,5 +1,6 @@
 """The same bytes uploaded again after their file was deleted are a new file, even while the ledger lags and the read
-model still shows the deleted one (its bytes are gone: answering with it lost the upload)."""
+model still shows the deleted one (its bytes are gone: answering with it lost the upload); and a batch on a file
+stored but not folded yet is a 503 to retry, never a 404."""
 
 import asyncio
 import secrets
@@ -42,9 +43,14 @@ async def test_bytes_uploaded_again_after_their_file_was_deleted_are_a_new_file_
         second = await upload(client, key, content)
 
         assert second != first
+        # Stored, and not folded yet: a batch on it is asked to come back shortly, never told the file does not exist.
+        early = await client.post("/v1/batches", headers=key, json={
+            "input_file_id": second, "endpoint": "/v1/chat/completions", "completion_window": "24h"})
+        assert early.status == 503 and "Retry-After" in early.headers, await early.text()
+        assert (await early.json())["error"]["code"] == "ledger_behind"
         async with ledger(connection):
             deadline = time.monotonic() + WAIT_S
-            while (answer := await client.get(f"/v1/files/{second}/content", headers=key)).status == 404:
+            while (answer := await client.get(f"/v1/files/{second}/content", headers=key)).status in (404, 503):
                 assert time.monotonic() < deadline, "the new file never showed"
                 await asyncio.sleep(0.1)
             assert answer.status == 200 and await answer.read() == content

@@ -59,6 +59,9 @@ async def owned_file(d: Deps, caller: ApiKeyRecord, file_id: str) -> FileRecord:
     if record is None and d.own_writes.awaits(owner, "file", file_id):  # uploaded here a moment ago
         await d.own_writes.settle(d.read_model, owner, ("file",), d.settings.own_writes_wait_s)
         record = await d.read_model.get_file(file_id)
+        if record is None and d.own_writes.awaits(owner, "file", file_id):  # stored, not folded yet: never a 404
+            raise ApiError(503, f"File {file_id} is stored but the ledger has not caught up with it yet; try again "
+                                "shortly.", "server_error", "ledger_behind", retry_after_s=2)
     if record is None or record.deleted or record.owner != owner or is_expired(record):
         raise not_found("file", file_id)
     return record
