@@ -13,7 +13,7 @@ from aiohttp import web
 from services.gateway.background.batch_census import BatchCensus
 from services.gateway.background.loops import every, running
 from services.gateway.context import DEPS, Deps
-from services.gateway.usecases.overview import Overview, consumer_lags, executor_view, export_gauges, tally
+from services.gateway.usecases.overview import census_view, consumer_lags, export_gauges
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +35,7 @@ async def counted_census(app: web.Application) -> BatchCensus:
 
 async def refresh_gauges(d: Deps, census: BatchCensus) -> None:
     """One look at the fleet, set into the gauges: no batch record is read."""
-    now = time.time()
-    view = Overview(at=now)
-    view.executors = [executor_view(advert, now) for advert in await d.fleet.adverts()]
-    for record in list(census.open.values()):
-        tally(view, record, now)
-    view.batches_by_status = census.by_status()
+    view = census_view(census, await d.fleet.adverts(), time.time())
     view.consumers = await consumer_lags(d.bus)
     export_gauges(view)
 

@@ -74,9 +74,9 @@ class Overview:
     consumers: list[ConsumerLag] = field(default_factory=list)
     stream_last_seq: int = 0
     volumes: list[VolumeSpace] = field(default_factory=list)
+    """Free space of each watched volume against its reserve, with its level."""
     counted: bool = True
     """Whether every batch was counted (False: a gateway still making its first count shows what it has so far)."""
-    """Free space of each watched volume against its reserve, with its level."""
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -116,20 +116,26 @@ def tally(view: Overview, record: BatchRecord, now: float) -> None:
         view.running.append(running_view(record, now))
 
 
+def census_view(census: Counts, adverts: list[ExecutorAdvert], now: float) -> Overview:
+    """The fleet and the batches as the census counts them: per status, and the queued, held and running ones."""
+    view = Overview(at=now)
+    view.executors = [executor_view(advert, now) for advert in adverts]
+    for record in list(census.open.values()):
+        tally(view, record, now)
+    view.batches_by_status = census.by_status()
+    return view
+
+
 async def gather(bus: EventBus, read_model: ReadModel, fleet: Fleet, census: Counts) -> Overview:
     """The whole look, from the batch census (its unfinished batches, its counts and the runs that ended in the share
     window): no batch record is read, and of the users only those with a share."""
     now = time.time()
-    view = Overview(at=now)
-    view.executors = [executor_view(advert, now) for advert in await fleet.adverts()]
+    view = census_view(census, await fleet.adverts(), now)
     records, ended = list(census.open.values()), census.runs_ended_within(now)
     user_ids = {record.owner_user_id for record in records} | {span.user_id for span in ended}
     users = await asyncio.gather(*(read_model.get_user(user_id) for user_id in user_ids if user_id is not None))
     organizations = {user.user_id: user.organization_id for user in users if user is not None}
     view.owners = owner_shares(records, organizations, now, ended=ended)
-    for record in records:
-        tally(view, record, now)
-    view.batches_by_status = census.by_status()
     view.consumers = await consumer_lags(bus)
     view.stream_last_seq = (await bus.js.stream_info(EVENTS_STREAM)).state.last_seq
     return view

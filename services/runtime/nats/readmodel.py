@@ -43,6 +43,7 @@ from contracts.subjects import (
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.kv import (
     Bucket,
+    erase,
     latest_entries,
     latest_values,
     open_bucket,
@@ -156,7 +157,8 @@ class ReadModel:
         """The owner index keys of ended batches this writer filed (or found filed), the last `INDEXED_KEPT`."""
         self._stored = StoredBytesWriter(kv)
         self._marked: set[str] = set()
-        """The index marks (`HOLDERS_INDEXED_KEY`, `MEMBERS_INDEXED_KEY`) found present: once there, always."""
+        """The index marks (`HOLDERS_INDEXED_KEY`, `MEMBERS_INDEXED_KEY`, `OVERDRAWN_INDEXED_KEY`) found present: once
+        there, always."""
         self._key_providers: OrderedDict[str, str | None] = OrderedDict()
         self._filed: OrderedDict[str, None] = OrderedDict()
         """The entries of records filed by id this writer wrote (the last `INDEXED_KEPT`)."""
@@ -438,9 +440,7 @@ class ReadModel:
         if account.overdrawn:
             await self.kv.put(key, Filed(account.account_id).model_dump_json().encode())
         elif account.account_id in self._overdrawn or await read_latest(self.kv, key) is not None:
-            # Erased only when there: a delete leaves a marker the sweep's scan of `overdrawn.>` reads for ever, so
-            # erasing blindly (each account's first write after every start) made that scan read every account.
-            await self.kv.delete(key)
+            await erase(self.kv, key)  # no delete marker: the sweep's scan of `overdrawn.>` would read it for ever
         self._overdrawn[account.account_id] = account.overdrawn
         if len(self._overdrawn) > INDEXED_KEPT:
             self._overdrawn.popitem(last=False)

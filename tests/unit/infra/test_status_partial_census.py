@@ -1,7 +1,5 @@
 """`sheshnag status` whose census has not counted every batch in time shows what was counted, as it says."""
 
-import asyncio
-
 from infra.status import counted_once
 from tests.unit.gateway.test_batch_census import Entry, Watch
 
@@ -28,4 +26,3 @@ async def test_a_finished_count_is_shown_whole() -> None:
 
     counts = await counted_once(Bucket(), wait_s=1.0)  # type: ignore[arg-type]
     assert counts.by_status() == {"validated": 1}
-    await asyncio.sleep(0)
