@@ -85,6 +85,10 @@ class AttemptRun:
     """The lines a cancel or an expiry stopped (their tasks were cancelled while in the engine)."""
     lines_done: asyncio.Event = field(default_factory=asyncio.Event)
     traced: bool = field(default_factory=tracing)
+    begin_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """`started` is stated once, by whichever gets there first: its first line's slot, a commit, or its end."""
+    beginning: "asyncio.Task[None] | None" = None
+    """Stating `started` while the first line runs (its commit waits for it), so no round trip delays the line."""
 
     async def publish(self, *events: Event) -> bool:
         """Publish in order while this attempt holds its lease; False (nothing more written) once it does not."""
@@ -101,10 +105,20 @@ class AttemptRun:
         return False
 
     async def begin(self) -> bool:
-        """State `started` unless stated already; False once the attempt's lease is gone."""
-        if not self.started:
-            self.started = await self.publish(self.start)
+        """State `started` unless stated already (or waits while it is being stated); False once the attempt's lease
+        is gone."""
+        async with self.begin_lock:
+            if not self.started:
+                self.started = await self.publish(self.start)
         return self.started
+
+    async def _begin_or_stop(self) -> None:
+        """State `started` as the first line runs; a lease found lost stops the lines: nothing of theirs commits."""
+        if not await self.begin():
+            self._lose_lease()
+            for task in list(self.in_engine):
+                self.stopped.add(task)
+                task.cancel()
 
     async def run(self, first_run: bool = False) -> list[Event] | None:
         """Run the shard's uncommitted lines: its last chunk's progress fact, for the end to state; None: lease lost."""
@@ -183,10 +197,9 @@ class AttemptRun:
                     waiting_since = time.perf_counter()
                     while (started := await unit.next(owner, watch.stopping)) is not None:
                         index, slot = started
-                        if not await self.begin():  # its first line has a slot: the attempt runs from now on
-                            slot.give_back()
-                            self._lose_lease()
-                            break
+                        if self.beginning is None and not self.started:
+                            # Its first line has a slot: the attempt runs from now on, stated as the line starts.
+                            self.beginning = group.create_task(self._begin_or_stop())
                         # A task the group cancels before it starts (a sibling failed) never runs its `finally`.
                         group.create_task(self.run_one(lines[index], time.perf_counter() - waiting_since, slot)
                                           ).add_done_callback(slot.give_back)
@@ -199,6 +212,8 @@ class AttemptRun:
         assert task is not None  # a line runs in a task of its own
         command = self.command
         try:
+            if self.lease_lost:
+                return  # its lease was found lost as its slot came: nothing of it would commit
             with on_slot(slot.index):
                 self.in_engine.add(task)
                 try:
@@ -206,7 +221,7 @@ class AttemptRun:
                                               line.body, self.runner.retry, slot_wait_s, self.traced)
                 except asyncio.CancelledError:
                     if task in self.stopped and task.uncancel() == 0:
-                        return  # stopped by the batch's cancel or expiry (and by nothing else): never ran
+                        return  # stopped by the batch's cancel or expiry, or a lost lease (and by nothing else)
                     raise
                 finally:
                     self.in_engine.discard(task)
@@ -219,6 +234,9 @@ class AttemptRun:
                 await self.commit(chunk)
 
     async def commit(self, chunk: Chunk | None) -> None:
+        if chunk is not None and not await self.begin():  # `started` goes first, whichever line was quicker
+            self._lose_lease()
+            return
         progressed = await self.write(chunk)
         if progressed is not None and not await self.publish(progressed):
             self._lose_lease()

@@ -24,6 +24,7 @@ from contracts.events.batch import (
     ShardFinished,
     ShardLayout,
 )
+from contracts.events.envelope import Event
 from contracts.events.registry import AnyEvent, decode_event
 from contracts.subjects import batch_events, input_object_key, results_prefix
 from contracts.terms import BatchTerms
@@ -32,6 +33,7 @@ from services.executor.adapters.engines.base import Engine
 from services.executor.adapters.engines.shelf import EngineShelf
 from services.executor.adapters.log_reader import read_log
 from services.executor.adapters.watch import WatchHub
+from services.executor.attempt_run import AttemptRun
 from services.executor.chunk_lines import decode_chunk
 from services.executor.runner import BatchRunner
 from services.executor.slots import SlotPool
@@ -286,4 +288,71 @@ async def test_a_redelivered_attempt_looks_for_the_chunks_an_earlier_delivery_wr
     await runner.run(command, engine)
     await batch_facts(bus, command.batch_id, lambda fact: isinstance(fact, BatchCompleted))
     assert any(prefix.startswith(results_prefix(command.batch_id)) for prefix in reads.listed)
+    await runner.close()
+
+
+async def test_an_attempts_first_line_runs_while_its_start_is_stated_and_its_first_chunk_waits_for_it(
+    bus: EventBus, object_store: ObjectStore, engine: Engine, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No round trip to the log delays a batch's first line: `started` is stated while the line runs, and still
+    goes out before anything the attempt commits."""
+    [command] = await units(bus, object_store, [chat(n, max_tokens=1) for n in range(3)], span=8)
+    in_engine_at_start: list[int] = []
+    publish = AttemptRun.publish
+
+    async def stating(self: AttemptRun, *events: Event) -> bool:
+        if any(isinstance(event, BatchStarted) for event in events):
+            for _ in range(400):  # the first line reaches the engine without waiting for this publish
+                if self.in_engine:
+                    break
+                await asyncio.sleep(0.025)
+            in_engine_at_start.append(len(self.in_engine))
+        return await publish(self, *events)
+
+    monkeypatch.setattr(AttemptRun, "publish", stating)
+    runner = BatchRunner(bus, object_store, EXECUTOR, chunk_lines=1)
+    await runner.run(command, engine)
+    facts = await batch_facts(bus, command.batch_id, lambda fact: isinstance(fact, BatchCompleted))
+    assert in_engine_at_start and in_engine_at_start[0] > 0, "the first line waited for `started` to be stored"
+    own = [type(fact) for fact in facts if getattr(fact, "attempt", None) == command.attempt
+           and not isinstance(fact, BatchAssigned)]
+    assert own[0] is BatchStarted and own.count(BatchStarted) == 1 and own.count(BatchProgressed) == 3, own
+    await runner.close()
+
+
+async def test_an_attempt_whose_start_is_refused_stops_its_lines_and_commits_nothing(
+    bus: EventBus, object_store: ObjectStore, engine: Engine, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its lease was lost before `started` could be stated (another attempt moved the fence): the lines it had begun
+    are stopped and nothing of theirs is written or stated."""
+    [command] = await units(bus, object_store, [chat(n, max_tokens=64) for n in range(4)], span=8)
+    publish = AttemptRun.publish
+    answers: list[int] = []
+
+    async def refusing(self: AttemptRun, *events: Event) -> bool:
+        if any(isinstance(event, BatchStarted) for event in events):
+            for _ in range(400):
+                if self.in_engine:
+                    break
+                await asyncio.sleep(0.025)
+            return False  # as when the attempt's fence moved
+        return await publish(self, *events)
+
+    run_line = type(engine).run
+
+    async def counted(self: Engine, endpoint: str, body: dict[str, object]) -> object:
+        reply = await run_line(self, endpoint, body)
+        answers.append(1)
+        return reply
+
+    monkeypatch.setattr(AttemptRun, "publish", refusing)
+    monkeypatch.setattr(type(engine), "run", counted)
+    runner = BatchRunner(bus, object_store, EXECUTOR, chunk_lines=1)
+    await asyncio.wait_for(runner.run(command, engine), 120)
+    monkeypatch.undo()
+
+    stated = [decode_event(fact.data) async for fact in eventlog.read(bus, batch_events(command.batch_id))]
+    assert [type(fact) for fact in stated] == [BatchAssigned], "nothing stated after the assignment"
+    assert await object_store.list_keys(results_prefix(command.batch_id)) == [], "no chunk written"
+    assert answers == [], "every line begun was stopped before its answer"
     await runner.close()
