@@ -1,7 +1,6 @@
 """The ledger application: folds groups of stream facts into aggregates, keeps the checkpoint, answers queries.
 Synchronous like the eventsourcing library under it; callers on an event loop use `asyncio.to_thread`."""
 
-import logging
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,8 +23,6 @@ from services.ledger.membership import KeyOwner
 from services.ledger.rules import FoldingRules
 from services.ledger.sqlite_store import FACTORY_TOPIC as SQLITE_FACTORY_TOPIC
 from services.ledger.transcoding import LedgerTranscoder
-
-log = logging.getLogger(__name__)
 
 A = TypeVar("A", bound=Folded)
 

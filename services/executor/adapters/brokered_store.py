@@ -3,7 +3,6 @@ credentials. urllib3 is blocking, so every transfer runs in a worker thread; rea
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -18,8 +17,6 @@ from services.executor.adapters.desk import ask_until_answered
 from services.runtime.process.logfmt import BATCH_ID
 from services.runtime.storage.objectstore import ObjectNotFound, https_pool, read_chunks, split_lines
 from services.runtime.storage.write_failures import SAID_CHARS, ObjectStoreAnswered
-
-log = logging.getLogger(__name__)
 
 URL_MARGIN_S = 60.0
 """A URL from a listing is used only while it has this long left; else a fresh one is asked for."""

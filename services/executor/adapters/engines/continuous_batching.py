@@ -5,14 +5,11 @@ runs in the engine's micro-batches instead (`eligible`). The KV cache is sized f
 import asyncio
 import contextlib
 import dataclasses
-import logging
 import math
 import queue
 import secrets
 from contextlib import AbstractContextManager
 from typing import Any, cast
-
-log = logging.getLogger(__name__)
 
 PAGE_TOKENS = 256
 """Tokens per KV cache block (the library's default page size)."""
