@@ -193,7 +193,7 @@ class AttemptRun:
             while lines := [line async for line in _take(pending, PLAN_LINES)]:
                 keyed = self.engine.prompt_cache_per_slot
                 with self.slots.unit([prefix_key(command.terms.endpoint, line.body, owner) if keyed else None
-                                      for line in lines]) as unit:
+                                      for line in lines], command.batch_id) as unit:
                     waiting_since = time.perf_counter()
                     while (started := await unit.next(owner, watch.stopping)) is not None:
                         index, slot = started

@@ -1,6 +1,8 @@
 """One engine's slots, shared fairly between batch owners: a freed slot goes to the waiting owner holding the fewest,
-then the one that started fewest lines, then first come (kept a moment for an owner's unit between two asks). A free
-slot starts a line whose prompt prefix it holds (prefixes.py), so the per-slot prompt cache serves the shared part."""
+then the one that started fewest lines, then first come (kept a moment for an owner's unit between two asks); among
+one owner's, to the batch with the fewest lines left to start, so its batches end one after another rather than all
+late together. A free slot starts a line whose prompt prefix it holds (prefixes.py), so the per-slot prompt cache
+serves the shared part."""
 
 import asyncio
 import heapq
@@ -25,6 +27,7 @@ class _Waiter:
 
     def candidates(self) -> list[str | None]:
         return self.unit.candidates() if self.unit is not None else [None]
+
 
 
 class SlotPool:
@@ -61,9 +64,10 @@ class SlotPool:
         """Prefix keys some slot holds."""
         return {slot.resident for slot in self._slots if slot.resident is not None}
 
-    def unit(self, keys: Sequence[str | None]) -> "UnitPlan":
-        """Plan a unit's lines (their prefix keys, in file order), started by `UnitPlan.next` until it is closed."""
-        return UnitPlan(self, keys)
+    def unit(self, keys: Sequence[str | None], batch: str | None = None) -> "UnitPlan":
+        """Plan a unit's lines (their prefix keys, in file order), started by `UnitPlan.next` until it is closed;
+        `batch`: whose (the units of one batch take turns; another batch's wait or go by its lines left)."""
+        return UnitPlan(self, keys, batch)
 
     async def acquire(self, owner: str, unit: "UnitPlan | None" = None) -> Grant:
         """Wait for a slot (and, for a unit, the line to start on it)."""
@@ -163,6 +167,25 @@ class SlotPool:
                     to_come[key] += count
         return {key: min(lanes[key], to_come[key]) for key in lanes}
 
+    def _turns(self) -> Callable[[_Waiter], tuple[int, int, int]]:
+        """A waiter's place among its owner's: the batch with the fewest lines left to start here first (it ends
+        soonest; a small batch is not queued behind its owner's large one, and an owner's batches end one after
+        another rather than all late together), then the batch that came first, then the waiter that asked first
+        (the units of one batch take turns)."""
+        batches: dict[str, tuple[int, int]] = {}
+        for unit in self._units:
+            if unit.batch is not None:
+                left, first = batches.get(unit.batch, (0, unit.serial))
+                batches[unit.batch] = left + unit.lines_to_start, min(first, unit.serial)
+
+        def turn(waiter: _Waiter) -> tuple[int, int, int]:
+            unit = waiter.unit
+            if unit is None:
+                return 1, waiter.arrival, waiter.arrival
+            left, first = batches[unit.batch] if unit.batch is not None else (unit.lines_to_start, unit.serial)
+            return left, first, waiter.arrival
+        return turn
+
     def _returning(self, ready: list[_Waiter]) -> set[str]:
         """Owners of open units with lines still to start and no waiter now (a unit asks again a moment after a grant):
         slots freed together would otherwise all go to owners with several units waiting."""
@@ -219,14 +242,17 @@ class SlotPool:
     def _choose(self, ready: list[_Waiter], standing: Callable[[str], tuple[int, int]]
                 ) -> tuple[_Waiter, tuple[int, str | None]] | None:
         """The waiter to hand a free slot now, with which slot and prefix; None: all wait. Fewest slots held first, then
-        fewest lines started (first come would favour the owner that just gave one back), then warm, then earliest."""
+        fewest lines started (first come would favour the owner that just gave one back), then warm, then the owner's
+        batch nearest its end (`_turns`)."""
         if not self._resident_slots:
             # No slot is warm: the first waiter starts its first candidate on the least recently used free slot (as
             # `choose_start` would, without reading every slot).
-            first = min(ready, key=lambda waiter: (*standing(waiter.owner), waiter.arrival))
+            turn = self._turns()
+            first = min(ready, key=lambda waiter: (*standing(waiter.owner), *turn(waiter)))
             return first, (self._least_recently_used(), first.candidates()[0])
         warm = {slot.resident for slot in self._slots if not slot.busy and slot.resident is not None}
-        ready.sort(key=lambda waiter: (*standing(waiter.owner), warm.isdisjoint(waiter.candidates()), waiter.arrival))
+        turn = self._turns()
+        ready.sort(key=lambda waiter: (*standing(waiter.owner), warm.isdisjoint(waiter.candidates()), *turn(waiter)))
         need = self._need()
         # An owner below its share while others hold or want slots does not wait for a warm one: the slots it
         # passes over would go to them.
@@ -262,8 +288,10 @@ class SlotPool:
 class UnitPlan:
     """A unit's lines as the pool starts them: first those whose prefix a free slot holds; open until closed."""
 
-    def __init__(self, pool: SlotPool, keys: Sequence[str | None]) -> None:
+    def __init__(self, pool: SlotPool, keys: Sequence[str | None], batch: str | None = None) -> None:
         self._pool = pool
+        self.batch = batch
+        self.serial = next(pool._arrivals)
         self.keys = list(keys)
         planned = order_lines(self.keys, pool.size, pool.resident)
         self.order = planned.order
@@ -282,6 +310,10 @@ class UnitPlan:
     @property
     def has_lines_to_start(self) -> bool:
         return self._open and bool(self._pending)
+
+    @property
+    def lines_to_start(self) -> int:
+        return len(self._pending)
 
     async def next(self, owner: str, stopping: asyncio.Event) -> "tuple[int, HeldSlot] | None":
         """(the line to start, its slot); None (holding none) once all started, the plan closed or `stopping` set."""

@@ -1,6 +1,7 @@
 """An engine's one pool of slots, shared by every attempt on it: an owner alone takes every slot, a freed slot goes
-to the waiting owner holding the fewest (first come first served among equals), and neither a cancelled waiter nor
-an attempt told to stop ever keeps one. A unit's planned lines go to the slot that holds their prompt prefix."""
+to the waiting owner holding the fewest (first come first served among equals; among one owner's units, the one with
+the fewest lines left to start), and neither a cancelled waiter nor an attempt told to stop ever keeps one. A unit's
+planned lines go to the slot that holds their prompt prefix."""
 
 import asyncio
 import contextlib
@@ -414,3 +415,69 @@ async def test_while_no_slot_holds_a_prefix_a_line_starts_on_the_free_slot_used_
         handed[slot.index], clock = clock, clock + 1
         (prefixed.add if key is not None else prefixed.discard)(slot.index)
         held.append(slot)
+
+
+async def asking(unit: UnitPlan, owner: str, started: list[str], name: str) -> "asyncio.Task[HeldSlot]":
+    """The unit's next line, asked for now and noted in `started` as `name` once it has a slot."""
+    async def ask() -> HeldSlot:
+        taken = await unit.next(owner, asyncio.Event())
+        assert taken is not None
+        started.append(name)
+        return taken[1]
+    task = asyncio.create_task(ask())
+    await settle()
+    return task
+
+
+async def test_an_owners_small_batch_is_not_queued_behind_its_large_one() -> None:
+    """Among one owner's batches, a freed slot goes to the one with the fewest lines left to start."""
+    pool, started = SlotPool(1), list[str]()
+    with pool.unit([None] * 64, "batch_large") as large, pool.unit([None], "batch_small") as small:
+        _, slot = await start(large)
+        large_next = await asking(large, "ann", started, "large")
+        small_next = await asking(small, "ann", started, "small")  # asks after the large one
+        slot.give_back()
+        await settle()
+        assert started == ["small"]
+        (await small_next).give_back()
+        await settle()
+        assert started == ["small", "large"]
+        (await large_next).give_back()
+
+
+async def test_an_owners_batches_end_one_after_another_not_all_late_together() -> None:
+    """Units of equal size: the one begun first keeps the freed slots until its lines are all started, so its batch
+    ends while the next one starts, rather than each unit taking a line in turn and all of them ending in the last
+    round."""
+    pool, started = SlotPool(1), list[str]()
+    with pool.unit([None] * 3, "batch_1") as first, pool.unit([None] * 3, "batch_2") as second:
+        _, slot = await start(first)
+        second_next = await asking(second, "ann", started, "second")
+        first_next = await asking(first, "ann", started, "first")  # it asks again after the second unit asked
+        slot.give_back()
+        await settle()
+        assert started == ["first"]
+        first_last = await asking(first, "ann", started, "first")
+        (await first_next).give_back()
+        await settle()
+        assert started == ["first", "first"], "its last line before the other unit's first"
+        (await first_last).give_back()
+        await settle()
+        assert started == ["first", "first", "second"]
+        (await second_next).give_back()
+
+
+async def test_the_units_of_one_batch_take_turns() -> None:
+    """Shards of one batch on one engine: they end together with their batch, so none is kept waiting for another."""
+    pool, started = SlotPool(1), list[str]()
+    with pool.unit([None] * 3, "batch_1") as first, pool.unit([None] * 3, "batch_1") as second:
+        _, slot = await start(first)
+        second_next = await asking(second, "ann", started, "second")
+        first_next = await asking(first, "ann", started, "first")
+        slot.give_back()
+        await settle()
+        assert started == ["second"], "the shard that asked first"
+        (await second_next).give_back()
+        await settle()
+        assert started == ["second", "first"]
+        (await first_next).give_back()
