@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
-from services.gateway.adapters import own_writes
+from contracts.readmodel import ApiKeyRecord, UserRecord
+from services.gateway.adapters import key_cache, own_writes
+from services.gateway.adapters.key_cache import KeyCache
 from services.gateway.adapters.own_writes import OwnWrites
 from services.gateway.background import key_usage
 from services.gateway.background.key_usage import KeyUsage
@@ -69,3 +71,30 @@ def test_breakers_of_endpoints_no_attempt_reaches_any_more_are_forgotten() -> No
     fairness.started("wh_new", "user_b")
     fairness.ended("wh_new", "user_b", succeeded=False, now=now)
     assert list(fairness.breakers) == ["wh_new"]
+
+
+async def test_keys_and_users_no_longer_used_leave_the_auth_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock()
+    monkeypatch.setattr(key_cache.time, "monotonic", clock.monotonic)
+
+    class Reads:
+        async def get_api_key(self, digest: str) -> ApiKeyRecord:
+            return ApiKeyRecord(key_id=f"key_{digest[:8]}", role="user", label="", user_id=f"user_{digest[:8]}")
+
+        async def get_user(self, user_id: str) -> UserRecord:
+            return UserRecord(user_id=user_id, display_name=user_id, created_at=0)
+
+    class NoRevocations:
+        async def revoked(self, digest: str, key_id: str) -> bool:
+            return False
+
+    reads: Any = Reads()
+    revocations: Any = NoRevocations()
+    cache = KeyCache(reads, revocations)
+    for day in range(10):  # every day (a key's trust at a time), 2,000 tenants come, authenticate, and go
+        for number in range(2000):
+            await cache.user_of(await cache.lookup(f"sk-{day}-{number}") or pytest.fail("no record"))
+        clock.now += key_cache.CACHE_TTL_S
+
+    assert len(cache.known) + len(cache.users) < 3 * 2 * 2000  # a day or two's worth, not ten
+    assert len(cache.known) >= 2000  # the last day's keys, trusted until their time is up
