@@ -24,7 +24,7 @@ from services.scheduler.actions import (
 )
 from services.scheduler.book import CONTROL_PLANE, BatchPlan, Book
 from services.scheduler.domain import HEARTBEAT_FRESH_MS, free_bytes
-from services.scheduler.fair_share import FairQueue, QueuedBatch
+from services.scheduler.fair_share import FairQueue, QueuedBatch, is_urgent
 from services.scheduler.fleet_view import FleetView, Lane
 from services.scheduler.placement import PLACEMENT_WITHDRAWN
 
@@ -145,7 +145,7 @@ def _hand_out(wanting: list[tuple[BatchPlan, CatalogueModel]], book: Book, fleet
     units: dict[str, _Units] = {}
     actions: list[Action] = []
     queued: list[QueuedBatch] = []
-    for plan, model in wanting:
+    for plan, model in _contenders(wanting, lanes, fleet, load, rates, now_ms):
         layout = plan.layout or fleet.layout(plan.total_lines, model, policy)
         plan_units = units[plan.batch_id] = _Units(plan, layout, [], iter(range(plan.touched + 1, layout.shards)),
                                                    plan.attempt)
@@ -192,6 +192,32 @@ def _hand_out(wanting: list[tuple[BatchPlan, CatalogueModel]], book: Book, fleet
     actions += _guests(queue, units, fleet, load, actions, policy, by_key)
     given = {action.plan.batch_id for action in actions if isinstance(action, Assign)}
     return actions + _waits([(plan, model) for plan, model in wanting if plan.batch_id not in given], fleet)
+
+
+def _contenders(wanting: list[tuple[BatchPlan, CatalogueModel]], lanes: Mapping[str, Lane], fleet: FleetView,
+                load: Counter[str | None], rates: Mapping[str, float], now_ms: int,
+                ) -> list[tuple[BatchPlan, CatalogueModel]]:
+    """The batches a unit may come from this tick (in `wanting`'s order): a tick hands out at most `budget` units,
+    each from the head of an owner's queue of one lane (FIFO), so only the first batches of each queue can be
+    reached, besides urgent ones and units to retry. A batch whose lines ran out under the queue's estimate is passed
+    over once it gave a unit, so twice the budget is enough. The others still count in their owners' shares as the
+    batches running. A tick's cost then grows with owners and places, not with every batch queued behind them."""
+    budget = sum(max(advert.parallel_attempts + advert.guest_attempts - load[executor_id], 0)
+                 for executor_id, advert in fleet.live.items())
+    reach = 2 * budget + 1
+    queues: dict[tuple[str, str], list[BatchPlan]] = {}
+    for plan, _ in wanting:
+        queues.setdefault((lanes[plan.batch_id].key, plan.owner), []).append(plan)
+    if all(len(queue) <= reach for queue in queues.values()):
+        return wanting
+    passed: set[str] = set()
+    for queue in queues.values():
+        if len(queue) > reach:
+            queue.sort(key=lambda plan: plan.validated_order)
+            rate = rates.get(lanes[queue[0].batch_id].model.id, 0.0)
+            passed.update(plan.batch_id for plan in queue[reach:] if not plan.retry_units and not is_urgent(
+                plan.pending_lines() + plan.in_flight_lines(), plan.expires_at_ms, rate, now_ms))
+    return [(plan, model) for plan, model in wanting if plan.batch_id not in passed]
 
 
 def _retry_on(plan: BatchPlan, unit: int, lane: str, serves: dict[str, set[str]], places: dict[str, int]) -> str | None:

@@ -41,6 +41,13 @@ class QueuedBatch:
         return self.organization if self.organization is not None else SOLO + self.user
 
 
+def is_urgent(remaining_lines: int, expires_at_ms: int, rate: float, now_ms: int) -> bool:
+    """Whether a batch would miss its window at its model's measured `rate` (lines per second; none: never)."""
+    if rate <= NO_RATE:
+        return False
+    return now_ms + remaining_lines / rate * 1000 * URGENCY_SAFETY >= expires_at_ms
+
+
 @dataclass(frozen=True)
 class Weights:
     """Relative shares (default 1 each): an owner of weight 2 gets twice the lines in flight of one of weight 1."""
@@ -98,11 +105,7 @@ class FairQueue:
             urgent.sort(key=lambda b: (b.expires_at_ms, b.validated_order), reverse=True)
 
     def _is_urgent(self, batch: QueuedBatch) -> bool:
-        rate = self.rates.get(batch.model, 0.0)
-        if rate <= NO_RATE:
-            return False
-        needed_ms = batch.remaining_lines / rate * 1000 * URGENCY_SAFETY
-        return self.now_ms + needed_ms >= batch.expires_at_ms
+        return is_urgent(batch.remaining_lines, batch.expires_at_ms, self.rates.get(batch.model, 0.0), self.now_ms)
 
     def take(self, models: Collection[str], max_lines: int,
              newcomers_only: bool = False) -> tuple[QueuedBatch, int] | None:
