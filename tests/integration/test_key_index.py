@@ -236,3 +236,19 @@ async def test_an_executor_is_filed_under_its_provider_once_however_often_its_re
         assert found.lines_served == 4
     finally:
         await bus.close()
+
+
+async def test_an_executor_that_registered_with_another_provider_is_listed_under_that_one_only(
+        fresh_nats: RunningNats) -> None:
+    bus = await EventBus.connect(fresh_nats.url, "tests")
+    try:
+        read_model = await ReadModel.open(bus)
+        await read_model.mark_indexed(HOLDERS_INDEXED_KEY)
+        for provider_id in ("prov_a", "prov_b"):  # its owner moved it to another of their providers
+            await read_model.put("executor.exec-2", ExecutorRecord(
+                executor_id="exec-2", engine="llamacpp", engine_version="t", models=["m"], provider_id=provider_id,
+                status="online", started_at=1))
+        assert await read_model.provider_executors("prov_a") == []
+        assert [record.provider_id for record in await read_model.provider_executors("prov_b") or []] == ["prov_b"]
+    finally:
+        await bus.close()

@@ -237,7 +237,9 @@ class ReadModel:
                 for value in await latest_values(self.kv, filed_under("providers", owner))]
 
     async def provider_executors(self, provider_id: str) -> list[ExecutorRecord] | None:
-        """The executors filed under the provider, their records read by id; None: a read model not indexed yet."""
+        """The executors filed under the provider, their records read by id; None: a read model not indexed yet. An
+        executor that registered with another provider since (its owner's) is filed there too, and is left out here:
+        its record says whose it is now."""
         if not await self.holders_indexed():
             return None
         if not KV_TOKEN.fullmatch(provider_id):
@@ -245,7 +247,8 @@ class ReadModel:
         ids = [Filed.model_validate_json(value).root
                for value in await latest_values(self.kv, filed_under("executors", provider_id))]
         records = await read_last(self.kv, [read_model_key("executor", executor_id) for executor_id in ids])
-        return [ExecutorRecord.model_validate_json(value) for value in records.values()]
+        executors = (ExecutorRecord.model_validate_json(value) for value in records.values())
+        return [record for record in executors if record.provider_id in (None, provider_id)]
 
     async def _provider_of_key(self, key_id: str) -> str | None:
         """The provider of a worker key (which never changes; the key is in the read model before any executor
