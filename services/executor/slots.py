@@ -14,6 +14,9 @@ from types import TracebackType
 
 from services.executor.prefixes import SlotState, choose_start, order_lines
 
+PASSED_OVER_LIMIT = 8
+"""Times a waiter may be passed over by its owner's later waiters (their batches nearer their end) before it goes
+first among its owner's: a batch is never held back for ever by the owner's stream of smaller ones."""
 Grant = tuple[int, int | None]
 """(the slot's engine index, the unit's line started on it, or None for a slot taken without a unit)."""
 
@@ -24,6 +27,8 @@ class _Waiter:
     owner: str
     unit: "UnitPlan | None"
     granted: asyncio.Future[Grant]
+    passed: int = 0
+    """Grants its owner's later waiters took while it waited (past `PASSED_OVER_LIMIT` it goes first)."""
 
     def candidates(self) -> list[str | None]:
         return self.unit.candidates() if self.unit is not None else [None]
@@ -180,6 +185,8 @@ class SlotPool:
 
         def turn(waiter: _Waiter) -> tuple[int, int, int]:
             unit = waiter.unit
+            if waiter.passed >= PASSED_OVER_LIMIT:
+                return -1, waiter.arrival, waiter.arrival
             if unit is None:
                 return 1, waiter.arrival, waiter.arrival
             left, first = batches[unit.batch] if unit.batch is not None else (unit.lines_to_start, unit.serial)
@@ -275,6 +282,9 @@ class SlotPool:
 
     def _hand(self, waiter: _Waiter, index: int, key: str | None) -> None:
         self._waiting.remove(waiter)
+        for other in self._waiting:
+            if other.owner == waiter.owner and other.arrival < waiter.arrival:
+                other.passed += 1
         slot = self._slots[index]
         self._resident_slots += (key is not None) - (slot.resident is not None)
         slot.busy, slot.resident, slot.last_used = True, key, next(self._uses)

@@ -481,3 +481,36 @@ async def test_the_units_of_one_batch_take_turns() -> None:
         await settle()
         assert started == ["second", "first"]
         (await first_next).give_back()
+
+
+async def test_an_owners_large_batch_is_not_starved_by_its_stream_of_small_ones() -> None:
+    """A batch waiting for a slot is passed over by every smaller batch of its owner that comes after it: with
+    the owner's small batches arriving one after another (the scheduler sends the next as one ends), the large one
+    (maybe the urgent one, near its deadline) would never start a line on this engine. It goes first once passed
+    over `PASSED_OVER_LIMIT` times."""
+    pool, started = SlotPool(1), list[str]()
+    with pool.unit([None] * 64, "batch_large") as large:
+        first_small = pool.unit([None], "batch_small_0")
+        _, slot = await start(first_small)
+        large_next = await asking(large, "ann", started, "large")
+        smalls = [first_small]
+        for n in range(1, 20):
+            small = pool.unit([None], f"batch_small_{n}")
+            smalls.append(small)
+            small_next = await asking(small, "ann", started, f"small_{n}")
+            slot.give_back()
+            await settle()
+            if small_next.done():
+                slot = await small_next
+            else:
+                break
+        while_smalls_came = list(started)
+        slot.give_back()
+        await settle()
+        for small in smalls:
+            small.close()
+        assert "large" in while_smalls_came, while_smalls_came
+        if not large_next.done():
+            large_next.cancel()
+        else:
+            (await large_next).give_back()
