@@ -1,8 +1,8 @@
 """One engine's slots, shared fairly between batch owners: a freed slot goes to the waiting owner holding the fewest,
 then the one that started fewest lines, then first come (kept a moment for an owner's unit between two asks); among
 one owner's, to the batch with the fewest lines left to start, so its batches end one after another rather than all
-late together. A free slot starts a line whose prompt prefix it holds (prefixes.py), so the per-slot prompt cache
-serves the shared part."""
+late together (one passed over `PASSED_OVER_LIMIT` times goes first: none waits for ever). A free slot starts a line
+whose prompt prefix it holds (prefixes.py), so the per-slot prompt cache serves the shared part."""
 
 import asyncio
 import heapq
