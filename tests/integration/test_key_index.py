@@ -2,6 +2,7 @@
 key limit and revocation read only that user's keys (never every tenant's keys listed), a provider's worker keys
 likewise, and a read model made before the index is given it by the ledger at its next start, a replay agreeing."""
 
+import contextlib
 import secrets
 from collections.abc import AsyncIterator
 from decimal import Decimal
@@ -214,12 +215,21 @@ async def test_a_tenant_makes_its_own_keys_at_a_control_calls_pace_and_revokes_t
             assert (await paced.client.post("/v1/organization/keys", headers=admin, json={})).status == 200
 
 
-async def test_an_executor_is_filed_under_its_provider_once_however_often_its_record_changes(
-        fresh_nats: RunningNats) -> None:
-    bus = await EventBus.connect(fresh_nats.url, "tests")
+@contextlib.asynccontextmanager
+async def indexed_read_model(url: str) -> AsyncIterator[tuple[EventBus, ReadModel]]:
+    """A read model whose keys, providers and executors are indexed, and the bus it is read through."""
+    bus = await EventBus.connect(url, "tests")
     try:
         read_model = await ReadModel.open(bus)
         await read_model.mark_indexed(HOLDERS_INDEXED_KEY)
+        yield bus, read_model
+    finally:
+        await bus.close()
+
+
+async def test_an_executor_is_filed_under_its_provider_once_however_often_its_record_changes(
+        fresh_nats: RunningNats) -> None:
+    async with indexed_read_model(fresh_nats.url) as (bus, read_model):
         filings: list[str] = []
 
         async def seen(message: Any) -> None:
@@ -234,21 +244,14 @@ async def test_an_executor_is_filed_under_its_provider_once_however_often_its_re
         assert filings == [f"$KV.{READ_MODEL_BUCKET}.executors.prov_a.exec-1"]
         [found] = await read_model.provider_executors("prov_a") or []
         assert found.lines_served == 4
-    finally:
-        await bus.close()
 
 
 async def test_an_executor_that_registered_with_another_provider_is_listed_under_that_one_only(
         fresh_nats: RunningNats) -> None:
-    bus = await EventBus.connect(fresh_nats.url, "tests")
-    try:
-        read_model = await ReadModel.open(bus)
-        await read_model.mark_indexed(HOLDERS_INDEXED_KEY)
+    async with indexed_read_model(fresh_nats.url) as (_, read_model):
         for provider_id in ("prov_a", "prov_b"):  # its owner moved it to another of their providers
             await read_model.put("executor.exec-2", ExecutorRecord(
                 executor_id="exec-2", engine="llamacpp", engine_version="t", models=["m"], provider_id=provider_id,
                 status="online", started_at=1))
         assert await read_model.provider_executors("prov_a") == []
         assert [record.provider_id for record in await read_model.provider_executors("prov_b") or []] == ["prov_b"]
-    finally:
-        await bus.close()
