@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import nats.errors
 import nats.js.errors
 import pytest
 
@@ -42,6 +43,20 @@ async def bus(cluster: NatsCluster) -> AsyncIterator[EventBus]:
     bus = await EventBus.connect(cluster.core_urls(), "tests", replicas=3)
     yield bus
     await bus.close()
+
+
+async def elected(bus: EventBus, stream: str, within_s: float = 60.0) -> str:
+    """The stream's leader, once it has one."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            leader = (await bus.js.stream_info(stream)).cluster.leader  # type: ignore[union-attr]
+        except (nats.errors.TimeoutError, nats.js.errors.APIError):  # asked before a leader could answer
+            leader = None
+        if leader is not None:
+            return leader
+        assert time.monotonic() < deadline, f"{stream} elected no leader within {within_s:.0f} s"
+        await asyncio.sleep(0.1)
 
 
 async def replicas(bus: EventBus, stream: str) -> int:
@@ -132,8 +147,8 @@ async def test_a_record_no_replica_shows_is_asked_of_the_leader_before_it_is_cal
 async def test_with_no_leader_a_coherent_read_is_refused_fast_and_a_heartbeat_read_still_answers(
         cluster: NatsCluster, bus: EventBus) -> None:
     kv = await open_bucket(bus, f"lost_{secrets.token_hex(4)}", scans=True)
+    leader = await elected(bus, kv.stream)  # a loaded host may take a while to elect a new stream's leader
     await kv.put("executor.a", b"alive")
-    leader = (await bus.js.stream_info(kv.stream)).cluster.leader  # type: ignore[union-attr]
     survivor, *others = sorted((node.name for node in cluster.nodes), key=lambda name: name == leader)
     for name in others:  # its leader and one more: no quorum, so no leader
         cluster.kill(name)
