@@ -138,7 +138,7 @@ class AttemptRun:
         clock = asyncio.create_task(self.commit_on_time()) if runner.chunk_max_wait_s < float("inf") else None
         stopper = asyncio.create_task(self.stop_lines_on_cancel())
         try:
-            await self._feed_lines()
+            await self._feed_lines(self._to_run(tally))
         except ExceptionGroup as failures:
             # A crashed engine or a bad input line stops the attempt; surface the first cause.
             raise failures.exceptions[0] from failures
@@ -156,12 +156,16 @@ class AttemptRun:
             return None
         return [last] if last is not None else []
 
+    def _to_run(self, tally: Tally) -> int:
+        """The shard's lines no attempt committed (about: refused lines count as committed)."""
+        layout, shard = self.command.layout, self.command.shard
+        first, last = layout.first_line(shard), layout.last_line(shard) or self.command.total_lines
+        return max(last - first + 1 - tally.completed - tally.failed, 0)
+
     def _ahead(self, tally: Tally) -> list[WantedObject]:
         """The objects the run gets and puts: its input (unless copied here), its chunks and (unsharded) the output."""
         command, next_chunk = self.command, self.resume.next_chunk
-        layout, shard = command.layout, command.shard
-        first, last = layout.first_line(shard), layout.last_line(shard) or command.total_lines
-        chunks = -(-max(last - first + 1 - tally.completed - tally.failed, 0) // self.runner.chunk_lines)
+        chunks = -(-self._to_run(tally) // self.runner.chunk_lines)
         wanted = [] if command.batch_id in self.runner.inputs.copies else [
             WantedObject(operation="get", key=command.terms.input_object_key)]
         if not command.sharded:
@@ -184,16 +188,19 @@ class AttemptRun:
             self.in_hand = list(chunks)
         return Resume.from_chunks(chunks, command.attempt)
 
-    async def _feed_lines(self) -> None:
-        """Pending lines to the slot pool, `PLAN_LINES` planned together by prefix, until none is left or it stops."""
+    async def _feed_lines(self, to_run: int) -> None:
+        """Pending lines to the slot pool, `PLAN_LINES` planned together by prefix, until none is left or it stops
+        (`to_run`: about how many; the pool weighs a batch by its lines left)."""
         command, watch, owner = self.command, self.watch, self.command.terms.owner_key_id
+        planned = 0
         async with self.runner.inputs.hold(command.batch_id, command.terms.input_object_key) as copy, \
                 contextlib.aclosing(self._pending_lines(copy, watch.stopping)) as pending, \
                 asyncio.TaskGroup() as group:
             while lines := [line async for line in _take(pending, PLAN_LINES)]:
                 keyed = self.engine.prompt_cache_per_slot
+                planned += len(lines)
                 with self.slots.unit([prefix_key(command.terms.endpoint, line.body, owner) if keyed else None
-                                      for line in lines], command.batch_id) as unit:
+                                      for line in lines], command.batch_id, to_run - planned) as unit:
                     waiting_since = time.perf_counter()
                     while (started := await unit.next(owner, watch.stopping)) is not None:
                         index, slot = started

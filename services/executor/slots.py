@@ -7,7 +7,7 @@ whose prompt prefix it holds (prefixes.py), so the per-slot prompt cache serves 
 import asyncio
 import heapq
 import itertools
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -17,6 +17,8 @@ from services.executor.prefixes import SlotState, choose_start, order_lines
 PASSED_OVER_LIMIT = 8
 """Times a waiter may be passed over by its owner's later waiters (their batches nearer their end) before it goes
 first among its owner's: a batch is never held back for ever by the owner's stream of smaller ones."""
+BATCHES_KEPT = 4096
+"""Recent batches whose first plan's place is remembered (far more than an executor runs at once)."""
 Grant = tuple[int, int | None]
 """(the slot's engine index, the unit's line started on it, or None for a slot taken without a unit)."""
 
@@ -55,6 +57,8 @@ class SlotPool:
         """Units planned and not yet closed."""
         self._served: dict[str, int] = {}
         """Lines each owner present started here (a newcomer starts level with the least served holder)."""
+        self._batch_arrivals: OrderedDict[str, int] = OrderedDict()
+        """When each recent batch's first unit was planned: its later plans keep its place among its owner's."""
 
     @property
     def free(self) -> int:
@@ -69,10 +73,21 @@ class SlotPool:
         """Prefix keys some slot holds."""
         return {slot.resident for slot in self._slots if slot.resident is not None}
 
-    def unit(self, keys: Sequence[str | None], batch: str | None = None) -> "UnitPlan":
+    def unit(self, keys: Sequence[str | None], batch: str | None = None, beyond: int = 0) -> "UnitPlan":
         """Plan a unit's lines (their prefix keys, in file order), started by `UnitPlan.next` until it is closed;
-        `batch`: whose (the units of one batch take turns; another batch's wait or go by its lines left)."""
-        return UnitPlan(self, keys, batch)
+        `batch`: whose (the units of one batch take turns; another batch's wait or go by its lines left); `beyond`:
+        the unit's lines still to come after these (planned later)."""
+        return UnitPlan(self, keys, batch, beyond)
+
+    def _arrival_of(self, batch: str | None) -> int:
+        """A plan's place among its owner's: its batch's first plan's (recent batches kept), else its own."""
+        if batch is None:
+            return next(self._arrivals)
+        arrival = self._batch_arrivals.setdefault(batch, next(self._arrivals))
+        self._batch_arrivals.move_to_end(batch)
+        if len(self._batch_arrivals) > BATCHES_KEPT:
+            self._batch_arrivals.popitem(last=False)
+        return arrival
 
     async def acquire(self, owner: str, unit: "UnitPlan | None" = None) -> Grant:
         """Wait for a slot (and, for a unit, the line to start on it)."""
@@ -298,10 +313,12 @@ class SlotPool:
 class UnitPlan:
     """A unit's lines as the pool starts them: first those whose prefix a free slot holds; open until closed."""
 
-    def __init__(self, pool: SlotPool, keys: Sequence[str | None], batch: str | None = None) -> None:
+    def __init__(self, pool: SlotPool, keys: Sequence[str | None], batch: str | None = None, beyond: int = 0) -> None:
         self._pool = pool
         self.batch = batch
-        self.serial = next(pool._arrivals)
+        self.beyond = max(beyond, 0)
+        """Lines of the unit still to come after these (its next plans)."""
+        self.serial = pool._arrival_of(batch)
         self.keys = list(keys)
         planned = order_lines(self.keys, pool.size, pool.resident)
         self.order = planned.order
@@ -323,7 +340,8 @@ class UnitPlan:
 
     @property
     def lines_to_start(self) -> int:
-        return len(self._pending)
+        """Its lines not started yet, these planned and those to come."""
+        return len(self._pending) + self.beyond
 
     async def next(self, owner: str, stopping: asyncio.Event) -> "tuple[int, HeldSlot] | None":
         """(the line to start, its slot); None (holding none) once all started, the plan closed or `stopping` set."""

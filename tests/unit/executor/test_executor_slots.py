@@ -514,3 +514,34 @@ async def test_an_owners_large_batch_is_not_starved_by_its_stream_of_small_ones(
             large_next.cancel()
         else:
             (await large_next).give_back()
+
+
+async def test_a_batch_is_weighed_by_all_its_lines_left_not_only_those_planned_now() -> None:
+    """An attempt plans its lines 64 at a time: a large batch near the end of one plan is still a large batch."""
+    pool, started = SlotPool(1), list[str]()
+    with pool.unit([None] * 3, "batch_large", beyond=900) as large, pool.unit([None] * 10, "batch_small") as small:
+        _, slot = await start(large)
+        large_next = await asking(large, "ann", started, "large")  # 2 planned now, 900 to come
+        small_next = await asking(small, "ann", started, "small")
+        slot.give_back()
+        await settle()
+        assert started == ["small"]
+        (await small_next).give_back()
+        await settle()
+        (await large_next).give_back()
+
+
+async def test_a_batchs_next_plan_keeps_its_place_among_its_owners_batches() -> None:
+    """Between two batches as near their end, the one that came first goes first, whichever plan it is on now."""
+    pool, started = SlotPool(1), list[str]()
+    with pool.unit([None], "batch_old") as first_plan:
+        _, slot = await start(first_plan)
+    with pool.unit([None] * 4, "batch_new") as new, pool.unit([None] * 4, "batch_old") as second_plan:
+        new_next = await asking(new, "ann", started, "new")
+        old_next = await asking(second_plan, "ann", started, "old")
+        slot.give_back()
+        await settle()
+        assert started == ["old"]
+        (await old_next).give_back()
+        await settle()
+        (await new_next).give_back()
