@@ -516,19 +516,26 @@ async def test_an_owners_large_batch_is_not_starved_by_its_stream_of_small_ones(
             (await large_next).give_back()
 
 
+async def served_in_turn(slot: HeldSlot, started: list[str], asks: dict[str, "asyncio.Task[HeldSlot]"]) -> list[str]:
+    """Give `slot` back, then each slot granted as it is: the order the waiters asking (`asks`, by name) were served."""
+    slot.give_back()
+    served: list[str] = []
+    while asks:
+        await settle()
+        name = started[len(served)]
+        served.append(name)
+        (await asks.pop(name)).give_back()
+    return served
+
+
 async def test_a_batch_is_weighed_by_all_its_lines_left_not_only_those_planned_now() -> None:
     """An attempt plans its lines 64 at a time: a large batch near the end of one plan is still a large batch."""
     pool, started = SlotPool(1), list[str]()
     with pool.unit([None] * 3, "batch_large", beyond=900) as large, pool.unit([None] * 10, "batch_small") as small:
         _, slot = await start(large)
-        large_next = await asking(large, "ann", started, "large")  # 2 planned now, 900 to come
-        small_next = await asking(small, "ann", started, "small")
-        slot.give_back()
-        await settle()
-        assert started == ["small"]
-        (await small_next).give_back()
-        await settle()
-        (await large_next).give_back()
+        asks = {"large": await asking(large, "ann", started, "large"),  # 2 planned now, 900 to come
+                "small": await asking(small, "ann", started, "small")}
+        assert await served_in_turn(slot, started, asks) == ["small", "large"]
 
 
 async def test_a_batchs_next_plan_keeps_its_place_among_its_owners_batches() -> None:
@@ -537,11 +544,6 @@ async def test_a_batchs_next_plan_keeps_its_place_among_its_owners_batches() -> 
     with pool.unit([None], "batch_old") as first_plan:
         _, slot = await start(first_plan)
     with pool.unit([None] * 4, "batch_new") as new, pool.unit([None] * 4, "batch_old") as second_plan:
-        new_next = await asking(new, "ann", started, "new")
-        old_next = await asking(second_plan, "ann", started, "old")
-        slot.give_back()
-        await settle()
-        assert started == ["old"]
-        (await old_next).give_back()
-        await settle()
-        (await new_next).give_back()
+        asks = {"new": await asking(new, "ann", started, "new"),
+                "old": await asking(second_plan, "ann", started, "old")}
+        assert await served_in_turn(slot, started, asks) == ["old", "new"]
