@@ -116,9 +116,7 @@ class AttemptRun:
         """State `started` as the first line runs; a lease found lost stops the lines: nothing of theirs commits."""
         if not await self.begin():
             self._lose_lease()
-            for task in list(self.in_engine):
-                self.stopped.add(task)
-                task.cancel()
+            self._stop_lines()
 
     async def run(self, first_run: bool = False) -> list[Event] | None:
         """Run the shard's uncommitted lines: its last chunk's progress fact, for the end to state; None: lease lost."""
@@ -294,10 +292,14 @@ class AttemptRun:
 
     async def stop_lines_on_cancel(self) -> None:
         await self.watch.stopping.wait()
-        if self.watch.stop_reason() is not None:  # cancelled or expired; a lost lease lets lines finish as before
-            for task in list(self.in_engine):
-                self.stopped.add(task)
-                task.cancel()
+        if self.watch.stop_reason() is not None:  # cancelled or expired; a lease lost mid-run lets lines finish
+            self._stop_lines()
+
+    def _stop_lines(self) -> None:
+        """Stop the lines in the engine: they end as never run."""
+        for task in list(self.in_engine):
+            self.stopped.add(task)
+            task.cancel()
 
     async def _pending_lines(self, copy: InputCopy, stop: asyncio.Event) -> AsyncGenerator[InputLine, None]:
         """The shard's lines no attempt committed, read from the batch's local copy; none more once `stop` is set."""

@@ -36,7 +36,6 @@ class _Waiter:
         return self.unit.candidates() if self.unit is not None else [None]
 
 
-
 class SlotPool:
     """`size` slots, held by owner. Cancellation-safe: a waiter cancelled as its slot is granted holds none."""
 
