@@ -328,6 +328,8 @@ async def test_an_attempt_whose_start_is_refused_stops_its_lines_and_commits_not
     [command] = await units(bus, object_store, [chat(n, max_tokens=64) for n in range(4)], span=8)
     publish = AttemptRun.publish
     answers: list[int] = []
+    refused = asyncio.Event()
+    """Lines reach the engine only once the start is refused: a line not stopped then would be answered."""
 
     async def refusing(self: AttemptRun, *events: Event) -> bool:
         if any(isinstance(event, BatchStarted) for event in events):
@@ -335,12 +337,14 @@ async def test_an_attempt_whose_start_is_refused_stops_its_lines_and_commits_not
                 if self.in_engine:
                     break
                 await asyncio.sleep(0.025)
+            asyncio.get_running_loop().call_soon(refused.set)
             return False  # as when the attempt's fence moved
         return await publish(self, *events)
 
     run_line = type(engine).run
 
     async def counted(self: Engine, endpoint: str, body: dict[str, object]) -> object:
+        await refused.wait()
         reply = await run_line(self, endpoint, body)
         answers.append(1)
         return reply
