@@ -42,7 +42,7 @@ from bench.cpu import cpu_seconds, reference_cpu_ms
 from contracts.lifecycle import TERMINAL
 from contracts.subjects import EVENTS_STREAM
 from infra.embedded import ServerMetrics, bindable, free_port
-from infra.supervisor import SERVICES as STARTED_SERVICES
+from infra.service_names import SERVICES as STARTED_SERVICES
 from infra.supervisor import server_metrics
 from services.runtime.nats import eventlog
 from services.runtime.nats.broker import TOOL_ATTEMPTS

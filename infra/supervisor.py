@@ -33,6 +33,7 @@ from infra.nats_config import client_tls, core_url
 from infra.object_store_watch import ObjectStoreWatch, probe_client
 from infra.private import PRIVATE_UMASK, make_private
 from infra.process_env import StackSecrets, server_env, service_env
+from infra.service_names import SERVICES
 from infra.tls import ServerTls, ensure_server_tls
 from services.runtime.nats.tls import is_local_host
 from services.runtime.process.runner import SUPERVISOR_PID
@@ -40,7 +41,6 @@ from services.runtime.process.settings import ConnectionSettings
 
 log = logging.getLogger("sheshnag.up")
 
-SERVICES = ("ledger", "validator", "scheduler", "executor", "gateway")
 STOP_ORDER = (("gateway", "executor"), ("scheduler", "validator", "ledger"))
 """How `up` stops its services, a group at a time (the servers after them): an executor's last facts still reach the
 scheduler's desk and the ledger."""

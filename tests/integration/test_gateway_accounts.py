@@ -12,7 +12,7 @@ import pytest
 from contracts.events.batch import BatchCancelRequested, BatchCreated
 from contracts.events.key import KeyCreated
 from contracts.ids import hash_api_key
-from infra import cli
+from infra import account_tools as cli
 from services.gateway.context import DEPS
 from services.gateway.usecases.revocation import revoke_key
 from services.runtime.process.settings import ConnectionSettings

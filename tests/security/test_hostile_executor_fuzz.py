@@ -32,7 +32,7 @@ from contracts.subjects import (
     object_requests,
     run_command,
 )
-from infra.supervisor import SERVICES
+from infra.service_names import SERVICES
 from tests.security.conftest import ADMIN_KEY, RunningStack
 from tests.security.hostile_payloads import Hostile, Kind, Targets, kind_of
 from tests.security.test_hostile_executors import STACK_EXECUTOR, advert, custom_ids, ended, register, run_batch

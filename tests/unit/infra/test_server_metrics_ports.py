@@ -1,7 +1,8 @@
 """Where `sheshnag up` serves its metrics from one base port: the services' one each, then the embedded servers'."""
 
 from infra.embedded import ServerMetrics
-from infra.supervisor import SERVICES, metrics_env, server_metrics
+from infra.service_names import SERVICES
+from infra.supervisor import metrics_env, server_metrics
 from services.runtime.process.settings import ConnectionSettings
 
 

@@ -5,7 +5,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from infra.cli import wait_for_admission
+from infra.up import wait_for_admission
 
 
 async def gateway_answering(status: int, asked: list[str]) -> tuple[TestServer, int]:

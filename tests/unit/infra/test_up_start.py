@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.cli import until_stopped
 from infra.embedded import free_port
+from infra.up import until_stopped
 
 
 @pytest.mark.parametrize("option", ["--port", "--s3-port", "--nats-port"])

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from infra.cli import use_config_file
+from infra.up import use_config_file
 from services.executor.settings import ExecutorSettings
 from services.gateway.settings import GatewaySettings
 from services.ledger.settings import LedgerSettings

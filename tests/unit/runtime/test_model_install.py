@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from contracts.catalogue import CatalogueModel
-from infra.cli import install_missing_models
+from infra.up import install_missing_models
 from services.runtime.storage.catalogue import install_command, missing_package
 
 
