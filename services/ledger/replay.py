@@ -31,7 +31,8 @@ from services.runtime.nats import eventlog
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.folds import running
 from services.runtime.nats.kv import latest_entries
-from services.runtime.nats.readmodel import ReadModel, holder_entries, live_lists, side_entries
+from services.runtime.nats.read_entries import holder_entries, live_lists, side_entries
+from services.runtime.nats.readmodel import ReadModel
 from services.runtime.nats.stored_bytes import stored_records
 
 

@@ -19,7 +19,8 @@ from services.ledger.reindex import LIVE_INDEX, OWNER_INDEX
 from services.ledger.replay import diff_against_live
 from services.runtime.nats import eventlog, stored_bytes
 from services.runtime.nats.bus import EventBus
-from services.runtime.nats.readmodel import ReadModel, owner_copy
+from services.runtime.nats.read_entries import owner_copy
+from services.runtime.nats.readmodel import ReadModel
 from tests.conftest import RunningNats
 from tests.integration.test_ledger_owner_index import ALICE, LAPTOP, LONE_OWNER, PHONE, history
 from tests.integration.test_ledger_rebuild import folded_through, running_ledger

@@ -7,7 +7,8 @@ from contracts.readmodel import BatchRecord
 from contracts.subjects import owner_index_key
 from services.gateway.usecases.batch_list import batch_page, indexed
 from services.runtime.nats.bus import EventBus
-from services.runtime.nats.readmodel import BatchIndexEntry, ReadModel, owner_copy
+from services.runtime.nats.read_entries import BatchIndexEntry, owner_copy
+from services.runtime.nats.readmodel import ReadModel
 from tests.conftest import RunningNats
 from tests.support import put_batch
 

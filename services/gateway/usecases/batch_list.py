@@ -8,7 +8,8 @@ from contracts.api.batch import Batch
 from contracts.api.page import ListPage
 from contracts.readmodel import BatchRecord
 from services.gateway.http.paging import page_after
-from services.runtime.nats.readmodel import BatchIndexEntry, ReadModel
+from services.runtime.nats.read_entries import BatchIndexEntry
+from services.runtime.nats.readmodel import ReadModel
 
 FILTERED_READ = 100
 """Records read at a time while a filter fills a page (fewer round trips when few match)."""

@@ -11,7 +11,8 @@ from contracts.ids import owner_id, owner_user
 from contracts.readmodel import ApiKeyRecord, ProviderRecord, UserRecord
 from services.gateway.usecases.files import is_valid_id
 from services.gateway.usecases.refusals import not_found
-from services.runtime.nats.readmodel import BatchIndexEntry, ReadModel
+from services.runtime.nats.read_entries import BatchIndexEntry
+from services.runtime.nats.readmodel import ReadModel
 
 Standing = Literal["owner", "org_admin", "platform_admin"]
 """Why the caller may act on a batch."""

@@ -1,13 +1,11 @@
 """The read model: OpenAI-shaped records in a KV bucket, written by the ledger and read by the gateway."""
 
 import asyncio
-import re
 import time
-from collections import OrderedDict, defaultdict
-from collections.abc import Awaitable, Callable, Collection
-from typing import Any, TypeVar
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 
-from pydantic import BaseModel, model_validator
+from pydantic import BaseModel
 
 from contracts.lifecycle import TERMINAL
 from contracts.readmodel import (
@@ -31,12 +29,9 @@ from contracts.subjects import (
     OVERDRAWN,
     OVERDRAWN_INDEXED_KEY,
     READ_MODEL_BUCKET,
-    filed_key,
     filed_under,
     key_id_key,
     overdrawn_key,
-    owner_index,
-    owner_index_key,
     owner_live_key,
     read_model_key,
 )
@@ -49,21 +44,15 @@ from services.runtime.nats.kv import (
     open_bucket,
     read_last,
     read_latest,
-    read_value,
-    replicated,
 )
+from services.runtime.nats.owner_reads import OwnerReads, Record
+from services.runtime.nats.read_entries import KV_TOKEN, holder_entries, live_lists, owner_copy, owner_entry
 from services.runtime.nats.stored_bytes import (
     StoredBytesWriter,
-    part_of,
-    stored_bytes_counting,
-    stored_part,
     with_entry,
 )
 from services.runtime.process.keyed_locks import KeyedLocks
 
-Record = TypeVar("Record", bound=BaseModel)
-KV_TOKEN = re.compile(r"[A-Za-z0-9_-]+")
-"""What a KV key's token may be (anything else is never filed under it)."""
 KEY_PROVIDERS_KEPT = 65_536
 """Worker keys whose provider the writer remembers (past this the oldest are looked up again)."""
 INDEXED_KEPT = 65_536
@@ -71,85 +60,11 @@ INDEXED_KEPT = 65_536
 owner's live list): a later change to one it forgot files the same entry again, harmlessly."""
 
 
-class BatchIndexEntry(BaseModel):
-    """What an owner's index holds of one of their batches: only what never changes, so it is written once and a
-    list is ordered and paged from the index before the page's records are read by id."""
+class ReadModel(OwnerReads):
+    """Every record by its id, the lists of who holds what, and the one write (`put`) the ledger makes."""
 
-    id: str
-    created_at: int
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_full_record(cls, data: Any) -> Any:
-        """A read model written before the index held entries keeps a whole `BatchRecord` there."""
-        if isinstance(data, dict) and isinstance(data.get("batch"), dict):
-            return {"id": data["batch"].get("id"), "created_at": data["batch"].get("created_at")}
-        return data
-
-
-def owner_copy(record: BatchRecord | FileRecord) -> tuple[str, bool]:
-    """Where the owner's entry for a record lives, and whether it is kept (a deleted file leaves the index)."""
-    if isinstance(record, BatchRecord):
-        return owner_index_key(record.owner, "batch", record.batch.id), True
-    return owner_index_key(record.owner, "file", record.file.id), not record.deleted
-
-
-def owner_entry(record: BatchRecord | FileRecord) -> BaseModel:
-    """What the owner's index keeps of a record: a batch's entry, a file's whole record (files change rarely)."""
-    if isinstance(record, BatchRecord):
-        return BatchIndexEntry(id=record.batch.id, created_at=record.batch.created_at)
-    return record
-
-
-def side_entries(record: BaseModel) -> dict[str, BaseModel | None]:
-    """The entries that come and go with a record (None: erased): a batch's or file's owner copy, an account's mark
-    of being overdrawn."""
-    if isinstance(record, BatchRecord | FileRecord):
-        copy_key, kept = owner_copy(record)
-        return {copy_key: owner_entry(record) if kept else None}
-    if isinstance(record, AccountRecord) and KV_TOKEN.fullmatch(record.account_id):
-        return {overdrawn_key(record.account_id): Filed(record.account_id) if record.overdrawn else None}
-    return {}
-
-
-def holder_entries(key: str, record: BaseModel, provider_of_key: str | None = None) -> dict[str, BaseModel]:
-    """What a record at `key` is filed as under who holds it: a key's record under each of its holders and its
-    SHA-256 under its id, a provider's under its owner, an executor's under its provider (the one its registration
-    named, else `provider_of_key`: its worker key's, for a registration made before they named it), a user's under
-    its organisation. A token a KV key cannot hold is filed under nothing."""
-    entries: dict[str, BaseModel] = {}
-    if isinstance(record, ApiKeyRecord):
-        digest = key.removeprefix(read_model_key("apikey", ""))
-        entries.update((filed_key("keys", holder, digest), record) for holder in record.holders
-                       if KV_TOKEN.fullmatch(holder))
-        if KV_TOKEN.fullmatch(record.key_id):
-            entries[key_id_key(record.key_id)] = KeyDigest(digest)
-    elif isinstance(record, ProviderRecord):
-        if KV_TOKEN.fullmatch(record.owner) and KV_TOKEN.fullmatch(record.provider_id):
-            entries[filed_key("providers", record.owner, record.provider_id)] = record
-    elif isinstance(record, ExecutorRecord):
-        provider_id = record.provider_id or provider_of_key
-        if provider_id is not None and KV_TOKEN.fullmatch(provider_id) and KV_TOKEN.fullmatch(record.executor_id):
-            entries[filed_key("executors", provider_id, record.executor_id)] = Filed(record.executor_id)
-    elif isinstance(record, UserRecord):
-        if KV_TOKEN.fullmatch(record.organization) and KV_TOKEN.fullmatch(record.user_id):
-            entries[filed_key("members", record.organization, record.user_id)] = record
-    return entries
-
-
-def live_lists(records: list[BatchRecord]) -> dict[str, LiveBatches]:
-    """Each owner's list of live batches as `records` show them (an owner whose batches all ended: an empty list)."""
-    live: defaultdict[str, dict[str, str]] = defaultdict(dict)
-    for record in records:
-        ids = live[record.owner]
-        if record.batch.status not in TERMINAL:
-            ids[record.batch.id] = record.batch.input_file_id
-    return {owner: LiveBatches(dict(sorted(ids.items()))) for owner, ids in live.items()}
-
-
-class ReadModel:
     def __init__(self, kv: Bucket) -> None:
-        self.kv = kv
+        super().__init__(kv)
         self._live: dict[str, dict[str, str]] = {}
         """The writer's copy of each touched owner's live-batch list (as last put); owners with none are dropped."""
         self._live_locks = KeyedLocks()
@@ -170,15 +85,8 @@ class ReadModel:
     async def open(cls, bus: EventBus) -> "ReadModel":
         return cls(await open_bucket(bus, READ_MODEL_BUCKET, scans=True))
 
-    async def _get(self, key: str, model: type[Record]) -> Record | None:
-        raw = await read_latest(self.kv, key)
-        return None if raw is None else model.model_validate_json(raw)
-
     async def _scan(self, prefix: str, model: type[Record]) -> list[Record]:
         return [model.model_validate_json(value) for value in await latest_values(self.kv, f"{prefix}.>")]
-
-    async def get_batch(self, batch_id: str) -> BatchRecord | None:
-        return await self._get(read_model_key("batch", batch_id), BatchRecord)
 
     async def get_file(self, file_id: str) -> FileRecord | None:
         return await self._get(read_model_key("file", file_id), FileRecord)
@@ -322,85 +230,6 @@ class ReadModel:
 
     async def list_batches(self) -> list[BatchRecord]:
         return await self._scan("batch", BatchRecord)
-
-    async def get_batches(self, batch_ids: list[str]) -> dict[str, BatchRecord]:
-        """The records of those of `batch_ids` the read model shows, by id, in batched reads. On a replicated bucket
-        one the answering replica left out is asked of the leader: a batch written before the call is in the answer."""
-        keys = [read_model_key("batch", batch_id) for batch_id in batch_ids]
-        found = await read_last(self.kv, keys)
-        missing = [key for key in keys if key not in found]
-        if missing and await replicated(self.kv.js, self.kv.stream):
-            values = await asyncio.gather(*(read_value(self.kv, key) for key in missing))
-            found.update((key, value) for key, value in zip(missing, values, strict=True) if value)
-        return {key.removeprefix("batch."): BatchRecord.model_validate_json(value) for key, value in found.items()}
-
-    async def owner_batch_index(self, owner: str) -> list[BatchIndexEntry]:
-        """The owner's index of batches (id and creation time of each), in id order: one scan of small entries."""
-        values = await latest_values(self.kv, owner_index(owner, "batch"))
-        return [BatchIndexEntry.model_validate_json(value) for value in values]
-
-    async def every_batch_index(self) -> dict[str, list[BatchIndexEntry]]:
-        """Every owner's index of batches, by owner: one scan of the small entries, none of the records."""
-        indexes: defaultdict[str, list[BatchIndexEntry]] = defaultdict(list)
-        for key, value in await latest_entries(self.kv, owner_index("*", "batch")):
-            indexes[key.split(".")[1]].append(BatchIndexEntry.model_validate_json(value))
-        return dict(indexes)
-
-    async def owner_batches(self, owner: str) -> list[BatchRecord]:
-        """Every batch of one owner (a user, or a key without one) in id order: their index, then its records (an
-        entry whose record is not readable yet is left out, as is a record another owner holds)."""
-        ids = [entry.id for entry in await self.owner_batch_index(owner)]
-        records = await self.get_batches(ids)
-        return [records[batch_id] for batch_id in ids if batch_id in records and records[batch_id].owner == owner]
-
-    async def owner_live_list(self, owner: str) -> dict[str, str]:
-        """Batch id → input file id of the owner's batches that have not ended, in one read. A batch is listed before
-        its record shows it and leaves before its record shows it ended. An owner with no list yet (no batch, or a
-        read model made before the lists): from their index of batches."""
-        live = await self._live_list(owner)
-        if live is None:
-            live = {r.batch.id: r.batch.input_file_id for r in await self.owner_batches(owner)
-                    if r.batch.status not in TERMINAL}
-        return live
-
-    async def _live_list(self, owner: str) -> dict[str, str] | None:
-        """The owner's live list as written (None: never), every write acknowledged before the read in it."""
-        raw = await read_value(self.kv, owner_live_key(owner))
-        return LiveBatches.model_validate_json(raw).root if raw else None
-
-    async def owner_live_batches(self, owner: str, input_file_id: str | None = None,
-                                 live: dict[str, str] | None = None) -> list[BatchRecord]:
-        """The records of the owner's batches that have not ended (those the read model shows yet); with
-        `input_file_id`, only those reading that file. `live`: the owner's live list if the caller just read it."""
-        live = await self.owner_live_list(owner) if live is None else live
-        ids = sorted(batch_id for batch_id, file_id in live.items() if input_file_id in (None, file_id))
-        records = await asyncio.gather(*(self.get_batch(batch_id) for batch_id in ids))
-        return [record for record in records if record is not None and record.batch.status not in TERMINAL]
-
-    async def owner_files(self, owner: str) -> list[FileRecord]:
-        """The owner's files that are not deleted (expired ones included), from their index alone."""
-        return [FileRecord.model_validate_json(v) for v in await latest_values(self.kv, owner_index(owner, "file"))]
-
-    async def owner_stored_bytes(self, owner: str, now: float) -> int:
-        """The bytes of the owner's files that are neither deleted nor expired (one read while none is expired); with
-        no summary yet (no file, or a read model made before them), counted from their index of files."""
-        return (await self.owner_stored_files(owner, (), now))[0]
-
-    async def owner_stored_files(self, owner: str, parts: Collection[str], now: float
-                                 ) -> tuple[int, dict[str, frozenset[str]]]:
-        """`owner_stored_bytes`, and the files it counts of each of `parts` (their SHA-256's first two hex digits):
-        a file of one of them is in the total exactly when it is in its set (`stored_bytes_counting`)."""
-        found = await stored_bytes_counting(self.kv, owner, parts, now)
-        if found is not None:
-            return found
-        counted = [r for r in await self.owner_files(owner) if r.file.expires_at is None or r.file.expires_at > now]
-        return sum(r.file.bytes for r in counted), {
-            part: frozenset(r.file.id for r in counted if part_of(r.sha256) == part) for part in parts}
-
-    async def owner_file_ids_by_sha256(self, owner: str, sha256: str) -> list[str]:
-        """The ids of the owner's files with these bytes that are not deleted (one read, however many files)."""
-        files = await stored_part(self.kv, owner, part_of(sha256))
-        return [file_id for file_id, (_, _, digest) in files.root.items() if digest == sha256]
 
     async def index_stored_bytes(self) -> int:
         """Write every owner's stored bytes (once, for a read model made before them); how many owners have files."""

@@ -7,7 +7,7 @@ from contracts.api.batch import Batch, BatchStatus
 from contracts.readmodel import BatchRecord
 from services.gateway.usecases.batch_list import Listing, batch_page
 from services.gateway.usecases.refusals import ApiError
-from services.runtime.nats.readmodel import BatchIndexEntry, owner_entry
+from services.runtime.nats.read_entries import BatchIndexEntry, owner_entry
 
 T0 = 1_700_000_000
 
