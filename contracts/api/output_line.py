@@ -53,3 +53,8 @@ class CommittedLine(BaseModel):
     def succeeded(self) -> bool:
         response = self.output.response
         return response is not None and 200 <= response.status_code < 300
+
+
+def decode_chunk(data: bytes) -> list[CommittedLine]:
+    """A result chunk's lines (one `CommittedLine` of JSON a line); a ValueError for one that is not."""
+    return [CommittedLine.model_validate_json(raw) for raw in data.splitlines() if raw.strip()]

@@ -71,10 +71,6 @@ def encode_chunk(lines: Iterable[ResultLine]) -> bytes:
     return b"".join(line_json(line) + b"\n" for line in lines)
 
 
-def decode_chunk(data: bytes) -> list[CommittedLine]:
-    return [CommittedLine.model_validate_json(raw) for raw in data.splitlines() if raw.strip()]
-
-
 def read_chunk(data: bytes) -> list[ResultLine]:
     """A chunk's lines: those written as the models write them kept as bytes, any other decoded by the models."""
     return [_stored(raw) or CommittedLine.model_validate_json(raw) for raw in data.splitlines() if raw.strip()]

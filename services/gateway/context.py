@@ -10,6 +10,7 @@ from services.gateway.adapters.admission import Admission
 from services.gateway.adapters.fold_notices import FoldNotices
 from services.gateway.adapters.key_cache import KeyCache
 from services.gateway.adapters.own_writes import OwnWrites
+from services.gateway.adapters.result_chunks import ResultChunks
 from services.gateway.adapters.shared_reads import SharedReads
 from services.gateway.settings import GatewaySettings
 from services.gateway.usecases.accounts import Accounts
@@ -36,6 +37,8 @@ class Deps:
     """How far the read model holds the log: what a read-back of this gateway's own write waits for."""
     shared_reads: SharedReads = field(default_factory=SharedReads)
     """Reads of an owner's index shared by the requests in flight that need them (shared_reads.py)."""
+    result_chunks: ResultChunks = field(default_factory=ResultChunks)
+    """Result chunks as the results pages show them, the last read kept (result_chunks.py)."""
 
 
 DEPS = web.AppKey("deps", Deps)

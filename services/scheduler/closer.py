@@ -8,18 +8,16 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from contracts.api.output_line import CommittedLine
+from contracts.api.output_line import CommittedLine, decode_chunk
 from contracts.commands import FinalizeBatch
 from contracts.events.batch import BatchFailed
 from contracts.objects import MAX_CHUNK_BYTES
 from services.executor.adapters.log_reader import read_batch_log
-from services.executor.adapters.objects import close_stream
 from services.executor.adapters.results import ResultStore
-from services.executor.chunk_lines import decode_chunk
 from services.executor.finalizer import Ender, Finalizer
 from services.runtime.nats.bus import EventBus
 from services.runtime.process.tasks import cancel_and_join
-from services.runtime.storage.objectstore import ObjectStore
+from services.runtime.storage.objectstore import ObjectStore, read_within
 
 log = logging.getLogger(__name__)
 
@@ -43,23 +41,17 @@ class GuardedResults(ResultStore):
     async def chunks(self, keys: Iterable[str]) -> list[tuple[str, list[CommittedLine]]]:
         read: list[tuple[str, list[CommittedLine]]] = []
         for key in sorted(keys):
-            data, parts = bytearray(), self.store.iter_chunks(key)
+            data = await read_within(self.store.iter_chunks(key), MAX_CHUNK_BYTES)
+            if data is None:
+                log.warning("result chunk %s is over %d bytes: left out, its lines count as never run", key,
+                            MAX_CHUNK_BYTES)
+                continue
             try:
-                async for part in parts:
-                    data += part
-                    if len(data) > MAX_CHUNK_BYTES:
-                        log.warning("result chunk %s is over %d bytes: left out, its lines count as never run", key,
-                                    MAX_CHUNK_BYTES)
-                        break
-            finally:  # a chunk left part way releases its connection now, not when the generator is collected
-                await close_stream(parts)
-            if len(data) <= MAX_CHUNK_BYTES:
-                try:
-                    # Off the leader's loop (a chunk may be tens of MB); at most `AT_ONCE` threads at a time.
-                    read.append((key, await asyncio.to_thread(decode_chunk, bytes(data))))
-                except ValueError as error:  # pydantic's ValidationError is one
-                    log.warning("result chunk %s does not decode (%s): left out, its lines count as never run", key,
-                                str(error)[:200])
+                # Off the leader's loop (a chunk may be tens of MB); at most `AT_ONCE` threads at a time.
+                read.append((key, await asyncio.to_thread(decode_chunk, data)))
+            except ValueError as error:  # pydantic's ValidationError is one
+                log.warning("result chunk %s does not decode (%s): left out, its lines count as never run", key,
+                            str(error)[:200])
         return read
 
 

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
+from contracts.api.output_line import decode_chunk
 from contracts.catalogue import Catalogue
 from contracts.commands import RunBatch
 from contracts.events.batch import (
@@ -34,7 +35,6 @@ from services.executor.adapters.engines.shelf import EngineShelf
 from services.executor.adapters.log_reader import read_log
 from services.executor.adapters.watch import WatchHub
 from services.executor.attempt_run import AttemptRun
-from services.executor.chunk_lines import decode_chunk
 from services.executor.runner import BatchRunner
 from services.executor.slots import SlotPool
 from services.runtime.nats import eventlog

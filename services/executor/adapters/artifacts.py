@@ -16,10 +16,10 @@ import urllib3
 from minio.error import S3Error
 
 from contracts.catalogue import CatalogueModel, HubFile, ModelObject, hub_artifact, hub_checkpoint, object_artifact
-from services.executor.adapters.objects import ObjectAccess, close_stream
+from services.executor.adapters.objects import ObjectAccess
 from services.runtime.storage.catalogue import install_command, resolve_artifact
 from services.runtime.storage.hub import CheckpointUnavailable, checkpoint_directory
-from services.runtime.storage.objectstore import ObjectNotFound
+from services.runtime.storage.objectstore import ObjectNotFound, close_stream
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ credentials. urllib3 is blocking, so every transfer runs in a worker thread; rea
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from pathlib import Path
 
 import urllib3
@@ -68,14 +68,14 @@ class BrokeredObjectStore:
         url = await self._url("get", key)
         return await asyncio.to_thread(self._read_all, url, key)
 
-    async def iter_chunks(self, key: str) -> AsyncIterator[bytes]:
+    async def iter_chunks(self, key: str) -> AsyncGenerator[bytes, None]:
         url = await self._url("get", key)
         response = await asyncio.to_thread(self._open, url, key)
         async with contextlib.aclosing(read_chunks(response)) as chunks:
             async for chunk in chunks:
                 yield chunk
 
-    def iter_lines(self, key: str) -> AsyncIterator[bytes]:
+    def iter_lines(self, key: str) -> AsyncGenerator[bytes, None]:
         return split_lines(self.iter_chunks(key))
 
     async def put_bytes(self, key: str, data: bytes, content_type: str = "application/jsonl") -> None:

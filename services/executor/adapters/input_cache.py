@@ -14,8 +14,9 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import IO, TypeVar
 
-from services.executor.adapters.objects import ObjectAccess, close_stream
+from services.executor.adapters.objects import ObjectAccess
 from services.runtime.storage.lines import without_mark
+from services.runtime.storage.objectstore import close_stream
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,3 @@ class ObjectAccess(Protocol):
 
     async def list_keys(self, prefix: str) -> list[str]: ...
 
-
-async def close_stream(iterator: object) -> None:
-    """Release an object's body read part way (both stores' chunks and lines are async generators)."""
-    close = getattr(iterator, "aclose", None)
-    if close is not None:
-        await close()

@@ -4,23 +4,21 @@ opaque `next_after`; `complete` says the batch ended and this page reached its l
 
 from typing import Literal
 
-import orjson
 from aiohttp import web
 from pydantic import BaseModel
 
-from contracts.api.output_line import CommittedLine, OutputLine
+from contracts.api.output_line import OutputLine
 from contracts.events.batch import BatchProgressed
 from contracts.events.registry import decode_event
 from contracts.lifecycle import TERMINAL
 from contracts.subjects import event_subject
-from services.gateway.context import Deps, deps
+from services.gateway.context import deps
 from services.gateway.http.auth import principal
 from services.gateway.http.bodies import answer
 from services.gateway.http.paging import limit_of
 from services.gateway.usecases.batches import overseen_batch
 from services.gateway.usecases.refusals import ascii_int, bad_request
 from services.runtime.nats import eventlog
-from services.runtime.storage.objectstore import ObjectNotFound
 
 DEFAULT_LIMIT, MAX_LIMIT = 100, 1000
 CURSOR_PATTERN = r"^[0-9]{1,20}\.[0-9]{1,19}$"
@@ -66,7 +64,8 @@ async def batch_results(request: web.Request) -> web.Response:
         event = decode_event(fact.data)
         if not isinstance(event, BatchProgressed):
             continue
-        succeeded = [line for line in await _chunk(d, event.chunk_key) if line.succeeded]
+        lines = await d.result_chunks.lines(d.store.iter_chunks, event.chunk_key)
+        succeeded = [line for line in lines if line.succeeded]
         first = skip if fact.sequence == start_sequence else 0
         for index, line in enumerate(succeeded[first:], start=first):
             if line.line in seen_lines:
@@ -84,10 +83,3 @@ async def batch_results(request: web.Request) -> web.Response:
     return answer(ResultsPage(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None,
                               has_more=has_more, next_after=next_after, complete=ended and not has_more))
 
-
-async def _chunk(d: Deps, key: str) -> list[CommittedLine]:
-    try:
-        data = await d.store.get_bytes(key)
-    except ObjectNotFound:  # announced, then removed with the batch's other objects: nothing to show of it
-        return []
-    return [CommittedLine.model_validate(orjson.loads(raw)) for raw in data.splitlines() if raw.strip()]

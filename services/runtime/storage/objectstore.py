@@ -124,7 +124,7 @@ class ObjectStore:
             async for chunk in chunks:
                 yield chunk
 
-    def iter_lines(self, key: str) -> AsyncIterator[bytes]:
+    def iter_lines(self, key: str) -> AsyncGenerator[bytes, None]:
         """Each line of an object, without its line ending (the last line may lack one)."""
         return split_lines(self.iter_chunks(key))
 
@@ -231,11 +231,35 @@ async def read_chunks(response: urllib3.BaseHTTPResponse,
         response.release_conn()
 
 
-async def split_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """The lines of a stream of chunks, without their line endings (the last line may lack one): `LineSplitter`'s."""
+async def split_lines(chunks: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
+    """The lines of a stream of chunks, without their line endings (the last line may lack one): `LineSplitter`'s.
+    Closing it part way closes `chunks` (an object's connection is released then, not when collected)."""
     splitter = LineSplitter()
-    async for chunk in chunks:
-        for line in splitter.feed(chunk):
-            yield line
+    try:
+        async for chunk in chunks:
+            for line in splitter.feed(chunk):
+                yield line
+    finally:
+        await close_stream(chunks)
     for line in splitter.finish():
         yield line
+
+
+async def read_within(chunks: AsyncIterator[bytes], limit: int) -> bytes | None:
+    """An object's bytes, or None once they pass `limit` bytes (read no further: its connection is released)."""
+    data = bytearray()
+    try:
+        async for chunk in chunks:
+            data += chunk
+            if len(data) > limit:
+                return None
+    finally:
+        await close_stream(chunks)
+    return bytes(data)
+
+
+async def close_stream(chunks: object) -> None:
+    """Release an object's body read part way (both stores' chunks and lines are async generators)."""
+    close = getattr(chunks, "aclose", None)
+    if close is not None:
+        await close()

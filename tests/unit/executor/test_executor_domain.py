@@ -6,6 +6,7 @@ from typing import TypeVar, cast
 
 import pytest
 
+from contracts.api.output_line import decode_chunk
 from contracts.api.rejected_line import RejectedLine
 from contracts.events.batch import (
     AttemptFailed,
@@ -19,7 +20,7 @@ from contracts.events.envelope import Event
 from contracts.ids import batch_request_id
 from contracts.objects import MAX_CHUNK_BYTES
 from services.executor.attempts import BatchLog
-from services.executor.chunk_lines import StoredLine, decode_chunk, encode_chunk, output_json, read_chunk
+from services.executor.chunk_lines import StoredLine, encode_chunk, output_json, read_chunk
 from services.executor.domain import (
     ChunkCommitter,
     CommittedLine,
