@@ -188,3 +188,26 @@ async def test_a_batches_filter_out_of_its_documented_values_is_a_400_even_on_an
         gateway: Gateway, query: str, code: str) -> None:
     answer = await gateway.client.get(f"/v1/batches?{query}", headers=await gateway.new_key())
     assert answer.status == 400 and (await answer.json())["error"]["code"] == code
+
+
+async def test_a_head_of_a_download_or_an_event_stream_answers_headers_and_no_body(gateway: Gateway) -> None:
+    key = await gateway.new_key()
+    content = jsonl("a", "b")
+    file_id = (await (await gateway.upload(key, content)).json())["id"]
+    batch = await gateway.client.post("/v1/batches", json=batch_body(file_id), headers=key)
+    batch_id = (await batch.json())["id"]
+    server, auth = gateway.client.server, f"Authorization: {key['Authorization']}\r\n"
+    for path, length in ((f"/v1/files/{file_id}/content", str(len(content))), (f"/v1/batches/{batch_id}/events", None)):
+        reader, writer = await asyncio.open_connection(server.host, server.port)
+        try:
+            # Then a GET on the same connection: a body after the HEAD's headers would be read as its status line.
+            writer.write(f"HEAD {path} HTTP/1.1\r\nHost: x\r\n{auth}\r\n"
+                         f"GET /v1/files/{file_id} HTTP/1.1\r\nHost: x\r\n{auth}\r\n".encode())
+            await writer.drain()
+            head = (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)).decode("latin-1")
+            after = await asyncio.wait_for(reader.readuntil(b"\r\n"), 10)
+        finally:
+            writer.close()
+        assert head.startswith("HTTP/1.1 200"), head
+        assert length is None or f"Content-Length: {length}" in head, head
+        assert after.startswith(b"HTTP/1.1 200"), (path, after)

@@ -155,6 +155,10 @@ async def _stream(request: web.Request, record: BatchRecord) -> web.StreamRespon
     js = deps(request).bus.js
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                            "X-Accel-Buffering": "no"})
+    if request.method == "HEAD":  # the headers GET would send, and no stream
+        await response.prepare(request)
+        await response.write_eof()
+        return response
     ended_at = await terminal_sequence(js, batch_id) if after else None
     if ended_at is not None and ended_at <= after:  # the client has seen the end
         await response.prepare(request)

@@ -219,6 +219,9 @@ async def file_content(request: web.Request) -> web.StreamResponse:
                                                    "Content-Disposition": content_disposition(record.file.filename),
                                                    CONTENT_SHA256: record.sha256})
             await response.prepare(request)
+            if request.method == "HEAD":  # the headers GET would send, and no body
+                await response.write_eof()
+                return response
             idle_s = d.settings.client_idle_timeout_s
             try:  # the client takes each part within idle_s, else a TimeoutError (an OSError: one of TRANSIENT)
                 async with asyncio.timeout(idle_s):
