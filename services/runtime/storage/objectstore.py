@@ -176,7 +176,9 @@ def _missing_as_not_found(key: str) -> Iterator[None]:
 
 class StreamingUpload:
     """One object sent as its bytes arrive. Up to one part is held; a small object goes in one PUT at `finish`, a
-    larger one as a multipart upload whose parts are each one blocking call with their bytes in hand."""
+    larger one as a multipart upload whose parts are each one blocking call with their bytes in hand. Each call runs
+    to its end even when its caller stops waiting (a timeout, a cancel): `abort` waits for it, then drops what it made,
+    so an upload given up part way leaves neither an incomplete multipart upload nor an object behind."""
 
     def __init__(self, store: ObjectStore, key: str, content_type: str) -> None:
         self.store = store
@@ -185,6 +187,10 @@ class StreamingUpload:
         self.pending = bytearray()
         self.upload_id: str | None = None
         self.parts: list[Part] = []
+        self.finishing = False
+        """`finish` began: the object may exist, whatever its caller heard."""
+        self._step: asyncio.Future[object] | None = None
+        """The blocking call under way (or the last one)."""
 
     async def write(self, chunk: bytes) -> None:
         self.pending += chunk
@@ -193,29 +199,45 @@ class StreamingUpload:
 
     async def finish(self) -> None:
         if self.upload_id is None:
-            await self.store.put_bytes(self.key, bytes(self.pending), self.content_type)
+            self.finishing = True
+            await self._shielded(self.store.put_bytes(self.key, bytes(self.pending), self.content_type))
             return
         if self.pending:
             await self._send_part()
-        await self.store.run(self.store.client._complete_multipart_upload, self.store.bucket, self.key,
-                             self.upload_id, self.parts)
+        self.finishing = True
+        await self._shielded(self.store.run(self.store.client._complete_multipart_upload, self.store.bucket, self.key,
+                                            self.upload_id, self.parts))
 
     async def abort(self) -> None:
-        """Drop what was sent (best effort: a store that is down keeps an incomplete upload, never an object)."""
-        if self.upload_id is not None:
-            with contextlib.suppress(S3Error, *TRANSIENT):
+        """Drop what was sent (best effort: a store that is down keeps an incomplete upload or the object, for the
+        orphan sweep)."""
+        if self._step is not None:
+            await asyncio.wait([self._step])  # bounded by the store's timeouts
+        with contextlib.suppress(S3Error, *TRANSIENT):
+            if self.upload_id is not None:
                 await self.store.run(self.store.client._abort_multipart_upload, self.store.bucket, self.key,
                                      self.upload_id)
+            if self.finishing:
+                await self.store.remove(self.key)
 
     async def _send_part(self) -> None:
-        client, bucket = self.store.client, self.store.bucket
         if self.upload_id is None:
-            self.upload_id = await self.store.run(client._create_multipart_upload, bucket, self.key,
-                                                  {"Content-Type": self.content_type})
+            await self._shielded(self._create())
         data, self.pending = bytes(self.pending), bytearray()
-        number = len(self.parts) + 1
-        etag = await self.store.run(client._upload_part, bucket, self.key, data, None, self.upload_id, number)
+        await self._shielded(self._upload_part(data, len(self.parts) + 1))
+
+    async def _create(self) -> None:
+        self.upload_id = await self.store.run(self.store.client._create_multipart_upload, self.store.bucket, self.key,
+                                              {"Content-Type": self.content_type})
+
+    async def _upload_part(self, data: bytes, number: int) -> None:
+        etag = await self.store.run(self.store.client._upload_part, self.store.bucket, self.key, data, None,
+                                    self.upload_id, number)
         self.parts.append(Part(number, etag))
+
+    async def _shielded(self, call: Awaitable[object]) -> None:
+        self._step = asyncio.ensure_future(call)
+        await asyncio.shield(self._step)
 
 
 async def read_chunks(response: urllib3.BaseHTTPResponse,
