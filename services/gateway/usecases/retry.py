@@ -2,6 +2,7 @@
 inputs are streamed into a new file and the batch created as `POST /v1/batches` would. By default lines that failed
 at run time or never ran; a refused line only when `codes` names its code. Asked again, the same batch (derived id)."""
 
+import contextlib
 import secrets
 from dataclasses import dataclass, field
 from typing import Annotated, Any
@@ -66,18 +67,19 @@ def failure_code(row: dict[str, Any]) -> str | None:
 
 async def failed_lines(d: Deps, error_object_key: str, codes: set[str] | None) -> FailedLines:
     found = FailedLines()
-    async for raw in d.store.iter_lines(error_object_key):
-        if not raw.strip():
-            continue
-        row = orjson.loads(raw)
-        code = failure_code(row)
-        refused = isinstance(row.get("line"), int)
-        if (codes is not None and code not in codes) or (codes is None and refused):
-            continue
-        if refused:
-            found.numbers.add(int(row["line"]))
-        elif isinstance(row.get("custom_id"), str):
-            found.custom_ids.add(row["custom_id"])
+    async with contextlib.aclosing(d.store.iter_lines(error_object_key)) as lines:
+        async for raw in lines:
+            if not raw.strip():
+                continue
+            row = orjson.loads(raw)
+            code = failure_code(row)
+            refused = isinstance(row.get("line"), int)
+            if (codes is not None and code not in codes) or (codes is None and refused):
+                continue
+            if refused:
+                found.numbers.add(int(row["line"]))
+            elif isinstance(row.get("custom_id"), str):
+                found.custom_ids.add(row["custom_id"])
     return found
 
 
@@ -132,18 +134,19 @@ async def copy_lines(d: Deps, caller: ApiKeyRecord, source_key: str, file_id: st
     writer = d.store.writer(object_key, "application/jsonl")
     tally, number = Tally(), 0
     try:
-        async for raw in d.store.iter_lines(source_key):
-            number += 1
-            if not raw.strip():
-                continue
-            try:  # a line too long to have run is not parsed (on the event loop): it is chosen by number alone
-                custom_id = orjson.loads(raw).get("custom_id") if len(raw) <= MAX_LINE_BYTES else None
-            except (orjson.JSONDecodeError, AttributeError):
-                custom_id = None
-            if wanted.selects(number, custom_id):
-                data = raw + b"\n"
-                tally.feed(data)
-                await writer.write(data)
+        async with contextlib.aclosing(d.store.iter_lines(source_key)) as lines:
+            async for raw in lines:
+                number += 1
+                if not raw.strip():
+                    continue
+                try:  # a line too long to have run is not parsed (on the event loop): it is chosen by number alone
+                    custom_id = orjson.loads(raw).get("custom_id") if len(raw) <= MAX_LINE_BYTES else None
+                except (orjson.JSONDecodeError, AttributeError):
+                    custom_id = None
+                if wanted.selects(number, custom_id):
+                    data = raw + b"\n"
+                    tally.feed(data)
+                    await writer.write(data)
         await writer.finish()
     except BaseException:
         await writer.abort()

@@ -2,6 +2,7 @@
 batch, examples from its `line_rejected` facts; once ended, its error file's lines counted by code and stage (the
 same number as `request_counts.failed`), kept for a bounded number of files (an error file never changes)."""
 
+import contextlib
 from collections import Counter, OrderedDict
 
 import orjson
@@ -13,7 +14,7 @@ from contracts.events.batch import LineRejected
 from contracts.events.registry import decode_event
 from contracts.lifecycle import TERMINAL
 from contracts.subjects import event_subject
-from services.gateway.context import deps
+from services.gateway.context import Deps, deps
 from services.gateway.http.auth import principal
 from services.gateway.http.bodies import answer
 from services.gateway.usecases.batches import owned_batch
@@ -58,7 +59,8 @@ def stage_of(row: dict[str, object]) -> FailureStage:
 
 
 async def failed_by_code(request: web.Request, error_file_id: str) -> list[FailedLineGroup] | None:
-    """The error file's lines by code and why, largest first; None when the file is gone."""
+    """The error file's lines by code and why, largest first; None when the file is gone. Requests asking at once
+    share one read of the file."""
     if error_file_id in _counted:
         _counted.move_to_end(error_file_id)
         return _counted[error_file_id]
@@ -66,17 +68,22 @@ async def failed_by_code(request: web.Request, error_file_id: str) -> list[Faile
     record = await d.read_model.get_file(error_file_id)
     if record is None or record.deleted:
         return None
-    counts: Counter[tuple[str, FailureStage]] = Counter()
-    async for raw in d.store.iter_lines(record.object_key):
-        if raw.strip():
-            row = orjson.loads(raw)
-            counts[(failure_code(row) or "unknown", stage_of(row))] += 1
-    groups = [FailedLineGroup(code=code, stage=stage, count=count, title=help_for(code).title)
-              for (code, stage), count in sorted(counts.items(), key=lambda item: (-item[1], item[0]))]
+    groups = await d.shared_reads.read(("failed_by_code", error_file_id), lambda: _counted_lines(d, record.object_key))
     _counted[error_file_id] = groups
     while len(_counted) > COUNTS_KEPT:
         _counted.popitem(last=False)
     return groups
+
+
+async def _counted_lines(d: Deps, object_key: str) -> list[FailedLineGroup]:
+    counts: Counter[tuple[str, FailureStage]] = Counter()
+    async with contextlib.aclosing(d.store.iter_lines(object_key)) as lines:
+        async for raw in lines:
+            if raw.strip():
+                row = orjson.loads(raw)
+                counts[(failure_code(row) or "unknown", stage_of(row))] += 1
+    return [FailedLineGroup(code=code, stage=stage, count=count, title=help_for(code).title)
+            for (code, stage), count in sorted(counts.items(), key=lambda item: (-item[1], item[0]))]
 
 
 async def batch_errors(request: web.Request) -> web.Response:
