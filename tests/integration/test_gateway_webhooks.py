@@ -486,3 +486,19 @@ async def test_no_fact_list_or_poll_reads_every_tenants_endpoints_or_deliveries(
     assert len(await deliveries(gateway, alice, own["id"])) == 1
     assert {endpoint["id"] for endpoint in listed} == {own["id"], second["id"]} and len(listed) == 2
     assert listings == []
+
+
+async def test_an_attempt_that_outlived_its_lease_leaves_the_next_claim_as_it_is(gateway: Gateway) -> None:
+    """Two gateways: the first's attempt runs past its lease, the second claims the delivery meanwhile; the first's
+    reschedule must not put the delivery due again over the second's lease (it would be sent twice at once)."""
+    bucket = await open_bucket(gateway.bus, WEBHOOKS_BUCKET, scans=True)
+    slow, other = WebhookStore(bucket), WebhookStore(bucket)
+    delivery = pending_delivery(f"wh_{secrets.token_hex(12)}")
+    await slow.add_delivery(delivery)
+    claim, now = Claim(delivery.id, delivery.endpoint_id), time.time()
+    assert await slow.claim(claim, 1, now) is True
+    assert await other.claim(claim, 600, now + 2) is True  # the first lease ran out
+    await slow.reschedule(claim, now + 3)
+    assert await WebhookStore(bucket).claim(claim, 60, now + 4) is False, "the second lease was overwritten"
+    await other.reschedule(claim, now + 5)  # the holder's own reschedule still takes
+    assert await WebhookStore(bucket).claim(claim, 60, now + 6) is True

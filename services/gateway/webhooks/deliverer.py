@@ -104,6 +104,7 @@ class Attempts:
             log.exception("webhook delivery %s: the attempt could not be recorded; its claim lapses and it is "
                           "tried again", claim.delivery_id)
         finally:
+            self.store.forget(claim)
             self.fairness.ended(claim.endpoint_id, owner, succeeded, time.time())
 
     async def _attempt(self, claim: Claim) -> bool | None:

@@ -5,7 +5,7 @@ lapse. Lists use direct gets, leaving no consumer behind; ended deliveries are p
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 import nats.js.errors
@@ -64,6 +64,8 @@ class Claim:
 @dataclass
 class WebhookStore:
     kv: Bucket
+    leases: dict[str, int] = field(default_factory=dict)
+    """Delivery id → the revision of its due entry this gateway's claim wrote, while its attempt runs."""
 
     async def put_endpoint(self, endpoint: WebhookEndpoint) -> None:
         await self.kv.put(f"{ENDPOINT}.{endpoint.id}", endpoint.model_dump_json().encode())
@@ -167,14 +169,26 @@ class WebhookStore:
             return False
         leased = Due(endpoint_id=claim.endpoint_id, not_before=now + lease_s)
         try:
-            await self.kv.update(key, leased.model_dump_json().encode(), last=entry.revision)
+            self.leases[claim.delivery_id] = await self.kv.update(key, leased.model_dump_json().encode(),
+                                                                  last=entry.revision)
         except nats.js.errors.KeyWrongLastSequenceError:
             return False
         return True
 
     async def reschedule(self, claim: Claim, at: float) -> None:
-        await self.kv.put(f"{DUE}.{claim.delivery_id}",
-                          Due(endpoint_id=claim.endpoint_id, not_before=at).model_dump_json().encode())
+        """Make the claimed delivery due at `at`, only while this claim's lease is the entry's last write: one whose
+        attempt outlived its lease leaves another gateway's claim as it is."""
+        leased = self.leases.pop(claim.delivery_id, None)
+        if leased is None:
+            return
+        with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError):
+            await self.kv.update(f"{DUE}.{claim.delivery_id}",
+                                 Due(endpoint_id=claim.endpoint_id, not_before=at).model_dump_json().encode(),
+                                 last=leased)
+
+    def forget(self, claim: Claim) -> None:
+        """The claim's attempt is over."""
+        self.leases.pop(claim.delivery_id, None)
 
     async def finish(self, claim: Claim) -> None:
         """The delivery needs no more attempts (delivered, or given up): its due entry is erased (a purge would
