@@ -51,7 +51,7 @@ class BatchCreateRequest(BaseModel):
     output_expires_after: Annotated[ExpiresAfter | None, refused_as(
         "invalid_output_expires_after", f"output_expires_after must be {{'anchor': 'created_at', 'seconds': N}} with "
         f"N between {MIN_EXPIRES_AFTER_S} and {MAX_EXPIRES_AFTER_S}.")] = None
-    """When the output and error files expire; omitted: never."""
+    """When the output and error files expire; omitted: 30 days (`RESULT_FILE_EXPIRES_AFTER_S`)."""
     allow_partial: Annotated[bool, Strict(), refused_as("invalid_allow_partial", "allow_partial must be true or false.")
                              ] = False
     """Extension: run the valid lines; refused lines go to the error file."""

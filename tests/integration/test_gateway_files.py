@@ -1,6 +1,5 @@
 """The Files API against a real gateway, ledger, NATS and S3: dedup, digests, expiry, quota, in-use deletes."""
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 
@@ -154,7 +153,6 @@ async def test_files_list_pages_by_cursor_in_either_order(gateway: Gateway) -> N
     ids = []
     for i in range(3):
         ids.append((await (await gateway.upload(key, jsonl(f"page-{i}"))).json())["id"])
-        await asyncio.sleep(1.01)  # distinct created_at, so the order is well defined
     first = await (await gateway.client.get("/v1/files?limit=2&order=asc", headers=key)).json()
     assert [f["id"] for f in first["data"]] == ids[:2] and first["has_more"] is True
     assert (first["first_id"], first["last_id"]) == (ids[0], ids[1])
@@ -164,6 +162,18 @@ async def test_files_list_pages_by_cursor_in_either_order(gateway: Gateway) -> N
     assert newest["data"][0]["id"] == ids[2]
     assert (await (await gateway.client.get("/v1/files?purpose=batch_output", headers=key)).json())["data"] == []
     assert (await (await gateway.client.get("/v1/files?purpose=evals", headers=key)).json())["data"] == []
+
+
+async def test_files_uploaded_within_one_second_list_newest_first(gateway: Gateway) -> None:
+    """`created_at` is in seconds: several uploads in one second still list in the order they were made."""
+    key = await gateway.new_key()
+    ids = [(await (await gateway.upload(key, jsonl(f"burst-{i}"))).json())["id"] for i in range(6)]
+    listed = await (await gateway.client.get("/v1/files?limit=6", headers=key)).json()
+    assert [f["id"] for f in listed["data"]] == ids[::-1]
+    assert [f["id"] for f in (await (await gateway.client.get("/v1/files?order=asc", headers=key)).json())["data"]] \
+        == ids
+    newest = await (await gateway.client.get("/v1/files?limit=1", headers=key)).json()
+    assert newest["data"][0]["id"] == ids[-1]
 
 
 @pytest.mark.parametrize("order", ["asc", "desc"])
