@@ -69,11 +69,16 @@ class FactReceipt(BaseModel):
     reason: str | None = None
 
 
+MAX_SEQUENCE = 2**63 - 1
+"""The highest stream sequence a read may start after: the desk asks the broker for `after + 1` in JSON its encoder
+writes only within 64 bits (a larger number was a traceback and no answer)."""
+
+
 class LogRead(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     batch_id: str
-    after: int = 0
+    after: int = Field(default=0, ge=0, le=MAX_SEQUENCE)
     """Facts with a stream sequence above this one."""
 
 

@@ -3,7 +3,7 @@
 Sent on `object_requests(<executor id>)`, a subject only that executor may publish to, so it names who asks.
 """
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -25,13 +25,20 @@ CHUNK_BYTES = MAX_CHUNK_BYTES // 4
 below `MAX_CHUNK_BYTES` with the chunk lines' own framing (long completions with log-probabilities are large)."""
 
 
+MAX_KEY_CHARS = 1024
+"""The longest object key asked for (S3's own limit is 1,024 bytes): each is signed into a URL of up to 9 bytes per
+character, and the answer, with `AHEAD` more, must stay far within the broker's 1 MiB payload (a longer key made an
+answer the broker refused: a traceback in the scheduler, no answer)."""
+ObjectKey = Annotated[str, Field(max_length=MAX_KEY_CHARS)]
+
+
 class WantedObject(BaseModel):
     """An object the executor will get or put soon, in the same batch's work (and attempt) as the request."""
 
     model_config = ConfigDict(frozen=True)
 
     operation: Literal["get", "put"]
-    key: str
+    key: ObjectKey
 
 
 class ObjectRequest(BaseModel):
@@ -40,11 +47,11 @@ class ObjectRequest(BaseModel):
     operation: ObjectOperation
     batch_id: str
     """The batch whose work this is; the object must belong to it."""
-    key: str
+    key: ObjectKey
     """The object to read or write, or (list) the prefix whose objects are listed."""
     attempt: int = 0
     """The attempt whose result chunk is written (put of a chunk); 0 for every other request."""
-    start_after: str = ""
+    start_after: ObjectKey = ""
     """List: the last key of the previous page; empty for the first page."""
     ahead: list[WantedObject] = Field(default=[], max_length=AHEAD)
     """A get or put: more objects of the same batch and attempt, asked for at once. Each is judged as if asked

@@ -150,6 +150,9 @@ def _attempt_refusal(plan: BatchPlan, executor_id: str, event: AttemptFact | Bat
         chunk = parse_result_chunk_key(event.chunk_key)
         if chunk != (plan.batch_id, event.attempt, event.chunk):
             return f"{event.chunk_key} is not chunk {event.chunk} of attempt {event.attempt} of {plan.batch_id}"
+        lines = plan.unit_lines(shard)
+        if not 0 <= event.chunk < lines:  # each chunk commits at least one line (as the object broker signs them)
+            return f"attempt {event.attempt} of {plan.batch_id} runs {lines} lines: it has no chunk {event.chunk}"
     return None
 
 

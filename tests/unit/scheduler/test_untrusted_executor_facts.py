@@ -148,3 +148,13 @@ def test_an_attempts_progress_or_end_naming_another_unit_is_refused() -> None:
     assert may_state(book, "alpha", own_unit, context_length) is None
     book.apply(far_unit)  # were one in the log, it ends the attempt's own unit, not one that does not exist
     assert set(book.plans["b1"].shards) == {0, 1} and book.plans["b1"].shards[0].finished
+
+
+def test_progress_of_a_chunk_past_the_units_lines_is_refused_so_progress_facts_are_bounded() -> None:
+    """Each chunk commits at least one line (the object broker signs no other): a chunk number at or past the unit's
+    lines, or negative, would let a holder append zero-line progress facts to the log without end."""
+    assert may_state(fleet(), "alpha", progress(0, chunk=9), context_length) is None  # b1 has 10 lines
+    for chunk in (10, 10**30):
+        refusal = may_state(fleet(), "alpha", progress(0, chunk=chunk), context_length)
+        assert refusal is not None and "no chunk" in refusal
+    assert may_state(fleet(), "alpha", progress(0, chunk=-1), context_length) is not None
