@@ -102,12 +102,20 @@ class FinalizeBatch(BatchCommand):
         return f"{self.batch_id}:finalize:{self.reason}:{self.executor_id}"
 
 
+MIN_ACK_WAIT_S, MAX_ACK_WAIT_S = 1.0, 3600.0
+MAX_RUN_DELIVERIES = 100
+
+
 class ExecutorRegistration(BaseModel):
     """An executor asking to join the fleet, proving itself with a worker key (sent as a request, never stored)."""
 
     executor_id: str = Field(pattern=f"^{EXECUTOR_ID_PATTERN}$")
     worker_key: str = Field(max_length=256)
     advert: ExecutorAdvert
+    ack_wait_s: float = Field(default=30.0, ge=MIN_ACK_WAIT_S, le=MAX_ACK_WAIT_S)
+    """How long a command it took may go unacknowledged before it is delivered again (its durables' ack wait)."""
+    max_deliver: int = Field(default=5, ge=1, le=MAX_RUN_DELIVERIES)
+    """Deliveries of one run command before its attempt fails."""
 
 
 class RegistrationAnswer(BaseModel):

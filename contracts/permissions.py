@@ -18,11 +18,9 @@ from contracts.subjects import (
     executor_durable,
     executor_finalize_durable,
     fact_submissions,
-    finalize_command,
     fleet_registrations,
     log_reads,
     object_requests,
-    run_command,
 )
 
 EXECUTOR_ID_PATTERN = r"[A-Za-z0-9_-]{1,64}"
@@ -46,11 +44,10 @@ def executor_inbox(executor_id: str) -> str:
     return f"_INBOX_EXECUTOR.{executor_id}"
 
 
-def _work_consumer(durable: str, filter_subject: str) -> list[str]:
-    """Create (the filter is part of the API subject, so it cannot be widened), pull from and ack one durable."""
-    return [f"{API}.CONSUMER.CREATE.{WORK_STREAM}.{durable}.{filter_subject}",
-            consumer_next(WORK_STREAM, durable),
-            f"$JS.ACK.{WORK_STREAM}.{durable}.>"]
+def _work_consumer(durable: str) -> list[str]:
+    """Pull from and ack one durable; never make one (its scheduler makes both when it accepts the registration:
+    made by the executor, they could be made under ids never registered, or shaped to lock their owner out)."""
+    return [consumer_next(WORK_STREAM, durable), f"$JS.ACK.{WORK_STREAM}.{durable}.>"]
 
 
 def executor_permissions(executor_id: str) -> Permissions:
@@ -58,8 +55,8 @@ def executor_permissions(executor_id: str) -> Permissions:
         fleet_registrations(executor_id),  # its registration, under its own id alone
         object_requests(executor_id),
         executor_advert(executor_id),  # its heartbeat, a plain publish: no look at the bucket's stream
-        *_work_consumer(executor_durable(executor_id), run_command(executor_id)),
-        *_work_consumer(executor_finalize_durable(executor_id), finalize_command(executor_id)),
+        *_work_consumer(executor_durable(executor_id)),
+        *_work_consumer(executor_finalize_durable(executor_id)),
         fact_submissions(executor_id),  # its batch and file facts, judged and stored by the fact desk
         log_reads(executor_id),  # the execution facts of the batches it holds
         USER_INFO_SUBJECT,  # when its admission expires, to renew it before it does

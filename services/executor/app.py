@@ -8,7 +8,7 @@ from pathlib import Path
 
 import nats.errors
 
-from contracts.commands import COMMAND_PROTOCOL
+from contracts.commands import COMMAND_PROTOCOL, ExecutorRegistration
 from contracts.events.executor import GUEST_ATTEMPTS, ExecutorAdvert
 from services.executor.adapters.admission import keep_admitted
 from services.executor.adapters.advert import OwnAdvert
@@ -73,13 +73,19 @@ async def object_access(settings: ExecutorSettings, bus: EventBus) -> ObjectAcce
     return store
 
 
+def registration(settings: ExecutorSettings, advert: ExecutorAdvert) -> ExecutorRegistration:
+    """What the scheduler is asked, and the durables it makes this executor."""
+    return ExecutorRegistration(executor_id=settings.executor_id, worker_key=settings.worker_key, advert=advert,
+                                ack_wait_s=settings.ack_wait_s, max_deliver=settings.max_deliver)
+
+
 def rejoin_with(bus: EventBus, settings: ExecutorSettings) -> Rejoin | None:
     """How this executor registers again after a silence; None without a worker key (it never registered)."""
     if not settings.worker_key:
         return None
 
     async def rejoin(advert: ExecutorAdvert) -> bool:
-        return await register_once(bus, settings.executor_id, settings.worker_key, advert) is not None
+        return await register_once(bus, registration(settings, advert)) is not None
 
     return rejoin
 
@@ -112,7 +118,7 @@ async def serve(settings: ExecutorSettings, engines: EngineShelf, bus: EventBus,
     if settings.worker_key:
         refusals = Refusals(settings.executor_id, settings.join_retry_s, settings.join_retry_max_s,
                             settings.max_refusals)
-        await register(bus, settings.executor_id, settings.worker_key, advert, stop, refusals)
+        await register(bus, registration(settings, advert), stop, refusals)
     else:
         log.warning("no worker key (SHESHNAG_EXECUTOR_WORKER_KEY): the scheduler will not assign this executor "
                     "any batch; it only takes commands sent to it directly")

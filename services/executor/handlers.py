@@ -15,16 +15,15 @@ from contracts.events.batch import (
     BatchStarted,
     ShardFinished,
 )
-from contracts.events.executor import GUEST_ATTEMPTS
 from contracts.events.file import FileStored
-from contracts.subjects import WORK_STREAM, executor_durable, executor_finalize_durable, finalize_command, run_command
 from services.executor.adapters.desk import FactRefused
 from services.executor.adapters.engines.shelf import EngineShelf
 from services.executor.adapters.log_reader import read_batch_log
+from services.executor.durables import executor_durables, run_workers
 from services.executor.finalizer import Ender
 from services.executor.runner import BatchRunner
-from services.runtime.nats.bus import ConsumerPolicy, EventBus, FenceMoved, PoisonMessage
-from services.runtime.nats.delivery import Durable, ServiceRouter
+from services.runtime.nats.bus import EventBus, FenceMoved, PoisonMessage
+from services.runtime.nats.delivery import ServiceRouter
 from services.runtime.storage.objectstore import ObjectNotFound
 from services.runtime.storage.write_failures import through_write_faults, write_fault
 
@@ -34,13 +33,6 @@ REASON_LIMIT = 1000
 HOPELESS = (ValueError, TypeError, RecursionError, ObjectNotFound)
 """Failures a retry would meet again (an unparsable line or chunk, a deleted input): given up at once."""
 FINALIZE_FAILED = "finalize_failed"
-FINALIZE_DELIVERIES = 30
-"""Tries of one finalize command (backoff up to 10 s between them: about 4 minutes) before its batch fails."""
-FINALIZE_PENDING = 4096
-RUN_SPARE = 3
-"""Run commands out at once beyond twice the attempts the executor runs together (its own, and as many a crashed
-predecessor may still hold until their ack wait ends): those must not block the retries the scheduler sends after
-fencing them (redelivered, a fenced one is dismissed at once)."""
 STORAGE_UNAVAILABLE = "storage_unavailable"
 """An attempt given up on a write fault (services/runtime/storage/write_failures.py): not counted against its unit."""
 
@@ -124,23 +116,12 @@ class Executor:
 def executor_router(executor_id: str, ack_wait_s: float, max_deliver: int, parallel_attempts: int = 1) -> ServiceRouter:
     """One executor's table: the commands it takes, by which handler, what a hopeless one becomes; its facts."""
     router = ServiceRouter("executor", dependencies="executor")
-    # Run commands handled at once: the attempts the scheduler may give it (its guest places too), as many again for
-    # the commands a killed predecessor held (pending until their ack wait ends), and the spares.
-    workers = 2 * (max(parallel_attempts, 1) + GUEST_ATTEMPTS) + RUN_SPARE
-    # `max_deliver` deliveries of a run command before its attempt fails. Every command out is handled at once: one
-    # fetched that no worker took would lose its lease while it waits.
-    runs = Durable(RunBatch, WORK_STREAM, executor_durable(executor_id), run_command(executor_id),
-                   ConsumerPolicy(ack_wait_s=ack_wait_s, max_deliver=max_deliver, max_ack_pending=workers))
-    # A finalize command that keeps failing is given up (its batch fails) after bounded tries, and many may wait (on a
-    # running attempt) at once, so one user's batches cannot hold every place.
-    finals = Durable(FinalizeBatch, WORK_STREAM, executor_finalize_durable(executor_id), finalize_command(executor_id),
-                     ConsumerPolicy(ack_wait_s=ack_wait_s, max_deliver=FINALIZE_DELIVERIES,
-                                    max_ack_pending=FINALIZE_PENDING))
+    runs, finals = executor_durables(executor_id, ack_wait_s, max_deliver, parallel_attempts)
     router.durable(runs, Executor.run, Executor.fail_the_attempt,
                    "Run the batch (or its shard) on this executor's engine, committing result chunks under the "
                    "attempt's lease; a command that can never run fails the attempt (the scheduler retries it). "
                    "Several attempts run at once, sharing the engine's slots fairly between batch owners.",
-                   max_workers=workers)
+                   max_workers=run_workers(parallel_attempts))
     router.durable(finals, Executor.finalize, Executor.fail_the_batch,
                    "Assemble the output and error files of a batch that runs nowhere (completed shards, a cancel, "
                    "an expiry, a failure) and end it; one that can never be assembled fails the batch.")

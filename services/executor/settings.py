@@ -4,6 +4,7 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from contracts.catalogue import Catalogue, CatalogueModel
+from contracts.commands import MAX_ACK_WAIT_S, MAX_RUN_DELIVERIES, MIN_ACK_WAIT_S
 from contracts.events.executor import EngineName
 from services.runtime.process.settings import ServiceSettings
 
@@ -42,9 +43,9 @@ class ExecutorSettings(ServiceSettings):
     slots shared fairly between batch owners; advertised, and the scheduler assigns it no more."""
     heartbeat_s: float = 3.0
     """How often the executor says it is alive, with its models and free memory."""
-    ack_wait_s: float = 30.0
+    ack_wait_s: float = Field(default=30.0, ge=MIN_ACK_WAIT_S, le=MAX_ACK_WAIT_S)
     """How long a command may go unacknowledged before the broker delivers it again."""
-    max_deliver: int = 5
+    max_deliver: int = Field(default=5, ge=1, le=MAX_RUN_DELIVERIES)
     """Deliveries of one run command before the batch is failed."""
     stop_grace_s: float = 5.0
     """How long a stopping executor lets the attempts in hand commit (together) before abandoning them to a

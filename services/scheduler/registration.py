@@ -8,11 +8,15 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+import nats.errors
+import nats.js.errors
+
 from contracts.commands import ExecutorRegistration, RegistrationAnswer
 from contracts.events.executor import ExecutorRegistered
 from contracts.ids import hash_api_key
 from contracts.readmodel import ApiKeyRecord
-from contracts.subjects import FLEET_REGISTER
+from contracts.subjects import FLEET_REGISTER, WORK_STREAM
+from services.executor.durables import executor_durables
 from services.runtime.nats.bus import EventBus, Fence, FenceMoved
 from services.runtime.nats.delivery import Answer
 from services.runtime.nats.facts import last_fact
@@ -94,6 +98,11 @@ class Registrar:
                 self.refusals.skipped(f"executor {executor_id}", f"its registration with worker key "
                                                                  f"{record.key_id}: {refusal}")
                 return RegistrationAnswer(accepted=False, reason=refusal)
+            try:
+                await provide_durables(self.bus, executor_id, request)
+            except (nats.errors.Error, TimeoutError) as error:
+                return RegistrationAnswer(accepted=False, retry=True, reason=(
+                    f"The durables of executor {executor_id} could not be made yet ({error!r})."))
             advert = request.advert.model_copy(update={"heartbeat_at": min(request.advert.heartbeat_at, now_ms)})
             registered = ExecutorRegistered(aggregate_id=executor_id, advert=advert, started_at=now_ms,
                                             worker_key_id=record.key_id, provider_id=record.provider_id)
@@ -108,3 +117,20 @@ class Registrar:
             self.book.apply(registered)
         log.info("executor %s registered with worker key %s", executor_id, record.key_id)
         return RegistrationAnswer(accepted=True, worker_key_id=record.key_id)
+
+
+async def provide_durables(bus: EventBus, executor_id: str, request: ExecutorRegistration) -> None:
+    """Make (or bring to this registration's policy, in place) the executor's two durables on WORK: the only ones it
+    may pull from, and none it may make itself. One made otherwise (a push consumer, another filter: made by whoever
+    could connect under the id before it was registered, or an older version) is replaced; its commands stay in the
+    stream for the new one."""
+    for durable in executor_durables(executor_id, request.ack_wait_s, request.max_deliver,
+                                     request.advert.parallel_attempts):
+        config = durable.consumer_config()
+        try:
+            await bus.js.add_consumer(WORK_STREAM, config)
+        except (nats.js.errors.BadRequestError, nats.js.errors.ServerError) as error:  # 10012: push, not pull
+            log.warning("durable %s of executor %s was made otherwise (%s): made again", durable.name, executor_id,
+                        error)
+            await bus.js.delete_consumer(WORK_STREAM, durable.name)
+            await bus.js.add_consumer(WORK_STREAM, config)

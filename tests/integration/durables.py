@@ -1,5 +1,6 @@
-"""A durable pull consumer made and bound by hand, as a service's router (or an executor's) makes it: created first
-(an existing one keeps its position and config), then bound, never looked up."""
+"""A durable pull consumer made and bound by hand, as a service's router makes it: created first (an existing one keeps
+its position and config), then bound, never looked up. An admitted executor's are made by its scheduler (`made_by`):
+the executor only binds."""
 
 import contextlib
 from collections.abc import Sequence
@@ -12,10 +13,11 @@ from services.runtime.nats.delivery import Durable
 
 
 async def durable_subscription(bus: EventBus, stream: str, durable: str, subjects: Sequence[str],
-                               policy: ConsumerPolicy) -> JetStreamContext.PullSubscription:
+                               policy: ConsumerPolicy, made_by: EventBus | None = None,
+                               ) -> JetStreamContext.PullSubscription:
     single = len(subjects) == 1
     config = Durable(None, stream, durable, subjects[0] if single else "", policy,
                      () if single else tuple(subjects)).consumer_config()
     with contextlib.suppress(nats.js.errors.BadRequestError):
-        await bus.js.add_consumer(stream, config)
+        await (made_by or bus).js.add_consumer(stream, config)
     return await bus.js.pull_subscribe_bind(durable=durable, stream=stream)

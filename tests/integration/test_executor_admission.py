@@ -99,7 +99,8 @@ async def test_an_executor_renews_its_admission_before_it_expires_and_runs_batch
     assert len(admissions) >= 4, "it was admitted again, several times"
     expired = [r for r in caplog.records if "authentication expired" in said(r)]
     assert expired == [], "every renewal came before the admission expired"
-    # Its broker's subscribers create, pull from and ack its own durables only, under its own inbox prefix.
+    # Its broker's subscribers pull from and ack its own durables only (its registrar made them), under its own
+    # inbox prefix.
     assert [said(r) for r in caplog.records if "permissions violation" in said(r)] == []
 
 
@@ -117,7 +118,8 @@ async def test_a_connection_whose_admission_expired_is_let_back_in_and_its_consu
         received: list[tuple[bytes, int]] = []
 
         subscription = await durable_subscription(bus, WORK_STREAM, executor_durable("sleepy"),
-                                                  [run_command("sleepy")], ConsumerPolicy(ack_wait_s=30))
+                                                  [run_command("sleepy")], ConsumerPolicy(ack_wait_s=30),
+                                                  made_by=running.core)
         stop = asyncio.Event()
 
         async def consume() -> None:

@@ -123,7 +123,7 @@ async def test_an_executor_with_a_live_worker_key_does_its_jobs_operations(
     await core.js.publish(finalize_command("alpha"), b"finalize", stream=WORK_STREAM)
     for durable, subject, data in ((executor_durable("alpha"), run_command("alpha"), b"run"),
                                    (executor_finalize_durable("alpha"), finalize_command("alpha"), b"finalize")):
-        subscription = await durable_subscription(bus, WORK_STREAM, durable, [subject], ConsumerPolicy())
+        subscription = await durable_subscription(bus, WORK_STREAM, durable, [subject], ConsumerPolicy(), made_by=core)
         [message] = await subscription.fetch(1, timeout=5)
         assert message.data == data
         await message.ack_sync()
@@ -163,6 +163,8 @@ async def test_an_executor_cannot_take_another_executors_commands_or_heartbeat(
               f"$JS.API.CONSUMER.CREATE.{WORK_STREAM}.{executor_finalize_durable('bravo')}.cmd.>",
               f"$JS.API.CONSUMER.CREATE.{WORK_STREAM}.finalizers.cmd.>",
               f"$JS.API.CONSUMER.DURABLE.CREATE.{WORK_STREAM}.{executor_durable('bravo')}",
+              # Not even its own: its scheduler makes them when it accepts its registration.
+              f"$JS.API.CONSUMER.CREATE.{WORK_STREAM}.{executor_durable('alpha')}.{run_command('alpha')}",
               f"$KV.{EXECUTORS_BUCKET}.bravo"]
     for subject in stolen:
         await bus.nc.publish(subject, b"{}")

@@ -16,21 +16,15 @@ import httpx2
 import nats.errors
 import pytest
 from nats.aio.client import Client
-from nats.js.api import AckPolicy, ConsumerConfig
 
 from contracts.commands import ExecutorRegistration, RegistrationAnswer
 from contracts.fact_desk import FactReceipt, LogPage, LogRead
 from contracts.objects import ObjectGrant, ObjectRequest
 from contracts.permissions import executor_permissions
 from contracts.subjects import (
-    WORK_STREAM,
-    executor_durable,
-    executor_finalize_durable,
-    finalize_command,
     input_object_key,
     log_reads,
     object_requests,
-    run_command,
 )
 from infra.service_names import SERVICES
 from tests.security.conftest import ADMIN_KEY, RunningStack
@@ -240,11 +234,6 @@ async def test_a_hostile_executor_fuzzing_every_subject_it_may_write_stops_no_se
     try:
         client = await attacker.connection()
         assert (await register(client, executor_id, targets.worker_key, advert(executor_id))).accepted
-        js = client.jetstream(timeout=10)
-        for durable, command in ((executor_durable(executor_id), run_command(executor_id)),
-                                 (executor_finalize_durable(executor_id), finalize_command(executor_id))):
-            await js.add_consumer(WORK_STREAM, ConsumerConfig(name=durable, durable_name=durable,
-                                                              filter_subject=command, ack_policy=AckPolicy.EXPLICIT))
 
         senders = [asyncio.create_task(fuzz(attacker, seed + n, subjects, stop_fuzz, tally)) for n in range(SENDERS)]
         victims = asyncio.create_task(victim(stack, victim_key, targets, stop_victim, done))

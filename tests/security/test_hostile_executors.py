@@ -14,7 +14,6 @@ import nats.errors
 import nats.js.errors
 import pytest
 from nats.aio.client import Client
-from nats.js.api import AckPolicy, ConsumerConfig
 
 from contracts.commands import ExecutorRegistration, RegistrationAnswer
 from contracts.events.executor import ExecutorAdvert, ExecutorRegistered
@@ -25,7 +24,6 @@ from contracts.subjects import (
     WORK_STREAM,
     event_subject,
     executor_finalize_durable,
-    finalize_command,
     fleet_registrations,
 )
 from tests.e2e.load import core_nats_url
@@ -204,11 +202,8 @@ async def test_a_batch_that_never_ran_is_finalized_by_the_control_plane_not_by_a
     try:
         assert (await register(evil, lowest, worker_key, advert(lowest))).accepted
         js = evil.jetstream(timeout=5)
-        durable = executor_finalize_durable(lowest)
-        await js.add_consumer(WORK_STREAM, ConsumerConfig(name=durable, durable_name=durable,
-                                                          filter_subject=finalize_command(lowest),
-                                                          ack_policy=AckPolicy.EXPLICIT))
-        finalize_commands = await js.pull_subscribe_bind(durable, WORK_STREAM)
+        # Its registration made its durables: it pulls from its finalize durable as its executor would.
+        finalize_commands = await js.pull_subscribe_bind(executor_finalize_durable(lowest), WORK_STREAM)
 
         held = await asyncio.to_thread(run_batch, stack, victim, 5, True)
         client = stack.client(victim)

@@ -35,8 +35,12 @@ def credentials(settings: ExecutorSettings) -> Credentials | None:
 
 
 class _OwnDurables(JetStreamContext):
-    """nats-py's `pull_subscribe` asks for a durable's info first, which an executor may not: it creates its own
-    durable (idempotent) and binds, pulls answered under its own inbox prefix, not faststream's `_INBOX.`."""
+    """nats-py's `pull_subscribe` asks for a durable's info first, which an executor may not. On a broker without
+    admissions the executor makes its own durables (idempotent: an existing one keeps its position, and the server
+    updates in place what may change) and binds; an admitted one only binds: the scheduler made them when it accepted
+    its registration (services/executor/durables.py), and pulls are answered under its own inbox prefix."""
+
+    makes_durables = True
 
     async def pull_subscribe(
         self,
@@ -51,15 +55,18 @@ class _OwnDurables(JetStreamContext):
         if not durable or not stream or config is None:
             return await super().pull_subscribe(subject, durable, stream, config, pending_msgs_limit,
                                                 pending_bytes_limit, inbox_prefix)
-        try:
-            # An existing durable keeps its position; the server updates what may change in place (an upgraded
-            # executor's `max_ack_pending`, its ack wait, its deliveries), so the durable runs under this config.
-            await self.add_consumer(stream, config)
-        except nats.js.errors.BadRequestError as error:
-            # A change the server does not make to an existing durable: it keeps its old config.
-            log.warning("durable %s exists with another config (%s); binding to it", durable, error)
+        if self.makes_durables:
+            try:
+                await self.add_consumer(stream, config)
+            except nats.js.errors.BadRequestError as error:
+                # A change the server does not make to an existing durable: it keeps its old config.
+                log.warning("durable %s exists with another config (%s); binding to it", durable, error)
         return await self.pull_subscribe_bind(durable=durable, stream=stream, pending_msgs_limit=pending_msgs_limit,
                                               pending_bytes_limit=pending_bytes_limit)
+
+
+class _GivenDurables(_OwnDurables):
+    makes_durables = False
 
 
 class ConnectionErrors:
@@ -133,8 +140,9 @@ async def join(settings: ExecutorSettings, stop: asyncio.Event) -> EventBus | No
             if isinstance(bus, DeskBus):
                 bus.desk = FactDesk(bus.nc, settings.executor_id, settings.object_broker_wait_s)
             config = bus.broker.config.broker_config
-            # The broker's subscribers create their durables through this context (faststream reads it at start).
-            config.connection_state.connect(bus.nc, _OwnDurables(bus.nc, **config.js_options))
+            # The broker's subscribers bind their durables through this context (faststream reads it at start).
+            context = _GivenDurables if isinstance(bus, DeskBus) else _OwnDurables
+            config.connection_state.connect(bus.nc, context(bus.nc, **config.js_options))
             return bus
         if errors.failure is not None and not stop.is_set():
             await refusals.back_off(explain(errors.failure), stop)

@@ -7,7 +7,6 @@ import logging
 import nats.errors
 
 from contracts.commands import ExecutorRegistration, RegistrationAnswer
-from contracts.events.executor import ExecutorAdvert
 from contracts.subjects import fleet_registrations
 from services.executor.adapters.refusals import Refusals
 from services.runtime.nats.bus import EventBus
@@ -22,10 +21,10 @@ class RegistrationRefused(RuntimeError):
     """The scheduler refused the worker key: running on would never receive work."""
 
 
-async def register_once(bus: EventBus, executor_id: str, worker_key: str,
-                        advert: ExecutorAdvert) -> RegistrationAnswer | None:
-    """A scheduler's acceptance of this executor; None when none answered; RegistrationRefused when one refused."""
-    request = ExecutorRegistration(executor_id=executor_id, worker_key=worker_key, advert=advert)
+async def register_once(bus: EventBus, request: ExecutorRegistration) -> RegistrationAnswer | None:
+    """A scheduler's acceptance of this executor (it has made the executor's durables then); None when none answered;
+    RegistrationRefused when one refused."""
+    executor_id = request.executor_id
     try:
         reply = await bus.nc.request(fleet_registrations(executor_id), request.model_dump_json().encode(),
                                      timeout=ANSWER_TIMEOUT_S)
@@ -40,20 +39,20 @@ async def register_once(bus: EventBus, executor_id: str, worker_key: str,
     return answer
 
 
-async def register(bus: EventBus, executor_id: str, worker_key: str, advert: ExecutorAdvert,
-                   stop: asyncio.Event, refusals: Refusals) -> str | None:
+async def register(bus: EventBus, request: ExecutorRegistration, stop: asyncio.Event,
+                   refusals: Refusals) -> str | None:
     """The worker key id once a scheduler admits this executor (refusals back off); None if stopped first."""
     waited = False
     while not stop.is_set():
         try:
-            answer = await register_once(bus, executor_id, worker_key, advert)
+            answer = await register_once(bus, request)
         except RegistrationRefused as refused:
             await refusals.back_off(str(refused), stop)
             continue
         if answer is not None:
             return answer.worker_key_id
         if not waited:
-            log.info("waiting for a scheduler to register executor %s", executor_id)
+            log.info("waiting for a scheduler to register executor %s", request.executor_id)
             waited = True
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=RETRY_EVERY_S)
