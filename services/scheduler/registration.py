@@ -6,6 +6,7 @@ between a check and the fact it admits."""
 import asyncio
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import nats.errors
@@ -34,6 +35,10 @@ REGISTRATION_INTERVAL_MS = 2000
 """An executor id registers at most once in this long: each registration is a fact of up to its advert's size in the
 log kept for good, so a connection registering in a loop is told to retry, not stored each time (an executor
 registers once per start, and retries every second)."""
+REGISTRATIONS_PER_HOUR = 12
+"""Registrations of one id stored in any hour: an executor registers once per start (and after a silence), so more
+is a crash loop or a connection growing the log (an advert may be 150 KB); it is told to retry until one is free."""
+HOUR_MS = 3_600_000
 
 
 def worker_key_refusal(record: ApiKeyRecord | None) -> str | None:
@@ -75,6 +80,8 @@ class Registrar:
     caught_up: asyncio.Event
     """Set once the book has read the whole log."""
     _one_at_a_time: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _recent: dict[str, deque[int]] = field(default_factory=dict)
+    """Executor id → when its registrations of the last hour were accepted (as this leader saw them)."""
     refusals: SkipLog = field(default_factory=lambda: SkipLog(log, "refused"))
 
     async def answer(self, executor_id: str, request: ExecutorRegistration) -> RegistrationAnswer:
@@ -93,6 +100,11 @@ class Registrar:
             if now_ms - self.book.incarnations.get(executor_id, 0) < REGISTRATION_INTERVAL_MS:
                 return RegistrationAnswer(accepted=False, retry=True, reason=(
                     f"Executor {executor_id} registered less than {REGISTRATION_INTERVAL_MS // 1000} s ago."))
+            recent = self._recent_of(executor_id, now_ms)
+            if len(recent) >= REGISTRATIONS_PER_HOUR:
+                return RegistrationAnswer(accepted=False, retry=True, reason=(
+                    f"Executor {executor_id} registered {len(recent)} times in the last hour; it may again in "
+                    f"{(recent[0] + HOUR_MS - now_ms) // 1000 + 1} s."))
             refusal = identity_refusal(self.book, executor_id, record, now_ms)
             if refusal is not None:
                 self.refusals.skipped(f"executor {executor_id}", f"its registration with worker key "
@@ -115,8 +127,18 @@ class Registrar:
                 return RegistrationAnswer(accepted=False, retry=True,
                                           reason=f"Another registration of executor {executor_id} came first.")
             self.book.apply(registered)
+            recent.append(now_ms)
         log.info("executor %s registered with worker key %s", executor_id, record.key_id)
         return RegistrationAnswer(accepted=True, worker_key_id=record.key_id)
+
+    def _recent_of(self, executor_id: str, now_ms: int) -> deque[int]:
+        """The id's registrations of the last hour; ids with none are forgotten (every id's, once an hour goes by)."""
+        for other in [other for other, times in self._recent.items() if not times or times[-1] <= now_ms - HOUR_MS]:
+            del self._recent[other]
+        recent = self._recent.setdefault(executor_id, deque())
+        while recent and recent[0] <= now_ms - HOUR_MS:
+            recent.popleft()
+        return recent
 
 
 async def provide_durables(bus: EventBus, executor_id: str, request: ExecutorRegistration) -> None:
