@@ -35,9 +35,13 @@ REGISTRATION_INTERVAL_MS = 2000
 """An executor id registers at most once in this long: each registration is a fact of up to its advert's size in the
 log kept for good, so a connection registering in a loop is told to retry, not stored each time (an executor
 registers once per start, and retries every second)."""
-REGISTRATIONS_PER_HOUR = 12
-"""Registrations of one id stored in any hour: an executor registers once per start (and after a silence), so more
-is a crash loop or a connection growing the log (an advert may be 150 KB); it is told to retry until one is free."""
+REGISTRATIONS_PER_HOUR = 120
+"""Registrations of one id stored in any hour: an executor registers once per start (and after a silence); one
+killed every 30 s for an hour still rejoins at once, a connection re-registering every 2 s to grow the log is told to
+retry until one is free."""
+MAX_ADVERT_BYTES = 32 * 1024
+"""The largest advert a registration stores (a real one is about a kilobyte, a hundred models some 10 KB; the
+contract's bounds alone allow 150 KB a fact)."""
 HOUR_MS = 3_600_000
 
 
@@ -89,6 +93,10 @@ class Registrar:
         if request.executor_id != executor_id or request.advert.executor_id != executor_id:
             return RegistrationAnswer(accepted=False, reason=(
                 f"A connection admitted as executor {executor_id} registers only that id."))
+        if len(request.advert.model_dump_json()) > MAX_ADVERT_BYTES:
+            return RegistrationAnswer(accepted=False, reason=(
+                f"The advert is larger than {MAX_ADVERT_BYTES} bytes: advertise the catalogue models this executor "
+                "serves, not more."))
         if not self.caught_up.is_set():
             return RegistrationAnswer(accepted=False, retry=True, reason="The scheduler is still reading the log.")
         record = await self.read_model.get_api_key(hash_api_key(request.worker_key))

@@ -1,6 +1,7 @@
-"""Registrations of one executor id are stored at most `REGISTRATIONS_PER_HOUR` times in any hour (each is a fact of up
-to an advert's size in the log, kept for good): past that the executor is told to retry, and is accepted again once
-an hour has gone by since the oldest. On a real broker, through the scheduler's registrar."""
+"""Registrations of one executor id are stored at most `REGISTRATIONS_PER_HOUR` times in any hour, with an advert of at
+most `MAX_ADVERT_BYTES` (each is a fact in the log, kept for good): past the budget the executor is told to retry, and
+is accepted again once an hour has gone by since the oldest; a larger advert is refused. On a real broker, through the
+scheduler's registrar."""
 
 import asyncio
 from pathlib import Path
@@ -32,3 +33,16 @@ async def test_an_id_registering_past_its_hourly_budget_is_told_to_retry_until_t
         assert answers[-1].retry and "in the last hour" in (answers[-1].reason or "")
         clock["s"] += HOUR_MS / 1000 - REGISTRATIONS_PER_HOUR * (REGISTRATION_INTERVAL_MS / 1000 + 1)
         assert (await registrar.answer("looping", request)).accepted
+
+
+async def test_an_advert_larger_than_any_real_one_is_refused(tmp_path: Path) -> None:
+    async with admitting_broker(tmp_path) as running:
+        caught_up = asyncio.Event()
+        caught_up.set()
+        registrar = Registrar(running.core, running.read_model, Book(), caught_up)
+        bloated = advert("bloated").model_copy(update={"models": [f"m{n:03d}-{'x' * 240}" for n in range(200)]})
+        answer = await registrar.answer("bloated", ExecutorRegistration(executor_id="bloated", worker_key=WORKER_KEY,
+                                                                        advert=bloated))
+        assert not answer.accepted and not answer.retry and "larger than" in (answer.reason or "")
+        assert (await registrar.answer("bloated", ExecutorRegistration(
+            executor_id="bloated", worker_key=WORKER_KEY, advert=advert("bloated")))).accepted
