@@ -1,6 +1,7 @@
-"""An upload its caller stops waiting for part way (a timeout, a client gone) leaves nothing behind on a real S3
-server: a multipart upload being created is aborted once it exists, and an object whose last call was under way when
-the caller gave up is removed once that call ends (services/runtime/storage/objectstore.py, StreamingUpload)."""
+"""An upload or a read its caller stops waiting for part way (a timeout, a client gone) leaves nothing behind on a real
+S3 server: a multipart upload being created is aborted once it exists, an object whose last call was under way when
+the caller gave up is removed once that call ends (services/runtime/storage/objectstore.py, StreamingUpload), and a
+read given up while its response opens releases that response once it is open (`opened`)."""
 
 import asyncio
 import secrets
@@ -35,7 +36,7 @@ class HeldCalls:
         monkeypatch.setattr(store, "run", held)
 
 
-async def given_up_during(step: "asyncio.Future[None]", held: HeldCalls) -> None:
+async def given_up_during(step: "asyncio.Future[Any]", held: HeldCalls) -> None:
     await asyncio.wait_for(held.arrived.wait(), 10)
     step.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -70,3 +71,22 @@ async def test_an_object_whose_last_call_was_under_way_as_its_caller_gave_up_is_
     monkeypatch.undo()
     with pytest.raises(ObjectNotFound):
         await object_store.size_of(key)
+
+
+async def test_a_read_given_up_while_its_response_opens_releases_the_response(
+        object_store: ObjectStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    key = f"files/read-given-up-{secrets.token_hex(4)}.jsonl"
+    await object_store.put_bytes(key, b"x" * 1000)
+    responses: list[Any] = []
+    open_object = object_store._open
+
+    def recorded(key: str) -> Any:
+        responses.append(open_object(key))
+        return responses[-1]
+
+    monkeypatch.setattr(object_store, "_open", recorded)
+    held = HeldCalls(object_store, monkeypatch)
+    await given_up_during(asyncio.ensure_future(anext(object_store.iter_chunks(key))), held)
+    await asyncio.wait_for(held.ended.wait(), 10)
+    await asyncio.sleep(0.1)  # the release is a callback of the open's end
+    assert [response.closed for response in responses] == [True]

@@ -15,7 +15,7 @@ from contracts.objects import AHEAD, ObjectGrant, ObjectOperation, ObjectRequest
 from contracts.subjects import object_requests
 from services.executor.adapters.desk import ask_until_answered
 from services.runtime.process.logfmt import BATCH_ID
-from services.runtime.storage.objectstore import ObjectNotFound, https_pool, read_chunks, split_lines
+from services.runtime.storage.objectstore import ObjectNotFound, https_pool, opened, read_chunks, split_lines
 from services.runtime.storage.write_failures import SAID_CHARS, ObjectStoreAnswered
 
 URL_MARGIN_S = 60.0
@@ -70,7 +70,7 @@ class BrokeredObjectStore:
 
     async def iter_chunks(self, key: str) -> AsyncGenerator[bytes, None]:
         url = await self._url("get", key)
-        response = await asyncio.to_thread(self._open, url, key)
+        response = await opened(asyncio.to_thread(self._open, url, key))
         async with contextlib.aclosing(read_chunks(response)) as chunks:
             async for chunk in chunks:
                 yield chunk

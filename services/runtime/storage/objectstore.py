@@ -119,7 +119,7 @@ class ObjectStore:
 
     async def iter_chunks(self, key: str) -> AsyncGenerator[bytes, None]:
         """Stream an object in bounded chunks without holding it whole in memory."""
-        response = await self.run(self._open, key)
+        response = await opened(self.run(self._open, key))
         async with contextlib.aclosing(read_chunks(response, self.run)) as chunks:
             async for chunk in chunks:
                 yield chunk
@@ -238,6 +238,24 @@ class StreamingUpload:
     async def _shielded(self, call: Awaitable[object]) -> None:
         self._step = asyncio.ensure_future(call)
         await asyncio.shield(self._step)
+
+
+async def opened(opening: Awaitable[urllib3.BaseHTTPResponse]) -> urllib3.BaseHTTPResponse:
+    """A response opened in a thread. One its caller stops waiting for (a cancel) is released as soon as it opens,
+    not left holding its connection until it is collected."""
+    task = asyncio.ensure_future(opening)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.add_done_callback(_release)
+        raise
+
+
+def _release(task: "asyncio.Future[urllib3.BaseHTTPResponse]") -> None:
+    if not task.cancelled() and task.exception() is None:
+        response = task.result()
+        response.close()
+        response.release_conn()
 
 
 async def read_chunks(response: urllib3.BaseHTTPResponse,
