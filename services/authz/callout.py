@@ -26,6 +26,7 @@ from services.runtime.nats.fleet import Fleet
 from services.runtime.nats.readmodel import ReadModel
 from services.runtime.nats.revocations import revoked
 from services.runtime.process.settings import ConnectionSettings
+from services.runtime.process.skip_log import SkipLog
 from services.scheduler.book import ExecutorOwner
 from services.scheduler.registration import worker_key_refusal
 
@@ -39,6 +40,8 @@ CALLOUT = RawAnswer(AUTH_CALLOUT_SUBJECT, RESPONDERS)
 """Answered by a scheduler's router, leader or standby: requests are sealed JWTs with no contract to decode, answers
 sealed bytes; a forged request goes unanswered."""
 NO_LIMIT = -1
+ADMISSION_MARGIN_S = 60.0
+"""How long past its admission's expiry a connection is still remembered (the server ends it at the expiry)."""
 
 
 class Refused(Exception):
@@ -52,6 +55,8 @@ class ExecutorAuthority:
     keys: CalloutKeys
     ttl_s: float = 3600.0
     admitted: AdmittedConnections = field(default_factory=AdmittedConnections)
+    refusals: SkipLog = field(default_factory=lambda: SkipLog(log, "NATS connection refused"))
+    """A line a minute at most, however many connections a flood of bad keys makes."""
 
     async def admit(self, user: str, password: str, connection: Connection) -> str:
         """The executor id a connection may act as, or Refused. `connection` is remembered as acting under that id
@@ -97,12 +102,12 @@ class ExecutorAuthority:
         connection = Connection(request.server_id, request.client_id)
         key_sha256 = hash_api_key(request.password)
         # Remembered before the checks: a revoke stored while they run still finds the connection to close.
-        self.admitted.add(key_sha256, connection)
+        self.admitted.add(key_sha256, connection, self.ttl_s + ADMISSION_MARGIN_S)
         try:
             executor_id = await self.admit(request.user, request.password, connection)
         except Refused as refusal:
             self.admitted.discard(connection)
-            log.warning("NATS connection refused: %s", refusal)
+            self.refusals.skipped("executor connections", str(refusal))
             response["error"] = str(refusal)
         else:
             log.info("executor %s admitted to NATS", executor_id)

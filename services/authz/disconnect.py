@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from dataclasses import dataclass, field
 
 import nats.errors
@@ -36,30 +37,52 @@ class Connection:
     client_id: int
 
 
+PRUNE_EVERY = 256
+"""Admissions between two sweeps of those past their expiry (a sweep reads every connection held)."""
+
+
 @dataclass
 class AdmittedConnections:
-    """The connections each key (by SHA-256) was admitted on, and each executor id with whose key, until they close."""
+    """The connections each key (by SHA-256) was admitted on, and each executor id with whose key, until they close or
+    their admission expires (a close the system account missed, while it reconnected, is forgotten then: the server
+    ends a connection whose admission expired, and admits it again as a new one)."""
 
     by_key: dict[str, set[Connection]] = field(default_factory=dict)
     by_executor: dict[str, dict[Connection, tuple[str | None, str]]] = field(default_factory=dict)
     """Executor id → its connections, each with its key's provider and key id."""
+    _held: dict[Connection, tuple[str, str | None, float]] = field(default_factory=dict)
+    """Connection → its key's SHA-256, the executor id it claimed, and when its admission expires (monotonic)."""
+    _added: int = 0
 
-    def add(self, key_sha256: str, connection: Connection) -> None:
+    def add(self, key_sha256: str, connection: Connection, ttl_s: float = float("inf")) -> None:
+        self._added += 1
+        if self._added % PRUNE_EVERY == 0:
+            self._forget_expired(time.monotonic())
         self.by_key.setdefault(key_sha256, set()).add(connection)
+        held = self._held.get(connection)
+        self._held[connection] = (key_sha256, held[1] if held else None, time.monotonic() + ttl_s)
 
     def claim(self, executor_id: str, connection: Connection, provider_id: str | None, key_id: str) -> None:
         """The connection acts as `executor_id` with this key (remembered before the id's owner is checked)."""
         self.by_executor.setdefault(executor_id, {})[connection] = (provider_id, key_id)
+        key_sha256, _, until = self._held.get(connection, ("", None, float("inf")))
+        self._held[connection] = (key_sha256, executor_id, until)
 
     def discard(self, connection: Connection) -> None:
-        for key_sha256, connections in list(self.by_key.items()):
+        key_sha256, executor_id, _ = self._held.pop(connection, ("", None, 0.0))
+        connections = self.by_key.get(key_sha256)
+        if connections is not None:
             connections.discard(connection)
             if not connections:
                 del self.by_key[key_sha256]
-        for executor_id, claims in list(self.by_executor.items()):
+        if executor_id is not None and (claims := self.by_executor.get(executor_id)) is not None:
             claims.pop(connection, None)
             if not claims:
                 del self.by_executor[executor_id]
+
+    def _forget_expired(self, now: float) -> None:
+        for connection in [connection for connection, (_, _, until) in self._held.items() if until < now]:
+            self.discard(connection)
 
     def intruders(self, executor_id: str, owner: ExecutorOwner) -> set[Connection]:
         """The connections acting as `executor_id` with a key its owner does not admit (forgotten here)."""

@@ -9,6 +9,7 @@ from nats.aio.msg import Msg
 
 from contracts.events.key import KeyRevoked
 from contracts.subjects import EXECUTOR_REGISTERED, KEY_REVOKED
+from services.authz import disconnect
 from services.authz.disconnect import AdmittedConnections, Connection, Disconnector
 
 KEY = "a" * 64
@@ -43,3 +44,21 @@ async def test_a_revoked_keys_connections_are_closed() -> None:
     revoked = KeyRevoked(aggregate_id="key-a", key_sha256=KEY)
     await made.on_revoked(message(KEY_REVOKED, revoked.model_dump_json().encode()))
     assert kicked == [CONNECTION]
+
+
+def test_a_connection_whose_close_was_never_heard_is_forgotten_once_its_admission_expired(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = {"now": 1000.0}
+    monkeypatch.setattr(disconnect.time, "monotonic", lambda: clock["now"])
+    admitted = AdmittedConnections()
+    admitted.add(KEY, CONNECTION, ttl_s=60.0)
+    admitted.claim("executor-1", CONNECTION, None, "key_a")
+    clock["now"] += 61.0
+    others = [Connection("server-1", 100 + n) for n in range(disconnect.PRUNE_EVERY)]
+    for other in others:  # admissions go on; the sweeps among them find the expired one
+        admitted.add("b" * 64, other, ttl_s=60.0)
+    assert KEY not in admitted.by_key and "executor-1" not in admitted.by_executor
+    assert admitted.by_key["b" * 64] == set(others)
+    for other in others:
+        admitted.discard(other)
+    assert admitted.by_key == {} and admitted.by_executor == {}
