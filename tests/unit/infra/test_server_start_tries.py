@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from infra.embedded import free_port
-from infra.supervisor import START_TRIES, Supervised, start_until_listening
+from infra.supervised import START_TRIES, Supervised, start_until_listening
 
 EXITS_AT_ONCE = [sys.executable, "-c", "raise SystemExit(3)"]
 

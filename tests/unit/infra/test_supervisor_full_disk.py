@@ -15,7 +15,8 @@ import pytest
 from infra import embedded
 from infra.embedded import S3Credentials, free_port, seaweed_command
 from infra.private import write_private_together
-from infra.supervisor import Stack, Supervised
+from infra.supervised import Supervised
+from infra.supervisor import Stack
 
 SLEEPS = [sys.executable, "-c", "import time; time.sleep(60)"]
 
