@@ -2,12 +2,18 @@
 nats-server with the embedded stack's authorization: without leading (every scheduler answers, leader or standby) it
 lets in an executor with a live worker key and refuses a revoked one; without the issuer seed it declares none."""
 
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+
+import nats
 
 from contracts.ids import hash_api_key
 from contracts.permissions import AUTH_CALLOUT_SUBJECT
 from contracts.readmodel import ApiKeyRecord
-from services.authz.callout import open_admissions
+from services.authz.callout import MAX_CONNECTIONS_PER_KEY, open_admissions
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.delivery import ServiceRouter
 from services.runtime.nats.readmodel import ReadModel
@@ -18,7 +24,10 @@ from tests.integration.test_nats_authorization import refused
 from tests.support import put_api_key
 
 
-async def test_a_scheduler_not_leading_admits_a_live_worker_key_and_refuses_a_revoked_one(tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def answering_scheduler(tmp_path: Path) -> AsyncIterator[str]:
+    """A scheduler's router answering the callout (not leading) on a broker with the embedded stack's authorization,
+    WORKER_KEY live and REVOKED_KEY revoked; the URL executors connect to."""
     with authorized_nats(tmp_path) as (port, auth):
         settings = ConnectionSettings(nats_url=auth.core_url(port), nats_callout_seed=auth.issuer_seed)
         router = scheduler_router(callout=True)
@@ -34,12 +43,32 @@ async def test_a_scheduler_not_leading_admits_a_live_worker_key_and_refuses_a_re
         broker.context.set_global(router.dependencies, admissions.authority)
         await broker.start()
         try:
-            url = f"nats://127.0.0.1:{port}"
-            assert not await refused(url, "alpha", WORKER_KEY)
-            assert await refused(url, "alpha", REVOKED_KEY)
+            yield f"nats://127.0.0.1:{port}"
         finally:
             await admissions.close()
             await broker.close_within()
+
+
+async def test_a_scheduler_not_leading_admits_a_live_worker_key_and_refuses_a_revoked_one(tmp_path: Path) -> None:
+    async with answering_scheduler(tmp_path) as url:
+        assert not await refused(url, "alpha", WORKER_KEY)
+        assert await refused(url, "alpha", REVOKED_KEY)
+
+
+async def test_a_worker_key_holds_a_bounded_number_of_connections_at_once(tmp_path: Path) -> None:
+    async with answering_scheduler(tmp_path) as url:
+        held = [await nats.connect(url, user="alpha", password=WORKER_KEY, allow_reconnect=False, connect_timeout=10)
+                for _ in range(MAX_CONNECTIONS_PER_KEY)]
+        try:
+            assert await refused(url, "alpha", WORKER_KEY)
+            await held.pop().close()
+            deadline = time.monotonic() + 10
+            while await refused(url, "alpha", WORKER_KEY):  # until the scheduler hears of the close
+                assert time.monotonic() < deadline, "a closed connection still counted against its key"
+                await asyncio.sleep(0.2)
+        finally:
+            for client in held:
+                await client.close()
 
 
 def answered(router: ServiceRouter) -> set[str]:
