@@ -4,6 +4,7 @@ clamped to the scheduler's clock. Judged one at a time on the leader's caught-up
 between a check and the fact it admits."""
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 
 import nats.errors
 import nats.js.errors
+from nats.js.api import AckPolicy
 
 from contracts.commands import ExecutorRegistration, RegistrationAnswer
 from contracts.events.executor import ExecutorRegistered
@@ -153,14 +155,31 @@ async def provide_durables(bus: EventBus, executor_id: str, request: ExecutorReg
     """Make (or bring to this registration's policy, in place) the executor's two durables on WORK: the only ones it
     may pull from, and none it may make itself. One made otherwise (a push consumer, another filter: made by whoever
     could connect under the id before it was registered, or an older version) is replaced; its commands stay in the
-    stream for the new one."""
+    stream for the new one. A pull durable of the right filter that the server would not update is kept as it is: it
+    may be the live executor's (a rejoin), whose commands in hand a new durable would deliver again at once."""
     for durable in executor_durables(executor_id, request.ack_wait_s, request.max_deliver,
                                      request.advert.parallel_attempts):
         config = durable.consumer_config()
         try:
             await bus.js.add_consumer(WORK_STREAM, config)
         except (nats.js.errors.BadRequestError, nats.js.errors.ServerError) as error:  # 10012: push, not pull
+            if not await _made_otherwise(bus, durable.name, durable.subject):
+                log.warning("durable %s of executor %s kept with its own policy (%s)", durable.name, executor_id,
+                            error)
+                continue
             log.warning("durable %s of executor %s was made otherwise (%s): made again", durable.name, executor_id,
                         error)
-            await bus.js.delete_consumer(WORK_STREAM, durable.name)
+            with contextlib.suppress(nats.js.errors.NotFoundError):
+                await bus.js.delete_consumer(WORK_STREAM, durable.name)
             await bus.js.add_consumer(WORK_STREAM, config)
+
+
+async def _made_otherwise(bus: EventBus, name: str, subject: str) -> bool:
+    """Whether the durable is one its executor could not pull its commands from (push, another filter), or gone."""
+    try:
+        info = await bus.js.consumer_info(WORK_STREAM, name)
+    except nats.js.errors.NotFoundError:
+        return True
+    config = info.config
+    return bool(config.deliver_subject) or config.filter_subject != subject or bool(config.filter_subjects) \
+        or config.ack_policy != AckPolicy.EXPLICIT

@@ -5,7 +5,7 @@ owner registered (a squatter's push consumer) replaced, so its owner can pull it
 
 import secrets
 
-from nats.js.api import AckPolicy, ConsumerConfig
+from nats.js.api import AckPolicy, ConsumerConfig, ReplayPolicy
 
 from contracts.commands import ExecutorRegistration
 from contracts.events.executor import DeviceMemory, ExecutorAdvert
@@ -54,4 +54,23 @@ async def test_a_durable_squatted_before_its_owner_registered_is_replaced_and_it
     [message] = await subscription.fetch(1, timeout=5)
     assert message.data == b"for the owner"
     await message.ack_sync()
+    await subscription.unsubscribe()
+
+
+async def test_a_pull_durable_of_its_filter_the_server_will_not_update_is_kept_with_the_commands_it_has_out(
+        bus: EventBus) -> None:
+    """A rejoin while the executor holds a command: its durable (here one whose replay policy no update changes) is
+    not deleted and made again, which would hand the command out a second time at once, its deliveries counted anew."""
+    executor_id = f"dur-{secrets.token_hex(4)}"
+    name = executor_durable(executor_id)
+    await bus.js.add_consumer(WORK_STREAM, ConsumerConfig(
+        name=name, durable_name=name, filter_subject=run_command(executor_id), ack_policy=AckPolicy.EXPLICIT,
+        replay_policy=ReplayPolicy.ORIGINAL, ack_wait=300))
+    subscription = await bus.js.pull_subscribe_bind(durable=name, stream=WORK_STREAM)
+    await bus.js.publish(run_command(executor_id), b"in hand", stream=WORK_STREAM)
+    [held] = await subscription.fetch(1, timeout=5)
+    await provide_durables(bus, executor_id, registration(executor_id, parallel=1))
+    info = await bus.js.consumer_info(WORK_STREAM, name)
+    assert (info.num_ack_pending, info.num_pending) == (1, 0), "the command in hand was handed out again"
+    await held.ack_sync()
     await subscription.unsubscribe()

@@ -62,7 +62,7 @@ async def test_a_multipart_upload_being_created_as_its_caller_gives_up_is_aborte
 async def test_an_object_whose_last_call_was_under_way_as_its_caller_gave_up_is_removed(
         object_store: ObjectStore, monkeypatch: pytest.MonkeyPatch, size: int) -> None:
     key = f"files/given-up-{secrets.token_hex(4)}.jsonl"
-    upload = object_store.writer(key, "application/jsonl")
+    upload = object_store.writer(key, "application/jsonl", own_key=True)
     await upload.write(b"x" * size)
     held = HeldCalls(object_store, monkeypatch)
     await given_up_during(asyncio.ensure_future(upload.finish()), held)

@@ -56,7 +56,7 @@ def store_unavailable(error: BaseException) -> ApiError:
 async def stream_part_to_store(part: BodyPartReader, store: ObjectStore, key: str, max_bytes: int,
                                pace: BodyPace, store_s: float) -> StoredUpload:
     """Copy the file part into the store under `key`, the client paced, the store given `store_s` for each part."""
-    writer = store.writer(key, "application/jsonl")
+    writer = store.writer(key, "application/jsonl", own_key=True)  # a new file id's
     tally = Tally()
     head = b""
     try:

@@ -131,7 +131,7 @@ async def copy_lines(d: Deps, caller: ApiKeyRecord, source_key: str, file_id: st
     copy is written under an object key of this request's own (`<file id>.<random>`): the same retry asked at once
     elsewhere copies beside it, never over it, and whichever is not stated is removed by its own request alone."""
     object_key = input_object_key(f"{file_id}.{secrets.token_hex(8)}")
-    writer = d.store.writer(object_key, "application/jsonl")
+    writer = d.store.writer(object_key, "application/jsonl", own_key=True)
     tally, number = Tally(), 0
     try:
         async with contextlib.aclosing(d.store.iter_lines(source_key)) as lines:

@@ -90,24 +90,24 @@ class Attempts:
                 self.due.forget(claim.delivery_id)
             elif taken:
                 self.fairness.started(claim.endpoint_id, owner)
-                task = asyncio.create_task(self.attempt(claim, owner))
+                task = asyncio.create_task(self.attempt(claim, owner, self.store.lease_of(claim)))
                 self.running.add(task)
                 task.add_done_callback(self.running.discard)
                 started += 1
         return started
 
-    async def attempt(self, claim: Claim, owner: str) -> None:
+    async def attempt(self, claim: Claim, owner: str, lease: int | None = None) -> None:
         succeeded: bool | None = None
         try:
-            succeeded = await self._attempt(claim)
+            succeeded = await self._attempt(claim, lease)
         except Exception:
             log.exception("webhook delivery %s: the attempt could not be recorded; its claim lapses and it is "
                           "tried again", claim.delivery_id)
         finally:
-            self.store.forget(claim)
+            self.store.forget(claim, lease)
             self.fairness.ended(claim.endpoint_id, owner, succeeded, time.time())
 
-    async def _attempt(self, claim: Claim) -> bool | None:
+    async def _attempt(self, claim: Claim, lease: int | None = None) -> bool | None:
         """One attempt, recorded; whether the endpoint took it (None: none was made)."""
         delivery = await self.store.get_delivery(claim.endpoint_id, claim.delivery_id)
         if delivery is None or delivery.status != "pending":
@@ -132,7 +132,7 @@ class Attempts:
             return False
         due = time.time() + delay
         await self._record(delivery, attempt, {"next_attempt_at": due})
-        await self.store.reschedule(claim, due)
+        await self.store.reschedule(claim, due, lease)
         return False
 
     async def _end(self, claim: Claim, delivery: WebhookDelivery, attempt: DeliveryAttempt, status: str) -> None:

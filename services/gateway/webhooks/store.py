@@ -175,10 +175,12 @@ class WebhookStore:
             return False
         return True
 
-    async def reschedule(self, claim: Claim, at: float) -> None:
+    async def reschedule(self, claim: Claim, at: float, lease: int | None = None) -> None:
         """Make the claimed delivery due at `at`, only while this claim's lease is the entry's last write: one whose
-        attempt outlived its lease leaves another gateway's claim as it is."""
-        leased = self.leases.pop(claim.delivery_id, None)
+        attempt outlived its lease leaves another claim as it is, this gateway's own included. `lease`: the revision
+        the attempt's own claim wrote (`lease_of` right after it; by default the delivery's latest claim here)."""
+        leased = self.leases.get(claim.delivery_id) if lease is None else lease
+        self.forget(claim, leased)
         if leased is None:
             return
         with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError):
@@ -186,9 +188,14 @@ class WebhookStore:
                                  Due(endpoint_id=claim.endpoint_id, not_before=at).model_dump_json().encode(),
                                  last=leased)
 
-    def forget(self, claim: Claim) -> None:
-        """The claim's attempt is over."""
-        self.leases.pop(claim.delivery_id, None)
+    def lease_of(self, claim: Claim) -> int | None:
+        """The revision this gateway's latest claim of the delivery wrote."""
+        return self.leases.get(claim.delivery_id)
+
+    def forget(self, claim: Claim, lease: int | None = None) -> None:
+        """The claim's attempt is over: its lease is forgotten (not a later claim's of the same delivery)."""
+        if lease is None or self.leases.get(claim.delivery_id) == lease:
+            self.leases.pop(claim.delivery_id, None)
 
     async def finish(self, claim: Claim) -> None:
         """The delivery needs no more attempts (delivered, or given up): its due entry is erased (a purge would

@@ -95,9 +95,11 @@ class ObjectStore:
                 log.info("object store not ready yet: %s", error)
                 time.sleep(0.3)
 
-    def writer(self, key: str, content_type: str) -> "StreamingUpload":
-        """An object written as its bytes arrive, in bounded parts; `finish()` makes it visible, `abort()` drops it."""
-        return StreamingUpload(self, key, content_type)
+    def writer(self, key: str, content_type: str, *, own_key: bool = False) -> "StreamingUpload":
+        """An object written as its bytes arrive, in bounded parts; `finish()` makes it visible, `abort()` drops what
+        it sent. `own_key`: the key is this upload's alone (fresh and unique), so `abort()` also removes an object its
+        `finish` may have made; a key written again (an archive's, a deterministic file's) keeps the object it held."""
+        return StreamingUpload(self, key, content_type, own_key=own_key)
 
     async def put_bytes(self, key: str, data: bytes, content_type: str = "application/jsonl") -> None:
         await self.run(self.client.put_object, self.bucket, key, io.BytesIO(data), len(data), content_type)
@@ -180,8 +182,10 @@ class StreamingUpload:
     to its end even when its caller stops waiting (a timeout, a cancel): `abort` waits for it, then drops what it made,
     so an upload given up part way leaves neither an incomplete multipart upload nor an object behind."""
 
-    def __init__(self, store: ObjectStore, key: str, content_type: str) -> None:
+    def __init__(self, store: ObjectStore, key: str, content_type: str, *, own_key: bool = False) -> None:
         self.store = store
+        self.own_key = own_key
+        """Nobody else writes this key: an object under it after a given-up `finish` is this upload's own."""
         self.key = key
         self.content_type = content_type
         self.pending = bytearray()
@@ -217,7 +221,7 @@ class StreamingUpload:
             if self.upload_id is not None:
                 await self.store.run(self.store.client._abort_multipart_upload, self.store.bucket, self.key,
                                      self.upload_id)
-            if self.finishing:
+            if self.finishing and self.own_key:  # else the key may hold an object another write stored
                 await self.store.remove(self.key)
 
     async def _send_part(self) -> None:
