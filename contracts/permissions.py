@@ -18,9 +18,11 @@ from contracts.subjects import (
     executor_durable,
     executor_finalize_durable,
     fact_submissions,
+    finalize_command,
     fleet_registrations,
     log_reads,
     object_requests,
+    run_command,
 )
 
 EXECUTOR_ID_PATTERN = r"[A-Za-z0-9_-]{1,64}"
@@ -44,19 +46,22 @@ def executor_inbox(executor_id: str) -> str:
     return f"_INBOX_EXECUTOR.{executor_id}"
 
 
-def _work_consumer(durable: str) -> list[str]:
-    """Pull from and ack one durable; never make one (its scheduler makes both when it accepts the registration:
-    made by the executor, they could be made under ids never registered, or shaped to lock their owner out)."""
-    return [consumer_next(WORK_STREAM, durable), f"$JS.ACK.{WORK_STREAM}.{durable}.>"]
+def _work_consumer(durable: str, filter_subject: str, registered: bool) -> list[str]:
+    """Pull from and ack one durable. Its scheduler makes it when it accepts the registration (made by executors,
+    durables could be made under ids never registered, or shaped to lock their owner out); only an id already
+    registered may also make its own, pinned to its filter (an executor of an older version does so at each start)."""
+    make = [f"{API}.CONSUMER.CREATE.{WORK_STREAM}.{durable}.{filter_subject}"] if registered else []
+    return [*make, consumer_next(WORK_STREAM, durable), f"$JS.ACK.{WORK_STREAM}.{durable}.>"]
 
 
-def executor_permissions(executor_id: str) -> Permissions:
+def executor_permissions(executor_id: str, registered: bool = False) -> Permissions:
+    """What a connection admitted as `executor_id` may do; `registered`: the id has a registered owner (this one)."""
     publish = [
         fleet_registrations(executor_id),  # its registration, under its own id alone
         object_requests(executor_id),
         executor_advert(executor_id),  # its heartbeat, a plain publish: no look at the bucket's stream
-        *_work_consumer(executor_durable(executor_id)),
-        *_work_consumer(executor_finalize_durable(executor_id)),
+        *_work_consumer(executor_durable(executor_id), run_command(executor_id), registered),
+        *_work_consumer(executor_finalize_durable(executor_id), finalize_command(executor_id), registered),
         fact_submissions(executor_id),  # its batch and file facts, judged and stored by the fact desk
         log_reads(executor_id),  # the execution facts of the batches it holds
         USER_INFO_SUBJECT,  # when its admission expires, to renew it before it does

@@ -61,9 +61,10 @@ class ExecutorAuthority:
     refusals: SkipLog = field(default_factory=lambda: SkipLog(log, "NATS connection refused"))
     """A line a minute at most, however many connections a flood of bad keys makes."""
 
-    async def admit(self, user: str, password: str, connection: Connection) -> str:
-        """The executor id a connection may act as, or Refused. `connection` is remembered as acting under that id
-        before its owner is read, so a registration of the id by another provider stored meanwhile closes it."""
+    async def admit(self, user: str, password: str, connection: Connection) -> tuple[str, bool]:
+        """The executor id a connection may act as, and whether that id is registered (to this key's owner), or
+        Refused. `connection` is remembered as acting under that id before its owner is read, so a registration of
+        the id by another provider stored meanwhile closes it."""
         if not re.fullmatch(EXECUTOR_ID_PATTERN, user):
             raise Refused(f"user {user[:80]!r} is not an executor id")
         key_sha256 = hash_api_key(password)
@@ -78,24 +79,26 @@ class ExecutorAuthority:
             raise Refused(f"executor {user}: Worker key {record.key_id} holds {MAX_CONNECTIONS_PER_KEY} connections "
                           "already.")
         self.admitted.claim(user, connection, record.provider_id, record.key_id)
-        await self._check_owner(user, record)
+        registered = await self._check_owner(user, record)
         executor = await self.read_model.get_executor(user)
         if executor is not None and executor.status == "online" and executor.worker_key_id not in (None, record.key_id):
             raise Refused(f"executor {user} is online under another worker key")
-        return user
+        return user, registered
 
-    async def _check_owner(self, executor_id: str, record: ApiKeyRecord) -> None:
+    async def _check_owner(self, executor_id: str, record: ApiKeyRecord) -> bool:
         """An executor id is admitted only for the provider (or operator key) that first registered it: read from
-        the log itself, not the read model, so no lag lets another provider's key in under it."""
+        the log itself, not the read model, so no lag lets another provider's key in under it. Whether it is
+        registered."""
         first = await first_keyed_registration(self.bus, executor_id)
         if first is None:
-            return  # never registered: registration claims it, one at a time, on the leader's book
+            return False  # never registered: registration claims it, one at a time, on the leader's book
         owner = ExecutorOwner(first.provider_id, first.worker_key_id or "")
         if not owner.admits(record.provider_id, record.key_id):
             raise Refused(f"executor id {executor_id} belongs to another provider")
+        return True
 
-    def user_jwt(self, user_nkey: str, executor_id: str) -> str:
-        permissions = executor_permissions(executor_id)
+    def user_jwt(self, user_nkey: str, executor_id: str, registered: bool) -> str:
+        permissions = executor_permissions(executor_id, registered)
         return nkey_jwt.encode({
             "sub": user_nkey, "aud": GLOBAL_ACCOUNT, "name": executor_id, "exp": int(time.time() + self.ttl_s),
             "nats": {"pub": {"allow": list(permissions.publish)}, "sub": {"allow": list(permissions.subscribe)},
@@ -110,14 +113,14 @@ class ExecutorAuthority:
         # Remembered before the checks: a revoke stored while they run still finds the connection to close.
         self.admitted.add(key_sha256, connection, self.ttl_s + ADMISSION_MARGIN_S)
         try:
-            executor_id = await self.admit(request.user, request.password, connection)
+            executor_id, registered = await self.admit(request.user, request.password, connection)
         except Refused as refusal:
             self.admitted.discard(connection)
             self.refusals.skipped("executor connections", str(refusal))
             response["error"] = str(refusal)
         else:
             log.info("executor %s admitted to NATS", executor_id)
-            response["jwt"] = self.user_jwt(request.user_nkey, executor_id)
+            response["jwt"] = self.user_jwt(request.user_nkey, executor_id, registered)
         token = nkey_jwt.encode({"sub": request.user_nkey, "aud": request.server_id, "nats": response},
                                 self.keys.issuer_seed)
         return self.keys.curve.seal(token.encode(), request.server_xkey)

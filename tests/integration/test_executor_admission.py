@@ -13,10 +13,12 @@ import nats.errors
 import pytest
 
 from contracts.events.batch import AttemptFailed, BatchCompleted, BatchProgressed, BatchStarted
+from contracts.events.executor import ExecutorRegistered
 from contracts.subjects import FLEET_REGISTER, WORK_STREAM, executor_advert, executor_durable, run_command
 from services.executor.adapters import broker
 from services.executor.adapters.admission import expires_in, keep_admitted
 from services.executor.app import run_executor
+from services.executor.durables import executor_durables
 from services.executor.settings import ExecutorSettings
 from services.runtime.nats.bus import ConsumerPolicy
 from services.runtime.nats.fleet import Fleet
@@ -29,6 +31,7 @@ from tests.integration.desk_support import fact_desk, hold
 from tests.integration.durables import durable_subscription
 from tests.integration.router_support import bare
 from tests.integration.test_executor_run import TINY_CATALOGUE, new_batch
+from tests.integration.test_nats_authorization import ADVERT
 from tests.support import batch_facts
 
 TTL_S = 6.0
@@ -176,3 +179,25 @@ async def test_while_no_scheduler_answers_the_callout_an_executor_keeps_its_admi
         stop.set()
         await asyncio.wait_for(renewing, 5)
         await bus.close()
+
+
+async def test_an_executor_of_the_version_that_makes_its_own_durables_still_starts_once_its_id_is_registered(
+        tmp_path: Path) -> None:
+    """A rolling upgrade: executors are upgraded last, and an older one makes its durables at each start. Under the
+    newer control plane a registered id may still (pinned to its own commands); one never registered may not."""
+    async with admitting_broker(tmp_path) as running:
+        for durable in executor_durables("veteran", 30.0, 5, 1):
+            await running.core.js.add_consumer(WORK_STREAM, durable.consumer_config())  # its registration made them
+        await running.core.publish(ExecutorRegistered(
+            aggregate_id="veteran", advert=ADVERT.model_copy(update={"executor_id": "veteran"}), started_at=1,
+            worker_key_id="key_alpha"))
+        bus = await broker.join(running.executor_settings("veteran", WORKER_KEY), asyncio.Event())
+        assert bus is not None
+        try:
+            older = broker._OwnDurables(bus.nc)  # what the older executor's broker does at start: make, then bind
+            for durable in executor_durables("veteran", 30.0, 5, 1):
+                subscription = await asyncio.wait_for(older.pull_subscribe(
+                    durable.subject, durable.name, WORK_STREAM, durable.consumer_config()), 15)
+                await subscription.unsubscribe()
+        finally:
+            await bus.broker.close_within()

@@ -13,7 +13,9 @@ from services.runtime.nats.bus import EventBus
 
 log = logging.getLogger(__name__)
 
-ANSWER_TIMEOUT_S = 2.0
+ANSWER_TIMEOUT_S = 15.0
+"""Longer than the slowest answer (the scheduler makes the executor's durables and states the registration, one
+executor at a time): one given up on would still be stored, and the next ask stored again."""
 RETRY_EVERY_S = 1.0
 
 

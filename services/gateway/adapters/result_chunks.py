@@ -19,9 +19,11 @@ log = logging.getLogger(__name__)
 Reader = Callable[[str], AsyncIterator[bytes]]
 
 DECODES_AT_ONCE = 2
-"""Chunks decoded at once (each in a thread of its own): a results page never holds up the gateway's loop."""
-KEPT_BYTES, KEPT_CHUNKS = 64 * 1024 * 1024, 1024
-"""The decoded chunks kept, by the bytes they were read from and by count (the most recently used stay)."""
+"""Chunks read and decoded at once (each decoded in a thread of its own): a results page never holds up the gateway's
+loop, and no more than these are held whole in memory."""
+KEPT_BYTES, KEPT_CHUNKS = 12 * 1024 * 1024, 1024
+"""The decoded chunks kept, by the bytes they were read from (decoded, they take about 5.4 times as much: some
+64 MiB) and by count; the most recently used stay."""
 
 
 @dataclass
@@ -44,15 +46,15 @@ class ResultChunks:
     async def _read(self, read: Reader, key: str) -> list[CommittedLine]:
         if key in self.kept:  # read by the request before, while this one waited
             return self.kept[key][1]
-        try:
-            data = await read_within(read(key), MAX_CHUNK_BYTES)
-        except ObjectNotFound:  # announced, then removed with the batch's other objects: nothing to show of it
-            return []
         lines: list[CommittedLine] = []
-        if data is None:
-            log.warning("result chunk %s is over %d bytes: its lines are not shown", key, MAX_CHUNK_BYTES)
-        else:
-            async with self.decoding:
+        async with self.decoding:  # read and decoded: at most `DECODES_AT_ONCE` chunks held whole at once
+            try:
+                data = await read_within(read(key), MAX_CHUNK_BYTES)
+            except ObjectNotFound:  # announced, then removed with the batch's other objects: nothing to show of it
+                return []
+            if data is None:
+                log.warning("result chunk %s is over %d bytes: its lines are not shown", key, MAX_CHUNK_BYTES)
+            else:
                 try:
                     lines = await asyncio.to_thread(decode_chunk, data)
                 except ValueError as error:  # pydantic's ValidationError is one

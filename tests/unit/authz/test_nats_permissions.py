@@ -110,3 +110,17 @@ def test_a_jwt_is_signed_by_its_issuer_over_header_and_claims() -> None:
 def test_what_is_not_an_nkey_jwt_is_refused(token: str) -> None:
     with pytest.raises(nkey_jwt.MalformedJwt):
         nkey_jwt.decode(token)
+
+
+def test_only_a_registered_id_may_make_its_own_durables_and_only_pinned_to_its_own_commands() -> None:
+    """An executor of an older version makes its durables at each start; an id nobody registered never may (its
+    durables could fill the stream's consumers, or be shaped to lock out the id's owner)."""
+    own = ["$JS.API.CONSUMER.CREATE.WORK.executor-alpha.cmd.executor.alpha.run",
+           "$JS.API.CONSUMER.CREATE.WORK.finalizer-alpha.cmd.executor.alpha.finalize"]
+    registered = executor_permissions("alpha", registered=True).publish
+    assert all(any(matches(pattern, subject) for pattern in registered) for subject in own)
+    assert not any(matches(pattern, subject) for pattern in executor_permissions("alpha").publish for subject in own)
+    for other in ("$JS.API.CONSUMER.CREATE.WORK.executor-alpha.cmd.>", "$JS.API.CONSUMER.CREATE.WORK.executor-bravo."
+                  "cmd.executor.bravo.run", "$JS.API.CONSUMER.CREATE.WORK.executor-alpha.cmd.executor.bravo.run",
+                  "$JS.API.CONSUMER.CREATE.EVENTS.executor-alpha.evt.>"):
+        assert not any(matches(pattern, other) for pattern in registered)
