@@ -44,6 +44,7 @@ from services.scheduler.book import CONTROL_PLANE, BatchPlan, Book
 from services.scheduler.closer import Closer
 from services.scheduler.decisions import decide
 from services.scheduler.desk import FactDesk
+from services.scheduler.durable_sweep import DurableSweep
 from services.scheduler.objects import ObjectBroker, ObjectSigner
 from services.scheduler.observe import action_span, export_book, note_action, remember_trace
 from services.scheduler.registration import Registrar
@@ -88,12 +89,15 @@ class Term:
     objects: ObjectBroker = field(init=False)
     desk: FactDesk = field(init=False)
     closer: Closer = field(init=False)
+    sweep: DurableSweep = field(init=False)
+    """Deletes the durables of executors gone for good."""
 
     def __post_init__(self) -> None:
         self.registrar = Registrar(self.bus, self.read_model, self.book, self.caught_up)
         self.objects = ObjectBroker(self.signer, self.book, self.caught_up)
         self.desk = FactDesk(self.bus, self.book, self.caught_up, self.catalogue, self.signer.store)
         self.closer = Closer(self.bus, self.signer.store, is_open=lambda batch_id: batch_id in self.book.open)
+        self.sweep = DurableSweep(self.bus)
 
     @classmethod
     async def open(cls, bus: EventBus, catalogue: Catalogue, signer: ObjectSigner, policy: Policy) -> "Term":
@@ -180,6 +184,7 @@ class Term:
         if now_ms - self.exported_at_ms >= EXPORT_EVERY_MS:
             self.exported_at_ms = now_ms  # O(open batches): once a second, not every nudged tick
             export_book(self.book)
+        await self.sweep.run(self.book, now_ms)
         if now_ms - self.standings_at_ms >= STANDINGS_EVERY_MS:
             self.standings_at_ms = now_ms
             for wait in standing_waits(self.book, self.policy.weights, now_ms):

@@ -1,0 +1,43 @@
+"""Durables of executors gone for good: one declared lost and silent for `GONE_AFTER_MS` has its two WORK durables
+deleted, so ids that never come back do not fill the stream's consumers (an executor that does come back registers
+again, and its registration makes them again: services/scheduler/registration.py). Leader-only, a few a minute."""
+
+import contextlib
+import logging
+from dataclasses import dataclass, field
+
+import nats.js.errors
+
+from contracts.subjects import WORK_STREAM, executor_durable, executor_finalize_durable
+from services.runtime.nats.bus import EventBus
+from services.scheduler.book import Book
+
+log = logging.getLogger(__name__)
+
+GONE_AFTER_MS = 7 * 24 * 3_600_000
+SWEEP_EVERY_MS = 60_000
+PER_SWEEP = 64
+"""Ids swept in one go (two deletes each): a term's first sweeps work through a long list a minute at a time."""
+
+
+@dataclass
+class DurableSweep:
+    bus: EventBus
+    swept: set[str] = field(default_factory=set)
+    """Ids whose durables this term deleted (an id back and lost again is swept again)."""
+    at_ms: int = 0
+
+    async def run(self, book: Book, now_ms: int) -> None:
+        if now_ms - self.at_ms < SWEEP_EVERY_MS:
+            return
+        self.at_ms = now_ms
+        self.swept &= set(book.lost)
+        gone = sorted(executor_id for executor_id, last_heard in book.lost.items()
+                      if now_ms - last_heard >= GONE_AFTER_MS and executor_id not in self.swept)
+        for executor_id in gone[:PER_SWEEP]:
+            for name in (executor_durable(executor_id), executor_finalize_durable(executor_id)):
+                with contextlib.suppress(nats.js.errors.NotFoundError):
+                    await self.bus.js.delete_consumer(WORK_STREAM, name)
+            self.swept.add(executor_id)
+            log.info("executor %s silent for %d days: its durables deleted (a registration makes them again)",
+                     executor_id, (now_ms - book.lost[executor_id]) // 86_400_000)
