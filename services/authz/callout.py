@@ -40,9 +40,10 @@ CALLOUT = RawAnswer(AUTH_CALLOUT_SUBJECT, RESPONDERS)
 """Answered by a scheduler's router, leader or standby: requests are sealed JWTs with no contract to decode, answers
 sealed bytes; a forged request goes unanswered."""
 NO_LIMIT = -1
-MAX_CONNECTIONS_PER_KEY = 8
+MAX_CONNECTIONS_PER_KEY = 64
 """Connections one worker key holds at once (as this scheduler admitted them): an executor has one, two while it
-renews its admission; a key holding a thousand only costs the broker."""
+renews its admission, and each broker restart within an admission's life leaves one more counted until it expires (a
+killed server sends no disconnect events); a key holding a thousand only costs the broker."""
 ADMISSION_MARGIN_S = 60.0
 """How long past its admission's expiry a connection is still remembered (the server ends it at the expiry)."""
 
