@@ -85,7 +85,8 @@ class Registrar:
     book: Book
     caught_up: asyncio.Event
     """Set once the book has read the whole log."""
-    _one_at_a_time: asyncio.Lock = field(default_factory=asyncio.Lock)
+    one_at_a_time: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held while a registration is judged and stated (the durable sweep holds it too)."""
     _recent: dict[str, deque[int]] = field(default_factory=dict)
     """Executor id → when its registrations of the last hour were accepted (as this leader saw them)."""
     refusals: SkipLog = field(default_factory=lambda: SkipLog(log, "refused"))
@@ -105,7 +106,7 @@ class Registrar:
         refusal = worker_key_refusal(record)
         if refusal is not None or record is None:
             return RegistrationAnswer(accepted=False, reason=refusal)
-        async with self._one_at_a_time:
+        async with self.one_at_a_time:
             now_ms = int(time.time() * 1000)
             if now_ms - self.book.incarnations.get(executor_id, 0) < REGISTRATION_INTERVAL_MS:
                 return RegistrationAnswer(accepted=False, retry=True, reason=(

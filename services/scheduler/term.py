@@ -97,7 +97,7 @@ class Term:
         self.objects = ObjectBroker(self.signer, self.book, self.caught_up)
         self.desk = FactDesk(self.bus, self.book, self.caught_up, self.catalogue, self.signer.store)
         self.closer = Closer(self.bus, self.signer.store, is_open=lambda batch_id: batch_id in self.book.open)
-        self.sweep = DurableSweep(self.bus)
+        self.sweep = DurableSweep(self.bus, self.registrar.one_at_a_time)
 
     @classmethod
     async def open(cls, bus: EventBus, catalogue: Catalogue, signer: ObjectSigner, policy: Policy) -> "Term":
@@ -184,7 +184,7 @@ class Term:
         if now_ms - self.exported_at_ms >= EXPORT_EVERY_MS:
             self.exported_at_ms = now_ms  # O(open batches): once a second, not every nudged tick
             export_book(self.book)
-        await self.sweep.run(self.book, now_ms)
+        await self.sweep.run(self.book, {advert.executor_id for advert in adverts}, now_ms)
         if now_ms - self.standings_at_ms >= STANDINGS_EVERY_MS:
             self.standings_at_ms = now_ms
             for wait in standing_waits(self.book, self.policy.weights, now_ms):
