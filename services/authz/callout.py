@@ -40,10 +40,6 @@ CALLOUT = RawAnswer(AUTH_CALLOUT_SUBJECT, RESPONDERS)
 """Answered by a scheduler's router, leader or standby: requests are sealed JWTs with no contract to decode, answers
 sealed bytes; a forged request goes unanswered."""
 NO_LIMIT = -1
-MAX_CONNECTIONS_PER_KEY = 64
-"""Connections one worker key holds at once (as this scheduler admitted them): an executor has one, two while it
-renews its admission, and each broker restart within an admission's life leaves one more counted until it expires (a
-killed server sends no disconnect events); a key holding a thousand only costs the broker."""
 ADMISSION_MARGIN_S = 60.0
 """How long past its admission's expiry a connection is still remembered (the server ends it at the expiry)."""
 
@@ -76,9 +72,6 @@ class ExecutorAuthority:
         # The read model may lag a revoke the log already holds.
         if await revoked(self.bus, key_sha256, record.key_id):
             raise Refused(f"executor {user}: Worker key {record.key_id} was revoked.")
-        if len(self.admitted.by_key.get(key_sha256, ())) > MAX_CONNECTIONS_PER_KEY:
-            raise Refused(f"executor {user}: Worker key {record.key_id} holds {MAX_CONNECTIONS_PER_KEY} connections "
-                          "already.")
         self.admitted.claim(user, connection, record.provider_id, record.key_id)
         registered = await self._check_owner(user, record)
         executor = await self.read_model.get_executor(user)
@@ -140,6 +133,9 @@ class ExecutorAuthority:
             self.admitted.discard(Connection(request.server_id, request.client_id))
             log.error("auth callout for %r not answered: %r", request.user[:80], error)
             return
+        except BaseException:  # unanswered: the connection is refused, and not remembered
+            self.admitted.discard(Connection(request.server_id, request.client_id))
+            raise
         await message.respond(answer)
 
 

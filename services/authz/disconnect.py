@@ -37,8 +37,9 @@ class Connection:
     client_id: int
 
 
-PRUNE_EVERY = 256
-"""Admissions between two sweeps of those past their expiry (a sweep reads every connection held)."""
+PRUNE_EVERY, PRUNE_EVERY_S = 256, 60.0
+"""A sweep of the connections past their expiry comes after this many admissions, or this long (it reads every
+connection held)."""
 
 
 @dataclass
@@ -53,11 +54,14 @@ class AdmittedConnections:
     _held: dict[Connection, tuple[str, str | None, float]] = field(default_factory=dict)
     """Connection → its key's SHA-256, the executor id it claimed, and when its admission expires (monotonic)."""
     _added: int = 0
+    _pruned_at: float = 0.0
 
     def add(self, key_sha256: str, connection: Connection, ttl_s: float = float("inf")) -> None:
         self._added += 1
-        if self._added % PRUNE_EVERY == 0:
-            self._forget_expired(time.monotonic())
+        now = time.monotonic()
+        if self._added % PRUNE_EVERY == 0 or now - self._pruned_at >= PRUNE_EVERY_S:
+            self._pruned_at = now
+            self._forget_expired(now)
         self.by_key.setdefault(key_sha256, set()).add(connection)
         held = self._held.get(connection)
         self._held[connection] = (key_sha256, held[1] if held else None, time.monotonic() + ttl_s)
