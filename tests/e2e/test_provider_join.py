@@ -106,6 +106,8 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         wait_for(lambda: process.poll() is not None or healthy(running), 120, "the stack did not come up")
         assert process.poll() is None, (data_dir.parent / "up.out").read_text()
         wait_for(lambda: admits_its_admin(running), 120, "the stack's admin key was never admitted")
+        # `up` announces the stack (its state file) after its own wait for the admission, which asks ever more slowly.
+        wait_for(lambda: (data_dir / "stack.json").exists(), 30, "the stack was never announced")
         yield running
     finally:
         stop(process, signal.SIGINT, 60)
