@@ -64,7 +64,7 @@ class AdmittedConnections:
             self._forget_expired(now)
         self.by_key.setdefault(key_sha256, set()).add(connection)
         held = self._held.get(connection)
-        self._held[connection] = (key_sha256, held[1] if held else None, time.monotonic() + ttl_s)
+        self._held[connection] = (key_sha256, held[1] if held else None, now + ttl_s)
 
     def claim(self, executor_id: str, connection: Connection, provider_id: str | None, key_id: str) -> None:
         """The connection acts as `executor_id` with this key (remembered before the id's owner is checked)."""

@@ -8,6 +8,7 @@ import contextlib
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import nats.errors
@@ -90,6 +91,8 @@ class Registrar:
     _recent: dict[str, deque[int]] = field(default_factory=dict)
     """Executor id → when its registrations of the last hour were accepted (as this leader saw them)."""
     refusals: SkipLog = field(default_factory=lambda: SkipLog(log, "refused"))
+    clock: Callable[[], float] = time.time
+    """Seconds since the epoch: the scheduler's clock, which registrations are judged and stamped by."""
 
     async def answer(self, executor_id: str, request: ExecutorRegistration) -> RegistrationAnswer:
         """Judge a registration that arrived on `executor_id`'s own subject."""
@@ -107,7 +110,7 @@ class Registrar:
         if refusal is not None or record is None:
             return RegistrationAnswer(accepted=False, reason=refusal)
         async with self.one_at_a_time:
-            now_ms = int(time.time() * 1000)
+            now_ms = int(self.clock() * 1000)
             if now_ms - self.book.incarnations.get(executor_id, 0) < REGISTRATION_INTERVAL_MS:
                 return RegistrationAnswer(accepted=False, retry=True, reason=(
                     f"Executor {executor_id} registered less than {REGISTRATION_INTERVAL_MS // 1000} s ago."))

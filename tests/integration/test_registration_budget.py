@@ -6,10 +6,7 @@ scheduler's registrar."""
 import asyncio
 from pathlib import Path
 
-import pytest
-
 from contracts.commands import ExecutorRegistration
-from services.scheduler import registration as registration_module
 from services.scheduler.book import Book
 from services.scheduler.registration import HOUR_MS, REGISTRATION_INTERVAL_MS, REGISTRATIONS_PER_HOUR, Registrar
 from tests.integration.authorized_broker import WORKER_KEY, admitting_broker
@@ -17,13 +14,12 @@ from tests.integration.test_scheduler_fleet import advert
 
 
 async def test_an_id_registering_past_its_hourly_budget_is_told_to_retry_until_the_hour_frees_one(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path) -> None:
     clock = {"s": 1_900_000_000.0}
-    monkeypatch.setattr(registration_module.time, "time", lambda: clock["s"])
     async with admitting_broker(tmp_path) as running:
         caught_up = asyncio.Event()
         caught_up.set()
-        registrar = Registrar(running.core, running.read_model, Book(), caught_up)
+        registrar = Registrar(running.core, running.read_model, Book(), caught_up, clock=lambda: clock["s"])
         request = ExecutorRegistration(executor_id="looping", worker_key=WORKER_KEY, advert=advert("looping"))
         answers = []
         for _ in range(REGISTRATIONS_PER_HOUR + 1):
