@@ -4,7 +4,6 @@ retried after the next of `webhook_retry_delays_s`, then `failed`. An attempt cu
 the next gateway, with the same `webhook-id`."""
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -101,12 +100,6 @@ class Attempts:
         succeeded: bool | None = None
         try:
             succeeded = await self._attempt(claim, lease)
-        except asyncio.CancelledError:
-            # The gateway stops mid-attempt: its claim is handed back now (if still its own), not left to lapse, so
-            # another gateway tries the delivery at once (at least once: the endpoint may have had it already).
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self.store.reschedule(claim, time.time(), lease))
-            raise
         except Exception:
             log.exception("webhook delivery %s: the attempt could not be recorded; its claim lapses and it is "
                           "tried again", claim.delivery_id)
