@@ -21,7 +21,7 @@ from contracts.events.envelope import Event
 from contracts.subjects import WEBHOOKS_BUCKET
 from services.gateway.settings import GatewaySettings
 from services.gateway.webhooks import store as webhook_store
-from services.gateway.webhooks.deliverer import Attempts
+from services.gateway.webhooks.deliverer import CLAIM_MARGIN_S, Attempts
 from services.gateway.webhooks.due_queue import DueQueue
 from services.gateway.webhooks.store import Claim, WebhookStore
 from services.runtime.nats.bus import EventBus
@@ -46,9 +46,13 @@ class Receiver:
     url: str = ""
     received: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
     answers: list[int] = field(default_factory=list)
+    stall: asyncio.Event | None = None
+    """Set to an event: each POST is answered only once it is set."""
 
     async def handle(self, request: web.Request) -> web.Response:
         self.received.append(({k.lower(): v for k, v in request.headers.items()}, await request.read()))
+        if self.stall is not None:
+            await self.stall.wait()
         return web.Response(status=self.answers.pop(0) if self.answers else 200)
 
     def bodies_for(self, batch_id: str) -> list[tuple[dict[str, str], bytes]]:
@@ -291,6 +295,7 @@ async def test_a_gateway_restarted_mid_retry_delivers_under_the_same_id_and_take
         receiver.answers = [500]
         await publish(first, validated(early))
         await until(lambda: len(receiver.bodies_for(early)) == 1, "the first attempt")
+        await until(lambda: retry_recorded(first, alice, endpoint["id"]), "the first attempt's failure recorded")
     # No gateway runs: the retry falls due, and a new fact is stated.
     bus = await EventBus.connect(connection.nats_url, "tests-webhooks")
     await bus.publish(validated(late))
@@ -301,6 +306,31 @@ async def test_a_gateway_restarted_mid_retry_delivers_under_the_same_id_and_take
         assert len({headers["webhook-id"] for headers, _ in receiver.bodies_for(early)}) == 1
         assert {d["status"] for d in await deliveries(second, alice, endpoint["id"])} == {"delivered"}
 
+
+
+async def retry_recorded(gateway: Gateway, headers: Headers, endpoint_id: str) -> bool:
+    return any(d["attempts"] and d["next_attempt_at"] for d in await deliveries(gateway, headers, endpoint_id))
+
+
+async def test_a_gateway_stopped_mid_attempt_hands_the_delivery_to_the_next_gateway_at_once(
+        connection: ConnectionSettings, receiver: Receiver) -> None:
+    """Its claim is not left leased for the attempt's timeout and margin (longer than this test waits), and the
+    delivery keeps its id."""
+    assert WAIT_S < CLAIM_MARGIN_S
+    receiver.stall = asyncio.Event()
+    try:
+        async with running_gateway(connection, **FAST) as first:
+            alice = await first.new_key()
+            await register(first, alice, receiver.url)
+            batch = await new_batch(first, alice)
+            await publish(first, validated(batch))
+            await until(lambda: len(receiver.bodies_for(batch)) == 1, "the attempt under way")
+        receiver.stall.set()
+        async with running_gateway(connection, **FAST):
+            await until(lambda: len(receiver.bodies_for(batch)) >= 2, "the next gateway's attempt")
+        assert len({headers["webhook-id"] for headers, _ in receiver.bodies_for(batch)}) == 1
+    finally:
+        receiver.stall.set()
 
 
 async def test_ids_that_are_not_ours_are_not_found(gateway: Gateway) -> None:

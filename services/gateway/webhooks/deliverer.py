@@ -41,6 +41,8 @@ CLAIM_MARGIN_S = 30.0
 """A claim outlasts the attempt's timeout by this much (recording it), after which another gateway may take it."""
 PRUNE_INTERVAL_S = 3600.0
 """How often a gateway erases the ended deliveries past their retention."""
+HAND_BACK_S = 1.5
+"""How long a gateway stopping mid-attempt spends handing its claim back (less than a re-cancel's wait)."""
 MAX_ANSWER_BYTES = 64 * 1024
 """What is read of an endpoint's answer (and dropped): its status is what counts."""
 
@@ -100,12 +102,25 @@ class Attempts:
         succeeded: bool | None = None
         try:
             succeeded = await self._attempt(claim, lease)
+        except asyncio.CancelledError:
+            await self._hand_back(claim, lease)
+            raise
         except Exception:
             log.exception("webhook delivery %s: the attempt could not be recorded; its claim lapses and it is "
                           "tried again", claim.delivery_id)
         finally:
             self.store.forget(claim, lease)
             self.fairness.ended(claim.endpoint_id, owner, succeeded, time.time())
+
+    async def _hand_back(self, claim: Claim, lease: int | None) -> None:
+        """The gateway stops mid-attempt: the claim is made due now (if still this attempt's own), so another gateway
+        tries it at once rather than after the lease lapses (at least once: the endpoint may have had it already).
+        Bounded: a broker that does not answer leaves the claim to lapse."""
+        try:
+            await asyncio.wait_for(self.store.reschedule(claim, time.time(), lease), HAND_BACK_S)
+        except (asyncio.CancelledError, Exception) as why:
+            log.info("webhook delivery %s: its claim was not handed back on stopping (%r); it lapses instead",
+                     claim.delivery_id, why)
 
     async def _attempt(self, claim: Claim, lease: int | None = None) -> bool | None:
         """One attempt, recorded; whether the endpoint took it (None: none was made)."""
