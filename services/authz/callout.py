@@ -54,6 +54,9 @@ class ExecutorAuthority:
     read_model: ReadModel
     keys: CalloutKeys
     ttl_s: float = 3600.0
+    max_connections: int = 1024
+    """Connections one provider's worker keys (or one key of no provider) may hold at once, as this scheduler counts
+    those it admitted."""
     admitted: AdmittedConnections = field(default_factory=AdmittedConnections)
     refusals: SkipLog = field(default_factory=lambda: SkipLog(log, "NATS connection refused"))
     """A line a minute at most, however many connections a flood of bad keys makes."""
@@ -72,6 +75,11 @@ class ExecutorAuthority:
         # The read model may lag a revoke the log already holds.
         if await revoked(self.bus, key_sha256, record.key_id):
             raise Refused(f"executor {user}: Worker key {record.key_id} was revoked.")
+        holder = record.provider_id or record.key_id
+        if self.admitted.count(holder) >= self.max_connections:  # counted and held with no wait between
+            raise Refused(f"executor {user}: {'provider ' + holder if record.provider_id else 'worker key ' + holder}"
+                          f" already holds {self.max_connections} connections, the most allowed")
+        self.admitted.hold(holder, connection)
         self.admitted.claim(user, connection, record.provider_id, record.key_id)
         registered = await self._check_owner(user, record)
         executor = await self.read_model.get_executor(user)
@@ -172,7 +180,8 @@ async def open_admissions(bus: EventBus, settings: ConnectionSettings) -> Admiss
     if not settings.nats_callout_seed:
         return None
     keys = CalloutKeys(settings.nats_callout_seed)
-    authority = ExecutorAuthority(bus, await ReadModel.open(bus), keys, settings.nats_executor_ttl_s)
+    authority = ExecutorAuthority(bus, await ReadModel.open(bus), keys, settings.nats_executor_ttl_s,
+                                  settings.nats_max_connections_per_provider)
     await Fleet.open(bus)  # executors may heartbeat into the bucket but not declare it
     return Admissions(authority, await Disconnector.start(bus.nc, keys.system_url(settings.nats_url),
                                                           authority.admitted))

@@ -17,7 +17,7 @@ from nats.aio.subscription import Subscription
 from contracts.events.executor import ExecutorRegistered
 from contracts.events.key import KeyRevoked
 from contracts.events.registry import decode_event
-from contracts.subjects import EXECUTOR_REGISTERED, KEY_REVOKED, SERVER_DISCONNECTS, server_kick
+from contracts.subjects import EXECUTOR_REGISTERED, KEY_REVOKED, SERVER_CONNECTS, SERVER_DISCONNECTS, server_kick
 from services.runtime.nats.bus import EventBus
 from services.scheduler.book import ExecutorOwner
 
@@ -37,6 +37,9 @@ class Connection:
     client_id: int
 
 
+CONFIRM_WITHIN_S = 30.0
+"""An admission the server has not reported opened (its CONNECT event) within this long no longer counts toward its
+holder's connections: the server gave up waiting for the answer, or the client went before it was in."""
 PRUNE_EVERY, PRUNE_EVERY_S = 256, 60.0
 """A sweep of the connections past their expiry comes after this many admissions, or this long (it reads every
 connection held)."""
@@ -53,6 +56,11 @@ class AdmittedConnections:
     """Executor id → its connections, each with its key's provider and key id."""
     _held: dict[Connection, tuple[str, str | None, float]] = field(default_factory=dict)
     """Connection → its key's SHA-256, the executor id it claimed, and when its admission expires (monotonic)."""
+    by_holder: dict[str, set[Connection]] = field(default_factory=dict)
+    """Who answers for a connection's key (its provider, or the key itself) → its connections (`count`)."""
+    _holder: dict[Connection, str] = field(default_factory=dict)
+    _unconfirmed: dict[Connection, float] = field(default_factory=dict)
+    """Connections admitted that the server has not reported opened yet → until when they count unconfirmed."""
     _added: int = 0
     _pruned_at: float = 0.0
 
@@ -65,6 +73,23 @@ class AdmittedConnections:
         self.by_key.setdefault(key_sha256, set()).add(connection)
         held = self._held.get(connection)
         self._held[connection] = (key_sha256, held[1] if held else None, now + ttl_s)
+        if held is None:
+            self._unconfirmed[connection] = now + CONFIRM_WITHIN_S
+
+    def count(self, holder: str) -> int:
+        """The holder's connections that are open, or admitted moments ago and not yet reported opened."""
+        now = time.monotonic()
+        return sum(1 for connection in self.by_holder.get(holder, ())
+                   if self._unconfirmed.get(connection, now) >= now)
+
+    def hold(self, holder: str, connection: Connection) -> None:
+        """The connection counts toward `holder`'s (see `count`), until it closes or its admission expires."""
+        self.by_holder.setdefault(holder, set()).add(connection)
+        self._holder[connection] = holder
+
+    def opened(self, connection: Connection) -> None:
+        """The server reports the connection open: it counts until it closes, however long ago it was admitted."""
+        self._unconfirmed.pop(connection, None)
 
     def claim(self, executor_id: str, connection: Connection, provider_id: str | None, key_id: str) -> None:
         """The connection acts as `executor_id` with this key (remembered before the id's owner is checked)."""
@@ -74,6 +99,12 @@ class AdmittedConnections:
 
     def discard(self, connection: Connection) -> None:
         key_sha256, executor_id, _ = self._held.pop(connection, ("", None, 0.0))
+        self._unconfirmed.pop(connection, None)
+        holder = self._holder.pop(connection, None)
+        if holder is not None and (holding := self.by_holder.get(holder)) is not None:
+            holding.discard(connection)
+            if not holding:
+                del self.by_holder[holder]
         connections = self.by_key.get(key_sha256)
         if connections is not None:
             connections.discard(connection)
@@ -118,6 +149,7 @@ class Disconnector:
             await facts.subscribe(KEY_REVOKED, cb=disconnector.on_revoked),
             await facts.subscribe(EXECUTOR_REGISTERED, cb=disconnector.on_registered),
             await system.subscribe(SERVER_DISCONNECTS, cb=disconnector.on_disconnected),
+            await system.subscribe(SERVER_CONNECTS, cb=disconnector.on_connected),
         ]
         await facts.flush()
         await system.flush()
@@ -153,11 +185,14 @@ class Disconnector:
         task.add_done_callback(self.kicks.discard)
 
     async def on_disconnected(self, message: Msg) -> None:
-        try:
-            event = json.loads(message.data)
-            self.admitted.discard(Connection(str(event["server"]["id"]), int(event["client"]["id"])))
-        except (ValueError, KeyError, TypeError) as error:
-            log.debug("unreadable disconnect event: %r", error)
+        connection = _connection_of(message)
+        if connection is not None:
+            self.admitted.discard(connection)
+
+    async def on_connected(self, message: Msg) -> None:
+        connection = _connection_of(message)
+        if connection is not None:
+            self.admitted.opened(connection)
 
     async def kick(self, connection: Connection) -> None:
         """Have the connection's server close it; logged, never raised (the JWT's expiry is the backstop)."""
@@ -185,3 +220,13 @@ class Disconnector:
                 await subscription.unsubscribe()
         await asyncio.gather(*self.kicks, return_exceptions=True)
         await self.system.close()
+
+
+def _connection_of(message: Msg) -> Connection | None:
+    """The connection a server's connect or disconnect event is about; None for bytes that say none."""
+    try:
+        event = json.loads(message.data)
+        return Connection(str(event["server"]["id"]), int(event["client"]["id"]))
+    except (ValueError, KeyError, TypeError, OverflowError) as error:
+        log.debug("unreadable connection event on %s: %r", message.subject, error)
+        return None

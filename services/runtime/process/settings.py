@@ -52,6 +52,10 @@ class ConnectionSettings(FileBackedSettings):
     nats_executor_ttl_s: float = 3600.0
     """How long an admitted executor's NATS permissions last before it must be admitted again. A revoked worker
     key's connections are closed within moments of the revoke; this is the backstop should that kick be missed."""
+    nats_max_connections_per_provider: int = Field(default=1024, ge=1)
+    """Broker connections the executors of one provider (all its worker keys together; a key of no provider: that
+    key alone) may hold at once; past it, a new one is refused until one closes. An executor holds one or two. Each
+    scheduler answering admissions counts those it admitted, so with several the bound is that many times this."""
     s3_endpoint: str = "127.0.0.1:8333"
     """host:port of the S3 server."""
     s3_access_key: str = ""

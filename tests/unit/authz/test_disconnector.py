@@ -8,7 +8,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from contracts.events.key import KeyRevoked
-from contracts.subjects import EXECUTOR_REGISTERED, KEY_REVOKED
+from contracts.subjects import EXECUTOR_REGISTERED, KEY_REVOKED, SERVER_CONNECTS, SERVER_DISCONNECTS
 from services.authz import disconnect
 from services.authz.disconnect import AdmittedConnections, Connection, Disconnector
 
@@ -30,11 +30,14 @@ def message(subject: str, data: bytes) -> Msg:
     return Msg(cast(Any, None), subject=subject, data=data)
 
 
-@pytest.mark.parametrize("data", [b"", b"not json", b"[]", b'{"type": "key.revoked"}', b"\xff" * 10])
+@pytest.mark.parametrize("data", [b"", b"not json", b"[]", b'{"type": "key.revoked"}', b"\xff" * 10,
+                                  b'{"server": {"id": "s"}, "client": {"id": 1e999}}'])
 async def test_bytes_that_are_no_fact_close_nothing_and_raise_nothing(data: bytes) -> None:
     made, kicked = disconnector()
     await made.on_revoked(message(KEY_REVOKED, data))
     await made.on_registered(message(EXECUTOR_REGISTERED, data))
+    await made.on_connected(message(SERVER_CONNECTS, data))
+    await made.on_disconnected(message(SERVER_DISCONNECTS, data))
     assert kicked == []
     assert made.admitted.by_key == {KEY: {CONNECTION}}
 
@@ -62,3 +65,22 @@ def test_a_connection_whose_close_was_never_heard_is_forgotten_once_its_admissio
     for other in others:
         admitted.discard(other)
     assert admitted.by_key == {} and admitted.by_executor == {}
+
+
+def test_an_admission_the_server_never_reports_opened_stops_counting_and_an_opened_one_counts_until_it_closes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = {"now": 1000.0}
+    monkeypatch.setattr(disconnect.time, "monotonic", lambda: clock["now"])
+    admitted = AdmittedConnections()
+    opened, abandoned = Connection("server-1", 1), Connection("server-1", 2)
+    for connection in (opened, abandoned):
+        admitted.add(KEY, connection, ttl_s=3600.0)
+        admitted.hold("provider-a", connection)
+    assert admitted.count("provider-a") == 2
+    admitted.opened(opened)
+    clock["now"] += disconnect.CONFIRM_WITHIN_S + 1
+    assert admitted.count("provider-a") == 1, "an answer the server gave up on holds no place"
+    clock["now"] += 3000.0
+    assert admitted.count("provider-a") == 1
+    admitted.discard(opened)
+    assert admitted.count("provider-a") == 0
