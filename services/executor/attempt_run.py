@@ -33,9 +33,10 @@ from services.executor.domain import (
     parse_input_line,
     usage_of,
 )
+from services.executor.held_slot import HeldSlot
 from services.executor.observe import traced_line, tracing
 from services.executor.prefixes import prefix_key
-from services.executor.slots import HeldSlot, SlotPool
+from services.executor.slots import SlotPool
 from services.runtime.nats.bus import Fence, FenceMoved
 
 if TYPE_CHECKING:

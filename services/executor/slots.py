@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
+from services.executor.held_slot import HeldSlot
 from services.executor.prefixes import SlotState, choose_start, order_lines
 
 PASSED_OVER_LIMIT = 8
@@ -133,13 +134,13 @@ class SlotPool:
             heapq.heappush(self._free_order, (slot.last_used, index))
         self._grant()
 
-    async def take(self, owner: str, stopping: asyncio.Event) -> "HeldSlot | None":
+    async def take(self, owner: str, stopping: asyncio.Event) -> HeldSlot | None:
         """Wait for a slot; None (holding none) once `stopping` is set: an attempt that must stop starts no line."""
         taken = await self._take(owner, stopping, None)
         return None if taken is None else taken[1]
 
     async def _take(self, owner: str, stopping: asyncio.Event,
-                    unit: "UnitPlan | None") -> "tuple[int | None, HeldSlot] | None":
+                    unit: "UnitPlan | None") -> tuple[int | None, HeldSlot] | None:
         if stopping.is_set():
             return None
         waiter = self._enqueue(owner, unit)
@@ -342,7 +343,7 @@ class UnitPlan:
         """Its lines not started yet, these planned and those to come."""
         return len(self._pending) + self.beyond
 
-    async def next(self, owner: str, stopping: asyncio.Event) -> "tuple[int, HeldSlot] | None":
+    async def next(self, owner: str, stopping: asyncio.Event) -> tuple[int, HeldSlot] | None:
         """(the line to start, its slot); None (holding none) once all started, the plan closed or `stopping` set."""
         if not self._pending or not self._open:
             return None
@@ -395,18 +396,3 @@ class UnitPlan:
                  trace: TracebackType | None) -> None:
         self.close()
 
-
-class HeldSlot:
-    """A slot taken, with its engine index, to give back exactly once, whichever path gets there first: the line's own
-    `finally`, or the done callback of a task cancelled before it ever ran (its coroutine's `finally` never runs)."""
-
-    def __init__(self, pool: SlotPool, owner: str, index: int) -> None:
-        self._pool: SlotPool | None = pool
-        self._owner = owner
-        self.index = index
-
-    def give_back(self, *_: object) -> None:
-        """Release the slot the first time; later calls do nothing (also usable as a done callback)."""
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.release(self._owner, self.index)

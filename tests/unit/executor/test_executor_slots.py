@@ -9,7 +9,8 @@ import random
 
 import pytest
 
-from services.executor.slots import HeldSlot, SlotPool, UnitPlan
+from services.executor.held_slot import HeldSlot
+from services.executor.slots import SlotPool, UnitPlan
 
 
 async def settle() -> None:
