@@ -21,6 +21,7 @@ from services.gateway.context import Deps
 from services.gateway.usecases.batches import Created, create_from
 from services.gateway.usecases.files import NewFile, state_file, stated_file
 from services.gateway.usecases.refusals import ApiError, parse_fields
+from services.runtime.storage.objectstore import ObjectNotFound
 
 RETRY_OF = "retry_of"
 """The metadata key that links a retry to the batch it retries."""
@@ -92,18 +93,21 @@ async def retry(d: Deps, caller: ApiKeyRecord, key_digest: str, record: BatchRec
     error_file = await d.read_model.get_file(batch.error_file_id) if batch.error_file_id else None
     input_file = await d.read_model.get_file(batch.input_file_id)
     if error_file is None or error_file.deleted:
-        raise ApiError(409, f"Batch {batch.id} has no error file: no line failed.", "conflict_error",
-                       "nothing_to_retry")
+        raise _no_error_file(batch.id)
     if input_file is None or input_file.deleted:
-        raise ApiError(409, f"The input file {batch.input_file_id} of batch {batch.id} was deleted; upload the lines "
-                       "again to run them.", "conflict_error", "input_file_deleted")
+        raise _input_deleted(batch.id, batch.input_file_id)
     codes = sorted(set(body.codes)) if body.codes is not None else None
-    wanted = await failed_lines(d, error_file.object_key, set(codes) if codes is not None else None)
+    try:  # deleted since the read above (a DELETE of the file at the same time): as if deleted before
+        wanted = await failed_lines(d, error_file.object_key, set(codes) if codes is not None else None)
+    except ObjectNotFound:
+        raise _no_error_file(batch.id) from None
     key = f"retry:{batch.id}:{','.join(codes) if codes is not None else '*'}"
     file_id = derived_id("file-", caller.owner, key)
     if await d.read_model.get_file(file_id) is None:
         try:
             lines, sequence = await copy_lines(d, caller, input_file.object_key, file_id, wanted, input_file.model)
+        except ObjectNotFound:  # the input was deleted since the read above, before its copy began
+            raise _input_deleted(batch.id, batch.input_file_id) from None
         except ApiError:
             # The same retry asked at once elsewhere stated the copy first (its bytes then counted against the quota
             # this request's copy was refused by): that copy is this retry's too.
@@ -122,7 +126,25 @@ async def retry(d: Deps, caller: ApiKeyRecord, key_digest: str, record: BatchRec
         "input_file_id": file_id, "endpoint": batch.endpoint,
         "completion_window": body.completion_window or batch.completion_window, "metadata": metadata,
         "allow_partial": body.allow_partial, "placement": batch.placement or "approved_providers"})
-    return await create_from(d, caller, key_digest, create, key)
+    try:
+        return await create_from(d, caller, key_digest, create, key)
+    except ApiError as refused:
+        if refused.body.code != "idempotency_conflict":
+            raise
+        # The retry's own derived key, which the client never sent: say what differs in the client's own terms.
+        earlier = derived_id("batch_", caller.owner, key)
+        raise ApiError(409, f"Batch {batch.id} was already retried as batch {earlier}, with another "
+                       "completion_window, metadata or allow_partial; ask again as it was asked then, or retry "
+                       f"{earlier} once it has ended.", "conflict_error", "already_retried") from None
+
+
+def _no_error_file(batch_id: str) -> ApiError:
+    return ApiError(409, f"Batch {batch_id} has no error file: no line failed.", "conflict_error", "nothing_to_retry")
+
+
+def _input_deleted(batch_id: str, input_file_id: str) -> ApiError:
+    return ApiError(409, f"The input file {input_file_id} of batch {batch_id} was deleted; upload the lines again to "
+                    "run them.", "conflict_error", "input_file_deleted")
 
 
 async def copy_lines(d: Deps, caller: ApiKeyRecord, source_key: str, file_id: str, wanted: FailedLines,

@@ -128,6 +128,11 @@ async def _set_approval(request: web.Request, approved: bool) -> web.Response:
                                        d.settings.read_your_writes_s)
     if seen is None or not settled(seen):  # the ledger lags: answer with what the fact makes of it
         seen = _with_approval(record, scope, approved)
+    if not owns(me, seen):
+        # An organisation's administrator approves another's provider for their own organisation: they are shown
+        # their own approval, never which other organisations approved it.
+        seen = seen.model_copy(update={"approved_organizations": [o for o in seen.approved_organizations
+                                                                  if o == scope]})
     return answer(await _provider_object(request, seen))
 
 

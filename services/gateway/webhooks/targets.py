@@ -16,6 +16,14 @@ from aiohttp.resolver import AsyncResolver
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+LOCAL_NAT64 = ipaddress.IPv6Network("64:ff9b:1::/48")
+"""RFC 8215's NAT64 prefix for local use: a deployment's own translator, whose IPv4 side is its private network
+(where the IPv4 address sits in it depends on the prefix length the operator chose): never a public address."""
+CARRYING_IPV4 = (NAT64, ipaddress.IPv6Network("::/96"), ipaddress.IPv6Network("::ffff:0:0:0/96"))
+"""Prefixes whose last 32 bits are an IPv4 address connecting may reach: NAT64's well-known one, IPv4-compatible
+(`::a.b.c.d`, deprecated) and IPv4-translated (`::ffff:0:a.b.c.d`, SIIT) addresses."""
+UNSPECIFIED_AND_LOOPBACK = ipaddress.IPv6Network("::/127")
+"""`::` and `::1`: in the IPv4-compatible prefix, and no IPv4 address (judged as themselves)."""
 REFUSED = "refused: address not allowed"
 """What a delivery attempt to a refused address records: nothing of the address, its answer or its error."""
 
@@ -56,14 +64,14 @@ def standard_address(host: str) -> bool:
 
 
 def _embedded(address: Address) -> list[Address]:
-    """What connecting to `address` reaches: an IPv4-mapped one is its IPv4 address; a 6to4 or NAT64 one is itself
-    and the IPv4 address it carries (each must be allowed)."""
+    """What connecting to `address` reaches: an IPv4-mapped one is its IPv4 address; a 6to4, NAT64, IPv4-compatible
+    or IPv4-translated one is itself and the IPv4 address it carries (each must be allowed)."""
     if isinstance(address, ipaddress.IPv4Address):
         return [address]
     if address.ipv4_mapped is not None:
         return [address.ipv4_mapped]
     carried = [address.sixtofour]
-    if address in NAT64:
+    if any(address in prefix for prefix in CARRYING_IPV4) and address not in UNSPECIFIED_AND_LOOPBACK:
         carried.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
     return [address, *(inner for inner in carried if inner is not None)]
 
@@ -83,6 +91,8 @@ class AddressPolicy:
     def _allows(self, address: Address) -> bool:
         if any(address in network for network in self.allowed):
             return True
+        if address in LOCAL_NAT64:
+            return False
         return address.is_global and not address.is_multicast and not getattr(address, "is_site_local", False)
 
 

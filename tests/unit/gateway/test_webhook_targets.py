@@ -12,7 +12,11 @@ from services.gateway.webhooks.targets import AddressPolicy, parse_networks, ref
 
 REFUSED = ["127.0.0.1", "127.1.2.3", "0.0.0.0", "::1", "::", "10.1.2.3", "172.16.0.1", "192.168.1.1",
            "169.254.169.254", "100.100.100.200", "fd00::1", "fe80::1%eth0", "224.0.0.1", "ff02::1",
-           "::ffff:127.0.0.1", "64:ff9b::a00:1", "2002:7f00:1::1", "192.0.2.1", "not an address"]
+           "::ffff:127.0.0.1", "64:ff9b::a00:1", "2002:7f00:1::1", "192.0.2.1", "not an address",
+           # IPv4 carried where the policy once did not look: IPv4-compatible, IPv4-translated (SIIT), and RFC 8215's
+           # local-use NAT64 prefix (a deployment's own translator into its private network)
+           "::7f00:1", "::a9fe:a9fe", "::ffff:0:7f00:1", "::ffff:0:a9fe:a9fe", "64:ff9b:1::a9fe:a9fe",
+           "64:ff9b:1:fffe::808:808"]
 
 
 @pytest.mark.parametrize("address", REFUSED)
@@ -20,7 +24,7 @@ def test_no_private_local_multicast_or_metadata_address_is_allowed_by_default(ad
     assert not AddressPolicy().allows(address)
 
 
-@pytest.mark.parametrize("address", ["1.1.1.1", "8.8.8.8", "2606:4700::1111", "2002:808:808::1"])
+@pytest.mark.parametrize("address", ["1.1.1.1", "8.8.8.8", "2606:4700::1111", "2002:808:808::1", "64:ff9b::808:808"])
 def test_public_addresses_are_allowed(address: str) -> None:
     assert AddressPolicy().allows(address)
 
