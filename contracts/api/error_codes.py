@@ -64,7 +64,8 @@ ERROR_CODE_HELP: Final = MappingProxyType({
                        "properties per object, and in all of a line's schemas at most 500 enum values (OpenAI: "
                        "1,000) and 1,000 properties (OpenAI: 5,000), with patterns of at most 256 characters and "
                        "16 quantifiers that repeat no group (`(…)*`, `(…)+`, `(…){n}`; `(…)?` is fine; so "
-                       "`^([\\w-]+\\.)+[a-z]{2,}$` is refused, `^[\\w.-]+\\.[a-z]{2,}$` is not): the engine "
+                       "`^([\\w-]+\\.)+[a-z]{2,}$` is refused, `^[\\w.-]+\\.[a-z]{2,}$` is not), whose counted "
+                       "repeats (`{n}`, `{m,}`, `{m,n}`: their bounds) sum to at most 32,000 in a line: the engine "
                        "compiles a schema into a grammar every slot waits on."),
     "multimodal_unavailable": _h("Images, audio or files not supported by this model's engine",
                                  "Send text content parts only, or pick a model whose engine reads that input."),

@@ -83,6 +83,8 @@ class Term:
     """When the batches' standings were last worked out."""
     exported_at_ms: int = 0
     """When the batches gauge was last set."""
+    lease: LeaderLease | None = field(default=None, init=False)
+    """The lease this term leads on (set by `lead`): no decision is acted on once it may be lost."""
     registrar: Registrar = field(init=False)
     """Only the leader, whose book knows the fleet and who runs what, admits executors, signs object URLs, stores
     executors' facts and ends the batches no executor can end."""
@@ -107,10 +109,13 @@ class Term:
     async def lead(self, lease: LeaderLease, tick_s: float, stop: asyncio.Event, folds: Folds) -> None:
         """Decisions every tick once the book (`folds`) caught up, until stopped, the lease lost or the fold failed."""
         keeper = asyncio.create_task(lease.keep(stop))
+        self.lease = lease
         resent = False
         try:
             while not stop.is_set() and not keeper.done() and not folds.ended():
-                if self.caught_up.is_set():
+                # A term resumed after a pause past its lease's TTL acts on nothing until its keeper renews it (or
+                # finds it lost): a standby may lead by now, and two leaders would both assign.
+                if self.caught_up.is_set() and not lease.lost():
                     self.nudged.clear()
                     try:
                         if not resent:
@@ -180,6 +185,8 @@ class Term:
             log.info("no advert of executor %s in the executors bucket (last heartbeat %d ms ago)", executor_id,
                      now_ms - self.book.known_executors[executor_id])
         for action in decide(self.book, adverts, self.catalogue, now_ms, self.policy, self.book.rates.rates(now_ms)):
+            if self.lease is not None and self.lease.lost():
+                return  # paused past the lease meanwhile: the rest is decided again by whoever leads
             await self.act(action)
         if now_ms - self.exported_at_ms >= EXPORT_EVERY_MS:
             self.exported_at_ms = now_ms  # O(open batches): once a second, not every nudged tick

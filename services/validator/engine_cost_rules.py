@@ -6,6 +6,7 @@ thread. Asked for the top log-probabilities past OpenAI's limits, it returns the
 (110 MB of memory per token). The log-probability limits are OpenAI's; the schema limits are this service's, below
 OpenAI's (each refusal says both), and count only what is compiled: the schemas, walked by their keywords."""
 
+import re
 from collections.abc import Generator, Iterator
 
 import orjson
@@ -23,6 +24,10 @@ MAX_PROPERTIES = 1_000
 """In all of a line's schemas (OpenAI allows 5,000)."""
 MAX_PATTERN_CHARS = 256
 MAX_PATTERN_QUANTIFIERS = 16
+MAX_PATTERN_REPEATS = 32_000
+"""In all of a line's patterns: the bounds their counted quantifiers (`{n}`, `{m,}`, `{m,n}`) repeat to, summed.
+llama.cpp writes each as that many copies of what it repeats (up to 2,000 each), so its cost is their sum, however few
+the quantifiers: 124 patterns of 16 `[a-z]{0,1999}` (about 4M copies, in bounds each) stalled all slots 6.7 s a line."""
 SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
 SUBSCHEMAS = ("items", "additionalProperties", "propertyNames", "not", "if", "then", "else", "contains",
@@ -37,10 +42,14 @@ COSTED = frozenset({*SCHEMA_KEYS, *TOP_PROBABILITIES, "logprobs"})
 
 
 def engine_cost_issues(body: dict[str, object], endpoint: str) -> Iterator[LineIssue]:
-    enum_values = properties = 0
+    enum_values = properties = repeats = 0
     for key, schema in _schemas(body):
         sizes = yield from _schema_issues(f"body.{key}", schema)
-        enum_values, properties = enum_values + sizes[0], properties + sizes[1]
+        enum_values, properties, repeats = enum_values + sizes[0], properties + sizes[1], repeats + sizes[2]
+    if repeats > MAX_PATTERN_REPEATS:
+        yield LineIssue("invalid_body", f"The line's schema patterns repeat to {repeats} copies in all (the bounds of "
+                        f"their {{n}}, {{m,}} and {{m,n}} summed); this service takes at most {MAX_PATTERN_REPEATS} in "
+                        f"a line ({WHY}).", f"body.{_first_key(body)}")
     if enum_values > MAX_ENUM_VALUES:
         yield LineIssue("invalid_body", f"The line's schemas list {enum_values} enum values; this service takes at "
                         f"most {MAX_ENUM_VALUES} in a line (OpenAI 1,000; {WHY}).", f"body.{_first_key(body)}")
@@ -92,14 +101,14 @@ def _first_key(body: dict[str, object]) -> str:
     return next(key for key in SCHEMA_KEYS if key in body)
 
 
-def _schema_issues(param: str, schema: object) -> Generator[LineIssue, None, tuple[int, int]]:
-    """The issues of one schema; returns its enum values and properties, counted for the line."""
+def _schema_issues(param: str, schema: object) -> Generator[LineIssue, None, tuple[int, int, int]]:
+    """The issues of one schema; returns its enum values, properties and pattern repeats, counted for the line."""
     size = len(orjson.dumps(schema))
     if size > MAX_SCHEMA_BYTES:
         yield LineIssue("invalid_body", f"A schema in {param} is {size} bytes of JSON; this service takes at most "
                         f"{MAX_SCHEMA_BYTES} per schema ({WHY}).", param)
-        return 0, 0
-    enum_values = properties = widest = 0
+        return 0, 0, 0
+    enum_values = properties = widest = repeats = 0
     stack = [schema]
     while stack:
         item = stack.pop()
@@ -110,6 +119,7 @@ def _schema_issues(param: str, schema: object) -> Generator[LineIssue, None, tup
             enum_values += len(enum)
         for pattern in _patterns(item):
             yield from _pattern_issues(pattern, param)
+            repeats += pattern_repeats(pattern)
         named = item.get("properties")
         if isinstance(named, dict):
             properties += len(named)
@@ -118,7 +128,31 @@ def _schema_issues(param: str, schema: object) -> Generator[LineIssue, None, tup
     if widest > MAX_OBJECT_PROPERTIES:
         yield LineIssue("invalid_body", f"An object of a schema in {param} names {widest} properties; this service "
                         f"takes at most {MAX_OBJECT_PROPERTIES} per object ({WHY}).", param)
-    return enum_values, properties
+    return enum_values, properties, repeats
+
+
+def pattern_repeats(pattern: str) -> int:
+    """The bounds of a pattern's counted quantifiers summed (`a{3}` 3, `a{2,}` 2, `a{0,1999}` 1999); escapes and
+    character classes read as single characters, as `pattern_shape` reads them."""
+    repeats, at = 0, 0
+    while at < len(pattern):
+        char = pattern[at]
+        if char == "\\":
+            at += 2
+            continue
+        if char == "[":
+            at = _class_end(pattern, at + 1)
+            continue
+        if char == "{" and (counted := _COUNTED.match(pattern, at)):
+            low, high = counted.group(1), counted.group(2)
+            repeats += int(high) if high else int(low)
+            at = counted.end()
+            continue
+        at += 1
+    return repeats
+
+
+_COUNTED = re.compile(r"\{(\d{1,9})(?:,(\d{0,9}))?\}")
 
 
 def _subschemas(schema: dict[object, object]) -> Iterator[object]:

@@ -83,17 +83,27 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
 async def _admitted(request: web.Request, token: str) -> ApiKeyRecord:
     """The record of the key the request presents, once it may call the user API; else the refusal (401, 429)."""
     failures, address = request.app.get(AUTH_FAILURES), request.remote or "unknown"
-    if failures is not None and (wait := await failures.refusal_s(address, token)) > 0:
-        raise too_many(wait)  # this address may not try this key now
+    reserved: float | None = None
+    if failures is not None:
+        # Decided and counted at once (a guess takes its failure before it is looked up): guesses sent together
+        # never all pass a budget none of them has been counted in yet.
+        wait, reserved = await failures.reserve(address, token)
+        if wait > 0:
+            raise too_many(wait)  # this address may not try this key now
     # Keys are ASCII; any other byte (aiohttp hands them on as surrogates) names no key.
     record = await deps(request).keys.lookup(token) if token.isascii() else None
     refusal = _refusal(record)
     if refusal is not None:
         # Only unknown keys are guesses: a client still sending its revoked key must not trip its address's budget.
-        if record is None and failures is not None and (wait := await failures.record_failure(address, token)) > 0:
+        if record is None and failures is not None and (
+                wait := await failures.record_failure(address, token, reserved=reserved)) > 0:
             raise too_many(wait)
+        if record is not None and failures is not None and reserved is not None:
+            await failures.give_back(address, reserved)
         raise ApiError(401, refusal, "authentication_error", "invalid_api_key")
     assert record is not None
     if failures is not None:
+        if reserved is not None:
+            await failures.give_back(address, reserved)
         await failures.record_success(address, token)
     return record

@@ -161,12 +161,43 @@ class SharedFailedAuthentications:
             return own
         return refusal(wait, trusted[0] if trusted else None, tries or [], now, self.local.window_s)
 
-    async def record_failure(self, address: str, key: str, now: float | None = None) -> float:
+    async def reserve(self, address: str, key: str, now: float | None = None) -> tuple[float, float | None]:
+        """`refusal_s`, decided and counted at once: a guessable key new to the address takes one of its failures
+        before it is looked up (by compare-and-set), so guesses sent at once never all read the budget before any is
+        counted. (wait, the failure reserved: `record_failure` keeps it, `record_success` gives it back)."""
+        if unguessable(key):
+            return 0.0, None
+        now = time.time() if now is None else now
+        try:
+            trusted = await self.store.read(self.entry("trust", identity(address, key)))
+        except SharedStateUnavailable as error:
+            self.store.fell_back("the brute-force limit", error)
+            return self.local.refusal_s(address, key, now), None
+        if trusted and now - trusted[0] < TRUST_S:
+            return await self.refusal_s(address, key, now), None  # its owner's key, known here: a guesser has none
+        window_s, limit = self.local.window_s, self.local.limit
+
+        def taken(times: list[float] | None) -> tuple[list[float] | None, float]:
+            wait = wait_of(times or [], now, window_s, limit)
+            return (None, wait) if wait > 0 else (with_failure(times, now, window_s, limit), 0.0)
+
+        try:
+            wait = await self.store.change(self.entry("auth", address), taken, ttl_of(window_s))
+        except SharedStateUnavailable as error:
+            self.store.fell_back("the brute-force limit", error)
+            return self.local.refusal_s(address, key, now), None
+        return (wait, None) if wait > 0 else (0.0, now)
+
+    async def record_failure(self, address: str, key: str, now: float | None = None,
+                             reserved: float | None = None) -> float:
         now = time.time() if now is None else now
         own = self.local.record_failure(address, key, now)
         window_s, limit = self.local.window_s, self.local.limit
+        held = round(reserved, 3) if reserved is not None else None
 
-        def counted(times: list[float] | None) -> tuple[list[float], float]:
+        def counted(times: list[float] | None) -> tuple[list[float] | None, float]:
+            if held is not None and held in (times or ()):  # counted when it was reserved
+                return None, wait_of(times or [], now, window_s, limit)
             kept = with_failure(times, now, window_s, limit)
             return kept, wait_of(kept, now, window_s, limit)
 
@@ -183,6 +214,22 @@ class SharedFailedAuthentications:
             self.store.fell_back("the brute-force limit", error)
             return own
         return wait
+
+    async def give_back(self, address: str, reserved: float) -> None:
+        """A reserved failure that was no failure (the key was right, or revoked: not a guess) leaves the count."""
+        held = round(reserved, 3)
+
+        def without(times: list[float] | None) -> tuple[list[float] | None, None]:
+            if held not in (times or ()):
+                return None, None
+            kept = list(times or ())
+            kept.remove(held)
+            return kept, None
+
+        try:
+            await self.store.change(self.entry("auth", address), without, ttl_of(self.local.window_s))
+        except SharedStateUnavailable as error:
+            self.store.fell_back("the brute-force limit", error)
 
     async def record_success(self, address: str, key: str, now: float | None = None) -> None:
         if unguessable(key):

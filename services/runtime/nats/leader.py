@@ -4,7 +4,9 @@ unless renewed; the others stand by."""
 import asyncio
 import contextlib
 import logging
+import math
 import socket
+import time
 
 import nats.errors
 import nats.js.errors
@@ -16,6 +18,11 @@ from services.runtime.nats.kv import open_bucket
 
 log = logging.getLogger(__name__)
 
+SURE_FOR = 0.75
+"""Of the TTL: how long after its last write (sent) a holder is sure it still holds the lease. Renewals come every
+third of it, so a live holder never passes this; one whose process was paused past it (GC, SIGSTOP, a frozen VM) may
+have been replaced by a standby, whatever its keeper has seen yet."""
+
 
 class LeaderLease:
     def __init__(self, kv: KeyValue, holder: str, ttl_s: float, role: str = SCHEDULER_LEADER_KEY) -> None:
@@ -25,6 +32,8 @@ class LeaderLease:
         self.role = role
         """The lease's key in the bucket, and what the logs call the holder."""
         self.revision: int | None = None
+        self.renewed_at = -math.inf
+        """When (monotonic) the last write that holds the lease was sent."""
 
     @classmethod
     async def open(cls, bus: EventBus, ttl_s: float, role: str = SCHEDULER_LEADER_KEY) -> "LeaderLease":
@@ -36,7 +45,9 @@ class LeaderLease:
         standing_by = False
         while not stop.is_set():
             try:
+                sent = time.monotonic()
                 self.revision = await self.kv.create(self.role, self.holder.encode())
+                self.renewed_at = sent
                 log.info("%s %s is the leader", self.role, self.holder)
                 return True
             except nats.js.errors.KeyWrongLastSequenceError:
@@ -57,10 +68,16 @@ class LeaderLease:
                 await asyncio.wait_for(stop.wait(), timeout=self.ttl_s / 3)
                 break
             try:
+                sent = time.monotonic()
                 self.revision = await self.kv.update(self.role, self.holder.encode(), last=self.revision)
+                self.renewed_at = sent
             except (nats.js.errors.KeyWrongLastSequenceError, nats.errors.Error, OSError) as error:
                 log.error("%s %s lost the leader lease: %r", self.role, self.holder, error)
                 return
+
+    def lost(self) -> bool:
+        """Whether this holder can no longer be sure it holds the lease (see `SURE_FOR`): it must not act on it."""
+        return time.monotonic() - self.renewed_at >= self.ttl_s * SURE_FOR
 
     async def release(self) -> None:
         with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError, nats.errors.Error, OSError):

@@ -19,7 +19,7 @@ MAX_HELD = 50_000
 """Parts and summaries the writer keeps; past this the least recently used are read again when next changed."""
 MAX_PART_BYTES = 512 * 1024
 """The largest part written (about 4,400 files): a part is one KV value and a tenant chooses its files' digests, so a
-part past this is left as it was (logged) rather than fail a put that every other record would wait behind."""
+part past this goes on in overflow parts (`overflow_chain`), never left uncounted: its files count against the quota."""
 UNSORTED_PART = "xx"
 """The part of a digest that is not hex (never an upload's, which the gateway computes): a key stays a valid key."""
 Stored = TypeVar("Stored", StoredFiles, StoredBytes)
@@ -31,6 +31,18 @@ _HEX_PAIR = re.compile(r"[0-9a-f]{2}")
 def part_of(sha256: str) -> str:
     """The part a digest's files are kept in: its first two hex digits."""
     return sha256[:2] if _HEX_PAIR.match(sha256) else UNSORTED_PART
+
+
+def overflow_part(base: str, index: int) -> str:
+    """The part a full part's files go on in (`index` 0: the part itself)."""
+    return base if index == 0 else f"{base}-{index}"
+
+
+def overflow_chain(base: str, summary: Mapping[str, object]) -> list[str]:
+    """`base` and its overflow parts the summary names, in order."""
+    overflows = sorted(int(index) for part, _, index in (name.partition("-") for name in summary)
+                       if part == base and index.isdigit())
+    return [base, *(overflow_part(base, index) for index in overflows)]
 
 
 def summary_of(files: StoredFiles) -> tuple[int, int | None]:
@@ -48,12 +60,24 @@ def stored_records(records: Iterable[FileRecord]) -> dict[str, StoredFiles | Sto
             parts[record.owner, part_of(record.sha256)][record.file.id] = _entry(record)
     made: dict[str, StoredFiles | StoredBytes] = {}
     summaries: defaultdict[str, dict[str, tuple[int, int | None]]] = defaultdict(dict)
-    for (owner, part), files in parts.items():
-        stored = made[owner_stored_part_key(owner, part)] = StoredFiles(dict(sorted(files.items())))
-        summaries[owner][part] = summary_of(stored)
+    for (owner, base), files in parts.items():
+        for index, split in enumerate(_split(dict(sorted(files.items())))):
+            part = overflow_part(base, index)
+            stored = made[owner_stored_part_key(owner, part)] = StoredFiles(split)
+            summaries[owner][part] = summary_of(stored)
     made.update((owner_stored_key(owner), StoredBytes(dict(sorted(parts.items())))) for owner, parts in
                 summaries.items())
     return made
+
+
+def _split(files: dict[str, tuple[int, int | None, str]]) -> list[dict[str, tuple[int, int | None, str]]]:
+    """The files of one part in order, as the writer fills it and its overflow parts (each within `MAX_PART_BYTES`)."""
+    splits: list[dict[str, tuple[int, int | None, str]]] = [{}]
+    for file_id, entry in files.items():
+        if splits[-1] and len(StoredFiles({**splits[-1], file_id: entry}).model_dump_json()) > MAX_PART_BYTES:
+            splits.append({})
+        splits[-1][file_id] = entry
+    return splits
 
 
 def with_entry(entries: Mapping[str, Value], key: str, value: Value | None) -> dict[str, Value]:
@@ -79,14 +103,16 @@ async def stored_bytes_counting(kv: Bucket, owner: str, parts: Collection[str], 
     if raw is None:
         return None
     summary = StoredBytes.model_validate_json(raw).root
-    read = sorted(set(parts) | {part for part, (_, earliest) in summary.items()
-                                if earliest is not None and earliest <= now})  # expired files are not counted
+    chains = {part: overflow_chain(part, summary) for part in parts}  # a part's files may go on in overflow parts
+    read = sorted({part for chain in chains.values() for part in chain}
+                  | {part for part, (_, earliest) in summary.items()
+                     if earliest is not None and earliest <= now})  # expired files are not counted
     files = dict(zip(read, await asyncio.gather(*(stored_part(kv, owner, part) for part in read)), strict=True))
     counted = {part: frozenset(file_id for file_id, (_, expires_at, _) in files[part].root.items()
                                if expires_at is None or expires_at > now) for part in read}
     total = sum(size for part, (size, _) in summary.items() if part not in files)
     total += sum(files[part].root[file_id][0] for part in read for file_id in counted[part])
-    return total, {part: counted[part] for part in parts}
+    return total, {part: frozenset().union(*(counted[held] for held in chains[part])) for part in parts}
 
 
 async def stored_part(kv: Bucket, owner: str, part: str) -> StoredFiles:
@@ -125,18 +151,29 @@ class StoredBytesWriter:
 
     async def enter(self, record: FileRecord) -> None:
         """Enter the file (or, deleted, remove it) in its owner's stored bytes; nothing is written when they hold it
-        as it is already."""
-        owner, part = record.owner, part_of(record.sha256)
+        as it is already. A part past `MAX_PART_BYTES` goes on in overflow parts of its own (`ab-1`, `ab-2`, ...),
+        each in the summary: a file is always counted (a tenant picks its files' digests, so it can fill a part)."""
+        owner, base = record.owner, part_of(record.sha256)
         async with self._locks.hold(owner):
-            files = await self._current(owner_stored_part_key(owner, part), StoredFiles)
             entry = None if record.deleted else _entry(record)
+            chain = overflow_chain(base, (await self._current(owner_stored_key(owner), StoredBytes)).root)
+            for part in chain:  # the part holding the file, if one does
+                files = await self._current(owner_stored_part_key(owner, part), StoredFiles)
+                if record.file.id in files.root:
+                    break
+            else:
+                part, files = base, await self._current(owner_stored_part_key(owner, base), StoredFiles)
+                if entry is None:
+                    return await self._summarise(owner, part, files)  # a delete again: nothing holds it
+                fresh = overflow_part(base, int(chain[-1].partition("-")[2] or 0) + 1)
+                for part in [*chain, fresh]:  # the first part with room takes it (a new one has room)
+                    files = await self._current(owner_stored_part_key(owner, part), StoredFiles)
+                    if len(StoredFiles(with_entry(files.root, record.file.id, entry)).model_dump_json()) \
+                            <= MAX_PART_BYTES:
+                        break
             if files.root.get(record.file.id) == entry:
                 return await self._summarise(owner, part, files)  # a put again after a failure between the two
             files = StoredFiles(with_entry(files.root, record.file.id, entry))
-            if entry is not None and len(files.model_dump_json()) > MAX_PART_BYTES:
-                log.error("owner %s: part %s of their stored files is full; file %s is not counted in it",
-                          owner, part, record.file.id)
-                return None
             await self._put(owner_stored_part_key(owner, part), files)
             await self._summarise(owner, part, files)
 

@@ -1,0 +1,50 @@
+"""A leader paused past its lease's TTL (GC, SIGSTOP, a frozen VM) resumes believing it leads: `Term.lead` judges
+leadership by `keeper.done()` alone, and the keeper notices the loss only a renewal later (a third of the TTL, then a
+round trip), while the term's next tick acts on its stale book beside the standby that took over."""
+
+import asyncio
+import threading
+
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.leader import LeaderLease
+from tests.conftest import RunningNats
+
+TTL_S = 1.0
+
+
+def standby_takes_over(url: str, took: threading.Event) -> None:
+    """Another scheduler process: waits for the lease and takes it (on its own loop and connection)."""
+    async def run() -> None:
+        bus = await EventBus.connect(url, "tests-leader-b")
+        try:
+            second = await LeaderLease.open(bus, TTL_S, "paused-role")
+            second.holder += "-b"
+            if await asyncio.wait_for(second.acquire(asyncio.Event()), 10):
+                took.set()
+        finally:
+            await bus.close()
+    asyncio.run(run())
+
+
+async def test_a_leader_resuming_after_a_standby_took_its_lease_does_not_count_as_leading(
+        fresh_nats: RunningNats) -> None:
+    bus = await EventBus.connect(fresh_nats.url, "tests-leader-a")
+    stop = asyncio.Event()
+    try:
+        first = await LeaderLease.open(bus, TTL_S, "paused-role")
+        assert await first.acquire(stop)
+        keeper = asyncio.create_task(first.keep(stop))
+        await asyncio.sleep(0.1)
+        took = threading.Event()
+        standby = threading.Thread(target=standby_takes_over, args=(fresh_nats.url, took))
+        standby.start()
+        # The leader's process is paused: nothing of it runs while its entry expires and the standby takes it.
+        assert took.wait(10), "the standby takes over"
+        standby.join()
+        # It resumes: as `Term.lead` judges it before its next tick, does it still lead? It must not.
+        still_leading = not keeper.done() and not first.lost()
+        stop.set()
+        await keeper
+        assert not still_leading, "the resumed leader counts as leading though a standby holds its lease"
+    finally:
+        await bus.close()
