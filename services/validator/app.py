@@ -10,6 +10,7 @@ from services.runtime.storage.objectstore import ObjectStore
 from services.validator.adapters.check_pool import CheckPool
 from services.validator.adapters.tokenizer import TokenizerCache
 from services.validator.domain import Limits
+from services.validator.fair_turns import FairTurns
 from services.validator.handlers import Validator, validator_router
 from services.validator.settings import ValidatorSettings
 
@@ -31,7 +32,8 @@ async def run_validator(settings: ValidatorSettings, stop: asyncio.Event) -> Non
         limits = Limits(max_lines=settings.max_lines, max_embedding_inputs=settings.max_embedding_inputs,
                         max_line_bytes=settings.max_line_bytes, inherit_line_model=settings.inherit_line_model)
         tokenizers = TokenizerCache() if settings.count_tokens else None
-        validator = Validator(bus, store, catalogue, limits, settings.max_published_per_code, tokenizers, pool)
+        validator = Validator(bus, store, catalogue, limits, settings.max_published_per_code, tokenizers, pool,
+                              FairTurns(settings.validations_at_once))
         if pool is not None:
             await asyncio.to_thread(pool.warm_up)
         if tokenizers is not None:

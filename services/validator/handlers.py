@@ -4,7 +4,7 @@ import asyncio
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from contracts.api.rejected_line import RejectedLine
 from contracts.catalogue import Catalogue
@@ -17,6 +17,7 @@ from contracts.events.batch import (
     ValidationProgressed,
 )
 from contracts.events.file import FileStored
+from contracts.ids import owner_id
 from contracts.subjects import BATCH_CREATED, EVENTS_STREAM, VALIDATOR_DURABLE, rejections_key
 from services.runtime.nats.bus import ConsumerPolicy, EventBus, PoisonMessage
 from services.runtime.nats.delivery import Durable, ServiceRouter
@@ -28,6 +29,7 @@ from services.validator.adapters.error_file import write_error_file
 from services.validator.adapters.input_lines import lines_by_chunk
 from services.validator.adapters.tokenizer import TokenizerCache
 from services.validator.domain import FileValidation, Limits
+from services.validator.fair_turns import FairTurns
 from services.validator.file_check import FileCheck, Findings
 from services.validator.issues import LineIssue
 from services.validator.observe import count_lines
@@ -48,11 +50,14 @@ class Validator:
     tokenizers: TokenizerCache | None = None
     pool: CheckPool | None = None
     """Worker processes that check windows beside this one; None: every window is checked here."""
+    turns: FairTurns = field(default_factory=lambda: FairTurns(1))
+    """Whose batch is checked next (`fair_turns.py`): the facts taken at once (`INTAKE`) wait here for their turn."""
 
     async def take(self, created: BatchCreated) -> None:
-        """Validate the batch's file; a full disk or a restarting broker is waited out without spending the fact's
-        deliveries (which would fail the batch): validation is idempotent."""
-        await through_write_faults(lambda: self.validate(created), f"validating batch {created.aggregate_id}")
+        """Validate the batch's file in its owner's turn; a full disk or a restarting broker is waited out without
+        spending the fact's deliveries (which would fail the batch): validation is idempotent."""
+        async with self.turns.turn(owner_id(created.owner_user_id, created.terms.owner_key_id)):
+            await through_write_faults(lambda: self.validate(created), f"validating batch {created.aggregate_id}")
 
     async def fail_the_batch(self, created: BatchCreated, error: BaseException) -> None:
         await self.bus.publish(BatchFailed(aggregate_id=created.aggregate_id, code="validation_error",
@@ -185,14 +190,20 @@ async def publish_in_order(bus: EventBus, events: list[LineRejected]) -> None:
         raise failed
 
 
+INTAKE = 64
+"""Created batches taken from the log at once, each kept leased while it waits for its owner's turn: the window in
+which owners take turns (beyond it, the log's order)."""
 CREATED = Durable(BatchCreated, EVENTS_STREAM, VALIDATOR_DURABLE, BATCH_CREATED,
-                  ConsumerPolicy(ack_wait_s=30, max_deliver=5))
+                  ConsumerPolicy(ack_wait_s=30, max_deliver=20, max_ack_pending=INTAKE))
+"""`max_deliver`: a validator killed while batches wait for their turn hands them all out again, each delivery
+counted; 20 leaves room for several restarts before a batch whose check keeps failing is given up."""
 
 
 def validator_router() -> ServiceRouter:
     """The validator's table (a fresh router each call: faststream lets a router belong to one broker only)."""
     router = ServiceRouter("validator", dependencies="validator")
     router.durable(CREATED, Validator.take, Validator.fail_the_batch,
-                   "Check every line of the batch's input file; publish its line errors, then one verdict.")
+                   "Check every line of the batch's input file, owners taking turns; publish its line errors, then "
+                   "one verdict.", max_workers=INTAKE)
     router.emits(LineRejected, ValidationProgressed, BatchValidated, BatchValidationFailed, FileStored, BatchFailed)
     return router

@@ -23,6 +23,9 @@ class ValidatorSettings(ServiceSettings):
     header or ?model=), which is always honoured."""
     max_published_per_code: int = 100
     """Line errors of each code published as events; the rest are only counted."""
+    validations_at_once: int = Field(default=2, ge=1, le=16)
+    """Files checked at once, one per owner at most (owners take turns): another owner's batch starts beside a long
+    one rather than after it."""
     count_tokens: bool = True
     """Check each prompt against the model's context with the model's own tokenizer."""
     check_processes: int = 0
