@@ -7,6 +7,7 @@ from contracts.subjects import LEDGER_LEADER_KEY, LEDGER_NAME
 from services.ledger.application import Ledger
 from services.ledger.archive import Archive
 from services.ledger.handlers import Folder, Sink, announce_folds, ledger_router, read_model_sink
+from services.ledger.projection import Projection
 from services.ledger.reindex import index_holders, index_members_and_overdrawn, index_owners, index_read_model
 from services.ledger.restore import archived_through, restore
 from services.ledger.retention import Policy, Retention
@@ -25,6 +26,22 @@ log = logging.getLogger(__name__)
 
 class LeaseLost(RuntimeError):
     """A standby took over while this ledger could not renew its lease: it stops (and stands by when restarted)."""
+
+
+def fenced(sink: Sink, lease: LeaderLease | None) -> Sink:
+    """`sink`, writing only while this ledger is sure it holds its lease: one paused past it (GC, SIGSTOP, a frozen
+    VM) may have been replaced by a standby, and its records, folded from an older point of the log, would put
+    records back as they were. Refused, the group is tried again (the fold's retries) until the keeper renews the
+    lease or finds it lost, which stops the fold."""
+    if lease is None:
+        return sink
+
+    async def write(projections: list[Projection]) -> None:
+        if lease.lost():
+            raise LeaseLost(f"ledger {lease.holder} may have lost its lease: its records wait for it to be renewed")
+        await sink(projections)
+
+    return write
 
 
 class LedgerApp:
@@ -55,7 +72,7 @@ class LedgerApp:
             ledger = await asyncio.to_thread(Ledger, self.settings.store_env())
             try:
                 await broker.start()  # its table declares the fold, which the router runs in `_fold`
-                await self._fold(router, bus, ledger, folding)
+                await self._fold(router, bus, ledger, folding, lease)
             finally:
                 await asyncio.to_thread(ledger.close)
             if lease is not None and not stop.is_set():
@@ -84,10 +101,11 @@ class LedgerApp:
         await restore(ledger, archive, point, sink, checkpoint, self.settings.group_size)
         return point.last_sequence
 
-    async def _fold(self, router: ServiceRouter, bus: EventBus, ledger: Ledger, stop: asyncio.Event) -> None:
+    async def _fold(self, router: ServiceRouter, bus: EventBus, ledger: Ledger, stop: asyncio.Event,
+                    lease: LeaderLease | None = None) -> None:
         read_model = await ReadModel.open(bus)
         checkpoint = await asyncio.to_thread(ledger.checkpoint)
-        sink = read_model_sink(read_model)
+        sink = fenced(read_model_sink(read_model), lease)
         checkpoint = await self._restore(read_model, ledger, sink, checkpoint)
         await index_owners(bus, ledger, sink, checkpoint)
         await index_read_model(ledger, read_model, checkpoint)
