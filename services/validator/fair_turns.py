@@ -44,11 +44,15 @@ class FairTurns:
 
     def _grant(self) -> None:
         while len(self.running) < self.at_once and self._line:
-            owner, _ = self._line.popitem(last=False)
+            owner = next(iter(self._line))
             queue = self._queues[owner]
             granted = queue.popleft()
             if not queue:
                 del self._queues[owner]
+                del self._line[owner]
+            if granted.done():
+                continue  # cancelled, its waiter not yet run to withdraw (a stop cancels every task at once)
+            self._line.pop(owner, None)
             self.running.add(owner)
             granted.set_result(None)
 

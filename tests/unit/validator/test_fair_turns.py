@@ -83,3 +83,29 @@ async def test_a_waiter_cancelled_leaves_no_trace_and_a_turn_ended_by_an_error_p
         await holder
     async with turns.turn("carol"):
         assert turns.running == {"carol"}
+
+
+async def test_a_turn_ending_after_the_next_waiter_was_cancelled_passes_to_the_one_after() -> None:
+    """A stop cancels every task at once: the holder's turn may end before a cancelled waiter has run to withdraw.
+    The turn skips that waiter (its future is cancelled, not given a result) and goes on to the next."""
+    turns = FairTurns(1)
+    release = asyncio.Event()
+
+    async def hold(owner: str) -> None:
+        async with turns.turn(owner):
+            await release.wait()
+
+    holder = asyncio.create_task(hold("alice"))
+    await asyncio.sleep(0)
+    cancelled = asyncio.create_task(hold("bob"))
+    await asyncio.sleep(0)
+    after = asyncio.create_task(hold("carol"))
+    await asyncio.sleep(0)
+    holder.cancel()
+    cancelled.cancel()  # after the holder: its turn ends first
+    results = await asyncio.gather(holder, cancelled, return_exceptions=True)
+    assert all(isinstance(result, asyncio.CancelledError) for result in results), results
+    assert turns.running == {"carol"}
+    release.set()
+    await after
+    assert turns.running == set() and turns.waiting() == 0
