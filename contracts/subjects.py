@@ -113,6 +113,8 @@ KEY_CREATED = "evt.key.*.created"
 KEY_REVOKED = "evt.key.*.revoked"
 SERVER_DISCONNECTS = "$SYS.ACCOUNT.$G.DISCONNECT"
 """nats-server's system account event for each closed connection of the services' (and executors') account."""
+SERVER_SHUTDOWNS = "$SYS.SERVER.*.SHUTDOWN"
+"""nats-server's system event as a server shuts down (its connections end with it, no DISCONNECT each)."""
 SERVER_CONNECTS = "$SYS.ACCOUNT.$G.CONNECT"
 """nats-server's system account event for each connection of that account it has admitted and opened."""
 

@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import nats.errors
@@ -17,7 +18,14 @@ from nats.aio.subscription import Subscription
 from contracts.events.executor import ExecutorRegistered
 from contracts.events.key import KeyRevoked
 from contracts.events.registry import decode_event
-from contracts.subjects import EXECUTOR_REGISTERED, KEY_REVOKED, SERVER_CONNECTS, SERVER_DISCONNECTS, server_kick
+from contracts.subjects import (
+    EXECUTOR_REGISTERED,
+    KEY_REVOKED,
+    SERVER_CONNECTS,
+    SERVER_DISCONNECTS,
+    SERVER_SHUTDOWNS,
+    server_kick,
+)
 from services.runtime.nats.bus import EventBus
 from services.scheduler.book import ExecutorOwner
 
@@ -61,6 +69,9 @@ class AdmittedConnections:
     _holder: dict[Connection, str] = field(default_factory=dict)
     _unconfirmed: dict[Connection, float] = field(default_factory=dict)
     """Connections admitted that the server has not reported opened yet → until when they count unconfirmed."""
+    reconnects: Callable[[], int] = lambda: 0
+    """How often the connection the server's reports come on has reconnected (`Disconnector` sets it)."""
+    _reconnects_seen: int = 0
     _added: int = 0
     _pruned_at: float = 0.0
 
@@ -77,15 +88,30 @@ class AdmittedConnections:
             self._unconfirmed[connection] = now + CONFIRM_WITHIN_S
 
     def count(self, holder: str) -> int:
-        """The holder's connections that are open, or admitted moments ago and not yet reported opened."""
+        """The holder's connections that are open, or admitted moments ago and not yet reported opened. Once the
+        reports' connection has reconnected (closes may have gone unheard: a broker restarted), every connection counts
+        only as if just admitted, until reported again: a cap that errs toward letting executors in."""
         now = time.monotonic()
+        if (reconnects := self.reconnects()) != self._reconnects_seen:
+            self._reconnects_seen = reconnects
+            self._unconfirmed = dict.fromkeys(self._held, now + CONFIRM_WITHIN_S)
         return sum(1 for connection in self.by_holder.get(holder, ())
                    if self._unconfirmed.get(connection, now) >= now)
 
     def hold(self, holder: str, connection: Connection) -> None:
         """The connection counts toward `holder`'s (see `count`), until it closes or its admission expires."""
+        earlier = self._holder.get(connection)
+        if earlier is not None and earlier != holder and (holding := self.by_holder.get(earlier)) is not None:
+            holding.discard(connection)
+            if not holding:
+                del self.by_holder[earlier]
         self.by_holder.setdefault(holder, set()).add(connection)
         self._holder[connection] = holder
+
+    def server_gone(self, server_id: str) -> None:
+        """The server shut down: its connections ended with it."""
+        for connection in [connection for connection in self._held if connection.server_id == server_id]:
+            self.discard(connection)
 
     def opened(self, connection: Connection) -> None:
         """The server reports the connection open: it counts until it closes, however long ago it was admitted."""
@@ -145,11 +171,14 @@ class Disconnector:
         # The system account has no JetStream: nothing to declare there.
         system = (await EventBus.connect(system_url, "sheshnag-authz-system", declare=False)).nc
         disconnector = cls(system, admitted)
+        admitted.reconnects = lambda: int(system.stats["reconnects"])
+        admitted._reconnects_seen = admitted.reconnects()
         disconnector.subscriptions = [
             await facts.subscribe(KEY_REVOKED, cb=disconnector.on_revoked),
             await facts.subscribe(EXECUTOR_REGISTERED, cb=disconnector.on_registered),
             await system.subscribe(SERVER_DISCONNECTS, cb=disconnector.on_disconnected),
             await system.subscribe(SERVER_CONNECTS, cb=disconnector.on_connected),
+            await system.subscribe(SERVER_SHUTDOWNS, cb=disconnector.on_server_shutdown),
         ]
         await facts.flush()
         await system.flush()
@@ -188,6 +217,11 @@ class Disconnector:
         connection = _connection_of(message)
         if connection is not None:
             self.admitted.discard(connection)
+
+    async def on_server_shutdown(self, message: Msg) -> None:
+        parts = message.subject.split(".")
+        if len(parts) == 4:  # $SYS.SERVER.<id>.SHUTDOWN, from the server itself (only it may publish there)
+            self.admitted.server_gone(parts[2])
 
     async def on_connected(self, message: Msg) -> None:
         connection = _connection_of(message)

@@ -84,3 +84,42 @@ def test_an_admission_the_server_never_reports_opened_stops_counting_and_an_open
     assert admitted.count("provider-a") == 1
     admitted.discard(opened)
     assert admitted.count("provider-a") == 0
+
+
+def test_connections_of_a_server_that_shut_down_count_no_more() -> None:
+    admitted = AdmittedConnections()
+    gone, kept = Connection("server-1", 1), Connection("server-2", 1)
+    for connection in (gone, kept):
+        admitted.add(KEY, connection)
+        admitted.hold("provider-a", connection)
+        admitted.opened(connection)
+    admitted.server_gone("server-1")
+    assert admitted.count("provider-a") == 1 and admitted.by_holder == {"provider-a": {kept}}
+
+
+def test_after_the_reports_connection_reconnected_each_connection_counts_only_until_reported_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broker that restarted took its closes with it: nothing stays counted for the admission's hour."""
+    clock = {"now": 1000.0}
+    monkeypatch.setattr(disconnect.time, "monotonic", lambda: clock["now"])
+    reconnects = {"count": 0}
+    admitted = AdmittedConnections(reconnects=lambda: reconnects["count"])
+    still_open, closed_unheard = Connection("server-1", 1), Connection("server-1", 2)
+    for connection in (still_open, closed_unheard):
+        admitted.add(KEY, connection, ttl_s=3600.0)
+        admitted.hold("provider-a", connection)
+        admitted.opened(connection)
+    reconnects["count"] += 1
+    assert admitted.count("provider-a") == 2
+    admitted.opened(still_open)  # reported again
+    clock["now"] += disconnect.CONFIRM_WITHIN_S + 1
+    assert admitted.count("provider-a") == 1
+
+
+def test_a_connection_admitted_again_for_another_holder_counts_for_that_one_only() -> None:
+    admitted = AdmittedConnections()
+    admitted.add(KEY, CONNECTION)
+    admitted.hold("provider-a", CONNECTION)
+    admitted.hold("provider-b", CONNECTION)
+    admitted.discard(CONNECTION)
+    assert admitted.by_holder == {}
