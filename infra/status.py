@@ -14,6 +14,7 @@ from services.gateway.background.fleet_gauges import CENSUS_READY_S
 from services.gateway.usecases.overview import Overview, gather
 from services.runtime.nats.fleet import Fleet
 from services.runtime.process.settings import ConnectionSettings
+from services.runtime.process.tasks import cancel_and_join
 from services.runtime.storage.volumes import measure
 
 BAR_WIDTH = 24
@@ -32,8 +33,7 @@ async def counted_once(kv: KeyValue, wait_s: float = CENSUS_READY_S) -> Counts:
         print(f"(the batches were not all counted within {wait_s:.0f} s: what was counted is shown)",
               file=sys.stderr)
     finally:
-        counting.cancel()
-        await asyncio.gather(counting, return_exceptions=True)
+        await cancel_and_join([counting])  # a single cancel may be lost on 3.11 (tasks.py): again until it ends
     return census if census.ready.is_set() or partial is None else partial
 
 

@@ -34,7 +34,7 @@ from services.runtime.nats.bus import EventBus, Fence, FenceMoved
 from services.runtime.nats.fleet import Fleet
 from services.runtime.nats.folds import Folds
 from services.runtime.nats.follower import Fact
-from services.runtime.nats.kv import ensure_direct_reads
+from services.runtime.nats.kv import ScanFailed, ensure_direct_reads
 from services.runtime.nats.leader import LeaderLease
 from services.runtime.nats.readmodel import ReadModel
 from services.runtime.process.skip_log import SkipLog
@@ -51,6 +51,9 @@ from services.scheduler.registration import Registrar
 from services.scheduler.standings import STANDINGS_EVERY_MS, standing_waits
 
 log = logging.getLogger(__name__)
+TICK_HICCUPS = (*BROKER_HICCUPS, ScanFailed)
+"""What a tick meets while the broker cannot answer for a moment (a scan of the executors broken off too): the
+next tick tries again, the term goes on."""
 
 READER_STOP_S = 10.0
 _NUDGING: tuple[type[Event], ...] = (BatchValidated, BatchReleased, BatchCancelRequested, AttemptFailed,
@@ -122,7 +125,7 @@ class Term:
                             await self.resend_runs()
                             resent = True
                         await self.tick()
-                    except BROKER_HICCUPS as hiccup:
+                    except TICK_HICCUPS as hiccup:
                         # A stream electing a leader answers nothing for seconds: acts are idempotent publishes.
                         log.warning("a tick could not finish (%s: %s); trying again next tick",
                                     type(hiccup).__name__, hiccup)

@@ -126,6 +126,11 @@ class OrderedReader:
             return
         with contextlib.suppress(nats.errors.Error, nats.js.errors.Error, OSError):
             await subscription.unsubscribe()
+        # Deleted whether or not the unsubscribe went (a draining connection refuses it, yet still sends requests).
+        await self._delete_consumer()
+
+    async def _delete_consumer(self) -> None:
+        with contextlib.suppress(nats.errors.Error, nats.js.errors.Error, OSError):
             await self.bus.js.delete_consumer(EVENTS_STREAM, self.consumer)
 
     async def _open(self) -> None:
@@ -139,7 +144,11 @@ class OrderedReader:
         self._arrived, self._failure, self._wake = [], None, asyncio.Event()
         self._requested, self._delivered, self._last_stream = 0, 0, self.read_through
         self._inbox = self.bus.nc.new_inbox()
-        self._subscription = await self.bus.nc.subscribe(self._inbox, cb=self._arrive)
+        try:
+            self._subscription = await self.bus.nc.subscribe(self._inbox, cb=self._arrive)
+        except BaseException:  # the consumer is made but nobody will read it: it goes now, not after INACTIVE_S
+            await asyncio.shield(self._delete_consumer())
+            raise
 
     async def _top_up(self) -> None:
         """Keep two batches asked for: one arriving while the one before is folded, never more than that."""

@@ -15,6 +15,7 @@ from contracts.events.envelope import Event
 from contracts.events.registry import AnyEvent, decode_event
 from contracts.subjects import batch_fact
 from services.runtime.nats.follower import Fact
+from services.runtime.nats.kv import ScanFailed
 from services.scheduler.book import ENDED_PLANS_KEPT_MS, FORGOTTEN_IDS_KEPT_MS, Book
 from services.scheduler.closer import StillRunning
 from services.scheduler.entitlements import may_read
@@ -132,3 +133,29 @@ def test_an_ended_plan_is_forgotten_an_hour_after_its_end_and_a_repeat_of_its_cr
     for event in lived("batch_far_later", far):
         book.apply(event)
     assert "batch_old" not in book.forgotten, "its id too is dropped once no create of it could run any more"
+
+
+async def test_a_tick_whose_scan_the_broker_broke_off_is_tried_again_next_tick_not_the_end_of_the_term() -> None:
+    term = term_with_closer()
+    stop = asyncio.Event()
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        ticks += 1
+        if ticks == 1:
+            raise ScanFailed("the scan was broken off (a broker stalled for seconds)")
+        stop.set()
+
+    async def resend_runs() -> None:
+        return None
+
+    async def keep(until: asyncio.Event) -> None:
+        await until.wait()
+
+    lease: Any = SimpleNamespace(keep=keep, lost=lambda: False)
+    folds: Any = SimpleNamespace(ended=lambda: False, failure=lambda: None)
+    term.tick, term.resend_runs = tick, resend_runs  # type: ignore[method-assign]
+    term.caught_up.set()
+    await asyncio.wait_for(term.lead(lease, 0.01, stop, folds), 10)
+    assert ticks == 2
