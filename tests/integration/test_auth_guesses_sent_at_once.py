@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from services.gateway.adapters.key_cache import KeyCache
+from services.gateway.usecases.refusals import ApiError
 from services.runtime.process.settings import ConnectionSettings
 from tests.integration.gateway_support import running_gateway
 
@@ -30,3 +31,26 @@ async def test_guesses_sent_at_once_are_looked_up_no_more_than_the_budget(
             "Authorization": f"Bearer guess-{n:04d}-weak"}) for n in range(GUESSES)))
         statuses = [answer.status for answer in answers]
     assert len(looked_up) <= LIMIT, f"{len(looked_up)} of {GUESSES} guesses looked up; statuses {statuses}"
+
+
+async def test_a_guess_the_gateway_could_not_look_up_does_not_spend_the_budget(
+        connection: ConnectionSettings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lookup that found no answer (the read model unavailable: 503) says nothing of the key: the failure it
+    reserved goes back, so a client retrying through an outage is not then refused for an hour's window."""
+    lookup = KeyCache.lookup
+    outage = {"on": True}
+
+    async def unavailable(self: KeyCache, api_key: str) -> object:
+        if outage["on"]:
+            raise ApiError(503, "The read model is unavailable.", "server_error", "unavailable")
+        return await lookup(self, api_key)
+
+    monkeypatch.setattr(KeyCache, "lookup", unavailable)
+    # Another window than the test before's: its counts (shared on the broker, by limit and window) are not these.
+    async with running_gateway(connection, auth_failure_limit=LIMIT, auth_failure_window_s=61.0) as gateway:
+        for n in range(LIMIT + 2):
+            answer = await gateway.client.get("/v1/models", headers={"Authorization": f"Bearer guess-{n:04d}-weak"})
+            assert answer.status == 503, await answer.text()
+        outage["on"] = False
+        after = await gateway.client.get("/v1/models", headers={"Authorization": "Bearer guess-9999-weak"})
+        assert after.status == 401, await after.text()

@@ -1,6 +1,8 @@
 """Bearer-key authentication: user and admin keys on user routes; worker and revoked keys never (a revocation
 counts once its fact is in the log, read model or not); guessing from an address is refused a while."""
 
+import asyncio
+
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
@@ -90,8 +92,13 @@ async def _admitted(request: web.Request, token: str) -> ApiKeyRecord:
         wait, reserved = await failures.reserve(address, token)
         if wait > 0:
             raise too_many(wait)  # this address may not try this key now
-    # Keys are ASCII; any other byte (aiohttp hands them on as surrogates) names no key.
-    record = await deps(request).keys.lookup(token) if token.isascii() else None
+    try:
+        # Keys are ASCII; any other byte (aiohttp hands them on as surrogates) names no key.
+        record = await deps(request).keys.lookup(token) if token.isascii() else None
+    except BaseException:  # no answer about the key (a 503, a cancelled request): its reserved failure goes back
+        if failures is not None and reserved is not None:
+            await asyncio.shield(failures.give_back(address, reserved))
+        raise
     refusal = _refusal(record)
     if refusal is not None:
         # Only unknown keys are guesses: a client still sending its revoked key must not trip its address's budget.

@@ -21,7 +21,7 @@ from services.runtime.nats.kv import (
     replicated,
 )
 from services.runtime.nats.read_entries import BatchIndexEntry
-from services.runtime.nats.stored_bytes import part_of, stored_bytes_counting, stored_part
+from services.runtime.nats.stored_bytes import part_of, stored_bytes_counting, stored_with_overflow
 
 Record = TypeVar("Record", bound=BaseModel)
 
@@ -115,5 +115,5 @@ class OwnerReads:
 
     async def owner_file_ids_by_sha256(self, owner: str, sha256: str) -> list[str]:
         """The ids of the owner's files with these bytes that are not deleted (one read, however many files)."""
-        files = await stored_part(self.kv, owner, part_of(sha256))
-        return [file_id for file_id, (_, _, digest) in files.root.items() if digest == sha256]
+        parts = await stored_with_overflow(self.kv, owner, part_of(sha256))
+        return [file_id for files in parts for file_id, (_, _, digest) in files.root.items() if digest == sha256]

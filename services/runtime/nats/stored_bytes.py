@@ -20,6 +20,8 @@ MAX_HELD = 50_000
 MAX_PART_BYTES = 512 * 1024
 """The largest part written (about 4,400 files): a part is one KV value and a tenant chooses its files' digests, so a
 part past this goes on in overflow parts (`overflow_chain`), never left uncounted: its files count against the quota."""
+NEARLY_FULL_BYTES = 4096
+"""A part within this of `MAX_PART_BYTES` may have gone on in overflow parts (an entry is far smaller)."""
 UNSORTED_PART = "xx"
 """The part of a digest that is not hex (never an upload's, which the gateway computes): a key stays a valid key."""
 Stored = TypeVar("Stored", StoredFiles, StoredBytes)
@@ -73,10 +75,14 @@ def stored_records(records: Iterable[FileRecord]) -> dict[str, StoredFiles | Sto
 def _split(files: dict[str, tuple[int, int | None, str]]) -> list[dict[str, tuple[int, int | None, str]]]:
     """The files of one part in order, as the writer fills it and its overflow parts (each within `MAX_PART_BYTES`)."""
     splits: list[dict[str, tuple[int, int | None, str]]] = [{}]
+    size = 2  # "{}", then each entry with its comma: a running count, not the whole part serialised per file
     for file_id, entry in files.items():
-        if splits[-1] and len(StoredFiles({**splits[-1], file_id: entry}).model_dump_json()) > MAX_PART_BYTES:
+        grows = len(StoredFiles({file_id: entry}).model_dump_json()) - 1
+        if splits[-1] and size + grows > MAX_PART_BYTES:
             splits.append({})
+            size = 2
         splits[-1][file_id] = entry
+        size += grows
     return splits
 
 
@@ -113,6 +119,18 @@ async def stored_bytes_counting(kv: Bucket, owner: str, parts: Collection[str], 
     total = sum(size for part, (size, _) in summary.items() if part not in files)
     total += sum(files[part].root[file_id][0] for part in read for file_id in counted[part])
     return total, {part: frozenset().union(*(counted[held] for held in chains[part])) for part in parts}
+
+
+async def stored_with_overflow(kv: Bucket, owner: str, part: str) -> list[StoredFiles]:
+    """The part and, once it is (nearly) full, the overflow parts its owner's summary names."""
+    raw = await read_value(kv, owner_stored_part_key(owner, part))
+    files = StoredFiles.model_validate_json(raw) if raw else StoredFiles({})
+    if raw is None or len(raw) < MAX_PART_BYTES - NEARLY_FULL_BYTES:
+        return [files]
+    summary_raw = await read_value(kv, owner_stored_key(owner))
+    summary = StoredBytes.model_validate_json(summary_raw).root if summary_raw else {}
+    overflows = overflow_chain(part, summary)[1:]
+    return [files, *await asyncio.gather(*(stored_part(kv, owner, each) for each in overflows))]
 
 
 async def stored_part(kv: Bucket, owner: str, part: str) -> StoredFiles:
