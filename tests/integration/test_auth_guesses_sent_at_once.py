@@ -3,10 +3,14 @@ each takes its failure before it is looked up (the limit was once read, then the
 recorded, so 80 guesses sent together were all looked up against a budget of 10)."""
 
 import asyncio
+import secrets
 
 import pytest
 
+from contracts.events.key import KeyCreated
+from contracts.ids import hash_api_key
 from services.gateway.adapters.key_cache import KeyCache
+from services.gateway.context import DEPS
 from services.gateway.usecases.refusals import ApiError
 from services.runtime.process.settings import ConnectionSettings
 from tests.integration.gateway_support import running_gateway
@@ -54,3 +58,18 @@ async def test_a_guess_the_gateway_could_not_look_up_does_not_spend_the_budget(
         outage["on"] = False
         after = await gateway.client.get("/v1/models", headers={"Authorization": "Bearer guess-9999-weak"})
         assert after.status == 401, await after.text()
+
+
+async def test_a_burst_of_one_right_guessable_key_from_a_new_address_is_let_in_whole(
+        connection: ConnectionSettings) -> None:
+    """Requests of the same key sent at once are checked one after another until one succeeds: the rest are then
+    trusted, not each refused for a failure it reserved (a chosen admin key's burst was refused in part)."""
+    key = f"gk-{secrets.token_hex(16)}"  # hex: few distinct characters, so a key the limit treats as guessable
+    digest = hash_api_key(key)
+    async with running_gateway(connection, auth_failure_limit=2, auth_failure_window_s=62.0) as gateway:
+        await gateway.bus.publish(KeyCreated(aggregate_id=digest[:32], key_sha256=digest, role="admin", label="a"))
+        read_model = gateway.client.app[DEPS].read_model
+        assert await read_model.wait_for(lambda: read_model.get_api_key(digest), lambda found: True, 30) is not None
+        answers = await asyncio.gather(*(gateway.client.get("/v1/models", headers={"Authorization": f"Bearer {key}"})
+                                         for _ in range(16)))
+        assert [answer.status for answer in answers] == [200] * 16

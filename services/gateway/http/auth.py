@@ -11,7 +11,7 @@ from contracts.ids import hash_api_key
 from contracts.readmodel import ApiKeyRecord
 from services.gateway.background.key_usage import KEY_USAGE
 from services.gateway.context import deps
-from services.gateway.http.auth_failures import AUTH_FAILURES, too_many
+from services.gateway.http.auth_failures import AUTH_FAILURES, SharedFailedAuthentications, too_many
 from services.gateway.usecases.refusals import REVOKED_KEY, ApiError
 from services.runtime.storage.write_failures import write_fault
 
@@ -85,6 +85,14 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
 async def _admitted(request: web.Request, token: str) -> ApiKeyRecord:
     """The record of the key the request presents, once it may call the user API; else the refusal (401, 429)."""
     failures, address = request.app.get(AUTH_FAILURES), request.remote or "unknown"
+    if failures is None:
+        return await _checked(request, token, None, address)
+    async with failures.first_try(address, token):
+        return await _checked(request, token, failures, address)
+
+
+async def _checked(request: web.Request, token: str, failures: SharedFailedAuthentications | None,
+                   address: str) -> ApiKeyRecord:
     reserved: float | None = None
     if failures is not None:
         # Decided and counted at once (a guess takes its failure before it is looked up): guesses sent together

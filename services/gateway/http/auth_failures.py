@@ -8,12 +8,14 @@ The tables are shared by every gateway (`shared_state`); each also keeps its own
 """
 
 import asyncio
+import contextlib
 import hashlib
 import math
 import re
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -21,6 +23,7 @@ from aiohttp import web
 
 from services.gateway.adapters.shared_state import SharedState, SharedStateUnavailable, key_of, ttl_of
 from services.gateway.usecases.refusals import ApiError
+from services.runtime.process.keyed_locks import KeyedLocks
 
 MAX_ENTRIES = 100_000
 """Addresses, and (address, identity) pairs, tracked per table; the least recently touched go first."""
@@ -138,6 +141,20 @@ class SharedFailedAuthentications:
     local: FailedAuthentications
     trust_written: OrderedDict[str, float] = field(default_factory=OrderedDict)
     """Per identity, when this gateway last wrote its success to the shared table."""
+    first_tries: KeyedLocks = field(default_factory=KeyedLocks)
+    """Per identity not yet trusted here: its requests checked one at a time (`first_try`)."""
+
+    def first_try(self, address: str, key: str) -> AbstractAsyncContextManager[None]:
+        """Held around one check of a guessable key this gateway has not seen succeed at the address: requests of
+        the same key sent at once are checked one after another, so the first success trusts it for the rest rather
+        than each taking a failure of the budget before it is looked up (a burst of a chosen admin key's requests
+        from a new address was refused in part). Guesses of different keys are not held up by each other."""
+        if unguessable(key):
+            return contextlib.nullcontext()
+        ident = identity(address, key)
+        if time.time() - self.trust_written.get(ident, -math.inf) < TRUST_REFRESH_S:
+            return contextlib.nullcontext()
+        return self.first_tries.hold(ident)
 
     def entry(self, kind: str, name: str) -> str:
         """The shared entry of `name` (an address, an identity) in the table `kind`."""
