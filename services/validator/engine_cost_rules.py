@@ -132,24 +132,8 @@ def _schema_issues(param: str, schema: object) -> Generator[LineIssue, None, tup
 
 
 def pattern_repeats(pattern: str) -> int:
-    """The bounds of a pattern's counted quantifiers summed (`a{3}` 3, `a{2,}` 2, `a{0,1999}` 1999); escapes and
-    character classes read as single characters, as `pattern_shape` reads them."""
-    repeats, at = 0, 0
-    while at < len(pattern):
-        char = pattern[at]
-        if char == "\\":
-            at += 2
-            continue
-        if char == "[":
-            at = _class_end(pattern, at + 1)
-            continue
-        if char == "{" and (counted := _COUNTED.match(pattern, at)):
-            low, high = counted.group(1), counted.group(2)
-            repeats += int(high) if high else int(low)
-            at = counted.end()
-            continue
-        at += 1
-    return repeats
+    """The bounds of a pattern's counted quantifiers summed (`a{3}` 3, `a{2,}` 2, `a{0,1999}` 1999)."""
+    return pattern_shape(pattern)[2]
 
 
 _COUNTED = re.compile(r"\{(\d{1,9})(?:,(\d{0,9}))?\}")
@@ -183,11 +167,12 @@ def _patterns(schema: dict[object, object]) -> Iterator[str]:
         yield from (name for name in by_pattern if isinstance(name, str))
 
 
-def pattern_shape(pattern: str) -> tuple[int, bool]:
-    """(quantifiers, whether a group is repeated) of a regular expression: escapes and character classes read as
-    the single characters they match; `?` opening a group's options (`(?:`) and one making a quantifier lazy are not
-    quantifiers; a group is repeated when its `)` is followed by `*`, `+` or `{n`."""
-    quantifiers, repeated, at, depth = 0, False, 0, 0
+def pattern_shape(pattern: str) -> tuple[int, bool, int]:
+    """(quantifiers, whether a group is repeated, the bounds of its counted quantifiers summed) of a regular
+    expression: escapes and character classes read as the single characters they match; `?` opening a group's options
+    (`(?:`) and one making a quantifier lazy are not quantifiers; a group is repeated when its `)` is followed by `*`,
+    `+` or `{n`; `{n}` counts n, `{m,}` m and `{m,n}` n."""
+    quantifiers, repeated, at, depth, repeats = 0, False, 0, 0, 0
     closed_group = False
     while at < len(pattern):
         char = pattern[at]
@@ -208,10 +193,12 @@ def pattern_shape(pattern: str) -> tuple[int, bool]:
         elif char in "*+" or (char == "{" and pattern[at + 1:at + 2].isdigit()):
             quantifiers += 1
             repeated = repeated or follows_group
+            if char == "{" and (counted := _COUNTED.match(pattern, at)):
+                repeats += int(counted.group(2) or counted.group(1))
         elif char == "?" and at and pattern[at - 1] not in "*+?}":
             quantifiers += 1
         at += 1
-    return quantifiers, repeated
+    return quantifiers, repeated, repeats
 
 
 def _class_end(pattern: str, at: int) -> int:
@@ -226,7 +213,7 @@ def _class_end(pattern: str, at: int) -> int:
 
 
 def _pattern_issues(pattern: str, param: str) -> Iterator[LineIssue]:
-    quantifiers, repeated = pattern_shape(pattern)
+    quantifiers, repeated, _ = pattern_shape(pattern)
     if len(pattern) > MAX_PATTERN_CHARS:
         yield LineIssue("invalid_body", f"A schema pattern of {len(pattern)} characters in {param}: this service "
                         f"takes at most {MAX_PATTERN_CHARS} ({WHY}).", param)
