@@ -42,20 +42,7 @@ COSTED = frozenset({*SCHEMA_KEYS, *TOP_PROBABILITIES, "logprobs"})
 
 
 def engine_cost_issues(body: dict[str, object], endpoint: str) -> Iterator[LineIssue]:
-    enum_values = properties = repeats = 0
-    for key, schema in _schemas(body):
-        sizes = yield from _schema_issues(f"body.{key}", schema)
-        enum_values, properties, repeats = enum_values + sizes[0], properties + sizes[1], repeats + sizes[2]
-    if repeats > MAX_PATTERN_REPEATS:
-        yield LineIssue("invalid_body", f"The line's schema patterns repeat to {repeats} copies in all (the bounds of "
-                        f"their {{n}}, {{m,}} and {{m,n}} summed); this service takes at most {MAX_PATTERN_REPEATS} in "
-                        f"a line ({WHY}).", f"body.{_first_key(body)}")
-    if enum_values > MAX_ENUM_VALUES:
-        yield LineIssue("invalid_body", f"The line's schemas list {enum_values} enum values; this service takes at "
-                        f"most {MAX_ENUM_VALUES} in a line (OpenAI 1,000; {WHY}).", f"body.{_first_key(body)}")
-    if properties > MAX_PROPERTIES:
-        yield LineIssue("invalid_body", f"The line's schemas name {properties} properties; this service takes at "
-                        f"most {MAX_PROPERTIES} in a line (OpenAI 5,000; {WHY}).", f"body.{_first_key(body)}")
+    yield from _schema_total_issues(body)
     for name, limit in TOP_PROBABILITIES.items():
         value = body.get(name)
         if value is not None and not _within(value, limit):
@@ -70,6 +57,25 @@ def engine_cost_issues(body: dict[str, object], endpoint: str) -> Iterator[LineI
     elif endpoint == "/v1/chat/completions":
         yield LineIssue("invalid_body", "logprobs must be true or false (top_logprobs says how many).",
                         "body.logprobs")
+
+
+def _schema_total_issues(body: dict[str, object]) -> Iterator[LineIssue]:
+    """Each schema's issues, then those of all of the line's schemas together."""
+    enum_values = properties = repeats = 0
+    for key, schema in _schemas(body):
+        sizes = yield from _schema_issues(f"body.{key}", schema)
+        enum_values, properties, repeats = enum_values + sizes[0], properties + sizes[1], repeats + sizes[2]
+    totals = (
+        (repeats, MAX_PATTERN_REPEATS, f"The line's schema patterns repeat to {repeats} copies in all (the bounds of "
+         f"their {{n}}, {{m,}} and {{m,n}} summed); this service takes at most {MAX_PATTERN_REPEATS} in a line "
+         f"({WHY})."),
+        (enum_values, MAX_ENUM_VALUES, f"The line's schemas list {enum_values} enum values; this service takes at "
+         f"most {MAX_ENUM_VALUES} in a line (OpenAI 1,000; {WHY})."),
+        (properties, MAX_PROPERTIES, f"The line's schemas name {properties} properties; this service takes at most "
+         f"{MAX_PROPERTIES} in a line (OpenAI 5,000; {WHY})."))
+    for total, limit, message in totals:
+        if total > limit:
+            yield LineIssue("invalid_body", message, f"body.{_first_key(body)}")
 
 
 def _within(value: object, limit: int) -> bool:

@@ -14,7 +14,7 @@ from contracts.api.batch_request import MAX_METADATA_PAIRS, BatchCreateRequest
 from contracts.api.request_line import MAX_LINE_BYTES
 from contracts.ids import derived_id
 from contracts.lifecycle import TERMINAL
-from contracts.readmodel import ApiKeyRecord, BatchRecord
+from contracts.readmodel import ApiKeyRecord, BatchRecord, FileRecord
 from contracts.subjects import input_object_key
 from services.gateway.adapters.upload import Tally
 from services.gateway.context import Deps
@@ -97,27 +97,10 @@ async def retry(d: Deps, caller: ApiKeyRecord, key_digest: str, record: BatchRec
     if input_file is None or input_file.deleted:
         raise _input_deleted(batch.id, batch.input_file_id)
     codes = sorted(set(body.codes)) if body.codes is not None else None
-    try:  # deleted since the read above (a DELETE of the file at the same time): as if deleted before
-        wanted = await failed_lines(d, error_file.object_key, set(codes) if codes is not None else None)
-    except ObjectNotFound:
-        raise _no_error_file(batch.id) from None
     key = f"retry:{batch.id}:{','.join(codes) if codes is not None else '*'}"
     file_id = derived_id("file-", caller.owner, key)
     if await d.read_model.get_file(file_id) is None:
-        try:
-            lines, sequence = await copy_lines(d, caller, input_file.object_key, file_id, wanted, input_file.model)
-        except ObjectNotFound:  # the input was deleted since the read above, before its copy began
-            raise _input_deleted(batch.id, batch.input_file_id) from None
-        except ApiError:
-            # The same retry asked at once elsewhere stated the copy first (its bytes then counted against the quota
-            # this request's copy was refused by): that copy is this retry's too.
-            if (first := await stated_file(d, file_id)) is None:
-                raise
-            lines, sequence = first[1].line_count or 1, first[0]
-        if lines == 0:
-            raise ApiError(409, f"No line of batch {batch.id} failed with {', '.join(codes or []) or 'a run-time code'}"
-                           "; nothing to retry.", "conflict_error", "nothing_to_retry")
-        await d.folds.read_back(lambda: d.read_model.get_file(file_id), sequence, d.settings.read_your_writes_s)
+        await _copy_failed_lines(d, caller, batch.id, (error_file, input_file), codes, file_id)
     metadata = {**(batch.metadata or {}), **(body.metadata or {}), RETRY_OF: batch.id}
     if len(metadata) > MAX_METADATA_PAIRS:
         raise ApiError(400, f"The retry's metadata would have {len(metadata)} pairs (with {RETRY_OF}); the limit is "
@@ -136,6 +119,31 @@ async def retry(d: Deps, caller: ApiKeyRecord, key_digest: str, record: BatchRec
         raise ApiError(409, f"Batch {batch.id} was already retried as batch {earlier}, with another "
                        "completion_window, metadata or allow_partial; ask again as it was asked then, or retry "
                        f"{earlier} once it has ended.", "conflict_error", "already_retried") from None
+
+
+async def _copy_failed_lines(d: Deps, caller: ApiKeyRecord, batch_id: str, files: tuple[FileRecord, FileRecord],
+                             codes: list[str] | None, file_id: str) -> None:
+    """The retry's input: the batch's failed lines (of `codes`; `files`: its error and input files) copied into the
+    file `file_id`, readable once it is back."""
+    error_file, input_file = files
+    try:  # deleted since the read above (a DELETE of the file at the same time): as if deleted before
+        wanted = await failed_lines(d, error_file.object_key, set(codes) if codes is not None else None)
+    except ObjectNotFound:
+        raise _no_error_file(batch_id) from None
+    try:
+        lines, sequence = await copy_lines(d, caller, input_file.object_key, file_id, wanted, input_file.model)
+    except ObjectNotFound:  # the input was deleted since the read above, before its copy began
+        raise _input_deleted(batch_id, input_file.file.id) from None
+    except ApiError:
+        # The same retry asked at once elsewhere stated the copy first (its bytes then counted against the quota
+        # this request's copy was refused by): that copy is this retry's too.
+        if (first := await stated_file(d, file_id)) is None:
+            raise
+        lines, sequence = first[1].line_count or 1, first[0]
+    if lines == 0:
+        raise ApiError(409, f"No line of batch {batch_id} failed with {', '.join(codes or []) or 'a run-time code'}"
+                       "; nothing to retry.", "conflict_error", "nothing_to_retry")
+    await d.folds.read_back(lambda: d.read_model.get_file(file_id), sequence, d.settings.read_your_writes_s)
 
 
 def _no_error_file(batch_id: str) -> ApiError:
