@@ -10,6 +10,7 @@ it here when the executor needs one more subject.
 
 from dataclasses import dataclass
 
+from contracts.fact_desk import FACTS_PER_SUBMISSION, MAX_STATED_FACT_CHARS
 from contracts.subjects import (
     JS_API,
     WORK_STREAM,
@@ -35,6 +36,12 @@ USER_INFO_SUBJECT = "$SYS.REQ.USER.INFO"
 """nats-server answers here, to the asking connection alone, who it is and how long its admission has left."""
 
 
+EXECUTOR_MAX_PAYLOAD = FACTS_PER_SUBMISSION * MAX_STATED_FACT_CHARS * 4 + 16 * 1024
+"""The largest message an executor's connection may publish (the server closes one that sends more): its largest is a
+fact submission, each fact's characters at most 4 bytes of UTF-8, with room for the envelope; registrations and
+adverts are bounded far below. Not the server's 1 MiB: every request is parsed whole, one at a time, on the leader."""
+
+
 @dataclass(frozen=True)
 class Permissions:
     publish: tuple[str, ...]
@@ -44,6 +51,12 @@ class Permissions:
 def executor_inbox(executor_id: str) -> str:
     """The inbox prefix of an executor's connection: the only subjects it may subscribe to."""
     return f"_INBOX_EXECUTOR.{executor_id}"
+
+
+def asker_inbox(request_subject: str) -> str:
+    """The prefix every reply to an executor's request must have: the inbox of the executor its subject names
+    (`svc.facts.<id>` → `_INBOX_EXECUTOR.<id>.`). Its requests may name any reply subject; answered only here."""
+    return f"{executor_inbox(request_subject.rsplit('.', 1)[-1])}."
 
 
 def _work_consumer(durable: str, filter_subject: str, registered: bool) -> list[str]:

@@ -12,7 +12,12 @@ from nats.aio.msg import Msg
 
 from contracts.events.executor import ExecutorRegistered
 from contracts.ids import hash_api_key
-from contracts.permissions import AUTH_CALLOUT_SUBJECT, EXECUTOR_ID_PATTERN, executor_permissions
+from contracts.permissions import (
+    AUTH_CALLOUT_SUBJECT,
+    EXECUTOR_ID_PATTERN,
+    EXECUTOR_MAX_PAYLOAD,
+    executor_permissions,
+)
 from contracts.readmodel import ApiKeyRecord
 from contracts.subjects import event_subject
 from services.authz import nkey_jwt
@@ -104,7 +109,7 @@ class ExecutorAuthority:
         return nkey_jwt.encode({
             "sub": user_nkey, "aud": GLOBAL_ACCOUNT, "name": executor_id, "exp": int(time.time() + self.ttl_s),
             "nats": {"pub": {"allow": list(permissions.publish)}, "sub": {"allow": list(permissions.subscribe)},
-                     "subs": NO_LIMIT, "data": NO_LIMIT, "payload": NO_LIMIT, "type": "user", "version": 2},
+                     "subs": NO_LIMIT, "data": NO_LIMIT, "payload": EXECUTOR_MAX_PAYLOAD, "type": "user", "version": 2},
         }, self.keys.issuer_seed)
 
     async def answer(self, request: AuthRequest) -> bytes:

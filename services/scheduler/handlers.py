@@ -2,7 +2,8 @@
 (`scheduler_router`): the book's fold, four answers subscribed for a leader's term alone (a standby's executors get
 "no responders" at once), the auth callout every scheduler answers, and the facts the scheduler publishes."""
 
-from typing import Annotated
+from dataclasses import replace
+from typing import Annotated, Any
 
 from contracts.commands import ExecutorRegistration, RegistrationAnswer
 from contracts.events.batch import (
@@ -20,8 +21,9 @@ from contracts.events.executor import ExecutorLost, ExecutorRegistered
 from contracts.events.file import FileStored
 from contracts.fact_desk import FactReceipt, FactSubmission, LogPage, LogRead
 from contracts.objects import ObjectGrant, ObjectRequest
+from contracts.permissions import asker_inbox
 from services.authz.callout import CALLOUT, ExecutorAuthority
-from services.runtime.nats.delivery import LogFollower, ServiceRouter
+from services.runtime.nats.delivery import Answer, LogFollower, ServiceRouter
 from services.runtime.nats.follower import Fact
 from services.runtime.process.params import Context, Path
 from services.scheduler.book import book_facts
@@ -66,14 +68,20 @@ def scheduler_router(callout: bool = True) -> ServiceRouter:
     (A fresh router each call: faststream lets a router belong to one broker only.)"""
     router = ServiceRouter("scheduler", dependencies="authority")
     router.follows(BOOK)
+
+    def executors(answer: Answer[Any]) -> Answer[Any]:
+        """With admissions, executors' answers go to the asking executor's inbox alone: a request may name any reply
+        subject, and the answer is published with the scheduler's own rights (on a stream's subject, a KV key)."""
+        return replace(answer, reply_prefix=asker_inbox) if callout else answer
+
     if callout:
         router.answers(CALLOUT, ExecutorAuthority.on_request, "Tell the broker who a connecting executor is.")
-    router.answers(REGISTRATIONS, register, "Admit an executor with a live worker key to the fleet.")
-    router.answers(OBJECT_REQUESTS, grant_objects,
+    router.answers(executors(REGISTRATIONS), register, "Admit an executor with a live worker key to the fleet.")
+    router.answers(executors(OBJECT_REQUESTS), grant_objects,
                    "Presign a URL for an object of the asking executor's own work (or list its result chunks).")
-    router.answers(SUBMISSIONS, take_fact,
+    router.answers(executors(SUBMISSIONS), take_fact,
                    "Store a fact the asking executor may state (its attempt's, or its finalized batch's end).")
-    router.answers(READS, show_log, "A page of the execution facts of a batch the asking executor holds.")
+    router.answers(executors(READS), show_log, "A page of the execution facts of a batch the asking executor holds.")
     router.emits(ExecutorRegistered, BatchAssigned, BatchWaiting, AttemptFailed, ExecutorLost,
                  BatchCancelRequested,  # a revoked key's batch (`StopRevoked`)
                  # the control plane's own finalize (`closer`): the files of a batch no executor can end, and its end

@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import nats.errors
+import nats.js.errors
+import pytest
 from nats.js.api import DeliverPolicy
 
 from contracts.commands import RunBatch
@@ -17,9 +19,10 @@ from contracts.events.batch import AttemptFailed, BatchAssigned, BatchValidated
 from contracts.events.executor import DeviceMemory, ExecutorAdvert, ExecutorRegistered
 from contracts.events.registry import AnyEvent, decode_event
 from contracts.ids import new_batch_id
-from contracts.subjects import WORK_STREAM, batch_events, run_command
+from contracts.subjects import EXECUTORS_BUCKET, WORK_STREAM, batch_events, run_command
 from services.runtime.nats.bus import EventBus
-from services.runtime.nats.fleet import Fleet
+from services.runtime.nats.fleet import ADVERT_TTL_S, MAX_ADVERT_VALUE_BYTES, Fleet
+from services.runtime.nats.kv import open_bucket
 from services.runtime.process.settings import ConnectionSettings
 from services.scheduler.app import run_scheduler
 from services.scheduler.settings import SchedulerSettings
@@ -244,3 +247,18 @@ async def _run_ledger(url: str, stop: asyncio.Event) -> None:
     from services.ledger.settings import LedgerSettings
 
     await run_ledger(LedgerSettings(connection=ConnectionSettings(nats_url=url)), stop)
+
+
+async def test_the_executors_bucket_refuses_an_advert_far_larger_than_any_executor_writes(
+        fresh_nats: RunningNats) -> None:
+    """Every tick the leader reads and parses every advert, and an executor may write its key under each id it was
+    admitted as: the bucket takes no value far above an advert's bound (a bucket made without the bound gets it)."""
+    bus = await EventBus.connect(fresh_nats.url, "test")
+    await open_bucket(bus, EXECUTORS_BUCKET, ADVERT_TTL_S)  # as an executor without admissions makes it: unbounded
+    await Fleet.open(bus)
+    await bus.js.publish(f"$KV.{EXECUTORS_BUCKET}.e-honest", advert("e-honest").model_dump_json().encode())
+    fat = advert("e-fat").model_dump(mode="json") | {"pad": "x" * MAX_ADVERT_VALUE_BYTES}
+    with pytest.raises(nats.js.errors.APIError):
+        await bus.js.publish(f"$KV.{EXECUTORS_BUCKET}.e-fat", json.dumps(fat).encode())
+    assert [a.executor_id for a in await Fleet(await open_bucket(bus, EXECUTORS_BUCKET)).adverts()] == ["e-honest"]
+    await bus.close()

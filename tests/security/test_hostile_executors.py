@@ -14,6 +14,7 @@ import nats.errors
 import nats.js.errors
 import pytest
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from contracts.commands import ExecutorRegistration, RegistrationAnswer
 from contracts.events.executor import ExecutorAdvert, ExecutorRegistered
@@ -245,3 +246,47 @@ async def test_a_connection_squatting_an_unregistered_id_is_closed_once_its_owne
     finally:
         await squatter.close()
         await owner.close()
+
+
+@pytest.mark.timeout(240)
+async def test_an_executors_request_cannot_have_the_scheduler_answer_on_a_subject_of_its_choosing(
+        secure_stack: RunningStack) -> None:
+    """A request may name any reply subject, and the scheduler answers with the core user's rights: on the leader
+    lease's key (the scheduler loses its lease), into the event log or another executor's commands. Only the asking
+    executor's own inbox is answered."""
+    stack = secure_stack
+    executor_id = f"evil-{secrets.token_hex(3)}"
+    evil = await join_as_executor(stack, executor_id, attackers_worker_key(stack, user_key(stack)), [])
+    core = await nats.connect(core_nats_url(stack))
+    targets = {"lease": "$KV.sheshnag_leader.scheduler", "log": f"evt.batch.batch_{secrets.token_hex(4)}.completed",
+               "work": f"cmd.executor.{STACK_EXECUTOR}.run", "read model": "$KV.sheshnag_read.batch.injected"}
+    published: list[str] = []
+    answers = (b'{"status"', b'{"granted"', b'{"accepted"')  # a desk's, the object broker's, a registration's
+
+    async def seen(message: Msg) -> None:
+        # The lease's own renewals and the stack's commands go there too: only an answer's body is a published answer.
+        if message.data.startswith(answers):
+            published.append(f"{message.subject}: {message.data[:80]!r}")
+
+    watch = [await core.subscribe(subject, cb=seen) for subject in targets.values()]
+    try:
+        await core.flush()
+        lease = await (await core.jetstream().key_value("sheshnag_leader")).get("scheduler")
+        asks = [(f"svc.log.{executor_id}", b'{"batch_id": "x"}'), (f"svc.facts.{executor_id}", b'{"event": "{}"}'),
+                (f"svc.objects.{executor_id}", b"{}"), (fleet_registrations(executor_id), b"{}")]
+        # The desk answers its own executor (the scheduler is leading), then each misdirected request goes unanswered.
+        await evil.request(asks[0][0], asks[0][1], timeout=30)
+        for subject, body in asks:
+            for target in targets.values():
+                await evil.publish(subject, body, reply=target)
+        await evil.flush()
+        await asyncio.sleep(2.0)
+        assert published == []
+        after = await (await core.jetstream().key_value("sheshnag_leader")).get("scheduler")
+        assert after.value == lease.value  # renewed by its holder at most
+        assert (await evil.request(asks[0][0], asks[0][1], timeout=5)).data  # still answered where it should be
+    finally:
+        for subscription in watch:
+            await subscription.unsubscribe()
+        await core.close()
+        await evil.close()

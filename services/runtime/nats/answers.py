@@ -19,6 +19,8 @@ from services.runtime.process.telemetry import extract_context
 log = logging.getLogger(__name__)
 _MALFORMED = SkipLog(log, "refused")
 """Requests that are not their answer's contract: logged at most once a minute per subject (an executor's)."""
+_MISDIRECTED = SkipLog(log, "not answered")
+"""Requests whose reply subject is not the asker's inbox: logged at most once a minute per subject."""
 
 Request = TypeVar("Request", bound=BaseModel)
 
@@ -43,6 +45,11 @@ class Answer(Generic[Request]):
     """The reply to a request that is not a `request`, given why (a malformed request is answered, never dropped)."""
     leader_only: bool = True
     """Subscribed only during a leadership term (`ServiceRouter.leading`); else whenever the broker runs."""
+    reply_prefix: Callable[[str], str] | None = None
+    """The request's subject → the only prefix its reply subject may have (the asker's own inbox). A request naming
+    any other reply subject (or none) is not handled and not answered: the answer is published with this service's
+    rights, so an asker could otherwise have it written on any subject (a stream's, a KV key's: the leader lease).
+    None: answered wherever asked (the service's own clients only)."""
 
     def decode(self, data: bytes) -> Request:
         """The request, or `Refused` with the answer's refusal."""
@@ -52,7 +59,14 @@ class Answer(Generic[Request]):
             raise Refused(self.refuse(error.errors()[0]["msg"])) from error
 
     async def decoder(self, message: StreamMessage[Any]) -> BaseModel:
-        """faststream's decoder for the answer's requests: the request model itself, or `Refused`."""
+        """faststream's decoder for the answer's requests: the request model itself, or `Refused` (unanswered when
+        its reply subject is not the asker's, see `reply_prefix`)."""
+        if self.reply_prefix is not None:
+            asked_on = typing.cast(Msg, message.raw_message).subject
+            if not (message.reply_to or "").startswith(self.reply_prefix(asked_on)):
+                _MISDIRECTED.skipped(asked_on, f"a request whose reply goes to {message.reply_to[:120]!r}")
+                message.reply_to = ""  # faststream publishes the handler's answer on it: nowhere
+                raise Refused(self.refuse("the reply subject is not the asker's inbox"))
         return self.decode(message.body)
 
 

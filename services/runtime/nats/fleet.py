@@ -16,6 +16,10 @@ from services.runtime.process.skip_log import SkipLog
 log = logging.getLogger(__name__)
 
 ADVERT_TTL_S = 15.0
+MAX_ADVERT_VALUE_BYTES = 64 * 1024
+"""The largest advert the bucket takes (twice what a registration's may be: its loaded models may grow). Every tick
+the leader reads and parses every advert, and an executor may write its key under any id it was admitted as: with
+no bound, one provider's connections made each tick read up to a megabyte per id."""
 
 
 def read_advert(key: str, value: bytes, now_ms: int) -> ExecutorAdvert:
@@ -32,7 +36,7 @@ class Fleet:
     @classmethod
     async def open(cls, bus: EventBus) -> "Fleet":
         """The core services' view (executors write their own advert alone: `services/executor/adapters/advert.py`)."""
-        return cls(await open_bucket(bus, EXECUTORS_BUCKET, ADVERT_TTL_S))
+        return cls(await open_bucket(bus, EXECUTORS_BUCKET, ADVERT_TTL_S, max_value_bytes=MAX_ADVERT_VALUE_BYTES))
 
     async def adverts(self) -> list[ExecutorAdvert]:
         """Every live executor's advert that parses; the others are skipped."""

@@ -111,23 +111,30 @@ class Bucket(KeyValue):
         super().__init__(name, self.stream, self.prefix, js, direct)
 
 
-async def open_bucket(bus: EventBus, bucket: str, ttl_s: float | None = None, *, scans: bool = False) -> Bucket:
+async def open_bucket(bus: EventBus, bucket: str, ttl_s: float | None = None, *, scans: bool = False,
+                      max_value_bytes: int | None = None) -> Bucket:
     """The bucket, created (with direct reads) when missing, once JetStream can place it (placement.py). `scans`:
-    a bucket made before direct reads is switched to them (core services only)."""
-    return await until_placed(f"bucket {bucket}", lambda: _open_bucket(bus, bucket, ttl_s, scans))
+    a bucket made before direct reads is switched to them (core services only). `max_value_bytes`: the server
+    refuses a larger value (a bucket made without the bound gets it: core services only)."""
+    return await until_placed(f"bucket {bucket}", lambda: _open_bucket(bus, bucket, ttl_s, scans, max_value_bytes))
 
 
-async def _open_bucket(bus: EventBus, bucket: str, ttl_s: float | None, scans: bool) -> Bucket:
+async def _open_bucket(bus: EventBus, bucket: str, ttl_s: float | None, scans: bool,
+                       max_value_bytes: int | None = None) -> Bucket:
     stream = KV_STREAM_TEMPLATE.format(bucket=bucket)
     try:
         info = await bus.js.stream_info(stream)
     except nats.js.errors.NotFoundError:
         try:
-            await bus.js.create_key_value(bucket=bucket, history=1, ttl=ttl_s, direct=True, replicas=bus.replicas)
+            await bus.js.create_key_value(bucket=bucket, history=1, ttl=ttl_s, direct=True, replicas=bus.replicas,
+                                          max_value_size=max_value_bytes)
             return Bucket(bus.js, bucket, direct=True)
         except nats.js.errors.BadRequestError:  # another process created it first
             info = await bus.js.stream_info(stream)
     await bus.ensure_replicas(info)  # a no-op at one replica
+    if max_value_bytes is not None and info.config.max_msg_size != max_value_bytes:
+        info.config.max_msg_size = max_value_bytes
+        await bus.js.update_stream(info.config)
     if scans and not info.config.allow_direct:
         await ensure_direct_reads(bus.js, stream)
     return Bucket(bus.js, bucket, direct=scans or bool(info.config.allow_direct))

@@ -150,3 +150,18 @@ async def test_a_forged_request_gets_no_answer_at_all() -> None:
                                   keys=KEYS)
     await authority.on_request(message)
     assert answers == []
+
+
+def test_an_executors_admission_bounds_its_messages_to_its_largest_request_not_the_servers_megabyte() -> None:
+    """Every request an executor makes is parsed whole on the leading scheduler, one at a time: its connection may
+    publish no more than a full fact submission (the server closes one that does), not nats-server's 1 MiB."""
+    from contracts.fact_desk import FACTS_PER_SUBMISSION, MAX_STATED_FACT_CHARS, FactSubmission
+    from contracts.permissions import EXECUTOR_MAX_PAYLOAD
+
+    authority = ExecutorAuthority(typing.cast(typing.Any, None), typing.cast(typing.Any, None), KEYS)
+    user = "UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4"
+    claims = nkey_jwt.decode(authority.user_jwt(user, "alpha", True))
+    assert 0 < claims["nats"]["payload"] == EXECUTOR_MAX_PAYLOAD < 512 * 1024
+    widest = "\U0001f600" * MAX_STATED_FACT_CHARS  # 4 bytes of UTF-8 each
+    largest = FactSubmission(event=widest, then=[widest] * (FACTS_PER_SUBMISSION - 1)).model_dump_json().encode()
+    assert len(largest) <= EXECUTOR_MAX_PAYLOAD
