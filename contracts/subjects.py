@@ -38,6 +38,8 @@ WEBHOOKS_BUCKET = "sheshnag_webhooks"
 """Webhook endpoints (with their signing secrets), every delivery with its attempts, and the deliveries due."""
 WEBHOOKS_DURABLE = "webhooks"
 """The gateways' shared durable on the batch facts webhooks are sent for."""
+VALIDATIONS_BUCKET = "sheshnag_validations"
+"""How often each batch's validation was started (a validator's own count, expiring with the longest window)."""
 LIMITS_BUCKET = "sheshnag_limits"
 """Rate-limit and brute-force counts every gateway shares (each entry expires with its window); not a fact."""
 

@@ -8,6 +8,7 @@ from services.runtime.process import metrics
 from services.runtime.storage.catalogue import load_catalogue
 from services.runtime.storage.objectstore import ObjectStore
 from services.validator.adapters.check_pool import CheckPool
+from services.validator.adapters.starts import ValidationStarts
 from services.validator.adapters.tokenizer import TokenizerCache
 from services.validator.domain import Limits
 from services.validator.fair_turns import FairTurns
@@ -33,7 +34,7 @@ async def run_validator(settings: ValidatorSettings, stop: asyncio.Event) -> Non
                         max_line_bytes=settings.max_line_bytes, inherit_line_model=settings.inherit_line_model)
         tokenizers = TokenizerCache() if settings.count_tokens else None
         validator = Validator(bus, store, catalogue, limits, settings.max_published_per_code, tokenizers, pool,
-                              FairTurns(settings.validations_at_once))
+                              FairTurns(settings.validations_at_once), await ValidationStarts.open(bus))
         if pool is not None:
             await asyncio.to_thread(pool.warm_up)
         if tokenizers is not None:

@@ -27,6 +27,7 @@ from services.runtime.storage.write_failures import through_write_faults
 from services.validator.adapters.check_pool import CheckPool
 from services.validator.adapters.error_file import write_error_file
 from services.validator.adapters.input_lines import lines_by_chunk
+from services.validator.adapters.starts import ValidationStarts
 from services.validator.adapters.tokenizer import TokenizerCache
 from services.validator.domain import FileValidation, Limits
 from services.validator.fair_turns import FairTurns
@@ -36,6 +37,8 @@ from services.validator.observe import count_lines
 
 log = logging.getLogger(__name__)
 
+MAX_STARTS = 5
+"""Checks of one batch begun (each ended by the validator stopping) before the batch is given up."""
 PROGRESS_EVERY_LINES = 5000
 PROGRESS_EVERY_S = 0.5
 
@@ -52,11 +55,17 @@ class Validator:
     """Worker processes that check windows beside this one; None: every window is checked here."""
     turns: FairTurns = field(default_factory=lambda: FairTurns(1))
     """Whose batch is checked next (`fair_turns.py`): the facts taken at once (`INTAKE`) wait here for their turn."""
+    starts: ValidationStarts | None = None
+    """Each batch's validations started (None: not counted, a test's validator)."""
 
     async def take(self, created: BatchCreated) -> None:
         """Validate the batch's file in its owner's turn; a full disk or a restarting broker is waited out without
-        spending the fact's deliveries (which would fail the batch): validation is idempotent."""
+        spending the fact's deliveries (which would fail the batch): validation is idempotent. One whose check was
+        started `MAX_STARTS` times before (the validator killed in it each time) is given up: failed."""
         async with self.turns.turn(owner_id(created.owner_user_id, created.terms.owner_key_id)):
+            if self.starts is not None and (started := await self.starts.begun(created.aggregate_id)) > MAX_STARTS:
+                raise PoisonMessage(f"its check was started {started - 1} times and never finished: the validator "
+                                    "stopped in it each time")
             await through_write_faults(lambda: self.validate(created), f"validating batch {created.aggregate_id}")
 
     async def fail_the_batch(self, created: BatchCreated, error: BaseException) -> None:
@@ -194,9 +203,11 @@ INTAKE = 64
 """Created batches taken from the log at once, each kept leased while it waits for its owner's turn: the window in
 which owners take turns (beyond it, the log's order)."""
 CREATED = Durable(BatchCreated, EVENTS_STREAM, VALIDATOR_DURABLE, BATCH_CREATED,
-                  ConsumerPolicy(ack_wait_s=30, max_deliver=20, max_ack_pending=INTAKE))
-"""`max_deliver`: a validator killed while batches wait for their turn hands them all out again, each delivery
-counted; 20 leaves room for several restarts before a batch whose check keeps failing is given up."""
+                  ConsumerPolicy(ack_wait_s=30, max_deliver=20, max_ack_pending=INTAKE, redeliver_forever=True))
+"""A validator killed while batches wait for their turn hands them all out again, each delivery counted: the server
+redelivers without limit (at its limit it would drop a batch killed on its last delivery, left `validating` for
+good, and every batch waiting beside it); a check that keeps failing is given up on its 20th delivery, one the
+validator keeps stopping in on its `MAX_STARTS`th start (`ValidationStarts`)."""
 
 
 def validator_router() -> ServiceRouter:

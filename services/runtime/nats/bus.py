@@ -87,8 +87,13 @@ class FenceMoved(Exception):
 class ConsumerPolicy:
     ack_wait_s: float = 30.0
     max_deliver: int = 20
+    """The delivery on which a failing handler's fact is given up (its poison handler records it)."""
     max_ack_pending: int = 64
     retry_delays_s: tuple[float, ...] = (0.5, 1.0, 2.0, 5.0, 10.0)
+    redeliver_forever: bool = False
+    """The server redelivers without limit; `max_deliver` is then only where a failing handler gives up. For facts
+    held leased while they wait (a process killed hands every one out again, each delivery counted): the server drops
+    a fact at its limit with no handler left to record it, so one that reached it in a crash would stay undone."""
 
 
 def _last_sequence(description: str | None) -> int:

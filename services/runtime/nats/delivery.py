@@ -82,7 +82,8 @@ class Durable:
         return ConsumerConfig(name=self.name, durable_name=self.name, filter_subject=self.subject or None,
                               filter_subjects=list(self.filter_subjects) or None,
                               ack_policy=JetStreamAck.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
-                              ack_wait=self.policy.ack_wait_s, max_deliver=self.policy.max_deliver,
+                              ack_wait=self.policy.ack_wait_s,
+                              max_deliver=-1 if self.policy.redeliver_forever else self.policy.max_deliver,
                               max_ack_pending=self.policy.max_ack_pending)
 
 
