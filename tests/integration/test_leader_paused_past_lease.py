@@ -48,3 +48,25 @@ async def test_a_leader_resuming_after_a_standby_took_its_lease_does_not_count_a
         assert not still_leading, "the resumed leader counts as leading though a standby holds its lease"
     finally:
         await bus.close()
+
+
+async def test_a_leader_keeps_its_lease_through_a_write_no_holder_made_and_yields_to_a_holders(
+        fresh_nats: RunningNats) -> None:
+    """An executor's request may name the lease key as its reply subject, and the broker itself then writes its answer
+    there (a JetStream reply, an ack): the leader renews over such a write, but not over another holder's."""
+    bus = await EventBus.connect(fresh_nats.url, "tests-leader-junk")
+    stop = asyncio.Event()
+    try:
+        lease = await LeaderLease.open(bus, TTL_S, "junk-role")
+        assert await lease.acquire(stop)
+        keeper = asyncio.create_task(lease.keep(stop))
+        for junk in (b"", b'{"stream":"KV_sheshnag_executors","seq":7}'):
+            await lease.kv.put("junk-role", junk)
+            await asyncio.sleep(TTL_S)  # three renewals' time
+            assert not keeper.done(), "the leader lost its lease to a write no holder made"
+            assert (await lease.kv.get("junk-role")).value == lease.holder.encode()
+        await lease.kv.put("junk-role", b"other-host:1f")  # a standby that took over
+        await asyncio.wait_for(keeper, 5)
+    finally:
+        stop.set()
+        await bus.close()

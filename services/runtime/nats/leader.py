@@ -5,6 +5,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import re
 import socket
 import time
 
@@ -22,6 +23,12 @@ SURE_FOR = 0.75
 """Of the TTL: how long after its last write (sent) a holder is sure it still holds the lease. Renewals come every
 third of it, so a live holder never passes this; one whose process was paused past it (GC, SIGSTOP, a frozen VM) may
 have been replaced by a standby, whatever its keeper has seen yet."""
+
+
+HOLDER = re.compile(r"[A-Za-z0-9._-]+:[0-9a-f]+")
+"""What a holder writes (`open`): its host and a number. Anything else in the key is no holder's: written there by
+the broker itself on a reply subject an executor's request named (a JetStream answer, an ack), which a lease must
+outlive rather than lose to."""
 
 
 class LeaderLease:
@@ -51,7 +58,8 @@ class LeaderLease:
                 log.info("%s %s is the leader", self.role, self.holder)
                 return True
             except nats.js.errors.KeyWrongLastSequenceError:
-                # another process of this role leads; its lease expires unless it renews
+                # another process of this role leads; its lease expires unless it renews (a write no holder made
+                # expires as it would: the bucket's age limit, one TTL)
                 if not standing_by:
                     log.info("%s %s stands by: another one leads", self.role, self.holder)
                     standing_by = True
@@ -69,11 +77,32 @@ class LeaderLease:
                 break
             try:
                 sent = time.monotonic()
-                self.revision = await self.kv.update(self.role, self.holder.encode(), last=self.revision)
+                try:
+                    self.revision = await self.kv.update(self.role, self.holder.encode(), last=self.revision)
+                except nats.js.errors.KeyWrongLastSequenceError:
+                    if not await self._over_no_holder():
+                        raise
                 self.renewed_at = sent
             except (nats.js.errors.KeyWrongLastSequenceError, nats.errors.Error, OSError) as error:
                 log.error("%s %s lost the leader lease: %r", self.role, self.holder, error)
                 return
+
+    async def _over_no_holder(self) -> bool:
+        """The holder renewing: write over a key whose last write is no holder's (`HOLDER`), by compare-and-set on
+        that write; whether it still holds the lease. A holder's write (a standby that took over) is left as it is."""
+        try:
+            entry = await self.kv.get(self.role)
+        except nats.js.errors.KeyNotFoundError:
+            return False
+        if entry.value is not None and HOLDER.fullmatch(entry.value.decode(errors="replace")):
+            return False
+        log.warning("%s %s: the lease key held no holder's write (%r); written over", self.role, self.holder,
+                    (entry.value or b"")[:80])
+        try:
+            self.revision = await self.kv.update(self.role, self.holder.encode(), last=entry.revision)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            return False
+        return True
 
     def lost(self) -> bool:
         """Whether this holder can no longer be sure it holds the lease (see `SURE_FOR`): it must not act on it."""
