@@ -21,6 +21,7 @@ from services.runtime.nats.kv import (
     replicated,
 )
 from services.runtime.nats.read_entries import BatchIndexEntry
+from services.runtime.nats.records import keyed_records, record, records
 from services.runtime.nats.stored_bytes import part_of, stored_bytes_counting, stored_with_overflow
 
 Record = TypeVar("Record", bound=BaseModel)
@@ -34,7 +35,7 @@ class OwnerReads:
 
     async def _get(self, key: str, model: type[Record]) -> Record | None:
         raw = await read_latest(self.kv, key)
-        return None if raw is None else model.model_validate_json(raw)
+        return record(model, raw, key)
 
     async def get_batch(self, batch_id: str) -> BatchRecord | None:
         return await self._get(read_model_key("batch", batch_id), BatchRecord)
@@ -48,18 +49,18 @@ class OwnerReads:
         if missing and await replicated(self.kv.js, self.kv.stream):
             values = await asyncio.gather(*(read_value(self.kv, key) for key in missing))
             found.update((key, value) for key, value in zip(missing, values, strict=True) if value)
-        return {key.removeprefix("batch."): BatchRecord.model_validate_json(value) for key, value in found.items()}
+        return {key.removeprefix("batch."): batch for key, batch in keyed_records(BatchRecord, found.items())}
 
     async def owner_batch_index(self, owner: str) -> list[BatchIndexEntry]:
         """The owner's index of batches (id and creation time of each), in id order: one scan of small entries."""
         values = await latest_values(self.kv, owner_index(owner, "batch"))
-        return [BatchIndexEntry.model_validate_json(value) for value in values]
+        return records(BatchIndexEntry, values, owner_index(owner, "batch"))
 
     async def every_batch_index(self) -> dict[str, list[BatchIndexEntry]]:
         """Every owner's index of batches, by owner: one scan of the small entries, none of the records."""
         indexes: defaultdict[str, list[BatchIndexEntry]] = defaultdict(list)
-        for key, value in await latest_entries(self.kv, owner_index("*", "batch")):
-            indexes[key.split(".")[1]].append(BatchIndexEntry.model_validate_json(value))
+        for key, entry in keyed_records(BatchIndexEntry, await latest_entries(self.kv, owner_index("*", "batch"))):
+            indexes[key.split(".")[1]].append(entry)
         return dict(indexes)
 
     async def owner_batches(self, owner: str) -> list[BatchRecord]:
@@ -82,7 +83,8 @@ class OwnerReads:
     async def _live_list(self, owner: str) -> dict[str, str] | None:
         """The owner's live list as written (None: never), every write acknowledged before the read in it."""
         raw = await read_value(self.kv, owner_live_key(owner))
-        return LiveBatches.model_validate_json(raw).root if raw else None
+        live = record(LiveBatches, raw, owner_live_key(owner))
+        return live.root if live is not None else None
 
     async def owner_live_batches(self, owner: str, input_file_id: str | None = None,
                                  live: dict[str, str] | None = None) -> list[BatchRecord]:
@@ -95,7 +97,7 @@ class OwnerReads:
 
     async def owner_files(self, owner: str) -> list[FileRecord]:
         """The owner's files that are not deleted (expired ones included), from their index alone."""
-        return [FileRecord.model_validate_json(v) for v in await latest_values(self.kv, owner_index(owner, "file"))]
+        return records(FileRecord, await latest_values(self.kv, owner_index(owner, "file")), owner_index(owner, "file"))
 
     async def owner_stored_bytes(self, owner: str, now: float) -> int:
         """The bytes of the owner's files that are neither deleted nor expired (one read while none is expired); with

@@ -47,6 +47,9 @@ from services.runtime.nats.kv import (
 )
 from services.runtime.nats.owner_reads import OwnerReads, Record
 from services.runtime.nats.read_entries import KV_TOKEN, holder_entries, live_lists, owner_copy, owner_entry
+from services.runtime.nats.records import keyed_records
+from services.runtime.nats.records import record as decoded
+from services.runtime.nats.records import records as decoded_all
 from services.runtime.nats.stored_bytes import (
     StoredBytesWriter,
     with_entry,
@@ -86,7 +89,7 @@ class ReadModel(OwnerReads):
         return cls(await open_bucket(bus, READ_MODEL_BUCKET, scans=True))
 
     async def _scan(self, prefix: str, model: type[Record]) -> list[Record]:
-        return [model.model_validate_json(value) for value in await latest_values(self.kv, f"{prefix}.>")]
+        return decoded_all(model, await latest_values(self.kv, f"{prefix}.>"), prefix)
 
     async def get_file(self, file_id: str) -> FileRecord | None:
         return await self._get(read_model_key("file", file_id), FileRecord)
@@ -106,13 +109,12 @@ class ReadModel(OwnerReads):
             return [user for user in await self.list_users() if user.organization == organization]
         if not KV_TOKEN.fullmatch(organization):
             return []  # never filed under such an organisation
-        return [UserRecord.model_validate_json(value)
-                for value in await latest_values(self.kv, filed_under("members", organization))]
+        return decoded_all(UserRecord, await latest_values(self.kv, filed_under("members", organization)), "members")
 
     async def list_api_keys(self) -> list[tuple[str, ApiKeyRecord]]:
         """Every key with its SHA-256 (the read-model key), for admins; raw values are never stored."""
-        return [(entry_key.removeprefix("apikey."), ApiKeyRecord.model_validate_json(value))
-                for entry_key, value in await latest_entries(self.kv, "apikey.>")]
+        return [(entry_key.removeprefix("apikey."), found)
+                for entry_key, found in keyed_records(ApiKeyRecord, await latest_entries(self.kv, "apikey.>"))]
 
     async def held_api_keys(self, holder: str) -> list[tuple[str, ApiKeyRecord]]:
         """The keys filed under `holder` (`ApiKeyRecord.holders`), revoked ones too, each with its SHA-256; a read
@@ -121,8 +123,8 @@ class ReadModel(OwnerReads):
             return [(digest, record) for digest, record in await self.list_api_keys() if holder in record.holders]
         if not KV_TOKEN.fullmatch(holder):
             return []  # never filed under such a holder
-        return [(entry_key.rsplit(".", 1)[1], ApiKeyRecord.model_validate_json(value))
-                for entry_key, value in await latest_entries(self.kv, filed_under("keys", holder))]
+        return [(entry_key.rsplit(".", 1)[1], found) for entry_key, found in
+                keyed_records(ApiKeyRecord, await latest_entries(self.kv, filed_under("keys", holder)))]
 
     async def find_api_key(self, key_id: str) -> tuple[str, ApiKeyRecord] | None:
         """The SHA-256 and record of the key with this public id (None for an id no key could have)."""
@@ -131,9 +133,12 @@ class ReadModel(OwnerReads):
             if await self.holders_indexed():
                 return None
             return next(((d, r) for d, r in await self.list_api_keys() if r.key_id == key_id), None)
-        digest = KeyDigest.model_validate_json(filed).root
-        record = await self.get_api_key(digest)
-        return None if record is None else (digest, record)
+        filed_digest = decoded(KeyDigest, filed, key_id_key(key_id))
+        if filed_digest is None:
+            return None
+        digest = filed_digest.root
+        found = await self.get_api_key(digest)
+        return None if found is None else (digest, found)
 
     async def owner_providers(self, owner: str) -> list[ProviderRecord]:
         """The providers filed under `owner` (a read model not indexed yet is read whole)."""
@@ -141,8 +146,7 @@ class ReadModel(OwnerReads):
             return [record for record in await self.list_providers() if record.owner == owner]
         if not KV_TOKEN.fullmatch(owner):
             return []
-        return [ProviderRecord.model_validate_json(value)
-                for value in await latest_values(self.kv, filed_under("providers", owner))]
+        return decoded_all(ProviderRecord, await latest_values(self.kv, filed_under("providers", owner)), "providers")
 
     async def provider_executors(self, provider_id: str) -> list[ExecutorRecord] | None:
         """The executors filed under the provider, their records read by id; None: a read model not indexed yet. An
@@ -152,10 +156,10 @@ class ReadModel(OwnerReads):
             return None
         if not KV_TOKEN.fullmatch(provider_id):
             return []
-        ids = [Filed.model_validate_json(value).root
-               for value in await latest_values(self.kv, filed_under("executors", provider_id))]
-        records = await read_last(self.kv, [read_model_key("executor", executor_id) for executor_id in ids])
-        executors = (ExecutorRecord.model_validate_json(value) for value in records.values())
+        ids = [filed.root for filed in
+               decoded_all(Filed, await latest_values(self.kv, filed_under("executors", provider_id)), "executors")]
+        found = await read_last(self.kv, [read_model_key("executor", executor_id) for executor_id in ids])
+        executors = decoded_all(ExecutorRecord, found.values(), "executor")
         return [record for record in executors if record.provider_id in (None, provider_id)]
 
     async def _provider_of_key(self, key_id: str) -> str | None:
@@ -251,7 +255,7 @@ class ReadModel(OwnerReads):
         """The accounts below zero with billed batches open: those filed as overdrawn, once every account is."""
         if not await self._is_marked(OVERDRAWN_INDEXED_KEY):
             return [account for account in await self.list_accounts() if account.overdrawn]
-        ids = [Filed.model_validate_json(value).root for value in await latest_values(self.kv, OVERDRAWN)]
+        ids = [filed.root for filed in decoded_all(Filed, await latest_values(self.kv, OVERDRAWN), "overdrawn")]
         accounts = await asyncio.gather(*(self.get_account(account_id) for account_id in ids))
         return [account for account in accounts if account is not None and account.overdrawn]
 

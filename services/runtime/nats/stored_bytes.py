@@ -13,6 +13,7 @@ from typing import TypeVar
 from contracts.readmodel import FileRecord, StoredBytes, StoredFiles
 from contracts.subjects import owner_stored_key, owner_stored_part_key
 from services.runtime.nats.kv import Bucket, read_value
+from services.runtime.nats.records import record as decoded
 from services.runtime.process.keyed_locks import KeyedLocks
 
 MAX_HELD = 50_000
@@ -108,7 +109,10 @@ async def stored_bytes_counting(kv: Bucket, owner: str, parts: Collection[str], 
     raw = await read_value(kv, owner_stored_key(owner))
     if raw is None:
         return None
-    summary = StoredBytes.model_validate_json(raw).root
+    summary_record = decoded(StoredBytes, raw, owner_stored_key(owner))
+    if summary_record is None:
+        return None
+    summary = summary_record.root
     chains = {part: overflow_chain(part, summary) for part in parts}  # a part's files may go on in overflow parts
     read = sorted({part for chain in chains.values() for part in chain}
                   | {part for part, (_, earliest) in summary.items()
@@ -124,18 +128,18 @@ async def stored_bytes_counting(kv: Bucket, owner: str, parts: Collection[str], 
 async def stored_with_overflow(kv: Bucket, owner: str, part: str) -> list[StoredFiles]:
     """The part and, once it is (nearly) full, the overflow parts its owner's summary names."""
     raw = await read_value(kv, owner_stored_part_key(owner, part))
-    files = StoredFiles.model_validate_json(raw) if raw else StoredFiles({})
+    files = decoded(StoredFiles, raw, owner_stored_part_key(owner, part)) or StoredFiles({})
     if raw is None or len(raw) < MAX_PART_BYTES - NEARLY_FULL_BYTES:
         return [files]
     summary_raw = await read_value(kv, owner_stored_key(owner))
-    summary = StoredBytes.model_validate_json(summary_raw).root if summary_raw else {}
+    summary = (decoded(StoredBytes, summary_raw, owner_stored_key(owner)) or StoredBytes({})).root
     overflows = overflow_chain(part, summary)[1:]
     return [files, *await asyncio.gather(*(stored_part(kv, owner, each) for each in overflows))]
 
 
 async def stored_part(kv: Bucket, owner: str, part: str) -> StoredFiles:
     raw = await read_value(kv, owner_stored_part_key(owner, part))
-    return StoredFiles.model_validate_json(raw) if raw else StoredFiles({})
+    return decoded(StoredFiles, raw, owner_stored_part_key(owner, part)) or StoredFiles({})
 
 
 class StoredBytesWriter:
@@ -152,7 +156,7 @@ class StoredBytesWriter:
         held = self._held.get(key)
         if not isinstance(held, model):
             raw = await read_value(self.kv, key)
-            held = model.model_validate_json(raw) if raw else model({})
+            held = decoded(model, raw, key) or model({})
         self._keep(key, held)
         return held
 
