@@ -203,7 +203,8 @@ INTAKE = 64
 """Created batches taken from the log at once, each kept leased while it waits for its owner's turn: the window in
 which owners take turns (beyond it, the log's order)."""
 CREATED = Durable(BatchCreated, EVENTS_STREAM, VALIDATOR_DURABLE, BATCH_CREATED,
-                  ConsumerPolicy(ack_wait_s=30, max_deliver=20, max_ack_pending=INTAKE, redeliver_forever=True))
+                  ConsumerPolicy(ack_wait_s=30, max_deliver=20, max_ack_pending=INTAKE, redeliver_forever=True,
+                                 release_on_stop=True))
 """A validator killed while batches wait for their turn hands them all out again, each delivery counted: the server
 redelivers without limit (at its limit it would drop a batch killed on its last delivery, left `validating` for
 good, and every batch waiting beside it); a check that keeps failing is given up on its 20th delivery, one the

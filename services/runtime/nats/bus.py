@@ -94,6 +94,9 @@ class ConsumerPolicy:
     """The server redelivers without limit; `max_deliver` is then only where a failing handler gives up. For facts
     held leased while they wait (a process killed hands every one out again, each delivery counted): the server drops
     a fact at its limit with no handler left to record it, so one that reached it in a crash would stay undone."""
+    release_on_stop: bool = False
+    """A fact in hand when the service stops is given back at once (nak), not left for its ack wait: for facts held
+    leased while they wait (the validator's), which would otherwise all wait `ack_wait_s` after every restart."""
 
 
 def _last_sequence(description: str | None) -> int:

@@ -52,6 +52,8 @@ Handler = Callable[[Any, Any], Awaitable[None]] | Callable[[Any, Any, int], Awai
 PoisonHandler = Callable[[Any, Any, BaseException], Awaitable[None]]
 """(the service's dependencies, the decoded fact given up on, the error): `Executor.fail_the_attempt`."""
 
+RELEASE_S = 1.0
+"""How long a stopping service spends giving back one fact in hand (`ConsumerPolicy.release_on_stop`)."""
 ONE_AT_A_TIME = PullSub(batch_size=1, timeout=1.0)
 """Fetch one message at a time: with one worker (the default) it is handled before the next is fetched; with
 `max_workers` each goes to a worker of its own as it arrives (never waiting unkept for a free one)."""
@@ -265,7 +267,9 @@ class _Delivery(BaseMiddleware):
             return False
         try:
             if isinstance(exc_val, asyncio.CancelledError):
-                return False  # stopping: the message is redelivered after its ack wait
+                if self.declared.durable.policy.release_on_stop:
+                    await self._release()
+                return False  # stopping: the message is redelivered (after its ack wait, unless released)
             if exc_val is None:
                 await self.message.ack_sync()
             elif isinstance(exc_val, Exception):
@@ -277,6 +281,13 @@ class _Delivery(BaseMiddleware):
             if self.span is not None:
                 self.span.__exit__(exc_type, exc_val, exc_tb)
             BATCH_ID.reset(self.batch_token)
+
+    async def _release(self) -> None:
+        """Give the message back for redelivery now (bounded: a broker that does not answer leaves the ack wait)."""
+        try:
+            await asyncio.wait_for(asyncio.shield(self.message.nak()), RELEASE_S)
+        except (asyncio.CancelledError, Exception) as error:
+            log.debug("%s not given back on stopping (%r): redelivered after its ack wait", self.message.subject, error)
 
     async def _failed(self, error: Exception) -> None:
         assert self.declared is not None
