@@ -100,25 +100,23 @@ async def _checked(request: web.Request, token: str, failures: SharedFailedAuthe
         wait, reserved = await failures.reserve(address, token)
         if wait > 0:
             raise too_many(wait)  # this address may not try this key now
+    guessed = False  # the key named none: only then does the reserved failure stay counted
     try:
         # Keys are ASCII; any other byte (aiohttp hands them on as surrogates) names no key.
         record = await deps(request).keys.lookup(token) if token.isascii() else None
-    except BaseException:  # no answer about the key (a 503, a cancelled request): its reserved failure goes back
-        if failures is not None and reserved is not None:
+        refusal = _refusal(record)
+        if refusal is not None:
+            # Only unknown keys are guesses: a client still sending its revoked key must not trip its address's
+            # budget.
+            if record is None and failures is not None:
+                guessed = True
+                if (wait := await failures.record_failure(address, token, reserved=reserved)) > 0:
+                    raise too_many(wait)
+            raise ApiError(401, refusal, "authentication_error", "invalid_api_key")
+    finally:  # a right or revoked key, or no answer about it (a 503, a request gone): its reserved failure goes back
+        if failures is not None and reserved is not None and not guessed:
             await asyncio.shield(failures.give_back(address, reserved))
-        raise
-    refusal = _refusal(record)
-    if refusal is not None:
-        # Only unknown keys are guesses: a client still sending its revoked key must not trip its address's budget.
-        if record is None and failures is not None and (
-                wait := await failures.record_failure(address, token, reserved=reserved)) > 0:
-            raise too_many(wait)
-        if record is not None and failures is not None and reserved is not None:
-            await failures.give_back(address, reserved)
-        raise ApiError(401, refusal, "authentication_error", "invalid_api_key")
     assert record is not None
     if failures is not None:
-        if reserved is not None:
-            await failures.give_back(address, reserved)
         await failures.record_success(address, token)
     return record
