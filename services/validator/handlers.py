@@ -38,7 +38,7 @@ from services.validator.observe import count_lines
 log = logging.getLogger(__name__)
 
 MAX_STARTS = 5
-"""Checks of one batch begun (each ended by the validator stopping) before the batch is given up."""
+"""Checks of one batch begun and not finished (the validator stopped in it, or it failed) before it is given up."""
 PROGRESS_EVERY_LINES = 5000
 PROGRESS_EVERY_S = 0.5
 
@@ -61,11 +61,11 @@ class Validator:
     async def take(self, created: BatchCreated) -> None:
         """Validate the batch's file in its owner's turn; a full disk or a restarting broker is waited out without
         spending the fact's deliveries (which would fail the batch): validation is idempotent. One whose check was
-        started `MAX_STARTS` times before (the validator killed in it each time) is given up: failed."""
+        started `MAX_STARTS` times before and never finished (failed, or the validator stopped in it) is given up."""
         async with self.turns.turn(owner_id(created.owner_user_id, created.terms.owner_key_id)):
             if self.starts is not None and (started := await self.starts.begun(created.aggregate_id)) > MAX_STARTS:
-                raise PoisonMessage(f"its check was started {started - 1} times and never finished: the validator "
-                                    "stopped in it each time")
+                raise PoisonMessage(f"its check was started {started - 1} times and never finished (it failed, or "
+                                    "the validator stopped in it)")
             await through_write_faults(lambda: self.validate(created), f"validating batch {created.aggregate_id}")
 
     async def fail_the_batch(self, created: BatchCreated, error: BaseException) -> None:
@@ -207,8 +207,8 @@ CREATED = Durable(BatchCreated, EVENTS_STREAM, VALIDATOR_DURABLE, BATCH_CREATED,
                                  release_on_stop=True))
 """A validator killed while batches wait for their turn hands them all out again, each delivery counted: the server
 redelivers without limit (at its limit it would drop a batch killed on its last delivery, left `validating` for
-good, and every batch waiting beside it); a check that keeps failing is given up on its 20th delivery, one the
-validator keeps stopping in on its `MAX_STARTS`th start (`ValidationStarts`)."""
+good, and every batch waiting beside it). A batch whose check keeps failing, or that the validator keeps stopping in,
+is given up after `MAX_STARTS` starts (`ValidationStarts`); `max_deliver` is only a backstop."""
 
 
 def validator_router() -> ServiceRouter:

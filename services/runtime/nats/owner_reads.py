@@ -4,9 +4,6 @@ they store; each a read or two of small entries, then the records by id."""
 import asyncio
 from collections import defaultdict
 from collections.abc import Collection
-from typing import TypeVar
-
-from pydantic import BaseModel
 
 from contracts.lifecycle import TERMINAL
 from contracts.readmodel import BatchRecord, FileRecord, LiveBatches
@@ -21,10 +18,8 @@ from services.runtime.nats.kv import (
     replicated,
 )
 from services.runtime.nats.read_entries import BatchIndexEntry
-from services.runtime.nats.records import keyed_records, record, records
+from services.runtime.nats.records import Record, keyed_records, record, records
 from services.runtime.nats.stored_bytes import part_of, stored_bytes_counting, stored_with_overflow
-
-Record = TypeVar("Record", bound=BaseModel)
 
 
 class OwnerReads:

@@ -45,9 +45,9 @@ from services.runtime.nats.kv import (
     read_last,
     read_latest,
 )
-from services.runtime.nats.owner_reads import OwnerReads, Record
+from services.runtime.nats.owner_reads import OwnerReads
 from services.runtime.nats.read_entries import KV_TOKEN, holder_entries, live_lists, owner_copy, owner_entry
-from services.runtime.nats.records import keyed_records
+from services.runtime.nats.records import Record, keyed_records
 from services.runtime.nats.records import record as decoded
 from services.runtime.nats.records import records as decoded_all
 from services.runtime.nats.stored_bytes import (
