@@ -124,8 +124,7 @@ def _schema_issues(param: str, schema: object) -> Generator[LineIssue, None, tup
         if isinstance(enum, list):
             enum_values += len(enum)
         for pattern in _patterns(item):
-            yield from _pattern_issues(pattern, param)
-            repeats += pattern_repeats(pattern)
+            repeats += yield from _pattern_issues(pattern, param)
         named = item.get("properties")
         if isinstance(named, dict):
             properties += len(named)
@@ -218,8 +217,9 @@ def _class_end(pattern: str, at: int) -> int:
     return at + 1
 
 
-def _pattern_issues(pattern: str, param: str) -> Iterator[LineIssue]:
-    quantifiers, repeated, _ = pattern_shape(pattern)
+def _pattern_issues(pattern: str, param: str) -> Generator[LineIssue, None, int]:
+    """The pattern's issues; returns its counted repeats (for the line's total), from the same one walk."""
+    quantifiers, repeated, repeats = pattern_shape(pattern)
     if len(pattern) > MAX_PATTERN_CHARS:
         yield LineIssue("invalid_body", f"A schema pattern of {len(pattern)} characters in {param}: this service "
                         f"takes at most {MAX_PATTERN_CHARS} ({WHY}).", param)
@@ -230,3 +230,4 @@ def _pattern_issues(pattern: str, param: str) -> Iterator[LineIssue]:
     elif quantifiers > MAX_PATTERN_QUANTIFIERS:
         yield LineIssue("invalid_body", f"The schema pattern {pattern[:80]!r} has {quantifiers} quantifiers; this "
                         f"service takes at most {MAX_PATTERN_QUANTIFIERS} ({WHY}).", param)
+    return repeats
