@@ -124,3 +124,27 @@ class RegistrationAnswer(BaseModel):
     worker_key_id: str | None = None
     retry: bool = False
     """Not accepted yet, not refused: ask again shortly (the scheduler is still reading the log)."""
+
+
+class AdvertUpdate(BaseModel):
+    """An admitted executor's advert for a scheduler to write under its key in the executors bucket (the subject says
+    whose); None: withdraw it (the executor stops)."""
+
+    advert: ExecutorAdvert | None
+
+
+class AdvertReceipt(BaseModel):
+    stored: bool
+    reason: str | None = None
+
+
+class AdmissionAsk(BaseModel):
+    """An admitted executor asking how long an admission to the broker lasts (`AdmissionTerms`)."""
+
+
+class AdmissionTerms(BaseModel):
+    """How long the broker admits an executor's connection (the auth callout's JWT lifetime): it renews its own
+    admission before that much time has passed since it connected."""
+
+    ttl_s: float | None = Field(default=None, ge=0)
+    """None: admissions do not expire."""

@@ -161,9 +161,35 @@ def log_reads(executor_id: str) -> str:
 
 
 def executor_advert(executor_id: str) -> str:
-    """Where one executor's advert goes: its key in the executors bucket (a KV put is a publish here), the only key
-    of the bucket it may write, and it need not look at the bucket to write it."""
+    """One executor's key in the executors bucket (a KV put is a publish here): written by the executor itself on a
+    broker without admissions, else by a scheduler for it (`advert_updates`)."""
     return f"$KV.{EXECUTORS_BUCKET}.{executor_id}"
+
+
+def advert_updates(executor_id: str) -> str:
+    """Where an admitted executor hands a scheduler its advert (or its withdrawal) to write under its key."""
+    return f"svc.advert.{executor_id}"
+
+
+def admission_asks(executor_id: str) -> str:
+    """Where an admitted executor asks how long an admission to the broker lasts (to renew its own before it ends)."""
+    return f"svc.admission.{executor_id}"
+
+
+def executor_pulls(executor_id: str) -> str:
+    """The JetStream API prefix of an admitted executor's connection: its pulls (`<prefix>.CONSUMER.MSG.NEXT.…`) reach
+    a scheduler, which relays each of its own durables to `$JS.API` with the executor's own inbox for reply. JetStream
+    answers on whatever reply subject a request names, with the account's rights, so no executor asks it directly."""
+    return f"svc.js.{executor_id}"
+
+
+def executor_acks(executor_id: str) -> str:
+    """Where an admitted executor's acks go (the ack subject in `ACK_SUBJECT_HEADER`): a scheduler publishes each of
+    its own durables' with no reply (an ack naming one is answered there, with the account's rights)."""
+    return f"svc.ack.{executor_id}"
+
+
+ACK_SUBJECT_HEADER = "Sheshnag-Ack"
 
 
 BATCH_HEADER = "Sheshnag-Batch-Id"

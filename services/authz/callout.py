@@ -58,6 +58,8 @@ class ExecutorAuthority:
     bus: EventBus
     read_model: ReadModel
     keys: CalloutKeys
+    fleet: Fleet
+    """The executors bucket, which admitted executors write through a scheduler (`relay.py`)."""
     ttl_s: float = 3600.0
     max_connections: int = 1024
     """Connections one provider's worker keys (or one key of no provider) may hold at once, as this scheduler counts
@@ -66,10 +68,10 @@ class ExecutorAuthority:
     refusals: SkipLog = field(default_factory=lambda: SkipLog(log, "NATS connection refused"))
     """A line a minute at most, however many connections a flood of bad keys makes."""
 
-    async def admit(self, user: str, password: str, connection: Connection) -> tuple[str, bool]:
-        """The executor id a connection may act as, and whether that id is registered (to this key's owner), or
-        Refused. `connection` is remembered as acting under that id before its owner is read, so a registration of
-        the id by another provider stored meanwhile closes it."""
+    async def admit(self, user: str, password: str, connection: Connection) -> str:
+        """The executor id a connection may act as (unregistered, or registered to this key's owner), or Refused.
+        `connection` is remembered as acting under that id before its owner is read, so a registration of the id by
+        another provider stored meanwhile closes it."""
         if not re.fullmatch(EXECUTOR_ID_PATTERN, user):
             raise Refused(f"user {user[:80]!r} is not an executor id")
         key_sha256 = hash_api_key(password)
@@ -86,26 +88,24 @@ class ExecutorAuthority:
                           f" already holds {self.max_connections} connections, the most allowed")
         self.admitted.hold(holder, connection)
         self.admitted.claim(user, connection, record.provider_id, record.key_id)
-        registered = await self._check_owner(user, record)
+        await self._check_owner(user, record)
         executor = await self.read_model.get_executor(user)
         if executor is not None and executor.status == "online" and executor.worker_key_id not in (None, record.key_id):
             raise Refused(f"executor {user} is online under another worker key")
-        return user, registered
+        return user
 
-    async def _check_owner(self, executor_id: str, record: ApiKeyRecord) -> bool:
+    async def _check_owner(self, executor_id: str, record: ApiKeyRecord) -> None:
         """An executor id is admitted only for the provider (or operator key) that first registered it: read from
-        the log itself, not the read model, so no lag lets another provider's key in under it. Whether it is
-        registered."""
+        the log itself, not the read model, so no lag lets another provider's key in under it."""
         first = await first_keyed_registration(self.bus, executor_id)
         if first is None:
-            return False  # never registered: registration claims it, one at a time, on the leader's book
+            return  # never registered: registration claims it, one at a time, on the leader's book
         owner = ExecutorOwner(first.provider_id, first.worker_key_id or "")
         if not owner.admits(record.provider_id, record.key_id):
             raise Refused(f"executor id {executor_id} belongs to another provider")
-        return True
 
-    def user_jwt(self, user_nkey: str, executor_id: str, registered: bool) -> str:
-        permissions = executor_permissions(executor_id, registered)
+    def user_jwt(self, user_nkey: str, executor_id: str) -> str:
+        permissions = executor_permissions(executor_id)
         return nkey_jwt.encode({
             "sub": user_nkey, "aud": GLOBAL_ACCOUNT, "name": executor_id, "exp": int(time.time() + self.ttl_s),
             "nats": {"pub": {"allow": list(permissions.publish)}, "sub": {"allow": list(permissions.subscribe)},
@@ -120,14 +120,14 @@ class ExecutorAuthority:
         # Remembered before the checks: a revoke stored while they run still finds the connection to close.
         self.admitted.add(key_sha256, connection, self.ttl_s + ADMISSION_MARGIN_S)
         try:
-            executor_id, registered = await self.admit(request.user, request.password, connection)
+            executor_id = await self.admit(request.user, request.password, connection)
         except Refused as refusal:
             self.admitted.discard(connection)
             self.refusals.skipped("executor connections", str(refusal))
             response["error"] = str(refusal)
         else:
             log.info("executor %s admitted to NATS", executor_id)
-            response["jwt"] = self.user_jwt(request.user_nkey, executor_id, registered)
+            response["jwt"] = self.user_jwt(request.user_nkey, executor_id)
         token = nkey_jwt.encode({"sub": request.user_nkey, "aud": request.server_id, "nats": response},
                                 self.keys.issuer_seed)
         return self.keys.curve.seal(token.encode(), request.server_xkey)
@@ -185,8 +185,7 @@ async def open_admissions(bus: EventBus, settings: ConnectionSettings) -> Admiss
     if not settings.nats_callout_seed:
         return None
     keys = CalloutKeys(settings.nats_callout_seed)
-    authority = ExecutorAuthority(bus, await ReadModel.open(bus), keys, settings.nats_executor_ttl_s,
-                                  settings.nats_max_connections_per_provider)
-    await Fleet.open(bus)  # executors may heartbeat into the bucket but not declare it
+    authority = ExecutorAuthority(bus, await ReadModel.open(bus), keys, await Fleet.open(bus),
+                                  settings.nats_executor_ttl_s, settings.nats_max_connections_per_provider)
     return Admissions(authority, await Disconnector.start(bus.nc, keys.system_url(settings.nats_url),
                                                           authority.admitted))

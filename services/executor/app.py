@@ -111,7 +111,7 @@ async def serve(settings: ExecutorSettings, engines: EngineShelf, bus: EventBus,
     """Advertise, register, take commands until stopped (or the heartbeat fails); then withdraw the advert."""
     store = await object_access(settings, bus)
     engines.reach_objects(store)  # models whose weights are in the object store are fetched through it
-    fleet = await OwnAdvert.open(bus, settings.executor_id, declare=not settings.worker_key)
+    fleet = await OwnAdvert.open(bus, settings.executor_id, admitted=bool(settings.worker_key))
     advert = await fleet.advertise_first(lambda: advert_of(settings, engines), stop)
     if advert is None:
         return
@@ -131,7 +131,9 @@ async def serve(settings: ExecutorSettings, engines: EngineShelf, bus: EventBus,
     broker.context.set_global(router.dependencies, Executor(bus, runner, engines, settings.executor_id))
     beating = asyncio.create_task(heartbeat(fleet, lambda: advert_of(settings, engines), settings.heartbeat_s,
                                             stop, rejoin_with(bus, settings)))
-    renewing = asyncio.create_task(keep_admitted(bus.nc, stop))
+    # Only a broker that asks who connects (a worker key) ends an admission.
+    renewing = asyncio.create_task(keep_admitted(bus.nc, settings.executor_id, stop) if settings.worker_key
+                                   else stop.wait())
     stopping = asyncio.create_task(stop.wait())
     try:
         await broker.start()

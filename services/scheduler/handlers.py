@@ -1,6 +1,7 @@
 """Thin handlers: executors' requests in, the leading scheduler's answers out, judged on its term's book. The table
 (`scheduler_router`): the book's fold, four answers subscribed for a leader's term alone (a standby's executors get
-"no responders" at once), the auth callout every scheduler answers, and the facts the scheduler publishes."""
+"no responders" at once), the auth callout and the relays of executors' JetStream requests every scheduler answers,
+and the facts the scheduler publishes."""
 
 from dataclasses import replace
 from typing import Annotated, Any
@@ -23,6 +24,7 @@ from contracts.fact_desk import FactReceipt, FactSubmission, LogPage, LogRead
 from contracts.objects import ObjectGrant, ObjectRequest
 from contracts.permissions import asker_inbox
 from services.authz.callout import CALLOUT, ExecutorAuthority
+from services.authz.relay import ACKS, ADMISSIONS, ADVERTS, PULLS, admission_terms, relay_ack, relay_pull, write_advert
 from services.runtime.nats.delivery import Answer, LogFollower, ServiceRouter
 from services.runtime.nats.follower import Fact
 from services.runtime.process.params import Context, Path
@@ -76,6 +78,10 @@ def scheduler_router(callout: bool = True) -> ServiceRouter:
 
     if callout:
         router.answers(CALLOUT, ExecutorAuthority.on_request, "Tell the broker who a connecting executor is.")
+        router.answers(PULLS, relay_pull, "Relay an executor's pull on its own durable, answered to its own inbox.")
+        router.answers(ACKS, relay_ack, "Relay an executor's ack of its own durable's message.")
+        router.answers(executors(ADVERTS), write_advert, "Write an executor's advert under its own key.")
+        router.answers(executors(ADMISSIONS), admission_terms, "Say how long an executor's admission lasts.")
     router.answers(executors(REGISTRATIONS), register, "Admit an executor with a live worker key to the fleet.")
     router.answers(executors(OBJECT_REQUESTS), grant_objects,
                    "Presign a URL for an object of the asking executor's own work (or list its result chunks).")

@@ -2,22 +2,30 @@
 worker, revoked and user keys in its read model and a responder admitting executors, as a scheduler runs it."""
 
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import nats.errors
+from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from pydantic import BaseModel
 
+from contracts.commands import AdmissionAsk, AdvertUpdate
 from contracts.ids import hash_api_key
 from contracts.readmodel import ApiKeyRecord
+from contracts.subjects import admission_asks, advert_updates
 from infra.embedded import free_port, start_nats, stop_process
 from infra.nats_auth import NatsAuth
-from services.authz.callout import CALLOUT, Admissions, open_admissions
+from services.authz.callout import CALLOUT, Admissions, ExecutorAuthority, open_admissions
+from services.authz.relay import ACKS, ADMISSIONS, ADVERTS, PULLS, admission_terms, relay_ack, relay_pull, write_advert
 from services.executor.settings import ExecutorSettings
+from services.runtime.nats.answers import RawAnswer
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.readmodel import ReadModel
 from services.runtime.process.settings import ConnectionSettings
+from tests.integration.router_support import bare
 from tests.support import put_api_key
 
 WORKER_KEY, OTHER_WORKER_KEY, REVOKED_KEY, USER_KEY = "wk-alpha", "wk-bravo", "wk-revoked", "gk-user"
@@ -25,22 +33,36 @@ WORKER_KEY, OTHER_WORKER_KEY, REVOKED_KEY, USER_KEY = "wk-alpha", "wk-bravo", "w
 
 @dataclass
 class BareAdmissions:
-    """`open_admissions` answering `CALLOUT` on a bare nats-py subscription: a fleet without a scheduler's broker."""
+    """`open_admissions` answering `CALLOUT` and relaying executors' requests (`services/authz/relay.py`) on bare
+    nats-py subscriptions: a fleet without a scheduler's broker."""
 
     admissions: Admissions
-    responder: Subscription
+    responders: list[Subscription]
 
     async def close(self) -> None:
-        with contextlib.suppress(nats.errors.ConnectionClosedError, nats.errors.BadSubscriptionError):
-            await self.responder.unsubscribe()
+        for responder in self.responders:
+            with contextlib.suppress(nats.errors.ConnectionClosedError, nats.errors.BadSubscriptionError):
+                await responder.unsubscribe()
         await self.admissions.close()
 
 
 async def admit_executors(bus: EventBus, settings: ConnectionSettings) -> BareAdmissions:
     admissions = await open_admissions(bus, settings)
     assert admissions is not None
-    responder = await bus.nc.subscribe(CALLOUT.subject, queue=CALLOUT.queue, cb=admissions.authority.on_request)
-    return BareAdmissions(admissions, responder)
+    authority = admissions.authority
+    raw: list[tuple[RawAnswer, Callable[[ExecutorAuthority, Msg], Awaitable[None]]]] = [
+        (CALLOUT, ExecutorAuthority.on_request), (PULLS, relay_pull), (ACKS, relay_ack)]
+    responders = [await bus.nc.subscribe(row.subject, queue=row.queue, cb=functools.partial(handler, authority))
+                  for row, handler in raw]
+    async def advert(executor_id: str, update: AdvertUpdate) -> BaseModel:
+        return await write_advert(update, executor_id, authority)
+
+    async def terms(executor_id: str, ask: AdmissionAsk) -> BaseModel:
+        return await admission_terms(ask, executor_id, authority)
+
+    responders.append(await bus.nc.subscribe(advert_updates("*"), queue=ADVERTS.queue, cb=bare(ADVERTS, advert)))
+    responders.append(await bus.nc.subscribe(admission_asks("*"), queue=ADMISSIONS.queue, cb=bare(ADMISSIONS, terms)))
+    return BareAdmissions(admissions, responders)
 
 
 @dataclass

@@ -13,12 +13,11 @@ import nats.errors
 import pytest
 
 from contracts.events.batch import AttemptFailed, BatchCompleted, BatchProgressed, BatchStarted
-from contracts.events.executor import ExecutorRegistered
-from contracts.subjects import FLEET_REGISTER, WORK_STREAM, executor_advert, executor_durable, run_command
+from contracts.subjects import FLEET_REGISTER, WORK_STREAM, executor_durable, executor_pulls, run_command
 from services.executor.adapters import broker
 from services.executor.adapters.admission import expires_in, keep_admitted
+from services.executor.adapters.advert import OwnAdvert
 from services.executor.app import run_executor
-from services.executor.durables import executor_durables
 from services.executor.settings import ExecutorSettings
 from services.runtime.nats.bus import ConsumerPolicy
 from services.runtime.nats.fleet import Fleet
@@ -122,7 +121,7 @@ async def test_a_connection_whose_admission_expired_is_let_back_in_and_its_consu
 
         subscription = await durable_subscription(bus, WORK_STREAM, executor_durable("sleepy"),
                                                   [run_command("sleepy")], ConsumerPolicy(ack_wait_s=30),
-                                                  made_by=running.core)
+                                                  made_by=running.core, pulls_via=executor_pulls("sleepy"))
         stop = asyncio.Event()
 
         async def consume() -> None:
@@ -158,11 +157,11 @@ async def test_while_no_scheduler_answers_the_callout_an_executor_keeps_its_admi
     async with admitting_broker(tmp_path, ttl_s=5.0) as running:
         bus = await broker.join(running.executor_settings("patient", WORKER_KEY), asyncio.Event())
         assert bus is not None
-        left = await expires_in(bus.nc)
+        left = await expires_in(bus.nc, "patient")
         assert left is not None
         await running.callout.close()  # every scheduler is down
         stop = asyncio.Event()
-        renewing = asyncio.create_task(keep_admitted(bus.nc, stop))
+        renewing = asyncio.create_task(keep_admitted(bus.nc, "patient", stop))
         await asyncio.sleep(left - 0.5)  # past the moment it would have renewed
         assert bus.nc.is_connected and bus.nc.stats["reconnects"] == 0, "it did not cut itself off early"
 
@@ -174,30 +173,9 @@ async def test_while_no_scheduler_answers_the_callout_an_executor_keeps_its_admi
             await asyncio.sleep(0.1)
         assert not bus.nc.is_connected and not bus.nc.is_closed
         await running.answer_callout_again()
-        await asyncio.wait_for(bus.js.publish(executor_advert("patient"), b"back"), 15)  # its heartbeat, let in
+        heartbeats = await OwnAdvert.open(bus, "patient", admitted=True)
+        await asyncio.wait_for(heartbeats.advertise(ADVERT), 15)  # its heartbeat, let in
         assert not bus.nc.is_closed
         stop.set()
         await asyncio.wait_for(renewing, 5)
         await bus.close()
-
-
-async def test_an_executor_of_the_version_that_makes_its_own_durables_still_starts_once_its_id_is_registered(
-        tmp_path: Path) -> None:
-    """A rolling upgrade: executors are upgraded last, and an older one makes its durables at each start. Under the
-    newer control plane a registered id may still (pinned to its own commands); one never registered may not."""
-    async with admitting_broker(tmp_path) as running:
-        for durable in executor_durables("veteran", 30.0, 5, 1):
-            await running.core.js.add_consumer(WORK_STREAM, durable.consumer_config())  # its registration made them
-        await running.core.publish(ExecutorRegistered(
-            aggregate_id="veteran", advert=ADVERT.model_copy(update={"executor_id": "veteran"}), started_at=1,
-            worker_key_id="key_alpha"))
-        bus = await broker.join(running.executor_settings("veteran", WORKER_KEY), asyncio.Event())
-        assert bus is not None
-        try:
-            older = broker._OwnDurables(bus.nc)  # what the older executor's broker does at start: make, then bind
-            for durable in executor_durables("veteran", 30.0, 5, 1):
-                subscription = await asyncio.wait_for(older.pull_subscribe(
-                    durable.subject, durable.name, WORK_STREAM, durable.consumer_config()), 15)
-                await subscription.unsubscribe()
-        finally:
-            await bus.broker.close_within()

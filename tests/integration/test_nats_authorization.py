@@ -26,6 +26,7 @@ from contracts.subjects import (
     WORK_STREAM,
     executor_durable,
     executor_finalize_durable,
+    executor_pulls,
     finalize_command,
     fleet_registrations,
     read_model_key,
@@ -123,13 +124,14 @@ async def test_an_executor_with_a_live_worker_key_does_its_jobs_operations(
     await core.js.publish(finalize_command("alpha"), b"finalize", stream=WORK_STREAM)
     for durable, subject, data in ((executor_durable("alpha"), run_command("alpha"), b"run"),
                                    (executor_finalize_durable("alpha"), finalize_command("alpha"), b"finalize")):
-        subscription = await durable_subscription(bus, WORK_STREAM, durable, [subject], ConsumerPolicy(), made_by=core)
+        subscription = await durable_subscription(bus, WORK_STREAM, durable, [subject], ConsumerPolicy(), made_by=core,
+                                                  pulls_via=executor_pulls("alpha"))
         [message] = await subscription.fetch(1, timeout=5)
         assert message.data == data
         await message.ack_sync()
         await subscription.unsubscribe()
 
-    heartbeats = await OwnAdvert.open(bus, "alpha", declare=False)
+    heartbeats = await OwnAdvert.open(bus, "alpha", admitted=True)
     await heartbeats.advertise(ADVERT)
     assert (await (await open_bucket(core, EXECUTORS_BUCKET)).get("alpha")).value == ADVERT.model_dump_json().encode()
     await heartbeats.withdraw()
@@ -165,9 +167,14 @@ async def test_an_executor_cannot_take_another_executors_commands_or_heartbeat(
               f"$JS.API.CONSUMER.DURABLE.CREATE.{WORK_STREAM}.{executor_durable('bravo')}",
               # Not even its own: its scheduler makes them when it accepts its registration.
               f"$JS.API.CONSUMER.CREATE.{WORK_STREAM}.{executor_durable('alpha')}.{run_command('alpha')}",
-              f"$KV.{EXECUTORS_BUCKET}.bravo"]
+              f"$KV.{EXECUTORS_BUCKET}.bravo",
+              # Nor JetStream or the server for itself: they answer on any reply subject a request names.
+              f"$JS.API.CONSUMER.MSG.NEXT.{WORK_STREAM}.{executor_durable('alpha')}",
+              f"$JS.ACK.{WORK_STREAM}.{executor_durable('alpha')}.1.1.1.1.0", f"$KV.{EXECUTORS_BUCKET}.alpha",
+              "$SYS.REQ.USER.INFO",
+              f"{executor_pulls('alpha')}.CONSUMER.MSG.NEXT.{WORK_STREAM}.{executor_durable('bravo')}"]
     for subject in stolen:
-        await bus.nc.publish(subject, b"{}")
+        await Client.publish(bus.nc, subject, b"{}")  # as published, not routed to the relay as its acks are
         await violations.wait_for(subject)
     await bus.nc.subscribe(run_command("bravo"))
     await violations.wait_for(f"subscription to \"{run_command('bravo')}\"")

@@ -1,16 +1,20 @@
 """Keeping the executor admitted to the broker: its auth callout JWT expires, so it reconnects (admitted afresh) a while
-before, at a quiet moment; one that expires anyway (a pause) reconnects on the server's error (`ReadmittingClient`)."""
+before, at a quiet moment; one that expires anyway (a pause) reconnects on the server's error (`ReadmittingClient`).
+How long an admission lasts a scheduler says (`admission_asks`): the executor may ask the server nothing itself
+(`services/authz/relay.py`), so it counts from its own connection's last connect."""
 
 import asyncio
 import contextlib
-import json
 import logging
+import time
 from collections.abc import Callable
 
 import nats.errors
 from nats.aio.client import Client
 
-from contracts.permissions import USER_INFO_SUBJECT
+from contracts.commands import AdmissionAsk, AdmissionTerms
+from contracts.subjects import admission_asks
+from services.runtime.nats.client import ReadmittingClient
 
 log = logging.getLogger(__name__)
 
@@ -33,15 +37,15 @@ def renew_in(expires_in_s: float) -> float:
     return max(0.0, expires_in_s - min(RENEW_MARGIN_S, expires_in_s * RENEW_SHARE))
 
 
-def expiry_of(user_info: bytes) -> float | None:
-    """Seconds the admission has left, from `USER_INFO_SUBJECT`'s `expires` (nanoseconds); None: never expires."""
-    expires = json.loads(user_info).get("data", {}).get("expires")
-    return expires / 1e9 if expires else None
-
-
-async def expires_in(nc: Client) -> float | None:
-    reply = await nc.request(USER_INFO_SUBJECT, b"", timeout=ASK_TIMEOUT_S)
-    return expiry_of(reply.data)
+async def expires_in(nc: Client, executor_id: str) -> float | None:
+    """Seconds the connection's admission has left (counted from its last connect); None: it never expires."""
+    reply = await nc.request(admission_asks(executor_id), AdmissionAsk().model_dump_json().encode(),
+                             timeout=ASK_TIMEOUT_S)
+    ttl_s = AdmissionTerms.model_validate_json(reply.data).ttl_s
+    connected_at = nc.connected_at if isinstance(nc, ReadmittingClient) else None
+    if ttl_s is None or connected_at is None:
+        return None
+    return max(0.0, ttl_s - (time.monotonic() - connected_at))
 
 
 async def would_be_admitted(nc: Client) -> bool:
@@ -80,11 +84,11 @@ async def _until(condition: Callable[[], bool], within_s: float, every_s: float 
         await asyncio.sleep(every_s)
 
 
-async def keep_admitted(nc: Client, stop: asyncio.Event) -> None:
+async def keep_admitted(nc: Client, executor_id: str, stop: asyncio.Event) -> None:
     failures = 0
     while not stop.is_set():
         try:
-            left = await expires_in(nc)
+            left = await expires_in(nc, executor_id)
         except (nats.errors.Error, OSError, ValueError) as error:
             # Reconnecting, or not allowed to ask: ask again soon (an expired admission still reconnects).
             if failures % FAILURES_PER_WARNING == 0:

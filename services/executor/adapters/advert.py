@@ -1,5 +1,7 @@
-"""The executor's own advert in the executors bucket, written as plain JetStream publishes to its key's subject (what
-a KV put and delete are): so it needs no look at the bucket's stream, whose info names every other executor."""
+"""The executor's own advert in the executors bucket: on a broker without admissions written as plain JetStream
+publishes to its key's subject (what a KV put and delete are), so it needs no look at the bucket's stream; an admitted
+executor hands it to a scheduler, which writes it under its key (it may ask JetStream nothing itself:
+`services/authz/relay.py`)."""
 
 import asyncio
 import contextlib
@@ -9,10 +11,12 @@ from collections.abc import Callable
 
 import nats.errors
 import nats.js.errors
+from nats.aio.client import Client
 from nats.js.client import JetStreamContext
 
+from contracts.commands import AdvertReceipt, AdvertUpdate
 from contracts.events.executor import ExecutorAdvert
-from contracts.subjects import EXECUTORS_BUCKET, executor_advert
+from contracts.subjects import EXECUTORS_BUCKET, advert_updates, executor_advert
 from services.runtime.nats.bus import EventBus
 from services.runtime.nats.fleet import ADVERT_TTL_S
 from services.runtime.nats.kv import KV_OPERATION, open_bucket
@@ -22,31 +26,45 @@ log = logging.getLogger(__name__)
 BUCKET_WAIT_S = 60.0
 """How long the first advert waits for the executors bucket to exist."""
 FIRST_ADVERT_RETRY_S = 2.0
+ANSWER_TIMEOUT_S = 5.0
+
+
+class AdvertNotStored(nats.errors.Error):
+    """The scheduler did not store the advert (it says why)."""
 
 
 class OwnAdvert:
+    """Written by the executor itself (a broker without admissions)."""
+
     def __init__(self, js: JetStreamContext, executor_id: str) -> None:
         self.js = js
         self.subject = executor_advert(executor_id)
 
     @classmethod
-    async def open(cls, bus: EventBus, executor_id: str, *, declare: bool) -> "OwnAdvert":
-        """`declare`: make the bucket when missing (an executor admitted by worker key may not; its scheduler did)."""
-        if declare:
-            await open_bucket(bus, EXECUTORS_BUCKET, ADVERT_TTL_S)
+    async def open(cls, bus: EventBus, executor_id: str, *, admitted: bool) -> "OwnAdvert":
+        """`admitted`: the broker asked who the executor is (it may not touch the bucket; its scheduler made it)."""
+        if admitted:
+            return RelayedAdvert(bus.nc, bus.js, executor_id)
+        await open_bucket(bus, EXECUTORS_BUCKET, ADVERT_TTL_S)
         return cls(bus.js, executor_id)
 
     async def advertise(self, advert: ExecutorAdvert) -> None:
-        """Publish the advert, asking again for a while as long as the bucket does not exist yet."""
+        """Write the advert, asking again for a while as long as nobody takes it yet (no bucket, no scheduler)."""
         deadline = time.monotonic() + BUCKET_WAIT_S
         while True:
             try:
-                await self.js.publish(self.subject, advert.model_dump_json().encode())
+                await self._write(advert)
                 return
             except (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError):
                 if time.monotonic() >= deadline:
                     raise
                 await asyncio.sleep(0.5)
+
+    async def _write(self, advert: ExecutorAdvert | None) -> None:
+        if advert is None:
+            await self.js.publish(self.subject, headers={KV_OPERATION: "DEL"})
+        else:
+            await self.js.publish(self.subject, advert.model_dump_json().encode())
 
     async def advertise_first(self, advert_now: Callable[[], ExecutorAdvert],
                               stop: asyncio.Event) -> ExecutorAdvert | None:
@@ -59,11 +77,27 @@ class OwnAdvert:
                 await self.advertise(advert)
                 return advert
             except (nats.errors.TimeoutError, nats.errors.ConnectionClosedError, nats.errors.StaleConnectionError,
-                    nats.js.errors.ServiceUnavailableError) as error:
+                    nats.js.errors.ServiceUnavailableError, AdvertNotStored) as error:
                 log.warning("first advert not taken (%r); asked again in %.0fs", error, FIRST_ADVERT_RETRY_S)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), FIRST_ADVERT_RETRY_S)
         return None
 
     async def withdraw(self) -> None:
-        await self.js.publish(self.subject, headers={KV_OPERATION: "DEL"})
+        await self._write(None)
+
+
+class RelayedAdvert(OwnAdvert):
+    """Handed to a scheduler, which writes it under the executor's own key (whatever id the advert names)."""
+
+    def __init__(self, nc: Client, js: JetStreamContext, executor_id: str) -> None:
+        super().__init__(js, executor_id)
+        self.nc = nc
+        self.updates = advert_updates(executor_id)
+
+    async def _write(self, advert: ExecutorAdvert | None) -> None:
+        reply = await self.nc.request(self.updates, AdvertUpdate(advert=advert).model_dump_json().encode(),
+                                      timeout=ANSWER_TIMEOUT_S)
+        receipt = AdvertReceipt.model_validate_json(reply.data)
+        if not receipt.stored:
+            raise AdvertNotStored(receipt.reason or "the scheduler did not store the advert")

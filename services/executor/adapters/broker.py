@@ -12,6 +12,7 @@ from nats.js.api import ConsumerConfig
 from nats.js.client import DEFAULT_JS_SUB_PENDING_BYTES_LIMIT, DEFAULT_JS_SUB_PENDING_MSGS_LIMIT
 
 from contracts.permissions import executor_inbox
+from contracts.subjects import executor_acks, executor_pulls
 from services.executor.adapters.desk import DeskBus, FactDesk
 from services.executor.adapters.refusals import Refusals, explain, is_refusal
 from services.executor.settings import ExecutorSettings
@@ -31,14 +32,15 @@ def credentials(settings: ExecutorSettings) -> Credentials | None:
     """None without a worker key: such an executor can join only a broker that asks nobody who they are."""
     if not settings.worker_key:
         return None
-    return Credentials(settings.executor_id, settings.worker_key, executor_inbox(settings.executor_id))
+    return Credentials(settings.executor_id, settings.worker_key, executor_inbox(settings.executor_id),
+                       acks_via=executor_acks(settings.executor_id))
 
 
 class _OwnDurables(JetStreamContext):
     """nats-py's `pull_subscribe` asks for a durable's info first, which an executor may not. On a broker without
     admissions the executor makes its own durables (idempotent: an existing one keeps its position, and the server
     updates in place what may change) and binds; an admitted one only binds: the scheduler made them when it accepted
-    its registration (services/executor/durables.py), and pulls are answered under its own inbox prefix."""
+    its registration (services/executor/durables.py), and its pulls are relayed to its own inbox prefix."""
 
     makes_durables = True
 
@@ -140,9 +142,14 @@ async def join(settings: ExecutorSettings, stop: asyncio.Event) -> EventBus | No
             if isinstance(bus, DeskBus):
                 bus.desk = FactDesk(bus.nc, settings.executor_id, settings.object_broker_wait_s)
             config = bus.broker.config.broker_config
-            # The broker's subscribers bind their durables through this context (faststream reads it at start).
-            context = _GivenDurables if isinstance(bus, DeskBus) else _OwnDurables
-            config.connection_state.connect(bus.nc, context(bus.nc, **config.js_options))
+            # The broker's subscribers bind their durables through this context (faststream reads it at start); an
+            # admitted executor's pulls go to a scheduler, which relays them (services/authz/relay.py).
+            if isinstance(bus, DeskBus):
+                context: JetStreamContext = _GivenDurables(
+                    bus.nc, **{**config.js_options, "prefix": executor_pulls(settings.executor_id)})
+            else:
+                context = _OwnDurables(bus.nc, **config.js_options)
+            config.connection_state.connect(bus.nc, context)
             return bus
         if errors.failure is not None and not stop.is_set():
             await refusals.back_off(explain(errors.failure), stop)

@@ -45,6 +45,8 @@ class Answer(Generic[Request]):
     """The reply to a request that is not a `request`, given why (a malformed request is answered, never dropped)."""
     leader_only: bool = True
     """Subscribed only during a leadership term (`ServiceRouter.leading`); else whenever the broker runs."""
+    queue: str = ""
+    """Queue group: with several processes subscribed, one of them takes each request ("": every one does)."""
     reply_prefix: Callable[[str], str] | None = None
     """The request's subject → the only prefix its reply subject may have (the asker's own inbox). A request naming
     any other reply subject (or none) is not handled and not answered: the answer is published with this service's

@@ -62,6 +62,8 @@ class Credentials:
     password: str = field(repr=False)
     inbox_prefix: str = "_INBOX"
     """Replies and pull deliveries arrive under this prefix: the only subjects the connection may subscribe to."""
+    acks_via: str | None = None
+    """Where its acks go, for a scheduler to relay (`ReadmittingClient.acks_via`)."""
 
 
 class ServiceBroker(NatsBroker):
@@ -73,6 +75,7 @@ class ServiceBroker(NatsBroker):
     """Told each connection error in place of faststream's logger (which logs each with a traceback)."""
     last_error: Exception | None = None
     """A tool's last connection error: what its `BrokerUnreachable` says."""
+    acks_via: str | None = None
 
     @classmethod
     def to(cls, url: str, name: str, credentials: Credentials | None, attempts: int, stop: asyncio.Event | None,
@@ -101,6 +104,7 @@ class ServiceBroker(NatsBroker):
         broker = cls(url, name=name, max_reconnect_attempts=attempts, graceful_timeout=grace_s, logger=log,
                      log_level=logging.DEBUG, **options)
         broker.tls_handshake_first = transport.get("tls_handshake_first", False)
+        broker.acks_via = credentials.acks_via if credentials is not None else None
         broker.on_error = on_error or (broker._tool_error if attempts >= 0 else None)
         return broker
 
@@ -120,7 +124,7 @@ class ServiceBroker(NatsBroker):
 
     async def _connect(self) -> Client:
         options = self._connection_kwargs | ({"error_cb": self.on_error} if self.on_error else {})
-        connection = ReadmittingClient()
+        connection = ReadmittingClient(self.acks_via)
         try:
             await connection.connect(**options, tls_handshake_first=self.tls_handshake_first)
         except nats.errors.NoServersError as error:  # a tool's every attempt failed

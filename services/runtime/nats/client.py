@@ -15,6 +15,8 @@ import nats.errors
 from nats.aio.client import DEFAULT_BUFFER_SIZE, Client, Srv
 from nats.aio.transport import TcpTransport
 
+from contracts.subjects import ACK_SUBJECT_HEADER
+
 AUTHENTICATION_EXPIRED = "authentication expired"
 """In the server's error line, lowercased by nats-py's parser."""
 
@@ -37,7 +39,18 @@ class _Transport(TcpTransport):
             await asyncio.wait_for(super().wait_closed(), CLOSE_WAIT_S)
 
 
+JS_ACK_PREFIX = "$JS.ACK."
+
+
 class ReadmittingClient(Client):
+    def __init__(self, acks_via: str | None = None) -> None:
+        super().__init__()
+        self.acks_via = acks_via
+        """Where this connection's acks go instead of their `$JS.ACK.…` subject (named in `ACK_SUBJECT_HEADER`): an
+        admitted executor's, relayed by a scheduler (`services/authz/relay.py`). None: to JetStream itself."""
+        self.connected_at: float | None = None
+        """`time.monotonic()` when it last connected (and was admitted, where the broker asks who connects)."""
+
     def _setup_server_pool(self, connect_url: str | list[str]) -> None:
         super()._setup_server_pool(server_list(connect_url))
 
@@ -61,7 +74,13 @@ class ReadmittingClient(Client):
         if self.is_closed:
             await asyncio.sleep(CLOSED_PAUSE_S)
             raise nats.errors.ConnectionClosedError
+        if self.acks_via is not None and subject.startswith(JS_ACK_PREFIX):
+            subject, headers = self.acks_via, {**(headers or {}), ACK_SUBJECT_HEADER: subject}
         await super().publish(subject, payload, reply, headers)
+
+    async def _process_connect_init(self) -> None:
+        await super()._process_connect_init()
+        self.connected_at = time.monotonic()
 
     async def _process_err(self, err_msg: str) -> None:
         if AUTHENTICATION_EXPIRED not in err_msg or not self.options["allow_reconnect"]:

@@ -160,7 +160,7 @@ class ServiceRouter(NatsRouter):
                 self.untraced.add(subscriber)
         else:
             router = self.term if answer.leader_only else self
-            subscriber = router.subscriber(answer.subject, decoder=answer.decoder, title=title,
+            subscriber = router.subscriber(answer.subject, queue=answer.queue, decoder=answer.decoder, title=title,
                                            description=description)
             subscriber(handler)
             self.answered.append(answer)

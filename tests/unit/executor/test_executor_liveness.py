@@ -3,15 +3,19 @@ admission before it expires, and after a silence longer than its advert lives (a
 it heartbeats on."""
 
 import asyncio
+import time
+from types import SimpleNamespace
 
 import nats.errors
 import pytest
 
 import services.executor.adapters.advert as advert_module
+from contracts.commands import AdmissionTerms
 from contracts.events.executor import ExecutorAdvert
-from services.executor.adapters.admission import expiry_of, renew_in
+from services.executor.adapters.admission import expires_in, renew_in
 from services.executor.adapters.advert import OwnAdvert
 from services.executor.heartbeat import SILENCE_MS, heartbeat
+from services.runtime.nats.client import ReadmittingClient
 
 START = 2_000_000_000_000
 
@@ -22,9 +26,23 @@ def test_an_admission_is_renewed_a_quarter_of_its_life_before_it_expires_but_at_
     assert renew_in(expires_in_s) == renew_after_s
 
 
-def test_the_servers_user_info_says_how_long_the_admission_has_left_or_that_it_never_expires() -> None:
-    assert expiry_of(b'{"server": {}, "data": {"user": "alpha", "expires": 29000000000}}') == 29.0
-    assert expiry_of(b'{"server": {}, "data": {"user": "core"}}') is None
+@pytest.mark.parametrize(("ttl_s", "connected_s_ago", "left_s"), [
+    (60.0, 20.0, 40.0), (60.0, 90.0, 0.0), (None, 20.0, None), (60.0, None, None)])
+async def test_an_admission_has_its_lifetime_left_less_the_time_since_the_connection_last_connected(
+        ttl_s: float | None, connected_s_ago: float | None, left_s: float | None) -> None:
+    """The lifetime a scheduler says (the executor may not ask the server: `services/authz/relay.py`)."""
+    client = ReadmittingClient()
+    client.connected_at = None if connected_s_ago is None else time.monotonic() - connected_s_ago
+    asked: list[str] = []
+
+    async def request(subject: str, payload: bytes, **options: float) -> SimpleNamespace:
+        asked.append(subject)
+        return SimpleNamespace(data=AdmissionTerms(ttl_s=ttl_s).model_dump_json().encode())
+
+    client.request = request  # type: ignore[method-assign,assignment]
+    left = await expires_in(client, "alpha")
+    assert asked == ["svc.admission.alpha"]
+    assert left == left_s if left_s is None or left_s == 0.0 else left == pytest.approx(left_s, abs=1.0)
 
 
 class RecordingFleet:

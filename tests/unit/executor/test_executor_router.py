@@ -11,9 +11,10 @@ from contracts.events.executor import GUEST_ATTEMPTS
 from contracts.permissions import executor_permissions
 from contracts.subjects import (
     WORK_STREAM,
-    consumer_next,
+    executor_acks,
     executor_durable,
     executor_finalize_durable,
+    executor_pulls,
     finalize_command,
     run_command,
 )
@@ -54,11 +55,11 @@ def test_the_executors_credentials_allow_exactly_what_its_durables_need(executor
         config = durable.consumer_config()
         assert (config.name, config.durable_name, config.filter_subject) == (durable.name, durable.name,
                                                                             durable.subject)
-        # Pull and ack; never made nor looked up (the scheduler makes them at registration; the broker binds).
-        assert consumer_next(WORK_STREAM, durable.name) in publish
-        assert f"$JS.ACK.{WORK_STREAM}.{durable.name}.>" in publish
-        assert not any(subject.startswith(f"$JS.API.CONSUMER.{verb}.") for verb in ("CREATE", "DURABLE", "INFO")
-                       for subject in publish)
+        # Pull and ack through a scheduler's relay; never made nor looked up (the scheduler makes them at
+        # registration; the broker binds), and nothing asked of JetStream itself.
+        assert f"{executor_pulls(executor_id)}.CONSUMER.MSG.NEXT.{WORK_STREAM}.{durable.name}" in publish
+        assert executor_acks(executor_id) in publish
+        assert not any(subject.startswith("$") for subject in publish)
 
 
 def test_handlers_are_the_executors_own_methods_taking_their_command_typed_and_every_durable_has_a_poison_handler(
