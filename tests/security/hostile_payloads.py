@@ -7,22 +7,22 @@ import random
 import string
 import time
 import types
-import typing
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
-from contracts.commands import ExecutorRegistration
-from contracts.events.executor import ExecutorAdvert
+from contracts.commands import AdmissionAsk, AdvertUpdate, ExecutorRegistration
 from contracts.events.file import FileStored
 from contracts.events.registry import AnyEvent
 from contracts.fact_desk import ATTEMPT_FACTS, FINALIZER_FACTS, FactSubmission, FenceCondition, LogRead
 from contracts.objects import ObjectRequest
-from contracts.permissions import USER_INFO_SUBJECT
 from contracts.subjects import (
+    admission_asks,
+    advert_updates,
     attempt_failures,
-    executor_advert,
+    executor_acks,
+    executor_pulls,
     fact_submissions,
     fleet_registrations,
     input_object_key,
@@ -37,8 +37,7 @@ MAX_BYTES = 60_000
 """Every message stays under this: the fuzz is about content, not the broker's payload limit."""
 TEN_YEARS_MS = 10 * 365 * 24 * 3600 * 1000
 
-Kind = Literal["register", "objects", "facts", "log", "advert", "user_info", "consumer_create", "pull", "ack",
-               "other"]
+Kind = Literal["register", "objects", "facts", "log", "advert", "admission", "pull", "ack", "other"]
 EVENTS: tuple[type[BaseModel], ...] = get_args(get_args(AnyEvent)[0])
 DESK_EVENTS = tuple(event for event in EVENTS
                     if getattr(event, "name", "") in (*ATTEMPT_FACTS, *FINALIZER_FACTS) or event is FileStored)
@@ -49,13 +48,12 @@ def kind_of(subject: str, executor_id: str) -> Kind:
     """What an executor's permitted publish subject carries (`other`: one this fuzz does not know, sent junk)."""
     known: dict[str, Kind] = {fleet_registrations(executor_id): "register", object_requests(executor_id): "objects",
                               fact_submissions(executor_id): "facts", log_reads(executor_id): "log",
-                              executor_advert(executor_id): "advert", USER_INFO_SUBJECT: "user_info"}
+                              advert_updates(executor_id): "advert", admission_asks(executor_id): "admission",
+                              executor_acks(executor_id): "ack"}
     if subject in known:
         return known[subject]
-    for prefix, kind in (("$JS.API.CONSUMER.CREATE.", "consumer_create"), ("$JS.API.CONSUMER.MSG.NEXT.", "pull"),
-                         ("$JS.ACK.", "ack")):
-        if subject.startswith(prefix):
-            return typing.cast(Kind, kind)
+    if subject.startswith(f"{executor_pulls(executor_id)}.CONSUMER.MSG.NEXT."):
+        return "pull"
     return "other"
 
 
@@ -108,7 +106,9 @@ class Hostile:
         if kind == "register":
             return self.model(ExecutorRegistration)
         if kind == "advert":
-            return self.model(ExecutorAdvert)
+            return self.model(AdvertUpdate)
+        if kind == "admission":
+            return self.model(AdmissionAsk)
         if kind == "objects":
             return self.model(ObjectRequest)
         if kind == "log":
@@ -121,20 +121,11 @@ class Hostile:
             event = self.model(rng.choice(events)).decode(errors="replace")
             # Unvalidated: a fact of any length (the desk refuses one over `MAX_STATED_FACT_CHARS`).
             return FactSubmission.model_construct(event=event, fence=fence, then=[]).model_dump_json().encode()
-        if kind == "consumer_create":
-            config = {"durable_name": self.text(), "filter_subject": rng.choice(["cmd.>", ">", "evt.>", self.text()]),
-                      "ack_policy": rng.choice(["explicit", "none", "all", "bogus"]), "max_deliver": self.number(),
-                      "ack_wait": self.number(), "max_ack_pending": self.number(),
-                      "deliver_subject": rng.choice([None, "evt.batch.x.created", "_INBOX.x"]),
-                      "inactive_threshold": self.number()}
-            return json.dumps({"stream_name": rng.choice(["WORK", "EVENTS", ""]), "config": config}).encode()
         if kind == "pull":
             return json.dumps({"batch": self.number(), "expires": self.number(), "no_wait": rng.random() < 0.5,
                                "max_bytes": self.number(), "idle_heartbeat": self.number()}).encode()
         if kind == "ack":
             return rng.choice([b"+ACK", b"-NAK", b'-NAK {"delay": -5}', b"+TERM", b"+WPI", b"+NXT 100000", b""])
-        if kind == "user_info":
-            return rng.choice([b"", b"{}", json.dumps({"user": rng.choice(targets.other_executors)}).encode()])
         return json.dumps(self.json_value(3)).encode()
 
     def model(self, contract: type[BaseModel]) -> bytes:

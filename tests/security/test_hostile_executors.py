@@ -16,17 +16,24 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from contracts.commands import ExecutorRegistration, RegistrationAnswer
+from contracts.commands import AdvertReceipt, AdvertUpdate, ExecutorRegistration, RegistrationAnswer
 from contracts.events.executor import ExecutorAdvert, ExecutorRegistered
 from contracts.permissions import executor_inbox
 from contracts.subjects import (
+    ACK_SUBJECT_HEADER,
     EVENTS_STREAM,
     EXECUTORS_BUCKET,
     WORK_STREAM,
+    admission_asks,
+    advert_updates,
     event_subject,
+    executor_acks,
+    executor_durable,
     executor_finalize_durable,
+    executor_pulls,
     fleet_registrations,
 )
+from services.runtime.nats.leader import HOLDER
 from tests.e2e.load import core_nats_url
 from tests.security.conftest import RunningStack
 from tests.security.test_tenant_files import attackers_worker_key, join_as_executor, user_key, violated
@@ -159,15 +166,15 @@ async def test_a_provider_cannot_take_over_fake_or_multiply_executor_ids_nor_sto
         assert not answer.accepted and "needs a worker key of its own" in (answer.reason or "")
 
         # 5, 7. Garbage and another executor's id in its own advert, over and over, while a victim's batch runs.
-        js = evil.jetstream(timeout=5)
-        hostile = [b"{}", b"not json", advert(STACK_EXECUTOR, models=["smollm2-135m-instruct-q4_1"]).model_dump_json()
-                   .encode(), b'{"executor_id": "' + own_id.encode() + b'", "slots": -1}']
+        hostile = [b"{}", b"not json", b'{"advert": ' + advert(STACK_EXECUTOR, models=["smollm2-135m-instruct-q4_1"])
+                   .model_dump_json().encode() + b"}", b'{"advert": {"executor_id": "' + own_id.encode()
+                   + b'", "slots": -1}}', b'{"advert": null}']
         stop = asyncio.Event()
 
         async def flood() -> None:
             while not stop.is_set():
                 for value in hostile:
-                    await js.publish(f"$KV.{EXECUTORS_BUCKET}.{own_id}", value)
+                    await evil.publish(advert_updates(own_id), value, reply=f"{executor_inbox(own_id)}.flood")
                 await asyncio.sleep(0.1)
 
         flooding = asyncio.create_task(flood())
@@ -202,7 +209,7 @@ async def test_a_batch_that_never_ran_is_finalized_by_the_control_plane_not_by_a
     evil = await join_as_executor(stack, lowest, worker_key, errors)
     try:
         assert (await register(evil, lowest, worker_key, advert(lowest))).accepted
-        js = evil.jetstream(timeout=5)
+        js = evil.jetstream(timeout=5, prefix=executor_pulls(lowest))
         # Its registration made its durables: it pulls from its finalize durable as its executor would.
         finalize_commands = await js.pull_subscribe_bind(executor_finalize_durable(lowest), WORK_STREAM)
 
@@ -285,6 +292,66 @@ async def test_an_executors_request_cannot_have_the_scheduler_answer_on_a_subjec
         after = await (await core.jetstream().key_value("sheshnag_leader")).get("scheduler")
         assert after.value == lease.value  # renewed by its holder at most
         assert (await evil.request(asks[0][0], asks[0][1], timeout=5)).data  # still answered where it should be
+    finally:
+        for subscription in watch:
+            await subscription.unsubscribe()
+        await core.close()
+        await evil.close()
+
+
+@pytest.mark.timeout(240)
+async def test_an_executor_cannot_have_jetstream_or_the_server_answer_on_a_subject_of_its_choosing(
+        secure_stack: RunningStack) -> None:
+    """nats-server answers a JetStream request (a pull, an ack, a KV put) or a `$SYS` request on whatever reply
+    subject it names, with the account's rights (nats-server#8274): before, an executor's pull or heartbeat wrote a
+    status, a PubAck or its own commands onto the leader lease, the event log or the read model. Now it may ask the
+    server nothing itself, and a scheduler relays its own durables' pulls and acks only when answered on its inbox."""
+    stack = secure_stack
+    executor_id = f"evil-{secrets.token_hex(3)}"
+    worker_key = attackers_worker_key(stack, user_key(stack))
+    errors: list[str] = []
+    evil = await join_as_executor(stack, executor_id, worker_key, errors)
+    core = await nats.connect(core_nats_url(stack))
+    anything = {"log": f"evt.batch.batch_{secrets.token_hex(4)}.completed",
+                "revocation": f"evt.key.key_{secrets.token_hex(4)}.revoked",
+                "read model": "$KV.sheshnag_read.batch.injected"}
+    lease_key = "$KV.sheshnag_leader.scheduler"
+    landed: list[str] = []
+
+    async def seen(message: Msg) -> None:
+        if message.subject != lease_key or not HOLDER.fullmatch(message.data.decode(errors="replace")):  # no renewal
+            landed.append(f"{message.subject}: {message.headers} {message.data[:80]!r}")
+
+    watch = [await core.subscribe(subject, cb=seen) for subject in (*anything.values(), lease_key)]
+    try:
+        assert (await register(evil, executor_id, worker_key, advert(executor_id))).accepted  # its durables exist
+        pull = f"{executor_pulls(executor_id)}.CONSUMER.MSG.NEXT.{WORK_STREAM}.{executor_durable(executor_id)}"
+        ack = f"$JS.ACK.{WORK_STREAM}.{executor_durable(executor_id)}.1.1.1.1.0"
+        # Asked with its own inbox for reply, each is answered (an empty durable's pull: a 404 status).
+        answered = await evil.request(pull, b'{"batch": 1, "no_wait": true}', timeout=10)
+        assert answered.headers and answered.headers.get("Status") == "404"
+        stored = await evil.request(advert_updates(executor_id), AdvertUpdate(advert=advert(executor_id))
+                                    .model_dump_json().encode(), timeout=10)
+        assert AdvertReceipt.model_validate_json(stored.data).stored
+        lease = await (await core.jetstream().key_value("sheshnag_leader")).get("scheduler")
+
+        relayed = [(pull, b'{"batch": 1, "no_wait": true}', None), (executor_acks(executor_id), b"+ACK", ack),
+                   (advert_updates(executor_id), AdvertUpdate(advert=advert(executor_id)).model_dump_json().encode(),
+                    None), (admission_asks(executor_id), b"{}", None)]
+        for target in (*anything.values(), lease_key, f"{executor_inbox('local-0')}.x"):
+            for subject, body, acked in relayed:
+                headers = {ACK_SUBJECT_HEADER: acked} if acked else None
+                await evil.publish(subject, body, reply=target, headers=headers)
+        # JetStream and the server themselves it may not ask at all: they would answer wherever it says.
+        for subject in (f"$JS.API.CONSUMER.MSG.NEXT.{WORK_STREAM}.{executor_durable(executor_id)}", ack,
+                        f"$KV.{EXECUTORS_BUCKET}.{executor_id}", "$SYS.REQ.USER.INFO"):
+            await evil.publish(subject, b"{}", reply=anything["log"])
+            await violated(errors, subject)
+        await evil.flush()
+        await asyncio.sleep(2.0)
+        assert landed == []
+        after = await (await core.jetstream().key_value("sheshnag_leader")).get("scheduler")
+        assert after.value == lease.value  # renewed by its holder at most
     finally:
         for subscription in watch:
             await subscription.unsubscribe()

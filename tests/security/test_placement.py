@@ -15,10 +15,10 @@ import httpx2
 import pytest
 from nats.aio.client import Client
 
-from contracts.commands import ExecutorRegistration, RegistrationAnswer
+from contracts.commands import AdvertReceipt, AdvertUpdate, ExecutorRegistration, RegistrationAnswer
 from contracts.events.executor import GUEST_ATTEMPTS, DeviceMemory, ExecutorAdvert
 from contracts.objects import ObjectGrant, ObjectRequest
-from contracts.subjects import executor_advert, fleet_registrations, input_object_key, object_requests
+from contracts.subjects import advert_updates, fleet_registrations, input_object_key, object_requests
 from tests.security.conftest import ADMIN_KEY, RunningStack
 from tests.security.test_tenant_files import attackers_worker_key, join_as_executor, victims_batch
 
@@ -66,10 +66,11 @@ def advert(executor_id: str) -> ExecutorAdvert:
 
 
 async def heartbeat(evil: Client, executor_id: str) -> None:
-    """Its advert, written as an executor writes it: a publish to its own key of the executors bucket."""
-    js = evil.jetstream()
+    """Its advert, written as an admitted executor has it written: handed to a scheduler for its own key."""
     while True:
-        await js.publish(executor_advert(executor_id), advert(executor_id).model_dump_json().encode())
+        update = AdvertUpdate(advert=advert(executor_id)).model_dump_json().encode()
+        assert AdvertReceipt.model_validate_json((await evil.request(advert_updates(executor_id), update,
+                                                                     timeout=5)).data).stored
         await asyncio.sleep(2.0)
 
 
