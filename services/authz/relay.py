@@ -10,7 +10,8 @@ none): everything JetStream then writes goes to that inbox alone.
 
 import logging
 import re
-from typing import Annotated
+from dataclasses import dataclass
+from typing import Annotated, Protocol
 
 import nats.errors
 import nats.js.errors
@@ -29,9 +30,9 @@ from contracts.subjects import (
     executor_finalize_durable,
     executor_pulls,
 )
-from services.authz.callout import ExecutorAuthority
 from services.runtime.nats.answers import Answer, RawAnswer
-from services.runtime.nats.fleet import MAX_ADVERT_VALUE_BYTES
+from services.runtime.nats.bus import EventBus
+from services.runtime.nats.fleet import MAX_ADVERT_VALUE_BYTES, Fleet
 from services.runtime.process.params import Context, Path
 from services.runtime.process.skip_log import SkipLog
 
@@ -51,6 +52,30 @@ ACK_BODY = re.compile(rb'|\+ACK|-NAK(?: \{"delay": ?\d{1,19}\})?|\+WPI|\+TERM')
 _NOT_RELAYED = SkipLog(log, "not relayed")
 
 
+class Relaying(Protocol):
+    """What the relays need: the scheduler's bus, the executors bucket and how long an admission lasts (None: the
+    broker asks nobody who connects). The auth callout's `ExecutorAuthority` is one; `BareRelay` is one without it."""
+
+    @property
+    def bus(self) -> EventBus: ...
+
+    @property
+    def fleet(self) -> Fleet: ...
+
+    @property
+    def ttl_s(self) -> float | None: ...
+
+
+@dataclass(frozen=True)
+class BareRelay:
+    """The relays' dependencies on a broker without admissions (a development broker that asks nobody who connects;
+    an executor with a worker key still has its requests relayed)."""
+
+    bus: EventBus
+    fleet: Fleet
+    ttl_s: float | None = None
+
+
 def own_durables(executor_id: str) -> tuple[str, str]:
     return executor_durable(executor_id), executor_finalize_durable(executor_id)
 
@@ -67,7 +92,7 @@ def own_ack_subject(executor_id: str, subject: str) -> bool:
     return re.fullmatch(rf"\$JS\.ACK\.{WORK_STREAM}\.(?:{durables})(?:\.\d{{1,20}}){{5}}", subject) is not None
 
 
-async def relay_pull(authority: ExecutorAuthority, message: Msg) -> None:
+async def relay_pull(relaying: Relaying, message: Msg) -> None:
     """A pull on one of the asker's own durables, to JetStream with the asker's inbox for reply: the messages (or
     the pull's status) go straight to it."""
     tokens = message.subject.split(".")
@@ -75,10 +100,10 @@ async def relay_pull(authority: ExecutorAuthority, message: Msg) -> None:
     if durable not in own_durables(executor_id) or not message.reply or not _replies_home(executor_id, message.reply):
         _NOT_RELAYED.skipped(executor_id, f"a pull on {durable[:80]!r} answered on {message.reply[:120]!r}")
         return
-    await authority.bus.nc.publish(consumer_next(WORK_STREAM, durable), message.data, reply=message.reply)
+    await relaying.bus.nc.publish(consumer_next(WORK_STREAM, durable), message.data, reply=message.reply)
 
 
-async def relay_ack(authority: ExecutorAuthority, message: Msg) -> None:
+async def relay_ack(relaying: Relaying, message: Msg) -> None:
     """An ack (nak, keep-alive, termination) of a message of one of the asker's own durables; an ack asking for
     confirmation (nats-py's `ack_sync`) is confirmed to the asker's inbox."""
     executor_id = message.subject.rsplit(".", 1)[-1]
@@ -87,11 +112,11 @@ async def relay_ack(authority: ExecutorAuthority, message: Msg) -> None:
             or not _replies_home(executor_id, message.reply)):
         _NOT_RELAYED.skipped(executor_id, f"an ack of {acked[:120]!r} answered on {message.reply[:120]!r}")
         return
-    await authority.bus.nc.publish(acked, message.data, reply=message.reply)
+    await relaying.bus.nc.publish(acked, message.data, reply=message.reply)
 
 
 async def write_advert(update: AdvertUpdate, executor_id: Annotated[str, Path()],
-                       authority: Annotated[ExecutorAuthority, Context()]) -> AdvertReceipt:
+                       authority: Annotated[Relaying, Context()]) -> AdvertReceipt:
     """The asker's advert under its own key (whatever id the body names), or its key deleted."""
     if update.advert is None:
         await authority.fleet.kv.delete(executor_id)
@@ -108,5 +133,5 @@ async def write_advert(update: AdvertUpdate, executor_id: Annotated[str, Path()]
 
 
 async def admission_terms(request: AdmissionAsk, executor_id: Annotated[str, Path()],
-                          authority: Annotated[ExecutorAuthority, Context()]) -> AdmissionTerms:
+                          authority: Annotated[Relaying, Context()]) -> AdmissionTerms:
     return AdmissionTerms(ttl_s=authority.ttl_s)

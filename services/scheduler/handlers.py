@@ -78,10 +78,10 @@ def scheduler_router(callout: bool = True) -> ServiceRouter:
 
     if callout:
         router.answers(CALLOUT, ExecutorAuthority.on_request, "Tell the broker who a connecting executor is.")
-        router.answers(PULLS, relay_pull, "Relay an executor's pull on its own durable, answered to its own inbox.")
-        router.answers(ACKS, relay_ack, "Relay an executor's ack of its own durable's message.")
-        router.answers(executors(ADVERTS), write_advert, "Write an executor's advert under its own key.")
-        router.answers(executors(ADMISSIONS), admission_terms, "Say how long an executor's admission lasts.")
+    router.answers(PULLS, relay_pull, "Relay an executor's pull on its own durable, answered to its own inbox.")
+    router.answers(ACKS, relay_ack, "Relay an executor's ack of its own durable's message.")
+    router.answers(executors(ADVERTS), write_advert, "Write an executor's advert under its own key.")
+    router.answers(executors(ADMISSIONS), admission_terms, "Say how long an executor's admission lasts.")
     router.answers(executors(REGISTRATIONS), register, "Admit an executor with a live worker key to the fleet.")
     router.answers(executors(OBJECT_REQUESTS), grant_objects,
                    "Presign a URL for an object of the asking executor's own work (or list its result chunks).")
