@@ -118,14 +118,15 @@ async def relay_ack(relaying: Relaying, message: Msg) -> None:
 async def write_advert(update: AdvertUpdate, executor_id: Annotated[str, Path()],
                        authority: Annotated[Relaying, Context()]) -> AdvertReceipt:
     """The asker's advert under its own key (whatever id the body names), or its key deleted."""
-    if update.advert is None:
-        await authority.fleet.kv.delete(executor_id)
-        return AdvertReceipt(stored=True)
-    value = update.advert.model_copy(update={"executor_id": executor_id}).model_dump_json().encode()
+    advert = update.advert
+    value = b"" if advert is None else advert.model_copy(update={"executor_id": executor_id}).model_dump_json().encode()
     if len(value) > MAX_ADVERT_VALUE_BYTES:
         return AdvertReceipt(stored=False, reason=f"An advert may be at most {MAX_ADVERT_VALUE_BYTES} bytes.")
     try:
-        await authority.fleet.kv.put(executor_id, value)
+        if advert is None:
+            await authority.fleet.kv.delete(executor_id)
+        else:
+            await authority.fleet.kv.put(executor_id, value)
     except (nats.errors.TimeoutError, nats.js.errors.Error) as error:
         log.warning("advert of %s not stored: %r", executor_id, error)
         return AdvertReceipt(stored=False, reason="The executors bucket did not take the advert; try again.")

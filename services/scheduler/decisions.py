@@ -34,11 +34,17 @@ CANCEL_GRACE_MS = 30_000
 """How long a running attempt gets to wind down a cancel itself before it is fenced and finalized for it."""
 DEFAULT_POLICY = Policy()
 def decide(book: Book, adverts: list[ExecutorAdvert], catalogue: Catalogue, now_ms: int,
-           policy: Policy = DEFAULT_POLICY, rates: Mapping[str, float] | None = None) -> list[Action]:
+           policy: Policy = DEFAULT_POLICY, rates: Mapping[str, float] | None = None,
+           listening_since_ms: int = 0) -> list[Action]:
     """Every act due now: losses declared, leases fenced, batches ended, and free executor places filled with units
-    in fair-share order. `rates`: the fleet's measured lines per second per model (for urgency near a deadline)."""
+    in fair-share order. `rates`: the fleet's measured lines per second per model (for urgency near a deadline).
+    `listening_since_ms`: since when executors' adverts could reach the bucket (the term's start: they are written
+    through a scheduler); nobody is lost before an advert's lifetime has passed since, so an outage of every
+    scheduler longer than an advert lasts fences no executor's work."""
     heard = book.last_heard(adverts)
-    alive = {executor_id for executor_id, last_seen in heard.items() if now_ms - last_seen <= HEARTBEAT_FRESH_MS}
+    newly_listening = now_ms - listening_since_ms <= HEARTBEAT_FRESH_MS
+    alive = {executor_id for executor_id, last_seen in heard.items()
+             if newly_listening or now_ms - last_seen <= HEARTBEAT_FRESH_MS}
     # Work goes only to admitted executors alive by the very measure that fences their attempts (one declared lost
     # gets none until it heartbeats again); lost by `last_heard` (one scan of the bucket may miss an advert).
     live = {advert.executor_id: advert for advert in adverts

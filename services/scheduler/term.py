@@ -86,6 +86,9 @@ class Term:
     """When the batches' standings were last worked out."""
     exported_at_ms: int = 0
     """When the batches gauge was last set."""
+    listening_since_ms: int = 0
+    """When this term first looked at the fleet (its first tick): executors get an advert's lifetime from then to be
+    heard before any is taken for lost."""
     lease: LeaderLease | None = field(default=None, init=False)
     """The lease this term leads on (set by `lead`): no decision is acted on once it may be lost."""
     registrar: Registrar = field(init=False)
@@ -187,7 +190,9 @@ class Term:
         for executor_id in set(self.book.known_executors) - {advert.executor_id for advert in adverts}:
             log.info("no advert of executor %s in the executors bucket (last heartbeat %d ms ago)", executor_id,
                      now_ms - self.book.known_executors[executor_id])
-        for action in decide(self.book, adverts, self.catalogue, now_ms, self.policy, self.book.rates.rates(now_ms)):
+        self.listening_since_ms = self.listening_since_ms or now_ms
+        for action in decide(self.book, adverts, self.catalogue, now_ms, self.policy, self.book.rates.rates(now_ms),
+                             self.listening_since_ms):
             if self.lease is not None and self.lease.lost():
                 return  # paused past the lease meanwhile: the rest is decided again by whoever leads
             await self.act(action)

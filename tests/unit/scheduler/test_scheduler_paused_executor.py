@@ -162,3 +162,18 @@ def test_a_shard_that_never_gets_to_start_still_fails_in_the_end() -> None:
         assign(book, "e1", attempt)
         fence(book, attempt, "executor_restarted")
     assert book.plans["b1"].shard(0).strikes == 3
+
+
+def test_a_new_term_gives_every_executor_an_adverts_lifetime_to_be_heard_before_any_is_lost() -> None:
+    """Adverts reach the bucket through a scheduler: after every scheduler was down longer than an advert lasts, the
+    next term finds none, and must not fence work only because nobody could write its heartbeat meanwhile."""
+    book = validated_book()
+    book.admitted, book.known_executors = {"e1"}, {"e1": NOW}
+    assign(book, "e1", 1)
+    started = LOST_AT + 60_000  # a minute of silence: the whole control plane was down
+    assert not [a for a in decide(book, [], CATALOGUE, started, listening_since_ms=started)
+                if isinstance(a, DeclareLost | FenceAttempt)]
+    assert not [a for a in decide(book, [], CATALOGUE, started + HEARTBEAT_FRESH_MS, listening_since_ms=started)
+                if isinstance(a, DeclareLost | FenceAttempt)]
+    late = decide(book, [], CATALOGUE, started + HEARTBEAT_FRESH_MS + 1, listening_since_ms=started)
+    assert [(type(a), getattr(a, "code", None)) for a in late] == [(DeclareLost, None), (FenceAttempt, "executor_lost")]
