@@ -77,7 +77,9 @@ class OwnAdvert:
                 await self.advertise(advert)
                 return advert
             except (nats.errors.TimeoutError, nats.errors.ConnectionClosedError, nats.errors.StaleConnectionError,
+                    nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError,
                     nats.js.errors.ServiceUnavailableError, AdvertNotStored) as error:
+                # No scheduler yet (an admitted executor's advert is written through one), or no bucket yet.
                 log.warning("first advert not taken (%r); asked again in %.0fs", error, FIRST_ADVERT_RETRY_S)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), FIRST_ADVERT_RETRY_S)

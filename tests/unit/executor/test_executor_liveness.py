@@ -101,15 +101,30 @@ async def test_no_heartbeat_is_sent_until_a_scheduler_answers_the_new_registrati
 class StuckBroker:
     """A JetStream context whose publishes time out `stuck_for` times (a broker that cannot write), then are taken."""
 
-    def __init__(self, stuck_for: int) -> None:
+    def __init__(self, stuck_for: int, error: type[Exception] = nats.errors.TimeoutError) -> None:
         self.stuck_for = stuck_for
+        self.error = error
         self.taken: list[bytes] = []
 
     async def publish(self, subject: str, payload: bytes = b"", **_: object) -> None:
         if self.stuck_for > 0:
             self.stuck_for -= 1
-            raise nats.errors.TimeoutError
+            raise self.error
         self.taken.append(payload)
+
+
+async def test_the_first_advert_waits_for_a_scheduler_to_take_it_however_long_none_answers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An admitted executor's advert is written through a scheduler: one started before any scheduler (or while all
+    restart) waits, and does not crash once the bucket's own wait has passed."""
+    monkeypatch.setattr(advert_module, "FIRST_ADVERT_RETRY_S", 0.0)
+    monkeypatch.setattr(advert_module, "BUCKET_WAIT_S", 0.0)
+    broker = StuckBroker(stuck_for=3, error=nats.errors.NoRespondersError)
+    own = OwnAdvert(broker, "e1")  # type: ignore[arg-type]
+
+    taken = await own.advertise_first(lambda: advert_at(START), asyncio.Event())
+
+    assert taken is not None and len(broker.taken) == 1
 
 
 async def test_the_first_advert_waits_out_a_broker_that_cannot_write_and_is_made_afresh_for_each_try(
