@@ -136,6 +136,9 @@ class AdvertUpdate(BaseModel):
 class AdvertReceipt(BaseModel):
     stored: bool
     reason: str | None = None
+    registered: bool | None = None
+    """Whether the leading scheduler counts the executor registered (False: lost, or never registered: it registers
+    again, a new fencing epoch, before beating on); None: not known yet (the leader is still reading the log)."""
 
 
 class AdmissionAsk(BaseModel):

@@ -43,13 +43,15 @@ RELAYS = "sheshnag-relays"
 PULLS = RawAnswer(f"{executor_pulls('*')}.CONSUMER.MSG.NEXT.{WORK_STREAM}.*", RELAYS, traced=False)
 ACKS = RawAnswer(executor_acks("*"), RELAYS, traced=False)
 ADVERTS = Answer(advert_updates("{executor_id}"), AdvertUpdate,
-                 lambda why: AdvertReceipt(stored=False, reason=f"Malformed advert: {why}"), leader_only=False,
-                 queue=RELAYS)
+                 lambda why: AdvertReceipt(stored=False, reason=f"Malformed advert: {why}"))
+"""Answered by the leader, which says whether it counts the executor registered (`AdvertReceipt.registered`): with
+no scheduler at all nobody can take it for lost, and its silence then is no reason to register again."""
 ADMISSIONS = Answer(admission_asks("{executor_id}"), AdmissionAsk, lambda why: AdmissionTerms(ttl_s=None),
                     leader_only=False, queue=RELAYS)
 ACK_BODY = re.compile(rb'|\+ACK|-NAK(?: \{"delay": ?\d{1,19}\})?|\+WPI|\+TERM')
 """What nats-py sends as an ack, a nak (with its delay), a keep-alive or a termination; nothing else is relayed."""
 _NOT_RELAYED = SkipLog(log, "not relayed")
+MAX_PULL_BYTES = 1024
 
 
 class Relaying(Protocol):
@@ -100,6 +102,9 @@ async def relay_pull(relaying: Relaying, message: Msg) -> None:
     if durable not in own_durables(executor_id) or not message.reply or not _replies_home(executor_id, message.reply):
         _NOT_RELAYED.skipped(executor_id, f"a pull on {durable[:80]!r} answered on {message.reply[:120]!r}")
         return
+    if len(message.data) > MAX_PULL_BYTES:  # nats-py's are a few dozen bytes
+        _NOT_RELAYED.skipped(executor_id, f"a pull request of {len(message.data)} bytes")
+        return
     await relaying.bus.nc.publish(consumer_next(WORK_STREAM, durable), message.data, reply=message.reply)
 
 
@@ -115,8 +120,7 @@ async def relay_ack(relaying: Relaying, message: Msg) -> None:
     await relaying.bus.nc.publish(acked, message.data, reply=message.reply)
 
 
-async def write_advert(update: AdvertUpdate, executor_id: Annotated[str, Path()],
-                       authority: Annotated[Relaying, Context()]) -> AdvertReceipt:
+async def write_advert(update: AdvertUpdate, executor_id: str, fleet: Fleet, registered: bool | None) -> AdvertReceipt:
     """The asker's advert under its own key (whatever id the body names), or its key deleted."""
     advert = update.advert
     value = b"" if advert is None else advert.model_copy(update={"executor_id": executor_id}).model_dump_json().encode()
@@ -124,13 +128,13 @@ async def write_advert(update: AdvertUpdate, executor_id: Annotated[str, Path()]
         return AdvertReceipt(stored=False, reason=f"An advert may be at most {MAX_ADVERT_VALUE_BYTES} bytes.")
     try:
         if advert is None:
-            await authority.fleet.kv.delete(executor_id)
+            await fleet.kv.delete(executor_id)
         else:
-            await authority.fleet.kv.put(executor_id, value)
+            await fleet.kv.put(executor_id, value)
     except (nats.errors.TimeoutError, nats.js.errors.Error) as error:
         log.warning("advert of %s not stored: %r", executor_id, error)
         return AdvertReceipt(stored=False, reason="The executors bucket did not take the advert; try again.")
-    return AdvertReceipt(stored=True)
+    return AdvertReceipt(stored=True, registered=registered)
 
 
 async def admission_terms(request: AdmissionAsk, executor_id: Annotated[str, Path()],

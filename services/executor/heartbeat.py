@@ -22,9 +22,10 @@ Rejoin = Callable[[ExecutorAdvert], Awaitable[bool]]
 
 
 class Advertiser(Protocol):
-    """Where the executor's advert goes (`adapters.advert.OwnAdvert`)."""
+    """Where the executor's advert goes (`adapters.advert.OwnAdvert`): whether the leading scheduler counts the
+    executor registered (None: not known)."""
 
-    async def advertise(self, advert: ExecutorAdvert) -> None: ...
+    async def advertise(self, advert: ExecutorAdvert) -> bool | None: ...
 
 
 async def heartbeat(fleet: Advertiser, advert_now: Callable[[], ExecutorAdvert], every_s: float, stop: asyncio.Event,
@@ -43,8 +44,16 @@ async def heartbeat(fleet: Advertiser, advert_now: Callable[[], ExecutorAdvert],
             if owes_rejoin and rejoin is not None:
                 owes_rejoin = not await rejoin(advert)
             if not owes_rejoin:
-                await fleet.advertise(advert)
+                registered = await fleet.advertise(advert)
                 last_beat_at = advert.heartbeat_at
+                if registered is False and rejoin is not None:
+                    log.warning("the leading scheduler counts this executor lost: registering again")
+                    owes_rejoin = True
+        except nats.errors.NoRespondersError:
+            # No scheduler runs (its adverts are written through one), so none can take it for lost: this silence
+            # is no reason to register again (a new epoch would fence the work in hand). Should a leader have taken
+            # it for lost meanwhile (a partition), the first advert it answers says so.
+            last_beat_at = advert.heartbeat_at
         except (nats.errors.Error, OSError) as error:
             # A missed beat is survivable (the advert outlives several); the broker may be reconnecting.
             log.warning("heartbeat not sent: %r", error)

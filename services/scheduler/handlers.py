@@ -6,7 +6,7 @@ and the facts the scheduler publishes."""
 from dataclasses import replace
 from typing import Annotated, Any
 
-from contracts.commands import ExecutorRegistration, RegistrationAnswer
+from contracts.commands import AdvertReceipt, AdvertUpdate, ExecutorRegistration, RegistrationAnswer
 from contracts.events.batch import (
     AttemptFailed,
     BatchAssigned,
@@ -65,6 +65,12 @@ async def show_log(request: LogRead, executor_id: Annotated[str, Path()],
     return await term.desk.read(executor_id, request)
 
 
+async def take_advert(update: AdvertUpdate, executor_id: Annotated[str, Path()],
+                      term: Annotated[Term, Context()]) -> AdvertReceipt:
+    registered = executor_id in term.book.known_executors if term.caught_up.is_set() else None
+    return await write_advert(update, executor_id, term.fleet, registered)
+
+
 def scheduler_router(callout: bool = True) -> ServiceRouter:
     """The scheduler's table; with `callout`, the broker's auth callout on the `ExecutorAuthority` dependencies.
     (A fresh router each call: faststream lets a router belong to one broker only.)"""
@@ -80,7 +86,7 @@ def scheduler_router(callout: bool = True) -> ServiceRouter:
         router.answers(CALLOUT, ExecutorAuthority.on_request, "Tell the broker who a connecting executor is.")
     router.answers(PULLS, relay_pull, "Relay an executor's pull on its own durable, answered to its own inbox.")
     router.answers(ACKS, relay_ack, "Relay an executor's ack of its own durable's message.")
-    router.answers(executors(ADVERTS), write_advert, "Write an executor's advert under its own key.")
+    router.answers(executors(ADVERTS), take_advert, "Write an executor's advert under its own key.")
     router.answers(executors(ADMISSIONS), admission_terms, "Say how long an executor's admission lasts.")
     router.answers(executors(REGISTRATIONS), register, "Admit an executor with a live worker key to the fleet.")
     router.answers(executors(OBJECT_REQUESTS), grant_objects,

@@ -55,7 +55,7 @@ async def admit_executors(bus: EventBus, settings: ConnectionSettings) -> BareAd
     responders = [await bus.nc.subscribe(row.subject, queue=row.queue, cb=functools.partial(handler, authority))
                   for row, handler in raw]
     async def advert(executor_id: str, update: AdvertUpdate) -> BaseModel:
-        return await write_advert(update, executor_id, authority)
+        return await write_advert(update, executor_id, authority.fleet, None)
 
     async def terms(executor_id: str, ask: AdmissionAsk) -> BaseModel:
         return await admission_terms(ask, executor_id, authority)

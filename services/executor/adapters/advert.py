@@ -48,23 +48,24 @@ class OwnAdvert:
         await open_bucket(bus, EXECUTORS_BUCKET, ADVERT_TTL_S)
         return cls(bus.js, executor_id)
 
-    async def advertise(self, advert: ExecutorAdvert) -> None:
-        """Write the advert, asking again for a while as long as nobody takes it yet (no bucket, no scheduler)."""
+    async def advertise(self, advert: ExecutorAdvert) -> bool | None:
+        """Write the advert, asking again for a while as long as the bucket does not exist yet. Whether the leading
+        scheduler counts this executor registered (None: not known)."""
         deadline = time.monotonic() + BUCKET_WAIT_S
         while True:
             try:
-                await self._write(advert)
-                return
+                return await self._write(advert)
             except (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError):
                 if time.monotonic() >= deadline:
                     raise
                 await asyncio.sleep(0.5)
 
-    async def _write(self, advert: ExecutorAdvert | None) -> None:
+    async def _write(self, advert: ExecutorAdvert | None) -> bool | None:
         if advert is None:
             await self.js.publish(self.subject, headers={KV_OPERATION: "DEL"})
         else:
             await self.js.publish(self.subject, advert.model_dump_json().encode())
+        return None
 
     async def advertise_first(self, advert_now: Callable[[], ExecutorAdvert],
                               stop: asyncio.Event) -> ExecutorAdvert | None:
@@ -97,9 +98,14 @@ class RelayedAdvert(OwnAdvert):
         self.nc = nc
         self.updates = advert_updates(executor_id)
 
-    async def _write(self, advert: ExecutorAdvert | None) -> None:
+    async def advertise(self, advert: ExecutorAdvert) -> bool | None:
+        """Handed to the leading scheduler once: with none, `NoRespondersError` at once (the heartbeat beats again)."""
+        return await self._write(advert)
+
+    async def _write(self, advert: ExecutorAdvert | None) -> bool | None:
         reply = await self.nc.request(self.updates, AdvertUpdate(advert=advert).model_dump_json().encode(),
                                       timeout=ANSWER_TIMEOUT_S)
         receipt = AdvertReceipt.model_validate_json(reply.data)
         if not receipt.stored:
             raise AdvertNotStored(receipt.reason or "the scheduler did not store the advert")
+        return receipt.registered

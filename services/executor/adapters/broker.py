@@ -5,8 +5,10 @@ import asyncio
 import contextlib
 import logging
 import ssl
+from typing import Any
 
 import nats.js.errors
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig
 from nats.js.client import DEFAULT_JS_SUB_PENDING_BYTES_LIMIT, DEFAULT_JS_SUB_PENDING_MSGS_LIMIT
@@ -67,8 +69,28 @@ class _OwnDurables(JetStreamContext):
                                               pending_bytes_limit=pending_bytes_limit)
 
 
+NO_RELAY_WAIT_S = 1.0
+"""How long a pull that no scheduler relayed ("no responders": none runs) waits before the next: faststream's consume
+loop would otherwise ask again at once, thousands of times a second, until one is back."""
+
+
+class _RelayedPulls(JetStreamContext.PullSubscription):
+    async def fetch(self, batch: int = 1, timeout: float | None = 5,  # noqa: ASYNC109 (nats-py's signature)
+                    heartbeat: float | None = None) -> list[Msg]:
+        try:
+            return await super().fetch(batch, timeout, heartbeat)
+        except nats.js.errors.ServiceUnavailableError:
+            await asyncio.sleep(NO_RELAY_WAIT_S)
+            raise
+
+
 class _GivenDurables(_OwnDurables):
     makes_durables = False
+
+    async def pull_subscribe_bind(self, *args: Any, **kwargs: Any) -> JetStreamContext.PullSubscription:
+        subscription = await super().pull_subscribe_bind(*args, **kwargs)
+        subscription.__class__ = _RelayedPulls  # nats-py builds it; only `fetch` differs
+        return subscription
 
 
 class ConnectionErrors:

@@ -40,6 +40,7 @@ from services.runtime.nats.folds import Folds, LogFollower, running
 from services.runtime.process import metrics
 from services.runtime.process.logfmt import BATCH_ID
 from services.runtime.process.params import Context
+from services.runtime.process.tasks import cancel_and_join
 from services.runtime.process.telemetry import extract_context, tracer
 from services.runtime.storage.write_failures import FAULT_PATIENCE_S, WriteFault, write_fault
 
@@ -54,6 +55,8 @@ PoisonHandler = Callable[[Any, Any, BaseException], Awaitable[None]]
 
 RELEASE_S = 1.0
 """How long a stopping service spends giving back one fact in hand (`ConsumerPolicy.release_on_stop`)."""
+ACK_CONFIRM_S = 5.0
+"""How long an ack waits for JetStream to confirm it (an admitted executor's goes through a scheduler's relay)."""
 ONE_AT_A_TIME = PullSub(batch_size=1, timeout=1.0)
 """Fetch one message at a time: with one worker (the default) it is handled before the next is fetched; with
 `max_workers` each goes to a worker of its own as it arrives (never waiting unkept for a free one)."""
@@ -266,12 +269,15 @@ class _Delivery(BaseMiddleware):
         if self.declared is None:
             return False
         try:
+            # No keep-alive after the ack or nak: relayed (an admitted executor's), one could overtake it and
+            # undo a nak's delay.
+            await self._stop_keepalive()
             if isinstance(exc_val, asyncio.CancelledError):
                 if self.declared.durable.policy.release_on_stop:
                     await self._release()
                 return False  # stopping: the message is redelivered (after its ack wait, unless released)
             if exc_val is None:
-                await self.message.ack_sync()
+                await self.message.ack_sync(ACK_CONFIRM_S)
             elif isinstance(exc_val, Exception):
                 await self._failed(exc_val)
             return exc_val is None or isinstance(exc_val, Exception)
@@ -281,6 +287,10 @@ class _Delivery(BaseMiddleware):
             if self.span is not None:
                 self.span.__exit__(exc_type, exc_val, exc_tb)
             BATCH_ID.reset(self.batch_token)
+
+    async def _stop_keepalive(self) -> None:
+        if self.keepalive is not None:
+            await cancel_and_join([self.keepalive])
 
     async def _release(self) -> None:
         """Give the message back for redelivery now (bounded: a broker that does not answer leaves the ack wait)."""

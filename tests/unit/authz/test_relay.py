@@ -85,3 +85,11 @@ async def test_an_ack_without_its_subject_is_not_relayed() -> None:
     published = Published()
     await relay_ack(authority_over(published), message("svc.ack.alpha", b"+ACK", "", None))
     assert published.messages == []
+
+
+async def test_a_pull_request_larger_than_any_nats_py_sends_is_not_relayed() -> None:
+    published = Published()
+    huge = b'{"batch": 1, "padding": "' + b"x" * 2048 + b'"}'
+    await relay_pull(authority_over(published),
+                     message("svc.js.alpha.CONSUMER.MSG.NEXT.WORK.executor-alpha", huge, INBOX))
+    assert published.messages == []

@@ -46,11 +46,19 @@ async def test_an_admission_has_its_lifetime_left_less_the_time_since_the_connec
 
 
 class RecordingFleet:
-    def __init__(self, log: list[str]) -> None:
-        self.log = log
+    """Takes each advert, saying what the leader says then: registered (True/False/None), or no scheduler at all."""
 
-    async def advertise(self, advert: ExecutorAdvert) -> None:
+    def __init__(self, log: list[str], said: dict[int, bool | type[Exception] | None] | None = None) -> None:
+        self.log = log
+        self.said = said or {}
+
+    async def advertise(self, advert: ExecutorAdvert) -> bool | None:
+        said = self.said.get(advert.heartbeat_at - START, True)
+        if isinstance(said, type):
+            self.log.append(f"unheard@{advert.heartbeat_at - START}")
+            raise said
         self.log.append(f"beat@{advert.heartbeat_at - START}")
+        return said
 
 
 def advert_at(heartbeat_at: int) -> ExecutorAdvert:
@@ -58,8 +66,10 @@ def advert_at(heartbeat_at: int) -> ExecutorAdvert:
                           devices=[], slots=1, heartbeat_at=heartbeat_at)
 
 
-async def beats(times_ms: list[int], answers: list[bool]) -> list[str]:
-    """What the heartbeat does when its clock reads `times_ms` in turn; each rejoin gets the next answer."""
+async def beats(times_ms: list[int], answers: list[bool],
+                said: dict[int, bool | type[Exception] | None] | None = None) -> list[str]:
+    """What the heartbeat does when its clock reads `times_ms` in turn; each rejoin gets the next answer; `said`: what
+    the leader answers the advert of a moment (registered by default)."""
     log: list[str] = []
     stop = asyncio.Event()
     clock = iter(times_ms)
@@ -77,7 +87,7 @@ async def beats(times_ms: list[int], answers: list[bool]) -> list[str]:
         log.append(f"rejoin@{advert.heartbeat_at - START}:{'ok' if answered else 'no answer'}")
         return answered
 
-    await heartbeat(RecordingFleet(log), advert_now, 0, stop, rejoin)
+    await heartbeat(RecordingFleet(log, said), advert_now, 0, stop, rejoin)
     return log[:-1]  # the last beat ran while stopping
 
 
@@ -149,3 +159,22 @@ async def test_an_executor_stopped_before_its_first_advert_was_taken_advertises_
 
     assert await OwnAdvert(broker, "e1").advertise_first(lambda: advert_at(START), stop) is None  # type: ignore[arg-type]
     assert broker.taken == []
+
+
+async def test_while_no_scheduler_runs_its_silence_is_no_reason_to_register_again() -> None:
+    """Its adverts are written through a scheduler: with none at all, none can take it for lost, and a new epoch
+    would fence the work in hand (every scheduler restarting, longer than an advert lives)."""
+    outage = list(range(3_000, SILENCE_MS + 20_000, 3_000))
+    back = outage[-1] + 3_000
+    assert await beats([0, *outage, back], [], dict.fromkeys(outage, nats.errors.NoRespondersError)) == [
+        "beat@0", *(f"unheard@{at}" for at in outage), f"beat@{back}"]
+
+
+async def test_an_executor_the_leader_counts_lost_registers_again_before_beating_on() -> None:
+    """A partition: a leader on the other side took it for lost while its adverts found no scheduler."""
+    assert await beats([0, 3_000, 6_000, 9_000], [True], {3_000: False}) == [
+        "beat@0", "beat@3000", "rejoin@6000:ok", "beat@6000", "beat@9000"]
+
+
+async def test_a_leader_still_reading_the_log_is_no_reason_to_register_again() -> None:
+    assert await beats([0, 3_000, 6_000], [], {3_000: None}) == ["beat@0", "beat@3000", "beat@6000"]
