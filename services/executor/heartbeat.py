@@ -1,6 +1,5 @@
 """The executor's heartbeat: its advert in the TTL'd executors bucket, refreshed well inside the TTL. After a longer
-pause of its own, or when the leading scheduler answers that it counts it lost, its work was fenced: it registers
-again, a new fencing epoch, before beating on."""
+silence (paused, cut off) its work was fenced: it registers again, a new fencing epoch, before beating on."""
 
 import asyncio
 import contextlib
@@ -38,7 +37,7 @@ async def heartbeat(fleet: Advertiser, advert_now: Callable[[], ExecutorAdvert],
         advert = advert_now()
         silent_ms = advert.heartbeat_at - last_beat_at if last_beat_at is not None else 0
         if rejoin is not None and not owes_rejoin and silent_ms > SILENCE_MS:
-            log.warning("no heartbeat tried for %.1f s (this process was paused): registering again", silent_ms / 1000)
+            log.warning("no heartbeat sent for %.1f s (paused or cut off): registering again", silent_ms / 1000)
             owes_rejoin = True
         try:
             # Beating before the new registration lands would let the scheduler assign work the registration fences.
@@ -46,17 +45,17 @@ async def heartbeat(fleet: Advertiser, advert_now: Callable[[], ExecutorAdvert],
                 owes_rejoin = not await rejoin(advert)
             if not owes_rejoin:
                 registered = await fleet.advertise(advert)
+                last_beat_at = advert.heartbeat_at
                 if registered is False and rejoin is not None:
                     log.warning("the leading scheduler counts this executor lost: registering again")
-                    owes_rejoin = not await rejoin(advert)
+                    owes_rejoin = True
         except nats.errors.NoRespondersError:
-            log.debug("heartbeat not taken: no scheduler runs")
+            # No scheduler runs (its adverts are written through one), so none can take it for lost: this silence
+            # is no reason to register again (a new epoch would fence the work in hand). Should a leader have taken
+            # it for lost meanwhile (a partition), the first advert it answers says so.
+            last_beat_at = advert.heartbeat_at
         except (nats.errors.Error, OSError) as error:
             # A missed beat is survivable (the advert outlives several); the broker may be reconnecting.
             log.warning("heartbeat not sent: %r", error)
-        # Silence is this process's own pause between two tries. A beat that no scheduler took (none runs, the
-        # leader is paused, the broker is cut off) is no reason to register again, which would fence the work in
-        # hand: a leader that took this executor for lost meanwhile says so in its answer to the next advert.
-        last_beat_at = advert.heartbeat_at
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), every_s)
