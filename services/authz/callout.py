@@ -58,8 +58,6 @@ class ExecutorAuthority:
     bus: EventBus
     read_model: ReadModel
     keys: CalloutKeys
-    fleet: Fleet
-    """The executors bucket, which admitted executors write through a scheduler (`relay.py`)."""
     ttl_s: float = 3600.0
     max_connections: int = 1024
     """Connections one provider's worker keys (or one key of no provider) may hold at once, as this scheduler counts
@@ -185,7 +183,8 @@ async def open_admissions(bus: EventBus, settings: ConnectionSettings) -> Admiss
     if not settings.nats_callout_seed:
         return None
     keys = CalloutKeys(settings.nats_callout_seed)
-    authority = ExecutorAuthority(bus, await ReadModel.open(bus), keys, await Fleet.open(bus),
-                                  settings.nats_executor_ttl_s, settings.nats_max_connections_per_provider)
+    authority = ExecutorAuthority(bus, await ReadModel.open(bus), keys, settings.nats_executor_ttl_s,
+                                  settings.nats_max_connections_per_provider)
+    await Fleet.open(bus)  # executors' adverts are written into it (through a scheduler), never declared by them
     return Admissions(authority, await Disconnector.start(bus.nc, keys.system_url(settings.nats_url),
                                                           authority.admitted))

@@ -55,14 +55,11 @@ MAX_PULL_BYTES = 1024
 
 
 class Relaying(Protocol):
-    """What the relays need: the scheduler's bus, the executors bucket and how long an admission lasts (None: the
-    broker asks nobody who connects). The auth callout's `ExecutorAuthority` is one; `BareRelay` is one without it."""
+    """What the relays need: the scheduler's bus and how long an admission lasts (None: the broker asks nobody who
+    connects). The auth callout's `ExecutorAuthority` is one; `BareRelay` is one without it."""
 
     @property
     def bus(self) -> EventBus: ...
-
-    @property
-    def fleet(self) -> Fleet: ...
 
     @property
     def ttl_s(self) -> float | None: ...
@@ -74,7 +71,6 @@ class BareRelay:
     an executor with a worker key still has its requests relayed)."""
 
     bus: EventBus
-    fleet: Fleet
     ttl_s: float | None = None
 
 

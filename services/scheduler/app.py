@@ -10,7 +10,6 @@ from services.authz.callout import open_admissions
 from services.authz.relay import BareRelay
 from services.runtime.nats.broker import CLOSE_S
 from services.runtime.nats.bus import EventBus
-from services.runtime.nats.fleet import Fleet
 from services.runtime.nats.leader import LeaderLease
 from services.runtime.process import metrics
 from services.runtime.storage.catalogue import load_catalogue
@@ -34,7 +33,7 @@ async def run_scheduler(settings: SchedulerSettings, stop: asyncio.Event) -> Non
     admissions = None
     try:
         admissions = await open_admissions(bus, connection)
-        relaying = admissions.authority if admissions is not None else BareRelay(bus, await Fleet.open(bus))
+        relaying = admissions.authority if admissions is not None else BareRelay(bus)
         broker.context.set_global(router.dependencies, relaying)
         catalogue = load_catalogue(connection.catalogue_path)
         signer = ObjectSigner.from_settings(connection, settings.object_url_endpoint, settings.object_url_expiry_s)

@@ -23,6 +23,7 @@ from services.authz.relay import ACKS, ADMISSIONS, ADVERTS, PULLS, admission_ter
 from services.executor.settings import ExecutorSettings
 from services.runtime.nats.answers import RawAnswer
 from services.runtime.nats.bus import EventBus
+from services.runtime.nats.fleet import Fleet
 from services.runtime.nats.readmodel import ReadModel
 from services.runtime.process.settings import ConnectionSettings
 from tests.integration.router_support import bare
@@ -49,13 +50,13 @@ class BareAdmissions:
 async def admit_executors(bus: EventBus, settings: ConnectionSettings) -> BareAdmissions:
     admissions = await open_admissions(bus, settings)
     assert admissions is not None
-    authority = admissions.authority
+    authority, fleet = admissions.authority, await Fleet.open(bus)
     raw: list[tuple[RawAnswer, Callable[[ExecutorAuthority, Msg], Awaitable[None]]]] = [
         (CALLOUT, ExecutorAuthority.on_request), (PULLS, relay_pull), (ACKS, relay_ack)]
     responders = [await bus.nc.subscribe(row.subject, queue=row.queue, cb=functools.partial(handler, authority))
                   for row, handler in raw]
     async def advert(executor_id: str, update: AdvertUpdate) -> BaseModel:
-        return await write_advert(update, executor_id, authority.fleet, None)
+        return await write_advert(update, executor_id, fleet, None)
 
     async def terms(executor_id: str, ask: AdmissionAsk) -> BaseModel:
         return await admission_terms(ask, executor_id, authority)

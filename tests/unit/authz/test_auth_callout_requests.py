@@ -147,7 +147,7 @@ async def test_a_forged_request_gets_no_answer_at_all() -> None:
     message = typing.cast(Msg, SimpleNamespace(subject="$SYS.REQ.USER.AUTH", data=data, headers=headers,
                                                respond=respond))
     authority = ExecutorAuthority(bus=typing.cast(typing.Any, None), read_model=typing.cast(typing.Any, None),
-                                  keys=KEYS, fleet=typing.cast(typing.Any, None))
+                                  keys=KEYS)
     await authority.on_request(message)
     assert answers == []
 
@@ -158,8 +158,7 @@ def test_an_executors_admission_bounds_its_messages_to_its_largest_request_not_t
     from contracts.fact_desk import FACTS_PER_SUBMISSION, MAX_STATED_FACT_CHARS, FactSubmission
     from contracts.permissions import EXECUTOR_MAX_PAYLOAD
 
-    authority = ExecutorAuthority(typing.cast(typing.Any, None), typing.cast(typing.Any, None), KEYS,
-                                  typing.cast(typing.Any, None))
+    authority = ExecutorAuthority(typing.cast(typing.Any, None), typing.cast(typing.Any, None), KEYS)
     user = "UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4"
     claims = nkey_jwt.decode(authority.user_jwt(user, "alpha"))
     assert 0 < claims["nats"]["payload"] == EXECUTOR_MAX_PAYLOAD < 512 * 1024
